@@ -1,0 +1,44 @@
+# Two commands: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(BIN)/python examples/deferred_tools.py
+
+test: $(STAMP_DEV)
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check src tests examples bench
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy
+
+pytest: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP_RUN)
+	$(BIN)/python bench/run_overhead.py
+	$(BIN)/python bench/pause_resume.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,185 @@
+"""Every exception golem raises to a caller.
+
+```text
+GolemError
+├── RunError(stage, partial)          a run failed; the reason is its __cause__
+├── ResumeError (also ValueError)     a resume was rejected before any model call
+├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
+├── UsageLimitExceeded(kind, limit, actual)
+├── ProviderError(retryable, status_code, body)
+│   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
+│   ├── RateLimited(retry_after)      429: slow down (retryable)
+│   ├── Overloaded                    5xx / 529: the service is busy (retryable)
+│   ├── BadRequest                    400/404/422: the request itself is wrong
+│   ├── ProviderTimeout               the request timed out (retryable)
+│   ├── ProviderConnectionError       the service could not be reached (retryable)
+│   └── ResponseFormatError           the service answered something unreadable
+└── StoreError                        see golem.store
+```
+
+The signals a tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in
+`golem.tool`; they are caught by the run loop and never reach a caller as raised.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from golem.result import PartialResult
+
+__all__ = [
+    "AuthenticationError",
+    "BadRequest",
+    "GolemError",
+    "Overloaded",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderTimeout",
+    "RateLimited",
+    "ResponseFormatError",
+    "ResumeError",
+    "RunError",
+    "Stage",
+    "StoreError",
+    "ToolError",
+    "UsageLimitExceeded",
+]
+
+
+class Stage(StrEnum):
+    """The stage of a run at which it failed."""
+
+    MODEL = "model"
+    """A model call failed (provider error, cancellation between steps, stream failure)."""
+    DECODE = "decode"
+    """The final answer could not be decoded into the output type."""
+    TOOL = "tool"
+    """A tool failed terminally, timed out, or was not declared."""
+    LOOP = "loop"
+    """The run exceeded `max_iterations` model turns."""
+    USAGE = "usage"
+    """A usage limit was crossed."""
+    CANCELED = "canceled"
+    """A tool deliberately stopped the run by raising `Canceled`."""
+
+
+class GolemError(Exception):
+    """Base class of every error golem raises to a caller."""
+
+
+class RunError(GolemError):
+    """A run failed at `stage`; the underlying exception is `__cause__`.
+
+    `partial` carries the evidence gathered before the failure (messages, usage,
+    counters, identity), or `None` when the run produced none.
+    """
+
+    def __init__(
+        self, stage: Stage, cause: BaseException, partial: PartialResult | None = None
+    ) -> None:
+        super().__init__(f"golem: {stage.value} stage: {cause}")
+        self.stage = stage
+        self.partial = partial
+        self.__cause__ = cause
+
+
+class ResumeError(GolemError, ValueError):
+    """A resume was rejected before any model call or re-execution.
+
+    The message names the offending call (by ID, or by tool name when it has none).
+    """
+
+
+class ToolError(GolemError):
+    """A tool call failed terminally: `tool_name` and `call_id` name the call."""
+
+    def __init__(self, tool_name: str, call_id: str, message: str) -> None:
+        super().__init__(f'tool "{tool_name}" (call "{call_id}"): {message}')
+        self.tool_name = tool_name
+        self.call_id = call_id
+
+
+class UsageLimitExceeded(GolemError):
+    """A run crossed a usage limit: `kind` names the dimension, `actual` > `limit`."""
+
+    def __init__(self, kind: str, limit: float, actual: float) -> None:
+        super().__init__(f"run exceeded the {kind} limit of {limit:g} (used {actual:g})")
+        self.kind = kind
+        self.limit = limit
+        self.actual = actual
+
+
+class ProviderError(GolemError):
+    """A model provider call failed.
+
+    `retryable` tells the run loop whether another attempt may succeed; adapters
+    classify, only the loop retries (under `Agent(max_attempts=...)`).
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: str = "",
+        retryable: bool | None = None,
+        provider: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.body = body
+        self.provider = provider
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class AuthenticationError(ProviderError):
+    """The provider rejected the credentials (401/403)."""
+
+
+class RateLimited(ProviderError):
+    """The provider asked to slow down (429); `retry_after` is in seconds when known."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+
+
+class Overloaded(ProviderError):
+    """The provider is overloaded or failed internally (5xx, Anthropic 529)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.retry_after = retry_after
+
+
+class BadRequest(ProviderError):
+    """The provider rejected the request as malformed or unsupported (4xx)."""
+
+
+class ProviderTimeout(ProviderError):
+    """The request to the provider timed out."""
+
+    retryable = True
+
+
+class ProviderConnectionError(ProviderError):
+    """The provider could not be reached (DNS, refused connection, reset)."""
+
+    retryable = True
+
+
+class ResponseFormatError(ProviderError):
+    """The provider's answer could not be parsed (malformed JSON, truncated stream)."""
+
+
+class StoreError(GolemError):
+    """Base class of the durable store's errors (see `golem.store`)."""

@@ -1,0 +1,118 @@
+"""The model port: what golem asks of a language model, and what it gets back.
+
+A model is any object with `async def generate(request) -> ModelResponse`. A
+streaming model also has `generate_stream(request)`, an async iterator that yields
+`Delta`s in arrival order and, as its last item, the final `ModelResponse` — the
+same response `generate` would have returned for the same content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from golem.messages import Message
+from golem.usage import Usage
+
+__all__ = [
+    "FINISH_REASONS",
+    "Delta",
+    "FinishReason",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "StreamingModel",
+    "ThinkingDelta",
+    "ToolCallDelta",
+    "ToolSpec",
+]
+
+FinishReason = Literal["stop", "length", "tool_call", "content_filter", "other", ""]
+FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "tool_call", "content_filter", "other", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as advertised to the model."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    """JSON schema of the tool's arguments (an object schema)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One request to a model: the conversation so far and the tools it may call."""
+
+    messages: list[Message]
+    """The conversation; a leading system message carries the run's instructions."""
+    tools: list[ToolSpec] = field(default_factory=list)
+    """Tools the model may call."""
+    output_schema: dict[str, Any] | None = None
+    """JSON schema the final answer must follow, when the agent has a structured output type."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """A model's answer: an assistant message plus its usage and finish reason."""
+
+    message: Message
+    """The assistant message (text, tool calls, thinking)."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens used by this call."""
+    finish_reason: FinishReason = ""
+    """Normalized cause: "stop", "length", "tool_call", "content_filter", "other" or ""."""
+    model_name: str = ""
+    """The model that answered, as reported by the provider (may be empty)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A fragment of a thinking block."""
+
+    index: int
+    """Which thinking block of the response the fragment belongs to."""
+    text: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call: the ID and name arrive first, then argument fragments."""
+
+    index: int
+    """Which tool call of the response the fragment belongs to (0-based)."""
+    id: str = ""
+    name: str = ""
+    args_fragment: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """An increment of a streamed model response."""
+
+    content: str = ""
+    """Text to append to the answer."""
+    thinking: list[ThinkingDelta] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A language model golem can call."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer `request`; raise a `golem.errors.ProviderError` on failure."""
+        ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also stream its answer."""
+
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Yield `Delta`s in arrival order, then the final `ModelResponse` as the last item."""
+        ...

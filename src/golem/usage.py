@@ -1,0 +1,82 @@
+"""Token usage, usage limits and their checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from golem.errors import UsageLimitExceeded
+
+__all__ = ["Price", "Usage", "UsageLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model response, or summed over a run."""
+
+    input_tokens: int = 0
+    """Tokens sent to the model (cache reads and writes included)."""
+    output_tokens: int = 0
+    """Tokens the model produced (reasoning included)."""
+    cache_read_tokens: int = 0
+    """Input tokens served from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """Output tokens spent on reasoning."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+Price = Callable[[Usage], float]
+"""Turns cumulative usage into money; `Result.cost` is `price(result.usage)`."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLimits:
+    """Upper bounds for one run; `None` leaves a dimension unbounded.
+
+    Crossing a bound (strictly greater) fails the run with `RunError(stage=USAGE)`
+    whose cause is `UsageLimitExceeded`.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    requests: int | None = None
+    """Provider call attempts, retries and failed attempts included."""
+    tool_calls: int | None = None
+    """Tool executions (deferrals do not count; approved re-runs do)."""
+    cost: float | None = None
+    """Money as computed by the agent's `price` (requires one)."""
+
+    def __post_init__(self) -> None:
+        for name in ("input_tokens", "output_tokens", "total_tokens", "requests", "tool_calls", "cost"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"usage limit {name} must not be negative, got {value}")
+
+    def check(self, usage: Usage, requests: int, tool_calls: int, cost: float) -> None:
+        """Raise `UsageLimitExceeded` for the first bound crossed, in a fixed order."""
+        for kind, limit, actual in (
+            ("input token", self.input_tokens, usage.input_tokens),
+            ("output token", self.output_tokens, usage.output_tokens),
+            ("total token", self.total_tokens, usage.total_tokens),
+            ("request", self.requests, requests),
+            ("tool call", self.tool_calls, tool_calls),
+            ("cost", self.cost, cost),
+        ):
+            if limit is not None and actual > limit:
+                raise UsageLimitExceeded(kind, limit, actual)
