@@ -249,11 +249,10 @@ def _load_part(v: Any, j: int) -> Part:
 def _load_call(v: Any, j: int) -> ToolCall:
     o = _obj(v, f"tool call {j}")
     raw = o.get("args")
-    if raw is None:
-        args = ""
-    else:
-        args = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
-    return ToolCall(id=_str(o, "id"), name=_str(o, "name"), args=args, signature=_str(o, "signature"))
+    args = "" if raw is None else json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+    return ToolCall(
+        id=_str(o, "id"), name=_str(o, "name"), args=args, signature=_str(o, "signature")
+    )
 
 
 def _load_thinking(v: Any, j: int) -> ThinkingBlock:

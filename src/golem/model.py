@@ -29,7 +29,9 @@ __all__ = [
 ]
 
 FinishReason = Literal["stop", "length", "tool_call", "content_filter", "other", ""]
-FINISH_REASONS: frozenset[str] = frozenset(("stop", "length", "tool_call", "content_filter", "other", ""))
+FINISH_REASONS: frozenset[str] = frozenset(
+    ("stop", "length", "tool_call", "content_filter", "other", "")
+)
 
 
 @dataclass(frozen=True, slots=True)

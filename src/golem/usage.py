@@ -63,7 +63,14 @@ class UsageLimits:
     """Money as computed by the agent's `price` (requires one)."""
 
     def __post_init__(self) -> None:
-        for name in ("input_tokens", "output_tokens", "total_tokens", "requests", "tool_calls", "cost"):
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "requests",
+            "tool_calls",
+            "cost",
+        ):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"usage limit {name} must not be negative, got {value}")
