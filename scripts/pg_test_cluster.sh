@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Start a throwaway PostgreSQL cluster for the test suite and print its DSN.
+#   eval "$(scripts/pg_test_cluster.sh start)"   -> exports GOLEM_TEST_POSTGRES_DSN
+#   scripts/pg_test_cluster.sh stop DIR
+# PostgreSQL refuses to run as root, so the cluster runs as the `postgres` user when we are root.
+set -euo pipefail
+cmd=${1:-start}
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+[ -n "$bindir" ] || { echo "echo 'pg_test_cluster: PostgreSQL is not installed' >&2"; exit 0; }
+
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
+}
+
+case "$cmd" in
+  start)
+    dir=$(mktemp -d /tmp/golem-pg.XXXXXX)
+    port=${GOLEM_PG_PORT:-$(( 20000 + RANDOM % 20000 ))}
+    [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    as_pg "$bindir/initdb -D '$dir/data' -U golem --auth=trust -E UTF8 >'$dir/initdb.log' 2>&1"
+    as_pg "$bindir/pg_ctl -D '$dir/data' -l '$dir/server.log' -w -o \"-p $port -k '$dir' -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off\" start >/dev/null"
+    as_pg "$bindir/createdb -h 127.0.0.1 -p $port -U golem golem_test"
+    echo "export GOLEM_TEST_POSTGRES_DSN='postgresql://golem@127.0.0.1:$port/golem_test'"
+    echo "export GOLEM_TEST_POSTGRES_DIR='$dir'"
+    ;;
+  stop)
+    dir=${2:?usage: pg_test_cluster.sh stop DIR}
+    as_pg "$bindir/pg_ctl -D '$dir/data' -m immediate stop >/dev/null 2>&1" || true
+    rm -rf "$dir"
+    ;;
+esac

@@ -1,0 +1,103 @@
+"""Load the recorded provider exchanges under ../shared/recordings/ and replay them with httpx."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDINGS = ROOT.parent / "shared" / "recordings" / "pydantic-ai"
+
+
+@dataclass
+class Interaction:
+    """One recorded request/response pair."""
+
+    cassette: str
+    index: int
+    method: str
+    uri: str
+    request_body: Any
+    status: int
+    headers: dict[str, str]
+    body: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def is_stream(self) -> bool:
+        ctype = self.headers.get("content-type", "")
+        return "event-stream" in ctype or self.body.lstrip().startswith(("data:", "event:"))
+
+
+def _header_map(raw: dict[str, Any] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in (raw or {}).items():
+        out[k.lower()] = v[0] if isinstance(v, list) and v else str(v)
+    return out
+
+
+def load(api: str, name: str) -> list[Interaction]:
+    """All interactions of one cassette (`api` is openai-chat, anthropic or gemini)."""
+    path = RECORDINGS / api / name
+    data = yaml.safe_load(path.read_text())
+    out = []
+    for i, it in enumerate(data.get("interactions") or []):
+        req, resp = it["request"], it["response"]
+        body = resp.get("parsed_body")
+        if body is not None:
+            text = json.dumps(body)
+        else:
+            raw = (resp.get("body") or {}).get("string", "")
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        out.append(
+            Interaction(
+                cassette=name,
+                index=i,
+                method=req.get("method", "POST"),
+                uri=req.get("uri", ""),
+                request_body=req.get("parsed_body"),
+                status=int(
+                    resp["status"]["code"] if isinstance(resp["status"], dict) else resp["status"]
+                ),
+                headers=_header_map(resp.get("headers")),
+                body=text,
+            )
+        )
+    return out
+
+
+def all_interactions(api: str) -> Iterator[Interaction]:
+    """Every interaction of every cassette of one API, in file order."""
+    for path in sorted((RECORDINGS / api).glob("*.yaml")):
+        yield from load(api, path.name)
+
+
+def available() -> bool:
+    return RECORDINGS.is_dir()
+
+
+def replay_transport(
+    interactions: list[Interaction], seen: list[httpx.Request] | None = None
+) -> httpx.MockTransport:
+    """A transport that answers each request with the next recorded response, in order."""
+    queue = list(interactions)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if seen is not None:
+            seen.append(request)
+        if not queue:
+            raise AssertionError(f"unexpected extra request to {request.url}")
+        it = queue.pop(0)
+        headers = {"content-type": it.headers.get("content-type", "application/json")}
+        return httpx.Response(it.status, headers=headers, content=it.body.encode())
+
+    return httpx.MockTransport(handler)
