@@ -1,0 +1,446 @@
+"""Start runs into a store, and resume ready runs from it — each at most once.
+
+An application names its agents in a registry (`name -> AgentEntry`). `start_run` runs an
+agent once in-process and saves what happened: a pause becomes a pending run, a final answer a
+completed run, an error a failed run. A `Worker` claims ready runs (every pending call decided)
+under a lease, resumes them with `Agent.run_with_deferred_results`, and saves the outcome; it
+also runs the expiry and interrupted sweeps periodically.
+
+```python
+registry = {"ops": AgentEntry(agent, deps_factory=lambda ref: Deps(**ref))}
+store = await open_store("sqlite:///golem.db")
+record = await start_run(store, registry, "ops", "clean up /tmp", started_by="alice")
+...  # people decide through the service or `store.decide(...)`
+await Worker(store, registry).run_forever()
+```
+
+The at-most-once guarantee (`docs/adr/0011-at-most-once-resume.md`): a run is claimed by one
+worker once; if that worker dies, its lease runs out and the run is marked `interrupted`, never
+resumed again automatically. Tools with side effects use `ctx.call_id` as an idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from golem._ids import new_id
+from golem.messages import dumps_history, loads_history
+from golem.store import (
+    CallKind,
+    ClaimedRun,
+    DecisionKind,
+    LeaseLost,
+    NewCall,
+    NewRun,
+    Outcome,
+    RunRecord,
+    Store,
+    utc_now,
+)
+
+if TYPE_CHECKING:
+    from golem.agent import Agent
+    from golem.deferred import DeferredResults
+    from golem.result import Result
+
+__all__ = [
+    "AgentEntry",
+    "AgentRegistry",
+    "SweepReport",
+    "Worker",
+    "load_registry",
+    "new_run_from_result",
+    "start_run",
+]
+
+log = logging.getLogger("golem.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    """One registered agent: the agent, how to rebuild its deps, and a human description."""
+
+    agent: Agent[Any, Any]
+    """The agent that starts and resumes the runs saved under this entry's name."""
+    deps_factory: Callable[[Any], Any] | None = None
+    """Turns a run's JSON `deps_ref` into the deps passed to the agent (may be async).
+
+    None passes `deps_ref` itself as the deps.
+    """
+    description: str = ""
+    """Shown by the service and the CLI."""
+
+
+AgentRegistry = Mapping[str, AgentEntry]
+"""Agent name -> `AgentEntry`; a plain `dict` works."""
+
+
+def load_registry(spec: str) -> AgentRegistry:
+    """Import `module:attribute` and return the registry it names.
+
+    The attribute is a mapping of names to `AgentEntry`, or a zero-argument callable
+    returning one.
+
+    Raises:
+        ValueError: `spec` is not `module:attribute`, or the value is not such a mapping.
+        ImportError / AttributeError: the module or attribute does not exist.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(
+            f"registry spec {spec!r}: want module:attribute (e.g. myapp.agents:registry)"
+        )
+    value: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, Mapping):
+        value = value()
+    if not isinstance(value, Mapping):
+        raise ValueError(f"registry spec {spec!r}: got {type(value).__name__}, want a mapping")
+    for name, entry in value.items():
+        if not isinstance(entry, AgentEntry):
+            raise ValueError(
+                f"registry spec {spec!r}: entry {name!r} is {type(entry).__name__}, want AgentEntry"
+            )
+    return value
+
+
+def _entry(registry: AgentRegistry, agent_name: str) -> AgentEntry:
+    try:
+        return registry[agent_name]
+    except KeyError:
+        known = ", ".join(sorted(registry)) or "none"
+        raise KeyError(f'agent "{agent_name}" is not in the registry (known: {known})') from None
+
+
+async def _deps(entry: AgentEntry, deps_ref: Any) -> Any:
+    if entry.deps_factory is None:
+        return deps_ref
+    deps = entry.deps_factory(deps_ref)
+    if inspect.isawaitable(deps):
+        deps = await deps
+    return deps
+
+
+def _jsonable(value: Any) -> Any:
+    """The final output as a JSON value (pydantic models and dataclasses as objects)."""
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return to_jsonable_python(value)
+    except Exception:  # an output type pydantic cannot serialize: keep its text
+        return str(value)
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is not None and str(cause) not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text
+
+
+def _partial_history(exc: BaseException) -> str | None:
+    partial = getattr(exc, "partial", None)
+    messages = getattr(partial, "messages", None)
+    if messages is None:
+        return None
+    return dumps_history(messages)
+
+
+def new_run_from_result(
+    result: Result[Any],
+    agent_name: str,
+    *,
+    deps_ref: Any = None,
+    started_by: str = "",
+    expires_at: datetime | None = None,
+    parent_run_id: str | None = None,
+) -> NewRun:
+    """Describe a `Result` as a `NewRun` to save (with its pending calls when it paused).
+
+    The run ID and conversation ID are the result's; approval calls come first, then
+    external ones, each in the model's emission order.
+    """
+    calls: list[NewCall] = []
+    pending = result.pending
+    if pending is not None:
+        for kind, group in (
+            (CallKind.APPROVAL, pending.approvals),
+            (CallKind.EXTERNAL, pending.external),
+        ):
+            calls.extend(
+                NewCall(
+                    call_id=p.call_id,
+                    kind=kind,
+                    tool_name=p.tool_name,
+                    args=p.args,
+                    reason=p.reason,
+                )
+                for p in group
+            )
+    return NewRun(
+        id=result.run_id,
+        agent=agent_name,
+        conversation_id=result.conversation_id,
+        history=dumps_history(result.messages),
+        calls=tuple(calls),
+        deps_ref=deps_ref,
+        started_by=started_by,
+        expires_at=expires_at,
+        parent_run_id=parent_run_id,
+    )
+
+
+def _expires_at(expires_in: float | timedelta | None) -> datetime | None:
+    if expires_in is None:
+        return None
+    delta = expires_in if isinstance(expires_in, timedelta) else timedelta(seconds=expires_in)
+    if delta <= timedelta(0):
+        raise ValueError(f"expires_in must be positive, got {expires_in!r}")
+    return utc_now() + delta
+
+
+async def start_run(
+    store: Store,
+    registry: AgentRegistry,
+    agent_name: str,
+    prompt: str,
+    *,
+    deps_ref: Any = None,
+    started_by: str,
+    expires_in: float | timedelta | None = None,
+) -> RunRecord:
+    """Run the agent once in-process and save the outcome; return the saved run.
+
+    A pause is saved as a PENDING run whose calls expire `expires_in` (seconds or a
+    timedelta) from now (None: never); a final answer as a COMPLETED run; a run error as a
+    FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
+
+    Raises:
+        KeyError: `agent_name` is not in the registry.
+        ValueError: `expires_in` is not positive.
+        StoreError: the store could not save the run.
+    """
+    entry = _entry(registry, agent_name)
+    expires_at = _expires_at(expires_in)
+    deps = await _deps(entry, deps_ref)
+    run_id = new_id()
+    try:
+        result = await entry.agent.run(prompt, deps=deps, run_id=run_id)
+    except Exception as exc:
+        history = _partial_history(exc) or "[]"
+        failed = NewRun(
+            id=run_id,
+            agent=agent_name,
+            conversation_id=_conversation_of(history) or new_id(),
+            history=history,
+            deps_ref=deps_ref,
+            started_by=started_by,
+        )
+        return await store.save_finished(failed, Outcome.failed(_error_text(exc), history))
+    new = new_run_from_result(
+        result, agent_name, deps_ref=deps_ref, started_by=started_by, expires_at=expires_at
+    )
+    if result.pending is not None:
+        return await store.save_pending(new)
+    return await store.save_finished(new, Outcome.completed(_jsonable(result.output), new.history))
+
+
+def _conversation_of(history: str) -> str:
+    for m in reversed(loads_history(history)):
+        if m.conversation_id:
+            return m.conversation_id
+    return ""
+
+
+def _deferred_results(claimed: ClaimedRun) -> DeferredResults:
+    from golem.deferred import Approval, DeferredResults
+
+    approvals: dict[str, Approval] = {}
+    external: dict[str, str] = {}
+    for call in claimed.run.calls:
+        d = call.decision
+        if d is None:  # a claimed run has every call decided; keep the gate closed regardless
+            approvals[call.call_id] = Approval(False, reason="undecided")
+        elif d.kind is DecisionKind.APPROVE:
+            approvals[call.call_id] = Approval(True)
+        elif d.kind is DecisionKind.DENY:
+            approvals[call.call_id] = Approval(False, reason=d.reason)
+        else:
+            external[call.call_id] = d.text
+    return DeferredResults(approvals=approvals, external=external)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one sweep changed."""
+
+    expired: list[str] = field(default_factory=list)
+    """Runs whose overdue calls were denied "expired"."""
+    interrupted: list[str] = field(default_factory=list)
+    """Runs marked interrupted because their lease ran out."""
+
+
+class Worker:
+    """Claims ready runs from a store and resumes each one once.
+
+    Args:
+        store: the store to claim from.
+        registry: the agents, by the names the runs were saved under.
+        worker_id: this worker's identity in leases and the audit log (default
+            `<hostname>:<pid>:<random>`).
+        lease_seconds: how long a claim is held without renewal; the worker renews it
+            every third of that while a resume runs. A worker that dies leaves its run
+            `interrupted` once the lease has run out and a sweep has run.
+        sweep_interval: seconds between the expiry / interrupted sweeps that `run_once`
+            and `run_forever` run (0 sweeps on every call).
+
+    Raises:
+        ValueError: `lease_seconds` is not positive or `sweep_interval` is negative.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        registry: AgentRegistry,
+        worker_id: str | None = None,
+        lease_seconds: float = 60.0,
+        *,
+        sweep_interval: float = 5.0,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
+        if sweep_interval < 0:
+            raise ValueError(f"sweep_interval must be >= 0, got {sweep_interval!r}")
+        self.store = store
+        self.registry = registry
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
+        self.lease_seconds = float(lease_seconds)
+        self.sweep_interval = float(sweep_interval)
+        self._last_sweep: float | None = None
+
+    @property
+    def actor(self) -> str:
+        """The identity this worker records in the audit log: `worker:<worker_id>`."""
+        return f"worker:{self.worker_id}"
+
+    async def sweep(self, now: datetime | None = None) -> SweepReport:
+        """Run both sweeps now: deny overdue calls "expired", mark lapsed leases interrupted."""
+        self._last_sweep = time.monotonic()
+        expired = await self.store.sweep_expired(now)
+        interrupted = await self.store.sweep_interrupted(now)
+        for run_id in interrupted:
+            log.warning("run %s interrupted: its worker's lease ran out mid-resume", run_id)
+        return SweepReport(expired=expired, interrupted=interrupted)
+
+    async def _maybe_sweep(self) -> None:
+        if self._last_sweep is None or time.monotonic() - self._last_sweep >= self.sweep_interval:
+            await self.sweep()
+
+    async def run_once(self) -> bool:
+        """Sweep when due, then claim one ready run and resume it; False when none was ready.
+
+        The outcome (completed / paused again / failed) is saved with `Store.finish`. A run
+        whose lease is lost meanwhile is abandoned (the resume is cancelled) and left to the
+        interrupted sweep.
+        """
+        await self._maybe_sweep()
+        claimed = await self.store.claim_ready(self.worker_id, self.lease_seconds)
+        if claimed is None:
+            return False
+        await self._resume(claimed)
+        return True
+
+    async def run_forever(
+        self, poll_interval: float = 1.0, stop_event: asyncio.Event | None = None
+    ) -> None:
+        """Resume ready runs until `stop_event` is set (or the task is cancelled).
+
+        Between empty polls it waits `poll_interval` seconds (waking early on `stop_event`);
+        while runs are ready it claims them back to back. Store errors are logged and
+        retried after `poll_interval`.
+        """
+        stop = stop_event or asyncio.Event()
+        while not stop.is_set():
+            try:
+                worked = await self.run_once()
+            except Exception:
+                log.exception("worker %s: claiming or saving a run failed", self.worker_id)
+                worked = False
+            if worked:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=poll_interval)
+
+    async def _resume(self, claimed: ClaimedRun) -> None:
+        run = claimed.run
+        resume = asyncio.ensure_future(self._outcome(claimed))
+        heartbeat = asyncio.ensure_future(self._heartbeat(run.id, resume))
+        try:
+            outcome = await resume
+        except asyncio.CancelledError:
+            if heartbeat.done() and not heartbeat.cancelled() and heartbeat.exception() is None:
+                log.error("run %s abandoned: lease lost during the resume", run.id)
+                return
+            raise
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        try:
+            await self.store.finish(run.id, self.worker_id, outcome)
+        except LeaseLost:
+            log.error("run %s: lease lost before its outcome could be saved", run.id)
+
+    async def _heartbeat(self, run_id: str, resume: asyncio.Future[Outcome]) -> None:
+        """Renew the lease every third of its length; cancel the resume if it is lost."""
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.store.renew_lease(run_id, self.worker_id, self.lease_seconds)
+            except LeaseLost:
+                resume.cancel()
+                return
+            except Exception:  # a transient store failure: try again next beat
+                log.exception("run %s: renewing the lease failed", run_id)
+
+    async def _outcome(self, claimed: ClaimedRun) -> Outcome:
+        run = claimed.run
+        try:
+            entry = _entry(self.registry, run.agent)
+            deps = await _deps(entry, run.deps_ref)
+            result = await entry.agent.run_with_deferred_results(
+                loads_history(run.history), _deferred_results(claimed), deps=deps
+            )
+        except Exception as exc:
+            return Outcome.failed(_error_text(exc), _partial_history(exc))
+        if result.pending is not None:
+            next_run = new_run_from_result(
+                result,
+                run.agent,
+                deps_ref=run.deps_ref,
+                started_by=self.actor,
+                expires_at=_inherit_expiry(run),
+                parent_run_id=run.id,
+            )
+            return Outcome.paused(next_run)
+        return Outcome.completed(_jsonable(result.output), dumps_history(result.messages))
+
+
+def _inherit_expiry(run: RunRecord) -> datetime | None:
+    """A pause produced by a resume gets as long to be decided as its parent had."""
+    if run.expires_at is None:
+        return None
+    return utc_now() + (run.expires_at - run.created_at)
