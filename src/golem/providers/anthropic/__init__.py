@@ -1,0 +1,231 @@
+"""Anthropic Messages API adapter: `AnthropicModel`.
+
+```python
+from golem import Agent
+from golem.providers.anthropic import AnthropicModel
+
+agent = Agent(AnthropicModel("claude-sonnet-4-5"))  # key from ANTHROPIC_API_KEY
+```
+
+The adapter speaks the wire format over httpx (no SDK). It classifies failures into
+`golem.errors.ProviderError` subclasses and never retries; the agent loop retries
+under `Agent(max_attempts=...)`. The pure mapping functions (`build_request_body`,
+`parse_response`, `StreamParser`, `parse_stream`, `sse_events`) need no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.providers._http import (
+    api_key_from_env,
+    error_from_response,
+    iter_sse,
+    parse_json_body,
+    translate_transport_errors,
+)
+from golem.providers.anthropic._stream import StreamParser, parse_stream, sse_events
+from golem.providers.anthropic._wire import (
+    API_VERSION,
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_TOKENS,
+    PROVIDER,
+    OutputMode,
+    build_request_body,
+    parse_response,
+)
+
+__all__ = [
+    "AnthropicModel",
+    "OutputMode",
+    "StreamParser",
+    "build_request_body",
+    "parse_response",
+    "parse_stream",
+    "sse_events",
+]
+
+_MIN_THINKING_BUDGET = 1024
+
+
+class AnthropicModel:
+    """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
+
+    Implements `golem.model.Model` and `golem.model.StreamingModel`.
+
+    Args:
+        model: Model name, for example "claude-sonnet-4-5".
+        api_key: API key; defaults to the `ANTHROPIC_API_KEY` environment variable.
+        base_url: Server root (default "https://api.anthropic.com"); `/v1/messages` is
+            appended (a trailing `/v1` is accepted too).
+        http_client: A client to use instead of the one the model creates lazily
+            (one per model and event loop, reused across requests).
+        timeout: Seconds allowed for each request (also with an injected client).
+        max_tokens: Output token cap, required by the API; default 4096.
+        temperature: Sampling temperature (the API rejects it together with thinking).
+        top_p: Nucleus sampling.
+        stop: Stop sequences (`stop_sequences`).
+        extra_headers: Headers added to every request (for example `anthropic-beta`).
+        extra_body: Fields merged into every request body, one level deep for objects.
+        thinking_budget: Enables extended thinking with this many tokens (at least
+            1024 and below `max_tokens`).
+        output_mode: How `ModelRequest.output_schema` is sent: "native" uses the
+            API's structured outputs (`output_config.format`, Claude 4.5 and later),
+            "prompted" puts the schema in the system prompt (any model).
+
+    Raises:
+        AuthenticationError: no key was passed and `ANTHROPIC_API_KEY` is not set.
+        ValueError: an argument is out of range.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: Sequence[str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        thinking_budget: int | None = None,
+        output_mode: OutputMode = "native",
+    ) -> None:
+        if not model:
+            raise ValueError("model name must not be empty (for example 'claude-sonnet-4-5')")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        if tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {tokens}")
+        if thinking_budget is not None and not _MIN_THINKING_BUDGET <= thinking_budget < tokens:
+            raise ValueError(
+                f"thinking_budget must be at least {_MIN_THINKING_BUDGET} and below "
+                f"max_tokens ({tokens}), got {thinking_budget}; raise max_tokens if needed"
+            )
+        if output_mode not in ("native", "prompted"):
+            raise ValueError(f'output_mode must be "native" or "prompted", got {output_mode!r}')
+        self.model = model
+        self.max_tokens = tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.stop = list(stop) if stop else None
+        self.thinking_budget = thinking_budget
+        self.output_mode: OutputMode = output_mode
+        self.extra_body = dict(extra_body) if extra_body else None
+        key = api_key_from_env(api_key, ("ANTHROPIC_API_KEY",), PROVIDER)
+        root = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.url = f"{root}/messages" if root.endswith("/v1") else f"{root}/v1/messages"
+        self._headers = {
+            "x-api-key": key,
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            **(extra_headers or {}),
+        }
+        self._timeout = httpx.Timeout(timeout)
+        self._injected = http_client
+        self._own: httpx.AsyncClient | None = None
+        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, url={self.url!r})"
+
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_request_body(
+            request,
+            model=self.model,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop=self.stop,
+            thinking_budget=self.thinking_budget,
+            output_mode=self.output_mode,
+            stream=stream,
+            extra_body=self.extra_body,
+        )
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        if (
+            self._own is None
+            or self._own.is_closed
+            or self._own_loop is None
+            or self._own_loop() is not loop
+        ):
+            # A pooled connection belongs to the event loop that opened it: a new loop
+            # (for example each `run_sync`) gets a new client.
+            self._own = httpx.AsyncClient(timeout=self._timeout)
+            self._own_loop = weakref.ref(loop)
+        return self._own
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model created (an injected client is left open)."""
+        if self._own is not None:
+            await self._own.aclose()
+            self._own = None
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the model's answer.
+
+        Raises:
+            ProviderError: the subclass for the failure (`AuthenticationError`,
+                `RateLimited`, `Overloaded`, `BadRequest`, `ProviderTimeout`,
+                `ProviderConnectionError`, `ResponseFormatError`).
+        """
+        content = _encode(self.request_body(request))
+        client = self._client()
+        with translate_transport_errors(PROVIDER):
+            response = await client.post(
+                self.url, content=content, headers=self._headers, timeout=self._timeout
+            )
+        if not response.is_success:
+            raise error_from_response(
+                PROVIDER, response.status_code, response.headers, response.text
+            )
+        return parse_response(parse_json_body(PROVIDER, response.text))
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: as `generate`; an `error` event is classified by its type, and
+                a stream that ends before `message_stop` raises a retryable
+                `ProviderConnectionError`.
+        """
+        content = _encode(self.request_body(request, stream=True))
+        client = self._client()
+        parser = StreamParser()
+        with translate_transport_errors(PROVIDER):
+            async with client.stream(
+                "POST", self.url, content=content, headers=self._headers, timeout=self._timeout
+            ) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise error_from_response(
+                        PROVIDER, response.status_code, response.headers, response.text
+                    )
+                async for event, data in iter_sse(response):
+                    delta = parser.feed(event, data)
+                    if delta is not None:
+                        yield delta
+                    if parser.done:
+                        break
+        yield parser.response()
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,61 @@
+"""Anthropic failures mapped onto the `golem.errors.ProviderError` tree.
+
+HTTP statuses go through the shared `error_from_response` (401/403 authentication,
+429 rate limit with Retry-After, 5xx and 529 overloaded, other 4xx bad request). An
+`error` event inside a stream is classified like the HTTP status Anthropic documents
+for its `error.type` (`overloaded_error` → 529 → `Overloaded`, and so on).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from golem.errors import ProviderConnectionError, ProviderError
+from golem.providers._http import error_from_response
+
+__all__ = ["STATUS_BY_ERROR_TYPE", "error_from_event", "incomplete_stream"]
+
+PROVIDER = "anthropic"
+
+STATUS_BY_ERROR_TYPE: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+"""HTTP status Anthropic documents for each `error.type`; unknown types count as 500."""
+
+
+def error_from_event(data: str) -> ProviderError:
+    """Classify the payload of a streamed `error` event like the matching HTTP status."""
+    try:
+        payload: Any = json.loads(data)
+    except ValueError:
+        payload = None
+    err = payload.get("error") if isinstance(payload, Mapping) else None
+    kind = err.get("type") if isinstance(err, Mapping) else None
+    kind = kind if isinstance(kind, str) else "unknown_error"
+    status = STATUS_BY_ERROR_TYPE.get(kind, 500)
+    error = error_from_response(PROVIDER, status, httpx.Headers(), data)
+    message = err.get("message") if isinstance(err, Mapping) else None
+    detail = message if isinstance(message, str) else data.strip()[:500]
+    # `status_code` is the status Anthropic documents for the type (the HTTP status was 200).
+    error.args = (f"anthropic stream failed with {kind}: {detail}",)
+    return error
+
+
+def incomplete_stream() -> ProviderConnectionError:
+    """The error for a stream that ended before `message_stop`."""
+    return ProviderConnectionError(
+        "stream ended before the response completed", retryable=True, provider=PROVIDER
+    )

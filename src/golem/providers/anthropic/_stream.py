@@ -1,0 +1,249 @@
+"""Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`.
+
+Events: `message_start`, `content_block_start` / `content_block_delta` (`text_delta`,
+`thinking_delta`, `signature_delta`, `input_json_delta`, and kinds golem ignores such
+as `citations_delta`) / `content_block_stop`, `message_delta` (stop reason, usage),
+`message_stop`, `ping` and `error`. The final response is built by the same functions
+as a non-streamed one, so both paths agree for the same content.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from golem.errors import ResponseFormatError
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers.anthropic._errors import error_from_event, incomplete_stream
+from golem.providers.anthropic._wire import (
+    PROVIDER,
+    RawArgs,
+    finish_reason_from,
+    message_from_blocks,
+    usage_from,
+)
+
+__all__ = ["StreamParser", "parse_stream", "sse_events"]
+
+
+class StreamParser:
+    """Consumes the events of one streamed response, in order.
+
+    `feed` returns the `Delta` an event produces (or None); once `message_stop` has
+    arrived, `response()` returns the final `ModelResponse`. Tool-call arguments keep
+    the raw JSON text exactly as streamed. Blocks of server-side tools are skipped, and
+    so are their argument fragments.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_calls",
+        "_done",
+        "_fragments",
+        "_index",
+        "_model",
+        "_stop",
+        "_thoughts",
+        "_usage",
+    )
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._index: dict[int, int] = {}
+        """Wire block index → index among thinking blocks or among tool calls."""
+        self._fragments: dict[int, list[str]] = {}
+        self._thoughts = 0
+        self._calls = 0
+        self._model = ""
+        self._usage: dict[str, Any] = {}
+        self._stop: Any = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """Whether `message_stop` has arrived."""
+        return self._done
+
+    def feed(self, event: str, data: str) -> Delta | None:
+        """Process one server-sent event.
+
+        Raises:
+            ProviderError: the event is an `error` event (classified by its type).
+            ResponseFormatError: the event data is not a JSON object.
+        """
+        if event == "error":
+            raise error_from_event(data)
+        try:
+            payload = json.loads(data)
+        except ValueError as exc:
+            raise ResponseFormatError(
+                f"anthropic stream event is not JSON: {data[:200]!r}", provider=PROVIDER
+            ) from exc
+        if not isinstance(payload, dict):
+            raise ResponseFormatError(
+                f"anthropic stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
+            )
+        kind = payload.get("type") or event
+        if kind == "content_block_delta":
+            return self._delta(payload)
+        if kind == "content_block_start":
+            return self._start(payload)
+        if kind == "message_start":
+            message = payload.get("message")
+            if isinstance(message, Mapping):
+                model = message.get("model")
+                self._model = model if isinstance(model, str) else ""
+                self._merge_usage(message.get("usage"))
+        elif kind == "message_delta":
+            delta = payload.get("delta")
+            if isinstance(delta, Mapping) and "stop_reason" in delta:
+                self._stop = delta["stop_reason"]
+            self._merge_usage(payload.get("usage"))
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error":
+            raise error_from_event(data)
+        return None
+
+    def _merge_usage(self, usage: Any) -> None:
+        if isinstance(usage, Mapping):
+            for key, value in usage.items():
+                if value is not None:
+                    self._usage[key] = value
+
+    def _start(self, payload: Mapping[str, Any]) -> Delta | None:
+        index = payload.get("index")
+        block = payload.get("content_block")
+        if not isinstance(index, int) or not isinstance(block, Mapping):
+            return None
+        block = dict(block)
+        self._blocks[index] = block
+        kind = block.get("type")
+        if kind == "text":
+            text = block.get("text")
+            return Delta(content=text) if isinstance(text, str) and text else None
+        if kind in ("thinking", "redacted_thinking"):
+            n = self._index[index] = self._thoughts
+            self._thoughts += 1
+            text, signature = block.get("thinking"), block.get("signature")
+            text = text if isinstance(text, str) else ""
+            signature = signature if isinstance(signature, str) else ""
+            if kind == "thinking" and (text or signature):
+                return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
+            return None
+        if kind == "tool_use":
+            n = self._index[index] = self._calls
+            self._calls += 1
+            self._fragments[index] = []
+            call_id, name = block.get("id"), block.get("name")
+            return Delta(
+                tool_calls=[
+                    ToolCallDelta(
+                        n,
+                        id=call_id if isinstance(call_id, str) else "",
+                        name=name if isinstance(name, str) else "",
+                    )
+                ]
+            )
+        return None
+
+    def _delta(self, payload: Mapping[str, Any]) -> Delta | None:
+        index = payload.get("index")
+        delta = payload.get("delta")
+        if not isinstance(index, int) or not isinstance(delta, Mapping):
+            return None
+        block = self._blocks.get(index)
+        if block is None:
+            return None
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            if not isinstance(text, str) or not text:
+                return None
+            block["text"] = (block.get("text") or "") + text
+            return Delta(content=text)
+        if kind == "input_json_delta":
+            fragment = delta.get("partial_json")
+            fragments = self._fragments.get(index)
+            if fragments is None or not isinstance(fragment, str) or not fragment:
+                return None  # a server-side tool's input, or an empty fragment
+            fragments.append(fragment)
+            return Delta(tool_calls=[ToolCallDelta(self._index[index], args_fragment=fragment)])
+        if kind == "thinking_delta":
+            text = delta.get("thinking")
+            if not isinstance(text, str) or not text:
+                return None
+            block["thinking"] = (block.get("thinking") or "") + text
+            return Delta(thinking=[ThinkingDelta(self._index[index], text=text)])
+        if kind == "signature_delta":
+            signature = delta.get("signature")
+            if not isinstance(signature, str) or not signature:
+                return None
+            block["signature"] = (block.get("signature") or "") + signature
+            return Delta(thinking=[ThinkingDelta(self._index[index], signature=signature)])
+        return None
+
+    def response(self) -> ModelResponse:
+        """The final response.
+
+        Raises:
+            ProviderConnectionError: `message_stop` never arrived (retryable).
+        """
+        if not self._done:
+            raise incomplete_stream()
+        blocks: list[Mapping[str, Any]] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            fragments = self._fragments.get(index)
+            if fragments:
+                block = {**block, "input": RawArgs("".join(fragments))}
+            blocks.append(block)
+        return ModelResponse(
+            message=message_from_blocks(blocks),
+            usage=usage_from(self._usage),
+            finish_reason=finish_reason_from(self._stop),
+            model_name=self._model,
+        )
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Yield `(event, data)` for each server-sent event in raw text lines (no I/O)."""
+    event = ""
+    data: list[str] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+def parse_stream(events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """Parse a whole recorded stream: its deltas in order, then the final response.
+
+    Raises:
+        ProviderError: as `StreamParser.feed` and `StreamParser.response`.
+    """
+    parser = StreamParser()
+    out: list[Delta | ModelResponse] = []
+    for event, data in events:
+        delta = parser.feed(event, data)
+        if delta is not None:
+            out.append(delta)
+        if parser.done:
+            break
+    out.append(parser.response())
+    return out

@@ -1,0 +1,441 @@
+"""The Anthropic Messages API wire format: golem requests to JSON bodies, JSON bodies to responses.
+
+Pure functions, no I/O: `build_request_body` maps a `ModelRequest` to the body of
+`POST /v1/messages`, `parse_response` maps a non-streamed response body to a
+`ModelResponse`. The streaming parser (`_stream.py`) reuses `message_from_blocks`,
+`usage_from` and `finish_reason_from` so both paths build identical responses.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from golem.errors import ResponseFormatError
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.usage import Usage
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "PROMPTED_OUTPUT_TEMPLATE",
+    "OutputMode",
+    "RawArgs",
+    "args_object",
+    "build_request_body",
+    "finish_reason_from",
+    "message_from_blocks",
+    "parse_response",
+    "strict_output_schema",
+    "usage_from",
+]
+
+API_VERSION = "2023-06-01"
+"""Value of the `anthropic-version` header."""
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+"""Where requests go unless `base_url` is given (`/v1/messages` is appended)."""
+DEFAULT_MAX_TOKENS = 4096
+"""`max_tokens` when none is configured (the API requires one)."""
+PROVIDER = "anthropic"
+
+OutputMode = Literal["native", "prompted"]
+"""How `ModelRequest.output_schema` reaches the model: `output_config.format` or the system prompt."""
+
+PROMPTED_OUTPUT_TEMPLATE = (
+    "Always respond with a JSON object that's compatible with this schema:\n\n"
+    "{schema}\n\n"
+    "Don't include any text or Markdown fencing before or after."
+)
+"""System-prompt text used for `output_schema` in "prompted" output mode."""
+
+_FINISH: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
+
+# --------------------------------------------------------------------------- requests
+
+
+def build_request_body(
+    request: ModelRequest,
+    *,
+    model: str,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    stop: Sequence[str] | None = None,
+    thinking_budget: int | None = None,
+    output_mode: OutputMode = "native",
+    stream: bool = False,
+    extra_body: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Build the JSON body of `POST /v1/messages` for `request`.
+
+    System messages become the top-level `system` text (joined by a blank line, in
+    order); user and tool messages become user turns (consecutive ones merged, so the
+    results of one batch of tool calls form one user message of `tool_result` blocks);
+    assistant messages become assistant turns with their signed thinking blocks first,
+    then the text, then `tool_use` blocks. `extra_body` is merged last, one level
+    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format).
+    """
+    system_parts = [m.content for m in request.messages if m.role == "system" and m.content]
+    if request.output_schema is not None and output_mode == "prompted":
+        schema_text = json.dumps(request.output_schema, ensure_ascii=False)
+        system_parts.append(PROMPTED_OUTPUT_TEMPLATE.format(schema=schema_text))
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens}
+    if system_parts:
+        body["system"] = "\n\n".join(system_parts)
+    body["messages"] = _messages(request.messages)
+    if request.tools:
+        body["tools"] = [_tool(t) for t in request.tools]
+        body["tool_choice"] = {"type": "auto"}
+    if request.output_schema is not None and output_mode == "native":
+        body["output_config"] = {
+            "format": {"type": "json_schema", "schema": strict_output_schema(request.output_schema)}
+        }
+    if thinking_budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+    if temperature is not None:
+        body["temperature"] = temperature
+    if top_p is not None:
+        body["top_p"] = top_p
+    if stop:
+        body["stop_sequences"] = list(stop)
+    body["stream"] = stream
+    for key, value in (extra_body or {}).items():
+        current = body.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            body[key] = {**current, **value}
+        else:
+            body[key] = value
+    return body
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
+
+
+def args_object(raw: str) -> dict[str, Any]:
+    """The `input` object sent for raw tool-call arguments.
+
+    Empty text is `{}`; text that is not a JSON object (for example truncated by the
+    length limit) is sent as `{"truncated_args": "<raw text>"}` so the turn stays valid.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"truncated_args": raw}
+    if not isinstance(value, dict):
+        return {"truncated_args": raw}
+    return value
+
+
+_ID_OK = re.compile(r"[A-Za-z0-9_-]+")
+_ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass
+class _CallIds:
+    """Maps golem tool-call IDs to IDs the API accepts (`^[a-zA-Z0-9_-]+$`), stably.
+
+    IDs from other providers with other characters are rewritten deterministically (a
+    hash suffix keeps distinct IDs distinct); empty IDs get a positional ID and a tool
+    message with an empty `tool_call_id` answers the oldest open empty-ID call of the
+    same tool.
+    """
+
+    _open: list[tuple[str, str]] = field(default_factory=list)
+    _count: int = 0
+
+    def for_call(self, call: ToolCall) -> str:
+        if call.id:
+            return _clean_id(call.id)
+        self._count += 1
+        wire = f"call_golem_{self._count}"
+        self._open.append((call.name, wire))
+        return wire
+
+    def for_result(self, message: Message) -> str:
+        if message.tool_call_id:
+            return _clean_id(message.tool_call_id)
+        for i, (name, wire) in enumerate(self._open):
+            if name == message.tool_name:
+                del self._open[i]
+                return wire
+        if self._open:
+            return self._open.pop(0)[1]
+        return "call_golem_unmatched"
+
+
+def _clean_id(raw: str) -> str:
+    if _ID_OK.fullmatch(raw):
+        return raw
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+    return f"{_ID_BAD.sub('_', raw)}_{digest}"
+
+
+def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    ids = _CallIds()
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "assistant":
+            blocks = _assistant_blocks(m, ids)
+            role = "assistant"
+        elif m.role == "tool":
+            blocks = [_tool_result(m, ids)]
+            role = "user"
+        else:
+            blocks = _user_blocks(m)
+            role = "user"
+        if not blocks:
+            continue
+        if role == "user" and out and out[-1]["role"] == "user":
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return out
+
+
+def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for t in m.thinking:
+        if t.redacted:
+            blocks.append({"type": "redacted_thinking", "data": t.redacted})
+        elif t.signature:
+            blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
+        # Unsigned reasoning (another provider's) cannot be replayed as thinking: dropped.
+    if m.content:
+        blocks.append({"type": "text", "text": m.content})
+    for call in m.tool_calls:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": ids.for_call(call),
+                "name": call.name,
+                "input": args_object(call.args),
+            }
+        )
+    return blocks
+
+
+def _user_blocks(m: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if m.content:
+        blocks.append({"type": "text", "text": m.content})
+    blocks.extend(_part_block(p) for p in m.parts)
+    return blocks
+
+
+def _tool_result(m: Message, ids: _CallIds) -> dict[str, Any]:
+    content: str | list[dict[str, Any]] = _user_blocks(m) if m.parts else m.content
+    return {
+        "type": "tool_result",
+        "tool_use_id": ids.for_result(m),
+        "content": content,
+        "is_error": m.failed,
+    }
+
+
+def _part_block(p: Part) -> dict[str, Any]:
+    """The content block of one part; kinds the API cannot read become a text note."""
+    if p.kind == "image":
+        if p.url:
+            return {"type": "image", "source": {"type": "url", "url": p.url}}
+        if p.data is not None:
+            return {"type": "image", "source": _base64_source(p.data, p.media_type or "")}
+    elif p.kind == "document":
+        if p.url:
+            return {"type": "document", "source": {"type": "url", "url": p.url}}
+        if p.data is not None:
+            media_type = p.media_type or ""
+            if media_type == "application/pdf":
+                return {"type": "document", "source": _base64_source(p.data, media_type)}
+            if media_type.startswith("text/"):
+                text = p.data.decode("utf-8", errors="replace")
+                source = {"type": "text", "media_type": "text/plain", "data": text}
+                return {"type": "document", "source": source}
+    where = f" at {p.url}" if p.url else ""
+    media = f" ({p.media_type})" if p.media_type else ""
+    return {
+        "type": "text",
+        "text": f"[{p.kind}{media}{where} omitted: the Anthropic API does not accept it]",
+    }
+
+
+def _base64_source(data: bytes, media_type: str) -> dict[str, str]:
+    return {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()}
+
+
+# --------------------------------------------------------------------------- output schema
+
+_SUPPORTED_FORMATS = frozenset(
+    ("date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid")
+)
+_UNSUPPORTED_KEYS = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "patternProperties",
+)
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "not", "contains")
+
+
+def strict_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema sent as `output_config.format`: what Anthropic's structured outputs accept.
+
+    Objects get `additionalProperties: false`; constraints the API rejects (numeric and
+    length bounds, `pattern`, unknown string formats, `minItems` above 1, ...) move into
+    the `description` as `{key: value}` text. This only loosens what the API enforces:
+    golem still validates the answer against the original schema.
+    """
+    out: dict[str, Any] = {}
+    moved: list[str] = []
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {
+                k: strict_output_schema(v) if isinstance(v, Mapping) else v
+                for k, v in value.items()
+            }
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [strict_output_schema(v) if isinstance(v, Mapping) else v for v in value]
+        elif key in _SCHEMA_ONE and isinstance(value, Mapping):
+            out[key] = strict_output_schema(value)
+        elif key == "additionalProperties" and value is not False:
+            moved.append(f"additionalProperties: {json.dumps(value)}")
+        elif (
+            key in _UNSUPPORTED_KEYS
+            or (key == "format" and value not in _SUPPORTED_FORMATS)
+            or (key == "minItems" and value not in (0, 1))
+        ):
+            moved.append(f"{key}: {value}")
+        else:
+            out[key] = value
+    if out.get("type") == "object" or "properties" in out:
+        out["additionalProperties"] = False
+    if moved:
+        note = "{" + ", ".join(moved) + "}"
+        described = out.get("description")
+        out["description"] = f"{described}\n\n{note}" if described else note
+    return out
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def usage_from(raw: Mapping[str, Any] | None) -> Usage:
+    """Usage of a response: input counts cache reads and writes; reasoning when reported."""
+    if not raw:
+        return Usage()
+    fresh = _int(raw.get("input_tokens"))
+    read = _int(raw.get("cache_read_input_tokens"))
+    write = _int(raw.get("cache_creation_input_tokens"))
+    details = raw.get("output_tokens_details")
+    reasoning = _int(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
+    return Usage(
+        input_tokens=fresh + read + write,
+        output_tokens=_int(raw.get("output_tokens")),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        reasoning_tokens=reasoning,
+    )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def finish_reason_from(stop_reason: Any) -> FinishReason:
+    """Normalize `stop_reason` (null → "", unknown values such as `pause_turn` → "other")."""
+    if stop_reason is None:
+        return ""
+    return _FINISH.get(str(stop_reason), "other")
+
+
+@dataclass(frozen=True, slots=True)
+class RawArgs:
+    """Marks a streamed `tool_use` block whose arguments arrived as raw JSON text."""
+
+    text: str
+
+
+def message_from_blocks(blocks: Sequence[Mapping[str, Any]]) -> Message:
+    """The assistant message of a list of content blocks.
+
+    Text blocks are concatenated; `thinking` / `redacted_thinking` become
+    `ThinkingBlock`s; `tool_use` becomes a `ToolCall` whose `args` is the raw JSON text
+    (a streamed block carries it as `"input": RawArgs(...)`, a plain block as an object,
+    encoded like the API streams it). Server-side tool blocks (web search, code
+    execution, MCP, advisor, compaction, ...) ran on Anthropic's side and are skipped.
+    """
+    text: list[str] = []
+    thinking: list[ThinkingBlock] = []
+    calls: list[ToolCall] = []
+    for b in blocks:
+        kind = b.get("type")
+        if kind == "text":
+            text.append(_str(b.get("text")))
+        elif kind == "thinking":
+            thinking.append(
+                ThinkingBlock(text=_str(b.get("thinking")), signature=_str(b.get("signature")))
+            )
+        elif kind == "redacted_thinking":
+            thinking.append(ThinkingBlock(redacted=_str(b.get("data"))))
+        elif kind == "tool_use":
+            raw = b.get("input")
+            if isinstance(raw, RawArgs):
+                args = raw.text
+            else:
+                args = json.dumps({} if raw is None else raw, ensure_ascii=False)
+            calls.append(ToolCall(id=_str(b.get("id")), name=_str(b.get("name")), args=args))
+    return Message(role="assistant", content="".join(text), tool_calls=calls, thinking=thinking)
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_response(body: Mapping[str, Any]) -> ModelResponse:
+    """Map a non-streamed `/v1/messages` response body to a `ModelResponse`.
+
+    Raises:
+        ResponseFormatError: the body has no `content` list of blocks.
+    """
+    content = body.get("content")
+    if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
+        raise ResponseFormatError(
+            f"anthropic response has no content list of blocks: {json.dumps(body)[:200]}",
+            provider=PROVIDER,
+        )
+    usage = body.get("usage")
+    return ModelResponse(
+        message=message_from_blocks(content),
+        usage=usage_from(usage if isinstance(usage, Mapping) else None),
+        finish_reason=finish_reason_from(body.get("stop_reason")),
+        model_name=_str(body.get("model")),
+    )
