@@ -1,0 +1,214 @@
+"""Google Gemini API (`generateContent` / `streamGenerateContent`) spoken with httpx.
+
+```python
+from golem import Agent
+from golem.providers.gemini import GeminiModel
+
+agent = Agent(GeminiModel("gemini-2.5-flash"))  # key from GEMINI_API_KEY or GOOGLE_API_KEY
+```
+
+The pure functions behind the adapter (`build_request_body`, `parse_response`,
+`StreamParser`, `parse_stream`, `sse_events`) need no network and are public so that
+benchmarks and tests can drive them with recorded bodies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from golem.errors import ResponseFormatError
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.providers._http import (
+    api_key_from_env,
+    iter_sse,
+    parse_json_body,
+    translate_transport_errors,
+)
+from golem.providers.gemini._errors import PROVIDER, error_from_http
+from golem.providers.gemini._stream import StreamParser, parse_stream, sse_events
+from golem.providers.gemini._wire import (
+    build_request_body,
+    parse_response,
+    supports_json_output_with_tools,
+)
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "GeminiModel",
+    "StreamParser",
+    "build_request_body",
+    "parse_response",
+    "parse_stream",
+    "sse_events",
+]
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
+"""The Gemini API root; `models/{model}:generateContent` is appended to it."""
+
+
+class GeminiModel:
+    """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`.
+
+    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
+    tree with `retryable` set; the adapter itself never retries.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        thinking_budget: int | None = None,
+        include_thoughts: bool = False,
+    ) -> None:
+        """Configure the model; the key is read here, never later.
+
+        Args:
+            model: model name, e.g. "gemini-2.5-flash" (a "models/..." or "tunedModels/..."
+                path is used as given).
+            api_key: the key; defaults to GEMINI_API_KEY, then GOOGLE_API_KEY.
+            base_url: API root, default `DEFAULT_BASE_URL` (point it at a proxy or test server).
+            http_client: client to send requests with (its own timeout applies); by default
+                the model creates one on first use and reuses its connections.
+            timeout: seconds per request for the client the model creates.
+            max_tokens, temperature, top_p, stop: `generationConfig` settings.
+            extra_headers: sent with every request.
+            extra_body: merged recursively into every request body (e.g.
+                `{"generationConfig": {"thinkingConfig": {"thinkingLevel": "low"}}}`).
+            thinking_budget: `thinkingConfig.thinkingBudget` (0 disables thinking on models
+                that allow it, -1 lets the model decide).
+            include_thoughts: ask for thought summaries (kept as `ThinkingBlock`s).
+
+        Raises:
+            AuthenticationError: no key was passed or found in the environment.
+            ValueError: an argument is out of range.
+        """
+        if not model or not model.strip():
+            raise ValueError("model must be a non-empty model name, e.g. 'gemini-2.5-flash'")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if thinking_budget is not None and thinking_budget < -1:
+            raise ValueError(f"thinking_budget must be -1 or more, got {thinking_budget}")
+        self.model = model
+        self._api_key = api_key_from_env(api_key, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), PROVIDER)
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._client = http_client
+        self._owns_client = http_client is None
+        self._timeout = timeout
+        self._extra_headers = dict(extra_headers or {})
+        self._settings: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+            "stop": list(stop) if stop else None,
+            "thinking_budget": thinking_budget,
+            "include_thoughts": include_thoughts,
+            "json_output_with_tools": supports_json_output_with_tools(model),
+            "extra_body": dict(extra_body) if extra_body else None,
+        }
+
+    def __repr__(self) -> str:
+        return f"GeminiModel({self.model!r}, base_url={self.base_url!r})"
+
+    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_request_body(request, **self._settings)
+
+    def url(self, *, stream: bool = False) -> str:
+        """The endpoint for a plain or a streamed call."""
+        path = (
+            self.model
+            if self.model.startswith(("models/", "tunedModels/"))
+            else f"models/{self.model}"
+        )
+        path = quote(path, safe="/-_.")
+        if stream:
+            return f"{self.base_url}/{path}:streamGenerateContent?alt=sse"
+        return f"{self.base_url}/{path}:generateContent"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
+        headers.update(self._extra_headers)
+        return headers
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout))
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client the model created (an injected client is left open)."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer `request` with one `generateContent` call.
+
+        Raises:
+            ProviderError: classified failure (see `golem.errors`).
+        """
+        body = self.build_body(request)
+        with translate_transport_errors(PROVIDER):
+            response = await self._http().post(self.url(), json=body, headers=self._headers())
+        text = response.text
+        if response.status_code >= 300:
+            raise error_from_http(response.status_code, response.headers, text)
+        return parse_response(parse_json_body(PROVIDER, text))
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: classified failure; a stream that ends before a finish reason
+                raises a retryable `ProviderConnectionError`.
+        """
+        body = self.build_body(request)
+        parser = StreamParser()
+        with translate_transport_errors(PROVIDER):
+            async with self._http().stream(
+                "POST", self.url(stream=True), json=body, headers=self._headers()
+            ) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                    raise error_from_http(response.status_code, response.headers, response.text)
+                if "json" in response.headers.get("content-type", ""):
+                    # A JSON array of responses: a proxy that ignored alt=sse.
+                    await response.aread()
+                    for data in _json_chunks(response.text):
+                        for delta in parser.feed(data):
+                            yield delta
+                else:
+                    async for _event, data in iter_sse(response):
+                        for delta in parser.feed(data):
+                            yield delta
+        yield parser.result()
+
+
+def _json_chunks(text: str) -> list[str]:
+    """The responses of a non-SSE streamed body (a JSON array, or a single object)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ResponseFormatError(
+            f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
+            provider=PROVIDER,
+        ) from exc
+    items = data if isinstance(data, list) else [data]
+    return [json.dumps(item) for item in items]

@@ -1,0 +1,94 @@
+"""Parsing of `streamGenerateContent?alt=sse`: server-sent events into deltas and a response.
+
+Every event carries a whole `GenerateContentResponse` holding the parts produced since
+the previous one (text fragments, thoughts, complete function calls) and the usage so
+far. The stream is complete once an event carries a `finishReason` (or a blocked
+prompt); anything that ends before that is a dropped connection.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.model import Delta, ModelResponse
+from golem.providers.gemini._errors import PROVIDER, error_from_payload
+from golem.providers.gemini._wire import ResponseBuilder
+
+__all__ = ["StreamParser", "parse_stream", "sse_events"]
+
+
+class StreamParser:
+    """Turns the `data` of each server-sent event into deltas; `result()` gives the response."""
+
+    def __init__(self) -> None:
+        self._builder = ResponseBuilder()
+
+    def feed(self, data: str) -> list[Delta]:
+        """Fold one event's data in and return its deltas in arrival order.
+
+        Raises:
+            ResponseFormatError: the data is not a JSON object.
+            ProviderError: the event is an `{"error": ...}` object (classified by its code).
+        """
+        if not data.strip():
+            return []
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise ResponseFormatError(
+                f"gemini stream event is not JSON: {data[:200]!r}", provider=PROVIDER
+            ) from exc
+        if not isinstance(chunk, dict):
+            raise ResponseFormatError(
+                f"gemini stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
+            )
+        if "error" in chunk:
+            raise error_from_payload(chunk)
+        return self._builder.add(chunk)
+
+    def result(self) -> ModelResponse:
+        """The final response.
+
+        Raises:
+            ProviderConnectionError: no event carried a finish reason (retryable).
+        """
+        if not self._builder.complete:
+            raise ProviderConnectionError(
+                "stream ended before the response completed", retryable=True, provider=PROVIDER
+            )
+        return self._builder.response()
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Split raw server-sent-event lines into `(event, data)` pairs."""
+    event = ""
+    data: list[str] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelResponse]:
+    """Parse a whole recorded stream: every delta in order, then the final response."""
+    parser = StreamParser()
+    deltas: list[Delta] = []
+    for _event, data in events:
+        deltas.extend(parser.feed(data))
+    return deltas, parser.result()
