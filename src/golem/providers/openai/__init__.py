@@ -1,0 +1,259 @@
+"""OpenAI Chat Completions, and every server that speaks it, through httpx.
+
+```python
+from golem.providers.openai import OpenAIChatModel
+
+model = OpenAIChatModel("gpt-4.1")                                   # OPENAI_API_KEY
+local = OpenAIChatModel("llama3.2", base_url="http://localhost:11434/v1")  # Ollama, no key
+```
+
+The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_stream.py`
+(SSE chunks); both are pure and usable without a network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any, cast
+
+import httpx
+
+from golem.errors import ProviderConnectionError
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.providers._http import (
+    api_key_from_env,
+    error_from_response,
+    iter_sse,
+    parse_json_body,
+    translate_transport_errors,
+)
+from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
+from golem.providers.openai._wire import (
+    PROVIDER,
+    RequestOptions,
+    SystemRole,
+    build_request_body,
+    parse_response,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_SYSTEM_ROLES = ("system", "developer", "user")
+_USER_AGENT = "golem-agents (httpx; openai-chat)"
+
+
+class OpenAIChatModel:
+    """A model served by the OpenAI Chat Completions API or a compatible server.
+
+    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
+    tree with `retryable` set; the adapter never retries (the agent's `max_attempts` does).
+
+    Args:
+        model: Model name sent as `model` (e.g. "gpt-4.1", "llama3.2").
+        api_key: Key; defaults to `OPENAI_API_KEY` (with `api_key_header="api-key"`,
+            `AZURE_OPENAI_API_KEY` first). Required for the default base URL; with a custom
+            base URL and no key, no credentials are sent (Ollama, vLLM, llama.cpp).
+        base_url: API root up to `/v1` (the adapter appends `/chat/completions`); defaults
+            to `OPENAI_BASE_URL`, else https://api.openai.com/v1.
+        http_client: An `httpx.AsyncClient` to use (and not close); by default the model
+            lazily creates one per event loop and reuses its connections.
+        timeout: Seconds per request (connect, each read, write), also with an injected client.
+        max_tokens: Output token cap, sent as `max_completion_tokens`.
+        temperature, top_p, stop: Sampling settings, sent when given.
+        extra_headers: Headers added to every request (override golem's).
+        extra_body: Fields merged last into every body (e.g. `{"seed": 1}`, or
+            `{"max_tokens": 512}` for servers that predate `max_completion_tokens`).
+        reasoning_effort: `reasoning_effort` for OpenAI reasoning models.
+        system_role: Role for system messages: "system", "developer" or "user".
+        strict: Mark tool and output schemas `strict` when they already qualify; pass False
+            for servers that reject the field.
+        reasoning_field: Send thinking text back on assistant messages in this field (e.g.
+            "reasoning_content" for DeepSeek thinking mode with tools); by default thinking
+            blocks are not sent.
+        api_key_header: "Authorization" (Bearer) or another header that carries the raw key,
+            e.g. "api-key" for Azure OpenAI.
+
+    Raises:
+        AuthenticationError: no key for the default OpenAI endpoint.
+        ValueError: an invalid setting (empty model, non-positive timeout, unknown role).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        stop: list[str] | None = None,
+        extra_headers: dict[str, str] | None = None,
+        extra_body: dict[str, Any] | None = None,
+        reasoning_effort: str | None = None,
+        system_role: SystemRole = "system",
+        strict: bool = True,
+        reasoning_field: str | None = None,
+        api_key_header: str = "Authorization",
+    ) -> None:
+        if not model:
+            raise ValueError("model name must not be empty")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if system_role not in _SYSTEM_ROLES:
+            raise ValueError(
+                f'system_role must be "system", "developer" or "user", got {system_role!r}'
+            )
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        azure = api_key_header.lower() == "api-key"
+        env_names = ("AZURE_OPENAI_API_KEY", "OPENAI_API_KEY") if azure else ("OPENAI_API_KEY",)
+        root = base_url or os.environ.get("OPENAI_BASE_URL") or ""
+        key: str | None
+        if root:
+            key = api_key or next((os.environ[n] for n in env_names if os.environ.get(n)), None)
+        else:
+            key = api_key_from_env(api_key, env_names, PROVIDER)
+        root = (root or DEFAULT_BASE_URL).rstrip("/")
+
+        self.model_name = model
+        """The model name sent with each request."""
+        self.base_url = root
+        """The API root requests go to (`<base_url>/chat/completions`)."""
+        self._url = root + "/chat/completions"
+        self._timeout = httpx.Timeout(timeout)
+        self._options = RequestOptions(
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop=list(stop) if stop else None,
+            reasoning_effort=reasoning_effort,
+            system_role=system_role,
+            strict=strict,
+            reasoning_field=reasoning_field,
+            tool_call_signatures="generativelanguage.googleapis.com" in root,
+            extra_body=dict(extra_body or {}),
+        )
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "user-agent": _USER_AGENT,
+        }
+        if key:
+            if api_key_header.lower() == "authorization":
+                headers["authorization"] = f"Bearer {key}"
+            else:
+                headers[api_key_header] = key
+        headers.update(extra_headers or {})
+        self._headers = headers
+        self._injected = http_client
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
+
+    @property
+    def options(self) -> RequestOptions:
+        """What this model adds to every request body (for `build_request_body`)."""
+        return self._options
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(timeout=self._timeout)
+            self._client_loop = loop
+        return self._client
+
+    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
+        body = build_request_body(request, self._options, stream=stream)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the model's answer.
+
+        Raises:
+            ProviderError: classified failure (see `golem.errors`); never retried here.
+        """
+        content = self._encode(request, stream=False)
+        client = self._http()
+        with translate_transport_errors(PROVIDER):
+            resp = await client.post(
+                self._url, content=content, headers=self._headers, timeout=self._timeout
+            )
+        if not resp.is_success:
+            raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+        body = parse_json_body(PROVIDER, resp.text)
+        return parse_response(body, reasoning_field=self._options.reasoning_field)
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: classified failure, including an error event mid-stream; a stream
+                that ends before the response completed raises a retryable
+                `ProviderConnectionError`.
+        """
+        content = self._encode(request, stream=True)
+        client = self._http()
+        parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
+        with translate_transport_errors(PROVIDER):
+            async with client.stream(
+                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
+            ) as resp:
+                if not resp.is_success:
+                    await resp.aread()
+                    raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+                if "application/json" in resp.headers.get("content-type", ""):
+                    # The server ignored `stream: true` and answered with one JSON body.
+                    await resp.aread()
+                    body = parse_json_body(PROVIDER, resp.text)
+                    final = parse_response(body, reasoning_field=self._options.reasoning_field)
+                    for delta in deltas_of(final):
+                        yield delta
+                    yield final
+                    return
+                try:
+                    sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
+                    async with aclosing(sse) as events:
+                        async for _event, data in events:
+                            chunk_delta = parser.feed(data)
+                            if chunk_delta is not None:
+                                yield chunk_delta
+                            if parser.done:
+                                break
+                except httpx.TimeoutException:
+                    raise
+                except httpx.TransportError as exc:
+                    raise ProviderConnectionError(
+                        f"openai {STREAM_ENDED_EARLY}: {exc!r}", provider=PROVIDER, retryable=True
+                    ) from exc
+        yield parser.finish()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model created (an injected client is left open)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

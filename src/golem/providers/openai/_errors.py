@@ -1,0 +1,66 @@
+"""Errors that Chat Completions servers report inside a 200 response.
+
+HTTP error statuses are classified by `golem.providers._http.error_from_response`. Some
+failures arrive after the status line instead: an `error` object in the SSE stream (OpenAI,
+OpenRouter) or in a 200 body (some compatible servers), or vLLM's `{"object": "error",
+"code": 400, ...}`. They are classified like the equivalent HTTP status.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from golem.errors import ProviderError
+from golem.providers._http import error_from_response
+
+__all__ = ["error_from_payload", "payload_status"]
+
+_KIND_STATUS = (
+    ("rate_limit", 429),
+    ("quota", 429),
+    ("auth", 401),
+    ("api_key", 401),
+    ("permission", 403),
+    ("timeout", 408),
+    ("overloaded", 503),
+    ("unavailable", 503),
+    ("server_error", 500),
+    ("internal", 500),
+    ("invalid_request", 400),
+    ("bad_request", 400),
+    ("badrequest", 400),
+    ("not_found", 404),
+    ("context_length", 400),
+)
+
+
+def payload_status(error: dict[str, Any]) -> int:
+    """The HTTP status equivalent to an error object (500 when nothing says otherwise)."""
+    code = error.get("code")
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    kind = " ".join(str(error.get(k) or "") for k in ("type", "code")).lower()
+    for needle, status in _KIND_STATUS:
+        if needle in kind:
+            return status
+    return 500
+
+
+def error_from_payload(payload: dict[str, Any]) -> ProviderError:
+    """Classify an error object received with status 200 (a stream event or a body)."""
+    error = payload.get("error", payload)
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    status = payload_status(error)
+    body = json.dumps(payload, ensure_ascii=False)
+    exc = error_from_response("openai", status, httpx.Headers(), body)
+    message = error.get("message")
+    detail = message if isinstance(message, str) and message else body[:500]
+    kind = error.get("type") or error.get("code") or "error"
+    exc.args = (f"openai reported an error mid-response ({kind}): {detail}",)
+    return exc

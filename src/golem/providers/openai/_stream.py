@@ -1,0 +1,271 @@
+"""Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response.
+
+`ChatStreamParser` is pure: feed it the `data` of each server-sent event in arrival order and
+it returns the `Delta` of each chunk; `finish()` returns the `ModelResponse`, equal to what
+`parse_response` gives for the same content. `parse_stream_text` does the SSE framing too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.messages import Message, ThinkingBlock, ToolCall
+from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers.openai._errors import error_from_payload
+from golem.providers.openai._wire import (
+    PROVIDER,
+    map_finish_reason,
+    parse_usage,
+    reasoning_text,
+    synthesize_call_id,
+    text_content,
+)
+from golem.usage import Usage
+
+__all__ = [
+    "STREAM_ENDED_EARLY",
+    "ChatStreamParser",
+    "deltas_of",
+    "parse_stream_text",
+    "sse_events",
+]
+
+STREAM_ENDED_EARLY = "stream ended before the response completed"
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    args: list[str] = field(default_factory=list)
+    signature: str = ""
+
+
+class ChatStreamParser:
+    """Accumulates one streamed response; see the module docstring.
+
+    Tool-call fragments are placed by their `index`; a fragment that reuses an index with a
+    different ID starts a new call (some compatible servers number every call 0).
+    """
+
+    def __init__(self, *, reasoning_field: str | None = None) -> None:
+        self._reasoning_field = reasoning_field
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: list[_Call] = []
+        self._slots: dict[int, int] = {}
+        self._finish: FinishReason = ""
+        self._saw_finish = False
+        self._usage = Usage()
+        self._model = ""
+        self.done = False
+        """True once the `[DONE]` sentinel arrived."""
+
+    def feed(self, data: str) -> Delta | None:
+        """Consume one event's data; return its `Delta`, or None when it carries no content.
+
+        Raises:
+            ResponseFormatError: the data is not a JSON object.
+            ProviderError: the event is an error object (classified like its HTTP status).
+        """
+        if data.strip() == "[DONE]":
+            self.done = True
+            return None
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise ResponseFormatError(
+                f"openai stream event is not JSON: {data[:200]!r}", provider=PROVIDER
+            ) from exc
+        if not isinstance(chunk, dict):
+            raise ResponseFormatError(
+                f"openai stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
+            )
+        return self.feed_chunk(chunk)
+
+    def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
+        """Consume one decoded chunk object; see `feed`."""
+        if "error" in chunk or chunk.get("object") == "error":
+            raise error_from_payload(chunk)
+        model = chunk.get("model")
+        if isinstance(model, str) and model and not self._model:
+            self._model = model
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = parse_usage(usage)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return None
+        text, thinking, calls = "", "", []
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                text += text_content(delta.get("content"))
+                thinking += reasoning_text(delta, self._reasoning_field)
+                refusal = delta.get("refusal")
+                if isinstance(refusal, str):
+                    self._refusal.append(refusal)
+                for tc in delta.get("tool_calls") or ():
+                    if isinstance(tc, dict):
+                        calls.append(self._call_fragment(tc))
+            reason = choice.get("finish_reason")
+            if reason:
+                self._finish = map_finish_reason(reason)
+                self._saw_finish = True
+        if text:
+            self._text.append(text)
+        if thinking:
+            self._reasoning.append(thinking)
+        if not (text or thinking or calls):
+            return None
+        return Delta(
+            content=text,
+            thinking=[ThinkingDelta(index=0, text=thinking)] if thinking else [],
+            tool_calls=calls,
+        )
+
+    def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
+        index = tc.get("index")
+        call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
+        slot: int | None = None
+        if isinstance(index, int) and index in self._slots:
+            slot = self._slots[index]
+            if call_id and self._calls[slot].id and call_id != self._calls[slot].id:
+                slot = None
+        elif index is None and not call_id and self._calls:
+            slot = len(self._calls) - 1
+        if slot is None:
+            slot = len(self._calls)
+            self._calls.append(_Call())
+            if isinstance(index, int):
+                self._slots[index] = slot
+        call = self._calls[slot]
+        fn = tc.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        new_id = new_name = signature = ""
+        if call_id and not call.id:
+            call.id = new_id = call_id
+        name = fn.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = new_name = name
+        args = fn.get("arguments")
+        if args is not None and not isinstance(args, str):
+            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        if args:
+            call.args.append(args)
+        extra = tc.get("extra_content")
+        if isinstance(extra, dict) and isinstance(extra.get("google"), dict):
+            sig = extra["google"].get("thought_signature")
+            if isinstance(sig, str) and sig and not call.signature:
+                call.signature = signature = sig
+        return ToolCallDelta(
+            index=slot, id=new_id, name=new_name, args_fragment=args or "", signature=signature
+        )
+
+    @property
+    def complete(self) -> bool:
+        """Whether the response completed (`[DONE]`, or a finish reason on a cleanly closed stream)."""
+        return self.done or self._saw_finish
+
+    def finish(self) -> ModelResponse:
+        """The final response.
+
+        Raises:
+            ProviderConnectionError: the stream ended before the response completed (retryable).
+        """
+        if not self.complete:
+            raise ProviderConnectionError(
+                f"openai {STREAM_ENDED_EARLY}", provider=PROVIDER, retryable=True
+            )
+        content = "".join(self._text)
+        finish = self._finish
+        refusal = "".join(self._refusal)
+        if refusal and not content:
+            content, finish = refusal, "content_filter"
+        reasoning = "".join(self._reasoning)
+        return ModelResponse(
+            message=Message(
+                role="assistant",
+                content=content,
+                tool_calls=[
+                    ToolCall(
+                        id=c.id or synthesize_call_id(),
+                        name=c.name,
+                        args="".join(c.args),
+                        signature=c.signature,
+                    )
+                    for c in self._calls
+                ],
+                thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
+            ),
+            usage=self._usage,
+            finish_reason=finish,
+            model_name=self._model,
+        )
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Frame raw SSE lines (without line endings) into `(event, data)` pairs."""
+    event, data = "", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", list[str]()
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+def parse_stream_text(
+    text: str, *, reasoning_field: str | None = None
+) -> list[Delta | ModelResponse]:
+    """Parse a whole SSE body: the deltas in order, then the final response."""
+    parser = ChatStreamParser(reasoning_field=reasoning_field)
+    out: list[Delta | ModelResponse] = []
+    for _event, data in sse_events(text.splitlines()):
+        delta = parser.feed(data)
+        if delta is not None:
+            out.append(delta)
+    out.append(parser.finish())
+    return out
+
+
+def deltas_of(response: ModelResponse) -> list[Delta]:
+    """Deltas that replay a complete response (used when a server ignores `stream: true`)."""
+    m = response.message
+    out: list[Delta] = []
+    if m.thinking:
+        out.append(
+            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
+        )
+    if m.content:
+        out.append(Delta(content=m.content))
+    if m.tool_calls:
+        out.append(
+            Delta(
+                tool_calls=[
+                    ToolCallDelta(
+                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
+                    )
+                    for i, c in enumerate(m.tool_calls)
+                ]
+            )
+        )
+    return out

@@ -1,0 +1,573 @@
+"""The Chat Completions wire format: request bodies from golem requests, responses from bodies.
+
+Everything here is pure (no I/O), so the mapping can be tested and benchmarked on its own:
+`build_request_body(request, options)` builds the JSON body of `POST /chat/completions`,
+`parse_response(body)` turns a non-streamed response body into a `ModelResponse`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import mimetypes
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from golem.errors import ResponseFormatError
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.providers.openai._errors import error_from_payload
+from golem.usage import Usage
+
+__all__ = [
+    "PROVIDER",
+    "TOOL_PARTS_PLACEHOLDER",
+    "RequestOptions",
+    "SystemRole",
+    "build_request_body",
+    "map_finish_reason",
+    "map_messages",
+    "parse_response",
+    "parse_tool_call",
+    "parse_usage",
+    "reasoning_text",
+    "strict_compatible",
+    "synthesize_call_id",
+    "text_content",
+    "wire_call_id",
+]
+
+PROVIDER = "openai"
+
+SystemRole = Literal["system", "developer", "user"]
+
+TOOL_PARTS_PLACEHOLDER = "File attached"
+"""Tool message text when a tool returned only parts (they follow in a user message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """What an `OpenAIChatModel` adds to every request body, besides the conversation."""
+
+    model: str
+    """Model name sent as `model`."""
+    max_tokens: int | None = None
+    """Sent as `max_completion_tokens`."""
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    reasoning_effort: str | None = None
+    """Sent as `reasoning_effort` (OpenAI reasoning models: "minimal", "low", "medium", "high")."""
+    system_role: SystemRole = "system"
+    """Role that system messages are sent with."""
+    strict: bool = True
+    """Mark tool and output schemas `strict` when they already satisfy OpenAI's strict subset."""
+    reasoning_field: str | None = None
+    """Send thinking text back in this assistant-message field (e.g. "reasoning_content")."""
+    tool_call_signatures: bool = False
+    """Send `ToolCall.signature` back as Gemini's `extra_content.google.thought_signature`."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Merged last into the body (shallow), overriding what golem set."""
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_request_body(
+    request: ModelRequest, options: RequestOptions, *, stream: bool = False
+) -> dict[str, Any]:
+    """The JSON body of `POST /chat/completions` for `request`.
+
+    Streaming bodies ask for the usage chunk (`stream_options.include_usage`).
+    """
+    body: dict[str, Any] = {
+        "model": options.model,
+        "messages": map_messages(request.messages, options),
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if request.tools:
+        body["tools"] = [_tool(t, options.strict) for t in request.tools]
+        body["tool_choice"] = "auto"
+    if request.output_schema is not None:
+        schema = request.output_schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": _schema_name(schema),
+                "schema": schema,
+                "strict": options.strict and strict_compatible(schema),
+            },
+        }
+    if options.max_tokens is not None:
+        body["max_completion_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
+    if options.stop:
+        body["stop"] = list(options.stop)
+    if options.reasoning_effort is not None:
+        body["reasoning_effort"] = options.reasoning_effort
+    if options.extra_body:
+        body.update(options.extra_body)
+    return body
+
+
+def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.schema,
+    }
+    if strict and strict_compatible(spec.schema):
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def _schema_name(schema: dict[str, Any]) -> str:
+    title = schema.get("title")
+    if isinstance(title, str):
+        name = _NAME_CHARS.sub("_", title).strip("_")[:64]
+        if name:
+            return name
+    return "result"
+
+
+def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[dict[str, Any]]:
+    """Map a golem conversation to Chat Completions messages.
+
+    Tool results that carry parts are followed (after the run of tool messages, which must
+    directly follow their assistant message) by one user message holding those parts, since
+    tool messages take text only. Call IDs the API would reject are replaced consistently.
+    """
+    out: list[dict[str, Any]] = []
+    ids = _CallIds()
+    attachments: list[tuple[str, Message]] = []
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    for i, m in enumerate(messages):
+        if attachments and m.role != "tool":
+            out.append(_attachments_message(attachments))
+            attachments = []
+        if m.role == "system":
+            out.append({"role": options.system_role, "content": m.content})
+        elif m.role == "user":
+            out.append(_user_message(m))
+        elif m.role == "assistant":
+            out.append(_assistant_message(m, i, ids, options, after_last_user=i > last_user))
+        else:
+            call_id = ids.for_result(m)
+            content = m.content
+            if not content and m.parts:
+                content = TOOL_PARTS_PLACEHOLDER
+            out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            if m.parts:
+                attachments.append((call_id, m))
+    if attachments:
+        out.append(_attachments_message(attachments))
+    return out
+
+
+def _user_message(m: Message) -> dict[str, Any]:
+    if not m.parts:
+        return {"role": "user", "content": m.content}
+    content: list[dict[str, Any]] = []
+    if m.content:
+        content.append({"type": "text", "text": m.content})
+    content.extend(_part(p) for p in m.parts)
+    return {"role": "user", "content": content}
+
+
+def _attachments_message(attachments: list[tuple[str, Message]]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    labelled = len(attachments) > 1
+    for call_id, m in attachments:
+        if labelled:
+            label = f"Attachments of tool call {call_id} ({m.tool_name}):"
+            content.append({"type": "text", "text": label})
+        content.extend(_part(p) for p in m.parts)
+    return {"role": "user", "content": content}
+
+
+def _assistant_message(
+    m: Message, index: int, ids: _CallIds, options: RequestOptions, *, after_last_user: bool
+) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant"}
+    if m.content or not m.tool_calls:
+        msg["content"] = m.content
+    if m.tool_calls:
+        ids.start_turn()
+        calls = []
+        for j, c in enumerate(m.tool_calls):
+            call: dict[str, Any] = {
+                "id": ids.for_call(c, index, j),
+                "type": "function",
+                "function": {"name": c.name, "arguments": _wire_args(c.args)},
+            }
+            if options.tool_call_signatures and c.signature:
+                call["extra_content"] = {"google": {"thought_signature": c.signature}}
+            calls.append(call)
+        msg["tool_calls"] = calls
+    if options.reasoning_field:
+        text = "\n\n".join(t.text for t in m.thinking if t.text)
+        if text:
+            msg[options.reasoning_field] = text
+        elif m.tool_calls and after_last_user:
+            # DeepSeek's thinking mode rejects a current-turn tool call without the field.
+            msg[options.reasoning_field] = ""
+    return msg
+
+
+def _wire_args(args: str) -> str:
+    """Arguments as sent: the raw text when it is a JSON object, else wrapped in one."""
+    if not args.strip():
+        return "{}"
+    try:
+        value = json.loads(args)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        return args
+    return json.dumps({"truncated_args": args}, ensure_ascii=False)
+
+
+_ID_OK = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def wire_call_id(call_id: str) -> str:
+    """The call ID as sent: IDs OpenAI accepts (<= 40 chars of [A-Za-z0-9_-]) unchanged,
+    others replaced by a stable `call_<hash>`."""
+    if _ID_OK.fullmatch(call_id):
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:32]
+
+
+def synthesize_call_id() -> str:
+    """A fresh call ID for a tool call the server sent without one."""
+    return "call_" + secrets.token_hex(12)
+
+
+class _CallIds:
+    """Wire IDs for calls, pairing calls that have no ID with their results by order and name."""
+
+    def __init__(self) -> None:
+        self._unnamed: list[tuple[str, str]] = []
+
+    def start_turn(self) -> None:
+        self._unnamed = []
+
+    def for_call(self, call: ToolCall, message_index: int, call_index: int) -> str:
+        if call.id:
+            return wire_call_id(call.id)
+        synthetic = f"call_{message_index}_{call_index}"
+        self._unnamed.append((call.name, synthetic))
+        return synthetic
+
+    def for_result(self, m: Message) -> str:
+        if m.tool_call_id:
+            return wire_call_id(m.tool_call_id)
+        for k, (name, synthetic) in enumerate(self._unnamed):
+            if not m.tool_name or name == m.tool_name:
+                del self._unnamed[k]
+                return synthetic
+        return wire_call_id("")
+
+
+# --------------------------------------------------------------------------- parts
+
+_TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/yaml")
+_AUDIO_FORMATS = {
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+}
+
+
+def _is_text(media_type: str) -> bool:
+    mt = media_type.split(";", 1)[0].strip().lower()
+    return (
+        mt.startswith("text/")
+        or mt in _TEXT_TYPES
+        or mt.endswith(("+json", "+xml"))
+        or mt == "application/toml"
+    )
+
+
+def _data_url(p: Part) -> str:
+    assert p.data is not None
+    return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
+
+
+def _part(p: Part) -> dict[str, Any]:
+    """One content block for a part; what the API cannot take becomes a short text note."""
+    if p.problem() is not None:
+        return _note(p, "it is not a valid part")
+    media_type = p.media_type or ""
+    if p.kind == "image":
+        return {"type": "image_url", "image_url": {"url": p.url or _data_url(p)}}
+    if p.kind == "document" and p.data is not None:
+        if _is_text(media_type):
+            ident = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:6]
+            text = p.data.decode("utf-8", "replace")
+            framed = (
+                f'-----BEGIN FILE id="{ident}" type="{media_type}"-----\n'
+                f"{text}\n"
+                f'-----END FILE id="{ident}"-----'
+            )
+            return {"type": "text", "text": framed}
+        ext = mimetypes.guess_extension(media_type.split(";", 1)[0].strip()) or ".bin"
+        return {"type": "file", "file": {"file_data": _data_url(p), "filename": f"filename{ext}"}}
+    if p.kind == "audio" and p.data is not None:
+        fmt = _AUDIO_FORMATS.get(media_type.split(";", 1)[0].strip().lower())
+        if fmt:
+            data = base64.b64encode(p.data).decode("ascii")
+            return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+        return _note(p, "only mp3 and wav audio can be sent")
+    if p.url:
+        return _note(p, f"the Chat Completions API cannot fetch a {p.kind} by URL")
+    return _note(p, f"the Chat Completions API cannot take {p.kind} input")
+
+
+def _note(p: Part, why: str) -> dict[str, Any]:
+    ref = p.url or p.media_type or "content"
+    return {"type": "text", "text": f"[{p.kind} {ref} not attached: {why}]"}
+
+
+# --------------------------------------------------------------------------- strict schemas
+
+_STRICT_INCOMPATIBLE = frozenset(
+    (
+        "minLength",
+        "maxLength",
+        "patternProperties",
+        "unevaluatedProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "uniqueItems",
+        "default",
+        "oneOf",
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+    )
+)
+_STRICT_FORMATS = frozenset(
+    ("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid")
+)
+_TYPE_KEYS = ("type", "$ref", "anyOf", "enum", "const")
+_DEF_REF = re.compile(r"#/(\$defs|definitions)/[^/]+")
+_LOOKAROUND = ("(?=", "(?!", "(?<=", "(?<!")
+
+
+def strict_compatible(schema: dict[str, Any]) -> bool:
+    """Whether `schema` already satisfies OpenAI's strict-mode subset, unchanged.
+
+    The root must be an object; every object lists all its properties as required and sets
+    `additionalProperties: false`; no keyword strict mode rejects (`default`, `oneOf`,
+    `minLength`, ...) appears. golem never rewrites a schema to make it strict.
+    """
+    return schema.get("type") == "object" and _strict_node(schema)
+
+
+def _strict_node(node: Any) -> bool:
+    if not isinstance(node, dict):
+        return False
+    if not _STRICT_INCOMPATIBLE.isdisjoint(node):
+        return False
+    fmt = node.get("format")
+    if fmt is not None and fmt not in _STRICT_FORMATS:
+        return False
+    pattern = node.get("pattern")
+    if isinstance(pattern, str) and any(tok in pattern for tok in _LOOKAROUND):
+        return False
+    ref = node.get("$ref")
+    if ref is not None and ((ref != "#" and not _DEF_REF.fullmatch(str(ref))) or len(node) > 1):
+        return False
+    kind = node.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "object" in kinds:
+        props, required = node.get("properties"), node.get("required")
+        if not isinstance(props, dict) or not isinstance(required, list):
+            return False
+        if node.get("additionalProperties") is not False or not set(props) <= set(required):
+            return False
+        if not all(_strict_node(v) for v in props.values()):
+            return False
+    if "array" in kinds:
+        items = node.get("items")
+        if not isinstance(items, dict) or not any(k in items for k in _TYPE_KEYS):
+            return False
+        if not _strict_node(items):
+            return False
+    any_of = node.get("anyOf")
+    if any_of is not None and (
+        not isinstance(any_of, list) or not all(_strict_node(s) for s in any_of)
+    ):
+        return False
+    for key in ("$defs", "definitions"):
+        defs = node.get(key)
+        if defs is not None and (
+            not isinstance(defs, dict) or not all(_strict_node(s) for s in defs.values())
+        ):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- response
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_call",
+    "function_call": "tool_call",
+    "content_filter": "content_filter",
+}
+
+
+def map_finish_reason(value: Any) -> FinishReason:
+    """Normalize a Chat Completions `finish_reason`; unknown values are "other", none is ""."""
+    if not value:
+        return ""
+    return _FINISH.get(value, "other") if isinstance(value, str) else "other"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parse_usage(usage: Any) -> Usage:
+    """Map a `usage` object (prompt/completion tokens and their details) to `Usage`.
+
+    `input_tokens` is `prompt_tokens`, which already includes cached tokens.
+    """
+    if not isinstance(usage, dict):
+        return Usage()
+    prompt = usage.get("prompt_tokens_details")
+    prompt = prompt if isinstance(prompt, dict) else {}
+    completion = usage.get("completion_tokens_details")
+    completion = completion if isinstance(completion, dict) else {}
+    cache_read = _int(prompt.get("cached_tokens")) or _int(usage.get("prompt_cache_hit_tokens"))
+    return Usage(
+        input_tokens=_int(usage.get("prompt_tokens")),
+        output_tokens=_int(usage.get("completion_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=_int(prompt.get("cache_write_tokens")),
+        reasoning_tokens=_int(completion.get("reasoning_tokens")),
+    )
+
+
+def reasoning_text(obj: dict[str, Any], reasoning_field: str | None = None) -> str:
+    """The reasoning text of a message or delta (`reasoning_content`, `reasoning`)."""
+    for name in (reasoning_field, "reasoning_content", "reasoning"):
+        if name:
+            value = obj.get(name)
+            if isinstance(value, str) and value:
+                return value
+    return ""
+
+
+def text_content(content: Any) -> str:
+    """Message content as text: a string, or the text of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            c["text"] for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)
+        )
+    return ""
+
+
+def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
+    """A complete tool call of a response message (`function` or `custom` type)."""
+    fn = tc.get("function")
+    if not isinstance(fn, dict):
+        fn = tc.get("custom")
+    fn = fn if isinstance(fn, dict) else {}
+    args = fn.get("arguments", fn.get("input", ""))
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    return ToolCall(
+        id=str(tc.get("id") or "") or synthesize_call_id(),
+        name=str(fn.get("name") or ""),
+        args=args,
+        signature=_signature(tc),
+    )
+
+
+def _signature(tc: dict[str, Any]) -> str:
+    extra = tc.get("extra_content")
+    if isinstance(extra, dict):
+        google = extra.get("google")
+        if isinstance(google, dict):
+            sig = google.get("thought_signature")
+            if isinstance(sig, str):
+                return sig
+    return ""
+
+
+def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) -> ModelResponse:
+    """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice).
+
+    A refusal without content becomes the text with finish reason "content_filter".
+
+    Raises:
+        ResponseFormatError: the body has no choices or the wrong shape.
+        ProviderError: the body is an error object (some compatible servers answer errors
+            with status 200); classified like the equivalent HTTP status.
+    """
+    if "error" in body and not body.get("choices"):
+        raise error_from_payload(body)
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ResponseFormatError(
+            f"openai response has no choices: {json.dumps(body)[:200]}", provider=PROVIDER
+        )
+    try:
+        choice = choices[0]
+        msg = choice.get("message") or {}
+        content = text_content(msg.get("content"))
+        calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or ()]
+        legacy = msg.get("function_call")
+        if isinstance(legacy, dict) and not calls:
+            calls.append(parse_tool_call({"function": legacy}))
+        reasoning = reasoning_text(msg, reasoning_field)
+        finish = map_finish_reason(choice.get("finish_reason"))
+        refusal = msg.get("refusal")
+        if isinstance(refusal, str) and refusal and not content:
+            content, finish = refusal, "content_filter"
+        model = body.get("model")
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ResponseFormatError(
+            f"openai response has an unexpected shape ({exc!r}): {json.dumps(body)[:200]}",
+            provider=PROVIDER,
+        ) from exc
+    return ModelResponse(
+        message=Message(
+            role="assistant",
+            content=content,
+            tool_calls=calls,
+            thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
+        ),
+        usage=parse_usage(body.get("usage")),
+        finish_reason=finish,
+        model_name=model if isinstance(model, str) else "",
+    )
