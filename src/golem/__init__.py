@@ -1,1 +1,74 @@
-"""golem."""
+"""golem: LLM agents whose tool calls can pause the run.
+
+A tool defers a call (`raise Deferred(DeferKind.APPROVAL)`); the run returns with
+`result.pending` set; the application stores `dumps_history(result.messages)`, asks a
+human or another service, and later resumes — in any process — with
+`agent.run_with_deferred_results(history, DeferredResults(...))`.
+"""
+
+from golem._ids import new_id
+from golem.agent import Agent, RunStream
+from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
+from golem.errors import (
+    GolemError,
+    ProviderError,
+    ResumeError,
+    RunError,
+    Stage,
+    ToolError,
+    ToolTimeout,
+    UsageLimitExceeded,
+)
+from golem.events import EventKind, RunEvent
+from golem.history import (
+    HistoryRepair,
+    SanitizeReport,
+    UnsafePart,
+    normalize_history,
+    sanitize_history,
+)
+from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
+from golem.result import PartialResult, Result
+from golem.tool import RunContext, Tool, ToolResult
+from golem.usage import Usage, UsageLimits
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "Approval",
+    "DeferredRequests",
+    "DeferredResults",
+    "EventKind",
+    "GolemError",
+    "HistoryRepair",
+    "Message",
+    "Part",
+    "PartialResult",
+    "PendingToolCall",
+    "ProviderError",
+    "Result",
+    "ResumeError",
+    "RunContext",
+    "RunError",
+    "RunEvent",
+    "RunStream",
+    "SanitizeReport",
+    "Stage",
+    "ThinkingBlock",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "ToolTimeout",
+    "UnsafePart",
+    "Usage",
+    "UsageLimitExceeded",
+    "UsageLimits",
+    "__version__",
+    "dumps_history",
+    "loads_history",
+    "new_id",
+    "normalize_history",
+    "sanitize_history",
+]

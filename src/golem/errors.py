@@ -5,6 +5,7 @@ GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
+│   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
 ├── ProviderError(retryable, status_code, body)
 │   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
@@ -44,6 +45,7 @@ __all__ = [
     "Stage",
     "StoreError",
     "ToolError",
+    "ToolTimeout",
     "UsageLimitExceeded",
 ]
 
@@ -99,6 +101,10 @@ class ToolError(GolemError):
         super().__init__(f'tool "{tool_name}" (call "{call_id}"): {message}')
         self.tool_name = tool_name
         self.call_id = call_id
+
+
+class ToolTimeout(ToolError, TimeoutError):
+    """A tool call overran its timeout (a `ToolError` that is also a `TimeoutError`)."""
 
 
 class UsageLimitExceeded(GolemError):

@@ -1,0 +1,450 @@
+"""The run loop: model → tools → model, shared by every entry point.
+
+One plain async loop, no engine: `run_loop` calls the model, executes the tool calls
+of its answer, and repeats until the model answers without tool calls (the output is
+decoded), a call defers (the run pauses), or something fails (`RunError`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from golem import deferred
+from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
+from golem.events import EventKind, RunEvent, dispatch
+from golem.history import INTERRUPTED_TEXT
+from golem.messages import Message, ToolCall
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.result import PartialResult, Result
+from golem.tool import (
+    Canceled,
+    DeferKind,
+    Deferred,
+    Failed,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolResult,
+    find_signal,
+)
+from golem.usage import Usage
+
+if TYPE_CHECKING:
+    from golem.agent import Agent
+
+__all__ = ["RunState", "run_loop"]
+
+_KINDS = (DeferKind.APPROVAL, DeferKind.EXTERNAL)
+
+
+@dataclass(slots=True)
+class RunState:
+    """Everything one run accumulates; the loop mutates it in place."""
+
+    messages: list[Message]
+    deps: Any
+    run_id: str
+    conversation_id: str
+    observers: Sequence[Callable[[RunEvent], None]] = ()
+    sink: Callable[[Delta | RunEvent], None] | None = None
+    """Streaming runs: receives every delta and event in arrival order."""
+    usage: Usage = field(default_factory=Usage)
+    requests: int = 0
+    tool_calls: int = 0
+    finish_reason: str = ""
+    feedback: dict[str, int] = field(default_factory=dict)
+    """Correction feedbacks given per tool name (the tool retry budget)."""
+
+    def emit(self, kind: EventKind, **fields: Any) -> None:
+        if not self.observers and self.sink is None:
+            return
+        event = RunEvent(kind, run_id=self.run_id, conversation_id=self.conversation_id, **fields)
+        dispatch(self.observers, event)
+        if self.sink is not None:
+            self.sink(event)
+
+    def partial(self, cost: float) -> PartialResult | None:
+        """The evidence so far, or None when the run has produced none."""
+        if (
+            self.tool_calls == 0
+            and self.usage.input_tokens == 0
+            and self.usage.output_tokens == 0
+            and not any(m.role == "assistant" for m in self.messages)
+        ):
+            return None
+        return PartialResult(
+            messages=list(self.messages),
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+            requests=self.requests,
+            tool_calls=self.tool_calls,
+            cost=cost,
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+        )
+
+    def tool_message(
+        self, call: ToolCall, text: str, *, parts: Sequence[Any] = (), failed: bool = False
+    ) -> Message:
+        return Message(
+            role="tool",
+            content=text,
+            parts=list(parts),
+            tool_call_id=call.id,
+            tool_name=call.name,
+            failed=failed,
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+        )
+
+
+class _Fail(Exception):
+    """Internal: carries a stage and cause out of a nested step."""
+
+    def __init__(self, stage: Stage, cause: BaseException) -> None:
+        self.stage = stage
+        self.cause = cause
+
+
+async def run_loop(agent: Agent[Any, Any], state: RunState, *, stream: bool = False) -> Result[Any]:
+    """Run the loop on `state` until the model answers, a call defers, or the run fails."""
+    try:
+        return await _loop(agent, state, stream)
+    except _Fail as f:
+        raise RunError(f.stage, f.cause, state.partial(agent._cost(state.usage))) from f.cause
+
+
+async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result[Any]:
+    rounds = 0
+    while True:
+        for turn in range(agent.max_iterations):
+            response = await _model_turn(agent, state, turn, stream)
+            calls = response.message.tool_calls
+            if not calls:
+                break
+            pending = await _tool_batch(agent, state, turn, calls)
+            _check_usage(agent, state)
+            if pending is not None:
+                return _result(agent, state, None, pending)
+        else:
+            raise _Fail(
+                Stage.LOOP,
+                RuntimeError(f"model turn limit exceeded after {agent.max_iterations} turns"),
+            )
+        try:
+            output = agent._decode(response.message.content)
+        except ModelRetry as retry:
+            if rounds < agent.output_retries:
+                rounds += 1
+                state.emit(EventKind.OUTPUT_REJECTED, attempt=rounds, error=retry)
+                state.messages.append(
+                    Message(
+                        role="user",
+                        content=(
+                            f"Your previous response was rejected: {retry.message}. "
+                            "Correct it and respond again."
+                        ),
+                        run_id=state.run_id,
+                        conversation_id=state.conversation_id,
+                    )
+                )
+                continue
+            cause: BaseException = retry.__cause__ or ValueError(retry.message)
+            if rounds:
+                wrapped = ValueError(
+                    f"output failed validation after {rounds + 1} attempts: {retry.message}"
+                )
+                wrapped.__cause__ = cause
+                cause = wrapped
+            raise _Fail(Stage.DECODE, cause) from None
+        return _result(agent, state, output, None)
+
+
+def _result(
+    agent: Agent[Any, Any], state: RunState, output: Any, pending: deferred.DeferredRequests | None
+) -> Result[Any]:
+    return Result(
+        output=output,
+        messages=state.messages,
+        usage=state.usage,
+        finish_reason=state.finish_reason,
+        requests=state.requests,
+        tool_calls=state.tool_calls,
+        cost=agent._cost(state.usage),
+        run_id=state.run_id,
+        conversation_id=state.conversation_id,
+        pending=pending,
+    )
+
+
+def _check_usage(agent: Agent[Any, Any], state: RunState) -> None:
+    limits = agent.usage_limits
+    if limits is None:
+        return
+    try:
+        limits.check(state.usage, state.requests, state.tool_calls, agent._cost(state.usage))
+    except UsageLimitExceeded as exc:
+        raise _Fail(Stage.USAGE, exc) from None
+
+
+# --------------------------------------------------------------------------- model turn
+
+
+async def _model_turn(
+    agent: Agent[Any, Any], state: RunState, turn: int, stream: bool
+) -> ModelResponse:
+    request = ModelRequest(
+        messages=list(state.messages), tools=agent._tool_specs(), output_schema=agent._output_schema
+    )
+    attempts = 1 if stream else agent.max_attempts
+    attempt = 0
+    response: ModelResponse | None = None
+    while response is None:
+        attempt += 1
+        state.emit(EventKind.MODEL_START, turn=turn, attempt=attempt)
+        state.requests += 1
+        try:
+            if stream:
+                response = await _stream_once(agent, state, request)
+            else:
+                response = await agent.model.generate(request)
+        except Exception as exc:
+            state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
+            retryable = isinstance(exc, ProviderError) and exc.retryable
+            if retryable and attempt < attempts:
+                await asyncio.sleep(agent._backoff(attempt, exc))
+                continue
+            if attempt > 1:
+                wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
+                wrapped.__cause__ = exc
+                raise _Fail(Stage.MODEL, wrapped) from None
+            raise _Fail(Stage.MODEL, exc) from None
+    state.usage = state.usage + response.usage
+    state.finish_reason = response.finish_reason
+    message = response.message
+    if (
+        message.run_id != state.run_id
+        or message.conversation_id != state.conversation_id
+        or message.role != "assistant"
+    ):
+        message = replace(
+            message, role="assistant", run_id=state.run_id, conversation_id=state.conversation_id
+        )
+        response = replace(response, message=message)
+    state.messages.append(message)
+    state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
+    _check_usage(agent, state)
+    return response
+
+
+async def _stream_once(
+    agent: Agent[Any, Any], state: RunState, request: ModelRequest
+) -> ModelResponse:
+    final: ModelResponse | None = None
+    sink = state.sink
+    async for item in agent.model.generate_stream(request):  # type: ignore[attr-defined]
+        if isinstance(item, ModelResponse):
+            final = item
+        elif sink is not None:
+            sink(item)
+    if final is None:
+        raise RuntimeError(
+            f"model {type(agent.model).__name__} ended its stream without a final response"
+        )
+    return final
+
+
+# --------------------------------------------------------------------------- tools
+
+
+@dataclass(slots=True)
+class _Outcome:
+    kind: str  # "ok" | "deferred" | "canceled" | "failed" | "retry" | "error"
+    result: ToolResult | None = None
+    error: BaseException | None = None
+
+
+async def _execute(agent: Agent[Any, Any], state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
+    ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
+    timeout = tool.timeout if tool.timeout is not None else agent.tool_timeout
+    try:
+        result = await tool.run(ctx, call.args, timeout)
+    except ToolTimeout as exc:
+        return _Outcome("error", error=exc)
+    except Exception as exc:
+        for kind, signal in (
+            ("deferred", Deferred),
+            ("canceled", Canceled),
+            ("failed", Failed),
+            ("retry", ModelRetry),
+        ):
+            found = find_signal(exc, signal)
+            if found is not None:
+                return _Outcome(kind, error=found)
+        return _Outcome("error", error=exc)
+    for j, part in enumerate(result.parts):
+        problem = part.problem()
+        if problem:
+            return _Outcome(
+                "error", error=ValueError(f"tool produced an invalid part {j}: {problem}")
+            )
+    return _Outcome("ok", result=result)
+
+
+def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
+    if out.kind == "deferred":
+        state.emit(
+            EventKind.DEFERRED, turn=turn, call_id=call.id, tool_name=call.name, args=call.args
+        )
+    elif out.result is not None:
+        state.emit(
+            EventKind.TOOL_END,
+            turn=turn,
+            call_id=call.id,
+            tool_name=call.name,
+            result=out.result.text,
+            parts=tuple(out.result.parts),
+        )
+    else:
+        state.emit(
+            EventKind.TOOL_END, turn=turn, call_id=call.id, tool_name=call.name, error=out.error
+        )
+
+
+def _groups(
+    agent: Agent[Any, Any], calls: Sequence[ToolCall], tools: Sequence[Tool]
+) -> list[list[int]]:
+    if not agent.parallel_tool_calls:
+        return [[i] for i in range(len(calls))]
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i, tool in enumerate(tools):
+        if tool.sequential:
+            if current:
+                groups.append(current)
+                current = []
+            groups.append([i])
+        else:
+            current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+async def _tool_batch(
+    agent: Agent[Any, Any], state: RunState, turn: int, calls: Sequence[ToolCall]
+) -> deferred.DeferredRequests | None:
+    """Execute one response's tool calls; return the pending requests if any deferred."""
+    tools: list[Tool] = []
+    for call in calls:
+        tool = agent.tools.get(call.name)
+        if tool is None:
+            raise _Fail(
+                Stage.TOOL, ToolError(call.name, call.id, "tool was not declared for this run")
+            )
+        tools.append(tool)
+    recorded: dict[int, Message] = {}
+    deferrals: list[tuple[ToolCall, Deferred]] = []
+    for group in _groups(agent, calls, tools):
+        if len(group) == 1:
+            i = group[0]
+            state.emit(
+                EventKind.TOOL_START,
+                turn=turn,
+                call_id=calls[i].id,
+                tool_name=calls[i].name,
+                args=calls[i].args,
+            )
+            outcomes = [await _execute(agent, state, tools[i], calls[i])]
+            _end_event(state, turn, calls[i], outcomes[0])
+        else:
+            for i in group:
+                state.emit(
+                    EventKind.TOOL_START,
+                    turn=turn,
+                    call_id=calls[i].id,
+                    tool_name=calls[i].name,
+                    args=calls[i].args,
+                )
+            outcomes = list(
+                await asyncio.gather(*(_execute(agent, state, tools[i], calls[i]) for i in group))
+            )
+            for i, out in zip(group, outcomes, strict=True):
+                _end_event(state, turn, calls[i], out)
+        state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
+        for i, out in zip(group, outcomes, strict=True):
+            call, tool = calls[i], tools[i]
+            if out.kind == "ok":
+                assert out.result is not None
+                recorded[i] = state.tool_message(call, out.result.text, parts=out.result.parts)
+            elif out.kind == "deferred":
+                signal = out.error
+                assert isinstance(signal, Deferred)
+                if signal.kind not in _KINDS:
+                    raise _Fail(
+                        Stage.TOOL,
+                        _tool_error(
+                            call, f"tool deferred without a kind (got {signal.kind!r})", signal
+                        ),
+                    )
+                deferrals.append((call, signal))
+            elif out.kind == "failed":
+                assert isinstance(out.error, Failed)
+                recorded[i] = state.tool_message(call, out.error.reason, failed=True)
+            elif out.kind == "retry":
+                assert isinstance(out.error, ModelRetry)
+                budget = tool.max_retries if tool.max_retries is not None else agent.tool_retries
+                used = state.feedback.get(call.name, 0)
+                if used < budget:
+                    state.feedback[call.name] = used + 1
+                    recorded[i] = state.tool_message(
+                        call,
+                        f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
+                    )
+                else:
+                    text = (
+                        f"tool failed after {used + 1} attempts: {out.error.message}"
+                        if used
+                        else out.error.message
+                    )
+                    raise _Fail(Stage.TOOL, _tool_error(call, text, out.error))
+            elif out.kind == "canceled":
+                _close_canceled(state, calls, recorded)
+                state.emit(
+                    EventKind.CANCELED,
+                    turn=turn,
+                    call_id=call.id,
+                    tool_name=call.name,
+                    error=out.error,
+                )
+                assert out.error is not None
+                raise _Fail(Stage.CANCELED, out.error)
+            else:
+                assert out.error is not None
+                if isinstance(out.error, ToolError):
+                    raise _Fail(Stage.TOOL, out.error)
+                raise _Fail(
+                    Stage.TOOL,
+                    _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
+                )
+    state.messages.extend(recorded[i] for i in sorted(recorded))
+    if deferrals:
+        return deferred.requests_from(deferrals)
+    return None
+
+
+def _tool_error(call: ToolCall, text: str, cause: BaseException) -> ToolError:
+    err = ToolError(call.name, call.id, text)
+    err.__cause__ = cause
+    return err
+
+
+def _close_canceled(
+    state: RunState, calls: Sequence[ToolCall], recorded: dict[int, Message]
+) -> None:
+    """Keep the results recorded before the cancel; close every other call as interrupted."""
+    for i, call in enumerate(calls):
+        state.messages.append(recorded.get(i) or state.tool_message(call, INTERRUPTED_TEXT))

@@ -1,0 +1,219 @@
+"""History repair, validation and sanitization.
+
+- `normalize_history` pairs every tool call with exactly one result: unanswered calls
+  get a synthesized "interrupted" result, orphan and duplicate results are dropped,
+  and calls whose arguments are not a JSON object are reported as truncated. Every
+  run applies it to the history it sends.
+- `sanitize_history` is the boundary pass for history you did not author (for example
+  submitted back by a browser): it also drops system messages and parts with unsafe
+  URL schemes, and reports every change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
+
+from golem.messages import Message
+
+__all__ = [
+    "INTERRUPTED_TEXT",
+    "HistoryRepair",
+    "SanitizeReport",
+    "UnsafePart",
+    "normalize_history",
+    "sanitize_history",
+    "validate_history",
+]
+
+INTERRUPTED_TEXT = (
+    "Tool call was interrupted before execution; no result was produced. "
+    "Call the tool again if you need its result."
+)
+"""The synthesized result of a tool call that never got one."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRepair:
+    """What `normalize_history` changed or noticed, by call ID, in history order."""
+
+    synthesized: list[str] = field(default_factory=list)
+    """Calls that had no result and got the interrupted result."""
+    dropped: list[str] = field(default_factory=list)
+    """Tool results dropped as orphans or duplicates (their tool_call_id)."""
+    truncated: list[str] = field(default_factory=list)
+    """Calls whose arguments are not a JSON object (reported, never rewritten)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnsafePart:
+    """A part `sanitize_history` removed because of its URL scheme."""
+
+    message_index: int
+    """Index of the message in the input history (0-based)."""
+    kind: str
+    """The part's kind (image, document, audio, video)."""
+    scheme: str
+    """The lowercased URL scheme, or "" when the URL has none."""
+
+
+@dataclass(frozen=True, slots=True)
+class SanitizeReport:
+    """Everything `sanitize_history` changed."""
+
+    system_prompts: int = 0
+    """System messages removed."""
+    unsafe_parts: list[UnsafePart] = field(default_factory=list)
+    """Parts removed for a URL scheme other than http/https."""
+    repair: HistoryRepair = field(default_factory=HistoryRepair)
+    """The pairing repair; `repair.synthesized` names every unanswered (possibly fabricated) call."""
+
+
+def _args_truncated(args: str) -> bool:
+    text = args.strip()
+    if not text.startswith("{"):
+        return True
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
+
+
+def repair(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
+    """The pairing repair used by every run; see `normalize_history`."""
+    truncated: list[str] = []
+    dropped: list[str] = []
+    open_calls: dict[str, int] = {}  # call id -> index of its assistant message in history
+    call_names: dict[str, str] = {}
+    keep: list[Message] = []
+    for m in history:
+        if m.role == "assistant":
+            for c in m.tool_calls:
+                if c.id:
+                    if _args_truncated(c.args):
+                        truncated.append(c.id)
+                    open_calls[c.id] = len(keep)
+                    call_names[c.id] = c.name
+            keep.append(m)
+        elif m.role == "tool":
+            if m.tool_call_id and m.tool_call_id in open_calls:
+                del open_calls[m.tool_call_id]
+                keep.append(m)
+            else:
+                dropped.append(m.tool_call_id)
+        else:
+            keep.append(m)
+    if not open_calls and not dropped:
+        return list(history), HistoryRepair(truncated=truncated)
+    synthesized: list[str] = []
+    out: list[Message] = []
+    # open_calls preserves insertion order: assistant-message order, then call order.
+    by_position: dict[int, list[str]] = {}
+    for call_id, pos in open_calls.items():
+        by_position.setdefault(pos, []).append(call_id)
+    for i, m in enumerate(keep):
+        out.append(m)
+        for call_id in by_position.get(i, ()):
+            out.append(
+                Message(
+                    role="tool",
+                    content=INTERRUPTED_TEXT,
+                    tool_call_id=call_id,
+                    tool_name=call_names[call_id],
+                )
+            )
+            synthesized.append(call_id)
+    return out, HistoryRepair(synthesized=synthesized, dropped=dropped, truncated=truncated)
+
+
+def normalize_history(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
+    """Pair every tool call with exactly one result.
+
+    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`)
+    right after the assistant message that requested it; orphan, early, duplicate
+    and ID-less results are dropped; calls whose args are not a JSON object are
+    reported as truncated (their args stay verbatim). Deterministic and idempotent;
+    returns a new list and never mutates the input.
+    """
+    return repair(history)
+
+
+def validate_history(history: Sequence[Message]) -> None:
+    """Check the structural rules a run relies on.
+
+    Raises:
+        ValueError: a message has parts on a role that cannot carry them, thinking
+            outside an assistant message, or an invalid part / thinking block; the
+            message names the 0-based message index.
+    """
+    for i, m in enumerate(history):
+        if m.parts:
+            if m.role not in ("user", "tool"):
+                raise ValueError(
+                    f"history message {i}: parts are only supported on user and tool messages"
+                )
+            for j, p in enumerate(m.parts):
+                problem = p.problem()
+                if problem:
+                    raise ValueError(f"history message {i} part {j}: {problem}")
+        if m.thinking:
+            if m.role != "assistant":
+                raise ValueError(
+                    f"history message {i}: thinking is only supported on assistant messages"
+                )
+            for j, t in enumerate(m.thinking):
+                if bool(t.text) == bool(t.redacted) and (t.text or not t.signature):
+                    raise ValueError(
+                        f"history message {i} thinking block {j}: needs exactly one of text and redacted"
+                    )
+                if t.redacted and t.signature:
+                    raise ValueError(
+                        f"history message {i} thinking block {j}: a redacted block has no signature"
+                    )
+
+
+def _scheme(url: str) -> str:
+    if url.startswith("//"):
+        return ""
+    try:
+        return urlsplit(url).scheme.lower()
+    except ValueError:
+        return ""
+
+
+def sanitize_history(history: Sequence[Message]) -> tuple[list[Message], SanitizeReport]:
+    """Make history you did not author safe to run on, and report every change.
+
+    In order: drop system messages; drop parts whose URL scheme is not http/https
+    (reporting message index, part kind and scheme); drop user messages left with
+    neither content nor parts; run the pairing repair (`normalize_history`), which
+    names every unanswered call — including fabricated "pending" calls — in
+    `report.repair.synthesized`. Content, arguments, thinking, failed flags and
+    identity are never rewritten. Idempotent; the input is never mutated.
+    """
+    systems = 0
+    unsafe: list[UnsafePart] = []
+    kept: list[Message] = []
+    for i, m in enumerate(history):
+        if m.role == "system":
+            systems += 1
+            continue
+        if m.parts:
+            parts = []
+            for p in m.parts:
+                if p.url:
+                    scheme = _scheme(p.url)
+                    if scheme not in ("http", "https"):
+                        unsafe.append(UnsafePart(message_index=i, kind=p.kind, scheme=scheme))
+                        continue
+                parts.append(p)
+            if len(parts) != len(m.parts):
+                m = replace(m, parts=parts)
+        if m.role == "user" and not m.content and not m.parts:
+            continue
+        kept.append(m)
+    repaired, report = repair(kept)
+    return repaired, SanitizeReport(system_prompts=systems, unsafe_parts=unsafe, repair=report)

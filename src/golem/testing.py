@@ -1,0 +1,186 @@
+"""Models for testing agents offline: a scripted queue of answers, or a function.
+
+```python
+model = ScriptedModel(
+    Message(role="assistant", tool_calls=[ToolCall("call-1", "delete_file", '{"path": "a"}')]),
+    "Done.",
+)
+agent = Agent(model, tools=[delete_file])
+```
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Union
+
+from golem.messages import Message
+from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.usage import Usage
+
+__all__ = ["FunctionModel", "ScriptExhausted", "ScriptedModel", "replay_as_deltas"]
+
+Outcome = Union[ModelResponse, Message, str, BaseException]  # noqa: UP007 - runtime alias
+
+
+class ScriptExhausted(RuntimeError):
+    """A `ScriptedModel` was called with no queued outcome left."""
+
+
+def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
+    if isinstance(value, ModelResponse):
+        return value
+    if isinstance(value, Message):
+        return ModelResponse(
+            message=value, finish_reason="tool_call" if value.tool_calls else "stop"
+        )
+    if isinstance(value, str):
+        return ModelResponse(message=Message(role="assistant", content=value), finish_reason="stop")
+    raise TypeError(
+        f"a model outcome must be a ModelResponse, Message, str or exception, got {type(value).__name__}"
+    )
+
+
+def _copy_request(request: ModelRequest) -> ModelRequest:
+    """A copy no later change to the run can reach (messages and their lists are copied)."""
+    messages = [
+        replace(m, parts=list(m.parts), tool_calls=list(m.tool_calls), thinking=list(m.thinking))
+        if (m.parts or m.tool_calls or m.thinking)
+        else replace(m)
+        for m in request.messages
+    ]
+    return ModelRequest(
+        messages=messages, tools=list(request.tools), output_schema=request.output_schema
+    )
+
+
+def replay_as_deltas(response: ModelResponse) -> list[Delta]:
+    """The deltas a stream of `response` consists of: one per thinking block, one for the
+    text, one per tool call (ID, name, full arguments)."""
+    deltas: list[Delta] = []
+    msg = response.message
+    for i, block in enumerate(msg.thinking):
+        if block.text:
+            deltas.append(Delta(thinking=[ThinkingDelta(i, block.text, block.signature)]))
+    if msg.content:
+        deltas.append(Delta(content=msg.content))
+    for i, call in enumerate(msg.tool_calls):
+        deltas.append(
+            Delta(tool_calls=[ToolCallDelta(i, call.id, call.name, call.args, call.signature)])
+        )
+    return deltas
+
+
+class ScriptedModel:
+    """A model that answers from a queue of outcomes, in order.
+
+    Each outcome is a `ModelResponse`, a bare assistant `Message`, a `str` (the final
+    text) or an exception to raise. `requests` records a copy of every request
+    received. Streaming replays each response as deltas. An exhausted queue raises
+    `ScriptExhausted` rather than blocking. Not safe for concurrent use by several runs.
+    """
+
+    def __init__(self, *outcomes: Outcome) -> None:
+        self._queue: deque[Outcome] = deque(outcomes)
+        self.requests: list[ModelRequest] = []
+        """Every request received, in order (copies)."""
+
+    def respond(self, *responses: ModelResponse | Message | str) -> ScriptedModel:
+        """Queue responses; returns the model for chaining."""
+        self._queue.extend(responses)
+        return self
+
+    def fail(self, *errors: BaseException) -> ScriptedModel:
+        """Queue errors to raise; returns the model for chaining."""
+        self._queue.extend(errors)
+        return self
+
+    @property
+    def remaining(self) -> int:
+        """How many outcomes are still queued."""
+        return len(self._queue)
+
+    def _next(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(_copy_request(request))
+        if not self._queue:
+            raise ScriptExhausted(
+                f"ScriptedModel: no queued outcome for request {len(self.requests)}; "
+                "queue one with respond(...) or fail(...)"
+            )
+        outcome = self._queue.popleft()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return _as_response(outcome)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Answer with the next queued outcome."""
+        return self._next(request)
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Replay the next queued response as deltas, then yield it."""
+        response = self._next(request)
+        for delta in replay_as_deltas(response):
+            yield delta
+        yield response
+
+
+ModelFn = Callable[
+    [ModelRequest], "ModelResponse | Message | str | Awaitable[ModelResponse | Message | str]"
+]
+StreamFn = Callable[[ModelRequest], AsyncIterator[Any]]
+
+
+class FunctionModel:
+    """A model built from a function of the request.
+
+    `fn(request)` (sync or async) returns a `ModelResponse`, an assistant `Message`
+    or a `str`. With `stream=`, an async generator function of the request yielding
+    `str` (text), `Delta`s and optionally a final `ModelResponse`, the model also
+    streams; without it, it is a plain (non-streaming) model.
+    """
+
+    def __new__(cls, fn: ModelFn, *, stream: StreamFn | None = None) -> FunctionModel:
+        if stream is not None and cls is FunctionModel:
+            return super().__new__(_StreamingFunctionModel)
+        return super().__new__(cls)
+
+    def __init__(self, fn: ModelFn, *, stream: StreamFn | None = None) -> None:
+        self.fn = fn
+        self.stream_fn = stream
+        self.requests: list[ModelRequest] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Call the function and normalize its answer."""
+        self.requests.append(_copy_request(request))
+        value: Any = self.fn(request)
+        if inspect.isawaitable(value):
+            value = await value
+        return _as_response(value)
+
+
+class _StreamingFunctionModel(FunctionModel):
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Forward the stream function's deltas; build the final response if it yields none."""
+        assert self.stream_fn is not None
+        self.requests.append(_copy_request(request))
+        text: list[str] = []
+        final: ModelResponse | None = None
+        async for item in self.stream_fn(request):
+            if isinstance(item, ModelResponse):
+                final = item
+                continue
+            delta = Delta(content=item) if isinstance(item, str) else item
+            if not isinstance(delta, Delta):
+                raise TypeError(
+                    f"a stream function yields str, Delta or ModelResponse, got {type(item).__name__}"
+                )
+            text.append(delta.content)
+            yield delta
+        yield final or ModelResponse(
+            message=Message(role="assistant", content="".join(text)),
+            usage=Usage(),
+            finish_reason="stop",
+        )

@@ -1,0 +1,475 @@
+"""Tools: what the model can call, and the signals a tool raises to steer the run.
+
+A tool is a `Tool` (raw form: a JSON schema plus `exec(ctx, args: dict)`) or a plain
+function turned into one by `@agent.tool` / `Tool.from_function`, whose schema comes
+from its type hints and docstring and whose arguments pydantic validates.
+
+Signals a tool raises (directly, or as the `__cause__`/`__context__` of what it raises):
+
+- `Deferred(kind, reason)` pauses the run: the call waits for a human approval
+  (`DeferKind.APPROVAL`) or for a result supplied later (`DeferKind.EXTERNAL`).
+- `Canceled(reason)` deliberately stops the whole run (stage `canceled`).
+- `Failed(reason)` records a definitive failure as the call's result; the run goes on.
+- `ModelRetry(message)` sends the message back so the model can correct its call.
+
+`call_approved()` is true only inside the approved re-run of a deferred call; gate
+side effects behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, TypeVar, cast, get_origin, get_type_hints
+
+import pydantic
+import pydantic_core
+
+from golem.errors import ToolTimeout
+from golem.messages import Part
+
+__all__ = [
+    "Canceled",
+    "DeferKind",
+    "Deferred",
+    "Failed",
+    "ModelRetry",
+    "RunContext",
+    "Tool",
+    "ToolResult",
+    "approved_call",
+    "call_approved",
+]
+
+DepsT = TypeVar("DepsT")
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext(Generic[DepsT]):
+    """What a tool (or dynamic instructions) knows about the run it serves."""
+
+    deps: DepsT
+    """The run's dependencies, passed unchanged to every tool of the run."""
+    run_id: str = ""
+    """ID of the current run."""
+    conversation_id: str = ""
+    """ID of the conversation."""
+    call_id: str = ""
+    """ID of the tool call being executed (empty outside a tool); a natural idempotency key."""
+    tool_name: str = ""
+    """Name of the tool being executed (empty outside a tool)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool's result: text for the model, plus optional parts (images, documents...)."""
+
+    text: str
+    parts: Sequence[Part] = ()
+
+
+# --------------------------------------------------------------------------- signals
+
+
+class DeferKind(StrEnum):
+    """How a deferred call will be resolved."""
+
+    APPROVAL = "approval"
+    """A human approves (the tool then re-runs with `call_approved()` true) or denies."""
+    EXTERNAL = "external"
+    """The application supplies the call's result text later."""
+
+
+class Deferred(Exception):
+    """Raised by a tool to pause the run instead of producing a result."""
+
+    def __init__(self, kind: DeferKind | str, reason: str = "") -> None:
+        super().__init__(f"tool deferred ({kind}): {reason}")
+        self.kind = kind
+        self.reason = reason
+
+
+class Canceled(Exception):
+    """Raised by a tool to stop the whole run deliberately (stage `canceled`)."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(f"tool canceled the run: {reason}")
+        self.reason = reason
+
+
+class Failed(Exception):
+    """Raised by a tool to record a definitive failure as its result; the run continues."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"tool failed: {reason}")
+        self.reason = reason
+
+
+class ModelRetry(Exception):
+    """Raised to ask the model to correct itself (a tool call, or the final output)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_SignalT = TypeVar("_SignalT", bound=BaseException)
+
+
+def find_signal(exc: BaseException, kind: type[_SignalT]) -> _SignalT | None:
+    """The first exception of type `kind` in `exc`'s cause/context chain, or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, kind):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ if cur.__cause__ is not None else cur.__context__
+    return None
+
+
+# --------------------------------------------------------------------------- approved marker
+
+_APPROVED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "golem_call_approved", default=False
+)
+
+
+def call_approved() -> bool:
+    """True only inside the approved re-run of a deferred call.
+
+    The marker is a contextvar, so it is visible to sync tools running in worker
+    threads and to anything the tool awaits.
+    """
+    return _APPROVED.get()
+
+
+@contextmanager
+def approved_call() -> Iterator[None]:
+    """Mark the enclosed code as the approved re-run of a deferred call.
+
+    Use it to execute a pending call yourself, under your own timeout or retry policy.
+    """
+    token = _APPROVED.set(True)
+    try:
+        yield
+    finally:
+        _APPROVED.reset(token)
+
+
+# --------------------------------------------------------------------------- Tool
+
+Exec = Callable[[RunContext[Any], dict[str, Any]], Any]
+
+
+class Tool:
+    """A tool the model can call.
+
+    Args:
+        name: Unique name the model calls it by.
+        description: What the tool does, for the model.
+        schema: JSON schema (a dict) of the arguments object.
+        exec: `exec(ctx, args)` — sync or async; `args` is the decoded arguments
+            object. Returns `str`, `ToolResult`, `None` (empty text) or any value
+            pydantic can serialize to JSON.
+        max_retries: Correction budget for `ModelRetry` (and invalid arguments);
+            `None` uses the agent's `tool_retries`.
+        timeout: Seconds before the call fails the run; `None` uses the agent's
+            `tool_timeout`.
+        sequential: In parallel mode, run this tool's calls alone (a barrier).
+
+    Raises:
+        ValueError: an empty name, a schema that is not an object, negative
+            `max_retries` or a `timeout` that is not positive.
+    """
+
+    __slots__ = (
+        "_validator",
+        "_wants_ctx",
+        "description",
+        "exec",
+        "is_async",
+        "max_retries",
+        "name",
+        "schema",
+        "sequential",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        schema: dict[str, Any],
+        exec: Exec,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        sequential: bool = False,
+    ) -> None:
+        if not name:
+            raise ValueError("tool name must not be empty")
+        if not isinstance(schema, dict):
+            raise ValueError(
+                f'tool "{name}": schema must be a JSON-schema dict, got {type(schema).__name__}'
+            )
+        if not callable(exec):
+            raise ValueError(f'tool "{name}": exec must be callable')
+        if max_retries is not None and max_retries < 0:
+            raise ValueError(f'tool "{name}": max_retries must not be negative, got {max_retries}')
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f'tool "{name}": timeout must be positive seconds, got {timeout}')
+        self.name = name
+        self.description = description
+        self.schema = schema
+        self.exec = exec
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.sequential = sequential
+        self.is_async = _is_async_callable(exec)
+        self._validator: type[pydantic.BaseModel] | None = None
+        self._wants_ctx = True
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r})"
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        sequential: bool = False,
+    ) -> Tool:
+        """Build a tool from a function's signature, type hints and docstring.
+
+        The first parameter may be `ctx: RunContext[Deps]`; every other parameter is
+        an argument the model supplies, validated by pydantic before the call.
+        """
+        tool_name = name or fn.__name__
+        doc_summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        sig = inspect.signature(fn)
+        try:
+            hints = get_type_hints(fn)
+        except Exception:  # unresolvable forward references: fall back to raw annotations
+            hints = {}
+        params = list(sig.parameters.values())
+        wants_ctx = bool(params) and _is_ctx_param(params[0], hints)
+        if wants_ctx:
+            params = params[1:]
+        fields: dict[str, Any] = {}
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise ValueError(f'tool "{tool_name}": *args and **kwargs are not supported')
+            if p.kind is p.POSITIONAL_ONLY:
+                raise ValueError(
+                    f'tool "{tool_name}": positional-only parameters are not supported'
+                )
+            annotation = hints.get(p.name, p.annotation)
+            if annotation is inspect.Parameter.empty:
+                annotation = Any
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (
+                annotation,
+                pydantic.Field(default, description=param_docs.get(p.name)),
+            )
+        model = pydantic.create_model(
+            f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+        )
+        schema = model.model_json_schema()
+        _strip_titles(schema)
+        target = fn
+
+        if _is_async_callable(fn):
+
+            async def exec_async(ctx: RunContext[Any], args: dict[str, Any]) -> Any:
+                return await target(ctx, **args) if wants_ctx else await target(**args)
+
+            exec_fn: Exec = exec_async
+        else:
+
+            def exec_sync(ctx: RunContext[Any], args: dict[str, Any]) -> Any:
+                return target(ctx, **args) if wants_ctx else target(**args)
+
+            exec_fn = exec_sync
+        tool = cls(
+            tool_name,
+            description if description is not None else doc_summary,
+            schema,
+            exec_fn,
+            max_retries=max_retries,
+            timeout=timeout,
+            sequential=sequential,
+        )
+        tool._validator = cast("type[pydantic.BaseModel]", model)
+        tool._wants_ctx = wants_ctx
+        return tool
+
+    def decode_args(self, args: str) -> dict[str, Any]:
+        """Decode and validate the model's raw argument text.
+
+        Raises:
+            ModelRetry: the arguments are not a JSON object or fail validation.
+        """
+        text = args.strip() or "{}"
+        if self._validator is not None:
+            try:
+                obj = self._validator.model_validate_json(text)
+            except pydantic.ValidationError as exc:
+                raise ModelRetry(_describe_validation(exc)) from exc
+            return {name: getattr(obj, name) for name in type(obj).model_fields}
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ModelRetry(f"the arguments are not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ModelRetry(f"the arguments must be a JSON object, got {type(value).__name__}")
+        return value
+
+    async def invoke(self, ctx: RunContext[Any], args: str) -> ToolResult:
+        """Decode `args` and run the tool once: async tools on the event loop, sync tools in
+        a worker thread that sees the caller's contextvars. Signals propagate as raised."""
+        decoded = self.decode_args(args)
+        if self.is_async:
+            value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
+        else:
+            value = await asyncio.to_thread(self.exec, ctx, decoded)
+        return to_tool_result(value)
+
+    async def run(self, ctx: RunContext[Any], args: str, timeout: float | None) -> ToolResult:
+        """`invoke` under a timeout in seconds (None: no timeout).
+
+        An async tool is cancelled at the deadline. A sync tool's thread is never
+        abandoned: it runs to completion and the deadline is checked afterwards.
+        Whatever the tool returned or raised, a call that ends past its deadline
+        raises `ToolTimeout` (a `TimeoutError`): a deferral that arrives too late is a
+        timeout.
+        """
+        if timeout is None:
+            return await self.invoke(ctx, args)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            if self.is_async:
+                async with asyncio.timeout_at(deadline):
+                    result = await self.invoke(ctx, args)
+            else:
+                result = await self.invoke(ctx, args)
+        except Exception as exc:
+            if loop.time() >= deadline:
+                raise self._overran(ctx, timeout) from exc
+            raise
+        if loop.time() >= deadline:
+            raise self._overran(ctx, timeout)
+        return result
+
+    def _overran(self, ctx: RunContext[Any], timeout: float) -> ToolTimeout:
+        return ToolTimeout(self.name, ctx.call_id, f"tool overran its {timeout:g}s timeout")
+
+
+def to_tool_result(value: Any) -> ToolResult:
+    """Normalize what a tool returned into a `ToolResult`."""
+    if isinstance(value, str):
+        return ToolResult(value)
+    if isinstance(value, ToolResult):
+        return value
+    if value is None:
+        return ToolResult("")
+    return ToolResult(pydantic_core.to_json(value).decode())
+
+
+def _is_async_callable(fn: Any) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = None if inspect.isroutine(fn) else getattr(type(fn), "__call__", None)  # noqa: B004
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _is_ctx_param(p: inspect.Parameter, hints: dict[str, Any]) -> bool:
+    annotation = hints.get(p.name, p.annotation)
+    if annotation is RunContext or get_origin(annotation) is RunContext:
+        return True
+    if isinstance(annotation, str):
+        return annotation.startswith("RunContext")
+    return annotation is inspect.Parameter.empty and p.name in ("ctx", "context")
+
+
+def _strip_titles(schema: Any) -> None:
+    if isinstance(schema, dict):
+        schema.pop("title", None)
+        for key, value in schema.items():
+            if key == "properties" and isinstance(value, dict):
+                for prop in value.values():
+                    _strip_titles(prop)
+            elif isinstance(value, dict | list):
+                _strip_titles(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            _strip_titles(item)
+
+
+def _describe_validation(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(x) for x in err["loc"]) or "arguments"
+        problems.append(f"{loc}: {err['msg']}")
+    return "invalid arguments: " + "; ".join(problems)
+
+
+_SECTION = re.compile(
+    r"^(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$"
+)
+_GOOGLE_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Split a docstring into its description and per-parameter descriptions.
+
+    Understands Google style (`Args:` sections) and Sphinx style (`:param x:`).
+    """
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    params_indent = 0
+    for line in doc.splitlines():
+        sphinx = _SPHINX_PARAM.match(line)
+        if sphinx:
+            current = sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            section = "sphinx"
+            continue
+        if line.strip().startswith(":"):
+            section, current = "sphinx", None
+            continue
+        head = _SECTION.match(line.strip())
+        if head:
+            section, current = head.group(1), None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section in ("Args", "Arguments", "Parameters"):
+            m = _GOOGLE_PARAM.match(line)
+            indent = len(line) - len(line.lstrip())
+            if m and (current is None or indent <= params_indent):
+                current = m.group(1).lstrip("*")
+                params[current] = m.group(2).strip()
+                params_indent = indent
+            elif current is not None and line.strip():
+                params[current] = (params[current] + " " + line.strip()).strip()
+        elif section == "sphinx" and current is not None and line.strip():
+            params[current] = (params[current] + " " + line.strip()).strip()
+    return "\n".join(summary).strip(), params
