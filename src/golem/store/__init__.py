@@ -338,7 +338,10 @@ class Outcome:
     history: str | None = None
     """The conversation after the run (history JSON), when there is one to show."""
     next_run: NewRun | None = None
-    """For PAUSED: the new pending run (its `parent_run_id` is set by the store)."""
+    """For PAUSED: the new pending run (its `parent_run_id` is set by the store).
+
+    None on outcomes read back from the store: see `RunRecord.child_run_id`.
+    """
 
     @classmethod
     def completed(cls, output: Any, history: str | None = None) -> Outcome:

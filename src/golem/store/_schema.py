@@ -1,0 +1,164 @@
+"""Versioned schema migrations shared by the SQLite and PostgreSQL stores.
+
+Each `Migration` has a version (1, 2, …) and DDL written once with `{ts}` standing for the
+dialect's timestamp type. `migrate` runs inside one write transaction that the caller holds
+exclusively (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory lock), so several processes
+opening one database at once apply each migration exactly once. The applied versions are
+rows of `golem_schema_version`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from golem.errors import StoreError
+
+__all__ = ["LATEST_VERSION", "MIGRATIONS", "Dialect", "Migration", "SchemaConn", "migrate"]
+
+Dialect = Literal["sqlite", "postgresql"]
+
+_TYPES: dict[Dialect, dict[str, str]] = {
+    "sqlite": {"ts": "TEXT", "bigint": "INTEGER"},
+    "postgresql": {"ts": "TIMESTAMPTZ", "bigint": "BIGINT"},
+}
+
+
+class SchemaConn(Protocol):
+    """The part of a store transaction that migrations use (`?` placeholders)."""
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a query and return its rows."""
+        ...
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement and return the number of rows it changed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema version: what it adds and the statements that add it."""
+
+    version: int
+    """The schema version after this migration."""
+    description: str
+    """One line saying what changes."""
+    statements: tuple[str, ...]
+    """DDL/DML with `{ts}` (timestamp type) and `{bigint}` placeholders."""
+
+    def render(self, dialect: Dialect) -> list[str]:
+        """Return the statements for `dialect`."""
+        return [s.format(**_TYPES[dialect]) for s in self.statements]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "runs, pending calls with decisions, append-only audit log",
+        (
+            """CREATE TABLE golem_runs (
+                id TEXT PRIMARY KEY,
+                agent TEXT NOT NULL,
+                conversation_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                history TEXT NOT NULL,
+                deps_ref TEXT NOT NULL,
+                started_by TEXT NOT NULL,
+                created_at {ts} NOT NULL,
+                updated_at {ts} NOT NULL,
+                expires_at {ts},
+                parent_run_id TEXT,
+                child_run_id TEXT,
+                lease_owner TEXT,
+                lease_expires_at {ts},
+                outcome_output TEXT,
+                outcome_error TEXT,
+                outcome_history TEXT
+            )""",
+            "CREATE INDEX golem_runs_status ON golem_runs (status, updated_at, id)",
+            "CREATE INDEX golem_runs_created ON golem_runs (created_at, id)",
+            "CREATE INDEX golem_runs_conversation ON golem_runs (conversation_id, created_at)",
+            """CREATE TABLE golem_calls (
+                run_id TEXT NOT NULL REFERENCES golem_runs (id),
+                call_id TEXT NOT NULL,
+                position INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                tool_name TEXT NOT NULL,
+                args TEXT NOT NULL,
+                reason TEXT NOT NULL,
+                deadline {ts},
+                decision TEXT,
+                decision_reason TEXT,
+                decision_text TEXT,
+                decided_by TEXT,
+                decided_at {ts},
+                PRIMARY KEY (run_id, call_id)
+            )""",
+            "CREATE INDEX golem_calls_open_deadline ON golem_calls (deadline) "
+            "WHERE decision IS NULL",
+            "CREATE INDEX golem_calls_tool ON golem_calls (tool_name, run_id)",
+            """CREATE TABLE golem_audit (
+                id {bigint} PRIMARY KEY,
+                run_id TEXT NOT NULL,
+                at {ts} NOT NULL,
+                actor TEXT NOT NULL,
+                action TEXT NOT NULL,
+                detail TEXT NOT NULL
+            )""",
+            "CREATE INDEX golem_audit_run ON golem_audit (run_id, id)",
+            """CREATE TABLE golem_audit_seq (
+                singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+                last_id {bigint} NOT NULL
+            )""",
+            "INSERT INTO golem_audit_seq (singleton, last_id) VALUES (1, 0)",
+        ),
+    ),
+)
+"""Every migration, in version order."""
+
+LATEST_VERSION = MIGRATIONS[-1].version
+"""The schema version this golem writes."""
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS golem_schema_version (
+    version INTEGER PRIMARY KEY,
+    description TEXT NOT NULL,
+    applied_at {ts} NOT NULL
+)"""
+
+
+async def migrate(
+    conn: SchemaConn,
+    dialect: Dialect,
+    now: Any,
+    migrations: Sequence[Migration] = MIGRATIONS,
+) -> int:
+    """Apply the migrations the database lacks; return the resulting schema version.
+
+    `now` is the dialect's value for the current time (stored as `applied_at`). The caller
+    holds the transaction exclusively and commits it.
+
+    Raises:
+        StoreError: the database was written by a newer golem (its version is unknown here).
+    """
+    await conn.execute(_VERSION_TABLE.format(**_TYPES[dialect]))
+    rows = await conn.fetch("SELECT MAX(version) FROM golem_schema_version")
+    current = int(rows[0][0] or 0)
+    latest = migrations[-1].version if migrations else 0
+    if current > latest:
+        raise StoreError(
+            f"the database schema is version {current}, newer than this golem knows "
+            f"({latest}): upgrade golem-agents"
+        )
+    for m in migrations:
+        if m.version <= current:
+            continue
+        for statement in m.render(dialect):
+            await conn.execute(statement)
+        await conn.execute(
+            "INSERT INTO golem_schema_version (version, description, applied_at) VALUES (?, ?, ?)",
+            (m.version, m.description, now),
+        )
+        current = m.version
+    return current
