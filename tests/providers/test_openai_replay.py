@@ -1,0 +1,514 @@
+"""Recorded OpenAI Chat Completions traffic replayed through the adapter.
+
+Every recorded 200 response must parse (plain, and re-streamed as OpenAI would stream it);
+non-200 responses must map to the right `ProviderError`; for conversations golem can express,
+the adapter's request bodies must equal the recorded ones in every field the adapter sets.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.errors import BadRequest
+from golem.messages import Message, Part
+from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.providers.openai import OpenAIChatModel
+from golem.providers.openai._stream import parse_stream_text
+from golem.providers.openai._wire import parse_response
+from golem.usage import Usage
+
+from ._recordings import Interaction, all_interactions, available, load, replay_transport
+from .openai_fixtures import stream_from_body
+
+pytestmark = pytest.mark.skipif(not available(), reason="recordings not available")
+
+API = "openai-chat"
+ALL = list(all_interactions(API)) if available() else []
+CHAT = [it for it in ALL if it.uri.endswith("/chat/completions")]
+OK = [it for it in CHAT if it.status == 200]
+FAILED = [it for it in CHAT if it.status != 200]
+
+
+def _id(it: Interaction) -> str:
+    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
+
+
+def test_only_non_chat_interactions_are_left_out() -> None:
+    """Besides Chat Completions, the cassettes hold file downloads made by the recording test
+    suite and one Responses API call; nothing else is skipped."""
+    left_out = [it for it in ALL if it not in CHAT]
+    openai_calls = [(it.cassette, it.uri) for it in left_out if "api.openai.com" in it.uri]
+    assert openai_calls == [
+        ("test_openai_model_thinking_part.yaml", "https://api.openai.com/v1/responses")
+    ]
+    assert (len(OK), len(FAILED)) == (65, 6)
+
+
+# --------------------------------------------------------------------------- every response
+
+
+def _expected_from_recording(body: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]], Usage]:
+    msg = body["choices"][0]["message"]
+    calls = [
+        (tc["id"], tc["function"]["name"], tc["function"]["arguments"])
+        for tc in msg.get("tool_calls") or []
+    ]
+    u = body["usage"]
+    usage = Usage(
+        input_tokens=u["prompt_tokens"],
+        output_tokens=u["completion_tokens"],
+        cache_read_tokens=u["prompt_tokens_details"]["cached_tokens"],
+        cache_write_tokens=u["prompt_tokens_details"].get("cache_write_tokens", 0),
+        reasoning_tokens=u["completion_tokens_details"]["reasoning_tokens"],
+    )
+    return msg.get("content") or "", calls, usage
+
+
+@pytest.mark.parametrize("it", OK, ids=_id)
+def test_every_recorded_response_parses(it: Interaction) -> None:
+    body = it.json
+    resp = parse_response(body)
+    content, calls, usage = _expected_from_recording(body)
+    assert resp.message.role == "assistant"
+    assert resp.message.content == content
+    assert [(c.id, c.name, c.args) for c in resp.message.tool_calls] == calls
+    assert resp.usage == usage
+    assert resp.model_name == body["model"]
+    recorded_finish = body["choices"][0]["finish_reason"]
+    assert resp.finish_reason == {"stop": "stop", "tool_calls": "tool_call"}[recorded_finish]
+
+
+@pytest.mark.parametrize("it", OK, ids=_id)
+def test_every_recorded_response_streams_to_the_same_response(it: Interaction) -> None:
+    items = parse_stream_text(stream_from_body(it.json))
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert final == parse_response(it.json)
+    text = "".join(d.content for d in items[:-1] if not isinstance(d, ModelResponse))
+    assert text == final.message.content
+
+
+@pytest.mark.parametrize("it", FAILED, ids=_id)
+async def test_every_recorded_failure_is_a_bad_request(it: Interaction) -> None:
+    model = OpenAIChatModel(
+        "gpt-4o", api_key="sk-test", http_client=httpx.AsyncClient(transport=replay_transport([it]))
+    )
+    with pytest.raises(BadRequest) as info:
+        await model.generate(ModelRequest([Message("user", "hi")]))
+    err = info.value
+    assert err.status_code == 400
+    assert not err.retryable
+    assert json.loads(err.body)["error"]["message"] in str(err)
+
+
+def test_representative_responses_exactly() -> None:
+    tool = parse_response(
+        load(API, "test_openai_instructions_with_tool_calls_keep_instructions.yaml")[0].json
+    )
+    assert tool.message.content == ""
+    assert [(c.id, c.name, c.args) for c in tool.message.tool_calls] == [
+        ("call_bhZkmIKKItNGJ41whHUHB7p9", "get_temperature", '{"city":"Tokyo"}')
+    ]
+    assert tool.finish_reason == "tool_call"
+    assert tool.usage == Usage(input_tokens=50, output_tokens=15)
+    assert tool.model_name == "gpt-4.1-mini-2025-04-14"
+
+    reasoning = parse_response(load(API, "test_openai_model_without_system_prompt.yaml")[0].json)
+    assert reasoning.usage == Usage(input_tokens=11, output_tokens=809, reasoning_tokens=768)
+    assert reasoning.message.content.startswith("That's right—I am a potato!")
+
+    cache = load(API, "test_openai_chat_prompt_cache_e2e.yaml")
+    assert parse_response(cache[0].json).usage == Usage(
+        input_tokens=4020, output_tokens=4, cache_write_tokens=4012
+    )
+    assert parse_response(cache[1].json).usage == Usage(
+        input_tokens=4020, output_tokens=4, cache_read_tokens=4012
+    )
+
+    native = parse_response(load(API, "test_openai_native_output.yaml")[1].json)
+    assert native.message.content == '{"city":"Mexico City","country":"Mexico"}'
+    assert native.finish_reason == "stop"
+
+    moderated = parse_response(load(API, "test_openai_moderation.yaml")[0].json)
+    assert moderated.message.content == "Paris."
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def _data(url: str) -> bytes:
+    return base64.b64decode(url.split(",", 1)[1])
+
+
+def _normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant message with tool calls may omit `content` or send null: the same thing."""
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("content") is None:
+            m = {k: v for k, v in m.items() if k != "content"}
+        out.append(m)
+    return out
+
+
+def _assert_body_matches(sent: dict[str, Any], recorded: dict[str, Any]) -> None:
+    for key, value in sent.items():
+        want = recorded.get(key)
+        if key == "messages":
+            assert _normalize(value) == _normalize(want), key
+        else:
+            assert value == want, key
+    # What the recording has and golem does not set: pydantic-ai's `n: 1` only.
+    assert set(recorded) - set(sent) <= {"n"}
+
+
+@dataclass
+class Case:
+    cassette: str
+    model: str
+    turns: list[list[Message]]
+    """Per request, the messages appended before it (after the previous response)."""
+    tools: list[ToolSpec] = field(default_factory=list)
+    output_schema: dict[str, Any] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _recorded_messages(cassette: str, index: int = 0) -> list[dict[str, Any]]:
+    body = load(API, cassette)[index].request_body
+    assert isinstance(body, dict)
+    return list(body["messages"])
+
+
+TEMPERATURE = ToolSpec(
+    "get_temperature",
+    "",
+    {
+        "additionalProperties": False,
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "type": "object",
+    },
+)
+NO_ARGS = {"additionalProperties": False, "properties": {}, "type": "object"}
+
+
+def _pdf(cassette: str, message: int = 0, block: int = 1) -> bytes:
+    msgs = _recorded_messages(cassette, len(load(API, cassette)) - 1)
+    return _data(msgs[message]["content"][block]["file"]["file_data"])
+
+
+def _tool_part_data(cassette: str, index: int) -> dict[str, Any]:
+    return _recorded_messages(cassette, index)[3]["content"][0]
+
+
+def _cases() -> list[Case]:
+    matrix = "test_multimodal_tool_return_matrix[tool_return_content-{}-openai_chat].yaml"
+    jpeg = _data(_tool_part_data(matrix.format("binary-image"), 1)["image_url"]["url"])
+    matrix_pdf = _data(_tool_part_data(matrix.format("url-document"), 2)["file"]["file_data"])
+    yaml_text = b'version: "3"\nservices:\n  web:\n    image: nginx'
+    x_yaml_text = b"name: test\nversion: 1.0.0"
+    get_file = ToolSpec("get_file", "", NO_ARGS)
+
+    def file_prompt(kind: str) -> Message:
+        return Message(
+            "user",
+            f"Use the get_file tool now to retrieve a {kind} file, then describe what you received.",
+        )
+
+    return [
+        Case(
+            "test_valid_response.yaml",
+            "gpt-4o",
+            [[Message("user", "What is the capital of France?")]],
+        ),
+        Case(
+            "test_openai_instructions.yaml",
+            "gpt-4o",
+            [
+                [
+                    Message("system", "You are a helpful assistant."),
+                    Message("user", "What is the capital of France?"),
+                ]
+            ],
+        ),
+        Case(
+            "test_openai_model_without_system_prompt.yaml",
+            "o3-mini",
+            [[Message("system", "You are a potato.")]],
+        ),
+        Case(
+            "test_system_prompt_role_o1_mini.yaml",
+            "o1-mini",
+            [
+                [
+                    Message("system", "You are a helpful assistant."),
+                    Message("user", "What's the capital of France?"),
+                ]
+            ],
+            settings={"system_role": "user"},
+        ),
+        Case(
+            "test_openai_o1_mini_system_role[developer].yaml",
+            "o1-mini",
+            [[Message("system", "You are a helpful assistant."), Message("user", "Hello")]],
+            settings={"system_role": "developer"},
+        ),
+        Case(
+            "test_max_completion_tokens[gpt-4.5-preview].yaml",
+            "gpt-4.5-preview",
+            [[Message("user", "hello")]],
+            settings={"max_tokens": 100},
+        ),
+        Case(
+            "test_user_id.yaml",
+            "gpt-4o",
+            [[Message("user", "hello")]],
+            settings={"extra_body": {"user": "user_id"}},
+        ),
+        Case(
+            "test_openai_moderation.yaml",
+            "gpt-5",
+            [[Message("user", "What is the capital of France?")]],
+            settings={"extra_body": {"moderation": {"model": "omni-moderation-latest"}}},
+        ),
+        Case(
+            "test_openai_web_search_tool_with_user_location.yaml",
+            "gpt-4o-search-preview",
+            [
+                [
+                    Message("system", "You are a helpful assistant."),
+                    Message("user", "What is the current temperature?"),
+                ]
+            ],
+            settings={
+                "extra_body": {
+                    "web_search_options": {
+                        "search_context_size": "medium",
+                        "user_location": {
+                            "approximate": {"city": "Utrecht", "country": "NL"},
+                            "type": "approximate",
+                        },
+                    }
+                }
+            },
+        ),
+        Case(
+            "test_openai_instructions_with_tool_calls_keep_instructions.yaml",
+            "gpt-4.1-mini",
+            [
+                [
+                    Message("system", "You are a helpful assistant."),
+                    Message("user", "What is the temperature in Tokyo?"),
+                ],
+                [
+                    Message(
+                        "tool",
+                        "20.0",
+                        tool_call_id="call_bhZkmIKKItNGJ41whHUHB7p9",
+                        tool_name="get_temperature",
+                    )
+                ],
+            ],
+            tools=[TEMPERATURE],
+        ),
+        Case(
+            "test_openai_native_output.yaml",
+            "gpt-4o",
+            [
+                [Message("user", "What is the largest city in the user country?")],
+                [
+                    Message(
+                        "tool",
+                        "Mexico",
+                        tool_call_id="call_PkRGedQNRFUzJp2R7dO7avWR",
+                        tool_name="get_user_country",
+                    )
+                ],
+            ],
+            tools=[ToolSpec("get_user_country", "", NO_ARGS)],
+            output_schema={
+                "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+                "required": ["city", "country"],
+                "type": "object",
+            },
+        ),
+        Case(
+            "test_document_as_binary_content_input.yaml",
+            "gpt-4o",
+            [
+                [
+                    Message(
+                        "user",
+                        "What is the main content on this document?",
+                        parts=[
+                            Part(
+                                "document",
+                                data=_pdf("test_document_as_binary_content_input.yaml"),
+                                media_type="application/pdf",
+                            )
+                        ],
+                    )
+                ]
+            ],
+        ),
+        Case(
+            "test_document_as_binary_content_input_with_tool.yaml",
+            "gpt-4o",
+            [
+                [
+                    Message(
+                        "user",
+                        "What is the main content on this document? Use the get_upper_case tool to get the upper case of the text.",
+                        parts=[
+                            Part(
+                                "document",
+                                data=_pdf("test_document_as_binary_content_input_with_tool.yaml"),
+                                media_type="application/pdf",
+                            )
+                        ],
+                    )
+                ],
+                [
+                    Message(
+                        "tool",
+                        "DUMMY PDF FILE",
+                        tool_call_id="call_qkJ5pxpAXuEdMLTHIwrUk9Q4",
+                        tool_name="get_upper_case",
+                    )
+                ],
+            ],
+            tools=[
+                ToolSpec(
+                    "get_upper_case",
+                    "",
+                    {
+                        "additionalProperties": False,
+                        "properties": {"text": {"type": "string"}},
+                        "required": ["text"],
+                        "type": "object",
+                    },
+                )
+            ],
+        ),
+        Case(
+            "test_yaml_document_as_binary_content_input.yaml",
+            "gpt-4o",
+            [
+                [
+                    Message(
+                        "user",
+                        "What type of configuration is this?",
+                        parts=[Part("document", data=yaml_text, media_type="application/yaml")],
+                    )
+                ]
+            ],
+        ),
+        Case(
+            "test_x_yaml_document_as_binary_content_input.yaml",
+            "gpt-4o",
+            [
+                [
+                    Message(
+                        "user",
+                        "What does this YAML describe?",
+                        parts=[Part("document", data=x_yaml_text, media_type="application/x-yaml")],
+                    )
+                ]
+            ],
+        ),
+        Case(
+            matrix.format("url-image"),
+            "gpt-5-mini",
+            [
+                [file_prompt("image")],
+                [
+                    Message(
+                        "tool",
+                        tool_call_id="call_ME1KcrBbHGTnLG4bnoffOcxs",
+                        tool_name="get_file",
+                        parts=[Part("image", url="https://www.gstatic.com/webp/gallery3/1.png")],
+                    )
+                ],
+            ],
+            tools=[get_file],
+        ),
+        Case(
+            matrix.format("binary-image"),
+            "gpt-5-mini",
+            [
+                [file_prompt("image")],
+                [
+                    Message(
+                        "tool",
+                        tool_call_id="call_l5n1f5x4sjW0mEib40nLHFp2",
+                        tool_name="get_file",
+                        parts=[Part("image", data=jpeg, media_type="image/jpeg")],
+                    )
+                ],
+            ],
+            tools=[get_file],
+        ),
+        Case(
+            matrix.format("url-document"),
+            "gpt-5-mini",
+            [
+                [file_prompt("document")],
+                [
+                    Message(
+                        "tool",
+                        tool_call_id="call_gMOcigoRTfhEAl5QLsge1wiK",
+                        tool_name="get_file",
+                        parts=[Part("document", data=matrix_pdf, media_type="application/pdf")],
+                    )
+                ],
+            ],
+            tools=[get_file],
+        ),
+    ]
+
+
+CASES = _cases() if available() else []
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.cassette.removesuffix(".yaml"))
+async def test_request_bodies_match_the_recordings(case: Case) -> None:
+    interactions = [it for it in load(API, case.cassette) if it.uri.endswith("/chat/completions")]
+    assert len(interactions) == len(case.turns)
+    seen: list[httpx.Request] = []
+    client = httpx.AsyncClient(transport=replay_transport(interactions, seen))
+    model = OpenAIChatModel(case.model, api_key="sk-test", http_client=client, **case.settings)
+    history: list[Message] = []
+    for turn, it in zip(case.turns, interactions, strict=True):
+        history.extend(turn)
+        request = ModelRequest(list(history), tools=case.tools, output_schema=case.output_schema)
+        if it.status != 200:
+            with pytest.raises(BadRequest):
+                await model.generate(request)
+        else:
+            resp = await model.generate(request)
+            assert resp == parse_response(it.json)
+            history.append(resp.message)
+        _assert_body_matches(json.loads(seen[-1].content), it.request_body)
+        assert seen[-1].url == "https://api.openai.com/v1/chat/completions"
+        assert seen[-1].headers["authorization"] == "Bearer sk-test"
+    await client.aclose()
+
+
+async def test_extra_headers_are_sent() -> None:
+    it = load(API, "test_extra_headers.yaml")[0]
+    seen: list[httpx.Request] = []
+    model = OpenAIChatModel(
+        "gpt-4o",
+        api_key="sk-test",
+        extra_headers={"xProxy-Limit-IDs": "monthly_budget"},
+        http_client=httpx.AsyncClient(transport=replay_transport([it], seen)),
+    )
+    resp = await model.generate(ModelRequest([Message("user", "hello")]))
+    assert resp.message.content == "Hello! How can I assist you today?"
+    assert seen[0].headers["xproxy-limit-ids"] == "monthly_budget"
+    _assert_body_matches(json.loads(seen[0].content), it.request_body)
