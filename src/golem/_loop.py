@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from golem import deferred
@@ -230,10 +230,21 @@ async def _model_turn(
         or message.conversation_id != state.conversation_id
         or message.role != "assistant"
     ):
-        message = replace(
-            message, role="assistant", run_id=state.run_id, conversation_id=state.conversation_id
+        message = Message(
+            "assistant",
+            message.content,
+            message.parts,
+            message.tool_calls,
+            message.tool_call_id,
+            message.tool_name,
+            message.failed,
+            message.thinking,
+            state.run_id,
+            state.conversation_id,
         )
-        response = replace(response, message=message)
+        response = ModelResponse(
+            message, response.usage, response.finish_reason, response.model_name
+        )
     state.messages.append(message)
     state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(agent, state)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from typing import Any, Union
 
 from golem.messages import Message
@@ -47,9 +46,18 @@ def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
 def _copy_request(request: ModelRequest) -> ModelRequest:
     """A copy no later change to the run can reach (messages and their lists are copied)."""
     messages = [
-        replace(m, parts=list(m.parts), tool_calls=list(m.tool_calls), thinking=list(m.thinking))
-        if (m.parts or m.tool_calls or m.thinking)
-        else replace(m)
+        Message(
+            m.role,
+            m.content,
+            list(m.parts),
+            list(m.tool_calls),
+            m.tool_call_id,
+            m.tool_name,
+            m.failed,
+            list(m.thinking),
+            m.run_id,
+            m.conversation_id,
+        )
         for m in request.messages
     ]
     return ModelRequest(

@@ -327,7 +327,7 @@ class Tool:
                 obj = self._validator.model_validate_json(text)
             except pydantic.ValidationError as exc:
                 raise ModelRetry(_describe_validation(exc)) from exc
-            return {name: getattr(obj, name) for name in type(obj).model_fields}
+            return dict(obj.__dict__)
         try:
             value = json.loads(text)
         except ValueError as exc:

@@ -1,0 +1,36 @@
+"""Timing helpers shared by the bench scripts (plain Python, no dependencies)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+
+def measure(fn: Callable[[], Awaitable[object]], *, rounds: int = 7, per_round: int = 200) -> float:
+    """Median µs per call of the async `fn` over `rounds` rounds (after a warm-up)."""
+
+    async def run_round(n: int) -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            await fn()
+        return (time.perf_counter() - start) / n * 1e6
+
+    async def main() -> float:
+        await run_round(max(20, per_round // 5))  # warm up caches, schemas, imports
+        samples = []
+        gc.disable()
+        try:
+            for _ in range(rounds):
+                samples.append(await run_round(per_round))
+        finally:
+            gc.enable()
+        return statistics.median(samples)
+
+    return asyncio.run(main())
+
+
+def report(label: str, micros: float) -> None:
+    print(f"{label:<58} {micros:>10.1f} µs")

@@ -1,0 +1,165 @@
+"""Overhead per full pause/resume cycle.
+
+    python bench/pause_resume.py
+
+One cycle: a run whose model emits a mixed batch (one call defers for approval, one
+executes) pauses → `dumps_history` → `loads_history` → resume with an approval (the
+deferred call re-runs) → final answer. The model answers instantly, so the figure is
+the framework's own cost. With the `[bench]` extra installed, the same cycle runs in
+Pydantic AI (`ApprovalRequired`, `DeferredToolResults`, `ModelMessagesTypeAdapter`)
+in the same process, and the ratio is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import measure, report
+
+from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
+from golem.messages import Message, ToolCall
+from golem.model import ModelRequest, ModelResponse
+from golem.testing import FunctionModel
+from golem.tool import DeferKind, Deferred, call_approved
+
+try:  # the peer, from the [bench] extra; module level so its tool annotations resolve
+    from pydantic_ai import RunContext as PRunContext
+except ImportError:  # pragma: no cover
+    PRunContext = None  # type: ignore[assignment,misc]
+
+BATCH = [
+    ToolCall("call-1", "delete_file", '{"path": "build/old.log"}'),
+    ToolCall("call-2", "stat_file", '{"path": "build/new.log"}'),
+]
+
+
+def golem_cycle() -> object:
+    def respond(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].role == "tool":
+            return ModelResponse(
+                Message(role="assistant", content="Deleted old.log."), finish_reason="stop"
+            )
+        return ModelResponse(
+            Message(role="assistant", tool_calls=list(BATCH)), finish_reason="tool_call"
+        )
+
+    agent: Agent[None, str] = Agent(FunctionModel(respond), instructions="You tidy the workspace.")
+
+    @agent.tool
+    async def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: File to delete.
+        """
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
+        return f"deleted {path}"
+
+    @agent.tool
+    async def stat_file(path: str) -> str:
+        """Size of a file.
+
+        Args:
+            path: File to inspect.
+        """
+        return "size=12"
+
+    approve = DeferredResults(approvals={"call-1": Approval(True)})
+
+    async def cycle() -> object:
+        paused = await agent.run("Clean up the workspace.")
+        assert paused.pending is not None
+        stored = dumps_history(paused.messages)
+        resumed = await agent.run_with_deferred_results(loads_history(stored), approve)
+        assert resumed.output == "Deleted old.log."
+        return resumed
+
+    return cycle
+
+
+def pydantic_ai_cycle() -> object | None:
+    try:
+        from pydantic_ai import Agent as PAgent
+        from pydantic_ai import ApprovalRequired, DeferredToolRequests, DeferredToolResults
+        from pydantic_ai.messages import (
+            ModelMessage,
+            ModelMessagesTypeAdapter,
+            TextPart,
+            ToolCallPart,
+            ToolReturnPart,
+        )
+        from pydantic_ai.messages import (
+            ModelResponse as PResponse,
+        )
+        from pydantic_ai.models.function import AgentInfo
+        from pydantic_ai.models.function import FunctionModel as PFunctionModel
+    except ImportError:
+        return None
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> PResponse:
+        if any(
+            isinstance(p, ToolReturnPart) and p.tool_name == "delete_file"
+            for p in messages[-1].parts
+        ):
+            return PResponse(parts=[TextPart("Deleted old.log.")])
+        return PResponse(parts=[ToolCallPart(c.name, c.args, tool_call_id=c.id) for c in BATCH])
+
+    agent = PAgent(
+        PFunctionModel(respond),
+        instructions="You tidy the workspace.",
+        output_type=[str, DeferredToolRequests],
+    )
+
+    @agent.tool
+    async def delete_file(ctx: PRunContext[None], path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: File to delete.
+        """
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        return f"deleted {path}"
+
+    @agent.tool_plain
+    async def stat_file(path: str) -> str:
+        """Size of a file.
+
+        Args:
+            path: File to inspect.
+        """
+        return "size=12"
+
+    async def cycle() -> object:
+        paused = await agent.run("Clean up the workspace.")
+        assert isinstance(paused.output, DeferredToolRequests)
+        stored = ModelMessagesTypeAdapter.dump_json(paused.all_messages())
+        history = ModelMessagesTypeAdapter.validate_json(stored)
+        resumed = await agent.run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"call-1": True}),
+        )
+        assert resumed.output == "Deleted old.log.", resumed.output
+        return resumed
+
+    return cycle
+
+
+def main() -> None:
+    ours = measure(golem_cycle(), per_round=300)  # type: ignore[arg-type]
+    report("golem: pause (mixed batch) → JSON → resume → answer", ours)
+    peer = pydantic_ai_cycle()
+    if peer is None:
+        print("pydantic-ai: not installed (pip install 'golem-agents[bench]') - skipped")
+        return
+    theirs = measure(peer, per_round=60)  # type: ignore[arg-type]
+    report("pydantic-ai: same cycle", theirs)
+    print(f"{'ratio (pydantic-ai / golem)':<58} {theirs / ours:>10.1f} x")
+
+
+if __name__ == "__main__":
+    main()
