@@ -74,7 +74,8 @@ async def main() -> None:
 
     # 1. The run pauses: list_files executed, both shell calls wait for a decision.
     paused = await agent.run("Clean up the workspace.")
-    assert paused.pending is not None and paused.output is None
+    assert paused.pending is not None
+    assert paused.output is None
     show(
         "paused",
         "\n".join(
