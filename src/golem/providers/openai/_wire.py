@@ -236,6 +236,9 @@ def _wire_args(args: str) -> str:
         value = None
     if isinstance(value, dict):
         return args
+    if isinstance(value, str):
+        # History JSON stores arguments that are not JSON as a string value; unwrap it.
+        args = value
     return json.dumps({"truncated_args": args}, ensure_ascii=False)
 
 
