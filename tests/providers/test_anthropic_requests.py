@@ -1,0 +1,219 @@
+"""The adapter's request bodies, compared field by field with recorded Anthropic requests."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from golem.errors import BadRequest
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.model import ModelRequest, ToolSpec
+from tests.providers._recordings import Interaction, available, load, replay_transport
+from tests.providers.anthropic_fixtures import (
+    ADAPTER_KEYS,
+    Inexpressible,
+    golem_request,
+    interaction_id,
+    message_interactions,
+    model_on,
+    normalize_recorded,
+)
+
+pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+
+
+def _expressible() -> list[Interaction]:
+    out = []
+    for it in message_interactions() if available() else []:
+        try:
+            golem_request(normalize_recorded(it.request_body))
+        except Inexpressible:
+            continue
+        out.append(it)
+    return out
+
+
+EXPRESSIBLE = _expressible()
+
+
+def test_enough_recorded_conversations_are_compared() -> None:
+    assert len(EXPRESSIBLE) >= 50
+    names = {it.cassette for it in EXPRESSIBLE}
+    for needed in (
+        "test_multiple_parallel_tool_calls.yaml",  # tools, tool results, system
+        "test_anthropic_model_thinking_part.yaml",  # thinking replayed with its signature
+        "test_image_url_input.yaml",  # image url
+        "test_image_url_input_force_download.yaml",  # inline image
+        "test_document_url_input.yaml",  # document url
+        "test_text_document_as_binary_content_input.yaml",  # text document
+        "test_anthropic_native_output_decimal_strict.yaml",  # structured output
+        "test_model_sees_multiple_images[anthropic].yaml",  # parts inside a tool result
+        "test_anthropic_sampling_settings_reach_the_wire.yaml",  # temperature + extra_body
+        "test_request_stream_fallback_for_high_max_tokens.yaml",  # stream: true
+    ):
+        assert needed in names
+
+
+@pytest.mark.parametrize("it", EXPRESSIBLE, ids=interaction_id)
+async def test_request_body_matches_recording(it: Interaction) -> None:
+    recorded = normalize_recorded(it.request_body)
+    request, kwargs = golem_request(recorded)
+    seen: list[httpx.Request] = []
+    async with model_on(replay_transport([it], seen), **kwargs) as model:
+        if it.status != 200:
+            with pytest.raises(BadRequest):
+                await model.generate(request)
+        elif recorded.get("stream"):
+            _ = [item async for item in model.generate_stream(request)]
+        else:
+            await model.generate(request)
+    (sent,) = seen
+    body = json.loads(sent.content)
+    set_by_adapter = {k: v for k, v in body.items() if k in ADAPTER_KEYS}
+    assert set_by_adapter == {k: v for k, v in recorded.items() if k in ADAPTER_KEYS}
+    assert body == recorded  # extra_body supplies the rest
+    assert sent.method == "POST"
+    assert sent.url == "https://api.anthropic.com/v1/messages"
+    assert sent.headers["x-api-key"] == "test-key"
+    assert sent.headers["anthropic-version"] == "2023-06-01"
+    assert sent.headers["content-type"] == "application/json"
+
+
+async def test_parallel_tool_results_form_one_user_message() -> None:
+    """Written out by hand: the second request of test_multiple_parallel_tool_calls."""
+    it = load("anthropic", "test_multiple_parallel_tool_calls.yaml")[1]
+    names = ["Alice", "Bob", "Charlie", "Daisy"]
+    ids = [
+        "toolu_0167cfEnoQaPviGdVXA95zcu",
+        "toolu_01EEe2V5HD1Ac4rKiUR4HD2T",
+        "toolu_01XFyAjstT3966qvRynZyVPo",
+        "toolu_013mnQZbgtK2oe3Mo3XKJsx3",
+    ]
+    results = [
+        "alice is bob's wife",
+        "bob is alice's husband",
+        "charlie is alice's son",
+        "daisy is bob's daughter and charlie's younger sister",
+    ]
+    recorded = it.request_body
+    request = ModelRequest(
+        messages=[
+            Message(role="system", content=recorded["system"]),
+            Message(role="user", content=recorded["messages"][0]["content"][0]["text"]),
+            Message(
+                role="assistant",
+                content=recorded["messages"][1]["content"][0]["text"],
+                tool_calls=[
+                    ToolCall(i, "retrieve_entity_info", f'{{"name": "{n}"}}')
+                    for i, n in zip(ids, names, strict=True)
+                ],
+            ),
+            *[
+                Message(role="tool", tool_call_id=i, tool_name="retrieve_entity_info", content=r)
+                for i, r in zip(ids, results, strict=True)
+            ],
+        ],
+        tools=[
+            ToolSpec(
+                "retrieve_entity_info",
+                "Get the knowledge about the given entity.",
+                recorded["tools"][0]["input_schema"],
+            )
+        ],
+    )
+    async with model_on(replay_transport([it]), model="claude-haiku-4-5") as model:
+        assert model.request_body(request) == recorded
+
+
+async def test_thinking_replayed_before_text() -> None:
+    it = load("anthropic", "test_anthropic_model_thinking_part.yaml")[1]
+    recorded = it.request_body
+    first, answer, follow_up = recorded["messages"]
+    thought = answer["content"][0]
+    request = ModelRequest(
+        messages=[
+            Message(role="user", content=first["content"][0]["text"]),
+            Message(
+                role="assistant",
+                content=answer["content"][1]["text"],
+                thinking=[ThinkingBlock(text=thought["thinking"], signature=thought["signature"])],
+            ),
+            Message(role="user", content=follow_up["content"][0]["text"]),
+        ]
+    )
+    async with model_on(
+        replay_transport([it]), model="claude-sonnet-4-5", thinking_budget=1024
+    ) as model:
+        assert model.request_body(request) == recorded
+
+
+async def test_inline_image_request() -> None:
+    it = load("anthropic", "test_image_url_input_force_download.yaml")[1]
+    recorded = it.request_body
+    source = recorded["messages"][0]["content"][1]["source"]
+    import base64
+
+    request = ModelRequest(
+        messages=[
+            Message(
+                role="user",
+                content="What is this vegetable?",
+                parts=[
+                    Part(
+                        kind="image",
+                        data=base64.b64decode(source["data"]),
+                        media_type="image/jpeg",
+                    )
+                ],
+            )
+        ]
+    )
+    async with model_on(replay_transport([it]), model="claude-haiku-4-5") as model:
+        assert model.request_body(request) == recorded
+
+
+async def test_prompted_output_puts_the_schema_in_the_system_prompt() -> None:
+    it = load("anthropic", "test_anthropic_prompted_output.yaml")[0]
+    recorded = it.request_body
+    schema = {
+        "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+        "required": ["city", "country"],
+        "title": "CityLocation",
+        "type": "object",
+    }
+    request = ModelRequest(
+        messages=[Message(role="user", content=recorded["messages"][0]["content"][0]["text"])],
+        tools=[ToolSpec("get_user_country", "", recorded["tools"][0]["input_schema"])],
+        output_schema=schema,
+    )
+    async with model_on(
+        replay_transport([it]), model="claude-sonnet-4-5", output_mode="prompted"
+    ) as model:
+        body = model.request_body(request)
+    # pydantic-ai appends a trailing blank line after the instructions; golem does not.
+    assert body["system"] == recorded["system"].rstrip("\n")
+    assert "output_config" not in body
+    assert {k: v for k, v in body.items() if k != "system"} == {
+        k: v for k, v in recorded.items() if k != "system"
+    }
+
+
+async def test_native_output_transforms_the_schema_like_the_recording() -> None:
+    """The recorded schema is what pydantic-ai sent for a Decimal field; golem gets the same."""
+    it = load("anthropic", "test_anthropic_native_output_decimal_strict.yaml")[0]
+    pattern = r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"
+    schema = {
+        "properties": {
+            "amount": {"anyOf": [{"type": "number"}, {"type": "string", "pattern": pattern}]}
+        },
+        "required": ["amount"],
+        "type": "object",
+    }
+    request = ModelRequest(
+        messages=[Message(role="user", content="Return exactly this payment amount: 12.34")],
+        output_schema=schema,
+    )
+    async with model_on(replay_transport([it]), model="claude-sonnet-4-5") as model:
+        assert model.request_body(request) == it.request_body
