@@ -1,0 +1,236 @@
+"""A full deferred-tools cycle through a local HTTP server that speaks the Gemini wire format."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from golem import Agent, dumps_history, loads_history
+from golem.deferred import Approval, DeferredResults
+from golem.messages import Message
+from golem.model import Delta, ModelRequest
+from golem.providers.gemini import GeminiModel
+from golem.tool import DeferKind, Deferred, call_approved
+
+SIGNATURE = "c2lnbmF0dXJlLW9mLXRoZS1jYWxs"  # base64, opaque to the client
+FINAL_TEXT = "Deleted /tmp/report.txt as approved."
+
+
+@dataclass
+class FakeGemini:
+    """Answers like generativelanguage.googleapis.com: a tool call first, then text."""
+
+    requests: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        last = body["contents"][-1]
+        answered = any("functionResponse" in p for p in last["parts"])
+        n = len(self.requests)
+        if answered:
+            parts: list[dict[str, Any]] = [{"text": FINAL_TEXT, "thoughtSignature": "dGV4dC1zaWc="}]
+            usage = {"promptTokenCount": 60, "candidatesTokenCount": 9, "totalTokenCount": 69}
+        else:
+            parts = [
+                {
+                    "functionCall": {"name": "delete_file", "args": {"path": "/tmp/report.txt"}},
+                    "thoughtSignature": SIGNATURE,
+                }
+            ]
+            usage = {
+                "promptTokenCount": 40,
+                "candidatesTokenCount": 12,
+                "thoughtsTokenCount": 30,
+                "totalTokenCount": 82,
+            }
+        return {
+            "candidates": [
+                {
+                    "content": {"role": "model", "parts": parts},
+                    "finishReason": "STOP",
+                    "index": 0,
+                    **({} if answered else {"finishMessage": "Model generated function call(s)."}),
+                }
+            ],
+            "usageMetadata": usage,
+            "modelVersion": "gemini-2.5-flash",
+            "responseId": f"resp{n}",
+        }
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, FakeGemini]]:
+    fake = FakeGemini()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers["content-length"]))
+            body = json.loads(raw)
+            with fake.lock:
+                answer = fake.answer(body)
+                fake.requests.append((self.path, dict(self.headers.items()), body))
+            if self.headers.get("x-goog-api-key") != "local-key":
+                self._send(401, "application/json", b'{"error": {"code": 401}}')
+            elif self.path.endswith(":streamGenerateContent?alt=sse"):
+                text = answer["candidates"][0]["content"]["parts"]
+                first = {**answer, "candidates": [{"content": {"role": "model", "parts": text}}]}
+                last = {
+                    **answer,
+                    "candidates": [
+                        {"content": {"role": "model", "parts": []}, "finishReason": "STOP"}
+                    ],
+                }
+                events = "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in (first, last))
+                self._send(200, "text/event-stream", events.encode())
+            elif self.path.endswith(":generateContent"):
+                self._send(200, "application/json; charset=UTF-8", json.dumps(answer).encode())
+            else:
+                self._send(404, "application/json", b'{"error": {"code": 404}}')
+
+        def _send(self, code: int, ctype: str, payload: bytes) -> None:
+            self.send_response(code)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_port}/v1beta", fake
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def _agent(base_url: str, executed: list[tuple[str, bool]]) -> tuple[Agent[Any, str], GeminiModel]:
+    async def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file to delete.
+        """
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, f"deleting {path} needs a human")
+        executed.append((path, call_approved()))
+        return f"deleted {path}"
+
+    model = GeminiModel("gemini-2.5-flash", api_key="local-key", base_url=base_url)
+    return Agent(model, instructions="You manage files.", tools=[delete_file]), model
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
+async def test_pause_on_gemini_then_resume_in_a_new_agent(
+    server: tuple[str, FakeGemini], streamed: bool
+) -> None:
+    base_url, fake = server
+    executed: list[tuple[str, bool]] = []
+    agent, model = _agent(base_url, executed)
+    if streamed:
+        deltas = []
+        async with agent.run_stream("Delete /tmp/report.txt") as stream:
+            async for item in stream:
+                if isinstance(item, Delta):
+                    deltas.append(item)
+        paused = stream.result
+        assert [tc.name for d in deltas for tc in d.tool_calls] == ["delete_file"]
+    else:
+        paused = await agent.run("Delete /tmp/report.txt")
+    await model.aclose()
+
+    assert paused.output is None
+    assert paused.pending is not None
+    [pending] = paused.pending.approvals
+    assert pending.tool_name == "delete_file"
+    assert pending.call_id == "gemini_resp0_0"  # synthesized: Gemini sent no ID
+    assert json.loads(pending.args) == {"path": "/tmp/report.txt"}
+    assert executed == []
+
+    saved = dumps_history(paused.messages)
+    assert SIGNATURE in saved  # the thought signature survives in the paused history
+    history = loads_history(saved)
+    assert GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+        ModelRequest(messages=history)
+    ) == GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+        ModelRequest(messages=paused.messages)
+    )
+
+    # a new process: a fresh agent and model, only the JSON history in hand
+    executed_later: list[tuple[str, bool]] = []
+    resumer, model2 = _agent(base_url, executed_later)
+    done = await resumer.run_with_deferred_results(
+        history, DeferredResults(approvals={pending.call_id: Approval(True)})
+    )
+    await model2.aclose()
+
+    assert executed_later == [("/tmp/report.txt", True)]
+    assert done.pending is None
+    assert done.output == FINAL_TEXT
+    assert done.finish_reason == "stop"
+
+    assert len(fake.requests) == 2
+    path, headers, body = fake.requests[1]
+    assert path == "/v1beta/models/gemini-2.5-flash:generateContent"  # resume never streams
+    assert headers["x-goog-api-key"] == "local-key"
+    assert body["systemInstruction"] == {"role": "user", "parts": [{"text": "You manage files."}]}
+    assert body["contents"] == [
+        {"role": "user", "parts": [{"text": "Delete /tmp/report.txt"}]},
+        {
+            "role": "model",
+            "parts": [
+                {
+                    "functionCall": {"name": "delete_file", "args": {"path": "/tmp/report.txt"}},
+                    "thoughtSignature": SIGNATURE,
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {
+                    "functionResponse": {
+                        "name": "delete_file",
+                        "response": {"output": "deleted /tmp/report.txt"},
+                    }
+                }
+            ],
+        },
+    ]
+    declared = body["tools"][0]["functionDeclarations"][0]
+    assert declared["name"] == "delete_file"
+    assert declared["parametersJsonSchema"]["properties"]["path"]["type"] == "string"
+    first_path = fake.requests[0][0]
+    assert first_path.endswith(":streamGenerateContent?alt=sse" if streamed else ":generateContent")
+    final = done.messages[-1]
+    assert final == Message(
+        role="assistant",
+        content=FINAL_TEXT,
+        thinking=final.thinking,
+        run_id=final.run_id,
+        conversation_id=paused.conversation_id,
+    )
+    assert [b.signature for b in final.thinking] == ["dGV4dC1zaWc="]
+
+
+async def test_wrong_key_against_the_local_server(server: tuple[str, FakeGemini]) -> None:
+    from golem.errors import AuthenticationError, RunError
+
+    base_url, fake = server
+    model = GeminiModel("gemini-2.5-flash", api_key="wrong", base_url=base_url)
+    agent: Agent[Any, str] = Agent(model, max_attempts=3)
+    with pytest.raises(RunError) as info:
+        await agent.run("hi")
+    await model.aclose()
+    assert isinstance(info.value.__cause__, AuthenticationError)
+    assert len(fake.requests) == 1  # not retryable: max_attempts=3 made one request
