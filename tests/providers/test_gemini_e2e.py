@@ -27,6 +27,8 @@ class FakeGemini:
     """Answers like generativelanguage.googleapis.com: a tool call first, then text."""
 
     requests: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    failures: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    """Error answers (status, JSON body) to give before the scripted ones."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +77,10 @@ def server() -> Iterator[tuple[str, FakeGemini]]:
             with fake.lock:
                 answer = fake.answer(body)
                 fake.requests.append((self.path, dict(self.headers.items()), body))
-            if self.headers.get("x-goog-api-key") != "local-key":
+            if fake.failures:
+                status, error = fake.failures.pop(0)
+                self._send(status, "application/json", json.dumps(error).encode())
+            elif self.headers.get("x-goog-api-key") != "local-key":
                 self._send(401, "application/json", b'{"error": {"code": 401}}')
             elif self.path.endswith(":streamGenerateContent?alt=sse"):
                 text = answer["candidates"][0]["content"]["parts"]
@@ -114,7 +119,9 @@ def server() -> Iterator[tuple[str, FakeGemini]]:
         thread.join()
 
 
-def _agent(base_url: str, executed: list[tuple[str, bool]]) -> tuple[Agent[Any, str], GeminiModel]:
+def _agent(
+    base_url: str, executed: list[tuple[str, bool]], **kw: Any
+) -> tuple[Agent[Any, str], GeminiModel]:
     async def delete_file(path: str) -> str:
         """Delete a file.
 
@@ -127,7 +134,7 @@ def _agent(base_url: str, executed: list[tuple[str, bool]]) -> tuple[Agent[Any, 
         return f"deleted {path}"
 
     model = GeminiModel("gemini-2.5-flash", api_key="local-key", base_url=base_url)
-    return Agent(model, instructions="You manage files.", tools=[delete_file]), model
+    return Agent(model, instructions="You manage files.", tools=[delete_file], **kw), model
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_stream"])
@@ -234,3 +241,21 @@ async def test_wrong_key_against_the_local_server(server: tuple[str, FakeGemini]
     await model.aclose()
     assert isinstance(info.value.__cause__, AuthenticationError)
     assert len(fake.requests) == 1  # not retryable: max_attempts=3 made one request
+
+
+async def test_rate_limit_then_success_is_retried_by_the_agent(
+    server: tuple[str, FakeGemini],
+) -> None:
+    base_url, fake = server
+    retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0s"}
+    fake.failures = [
+        (429, {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [retry_info]}}),
+        (503, {"error": {"code": 503, "status": "UNAVAILABLE", "message": "overloaded"}}),
+    ]
+    agent, model = _agent(base_url, [], max_attempts=3, retry_backoff=lambda attempt: 0.0)
+    result = await agent.run("Delete /tmp/report.txt")
+    await model.aclose()
+    assert result.requests == 3  # 429 (RetryInfo 0s), 503, then the answer
+    assert len(fake.requests) == 3
+    assert result.pending is not None
+    assert [c.tool_name for c in result.pending.approvals] == ["delete_file"]
