@@ -575,14 +575,20 @@ class Store(Protocol):
         transaction. The same decision again (same kind, reason and text, any identity)
         is a no-op that returns the existing record.
 
+        Checks, in this order: the run exists, the call exists, the decision fits the
+        call's kind, a repeat of the existing decision (returned as is), the call expired,
+        the run is still PENDING, the call is undecided, its deadline has not passed.
+
         Raises:
             RunNotFound: no such run.
             CallNotFound: the run has no such pending call.
             InvalidDecision: approve on an external call, or external on an approval call.
-            DecisionConflict: the call already has a different decision.
-            CallExpired: the call's deadline has passed (the expiry denial is recorded).
-            RunNotPending: the run is ready, running or finished (checked after the
-                idempotent-repeat case, so repeating a decision stays a no-op).
+            CallExpired: the call was denied "expired", or its deadline has passed (the
+                expiry denial is then recorded and committed before raising).
+            RunNotPending: the run is ready, running or finished and the decision differs
+                from the recorded one.
+            DecisionConflict: the call of a PENDING run already has a different decision.
+            ValueError: `decided_by` is empty or `now` is naive.
         """
         ...
 

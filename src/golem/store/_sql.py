@@ -432,14 +432,15 @@ class SQLStore(abc.ABC):
             run = await self._load_run(tx, run_id, lock=True)
             call = run.call(call_id)
             _check_fits(run_id, call, kind)
-            if call.decision is not None:
-                if decision.same_as(call.decision):
-                    return call.decision
-                if call.decision.decided_by == EXPIRY_ACTOR:
-                    raise CallExpired(run_id, call_id, call.decision)
-                raise DecisionConflict(run_id, call_id, call.decision)
+            existing = call.decision
+            if existing is not None and decision.same_as(existing):
+                return existing
+            if existing is not None and existing.decided_by == EXPIRY_ACTOR:
+                raise CallExpired(run_id, call_id, existing)
             if run.status is not RunStatus.PENDING:
                 raise RunNotPending(run_id, run.status)
+            if existing is not None:
+                raise DecisionConflict(run_id, call_id, existing)
             if call.deadline is not None and call.deadline <= at:
                 await self._expire_calls(tx, run, at)
                 expired = (await self._load_run(tx, run_id)).call(call_id).decision
