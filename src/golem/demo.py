@@ -1,0 +1,140 @@
+"""The demo agent behind `golem demo`: an on-call assistant on a scripted model, offline.
+
+The model is a `golem.testing.FunctionModel` (a scripted answer computed from the
+request, so any number of runs can share it, concurrently): for a prompt it checks the
+service's health and asks to restart it in one batch; the restart tool defers for
+approval; once resumed, it reports what the tools returned. A prompt that mentions a
+ticket makes it call `open_ticket`, which waits for an external result (the ticket ID).
+
+```python
+from golem.demo import registry          # {"ops": AgentEntry(...)}
+# golem serve --app golem.demo:registry
+```
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from golem._ids import new_id
+from golem.agent import Agent
+from golem.messages import Message, ToolCall
+from golem.model import ModelRequest
+from golem.testing import FunctionModel
+from golem.tool import DeferKind, Deferred, RunContext, call_approved
+from golem.worker import AgentEntry, AgentRegistry
+
+__all__ = [
+    "DEMO_PROMPT",
+    "SERVICES",
+    "build_agent",
+    "build_registry",
+    "check_health",
+    "open_ticket",
+    "registry",
+    "restart_service",
+]
+
+SERVICES = ("web", "api", "search", "billing", "worker")
+"""Service names the demo model recognizes in a prompt (default "web")."""
+
+DEMO_PROMPT = "The web frontend is throwing 502s. Please restart it."
+"""The prompt `golem demo` starts its first run with."""
+
+
+def _call_id() -> str:
+    return "call_" + new_id().replace("-", "")[-16:]
+
+
+def _service_in(text: str) -> str:
+    words = re.findall(r"[a-z0-9_-]+", text.lower())
+    return next((w for w in words if w in SERVICES), "web")
+
+
+def _demo_model(request: ModelRequest) -> Message | str:
+    """Answer like a careful on-call assistant would, from the conversation so far."""
+    messages = request.messages
+    last = messages[-1]
+    if last.role == "user":
+        service = _service_in(last.content)
+        if "ticket" in last.content.lower():
+            summary = f"{service}: {last.content.strip()[:120]}"
+            return Message(
+                role="assistant",
+                content="I'll file a ticket for this.",
+                tool_calls=[ToolCall(_call_id(), "open_ticket", json.dumps({"summary": summary}))],
+            )
+        return Message(
+            role="assistant",
+            content=f"Let me check {service} and restart it if it is unhealthy.",
+            tool_calls=[
+                ToolCall(_call_id(), "check_health", json.dumps({"service": service})),
+                ToolCall(
+                    _call_id(),
+                    "restart_service",
+                    json.dumps({"service": service, "reason": "failing health checks"}),
+                ),
+            ],
+        )
+    start = max(i for i, m in enumerate(messages) if m.role == "assistant")
+    results = [m for m in messages[start + 1 :] if m.role == "tool"]
+    lines = "\n".join(f"- {m.tool_name}: {m.content}" for m in results)
+    return f"Here is what happened:\n{lines}"
+
+
+async def check_health(service: str) -> str:
+    """Report the health of a service's instances.
+
+    Args:
+        service: The service name, e.g. "web".
+    """
+    return f"{service}: 3 of 4 instances fail their health check (HTTP 502)"
+
+
+async def restart_service(ctx: RunContext[None], service: str, reason: str) -> str:
+    """Restart every instance of a service. Needs a human's approval.
+
+    Args:
+        service: The service to restart.
+        reason: Why it should be restarted.
+    """
+    if not call_approved():
+        raise Deferred(
+            DeferKind.APPROVAL,
+            f"restarting {service} drops its in-flight requests ({reason})",
+        )
+    return f"restarted {service}: 4 of 4 instances healthy (idempotency key {ctx.call_id})"
+
+
+async def open_ticket(summary: str) -> str:
+    """File a ticket in the issue tracker; a human files it and pastes its ID.
+
+    Args:
+        summary: One line describing the problem.
+    """
+    raise Deferred(DeferKind.EXTERNAL, "file the ticket in the tracker and paste its ID here")
+
+
+def build_agent() -> Agent[None, str]:
+    """A new demo agent (its model keeps no state between runs)."""
+    return Agent(
+        FunctionModel(_demo_model),
+        instructions="You are an on-call assistant. Restarts need a human's approval.",
+        tools=[check_health, restart_service, open_ticket],
+        name="ops",
+    )
+
+
+def build_registry() -> AgentRegistry:
+    """The demo registry: one agent, "ops"."""
+    return {
+        "ops": AgentEntry(
+            build_agent(),
+            description="on-call assistant (scripted model): checks and restarts services",
+        )
+    }
+
+
+registry: AgentRegistry = build_registry()
+"""The demo registry, for `golem serve --app golem.demo:registry`."""

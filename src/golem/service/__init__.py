@@ -1,0 +1,28 @@
+"""The approval service: a JSON API, a web inbox and an event stream over a `golem.store`.
+
+Needs the `[server]` extra (Starlette, Jinja2, uvicorn): `pip install 'golem-agents[server]'`.
+
+```python
+from golem.service import AuthConfig, create_app
+
+app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True)
+```
+
+See `docs/guides/approvals-service.md`.
+"""
+
+from __future__ import annotations
+
+try:
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"golem.service needs the [server] extra ({exc.name} is missing): "
+        "pip install 'golem-agents[server]'"
+    ) from exc
+
+from golem.service.app import create_app
+from golem.service.auth import Approver, AuthConfig, Credential
+
+__all__ = ["Approver", "AuthConfig", "Credential", "create_app"]

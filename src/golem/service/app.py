@@ -1,0 +1,305 @@
+"""`create_app`: the approval service as one Starlette ASGI app, with its route table.
+
+```python
+from golem.service import AuthConfig, create_app
+
+app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True)
+# uvicorn module:app
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from golem import __version__
+from golem.service import api, inbox
+from golem.service.auth import AuthConfig
+from golem.service.openapi import openapi_document
+from golem.store import Store, open_store
+from golem.worker import AgentRegistry, Worker
+
+__all__ = ["ROUTES", "create_app"]
+
+log = logging.getLogger("golem.service")
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+
+async def _openapi(request: Request) -> Response:
+    """The OpenAPI 3.1 document."""
+    return JSONResponse(openapi_document(__version__))
+
+
+ROUTES: list[BaseRoute] = [
+    # JSON API (bearer tokens; /api/events also takes a stream token or the session)
+    Route("/api/health", api.health, methods=["GET"]),
+    Route("/api/openapi.json", _openapi, methods=["GET"]),
+    Route("/api/agents", api.agents, methods=["GET"]),
+    Route("/api/runs", api.list_runs, methods=["GET"]),
+    Route("/api/runs", api.start, methods=["POST"]),
+    Route("/api/calls", api.list_calls, methods=["GET"]),
+    Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
+    Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decide, methods=["POST"]),
+    Route("/api/events", inbox.events, methods=["GET"]),
+    Route("/api/stream-token", api.stream_token, methods=["POST"]),
+    # Web inbox (session cookie + CSRF token)
+    Route("/", inbox.inbox_page, methods=["GET"]),
+    Route("/login", inbox.login_page, methods=["GET"]),
+    Route("/login", inbox.login, methods=["POST"]),
+    Route("/logout", inbox.logout, methods=["POST"]),
+    Route("/runs", inbox.runs_page, methods=["GET"]),
+    Route("/runs", inbox.start_form, methods=["POST"]),
+    Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
+    Route("/runs/{run_id}/calls/{call_id}/decision", inbox.decide_form, methods=["POST"]),
+    Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
+]
+"""Every route of the service, in one list (the OpenAPI document describes each)."""
+
+
+# --------------------------------------------------------------------------- middleware
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return api.ApiError(
+        413, "payload_too_large", f"the request body exceeds {limit} bytes"
+    ).response()
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413 before any handler runs.
+
+    The body is read here (up to the limit) and replayed to the app, so a handler never
+    sees a partial body and nothing changes when the limit is crossed.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.limit:
+                    await _too_large(self.limit)(scope, receive, send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await _too_large(self.limit)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class SecurityHeaders:
+    """Add a strict Content-Security-Policy and friends to every response."""
+
+    HEADERS: tuple[tuple[bytes, bytes], ...] = (
+        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        (b"referrer-policy", b"no-referrer"),
+        (b"x-frame-options", b"DENY"),
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or request.url.path == "/api"
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, api.ApiError):  # pragma: no cover - registered for ApiError
+        raise exc
+    if _is_api(request):
+        return exc.response()
+    return inbox.render_error(request, exc.status, _HEADINGS.get(exc.status, "Error"), exc.message)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
+        raise exc
+    if _is_api(request):
+        return api.not_found(request, exc).response()
+    heading = _HEADINGS.get(exc.status_code, "Error")
+    message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
+    return inbox.render_error(request, exc.status_code, heading, message)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return api.ApiError(500, "internal_error", "the service failed; see its log").response()
+
+
+_HEADINGS = {
+    400: "Bad request",
+    401: "Sign in again",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Already decided or no longer pending",
+    413: "Too large",
+    415: "Unsupported form",
+    422: "Invalid input",
+    503: "Starting",
+}
+
+ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def create_app(
+    registry: AgentRegistry,
+    store: Store | str,
+    *,
+    auth: AuthConfig,
+    run_worker: bool = False,
+    worker_poll_interval: float = 0.5,
+    worker_id: str | None = None,
+    lease_seconds: float = 60.0,
+    max_body_bytes: int = 256 * 1024,
+    stream_poll_interval: float = 0.5,
+    stream_heartbeat: float = 15.0,
+    default_expires_in: float | None = None,
+) -> Starlette:
+    """Build the approval service: JSON API under `/api`, web inbox at `/`.
+
+    Args:
+        registry: agent name → `AgentEntry` (the agents runs are started and resumed with).
+        store: an open `Store` (the caller closes it), or a store URL that the app opens
+            on startup and closes on shutdown (`open_store`), so it lives on the server's
+            event loop.
+        auth: the approvers and their tokens (`AuthConfig.from_env()`).
+        run_worker: also run a `Worker` in-process for the app's lifetime (`golem serve`).
+        worker_poll_interval: seconds between the in-process worker's polls.
+        worker_id: the in-process worker's identity (default: host, pid and a random part).
+        lease_seconds: the in-process worker's lease length.
+        max_body_bytes: larger request bodies get 413.
+        stream_poll_interval: how often `/api/events` polls the audit log.
+        stream_heartbeat: seconds between keep-alive comments on an idle event stream.
+        default_expires_in: seconds until the calls of a started run expire (None: never),
+            unless the request says otherwise.
+
+    Raises:
+        ValueError: a non-positive interval, lease or body limit.
+    """
+    for name, value in (
+        ("worker_poll_interval", worker_poll_interval),
+        ("lease_seconds", lease_seconds),
+        ("max_body_bytes", max_body_bytes),
+        ("stream_poll_interval", stream_poll_interval),
+        ("stream_heartbeat", stream_heartbeat),
+    ):
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+    if default_expires_in is not None and default_expires_in <= 0:
+        raise ValueError(f"default_expires_in must be positive, got {default_expires_in!r}")
+    state = api.ServiceState(
+        registry=registry,
+        store=None if isinstance(store, str) else store,
+        auth=auth,
+        max_body_bytes=max_body_bytes,
+        stream_poll_interval=stream_poll_interval,
+        stream_heartbeat=stream_heartbeat,
+        default_expires_in=default_expires_in,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        opened = await open_store(store) if isinstance(store, str) else None
+        if opened is not None:
+            state.store = opened
+        stop = asyncio.Event()
+        task: asyncio.Task[None] | None = None
+        if run_worker:
+            assert state.store is not None
+            worker = Worker(state.store, registry, worker_id, lease_seconds)
+            task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
+            log.info("in-process worker %s started", worker.worker_id)
+        try:
+            yield
+        finally:
+            stop.set()
+            if task is not None:
+                await task  # finishes the resume in progress, then stops
+            if opened is not None:
+                state.store = None
+                await opened.close()
+
+    handlers: dict[Any, ExceptionHandler] = {
+        api.ApiError: _api_error,
+        HTTPException: _http_error,
+        Exception: _server_error,
+    }
+    app = Starlette(
+        routes=list(ROUTES),
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(BodyLimit, limit=max_body_bytes),
+        ],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+    app.state.golem = state
+    return app

@@ -1,0 +1,310 @@
+"""Who may use the approval service: bearer tokens mapped to approver identities.
+
+Configuration is never hard-coded. `AuthConfig(tokens={token: Approver(...)})` in code,
+or `AuthConfig.from_env()`, which reads:
+
+- `GOLEM_APPROVERS`: a JSON object mapping each token to an approver, for example
+  `{"s3cr3t": {"identity": "alice", "agents": ["ops"], "tools": null, "can_start": true}}`;
+  a key may also be `"sha256:<hex digest of the token>"` so the file holds no usable secret;
+- `GOLEM_APPROVERS_FILE`: the path of a file with that JSON (used when `GOLEM_APPROVERS`
+  is unset);
+- `GOLEM_SESSION_SECRET`: the key that signs browser sessions and stream tokens. Set the
+  same value on every replica behind one load balancer; without it each process picks a
+  random key and its sessions end when it restarts.
+
+Three ways to present a credential, each accepted only where it is needed:
+
+- `Authorization: Bearer <token>` on every `/api` route (the only way to change anything
+  through the JSON API);
+- the inbox session cookie, set by `POST /login` after the user typed a token: HttpOnly,
+  `SameSite=Strict`, signed, holding the token's SHA-256 (never the token) and an expiry;
+  the inbox forms also carry a CSRF token derived from the session;
+- a stream token for `GET /api/events?stream_token=...`, because the browser's
+  `EventSource` cannot send headers: `POST /api/stream-token` (bearer) returns one that is
+  signed, names the approver, expires after a few minutes and is accepted by no other route.
+
+Tokens are compared by their SHA-256 digests; removing a token from the configuration
+revokes the sessions and stream tokens made from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Approver",
+    "AuthConfig",
+    "Credential",
+    "token_digest",
+]
+
+_SESSION = "session"
+_STREAM = "stream"
+_CSRF = "csrf"
+
+
+def token_digest(token: str) -> str:
+    """Return the hex SHA-256 of `token`, the form under which tokens are looked up."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Approver:
+    """An identity that may use the service, and what it may touch."""
+
+    identity: str
+    """Name recorded as `decided_by` / `started_by` (for example an e-mail address)."""
+    agents: frozenset[str] | None = None
+    """Agents whose runs this approver may see, start and decide; `None` means all."""
+    tools: frozenset[str] | None = None
+    """Tools whose calls this approver may decide; `None` means all."""
+    can_start: bool = True
+    """Whether this approver may start runs (of the agents it may see)."""
+
+    def __post_init__(self) -> None:
+        if not self.identity or not self.identity.strip():
+            raise ValueError("an approver needs a non-empty identity")
+        # Accept any iterable of names (a list from JSON, a set in code) and freeze it.
+        if self.agents is not None and not isinstance(self.agents, frozenset):
+            object.__setattr__(self, "agents", frozenset(self.agents))
+        if self.tools is not None and not isinstance(self.tools, frozenset):
+            object.__setattr__(self, "tools", frozenset(self.tools))
+
+    def may_see(self, agent: str) -> bool:
+        """Whether runs of `agent` are visible to this approver."""
+        return self.agents is None or agent in self.agents
+
+    def may_decide(self, agent: str, tool: str) -> bool:
+        """Whether this approver may decide a call of `tool` in a run of `agent`."""
+        return self.may_see(agent) and (self.tools is None or tool in self.tools)
+
+    def may_start(self, agent: str) -> bool:
+        """Whether this approver may start a run of `agent`."""
+        return self.can_start and self.may_see(agent)
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """An authenticated request: the approver and the digest of the token it used."""
+
+    approver: Approver
+    """Who is asking."""
+    digest: str
+    """SHA-256 hex of the bearer token (the key of the approver in `AuthConfig`)."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _approver_from_obj(key: str, obj: Any) -> Approver:
+    if isinstance(obj, str):
+        return Approver(identity=obj)
+    if not isinstance(obj, dict):
+        raise ValueError(f"approver for token {key[:12]}…: want an object or a string, got {obj!r}")
+    unknown = set(obj) - {"identity", "agents", "tools", "can_start"}
+    if unknown:
+        raise ValueError(f"approver {obj.get('identity')!r}: unknown keys {sorted(unknown)}")
+    identity = obj.get("identity")
+    if not isinstance(identity, str):
+        raise ValueError(f"approver for token {key[:12]}…: 'identity' must be a string")
+    agents, tools = obj.get("agents"), obj.get("tools")
+    for name, value in (("agents", agents), ("tools", tools)):
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise ValueError(f"approver {identity!r}: {name!r} must be a list of names or null")
+    can_start = obj.get("can_start", True)
+    if not isinstance(can_start, bool):
+        raise ValueError(f"approver {identity!r}: 'can_start' must be true or false")
+    return Approver(
+        identity=identity,
+        agents=None if agents is None else frozenset(agents),
+        tools=None if tools is None else frozenset(tools),
+        can_start=can_start,
+    )
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Bearer tokens and the approvers they stand for.
+
+    Args:
+        tokens: token → approver. A key of the form `"sha256:<hex>"` is the digest of
+            the token instead of the token itself.
+        secret: key for signing sessions and stream tokens; random when omitted.
+        session_seconds: lifetime of an inbox session cookie.
+        stream_token_seconds: lifetime of a stream token (checked when a stream opens).
+
+    Raises:
+        ValueError: no tokens, a malformed digest key, or a non-positive lifetime.
+    """
+
+    tokens: Mapping[str, Approver]
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    session_seconds: float = 12 * 3600
+    stream_token_seconds: float = 300
+    _by_digest: dict[str, Approver] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise ValueError("AuthConfig needs at least one token")
+        if not self.secret:
+            raise ValueError("AuthConfig.secret must not be empty")
+        if self.session_seconds <= 0 or self.stream_token_seconds <= 0:
+            raise ValueError("session and stream token lifetimes must be positive")
+        by_digest: dict[str, Approver] = {}
+        for key, approver in self.tokens.items():
+            if not isinstance(approver, Approver):
+                raise ValueError(f"token {key[:12]}…: want an Approver, got {approver!r}")
+            if key.startswith("sha256:"):
+                digest = key.removeprefix("sha256:").lower()
+                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                    raise ValueError(f"{key[:20]}…: want sha256: followed by 64 hex digits")
+            elif not key:
+                raise ValueError("a token must not be empty")
+            else:
+                digest = token_digest(key)
+            by_digest[digest] = approver
+        object.__setattr__(self, "_by_digest", by_digest)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_json(cls, text: str, *, secret: bytes | None = None) -> AuthConfig:
+        """Build a config from the `GOLEM_APPROVERS` JSON form (see the module docstring).
+
+        Raises:
+            ValueError: the text is not a JSON object of token → approver.
+        """
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"approvers: not valid JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError("approvers: want a JSON object mapping token to approver")
+        tokens = {str(k): _approver_from_obj(str(k), v) for k, v in obj.items()}
+        if secret is None:
+            return cls(tokens=tokens)
+        return cls(tokens=tokens, secret=secret)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthConfig:
+        """Build a config from `GOLEM_APPROVERS`, `GOLEM_APPROVERS_FILE`, `GOLEM_SESSION_SECRET`.
+
+        Raises:
+            ValueError: neither variable is set, or its content is malformed.
+        """
+        env = os.environ if environ is None else environ
+        secret_text = env.get("GOLEM_SESSION_SECRET", "")
+        secret = secret_text.encode("utf-8") if secret_text else None
+        if env.get("GOLEM_APPROVERS"):
+            return cls.from_json(env["GOLEM_APPROVERS"], secret=secret)
+        path = env.get("GOLEM_APPROVERS_FILE", "")
+        if path:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"GOLEM_APPROVERS_FILE={path}: {exc.strerror}") from None
+            return cls.from_json(text, secret=secret)
+        raise ValueError(
+            "no approvers configured: set GOLEM_APPROVERS to a JSON object "
+            '(e.g. {"<token>": {"identity": "alice"}}) or GOLEM_APPROVERS_FILE to a file with it'
+        )
+
+    # ------------------------------------------------------------------ lookups
+
+    @property
+    def approvers(self) -> Iterable[Approver]:
+        """Every configured approver."""
+        return self._by_digest.values()
+
+    def authenticate(self, token: str) -> Credential | None:
+        """Return the credential for a bearer token, or `None` when it is unknown."""
+        if not token:
+            return None
+        digest = token_digest(token)
+        approver = self._by_digest.get(digest)
+        return None if approver is None else Credential(approver, digest)
+
+    def from_authorization(self, header: str | None) -> Credential | None:
+        """Authenticate an `Authorization: Bearer <token>` header value."""
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return self.authenticate(token.strip())
+
+    # ------------------------------------------------------------------ signed values
+
+    def _sign(self, purpose: str, payload: dict[str, Any]) -> str:
+        body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+        mac = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
+        return f"{body}.{_b64(mac)}"
+
+    def _verify(self, purpose: str, value: str, now: float | None) -> Credential | None:
+        body, _, mac = value.partition(".")
+        if not body or not mac:
+            return None
+        expected = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
+        try:
+            if not hmac.compare_digest(_unb64(mac), expected):
+                return None
+            payload = json.loads(_unb64(body))
+        except (ValueError, TypeError):
+            return None
+        if not isinstance(payload, dict):
+            return None
+        exp, digest = payload.get("exp"), payload.get("sub")
+        if not isinstance(exp, int | float) or not isinstance(digest, str):
+            return None
+        if (time.time() if now is None else now) >= exp:
+            return None
+        approver = self._by_digest.get(digest)
+        return None if approver is None else Credential(approver, digest)
+
+    def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
+        """Return a signed inbox session value for `credential`."""
+        exp = (time.time() if now is None else now) + self.session_seconds
+        return self._sign(_SESSION, {"sub": credential.digest, "exp": exp})
+
+    def verify_session(self, value: str | None, *, now: float | None = None) -> Credential | None:
+        """Return the credential of a valid, unexpired session value, else `None`."""
+        return self._verify(_SESSION, value, now) if value else None
+
+    def issue_stream_token(
+        self, credential: Credential, *, now: float | None = None
+    ) -> tuple[str, float]:
+        """Return a signed stream token for `credential` and its expiry (Unix seconds)."""
+        exp = (time.time() if now is None else now) + self.stream_token_seconds
+        return self._sign(_STREAM, {"sub": credential.digest, "exp": exp}), exp
+
+    def verify_stream_token(
+        self, value: str | None, *, now: float | None = None
+    ) -> Credential | None:
+        """Return the credential of a valid, unexpired stream token, else `None`."""
+        return self._verify(_STREAM, value, now) if value else None
+
+    def csrf_token(self, session: str) -> str:
+        """Return the CSRF token the inbox forms must carry for `session`."""
+        mac = hmac.new(self.secret, f"{_CSRF}.{session}".encode(), hashlib.sha256).digest()
+        return _b64(mac)
+
+    def check_csrf(self, session: str, token: str) -> bool:
+        """Whether `token` is the CSRF token of `session`."""
+        return bool(token) and hmac.compare_digest(self.csrf_token(session), token)
