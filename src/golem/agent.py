@@ -17,14 +17,14 @@ from golem._loop import RunState, run_loop
 from golem.deferred import DeferredResults
 from golem.errors import Overloaded, RateLimited
 from golem.events import EventHandler, RunEvent
-from golem.history import repair, validate_history
+from golem.history import normalize_history, validate_history
 from golem.messages import Message, Part, loads_history
 from golem.model import Delta, Model, ToolSpec
 from golem.result import Result
 from golem.tool import ModelRetry, RunContext, Tool
 from golem.usage import Price, Usage, UsageLimits
 
-__all__ = ["Agent", "RunStream"]
+__all__ = ["Agent", "RunStream", "default_backoff"]
 
 DepsT = TypeVar("DepsT")
 OutputT = TypeVar("OutputT")
@@ -261,7 +261,7 @@ class Agent(Generic[DepsT, OutputT]):
         text = await self._instructions(RunContext(state.deps, state.run_id, state.conversation_id))
         if text:
             state.messages.append(Message(role="system", content=text))
-        repaired, _ = repair(body)
+        repaired, _ = normalize_history(body)
         state.messages.extend(repaired)
 
     async def run(

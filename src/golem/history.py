@@ -82,8 +82,15 @@ def _args_truncated(args: str) -> bool:
     return False
 
 
-def repair(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
-    """The pairing repair used by every run; see `normalize_history`."""
+def normalize_history(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
+    """Pair every tool call with exactly one result.
+
+    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`)
+    right after the assistant message that requested it; orphan, early, duplicate
+    and ID-less results are dropped; calls whose args are not a JSON object are
+    reported as truncated (their args stay verbatim). Deterministic and idempotent;
+    returns a new list and never mutates the input. Every run applies it.
+    """
     truncated: list[str] = []
     dropped: list[str] = []
     open_calls: dict[str, int] = {}  # call id -> index of its assistant message in history
@@ -127,18 +134,6 @@ def repair(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
             )
             synthesized.append(call_id)
     return out, HistoryRepair(synthesized=synthesized, dropped=dropped, truncated=truncated)
-
-
-def normalize_history(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
-    """Pair every tool call with exactly one result.
-
-    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`)
-    right after the assistant message that requested it; orphan, early, duplicate
-    and ID-less results are dropped; calls whose args are not a JSON object are
-    reported as truncated (their args stay verbatim). Deterministic and idempotent;
-    returns a new list and never mutates the input.
-    """
-    return repair(history)
 
 
 def validate_history(history: Sequence[Message]) -> None:
@@ -215,5 +210,5 @@ def sanitize_history(history: Sequence[Message]) -> tuple[list[Message], Sanitiz
         if m.role == "user" and not m.content and not m.parts:
             continue
         kept.append(m)
-    repaired, report = repair(kept)
+    repaired, report = normalize_history(kept)
     return repaired, SanitizeReport(system_prompts=systems, unsafe_parts=unsafe, repair=report)

@@ -47,6 +47,8 @@ __all__ = [
     "ToolResult",
     "approved_call",
     "call_approved",
+    "find_signal",
+    "to_tool_result",
 ]
 
 DepsT = TypeVar("DepsT")
