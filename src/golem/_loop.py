@@ -119,6 +119,8 @@ async def run_loop(agent: Agent[Any, Any], state: RunState, *, stream: bool = Fa
 
 async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result[Any]:
     rounds = 0
+    if state.tool_calls:  # a resume's approved re-runs may already have crossed a bound
+        _check_usage(agent, state)
     while True:
         for turn in range(agent.max_iterations):
             response = await _model_turn(agent, state, turn, stream)

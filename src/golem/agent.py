@@ -199,7 +199,7 @@ class Agent(Generic[DepsT, OutputT]):
         if self._adapter is None:
             return text
         try:
-            return self._adapter.validate_json(text)
+            return self._adapter.validate_json(_unfence(text))
         except pydantic.ValidationError as exc:
             retry = ModelRetry(_describe_output_error(exc))
             retry.__cause__ = exc
@@ -547,6 +547,14 @@ def _stamp(m: Message, state: RunState) -> Message:
         run_id=state.run_id,
         conversation_id=state.conversation_id,
     )
+
+
+def _unfence(text: str) -> str:
+    """The JSON inside a Markdown code fence (```json ... ```), or the text unchanged."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
+        return stripped[stripped.index("\n") + 1 : -3]
+    return text
 
 
 def _describe_output_error(exc: pydantic.ValidationError) -> str:
