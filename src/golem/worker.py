@@ -170,8 +170,8 @@ def new_run_from_result(
 ) -> NewRun:
     """Describe a `Result` as a `NewRun` to save (with its pending calls when it paused).
 
-    The run ID and conversation ID are the result's; approval calls come first, then
-    external ones, each in the model's emission order.
+    The run ID and conversation ID are the result's; the pending calls keep the model's
+    emission order across both kinds.
     """
     calls: list[NewCall] = []
     pending = result.pending
@@ -190,6 +190,10 @@ def new_run_from_result(
                 )
                 for p in group
             )
+        order = {
+            tc.id: i for i, tc in enumerate(tc for m in result.messages for tc in m.tool_calls)
+        }
+        calls.sort(key=lambda c: order.get(c.call_id, len(order)))
     return NewRun(
         id=result.run_id,
         agent=agent_name,
