@@ -538,3 +538,38 @@ def test_history_from_other_providers_is_sendable() -> None:
     assert [b["tool_use_id"] for b in body["messages"][2]["content"]] == [
         b["id"] for b in assistant
     ]
+
+
+def test_gemini_shaped_history_sends_no_thinking() -> None:
+    """Gemini stores thought signatures on tool calls and as signature-only blocks."""
+    history = [
+        Message(role="user", content="hi"),
+        Message(role="assistant", content="Hello!", thinking=[ThinkingBlock(signature="Q2lR")]),
+        Message(role="user", content="look it up"),
+        Message(
+            role="assistant",
+            thinking=[ThinkingBlock(text="A summary of Gemini's thoughts.")],
+            tool_calls=[ToolCall("fc_1", "lookup", "{}", signature="Q2lRQk")],
+        ),
+        Message(role="tool", tool_call_id="fc_1", tool_name="lookup", content="found"),
+    ]
+    body = _body(history)
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Hello!"}],
+    }
+    assert [b["type"] for b in body["messages"][3]["content"]] == ["tool_use"]
+
+
+def test_signature_only_thinking_is_kept_beside_an_anthropic_tool_call() -> None:
+    omitted = ThinkingBlock(signature="EsEC")  # display "omitted": no text, still signed
+    history = [
+        Message(role="user", content="hi"),
+        Message(role="assistant", thinking=[omitted], tool_calls=[ToolCall("toolu_1", "f", "{}")]),
+        Message(role="tool", tool_call_id="toolu_1", tool_name="f", content="ok"),
+    ]
+    assert _body(history)["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "",
+        "signature": "EsEC",
+    }

@@ -211,14 +211,28 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
+def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
+    """The thinking blocks of `m` that Anthropic signed, as far as the message tells.
+
+    Unsigned reasoning (OpenAI-compatible servers) cannot be replayed. A message whose
+    tool calls carry signatures came from Gemini: its signatures would be rejected. A
+    signature-only block (no text) is kept only beside an Anthropic tool call
+    (`toolu_…`), where the API requires it; elsewhere it may be a Gemini signature, and
+    thinking from earlier turns is optional for the API.
+    """
+    if not m.thinking or any(c.signature for c in m.tool_calls):
+        return []
+    anthropic_calls = any(c.id.startswith("toolu_") for c in m.tool_calls)
+    return [t for t in m.thinking if t.redacted or (t.signature and (t.text or anthropic_calls))]
+
+
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    for t in m.thinking:
+    for t in _replayable_thinking(m):
         if t.redacted:
             blocks.append({"type": "redacted_thinking", "data": t.redacted})
-        elif t.signature:
+        else:
             blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
-        # Unsigned reasoning (another provider's) cannot be replayed as thinking: dropped.
     if m.content:
         blocks.append({"type": "text", "text": m.content})
     for call in m.tool_calls:
