@@ -1,0 +1,361 @@
+"""Worker end to end on SQLite with `ScriptedModel`: start → decide → claim → resume → outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem import Agent, Message, RunContext, ToolCall
+from golem.errors import StoreError
+from golem.store import (
+    EXPIRY_ACTOR,
+    AuditAction,
+    CallKind,
+    Decision,
+    RunStatus,
+    Store,
+    utc_now,
+)
+from golem.store.sqlite import SQLiteStore
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, SweepReport, Worker, load_registry, start_run
+
+
+class App:
+    """A scripted agent with a gated `delete_file` and an external `lookup`."""
+
+    def __init__(self, *script: Any, deps_factory: Any = None) -> None:
+        self.model = ScriptedModel(*script)
+        self.executed: list[tuple[str, str, Any]] = []
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+
+        async def delete_file(ctx: RunContext[Any], path: str) -> str:
+            """Delete a file."""
+            if not call_approved():
+                raise Deferred(DeferKind.APPROVAL, f"deletes {path}")
+            self.executed.append((ctx.call_id, path, ctx.deps))
+            self.started.set()
+            if self.gate is not None:
+                await self.gate.wait()
+            if path == "/boom":
+                raise RuntimeError("disk on fire")
+            return f"deleted {path}"
+
+        def lookup(q: str) -> str:
+            """Look something up (answered by another service)."""
+            raise Deferred(DeferKind.EXTERNAL, f"job:{q}")
+
+        self.agent: Agent[Any, str] = Agent(self.model, tools=[delete_file, lookup])
+        self.registry = {"ops": AgentEntry(self.agent, deps_factory=deps_factory)}
+
+
+async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds instead of hanging."""
+    async with asyncio.timeout(timeout):
+        while not await condition():  # noqa: ASYNC110 - the state lives in the database
+            await asyncio.sleep(0.02)
+
+
+def calls(*specs: tuple[str, str, str]) -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall(i, n, a) for i, n, a in specs])
+
+
+DEL = ("c1", "delete_file", '{"path": "/tmp/a"}')
+LOOK = ("c2", "lookup", '{"q":  "weather"}')
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await SQLiteStore.open(tmp_path / "golem.db")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def test_pause_is_saved_then_approved_call_runs_once_and_run_completes(
+    store: Store,
+) -> None:
+    app = App(calls(DEL, LOOK), "All done.")
+    run = await start_run(
+        store,
+        app.registry,
+        "ops",
+        "clean up",
+        deps_ref={"tenant": "acme"},
+        started_by="alice",
+        expires_in=60,
+    )
+    assert run.status is RunStatus.PENDING
+    assert [(c.call_id, c.kind, c.tool_name, c.args, c.reason) for c in run.calls] == [
+        ("c1", CallKind.APPROVAL, "delete_file", '{"path": "/tmp/a"}', "deletes /tmp/a"),
+        ("c2", CallKind.EXTERNAL, "lookup", '{"q":  "weather"}', "job:weather"),
+    ]
+    assert run.deps_ref == {"tenant": "acme"}
+    assert run.started_by == "alice"
+    assert run.expires_at is not None
+    assert timedelta(seconds=50) < run.expires_at - run.created_at <= timedelta(seconds=61)
+    assert app.executed == [], "the pausing pass executes nothing"
+
+    worker = Worker(store, app.registry, "w1", lease_seconds=5)
+    assert await worker.run_once() is False, "nothing is ready yet"
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    await store.decide(run.id, "c2", Decision.external("sunny"), decided_by="svc")
+    assert await worker.run_once() is True
+    assert await worker.run_once() is False
+
+    done = await store.get_run(run.id)
+    assert done.status is RunStatus.COMPLETED
+    assert done.outcome is not None
+    assert done.outcome.output == "All done."
+    assert app.executed == [("c1", "/tmp/a", {"tenant": "acme"})], "ctx.call_id is the call ID"
+    tool_results = [
+        (m.tool_call_id, m.content) for m in app.model.requests[-1].messages if m.role == "tool"
+    ]
+    assert tool_results == [("c1", "deleted /tmp/a"), ("c2", "sunny")]
+    assert '"All done."' in done.conversation
+    assert [e.action for e in await store.audit(run.id)] == [
+        AuditAction.CREATED,
+        AuditAction.DECIDED,
+        AuditAction.DECIDED,
+        AuditAction.READY,
+        AuditAction.CLAIMED,
+        AuditAction.COMPLETED,
+    ]
+
+
+async def test_a_denied_call_is_not_executed_and_the_model_is_told(store: Store) -> None:
+    app = App(calls(DEL), "Understood, skipped.")
+    run = await start_run(store, app.registry, "ops", "clean up", started_by="alice")
+    await store.decide(run.id, "c1", Decision.deny("not today"), decided_by="bob")
+    assert await Worker(store, app.registry).run_once()
+    assert app.executed == []
+    denial = [m.content for m in app.model.requests[-1].messages if m.role == "tool"]
+    assert denial == [
+        "Your tool call was denied: not today. Do not call it again; continue without its result."
+    ]
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+
+
+async def test_a_resume_that_pauses_again_saves_a_linked_pending_run(store: Store) -> None:
+    app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Both gone.")
+    first = await start_run(
+        store, app.registry, "ops", "clean", deps_ref={"n": 1}, started_by="alice", expires_in=600
+    )
+    await store.decide(first.id, "c1", Decision.approve(), decided_by="bob")
+    worker = Worker(store, app.registry, "w1")
+    assert await worker.run_once()
+    paused = await store.get_run(first.id)
+    assert paused.status is RunStatus.PAUSED
+    assert paused.child_run_id is not None
+    child = await store.get_run(paused.child_run_id)
+    assert child.status is RunStatus.PENDING
+    assert child.parent_run_id == first.id
+    assert child.conversation_id == first.conversation_id
+    assert child.deps_ref == {"n": 1}
+    assert child.started_by == "worker:w1"
+    assert [c.call_id for c in child.calls] == ["c3"]
+    assert child.calls[0].deadline is not None, "the child gets as long as its parent had"
+    await store.decide(child.id, "c3", Decision.approve(), decided_by="bob")
+    assert await worker.run_once()
+    assert (await store.get_run(child.id)).status is RunStatus.COMPLETED
+    assert [c for c, _, _ in app.executed] == ["c1", "c3"]
+    convo = await store.list_runs(conversation_id=first.conversation_id)
+    assert [r.id for r in convo] == [child.id, first.id]
+
+
+async def test_a_failing_approved_rerun_fails_the_run_with_its_error(store: Store) -> None:
+    app = App(calls(("c1", "delete_file", '{"path": "/boom"}')))
+    run = await start_run(store, app.registry, "ops", "burn", started_by="alice")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    assert await Worker(store, app.registry).run_once()
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "disk on fire" in failed.outcome.error
+    assert "RunError" in failed.outcome.error
+    assert len(app.executed) == 1
+
+
+async def test_start_run_saves_a_final_answer_or_an_error(store: Store) -> None:
+    app = App("Nothing to do.", RuntimeError("model exploded"))
+    done = await start_run(store, app.registry, "ops", "hi", started_by="alice")
+    assert done.status is RunStatus.COMPLETED
+    assert done.outcome is not None
+    assert done.outcome.output == "Nothing to do."
+    assert '"Nothing to do."' in done.conversation
+    failed = await start_run(store, app.registry, "ops", "hi again", started_by="alice")
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "model exploded" in failed.outcome.error
+    with pytest.raises(KeyError, match='agent "nope" is not in the registry'):
+        await start_run(store, app.registry, "nope", "hi", started_by="alice")
+    with pytest.raises(ValueError, match="expires_in"):
+        await start_run(store, app.registry, "ops", "hi", started_by="a", expires_in=0)
+
+
+async def test_deps_factory_rebuilds_deps_and_may_be_async(store: Store) -> None:
+    async def factory(ref: Any) -> dict[str, Any]:
+        return {"built_from": ref}
+
+    app = App(calls(DEL), "ok", deps_factory=factory)
+    run = await start_run(store, app.registry, "ops", "x", deps_ref=[1, 2], started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    assert await Worker(store, app.registry).run_once()
+    assert app.executed == [("c1", "/tmp/a", {"built_from": [1, 2]})]
+
+
+async def test_a_run_of_an_unregistered_agent_fails_instead_of_hanging(store: Store) -> None:
+    app = App(calls(DEL))
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    assert await Worker(store, {}).run_once()
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert 'agent "ops" is not in the registry' in failed.outcome.error
+    assert app.executed == []
+
+
+async def test_the_worker_sweeps_expired_calls_and_resumes_with_the_denial(store: Store) -> None:
+    app = App(calls(DEL), "Too late then.")
+    run = await start_run(store, app.registry, "ops", "x", started_by="a", expires_in=0.01)
+    worker = Worker(store, app.registry, sweep_interval=0)
+    report = await worker.sweep(now=utc_now() + timedelta(seconds=1))
+    assert report == SweepReport(expired=[run.id], interrupted=[])
+    assert await worker.run_once()
+    assert app.executed == []
+    decided = (await store.get_run(run.id)).calls[0].decision
+    assert decided is not None
+    assert (decided.reason, decided.decided_by) == ("expired", EXPIRY_ACTOR)
+    denial = [m.content for m in app.model.requests[-1].messages if m.role == "tool"]
+    assert denial == [
+        "Your tool call was denied: expired. Do not call it again; continue without its result."
+    ]
+
+
+async def test_losing_the_lease_mid_resume_abandons_the_run(store: Store) -> None:
+    """The heartbeat finds the lease gone (swept as interrupted) and cancels the resume."""
+    app = App(calls(DEL), "never reached")
+    app.gate = asyncio.Event()  # the approved re-run blocks until the test releases it
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    worker = Worker(store, app.registry, "w1", lease_seconds=0.3, sweep_interval=3600)
+    task = asyncio.create_task(worker.run_once())
+    await asyncio.wait_for(app.started.wait(), 10)
+    assert await store.sweep_interrupted(utc_now() + timedelta(hours=1)) == [run.id]
+    assert await asyncio.wait_for(task, 10) is True
+    assert not app.gate.is_set(), "the resume ended by cancellation, not by the tool returning"
+    got = await store.get_run(run.id)
+    assert got.status is RunStatus.INTERRUPTED
+    assert app.model.remaining == 1, "no model call followed the lost lease"
+    assert len(app.executed) == 1
+
+
+async def test_a_long_resume_keeps_its_lease_alive(store: Store) -> None:
+    app = App(calls(DEL), "finally")
+    app.gate = asyncio.Event()
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    worker = Worker(store, app.registry, "w1", lease_seconds=0.3, sweep_interval=3600)
+    task = asyncio.create_task(worker.run_once())
+    await asyncio.wait_for(app.started.wait(), 10)
+    first = (await store.get_run(run.id)).lease_expires_at
+    assert first is not None
+
+    async def renewed() -> bool:
+        return (await store.get_run(run.id)).lease_expires_at != first
+
+    await eventually(renewed)
+    assert await store.sweep_interrupted() == [], "a renewed lease is not swept"
+    app.gate.set()
+    assert await asyncio.wait_for(task, 10) is True
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+
+
+async def test_run_forever_processes_ready_runs_until_stopped(store: Store) -> None:
+    app = App(calls(DEL), calls(DEL), "one", "two")
+    ids = []
+    for _ in range(2):
+        run = await start_run(store, app.registry, "ops", "x", started_by="a")
+        ids.append(run.id)
+    stop = asyncio.Event()
+    worker = Worker(store, app.registry, sweep_interval=0)
+    task = asyncio.create_task(worker.run_forever(poll_interval=0.02, stop_event=stop))
+    try:
+        for run_id in ids:
+            await store.decide(run_id, "c1", Decision.approve(), decided_by="b")
+
+        async def all_done() -> bool:
+            return [(await store.get_run(i)).status for i in ids] == [RunStatus.COMPLETED] * 2
+
+        await eventually(all_done)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    assert [c for c, _, _ in app.executed] == ["c1", "c1"]
+
+
+async def test_run_forever_survives_store_errors(store: Store) -> None:
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def sweep_expired(self, now: Any = None) -> list[str]:
+            return []
+
+        async def sweep_interrupted(self, now: Any = None) -> list[str]:
+            return []
+
+        async def claim_ready(self, *a: Any, **kw: Any) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise StoreError("database is locked")
+            if self.calls >= 3:
+                stop.set()
+
+    stop = asyncio.Event()
+    flaky = Flaky()
+    worker = Worker(flaky, {}, "w")  # type: ignore[arg-type]
+    await asyncio.wait_for(worker.run_forever(poll_interval=0.01, stop_event=stop), 10)
+    assert flaky.calls == 3
+
+
+def test_worker_rejects_bad_configuration(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "x.db")
+    with pytest.raises(ValueError, match="lease_seconds"):
+        Worker(store, {}, lease_seconds=0)
+    with pytest.raises(ValueError, match="sweep_interval"):
+        Worker(store, {}, sweep_interval=-1)
+    w = Worker(store, {})
+    assert w.actor == f"worker:{w.worker_id}"
+    assert w.worker_id != Worker(store, {}).worker_id
+
+
+def test_load_registry_accepts_a_mapping_or_a_factory(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = App()
+    mod = types.ModuleType("golem_test_registry_mod")
+    mod.registry = app.registry  # type: ignore[attr-defined]
+    mod.make = lambda: app.registry  # type: ignore[attr-defined]
+    mod.bad = {"x": 1}  # type: ignore[attr-defined]
+    mod.number = 3  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    assert load_registry(f"{mod.__name__}:registry") is app.registry
+    assert load_registry(f"{mod.__name__}:make") is app.registry
+    with pytest.raises(ValueError, match="entry 'x' is int, want AgentEntry"):
+        load_registry(f"{mod.__name__}:bad")
+    with pytest.raises(ValueError, match="got int, want a mapping"):
+        load_registry(f"{mod.__name__}:number")
+    with pytest.raises(ValueError, match="want module:attribute"):
+        load_registry("no_colon")
+    with pytest.raises(AttributeError):
+        load_registry(f"{mod.__name__}:missing")
