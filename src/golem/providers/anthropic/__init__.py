@@ -19,6 +19,7 @@ import asyncio
 import json
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 import httpx
@@ -175,8 +176,19 @@ class AnthropicModel:
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
         if self._own is not None:
-            await self._own.aclose()
-            self._own = None
+            client, self._own = self._own, None
+            await client.aclose()
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the model's answer.
