@@ -344,9 +344,10 @@ def _int(value: Any) -> int:
 
 
 class _Block:
-    __slots__ = ("closed", "signature", "text")
+    __slots__ = ("closed", "index", "signature", "text")
 
-    def __init__(self, text: str, signature: str) -> None:
+    def __init__(self, index: int, text: str, signature: str) -> None:
+        self.index = index
         self.text = [text] if text else []
         self.signature = signature
         self.closed = bool(signature)
@@ -358,9 +359,13 @@ class ResponseBuilder:
     Feed a plain response once, or every event of a stream in order; parts are read
     from the first candidate and appended in arrival order, usage and finish reason
     are taken from the latest object that has them (streamed usage is cumulative).
+
+    Args:
+        deltas: build the `Delta`s `add` returns (a plain response needs none).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, deltas: bool = True) -> None:
+        self._deltas = deltas
         self._text: list[str] = []
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
@@ -385,23 +390,23 @@ class ResponseBuilder:
         if isinstance(response_id, str) and response_id and not self._response_id:
             self._response_id = response_id
         meta = chunk.get("usageMetadata")
-        if isinstance(meta, Mapping):
+        if isinstance(meta, dict):
             self._usage = usage_from_metadata(meta)
         candidates = chunk.get("candidates")
         if not isinstance(candidates, list) or not candidates:
             feedback = chunk.get("promptFeedback")
-            if isinstance(feedback, Mapping) and feedback.get("blockReason"):
+            if isinstance(feedback, dict) and feedback.get("blockReason"):
                 self._blocked = True
             return []
         candidate = candidates[0]
-        if not isinstance(candidate, Mapping):
+        if not isinstance(candidate, dict):
             return []
         deltas: list[Delta] = []
         content = candidate.get("content")
-        parts = content.get("parts") if isinstance(content, Mapping) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
         if isinstance(parts, list):
             for part in parts:
-                if isinstance(part, Mapping):
+                if isinstance(part, dict):
                     delta = self._add_part(part)
                     if delta is not None:
                         deltas.append(delta)
@@ -410,8 +415,10 @@ class ResponseBuilder:
             self._finish = reason
         return deltas
 
-    def _add_part(self, part: Mapping[str, Any]) -> Delta | None:
-        signature = _str(part.get("thoughtSignature"))
+    def _add_part(self, part: dict[str, Any]) -> Delta | None:
+        signature = part.get("thoughtSignature")
+        if not isinstance(signature, str):
+            signature = ""
         text = part.get("text")
         if isinstance(text, str):
             if part.get("thought") is True:
@@ -422,19 +429,23 @@ class ResponseBuilder:
             self._text.append(text)
             thinking: list[ThinkingDelta] = []
             if signature:
-                self._blocks.append(_Block("", signature))
-                thinking.append(ThinkingDelta(index=len(self._blocks) - 1, signature=signature))
-            return Delta(content=text, thinking=thinking)
+                block = _Block(len(self._blocks), "", signature)
+                self._blocks.append(block)
+                if self._deltas:
+                    thinking.append(ThinkingDelta(index=block.index, signature=signature))
+            return Delta(content=text, thinking=thinking) if self._deltas else None
         self._open = None
         call = part.get("functionCall")
-        if not isinstance(call, Mapping):
+        if not isinstance(call, dict):
             return None  # executable code, server-side tool steps, media: not golem's to keep
         index = len(self._calls)
         call_id = _str(call.get("id")) or self._synthetic_id(index)
         name = _str(call.get("name"))
         args = call.get("args")
-        args_text = _compact_args({} if args is None else args)
+        args_text = "{}" if args is None or args == {} else _compact_args(args)
         self._calls.append(ToolCall(id=call_id, name=name, args=args_text, signature=signature))
+        if not self._deltas:
+            return None
         return Delta(
             tool_calls=[
                 _ToolCallDelta(
@@ -448,7 +459,7 @@ class ResponseBuilder:
             return None
         block = self._open
         if block is None or block.closed:
-            block = _Block(text, signature)
+            block = _Block(len(self._blocks), text, signature)
             self._blocks.append(block)
         else:
             if text:
@@ -457,8 +468,9 @@ class ResponseBuilder:
                 block.signature = signature
                 block.closed = True
         self._open = block
-        index = self._blocks.index(block)
-        return Delta(thinking=[ThinkingDelta(index=index, text=text, signature=signature)])
+        if not self._deltas:
+            return None
+        return Delta(thinking=[ThinkingDelta(index=block.index, text=text, signature=signature)])
 
     def _synthetic_id(self, index: int) -> str:
         base = _ID_UNSAFE.sub("", self._response_id)[:24] or uuid.uuid4().hex[:16]
@@ -491,12 +503,15 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _compact_args(args: Any) -> str:
-    return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    return _ARGS_ENCODER.encode(args)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:
     """Parse a `generateContent` response body into a `ModelResponse`."""
-    builder = ResponseBuilder()
+    builder = ResponseBuilder(deltas=False)
     builder.add(body)
     return builder.response()
