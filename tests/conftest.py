@@ -1,0 +1,60 @@
+"""Shared test setup: no test may reach the network beyond loopback.
+
+Real model requests would need the internet and an API key; a socket `connect` to any
+non-loopback address fails the test instead. In-process transports
+(`httpx.MockTransport`, Starlette's `TestClient`) never open sockets and are unaffected;
+servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+import pytest
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _is_loopback(address: Any) -> bool:
+    if isinstance(address, str | bytes):  # AF_UNIX path
+        return True
+    if not isinstance(address, tuple) or not address:
+        return False
+    host = address[0]
+    if isinstance(host, bytes):
+        host = host.decode()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse(address: Any) -> None:
+    raise RuntimeError(
+        f"tests must not reach the network: connect to {address!r} refused "
+        "(use golem.testing.ScriptedModel, or httpx.MockTransport for provider tests)"
+    )
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    if not _is_loopback(address):
+        _refuse(address)
+    _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    if not _is_loopback(address):
+        _refuse(address)
+    return _real_connect_ex(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse socket connections to anything but loopback for the duration of a test."""
+    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
