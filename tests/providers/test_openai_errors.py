@@ -115,11 +115,32 @@ async def test_unreadable_200_bodies_are_response_format_errors(body: str) -> No
     assert not info.value.retryable
 
 
-async def test_an_error_object_with_status_200_is_classified() -> None:
-    with pytest.raises(RateLimited, match="quota"):
-        await _status(200, _err("You exceeded your current quota", "insufficient_quota")).generate(
-            REQUEST
-        )
+@pytest.mark.parametrize(
+    ("body", "error", "text"),
+    [
+        (_err("You exceeded your current quota", "insufficient_quota"), RateLimited, "quota"),
+        (
+            {
+                "object": "error",
+                "message": "max_tokens too large",
+                "type": "BadRequestError",
+                "code": 400,
+            },
+            BadRequest,
+            "max_tokens",
+        ),
+        (
+            {"error": {"message": "Provider returned error", "code": 502}},
+            Overloaded,
+            "Provider returned error",
+        ),
+    ],
+)
+async def test_an_error_object_with_status_200_is_classified(
+    body: dict[str, object], error: type[ProviderError], text: str
+) -> None:
+    with pytest.raises(error, match=text):
+        await _status(200, body).generate(REQUEST)
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,7 @@ class ChatStreamParser:
 
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
         """Consume one decoded chunk object; see `feed`."""
-        if "error" in chunk or chunk.get("object") == "error":
+        if chunk.get("error") or chunk.get("object") == "error":
             raise error_from_payload(chunk)
         model = chunk.get("model")
         if isinstance(model, str) and model and not self._model:

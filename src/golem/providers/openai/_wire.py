@@ -537,7 +537,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         ProviderError: the body is an error object (some compatible servers answer errors
             with status 200); classified like the equivalent HTTP status.
     """
-    if "error" in body and not body.get("choices"):
+    if (body.get("error") or body.get("object") == "error") and not body.get("choices"):
         raise error_from_payload(body)
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
