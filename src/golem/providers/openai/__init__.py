@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, cast
@@ -95,9 +95,9 @@ class OpenAIChatModel:
         max_tokens: int | None = None,
         temperature: float | None = None,
         top_p: float | None = None,
-        stop: list[str] | None = None,
-        extra_headers: dict[str, str] | None = None,
-        extra_body: dict[str, Any] | None = None,
+        stop: Sequence[str] | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
         reasoning_effort: str | None = None,
         system_role: SystemRole = "system",
         strict: bool = True,
