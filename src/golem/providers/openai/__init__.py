@@ -135,7 +135,7 @@ class OpenAIChatModel:
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
-            stop=list(stop) if stop else None,
+            stop=[stop] if isinstance(stop, str) else list(stop) if stop else None,
             reasoning_effort=reasoning_effort,
             system_role=system_role,
             strict=strict,
