@@ -69,8 +69,16 @@ def test_invalid_configuration(kwargs: dict[str, Any], message: str) -> None:
         ("https://proxy.example/anthropic/v1", "https://proxy.example/anthropic/v1/messages"),
     ],
 )
-def test_base_url(base_url: str | None, url: str) -> None:
+def test_base_url(base_url: str | None, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     assert AnthropicModel("claude-x", api_key="k", base_url=base_url).url == url
+
+
+def test_base_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
+    assert AnthropicModel("claude-x", api_key="k").url == "http://127.0.0.1:9/v1/messages"
+    explicit = AnthropicModel("claude-x", api_key="k", base_url="http://127.0.0.1:7")
+    assert explicit.url == "http://127.0.0.1:7/v1/messages"
 
 
 async def test_settings_headers_and_extra_body_reach_the_wire() -> None:

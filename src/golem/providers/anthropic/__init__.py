@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
@@ -64,8 +65,9 @@ class AnthropicModel:
     Args:
         model: Model name, for example "claude-sonnet-4-5".
         api_key: API key; defaults to the `ANTHROPIC_API_KEY` environment variable.
-        base_url: Server root (default "https://api.anthropic.com"); `/v1/messages` is
-            appended (a trailing `/v1` is accepted too).
+        base_url: Server root; defaults to `ANTHROPIC_BASE_URL`, else
+            "https://api.anthropic.com". `/v1/messages` is appended (a trailing `/v1`
+            is accepted too).
         http_client: A client to use instead of the one the model creates lazily
             (one per model and event loop, reused across requests).
         timeout: Seconds allowed for each request (also with an injected client).
@@ -126,7 +128,7 @@ class AnthropicModel:
         self.output_mode: OutputMode = output_mode
         self.extra_body = dict(extra_body) if extra_body else None
         key = api_key_from_env(api_key, ("ANTHROPIC_API_KEY",), PROVIDER)
-        root = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        root = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.url = f"{root}/messages" if root.endswith("/v1") else f"{root}/v1/messages"
         self._headers = {
             "x-api-key": key,
