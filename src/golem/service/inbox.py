@@ -84,7 +84,7 @@ def _static_version(name: str) -> str:
     return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
 
 
-_STATIC_VERSIONS = {name: _static_version(name) for name in ("inbox.css", "inbox.js")}
+_STATIC_VERSIONS = {name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")}
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 
 _NOTICES = {
@@ -318,6 +318,7 @@ def _render(
     status: int = 200,
     who: tuple[Credential, str] | None = None,
     pending: int = 0,
+    cursor: int = 0,
 ) -> HTMLResponse:
     base: dict[str, Any] = {
         "page": "",
@@ -328,6 +329,7 @@ def _render(
         "notice": _NOTICES.get(request.query_params.get("notice", ""), ""),
         "error": "",
         "run_id": "",
+        "stream_url": f"/api/events?cursor={cursor}",
     }
     base.update(context)
     html = _env.get_template(template).render(base)
@@ -425,6 +427,7 @@ async def inbox_page(request: Request) -> Response:
     who = session(request)
     if who is None:
         return _login_redirect(request)
+    cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
     q = request.query_params
@@ -457,6 +460,7 @@ async def inbox_page(request: Request) -> Response:
         },
         who=who,
         pending=await _pending_count(request, cred),
+        cursor=cursor,
     )
 
 
@@ -465,6 +469,7 @@ async def runs_page(request: Request) -> Response:
     who = session(request)
     if who is None:
         return _login_redirect(request)
+    cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
     q = request.query_params
@@ -501,6 +506,7 @@ async def runs_page(request: Request) -> Response:
         },
         who=who,
         pending=await _pending_count(request, cred),
+        cursor=cursor,
     )
 
 
@@ -509,6 +515,7 @@ async def run_page(request: Request) -> Response:
     who = session(request)
     if who is None:
         return _login_redirect(request)
+    cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
     try:
@@ -531,6 +538,7 @@ async def run_page(request: Request) -> Response:
         },
         who=who,
         pending=await _pending_count(request, cred),
+        cursor=cursor,
     )
 
 

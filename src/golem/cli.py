@@ -1,0 +1,522 @@
+"""The `golem` command: serve the approval service, run workers, decide from a terminal.
+
+```text
+golem serve --app myapp.agents:registry --db sqlite:///golem.db   service + in-process worker
+golem worker --app myapp.agents:registry --db postgresql://...    an extra worker process
+golem pending                                                     pending calls, as a table
+golem approve RUN CALL [--as IDENTITY]                            approve one call
+golem deny RUN CALL --reason "..."                                deny one call
+golem answer RUN CALL TEXT                                        give an external result
+golem show RUN                                                    a run, its conversation, audit
+golem demo [--once]                                               the whole cycle, in a browser
+```
+
+`--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. The decision commands talk to
+the store directly (whoever can reach the database is trusted); they record `--as`
+(default `cli:<user name>`) as the deciding identity. Needs the `[server]` extra; without
+it `golem` prints the install command and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+try:
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    _MISSING: str | None = None
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    _MISSING = _exc.name or "typer"
+
+from golem.errors import StoreError
+
+__all__ = ["INSTALL_HINT", "build_app", "main"]
+
+INSTALL_HINT = "pip install 'golem-agents[server]'"
+DEFAULT_DB = "sqlite:///golem.db"
+T = TypeVar("T")
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True, emoji=False)
+
+
+def _err(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True, highlight=False, emoji=False).print(
+        f"[bold red]error:[/] {escape(message)}"
+    )
+    return typer.Exit(code)
+
+
+def _db(value: str | None) -> str:
+    return value or os.environ.get("GOLEM_DB") or DEFAULT_DB
+
+
+def _registry(spec: str) -> Any:
+    from golem.worker import load_registry
+
+    if os.getcwd() not in sys.path:  # `--app module:attr` names a module of the project
+        sys.path.insert(0, os.getcwd())
+    try:
+        return load_registry(spec)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise _err(f"--app {spec}: {exc}", 2) from None
+
+
+def _with_store(db: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the store, run `fn(store)`, close it; store errors exit with status 1."""
+    from golem.store import open_store
+
+    async def go() -> T:
+        store = await open_store(db)
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(go())
+    except StoreError as exc:
+        raise _err(str(exc)) from None
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
+
+
+def _short(value: str, width: int = 60) -> str:
+    flat = " ".join(value.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _when(at: datetime | None) -> str:
+    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def serve(
+    app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Store URL (default $GOLEM_DB or sqlite:///golem.db)."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    worker: Annotated[
+        bool, typer.Option("--worker/--no-worker", help="Run a worker in this process.")
+    ] = True,
+    expires_in: Annotated[
+        float | None, typer.Option(help="Seconds until a started run's calls expire.")
+    ] = None,
+) -> None:
+    """Serve the approval service (JSON API, web inbox) with an in-process worker.
+
+    Approvers come from $GOLEM_APPROVERS (JSON) or $GOLEM_APPROVERS_FILE.
+    """
+    import uvicorn
+
+    from golem.service import AuthConfig, create_app
+
+    registry = _registry(app_spec)
+    try:
+        auth = AuthConfig.from_env()
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
+    app = create_app(registry, _db(db), auth=auth, run_worker=worker, default_expires_in=expires_in)
+    _console().print(
+        f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
+        f"(store {_db(db)}, in-process worker {'on' if worker else 'off'})"
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+
+
+def worker(
+    app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+    lease: Annotated[float, typer.Option(help="Lease length in seconds.")] = 60.0,
+    worker_id: Annotated[str | None, typer.Option("--id", help="This worker's identity.")] = None,
+) -> None:
+    """Resume ready runs until interrupted (several may run against one PostgreSQL)."""
+    from golem.worker import Worker
+
+    registry = _registry(app_spec)
+
+    async def work(store: Any) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        w = Worker(store, registry, worker_id, lease)
+        _console().print(f"golem: worker {w.worker_id} polling {_db(db)} (Ctrl-C stops)")
+        await w.run_forever(poll, stop)
+        _console().print(f"golem: worker {w.worker_id} stopped")
+
+    _with_store(_db(db), work)
+
+
+# --------------------------------------------------------------------------- deciding
+
+
+def pending(
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
+    tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
+) -> None:
+    """List the calls that wait for a decision, oldest first."""
+    from golem.store import RunStatus
+
+    async def load(store: Any) -> list[Any]:
+        runs = await store.list_runs(
+            status=RunStatus.PENDING, agent=agent, tool_name=tool, limit=1000
+        )
+        return list(reversed(runs))
+
+    runs = _with_store(_db(db), load)
+    rows = [(r, c) for r in runs for c in r.undecided if tool is None or c.tool_name == tool]
+    console = _console()
+    if not rows:
+        console.print("Nothing is waiting for a decision.")
+        return
+    table = Table(title=f"{len(rows)} pending call(s)", show_lines=True)
+    table.add_column("Run / call", no_wrap=True)
+    table.add_column("Tool", overflow="fold")
+    table.add_column("Arguments / reason", overflow="fold")
+    table.add_column("Expires")
+    for r, c in rows:
+        table.add_row(
+            f"{r.id}\n{c.call_id}",
+            f"{c.tool_name}\n[dim]{c.kind.value} · {r.agent}[/]",
+            f"{escape(_short(c.args, 200))}\n[dim]{escape(_short(c.reason, 200))}[/]",
+            _when(c.deadline),
+        )
+    console.print(table)
+
+
+def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: str) -> None:
+    from golem.store import RunStatus
+
+    async def go(store: Any) -> tuple[Any, Any]:
+        record = await store.decide(run_id, call_id, decision, decided_by=identity)
+        return record, await store.get_run(run_id)
+
+    record, run = _with_store(_db(db), go)
+    state = (
+        "every call is decided: a worker will resume it"
+        if run.status is RunStatus.READY
+        else f"{len(run.undecided)} call(s) still wait"
+        if run.status is RunStatus.PENDING
+        else run.status.value
+    )
+    _console().print(
+        f"{record.kind.value} on call {call_id} of run {run_id} recorded "
+        f"(by {record.decided_by}); run {run.status.value}: {state}"
+    )
+
+
+def _identity(value: str | None) -> str:
+    if value:
+        return value
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli:unknown"
+
+
+def approve(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
+    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
+    identity: Annotated[
+        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
+    ] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+) -> None:
+    """Approve a pending call: its tool runs when the run resumes."""
+    from golem.store import Decision
+
+    _decide(db, run_id, call_id, Decision.approve(), _identity(identity))
+
+
+def deny(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
+    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
+    reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
+    identity: Annotated[
+        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
+    ] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+) -> None:
+    """Deny a pending call: it does not run; the model is told why."""
+    from golem.store import Decision
+
+    _decide(db, run_id, call_id, Decision.deny(reason), _identity(identity))
+
+
+def answer(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
+    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
+    text: Annotated[str, typer.Argument(help="The tool result, verbatim.")],
+    identity: Annotated[
+        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
+    ] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+) -> None:
+    """Give the result of a pending external call."""
+    from golem.store import Decision
+
+    _decide(db, run_id, call_id, Decision.external(text), _identity(identity))
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON form.")] = False,
+) -> None:
+    """Show a run: status, outcome, calls, conversation and audit trail."""
+    from golem.messages import loads_history
+    from golem.service.api import run_detail_json
+
+    async def load(store: Any) -> tuple[Any, Any]:
+        run = await store.get_run(run_id)
+        return run, await store.audit(run_id)
+
+    run, audit = _with_store(_db(db), load)
+    console = _console()
+    if as_json:
+        console.print_json(json.dumps(run_detail_json(run, audit)))
+        return
+    facts = Table.grid(padding=(0, 2))
+    for label, value in (
+        ("Run", run.id),
+        ("Status", run.status.value),
+        ("Agent", run.agent),
+        ("Conversation", run.conversation_id),
+        ("Started by", run.started_by or "—"),
+        ("Created", _when(run.created_at)),
+        ("Expires", _when(run.expires_at)),
+        ("Parent run", run.parent_run_id or "—"),
+        ("Continued in", run.child_run_id or "—"),
+    ):
+        facts.add_row(f"[bold]{label}[/]", escape(value))
+    console.print(facts)
+    if run.outcome is not None:
+        body = (
+            run.outcome.error
+            if run.outcome.error
+            else run.outcome.output
+            if isinstance(run.outcome.output, str)
+            else json.dumps(run.outcome.output, indent=2)
+        )
+        console.print(Panel(body or "—", title=run.status.value, expand=False), markup=False)
+    if run.calls:
+        calls = Table(title="Calls")
+        for col in ("Call", "Tool", "Kind", "Arguments", "Decision", "By"):
+            calls.add_column(col, overflow="fold")
+        for c in run.calls:
+            d = c.decision
+            decided = "—" if d is None else d.kind.value + (f": {d.reason}" if d.reason else "")
+            calls.add_row(
+                *(
+                    escape(v)
+                    for v in (c.call_id, c.tool_name, c.kind.value, _short(c.args), decided)
+                ),
+                escape(d.decided_by) if d else "",
+            )
+        console.print(calls)
+    console.rule("Conversation")
+    for m in loads_history(run.conversation):
+        head = m.role if m.role != "tool" else f"tool {m.tool_name}"
+        console.print(f"[bold]{escape(head)}[/]", end=" ")
+        console.print(m.content or "", markup=False)
+        for t in m.tool_calls:
+            console.print(f"  → {t.name}({t.args}) [{t.id}]", markup=False)
+    table = Table(title="Audit trail")
+    for col in ("When", "Who", "What", "Detail"):
+        table.add_column(col, overflow="fold")
+    for e in audit:
+        table.add_row(
+            _when(e.at), escape(e.actor), e.action.value, escape(_short(json.dumps(e.detail), 80))
+        )
+    console.print(table)
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@contextlib.contextmanager
+def _demo_db(db: str | None) -> Iterator[str]:
+    if db:
+        yield db
+        return
+    with tempfile.TemporaryDirectory(prefix="golem-demo-") as tmp:
+        yield f"sqlite:///{Path(tmp) / 'demo.db'}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def demo(
+    once: Annotated[
+        bool, typer.Option("--once", help="Run the whole cycle through the HTTP API and exit.")
+    ] = False,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8765,
+    db: Annotated[
+        str | None, typer.Option("--db", help="Keep the demo store here (default: a temp file).")
+    ] = None,
+) -> None:
+    """Serve the demo agent (scripted model, SQLite store) and print a sign-in link."""
+    from golem import demo as demo_module
+
+    with _demo_db(db) as url:
+        if once:
+            code = asyncio.run(_demo_once(url, _console()))
+            raise typer.Exit(code)
+        _demo_serve(url, host, port if port else _free_port(host), demo_module)
+
+
+def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
+    import uvicorn
+
+    from golem.service import Approver, AuthConfig, create_app
+    from golem.worker import start_run
+
+    token = secrets.token_urlsafe(18)
+    registry = demo_module.build_registry()
+
+    async def first_run(store: Any) -> Any:
+        return await start_run(store, registry, "ops", demo_module.DEMO_PROMPT, started_by="demo")
+
+    run = _with_store(url, first_run)
+    app = create_app(
+        registry,
+        url,
+        auth=AuthConfig(tokens={token: Approver("demo")}),
+        run_worker=True,
+        worker_poll_interval=0.2,
+        stream_poll_interval=0.3,
+    )
+    link = f"http://{host}:{port}/login#token={token}"
+    _console().print(
+        Panel(
+            f"Open [bold]{link}[/]\n\n"
+            f"Run {run.id} paused: the agent asks to restart a service.\n"
+            "Approve it in the inbox and watch the final answer arrive on the run's page.\n"
+            "Start more runs from the inbox (mention a ticket to see an external call).\n"
+            "The token works for this process only. Ctrl-C stops.",
+            title="golem demo",
+            expand=False,
+        )
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+async def _demo_once(url: str, console: Console) -> int:
+    """Start → pause → approve over HTTP → worker resumes → final answer; 0 when completed."""
+    import httpx
+
+    from golem import demo as demo_module
+    from golem.service import Approver, AuthConfig, create_app
+    from golem.store import open_store
+    from golem.worker import Worker
+
+    registry = demo_module.build_registry()
+    token = secrets.token_urlsafe(18)
+    store = await open_store(url)
+    try:
+        app = create_app(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://golem.demo", headers=headers
+        ) as http:
+            console.print(f"1. POST /api/runs  agent=ops  prompt={demo_module.DEMO_PROMPT!r}")
+            res = await http.post(
+                "/api/runs", json={"agent": "ops", "prompt": demo_module.DEMO_PROMPT}
+            )
+            run = res.json()["run"]
+            console.print(f"   {res.status_code}: run {run['id']} is {run['status']}")
+            res = await http.get("/api/calls")
+            calls = res.json()["calls"]
+            for c in calls:
+                console.print(
+                    f"2. GET /api/calls  → {c['tool_name']}({c['args']}) waits for "
+                    f"{c['kind']}: {c['reason']}",
+                    markup=False,
+                )
+            for c in calls:
+                path = f"/api/runs/{c['run_id']}/calls/{c['call_id']}/decision"
+                res = await http.post(path, json={"decision": "approve"})
+                body = res.json()
+                console.print(
+                    f"3. POST {path}  approve → {res.status_code}, decided by "
+                    f"{body['decision']['decided_by']}; run is {body['run']['status']}",
+                    markup=False,
+                )
+            resumed = await Worker(store, registry, worker_id="demo-worker").run_once()
+            console.print(f"4. worker demo-worker resumed the run: {resumed}")
+            res = await http.get(f"/api/runs/{run['id']}")
+            final = res.json()["run"]
+            console.print(f"5. GET /api/runs/{run['id']}  → {final['status']}")
+            if final["outcome"] and final["outcome"]["output"] is not None:
+                console.print(
+                    Panel(str(final["outcome"]["output"]), title="final answer"), markup=False
+                )
+            console.print(
+                "   audit: " + " → ".join(f"{a['action']} ({a['actor']})" for a in final["audit"]),
+                markup=False,
+            )
+            return 0 if final["status"] == "completed" else 1
+    finally:
+        await store.close()
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def build_app() -> typer.Typer:
+    """The Typer application with every command registered."""
+    app = typer.Typer(
+        name="golem",
+        help="Durable approvals for golem agents: serve the inbox, run workers, decide.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    for fn in (serve, worker, pending, approve, deny, answer, show, demo):
+        app.command(fn.__name__)(fn)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the `golem` command (exit status 2 and the install line without the extra)."""
+    if _MISSING is not None:
+        print(
+            f"golem: the command line needs the [server] extra ({_MISSING} is missing):\n"
+            f"  {INSTALL_HINT}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    build_app()(args=argv, prog_name="golem")
