@@ -119,7 +119,12 @@ class Message:
 
 
 def _args_value(args: str) -> Any:
-    """The JSON value embedded for raw `args` text; text that is not JSON stays a string."""
+    """The JSON value embedded for raw `args` text.
+
+    Args that are a JSON object (or array, number...) are embedded as that value,
+    compacted on load. Args that are not JSON — a truncated stream — are embedded as
+    a JSON string and load back byte-exact, so history repair still reports them.
+    """
     if not args:
         return None
     try:
@@ -249,7 +254,12 @@ def _load_part(v: Any, j: int) -> Part:
 def _load_call(v: Any, j: int) -> ToolCall:
     o = _obj(v, f"tool call {j}")
     raw = o.get("args")
-    args = "" if raw is None else json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+    if raw is None:
+        args = ""
+    elif isinstance(raw, str):  # args that were not JSON (a truncated stream) travel as a string
+        args = raw
+    else:
+        args = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
     return ToolCall(
         id=_str(o, "id"), name=_str(o, "name"), args=args, signature=_str(o, "signature")
     )
