@@ -497,11 +497,12 @@ def _sync(coro: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
-    coro.close()
-    raise RuntimeError(
-        "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
-    )
+        pass
+    else:
+        coro.close()
+        raise RuntimeError(
+            "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
+        )
 
 
 def _as_history(hist: History | None) -> list[Message]:

@@ -187,7 +187,7 @@ def _part_to_obj(p: Part) -> dict[str, str]:
     obj = {"kind": p.kind}
     if p.url:
         obj["url"] = p.url
-    if p.data is not None:
+    if p.data:
         obj["data"] = base64.b64encode(p.data).decode("ascii")
     if p.media_type:
         obj["mediaType"] = p.media_type
@@ -307,7 +307,7 @@ def loads_history(text: str | bytes) -> list[Message]:
             half-loaded.
     """
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise ValueError(f"history is not valid JSON: {exc}") from exc
     if data is None:

@@ -28,10 +28,11 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Generic, TypeVar, cast, get_origin, get_type_hints
+from typing import Annotated, Any, Generic, TypeVar, cast, get_args, get_origin, get_type_hints
 
 import pydantic
 import pydantic_core
+from pydantic.fields import FieldInfo
 
 from golem.errors import ToolTimeout
 from golem.messages import Part
@@ -262,7 +263,7 @@ class Tool:
         doc_summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
         sig = inspect.signature(fn)
         try:
-            hints = get_type_hints(fn)
+            hints = get_type_hints(fn, include_extras=True)
         except Exception:  # unresolvable forward references: fall back to raw annotations
             hints = {}
         params = list(sig.parameters.values())
@@ -281,10 +282,13 @@ class Tool:
             if annotation is inspect.Parameter.empty:
                 annotation = Any
             default = ... if p.default is inspect.Parameter.empty else p.default
-            fields[p.name] = (
-                annotation,
-                pydantic.Field(default, description=param_docs.get(p.name)),
-            )
+            doc = {"description": param_docs[p.name]} if p.name in param_docs else {}
+            if isinstance(default, FieldInfo):  # `x: int = Field(gt=0)`
+                if doc and default.description is None:
+                    default = FieldInfo.merge_field_infos(default, **doc)
+                fields[p.name] = (annotation, default)
+            else:
+                fields[p.name] = (annotation, pydantic.Field(default, **doc))
         model = pydantic.create_model(
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
@@ -401,6 +405,8 @@ def _is_async_callable(fn: Any) -> bool:
 
 def _is_ctx_param(p: inspect.Parameter, hints: dict[str, Any]) -> bool:
     annotation = hints.get(p.name, p.annotation)
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
     if annotation is RunContext or get_origin(annotation) is RunContext:
         return True
     if isinstance(annotation, str):
