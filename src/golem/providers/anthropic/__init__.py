@@ -241,5 +241,8 @@ class AnthropicModel:
         yield parser.response()
 
 
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _encode(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return _encoder.encode(body).encode()

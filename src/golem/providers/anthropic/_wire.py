@@ -391,6 +391,10 @@ def finish_reason_from(stop_reason: Any) -> FinishReason:
     return _FINISH.get(str(stop_reason), "other")
 
 
+_encode_args = json.JSONEncoder(ensure_ascii=False).encode
+"""Tool-call input as JSON text, spaced like the API streams it (`{"city": "Paris"}`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RawArgs:
     """Marks a streamed `tool_use` block whose arguments arrived as raw JSON text."""
@@ -425,7 +429,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]]) -> Message:
             if isinstance(raw, RawArgs):
                 args = raw.text
             else:
-                args = json.dumps({} if raw is None else raw, ensure_ascii=False)
+                args = _encode_args({} if raw is None else raw)
             calls.append(ToolCall(id=_str(b.get("id")), name=_str(b.get("name")), args=args))
     return Message(role="assistant", content="".join(text), tool_calls=calls, thinking=thinking)
 
