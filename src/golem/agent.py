@@ -503,6 +503,7 @@ def _sync(coro: Coroutine[Any, Any, T]) -> T:
         raise RuntimeError(
             "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
         )
+    return asyncio.run(coro)
 
 
 def _as_history(hist: History | None) -> list[Message]:

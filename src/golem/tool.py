@@ -282,13 +282,15 @@ class Tool:
             if annotation is inspect.Parameter.empty:
                 annotation = Any
             default = ... if p.default is inspect.Parameter.empty else p.default
-            doc = {"description": param_docs[p.name]} if p.name in param_docs else {}
+            doc = param_docs.get(p.name)
             if isinstance(default, FieldInfo):  # `x: int = Field(gt=0)`
-                if doc and default.description is None:
-                    default = FieldInfo.merge_field_infos(default, **doc)
+                if doc is not None and default.description is None:
+                    default = FieldInfo.merge_field_infos(default, description=doc)
                 fields[p.name] = (annotation, default)
+            elif doc is not None:
+                fields[p.name] = (annotation, pydantic.Field(default, description=doc))
             else:
-                fields[p.name] = (annotation, pydantic.Field(default, **doc))
+                fields[p.name] = (annotation, pydantic.Field(default))
         model = pydantic.create_model(
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
