@@ -114,7 +114,11 @@ async def run_loop(agent: Agent[Any, Any], state: RunState, *, stream: bool = Fa
     try:
         return await _loop(agent, state, stream)
     except _Fail as f:
-        raise RunError(f.stage, f.cause, state.partial(agent._cost(state.usage))) from f.cause
+        failure = f
+    # raised outside the handler so the internal _Fail is not chained as __context__
+    raise RunError(
+        failure.stage, failure.cause, state.partial(agent._cost(state.usage))
+    ) from failure.cause
 
 
 async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result[Any]:
