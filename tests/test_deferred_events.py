@@ -1,0 +1,260 @@
+"""Run events around deferred tools (issue 3): `deferred` replaces `tool_end`, the order in
+sequential and parallel mode, and approved re-runs on resume emitting no tool events."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from golem import (
+    Agent,
+    Approval,
+    DeferredResults,
+    EventKind,
+    Message,
+    RunContext,
+    RunEvent,
+    Tool,
+    ToolCall,
+    Usage,
+)
+from golem.model import ModelResponse
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+
+OBJ = {"type": "object"}
+
+
+def tool_turn(*calls: ToolCall) -> ModelResponse:
+    return ModelResponse(
+        message=Message(role="assistant", tool_calls=list(calls)),
+        usage=Usage(1, 1),
+        finish_reason="tool_call",
+    )
+
+
+def gated(name: str, kind: DeferKind = DeferKind.APPROVAL) -> Tool:
+    def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(kind, "reason not in events")
+        return f"{name} approved"
+
+    return Tool(name, name, OBJ, exec)
+
+
+def plain(name: str, text: str = "ok") -> Tool:
+    return Tool(name, name, OBJ, lambda ctx, args: text)
+
+
+def trace(events: list[RunEvent]) -> list[tuple[str, str]]:
+    return [(e.kind.value, e.call_id) for e in events]
+
+
+def test_event_kind_deferred_is_the_wire_string() -> None:
+    assert EventKind.DEFERRED == "deferred"
+    assert EventKind("deferred") is EventKind.DEFERRED
+
+
+async def test_sequential_order_deferred_replaces_tool_end() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
+    agent = Agent(model, tools=[gated("g"), plain("p")])
+    events: list[RunEvent] = []
+    result = await agent.run("go", on_event=events.append)
+    assert result.pending is not None
+    assert trace(events) == [
+        ("model_start", ""),
+        ("model_end", ""),
+        ("tool_start", "c1"),
+        ("deferred", "c1"),
+        ("tool_start", "c2"),
+        ("tool_end", "c2"),
+    ]
+
+
+async def test_sequential_order_with_the_deferral_last() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "p", "{}"), ToolCall("c2", "g", "{}")))
+    agent = Agent(model, tools=[gated("g"), plain("p")])
+    events: list[RunEvent] = []
+    await agent.run("go", on_event=events.append)
+    assert trace(events)[2:] == [
+        ("tool_start", "c1"),
+        ("tool_end", "c1"),
+        ("tool_start", "c2"),
+        ("deferred", "c2"),
+    ]
+
+
+async def test_parallel_order_all_starts_first_then_ends_and_deferreds_in_emission_order() -> None:
+    # c1 cannot finish before c2 and c3 did: completion order differs from emission order.
+    c2_done, c3_done = asyncio.Event(), asyncio.Event()
+
+    async def slow_gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await c2_done.wait()
+        await c3_done.wait()
+        raise Deferred(DeferKind.EXTERNAL, "job")
+
+    async def fast(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        c2_done.set()
+        return "fast"
+
+    async def gate3(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await c2_done.wait()
+        c3_done.set()
+        raise Deferred(DeferKind.APPROVAL)
+
+    model = ScriptedModel(
+        tool_turn(
+            ToolCall("c1", "slow", "{}"), ToolCall("c2", "fast", "{}"), ToolCall("c3", "g3", "{}")
+        )
+    )
+    agent = Agent(
+        model,
+        tools=[
+            Tool("slow", "slow", OBJ, slow_gate),
+            Tool("fast", "fast", OBJ, fast),
+            Tool("g3", "g3", OBJ, gate3),
+        ],
+        parallel_tool_calls=True,
+    )
+    events: list[RunEvent] = []
+    result = await agent.run("go", on_event=events.append)
+    assert result.pending is not None
+    assert [p.call_id for p in result.pending.external] == ["c1"]
+    assert [p.call_id for p in result.pending.approvals] == ["c3"]
+    assert trace(events) == [
+        ("model_start", ""),
+        ("model_end", ""),
+        ("tool_start", "c1"),
+        ("tool_start", "c2"),
+        ("tool_start", "c3"),
+        ("deferred", "c1"),
+        ("tool_end", "c2"),
+        ("deferred", "c3"),
+    ]
+
+
+async def test_parallel_pause_two_call_batch_matches_the_reference_order() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
+    agent = Agent(model, tools=[gated("g"), plain("p")], parallel_tool_calls=True)
+    events: list[RunEvent] = []
+    await agent.run("go", on_event=events.append)
+    assert trace(events) == [
+        ("model_start", ""),
+        ("model_end", ""),
+        ("tool_start", "c1"),
+        ("tool_start", "c2"),
+        ("deferred", "c1"),
+        ("tool_end", "c2"),
+    ]
+
+
+async def test_deferred_event_payload_carries_the_call_and_raw_args() -> None:
+    args = '{ "path" : "a  b" }'
+    model = ScriptedModel(tool_turn(ToolCall("c9", "g", args)))
+    agent = Agent(model, tools=[gated("g", DeferKind.EXTERNAL)])
+    events: list[RunEvent] = []
+    await agent.run("go", run_id="R", conversation_id="C", on_event=events.append)
+    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
+    assert len(deferred) == 1
+    ev = deferred[0]
+    assert (ev.turn, ev.call_id, ev.tool_name, ev.args) == (0, "c9", "g", args)
+    assert (ev.run_id, ev.conversation_id) == ("R", "C")
+    assert ev.result == ""
+    assert ev.error is None
+    assert ev.usage is None
+    assert not any(e.kind is EventKind.TOOL_END for e in events)
+
+
+async def test_deferred_event_turn_is_the_pausing_turn() -> None:
+    model = ScriptedModel(
+        tool_turn(ToolCall("c1", "p", "{}")), tool_turn(ToolCall("c2", "g", "{}"))
+    )
+    agent = Agent(model, tools=[gated("g"), plain("p")])
+    events: list[RunEvent] = []
+    await agent.run("go", on_event=events.append)
+    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
+    assert [(e.turn, e.call_id) for e in deferred] == [(1, "c2")]
+
+
+async def test_one_deferred_event_per_pending_call() -> None:
+    model = ScriptedModel(
+        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "e", "{}"), ToolCall("c3", "g", "{}"))
+    )
+    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL)])
+    events: list[RunEvent] = []
+    await agent.run("go", on_event=events.append)
+    assert [e.call_id for e in events if e.kind is EventKind.DEFERRED] == ["c1", "c2", "c3"]
+    assert [e.call_id for e in events if e.kind is EventKind.TOOL_START] == ["c1", "c2", "c3"]
+
+
+async def test_deferred_events_reach_the_agent_observer_then_the_run_observer() -> None:
+    seen: list[tuple[str, str]] = []
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}")))
+    agent = Agent(
+        model, tools=[gated("g")], event_handler=lambda e: seen.append(("agent", e.kind.value))
+    )
+    await agent.run("go", on_event=lambda e: seen.append(("run", e.kind.value)))
+    assert seen[-2:] == [("agent", "deferred"), ("run", "deferred")]
+
+
+async def test_streaming_pause_delivers_the_deferred_event_in_the_stream() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
+    agent = Agent(model, tools=[gated("g"), plain("p")])
+    observed: list[RunEvent] = []
+    async with agent.run_stream("go", on_event=observed.append) as stream:
+        items = [item async for item in stream]
+    assert stream.result.pending is not None
+    streamed = [i for i in items if isinstance(i, RunEvent)]
+    assert trace(streamed)[-4:] == [
+        ("tool_start", "c1"),
+        ("deferred", "c1"),
+        ("tool_start", "c2"),
+        ("tool_end", "c2"),
+    ]
+    assert trace(observed) == trace(streamed)
+
+
+async def test_resume_reruns_emit_no_tool_events() -> None:
+    model = ScriptedModel(
+        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", "{}"), ToolCall("c3", "e", "{}")),
+        "done",
+    )
+    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL)])
+    paused = await agent.run("go")
+    events: list[RunEvent] = []
+    resumed = await agent.run_with_deferred_results(
+        paused.messages,
+        DeferredResults(
+            approvals={"c1": Approval(True), "c2": Approval(False)}, external={"c3": "x"}
+        ),
+        on_event=events.append,
+    )
+    assert resumed.output == "done"
+    assert resumed.tool_calls == 1  # the re-run happened
+    assert trace(events) == [("model_start", ""), ("model_end", "")]
+    assert all(e.run_id == resumed.run_id for e in events)
+    assert events[0].turn == 0
+
+
+async def test_resumed_run_that_pauses_again_emits_its_own_deferred_event() -> None:
+    model = ScriptedModel(
+        tool_turn(ToolCall("c1", "g", "{}")), tool_turn(ToolCall("c2", "g", "{}"))
+    )
+    agent = Agent(model, tools=[gated("g")])
+    first: list[RunEvent] = []
+    paused = await agent.run("go", on_event=first.append)
+    second: list[RunEvent] = []
+    again = await agent.run_with_deferred_results(
+        paused.messages, DeferredResults(approvals={"c1": Approval(True)}), on_event=second.append
+    )
+    assert trace(second) == [
+        ("model_start", ""),
+        ("model_end", ""),
+        ("tool_start", "c2"),
+        ("deferred", "c2"),
+    ]
+    assert second[-1].turn == 0
+    assert {e.run_id for e in second} == {again.run_id}
+    assert again.run_id != paused.run_id
+    assert {e.conversation_id for e in second} == {paused.conversation_id}
+    assert trace(first)[-1] == ("deferred", "c1")
