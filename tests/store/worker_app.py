@@ -11,7 +11,8 @@ a release file that never comes — the crash test kills the process there.
 
 Run a worker process with `python -m tests.store.worker_app SPEC_JSON`, where the JSON has
 the store `spec` (see `tests.store.backends.Backend.spec`), `worker_id`, `lease_seconds`,
-`sweep_interval` and `stop_file` (the worker exits once that file exists).
+`sweep_interval` and `stop_file`. Once its store is open the worker touches
+`<worker_id>.ready` beside the stop file; it exits once the stop file exists.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ async def _main(config: dict[str, Any]) -> None:
         sweep_interval=config["sweep_interval"],
     )
     stop_file = Path(config["stop_file"])
+    (stop_file.parent / f"{config['worker_id']}.ready").touch()
     try:
         while not await asyncio.to_thread(stop_file.exists):
             if not await worker.run_once():
