@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Iterator
@@ -259,3 +260,25 @@ async def test_rate_limit_then_success_is_retried_by_the_agent(
     assert len(fake.requests) == 3
     assert result.pending is not None
     assert [c.tool_name for c in result.pending.approvals] == ["delete_file"]
+
+
+def test_run_sync_twice_works(server: tuple[str, FakeGemini]) -> None:
+    base_url, fake = server
+    agent, _model = _agent(base_url, [])
+    first = agent.run_sync("Delete /tmp/report.txt")  # each run_sync has its own event loop
+    second = agent.run_sync("Delete /tmp/report.txt")
+    assert first.pending is not None
+    assert second.pending is not None
+    assert len(fake.requests) == 2
+
+
+def test_each_event_loop_gets_its_own_client() -> None:
+    model = GeminiModel("gemini-2.5-flash", api_key="k")
+
+    async def grab() -> tuple[object, object]:
+        return model._http(), model._http()
+
+    a1, a2 = asyncio.run(grab())
+    b1, _ = asyncio.run(grab())
+    assert a1 is a2  # reused within a loop
+    assert b1 is not a1  # pooled connections never cross event loops

@@ -151,6 +151,7 @@ def test_tool_result_parts_follow_the_responses_labelled_when_several() -> None:
         ('{"city": "Par', {"truncated_args": '{"city": "Par'}),
         ("[1, 2]", {"truncated_args": "[1, 2]"}),
         ("", {"truncated_args": ""}),
+        ('{"x": NaN}', {"truncated_args": '{"x": NaN}'}),
         ('{"a": [1, {"b": null}]}', {"a": [1, {"b": None}]}),
     ],
 )

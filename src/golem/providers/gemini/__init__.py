@@ -14,8 +14,11 @@ benchmarks and tests can drive them with recorded bodies.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -82,9 +85,10 @@ class GeminiModel:
                 path is used as given).
             api_key: the key; defaults to GEMINI_API_KEY, then GOOGLE_API_KEY.
             base_url: API root, default `DEFAULT_BASE_URL` (point it at a proxy or test server).
-            http_client: client to send requests with (its own timeout applies); by default
-                the model creates one on first use and reuses its connections.
-            timeout: seconds per request for the client the model creates.
+            http_client: client to send requests with (left open by `aclose`); by default
+                the model creates one per event loop, lazily, and reuses its connections.
+            timeout: seconds per request (connect, each read, write), also with an
+                injected client; in a stream it bounds the gap between two events.
             max_tokens, temperature, top_p, stop: `generationConfig` settings.
             extra_headers: sent with every request.
             extra_body: merged recursively into every request body (e.g.
@@ -108,9 +112,10 @@ class GeminiModel:
         self.model = model
         self._api_key = api_key_from_env(api_key, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), PROVIDER)
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._client = http_client
-        self._owns_client = http_client is None
-        self._timeout = timeout
+        self._injected = http_client
+        self._own: httpx.AsyncClient | None = None
+        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._timeout = httpx.Timeout(timeout)
         self._extra_headers = dict(extra_headers or {})
         self._settings: dict[str, Any] = {
             "max_tokens": max_tokens,
@@ -148,15 +153,37 @@ class GeminiModel:
         return headers
 
     def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout))
-        return self._client
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        if (
+            self._own is None
+            or self._own.is_closed
+            or self._own_loop is None
+            or self._own_loop() is not loop
+        ):
+            # Pooled connections belong to the event loop that opened them: a new loop
+            # (each `run_sync`, for example) gets a new client.
+            self._own = httpx.AsyncClient(timeout=self._timeout)
+            self._own_loop = weakref.ref(loop)
+        return self._own
 
     async def aclose(self) -> None:
         """Close the HTTP client the model created (an injected client is left open)."""
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._own is not None:
+            client, self._own = self._own, None
+            await client.aclose()
+
+    async def __aenter__(self) -> GeminiModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` with one `generateContent` call.
@@ -166,7 +193,9 @@ class GeminiModel:
         """
         body = self.build_body(request)
         with translate_transport_errors(PROVIDER):
-            response = await self._http().post(self.url(), json=body, headers=self._headers())
+            response = await self._http().post(
+                self.url(), content=_encode(body), headers=self._headers(), timeout=self._timeout
+            )
         text = response.text
         if response.status_code >= 300:
             raise error_from_http(response.status_code, response.headers, text)
@@ -183,7 +212,11 @@ class GeminiModel:
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
             async with self._http().stream(
-                "POST", self.url(stream=True), json=body, headers=self._headers()
+                "POST",
+                self.url(stream=True),
+                content=_encode(body),
+                headers=self._headers(),
+                timeout=self._timeout,
             ) as response:
                 if response.status_code >= 300:
                     await response.aread()
@@ -199,6 +232,13 @@ class GeminiModel:
                         for delta in parser.feed(data):
                             yield delta
         yield parser.result()
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return _ENCODER.encode(body).encode("utf-8")
 
 
 def _json_chunks(text: str) -> list[str]:

@@ -261,12 +261,16 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
 def _args_object(args: str) -> dict[str, Any]:
     """The `args` object for raw argument text; text that is not a JSON object is wrapped."""
     try:
-        value = json.loads(args)
+        value = json.loads(args, parse_constant=_reject_constant)
     except ValueError:
         return {"truncated_args": args}
     if isinstance(value, dict):
         return value
     return {"truncated_args": args}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _part(p: Part) -> dict[str, Any]:
