@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -52,12 +53,14 @@ FINAL_TURN = {
 class FakeAnthropic:
     """A local HTTP server that answers `POST /v1/messages` with scripted responses."""
 
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
+    def __init__(self, replies: list[dict[str, Any]], *, keep_alive: bool = False) -> None:
         self.replies = list(replies)
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.requests.append((self.path, dict(self.headers.items()), body))
@@ -213,3 +216,24 @@ async def test_denied_call_reaches_the_model_as_a_tool_result(server: FakeAnthro
     assert denial["tool_use_id"] == "toolu_02Del"
     assert denial["is_error"] is False
     assert "not today" in denial["content"]
+
+
+def test_run_sync_repeatedly_on_one_model_leaves_no_open_connection() -> None:
+    """Each run_sync has its own event loop; the model's client for it closes with it.
+
+    The server keeps connections alive, so a pooled connection left open would surface
+    as an "unclosed transport" ResourceWarning, which this suite turns into an error.
+    """
+    with FakeAnthropic([FINAL_TURN, FINAL_TURN, FINAL_TURN], keep_alive=True) as fake:
+        agent: Agent[None, str] = Agent(
+            AnthropicModel("claude-sonnet-4-5", api_key="test-key", base_url=fake.url)
+        )
+        outputs = [agent.run_sync(f"hi {i}").output for i in range(3)]
+        del agent
+        gc.collect()
+    assert outputs == ["Deleted a.txt; b.txt is left."] * 3
+    assert [body["messages"][0]["content"][0]["text"] for _, _, body in fake.requests] == [
+        "hi 0",
+        "hi 1",
+        "hi 2",
+    ]

@@ -114,18 +114,25 @@ async def test_settings_headers_and_extra_body_reach_the_wire() -> None:
     assert seen[0].headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
 
 
-def test_own_client_is_reused_within_a_loop_and_renewed_for_a_new_loop() -> None:
+def test_own_client_lives_as_long_as_its_event_loop() -> None:
     model = AnthropicModel("claude-x", api_key="k")
 
     async def twice() -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
-        return model._client(), model._client()
+        return await model._client(), await model._client()
 
     a, b = asyncio.run(twice())
-    c, _ = asyncio.run(twice())
     assert a is b
+    assert a.is_closed  # closed when asyncio.run shut its loop down
+    c, _ = asyncio.run(twice())
     assert c is not a
-    asyncio.run(model.aclose())
     assert c.is_closed
+
+
+async def test_aclose_closes_the_own_client() -> None:
+    async with AnthropicModel("claude-x", api_key="k") as model:
+        client = await model._client()
+        assert not client.is_closed
+    assert client.is_closed
 
 
 # --------------------------------------------------------------------------- messages

@@ -19,7 +19,7 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -69,7 +69,8 @@ class AnthropicModel:
             "https://api.anthropic.com". `/v1/messages` is appended (a trailing `/v1`
             is accepted too).
         http_client: A client to use instead of the one the model creates lazily
-            (one per model and event loop, reused across requests).
+            (one per model and event loop, reused across requests, closed when the
+            loop shuts down). golem never closes an injected client.
         timeout: Seconds allowed for each request (also with an injected client).
         max_tokens: Output token cap, required by the API; default 4096.
         temperature: Sampling temperature (the API rejects it together with thinking).
@@ -140,6 +141,7 @@ class AnthropicModel:
         self._injected = http_client
         self._own: httpx.AsyncClient | None = None
         self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, url={self.url!r})"
@@ -159,7 +161,7 @@ class AnthropicModel:
             extra_body=self.extra_body,
         )
 
-    def _client(self) -> httpx.AsyncClient:
+    async def _client(self) -> httpx.AsyncClient:
         if self._injected is not None:
             return self._injected
         loop = asyncio.get_running_loop()
@@ -169,17 +171,23 @@ class AnthropicModel:
             or self._own_loop is None
             or self._own_loop() is not loop
         ):
-            # A pooled connection belongs to the event loop that opened it: a new loop
-            # (for example each `run_sync`) gets a new client.
-            self._own = httpx.AsyncClient(timeout=self._timeout)
-            self._own_loop = weakref.ref(loop)
+            # Pooled connections belong to the event loop that opened them: a new loop
+            # (for example each `run_sync`) gets a new client, and the client is closed
+            # when its loop shuts down (asyncio.run finalizes async generators).
+            client = httpx.AsyncClient(timeout=self._timeout)
+            closer = _close_with_loop(client)
+            await closer.asend(None)
+            self._own, self._own_loop, self._closer = client, weakref.ref(loop), closer
         return self._own
 
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
-        if self._own is not None:
-            client, self._own = self._own, None
+        client, self._own = self._own, None
+        closer, self._closer = self._closer, None
+        if client is not None:
             await client.aclose()
+        if closer is not None:
+            await closer.aclose()
 
     async def __aenter__(self) -> AnthropicModel:
         return self
@@ -201,7 +209,7 @@ class AnthropicModel:
                 `ProviderConnectionError`, `ResponseFormatError`).
         """
         content = _encode(self.request_body(request))
-        client = self._client()
+        client = await self._client()
         with translate_transport_errors(PROVIDER):
             response = await client.post(
                 self.url, content=content, headers=self._headers, timeout=self._timeout
@@ -221,7 +229,7 @@ class AnthropicModel:
                 `ProviderConnectionError`.
         """
         content = _encode(self.request_body(request, stream=True))
-        client = self._client()
+        client = await self._client()
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
             async with client.stream(
@@ -239,6 +247,14 @@ class AnthropicModel:
                     if parser.done:
                         break
         yield parser.response()
+
+
+async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Parks until the event loop shuts down its async generators, then closes `client`."""
+    try:
+        yield
+    finally:
+        await client.aclose()
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
