@@ -830,3 +830,47 @@ async def test_the_turn_limit_still_applies_without_a_pause() -> None:
     with pytest.raises(RunError) as info:
         await agent.run("go")
     assert info.value.stage is Stage.LOOP
+
+
+async def test_unknown_tool_in_a_batch_fails_before_anything_can_defer() -> None:
+    gate = Gate("g")
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "nope", "{}")))
+    agent = Agent(model, tools=[gate.tool()])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+    assert gate.passes == []
+
+
+async def test_pause_inside_an_output_correction_round_is_a_pause() -> None:
+    gate = Gate("g")
+    model = ScriptedModel(
+        "not json at all", tool_turn(ToolCall("c1", "g", "{}")), '{"answer": "fixed"}'
+    )
+    agent = Agent(model, output_type=Strict, output_retries=1, tools=[gate.tool()])
+    paused = await agent.run("go")
+    assert paused.output is None
+    assert paused.pending is not None
+    assert [p.call_id for p in paused.pending.approvals] == ["c1"]
+    assert paused.requests == 2
+    resumed = await agent.run_with_deferred_results(
+        paused.messages, DeferredResults(approvals={"c1": Approval(True)})
+    )
+    assert resumed.output == Strict(answer="fixed")
+
+
+async def test_timeout_of_a_sibling_beats_a_deferral_in_the_same_parallel_batch() -> None:
+    async def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "slow", "{}")))
+    agent = Agent(
+        model,
+        tools=[Gate("g").tool(), Tool("slow", "slow", OBJ, slow, timeout=0.01)],
+        parallel_tool_calls=True,
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
