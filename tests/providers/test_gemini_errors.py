@@ -326,6 +326,16 @@ async def test_key_from_environment_is_sent_in_the_header(monkeypatch: pytest.Mo
     )
 
 
+def test_infer_model_builds_the_gemini_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from golem.providers import infer_model
+
+    monkeypatch.setenv("GEMINI_API_KEY", "k")
+    for spec in ("gemini:gemini-2.5-flash", "google:gemini-2.5-flash"):
+        model = infer_model(spec)
+        assert isinstance(model, GeminiModel)
+        assert model.model == "gemini-2.5-flash"
+
+
 def test_gemini_key_wins_over_google_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "gemini-key")
     monkeypatch.setenv("GOOGLE_API_KEY", "google-key")

@@ -19,11 +19,8 @@ from golem.model import (
     ToolSpec,
 )
 from golem.providers.gemini import build_request_body, parse_response, parse_stream
-from golem.providers.gemini._wire import (
-    DUMMY_SIGNATURE,
-    finish_reason,
-    supports_json_output_with_tools,
-)
+from golem.providers.gemini._response import finish_reason
+from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
 from golem.usage import Usage
 from tests.providers.gemini_fixtures import model_with, sse_body
 
@@ -303,6 +300,17 @@ def test_json_output_with_tools_support(model: str, supported: bool) -> None:
 
 
 def test_extra_body_merges_recursively() -> None:
+    extra = {
+        "generationConfig": {"thinkingConfig": {"thinkingLevel": "low"}, "topK": 3},
+        "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+    }
+    first = build_request_body(ModelRequest(messages=[]), extra_body=extra)
+    first["safetySettings"].append("mutated by the caller")
+    first["generationConfig"]["topK"] = 99
+    assert extra["safetySettings"] == [
+        {"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}
+    ]
+    assert extra["generationConfig"] == {"thinkingConfig": {"thinkingLevel": "low"}, "topK": 3}
     body = build_request_body(
         ModelRequest(messages=[Message(role="user", content="hi")]),
         thinking_budget=128,

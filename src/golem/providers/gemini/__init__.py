@@ -33,12 +33,9 @@ from golem.providers._http import (
     translate_transport_errors,
 )
 from golem.providers.gemini._errors import PROVIDER, error_from_http
+from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import StreamParser, parse_stream, sse_events
-from golem.providers.gemini._wire import (
-    build_request_body,
-    parse_response,
-    supports_json_output_with_tools,
-)
+from golem.providers.gemini._wire import build_request_body, supports_json_output_with_tools
 
 __all__ = [
     "DEFAULT_BASE_URL",

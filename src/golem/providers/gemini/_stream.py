@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
-from golem.providers.gemini._wire import ResponseBuilder
+from golem.providers.gemini._response import ResponseBuilder
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
 
