@@ -298,6 +298,7 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """`run` for synchronous code (starts an event loop; not callable from one)."""
         return _sync(
+            self.model,
             self.run(
                 prompt,
                 deps=deps,
@@ -305,7 +306,7 @@ class Agent(Generic[DepsT, OutputT]):
                 run_id=run_id,
                 conversation_id=conversation_id,
                 on_event=on_event,
-            )
+            ),
         )
 
     def run_stream(
@@ -409,6 +410,7 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
         return _sync(
+            self.model,
             self.run_with_deferred_results(
                 history,
                 results,
@@ -417,7 +419,7 @@ class Agent(Generic[DepsT, OutputT]):
                 run_id=run_id,
                 conversation_id=conversation_id,
                 on_event=on_event,
-            )
+            ),
         )
 
 
@@ -493,7 +495,8 @@ class RunStream(Generic[OutputT]):
         return self._result
 
 
-def _sync(coro: Coroutine[Any, Any, T]) -> T:
+def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on a fresh event loop, then close what the model opened on that loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -503,7 +506,16 @@ def _sync(coro: Coroutine[Any, Any, T]) -> T:
         raise RuntimeError(
             "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
         )
-    return asyncio.run(coro)
+
+    async def main() -> T:
+        try:
+            return await coro
+        finally:
+            close = getattr(model, "aclose", None)
+            if callable(close):
+                await close()  # provider adapters close the HTTP client they created themselves
+
+    return asyncio.run(main())
 
 
 def _as_history(hist: History | None) -> list[Message]:
