@@ -84,7 +84,9 @@ def _static_version(name: str) -> str:
     return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
 
 
-_STATIC_VERSIONS = {name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")}
+_STATIC_VERSIONS = {
+    name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
+}
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 
 _NOTICES = {
@@ -102,14 +104,12 @@ def _span(seconds: float) -> str:
     s = abs(seconds)
     if s < 45:
         return "a few seconds"
-    if s < 90:
-        return "1 min"
-    if s < 3600:
-        return f"{round(s / 60)} min"
-    if s < 5400:
-        return "1 h"
-    if s < 86400:
-        return f"{round(s / 3600)} h"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = round(s / 3600)
+    if hours < 24:
+        return f"{hours} h"
     return f"{round(s / 86400)} d"
 
 

@@ -21,10 +21,10 @@
   function span(seconds) {
     const s = Math.abs(seconds);
     if (s < 45) return "a few seconds";
-    if (s < 90) return "1 min";
-    if (s < 3600) return Math.round(s / 60) + " min";
-    if (s < 5400) return "1 h";
-    if (s < 86400) return Math.round(s / 3600) + " h";
+    const minutes = Math.round(s / 60);
+    if (minutes < 60) return minutes + " min";
+    const hours = Math.round(s / 3600);
+    if (hours < 24) return hours + " h";
     return Math.round(s / 86400) + " d";
   }
   function tick() {

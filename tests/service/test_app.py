@@ -1,0 +1,94 @@
+"""`create_app`: argument checks, a store opened from a URL, the in-process worker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from golem.service import create_app
+from tests.service.conftest import bearer, make_auth
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"worker_poll_interval": 0},
+        {"lease_seconds": -1},
+        {"max_body_bytes": 0},
+        {"stream_poll_interval": 0},
+        {"stream_heartbeat": 0},
+        {"default_expires_in": 0},
+    ],
+)
+def test_bad_settings_are_rejected(registry: Any, kwargs: dict[str, Any]) -> None:
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=name):
+        create_app(registry, "sqlite:///x.db", auth=make_auth(), **kwargs)
+
+
+def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Path) -> None:
+    app = create_app(registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth())
+    outside = TestClient(app)
+    res = outside.get("/api/health")
+    assert res.status_code == 503
+    assert res.json() == {"status": "starting"}
+    assert (
+        outside.get("/api/runs", headers=bearer("alice")).json()["error"]["code"] == "unavailable"
+    )
+    with TestClient(app) as client:
+        assert client.get("/api/health").json()["status"] == "ok"
+        res = client.post(
+            "/api/runs", json={"agent": "echo", "prompt": "hi"}, headers=bearer("alice")
+        )
+        assert res.status_code == 201
+    assert app.state.golem.store is None  # closed on shutdown
+    with TestClient(app) as client:  # the data outlives the app
+        runs = client.get("/api/runs", headers=bearer("alice")).json()["runs"]
+        assert [r["outcome"]["output"] for r in runs] == ["echo: hi"]
+
+
+def test_default_expiry_applies_to_started_runs(registry: Any, tmp_path: Path) -> None:
+    app = create_app(
+        registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), default_expires_in=600
+    )
+    with TestClient(app) as client:
+        run = client.post(
+            "/api/runs", json={"agent": "twin", "prompt": "go"}, headers=bearer("alice")
+        ).json()["run"]
+        assert run["expires_at"] is not None
+        assert run["calls"][0]["deadline"] == run["expires_at"]
+
+
+def test_the_in_process_worker_resumes_approved_runs(registry: Any, tmp_path: Path) -> None:
+    app = create_app(
+        registry,
+        f"sqlite:///{tmp_path / 'g.db'}",
+        auth=make_auth(),
+        run_worker=True,
+        worker_poll_interval=0.02,
+        worker_id="inproc",
+    )
+    with TestClient(app) as client:
+        run = client.post(
+            "/api/runs", json={"agent": "mixed", "prompt": "go"}, headers=bearer("alice")
+        ).json()["run"]
+        path = f"/api/runs/{run['id']}/calls"
+        client.post(f"{path}/a1/decision", json={"decision": "approve"}, headers=bearer("alice"))
+        client.post(
+            f"{path}/x1/decision",
+            json={"decision": "external", "result": "v42"},
+            headers=bearer("alice"),
+        )
+        for _ in range(500):  # wait for the worker (bounded; no duration is asserted)
+            shown = client.get(f"/api/runs/{run['id']}", headers=bearer("alice")).json()["run"]
+            if shown["status"] == "completed":
+                break
+            time.sleep(0.02)
+        assert shown["status"] == "completed"
+        assert shown["outcome"]["output"] == "done: deployed to go | v42"
+        assert shown["lease_owner"] == "inproc"
+        assert [a["actor"] for a in shown["audit"]][-2:] == ["worker:inproc", "worker:inproc"]

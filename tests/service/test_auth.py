@@ -1,0 +1,183 @@
+"""Approvers, token configuration, and the signed session / stream tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from golem.service import Approver, AuthConfig
+from golem.service.auth import token_digest
+
+
+def test_approver_restrictions() -> None:
+    anyone = Approver("root")
+    assert anyone.may_see("x")
+    assert anyone.may_decide("x", "t")
+    assert anyone.may_start("x")
+    scoped = Approver("olga", agents={"ops"}, tools={"restart"}, can_start=False)  # type: ignore[arg-type]
+    assert scoped.agents == frozenset({"ops"})  # any iterable is frozen
+    assert scoped.may_see("ops")
+    assert not scoped.may_see("billing")
+    assert scoped.may_decide("ops", "restart")
+    assert not scoped.may_decide("ops", "delete")
+    assert not scoped.may_decide("billing", "restart")
+    assert not scoped.may_start("ops")
+
+
+def test_approver_needs_an_identity() -> None:
+    with pytest.raises(ValueError, match="identity"):
+        Approver("  ")
+
+
+def test_tokens_are_looked_up_by_digest() -> None:
+    hashed = "sha256:" + hashlib.sha256(b"s3cret").hexdigest()
+    auth = AuthConfig(tokens={"plain": Approver("a"), hashed: Approver("b")})
+    assert auth.authenticate("plain").approver.identity == "a"  # type: ignore[union-attr]
+    assert auth.authenticate("s3cret").approver.identity == "b"  # type: ignore[union-attr]
+    assert auth.authenticate(hashed) is None
+    assert auth.authenticate("") is None
+    assert auth.authenticate("other") is None
+    cred = auth.from_authorization("Bearer plain")
+    assert cred is not None
+    assert cred.digest == token_digest("plain")
+    assert auth.from_authorization("bearer   plain").approver.identity == "a"  # type: ignore[union-attr]
+    assert auth.from_authorization("Basic plain") is None
+    assert auth.from_authorization(None) is None
+    assert sorted(a.identity for a in auth.approvers) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "match"),
+    [
+        ({}, "at least one token"),
+        ({"": Approver("a")}, "must not be empty"),
+        ({"sha256:abc": Approver("a")}, "64 hex digits"),
+        ({"t": "alice"}, "want an Approver"),
+    ],
+)
+def test_bad_token_tables_are_rejected(tokens: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        AuthConfig(tokens=tokens)  # type: ignore[arg-type]
+
+
+def test_lifetimes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        AuthConfig(tokens={"t": Approver("a")}, stream_token_seconds=0)
+    with pytest.raises(ValueError, match="secret"):
+        AuthConfig(tokens={"t": Approver("a")}, secret=b"")
+
+
+def test_from_env_reads_json(tmp_path: Path) -> None:
+    spec = {
+        "tok-a": {"identity": "alice"},
+        "tok-o": {"identity": "olga", "agents": ["ops"], "tools": None, "can_start": False},
+        "tok-s": "sam",
+    }
+    auth = AuthConfig.from_env({"GOLEM_APPROVERS": json.dumps(spec), "GOLEM_SESSION_SECRET": "k"})
+    assert auth.secret == b"k"
+    olga = auth.authenticate("tok-o")
+    assert olga is not None
+    assert olga.approver == Approver("olga", agents=frozenset({"ops"}), can_start=False)
+    assert auth.authenticate("tok-s").approver == Approver("sam")  # type: ignore[union-attr]
+
+
+def test_from_env_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "approvers.json"
+    path.write_text(json.dumps({"t": {"identity": "file-user"}}))
+    auth = AuthConfig.from_env({"GOLEM_APPROVERS_FILE": str(path)})
+    assert auth.authenticate("t").approver.identity == "file-user"  # type: ignore[union-attr]
+    # two configs without GOLEM_SESSION_SECRET get different random keys
+    other = AuthConfig.from_env({"GOLEM_APPROVERS_FILE": str(path)})
+    assert auth.secret != other.secret
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({}, "no approvers configured"),
+        ({"GOLEM_APPROVERS": "{"}, "not valid JSON"),
+        ({"GOLEM_APPROVERS": "[]"}, "JSON object"),
+        ({"GOLEM_APPROVERS": '{"t": 5}'}, "object or a string"),
+        ({"GOLEM_APPROVERS": '{"t": {"identity": 5}}'}, "'identity' must be a string"),
+        ({"GOLEM_APPROVERS": '{"t": {"identity": "a", "agents": "ops"}}'}, "list of names"),
+        ({"GOLEM_APPROVERS": '{"t": {"identity": "a", "can_start": "yes"}}'}, "true or false"),
+        ({"GOLEM_APPROVERS": '{"t": {"identity": "a", "admin": true}}'}, "unknown keys"),
+        ({"GOLEM_APPROVERS_FILE": "/nonexistent/approvers.json"}, "GOLEM_APPROVERS_FILE"),
+    ],
+)
+def test_from_env_errors_name_the_problem(env: dict[str, str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        AuthConfig.from_env(env)
+
+
+def make() -> AuthConfig:
+    return AuthConfig(
+        tokens={"tok": Approver("alice"), "tok2": Approver("bob")},
+        secret=b"k1",
+        session_seconds=100,
+        stream_token_seconds=10,
+    )
+
+
+def test_sessions_verify_until_they_expire() -> None:
+    auth = make()
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    value = auth.issue_session(cred, now=1000.0)
+    assert auth.verify_session(value, now=1099.0) == cred
+    assert auth.verify_session(value, now=1100.0) is None
+    assert "tok" not in value  # the cookie holds a digest, never the token
+
+
+def test_signed_values_resist_tampering_and_other_keys() -> None:
+    auth = make()
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    value = auth.issue_session(cred, now=1000.0)
+    body, mac = value.split(".")
+    bob = auth.authenticate("tok2")
+    assert bob is not None
+    forged = auth.issue_session(bob, now=1000.0).split(".")[0] + "." + mac
+    assert auth.verify_session(forged, now=1001.0) is None
+    assert auth.verify_session(body + ".AAAA", now=1001.0) is None
+    assert auth.verify_session("garbage", now=1001.0) is None
+    assert auth.verify_session("", now=1001.0) is None
+    assert auth.verify_session("!!.!!", now=1001.0) is None
+    other_key = AuthConfig(tokens={"tok": Approver("alice")}, secret=b"k2")
+    assert other_key.verify_session(value, now=1001.0) is None
+
+
+def test_stream_tokens_and_sessions_are_not_interchangeable() -> None:
+    auth = make()
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    stream, exp = auth.issue_stream_token(cred, now=1000.0)
+    assert exp == 1010.0
+    assert auth.verify_stream_token(stream, now=1005.0) == cred
+    assert auth.verify_stream_token(stream, now=1010.0) is None
+    assert auth.verify_session(stream, now=1005.0) is None
+    session = auth.issue_session(cred, now=1000.0)
+    assert auth.verify_stream_token(session, now=1005.0) is None
+
+
+def test_removing_a_token_revokes_its_sessions() -> None:
+    auth = make()
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    value = auth.issue_session(cred, now=1000.0)
+    smaller = AuthConfig(tokens={"tok2": Approver("bob")}, secret=b"k1")
+    assert smaller.verify_session(value, now=1001.0) is None
+
+
+def test_csrf_tokens_are_bound_to_the_session() -> None:
+    auth = make()
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    one = auth.issue_session(cred, now=1.0)
+    two = auth.issue_session(cred, now=2.0)
+    assert auth.check_csrf(one, auth.csrf_token(one))
+    assert not auth.check_csrf(one, auth.csrf_token(two))
+    assert not auth.check_csrf(one, "")

@@ -1,0 +1,250 @@
+"""The inbox change stream (`GET /api/events`, server-sent events).
+
+The stream never ends by itself, so these tests drive the ASGI app directly: they read
+the response body as it is sent and disconnect when done. One test runs it behind a real
+uvicorn server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from golem.service import create_app
+from golem.store import Decision, Store
+from golem.worker import start_run
+from tests.service._server import serve
+from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
+
+WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
+
+
+@dataclass
+class Event:
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    comment: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse(block: str) -> Event:
+    ev = Event()
+    for line in block.split("\n"):
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "":
+            ev.comment = value
+        elif name == "event":
+            ev.event = value
+        elif name == "data":
+            ev.data = value
+        elif name == "id":
+            ev.id = value
+    return ev
+
+
+@dataclass
+class Stream:
+    """An open response of the app: its status, headers and the events sent so far."""
+
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    buffer: str = ""
+
+    async def next(self, event: str | None = None) -> Event:
+        """The next event (of the given type, skipping others)."""
+        while True:
+            ev = await asyncio.wait_for(self.events.get(), WAIT)
+            if event is None or ev.event == event:
+                return ev
+
+
+@asynccontextmanager
+async def open_stream(
+    app: Starlette, *, headers: dict[str, str] | None = None, query: str = ""
+) -> AsyncIterator[Stream]:
+    stream = Stream()
+    started = asyncio.Event()
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            stream.status = message["status"]
+            stream.headers = {k.decode(): v.decode() for k, v in message["headers"]}
+            started.set()
+        elif message["type"] == "http.response.body":
+            stream.buffer += message.get("body", b"").decode()
+            while "\n\n" in stream.buffer:
+                block, stream.buffer = stream.buffer.split("\n\n", 1)
+                await stream.events.put(parse(block))
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("golem.test", 80),
+        "state": {},
+    }
+    task = asyncio.create_task(app(scope, receive, send))
+    await asyncio.wait_for(started.wait(), WAIT)
+    try:
+        yield stream
+    finally:
+        gone.set()
+        await asyncio.wait_for(task, WAIT)  # the stream ends when the client goes
+
+
+async def test_a_change_made_through_the_store_is_streamed(
+    app: Starlette, store: Store, start: StartRun
+) -> None:
+    run = await start("twin")
+    async with open_stream(app, headers=bearer("alice")) as stream:
+        assert stream.status == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        hello = await stream.next("hello")
+        assert hello.json()["identity"] == "alice"
+        assert hello.json()["cursor"] == await store.last_change_id()
+        await store.decide(run["id"], "c1", Decision.approve(), decided_by="zoe")
+        change = await stream.next("change")
+        data = change.json()
+        assert data["run_id"] == run["id"]
+        assert data["action"] == "decided"
+        assert data["actor"] == "zoe"
+        assert data["agent"] == "twin"
+        assert data["status"] == "pending"
+        assert data["detail"]["call_id"] == "c1"
+        assert change.id == str(data["id"])
+        assert data["id"] == (await store.audit(run["id"]))[-1].id
+
+
+async def test_the_stream_resumes_after_a_cursor(
+    app: Starlette, store: Store, start: StartRun
+) -> None:
+    first = await start("twin")
+    second = await start("twin")
+    cursor = (await store.audit(first["id"]))[-1].id
+    async with open_stream(app, headers={**bearer("alice"), "Last-Event-ID": str(cursor)}) as s:
+        change = await s.next("change")
+        assert (change.json()["run_id"], change.json()["action"]) == (second["id"], "created")
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as s:
+        assert (await s.next("change")).json()["run_id"] == first["id"]
+        assert (await s.next("change")).json()["run_id"] == second["id"]
+
+
+async def test_changes_the_caller_may_not_see_are_left_out(
+    app: Starlette, store: Store, registry: Any
+) -> None:
+    async with open_stream(app, headers=bearer("olga")) as stream:
+        await stream.next("hello")
+        hidden = await start_run(store, registry, "mixed", "m", started_by="alice")
+        skipped = await stream.next()  # no data: only moves Last-Event-ID past the change
+        assert (skipped.event, skipped.data) == ("message", "")
+        assert skipped.id == str((await store.audit(hidden.id))[-1].id)
+        visible = await start_run(store, registry, "twin", "t", started_by="alice")
+        change = await stream.next()
+        assert change.event == "change"
+        assert change.json()["run_id"] == visible.id
+
+
+async def test_the_stream_accepts_a_stream_token(
+    app: Starlette, client: httpx.AsyncClient, start: StartRun
+) -> None:
+    token = (await client.post("/api/stream-token", headers=bearer("alice"))).json()["stream_token"]
+    async with open_stream(app, query=f"stream_token={token}") as stream:
+        assert stream.status == 200
+        assert (await stream.next("hello")).json()["identity"] == "alice"
+
+
+async def test_the_stream_accepts_the_inbox_session(
+    app: Starlette, client: httpx.AsyncClient
+) -> None:
+    res = await client.post("/login", data={"token": TOKENS["tess"]})
+    cookie = res.headers["set-cookie"].split(";")[0]
+    async with open_stream(app, headers={"Cookie": cookie}) as stream:
+        assert (await stream.next("hello")).json()["identity"] == "tess"
+
+
+async def test_the_stream_refuses_missing_or_stale_credentials(
+    app: Starlette, client: httpx.AsyncClient
+) -> None:
+    for params in ({}, {"stream_token": "forged.token"}):
+        res = await client.get("/api/events", params=params)
+        assert res.status_code == 401
+        assert res.json()["error"]["code"] == "unauthenticated"
+    auth = app.state.golem.auth
+    cred = auth.authenticate(TOKENS["alice"])
+    stale, _ = auth.issue_stream_token(cred, now=0.0)
+    res = await client.get("/api/events", params={"stream_token": stale})
+    assert res.status_code == 401
+    session = auth.issue_session(cred)
+    res = await client.get("/api/events", params={"stream_token": session})
+    assert res.status_code == 401  # a session value is not a stream token
+
+
+@pytest.mark.parametrize("cursor", ["abc", "-1"])
+async def test_a_bad_cursor_is_422(client: httpx.AsyncClient, cursor: str) -> None:
+    res = await client.get("/api/events", params={"cursor": cursor}, headers=bearer("alice"))
+    assert res.status_code == 422
+    assert res.json()["error"]["code"] == "invalid_request"
+
+
+async def test_an_idle_stream_sends_keep_alive_comments(registry: Any, store: Store) -> None:
+    app = create_app(
+        registry, store, auth=make_auth(), stream_poll_interval=0.01, stream_heartbeat=0.01
+    )
+    async with open_stream(app, headers=bearer("alice")) as stream:
+        await stream.next("hello")
+        ev = await stream.next()
+        assert ev.comment == "keep-alive"
+
+
+async def test_the_stream_works_behind_uvicorn(registry: Any, tmp_path: Any) -> None:
+    app = create_app(
+        registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), stream_poll_interval=0.02
+    )
+    with serve(app) as base:
+        async with httpx.AsyncClient(base_url=base, headers=bearer("alice"), timeout=WAIT) as c:
+            async with c.stream("GET", "/api/events") as res:
+                assert res.status_code == 200
+                lines = res.aiter_lines()
+                async for line in lines:
+                    if line == "event: hello":
+                        break
+                started = await c.post("/api/runs", json={"agent": "twin", "prompt": "go"})
+                run_id = started.json()["run"]["id"]
+                event = ""
+                async for line in lines:
+                    if line.startswith("event: "):
+                        event = line.removeprefix("event: ")
+                    if event == "change" and line.startswith("data: "):
+                        data = json.loads(line.removeprefix("data: "))
+                        break
+                assert (data["run_id"], data["action"], data["actor"]) == (
+                    run_id,
+                    "created",
+                    "alice",
+                )

@@ -1,0 +1,80 @@
+"""The OpenAPI document: valid 3.1, and in step with the route table."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from starlette.routing import Route
+
+from golem import __version__
+from golem.service.app import ROUTES
+from golem.service.openapi import openapi_document
+
+METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+def document() -> dict[str, Any]:
+    return openapi_document(__version__)
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(document())
+
+
+def test_every_route_is_described_and_nothing_else() -> None:
+    routes = {
+        (r.path, m.lower())
+        for r in ROUTES
+        if isinstance(r, Route)
+        for m in (r.methods or ())
+        if m != "HEAD"
+    }
+    described = {
+        (path, method)
+        for path, item in document()["paths"].items()
+        for method in item
+        if method in METHODS
+    }
+    assert described == routes
+
+
+def test_refs_resolve_and_path_parameters_are_declared() -> None:
+    doc = document()
+    schemas = doc["components"]["schemas"]
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if ref is not None:
+                assert ref.startswith("#/components/schemas/")
+                assert ref.rsplit("/", 1)[1] in schemas, ref
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    op_ids = []
+    for path, item in doc["paths"].items():
+        wanted = set(re.findall(r"{(\w+)}", path))
+        for method, op in item.items():
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == wanted, (path, method)
+            assert op["responses"], (path, method)
+            op_ids.append(op["operationId"])
+    assert len(op_ids) == len(set(op_ids))
+
+
+def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
+    doc = document()
+    decide = doc["paths"]["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]
+    assert set(decide) == {"200", "400", "401", "403", "404", "409", "413", "422"}
+    for status in ("400", "401", "403", "404", "409", "413", "422"):
+        schema = decide[status]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/Error"}
+    start = doc["paths"]["/api/runs"]["post"]["responses"]
+    assert set(start) == {"201", "400", "401", "403", "413", "422"}
