@@ -1,0 +1,342 @@
+"""History repair (normalize_history) and how runs apply it to every request."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from golem import Agent, HistoryRepair, normalize_history
+from golem.messages import Message, ToolCall
+from golem.testing import ScriptedModel
+
+INTERRUPTED = (
+    "Tool call was interrupted before execution; no result was produced. "
+    "Call the tool again if you need its result."
+)
+
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def user(text: str = "hi") -> Message:
+    return Message(role="user", content=text)
+
+
+def asst(*calls: ToolCall, content: str = "") -> Message:
+    return Message(role="assistant", content=content, tool_calls=list(calls))
+
+
+def result(call_id: str, text: str = "ok", name: str = "t") -> Message:
+    return Message(role="tool", content=text, tool_call_id=call_id, tool_name=name)
+
+
+def interrupted(call_id: str, name: str) -> Message:
+    return Message(role="tool", content=INTERRUPTED, tool_call_id=call_id, tool_name=name)
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_go_reference_example_exactly() -> None:
+    history = [
+        user("roll"),
+        asst(ToolCall("call-1", "roll", '{"sides":6}'), ToolCall("call-2", "roll", '{"sides":')),
+        result("call-1", "4", "roll"),
+        result("ghost", "orphaned", "roll"),
+    ]
+    repaired, report = normalize_history(history)
+    assert repaired == [
+        history[0],
+        history[1],
+        interrupted("call-2", "roll"),
+        history[2],
+    ]
+    assert report == HistoryRepair(synthesized=["call-2"], dropped=["ghost"], truncated=["call-2"])
+
+    again, second = normalize_history(repaired)
+    assert again == repaired
+    assert second == HistoryRepair(synthesized=[], dropped=[], truncated=["call-2"])
+
+
+def test_interrupted_text_is_exact() -> None:
+    repaired, _ = normalize_history([asst(ToolCall("c1", "t", "{}"))])
+    assert repaired[1].content == INTERRUPTED
+    assert repaired[1].role == "tool"
+    assert repaired[1].tool_call_id == "c1"
+    assert repaired[1].tool_name == "t"
+    assert repaired[1].failed is False
+
+
+def test_valid_history_is_unchanged_with_an_empty_report() -> None:
+    history = [
+        Message(role="system", content="sys"),
+        user(),
+        asst(ToolCall("c1", "t", '{"a": 1}')),
+        result("c1"),
+        asst(content="done"),
+    ]
+    repaired, report = normalize_history(history)
+    assert repaired == history
+    assert report == HistoryRepair()
+    assert report.synthesized == []
+    assert report.dropped == []
+    assert report.truncated == []
+
+
+def test_synthesized_results_follow_their_own_assistant_message_in_call_order() -> None:
+    history = [
+        user(),
+        asst(ToolCall("a1", "x", "{}"), ToolCall("a2", "y", "{}"), ToolCall("a3", "z", "{}")),
+        result("a2", "two", "y"),
+        user("more"),
+        asst(ToolCall("b1", "x", "{}")),
+    ]
+    repaired, report = normalize_history(history)
+    assert repaired == [
+        history[0],
+        history[1],
+        interrupted("a1", "x"),
+        interrupted("a3", "z"),
+        history[2],
+        history[3],
+        history[4],
+        interrupted("b1", "x"),
+    ]
+    assert report.synthesized == ["a1", "a3", "b1"]
+    assert report.dropped == []
+
+
+def test_duplicate_results_keep_the_first() -> None:
+    history = [
+        asst(ToolCall("c1", "t", "{}")),
+        result("c1", "first"),
+        result("c1", "second"),
+    ]
+    repaired, report = normalize_history(history)
+    assert repaired == history[:2]
+    assert report.dropped == ["c1"]
+    assert report.synthesized == []
+
+
+def test_result_before_its_call_is_dropped_and_the_call_synthesized() -> None:
+    history = [result("c1", "early"), asst(ToolCall("c1", "t", "{}"))]
+    repaired, report = normalize_history(history)
+    assert repaired == [history[1], interrupted("c1", "t")]
+    assert report.dropped == ["c1"]
+    assert report.synthesized == ["c1"]
+
+
+def test_orphan_results_are_dropped_in_order() -> None:
+    history = [user(), result("x"), result("y"), asst(content="hi")]
+    repaired, report = normalize_history(history)
+    assert repaired == [history[0], history[3]]
+    assert report.dropped == ["x", "y"]
+
+
+def test_result_without_call_id_is_dropped() -> None:
+    history = [asst(ToolCall("c1", "t", "{}")), result("c1"), result("")]
+    repaired, report = normalize_history(history)
+    assert repaired == history[:2]
+    assert report.dropped == [""]
+
+
+def test_calls_without_id_are_never_synthesized() -> None:
+    history = [asst(ToolCall("", "t", "{}"))]
+    repaired, report = normalize_history(history)
+    assert repaired == history
+    assert report.synthesized == []
+
+
+def test_result_of_an_earlier_turn_after_a_later_turn_is_kept() -> None:
+    history = [
+        asst(ToolCall("c1", "t", "{}")),
+        asst(ToolCall("c2", "t", "{}")),
+        result("c2"),
+        result("c1"),
+    ]
+    repaired, report = normalize_history(history)
+    assert repaired == history
+    assert report == HistoryRepair()
+
+
+def test_truncated_args_are_reported_and_kept_verbatim() -> None:
+    calls = [
+        ToolCall("ok", "t", '  {"a": 1}  '),
+        ToolCall("cut", "t", '{"a": '),
+        ToolCall("arr", "t", "[1, 2]"),
+        ToolCall("str", "t", '"x"'),
+        ToolCall("empty", "t", ""),
+        ToolCall("blank", "t", "   "),
+        ToolCall("null", "t", "null"),
+    ]
+    history = [asst(*calls), *(result(c.id) for c in calls)]
+    repaired, report = normalize_history(history)
+    assert report.truncated == ["cut", "arr", "str", "empty", "blank", "null"]
+    assert repaired == history
+    assert [c.args for c in repaired[0].tool_calls] == [c.args for c in calls]
+
+
+def test_truncated_calls_are_reported_in_history_order_across_messages() -> None:
+    history = [
+        asst(ToolCall("b", "t", "{")),
+        result("b"),
+        asst(ToolCall("a", "t", "nope")),
+        result("a"),
+    ]
+    assert normalize_history(history)[1].truncated == ["b", "a"]
+
+
+def test_normalize_never_mutates_its_input() -> None:
+    history = [asst(ToolCall("c1", "t", "{}")), result("ghost")]
+    snapshot = copy.deepcopy(history)
+    repaired, _ = normalize_history(history)
+    assert history == snapshot
+    assert repaired is not history
+
+
+def test_normalize_returns_a_new_list_even_when_nothing_changes() -> None:
+    history = [user()]
+    repaired, _ = normalize_history(history)
+    assert repaired == history
+    assert repaired is not history
+    repaired.append(user("x"))
+    assert len(history) == 1
+
+
+def test_normalize_accepts_any_sequence() -> None:
+    repaired, report = normalize_history((asst(ToolCall("c1", "t", "{}")),))
+    assert report.synthesized == ["c1"]
+    assert len(repaired) == 2
+
+
+def test_repair_is_deterministic() -> None:
+    history = [
+        asst(ToolCall("c1", "t", "{"), ToolCall("c2", "t", "{}")),
+        result("zz"),
+        result("c2"),
+    ]
+    assert normalize_history(history) == normalize_history(list(history))
+
+
+# --------------------------------------------------------------------------- properties
+
+ids = st.sampled_from(["", "c1", "c2", "c3", "c4"])
+names = st.sampled_from(["a", "b"])
+args = st.sampled_from(["{}", '{"x": 1}', '{"x":', "", "[1]", "null", " {} "])
+tool_calls = st.builds(ToolCall, id=ids, name=names, args=args)
+history_messages = st.one_of(
+    st.builds(Message, role=st.just("user"), content=st.sampled_from(["hi", ""])),
+    st.builds(Message, role=st.just("system"), content=st.just("sys")),
+    st.builds(
+        Message,
+        role=st.just("assistant"),
+        content=st.sampled_from(["", "text"]),
+        tool_calls=st.lists(tool_calls, max_size=3),
+    ),
+    st.builds(
+        Message,
+        role=st.just("tool"),
+        content=st.sampled_from(["r", ""]),
+        tool_call_id=ids,
+        tool_name=names,
+        failed=st.booleans(),
+    ),
+)
+histories = st.lists(history_messages, max_size=8)
+
+
+@PROPERTY
+@given(histories)
+def test_repair_is_idempotent(history: list[Message]) -> None:
+    once, first = normalize_history(history)
+    twice, second = normalize_history(once)
+    assert twice == once
+    assert second.synthesized == []
+    assert second.dropped == []
+    assert second.truncated == first.truncated
+
+
+@PROPERTY
+@given(histories)
+def test_repair_never_mutates_the_input(history: list[Message]) -> None:
+    snapshot = copy.deepcopy(history)
+    normalize_history(history)
+    assert history == snapshot
+
+
+@PROPERTY
+@given(histories)
+def test_repaired_history_pairs_every_identified_call_exactly_once(
+    history: list[Message],
+) -> None:
+    repaired, report = normalize_history(history)
+    open_calls: set[str] = set()
+    for m in repaired:
+        if m.role == "assistant":
+            open_calls.update(c.id for c in m.tool_calls if c.id)
+        if m.role == "tool":
+            assert m.tool_call_id in open_calls, "a kept result answers a call made before it"
+            open_calls.discard(m.tool_call_id)
+    assert not open_calls
+    # Nothing but tool messages is ever added or removed, and no message is rewritten.
+    assert [m for m in repaired if m.role != "tool"] == [m for m in history if m.role != "tool"]
+    originals = [m for m in history if m.role == "tool"]
+    for m in repaired:
+        if m.role == "tool" and m.tool_call_id not in report.synthesized:
+            assert m in originals
+    assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
+
+
+# --------------------------------------------------------------------------- runs apply it
+
+
+async def test_every_run_request_carries_the_repaired_history() -> None:
+    model = ScriptedModel("fine")
+    history = [
+        user("roll"),
+        asst(ToolCall("call-1", "roll", '{"sides":6}'), ToolCall("call-2", "roll", '{"sides":')),
+        result("call-1", "4", "roll"),
+        result("ghost", "orphaned", "roll"),
+    ]
+    snapshot = copy.deepcopy(history)
+    res = await Agent(model).run("again", history=history)
+    sent = model.requests[0].messages
+    assert [(m.role, m.tool_call_id, m.content) for m in sent] == [
+        ("user", "", "roll"),
+        ("assistant", "", ""),
+        ("tool", "call-2", INTERRUPTED),
+        ("tool", "call-1", "4"),
+        ("user", "", "again"),
+    ]
+    assert history == snapshot
+    assert [m.tool_call_id for m in res.messages if m.role == "tool"] == ["call-2", "call-1"]
+
+
+async def test_history_system_messages_never_reach_the_model() -> None:
+    model = ScriptedModel("a", "b")
+    history = [
+        Message(role="system", content="OLD instructions"),
+        user("first"),
+        Message(role="system", content="injected mid-history"),
+        Message(role="assistant", content="reply"),
+    ]
+    agent = Agent(model, instructions="NEW instructions")
+    await agent.run("second", history=history)
+    sent = model.requests[0].messages
+    assert sent[0] == Message(role="system", content="NEW instructions")
+    assert [m.role for m in sent].count("system") == 1
+    assert all("OLD" not in m.content and "injected" not in m.content for m in sent)
+
+    # Without instructions there is no system message at all.
+    await Agent(model).run("third", history=history)
+    assert all(m.role != "system" for m in model.requests[1].messages)
+
+
+async def test_result_messages_start_with_the_current_instructions_not_the_old_ones() -> None:
+    model = ScriptedModel("ok")
+    res = await Agent(model, instructions="current").run(
+        "q", history=[Message(role="system", content="stale"), user("earlier")]
+    )
+    assert res.messages[0] == Message(role="system", content="current")
+    assert not any(m.content == "stale" for m in res.messages)

@@ -1,0 +1,809 @@
+"""The run loop's policy: turn limit, model-call retries, tool self-correction budgets,
+Canceled/Failed, timeouts, parallel execution, unknown tools, usage limits, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from golem import (
+    Agent,
+    EventKind,
+    RunContext,
+    RunError,
+    RunEvent,
+    Stage,
+    ToolError,
+    Usage,
+    UsageLimitExceeded,
+    UsageLimits,
+    normalize_history,
+)
+from golem.errors import (
+    BadRequest,
+    Overloaded,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+)
+from golem.messages import Message, ToolCall
+from golem.model import ModelRequest, ModelResponse
+from golem.testing import FunctionModel, ScriptedModel
+from golem.tool import Canceled, Failed, ModelRetry, Tool
+
+OBJ = {"type": "object"}
+INTERRUPTED = (
+    "Tool call was interrupted before execution; no result was produced. "
+    "Call the tool again if you need its result."
+)
+
+
+def calls(*items: tuple[str, str, str]) -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall(i, n, a) for i, n, a in items])
+
+
+def tool_messages(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.role == "tool"]
+
+
+def text_tool(name: str, text: str = "ok") -> Tool:
+    return Tool(name, name, OBJ, lambda ctx, args: text)
+
+
+def no_wait(attempt: int) -> float:
+    return 0
+
+
+# --------------------------------------------------------------------------- turn limit
+
+
+async def test_max_iterations_counts_model_turns() -> None:
+    model = ScriptedModel(calls(("c1", "t", "{}")), calls(("c2", "t", "{}")), "done")
+    res = await Agent(model, tools=[text_tool("t")], max_iterations=3).run("go")
+    assert res.output == "done"
+    assert res.requests == 3
+
+
+async def test_max_iterations_exceeded_is_stage_loop() -> None:
+    model = ScriptedModel(calls(("c1", "t", "{}")), calls(("c2", "t", "{}")), "done")
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[text_tool("t")], max_iterations=2).run("go")
+    assert info.value.stage is Stage.LOOP
+    assert model.remaining == 1  # the third turn never happened
+
+
+async def test_max_iterations_one_allows_a_plain_answer() -> None:
+    res = await Agent(ScriptedModel("hi"), max_iterations=1).run("go")
+    assert res.output == "hi"
+
+
+# --------------------------------------------------------------------------- model-call retries
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RateLimited("429"),
+        Overloaded("529"),
+        ProviderTimeout("slow"),
+        ProviderConnectionError("reset"),
+        ProviderError("custom", retryable=True),
+    ],
+)
+async def test_retryable_provider_errors_are_retried(error: ProviderError) -> None:
+    model = ScriptedModel(error, "ok")
+    res = await Agent(model, max_attempts=2, retry_backoff=no_wait).run("go")
+    assert res.output == "ok"
+    assert res.requests == 2
+    assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [BadRequest("400"), ProviderError("plain"), RuntimeError("bug"), ValueError("bad")],
+)
+async def test_non_retryable_errors_are_not_retried(error: Exception) -> None:
+    model = ScriptedModel(error, "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, max_attempts=5, retry_backoff=no_wait).run("go")
+    assert info.value.stage is Stage.MODEL
+    assert info.value.__cause__ is error
+    assert len(model.requests) == 1
+
+
+async def test_max_attempts_one_means_no_retry() -> None:
+    model = ScriptedModel(RateLimited("429"), "ok")
+    with pytest.raises(RunError) as info:
+        await Agent(model).run("go")
+    assert info.value.stage is Stage.MODEL
+    assert isinstance(info.value.__cause__, RateLimited)
+    assert model.remaining == 1
+
+
+async def test_exhausted_attempts_fail_at_stage_model_naming_the_attempts() -> None:
+    last = Overloaded("third")
+    model = ScriptedModel(Overloaded("first"), Overloaded("second"), last, "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, max_attempts=3, retry_backoff=no_wait).run("go")
+    err = info.value
+    assert err.stage is Stage.MODEL
+    assert "after 3 attempts" in str(err.__cause__)
+    cur: BaseException | None = err.__cause__
+    chain = []
+    while cur is not None:
+        chain.append(cur)
+        cur = cur.__cause__
+    assert last in chain
+    assert err.partial is None or err.partial.requests == 3
+    assert model.remaining == 1
+
+
+async def test_retries_count_as_requests_and_emit_events_per_attempt() -> None:
+    events: list[RunEvent] = []
+    model = ScriptedModel(RateLimited("a"), RateLimited("b"), "ok")
+    res = await Agent(model, max_attempts=3, retry_backoff=no_wait).run(
+        "go", on_event=events.append
+    )
+    assert res.requests == 3
+    starts = [(e.turn, e.attempt) for e in events if e.kind is EventKind.MODEL_START]
+    ends = [(e.turn, e.attempt, e.error) for e in events if e.kind is EventKind.MODEL_END]
+    assert starts == [(0, 1), (0, 2), (0, 3)]
+    assert [(t, a) for t, a, _ in ends] == [(0, 1), (0, 2), (0, 3)]
+    assert isinstance(ends[0][2], RateLimited)
+    assert ends[2][2] is None
+
+
+async def test_backoff_is_called_with_the_failed_attempt_number() -> None:
+    seen: list[int] = []
+
+    def backoff(attempt: int) -> float:
+        seen.append(attempt)
+        return 0
+
+    model = ScriptedModel(Overloaded("1"), Overloaded("2"), "ok")
+    await Agent(model, max_attempts=3, retry_backoff=backoff).run("go")
+    assert seen == [1, 2]
+
+
+async def test_retry_after_is_honoured_when_longer_than_the_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float, result: Any = None) -> Any:
+        waits.append(delay)
+        return await real_sleep(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    model = ScriptedModel(RateLimited("429", retry_after=7.5), Overloaded("529"), "ok")
+    res = await Agent(model, max_attempts=3, retry_backoff=lambda n: 0.25).run("go")
+    assert res.output == "ok"
+    assert 7.5 in waits  # Retry-After beat the 0.25 s backoff
+    assert 0.25 in waits  # no Retry-After: the backoff applies
+    assert max(waits) == 7.5
+
+
+# --------------------------------------------------------------------------- tool self-correction
+
+
+def picky(name: str = "picky") -> tuple[Tool, list[str]]:
+    seen: list[str] = []
+
+    def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        seen.append(args.get("v", ""))
+        if args.get("v") != "good":
+            raise ModelRetry(f"v must be good, not {args.get('v')}")
+        return "accepted"
+
+    return Tool(name, name, OBJ, run), seen
+
+
+async def test_model_retry_feedback_within_tool_retries() -> None:
+    tool, seen = picky()
+    model = ScriptedModel(
+        calls(("c1", "picky", '{"v": "bad"}')),
+        calls(("c2", "picky", '{"v": "worse"}')),
+        calls(("c3", "picky", '{"v": "good"}')),
+        "done",
+    )
+    res = await Agent(model, tools=[tool], tool_retries=2).run("go")
+    assert seen == ["bad", "worse", "good"]
+    assert [m.content for m in tool_messages(res.messages)] == [
+        "Your tool call was rejected: v must be good, not bad. Correct the arguments and call the tool again.",
+        "Your tool call was rejected: v must be good, not worse. Correct the arguments and call the tool again.",
+        "accepted",
+    ]
+    assert res.tool_calls == 3
+
+
+async def test_model_retry_beyond_the_budget_fails_at_stage_tool() -> None:
+    tool, _ = picky()
+    model = ScriptedModel(
+        calls(("c1", "picky", '{"v": "bad"}')),
+        calls(("c2", "picky", '{"v": "bad"}')),
+        "never",
+    )
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[tool], tool_retries=1).run("go")
+    err = info.value
+    assert err.stage is Stage.TOOL
+    assert isinstance(err.__cause__, ToolError)
+    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("picky", "c2")
+    assert "after 2 attempts" in str(err.__cause__)
+    assert "v must be good" in str(err.__cause__)
+
+
+async def test_model_retry_without_budget_fails_immediately() -> None:
+    tool, _ = picky()
+    model = ScriptedModel(calls(("c1", "picky", '{"v": "bad"}')), "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[tool]).run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, ToolError)
+    assert "v must be good" in str(info.value.__cause__)
+
+
+async def test_per_tool_max_retries_overrides_the_agent_default() -> None:
+    seen: list[str] = []
+
+    def strict_run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        seen.append("strict")
+        raise ModelRetry("no")
+
+    strict = Tool("strict", "s", OBJ, strict_run, max_retries=0)
+    model = ScriptedModel(calls(("c1", "strict", "{}")), "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[strict], tool_retries=5).run("go")
+    assert info.value.stage is Stage.TOOL
+    assert seen == ["strict"]
+
+
+async def test_per_tool_max_retries_can_exceed_the_agent_default() -> None:
+    tool, _ = picky()
+    generous = Tool("picky", "p", OBJ, tool.exec, max_retries=2)
+    model = ScriptedModel(
+        calls(("c1", "picky", '{"v": "bad"}')),
+        calls(("c2", "picky", '{"v": "bad"}')),
+        calls(("c3", "picky", '{"v": "good"}')),
+        "done",
+    )
+    res = await Agent(model, tools=[generous]).run("go")
+    assert res.output == "done"
+
+
+async def test_retry_budget_is_per_tool_name_and_per_run() -> None:
+    a, _ = picky("a")
+    b, _ = picky("b")
+    script = [
+        calls(("c1", "a", '{"v": "x"}')),
+        calls(("c2", "b", '{"v": "x"}')),
+        calls(("c3", "a", '{"v": "good"}'), ("c4", "b", '{"v": "good"}')),
+        "done",
+    ]
+    agent = Agent(ScriptedModel(*script), tools=[a, b], tool_retries=1)
+    assert (await agent.run("go")).output == "done"
+    # A fresh run starts with a fresh budget.
+    agent.model = ScriptedModel(*script)
+    assert (await agent.run("go")).output == "done"
+    # Within one run the budget spans turns: a second rejection of `a` exhausts it.
+    agent.model = ScriptedModel(
+        calls(("c1", "a", '{"v": "x"}')), calls(("c2", "a", '{"v": "y"}')), "never"
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+
+
+# --------------------------------------------------------------------------- Failed / Canceled
+
+
+async def test_failed_does_not_consume_the_retry_budget() -> None:
+    def flaky(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise Failed("remote said no")
+
+    model = ScriptedModel(
+        calls(("c1", "flaky", "{}")),
+        calls(("c2", "flaky", "{}")),
+        calls(("c3", "flaky", "{}")),
+        "gave up",
+    )
+    res = await Agent(model, tools=[Tool("flaky", "f", OBJ, flaky)]).run("go")
+    assert res.output == "gave up"
+    msgs = tool_messages(res.messages)
+    assert [(m.content, m.failed) for m in msgs] == [("remote said no", True)] * 3
+
+
+async def test_canceled_skips_later_calls_and_closes_them_as_interrupted() -> None:
+    executed: list[str] = []
+
+    def make(name: str, raises: BaseException | None = None) -> Tool:
+        def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+            executed.append(ctx.call_id)
+            if raises is not None:
+                raise raises
+            return f"{name} done"
+
+        return Tool(name, name, OBJ, run)
+
+    model = ScriptedModel(
+        calls(("c1", "ok", "{}"), ("c2", "stop", "{}"), ("c3", "ok", "{}")), "never"
+    )
+    agent = Agent(model, tools=[make("ok"), make("stop", Canceled("halt"))])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    err = info.value
+    assert err.stage is Stage.CANCELED
+    assert executed == ["c1", "c2"]
+    assert model.remaining == 1
+    partial = err.partial
+    assert partial is not None
+    closing = tool_messages(partial.messages)
+    assert [(m.tool_call_id, m.content) for m in closing] == [
+        ("c1", "ok done"),
+        ("c2", INTERRUPTED),
+        ("c3", INTERRUPTED),
+    ]
+    assert all(m.run_id == partial.run_id for m in closing)
+    assert partial.tool_calls == 2
+    # The transcript is already pairing-valid.
+    _, report = normalize_history(partial.messages)
+    assert (report.synthesized, report.dropped) == ([], [])
+
+
+async def test_canceled_event_follows_the_tool_end() -> None:
+    events: list[RunEvent] = []
+
+    def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise Canceled("halt")
+
+    model = ScriptedModel(calls(("c1", "stop", "{}")))
+    with pytest.raises(RunError):
+        await Agent(model, tools=[Tool("stop", "s", OBJ, stop)]).run("go", on_event=events.append)
+    kinds = [e.kind for e in events]
+    assert kinds[-2:] == [EventKind.TOOL_END, EventKind.CANCELED]
+    assert events[-1].call_id == "c1"
+    assert events[-1].tool_name == "stop"
+    assert isinstance(events[-1].error, Canceled)
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+async def _sleepy(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+    await asyncio.sleep(args.get("s", 30))
+    return "woke"
+
+
+async def test_agent_tool_timeout_fails_at_stage_tool_with_a_timeout_error() -> None:
+    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 30}')), "never")
+    agent = Agent(model, tools=[Tool("sleepy", "s", OBJ, _sleepy)], tool_timeout=0.05)
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    err = info.value
+    assert err.stage is Stage.TOOL
+    assert isinstance(err.__cause__, TimeoutError)
+    assert model.remaining == 1
+
+
+async def test_per_tool_timeout_beats_the_agent_default_when_shorter() -> None:
+    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 30}')), "never")
+    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=0.05)
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[tool], tool_timeout=60).run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_per_tool_timeout_beats_the_agent_default_when_longer() -> None:
+    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 0.1}')), "done")
+    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=60)
+    res = await Agent(model, tools=[tool], tool_timeout=0.01).run("go")
+    assert tool_messages(res.messages)[0].content == "woke"
+
+
+async def test_sync_tool_overrunning_its_timeout_fails_at_stage_tool() -> None:
+    def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        time.sleep(0.2)
+        return "late"
+
+    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
+    agent = Agent(model, tools=[Tool("slow", "s", OBJ, slow, timeout=0.02)])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_timeout_is_per_call_not_per_batch() -> None:
+    model = ScriptedModel(
+        calls(("c1", "sleepy", '{"s": 0.05}'), ("c2", "sleepy", '{"s": 0.05}')), "done"
+    )
+    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=5)
+    res = await Agent(model, tools=[tool]).run("go")
+    assert res.output == "done"
+
+
+# --------------------------------------------------------------------------- parallel tool calls
+
+
+def rendezvous_tools() -> list[Tool]:
+    """Two tools that each wait for the other: they only finish when run concurrently.
+
+    `first` also finishes last, so completion order differs from emission order.
+    """
+    first_in, second_in, second_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def first(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        first_in.set()
+        await second_in.wait()
+        await second_out.wait()
+        return "first result"
+
+    async def second(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        second_in.set()
+        await first_in.wait()
+        second_out.set()
+        return "second result"
+
+    return [Tool("first", "f", OBJ, first), Tool("second", "s", OBJ, second)]
+
+
+async def test_parallel_calls_run_concurrently_and_keep_emission_order() -> None:
+    events: list[RunEvent] = []
+    model = ScriptedModel(calls(("c1", "first", "{}"), ("c2", "second", "{}")), "done")
+    agent = Agent(model, tools=rendezvous_tools(), parallel_tool_calls=True)
+    res = await asyncio.wait_for(agent.run("go", on_event=events.append), timeout=10)
+    assert [(m.tool_call_id, m.content) for m in tool_messages(res.messages)] == [
+        ("c1", "first result"),
+        ("c2", "second result"),
+    ]
+    assert [m.tool_call_id for m in model.requests[1].messages if m.role == "tool"] == ["c1", "c2"]
+    tool_events = [(e.kind, e.call_id) for e in events if e.kind.value.startswith("tool_")]
+    assert tool_events == [
+        (EventKind.TOOL_START, "c1"),
+        (EventKind.TOOL_START, "c2"),
+        (EventKind.TOOL_END, "c1"),
+        (EventKind.TOOL_END, "c2"),
+    ]
+    assert res.tool_calls == 2
+
+
+async def test_without_parallel_calls_tools_run_one_at_a_time() -> None:
+    running = 0
+    peak = 0
+
+    async def busy(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        running -= 1
+        return ctx.call_id
+
+    model = ScriptedModel(calls(*((f"c{i}", "busy", "{}") for i in range(4))), "done")
+    res = await Agent(model, tools=[Tool("busy", "b", OBJ, busy)]).run("go")
+    assert peak == 1
+    assert [m.content for m in tool_messages(res.messages)] == ["c0", "c1", "c2", "c3"]
+
+
+async def test_sequential_tool_is_a_barrier() -> None:
+    log: list[str] = []
+
+    def tracked(name: str, sequential: bool = False) -> Tool:
+        async def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+            log.append(f"{ctx.call_id} start")
+            for _ in range(3):
+                await asyncio.sleep(0)
+            log.append(f"{ctx.call_id} end")
+            return ctx.call_id
+
+        return Tool(name, name, OBJ, run, sequential=sequential)
+
+    model = ScriptedModel(
+        calls(
+            ("a1", "par", "{}"),
+            ("a2", "par", "{}"),
+            ("s1", "seq", "{}"),
+            ("b1", "par", "{}"),
+            ("b2", "par", "{}"),
+        ),
+        "done",
+    )
+    agent = Agent(model, tools=[tracked("par"), tracked("seq", True)], parallel_tool_calls=True)
+    res = await agent.run("go")
+    pos = {entry: i for i, entry in enumerate(log)}
+    # a1 and a2 overlap; the barrier starts after both ended and ends before b1/b2 start.
+    assert pos["a2 start"] < pos["a1 end"]
+    assert pos["s1 start"] > max(pos["a1 end"], pos["a2 end"])
+    assert pos["s1 end"] < min(pos["b1 start"], pos["b2 start"])
+    assert pos["b2 start"] < pos["b1 end"]
+    assert [m.content for m in tool_messages(res.messages)] == ["a1", "a2", "s1", "b1", "b2"]
+
+
+async def test_parallel_calls_with_failures_keep_emission_order() -> None:
+    gate = asyncio.Event()
+
+    async def slow_fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await gate.wait()
+        raise Failed("slow failure")
+
+    async def fast(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        gate.set()
+        return "fast"
+
+    model = ScriptedModel(calls(("c1", "slow", "{}"), ("c2", "fast", "{}")), "done")
+    tools = [Tool("slow", "s", OBJ, slow_fail), Tool("fast", "f", OBJ, fast)]
+    res = await asyncio.wait_for(
+        Agent(model, tools=tools, parallel_tool_calls=True).run("go"), timeout=10
+    )
+    assert [(m.tool_call_id, m.content, m.failed) for m in tool_messages(res.messages)] == [
+        ("c1", "slow failure", True),
+        ("c2", "fast", False),
+    ]
+
+
+# --------------------------------------------------------------------------- unknown tools
+
+
+async def test_unknown_tool_fails_at_stage_tool_before_any_call_executes() -> None:
+    events: list[RunEvent] = []
+    executed: list[str] = []
+    known = Tool("known", "k", OBJ, lambda ctx, args: executed.append(ctx.call_id) or "ok")
+    model = ScriptedModel(calls(("c1", "known", "{}"), ("c2", "mystery", "{}")), "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[known]).run("go", on_event=events.append)
+    err = info.value
+    assert err.stage is Stage.TOOL
+    assert executed == []
+    assert isinstance(err.__cause__, ToolError)
+    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("mystery", "c2")
+    assert not [e for e in events if e.kind in (EventKind.TOOL_START, EventKind.TOOL_END)]
+    assert err.partial is not None
+    assert err.partial.tool_calls == 0
+    assert model.remaining == 1
+
+
+async def test_unknown_tool_in_parallel_mode_also_runs_nothing() -> None:
+    executed: list[str] = []
+    known = Tool("known", "k", OBJ, lambda ctx, args: executed.append(ctx.call_id) or "ok")
+    model = ScriptedModel(calls(("c1", "mystery", "{}"), ("c2", "known", "{}")))
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[known], parallel_tool_calls=True).run("go")
+    assert info.value.stage is Stage.TOOL
+    assert executed == []
+
+
+# --------------------------------------------------------------------------- usage
+
+
+async def test_usage_is_summed_over_every_turn() -> None:
+    model = ScriptedModel(
+        ModelResponse(calls(("c1", "t", "{}")), usage=Usage(10, 1, 2, 3, 4)),
+        ModelResponse(calls(("c2", "t", "{}")), usage=Usage(20, 2, 0, 0, 1)),
+        ModelResponse(Message(role="assistant", content="x"), usage=Usage(30, 3, 5, 0, 0)),
+    )
+    res = await Agent(model, tools=[text_tool("t")]).run("go")
+    assert res.usage == Usage(60, 6, 7, 3, 5)
+
+
+async def test_usage_accumulates_across_output_correction_rounds() -> None:
+    model = ScriptedModel(
+        ModelResponse(Message(role="assistant", content="nope"), usage=Usage(5, 5)),
+        ModelResponse(Message(role="assistant", content="3"), usage=Usage(7, 1)),
+    )
+    res = await Agent(model, output_type=int, output_retries=1).run("go")
+    assert res.output == 3
+    assert res.usage == Usage(12, 6)
+    assert res.requests == 2
+
+
+def _limited_run_script() -> list[Any]:
+    return [
+        ModelResponse(calls(("c1", "t", "{}"), ("c2", "t", "{}")), usage=Usage(60, 10)),
+        ModelResponse(Message(role="assistant", content="done"), usage=Usage(70, 20)),
+    ]
+
+
+# The full run uses: input 130, output 30, total 160, requests 2, tool calls 2, cost 1.6.
+@pytest.mark.parametrize(
+    ("limits", "kind", "limit", "actual"),
+    [
+        (UsageLimits(input_tokens=100), "input token", 100, 130),
+        (UsageLimits(output_tokens=25), "output token", 25, 30),
+        (UsageLimits(total_tokens=150), "total token", 150, 160),
+        (UsageLimits(requests=1), "request", 1, 2),
+        (UsageLimits(tool_calls=1), "tool call", 1, 2),
+        (UsageLimits(cost=1.5), "cost", 1.5, 1.6),
+    ],
+)
+async def test_each_usage_limit_dimension(
+    limits: UsageLimits, kind: str, limit: float, actual: float
+) -> None:
+    model = ScriptedModel(*_limited_run_script())
+    agent = Agent(
+        model, tools=[text_tool("t")], usage_limits=limits, price=lambda u: u.total_tokens / 100
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    err = info.value
+    assert err.stage is Stage.USAGE
+    cause = err.__cause__
+    assert isinstance(cause, UsageLimitExceeded)
+    assert cause.kind == kind
+    assert cause.limit == limit
+    assert cause.actual == pytest.approx(actual)
+    assert err.partial is not None
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        UsageLimits(input_tokens=130),
+        UsageLimits(output_tokens=30),
+        UsageLimits(total_tokens=160),
+        UsageLimits(requests=2),
+        UsageLimits(tool_calls=2),
+        UsageLimits(cost=1.6),
+        UsageLimits(),
+    ],
+)
+async def test_reaching_a_limit_exactly_is_not_crossing_it(limits: UsageLimits) -> None:
+    model = ScriptedModel(*_limited_run_script())
+    agent = Agent(
+        model, tools=[text_tool("t")], usage_limits=limits, price=lambda u: u.total_tokens / 100
+    )
+    res = await agent.run("go")
+    assert res.output == "done"
+
+
+async def test_failed_and_rejected_executions_count_as_tool_calls() -> None:
+    def fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise Failed("no")
+
+    def retry(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise ModelRetry("again")
+
+    model = ScriptedModel(calls(("c1", "fail", "{}"), ("c2", "retry", "{}")), "done")
+    tools = [Tool("fail", "f", OBJ, fail), Tool("retry", "r", OBJ, retry)]
+    res = await Agent(model, tools=tools, tool_retries=1).run("go")
+    assert res.tool_calls == 2
+
+
+# --------------------------------------------------------------------------- caller cancellation
+
+
+async def test_cancelling_the_run_while_a_tool_awaits_propagates_cancelled_error() -> None:
+    started = asyncio.Event()
+    cleaned_up: list[bool] = []
+
+    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned_up.append(True)
+        return "never"
+
+    model = ScriptedModel(calls(("c1", "hang", "{}")), "never")
+    agent = Agent(model, tools=[Tool("hang", "h", OBJ, hang)])
+    task = asyncio.create_task(agent.run("go"))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned_up == [True]
+    assert model.remaining == 1
+
+
+async def test_cancellation_with_a_tool_timeout_configured_still_propagates() -> None:
+    started = asyncio.Event()
+
+    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "hang", "{}"))),
+        tools=[Tool("hang", "h", OBJ, hang)],
+        tool_timeout=60,
+    )
+    task = asyncio.create_task(agent.run("go"))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancellation_in_parallel_mode_propagates() -> None:
+    started = asyncio.Event()
+
+    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "hang", "{}"), ("c2", "hang", "{}"))),
+        tools=[Tool("hang", "h", OBJ, hang)],
+        parallel_tool_calls=True,
+    )
+    task = asyncio.create_task(agent.run("go"))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancellation_while_a_sync_tool_runs_propagates() -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def block(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        release.wait(10)
+        return "done"
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "block", "{}"))), tools=[Tool("block", "b", OBJ, block)]
+    )
+    task = asyncio.create_task(agent.run("go"))
+    try:
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()
+
+
+async def test_cancelling_during_the_model_call_propagates() -> None:
+    started = asyncio.Event()
+
+    async def never_answers(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    task = asyncio.create_task(Agent(FunctionModel(never_answers)).run("go"))
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancelling_during_retry_backoff_propagates() -> None:
+    called = asyncio.Event()
+    calls_made = 0
+
+    def flaky(request: ModelRequest) -> ModelResponse:
+        nonlocal calls_made
+        calls_made += 1
+        called.set()
+        raise Overloaded("busy")
+
+    agent = Agent(FunctionModel(flaky), max_attempts=5, retry_backoff=lambda n: 60)
+    task = asyncio.create_task(agent.run("go"))
+    await asyncio.wait_for(called.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls_made == 1
+
+
+async def test_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
+    async def cancels(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise asyncio.CancelledError
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "x", "{}")), "never"), tools=[Tool("x", "x", OBJ, cancels)]
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await agent.run("go")

@@ -1,0 +1,516 @@
+"""Tools: from functions (schema, ctx, sync/async, argument validation), the raw Tool form,
+ToolResult with parts, contextvars in sync tools, and the signals a tool raises."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic
+import pytest
+
+from golem import Agent, RunContext, RunError, Stage
+from golem.messages import Message, Part, ToolCall
+from golem.model import ToolSpec
+from golem.testing import ScriptedModel
+from golem.tool import Canceled, Failed, ModelRetry, Tool, ToolResult
+
+REJECTED_SUFFIX = ". Correct the arguments and call the tool again."
+
+
+def calls(*items: tuple[str, str, str]) -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall(i, n, a) for i, n, a in items])
+
+
+def tool_messages(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.role == "tool"]
+
+
+@dataclass
+class Deps:
+    unit: str
+
+
+# --------------------------------------------------------------------------- schema from functions
+
+
+def _spec(agent: Agent[Any, Any], model: ScriptedModel, name: str) -> ToolSpec:
+    agent.run_sync("go")
+    specs = {s.name: s for s in model.requests[0].tools}
+    return specs[name]
+
+
+def test_schema_comes_from_hints_and_docstring() -> None:
+    model = ScriptedModel("done")
+    agent = Agent(model)
+
+    @agent.tool
+    def forecast(ctx: RunContext[Deps], city: str, days: int = 1) -> str:
+        """Get the weather forecast for a city.
+
+        Args:
+            city: Name of the city, e.g. "Paris".
+            days: How many days ahead to forecast.
+        """
+        return ""
+
+    spec = _spec(agent, model, "forecast")
+    assert spec.description == "Get the weather forecast for a city."
+    schema = spec.schema
+    assert schema["type"] == "object"
+    assert set(schema["properties"]) == {"city", "days"}
+    assert schema["properties"]["city"]["type"] == "string"
+    assert schema["properties"]["city"]["description"] == 'Name of the city, e.g. "Paris".'
+    assert schema["properties"]["days"]["type"] == "integer"
+    assert schema["properties"]["days"]["description"] == "How many days ahead to forecast."
+    assert schema["properties"]["days"]["default"] == 1
+    assert schema["required"] == ["city"]
+
+
+def test_ctx_parameter_is_not_part_of_the_schema() -> None:
+    model = ScriptedModel("done")
+    agent = Agent(model)
+
+    @agent.tool
+    def who(ctx: RunContext[None]) -> str:
+        """Say who."""
+        return ""
+
+    spec = _spec(agent, model, "who")
+    assert spec.schema.get("properties", {}) == {}
+    assert "ctx" not in str(spec.schema)
+
+
+def test_function_without_ctx_or_docstring() -> None:
+    model = ScriptedModel("done")
+    agent = Agent(model)
+
+    @agent.tool
+    def add(a: int, b: int) -> str:
+        return str(a + b)
+
+    spec = _spec(agent, model, "add")
+    assert spec.name == "add"
+    assert spec.description == ""
+    assert set(spec.schema["properties"]) == {"a", "b"}
+    assert sorted(spec.schema["required"]) == ["a", "b"]
+
+
+def test_multiline_parameter_descriptions_are_joined() -> None:
+    model = ScriptedModel("done")
+    agent = Agent(model)
+
+    @agent.tool
+    def search(query: str) -> str:
+        """Search the index.
+
+        Args:
+            query: What to look for; the words
+                are matched case-insensitively.
+        """
+        return ""
+
+    desc = _spec(agent, model, "search").schema["properties"]["query"]["description"]
+    assert desc == "What to look for; the words are matched case-insensitively."
+
+
+class Window(pydantic.BaseModel):
+    start: int
+    end: int
+
+
+def test_rich_types_become_json_schema() -> None:
+    model = ScriptedModel("done")
+    agent = Agent(model)
+
+    @agent.tool
+    def plan(tags: list[str], mode: Literal["fast", "slow"], window: Window) -> str:
+        """Plan."""
+        return ""
+
+    props = _spec(agent, model, "plan").schema["properties"]
+    assert props["tags"]["type"] == "array"
+    assert props["tags"]["items"] == {"type": "string"}
+    assert set(props["mode"]["enum"]) == {"fast", "slow"}
+    assert "window" in props
+
+
+# --------------------------------------------------------------------------- calling function tools
+
+
+async def test_function_tool_gets_ctx_with_deps_and_validated_args() -> None:
+    seen: list[Any] = []
+    model = ScriptedModel(calls(("c1", "forecast", '{"city": "Oslo", "days": 3}')), "done")
+    agent: Agent[Deps, str] = Agent(model)
+
+    @agent.tool
+    def forecast(ctx: RunContext[Deps], city: str, days: int = 1) -> str:
+        """Forecast."""
+        seen.append((ctx.deps, city, days))
+        return f"{city}: 3 {ctx.deps.unit}"
+
+    deps = Deps(unit="°C")
+    res = await agent.run("weather?", deps=deps)
+    assert seen == [(deps, "Oslo", 3)]
+    assert seen[0][0] is deps
+    assert tool_messages(res.messages)[0].content == "Oslo: 3 °C"
+    assert res.output == "done"
+
+
+async def test_async_function_tool() -> None:
+    model = ScriptedModel(calls(("c1", "slow_add", '{"a": 2, "b": 3}')), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    async def slow_add(a: int, b: int) -> str:
+        await asyncio.sleep(0)
+        return str(a + b)
+
+    res = await agent.run("add")
+    assert tool_messages(res.messages)[0].content == "5"
+
+
+async def test_default_argument_is_used_when_omitted() -> None:
+    got: list[int] = []
+    model = ScriptedModel(calls(("c1", "f", '{"x": 1}')), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    def f(x: int, y: int = 42) -> str:
+        got.append(y)
+        return "ok"
+
+    await agent.run("go")
+    assert got == [42]
+
+
+async def test_pydantic_model_argument_is_validated_into_the_model() -> None:
+    got: list[Any] = []
+    model = ScriptedModel(calls(("c1", "book", '{"window": {"start": 1, "end": 2}}')), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    def book(window: Window) -> str:
+        got.append(window)
+        return "booked"
+
+    await agent.run("go")
+    assert got == [Window(start=1, end=2)]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ('{"city": "Oslo", "days": "many"}', "days"),
+        ('{"days": 2}', "city"),
+        ('{"city": ["Oslo"]}', "city"),
+    ],
+)
+async def test_invalid_arguments_go_back_to_the_model_as_a_correctable_rejection(
+    args: str, field: str
+) -> None:
+    executed: list[str] = []
+    model = ScriptedModel(
+        calls(("c1", "forecast", args)),
+        calls(("c2", "forecast", '{"city": "Oslo"}')),
+        "done",
+    )
+    agent = Agent(model, tool_retries=1)
+
+    @agent.tool
+    def forecast(city: str, days: int = 1) -> str:
+        executed.append(city)
+        return "sunny"
+
+    res = await agent.run("weather?")
+    assert executed == ["Oslo"]  # the invalid call never reached the function
+    rejection, ok = tool_messages(res.messages)
+    assert rejection.tool_call_id == "c1"
+    assert rejection.content.startswith("Your tool call was rejected: ")
+    assert rejection.content.endswith(REJECTED_SUFFIX)
+    assert field in rejection.content
+    assert rejection.failed is False
+    assert ok.content == "sunny"
+    # The model saw the rejection before it corrected the call.
+    assert model.requests[1].messages[-1] == rejection
+    assert res.output == "done"
+
+
+@pytest.mark.parametrize("args", ['{"city": ', "[1, 2]", "not json"])
+async def test_arguments_that_are_not_a_json_object_are_rejected(args: str) -> None:
+    model = ScriptedModel(calls(("c1", "forecast", args)), "done")
+    agent = Agent(model, tool_retries=1)
+    executed: list[str] = []
+
+    @agent.tool
+    def forecast(city: str = "x") -> str:
+        executed.append(city)
+        return "sunny"
+
+    res = await agent.run("weather?")
+    assert executed == []
+    assert tool_messages(res.messages)[0].content.startswith("Your tool call was rejected: ")
+
+
+async def test_invalid_arguments_without_budget_fail_the_run_at_stage_tool() -> None:
+    model = ScriptedModel(calls(("c1", "forecast", '{"days": 2}')), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    def forecast(city: str, days: int = 1) -> str:
+        return "sunny"
+
+    with pytest.raises(RunError) as info:
+        await agent.run("weather?")
+    assert info.value.stage is Stage.TOOL
+
+
+async def test_empty_args_mean_no_arguments() -> None:
+    model = ScriptedModel(calls(("c1", "now", "")), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    def now() -> str:
+        return "noon"
+
+    res = await agent.run("time?")
+    assert tool_messages(res.messages)[0].content == "noon"
+
+
+# --------------------------------------------------------------------------- raw Tool form
+
+
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+    "required": ["a", "b"],
+}
+
+
+async def test_raw_tool_receives_args_as_a_dict_and_ctx() -> None:
+    seen: list[Any] = []
+
+    def exec_add(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        seen.append((ctx.deps, args))
+        return str(args["a"] + args["b"])
+
+    model = ScriptedModel(calls(("c1", "add", '{"a": 2, "b": 40}')), "done")
+    agent = Agent(model, tools=[Tool("add", "Add two numbers.", ADD_SCHEMA, exec_add)])
+    res = await agent.run("sum", deps="D")
+    assert seen == [("D", {"a": 2, "b": 40})]
+    assert tool_messages(res.messages)[0].content == "42"
+    assert model.requests[0].tools == [ToolSpec("add", "Add two numbers.", ADD_SCHEMA)]
+
+
+async def test_raw_tool_async_exec() -> None:
+    async def exec_add(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
+        await asyncio.sleep(0)
+        return ToolResult(str(args["a"] * args["b"]))
+
+    model = ScriptedModel(calls(("c1", "mul", '{"a": 6, "b": 7}')), "done")
+    agent = Agent(model, tools=[Tool("mul", "Multiply.", ADD_SCHEMA, exec_add)])
+    res = await agent.run("mul")
+    assert tool_messages(res.messages)[0].content == "42"
+
+
+def test_raw_tool_keyword_form_and_defaults() -> None:
+    t = Tool(
+        name="x",
+        description="d",
+        schema={"type": "object"},
+        exec=lambda ctx, args: "",
+    )
+    assert (t.name, t.description, t.schema) == ("x", "d", {"type": "object"})
+    assert t.max_retries is None
+    assert t.timeout is None
+    assert t.sequential is False
+
+
+def test_raw_tool_options() -> None:
+    t = Tool("x", "d", {"type": "object"}, lambda c, a: "", max_retries=2, timeout=1.5)
+    assert t.max_retries == 2
+    assert t.timeout == 1.5
+    assert Tool("y", "d", {"type": "object"}, lambda c, a: "", sequential=True).sequential
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"name": ""},
+        {"schema": '{"type": "object"}'},
+        {"max_retries": -1},
+        {"timeout": -1.0},
+    ],
+)
+def test_raw_tool_rejects_invalid_configuration(kwargs: dict[str, Any]) -> None:
+    base: dict[str, Any] = {
+        "name": "x",
+        "description": "d",
+        "schema": {"type": "object"},
+        "exec": lambda c, a: "",
+    }
+    with pytest.raises(ValueError):
+        Tool(**{**base, **kwargs})
+
+
+# --------------------------------------------------------------------------- results
+
+
+async def test_tool_result_with_parts_reaches_the_tool_message_and_next_request() -> None:
+    image = Part("image", url="https://example.com/chart.png")
+    data = Part("document", data=b"%PDF-1.7", media_type="application/pdf")
+
+    def chart(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
+        return ToolResult("here is the chart", parts=[image, data])
+
+    model = ScriptedModel(calls(("c1", "chart", "{}")), "nice")
+    agent = Agent(model, tools=[Tool("chart", "Draw.", {"type": "object"}, chart)])
+    res = await agent.run("draw")
+    msg = tool_messages(res.messages)[0]
+    assert msg.content == "here is the chart"
+    assert list(msg.parts) == [image, data]
+    assert list(model.requests[1].messages[-1].parts) == [image, data]
+
+
+def test_tool_result_parts_default_to_empty() -> None:
+    assert tuple(ToolResult("x").parts) == ()
+
+
+async def test_tool_returning_an_invalid_part_fails_at_stage_tool() -> None:
+    def bad(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
+        return ToolResult("x", parts=[Part("image")])  # neither url nor data
+
+    model = ScriptedModel(calls(("c1", "bad", "{}")), "never")
+    agent = Agent(model, tools=[Tool("bad", "Bad.", {"type": "object"}, bad)])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+
+
+# --------------------------------------------------------------------------- threads and contextvars
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+
+async def test_sync_tool_runs_in_a_worker_thread_and_sees_contextvars() -> None:
+    seen: list[tuple[str, int]] = []
+    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    def probe() -> str:
+        seen.append((request_id.get(), threading.get_ident()))
+        return "ok"
+
+    token = request_id.set("req-42")
+    try:
+        await agent.run("go")
+    finally:
+        request_id.reset(token)
+    assert seen[0][0] == "req-42"
+    assert seen[0][1] != threading.get_ident()
+
+
+async def test_async_tool_runs_on_the_event_loop_and_sees_contextvars() -> None:
+    seen: list[tuple[str, int]] = []
+    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
+    agent = Agent(model)
+
+    @agent.tool
+    async def probe() -> str:
+        seen.append((request_id.get(), threading.get_ident()))
+        return "ok"
+
+    token = request_id.set("req-7")
+    try:
+        await agent.run("go")
+    finally:
+        request_id.reset(token)
+    assert seen == [("req-7", threading.get_ident())]
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def test_signal_reasons_and_texts() -> None:
+    assert Canceled("stop now").reason == "stop now"
+    assert Failed("disk full").reason == "disk full"
+    assert str(ModelRetry("use an ISO date")) == "use an ISO date"
+    assert str(Canceled("x")) == "tool canceled the run: x"
+    assert str(Failed("x")) == "tool failed: x"
+    for signal in (Canceled, Failed, ModelRetry):
+        assert issubclass(signal, Exception)
+
+
+async def test_failed_records_a_failed_result_and_the_run_continues() -> None:
+    model = ScriptedModel(calls(("c1", "rm", "{}")), "could not delete")
+    agent = Agent(model)
+
+    @agent.tool
+    def rm() -> str:
+        raise Failed("permission denied")
+
+    res = await agent.run("delete")
+    msg = tool_messages(res.messages)[0]
+    assert msg.content == "permission denied"
+    assert msg.failed is True
+    assert msg.tool_call_id == "c1"
+    assert res.output == "could not delete"
+    assert res.tool_calls == 1
+
+
+async def test_signal_wrapped_as_cause_is_still_recognised() -> None:
+    model = ScriptedModel(calls(("c1", "rm", "{}")), "ok")
+    agent = Agent(model)
+
+    @agent.tool
+    def rm() -> str:
+        try:
+            raise Failed("gone")
+        except Failed as exc:
+            raise RuntimeError("wrapper") from exc
+
+    res = await agent.run("delete")
+    assert tool_messages(res.messages)[0].failed is True
+    assert tool_messages(res.messages)[0].content == "gone"
+
+
+async def test_canceled_stops_the_run_at_stage_canceled() -> None:
+    model = ScriptedModel(calls(("c1", "stop", "{}")), "never")
+    agent = Agent(model)
+
+    @agent.tool
+    def stop() -> str:
+        raise Canceled("user pressed stop")
+
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.CANCELED
+    assert isinstance(info.value.__cause__, Canceled)
+    assert info.value.__cause__.reason == "user pressed stop"
+    assert model.remaining == 1  # no further model call
+
+
+async def test_model_retry_from_a_tool_asks_the_model_to_correct_itself() -> None:
+    model = ScriptedModel(
+        calls(("c1", "when", '{"date": "tomorrow"}')),
+        calls(("c2", "when", '{"date": "2025-01-02"}')),
+        "ok",
+    )
+    agent = Agent(model, tool_retries=1)
+
+    @agent.tool
+    def when(date: str) -> str:
+        if not date[:1].isdigit():
+            raise ModelRetry("use an ISO date")
+        return "booked"
+
+    res = await agent.run("book")
+    first, second = tool_messages(res.messages)
+    assert first.content == (
+        "Your tool call was rejected: use an ISO date. Correct the arguments and call the tool again."
+    )
+    assert second.content == "booked"
