@@ -302,12 +302,6 @@ async def _execute(agent: Agent[Any, Any], state: RunState, tool: Tool, call: To
             if found is not None:
                 return _Outcome(kind, error=found)
         return _Outcome("error", error=exc)
-    for j, part in enumerate(result.parts):
-        problem = part.problem()
-        if problem:
-            return _Outcome(
-                "error", error=ValueError(f"tool produced an invalid part {j}: {problem}")
-            )
     return _Outcome("ok", result=result)
 
 

@@ -346,13 +346,19 @@ class Tool:
 
     async def invoke(self, ctx: RunContext[Any], args: str) -> ToolResult:
         """Decode `args` and run the tool once: async tools on the event loop, sync tools in
-        a worker thread that sees the caller's contextvars. Signals propagate as raised."""
+        a worker thread that sees the caller's contextvars. Signals propagate as raised;
+        a result with an invalid part raises `ValueError`."""
         decoded = self.decode_args(args)
         if self.is_async:
             value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
         else:
             value = await asyncio.to_thread(self.exec, ctx, decoded)
-        return to_tool_result(value)
+        result = to_tool_result(value)
+        for j, part in enumerate(result.parts):
+            problem = part.problem()
+            if problem:
+                raise ValueError(f"tool produced an invalid part {j}: {problem}")
+        return result
 
     async def run(self, ctx: RunContext[Any], args: str, timeout: float | None) -> ToolResult:
         """`invoke` under a timeout in seconds (None: no timeout).
