@@ -1,0 +1,225 @@
+"""run_stream: deltas and events in arrival order, the same Result as run, failures."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from golem import Agent, EventKind, Result, RunError, RunEvent, Stage, Usage
+from golem.errors import BadRequest
+from golem.messages import Message, ThinkingBlock, ToolCall
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.testing import FunctionModel, ScriptedModel
+from golem.tool import Tool
+
+OBJ = {"type": "object"}
+
+
+def calls(*items: tuple[str, str, str], content: str = "") -> Message:
+    return Message(
+        role="assistant", content=content, tool_calls=[ToolCall(i, n, a) for i, n, a in items]
+    )
+
+
+def script() -> list[Any]:
+    return [
+        ModelResponse(
+            calls(("c1", "lookup", '{"q": "x"}'), content="Let me look."),
+            usage=Usage(10, 2),
+            finish_reason="tool_call",
+        ),
+        ModelResponse(
+            Message(role="assistant", content="The answer."),
+            usage=Usage(20, 4),
+            finish_reason="stop",
+        ),
+    ]
+
+
+def agent_for(model: Any, **kwargs: Any) -> Agent[Any, Any]:
+    return Agent(model, tools=[Tool("lookup", "L.", OBJ, lambda ctx, args: "found")], **kwargs)
+
+
+async def collect(
+    agent: Agent[Any, Any], prompt: str, **kwargs: Any
+) -> tuple[list[Any], Result[Any]]:
+    items: list[Any] = []
+    async with agent.run_stream(prompt, **kwargs) as stream:
+        async for item in stream:
+            items.append(item)
+    return items, stream.result
+
+
+def shape(items: list[Any]) -> list[str]:
+    out = []
+    for item in items:
+        if isinstance(item, RunEvent):
+            out.append(item.kind.value)
+        else:
+            assert isinstance(item, Delta)
+            if item.content:
+                out.append(f"text:{item.content}")
+            for tc in item.tool_calls:
+                out.append(f"call:{tc.id}:{tc.name}")
+            for th in item.thinking:
+                out.append(f"think:{th.text}")
+    return out
+
+
+async def test_items_arrive_in_order_across_turns() -> None:
+    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
+    assert shape(items) == [
+        "model_start",
+        "text:Let me look.",
+        "call:c1:lookup",
+        "model_end",
+        "tool_start",
+        "tool_end",
+        "model_start",
+        "text:The answer.",
+        "model_end",
+    ]
+    assert result.output == "The answer."
+
+
+async def test_stream_result_equals_what_run_returns() -> None:
+    ids = {"run_id": "run-1", "conversation_id": "conv-1"}
+    _, streamed = await collect(agent_for(ScriptedModel(*script())), "q", **ids)
+    ran = await agent_for(ScriptedModel(*script())).run("q", **ids)
+    assert streamed == ran
+    assert streamed.usage == Usage(30, 6)
+    assert streamed.requests == 2
+    assert streamed.tool_calls == 1
+    assert streamed.finish_reason == "stop"
+
+
+async def test_stream_events_also_reach_the_observers_in_the_same_order() -> None:
+    agent_seen: list[RunEvent] = []
+    run_seen: list[RunEvent] = []
+    agent = agent_for(ScriptedModel(*script()), event_handler=agent_seen.append)
+    items, _ = await collect(agent, "q", on_event=run_seen.append)
+    streamed_events = [i for i in items if isinstance(i, RunEvent)]
+    assert streamed_events == agent_seen == run_seen
+
+
+async def test_streamed_events_carry_the_run_identity() -> None:
+    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
+    events = [i for i in items if isinstance(i, RunEvent)]
+    assert {(e.run_id, e.conversation_id) for e in events} == {
+        (result.run_id, result.conversation_id)
+    }
+
+
+async def test_thinking_is_streamed_before_the_text() -> None:
+    model = ScriptedModel(
+        Message(role="assistant", content="42", thinking=[ThinkingBlock(text="hmm", signature="s")])
+    )
+    items, result = await collect(Agent(model), "q")
+    assert shape(items) == ["model_start", "think:hmm", "text:42", "model_end"]
+    assert result.messages[-1].thinking == [ThinkingBlock(text="hmm", signature="s")]
+
+
+async def test_streaming_accepts_history_and_deps() -> None:
+    model = ScriptedModel("second")
+    history = [Message(role="user", content="first"), Message(role="assistant", content="a")]
+    _, result = await collect(Agent(model), "again", history=history, deps={"x": 1})
+    assert [m.content for m in model.requests[0].messages] == ["first", "a", "again"]
+    assert result.output == "second"
+
+
+async def test_streaming_output_correction_round() -> None:
+    model = ScriptedModel("nope", "7")
+    items, result = await collect(Agent(model, output_type=int, output_retries=1), "q")
+    assert result.output == 7
+    assert shape(items) == [
+        "model_start",
+        "text:nope",
+        "model_end",
+        "output_rejected",
+        "model_start",
+        "text:7",
+        "model_end",
+    ]
+
+
+async def test_non_streaming_model_fails_up_front() -> None:
+    model = FunctionModel(lambda request: "hi")
+    agent = Agent(model)
+    with pytest.raises(TypeError, match="stream"):
+        async with agent.run_stream("q") as stream:
+            async for _ in stream:
+                pass
+    assert model.requests == []
+
+
+async def test_model_failure_while_streaming_is_a_run_error() -> None:
+    agent = Agent(ScriptedModel(BadRequest("bad request")))
+    with pytest.raises(RunError) as info:
+        await collect(agent, "q")
+    assert info.value.stage is Stage.MODEL
+    assert isinstance(info.value.__cause__, BadRequest)
+
+
+async def test_stream_that_breaks_mid_way_is_a_model_stage_error() -> None:
+    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
+        yield "partial "
+        raise BadRequest("connection dropped")
+
+    model = FunctionModel(lambda r: "unused", stream=stream_fn)
+    seen: list[Any] = []
+    with pytest.raises(RunError) as info:
+        async with Agent(model).run_stream("q") as stream:
+            async for item in stream:
+                seen.append(item)
+    assert info.value.stage is Stage.MODEL
+    assert "text:partial " in shape(seen)
+
+
+async def test_streamed_turns_are_single_attempt() -> None:
+    from golem.errors import Overloaded
+
+    model = ScriptedModel(Overloaded("busy"), "ok")
+    agent = Agent(model, max_attempts=3, retry_backoff=lambda n: 0)
+    with pytest.raises(RunError) as info:
+        await collect(agent, "q")
+    assert info.value.stage is Stage.MODEL
+    assert len(model.requests) == 1
+
+
+async def test_function_model_stream_drives_run_stream() -> None:
+    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
+        yield "Hel"
+        yield Delta(content="lo")
+        yield ModelResponse(
+            Message(role="assistant", content="Hello"), usage=Usage(3, 1), finish_reason="stop"
+        )
+
+    model = FunctionModel(lambda r: "unused", stream=stream_fn)
+    items, result = await collect(Agent(model), "q")
+    assert shape(items) == ["model_start", "text:Hel", "text:lo", "model_end"]
+    assert result.output == "Hello"
+    assert result.usage == Usage(3, 1)
+
+
+async def test_stream_tool_events_in_parallel_mode() -> None:
+    model = ScriptedModel(calls(("c1", "lookup", "{}"), ("c2", "lookup", "{}")), "done")
+    items, _ = await collect(agent_for(model, parallel_tool_calls=True), "q")
+    kinds = [i.kind for i in items if isinstance(i, RunEvent) and i.call_id]
+    assert kinds == [
+        EventKind.TOOL_START,
+        EventKind.TOOL_START,
+        EventKind.TOOL_END,
+        EventKind.TOOL_END,
+    ]
+
+
+async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
+    agent = Agent(ScriptedModel("hi"))
+    async with agent.run_stream("q") as stream:
+        with pytest.raises(RuntimeError):
+            _ = stream.result
+        async for _ in stream:
+            pass
+        assert stream.result.output == "hi"
