@@ -478,11 +478,6 @@ async def test_first_failing_rerun_aborts_before_later_reruns() -> None:
     assert model.requests == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: an approved re-run's invalid part is not validated; it reaches the model and "
-    "leaves a history that no later run accepts",
-    strict=True,
-)
 async def test_approved_rerun_returning_an_invalid_part_fails_at_stage_tool() -> None:
     from golem import Part, ToolResult
 
