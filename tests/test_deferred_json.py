@@ -292,3 +292,53 @@ async def test_paused_here_resumes_after_the_json_trip_like_the_go_fixture() -> 
         ("tool", "call-2"),
     ]
     assert_go_shape(dumps_history(result.messages))
+
+
+async def test_paused_history_with_failed_records_and_parts_keeps_the_go_shape() -> None:
+    from golem import Part, ToolResult
+    from golem.tool import Failed
+
+    def failing(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise Failed("disk full")
+
+    shot = Part(kind="image", url="https://example.com/a.png")
+    inline = Part(kind="document", data=b"%PDF-1.7", media_type="application/pdf")
+    model = ScriptedModel(
+        ModelResponse(
+            Message(
+                role="assistant",
+                tool_calls=[
+                    ToolCall("c1", "write", "{}"),
+                    ToolCall("c2", "delete_file", '{"path":"a"}'),
+                    ToolCall("c3", "shot", "{}"),
+                ],
+            ),
+            finish_reason="tool_call",
+        )
+    )
+    agent: Agent[Any, str] = Agent(
+        model,
+        tools=[
+            Tool("write", "w", OBJ, failing),
+            DeleteTool().tool(),
+            Tool("shot", "s", OBJ, lambda ctx, args: ToolResult("see", [shot, inline])),
+        ],
+    )
+    paused = await agent.run("go", run_id="R1", conversation_id="C1")
+    text = dumps_history(paused.messages)
+    assert_go_shape(text)
+    data = json.loads(text)
+    assert data[2] == {
+        "role": "tool",
+        "content": "disk full",
+        "toolCallId": "c1",
+        "toolName": "write",
+        "failed": True,
+        "runId": "R1",
+        "conversationId": "C1",
+    }
+    assert data[3]["parts"] == [
+        {"kind": "image", "url": "https://example.com/a.png"},
+        {"kind": "document", "data": "JVBERi0xLjc=", "mediaType": "application/pdf"},
+    ]
+    assert loads_history(text) == paused.messages

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import (
     Agent,
@@ -663,6 +665,46 @@ async def test_resolutions_follow_the_models_emission_order_not_the_id_order() -
     assert [m.tool_call_id for m in req[2:]] == ["z", "m", "a", "q"]
     assert req[2].content == "Z"
     assert req[3].content == "M"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=7),
+    data=st.data(),
+)
+def test_resolutions_and_recorded_results_always_come_out_in_emission_order(
+    n: int, data: st.DataObject
+) -> None:
+    ids = data.draw(
+        st.lists(
+            st.text("abcxyz0189-", min_size=1, max_size=6), min_size=n, max_size=n, unique=True
+        )
+    )
+    answered = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=n - 1))
+    recorded_order = data.draw(st.permutations(answered))
+    history = [
+        user("go"),
+        asst(*(ToolCall(i, "t", "{}") for i in ids)),
+        *(tool_msg(i, "t", f"recorded {i}") for i in recorded_order),
+    ]
+    pending = [i for i in ids if i not in answered]
+    split = data.draw(st.integers(min_value=0, max_value=len(pending)))
+    results = DeferredResults(
+        approvals={i: Approval(False) for i in pending[:split]},
+        external={i: f"external {i}" for i in pending[split:]},
+    )
+    model = ScriptedModel("ok")
+    agent: Agent[Any, str] = Agent(model)
+    asyncio.run(agent.run_with_deferred_results(history, results))
+    tools = model.requests[0].messages[2:]
+    assert [m.tool_call_id for m in tools] == ids
+    for m in tools:
+        if m.tool_call_id in answered:
+            assert m.content == f"recorded {m.tool_call_id}"
+        elif m.tool_call_id in results.external:
+            assert m.content == f"external {m.tool_call_id}"
+        else:
+            assert m.content == DENIED
 
 
 async def test_resolutions_for_older_turn_calls_follow_the_batch_by_call_id() -> None:
