@@ -7,9 +7,10 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, overload
 
 import pydantic
+from typing_extensions import TypeVar
 
 from golem import deferred
 from golem._ids import new_id
@@ -26,8 +27,8 @@ from golem.usage import Price, Usage, UsageLimits
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
 
-DepsT = TypeVar("DepsT")
-OutputT = TypeVar("OutputT")
+DepsT = TypeVar("DepsT", default=None)
+OutputT = TypeVar("OutputT", default=str)
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
@@ -49,6 +50,7 @@ class Agent(Generic[DepsT, OutputT]):
         output_type: `str` for the final text, or any type pydantic can validate
             (the final text is parsed as JSON; a validation failure is correctable
             under `output_retries`).
+        deps_type: The type of `deps`, for type checkers only (`Agent[Deps, Out]` works too).
         instructions: The system instructions: a string, or a function of the
             `RunContext` (sync or async) resolved once per run.
         tools: `Tool`s or plain functions (turned into tools from their signature).
@@ -75,7 +77,8 @@ class Agent(Generic[DepsT, OutputT]):
         self,
         model: Model | str,
         *,
-        output_type: type[OutputT] | Any = str,
+        output_type: type[OutputT] = str,  # type: ignore[assignment]
+        deps_type: type[DepsT] | None = None,
         instructions: Instructions | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         tool_timeout: float | None = None,
