@@ -17,9 +17,10 @@ import abc
 import json
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, overload
 
 from golem.store import (
     EXPIRY_ACTOR,
@@ -99,6 +100,14 @@ def _aware(value: datetime | None, what: str = "now") -> datetime:
     return value
 
 
+@overload
+def _utc(value: datetime) -> datetime: ...
+@overload
+def _utc(value: None) -> None: ...
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
 def _lease(seconds: float) -> timedelta:
     if not seconds > 0:
         raise ValueError(f"lease_seconds must be positive, got {seconds!r}")
@@ -111,6 +120,9 @@ class SQLStore(abc.ABC):
     _lock_clause: str = ""
     """Appended to a single-row SELECT that must lock the row until commit."""
     _skip_locked_clause: str = ""
+    _peek_before_claim: bool = True
+    """Look for a ready run in a read transaction before taking the write lock (SQLite:
+    idle polling then never contends with writers; PostgreSQL's SKIP LOCKED needs no peek)."""
     """Appended to a SELECT that claims rows other transactions are not holding."""
 
     # ------------------------------------------------------------------ backend hooks
@@ -162,11 +174,11 @@ class SQLStore(abc.ABC):
             (n,),
         )
         first = int(rows[0][0]) - n + 1
+        params: list[Any] = []
         for i, (run_id, at, actor, action, detail) in enumerate(tx.entries):
-            await tx.execute(
-                f"INSERT INTO golem_audit ({_AUDIT_COLS}) VALUES (?, ?, ?, ?, ?, ?)",
-                (first + i, run_id, self._to_db(at), actor, action.value, json.dumps(detail)),
-            )
+            params += (first + i, run_id, self._to_db(at), actor, action.value, json.dumps(detail))
+        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * n)
+        await tx.execute(f"INSERT INTO golem_audit ({_AUDIT_COLS}) VALUES {values}", params)
         tx.entries.clear()
 
     # ------------------------------------------------------------------ row mapping
@@ -257,7 +269,8 @@ class SQLStore(abc.ABC):
 
     async def _insert_run(
         self, tx: _Tx, run: NewRun, status: RunStatus, now: datetime, outcome: Outcome | None
-    ) -> None:
+    ) -> RunRecord:
+        """Insert the run and its calls; return the record as stored (no read-back)."""
         ids = [c.call_id for c in run.calls]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -297,8 +310,22 @@ class SQLStore(abc.ABC):
         )
         if inserted != 1:
             raise ValueError(f'a run with ID "{run.id}" already exists')
+        calls: list[PendingCallRecord] = []
         for pos, c in enumerate(run.calls):
             deadline = expires_at if c.deadline is None else _aware(c.deadline, "deadline")
+            calls.append(
+                PendingCallRecord(
+                    run_id=run.id,
+                    call_id=c.call_id,
+                    position=pos,
+                    kind=CallKind(c.kind),
+                    tool_name=c.tool_name,
+                    args=c.args,
+                    reason=c.reason,
+                    deadline=_utc(deadline),
+                    decision=None,
+                )
+            )
             await tx.execute(
                 f"INSERT INTO golem_calls ({_CALL_COLS}) VALUES "
                 "(?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL)",
@@ -326,6 +353,32 @@ class SQLStore(abc.ABC):
                 **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
             },
         )
+        stored_outcome = None
+        if outcome is not None:
+            stored_outcome = Outcome(
+                status=outcome.status,
+                output=None if out is None else json.loads(out),
+                error=err or "",
+                history=out_history,
+            )
+        return RunRecord(
+            id=run.id,
+            agent=run.agent,
+            conversation_id=run.conversation_id,
+            status=status,
+            history=run.history,
+            calls=tuple(calls),
+            deps_ref=json.loads(deps_ref),
+            started_by=run.started_by,
+            created_at=_utc(now),
+            updated_at=_utc(now),
+            expires_at=_utc(expires_at),
+            parent_run_id=run.parent_run_id,
+            child_run_id=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            outcome=stored_outcome,
+        )
 
     # ------------------------------------------------------------------ Store API
 
@@ -341,8 +394,7 @@ class SQLStore(abc.ABC):
             raise ValueError(f'save_pending: run "{run.id}" has no pending calls')
         now = utc_now()
         async with self._tx(write=True) as tx:
-            await self._insert_run(tx, run, RunStatus.PENDING, now, None)
-            record = await self._load_run(tx, run.id)
+            record = await self._insert_run(tx, run, RunStatus.PENDING, now, None)
         return record
 
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
@@ -355,7 +407,7 @@ class SQLStore(abc.ABC):
             raise ValueError(f'save_finished: run "{run.id}" has pending calls; use save_pending')
         now = utc_now()
         async with self._tx(write=True) as tx:
-            await self._insert_run(tx, run, outcome.status, now, outcome)
+            record = await self._insert_run(tx, run, outcome.status, now, outcome)
             tx.audit(
                 run.id,
                 now,
@@ -363,7 +415,6 @@ class SQLStore(abc.ABC):
                 _ACTION[outcome.status],
                 _outcome_detail(outcome),
             )
-            record = await self._load_run(tx, run.id)
         return record
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -461,7 +512,7 @@ class SQLStore(abc.ABC):
                 if kind is DecisionKind.EXTERNAL:
                     detail["text"] = record.text
                 tx.audit(run_id, at, decided_by, AuditAction.DECIDED, detail)
-                await self._after_decisions(tx, run_id, at, decided_by)
+                await self._after_decisions(tx, run_id, at, decided_by, len(run.undecided) - 1)
                 return record
         assert expired is not None  # the expiry denial was just recorded and committed
         raise CallExpired(run_id, call_id, expired)
@@ -481,12 +532,11 @@ class SQLStore(abc.ABC):
             ),
         )
 
-    async def _after_decisions(self, tx: _Tx, run_id: str, at: datetime, actor: str) -> None:
-        """Bump `updated_at`; make the run READY when no call is left undecided."""
-        rows = await tx.fetch(
-            "SELECT COUNT(*) FROM golem_calls WHERE run_id = ? AND decision IS NULL", (run_id,)
-        )
-        ready = int(rows[0][0]) == 0
+    async def _after_decisions(
+        self, tx: _Tx, run_id: str, at: datetime, actor: str, undecided: int
+    ) -> None:
+        """Bump `updated_at`; make the run READY when no call is left `undecided`."""
+        ready = undecided == 0
         status = RunStatus.READY if ready else RunStatus.PENDING
         await tx.execute(
             "UPDATE golem_runs SET status = ?, updated_at = ? WHERE id = ?",
@@ -524,7 +574,8 @@ class SQLStore(abc.ABC):
                 {"call_id": c.call_id, "deadline": c.deadline.isoformat()},
             )
         if overdue:
-            await self._after_decisions(tx, run.id, at, EXPIRY_ACTOR)
+            left = len(run.undecided) - len(overdue)
+            await self._after_decisions(tx, run.id, at, EXPIRY_ACTOR, left)
         return bool(overdue)
 
     async def sweep_expired(self, now: datetime | None = None) -> list[str]:
@@ -553,9 +604,10 @@ class SQLStore(abc.ABC):
             raise ValueError("claim_ready: worker_id must not be empty")
         at = _aware(now)
         lease_until = at + _lease(lease_seconds)
-        async with self._tx(write=False) as tx:  # cheap look first: polling takes no write lock
-            if not await tx.fetch("SELECT 1 FROM golem_runs WHERE status = 'ready' LIMIT 1"):
-                return None
+        if self._peek_before_claim:
+            async with self._tx(write=False) as tx:
+                if not await tx.fetch("SELECT 1 FROM golem_runs WHERE status = 'ready' LIMIT 1"):
+                    return None
         async with self._tx(write=True) as tx:
             rows = await tx.fetch(
                 "SELECT id FROM golem_runs WHERE status = 'ready' ORDER BY updated_at, id LIMIT 1"
@@ -641,7 +693,18 @@ class SQLStore(abc.ABC):
                 ),
             )
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-            return await self._load_run(tx, run_id)
+        return replace(
+            run,
+            status=outcome.status,
+            updated_at=_utc(at),
+            child_run_id=child,
+            outcome=Outcome(
+                status=outcome.status,
+                output=None if output is None else json.loads(output),
+                error=outcome.error,
+                history=outcome.history,
+            ),
+        )
 
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark RUNNING runs with a lapsed lease INTERRUPTED (see `Store.sweep_interrupted`)."""
@@ -760,8 +823,6 @@ def _outcome_detail(outcome: Outcome) -> dict[str, Any]:
 
 
 def _replace_parent(run: NewRun, parent: str) -> NewRun:
-    from dataclasses import replace
-
     return replace(run, parent_run_id=parent)
 
 

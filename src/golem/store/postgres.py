@@ -82,6 +82,7 @@ class PostgresStore(SQLStore):
 
     _lock_clause = " FOR UPDATE"
     _skip_locked_clause = " FOR UPDATE SKIP LOCKED"
+    _peek_before_claim = False
 
     def __init__(
         self,

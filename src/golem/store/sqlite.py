@@ -4,8 +4,8 @@ Several processes may use one database file: WAL lets readers proceed while one 
 commits, every writing transaction starts with `BEGIN IMMEDIATE` (so a claim or decision
 takes the write lock before it reads what it will change), and a busy timeout makes
 contending writers wait instead of failing. The schema is created or migrated when the
-store opens. Statements run on one dedicated thread per store, so the event loop never
-blocks on the database.
+store opens. Statements run inline (microseconds each); only waiting for a write lock that
+another process holds happens on a helper thread, so the event loop never blocks on a lock.
 """
 
 from __future__ import annotations
@@ -31,16 +31,20 @@ _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 class _Conn:
-    """The `Conn` port over the store's connection (statements hop to its thread)."""
+    """The `Conn` port over the store's connection.
+
+    Statements run inline: inside a transaction that already holds its locks each takes
+    microseconds, and a thread hop per statement would cost more than the statement.
+    """
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return await self._store._call(_fetch, sql, params)
+        return self._store._inline(_fetch, sql, params)
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return await self._store._call(_execute, sql, params)
+        return self._store._inline(_execute, sql, params)
 
 
 def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -75,6 +79,7 @@ class SQLiteStore(SQLStore):
             raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
         self.path = Path(text)
         self.busy_timeout = float(busy_timeout)
+        self._busy_ms = int(self.busy_timeout * 1000)
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock = asyncio.Lock()
@@ -111,6 +116,15 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite ({self.path}): {exc}") from exc
 
+    def _inline(self, fn: Callable[..., _T], *args: Any) -> _T:
+        conn = self._conn
+        if conn is None:
+            raise StoreError(f"{self!r} is closed")
+        try:
+            return fn(conn, *args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+
     async def _ensure_open(self) -> None:
         """Connect and migrate once; the caller holds `self._lock`."""
         if self._closed:
@@ -128,13 +142,13 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {self.path}: {exc}") from exc
         conn = _Conn(self)
-        await conn.execute("BEGIN IMMEDIATE")
+        await self._call(_begin, "BEGIN IMMEDIATE")
         try:
             await migrate(conn, "sqlite", self._to_db(datetime.now(UTC)))
         except BaseException:
-            await conn.execute("ROLLBACK")
+            await self._call(_rollback)
             raise
-        await conn.execute("COMMIT")
+        await self._call(_commit)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -143,7 +157,7 @@ class SQLiteStore(SQLStore):
             isolation_level=None,  # explicit BEGIN / COMMIT only
             check_same_thread=False,  # used from the store's one executor thread
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if mode is None or str(mode[0]).lower() != "wal":
             conn.close()
@@ -162,19 +176,23 @@ class SQLiteStore(SQLStore):
         async with self._lock:
             await self._ensure_open()
             conn = _Conn(self)
-            await self._call(_begin, "BEGIN IMMEDIATE" if write else "BEGIN")
+            if not write:  # WAL readers do not wait for writers
+                self._inline(_begin, "BEGIN")
+            elif not self._inline(_try_begin_immediate, self._busy_ms):
+                # another process holds the write lock: wait for it off the event loop
+                await self._call(_begin, "BEGIN IMMEDIATE")
             try:
                 yield conn
             except BaseException:
-                await self._call(_rollback)
+                self._inline(_rollback)
                 raise
-            await conn.execute("COMMIT")
+            self._inline(_commit)
 
     def _to_db(self, value: datetime) -> str:
         return value.astimezone(UTC).strftime(_FORMAT)
 
     def _from_db(self, value: Any) -> datetime:
-        return datetime.strptime(str(value), _FORMAT).replace(tzinfo=UTC)
+        return datetime.fromisoformat(value)  # always written as _FORMAT (UTC, "Z")
 
     async def close(self) -> None:
         """Close the connection and its thread; the store cannot be used afterwards."""
@@ -192,6 +210,29 @@ def _begin(conn: sqlite3.Connection, statement: str) -> None:
     if conn.in_transaction:  # left open by a cancelled rollback: start clean
         conn.execute("ROLLBACK")
     conn.execute(statement)
+
+
+def _try_begin_immediate(conn: sqlite3.Connection, busy_ms: int) -> bool:
+    """Take the write lock if it is free right now; False when another process holds it."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (
+            sqlite3.SQLITE_BUSY,
+            sqlite3.SQLITE_LOCKED,
+        ):
+            return False
+        raise
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    return True
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    conn.execute("COMMIT")
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
