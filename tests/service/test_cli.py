@@ -1,0 +1,358 @@
+"""The `golem` command: decisions from the terminal, `demo --once`, and the serving commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from golem.cli import build_app
+from golem.store import Decision, RunRecord, open_store
+from golem.worker import start_run
+from tests.service.agents import build_registry
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT = 60.0  # a guard against a hung process, not a duration the test asserts
+runner = CliRunner()
+
+
+def golem(*args: str, env: dict[str, str] | None = None) -> Any:
+    wide = {"COLUMNS": "200", **(env or {})}  # no wrapping inside table cells
+    return runner.invoke(build_app(), list(args), env=wide, catch_exceptions=False)
+
+
+def seed(db: str, *agents: str, decide: bool = False) -> list[RunRecord]:
+    """Start runs of `agents` into the store at `db` (deciding every call when asked)."""
+
+    async def go() -> list[RunRecord]:
+        store = await open_store(db)
+        try:
+            runs = []
+            for agent in agents:
+                run = await start_run(store, build_registry(), agent, "go", started_by="seed")
+                if decide:
+                    for c in run.calls:
+                        d = (
+                            Decision.approve()
+                            if c.kind.value == "approval"
+                            else Decision.external("v")
+                        )
+                        await store.decide(run.id, c.call_id, d, decided_by="seed")
+                runs.append(run)
+            return runs
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def load(db: str, run_id: str) -> RunRecord:
+    async def go() -> RunRecord:
+        store = await open_store(db)
+        try:
+            return await store.get_run(run_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+# --------------------------------------------------------------------------- in-process commands
+
+
+def test_pending_lists_undecided_calls(db: str) -> None:
+    assert "Nothing is waiting" in golem("pending", "--db", db).output
+    twin, mixed = seed(db, "twin", "mixed")
+    out = golem("pending", "--db", db).output
+    assert "4 pending call(s)" in out
+    for run in (twin, mixed):
+        assert run.id in out
+    assert "lookup" in out
+    assert "deploys to staging" in out
+    only = golem("pending", "--db", db, "--tool", "lookup").output
+    assert "1 pending call(s)" in only
+    assert twin.id not in only
+    assert "2 pending call(s)" in golem("pending", "--db", db, "--agent", "twin").output
+
+
+def test_pending_reads_the_db_from_the_environment(db: str) -> None:
+    seed(db, "twin")
+    assert "2 pending call(s)" in golem("pending", env={"GOLEM_DB": db}).output
+
+
+def test_approve_deny_and_answer_record_the_identity(db: str) -> None:
+    twin, mixed = seed(db, "twin", "mixed")
+    res = golem("approve", twin.id, "c1", "--as", "ops@example.com", "--db", db)
+    assert res.exit_code == 0
+    assert "1 call(s) still wait" in res.output
+    res = golem("deny", twin.id, "c2", "--reason", "prod is frozen", "--db", db)
+    assert res.exit_code == 0
+    assert "a worker will resume it" in res.output
+    res = golem("answer", mixed.id, "x1", "INC-42", "--as", "sam", "--db", db)
+    assert res.exit_code == 0
+    saved = load(db, twin.id)
+    assert saved.call("c1").decision.decided_by == "ops@example.com"  # type: ignore[union-attr]
+    denial = saved.call("c2").decision
+    assert denial is not None
+    assert (denial.kind.value, denial.reason) == ("deny", "prod is frozen")
+    assert denial.decided_by.startswith("cli:")
+    answered = load(db, mixed.id).call("x1").decision
+    assert answered is not None
+    assert (answered.text, answered.decided_by) == ("INC-42", "sam")
+
+
+def test_refused_decisions_exit_1_with_the_reason(db: str) -> None:
+    (twin,) = seed(db, "twin")
+    golem("approve", twin.id, "c1", "--db", db)
+    res = golem("deny", twin.id, "c1", "--db", db)
+    assert res.exit_code == 1
+    assert "already decided" in res.output
+    res = golem("approve", "no-such-run", "c1", "--db", db)
+    assert res.exit_code == 1
+    assert "not found" in res.output
+    res = golem("approve", twin.id, "nope", "--db", db)
+    assert res.exit_code == 1
+    assert load(db, twin.id).call("c1").decision.kind.value == "approve"  # type: ignore[union-attr]
+
+
+def test_a_bad_store_url_exits_2(tmp_path: Path) -> None:
+    res = golem("pending", "--db", "mysql://nowhere/db")
+    assert res.exit_code == 2
+    assert "unsupported URL" in res.output
+
+
+def test_show_prints_a_run(db: str) -> None:
+    (mixed,) = seed(db, "mixed")
+    out = golem("show", mixed.id, "--db", db).output
+    assert mixed.id in out
+    assert "pending" in out
+    assert "Working on: go" in out
+    assert "Audit trail" in out
+    assert "created" in out
+    res = golem("show", mixed.id, "--db", db, "--json")
+    shown = json.loads(res.output)
+    assert shown["id"] == mixed.id
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]
+    assert golem("show", "nope", "--db", db).exit_code == 1
+
+
+def test_demo_once_runs_the_whole_cycle() -> None:
+    res = golem("demo", "--once")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "is pending" in out
+    assert "restart_service" in out
+    assert "approve → 200, decided by demo; run is ready" in out
+    assert "resumed the run: True" in out
+    assert "→ completed" in out
+    assert "restarted web: 4 of 4 instances healthy" in out
+    assert "created (demo) → decided (demo) → ready (demo) → claimed" in out
+
+
+def test_serve_needs_approvers_and_a_registry(db: str) -> None:
+    env = {"GOLEM_APPROVERS": "", "GOLEM_APPROVERS_FILE": ""}
+    res = golem("serve", "--app", "tests.service.agents:registry", "--db", db, env=env)
+    assert res.exit_code == 2
+    assert "no approvers configured" in res.output
+    res = golem("serve", "--app", "tests.service.nothing:registry", "--db", db)
+    assert res.exit_code == 2
+    assert "No module named" in res.output
+    res = golem("worker", "--app", "tests.service.agents", "--db", db)
+    assert res.exit_code == 2
+    assert "module:attribute" in res.output
+
+
+def test_without_the_server_extra_golem_prints_the_install_line() -> None:
+    code = "import sys; sys.modules['typer'] = None; from golem.cli import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "pending"], capture_output=True, text=True, timeout=WAIT
+    )
+    assert proc.returncode == 2
+    assert "pip install 'golem-agents[server]'" in proc.stderr
+
+
+def test_help_lists_every_command() -> None:
+    out = golem("--help").output
+    for command in ("serve", "worker", "pending", "approve", "deny", "answer", "show", "demo"):
+        assert command in out
+
+
+# --------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Running:
+    """A `golem` subprocess and the lines of its stdout, read by a thread."""
+
+    proc: subprocess.Popen[str]
+    lines: queue.Queue[str]
+    reader: threading.Thread
+
+    def next_line(self) -> str:
+        return self.lines.get(timeout=WAIT)
+
+    def stop(self) -> str:
+        """SIGINT, wait for the exit, and return everything it printed not yet read."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=WAIT)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        out = []
+        while not self.lines.empty():
+            out.append(self.lines.get())
+        return "".join(out)
+
+
+@contextmanager
+def golem_process(*args: str, env: dict[str, str] | None = None) -> Iterator[Running]:
+    """`golem ARGS` in a subprocess (repository root as cwd), stopped with SIGINT at the end.
+
+    Its stderr (uvicorn's log) goes to a temp file, shown when the test fails.
+    """
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from golem.cli import main; main()", *args],
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        running = Running(proc, lines, reader)
+        try:
+            yield running
+        except BaseException:
+            log.seek(0)
+            sys.stderr.write(log.read())
+            raise
+        finally:
+            running.stop()
+
+
+def wait_for(predicate: Any, what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def healthy(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/api/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_worker_resumes_ready_runs_until_interrupted(db: str) -> None:
+    (run,) = seed(db, "mixed", decide=True)
+    args = ("worker", "--app", "tests.service.agents:registry", "--db", db, "--poll", "0.05")
+    with golem_process(*args, "--id", "w1") as running:
+        assert wait_for(lambda: load(db, run.id).status.value == "completed", "the worker")
+        out = running.stop()
+    assert running.proc.returncode == 0
+    assert "golem: worker w1 polling" in out
+    assert "golem: worker w1 stopped" in out
+    assert load(db, run.id).lease_owner == "w1"
+
+
+def test_serve_runs_the_service_and_a_worker(db: str) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    approvers = json.dumps({"tok-cli": {"identity": "carol"}})
+    args = ("serve", "--app", "tests.service.agents:registry", "--db", db, "--port", str(port))
+    with golem_process(*args, env={"GOLEM_APPROVERS": approvers}) as running:
+        wait_for(lambda: healthy(base) or running.proc.poll() is not None, "the server")
+        assert running.proc.poll() is None, "golem serve exited"
+        headers = {"Authorization": "Bearer tok-cli"}
+        with httpx.Client(base_url=base, headers=headers, timeout=WAIT) as http:
+            run = http.post("/api/runs", json={"agent": "twin", "prompt": "go"}).json()["run"]
+            for call in ("c1", "c2"):
+                http.post(
+                    f"/api/runs/{run['id']}/calls/{call}/decision", json={"decision": "approve"}
+                )
+
+            def completed() -> Any:
+                shown = http.get(f"/api/runs/{run['id']}").json()["run"]
+                return shown if shown["status"] == "completed" else None
+
+            shown = wait_for(completed, "the in-process worker")
+        assert shown["outcome"]["output"] == "deployed to staging; deployed to production"
+        assert {c["decision"]["decided_by"] for c in shown["calls"]} == {"carol"}
+
+
+def test_demo_serves_the_demo_agent_with_a_sign_in_link(tmp_path: Path) -> None:
+    port = free_port()
+    with golem_process("demo", "--port", str(port)) as running:
+        while True:
+            line = running.next_line()
+            match = re.search(r"(http://127\.0\.0\.1:\d+)/login#token=([\w-]+)", line)
+            if match:
+                break
+        base, token = match.groups()
+        wait_for(lambda: healthy(base), "the demo server")
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as http:
+            calls = http.get("/api/calls").json()["calls"]
+            assert [c["tool_name"] for c in calls] == ["restart_service"]
+            call = calls[0]
+            res = http.post(
+                f"/api/runs/{call['run_id']}/calls/{call['call_id']}/decision",
+                json={"decision": "approve"},
+            )
+            assert res.json()["decision"]["decided_by"] == "demo"
+
+            def answer() -> Any:
+                shown = http.get(f"/api/runs/{call['run_id']}").json()["run"]
+                return shown["outcome"] if shown["status"] == "completed" else None
+
+            outcome = wait_for(answer, "the demo worker")
+        assert "restarted web" in outcome["output"]
+        assert httpx.get(f"{base}/login").status_code == 200
