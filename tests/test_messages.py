@@ -269,10 +269,6 @@ def test_malformed_json_is_a_value_error(text: str) -> None:
         loads_history(text)
 
 
-@pytest.mark.xfail(
-    reason="BUG: loads_history accepts the non-JSON literals NaN/Infinity (Python json extension)",
-    strict=True,
-)
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_json_number_literals_are_malformed(literal: str) -> None:
     with pytest.raises(ValueError):
@@ -426,6 +422,18 @@ raw_args = (
     | st.just("")
 )
 short_text = st.text(max_size=10)
+inline_data = st.binary(max_size=6)
+
+
+def _embeds_as_json_string(args: str) -> bool:
+    try:
+        return isinstance(json.loads(args), str)
+    except ValueError:
+        return False
+
+
+# Args whose JSON value is itself a string ('"x"', '""', '"{}"') are split off: see bug 5.
+object_like_args = raw_args.filter(lambda a: not _embeds_as_json_string(a))
 
 
 def parts(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[Part]:
@@ -438,16 +446,17 @@ def parts(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[Part]:
     )
 
 
-def messages(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[Message]:
+def messages(
+    data: st.SearchStrategy[bytes] = inline_data,
+    args: st.SearchStrategy[str] = raw_args,
+) -> st.SearchStrategy[Message]:
     return st.builds(
         Message,
         role=st.sampled_from(["system", "user", "assistant", "tool"]),
         content=short_text,
         parts=st.lists(parts(data), max_size=2),
         tool_calls=st.lists(
-            st.builds(
-                ToolCall, id=short_text, name=short_text, args=raw_args, signature=short_text
-            ),
+            st.builds(ToolCall, id=short_text, name=short_text, args=args, signature=short_text),
             max_size=3,
         ),
         tool_call_id=short_text,
@@ -463,7 +472,8 @@ def messages(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[Message]:
 
 
 @PROPERTY
-@given(st.lists(messages(st.binary(min_size=1, max_size=6)), max_size=5))
+@example([Message(role="user", parts=[Part("image", data=b"", media_type="image/png")])])
+@given(st.lists(messages(args=object_like_args), max_size=5))
 def test_dump_load_dump_is_a_fixed_point(history: list[Message]) -> None:
     first = dumps_history(history)
     loaded = loads_history(first)
@@ -474,13 +484,25 @@ def test_dump_load_dump_is_a_fixed_point(history: list[Message]) -> None:
 
 
 @pytest.mark.xfail(
-    reason='BUG: Part(data=b\'\') dumps as "data":"" but loads back as data=None', strict=True
+    reason="BUG: args whose JSON value is a string ('\"\"', '\"1\"') change on the second dump",
+    strict=True,
 )
 @PROPERTY
-@example([Message(role="user", parts=[Part("image", data=b"", media_type="image/png")])])
-@given(st.lists(messages(st.binary(max_size=6)), max_size=5))
-def test_dump_load_dump_is_a_fixed_point_including_empty_inline_data(
-    history: list[Message],
-) -> None:
+@example([Message(role="assistant", tool_calls=[ToolCall("c", "n", '""')])])
+@given(st.lists(messages(), max_size=5))
+def test_dump_load_dump_is_a_fixed_point_for_any_args(history: list[Message]) -> None:
     first = dumps_history(history)
     assert dumps_history(loads_history(first)) == first
+
+
+@pytest.mark.xfail(reason="BUG: args that are a JSON string lose the fixed point", strict=True)
+@pytest.mark.parametrize("args", ['""', '"1"', '"{}"', '"null"'])
+def test_args_that_are_a_json_string_keep_the_fixed_point(args: str) -> None:
+    first = dumps_history([Message(role="assistant", tool_calls=[ToolCall("c", "n", args)])])
+    assert dumps_history(loads_history(first)) == first
+
+
+def test_truncated_args_survive_a_round_trip_byte_exact() -> None:
+    for args in ['{"sides":', '{"a": 1, "b": [', "oops", "{"]:
+        history = [Message(role="assistant", tool_calls=[ToolCall("c", "n", args)])]
+        assert loads_history(dumps_history(history))[0].tool_calls[0].args == args
