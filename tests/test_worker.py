@@ -266,7 +266,7 @@ async def test_a_long_resume_keeps_its_lease_alive(store: Store) -> None:
     app.gate = asyncio.Event()
     run = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    worker = Worker(store, app.registry, "w1", lease_seconds=0.3, sweep_interval=3600)
+    worker = Worker(store, app.registry, "w1", lease_seconds=1, sweep_interval=3600)
     task = asyncio.create_task(worker.run_once())
     await asyncio.wait_for(app.started.wait(), 10)
     first = (await store.get_run(run.id)).lease_expires_at

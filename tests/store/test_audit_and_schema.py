@@ -109,6 +109,12 @@ async def test_rejected_operations_append_no_audit_entries(store: Store) -> None
 # --------------------------------------------------------------------------- schema
 
 
+async def test_every_backend_implements_the_store_protocol(store: Store) -> None:
+    assert isinstance(store, Store)
+    async with store as same:
+        assert same is store
+
+
 async def test_a_new_database_has_the_latest_schema_and_reopens_unchanged(
     backend: Backend,
 ) -> None:
