@@ -401,8 +401,7 @@ class Worker:
             raise
         finally:
             heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            await asyncio.wait([heartbeat])  # never raises the heartbeat's own cancellation
         try:
             await self.store.finish(run.id, self.worker_id, outcome)
         except LeaseLost:

@@ -371,3 +371,22 @@ async def test_a_decision_after_the_deadline_raises_call_expired(store: Store) -
     with pytest.raises(CallExpired):
         await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
     assert await store.sweep_expired(later(100)) == []
+
+
+async def test_only_the_field_of_the_decision_kind_is_kept(store: Store) -> None:
+    from datetime import timedelta, timezone
+
+    run = await store.save_pending(make_run(approval("c1"), approval("c2")))
+    plus2 = timezone(timedelta(hours=2))
+    d = await store.decide(
+        run.id,
+        "c1",
+        Decision(DecisionKind.APPROVE, reason="ignored", text="ignored"),
+        decided_by="bob",
+        now=later(0).astimezone(plus2),
+    )
+    assert (d.reason, d.text) == ("", "")
+    assert d.decided_at.utcoffset() == timedelta(0), "times come back in UTC"
+    assert d.decided_at == later(0)
+    assert await store.decide(run.id, "c1", Decision.approve(), decided_by="x") == d
+    assert (await store.get_run(run.id)).call("c1").decision == d

@@ -97,7 +97,7 @@ def _aware(value: datetime | None, what: str = "now") -> datetime:
         return utc_now()
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got naive {value!r}")
-    return value
+    return value.astimezone(UTC)
 
 
 @overload
@@ -478,6 +478,11 @@ class SQLStore(abc.ABC):
             raise ValueError("decide: decided_by must name who decided")
         at = _aware(now)
         kind = DecisionKind(decision.kind)
+        decision = Decision(  # only the field that belongs to the kind counts
+            kind,
+            reason=decision.reason if kind is DecisionKind.DENY else "",
+            text=decision.text if kind is DecisionKind.EXTERNAL else "",
+        )
         expired: DecisionRecord | None = None
         async with self._tx(write=True) as tx:
             run = await self._load_run(tx, run_id, lock=True)
@@ -500,8 +505,8 @@ class SQLStore(abc.ABC):
                     run_id=run_id,
                     call_id=call_id,
                     kind=kind,
-                    reason=decision.reason if kind is DecisionKind.DENY else "",
-                    text=decision.text if kind is DecisionKind.EXTERNAL else "",
+                    reason=decision.reason,
+                    text=decision.text,
                     decided_by=decided_by,
                     decided_at=at,
                 )
