@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from html.parser import HTMLParser
 from typing import Any
 
 import httpx
 import pytest
 
-from golem.store import Store
+from golem.store import Decision, Store, utc_now
 from tests.service.conftest import TOKENS, StartRun
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
@@ -381,3 +382,20 @@ async def test_an_approver_who_may_not_start_sees_no_start_form(
     res = await client.post("/runs", data={"csrf": csrf, "agent": "twin", "prompt": "go"})
     assert res.status_code == 403
     assert await store.list_runs() == []
+
+
+async def test_interrupted_runs_are_flagged_for_an_operator(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    run = await start("twin")
+    for call in ("c1", "c2"):
+        await store.decide(run["id"], call, Decision.approve(), decided_by="seed")
+    claimed = await store.claim_ready("w-dead", 30)
+    assert claimed is not None
+    await store.sweep_interrupted(now=utc_now() + timedelta(minutes=5))  # the lease ran out
+    await sign_in(client)
+    inbox = (await client.get("/")).text
+    assert "1 interrupted run</a> needs an operator" in inbox
+    page = (await client.get(f"/runs/{run['id']}")).text
+    assert "A worker (w-dead) lost its lease" in page
+    assert "will not resume it again" in page

@@ -444,6 +444,9 @@ async def inbox_page(request: Request) -> Response:
         for n in visible
         if cred.approver.may_start(n)
     ]
+    interrupted = await visible_runs(
+        state, cred, status=RunStatus.INTERRUPTED, agent=None, tool=None, limit=100
+    )
     nxt = _safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
     return _render(
         request,
@@ -455,6 +458,7 @@ async def inbox_page(request: Request) -> Response:
             "agent_names": visible,
             "startable": startable,
             "open_start": not found,
+            "interrupted": len(interrupted),
             "start_prompt": "",
             "next": nxt,
         },
