@@ -24,6 +24,7 @@ from golem.tool import (
     DeferKind,
     Deferred,
     Failed,
+    InvalidArguments,
     ModelRetry,
     RunContext,
     Tool,
@@ -409,7 +410,14 @@ async def _tool_batch(
                 assert isinstance(out.error, ModelRetry)
                 budget = tool.max_retries if tool.max_retries is not None else agent.tool_retries
                 used = state.feedback.get(call.name, 0)
-                if used < budget:
+                if isinstance(out.error, InvalidArguments):
+                    # arguments that fail validation never ran the tool: always correctable
+                    # (bounded by max_iterations), without spending the tool's budget
+                    recorded[i] = state.tool_message(
+                        call,
+                        f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
+                    )
+                elif used < budget:
                     state.feedback[call.name] = used + 1
                     recorded[i] = state.tool_message(
                         call,

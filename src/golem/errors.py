@@ -11,7 +11,7 @@ GolemError
 │   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
 │   ├── RateLimited(retry_after)      429: slow down (retryable)
 │   ├── Overloaded                    5xx / 529: the service is busy (retryable)
-│   ├── BadRequest                    400/404/422: the request itself is wrong
+│   ├── BadRequest                    any other 4xx: the request itself is wrong
 │   ├── ProviderTimeout               the request timed out (retryable)
 │   ├── ProviderConnectionError       the service could not be reached (retryable)
 │   └── ResponseFormatError           the service answered something unreadable
@@ -54,7 +54,7 @@ class Stage(StrEnum):
     """The stage of a run at which it failed."""
 
     MODEL = "model"
-    """A model call failed (provider error, cancellation between steps, stream failure)."""
+    """A model call failed (provider error, exhausted script, stream failure)."""
     DECODE = "decode"
     """The final answer could not be decoded into the output type."""
     TOOL = "tool"
@@ -168,7 +168,7 @@ class Overloaded(ProviderError):
 
 
 class BadRequest(ProviderError):
-    """The provider rejected the request as malformed or unsupported (4xx)."""
+    """The provider rejected the request (any 4xx not classified more precisely)."""
 
 
 class ProviderTimeout(ProviderError):

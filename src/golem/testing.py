@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Union
 
-from golem.messages import Message
+from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.usage import Usage
 
@@ -171,10 +171,13 @@ class FunctionModel:
 
 class _StreamingFunctionModel(FunctionModel):
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
-        """Forward the stream function's deltas; build the final response if it yields none."""
+        """Forward the stream function's deltas; assemble the final response from them
+        (text, tool calls, thinking) when the function yields none."""
         assert self.stream_fn is not None
         self.requests.append(_copy_request(request))
         text: list[str] = []
+        calls: dict[int, list[str]] = {}  # index -> [id, name, args, signature]
+        thinking: dict[int, list[str]] = {}  # index -> [text, signature]
         final: ModelResponse | None = None
         async for item in self.stream_fn(request):
             if isinstance(item, ModelResponse):
@@ -186,9 +189,23 @@ class _StreamingFunctionModel(FunctionModel):
                     f"a stream function yields str, Delta or ModelResponse, got {type(item).__name__}"
                 )
             text.append(delta.content)
+            for c in delta.tool_calls:
+                acc = calls.setdefault(c.index, ["", "", "", ""])
+                acc[0] = acc[0] or c.id
+                acc[1] = acc[1] or c.name
+                acc[2] += c.args_fragment
+                acc[3] = acc[3] or c.signature
+            for t in delta.thinking:
+                block = thinking.setdefault(t.index, ["", ""])
+                block[0] += t.text
+                block[1] = block[1] or t.signature
             yield delta
-        yield final or ModelResponse(
-            message=Message(role="assistant", content="".join(text)),
-            usage=Usage(),
-            finish_reason="stop",
-        )
+        if final is None:
+            message = Message(
+                role="assistant",
+                content="".join(text),
+                tool_calls=[ToolCall(*calls[i]) for i in sorted(calls)],
+                thinking=[ThinkingBlock(*thinking[i]) for i in sorted(thinking)],
+            )
+            final = ModelResponse(message, Usage(), "tool_call" if calls else "stop")
+        yield final

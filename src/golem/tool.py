@@ -42,6 +42,7 @@ __all__ = [
     "DeferKind",
     "Deferred",
     "Failed",
+    "InvalidArguments",
     "ModelRetry",
     "RunContext",
     "Tool",
@@ -124,6 +125,15 @@ class ModelRetry(Exception):
         self.message = message
 
 
+class InvalidArguments(ModelRetry):
+    """The model's arguments failed validation; the tool did not run.
+
+    The run loop always sends this back to the model as a correctable rejection
+    (bounded by `max_iterations`); it does not spend the tool's retry budget. On an
+    approved re-run it fails the resume like any other error.
+    """
+
+
 _SignalT = TypeVar("_SignalT", bound=BaseException)
 
 
@@ -190,7 +200,7 @@ class Tool:
         sequential: In parallel mode, run this tool's calls alone (a barrier).
 
     Raises:
-        ValueError: an empty name, a schema that is not an object, negative
+        ValueError: an empty name, a schema that is not a dict, negative
             `max_retries` or a `timeout` that is not positive.
     """
 
@@ -327,21 +337,23 @@ class Tool:
         """Decode and validate the model's raw argument text.
 
         Raises:
-            ModelRetry: the arguments are not a JSON object or fail validation.
+            InvalidArguments: the arguments are not a JSON object or fail validation.
         """
         text = args.strip() or "{}"
         if self._validator is not None:
             try:
                 obj = self._validator.model_validate_json(text)
             except pydantic.ValidationError as exc:
-                raise ModelRetry(_describe_validation(exc)) from exc
+                raise InvalidArguments(_describe_validation(exc)) from exc
             return dict(obj.__dict__)
         try:
             value = json.loads(text)
         except ValueError as exc:
-            raise ModelRetry(f"the arguments are not valid JSON: {exc}") from exc
+            raise InvalidArguments(f"the arguments are not valid JSON: {exc}") from exc
         if not isinstance(value, dict):
-            raise ModelRetry(f"the arguments must be a JSON object, got {type(value).__name__}")
+            raise InvalidArguments(
+                f"the arguments must be a JSON object, got {type(value).__name__}"
+            )
         return value
 
     async def invoke(self, ctx: RunContext[Any], args: str) -> ToolResult:
