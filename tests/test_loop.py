@@ -807,3 +807,104 @@ async def test_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
     )
     with pytest.raises(asyncio.CancelledError):
         await agent.run("go")
+
+
+# --------------------------------------------------------------------------- more edges
+
+
+async def test_canceled_in_parallel_mode_discards_later_siblings() -> None:
+    executed: list[str] = []
+
+    async def ok(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        executed.append(ctx.call_id)
+        return f"{ctx.call_id} ok"
+
+    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        executed.append(ctx.call_id)
+        raise Canceled("halt")
+
+    model = ScriptedModel(
+        calls(("c1", "ok", "{}"), ("c2", "stop", "{}"), ("c3", "ok", "{}")), "never"
+    )
+    agent = Agent(
+        model,
+        tools=[Tool("ok", "o", OBJ, ok), Tool("stop", "s", OBJ, stop)],
+        parallel_tool_calls=True,
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.CANCELED
+    assert sorted(executed) == ["c1", "c2", "c3"]  # one group: every call ran
+    partial = info.value.partial
+    assert partial is not None
+    assert [(m.tool_call_id, m.content) for m in tool_messages(partial.messages)] == [
+        ("c1", "c1 ok"),
+        ("c2", INTERRUPTED),
+        ("c3", INTERRUPTED),
+    ]
+
+
+async def test_an_earlier_terminal_error_wins_over_a_later_cancel() -> None:
+    async def boom(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise RuntimeError("boom")
+
+    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise Canceled("halt")
+
+    model = ScriptedModel(calls(("c1", "boom", "{}"), ("c2", "stop", "{}")), "never")
+    agent = Agent(
+        model,
+        tools=[Tool("boom", "b", OBJ, boom), Tool("stop", "s", OBJ, stop)],
+        parallel_tool_calls=True,
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, ToolError)
+    assert info.value.__cause__.call_id == "c1"
+
+
+async def test_a_late_signal_from_an_overrunning_sync_tool_is_a_timeout() -> None:
+    def slow_fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        time.sleep(0.2)
+        raise Failed("too late to matter")
+
+    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
+    agent = Agent(model, tools=[Tool("slow", "s", OBJ, slow_fail, timeout=0.02)])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_parallel_call_overrunning_its_timeout_fails_the_run() -> None:
+    model = ScriptedModel(
+        calls(("c1", "sleepy", '{"s": 0}'), ("c2", "sleepy", '{"s": 30}')), "never"
+    )
+    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=0.05)
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[tool], parallel_tool_calls=True).run("go")
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_turn_limit_applies_per_output_correction_round() -> None:
+    model = ScriptedModel("not an int", "5")
+    res = await Agent(model, output_type=int, output_retries=1, max_iterations=1).run("go")
+    assert res.output == 5
+
+
+def test_a_zero_cost_limit_still_needs_a_price() -> None:
+    with pytest.raises(ValueError, match="price"):
+        Agent(ScriptedModel(), usage_limits=UsageLimits(cost=0))
+
+
+async def test_partial_result_reports_cost() -> None:
+    model = ScriptedModel(
+        ModelResponse(calls(("c1", "t", "{}")), usage=Usage(100, 0)), BadRequest("down")
+    )
+    agent = Agent(model, tools=[text_tool("t")], price=lambda u: u.input_tokens * 0.01)
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.partial is not None
+    assert info.value.partial.cost == pytest.approx(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -223,3 +224,68 @@ async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
         async for _ in stream:
             pass
         assert stream.result.output == "hi"
+
+
+def hanging_model(started: asyncio.Event, closed: list[bool]) -> FunctionModel:
+    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
+        try:
+            yield "first"
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)
+        yield "never"
+
+    return FunctionModel(lambda r: "unused", stream=stream_fn)
+
+
+async def test_cancelling_the_stream_consumer_propagates_and_stops_the_run() -> None:
+    started, closed = asyncio.Event(), []
+    agent = Agent(hanging_model(started, closed))
+
+    async def consume() -> None:
+        async with agent.run_stream("q") as stream:
+            async for _ in stream:
+                pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == [True]
+
+
+async def test_leaving_the_stream_early_stops_the_run() -> None:
+    started, closed = asyncio.Event(), []
+    agent = Agent(hanging_model(started, closed))
+    async with agent.run_stream("q") as stream:
+        async for item in stream:
+            if isinstance(item, Delta):
+                break
+    assert closed == [True]
+
+
+async def test_function_model_stream_of_tool_call_fragments_runs_the_tool() -> None:
+    from golem.model import ToolCallDelta
+
+    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
+        if request.messages[-1].role == "tool":
+            yield f"Tool said {request.messages[-1].content}."
+            return
+        yield Delta(tool_calls=[ToolCallDelta(0, id="c1", name="lookup")])
+        yield Delta(tool_calls=[ToolCallDelta(0, args_fragment='{"q": ')])
+        yield Delta(tool_calls=[ToolCallDelta(0, args_fragment='"x"}')])
+
+    seen: list[dict[str, Any]] = []
+
+    def lookup(ctx: Any, args: dict[str, Any]) -> str:
+        seen.append(args)
+        return "found"
+
+    model = FunctionModel(lambda r: "unused", stream=stream_fn)
+    agent = Agent(model, tools=[Tool("lookup", "L.", OBJ, lookup)])
+    _, result = await collect(agent, "q")
+    assert seen == [{"q": "x"}]
+    assert result.output == "Tool said found."
+    assert result.messages[1].tool_calls == [ToolCall("c1", "lookup", '{"q": "x"}')]

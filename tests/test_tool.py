@@ -255,17 +255,57 @@ async def test_arguments_that_are_not_a_json_object_are_rejected(args: str) -> N
     assert tool_messages(res.messages)[0].content.startswith("Your tool call was rejected: ")
 
 
-async def test_invalid_arguments_without_budget_fail_the_run_at_stage_tool() -> None:
-    model = ScriptedModel(calls(("c1", "forecast", '{"days": 2}')), "done")
-    agent = Agent(model)
+async def test_invalid_arguments_are_a_correctable_rejection_even_without_a_budget() -> None:
+    model = ScriptedModel(
+        calls(("c1", "forecast", '{"days": 2}')),
+        calls(("c2", "forecast", '{"city": "Oslo"}')),
+        "done",
+    )
+    agent = Agent(model)  # tool_retries=0
 
     @agent.tool
     def forecast(city: str, days: int = 1) -> str:
         return "sunny"
 
+    res = await agent.run("weather?")
+    rejection, ok = tool_messages(res.messages)
+    assert rejection.content.startswith("Your tool call was rejected: ")
+    assert rejection.content.endswith(REJECTED_SUFFIX)
+    assert ok.content == "sunny"
+    assert res.output == "done"
+
+
+async def test_invalid_arguments_do_not_spend_the_model_retry_budget() -> None:
+    model = ScriptedModel(
+        calls(("c1", "when", '{"date": 5}')),
+        calls(("c2", "when", '{"date": "tomorrow"}')),
+        calls(("c3", "when", '{"date": "2025-01-02"}')),
+        "ok",
+    )
+    agent = Agent(model, tool_retries=1)
+
+    @agent.tool
+    def when(date: str) -> str:
+        if not date[:1].isdigit():
+            raise ModelRetry("use an ISO date")
+        return "booked"
+
+    res = await agent.run("book")
+    assert [m.tool_call_id for m in tool_messages(res.messages)] == ["c1", "c2", "c3"]
+    assert tool_messages(res.messages)[2].content == "booked"
+
+
+async def test_endless_invalid_arguments_are_bounded_by_max_iterations() -> None:
+    model = ScriptedModel(*(calls((f"c{i}", "forecast", "{}")) for i in range(5)))
+    agent = Agent(model, max_iterations=3)
+
+    @agent.tool
+    def forecast(city: str) -> str:
+        return "sunny"
+
     with pytest.raises(RunError) as info:
         await agent.run("weather?")
-    assert info.value.stage is Stage.TOOL
+    assert info.value.stage is Stage.LOOP
 
 
 async def test_empty_args_mean_no_arguments() -> None:
