@@ -47,7 +47,19 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from golem.errors import StoreError
 
-__all__ = ["INSTALL_HINT", "build_app", "main"]
+__all__ = [
+    "INSTALL_HINT",
+    "answer",
+    "approve",
+    "build_app",
+    "demo",
+    "deny",
+    "main",
+    "pending",
+    "serve",
+    "show",
+    "worker",
+]
 
 INSTALL_HINT = "pip install 'golem-agents[server]'"
 DEFAULT_DB = "sqlite:///golem.db"

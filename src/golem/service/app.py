@@ -32,7 +32,12 @@ from golem.service.openapi import openapi_document
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
-__all__ = ["ROUTES", "create_app"]
+__all__ = [
+    "ROUTES",
+    "BodyLimit",
+    "SecurityHeaders",
+    "create_app",
+]
 
 log = logging.getLogger("golem.service")
 

@@ -55,6 +55,7 @@ from golem.store import (
 
 __all__ = [
     "SESSION_COOKIE",
+    "call_view",
     "decide_form",
     "events",
     "inbox_page",
@@ -63,7 +64,9 @@ __all__ = [
     "logout",
     "render_error",
     "run_page",
+    "run_view",
     "runs_page",
+    "session",
     "start_form",
 ]
 

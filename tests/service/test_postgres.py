@@ -1,0 +1,89 @@
+"""The service over PostgreSQL: the decision cycle, the event stream, a URL-opened store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from golem.service import create_app
+from golem.store import Decision, Store
+from golem.worker import Worker
+from tests.service.conftest import bearer, make_auth
+from tests.service.test_events import open_stream
+from tests.store.backends import Backend, backend_for
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Backend]:
+    with backend_for("postgres", tmp_path) as backend:
+        yield backend
+
+
+@pytest.fixture
+async def pg_store(pg: Backend) -> AsyncIterator[Store]:
+    store = await pg.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_decide_stream_and_resume_on_postgres(registry: Any, pg_store: Store) -> None:
+    app = create_app(registry, pg_store, auth=make_auth(), stream_poll_interval=0.02)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://pg.test") as http:
+        res = await http.post(
+            "/api/runs", json={"agent": "twin", "prompt": "go"}, headers=bearer("alice")
+        )
+        run = res.json()["run"]
+        async with open_stream(app, headers=bearer("olga")) as stream:
+            await stream.next("hello")
+            await pg_store.decide(run["id"], "c1", Decision.approve(), decided_by="zoe")
+            change = (await stream.next("change")).json()
+            assert (change["run_id"], change["action"], change["actor"]) == (
+                run["id"],
+                "decided",
+                "zoe",
+            )
+        path = f"/api/runs/{run['id']}/calls/c1/decision"
+        res = await http.post(path, json={"decision": "deny"}, headers=bearer("alice"))
+        assert res.status_code == 409
+        assert res.json()["error"]["code"] == "decision_conflict"
+        res = await http.post(
+            f"/api/runs/{run['id']}/calls/c2/decision",
+            json={"decision": "deny", "reason": "frozen"},
+            headers=bearer("olga"),
+        )
+        assert res.json()["run"]["status"] == "ready"
+        assert await Worker(pg_store, registry).run_once()
+        shown = (await http.get(f"/api/runs/{run['id']}", headers=bearer("alice"))).json()["run"]
+        assert shown["status"] == "completed"
+        assert shown["outcome"]["output"].startswith(
+            "deployed to staging; Your tool call was denied: frozen."
+        )
+
+
+async def test_a_postgres_url_is_opened_by_the_app(registry: Any, pg: Backend) -> None:
+    if pg.schema is None or pg.dsn is None:
+        pytest.fail("the postgres backend has no schema")
+    await (await pg.open()).close()  # creates the test's own schema
+    dsn = pg.dsn + ("&" if "?" in pg.dsn else "?") + f"options=-csearch_path%3D{pg.schema}"
+    app = create_app(registry, dsn, auth=make_auth())
+
+    def use() -> None:  # TestClient runs the app on its own event loop, in a thread
+        with TestClient(app) as client:
+            assert client.get("/api/health").json()["status"] == "ok"
+            res = client.post(
+                "/api/runs", json={"agent": "echo", "prompt": "hi"}, headers=bearer("alice")
+            )
+            assert res.json()["run"]["status"] == "completed"
+
+    await asyncio.to_thread(use)
