@@ -36,9 +36,11 @@ typecheck: $(STAMP_DEV)
 pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP_RUN)
+bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py
 	$(BIN)/python bench/pause_resume.py
+	$(BIN)/python bench/provider_overhead.py
+	$(BIN)/python bench/store_throughput.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
