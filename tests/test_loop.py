@@ -908,3 +908,16 @@ async def test_partial_result_reports_cost() -> None:
         await agent.run("go")
     assert info.value.partial is not None
     assert info.value.partial.cost == pytest.approx(1.0)
+
+
+async def test_parallel_sync_tools_run_concurrently_in_worker_threads() -> None:
+    barrier = threading.Barrier(2, timeout=10)  # breaks (fails the call) if run one by one
+
+    def meet(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        barrier.wait()
+        return ctx.call_id
+
+    model = ScriptedModel(calls(("c1", "meet", "{}"), ("c2", "meet", "{}")), "done")
+    agent = Agent(model, tools=[Tool("meet", "m", OBJ, meet)], parallel_tool_calls=True)
+    res = await agent.run("go")
+    assert [m.content for m in tool_messages(res.messages)] == ["c1", "c2"]
