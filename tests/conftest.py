@@ -3,7 +3,8 @@
 Real model requests would need the internet and an API key; a socket `connect` to any
 non-loopback address fails the test instead. In-process transports
 (`httpx.MockTransport`, Starlette's `TestClient`) never open sockets and are unaffected;
-servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable.
+servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable. Tests marked `live`
+(real provider calls, skipped unless an API key is set) are exempt.
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Refuse socket connections to anything but loopback for the duration of a test."""
+def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse socket connections to anything but loopback for the duration of a test.
+
+    Tests marked `live` talk to real provider APIs (only when their key is set) and are exempt.
+    """
+    if request.node.get_closest_marker("live") is not None:
+        return
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)

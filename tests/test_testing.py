@@ -284,3 +284,9 @@ def test_loopback_connections_are_allowed() -> None:
             client.connect(server.getsockname())
             conn, _ = server.accept()
             conn.close()
+
+
+@pytest.mark.live
+def test_live_tests_are_exempt_from_the_network_guard() -> None:
+    # Deselected by default (addopts: -m 'not live'); run with `-m live` to check the exemption.
+    assert socket.socket.connect.__name__ != "_guarded_connect"
