@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+STAMP_SERVER := $(VENV)/.installed-server
 
 .PHONY: demo test lint typecheck pytest bench clean
 
@@ -15,12 +16,19 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+$(STAMP_SERVER): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server]'
 	touch $@ $(STAMP_RUN)
 
-demo: $(STAMP_RUN)
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(STAMP_RUN) $(STAMP_SERVER)
+
+# The library cycle offline, then the approvals service on SQLite: in a terminal it serves the
+# web inbox until Ctrl-C; without one (CI, scripts) it runs the same cycle through the HTTP API once.
+demo: $(STAMP_SERVER)
 	$(BIN)/python examples/deferred_tools.py
+	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/golem demo; else $(BIN)/golem demo --once; fi
 
 test: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples bench
