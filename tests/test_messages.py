@@ -483,10 +483,6 @@ def test_dump_load_dump_is_a_fixed_point(history: list[Message]) -> None:
     ]
 
 
-@pytest.mark.xfail(
-    reason="BUG: args whose JSON value is a string ('\"\"', '\"1\"') change on the second dump",
-    strict=True,
-)
 @PROPERTY
 @example([Message(role="assistant", tool_calls=[ToolCall("c", "n", '""')])])
 @given(st.lists(messages(), max_size=5))
@@ -495,7 +491,6 @@ def test_dump_load_dump_is_a_fixed_point_for_any_args(history: list[Message]) ->
     assert dumps_history(loads_history(first)) == first
 
 
-@pytest.mark.xfail(reason="BUG: args that are a JSON string lose the fixed point", strict=True)
 @pytest.mark.parametrize("args", ['""', '"1"', '"{}"', '"null"'])
 def test_args_that_are_a_json_string_keep_the_fixed_point(args: str) -> None:
     first = dumps_history([Message(role="assistant", tool_calls=[ToolCall("c", "n", args)])])

@@ -128,10 +128,6 @@ async def test_requests_are_copies_of_message_lists() -> None:
     assert recorded.tools == [ToolSpec("t", "T.", {"type": "object"})]
 
 
-@pytest.mark.xfail(
-    reason="BUG: ScriptedModel.requests share the tool schema / output schema dicts with the agent",
-    strict=True,
-)
 async def test_requests_are_deep_copies_down_to_the_schemas() -> None:
     class Out(pydantic.BaseModel):
         n: int

@@ -21,7 +21,12 @@ __all__ = [
     "DeferredRequests",
     "DeferredResults",
     "PendingToolCall",
+    "check_results",
     "denial_text",
+    "merge",
+    "pending_calls",
+    "requests_from",
+    "rerun_approved",
 ]
 
 

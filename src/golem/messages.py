@@ -128,9 +128,11 @@ def _args_value(args: str) -> Any:
     if not args:
         return None
     try:
-        return json.loads(args, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(args, parse_constant=_reject_constant, parse_float=_finite_float)
     except ValueError:
         return args
+    # A JSON string value would be ambiguous with raw text that is not JSON: keep it raw.
+    return args if isinstance(value, str) else value
 
 
 def _reject_constant(name: str) -> Any:

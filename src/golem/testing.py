@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Union
 
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
 from golem.usage import Usage
 
 __all__ = ["FunctionModel", "ScriptExhausted", "ScriptedModel", "replay_as_deltas"]
@@ -44,7 +44,7 @@ def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
 
 
 def _copy_request(request: ModelRequest) -> ModelRequest:
-    """A copy no later change to the run can reach (messages and their lists are copied)."""
+    """A deep copy: messages, their lists and the schemas are copied."""
     messages = [
         Message(
             m.role,
@@ -60,9 +60,18 @@ def _copy_request(request: ModelRequest) -> ModelRequest:
         )
         for m in request.messages
     ]
-    return ModelRequest(
-        messages=messages, tools=list(request.tools), output_schema=request.output_schema
-    )
+    tools = [ToolSpec(t.name, t.description, _clone(t.schema)) for t in request.tools]
+    schema = _clone(request.output_schema) if request.output_schema is not None else None
+    return ModelRequest(messages=messages, tools=tools, output_schema=schema)
+
+
+def _clone(value: Any) -> Any:
+    """Deep copy of JSON-like data (dicts, lists, scalars); faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    return value
 
 
 def replay_as_deltas(response: ModelResponse) -> list[Delta]:

@@ -193,7 +193,7 @@ class Tool:
         exec: `exec(ctx, args)` — sync or async; `args` is the decoded arguments
             object. Returns `str`, `ToolResult`, `None` (empty text) or any value
             pydantic can serialize to JSON.
-        max_retries: Correction budget for `ModelRetry` (and invalid arguments);
+        max_retries: Correction budget for the `ModelRetry`s the tool raises;
             `None` uses the agent's `tool_retries`.
         timeout: Seconds before the call fails the run; `None` uses the agent's
             `tool_timeout`.
