@@ -118,7 +118,7 @@ def test_own_client_lives_as_long_as_its_event_loop() -> None:
     model = AnthropicModel("claude-x", api_key="k")
 
     async def twice() -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
-        return await model._client(), await model._client()
+        return await model._clients.get(), await model._clients.get()
 
     a, b = asyncio.run(twice())
     assert a is b
@@ -130,7 +130,7 @@ def test_own_client_lives_as_long_as_its_event_loop() -> None:
 
 async def test_aclose_closes_the_own_client() -> None:
     async with AnthropicModel("claude-x", api_key="k") as model:
-        client = await model._client()
+        client = await model._clients.get()
         assert not client.is_closed
     assert client.is_closed
 

@@ -276,7 +276,7 @@ def test_each_event_loop_gets_its_own_client() -> None:
     model = GeminiModel("gemini-2.5-flash", api_key="k")
 
     async def grab() -> tuple[object, object]:
-        return model._http(), model._http()
+        return await model._clients.get(), await model._clients.get()
 
     a1, a2 = asyncio.run(grab())
     b1, _ = asyncio.run(grab())

@@ -375,10 +375,10 @@ def test_urls() -> None:
 
 async def test_owned_client_is_created_once_per_loop_and_closed() -> None:
     async with GeminiModel("gemini-2.5-flash", api_key="k") as model:
-        client = model._http()
-        assert model._http() is client
+        client = await model._clients.get()
+        assert (await model._clients.get()) is client
     assert client.is_closed
-    assert model._http() is not client  # a closed client is replaced on next use
+    assert (await model._clients.get()) is not client  # a closed client is replaced on next use
     await model.aclose()
 
 

@@ -249,8 +249,8 @@ def test_the_owned_client_follows_the_event_loop() -> None:
     model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1")
 
     async def client_of() -> httpx.AsyncClient:
-        first = model._http()
-        assert model._http() is first
+        first = await model._clients.get()
+        assert (await model._clients.get()) is first
         return first
 
     one = asyncio.run(client_of())

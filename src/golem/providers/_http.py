@@ -6,11 +6,13 @@ retries under `Agent(max_attempts=...)`, honouring `retry_after`.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,11 +30,13 @@ from golem.errors import (
 )
 
 __all__ = [
+    "LoopBoundClient",
     "api_key_from_env",
     "error_from_response",
     "iter_sse",
     "parse_json_body",
     "retry_after_seconds",
+    "sse_events",
     "translate_transport_errors",
 ]
 
@@ -146,22 +150,110 @@ def parse_json_body(provider: str, text: str) -> dict[str, Any]:
 
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response."""
-    event = ""
-    data: list[str] = []
+    decoder = _SSEDecoder()
     async for line in response.aiter_lines():
+        item = decoder.feed(line)
+        if item is not None:
+            yield item
+    item = decoder.flush()
+    if item is not None:
+        yield item
+
+
+class LoopBoundClient:
+    """The `httpx.AsyncClient` an adapter sends with.
+
+    An injected client is used as is and never closed. Otherwise the adapter owns one
+    client per event loop: pooled connections belong to the loop that opened them, so
+    a new loop (each `asyncio.run`, each `run_sync`) gets a new client, and a client is
+    closed when its loop shuts down its async generators, or by `aclose()`.
+    """
+
+    __slots__ = ("_closer", "_injected", "_loop", "_own", "_timeout")
+
+    def __init__(self, injected: httpx.AsyncClient | None, timeout: float) -> None:
+        self._injected = injected
+        self._timeout = timeout
+        self._own: httpx.AsyncClient | None = None
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
+
+    async def get(self) -> httpx.AsyncClient:
+        """The client to use on the running event loop."""
+        if self._injected is not None:
+            return self._injected
+        loop = asyncio.get_running_loop()
+        own = self._own
+        if own is None or own.is_closed or self._loop is None or self._loop() is not loop:
+            own = httpx.AsyncClient(timeout=self._timeout)
+            closer = _close_with_loop(own)
+            await closer.asend(None)
+            self._own, self._loop, self._closer = own, weakref.ref(loop), closer
+        return own
+
+    async def aclose(self) -> None:
+        """Close the client this adapter created on the running loop (never an injected one)."""
+        own, self._own = self._own, None
+        closer, self._closer = self._closer, None
+        if (
+            own is not None
+            and self._loop is not None
+            and self._loop() is asyncio.get_running_loop()
+        ):
+            await own.aclose()
+        if (
+            closer is not None
+            and self._loop is not None
+            and self._loop() is asyncio.get_running_loop()
+        ):
+            await closer.aclose()
+
+
+async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
+    """Parks until the event loop shuts down its async generators, then closes `client`."""
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Split raw server-sent-event lines into `(event, data)` pairs (sync form of `iter_sse`)."""
+    decoder = _SSEDecoder()
+    for line in lines:
+        item = decoder.feed(line)
+        if item is not None:
+            yield item
+    item = decoder.flush()
+    if item is not None:
+        yield item
+
+
+class _SSEDecoder:
+    """Incremental SSE decoding: one line in, at most one `(event, data)` out."""
+
+    __slots__ = ("data", "event")
+
+    def __init__(self) -> None:
+        self.event = ""
+        self.data: list[str] = []
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        line = line.rstrip("\r\n")
         if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
+            return self.flush()
         if line.startswith(":"):
-            continue
+            return None
         name, _, value = line.partition(":")
         if value.startswith(" "):
             value = value[1:]
         if name == "event":
-            event = value
+            self.event = value
         elif name == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
+            self.data.append(value)
+        return None
+
+    def flush(self) -> tuple[str, str] | None:
+        item = (self.event, "\n".join(self.data)) if self.data else None
+        self.event, self.data = "", []
+        return item

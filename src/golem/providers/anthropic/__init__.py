@@ -15,11 +15,9 @@ under `Agent(max_attempts=...)`. The pure mapping functions (`build_request_body
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +25,7 @@ import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    LoopBoundClient,
     api_key_from_env,
     error_from_response,
     iter_sse,
@@ -138,10 +137,7 @@ class AnthropicModel:
             **(extra_headers or {}),
         }
         self._timeout = httpx.Timeout(timeout)
-        self._injected = http_client
-        self._own: httpx.AsyncClient | None = None
-        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._closer: AsyncGenerator[None, None] | None = None
+        self._clients = LoopBoundClient(http_client, timeout)
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.model!r}, url={self.url!r})"
@@ -161,33 +157,9 @@ class AnthropicModel:
             extra_body=self.extra_body,
         )
 
-    async def _client(self) -> httpx.AsyncClient:
-        if self._injected is not None:
-            return self._injected
-        loop = asyncio.get_running_loop()
-        if (
-            self._own is None
-            or self._own.is_closed
-            or self._own_loop is None
-            or self._own_loop() is not loop
-        ):
-            # Pooled connections belong to the event loop that opened them: a new loop
-            # (for example each `run_sync`) gets a new client, and the client is closed
-            # when its loop shuts down (asyncio.run finalizes async generators).
-            client = httpx.AsyncClient(timeout=self._timeout)
-            closer = _close_with_loop(client)
-            await closer.asend(None)
-            self._own, self._own_loop, self._closer = client, weakref.ref(loop), closer
-        return self._own
-
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
-        client, self._own = self._own, None
-        closer, self._closer = self._closer, None
-        if client is not None:
-            await client.aclose()
-        if closer is not None:
-            await closer.aclose()
+        await self._clients.aclose()
 
     async def __aenter__(self) -> AnthropicModel:
         return self
@@ -209,7 +181,7 @@ class AnthropicModel:
                 `ProviderConnectionError`, `ResponseFormatError`).
         """
         content = _encode(self.request_body(request))
-        client = await self._client()
+        client = await self._clients.get()
         with translate_transport_errors(PROVIDER):
             response = await client.post(
                 self.url, content=content, headers=self._headers, timeout=self._timeout
@@ -229,7 +201,7 @@ class AnthropicModel:
                 `ProviderConnectionError`.
         """
         content = _encode(self.request_body(request, stream=True))
-        client = await self._client()
+        client = await self._clients.get()
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
             async with client.stream(
@@ -247,14 +219,6 @@ class AnthropicModel:
                     if parser.done:
                         break
         yield parser.response()
-
-
-async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:
-    """Parks until the event loop shuts down its async generators, then closes `client`."""
-    try:
-        yield
-    finally:
-        await client.aclose()
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))

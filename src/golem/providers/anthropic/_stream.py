@@ -10,11 +10,12 @@ as a non-streamed one, so both paths agree for the same content.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._http import sse_events
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
@@ -205,30 +206,6 @@ class StreamParser:
             finish_reason=finish_reason_from(self._stop),
             model_name=self._model,
         )
-
-
-def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Yield `(event, data)` for each server-sent event in raw text lines (no I/O)."""
-    event = ""
-    data: list[str] = []
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
 
 
 def parse_stream(events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:

@@ -14,9 +14,7 @@ benchmarks and tests can drive them with recorded bodies.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
@@ -27,6 +25,7 @@ import httpx
 from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    LoopBoundClient,
     api_key_from_env,
     iter_sse,
     parse_json_body,
@@ -109,9 +108,7 @@ class GeminiModel:
         self.model = model
         self._api_key = api_key_from_env(api_key, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), PROVIDER)
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._injected = http_client
-        self._own: httpx.AsyncClient | None = None
-        self._own_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._clients = LoopBoundClient(http_client, timeout)
         self._timeout = httpx.Timeout(timeout)
         self._extra_headers = dict(extra_headers or {})
         self._settings: dict[str, Any] = {
@@ -149,27 +146,9 @@ class GeminiModel:
         headers.update(self._extra_headers)
         return headers
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._injected is not None:
-            return self._injected
-        loop = asyncio.get_running_loop()
-        if (
-            self._own is None
-            or self._own.is_closed
-            or self._own_loop is None
-            or self._own_loop() is not loop
-        ):
-            # Pooled connections belong to the event loop that opened them: a new loop
-            # (each `run_sync`, for example) gets a new client.
-            self._own = httpx.AsyncClient(timeout=self._timeout)
-            self._own_loop = weakref.ref(loop)
-        return self._own
-
     async def aclose(self) -> None:
         """Close the HTTP client the model created (an injected client is left open)."""
-        if self._own is not None:
-            client, self._own = self._own, None
-            await client.aclose()
+        await self._clients.aclose()
 
     async def __aenter__(self) -> GeminiModel:
         return self
@@ -190,7 +169,7 @@ class GeminiModel:
         """
         body = self.build_body(request)
         with translate_transport_errors(PROVIDER):
-            response = await self._http().post(
+            response = await (await self._clients.get()).post(
                 self.url(), content=_encode(body), headers=self._headers(), timeout=self._timeout
             )
         text = response.text
@@ -208,7 +187,7 @@ class GeminiModel:
         body = self.build_body(request)
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
-            async with self._http().stream(
+            async with (await self._clients.get()).stream(
                 "POST",
                 self.url(stream=True),
                 content=_encode(body),

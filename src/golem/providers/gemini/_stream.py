@@ -9,10 +9,11 @@ prompt); anything that ends before that is a dropped connection.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
+from golem.providers._http import sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
 from golem.providers.gemini._response import ResponseBuilder
 
@@ -59,30 +60,6 @@ class StreamParser:
                 "stream ended before the response completed", retryable=True, provider=PROVIDER
             )
         return self._builder.response()
-
-
-def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Split raw server-sent-event lines into `(event, data)` pairs."""
-    event = ""
-    data: list[str] = []
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
 
 
 def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelResponse]:

@@ -13,7 +13,6 @@ The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_st
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -26,6 +25,7 @@ import httpx
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    LoopBoundClient,
     api_key_from_env,
     error_from_response,
     iter_sse,
@@ -155,9 +155,7 @@ class OpenAIChatModel:
                 headers[api_key_header] = key
         headers.update(extra_headers or {})
         self._headers = headers
-        self._injected = http_client
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._clients = LoopBoundClient(http_client, timeout)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
@@ -166,15 +164,6 @@ class OpenAIChatModel:
     def options(self) -> RequestOptions:
         """What this model adds to every request body (for `build_request_body`)."""
         return self._options
-
-    def _http(self) -> httpx.AsyncClient:
-        if self._injected is not None:
-            return self._injected
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(timeout=self._timeout)
-            self._client_loop = loop
-        return self._client
 
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
         body = build_request_body(request, self._options, stream=stream)
@@ -187,7 +176,7 @@ class OpenAIChatModel:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
         content = self._encode(request, stream=False)
-        client = self._http()
+        client = await self._clients.get()
         with translate_transport_errors(PROVIDER):
             resp = await client.post(
                 self._url, content=content, headers=self._headers, timeout=self._timeout
@@ -206,7 +195,7 @@ class OpenAIChatModel:
                 `ProviderConnectionError`.
         """
         content = self._encode(request, stream=True)
-        client = self._http()
+        client = await self._clients.get()
         parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
         with translate_transport_errors(PROVIDER):
             async with client.stream(
@@ -243,9 +232,7 @@ class OpenAIChatModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        await self._clients.aclose()
 
     async def __aenter__(self) -> OpenAIChatModel:
         return self

@@ -8,13 +8,13 @@ it returns the `Delta` of each chunk; `finish()` returns the `ModelResponse`, eq
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._http import sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -209,28 +209,6 @@ class ChatStreamParser:
             finish_reason=finish,
             model_name=self._model,
         )
-
-
-def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Frame raw SSE lines (without line endings) into `(event, data)` pairs."""
-    event, data = "", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", list[str]()
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-    if data:
-        yield event, "\n".join(data)
 
 
 def parse_stream_text(
