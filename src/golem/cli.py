@@ -337,7 +337,9 @@ def show(
             if isinstance(run.outcome.output, str)
             else json.dumps(run.outcome.output, indent=2)
         )
-        console.print(Panel(body or "—", title=run.status.value, expand=False), markup=False)
+        console.print(
+            Panel(body or "—", title=run.status.value, expand=False), markup=False, soft_wrap=False
+        )
     if run.calls:
         calls = Table(title="Calls")
         for col in ("Call", "Tool", "Kind", "Arguments", "Decision", "By"):
@@ -494,7 +496,9 @@ async def _demo_once(url: str, console: Console) -> int:
             console.print(f"5. GET /api/runs/{run['id']}  → {final['status']}")
             if final["outcome"] and final["outcome"]["output"] is not None:
                 console.print(
-                    Panel(str(final["outcome"]["output"]), title="final answer"), markup=False
+                    Panel(str(final["outcome"]["output"]), title="final answer"),
+                    markup=False,
+                    soft_wrap=False,
                 )
             console.print(
                 "   audit: " + " → ".join(f"{a['action']} ({a['actor']})" for a in final["audit"]),
