@@ -442,7 +442,8 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
             "The token works for this process only. Ctrl-C stops.",
             title="golem demo",
             expand=False,
-        )
+        ),
+        soft_wrap=False,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
 
