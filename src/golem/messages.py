@@ -128,7 +128,7 @@ def _args_value(args: str) -> Any:
     if not args:
         return None
     try:
-        value = json.loads(args, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = _ARGS_DECODER.decode(args)
     except ValueError:
         return args
     # A JSON string value would be ambiguous with raw text that is not JSON: keep it raw.
@@ -144,6 +144,12 @@ def _finite_float(text: str) -> float:
     if value in (float("inf"), float("-inf")):
         raise ValueError(f"{text} does not fit a float")
     return value
+
+
+# Built once: json.dumps/json.loads with options build a new encoder/decoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ARGS_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_HISTORY_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _message_to_obj(m: Message) -> dict[str, Any]:
@@ -203,9 +209,7 @@ def dumps_history(messages: Sequence[Message]) -> str:
     (compacted; args that are not JSON are embedded as a string), so
     `dumps_history(loads_history(s)) == s` for any `s` this function produced.
     """
-    return json.dumps(
-        [_message_to_obj(m) for m in messages], ensure_ascii=False, separators=(",", ":")
-    )
+    return _ENCODER.encode([_message_to_obj(m) for m in messages])
 
 
 class _Shape(ValueError):
@@ -261,7 +265,7 @@ def _load_call(v: Any, j: int) -> ToolCall:
     elif isinstance(raw, str):  # args that were not JSON (a truncated stream) travel as a string
         args = raw
     else:
-        args = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+        args = _ENCODER.encode(raw)
     return ToolCall(
         id=_str(o, "id"), name=_str(o, "name"), args=args, signature=_str(o, "signature")
     )
@@ -309,7 +313,7 @@ def loads_history(text: str | bytes) -> list[Message]:
             half-loaded.
     """
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _HISTORY_DECODER.decode(text.decode() if isinstance(text, bytes) else text)
     except ValueError as exc:
         raise ValueError(f"history is not valid JSON: {exc}") from exc
     if data is None:
