@@ -14,7 +14,8 @@ import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import httpx
 
@@ -30,6 +31,7 @@ from golem.errors import (
 )
 
 __all__ = [
+    "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
     "error_from_response",
@@ -207,6 +209,31 @@ class LoopBoundClient:
             and self._loop() is asyncio.get_running_loop()
         ):
             await closer.aclose()
+
+
+class HTTPModel:
+    """Base of the adapters: owns their `LoopBoundClient` and closes it.
+
+    `await model.aclose()` or `async with model:` closes the client the model created
+    (an injected `http_client` is left open).
+    """
+
+    _clients: LoopBoundClient
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this model created (an injected client is left open)."""
+        await self._clients.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, None]:

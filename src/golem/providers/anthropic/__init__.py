@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    HTTPModel,
     LoopBoundClient,
     api_key_from_env,
     error_from_response,
@@ -56,7 +56,7 @@ __all__ = [
 _MIN_THINKING_BUDGET = 1024
 
 
-class AnthropicModel:
+class AnthropicModel(HTTPModel):
     """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
 
     Implements `golem.model.Model` and `golem.model.StreamingModel`.
@@ -156,21 +156,6 @@ class AnthropicModel:
             stream=stream,
             extra_body=self.extra_body,
         )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model created (an injected client is left open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the model's answer.

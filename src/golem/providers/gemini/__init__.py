@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ import httpx
 from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    HTTPModel,
     LoopBoundClient,
     api_key_from_env,
     iter_sse,
@@ -50,7 +50,7 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 """The Gemini API root; `models/{model}:generateContent` is appended to it."""
 
 
-class GeminiModel:
+class GeminiModel(HTTPModel):
     """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`.
 
     Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
@@ -145,21 +145,6 @@ class GeminiModel:
         headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
         headers.update(self._extra_headers)
         return headers
-
-    async def aclose(self) -> None:
-        """Close the HTTP client the model created (an injected client is left open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> GeminiModel:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` with one `generateContent` call.

@@ -17,7 +17,6 @@ import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from types import TracebackType
 from typing import Any, cast
 
 import httpx
@@ -25,6 +24,7 @@ import httpx
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
+    HTTPModel,
     LoopBoundClient,
     api_key_from_env,
     error_from_response,
@@ -48,7 +48,7 @@ _SYSTEM_ROLES = ("system", "developer", "user")
 _USER_AGENT = "golem-agents (httpx; openai-chat)"
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HTTPModel):
     """A model served by the OpenAI Chat Completions API or a compatible server.
 
     Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
@@ -229,18 +229,3 @@ class OpenAIChatModel:
                         f"openai {STREAM_ENDED_EARLY}: {exc!r}", provider=PROVIDER, retryable=True
                     ) from exc
         yield parser.finish()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client this model created (an injected client is left open)."""
-        await self._clients.aclose()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
