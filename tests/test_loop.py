@@ -921,3 +921,44 @@ async def test_parallel_sync_tools_run_concurrently_in_worker_threads() -> None:
     agent = Agent(model, tools=[Tool("meet", "m", OBJ, meet)], parallel_tool_calls=True)
     res = await agent.run("go")
     assert [m.content for m in tool_messages(res.messages)] == ["c1", "c2"]
+
+
+# --------------------------------------------------------------------------- memory
+
+
+async def test_a_paused_run_leaves_no_reference_cycles_behind() -> None:
+    """A deferral's traceback must not hold the run's state in a cycle (only the GC could free it)."""
+    import gc
+
+    from golem.tool import DeferKind, Deferred
+
+    def make() -> Agent[None, str]:
+        model = ScriptedModel(
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall("c1", "gate", "{}"), ToolCall("c2", "fail", "{}")],
+            )
+        )
+        agent: Agent[None, str] = Agent(model)
+
+        @agent.tool
+        async def gate() -> str:
+            raise Deferred(DeferKind.APPROVAL, "needs sign-off")
+
+        @agent.tool
+        async def fail() -> str:
+            raise Failed("no luck")
+
+        return agent
+
+    await make().run("warm up")
+    agent = make()  # building tools creates pydantic classes, which have cycles of their own
+    gc.collect()
+    gc.disable()
+    try:
+        result = await agent.run("go")
+        assert result.pending is not None
+        del result
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

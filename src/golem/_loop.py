@@ -115,11 +115,10 @@ async def run_loop(agent: Agent[Any, Any], state: RunState, *, stream: bool = Fa
     try:
         return await _loop(agent, state, stream)
     except _Fail as f:
-        failure = f
-    # raised outside the handler so the internal _Fail is not chained as __context__
-    raise RunError(
-        failure.stage, failure.cause, state.partial(agent._cost(state.usage))
-    ) from failure.cause
+        stage, cause = f.stage, f.cause
+    # raised outside the handler: the internal _Fail is neither chained as __context__ nor
+    # kept alive by this frame
+    raise RunError(stage, cause, state.partial(agent._cost(state.usage))) from cause
 
 
 async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result[Any]:
@@ -293,17 +292,27 @@ async def _execute(agent: Agent[Any, Any], state: RunState, tool: Tool, call: To
     except ToolTimeout as exc:
         return _Outcome("error", error=exc)
     except Exception as exc:
-        for kind, signal in (
-            ("deferred", Deferred),
-            ("canceled", Canceled),
-            ("failed", Failed),
-            ("retry", ModelRetry),
-        ):
-            found = find_signal(exc, signal)
-            if found is not None:
-                return _Outcome(kind, error=found)
-        return _Outcome("error", error=exc)
+        # classified in a helper so no local of this frame (which the traceback holds)
+        # references the exception: no reference cycle keeps the run's state alive
+        return _classify(exc)
     return _Outcome("ok", result=result)
+
+
+_SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
+    ("deferred", Deferred),
+    ("canceled", Canceled),
+    ("failed", Failed),
+    ("retry", ModelRetry),
+)
+
+
+def _classify(exc: Exception) -> _Outcome:
+    """The outcome a tool's exception stands for: a signal (directly or chained) or an error."""
+    for kind, signal in _SIGNALS:
+        found = find_signal(exc, signal)
+        if found is not None:
+            return _Outcome(kind, error=found)
+    return _Outcome("error", error=exc)
 
 
 def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
