@@ -14,6 +14,7 @@ MODULES = [
     "golem.service.auth",
     "golem.service.inbox",
     "golem.service.openapi",
+    "golem.service.stream",
     "golem.cli",
     "golem.demo",
 ]

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__
-from golem.service import api, inbox
+from golem.service import api, inbox, stream
 from golem.service.auth import AuthConfig
 from golem.service.openapi import openapi_document
 from golem.store import Store, open_store
@@ -62,7 +62,7 @@ ROUTES: list[BaseRoute] = [
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
     Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decide, methods=["POST"]),
-    Route("/api/events", inbox.events, methods=["GET"]),
+    Route("/api/events", stream.events, methods=["GET"]),
     Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
     Route("/", inbox.inbox_page, methods=["GET"]),

@@ -1,4 +1,4 @@
-"""The web inbox (server-rendered HTML) and the inbox change stream (server-sent events).
+"""The web inbox: server-rendered HTML pages and their form actions.
 
 Pages: `/login`, `/` (pending calls the signed-in approver may decide), `/runs` (recent
 runs) and `/runs/{run_id}` (a run's calls, conversation and audit trail). Every action is a
@@ -8,18 +8,14 @@ inbox works without JavaScript; `static/inbox.js` adds live updates and shortcut
 Everything shown comes from the store and is escaped by the templates (Jinja2 autoescape):
 arguments, reasons and messages are model output and never trusted as markup.
 
-`GET /api/events` streams audit-log changes (`event: change`, JSON data, `id:` = the audit
-cursor, so `Last-Event-ID` resumes after a reconnect) to a bearer token, a stream token or
-the inbox session cookie; changes of runs the caller may not see are left out.
+Each page links the change stream (`GET /api/events`, `golem.service.stream`) from the
+audit cursor read before the page's data, so the script's live updates miss nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,13 +23,12 @@ from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urluns
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from golem.messages import loads_history
 from golem.service.api import (
     ApiError,
     ServiceState,
-    audit_json,
     decide_call,
     load_run,
     pending_calls,
@@ -47,7 +42,6 @@ from golem.store import (
     CallKind,
     Decision,
     PendingCallRecord,
-    RunNotFound,
     RunRecord,
     RunStatus,
     utc_now,
@@ -57,7 +51,6 @@ __all__ = [
     "SESSION_COOKIE",
     "call_view",
     "decide_form",
-    "events",
     "inbox_page",
     "login",
     "login_page",
@@ -585,94 +578,3 @@ async def start_form(request: Request) -> Response:
         raise ApiError(422, "invalid_request", "a prompt is required")
     run = await start_for(_state(request), cred, form.get("agent", ""), prompt, deps_ref)
     return RedirectResponse(_path("runs", run.id), status_code=303)
-
-
-# --------------------------------------------------------------------------- events
-
-
-def _stream_credential(request: Request) -> Credential:
-    auth = _state(request).auth
-    cred = auth.from_authorization(request.headers.get("authorization"))
-    if cred is None:
-        cred = auth.verify_stream_token(request.query_params.get("stream_token"))
-    if cred is None:
-        who = session(request)
-        cred = who[0] if who else None
-    if cred is None:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "send 'Authorization: Bearer <token>', a ?stream_token= from "
-            "POST /api/stream-token, or the inbox session cookie",
-        )
-    return cred
-
-
-def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
-    lines = []
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
-    return "\n".join(lines) + "\n\n"
-
-
-async def _changes(
-    request: Request, state: ServiceState, cred: Credential, cursor: int
-) -> AsyncIterator[str]:
-    store = require_store(state)
-    runs: dict[str, RunRecord | None] = {}
-    yield "retry: 2000\n\n"
-    yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
-    beat = time.monotonic()
-    while True:
-        batch = await store.changes_since(cursor, limit=200)
-        sent = cursor
-        for entry in batch:
-            cursor = entry.id
-            try:  # the current state: the run may have moved on since this entry
-                run = await store.get_run(entry.run_id)
-            except RunNotFound:
-                run = None
-            runs[entry.run_id] = run
-            if run is None or not cred.approver.may_see(run.agent):
-                continue
-            data = audit_json(entry)
-            data.update(agent=run.agent, status=run.status.value, parent_run_id=run.parent_run_id)
-            yield _sse("change", data, entry.id)
-            sent = entry.id
-        if cursor != sent:  # advance Last-Event-ID past changes this caller may not see
-            yield f"id: {cursor}\n\n"
-        runs.clear()
-        if batch:
-            beat = time.monotonic()
-            continue
-        if time.monotonic() - beat >= state.stream_heartbeat:
-            yield ": keep-alive\n\n"
-            beat = time.monotonic()
-        if await request.is_disconnected():
-            return
-        await asyncio.sleep(state.stream_poll_interval)
-
-
-async def events(request: Request) -> Response:
-    """Server-sent events of audit-log changes the caller may see (see the module docstring)."""
-    cred = _stream_credential(request)
-    state = _state(request)
-    store = require_store(state)
-    start = request.headers.get("last-event-id") or request.query_params.get("cursor")
-    if start is None or start == "":
-        cursor = await store.last_change_id()
-    else:
-        try:
-            cursor = int(start)
-        except ValueError:
-            raise ApiError(422, "invalid_request", "the cursor must be an integer") from None
-        if cursor < 0:
-            raise ApiError(422, "invalid_request", "the cursor must not be negative")
-    return StreamingResponse(
-        _changes(request, state, cred, cursor),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )

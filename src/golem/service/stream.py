@@ -1,0 +1,126 @@
+"""The inbox change stream: `GET /api/events`, server-sent events of audit-log changes.
+
+Each change is sent as `event: change` with JSON data and `id:` = the audit cursor, so
+`Last-Event-ID` resumes after a reconnect; the stream opens with `retry:` and an
+`event: hello` naming the cursor and the caller. The caller is a bearer token, a stream
+token (`?stream_token=` from `POST /api/stream-token`) or the inbox session cookie; changes
+of runs the caller may not see are left out, with a bare `id:` line moving the cursor past
+them. An idle stream sends a keep-alive comment every `stream_heartbeat` seconds and polls
+the store's `changes_since` every `stream_poll_interval` seconds (see `create_app`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from golem.service.api import ApiError, ServiceState, audit_json, require_store
+from golem.service.auth import Credential
+from golem.service.inbox import session
+from golem.store import RunNotFound, RunRecord
+
+__all__ = ["events"]
+
+
+def _stream_credential(request: Request, state: ServiceState) -> Credential:
+    """The caller: a bearer token, then a stream token, then the inbox session (else 401)."""
+    auth = state.auth
+    cred = auth.from_authorization(request.headers.get("authorization"))
+    if cred is None:
+        cred = auth.verify_stream_token(request.query_params.get("stream_token"))
+    if cred is None:
+        who = session(request)
+        cred = who[0] if who else None
+    if cred is None:
+        raise ApiError(
+            401,
+            "unauthenticated",
+            "send 'Authorization: Bearer <token>', a ?stream_token= from "
+            "POST /api/stream-token, or the inbox session cookie",
+        )
+    return cred
+
+
+def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
+    """One server-sent event: optional `id:` and `event:` lines, compact JSON `data:`."""
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
+async def _changes(
+    request: Request, state: ServiceState, cred: Credential, cursor: int
+) -> AsyncIterator[str]:
+    """The stream's text after `cursor`, until the client disconnects."""
+    store = require_store(state)
+    runs: dict[str, RunRecord | None] = {}
+    yield "retry: 2000\n\n"
+    yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
+    beat = time.monotonic()
+    while True:
+        batch = await store.changes_since(cursor, limit=200)
+        sent = cursor
+        for entry in batch:
+            cursor = entry.id
+            try:  # the current state: the run may have moved on since this entry
+                run = await store.get_run(entry.run_id)
+            except RunNotFound:
+                run = None
+            runs[entry.run_id] = run
+            if run is None or not cred.approver.may_see(run.agent):
+                continue
+            data = audit_json(entry)
+            data.update(agent=run.agent, status=run.status.value, parent_run_id=run.parent_run_id)
+            yield _sse("change", data, entry.id)
+            sent = entry.id
+        if cursor != sent:  # advance Last-Event-ID past changes this caller may not see
+            yield f"id: {cursor}\n\n"
+        runs.clear()
+        if batch:
+            beat = time.monotonic()
+            continue
+        if time.monotonic() - beat >= state.stream_heartbeat:
+            yield ": keep-alive\n\n"
+            beat = time.monotonic()
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(state.stream_poll_interval)
+
+
+async def events(request: Request) -> Response:
+    """Server-sent events of audit-log changes the caller may see (see the module docstring).
+
+    The stream starts after `Last-Event-ID`, else `?cursor=`, else the newest change.
+
+    Raises:
+        ApiError: 401 without a valid credential; 422 for a cursor that is not an integer
+            or is negative.
+    """
+    state: ServiceState = request.app.state.golem
+    cred = _stream_credential(request, state)
+    store = require_store(state)
+    start = request.headers.get("last-event-id") or request.query_params.get("cursor")
+    if start is None or start == "":
+        cursor = await store.last_change_id()
+    else:
+        try:
+            cursor = int(start)
+        except ValueError:
+            raise ApiError(422, "invalid_request", "the cursor must be an integer") from None
+        if cursor < 0:
+            raise ApiError(422, "invalid_request", "the cursor must not be negative")
+    return StreamingResponse(
+        _changes(request, state, cred, cursor),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
