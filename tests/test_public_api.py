@@ -61,6 +61,7 @@ PUBLIC_MODULES = [
     "golem.service",
     "golem.store",
     "golem.store.postgres",
+    "golem.store.records",
     "golem.store.sqlite",
     "golem.testing",
     "golem.tool",
@@ -143,6 +144,17 @@ def test_root_all_names_resolve_to_their_home_module_objects() -> None:
         for name in mod.__all__:
             if name in golem.__all__:
                 assert getattr(golem, name) is getattr(mod, name), f"{name} differs in {module}"
+
+
+def test_store_reexports_every_record_name() -> None:
+    """`from golem.store import X` works for every record, enum and error of `golem.store.records`."""
+    import golem.store
+    import golem.store.records
+
+    missing = set(golem.store.records.__all__) - set(golem.store.__all__)
+    assert not missing, f"golem.store.__all__ lacks {sorted(missing)}"
+    for name in golem.store.records.__all__:
+        assert getattr(golem.store, name) is getattr(golem.store.records, name), name
 
 
 def test_stage_values_are_the_wire_strings() -> None:

@@ -1,0 +1,474 @@
+"""The records, enums and errors of the durable store (all importable from `golem.store`).
+
+Inputs a caller builds (`NewRun`, `NewCall`, `Decision`, `Outcome`), records the store returns
+(`RunRecord`, `PendingCallRecord`, `DecisionRecord`, `ClaimedRun`, `AuditEntry`), the enums
+whose values are the strings stored in the database (`RunStatus`, `CallKind`, `DecisionKind`,
+`AuditAction`) and the store's errors. The `Store` protocol and `open_store` are in
+`golem.store`.
+
+Errors (all subclass `golem.errors.StoreError`):
+
+```text
+StoreError
+├── RunNotFound          no run with that ID
+├── CallNotFound         the run has no pending call with that ID
+├── RunNotPending        a decision on a run that is no longer pending (ready, running, …)
+├── DecisionConflict     a different decision on an already decided call
+│   └── CallExpired      a decision on a call whose deadline has passed
+├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
+└── LeaseLost            finish/renew by a worker that no longer holds the run's lease
+```
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from golem.errors import StoreError
+
+__all__ = [
+    "EXPIRY_ACTOR",
+    "EXPIRY_REASON",
+    "AuditAction",
+    "AuditEntry",
+    "CallExpired",
+    "CallKind",
+    "CallNotFound",
+    "ClaimedRun",
+    "Decision",
+    "DecisionConflict",
+    "DecisionKind",
+    "DecisionRecord",
+    "InvalidDecision",
+    "LeaseLost",
+    "NewCall",
+    "NewRun",
+    "Outcome",
+    "PendingCallRecord",
+    "RunNotFound",
+    "RunNotPending",
+    "RunRecord",
+    "RunStatus",
+]
+
+EXPIRY_REASON = "expired"
+"""The denial reason `sweep_expired` records for a call past its deadline."""
+EXPIRY_ACTOR = "system:expiry"
+"""The `decided_by` identity of expiry denials."""
+
+
+# --------------------------------------------------------------------------- enums
+
+
+class RunStatus(StrEnum):
+    """The state of a stored run (values are the strings stored in the database)."""
+
+    PENDING = "pending"
+    """Waiting for decisions on its pending calls."""
+    READY = "ready"
+    """Every pending call is decided; waiting for a worker."""
+    RUNNING = "running"
+    """Claimed by a worker under a lease and being resumed."""
+    COMPLETED = "completed"
+    """Finished with a final answer (`RunRecord.outcome.output`)."""
+    PAUSED = "paused"
+    """The resume paused again; the new pause is a new pending run (`child_run_id`)."""
+    FAILED = "failed"
+    """The run or its resume failed (`RunRecord.outcome.error`)."""
+    INTERRUPTED = "interrupted"
+    """A worker's lease ran out while running; never resumed automatically again."""
+
+    @property
+    def terminal(self) -> bool:
+        """True for states no store operation leaves (completed, paused, failed, interrupted)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {RunStatus.COMPLETED, RunStatus.PAUSED, RunStatus.FAILED, RunStatus.INTERRUPTED}
+)
+
+
+class CallKind(StrEnum):
+    """How a pending call waits: for a human decision or for an external result."""
+
+    APPROVAL = "approval"
+    """The call waits for approve / deny (the tool deferred with `DeferKind.APPROVAL`)."""
+    EXTERNAL = "external"
+    """The call waits for a result text (the tool deferred with `DeferKind.EXTERNAL`)."""
+
+
+class DecisionKind(StrEnum):
+    """What was decided on one pending call."""
+
+    APPROVE = "approve"
+    """Re-execute the tool with `call_approved()` true (approval calls only)."""
+    DENY = "deny"
+    """Do not execute; the model is told the call was denied (any call kind)."""
+    EXTERNAL = "external"
+    """Use the supplied text as the tool result (external calls only)."""
+
+
+class AuditAction(StrEnum):
+    """The kind of state change an `AuditEntry` records."""
+
+    CREATED = "created"
+    """A run was saved (pending, or already finished by `save_finished`)."""
+    DECIDED = "decided"
+    """A person (or service) decided a call; detail: call_id, decision, reason/text."""
+    EXPIRED = "expired"
+    """A call passed its deadline and was denied by the expiry sweep; detail: call_id."""
+    READY = "ready"
+    """Every pending call of the run is decided."""
+    CLAIMED = "claimed"
+    """A worker claimed the run; detail: worker_id, lease_expires_at."""
+    COMPLETED = "completed"
+    """The run finished with a final answer."""
+    PAUSED = "paused"
+    """The resume paused again; detail: child_run_id."""
+    FAILED = "failed"
+    """The run failed; detail: error."""
+    INTERRUPTED = "interrupted"
+    """The lease ran out while running; detail: worker_id, lease_expires_at."""
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class RunNotFound(StoreError, LookupError):
+    """No run with the given ID exists (`run_id`)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f'run "{run_id}" not found')
+        self.run_id = run_id
+
+
+class CallNotFound(StoreError, LookupError):
+    """The run exists but has no pending call with the given ID (`run_id`, `call_id`)."""
+
+    def __init__(self, run_id: str, call_id: str) -> None:
+        super().__init__(f'run "{run_id}" has no pending call "{call_id}"')
+        self.run_id = run_id
+        self.call_id = call_id
+
+
+class RunNotPending(StoreError):
+    """A decision was made on a run that no longer waits for decisions (`status` tells why)."""
+
+    def __init__(self, run_id: str, status: RunStatus) -> None:
+        super().__init__(
+            f'run "{run_id}" is {status.value}, not pending: its calls can no longer be decided'
+        )
+        self.run_id = run_id
+        self.status = status
+
+
+class DecisionConflict(StoreError):
+    """A call already has a different decision (`existing`); the new one was not recorded."""
+
+    def __init__(
+        self, run_id: str, call_id: str, existing: DecisionRecord, message: str = ""
+    ) -> None:
+        super().__init__(
+            message
+            or (
+                f'call "{call_id}" of run "{run_id}" is already decided '
+                f"({existing.kind.value} by {existing.decided_by}); a different decision is rejected"
+            )
+        )
+        self.run_id = run_id
+        self.call_id = call_id
+        self.existing = existing
+
+
+class CallExpired(DecisionConflict):
+    """The call's deadline has passed: it is (or will be, at the next sweep) denied "expired".
+
+    Raised by `Store.decide` for any decision other than the expiry denial itself; the store
+    records the expiry denial in the same transaction, so `existing` is that denial.
+    """
+
+    def __init__(self, run_id: str, call_id: str, existing: DecisionRecord) -> None:
+        super().__init__(
+            run_id,
+            call_id,
+            existing,
+            f'call "{call_id}" of run "{run_id}" expired at '
+            f"{existing.decided_at.isoformat()}; it was denied with reason "
+            f'"{EXPIRY_REASON}"',
+        )
+
+
+class InvalidDecision(StoreError, ValueError):
+    """The decision does not fit the call: approve on an external call, external on an approval call."""
+
+
+class LeaseLost(StoreError):
+    """The worker does not hold the run's lease any more (it expired, or the run is not running)."""
+
+    def __init__(self, run_id: str, worker_id: str, detail: str = "") -> None:
+        super().__init__(
+            f'worker "{worker_id}" does not hold the lease on run "{run_id}"'
+            + (f": {detail}" if detail else "")
+        )
+        self.run_id = run_id
+        self.worker_id = worker_id
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """A pending call to save with a new run (one `PendingToolCall` of the paused result)."""
+
+    call_id: str
+    """The tool call's ID (unique within the run)."""
+    kind: CallKind
+    """Whether it waits for approval or for an external result."""
+    tool_name: str
+    """The name of the tool that deferred."""
+    args: str = "{}"
+    """The call's arguments as raw JSON text, byte-exact as the model produced them."""
+    reason: str = ""
+    """The reason the tool gave when it deferred."""
+    deadline: datetime | None = None
+    """When an undecided call is denied "expired"; None means the run's `expires_at`."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to save: a paused result (`save_pending`) or a finished one (`save_finished`)."""
+
+    id: str
+    """The run ID (the paused `Result.run_id`); must be new to the store."""
+    agent: str
+    """The registry name of the agent that produced the run."""
+    conversation_id: str
+    """The conversation the run belongs to."""
+    history: str
+    """The history JSON (`golem.dumps_history(result.messages)`)."""
+    calls: tuple[NewCall, ...] = ()
+    """The pending calls in the model's emission order (empty for a finished run)."""
+    deps_ref: Any = None
+    """A JSON value from which the registry's deps factory rebuilds the run's deps."""
+    started_by: str = ""
+    """The identity that started the run (or `worker:<id>` for a pause saved by a worker)."""
+    expires_at: datetime | None = None
+    """Default deadline of the pending calls; None means they never expire."""
+    parent_run_id: str | None = None
+    """The run whose resume produced this one (set by `finish` for a paused outcome)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A decision to record on one pending call; build it with the class methods."""
+
+    kind: DecisionKind
+    """Approve, deny or external."""
+    reason: str = ""
+    """For a denial: why (shown to the model)."""
+    text: str = ""
+    """For an external result: the tool result text, verbatim (may be empty)."""
+
+    @classmethod
+    def approve(cls) -> Decision:
+        """Approve the call: the tool re-executes on resume."""
+        return cls(DecisionKind.APPROVE)
+
+    @classmethod
+    def deny(cls, reason: str = "") -> Decision:
+        """Deny the call, optionally with a reason the model will see."""
+        return cls(DecisionKind.DENY, reason=reason)
+
+    @classmethod
+    def external(cls, text: str) -> Decision:
+        """Supply the call's result text."""
+        return cls(DecisionKind.EXTERNAL, text=text)
+
+    def same_as(self, other: Decision | DecisionRecord) -> bool:
+        """True when `other` decides the same thing (kind, reason and text all equal)."""
+        return (self.kind, self.reason, self.text) == (other.kind, other.reason, other.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a resumed run ended; passed to `Store.finish` (and `Store.save_finished`).
+
+    Build it with `Outcome.completed`, `Outcome.paused` or `Outcome.failed`.
+    """
+
+    status: RunStatus
+    """COMPLETED, PAUSED or FAILED."""
+    output: Any = None
+    """For COMPLETED: the final output as a JSON value."""
+    error: str = ""
+    """For FAILED: the error text (type and message)."""
+    history: str | None = None
+    """The conversation after the run (history JSON), when there is one to show."""
+    next_run: NewRun | None = None
+    """For PAUSED: the new pending run (its `parent_run_id` is set by the store).
+
+    None on outcomes read back from the store: see `RunRecord.child_run_id`.
+    """
+
+    @classmethod
+    def completed(cls, output: Any, history: str | None = None) -> Outcome:
+        """A final answer (`output` must be JSON-serializable) and the final conversation."""
+        json.dumps(output)
+        return cls(RunStatus.COMPLETED, output=output, history=history)
+
+    @classmethod
+    def paused(cls, next_run: NewRun) -> Outcome:
+        """The resume paused again; `next_run` is saved as a new pending run."""
+        if not next_run.calls:
+            raise ValueError(f'paused outcome: run "{next_run.id}" has no pending calls')
+        return cls(RunStatus.PAUSED, history=next_run.history, next_run=next_run)
+
+    @classmethod
+    def failed(cls, error: str, history: str | None = None) -> Outcome:
+        """The run failed with `error`; `history` is the partial evidence when known."""
+        return cls(RunStatus.FAILED, error=error, history=history)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """A decision recorded on one pending call."""
+
+    run_id: str
+    """The run the call belongs to."""
+    call_id: str
+    """The decided call."""
+    kind: DecisionKind
+    """Approve, deny or external."""
+    reason: str
+    """For a denial: the reason ("expired" for expiry denials); "" otherwise."""
+    text: str
+    """For an external result: the text; "" otherwise."""
+    decided_by: str
+    """The identity that decided ("system:expiry" for expiry denials)."""
+    decided_at: datetime
+    """When the decision was recorded (UTC)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCallRecord:
+    """A saved pending call and its decision, if any."""
+
+    run_id: str
+    """The run the call belongs to."""
+    call_id: str
+    """The tool call's ID (the idempotency key a tool sees as `ctx.call_id`)."""
+    position: int
+    """0-based index in the model's emission order among the run's pending calls."""
+    kind: CallKind
+    """Approval or external."""
+    tool_name: str
+    """The tool that deferred."""
+    args: str
+    """The arguments as raw JSON text, byte-exact."""
+    reason: str
+    """The reason the tool gave when it deferred."""
+    deadline: datetime | None
+    """When an undecided call is denied "expired" (None: never)."""
+    decision: DecisionRecord | None
+    """The decision, or None while undecided."""
+
+    @property
+    def decided(self) -> bool:
+        """True once a decision is recorded."""
+        return self.decision is not None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A stored run with its pending calls and outcome."""
+
+    id: str
+    """The run ID."""
+    agent: str
+    """The registry name of the agent."""
+    conversation_id: str
+    """The conversation it belongs to."""
+    status: RunStatus
+    """The current state."""
+    history: str
+    """The history JSON saved with the run (the paused evidence, or the finished conversation)."""
+    calls: tuple[PendingCallRecord, ...]
+    """Pending calls in emission order (empty for a run saved finished)."""
+    deps_ref: Any
+    """The JSON deps reference given when the run was started."""
+    started_by: str
+    """The identity that started the run."""
+    created_at: datetime
+    """When the run was saved."""
+    updated_at: datetime
+    """When the run's state last changed."""
+    expires_at: datetime | None
+    """The run's default call deadline (None: never)."""
+    parent_run_id: str | None
+    """The run whose resume produced this one."""
+    child_run_id: str | None
+    """For a PAUSED run: the new pending run its resume produced."""
+    lease_owner: str | None
+    """The worker that claimed the run (kept after it finishes, for the record)."""
+    lease_expires_at: datetime | None
+    """When the current (or last) lease runs out."""
+    outcome: Outcome | None
+    """How the run ended (None until it is completed, paused, failed or interrupted)."""
+
+    @property
+    def conversation(self) -> str:
+        """The latest conversation JSON: the outcome's history when there is one, else `history`."""
+        if self.outcome is not None and self.outcome.history is not None:
+            return self.outcome.history
+        return self.history
+
+    @property
+    def undecided(self) -> tuple[PendingCallRecord, ...]:
+        """The pending calls that still wait for a decision."""
+        return tuple(c for c in self.calls if c.decision is None)
+
+    def call(self, call_id: str) -> PendingCallRecord:
+        """Return the pending call with `call_id`; raises `CallNotFound`."""
+        for c in self.calls:
+            if c.call_id == call_id:
+                return c
+        raise CallNotFound(self.id, call_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A run claimed by a worker: resume it, then `finish` before `lease_expires_at`."""
+
+    run: RunRecord
+    """The run (status RUNNING), every call decided."""
+    worker_id: str
+    """The worker holding the lease."""
+    lease_expires_at: datetime
+    """When the lease runs out unless renewed (`Store.renew_lease`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One appended state change. IDs increase in commit order across processes."""
+
+    id: int
+    """Position in the global log (use as the cursor of `changes_since`)."""
+    run_id: str
+    """The run that changed."""
+    at: datetime
+    """When (UTC)."""
+    actor: str
+    """Who: a decider identity, `worker:<id>`, `system:expiry`, `system:sweep`, the starter."""
+    action: AuditAction
+    """What happened."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
