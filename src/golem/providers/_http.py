@@ -135,17 +135,18 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
         ) from exc
 
 
-def parse_json_body(provider: str, text: str) -> dict[str, Any]:
-    """Parse a JSON object body, raising `ResponseFormatError` when it is not one."""
+def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str, Any]:
+    """Parse a JSON object (a response body, a stream event), else raise `ResponseFormatError`."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise ResponseFormatError(
-            f"{provider} returned a body that is not JSON: {text[:200]!r}", provider=provider
+            f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
         ) from exc
     if not isinstance(data, dict):
         raise ResponseFormatError(
-            f"{provider} returned JSON that is not an object: {text[:200]!r}", provider=provider
+            f"{provider} returned {what} that is not a JSON object: {text[:200]!r}",
+            provider=provider,
         )
     return data
 

@@ -9,13 +9,11 @@ as a non-streamed one, so both paths agree for the same content.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import sse_events
+from golem.providers._http import parse_json_body, sse_events
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
@@ -75,16 +73,7 @@ class StreamParser:
         """
         if event == "error":
             raise error_from_event(data)
-        try:
-            payload = json.loads(data)
-        except ValueError as exc:
-            raise ResponseFormatError(
-                f"anthropic stream event is not JSON: {data[:200]!r}", provider=PROVIDER
-            ) from exc
-        if not isinstance(payload, dict):
-            raise ResponseFormatError(
-                f"anthropic stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
-            )
+        payload = parse_json_body(PROVIDER, data, "a stream event")
         kind = payload.get("type") or event
         if kind == "content_block_delta":
             return self._delta(payload)

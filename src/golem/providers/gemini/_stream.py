@@ -8,12 +8,11 @@ prompt); anything that ends before that is a dropped connection.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
-from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse
-from golem.providers._http import sse_events
+from golem.providers._http import parse_json_body, sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
 from golem.providers.gemini._response import ResponseBuilder
 
@@ -35,16 +34,7 @@ class StreamParser:
         """
         if not data.strip():
             return []
-        try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise ResponseFormatError(
-                f"gemini stream event is not JSON: {data[:200]!r}", provider=PROVIDER
-            ) from exc
-        if not isinstance(chunk, dict):
-            raise ResponseFormatError(
-                f"gemini stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
-            )
+        chunk = parse_json_body(PROVIDER, data, "a stream event")
         if "error" in chunk:
             raise error_from_payload(chunk)
         return self._builder.add(chunk)

@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import sse_events
+from golem.providers._http import parse_json_body, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -76,16 +76,7 @@ class ChatStreamParser:
         if data.strip() == "[DONE]":
             self.done = True
             return None
-        try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise ResponseFormatError(
-                f"openai stream event is not JSON: {data[:200]!r}", provider=PROVIDER
-            ) from exc
-        if not isinstance(chunk, dict):
-            raise ResponseFormatError(
-                f"openai stream event is not a JSON object: {data[:200]!r}", provider=PROVIDER
-            )
+        chunk = parse_json_body(PROVIDER, data, "a stream event")
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
