@@ -1,4 +1,4 @@
-"""Timing helpers shared by the bench scripts (plain Python, no dependencies)."""
+"""What the bench scripts share: timing, reporting, and a model that costs nothing."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import asyncio
 import gc
 import time
 from collections.abc import Awaitable, Callable
+
+from golem.model import ModelRequest, ModelResponse
 
 
 def measure(fn: Callable[[], Awaitable[object]], *, rounds: int = 7, per_round: int = 200) -> float:
@@ -37,3 +39,16 @@ def measure(fn: Callable[[], Awaitable[object]], *, rounds: int = 7, per_round: 
 
 def report(label: str, micros: float) -> None:
     print(f"{label:<58} {micros:>10.1f} µs")
+
+
+class InstantModel:
+    """A model that answers at once from a function: what remains is golem's own cost.
+
+    (golem.testing.FunctionModel would add its recording of deep-copied requests.)
+    """
+
+    def __init__(self, respond: Callable[[ModelRequest], ModelResponse]) -> None:
+        self.respond = respond
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        return self.respond(request)

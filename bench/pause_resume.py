@@ -13,31 +13,15 @@ in the same process, and the ratio is printed.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import measure, report
+from _timing import InstantModel, measure, report
 
 from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
-
-
-class InstantModel:
-    """A model that answers at once from a function: what remains is golem's own cost.
-
-    (golem.testing.FunctionModel would add its recording of deep-copied requests.)
-    """
-
-    def __init__(self, respond: Callable[[ModelRequest], ModelResponse]) -> None:
-        self.respond = respond
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        return self.respond(request)
-
-
 from golem.tool import DeferKind, Deferred, call_approved
 
 try:  # the peer, from the [bench] extra; module level so its tool annotations resolve

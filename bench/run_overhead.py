@@ -11,29 +11,15 @@ cost: building requests, validating arguments, running the tool, recording messa
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import measure, report
+from _timing import InstantModel, measure, report
 
 from golem import Agent
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
-
-
-class InstantModel:
-    """A model that answers at once from a function: what remains is golem's own cost.
-
-    (golem.testing.FunctionModel would add its recording of deep-copied requests.)
-    """
-
-    def __init__(self, respond: Callable[[ModelRequest], ModelResponse]) -> None:
-        self.respond = respond
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        return self.respond(request)
 
 
 def golem_agent() -> Agent[None, str]:
