@@ -288,17 +288,25 @@ def _load_message(v: Any) -> Message:
         failed = False
     if not isinstance(failed, bool):
         raise _Shape(f'"failed" must be a boolean, got {type(failed).__name__}')
+    # Keys that are absent (the common case: empty fields are omitted) take a fast path.
+    parts = o.get("parts")
+    calls = o.get("toolCalls")
+    thinking = o.get("thinking")
     return Message(
-        role=role,
-        content=_str(o, "content"),
-        parts=[_load_part(p, j) for j, p in enumerate(_list(o, "parts"))],
-        tool_calls=[_load_call(c, j) for j, c in enumerate(_list(o, "toolCalls"))],
-        tool_call_id=_str(o, "toolCallId"),
-        tool_name=_str(o, "toolName"),
-        failed=failed,
-        thinking=[_load_thinking(t, j) for j, t in enumerate(_list(o, "thinking"))],
-        run_id=_str(o, "runId"),
-        conversation_id=_str(o, "conversationId"),
+        role,
+        _str(o, "content") if "content" in o else "",
+        [_load_part(p, j) for j, p in enumerate(_list(o, "parts"))] if parts is not None else [],
+        [_load_call(c, j) for j, c in enumerate(_list(o, "toolCalls"))]
+        if calls is not None
+        else [],
+        _str(o, "toolCallId") if "toolCallId" in o else "",
+        _str(o, "toolName") if "toolName" in o else "",
+        failed,
+        [_load_thinking(t, j) for j, t in enumerate(_list(o, "thinking"))]
+        if thinking is not None
+        else [],
+        _str(o, "runId") if "runId" in o else "",
+        _str(o, "conversationId") if "conversationId" in o else "",
     )
 
 
