@@ -44,6 +44,9 @@ class ToolCall:
     """Arguments as raw JSON text, exactly as the model produced it (may be truncated)."""
     signature: str = ""
     """Opaque provider signature bound to the call (Gemini thought signatures)."""
+    seal: str = ""
+    """golem's seal on a pending call (see `golem.seal`): binds the approval to this exact
+    call. Travels in the history JSON as `"seal"`, a key the Go golem ignores on read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,8 @@ def _message_to_obj(m: Message) -> dict[str, Any]:
             call: dict[str, Any] = {"id": c.id, "name": c.name, "args": _args_value(c.args)}
             if c.signature:
                 call["signature"] = c.signature
+            if c.seal:
+                call["seal"] = c.seal
             calls.append(call)
         obj["toolCalls"] = calls
     if m.tool_call_id:
@@ -267,7 +272,11 @@ def _load_call(v: Any, j: int) -> ToolCall:
     else:
         args = _ENCODER.encode(raw)
     return ToolCall(
-        id=_str(o, "id"), name=_str(o, "name"), args=args, signature=_str(o, "signature")
+        id=_str(o, "id"),
+        name=_str(o, "name"),
+        args=args,
+        signature=_str(o, "signature"),
+        seal=_str(o, "seal") if "seal" in o else "",
     )
 
 
