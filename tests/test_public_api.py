@@ -58,6 +58,7 @@ PUBLIC_MODULES = [
     "golem.providers.gemini",
     "golem.providers.openai",
     "golem.result",
+    "golem.seal",
     "golem.service",
     "golem.store",
     "golem.store.postgres",

@@ -14,6 +14,7 @@ from golem.errors import (
     ProviderError,
     ResumeError,
     RunError,
+    SealError,
     Stage,
     ToolError,
     ToolTimeout,
@@ -22,6 +23,7 @@ from golem.errors import (
 from golem.events import EventKind, RunEvent
 from golem.history import (
     HistoryRepair,
+    RejectedCall,
     SanitizeReport,
     UnsafePart,
     normalize_history,
@@ -29,6 +31,7 @@ from golem.history import (
 )
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.result import PartialResult, Result
+from golem.seal import SealKeys
 from golem.tool import RunContext, Tool, ToolResult
 from golem.usage import Usage, UsageLimits
 
@@ -47,6 +50,7 @@ __all__ = [
     "PartialResult",
     "PendingToolCall",
     "ProviderError",
+    "RejectedCall",
     "Result",
     "ResumeError",
     "RunContext",
@@ -54,6 +58,8 @@ __all__ = [
     "RunEvent",
     "RunStream",
     "SanitizeReport",
+    "SealError",
+    "SealKeys",
     "Stage",
     "ThinkingBlock",
     "Tool",
