@@ -203,7 +203,10 @@ async def _model_turn(
     agent: Agent[Any, Any], state: RunState, turn: int, stream: bool
 ) -> ModelResponse:
     request = ModelRequest(
-        messages=list(state.messages), tools=agent._tool_specs(), output_schema=agent._output_schema
+        messages=list(state.messages),
+        tools=agent._tool_specs(),
+        output_schema=agent._output_schema,
+        tool_choice=agent.tool_choice,
     )
     attempts = 1 if stream else agent.max_attempts
     attempt = 0
