@@ -2,6 +2,7 @@
 
 `infer_model("openai:gpt-4.1")`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`,
 `"ollama:llama3"` build the matching adapter; keys come from the usual environment variables.
+`FallbackModel(primary, *others)` asks the next model when one fails with a retryable error.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import os
 
 from golem.model import Model
+from golem.providers._fallback import FallbackModel
 
-__all__ = ["OLLAMA_BASE_URL", "infer_model"]
+__all__ = ["OLLAMA_BASE_URL", "FallbackModel", "infer_model"]
 
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 """Where `"ollama:..."` models are served unless `OLLAMA_BASE_URL` is set (OpenAI-compatible)."""
