@@ -51,6 +51,7 @@ PUBLIC_MODULES = [
     "golem.errors",
     "golem.events",
     "golem.history",
+    "golem.mcp",
     "golem.messages",
     "golem.model",
     "golem.providers",
@@ -65,6 +66,7 @@ PUBLIC_MODULES = [
     "golem.store.sqlite",
     "golem.testing",
     "golem.tool",
+    "golem.toolset",
     "golem.usage",
     "golem.worker",
 ]
