@@ -19,7 +19,7 @@ from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout,
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
 from golem.messages import Message, ToolCall
-from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolSpec
+from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
 from golem.result import PartialResult, Result
 from golem.seal import SealKeys
 from golem.tool import (
@@ -33,6 +33,7 @@ from golem.tool import (
     ToolResult,
     find_signal,
 )
+from golem.toolset import Toolset, resolve_tools
 from golem.usage import Usage, UsageLimits
 
 __all__ = ["Policy", "RunState", "run_loop"]
@@ -44,8 +45,9 @@ class Policy:
 
     model: Model
     tools: Mapping[str, Tool]
+    """The tools the run starts with: the agent's, plus its toolsets' as listed at the start."""
     specs: list[ToolSpec]
-    """The tool specs advertised to the model."""
+    """The specs of the agent's own tools (advertised as they are when there are no toolsets)."""
     output_schema: dict[str, Any] | None
     decode: Callable[[str], Any]
     """Final text → output; raises `ModelRetry` for a correctable rejection."""
@@ -61,6 +63,12 @@ class Policy:
     usage_limits: UsageLimits | None = None
     seal_keys: SealKeys | None = None
     """Seal pending calls when the run pauses (and verify them on resume)."""
+    tool_choice: ToolChoice = "auto"
+    """Sent on every model request: "auto", "required", "none" or a tool name."""
+    own_tools: Mapping[str, Tool] | None = None
+    """The agent's own tools, when `toolsets` add more (None: `tools` are the agent's)."""
+    toolsets: Sequence[Toolset] = ()
+    """Sources of more tools, listed again before every model turn."""
 
 
 @dataclass(slots=True)
@@ -80,6 +88,8 @@ class RunState:
     finish_reason: str = ""
     feedback: dict[str, int] = field(default_factory=dict)
     """Correction feedbacks given per tool name (the tool retry budget)."""
+    tools: dict[str, Tool] | None = None
+    """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if not self.observers and self.sink is None:
@@ -223,7 +233,10 @@ def _check_usage(policy: Policy, state: RunState) -> None:
 
 async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) -> ModelResponse:
     request = ModelRequest(
-        messages=list(state.messages), tools=policy.specs, output_schema=policy.output_schema
+        messages=list(state.messages),
+        tools=await _turn_specs(policy, state),
+        output_schema=policy.output_schema,
+        tool_choice=policy.tool_choice,
     )
     attempts = 1 if stream else policy.max_attempts
     attempt = 0
@@ -266,6 +279,17 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
     state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(policy, state)
     return response
+
+
+async def _turn_specs(policy: Policy, state: RunState) -> list[ToolSpec]:
+    """The tools offered on this turn: the agent's, plus its toolsets' as listed now."""
+    if not policy.toolsets:
+        return policy.specs
+    try:
+        state.tools = await resolve_tools(policy.own_tools or {}, policy.toolsets)
+    except Exception as exc:
+        raise _Fail(Stage.TOOL, exc) from None
+    return [ToolSpec(t.name, t.description, t.schema) for t in state.tools.values()]
 
 
 async def _stream_once(policy: Policy, state: RunState, request: ModelRequest) -> ModelResponse:
@@ -373,8 +397,9 @@ async def _tool_batch(
 ) -> deferred.DeferredRequests | None:
     """Execute one response's tool calls; return the pending requests if any deferred."""
     tools: list[Tool] = []
+    known = policy.tools if state.tools is None else state.tools
     for call in calls:
-        tool = policy.tools.get(call.name)
+        tool = known.get(call.name)
         if tool is None:
             raise _Fail(
                 Stage.TOOL, ToolError(call.name, call.id, "tool was not declared for this run")

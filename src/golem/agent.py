@@ -25,14 +25,15 @@ from golem import deferred
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
-from golem.errors import Overloaded, RateLimited
+from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import normalize_history, validate_history
 from golem.messages import Message, Part, loads_history
-from golem.model import Delta, Model, ToolSpec
+from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.seal import SealKey, SealKeys, as_seal_keys
 from golem.tool import ModelRetry, RunContext, Tool, _cleared_approval
+from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
@@ -78,6 +79,10 @@ class Agent(Generic[DepsT, OutputT]):
         retry_backoff: Seconds to wait after failed attempt n (default 0.5 s doubling,
             capped at 30 s); a provider's `Retry-After` wins when longer.
         name: A name for logs and the approval service.
+        tool_choice: Whether and which tool the model must call on each turn: "auto",
+            "required", "none" or a tool name (checked against the tools at each request).
+        toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
+            each run and listed before every model turn (see `golem.toolset`).
         seal_key: Seal every pending call when a run pauses, and resume only calls
             whose seal verifies (bytes of at least 32, or `SealKeys` for rotation; see
             `golem.seal`). Keep it secret and the same across the processes that pause
@@ -108,6 +113,8 @@ class Agent(Generic[DepsT, OutputT]):
         event_handler: EventHandler | None = None,
         retry_backoff: Callable[[int], float] | None = None,
         name: str = "",
+        tool_choice: ToolChoice = "auto",
+        toolsets: Iterable[Toolset] = (),
         seal_key: SealKey | None = None,
     ) -> None:
         if isinstance(model, str):
@@ -142,7 +149,13 @@ class Agent(Generic[DepsT, OutputT]):
         self.retry_backoff = retry_backoff or default_backoff
         self.name = name
         self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
+        """Seals pending calls when a run pauses; verifies them on resume (None: no seals)."""
+        self.tool_choice = check_tool_choice(tool_choice)
+        """Sent on every model request: "auto", "required", "none" or a tool name."""
         self.tools: dict[str, Tool] = {}
+        self.toolsets: list[Toolset] = []
+        for toolset in toolsets:
+            self.add_toolset(toolset)
         self._specs: list[ToolSpec] | None = None
         if output_type is str:
             self._adapter: pydantic.TypeAdapter[Any] | None = None
@@ -214,8 +227,37 @@ class Agent(Generic[DepsT, OutputT]):
 
         return register(fn) if fn is not None else register
 
-    def _policy(self) -> Policy:
-        """What one run follows: the agent's configuration as it is when the run starts."""
+    def add_toolset(self, toolset: Toolset) -> None:
+        """Add a source of tools (an MCP server...) to every later run.
+
+        Raises:
+            TypeError: `toolset` is not a `golem.toolset.Toolset`.
+        """
+        if not isinstance(toolset, Toolset):
+            raise TypeError(
+                f"a toolset needs list_tools() and async with, got {type(toolset).__name__}"
+            )
+        self.toolsets.append(toolset)
+
+    def _toolsets_entered(self) -> contextlib.AbstractAsyncContextManager[Mapping[str, Tool]]:
+        """Enter the toolsets for one run; yields every tool the run starts with."""
+        if not self.toolsets:
+            return contextlib.nullcontext(self.tools)
+        return self._enter_toolsets()
+
+    @contextlib.asynccontextmanager
+    async def _enter_toolsets(self) -> AsyncIterator[Mapping[str, Tool]]:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await enter_all(stack, self.toolsets)
+                tools = await resolve_tools(self.tools, self.toolsets)
+            except Exception as exc:
+                raise RunError(Stage.TOOL, exc, None) from exc
+            yield tools
+
+    def _policy(self, tools: Mapping[str, Tool]) -> Policy:
+        """What one run follows: the agent's configuration as it is when the run starts,
+        with `tools` (the agent's, plus its entered toolsets')."""
         specs = self._specs
         if specs is None:
             specs = self._specs = [
@@ -223,7 +265,7 @@ class Agent(Generic[DepsT, OutputT]):
             ]
         return Policy(
             model=self.model,
-            tools=self.tools,
+            tools=tools,
             specs=specs,
             output_schema=self._output_schema,
             decode=self._decode,
@@ -237,6 +279,9 @@ class Agent(Generic[DepsT, OutputT]):
             parallel_tool_calls=self.parallel_tool_calls,
             usage_limits=self.usage_limits,
             seal_keys=self.seal_keys,
+            tool_choice=self.tool_choice,
+            own_tools=self.tools if self.toolsets else None,
+            toolsets=tuple(self.toolsets),
         )
 
     # ----------------------------------------------------------------- policy helpers
@@ -343,8 +388,11 @@ class Agent(Generic[DepsT, OutputT]):
             ValueError: the history or prompt is malformed.
         """
         with _cleared_approval():
-            state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
-            return await run_loop(self._policy(), state)
+            async with self._toolsets_entered() as tools:
+                state = await self._prepare(
+                    prompt, deps, history, run_id, conversation_id, on_event
+                )
+                return await run_loop(self._policy(tools), state)
 
     def run_sync(
         self,
@@ -394,11 +442,12 @@ class Agent(Generic[DepsT, OutputT]):
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
             with _cleared_approval():
-                state = await self._prepare(
-                    prompt, deps, history, run_id, conversation_id, on_event
-                )
-                state.sink = sink
-                return await run_loop(self._policy(), state, stream=True)
+                async with self._toolsets_entered() as tools:
+                    state = await self._prepare(
+                        prompt, deps, history, run_id, conversation_id, on_event
+                    )
+                    state.sink = sink
+                    return await run_loop(self._policy(tools), state, stream=True)
 
         return RunStream(start)
 
@@ -495,9 +544,12 @@ class Agent(Generic[DepsT, OutputT]):
                 (stage `canceled`), or the resumed run failed later.
         """
         with _cleared_approval():
-            policy = self._policy()
-            plan = self._check_resume(history, results, conversation_id, expected, policy)
-            return await self._resume(plan, policy, prompt, deps, run_id, on_event, before_approved)
+            async with self._toolsets_entered() as tools:
+                policy = self._policy(tools)
+                plan = self._check_resume(history, results, conversation_id, expected, policy)
+                return await self._resume(
+                    plan, policy, prompt, deps, run_id, on_event, before_approved
+                )
 
     def run_with_deferred_results_sync(
         self,
@@ -544,7 +596,7 @@ class Agent(Generic[DepsT, OutputT]):
         """Stream a resume: `run_with_deferred_results` as a `RunStream`.
 
         The resume is validated here, before the stream starts (the same checks, the
-        same `ResumeError`s). Iterating yields the approved re-runs' `tool_start` /
+        same `ResumeError`s; with toolsets, once they are entered, from the iteration). Iterating yields the approved re-runs' `tool_start` /
         `tool_end` events, then the resumed run's deltas and events, in order;
         `stream.result` is the `Result` the non-streaming resume would return.
 
@@ -554,15 +606,22 @@ class Agent(Generic[DepsT, OutputT]):
             ResumeError: the resume is invalid (raised here, before anything runs).
         """
         self._check_streaming()
-        with _cleared_approval():
-            policy = self._policy()
-            plan = self._check_resume(history, results, conversation_id, expected, policy)
+        plan: deferred.ResumePlan | None = None
+        if not self.toolsets:  # toolsets' tools are known once entered: checked in the run
+            plan = self._check_resume(
+                history, results, conversation_id, expected, self._policy(self.tools)
+            )
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
             with _cleared_approval():
-                return await self._resume(
-                    plan, policy, prompt, deps, run_id, on_event, before_approved, sink
-                )
+                async with self._toolsets_entered() as tools:
+                    policy = self._policy(tools)
+                    checked = plan or self._check_resume(
+                        history, results, conversation_id, expected, policy
+                    )
+                    return await self._resume(
+                        checked, policy, prompt, deps, run_id, on_event, before_approved, sink
+                    )
 
         return RunStream(start)
 
