@@ -39,9 +39,13 @@ from golem.usage import Usage, UsageLimits
 __all__ = ["Policy", "RunState", "run_loop"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Policy:
-    """What a run follows, fixed when it starts (an `Agent` builds one per run)."""
+    """What a run follows, fixed when it starts (an `Agent` builds one per run).
+
+    Read-only by convention: the loop never assigns to it (not `frozen`, whose
+    `__init__` costs several times more on this per-run path).
+    """
 
     model: Model
     tools: Mapping[str, Tool]

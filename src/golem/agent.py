@@ -32,7 +32,7 @@ from golem.messages import Message, Part, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.seal import SealKey, SealKeys, as_seal_keys
-from golem.tool import ModelRetry, RunContext, Tool, _cleared_approval
+from golem.tool import ModelRetry, RunContext, Tool, _ClearedApproval
 from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
 
@@ -387,7 +387,7 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: the run failed; `.stage` says where, `__cause__` why.
             ValueError: the history or prompt is malformed.
         """
-        with _cleared_approval():
+        with _ClearedApproval():
             async with self._toolsets_entered() as tools:
                 state = await self._prepare(
                     prompt, deps, history, run_id, conversation_id, on_event
@@ -441,7 +441,7 @@ class Agent(Generic[DepsT, OutputT]):
         self._check_streaming()
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _cleared_approval():
+            with _ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     state = await self._prepare(
                         prompt, deps, history, run_id, conversation_id, on_event
@@ -543,7 +543,7 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: an approved re-run failed (stage `tool`), raised `Canceled`
                 (stage `canceled`), or the resumed run failed later.
         """
-        with _cleared_approval():
+        with _ClearedApproval():
             async with self._toolsets_entered() as tools:
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
@@ -613,7 +613,7 @@ class Agent(Generic[DepsT, OutputT]):
             )
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _cleared_approval():
+            with _ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(

@@ -20,8 +20,6 @@ being resumed twice. See docs/guides/trust-and-integrity.md.
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 import hmac
 import re
 from collections.abc import Mapping, Sequence
@@ -45,7 +43,7 @@ __all__ = [
 _VERSION = "v1"
 _MIN_KEY_BYTES = 32
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_MAC_TEXT_LEN = 43  # base64url of 32 bytes, without padding
+_MAC_TEXT = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of 32 bytes, without padding
 _KINDS: dict[str, DeferKind] = {k.value: k for k in DeferKind}
 
 
@@ -157,23 +155,23 @@ def _field(data: bytes) -> bytes:
     return len(data).to_bytes(8, "big") + data
 
 
-def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
+_HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 
 def _mac(key: bytes, conversation_id: str, call: ToolCall, kind: str) -> str:
+    """base64url (unpadded) HMAC-SHA256 over length-prefixed fields: the version label,
+    conversation ID, call ID, tool name, kind, and the argument bytes."""
     msg = b"".join(
         (
-            _field(b"golem-seal-" + _VERSION.encode()),
-            _field(_utf8(conversation_id)),
-            _field(_utf8(call.id)),
-            _field(_utf8(call.name)),
+            _HEAD,
+            _field(conversation_id.encode("utf-8", "surrogatepass")),
+            _field(call.id.encode("utf-8", "surrogatepass")),
+            _field(call.name.encode("utf-8", "surrogatepass")),
             _field(kind.encode()),
-            _field(_utf8(call.args)),
+            _field(call.args.encode("utf-8", "surrogatepass")),
         )
     )
-    digest = hmac.new(key, msg, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return base64.urlsafe_b64encode(hmac.digest(key, msg, "sha256"))[:-1].decode()
 
 
 def _kind(kind: DeferKind | str) -> DeferKind:
@@ -229,7 +227,7 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
         )
     _, key_id, kind_text, mac = pieces
     kind = _KINDS.get(kind_text)
-    if kind is None or len(mac) != _MAC_TEXT_LEN or not _is_b64url(mac):
+    if kind is None or not _MAC_TEXT.fullmatch(mac):
         raise SealError(
             call.id,
             call.name,
@@ -255,14 +253,6 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
             "another conversation; it was not executed",
         )
     return kind
-
-
-def _is_b64url(text: str) -> bool:
-    try:
-        base64.urlsafe_b64decode(text + "=")
-    except (binascii.Error, ValueError):
-        return False
-    return all(c.isalnum() or c in "-_" for c in text)
 
 
 def seal_pending(
