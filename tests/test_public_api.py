@@ -162,6 +162,31 @@ def test_store_reexports_every_record_name() -> None:
         assert getattr(golem.store, name) is getattr(golem.store.records, name), name
 
 
+def test_the_deferral_surface_is_importable_from_the_root() -> None:
+    from golem import (
+        Canceled,
+        DeferKind,
+        Deferred,
+        Failed,
+        ModelRetry,
+        SealError,
+        SealKeys,
+        approved_call,
+        call_approved,
+    )
+    from golem import errors, seal, tool
+
+    assert (Deferred, DeferKind, call_approved, approved_call) == (
+        tool.Deferred,
+        tool.DeferKind,
+        tool.call_approved,
+        tool.approved_call,
+    )
+    assert (ModelRetry, Canceled, Failed) == (tool.ModelRetry, tool.Canceled, tool.Failed)
+    assert SealError is errors.SealError
+    assert SealKeys is seal.SealKeys
+
+
 def test_stage_values_are_the_wire_strings() -> None:
     from golem import Stage
 
