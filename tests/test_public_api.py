@@ -173,8 +173,10 @@ def test_the_deferral_surface_is_importable_from_the_root() -> None:
         SealKeys,
         approved_call,
         call_approved,
+        errors,
+        seal,
+        tool,
     )
-    from golem import errors, seal, tool
 
     assert (Deferred, DeferKind, call_approved, approved_call) == (
         tool.Deferred,
