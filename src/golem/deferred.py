@@ -487,58 +487,41 @@ async def resume(
         call, approval = step.call, step.approval
         if approval is None:
             resolutions[call.id] = state.tool_message(call, step.external or "")
-            continue
-        if not approval.approved:
+        elif not approval.approved:
             resolutions[call.id] = state.tool_message(call, denial_text(approval.reason))
-            continue
-        original = call
-        if step.args is not None:
-            seal = ""
-            if policy.seal_keys is not None:
-                edited_call = replace(call, args=step.args)
-                seal = seal_call(
-                    policy.seal_keys, state.conversation_id, edited_call, DeferKind.APPROVAL
-                )
-            call = replace(call, args=step.args, seal=seal)
-            edited[call.id] = call
-        tool = policy.tools[call.name]
-        if before_approved is not None:
-            await before_approved(call)
-        ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
-        timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
-        state.emit(
-            EventKind.TOOL_START,
-            call_id=call.id,
-            tool_name=call.name,
-            args=call.args,
-            approved=True,
-        )
-        state.tool_calls += 1
-        try:
-            done = await rerun_approved(tool, call, ctx, timeout)
-        except RunError as failed:
-            state.emit(
-                EventKind.TOOL_END,
-                call_id=call.id,
-                tool_name=call.name,
-                error=failed.__cause__,
-                approved=True,
-            )
-            raise
-        state.emit(
-            EventKind.TOOL_END,
-            call_id=call.id,
-            tool_name=call.name,
-            result=done.text,
-            parts=tuple(done.parts),
-            approved=True,
-        )
-        text = done.text
-        if call is not original:
-            text = edited_text(original.args, call.args, text)
-        resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+        else:
+            if step.args is not None:
+                call = replace(call, args=step.args, seal="")
+                if policy.seal_keys is not None:
+                    seal = seal_call(policy.seal_keys, state.conversation_id, call, "approval")
+                    call = replace(call, seal=seal)
+                edited[call.id] = call
+            if before_approved is not None:
+                await before_approved(call)
+            done = await _rerun(call, policy, state)
+            text = done.text
+            if step.args is not None:
+                text = edited_text(step.call.args, call.args, text)
+            resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
     history = _replace_calls(plan.history, edited) if edited else plan.history
     return merge(history, resolutions)
+
+
+async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
+    """One approved re-run, bracketed by `tool_start` / `tool_end` events flagged `approved`."""
+    tool = policy.tools[call.name]
+    ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
+    timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
+    ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
+    state.emit(EventKind.TOOL_START, args=call.args, **ids)
+    state.tool_calls += 1
+    try:
+        done = await rerun_approved(tool, call, ctx, timeout)
+    except RunError as failed:
+        state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
+        raise
+    state.emit(EventKind.TOOL_END, result=done.text, parts=tuple(done.parts), **ids)
+    return done
 
 
 def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> list[Message]:
