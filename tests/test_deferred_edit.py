@@ -127,8 +127,11 @@ async def test_edit_events_show_the_arguments_that_ran() -> None:
         ({"to": "bob"}, "amount: Field required"),
         ({"to": "bob", "amount": "lots"}, "amount"),
         ({"to": "bob", "amount": 1, "memo": "x"}, "memo"),
-        ("not json", "rejected"),
-        ("[1, 2]", "rejected"),
+        ("not json", "must be a JSON object"),
+        ("[1, 2]", "must be a JSON object"),
+        ("", "must be a JSON object"),
+        ('{"to": "\ud800", "amount": 1}', "rejected"),
+        ({"to": "\ud800", "amount": 1}, "lone surrogate"),
         ({"to": "bob", "amount": float("nan")}, "JSON"),
     ],
 )

@@ -420,6 +420,19 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
             ) from exc
     else:
         text = args
+    problem = ""
+    if not text.lstrip().startswith("{"):
+        problem = "they must be a JSON object"
+    elif not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "they hold a lone surrogate, which no JSON history can store"
+    if problem:
+        raise ResumeError(
+            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
+            f"{problem}"
+        )
     try:
         tool.validate_args(text)
     except InvalidArguments as exc:
