@@ -434,6 +434,19 @@ async def test_expected_calls_missing_from_the_history_are_rejected() -> None:
     assert ledger.executions == []
 
 
+async def test_expected_must_be_the_paused_runs_pending() -> None:
+    agent, _, ledger = make_agent(seal_key=None)
+    paused = await agent.run("pay bob")
+    assert paused.pending is not None
+    with pytest.raises(TypeError, match=r"Result\.pending \(DeferredRequests\), got list"):
+        await agent.run_with_deferred_results(
+            paused.messages,
+            RESOLVE,
+            expected=paused.pending.calls,  # type: ignore[arg-type]
+        )
+    assert not any(approved for _, _, approved, _ in ledger.executions)  # nothing re-ran
+
+
 # --------------------------------------------------------------------------- sanitize_history
 
 

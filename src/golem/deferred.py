@@ -349,7 +349,13 @@ def check_resume(
 
     Raises:
         ResumeError: the first problem found, naming the call (`SealError` for seals).
+        TypeError: `expected` is not a `DeferredRequests`.
     """
+    if expected is not None and not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
     pending = pending_calls(history)
     kinds: dict[str, DeferKind] = {}
     if keys is not None:
