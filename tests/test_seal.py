@@ -261,3 +261,16 @@ def test_seal_pending_refuses_an_unknown_kind() -> None:
     history = [Message(role="assistant", tool_calls=[ToolCall("a", "t", "{}")])]
     with pytest.raises(ValueError, match="deferral kind"):
         seal_pending(history, KEY, "conv", {"a": "approve"})
+
+
+@pytest.mark.parametrize("size", [32, 63, 64, 65, 200])
+def test_the_mac_matches_the_standard_library_hmac_for_any_key_length(size: int) -> None:
+    key = bytes(range(256))[:size] if size <= 256 else b"x" * size
+    call = ToolCall("id-é", "näme", '{"x": "\\u00e9 é"}')
+    seal = seal_call(key, "cönv", call, "approval")
+    fields = [b"golem-seal-v1", "cönv".encode(), "id-é".encode(), "näme".encode(), b"approval"]
+    fields.append(call.args.encode())
+    msg = b"".join(len(f).to_bytes(8, "big") + f for f in fields)
+    want = base64.urlsafe_b64encode(hmac.new(key, msg, hashlib.sha256).digest()).rstrip(b"=")
+    assert seal.split(".")[3] == want.decode()
+    assert verify_call(key, "cönv", replace(call, seal=seal)) is DeferKind.APPROVAL
