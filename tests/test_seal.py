@@ -274,3 +274,17 @@ def test_the_mac_matches_the_standard_library_hmac_for_any_key_length(size: int)
     want = base64.urlsafe_b64encode(hmac.new(key, msg, hashlib.sha256).digest()).rstrip(b"=")
     assert seal.split(".")[3] == want.decode()
     assert verify_call(key, "cönv", replace(call, seal=seal)) is DeferKind.APPROVAL
+
+
+def test_tool_call_fields_are_the_ones_a_sealed_pause_copies() -> None:
+    """`deferred.pause` builds sealed ToolCalls field by field (it is on the hot path):
+    a new ToolCall field must be carried there too."""
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(ToolCall)] == [
+        "id",
+        "name",
+        "args",
+        "signature",
+        "seal",
+    ]

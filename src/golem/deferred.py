@@ -236,17 +236,25 @@ def requests_from(
 def pause(
     state: RunState, keys: SealKeys | None, deferrals: Sequence[tuple[ToolCall, Deferred]]
 ) -> DeferredRequests:
-    """The pending requests of a pausing batch; with `keys`, seal each pending call in
-    `state.messages` first (copies of the messages, never mutations)."""
+    """The pending requests of a pausing batch; with `keys`, seal each pending call first.
+
+    The batch's assistant message (the last one with tool calls) is replaced in
+    `state.messages` by a copy whose pending calls carry their seals; no message is
+    mutated.
+    """
     if keys is None:
         return requests_from(deferrals)
-    seals: dict[str, str] = {}
-    sealed: dict[str, ToolCall] = {}
-    for call, signal in deferrals:
-        seal = seal_call(keys, state.conversation_id, call, signal.kind)
-        seals[call.id] = seal
-        sealed[call.id] = replace(call, seal=seal)
-    state.messages = _replace_calls(state.messages, sealed)
+    seals = {call.id: seal_call(keys, state.conversation_id, call, s.kind) for call, s in deferrals}
+    messages = state.messages
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            calls = [
+                ToolCall(c.id, c.name, c.args, c.signature, seals[c.id]) if c.id in seals else c
+                for c in m.tool_calls
+            ]  # not `replace`: this runs on every sealed pause (ToolCall's fields are pinned)
+            messages[i] = replace(m, tool_calls=calls)
+            break
     return requests_from(deferrals, seals)
 
 

@@ -19,7 +19,7 @@ being resumed twice. See docs/guides/trust-and-integrity.md.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import hmac
 import re
@@ -45,6 +45,7 @@ _VERSION = "v1"
 _MIN_KEY_BYTES = 32
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _MAC_TEXT = re.compile(r"[A-Za-z0-9_-]{43}")  # base64url of 32 bytes, without padding
+_MAC_LEN = 43
 _KINDS: dict[str, DeferKind] = {k.value: k for k in DeferKind}
 
 
@@ -177,26 +178,41 @@ _HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 def _mac(pads: _Pads, conversation_id: str, call: ToolCall, kind: str) -> str:
     """base64url (unpadded) HMAC-SHA256 over length-prefixed fields: the version label,
-    conversation ID, call ID, tool name, kind, and the argument bytes."""
-    msg = b"".join(
-        (
-            _HEAD,
-            _field(conversation_id.encode("utf-8", "surrogatepass")),
-            _field(call.id.encode("utf-8", "surrogatepass")),
-            _field(call.name.encode("utf-8", "surrogatepass")),
-            _field(kind.encode()),
-            _field(call.args.encode("utf-8", "surrogatepass")),
+    conversation ID, call ID, tool name, kind, and the argument bytes (inlined: it runs
+    on every pause and resume)."""
+    conv = conversation_id.encode("utf-8", "surrogatepass")
+    cid = call.id.encode("utf-8", "surrogatepass")
+    name = call.name.encode("utf-8", "surrogatepass")
+    kin = kind.encode()
+    args = call.args.encode("utf-8", "surrogatepass")
+    inner = pads[0].copy()
+    inner.update(
+        b"".join(
+            (
+                _HEAD,
+                len(conv).to_bytes(8, "big"),
+                conv,
+                len(cid).to_bytes(8, "big"),
+                cid,
+                len(name).to_bytes(8, "big"),
+                name,
+                len(kin).to_bytes(8, "big"),
+                kin,
+                len(args).to_bytes(8, "big"),
+                args,
+            )
         )
     )
-    inner = pads[0].copy()
-    inner.update(msg)
     outer = pads[1].copy()
     outer.update(inner.digest())
-    return base64.urlsafe_b64encode(outer.digest())[:-1].decode()
+    return binascii.b2a_base64(outer.digest(), newline=False)[:-1].translate(_URLSAFE).decode()
+
+
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def _kind(kind: DeferKind | str) -> DeferKind:
-    found = _KINDS.get(str(kind))
+    found = _KINDS.get(kind) if isinstance(kind, str) else None
     if found is None:
         raise ValueError(f'deferral kind must be "approval" or "external", got {kind!r}')
     return found
@@ -249,7 +265,7 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
         )
     _, key_id, kind_text, mac = pieces
     kind = _KINDS.get(kind_text)
-    if kind is None or not _MAC_TEXT.fullmatch(mac):
+    if kind is None or len(mac) != _MAC_LEN or not mac.isascii():
         raise SealError(
             call.id,
             call.name,
@@ -266,6 +282,13 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
             f"(this agent holds {sorted([k.key_id, *k.older])})",
         )
     if not hmac.compare_digest(mac, _mac(pads, conversation_id, call, kind)):
+        if not _MAC_TEXT.fullmatch(mac):  # checked only on failure: verification is hot
+            raise SealError(
+                call.id,
+                call.name,
+                "malformed",
+                f"golem: {_describe(call)}: malformed seal (bad kind or MAC)",
+            )
         raise SealError(
             call.id,
             call.name,
