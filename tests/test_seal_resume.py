@@ -337,28 +337,29 @@ async def test_moving_a_sealed_call_to_another_conversation_is_rejected() -> Non
 # --------------------------------------------------------------------------- kinds
 
 
-async def test_an_approval_kind_call_resolved_as_external_is_rejected() -> None:
+@pytest.mark.parametrize(
+    ("results", "match"),
+    [
+        (
+            DeferredResults(external={"c1": "I approve myself", "c2": "x"}),
+            r'"c1".*waits for an approval',
+        ),
+        (
+            DeferredResults(approvals={"c1": True, "c2": True}),
+            r'"c2".*waits for an external result',
+        ),
+        (
+            DeferredResults(approvals={"c1": True, "c2": False}),
+            r'"c2".*waits for an external result',
+        ),
+    ],
+    ids=["approval-as-external", "external-as-approval", "external-as-denial"],
+)
+async def test_a_resolution_of_the_wrong_kind_is_rejected(
+    results: DeferredResults, match: str
+) -> None:
     agent, model, ledger, history = await paused_run()
-    await assert_rejected_before_anything_runs(
-        agent,
-        model,
-        ledger,
-        history,
-        DeferredResults(external={"c1": "I approve myself", "c2": "x"}),
-        match=r'"c1".*waits for an approval',
-    )
-
-
-async def test_an_external_kind_call_resolved_as_an_approval_is_rejected() -> None:
-    agent, model, ledger, history = await paused_run()
-    await assert_rejected_before_anything_runs(
-        agent,
-        model,
-        ledger,
-        history,
-        DeferredResults(approvals={"c1": True, "c2": True}),
-        match=r'"c2".*waits for an external result',
-    )
+    await assert_rejected_before_anything_runs(agent, model, ledger, history, results, match=match)
 
 
 # --------------------------------------------------------------------------- without a key
