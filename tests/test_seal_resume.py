@@ -533,6 +533,7 @@ ARGS = st.dictionaries(
     arg_values=st.lists(ARGS, min_size=4, max_size=4),
     tampering=st.sampled_from(TAMPERINGS),
     target=st.integers(0, 3),
+    earlier=st.integers(0, 2),
     data=st.data(),
 )
 def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_sealed_calls(
@@ -540,6 +541,7 @@ def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_sealed_calls(
     arg_values: list[dict[str, Any]],
     tampering: str,
     target: int,
+    earlier: int,
     data: st.DataObject,
 ) -> None:
     import asyncio
@@ -562,7 +564,9 @@ def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_sealed_calls(
     ]
     tools = [make("t_approval", DeferKind.APPROVAL), make("t_external", DeferKind.EXTERNAL)]
     tools.append(make("t_danger", DeferKind.APPROVAL))
-    model = ScriptedModel(turn(*calls), "done")
+    tools.append(Tool("t_plain", "p", OBJ, lambda ctx, args: "plain"))
+    answered = [turn(ToolCall(f"p{j}", "t_plain", "{}")) for j in range(earlier)]
+    model = ScriptedModel(*answered, turn(*calls), "done")
     agent: Agent[None, str] = Agent(model, tools=tools, seal_key=KEY)
 
     async def scenario() -> None:
@@ -570,7 +574,18 @@ def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_sealed_calls(
         assert paused.pending is not None
         sealed = {c.id: c for m in paused.messages for c in m.tool_calls}
         history = list(paused.messages)
-        i = batch_index(history)
+        i = max(j for j, m in enumerate(history) if m.tool_calls)  # the paused batch
+
+        def edit_call(history: list[Message], call_id: str, **changes: Any) -> list[Message]:
+            out = list(history)
+            out[i] = replace(
+                out[i],
+                tool_calls=[
+                    replace(c, **changes) if c.id == call_id else c for c in out[i].tool_calls
+                ],
+            )
+            return out
+
         victim = calls[target % len(calls)]
         approvals: dict[str, Approval] = {}
         external: dict[str, str] = {}
@@ -593,7 +608,8 @@ def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_sealed_calls(
             )
             approvals["f"] = Approval(True)
         elif tampering == "forge_old":
-            history.insert(i, Message(role="assistant", tool_calls=[ToolCall("f", "t_danger")]))
+            where = data.draw(st.integers(1, i), label="forged turn position")
+            history.insert(where, Message(role="assistant", tool_calls=[ToolCall("f", "t_danger")]))
             approvals["f"] = Approval(True)
         elif tampering == "duplicate":
             history.append(Message(role="assistant", tool_calls=[sealed[victim.id]]))
