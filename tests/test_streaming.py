@@ -435,3 +435,58 @@ async def test_run_stream_with_a_paused_history_closes_the_pending_calls() -> No
     tool = [m for m in result.messages if m.role == "tool"]
     assert tool[0].content.startswith("Tool call was interrupted before execution")
     assert "tool_start" not in shape(items)
+
+
+class _GatedToolset:
+    """A minimal toolset (as an MCP server would be) offering one gated tool."""
+
+    def __init__(self) -> None:
+        self.entered = 0
+        self.ran: list[str] = []
+
+    async def __aenter__(self) -> _GatedToolset:
+        self.entered += 1
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.entered -= 1
+
+    async def list_tools(self) -> list[Tool]:
+        from golem.tool import DeferKind, Deferred, call_approved
+
+        def remote(ctx: Any, args: dict[str, Any]) -> str:
+            if not call_approved():
+                raise Deferred(DeferKind.APPROVAL, "remote sign-off")
+            assert self.entered == 1  # the toolset is entered while its tool re-runs
+            self.ran.append(ctx.call_id)
+            return "remote done"
+
+        return [Tool("remote_delete", "D.", OBJ, remote)]
+
+
+async def test_a_streamed_resume_reruns_a_toolsets_tool_and_checks_inside_the_run() -> None:
+    from golem import ResumeError
+
+    toolset = _GatedToolset()
+    model = ScriptedModel(
+        ModelResponse(calls(("c1", "remote_delete", "{}")), finish_reason="tool_call"), "ok"
+    )
+    agent: Agent[Any, Any] = Agent(model, toolsets=[toolset], seal_key=b"t" * 32)
+    paused = await agent.run("go")
+    assert paused.pending is not None
+    assert paused.pending.approvals[0].seal
+    # with toolsets, the check runs once they are entered: raised from the iteration
+    stream = agent.run_stream_with_deferred_results(paused.messages, {})
+    with pytest.raises(ResumeError, match="has no resolution"):
+        async with stream:
+            async for _ in stream:
+                pass
+    assert toolset.ran == []
+    async with agent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"c1": True}}
+    ) as stream:
+        items = [item async for item in stream]
+    assert toolset.ran == ["c1"]
+    assert shape(items)[:2] == ["tool_start", "tool_end"]
+    assert stream.result.output == "ok"
+    assert toolset.entered == 0
