@@ -547,3 +547,14 @@ async def test_run_error_text_has_the_stage() -> None:
 
 async def test_new_id_is_exported() -> None:
     assert UUID7.match(new_id())
+
+
+@pytest.mark.parametrize("model", [None, 42, object(), {"model": "gpt"}])
+def test_an_agent_without_a_model_fails_at_construction_naming_the_forms(model: object) -> None:
+    with pytest.raises(TypeError) as info:
+        Agent(model)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert "golem.model.Model" in text
+    assert '"provider:model"' in text
+    assert "ScriptedModel" in text
+    assert type(model).__name__ in text

@@ -89,6 +89,7 @@ class Agent(Generic[DepsT, OutputT]):
             and resume.
 
     Raises:
+        TypeError: `model` is neither a `Model` nor a "provider:model" string.
         ValueError: duplicate tool names, negative limits, retries or timeouts,
             `max_iterations` < 1, `max_attempts` < 1, a cost limit without `price`,
             or a seal key shorter than 32 bytes.
@@ -121,6 +122,13 @@ class Agent(Generic[DepsT, OutputT]):
             from golem.providers import infer_model
 
             model = infer_model(model)
+        elif not callable(getattr(model, "generate", None)):
+            raise TypeError(
+                "Agent needs a model: a golem.model.Model (an object with "
+                '`async generate(request)`) or a "provider:model" string such as '
+                f'"openai:gpt-4.1"; got {type(model).__name__} (for tests: '
+                "golem.testing.ScriptedModel)"
+            )
         if tool_timeout is not None and tool_timeout <= 0:
             raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
         for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
