@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+import msgspec
+
 from golem.messages import Message
 
 __all__ = [
@@ -71,13 +73,21 @@ class SanitizeReport:
     """The pairing repair; `repair.synthesized` names every unanswered (possibly fabricated) call."""
 
 
+_JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
+
+
 def _args_truncated(args: str) -> bool:
     text = args.strip()
     if not text.startswith("{"):
         return True
     try:
+        _JSON.decode(text)  # the fast common case: valid JSON as RFC 8259 has it
+        return False
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    try:  # what json accepts beyond it (NaN, lone surrogate escapes) is not truncated either
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return True
     return False
 

@@ -9,6 +9,7 @@ byte as the model produced them).
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 from collections.abc import Sequence
@@ -220,8 +221,8 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _embeddable(args: str) -> bytes | None:
-    """The UTF-8 bytes of `args` when they are embedded verbatim as the JSON value, else None.
+def _embeddable(args: str) -> msgspec.Raw | None:
+    """`args` as the raw JSON value to embed verbatim, or None when they are not embedded.
 
     Embedded: args that are one JSON value without whitespace around it, nested at most
     `MAX_ARGS_DEPTH` deep, other than `null` and other than a JSON string — unless that
@@ -241,38 +242,54 @@ def _embeddable(args: str) -> bytes | None:
             content = _STR.decode(data)
         except msgspec.DecodeError:
             return None
-        return data if _embeddable(content) is not None else None
-    if data.count(b"[") + data.count(b"{") > MAX_ARGS_DEPTH and _depth(args) > MAX_ARGS_DEPTH:
+        return msgspec.Raw(data) if _embeddable(content) is not None else None
+    if (
+        len(data) > MAX_ARGS_DEPTH  # else it cannot nest deeper
+        and data.count(b"[") + data.count(b"{") > MAX_ARGS_DEPTH
+        and _depth(args) > MAX_ARGS_DEPTH
+    ):
         return None
     try:
-        _RAW.decode(data)
+        return _RAW.decode(data)  # the whole text: there is no whitespace around it
     except (msgspec.DecodeError, RecursionError):
         return None
-    return data
 
 
-def _out_call(c: ToolCall) -> _OutCall:
-    args = c.args
-    embedded = _embeddable(args)
-    value = msgspec.Raw(embedded) if embedded is not None else args or None
-    return _OutCall(c.id, c.name, value, c.signature, c.seal)
-
-
-def _out_message(m: Message) -> _OutMessage:
-    return _OutMessage(
-        m.role,
-        m.content,
-        [_OutPart(p.kind, p.url or None, p.data or None, p.media_type or None) for p in m.parts]
-        if m.parts
-        else None,
-        [_out_call(c) for c in m.tool_calls] if m.tool_calls else None,
-        m.tool_call_id,
-        m.tool_name,
-        m.failed,
-        [_OutThinking(t.text, t.signature, t.redacted) for t in m.thinking] if m.thinking else None,
-        m.run_id,
-        m.conversation_id,
-    )
+def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
+    """The wire structs `dumps_history` encodes (its hot loop)."""
+    out: list[_OutMessage] = []
+    append = out.append
+    for m in messages:
+        parts, calls, thinking = m.parts, m.tool_calls, m.thinking
+        append(
+            _OutMessage(
+                m.role,
+                m.content,
+                [
+                    _OutPart(p.kind, p.url or None, p.data or None, p.media_type or None)
+                    for p in parts
+                ]
+                if parts
+                else None,
+                [
+                    _OutCall(
+                        c.id, c.name, _embeddable(c.args) or c.args or None, c.signature, c.seal
+                    )
+                    for c in calls
+                ]
+                if calls
+                else None,
+                m.tool_call_id,
+                m.tool_name,
+                m.failed,
+                [_OutThinking(t.text, t.signature, t.redacted) for t in thinking]
+                if thinking
+                else None,
+                m.run_id,
+                m.conversation_id,
+            )
+        )
+    return out
 
 
 def dumps_history(messages: Sequence[Message]) -> str:
@@ -289,11 +306,11 @@ def dumps_history(messages: Sequence[Message]) -> str:
             UTF-8; the message names the 0-based message index.
     """
     try:
-        return _ENCODER.encode([_out_message(m) for m in messages]).decode()
+        return _ENCODER.encode(_wire(messages)).decode()
     except UnicodeEncodeError:
         for i, m in enumerate(messages):
             try:
-                _ENCODER.encode(_out_message(m))
+                _ENCODER.encode(_wire([m]))
             except UnicodeEncodeError as exc:
                 raise ValueError(
                     f"history message {i}: {_surrogate_field(m)} holds a lone surrogate "
@@ -328,39 +345,13 @@ def _surrogate_field(m: Message) -> str:
     return "a field"  # pragma: no cover
 
 
-# Loaded messages are built with the slot descriptors of the frozen dataclasses: their
-# generated __init__ sets each field through object.__setattr__, which costs more than the
-# whole JSON decode of a message. tests/test_messages.py pins the field lists below.
-_new = object.__new__
-(
-    _m_role,
-    _m_content,
-    _m_parts,
-    _m_tool_calls,
-    _m_tool_call_id,
-    _m_tool_name,
-    _m_failed,
-    _m_thinking,
-    _m_run_id,
-    _m_conversation_id,
-) = (
-    vars(Message)[name].__set__
-    for name in (
-        "role",
-        "content",
-        "parts",
-        "tool_calls",
-        "tool_call_id",
-        "tool_name",
-        "failed",
-        "thinking",
-        "run_id",
-        "conversation_id",
-    )
-)
-_c_id, _c_name, _c_args, _c_signature, _c_seal = (
-    vars(ToolCall)[name].__set__ for name in ("id", "name", "args", "signature", "seal")
-)
+# Loaded messages are not built through the frozen dataclasses' __init__: it sets each field
+# through object.__setattr__ and costs more than the JSON decode of the message. Each is built
+# as an instance of a mutable twin with the same slot layout (plain attribute stores), then
+# given its real class; the frozen class refuses any later assignment as usual.
+# tests/test_history_json_args.py pins the field lists the loader sets.
+_MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots__})
+_MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
 
 
 def _load_args(raw: msgspec.Raw) -> str:
@@ -375,16 +366,6 @@ def _load_args(raw: msgspec.Raw) -> str:
     return text if _embeddable(text) is not None else _STR.decode(raw)
 
 
-def _load_call(w: _InCall) -> ToolCall:
-    c = _new(ToolCall)
-    _c_id(c, w.id or "")
-    _c_name(c, w.name or "")
-    _c_args(c, _load_args(w.args))
-    _c_signature(c, w.signature or "")
-    _c_seal(c, w.seal or "")
-    return c
-
-
 def _load_part(w: _InPart) -> Part:
     return Part(w.kind or "", w.url or None, w.data or None, w.media_type or None)
 
@@ -393,26 +374,49 @@ class _Shape(ValueError):
     pass
 
 
-def _load_message(w: _InMessage) -> Message:
-    if w.role not in ROLES:
-        raise _Shape(f"role must be one of system, user, assistant, tool; got {w.role!r}")
-    m = _new(Message)
-    _m_role(m, w.role)
-    _m_content(m, w.content or "")
-    _m_parts(m, [_load_part(p) for p in w.parts] if w.parts else [])
-    _m_tool_calls(m, [_load_call(c) for c in w.tool_calls] if w.tool_calls else [])
-    _m_tool_call_id(m, w.tool_call_id or "")
-    _m_tool_name(m, w.tool_name or "")
-    _m_failed(m, w.failed or False)
-    _m_thinking(
-        m,
-        [ThinkingBlock(t.text or "", t.signature or "", t.redacted or "") for t in w.thinking]
-        if w.thinking
-        else [],
+def _load_messages(wire: list[_InMessage]) -> list[Message]:
+    """The public messages for the decoded wire structs (the hot loop of `loads_history`)."""
+    out: list[Message] = []
+    append = out.append
+    new_message, new_call, message_class, call_class = (
+        _MutableMessage,
+        _MutableToolCall,
+        Message,
+        ToolCall,
     )
-    _m_run_id(m, w.run_id or "")
-    _m_conversation_id(m, w.conversation_id or "")
-    return m
+    for w in wire:
+        role = w.role
+        if role not in ROLES:
+            raise _Shape(f"role must be one of system, user, assistant, tool; got {role!r}")
+        m = new_message()
+        m.role = role
+        m.content = w.content or ""
+        m.parts = [_load_part(p) for p in w.parts] if w.parts else []
+        calls = []
+        if w.tool_calls:
+            for x in w.tool_calls:
+                c = new_call()
+                c.id = x.id or ""
+                c.name = x.name or ""
+                c.args = _load_args(x.args)
+                c.signature = x.signature or ""
+                c.seal = x.seal or ""
+                c.__class__ = call_class
+                calls.append(c)
+        m.tool_calls = calls
+        m.tool_call_id = w.tool_call_id or ""
+        m.tool_name = w.tool_name or ""
+        m.failed = w.failed or False
+        m.thinking = (
+            [ThinkingBlock(t.text or "", t.signature or "", t.redacted or "") for t in w.thinking]
+            if w.thinking
+            else []
+        )
+        m.run_id = w.run_id or ""
+        m.conversation_id = w.conversation_id or ""
+        m.__class__ = message_class
+        append(m)
+    return out
 
 
 def loads_history(text: str | bytes) -> list[Message]:
@@ -428,21 +432,30 @@ def loads_history(text: str | bytes) -> list[Message]:
             array, or a message of the wrong shape; the message names the 0-based message
             index when there is one. Nothing is returned half-loaded.
     """
+    # Every object built here is acyclic and survives the call: collections triggered by the
+    # allocation count could free nothing and would walk the growing result again and again
+    # (about a third of a large load). Collection is paused while the history is built.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        wire = _DECODER.decode(text)
-    except msgspec.ValidationError as exc:
-        raise ValueError(_shape_error(str(exc))) from None
-    except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-        raise ValueError(_diagnose(text, exc)) from None
-    if wire is None:
-        return []
-    try:
-        return [_load_message(w) for w in wire]
-    except (_Shape, UnicodeError, msgspec.DecodeError):
-        pass
+        try:
+            wire = _DECODER.decode(text)
+        except msgspec.ValidationError as exc:
+            raise ValueError(_shape_error(str(exc))) from None
+        except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
+            raise ValueError(_diagnose(text, exc)) from None
+        if wire is None:
+            return []
+        try:
+            return _load_messages(wire)
+        except (_Shape, UnicodeError, msgspec.DecodeError):
+            pass
+    finally:
+        if collecting:
+            gc.enable()
     for i, w in enumerate(wire):  # slow path: find the message and say what is wrong
         try:
-            _load_message(w)
+            _load_messages([w])
         except _Shape as exc:
             raise ValueError(f"history message {i}: {exc}") from None
         except (UnicodeError, msgspec.DecodeError) as exc:
