@@ -379,9 +379,13 @@ async def test_approved_rerun_overrunning_the_agent_timeout_fails_at_stage_tool(
             raise Deferred(DeferKind.APPROVAL)
         return await effect_slow(ctx, args)
 
-    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    # the deferring pass runs untimed (a 10 ms budget could expire on a loaded machine);
+    # the resuming agent in "another process" has the timeout
+    paused = await Agent(
+        ScriptedModel(tool_turn(ToolCall("c1", "t", "{}"))), tools=[Tool("t", "t", OBJ, exec)]
+    ).run("go")
+    model = ScriptedModel("never")
     agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)], tool_timeout=0.01)
-    paused = await agent.run("go")
     with pytest.raises(RunError) as info:
         await agent.run_with_deferred_results(
             paused.messages, DeferredResults(approvals={"c1": Approval(True)})
@@ -393,13 +397,16 @@ async def test_approved_rerun_overrunning_the_agent_timeout_fails_at_stage_tool(
 
 async def test_approved_sync_rerun_overrunning_the_tool_timeout_fails_at_stage_tool() -> None:
     def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.05)
+        time.sleep(0.2)  # always past the deadline, however late the thread starts
         return "late"
 
     gate = Gate("t", effect=slow)
-    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    # the deferring pass runs untimed (a 10 ms budget could expire on a loaded machine)
+    paused = await Agent(
+        ScriptedModel(tool_turn(ToolCall("c1", "t", "{}"))), tools=[gate.tool()]
+    ).run("go")
+    model = ScriptedModel("never")
     agent = Agent(model, tools=[gate.tool(timeout=0.01)])
-    paused = await agent.run("go")
     with pytest.raises(RunError) as info:
         await agent.run_with_deferred_results(
             paused.messages, DeferredResults(approvals={"c1": Approval(True)})

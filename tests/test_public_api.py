@@ -61,6 +61,7 @@ PUBLIC_MODULES = [
     "golem.providers.gemini",
     "golem.providers.openai",
     "golem.result",
+    "golem.seal",
     "golem.service",
     "golem.store",
     "golem.store.postgres",
@@ -159,6 +160,33 @@ def test_store_reexports_every_record_name() -> None:
     assert not missing, f"golem.store.__all__ lacks {sorted(missing)}"
     for name in golem.store.records.__all__:
         assert getattr(golem.store, name) is getattr(golem.store.records, name), name
+
+
+def test_the_deferral_surface_is_importable_from_the_root() -> None:
+    from golem import (
+        Canceled,
+        DeferKind,
+        Deferred,
+        Failed,
+        ModelRetry,
+        SealError,
+        SealKeys,
+        approved_call,
+        call_approved,
+        errors,
+        seal,
+        tool,
+    )
+
+    assert (Deferred, DeferKind, call_approved, approved_call) == (
+        tool.Deferred,
+        tool.DeferKind,
+        tool.call_approved,
+        tool.approved_call,
+    )
+    assert (ModelRetry, Canceled, Failed) == (tool.ModelRetry, tool.Canceled, tool.Failed)
+    assert SealError is errors.SealError
+    assert SealKeys is seal.SealKeys
 
 
 def test_stage_values_are_the_wire_strings() -> None:
