@@ -31,6 +31,7 @@ from golem.errors import (
 )
 
 __all__ = [
+    "RESPONSES_REASONING_PREFIX",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
@@ -41,6 +42,11 @@ __all__ = [
     "sse_events",
     "translate_transport_errors",
 ]
+
+
+RESPONSES_REASONING_PREFIX = "openai-responses/"
+"""Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
+adapter replays such a block; the others recognise it as foreign and leave it out."""
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:
