@@ -53,6 +53,7 @@ PUBLIC_MODULES = [
     "golem.errors",
     "golem.events",
     "golem.history",
+    "golem.mcp",
     "golem.messages",
     "golem.model",
     "golem.providers",
@@ -67,6 +68,7 @@ PUBLIC_MODULES = [
     "golem.store.sqlite",
     "golem.testing",
     "golem.tool",
+    "golem.toolset",
     "golem.usage",
     "golem.worker",
 ]
