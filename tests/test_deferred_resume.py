@@ -825,7 +825,7 @@ async def test_resume_pause_resume_cycle() -> None:
             PendingToolCall("c2", "delete_file", '{"path":"b"}', "delete_file needs sign-off")
         ]
     )
-    assert again.output is None
+    assert again.is_paused
     assert again.tool_calls == 1  # the re-run of c1; the new deferral does not count
     final = await agent.run_with_deferred_results(
         again.messages, DeferredResults(approvals={"c2": Approval(False, "keep b")})

@@ -4,6 +4,7 @@
 GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
+├── RunPaused                         read Result.output of a paused run (check is_paused)
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
@@ -42,6 +43,7 @@ __all__ = [
     "ResponseFormatError",
     "ResumeError",
     "RunError",
+    "RunPaused",
     "Stage",
     "StoreError",
     "ToolError",
@@ -91,6 +93,13 @@ class ResumeError(GolemError, ValueError):
     """A resume was rejected before any model call or re-execution.
 
     The message names the offending call (by ID, or by tool name when it has none).
+    """
+
+
+class RunPaused(GolemError):
+    """`Result.output` was read on a run that paused: it has no output until resumed.
+
+    Check `result.is_paused` (or `result.pending`) first; the message names the pending calls.
     """
 
 
