@@ -30,7 +30,18 @@ from golem.history import (
 )
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.result import PartialResult, Result
-from golem.tool import RunContext, Tool, ToolResult
+from golem.tool import (
+    Canceled,
+    DeferKind,
+    Deferred,
+    Failed,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolResult,
+    approved_call,
+    call_approved,
+)
 from golem.usage import Usage, UsageLimits
 
 __version__ = "0.1.0"
@@ -38,12 +49,17 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "Approval",
+    "Canceled",
+    "DeferKind",
+    "Deferred",
     "DeferredRequests",
     "DeferredResults",
     "EventKind",
+    "Failed",
     "GolemError",
     "HistoryRepair",
     "Message",
+    "ModelRetry",
     "Part",
     "PartialResult",
     "PendingToolCall",
@@ -68,6 +84,8 @@ __all__ = [
     "UsageLimitExceeded",
     "UsageLimits",
     "__version__",
+    "approved_call",
+    "call_approved",
     "dumps_history",
     "loads_history",
     "new_id",
