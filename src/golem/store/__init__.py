@@ -29,12 +29,14 @@ tree (every store error subclasses `golem.errors.StoreError`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from golem.errors import StoreError
+from golem.store._feed import ChangeFeed
+from golem.store._sql import utc_now
 from golem.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
@@ -53,6 +55,7 @@ from golem.store.records import (
     NewCall,
     NewRun,
     Outcome,
+    Page,
     PendingCallRecord,
     RunNotFound,
     RunNotPending,
@@ -68,6 +71,7 @@ __all__ = [
     "CallExpired",
     "CallKind",
     "CallNotFound",
+    "ChangeFeed",
     "ClaimedRun",
     "Decision",
     "DecisionConflict",
@@ -78,6 +82,7 @@ __all__ = [
     "NewCall",
     "NewRun",
     "Outcome",
+    "Page",
     "PendingCallRecord",
     "RunNotFound",
     "RunNotPending",
@@ -88,11 +93,6 @@ __all__ = [
     "open_store",
     "utc_now",
 ]
-
-
-def utc_now() -> datetime:
-    """Return the current time as a timezone-aware UTC datetime."""
-    return datetime.now(UTC)
 
 
 # --------------------------------------------------------------------------- protocol
@@ -150,7 +150,51 @@ class Store(Protocol):
         """Return runs matching every given filter, newest first.
 
         `tool_name` keeps runs with at least one pending call of that tool. `status` may be
-        one status or several.
+        one status or several. Offset paging reads every skipped row: for long listings use
+        `list_runs_page`.
+        """
+        ...
+
+    async def list_runs_page(
+        self,
+        *,
+        status: RunStatus | Sequence[RunStatus] | None = None,
+        agent: str | Sequence[str] | None = None,
+        conversation_id: str | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> Page[RunRecord]:
+        """Return one page of matching runs, oldest first (newest first when asked).
+
+        Runs are ordered by creation time, then ID. Pass the returned `next_cursor` as
+        `after` for the next page; the query starts at the cursor (keyset paging), so every
+        page costs the same however deep it is, and only the page's histories are read.
+        `agent` may name several agents (e.g. the ones an approver may see).
+
+        Raises:
+            ValueError: `limit` < 1, or `after` is not a cursor this store returned.
+        """
+        ...
+
+    async def list_pending_calls(
+        self,
+        *,
+        agent: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Page[PendingCallRecord]:
+        """Return one page of the calls waiting for a decision, oldest run first.
+
+        The items are the undecided calls of PENDING runs, ordered by their run's creation
+        time, run ID and the call's position; keyset-paged like `list_runs_page`. Paging
+        to the end returns every call that was waiting when the listing started exactly
+        once (calls decided meanwhile drop out; runs created meanwhile come last).
+
+        Raises:
+            ValueError: `limit` < 1, or `after` is not a cursor this store returned.
         """
         ...
 
@@ -256,6 +300,14 @@ class Store(Protocol):
 
     async def last_change_id(self) -> int:
         """Return the ID of the newest audit entry (0 when the log is empty)."""
+        ...
+
+    def change_feed(self) -> ChangeFeed:
+        """The store's change notifications, shared by every waiter in this process.
+
+        Workers wait on it for ready runs and event streams for new audit entries, instead
+        of each polling the database (see `ChangeFeed`). Call it on the event loop.
+        """
         ...
 
     async def close(self) -> None:

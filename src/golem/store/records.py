@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from golem.errors import StoreError
 
@@ -48,6 +48,7 @@ __all__ = [
     "NewCall",
     "NewRun",
     "Outcome",
+    "Page",
     "PendingCallRecord",
     "RunNotFound",
     "RunNotPending",
@@ -472,3 +473,22 @@ class AuditEntry:
     """What happened."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
+
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[_T]):
+    """One page of a keyset-paged listing (`Store.list_pending_calls`, `Store.list_runs_page`).
+
+    Pass `next_cursor` as `after=` to get the following page; it is None on the last page
+    (a page shorter than the limit). Cursors are opaque strings, stable across processes
+    and store instances: a cursor names a position in the order, not an offset, so rows
+    inserted meanwhile before it do not shift the pages after it.
+    """
+
+    items: list[_T]
+    """The rows of this page, in the listing's order."""
+    next_cursor: str | None
+    """The cursor of the next page, or None when this page is the last."""
