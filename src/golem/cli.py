@@ -177,7 +177,7 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        w = Worker(store, registry, worker_id, lease)
+        w = Worker(store, registry, worker_id=worker_id, lease_seconds=lease)
         _console().print(f"golem: worker {w.worker_id} polling {_db(db)} (Ctrl-C stops)")
         await w.run_forever(poll, stop)
         _console().print(f"golem: worker {w.worker_id} stopped")

@@ -239,12 +239,18 @@ class Store(Protocol):
         ...
 
     async def claim_ready(
-        self, worker_id: str, lease_seconds: float, *, now: datetime | None = None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run for `worker_id`, or return None when there is none.
 
         The run becomes RUNNING with a lease of `lease_seconds`; audit `claimed`. Exactly one
-        of several concurrent callers (in any process) gets a given run.
+        of several concurrent callers (in any process) gets a given run. With `agents`,
+        only runs of those agents are claimed (the others stay READY for other workers).
         """
         ...
 

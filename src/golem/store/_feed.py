@@ -86,9 +86,12 @@ class ChangeFeed:
         self.publish(last_id, ready=ready)
 
     def publish_threadsafe(self, last_id: int, *, ready: bool) -> None:
-        """`publish` from a thread other than the event loop's (a no-op before `bind`)."""
+        """`publish` from a thread other than the event loop's.
+
+        A no-op while nobody waits (the next waiter reads the store anyway) or before `bind`.
+        """
         loop = self._loop
-        if loop is None or loop.is_closed():
+        if loop is None or self._waiters == 0 or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._publish, last_id, ready)

@@ -837,13 +837,25 @@ class SQLStore(abc.ABC):
         return await self._submit(True, tx_fn)
 
     async def claim_ready(
-        self, worker_id: str, lease_seconds: float, *, now: datetime | None = None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run (see `Store.claim_ready`)."""
         if not worker_id:
             raise ValueError("claim_ready: worker_id must not be empty")
         at_given = _aware(now)
         lease = _lease(lease_seconds)
+        only = ""
+        agent_params: list[str] = []
+        if agents is not None:
+            agent_params = [agents] if isinstance(agents, str) else list(agents)
+            if not agent_params:
+                return None
+            only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
 
         def tx_fn(tx: Tx) -> ClaimedRun | None:
             at = at_given or utc_now()
@@ -851,9 +863,9 @@ class SQLStore(abc.ABC):
             rows = tx.fetch(
                 "UPDATE golem_runs SET status = 'running', lease_owner = ?, "
                 "lease_expires_at = ?, updated_at = ? WHERE id = ("
-                "SELECT id FROM golem_runs WHERE status = 'ready' ORDER BY updated_at, id "
+                f"SELECT id FROM golem_runs WHERE status = 'ready'{only} ORDER BY updated_at, id "
                 f"LIMIT 1{self._skip_locked_clause}) AND status = 'ready' RETURNING {_RUN_COLS}",
-                (worker_id, self._to_db(lease_until), self._to_db(at)),
+                (worker_id, self._to_db(lease_until), self._to_db(at), *agent_params),
             )
             if not rows:
                 return None

@@ -43,10 +43,15 @@ class _Conn:
 
     __slots__ = ("_conn", "_stats", "trace")
 
-    def __init__(self, conn: sqlite3.Connection, stats: Stats) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        stats: Stats,
+        trace: list[tuple[str, tuple[Any, ...]]] | None = None,
+    ) -> None:
         self._conn = conn
         self._stats = stats
-        self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
+        self.trace = trace
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self._stats.statements += 1
@@ -106,6 +111,9 @@ class SQLiteStore(SQLStore):
         self.path = Path(text)
         self.busy_timeout = float(busy_timeout)
         self.stats = Stats()
+        self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
+        """When a list before first use: every statement the store runs, with its parameters
+        (benchmarks replay them with raw `sqlite3` to measure the floor)."""
         self._feed = ChangeFeed(self._probe, poll_interval)
         self._writer = _Thread("golem-sqlite-w")
         self._reader = _Thread("golem-sqlite-r")
@@ -159,14 +167,19 @@ class SQLiteStore(SQLStore):
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
-            raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+            raw.execute(begin)
             self.stats.transactions += 1
+            if conn.trace is not None:
+                conn.trace.append((begin, ()))
             tx = Tx(conn)
             try:
                 result = fn(tx, *args)
                 if tx.entries:
                     self._flush_audit(tx)
                 raw.execute("COMMIT")
+                if conn.trace is not None:
+                    conn.trace.append(("COMMIT", ()))
             except BaseException:
                 if raw.in_transaction:
                     raw.execute("ROLLBACK")
@@ -211,7 +224,7 @@ class SQLiteStore(SQLStore):
         except BaseException:
             raw.close()
             raise
-        thread.conn = _Conn(raw, self.stats)
+        thread.conn = _Conn(raw, self.stats, self.trace)
         return thread.conn
 
     # ------------------------------------------------------------------ SQLStore hooks
