@@ -79,6 +79,8 @@ async def test_claim_rejects_bad_arguments(store: Store) -> None:
 
 
 async def test_concurrent_claims_give_each_run_to_exactly_one_worker(backend: Backend) -> None:
+    """Five store instances claim at once; each runs its transactions on its own database
+    thread and connection, so the claims really contend for the database."""
     stores = [await backend.open() for _ in range(5)]
     try:
         runs = {await _ready(stores[0]) for _ in range(12)}
@@ -89,7 +91,7 @@ async def test_concurrent_claims_give_each_run_to_exactly_one_worker(backend: Ba
                 got.append(c.run.id)
             return got
 
-        claimed = await asyncio.gather(*(worker(i) for i in range(5)))
+        claimed = await asyncio.gather(*(worker(i % 5) for i in range(10)))
         flat = [r for got in claimed for r in got]
         assert sorted(flat) == sorted(runs), "every run claimed once, none lost"
         for run_id in runs:
