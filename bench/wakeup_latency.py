@@ -68,7 +68,7 @@ def _worker(target: dict[str, Any], marks: str, stop_file: str) -> None:
         stop = asyncio.Event()
 
         async def watch() -> None:
-            while not os.path.exists(stop_file):
+            while not os.path.exists(stop_file):  # noqa: ASYNC110, ASYNC240 - a file signal
                 await asyncio.sleep(0.2)
             stop.set()
 
