@@ -22,6 +22,7 @@ resumed again automatically. Tools with side effects use `ctx.call_id` as an ide
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import logging
@@ -486,7 +487,7 @@ class Worker:
             deps = await _deps(entry, run.deps_ref)
             agent = entry.agent
             extra: dict[str, Any] = {}
-            params = inspect.signature(agent.run_with_deferred_results).parameters
+            params = _resume_parameters(type(agent))
             if "before_approved" in params:  # fencing: prove the lease before each re-run
                 extra["before_approved"] = lease.prove
             if "run_id" in params:
@@ -555,6 +556,16 @@ class _Lease:
             raise self.lost
         if self.remaining() < self.worker.lease_seconds / 2:
             await self.renew()
+
+
+def _resume_parameters(agent_class: type[Agent[Any, Any]]) -> frozenset[str]:
+    """The keyword parameters `run_with_deferred_results` of this agent class accepts."""
+    return _parameters(agent_class.run_with_deferred_results)
+
+
+@functools.cache
+def _parameters(fn: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)
 
 
 def _feed_of(store: Store) -> ChangeFeed | None:

@@ -327,6 +327,18 @@ class SQLStore(abc.ABC):
             by_run[cr[0]].append(self._call_record(cr))
         return by_run
 
+    def _history_and_calls(self, tx: Tx, run_id: str) -> tuple[str, list[PendingCallRecord]]:
+        """One run's history and calls (one statement)."""
+        rows = tx.fetch(
+            f"SELECT h.history, {_C_CALL_COLS} FROM golem_histories h "
+            "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
+            "ORDER BY c.position",
+            (run_id,),
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
+
     def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Records of `rows` (run columns + history + outcome history), with their calls."""
         calls = self._calls_of(tx, [r[0] for r in rows])
@@ -399,17 +411,16 @@ class SQLStore(abc.ABC):
     ) -> RunRecord:
         """Insert the run, its history and calls; return the record as stored (no read-back)."""
         deps_ref, expires_at = checked
-        if self._exists(tx, run.id):
-            raise ValueError(f'a run with ID "{run.id}" already exists')
         out = err = out_history = None
         if outcome is not None:
             out = None if outcome.status is not RunStatus.COMPLETED else json.dumps(outcome.output)
             err = outcome.error or None
             out_history = outcome.history
         ts = self._to_db(now)
-        tx.run(
+        inserted = tx.fetch(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?)",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id",
             (
                 run.id,
                 run.agent,
@@ -425,6 +436,8 @@ class SQLStore(abc.ABC):
                 err,
             ),
         )
+        if not inserted:
+            raise ValueError(f'a run with ID "{run.id}" already exists')
         tx.run(
             "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
             (run.id, run.history, out_history),
@@ -877,9 +890,8 @@ class SQLStore(abc.ABC):
                 AuditAction.CLAIMED,
                 {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()},
             )
-            history = tx.fetch("SELECT history FROM golem_histories WHERE run_id = ?", (run_id,))
-            calls = self._calls_of(tx, [run_id])[run_id]
-            run = self._run_record(rows[0], calls, history[0][0], None)
+            history, calls = self._history_and_calls(tx, run_id)
+            run = self._run_record(rows[0], calls, history, None)
             return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
 
         return await self._submit(True, tx_fn)
@@ -966,13 +978,13 @@ class SQLStore(abc.ABC):
             if nxt is not None:
                 assert checked is not None
                 self._insert_run(tx, nxt, RunStatus.PENDING, at, None, checked)
-            history = tx.fetch(
-                "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ? RETURNING history",
+            tx.run(
+                "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
                 (outcome.history, run_id),
             )
-            calls = self._calls_of(tx, [run_id])[run_id]
+            history, calls = self._history_and_calls(tx, run_id)
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-            return self._run_record(rows[0], calls, history[0][0], outcome.history)
+            return self._run_record(rows[0], calls, history, outcome.history)
 
         return await self._submit(True, tx_fn)
 

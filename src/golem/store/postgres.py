@@ -299,24 +299,15 @@ class PostgresStore(SQLStore):
     def _flush_audit(self, tx: Tx) -> None:
         rows = self._audit_params(tx)
         n = len(rows)
-        columns = list(zip(*rows, strict=True))
+        values = ", ".join(f"({i}, ?, ?::timestamptz, ?, ?, ?)" for i in range(1, n + 1))
         tx.run(
             "WITH s AS (UPDATE golem_audit_seq SET last_id = last_id + ? WHERE singleton = 1 "
             "RETURNING last_id), i AS (INSERT INTO golem_audit "
             f"(id, run_id, at, actor, action, detail) SELECT s.last_id - {n} + v.n, v.run_id, "
-            "v.at, v.actor, v.action, v.detail FROM s, unnest(?::text[], ?::timestamptz[], "
-            "?::text[], ?::text[], ?::text[]) WITH ORDINALITY AS v(run_id, at, actor, action, "
-            "detail, n)) SELECT pg_notify(?, s.last_id::text || ?) FROM s",
-            (
-                n,
-                list(columns[0]),
-                list(columns[1]),
-                list(columns[2]),
-                list(columns[3]),
-                list(columns[4]),
-                self.channel,
-                " ready" if tx.ready else "",
-            ),
+            f"v.at, v.actor, v.action, v.detail FROM s, (VALUES {values}) "
+            "AS v(n, run_id, at, actor, action, detail)) "
+            "SELECT pg_notify(?, s.last_id::text || ?) FROM s",
+            (n, *(v for row in rows for v in row), self.channel, " ready" if tx.ready else ""),
         )
 
     async def _probe(self) -> int:

@@ -20,10 +20,13 @@ store wake this process's waiters at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,11 +73,70 @@ class _Conn:
 
 
 class _Thread:
-    """One connection and the one thread that uses it."""
+    """One connection and the one thread that uses it, fed through a queue.
+
+    Lighter than a `ThreadPoolExecutor` plus `wrap_future`: a job is one queue put and one
+    `call_soon_threadsafe` back. A job whose caller was cancelled before the thread took it
+    is skipped (it did not happen); a job the thread took runs to its end.
+    """
 
     def __init__(self, name: str) -> None:
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix=name)
         self.conn: _Conn | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._started = False
+        self._name = name
+
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((loop, future, fn))
+        return future
+
+    def stop(self) -> None:
+        """Let the thread finish the queued jobs, then end (no-op when never started)."""
+        if self._started:
+            self._jobs.put(None)
+
+    def join(self) -> None:
+        if self._started:
+            self._thread.join()
+
+    def _main(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, fn = job
+            if future.cancelled():
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # delivered to the caller, never lost here
+                _deliver(loop, future, None, exc)
+            else:
+                _deliver(loop, future, result, None)
+        _close(self)
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    exc: BaseException | None,
+) -> None:
+    def settle() -> None:
+        if future.cancelled():
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
 
 
 class SQLiteStore(SQLStore):
@@ -151,14 +213,12 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
         self._feed.bind(loop)
-        thread = self._writer if write or not self._migrated else self._reader
-        try:
-            future: Future[_T] = thread.executor.submit(
-                self._transact, thread, write or not self._migrated, fn, args
-            )
-        except RuntimeError as exc:  # the executor shut down: the store was closed
-            raise StoreError(f"{self!r} is closed") from exc
-        return await asyncio.wrap_future(future)
+        as_writer = write or not self._migrated
+        thread = self._writer if as_writer else self._reader
+        result: _T = await thread.submit(
+            loop, functools.partial(self._transact, thread, as_writer, fn, args)
+        )
+        return result
 
     def _transact(self, thread: _Thread, write: bool, fn: Callable[..., _T], args: Any) -> _T:
         """Run `fn` in one transaction on `thread` (the thread itself calls this)."""
@@ -260,9 +320,13 @@ class SQLiteStore(SQLStore):
         self._closed = True
         await self._feed.aclose()
         for thread in (self._writer, self._reader):
-            done = thread.executor.submit(_close, thread)
-            thread.executor.shutdown(wait=False)
-            await asyncio.wrap_future(done)
+            thread.stop()
+        await asyncio.to_thread(_join, self._writer, self._reader)
+
+
+def _join(*threads: _Thread) -> None:
+    for thread in threads:
+        thread.join()
 
 
 def _close(thread: _Thread) -> None:
