@@ -389,3 +389,16 @@ def test_load_registry_accepts_a_mapping_or_a_factory(monkeypatch: pytest.Monkey
         load_registry("no_colon")
     with pytest.raises(AttributeError):
         load_registry(f"{mod.__name__}:missing")
+
+
+async def test_a_pause_with_duplicate_call_ids_is_saved_failed_not_raised(store: Store) -> None:
+    twice = calls(("c1", "delete_file", '{"path": "/a"}'), ("c1", "delete_file", '{"path": "/b"}'))
+    app = App(twice)
+    run = await start_run(store, app.registry, "ops", "x", started_by="alice")
+    assert run.status is RunStatus.FAILED
+    assert run.outcome is not None
+    assert "c1" in run.outcome.error
+    assert run.calls == ()
+    actions = [e.action for e in await store.audit(run.id)]
+    assert actions == [AuditAction.CREATED, AuditAction.FAILED]
+    assert app.executed == []

@@ -261,8 +261,25 @@ async def start_run(
         result, agent_name, deps_ref=deps_ref, started_by=started_by, expires_at=expires_at
     )
     if result.pending is not None:
+        problem = _duplicate_calls(new)
+        if problem is not None:  # never resumable: save it failed, with its history, audited
+            failed = replace(new, calls=(), expires_at=None)
+            return await store.save_finished(failed, Outcome.failed(problem, new.history))
         return await store.save_pending(new)
     return await store.save_finished(new, Outcome.completed(_jsonable(result.output), new.history))
+
+
+def _duplicate_calls(run: NewRun) -> str | None:
+    """Why a paused run cannot be saved pending (call IDs that repeat), or None."""
+    ids = [c.call_id for c in run.calls]
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    if not dups:
+        return None
+    return (
+        "the run paused with pending calls that share an ID ("
+        + ", ".join(f'"{d}"' for d in dups)
+        + "): a decision could not name one of them, so the run is not resumable"
+    )
 
 
 def _conversation_of(history: str) -> str:
@@ -513,6 +530,9 @@ class Worker:
             )
             if next_run.id == run.id:  # the resume ran under the stored run's ID
                 next_run = replace(next_run, id=new_id())
+            problem = _duplicate_calls(next_run)
+            if problem is not None:
+                return Outcome.failed(problem, next_run.history)
             return Outcome.paused(next_run)
         return Outcome.completed(_jsonable(result.output), dumps_history(result.messages))
 
