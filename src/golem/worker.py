@@ -289,16 +289,32 @@ def _conversation_of(history: str) -> str:
     return ""
 
 
-def _deferred_results(claimed: ClaimedRun) -> DeferredResults:
+RETRY_REFUSAL = (
+    "not run again after an interrupted attempt: it may already have run, its tool is not "
+    "declared idempotent and no operator confirmed a re-run"
+)
+"""The denial reason of an approved call a retry does not re-execute."""
+
+
+def _idempotent(agent: Agent[Any, Any], tool_name: str) -> bool:
+    tool = agent.tools.get(tool_name)
+    return bool(getattr(tool, "idempotent", False))
+
+
+def _deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredResults:
     from golem.deferred import Approval, DeferredResults
 
     approvals: dict[str, Approval] = {}
     external: dict[str, str] = {}
+    retry = claimed.run.attempt > 1
     for call in claimed.run.calls:
         d = call.decision
         if d is None:  # a claimed run has every call decided; keep the gate closed regardless
             approvals[call.call_id] = Approval(False, reason="undecided")
         elif d.kind is DecisionKind.APPROVE:
+            if retry and not (call.rerun_confirmed_by or _idempotent(agent, call.tool_name)):
+                approvals[call.call_id] = Approval(False, reason=RETRY_REFUSAL)
+                continue
             approvals[call.call_id] = Approval(True)
         elif d.kind is DecisionKind.DENY:
             approvals[call.call_id] = Approval(False, reason=d.reason)
@@ -511,7 +527,7 @@ class Worker:
                 extra["run_id"] = run.id
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             result = await agent.run_with_deferred_results(
-                loads_history(run.history), _deferred_results(claimed), deps=deps, **extra
+                loads_history(run.history), _deferred_results(claimed, agent), deps=deps, **extra
             )
         except LeaseLost:
             raise

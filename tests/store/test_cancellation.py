@@ -130,7 +130,8 @@ async def test_a_cancelled_close_still_releases_the_sqlite_file(tmp_path: Any) -
     await asyncio.sleep(0)
     closing.cancel()
     await asyncio.gather(closing, return_exceptions=True)
-    conn = sqlite3.connect(tmp_path / "x.db", timeout=0, isolation_level=None)
+    # the store's threads finish their queue and close their connections on their own
+    conn = sqlite3.connect(tmp_path / "x.db", timeout=30, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("COMMIT")

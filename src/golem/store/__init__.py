@@ -58,6 +58,7 @@ from golem.store.records import (
     Page,
     PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunNotPending,
     RunRecord,
     RunStatus,
@@ -85,6 +86,7 @@ __all__ = [
     "Page",
     "PendingCallRecord",
     "RunNotFound",
+    "RunNotInterrupted",
     "RunNotPending",
     "RunRecord",
     "RunStatus",
@@ -285,6 +287,46 @@ class Store(Protocol):
         """Mark every RUNNING run whose lease ran out as INTERRUPTED (audit `interrupted`).
 
         Returns the IDs of the runs marked. Interrupted runs are never claimed again.
+        """
+        ...
+
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Operator recovery: make an INTERRUPTED run READY for another resume attempt.
+
+        The run's `attempt` grows by one. On that attempt a worker re-executes an approved
+        call only when its tool declares itself idempotent, or when the call is listed in
+        `confirm_calls` (recorded as `rerun_confirmed_by`); other approved calls are
+        denied, because the interrupted attempt may already have run them. Audits
+        `resolved` (resolution "retry", the note, the confirmed calls) and `ready`.
+
+        Raises:
+            RunNotFound: no such run.
+            RunNotInterrupted: the run is not INTERRUPTED.
+            CallNotFound: a confirmed call is not a call of the run.
+            InvalidDecision: a confirmed call was not approved.
+            ValueError: `resolved_by` is empty.
+        """
+        ...
+
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Operator recovery: close an INTERRUPTED run as FAILED, saying who and why.
+
+        Audits `resolved` (resolution "cancel", the note) and `failed`.
+
+        Raises:
+            RunNotFound: no such run.
+            RunNotInterrupted: the run is not INTERRUPTED.
+            ValueError: `resolved_by` is empty.
         """
         ...
 

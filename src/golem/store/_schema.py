@@ -134,6 +134,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             "(SELECT COALESCE(MAX(id), 0) FROM golem_audit) WHERE singleton = 1",
         ),
     ),
+    Migration(
+        3,
+        "operator recovery: resume attempts, per-call re-run confirmations",
+        (
+            "ALTER TABLE golem_runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
+            "ALTER TABLE golem_calls ADD COLUMN rerun_confirmed_by TEXT",
+        ),
+    ),
 )
 """Every migration, in version order."""
 

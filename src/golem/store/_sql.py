@@ -53,6 +53,7 @@ from golem.store.records import (
     Page,
     PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunNotPending,
     RunRecord,
     RunStatus,
@@ -68,12 +69,12 @@ SWEEP_BATCH = 500
 _RUN_COLS = (
     "id, agent, conversation_id, status, deps_ref, started_by, created_at, "
     "updated_at, expires_at, parent_run_id, child_run_id, lease_owner, lease_expires_at, "
-    "outcome_output, outcome_error"
+    "outcome_output, outcome_error, attempt"
 )
 _R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
-    "decision_reason, decision_text, decided_by, decided_at"
+    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by"
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
@@ -253,7 +254,7 @@ class SQLStore(abc.ABC):
 
     def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
         (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
-        (decision, d_reason, d_text, decided_by, decided_at) = row[8:13]
+        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by) = row[8:14]
         record = None
         if decision is not None:
             record = DecisionRecord(
@@ -275,6 +276,7 @@ class SQLStore(abc.ABC):
             reason=reason,
             deadline=self._dt(deadline),
             decision=record,
+            rerun_confirmed_by=confirmed_by,
         )
 
     def _run_record(
@@ -285,7 +287,7 @@ class SQLStore(abc.ABC):
         out_history: str | None,
     ) -> RunRecord:
         (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
-        (expires, parent, child, owner, lease_exp, out, err) = row[8:15]
+        (expires, parent, child, owner, lease_exp, out, err, attempt) = row[8:16]
         st = RunStatus(status)
         outcome: Outcome | None = None
         if st.terminal:
@@ -312,6 +314,7 @@ class SQLStore(abc.ABC):
             lease_owner=owner,
             lease_expires_at=self._dt(lease_exp),
             outcome=outcome,
+            attempt=int(attempt),
         )
 
     def _calls_of(self, tx: Tx, ids: Sequence[str]) -> dict[str, list[PendingCallRecord]]:
@@ -342,7 +345,7 @@ class SQLStore(abc.ABC):
     def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Records of `rows` (run columns + history + outcome history), with their calls."""
         calls = self._calls_of(tx, [r[0] for r in rows])
-        return [self._run_record(r, calls[r[0]], r[15], r[16]) for r in rows]
+        return [self._run_record(r, calls[r[0]], r[16], r[17]) for r in rows]
 
     def _select_runs(self, where: str, tail: str = "") -> str:
         return (
@@ -419,7 +422,7 @@ class SQLStore(abc.ABC):
         ts = self._to_db(now)
         inserted = tx.fetch(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1) "
             "ON CONFLICT (id) DO NOTHING RETURNING id",
             (
                 run.id,
@@ -700,7 +703,7 @@ class SQLStore(abc.ABC):
         cursor = None
         if len(rows) == limit:
             last = rows[-1]
-            cursor = _encode_cursor(self._from_db(last[13]).isoformat(), last[0], int(last[2]))
+            cursor = _encode_cursor(self._from_db(last[14]).isoformat(), last[0], int(last[2]))
         return Page(items, cursor)
 
     async def decide(
@@ -1019,6 +1022,97 @@ class SQLStore(abc.ABC):
                     {"worker_id": owner, "lease_expires_at": expired_at.isoformat()},
                 )
             return [r[0] for r in rows]
+
+        return await self._submit(True, tx_fn)
+
+    def _lock_interrupted(self, tx: Tx, run_id: str) -> tuple[list[PendingCallRecord], int]:
+        """Lock an INTERRUPTED run; return its calls and attempt number."""
+        rows = tx.fetch(
+            "SELECT status, attempt FROM golem_runs WHERE id = ?" + self._lock_clause, (run_id,)
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        if rows[0][0] != RunStatus.INTERRUPTED.value:
+            raise RunNotInterrupted(run_id, RunStatus(rows[0][0]))
+        return self._calls_of(tx, [run_id])[run_id], int(rows[0][1])
+
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Make an interrupted run READY again (see `Store.retry_interrupted`)."""
+        if not resolved_by:
+            raise ValueError("retry_interrupted: resolved_by must name the operator")
+        at_given = _aware(now)
+        confirm = list(dict.fromkeys(confirm_calls))
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or utc_now()
+            calls, attempt = self._lock_interrupted(tx, run_id)
+            by_id = {c.call_id: c for c in calls}
+            for call_id in confirm:
+                call = by_id.get(call_id)
+                if call is None:
+                    raise CallNotFound(run_id, call_id)
+                if call.decision is None or call.decision.kind is not DecisionKind.APPROVE:
+                    raise InvalidDecision(
+                        f'call "{call_id}" of run "{run_id}" was not approved: only an '
+                        "approved call runs again, so there is nothing to confirm"
+                    )
+                tx.run(
+                    "UPDATE golem_calls SET rerun_confirmed_by = ? WHERE run_id = ? AND call_id = ?",
+                    (resolved_by, run_id, call_id),
+                )
+            tx.run(
+                "UPDATE golem_runs SET status = 'ready', attempt = ?, updated_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
+                (attempt + 1, self._to_db(at), run_id),
+            )
+            tx.audit(
+                run_id,
+                at,
+                resolved_by,
+                AuditAction.RESOLVED,
+                {"resolution": "retry", "note": note, "attempt": attempt + 1, "confirmed": confirm},
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.READY)
+            return self._load_run(tx, run_id)
+
+        return await self._submit(True, tx_fn)
+
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Close an interrupted run as FAILED (see `Store.cancel_interrupted`)."""
+        if not resolved_by:
+            raise ValueError("cancel_interrupted: resolved_by must name the operator")
+        at_given = _aware(now)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or utc_now()
+            self._lock_interrupted(tx, run_id)
+            error = f"cancelled by {resolved_by} after an interrupted resume" + (
+                f": {note}" if note else ""
+            )
+            tx.run(
+                "UPDATE golem_runs SET status = 'failed', updated_at = ?, outcome_error = ? "
+                "WHERE id = ?",
+                (self._to_db(at), error, run_id),
+            )
+            tx.audit(
+                run_id,
+                at,
+                resolved_by,
+                AuditAction.RESOLVED,
+                {"resolution": "cancel", "note": note},
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
+            return self._load_run(tx, run_id)
 
         return await self._submit(True, tx_fn)
 

@@ -16,7 +16,8 @@ StoreError
 ├── DecisionConflict     a different decision on an already decided call
 │   └── CallExpired      a decision on a call whose deadline has passed
 ├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
-└── LeaseLost            finish/renew by a worker that no longer holds the run's lease
+├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
+└── RunNotInterrupted    retry/cancel of a run that is not interrupted
 ```
 """
 
@@ -51,6 +52,7 @@ __all__ = [
     "Page",
     "PendingCallRecord",
     "RunNotFound",
+    "RunNotInterrupted",
     "RunNotPending",
     "RunRecord",
     "RunStatus",
@@ -135,6 +137,9 @@ class AuditAction(StrEnum):
     """The run failed; detail: error."""
     INTERRUPTED = "interrupted"
     """The lease ran out while running; detail: worker_id, lease_expires_at."""
+    RESOLVED = "resolved"
+    """An operator resolved an interrupted run; detail: resolution ("retry" or "cancel"),
+    note, and for a retry the attempt and the calls confirmed for a re-run."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -221,6 +226,17 @@ class LeaseLost(StoreError):
 
 
 # --------------------------------------------------------------------------- inputs
+
+
+class RunNotInterrupted(StoreError):
+    """An operator tried to retry or cancel a run that is not INTERRUPTED."""
+
+    def __init__(self, run_id: str, status: RunStatus) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(
+            f'run "{run_id}" is {status.value}: only an interrupted run can be retried or cancelled'
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,6 +397,9 @@ class PendingCallRecord:
     """When an undecided call is denied "expired" (None: never)."""
     decision: DecisionRecord | None
     """The decision, or None while undecided."""
+    rerun_confirmed_by: str | None = None
+    """Who confirmed that this approved call may run again on a retry of an interrupted run
+    (`Store.retry_interrupted`); None when nobody did."""
 
     @property
     def decided(self) -> bool:
@@ -424,6 +443,8 @@ class RunRecord:
     """When the current (or last) lease runs out."""
     outcome: Outcome | None
     """How the run ended (None until it is completed, paused, failed or interrupted)."""
+    attempt: int = 1
+    """1 for the first resume; each operator retry of an interrupted run adds one."""
 
     @property
     def conversation(self) -> str:
