@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from golem.result import Result
 
 __all__ = [
+    "RETRY_REFUSAL",
     "AgentEntry",
     "AgentRegistry",
     "SweepReport",
