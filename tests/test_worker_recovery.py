@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,36 @@ def test_golem_resolve_retries_or_cancels_from_the_terminal(tmp_path: Path) -> N
     )
     assert out.exit_code == 1
     assert "only an interrupted run can be retried or cancelled" in out.output
+
+
+_HAS_IDEMPOTENT = "idempotent" in inspect.signature(Agent.tool).parameters
+
+
+@pytest.mark.skipif(not _HAS_IDEMPOTENT, reason="needs @agent.tool(idempotent=True)")
+async def test_a_retry_reruns_an_idempotent_tool_without_confirmation(
+    store: Store,
+) -> None:
+    keys: list[str] = []
+    step = Message(role="assistant", tool_calls=[ToolCall("c1", "charge", '{"cents": 5}')])
+    agent: Agent[Any, str] = Agent(ScriptedModel(step, "done"))
+
+    @agent.tool(idempotent=True)  # type: ignore[call-overload, untyped-decorator, unused-ignore]
+    def charge(ctx: RunContext[Any], cents: int) -> str:
+        """Charge a card (needs approval)."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "money")
+        keys.append(ctx.idempotency_key)  # type: ignore[attr-defined, unused-ignore]
+        return "charged"
+
+    registry = {"bank": AgentEntry(agent)}
+    run = await start_run(store, registry, "bank", "go", started_by="alice")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    claimed = await store.claim_ready("dead", 0.001)
+    assert claimed is not None
+    await asyncio.sleep(0.01)
+    await store.sweep_interrupted()
+    await store.retry_interrupted(run.id, resolved_by="ops", note="charge is idempotent")
+    assert await Worker(store, registry, worker_id="w2").run_once()
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+    assert len(keys) == 1
+    assert keys[0]

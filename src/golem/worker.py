@@ -461,6 +461,9 @@ class Worker:
                 log.error("run %s abandoned: %s", run.id, lease.lost)
                 return
             raise
+        except LeaseLost as exc:  # proven lost before an approved call: nothing more ran
+            log.error("run %s abandoned: %s", run.id, exc)
+            return
         finally:
             heartbeat.cancel()
             await asyncio.wait([heartbeat])  # never raises the heartbeat's own cancellation
