@@ -402,3 +402,47 @@ async def test_a_pause_with_duplicate_call_ids_is_saved_failed_not_raised(store:
     actions = [e.action for e in await store.audit(run.id)]
     assert actions == [AuditAction.CREATED, AuditAction.FAILED]
     assert app.executed == []
+
+
+async def test_a_history_whose_pending_call_differs_from_the_decided_one_is_not_resumed(
+    store: Store,
+) -> None:
+    """The approvers saw /tmp/a; someone rewrote the stored history to /etc/passwd."""
+    app = App(calls(DEL), "done")
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    tampered = run.history.replace("/tmp/a", "/etc/passwd")
+    assert tampered != run.history
+    await store._submit(  # type: ignore[attr-defined]
+        True,
+        lambda tx: tx.run(
+            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
+        ),
+    )
+    assert await Worker(store, app.registry).run_once()
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "other arguments in the history than the approvers saw" in failed.outcome.error
+    assert app.executed == []
+
+
+async def test_an_approval_with_edited_args_runs_them_or_refuses_to_run_the_original(
+    store: Store,
+) -> None:
+    from golem.deferred import Approval
+
+    app = App(calls(DEL), "done")
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    edited = Decision.approve(args={"path": "/tmp/b"})
+    await store.decide(run.id, "c1", edited, decided_by="b")
+    assert await Worker(store, app.registry).run_once()
+    got = await store.get_run(run.id)
+    if "args" in getattr(Approval, "__dataclass_fields__", {}):  # golem can re-run edited calls
+        assert got.status is RunStatus.COMPLETED
+        assert [p for _, p, _ in app.executed] == ["/tmp/b"]
+    else:
+        assert got.status is RunStatus.FAILED
+        assert got.outcome is not None
+        assert "edited arguments" in got.outcome.error
+        assert app.executed == []

@@ -25,18 +25,19 @@ import asyncio
 import functools
 import importlib
 import inspect
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
 from golem.errors import StoreError
-from golem.messages import dumps_history, loads_history
+from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.store import (
     CallKind,
     ChangeFeed,
@@ -61,6 +62,7 @@ __all__ = [
     "RETRY_REFUSAL",
     "AgentEntry",
     "AgentRegistry",
+    "StoredCallMismatch",
     "SweepReport",
     "Worker",
     "load_registry",
@@ -316,12 +318,62 @@ def _deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredRe
             if retry and not (call.rerun_confirmed_by or _idempotent(agent, call.tool_name)):
                 approvals[call.call_id] = Approval(False, reason=RETRY_REFUSAL)
                 continue
+            if d.args is not None:
+                approvals[call.call_id] = _edited_approval(Approval, call.call_id, d.args)
+                continue
             approvals[call.call_id] = Approval(True)
         elif d.kind is DecisionKind.DENY:
             approvals[call.call_id] = Approval(False, reason=d.reason)
         else:
             external[call.call_id] = d.text
     return DeferredResults(approvals=approvals, external=external)
+
+
+class StoredCallMismatch(Exception):
+    """The run's history does not hold the pending calls its approvers decided on."""
+
+
+def _edited_approval(approval: type[Any], call_id: str, args: str) -> Any:
+    if "args" not in getattr(approval, "__dataclass_fields__", {}):
+        raise StoredCallMismatch(
+            f'call "{call_id}" was approved with edited arguments, but this golem cannot '
+            "re-run a call with edited arguments: not resuming with the original ones"
+        )
+    return approval(True, args=args)
+
+
+def _same_args(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:  # the history codec may re-encode argument JSON: compare values, not spelling
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
+
+
+def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
+    """Every decided call must be in the history as the approvers saw it (name, arguments).
+
+    Raises:
+        StoredCallMismatch: a call is missing from the history or differs from its record.
+    """
+    latest: dict[str, ToolCall] = {}
+    for m in messages:
+        for each in m.tool_calls:
+            latest[each.id] = each
+    for call in run.calls:
+        tc = latest.get(call.call_id)
+        if tc is None:
+            problem = "is not in the stored history"
+        elif tc.name != call.tool_name:
+            problem = f'is a call of "{tc.name}" in the history, "{call.tool_name}" when decided'
+        elif not _same_args(tc.args, call.args):
+            problem = "has other arguments in the history than the approvers saw"
+        else:
+            continue
+        raise StoredCallMismatch(
+            f'call "{call.call_id}" of run "{run.id}" {problem}: refusing to resume it'
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,8 +582,10 @@ class Worker:
             if "run_id" in params:
                 extra["run_id"] = run.id
             log.info("worker %s resuming run %s", self.worker_id, run.id)
+            history = loads_history(run.history)
+            _check_calls(run, history)  # what runs is what the approvers saw
             result = await agent.run_with_deferred_results(
-                loads_history(run.history), _deferred_results(claimed, agent), deps=deps, **extra
+                history, _deferred_results(claimed, agent), deps=deps, **extra
             )
         except LeaseLost:
             raise

@@ -439,3 +439,35 @@ async def test_list_runs_page_walks_every_run_once_in_both_directions(store: Sto
         await store.list_runs_page(after="not-a-cursor")
     with pytest.raises(ValueError, match="cursor"):
         await store.list_pending_calls(after=page.next_cursor or "eyJ4IjoxfQ")
+
+
+async def test_an_approval_with_edited_args_keeps_both_and_audits_the_change(
+    store: Store,
+) -> None:
+    run = await store.save_pending(make_run(approval("c1", args='{"to": "alice", "cents": 500}')))
+    record = await store.decide(
+        run.id, "c1", Decision.approve(args={"to": "alice", "cents": 50}), decided_by="bob"
+    )
+    assert record.args == '{"to":"alice","cents":50}'
+    got = (await store.get_run(run.id)).call("c1")
+    assert got.args == '{"to": "alice", "cents": 500}'  # what the model asked stays
+    assert got.decision is not None
+    assert got.decision.args == record.args
+    decided = [e for e in await store.audit(run.id) if e.action is AuditAction.DECIDED]
+    assert decided[0].detail["original_args"] == '{"to": "alice", "cents": 500}'
+    assert decided[0].detail["args"] == '{"to":"alice","cents":50}'
+    again = await store.decide(
+        run.id, "c1", Decision.approve(args='{"to":"alice","cents":50}'), decided_by="carol"
+    )
+    assert again == record  # the same edited approval is a repeat
+    with pytest.raises(RunNotPending):
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+
+
+def test_edited_args_must_be_a_json_object_on_an_approval() -> None:
+    with pytest.raises(InvalidDecision, match="JSON object"):
+        Decision.approve(args="[1, 2]")
+    with pytest.raises(InvalidDecision, match="valid JSON"):
+        Decision.approve(args="{nope")
+    with pytest.raises(InvalidDecision, match="approval only"):
+        Decision(DecisionKind.DENY, args="{}")

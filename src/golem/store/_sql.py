@@ -74,7 +74,7 @@ _RUN_COLS = (
 _R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
-    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by"
+    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args"
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
@@ -254,7 +254,7 @@ class SQLStore(abc.ABC):
 
     def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
         (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
-        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by) = row[8:14]
+        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
         record = None
         if decision is not None:
             record = DecisionRecord(
@@ -265,6 +265,7 @@ class SQLStore(abc.ABC):
                 text=d_text or "",
                 decided_by=decided_by or "",
                 decided_at=self._from_db(decided_at),
+                args=d_args,
             )
         return PendingCallRecord(
             run_id=run_id,
@@ -703,7 +704,7 @@ class SQLStore(abc.ABC):
         cursor = None
         if len(rows) == limit:
             last = rows[-1]
-            cursor = _encode_cursor(self._from_db(last[14]).isoformat(), last[0], int(last[2]))
+            cursor = _encode_cursor(self._from_db(last[15]).isoformat(), last[0], int(last[2]))
         return Page(items, cursor)
 
     async def decide(
@@ -720,10 +721,11 @@ class SQLStore(abc.ABC):
             raise ValueError("decide: decided_by must name who decided")
         at_given = _aware(now)
         kind = DecisionKind(decision.kind)
-        decision = Decision(  # only the field that belongs to the kind counts
+        decision = Decision(  # only the fields that belong to the kind count
             kind,
             reason=decision.reason if kind is DecisionKind.DENY else "",
             text=decision.text if kind is DecisionKind.EXTERNAL else "",
+            args=decision.args if kind is DecisionKind.APPROVE else None,
         )
 
         def tx_fn(tx: Tx) -> tuple[DecisionRecord, bool]:
@@ -753,9 +755,13 @@ class SQLStore(abc.ABC):
                 text=decision.text,
                 decided_by=decided_by,
                 decided_at=at,
+                args=decision.args,
             )
             self._record_decision(tx, record)
             detail: dict[str, Any] = {"call_id": call_id, "decision": kind.value}
+            if record.args is not None:  # what the approver changed, beside what was asked
+                detail["original_args"] = call.args
+                detail["args"] = record.args
             if kind is DecisionKind.DENY:
                 detail["reason"] = record.reason
             if kind is DecisionKind.EXTERNAL:
@@ -773,13 +779,14 @@ class SQLStore(abc.ABC):
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
         tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
-            "decided_by = ?, decided_at = ? WHERE run_id = ? AND call_id = ?",
+            "decided_by = ?, decided_at = ?, decision_args = ? WHERE run_id = ? AND call_id = ?",
             (
                 d.kind.value,
                 d.reason,
                 d.text,
                 d.decided_by,
                 self._to_db(d.decided_at),
+                d.args,
                 d.run_id,
                 d.call_id,
             ),

@@ -291,11 +291,28 @@ class Decision:
     """For a denial: why (shown to the model)."""
     text: str = ""
     """For an external result: the tool result text, verbatim (may be empty)."""
+    args: str | None = None
+    """For an approval with edited arguments: the arguments to run with, as JSON object
+    text (None: run the call as the model asked)."""
+
+    def __post_init__(self) -> None:
+        if self.args is None:
+            return
+        if self.kind is not DecisionKind.APPROVE:
+            raise InvalidDecision("edited arguments belong to an approval only")
+        object.__setattr__(self, "args", _json_object_text(self.args))
 
     @classmethod
-    def approve(cls) -> Decision:
-        """Approve the call: the tool re-executes on resume."""
-        return cls(DecisionKind.APPROVE)
+    def approve(cls, args: str | dict[str, Any] | None = None) -> Decision:
+        """Approve the call: the tool re-executes on resume.
+
+        `args` (a dict, or JSON object text) approves it with edited arguments: the re-run
+        uses them (after they pass the tool's schema) and the model is told they changed.
+
+        Raises:
+            InvalidDecision: `args` is not a JSON object.
+        """
+        return cls(DecisionKind.APPROVE, args=None if args is None else _json_object_text(args))
 
     @classmethod
     def deny(cls, reason: str = "") -> Decision:
@@ -308,8 +325,33 @@ class Decision:
         return cls(DecisionKind.EXTERNAL, text=text)
 
     def same_as(self, other: Decision | DecisionRecord) -> bool:
-        """True when `other` decides the same thing (kind, reason and text all equal)."""
-        return (self.kind, self.reason, self.text) == (other.kind, other.reason, other.text)
+        """True when `other` decides the same thing (kind, reason, text and args all equal)."""
+        return (self.kind, self.reason, self.text, self.args) == (
+            other.kind,
+            other.reason,
+            other.text,
+            other.args,
+        )
+
+
+def _json_object_text(args: str | dict[str, Any]) -> str:
+    """Edited arguments as compact JSON object text (what the store keeps and shows)."""
+    if isinstance(args, dict):
+        try:
+            return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise InvalidDecision(f"edited arguments are not JSON-serializable: {exc}") from None
+    if not isinstance(args, str):
+        raise InvalidDecision(
+            f"edited arguments must be a dict or JSON object text, got {type(args).__name__}"
+        )
+    try:
+        value = json.loads(args)
+    except ValueError as exc:
+        raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidDecision("edited arguments must be a JSON object")
+    return args
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +415,9 @@ class DecisionRecord:
     """The identity that decided ("system:expiry" for expiry denials)."""
     decided_at: datetime
     """When the decision was recorded (UTC)."""
+    args: str | None = None
+    """For an approval with edited arguments: the JSON object text the call runs with (the
+    model's original arguments stay on the call, `PendingCallRecord.args`)."""
 
 
 @dataclass(frozen=True, slots=True)
