@@ -193,7 +193,10 @@ class Store(Protocol):
         The items are the undecided calls of PENDING runs, ordered by their run's creation
         time, run ID and the call's position; keyset-paged like `list_runs_page`. Paging
         to the end returns every call that was waiting when the listing started exactly
-        once (calls decided meanwhile drop out; runs created meanwhile come last).
+        once (calls decided meanwhile drop out; runs created meanwhile come last). On
+        PostgreSQL, where runs are saved concurrently, a run whose save was still committing
+        when a page was read may sort just before that page's cursor and be seen only by a
+        listing started later.
 
         Raises:
             ValueError: `limit` < 1, or `after` is not a cursor this store returned.
