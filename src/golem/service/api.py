@@ -13,15 +13,18 @@ import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from golem.errors import StoreError
+from golem.service import schemas
 from golem.service.auth import AuthConfig, Credential, LoginLimiter
+from golem.service.openapi import operation
+from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
 from golem.store import (
     AuditEntry,
     CallExpired,
@@ -41,19 +44,21 @@ from golem.store import (
 from golem.worker import AgentRegistry, start_run
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "ApiError",
-    "DecisionBody",
     "ServiceState",
-    "StartRunBody",
     "agents",
     "audit_json",
+    "audit_model",
     "bearer",
     "call_json",
+    "call_model",
     "check_json_value",
     "check_text",
     "decide",
     "decide_call",
     "decision_json",
+    "decision_model",
     "health",
     "list_calls",
     "list_runs",
@@ -62,25 +67,25 @@ __all__ = [
     "parse_json",
     "pending_calls",
     "read_json",
+    "read_query",
     "require_store",
+    "respond",
     "run_detail_json",
+    "run_detail_model",
     "run_json",
+    "run_model",
     "show_run",
     "start",
     "start_for",
     "store_error",
     "stream_token",
+    "to_decision",
     "visible_runs",
     "whoami",
 ]
 
-MAX_LIST_LIMIT = 500
-
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a request body."""
-
-MAX_EXPIRES_IN = 10 * 366 * 24 * 3600.0
-"""Longest accepted `expires_in` (seconds): ten years."""
 
 
 @dataclass
@@ -123,13 +128,24 @@ class ApiError(Exception):
         self.message = message
         self.details = details
 
-    def response(self) -> JSONResponse:
-        """The JSON response for this error."""
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            body["details"] = self.details
+    def response(self) -> Response:
+        """The JSON response for this error (`schemas.ErrorBody`)."""
+        body = schemas.ErrorBody(
+            error=schemas.ErrorInfo(
+                code=self.code,
+                message=self.message,
+                details=None
+                if self.details is None
+                else [schemas.ErrorDetail(**d) for d in self.details],
+            )
+        )
         headers = {"WWW-Authenticate": 'Bearer realm="golem"'} if self.status == 401 else None
-        return JSONResponse({"error": body}, status_code=self.status, headers=headers)
+        return Response(
+            body.model_dump_json(exclude_none=True),
+            status_code=self.status,
+            headers=headers,
+            media_type="application/json",
+        )
 
 
 def store_error(exc: Exception) -> ApiError:
@@ -152,39 +168,19 @@ def store_error(exc: Exception) -> ApiError:
 # --------------------------------------------------------------------------- bodies
 
 
-class StartRunBody(BaseModel):
-    """`POST /api/runs`: start a run of a registered agent."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    agent: str = Field(min_length=1)
-    prompt: str = Field(min_length=1)
-    deps_ref: Any = None
-    expires_in: float | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN)
-
-
-class DecisionBody(BaseModel):
-    """`POST /api/runs/{run_id}/calls/{call_id}/decision`: decide one pending call."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    decision: Literal["approve", "deny", "external"]
-    reason: str | None = None
-    result: str | None = None
-
-    def to_decision(self) -> Decision:
-        """The store decision; raises `ApiError(422)` for fields that do not fit the kind."""
-        if self.decision != "deny" and self.reason is not None:
-            raise ApiError(422, "invalid_request", "'reason' is only accepted with deny")
-        if self.decision != "external" and self.result is not None:
-            raise ApiError(422, "invalid_request", "'result' is only accepted with external")
-        if self.decision == "approve":
-            return Decision.approve()
-        if self.decision == "deny":
-            return Decision.deny(self.reason or "")
-        if self.result is None:
-            raise ApiError(422, "invalid_request", "external needs 'result' (a string)")
-        return Decision.external(self.result)
+def to_decision(body: DecisionBody) -> Decision:
+    """The store decision of a request body; `ApiError(422)` for fields that do not fit."""
+    if body.decision != "deny" and body.reason is not None:
+        raise ApiError(422, "invalid_request", "'reason' is only accepted with deny")
+    if body.decision != "external" and body.result is not None:
+        raise ApiError(422, "invalid_request", "'result' is only accepted with external")
+    if body.decision == "approve":
+        return Decision.approve()
+    if body.decision == "deny":
+        return Decision.deny(body.reason or "")
+    if body.result is None:
+        raise ApiError(422, "invalid_request", "external needs 'result' (a string)")
+    return Decision.external(body.result)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -252,7 +248,19 @@ def check_json_value(value: Any, where: str = "body") -> None:
             stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
 
 
-async def read_json(request: Request, model: type[BaseModel]) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def _invalid(exc: ValidationError) -> ApiError:
+    details = [
+        {"loc": [str(p) for p in e["loc"]], "message": e["msg"]}
+        for e in exc.errors(include_url=False)
+    ]
+    fields = ", ".join(".".join(d["loc"]) or "body" for d in details)
+    return ApiError(422, "invalid_request", f"invalid fields: {fields}", details)
+
+
+async def read_json(request: Request, model: type[M]) -> M:
     """Parse the request body as JSON into `model`; 400 for bad JSON, 422 for bad fields."""
     data = parse_json(await request.body())
     if not isinstance(data, dict):
@@ -261,12 +269,32 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        details = [
-            {"loc": [str(p) for p in e["loc"]], "message": e["msg"]}
-            for e in exc.errors(include_url=False)
-        ]
-        fields = ", ".join(".".join(d["loc"]) or "body" for d in details)
-        raise ApiError(422, "invalid_request", f"invalid fields: {fields}", details) from None
+        raise _invalid(exc) from None
+
+
+def read_query(request: Request, model: type[M]) -> M:
+    """The query parameters as `model` (empty values count as absent); 422 when invalid."""
+    params = {k: v for k, v in request.query_params.items() if v != ""}
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def respond(
+    model: BaseModel,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    *,
+    exclude_none: bool = False,
+) -> Response:
+    """A JSON response of `model` (non-finite numbers as null)."""
+    return Response(
+        model.model_dump_json(exclude_none=exclude_none),
+        status_code=status,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 # --------------------------------------------------------------------------- JSON forms
@@ -276,82 +304,99 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
+def decision_model(d: DecisionRecord) -> schemas.DecisionOut:
+    """The response model of a decision."""
+    return schemas.DecisionOut(
+        decision=d.kind.value,
+        reason=d.reason,
+        result=d.text,
+        decided_by=d.decided_by,
+        decided_at=d.decided_at.astimezone(UTC),
+    )
+
+
 def decision_json(d: DecisionRecord | None) -> dict[str, Any] | None:
     """The JSON form of a decision (None when undecided)."""
-    if d is None:
-        return None
-    return {
-        "decision": d.kind.value,
-        "reason": d.reason,
-        "result": d.text,
-        "decided_by": d.decided_by,
-        "decided_at": _iso(d.decided_at),
-    }
+    return None if d is None else decision_model(d).model_dump(mode="json")
+
+
+def call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
+    """The response model of a pending call (with its run's agent and status)."""
+    return schemas.Call(
+        run_id=c.run_id,
+        call_id=c.call_id,
+        agent=run.agent,
+        run_status=run.status,
+        position=c.position,
+        kind=c.kind,
+        tool_name=c.tool_name,
+        args=c.args,
+        reason=c.reason,
+        created_at=run.created_at,
+        deadline=c.deadline,
+        decision=None if c.decision is None else decision_model(c.decision),
+    )
 
 
 def call_json(run: RunRecord, c: PendingCallRecord) -> dict[str, Any]:
     """The JSON form of a pending call (with its run's agent and status)."""
-    return {
-        "run_id": c.run_id,
-        "call_id": c.call_id,
-        "agent": run.agent,
-        "run_status": run.status.value,
-        "position": c.position,
-        "kind": c.kind.value,
-        "tool_name": c.tool_name,
-        "args": c.args,
-        "reason": c.reason,
-        "created_at": _iso(run.created_at),
-        "deadline": _iso(c.deadline),
-        "decision": decision_json(c.decision),
-    }
+    return call_model(run, c).model_dump(mode="json")
+
+
+def run_model(run: RunRecord) -> schemas.Run:
+    """The response model of a run without its conversation and audit log."""
+    outcome = None
+    if run.outcome is not None:
+        outcome = schemas.Outcome(
+            status=run.outcome.status, output=run.outcome.output, error=run.outcome.error
+        )
+    return schemas.Run(
+        id=run.id,
+        agent=run.agent,
+        conversation_id=run.conversation_id,
+        status=run.status,
+        started_by=run.started_by,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        expires_at=run.expires_at,
+        parent_run_id=run.parent_run_id,
+        child_run_id=run.child_run_id,
+        deps_ref=run.deps_ref,
+        lease_owner=run.lease_owner,
+        calls=[call_model(run, c) for c in run.calls],
+        outcome=outcome,
+    )
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:
     """The JSON form of a run without its conversation and audit log."""
-    outcome = None
-    if run.outcome is not None:
-        outcome = {
-            "status": run.outcome.status.value,
-            "output": run.outcome.output,
-            "error": run.outcome.error,
-        }
-    return {
-        "id": run.id,
-        "agent": run.agent,
-        "conversation_id": run.conversation_id,
-        "status": run.status.value,
-        "started_by": run.started_by,
-        "created_at": _iso(run.created_at),
-        "updated_at": _iso(run.updated_at),
-        "expires_at": _iso(run.expires_at),
-        "parent_run_id": run.parent_run_id,
-        "child_run_id": run.child_run_id,
-        "deps_ref": run.deps_ref,
-        "lease_owner": run.lease_owner,
-        "calls": [call_json(run, c) for c in run.calls],
-        "outcome": outcome,
-    }
+    return run_model(run).model_dump(mode="json")
+
+
+def audit_model(e: AuditEntry) -> schemas.AuditItem:
+    """The response model of an audit entry."""
+    return schemas.AuditItem(
+        id=e.id, run_id=e.run_id, at=e.at, actor=e.actor, action=e.action.value, detail=e.detail
+    )
 
 
 def audit_json(e: AuditEntry) -> dict[str, Any]:
     """The JSON form of an audit entry."""
-    return {
-        "id": e.id,
-        "run_id": e.run_id,
-        "at": _iso(e.at),
-        "actor": e.actor,
-        "action": e.action.value,
-        "detail": e.detail,
-    }
+    return audit_model(e).model_dump(mode="json")
+
+
+def run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDetail:
+    """The response model of a run with its conversation and audit log."""
+    return schemas.RunDetail(
+        **dict(run_model(run)),
+        messages=json.loads(run.conversation) if run.conversation else [],
+        audit=[audit_model(e) for e in audit],
+    )
 
 
 def run_detail_json(run: RunRecord, audit: list[AuditEntry]) -> dict[str, Any]:
     """The JSON form of a run with its conversation (history JSON objects) and audit log."""
-    out = run_json(run)
-    out["messages"] = json.loads(run.conversation) if run.conversation else []
-    out["audit"] = [audit_json(e) for e in audit]
-    return out
+    return run_detail_model(run, audit).model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------- operations
@@ -508,135 +553,160 @@ def bearer(request: Request) -> Credential:
     return cred
 
 
-def _query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApiError(422, "invalid_request", f"'{name}' must be an integer") from None
-    if not lo <= value <= hi:
-        raise ApiError(422, "invalid_request", f"'{name}' must be between {lo} and {hi}")
-    return value
+_AUTH = (401,)
+_BODY = (400, 401, 413, 422)
 
 
-def _query_enum(request: Request, name: str, enum: type[Any]) -> Any:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return None
-    try:
-        return enum(text)
-    except ValueError:
-        allowed = ", ".join(m.value for m in enum)
-        raise ApiError(422, "invalid_request", f"'{name}' must be one of {allowed}") from None
-
-
+@operation(
+    op_id="health",
+    summary="Liveness and store reachability (no token needed).",
+    responses={200: schemas.Health, 503: schemas.Health},
+    security=(),
+)
 async def health(request: Request) -> Response:
     """Liveness and store reachability; needs no token."""
     state = _state(request)
     if state.store is None:
-        return JSONResponse({"status": "starting"}, status_code=503)
+        return respond(schemas.Health(status="starting"), 503, exclude_none=True)
     try:
         version = await state.store.schema_version()
     except Exception as exc:
-        return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, status_code=503)
-    return JSONResponse({"status": "ok", "schema_version": version})
+        health = schemas.Health(status="unavailable", error=type(exc).__name__)
+        return respond(health, 503, exclude_none=True)
+    return respond(schemas.Health(status="ok", schema_version=version), exclude_none=True)
 
 
+@operation(
+    op_id="whoami",
+    summary="The identity behind the bearer token and what it may do.",
+    responses={200: schemas.WhoAmI},
+    errors=_AUTH,
+)
 async def whoami(request: Request) -> Response:
     """The identity behind the bearer token and what it may do (the inbox shows it before a
     link's token signs anyone in)."""
     approver = bearer(request).approver
-    return JSONResponse(
-        {
-            "identity": approver.identity,
-            "agents": None if approver.agents is None else sorted(approver.agents),
-            "tools": None if approver.tools is None else sorted(approver.tools),
-            "can_start": approver.can_start,
-        }
+    return respond(
+        schemas.WhoAmI(
+            identity=approver.identity,
+            agents=None if approver.agents is None else sorted(approver.agents),
+            tools=None if approver.tools is None else sorted(approver.tools),
+            can_start=approver.can_start,
+        )
     )
 
 
+@operation(
+    op_id="listAgents",
+    summary="The registered agents the caller may see.",
+    responses={200: schemas.AgentList},
+    errors=_AUTH,
+)
 async def agents(request: Request) -> Response:
     """The registered agents the caller may see."""
     cred = bearer(request)
     entries = _state(request).registry
-    return JSONResponse(
-        {
-            "agents": [
-                {
-                    "name": name,
-                    "description": entries[name].description,
-                    "can_start": cred.approver.may_start(name),
-                }
+    return respond(
+        schemas.AgentList(
+            agents=[
+                schemas.Agent(
+                    name=name,
+                    description=entries[name].description,
+                    can_start=cred.approver.may_start(name),
+                )
                 for name in sorted(entries)
                 if cred.approver.may_see(name)
             ]
-        }
+        )
     )
 
 
+@operation(
+    op_id="startRun",
+    summary="Start a run of an agent; 201 with the run (pending, completed or failed).",
+    body=schemas.StartRunBody,
+    responses={201: schemas.RunEnvelope},
+    errors=(*_BODY, 403),
+)
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
     cred = bearer(request)
-    body: StartRunBody = await read_json(request, StartRunBody)
+    body = await read_json(request, schemas.StartRunBody)
     run = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in
     )
-    return JSONResponse(
-        {"run": run_json(run)}, status_code=201, headers={"Location": f"/api/runs/{run.id}"}
+    return respond(
+        schemas.RunEnvelope(run=run_model(run)), 201, headers={"Location": f"/api/runs/{run.id}"}
     )
 
 
+@operation(
+    op_id="listRuns",
+    summary="Runs the caller may see, filtered by status, agent and pending tool; newest first.",
+    query=schemas.RunsQuery,
+    responses={200: schemas.RunList},
+    errors=(401, 422),
+)
 async def list_runs(request: Request) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
     cred = bearer(request)
-    status = _query_enum(request, "status", RunStatus)
-    limit = _query_int(request, "limit", 100, 1, MAX_LIST_LIMIT)
-    offset = _query_int(request, "offset", 0, 0, 1_000_000)
+    q = read_query(request, schemas.RunsQuery)
     runs = await visible_runs(
         _state(request),
         cred,
-        status=status,
-        agent=request.query_params.get("agent") or None,
-        tool=request.query_params.get("tool") or None,
-        limit=limit,
-        offset=offset,
+        status=q.status,
+        agent=q.agent,
+        tool=q.tool,
+        limit=q.limit,
+        offset=q.offset,
     )
-    return JSONResponse({"runs": [run_json(r) for r in runs]})
+    return respond(schemas.RunList(runs=[run_model(r) for r in runs]))
 
 
+@operation(
+    op_id="listCalls",
+    summary="Undecided calls the caller may decide, filtered by agent, tool and kind.",
+    query=schemas.CallsQuery,
+    responses={200: schemas.CallList},
+    errors=(401, 422),
+)
 async def list_calls(request: Request) -> Response:
     """Undecided calls the caller may decide, filtered by agent, tool and kind."""
     cred = bearer(request)
-    kind = _query_enum(request, "kind", CallKind)
-    limit = _query_int(request, "limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
+    q = read_query(request, schemas.CallsQuery)
     calls = await pending_calls(
-        _state(request),
-        cred,
-        agent=request.query_params.get("agent") or None,
-        tool=request.query_params.get("tool") or None,
-        kind=kind,
-        limit=limit,
+        _state(request), cred, agent=q.agent, tool=q.tool, kind=q.kind, limit=q.limit
     )
-    return JSONResponse({"calls": [call_json(r, c) for r, c in calls]})
+    return respond(schemas.CallList(calls=[call_model(r, c) for r, c in calls]))
 
 
+@operation(
+    op_id="showRun",
+    summary="One run with its calls, conversation and audit log.",
+    responses={200: schemas.RunDetailEnvelope},
+    errors=(401, 403, 404),
+)
 async def show_run(request: Request) -> Response:
     """One run with its calls, conversation and audit log."""
     cred = bearer(request)
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
-    return JSONResponse({"run": run_detail_json(run, audit)})
+    return respond(schemas.RunDetailEnvelope(run=run_detail_model(run, audit)))
 
 
+@operation(
+    op_id="decideCall",
+    summary="Decide one pending call as the caller's identity.",
+    body=schemas.DecisionBody,
+    responses={200: schemas.DecisionResult},
+    errors=(*_BODY, 403, 404, 409),
+)
 async def decide(request: Request) -> Response:
     """Decide one pending call as the caller's identity."""
     cred = bearer(request)
-    body: DecisionBody = await read_json(request, DecisionBody)
-    decision = body.to_decision()
+    body = await read_json(request, schemas.DecisionBody)
+    decision = to_decision(body)
     record, run = await decide_call(
         _state(request),
         cred,
@@ -644,15 +714,21 @@ async def decide(request: Request) -> Response:
         request.path_params["call_id"],
         decision,
     )
-    return JSONResponse({"decision": decision_json(record), "run": run_json(run)})
+    return respond(schemas.DecisionResult(decision=decision_model(record), run=run_model(run)))
 
 
+@operation(
+    op_id="issueStreamToken",
+    summary="A short-lived token for /api/events?stream_token=... (EventSource sends no headers).",
+    responses={200: schemas.StreamToken},
+    errors=_AUTH,
+)
 async def stream_token(request: Request) -> Response:
     """A short-lived token for `GET /api/events?stream_token=...` (EventSource sends no headers)."""
     cred = bearer(request)
     token, exp = _state(request).auth.issue_stream_token(cred)
-    return JSONResponse(
-        {"stream_token": token, "expires_at": _iso(datetime.fromtimestamp(exp, UTC))}
+    return respond(
+        schemas.StreamToken(stream_token=token, expires_at=datetime.fromtimestamp(exp, UTC))
     )
 
 

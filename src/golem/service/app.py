@@ -29,7 +29,8 @@ from golem import __version__
 from golem.service import api, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
-from golem.service.openapi import openapi_document
+from golem.service.openapi import SSE, Operation, openapi_document, operation
+from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
@@ -49,12 +50,27 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+@operation(
+    op_id="openapi",
+    summary="This document.",
+    responses={200: OpenApiDocument},
+    security=(),
+)
 async def _openapi(request: Request) -> Response:
     """The OpenAPI 3.1 document."""
-    return JSONResponse(openapi_document(__version__))
+    return JSONResponse(openapi_document(ROUTES, __version__))
 
 
 EVENTS = GuardedEvents(stream.events)
+EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
+    op_id="streamChanges",
+    summary="Server-sent events (`event: change`) for every audit entry the caller may see.",
+    query=EventsQuery,
+    headers={"Last-Event-ID": "Set by EventSource on reconnect; wins over ?cursor="},
+    responses={200: SSE},
+    errors=(401, 422, 429),
+    security=("bearer", "streamToken", "session"),
+)
 """`GET /api/events`: the change stream behind its cursor check, limits and re-checks."""
 
 ROUTES: list[BaseRoute] = [
@@ -87,7 +103,7 @@ ROUTES: list[BaseRoute] = [
 # --------------------------------------------------------------------------- middleware
 
 
-def _too_large(limit: int) -> JSONResponse:
+def _too_large(limit: int) -> Response:
     return api.ApiError(
         413, "payload_too_large", f"the request body exceeds {limit} bytes"
     ).response()
@@ -297,9 +313,9 @@ def create_app(
     ):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
-    if default_expires_in is not None and not 0 < default_expires_in <= api.MAX_EXPIRES_IN:
+    if default_expires_in is not None and not 0 < default_expires_in <= MAX_EXPIRES_IN:
         raise ValueError(
-            f"default_expires_in must be positive and at most {api.MAX_EXPIRES_IN:.0f} s, "
+            f"default_expires_in must be positive and at most {MAX_EXPIRES_IN:.0f} s, "
             f"got {default_expires_in!r}"
         )
     state = api.ServiceState(

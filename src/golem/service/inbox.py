@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from golem.messages import loads_history
+from golem.service import schemas
 from golem.service.api import (
     ApiError,
     ServiceState,
@@ -41,6 +42,7 @@ from golem.service.api import (
     visible_runs,
 )
 from golem.service.auth import Credential
+from golem.service.openapi import HTML, REDIRECT, operation
 from golem.store import (
     AuditEntry,
     CallKind,
@@ -402,6 +404,13 @@ def _checked(request: Request, form: dict[str, str]) -> tuple[Credential, str]:
 # --------------------------------------------------------------------------- pages
 
 
+@operation(
+    op_id="loginPage",
+    summary="The sign-in form (a `#token=` link asks before signing in).",
+    responses={200: HTML, 303: REDIRECT},
+    security=(),
+    tag="inbox",
+)
 async def login_page(request: Request) -> Response:
     """The sign-in form (a token; `#token=...` in the URL is filled in by the script)."""
     nxt = _safe_next(request.query_params.get("next"))
@@ -410,6 +419,15 @@ async def login_page(request: Request) -> Response:
     return _render(request, "login.html", {"page": "login", "next": nxt})
 
 
+@operation(
+    op_id="login",
+    summary="Sign in with a token (same-site forms only; rate limited).",
+    form=schemas.LoginForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415, 429),
+    security=(),
+    tag="inbox",
+)
 async def login(request: Request) -> Response:
     """Check the token, set the signed session cookie, go back to where the user was.
 
@@ -452,6 +470,15 @@ async def login(request: Request) -> Response:
     return response
 
 
+@operation(
+    op_id="logout",
+    summary="Sign out: the session is revoked server-side.",
+    form=schemas.LogoutForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415),
+    security=("session",),
+    tag="inbox",
+)
 async def logout(request: Request) -> Response:
     """End the session server-side (CSRF-checked): the cookie's value stops working."""
     _, value = _checked(request, await _form(request))
@@ -465,6 +492,13 @@ async def _pending_count(request: Request, cred: Credential) -> int:
     return len(await pending_calls(_state(request), cred))
 
 
+@operation(
+    op_id="inboxPage",
+    summary="The inbox: pending calls the approver may decide, grouped by run.",
+    responses={200: HTML, 303: REDIRECT},
+    security=("session",),
+    tag="inbox",
+)
 async def inbox_page(request: Request) -> Response:
     """Pending calls the approver may decide, oldest first, with decision forms."""
     who = session(request)
@@ -511,6 +545,13 @@ async def inbox_page(request: Request) -> Response:
     )
 
 
+@operation(
+    op_id="runsPage",
+    summary="Recent runs, filtered by status and agent.",
+    responses={200: HTML, 303: REDIRECT},
+    security=("session",),
+    tag="inbox",
+)
 async def runs_page(request: Request) -> Response:
     """Recent runs the approver may see, filtered by status and agent."""
     who = session(request)
@@ -557,6 +598,14 @@ async def runs_page(request: Request) -> Response:
     )
 
 
+@operation(
+    op_id="runPage",
+    summary="One run: its conversation, calls and audit trail.",
+    responses={200: HTML, 303: REDIRECT},
+    errors=(403, 404),
+    security=("session",),
+    tag="inbox",
+)
 async def run_page(request: Request) -> Response:
     """One run: status and outcome, its calls, the conversation and the audit trail."""
     who = session(request)
@@ -592,6 +641,15 @@ async def run_page(request: Request) -> Response:
 # --------------------------------------------------------------------------- actions
 
 
+@operation(
+    op_id="decideForm",
+    summary="Decide a call from the inbox, then go back.",
+    form=schemas.DecisionForm,
+    responses={303: REDIRECT},
+    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
 async def decide_form(request: Request) -> Response:
     """Record a decision from an inbox form, then go back (303) to the page it came from."""
     form = await _form(request)
@@ -611,6 +669,15 @@ async def decide_form(request: Request) -> Response:
     return RedirectResponse(_with_notice(nxt, kind), status_code=303)
 
 
+@operation(
+    op_id="startForm",
+    summary="Start a run from the inbox, then show it.",
+    form=schemas.StartForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
 async def start_form(request: Request) -> Response:
     """Start a run from the inbox form, then show it (303 to its page)."""
     form = await _form(request)
