@@ -54,6 +54,7 @@ def test_the_cli_never_prints_hidden_characters_or_escapes(tmp_path: Path) -> No
     run_id = asyncio.run(seed())
     for args in (("pending", "--db", db), ("show", run_id, "--db", db)):
         out = golem(*args).output
-        assert "\x1b" not in out and "\u202e" not in out and "\u200b" not in out, args
+        for hidden in ("\x1b", "\u202e", "\u200b"):
+            assert hidden not in out, args
         assert "U+202E RLO" in out, args
         assert "U+001B ESC" in out, args
