@@ -94,6 +94,7 @@ ROUTES: list[BaseRoute] = [
     Route("/runs", inbox.runs_page, methods=["GET"]),
     Route("/runs", inbox.start_form, methods=["POST"]),
     Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
+    Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]

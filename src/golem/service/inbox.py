@@ -23,9 +23,11 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from golem._display import reveal_parts
 from golem.messages import loads_history
 from golem.service import schemas
 from golem.service.api import (
@@ -55,8 +57,11 @@ from golem.store import (
 
 __all__ = [
     "SESSION_COOKIE",
+    "arg_fields",
     "call_view",
     "decide_form",
+    "decide_run_form",
+    "group_views",
     "inbox_page",
     "login",
     "login_page",
@@ -92,11 +97,33 @@ _STATIC_VERSIONS = {
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 
+
+def _reveal_html(value: object) -> Markup:
+    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
+    text = "" if value is None else str(value)
+    out = [
+        Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
+        if is_marker
+        else escape(part)
+        for part, is_marker in reveal_parts(text)
+    ]
+    return Markup("").join(out)
+
+
+_env.filters["reveal"] = _reveal_html
+
+LONG_LINES = 12
+"""Argument values longer than this many lines (or `LONG_CHARS`) start folded."""
+LONG_CHARS = 800
+PREVIEW_LINES = 6
+
 _NOTICES = {
     "approve": "Approved. A worker resumes the run once every call is decided.",
     "deny": "Denied. The model is told not to run the call.",
     "external": "Result submitted.",
     "signed-out": "Signed out.",
+    "approve-all": "Approved every call of the run.",
+    "deny-all": "Denied every call of the run.",
 }
 
 
@@ -141,6 +168,39 @@ def _pretty_json(raw: str) -> str:
     except (ValueError, TypeError):
         return raw
     return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _field(label: str, value: Any) -> dict[str, Any]:
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    lines = text.count("\n") + 1
+    long = lines > LONG_LINES or len(text) > LONG_CHARS
+    preview = "\n".join(text.split("\n")[:PREVIEW_LINES])
+    if len(preview) > LONG_CHARS // 2:
+        preview = preview[: LONG_CHARS // 2]
+    return {
+        "label": label,
+        "text": text,
+        "kind": "text" if isinstance(value, str) else "json",
+        "lines": lines,
+        "chars": len(text),
+        "long": long,
+        "preview": preview + "…" if long else text,
+    }
+
+
+def arg_fields(args: str) -> list[dict[str, Any]]:
+    """A call's arguments field by field: label, full text, and a preview when long.
+
+    Strings are shown as text (an e-mail body keeps its lines), other values as indented
+    JSON; arguments that are not a JSON object become one field.
+    """
+    try:
+        value = json.loads(args)
+    except (ValueError, TypeError, RecursionError):
+        return [_field("arguments", args)]
+    if isinstance(value, dict) and value:
+        return [_field(str(k), v) for k, v in value.items()]
+    return [_field("arguments", value)]
 
 
 def _short(run_id: str) -> str:
@@ -207,6 +267,7 @@ def call_view(
         "tool_name": c.tool_name,
         "reason": c.reason,
         "args_pretty": _pretty_json(c.args),
+        "fields": arg_fields(c.args),
         "created_iso": _iso(run.created_at),
         "age": _ago(run.created_at, now),
         "deadline_iso": _iso(deadline) if deadline else "",
@@ -217,6 +278,74 @@ def call_view(
         and cred.approver.may_decide(run.agent, c.tool_name),
         "action": _path("runs", run.id, "calls", c.call_id, "decision"),
     }
+
+
+SOON_SECONDS = 3600.0
+"""Runs with a call expiring within this many seconds are listed under "Expiring soon"."""
+
+
+def _context(history: str) -> tuple[str, str]:
+    """The run's prompt (first user message) and the assistant's last words before the calls."""
+    try:
+        messages = loads_history(history)
+    except ValueError:
+        return "", ""
+    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
+    said = next((m.content for m in reversed(messages) if m.role == "assistant" and m.content), "")
+    return prompt, said
+
+
+def group_views(
+    found: list[tuple[RunRecord, PendingCallRecord]], cred: Credential, now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pending calls grouped by run: (expiring soon, the rest).
+
+    Expiring soon is sorted by the earliest deadline; the rest oldest run first. Each group
+    is titled by the run's prompt and carries the assistant's last message and the run's
+    calls already decided.
+    """
+    runs: dict[str, tuple[RunRecord, list[PendingCallRecord]]] = {}
+    for run, c in found:
+        runs.setdefault(run.id, (run, []))[1].append(c)
+    soon: list[tuple[datetime, dict[str, Any]]] = []
+    rest: list[tuple[datetime, dict[str, Any]]] = []
+    for run, calls in runs.values():
+        prompt, said = _context(run.conversation)
+        cards = [call_view(run, c, cred, now) for c in calls]
+        decided = [call_view(run, c, cred, now) for c in run.calls if c.decision is not None]
+        deadlines = [c.deadline for c in calls if c.deadline is not None]
+        first = min(deadlines) if deadlines else None
+        group = {
+            "dom_id": "run-" + _digest(run.id),
+            "version": _digest([c["version"] for c in cards], [c["version"] for c in decided]),
+            "run_id": run.id,
+            "run_href": _path("runs", run.id),
+            "run_short": _short(run.id),
+            "agent": run.agent,
+            "title": _first_line(prompt) or f"Run {_short(run.id)}",
+            "prompt": prompt,
+            "said": said,
+            "started_by": run.started_by,
+            "age": _ago(run.created_at, now),
+            "created_iso": _iso(run.created_at),
+            "calls": cards,
+            "decided": decided,
+            "bulk": len(cards) > 1 and all(c["can_decide"] for c in cards),
+            "approvable": all(c["kind"] == "approval" for c in cards),
+            "bulk_action": _path("runs", run.id, "decisions"),
+        }
+        if first is not None and (first - now).total_seconds() < SOON_SECONDS:
+            soon.append((first, group))
+        else:
+            rest.append((run.created_at, group))
+    soon.sort(key=lambda t: (t[0], t[1]["run_id"]))
+    rest.sort(key=lambda t: (t[0], t[1]["run_id"]))
+    return [g for _, g in soon], [g for _, g in rest]
+
+
+def _first_line(text: str, limit: int = 120) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _message_views(history: str) -> list[dict[str, Any]]:
@@ -371,19 +500,20 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def same_origin(request: Request) -> bool:
-    """Whether a browser POST came from this site (`Sec-Fetch-Site`, then `Origin`).
+    """Whether a browser POST came from this site (`Sec-Fetch-Site`, else `Origin`).
 
-    A request without either header (an old browser, curl) passes; every current browser
-    sends at least one on a cross-site form POST, which is what login CSRF needs.
+    Every current browser sends `Sec-Fetch-Site`, which decides alone. Without it, an
+    `Origin` naming another host is refused; `Origin: null` (what a browser sends under the
+    inbox's `no-referrer` policy) and no header at all (curl) pass.
     """
     site = request.headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        return False
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = request.headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":
         return True
     host = request.headers.get("host", "")
-    return origin != "null" and urlsplit(origin).netloc.lower() == host.lower()
+    return urlsplit(origin).netloc.lower() == host.lower()
 
 
 def _cross_site() -> ApiError:
@@ -511,10 +641,12 @@ async def inbox_page(request: Request) -> Response:
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
-    found = await pending_calls(
-        state, cred, agent=filters["agent"] or None, tool=filters["tool"] or None, kind=kind
-    )
+    found = await pending_calls(state, cred, agent=filters["agent"] or None, kind=kind)
+    needle = filters["tool"].strip().casefold()
+    if needle:  # the inbox matches tools by substring, ignoring case
+        found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
+    soon, rest = group_views(found, cred, now)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -530,7 +662,10 @@ async def inbox_page(request: Request) -> Response:
         "inbox.html",
         {
             "page": "inbox",
-            "calls": [call_view(r, c, cred, now) for r, c in found],
+            "soon": soon,
+            "groups": rest,
+            "count": len(found),
+            "filtered": any(filters.values()),
             "filters": filters,
             "agent_names": visible,
             "startable": startable,
@@ -667,6 +802,41 @@ async def decide_form(request: Request) -> Response:
     await decide_call(_state(request), cred, run_id, call_id, decision)
     nxt = _safe_next(form.get("next"), _path("runs", run_id))
     return RedirectResponse(_with_notice(nxt, kind), status_code=303)
+
+
+@operation(
+    op_id="decideRunForm",
+    summary="Approve all or deny all of a run's undecided calls (that the approver may decide).",
+    form=schemas.BulkDecisionForm,
+    responses={303: REDIRECT},
+    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
+async def decide_run_form(request: Request) -> Response:
+    """Decide every undecided call of a run the same way, then go back (303).
+
+    Approve-all needs every undecided call to be an approval; each decision is recorded
+    (and audited) on its own, so a conflict on one call leaves the others decided.
+    """
+    form = await _form(request)
+    cred, _ = _checked(request, form)
+    state = _state(request)
+    run = await load_run(state, cred, request.path_params["run_id"])
+    kind = form.get("decision", "")
+    calls = [c for c in run.undecided if cred.approver.may_decide(run.agent, c.tool_name)]
+    if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
+        raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
+    if kind == "approve":
+        decision = Decision.approve()
+    elif kind == "deny":
+        decision = Decision.deny(form.get("reason", "").strip())
+    else:
+        raise ApiError(422, "invalid_request", "decision must be approve or deny")
+    for c in calls:
+        await decide_call(state, cred, run.id, c.call_id, decision)
+    nxt = _safe_next(form.get("next"), _path("runs", run.id))
+    return RedirectResponse(_with_notice(nxt, f"{kind}-all"), status_code=303)
 
 
 @operation(

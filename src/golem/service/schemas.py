@@ -21,6 +21,7 @@ __all__ = [
     "Agent",
     "AgentList",
     "AuditItem",
+    "BulkDecisionForm",
     "Call",
     "CallList",
     "CallsQuery",
@@ -176,6 +177,17 @@ class DecisionForm(BaseModel):
     decision: Literal["approve", "deny", "external"]
     reason: str | None = Field(default=None, description="With deny: told to the model.")
     result: str | None = Field(default=None, description="With external: the tool's result.")
+    next: str | None = Field(default=None, description="A local path to go back to.")
+
+
+class BulkDecisionForm(BaseModel):
+    """`POST /runs/{run_id}/decisions` (urlencoded): approve all or deny all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, description="With deny: told to the model.")
     next: str | None = Field(default=None, description="A local path to go back to.")
 
 

@@ -94,6 +94,7 @@
       const fresh = region.id && doc.getElementById(region.id);
       if (fresh) patchRegion(region, fresh);
     }
+    if (doc.title) document.title = doc.title;
     for (const id of ["pending-count"]) {
       const mine = document.getElementById(id), theirs = doc.getElementById(id);
       if (mine && theirs) {

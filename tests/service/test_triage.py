@@ -1,0 +1,108 @@
+"""The inbox as a triage list: grouped by run, ordered by urgency, readable arguments."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import httpx
+
+from golem.store import CallKind, NewCall, NewRun, Store, utc_now
+from tests.service.conftest import StartRun
+from tests.service.test_inbox import sign_in
+
+
+def _history(prompt: str, said: str) -> str:
+    return json.dumps(
+        [
+            {"role": "user", "content": prompt},
+            {"role": "assistant", "content": said},
+        ]
+    )
+
+
+async def _save(
+    store: Store, run_id: str, prompt: str, deadline_in: float | None, args: dict[str, object]
+) -> None:
+    deadline = None if deadline_in is None else utc_now() + timedelta(seconds=deadline_in)
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="c-" + run_id,
+            history=_history(prompt, "I will deploy now."),
+            calls=(
+                NewCall("a", CallKind.APPROVAL, "deploy", json.dumps(args), deadline=deadline),
+                NewCall("b", CallKind.APPROVAL, "deploy", "{}", deadline=deadline),
+            ),
+            started_by="olga",
+        )
+    )
+
+
+async def test_groups_by_run_with_expiring_soon_first_then_oldest(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    await _save(store, "r-old", "Old request", None, {"target": "x"})
+    await _save(store, "r-new", "New request", None, {"target": "y"})
+    await _save(store, "r-urgent", "Urgent request", 600, {"target": "z"})
+    await sign_in(client)
+    page = (await client.get("/")).text
+    titles = re.findall(r'class="group-title">([^<]+)<', page)
+    assert titles == ["Urgent request", "Old request", "New request"]
+    assert page.index("Expiring soon") < page.index("Urgent request")
+    assert page.index("Waiting, oldest first") < page.index("Old request")
+    assert "I will deploy now." in page  # the assistant's last words, on the group
+    assert re.search(r"<title>\(6\) Inbox", page)
+
+
+async def test_arguments_show_field_by_field_and_hidden_characters(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    body = "\n".join(f"line {i}" for i in range(40))
+    await _save(store, "r1", "Mail", None, {"path": "/home/\u202egpj.exe", "body": body})
+    await sign_in(client)
+    page = (await client.get("/")).text
+    assert "<dt>path</dt>" in page
+    assert "\u202e" not in page
+    assert "⟨U+202E RLO⟩" in page
+    assert 'class="hidden-char"' in page
+    assert "line 39" in page  # fully reachable
+    assert "Show all 40 lines" in page  # with a visible cue
+    assert "\\n" not in page.split("<dt>body</dt>")[1][:300]  # as text, not a JSON string
+
+
+async def test_approve_all_decides_every_call_of_the_run(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    run = await start("twin")
+    csrf = await sign_in(client)
+    res = await client.post(
+        f"/runs/{run['id']}/decisions", data={"csrf": csrf, "decision": "approve", "next": "/"}
+    )
+    assert res.status_code == 303
+    assert "approve-all" in res.headers["location"]
+    after = await store.get_run(run["id"])
+    assert [c.decision.kind.value for c in after.calls if c.decision] == ["approve", "approve"]
+    assert after.status.value == "ready"
+
+
+async def test_an_empty_filtered_list_says_the_filter_matched_nothing(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    await start("twin")
+    await sign_in(client)
+    page = (await client.get("/?tool=nothing-like-this")).text
+    assert "No pending call matches these filters" in page
+    page = (await client.get("/?agent=echo")).text
+    assert "No pending call matches these filters" in page
+
+
+async def test_the_tool_filter_is_a_case_insensitive_substring(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    await start("twin")
+    await sign_in(client)
+    page = (await client.get("/?tool=PLO")).text
+    assert page.count('class="group-title"') == 1
