@@ -82,7 +82,7 @@ async def seed(url: str) -> None:
             await store.save_pending(
                 NewRun(
                     id=f"run-{i}",
-                    agent="twin",
+                    agent=agent,
                     conversation_id=f"conv-{i}",
                     history=history,
                     calls=tuple(
