@@ -17,7 +17,7 @@ from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout,
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
 from golem.messages import Message, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse
+from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
 from golem.result import PartialResult, Result
 from golem.tool import (
     Canceled,
@@ -31,6 +31,7 @@ from golem.tool import (
     ToolResult,
     find_signal,
 )
+from golem.toolset import resolve_tools
 from golem.usage import Usage
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ class RunState:
     finish_reason: str = ""
     feedback: dict[str, int] = field(default_factory=dict)
     """Correction feedbacks given per tool name (the tool retry budget)."""
+    tools: dict[str, Tool] | None = None
+    """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if not self.observers and self.sink is None:
@@ -203,7 +206,10 @@ async def _model_turn(
     agent: Agent[Any, Any], state: RunState, turn: int, stream: bool
 ) -> ModelResponse:
     request = ModelRequest(
-        messages=list(state.messages), tools=agent._tool_specs(), output_schema=agent._output_schema
+        messages=list(state.messages),
+        tools=await _turn_specs(agent, state),
+        output_schema=agent._output_schema,
+        tool_choice=agent.tool_choice,
     )
     attempts = 1 if stream else agent.max_attempts
     attempt = 0
@@ -255,6 +261,17 @@ async def _model_turn(
     state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(agent, state)
     return response
+
+
+async def _turn_specs(agent: Agent[Any, Any], state: RunState) -> list[ToolSpec]:
+    """The tools offered on this turn: the agent's, plus its toolsets' as listed now."""
+    if not agent.toolsets:
+        return agent._tool_specs()
+    try:
+        state.tools = await resolve_tools(agent.tools, agent.toolsets)
+    except Exception as exc:
+        raise _Fail(Stage.TOOL, exc) from None
+    return [ToolSpec(t.name, t.description, t.schema) for t in state.tools.values()]
 
 
 async def _stream_once(
@@ -360,8 +377,9 @@ async def _tool_batch(
 ) -> deferred.DeferredRequests | None:
     """Execute one response's tool calls; return the pending requests if any deferred."""
     tools: list[Tool] = []
+    known = agent.tools if state.tools is None else state.tools
     for call in calls:
-        tool = agent.tools.get(call.name)
+        tool = known.get(call.name)
         if tool is None:
             raise _Fail(
                 Stage.TOOL, ToolError(call.name, call.id, "tool was not declared for this run")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, Generic, overload
 
@@ -16,13 +24,14 @@ from golem import deferred
 from golem._ids import new_id
 from golem._loop import RunState, run_loop
 from golem.deferred import DeferredResults
-from golem.errors import Overloaded, RateLimited
+from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import normalize_history, validate_history
 from golem.messages import Message, Part, loads_history
-from golem.model import Delta, Model, ToolSpec
+from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.tool import ModelRetry, RunContext, Tool
+from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
@@ -67,6 +76,10 @@ class Agent(Generic[DepsT, OutputT]):
         retry_backoff: Seconds to wait after failed attempt n (default 0.5 s doubling,
             capped at 30 s); a provider's `Retry-After` wins when longer.
         name: A name for logs and the approval service.
+        tool_choice: Whether and which tool the model must call on each turn: "auto",
+            "required", "none" or a tool name (checked against the tools at each request).
+        toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
+            each run and listed before every model turn (see `golem.toolset`).
 
     Raises:
         ValueError: duplicate tool names, negative limits, retries or timeouts,
@@ -92,6 +105,8 @@ class Agent(Generic[DepsT, OutputT]):
         event_handler: EventHandler | None = None,
         retry_backoff: Callable[[int], float] | None = None,
         name: str = "",
+        tool_choice: ToolChoice = "auto",
+        toolsets: Iterable[Toolset] = (),
     ) -> None:
         if isinstance(model, str):
             from golem.providers import infer_model
@@ -124,7 +139,12 @@ class Agent(Generic[DepsT, OutputT]):
         self.event_handler = event_handler
         self.retry_backoff = retry_backoff or default_backoff
         self.name = name
+        self.tool_choice = check_tool_choice(tool_choice)
+        """Sent on every model request: "auto", "required", "none" or a tool name."""
         self.tools: dict[str, Tool] = {}
+        self.toolsets: list[Toolset] = []
+        for toolset in toolsets:
+            self.add_toolset(toolset)
         self._specs: list[ToolSpec] | None = None
         if output_type is str:
             self._adapter: pydantic.TypeAdapter[Any] | None = None
@@ -190,6 +210,34 @@ class Agent(Generic[DepsT, OutputT]):
             return f
 
         return register(fn) if fn is not None else register
+
+    def add_toolset(self, toolset: Toolset) -> None:
+        """Add a source of tools (an MCP server...) to every later run.
+
+        Raises:
+            TypeError: `toolset` is not a `golem.toolset.Toolset`.
+        """
+        if not isinstance(toolset, Toolset):
+            raise TypeError(
+                f"a toolset needs list_tools() and async with, got {type(toolset).__name__}"
+            )
+        self.toolsets.append(toolset)
+
+    def _toolsets_entered(self) -> contextlib.AbstractAsyncContextManager[Mapping[str, Tool]]:
+        """Enter the toolsets for one run; yields every tool the run starts with."""
+        if not self.toolsets:
+            return contextlib.nullcontext(self.tools)
+        return self._enter_toolsets()
+
+    @contextlib.asynccontextmanager
+    async def _enter_toolsets(self) -> AsyncIterator[Mapping[str, Tool]]:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                await enter_all(stack, self.toolsets)
+                tools = await resolve_tools(self.tools, self.toolsets)
+            except Exception as exc:
+                raise RunError(Stage.TOOL, exc, None) from exc
+            yield tools
 
     def _tool_specs(self) -> list[ToolSpec]:
         if self._specs is None:
@@ -286,8 +334,9 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: the run failed; `.stage` says where, `__cause__` why.
             ValueError: the history or prompt is malformed.
         """
-        state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
-        return await run_loop(self, state)
+        async with self._toolsets_entered():
+            state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
+            return await run_loop(self, state)
 
     def run_sync(
         self,
@@ -334,9 +383,12 @@ class Agent(Generic[DepsT, OutputT]):
             raise TypeError(f"golem: model {type(self.model).__name__} does not support streaming")
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
-            state.sink = sink
-            return await run_loop(self, state, stream=True)
+            async with self._toolsets_entered():
+                state = await self._prepare(
+                    prompt, deps, history, run_id, conversation_id, on_event
+                )
+                state.sink = sink
+                return await run_loop(self, state, stream=True)
 
         return RunStream(start)
 
@@ -366,11 +418,27 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: an approved re-run failed (stage `tool`), raised `Canceled`
                 (stage `canceled`), or the resumed run failed later.
         """
+        async with self._toolsets_entered() as tools:
+            return await self._resume(
+                tools, history, results, prompt, deps, run_id, conversation_id, on_event
+            )
+
+    async def _resume(
+        self,
+        tools: Mapping[str, Tool],
+        history: History,
+        results: DeferredResults,
+        prompt: Prompt,
+        deps: Any,
+        run_id: str | None,
+        conversation_id: str | None,
+        on_event: EventHandler | None,
+    ) -> Result[OutputT]:
         supplied = _as_history(history)
         validate_history(supplied)
         user = _prompt_message(prompt)
         pending = deferred.pending_calls(supplied)
-        deferred.check_results(pending, results, self.tools)
+        deferred.check_results(pending, results, tools)
         state = RunState(
             messages=[],
             deps=deps,
@@ -388,7 +456,7 @@ class Agent(Generic[DepsT, OutputT]):
                     call, deferred.denial_text(approval.reason)
                 )
             else:
-                tool = self.tools[call.name]
+                tool = tools[call.name]
                 ctx = RunContext(deps, state.run_id, state.conversation_id, call.id, call.name)
                 timeout = tool.timeout if tool.timeout is not None else self.tool_timeout
                 state.tool_calls += 1

@@ -508,6 +508,8 @@ def same_origin(request: Request) -> bool:
     """
     site = request.headers.get("sec-fetch-site")
     if site is not None:
+        # Authoritative where present. Origin is not: under the pages' no-referrer policy
+        # Chromium sends `Origin: null` on same-origin form posts.
         return site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None or origin == "null":

@@ -1,0 +1,566 @@
+"""Tools from MCP servers, with approval policies (extra `[mcp]`, on the official `mcp` SDK).
+
+```python
+from golem import Agent
+from golem.mcp import MCPServer
+
+files = MCPServer.stdio("python", ["files_server.py"], prefix="files")
+agent = Agent("openai:gpt-4.1", toolsets=[files])
+```
+
+An `MCPServer` is a `golem.toolset.Toolset`: the agent connects it for each run (or once,
+inside `async with server:`), lists its tools before every model turn (re-listed after the
+server says `tools/list_changed`), and calls them like its own tools — under the tool
+timeout, the correction budget, the run events. Each tool is named `<prefix>_<tool>`.
+
+A call the server answers with `isError` goes back to the model as a correctable rejection
+(`ModelRetry`, under `max_retries`); a protocol error about the arguments likewise; a
+server that cannot be reached or dies fails the run with a `ToolError` naming the server.
+
+Approval: `requires_approval` decides per call whether the call pauses the run for a
+human decision (`Deferred(DeferKind.APPROVAL)`), exactly like a Python tool gated by
+`call_approved()`. The default follows the tool's MCP annotations: a tool that is not
+hinted read-only (or is hinted destructive) needs approval. See docs/adr/0020.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import inspect
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TextIO, TypeAlias
+
+from golem.errors import GolemError, ToolError
+from golem.messages import Part
+from golem.tool import (
+    DeferKind,
+    Deferred,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolResult,
+    call_approved,
+)
+
+try:
+    import httpx2
+    import mcp_types
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("golem.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'") from exc
+
+__all__ = [
+    "ApprovalPolicy",
+    "MCPCall",
+    "MCPServer",
+    "MCPServerError",
+    "ToolHints",
+    "default_decision",
+]
+
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+_ARGUMENT_ERRORS = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND)
+
+
+class MCPServerError(GolemError):
+    """An MCP server could not be reached, or failed to list its tools or answer a call.
+
+    Raised by the toolset when the run starts (the run fails with stage `tool`), or as
+    the `__cause__` of the `ToolError` of a call the server could not answer.
+    """
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(f"MCP server {server}: {message}")
+        self.server = server
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHints:
+    """The behaviour hints an MCP server declares for a tool (None: not hinted)."""
+
+    read_only: bool | None = None
+    """`readOnlyHint`: the tool does not modify its environment."""
+    destructive: bool | None = None
+    """`destructiveHint`: the tool may perform destructive updates."""
+    idempotent: bool | None = None
+    """`idempotentHint`: repeated calls with the same arguments have no extra effect."""
+    open_world: bool | None = None
+    """`openWorldHint`: the tool interacts with an open world of external entities."""
+
+
+@dataclass(frozen=True, slots=True)
+class MCPCall:
+    """One call of an MCP tool, as an approval policy sees it."""
+
+    tool_name: str
+    """The tool's name on the server (without the prefix)."""
+    name: str
+    """The tool's name as the model calls it (`<prefix>_<tool_name>`)."""
+    args: Mapping[str, Any]
+    """The decoded arguments."""
+    hints: ToolHints
+    """What the server declares about the tool."""
+    ctx: RunContext[Any]
+    """The run's context: `deps`, `run_id`, `call_id`..."""
+
+
+ApprovalDecision: TypeAlias = bool | str
+ApprovalPolicy: TypeAlias = (
+    bool
+    | Mapping[str, bool | str]
+    | Callable[[MCPCall], ApprovalDecision | Awaitable[ApprovalDecision]]
+    | None
+)
+"""`True`/`False` for every tool; a mapping from tool name (with or without the prefix) to
+`True`/`False`/a reason, tools not in it following the default; a function of the `MCPCall`
+returning `True`/`False`/a reason (sync or async); or None, the default, which follows the
+tool's annotations."""
+
+
+def default_decision(call: MCPCall) -> ApprovalDecision:
+    """The default policy: approval unless the tool is hinted read-only and not destructive."""
+    if call.hints.destructive:
+        return f'MCP tool "{call.tool_name}" is marked destructive'
+    if not call.hints.read_only:
+        return f'MCP tool "{call.tool_name}" is not marked read-only'
+    return False
+
+
+class MCPServer:
+    """An MCP server whose tools an agent can call (a `golem.toolset.Toolset`).
+
+    Build one with `MCPServer.stdio(...)` or `MCPServer.http(...)`; pass it to
+    `Agent(..., toolsets=[server])` or `agent.add_toolset(server)`. The connection is
+    opened on entry (`async with server:`, or by the agent for each run) and closed by
+    the last exit; a connection that died is reopened by the next entry or call.
+
+    Args:
+        connect: Opens the transport (the read and write streams); see `stdio` and `http`.
+        label: How errors and reprs name the server ("stdio:python", a URL...).
+        prefix: Prepended to each tool name as `<prefix>_<tool>`; None uses the name the
+            server reports when it connects; "" adds no prefix. Keep it stable: the
+            names are stored in paused histories.
+        requires_approval: The approval policy (see `ApprovalPolicy`).
+        timeout: Seconds a call may take; None uses the agent's `tool_timeout`.
+        max_retries: Correction budget per tool per run for calls the server rejects.
+        connect_timeout: Seconds to connect and list the tools before failing.
+
+    Raises:
+        ValueError: a prefix with characters other than letters, digits, `_` and `-`,
+            a timeout that is not positive, or negative `max_retries`.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], AbstractAsyncContextManager[Any]],
+        *,
+        label: str,
+        prefix: str | None = None,
+        requires_approval: ApprovalPolicy = None,
+        timeout: float | None = None,
+        max_retries: int = 1,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        if prefix is not None and prefix != _NAME_CHARS.sub("", prefix):
+            raise ValueError(f"prefix must use only letters, digits, '_' and '-', got {prefix!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must not be negative, got {max_retries}")
+        if connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be positive seconds, got {connect_timeout}")
+        _check_policy(requires_approval)
+        self._connect = connect
+        self.label = label
+        self.prefix = prefix
+        self.requires_approval = requires_approval
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.connect_timeout = connect_timeout
+        self._entered = 0
+        self._client: Client | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._tools: list[Tool] | None = None
+        self._listed_for: Client | None = None
+
+    @classmethod
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        errlog: TextIO | None = None,
+        prefix: str | None = None,
+        requires_approval: ApprovalPolicy = None,
+        timeout: float | None = None,
+        max_retries: int = 1,
+        connect_timeout: float = 30.0,
+    ) -> MCPServer:
+        """A server started as a subprocess (`command args...`), spoken to over stdio.
+
+        Args:
+            env: Variables added to the SDK's minimal default environment (PATH, HOME...);
+                the parent's environment is not inherited otherwise.
+            cwd: The working directory of the server process.
+            errlog: Where the server's stderr goes (default: this process's stderr).
+
+        The other arguments are those of `MCPServer`.
+        """
+        params = StdioServerParameters(
+            command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
+        )
+
+        def connect() -> AbstractAsyncContextManager[Any]:
+            return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
+
+        return cls(
+            connect,
+            label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80],
+            prefix=prefix,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+        )
+
+    @classmethod
+    def http(
+        cls,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        prefix: str | None = None,
+        requires_approval: ApprovalPolicy = None,
+        timeout: float | None = None,
+        max_retries: int = 1,
+        connect_timeout: float = 30.0,
+    ) -> MCPServer:
+        """A server at `url`, spoken to over the streamable HTTP transport.
+
+        Args:
+            headers: Sent with every request (an `Authorization` header, say).
+
+        The other arguments are those of `MCPServer`.
+        """
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
+        fixed = dict(headers or {})
+
+        @asynccontextmanager
+        async def connect() -> AsyncIterator[Any]:
+            timeout_cfg = httpx2.Timeout(30.0, read=300.0)
+            async with (
+                httpx2.AsyncClient(headers=fixed, timeout=timeout_cfg) as http,
+                streamable_http_client(url, http_client=http) as streams,
+            ):
+                yield streams
+
+        return cls(
+            connect,
+            label=url,
+            prefix=prefix,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            max_retries=max_retries,
+            connect_timeout=connect_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"MCPServer({self.label!r}, prefix={self.prefix!r})"
+
+    # ----------------------------------------------------------------- connection
+
+    async def __aenter__(self) -> Self:
+        self._entered += 1
+        try:
+            await self._ensure_connected()
+        except BaseException:
+            self._entered -= 1
+            if self._entered == 0:
+                await self._disconnect()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._entered -= 1
+        if self._entered == 0:
+            await self._disconnect()
+
+    async def _ensure_connected(self) -> Client:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            client = self._client
+            if client is not None and self._holder is not None and not self._holder.done():
+                return client
+            await self._disconnect()
+            return await self._open()
+
+    async def _open(self) -> Client:
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        closing = asyncio.Event()
+        self._closing = closing
+        # The connection lives in a task of its own: the SDK's transports hold task
+        # groups that must be left by the task that entered them, while golem enters and
+        # leaves toolsets from whichever run comes first and last. Awaited in _disconnect.
+        self._holder = asyncio.create_task(self._hold(ready, closing), name=f"mcp {self.label}")
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                client = await asyncio.shield(ready)
+        except TimeoutError:
+            await self._disconnect()
+            raise MCPServerError(
+                self.label, f"did not connect within {self.connect_timeout:g}s"
+            ) from None
+        except BaseException:
+            await self._disconnect()
+            raise
+        self._client = client
+        return client
+
+    async def _hold(self, ready: asyncio.Future[Client], closing: asyncio.Event) -> None:
+        try:
+            async with Client(self._connect(), message_handler=self._on_message) as client:
+                listening = asyncio.create_task(self._listen(client))
+                ready.set_result(client)
+                try:
+                    await closing.wait()
+                finally:
+                    listening.cancel()
+                    await asyncio.gather(listening, return_exceptions=True)
+        except BaseException as exc:
+            if not ready.done():
+                error = MCPServerError(self.label, f"failed to connect: {exc}")
+                error.__cause__ = exc
+                ready.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._client = None
+
+    async def _disconnect(self) -> None:
+        holder, closing = self._holder, self._closing
+        self._holder = self._closing = None
+        self._client = None
+        self._tools = None
+        if holder is None:
+            return
+        if closing is not None:
+            closing.set()
+        try:
+            async with asyncio.timeout(10):
+                await asyncio.shield(holder)
+        except TimeoutError:
+            holder.cancel()
+            await asyncio.gather(holder, return_exceptions=True)
+
+    async def _drop(self, client: Client) -> None:
+        """Forget a connection that closed under us; the next entry or call reconnects."""
+        if self._lock is None:
+            return
+        async with self._lock:
+            if self._client is client:
+                await self._disconnect()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools = None
+
+    async def _listen(self, client: Client) -> None:
+        """On 2026-era connections, list changes arrive on a `subscriptions/listen` stream."""
+        caps = client.server_capabilities.tools
+        if caps is None or not caps.list_changed:
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._tools = None
+        except Exception:  # an older protocol, or the stream dropped: relist per entry only
+            return
+
+    # ----------------------------------------------------------------- tools
+
+    async def list_tools(self) -> Sequence[Tool]:
+        """The server's tools as golem `Tool`s, listed again after `tools/list_changed`.
+
+        Raises:
+            MCPServerError: the server cannot be reached or fails to list its tools.
+        """
+        client = await self._ensure_connected()
+        tools = self._tools
+        if tools is not None and self._listed_for is client:
+            return tools
+        self._tools = None
+        listed: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                while True:
+                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                    listed.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except (MCPError, TimeoutError) as exc:
+            if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
+                await self._drop(client)
+            raise MCPServerError(self.label, f"failed to list its tools: {exc}") from exc
+        prefix = self.prefix
+        if prefix is None:
+            info = client.server_info
+            prefix = _NAME_CHARS.sub("_", info.name if info is not None else "") or "mcp"
+        tools = [self._tool(t, prefix) for t in listed]
+        self._tools, self._listed_for = tools, client
+        return tools
+
+    def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:
+        server_name = spec.name
+        name = f"{prefix}_{server_name}" if prefix else server_name
+        notes = spec.annotations
+        hints = ToolHints(
+            read_only=notes.read_only_hint if notes else None,
+            destructive=notes.destructive_hint if notes else None,
+            idempotent=notes.idempotent_hint if notes else None,
+            open_world=notes.open_world_hint if notes else None,
+        )
+
+        async def call(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
+            if not call_approved():
+                reason = await self._decide(MCPCall(server_name, name, args, hints, ctx))
+                if reason is not None:
+                    raise Deferred(DeferKind.APPROVAL, reason)
+            return await self._call(ctx, server_name, args)
+
+        return Tool(
+            name,
+            spec.description or spec.title or "",
+            dict(spec.input_schema),
+            call,
+            max_retries=self.max_retries,
+            timeout=self.timeout,
+        )
+
+    async def _decide(self, call: MCPCall) -> str | None:
+        """None when the call may run now, else the reason it needs approval."""
+        policy = self.requires_approval
+        decision: ApprovalDecision
+        if policy is None:
+            decision = default_decision(call)
+        elif isinstance(policy, bool):
+            decision = policy
+        elif isinstance(policy, Mapping):
+            found = policy.get(call.tool_name, policy.get(call.name))
+            decision = default_decision(call) if found is None else found
+        else:
+            value = policy(call)
+            decision = await value if inspect.isawaitable(value) else value
+            if not isinstance(decision, bool | str):
+                raise TypeError(
+                    f"requires_approval must return a bool or a reason string, got "
+                    f"{type(decision).__name__}"
+                )
+        if decision is False or decision == "":
+            return None
+        if decision is True:
+            return f'MCP tool "{call.tool_name}" needs approval'
+        return str(decision)
+
+    async def _call(self, ctx: RunContext[Any], tool_name: str, args: dict[str, Any]) -> ToolResult:
+        client = await self._ensure_connected()
+        try:
+            result = await client.call_tool(tool_name, args)
+        except MCPError as exc:
+            if exc.code in _ARGUMENT_ERRORS:
+                raise ModelRetry(exc.message) from exc
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                await self._drop(client)
+            cause = MCPServerError(self.label, f"failed the call: {exc}")
+            cause.__cause__ = exc
+            raise ToolError(ctx.tool_name, ctx.call_id, str(cause)) from cause
+        text, parts = _convert(result.content)
+        if result.is_error:
+            raise ModelRetry(text or f'MCP tool "{tool_name}" reported an error')
+        if not text and result.structured_content is not None:
+            text = json.dumps(result.structured_content, ensure_ascii=False)
+        return ToolResult(text, parts)
+
+
+def _check_policy(policy: ApprovalPolicy) -> None:
+    if policy is None or isinstance(policy, bool) or callable(policy):
+        return
+    if isinstance(policy, Mapping):
+        for key, value in policy.items():
+            if not isinstance(key, str) or not isinstance(value, bool | str):
+                raise ValueError(
+                    "requires_approval mapping must map tool names to True, False or a reason, "
+                    f"got {key!r}: {value!r}"
+                )
+        return
+    raise ValueError(
+        "requires_approval must be True, False, a mapping of tool names or a function, "
+        f"got {type(policy).__name__}"
+    )
+
+
+def _convert(content: Sequence[Any]) -> tuple[str, list[Part]]:
+    """MCP content blocks as the text and parts of a golem tool result."""
+    texts: list[str] = []
+    parts: list[Part] = []
+    for block in content:
+        if isinstance(block, mcp_types.TextContent):
+            texts.append(block.text)
+        elif isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+            kind = "image" if isinstance(block, mcp_types.ImageContent) else "audio"
+            data = _b64(block.data)
+            if data is None:
+                texts.append(f"[{kind} with invalid base64 data]")
+            else:
+                parts.append(Part(kind, data=data, media_type=block.mime_type))
+        elif isinstance(block, mcp_types.EmbeddedResource):
+            res = block.resource
+            if isinstance(res, mcp_types.TextResourceContents):
+                texts.append(res.text)
+            else:
+                data = _b64(res.blob)
+                if data is None or not res.mime_type:
+                    texts.append(f"[resource {res.uri}]")
+                else:
+                    parts.append(Part(_kind_of(res.mime_type), data=data, media_type=res.mime_type))
+        elif isinstance(block, mcp_types.ResourceLink):
+            texts.append(f"[resource {block.name}: {block.uri}]")
+    return "\n".join(texts), parts
+
+
+def _b64(data: str) -> bytes | None:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _kind_of(media_type: str) -> str:
+    for prefix, kind in (("image/", "image"), ("audio/", "audio"), ("video/", "video")):
+        if media_type.startswith(prefix):
+            return kind
+    return "document"

@@ -1,0 +1,69 @@
+"""Toolsets: tools that come from somewhere else (an MCP server...), resolved per run.
+
+A `Toolset` is an async context manager that hands out `Tool`s. The agent enters each
+of its toolsets for the duration of a run (connecting what needs a connection), asks
+each one for its tools before every model turn (so a server's changed tool list is
+seen on the next turn), and leaves them when the run ends. Entering is reference
+counted by the toolset, so `async with server:` around several runs keeps one
+connection open for all of them.
+
+A toolset's tools are ordinary `Tool`s: the loop calls, times out, retries, defers and
+reports them exactly like the agent's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from golem.tool import Tool
+
+__all__ = ["Toolset", "enter_all", "resolve_tools"]
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """A source of tools for an agent's runs (see the module docstring)."""
+
+    async def __aenter__(self) -> Self:
+        """Make the tools callable (connect); re-entrant, reference counted."""
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Leave; the last exit releases what the first entry acquired."""
+        ...
+
+    async def list_tools(self) -> Sequence[Tool]:
+        """The tools as of now (called before every model turn; cache what is costly)."""
+        ...
+
+
+async def enter_all(stack: AsyncExitStack, toolsets: Iterable[Toolset]) -> None:
+    """Enter every toolset on `stack` (left in reverse order when the stack closes)."""
+    for toolset in toolsets:
+        await stack.enter_async_context(toolset)
+
+
+async def resolve_tools(own: Mapping[str, Tool], toolsets: Iterable[Toolset]) -> dict[str, Tool]:
+    """The agent's own tools plus every toolset's current tools, by name.
+
+    Raises:
+        ValueError: two tools share a name (the message names both sources).
+    """
+    tools = dict(own)
+    for toolset in toolsets:
+        for tool in await toolset.list_tools():
+            if tool.name in tools:
+                raise ValueError(
+                    f'duplicate tool name "{tool.name}": {toolset!r} lists a tool the agent '
+                    "already has; give the toolset a different prefix"
+                )
+            tools[tool.name] = tool
+    return tools

@@ -1,0 +1,533 @@
+"""MCP servers as toolsets (issue 11), against real servers the tests start.
+
+The server is tests/fixtures/mcp_server.py, written with the SDK's server API, spoken to
+over stdio (a subprocess per connection) and over streamable HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, ToolError
+from golem.events import EventKind, RunEvent
+from golem.mcp import MCPCall, MCPServer, MCPServerError, default_decision
+from golem.messages import Message, dumps_history
+from golem.model import ModelRequest
+from golem.testing import FunctionModel, ScriptedModel
+from golem.tool import RunContext
+
+SERVER = str(Path(__file__).parent / "fixtures" / "mcp_server.py")
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    return tmp_path / "side_effects.log"
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Iterator[Any]:
+    with open(tmp_path / "server_stderr.log", "w", encoding="utf-8") as f:
+        yield f
+
+
+def stdio(log: Path, errlog: Any, **kw: Any) -> MCPServer:
+    return MCPServer.stdio(
+        sys.executable, [SERVER], env={"MCP_TEST_LOG": str(log)}, errlog=errlog, **kw
+    )
+
+
+def calls(*items: tuple[str, str, dict[str, Any]]) -> Message:
+    return Message(
+        role="assistant",
+        tool_calls=[ToolCall(cid, name, json.dumps(args)) for cid, name, args in items],
+    )
+
+
+def side_effects(log: Path) -> list[str]:
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+# --------------------------------------------------------------------------- listing
+
+
+async def test_lists_the_server_tools_prefixed_with_their_schema(log: Path, errlog: Any) -> None:
+    async with stdio(log, errlog, prefix="t") as server:
+        tools = {t.name: t for t in await server.list_tools()}
+    assert {"t_add", "t_fail", "t_delete_file", "t_write_note", "t_slow", "t_die"} <= set(tools)
+    add = tools["t_add"]
+    assert add.description == "Add two integers."
+    assert add.schema["properties"]["a"]["type"] == "integer"
+    assert add.schema["required"] == ["a", "b"]
+
+
+async def test_default_prefix_is_the_server_name_and_empty_prefix_adds_none(
+    log: Path, errlog: Any
+) -> None:
+    async with stdio(log, errlog) as server:
+        named = {t.name for t in await server.list_tools()}
+    async with stdio(log, errlog, prefix="") as server:
+        bare = {t.name for t in await server.list_tools()}
+    assert "testsrv_add" in named
+    assert "add" in bare
+
+
+def test_model_sees_mcp_tools_next_to_the_agents_own(log: Path, errlog: Any) -> None:
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> str:
+        seen.append(request)
+        return "ok"
+
+    agent = Agent(FunctionModel(answer), toolsets=[stdio(log, errlog, prefix="t")])
+
+    @agent.tool
+    def local() -> str:
+        """A local tool."""
+        return "x"
+
+    assert agent.run_sync("hi").output == "ok"
+    names = [spec.name for spec in seen[0].tools]
+    assert names[0] == "local"
+    assert "t_add" in names
+
+
+def test_a_name_clash_fails_the_run_before_the_model_is_called(log: Path, errlog: Any) -> None:
+    model = ScriptedModel("never")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="")])
+
+    @agent.tool
+    def add(a: int, b: int) -> int:
+        """Local add."""
+        return a + b
+
+    with pytest.raises(RunError) as info:
+        agent.run_sync("hi")
+    assert info.value.stage == Stage.TOOL
+    assert 'duplicate tool name "add"' in str(info.value.__cause__)
+
+
+def test_tools_list_changed_is_honoured_on_the_next_turn(log: Path, errlog: Any) -> None:
+    offered: list[list[str]] = []
+
+    def answer(request: ModelRequest) -> Message | str:
+        offered.append([spec.name for spec in request.tools])
+        if len(offered) == 1:
+            return calls(("c1", "t_grow", {}))
+        if len(offered) == 2:
+            return calls(("c2", "t_fresh", {}))
+        return "done"
+
+    agent = Agent(FunctionModel(answer), toolsets=[stdio(log, errlog, prefix="t")])
+    result = agent.run_sync("grow")
+    assert "t_fresh" not in offered[0]
+    assert "t_fresh" in offered[1]
+    assert [m.content for m in result.messages if m.role == "tool"] == ["grown", "fresh!"]
+
+
+# --------------------------------------------------------------------------- calls
+
+
+def test_a_call_runs_on_the_server_with_events(log: Path, errlog: Any) -> None:
+    events: list[RunEvent] = []
+    model = ScriptedModel(calls(("c1", "t_add", {"a": 2, "b": 40})), "42")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], event_handler=events.append)
+    result = agent.run_sync("add")
+    assert result.output == "42"
+    tool_msgs = [m for m in result.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.tool_name, m.content) for m in tool_msgs] == [("c1", "t_add", "42")]
+    kinds = [(e.kind, e.tool_name) for e in events if e.tool_name]
+    assert kinds == [(EventKind.TOOL_START, "t_add"), (EventKind.TOOL_END, "t_add")]
+    assert events[-1].kind == EventKind.MODEL_END
+    end = next(e for e in events if e.kind == EventKind.TOOL_END)
+    assert end.result == "42"
+
+
+def test_image_content_becomes_a_part(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(calls(("c1", "t_picture", {})), "seen")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    result = agent.run_sync("look")
+    msg = next(m for m in result.messages if m.role == "tool")
+    assert msg.content == "a red dot"
+    assert [(p.kind, p.media_type) for p in msg.parts] == [("image", "image/png")]
+    assert msg.parts[0].data is not None
+    assert msg.parts[0].data.startswith(b"\x89PNG")
+
+
+def test_a_server_error_goes_back_to_the_model_to_correct(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(
+        calls(("c1", "t_fail", {"message": "no such file: a.txt"})),
+        calls(("c2", "t_add", {"a": 1, "b": 1})),
+        "recovered",
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    result = agent.run_sync("go")
+    assert result.output == "recovered"
+    first = next(m for m in result.messages if m.tool_call_id == "c1")
+    assert first.content == (
+        "Your tool call was rejected: Error executing tool fail: no such file: a.txt. "
+        "Correct the arguments and call the tool again."
+    )
+
+
+def test_server_errors_beyond_the_budget_fail_the_run(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(
+        calls(("c1", "t_fail", {"message": "bad"})),
+        calls(("c2", "t_fail", {"message": "worse"})),
+        "never",
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", max_retries=1)])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("go")
+    assert info.value.stage == Stage.TOOL
+    assert isinstance(info.value.__cause__, ToolError)
+    assert "tool failed after 2 attempts: Error executing tool fail: worse" in str(info.value.__cause__)
+
+
+def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(
+        calls(("c1", "t_add", {"a": "not a number", "b": 1})),
+        calls(("c2", "t_add", {"a": 1, "b": 1})),
+        "fixed",
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", max_retries=1)])
+    result = agent.run_sync("go")
+    assert result.output == "fixed"
+    rejected = next(m for m in result.messages if m.tool_call_id == "c1")
+    assert rejected.content.startswith("Your tool call was rejected: ")
+    assert next(m for m in result.messages if m.tool_call_id == "c2").content == "2"
+
+
+def test_a_slow_call_times_out_with_the_servers_timeout(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", timeout=0.5)])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("wait")
+    assert info.value.stage == Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+    assert "overran its 0.5s timeout" in str(info.value.__cause__)
+
+
+def test_the_agents_tool_timeout_applies_to_mcp_tools(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], tool_timeout=0.5)
+    with pytest.raises(RunError) as info:
+        agent.run_sync("wait")
+    assert isinstance(info.value.__cause__, TimeoutError)
+
+
+async def test_a_server_that_dies_mid_call_fails_the_run_and_the_next_run_reconnects(
+    log: Path, errlog: Any
+) -> None:
+    server = stdio(log, errlog, prefix="t")
+    model = ScriptedModel(
+        calls(("c1", "t_die", {})), calls(("c2", "t_add", {"a": 1, "b": 2})), "3"
+    )
+    agent = Agent(model, toolsets=[server])
+    with pytest.raises(RunError) as info:
+        await agent.run("die")
+    assert info.value.stage == Stage.TOOL
+    cause = info.value.__cause__
+    assert isinstance(cause, ToolError)
+    assert (cause.tool_name, cause.call_id) == ("t_die", "c1")
+    assert isinstance(cause.__cause__, MCPServerError)
+    assert "Connection closed" in str(cause)
+    assert (await agent.run("again")).output == "3"
+
+
+def test_a_server_that_cannot_start_fails_the_run_naming_it(errlog: Any) -> None:
+    server = MCPServer.stdio(
+        sys.executable, ["-c", "import sys; sys.exit(2)"], errlog=errlog, connect_timeout=20
+    )
+    agent = Agent(ScriptedModel("never"), toolsets=[server])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("hi")
+    assert info.value.stage == Stage.TOOL
+    assert isinstance(info.value.__cause__, MCPServerError)
+    assert "stdio:python -c" in str(info.value.__cause__)
+
+
+async def test_one_connection_serves_several_runs_inside_async_with(
+    log: Path, errlog: Any
+) -> None:
+    server = stdio(log, errlog, prefix="t")
+    model = ScriptedModel(
+        calls(("c1", "t_write_note", {"text": "a"})), "1",
+        calls(("c2", "t_write_note", {"text": "b"})), "2",
+    )
+    agent = Agent(model, toolsets=[server])
+    async with server:
+        holder = server._holder
+        await agent.run("one")
+        await agent.run("two")
+        assert server._holder is holder
+    assert server._holder is None
+
+
+# --------------------------------------------------------------------------- approval
+
+
+def test_default_policy_follows_annotations(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(
+        calls(
+            ("c1", "t_add", {"a": 1, "b": 2}),
+            ("c2", "t_delete_file", {"path": "a.log"}),
+            ("c3", "t_write_note", {"text": "hi"}),
+        )
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    paused = agent.run_sync("go")
+    assert paused.pending is not None
+    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
+        ("c2", 'MCP tool "delete_file" is marked destructive'),
+        ("c3", 'MCP tool "write_note" is not marked read-only'),
+    ]
+    assert next(m for m in paused.messages if m.tool_call_id == "c1").content == "3"
+    assert side_effects(log) == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (False, []),
+        (True, ["c1", "c2", "c3"]),
+        ({"add": True, "t_delete_file": False}, ["c1", "c3"]),
+        ({"write_note": "notes are audited"}, ["c2", "c3"]),
+        (lambda call: call.args.get("path") == "secret", []),
+    ],
+)
+def test_configured_policies(
+    log: Path, errlog: Any, policy: Any, expected: list[str]
+) -> None:
+    model = ScriptedModel(
+        calls(
+            ("c1", "t_add", {"a": 1, "b": 2}),
+            ("c2", "t_delete_file", {"path": "a.log"}),
+            ("c3", "t_write_note", {"text": "hi"}),
+        ),
+        "done",
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", requires_approval=policy)])
+    result = agent.run_sync("go")
+    pending = [p.call_id for p in result.pending.approvals] if result.pending else []
+    assert pending == expected
+
+
+def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
+    log: Path, errlog: Any
+) -> None:
+    seen: list[MCPCall] = []
+
+    async def policy(call: MCPCall) -> bool | str:
+        seen.append(call)
+        return f"{call.tool_name} on {call.args['path']} for {call.ctx.deps}"
+
+    model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", requires_approval=policy)])
+    paused = agent.run_sync("go", deps="alice")
+    assert paused.pending is not None
+    assert paused.pending.approvals[0].reason == "delete_file on a.log for alice"
+    call = seen[0]
+    assert (call.name, call.ctx.call_id, call.hints.destructive) == ("t_delete_file", "c1", True)
+
+
+def test_default_decision_reads_the_hints() -> None:
+    from golem.mcp import ToolHints
+
+    ctx: RunContext[None] = RunContext(None)
+
+    def decide(**hints: bool) -> bool | str:
+        return default_decision(MCPCall("x", "t_x", {}, ToolHints(**hints), ctx))
+
+    assert decide(read_only=True) is False
+    assert decide(read_only=True, destructive=True) == 'MCP tool "x" is marked destructive'
+    assert decide() == 'MCP tool "x" is not marked read-only'
+    assert decide(read_only=False, destructive=False) == 'MCP tool "x" is not marked read-only'
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"add": 1}, {1: True}, 3, "yes"],
+)
+def test_a_malformed_policy_is_rejected_up_front(bad: Any) -> None:
+    with pytest.raises(ValueError, match="requires_approval"):
+        MCPServer.stdio("python", requires_approval=bad)
+
+
+def test_bad_configuration_is_rejected() -> None:
+    with pytest.raises(ValueError, match="prefix"):
+        MCPServer.stdio("python", prefix="a b")
+    with pytest.raises(ValueError, match="timeout"):
+        MCPServer.stdio("python", timeout=0)
+    with pytest.raises(ValueError, match="max_retries"):
+        MCPServer.stdio("python", max_retries=-1)
+    with pytest.raises(ValueError, match="url"):
+        MCPServer.http("ftp://x")
+    with pytest.raises(TypeError, match="toolset"):
+        Agent(ScriptedModel("x")).add_toolset(object())  # type: ignore[arg-type]
+
+
+def test_approved_call_runs_once_on_the_server_denied_never(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(
+        calls(("c1", "t_delete_file", {"path": "a.log"}), ("c2", "t_delete_file", {"path": "b"})),
+        "done",
+    )
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    paused = agent.run_sync("go")
+    assert side_effects(log) == []
+    done = agent.run_with_deferred_results_sync(
+        paused.messages,
+        DeferredResults(approvals={"c1": Approval(True), "c2": Approval(False, "keep b")}),
+    )
+    assert done.output == "done"
+    assert side_effects(log) == ["deleted a.log"]
+    results = {m.tool_call_id: m.content for m in done.messages if m.role == "tool"}
+    assert results["c1"] == "deleted a.log"
+    assert results["c2"].startswith("Your tool call was denied: keep b.")
+
+
+RESUME_SCRIPT = """
+import sys
+from golem import Agent, Approval, DeferredResults, loads_history
+from golem.mcp import MCPServer
+from golem.testing import ScriptedModel
+
+server_py, log, errlog, history = sys.argv[1:5]
+server = MCPServer.stdio(sys.executable, [server_py], env={"MCP_TEST_LOG": log},
+                         errlog=open(errlog, "a"), prefix="t")
+agent = Agent(ScriptedModel("Deleted a.log."), toolsets=[server])
+paused = loads_history(open(history, encoding="utf-8").read())
+done = agent.run_with_deferred_results_sync(
+    paused, DeferredResults(approvals={"c1": Approval(True)}))
+print(done.output)
+print([m.content for m in done.messages if m.role == "tool"])
+"""
+
+
+def test_approval_pauses_and_resumes_in_another_process(
+    log: Path, errlog: Any, tmp_path: Path
+) -> None:
+    model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    paused = agent.run_sync("clean up")
+    assert paused.pending is not None
+    assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
+    history = tmp_path / "paused.json"
+    history.write_text(dumps_history(paused.messages), encoding="utf-8")
+    assert side_effects(log) == []
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, SERVER, str(log), errlog.name, str(history)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Deleted a.log.", "['deleted a.log']"]
+    assert side_effects(log) == ["deleted a.log"]
+
+
+def test_resume_fails_before_running_when_the_server_lost_the_tool(
+    log: Path, errlog: Any
+) -> None:
+    from golem import ResumeError
+
+    paused_history = [
+        Message(role="user", content="go"),
+        calls(("c1", "t_gone", {})),
+    ]
+    agent = Agent(ScriptedModel("never"), toolsets=[stdio(log, errlog, prefix="t")])
+    with pytest.raises(ResumeError, match='tool "t_gone" is not registered'):
+        agent.run_with_deferred_results_sync(
+            paused_history, DeferredResults(approvals={"c1": Approval(True)})
+        )
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_url(log: Path, tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "MCP_TEST_LOG": str(log)}
+    with open(tmp_path / "http_server.log", "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(
+            [sys.executable, SERVER, "--http", str(port)], env=env, stdout=out, stderr=out
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the MCP HTTP test server did not start") from None
+                    time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> None:
+    server = MCPServer.http(http_url, headers={"X-Test": "1"}, prefix="h")
+    model = ScriptedModel(
+        calls(("c1", "h_add", {"a": 20, "b": 22}), ("c2", "h_delete_file", {"path": "x"})),
+        calls(("c3", "h_fail", {"message": "nope"})),
+        "done",
+    )
+    agent = Agent(model, toolsets=[server])
+    paused = agent.run_sync("go")
+    assert paused.pending is not None
+    assert [p.call_id for p in paused.pending.approvals] == ["c2"]
+    assert next(m for m in paused.messages if m.tool_call_id == "c1").content == "42"
+    done = agent.run_with_deferred_results_sync(
+        dumps_history(paused.messages), DeferredResults(approvals={"c2": Approval(True)})
+    )
+    assert done.output == "done"
+    results = {m.tool_call_id: m.content for m in done.messages if m.role == "tool"}
+    assert results["c2"] == "deleted x"
+    assert results["c3"].startswith("Your tool call was rejected: Error executing tool fail: nope.")
+    assert side_effects(log) == ["deleted x"]
+
+
+def test_http_server_unreachable_fails_the_run() -> None:
+    server = MCPServer.http(f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout=20)
+    agent = Agent(ScriptedModel("never"), toolsets=[server])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("hi")
+    assert isinstance(info.value.__cause__, MCPServerError)
+
+
+def test_streamed_runs_use_toolsets_too(log: Path, errlog: Any) -> None:
+    model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), "3")
+    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+
+    async def main() -> str:
+        async with agent.run_stream("go") as stream:
+            async for _ in stream:
+                pass
+        return str(stream.result.output)
+
+    assert asyncio.run(main()) == "3"
