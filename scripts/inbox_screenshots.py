@@ -10,10 +10,8 @@ the inbox with uvicorn and takes each screenshot with Playwright.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
-from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,84 +20,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tests.service._server import serve  # noqa: E402
 from tests.service.agents import build_registry  # noqa: E402
+from tests.service.browser._queue import seed  # noqa: E402
 
 from golem.service import Approver, AuthConfig, create_app  # noqa: E402
-from golem.store import CallKind, NewCall, NewRun, open_store, utc_now  # noqa: E402
 
 TOKEN = "screenshot-token"
 OUT = ROOT / "docs" / "images"
 SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
-
-MANIFEST = "\n".join(
-    ["apiVersion: apps/v1", "kind: Deployment", "metadata:", "  name: billing"]
-    + [f"  # replica setting {i}" for i in range(30)]
-)
-QUEUE = [
-    (
-        "ops",
-        "Roll out billing v2.3 to production",
-        "I'll deploy the manifest, then restart the workers.",
-        [
-            ("deploy", {"target": "production", "manifest": MANIFEST}),
-            ("deploy", {"target": "canary"}),
-        ],
-        900,
-    ),
-    (
-        "mail",
-        "Tell the customer their refund is on its way",
-        "Here is the draft e-mail.",
-        [
-            (
-                "send_email",
-                {
-                    "to": "dana@example.com",
-                    "subject": "Your refund",
-                    "body": "Hi Dana,\n\nYour refund of €42.00 was issued today.\n\nBest,\nSupport",
-                },
-            )
-        ],
-        None,
-    ),
-    (
-        "ops",
-        "Clean up old home directories",
-        "Removing the stale directory.",
-        [("shell", {"command": "rm -rf /home/\u202egpj.exe"})],
-        None,
-    ),
-]
-
-
-async def seed(url: str) -> None:
-    store = await open_store(url)
-    try:
-        for i, (agent, prompt, said, calls, expires) in enumerate(QUEUE):
-            deadline = None if expires is None else utc_now() + timedelta(seconds=expires)
-            history = json.dumps(
-                [{"role": "user", "content": prompt}, {"role": "assistant", "content": said}]
-            )
-            await store.save_pending(
-                NewRun(
-                    id=f"run-{i}",
-                    agent=agent,
-                    conversation_id=f"conv-{i}",
-                    history=history,
-                    calls=tuple(
-                        NewCall(
-                            f"call-{i}-{j}",
-                            CallKind.APPROVAL,
-                            tool,
-                            json.dumps(args),
-                            deadline=deadline,
-                        )
-                        for j, (tool, args) in enumerate(calls)
-                    ),
-                    started_by="olga@example.com",
-                )
-            )
-    finally:
-        await store.close()
 
 
 def main() -> None:

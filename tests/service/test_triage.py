@@ -106,3 +106,56 @@ async def test_the_tool_filter_is_a_case_insensitive_substring(
     await sign_in(client)
     page = (await client.get("/?tool=PLO")).text
     assert page.count('class="group-title"') == 1
+
+
+async def test_runs_show_title_outcome_who_started_and_who_decided(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    from golem.store import Decision
+
+    run = await start("twin", prompt="Ship the release\nwith details")
+    await store.decide(run["id"], "c1", Decision.approve(), decided_by="zoe")
+    await start("echo", prompt="say hi")
+    await sign_in(client)
+    page = (await client.get("/runs")).text
+    assert "Ship the release" in page
+    assert "with details" not in page  # the first line is the title
+    assert "echo: say hi" in page  # the outcome
+    assert ">alice<" in page  # started by
+    assert ">zoe<" in page  # decided by
+
+
+async def test_the_audit_view_filters_and_exports(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    from golem.store import Decision
+
+    run = await start("twin")
+    await store.decide(run["id"], "c1", Decision.deny("=HYPERLINK(1)"), decided_by="=zoe")
+    await start("echo", who="olga")
+    await sign_in(client)
+    page = (await client.get("/audit?action=decided")).text
+    assert page.count("<tr><td") == 1
+    res = await client.get("/audit?actor=ZOE&format=csv")
+    assert res.headers["content-type"].startswith("text/csv")
+    lines = res.text.strip().splitlines()
+    assert lines[0] == "id,at,run_id,agent,actor,action,detail"
+    assert len(lines) == 2
+    assert ",'=zoe,decided," in lines[1]  # no formula injection into a spreadsheet
+    res = await client.get("/audit?agent=echo&format=json")
+    assert {e["agent"] for e in res.json()} == {"echo"}
+    assert (await client.get("/audit?action=nope")).status_code == 422
+
+
+async def test_the_audit_api_hides_runs_the_caller_may_not_see(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    from tests.service.conftest import bearer
+
+    await start("mixed")
+    await start("twin")
+    res = await client.get("/api/audit", headers=bearer("olga"))
+    assert res.status_code == 200
+    assert {e["agent"] for e in res.json()["entries"]} == {"twin"}
+    res = await client.get("/api/audit?action=created&limit=1", headers=bearer("alice"))
+    assert len(res.json()["entries"]) == 1

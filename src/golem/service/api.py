@@ -106,6 +106,8 @@ class ServiceState:
     """How often the event stream sends a keep-alive comment (seconds)."""
     default_expires_in: float | None
     """Default deadline of started runs' pending calls (seconds), None for none."""
+    undo_seconds: float = 5.0
+    """The inbox's undo window before a decision is sent (0: send at once; API unaffected)."""
     max_streams_per_identity: int = 8
     """Open event streams allowed per approver identity."""
     stream_recheck: float = 5.0

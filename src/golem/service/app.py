@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__
-from golem.service import api, inbox, stream
+from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
 from golem.service.openapi import SSE, Operation, openapi_document, operation
@@ -84,6 +84,7 @@ ROUTES: list[BaseRoute] = [
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
     Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
+    Route("/api/audit", audit.api_audit, methods=["GET"]),
     Route("/api/events", EVENTS, methods=["GET"]),
     Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
@@ -94,6 +95,7 @@ ROUTES: list[BaseRoute] = [
     Route("/runs", inbox.runs_page, methods=["GET"]),
     Route("/runs", inbox.start_form, methods=["POST"]),
     Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
+    Route("/audit", audit.audit_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
@@ -277,6 +279,7 @@ def create_app(
     default_expires_in: float | None = None,
     max_streams_per_identity: int = 8,
     login_attempts_per_minute: int = 10,
+    undo_seconds: float = 5.0,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -299,6 +302,8 @@ def create_app(
             beyond).
         login_attempts_per_minute: `POST /login` attempts allowed per client address per
             minute (429 beyond).
+        undo_seconds: how long the inbox holds a decision, with an Undo button, before
+            sending it (0 sends at once). The JSON API always records at once.
 
     Raises:
         ValueError: a non-positive interval, lease, body limit or limit.
@@ -314,6 +319,8 @@ def create_app(
     ):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
+    if not 0 <= undo_seconds <= 60:
+        raise ValueError(f"undo_seconds must be between 0 and 60, got {undo_seconds!r}")
     if default_expires_in is not None and not 0 < default_expires_in <= MAX_EXPIRES_IN:
         raise ValueError(
             f"default_expires_in must be positive and at most {MAX_EXPIRES_IN:.0f} s, "
@@ -329,6 +336,7 @@ def create_app(
         default_expires_in=default_expires_in,
         max_streams_per_identity=max_streams_per_identity,
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
+        undo_seconds=undo_seconds,
     )
 
     @asynccontextmanager

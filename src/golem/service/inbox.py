@@ -65,7 +65,9 @@ __all__ = [
     "inbox_page",
     "login",
     "login_page",
+    "login_redirect",
     "logout",
+    "render_audit",
     "render_error",
     "run_page",
     "run_view",
@@ -118,9 +120,9 @@ LONG_CHARS = 800
 PREVIEW_LINES = 6
 
 _NOTICES = {
-    "approve": "Approved. A worker resumes the run once every call is decided.",
-    "deny": "Denied. The model is told not to run the call.",
-    "external": "Result submitted.",
+    "approve": "Approved {call}. A worker resumes the run once every call is decided.",
+    "deny": "Denied {call}. The model is told not to run the call.",
+    "external": "Result for {call} submitted.",
     "signed-out": "Signed out.",
     "approve-all": "Approved every call of the run.",
     "deny-all": "Denied every call of the run.",
@@ -225,12 +227,24 @@ def _safe_next(value: str | None, default: str = "/") -> str:
     return value
 
 
-def _with_notice(path: str, notice: str) -> str:
-    """`path` with its `notice` query parameter set to `notice` (other parameters kept)."""
+def _with_notice(path: str, notice: str, call: str = "", fragment: str = "") -> str:
+    """`path` with its `notice` (and `call`) query parameters set, other parameters kept."""
     parts = urlsplit(path)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "notice"]
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("notice", "call")
+    ]
     query.append(("notice", notice))
-    return urlunsplit(("", "", parts.path, urlencode(query), ""))
+    if call:
+        query.append(("call", call))
+    return urlunsplit(("", "", parts.path, urlencode(query), fragment))
+
+
+def _notice(request: Request) -> str:
+    template = _NOTICES.get(request.query_params.get("notice", ""), "")
+    call = request.query_params.get("call", "")[:200] or "the call"
+    return template.replace("{call}", call)
 
 
 # --------------------------------------------------------------------------- views
@@ -277,6 +291,7 @@ def call_view(
         "can_decide": run.status is RunStatus.PENDING
         and cred.approver.may_decide(run.agent, c.tool_name),
         "action": _path("runs", run.id, "calls", c.call_id, "decision"),
+        "after": "",
     }
 
 
@@ -340,7 +355,15 @@ def group_views(
             rest.append((run.created_at, group))
     soon.sort(key=lambda t: (t[0], t[1]["run_id"]))
     rest.sort(key=lambda t: (t[0], t[1]["run_id"]))
-    return [g for _, g in soon], [g for _, g in rest]
+    groups = [g for _, g in soon], [g for _, g in rest]
+    _link_next([c for part in groups for g in part for c in g["calls"]])
+    return groups
+
+
+def _link_next(cards: list[dict[str, Any]]) -> None:
+    """Give each card the DOM ID of the card after it (where focus goes once it is decided)."""
+    for card, following in zip(cards, [*cards[1:], None], strict=False):
+        card["after"] = following["dom_id"] if following else ""
 
 
 def _first_line(text: str, limit: int = 120) -> str:
@@ -372,6 +395,15 @@ def _message_views(history: str) -> list[dict[str, Any]]:
         view["version"] = _digest(view)
         views.append(view)
     return views
+
+
+def _outcome_line(run: RunRecord) -> str:
+    """One line saying how a finished run ended (empty while it is not finished)."""
+    if run.outcome is None:
+        return ""
+    if run.outcome.error:
+        return _first_line(run.outcome.error, 90)
+    return _first_line(_output_text(run), 90)
 
 
 def _output_text(run: RunRecord) -> str:
@@ -437,7 +469,8 @@ def session(request: Request) -> tuple[Credential, str] | None:
     return None if cred is None or value is None else (cred, value)
 
 
-def _login_redirect(request: Request) -> Response:
+def login_redirect(request: Request) -> Response:
+    """303 to the sign-in page, coming back to this page afterwards."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
 
@@ -458,7 +491,8 @@ def _render(
         "identity": who[0].approver.identity if who else "",
         "csrf": _state(request).auth.csrf_token(who[1]) if who else "",
         "pending_count": pending,
-        "notice": _NOTICES.get(request.query_params.get("notice", ""), ""),
+        "notice": _notice(request),
+        "undo": _state(request).undo_seconds if who else 0,
         "error": "",
         "run_id": "",
         "stream_url": f"/api/events?cursor={cursor}",
@@ -466,6 +500,48 @@ def _render(
     base.update(context)
     html = _env.get_template(template).render(base)
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def render_audit(
+    request: Request,
+    who: tuple[Credential, str],
+    q: Any,
+    rows: list[Any],
+) -> HTMLResponse:
+    """The audit page for `rows` (`golem.service.audit`)."""
+    from golem.service.audit import ACTIONS
+
+    state = _state(request)
+    cred = who[0]
+    query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
+    return _render(
+        request,
+        "audit.html",
+        {
+            "page": "audit",
+            "rows": [
+                {
+                    **_audit_view(r.entry),
+                    "agent": r.agent,
+                    "run_href": _path("runs", r.entry.run_id),
+                    "run_short": _short(r.entry.run_id),
+                }
+                for r in rows
+            ],
+            "filters": {
+                "actor": q.actor or "",
+                "action": q.action.value if q.action else "",
+                "agent": q.agent or "",
+                "run": q.run or "",
+            },
+            "actions": ACTIONS,
+            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
+            "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
+        },
+        who=who,
+        pending=await _pending_count(request, cred),
+    )
 
 
 def render_error(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
@@ -635,7 +711,7 @@ async def inbox_page(request: Request) -> Response:
     """Pending calls the approver may decide, oldest first, with decision forms."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -693,7 +769,7 @@ async def runs_page(request: Request) -> Response:
     """Recent runs the approver may see, filtered by status and agent."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -716,6 +792,9 @@ async def runs_page(request: Request) -> Response:
             "created_iso": _iso(r.created_at),
             "age": _ago(r.created_at, now),
             "started_by": r.started_by,
+            "title": _first_line(_context(r.conversation)[0], 90) or "—",
+            "outcome": _outcome_line(r),
+            "decided_by": sorted({c.decision.decided_by for c in r.calls if c.decision}),
         }
         for r in runs
     ]
@@ -747,7 +826,7 @@ async def run_page(request: Request) -> Response:
     """One run: status and outcome, its calls, the conversation and the audit trail."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -757,6 +836,8 @@ async def run_page(request: Request) -> Response:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
+    cards = [call_view(run, c, cred, now) for c in run.calls]
+    _link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return _render(
         request,
         "run.html",
@@ -764,7 +845,7 @@ async def run_page(request: Request) -> Response:
             "page": "run",
             "run_id": run.id,
             "run": run_view(run, now),
-            "calls": [call_view(run, c, cred, now) for c in run.calls],
+            "calls": cards,
             "messages": _message_views(run.conversation),
             "audit": [_audit_view(e) for e in audit],
             "next": _path("runs", run.id),
@@ -801,9 +882,44 @@ async def decide_form(request: Request) -> Response:
         decision = Decision.external(form.get("result", ""))
     else:
         raise ApiError(422, "invalid_request", "decision must be approve, deny or external")
-    await decide_call(_state(request), cred, run_id, call_id, decision)
+    try:
+        _, run = await decide_call(_state(request), cred, run_id, call_id, decision)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return await _conflict_page(request, cred, run_id, call_id, exc)
+    call = run.call(call_id)
     nxt = _safe_next(form.get("next"), _path("runs", run_id))
-    return RedirectResponse(_with_notice(nxt, kind), status_code=303)
+    after = form.get("after", "")
+    fragment = after if after.startswith("call-") and after[5:].isalnum() else ""
+    named = f"{call.tool_name} ({call_id})"
+    return RedirectResponse(_with_notice(nxt, kind, named, fragment), status_code=303)
+
+
+async def _conflict_page(
+    request: Request, cred: Credential, run_id: str, call_id: str, exc: ApiError
+) -> Response:
+    """409 as a page that links the run and says who decided the call, and how."""
+    run = await load_run(_state(request), cred, run_id)
+    call = run.call(call_id)
+    d = call.decision
+    who = session(request)
+    return _render(
+        request,
+        "conflict.html",
+        {
+            "status": 409,
+            "heading": "Already decided or no longer pending",
+            "error": exc.message,
+            "call": call_view(run, call, cred, utc_now()),
+            "decided_by": d.decided_by if d else "",
+            "run_href": _path("runs", run.id),
+            "run_short": _short(run.id),
+            "run_status": run.status.value,
+        },
+        status=409,
+        who=who,
+    )
 
 
 @operation(

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from golem.store import CallKind, RunStatus
+from golem.store import AuditAction, CallKind, RunStatus
 
 __all__ = [
     "MAX_EXPIRES_IN",
@@ -21,6 +21,9 @@ __all__ = [
     "Agent",
     "AgentList",
     "AuditItem",
+    "AuditList",
+    "AuditListItem",
+    "AuditQuery",
     "BulkDecisionForm",
     "Call",
     "CallList",
@@ -133,6 +136,18 @@ class CallsQuery(BaseModel):
     limit: int = Field(
         default=MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT, description="At most this many runs."
     )
+
+
+class AuditQuery(BaseModel):
+    """`GET /api/audit` and `GET /audit` query parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    actor: str | None = Field(default=None, description="Actor contains this (any case).")
+    action: AuditAction | None = Field(default=None, description="Only this action.")
+    agent: str | None = Field(default=None, description="Only runs of this agent.")
+    run: str | None = Field(default=None, description="Run ID contains this.")
+    limit: int = Field(default=500, ge=1, le=5000, description="At most this many entries.")
 
 
 class EventsQuery(BaseModel):
@@ -293,6 +308,18 @@ class AuditItem(_Out):
     actor: str
     action: str
     detail: dict[str, Any]
+
+
+class AuditListItem(AuditItem):
+    """An audit entry with its run's agent."""
+
+    agent: str
+
+
+class AuditList(_Out):
+    """`{"entries": [...]}`, newest first."""
+
+    entries: list[AuditListItem]
 
 
 class RunDetail(Run):

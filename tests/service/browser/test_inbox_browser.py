@@ -58,6 +58,7 @@ def base(tmp_path: Path) -> Iterator[str]:
         run_worker=True,
         worker_poll_interval=0.05,
         stream_poll_interval=0.05,
+        undo_seconds=1,
     )
     with serve(app) as url:
         yield url
@@ -115,9 +116,12 @@ def test_pause_approve_in_the_inbox_and_see_the_final_answer(
     assert page.evaluate("document.activeElement.hasAttribute('data-call')")
     page.keyboard.press("a")
     assert page.evaluate("document.activeElement.textContent.trim()") == "Approve"
-    page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(r"/\?notice=approve$"))
-    assert "Approved." in page.inner_text(".notice")
+    page.keyboard.press("Enter")  # held for the undo window, then sent in the background
+    assert "sending in" in page.inner_text("#toast")
+    page.locator(
+        "#toast-text", has_text=re.compile(r"^Approved restart_service \(.+\)\.$")
+    ).wait_for()
+    page.wait_for_selector("#empty")
     assert "Nothing is waiting" in page.inner_text("#pending")
 
     # 3. The run's page shows the final answer once the worker resumed it.
