@@ -143,6 +143,18 @@ def serve(
     expires_in: Annotated[
         float | None, typer.Option(help="Seconds until a started run's calls expire.")
     ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            help="Webhook for paused/expiring/ended runs: URL, AGENT=URL, or slack+URL "
+            "(repeatable). Signed with $GOLEM_WEBHOOK_SECRET when set.",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(help="The inbox's address as people reach it (webhook deep links)."),
+    ] = None,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -151,13 +163,24 @@ def serve(
     import uvicorn
 
     from golem.service import AuthConfig, create_app
+    from golem.service.notify import Webhook
 
     registry = _registry(app_spec)
+    secret = os.environ.get("GOLEM_WEBHOOK_SECRET", "").encode() or None
     try:
         auth = AuthConfig.from_env()
+        hooks = [Webhook.parse(spec, secret=secret) for spec in notify or ()]
     except ValueError as exc:
         raise _err(str(exc), 2) from None
-    app = create_app(registry, _db(db), auth=auth, run_worker=worker, default_expires_in=expires_in)
+    app = create_app(
+        registry,
+        _db(db),
+        auth=auth,
+        run_worker=worker,
+        default_expires_in=expires_in,
+        webhooks=hooks,
+        public_url=public_url or f"http://{host}:{port}",
+    )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
         f"(store {_db(db)}, in-process worker {'on' if worker else 'off'})"

@@ -115,6 +115,8 @@ class ServiceState:
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    notifier: Any = None
+    """The webhook `Notifier` while the app runs with webhooks (else None)."""
     """Sign-in attempts allowed per client address."""
 
 

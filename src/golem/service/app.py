@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from golem import __version__
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
+from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.store import Store, open_store
@@ -85,6 +86,7 @@ ROUTES: list[BaseRoute] = [
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
     Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
     Route("/api/audit", audit.api_audit, methods=["GET"]),
+    Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
     Route("/api/events", EVENTS, methods=["GET"]),
     Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
@@ -96,6 +98,7 @@ ROUTES: list[BaseRoute] = [
     Route("/runs", inbox.start_form, methods=["POST"]),
     Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
     Route("/audit", audit.audit_page, methods=["GET"]),
+    Route("/notifications", audit.deliveries_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
@@ -280,6 +283,9 @@ def create_app(
     max_streams_per_identity: int = 8,
     login_attempts_per_minute: int = 10,
     undo_seconds: float = 5.0,
+    webhooks: Sequence[Webhook] = (),
+    public_url: str = "http://127.0.0.1:8000",
+    expiring_within: float = 900.0,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -304,6 +310,10 @@ def create_app(
             minute (429 beyond).
         undo_seconds: how long the inbox holds a decision, with an Undo button, before
             sending it (0 sends at once). The JSON API always records at once.
+        webhooks: notify these when a run pauses, a call is about to expire or a run ends
+            (`golem.service.notify`).
+        public_url: the inbox's address as people reach it, for the webhooks' deep links.
+        expiring_within: seconds before a call's deadline that `call.expiring` is sent.
 
     Raises:
         ValueError: a non-positive interval, lease, body limit or limit.
@@ -346,6 +356,13 @@ def create_app(
             state.store = opened
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
+        notifier_task: asyncio.Task[None] | None = None
+        if webhooks:
+            assert state.store is not None
+            state.notifier = Notifier(
+                state.store, webhooks, public_url=public_url, expiring_within=expiring_within
+            )
+            notifier_task = asyncio.create_task(state.notifier.run(stop))
         if run_worker:
             assert state.store is not None
             worker = Worker(state.store, registry, worker_id, lease_seconds)
@@ -357,6 +374,8 @@ def create_app(
             stop.set()
             if task is not None:
                 await task  # finishes the resume in progress, then stops
+            if notifier_task is not None:
+                await notifier_task
             if opened is not None:
                 state.store = None
                 await opened.close()

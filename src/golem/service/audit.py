@@ -23,7 +23,15 @@ from golem.service.auth import Credential
 from golem.service.openapi import HTML, REDIRECT, operation
 from golem.store import AuditAction, AuditEntry, RunNotFound
 
-__all__ = ["AUDIT_SCAN", "AuditRow", "api_audit", "audit_page", "audit_rows"]
+__all__ = [
+    "AUDIT_SCAN",
+    "AuditRow",
+    "api_audit",
+    "api_deliveries",
+    "audit_page",
+    "audit_rows",
+    "deliveries_page",
+]
 
 AUDIT_SCAN = 5000
 """How many of the newest audit entries the view reads before filtering."""
@@ -158,3 +166,62 @@ def _cell(text: str) -> str:
 
 ACTIONS = [a.value for a in AuditAction]
 """Every audit action, for the filter."""
+
+
+def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryItem]:
+    notifier = state.notifier
+    if notifier is None:
+        return []
+    return [
+        schemas.DeliveryItem(
+            id=d.id,
+            event=d.event,
+            run_id=d.run_id,
+            agent=d.agent,
+            url=d.url,
+            created_at=d.created_at,
+            state=d.state,
+            attempts=[schemas.DeliveryAttempt(**a) for a in d.attempts],
+        )
+        for d in notifier.visible(cred.approver.may_see)
+    ]
+
+
+@operation(
+    op_id="listNotifications",
+    summary="The webhook delivery log (runs the caller may see), newest first.",
+    responses={200: schemas.DeliveryList},
+    errors=(401,),
+)
+async def api_deliveries(request: Request) -> Response:
+    """The webhook delivery log (runs the caller may see), newest first."""
+    cred = bearer(request)
+    return respond(schemas.DeliveryList(deliveries=_deliveries(request.app.state.golem, cred)))
+
+
+@operation(
+    op_id="notificationsPage",
+    summary="The webhook delivery log (HTML).",
+    responses={200: HTML, 303: REDIRECT},
+    security=("session",),
+    tag="inbox",
+)
+async def deliveries_page(request: Request) -> Response:
+    """The webhook delivery log: each notification, where it went and every attempt."""
+    from golem.service import inbox
+
+    who = inbox.session(request)
+    if who is None:
+        return inbox.login_redirect(request)
+    state: ServiceState = request.app.state.golem
+    return await inbox.render_page(
+        request,
+        who,
+        "notifications.html",
+        {
+            "page": "notifications",
+            "configured": state.notifier is not None,
+            "hooks": [w.shown_url for w in state.notifier.webhooks] if state.notifier else [],
+            "deliveries": _deliveries(state, who[0]),
+        },
+    )

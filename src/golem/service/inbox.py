@@ -69,6 +69,7 @@ __all__ = [
     "logout",
     "render_audit",
     "render_error",
+    "render_page",
     "run_page",
     "run_view",
     "runs_page",
@@ -541,6 +542,15 @@ async def render_audit(
         },
         who=who,
         pending=await _pending_count(request, cred),
+    )
+
+
+async def render_page(
+    request: Request, who: tuple[Credential, str], template: str, context: dict[str, Any]
+) -> HTMLResponse:
+    """A signed-in page from `template` with `context` (the header's count included)."""
+    return _render(
+        request, template, context, who=who, pending=await _pending_count(request, who[0])
     )
 
 

@@ -32,6 +32,9 @@ __all__ = [
     "DecisionForm",
     "DecisionOut",
     "DecisionResult",
+    "DeliveryAttempt",
+    "DeliveryItem",
+    "DeliveryList",
     "ErrorBody",
     "ErrorDetail",
     "ErrorInfo",
@@ -404,3 +407,30 @@ class OpenApiDocument(_Out):
     model_config = ConfigDict(extra="allow")
 
     openapi: str
+
+
+class DeliveryAttempt(_Out):
+    """One try to deliver a notification."""
+
+    at: str
+    status: int | None = Field(description="The HTTP status (null: no answer).")
+    error: str = Field(description="Empty when the attempt succeeded.")
+
+
+class DeliveryItem(_Out):
+    """A webhook notification and its attempts."""
+
+    id: str
+    event: str
+    run_id: str
+    agent: str
+    url: str = Field(description="The webhook URL without query string or user info.")
+    created_at: Time
+    state: Literal["pending", "delivered", "failed"]
+    attempts: list[DeliveryAttempt]
+
+
+class DeliveryList(_Out):
+    """`{"deliveries": [...]}`, newest first."""
+
+    deliveries: list[DeliveryItem]

@@ -174,8 +174,9 @@ def test_a_conflict_page_links_the_run_and_names_who_decided(
     browser: Any, served: tuple[str, str]
 ) -> None:
     base, url = served
-    page = _page(browser, base, extra_http_headers={})
-    page.evaluate("document.body.dataset.undo = '0'")  # plain form posts for this test
+    page = _page(browser, base)
+    action = "/runs/run-2/calls/call-2-0/decision"
+    csrf = page.locator(f"form[action='{action}'] input[name=csrf]").first.input_value()
 
     async def bob_denies() -> None:
         store = await open_store(url)
@@ -185,9 +186,20 @@ def test_a_conflict_page_links_the_run_and_names_who_decided(
             await store.close()
 
     _run(bob_denies())
-    form = page.locator("form[action='/runs/run-2/calls/call-2-0/decision'].approve-form")
-    with page.expect_navigation():
-        form.evaluate("f => f.submit()")
+    page.locator("#pending [data-call]").nth(3).wait_for(state="detached")  # live update
+    with page.expect_navigation():  # a stale tab's Approve, posted after bob decided
+        page.evaluate(
+            """([action, csrf]) => {
+                const f = document.createElement("form");
+                f.method = "post"; f.action = action;
+                for (const [k, v] of [["csrf", csrf], ["decision", "approve"]]) {
+                    const i = document.createElement("input");
+                    i.type = "hidden"; i.name = k; i.value = v; f.append(i);
+                }
+                document.body.append(f); f.submit();
+            }""",
+            [action, csrf],
+        )
     assert "bob" in page.inner_text("main")
     assert page.get_by_role("link", name="Open run run-2").get_attribute("href") == "/runs/run-2"
     page.context.close()

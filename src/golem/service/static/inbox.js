@@ -144,6 +144,38 @@
     if (box) box.textContent = text;
   }
 
+  // ------------------------------------------------------------------ browser notifications
+  // Opt-in: the button asks for permission; while on, a run that starts waiting shows a
+  // notification when this tab is in the background.
+  const NOTIFY_KEY = "golem-notify";
+  function notifyOn() {
+    return window.Notification && Notification.permission === "granted" && localStorage.getItem(NOTIFY_KEY) === "on";
+  }
+  function setupBrowserNotify() {
+    const button = $("#browser-notify");
+    if (!button || !window.Notification) return;
+    const state = $("#browser-notify-state");
+    const show = () => {
+      button.textContent = notifyOn() ? "Stop browser notifications" : "Notify me in this browser";
+      if (state) state.textContent = notifyOn() ? "On while this tab is open." : (Notification.permission === "denied" ? "Blocked in this browser's settings." : "");
+    };
+    button.hidden = false;
+    show();
+    button.addEventListener("click", async () => {
+      if (notifyOn()) localStorage.removeItem(NOTIFY_KEY);
+      else if ((await Notification.requestPermission()) === "granted") localStorage.setItem(NOTIFY_KEY, "on");
+      show();
+    });
+  }
+  function maybeNotify(change) {
+    if (!notifyOn() || !document.hidden) return;
+    if (change.action !== "created" || change.status !== "pending") return;
+    const note = new Notification("golem: a run waits for a decision", {
+      body: (change.agent || "") + " · run " + String(change.run_id).slice(-12), tag: change.run_id,
+    });
+    note.onclick = () => { window.focus(); location.assign("/runs/" + encodeURIComponent(change.run_id)); };
+  }
+
   function connect() {
     const url = document.body.dataset.stream;
     if (!url || !window.EventSource) return;
@@ -160,6 +192,7 @@
       try { change = JSON.parse(ev.data); } catch (err) { return; }
       if (runId && !related.has(change.run_id) && change.parent_run_id !== runId) return;
       if (change.run_id) related.add(change.run_id);
+      maybeNotify(change);
       announce(change.action === "created" ? "A new run arrived." : "Run " + change.action + ".");
       clearTimeout(timer);
       timer = setTimeout(refresh, 120);
@@ -330,5 +363,6 @@
     const undo = $("#toast-undo");
     if (undo) undo.addEventListener("click", undoLast);
     restoreDrafts();
+    setupBrowserNotify();
   });
 })();
