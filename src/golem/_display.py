@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["reveal", "reveal_parts"]
+__all__ = ["marker", "reveal", "reveal_parts"]
 
 _NAMES = {
     "\u061c": "ALM",

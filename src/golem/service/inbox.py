@@ -15,20 +15,15 @@ audit cursor read before the page's data, so the script's live updates miss noth
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jinja2
-from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from golem._display import reveal_parts
-from golem.messages import loads_history
 from golem.service import schemas
 from golem.service.api import (
     ApiError,
@@ -45,23 +40,34 @@ from golem.service.api import (
 )
 from golem.service.auth import Credential
 from golem.service.openapi import HTML, REDIRECT, operation
+from golem.service.views import (
+    ago,
+    audit_view,
+    call_view,
+    context_of,
+    digest,
+    first_line,
+    group_views,
+    iso,
+    link_next,
+    message_views,
+    outcome_line,
+    path,
+    reveal_html,
+    run_view,
+    short,
+)
 from golem.store import (
-    AuditEntry,
     CallKind,
     Decision,
-    PendingCallRecord,
-    RunRecord,
     RunStatus,
     utc_now,
 )
 
 __all__ = [
     "SESSION_COOKIE",
-    "arg_fields",
-    "call_view",
     "decide_form",
     "decide_run_form",
-    "group_views",
     "inbox_page",
     "login",
     "login_page",
@@ -71,7 +77,6 @@ __all__ = [
     "render_error",
     "render_page",
     "run_page",
-    "run_view",
     "runs_page",
     "same_origin",
     "session",
@@ -99,26 +104,8 @@ _STATIC_VERSIONS = {
     name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
+_env.filters["reveal"] = reveal_html
 
-
-def _reveal_html(value: object) -> Markup:
-    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
-    text = "" if value is None else str(value)
-    out = [
-        Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
-        if is_marker
-        else escape(part)
-        for part, is_marker in reveal_parts(text)
-    ]
-    return Markup("").join(out)
-
-
-_env.filters["reveal"] = _reveal_html
-
-LONG_LINES = 12
-"""Argument values longer than this many lines (or `LONG_CHARS`) start folded."""
-LONG_CHARS = 800
-PREVIEW_LINES = 6
 
 _NOTICES = {
     "approve": "Approved {call}. A worker resumes the run once every call is decided.",
@@ -128,95 +115,6 @@ _NOTICES = {
     "approve-all": "Approved every call of the run.",
     "deny-all": "Denied every call of the run.",
 }
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def _span(seconds: float) -> str:
-    s = abs(seconds)
-    if s < 45:
-        return "a few seconds"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = round(s / 3600)
-    if hours < 24:
-        return f"{hours} h"
-    return f"{round(s / 86400)} d"
-
-
-def _ago(at: datetime, now: datetime) -> str:
-    seconds = (now - at).total_seconds()
-    return "just now" if seconds < 45 else f"{_span(seconds)} ago"
-
-
-def _until(at: datetime, now: datetime) -> str:
-    seconds = (at - now).total_seconds()
-    return "now (expired)" if seconds <= 0 else f"in {_span(seconds)}"
-
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat()
-
-
-def _stamp(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _pretty_json(raw: str) -> str:
-    """Indented JSON for display; text that is not JSON is shown as it is."""
-    try:
-        value = json.loads(raw)
-    except (ValueError, TypeError):
-        return raw
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _field(label: str, value: Any) -> dict[str, Any]:
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
-    lines = text.count("\n") + 1
-    long = lines > LONG_LINES or len(text) > LONG_CHARS
-    preview = "\n".join(text.split("\n")[:PREVIEW_LINES])
-    if len(preview) > LONG_CHARS // 2:
-        preview = preview[: LONG_CHARS // 2]
-    return {
-        "label": label,
-        "text": text,
-        "kind": "text" if isinstance(value, str) else "json",
-        "lines": lines,
-        "chars": len(text),
-        "long": long,
-        "preview": preview + "…" if long else text,
-    }
-
-
-def arg_fields(args: str) -> list[dict[str, Any]]:
-    """A call's arguments field by field: label, full text, and a preview when long.
-
-    Strings are shown as text (an e-mail body keeps its lines), other values as indented
-    JSON; arguments that are not a JSON object become one field.
-    """
-    try:
-        value = json.loads(args)
-    except (ValueError, TypeError, RecursionError):
-        return [_field("arguments", args)]
-    if isinstance(value, dict) and value:
-        return [_field(str(k), v) for k, v in value.items()]
-    return [_field("arguments", value)]
-
-
-def _short(run_id: str) -> str:
-    return run_id[-12:] if len(run_id) > 12 else run_id
-
-
-def _digest(*parts: object) -> str:
-    text = json.dumps(parts, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _path(*segments: str) -> str:
-    return "/" + "/".join(quote(s, safe="") for s in segments)
 
 
 def _safe_next(value: str | None, default: str = "/") -> str:
@@ -246,213 +144,6 @@ def _notice(request: Request) -> str:
     template = _NOTICES.get(request.query_params.get("notice", ""), "")
     call = request.query_params.get("call", "")[:200] or "the call"
     return template.replace("{call}", call)
-
-
-# --------------------------------------------------------------------------- views
-
-
-def call_view(
-    run: RunRecord, c: PendingCallRecord, cred: Credential, now: datetime
-) -> dict[str, Any]:
-    """What a call card shows (every string escaped by the template)."""
-    decision = None
-    if c.decision is not None:
-        d = c.decision
-        decision = {
-            "kind": d.kind.value,
-            "label": {"approve": "Approved", "deny": "Denied", "external": "Answered"}[
-                d.kind.value
-            ],
-            "by": d.decided_by,
-            "at_iso": _iso(d.decided_at),
-            "at_text": _ago(d.decided_at, now),
-            "reason": d.reason,
-            "text": d.text,
-        }
-    deadline = c.deadline
-    return {
-        "dom_id": "call-" + _digest(run.id, c.call_id),
-        "version": _digest(run.status.value, decision),
-        "run_id": run.id,
-        "run_href": _path("runs", run.id),
-        "run_short": _short(run.id),
-        "call_id": c.call_id,
-        "agent": run.agent,
-        "kind": c.kind.value,
-        "tool_name": c.tool_name,
-        "reason": c.reason,
-        "args_pretty": _pretty_json(c.args),
-        "fields": arg_fields(c.args),
-        "created_iso": _iso(run.created_at),
-        "age": _ago(run.created_at, now),
-        "deadline_iso": _iso(deadline) if deadline else "",
-        "expires": _until(deadline, now) if deadline else "",
-        "soon": bool(deadline and (deadline - now).total_seconds() < 300),
-        "decision": decision,
-        "can_decide": run.status is RunStatus.PENDING
-        and cred.approver.may_decide(run.agent, c.tool_name),
-        "action": _path("runs", run.id, "calls", c.call_id, "decision"),
-        "after": "",
-    }
-
-
-SOON_SECONDS = 3600.0
-"""Runs with a call expiring within this many seconds are listed under "Expiring soon"."""
-
-
-def _context(history: str) -> tuple[str, str]:
-    """The run's prompt (first user message) and the assistant's last words before the calls."""
-    try:
-        messages = loads_history(history)
-    except ValueError:
-        return "", ""
-    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
-    said = next((m.content for m in reversed(messages) if m.role == "assistant" and m.content), "")
-    return prompt, said
-
-
-def group_views(
-    found: list[tuple[RunRecord, PendingCallRecord]], cred: Credential, now: datetime
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Pending calls grouped by run: (expiring soon, the rest).
-
-    Expiring soon is sorted by the earliest deadline; the rest oldest run first. Each group
-    is titled by the run's prompt and carries the assistant's last message and the run's
-    calls already decided.
-    """
-    runs: dict[str, tuple[RunRecord, list[PendingCallRecord]]] = {}
-    for run, c in found:
-        runs.setdefault(run.id, (run, []))[1].append(c)
-    soon: list[tuple[datetime, dict[str, Any]]] = []
-    rest: list[tuple[datetime, dict[str, Any]]] = []
-    for run, calls in runs.values():
-        prompt, said = _context(run.conversation)
-        cards = [call_view(run, c, cred, now) for c in calls]
-        decided = [call_view(run, c, cred, now) for c in run.calls if c.decision is not None]
-        deadlines = [c.deadline for c in calls if c.deadline is not None]
-        first = min(deadlines) if deadlines else None
-        group = {
-            "dom_id": "run-" + _digest(run.id),
-            "version": _digest([c["version"] for c in cards], [c["version"] for c in decided]),
-            "run_id": run.id,
-            "run_href": _path("runs", run.id),
-            "run_short": _short(run.id),
-            "agent": run.agent,
-            "title": _first_line(prompt) or f"Run {_short(run.id)}",
-            "prompt": prompt,
-            "said": said,
-            "started_by": run.started_by,
-            "age": _ago(run.created_at, now),
-            "created_iso": _iso(run.created_at),
-            "calls": cards,
-            "decided": decided,
-            "bulk": len(cards) > 1 and all(c["can_decide"] for c in cards),
-            "approvable": all(c["kind"] == "approval" for c in cards),
-            "bulk_action": _path("runs", run.id, "decisions"),
-        }
-        if first is not None and (first - now).total_seconds() < SOON_SECONDS:
-            soon.append((first, group))
-        else:
-            rest.append((run.created_at, group))
-    soon.sort(key=lambda t: (t[0], t[1]["run_id"]))
-    rest.sort(key=lambda t: (t[0], t[1]["run_id"]))
-    groups = [g for _, g in soon], [g for _, g in rest]
-    _link_next([c for part in groups for g in part for c in g["calls"]])
-    return groups
-
-
-def _link_next(cards: list[dict[str, Any]]) -> None:
-    """Give each card the DOM ID of the card after it (where focus goes once it is decided)."""
-    for card, following in zip(cards, [*cards[1:], None], strict=False):
-        card["after"] = following["dom_id"] if following else ""
-
-
-def _first_line(text: str, limit: int = 120) -> str:
-    line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _message_views(history: str) -> list[dict[str, Any]]:
-    try:
-        messages = loads_history(history)
-    except ValueError:
-        return [{"role": "system", "title": "unreadable history", "content": history}]
-    views: list[dict[str, Any]] = []
-    for m in messages:
-        title = {"system": "System", "user": "User", "assistant": "Assistant"}.get(m.role, "")
-        if m.role == "tool":
-            title = f"Tool result · {m.tool_name}" + (" · failed" if m.failed else "")
-        view = {
-            "role": m.role,
-            "title": title,
-            "content": m.content,
-            "failed": m.failed,
-            "parts": [f"{p.kind}: {p.url or p.media_type or 'inline data'}" for p in m.parts],
-            "thinking": "\n\n".join(t.text or "(redacted)" for t in m.thinking),
-            "tool_calls": [
-                {"id": t.id, "name": t.name, "args": _pretty_json(t.args)} for t in m.tool_calls
-            ],
-        }
-        view["version"] = _digest(view)
-        views.append(view)
-    return views
-
-
-def _outcome_line(run: RunRecord) -> str:
-    """One line saying how a finished run ended (empty while it is not finished)."""
-    if run.outcome is None:
-        return ""
-    if run.outcome.error:
-        return _first_line(run.outcome.error, 90)
-    return _first_line(_output_text(run), 90)
-
-
-def _output_text(run: RunRecord) -> str:
-    output = run.outcome.output if run.outcome is not None else None
-    if isinstance(output, str):
-        return output
-    return json.dumps(output, indent=2, ensure_ascii=False)
-
-
-def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
-    """What the run page's header, facts and outcome show."""
-    return {
-        "id": run.id,
-        "short": _short(run.id),
-        "status": run.status.value,
-        "version": _digest(run.status.value, run.child_run_id, len(run.undecided)),
-        "agent": run.agent,
-        "conversation_id": run.conversation_id,
-        "started_by": run.started_by,
-        "created_iso": _iso(run.created_at),
-        "created_text": f"{_stamp(run.created_at)} ({_ago(run.created_at, now)})",
-        "expires_iso": _iso(run.expires_at) if run.expires_at else "",
-        "expires_text": f"{_stamp(run.expires_at)} ({_until(run.expires_at, now)})"
-        if run.expires_at
-        else "",
-        "deps_ref": None if run.deps_ref is None else json.dumps(run.deps_ref),
-        "parent_run_id": run.parent_run_id,
-        "parent_href": _path("runs", run.parent_run_id) if run.parent_run_id else "",
-        "child_run_id": run.child_run_id,
-        "child_href": _path("runs", run.child_run_id) if run.child_run_id else "",
-        "child_short": _short(run.child_run_id or ""),
-        "lease_owner": run.lease_owner or "",
-        "undecided": len(run.undecided),
-        "output_text": _output_text(run),
-        "error": run.outcome.error if run.outcome is not None else "",
-    }
-
-
-def _audit_view(e: AuditEntry) -> dict[str, Any]:
-    detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
-    return {
-        "id": e.id,
-        "at_iso": _iso(e.at),
-        "at_text": _stamp(e.at),
-        "actor": e.actor,
-        "action": e.action.value,
-        "detail": detail,
-    }
 
 
 # --------------------------------------------------------------------------- sessions
@@ -522,10 +213,10 @@ async def render_audit(
             "page": "audit",
             "rows": [
                 {
-                    **_audit_view(r.entry),
+                    **audit_view(r.entry),
                     "agent": r.agent,
-                    "run_href": _path("runs", r.entry.run_id),
-                    "run_short": _short(r.entry.run_id),
+                    "run_href": path("runs", r.entry.run_id),
+                    "run_short": short(r.entry.run_id),
                 }
                 for r in rows
             ],
@@ -792,18 +483,18 @@ async def runs_page(request: Request) -> Response:
     rows = [
         {
             "id": r.id,
-            "href": _path("runs", r.id),
-            "dom_id": "run-" + _digest(r.id),
-            "version": _digest(r.status.value, len(r.undecided)),
-            "short": _short(r.id),
+            "href": path("runs", r.id),
+            "dom_id": "run-" + digest(r.id),
+            "version": digest(r.status.value, len(r.undecided)),
+            "short": short(r.id),
             "status": r.status.value,
             "undecided": len(r.undecided) if r.status is RunStatus.PENDING else 0,
             "agent": r.agent,
-            "created_iso": _iso(r.created_at),
-            "age": _ago(r.created_at, now),
+            "created_iso": iso(r.created_at),
+            "age": ago(r.created_at, now),
             "started_by": r.started_by,
-            "title": _first_line(_context(r.conversation)[0], 90) or "—",
-            "outcome": _outcome_line(r),
+            "title": first_line(context_of(r.conversation)[0], 90) or "—",
+            "outcome": outcome_line(r),
             "decided_by": sorted({c.decision.decided_by for c in r.calls if c.decision}),
         }
         for r in runs
@@ -847,7 +538,7 @@ async def run_page(request: Request) -> Response:
     audit = await require_store(state).audit(run.id)
     now = utc_now()
     cards = [call_view(run, c, cred, now) for c in run.calls]
-    _link_next([c for c in cards if c["can_decide"] and not c["decision"]])
+    link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return _render(
         request,
         "run.html",
@@ -856,9 +547,9 @@ async def run_page(request: Request) -> Response:
             "run_id": run.id,
             "run": run_view(run, now),
             "calls": cards,
-            "messages": _message_views(run.conversation),
-            "audit": [_audit_view(e) for e in audit],
-            "next": _path("runs", run.id),
+            "messages": message_views(run.conversation),
+            "audit": [audit_view(e) for e in audit],
+            "next": path("runs", run.id),
         },
         who=who,
         pending=await _pending_count(request, cred),
@@ -899,7 +590,7 @@ async def decide_form(request: Request) -> Response:
             raise
         return await _conflict_page(request, cred, run_id, call_id, exc)
     call = run.call(call_id)
-    nxt = _safe_next(form.get("next"), _path("runs", run_id))
+    nxt = _safe_next(form.get("next"), path("runs", run_id))
     after = form.get("after", "")
     fragment = after if after.startswith("call-") and after[5:].isalnum() else ""
     named = f"{call.tool_name} ({call_id})"
@@ -923,8 +614,8 @@ async def _conflict_page(
             "error": exc.message,
             "call": call_view(run, call, cred, utc_now()),
             "decided_by": d.decided_by if d else "",
-            "run_href": _path("runs", run.id),
-            "run_short": _short(run.id),
+            "run_href": path("runs", run.id),
+            "run_short": short(run.id),
             "run_status": run.status.value,
         },
         status=409,
@@ -963,7 +654,7 @@ async def decide_run_form(request: Request) -> Response:
         raise ApiError(422, "invalid_request", "decision must be approve or deny")
     for c in calls:
         await decide_call(state, cred, run.id, c.call_id, decision)
-    nxt = _safe_next(form.get("next"), _path("runs", run.id))
+    nxt = _safe_next(form.get("next"), path("runs", run.id))
     return RedirectResponse(_with_notice(nxt, f"{kind}-all"), status_code=303)
 
 
@@ -990,4 +681,4 @@ async def start_form(request: Request) -> Response:
     if not prompt:
         raise ApiError(422, "invalid_request", "a prompt is required")
     run = await start_for(_state(request), cred, form.get("agent", ""), prompt, deps_ref)
-    return RedirectResponse(_path("runs", run.id), status_code=303)
+    return RedirectResponse(path("runs", run.id), status_code=303)
