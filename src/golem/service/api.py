@@ -64,6 +64,7 @@ __all__ = [
     "list_runs",
     "load_run",
     "not_found",
+    "oldest_runs",
     "parse_json",
     "pending_calls",
     "read_json",
@@ -456,6 +457,40 @@ async def visible_runs(
     return found[offset : offset + limit]
 
 
+async def _count(store: Store, **filters: Any) -> int:
+    """How many runs match `filters`, found with about 2·log2(n) one-row lookups."""
+
+    async def at_least(n: int) -> bool:
+        return n == 0 or bool(await store.list_runs(limit=1, offset=n - 1, **filters))
+
+    high = 1
+    while await at_least(high):
+        high *= 2
+    low = high // 2  # at_least(low) holds, at_least(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if await at_least(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+async def oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
+    """The matching runs from the `skip`-th oldest on, oldest first, at most `limit`.
+
+    `list_runs` pages newest first; counting first lets the oldest page be read directly,
+    loading only the runs on it.
+    """
+    count = await _count(store, **filters)
+    end = count - skip
+    if end <= 0:
+        return []
+    start = max(0, end - limit)
+    runs = await store.list_runs(limit=end - start, offset=start, **filters)
+    return list(reversed(runs))
+
+
 async def pending_calls(
     state: ServiceState,
     cred: Credential,
@@ -464,13 +499,36 @@ async def pending_calls(
     tool: str | None = None,
     kind: CallKind | None = None,
     limit: int = MAX_LIST_LIMIT,
+    skip: int = 0,
 ) -> list[tuple[RunRecord, PendingCallRecord]]:
-    """Undecided calls of pending runs that the approver may decide, oldest run first."""
-    runs = await visible_runs(
-        state, cred, status=RunStatus.PENDING, agent=agent, tool=tool, limit=limit
-    )
+    """Undecided calls of pending runs that the approver may decide, oldest run first.
+
+    Reads the `limit` oldest pending runs after skipping `skip` (per visible agent), so
+    the most urgent-by-age calls are on the first page however many runs are pending.
+    """
+    store = require_store(state)
+    allowed = cred.approver.agents
+    if agent is not None:
+        names: list[str | None] = [agent] if cred.approver.may_see(agent) else []
+    elif allowed is None:
+        names = [None]
+    else:
+        names = [*sorted(allowed)]
+    runs: list[RunRecord] = []
+    for name in names:
+        runs += await oldest_runs(
+            store,
+            skip=0 if len(names) > 1 else skip,
+            limit=limit + (skip if len(names) > 1 else 0),
+            status=RunStatus.PENDING,
+            agent=name,
+            tool_name=tool,
+        )
+    runs.sort(key=lambda r: (r.created_at, r.id))
+    if len(names) > 1:
+        runs = runs[skip : skip + limit]
     out: list[tuple[RunRecord, PendingCallRecord]] = []
-    for run in reversed(runs):
+    for run in runs:
         for c in run.undecided:
             if tool is not None and c.tool_name != tool:
                 continue

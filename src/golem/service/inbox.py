@@ -60,11 +60,14 @@ from golem.service.views import (
 from golem.store import (
     CallKind,
     Decision,
+    PendingCallRecord,
+    RunRecord,
     RunStatus,
     utc_now,
 )
 
 __all__ = [
+    "PAGE_RUNS",
     "SESSION_COOKIE",
     "decide_form",
     "decide_run_form",
@@ -84,6 +87,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE = "golem_session"
+PAGE_RUNS = 500
+"""Pending runs per inbox page (oldest first)."""
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 
@@ -174,7 +179,7 @@ def _render(
     *,
     status: int = 200,
     who: tuple[Credential, str] | None = None,
-    pending: int = 0,
+    pending: str = "0",
     cursor: int = 0,
 ) -> HTMLResponse:
     base: dict[str, Any] = {
@@ -397,8 +402,26 @@ async def logout(request: Request) -> Response:
     return response
 
 
-async def _pending_count(request: Request, cred: Credential) -> int:
-    return len(await pending_calls(_state(request), cred))
+Found = list[tuple[RunRecord, PendingCallRecord]]
+
+
+def _first_page(found: Found) -> tuple[Found, bool]:
+    """The calls of the first `PAGE_RUNS` runs of `found`, and whether more runs followed."""
+    ids = list(dict.fromkeys(r.id for r, _ in found))
+    if len(ids) <= PAGE_RUNS:
+        return found, False
+    keep = set(ids[:PAGE_RUNS])
+    return [(r, c) for r, c in found if r.id in keep], True
+
+
+def _count_text(found: Found, more: bool) -> str:
+    """The header's count: the calls on the first page, "+" when more runs wait."""
+    return f"{len(found)}+" if more else str(len(found))
+
+
+async def _pending_count(request: Request, cred: Credential) -> str:
+    found = await pending_calls(_state(request), cred, limit=PAGE_RUNS + 1)
+    return _count_text(*_first_page(found))
 
 
 @operation(
@@ -420,7 +443,18 @@ async def inbox_page(request: Request) -> Response:
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
-    found = await pending_calls(state, cred, agent=filters["agent"] or None, kind=kind)
+    page_text = q.get("page", "1")
+    page = int(page_text) if page_text.isdigit() and 0 < int(page_text) < 10_000 else 1
+    found = await pending_calls(
+        state,
+        cred,
+        agent=filters["agent"] or None,
+        kind=kind,
+        limit=PAGE_RUNS + 1,
+        skip=(page - 1) * PAGE_RUNS,
+    )
+    found, full = _first_page(found)
+    everything = not any(filters.values()) and page == 1
     needle = filters["tool"].strip().casefold()
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
@@ -452,11 +486,21 @@ async def inbox_page(request: Request) -> Response:
             "interrupted": len(interrupted),
             "start_prompt": "",
             "next": nxt,
+            "next_href": _page_href(request, page + 1) if full else "",
+            "prev_href": _page_href(request, page - 1) if page > 1 else "",
+            "page_number": page,
         },
         who=who,
-        pending=await _pending_count(request, cred),
+        pending=_count_text(found, full) if everything else await _pending_count(request, cred),
         cursor=cursor,
     )
+
+
+def _page_href(request: Request, page: int) -> str:
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("page", "notice")]
+    if page > 1:
+        query.append(("page", str(page)))
+    return "/?" + urlencode(query) if query else "/"
 
 
 @operation(
