@@ -221,7 +221,11 @@ class SecurityHeaders:
 
 
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/") or request.url.path == "/api"
+    """JSON for the API and for clients that ask for JSON rather than HTML; else a page."""
+    if request.url.path.startswith("/api/") or request.url.path == "/api":
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -244,7 +248,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return api.ApiError(500, "internal_error", "the service failed; see its log").response()
+    error = api.ApiError(500, "internal_error", "the service failed; see its log")
+    if _is_api(request):
+        return error.response()
+    try:
+        return inbox.render_error(request, 500, "Something went wrong", error.message)
+    except Exception:  # the page itself cannot be drawn: fall back to JSON
+        return error.response()
 
 
 _HEADINGS = {
