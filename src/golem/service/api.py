@@ -46,6 +46,7 @@ from golem.worker import AgentRegistry, start_run
 __all__ = [
     "MAX_JSON_DEPTH",
     "ApiError",
+    "PendingPage",
     "ServiceState",
     "agents",
     "audit_json",
@@ -67,6 +68,7 @@ __all__ = [
     "oldest_runs",
     "parse_json",
     "pending_calls",
+    "pending_page",
     "read_json",
     "read_query",
     "require_store",
@@ -491,7 +493,62 @@ async def oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) ->
     return list(reversed(runs))
 
 
-async def pending_calls(
+PendingCalls = list[tuple[RunRecord, PendingCallRecord]]
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    """One page of pending calls, oldest run first, and the cursor of the next page."""
+
+    calls: PendingCalls
+    """The undecided calls the approver may decide, in run-age order."""
+    next_cursor: str | None
+    """Pass as `after` for the next page; None on the last page."""
+
+
+def _names(cred: Credential, agent: str | None) -> list[str | None]:
+    if agent is not None:
+        return [agent] if cred.approver.may_see(agent) else []
+    allowed = cred.approver.agents
+    return [None] if allowed is None else [*sorted(allowed)]
+
+
+async def _oldest_page(
+    store: Store, names: list[str | None], tool: str | None, limit: int, after: str | None
+) -> tuple[list[RunRecord], str | None]:
+    """Pending runs oldest first from `after`: keyset paging where the store has it."""
+    keyset = getattr(store, "list_runs_page", None)
+    if keyset is not None:  # Store.list_runs_page: reads only the page's runs
+        agents: Any = names[0] if len(names) == 1 else names
+        try:
+            page = await keyset(
+                status=RunStatus.PENDING, agent=agents, tool_name=tool, after=after, limit=limit
+            )
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"'after': {exc}") from None
+        return list(page.items), page.next_cursor
+    skip = 0
+    if after is not None:  # this fallback's cursor: "o<runs to skip>"
+        if not (after.startswith("o") and after[1:].isdigit() and len(after) < 12):
+            raise ApiError(422, "invalid_request", "'after' is not a cursor of this listing")
+        skip = int(after[1:])
+    runs: list[RunRecord] = []
+    for name in names:
+        runs += await oldest_runs(
+            store,
+            skip=0 if len(names) > 1 else skip,
+            limit=limit + 1 + (skip if len(names) > 1 else 0),
+            status=RunStatus.PENDING,
+            agent=name,
+            tool_name=tool,
+        )
+    runs.sort(key=lambda r: (r.created_at, r.id))
+    runs = runs[skip : skip + limit + 1] if len(names) > 1 else runs
+    more = len(runs) > limit
+    return runs[:limit], f"o{skip + limit}" if more else None
+
+
+async def pending_page(
     state: ServiceState,
     cred: Credential,
     *,
@@ -499,35 +556,21 @@ async def pending_calls(
     tool: str | None = None,
     kind: CallKind | None = None,
     limit: int = MAX_LIST_LIMIT,
-    skip: int = 0,
-) -> list[tuple[RunRecord, PendingCallRecord]]:
+    after: str | None = None,
+) -> PendingPage:
     """Undecided calls of pending runs that the approver may decide, oldest run first.
 
-    Reads the `limit` oldest pending runs after skipping `skip` (per visible agent), so
-    the most urgent-by-age calls are on the first page however many runs are pending.
+    Pages by run: `limit` runs a page, from the cursor `after` (None: the oldest), so the
+    longest-waiting calls are on the first page however many runs are pending.
+
+    Raises:
+        ApiError: 422 for a cursor this listing did not return.
     """
-    store = require_store(state)
-    allowed = cred.approver.agents
-    if agent is not None:
-        names: list[str | None] = [agent] if cred.approver.may_see(agent) else []
-    elif allowed is None:
-        names = [None]
-    else:
-        names = [*sorted(allowed)]
-    runs: list[RunRecord] = []
-    for name in names:
-        runs += await oldest_runs(
-            store,
-            skip=0 if len(names) > 1 else skip,
-            limit=limit + (skip if len(names) > 1 else 0),
-            status=RunStatus.PENDING,
-            agent=name,
-            tool_name=tool,
-        )
-    runs.sort(key=lambda r: (r.created_at, r.id))
-    if len(names) > 1:
-        runs = runs[skip : skip + limit]
-    out: list[tuple[RunRecord, PendingCallRecord]] = []
+    names = _names(cred, agent)
+    if not names:
+        return PendingPage([], None)
+    runs, nxt = await _oldest_page(require_store(state), names, tool, limit, after)
+    out: PendingCalls = []
     for run in runs:
         for c in run.undecided:
             if tool is not None and c.tool_name != tool:
@@ -536,7 +579,21 @@ async def pending_calls(
                 continue
             if cred.approver.may_decide(run.agent, c.tool_name):
                 out.append((run, c))
-    return out
+    return PendingPage(out, nxt)
+
+
+async def pending_calls(
+    state: ServiceState,
+    cred: Credential,
+    *,
+    agent: str | None = None,
+    tool: str | None = None,
+    kind: CallKind | None = None,
+    limit: int = MAX_LIST_LIMIT,
+) -> PendingCalls:
+    """The first page of `pending_page` (the `limit` oldest pending runs' calls)."""
+    page = await pending_page(state, cred, agent=agent, tool=tool, kind=kind, limit=limit)
+    return page.calls
 
 
 async def decide_call(
@@ -727,7 +784,7 @@ async def list_runs(request: Request) -> Response:
 
 @operation(
     op_id="listCalls",
-    summary="Undecided calls the caller may decide, filtered by agent, tool and kind.",
+    summary="Undecided calls the caller may decide, oldest run first, keyset-paged by run.",
     query=schemas.CallsQuery,
     responses={200: schemas.CallList},
     errors=(401, 422),
@@ -736,10 +793,14 @@ async def list_calls(request: Request) -> Response:
     """Undecided calls the caller may decide, filtered by agent, tool and kind."""
     cred = bearer(request)
     q = read_query(request, schemas.CallsQuery)
-    calls = await pending_calls(
-        _state(request), cred, agent=q.agent, tool=q.tool, kind=q.kind, limit=q.limit
+    page = await pending_page(
+        _state(request), cred, agent=q.agent, tool=q.tool, kind=q.kind, limit=q.limit, after=q.after
     )
-    return respond(schemas.CallList(calls=[call_model(r, c) for r, c in calls]))
+    return respond(
+        schemas.CallList(
+            calls=[call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
+        )
+    )
 
 
 @operation(

@@ -27,13 +27,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from golem.service import schemas
 from golem.service.api import (
     ApiError,
+    PendingPage,
     ServiceState,
     check_json_value,
     check_text,
     decide_call,
     load_run,
     parse_json,
-    pending_calls,
+    pending_page,
     require_store,
     start_for,
     visible_runs,
@@ -60,8 +61,6 @@ from golem.service.views import (
 from golem.store import (
     CallKind,
     Decision,
-    PendingCallRecord,
-    RunRecord,
     RunStatus,
     utc_now,
 )
@@ -402,26 +401,13 @@ async def logout(request: Request) -> Response:
     return response
 
 
-Found = list[tuple[RunRecord, PendingCallRecord]]
-
-
-def _first_page(found: Found) -> tuple[Found, bool]:
-    """The calls of the first `PAGE_RUNS` runs of `found`, and whether more runs followed."""
-    ids = list(dict.fromkeys(r.id for r, _ in found))
-    if len(ids) <= PAGE_RUNS:
-        return found, False
-    keep = set(ids[:PAGE_RUNS])
-    return [(r, c) for r, c in found if r.id in keep], True
-
-
-def _count_text(found: Found, more: bool) -> str:
+def _count_text(page: PendingPage) -> str:
     """The header's count: the calls on the first page, "+" when more runs wait."""
-    return f"{len(found)}+" if more else str(len(found))
+    return f"{len(page.calls)}+" if page.next_cursor else str(len(page.calls))
 
 
 async def _pending_count(request: Request, cred: Credential) -> str:
-    found = await pending_calls(_state(request), cred, limit=PAGE_RUNS + 1)
-    return _count_text(*_first_page(found))
+    return _count_text(await pending_page(_state(request), cred, limit=PAGE_RUNS))
 
 
 @operation(
@@ -443,18 +429,18 @@ async def inbox_page(request: Request) -> Response:
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
-    page_text = q.get("page", "1")
-    page = int(page_text) if page_text.isdigit() and 0 < int(page_text) < 10_000 else 1
-    found = await pending_calls(
-        state,
-        cred,
-        agent=filters["agent"] or None,
-        kind=kind,
-        limit=PAGE_RUNS + 1,
-        skip=(page - 1) * PAGE_RUNS,
-    )
-    found, full = _first_page(found)
-    everything = not any(filters.values()) and page == 1
+    after = q.get("after") or None
+    try:
+        found_page = await pending_page(
+            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS, after=after
+        )
+    except ApiError:  # a stale or foreign cursor: start from the oldest again
+        found_page = await pending_page(
+            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS
+        )
+        after = None
+    found = found_page.calls
+    everything = not any(filters.values()) and after is None
     needle = filters["tool"].strip().casefold()
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
@@ -486,20 +472,23 @@ async def inbox_page(request: Request) -> Response:
             "interrupted": len(interrupted),
             "start_prompt": "",
             "next": nxt,
-            "next_href": _page_href(request, page + 1) if full else "",
-            "prev_href": _page_href(request, page - 1) if page > 1 else "",
-            "page_number": page,
+            "next_href": _page_href(request, found_page.next_cursor),
+            "prev_href": _page_href(request, "") if after else "",
         },
         who=who,
-        pending=_count_text(found, full) if everything else await _pending_count(request, cred),
+        pending=_count_text(found_page) if everything else await _pending_count(request, cred),
         cursor=cursor,
     )
 
 
-def _page_href(request: Request, page: int) -> str:
-    query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("page", "notice")]
-    if page > 1:
-        query.append(("page", str(page)))
+def _page_href(request: Request, after: str | None) -> str:
+    """This inbox URL starting at cursor `after` ("" for the first page, None for none)."""
+    if after is None:
+        return ""
+    keep = ("notice", "call", "after")
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in keep]
+    if after:
+        query.append(("after", after))
     return "/?" + urlencode(query) if query else "/"
 
 

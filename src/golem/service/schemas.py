@@ -139,6 +139,9 @@ class CallsQuery(BaseModel):
     limit: int = Field(
         default=MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT, description="At most this many runs."
     )
+    after: str | None = Field(
+        default=None, max_length=500, description="The `next_cursor` of the previous page."
+    )
 
 
 class AuditQuery(BaseModel):
@@ -351,9 +354,12 @@ class RunList(_Out):
 
 
 class CallList(_Out):
-    """`{"calls": [...]}`."""
+    """`{"calls": [...], "next_cursor": ...}`: one page, oldest run first."""
 
     calls: list[Call]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `?after=` for the next page (null: the last page)."
+    )
 
 
 class DecisionResult(_Out):
