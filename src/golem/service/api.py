@@ -9,6 +9,7 @@ or invalid body) → 404 (unknown run) → 403 (agent not allowed) → 404 (unkn
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ __all__ = [
     "decide_call",
     "decision_json",
     "decision_model",
+    "edited_approval",
     "health",
     "list_calls",
     "list_runs",
@@ -77,6 +79,7 @@ __all__ = [
     "run_detail_model",
     "run_json",
     "run_model",
+    "schema_problems",
     "show_run",
     "start",
     "start_for",
@@ -617,6 +620,89 @@ async def decide_call(
     except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
         raise store_error(exc) from None
     return record, await store.get_run(run_id)
+
+
+def schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What is wrong with `args` for a tool's JSON schema: required, unknown and mistyped fields.
+
+    A first check in the service, so the approver sees the problem on the form; the agent
+    validates edited arguments fully before the approved re-run.
+    """
+    props: dict[str, Any] = schema.get("properties", {}) or {}
+    problems = [f"'{k}' is required" for k in schema.get("required", []) if k not in args]
+    if schema.get("additionalProperties") is False:
+        problems += [f"'{k}' is not a field of this tool" for k in args if k not in props]
+    types: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
+    }
+    for key, value in args.items():
+        want = props.get(key, {}).get("type")
+        names = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        if not names:
+            continue
+        ok = any(
+            isinstance(value, types.get(n, object))
+            and not (n in ("integer", "number") and isinstance(value, bool))
+            for n in names
+        )
+        if not ok:
+            problems.append(f"'{key}' must be {' or '.join(names)}")
+    return problems
+
+
+async def edited_approval(
+    state: ServiceState, cred: Credential, run_id: str, call_id: str, text: str
+) -> Decision:
+    """An approval with the arguments an approver edited (plain approval when unchanged).
+
+    Raises:
+        ApiError: 422 when the text is not a JSON object, does not fit the tool's schema,
+            or the store cannot record edited arguments; 404/403 as for any decision.
+    """
+    run = await load_run(state, cred, run_id)
+    try:
+        call = run.call(call_id)
+    except CallNotFound as exc:
+        raise store_error(exc) from None
+    try:
+        value = parse_json(text)
+    except ApiError as exc:
+        raise ApiError(422, "invalid_request", f"the edited arguments: {exc.message}") from None
+    if not isinstance(value, dict):
+        raise ApiError(422, "invalid_request", "the edited arguments must be a JSON object")
+    check_json_value(value, "the edited arguments")
+    try:
+        original = json.loads(call.args)
+    except ValueError:
+        original = None
+    if value == original:
+        return Decision.approve()
+    entry = state.registry.get(run.agent)
+    tool = entry.agent.tools.get(call.tool_name) if entry is not None else None
+    if tool is not None:
+        problems = schema_problems(value, tool.schema)
+        if problems:
+            raise ApiError(
+                422,
+                "invalid_args",
+                f"the edited arguments do not fit {call.tool_name}: " + "; ".join(problems),
+            )
+    approve: Any = Decision.approve
+    if "args" not in inspect.signature(approve).parameters:
+        raise ApiError(
+            422, "unsupported", "this store cannot record edited arguments yet: approve as is"
+        )
+    try:
+        decision: Decision = approve(args=value)
+    except InvalidDecision as exc:
+        raise store_error(exc) from None
+    return decision
 
 
 async def start_for(

@@ -32,6 +32,7 @@ from golem.service.api import (
     check_json_value,
     check_text,
     decide_call,
+    edited_approval,
     load_run,
     parse_json,
     pending_page,
@@ -608,7 +609,9 @@ async def decide_form(request: Request) -> Response:
     cred, _ = _checked(request, form)
     run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
     kind = form.get("decision", "")
-    if kind == "approve":
+    if kind == "approve" and "args" in form:
+        decision = await edited_approval(_state(request), cred, run_id, call_id, form["args"])
+    elif kind == "approve":
         decision = Decision.approve()
     elif kind == "deny":
         decision = Decision.deny(form.get("reason", "").strip())

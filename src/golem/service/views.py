@@ -7,6 +7,7 @@ visible markers. Nothing here reads a request.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ __all__ = [
     "SOON_SECONDS",
     "ago",
     "arg_fields",
+    "args_diff",
     "audit_view",
     "call_view",
     "context_of",
@@ -158,6 +160,25 @@ def path(*segments: str) -> str:
 # --------------------------------------------------------------------------- views
 
 
+def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
+    """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
+
+    Empty when `after` is None or means the same object.
+    """
+    if after is None:
+        return []
+    old, new = pretty_json(before), pretty_json(after)
+    if old == new:
+        return []
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        out.append(("add" if tag == "+" else "del" if tag == "-" else "same", f"{tag} {text}"))
+    return out
+
+
 def call_view(
     run: RunRecord, c: PendingCallRecord, cred: Credential, now: datetime
 ) -> dict[str, Any]:
@@ -175,6 +196,7 @@ def call_view(
             "at_text": ago(d.decided_at, now),
             "reason": d.reason,
             "text": d.text,
+            "diff": args_diff(c.args, getattr(d, "args", None)),
         }
     deadline = c.deadline
     return {

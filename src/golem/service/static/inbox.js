@@ -144,6 +144,40 @@
     if (box) box.textContent = text;
   }
 
+  // ------------------------------------------------------------------ edit-and-approve diff
+  // Shows, as the approver types, which lines of the arguments change (a line LCS diff).
+  function lineDiff(a, b) {
+    const n = a.length, m = b.length;
+    const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+    for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
+      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    const out = [];
+    let i = 0, j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[i] === b[j]) { out.push(["same", "  " + a[i]]); i++; j++; }
+      else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { out.push(["add", "+ " + b[j]]); j++; }
+      else { out.push(["del", "- " + a[i]]); i++; }
+    }
+    return out;
+  }
+  function showDiff(area) {
+    const box = area.form && $("[data-diff]", area.form);
+    if (!box) return;
+    const before = area.dataset.original.split("\n"), after = area.value.split("\n");
+    box.textContent = "";
+    if (area.value === area.dataset.original) return;
+    if (before.length * after.length > 250000) { box.textContent = "(too long to compare here)"; return; }
+    const pre = document.createElement("pre");
+    pre.setAttribute("aria-label", "Your changes");
+    for (const [kind, line] of lineDiff(before, after)) {
+      const span = document.createElement("span");
+      span.className = "d-" + kind;
+      span.textContent = line + "\n";
+      pre.append(span);
+    }
+    box.append(pre);
+  }
+
   // ------------------------------------------------------------------ browser notifications
   // Opt-in: the button asks for permission; while on, a run that starts waiting shows a
   // notification when this tab is in the background.
@@ -359,6 +393,7 @@
     connect();
     document.addEventListener("keydown", onKey);
     document.addEventListener("submit", onSubmit);
+    document.addEventListener("input", (ev) => { if (ev.target.matches("textarea[data-original]")) showDiff(ev.target); });
     window.addEventListener("pagehide", onLeave);
     const undo = $("#toast-undo");
     if (undo) undo.addEventListener("click", undoLast);
