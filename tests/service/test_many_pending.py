@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import re
-import sqlite3
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 
 from golem.service import api
-from golem.store import CallKind, NewCall, NewRun, Store, utc_now
+from golem.store import CallKind, NewCall, NewRun, Store
 from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
@@ -19,52 +17,22 @@ N = 10_000
 
 
 async def _seed(tmp_path: Path) -> Path:
-    """Save one run through the store, then copy its rows N times in one SQL transaction."""
+    """Save N pending runs through the store, oldest first (IDs sort like their age)."""
     path = tmp_path / "many.db"
     store = await SQLiteStore.open(path)
-    start = utc_now() - timedelta(days=30)
-    await store.save_pending(
-        NewRun(
-            id="run-00000",
-            agent="twin",
-            conversation_id="c-00000",
-            history='[{"role": "user", "content": "request 00000"}]',
-            calls=(NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
-        )
-    )
-    await store.close()
-    db = sqlite3.connect(path)
-    runs = [r[1] for r in db.execute("PRAGMA table_info(golem_runs)")]
-    calls = [r[1] for r in db.execute("PRAGMA table_info(golem_calls)")]
-    run_row = db.execute(f"SELECT {', '.join(runs)} FROM golem_runs").fetchone()
-    call_row = db.execute(f"SELECT {', '.join(calls)} FROM golem_calls").fetchone()
-    created = runs.index("created_at")
-    stamp = type(run_row[created])
-    with db:
-        for i in range(1, N):
-            rid = f"run-{i:05d}"
-            row = list(run_row)
-            row[runs.index("id")] = rid
-            row[runs.index("conversation_id")] = f"c-{i:05d}"
-            row[runs.index("history")] = f'[{{"role": "user", "content": "request {i:05d}"}}]'
-            at = start + timedelta(minutes=i)
-            row[created] = stamp(at.isoformat() if stamp is str else at.timestamp() * 1e6 // 1)
-            db.execute(
-                f"INSERT INTO golem_runs ({', '.join(runs)}) VALUES ({', '.join('?' * len(runs))})",
-                row,
+    try:
+        for i in range(N):
+            await store.save_pending(
+                NewRun(
+                    id=f"run-{i:05d}",
+                    agent="twin",
+                    conversation_id=f"c-{i:05d}",
+                    history=f'[{{"role": "user", "content": "request {i:05d}"}}]',
+                    calls=(NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
+                )
             )
-            crow = list(call_row)
-            crow[calls.index("run_id")] = rid
-            db.execute(
-                f"INSERT INTO golem_calls ({', '.join(calls)}) "
-                f"VALUES ({', '.join('?' * len(calls))})",
-                crow,
-            )
-        # the first run is the oldest of all
-        first = start - timedelta(days=1)
-        value = first.isoformat() if stamp is str else first.timestamp() * 1e6 // 1
-        db.execute("UPDATE golem_runs SET created_at = ? WHERE id = 'run-00000'", (stamp(value),))
-    db.close()
+    finally:
+        await store.close()
     return path
 
 
