@@ -33,6 +33,7 @@ __all__ = [
     "call_view",
     "context_of",
     "digest",
+    "editable_json",
     "first_line",
     "group_views",
     "iso",
@@ -160,6 +161,27 @@ def path(*segments: str) -> str:
 # --------------------------------------------------------------------------- views
 
 
+def editable_json(raw: str) -> str:
+    """Indented JSON for an edit box, hidden characters written as `\\uXXXX` escapes.
+
+    The value is the same JSON, but a bidi override cannot reorder what the approver sees
+    while editing (a textarea cannot show the inbox's markers).
+    """
+    text = pretty_json(raw)
+    out = []
+    for part, is_marker in reveal_parts(text):
+        if not is_marker:
+            out.append(part)
+            continue
+        code = int(part[3:].split()[0].rstrip("⟩"), 16)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
 def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
     """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
 
@@ -211,6 +233,7 @@ def call_view(
         "tool_name": c.tool_name,
         "reason": c.reason,
         "args_pretty": pretty_json(c.args),
+        "args_edit": editable_json(c.args),
         "fields": arg_fields(c.args),
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
