@@ -465,7 +465,7 @@ def _pausing_agent(output_type: Any = Strict) -> tuple[Agent[Any, Any], Scripted
 
 
 def _assert_paused(result: Result[Any], model: ScriptedModel) -> None:
-    assert result.output is None
+    assert result.is_paused
     assert result.pending == DeferredRequests(
         approvals=[PendingToolCall("c1", "delete_file", '{"path":"a"}', "needs sign-off")]
     )
@@ -516,7 +516,7 @@ async def test_resumed_run_that_pauses_again_does_not_decode_either() -> None:
     again = await agent.run_with_deferred_results(
         paused.messages, DeferredResults(approvals={"c1": Approval(True)})
     )
-    assert again.output is None
+    assert again.is_paused
     assert again.pending == DeferredRequests(
         approvals=[PendingToolCall("c2", "delete_file", '{"path":"b"}', "needs sign-off")]
     )
@@ -542,7 +542,7 @@ async def test_output_decoder_never_runs_on_a_pause_even_with_decodable_text() -
     )
     agent = Agent(model, output_type=Counting, tools=[gate.tool()])
     paused = await agent.run("go")
-    assert paused.output is None
+    assert paused.is_paused
     assert decoded == []
     # The same decoder does run on the final answer after resuming (the probe is live).
     resumed = await agent.run_with_deferred_results(
@@ -829,7 +829,7 @@ async def test_pause_inside_an_output_correction_round_is_a_pause() -> None:
     )
     agent = Agent(model, output_type=Strict, output_retries=1, tools=[gate.tool()])
     paused = await agent.run("go")
-    assert paused.output is None
+    assert paused.is_paused
     assert paused.pending is not None
     assert [p.call_id for p in paused.pending.approvals] == ["c1"]
     assert paused.requests == 2

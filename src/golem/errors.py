@@ -5,6 +5,7 @@ GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
 │   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
+├── RunPaused                         read Result.output of a paused run (check is_paused)
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
@@ -43,6 +44,7 @@ __all__ = [
     "ResponseFormatError",
     "ResumeError",
     "RunError",
+    "RunPaused",
     "SealError",
     "Stage",
     "StoreError",
@@ -110,6 +112,13 @@ class SealError(ResumeError):
         self.call_id = call_id
         self.tool_name = tool_name
         self.problem = problem
+
+
+class RunPaused(GolemError):
+    """`Result.output` was read on a run that paused: it has no output until resumed.
+
+    Check `result.is_paused` (or `result.pending`) first; the message names the pending calls.
+    """
 
 
 class ToolError(GolemError):

@@ -16,6 +16,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+import msgspec
+
 from golem.errors import SealError
 from golem.messages import Message
 from golem.seal import SealKey, as_seal_keys, verify_call
@@ -91,13 +93,21 @@ class SanitizeReport:
     """With a seal key: the genuine sealed pending calls left open (resumable), by call ID."""
 
 
+_JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
+
+
 def _args_truncated(args: str) -> bool:
     text = args.strip()
     if not text.startswith("{"):
         return True
     try:
+        _JSON.decode(text)  # the fast common case: valid JSON as RFC 8259 has it
+        return False
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    try:  # what json accepts beyond it (NaN, lone surrogate escapes) is not truncated either
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return True
     return False
 
