@@ -20,16 +20,18 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled DeferKind Deferred DeferredRequests DeferredResults EventKind "
         "Failed GolemError HistoryRepair Message ModelRetry Part PartialResult PendingToolCall "
-        "ProviderError Result ResumeError RunContext RunError RunEvent RunPaused RunStream "
-        "SanitizeReport Stage ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout "
+        "ProviderError RejectedCall Result ResumeError RunContext RunError RunEvent RunPaused "
+        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall ToolError "
+        "ToolResult ToolTimeout "
         "UnsafePart Usage UsageLimitExceeded UsageLimits __version__ approved_call call_approved "
         "dumps_history loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.cli": "INSTALL_HINT answer approve build_app demo deny main pending serve show worker",
     "golem.deferred": (
-        "Approval DeferredRequests DeferredResults PendingToolCall check_results denial_text "
-        "merge pending_calls requests_from rerun_approved"
+        "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumePlan "
+        "as_results check_results check_resume denial_text edited_text merge pause "
+        "pending_calls requests_from rerun_approved resume"
     ),
     "golem.demo": (
         "DEMO_PROMPT SERVICES build_agent build_registry check_health open_ticket registry "
@@ -38,12 +40,12 @@ PUBLIC_ALL = {
     "golem.errors": (
         "AuthenticationError BadRequest GolemError Overloaded ProviderConnectionError "
         "ProviderError ProviderTimeout RateLimited ResponseFormatError ResumeError RunError "
-        "RunPaused Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
+        "RunPaused SealError Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
     ),
     "golem.events": "EventHandler EventKind RunEvent dispatch",
     "golem.history": (
-        "INTERRUPTED_TEXT HistoryRepair SanitizeReport UnsafePart normalize_history "
-        "sanitize_history validate_history"
+        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart "
+        "normalize_history sanitize_history validate_history"
     ),
     "golem.mcp": "ApprovalPolicy MCPCall MCPServer MCPServerError ToolHints default_decision",
     "golem.messages": (
@@ -64,6 +66,7 @@ PUBLIC_ALL = {
     ),
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel",
     "golem.result": "PartialResult Result",
+    "golem.seal": "SealKey SealKeys as_seal_keys seal_call seal_pending verify_call",
     "golem.service": "Approver AuthConfig Credential create_app",
     "golem.service.api": (
         "ApiError DecisionBody ServiceState StartRunBody agents audit_json bearer call_json "
@@ -99,7 +102,7 @@ PUBLIC_ALL = {
     "golem.testing": "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas",
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
-        "ToolResult approved_call call_approved find_signal to_tool_result"
+        "ToolResult approved_call call_approved find_signal idempotency_key to_tool_result"
     ),
     "golem.toolset": "Toolset enter_all resolve_tools",
     "golem.usage": "Price Usage UsageLimits",
