@@ -26,7 +26,6 @@ from golem.tool import DeferKind, Deferred, call_approved
 from .openai_fixtures import chunk, sse
 
 DELETE_ARGS = '{"path": "/tmp/report.txt"}'
-STORED_DELETE_ARGS = '{"path":"/tmp/report.txt"}'
 LIST_ARGS = '{"directory":"/tmp"}'
 USAGE = {
     "prompt_tokens": 120,
@@ -213,8 +212,8 @@ async def test_pause_json_resume_on_a_new_agent(server: _Server, stream: bool) -
     history = loads_history(stored)
     assert dumps_history(history) == stored
     resend = build_request_body(ModelRequest(history), model.options)
-    # History JSON embeds arguments as a JSON value, so they come back compacted.
-    assert resend["messages"][2]["tool_calls"][1]["function"]["arguments"] == STORED_DELETE_ARGS
+    # History JSON embeds arguments byte for byte (docs/adr/0015): the model's own text.
+    assert resend["messages"][2]["tool_calls"][1]["function"]["arguments"] == DELETE_ARGS
 
     ran.clear()
     agent2, model2 = _agent(server.url, ran)
@@ -243,7 +242,7 @@ async def test_pause_json_resume_on_a_new_agent(server: _Server, stream: bool) -
                 {
                     "id": "call_delete_2",
                     "type": "function",
-                    "function": {"name": "delete_file", "arguments": STORED_DELETE_ARGS},
+                    "function": {"name": "delete_file", "arguments": DELETE_ARGS},
                 },
             ],
         },
