@@ -47,7 +47,8 @@ PUBLIC_ALL = {
     ),
     "golem.mcp": "ApprovalPolicy MCPCall MCPServer MCPServerError ToolHints default_decision",
     "golem.messages": (
-        "PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history loads_history"
+        "MAX_ARGS_DEPTH PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history "
+        "loads_history"
     ),
     "golem.model": (
         "FINISH_REASONS TOOL_CHOICE_MODES Delta FinishReason Model ModelRequest ModelResponse "
