@@ -145,6 +145,12 @@ def test_args_from_bytes_input_are_the_same_text() -> None:
     assert loads_history(text.encode())[0].tool_calls[0].args == '{"name":"Zoë","emoji":"😀"}'
 
 
+def test_empty_optional_part_fields_load_as_none() -> None:
+    # JSON omits an empty field, so "" / b"" and None are one value there: they load as None.
+    history = [Message(role="user", parts=[Part("image", url="", data=b"", media_type="")])]
+    assert loads_history(dumps_history(history)) == [Message(role="user", parts=[Part("image")])]
+
+
 def test_seal_and_signature_round_trip_beside_the_args() -> None:
     history = _call('{"to": "alice", "amount": 1e400}', signature="sig", seal="v1.k1.abc")
     text = dumps_history(history)
@@ -205,49 +211,56 @@ any_args = (
 short = st.text(no_surrogates, max_size=8)
 
 
-def parts() -> st.SearchStrategy[Part]:
+def parts(*, empty: bool) -> st.SearchStrategy[Part]:
+    """Parts; `empty=True` also draws "" and b"", which JSON cannot tell from None."""
+    size = 0 if empty else 1
     return st.builds(
         Part,
         kind=st.sampled_from(["image", "document", "audio", "video"]),
-        url=st.none() | st.text(no_surrogates, min_size=1, max_size=8),
-        data=st.none() | st.binary(min_size=1, max_size=6),
-        media_type=st.none() | st.text(no_surrogates, min_size=1, max_size=8),
+        url=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
+        data=st.none() | st.binary(min_size=size, max_size=6),
+        media_type=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
     )
 
 
-histories = st.lists(
-    st.builds(
-        Message,
-        role=st.sampled_from(["system", "user", "assistant", "tool"]),
-        content=short,
-        parts=st.lists(parts(), max_size=2),
-        tool_calls=st.lists(
-            st.builds(ToolCall, id=short, name=short, args=any_args, signature=short, seal=short),
-            max_size=3,
+def histories(*, empty_parts: bool = False) -> st.SearchStrategy[list[Message]]:
+    return st.lists(
+        st.builds(
+            Message,
+            role=st.sampled_from(["system", "user", "assistant", "tool"]),
+            content=short,
+            parts=st.lists(parts(empty=empty_parts), max_size=2),
+            tool_calls=st.lists(
+                st.builds(
+                    ToolCall, id=short, name=short, args=any_args, signature=short, seal=short
+                ),
+                max_size=3,
+            ),
+            tool_call_id=short,
+            tool_name=short,
+            failed=st.booleans(),
+            thinking=st.lists(
+                st.builds(ThinkingBlock, text=short, signature=short, redacted=short), max_size=2
+            ),
+            run_id=short,
+            conversation_id=short,
         ),
-        tool_call_id=short,
-        tool_name=short,
-        failed=st.booleans(),
-        thinking=st.lists(
-            st.builds(ThinkingBlock, text=short, signature=short, redacted=short), max_size=2
-        ),
-        run_id=short,
-        conversation_id=short,
-    ),
-    max_size=6,
-)
+        max_size=6,
+    )
 
 
 @PROPERTY
 @example([Message(role="assistant", tool_calls=[ToolCall("c", "n", '{"a":1e400,"a":-0.0}')])])
 @example([Message(role="assistant", tool_calls=[ToolCall("c", "n", '"{\\"a\\":1}"')])])
-@given(histories)
+@given(histories())
 def test_any_history_survives_a_round_trip_unchanged(history: list[Message]) -> None:
     assert loads_history(dumps_history(history)) == history
 
 
 @PROPERTY
-@given(histories)
+@example([Message(role="user", parts=[Part("image", data=b"", media_type="image/png")])])
+@example([Message(role="user", parts=[Part("image", url="", media_type="")])])
+@given(histories(empty_parts=True))
 def test_any_text_this_codec_wrote_is_a_fixed_point(history: list[Message]) -> None:
     text = dumps_history(history)
     assert dumps_history(loads_history(text)) == text

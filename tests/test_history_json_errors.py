@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from golem import dumps_history, loads_history
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from tests.test_deferred_json import CALL_KEYS, MESSAGE_KEYS, PART_KEYS, THINKING_KEYS
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GOOD = {"role": "user", "content": "fine"}
@@ -41,32 +42,7 @@ json_any = st.recursive(
     ),
     max_leaves=10,
 )
-keys = st.sampled_from(
-    [
-        "role",
-        "content",
-        "parts",
-        "toolCalls",
-        "toolCallId",
-        "toolName",
-        "failed",
-        "thinking",
-        "runId",
-        "conversationId",
-        "id",
-        "name",
-        "args",
-        "signature",
-        "seal",
-        "kind",
-        "url",
-        "data",
-        "mediaType",
-        "text",
-        "redacted",
-        "x",
-    ]
-)
+keys = st.sampled_from([*MESSAGE_KEYS, *CALL_KEYS, *PART_KEYS, *THINKING_KEYS, "seal", "x"])
 roles = st.sampled_from(["system", "user", "assistant", "tool", "robot", ""]) | json_leaf
 shaped_values = st.recursive(
     json_leaf | roles,

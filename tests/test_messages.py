@@ -8,13 +8,9 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 
 from golem import dumps_history, loads_history
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
-
-PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _json(text: str) -> Any:
@@ -396,98 +392,8 @@ def test_go_written_history_redumps_to_the_same_json_value() -> None:
 
 
 # --------------------------------------------------------------------------- fixed point
-
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-raw_args = (
-    json_values.map(json.dumps)
-    | st.dictionaries(st.text(max_size=5), json_values, max_size=3).map(
-        lambda d: json.dumps(d, indent=1)
-    )
-    | st.text(max_size=12)  # truncated / not JSON at all
-    | st.just("")
-)
-short_text = st.text(max_size=10)
-inline_data = st.binary(max_size=6)
-
-
-def _embeds_as_json_string(args: str) -> bool:
-    try:
-        return isinstance(json.loads(args), str)
-    except ValueError:
-        return False
-
-
-# Args whose JSON value is itself a string ('"x"', '""', '"{}"') are split off (they once
-# broke the fixed point); tests/test_history_json_args.py covers every args text.
-object_like_args = raw_args.filter(lambda a: not _embeds_as_json_string(a))
-
-
-def parts(data: st.SearchStrategy[bytes]) -> st.SearchStrategy[Part]:
-    return st.builds(
-        Part,
-        kind=st.sampled_from(["image", "document", "audio", "video"]),
-        url=st.none() | short_text,
-        data=st.none() | data,
-        media_type=st.none() | short_text,
-    )
-
-
-def messages(
-    data: st.SearchStrategy[bytes] = inline_data,
-    args: st.SearchStrategy[str] = raw_args,
-) -> st.SearchStrategy[Message]:
-    return st.builds(
-        Message,
-        role=st.sampled_from(["system", "user", "assistant", "tool"]),
-        content=short_text,
-        parts=st.lists(parts(data), max_size=2),
-        tool_calls=st.lists(
-            st.builds(ToolCall, id=short_text, name=short_text, args=args, signature=short_text),
-            max_size=3,
-        ),
-        tool_call_id=short_text,
-        tool_name=short_text,
-        failed=st.booleans(),
-        thinking=st.lists(
-            st.builds(ThinkingBlock, text=short_text, signature=short_text, redacted=short_text),
-            max_size=2,
-        ),
-        run_id=short_text,
-        conversation_id=short_text,
-    )
-
-
-@PROPERTY
-@example([Message(role="user", parts=[Part("image", data=b"", media_type="image/png")])])
-@given(st.lists(messages(args=object_like_args), max_size=5))
-def test_dump_load_dump_is_a_fixed_point(history: list[Message]) -> None:
-    first = dumps_history(history)
-    loaded = loads_history(first)
-    assert dumps_history(loaded) == first
-    assert [(m.role, m.content, m.failed, m.run_id) for m in loaded] == [
-        (m.role, m.content, m.failed, m.run_id) for m in history
-    ]
-
-
-@PROPERTY
-@example([Message(role="assistant", tool_calls=[ToolCall("c", "n", '""')])])
-@given(st.lists(messages(), max_size=5))
-def test_dump_load_dump_is_a_fixed_point_for_any_args(history: list[Message]) -> None:
-    first = dumps_history(history)
-    assert dumps_history(loads_history(first)) == first
+# The Hypothesis properties (round trip and fixed point for any history, any args) live in
+# tests/test_history_json_args.py.
 
 
 @pytest.mark.parametrize("args", ['""', '"1"', '"{}"', '"null"'])
