@@ -15,10 +15,10 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import Any, Generic, overload
+from typing import Any, Concatenate, Generic, ParamSpec, overload
 
 import pydantic
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, deprecated
 
 from golem import deferred
 from golem._ids import new_id
@@ -40,6 +40,8 @@ DepsT = TypeVar("DepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
@@ -84,6 +86,7 @@ class Agent(Generic[DepsT, OutputT]):
     Raises:
         ValueError: duplicate tool names, negative limits, retries or timeouts,
             `max_iterations` < 1, `max_attempts` < 1, or a cost limit without `price`.
+        TypeError: `model` is neither a `Model` nor a "provider:model" string.
     """
 
     def __init__(
@@ -112,6 +115,12 @@ class Agent(Generic[DepsT, OutputT]):
             from golem.providers import infer_model
 
             model = infer_model(model)
+        elif not callable(getattr(model, "generate", None)):
+            raise TypeError(
+                "golem: Agent's model must be a golem.model.Model (an object with an async "
+                "generate(request) method, such as OpenAIChatModel or ScriptedModel) or a "
+                f'"provider:model" string such as "openai:gpt-4.1", got {type(model).__name__}'
+            )
         if tool_timeout is not None and tool_timeout <= 0:
             raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
         for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
@@ -165,6 +174,20 @@ class Agent(Generic[DepsT, OutputT]):
             raise ValueError(f'duplicate tool name "{tool.name}"')
         self.tools[tool.name] = tool
         self._specs = None
+
+    @overload
+    def tool(
+        self, fn: Callable[Concatenate[RunContext[DepsT], P], R]
+    ) -> Callable[Concatenate[RunContext[DepsT], P], R]: ...
+
+    @overload
+    @deprecated(
+        "the tool's RunContext[...] type is not the agent's deps type: "
+        "take ctx: RunContext[Deps] for an Agent[Deps, ...]"
+    )
+    def tool(
+        self, fn: Callable[Concatenate[RunContext[Any], P], R]
+    ) -> Callable[Concatenate[RunContext[Any], P], R]: ...
 
     @overload
     def tool(self, fn: F) -> F: ...
@@ -315,11 +338,35 @@ class Agent(Generic[DepsT, OutputT]):
         repaired, _ = normalize_history(body)
         state.messages.extend(repaired)
 
+    @overload
+    async def run(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     async def run(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    async def run(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -327,8 +374,8 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """Run the agent on `prompt`, optionally continuing `history`.
 
-        Returns a `Result`; when a tool call deferred, `result.pending` is set and
-        `result.output` is None. An empty prompt with a history adds no user message.
+        Returns a `Result`; when a tool call deferred, `result.is_paused` is true,
+        `result.pending` holds the calls, and reading `result.output` raises `RunPaused`. An empty prompt with a history adds no user message.
 
         Raises:
             RunError: the run failed; `.stage` says where, `__cause__` why.
@@ -338,11 +385,35 @@ class Agent(Generic[DepsT, OutputT]):
             state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
             return await run_loop(self, state)
 
+    @overload
+    def run_sync(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     def run_sync(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    def run_sync(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -361,11 +432,35 @@ class Agent(Generic[DepsT, OutputT]):
             ),
         )
 
+    @overload
+    def run_stream(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    @overload
     def run_stream(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    def run_stream(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -392,13 +487,39 @@ class Agent(Generic[DepsT, OutputT]):
 
         return RunStream(start)
 
+    @overload
+    async def run_with_deferred_results(
+        self: Agent[None, OutputT],
+        history: History,
+        results: DeferredResults,
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     async def run_with_deferred_results(
         self,
         history: History,
         results: DeferredResults,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    async def run_with_deferred_results(
+        self,
+        history: History,
+        results: DeferredResults,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
@@ -468,13 +589,39 @@ class Agent(Generic[DepsT, OutputT]):
             state.messages.append(_stamp(user, state))
         return await run_loop(self, state)
 
+    @overload
+    def run_with_deferred_results_sync(
+        self: Agent[None, OutputT],
+        history: History,
+        results: DeferredResults,
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     def run_with_deferred_results_sync(
         self,
         history: History,
         results: DeferredResults,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    def run_with_deferred_results_sync(
+        self,
+        history: History,
+        results: DeferredResults,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
