@@ -168,14 +168,3 @@ def test_mypy_reports_exactly_the_expected_errors(
         assert got_line == line, f"{name}: expected line {line}, mypy said {got}"
         assert re.search(pattern, message), f"{name}: {message!r} does not match {pattern!r}"
 
-
-@pytest.mark.parametrize("model", [None, 42, object(), b"openai:gpt-4.1"])
-def test_an_agent_refuses_a_model_that_is_neither_a_model_nor_a_string(model: object) -> None:
-    from golem import Agent
-
-    with pytest.raises(TypeError) as info:
-        Agent(model)  # type: ignore[arg-type]
-    message = str(info.value)
-    assert "golem.model.Model" in message
-    assert '"provider:model" string' in message
-    assert f"got {type(model).__name__}" in message

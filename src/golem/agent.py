@@ -86,7 +86,6 @@ class Agent(Generic[DepsT, OutputT]):
     Raises:
         ValueError: duplicate tool names, negative limits, retries or timeouts,
             `max_iterations` < 1, `max_attempts` < 1, or a cost limit without `price`.
-        TypeError: `model` is neither a `Model` nor a "provider:model" string.
     """
 
     def __init__(
@@ -115,12 +114,6 @@ class Agent(Generic[DepsT, OutputT]):
             from golem.providers import infer_model
 
             model = infer_model(model)
-        elif not callable(getattr(model, "generate", None)):
-            raise TypeError(
-                "golem: Agent's model must be a golem.model.Model (an object with an async "
-                "generate(request) method, such as OpenAIChatModel or ScriptedModel) or a "
-                f'"provider:model" string such as "openai:gpt-4.1", got {type(model).__name__}'
-            )
         if tool_timeout is not None and tool_timeout <= 0:
             raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
         for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
