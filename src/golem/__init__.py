@@ -1,6 +1,7 @@
 """golem: LLM agents whose tool calls can pause the run.
 
-A tool defers a call (`raise Deferred(DeferKind.APPROVAL)`); the run returns with
+A tool defers a call (`if not call_approved(): raise Deferred(DeferKind.APPROVAL)`,
+all importable from `golem`); the run returns with
 `result.pending` set; the application stores `dumps_history(result.messages)`, asks a
 human or another service, and later resumes — in any process — with
 `agent.run_with_deferred_results(history, DeferredResults(...))`.
@@ -15,6 +16,7 @@ from golem.errors import (
     ResumeError,
     RunError,
     RunPaused,
+    SealError,
     Stage,
     ToolError,
     ToolTimeout,
@@ -23,6 +25,7 @@ from golem.errors import (
 from golem.events import EventKind, RunEvent
 from golem.history import (
     HistoryRepair,
+    RejectedCall,
     SanitizeReport,
     UnsafePart,
     normalize_history,
@@ -30,6 +33,7 @@ from golem.history import (
 )
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.result import PartialResult, Result
+from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
     DeferKind,
@@ -64,6 +68,7 @@ __all__ = [
     "PartialResult",
     "PendingToolCall",
     "ProviderError",
+    "RejectedCall",
     "Result",
     "ResumeError",
     "RunContext",
@@ -72,6 +77,8 @@ __all__ = [
     "RunPaused",
     "RunStream",
     "SanitizeReport",
+    "SealError",
+    "SealKeys",
     "Stage",
     "ThinkingBlock",
     "Tool",
