@@ -36,6 +36,7 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
             int_agent.run_stream("hi")
             await int_agent.run_with_deferred_results("", DeferredResults())
         int_agent.run_with_deferred_results_sync("", DeferredResults())
+        int_agent.run_stream_with_deferred_results("", DeferredResults())
         """,
         [
             (1, r'Missing named argument "deps" for "run_sync"'),
@@ -43,6 +44,7 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
             (4, r'Missing named argument "deps" for "run_stream"'),
             (5, r'Missing named argument "deps" for "run_with_deferred_results"'),
             (6, r'Missing named argument "deps" for "run_with_deferred_results_sync"'),
+            (7, r'Missing named argument "deps" for "run_stream_with_deferred_results"'),
         ],
     ),
     "run_with_deps_of_the_wrong_type": (
