@@ -29,6 +29,7 @@ EXPECTED = {
     "streaming.py": "result 'You asked: is it streaming?'",
     "structured_output.py": "output: Invoice(vendor='ACME Tools', total=129.5, currency='EUR')",
     "tools_and_deps.py": "orders: [('apple', 3)], apples left: 7",
+    "typed_agent.py": "after approval: 9 x pear placed: [('pear', 9)]",
     "usage_limits.py": "stage=tool cause is a TimeoutError: True",
     "provider_openai.py": "set OPENAI_API_KEY",
     "provider_anthropic.py": "set ANTHROPIC_API_KEY",

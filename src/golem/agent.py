@@ -16,10 +16,10 @@ from collections.abc import (
 )
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Generic, overload
+from typing import Any, Concatenate, Generic, ParamSpec, overload
 
 import pydantic
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, deprecated
 
 from golem import deferred
 from golem._ids import new_id
@@ -42,6 +42,8 @@ DepsT = TypeVar("DepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
@@ -184,6 +186,20 @@ class Agent(Generic[DepsT, OutputT]):
             raise ValueError(f'duplicate tool name "{tool.name}"')
         self.tools[tool.name] = tool
         self._specs = None
+
+    @overload
+    def tool(
+        self, fn: Callable[Concatenate[RunContext[DepsT], P], R]
+    ) -> Callable[Concatenate[RunContext[DepsT], P], R]: ...
+
+    @overload
+    @deprecated(
+        "the tool's RunContext[...] type is not the agent's deps type: "
+        "take ctx: RunContext[Deps] for an Agent[Deps, ...]"
+    )
+    def tool(
+        self, fn: Callable[Concatenate[RunContext[Any], P], R]
+    ) -> Callable[Concatenate[RunContext[Any], P], R]: ...
 
     @overload
     def tool(self, fn: F) -> F: ...
@@ -373,11 +389,35 @@ class Agent(Generic[DepsT, OutputT]):
         repaired, _ = normalize_history(body)
         state.messages.extend(repaired)
 
+    @overload
+    async def run(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     async def run(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    async def run(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -385,8 +425,8 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """Run the agent on `prompt`, optionally continuing `history`.
 
-        Returns a `Result`; when a tool call deferred, `result.pending` is set and
-        `result.output` is None. An empty prompt with a history adds no user message.
+        Returns a `Result`; when a tool call deferred, `result.is_paused` is true,
+        `result.pending` holds the calls, and reading `result.output` raises `RunPaused`. An empty prompt with a history adds no user message.
         A paused history's pending calls are closed as interrupted (history repair):
         resume it with `run_with_deferred_results` instead. A run started inside an
         approved tool call does not inherit `call_approved()`.
@@ -402,11 +442,35 @@ class Agent(Generic[DepsT, OutputT]):
                 )
                 return await run_loop(self._policy(tools), state)
 
+    @overload
+    def run_sync(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     def run_sync(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Result[OutputT]: ...
+
+    def run_sync(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -425,11 +489,35 @@ class Agent(Generic[DepsT, OutputT]):
             ),
         )
 
+    @overload
+    def run_stream(
+        self: Agent[None, OutputT],
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    @overload
     def run_stream(
         self,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        history: History | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    def run_stream(
+        self,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         history: History | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
@@ -502,13 +590,43 @@ class Agent(Generic[DepsT, OutputT]):
             state.messages.append(_stamp(user, state))
         return await run_loop(policy, state, stream=sink is not None)
 
+    @overload
+    async def run_with_deferred_results(
+        self: Agent[None, OutputT],
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     async def run_with_deferred_results(
         self,
         history: History,
         results: Resolutions,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> Result[OutputT]: ...
+
+    async def run_with_deferred_results(
+        self,
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
@@ -559,13 +677,43 @@ class Agent(Generic[DepsT, OutputT]):
                     plan, policy, prompt, deps, run_id, on_event, before_approved
                 )
 
+    @overload
+    def run_with_deferred_results_sync(
+        self: Agent[None, OutputT],
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> Result[OutputT]: ...
+
+    @overload
     def run_with_deferred_results_sync(
         self,
         history: History,
         results: Resolutions,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> Result[OutputT]: ...
+
+    def run_with_deferred_results_sync(
+        self,
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
@@ -588,13 +736,43 @@ class Agent(Generic[DepsT, OutputT]):
             ),
         )
 
+    @overload
+    def run_stream_with_deferred_results(
+        self: Agent[None, OutputT],
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    @overload
     def run_stream_with_deferred_results(
         self,
         history: History,
         results: Resolutions,
         prompt: Prompt = "",
         *,
-        deps: DepsT | None = None,
+        deps: DepsT,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+    ) -> RunStream[OutputT]: ...
+
+    def run_stream_with_deferred_results(
+        self,
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: Any = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
