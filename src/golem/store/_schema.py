@@ -141,6 +141,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE golem_runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
             "ALTER TABLE golem_calls ADD COLUMN rerun_confirmed_by TEXT",
             "ALTER TABLE golem_calls ADD COLUMN decision_args TEXT",
+            "ALTER TABLE golem_calls ADD COLUMN seal TEXT",
         ),
     ),
 )
