@@ -141,8 +141,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE golem_runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
             "ALTER TABLE golem_calls ADD COLUMN rerun_confirmed_by TEXT",
             "ALTER TABLE golem_calls ADD COLUMN decision_args TEXT",
-            "ALTER TABLE golem_calls ADD COLUMN seal TEXT",
         ),
+    ),
+    Migration(
+        4,
+        "pending calls keep their seal",
+        ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",),
     ),
 )
 """Every migration, in version order."""
