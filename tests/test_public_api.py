@@ -26,7 +26,7 @@ PUBLIC_ALL = {
         "dumps_history loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.cli": "INSTALL_HINT answer approve build_app demo deny main pending serve show worker",
+    "golem.cli": "INSTALL_HINT answer approve build_app demo deny main pending resolve serve show worker",
     "golem.deferred": (
         "Approval DeferredRequests DeferredResults PendingToolCall check_results denial_text "
         "merge pending_calls requests_from rerun_approved"
@@ -84,16 +84,16 @@ PUBLIC_ALL = {
     "golem.service.stream": "events",
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
-        "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
-        "LeaseLost NewCall NewRun Outcome PendingCallRecord RunNotFound RunNotPending RunRecord "
-        "RunStatus Store StoreError open_store utc_now"
+        "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
-        "LeaseLost NewCall NewRun Outcome PendingCallRecord RunNotFound RunNotPending RunRecord "
-        "RunStatus"
+        "LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
+        "RunNotPending RunRecord RunStatus"
     ),
     "golem.store.sqlite": "SQLiteStore",
     "golem.testing": "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas",
@@ -104,7 +104,8 @@ PUBLIC_ALL = {
     "golem.toolset": "Toolset enter_all resolve_tools",
     "golem.usage": "Price Usage UsageLimits",
     "golem.worker": (
-        "AgentEntry AgentRegistry SweepReport Worker load_registry new_run_from_result start_run"
+        "RETRY_REFUSAL AgentEntry AgentRegistry StoredCallMismatch SweepReport Worker "
+        "load_registry new_run_from_result start_run"
     ),
 }
 
