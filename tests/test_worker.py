@@ -446,3 +446,35 @@ async def test_an_approval_with_edited_args_runs_them_or_refuses_to_run_the_orig
         assert got.outcome is not None
         assert "edited arguments" in got.outcome.error
         assert app.executed == []
+
+
+async def test_a_history_whose_pending_call_carries_another_seal_is_not_resumed(
+    store: Store,
+) -> None:
+    from golem.messages import dumps_history
+    from golem.store import NewCall, NewRun
+
+    app = App("done")
+    call = ToolCall("c1", "delete_file", '{"path": "/tmp/a"}', seal="v1.k.approval.genuine")
+    swapped = ToolCall("c1", "delete_file", '{"path": "/tmp/a"}', seal="v1.k.approval.forged")
+    history = dumps_history(
+        [Message(role="user", content="x"), Message(role="assistant", tool_calls=[swapped])]
+    )
+    run = await store.save_pending(
+        NewRun(
+            id="sealed",
+            agent="ops",
+            conversation_id="conv",
+            history=history,
+            calls=(NewCall("c1", CallKind.APPROVAL, "delete_file", call.args, seal=call.seal),),
+        )
+    )
+    assert run.calls[0].seal == "v1.k.approval.genuine"
+    assert (await store.get_run("sealed")).calls[0].seal == "v1.k.approval.genuine"
+    await store.decide("sealed", "c1", Decision.approve(), decided_by="b")
+    assert await Worker(store, app.registry).run_once()
+    failed = await store.get_run("sealed")
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "another seal" in failed.outcome.error
+    assert app.executed == []

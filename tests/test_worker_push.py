@@ -143,3 +143,43 @@ async def test_a_worker_that_lost_its_lease_stops_by_itself(tmp_path: Path) -> N
         assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
         with pytest.raises(LeaseLost):
             await store.renew_lease(run.id, "w", 1)
+
+
+@pytest.mark.postgres
+async def test_connections_dropped_during_a_resume_do_not_interrupt_it(tmp_path: Path) -> None:
+    """The approved tool's side effect happens while the server drops every idle pooled
+    connection; the outcome is still saved as completed, not left to become interrupted."""
+    import psycopg
+
+    with backend_for("postgres", tmp_path) as pg:
+        store = await pg.open()
+        assert pg.dsn is not None
+        dsn = pg.dsn
+        try:
+            ran: list[str] = []
+
+            def pay(ctx: RunContext[Any], amount: int) -> str:
+                """Pay (needs approval); the database restarts its connections meanwhile."""
+                if not call_approved():
+                    raise Deferred(DeferKind.APPROVAL, "money")
+                with psycopg.connect(dsn, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND state = 'idle'"
+                    )
+                ran.append(ctx.call_id)
+                return "paid"
+
+            model = ScriptedModel(
+                Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]),
+                "done",
+            )
+            registry = {"bank": AgentEntry(Agent(model, tools=[pay]))}
+            run = await start_run(store, registry, "bank", "go", started_by="a")
+            await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+            assert await Worker(store, registry, worker_id="w").run_once()
+            assert ran == ["c1"]
+            assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+        finally:
+            await store.close()

@@ -193,6 +193,7 @@ def new_run_from_result(
                     tool_name=p.tool_name,
                     args=p.args,
                     reason=p.reason,
+                    seal=getattr(p, "seal", None),
                 )
                 for p in group
             )
@@ -369,6 +370,8 @@ def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
             problem = f'is a call of "{tc.name}" in the history, "{call.tool_name}" when decided'
         elif not _same_args(tc.args, call.args):
             problem = "has other arguments in the history than the approvers saw"
+        elif call.seal is not None and getattr(tc, "seal", None) != call.seal:
+            problem = "carries another seal in the history than when it was decided"
         else:
             continue
         raise StoredCallMismatch(

@@ -225,3 +225,37 @@ async def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         conn.close()
+
+
+async def test_a_database_at_an_older_version_migrates_and_keeps_its_runs(
+    tmp_path: Path,
+) -> None:
+    """A v3 database (no call seals yet) gains v4 on open; its runs stay readable."""
+    import sqlite3
+
+    from golem.store import CallKind, NewCall
+    from tests.store.runs import make_run
+
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("PRAGMA journal_mode = WAL")
+
+    class _Raw:
+        def fetch(self, sql: str, params: Any = ()) -> list[Any]:
+            return raw.execute(sql, params).fetchall()
+
+        def execute(self, sql: str, params: Any = ()) -> int:
+            return raw.execute(sql, params).rowcount
+
+    raw.execute("BEGIN IMMEDIATE")
+    assert migrate(_Raw(), "sqlite", "2030-01-01T00:00:00.000000Z", MIGRATIONS[:3]) == 3
+    raw.execute("COMMIT")
+    raw.close()
+    store = await SQLiteStore.open(path)
+    try:
+        assert await store.schema_version() == LATEST_VERSION
+        sealed = NewCall("c1", CallKind.APPROVAL, "pay", "{}", seal="v1.k.approval.x")
+        run = await store.save_pending(make_run(sealed))
+        assert (await store.get_run(run.id)).calls[0].seal == "v1.k.approval.x"
+    finally:
+        await store.close()

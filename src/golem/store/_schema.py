@@ -143,6 +143,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE golem_calls ADD COLUMN decision_args TEXT",
         ),
     ),
+    Migration(
+        4,
+        "pending calls keep their seal",
+        ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",),
+    ),
 )
 """Every migration, in version order."""
 

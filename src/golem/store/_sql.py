@@ -74,7 +74,8 @@ _RUN_COLS = (
 _R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
-    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args"
+    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args, "
+    "seal"
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
@@ -255,6 +256,7 @@ class SQLStore(abc.ABC):
     def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
         (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
         (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
+        seal = row[15]
         record = None
         if decision is not None:
             record = DecisionRecord(
@@ -278,6 +280,7 @@ class SQLStore(abc.ABC):
             deadline=self._dt(deadline),
             decision=record,
             rerun_confirmed_by=confirmed_by,
+            seal=seal,
         )
 
     def _run_record(
@@ -461,6 +464,7 @@ class SQLStore(abc.ABC):
                     reason=c.reason,
                     deadline=deadline,
                     decision=None,
+                    seal=c.seal,
                 )
             )
             params += (
@@ -472,12 +476,13 @@ class SQLStore(abc.ABC):
                 c.args,
                 c.reason,
                 self._ts(deadline),
+                c.seal,
             )
         if calls:
-            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
             tx.run(
                 "INSERT INTO golem_calls (run_id, call_id, position, kind, tool_name, args, "
-                f"reason, deadline) VALUES {values}",
+                f"reason, deadline, seal) VALUES {values}",
                 params,
             )
         tx.audit(
@@ -704,7 +709,7 @@ class SQLStore(abc.ABC):
         cursor = None
         if len(rows) == limit:
             last = rows[-1]
-            cursor = _encode_cursor(self._from_db(last[15]).isoformat(), last[0], int(last[2]))
+            cursor = _encode_cursor(self._from_db(last[16]).isoformat(), last[0], int(last[2]))
         return Page(items, cursor)
 
     async def decide(

@@ -255,6 +255,9 @@ class NewCall:
     """The reason the tool gave when it deferred."""
     deadline: datetime | None = None
     """When an undecided call is denied "expired"; None means the run's `expires_at`."""
+    seal: str | None = None
+    """The call's seal when the agent seals pending calls (`Agent(seal_key=...)`): kept so a
+    resume can check that the history still holds the very call that was decided."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +448,8 @@ class PendingCallRecord:
     rerun_confirmed_by: str | None = None
     """Who confirmed that this approved call may run again on a retry of an interrupted run
     (`Store.retry_interrupted`); None when nobody did."""
+    seal: str | None = None
+    """The seal the call carried when it was saved (None: unsealed)."""
 
     @property
     def decided(self) -> bool:
