@@ -29,6 +29,7 @@ EXPECTED = {
     "tools_and_deps.py": "orders: [('apple', 3)], apples left: 7",
     "usage_limits.py": "stage=tool cause is a TimeoutError: True",
     "provider_openai.py": "set OPENAI_API_KEY",
+    "provider_fallback.py": "answer: Lisbon is sunny, 24 °C.",
     "provider_anthropic.py": "set ANTHROPIC_API_KEY",
     "provider_gemini.py": "set GEMINI_API_KEY",
 }
