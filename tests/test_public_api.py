@@ -62,7 +62,7 @@ PUBLIC_ALL = {
         "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response parse_stream "
         "sse_events"
     ),
-    "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel",
+    "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.result": "PartialResult Result",
     "golem.service": "Approver AuthConfig Credential create_app",
     "golem.service.api": (
