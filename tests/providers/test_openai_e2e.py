@@ -26,7 +26,7 @@ from golem.tool import DeferKind, Deferred, call_approved
 from .openai_fixtures import chunk, sse
 
 DELETE_ARGS = '{"path": "/tmp/report.txt"}'
-STORED_DELETE_ARGS = DELETE_ARGS  # the history JSON keeps argument bytes as the model sent them
+STORED_DELETE_ARGS = DELETE_ARGS  # the history JSON keeps argument bytes exact (ADR 0015)
 LIST_ARGS = '{"directory":"/tmp"}'
 USAGE = {
     "prompt_tokens": 120,
@@ -213,7 +213,7 @@ async def test_pause_json_resume_on_a_new_agent(server: _Server, stream: bool) -
     history = loads_history(stored)
     assert dumps_history(history) == stored
     resend = build_request_body(ModelRequest(history), model.options)
-    # History JSON embeds arguments verbatim (ADR 0015), so they come back byte for byte.
+    # History JSON embeds arguments as a JSON value, so they come back compacted.
     assert resend["messages"][2]["tool_calls"][1]["function"]["arguments"] == STORED_DELETE_ARGS
 
     ran.clear()
