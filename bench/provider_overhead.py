@@ -176,6 +176,30 @@ def built(client: Any, make: Callable[[], Any]) -> Any:
     return entry[1]
 
 
+def iterate(open_stream: Callable[[Any], Awaitable[Any]]) -> Consume:
+    """Iterate an SDK's stream: its typed chunk objects."""
+
+    async def consume(client: Any) -> object:
+        async for _ in await open_stream(client):
+            pass
+        return None
+
+    return consume
+
+
+def decode(open_stream: Callable[[Any], Awaitable[Any]]) -> Consume:
+    """Only the SDK's SSE decoder and `json` on each event: no objects built."""
+
+    async def consume(client: Any) -> object:
+        stream = await open_stream(client)
+        async for sse in stream._iter_events():
+            if sse.data != "[DONE]":
+                sse.json()
+        return None
+
+    return consume
+
+
 def sdk_columns() -> tuple[dict[str, Consume], dict[str, Consume]]:
     """Consumers per provider whose SDK is installed: its raw event iteration (typed chunk
     objects), and its decoding layer alone (its SSE decoder and `json`, no objects)."""
@@ -187,69 +211,34 @@ def sdk_columns() -> tuple[dict[str, Consume], dict[str, Consume]]:
         pass
     else:
 
-        async def openai_sdk(client: Any) -> object:
+        async def openai_stream(client: Any) -> Any:
             sdk = built(
                 client, lambda: openai.AsyncOpenAI(api_key="k", http_client=client, max_retries=0)
             )
-            stream = await sdk.chat.completions.create(
+            return await sdk.chat.completions.create(
                 model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
             )
-            async for _ in stream:
-                pass
-            return None
 
-        async def openai_decode(client: Any) -> object:
-            sdk = built(
-                client, lambda: openai.AsyncOpenAI(api_key="k", http_client=client, max_retries=0)
-            )
-            stream = await sdk.chat.completions.create(
-                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-            async for sse in stream._iter_events():
-                if sse.data != "[DONE]":
-                    sse.json()
-            return None
-
-        out["openai"] = openai_sdk
-        floor["openai"] = openai_decode
+        out["openai"], floor["openai"] = iterate(openai_stream), decode(openai_stream)
     try:
         import anthropic
     except ImportError:
         pass
     else:
 
-        async def anthropic_sdk(client: Any) -> object:
+        async def anthropic_stream(client: Any) -> Any:
             sdk = built(
                 client,
                 lambda: anthropic.AsyncAnthropic(api_key="k", http_client=client, max_retries=0),
             )
-            stream = await sdk.messages.create(
+            return await sdk.messages.create(
                 model="claude-sonnet-4-5",
                 max_tokens=1024,
                 messages=[{"role": "user", "content": "hi"}],
                 stream=True,
             )
-            async for _ in stream:
-                pass
-            return None
 
-        async def anthropic_decode(client: Any) -> object:
-            sdk = built(
-                client,
-                lambda: anthropic.AsyncAnthropic(api_key="k", http_client=client, max_retries=0),
-            )
-            stream = await sdk.messages.create(
-                model="claude-sonnet-4-5",
-                max_tokens=1024,
-                messages=[{"role": "user", "content": "hi"}],
-                stream=True,
-            )
-            async for sse in stream._iter_events():
-                sse.json()
-            return None
-
-        out["anthropic"] = anthropic_sdk
-        floor["anthropic"] = anthropic_decode
+        out["anthropic"], floor["anthropic"] = iterate(anthropic_stream), decode(anthropic_stream)
     try:
         from google import genai
         from google.genai import types
@@ -257,21 +246,18 @@ def sdk_columns() -> tuple[dict[str, Consume], dict[str, Consume]]:
         pass
     else:
 
-        async def gemini_sdk(client: Any) -> object:
+        async def gemini_stream(client: Any) -> Any:
             sdk = built(
                 client,
                 lambda: genai.Client(
                     api_key="k", http_options=types.HttpOptions(httpx_async_client=client)
                 ),
             )
-            stream = await sdk.aio.models.generate_content_stream(
+            return await sdk.aio.models.generate_content_stream(
                 model="gemini-2.5-flash", contents="hi"
             )
-            async for _ in stream:
-                pass
-            return None
 
-        out["gemini"] = gemini_sdk
+        out["gemini"] = iterate(gemini_stream)
     return out, floor
 
 

@@ -7,9 +7,12 @@ decision and the model writes the final answer.
 
     OPENAI_API_KEY=sk-... python examples/provider_openai.py
     OPENAI_BASE_URL=http://localhost:11434/v1 GOLEM_OPENAI_MODEL=qwen3 python examples/provider_openai.py
+    GOLEM_OPENAI_API=responses GOLEM_OPENAI_MODEL=gpt-5-mini python examples/provider_openai.py
 
 Without OPENAI_API_KEY (or OPENAI_BASE_URL for a local server such as Ollama or vLLM) it
-explains what it needs and exits 0. GOLEM_OPENAI_MODEL picks the model (default gpt-4.1-mini).
+explains what it needs and exits 0. GOLEM_OPENAI_MODEL picks the model (default gpt-4.1-mini);
+GOLEM_OPENAI_API=responses uses the Responses API (`OpenAIResponsesModel`) instead of Chat
+Completions: a reasoning model's reasoning then travels with the paused history.
 """
 
 from __future__ import annotations
@@ -20,13 +23,19 @@ import sys
 
 from golem import Agent, Approval, DeferredResults, RunContext, dumps_history, loads_history
 from golem.model import Delta
-from golem.providers.openai import OpenAIChatModel
+from golem.providers.openai import OpenAIChatModel, OpenAIResponsesModel
 from golem.tool import DeferKind, Deferred, call_approved
 
 FILES = {"/tmp/golem-demo/report.txt": "Q3 numbers", "/tmp/golem-demo/old.log": "noise"}
 
 
-def build_agent(model: OpenAIChatModel) -> Agent[None, str]:
+def make_model(name: str) -> OpenAIChatModel | OpenAIResponsesModel:
+    if os.environ.get("GOLEM_OPENAI_API") == "responses":
+        return OpenAIResponsesModel(name)
+    return OpenAIChatModel(name)
+
+
+def build_agent(model: OpenAIChatModel | OpenAIResponsesModel) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(
         model,
         instructions="You tidy up a directory with the tools you have. Be concise.",
@@ -71,7 +80,7 @@ async def main() -> int:
         return 0
     name = os.environ.get("GOLEM_OPENAI_MODEL", "gpt-4.1-mini")
 
-    async with OpenAIChatModel(name) as model:
+    async with make_model(name) as model:
         agent = build_agent(model)
         async with agent.run_stream("Delete the log files in /tmp/golem-demo.") as stream:
             async for item in stream:
@@ -91,7 +100,7 @@ async def main() -> int:
         for call in paused.pending.approvals
     }
 
-    async with OpenAIChatModel(name) as model:  # a fresh model and agent, as in another process
+    async with make_model(name) as model:  # a fresh model and agent, as in another process
         done = await build_agent(model).run_with_deferred_results(
             loads_history(saved), DeferredResults(approvals=approvals)
         )

@@ -32,6 +32,7 @@ EXPECTED = {
     "typed_agent.py": "after approval: 9 x pear placed: [('pear', 9)]",
     "usage_limits.py": "stage=tool cause is a TimeoutError: True",
     "provider_openai.py": "set OPENAI_API_KEY",
+    "provider_fallback.py": "answer: Lisbon is sunny, 24 °C.",
     "provider_anthropic.py": "set ANTHROPIC_API_KEY",
     "provider_gemini.py": "set GEMINI_API_KEY",
 }

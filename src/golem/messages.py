@@ -33,7 +33,7 @@ __all__ = [
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
-PART_KINDS: frozenset[str] = frozenset(("image", "document", "audio", "video"))
+PART_KINDS: frozenset[str] = frozenset(("image", "document", "audio", "video", "text"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,24 +55,34 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """A non-text part of a message: an image, document, audio or video.
+    """A part of a message beside its `content`: an image, document, audio or video, or a
+    text part between them (so text and media can interleave in one message).
 
-    Exactly one of `url` and `data` is set; `data` needs a `media_type`.
+    A media part has exactly one of `url` and `data`; `data` needs a `media_type`. A
+    "text" part has `text` and nothing else. Parts follow the message's `content` in order.
     """
 
     kind: str
-    """One of "image", "document", "audio", "video"."""
+    """One of "image", "document", "audio", "video", "text"."""
     url: str | None = None
     """Where the content lives (http/https for content from untrusted sources)."""
     data: bytes | None = None
     """Inline content (base64 in JSON)."""
     media_type: str | None = None
     """MIME type, required with `data` (for example "image/png")."""
+    text: str = ""
+    """The text of a "text" part (JSON key "text"; absent for media parts)."""
 
     def problem(self) -> str | None:
         """Describe why the part is invalid, or return None when it is valid."""
         if self.kind not in PART_KINDS:
-            return f'unknown part kind "{self.kind}" (want image, document, audio or video)'
+            return f'unknown part kind "{self.kind}" (want image, document, audio, video or text)'
+        if self.kind == "text":
+            if self.url or self.data is not None or self.media_type:
+                return "a text part has only text (no url, data or media_type)"
+            return None if self.text else "a text part needs text"
+        if self.text:
+            return f"a {self.kind} part has no text (put text in a text part)"
         has_url, has_data = bool(self.url), self.data is not None
         if has_url == has_data:
             return "a part needs exactly one of url and data"
@@ -139,6 +149,7 @@ class _InPart(msgspec.Struct, rename="camel", gc=False):
     url: str | None = ""
     data: bytes | None = None
     media_type: str | None = ""
+    text: str | None = ""
 
 
 class _InCall(msgspec.Struct, gc=False):
@@ -173,6 +184,7 @@ class _OutPart(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     url: str | None = None
     data: bytes | None = None
     media_type: str | None = None
+    text: str = ""
 
 
 class _OutCall(msgspec.Struct, omit_defaults=True, gc=False):
@@ -266,7 +278,7 @@ def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
                 m.role,
                 m.content,
                 [
-                    _OutPart(p.kind, p.url or None, p.data or None, p.media_type or None)
+                    _OutPart(p.kind, p.url or None, p.data or None, p.media_type or None, p.text)
                     for p in parts
                 ]
                 if parts
@@ -367,7 +379,7 @@ def _load_args(raw: msgspec.Raw) -> str:
 
 
 def _load_part(w: _InPart) -> Part:
-    return Part(w.kind or "", w.url or None, w.data or None, w.media_type or None)
+    return Part(w.kind or "", w.url or None, w.data or None, w.media_type or None, w.text or "")
 
 
 class _Shape(ValueError):

@@ -131,7 +131,7 @@ def test_every_recorded_stream_assembles_to_its_final_response(it: Interaction) 
     for i, block in enumerate(final.message.thinking):
         streamed_text, streamed_signature = thinking.get(i, ["", ""])
         assert streamed_signature == ""  # only the final response carries it
-        assert streamed_text.replace("\n\n", "") == block.text.replace("\n\n", "")
+        assert streamed_text == block.text
 
 
 async def test_simple_response_exact() -> None:

@@ -13,9 +13,9 @@ import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import httpx
 from pydantic_core import from_json
@@ -39,6 +39,8 @@ __all__ = [
     "error_from_response",
     "iter_sse",
     "parse_json_body",
+    "post_json",
+    "post_sse",
     "retry_after_seconds",
     "sse_block",
     "sse_events",
@@ -263,6 +265,67 @@ class LoopBoundClient:
             and self._loop() is asyncio.get_running_loop()
         ):
             await closer.aclose()
+
+
+async def post_json(
+    clients: LoopBoundClient,
+    url: str,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: httpx.Timeout,
+    provider: str,
+) -> dict[str, Any]:
+    """POST `content` and return the JSON object of a successful response.
+
+    Raises:
+        ProviderError: the failure classified (`error_from_response`, transport errors,
+            `ResponseFormatError` for a body that is not a JSON object).
+    """
+    client = await clients.get()
+    with translate_transport_errors(provider):
+        resp = await client.post(url, content=content, headers=headers, timeout=timeout)
+    if not resp.is_success:
+        raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+    return parse_json_body(provider, resp.text)
+
+
+async def post_sse(
+    clients: LoopBoundClient,
+    url: str,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: httpx.Timeout,
+    provider: str,
+) -> AsyncGenerator[tuple[str, str], None]:
+    """POST `content` and yield the `(event, data)` pairs of the streamed response.
+
+    Close it (`contextlib.aclosing`) to stop early: that closes the response.
+
+    Raises:
+        ProviderError: as `post_json`; a connection lost mid-stream is a retryable
+            `ProviderConnectionError` ("stream ended before the response completed").
+    """
+    client = await clients.get()
+    with translate_transport_errors(provider):
+        async with client.stream(
+            "POST", url, content=content, headers=headers, timeout=timeout
+        ) as resp:
+            if not resp.is_success:
+                await resp.aread()
+                raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
+            try:
+                async with aclosing(events):
+                    async for item in events:
+                        yield item
+            except httpx.TimeoutException:
+                raise
+            except httpx.TransportError as exc:
+                raise ProviderConnectionError(
+                    f"{provider} stream ended before the response completed: {exc!r}",
+                    provider=provider,
+                    retryable=True,
+                ) from exc
 
 
 class HTTPModel:

@@ -29,7 +29,7 @@ from golem.providers._http import (
     api_key_from_env,
     error_from_response,
     iter_sse,
-    parse_json_body,
+    post_json,
     translate_transport_errors,
 )
 from golem.providers.anthropic._stream import StreamParser, parse_stream, sse_events
@@ -176,16 +176,10 @@ class AnthropicModel(HTTPModel):
                 `ProviderConnectionError`, `ResponseFormatError`).
         """
         content = _encode(self.request_body(request))
-        client = await self._clients.get()
-        with translate_transport_errors(PROVIDER):
-            response = await client.post(
-                self.url, content=content, headers=self._headers, timeout=self._timeout
-            )
-        if not response.is_success:
-            raise error_from_response(
-                PROVIDER, response.status_code, response.headers, response.text
-            )
-        return parse_response(parse_json_body(PROVIDER, response.text), self._output_tool(request))
+        body = await post_json(
+            self._clients, self.url, content, self._headers, self._timeout, PROVIDER
+        )
+        return parse_response(body, self._output_tool(request))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.

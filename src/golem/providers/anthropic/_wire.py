@@ -346,6 +346,8 @@ def _tool_result(m: Message, ids: _CallIds) -> dict[str, Any]:
 
 def _part_block(p: Part) -> dict[str, Any]:
     """The content block of one part; kinds the API cannot read become a text note."""
+    if p.kind == "text" and p.text:
+        return {"type": "text", "text": p.text}
     if p.kind == "image":
         if p.url:
             return {"type": "image", "source": {"type": "url", "url": p.url}}

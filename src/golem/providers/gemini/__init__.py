@@ -119,6 +119,7 @@ class GeminiModel(HTTPModel):
             "thinking_budget": thinking_budget,
             "include_thoughts": include_thoughts,
             "json_output_with_tools": supports_json_output_with_tools(model),
+            "multimodal_results": supports_json_output_with_tools(model),
             "extra_body": dict(extra_body) if extra_body else None,
         }
 

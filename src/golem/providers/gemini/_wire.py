@@ -79,6 +79,7 @@ def build_request_body(
     thinking_budget: int | None = None,
     include_thoughts: bool = False,
     json_output_with_tools: bool = False,
+    multimodal_results: bool = False,
     extra_body: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the JSON body of a `generateContent` request.
@@ -90,9 +91,11 @@ def build_request_body(
         json_output_with_tools: send `output_schema` as a native JSON response schema even
             when tools are declared (Gemini 3+). Otherwise, with tools present, the schema
             goes into the system instruction instead (older models reject the combination).
+        multimodal_results: send the media of tool results inside `functionResponse.parts`
+            (Gemini 3+); otherwise they follow the results in a user content.
         extra_body: merged last, recursively (nested objects merge, other values replace).
     """
-    system, contents = _contents(request.messages)
+    system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
 
     config: dict[str, Any] = {}
@@ -165,11 +168,14 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _contents(messages: Sequence[Message]) -> tuple[list[str], list[dict[str, Any]]]:
+def _contents(
+    messages: Sequence[Message], multimodal_results: bool = False
+) -> tuple[list[str], list[dict[str, Any]]]:
     """System texts and `contents` for a conversation.
 
-    Consecutive tool messages become one user content of `functionResponse` parts; the
-    images/documents those results carry follow in a second user content.
+    Consecutive tool messages become one user content of `functionResponse` parts. The
+    images/documents those results carry go inside their `functionResponse` (`parts`) with
+    `multimodal_results` (Gemini 3+), else they follow in a second user content.
     """
     system: list[str] = []
     contents: list[dict[str, Any]] = []
@@ -196,9 +202,17 @@ def _contents(messages: Sequence[Message]) -> tuple[list[str], list[dict[str, An
             call: dict[str, Any] = {"name": name}
             if m.tool_call_id and not m.tool_call_id.startswith(SYNTHETIC_ID_PREFIX):
                 call["id"] = m.tool_call_id
-            call["response"] = {"error" if m.failed else "output": m.content}
+            output = m.content
+            if m.parts and multimodal_results:
+                # Gemini 3: media ride inside the function response; text parts join the output
+                texts = [p.text for p in m.parts if p.kind == "text" and p.text]
+                output = "\n\n".join([output, *texts] if output else texts)
+                media_parts = [_part(p) for p in m.parts if p.kind != "text"]
+                if media_parts:
+                    call["parts"] = media_parts
+            call["response"] = {"error" if m.failed else "output": output}
             responses.append({"functionResponse": call})
-            if m.parts:
+            if m.parts and not multimodal_results:
                 media.append((name, [_part(p) for p in m.parts]))
             continue
         flush()
@@ -278,7 +292,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def _part(p: Part) -> dict[str, Any]:
-    """An `inlineData` or `fileData` part for an image/document/audio/video part."""
+    """An `inlineData` or `fileData` part for an image/document/audio/video part, or a text part."""
+    if p.kind == "text":
+        return {"text": p.text}
     if p.data is not None:
         return {
             "inlineData": {

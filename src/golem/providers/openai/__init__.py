@@ -29,6 +29,7 @@ from golem.providers._http import (
     error_from_response,
     iter_sse,
     parse_json_body,
+    post_json,
     translate_transport_errors,
 )
 from golem.providers.openai._client import DEFAULT_BASE_URL, endpoint
@@ -162,14 +163,9 @@ class OpenAIChatModel(HTTPModel):
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
         content = self._encode(request, stream=False)
-        client = await self._clients.get()
-        with translate_transport_errors(PROVIDER):
-            resp = await client.post(
-                self._url, content=content, headers=self._headers, timeout=self._timeout
-            )
-        if not resp.is_success:
-            raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
-        body = parse_json_body(PROVIDER, resp.text)
+        body = await post_json(
+            self._clients, self._url, content, self._headers, self._timeout, PROVIDER
+        )
         return parse_response(body, reasoning_field=self._options.reasoning_field)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
-from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
-    HTTPModel,
-    LoopBoundClient,
-    error_from_response,
-    iter_sse,
-    parse_json_body,
-    translate_transport_errors,
-)
+from golem.providers._http import HTTPModel, LoopBoundClient, post_json, post_sse
 from golem.providers.openai._client import endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
@@ -149,14 +141,10 @@ class OpenAIResponsesModel(HTTPModel):
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
         content = _encoder.encode(self.request_body(request)).encode()
-        client = await self._clients.get()
-        with translate_transport_errors(PROVIDER):
-            resp = await client.post(
-                self._url, content=content, headers=self._headers, timeout=self._timeout
-            )
-        if not resp.is_success:
-            raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
-        return parse_responses_response(parse_json_body(PROVIDER, resp.text))
+        body = await post_json(
+            self._clients, self._url, content, self._headers, self._timeout, PROVIDER
+        )
+        return parse_responses_response(body)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -167,30 +155,13 @@ class OpenAIResponsesModel(HTTPModel):
                 retryable `ProviderConnectionError`.
         """
         content = _encoder.encode(self.request_body(request, stream=True)).encode()
-        client = await self._clients.get()
         parser = ResponsesStreamParser()
-        with translate_transport_errors(PROVIDER):
-            async with client.stream(
-                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
-            ) as resp:
-                if not resp.is_success:
-                    await resp.aread()
-                    raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
-                try:
-                    sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
-                    async with aclosing(sse) as events:
-                        async for _event, data in events:
-                            delta = parser.feed(data)
-                            if delta is not None:
-                                yield delta
-                            if parser.done:
-                                break
-                except httpx.TimeoutException:
-                    raise
-                except httpx.TransportError as exc:
-                    raise ProviderConnectionError(
-                        f"openai stream ended before the response completed: {exc!r}",
-                        provider=PROVIDER,
-                        retryable=True,
-                    ) from exc
+        events = post_sse(self._clients, self._url, content, self._headers, self._timeout, PROVIDER)
+        async with aclosing(events):
+            async for _event, data in events:
+                delta = parser.feed(data)
+                if delta is not None:
+                    yield delta
+                if parser.done:
+                    break
         yield parser.response()

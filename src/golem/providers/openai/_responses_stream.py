@@ -32,13 +32,15 @@ _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.fa
 class ResponsesStreamParser:
     """Consumes the events of one streamed response, in order (see the module docstring)."""
 
-    __slots__ = ("_calls", "_final", "_reasoning", "_separated", "_texted")
+    __slots__ = ("_calls", "_final", "_parts", "_reasoning", "_separated", "_texted")
 
     def __init__(self) -> None:
         self._calls: dict[int, int] = {}
         """`output_index` of a function call → its index among the response's calls."""
         self._reasoning: dict[int, int] = {}
         """`output_index` of a reasoning item → its index among the thinking blocks."""
+        self._parts: dict[int, Any] = {}
+        """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
         self._texted = False
         self._separated = False
@@ -77,6 +79,11 @@ class ResponsesStreamParser:
             n = self._reasoning.get(_index(event))
             if n is None or not isinstance(text, str) or not text:
                 return None
+            part = event.get("summary_index", event.get("content_index"))
+            last = self._parts.get(n)
+            if last is not None and part != last:
+                text = "\n\n" + text  # the final block joins summary parts by a blank line
+            self._parts[n] = part
             return Delta(thinking=[ThinkingDelta(n, text=text)])
         if kind == "response.output_item.added":
             return self._added(event)

@@ -215,6 +215,8 @@ def _part(p: Part) -> dict[str, Any]:
     problem = p.problem()
     if problem is not None:
         return {"type": "input_text", "text": f"[{p.kind} not attached: {problem}]"}
+    if p.kind == "text":
+        return {"type": "input_text", "text": p.text}
     if p.kind == "image":
         return {"type": "input_image", "image_url": p.url or _data_url(p), "detail": "auto"}
     if p.kind == "document":

@@ -323,6 +323,8 @@ def _part(p: Part) -> dict[str, Any]:
     """One content block for a part; what the API cannot take becomes a short text note."""
     if p.problem() is not None:
         return _note(p, "it is not a valid part")
+    if p.kind == "text":
+        return {"type": "text", "text": p.text}
     media_type = p.media_type or ""
     if p.kind == "image":
         return {"type": "image_url", "image_url": {"url": p.url or _data_url(p)}}

@@ -1,0 +1,191 @@
+"""Text and media interleaved in one message, on every adapter; Gemini 3's multimodal tool
+results (media inside the function response), compared with a recorded request."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from golem import dumps_history, loads_history
+from golem.messages import Message, Part
+from golem.model import ModelRequest
+from golem.providers.anthropic import build_request_body as anthropic_body
+from golem.providers.gemini import GeminiModel
+from golem.providers.gemini._wire import build_request_body as gemini_body
+from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
+from golem.providers.openai._wire import RequestOptions
+from golem.providers.openai._wire import build_request_body as openai_body
+from tests.providers._recordings import available, load
+
+CAT = Part(kind="image", url="https://example.com/cat.png")
+DOG = Part(kind="image", data=b"\x89PNG", media_type="image/png")
+INTERLEAVED = Message(
+    role="user",
+    content="Which is cuter:",
+    parts=[CAT, Part(kind="text", text="or"), DOG, Part(kind="text", text="? One word.")],
+)
+REQUEST = ModelRequest(messages=[INTERLEAVED])
+PNG64 = base64.b64encode(b"\x89PNG").decode()
+
+
+def test_openai_chat_keeps_the_order() -> None:
+    content = openai_body(REQUEST, RequestOptions(model="m"))["messages"][0]["content"]
+    assert content == [
+        {"type": "text", "text": "Which is cuter:"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+        {"type": "text", "text": "or"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG64}"}},
+        {"type": "text", "text": "? One word."},
+    ]
+
+
+def test_openai_responses_keeps_the_order() -> None:
+    content = build_responses_body(REQUEST, ResponsesOptions(model="m"))["input"][0]["content"]
+    assert [c["type"] for c in content] == [
+        "input_text",
+        "input_image",
+        "input_text",
+        "input_image",
+        "input_text",
+    ]
+    assert [c.get("text") for c in content[::2]] == ["Which is cuter:", "or", "? One word."]
+
+
+def test_anthropic_keeps_the_order() -> None:
+    blocks = anthropic_body(REQUEST, model="m")["messages"][0]["content"]
+    assert blocks == [
+        {"type": "text", "text": "Which is cuter:"},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+        {"type": "text", "text": "or"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG64}},
+        {"type": "text", "text": "? One word."},
+    ]
+
+
+def test_gemini_keeps_the_order() -> None:
+    parts = gemini_body(REQUEST)["contents"][0]["parts"]
+    assert parts == [
+        {"text": "Which is cuter:"},
+        {"fileData": {"fileUri": "https://example.com/cat.png", "mimeType": "image/png"}},
+        {"text": "or"},
+        {"inlineData": {"mimeType": "image/png", "data": PNG64}},
+        {"text": "? One word."},
+    ]
+
+
+def test_text_parts_survive_the_history_json() -> None:
+    text = dumps_history([INTERLEAVED])
+    assert json.loads(text)[0]["parts"][1] == {"kind": "text", "text": "or"}
+    assert loads_history(text) == [INTERLEAVED]
+    assert dumps_history(loads_history(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("part", "problem"),
+    [
+        (Part(kind="text", text="hi"), None),
+        (Part(kind="text"), "a text part needs text"),
+        (
+            Part(kind="text", text="hi", url="https://x"),
+            "a text part has only text (no url, data or media_type)",
+        ),
+        (CAT, None),
+        (
+            Part(kind="image", url="https://x", text="caption"),
+            "a image part has no text (put text in a text part)",
+        ),
+        (Part(kind="sticker", url="https://x"), 'unknown part kind "sticker"'),
+    ],
+)
+def test_part_problems(part: Part, problem: str | None) -> None:
+    found = part.problem()
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(problem)
+
+
+def _tool_request() -> ModelRequest:
+    from golem.messages import ToolCall
+
+    return ModelRequest(
+        messages=[
+            Message(role="user", content="Use the get_file tool, then describe it."),
+            Message(role="assistant", tool_calls=[ToolCall("call_1", "get_file", "{}")]),
+            Message(
+                role="tool",
+                tool_call_id="call_1",
+                tool_name="get_file",
+                parts=[Part(kind="image", data=b"\xff\xd8jpeg", media_type="image/jpeg")],
+            ),
+        ]
+    )
+
+
+def test_gemini_3_puts_tool_result_media_inside_the_function_response() -> None:
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    contents = body["contents"]
+    assert len(contents) == 3  # no extra user content for the media
+    response = contents[2]["parts"][0]["functionResponse"]
+    assert response == {
+        "name": "get_file",
+        "id": "call_1",
+        "parts": [
+            {
+                "inlineData": {
+                    "mimeType": "image/jpeg",
+                    "data": base64.b64encode(b"\xff\xd8jpeg").decode(),
+                }
+            }
+        ],
+        "response": {"output": ""},
+    }
+
+
+def test_gemini_2_sends_tool_result_media_in_a_following_user_content() -> None:
+    body = GeminiModel("gemini-2.5-flash", api_key="k").build_body(_tool_request())
+    contents = body["contents"]
+    assert len(contents) == 4
+    assert "parts" not in contents[2]["parts"][0]["functionResponse"]
+    assert list(contents[3]["parts"][0]) == ["inlineData"]
+
+
+def test_gemini_3_text_parts_of_a_tool_result_join_its_output() -> None:
+    request = _tool_request()
+    tool = request.messages[2]
+    messages = [
+        *request.messages[:2],
+        Message(
+            role="tool",
+            content="Here it is.",
+            tool_call_id=tool.tool_call_id,
+            tool_name=tool.tool_name,
+            parts=[*tool.parts, Part(kind="text", text="Taken in 2024.")],
+        ),
+    ]
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(
+        ModelRequest(messages=messages)
+    )
+    response = body["contents"][2]["parts"][0]["functionResponse"]
+    assert response["response"] == {"output": "Here it is.\n\nTaken in 2024."}
+    assert len(response["parts"]) == 1
+
+
+@pytest.mark.skipif(not available(), reason="shared recordings not present")
+def test_the_function_response_has_the_recorded_shape() -> None:
+    it = load(
+        "gemini", "test_multimodal_tool_return_matrix[direct-binary-image-google_gemini3].yaml"
+    )[-1]
+    recorded: dict[str, Any] = it.request_body["contents"][-1]["parts"][0]["functionResponse"]
+    ours = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    mine = ours["contents"][2]["parts"][0]["functionResponse"]
+    assert set(mine) == set(recorded)
+    (recorded_part,) = recorded["parts"]
+    (my_part,) = mine["parts"]
+    # the recording spells the field in snake case; the API takes both spellings
+    assert set(recorded_part["inline_data"]) == {"data", "mime_type"}
+    assert set(my_part["inlineData"]) == {"data", "mimeType"}
