@@ -203,3 +203,39 @@ async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
     shown = (await client.get(f"/runs/{run['id']}")).text
     assert "with edited arguments" in shown
     assert 'class="d-del">-   &#34;target&#34;: &#34;production&#34;' in shown
+
+
+async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    from golem.store import Decision
+
+    run = await start("twin")
+    for call in ("c1", "c2"):
+        await store.decide(run["id"], call, Decision.approve(), decided_by="zoe")
+    claimed = await store.claim_ready("w1", 0.01)
+    assert claimed is not None
+    import asyncio
+
+    await asyncio.sleep(0.05)
+    assert await store.sweep_interrupted() == [run["id"]]
+    csrf = await sign_in(client)
+    page = (await client.get(f"/runs/{run['id']}")).text
+    action = f"/runs/{run['id']}/resolve"
+    if not hasattr(store, "retry_interrupted"):
+        assert action not in page  # no actions until the store can resolve
+        res = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": "x"})
+        assert res.status_code == 422
+        return
+    assert action in page
+    res = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": ""})
+    assert res.status_code == 422  # a note is required
+    res = await client.post(
+        action,
+        data={"csrf": csrf, "action": "retry", "note": "c1 never reached the API", "confirm": "c1"},
+    )
+    assert res.status_code == 303
+    assert (await store.get_run(run["id"])).status.value == "ready"
+    assert action not in (await client.get(f"/runs/{run['id']}")).text
+    again = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": "late"})
+    assert again.status_code == 409

@@ -100,6 +100,7 @@ ROUTES: list[BaseRoute] = [
     Route("/audit", audit.audit_page, methods=["GET"]),
     Route("/notifications", audit.deliveries_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
+    Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
