@@ -213,12 +213,10 @@ async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
     run = await start("twin")
     for call in ("c1", "c2"):
         await store.decide(run["id"], call, Decision.approve(), decided_by="zoe")
-    claimed = await store.claim_ready("w1", 0.01)
+    claimed = await store.claim_ready("w1", 30)
     assert claimed is not None
-    import asyncio
-
-    await asyncio.sleep(0.05)
-    assert await store.sweep_interrupted() == [run["id"]]
+    later = utc_now() + timedelta(seconds=60)  # past the lease
+    assert await store.sweep_interrupted(now=later) == [run["id"]]
     csrf = await sign_in(client)
     page = (await client.get(f"/runs/{run['id']}")).text
     action = f"/runs/{run['id']}/resolve"
