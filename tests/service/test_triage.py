@@ -237,3 +237,39 @@ async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
     assert action not in (await client.get(f"/runs/{run['id']}")).text
     again = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": "late"})
     assert again.status_code == 409
+
+
+async def test_a_presenter_gives_a_title_summary_and_diff(
+    registry: object, store: Store, start: StartRun
+) -> None:
+    from golem.service import create_app
+    from golem.service.views import Presentation
+    from tests.service.conftest import make_auth
+
+    def deploy(args: dict[str, object]) -> Presentation:
+        return Presentation(
+            title=f"Deploy to {args['target']}",
+            summary="Rolls out v2.3 \u202e",
+            before="replicas: 2\nimage: v2.2",
+            after="replicas: 2\nimage: v2.3",
+        )
+
+    def broken(args: dict[str, object]) -> Presentation:
+        raise RuntimeError("presenter bug")
+
+    app = create_app(
+        registry,  # type: ignore[arg-type]
+        store,
+        auth=make_auth(),
+        presenters={"deploy": deploy, "lookup": broken},
+    )
+    await start("mixed", prompt="prod")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        await sign_in(client)
+        page = (await client.get("/")).text
+    assert '<span class="p-title">Deploy to prod</span>' in page
+    assert 'Rolls out v2.3 <span class="hidden-char"' in page
+    assert 'class="d-del">- image: v2.2' in page
+    assert 'class="d-add">+ image: v2.3' in page
+    assert "<dt>key</dt>" in page  # the failing presenter falls back to the fields

@@ -448,7 +448,7 @@ async def inbox_page(request: Request) -> Response:
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
-    soon, rest = group_views(found, cred, now)
+    soon, rest = group_views(found, cred, now, state.presenters)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -573,7 +573,7 @@ async def run_page(request: Request) -> Response:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
-    cards = [call_view(run, c, cred, now) for c in run.calls]
+    cards = [call_view(run, c, cred, now, state.presenters) for c in run.calls]
     link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return _render(
         request,
