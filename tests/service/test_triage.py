@@ -10,7 +10,7 @@ import httpx
 
 from golem.store import CallKind, NewCall, NewRun, Store, utc_now
 from tests.service.conftest import StartRun
-from tests.service.test_inbox import sign_in
+from tests.service.test_inbox import interrupt, sign_in
 
 
 def _history(prompt: str, said: str) -> str:
@@ -208,15 +208,9 @@ async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
 async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
-    from golem.store import Decision
-
     run = await start("twin")
-    for call in ("c1", "c2"):
-        await store.decide(run["id"], call, Decision.approve(), decided_by="zoe")
-    claimed = await store.claim_ready("w1", 30)
-    assert claimed is not None
-    later = utc_now() + timedelta(seconds=60)  # past the lease
-    assert await store.sweep_interrupted(now=later) == [run["id"]]
+    await interrupt(store, run["id"])
+    assert (await store.get_run(run["id"])).status.value == "interrupted"
     csrf = await sign_in(client)
     page = (await client.get(f"/runs/{run['id']}")).text
     action = f"/runs/{run['id']}/resolve"
