@@ -24,6 +24,8 @@ EXPECTED = {
     "deferred_tools.py": "tool      call-2  Your tool call was denied: build/ is still needed.",
     "history_json.py": "calls closed:           ['call-9']",
     "run_events.py": "answer: Lisbon is sunny; Atlantis has no weather station.",
+    "sealed_approvals.py": "rejected  tampered: nothing ran (sent so far: [])",
+    "streamed_resume.py": "event  tool_end deploy (approved re-run)",
     "streaming.py": "result 'You asked: is it streaming?'",
     "structured_output.py": "output: Invoice(vendor='ACME Tools', total=129.5, currency='EUR')",
     "tools_and_deps.py": "orders: [('apple', 3)], apples left: 7",
