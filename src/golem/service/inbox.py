@@ -89,8 +89,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE = "golem_session"
-PAGE_RUNS = 500
-"""Pending runs per inbox page (oldest first)."""
+PAGE_RUNS = 100
+"""Pending runs per inbox page (oldest first); the JSON API pages up to 500."""
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 
@@ -477,6 +477,7 @@ async def inbox_page(request: Request) -> Response:
             "next": nxt,
             "next_href": _page_href(request, found_page.next_cursor),
             "prev_href": _page_href(request, "") if after else "",
+            "page_runs": PAGE_RUNS,
         },
         who=who,
         pending=_count_text(found_page) if everything else await _pending_count(request, cred),

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
-from golem._display import reveal_parts
+from golem._display import has_hidden, reveal_parts
 from golem.messages import loads_history
 from golem.service.auth import Credential
 from golem.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
@@ -60,6 +60,8 @@ __all__ = [
 def reveal_html(value: object) -> Markup:
     """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
     text = "" if value is None else str(value)
+    if not has_hidden(text):
+        return escape(text)
     out = [
         Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
         if is_marker
@@ -173,6 +175,8 @@ def editable_json(raw: str) -> str:
     while editing (a textarea cannot show the inbox's markers).
     """
     text = pretty_json(raw)
+    if not has_hidden(text):
+        return text
     out = []
     for part, is_marker in reveal_parts(text):
         if not is_marker:
