@@ -21,17 +21,19 @@ PUBLIC_ALL = {
         "Agent Approval Canceled DeferKind Deferred DeferredRequests DeferredResults EventKind "
         "Failed GolemError HistoryRepair Message ModelRetry Part PartialResult PendingToolCall "
         "ProviderError RejectedCall Result ResumeError RunContext RunError RunEvent RunPaused "
-        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall ToolError "
-        "ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits __version__ "
-        "approved_call call_approved dumps_history loads_history new_id normalize_history "
-        "sanitize_history"
+        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall "
+        "ToolError ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits "
+        "__version__ approved_call call_approved dumps_history loads_history new_id "
+        "normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.cli": "INSTALL_HINT answer approve build_app demo deny main pending resolve serve show worker",
+    "golem.cli": (
+        "INSTALL_HINT answer approve build_app demo deny main pending resolve serve show worker"
+    ),
     "golem.deferred": (
         "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumePlan "
-        "as_results check_results check_resume denial_text edited_text merge pause pending_calls "
-        "requests_from rerun_approved resume"
+        "as_results check_results check_resume denial_text edited_text merge pause "
+        "pending_calls requests_from rerun_approved resume"
     ),
     "golem.demo": (
         "DEMO_PROMPT SERVICES build_agent build_registry check_health open_ticket registry "
@@ -44,8 +46,8 @@ PUBLIC_ALL = {
     ),
     "golem.events": "EventHandler EventKind RunEvent dispatch",
     "golem.history": (
-        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart normalize_history "
-        "sanitize_history validate_history"
+        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart "
+        "normalize_history sanitize_history validate_history"
     ),
     "golem.mcp": "ApprovalPolicy MCPCall MCPServer MCPServerError ToolHints default_decision",
     "golem.messages": (
@@ -62,8 +64,8 @@ PUBLIC_ALL = {
         "sse_events"
     ),
     "golem.providers.gemini": (
-        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response parse_stream "
-        "sse_events"
+        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response "
+        "parse_stream sse_events"
     ),
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.result": "PartialResult Result",
@@ -78,36 +80,41 @@ PUBLIC_ALL = {
         "start start_for store_error stream_token to_decision visible_runs whoami"
     ),
     "golem.service.app": "ROUTES BodyLimit RefuseNul SecurityHeaders create_app",
-    "golem.service.auth": "MIN_SECRET_BYTES Approver AuthConfig Credential LoginLimiter token_digest",
+    "golem.service.audit": (
+        "AUDIT_SCAN AuditRow api_audit api_deliveries audit_page audit_rows deliveries_page"
+    ),
+    "golem.service.auth": (
+        "MIN_SECRET_BYTES Approver AuthConfig Credential LoginLimiter token_digest"
+    ),
     "golem.service.inbox": (
         "PAGE_RUNS SESSION_COOKIE decide_form decide_run_form inbox_page login login_page "
         "login_redirect logout render_audit render_error render_page resolve_form run_page "
         "runs_page same_origin session start_form"
     ),
     "golem.service.limits": "MAX_CURSOR GuardedEvents parse_cursor",
-    "golem.service.openapi": "HTML REDIRECT SSE Operation openapi_document operation",
-    "golem.service.audit": "AUDIT_SCAN AuditRow api_audit api_deliveries audit_page audit_rows deliveries_page",
     "golem.service.notify": "Delivery Notifier Webhook payload sign slack_message",
+    "golem.service.openapi": "HTML REDIRECT SSE Operation openapi_document operation",
     "golem.service.schemas": (
         "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList AuditListItem "
         "AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
         "DecisionOut DecisionResult DeliveryAttempt DeliveryItem DeliveryList ErrorBody "
-        "ErrorDetail ErrorInfo EventsQuery Health LoginForm LogoutForm OpenApiDocument Outcome "
-        "ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm "
-        "StartRunBody StreamToken WhoAmI"
-    ),
-    "golem.service.views": (
-        "LONG_CHARS LONG_LINES PREVIEW_LINES SOON_SECONDS Presentation Presenter ago arg_fields "
-        "args_diff audit_view call_view context_of digest editable_json first_line group_views "
-        "iso link_next message_views outcome_line output_text path presentation_view pretty_json "
-        "reveal_html run_view short span stamp until"
+        "ErrorDetail ErrorInfo EventsQuery Health LoginForm LogoutForm OpenApiDocument "
+        "Outcome ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery "
+        "StartForm StartRunBody StreamToken WhoAmI"
     ),
     "golem.service.stream": "events",
+    "golem.service.views": (
+        "LONG_CHARS LONG_LINES PREVIEW_LINES SOON_SECONDS Presentation Presenter ago "
+        "arg_fields args_diff audit_view call_view context_of digest editable_json first_line "
+        "group_views iso link_next message_views outcome_line output_text path "
+        "presentation_view pretty_json reveal_html run_view short span stamp until"
+    ),
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
-        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store utc_now"
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store "
+        "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
@@ -117,7 +124,7 @@ PUBLIC_ALL = {
         "RunNotPending RunRecord RunStatus"
     ),
     "golem.store.sqlite": "SQLiteStore",
-    "golem.testing": "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas",
+    "golem.testing": ("KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"),
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
         "ToolResult approved_call call_approved find_signal idempotency_key to_tool_result"
