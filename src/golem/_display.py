@@ -9,9 +9,10 @@ newline and tab; the inbox renders the markers highlighted, the CLI prints them 
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
-__all__ = ["marker", "reveal", "reveal_parts"]
+__all__ = ["has_hidden", "marker", "reveal", "reveal_parts"]
 
 _NAMES = {
     "\u061c": "ALM",
@@ -55,8 +56,20 @@ def marker(ch: str) -> str:
     return f"⟨{code} {name}⟩" if name else f"⟨{code}⟩"
 
 
+_ASCII_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def has_hidden(text: str) -> bool:
+    """Whether `text` holds a character `reveal` would replace (fast for ASCII text)."""
+    if text.isascii():
+        return _ASCII_HIDDEN.search(text) is not None
+    return any(_hidden(ch) for ch in text)
+
+
 def reveal_parts(text: str) -> list[tuple[str, bool]]:
     """Split `text` into `(run, is_marker)` pieces; markers stand for hidden characters."""
+    if not has_hidden(text):
+        return [(text, False)] if text else []
     parts: list[tuple[str, bool]] = []
     start = 0
     for i, ch in enumerate(text):
@@ -72,6 +85,6 @@ def reveal_parts(text: str) -> list[tuple[str, bool]]:
 
 def reveal(text: str) -> str:
     """`text` with every hidden character replaced by its visible marker (safe for a terminal)."""
-    if text.isprintable() and "\u00ad" not in text:  # fast path: nothing hidden
+    if not has_hidden(text):
         return text
     return "".join(part for part, _ in reveal_parts(text))

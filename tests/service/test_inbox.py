@@ -384,18 +384,24 @@ async def test_an_approver_who_may_not_start_sees_no_start_form(
     assert await store.list_runs() == []
 
 
+async def interrupt(store: Store, run_id: str) -> None:
+    """Approve every call of a pending run, claim it, and let its lease run out."""
+    run = await store.get_run(run_id)
+    for c in run.calls:
+        await store.decide(run_id, c.call_id, Decision.approve(), decided_by="seed")
+    claimed = await store.claim_ready("w-dead", 30)
+    assert claimed is not None
+    await store.sweep_interrupted(now=utc_now() + timedelta(minutes=5))  # the lease ran out
+
+
 async def test_interrupted_runs_are_flagged_for_an_operator(
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
     run = await start("twin")
-    for call in ("c1", "c2"):
-        await store.decide(run["id"], call, Decision.approve(), decided_by="seed")
-    claimed = await store.claim_ready("w-dead", 30)
-    assert claimed is not None
-    await store.sweep_interrupted(now=utc_now() + timedelta(minutes=5))  # the lease ran out
+    await interrupt(store, run["id"])
     await sign_in(client)
     inbox = (await client.get("/")).text
     assert "1 interrupted run</a> needs an operator" in inbox
     page = (await client.get(f"/runs/{run['id']}")).text
     assert "A worker (w-dead) lost its lease" in page
-    assert "will not resume it again" in page
+    assert "will not resume it by itself" in page

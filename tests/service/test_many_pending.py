@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 
 from golem.service import api
+from golem.service.inbox import PAGE_RUNS
 from golem.store import CallKind, NewCall, NewRun, Store
 from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import bearer
@@ -66,13 +67,13 @@ async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
             page = (await client.get("/")).text
             titles = re.findall(r'class="group-title">([^<]+)<', page)
             assert titles[:3] == ["request 00000", "request 00001", "request 00002"]
-            assert len(titles) == 500
-            assert "(500+) Inbox" in page
+            assert len(titles) == PAGE_RUNS
+            assert f"({PAGE_RUNS}+) Inbox" in page
             link = re.search(r'<a href="([^"]+)">Newer runs', page)
             assert link is not None
             second = (await client.get(link.group(1).replace("&amp;", "&"))).text
             titles = re.findall(r'class="group-title">([^<]+)<', second)
-            assert titles[0] == "request 00500"
+            assert titles[0] == f"request {PAGE_RUNS:05d}"
             seen, after = [], ""
             while after is not None:  # the API pages reach every run once, in age order
                 url = "/api/calls?limit=500" + (f"&after={after}" if after else "")

@@ -10,7 +10,7 @@ import httpx
 
 from golem.store import CallKind, NewCall, NewRun, Store, utc_now
 from tests.service.conftest import StartRun
-from tests.service.test_inbox import sign_in
+from tests.service.test_inbox import interrupt, sign_in
 
 
 def _history(prompt: str, said: str) -> str:
@@ -203,3 +203,67 @@ async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
     shown = (await client.get(f"/runs/{run['id']}")).text
     assert "with edited arguments" in shown
     assert 'class="d-del">-   &#34;target&#34;: &#34;production&#34;' in shown
+
+
+async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    run = await start("twin")
+    await interrupt(store, run["id"])
+    assert (await store.get_run(run["id"])).status.value == "interrupted"
+    csrf = await sign_in(client)
+    page = (await client.get(f"/runs/{run['id']}")).text
+    action = f"/runs/{run['id']}/resolve"
+    if not hasattr(store, "retry_interrupted"):
+        assert action not in page  # no actions until the store can resolve
+        res = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": "x"})
+        assert res.status_code == 422
+        return
+    assert action in page
+    res = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": ""})
+    assert res.status_code == 422  # a note is required
+    res = await client.post(
+        action,
+        data={"csrf": csrf, "action": "retry", "note": "c1 never reached the API", "confirm": "c1"},
+    )
+    assert res.status_code == 303
+    assert (await store.get_run(run["id"])).status.value == "ready"
+    assert action not in (await client.get(f"/runs/{run['id']}")).text
+    again = await client.post(action, data={"csrf": csrf, "action": "cancel", "note": "late"})
+    assert again.status_code == 409
+
+
+async def test_a_presenter_gives_a_title_summary_and_diff(
+    registry: object, store: Store, start: StartRun
+) -> None:
+    from golem.service import create_app
+    from golem.service.views import Presentation
+    from tests.service.conftest import make_auth
+
+    def deploy(args: dict[str, object]) -> Presentation:
+        return Presentation(
+            title=f"Deploy to {args['target']}",
+            summary="Rolls out v2.3 \u202e",
+            before="replicas: 2\nimage: v2.2",
+            after="replicas: 2\nimage: v2.3",
+        )
+
+    def broken(args: dict[str, object]) -> Presentation:
+        raise RuntimeError("presenter bug")
+
+    app = create_app(
+        registry,  # type: ignore[arg-type]
+        store,
+        auth=make_auth(),
+        presenters={"deploy": deploy, "lookup": broken},
+    )
+    await start("mixed", prompt="prod")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        await sign_in(client)
+        page = (await client.get("/")).text
+    assert '<span class="p-title">Deploy to prod</span>' in page
+    assert 'Rolls out v2.3 <span class="hidden-char"' in page
+    assert 'class="d-del">- image: v2.2' in page
+    assert 'class="d-add">+ image: v2.3' in page
+    assert "<dt>key</dt>" in page  # the failing presenter falls back to the fields

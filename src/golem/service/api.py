@@ -121,6 +121,8 @@ class ServiceState:
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    presenters: dict[str, Any] = field(default_factory=dict)
+    """Tool name → presenter of its calls in the inbox (`golem.service.views.Presentation`)."""
     notifier: Any = None
     """The webhook `Notifier` while the app runs with webhooks (else None)."""
     """Sign-in attempts allowed per client address."""

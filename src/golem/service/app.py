@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,6 +32,7 @@ from golem.service.limits import GuardedEvents
 from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
+from golem.service.views import Presenter
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
@@ -100,6 +101,7 @@ ROUTES: list[BaseRoute] = [
     Route("/audit", audit.audit_page, methods=["GET"]),
     Route("/notifications", audit.deliveries_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
+    Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
@@ -296,6 +298,7 @@ def create_app(
     webhooks: Sequence[Webhook] = (),
     public_url: str = "http://127.0.0.1:8000",
     expiring_within: float = 900.0,
+    presenters: Mapping[str, Presenter] | None = None,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -324,6 +327,8 @@ def create_app(
             (`golem.service.notify`).
         public_url: the inbox's address as people reach it, for the webhooks' deep links.
         expiring_within: seconds before a call's deadline that `call.expiring` is sent.
+        presenters: tool name → `fn(args) -> Presentation` (a title, a summary line and an
+            optional before/after diff shown on the tool's cards).
 
     Raises:
         ValueError: a non-positive interval, lease, body limit or limit.
@@ -357,6 +362,7 @@ def create_app(
         max_streams_per_identity=max_streams_per_identity,
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
         undo_seconds=undo_seconds,
+        presenters=dict(presenters or {}),
     )
 
     @asynccontextmanager

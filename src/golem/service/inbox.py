@@ -24,6 +24,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.api import (
     ApiError,
@@ -79,6 +80,7 @@ __all__ = [
     "render_audit",
     "render_error",
     "render_page",
+    "resolve_form",
     "run_page",
     "runs_page",
     "same_origin",
@@ -87,8 +89,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE = "golem_session"
-PAGE_RUNS = 500
-"""Pending runs per inbox page (oldest first)."""
+PAGE_RUNS = 100
+"""Pending runs per inbox page (oldest first); the JSON API pages up to 500."""
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 
@@ -446,7 +448,7 @@ async def inbox_page(request: Request) -> Response:
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
-    soon, rest = group_views(found, cred, now)
+    soon, rest = group_views(found, cred, now, state.presenters)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -475,6 +477,7 @@ async def inbox_page(request: Request) -> Response:
             "next": nxt,
             "next_href": _page_href(request, found_page.next_cursor),
             "prev_href": _page_href(request, "") if after else "",
+            "page_runs": PAGE_RUNS,
         },
         who=who,
         pending=_count_text(found_page) if everything else await _pending_count(request, cred),
@@ -571,7 +574,7 @@ async def run_page(request: Request) -> Response:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
-    cards = [call_view(run, c, cred, now) for c in run.calls]
+    cards = [call_view(run, c, cred, now, state.presenters) for c in run.calls]
     link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return _render(
         request,
@@ -581,6 +584,16 @@ async def run_page(request: Request) -> Response:
             "run_id": run.id,
             "run": run_view(run, now),
             "calls": cards,
+            "resolve_action": path("runs", run.id, "resolve")
+            if run.status is RunStatus.INTERRUPTED
+            and hasattr(require_store(state), "retry_interrupted")
+            and cred.approver.may_start(run.agent)
+            else "",
+            "approved_calls": [
+                c
+                for c in run.calls
+                if c.decision is not None and c.decision.kind.value == "approve"
+            ],
             "messages": message_views(run.conversation),
             "audit": [audit_view(e) for e in audit],
             "next": path("runs", run.id),
@@ -692,6 +705,49 @@ async def decide_run_form(request: Request) -> Response:
         await decide_call(state, cred, run.id, c.call_id, decision)
     nxt = _safe_next(form.get("next"), path("runs", run.id))
     return RedirectResponse(_with_notice(nxt, f"{kind}-all"), status_code=303)
+
+
+@operation(
+    op_id="resolveForm",
+    summary="Retry or cancel an interrupted run, with a note (operator recovery).",
+    form=schemas.ResolveForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 404, 409, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
+async def resolve_form(request: Request) -> Response:
+    """Retry or cancel an INTERRUPTED run (needs a store with operator recovery).
+
+    Only approvers who may start runs of the agent may resolve its runs.
+    """
+    form = await _form(request)
+    cred, _ = _checked(request, form)
+    state = _state(request)
+    run = await load_run(state, cred, request.path_params["run_id"])
+    if not cred.approver.may_start(run.agent):
+        raise ApiError(403, "forbidden", f"{cred.approver.identity} may not resolve this run")
+    note = form.get("note", "").strip()
+    if not note:
+        raise ApiError(422, "invalid_request", "say what you checked: a note is required")
+    store: Any = require_store(state)
+    if not hasattr(store, "retry_interrupted"):
+        raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
+    action = form.get("action", "")
+    confirm = [v for k, v in parse_qsl((await request.body()).decode()) if k == "confirm"]
+    try:
+        if action == "retry":
+            await store.retry_interrupted(
+                run.id, resolved_by=cred.approver.identity, note=note, confirm_calls=confirm
+            )
+        elif action == "cancel":
+            await store.cancel_interrupted(run.id, resolved_by=cred.approver.identity, note=note)
+        else:
+            raise ApiError(422, "invalid_request", "action must be retry or cancel")
+    except StoreError as exc:
+        status = 409 if type(exc).__name__ == "RunNotInterrupted" else 422
+        raise ApiError(status, "cannot_resolve", str(exc)) from None
+    return RedirectResponse(path("runs", run.id), status_code=303)
 
 
 @operation(

@@ -44,6 +44,7 @@ __all__ = [
     "LogoutForm",
     "OpenApiDocument",
     "Outcome",
+    "ResolveForm",
     "Run",
     "RunDetail",
     "RunDetailEnvelope",
@@ -210,6 +211,19 @@ class BulkDecisionForm(BaseModel):
     decision: Literal["approve", "deny"]
     reason: str | None = Field(default=None, description="With deny: told to the model.")
     next: str | None = Field(default=None, description="A local path to go back to.")
+
+
+class ResolveForm(BaseModel):
+    """`POST /runs/{run_id}/resolve` (urlencoded): operator recovery of an interrupted run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+    action: Literal["retry", "cancel"]
+    note: str = Field(min_length=1, description="What the operator checked (audited).")
+    confirm: list[str] = Field(
+        default=[], description="Approved calls confirmed not to have run (re-run on retry)."
+    )
 
 
 class StartForm(BaseModel):

@@ -10,13 +10,15 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
-from golem._display import reveal_parts
+from golem._display import has_hidden, reveal_parts
 from golem.messages import loads_history
 from golem.service.auth import Credential
 from golem.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
@@ -26,6 +28,8 @@ __all__ = [
     "LONG_LINES",
     "PREVIEW_LINES",
     "SOON_SECONDS",
+    "Presentation",
+    "Presenter",
     "ago",
     "arg_fields",
     "args_diff",
@@ -42,6 +46,7 @@ __all__ = [
     "outcome_line",
     "output_text",
     "path",
+    "presentation_view",
     "pretty_json",
     "reveal_html",
     "run_view",
@@ -55,6 +60,8 @@ __all__ = [
 def reveal_html(value: object) -> Markup:
     """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
     text = "" if value is None else str(value)
+    if not has_hidden(text):
+        return escape(text)
     out = [
         Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
         if is_marker
@@ -168,6 +175,8 @@ def editable_json(raw: str) -> str:
     while editing (a textarea cannot show the inbox's markers).
     """
     text = pretty_json(raw)
+    if not has_hidden(text):
+        return text
     out = []
     for part, is_marker in reveal_parts(text):
         if not is_marker:
@@ -182,6 +191,55 @@ def editable_json(raw: str) -> str:
     return "".join(out)
 
 
+@dataclass(frozen=True)
+class Presentation:
+    """How the inbox presents a call of one tool: a title, a summary line, a before/after diff.
+
+    Returned by a presenter (`create_app(presenters={"deploy": fn})`, `fn(args) ->
+    Presentation`); every string is shown escaped, with hidden characters revealed.
+    """
+
+    title: str = ""
+    """Replaces the tool name as the card's heading (the tool name stays beside it)."""
+    summary: str = ""
+    """One line saying what the call will do."""
+    before: str | None = None
+    """The current state (e.g. a config file); with `after`, shown as a line diff."""
+    after: str | None = None
+    """The state the call would leave."""
+
+
+Presenter = Callable[[dict[str, Any]], Presentation]
+"""Turns a call's arguments into its `Presentation`."""
+
+
+def presentation_view(
+    presenters: Mapping[str, Presenter], tool_name: str, args: str
+) -> dict[str, Any] | None:
+    """The card's presentation of a call, or None (no presenter, or it failed)."""
+    presenter = presenters.get(tool_name)
+    if presenter is None:
+        return None
+    try:
+        value = json.loads(args)
+        shown = presenter(value if isinstance(value, dict) else {})
+    except Exception:  # a presenter must never hide the call: fall back to the fields
+        return None
+    diff: list[tuple[str, str]] = []
+    if shown.before is not None and shown.after is not None:
+        diff = _line_diff(shown.before, shown.after)
+    return {"title": shown.title, "summary": shown.summary, "diff": diff}
+
+
+def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag != "?":
+            out.append(("add" if tag == "+" else "del" if tag == "-" else "same", f"{tag} {text}"))
+    return out
+
+
 def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
     """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
 
@@ -190,19 +248,15 @@ def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
     if after is None:
         return []
     old, new = pretty_json(before), pretty_json(after)
-    if old == new:
-        return []
-    out: list[tuple[str, str]] = []
-    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
-        tag, text = line[:1], line[2:]
-        if tag == "?":
-            continue
-        out.append(("add" if tag == "+" else "del" if tag == "-" else "same", f"{tag} {text}"))
-    return out
+    return [] if old == new else _line_diff(old, new)
 
 
 def call_view(
-    run: RunRecord, c: PendingCallRecord, cred: Credential, now: datetime
+    run: RunRecord,
+    c: PendingCallRecord,
+    cred: Credential,
+    now: datetime,
+    presenters: Mapping[str, Presenter] | None = None,
 ) -> dict[str, Any]:
     """What a call card shows (every string escaped by the template)."""
     decision = None
@@ -234,6 +288,7 @@ def call_view(
         "reason": c.reason,
         "args_pretty": pretty_json(c.args),
         "args_edit": editable_json(c.args),
+        "shown": presentation_view(presenters or {}, c.tool_name, c.args),
         "fields": arg_fields(c.args),
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
@@ -264,7 +319,10 @@ def context_of(history: str) -> tuple[str, str]:
 
 
 def group_views(
-    found: list[tuple[RunRecord, PendingCallRecord]], cred: Credential, now: datetime
+    found: list[tuple[RunRecord, PendingCallRecord]],
+    cred: Credential,
+    now: datetime,
+    presenters: Mapping[str, Presenter] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Pending calls grouped by run: (expiring soon, the rest).
 
@@ -279,7 +337,7 @@ def group_views(
     rest: list[tuple[datetime, dict[str, Any]]] = []
     for run, calls in runs.values():
         prompt, said = context_of(run.conversation)
-        cards = [call_view(run, c, cred, now) for c in calls]
+        cards = [call_view(run, c, cred, now, presenters) for c in calls]
         decided = [call_view(run, c, cred, now) for c in run.calls if c.decision is not None]
         deadlines = [c.deadline for c in calls if c.deadline is not None]
         first = min(deadlines) if deadlines else None

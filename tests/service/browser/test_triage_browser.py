@@ -270,3 +270,45 @@ def test_axe_finds_no_serious_or_critical_violations(
             problems[path] = result
     context.close()
     assert problems == {}
+
+
+def test_edit_and_approve_shows_a_live_diff(browser: Any, served: tuple[str, str]) -> None:
+    base, _ = served
+    page = _page(browser, base)
+    card = page.locator("[data-call]").nth(1)  # deploy to canary
+    card.locator(".edit summary").click()
+    box = card.locator("textarea[name=args]")
+    box.fill(box.input_value().replace("canary", "staging"))
+    diff = card.locator("[data-diff]")
+    assert '-   "target": "canary"' in diff.inner_text()
+    assert '+   "target": "staging"' in diff.inner_text()
+    assert card.locator("[data-diff] .d-add").count() == 1
+    page.context.close()
+
+
+def test_webhook_deliveries_are_visible_to_operators(browser: Any, tmp_path: Path) -> None:
+    from golem.service.notify import Webhook
+    from tests.service.test_notify import Receiver
+
+    receiver = Receiver([500])
+    try:
+        url = f"sqlite:///{tmp_path / 'hooks.db'}"
+        app = create_app(
+            build_registry(),
+            url,
+            auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
+            webhooks=[Webhook(receiver.url + "/golem", secret=b"s")],
+        )
+        with serve(app) as base:
+            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as h:
+                h.post("/api/runs", json={"agent": "twin", "prompt": "notify me"})
+            _run(receiver.wait_for(2))  # the first attempt fails, the retry is delivered
+            page = _page(browser, base)
+            page.goto(base + "/notifications")
+            page.locator("td", has_text="delivered").wait_for()
+            text = page.inner_text("main")
+            assert "run.paused" in text
+            assert "500" in text  # the failed attempt is logged too
+            page.context.close()
+    finally:
+        receiver.close()
