@@ -38,6 +38,8 @@ MODULE_CONTRACT = {
         "ModelRequest",
         "ModelResponse",
         "ToolSpec",
+        "ToolChoice",
+        "check_tool_choice",
         "Delta",
     },
     "golem.testing": {"ScriptedModel", "FunctionModel"},

@@ -209,6 +209,7 @@ async def _model_turn(
         messages=list(state.messages),
         tools=await _turn_specs(agent, state),
         output_schema=agent._output_schema,
+        tool_choice=agent.tool_choice,
     )
     attempts = 1 if stream else agent.max_attempts
     attempt = 0

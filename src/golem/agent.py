@@ -28,7 +28,7 @@ from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import normalize_history, validate_history
 from golem.messages import Message, Part, loads_history
-from golem.model import Delta, Model, ToolSpec
+from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.tool import ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
@@ -76,6 +76,8 @@ class Agent(Generic[DepsT, OutputT]):
         retry_backoff: Seconds to wait after failed attempt n (default 0.5 s doubling,
             capped at 30 s); a provider's `Retry-After` wins when longer.
         name: A name for logs and the approval service.
+        tool_choice: Whether and which tool the model must call on each turn: "auto",
+            "required", "none" or a tool name (checked against the tools at each request).
         toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
             each run and listed before every model turn (see `golem.toolset`).
 
@@ -103,6 +105,7 @@ class Agent(Generic[DepsT, OutputT]):
         event_handler: EventHandler | None = None,
         retry_backoff: Callable[[int], float] | None = None,
         name: str = "",
+        tool_choice: ToolChoice = "auto",
         toolsets: Iterable[Toolset] = (),
     ) -> None:
         if isinstance(model, str):
@@ -136,6 +139,8 @@ class Agent(Generic[DepsT, OutputT]):
         self.event_handler = event_handler
         self.retry_backoff = retry_backoff or default_backoff
         self.name = name
+        self.tool_choice = check_tool_choice(tool_choice)
+        """Sent on every model request: "auto", "required", "none" or a tool name."""
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:

@@ -8,7 +8,7 @@ same response `generate` would have returned for the same content.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -17,6 +17,7 @@ from golem.usage import Usage
 
 __all__ = [
     "FINISH_REASONS",
+    "TOOL_CHOICE_MODES",
     "Delta",
     "FinishReason",
     "Model",
@@ -25,7 +26,9 @@ __all__ = [
     "StreamingModel",
     "ThinkingDelta",
     "ToolCallDelta",
+    "ToolChoice",
     "ToolSpec",
+    "check_tool_choice",
 ]
 
 FinishReason = Literal["stop", "length", "tool_call", "content_filter", "other", ""]
@@ -44,6 +47,41 @@ class ToolSpec:
     """JSON schema of the tool's arguments (an object schema)."""
 
 
+ToolChoice = Literal["auto", "required", "none"] | str
+"""Whether and which tool the model must call: `"auto"` (the model decides; the default),
+`"required"` (it must call some tool), `"none"` (it must not call any), or the name of one
+tool it must call."""
+
+TOOL_CHOICE_MODES: frozenset[str] = frozenset(("auto", "required", "none"))
+"""The tool choices that name no tool."""
+
+
+def check_tool_choice(choice: object, tools: Iterable[str] | None = None) -> str:
+    """Return `choice` when it is a valid tool choice, else raise `ValueError`.
+
+    Args:
+        choice: "auto", "required", "none", or a tool name.
+        tools: The names of the tools on offer; when given, a tool name must be one of them.
+
+    Raises:
+        ValueError: `choice` is not a string, is empty, or names a tool not in `tools`.
+    """
+    if not isinstance(choice, str) or not choice:
+        raise ValueError(
+            f'tool_choice must be "auto", "required", "none" or the name of a tool, got {choice!r}'
+        )
+    if choice in TOOL_CHOICE_MODES or tools is None:
+        return choice
+    names = list(tools)
+    if choice not in names:
+        offered = ", ".join(f'"{n}"' for n in names) if names else "no tools"
+        raise ValueError(
+            f'tool_choice names the tool "{choice}", but the request offers {offered}; '
+            'use "auto", "required", "none" or one of the offered tool names'
+        )
+    return choice
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One request to a model: the conversation so far and the tools it may call."""
@@ -54,6 +92,17 @@ class ModelRequest:
     """Tools the model may call."""
     output_schema: dict[str, Any] | None = None
     """JSON schema the final answer must follow, when the agent has a structured output type."""
+    tool_choice: ToolChoice = "auto"
+    """Whether and which tool the model must call (see `ToolChoice`). A tool name must be
+    one of `tools`; "required" and a tool name need tools on offer."""
+
+    def __post_init__(self) -> None:
+        choice = self.tool_choice
+        if choice == "auto":
+            return
+        check_tool_choice(choice, [t.name for t in self.tools])
+        if choice == "required" and not self.tools:
+            raise ValueError('tool_choice "required" needs at least one tool on offer')
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from golem.errors import BadRequest, ProviderError
@@ -60,9 +62,25 @@ async def test_every_recorded_response_parses(it: Interaction) -> None:
     if body is not None:
         tool_uses = [b for b in body["content"] if b["type"] == "tool_use"]
         assert [c.id for c in response.message.tool_calls] == [b["id"] for b in tool_uses]
-        texts = "".join(b["text"] for b in body["content"] if b["type"] == "text")
-        assert response.message.content == texts
+        assert response.message.content == _expected_text(body["content"])
         assert response.finish_reason == ("tool_call" if tool_uses else "stop")
+
+
+def _expected_text(blocks: list[dict[str, Any]]) -> str:
+    """Adjacent text blocks joined as they are; text runs split by other blocks (server tools,
+    tool calls) joined by a blank line."""
+    runs: list[str] = []
+    current: list[str] | None = None
+    for b in blocks:
+        if b["type"] == "text":
+            if current is None:
+                current = []
+                runs.append("")
+            current.append(b["text"])
+            runs[-1] = "".join(current)
+        elif b["type"] not in ("thinking", "redacted_thinking", "tool_use"):
+            current = None
+    return "\n\n".join(runs)
 
 
 @pytest.mark.parametrize("it", FAILED, ids=interaction_id)
@@ -134,14 +152,14 @@ async def test_thinking_tokens_are_reasoning_tokens() -> None:
     assert len(response.message.thinking) == 1
 
 
-async def test_server_tool_blocks_are_skipped() -> None:
+async def test_server_tool_blocks_are_not_calls_and_keep_text_runs_apart() -> None:
     it = load("anthropic", "test_anthropic_server_tool_receive_history_from_another_provider.yaml")[
         1
     ]
     response = await _replay(it)
     assert response.message.tool_calls == []
     assert response.message.content == (
-        "Let me calculate that for you!**37,170 \u00d7 12,390 = 460,536,300**"
+        "Let me calculate that for you!\n\n**37,170 \u00d7 12,390 = 460,536,300**"
     )
     assert response.finish_reason == "stop"
 

@@ -50,7 +50,7 @@ def test_infer_model_builds_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None
         ),
         ({"max_tokens": 0}, "max_tokens must be at least 1, got 0"),
         ({"timeout": 0}, "timeout must be positive, got 0"),
-        ({"output_mode": "tool"}, "output_mode must be"),
+        ({"output_mode": "json"}, "output_mode must be"),
     ],
 )
 def test_invalid_configuration(kwargs: dict[str, Any], message: str) -> None:

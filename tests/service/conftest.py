@@ -32,7 +32,7 @@ def make_auth() -> AuthConfig:
             TOKENS["tess"]: Approver("tess", tools=frozenset({"lookup"})),
             TOKENS["vic"]: Approver("vic", can_start=False),
         },
-        secret=b"test-secret",
+        secret=b"test-secret-that-is-32-bytes-long",
     )
 
 

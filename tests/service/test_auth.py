@@ -76,8 +76,9 @@ def test_from_env_reads_json(tmp_path: Path) -> None:
         "tok-o": {"identity": "olga", "agents": ["ops"], "tools": None, "can_start": False},
         "tok-s": "sam",
     }
-    auth = AuthConfig.from_env({"GOLEM_APPROVERS": json.dumps(spec), "GOLEM_SESSION_SECRET": "k"})
-    assert auth.secret == b"k"
+    key = "k" * 32
+    auth = AuthConfig.from_env({"GOLEM_APPROVERS": json.dumps(spec), "GOLEM_SESSION_SECRET": key})
+    assert auth.secret == key.encode()
     olga = auth.authenticate("tok-o")
     assert olga is not None
     assert olga.approver == Approver("olga", agents=frozenset({"ops"}), can_start=False)
@@ -116,7 +117,7 @@ def test_from_env_errors_name_the_problem(env: dict[str, str], match: str) -> No
 def make() -> AuthConfig:
     return AuthConfig(
         tokens={"tok": Approver("alice"), "tok2": Approver("bob")},
-        secret=b"k1",
+        secret=b"k1" * 16,
         session_seconds=100,
         stream_token_seconds=10,
     )
@@ -146,7 +147,7 @@ def test_signed_values_resist_tampering_and_other_keys() -> None:
     assert auth.verify_session("garbage", now=1001.0) is None
     assert auth.verify_session("", now=1001.0) is None
     assert auth.verify_session("!!.!!", now=1001.0) is None
-    other_key = AuthConfig(tokens={"tok": Approver("alice")}, secret=b"k2")
+    other_key = AuthConfig(tokens={"tok": Approver("alice")}, secret=b"k2" * 16)
     assert other_key.verify_session(value, now=1001.0) is None
 
 
@@ -168,7 +169,7 @@ def test_removing_a_token_revokes_its_sessions() -> None:
     cred = auth.authenticate("tok")
     assert cred is not None
     value = auth.issue_session(cred, now=1000.0)
-    smaller = AuthConfig(tokens={"tok2": Approver("bob")}, secret=b"k1")
+    smaller = AuthConfig(tokens={"tok2": Approver("bob")}, secret=b"k1" * 16)
     assert smaller.verify_session(value, now=1001.0) is None
 
 
@@ -181,3 +182,34 @@ def test_csrf_tokens_are_bound_to_the_session() -> None:
     assert auth.check_csrf(one, auth.csrf_token(one))
     assert not auth.check_csrf(one, auth.csrf_token(two))
     assert not auth.check_csrf(one, "")
+
+
+@pytest.mark.parametrize("secret", ["short", "x" * 31])
+def test_a_session_secret_shorter_than_32_bytes_is_refused(secret: str) -> None:
+    env = {"GOLEM_APPROVERS": '{"t": "alice"}', "GOLEM_SESSION_SECRET": secret}
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        AuthConfig.from_env(env)
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        AuthConfig(tokens={"t": Approver("a")}, secret=secret.encode())
+
+
+def test_repr_never_shows_tokens_or_the_secret() -> None:
+    auth = AuthConfig(tokens={"tok-very-secret": Approver("alice")}, secret=b"s" * 32)
+    text = repr(auth) + str(auth)
+    assert "tok-very-secret" not in text
+    assert "ssss" not in text
+    assert "alice" in text
+
+
+def test_a_revoked_session_is_refused_even_when_replayed() -> None:
+    auth = AuthConfig(tokens={"tok": Approver("alice")}, secret=b"r" * 32)
+    cred = auth.authenticate("tok")
+    assert cred is not None
+    one, two = auth.issue_session(cred), auth.issue_session(cred)
+    assert auth.verify_session(one) == cred
+    assert auth.expiry(one) is not None
+    assert auth.revoke_session(one)
+    assert auth.verify_session(one) is None
+    assert auth.expiry(one) is None
+    assert auth.verify_session(two) == cred  # other sessions of the same token live on
+    assert not auth.revoke_session("garbage")

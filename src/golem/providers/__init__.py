@@ -1,18 +1,31 @@
 """Model provider adapters and `infer_model`.
 
-`infer_model("openai:gpt-4.1")`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`
-build the matching adapter; keys come from the usual environment variables.
+`infer_model("openai:gpt-4.1")`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`,
+`"ollama:llama3"` build the matching adapter; keys come from the usual environment variables.
+`FallbackModel(primary, *others)` asks the next model when one fails with a retryable error.
 """
 
 from __future__ import annotations
 
-from golem.model import Model
+import os
 
-__all__ = ["infer_model"]
+from golem.model import Model
+from golem.providers._fallback import FallbackModel
+
+__all__ = ["OLLAMA_BASE_URL", "FallbackModel", "infer_model"]
+
+OLLAMA_BASE_URL = "http://localhost:11434/v1"
+"""Where `"ollama:..."` models are served unless `OLLAMA_BASE_URL` is set (OpenAI-compatible)."""
+
+_PROVIDERS = "openai, anthropic, gemini or ollama"
 
 
 def infer_model(spec: str) -> Model:
-    """Build a model from `"provider:model-name"` ("openai", "anthropic", "gemini").
+    """Build a model from `"provider:model-name"`.
+
+    Providers: "openai" (`OpenAIChatModel`), "anthropic" (`AnthropicModel`), "gemini"
+    (also "google", "google-gla"; `GeminiModel`), "ollama" (`OpenAIChatModel` at
+    `OLLAMA_BASE_URL`, default http://localhost:11434/v1; key from `OLLAMA_API_KEY` if set).
 
     Raises:
         ValueError: the spec has no known provider prefix.
@@ -20,7 +33,7 @@ def infer_model(spec: str) -> Model:
     provider, sep, name = spec.partition(":")
     if not sep or not name:
         raise ValueError(
-            f'model spec must look like "provider:model-name" (openai, anthropic, gemini), got {spec!r}'
+            f'model spec must look like "provider:model-name" ({_PROVIDERS}), got {spec!r}'
         )
     if provider == "openai":
         from golem.providers.openai import OpenAIChatModel
@@ -34,6 +47,13 @@ def infer_model(spec: str) -> Model:
         from golem.providers.gemini import GeminiModel
 
         return GeminiModel(name)
-    raise ValueError(
-        f'unknown model provider "{provider}" in {spec!r}; want openai, anthropic or gemini'
-    )
+    if provider == "ollama":
+        from golem.providers.openai import OpenAIChatModel
+
+        return OpenAIChatModel(
+            name,
+            base_url=os.environ.get("OLLAMA_BASE_URL") or OLLAMA_BASE_URL,
+            # Ollama ignores the key; a placeholder keeps OPENAI_API_KEY from leaving the host
+            api_key=os.environ.get("OLLAMA_API_KEY") or "ollama",
+        )
+    raise ValueError(f'unknown model provider "{provider}" in {spec!r}; want {_PROVIDERS}')

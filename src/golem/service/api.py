@@ -10,7 +10,8 @@ or invalid body) → 404 (unknown run) → 403 (agent not allowed) → 404 (unkn
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -19,7 +20,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from golem.service.auth import AuthConfig, Credential
+from golem.errors import StoreError
+from golem.service.auth import AuthConfig, Credential, LoginLimiter
 from golem.store import (
     AuditEntry,
     CallExpired,
@@ -47,6 +49,8 @@ __all__ = [
     "audit_json",
     "bearer",
     "call_json",
+    "check_json_value",
+    "check_text",
     "decide",
     "decide_call",
     "decision_json",
@@ -55,6 +59,7 @@ __all__ = [
     "list_runs",
     "load_run",
     "not_found",
+    "parse_json",
     "pending_calls",
     "read_json",
     "require_store",
@@ -66,9 +71,16 @@ __all__ = [
     "store_error",
     "stream_token",
     "visible_runs",
+    "whoami",
 ]
 
 MAX_LIST_LIMIT = 500
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects accepted in a request body."""
+
+MAX_EXPIRES_IN = 10 * 366 * 24 * 3600.0
+"""Longest accepted `expires_in` (seconds): ten years."""
 
 
 @dataclass
@@ -89,6 +101,14 @@ class ServiceState:
     """How often the event stream sends a keep-alive comment (seconds)."""
     default_expires_in: float | None
     """Default deadline of started runs' pending calls (seconds), None for none."""
+    max_streams_per_identity: int = 8
+    """Open event streams allowed per approver identity."""
+    stream_recheck: float = 5.0
+    """Seconds between re-checks of an open stream's session or stream token."""
+    open_streams: dict[str, int] = field(default_factory=dict)
+    """Identity → event streams open now."""
+    login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    """Sign-in attempts allowed per client address."""
 
 
 class ApiError(Exception):
@@ -140,7 +160,7 @@ class StartRunBody(BaseModel):
     agent: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
     deps_ref: Any = None
-    expires_in: float | None = Field(default=None, gt=0)
+    expires_in: float | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN)
 
 
 class DecisionBody(BaseModel):
@@ -167,15 +187,77 @@ class DecisionBody(BaseModel):
         return Decision.external(self.result)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range (numbers must be finite)")
+    return value
+
+
+def parse_json(raw: bytes | str) -> Any:
+    """Parse a request body as strict JSON; `ApiError(400)` for anything else.
+
+    Refuses what Python's `json` accepts but JSON does not (`NaN`, `Infinity`, numbers
+    that overflow to infinity), integers longer than Python converts (4300 digits) and
+    nesting deep enough to exhaust the parser's stack.
+    """
+    try:
+        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ApiError(400, "malformed_json", "request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
+
+
+def _bad_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def check_text(value: str, where: str) -> None:
+    """`ApiError(422)` when `value` holds a NUL or a lone surrogate (no store can keep it)."""
+    problem = _bad_text(value)
+    if problem is not None:
+        raise ApiError(422, "invalid_request", f"{where} {problem}")
+
+
+def check_json_value(value: Any, where: str = "body") -> None:
+    """`ApiError(422)` for nesting deeper than `MAX_JSON_DEPTH` or unstorable strings.
+
+    Walks iteratively, so no input can exhaust the stack.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ApiError(
+                422, "invalid_request", f"{where} is nested deeper than {MAX_JSON_DEPTH} levels"
+            )
+        if isinstance(node, str):
+            check_text(node, path)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                check_text(k, f"a key of {path}")
+                stack.append((v, f"{path}.{k}", depth + 1))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
+
+
 async def read_json(request: Request, model: type[BaseModel]) -> Any:
     """Parse the request body as JSON into `model`; 400 for bad JSON, 422 for bad fields."""
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
+    data = parse_json(await request.body())
     if not isinstance(data, dict):
         raise ApiError(422, "invalid_request", "request body must be a JSON object")
+    check_json_value(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -389,15 +471,25 @@ async def start_for(
             403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
         )
     seconds = expires_in if expires_in is not None else state.default_expires_in
-    return await start_run(
-        require_store(state),
-        state.registry,
-        agent,
-        prompt,
-        deps_ref=deps_ref,
-        started_by=cred.approver.identity,
-        expires_in=None if seconds is None else timedelta(seconds=seconds),
-    )
+    try:
+        return await start_run(
+            require_store(state),
+            state.registry,
+            agent,
+            prompt,
+            deps_ref=deps_ref,
+            started_by=cred.approver.identity,
+            expires_in=None if seconds is None else timedelta(seconds=seconds),
+        )
+    except StoreError:
+        raise
+    except Exception as exc:  # the run itself cannot raise: a failure is a FAILED run
+        # What is left is the agent's deps_factory refusing deps_ref: nothing was saved.
+        raise ApiError(
+            422,
+            "invalid_deps",
+            f'agent "{agent}" could not build its deps from deps_ref: {type(exc).__name__}: {exc}',
+        ) from None
 
 
 # --------------------------------------------------------------------------- handlers
@@ -450,6 +542,20 @@ async def health(request: Request) -> Response:
     except Exception as exc:
         return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, status_code=503)
     return JSONResponse({"status": "ok", "schema_version": version})
+
+
+async def whoami(request: Request) -> Response:
+    """The identity behind the bearer token and what it may do (the inbox shows it before a
+    link's token signs anyone in)."""
+    approver = bearer(request).approver
+    return JSONResponse(
+        {
+            "identity": approver.identity,
+            "agents": None if approver.agents is None else sorted(approver.agents),
+            "tools": None if approver.tools is None else sorted(approver.tools),
+            "can_start": approver.can_start,
+        }
+    )
 
 
 async def agents(request: Request) -> Response:

@@ -27,7 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__
 from golem.service import api, inbox, stream
-from golem.service.auth import AuthConfig
+from golem.service.auth import AuthConfig, LoginLimiter
+from golem.service.limits import GuardedEvents
 from golem.service.openapi import openapi_document
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
@@ -35,6 +36,7 @@ from golem.worker import AgentRegistry, Worker
 __all__ = [
     "ROUTES",
     "BodyLimit",
+    "RefuseNul",
     "SecurityHeaders",
     "create_app",
 ]
@@ -52,17 +54,21 @@ async def _openapi(request: Request) -> Response:
     return JSONResponse(openapi_document(__version__))
 
 
+EVENTS = GuardedEvents(stream.events)
+"""`GET /api/events`: the change stream behind its cursor check, limits and re-checks."""
+
 ROUTES: list[BaseRoute] = [
     # JSON API (bearer tokens; /api/events also takes a stream token or the session)
     Route("/api/health", api.health, methods=["GET"]),
     Route("/api/openapi.json", _openapi, methods=["GET"]),
+    Route("/api/whoami", api.whoami, methods=["GET"]),
     Route("/api/agents", api.agents, methods=["GET"]),
     Route("/api/runs", api.list_runs, methods=["GET"]),
     Route("/api/runs", api.start, methods=["POST"]),
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
-    Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decide, methods=["POST"]),
-    Route("/api/events", stream.events, methods=["GET"]),
+    Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
+    Route("/api/events", EVENTS, methods=["GET"]),
     Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
     Route("/", inbox.inbox_page, methods=["GET"]),
@@ -72,7 +78,7 @@ ROUTES: list[BaseRoute] = [
     Route("/runs", inbox.runs_page, methods=["GET"]),
     Route("/runs", inbox.start_form, methods=["POST"]),
     Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
-    Route("/runs/{run_id}/calls/{call_id}/decision", inbox.decide_form, methods=["POST"]),
+    Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""
@@ -136,6 +142,30 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class RefuseNul:
+    """Answer 400 to a request whose path or query string holds a NUL character.
+
+    No store can look such a name up (PostgreSQL refuses NUL in text), and no run, call or
+    agent is named with one, so the request is refused before any handler runs.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+            "\x00" in scope["path"] or b"%00" in scope.get("query_string", b"")
+        ):
+            error = api.ApiError(400, "invalid_request", "the URL contains a NUL character")
+            if scope["path"].startswith("/api/"):
+                response: Response = error.response()
+            else:
+                response = inbox.render_error(Request(scope), 400, _HEADINGS[400], error.message)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class SecurityHeaders:
@@ -202,6 +232,7 @@ _HEADINGS = {
     404: "Not found",
     405: "Method not allowed",
     409: "Already decided or no longer pending",
+    429: "Too many attempts",
     413: "Too large",
     415: "Unsupported form",
     422: "Invalid input",
@@ -227,6 +258,8 @@ def create_app(
     stream_poll_interval: float = 0.5,
     stream_heartbeat: float = 15.0,
     default_expires_in: float | None = None,
+    max_streams_per_identity: int = 8,
+    login_attempts_per_minute: int = 10,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -245,9 +278,13 @@ def create_app(
         stream_heartbeat: seconds between keep-alive comments on an idle event stream.
         default_expires_in: seconds until the calls of a started run expire (None: never),
             unless the request says otherwise.
+        max_streams_per_identity: open `/api/events` streams allowed per approver (429
+            beyond).
+        login_attempts_per_minute: `POST /login` attempts allowed per client address per
+            minute (429 beyond).
 
     Raises:
-        ValueError: a non-positive interval, lease or body limit.
+        ValueError: a non-positive interval, lease, body limit or limit.
     """
     for name, value in (
         ("worker_poll_interval", worker_poll_interval),
@@ -255,11 +292,16 @@ def create_app(
         ("max_body_bytes", max_body_bytes),
         ("stream_poll_interval", stream_poll_interval),
         ("stream_heartbeat", stream_heartbeat),
+        ("max_streams_per_identity", max_streams_per_identity),
+        ("login_attempts_per_minute", login_attempts_per_minute),
     ):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
-    if default_expires_in is not None and default_expires_in <= 0:
-        raise ValueError(f"default_expires_in must be positive, got {default_expires_in!r}")
+    if default_expires_in is not None and not 0 < default_expires_in <= api.MAX_EXPIRES_IN:
+        raise ValueError(
+            f"default_expires_in must be positive and at most {api.MAX_EXPIRES_IN:.0f} s, "
+            f"got {default_expires_in!r}"
+        )
     state = api.ServiceState(
         registry=registry,
         store=None if isinstance(store, str) else store,
@@ -268,6 +310,8 @@ def create_app(
         stream_poll_interval=stream_poll_interval,
         stream_heartbeat=stream_heartbeat,
         default_expires_in=default_expires_in,
+        max_streams_per_identity=max_streams_per_identity,
+        login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
     )
 
     @asynccontextmanager
@@ -302,6 +346,7 @@ def create_app(
         middleware=[
             Middleware(SecurityHeaders),
             Middleware(BodyLimit, limit=max_body_bytes),
+            Middleware(RefuseNul),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

@@ -8,9 +8,9 @@ or `AuthConfig.from_env()`, which reads:
   a key may also be `"sha256:<hex digest of the token>"` so the file holds no usable secret;
 - `GOLEM_APPROVERS_FILE`: the path of a file with that JSON (used when `GOLEM_APPROVERS`
   is unset);
-- `GOLEM_SESSION_SECRET`: the key that signs browser sessions and stream tokens. Set the
-  same value on every replica behind one load balancer; without it each process picks a
-  random key and its sessions end when it restarts.
+- `GOLEM_SESSION_SECRET`: the key that signs browser sessions and stream tokens, at least
+  32 bytes (shorter keys are refused). Set the same value on every replica behind one load
+  balancer; without it each process picks a random key and its sessions end when it restarts.
 
 Three ways to present a credential, each accepted only where it is needed:
 
@@ -24,7 +24,9 @@ Three ways to present a credential, each accepted only where it is needed:
   signed, names the approver, expires after a few minutes and is accepted by no other route.
 
 Tokens are compared by their SHA-256 digests; removing a token from the configuration
-revokes the sessions and stream tokens made from it.
+revokes the sessions and stream tokens made from it. Signing out revokes that one session
+server-side (`revoke_session`), so a copied cookie stops working too. `repr()` of a config
+names the approvers, never the tokens or the secret.
 """
 
 from __future__ import annotations
@@ -35,18 +37,25 @@ import hmac
 import json
 import os
 import secrets
+import threading
 import time
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MIN_SECRET_BYTES",
     "Approver",
     "AuthConfig",
     "Credential",
+    "LoginLimiter",
     "token_digest",
 ]
+
+MIN_SECRET_BYTES = 32
+"""Shortest accepted signing key (`GOLEM_SESSION_SECRET`), in bytes."""
 
 _SESSION = "session"
 _STREAM = "stream"
@@ -151,20 +160,30 @@ class AuthConfig:
         stream_token_seconds: lifetime of a stream token (checked when a stream opens).
 
     Raises:
-        ValueError: no tokens, a malformed digest key, or a non-positive lifetime.
+        ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, or a
+            non-positive lifetime.
     """
 
-    tokens: Mapping[str, Approver]
+    tokens: Mapping[str, Approver] = field(repr=False)
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     session_seconds: float = 12 * 3600
     stream_token_seconds: float = 300
     _by_digest: dict[str, Approver] = field(init=False, repr=False, compare=False)
+    _revoked: dict[str, float] = field(init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(init=False, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        names = ", ".join(sorted(a.identity for a in self._by_digest.values()))
+        return f"AuthConfig(approvers=[{names}], tokens=<{len(self._by_digest)} hidden>)"
 
     def __post_init__(self) -> None:
         if not self.tokens:
             raise ValueError("AuthConfig needs at least one token")
-        if not self.secret:
-            raise ValueError("AuthConfig.secret must not be empty")
+        if len(self.secret) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"AuthConfig.secret must be at least {MIN_SECRET_BYTES} bytes, got "
+                f"{len(self.secret)} (GOLEM_SESSION_SECRET: e.g. `openssl rand -hex 32`)"
+            )
         if self.session_seconds <= 0 or self.stream_token_seconds <= 0:
             raise ValueError("session and stream token lifetimes must be positive")
         by_digest: dict[str, Approver] = {}
@@ -181,6 +200,8 @@ class AuthConfig:
                 digest = token_digest(key)
             by_digest[digest] = approver
         object.__setattr__(self, "_by_digest", by_digest)
+        object.__setattr__(self, "_revoked", {})
+        object.__setattr__(self, "_lock", threading.Lock())
 
     # ------------------------------------------------------------------ construction
 
@@ -257,7 +278,10 @@ class AuthConfig:
         mac = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
         return f"{body}.{_b64(mac)}"
 
-    def _verify(self, purpose: str, value: str, now: float | None) -> Credential | None:
+    def _claims(self, purpose: str, value: str | None, now: float | None) -> dict[str, Any] | None:
+        """The payload of a valid, unexpired, unrevoked signed value of `purpose`, else None."""
+        if not value:
+            return None
         body, _, mac = value.partition(".")
         if not body or not mac:
             return None
@@ -273,19 +297,54 @@ class AuthConfig:
         exp, digest = payload.get("exp"), payload.get("sub")
         if not isinstance(exp, int | float) or not isinstance(digest, str):
             return None
-        if (time.time() if now is None else now) >= exp:
+        at = time.time() if now is None else now
+        if at >= exp or digest not in self._by_digest:
             return None
-        approver = self._by_digest.get(digest)
-        return None if approver is None else Credential(approver, digest)
+        sid = payload.get("sid")
+        if isinstance(sid, str) and sid in self._revoked:
+            return None
+        return payload
+
+    def _verify(self, purpose: str, value: str | None, now: float | None) -> Credential | None:
+        payload = self._claims(purpose, value, now)
+        if payload is None:
+            return None
+        return Credential(self._by_digest[payload["sub"]], payload["sub"])
 
     def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
-        """Return a signed inbox session value for `credential`."""
+        """Return a signed inbox session value for `credential` (with its own session ID)."""
         exp = (time.time() if now is None else now) + self.session_seconds
-        return self._sign(_SESSION, {"sub": credential.digest, "exp": exp})
+        sid = _b64(secrets.token_bytes(12))
+        return self._sign(_SESSION, {"sub": credential.digest, "exp": exp, "sid": sid})
 
     def verify_session(self, value: str | None, *, now: float | None = None) -> Credential | None:
-        """Return the credential of a valid, unexpired session value, else `None`."""
-        return self._verify(_SESSION, value, now) if value else None
+        """Return the credential of a valid, unexpired, unrevoked session value, else `None`."""
+        return self._verify(_SESSION, value, now)
+
+    def revoke_session(self, value: str | None, *, now: float | None = None) -> bool:
+        """End a session server-side: its value is refused from now on, even if replayed.
+
+        Revocations are kept in this process until the session would have expired anyway
+        (run one service process per secret, or sign out on each; see the guide).
+        Returns whether `value` was a valid session.
+        """
+        payload = self._claims(_SESSION, value, now)
+        if payload is None or not isinstance(payload.get("sid"), str):
+            return False
+        at = time.time() if now is None else now
+        with self._lock:
+            for sid, exp in list(self._revoked.items()):  # forget revocations that expired
+                if exp <= at:
+                    del self._revoked[sid]
+            self._revoked[payload["sid"]] = float(payload["exp"])
+        return True
+
+    def expiry(
+        self, value: str | None, *, stream: bool = False, now: float | None = None
+    ) -> float | None:
+        """The Unix time a valid session (or, with `stream`, stream token) value expires, else None."""
+        payload = self._claims(_STREAM if stream else _SESSION, value, now)
+        return None if payload is None else float(payload["exp"])
 
     def issue_stream_token(
         self, credential: Credential, *, now: float | None = None
@@ -298,7 +357,7 @@ class AuthConfig:
         self, value: str | None, *, now: float | None = None
     ) -> Credential | None:
         """Return the credential of a valid, unexpired stream token, else `None`."""
-        return self._verify(_STREAM, value, now) if value else None
+        return self._verify(_STREAM, value, now)
 
     def csrf_token(self, session: str) -> str:
         """Return the CSRF token the inbox forms must carry for `session`."""
@@ -308,3 +367,38 @@ class AuthConfig:
     def check_csrf(self, session: str, token: str) -> bool:
         """Whether `token` is the CSRF token of `session`."""
         return bool(token) and hmac.compare_digest(self.csrf_token(session), token)
+
+
+@dataclass
+class LoginLimiter:
+    """Sliding-window limit of sign-in attempts per client address (in this process).
+
+    Args:
+        attempts: attempts allowed per address within `window` seconds.
+        window: the window's length in seconds.
+    """
+
+    attempts: int = 10
+    window: float = 60.0
+    _seen: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1 or not self.window > 0:
+            raise ValueError(
+                f"login limit must allow at least 1 attempt in a positive window, "
+                f"got {self.attempts} in {self.window!r} s"
+            )
+
+    def check(self, address: str, now: float | None = None) -> float:
+        """Count one attempt from `address`; 0 when allowed, else seconds until it would be."""
+        at = time.monotonic() if now is None else now
+        seen = self._seen[address]
+        while seen and seen[0] <= at - self.window:
+            seen.popleft()
+        if len(seen) >= self.attempts:
+            return seen[0] + self.window - at
+        seen.append(at)
+        if len(self._seen) > 10_000:  # forget idle addresses so memory stays bounded
+            for key in [k for k, v in self._seen.items() if not v or v[-1] <= at - self.window]:
+                del self._seen[key]
+        return 0.0

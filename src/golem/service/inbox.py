@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,11 @@ from golem.messages import loads_history
 from golem.service.api import (
     ApiError,
     ServiceState,
+    check_json_value,
+    check_text,
     decide_call,
     load_run,
+    parse_json,
     pending_calls,
     require_store,
     start_for,
@@ -59,6 +63,7 @@ __all__ = [
     "run_page",
     "run_view",
     "runs_page",
+    "same_origin",
     "session",
     "start_form",
 ]
@@ -357,10 +362,35 @@ async def _form(request: Request) -> dict[str, str]:
         fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_form", "the form is not UTF-8") from None
-    return {k: v[0] for k, v in fields.items()}
+    form = {k: v[0] for k, v in fields.items()}
+    for name, value in form.items():
+        check_text(value, f"the {name} field")
+    return form
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a browser POST came from this site (`Sec-Fetch-Site`, then `Origin`).
+
+    A request without either header (an old browser, curl) passes; every current browser
+    sends at least one on a cross-site form POST, which is what login CSRF needs.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "")
+    return origin != "null" and urlsplit(origin).netloc.lower() == host.lower()
+
+
+def _cross_site() -> ApiError:
+    return ApiError(403, "cross_site", "this form was sent from another site: refused")
 
 
 def _checked(request: Request, form: dict[str, str]) -> tuple[Credential, str]:
+    if not same_origin(request):
+        raise _cross_site()
     who = session(request)
     if who is None:
         raise ApiError(401, "unauthenticated", "your session has ended: sign in again")
@@ -381,10 +411,26 @@ async def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """Check the token, set the signed session cookie, go back to where the user was."""
+    """Check the token, set the signed session cookie, go back to where the user was.
+
+    Refused (403) when the form was posted from another site (login CSRF), and limited
+    per client address (429 with `Retry-After`).
+    """
+    if not same_origin(request):
+        raise _cross_site()
+    state = _state(request)
+    address = request.client.host if request.client else "unknown"
+    wait = state.login_limiter.check(address)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        refused = render_error(
+            request, 429, "Too many attempts", f"Too many sign-in attempts: wait {seconds} s."
+        )
+        refused.headers["Retry-After"] = str(seconds)
+        return refused
     form = await _form(request)
     nxt = _safe_next(form.get("next"))
-    auth = _state(request).auth
+    auth = state.auth
     cred = auth.authenticate(form.get("token", "").strip())
     if cred is None:
         return _render(
@@ -407,8 +453,9 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """End the session (CSRF-checked)."""
-    _checked(request, await _form(request))
+    """End the session server-side (CSRF-checked): the cookie's value stops working."""
+    _, value = _checked(request, await _form(request))
+    _state(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
@@ -570,9 +617,10 @@ async def start_form(request: Request) -> Response:
     cred, _ = _checked(request, form)
     deps_text = form.get("deps_ref", "").strip()
     try:
-        deps_ref = json.loads(deps_text) if deps_text else None
-    except ValueError:
-        raise ApiError(422, "invalid_request", "the deps reference is not valid JSON") from None
+        deps_ref = parse_json(deps_text) if deps_text else None
+    except ApiError as exc:
+        raise ApiError(422, "invalid_request", f"the deps reference: {exc.message}") from None
+    check_json_value(deps_ref, "the deps reference")
     prompt = form.get("prompt", "").strip()
     if not prompt:
         raise ApiError(422, "invalid_request", "a prompt is required")

@@ -288,6 +288,14 @@ def _paths() -> dict[str, Any]:
                 security=public,
             )
         },
+        "/api/whoami": {
+            "get": {
+                "operationId": "whoami",
+                "summary": "The identity behind the bearer token and what it may do.",
+                "security": [{"bearer": []}],
+                "responses": {"200": _json({"type": "object"}, "The approver."), **_AUTH_ERRORS},
+            }
+        },
         "/api/agents": {
             "get": _op(
                 "listAgents",

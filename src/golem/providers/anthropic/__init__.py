@@ -37,6 +37,7 @@ from golem.providers.anthropic._wire import (
     API_VERSION,
     DEFAULT_BASE_URL,
     DEFAULT_MAX_TOKENS,
+    OUTPUT_TOOL_NAME,
     PROVIDER,
     OutputMode,
     build_request_body,
@@ -81,7 +82,9 @@ class AnthropicModel(HTTPModel):
             1024 and below `max_tokens`).
         output_mode: How `ModelRequest.output_schema` is sent: "native" uses the
             API's structured outputs (`output_config.format`, Claude 4.5 and later),
-            "prompted" puts the schema in the system prompt (any model).
+            "prompted" puts the schema in the system prompt (any model), "tool" offers a
+            `final_result` tool with the schema and makes the model call it (any model
+            with tool use; not with `thinking_budget`, which allows no forced tool).
 
     Raises:
         AuthenticationError: no key was passed and `ANTHROPIC_API_KEY` is not set.
@@ -117,8 +120,10 @@ class AnthropicModel(HTTPModel):
                 f"thinking_budget must be at least {_MIN_THINKING_BUDGET} and below "
                 f"max_tokens ({tokens}), got {thinking_budget}; raise max_tokens if needed"
             )
-        if output_mode not in ("native", "prompted"):
-            raise ValueError(f'output_mode must be "native" or "prompted", got {output_mode!r}')
+        if output_mode not in ("native", "prompted", "tool"):
+            raise ValueError(
+                f'output_mode must be "native", "prompted" or "tool", got {output_mode!r}'
+            )
         self.model = model
         self.max_tokens = tokens
         self.temperature = temperature
@@ -157,6 +162,11 @@ class AnthropicModel(HTTPModel):
             extra_body=self.extra_body,
         )
 
+    def _output_tool(self, request: ModelRequest) -> str:
+        if self.output_mode == "tool" and request.output_schema is not None:
+            return OUTPUT_TOOL_NAME
+        return ""
+
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the model's answer.
 
@@ -175,7 +185,7 @@ class AnthropicModel(HTTPModel):
             raise error_from_response(
                 PROVIDER, response.status_code, response.headers, response.text
             )
-        return parse_response(parse_json_body(PROVIDER, response.text))
+        return parse_response(parse_json_body(PROVIDER, response.text), self._output_tool(request))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -187,7 +197,7 @@ class AnthropicModel(HTTPModel):
         """
         content = _encode(self.request_body(request, stream=True))
         client = await self._clients.get()
-        parser = StreamParser()
+        parser = StreamParser(self._output_tool(request))
         with translate_transport_errors(PROVIDER):
             async with client.stream(
                 "POST", self.url, content=content, headers=self._headers, timeout=self._timeout

@@ -18,8 +18,8 @@ from golem.providers.anthropic._errors import error_from_event, incomplete_strea
 from golem.providers.anthropic._wire import (
     PROVIDER,
     RawArgs,
-    finish_reason_from,
     message_from_blocks,
+    response_of,
     usage_from,
 )
 
@@ -32,7 +32,11 @@ class StreamParser:
     `feed` returns the `Delta` an event produces (or None); once `message_stop` has
     arrived, `response()` returns the final `ModelResponse`. Tool-call arguments keep
     the raw JSON text exactly as streamed. Blocks of server-side tools are skipped, and
-    so are their argument fragments.
+    so are their argument fragments. The input of an `output_tool` call ("tool" output
+    mode) streams as text.
+
+    Args:
+        output_tool: The name of the tool whose input is the answer, if any.
     """
 
     __slots__ = (
@@ -42,12 +46,22 @@ class StreamParser:
         "_fragments",
         "_index",
         "_model",
+        "_output",
+        "_output_tool",
+        "_separated",
         "_stop",
+        "_texted",
         "_thoughts",
         "_usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, output_tool: str = "") -> None:
+        self._output_tool = output_tool
+        self._output: set[int] = set()
+        self._texted = False
+        """Whether text has streamed; with `_separated`, the next text starts a new run."""
+        self._separated = False
+        """Wire indexes of `output_tool` blocks."""
         self._blocks: dict[int, dict[str, Any]] = {}
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
@@ -112,7 +126,14 @@ class StreamParser:
         kind = block.get("type")
         if kind == "text":
             text = block.get("text")
-            return Delta(content=text) if isinstance(text, str) and text else None
+            text = text if isinstance(text, str) else ""
+            if self._separated and self._texted:
+                # a server tool's blocks split the text: the final message joins the runs
+                # with a blank line, and so do the deltas
+                text = "\n\n" + text
+            self._separated = False
+            self._texted = self._texted or bool(text)
+            return Delta(content=text) if text else None
         if kind in ("thinking", "redacted_thinking"):
             n = self._index[index] = self._thoughts
             self._thoughts += 1
@@ -121,6 +142,13 @@ class StreamParser:
             signature = signature if isinstance(signature, str) else ""
             if kind == "thinking" and (text or signature):
                 return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
+            return None
+        if kind not in ("thinking", "redacted_thinking", "tool_use"):
+            self._separated = True
+            return None
+        if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
+            self._output.add(index)
+            self._fragments[index] = []
             return None
         if kind == "tool_use":
             n = self._index[index] = self._calls
@@ -152,6 +180,7 @@ class StreamParser:
             if not isinstance(text, str) or not text:
                 return None
             block["text"] = (block.get("text") or "") + text
+            self._texted = True
             return Delta(content=text)
         if kind == "input_json_delta":
             fragment = delta.get("partial_json")
@@ -159,6 +188,8 @@ class StreamParser:
             if fragments is None or not isinstance(fragment, str) or not fragment:
                 return None  # a server-side tool's input, or an empty fragment
             fragments.append(fragment)
+            if index in self._output:
+                return Delta(content=fragment)
             return Delta(tool_calls=[ToolCallDelta(self._index[index], args_fragment=fragment)])
         if kind == "thinking_delta":
             text = delta.get("thinking")
@@ -189,21 +220,23 @@ class StreamParser:
             if fragments:
                 block = {**block, "input": RawArgs("".join(fragments))}
             blocks.append(block)
-        return ModelResponse(
-            message=message_from_blocks(blocks),
-            usage=usage_from(self._usage),
-            finish_reason=finish_reason_from(self._stop),
-            model_name=self._model,
+        return response_of(
+            message_from_blocks(blocks, self._output_tool),
+            usage_from(self._usage),
+            self._stop,
+            self._model,
         )
 
 
-def parse_stream(events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:
+def parse_stream(
+    events: Iterable[tuple[str, str]], output_tool: str = ""
+) -> list[Delta | ModelResponse]:
     """Parse a whole recorded stream: its deltas in order, then the final response.
 
     Raises:
         ProviderError: as `StreamParser.feed` and `StreamParser.response`.
     """
-    parser = StreamParser()
+    parser = StreamParser(output_tool)
     out: list[Delta | ModelResponse] = []
     for event, data in events:
         delta = parser.feed(event, data)

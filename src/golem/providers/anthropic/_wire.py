@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from golem.errors import ResponseFormatError
+from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.usage import Usage
@@ -25,6 +25,8 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_TOKENS",
+    "EMPTY_PROMPT_TEXT",
+    "OUTPUT_TOOL_NAME",
     "PROMPTED_OUTPUT_TEMPLATE",
     "OutputMode",
     "RawArgs",
@@ -33,7 +35,9 @@ __all__ = [
     "finish_reason_from",
     "message_from_blocks",
     "parse_response",
+    "response_of",
     "strict_output_schema",
+    "tool_choice_of",
     "usage_from",
 ]
 
@@ -45,8 +49,17 @@ DEFAULT_MAX_TOKENS = 4096
 """`max_tokens` when none is configured (the API requires one)."""
 PROVIDER = "anthropic"
 
-OutputMode = Literal["native", "prompted"]
-"""How `ModelRequest.output_schema` reaches the model: `output_config.format` or the system prompt."""
+OutputMode = Literal["native", "prompted", "tool"]
+"""How `ModelRequest.output_schema` reaches the model: `output_config.format` ("native"), the
+system prompt ("prompted"), or a forced `final_result` tool whose input is the answer ("tool")."""
+
+OUTPUT_TOOL_NAME = "final_result"
+"""The tool that carries the answer in "tool" output mode; its input becomes the message text."""
+OUTPUT_TOOL_DESCRIPTION = "The final response which ends this conversation"
+
+EMPTY_PROMPT_TEXT = "."
+"""The text of a user turn sent for an empty prompt: the API refuses a conversation without
+messages and empty text blocks."""
 
 PROMPTED_OUTPUT_TEMPLATE = (
     "Always respond with a JSON object that's compatible with this schema:\n\n"
@@ -97,9 +110,25 @@ def build_request_body(
     if system_parts:
         body["system"] = "\n\n".join(system_parts)
     body["messages"] = _messages(request.messages)
-    if request.tools:
-        body["tools"] = [_tool(t) for t in request.tools]
-        body["tool_choice"] = {"type": "auto"}
+    tools = [_tool(t) for t in request.tools]
+    output_tool = request.output_schema is not None and output_mode == "tool"
+    if output_tool:
+        assert request.output_schema is not None
+        tools.append(
+            {
+                "name": OUTPUT_TOOL_NAME,
+                "description": OUTPUT_TOOL_DESCRIPTION,
+                "input_schema": request.output_schema,
+            }
+        )
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = tool_choice_of(
+            request.tool_choice,
+            output_tool=output_tool,
+            function_tools=len(request.tools),
+            thinking=thinking_budget is not None,
+        )
     if request.output_schema is not None and output_mode == "native":
         body["output_config"] = {
             "format": {"type": "json_schema", "schema": strict_output_schema(request.output_schema)}
@@ -120,6 +149,41 @@ def build_request_body(
         else:
             body[key] = value
     return body
+
+
+def tool_choice_of(
+    choice: str, *, output_tool: bool = False, function_tools: int = 1, thinking: bool = False
+) -> dict[str, Any]:
+    """The `tool_choice` object for a golem tool choice.
+
+    "auto" → `auto`, "required" → `any`, "none" → `none`, a name → `{"type": "tool"}`. With the
+    output tool of "tool" output mode on offer, "auto" becomes `any` (the answer is a tool
+    call), or `tool: final_result` when no function tool is offered. Extended thinking allows
+    only `auto` and `none`, so the output tool is then left to the model's choice.
+
+    Raises:
+        BadRequest: a forced choice ("required" or a tool name) with extended thinking, which
+            the API refuses.
+    """
+    if choice == "none":
+        return {"type": "none"}
+    if thinking:
+        if choice != "auto":
+            raise BadRequest(
+                f'anthropic refuses tool_choice "{choice}" with extended thinking '
+                '(only "auto" and "none" are allowed); drop thinking_budget or the tool choice',
+                provider=PROVIDER,
+            )
+        return {"type": "auto"}
+    if choice == "auto":
+        if not output_tool:
+            return {"type": "auto"}
+        if function_tools == 0:
+            return {"type": "tool", "name": OUTPUT_TOOL_NAME}
+        return {"type": "any"}
+    if choice == "required":
+        return {"type": "any"}
+    return {"type": "tool", "name": choice}
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
@@ -202,12 +266,16 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             blocks = _user_blocks(m)
             role = "user"
+            if not blocks and not (out and out[-1]["role"] == "user"):
+                blocks = [{"type": "text", "text": EMPTY_PROMPT_TEXT}]
         if not blocks:
             continue
         if role == "user" and out and out[-1]["role"] == "user":
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    if not out:
+        out.append({"role": "user", "content": [{"type": "text", "text": EMPTY_PROMPT_TEXT}]})
     return out
 
 
@@ -402,22 +470,32 @@ class RawArgs:
     text: str
 
 
-def message_from_blocks(blocks: Sequence[Mapping[str, Any]]) -> Message:
+def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = "") -> Message:
     """The assistant message of a list of content blocks.
 
-    Text blocks are concatenated; `thinking` / `redacted_thinking` become
-    `ThinkingBlock`s; `tool_use` becomes a `ToolCall` whose `args` is the raw JSON text
-    (a streamed block carries it as `"input": RawArgs(...)`, a plain block as an object,
-    encoded like the API streams it). Server-side tool blocks (web search, code
-    execution, MCP, advisor, compaction, ...) ran on Anthropic's side and are skipped.
+    Adjacent text blocks (a cited answer arrives as many) are concatenated; text blocks
+    that a server-side tool's blocks separate are joined by a blank line, so they do not
+    run together. `thinking` / `redacted_thinking` become `ThinkingBlock`s; `tool_use`
+    becomes a `ToolCall` whose `args` is the raw JSON text (a streamed block carries it as
+    `"input": RawArgs(...)`, a plain block as an object, encoded like the API streams it).
+    A `tool_use` of `output_tool` ("tool" output mode) is the answer: its input becomes
+    the text (replacing any text beside it). Server-side tool blocks (web search, code execution, MCP, advisor,
+    compaction, ...) ran on Anthropic's side and are not repeated as calls.
     """
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
+    answer: str | None = None
+    separated = texted = False
     for b in blocks:
         kind = b.get("type")
         if kind == "text":
-            text.append(_str(b.get("text")))
+            if separated and texted:
+                text.append("\n\n")
+            separated = False
+            piece = _str(b.get("text"))
+            texted = texted or bool(piece)
+            text.append(piece)
         elif kind == "thinking":
             thinking.append(
                 ThinkingBlock(text=_str(b.get("thinking")), signature=_str(b.get("signature")))
@@ -430,16 +508,25 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]]) -> Message:
                 args = raw.text
             else:
                 args = _encode_args({} if raw is None else raw)
-            calls.append(ToolCall(id=_str(b.get("id")), name=_str(b.get("name")), args=args))
-    return Message(role="assistant", content="".join(text), tool_calls=calls, thinking=thinking)
+            name = _str(b.get("name"))
+            if output_tool and name == output_tool:
+                answer = args
+                continue
+            calls.append(ToolCall(id=_str(b.get("id")), name=name, args=args))
+        else:
+            separated = True
+    content = "".join(text) if answer is None else answer
+    return Message(role="assistant", content=content, tool_calls=calls, thinking=thinking)
 
 
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def parse_response(body: Mapping[str, Any]) -> ModelResponse:
+def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelResponse:
     """Map a non-streamed `/v1/messages` response body to a `ModelResponse`.
+
+    `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
         ResponseFormatError: the body has no `content` list of blocks.
@@ -451,9 +538,18 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
             provider=PROVIDER,
         )
     usage = body.get("usage")
-    return ModelResponse(
-        message=message_from_blocks(content),
-        usage=usage_from(usage if isinstance(usage, Mapping) else None),
-        finish_reason=finish_reason_from(body.get("stop_reason")),
-        model_name=_str(body.get("model")),
+    return response_of(
+        message_from_blocks(content, output_tool),
+        usage_from(usage if isinstance(usage, Mapping) else None),
+        body.get("stop_reason"),
+        _str(body.get("model")),
     )
+
+
+def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:
+    """The `ModelResponse` of a parsed message; an answer given through the output tool
+    (a `tool_use` stop with no call left) finishes with "stop"."""
+    finish = finish_reason_from(stop_reason)
+    if finish == "tool_call" and not message.tool_calls:
+        finish = "stop"
+    return ModelResponse(message=message, usage=usage, finish_reason=finish, model_name=model)

@@ -23,9 +23,11 @@ from golem.model import ModelRequest
 
 __all__ = [
     "DUMMY_SIGNATURE",
+    "EMPTY_PROMPT_TEXT",
     "SYNTHETIC_ID_PREFIX",
     "build_request_body",
     "deep_merge",
+    "function_calling_config",
     "supports_json_output_with_tools",
 ]
 
@@ -41,6 +43,10 @@ DUMMY_SIGNATURE = base64.b64encode(b"skip_thought_signature_validator").decode("
 Gemini 3 rejects a model turn whose first function call carries no thought signature;
 calls that came from another provider (or a scripted model) get this one instead.
 """
+
+EMPTY_PROMPT_TEXT = "."
+"""The text of the user turn sent for an empty prompt: the API refuses empty `contents`
+and empty text parts."""
 
 _PROMPTED_OUTPUT = (
     "Answer with a single JSON value that matches the JSON schema below, "
@@ -121,11 +127,26 @@ def build_request_body(
                 decl["parametersJsonSchema"] = spec.schema
             declarations.append(decl)
         body["tools"] = [{"functionDeclarations": declarations}]
+        if request.tool_choice != "auto":
+            body["toolConfig"] = {
+                "functionCallingConfig": function_calling_config(request.tool_choice)
+            }
     if config:
         body["generationConfig"] = config
     if extra_body:
         deep_merge(body, extra_body)
     return body
+
+
+def function_calling_config(choice: str) -> dict[str, Any]:
+    """`toolConfig.functionCallingConfig` for a golem tool choice: "auto" → `AUTO`,
+    "required" → `ANY`, "none" → `NONE`, a tool name → `ANY` with `allowedFunctionNames`."""
+    if choice in _CHOICE_MODES:
+        return {"mode": _CHOICE_MODES[choice]}
+    return {"mode": "ANY", "allowedFunctionNames": [choice]}
+
+
+_CHOICE_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
 
 
 def deep_merge(target: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,6 +207,8 @@ def _contents(messages: Sequence[Message]) -> tuple[list[str], list[dict[str, An
         elif m.role == "user":
             parts = [{"text": m.content}] if m.content else []
             parts.extend(_part(p) for p in m.parts)
+            if not parts and not (contents and contents[-1]["role"] == "user"):
+                parts = [{"text": EMPTY_PROMPT_TEXT}]
             if parts:
                 contents.append({"role": "user", "parts": parts})
         else:
@@ -195,6 +218,8 @@ def _contents(messages: Sequence[Message]) -> tuple[list[str], list[dict[str, An
             if model_parts:
                 contents.append({"role": "model", "parts": model_parts})
     flush()
+    if not contents:
+        contents.append({"role": "user", "parts": [{"text": EMPTY_PROMPT_TEXT}]})
     return system, contents
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
-from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
@@ -38,6 +38,7 @@ __all__ = [
     "strict_compatible",
     "synthesize_call_id",
     "text_content",
+    "tool_choice_of",
     "wire_call_id",
 ]
 
@@ -93,7 +94,7 @@ def build_request_body(
         body["stream_options"] = {"include_usage": True}
     if request.tools:
         body["tools"] = [_tool(t, options.strict) for t in request.tools]
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = tool_choice_of(request.tool_choice)
     if request.output_schema is not None:
         schema = request.output_schema
         body["response_format"] = {
@@ -117,6 +118,13 @@ def build_request_body(
     if options.extra_body:
         body.update(options.extra_body)
     return body
+
+
+def tool_choice_of(choice: str) -> str | dict[str, Any]:
+    """The Chat Completions `tool_choice`: "auto", "required", "none", or the named function."""
+    if choice in TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:

@@ -8,13 +8,39 @@
 
   // Sign in from a link like /login#token=... (golem demo prints one). The fragment
   // never reaches the server or its logs; it is removed from the address bar at once.
-  function loginFromFragment() {
+  // Nothing is submitted until the user has seen whose identity the link signs in as and
+  // clicked: a link from someone else must not sign anyone in as them (login CSRF).
+  async function loginFromFragment() {
     const form = $("#login-form");
     const match = location.hash.match(/^#token=([^&]+)/);
     if (!form || !match) return;
     history.replaceState(null, "", location.pathname + location.search);
-    $("#token", form).value = decodeURIComponent(match[1]);
-    form.submit();
+    let token;
+    try { token = decodeURIComponent(match[1]); } catch (err) { return; }
+    const box = $("#link-confirm"), who = $("#link-who"), button = $("#sign-in");
+    box.hidden = false;
+    $("#token-field").hidden = true;
+    $("#token-hint").hidden = true;
+    $("#link-cancel").hidden = false;
+    button.disabled = true;
+    let identity = null;
+    try {
+      const res = await fetch("/api/whoami", { headers: { Authorization: "Bearer " + token } });
+      if (res.ok) identity = (await res.json()).identity;
+    } catch (err) { /* shown below */ }
+    if (identity === null) {
+      who.textContent = "This sign-in link is not valid.";
+      $("#token-field").hidden = false;
+      return;
+    }
+    $("#token", form).value = token;
+    who.textContent = "This link signs you in as ";
+    const strong = document.createElement("strong");
+    strong.textContent = identity;
+    who.append(strong, ".");
+    button.textContent = "Sign in as " + identity;
+    button.disabled = false;
+    button.focus();
   }
 
   // ------------------------------------------------------------------ relative times

@@ -1,0 +1,154 @@
+"""`FallbackModel`: the next model answers when one fails with a retryable provider error."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+
+from golem.errors import ProviderError
+from golem.model import (
+    Delta,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    StreamingModel,
+    ThinkingDelta,
+    ToolCallDelta,
+)
+
+__all__ = ["FallbackModel", "model_label"]
+
+
+def model_label(model: Model) -> str:
+    """A short name for `model`: its `model_name` or `model` attribute, else its class name."""
+    for attr in ("model_name", "model"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def _retryable(exc: Exception) -> bool:
+    return isinstance(exc, ProviderError) and exc.retryable
+
+
+class FallbackModel:
+    """Tries models in order: the next one answers when one fails with a retryable error.
+
+    A retryable `ProviderError` (rate limit, overload, timeout, lost connection) moves on to
+    the next model; any other failure (bad request, authentication, a bug) is raised at once.
+    When every model failed, the last error is raised with a note per earlier failure, and
+    keeps its `retryable` flag, so `Agent(max_attempts=...)` can retry the whole chain.
+
+    The response is the answering model's: its usage (failed calls report none) and its
+    `model_name`, filled in with that model's name when the provider reported none.
+    Streaming falls back only while the failing stream has yielded nothing; a stream that
+    fails midway raises, since its deltas already reached the caller. A model without
+    `generate_stream` streams its whole answer as one delta.
+
+    Args:
+        primary: The model asked first.
+        *others: The models asked next, in order.
+        fallback_on: Decides which errors move on to the next model; by default a
+            `ProviderError` with `retryable` set.
+
+    Raises:
+        ValueError: a model is not a `golem.model.Model`.
+    """
+
+    def __init__(
+        self,
+        primary: Model,
+        *others: Model,
+        fallback_on: Callable[[Exception], bool] = _retryable,
+    ) -> None:
+        models = (primary, *others)
+        for i, m in enumerate(models):
+            if not isinstance(m, Model):
+                raise ValueError(
+                    f"FallbackModel model {i} must be a golem Model (with async generate), "
+                    f"got {type(m).__name__}"
+                )
+        self.models: tuple[Model, ...] = models
+        """The models, in the order they are asked."""
+        self.fallback_on = fallback_on
+        self.model_name = model_label(primary)
+        """The primary model's name."""
+
+    def __repr__(self) -> str:
+        return f"FallbackModel({', '.join(model_label(m) for m in self.models)})"
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Ask each model in turn until one answers.
+
+        Raises:
+            Exception: the first error `fallback_on` refuses, else the last model's error.
+        """
+        failures: list[tuple[Model, Exception]] = []
+        for model in self.models:
+            try:
+                response = await model.generate(request)
+            except Exception as exc:
+                if not self.fallback_on(exc):
+                    raise
+                failures.append((model, exc))
+                continue
+            return _answered_by(model, response)
+        raise _exhausted(failures)
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream from each model in turn until one streams; then its deltas and response.
+
+        Raises:
+            Exception: as `generate`, and any error after a stream yielded its first item.
+        """
+        failures: list[tuple[Model, Exception]] = []
+        for model in self.models:
+            started = False
+            try:
+                async for item in _stream_of(model, request):
+                    started = True
+                    yield _answered_by(model, item) if isinstance(item, ModelResponse) else item
+            except Exception as exc:
+                if started or not self.fallback_on(exc):
+                    raise
+                failures.append((model, exc))
+                continue
+            return
+        raise _exhausted(failures)
+
+
+def _answered_by(model: Model, response: ModelResponse) -> ModelResponse:
+    if response.model_name:
+        return response
+    return dataclasses.replace(response, model_name=model_label(model))
+
+
+def _exhausted(failures: list[tuple[Model, Exception]]) -> Exception:
+    last = failures[-1][1]
+    for model, exc in failures[:-1]:
+        last.add_note(f"FallbackModel: {model_label(model)} failed first: {exc!r}")
+    last.add_note(f"FallbackModel: all {len(failures)} models failed")
+    return last
+
+
+async def _stream_of(model: Model, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    if isinstance(model, StreamingModel):
+        async for item in model.generate_stream(request):
+            yield item
+        return
+    response = await model.generate(request)
+    message = response.message
+    if message.content or message.thinking or message.tool_calls:
+        yield Delta(
+            content=message.content,
+            thinking=[
+                ThinkingDelta(i, text=t.text, signature=t.signature)
+                for i, t in enumerate(message.thinking)
+            ],
+            tool_calls=[
+                ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
+                for i, c in enumerate(message.tool_calls)
+            ],
+        )
+    yield response

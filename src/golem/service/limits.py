@@ -1,0 +1,191 @@
+"""The limits around the event stream: cursor range, streams per identity, credential expiry.
+
+`GuardedEvents` is the ASGI app behind `GET /api/events`. It refuses a cursor outside
+0 … 2**63-1 (a store's 64-bit audit IDs) with 422, allows at most
+`create_app(max_streams_per_identity=...)` open streams per identity (429 beyond), and
+re-checks the stream's credential while it is open: when the session or stream token
+expires, or the session is signed out, the stream sends `event: end` and closes, so a
+revoked browser stops receiving changes. The stream itself is `golem.service.stream.events`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from golem.service.api import ApiError, ServiceState
+from golem.service.auth import Credential
+
+__all__ = ["MAX_CURSOR", "GuardedEvents", "parse_cursor"]
+
+MAX_CURSOR = 2**63 - 1
+"""The largest audit cursor a store can hold (a signed 64-bit integer)."""
+
+
+def parse_cursor(text: str | None) -> int | None:
+    """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
+
+    Raises:
+        ApiError: 422 for text that is not a decimal integer in 0 … 2**63-1.
+    """
+    if text is None or text == "":
+        return None
+    if len(text) > 20 or not text.isascii() or not text.lstrip("-").isdigit():
+        raise ApiError(422, "invalid_request", "the cursor must be an integer")
+    value = int(text)
+    if not 0 <= value <= MAX_CURSOR:
+        raise ApiError(422, "invalid_request", f"the cursor must be between 0 and {MAX_CURSOR}")
+    return value
+
+
+_END = b'event: end\ndata: {"reason":"your session or stream token has ended: sign in again"}\n\n'
+
+Events = Callable[[Request], Awaitable[Response]]
+
+
+class GuardedEvents:
+    """`GET /api/events` with a cursor check, a per-identity limit and credential re-checks.
+
+    Args:
+        events: the stream's request handler (`golem.service.stream.events`).
+    """
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+
+    def _credential(
+        self, request: Request, state: ServiceState
+    ) -> tuple[Credential, Callable[[], bool], float] | None:
+        """The caller as `stream.events` will see it, a validity check, and its expiry."""
+        auth = state.auth
+        cred = auth.from_authorization(request.headers.get("authorization"))
+        if cred is not None:
+            return cred, lambda: True, math.inf
+        token = request.query_params.get("stream_token")
+        cred = auth.verify_stream_token(token)
+        if cred is not None:
+            exp = auth.expiry(token, stream=True) or 0.0
+            return cred, lambda: auth.verify_stream_token(token) is not None, exp
+        from golem.service.inbox import SESSION_COOKIE
+
+        value = request.cookies.get(SESSION_COOKIE)
+        cred = auth.verify_session(value)
+        if cred is not None:
+            exp = auth.expiry(value) or 0.0
+            return cred, lambda: auth.verify_session(value) is not None, exp
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        try:
+            await self._open(request, scope, receive, send)
+        except ApiError as exc:
+            await exc.response()(scope, receive, send)
+
+    async def _open(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
+        state: ServiceState = request.app.state.golem
+        parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+        found = self._credential(request, state)
+        if found is None:  # stream.events answers the 401 with its own message
+            response = await self.events(request)
+            await response(scope, receive, send)
+            return
+        cred, valid, exp = found
+        identity = cred.approver.identity
+        limit, counts = state.max_streams_per_identity, state.open_streams
+        if counts.get(identity, 0) >= limit:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"{identity} already has {limit} open event streams; close one",
+            )
+        counts[identity] = counts.get(identity, 0) + 1
+        try:
+            await self._serve(request, scope, receive, send, valid, exp, state.stream_recheck)
+        finally:
+            counts[identity] -= 1
+            if counts[identity] <= 0:
+                del counts[identity]
+
+    async def _serve(
+        self,
+        request: Request,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        valid: Callable[[], bool],
+        exp: float,
+        recheck: float,
+    ) -> None:
+        ended = asyncio.Event()
+        started = finished = False
+
+        async def watch() -> None:
+            while True:
+                left = exp - time.time()
+                if left <= 0 or not valid():
+                    return
+                await asyncio.sleep(min(recheck, left))
+
+        pending: asyncio.Future[Message] | None = None  # one receive at a time, reused
+
+        async def guarded_receive() -> Message:
+            nonlocal pending
+            if ended.is_set():
+                return {"type": "http.disconnect"}
+            if pending is None:
+                pending = asyncio.ensure_future(receive())
+            stop: asyncio.Future[Any] = asyncio.ensure_future(ended.wait())
+            waiting: set[asyncio.Future[Any]] = {pending, stop}
+            try:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+            if pending in done:
+                message, pending = pending.result(), None
+                return message
+            return {"type": "http.disconnect"}
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started, finished
+            if finished:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
+            await send(message)
+
+        watcher = asyncio.create_task(watch())
+        inner = Request(scope, guarded_receive)
+        try:
+            response = await self.events(inner)
+            serving = asyncio.ensure_future(response(scope, guarded_receive, guarded_send))
+            await asyncio.wait({serving, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not serving.done():  # the credential ended: say so, then stop the stream
+                if started and not finished:
+                    await guarded_send(
+                        {"type": "http.response.body", "body": _END, "more_body": True}
+                    )
+                ended.set()
+                try:
+                    await asyncio.wait_for(asyncio.shield(serving), timeout=max(2.0, recheck))
+                except TimeoutError:
+                    serving.cancel()
+                if started and not finished:
+                    await guarded_send(
+                        {"type": "http.response.body", "body": b"", "more_body": False}
+                    )
+            if serving.done() and not serving.cancelled():
+                serving.result()
+        finally:
+            watcher.cancel()
+            if pending is not None:
+                pending.cancel()

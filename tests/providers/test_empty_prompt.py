@@ -1,0 +1,144 @@
+"""An empty prompt still sends a user turn, and `"ollama:..."` builds a local OpenAI-compatible model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from golem import Agent
+from golem.messages import Message, Part
+from golem.model import ModelRequest
+from golem.providers import OLLAMA_BASE_URL, infer_model
+from golem.providers.anthropic import AnthropicModel
+from golem.providers.anthropic import build_request_body as anthropic_body
+from golem.providers.gemini import GeminiModel
+from golem.providers.gemini._wire import build_request_body as gemini_body
+from golem.providers.openai import OpenAIChatModel
+
+ANTHROPIC_ANSWER = {
+    "content": [{"type": "text", "text": "Hello!"}],
+    "model": "claude-x",
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 3, "output_tokens": 2},
+}
+GEMINI_ANSWER = {
+    "candidates": [
+        {"content": {"role": "model", "parts": [{"text": "Hello!"}]}, "finishReason": "STOP"}
+    ],
+    "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2},
+}
+OPENAI_ANSWER = {
+    "choices": [{"message": {"role": "assistant", "content": "Hello!"}, "finish_reason": "stop"}],
+    "model": "gpt-x",
+}
+
+
+def _client(answer: dict[str, Any], seen: list[dict[str, Any]]) -> httpx.AsyncClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=answer)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+async def test_an_empty_prompt_reaches_every_provider_as_a_user_turn() -> None:
+    seen: list[dict[str, Any]] = []
+    models = [
+        AnthropicModel("claude-x", api_key="k", http_client=_client(ANTHROPIC_ANSWER, seen)),
+        GeminiModel("gemini-2.5-flash", api_key="k", http_client=_client(GEMINI_ANSWER, seen)),
+        OpenAIChatModel("gpt-x", api_key="k", http_client=_client(OPENAI_ANSWER, seen)),
+    ]
+    for model in models:
+        result = await Agent(model, instructions="Greet the user.").run("")
+        assert result.output == "Hello!"
+    anthropic, gemini, openai = seen
+    assert anthropic["messages"] == [{"role": "user", "content": [{"type": "text", "text": "."}]}]
+    assert anthropic["system"] == "Greet the user."
+    assert gemini["contents"] == [{"role": "user", "parts": [{"text": "."}]}]
+    assert openai["messages"][-1] == {"role": "user", "content": ""}
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [Message(role="system", content="Be brief.")],
+        [Message(role="user")],
+    ],
+)
+def test_no_conversation_body_is_empty(messages: list[Message]) -> None:
+    request = ModelRequest(messages=messages)
+    assert anthropic_body(request, model="m")["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "."}]}
+    ]
+    assert gemini_body(request)["contents"] == [{"role": "user", "parts": [{"text": "."}]}]
+
+
+def test_an_empty_user_message_mid_conversation_keeps_turns_alternating() -> None:
+    request = ModelRequest(
+        messages=[
+            Message(role="user", content="Hi"),
+            Message(role="assistant", content="Hello."),
+            Message(role="user"),
+        ]
+    )
+    anthropic = anthropic_body(request, model="m")["messages"]
+    assert [m["role"] for m in anthropic] == ["user", "assistant", "user"]
+    assert anthropic[-1]["content"] == [{"type": "text", "text": "."}]
+    gemini = gemini_body(request)["contents"]
+    assert [c["role"] for c in gemini] == ["user", "model", "user"]
+    assert gemini[-1]["parts"] == [{"text": "."}]
+
+
+def test_a_user_message_with_only_parts_sends_no_filler_text() -> None:
+    image = Part(kind="image", url="https://example.com/cat.png")
+    request = ModelRequest(messages=[Message(role="user", parts=[image])])
+    blocks = anthropic_body(request, model="m")["messages"][0]["content"]
+    assert [b["type"] for b in blocks] == ["image"]
+    parts = gemini_body(request)["contents"][0]["parts"]
+    assert list(parts[0]) == ["fileData"]
+
+
+def test_ollama_spec_builds_a_local_openai_compatible_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.delenv("OLLAMA_BASE_URL", raising=False)
+    monkeypatch.delenv("OLLAMA_API_KEY", raising=False)
+    model = infer_model("ollama:llama3")
+    assert isinstance(model, OpenAIChatModel)
+    assert model.model_name == "llama3"
+    assert model.base_url == OLLAMA_BASE_URL == "http://localhost:11434/v1"
+    # the OpenAI key is never sent to the local server
+    assert "sk-secret" not in repr(model._headers)
+    agent = Agent("ollama:llama3")
+    assert isinstance(agent.model, OpenAIChatModel)
+    monkeypatch.setenv("OLLAMA_BASE_URL", "http://gpu-box:11434/v1/")
+    remote = infer_model("ollama:qwen3:8b")
+    assert isinstance(remote, OpenAIChatModel)
+    assert (remote.model_name, remote.base_url) == ("qwen3:8b", "http://gpu-box:11434/v1")
+
+
+async def test_ollama_model_posts_to_the_local_chat_completions_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OLLAMA_BASE_URL", raising=False)
+    urls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        urls.append(str(request.url))
+        return httpx.Response(200, json=OPENAI_ANSWER)
+
+    model = infer_model("ollama:llama3")
+    assert isinstance(model, OpenAIChatModel)
+    model._clients._injected = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    assert (await Agent(model).run("Hi")).output == "Hello!"
+    assert urls == ["http://localhost:11434/v1/chat/completions"]
+
+
+def test_unknown_provider_lists_ollama() -> None:
+    with pytest.raises(ValueError, match="want openai, anthropic, gemini or ollama"):
+        infer_model("llama:llama3")
