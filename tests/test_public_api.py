@@ -56,6 +56,7 @@ PUBLIC_MODULES = [
     "golem.mcp",
     "golem.messages",
     "golem.model",
+    "golem.otel",
     "golem.providers",
     "golem.providers.anthropic",
     "golem.providers.gemini",

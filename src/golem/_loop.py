@@ -36,6 +36,7 @@ from golem.usage import Usage
 
 if TYPE_CHECKING:
     from golem.agent import Agent
+    from golem.otel import RunTracer
 
 __all__ = ["RunState", "run_loop"]
 
@@ -61,6 +62,8 @@ class RunState:
     """Correction feedbacks given per tool name (the tool retry budget)."""
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
+    tracer: RunTracer | None = None
+    """The run's spans when tracing is on (`golem.otel`)."""
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if not self.observers and self.sink is None:
@@ -302,6 +305,13 @@ class _Outcome:
 
 
 async def _execute(agent: Agent[Any, Any], state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
+    if state.tracer is not None:  # the call's span is current while the tool runs
+        with state.tracer.tool_scope(call.id):
+            return await _run_tool(agent, state, tool, call)
+    return await _run_tool(agent, state, tool, call)
+
+
+async def _run_tool(agent: Agent[Any, Any], state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
     ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
     timeout = tool.timeout if tool.timeout is not None else agent.tool_timeout
     try:

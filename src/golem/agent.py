@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sys
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -15,7 +16,7 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import Any, Generic, overload
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 import pydantic
 from typing_extensions import TypeVar
@@ -27,12 +28,15 @@ from golem.deferred import DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import normalize_history, validate_history
-from golem.messages import Message, Part, loads_history
+from golem.messages import Message, Part, ToolCall, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.tool import ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
+
+if TYPE_CHECKING:
+    from golem.otel import RunTracer
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
 
@@ -80,6 +84,8 @@ class Agent(Generic[DepsT, OutputT]):
             "required", "none" or a tool name (checked against the tools at each request).
         toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
             each run and listed before every model turn (see `golem.toolset`).
+        tracer_provider: An OpenTelemetry `TracerProvider` for this agent's run, model
+            and tool spans (see `golem.otel`; needs the `[otel]` extra).
 
     Raises:
         ValueError: duplicate tool names, negative limits, retries or timeouts,
@@ -107,6 +113,7 @@ class Agent(Generic[DepsT, OutputT]):
         name: str = "",
         tool_choice: ToolChoice = "auto",
         toolsets: Iterable[Toolset] = (),
+        tracer_provider: Any = None,
     ) -> None:
         if isinstance(model, str):
             from golem.providers import infer_model
@@ -142,6 +149,9 @@ class Agent(Generic[DepsT, OutputT]):
         self.tool_choice = check_tool_choice(tool_choice)
         """Sent on every model request: "auto", "required", "none" or a tool name."""
         self.tools: dict[str, Tool] = {}
+        if tracer_provider is not None:
+            import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
+        self.tracer_provider = tracer_provider
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
             self.add_toolset(toolset)
@@ -238,6 +248,32 @@ class Agent(Generic[DepsT, OutputT]):
             except Exception as exc:
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
+
+    def _run_tracer(self, state: RunState, trace_context: str = "") -> RunTracer | None:
+        """Start the run's span when tracing is on (`golem.otel`), else None."""
+        if self.tracer_provider is None and "golem.otel" not in sys.modules:
+            return None  # golem.otel never imported: tracing is off, nothing to ask
+        from golem.otel import run_tracer
+
+        tracer = run_tracer(self, self.tracer_provider, trace_context)
+        if tracer is not None:
+            tracer.start(state)
+            state.tracer = tracer
+            state.observers = (tracer.on_event, *state.observers)
+        return tracer
+
+    async def _run_traced(
+        self, state: RunState, *, stream: bool = False, trace_context: str = ""
+    ) -> Result[OutputT]:
+        tracer = self._run_tracer(state, trace_context)
+        if tracer is None:
+            return await run_loop(self, state, stream=stream)
+        try:
+            result = await run_loop(self, state, stream=stream)
+        except BaseException as exc:
+            tracer.fail(exc)
+            raise
+        return tracer.finish(result)
 
     def _tool_specs(self) -> list[ToolSpec]:
         if self._specs is None:
@@ -336,7 +372,7 @@ class Agent(Generic[DepsT, OutputT]):
         """
         async with self._toolsets_entered():
             state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
-            return await run_loop(self, state)
+            return await self._run_traced(state)
 
     def run_sync(
         self,
@@ -388,7 +424,7 @@ class Agent(Generic[DepsT, OutputT]):
                     prompt, deps, history, run_id, conversation_id, on_event
                 )
                 state.sink = sink
-                return await run_loop(self, state, stream=True)
+                return await self._run_traced(state, stream=True)
 
         return RunStream(start)
 
@@ -402,6 +438,7 @@ class Agent(Generic[DepsT, OutputT]):
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]:
         """Resume a paused run from its history with a resolution for every pending call.
 
@@ -409,7 +446,8 @@ class Agent(Generic[DepsT, OutputT]):
         arguments, `deps` and the configured timeout); denied calls get a denial
         message; external results are used verbatim. Resolutions join the history in
         the model's emission order, the optional prompt follows, and the run goes on
-        through the ordinary loop — it may pause again.
+        through the ordinary loop — it may pause again. `trace_context` is the paused
+        run's `Result.trace_context`: when tracing is on, the resumed run's span links to it.
 
         Raises:
             ResumeError: before anything runs, when the history has no pending calls,
@@ -420,7 +458,15 @@ class Agent(Generic[DepsT, OutputT]):
         """
         async with self._toolsets_entered() as tools:
             return await self._resume(
-                tools, history, results, prompt, deps, run_id, conversation_id, on_event
+                tools,
+                history,
+                results,
+                prompt,
+                deps,
+                run_id,
+                conversation_id,
+                on_event,
+                trace_context,
             )
 
     async def _resume(
@@ -433,6 +479,7 @@ class Agent(Generic[DepsT, OutputT]):
         run_id: str | None,
         conversation_id: str | None,
         on_event: EventHandler | None,
+        trace_context: str,
     ) -> Result[OutputT]:
         supplied = _as_history(history)
         validate_history(supplied)
@@ -446,6 +493,25 @@ class Agent(Generic[DepsT, OutputT]):
             conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
             observers=self._observers(on_event),
         )
+        tracer = self._run_tracer(state, trace_context)
+        try:
+            result = await self._resolve_and_loop(state, tools, pending, results, supplied, user)
+        except BaseException as exc:
+            if tracer is not None:
+                tracer.fail(exc)
+            raise
+        return tracer.finish(result) if tracer is not None else result
+
+    async def _resolve_and_loop(
+        self,
+        state: RunState,
+        tools: Mapping[str, Tool],
+        pending: list[ToolCall],
+        results: DeferredResults,
+        supplied: list[Message],
+        user: Message | None,
+    ) -> Result[OutputT]:
+        deps = state.deps
         resolutions: dict[str, Message] = {}
         for call in pending:
             approval = results.approvals.get(call.id)
@@ -460,7 +526,11 @@ class Agent(Generic[DepsT, OutputT]):
                 ctx = RunContext(deps, state.run_id, state.conversation_id, call.id, call.name)
                 timeout = tool.timeout if tool.timeout is not None else self.tool_timeout
                 state.tool_calls += 1
-                done = await deferred.rerun_approved(tool, call, ctx, timeout)
+                if state.tracer is None:
+                    done = await deferred.rerun_approved(tool, call, ctx, timeout)
+                else:
+                    with state.tracer.rerun_scope(call):
+                        done = await deferred.rerun_approved(tool, call, ctx, timeout)
                 resolutions[call.id] = state.tool_message(call, done.text, parts=done.parts)
         merged = deferred.merge(supplied, resolutions)
         await self._open(state, [m for m in merged if m.role != "system"])
@@ -478,6 +548,7 @@ class Agent(Generic[DepsT, OutputT]):
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
         return _sync(
@@ -490,6 +561,7 @@ class Agent(Generic[DepsT, OutputT]):
                 run_id=run_id,
                 conversation_id=conversation_id,
                 on_event=on_event,
+                trace_context=trace_context,
             ),
         )
 

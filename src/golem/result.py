@@ -43,6 +43,9 @@ class Result(Generic[OutputT]):
     conversation_id: str = ""
     pending: DeferredRequests | None = None
     """The calls a paused run waits on, or None when the run did not pause."""
+    trace_context: str = ""
+    """The W3C `traceparent` of the run's span when the run was traced (`golem.otel`), else
+    "". Keep it with a paused run and pass it to the resume to link the two spans."""
 
 
 @dataclass(frozen=True, slots=True)
