@@ -48,6 +48,7 @@ MODULE_CONTRACT = {
 PUBLIC_MODULES = [
     "golem",
     "golem.agent",
+    "golem.agent_tool",
     "golem.cli",
     "golem.deferred",
     "golem.errors",

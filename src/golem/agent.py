@@ -24,6 +24,15 @@ from typing_extensions import TypeVar
 from golem import deferred
 from golem._ids import new_id
 from golem._loop import RunState, run_loop
+from golem.agent_tool import (
+    AgentTool,
+    agent_tool,
+    has_agent_tools,
+    paused_records,
+    run_scope,
+    surface,
+)
+from golem.agent_tool import resume as resume_nested
 from golem.deferred import DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
@@ -263,17 +272,58 @@ class Agent(Generic[DepsT, OutputT]):
         return tracer
 
     async def _run_traced(
-        self, state: RunState, *, stream: bool = False, trace_context: str = ""
+        self,
+        state: RunState,
+        *,
+        stream: bool = False,
+        trace_context: str = "",
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> Result[OutputT]:
+        """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
+        and collecting sub-agent pauses when the agent has agent tools."""
         tracer = self._run_tracer(state, trace_context)
-        if tracer is None:
+        nested = has_agent_tools(self.tools)
+        if tracer is None and not nested:
+            if before is not None:
+                await before()
             return await run_loop(self, state, stream=stream)
         try:
-            result = await run_loop(self, state, stream=stream)
+            with run_scope(state) if nested else contextlib.nullcontext() as scope:
+                if before is not None:
+                    await before()
+                result = await run_loop(self, state, stream=stream)
+            if scope is not None:
+                result = surface(result, scope)
         except BaseException as exc:
-            tracer.fail(exc)
+            if tracer is not None:
+                tracer.fail(exc)
             raise
-        return tracer.finish(result)
+        return tracer.finish(result) if tracer is not None else result
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        deps: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> AgentTool:
+        """This agent as a tool of another agent (see `golem.agent_tool`).
+
+        The tool takes a `prompt`; the result is this agent's output. When this agent
+        pauses, the calling agent pauses with this agent's pending calls, namespaced as
+        `<call id>/<sub call id>`.
+
+        Args:
+            name: The tool name (default: the agent's `name`).
+            description: What the agent does, for the calling model.
+            deps: Maps the caller's `deps` to this agent's (default: passed unchanged).
+            timeout: Seconds the whole sub-run may take.
+
+        Raises:
+            ValueError: no name (neither given nor the agent's), or a name with "/".
+        """
+        return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _tool_specs(self) -> list[ToolSpec]:
         if self._specs is None:
@@ -457,6 +507,12 @@ class Agent(Generic[DepsT, OutputT]):
                 (stage `canceled`), or the resumed run failed later.
         """
         async with self._toolsets_entered() as tools:
+            if has_agent_tools(tools):
+                supplied = _as_history(history)
+                if paused_records(supplied):
+                    return await self._resume_nested(
+                        tools, supplied, results, prompt, deps, run_id, conversation_id, on_event
+                    )
             return await self._resume(
                 tools,
                 history,
@@ -468,6 +524,42 @@ class Agent(Generic[DepsT, OutputT]):
                 on_event,
                 trace_context,
             )
+
+    async def _resume_nested(
+        self,
+        tools: Mapping[str, Tool],
+        history: list[Message],
+        results: DeferredResults,
+        prompt: Prompt,
+        deps: Any,
+        run_id: str | None,
+        conversation_id: str | None,
+        on_event: EventHandler | None,
+    ) -> Result[OutputT]:
+        async def resume_parent(merged: list[Message], own: DeferredResults) -> Result[OutputT]:
+            return await self._resume(
+                tools, merged, own, prompt, deps, run_id, conversation_id, on_event, ""
+            )
+
+        async def continue_parent(merged: list[Message]) -> Result[OutputT]:
+            return await self.run(
+                prompt,
+                deps=deps,
+                history=merged,
+                run_id=run_id,
+                conversation_id=conversation_id,
+                on_event=on_event,
+            )
+
+        return await resume_nested(
+            self,
+            history,
+            results,
+            tools,
+            deps=deps,
+            resume_parent=resume_parent,
+            continue_parent=continue_parent,
+        )
 
     async def _resume(
         self,
@@ -493,16 +585,13 @@ class Agent(Generic[DepsT, OutputT]):
             conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
             observers=self._observers(on_event),
         )
-        tracer = self._run_tracer(state, trace_context)
-        try:
-            result = await self._resolve_and_loop(state, tools, pending, results, supplied, user)
-        except BaseException as exc:
-            if tracer is not None:
-                tracer.fail(exc)
-            raise
-        return tracer.finish(result) if tracer is not None else result
+        return await self._run_traced(
+            state,
+            trace_context=trace_context,
+            before=lambda: self._resolve(state, tools, pending, results, supplied, user),
+        )
 
-    async def _resolve_and_loop(
+    async def _resolve(
         self,
         state: RunState,
         tools: Mapping[str, Tool],
@@ -510,7 +599,7 @@ class Agent(Generic[DepsT, OutputT]):
         results: DeferredResults,
         supplied: list[Message],
         user: Message | None,
-    ) -> Result[OutputT]:
+    ) -> None:
         deps = state.deps
         resolutions: dict[str, Message] = {}
         for call in pending:
@@ -536,7 +625,6 @@ class Agent(Generic[DepsT, OutputT]):
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
-        return await run_loop(self, state)
 
     def run_with_deferred_results_sync(
         self,
