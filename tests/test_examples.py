@@ -24,6 +24,7 @@ EXPECTED = {
     "deferred_tools.py": "tool      call-2  Your tool call was denied: build/ is still needed.",
     "history_json.py": "calls closed:           ['call-9']",
     "mcp_stdio.py": "answer:  Deleted a.log; notes.txt stays.",
+    "nested_agents.py": "answer: Freed 2 GB.",
     "otel_console.py": "answer: Deleted a.log.",
     "run_events.py": "answer: Lisbon is sunny; Atlantis has no weather station.",
     "streaming.py": "result 'You asked: is it streaming?'",

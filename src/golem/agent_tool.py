@@ -16,7 +16,7 @@ history in the parent call's result (a tool message starting with `PAUSED_MARKER
 `parent.run_with_deferred_results(history, results)` — in any process — resumes each
 paused sub-agent with its share of the results (the namespaced IDs), puts its answer in
 place of the record, and then resumes the parent. A sub-agent that pauses again keeps
-the parent paused, with the new pending calls (docs/guides/agents-as-tools.md).
+the parent paused, with the new pending calls (docs/guides/agents-as-tools.md, docs/adr/0021).
 """
 
 from __future__ import annotations
