@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TextIO, TypeAlias
+from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
 
 from golem.errors import GolemError, ToolError
 from golem.messages import Part
@@ -66,6 +66,7 @@ __all__ = [
     "MCPCall",
     "MCPServer",
     "MCPServerError",
+    "ServerOptions",
     "ToolHints",
     "default_decision",
 ]
@@ -138,6 +139,16 @@ def default_decision(call: MCPCall) -> ApprovalDecision:
     return False
 
 
+class ServerOptions(TypedDict, total=False):
+    """The options `MCPServer.stdio` and `MCPServer.http` pass on to `MCPServer`."""
+
+    prefix: str | None
+    requires_approval: ApprovalPolicy
+    timeout: float | None
+    max_retries: int
+    connect_timeout: float
+
+
 class MCPServer:
     """An MCP server whose tools an agent can call (a `golem.toolset.Toolset`).
 
@@ -206,11 +217,7 @@ class MCPServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         errlog: TextIO | None = None,
-        prefix: str | None = None,
-        requires_approval: ApprovalPolicy = None,
-        timeout: float | None = None,
-        max_retries: int = 1,
-        connect_timeout: float = 30.0,
+        **options: Unpack[ServerOptions],
     ) -> MCPServer:
         """A server started as a subprocess (`command args...`), spoken to over stdio.
 
@@ -220,7 +227,8 @@ class MCPServer:
             cwd: The working directory of the server process.
             errlog: Where the server's stderr goes (default: this process's stderr).
 
-        The other arguments are those of `MCPServer`.
+        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
+        max_retries, connect_timeout.
         """
         params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
@@ -229,15 +237,7 @@ class MCPServer:
         def connect() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(
-            connect,
-            label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80],
-            prefix=prefix,
-            requires_approval=requires_approval,
-            timeout=timeout,
-            max_retries=max_retries,
-            connect_timeout=connect_timeout,
-        )
+        return cls(connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options)
 
     @classmethod
     def http(
@@ -245,18 +245,15 @@ class MCPServer:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        prefix: str | None = None,
-        requires_approval: ApprovalPolicy = None,
-        timeout: float | None = None,
-        max_retries: int = 1,
-        connect_timeout: float = 30.0,
+        **options: Unpack[ServerOptions],
     ) -> MCPServer:
         """A server at `url`, spoken to over the streamable HTTP transport.
 
         Args:
             headers: Sent with every request (an `Authorization` header, say).
 
-        The other arguments are those of `MCPServer`.
+        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
+        max_retries, connect_timeout.
         """
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
@@ -271,15 +268,7 @@ class MCPServer:
             ):
                 yield streams
 
-        return cls(
-            connect,
-            label=url,
-            prefix=prefix,
-            requires_approval=requires_approval,
-            timeout=timeout,
-            max_retries=max_retries,
-            connect_timeout=connect_timeout,
-        )
+        return cls(connect, label=url, **options)
 
     def __repr__(self) -> str:
         return f"MCPServer({self.label!r}, prefix={self.prefix!r})"
