@@ -531,3 +531,19 @@ def test_streamed_runs_use_toolsets_too(log: Path, errlog: Any) -> None:
         return str(stream.result.output)
 
     assert asyncio.run(main()) == "3"
+
+
+def test_parallel_calls_share_the_connection_across_event_loops(log: Path, errlog: Any) -> None:
+    server = stdio(log, errlog, prefix="t")
+    for _ in range(2):  # run_sync: a fresh event loop each time
+        model = ScriptedModel(
+            calls(
+                ("c1", "t_slow", {"seconds": 0.2}),
+                ("c2", "t_add", {"a": 1, "b": 2}),
+                ("c3", "t_add", {"a": 3, "b": 4}),
+            ),
+            "done",
+        )
+        agent = Agent(model, toolsets=[server], parallel_tool_calls=True)
+        result = agent.run_sync("go")
+        assert [m.content for m in result.messages if m.role == "tool"] == ["done", "3", "7"]

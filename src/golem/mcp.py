@@ -205,6 +205,7 @@ class MCPServer:
         self._holder: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._tools: list[Tool] | None = None
         self._listed_for: Client | None = None
 
@@ -296,10 +297,15 @@ class MCPServer:
         if self._entered == 0:
             await self._disconnect()
 
+    def _loop_lock(self) -> asyncio.Lock:
+        """The connection lock of the running event loop (`run_sync` starts a new loop)."""
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
     async def _ensure_connected(self) -> Client:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._loop_lock():
             client = self._client
             if client is not None and self._holder is not None and not self._holder.done():
                 return client
@@ -366,9 +372,7 @@ class MCPServer:
 
     async def _drop(self, client: Client) -> None:
         """Forget a connection that closed under us; the next entry or call reconnects."""
-        if self._lock is None:
-            return
-        async with self._lock:
+        async with self._loop_lock():
             if self._client is client:
                 await self._disconnect()
 
