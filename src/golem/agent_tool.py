@@ -232,7 +232,7 @@ def _namespaced(
 def _record(call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str) -> Message:
     assert sub.pending is not None
     state = json.dumps(
-        {"agent": tool_name, "history": json.loads(dumps_history(sub.messages))},
+        {"agent": tool_name, "history": dumps_history(sub.messages)},
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -297,7 +297,7 @@ async def resume(
             )
         try:
             state = json.loads(m.content.split("\n", 1)[1])
-            sub_history = loads_history(json.dumps(state["history"]))
+            sub_history = loads_history(state["history"])
         except (IndexError, KeyError, TypeError, ValueError) as exc:
             raise ResumeError(
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
@@ -386,7 +386,7 @@ def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
         if m.role == "tool" and m.content.startswith(PAUSED_MARKER):
             try:
                 state = json.loads(m.content.split("\n", 1)[1])
-                inner = loads_history(json.dumps(state["history"]))
+                inner = loads_history(state["history"])
             except (IndexError, KeyError, TypeError, ValueError):
                 continue  # the sub-agent's own resume reports it
             for sub_id, sub_name in _waiting_calls(inner).items():
