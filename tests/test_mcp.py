@@ -547,3 +547,9 @@ def test_parallel_calls_share_the_connection_across_event_loops(log: Path, errlo
         agent = Agent(model, toolsets=[server], parallel_tool_calls=True)
         result = agent.run_sync("go")
         assert [m.content for m in result.messages if m.role == "tool"] == ["done", "3", "7"]
+
+
+async def test_listing_outside_async_with_says_how_to_connect() -> None:
+    server = MCPServer.stdio(sys.executable, [SERVER], prefix="t")
+    with pytest.raises(RuntimeError, match="async with server"):
+        await server.list_tools()

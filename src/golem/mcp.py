@@ -207,6 +207,7 @@ class MCPServer:
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._tools: list[Tool] | None = None
+        self._generation = 0
         self._listed_for: Client | None = None
 
     @classmethod
@@ -305,6 +306,11 @@ class MCPServer:
         return self._lock
 
     async def _ensure_connected(self) -> Client:
+        if self._entered == 0:
+            raise RuntimeError(
+                f"{self!r} is not connected: use `async with server:` (an agent enters its "
+                "toolsets for each run)"
+            )
         async with self._loop_lock():
             client = self._client
             if client is not None and self._holder is not None and not self._holder.done():
@@ -351,9 +357,6 @@ class MCPServer:
                 ready.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
-        finally:
-            self._client = None
-
     async def _disconnect(self) -> None:
         holder, closing = self._holder, self._closing
         self._holder = self._closing = None
@@ -376,9 +379,13 @@ class MCPServer:
             if self._client is client:
                 await self._disconnect()
 
+    def _tools_changed(self) -> None:
+        self._tools = None
+        self._generation += 1
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
-            self._tools = None
+            self._tools_changed()
 
     async def _listen(self, client: Client) -> None:
         """On 2026-era connections, list changes arrive on a `subscriptions/listen` stream."""
@@ -388,7 +395,7 @@ class MCPServer:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self._tools = None
+                    self._tools_changed()
         except Exception:  # an older protocol, or the stream dropped: relist per entry only
             return
 
@@ -405,6 +412,7 @@ class MCPServer:
         if tools is not None and self._listed_for is client:
             return tools
         self._tools = None
+        generation = self._generation
         listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
@@ -424,7 +432,8 @@ class MCPServer:
             info = client.server_info
             prefix = _NAME_CHARS.sub("_", info.name if info is not None else "") or "mcp"
         tools = [self._tool(t, prefix) for t in listed]
-        self._tools, self._listed_for = tools, client
+        if generation == self._generation:  # else a change arrived meanwhile: list again next turn
+            self._tools, self._listed_for = tools, client
         return tools
 
     def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:
