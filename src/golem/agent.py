@@ -27,6 +27,7 @@ from golem._loop import RunState, run_loop
 from golem.agent_tool import (
     AgentTool,
     agent_tool,
+    copy_result,
     has_agent_tools,
     paused_records,
     run_scope,
@@ -298,7 +299,9 @@ class Agent(Generic[DepsT, OutputT]):
             if tracer is not None:
                 tracer.fail(exc)
             raise
-        return tracer.finish(result) if tracer is not None else result
+        if tracer is None:
+            return result
+        return copy_result(result, trace_context=tracer.finish(result))
 
     def as_tool(
         self,

@@ -46,6 +46,7 @@ __all__ = [
     "AgentTool",
     "SubAgentPaused",
     "agent_tool",
+    "copy_result",
     "has_agent_tools",
     "paused_records",
     "resume",
@@ -213,7 +214,7 @@ def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
         approvals.extend(_namespaced(p.call_id, tool.name, sub.pending.approvals))
         external.extend(_namespaced(p.call_id, tool.name, sub.pending.external))
         messages.append(_record(p.call_id, tool.name, sub, result.run_id, result.conversation_id))
-    return replace(
+    return copy_result(
         result,
         messages=messages,
         pending=DeferredRequests(approvals=approvals, external=external),
@@ -462,4 +463,26 @@ def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]
         usage = usage + sub.usage
         requests += sub.requests
         tool_calls += sub.tool_calls
-    return replace(result, usage=usage, requests=requests, tool_calls=tool_calls)
+    return copy_result(result, usage=usage, requests=requests, tool_calls=tool_calls)
+
+
+def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
+    """A copy of `result` with `changes` (a paused result is copied without reading its
+    output, which a paused `Result` does not have)."""
+    from golem.result import Result
+
+    fields: dict[str, Any] = {
+        "output": None if result.pending is not None else result.output,
+        "messages": result.messages,
+        "usage": result.usage,
+        "finish_reason": result.finish_reason,
+        "requests": result.requests,
+        "tool_calls": result.tool_calls,
+        "cost": result.cost,
+        "run_id": result.run_id,
+        "conversation_id": result.conversation_id,
+        "pending": result.pending,
+        "trace_context": result.trace_context,
+    }
+    fields.update(changes)
+    return Result(**fields)

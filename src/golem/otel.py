@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -207,11 +206,12 @@ class RunTracer:
         self._run_ctx = trace.set_span_in_context(span)
         self._token = otel_context.attach(self._run_ctx)
 
-    def finish(self, result: Result[Any]) -> Result[Any]:
-        """Close the run span for a run that returned (answered or paused)."""
+    def finish(self, result: Result[Any]) -> str:
+        """Close the run span for a run that returned (answered or paused); returns the
+        span's W3C `traceparent` (for `Result.trace_context`)."""
         span = self._run
         if span is None:
-            return result
+            return ""
         self._close_open_spans()
         span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
@@ -232,7 +232,7 @@ class RunTracer:
                 )
         traceparent = format_traceparent(span.get_span_context())
         self._end(span)
-        return replace(result, trace_context=traceparent)
+        return traceparent
 
     def fail(self, exc: BaseException) -> None:
         """Close the run span for a run that raised."""
