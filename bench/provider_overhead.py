@@ -1,19 +1,28 @@
-"""The provider adapters' own cost: request building, response parsing, stream parsing.
+"""The provider adapters' own cost, beside the official SDKs parsing the same bytes.
 
-    python bench/provider_overhead.py
+    python bench/provider_overhead.py          # pip install -e '.[dev,bench]' for the SDK columns
 
-No network: each adapter talks to an `httpx.MockTransport` that answers instantly with
-a recorded response body (from ../shared/recordings, or the OpenAI stream fixture under
-tests/providers/openai_fixtures). Printed per adapter: µs per non-streamed request
-(build the body, encode, httpx round trip through the mock, decode, map), µs per
-streamed request, and µs per streamed chunk (what a stream costs beyond a plain
-request, spread over its chunks). Regressions show as larger figures.
+No network: every client (golem's adapters and the SDKs: `openai`, `anthropic`,
+`google-genai`) talks to an `httpx.MockTransport` that answers instantly with a recorded
+body (from ../shared/recordings, or the OpenAI stream fixtures under
+tests/providers/openai_fixtures). A column whose SDK is not installed is skipped.
+
+Printed per adapter:
+- µs per non-streamed request (build, encode, mock round trip, decode, map);
+- µs per streamed request of the recorded stream;
+- µs per streamed chunk: the marginal cost of one more chunk. The recorded stream's
+  delta events are repeated (x1 and x21) and the difference in time is divided by the
+  difference in chunks, so the fixed cost of a request (building it, the round trip, the
+  final response) cancels out — for golem and for the SDK alike. The SDKs iterate their
+  raw event stream (`create(stream=True)`), building their typed chunk objects but no
+  accumulated message: golem's figure also includes the final `ModelResponse`.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,8 @@ REQUEST = ModelRequest(
         ),
     ],
 )
+REPEAT = 21
+"""The long stream repeats each delta event this many times."""
 
 
 def recorded(api: str, cassette: str, *, stream: bool) -> str:
@@ -66,7 +77,42 @@ def chunks(body: str) -> int:
     return max(1, sum(1 for line in body.splitlines() if line.startswith("data:")))
 
 
-def transport(body: str, content_type: str) -> httpx.AsyncClient:
+def amplify(body: str, is_delta: Callable[[dict[str, Any]], bool], times: int) -> str:
+    """`body` with each SSE event whose JSON data `is_delta` repeated `times` times."""
+    out: list[str] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        if not block.strip():
+            continue
+        data = "\n".join(
+            line[5:].lstrip() for line in block.splitlines() if line.startswith("data:")
+        )
+        try:
+            repeat = is_delta(json.loads(data)) if data and data != "[DONE]" else False
+        except ValueError:
+            repeat = False
+        out.extend([block] * (times if repeat else 1))
+    return "\n\n".join(out) + "\n\n"
+
+
+def openai_delta(event: dict[str, Any]) -> bool:
+    choices = event.get("choices") or []
+    return (
+        bool(choices)
+        and not choices[0].get("finish_reason")
+        and "role" not in choices[0].get("delta", {})
+    )
+
+
+def anthropic_delta(event: dict[str, Any]) -> bool:
+    return event.get("type") == "content_block_delta"
+
+
+def gemini_delta(event: dict[str, Any]) -> bool:
+    candidates = event.get("candidates") or []
+    return bool(candidates) and not candidates[0].get("finishReason")
+
+
+def client_for(body: str, content_type: str) -> httpx.AsyncClient:
     payload = body.encode()
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -75,34 +121,165 @@ def transport(body: str, content_type: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.MockTransport(handler))
 
 
-def bench(name: str, make: Callable[[httpx.AsyncClient], Model], plain: str, streamed: str) -> None:
-    plain_model = make(transport(plain, "application/json"))
-    stream_model = make(transport(streamed, "text/event-stream"))
+def sdk_client_for(body: str) -> Any:
+    """An async client of the SDKs' HTTP library (httpx2 in current SDKs, else httpx)."""
+    try:
+        import httpx2
+    except ImportError:
+        return client_for(body, "text/event-stream")
+    payload = body.encode()
 
-    async def one() -> Any:
-        return await plain_model.generate(REQUEST)
+    def handler(request: Any) -> Any:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=payload)
 
-    async def one_stream() -> Any:
-        async for _ in stream_model.generate_stream(REQUEST):  # type: ignore[attr-defined]
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
+
+
+Consume = Callable[[Any], Awaitable[object]]
+"""One full streamed request with a client whose transport answers with the stream."""
+
+
+def per_chunk(
+    consume: Consume, body: str, is_delta: Callable[[dict[str, Any]], bool], *, sdk: bool = False
+) -> float:
+    """µs per additional chunk (see the module docstring)."""
+    short, long = amplify(body, is_delta, 1), amplify(body, is_delta, REPEAT)
+    extra = chunks(long) - chunks(short)
+    if sdk:
+        short_client, long_client = sdk_client_for(short), sdk_client_for(long)
+    else:
+        short_client = client_for(short, "text/event-stream")
+        long_client = client_for(long, "text/event-stream")
+    t_short = measure(lambda: consume(short_client), per_round=150)
+    t_long = measure(lambda: consume(long_client), per_round=40)
+    return max(0.0, t_long - t_short) / extra
+
+
+def golem_stream(make: Callable[[httpx.AsyncClient], Model]) -> Consume:
+    async def consume(client: httpx.AsyncClient) -> object:
+        async for _ in make(client).generate_stream(REQUEST):  # type: ignore[attr-defined]
             pass
+        return None
 
-    per_request = measure(one, per_round=300)
-    per_stream = measure(one_stream, per_round=200)
-    n = chunks(streamed)
-    report(f"{name}: request (build + mock round trip + parse)", per_request)
-    report(f"{name}: streamed request ({n} chunks)", per_stream)
-    # the fixed cost of a request is in both; what the stream adds is spread over its chunks
-    report(
-        f"{name}: per streamed chunk (beyond a plain request)",
-        max(0.0, per_stream - per_request) / n,
-    )
+    return consume
+
+
+_SDKS: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def built(client: Any, make: Callable[[], Any]) -> Any:
+    """One SDK client per HTTP client (and consumer): building it is setup, not parsing."""
+    key = (id(client), id(make.__code__))
+    entry = _SDKS.get(key)
+    if entry is None or entry[0] is not client:
+        entry = _SDKS[key] = (client, make())
+    return entry[1]
+
+
+def sdk_columns() -> tuple[dict[str, Consume], dict[str, Consume]]:
+    """Consumers per provider whose SDK is installed: its raw event iteration (typed chunk
+    objects), and its decoding layer alone (its SSE decoder and `json`, no objects)."""
+    out: dict[str, Consume] = {}
+    floor: dict[str, Consume] = {}
+    try:
+        import openai
+    except ImportError:
+        pass
+    else:
+
+        async def openai_sdk(client: Any) -> object:
+            sdk = built(
+                client, lambda: openai.AsyncOpenAI(api_key="k", http_client=client, max_retries=0)
+            )
+            stream = await sdk.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async for _ in stream:
+                pass
+            return None
+
+        async def openai_decode(client: Any) -> object:
+            sdk = built(
+                client, lambda: openai.AsyncOpenAI(api_key="k", http_client=client, max_retries=0)
+            )
+            stream = await sdk.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            async for sse in stream._iter_events():
+                if sse.data != "[DONE]":
+                    sse.json()
+            return None
+
+        out["openai"] = openai_sdk
+        floor["openai"] = openai_decode
+    try:
+        import anthropic
+    except ImportError:
+        pass
+    else:
+
+        async def anthropic_sdk(client: Any) -> object:
+            sdk = built(
+                client,
+                lambda: anthropic.AsyncAnthropic(api_key="k", http_client=client, max_retries=0),
+            )
+            stream = await sdk.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=1024,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+            )
+            async for _ in stream:
+                pass
+            return None
+
+        async def anthropic_decode(client: Any) -> object:
+            sdk = built(
+                client,
+                lambda: anthropic.AsyncAnthropic(api_key="k", http_client=client, max_retries=0),
+            )
+            stream = await sdk.messages.create(
+                model="claude-sonnet-4-5",
+                max_tokens=1024,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+            )
+            async for sse in stream._iter_events():
+                sse.json()
+            return None
+
+        out["anthropic"] = anthropic_sdk
+        floor["anthropic"] = anthropic_decode
+    try:
+        from google import genai
+        from google.genai import types
+    except ImportError:
+        pass
+    else:
+
+        async def gemini_sdk(client: Any) -> object:
+            sdk = built(
+                client,
+                lambda: genai.Client(
+                    api_key="k", http_options=types.HttpOptions(httpx_async_client=client)
+                ),
+            )
+            stream = await sdk.aio.models.generate_content_stream(
+                model="gemini-2.5-flash", contents="hi"
+            )
+            async for _ in stream:
+                pass
+            return None
+
+        out["gemini"] = gemini_sdk
+    return out, floor
 
 
 def main() -> None:
     if _recordings is None or not _recordings.available():
         print("recordings or pyyaml not available (pip install -e '.[dev]'); skipped")
         return
-    client = transport('{"ok": true}', "application/json")
+    client = client_for('{"ok": true}', "application/json")
 
     async def bare() -> Any:
         return (await client.post("https://example.invalid/x", content=b"{}")).json()
@@ -112,27 +289,62 @@ def main() -> None:
     from golem.providers.gemini import GeminiModel
     from golem.providers.openai import OpenAIChatModel
 
-    openai_stream = (ROOT / "tests/providers/openai_fixtures/stream_tool_calls.sse").read_text()
-    bench(
-        "openai",
-        lambda c: OpenAIChatModel("gpt-4.1", api_key="k", http_client=c),
-        recorded(
-            "openai-chat", "test_document_as_binary_content_input_with_tool.yaml", stream=False
+    cases: list[tuple[str, Callable[[httpx.AsyncClient], Model], str, str, Any]] = [
+        (
+            "openai",
+            lambda c: OpenAIChatModel("gpt-4.1", api_key="k", http_client=c),
+            recorded(
+                "openai-chat", "test_document_as_binary_content_input_with_tool.yaml", stream=False
+            ),
+            (ROOT / "tests/providers/openai_fixtures/stream_text.sse").read_text(),
+            openai_delta,
         ),
-        openai_stream,
-    )
-    bench(
-        "anthropic",
-        lambda c: AnthropicModel("claude-sonnet-4-5", api_key="k", http_client=c),
-        recorded("anthropic", "test_anthropic_tool_output.yaml", stream=False),
-        recorded("anthropic", "test_anthropic_model_thinking_part_stream.yaml", stream=True),
-    )
-    bench(
-        "gemini",
-        lambda c: GeminiModel("gemini-2.5-flash", api_key="k", http_client=c),
-        recorded("gemini", "test_google_tool_output.yaml", stream=False),
-        recorded("gemini", "test_google_model_file_search_tool_stream.yaml", stream=True),
-    )
+        (
+            "anthropic",
+            lambda c: AnthropicModel("claude-sonnet-4-5", api_key="k", http_client=c),
+            recorded("anthropic", "test_anthropic_tool_output.yaml", stream=False),
+            recorded("anthropic", "test_anthropic_model_thinking_part_stream.yaml", stream=True),
+            anthropic_delta,
+        ),
+        (
+            "gemini",
+            lambda c: GeminiModel("gemini-2.5-flash", api_key="k", http_client=c),
+            recorded("gemini", "test_google_tool_output.yaml", stream=False),
+            recorded("gemini", "test_google_model_thinking_part_iter.yaml", stream=True),
+            gemini_delta,
+        ),
+    ]
+    sdks, floors = sdk_columns()
+    for name, make, plain, streamed, is_delta in cases:
+        plain_client = client_for(plain, "application/json")
+        plain_model = make(plain_client)
+
+        async def one(model: Model = plain_model) -> Any:
+            return await model.generate(REQUEST)
+
+        stream_client = client_for(streamed, "text/event-stream")
+        report(f"{name}: request (build + mock round trip + parse)", measure(one, per_round=300))
+        report(
+            f"{name}: streamed request ({chunks(streamed)} chunks)",
+            measure(lambda c=stream_client, m=make: golem_stream(m)(c), per_round=150),
+        )
+        ours = per_chunk(golem_stream(make), streamed, is_delta)
+        report(f"{name}: per streamed chunk, golem", ours)
+        sdk = sdks.get(name)
+        if sdk is None:
+            print(f"{name}: per streamed chunk, official SDK            (not installed: skipped)")
+            continue
+        theirs = per_chunk(sdk, streamed, is_delta, sdk=True)
+        report(f"{name}: per streamed chunk, official SDK", theirs)
+        ratio = ours / theirs if theirs else float("inf")
+        print(f"{name}: golem / SDK per chunk{'':<33} {ratio:>10.2f} ×")
+        decode = floors.get(name)
+        if decode is not None:
+            bare = per_chunk(decode, streamed, is_delta, sdk=True)
+            report(f"{name}: per chunk, the SDK's SSE decoder + json alone", bare)
+            print(
+                f"{name}: golem / SDK decoder alone{'':<29} {ours / bare if bare else 0:>10.2f} ×"
+            )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ async def main() -> None:
     # 1. The run pauses: list_files executed, both shell calls wait for a decision.
     paused = await agent.run("Clean up the workspace.")
     assert paused.pending is not None
-    assert paused.output is None
+    assert paused.is_paused
     show(
         "paused",
         "\n".join(

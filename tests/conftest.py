@@ -1,10 +1,16 @@
-"""Shared test setup: no test may reach the network beyond loopback.
+"""Shared test setup: no test may reach the network beyond loopback, and none may depend on
+how fast the machine is.
 
 Real model requests would need the internet and an API key; a socket `connect` to any
 non-loopback address fails the test instead. In-process transports
 (`httpx.MockTransport`, Starlette's `TestClient`) never open sockets and are unaffected;
 servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable. Tests marked `live`
 (real provider calls, skipped unless an API key is set) are exempt.
+
+Speed: Hypothesis runs without its per-example deadline (200 ms by default, which a loaded CI
+machine exceeds), and every test has pytest-timeout's limit (`timeout` in pyproject.toml), so a
+hang fails one test instead of the whole run; browser tests get longer (Chromium starts slowly
+on a loaded machine).
 """
 
 from __future__ import annotations
@@ -14,6 +20,17 @@ import socket
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+pytest_plugins = ["pytester"]  # tests/test_suite_guards.py runs small suites in a subprocess
+
+settings.register_profile(
+    "golem", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("golem")
+
+BROWSER_TIMEOUT = 300
+"""Seconds a browser test may take (the default per-test limit is `timeout` in pyproject.toml)."""
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -64,3 +81,10 @@ def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         return
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests get `BROWSER_TIMEOUT` unless they set their own `timeout` mark."""
+    for item in items:
+        if item.get_closest_marker("browser") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(BROWSER_TIMEOUT))

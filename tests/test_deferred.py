@@ -172,7 +172,7 @@ async def test_tool_defers_directly_or_through_the_exception_chain(
     assert result.pending is not None
     group = result.pending.approvals if kind == DeferKind.APPROVAL else result.pending.external
     other = result.pending.external if kind == DeferKind.APPROVAL else result.pending.approvals
-    assert group == [PendingToolCall("c1", "t", "{}", "why")]
+    assert group == [PendingToolCall("c1", "t", "{}", "why", kind)]
     assert other == []
     assert len(model.requests) == 1
 
@@ -190,54 +190,34 @@ async def test_deferred_accepts_the_kind_as_a_plain_string() -> None:
     agent = Agent(model, tools=[raising_tool("t", lambda: Deferred("external", "job"))])
     result = await agent.run("go")
     assert result.pending == DeferredRequests(
-        approvals=[], external=[PendingToolCall("c1", "t", "{}", "job")]
+        approvals=[], external=[PendingToolCall("c1", "t", "{}", "job", DeferKind.EXTERNAL)]
     )
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: Deferred(""),
-        lambda: Deferred("later", "unknown kind"),
-        lambda: Deferred("APPROVAL"),
-    ],
-    ids=["empty", "unknown", "wrong-case"],
-)
-async def test_deferred_without_a_valid_kind_fails_at_stage_tool(
-    make: Callable[[], BaseException],
-) -> None:
+@pytest.mark.parametrize("kind", ["", "later", "APPROVAL", "approve", None])
+def test_deferred_with_an_invalid_kind_is_a_value_error_listing_the_kinds(kind: Any) -> None:
+    with pytest.raises(ValueError, match="got") as info:
+        Deferred(kind, "why")
+    text = str(info.value)
+    assert '"approval"' in text
+    assert '"external"' in text
+    assert repr(kind) in text
+
+
+def test_deferred_normalizes_a_plain_string_kind_to_the_enum() -> None:
+    signal = Deferred("external", "job")
+    assert signal.kind is DeferKind.EXTERNAL
+    assert str(signal) == "tool deferred (external): job"
+
+
+async def test_a_tool_raising_deferred_with_a_bad_kind_fails_at_stage_tool() -> None:
     model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
-    agent = Agent(model, tools=[raising_tool("t", make)])
+    agent = Agent(model, tools=[raising_tool("t", lambda: Deferred("approve"))])
     with pytest.raises(RunError) as info:
         await agent.run("go")
     assert info.value.stage is Stage.TOOL
-    assert "deferred without a kind" in str(info.value)
+    assert "Deferred kind must be" in str(info.value)
     assert len(model.requests) == 1
-
-
-async def test_kindless_deferral_through_a_cause_also_fails_at_stage_tool() -> None:
-    def make() -> BaseException:
-        err = RuntimeError("wrapper")
-        err.__cause__ = Deferred("")
-        return err
-
-    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")))
-    agent = Agent(model, tools=[raising_tool("t", make)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert "deferred without a kind" in str(info.value)
-
-
-async def test_kindless_deferral_discards_the_valid_pending_calls_of_the_batch() -> None:
-    gate = Gate("gate")
-    model = ScriptedModel(
-        tool_turn(ToolCall("c1", "gate", "{}"), ToolCall("c2", "bad", "{}")), "never"
-    )
-    agent = Agent(model, tools=[gate.tool(), raising_tool("bad", lambda: Deferred(""))])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
 
 
 # --------------------------------------------------------------------------- approved marker
@@ -427,8 +407,8 @@ async def test_approval_and_external_in_one_batch_are_grouped_in_emission_order(
             PendingToolCall("v-a2", "approve_a", '{"n":4}', "reason a1"),
         ],
         external=[
-            PendingToolCall("z-e1", "job_e", '{"n":1}', "job-1"),
-            PendingToolCall("w-e2", "job_e", '{"n":3}', "job-1"),
+            PendingToolCall("z-e1", "job_e", '{"n":1}', "job-1", DeferKind.EXTERNAL),
+            PendingToolCall("w-e2", "job_e", '{"n":3}', "job-1", DeferKind.EXTERNAL),
         ],
     )
     assert result.tool_calls == 1
@@ -485,7 +465,7 @@ def _pausing_agent(output_type: Any = Strict) -> tuple[Agent[Any, Any], Scripted
 
 
 def _assert_paused(result: Result[Any], model: ScriptedModel) -> None:
-    assert result.output is None
+    assert result.is_paused
     assert result.pending == DeferredRequests(
         approvals=[PendingToolCall("c1", "delete_file", '{"path":"a"}', "needs sign-off")]
     )
@@ -536,7 +516,7 @@ async def test_resumed_run_that_pauses_again_does_not_decode_either() -> None:
     again = await agent.run_with_deferred_results(
         paused.messages, DeferredResults(approvals={"c1": Approval(True)})
     )
-    assert again.output is None
+    assert again.is_paused
     assert again.pending == DeferredRequests(
         approvals=[PendingToolCall("c2", "delete_file", '{"path":"b"}', "needs sign-off")]
     )
@@ -562,7 +542,7 @@ async def test_output_decoder_never_runs_on_a_pause_even_with_decodable_text() -
     )
     agent = Agent(model, output_type=Counting, tools=[gate.tool()])
     paused = await agent.run("go")
-    assert paused.output is None
+    assert paused.is_paused
     assert decoded == []
     # The same decoder does run on the final answer after resuming (the probe is live).
     resumed = await agent.run_with_deferred_results(
@@ -849,7 +829,7 @@ async def test_pause_inside_an_output_correction_round_is_a_pause() -> None:
     )
     agent = Agent(model, output_type=Strict, output_retries=1, tools=[gate.tool()])
     paused = await agent.run("go")
-    assert paused.output is None
+    assert paused.is_paused
     assert paused.pending is not None
     assert [p.call_id for p in paused.pending.approvals] == ["c1"]
     assert paused.requests == 2

@@ -1,10 +1,13 @@
 """Run events around deferred tools (issue 3): `deferred` replaces `tool_end`, the order in
-sequential and parallel mode, and approved re-runs on resume emitting no tool events."""
+sequential and parallel mode, the tool's reason on `deferred`, and approved re-runs on resume
+emitting `tool_start`/`tool_end` flagged `approved` (issue 8 §3)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+import pytest
 
 from golem import (
     Agent,
@@ -13,9 +16,11 @@ from golem import (
     EventKind,
     Message,
     RunContext,
+    RunError,
     RunEvent,
     Tool,
     ToolCall,
+    ToolError,
     Usage,
 )
 from golem.model import ModelResponse
@@ -36,7 +41,7 @@ def tool_turn(*calls: ToolCall) -> ModelResponse:
 def gated(name: str, kind: DeferKind = DeferKind.APPROVAL) -> Tool:
     def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         if not call_approved():
-            raise Deferred(kind, "reason not in events")
+            raise Deferred(kind, f"{name} needs a decision")
         return f"{name} approved"
 
     return Tool(name, name, OBJ, exec)
@@ -214,7 +219,7 @@ async def test_streaming_pause_delivers_the_deferred_event_in_the_stream() -> No
     assert trace(observed) == trace(streamed)
 
 
-async def test_resume_reruns_emit_no_tool_events() -> None:
+async def test_resume_reruns_emit_tool_events_flagged_approved() -> None:
     model = ScriptedModel(
         tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", "{}"), ToolCall("c3", "e", "{}")),
         "done",
@@ -231,9 +236,57 @@ async def test_resume_reruns_emit_no_tool_events() -> None:
     )
     assert resumed.output == "done"
     assert resumed.tool_calls == 1  # the re-run happened
-    assert trace(events) == [("model_start", ""), ("model_end", "")]
+    assert trace(events) == [
+        ("tool_start", "c1"),
+        ("tool_end", "c1"),
+        ("model_start", ""),
+        ("model_end", ""),
+    ]
+    assert [e.approved for e in events] == [True, True, False, False]
+    assert events[1].result == "g approved"
+    assert events[0].tool_name == "g"
+    assert events[0].args == "{}"
     assert all(e.run_id == resumed.run_id for e in events)
-    assert events[0].turn == 0
+    assert events[2].turn == 0
+
+
+async def test_first_pass_tool_events_are_not_flagged_approved() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
+    agent = Agent(model, tools=[gated("g"), plain("p")])
+    events: list[RunEvent] = []
+    await agent.run("go", on_event=events.append)
+    assert not any(e.approved for e in events)
+
+
+async def test_deferred_event_carries_the_tools_reason() -> None:
+    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}")))
+    agent = Agent(model, tools=[gated("g")])
+    events: list[RunEvent] = []
+    paused = await agent.run("go", on_event=events.append)
+    assert paused.pending is not None
+    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
+    assert [e.reason for e in deferred] == [paused.pending.approvals[0].reason]
+    assert deferred[0].reason
+
+
+async def test_a_failing_approved_rerun_emits_tool_end_with_the_error() -> None:
+    def boom(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "sign-off")
+        raise RuntimeError("disk full")
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "b", "{}")), "never")
+    agent = Agent(model, tools=[Tool("b", "b", {"type": "object"}, boom)])
+    paused = await agent.run("go")
+    events: list[RunEvent] = []
+    with pytest.raises(RunError):
+        await agent.run_with_deferred_results(
+            paused.messages, DeferredResults(approvals={"c1": True}), on_event=events.append
+        )
+    assert trace(events) == [("tool_start", "c1"), ("tool_end", "c1")]
+    assert events[1].approved
+    assert isinstance(events[1].error, ToolError)
+    assert "disk full" in str(events[1].error)
 
 
 async def test_resumed_run_that_pauses_again_emits_its_own_deferred_event() -> None:
@@ -248,6 +301,8 @@ async def test_resumed_run_that_pauses_again_emits_its_own_deferred_event() -> N
         paused.messages, DeferredResults(approvals={"c1": Approval(True)}), on_event=second.append
     )
     assert trace(second) == [
+        ("tool_start", "c1"),
+        ("tool_end", "c1"),
         ("model_start", ""),
         ("model_end", ""),
         ("tool_start", "c2"),

@@ -370,20 +370,20 @@ async def test_approved_rerun_gets_the_run_identity_in_its_context() -> None:
 
 
 async def test_approved_rerun_overrunning_the_agent_timeout_fails_at_stage_tool() -> None:
-    async def effect_slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        await asyncio.sleep(5)
-        return "late"
-
+    # The timeout also bounds the first pass, so the run pauses on an agent without one and
+    # resumes on an agent with a short one; the re-run never finishes, so the timeout fires
+    # however slow the machine is.
     async def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         if not call_approved():
             raise Deferred(DeferKind.APPROVAL)
-        return await effect_slow(ctx, args)
+        await asyncio.Event().wait()
+        return "never"
 
     model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
-    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)], tool_timeout=0.01)
-    paused = await agent.run("go")
+    tools = [Tool("t", "t", OBJ, exec)]
+    paused = await Agent(model, tools=tools).run("go")
     with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(
+        await Agent(model, tools=tools, tool_timeout=0.05).run_with_deferred_results(
             paused.messages, DeferredResults(approvals={"c1": Approval(True)})
         )
     assert info.value.stage is Stage.TOOL
@@ -392,21 +392,24 @@ async def test_approved_rerun_overrunning_the_agent_timeout_fails_at_stage_tool(
 
 
 async def test_approved_sync_rerun_overrunning_the_tool_timeout_fails_at_stage_tool() -> None:
+    # A sync tool's thread runs to completion and the deadline is checked afterwards: the
+    # re-run sleeps past the timeout, so it overruns however slow the machine is. The run
+    # pauses on a tool without the timeout, which would also bound the first pass.
     def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.05)
+        time.sleep(0.1)
         return "late"
 
     gate = Gate("t", effect=slow)
     model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
-    agent = Agent(model, tools=[gate.tool(timeout=0.01)])
-    paused = await agent.run("go")
+    paused = await Agent(model, tools=[gate.tool()]).run("go")
     with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(
+        await Agent(model, tools=[gate.tool(timeout=0.05)]).run_with_deferred_results(
             paused.messages, DeferredResults(approvals={"c1": Approval(True)})
         )
     assert info.value.stage is Stage.TOOL
     assert isinstance(info.value.__cause__, TimeoutError)
     assert model.remaining == 1
+    assert gate.passes == [False, True]
 
 
 def _raise(exc: BaseException) -> Callable[[RunContext[Any], dict[str, Any]], Any]:
@@ -822,7 +825,7 @@ async def test_resume_pause_resume_cycle() -> None:
             PendingToolCall("c2", "delete_file", '{"path":"b"}', "delete_file needs sign-off")
         ]
     )
-    assert again.output is None
+    assert again.is_paused
     assert again.tool_calls == 1  # the re-run of c1; the new deferral does not count
     final = await agent.run_with_deferred_results(
         again.messages, DeferredResults(approvals={"c2": Approval(False, "keep b")})

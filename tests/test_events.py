@@ -50,6 +50,8 @@ def test_run_event_is_a_frozen_dataclass_with_the_issue_fields() -> None:
         "usage",
         "run_id",
         "conversation_id",
+        "reason",
+        "approved",
     ]
     event = RunEvent(EventKind.MODEL_START)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -27,6 +27,8 @@ EXPECTED = {
     "nested_agents.py": "answer: Freed 2 GB.",
     "otel_console.py": "answer: Deleted a.log.",
     "run_events.py": "answer: Lisbon is sunny; Atlantis has no weather station.",
+    "sealed_approvals.py": "rejected  tampered: nothing ran (sent so far: [])",
+    "streamed_resume.py": "event  tool_end deploy (approved re-run)",
     "streaming.py": "result 'You asked: is it streaming?'",
     "structured_output.py": "output: Invoice(vendor='ACME Tools', total=129.5, currency='EUR')",
     "tools_and_deps.py": "orders: [('apple', 3)], apples left: 7",

@@ -177,6 +177,23 @@ def test_truncated_args_are_reported_and_kept_verbatim() -> None:
     assert [c.args for c in repaired[0].tool_calls] == [c.args for c in calls]
 
 
+def test_truncation_check_keeps_its_meaning_on_the_fast_path() -> None:
+    # The check validates with msgspec first; what only Python's json accepts (NaN, lone
+    # surrogate escapes) keeps counting as JSON, and nesting too deep for either is truncated
+    # instead of a RecursionError.
+    deep = "{" + '"a":[' * 100_000
+    calls = [
+        ToolCall("big", "t", '{"n": 1e400, "m": 123456789012345678901234567890, "z": -0.0}'),
+        ToolCall("nan", "t", '{"x": NaN}'),
+        ToolCall("surrogate", "t", '{"x": "\\ud800"}'),
+        ToolCall("dup", "t", '{"a": 1, "a": 2}'),
+        ToolCall("deep", "t", deep + "1" + "]" * 100_000 + "}"),
+        ToolCall("trailing", "t", '{"a": 1} x'),
+    ]
+    history = [asst(*calls), *(result(c.id) for c in calls)]
+    assert normalize_history(history)[1].truncated == ["deep", "trailing"]
+
+
 def test_truncated_calls_are_reported_in_history_order_across_messages() -> None:
     history = [
         asst(ToolCall("b", "t", "{")),

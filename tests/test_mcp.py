@@ -194,7 +194,9 @@ def test_server_errors_beyond_the_budget_fail_the_run(log: Path, errlog: Any) ->
         agent.run_sync("go")
     assert info.value.stage == Stage.TOOL
     assert isinstance(info.value.__cause__, ToolError)
-    assert "tool failed after 2 attempts: Error executing tool fail: worse" in str(info.value.__cause__)
+    assert "tool failed after 2 attempts: Error executing tool fail: worse" in str(
+        info.value.__cause__
+    )
 
 
 def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
@@ -233,9 +235,7 @@ async def test_a_server_that_dies_mid_call_fails_the_run_and_the_next_run_reconn
     log: Path, errlog: Any
 ) -> None:
     server = stdio(log, errlog, prefix="t")
-    model = ScriptedModel(
-        calls(("c1", "t_die", {})), calls(("c2", "t_add", {"a": 1, "b": 2})), "3"
-    )
+    model = ScriptedModel(calls(("c1", "t_die", {})), calls(("c2", "t_add", {"a": 1, "b": 2})), "3")
     agent = Agent(model, toolsets=[server])
     with pytest.raises(RunError) as info:
         await agent.run("die")
@@ -260,13 +260,13 @@ def test_a_server_that_cannot_start_fails_the_run_naming_it(errlog: Any) -> None
     assert "stdio:python -c" in str(info.value.__cause__)
 
 
-async def test_one_connection_serves_several_runs_inside_async_with(
-    log: Path, errlog: Any
-) -> None:
+async def test_one_connection_serves_several_runs_inside_async_with(log: Path, errlog: Any) -> None:
     server = stdio(log, errlog, prefix="t")
     model = ScriptedModel(
-        calls(("c1", "t_write_note", {"text": "a"})), "1",
-        calls(("c2", "t_write_note", {"text": "b"})), "2",
+        calls(("c1", "t_write_note", {"text": "a"})),
+        "1",
+        calls(("c2", "t_write_note", {"text": "b"})),
+        "2",
     )
     agent = Agent(model, toolsets=[server])
     async with server:
@@ -309,9 +309,7 @@ def test_default_policy_follows_annotations(log: Path, errlog: Any) -> None:
         (lambda call: call.args.get("path") == "secret", []),
     ],
 )
-def test_configured_policies(
-    log: Path, errlog: Any, policy: Any, expected: list[str]
-) -> None:
+def test_configured_policies(log: Path, errlog: Any, policy: Any, expected: list[str]) -> None:
     model = ScriptedModel(
         calls(
             ("c1", "t_add", {"a": 1, "b": 2}),
@@ -441,9 +439,7 @@ def test_approval_pauses_and_resumes_in_another_process(
     assert side_effects(log) == ["deleted a.log"]
 
 
-def test_resume_fails_before_running_when_the_server_lost_the_tool(
-    log: Path, errlog: Any
-) -> None:
+def test_resume_fails_before_running_when_the_server_lost_the_tool(log: Path, errlog: Any) -> None:
     from golem import ResumeError
 
     paused_history = [

@@ -206,13 +206,11 @@ def test_loads_accepts_bytes() -> None:
     ]
 
 
-def test_loaded_args_are_the_compact_json_text() -> None:
+def test_loaded_args_are_the_json_text_as_written() -> None:
     loaded = loads_history(
         '[{"role":"assistant","toolCalls":[{"id":"c","name":"n","args":{"a": 1, "b": [true, null]}}]}]'
     )
-    args = loaded[0].tool_calls[0].args
-    assert isinstance(args, str)
-    assert json.loads(args) == {"a": 1, "b": [True, None]}
+    assert loaded[0].tool_calls[0].args == '{"a": 1, "b": [true, null]}'  # byte for byte
 
 
 def test_loads_ignores_unknown_keys_everywhere() -> None:
@@ -432,7 +430,8 @@ def _embeds_as_json_string(args: str) -> bool:
         return False
 
 
-# Args whose JSON value is itself a string ('"x"', '""', '"{}"') are split off: see bug 5.
+# Args whose JSON value is itself a string ('"x"', '""', '"{}"') are split off (they once
+# broke the fixed point); tests/test_history_json_args.py covers every args text.
 object_like_args = raw_args.filter(lambda a: not _embeds_as_json_string(a))
 
 

@@ -289,3 +289,149 @@ async def test_function_model_stream_of_tool_call_fragments_runs_the_tool() -> N
     assert seen == [{"q": "x"}]
     assert result.output == "Tool said found."
     assert result.messages[1].tool_calls == [ToolCall("c1", "lookup", '{"q": "x"}')]
+
+
+# --------------------------------------------------------------------------- streamed resume
+
+
+def gated_agent(model: Any, **kwargs: Any) -> tuple[Agent[Any, Any], list[str]]:
+    from golem.tool import DeferKind, Deferred, call_approved
+
+    ran: list[str] = []
+
+    def gate(ctx: Any, args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "sign-off")
+        ran.append(ctx.call_id)
+        return "deleted"
+
+    return Agent(model, tools=[Tool("delete", "D.", OBJ, gate)], **kwargs), ran
+
+
+def resume_script() -> list[Any]:
+    return [
+        ModelResponse(calls(("c1", "delete", '{"p":"a"}')), finish_reason="tool_call"),
+        ModelResponse(Message(role="assistant", content="Deleted a."), finish_reason="stop"),
+    ]
+
+
+async def test_a_streamed_resume_yields_reruns_then_the_models_deltas_in_order() -> None:
+    agent, ran = gated_agent(ScriptedModel(*resume_script()))
+    paused = await agent.run("clean")
+    observed: list[RunEvent] = []
+    items: list[Any] = []
+    async with agent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"c1": True}}, on_event=observed.append
+    ) as stream:
+        async for item in stream:
+            items.append(item)
+    assert ran == ["c1"]
+    assert shape(items) == ["tool_start", "tool_end", "model_start", "text:Deleted a.", "model_end"]
+    assert [e.approved for e in items if isinstance(e, RunEvent)] == [True, True, False, False]
+    assert [i.content for i in items if isinstance(i, Delta)] == ["Deleted a."]
+    assert [e.kind for e in observed] == [e.kind for e in items if isinstance(e, RunEvent)]
+    result = stream.result
+    assert result.output == "Deleted a."
+    assert result.tool_calls == 1
+    assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_streamed_resume_returns_what_the_plain_resume_returns() -> None:
+    agent, _ = gated_agent(ScriptedModel(*resume_script()))
+    paused = await agent.run("clean", conversation_id="conv")
+    agent.model = ScriptedModel("Deleted a.")
+    async with agent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
+    ) as stream:
+        async for _ in stream:
+            pass
+    agent.model = ScriptedModel("Deleted a.")
+    plain = await agent.run_with_deferred_results(
+        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
+    )
+    assert stream.result == plain
+
+
+async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None:
+    from golem import ResumeError, SealError
+
+    agent, ran = gated_agent(ScriptedModel(*resume_script()), seal_key=b"k" * 32)
+    paused = await agent.run("clean")
+    assert isinstance(agent.model, ScriptedModel)
+    requests = len(agent.model.requests)
+    with pytest.raises(ResumeError, match="has no resolution"):
+        agent.run_stream_with_deferred_results(paused.messages, {})
+    forged = [m for m in paused.messages]
+    forged[-1] = Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall("c1", "delete", '{"p":"/"}', seal=paused.messages[-1].tool_calls[0].seal)
+        ],
+        conversation_id=paused.conversation_id,
+    )
+    with pytest.raises(SealError, match="does not match"):
+        agent.run_stream_with_deferred_results(forged, {"approvals": {"c1": True}})
+    with pytest.raises(TypeError, match="DeferredResults"):
+        agent.run_stream_with_deferred_results(paused.messages, ["c1"])  # type: ignore[arg-type]
+    assert ran == []
+    assert len(agent.model.requests) == requests
+
+
+async def test_a_streamed_resume_needs_a_streaming_model() -> None:
+    class Plain:
+        async def generate(self, request: ModelRequest) -> ModelResponse:
+            raise AssertionError("never called")
+
+    agent, _ = gated_agent(Plain())
+    history = [Message(role="user", content="x"), calls(("c1", "delete", "{}"))]
+    with pytest.raises(TypeError, match="does not support streaming"):
+        agent.run_stream_with_deferred_results(history, {"approvals": {"c1": True}})
+
+
+async def test_a_streamed_resume_can_pause_again() -> None:
+    model = ScriptedModel(
+        *resume_script()[:1],
+        ModelResponse(calls(("c2", "delete", "{}")), finish_reason="tool_call"),
+    )
+    agent, ran = gated_agent(model)
+    paused = await agent.run("clean")
+    async with agent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"c1": True}}
+    ) as stream:
+        kinds = [i.kind.value for i in [x async for x in stream] if isinstance(i, RunEvent)]
+    assert kinds[-2:] == ["tool_start", "deferred"]
+    assert stream.result.pending is not None
+    assert stream.result.pending.approvals[0].call_id == "c2"
+    assert ran == ["c1"]
+
+
+async def test_a_failing_rerun_raises_from_the_streamed_iteration() -> None:
+    def broken(ctx: Any, args: dict[str, Any]) -> str:
+        from golem.tool import DeferKind, Deferred, call_approved
+
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL)
+        raise RuntimeError("disk full")
+
+    agent = Agent(ScriptedModel(*resume_script()), tools=[Tool("delete", "D.", OBJ, broken)])
+    paused = await agent.run("clean")
+    items: list[Any] = []
+    with pytest.raises(RunError) as info:
+        async with agent.run_stream_with_deferred_results(
+            paused.messages, {"approvals": {"c1": True}}
+        ) as stream:
+            async for item in stream:
+                items.append(item)
+    assert info.value.stage is Stage.TOOL
+    assert shape(items) == ["tool_start", "tool_end"]
+
+
+async def test_run_stream_with_a_paused_history_closes_the_pending_calls() -> None:
+    agent, ran = gated_agent(ScriptedModel(*resume_script()))
+    paused = await agent.run("clean")
+    agent.model = ScriptedModel("ok")
+    items, result = await collect(agent, "", history=paused.messages)
+    assert ran == []
+    tool = [m for m in result.messages if m.role == "tool"]
+    assert tool[0].content.startswith("Tool call was interrupted before execution")
+    assert "tool_start" not in shape(items)

@@ -7,14 +7,13 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
-import pydantic
 import pytest
 
 from golem import Agent, RunError, Stage, Usage
 from golem.errors import BadRequest, Overloaded
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import Delta, Model, ModelRequest, ModelResponse, StreamingModel, ToolSpec
-from golem.testing import FunctionModel, ScriptedModel
+from golem.testing import KEEP_REQUESTS, FunctionModel, ScriptedModel
 from golem.tool import Tool
 
 
@@ -86,7 +85,8 @@ async def test_exhausted_queue_raises_a_clear_error() -> None:
     with pytest.raises(Exception, match=r"(?i)respond") as info:
         await model.generate(request())
     assert not isinstance(info.value, AssertionError)
-    assert len(model.requests) == 2  # the request is recorded first
+    assert len(model.requests) == model.request_count == 2  # the request is recorded first
+    assert "request 2;" in str(info.value)
 
 
 async def test_exhausted_queue_inside_a_run_is_a_model_stage_error() -> None:
@@ -110,7 +110,7 @@ async def test_requests_records_every_request_in_order() -> None:
     assert model.requests[0].tools == [ToolSpec("t", "T.", {"type": "object"})]
 
 
-async def test_requests_are_copies_of_message_lists() -> None:
+async def test_requests_are_snapshots_of_the_lists_the_run_goes_on_changing() -> None:
     part = Part("image", url="https://example.com/a.png")
     req = ModelRequest(
         messages=[Message(role="user", content="hi", parts=[part])],
@@ -119,7 +119,6 @@ async def test_requests_are_copies_of_message_lists() -> None:
     model = ScriptedModel("ok")
     await model.generate(req)
     req.messages.append(Message(role="user", content="later"))
-    req.messages[0].parts.append(Part("image", url="https://example.com/b.png"))
     req.tools.clear()
     recorded = model.requests[0]
     assert recorded is not req
@@ -128,24 +127,72 @@ async def test_requests_are_copies_of_message_lists() -> None:
     assert recorded.tools == [ToolSpec("t", "T.", {"type": "object"})]
 
 
-async def test_requests_are_deep_copies_down_to_the_schemas() -> None:
-    class Out(pydantic.BaseModel):
-        n: int
+async def test_recorded_requests_share_the_immutable_messages_instead_of_copying_them() -> None:
+    req = ModelRequest(messages=[Message(role="user", content="hi")], output_schema={"x": 1})
+    model = FunctionModel(lambda r: "ok")
+    await model.generate(req)
+    assert model.requests[0].messages[0] is req.messages[0]
+    assert model.requests[0].output_schema is req.output_schema
 
-    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
-    tool = Tool("t", "T.", schema, lambda ctx, args: "ok")
-    model = ScriptedModel('{"n": 1}', '{"n": 2}')
-    agent = Agent(model, tools=[tool], output_type=Out)
-    await agent.run("one")
-    model.requests[0].tools[0].schema["properties"].clear()
-    assert model.requests[0].output_schema is not None
-    model.requests[0].output_schema["tampered"] = True
-    await agent.run("two")
-    assert model.requests[1].tools[0].schema == {
-        "type": "object",
-        "properties": {"x": {"type": "string"}},
-    }
-    assert "tampered" not in (model.requests[1].output_schema or {})
+
+async def test_a_run_sees_its_own_state_in_every_recorded_request() -> None:
+    tool = Tool("t", "T.", {"type": "object"}, lambda ctx, args: "ok")
+    model = ScriptedModel(
+        Message(role="assistant", tool_calls=[ToolCall("c1", "t", "{}")]), "done", "again"
+    )
+    agent = Agent(model, tools=[tool])
+    first = await agent.run("one")
+    await agent.run("two", history=first.messages)
+    assert [len(r.messages) for r in model.requests] == [1, 3, 5]
+
+
+async def test_requests_keep_the_most_recent_ones_and_count_them_all() -> None:
+    scripted = ScriptedModel(*[f"answer {i}" for i in range(5)], keep_requests=2)
+    function = FunctionModel(lambda r: "ok", keep_requests=2)
+    for model in (scripted, function):
+        for i in range(5):
+            await model.generate(request(f"q{i}"))
+        assert [r.messages[0].content for r in model.requests] == ["q3", "q4"]
+        assert model.request_count == 5
+
+
+async def test_requests_are_bounded_by_default() -> None:
+    model = FunctionModel(lambda r: "ok")
+    for i in range(KEEP_REQUESTS + 5):
+        await model.generate(request(f"q{i}"))
+    assert len(model.requests) == KEEP_REQUESTS
+    assert model.requests[-1].messages[0].content == f"q{KEEP_REQUESTS + 4}"
+    assert model.request_count == KEEP_REQUESTS + 5
+
+
+async def test_keep_requests_none_keeps_all_and_zero_keeps_none() -> None:
+    everything = ScriptedModel(*["ok"] * (KEEP_REQUESTS + 1), keep_requests=None)
+    nothing = FunctionModel(lambda r: "ok", keep_requests=0)
+    for _ in range(KEEP_REQUESTS + 1):
+        await everything.generate(request())
+        await nothing.generate(request())
+    assert len(everything.requests) == KEEP_REQUESTS + 1
+    assert nothing.requests == []
+    assert nothing.request_count == KEEP_REQUESTS + 1
+
+
+async def test_a_streaming_function_model_records_its_requests() -> None:
+    async def stream(r: ModelRequest) -> AsyncIterator[str]:
+        yield "hi"
+
+    model = FunctionModel(lambda r: "ok", stream=stream, keep_requests=1)
+    await drain(model, request("a"))
+    await drain(model, request("b"))
+    assert [r.messages[0].content for r in model.requests] == ["b"]
+    assert model.request_count == 2
+
+
+@pytest.mark.parametrize("keep", [-1, -100])
+def test_a_negative_keep_requests_is_refused(keep: int) -> None:
+    with pytest.raises(ValueError, match="keep_requests must be a count"):
+        ScriptedModel(keep_requests=keep)
+    with pytest.raises(ValueError, match=r"got -\d+"):
+        FunctionModel(lambda r: "ok", keep_requests=keep)
 
 
 async def test_scripted_stream_replays_the_response_as_deltas() -> None:

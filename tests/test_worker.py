@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -106,7 +107,7 @@ async def test_pause_is_saved_then_approved_call_runs_once_and_run_completes(
     assert timedelta(seconds=50) < run.expires_at - run.created_at <= timedelta(seconds=61)
     assert app.executed == [], "the pausing pass executes nothing"
 
-    worker = Worker(store, app.registry, "w1", lease_seconds=5)
+    worker = Worker(store, app.registry, worker_id="w1", lease_seconds=5)
     assert await worker.run_once() is False, "nothing is ready yet"
     await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
     await store.decide(run.id, "c2", Decision.external("sunny"), decided_by="svc")
@@ -152,7 +153,7 @@ async def test_a_resume_that_pauses_again_saves_a_linked_pending_run(store: Stor
         store, app.registry, "ops", "clean", deps_ref={"n": 1}, started_by="alice", expires_in=600
     )
     await store.decide(first.id, "c1", Decision.approve(), decided_by="bob")
-    worker = Worker(store, app.registry, "w1")
+    worker = Worker(store, app.registry, worker_id="w1")
     assert await worker.run_once()
     paused = await store.get_run(first.id)
     assert paused.status is RunStatus.PAUSED
@@ -214,16 +215,45 @@ async def test_deps_factory_rebuilds_deps_and_may_be_async(store: Store) -> None
     assert app.executed == [("c1", "/tmp/a", {"built_from": [1, 2]})]
 
 
-async def test_a_run_of_an_unregistered_agent_fails_instead_of_hanging(store: Store) -> None:
-    app = App(calls(DEL))
+async def test_a_worker_leaves_runs_of_agents_it_does_not_know_for_other_workers(
+    store: Store,
+) -> None:
+    """A rolling deploy: an old worker without the agent leaves its runs ready."""
+    app = App(calls(DEL), "done")
     run = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    assert await Worker(store, {}).run_once()
-    failed = await store.get_run(run.id)
-    assert failed.status is RunStatus.FAILED
-    assert failed.outcome is not None
-    assert 'agent "ops" is not in the registry' in failed.outcome.error
+    other = {"billing": AgentEntry(Agent(ScriptedModel("x")))}
+    assert await Worker(store, other).run_once() is False
+    assert (await store.get_run(run.id)).status is RunStatus.READY
     assert app.executed == []
+    assert await Worker(store, app.registry).run_once() is True
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+
+
+async def test_the_worker_logs_one_line_per_claim_resume_and_outcome(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = App(calls(DEL), "done", calls(("c9", "delete_file", '{"path": "/boom"}')))
+    ok = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(ok.id, "c1", Decision.approve(), decided_by="b")
+    worker = Worker(store, app.registry, worker_id="w7")
+    with caplog.at_level(logging.INFO, logger="golem.worker"):
+        assert await worker.run_once()
+    lines = [r.getMessage() for r in caplog.records if r.name == "golem.worker"]
+    assert lines == [
+        f"worker w7 claimed run {ok.id} (agent ops)",
+        f"worker w7 resuming run {ok.id}",
+        f"worker w7: run {ok.id} completed",
+    ]
+    caplog.clear()
+    bad = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(bad.id, "c9", Decision.approve(), decided_by="b")
+    with caplog.at_level(logging.INFO, logger="golem.worker"):
+        assert await worker.run_once()
+    failed = [r for r in caplog.records if r.name == "golem.worker" and "failed" in r.getMessage()]
+    assert len(failed) == 1
+    assert failed[0].levelno == logging.WARNING
+    assert "disk on fire" in failed[0].getMessage()
 
 
 async def test_the_worker_sweeps_expired_calls_and_resumes_with_the_denial(store: Store) -> None:
@@ -249,7 +279,7 @@ async def test_losing_the_lease_mid_resume_abandons_the_run(store: Store) -> Non
     app.gate = asyncio.Event()  # the approved re-run blocks until the test releases it
     run = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    worker = Worker(store, app.registry, "w1", lease_seconds=0.3, sweep_interval=3600)
+    worker = Worker(store, app.registry, worker_id="w1", lease_seconds=0.3, sweep_interval=3600)
     task = asyncio.create_task(worker.run_once())
     await asyncio.wait_for(app.started.wait(), 10)
     assert await store.sweep_interrupted(utc_now() + timedelta(hours=1)) == [run.id]
@@ -266,7 +296,7 @@ async def test_a_long_resume_keeps_its_lease_alive(store: Store) -> None:
     app.gate = asyncio.Event()
     run = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    worker = Worker(store, app.registry, "w1", lease_seconds=1, sweep_interval=3600)
+    worker = Worker(store, app.registry, worker_id="w1", lease_seconds=1, sweep_interval=3600)
     task = asyncio.create_task(worker.run_once())
     await asyncio.wait_for(app.started.wait(), 10)
     first = (await store.get_run(run.id)).lease_expires_at
@@ -325,7 +355,7 @@ async def test_run_forever_survives_store_errors(store: Store) -> None:
 
     stop = asyncio.Event()
     flaky = Flaky()
-    worker = Worker(flaky, {}, "w")  # type: ignore[arg-type]
+    worker = Worker(flaky, {}, worker_id="w")  # type: ignore[arg-type]
     await asyncio.wait_for(worker.run_forever(poll_interval=0.01, stop_event=stop), 10)
     assert flaky.calls == 3
 
@@ -359,3 +389,60 @@ def test_load_registry_accepts_a_mapping_or_a_factory(monkeypatch: pytest.Monkey
         load_registry("no_colon")
     with pytest.raises(AttributeError):
         load_registry(f"{mod.__name__}:missing")
+
+
+async def test_a_pause_with_duplicate_call_ids_is_saved_failed_not_raised(store: Store) -> None:
+    twice = calls(("c1", "delete_file", '{"path": "/a"}'), ("c1", "delete_file", '{"path": "/b"}'))
+    app = App(twice)
+    run = await start_run(store, app.registry, "ops", "x", started_by="alice")
+    assert run.status is RunStatus.FAILED
+    assert run.outcome is not None
+    assert "c1" in run.outcome.error
+    assert run.calls == ()
+    actions = [e.action for e in await store.audit(run.id)]
+    assert actions == [AuditAction.CREATED, AuditAction.FAILED]
+    assert app.executed == []
+
+
+async def test_a_history_whose_pending_call_differs_from_the_decided_one_is_not_resumed(
+    store: Store,
+) -> None:
+    """The approvers saw /tmp/a; someone rewrote the stored history to /etc/passwd."""
+    app = App(calls(DEL), "done")
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
+    tampered = run.history.replace("/tmp/a", "/etc/passwd")
+    assert tampered != run.history
+    await store._submit(  # type: ignore[attr-defined]
+        True,
+        lambda tx: tx.run(
+            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
+        ),
+    )
+    assert await Worker(store, app.registry).run_once()
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "other arguments in the history than the approvers saw" in failed.outcome.error
+    assert app.executed == []
+
+
+async def test_an_approval_with_edited_args_runs_them_or_refuses_to_run_the_original(
+    store: Store,
+) -> None:
+    from golem.deferred import Approval
+
+    app = App(calls(DEL), "done")
+    run = await start_run(store, app.registry, "ops", "x", started_by="a")
+    edited = Decision.approve(args={"path": "/tmp/b"})
+    await store.decide(run.id, "c1", edited, decided_by="b")
+    assert await Worker(store, app.registry).run_once()
+    got = await store.get_run(run.id)
+    if "args" in getattr(Approval, "__dataclass_fields__", {}):  # golem can re-run edited calls
+        assert got.status is RunStatus.COMPLETED
+        assert [p for _, p, _ in app.executed] == ["/tmp/b"]
+    else:
+        assert got.status is RunStatus.FAILED
+        assert got.outcome is not None
+        assert "edited arguments" in got.outcome.error
+        assert app.executed == []

@@ -66,7 +66,7 @@ async def test_a_killed_worker_leaves_the_run_interrupted_and_the_call_run_once(
         assert (await store.get_run(run.id)).status is RunStatus.RUNNING
 
         # A surviving worker sweeps on every poll; it must never claim the run again.
-        survivor = Worker(store, reg, "survivor", lease_seconds=1, sweep_interval=0)
+        survivor = Worker(store, reg, worker_id="survivor", lease_seconds=1, sweep_interval=0)
 
         async def interrupted() -> bool:
             assert await asyncio.wait_for(survivor.run_once(), 10) is False

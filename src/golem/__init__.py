@@ -1,6 +1,7 @@
 """golem: LLM agents whose tool calls can pause the run.
 
-A tool defers a call (`raise Deferred(DeferKind.APPROVAL)`); the run returns with
+A tool defers a call (`if not call_approved(): raise Deferred(DeferKind.APPROVAL)`,
+all importable from `golem`); the run returns with
 `result.pending` set; the application stores `dumps_history(result.messages)`, asks a
 human or another service, and later resumes — in any process — with
 `agent.run_with_deferred_results(history, DeferredResults(...))`.
@@ -14,6 +15,8 @@ from golem.errors import (
     ProviderError,
     ResumeError,
     RunError,
+    SealError,
+    RunPaused,
     Stage,
     ToolError,
     ToolTimeout,
@@ -22,6 +25,7 @@ from golem.errors import (
 from golem.events import EventKind, RunEvent
 from golem.history import (
     HistoryRepair,
+    RejectedCall,
     SanitizeReport,
     UnsafePart,
     normalize_history,
@@ -29,7 +33,19 @@ from golem.history import (
 )
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.result import PartialResult, Result
-from golem.tool import RunContext, Tool, ToolResult
+from golem.seal import SealKeys
+from golem.tool import (
+    Canceled,
+    DeferKind,
+    Deferred,
+    Failed,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolResult,
+    approved_call,
+    call_approved,
+)
 from golem.usage import Usage, UsageLimits
 
 __version__ = "0.1.0"
@@ -37,23 +53,32 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "Approval",
+    "Canceled",
+    "DeferKind",
+    "Deferred",
     "DeferredRequests",
     "DeferredResults",
     "EventKind",
+    "Failed",
     "GolemError",
     "HistoryRepair",
     "Message",
+    "ModelRetry",
     "Part",
     "PartialResult",
     "PendingToolCall",
     "ProviderError",
+    "RejectedCall",
     "Result",
     "ResumeError",
     "RunContext",
     "RunError",
     "RunEvent",
+    "RunPaused",
     "RunStream",
     "SanitizeReport",
+    "SealError",
+    "SealKeys",
     "Stage",
     "ThinkingBlock",
     "Tool",
@@ -66,6 +91,8 @@ __all__ = [
     "UsageLimitExceeded",
     "UsageLimits",
     "__version__",
+    "approved_call",
+    "call_approved",
     "dumps_history",
     "loads_history",
     "new_id",

@@ -2,14 +2,16 @@
 
 One plain async loop, no engine: `run_loop` calls the model, executes the tool calls
 of its answer, and repeats until the model answers without tool calls (the output is
-decoded), a call defers (the run pauses), or something fails (`RunError`).
+decoded), a call defers (the run pauses), or something fails (`RunError`). What the
+loop follows — model, tools, limits, decoding, cost, backoff — arrives as one explicit
+`Policy`; what it accumulates lives in `RunState`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from golem import deferred
@@ -17,11 +19,11 @@ from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout,
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
 from golem.messages import Message, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
+from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
 from golem.result import PartialResult, Result
+from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
-    DeferKind,
     Deferred,
     Failed,
     InvalidArguments,
@@ -31,16 +33,49 @@ from golem.tool import (
     ToolResult,
     find_signal,
 )
-from golem.toolset import resolve_tools
-from golem.usage import Usage
+from golem.toolset import Toolset, resolve_tools
+from golem.usage import Usage, UsageLimits
 
 if TYPE_CHECKING:
-    from golem.agent import Agent
     from golem.otel import RunTracer
 
-__all__ = ["RunState", "run_loop"]
+__all__ = ["Policy", "RunState", "run_loop"]
 
-_KINDS = (DeferKind.APPROVAL, DeferKind.EXTERNAL)
+
+@dataclass(slots=True)
+class Policy:
+    """What a run follows, fixed when it starts (an `Agent` builds one per run).
+
+    Read-only by convention: the loop never assigns to it (not `frozen`, whose
+    `__init__` costs several times more on this per-run path).
+    """
+
+    model: Model
+    tools: Mapping[str, Tool]
+    """The tools the run starts with: the agent's, plus its toolsets' as listed at the start."""
+    specs: list[ToolSpec]
+    """The specs of the agent's own tools (advertised as they are when there are no toolsets)."""
+    output_schema: dict[str, Any] | None
+    decode: Callable[[str], Any]
+    """Final text → output; raises `ModelRetry` for a correctable rejection."""
+    cost: Callable[[Usage], float]
+    backoff: Callable[[int, BaseException], float]
+    """Seconds to wait after failed attempt n (1-based) that raised the exception."""
+    max_iterations: int = 10
+    max_attempts: int = 1
+    output_retries: int = 0
+    tool_retries: int = 0
+    tool_timeout: float | None = None
+    parallel_tool_calls: bool = False
+    usage_limits: UsageLimits | None = None
+    seal_keys: SealKeys | None = None
+    """Seal pending calls when the run pauses (and verify them on resume)."""
+    tool_choice: ToolChoice = "auto"
+    """Sent on every model request: "auto", "required", "none" or a tool name."""
+    own_tools: Mapping[str, Tool] | None = None
+    """The agent's own tools, when `toolsets` add more (None: `tools` are the agent's)."""
+    toolsets: Sequence[Toolset] = ()
+    """Sources of more tools, listed again before every model turn."""
 
 
 @dataclass(slots=True)
@@ -116,40 +151,40 @@ class _Fail(Exception):
         self.cause = cause
 
 
-async def run_loop(agent: Agent[Any, Any], state: RunState, *, stream: bool = False) -> Result[Any]:
+async def run_loop(policy: Policy, state: RunState, *, stream: bool = False) -> Result[Any]:
     """Run the loop on `state` until the model answers, a call defers, or the run fails."""
     try:
-        return await _loop(agent, state, stream)
+        return await _loop(policy, state, stream)
     except _Fail as f:
         stage, cause = f.stage, f.cause
     # raised outside the handler: the internal _Fail is neither chained as __context__ nor
     # kept alive by this frame
-    raise RunError(stage, cause, state.partial(agent._cost(state.usage))) from cause
+    raise RunError(stage, cause, state.partial(policy.cost(state.usage))) from cause
 
 
-async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result[Any]:
+async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
     rounds = 0
     if state.tool_calls:  # a resume's approved re-runs may already have crossed a bound
-        _check_usage(agent, state)
+        _check_usage(policy, state)
     while True:
-        for turn in range(agent.max_iterations):
-            response = await _model_turn(agent, state, turn, stream)
+        for turn in range(policy.max_iterations):
+            response = await _model_turn(policy, state, turn, stream)
             calls = response.message.tool_calls
             if not calls:
                 break
-            pending = await _tool_batch(agent, state, turn, calls)
-            _check_usage(agent, state)
+            pending = await _tool_batch(policy, state, turn, calls)
+            _check_usage(policy, state)
             if pending is not None:
-                return _result(agent, state, None, pending)
+                return _result(policy, state, None, pending)
         else:
             raise _Fail(
                 Stage.LOOP,
-                RuntimeError(f"model turn limit exceeded after {agent.max_iterations} turns"),
+                RuntimeError(f"model turn limit exceeded after {policy.max_iterations} turns"),
             )
         try:
-            output = agent._decode(response.message.content)
+            output = policy.decode(response.message.content)
         except ModelRetry as retry:
-            if rounds < agent.output_retries:
+            if rounds < policy.output_retries:
                 rounds += 1
                 state.emit(EventKind.OUTPUT_REJECTED, attempt=rounds, error=retry)
                 state.messages.append(
@@ -172,11 +207,11 @@ async def _loop(agent: Agent[Any, Any], state: RunState, stream: bool) -> Result
                 wrapped.__cause__ = cause
                 cause = wrapped
             raise _Fail(Stage.DECODE, cause) from None
-        return _result(agent, state, output, None)
+        return _result(policy, state, output, None)
 
 
 def _result(
-    agent: Agent[Any, Any], state: RunState, output: Any, pending: deferred.DeferredRequests | None
+    policy: Policy, state: RunState, output: Any, pending: deferred.DeferredRequests | None
 ) -> Result[Any]:
     return Result(
         output=output,
@@ -185,19 +220,19 @@ def _result(
         finish_reason=state.finish_reason,
         requests=state.requests,
         tool_calls=state.tool_calls,
-        cost=agent._cost(state.usage),
+        cost=policy.cost(state.usage),
         run_id=state.run_id,
         conversation_id=state.conversation_id,
         pending=pending,
     )
 
 
-def _check_usage(agent: Agent[Any, Any], state: RunState) -> None:
-    limits = agent.usage_limits
+def _check_usage(policy: Policy, state: RunState) -> None:
+    limits = policy.usage_limits
     if limits is None:
         return
     try:
-        limits.check(state.usage, state.requests, state.tool_calls, agent._cost(state.usage))
+        limits.check(state.usage, state.requests, state.tool_calls, policy.cost(state.usage))
     except UsageLimitExceeded as exc:
         raise _Fail(Stage.USAGE, exc) from None
 
@@ -205,16 +240,14 @@ def _check_usage(agent: Agent[Any, Any], state: RunState) -> None:
 # --------------------------------------------------------------------------- model turn
 
 
-async def _model_turn(
-    agent: Agent[Any, Any], state: RunState, turn: int, stream: bool
-) -> ModelResponse:
+async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) -> ModelResponse:
     request = ModelRequest(
         messages=list(state.messages),
-        tools=await _turn_specs(agent, state),
-        output_schema=agent._output_schema,
-        tool_choice=agent.tool_choice,
+        tools=await _turn_specs(policy, state),
+        output_schema=policy.output_schema,
+        tool_choice=policy.tool_choice,
     )
-    attempts = 1 if stream else agent.max_attempts
+    attempts = 1 if stream else policy.max_attempts
     attempt = 0
     response: ModelResponse | None = None
     while response is None:
@@ -223,14 +256,14 @@ async def _model_turn(
         state.requests += 1
         try:
             if stream:
-                response = await _stream_once(agent, state, request)
+                response = await _stream_once(policy, state, request)
             else:
-                response = await agent.model.generate(request)
+                response = await policy.model.generate(request)
         except Exception as exc:
             state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
             retryable = isinstance(exc, ProviderError) and exc.retryable
             if retryable and attempt < attempts:
-                await asyncio.sleep(agent._backoff(attempt, exc))
+                await asyncio.sleep(policy.backoff(attempt, exc))
                 continue
             if attempt > 1:
                 wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
@@ -245,51 +278,40 @@ async def _model_turn(
         or message.conversation_id != state.conversation_id
         or message.role != "assistant"
     ):
-        message = Message(
-            "assistant",
-            message.content,
-            message.parts,
-            message.tool_calls,
-            message.tool_call_id,
-            message.tool_name,
-            message.failed,
-            message.thinking,
-            state.run_id,
-            state.conversation_id,
+        message = replace(
+            message, role="assistant", run_id=state.run_id, conversation_id=state.conversation_id
         )
         response = ModelResponse(
             message, response.usage, response.finish_reason, response.model_name
         )
     state.messages.append(message)
     state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
-    _check_usage(agent, state)
+    _check_usage(policy, state)
     return response
 
 
-async def _turn_specs(agent: Agent[Any, Any], state: RunState) -> list[ToolSpec]:
+async def _turn_specs(policy: Policy, state: RunState) -> list[ToolSpec]:
     """The tools offered on this turn: the agent's, plus its toolsets' as listed now."""
-    if not agent.toolsets:
-        return agent._tool_specs()
+    if not policy.toolsets:
+        return policy.specs
     try:
-        state.tools = await resolve_tools(agent.tools, agent.toolsets)
+        state.tools = await resolve_tools(policy.own_tools or {}, policy.toolsets)
     except Exception as exc:
         raise _Fail(Stage.TOOL, exc) from None
     return [ToolSpec(t.name, t.description, t.schema) for t in state.tools.values()]
 
 
-async def _stream_once(
-    agent: Agent[Any, Any], state: RunState, request: ModelRequest
-) -> ModelResponse:
+async def _stream_once(policy: Policy, state: RunState, request: ModelRequest) -> ModelResponse:
     final: ModelResponse | None = None
     sink = state.sink
-    async for item in agent.model.generate_stream(request):  # type: ignore[attr-defined]
+    async for item in policy.model.generate_stream(request):  # type: ignore[attr-defined]
         if isinstance(item, ModelResponse):
             final = item
         elif sink is not None:
             sink(item)
     if final is None:
         raise RuntimeError(
-            f"model {type(agent.model).__name__} ended its stream without a final response"
+            f"model {type(policy.model).__name__} ended its stream without a final response"
         )
     return final
 
@@ -304,16 +326,16 @@ class _Outcome:
     error: BaseException | None = None
 
 
-async def _execute(agent: Agent[Any, Any], state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
+async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
     if state.tracer is not None:  # the call's span is current while the tool runs
         with state.tracer.tool_scope(call.id):
-            return await _run_tool(agent, state, tool, call)
-    return await _run_tool(agent, state, tool, call)
+            return await _run_tool(policy, state, tool, call)
+    return await _run_tool(policy, state, tool, call)
 
 
-async def _run_tool(agent: Agent[Any, Any], state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
+async def _run_tool(policy: Policy, state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
     ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
-    timeout = tool.timeout if tool.timeout is not None else agent.tool_timeout
+    timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
     try:
         result = await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
@@ -344,8 +366,14 @@ def _classify(exc: Exception) -> _Outcome:
 
 def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
     if out.kind == "deferred":
+        assert isinstance(out.error, Deferred)
         state.emit(
-            EventKind.DEFERRED, turn=turn, call_id=call.id, tool_name=call.name, args=call.args
+            EventKind.DEFERRED,
+            turn=turn,
+            call_id=call.id,
+            tool_name=call.name,
+            args=call.args,
+            reason=out.error.reason,
         )
     elif out.result is not None:
         state.emit(
@@ -362,10 +390,8 @@ def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> Non
         )
 
 
-def _groups(
-    agent: Agent[Any, Any], calls: Sequence[ToolCall], tools: Sequence[Tool]
-) -> list[list[int]]:
-    if not agent.parallel_tool_calls:
+def _groups(policy: Policy, calls: Sequence[ToolCall], tools: Sequence[Tool]) -> list[list[int]]:
+    if not policy.parallel_tool_calls:
         return [[i] for i in range(len(calls))]
     groups: list[list[int]] = []
     current: list[int] = []
@@ -383,11 +409,11 @@ def _groups(
 
 
 async def _tool_batch(
-    agent: Agent[Any, Any], state: RunState, turn: int, calls: Sequence[ToolCall]
+    policy: Policy, state: RunState, turn: int, calls: Sequence[ToolCall]
 ) -> deferred.DeferredRequests | None:
     """Execute one response's tool calls; return the pending requests if any deferred."""
     tools: list[Tool] = []
-    known = agent.tools if state.tools is None else state.tools
+    known = policy.tools if state.tools is None else state.tools
     for call in calls:
         tool = known.get(call.name)
         if tool is None:
@@ -397,7 +423,7 @@ async def _tool_batch(
         tools.append(tool)
     recorded: dict[int, Message] = {}
     deferrals: list[tuple[ToolCall, Deferred]] = []
-    for group in _groups(agent, calls, tools):
+    for group in _groups(policy, calls, tools):
         if len(group) == 1:
             i = group[0]
             state.emit(
@@ -407,7 +433,7 @@ async def _tool_batch(
                 tool_name=calls[i].name,
                 args=calls[i].args,
             )
-            outcomes = [await _execute(agent, state, tools[i], calls[i])]
+            outcomes = [await _execute(policy, state, tools[i], calls[i])]
             _end_event(state, turn, calls[i], outcomes[0])
         else:
             for i in group:
@@ -419,7 +445,7 @@ async def _tool_batch(
                     args=calls[i].args,
                 )
             outcomes = list(
-                await asyncio.gather(*(_execute(agent, state, tools[i], calls[i]) for i in group))
+                await asyncio.gather(*(_execute(policy, state, tools[i], calls[i]) for i in group))
             )
             for i, out in zip(group, outcomes, strict=True):
                 _end_event(state, turn, calls[i], out)
@@ -430,22 +456,14 @@ async def _tool_batch(
                 assert out.result is not None
                 recorded[i] = state.tool_message(call, out.result.text, parts=out.result.parts)
             elif out.kind == "deferred":
-                signal = out.error
-                assert isinstance(signal, Deferred)
-                if signal.kind not in _KINDS:
-                    raise _Fail(
-                        Stage.TOOL,
-                        _tool_error(
-                            call, f"tool deferred without a kind (got {signal.kind!r})", signal
-                        ),
-                    )
-                deferrals.append((call, signal))
+                assert isinstance(out.error, Deferred)
+                deferrals.append((call, out.error))
             elif out.kind == "failed":
                 assert isinstance(out.error, Failed)
                 recorded[i] = state.tool_message(call, out.error.reason, failed=True)
             elif out.kind == "retry":
                 assert isinstance(out.error, ModelRetry)
-                budget = tool.max_retries if tool.max_retries is not None else agent.tool_retries
+                budget = tool.max_retries if tool.max_retries is not None else policy.tool_retries
                 used = state.feedback.get(call.name, 0)
                 if isinstance(out.error, InvalidArguments):
                     # arguments that fail validation never ran the tool: always correctable
@@ -488,7 +506,7 @@ async def _tool_batch(
                 )
     state.messages.extend(recorded[i] for i in sorted(recorded))
     if deferrals:
-        return deferred.requests_from(deferrals)
+        return deferred.pause(state, policy.seal_keys, deferrals)
     return None
 
 

@@ -15,6 +15,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, overload
 
@@ -23,7 +24,7 @@ from typing_extensions import TypeVar
 
 from golem import deferred
 from golem._ids import new_id
-from golem._loop import RunState, run_loop
+from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
     AgentTool,
     agent_tool,
@@ -34,14 +35,15 @@ from golem.agent_tool import (
     surface,
 )
 from golem.agent_tool import resume as resume_nested
-from golem.deferred import DeferredResults
+from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import normalize_history, validate_history
-from golem.messages import Message, Part, ToolCall, loads_history
+from golem.messages import Message, Part, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
-from golem.tool import ModelRetry, RunContext, Tool
+from golem.seal import SealKey, SealKeys, as_seal_keys
+from golem.tool import ModelRetry, RunContext, Tool, _ClearedApproval
 from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
 
@@ -58,6 +60,7 @@ T = TypeVar("T")
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
+Resolutions = DeferredResults | Mapping[str, Any]
 
 
 def default_backoff(attempt: int) -> float:
@@ -94,12 +97,17 @@ class Agent(Generic[DepsT, OutputT]):
             "required", "none" or a tool name (checked against the tools at each request).
         toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
             each run and listed before every model turn (see `golem.toolset`).
+        seal_key: Seal every pending call when a run pauses, and resume only calls
+            whose seal verifies (bytes of at least 32, or `SealKeys` for rotation; see
+            `golem.seal`). Keep it secret and the same across the processes that pause
+            and resume.
         tracer_provider: An OpenTelemetry `TracerProvider` for this agent's run, model
             and tool spans (see `golem.otel`; needs the `[otel]` extra).
 
     Raises:
         ValueError: duplicate tool names, negative limits, retries or timeouts,
-            `max_iterations` < 1, `max_attempts` < 1, or a cost limit without `price`.
+            `max_iterations` < 1, `max_attempts` < 1, a cost limit without `price`,
+            or a seal key shorter than 32 bytes.
     """
 
     def __init__(
@@ -123,6 +131,7 @@ class Agent(Generic[DepsT, OutputT]):
         name: str = "",
         tool_choice: ToolChoice = "auto",
         toolsets: Iterable[Toolset] = (),
+        seal_key: SealKey | None = None,
         tracer_provider: Any = None,
     ) -> None:
         if isinstance(model, str):
@@ -156,12 +165,14 @@ class Agent(Generic[DepsT, OutputT]):
         self.event_handler = event_handler
         self.retry_backoff = retry_backoff or default_backoff
         self.name = name
+        self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
+        """Seals pending calls when a run pauses; verifies them on resume (None: no seals)."""
         self.tool_choice = check_tool_choice(tool_choice)
         """Sent on every model request: "auto", "required", "none" or a tool name."""
-        self.tools: dict[str, Tool] = {}
         if tracer_provider is not None:
             import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
         self.tracer_provider = tracer_provider
+        self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
             self.add_toolset(toolset)
@@ -198,6 +209,7 @@ class Agent(Generic[DepsT, OutputT]):
         max_retries: int | None = None,
         timeout: float | None = None,
         sequential: bool = False,
+        idempotent: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -209,11 +221,14 @@ class Agent(Generic[DepsT, OutputT]):
         max_retries: int | None = None,
         timeout: float | None = None,
         sequential: bool = False,
+        idempotent: bool = False,
     ) -> F | Callable[[F], F]:
         """Register a function as a tool (usable bare, `@agent.tool`, or with options).
 
         The function may be sync or async; its first parameter may be
-        `ctx: RunContext[Deps]`. Returns the function unchanged.
+        `ctx: RunContext[Deps]`. Returns the function unchanged. The options are those
+        of `Tool` (`idempotent=True`: the tool acts at most once per
+        `ctx.idempotency_key`).
         """
 
         def register(f: F) -> F:
@@ -225,6 +240,7 @@ class Agent(Generic[DepsT, OutputT]):
                     max_retries=max_retries,
                     timeout=timeout,
                     sequential=sequential,
+                    idempotent=idempotent,
                 )
             )
             return f
@@ -274,6 +290,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def _run_traced(
         self,
+        policy: Policy,
         state: RunState,
         *,
         stream: bool = False,
@@ -283,16 +300,16 @@ class Agent(Generic[DepsT, OutputT]):
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
         tracer = self._run_tracer(state, trace_context)
-        nested = has_agent_tools(self.tools)
+        nested = has_agent_tools(policy.tools)
         if tracer is None and not nested:
             if before is not None:
                 await before()
-            return await run_loop(self, state, stream=stream)
+            return await run_loop(policy, state, stream=stream)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
                 if before is not None:
                     await before()
-                result = await run_loop(self, state, stream=stream)
+                result = await run_loop(policy, state, stream=stream)
             if scope is not None:
                 result = surface(result, scope)
         except BaseException as exc:
@@ -328,10 +345,34 @@ class Agent(Generic[DepsT, OutputT]):
         """
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
-    def _tool_specs(self) -> list[ToolSpec]:
-        if self._specs is None:
-            self._specs = [ToolSpec(t.name, t.description, t.schema) for t in self.tools.values()]
-        return self._specs
+    def _policy(self, tools: Mapping[str, Tool]) -> Policy:
+        """What one run follows: the agent's configuration as it is when the run starts,
+        with `tools` (the agent's, plus its entered toolsets')."""
+        specs = self._specs
+        if specs is None:
+            specs = self._specs = [
+                ToolSpec(t.name, t.description, t.schema) for t in self.tools.values()
+            ]
+        return Policy(
+            model=self.model,
+            tools=tools,
+            specs=specs,
+            output_schema=self._output_schema,
+            decode=self._decode,
+            cost=self._cost,
+            backoff=self._backoff,
+            max_iterations=self.max_iterations,
+            max_attempts=self.max_attempts,
+            output_retries=self.output_retries,
+            tool_retries=self.tool_retries,
+            tool_timeout=self.tool_timeout,
+            parallel_tool_calls=self.parallel_tool_calls,
+            usage_limits=self.usage_limits,
+            seal_keys=self.seal_keys,
+            tool_choice=self.tool_choice,
+            own_tools=self.tools if self.toolsets else None,
+            toolsets=tuple(self.toolsets),
+        )
 
     # ----------------------------------------------------------------- policy helpers
 
@@ -372,6 +413,21 @@ class Agent(Generic[DepsT, OutputT]):
 
     # ----------------------------------------------------------------- runs
 
+    def _state(
+        self,
+        deps: Any,
+        run_id: str | None,
+        conversation_id: str,
+        on_event: EventHandler | None,
+    ) -> RunState:
+        return RunState(
+            messages=[],
+            deps=deps,
+            run_id=run_id or new_id(),
+            conversation_id=conversation_id,
+            observers=self._observers(on_event),
+        )
+
     async def _prepare(
         self,
         prompt: Prompt,
@@ -384,13 +440,8 @@ class Agent(Generic[DepsT, OutputT]):
         supplied = _as_history(hist)
         validate_history(supplied)
         user = _prompt_message(prompt)
-        state = RunState(
-            messages=[],
-            deps=deps,
-            run_id=run_id or new_id(),
-            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
-            observers=self._observers(on_event),
-        )
+        conversation = conversation_id or _conversation_of(supplied) or new_id()
+        state = self._state(deps, run_id, conversation, on_event)
         await self._open(state, [m for m in supplied if m.role != "system"])
         if user is not None and (user.content or user.parts or not supplied):
             state.messages.append(_stamp(user, state))
@@ -418,14 +469,20 @@ class Agent(Generic[DepsT, OutputT]):
 
         Returns a `Result`; when a tool call deferred, `result.pending` is set and
         `result.output` is None. An empty prompt with a history adds no user message.
+        A paused history's pending calls are closed as interrupted (history repair):
+        resume it with `run_with_deferred_results` instead. A run started inside an
+        approved tool call does not inherit `call_approved()`.
 
         Raises:
             RunError: the run failed; `.stage` says where, `__cause__` why.
             ValueError: the history or prompt is malformed.
         """
-        async with self._toolsets_entered():
-            state = await self._prepare(prompt, deps, history, run_id, conversation_id, on_event)
-            return await self._run_traced(state)
+        with _ClearedApproval():
+            async with self._toolsets_entered() as tools:
+                state = await self._prepare(
+                    prompt, deps, history, run_id, conversation_id, on_event
+                )
+                return await self._run_traced(self._policy(tools), state)
 
     def run_sync(
         self,
@@ -463,182 +520,222 @@ class Agent(Generic[DepsT, OutputT]):
         """Stream a run: `async with agent.run_stream(p) as stream: async for item in stream`.
 
         Items are `Delta`s and `RunEvent`s in arrival order; afterwards `stream.result`
-        holds the `Result` that `run` would have returned.
+        holds the `Result` that `run` would have returned. Like `run`, a paused history
+        given here has its pending calls closed as interrupted (nothing re-runs, the
+        model is told no result was produced); stream a resume with
+        `run_stream_with_deferred_results`.
 
         Raises:
             TypeError: the model does not support streaming (raised here, up front).
         """
-        if not callable(getattr(self.model, "generate_stream", None)):
-            raise TypeError(f"golem: model {type(self.model).__name__} does not support streaming")
+        self._check_streaming()
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            async with self._toolsets_entered():
-                state = await self._prepare(
-                    prompt, deps, history, run_id, conversation_id, on_event
-                )
-                state.sink = sink
-                return await self._run_traced(state, stream=True)
+            with _ClearedApproval():
+                async with self._toolsets_entered() as tools:
+                    state = await self._prepare(
+                        prompt, deps, history, run_id, conversation_id, on_event
+                    )
+                    state.sink = sink
+                    return await self._run_traced(self._policy(tools), state, stream=True)
 
         return RunStream(start)
 
-    async def run_with_deferred_results(
+    def _check_streaming(self) -> None:
+        if not callable(getattr(self.model, "generate_stream", None)):
+            raise TypeError(f"golem: model {type(self.model).__name__} does not support streaming")
+
+    def _check_resume(
         self,
         history: History,
-        results: DeferredResults,
-        prompt: Prompt = "",
-        *,
-        deps: DepsT | None = None,
-        run_id: str | None = None,
-        conversation_id: str | None = None,
-        on_event: EventHandler | None = None,
+        results: Resolutions,
+        conversation_id: str | None,
+        expected: DeferredRequests | None,
+        policy: Policy,
+    ) -> deferred.ResumePlan:
+        supplied = _as_history(history)
+        validate_history(supplied)
+        return deferred.check_resume(
+            supplied,
+            deferred.as_results(results),
+            policy.tools,
+            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
+            keys=policy.seal_keys,
+            expected=expected,
+        )
+
+    async def _resume(
+        self,
+        plan: deferred.ResumePlan,
+        policy: Policy,
+        prompt: Prompt,
+        deps: Any,
+        run_id: str | None,
+        on_event: EventHandler | None,
+        before_approved: BeforeApproved | None,
+        sink: Callable[[Delta | RunEvent], None] | None = None,
         trace_context: str = "",
     ) -> Result[OutputT]:
-        """Resume a paused run from its history with a resolution for every pending call.
+        user = _prompt_message(prompt)
+        state = self._state(deps, run_id, plan.conversation_id, on_event)
+        state.sink = sink
 
-        Approved calls re-execute (with `call_approved()` true, the original
-        arguments, `deps` and the configured timeout); denied calls get a denial
-        message; external results are used verbatim. Resolutions join the history in
-        the model's emission order, the optional prompt follows, and the run goes on
-        through the ordinary loop — it may pause again. `trace_context` is the paused
-        run's `Result.trace_context`: when tracing is on, the resumed run's span links to it.
+        async def resolve() -> None:
+            merged = await deferred.resume(plan, policy, state, before_approved)
+            await self._open(state, [m for m in merged if m.role != "system"])
+            if user is not None and (user.content or user.parts):
+                state.messages.append(_stamp(user, state))
 
-        Raises:
-            ResumeError: before anything runs, when the history has no pending calls,
-                a call has no ID, a resolution names an unknown call, a call is resolved
-                twice or not at all, or an approved call's tool is not registered.
-            RunError: an approved re-run failed (stage `tool`), raised `Canceled`
-                (stage `canceled`), or the resumed run failed later.
-        """
-        async with self._toolsets_entered() as tools:
-            if has_agent_tools(tools):
-                supplied = _as_history(history)
-                if paused_records(supplied):
-                    return await self._resume_nested(
-                        tools, supplied, results, prompt, deps, run_id, conversation_id, on_event
-                    )
-            return await self._resume(
-                tools,
-                history,
-                results,
-                prompt,
-                deps,
-                run_id,
-                conversation_id,
-                on_event,
-                trace_context,
-            )
+        return await self._run_traced(
+            policy, state, stream=sink is not None, trace_context=trace_context, before=resolve
+        )
 
     async def _resume_nested(
         self,
         tools: Mapping[str, Tool],
         history: list[Message],
-        results: DeferredResults,
+        results: Resolutions,
         prompt: Prompt,
         deps: Any,
         run_id: str | None,
         conversation_id: str | None,
         on_event: EventHandler | None,
+        before_approved: BeforeApproved | None,
+        sink: Callable[[Delta | RunEvent], None] | None,
+        trace_context: str,
     ) -> Result[OutputT]:
-        async def resume_parent(merged: list[Message], own: DeferredResults) -> Result[OutputT]:
+        """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
+        policy = self._policy(tools)
+
+        def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+            return self._check_resume(merged, own, conversation_id, None, policy)
+
+        async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
+            state = self._state(deps, run_id, plan.conversation_id, on_event)
+            merged = await deferred.resume(plan, policy, state, before_approved)
+            return merged, state.tool_calls
+
+        async def resume_parent(plan: deferred.ResumePlan) -> Result[OutputT]:
             return await self._resume(
-                tools, merged, own, prompt, deps, run_id, conversation_id, on_event, ""
+                plan, policy, prompt, deps, run_id, on_event, before_approved, sink, trace_context
             )
 
         async def continue_parent(merged: list[Message]) -> Result[OutputT]:
-            return await self.run(
-                prompt,
-                deps=deps,
-                history=merged,
-                run_id=run_id,
-                conversation_id=conversation_id,
-                on_event=on_event,
+            state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
+            state.sink = sink
+            return await self._run_traced(
+                policy, state, stream=sink is not None, trace_context=trace_context
             )
 
         return await resume_nested(
-            self,
             history,
-            results,
+            deferred.as_results(results),
             tools,
             deps=deps,
+            check_parent=check_parent,
+            apply_parent=apply_parent,
             resume_parent=resume_parent,
             continue_parent=continue_parent,
         )
 
-    async def _resume(
-        self,
-        tools: Mapping[str, Tool],
-        history: History,
-        results: DeferredResults,
-        prompt: Prompt,
-        deps: Any,
-        run_id: str | None,
-        conversation_id: str | None,
-        on_event: EventHandler | None,
-        trace_context: str,
-    ) -> Result[OutputT]:
-        supplied = _as_history(history)
-        validate_history(supplied)
-        user = _prompt_message(prompt)
-        pending = deferred.pending_calls(supplied)
-        deferred.check_results(pending, results, tools)
-        state = RunState(
-            messages=[],
-            deps=deps,
-            run_id=run_id or new_id(),
-            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
-            observers=self._observers(on_event),
-        )
-        return await self._run_traced(
-            state,
-            trace_context=trace_context,
-            before=lambda: self._resolve(state, tools, pending, results, supplied, user),
-        )
-
-    async def _resolve(
-        self,
-        state: RunState,
-        tools: Mapping[str, Tool],
-        pending: list[ToolCall],
-        results: DeferredResults,
-        supplied: list[Message],
-        user: Message | None,
-    ) -> None:
-        deps = state.deps
-        resolutions: dict[str, Message] = {}
-        for call in pending:
-            approval = results.approvals.get(call.id)
-            if approval is None:
-                resolutions[call.id] = state.tool_message(call, results.external[call.id])
-            elif not approval.approved:
-                resolutions[call.id] = state.tool_message(
-                    call, deferred.denial_text(approval.reason)
-                )
-            else:
-                tool = tools[call.name]
-                ctx = RunContext(deps, state.run_id, state.conversation_id, call.id, call.name)
-                timeout = tool.timeout if tool.timeout is not None else self.tool_timeout
-                state.tool_calls += 1
-                if state.tracer is None:
-                    done = await deferred.rerun_approved(tool, call, ctx, timeout)
-                else:
-                    with state.tracer.rerun_scope(call):
-                        done = await deferred.rerun_approved(tool, call, ctx, timeout)
-                resolutions[call.id] = state.tool_message(call, done.text, parts=done.parts)
-        merged = deferred.merge(supplied, resolutions)
-        await self._open(state, [m for m in merged if m.role != "system"])
-        if user is not None and (user.content or user.parts):
-            state.messages.append(_stamp(user, state))
-
-    def run_with_deferred_results_sync(
+    async def run_with_deferred_results(
         self,
         history: History,
-        results: DeferredResults,
+        results: Resolutions,
         prompt: Prompt = "",
         *,
         deps: DepsT | None = None,
         run_id: str | None = None,
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
+    ) -> Result[OutputT]:
+        """Resume a paused run from its history with a resolution for every pending call.
+
+        Approved calls re-execute (with `call_approved()` true, the original or the
+        approver's edited arguments, `deps` and the configured timeout; `tool_start` /
+        `tool_end` events carry `approved=True`); denied calls get a denial message;
+        external results are used verbatim. Resolutions join the history in the
+        model's emission order, the optional prompt follows, and the run goes on
+        through the ordinary loop — it may pause again.
+
+        Args:
+            history: The paused run's `result.messages`, or their JSON.
+            results: A `DeferredResults`, or a dict `{"approvals": {call_id: Approval |
+                bool}, "external": {call_id: text}}` (either key optional).
+            prompt: An optional user message after the resolutions.
+            deps: The dependencies the re-runs and the resumed run see.
+            run_id: The resumed run's ID (`ctx.run_id` in re-runs); new when omitted.
+            conversation_id: The conversation (default: the history's).
+            on_event: This run's observer.
+            expected: The paused run's `Result.pending`, when the caller kept it: the
+                pending calls must be exactly these, with the same names and
+                arguments, each resolved by its kind.
+            before_approved: Awaited with each approved call right before it
+                re-executes; an exception it raises propagates unchanged and nothing
+                more runs (a store proving it still holds its lease).
+            trace_context: The paused run's `Result.trace_context`: when tracing is on
+                (`golem.otel`), the resumed run's span links to the paused run's span.
+
+        A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
+        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
+
+        Raises:
+            ResumeError: before anything runs, when the history has no pending calls, a
+                call has no ID or shares one, a seal does not verify (`SealError`, with
+                `seal_key`), a pending call contradicts `expected`, a resolution names
+                an unknown call or has the wrong kind, a call is resolved twice or not
+                at all, an approved call's tool is not registered, or edited arguments
+                fail the tool's schema.
+            TypeError: `results` is neither `DeferredResults` nor such a dict.
+            RunError: an approved re-run failed (stage `tool`), raised `Canceled`
+                (stage `canceled`), or the resumed run failed later.
+        """
+        with _ClearedApproval():
+            async with self._toolsets_entered() as tools:
+                if has_agent_tools(tools):
+                    supplied = _as_history(history)
+                    if paused_records(supplied):
+                        return await self._resume_nested(
+                            tools,
+                            supplied,
+                            results,
+                            prompt,
+                            deps,
+                            run_id,
+                            conversation_id,
+                            on_event,
+                            before_approved,
+                            None,
+                            trace_context,
+                        )
+                policy = self._policy(tools)
+                plan = self._check_resume(history, results, conversation_id, expected, policy)
+                return await self._resume(
+                    plan,
+                    policy,
+                    prompt,
+                    deps,
+                    run_id,
+                    on_event,
+                    before_approved,
+                    trace_context=trace_context,
+                )
+
+    def run_with_deferred_results_sync(
+        self,
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: DepsT | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
         trace_context: str = "",
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
@@ -652,9 +749,80 @@ class Agent(Generic[DepsT, OutputT]):
                 run_id=run_id,
                 conversation_id=conversation_id,
                 on_event=on_event,
+                expected=expected,
+                before_approved=before_approved,
                 trace_context=trace_context,
             ),
         )
+
+    def run_stream_with_deferred_results(
+        self,
+        history: History,
+        results: Resolutions,
+        prompt: Prompt = "",
+        *,
+        deps: DepsT | None = None,
+        run_id: str | None = None,
+        conversation_id: str | None = None,
+        on_event: EventHandler | None = None,
+        expected: DeferredRequests | None = None,
+        before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
+    ) -> RunStream[OutputT]:
+        """Stream a resume: `run_with_deferred_results` as a `RunStream`.
+
+        The resume is validated here, before the stream starts (the same checks, the
+        same `ResumeError`s; with toolsets, once they are entered, from the iteration). Iterating yields the approved re-runs' `tool_start` /
+        `tool_end` events, then the resumed run's deltas and events, in order;
+        `stream.result` is the `Result` the non-streaming resume would return.
+
+        Raises:
+            TypeError: the model does not support streaming, or `results` has the
+                wrong type (raised here, up front).
+            ResumeError: the resume is invalid (raised here, before anything runs).
+        """
+        self._check_streaming()
+        plan: deferred.ResumePlan | None = None
+        nested = has_agent_tools(self.tools) and paused_records(_as_history(history))
+        if not self.toolsets and not nested:  # toolsets' tools are known once entered
+            plan = self._check_resume(
+                history, results, conversation_id, expected, self._policy(self.tools)
+            )
+
+        async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
+            with _ClearedApproval():
+                async with self._toolsets_entered() as tools:
+                    if nested:
+                        return await self._resume_nested(
+                            tools,
+                            _as_history(history),
+                            results,
+                            prompt,
+                            deps,
+                            run_id,
+                            conversation_id,
+                            on_event,
+                            before_approved,
+                            sink,
+                            trace_context,
+                        )
+                    policy = self._policy(tools)
+                    checked = plan or self._check_resume(
+                        history, results, conversation_id, expected, policy
+                    )
+                    return await self._resume(
+                        checked,
+                        policy,
+                        prompt,
+                        deps,
+                        run_id,
+                        on_event,
+                        before_approved,
+                        sink,
+                        trace_context,
+                    )
+
+        return RunStream(start)
 
 
 class RunStream(Generic[OutputT]):
@@ -788,13 +956,7 @@ def _prompt_message(prompt: Prompt) -> Message | None:
 
 
 def _stamp(m: Message, state: RunState) -> Message:
-    return Message(
-        role=m.role,
-        content=m.content,
-        parts=m.parts,
-        run_id=state.run_id,
-        conversation_id=state.conversation_id,
-    )
+    return replace(m, run_id=state.run_id, conversation_id=state.conversation_id)
 
 
 def _unfence(text: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import ResumeError
 from golem.messages import Message, dumps_history, loads_history
-from golem.tool import DeferKind, Deferred, RunContext, Tool, ToolResult
+from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
 if TYPE_CHECKING:
     from golem._loop import RunState
@@ -120,8 +120,6 @@ class AgentTool(Tool):
     async def _call(self, ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
         prompt = args.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            from golem.tool import ModelRetry
-
             raise ModelRetry("prompt must be a non-empty string")
         scope = _SCOPE.get()
         result = await self.agent.run(prompt, deps=self._deps(ctx.deps))
@@ -267,44 +265,31 @@ def paused_records(history: Sequence[Message]) -> bool:
 
 
 async def resume(
-    agent: Agent[Any, Any],
     history: list[Message],
     results: DeferredResults,
     tools: Mapping[str, Tool],
     *,
     deps: Any,
-    resume_parent: Callable[[list[Message], DeferredResults], Any],
-    continue_parent: Callable[[list[Message]], Any],
+    check_parent: Callable[[list[Message], DeferredResults], Any],
+    apply_parent: Callable[[Any], Awaitable[tuple[list[Message], int]]],
+    resume_parent: Callable[[Any], Awaitable[Result[Any]]],
+    continue_parent: Callable[[list[Message]], Awaitable[Result[Any]]],
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
 
-    `resume_parent(history, results)` resumes the parent's own pending calls and
-    `continue_parent(history)` continues a parent with none; both return its `Result`.
+    The parent's own pending calls go through the agent's callbacks: `check_parent`
+    validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
+    resolves them without continuing (when a sub-agent pauses again),
+    `resume_parent(plan)` resolves them and continues, and `continue_parent(history)`
+    continues a parent with none left.
 
     Raises:
         ResumeError: before anything runs, when a namespaced ID names no pending call of
             a paused sub-agent, a sub-agent's pending call has no resolution, a record
-            cannot be read, or its tool is not an agent tool of this agent.
+            cannot be read, its tool is not an agent tool of this agent, or the
+            parent's own resolutions are invalid.
     """
-    records: dict[str, _Paused] = {}
-    for i, m in enumerate(history):
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
-            continue
-        tool = tools.get(m.tool_name)
-        if not isinstance(tool, AgentTool):
-            raise ResumeError(
-                f'golem: tool call "{m.tool_call_id}" records a paused sub-agent, but '
-                f'"{m.tool_name}" is not an agent tool of this agent'
-            )
-        try:
-            state = json.loads(m.content.split("\n", 1)[1])
-            sub_history = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError) as exc:
-            raise ResumeError(
-                f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
-                f"unreadable: {exc}"
-            ) from exc
-        records[m.tool_call_id] = _Paused(i, m, tool, sub_history)
+    records = _records(history, tools)
     own = _split(records, results)
     for call_id, rec in records.items():
         sub_pending = _waiting_calls(rec.history)
@@ -318,9 +303,9 @@ async def resume(
         for sub_id in [*rec.approvals, *rec.external]:
             if sub_id not in known:
                 raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
-    own_pending = _pending_or_none(history)  # a record answers its call: not pending here
+    own_pending = bool(_pending_or_none(history))  # a record answers its call: not pending
     if own_pending:
-        deferred.check_results(own_pending, own, tools)
+        check_parent(history, own)
     elif own.approvals or own.external:
         unknown = next(iter([*own.approvals, *own.external]))
         raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
@@ -343,15 +328,39 @@ async def resume(
         else:
             merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
     if repaused:
-        return await _still_paused(
-            agent, merged, own_pending, own, tools, deps, repaused, usage_from
-        )
+        tool_calls = 0
+        if own_pending:
+            merged, tool_calls = await apply_parent(check_parent(merged, own))
+        return _with_usage(_paused_result(merged, repaused, tool_calls), usage_from)
     merged = deferred.merge(merged, {})
     if own_pending:
-        result = await resume_parent(merged, own)
+        result = await resume_parent(check_parent(merged, own))
     else:
         result = await continue_parent(merged)
     return _with_usage(result, usage_from)
+
+
+def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, _Paused]:
+    records: dict[str, _Paused] = {}
+    for i, m in enumerate(history):
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        tool = tools.get(m.tool_name)
+        if not isinstance(tool, AgentTool):
+            raise ResumeError(
+                f'golem: tool call "{m.tool_call_id}" records a paused sub-agent, but '
+                f'"{m.tool_name}" is not an agent tool of this agent'
+            )
+        try:
+            state = json.loads(m.content.split("\n", 1)[1])
+            sub_history = loads_history(state["history"])
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            raise ResumeError(
+                f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
+                f"unreadable: {exc}"
+            ) from exc
+        records[m.tool_call_id] = _Paused(i, m, tool, sub_history)
+    return records
 
 
 def _split(records: Mapping[str, _Paused], results: DeferredResults) -> DeferredResults:
@@ -402,59 +411,29 @@ def _pending_or_none(history: Sequence[Message]) -> list[Any]:
         return []
 
 
-async def _still_paused(
-    agent: Agent[Any, Any],
-    merged: list[Message],
-    own_pending: Sequence[Any],
-    own: DeferredResults,
-    tools: Mapping[str, Tool],
-    deps: Any,
+def _paused_result(
+    messages: list[Message],
     repaused: Mapping[str, tuple[AgentTool, Result[Any]]],
-    usage_from: Sequence[Result[Any]],
+    tool_calls: int,
 ) -> Result[Any]:
-    """A sub-agent paused again: apply the parent's own resolutions, stay paused."""
+    """The parent, still paused on the sub-agents that paused again."""
     from golem.result import Result
 
-    last = merged[-1]
-    run_id, conv = last.run_id, last.conversation_id
-    resolutions: dict[str, Message] = {}
-    tool_calls = 0
-    for call in own_pending:
-        approval = own.approvals.get(call.id)
-        if approval is None:
-            text = own.external[call.id]
-        elif not approval.approved:
-            text = deferred.denial_text(approval.reason)
-        else:
-            tool = tools[call.name]
-            ctx = RunContext(deps, run_id, conv, call.id, call.name)
-            tool_calls += 1
-            timeout = tool.timeout if tool.timeout is not None else agent.tool_timeout
-            text = (await deferred.rerun_approved(tool, call, ctx, timeout)).text
-        resolutions[call.id] = Message(
-            role="tool",
-            content=text,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            run_id=run_id,
-            conversation_id=conv,
-        )
-    messages = deferred.merge(merged, resolutions)
+    last = messages[-1]
     approvals: list[PendingToolCall] = []
     external: list[PendingToolCall] = []
     for call_id, (tool, sub) in repaused.items():
         assert sub.pending is not None
         approvals.extend(_namespaced(call_id, tool.name, sub.pending.approvals))
         external.extend(_namespaced(call_id, tool.name, sub.pending.external))
-    paused: Result[Any] = Result(
+    return Result(
         output=None,
         messages=messages,
         tool_calls=tool_calls,
-        run_id=run_id,
-        conversation_id=conv,
+        run_id=last.run_id,
+        conversation_id=last.conversation_id,
         pending=DeferredRequests(approvals=approvals, external=external),
     )
-    return _with_usage(paused, usage_from)
 
 
 def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]:

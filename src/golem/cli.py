@@ -56,6 +56,7 @@ __all__ = [
     "deny",
     "main",
     "pending",
+    "resolve",
     "serve",
     "show",
     "worker",
@@ -177,7 +178,7 @@ def worker(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        w = Worker(store, registry, worker_id, lease)
+        w = Worker(store, registry, worker_id=worker_id, lease_seconds=lease)
         _console().print(f"golem: worker {w.worker_id} polling {_db(db)} (Ctrl-C stops)")
         await w.run_forever(poll, stop)
         _console().print(f"golem: worker {w.worker_id} stopped")
@@ -513,6 +514,63 @@ async def _demo_once(url: str, console: Console) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def resolve(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The interrupted run's ID.")],
+    retry: Annotated[
+        bool, typer.Option("--retry", help="Make the run ready for another resume attempt.")
+    ] = False,
+    cancel: Annotated[bool, typer.Option("--cancel", help="Close the run as failed.")] = False,
+    note: Annotated[str, typer.Option("--note", help="Why (kept in the audit log).")] = "",
+    confirm: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--confirm",
+            metavar="CALL",
+            help="With --retry: an approved call that may run again although its tool is "
+            "not declared idempotent (repeat for several).",
+        ),
+    ] = None,
+    identity: Annotated[
+        str | None, typer.Option("--as", help="Operator identity (default cli:<user>).")
+    ] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+) -> None:
+    """Resolve an interrupted run: retry it (idempotent or confirmed calls only) or cancel it."""
+    if retry == cancel:
+        raise _err("give exactly one of --retry or --cancel", 2)
+    if not note.strip():
+        raise _err("--note is required: say why, for the audit log", 2)
+    if cancel and confirm:
+        raise _err("--confirm applies to --retry only", 2)
+    who = _identity(identity)
+
+    async def go(store: Any) -> Any:
+        if cancel:
+            return await store.cancel_interrupted(run_id, resolved_by=who, note=note)
+        return await store.retry_interrupted(
+            run_id, resolved_by=who, note=note, confirm_calls=confirm or ()
+        )
+
+    from golem.store import DecisionKind
+
+    run = _with_store(_db(db), go)  # store errors (not interrupted, unknown call) exit 1
+    out = _console()
+    if cancel:
+        out.print(f"run {run_id} cancelled (failed) by {who}")
+        return
+    out.print(f"run {run_id} is ready for attempt {run.attempt} (by {who}); a worker resumes it")
+    for call in run.calls:
+        if call.decision is None or call.decision.kind is not DecisionKind.APPROVE:
+            continue
+        if call.rerun_confirmed_by:
+            out.print(f"  {call.call_id} ({call.tool_name}): runs again, confirmed")
+        else:
+            out.print(
+                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is "
+                "idempotent; otherwise it is denied (confirm it with --confirm)"
+            )
+
+
 def build_app() -> typer.Typer:
     """The Typer application with every command registered."""
     app = typer.Typer(
@@ -522,7 +580,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for fn in (serve, worker, pending, approve, deny, answer, show, demo):
+    for fn in (serve, worker, pending, approve, deny, answer, show, resolve, demo):
         app.command(fn.__name__)(fn)
     return app
 

@@ -1,32 +1,57 @@
-"""Pausing and resuming: pending calls, resolutions, resume validation and merge order.
+"""Pausing and resuming: pending calls, resolutions, resume checks, re-runs and merge order.
 
-The run loop calls into this module at exactly two points: `requests_from` after a
-tool batch in which calls deferred (the run pauses), and `prepare_resume` before a
-resumed run's first model call (validate the resolutions, re-run approved calls,
-merge the resolutions into the history).
+The run loop calls into this module at two points: `pause` after a tool batch in which
+calls deferred (the pending calls are sealed when the agent has a seal key, and grouped
+into `DeferredRequests`), and `resume` before a resumed run's first model call
+(approved calls re-run, then every resolution is merged into the history). Before
+either of them, `check_resume` validates a resume completely — pending calls, seals,
+kinds, resolutions, edited arguments — and raises `ResumeError` before anything runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from golem.errors import ResumeError, RunError, Stage, ToolError, ToolTimeout
+from golem.events import EventKind
 from golem.messages import Message, ToolCall
-from golem.tool import Canceled, Deferred, RunContext, Tool, ToolResult, approved_call, find_signal
+from golem.seal import SealKeys, _replace_calls, seal_call, verify_call
+from golem.tool import (
+    Canceled,
+    DeferKind,
+    Deferred,
+    InvalidArguments,
+    RunContext,
+    Tool,
+    ToolResult,
+    approved_call,
+    find_signal,
+)
+
+if TYPE_CHECKING:
+    from golem._loop import Policy, RunState
 
 __all__ = [
     "Approval",
+    "BeforeApproved",
     "DeferredRequests",
     "DeferredResults",
     "PendingToolCall",
+    "ResumePlan",
+    "as_results",
     "check_results",
+    "check_resume",
     "denial_text",
+    "edited_text",
     "merge",
+    "pause",
     "pending_calls",
     "requests_from",
     "rerun_approved",
+    "resume",
 ]
 
 
@@ -40,6 +65,11 @@ class PendingToolCall:
     """The raw argument JSON, byte-exact as the model produced it."""
     reason: str = ""
     """The reason the tool gave when it deferred (an approval prompt, a job key...)."""
+    kind: DeferKind = DeferKind.APPROVAL
+    """How the call is resolved: an approval decision or an external result."""
+    seal: str = ""
+    """The call's seal when the agent has a `seal_key` (the same text as on the history's
+    `ToolCall.seal`), else empty."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +92,108 @@ class DeferredRequests:
 
 @dataclass(frozen=True, slots=True)
 class Approval:
-    """The decision on one approval request."""
+    """The decision on one approval request.
+
+    Args:
+        approved: Run the call (True) or deny it (False).
+        reason: Why it was denied; shown to the model (unused on approval).
+        args: Approve with edited arguments (a dict, or JSON object text): the re-run
+            uses them instead of the model's, after they pass the tool's schema; the
+            history shows the edited call and the model is told what changed.
+
+    Raises:
+        ValueError: `args` on a denial.
+        TypeError: `args` is neither a dict nor a string.
+    """
 
     approved: bool
     reason: str = ""
-    """Why it was denied; shown to the model (unused on approval)."""
+    args: dict[str, Any] | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.args is None:
+            return
+        if not isinstance(self.args, dict | str):
+            raise TypeError(
+                f"Approval args must be a dict or JSON object text, got {type(self.args).__name__}"
+            )
+        if not self.approved:
+            raise ValueError("Approval args edit an approved call; a denial takes no args")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class DeferredResults:
-    """Resolutions for the pending calls of a paused run, keyed by call ID."""
+    """Resolutions for the pending calls of a paused run, keyed by call ID.
 
-    approvals: Mapping[str, Approval] = field(default_factory=dict)
-    external: Mapping[str, str] = field(default_factory=dict)
+    Args:
+        approvals: An `Approval` per approval-kind call; a bare `True` / `False` stands
+            for `Approval(True)` / `Approval(False)`.
+        external: Result text per external-kind call, used verbatim as the tool result
+            (may be empty).
+
+    Raises:
+        TypeError: a call ID is not a string, an approval is neither an `Approval` nor a
+            bool, or an external result is not a string.
+    """
+
+    approvals: Mapping[str, Approval]
+    external: Mapping[str, str]
     """Result text per call, used verbatim as the tool result (may be empty)."""
+
+    def __init__(
+        self,
+        approvals: Mapping[str, Approval | bool] | None = None,
+        external: Mapping[str, str] | None = None,
+    ) -> None:
+        decided: dict[str, Approval] = {}
+        for call_id, value in (approvals or {}).items():
+            if not isinstance(call_id, str):
+                raise TypeError(f"approval keys are call IDs (str), got {call_id!r}")
+            if isinstance(value, Approval):
+                decided[call_id] = value
+            elif isinstance(value, bool):
+                decided[call_id] = Approval(value)
+            else:
+                raise TypeError(
+                    f'approval for "{call_id}" must be an Approval or a bool, '
+                    f"got {type(value).__name__}"
+                )
+        texts: dict[str, str] = {}
+        for call_id, text in (external or {}).items():
+            if not isinstance(call_id, str):
+                raise TypeError(f"external result keys are call IDs (str), got {call_id!r}")
+            if not isinstance(text, str):
+                raise TypeError(
+                    f'external result for "{call_id}" must be text (str), got '
+                    f"{type(text).__name__}; serialize it first, e.g. json.dumps(value)"
+                )
+            texts[call_id] = text
+        object.__setattr__(self, "approvals", decided)
+        object.__setattr__(self, "external", texts)
+
+
+def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
+    """`results` as `DeferredResults`; a plain dict `{"approvals": {...}, "external": {...}}`
+    (either key optional) is accepted.
+
+    Raises:
+        TypeError: anything else, or a dict with other keys.
+    """
+    if isinstance(results, DeferredResults):
+        return results
+    if isinstance(results, Mapping):
+        unknown = sorted(str(k) for k in results if k not in ("approvals", "external"))
+        if unknown:
+            raise TypeError(
+                f"a results dict has the keys 'approvals' and 'external', got {unknown}; "
+                'write {"approvals": {"call-1": True}, "external": {"call-2": "text"}} '
+                "or DeferredResults(approvals=..., external=...)"
+            )
+        return DeferredResults(results.get("approvals"), results.get("external"))
+    raise TypeError(
+        f"resolutions must be DeferredResults (or a dict with 'approvals' / 'external'), "
+        f"got {type(results).__name__}"
+    )
 
 
 def denial_text(reason: str) -> str:
@@ -85,23 +203,70 @@ def denial_text(reason: str) -> str:
     return "Your tool call was denied. Do not call it again; continue without its result."
 
 
-def requests_from(deferrals: Sequence[tuple[ToolCall, Deferred]]) -> DeferredRequests:
+_SHOWN = 200
+
+
+def _brief(text: str) -> str:
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+
+
+def edited_text(original: str, edited: str, result: str) -> str:
+    """The tool result the model receives for a call approved with edited arguments."""
+    note = (
+        "The approver changed the arguments of this call before approving it: "
+        f"you proposed {_brief(original)}, it ran with {_brief(edited)}."
+    )
+    return f"{note}\n{result}" if result else note
+
+
+def requests_from(
+    deferrals: Sequence[tuple[ToolCall, Deferred]], seals: Mapping[str, str] | None = None
+) -> DeferredRequests:
     """Group the calls that deferred in a batch (in emission order) by kind."""
     approvals: list[PendingToolCall] = []
     external: list[PendingToolCall] = []
     for call, signal in deferrals:
-        pending = PendingToolCall(call.id, call.name, call.args, signal.reason)
-        (approvals if signal.kind == "approval" else external).append(pending)
+        kind = DeferKind(signal.kind)
+        seal = seals.get(call.id, "") if seals else ""
+        pending = PendingToolCall(call.id, call.name, call.args, signal.reason, kind, seal)
+        (approvals if kind is DeferKind.APPROVAL else external).append(pending)
     return DeferredRequests(approvals=approvals, external=external)
+
+
+def pause(
+    state: RunState, keys: SealKeys | None, deferrals: Sequence[tuple[ToolCall, Deferred]]
+) -> DeferredRequests:
+    """The pending requests of a pausing batch; with `keys`, seal each pending call first.
+
+    The batch's assistant message (the last one with tool calls) is replaced in
+    `state.messages` by a copy whose pending calls carry their seals; no message is
+    mutated.
+    """
+    if keys is None:
+        return requests_from(deferrals)
+    seals = {call.id: seal_call(keys, state.conversation_id, call, s.kind) for call, s in deferrals}
+    messages = state.messages
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "assistant" and m.tool_calls:
+            calls = [
+                ToolCall(c.id, c.name, c.args, c.signature, seals[c.id]) if c.id in seals else c
+                for c in m.tool_calls
+            ]  # not `replace`: this runs on every sealed pause (ToolCall's fields are pinned)
+            messages[i] = replace(m, tool_calls=calls)
+            break
+    return requests_from(deferrals, seals)
 
 
 def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
     """Every tool call of the history that no tool message answers, in history order.
 
     Raises:
-        ResumeError: a tool call has no ID, or nothing is pending.
+        ResumeError: a tool call has no ID, two tool calls share an ID, or nothing is
+            pending.
     """
     answered = {m.tool_call_id for m in history if m.role == "tool"}
+    seen: set[str] = set()
     pending: list[ToolCall] = []
     for m in history:
         if m.role != "assistant":
@@ -111,6 +276,12 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
                 raise ResumeError(
                     f'golem: deferred tool call "{c.name}" has no call ID and cannot be resolved'
                 )
+            if c.id in seen:
+                raise ResumeError(
+                    f'golem: tool call ID "{c.id}" ({c.name}) appears more than once in the '
+                    "history; one resolution cannot stand for two calls (a tampered history?)"
+                )
+            seen.add(c.id)
             if c.id not in answered:
                 pending.append(c)
     if not pending:
@@ -148,6 +319,148 @@ def check_results(
             )
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    call: ToolCall
+    approval: Approval | None
+    external: str | None
+    args: str | None
+    """Edited arguments (JSON text) of an approved call, or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """A validated resume: what `resume` will do for each pending call, in history order."""
+
+    history: list[Message]
+    steps: list[_Step]
+    conversation_id: str
+
+
+def check_resume(
+    history: list[Message],
+    results: DeferredResults,
+    tools: Mapping[str, Tool],
+    *,
+    conversation_id: str,
+    keys: SealKeys | None = None,
+    expected: DeferredRequests | None = None,
+) -> ResumePlan:
+    """Validate a resume completely, before anything runs.
+
+    Checks, in order: the history has pending calls, each with an ID, and no call ID
+    twice; with `keys`, every pending call's seal verifies (for `conversation_id`);
+    with `expected` (the paused run's `Result.pending`), the pending calls are exactly
+    the expected ones, with the same tool names and arguments; every pending call is
+    resolved once, by a resolution of its kind (sealed or expected); approved calls
+    have a registered tool; edited arguments pass the tool's schema.
+
+    Raises:
+        ResumeError: the first problem found, naming the call (`SealError` for seals).
+        TypeError: `expected` is not a `DeferredRequests`.
+    """
+    if expected is not None and not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
+    pending = pending_calls(history)
+    kinds: dict[str, DeferKind] = {}
+    if keys is not None:
+        for c in pending:
+            kinds[c.id] = verify_call(keys, conversation_id, c)
+    if expected is not None:
+        _check_expected(pending, expected, kinds)
+    check_results(pending, results, tools)
+    steps: list[_Step] = []
+    for c in pending:
+        kind = kinds.get(c.id)
+        approval = results.approvals.get(c.id)
+        if approval is not None and kind is DeferKind.EXTERNAL:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) waits for an external result, '
+                "not an approval; resolve it in external={...}"
+            )
+        if approval is None and kind is DeferKind.APPROVAL:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) waits for an approval; an '
+                "external result cannot stand in for it: resolve it in approvals={...}"
+            )
+        args = None
+        if approval is not None and approval.args is not None:
+            args = _edited_args(c, approval.args, tools[c.name])
+        steps.append(_Step(c, approval, results.external.get(c.id), args))
+    return ResumePlan(history, steps, conversation_id)
+
+
+def _check_expected(
+    pending: Sequence[ToolCall], expected: DeferredRequests, kinds: dict[str, DeferKind]
+) -> None:
+    wanted = {p.call_id: p for p in expected.calls}
+    approval_ids = {p.call_id for p in expected.approvals}
+    for c in pending:
+        p = wanted.pop(c.id, None)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != c.name or p.args != c.args:
+            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {_brief(p.args)}, got {c.name} {_brief(c.args)})"
+            )
+        kind = DeferKind.APPROVAL if c.id in approval_ids else DeferKind.EXTERNAL
+        sealed = kinds.setdefault(c.id, kind)
+        if sealed is not kind:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" was sealed as {sealed.value} but expected '
+                f"as {kind.value}"
+            )
+    if wanted:
+        call_id = next(iter(wanted))
+        raise ResumeError(f'golem: expected pending call "{call_id}" is not pending in the history')
+
+
+def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
+    if isinstance(args, dict):
+        try:
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ResumeError(
+                f'golem: edited arguments for tool call "{call.id}" ({call.name}) are not '
+                f"JSON-serializable: {exc}"
+            ) from exc
+    else:
+        text = args
+    problem = ""
+    if not text.lstrip().startswith("{"):
+        problem = "they must be a JSON object"
+    elif not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "they hold a lone surrogate, which no JSON history can store"
+    if problem:
+        raise ResumeError(
+            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
+            f"{problem}"
+        )
+    try:
+        tool.validate_args(text)
+    except InvalidArguments as exc:
+        raise ResumeError(
+            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
+            f"{exc.message}"
+        ) from exc
+    return text
+
+
+BeforeApproved = Callable[[ToolCall], Awaitable[None]]
+"""Awaited right before each approved re-execution with the call about to run."""
+
+
 async def rerun_approved(
     tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None
 ) -> ToolResult:
@@ -167,9 +480,75 @@ async def rerun_approved(
         canceled = find_signal(exc, Canceled)
         if canceled is not None:
             raise RunError(Stage.CANCELED, canceled) from canceled
-        err = ToolError(tool.name, call.id, f"approved re-run failed: {exc}")
+        if find_signal(exc, Deferred) is not None:
+            text = (
+                "approved re-run deferred again; a tool must act on its approved pass — "
+                "gate the deferral: `if not call_approved(): raise Deferred(...)`"
+            )
+        else:
+            text = f"approved re-run failed: {exc}"
+        err = ToolError(tool.name, call.id, text)
         err.__cause__ = exc
         raise RunError(Stage.TOOL, err) from err
+
+
+async def resume(
+    plan: ResumePlan,
+    policy: Policy,
+    state: RunState,
+    before_approved: BeforeApproved | None = None,
+) -> list[Message]:
+    """Carry out a checked plan: re-run approved calls (with `tool_start`/`tool_end`
+    events flagged `approved`), then merge every resolution into the history.
+
+    Returns the merged history: edited calls show the arguments that ran (re-sealed
+    when `policy.seal_keys` is set), resolutions sit in the model's emission order.
+
+    Raises:
+        RunError: an approved re-run failed (stage `tool`) or raised `Canceled`.
+        Exception: whatever `before_approved` raised, unchanged; nothing more runs.
+    """
+    resolutions: dict[str, Message] = {}
+    edited: dict[str, ToolCall] = {}
+    for step in plan.steps:
+        call, approval = step.call, step.approval
+        if approval is None:
+            resolutions[call.id] = state.tool_message(call, step.external or "")
+        elif not approval.approved:
+            resolutions[call.id] = state.tool_message(call, denial_text(approval.reason))
+        else:
+            if step.args is not None:
+                call = replace(call, args=step.args, seal="")
+                if policy.seal_keys is not None:
+                    seal = seal_call(policy.seal_keys, state.conversation_id, call, "approval")
+                    call = replace(call, seal=seal)
+                edited[call.id] = call
+            if before_approved is not None:
+                await before_approved(call)
+            done = await _rerun(call, policy, state)
+            text = done.text
+            if step.args is not None:
+                text = edited_text(step.call.args, call.args, text)
+            resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+    history = _replace_calls(plan.history, edited) if edited else plan.history
+    return merge(history, resolutions)
+
+
+async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
+    """One approved re-run, bracketed by `tool_start` / `tool_end` events flagged `approved`."""
+    tool = policy.tools[call.name]
+    ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
+    timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
+    ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
+    state.emit(EventKind.TOOL_START, args=call.args, **ids)
+    state.tool_calls += 1
+    try:
+        done = await rerun_approved(tool, call, ctx, timeout)
+    except RunError as failed:
+        state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
+        raise
+    state.emit(EventKind.TOOL_END, result=done.text, parts=tuple(done.parts), **ids)
+    return done
 
 
 def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> list[Message]:

@@ -4,6 +4,8 @@
 GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
+│   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
+├── RunPaused                         read Result.output of a paused run (check is_paused)
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
@@ -42,6 +44,8 @@ __all__ = [
     "ResponseFormatError",
     "ResumeError",
     "RunError",
+    "SealError",
+    "RunPaused",
     "Stage",
     "StoreError",
     "ToolError",
@@ -91,6 +95,29 @@ class ResumeError(GolemError, ValueError):
     """A resume was rejected before any model call or re-execution.
 
     The message names the offending call (by ID, or by tool name when it has none).
+    """
+
+
+class SealError(ResumeError):
+    """A pending call's seal did not verify; the call was not executed.
+
+    `problem` says what failed: "unsealed" (no seal), "unknown_key" (sealed with a key
+    ID the agent does not hold), "tampered" (the tool name, arguments, kind, call ID or
+    conversation differ from what was sealed, or another key sealed it) or "malformed"
+    (the seal text is not a golem seal).
+    """
+
+    def __init__(self, call_id: str, tool_name: str, problem: str, message: str) -> None:
+        super().__init__(message)
+        self.call_id = call_id
+        self.tool_name = tool_name
+        self.problem = problem
+
+
+class RunPaused(GolemError):
+    """`Result.output` was read on a run that paused: it has no output until resumed.
+
+    Check `result.is_paused` (or `result.pending`) first; the message names the pending calls.
     """
 
 

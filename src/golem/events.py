@@ -28,11 +28,13 @@ class EventKind(StrEnum):
     MODEL_END = "model_end"
     """After each attempt (`usage`, or `error` when it failed)."""
     TOOL_START = "tool_start"
-    """Before each tool execution (`call_id`, `tool_name`, `args`)."""
+    """Before each tool execution (`call_id`, `tool_name`, `args`; `approved` on a resume's
+    approved re-run)."""
     TOOL_END = "tool_end"
-    """After each tool execution that did not defer (`result`, `parts`, `error`)."""
+    """After each tool execution that did not defer (`result`, `parts`, `error`, `approved`)."""
     DEFERRED = "deferred"
-    """Instead of `tool_end` for a call that deferred (`call_id`, `tool_name`, `args`)."""
+    """Instead of `tool_end` for a call that deferred (`call_id`, `tool_name`, `args`,
+    `reason`)."""
     CANCELED = "canceled"
     """A tool raised `Canceled`; follows its `tool_end` (`error` is the signal)."""
     OUTPUT_REJECTED = "output_rejected"
@@ -59,6 +61,10 @@ class RunEvent:
     usage: Usage | None = None
     run_id: str = ""
     conversation_id: str = ""
+    reason: str = ""
+    """The reason a deferring tool gave (`deferred` events)."""
+    approved: bool = False
+    """True on the `tool_start`/`tool_end` of an approved call re-run by a resume."""
 
 
 EventHandler = Callable[[RunEvent], None]

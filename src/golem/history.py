@@ -12,15 +12,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+import msgspec
+
+from golem.errors import SealError
 from golem.messages import Message
+from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
     "INTERRUPTED_TEXT",
     "HistoryRepair",
+    "RejectedCall",
     "SanitizeReport",
     "UnsafePart",
     "normalize_history",
@@ -60,6 +65,18 @@ class UnsafePart:
 
 
 @dataclass(frozen=True, slots=True)
+class RejectedCall:
+    """A pending call `sanitize_history` closed because its seal did not verify."""
+
+    call_id: str
+    tool_name: str
+    problem: str
+    """What failed: "unsealed", "unknown_key", "tampered", "malformed" or "duplicate"."""
+    message: str
+    """The full explanation (the `SealError` message)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SanitizeReport:
     """Everything `sanitize_history` changed."""
 
@@ -68,7 +85,15 @@ class SanitizeReport:
     unsafe_parts: list[UnsafePart] = field(default_factory=list)
     """Parts removed for a URL scheme other than http/https."""
     repair: HistoryRepair = field(default_factory=HistoryRepair)
-    """The pairing repair; `repair.synthesized` names every unanswered (possibly fabricated) call."""
+    """The pairing repair; `repair.synthesized` names every unanswered call it closed."""
+    rejected: list[RejectedCall] = field(default_factory=list)
+    """With a seal key: the pending calls closed because they are forged, tampered with,
+    unsealed or duplicated, in history order (each also in `repair.synthesized`)."""
+    kept_open: list[str] = field(default_factory=list)
+    """With a seal key: the genuine sealed pending calls left open (resumable), by call ID."""
+
+
+_JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
 
 
 def _args_truncated(args: str) -> bool:
@@ -76,20 +101,28 @@ def _args_truncated(args: str) -> bool:
     if not text.startswith("{"):
         return True
     try:
+        _JSON.decode(text)  # the fast common case: valid JSON as RFC 8259 has it
+        return False
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    try:  # what json accepts beyond it (NaN, lone surrogate escapes) is not truncated either
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return True
     return False
 
 
-def normalize_history(history: Sequence[Message]) -> tuple[list[Message], HistoryRepair]:
+def normalize_history(
+    history: Sequence[Message], *, keep_open: Collection[str] = ()
+) -> tuple[list[Message], HistoryRepair]:
     """Pair every tool call with exactly one result.
 
     A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`)
-    right after the assistant message that requested it; orphan, early, duplicate
-    and ID-less results are dropped; calls whose args are not a JSON object are
-    reported as truncated (their args stay verbatim). Deterministic and idempotent;
-    returns a new list and never mutates the input. Every run applies it.
+    right after the assistant message that requested it — unless its ID is in
+    `keep_open` (pending calls to leave resumable); orphan, early, duplicate and
+    ID-less results are dropped; calls whose args are not a JSON object are reported
+    as truncated (their args stay verbatim). Deterministic and idempotent; returns a
+    new list and never mutates the input. Every run applies it.
     """
     truncated: list[str] = []
     dropped: list[str] = []
@@ -113,6 +146,8 @@ def normalize_history(history: Sequence[Message]) -> tuple[list[Message], Histor
                 dropped.append(m.tool_call_id)
         else:
             keep.append(m)
+    for call_id in keep_open:
+        open_calls.pop(call_id, None)
     if not open_calls and not dropped:
         return list(history), HistoryRepair(truncated=truncated)
     synthesized: list[str] = []
@@ -179,15 +214,31 @@ def _scheme(url: str) -> str:
         return ""
 
 
-def sanitize_history(history: Sequence[Message]) -> tuple[list[Message], SanitizeReport]:
+def sanitize_history(
+    history: Sequence[Message],
+    *,
+    seal_key: SealKey | None = None,
+    conversation_id: str | None = None,
+) -> tuple[list[Message], SanitizeReport]:
     """Make history you did not author safe to run on, and report every change.
 
     In order: drop system messages; drop parts whose URL scheme is not http/https
     (reporting message index, part kind and scheme); drop user messages left with
     neither content nor parts; run the pairing repair (`normalize_history`), which
-    names every unanswered call — including fabricated "pending" calls — in
-    `report.repair.synthesized`. Content, arguments, thinking, failed flags and
+    closes every unanswered call — including fabricated "pending" calls — and names it
+    in `report.repair.synthesized`. Content, arguments, thinking, failed flags and
     identity are never rewritten. Idempotent; the input is never mutated.
+
+    With `seal_key` (the agent's), genuine pending calls stay open, so the history can
+    still be resumed: a pending call whose seal verifies for the conversation is kept
+    (`report.kept_open`); a forged, tampered, unsealed or duplicated one is closed and
+    listed in `report.rejected`.
+
+    Args:
+        history: The submitted history.
+        seal_key: The agent's seal key (bytes or `SealKeys`).
+        conversation_id: The conversation the seals must belong to (default: the
+            history's last conversation ID, as a resume uses).
     """
     systems = 0
     unsafe: list[UnsafePart] = []
@@ -210,5 +261,51 @@ def sanitize_history(history: Sequence[Message]) -> tuple[list[Message], Sanitiz
         if m.role == "user" and not m.content and not m.parts:
             continue
         kept.append(m)
-    repaired, report = normalize_history(kept)
-    return repaired, SanitizeReport(system_prompts=systems, unsafe_parts=unsafe, repair=report)
+    rejected: list[RejectedCall] = []
+    genuine: list[str] = []
+    if seal_key is not None:
+        genuine, rejected = _check_seals(kept, seal_key, conversation_id)
+    repaired, report = normalize_history(kept, keep_open=genuine)
+    return repaired, SanitizeReport(
+        system_prompts=systems,
+        unsafe_parts=unsafe,
+        repair=report,
+        rejected=rejected,
+        kept_open=genuine,
+    )
+
+
+def _check_seals(
+    history: Sequence[Message], seal_key: SealKey, conversation_id: str | None
+) -> tuple[list[str], list[RejectedCall]]:
+    """The pending calls of `history` whose seals verify, and the rejected ones."""
+    keys = as_seal_keys(seal_key)
+    if conversation_id is None:
+        conversation_id = next(
+            (m.conversation_id for m in reversed(history) if m.conversation_id), ""
+        )
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    counts: dict[str, int] = {}
+    for m in history:
+        if m.role == "assistant":
+            for c in m.tool_calls:
+                counts[c.id] = counts.get(c.id, 0) + 1
+    genuine: list[str] = []
+    rejected: list[RejectedCall] = []
+    for m in history:
+        if m.role != "assistant":
+            continue
+        for c in m.tool_calls:
+            if not c.id or c.id in answered:
+                continue
+            if counts[c.id] > 1:
+                text = f'golem: tool call ID "{c.id}" ({c.name}) appears more than once'
+                rejected.append(RejectedCall(c.id, c.name, "duplicate", text))
+                continue
+            try:
+                verify_call(keys, conversation_id, c)
+            except SealError as exc:
+                rejected.append(RejectedCall(c.id, c.name, exc.problem, str(exc)))
+            else:
+                genuine.append(c.id)
+    return genuine, rejected

@@ -3,19 +3,23 @@
 A history is a plain `list[Message]`. `dumps_history` / `loads_history` convert it to
 and from JSON that is wire-compatible with the Go golem: an array of objects with the
 keys `role, content, parts, toolCalls, toolCallId, toolName, failed, thinking, runId,
-conversationId` (empty fields omitted; tool-call `args` embedded as a JSON value).
+conversationId` (empty fields omitted; tool-call `args` embedded as a JSON value, byte for
+byte as the model produced them).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import gc
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 __all__ = [
+    "MAX_ARGS_DEPTH",
     "PART_KINDS",
     "ROLES",
     "Message",
@@ -119,228 +123,405 @@ class Message:
 
 
 # --------------------------------------------------------------------------- JSON
+#
+# The codec decodes with msgspec into private wire structs, keeping each tool call's `args` as
+# a `msgspec.Raw` span (the bytes exactly as they are in the document), then builds the public
+# dataclasses. See docs/adr/0015-history-codec.md for the choices and the measurements.
+
+_JSON_WS = " \t\n\r"
+MAX_ARGS_DEPTH = 128
+"""Args nested deeper than this are stored as a JSON string rather than embedded, so that a
+history golem wrote always loads again whatever the stack depth of the caller."""
 
 
-def _args_value(args: str) -> Any:
-    """The JSON value embedded for raw `args` text.
+class _InPart(msgspec.Struct, rename="camel", gc=False):
+    kind: str | None = ""
+    url: str | None = ""
+    data: bytes | None = None
+    media_type: str | None = ""
 
-    Args that are a JSON object (or array, number...) are embedded as that value,
-    compacted on load. Args that are not JSON — a truncated stream — are embedded as
-    a JSON string and load back byte-exact, so history repair still reports them.
+
+class _InCall(msgspec.Struct, gc=False):
+    id: str | None = ""
+    name: str | None = ""
+    args: msgspec.Raw = msgspec.Raw()
+    signature: str | None = ""
+    seal: str | None = ""
+
+
+class _InThinking(msgspec.Struct, gc=False):
+    text: str | None = ""
+    signature: str | None = ""
+    redacted: str | None = ""
+
+
+class _InMessage(msgspec.Struct, rename="camel", gc=False):
+    role: str
+    content: str | None = ""
+    parts: list[_InPart] | None = None
+    tool_calls: list[_InCall] | None = None
+    tool_call_id: str | None = ""
+    tool_name: str | None = ""
+    failed: bool | None = False
+    thinking: list[_InThinking] | None = None
+    run_id: str | None = ""
+    conversation_id: str | None = ""
+
+
+class _OutPart(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    kind: str
+    url: str | None = None
+    data: bytes | None = None
+    media_type: str | None = None
+
+
+class _OutCall(msgspec.Struct, omit_defaults=True, gc=False):
+    id: str
+    name: str
+    args: msgspec.Raw | str | None  # required: always written, `null` when empty (as Go does)
+    signature: str = ""
+    seal: str = ""
+
+
+class _OutThinking(msgspec.Struct, omit_defaults=True, gc=False):
+    text: str = ""
+    signature: str = ""
+    redacted: str = ""
+
+
+class _OutMessage(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    role: str
+    content: str = ""
+    parts: list[_OutPart] | None = None
+    tool_calls: list[_OutCall] | None = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+    failed: bool = False
+    thinking: list[_OutThinking] | None = None
+    run_id: str = ""
+    conversation_id: str = ""
+
+
+_DECODER = msgspec.json.Decoder(list[_InMessage] | None)
+_ENCODER = msgspec.json.Encoder()
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+_STR = msgspec.json.Decoder(str)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _depth(text: str) -> int:
+    deepest = depth = 0
+    for ch in _BRACKET.findall(_JSON_STRING.sub("", text)):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _embeddable(args: str) -> msgspec.Raw | None:
+    """`args` as the raw JSON value to embed verbatim, or None when they are not embedded.
+
+    Embedded: args that are one JSON value without whitespace around it, nested at most
+    `MAX_ARGS_DEPTH` deep, other than `null` and other than a JSON string — unless that
+    string's content is itself embeddable (what a Go json.RawMessage holding a string
+    literal looks like). Everything else (truncated streams, other strings, `null`) is
+    written as a JSON string holding the raw text; the loader applies this same test to
+    tell the two apart, so they can never be confused.
+
+    Raises:
+        UnicodeEncodeError: the text holds a lone surrogate (it cannot be UTF-8).
     """
-    if not args:
+    if not args or args[0] in _JSON_WS or args[-1] in _JSON_WS or args == "null":
+        return None
+    data = args.encode()
+    if args[0] == '"':
+        try:
+            content = _STR.decode(data)
+        except msgspec.DecodeError:
+            return None
+        return msgspec.Raw(data) if _embeddable(content) is not None else None
+    if (
+        len(data) > MAX_ARGS_DEPTH  # else it cannot nest deeper
+        and data.count(b"[") + data.count(b"{") > MAX_ARGS_DEPTH
+        and _depth(args) > MAX_ARGS_DEPTH
+    ):
         return None
     try:
-        value = _ARGS_DECODER.decode(args)
-    except ValueError:
-        return args
-    # A JSON string value would be ambiguous with raw text that is not JSON: keep it raw.
-    return args if isinstance(value, str) else value
+        return _RAW.decode(data)  # the whole text: there is no whitespace around it
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} does not fit a float")
-    return value
-
-
-# Built once: json.dumps/json.loads with options build a new encoder/decoder per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ARGS_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
-_HISTORY_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-def _message_to_obj(m: Message) -> dict[str, Any]:
-    obj: dict[str, Any] = {"role": m.role}
-    if m.content:
-        obj["content"] = m.content
-    if m.parts:
-        obj["parts"] = [_part_to_obj(p) for p in m.parts]
-    if m.tool_calls:
-        calls = []
-        for c in m.tool_calls:
-            call: dict[str, Any] = {"id": c.id, "name": c.name, "args": _args_value(c.args)}
-            if c.signature:
-                call["signature"] = c.signature
-            if c.seal:
-                call["seal"] = c.seal
-            calls.append(call)
-        obj["toolCalls"] = calls
-    if m.tool_call_id:
-        obj["toolCallId"] = m.tool_call_id
-    if m.tool_name:
-        obj["toolName"] = m.tool_name
-    if m.failed:
-        obj["failed"] = True
-    if m.thinking:
-        blocks = []
-        for t in m.thinking:
-            b: dict[str, str] = {}
-            if t.text:
-                b["text"] = t.text
-            if t.signature:
-                b["signature"] = t.signature
-            if t.redacted:
-                b["redacted"] = t.redacted
-            blocks.append(b)
-        obj["thinking"] = blocks
-    if m.run_id:
-        obj["runId"] = m.run_id
-    if m.conversation_id:
-        obj["conversationId"] = m.conversation_id
-    return obj
-
-
-def _part_to_obj(p: Part) -> dict[str, str]:
-    obj = {"kind": p.kind}
-    if p.url:
-        obj["url"] = p.url
-    if p.data:
-        obj["data"] = base64.b64encode(p.data).decode("ascii")
-    if p.media_type:
-        obj["mediaType"] = p.media_type
-    return obj
+def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
+    """The wire structs `dumps_history` encodes (its hot loop)."""
+    out: list[_OutMessage] = []
+    append = out.append
+    for m in messages:
+        parts, calls, thinking = m.parts, m.tool_calls, m.thinking
+        append(
+            _OutMessage(
+                m.role,
+                m.content,
+                [
+                    _OutPart(p.kind, p.url or None, p.data or None, p.media_type or None)
+                    for p in parts
+                ]
+                if parts
+                else None,
+                [
+                    _OutCall(
+                        c.id, c.name, _embeddable(c.args) or c.args or None, c.signature, c.seal
+                    )
+                    for c in calls
+                ]
+                if calls
+                else None,
+                m.tool_call_id,
+                m.tool_name,
+                m.failed,
+                [_OutThinking(t.text, t.signature, t.redacted) for t in thinking]
+                if thinking
+                else None,
+                m.run_id,
+                m.conversation_id,
+            )
+        )
+    return out
 
 
 def dumps_history(messages: Sequence[Message]) -> str:
     """Encode a history as Go-compatible JSON.
 
-    Empty fields are omitted and tool-call args are embedded as JSON values
-    (compacted; args that are not JSON are embedded as a string), so
+    Empty fields are omitted. Tool-call args that are a JSON value are embedded byte for
+    byte (whitespace, number spelling, escapes and duplicate keys kept); other args (a
+    truncated stream, a JSON string, `null`) are embedded as a JSON string of the raw
+    text. `loads_history(dumps_history(h)) == h` for every history `h`, and
     `dumps_history(loads_history(s)) == s` for any `s` this function produced.
+
+    Raises:
+        ValueError: a text field holds a lone surrogate, which cannot be written as
+            UTF-8; the message names the 0-based message index.
     """
-    return _ENCODER.encode([_message_to_obj(m) for m in messages])
+    try:
+        return _ENCODER.encode(_wire(messages)).decode()
+    except UnicodeEncodeError:
+        for i, m in enumerate(messages):
+            try:
+                _ENCODER.encode(_wire([m]))
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"history message {i}: {_surrogate_field(m)} holds a lone surrogate "
+                    f"({exc.object[exc.start : exc.end]!a}), which is not valid Unicode text"
+                ) from None
+        raise  # pragma: no cover - the loop above finds it
+
+
+def _surrogate_field(m: Message) -> str:
+    """Name the first field of `m` that cannot be encoded as UTF-8."""
+
+    def bad(text: str | None) -> bool:
+        try:
+            (text or "").encode()
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    for name in ("content", "tool_call_id", "tool_name", "run_id", "conversation_id"):
+        if bad(getattr(m, name)):
+            return f'"{name}"'
+    for j, p in enumerate(m.parts):
+        if bad(p.kind) or bad(p.url) or bad(p.media_type):
+            return f"part {j}"
+    for j, c in enumerate(m.tool_calls):
+        for name in ("id", "name", "args", "signature", "seal"):
+            if bad(getattr(c, name)):
+                return f'tool call {j} "{name}"'
+    for j, t in enumerate(m.thinking):
+        if bad(t.text) or bad(t.signature) or bad(t.redacted):
+            return f"thinking block {j}"
+    return "a field"  # pragma: no cover
+
+
+# Loaded messages are not built through the frozen dataclasses' __init__: it sets each field
+# through object.__setattr__ and costs more than the JSON decode of the message. Each is built
+# as an instance of a mutable twin with the same slot layout (plain attribute stores), then
+# given its real class; the frozen class refuses any later assignment as usual.
+# tests/test_history_json_args.py pins the field lists the loader sets.
+_MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots__})
+_MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
+
+
+def _load_args(raw: msgspec.Raw) -> str:
+    if not raw:
+        return ""
+    text = str(raw, "utf-8")
+    if text[0] != '"':
+        return "" if text == "null" else text
+    # golem writes a string for args it does not embed, and then the content is the raw
+    # text; a string that passes the embedding test was embedded verbatim (by golem, or by
+    # Go from a RawMessage holding a string literal) and is kept as it stands.
+    return text if _embeddable(text) is not None else _STR.decode(raw)
+
+
+def _load_part(w: _InPart) -> Part:
+    return Part(w.kind or "", w.url or None, w.data or None, w.media_type or None)
 
 
 class _Shape(ValueError):
     pass
 
 
-def _str(obj: dict[str, Any], key: str) -> str:
-    v = obj.get(key)
-    if v is None:
-        return ""
-    if not isinstance(v, str):
-        raise _Shape(f'"{key}" must be a string, got {type(v).__name__}')
-    return v
-
-
-def _list(obj: dict[str, Any], key: str) -> list[Any]:
-    v = obj.get(key)
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise _Shape(f'"{key}" must be an array, got {type(v).__name__}')
-    return v
-
-
-def _obj(v: Any, what: str) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise _Shape(f"{what} must be an object, got {type(v).__name__}")
-    return v
-
-
-def _load_part(v: Any, j: int) -> Part:
-    o = _obj(v, f"part {j}")
-    data_text = _str(o, "data")
-    data: bytes | None = None
-    if data_text:
-        try:
-            data = base64.b64decode(data_text, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise _Shape(f"part {j}: data is not valid base64") from exc
-    return Part(
-        kind=_str(o, "kind"),
-        url=_str(o, "url") or None,
-        data=data,
-        media_type=_str(o, "mediaType") or None,
+def _load_messages(wire: list[_InMessage]) -> list[Message]:
+    """The public messages for the decoded wire structs (the hot loop of `loads_history`)."""
+    out: list[Message] = []
+    append = out.append
+    new_message, new_call, message_class, call_class = (
+        _MutableMessage,
+        _MutableToolCall,
+        Message,
+        ToolCall,
     )
-
-
-def _load_call(v: Any, j: int) -> ToolCall:
-    o = _obj(v, f"tool call {j}")
-    raw = o.get("args")
-    if raw is None:
-        args = ""
-    elif isinstance(raw, str):  # args that were not JSON (a truncated stream) travel as a string
-        args = raw
-    else:
-        args = _ENCODER.encode(raw)
-    return ToolCall(
-        id=_str(o, "id"),
-        name=_str(o, "name"),
-        args=args,
-        signature=_str(o, "signature"),
-        seal=_str(o, "seal") if "seal" in o else "",
-    )
-
-
-def _load_thinking(v: Any, j: int) -> ThinkingBlock:
-    o = _obj(v, f"thinking block {j}")
-    return ThinkingBlock(
-        text=_str(o, "text"), signature=_str(o, "signature"), redacted=_str(o, "redacted")
-    )
-
-
-def _load_message(v: Any) -> Message:
-    o = _obj(v, "a message")
-    role = o.get("role")
-    if role not in ROLES:
-        raise _Shape(f"role must be one of system, user, assistant, tool; got {role!r}")
-    failed = o.get("failed", False)
-    if failed is None:
-        failed = False
-    if not isinstance(failed, bool):
-        raise _Shape(f'"failed" must be a boolean, got {type(failed).__name__}')
-    # Keys that are absent (the common case: empty fields are omitted) take a fast path.
-    parts = o.get("parts")
-    calls = o.get("toolCalls")
-    thinking = o.get("thinking")
-    return Message(
-        role,
-        _str(o, "content") if "content" in o else "",
-        [_load_part(p, j) for j, p in enumerate(_list(o, "parts"))] if parts is not None else [],
-        [_load_call(c, j) for j, c in enumerate(_list(o, "toolCalls"))]
-        if calls is not None
-        else [],
-        _str(o, "toolCallId") if "toolCallId" in o else "",
-        _str(o, "toolName") if "toolName" in o else "",
-        failed,
-        [_load_thinking(t, j) for j, t in enumerate(_list(o, "thinking"))]
-        if thinking is not None
-        else [],
-        _str(o, "runId") if "runId" in o else "",
-        _str(o, "conversationId") if "conversationId" in o else "",
-    )
+    for w in wire:
+        role = w.role
+        if role not in ROLES:
+            raise _Shape(f"role must be one of system, user, assistant, tool; got {role!r}")
+        m = new_message()
+        m.role = role
+        m.content = w.content or ""
+        m.parts = [_load_part(p) for p in w.parts] if w.parts else []
+        calls = []
+        if w.tool_calls:
+            for x in w.tool_calls:
+                c = new_call()
+                c.id = x.id or ""
+                c.name = x.name or ""
+                c.args = _load_args(x.args)
+                c.signature = x.signature or ""
+                c.seal = x.seal or ""
+                c.__class__ = call_class
+                calls.append(c)
+        m.tool_calls = calls
+        m.tool_call_id = w.tool_call_id or ""
+        m.tool_name = w.tool_name or ""
+        m.failed = w.failed or False
+        m.thinking = (
+            [ThinkingBlock(t.text or "", t.signature or "", t.redacted or "") for t in w.thinking]
+            if w.thinking
+            else []
+        )
+        m.run_id = w.run_id or ""
+        m.conversation_id = w.conversation_id or ""
+        m.__class__ = message_class
+        append(m)
+    return out
 
 
 def loads_history(text: str | bytes) -> list[Message]:
     """Decode a history from JSON written by `dumps_history` or by the Go golem.
 
-    Unknown keys are ignored and missing keys take their defaults.
+    Unknown keys are ignored, missing keys and `null` take their defaults. Each tool
+    call's `args` are the raw JSON text exactly as in the document (a string written
+    for args that are not embeddable JSON loads back as its content).
 
     Raises:
-        ValueError: the text is not JSON, not an array, or a message has the wrong
-            shape; the message names the 0-based message index. Nothing is returned
-            half-loaded.
+        ValueError: for any input that is not such a history — not JSON (including
+            `NaN`/`Infinity`, a lone surrogate, invalid UTF-8, nesting too deep), not an
+            array, or a message of the wrong shape; the message names the 0-based message
+            index when there is one. Nothing is returned half-loaded.
     """
+    # Every object built here is acyclic and survives the call: collections triggered by the
+    # allocation count could free nothing and would walk the growing result again and again
+    # (about a third of a large load). Collection is paused while the history is built.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        data = _HISTORY_DECODER.decode(text.decode() if isinstance(text, bytes) else text)
-    except ValueError as exc:
-        raise ValueError(f"history is not valid JSON: {exc}") from exc
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise ValueError(f"history must be a JSON array of messages, got {type(data).__name__}")
-    out: list[Message] = []
-    for i, v in enumerate(data):
         try:
-            out.append(_load_message(v))
+            wire = _DECODER.decode(text)
+        except msgspec.ValidationError as exc:
+            raise ValueError(_shape_error(str(exc))) from None
+        except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
+            raise ValueError(_diagnose(text, exc)) from None
+        if wire is None:
+            return []
+        try:
+            return _load_messages(wire)
+        except (_Shape, UnicodeError, msgspec.DecodeError):
+            pass
+    finally:
+        if collecting:
+            gc.enable()
+    for i, w in enumerate(wire):  # slow path: find the message and say what is wrong
+        try:
+            _load_messages([w])
         except _Shape as exc:
             raise ValueError(f"history message {i}: {exc}") from None
-    return out
+        except (UnicodeError, msgspec.DecodeError) as exc:
+            raise ValueError(f"history message {i}: tool call args are not UTF-8: {exc}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_AT = re.compile(r"(?s)(.*) - at `\$(?:\[(\d+)\])?(.*)`")
+
+
+def _shape_error(detail: str) -> str:
+    """Turn msgspec's "Expected `str`, got `int` - at `$[2].content`" into golem's wording."""
+    match = _AT.fullmatch(detail)
+    what, index, where = match.groups() if match else (detail, None, "")
+    what = what[0].lower() + what[1:]
+    if index is None:
+        return f"history must be a JSON array of messages: {what}"
+    return f"history message {index}: " + (f"{where.lstrip('.')}: {what}" if where else what)
+
+
+def _surrogate_at(value: Any, path: str) -> str | None:
+    """The path of the first string under `value` that holds a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return path or "a string"
+        return None
+    if isinstance(value, list):
+        items: Any = ((f"{path}[{j}]", v) for j, v in enumerate(value))
+    elif isinstance(value, dict):
+        items = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
+        for key in value:
+            if _surrogate_at(key, "") is not None:
+                return f"a key in {path or 'the message'}"
+    else:
+        return None
+    for where, v in items:
+        found = _surrogate_at(v, where)
+        if found is not None:
+            return found
+    return None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _diagnose(text: str | bytes, exc: BaseException) -> str:
+    """Explain why `text` did not decode (slow path: only runs on failure)."""
+    if isinstance(exc, RecursionError):
+        return "history is not valid JSON: nested too deeply"
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+        if isinstance(data, list):
+            for i, v in enumerate(data):
+                where = _surrogate_at(v, "")
+                if where is not None:
+                    return (
+                        f"history message {i}: {where} holds a lone surrogate, "
+                        "which is not valid Unicode text"
+                    )
+    except UnicodeDecodeError as bad:
+        return f"history is not valid UTF-8: {bad}"
+    except RecursionError:
+        return "history is not valid JSON: nested too deeply"
+    except ValueError as bad:
+        return f"history is not valid JSON: {bad}"
+    return f"history is not valid JSON: {exc}"

@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from golem.events import EventKind, RunEvent
-from golem.messages import Message, ToolCall
+from golem.messages import Message
 
 if TYPE_CHECKING:
     from golem._loop import RunState
@@ -282,37 +282,6 @@ class RunTracer:
         finally:
             otel_context.detach(token)
 
-    @contextmanager
-    def rerun_scope(self, call: ToolCall) -> Iterator[None]:
-        """An `execute_tool` span, current, around the approved re-run of `call` on resume."""
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
-            "gen_ai.tool.call.id": call.id,
-            "gen_ai.tool.type": "function",
-            "golem.tool.approved": True,
-        }
-        if self._content:
-            attributes["gen_ai.tool.call.arguments"] = call.args
-        span = self._tracer.start_span(
-            f"execute_tool {call.name}",
-            context=self._run_ctx,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-        )
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            yield
-        except BaseException as exc:
-            cause = exc.__cause__ or exc
-            span.set_attribute("error.type", type(cause).__name__)
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, str(exc)))
-            raise
-        finally:
-            otel_context.detach(token)
-            span.end()
-
     def tool_span_context(self, call_id: str) -> otel_context.Context | None:
         """The context of a running call's span (for spans started inside the tool)."""
         span = self._tools.get(call_id)
@@ -378,6 +347,8 @@ class RunTracer:
             "gen_ai.tool.call.id": event.call_id,
             "gen_ai.tool.type": "function",
         }
+        if event.approved:
+            attributes["golem.tool.approved"] = True
         if self._content:
             attributes["gen_ai.tool.call.arguments"] = event.args
         self._tools[event.call_id] = self._tracer.start_span(

@@ -1,10 +1,17 @@
-"""What a run returns: the output plus its evidence."""
+"""What a run returns: the output plus its evidence.
+
+A run ends either completed, with an output of the agent's output type, or paused on
+deferred tool calls. `Result.output` is typed `Out`, never `Out | None`: reading it on a
+paused result raises `RunPaused`, so check `result.is_paused` (or `result.pending`) first
+when a run may pause (docs/adr/0022-result-output-typing.md).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from golem.errors import RunPaused
 from golem.messages import Message
 from golem.usage import Usage
 
@@ -15,37 +22,130 @@ __all__ = ["PartialResult", "Result"]
 
 OutputT = TypeVar("OutputT")
 
+_FIELDS = (
+    "messages",
+    "usage",
+    "finish_reason",
+    "requests",
+    "tool_calls",
+    "cost",
+    "run_id",
+    "conversation_id",
+    "pending",
+    "trace_context",
+)
 
-@dataclass(frozen=True, slots=True)
+
 class Result(Generic[OutputT]):
-    """The outcome of a run that succeeded — with a final output, or paused.
+    """The outcome of a run that succeeded: completed with an output, or paused.
 
-    Check `pending` before `output`: a paused run has `pending` set and
-    `output is None`.
+    A completed result has `output`; a paused one has `pending` (the calls it waits on)
+    and no output. Immutable; equal when every field is equal.
+
+    Attributes:
+        messages: The whole conversation: the run's system message (if any), the history,
+            the prompt and everything the run added. Feed it back as `history`.
+        usage: Tokens summed over every model call of the run.
+        finish_reason: The last completed model turn's finish reason.
+        requests: Model call attempts (retried and failed ones included).
+        tool_calls: Tool executions attempted (deferrals excluded, approved re-runs included).
+        cost: `price(usage)` when the agent has a price, else 0.0.
+        run_id: The run's ID.
+        conversation_id: The conversation's ID.
+        pending: The calls a paused run waits on, or None when the run completed.
+        trace_context: The W3C `traceparent` of the run's span when the run was traced
+            (`golem.otel`), else "". Keep it with a paused run and pass it to the resume
+            to link the two spans.
     """
 
-    output: OutputT | None
-    """The decoded final output; None when the run paused."""
+    __slots__ = ("_output", *_FIELDS)
+
+    _output: OutputT | None
     messages: list[Message]
-    """The whole conversation: the run's system message (if any), the history, the
-    prompt and everything the run added. Feed it back as `history`."""
-    usage: Usage = field(default_factory=Usage)
-    """Tokens summed over every model call of the run."""
-    finish_reason: str = ""
-    """The last completed model turn's finish reason."""
-    requests: int = 0
-    """Model call attempts (retried and failed ones included)."""
-    tool_calls: int = 0
-    """Tool executions attempted (deferrals excluded, approved re-runs included)."""
-    cost: float = 0.0
-    """`price(usage)` when the agent has a price, else 0.0."""
-    run_id: str = ""
-    conversation_id: str = ""
-    pending: DeferredRequests | None = None
-    """The calls a paused run waits on, or None when the run did not pause."""
-    trace_context: str = ""
-    """The W3C `traceparent` of the run's span when the run was traced (`golem.otel`), else
-    "". Keep it with a paused run and pass it to the resume to link the two spans."""
+    usage: Usage
+    finish_reason: str
+    requests: int
+    tool_calls: int
+    cost: float
+    run_id: str
+    conversation_id: str
+    pending: DeferredRequests | None
+    trace_context: str
+
+    def __init__(
+        self,
+        output: OutputT | None,
+        messages: list[Message],
+        usage: Usage | None = None,
+        finish_reason: str = "",
+        requests: int = 0,
+        tool_calls: int = 0,
+        cost: float = 0.0,
+        run_id: str = "",
+        conversation_id: str = "",
+        pending: DeferredRequests | None = None,
+        trace_context: str = "",
+    ) -> None:
+        """`output` is the decoded final output of a completed run; pass None with `pending`."""
+        if pending is not None and output is not None:
+            raise ValueError("a paused result (pending set) has no output; pass output=None")
+        values = (messages, usage or Usage(), finish_reason, requests, tool_calls, cost)
+        rest = (run_id, conversation_id, pending, trace_context)
+        for name, value in zip(_FIELDS, (*values, *rest), strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_output", output)
+
+    @property
+    def output(self) -> OutputT:
+        """The decoded final output of a completed run.
+
+        Raises:
+            RunPaused: the run paused on deferred tool calls (`is_paused`); it has no
+                output until it is resumed with `run_with_deferred_results`.
+        """
+        if self.pending is not None:
+            raise RunPaused(_paused_message(self.pending))
+        return self._output  # type: ignore[return-value]  # None only when OutputT allows None
+
+    @property
+    def is_paused(self) -> bool:
+        """True when the run paused on deferred tool calls (`pending` is set, no `output`)."""
+        return self.pending is not None
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"Result is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"Result is immutable: cannot delete {name!r}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self._output, *(getattr(self, name) for name in _FIELDS))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Result)
+        return self._values() == other._values()
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (self.__class__, self._values())  # pickle and copy rebuild through __init__
+
+    __hash__ = None  # type: ignore[assignment]  # holds lists, as the dataclass it was
+
+    def __repr__(self) -> str:
+        head = "pending" if self.pending is not None else "output"
+        first = repr(self.pending if self.pending is not None else self._output)
+        rest = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS if name != "pending")
+        return f"Result({head}={first}, {rest})"
+
+
+def _paused_message(pending: DeferredRequests) -> str:
+    calls = ", ".join(f'"{c.tool_name}" (call "{c.call_id}")' for c in pending.calls)
+    return (
+        f"golem: the run paused on deferred tool calls and has no output: {calls}. "
+        "Check result.is_paused before reading result.output; resume with "
+        "agent.run_with_deferred_results(result.messages, DeferredResults(...))"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,10 +17,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Union
 
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
+from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.usage import Usage
 
-__all__ = ["FunctionModel", "ScriptExhausted", "ScriptedModel", "replay_as_deltas"]
+__all__ = [
+    "KEEP_REQUESTS",
+    "FunctionModel",
+    "ScriptExhausted",
+    "ScriptedModel",
+    "replay_as_deltas",
+]
 
 Outcome = Union[ModelResponse, Message, str, BaseException]  # noqa: UP007 - runtime alias
 
@@ -43,35 +49,37 @@ def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
     )
 
 
-def _copy_request(request: ModelRequest) -> ModelRequest:
-    """A deep copy: messages, their lists and the schemas are copied."""
-    messages = [
-        Message(
-            m.role,
-            m.content,
-            list(m.parts),
-            list(m.tool_calls),
-            m.tool_call_id,
-            m.tool_name,
-            m.failed,
-            list(m.thinking),
-            m.run_id,
-            m.conversation_id,
+KEEP_REQUESTS = 100
+"""How many recent requests `ScriptedModel` and `FunctionModel` keep by default."""
+
+
+class _Recorder:
+    """Keeps the most recent requests a test model received (see `KEEP_REQUESTS`)."""
+
+    def __init__(self, keep_requests: int | None) -> None:
+        if keep_requests is not None and keep_requests < 0:
+            raise ValueError(
+                f"keep_requests must be a count of requests (0 keeps none) or None (keep all), "
+                f"got {keep_requests}"
+            )
+        self.keep_requests = keep_requests
+        self.requests: list[ModelRequest] = []
+        """The most recent requests received (at most `keep_requests`), oldest first."""
+        self.request_count = 0
+        """How many requests the model received in all, including those no longer kept."""
+
+    def _record(self, request: ModelRequest) -> None:
+        self.request_count += 1
+        keep = self.keep_requests
+        if keep == 0:
+            return
+        # A snapshot of the lists the run goes on appending to. Messages are immutable and
+        # golem never mutates their lists or the schemas, so they are shared, not copied.
+        self.requests.append(
+            ModelRequest(list(request.messages), list(request.tools), request.output_schema)
         )
-        for m in request.messages
-    ]
-    tools = [ToolSpec(t.name, t.description, _clone(t.schema)) for t in request.tools]
-    schema = _clone(request.output_schema) if request.output_schema is not None else None
-    return ModelRequest(messages=messages, tools=tools, output_schema=schema)
-
-
-def _clone(value: Any) -> Any:
-    """Deep copy of JSON-like data (dicts, lists, scalars); faster than copy.deepcopy."""
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    return value
+        if keep is not None and len(self.requests) > keep:
+            del self.requests[: len(self.requests) - keep]
 
 
 def replay_as_deltas(response: ModelResponse) -> list[Delta]:
@@ -91,19 +99,20 @@ def replay_as_deltas(response: ModelResponse) -> list[Delta]:
     return deltas
 
 
-class ScriptedModel:
+class ScriptedModel(_Recorder):
     """A model that answers from a queue of outcomes, in order.
 
     Each outcome is a `ModelResponse`, a bare assistant `Message`, a `str` (the final
-    text) or an exception to raise. `requests` records a copy of every request
-    received. Streaming replays each response as deltas. An exhausted queue raises
-    `ScriptExhausted` rather than blocking. Not safe for concurrent use by several runs.
+    text) or an exception to raise. `requests` holds the most recent requests received
+    (`keep_requests`, default `KEEP_REQUESTS`; `None` keeps all, 0 none) and
+    `request_count` counts them all. Streaming replays each response as deltas. An
+    exhausted queue raises `ScriptExhausted` rather than blocking. Not safe for concurrent
+    use by several runs.
     """
 
-    def __init__(self, *outcomes: Outcome) -> None:
+    def __init__(self, *outcomes: Outcome, keep_requests: int | None = KEEP_REQUESTS) -> None:
+        super().__init__(keep_requests)
         self._queue: deque[Outcome] = deque(outcomes)
-        self.requests: list[ModelRequest] = []
-        """Every request received, in order (copies)."""
 
     def respond(self, *responses: ModelResponse | Message | str) -> ScriptedModel:
         """Queue responses; returns the model for chaining."""
@@ -121,10 +130,10 @@ class ScriptedModel:
         return len(self._queue)
 
     def _next(self, request: ModelRequest) -> ModelResponse:
-        self.requests.append(_copy_request(request))
+        self._record(request)
         if not self._queue:
             raise ScriptExhausted(
-                f"ScriptedModel: no queued outcome for request {len(self.requests)}; "
+                f"ScriptedModel: no queued outcome for request {self.request_count}; "
                 "queue one with respond(...) or fail(...)"
             )
         outcome = self._queue.popleft()
@@ -150,28 +159,41 @@ ModelFn = Callable[
 StreamFn = Callable[[ModelRequest], AsyncIterator[Any]]
 
 
-class FunctionModel:
+class FunctionModel(_Recorder):
     """A model built from a function of the request.
 
     `fn(request)` (sync or async) returns a `ModelResponse`, an assistant `Message`
     or a `str`. With `stream=`, an async generator function of the request yielding
     `str` (text), `Delta`s and optionally a final `ModelResponse`, the model also
-    streams; without it, it is a plain (non-streaming) model.
+    streams; without it, it is a plain (non-streaming) model. `requests` and
+    `request_count` record requests as `ScriptedModel` does.
     """
 
-    def __new__(cls, fn: ModelFn, *, stream: StreamFn | None = None) -> FunctionModel:
+    def __new__(
+        cls,
+        fn: ModelFn,
+        *,
+        stream: StreamFn | None = None,
+        keep_requests: int | None = KEEP_REQUESTS,
+    ) -> FunctionModel:
         if stream is not None and cls is FunctionModel:
             return super().__new__(_StreamingFunctionModel)
         return super().__new__(cls)
 
-    def __init__(self, fn: ModelFn, *, stream: StreamFn | None = None) -> None:
+    def __init__(
+        self,
+        fn: ModelFn,
+        *,
+        stream: StreamFn | None = None,
+        keep_requests: int | None = KEEP_REQUESTS,
+    ) -> None:
+        super().__init__(keep_requests)
         self.fn = fn
         self.stream_fn = stream
-        self.requests: list[ModelRequest] = []
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Call the function and normalize its answer."""
-        self.requests.append(_copy_request(request))
+        self._record(request)
         value: Any = self.fn(request)
         if inspect.isawaitable(value):
             value = await value
@@ -183,7 +205,7 @@ class _StreamingFunctionModel(FunctionModel):
         """Forward the stream function's deltas; assemble the final response from them
         (text, tool calls, thinking) when the function yields none."""
         assert self.stream_fn is not None
-        self.requests.append(_copy_request(request))
+        self._record(request)
         text: list[str] = []
         calls: dict[int, list[str]] = {}  # index -> [id, name, args, signature]
         thinking: dict[int, list[str]] = {}  # index -> [text, signature]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import hashlib
 import inspect
 import json
 import re
@@ -50,6 +51,7 @@ __all__ = [
     "approved_call",
     "call_approved",
     "find_signal",
+    "idempotency_key",
     "to_tool_result",
 ]
 
@@ -70,6 +72,31 @@ class RunContext(Generic[DepsT]):
     """ID of the tool call being executed (empty outside a tool); a natural idempotency key."""
     tool_name: str = ""
     """Name of the tool being executed (empty outside a tool)."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for the call being executed, the same on every attempt at it.
+
+        Derived from the conversation ID and the call ID only (`idempotency_key(...)`), so
+        the deferring pass, the approved re-run, and a retried re-run of a stored run all
+        see the same key: pass it to the payment API, the mailer, the ticketing system.
+        Empty outside a tool.
+        """
+        return idempotency_key(self.conversation_id, self.call_id) if self.call_id else ""
+
+
+def idempotency_key(conversation_id: str, call_id: str) -> str:
+    """The idempotency key of call `call_id` in conversation `conversation_id`.
+
+    A SHA-256 hex digest of the two IDs (length-prefixed), stable across processes and
+    golem versions: what `RunContext.idempotency_key` returns inside the call.
+    """
+    h = hashlib.sha256(b"golem-idempotency-v1")
+    for text in (conversation_id, call_id):
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +119,29 @@ class DeferKind(StrEnum):
     """The application supplies the call's result text later."""
 
 
+_DEFER_KINDS = {k.value: k for k in DeferKind}
+
+
 class Deferred(Exception):
-    """Raised by a tool to pause the run instead of producing a result."""
+    """Raised by a tool to pause the run instead of producing a result.
+
+    Args:
+        kind: `DeferKind.APPROVAL` / `"approval"` or `DeferKind.EXTERNAL` / `"external"`.
+        reason: Shown to whoever resolves the call (an approval prompt, a job key...).
+
+    Raises:
+        ValueError: `kind` is not one of the two kinds (the message lists them).
+    """
 
     def __init__(self, kind: DeferKind | str, reason: str = "") -> None:
-        super().__init__(f"tool deferred ({kind}): {reason}")
-        self.kind = kind
+        found = _DEFER_KINDS.get(kind) if isinstance(kind, str) else None
+        if found is None:
+            raise ValueError(
+                f'Deferred kind must be DeferKind.APPROVAL ("approval") or '
+                f'DeferKind.EXTERNAL ("external"), got {kind!r}'
+            )
+        super().__init__(f"tool deferred ({found.value}): {reason}")
+        self.kind: DeferKind = found
         self.reason = reason
 
 
@@ -170,12 +214,29 @@ def approved_call() -> Iterator[None]:
     """Mark the enclosed code as the approved re-run of a deferred call.
 
     Use it to execute a pending call yourself, under your own timeout or retry policy.
+    An agent run started inside the block (a sub-agent) does not see the marker.
     """
     token = _APPROVED.set(True)
     try:
         yield
     finally:
         _APPROVED.reset(token)
+
+
+class _ClearedApproval:
+    """Internal: an agent run starts outside any approval (the marker does not leak in).
+
+    A class, not `@contextmanager`: every run enters it, and this costs a fraction.
+    """
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _APPROVED.set(False) if _APPROVED.get() else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _APPROVED.reset(self._token)
 
 
 # --------------------------------------------------------------------------- Tool
@@ -198,6 +259,9 @@ class Tool:
         timeout: Seconds before the call fails the run; `None` uses the agent's
             `tool_timeout`.
         sequential: In parallel mode, run this tool's calls alone (a barrier).
+        idempotent: The tool's effect happens at most once per
+            `ctx.idempotency_key`, so an operator may retry its approved call after an
+            interrupted resume without asking again (the durable path reads it).
 
     Raises:
         ValueError: an empty name, a schema that is not a dict, negative
@@ -209,6 +273,7 @@ class Tool:
         "_wants_ctx",
         "description",
         "exec",
+        "idempotent",
         "is_async",
         "max_retries",
         "name",
@@ -223,9 +288,11 @@ class Tool:
         description: str,
         schema: dict[str, Any],
         exec: Exec,
+        *,
         max_retries: int | None = None,
         timeout: float | None = None,
         sequential: bool = False,
+        idempotent: bool = False,
     ) -> None:
         if not name:
             raise ValueError("tool name must not be empty")
@@ -246,6 +313,7 @@ class Tool:
         self.max_retries = max_retries
         self.timeout = timeout
         self.sequential = sequential
+        self.idempotent = idempotent
         self.is_async = _is_async_callable(exec)
         self._validator: type[pydantic.BaseModel] | None = None
         self._wants_ctx = True
@@ -263,6 +331,7 @@ class Tool:
         max_retries: int | None = None,
         timeout: float | None = None,
         sequential: bool = False,
+        idempotent: bool = False,
     ) -> Tool:
         """Build a tool from a function's signature, type hints and docstring.
 
@@ -328,6 +397,7 @@ class Tool:
             max_retries=max_retries,
             timeout=timeout,
             sequential=sequential,
+            idempotent=idempotent,
         )
         tool._validator = cast("type[pydantic.BaseModel]", model)
         tool._wants_ctx = wants_ctx
@@ -354,6 +424,23 @@ class Tool:
             raise InvalidArguments(
                 f"the arguments must be a JSON object, got {type(value).__name__}"
             )
+        return value
+
+    def validate_args(self, args: str) -> dict[str, Any]:
+        """Decode `args` and check them against the tool's schema, without running it.
+
+        Function tools validate with pydantic, as before every call. Raw tools check the
+        schema's top level: a JSON object, `required` keys, each property's `type`, and
+        no extra keys when `additionalProperties` is false.
+
+        Raises:
+            InvalidArguments: what is wrong, for example "amount: Field required".
+        """
+        value = self.decode_args(args)
+        if self._validator is None:
+            problem = _schema_problem(self.schema, value)
+            if problem:
+                raise InvalidArguments(f"invalid arguments: {problem}")
         return value
 
     async def invoke(self, ctx: RunContext[Any], args: str) -> ToolResult:
@@ -401,6 +488,40 @@ class Tool:
 
     def _overran(self, ctx: RunContext[Any], timeout: float) -> ToolTimeout:
         return ToolTimeout(self.name, ctx.call_id, f"tool overran its {timeout:g}s timeout")
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
+}
+
+
+def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None:
+    props = schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    for name in schema.get("required", ()):
+        if name not in value:
+            return f"{name}: Field required"
+    if schema.get("additionalProperties") is False:
+        extra = sorted(set(value) - set(props))
+        if extra:
+            return f"{extra[0]}: Extra inputs are not permitted"
+    for name, item in value.items():
+        spec = props.get(name)
+        wanted = spec.get("type") if isinstance(spec, dict) else None
+        names = [wanted] if isinstance(wanted, str) else wanted if isinstance(wanted, list) else []
+        types = tuple(t for n in names for t in _JSON_TYPES.get(n, (object,)))
+        if not types:
+            continue
+        is_bool = isinstance(item, bool)
+        if not isinstance(item, types) or (is_bool and bool not in types and object not in types):
+            return f"{name}: expected {' or '.join(names)}, got {type(item).__name__}"
+    return None
 
 
 def to_tool_result(value: Any) -> ToolResult:

@@ -22,22 +22,25 @@ resumed again automatically. Tools with side effects use `ctx.call_id` as an ide
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import importlib
 import inspect
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
-from golem.messages import dumps_history, loads_history
+from golem.errors import StoreError
+from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.store import (
     CallKind,
+    ChangeFeed,
     ClaimedRun,
     DecisionKind,
     LeaseLost,
@@ -45,6 +48,7 @@ from golem.store import (
     NewRun,
     Outcome,
     RunRecord,
+    RunStatus,
     Store,
     utc_now,
 )
@@ -55,8 +59,10 @@ if TYPE_CHECKING:
     from golem.result import Result
 
 __all__ = [
+    "RETRY_REFUSAL",
     "AgentEntry",
     "AgentRegistry",
+    "StoredCallMismatch",
     "SweepReport",
     "Worker",
     "load_registry",
@@ -258,8 +264,25 @@ async def start_run(
         result, agent_name, deps_ref=deps_ref, started_by=started_by, expires_at=expires_at
     )
     if result.pending is not None:
+        problem = _duplicate_calls(new)
+        if problem is not None:  # never resumable: save it failed, with its history, audited
+            failed = replace(new, calls=(), expires_at=None)
+            return await store.save_finished(failed, Outcome.failed(problem, new.history))
         return await store.save_pending(new)
     return await store.save_finished(new, Outcome.completed(_jsonable(result.output), new.history))
+
+
+def _duplicate_calls(run: NewRun) -> str | None:
+    """Why a paused run cannot be saved pending (call IDs that repeat), or None."""
+    ids = [c.call_id for c in run.calls]
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    if not dups:
+        return None
+    return (
+        "the run paused with pending calls that share an ID ("
+        + ", ".join(f'"{d}"' for d in dups)
+        + "): a decision could not name one of them, so the run is not resumable"
+    )
 
 
 def _conversation_of(history: str) -> str:
@@ -269,22 +292,88 @@ def _conversation_of(history: str) -> str:
     return ""
 
 
-def _deferred_results(claimed: ClaimedRun) -> DeferredResults:
+RETRY_REFUSAL = (
+    "not run again after an interrupted attempt: it may already have run, its tool is not "
+    "declared idempotent and no operator confirmed a re-run"
+)
+"""The denial reason of an approved call a retry does not re-execute."""
+
+
+def _idempotent(agent: Agent[Any, Any], tool_name: str) -> bool:
+    tool = agent.tools.get(tool_name)
+    return bool(getattr(tool, "idempotent", False))
+
+
+def _deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredResults:
     from golem.deferred import Approval, DeferredResults
 
     approvals: dict[str, Approval] = {}
     external: dict[str, str] = {}
+    retry = claimed.run.attempt > 1
     for call in claimed.run.calls:
         d = call.decision
         if d is None:  # a claimed run has every call decided; keep the gate closed regardless
             approvals[call.call_id] = Approval(False, reason="undecided")
         elif d.kind is DecisionKind.APPROVE:
+            if retry and not (call.rerun_confirmed_by or _idempotent(agent, call.tool_name)):
+                approvals[call.call_id] = Approval(False, reason=RETRY_REFUSAL)
+                continue
+            if d.args is not None:
+                approvals[call.call_id] = _edited_approval(Approval, call.call_id, d.args)
+                continue
             approvals[call.call_id] = Approval(True)
         elif d.kind is DecisionKind.DENY:
             approvals[call.call_id] = Approval(False, reason=d.reason)
         else:
             external[call.call_id] = d.text
     return DeferredResults(approvals=approvals, external=external)
+
+
+class StoredCallMismatch(Exception):
+    """The run's history does not hold the pending calls its approvers decided on."""
+
+
+def _edited_approval(approval: type[Any], call_id: str, args: str) -> Any:
+    if "args" not in getattr(approval, "__dataclass_fields__", {}):
+        raise StoredCallMismatch(
+            f'call "{call_id}" was approved with edited arguments, but this golem cannot '
+            "re-run a call with edited arguments: not resuming with the original ones"
+        )
+    return approval(True, args=args)
+
+
+def _same_args(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:  # the history codec may re-encode argument JSON: compare values, not spelling
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
+
+
+def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
+    """Every decided call must be in the history as the approvers saw it (name, arguments).
+
+    Raises:
+        StoredCallMismatch: a call is missing from the history or differs from its record.
+    """
+    latest: dict[str, ToolCall] = {}
+    for m in messages:
+        for each in m.tool_calls:
+            latest[each.id] = each
+    for call in run.calls:
+        tc = latest.get(call.call_id)
+        if tc is None:
+            problem = "is not in the stored history"
+        elif tc.name != call.tool_name:
+            problem = f'is a call of "{tc.name}" in the history, "{call.tool_name}" when decided'
+        elif not _same_args(tc.args, call.args):
+            problem = "has other arguments in the history than the approvers saw"
+        else:
+            continue
+        raise StoredCallMismatch(
+            f'call "{call.call_id}" of run "{run.id}" {problem}: refusing to resume it'
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,11 +391,14 @@ class Worker:
 
     Args:
         store: the store to claim from.
-        registry: the agents, by the names the runs were saved under.
+        registry: the agents, by the names the runs were saved under. The worker claims
+            only runs of these agents: runs of an agent it does not know stay ready for
+            another worker (a rolling deploy where new agents reach some workers first).
         worker_id: this worker's identity in leases and the audit log (default
             `<hostname>:<pid>:<random>`).
         lease_seconds: how long a claim is held without renewal; the worker renews it
-            every third of that while a resume runs. A worker that dies leaves its run
+            every third of that while a resume runs, and before re-executing an approved
+            call proves it still holds the lease. A worker that dies leaves its run
             `interrupted` once the lease has run out and a sweep has run.
         sweep_interval: seconds between the expiry / interrupted sweeps that `run_once`
             and `run_forever` run (0 sweeps on every call).
@@ -319,9 +411,9 @@ class Worker:
         self,
         store: Store,
         registry: AgentRegistry,
+        *,
         worker_id: str | None = None,
         lease_seconds: float = 60.0,
-        *,
         sweep_interval: float = 5.0,
     ) -> None:
         if lease_seconds <= 0:
@@ -357,13 +449,18 @@ class Worker:
         """Sweep when due, then claim one ready run and resume it; False when none was ready.
 
         The outcome (completed / paused again / failed) is saved with `Store.finish`. A run
-        whose lease is lost meanwhile is abandoned (the resume is cancelled) and left to the
-        interrupted sweep.
+        whose lease is lost meanwhile is abandoned (the resume is cancelled, and no approved
+        call starts after the loss) and left to the interrupted sweep.
         """
         await self._maybe_sweep()
-        claimed = await self.store.claim_ready(self.worker_id, self.lease_seconds)
+        claimed = await self.store.claim_ready(
+            self.worker_id, self.lease_seconds, agents=list(self.registry)
+        )
         if claimed is None:
             return False
+        log.info(
+            "worker %s claimed run %s (agent %s)", self.worker_id, claimed.run.id, claimed.run.agent
+        )
         await self._resume(claimed)
         return True
 
@@ -372,62 +469,129 @@ class Worker:
     ) -> None:
         """Resume ready runs until `stop_event` is set (or the task is cancelled).
 
-        Between empty polls it waits `poll_interval` seconds (waking early on `stop_event`);
-        while runs are ready it claims them back to back. Store errors are logged and
-        retried after `poll_interval`.
+        While runs are ready it claims them back to back. When none is, it sleeps until the
+        store's change feed signals that a run may have become ready (PostgreSQL `NOTIFY`
+        wakes it within milliseconds; SQLite's shared poller within its poll interval), or
+        at most `poll_interval` seconds, or until `stop_event` is set. Store errors are
+        logged and retried after `poll_interval`.
         """
         stop = stop_event or asyncio.Event()
-        while not stop.is_set():
-            try:
-                worked = await self.run_once()
-            except Exception:
-                log.exception("worker %s: claiming or saving a run failed", self.worker_id)
-                worked = False
-            if worked:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=poll_interval)
+        feed = _feed_of(self.store)
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                mark = feed.ready_mark() if feed is not None else 0
+                try:
+                    worked = await self.run_once()
+                except Exception:
+                    log.exception("worker %s: claiming or saving a run failed", self.worker_id)
+                    worked = False
+                    await asyncio.wait([stopping], timeout=poll_interval)
+                    continue
+                if worked:
+                    continue
+                if feed is None:
+                    await asyncio.wait([stopping], timeout=poll_interval)
+                    continue
+                woken = asyncio.ensure_future(feed.wait_ready(mark, poll_interval))
+                try:
+                    await asyncio.wait([stopping, woken], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    woken.cancel()
+        finally:
+            stopping.cancel()
 
     async def _resume(self, claimed: ClaimedRun) -> None:
         run = claimed.run
-        resume = asyncio.ensure_future(self._outcome(claimed))
-        heartbeat = asyncio.ensure_future(self._heartbeat(run.id, resume))
+        lease = _Lease(self, run.id, claimed)
+        resume = asyncio.ensure_future(self._outcome(claimed, lease))
+        heartbeat = asyncio.ensure_future(self._heartbeat(lease, resume))
         try:
             outcome = await resume
         except asyncio.CancelledError:
-            if heartbeat.done() and not heartbeat.cancelled() and heartbeat.exception() is None:
-                log.error("run %s abandoned: lease lost during the resume", run.id)
+            if lease.lost is not None:
+                log.error("run %s abandoned: %s", run.id, lease.lost)
                 return
             raise
+        except LeaseLost as exc:  # proven lost before an approved call: nothing more ran
+            log.error("run %s abandoned: %s", run.id, exc)
+            return
         finally:
             heartbeat.cancel()
             await asyncio.wait([heartbeat])  # never raises the heartbeat's own cancellation
-        try:
-            await self.store.finish(run.id, self.worker_id, outcome)
-        except LeaseLost:
-            log.error("run %s: lease lost before its outcome could be saved", run.id)
+        if lease.lost is not None:
+            log.error("run %s abandoned: %s", run.id, lease.lost)
+            return
+        await self._finish(lease, outcome)
 
-    async def _heartbeat(self, run_id: str, resume: asyncio.Future[Outcome]) -> None:
+    async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
+        """Save the outcome; retry transient store errors while the lease is still held."""
+        run_id = lease.run_id
+        delay = 0.05
+        while True:
+            try:
+                await self.store.finish(run_id, self.worker_id, outcome)
+            except LeaseLost as exc:
+                if await self._already_saved(run_id, outcome):
+                    break  # an earlier attempt committed but its answer was lost
+                log.error("run %s: lease lost before its outcome could be saved: %s", run_id, exc)
+                return
+            except StoreError as exc:
+                if lease.remaining() <= delay:
+                    log.error("run %s: saving the outcome failed until the lease ran out", run_id)
+                    raise
+                log.warning("run %s: saving the outcome failed (%s); retrying", run_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            break
+        if outcome.status is RunStatus.FAILED:
+            log.warning("worker %s: run %s failed: %s", self.worker_id, run_id, outcome.error)
+        else:
+            log.info("worker %s: run %s %s", self.worker_id, run_id, outcome.status.value)
+
+    async def _already_saved(self, run_id: str, outcome: Outcome) -> bool:
+        try:
+            run = await self.store.get_run(run_id)
+        except StoreError:
+            return False
+        return run.status is outcome.status and run.lease_owner == self.worker_id
+
+    async def _heartbeat(self, lease: _Lease, resume: asyncio.Future[Outcome]) -> None:
         """Renew the lease every third of its length; cancel the resume if it is lost."""
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             try:
-                await self.store.renew_lease(run_id, self.worker_id, self.lease_seconds)
+                await lease.renew()
             except LeaseLost:
                 resume.cancel()
                 return
             except Exception:  # a transient store failure: try again next beat
-                log.exception("run %s: renewing the lease failed", run_id)
+                log.exception("run %s: renewing the lease failed", lease.run_id)
 
-    async def _outcome(self, claimed: ClaimedRun) -> Outcome:
+    async def _outcome(self, claimed: ClaimedRun, lease: _Lease) -> Outcome:
         run = claimed.run
         try:
             entry = _entry(self.registry, run.agent)
             deps = await _deps(entry, run.deps_ref)
-            result = await entry.agent.run_with_deferred_results(
-                loads_history(run.history), _deferred_results(claimed), deps=deps
+            agent = entry.agent
+            extra: dict[str, Any] = {}
+            params = _resume_parameters(type(agent))
+            if "before_approved" in params:  # fencing: prove the lease before each re-run
+                extra["before_approved"] = lease.prove
+            if "run_id" in params:
+                extra["run_id"] = run.id
+            log.info("worker %s resuming run %s", self.worker_id, run.id)
+            history = loads_history(run.history)
+            _check_calls(run, history)  # what runs is what the approvers saw
+            result = await agent.run_with_deferred_results(
+                history, _deferred_results(claimed, agent), deps=deps, **extra
             )
+        except LeaseLost:
+            raise
         except Exception as exc:
+            if lease.lost is not None:
+                raise lease.lost from exc
             return Outcome.failed(_error_text(exc), _partial_history(exc))
         if result.pending is not None:
             next_run = new_run_from_result(
@@ -438,8 +602,73 @@ class Worker:
                 expires_at=_inherit_expiry(run),
                 parent_run_id=run.id,
             )
+            if next_run.id == run.id:  # the resume ran under the stored run's ID
+                next_run = replace(next_run, id=new_id())
+            problem = _duplicate_calls(next_run)
+            if problem is not None:
+                return Outcome.failed(problem, next_run.history)
             return Outcome.paused(next_run)
         return Outcome.completed(_jsonable(result.output), dumps_history(result.messages))
+
+
+class _Lease:
+    """The worker's view of one lease: a local monotonic deadline, renewed in the store."""
+
+    def __init__(self, worker: Worker, run_id: str, claimed: ClaimedRun) -> None:
+        self.worker = worker
+        self.run_id = run_id
+        remaining = (claimed.lease_expires_at - utc_now()).total_seconds()
+        # the local deadline starts before the claim returned: never later than the store's
+        self.deadline = time.monotonic() + min(remaining, worker.lease_seconds)
+        self.lost: LeaseLost | None = None
+
+    def remaining(self) -> float:
+        """Seconds left on the lease by the local clock (negative once it ran out)."""
+        return self.deadline - time.monotonic()
+
+    async def renew(self) -> None:
+        """Extend the lease in the store; record and raise `LeaseLost` when it is gone."""
+        if self.lost is not None:
+            raise self.lost
+        asked = time.monotonic()
+        try:
+            await self.worker.store.renew_lease(
+                self.run_id, self.worker.worker_id, self.worker.lease_seconds
+            )
+        except LeaseLost as exc:
+            self.lost = exc
+            raise
+        self.deadline = asked + self.worker.lease_seconds
+
+    async def prove(self, call: Any = None) -> None:
+        """Before an approved call re-executes: raise `LeaseLost` unless the lease is held.
+
+        Renews first when less than half the lease is left (or it already ran out by the
+        local clock: then the store decides whether it was taken away meanwhile).
+        """
+        if self.lost is not None:
+            raise self.lost
+        if self.remaining() < self.worker.lease_seconds / 2:
+            await self.renew()
+
+
+def _resume_parameters(agent_class: type[Agent[Any, Any]]) -> frozenset[str]:
+    """The keyword parameters `run_with_deferred_results` of this agent class accepts."""
+    return _parameters(agent_class.run_with_deferred_results)
+
+
+@functools.cache
+def _parameters(fn: Callable[..., Any]) -> frozenset[str]:
+    return frozenset(inspect.signature(fn).parameters)
+
+
+def _feed_of(store: Store) -> ChangeFeed | None:
+    """The store's change feed, or None for a store without one (then the worker polls)."""
+    change_feed = getattr(store, "change_feed", None)
+    if change_feed is None:
+        return None
+    feed: ChangeFeed = change_feed()
+    return feed
 
 
 def _inherit_expiry(run: RunRecord) -> datetime | None:

@@ -46,11 +46,12 @@ def _header_map(raw: dict[str, Any] | None) -> dict[str, str]:
 
 
 def load(api: str, name: str) -> list[Interaction]:
-    """All interactions of one cassette (`api` is openai-chat, anthropic or gemini)."""
+    """All interactions of one cassette (`api` is openai-chat, openai-responses, anthropic or
+    gemini); an empty cassette has none."""
     path = RECORDINGS / api / name
     data = yaml.safe_load(path.read_text())
     out = []
-    for i, it in enumerate(data.get("interactions") or []):
+    for i, it in enumerate((data or {}).get("interactions") or []):
         req, resp = it["request"], it["response"]
         body = resp.get("parsed_body")
         if body is not None:

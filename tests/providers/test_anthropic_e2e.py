@@ -142,7 +142,7 @@ async def test_pause_json_round_trip_resume(server: FakeAnthropic, streamed: boo
     assert isinstance(first.model, AnthropicModel)
     await first.model.aclose()
 
-    assert paused.output is None
+    assert paused.is_paused
     assert paused.pending is not None
     assert [(p.call_id, p.tool_name, p.args, p.reason) for p in paused.pending.approvals] == [
         ("toolu_02Del", "delete_file", '{"path": "a.txt"}', "delete a.txt?")

@@ -140,5 +140,7 @@ async def test_ollama_model_posts_to_the_local_chat_completions_endpoint(
 
 
 def test_unknown_provider_lists_ollama() -> None:
-    with pytest.raises(ValueError, match="want openai, anthropic, gemini or ollama"):
+    with pytest.raises(
+        ValueError, match="want openai, openai-responses, anthropic, gemini or ollama"
+    ):
         infer_model("llama:llama3")

@@ -157,7 +157,7 @@ async def test_pause_on_gemini_then_resume_in_a_new_agent(
         paused = await agent.run("Delete /tmp/report.txt")
     await model.aclose()
 
-    assert paused.output is None
+    assert paused.is_paused
     assert paused.pending is not None
     [pending] = paused.pending.approvals
     assert pending.tool_name == "delete_file"

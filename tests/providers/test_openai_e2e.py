@@ -192,7 +192,7 @@ async def test_pause_json_resume_on_a_new_agent(server: _Server, stream: bool) -
         paused = await agent.run("Clean up /tmp")
     await model.aclose()
 
-    assert paused.output is None
+    assert paused.is_paused
     assert paused.pending is not None
     assert paused.pending.approvals == [
         PendingToolCall("call_delete_2", "delete_file", DELETE_ARGS, "delete /tmp/report.txt?")

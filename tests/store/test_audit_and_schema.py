@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,11 +138,15 @@ async def test_open_applies_only_missing_migrations(tmp_path: Path) -> None:
         LATEST_VERSION + 1, "test: extra table", ("CREATE TABLE golem_extra (x {ts})",)
     )
     try:
-        async with store._transaction(write=True) as conn:
-            assert await migrate(conn, "sqlite", "now", (*MIGRATIONS, extra)) == LATEST_VERSION + 1
-        async with store._transaction(write=True) as conn:
-            assert await migrate(conn, "sqlite", "now", (*MIGRATIONS, extra)) == LATEST_VERSION + 1
-            rows = await conn.fetch("SELECT version, description FROM golem_schema_version")
+
+        def upgrade(tx: Any) -> int:
+            return migrate(tx.conn, "sqlite", "now", (*MIGRATIONS, extra))
+
+        assert await store._submit(True, upgrade) == LATEST_VERSION + 1
+        assert await store._submit(True, upgrade) == LATEST_VERSION + 1
+        rows = await store._submit(
+            False, lambda tx: tx.fetch("SELECT version, description FROM golem_schema_version")
+        )
         assert rows[-1] == (LATEST_VERSION + 1, "test: extra table")
         assert len(rows) == LATEST_VERSION + 1
         assert await store.schema_version() == LATEST_VERSION + 1
@@ -152,12 +157,14 @@ async def test_open_applies_only_missing_migrations(tmp_path: Path) -> None:
 async def test_a_database_from_a_newer_golem_is_refused(backend: Backend) -> None:
     store = await backend.open()
     try:
-        async with store._transaction(write=True) as conn:  # type: ignore[attr-defined]
-            await conn.execute(
+        await store._submit(  # type: ignore[attr-defined]
+            True,
+            lambda tx: tx.run(
                 "INSERT INTO golem_schema_version (version, description, applied_at) "
                 "VALUES (?, ?, (SELECT MIN(applied_at) FROM golem_schema_version))",
                 (99, "from the future"),
-            )
+            ),
+        )
     finally:
         await store.close()
     with pytest.raises(StoreError, match="schema is version 99, newer than this golem"):
@@ -209,8 +216,8 @@ async def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
 
     store = await SQLiteStore.open(tmp_path / "w.db", busy_timeout=7)
     try:
-        pragma = lambda c: c.execute("PRAGMA busy_timeout").fetchall()  # noqa: E731
-        assert await store._call(pragma) == [(7000,)]
+        pragma = lambda tx: tx.fetch("PRAGMA busy_timeout")  # noqa: E731
+        assert await store._submit(True, pragma) == [(7000,)]
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / "w.db")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from golem.store import (
     RunStatus,
     Store,
 )
-from tests.store.backends import Backend
+from tests.store.backends import Backend, backend_for
 from tests.store.runs import T0, approval, external, later, make_run
 
 
@@ -79,6 +80,8 @@ async def test_claim_rejects_bad_arguments(store: Store) -> None:
 
 
 async def test_concurrent_claims_give_each_run_to_exactly_one_worker(backend: Backend) -> None:
+    """Five store instances claim at once; each runs its transactions on its own database
+    thread and connection, so the claims really contend for the database."""
     stores = [await backend.open() for _ in range(5)]
     try:
         runs = {await _ready(stores[0]) for _ in range(12)}
@@ -89,7 +92,7 @@ async def test_concurrent_claims_give_each_run_to_exactly_one_worker(backend: Ba
                 got.append(c.run.id)
             return got
 
-        claimed = await asyncio.gather(*(worker(i) for i in range(5)))
+        claimed = await asyncio.gather(*(worker(i % 5) for i in range(10)))
         flat = [r for got in claimed for r in got]
         assert sorted(flat) == sorted(runs), "every run claimed once, none lost"
         for run_id in runs:
@@ -235,3 +238,28 @@ async def test_sweep_interrupted_marks_lapsed_leases_and_never_reclaims(store: S
     with pytest.raises(LeaseLost, match="is interrupted"):
         await store.finish(lapsed, "w1", Outcome.completed("late"), now=later(1))
     assert await store.sweep_interrupted(later(50)) == [], "an interrupted run is swept once"
+
+
+@pytest.mark.postgres
+async def test_connections_dropped_while_idle_are_replaced_before_use(tmp_path: Any) -> None:
+    """The server closes every idle pooled connection; the next finish still succeeds."""
+    import psycopg
+
+    with backend_for("postgres", tmp_path) as pg:
+        store = await pg.open()
+        try:
+            run = await _ready(store)
+            claimed = await store.claim_ready("w", 30)
+            assert claimed is not None
+            assert pg.dsn is not None
+            with psycopg.connect(pg.dsn, autocommit=True) as admin:
+                killed = admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                    "AND state = 'idle' AND application_name = ''"
+                ).fetchall()
+            assert killed
+            done = await store.finish(run, "w", Outcome.completed("ok"))
+            assert done.status is RunStatus.COMPLETED
+        finally:
+            await store.close()

@@ -390,3 +390,84 @@ async def test_only_the_field_of_the_decision_kind_is_kept(store: Store) -> None
     assert d.decided_at == later(0)
     assert await store.decide(run.id, "c1", Decision.approve(), decided_by="x") == d
     assert (await store.get_run(run.id)).call("c1").decision == d
+
+
+async def test_paging_pending_calls_returns_each_once_oldest_first_while_runs_arrive(
+    store: Store,
+) -> None:
+    first = [
+        await store.save_pending(make_run(approval("a"), approval("b"), agent="ops"))
+        for _ in range(7)
+    ]
+    await store.decide(first[2].id, "a", Decision.approve(), decided_by="z")  # one decided
+    seen: list[tuple[str, str]] = []
+    arrived: list[str] = []
+    after = None
+    while True:
+        page = await store.list_pending_calls(after=after, limit=3)
+        seen += [(c.run_id, c.call_id) for c in page.items]
+        if len(arrived) < 3:  # a new run arrives between pages
+            arrived.append((await store.save_pending(make_run(approval("n")))).id)
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    expected = [(r.id, c) for r in first for c in ("a", "b") if (r.id, c) != (first[2].id, "a")]
+    assert seen[: len(expected)] == expected  # oldest run first, calls in position order
+    assert seen[len(expected) :] == [(i, "n") for i in arrived]
+    assert len(set(seen)) == len(seen)
+
+
+async def test_list_runs_page_walks_every_run_once_in_both_directions(store: Store) -> None:
+    ids = [
+        (await store.save_pending(make_run(agent="ops" if i % 2 else "web"))).id for i in range(9)
+    ]
+    for newest_first, order in ((False, ids), (True, ids[::-1])):
+        walked: list[str] = []
+        after = None
+        while True:
+            page = await store.list_runs_page(after=after, limit=4, newest_first=newest_first)
+            walked += [r.id for r in page.items]
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+        assert walked == order
+    ops = await store.list_runs_page(agent=["ops"], limit=100)
+    assert [r.id for r in ops.items] == ids[1::2]
+    assert ops.next_cursor is None
+    assert all(r.history for r in ops.items)
+    with pytest.raises(ValueError, match="cursor"):
+        await store.list_runs_page(after="not-a-cursor")
+    with pytest.raises(ValueError, match="cursor"):
+        await store.list_pending_calls(after=page.next_cursor or "eyJ4IjoxfQ")
+
+
+async def test_an_approval_with_edited_args_keeps_both_and_audits_the_change(
+    store: Store,
+) -> None:
+    run = await store.save_pending(make_run(approval("c1", args='{"to": "alice", "cents": 500}')))
+    record = await store.decide(
+        run.id, "c1", Decision.approve(args={"to": "alice", "cents": 50}), decided_by="bob"
+    )
+    assert record.args == '{"to":"alice","cents":50}'
+    got = (await store.get_run(run.id)).call("c1")
+    assert got.args == '{"to": "alice", "cents": 500}'  # what the model asked stays
+    assert got.decision is not None
+    assert got.decision.args == record.args
+    decided = [e for e in await store.audit(run.id) if e.action is AuditAction.DECIDED]
+    assert decided[0].detail["original_args"] == '{"to": "alice", "cents": 500}'
+    assert decided[0].detail["args"] == '{"to":"alice","cents":50}'
+    again = await store.decide(
+        run.id, "c1", Decision.approve(args='{"to":"alice","cents":50}'), decided_by="carol"
+    )
+    assert again == record  # the same edited approval is a repeat
+    with pytest.raises(RunNotPending):
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+
+
+def test_edited_args_must_be_a_json_object_on_an_approval() -> None:
+    with pytest.raises(InvalidDecision, match="JSON object"):
+        Decision.approve(args="[1, 2]")
+    with pytest.raises(InvalidDecision, match="valid JSON"):
+        Decision.approve(args="{nope")
+    with pytest.raises(InvalidDecision, match="approval only"):
+        Decision(DecisionKind.DENY, args="{}")

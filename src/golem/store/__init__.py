@@ -29,12 +29,14 @@ tree (every store error subclasses `golem.errors.StoreError`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from golem.errors import StoreError
+from golem.store._feed import ChangeFeed
+from golem.store._sql import utc_now
 from golem.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
@@ -53,8 +55,10 @@ from golem.store.records import (
     NewCall,
     NewRun,
     Outcome,
+    Page,
     PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunNotPending,
     RunRecord,
     RunStatus,
@@ -68,6 +72,7 @@ __all__ = [
     "CallExpired",
     "CallKind",
     "CallNotFound",
+    "ChangeFeed",
     "ClaimedRun",
     "Decision",
     "DecisionConflict",
@@ -78,8 +83,10 @@ __all__ = [
     "NewCall",
     "NewRun",
     "Outcome",
+    "Page",
     "PendingCallRecord",
     "RunNotFound",
+    "RunNotInterrupted",
     "RunNotPending",
     "RunRecord",
     "RunStatus",
@@ -88,11 +95,6 @@ __all__ = [
     "open_store",
     "utc_now",
 ]
-
-
-def utc_now() -> datetime:
-    """Return the current time as a timezone-aware UTC datetime."""
-    return datetime.now(UTC)
 
 
 # --------------------------------------------------------------------------- protocol
@@ -150,7 +152,54 @@ class Store(Protocol):
         """Return runs matching every given filter, newest first.
 
         `tool_name` keeps runs with at least one pending call of that tool. `status` may be
-        one status or several.
+        one status or several. Offset paging reads every skipped row: for long listings use
+        `list_runs_page`.
+        """
+        ...
+
+    async def list_runs_page(
+        self,
+        *,
+        status: RunStatus | Sequence[RunStatus] | None = None,
+        agent: str | Sequence[str] | None = None,
+        conversation_id: str | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> Page[RunRecord]:
+        """Return one page of matching runs, oldest first (newest first when asked).
+
+        Runs are ordered by creation time, then ID. Pass the returned `next_cursor` as
+        `after` for the next page; the query starts at the cursor (keyset paging), so every
+        page costs the same however deep it is, and only the page's histories are read.
+        `agent` may name several agents (e.g. the ones an approver may see).
+
+        Raises:
+            ValueError: `limit` < 1, or `after` is not a cursor this store returned.
+        """
+        ...
+
+    async def list_pending_calls(
+        self,
+        *,
+        agent: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Page[PendingCallRecord]:
+        """Return one page of the calls waiting for a decision, oldest run first.
+
+        The items are the undecided calls of PENDING runs, ordered by their run's creation
+        time, run ID and the call's position; keyset-paged like `list_runs_page`. Paging
+        to the end returns every call that was waiting when the listing started exactly
+        once (calls decided meanwhile drop out; runs created meanwhile come last). On
+        PostgreSQL, where runs are saved concurrently, a run whose save was still committing
+        when a page was read may sort just before that page's cursor and be seen only by a
+        listing started later.
+
+        Raises:
+            ValueError: `limit` < 1, or `after` is not a cursor this store returned.
         """
         ...
 
@@ -195,12 +244,18 @@ class Store(Protocol):
         ...
 
     async def claim_ready(
-        self, worker_id: str, lease_seconds: float, *, now: datetime | None = None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run for `worker_id`, or return None when there is none.
 
         The run becomes RUNNING with a lease of `lease_seconds`; audit `claimed`. Exactly one
-        of several concurrent callers (in any process) gets a given run.
+        of several concurrent callers (in any process) gets a given run. With `agents`,
+        only runs of those agents are claimed (the others stay READY for other workers).
         """
         ...
 
@@ -238,6 +293,46 @@ class Store(Protocol):
         """
         ...
 
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Operator recovery: make an INTERRUPTED run READY for another resume attempt.
+
+        The run's `attempt` grows by one. On that attempt a worker re-executes an approved
+        call only when its tool declares itself idempotent, or when the call is listed in
+        `confirm_calls` (recorded as `rerun_confirmed_by`); other approved calls are
+        denied, because the interrupted attempt may already have run them. Audits
+        `resolved` (resolution "retry", the note, the confirmed calls) and `ready`.
+
+        Raises:
+            RunNotFound: no such run.
+            RunNotInterrupted: the run is not INTERRUPTED.
+            CallNotFound: a confirmed call is not a call of the run.
+            InvalidDecision: a confirmed call was not approved.
+            ValueError: `resolved_by` is empty.
+        """
+        ...
+
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Operator recovery: close an INTERRUPTED run as FAILED, saying who and why.
+
+        Audits `resolved` (resolution "cancel", the note) and `failed`.
+
+        Raises:
+            RunNotFound: no such run.
+            RunNotInterrupted: the run is not INTERRUPTED.
+            ValueError: `resolved_by` is empty.
+        """
+        ...
+
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """Return the run's audit entries in the order they happened.
 
@@ -256,6 +351,14 @@ class Store(Protocol):
 
     async def last_change_id(self) -> int:
         """Return the ID of the newest audit entry (0 when the log is empty)."""
+        ...
+
+    def change_feed(self) -> ChangeFeed:
+        """The store's change notifications, shared by every waiter in this process.
+
+        Workers wait on it for ready runs and event streams for new audit entries, instead
+        of each polling the database (see `ChangeFeed`). Call it on the event loop.
+        """
         ...
 
     async def close(self) -> None:

@@ -4,7 +4,8 @@ Each `Migration` has a version (1, 2, …) and DDL written once with `{ts}` stan
 dialect's timestamp type. `migrate` runs inside one write transaction that the caller holds
 exclusively (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory lock), so several processes
 opening one database at once apply each migration exactly once. The applied versions are
-rows of `golem_schema_version`.
+rows of `golem_schema_version`. Migrations run on the store's database thread, so `migrate`
+and `SchemaConn` are synchronous.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ _TYPES: dict[Dialect, dict[str, str]] = {
 class SchemaConn(Protocol):
     """The part of a store transaction that migrations use (`?` placeholders)."""
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a query and return its rows."""
         ...
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a statement and return the number of rows it changed."""
         ...
 
@@ -115,6 +116,33 @@ MIGRATIONS: tuple[Migration, ...] = (
             "INSERT INTO golem_audit_seq (singleton, last_id) VALUES (1, 0)",
         ),
     ),
+    Migration(
+        2,
+        "histories move out of the hot runs row; indexes for keyset paging",
+        (
+            """CREATE TABLE golem_histories (
+                run_id TEXT PRIMARY KEY,
+                history TEXT NOT NULL,
+                outcome_history TEXT
+            )""",
+            "INSERT INTO golem_histories (run_id, history, outcome_history) "
+            "SELECT id, history, outcome_history FROM golem_runs",
+            "ALTER TABLE golem_runs DROP COLUMN history",
+            "ALTER TABLE golem_runs DROP COLUMN outcome_history",
+            "CREATE INDEX golem_runs_status_created ON golem_runs (status, created_at, id)",
+            "UPDATE golem_audit_seq SET last_id = "
+            "(SELECT COALESCE(MAX(id), 0) FROM golem_audit) WHERE singleton = 1",
+        ),
+    ),
+    Migration(
+        3,
+        "operator recovery: resume attempts, per-call re-run confirmations",
+        (
+            "ALTER TABLE golem_runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1",
+            "ALTER TABLE golem_calls ADD COLUMN rerun_confirmed_by TEXT",
+            "ALTER TABLE golem_calls ADD COLUMN decision_args TEXT",
+        ),
+    ),
 )
 """Every migration, in version order."""
 
@@ -128,7 +156,7 @@ _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS golem_schema_version (
 )"""
 
 
-async def migrate(
+def migrate(
     conn: SchemaConn,
     dialect: Dialect,
     now: Any,
@@ -142,8 +170,8 @@ async def migrate(
     Raises:
         StoreError: the database was written by a newer golem (its version is unknown here).
     """
-    await conn.execute(_VERSION_TABLE.format(**_TYPES[dialect]))
-    rows = await conn.fetch("SELECT MAX(version) FROM golem_schema_version")
+    conn.execute(_VERSION_TABLE.format(**_TYPES[dialect]))
+    rows = conn.fetch("SELECT MAX(version) FROM golem_schema_version")
     current = int(rows[0][0] or 0)
     latest = migrations[-1].version if migrations else 0
     if current > latest:
@@ -155,8 +183,8 @@ async def migrate(
         if m.version <= current:
             continue
         for statement in m.render(dialect):
-            await conn.execute(statement)
-        await conn.execute(
+            conn.execute(statement)
+        conn.execute(
             "INSERT INTO golem_schema_version (version, description, applied_at) VALUES (?, ?, ?)",
             (m.version, m.description, now),
         )

@@ -1,34 +1,46 @@
-"""The store's transactions, written once over a small connection port.
+"""The store's transactions, written once over a small synchronous connection port.
 
-`SQLStore` implements every `Store` method as one transaction of `?`-placeholder SQL that
-runs on SQLite and PostgreSQL alike. A backend supplies only what differs: how a
-transaction is opened (`BEGIN IMMEDIATE` / row locks), how timestamps are stored, and the
-row-locking clauses (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`, empty on SQLite where the
-write transaction already holds the database).
+`SQLStore` implements every `Store` method as **one transaction run to completion on a
+database thread**: the async method hands a plain function to the backend (`_submit`), the
+backend opens the transaction on its own thread, runs the function, appends the audit
+entries and commits (or rolls back on any error) before the result crosses back to the
+event loop. So no statement ever runs on the event loop, and cancelling the awaiting task
+at any point cannot leave a transaction open or a lock held: the transaction either
+finishes (applied) or has not started (not applied), whoever is still waiting for it.
 
-Audit IDs come from a one-row counter bumped as the last statement of each transaction;
-the row lock it takes until commit makes IDs visible in commit order, which is what lets
-`changes_since` pollers advance a cursor without missing entries.
+The SQL uses `?` placeholders and runs on SQLite and PostgreSQL alike. A backend supplies
+only what differs: opening and ending transactions, timestamps, row-locking clauses
+(`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`; empty on SQLite, where the write transaction
+already holds the database) and how audit IDs are assigned (`_flush_audit`).
+
+Statements whose result is not needed go through `Conn.run`, which PostgreSQL queues in a
+pipeline: a transaction costs one network round trip per `fetch` plus one for the commit.
+
+Histories live in `golem_histories`, out of the hot `golem_runs` row: decisions, claims'
+lock and lease renewals never read or rewrite them.
 """
 
 from __future__ import annotations
 
 import abc
+import base64
 import json
-from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self, overload
+from typing import Any, Protocol, Self, TypeVar, overload
 
-from golem.store import (
+from golem.store._feed import ChangeFeed
+from golem.store._schema import SchemaConn
+from golem.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
     AuditAction,
     AuditEntry,
     CallExpired,
     CallKind,
+    CallNotFound,
     ClaimedRun,
     Decision,
     DecisionConflict,
@@ -38,48 +50,73 @@ from golem.store import (
     LeaseLost,
     NewRun,
     Outcome,
+    Page,
     PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunNotPending,
     RunRecord,
     RunStatus,
-    utc_now,
 )
-from golem.store._schema import SchemaConn
 
-__all__ = ["Conn", "SQLStore"]
+__all__ = ["Conn", "SQLStore", "Tx"]
+
+_T = TypeVar("_T")
 
 SWEEP_BATCH = 500
 """At most this many runs change per sweep transaction."""
 
 _RUN_COLS = (
-    "id, agent, conversation_id, status, history, deps_ref, started_by, created_at, "
+    "id, agent, conversation_id, status, deps_ref, started_by, created_at, "
     "updated_at, expires_at, parent_run_id, child_run_id, lease_owner, lease_expires_at, "
-    "outcome_output, outcome_error, outcome_history"
+    "outcome_output, outcome_error, attempt"
 )
+_R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
-    "decision_reason, decision_text, decided_by, decided_at"
+    "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args"
 )
+_C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
 
 
+def utc_now() -> datetime:
+    """The current time as a timezone-aware UTC datetime."""
+    return datetime.now(UTC)
+
+
 class Conn(SchemaConn, Protocol):
-    """One open transaction of a backend (`?` placeholders)."""
+    """One open transaction of a backend (`?` placeholders), used on the database thread."""
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run a statement whose result is not needed (may be deferred to the commit)."""
+        ...
 
 
-class _Tx:
-    """A transaction plus the audit entries it will append just before commit."""
+AuditRow = tuple[str, datetime, str, AuditAction, dict[str, Any]]
+
+
+class Tx:
+    """A transaction plus the audit entries it appends just before commit."""
+
+    __slots__ = ("conn", "entries", "last_id", "ready")
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
-        self.entries: list[tuple[str, datetime, str, AuditAction, dict[str, Any]]] = []
+        self.entries: list[AuditRow] = []
+        self.last_id = 0
+        """The ID of the last audit entry this transaction appended (0: none)."""
+        self.ready = False
+        """Whether this transaction made a run ready (or may have)."""
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return await self.conn.fetch(sql, params)
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.conn.fetch(sql, params)
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return await self.conn.execute(sql, params)
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, params)
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.conn.run(sql, params)
 
     def audit(
         self,
@@ -90,11 +127,13 @@ class _Tx:
         detail: dict[str, Any] | None = None,
     ) -> None:
         self.entries.append((run_id, at, actor, action, detail or {}))
+        if action is AuditAction.READY:
+            self.ready = True
 
 
-def _aware(value: datetime | None, what: str = "now") -> datetime:
+def _aware(value: datetime | None, what: str = "now") -> datetime | None:
     if value is None:
-        return utc_now()
+        return None
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got naive {value!r}")
     return value.astimezone(UTC)
@@ -114,22 +153,60 @@ def _lease(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def _encode_cursor(*parts: Any) -> str:
+    raw = json.dumps(parts, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        parts = json.loads(raw)
+    except (ValueError, TypeError):
+        parts = None
+    if (
+        not isinstance(parts, list)
+        or len(parts) != len(shape)
+        or not all(isinstance(p, t) for p, t in zip(parts, shape, strict=True))
+    ):
+        raise ValueError(f"invalid page cursor {cursor!r}: pass a next_cursor this store returned")
+    return parts
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters of what the store sent to its database (for benchmarks and tests)."""
+
+    transactions: int = 0
+    commits: int = 0
+    statements: int = 0
+    round_trips: int = 0
+
+
 class SQLStore(abc.ABC):
     """Every `Store` method over a backend's transactions (see the module docstring)."""
 
     _lock_clause: str = ""
-    """Appended to a single-row SELECT that must lock the row until commit."""
+    """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
-    _peek_before_claim: bool = True
-    """Look for a ready run in a read transaction before taking the write lock (SQLite:
-    idle polling then never contends with writers; PostgreSQL's SKIP LOCKED needs no peek)."""
     """Appended to a SELECT that claims rows other transactions are not holding."""
+
+    stats: Stats
+    _feed: ChangeFeed
 
     # ------------------------------------------------------------------ backend hooks
 
     @abc.abstractmethod
-    def _transaction(self, *, write: bool) -> AbstractAsyncContextManager[Conn]:
-        """Open a transaction; commit on normal exit, roll back on an exception."""
+    async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run `fn(tx, *args)` in one transaction on a database thread; return its result.
+
+        The transaction commits (after `_flush_audit`) when `fn` returns and rolls back
+        when it raises; cancelling the caller never interrupts it.
+        """
+
+    @abc.abstractmethod
+    def _flush_audit(self, tx: Tx) -> None:
+        """Append `tx.entries` to the audit log (in order, IDs in commit order)."""
 
     @abc.abstractmethod
     def _to_db(self, value: datetime) -> Any:
@@ -141,7 +218,7 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None:
-        """Release the backend's connections."""
+        """Release the backend's connections and threads."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -154,6 +231,10 @@ class SQLStore(abc.ABC):
     ) -> None:
         await self.close()
 
+    def change_feed(self) -> ChangeFeed:
+        """The store's `ChangeFeed`: wait for changes and ready runs without polling."""
+        return self._feed
+
     # ------------------------------------------------------------------ plumbing
 
     def _ts(self, value: datetime | None) -> Any:
@@ -162,30 +243,18 @@ class SQLStore(abc.ABC):
     def _dt(self, value: Any) -> datetime | None:
         return None if value is None else self._from_db(value)
 
-    def _tx(self, *, write: bool) -> _TxScope:
-        return _TxScope(self, write)
-
-    async def _flush_audit(self, tx: _Tx) -> None:
-        if not tx.entries:
-            return
-        n = len(tx.entries)
-        rows = await tx.fetch(
-            "UPDATE golem_audit_seq SET last_id = last_id + ? WHERE singleton = 1 RETURNING last_id",
-            (n,),
-        )
-        first = int(rows[0][0]) - n + 1
-        params: list[Any] = []
-        for i, (run_id, at, actor, action, detail) in enumerate(tx.entries):
-            params += (first + i, run_id, self._to_db(at), actor, action.value, json.dumps(detail))
-        values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * n)
-        await tx.execute(f"INSERT INTO golem_audit ({_AUDIT_COLS}) VALUES {values}", params)
-        tx.entries.clear()
+    def _audit_params(self, tx: Tx) -> list[tuple[str, Any, str, str, str]]:
+        to_db = self._to_db
+        return [
+            (run_id, to_db(at), actor, action.value, json.dumps(detail))
+            for run_id, at, actor, action, detail in tx.entries
+        ]
 
     # ------------------------------------------------------------------ row mapping
 
-    def _call_record(self, row: tuple[Any, ...]) -> PendingCallRecord:
+    def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
         (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
-        (decision, d_reason, d_text, decided_by, decided_at) = row[8:]
+        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
         record = None
         if decision is not None:
             record = DecisionRecord(
@@ -196,6 +265,7 @@ class SQLStore(abc.ABC):
                 text=d_text or "",
                 decided_by=decided_by or "",
                 decided_at=self._from_db(decided_at),
+                args=d_args,
             )
         return PendingCallRecord(
             run_id=run_id,
@@ -207,11 +277,18 @@ class SQLStore(abc.ABC):
             reason=reason,
             deadline=self._dt(deadline),
             decision=record,
+            rerun_confirmed_by=confirmed_by,
         )
 
-    def _run_record(self, row: tuple[Any, ...], calls: Sequence[PendingCallRecord]) -> RunRecord:
-        (rid, agent, conv, status, history, deps_ref, started_by, created, updated) = row[:9]
-        (expires, parent, child, owner, lease_exp, out, err, out_history) = row[9:]
+    def _run_record(
+        self,
+        row: Sequence[Any],
+        calls: Sequence[PendingCallRecord],
+        history: str,
+        out_history: str | None,
+    ) -> RunRecord:
+        (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
+        (expires, parent, child, owner, lease_exp, out, err, attempt) = row[8:16]
         st = RunStatus(status)
         outcome: Outcome | None = None
         if st.terminal:
@@ -238,81 +315,141 @@ class SQLStore(abc.ABC):
             lease_owner=owner,
             lease_expires_at=self._dt(lease_exp),
             outcome=outcome,
+            attempt=int(attempt),
         )
 
-    async def _load_runs(self, tx: _Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
-        if not rows:
-            return []
-        ids = [r[0] for r in rows]
+    def _calls_of(self, tx: Tx, ids: Sequence[str]) -> dict[str, list[PendingCallRecord]]:
+        by_run: dict[str, list[PendingCallRecord]] = {i: [] for i in ids}
+        if not ids:
+            return by_run
         marks = ", ".join("?" for _ in ids)
-        call_rows = await tx.fetch(
+        for cr in tx.fetch(
             f"SELECT {_CALL_COLS} FROM golem_calls WHERE run_id IN ({marks}) "
             "ORDER BY run_id, position",
             ids,
-        )
-        by_run: dict[str, list[PendingCallRecord]] = {i: [] for i in ids}
-        for cr in call_rows:
+        ):
             by_run[cr[0]].append(self._call_record(cr))
-        return [self._run_record(r, by_run[r[0]]) for r in rows]
+        return by_run
 
-    async def _load_run(self, tx: _Tx, run_id: str, *, lock: bool = False) -> RunRecord:
-        rows = await tx.fetch(
-            f"SELECT {_RUN_COLS} FROM golem_runs WHERE id = ?"
-            + (self._lock_clause if lock else ""),
+    def _history_and_calls(self, tx: Tx, run_id: str) -> tuple[str, list[PendingCallRecord]]:
+        """One run's history and calls (one statement)."""
+        rows = tx.fetch(
+            f"SELECT h.history, {_C_CALL_COLS} FROM golem_histories h "
+            "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
+            "ORDER BY c.position",
             (run_id,),
         )
         if not rows:
             raise RunNotFound(run_id)
-        return (await self._load_runs(tx, rows))[0]
+        return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
+
+    def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
+        """Records of `rows` (run columns + history + outcome history), with their calls."""
+        calls = self._calls_of(tx, [r[0] for r in rows])
+        return [self._run_record(r, calls[r[0]], r[16], r[17]) for r in rows]
+
+    def _select_runs(self, where: str, tail: str = "") -> str:
+        return (
+            f"SELECT {_R_RUN_COLS}, h.history, h.outcome_history FROM golem_runs r "
+            f"JOIN golem_histories h ON h.run_id = r.id WHERE {where} {tail}"
+        )
+
+    def _load_run(self, tx: Tx, run_id: str) -> RunRecord:
+        rows = tx.fetch(self._select_runs("r.id = ?"), (run_id,))
+        if not rows:
+            raise RunNotFound(run_id)
+        return self._load_runs(tx, rows)[0]
+
+    def _lock_calls(self, tx: Tx, run_id: str) -> tuple[RunStatus, list[PendingCallRecord]]:
+        """Lock the run's row and its calls; return its status and calls (one statement).
+
+        Every row read is locked, so PostgreSQL re-reads all of them after waiting for a
+        concurrent decision (a join locking only the run would return stale calls).
+        """
+        sql = (
+            f"SELECT r.status, {_C_CALL_COLS} FROM golem_runs r "
+            "JOIN golem_calls c ON c.run_id = r.id WHERE r.id = ? ORDER BY c.position"
+            + self._lock_clause
+        )
+        rows = tx.fetch(sql, (run_id,))
+        if not rows:
+            if not self._exists(tx, run_id):
+                raise RunNotFound(run_id)
+            # committed between the two statements (PostgreSQL reads each with a new
+            # snapshot), or a run without calls
+            rows = tx.fetch(sql, (run_id,))
+            if not rows:
+                return RunStatus.COMPLETED, []  # no calls: every call ID is unknown
+        status = RunStatus(rows[0][0])
+        return status, [self._call_record(r[1:]) for r in rows]
 
     # ------------------------------------------------------------------ inserts
 
-    async def _insert_run(
-        self, tx: _Tx, run: NewRun, status: RunStatus, now: datetime, outcome: Outcome | None
-    ) -> RunRecord:
-        """Insert the run and its calls; return the record as stored (no read-back)."""
+    def _check_new(self, run: NewRun) -> tuple[str, datetime | None]:
+        """Validate a run before any transaction; return its deps JSON and expiry."""
+        if not run.id:
+            raise ValueError("a run needs a non-empty id")
         ids = [c.call_id for c in run.calls]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise ValueError(f'run "{run.id}": call ID "{dup}" appears more than once')
-        if not run.id:
-            raise ValueError("a run needs a non-empty id")
-        expires_at = None if run.expires_at is None else _aware(run.expires_at, "expires_at")
+        for c in run.calls:
+            _aware(c.deadline, "deadline")
         try:
             deps_ref = json.dumps(run.deps_ref)
         except (TypeError, ValueError) as exc:
             raise ValueError(f'run "{run.id}": deps_ref is not JSON-serializable: {exc}') from None
+        return deps_ref, _aware(run.expires_at, "expires_at")
+
+    def _exists(self, tx: Tx, run_id: str) -> bool:
+        return bool(tx.fetch("SELECT 1 FROM golem_runs WHERE id = ?", (run_id,)))
+
+    def _insert_run(
+        self,
+        tx: Tx,
+        run: NewRun,
+        status: RunStatus,
+        now: datetime,
+        outcome: Outcome | None,
+        checked: tuple[str, datetime | None],
+    ) -> RunRecord:
+        """Insert the run, its history and calls; return the record as stored (no read-back)."""
+        deps_ref, expires_at = checked
         out = err = out_history = None
         if outcome is not None:
             out = None if outcome.status is not RunStatus.COMPLETED else json.dumps(outcome.output)
             err = outcome.error or None
             out_history = outcome.history
-        inserted = await tx.execute(
+        ts = self._to_db(now)
+        inserted = tx.fetch(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, ?) "
-            "ON CONFLICT (id) DO NOTHING",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id",
             (
                 run.id,
                 run.agent,
                 run.conversation_id,
                 status.value,
-                run.history,
                 deps_ref,
                 run.started_by,
-                self._to_db(now),
-                self._to_db(now),
+                ts,
+                ts,
                 self._ts(expires_at),
                 run.parent_run_id,
                 out,
                 err,
-                out_history,
             ),
         )
-        if inserted != 1:
+        if not inserted:
             raise ValueError(f'a run with ID "{run.id}" already exists')
+        tx.run(
+            "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
+            (run.id, run.history, out_history),
+        )
         calls: list[PendingCallRecord] = []
+        params: list[Any] = []
         for pos, c in enumerate(run.calls):
-            deadline = expires_at if c.deadline is None else _aware(c.deadline, "deadline")
+            deadline = expires_at if c.deadline is None else _utc(c.deadline)
             calls.append(
                 PendingCallRecord(
                     run_id=run.id,
@@ -322,23 +459,26 @@ class SQLStore(abc.ABC):
                     tool_name=c.tool_name,
                     args=c.args,
                     reason=c.reason,
-                    deadline=_utc(deadline),
+                    deadline=deadline,
                     decision=None,
                 )
             )
-            await tx.execute(
-                f"INSERT INTO golem_calls ({_CALL_COLS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL)",
-                (
-                    run.id,
-                    c.call_id,
-                    pos,
-                    CallKind(c.kind).value,
-                    c.tool_name,
-                    c.args,
-                    c.reason,
-                    self._ts(deadline),
-                ),
+            params += (
+                run.id,
+                c.call_id,
+                pos,
+                CallKind(c.kind).value,
+                c.tool_name,
+                c.args,
+                c.reason,
+                self._ts(deadline),
+            )
+        if calls:
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
+            tx.run(
+                "INSERT INTO golem_calls (run_id, call_id, position, kind, tool_name, args, "
+                f"reason, deadline) VALUES {values}",
+                params,
             )
         tx.audit(
             run.id,
@@ -370,9 +510,9 @@ class SQLStore(abc.ABC):
             calls=tuple(calls),
             deps_ref=json.loads(deps_ref),
             started_by=run.started_by,
-            created_at=_utc(now),
-            updated_at=_utc(now),
-            expires_at=_utc(expires_at),
+            created_at=now,
+            updated_at=now,
+            expires_at=expires_at,
             parent_run_id=run.parent_run_id,
             child_run_id=None,
             lease_owner=None,
@@ -384,18 +524,22 @@ class SQLStore(abc.ABC):
 
     async def schema_version(self) -> int:
         """Return the schema version of the opened database."""
-        async with self._tx(write=False) as tx:
-            rows = await tx.fetch("SELECT MAX(version) FROM golem_schema_version")
-        return int(rows[0][0] or 0)
+
+        def tx_fn(tx: Tx) -> int:
+            return int(tx.fetch("SELECT MAX(version) FROM golem_schema_version")[0][0] or 0)
+
+        return await self._submit(False, tx_fn)
 
     async def save_pending(self, run: NewRun) -> RunRecord:
         """Save a paused run as PENDING (see `Store.save_pending`)."""
         if not run.calls:
             raise ValueError(f'save_pending: run "{run.id}" has no pending calls')
-        now = utc_now()
-        async with self._tx(write=True) as tx:
-            record = await self._insert_run(tx, run, RunStatus.PENDING, now, None)
-        return record
+        checked = self._check_new(run)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            return self._insert_run(tx, run, RunStatus.PENDING, utc_now(), None, checked)
+
+        return await self._submit(True, tx_fn)
 
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
         """Save a run that ended without pausing (see `Store.save_finished`)."""
@@ -405,9 +549,11 @@ class SQLStore(abc.ABC):
             )
         if run.calls:
             raise ValueError(f'save_finished: run "{run.id}" has pending calls; use save_pending')
-        now = utc_now()
-        async with self._tx(write=True) as tx:
-            record = await self._insert_run(tx, run, outcome.status, now, outcome)
+        checked = self._check_new(run)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            now = utc_now()
+            record = self._insert_run(tx, run, outcome.status, now, outcome, checked)
             tx.audit(
                 run.id,
                 now,
@@ -415,12 +561,45 @@ class SQLStore(abc.ABC):
                 _ACTION[outcome.status],
                 _outcome_detail(outcome),
             )
-        return record
+            return record
+
+        return await self._submit(True, tx_fn)
 
     async def get_run(self, run_id: str) -> RunRecord:
         """Return the run (see `Store.get_run`)."""
-        async with self._tx(write=False) as tx:
-            return await self._load_run(tx, run_id)
+        return await self._submit(False, self._load_run, run_id)
+
+    def _filters(
+        self,
+        status: RunStatus | Sequence[RunStatus] | None,
+        agent: str | Sequence[str] | None,
+        conversation_id: str | None,
+        tool_name: str | None,
+    ) -> tuple[list[str], list[Any]] | None:
+        """WHERE clauses over `golem_runs r`; None when the filters match nothing."""
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            if not statuses:
+                return None
+            where.append(f"r.status IN ({', '.join('?' for _ in statuses)})")
+            params.extend(RunStatus(s).value for s in statuses)
+        if agent is not None:
+            agents = [agent] if isinstance(agent, str) else list(agent)
+            if not agents:
+                return None
+            where.append(f"r.agent IN ({', '.join('?' for _ in agents)})")
+            params.extend(agents)
+        if conversation_id is not None:
+            where.append("r.conversation_id = ?")
+            params.append(conversation_id)
+        if tool_name is not None:
+            where.append(
+                "EXISTS (SELECT 1 FROM golem_calls t WHERE t.run_id = r.id AND t.tool_name = ?)"
+            )
+            params.append(tool_name)
+        return where, params
 
     async def list_runs(
         self,
@@ -435,34 +614,98 @@ class SQLStore(abc.ABC):
         """Return matching runs, newest first (see `Store.list_runs`)."""
         if limit < 0 or offset < 0:
             raise ValueError(f"limit and offset must be >= 0, got {limit} and {offset}")
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            statuses = [status] if isinstance(status, str) else list(status)
-            if not statuses:
-                return []
-            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
-            params.extend(RunStatus(s).value for s in statuses)
-        if agent is not None:
-            where.append("agent = ?")
-            params.append(agent)
-        if conversation_id is not None:
-            where.append("conversation_id = ?")
-            params.append(conversation_id)
+        filters = self._filters(status, agent, conversation_id, tool_name)
+        if filters is None:
+            return []
+        where, params = filters
+        sql = self._select_runs(
+            " AND ".join(where) or "1 = 1",
+            "ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?",
+        )
+
+        def tx_fn(tx: Tx) -> list[RunRecord]:
+            return self._load_runs(tx, tx.fetch(sql, [*params, limit, offset]))
+
+        return await self._submit(False, tx_fn)
+
+    async def list_runs_page(
+        self,
+        *,
+        status: RunStatus | Sequence[RunStatus] | None = None,
+        agent: str | Sequence[str] | None = None,
+        conversation_id: str | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
+    ) -> Page[RunRecord]:
+        """Return one keyset page of matching runs (see `Store.list_runs_page`)."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        filters = self._filters(status, agent, conversation_id, tool_name)
+        if filters is None:
+            return Page([], None)
+        where, params = filters
+        op, order = ("<", "DESC") if newest_first else (">", "ASC")
+        if after is not None:
+            created, run_id = _decode_cursor(after, (str, str))
+            where.append(f"(r.created_at, r.id) {op} (?, ?)")
+            params += (self._to_db(datetime.fromisoformat(created)), run_id)
+        sql = self._select_runs(
+            " AND ".join(where) or "1 = 1",
+            f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
+        )
+
+        def tx_fn(tx: Tx) -> list[RunRecord]:
+            return self._load_runs(tx, tx.fetch(sql, [*params, limit]))
+
+        runs = await self._submit(False, tx_fn)
+        cursor = None
+        if len(runs) == limit:
+            last = runs[-1]
+            cursor = _encode_cursor(last.created_at.isoformat(), last.id)
+        return Page(runs, cursor)
+
+    async def list_pending_calls(
+        self,
+        *,
+        agent: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Page[PendingCallRecord]:
+        """Return one keyset page of undecided calls of PENDING runs, oldest run first."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        filters = self._filters(None, agent, None, None)
+        if filters is None:
+            return Page([], None)
+        where, params = filters
+        where += ["r.status = 'pending'", "c.decision IS NULL"]
         if tool_name is not None:
-            where.append(
-                "EXISTS (SELECT 1 FROM golem_calls c WHERE c.run_id = golem_runs.id "
-                "AND c.tool_name = ?)"
-            )
+            where.append("c.tool_name = ?")
             params.append(tool_name)
-        sql = f"SELECT {_RUN_COLS} FROM golem_runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        params.extend((limit, offset))
-        async with self._tx(write=False) as tx:
-            rows = await tx.fetch(sql, params)
-            return await self._load_runs(tx, rows)
+        if after is not None:
+            created, run_id, position = _decode_cursor(after, (str, str, int))
+            where.append("(r.created_at, r.id, c.position) > (?, ?, ?)")
+            params += (self._to_db(datetime.fromisoformat(created)), run_id, position)
+        sql = (
+            f"SELECT {_C_CALL_COLS}, r.created_at FROM golem_runs r "
+            "JOIN golem_calls c ON c.run_id = r.id WHERE "
+            + " AND ".join(where)
+            + " ORDER BY r.created_at, r.id, c.position LIMIT ?"
+        )
+
+        def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.fetch(sql, [*params, limit])
+
+        rows = await self._submit(False, tx_fn)
+        items = [self._call_record(r) for r in rows]
+        cursor = None
+        if len(rows) == limit:
+            last = rows[-1]
+            cursor = _encode_cursor(self._from_db(last[15]).isoformat(), last[0], int(last[2]))
+        return Page(items, cursor)
 
     async def decide(
         self,
@@ -476,158 +719,180 @@ class SQLStore(abc.ABC):
         """Record a decision on one call (see `Store.decide`)."""
         if not decided_by:
             raise ValueError("decide: decided_by must name who decided")
-        at = _aware(now)
+        at_given = _aware(now)
         kind = DecisionKind(decision.kind)
-        decision = Decision(  # only the field that belongs to the kind counts
+        decision = Decision(  # only the fields that belong to the kind count
             kind,
             reason=decision.reason if kind is DecisionKind.DENY else "",
             text=decision.text if kind is DecisionKind.EXTERNAL else "",
+            args=decision.args if kind is DecisionKind.APPROVE else None,
         )
-        expired: DecisionRecord | None = None
-        async with self._tx(write=True) as tx:
-            run = await self._load_run(tx, run_id, lock=True)
-            call = run.call(call_id)
+
+        def tx_fn(tx: Tx) -> tuple[DecisionRecord, bool]:
+            at = at_given or utc_now()
+            status, calls = self._lock_calls(tx, run_id)
+            call = next((c for c in calls if c.call_id == call_id), None)
+            if call is None:
+                raise CallNotFound(run_id, call_id)
             _check_fits(run_id, call, kind)
             existing = call.decision
             if existing is not None and decision.same_as(existing):
-                return existing
+                return existing, False
             if existing is not None and existing.decided_by == EXPIRY_ACTOR:
                 raise CallExpired(run_id, call_id, existing)
-            if run.status is not RunStatus.PENDING:
-                raise RunNotPending(run_id, run.status)
+            if status is not RunStatus.PENDING:
+                raise RunNotPending(run_id, status)
             if existing is not None:
                 raise DecisionConflict(run_id, call_id, existing)
             if call.deadline is not None and call.deadline <= at:
-                await self._expire_calls(tx, run, at)
-                expired = (await self._load_run(tx, run_id)).call(call_id).decision
-            else:
-                record = DecisionRecord(
-                    run_id=run_id,
-                    call_id=call_id,
-                    kind=kind,
-                    reason=decision.reason,
-                    text=decision.text,
-                    decided_by=decided_by,
-                    decided_at=at,
-                )
-                await self._record_decision(tx, record)
-                detail: dict[str, Any] = {"call_id": call_id, "decision": kind.value}
-                if kind is DecisionKind.DENY:
-                    detail["reason"] = record.reason
-                if kind is DecisionKind.EXTERNAL:
-                    detail["text"] = record.text
-                tx.audit(run_id, at, decided_by, AuditAction.DECIDED, detail)
-                await self._after_decisions(tx, run_id, at, decided_by, len(run.undecided) - 1)
-                return record
-        assert expired is not None  # the expiry denial was just recorded and committed
-        raise CallExpired(run_id, call_id, expired)
+                denials = self._expire_calls(tx, run_id, calls, at)
+                return denials[call_id], True
+            record = DecisionRecord(
+                run_id=run_id,
+                call_id=call_id,
+                kind=kind,
+                reason=decision.reason,
+                text=decision.text,
+                decided_by=decided_by,
+                decided_at=at,
+                args=decision.args,
+            )
+            self._record_decision(tx, record)
+            detail: dict[str, Any] = {"call_id": call_id, "decision": kind.value}
+            if record.args is not None:  # what the approver changed, beside what was asked
+                detail["original_args"] = call.args
+                detail["args"] = record.args
+            if kind is DecisionKind.DENY:
+                detail["reason"] = record.reason
+            if kind is DecisionKind.EXTERNAL:
+                detail["text"] = record.text
+            tx.audit(run_id, at, decided_by, AuditAction.DECIDED, detail)
+            undecided = sum(c.decision is None for c in calls) - 1
+            self._after_decisions(tx, run_id, at, decided_by, undecided)
+            return record, False
 
-    async def _record_decision(self, tx: _Tx, d: DecisionRecord) -> None:
-        await tx.execute(
+        record, expired = await self._submit(True, tx_fn)
+        if expired:  # the expiry denial was recorded and committed
+            raise CallExpired(run_id, call_id, record)
+        return record
+
+    def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
+        tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
-            "decided_by = ?, decided_at = ? WHERE run_id = ? AND call_id = ?",
+            "decided_by = ?, decided_at = ?, decision_args = ? WHERE run_id = ? AND call_id = ?",
             (
                 d.kind.value,
                 d.reason,
                 d.text,
                 d.decided_by,
                 self._to_db(d.decided_at),
+                d.args,
                 d.run_id,
                 d.call_id,
             ),
         )
 
-    async def _after_decisions(
-        self, tx: _Tx, run_id: str, at: datetime, actor: str, undecided: int
+    def _after_decisions(
+        self, tx: Tx, run_id: str, at: datetime, actor: str, undecided: int
     ) -> None:
         """Bump `updated_at`; make the run READY when no call is left `undecided`."""
         ready = undecided == 0
         status = RunStatus.READY if ready else RunStatus.PENDING
-        await tx.execute(
+        tx.run(
             "UPDATE golem_runs SET status = ?, updated_at = ? WHERE id = ?",
             (status.value, self._to_db(at), run_id),
         )
         if ready:
             tx.audit(run_id, at, actor, AuditAction.READY)
 
-    async def _expire_calls(self, tx: _Tx, run: RunRecord, at: datetime) -> bool:
-        """Deny the run's overdue undecided calls "expired"; True when any was."""
-        overdue = [
-            c
-            for c in run.calls
-            if c.decision is None and c.deadline is not None and c.deadline <= at
-        ]
-        for c in overdue:
-            await self._record_decision(
-                tx,
-                DecisionRecord(
-                    run_id=run.id,
+    def _expire_calls(
+        self, tx: Tx, run_id: str, calls: Sequence[PendingCallRecord], at: datetime
+    ) -> dict[str, DecisionRecord]:
+        """Deny the run's overdue undecided calls "expired"; return the denials by call ID."""
+        denials: dict[str, DecisionRecord] = {}
+        for c in calls:
+            if c.decision is None and c.deadline is not None and c.deadline <= at:
+                d = DecisionRecord(
+                    run_id=run_id,
                     call_id=c.call_id,
                     kind=DecisionKind.DENY,
                     reason=EXPIRY_REASON,
                     text="",
                     decided_by=EXPIRY_ACTOR,
                     decided_at=at,
-                ),
-            )
-            assert c.deadline is not None
-            tx.audit(
-                run.id,
-                at,
-                EXPIRY_ACTOR,
-                AuditAction.EXPIRED,
-                {"call_id": c.call_id, "deadline": c.deadline.isoformat()},
-            )
-        if overdue:
-            left = len(run.undecided) - len(overdue)
-            await self._after_decisions(tx, run.id, at, EXPIRY_ACTOR, left)
-        return bool(overdue)
+                )
+                self._record_decision(tx, d)
+                denials[c.call_id] = d
+                tx.audit(
+                    run_id,
+                    at,
+                    EXPIRY_ACTOR,
+                    AuditAction.EXPIRED,
+                    {"call_id": c.call_id, "deadline": c.deadline.isoformat()},
+                )
+        if denials:
+            left = sum(c.decision is None for c in calls) - len(denials)
+            self._after_decisions(tx, run_id, at, EXPIRY_ACTOR, left)
+        return denials
 
     async def sweep_expired(self, now: datetime | None = None) -> list[str]:
         """Deny overdue undecided calls "expired" (see `Store.sweep_expired`)."""
-        at = _aware(now)
-        changed: list[str] = []
-        async with self._tx(write=True) as tx:
-            rows = await tx.fetch(
+        at_given = _aware(now)
+
+        def tx_fn(tx: Tx) -> list[str]:
+            at = at_given or utc_now()
+            rows = tx.fetch(
                 "SELECT id FROM golem_runs WHERE status = 'pending' AND EXISTS ("
                 "SELECT 1 FROM golem_calls c WHERE c.run_id = golem_runs.id "
                 "AND c.decision IS NULL AND c.deadline IS NOT NULL AND c.deadline <= ?) "
                 f"ORDER BY id LIMIT {SWEEP_BATCH}" + self._skip_locked_clause,
                 (self._to_db(at),),
             )
+            changed: list[str] = []
+            if not rows:
+                return changed
+            calls = self._calls_of(tx, [r[0] for r in rows])
             for (run_id,) in rows:
-                run = await self._load_run(tx, run_id)
-                if run.status is RunStatus.PENDING and await self._expire_calls(tx, run, at):
+                if self._expire_calls(tx, run_id, calls[run_id], at):
                     changed.append(run_id)
-        return changed
+            return changed
+
+        return await self._submit(True, tx_fn)
 
     async def claim_ready(
-        self, worker_id: str, lease_seconds: float, *, now: datetime | None = None
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run (see `Store.claim_ready`)."""
         if not worker_id:
             raise ValueError("claim_ready: worker_id must not be empty")
-        at = _aware(now)
-        lease_until = at + _lease(lease_seconds)
-        if self._peek_before_claim:
-            async with self._tx(write=False) as tx:
-                if not await tx.fetch("SELECT 1 FROM golem_runs WHERE status = 'ready' LIMIT 1"):
-                    return None
-        async with self._tx(write=True) as tx:
-            rows = await tx.fetch(
-                "SELECT id FROM golem_runs WHERE status = 'ready' ORDER BY updated_at, id LIMIT 1"
-                + self._skip_locked_clause
+        at_given = _aware(now)
+        lease = _lease(lease_seconds)
+        only = ""
+        agent_params: list[str] = []
+        if agents is not None:
+            agent_params = [agents] if isinstance(agents, str) else list(agents)
+            if not agent_params:
+                return None
+            only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
+
+        def tx_fn(tx: Tx) -> ClaimedRun | None:
+            at = at_given or utc_now()
+            lease_until = at + lease
+            rows = tx.fetch(
+                "UPDATE golem_runs SET status = 'running', lease_owner = ?, "
+                "lease_expires_at = ?, updated_at = ? WHERE id = ("
+                f"SELECT id FROM golem_runs WHERE status = 'ready'{only} ORDER BY updated_at, id "
+                f"LIMIT 1{self._skip_locked_clause}) AND status = 'ready' RETURNING {_RUN_COLS}",
+                (worker_id, self._to_db(lease_until), self._to_db(at), *agent_params),
             )
             if not rows:
                 return None
             run_id = rows[0][0]
-            changed = await tx.execute(
-                "UPDATE golem_runs SET status = 'running', lease_owner = ?, lease_expires_at = ?, "
-                "updated_at = ? WHERE id = ? AND status = 'ready'",
-                (worker_id, self._to_db(lease_until), self._to_db(at), run_id),
-            )
-            if changed != 1:  # pragma: no cover - the row is locked by this transaction
-                return None
             tx.audit(
                 run_id,
                 at,
@@ -635,32 +900,49 @@ class SQLStore(abc.ABC):
                 AuditAction.CLAIMED,
                 {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()},
             )
-            run = await self._load_run(tx, run_id)
-        return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
+            history, calls = self._history_and_calls(tx, run_id)
+            run = self._run_record(rows[0], calls, history, None)
+            return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
 
-    async def _held(self, tx: _Tx, run_id: str, worker_id: str, at: datetime) -> RunRecord:
-        run = await self._load_run(tx, run_id, lock=True)
-        if run.status is not RunStatus.RUNNING:
-            raise LeaseLost(run_id, worker_id, f"the run is {run.status.value}")
-        if run.lease_owner != worker_id:
-            raise LeaseLost(run_id, worker_id, f'it is held by "{run.lease_owner}"')
-        if run.lease_expires_at is None or run.lease_expires_at <= at:
-            raise LeaseLost(run_id, worker_id, "the lease ran out")
-        return run
+        return await self._submit(True, tx_fn)
+
+    def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
+        """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""
+        rows = tx.fetch(
+            "SELECT status, lease_owner, lease_expires_at FROM golem_runs WHERE id = ?",
+            (run_id,),
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        status, owner, lease_exp = rows[0]
+        if status != RunStatus.RUNNING.value:
+            return LeaseLost(run_id, worker_id, f"the run is {status}")
+        if owner != worker_id:
+            return LeaseLost(run_id, worker_id, f'it is held by "{owner}"')
+        expired = self._dt(lease_exp)
+        return LeaseLost(run_id, worker_id, f"the lease ran out at {expired} (now {at})")
+
+    _HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 
     async def renew_lease(
         self, run_id: str, worker_id: str, lease_seconds: float, *, now: datetime | None = None
     ) -> datetime:
         """Extend a held lease (see `Store.renew_lease`)."""
-        at = _aware(now)
-        until = at + _lease(lease_seconds)
-        async with self._tx(write=True) as tx:
-            await self._held(tx, run_id, worker_id, at)
-            await tx.execute(
-                "UPDATE golem_runs SET lease_expires_at = ? WHERE id = ?",
-                (self._to_db(until), run_id),
+        at_given = _aware(now)
+        lease = _lease(lease_seconds)
+
+        def tx_fn(tx: Tx) -> datetime:
+            at = at_given or utc_now()
+            until = at + lease
+            changed = tx.fetch(
+                f"UPDATE golem_runs SET lease_expires_at = ? {self._HELD} RETURNING id",
+                (self._to_db(until), run_id, worker_id, self._to_db(at)),
             )
-        return until
+            if not changed:
+                raise self._lease_lost(tx, run_id, worker_id, at)
+            return until
+
+        return await self._submit(True, tx_fn)
 
     async def finish(
         self, run_id: str, worker_id: str, outcome: Outcome, *, now: datetime | None = None
@@ -670,52 +952,59 @@ class SQLStore(abc.ABC):
             raise ValueError(
                 f"finish: outcome must be completed, paused or failed, got {outcome.status.value}"
             )
-        at = _aware(now)
+        at_given = _aware(now)
         actor = f"worker:{worker_id}"
-        async with self._tx(write=True) as tx:
-            run = await self._held(tx, run_id, worker_id, at)
-            child: str | None = None
-            if outcome.status is RunStatus.PAUSED:
-                if outcome.next_run is None:
-                    raise ValueError("finish: a paused outcome needs next_run")
-                nxt = outcome.next_run
-                child = nxt.id
-                if nxt.parent_run_id != run_id:
-                    nxt = _replace_parent(nxt, run_id)
-                await self._insert_run(tx, nxt, RunStatus.PENDING, at, None)
-            output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
-            await tx.execute(
+        nxt: NewRun | None = None
+        checked: tuple[str, datetime | None] | None = None
+        if outcome.status is RunStatus.PAUSED:
+            if outcome.next_run is None:
+                raise ValueError("finish: a paused outcome needs next_run")
+            nxt = outcome.next_run
+            if nxt.parent_run_id != run_id:
+                nxt = replace(nxt, parent_run_id=run_id)
+            if not nxt.calls:
+                raise ValueError(f'finish: the paused run "{nxt.id}" has no pending calls')
+            checked = self._check_new(nxt)
+        output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or utc_now()
+            rows = tx.fetch(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
-                "outcome_output = ?, outcome_error = ?, outcome_history = ? WHERE id = ?",
+                f"outcome_output = ?, outcome_error = ? {self._HELD} RETURNING {_RUN_COLS}",
                 (
                     outcome.status.value,
                     self._to_db(at),
-                    child,
+                    None if nxt is None else nxt.id,
                     output,
                     outcome.error or None,
-                    outcome.history,
-                    run.id,
+                    run_id,
+                    worker_id,
+                    self._to_db(at),
                 ),
             )
+            if not rows:
+                raise self._lease_lost(tx, run_id, worker_id, at)
+            if nxt is not None:
+                assert checked is not None
+                self._insert_run(tx, nxt, RunStatus.PENDING, at, None, checked)
+            tx.run(
+                "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
+                (outcome.history, run_id),
+            )
+            history, calls = self._history_and_calls(tx, run_id)
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-        return replace(
-            run,
-            status=outcome.status,
-            updated_at=_utc(at),
-            child_run_id=child,
-            outcome=Outcome(
-                status=outcome.status,
-                output=None if output is None else json.loads(output),
-                error=outcome.error,
-                history=outcome.history,
-            ),
-        )
+            return self._run_record(rows[0], calls, history, outcome.history)
+
+        return await self._submit(True, tx_fn)
 
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark RUNNING runs with a lapsed lease INTERRUPTED (see `Store.sweep_interrupted`)."""
-        at = _aware(now)
-        async with self._tx(write=True) as tx:
-            rows = await tx.fetch(
+        at_given = _aware(now)
+
+        def tx_fn(tx: Tx) -> list[str]:
+            at = at_given or utc_now()
+            rows = tx.fetch(
                 "SELECT id, lease_owner, lease_expires_at FROM golem_runs WHERE status = 'running' "
                 f"AND lease_expires_at <= ? ORDER BY id LIMIT {SWEEP_BATCH}"
                 + self._skip_locked_clause,
@@ -724,10 +1013,10 @@ class SQLStore(abc.ABC):
             for run_id, owner, lease_exp in rows:
                 expired_at = self._from_db(lease_exp)
                 error = (
-                    f'worker "{owner}" lost its lease at {expired_at.isoformat()} while resuming; '
-                    "approved calls may have run: check before re-running"
+                    f'worker "{owner}" lost its lease at {expired_at.isoformat()} while '
+                    "resuming; approved calls may have run: check before re-running"
                 )
-                await tx.execute(
+                tx.run(
                     "UPDATE golem_runs SET status = 'interrupted', updated_at = ?, "
                     "outcome_error = ? WHERE id = ? AND status = 'running'",
                     (self._to_db(at), error, run_id),
@@ -739,7 +1028,100 @@ class SQLStore(abc.ABC):
                     AuditAction.INTERRUPTED,
                     {"worker_id": owner, "lease_expires_at": expired_at.isoformat()},
                 )
-        return [r[0] for r in rows]
+            return [r[0] for r in rows]
+
+        return await self._submit(True, tx_fn)
+
+    def _lock_interrupted(self, tx: Tx, run_id: str) -> tuple[list[PendingCallRecord], int]:
+        """Lock an INTERRUPTED run; return its calls and attempt number."""
+        rows = tx.fetch(
+            "SELECT status, attempt FROM golem_runs WHERE id = ?" + self._lock_clause, (run_id,)
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        if rows[0][0] != RunStatus.INTERRUPTED.value:
+            raise RunNotInterrupted(run_id, RunStatus(rows[0][0]))
+        return self._calls_of(tx, [run_id])[run_id], int(rows[0][1])
+
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Make an interrupted run READY again (see `Store.retry_interrupted`)."""
+        if not resolved_by:
+            raise ValueError("retry_interrupted: resolved_by must name the operator")
+        at_given = _aware(now)
+        confirm = list(dict.fromkeys(confirm_calls))
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or utc_now()
+            calls, attempt = self._lock_interrupted(tx, run_id)
+            by_id = {c.call_id: c for c in calls}
+            for call_id in confirm:
+                call = by_id.get(call_id)
+                if call is None:
+                    raise CallNotFound(run_id, call_id)
+                if call.decision is None or call.decision.kind is not DecisionKind.APPROVE:
+                    raise InvalidDecision(
+                        f'call "{call_id}" of run "{run_id}" was not approved: only an '
+                        "approved call runs again, so there is nothing to confirm"
+                    )
+                tx.run(
+                    "UPDATE golem_calls SET rerun_confirmed_by = ? WHERE run_id = ? AND call_id = ?",
+                    (resolved_by, run_id, call_id),
+                )
+            tx.run(
+                "UPDATE golem_runs SET status = 'ready', attempt = ?, updated_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
+                (attempt + 1, self._to_db(at), run_id),
+            )
+            tx.audit(
+                run_id,
+                at,
+                resolved_by,
+                AuditAction.RESOLVED,
+                {"resolution": "retry", "note": note, "attempt": attempt + 1, "confirmed": confirm},
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.READY)
+            return self._load_run(tx, run_id)
+
+        return await self._submit(True, tx_fn)
+
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Close an interrupted run as FAILED (see `Store.cancel_interrupted`)."""
+        if not resolved_by:
+            raise ValueError("cancel_interrupted: resolved_by must name the operator")
+        at_given = _aware(now)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or utc_now()
+            self._lock_interrupted(tx, run_id)
+            error = f"cancelled by {resolved_by} after an interrupted resume" + (
+                f": {note}" if note else ""
+            )
+            tx.run(
+                "UPDATE golem_runs SET status = 'failed', updated_at = ?, outcome_error = ? "
+                "WHERE id = ?",
+                (self._to_db(at), error, run_id),
+            )
+            tx.audit(
+                run_id,
+                at,
+                resolved_by,
+                AuditAction.RESOLVED,
+                {"resolution": "cancel", "note": note},
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
+            return self._load_run(tx, run_id)
+
+        return await self._submit(True, tx_fn)
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail = row
@@ -754,62 +1136,37 @@ class SQLStore(abc.ABC):
 
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """Return the run's audit entries in order (see `Store.audit`)."""
-        async with self._tx(write=False) as tx:
-            if not await tx.fetch("SELECT 1 FROM golem_runs WHERE id = ?", (run_id,)):
+
+        def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
+            if not self._exists(tx, run_id):
                 raise RunNotFound(run_id)
-            rows = await tx.fetch(
+            return tx.fetch(
                 f"SELECT {_AUDIT_COLS} FROM golem_audit WHERE run_id = ? ORDER BY id", (run_id,)
             )
-        return [self._audit_entry(r) for r in rows]
+
+        return [self._audit_entry(r) for r in await self._submit(False, tx_fn)]
 
     async def changes_since(self, cursor: int = 0, limit: int = 100) -> list[AuditEntry]:
         """Return audit entries after `cursor` (see `Store.changes_since`)."""
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
-        async with self._tx(write=False) as tx:
-            rows = await tx.fetch(
+
+        def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
+            return tx.fetch(
                 f"SELECT {_AUDIT_COLS} FROM golem_audit WHERE id > ? ORDER BY id LIMIT ?",
                 (cursor, limit),
             )
-        return [self._audit_entry(r) for r in rows]
+
+        return [self._audit_entry(r) for r in await self._submit(False, tx_fn)]
+
+    def _last_change_id(self, tx: Tx) -> int:
+        return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])
 
     async def last_change_id(self) -> int:
         """Return the newest audit entry's ID, 0 when none (see `Store.last_change_id`)."""
-        async with self._tx(write=False) as tx:
-            rows = await tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")
-        return int(rows[0][0])
-
-
-class _TxScope:
-    """`async with store._tx(write=...) as tx`: a backend transaction plus audit flush."""
-
-    def __init__(self, store: SQLStore, write: bool) -> None:
-        self._store = store
-        self._write = write
-        self._cm: AbstractAsyncContextManager[Conn] | None = None
-        self._tx: _Tx | None = None
-
-    async def __aenter__(self) -> _Tx:
-        self._cm = self._store._transaction(write=self._write)
-        conn = await self._cm.__aenter__()
-        self._tx = _Tx(conn)
-        return self._tx
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        assert self._cm is not None
-        assert self._tx is not None
-        if exc is None:
-            try:
-                await self._store._flush_audit(self._tx)
-            except BaseException as flush_exc:
-                await self._cm.__aexit__(type(flush_exc), flush_exc, flush_exc.__traceback__)
-                raise
-        return await self._cm.__aexit__(exc_type, exc, tb)
+        newest = await self._submit(False, self._last_change_id)
+        self._feed.publish(newest, ready=False)
+        return newest
 
 
 _ACTION: dict[RunStatus, AuditAction] = {
@@ -825,10 +1182,6 @@ def _outcome_detail(outcome: Outcome) -> dict[str, Any]:
     if outcome.status is RunStatus.PAUSED and outcome.next_run is not None:
         return {"child_run_id": outcome.next_run.id}
     return {}
-
-
-def _replace_parent(run: NewRun, parent: str) -> NewRun:
-    return replace(run, parent_run_id=parent)
 
 
 def _check_fits(run_id: str, call: PendingCallRecord, kind: DecisionKind) -> None:

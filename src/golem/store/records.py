@@ -16,7 +16,8 @@ StoreError
 ├── DecisionConflict     a different decision on an already decided call
 │   └── CallExpired      a decision on a call whose deadline has passed
 ├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
-└── LeaseLost            finish/renew by a worker that no longer holds the run's lease
+├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
+└── RunNotInterrupted    retry/cancel of a run that is not interrupted
 ```
 """
 
@@ -26,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from golem.errors import StoreError
 
@@ -48,8 +49,10 @@ __all__ = [
     "NewCall",
     "NewRun",
     "Outcome",
+    "Page",
     "PendingCallRecord",
     "RunNotFound",
+    "RunNotInterrupted",
     "RunNotPending",
     "RunRecord",
     "RunStatus",
@@ -134,6 +137,9 @@ class AuditAction(StrEnum):
     """The run failed; detail: error."""
     INTERRUPTED = "interrupted"
     """The lease ran out while running; detail: worker_id, lease_expires_at."""
+    RESOLVED = "resolved"
+    """An operator resolved an interrupted run; detail: resolution ("retry" or "cancel"),
+    note, and for a retry the attempt and the calls confirmed for a re-run."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -222,6 +228,17 @@ class LeaseLost(StoreError):
 # --------------------------------------------------------------------------- inputs
 
 
+class RunNotInterrupted(StoreError):
+    """An operator tried to retry or cancel a run that is not INTERRUPTED."""
+
+    def __init__(self, run_id: str, status: RunStatus) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(
+            f'run "{run_id}" is {status.value}: only an interrupted run can be retried or cancelled'
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class NewCall:
     """A pending call to save with a new run (one `PendingToolCall` of the paused result)."""
@@ -274,11 +291,28 @@ class Decision:
     """For a denial: why (shown to the model)."""
     text: str = ""
     """For an external result: the tool result text, verbatim (may be empty)."""
+    args: str | None = None
+    """For an approval with edited arguments: the arguments to run with, as JSON object
+    text (None: run the call as the model asked)."""
+
+    def __post_init__(self) -> None:
+        if self.args is None:
+            return
+        if self.kind is not DecisionKind.APPROVE:
+            raise InvalidDecision("edited arguments belong to an approval only")
+        object.__setattr__(self, "args", _json_object_text(self.args))
 
     @classmethod
-    def approve(cls) -> Decision:
-        """Approve the call: the tool re-executes on resume."""
-        return cls(DecisionKind.APPROVE)
+    def approve(cls, args: str | dict[str, Any] | None = None) -> Decision:
+        """Approve the call: the tool re-executes on resume.
+
+        `args` (a dict, or JSON object text) approves it with edited arguments: the re-run
+        uses them (after they pass the tool's schema) and the model is told they changed.
+
+        Raises:
+            InvalidDecision: `args` is not a JSON object.
+        """
+        return cls(DecisionKind.APPROVE, args=None if args is None else _json_object_text(args))
 
     @classmethod
     def deny(cls, reason: str = "") -> Decision:
@@ -291,8 +325,33 @@ class Decision:
         return cls(DecisionKind.EXTERNAL, text=text)
 
     def same_as(self, other: Decision | DecisionRecord) -> bool:
-        """True when `other` decides the same thing (kind, reason and text all equal)."""
-        return (self.kind, self.reason, self.text) == (other.kind, other.reason, other.text)
+        """True when `other` decides the same thing (kind, reason, text and args all equal)."""
+        return (self.kind, self.reason, self.text, self.args) == (
+            other.kind,
+            other.reason,
+            other.text,
+            other.args,
+        )
+
+
+def _json_object_text(args: str | dict[str, Any]) -> str:
+    """Edited arguments as compact JSON object text (what the store keeps and shows)."""
+    if isinstance(args, dict):
+        try:
+            return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise InvalidDecision(f"edited arguments are not JSON-serializable: {exc}") from None
+    if not isinstance(args, str):
+        raise InvalidDecision(
+            f"edited arguments must be a dict or JSON object text, got {type(args).__name__}"
+        )
+    try:
+        value = json.loads(args)
+    except ValueError as exc:
+        raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidDecision("edited arguments must be a JSON object")
+    return args
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +415,9 @@ class DecisionRecord:
     """The identity that decided ("system:expiry" for expiry denials)."""
     decided_at: datetime
     """When the decision was recorded (UTC)."""
+    args: str | None = None
+    """For an approval with edited arguments: the JSON object text the call runs with (the
+    model's original arguments stay on the call, `PendingCallRecord.args`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +442,9 @@ class PendingCallRecord:
     """When an undecided call is denied "expired" (None: never)."""
     decision: DecisionRecord | None
     """The decision, or None while undecided."""
+    rerun_confirmed_by: str | None = None
+    """Who confirmed that this approved call may run again on a retry of an interrupted run
+    (`Store.retry_interrupted`); None when nobody did."""
 
     @property
     def decided(self) -> bool:
@@ -423,6 +488,8 @@ class RunRecord:
     """When the current (or last) lease runs out."""
     outcome: Outcome | None
     """How the run ended (None until it is completed, paused, failed or interrupted)."""
+    attempt: int = 1
+    """1 for the first resume; each operator retry of an interrupted run adds one."""
 
     @property
     def conversation(self) -> str:
@@ -472,3 +539,22 @@ class AuditEntry:
     """What happened."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
+
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[_T]):
+    """One page of a keyset-paged listing (`Store.list_pending_calls`, `Store.list_runs_page`).
+
+    Pass `next_cursor` as `after=` to get the following page; it is None on the last page
+    (a page shorter than the limit). Cursors are opaque strings, stable across processes
+    and store instances: a cursor names a position in the order, not an offset, so rows
+    inserted meanwhile before it do not shift the pages after it.
+    """
+
+    items: list[_T]
+    """The rows of this page, in the listing's order."""
+    next_cursor: str | None
+    """The cursor of the next page, or None when this page is the last."""

@@ -3,56 +3,140 @@
 Several processes may use one database file: WAL lets readers proceed while one writer
 commits, every writing transaction starts with `BEGIN IMMEDIATE` (so a claim or decision
 takes the write lock before it reads what it will change), and a busy timeout makes
-contending writers wait instead of failing. The schema is created or migrated when the
-store opens. Statements run inline (microseconds each); only waiting for a write lock that
-another process holds happens on a helper thread, so the event loop never blocks on a lock.
+contending writers wait instead of failing.
+
+No statement runs on the event loop. The store owns two threads, each with its own
+connection: a **writer** that runs the writing transactions one after another, and a
+**reader** for listings and lookups (WAL readers never wait for the writer). Each store
+method is one transaction that the thread runs to its end — commit, or rollback on an
+error — so cancelling the awaiting task never leaves a transaction open or the write lock
+held; the operation then either happened completely or not at all.
+
+SQLite has no notifications: the store's `ChangeFeed` polls the newest audit ID with one
+shared poller (every `poll_interval` seconds while anyone waits), and commits of this
+store wake this process's waiters at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import os
+import queue
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from golem.errors import StoreError
+from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import SQLStore
+from golem.store._sql import SQLStore, Stats, Tx
 
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
-_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 class _Conn:
-    """The `Conn` port over the store's connection.
+    """The `Conn` port over one `sqlite3` connection (used on its thread only)."""
 
-    Statements run inline: inside a transaction that already holds its locks each takes
-    microseconds, and a thread hop per statement would cost more than the statement.
+    __slots__ = ("_conn", "_stats", "trace")
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        stats: Stats,
+        trace: list[tuple[str, tuple[Any, ...]]] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._stats = stats
+        self.trace = trace
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._stats.statements += 1
+        if self.trace is not None:
+            self.trace.append((sql, tuple(params)))
+        return self._conn.execute(sql, params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._stats.statements += 1
+        if self.trace is not None:
+            self.trace.append((sql, tuple(params)))
+        return self._conn.execute(sql, params).rowcount
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.execute(sql, params)
+
+
+class _Thread:
+    """One connection and the one thread that uses it, fed through a queue.
+
+    Lighter than a `ThreadPoolExecutor` plus `wrap_future`: a job is one queue put and one
+    `call_soon_threadsafe` back. A job whose caller was cancelled before the thread took it
+    is skipped (it did not happen); a job the thread took runs to its end.
     """
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
+    def __init__(self, name: str) -> None:
+        self.conn: _Conn | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._started = False
+        self._name = name
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self._store._inline(_fetch, sql, params)
+    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((loop, future, fn))
+        return future
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._store._inline(_execute, sql, params)
+    def stop(self) -> None:
+        """Let the thread finish the queued jobs, then end (no-op when never started)."""
+        if self._started:
+            self._jobs.put(None)
+
+    def join(self) -> None:
+        if self._started:
+            self._thread.join()
+
+    def _main(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, fn = job
+            if future.cancelled():
+                continue
+            try:
+                result = fn()
+            except BaseException as exc:  # delivered to the caller, never lost here
+                _deliver(loop, future, None, exc)
+            else:
+                _deliver(loop, future, result, None)
+        _close(self)
 
 
-def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    return conn.execute(sql, tuple(params)).fetchall()
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
 
 
-def _execute(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> int:
-    return conn.execute(sql, tuple(params)).rowcount
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[Any],
+    result: Any,
+    exc: BaseException | None,
+) -> None:
+    def settle() -> None:
+        if future.cancelled():
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
 
 
 class SQLiteStore(SQLStore):
@@ -66,12 +150,21 @@ class SQLiteStore(SQLStore):
             exist). `:memory:` is rejected: no other process or connection could see it.
         busy_timeout: seconds a writer waits for another process's write lock before the
             operation fails with `StoreError`.
+        poll_interval: seconds between the change feed's checks for changes made by other
+            processes (only while a worker or event stream waits).
 
     Raises:
-        ValueError: `path` is empty or `:memory:`, or `busy_timeout` is negative.
+        ValueError: `path` is empty or `:memory:`, `busy_timeout` is negative or
+            `poll_interval` is not positive.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        poll_interval: float = 0.25,
+    ) -> None:
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file::memory:"):
             raise ValueError(f"SQLiteStore needs a database file path, got {text!r}")
@@ -79,23 +172,32 @@ class SQLiteStore(SQLStore):
             raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
         self.path = Path(text)
         self.busy_timeout = float(busy_timeout)
-        self._busy_ms = int(self.busy_timeout * 1000)
-        self._conn: sqlite3.Connection | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = asyncio.Lock()
+        self.stats = Stats()
+        self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
+        """When a list before first use: every statement the store runs, with its parameters
+        (benchmarks replay them with raw `sqlite3` to measure the floor)."""
+        self._feed = ChangeFeed(self._probe, poll_interval)
+        self._writer = _Thread("golem-sqlite-w")
+        self._reader = _Thread("golem-sqlite-r")
+        self._migrated = False
         self._closed = False
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> SQLiteStore:
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        poll_interval: float = 0.25,
+    ) -> SQLiteStore:
         """Open the database now, creating or migrating its schema.
 
         Raises:
             StoreError: the file cannot be opened or its schema is newer than this golem.
         """
-        store = cls(path, busy_timeout=busy_timeout)
+        store = cls(path, busy_timeout=busy_timeout, poll_interval=poll_interval)
         try:
-            async with store._lock:
-                await store._ensure_open()
+            await store.schema_version()
         except BaseException:
             await store.close()
             raise
@@ -104,137 +206,130 @@ class SQLiteStore(SQLStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
-    # ------------------------------------------------------------------ thread plumbing
+    # ------------------------------------------------------------------ threads
 
-    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        conn, executor = self._conn, self._executor
-        if conn is None or executor is None:
-            raise StoreError(f"{self!r} is closed")
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(executor, fn, conn, *args)
-        except sqlite3.Error as exc:
-            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
-
-    def _inline(self, fn: Callable[..., _T], *args: Any) -> _T:
-        conn = self._conn
-        if conn is None:
-            raise StoreError(f"{self!r} is closed")
-        try:
-            return fn(conn, *args)
-        except sqlite3.Error as exc:
-            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
-
-    async def _ensure_open(self) -> None:
-        """Connect and migrate once; the caller holds `self._lock`."""
+    async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-        if self._conn is not None:
-            return
+        loop = asyncio.get_running_loop()
+        self._feed.bind(loop)
+        as_writer = write or not self._migrated
+        thread = self._writer if as_writer else self._reader
+        result: _T = await thread.submit(
+            loop, functools.partial(self._transact, thread, as_writer, fn, args)
+        )
+        return result
+
+    def _transact(self, thread: _Thread, write: bool, fn: Callable[..., _T], args: Any) -> _T:
+        """Run `fn` in one transaction on `thread` (the thread itself calls this)."""
+        try:
+            conn = thread.conn or self._connect(thread)
+            raw = conn._conn
+            if raw.in_transaction:  # never expected: every path below ends the transaction
+                raw.execute("ROLLBACK")
+            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+            raw.execute(begin)
+            self.stats.transactions += 1
+            if conn.trace is not None:
+                conn.trace.append((begin, ()))
+            tx = Tx(conn)
+            try:
+                result = fn(tx, *args)
+                if tx.entries:
+                    self._flush_audit(tx)
+                raw.execute("COMMIT")
+                if conn.trace is not None:
+                    conn.trace.append(("COMMIT", ()))
+            except BaseException:
+                if raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+        if write:
+            self.stats.commits += 1
+        if tx.last_id:
+            self._feed.publish_threadsafe(tx.last_id, ready=tx.ready)
+        return result
+
+    def _connect(self, thread: _Thread) -> _Conn:
         if not self.path.parent.is_dir():
             raise StoreError(
                 f"cannot open {self.path}: directory {self.path.parent} does not exist"
             )
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="golem-sqlite")
-        loop = asyncio.get_running_loop()
-        try:
-            self._conn = await loop.run_in_executor(self._executor, self._connect)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
-        conn = _Conn(self)
-        await self._call(_begin, "BEGIN IMMEDIATE")
-        try:
-            await migrate(conn, "sqlite", self._to_db(datetime.now(UTC)))
-        except BaseException:
-            await self._call(_rollback)
-            raise
-        await self._call(_commit)
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
+        raw = sqlite3.connect(
             self.path,
             timeout=self.busy_timeout,
             isolation_level=None,  # explicit BEGIN / COMMIT only
-            check_same_thread=False,  # used from the store's one executor thread
+            check_same_thread=False,  # used from the store's own thread only
+            cached_statements=256,
         )
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        if mode is None or str(mode[0]).lower() != "wal":
-            conn.close()
-            raise sqlite3.OperationalError(f"could not switch {self.path} to WAL mode (got {mode})")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        return conn
+        try:
+            mode = raw.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise sqlite3.OperationalError(
+                    f"could not switch {self.path} to WAL mode (got {mode})"
+                )
+            raw.execute("PRAGMA synchronous = NORMAL")
+            raw.execute("PRAGMA foreign_keys = ON")
+            if not self._migrated:
+                raw.execute("BEGIN IMMEDIATE")
+                try:
+                    migrate(_Conn(raw, self.stats), "sqlite", self._to_db(datetime.now(UTC)))
+                except BaseException:
+                    raw.execute("ROLLBACK")
+                    raise
+                raw.execute("COMMIT")
+                self._migrated = True
+        except BaseException:
+            raw.close()
+            raise
+        thread.conn = _Conn(raw, self.stats, self.trace)
+        return thread.conn
 
     # ------------------------------------------------------------------ SQLStore hooks
 
-    def _transaction(self, *, write: bool) -> AbstractAsyncContextManager[_Conn]:
-        return self._sqlite_transaction(write)
+    def _flush_audit(self, tx: Tx) -> None:
+        rows = self._audit_params(tx)
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
+        ids = tx.fetch(
+            f"INSERT INTO golem_audit (run_id, at, actor, action, detail) VALUES {values} "
+            "RETURNING id",
+            [v for row in rows for v in row],
+        )
+        tx.last_id = max(int(r[0]) for r in ids)
 
-    @asynccontextmanager
-    async def _sqlite_transaction(self, write: bool) -> AsyncIterator[_Conn]:
-        async with self._lock:
-            await self._ensure_open()
-            conn = _Conn(self)
-            if not write:  # WAL readers do not wait for writers
-                self._inline(_begin, "BEGIN")
-            elif not self._inline(_try_begin_immediate, self._busy_ms):
-                # another process holds the write lock: wait for it off the event loop
-                await self._call(_begin, "BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                self._inline(_rollback)
-                raise
-            self._inline(_commit)
+    def _last_change_id(self, tx: Tx) -> int:
+        return int(tx.fetch("SELECT COALESCE(MAX(id), 0) FROM golem_audit")[0][0])
+
+    async def _probe(self) -> int:
+        return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
-        return value.astimezone(UTC).strftime(_FORMAT)
+        if value.utcoffset():
+            value = value.astimezone(UTC)
+        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
     def _from_db(self, value: Any) -> datetime:
-        return datetime.fromisoformat(value)  # always written as _FORMAT (UTC, "Z")
+        return datetime.fromisoformat(value)  # always written by _to_db (UTC, "Z")
 
     async def close(self) -> None:
-        """Close the connection and its thread; the store cannot be used afterwards."""
-        self._closed = True
-        conn, executor = self._conn, self._executor
-        self._conn = self._executor = None
-        if executor is None:
+        """Finish queued transactions, then close both connections and threads."""
+        if self._closed:
             return
-        if conn is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        executor.shutdown(wait=True)
+        self._closed = True
+        await self._feed.aclose()
+        for thread in (self._writer, self._reader):
+            thread.stop()
+        await asyncio.to_thread(_join, self._writer, self._reader)
 
 
-def _begin(conn: sqlite3.Connection, statement: str) -> None:
-    if conn.in_transaction:  # left open by a cancelled rollback: start clean
-        conn.execute("ROLLBACK")
-    conn.execute(statement)
+def _join(*threads: _Thread) -> None:
+    for thread in threads:
+        thread.join()
 
 
-def _try_begin_immediate(conn: sqlite3.Connection, busy_ms: int) -> bool:
-    """Take the write lock if it is free right now; False when another process holds it."""
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in (
-            sqlite3.SQLITE_BUSY,
-            sqlite3.SQLITE_LOCKED,
-        ):
-            return False
-        raise
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
-    return True
-
-
-def _commit(conn: sqlite3.Connection) -> None:
-    conn.execute("COMMIT")
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
+def _close(thread: _Thread) -> None:
+    conn, thread.conn = thread.conn, None
+    if conn is not None:
+        conn._conn.close()

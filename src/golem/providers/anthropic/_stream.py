@@ -48,6 +48,7 @@ class StreamParser:
         "_model",
         "_output",
         "_output_tool",
+        "_pieces",
         "_separated",
         "_stop",
         "_texted",
@@ -66,6 +67,8 @@ class StreamParser:
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
         self._fragments: dict[int, list[str]] = {}
+        self._pieces: dict[int, dict[str, list[str]]] = {}
+        """Wire block index → streamed text / thinking / signature pieces, by field."""
         self._thoughts = 0
         self._calls = 0
         self._model = ""
@@ -179,7 +182,7 @@ class StreamParser:
             text = delta.get("text")
             if not isinstance(text, str) or not text:
                 return None
-            block["text"] = (block.get("text") or "") + text
+            self._append(index, "text", text)
             self._texted = True
             return Delta(content=text)
         if kind == "input_json_delta":
@@ -195,15 +198,25 @@ class StreamParser:
             text = delta.get("thinking")
             if not isinstance(text, str) or not text:
                 return None
-            block["thinking"] = (block.get("thinking") or "") + text
+            self._append(index, "thinking", text)
             return Delta(thinking=[ThinkingDelta(self._index[index], text=text)])
         if kind == "signature_delta":
             signature = delta.get("signature")
             if not isinstance(signature, str) or not signature:
                 return None
-            block["signature"] = (block.get("signature") or "") + signature
+            self._append(index, "signature", signature)
             return Delta(thinking=[ThinkingDelta(self._index[index], signature=signature)])
         return None
+
+    def _append(self, index: int, key: str, piece: str) -> None:
+        """Collect a text piece of a block (joined once at the end: no quadratic concatenation)."""
+        pieces = self._pieces.get(index)
+        if pieces is None:
+            self._pieces[index] = {key: [piece]}
+        elif key in pieces:
+            pieces[key].append(piece)
+        else:
+            pieces[key] = [piece]
 
     def response(self) -> ModelResponse:
         """The final response.
@@ -219,6 +232,12 @@ class StreamParser:
             fragments = self._fragments.get(index)
             if fragments:
                 block = {**block, "input": RawArgs("".join(fragments))}
+            pieces = self._pieces.get(index)
+            if pieces:
+                block = dict(block)
+                for key, values in pieces.items():
+                    start = block.get(key)
+                    block[key] = (start if isinstance(start, str) else "") + "".join(values)
             blocks.append(block)
         return response_of(
             message_from_blocks(blocks, self._output_tool),

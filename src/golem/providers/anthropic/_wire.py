@@ -19,6 +19,7 @@ from typing import Any, Literal
 from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.providers._http import RESPONSES_REASONING_PREFIX
 from golem.usage import Usage
 
 __all__ = [
@@ -286,12 +287,22 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
     tool calls carry signatures came from Gemini: its signatures would be rejected. A
     signature-only block (no text) is kept only beside an Anthropic tool call
     (`toolu_…`), where the API requires it; elsewhere it may be a Gemini signature, and
-    thinking from earlier turns is optional for the API.
+    thinking from earlier turns is optional for the API. OpenAI Responses reasoning (its
+    signature prefix) is never sent.
     """
     if not m.thinking or any(c.signature for c in m.tool_calls):
         return []
     anthropic_calls = any(c.id.startswith("toolu_") for c in m.tool_calls)
-    return [t for t in m.thinking if t.redacted or (t.signature and (t.text or anthropic_calls))]
+    return [
+        t
+        for t in m.thinking
+        if t.redacted
+        or (
+            t.signature
+            and not t.signature.startswith(RESPONSES_REASONING_PREFIX)
+            and (t.text or anthropic_calls)
+        )
+    ]
 
 
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:

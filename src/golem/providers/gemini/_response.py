@@ -100,7 +100,8 @@ class ResponseBuilder:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
-        self._usage = Usage()
+        self._usage: Mapping[str, Any] = {}
+        """The latest `usageMetadata` (cumulative when streamed); mapped once, at the end."""
         self._finish = ""
         self._blocked = False
         self._model_name = ""
@@ -121,7 +122,7 @@ class ResponseBuilder:
             self._response_id = response_id
         meta = chunk.get("usageMetadata")
         if isinstance(meta, dict):
-            self._usage = usage_from_metadata(meta)
+            self._usage = meta
         candidates = chunk.get("candidates")
         if not isinstance(candidates, list) or not candidates:
             feedback = chunk.get("promptFeedback")
@@ -219,7 +220,7 @@ class ResponseBuilder:
         )
         return ModelResponse(
             message=message,
-            usage=self._usage,
+            usage=usage_from_metadata(self._usage),
             finish_reason=(
                 "content_filter"
                 if self._blocked and not self._finish

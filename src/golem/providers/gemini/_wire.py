@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from golem.messages import Message, Part
 from golem.model import ModelRequest
+from golem.providers._http import RESPONSES_REASONING_PREFIX
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -232,7 +233,11 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             # Signatures on thought text are not replayed: Gemini never puts them there,
             # and a block from another provider would carry a signature Gemini rejects.
             parts.append({"text": block.text, "thought": True})
-        elif block.signature and not block.redacted:
+        elif (
+            block.signature
+            and not block.redacted
+            and not block.signature.startswith(RESPONSES_REASONING_PREFIX)
+        ):
             text_signatures.append(block.signature)
     text_part: dict[str, Any] | None = None
     if m.content or text_signatures:

@@ -1,10 +1,11 @@
-"""OpenAI Chat Completions, and every server that speaks it, through httpx.
+"""OpenAI Chat Completions (and every server that speaks it) and the Responses API, through httpx.
 
 ```python
 from golem.providers.openai import OpenAIChatModel
 
 model = OpenAIChatModel("gpt-4.1")                                   # OPENAI_API_KEY
 local = OpenAIChatModel("llama3.2", base_url="http://localhost:11434/v1")  # Ollama, no key
+responses = OpenAIResponsesModel("gpt-5")                            # POST /v1/responses
 ```
 
 The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_stream.py`
@@ -14,7 +15,6 @@ The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_st
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, cast
@@ -26,12 +26,13 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
-    api_key_from_env,
     error_from_response,
     iter_sse,
     parse_json_body,
     translate_transport_errors,
 )
+from golem.providers.openai._client import DEFAULT_BASE_URL, endpoint
+from golem.providers.openai._responses import OpenAIResponsesModel
 from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -41,9 +42,8 @@ from golem.providers.openai._wire import (
     parse_response,
 )
 
-__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel"]
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "OpenAIResponsesModel"]
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _SYSTEM_ROLES = ("system", "developer", "user")
 _USER_AGENT = "golem-agents (httpx; openai-chat)"
 
@@ -114,16 +114,13 @@ class OpenAIChatModel(HTTPModel):
             )
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-        azure = api_key_header.lower() == "api-key"
-        env_names = ("AZURE_OPENAI_API_KEY", "OPENAI_API_KEY") if azure else ("OPENAI_API_KEY",)
-        root = base_url or os.environ.get("OPENAI_BASE_URL") or ""
-        key: str | None
-        if root:
-            key = api_key or next((os.environ[n] for n in env_names if os.environ.get(n)), None)
-        else:
-            key = api_key_from_env(api_key, env_names, PROVIDER)
-        root = (root or DEFAULT_BASE_URL).rstrip("/")
-
+        root, headers = endpoint(
+            api_key=api_key,
+            base_url=base_url,
+            api_key_header=api_key_header,
+            extra_headers=extra_headers,
+            user_agent=_USER_AGENT,
+        )
         self.model_name = model
         """The model name sent with each request."""
         self.base_url = root
@@ -143,17 +140,6 @@ class OpenAIChatModel(HTTPModel):
             tool_call_signatures="generativelanguage.googleapis.com" in root,
             extra_body=dict(extra_body or {}),
         )
-        headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            "user-agent": _USER_AGENT,
-        }
-        if key:
-            if api_key_header.lower() == "authorization":
-                headers["authorization"] = f"Bearer {key}"
-            else:
-                headers[api_key_header] = key
-        headers.update(extra_headers or {})
         self._headers = headers
         self._clients = LoopBoundClient(http_client, timeout)
 

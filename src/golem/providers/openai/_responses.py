@@ -1,0 +1,196 @@
+"""`OpenAIResponsesModel`: the OpenAI Responses API (`POST /v1/responses`) through httpx."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
+from typing import Any, cast
+
+import httpx
+
+from golem.errors import ProviderConnectionError
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.providers._http import (
+    HTTPModel,
+    LoopBoundClient,
+    error_from_response,
+    iter_sse,
+    parse_json_body,
+    translate_transport_errors,
+)
+from golem.providers.openai._client import endpoint
+from golem.providers.openai._responses_stream import ResponsesStreamParser
+from golem.providers.openai._responses_wire import (
+    PROVIDER,
+    ResponsesOptions,
+    build_responses_body,
+    parse_responses_response,
+)
+
+__all__ = ["OpenAIResponsesModel"]
+
+_USER_AGENT = "golem-agents (httpx; openai-responses)"
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+class OpenAIResponsesModel(HTTPModel):
+    """A model served by the OpenAI Responses API (`POST /v1/responses`).
+
+    Implements `golem.model.StreamingModel`. Requests are stateless by default: golem sends
+    the whole conversation each turn (`store: false`) and keeps reasoning items in the
+    history as `ThinkingBlock`s (summary text, and a signature holding the item's ID and
+    encrypted content), so a reasoning model gets its reasoning back on the next turn, also
+    after a run was paused and resumed elsewhere. Failures raise the
+    `golem.errors.ProviderError` tree with `retryable` set; the adapter never retries.
+
+    Args:
+        model: Model name sent as `model` (e.g. "gpt-5", "gpt-4.1").
+        api_key: Key; defaults to `OPENAI_API_KEY`.
+        base_url: API root up to `/v1` (the adapter appends `/responses`); defaults to
+            `OPENAI_BASE_URL`, else https://api.openai.com/v1.
+        http_client: An `httpx.AsyncClient` to use (and not close); by default one is
+            created lazily per event loop.
+        timeout: Seconds per request (connect, each read, write).
+        max_tokens: Output token cap, sent as `max_output_tokens`.
+        temperature, top_p: Sampling settings, sent when given.
+        reasoning_effort: `reasoning.effort` for reasoning models.
+        reasoning_summary: `reasoning.summary` ("auto", "concise", "detailed"); summaries
+            become the thinking text.
+        encrypted_reasoning: Ask for encrypted reasoning so it can be replayed without
+            `store`; by default on for reasoning models (o-series, gpt-5, codex) and when
+            `reasoning_effort` is set (other models refuse the request).
+        store: Let OpenAI keep responses (`store: true`); golem never relies on it.
+        strict: Mark tool and output schemas `strict` when they already qualify.
+        extra_headers: Headers added to every request.
+        extra_body: Fields merged last into every body (e.g. `{"service_tier": "flex"}`).
+        api_key_header: "Authorization" (Bearer) or another header carrying the raw key.
+
+    Raises:
+        AuthenticationError: no key for the default OpenAI endpoint.
+        ValueError: an invalid setting (empty model, non-positive timeout or max_tokens).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_summary: str | None = None,
+        encrypted_reasoning: bool | None = None,
+        store: bool = False,
+        strict: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        api_key_header: str = "Authorization",
+    ) -> None:
+        if not model:
+            raise ValueError("model name must not be empty (for example 'gpt-5')")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        root, self._headers = endpoint(
+            api_key=api_key,
+            base_url=base_url,
+            api_key_header=api_key_header,
+            extra_headers=extra_headers,
+            user_agent=_USER_AGENT,
+        )
+        if encrypted_reasoning is None:
+            encrypted_reasoning = reasoning_effort is not None or bool(
+                _REASONING_MODEL.match(model)
+            )
+        self.model_name = model
+        """The model name sent with each request."""
+        self.base_url = root
+        """The API root requests go to (`<base_url>/responses`)."""
+        self._url = root + "/responses"
+        self._timeout = httpx.Timeout(timeout)
+        self._options = ResponsesOptions(
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            reasoning_effort=reasoning_effort,
+            reasoning_summary=reasoning_summary,
+            encrypted_reasoning=encrypted_reasoning,
+            store=store,
+            strict=strict,
+            extra_body=dict(extra_body or {}),
+        )
+        self._clients = LoopBoundClient(http_client, timeout)
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponsesModel({self.model_name!r}, base_url={self.base_url!r})"
+
+    @property
+    def options(self) -> ResponsesOptions:
+        """What this model adds to every request body (for `build_responses_body`)."""
+        return self._options
+
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_responses_body(request, self._options, stream=stream)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the model's answer.
+
+        Raises:
+            ProviderError: classified failure (see `golem.errors`); never retried here.
+        """
+        content = _encoder.encode(self.request_body(request)).encode()
+        client = await self._clients.get()
+        with translate_transport_errors(PROVIDER):
+            resp = await client.post(
+                self._url, content=content, headers=self._headers, timeout=self._timeout
+            )
+        if not resp.is_success:
+            raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+        return parse_responses_response(parse_json_body(PROVIDER, resp.text))
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: classified failure, including an `error` event or a failed
+                response mid-stream; a stream that ends before its terminal event raises a
+                retryable `ProviderConnectionError`.
+        """
+        content = _encoder.encode(self.request_body(request, stream=True)).encode()
+        client = await self._clients.get()
+        parser = ResponsesStreamParser()
+        with translate_transport_errors(PROVIDER):
+            async with client.stream(
+                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
+            ) as resp:
+                if not resp.is_success:
+                    await resp.aread()
+                    raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+                try:
+                    sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
+                    async with aclosing(sse) as events:
+                        async for _event, data in events:
+                            delta = parser.feed(data)
+                            if delta is not None:
+                                yield delta
+                            if parser.done:
+                                break
+                except httpx.TimeoutException:
+                    raise
+                except httpx.TransportError as exc:
+                    raise ProviderConnectionError(
+                        f"openai stream ended before the response completed: {exc!r}",
+                        provider=PROVIDER,
+                        retryable=True,
+                    ) from exc
+        yield parser.response()

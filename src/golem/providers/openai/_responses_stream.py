@@ -1,0 +1,153 @@
+"""Streamed Responses API events to `Delta`s and a final `ModelResponse`.
+
+Deltas come from `response.output_item.added` (a function call's ID and name),
+`response.function_call_arguments.delta`, `response.output_text.delta`,
+`response.refusal.delta` and `response.reasoning_summary_text.delta` /
+`response.reasoning_text.delta`. The final response is parsed from the `response` object
+of the terminal event (`response.completed`, `response.incomplete`, `response.failed`) by
+the same function as a plain response, so both paths agree. A reasoning item's signature
+(its encrypted content) arrives only on the final response: the service encrypts it anew
+for the terminal event, so an earlier copy would not match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from golem.errors import ProviderConnectionError
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._http import parse_json_body, sse_events
+from golem.providers.openai._errors import error_from_payload
+from golem.providers.openai._responses_wire import (
+    PROVIDER,
+    parse_responses_response,
+)
+
+__all__ = ["ResponsesStreamParser", "parse_responses_stream"]
+
+_TERMINAL = frozenset(("response.completed", "response.incomplete", "response.failed"))
+
+
+class ResponsesStreamParser:
+    """Consumes the events of one streamed response, in order (see the module docstring)."""
+
+    __slots__ = ("_calls", "_final", "_reasoning", "_separated", "_texted")
+
+    def __init__(self) -> None:
+        self._calls: dict[int, int] = {}
+        """`output_index` of a function call → its index among the response's calls."""
+        self._reasoning: dict[int, int] = {}
+        """`output_index` of a reasoning item → its index among the thinking blocks."""
+        self._final: ModelResponse | None = None
+        self._texted = False
+        self._separated = False
+
+    @property
+    def done(self) -> bool:
+        """Whether the terminal event has arrived."""
+        return self._final is not None
+
+    def feed(self, data: str) -> Delta | None:
+        """Process one event's `data`; return the `Delta` it produces, if any.
+
+        Raises:
+            ProviderError: an `error` event, or a failed response.
+            ResponseFormatError: the data is not a JSON object.
+        """
+        event = parse_json_body(PROVIDER, data, "a stream event")
+        kind = event.get("type")
+        if kind == "response.output_text.delta" or kind == "response.refusal.delta":
+            text = event.get("delta")
+            if not isinstance(text, str) or not text:
+                return None
+            if self._separated and self._texted:
+                text = "\n\n" + text
+            self._separated = False
+            self._texted = True
+            return Delta(content=text)
+        if kind == "response.function_call_arguments.delta":
+            fragment = event.get("delta")
+            n = self._calls.get(_index(event))
+            if n is None or not isinstance(fragment, str) or not fragment:
+                return None
+            return Delta(tool_calls=[ToolCallDelta(n, args_fragment=fragment)])
+        if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            text = event.get("delta")
+            n = self._reasoning.get(_index(event))
+            if n is None or not isinstance(text, str) or not text:
+                return None
+            return Delta(thinking=[ThinkingDelta(n, text=text)])
+        if kind == "response.output_item.added":
+            return self._added(event)
+        if kind in _TERMINAL:
+            response = event.get("response")
+            if not isinstance(response, Mapping):
+                response = {}
+            self._final = parse_responses_response(response)
+            return None
+        if kind == "error":
+            raise error_from_payload({"error": event.get("error") or event})
+        return None
+
+    def _added(self, event: Mapping[str, Any]) -> Delta | None:
+        item = event.get("item")
+        if not isinstance(item, Mapping):
+            return None
+        index = _index(event)
+        kind = item.get("type")
+        if kind == "function_call":
+            n = self._calls[index] = len(self._calls)
+            call_id = item.get("call_id") or item.get("id")
+            name = item.get("name")
+            return Delta(
+                tool_calls=[
+                    ToolCallDelta(
+                        n,
+                        id=call_id if isinstance(call_id, str) else "",
+                        name=name if isinstance(name, str) else "",
+                    )
+                ]
+            )
+        if kind == "reasoning":
+            self._reasoning[index] = len(self._reasoning)
+        elif kind != "message":
+            self._separated = True
+        return None
+
+    def response(self) -> ModelResponse:
+        """The final response.
+
+        Raises:
+            ProviderConnectionError: the stream ended before its terminal event (retryable).
+        """
+        if self._final is None:
+            raise ProviderConnectionError(
+                "openai stream ended before the response completed",
+                provider=PROVIDER,
+                retryable=True,
+            )
+        return self._final
+
+
+def _index(event: Mapping[str, Any]) -> int:
+    index = event.get("output_index")
+    return index if isinstance(index, int) else -1
+
+
+def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
+    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response.
+
+    Raises:
+        ProviderError: as `ResponsesStreamParser.feed` and `ResponsesStreamParser.response`.
+    """
+    parser = ResponsesStreamParser()
+    out: list[Delta | ModelResponse] = []
+    for _event, data in sse_events(lines):
+        delta = parser.feed(data)
+        if delta is not None:
+            out.append(delta)
+        if parser.done:
+            break
+    out.append(parser.response())
+    return out

@@ -1,0 +1,357 @@
+"""The Responses API wire format (`POST /v1/responses`): request bodies and response parsing.
+
+Pure functions, no I/O. Requests are stateless (`store: false` unless configured): golem
+keeps the conversation, and reasoning items travel back as `ThinkingBlock`s whose
+`signature` holds the item's ID and encrypted content (`reasoning_signature`), so a
+reasoning model sees its own reasoning on the next turn, also after a pause and resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import mimetypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from golem.errors import ResponseFormatError
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers.openai._errors import error_from_payload
+from golem.providers.openai._wire import _schema_name, _wire_args, strict_compatible
+from golem.usage import Usage
+
+__all__ = [
+    "PROVIDER",
+    "ResponsesOptions",
+    "build_responses_body",
+    "parse_reasoning_signature",
+    "parse_responses_response",
+    "reasoning_signature",
+    "responses_usage",
+]
+
+PROVIDER = "openai"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesOptions:
+    """What an `OpenAIResponsesModel` adds to every request body, besides the conversation."""
+
+    model: str
+    """Model name sent as `model`."""
+    max_tokens: int | None = None
+    """Sent as `max_output_tokens`."""
+    temperature: float | None = None
+    top_p: float | None = None
+    reasoning_effort: str | None = None
+    """Sent as `reasoning.effort` ("minimal", "low", "medium", "high", ...)."""
+    reasoning_summary: str | None = None
+    """Sent as `reasoning.summary` ("auto", "concise", "detailed"): summaries become thinking text."""
+    encrypted_reasoning: bool = False
+    """Ask for `reasoning.encrypted_content`, so reasoning can be replayed without `store`."""
+    store: bool = False
+    """Sent as `store`: whether OpenAI keeps the response (golem does not rely on it)."""
+    strict: bool = True
+    """Mark tool and output schemas `strict` when they already qualify (else `strict: false`)."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Merged last into the body (shallow), overriding what golem set."""
+
+
+# --------------------------------------------------------------------------- reasoning items
+
+
+def reasoning_signature(item_id: str, encrypted: str) -> str:
+    """The `ThinkingBlock.signature` of a reasoning item: a prefix, its ID, its encrypted content."""
+    return f"{RESPONSES_REASONING_PREFIX}{item_id}/{encrypted}"
+
+
+def parse_reasoning_signature(signature: str) -> tuple[str, str] | None:
+    """`(item ID, encrypted content)` of a signature made by `reasoning_signature`, else None."""
+    if not signature.startswith(RESPONSES_REASONING_PREFIX):
+        return None
+    item_id, sep, encrypted = signature[len(RESPONSES_REASONING_PREFIX) :].partition("/")
+    if not sep or not item_id:
+        return None
+    return item_id, encrypted
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_responses_body(
+    request: ModelRequest, options: ResponsesOptions, *, stream: bool = False
+) -> dict[str, Any]:
+    """The JSON body of `POST /responses` for `request`.
+
+    System messages become `instructions` (joined by a blank line); the rest become input
+    items: user messages, assistant messages (their reasoning items first, then the text,
+    then `function_call` items) and `function_call_output` items for tool results.
+    """
+    body: dict[str, Any] = {"model": options.model, "input": input_items(request.messages)}
+    system = [m.content for m in request.messages if m.role == "system" and m.content]
+    if system:
+        body["instructions"] = "\n\n".join(system)
+    body["stream"] = stream
+    body["store"] = options.store
+    if options.encrypted_reasoning:
+        body["include"] = ["reasoning.encrypted_content"]
+    if request.tools:
+        body["tools"] = [_tool(t, options.strict) for t in request.tools]
+        body["tool_choice"] = responses_tool_choice(request.tool_choice)
+    if request.output_schema is not None:
+        schema = request.output_schema
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": _schema_name(schema),
+                "schema": schema,
+                "strict": options.strict and strict_compatible(schema),
+            }
+        }
+    reasoning: dict[str, Any] = {}
+    if options.reasoning_effort is not None:
+        reasoning["effort"] = options.reasoning_effort
+    if options.reasoning_summary is not None:
+        reasoning["summary"] = options.reasoning_summary
+    if reasoning:
+        body["reasoning"] = reasoning
+    if options.max_tokens is not None:
+        body["max_output_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.top_p is not None:
+        body["top_p"] = options.top_p
+    if options.extra_body:
+        body.update(options.extra_body)
+    return body
+
+
+def responses_tool_choice(choice: str) -> str | dict[str, Any]:
+    """The Responses `tool_choice`: "auto", "required", "none", or `{"type": "function", "name"}`."""
+    if choice in TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "name": choice}
+
+
+def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
+    # the API assumes strict when the field is missing: always say which
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.schema,
+        "strict": strict and strict_compatible(spec.schema),
+    }
+
+
+def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The `input` items of a conversation (system messages excluded: they are `instructions`)."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "user":
+            items.append({"role": "user", "content": _user_content(m)})
+        elif m.role == "assistant":
+            _assistant_items(m, items)
+        elif m.role == "tool":
+            output: str | list[dict[str, Any]] = m.content
+            if m.parts:
+                output = _user_content(m)
+            items.append(
+                {"type": "function_call_output", "call_id": m.tool_call_id, "output": output}
+            )
+    if not any(i.get("role") == "user" for i in items):
+        items.insert(0, {"role": "user", "content": ""})
+    return items
+
+
+def _user_content(m: Message) -> str | list[dict[str, Any]]:
+    if not m.parts:
+        return m.content
+    content: list[dict[str, Any]] = []
+    if m.content:
+        content.append({"type": "input_text", "text": m.content})
+    content.extend(_part(p) for p in m.parts)
+    return content
+
+
+def _assistant_items(m: Message, items: list[dict[str, Any]]) -> None:
+    for t in m.thinking:
+        parsed = parse_reasoning_signature(t.signature)
+        if parsed is None:
+            continue  # reasoning from another provider cannot be replayed here
+        item_id, encrypted = parsed
+        item: dict[str, Any] = {
+            "type": "reasoning",
+            "id": item_id,
+            "summary": [{"type": "summary_text", "text": t.text}] if t.text else [],
+        }
+        if encrypted:
+            item["encrypted_content"] = encrypted
+        items.append(item)
+    if m.content:
+        items.append({"role": "assistant", "content": m.content})
+    for c in m.tool_calls:
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": _wire_args(c.args),
+            }
+        )
+
+
+def _data_url(p: Part) -> str:
+    assert p.data is not None
+    return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
+
+
+def _part(p: Part) -> dict[str, Any]:
+    """An `input_image` / `input_file` item for a part; what the API cannot take becomes a note."""
+    problem = p.problem()
+    if problem is not None:
+        return {"type": "input_text", "text": f"[{p.kind} not attached: {problem}]"}
+    if p.kind == "image":
+        return {"type": "input_image", "image_url": p.url or _data_url(p), "detail": "auto"}
+    if p.kind == "document":
+        if p.url:
+            return {"type": "input_file", "file_url": p.url}
+        media_type = (p.media_type or "").split(";", 1)[0].strip()
+        ext = mimetypes.guess_extension(media_type) or ".bin"
+        assert p.data is not None
+        name = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:12]
+        return {"type": "input_file", "file_data": _data_url(p), "filename": f"{name}{ext}"}
+    ref = p.url or p.media_type or "content"
+    return {
+        "type": "input_text",
+        "text": f"[{p.kind} {ref} not attached: the Responses API does not take {p.kind} input]",
+    }
+
+
+# --------------------------------------------------------------------------- response
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def responses_usage(usage: Any) -> Usage:
+    """Map a Responses `usage` object; `input_tokens` already includes cached tokens."""
+    if not isinstance(usage, Mapping):
+        return Usage()
+    inp = usage.get("input_tokens_details")
+    out = usage.get("output_tokens_details")
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=_int(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
+        reasoning_tokens=_int(out.get("reasoning_tokens")) if isinstance(out, Mapping) else 0,
+    )
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
+    """The `ThinkingBlock` of a `reasoning` output item (summary text, or raw reasoning text)."""
+    texts = [_str(s.get("text")) for s in item.get("summary") or () if isinstance(s, Mapping)]
+    if not any(texts):
+        texts = [_str(c.get("text")) for c in item.get("content") or () if isinstance(c, Mapping)]
+    signature = ""
+    item_id = _str(item.get("id"))
+    if item_id:
+        signature = reasoning_signature(item_id, _str(item.get("encrypted_content")))
+    return ThinkingBlock(text="\n\n".join(t for t in texts if t), signature=signature)
+
+
+def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
+    """The assistant message of a response's `output` items, and whether it was a refusal.
+
+    Text of adjacent `message` items is concatenated; text separated by other items (a
+    built-in tool's call) is joined by a blank line. Built-in tool items (web search, file
+    search, code interpreter, MCP, image generation, ...) ran on OpenAI's side: not calls.
+    """
+    text: list[str] = []
+    thinking: list[ThinkingBlock] = []
+    calls: list[ToolCall] = []
+    refused = False
+    separated = texted = False
+    for item in output:
+        if not isinstance(item, Mapping):
+            continue
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or ():
+                if not isinstance(part, Mapping):
+                    continue
+                piece = _str(part.get("text")) or _str(part.get("refusal"))
+                refused = refused or part.get("type") == "refusal"
+                if separated and texted and piece:
+                    text.append("\n\n")
+                    separated = False
+                texted = texted or bool(piece)
+                text.append(piece)
+        elif kind == "reasoning":
+            thinking.append(reasoning_block(item))
+        elif kind == "function_call":
+            calls.append(
+                ToolCall(
+                    id=_str(item.get("call_id")) or _str(item.get("id")),
+                    name=_str(item.get("name")),
+                    args=_str(item.get("arguments")),
+                )
+            )
+        else:
+            separated = True
+    message = Message(role="assistant", content="".join(text), tool_calls=calls, thinking=thinking)
+    return message, refused
+
+
+_INCOMPLETE: dict[str, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+
+
+def finish_of(body: Mapping[str, Any], message: Message, refused: bool) -> FinishReason:
+    """The finish reason of a response from its `status` and `incomplete_details`."""
+    status = body.get("status")
+    if status == "incomplete":
+        details = body.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, Mapping) else None
+        return _INCOMPLETE.get(_str(reason), "other")
+    if status != "completed":
+        return ""
+    if refused:
+        return "content_filter"
+    return "tool_call" if message.tool_calls else "stop"
+
+
+def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
+    """Map a `response` object (a body, or the one a stream's last event carries).
+
+    Raises:
+        ProviderError: the response failed (`status: failed` with an `error`), classified
+            like the equivalent HTTP status.
+        ResponseFormatError: the body has no `output` list.
+    """
+    error = body.get("error")
+    if isinstance(error, Mapping) and (body.get("status") == "failed" or "output" not in body):
+        raise error_from_payload({"error": dict(error)})
+    output = body.get("output")
+    if not isinstance(output, list):
+        raise ResponseFormatError(
+            f"openai response has no output list: {json.dumps(body)[:200]}", provider=PROVIDER
+        )
+    message, refused = message_from_output(output)
+    return ModelResponse(
+        message=message,
+        usage=responses_usage(body.get("usage")),
+        finish_reason=finish_of(body, message, refused),
+        model_name=_str(body.get("model")),
+    )

@@ -1,0 +1,167 @@
+"""`ChangeFeed`: one per store, wakes workers and event streams when the store changes.
+
+A feed knows the newest audit-log ID it has seen (`last_id`) and counts "a run may have
+become ready" signals (`ready_mark`). It learns about changes three ways:
+
+- commits of its own store in this process (immediately, from the store's database thread);
+- PostgreSQL `NOTIFY` (one `LISTEN` connection per store, fanned out to every waiter);
+- polling (SQLite, and PostgreSQL as a safety net): **one** poller task per feed, running
+  only while someone waits, however many workers and streams wait.
+
+Waiters never poll the database themselves: `wait_for_change(after, timeout)` and
+`wait_ready(mark, timeout)` sleep on an `asyncio.Event` that the feed replaces on every
+change. A waiter holds nothing but that event, so an idle open stream costs no queries and
+a few hundred bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+__all__ = ["ChangeFeed"]
+
+log = logging.getLogger("golem.store")
+
+Probe = Callable[[], Awaitable[int]]
+"""Returns the newest audit-log ID in the database (one cheap read)."""
+
+
+class ChangeFeed:
+    """Change notifications of one store, shared by every waiter in the process.
+
+    Get it from `store.change_feed()`. `wait_for_change` suits event streams (wake when the
+    audit log grows past a cursor); `ready_mark` + `wait_ready` suit workers (take a mark,
+    look for work, and if there is none wait for a signal newer than the mark — a signal
+    that arrives between the look and the wait is not lost).
+    """
+
+    def __init__(self, probe: Probe, poll_interval: float) -> None:
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        self._probe = probe
+        self.poll_interval = float(poll_interval)
+        """Seconds between probes of the shared poller (while anyone waits)."""
+        self._last_id = 0
+        self._ready = 0
+        self._event = asyncio.Event()
+        self._waiters = 0
+        self._poller: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    @property
+    def last_id(self) -> int:
+        """The newest audit-log ID this feed has seen (0 before anything was seen)."""
+        return self._last_id
+
+    def ready_mark(self) -> int:
+        """A mark to pass to `wait_ready`: signals counted from now on wake it."""
+        return self._ready
+
+    # ------------------------------------------------------------------ publishing
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Remember the event loop waiters run on (publishes from threads go there)."""
+        if self._loop is None:
+            self._loop = loop
+
+    def publish(self, last_id: int, *, ready: bool) -> None:
+        """Record that the log reached `last_id` (and maybe a run became ready); wake waiters.
+
+        Call on the feed's event loop; `publish_threadsafe` from any other thread.
+        """
+        changed = last_id > self._last_id
+        if changed:
+            self._last_id = last_id
+        if ready:
+            self._ready += 1
+        if changed or ready:
+            event, self._event = self._event, asyncio.Event()
+            event.set()
+
+    def _publish(self, last_id: int, ready: bool) -> None:
+        self.publish(last_id, ready=ready)
+
+    def publish_threadsafe(self, last_id: int, *, ready: bool) -> None:
+        """`publish` from a thread other than the event loop's.
+
+        A no-op while nobody waits (the next waiter reads the store anyway) or before `bind`.
+        """
+        loop = self._loop
+        if loop is None or self._waiters == 0 or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._publish, last_id, ready)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait_for_change(self, after: int, timeout: float) -> int:
+        """Wait until the audit log's newest ID exceeds `after`, or `timeout` seconds.
+
+        Returns the newest ID known (which is `<= after` on a timeout).
+        """
+        async with self._waiting(timeout) as deadline:
+            while self._last_id <= after:
+                if not await self._sleep(deadline):
+                    break
+        return self._last_id
+
+    async def wait_ready(self, mark: int, timeout: float) -> bool:
+        """Wait for a ready signal newer than `mark` (from `ready_mark`), or `timeout` seconds.
+
+        Returns True when signalled. Polling backends signal on any change of the log.
+        """
+        async with self._waiting(timeout) as deadline:
+            while self._ready <= mark:
+                if not await self._sleep(deadline):
+                    break
+        return self._ready > mark
+
+    @contextlib.asynccontextmanager
+    async def _waiting(self, timeout: float) -> AsyncIterator[float]:
+        loop = asyncio.get_running_loop()
+        self.bind(loop)
+        self._waiters += 1
+        if self._poller is None or self._poller.done():
+            self._poller = loop.create_task(self._poll(), name="golem-store-poller")
+        try:
+            yield loop.time() + max(0.0, timeout)
+        finally:
+            self._waiters -= 1
+
+    async def _sleep(self, deadline: float) -> bool:
+        """Wait for the next change; False when `deadline` passed first."""
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return False
+        event = self._event
+        try:
+            async with asyncio.timeout(left):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _poll(self) -> None:
+        """The shared poller: probe every `poll_interval` while anyone waits."""
+        while self._waiters > 0 and not self._closed:
+            try:
+                newest = await self._probe()
+            except Exception:  # the store is closing or the database hiccupped: retry
+                log.debug("change feed probe failed", exc_info=True)
+            else:
+                if newest > self._last_id:
+                    self.publish(newest, ready=True)
+            await asyncio.sleep(self.poll_interval)
+
+    async def aclose(self) -> None:
+        """Stop the poller; waiters wake at their timeouts."""
+        self._closed = True
+        poller, self._poller = self._poller, None
+        if poller is not None and not poller.done():
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await poller

@@ -1,0 +1,494 @@
+"""The OpenAI Responses adapter: recorded traffic replayed through httpx.MockTransport, request
+bodies compared with recorded ones, reasoning kept across turns (and across the history JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pydantic
+import pytest
+
+from golem import Agent, dumps_history, loads_history
+from golem.errors import BadRequest, ProviderConnectionError, RateLimited
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
+from golem.providers import infer_model
+from golem.providers.anthropic import build_request_body as anthropic_body
+from golem.providers.gemini._wire import build_request_body as gemini_body
+from golem.providers.openai import OpenAIResponsesModel
+from golem.providers.openai._responses_stream import parse_responses_stream
+from golem.providers.openai._responses_wire import (
+    ResponsesOptions,
+    build_responses_body,
+    parse_reasoning_signature,
+    parse_responses_response,
+    reasoning_signature,
+)
+from golem.usage import Usage
+from tests.providers._recordings import (
+    Interaction,
+    all_interactions,
+    available,
+    load,
+    replay_transport,
+)
+
+API = "openai-responses"
+pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+
+
+def _ok(stream: bool) -> list[Interaction]:
+    if not available():
+        return []
+    out = []
+    for it in all_interactions(API):
+        if it.status != 200 or it.is_stream != stream or "/responses" not in it.uri:
+            continue
+        if not stream and (not isinstance(it.json, dict) or it.json.get("status") != "completed"):
+            continue  # background-mode polling (queued / in progress) is out of scope
+        if stream and "response.completed" not in it.body:
+            continue
+        out.append(it)
+    return out
+
+
+PLAIN, STREAMED = _ok(False), _ok(True)
+
+
+def _id(it: Interaction) -> str:
+    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
+
+
+def _model(client: httpx.AsyncClient, name: str = "gpt-5", **kw: Any) -> OpenAIResponsesModel:
+    return OpenAIResponsesModel(name, api_key="k", http_client=client, **kw)
+
+
+def _assemble(deltas: list[Delta]) -> tuple[str, dict[int, str], dict[int, list[str]]]:
+    text = "".join(d.content for d in deltas)
+    args: dict[int, str] = {}
+    thinking: dict[int, list[str]] = {}
+    for d in deltas:
+        for c in d.tool_calls:
+            args[c.index] = args.get(c.index, "") + c.args_fragment
+        for t in d.thinking:
+            thinking.setdefault(t.index, ["", ""])
+            thinking[t.index][0] += t.text
+            thinking[t.index][1] += t.signature
+    return text, args, thinking
+
+
+def test_the_suite_covers_plain_and_streamed_recordings() -> None:
+    assert len(PLAIN) >= 40
+    assert len(STREAMED) >= 8
+
+
+@pytest.mark.parametrize("it", PLAIN, ids=_id)
+def test_every_recorded_response_parses(it: Interaction) -> None:
+    body = it.json
+    response = parse_responses_response(body)
+    calls = [o for o in body["output"] if o["type"] == "function_call"]
+    assert [c.id for c in response.message.tool_calls] == [c["call_id"] for c in calls]
+    assert response.finish_reason == ("tool_call" if calls else "stop")
+    assert response.usage.input_tokens == body["usage"]["input_tokens"]
+    assert response.model_name == body["model"]
+    texts = [
+        p["text"]
+        for o in body["output"]
+        if o["type"] == "message"
+        for p in o["content"]
+        if p.get("text")
+    ]
+    assert response.message.content.replace("\n\n", "") == "".join(texts).replace("\n\n", "")
+    reasoning = [o for o in body["output"] if o["type"] == "reasoning"]
+    assert len(response.message.thinking) == len(reasoning)
+    for block, item in zip(response.message.thinking, reasoning, strict=True):
+        assert parse_reasoning_signature(block.signature) == (
+            item["id"],
+            item.get("encrypted_content") or "",
+        )
+
+
+@pytest.mark.parametrize("it", STREAMED, ids=_id)
+def test_every_recorded_stream_assembles_to_its_final_response(it: Interaction) -> None:
+    items = parse_responses_stream(it.body.splitlines())
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    deltas = [d for d in items[:-1] if isinstance(d, Delta)]
+    assert len(deltas) == len(items) - 1
+    completed = next(
+        json.loads(line[5:])
+        for line in it.body.splitlines()
+        if line.startswith("data:") and '"response.completed"' in line
+    )
+    assert final == parse_responses_response(completed["response"])
+    text, args, thinking = _assemble(deltas)
+    assert text == final.message.content
+    assert [args.get(i, "") for i in range(len(final.message.tool_calls))] == [
+        c.args for c in final.message.tool_calls
+    ]
+    for i, block in enumerate(final.message.thinking):
+        streamed_text, streamed_signature = thinking.get(i, ["", ""])
+        assert streamed_signature == ""  # only the final response carries it
+        assert streamed_text.replace("\n\n", "") == block.text.replace("\n\n", "")
+
+
+async def test_simple_response_exact() -> None:
+    it = load(API, "test_openai_responses_model_simple_response.yaml")[0]
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport([it], seen)) as client:
+        result = await Agent(_model(client, "gpt-4o")).run("What is the capital of France?")
+    assert result.output == "The capital of France is Paris."
+    assert result.usage == Usage(input_tokens=14, output_tokens=8)
+    sent = json.loads(seen[0].content)
+    assert sent == {
+        "model": "gpt-4o",
+        "input": it.request_body["input"],
+        "stream": False,
+        "store": False,
+    }
+    assert seen[0].url == "https://api.openai.com/v1/responses"
+    assert seen[0].headers["authorization"] == "Bearer k"
+
+
+async def test_instructions_are_the_system_messages() -> None:
+    it = load(API, "test_openai_responses_model_instructions.yaml")[0]
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport([it], seen)) as client:
+        agent = Agent(_model(client, "gpt-4o"), instructions="You are a helpful assistant.")
+        result = await agent.run("What is the capital of France?")
+    assert result.output == "The capital of France is Paris."
+    sent = json.loads(seen[0].content)
+    assert sent["instructions"] == it.request_body["instructions"]
+    assert sent["input"] == it.request_body["input"]
+
+
+async def test_reasoning_is_replayed_on_the_next_turn_even_through_the_history_json() -> None:
+    first, second = load(API, "test_openai_responses_model_thinking_part.yaml")
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport([first, second], seen)) as client:
+        model = _model(client, reasoning_effort="high", reasoning_summary="detailed")
+        agent = Agent(model)
+        one = await agent.run("How do I cross the street?")
+        history = loads_history(dumps_history(one.messages))  # as a paused run stores it
+        two = await agent.run(
+            "Considering the way to cross the street, analogously, how do I cross the river?",
+            history=history,
+        )
+    assert two.output.startswith(second.json["output"][-1]["content"][0]["text"][:40])
+    sent = [json.loads(r.content) for r in seen]
+    for body, it in zip(sent, (first, second), strict=True):
+        assert body["include"] == ["reasoning.encrypted_content"] == it.request_body["include"]
+        assert body["reasoning"] == it.request_body["reasoning"]
+    recorded_input, our_input = second.request_body["input"], sent[1]["input"]
+    assert [i.get("type") or i["role"] for i in our_input] == [
+        "user",
+        "reasoning",
+        "assistant",
+        "user",
+    ]
+    recorded_reasoning, our_reasoning = recorded_input[1], our_input[1]
+    assert our_reasoning["id"] == recorded_reasoning["id"]
+    assert our_reasoning["encrypted_content"] == recorded_reasoning["encrypted_content"]
+    assert our_reasoning["summary"] == [
+        {
+            "type": "summary_text",
+            "text": "\n\n".join(s["text"] for s in recorded_reasoning["summary"]),
+        }
+    ]
+    assert our_input[2]["content"] == recorded_input[2]["content"][0]["text"]
+    assert (
+        one.usage.reasoning_tokens
+        == first.json["usage"]["output_tokens_details"]["reasoning_tokens"]
+    )
+
+
+async def test_a_streamed_tool_run_replays_the_recording() -> None:
+    interactions = load(API, "test_openai_responses_stream.yaml")
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport(interactions, seen)) as client:
+        agent = Agent(_model(client, "gpt-4o"))
+
+        @agent.tool
+        def get_capital(country: str) -> str:
+            """The capital of a country."""
+            return "Paris"
+
+        deltas: list[Any] = []
+        async with agent.run_stream("What is the capital of France?") as stream:
+            async for item in stream:
+                if isinstance(item, Delta):
+                    deltas.append(item)
+        result = stream.result
+    assert result.output == "The capital of France is Paris."
+    assert "".join(d.content for d in deltas) == "The capital of France is Paris."
+    first, second = (json.loads(r.content) for r in seen)
+    assert first["stream"] is True
+    assert first["tool_choice"] == "auto"
+    tool = first["tools"][0]
+    assert (tool["name"], tool["type"], tool["strict"]) == ("get_capital", "function", True)
+    assert second["input"][1:] == [
+        {
+            "type": "function_call",
+            "call_id": "call_kL0PCQV7M2WMoVX8V8OtYSAL",
+            "name": "get_capital",
+            "arguments": '{"country":"France"}',
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "call_kL0PCQV7M2WMoVX8V8OtYSAL",
+            "output": "Paris",
+        },
+    ]
+
+
+class Payment(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(title="Payment", extra="forbid")
+    amount: float
+
+
+async def test_structured_output_uses_a_json_schema_text_format() -> None:
+    it = load(API, "test_openai_responses_native_output_decimal_strict.yaml")[0]
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport([it], seen)) as client:
+        agent = Agent(_model(client, "gpt-5.4-mini"), output_type=Payment)
+        result = await agent.run("Return exactly this payment amount: 12.34")
+    assert result.output == Payment(amount=12.34)
+    fmt = json.loads(seen[0].content)["text"]["format"]
+    recorded = it.request_body["text"]["format"]
+    assert (fmt["type"], fmt["name"], fmt["strict"]) == (
+        recorded["type"],
+        recorded["name"],
+        recorded["strict"],
+    )
+    assert fmt["schema"]["required"] == ["amount"]
+
+
+async def test_recorded_tool_choice_request() -> None:
+    it = load(
+        API, "test_tool_choice_matrix__test_tool_choice_matrix[list_single-openai_responses].yaml"
+    )[0]
+    tools = [
+        ToolSpec(t["name"], t["description"], t["parameters"]) for t in it.request_body["tools"]
+    ]
+    request = ModelRequest(
+        messages=[Message(role="user", content="What's the weather in Paris?")],
+        tools=tools,
+        tool_choice="get_weather",
+    )
+    seen: list[httpx.Request] = []
+    async with httpx.AsyncClient(transport=replay_transport([it], seen)) as client:
+        response = await _model(client, "gpt-5-mini").generate(request)
+    sent = json.loads(seen[0].content)
+    for key in ("tool_choice", "tools", "include", "input"):
+        assert sent[key] == it.request_body[key], key
+    assert [c.name for c in response.message.tool_calls] == ["get_weather"]
+
+
+async def test_http_errors_are_classified() -> None:
+    it = load(API, "test_openai_responses_model_http_error.yaml")[0]
+    async with httpx.AsyncClient(transport=replay_transport([it])) as client:
+        with pytest.raises(BadRequest, match="decimal below minimum value") as caught:
+            await _model(client, "gpt-4o").generate(
+                ModelRequest(messages=[Message(role="user", content="hi")])
+            )
+    assert caught.value.status_code == 400
+
+    def limited(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            429, headers={"retry-after": "2"}, json={"error": {"message": "slow"}}
+        )
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(limited)) as client:
+        with pytest.raises(RateLimited) as limit:
+            await _model(client).generate(
+                ModelRequest(messages=[Message(role="user", content="hi")])
+            )
+    assert limit.value.retry_after == 2.0
+    assert limit.value.retryable
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+async def test_stream_errors() -> None:
+    def cut(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            content=_sse({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"}),
+        )
+
+    def failed(request: httpx.Request) -> httpx.Response:
+        event = {
+            "type": "response.failed",
+            "response": {
+                "status": "failed",
+                "output": [],
+                "error": {"code": "rate_limit_exceeded", "message": "Too many tokens"},
+            },
+        }
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, content=_sse(event)
+        )
+
+    request = ModelRequest(messages=[Message(role="user", content="hi")])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(cut)) as client:
+        with pytest.raises(ProviderConnectionError) as ended:
+            async for _ in _model(client).generate_stream(request):
+                pass
+    assert ended.value.retryable
+    async with httpx.AsyncClient(transport=httpx.MockTransport(failed)) as client:
+        with pytest.raises(RateLimited, match="Too many tokens"):
+            async for _ in _model(client).generate_stream(request):
+                pass
+
+
+def test_incomplete_and_refused_responses() -> None:
+    base: dict[str, Any] = {"model": "gpt-5", "usage": {"input_tokens": 3, "output_tokens": 9}}
+    cut = parse_responses_response(
+        {
+            **base,
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "Par"}]}],
+        }
+    )
+    assert (cut.message.content, cut.finish_reason) == ("Par", "length")
+    refused = parse_responses_response(
+        {
+            **base,
+            "status": "completed",
+            "output": [
+                {"type": "message", "content": [{"type": "refusal", "refusal": "I can't."}]}
+            ],
+        }
+    )
+    assert (refused.message.content, refused.finish_reason) == ("I can't.", "content_filter")
+
+
+# --------------------------------------------------------------------------- requests
+
+OPTIONS = ResponsesOptions(model="gpt-5")
+
+
+def test_a_conversation_maps_to_input_items() -> None:
+    signature = reasoning_signature("rs_1", "gAAA-enc")
+    request = ModelRequest(
+        messages=[
+            Message(role="system", content="Be brief."),
+            Message(
+                role="user",
+                content="Compare these.",
+                parts=[
+                    Part(kind="image", url="https://example.com/a.png"),
+                    Part(kind="document", data=b"%PDF-1.4", media_type="application/pdf"),
+                ],
+            ),
+            Message(
+                role="assistant",
+                content="Looking.",
+                thinking=[
+                    ThinkingBlock(text="Plan it.", signature=signature),
+                    ThinkingBlock(text="Claude's thought", signature="EqQBCkYIBxgCKkBv"),
+                ],
+                tool_calls=[ToolCall("call_1", "lookup", '{"q": "a"}')],
+            ),
+            Message(role="tool", content="found", tool_call_id="call_1", tool_name="lookup"),
+        ],
+        tools=[ToolSpec("lookup", "Look up.", {"type": "object", "properties": {}})],
+        tool_choice="required",
+    )
+    body = build_responses_body(request, OPTIONS)
+    assert body["instructions"] == "Be brief."
+    assert body["tool_choice"] == "required"
+    assert body["tools"][0]["strict"] is False  # not strict-compatible: said explicitly
+    assert body["input"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Compare these."},
+                {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"},
+                {
+                    "type": "input_file",
+                    "file_data": "data:application/pdf;base64,JVBERi0xLjQ=",
+                    "filename": body["input"][0]["content"][2]["filename"],
+                },
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Plan it."}],
+            "encrypted_content": "gAAA-enc",
+        },
+        {"role": "assistant", "content": "Looking."},
+        {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q": "a"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "found"},
+    ]
+    assert body["input"][0]["content"][2]["filename"].endswith(".pdf")
+
+
+def test_an_empty_prompt_is_a_user_item() -> None:
+    body = build_responses_body(ModelRequest(messages=[Message(role="user")]), OPTIONS)
+    assert body["input"] == [{"role": "user", "content": ""}]
+    body = build_responses_body(ModelRequest(messages=[]), OPTIONS)
+    assert body["input"] == [{"role": "user", "content": ""}]
+
+
+def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
+    message = Message(
+        role="assistant",
+        content="Done.",
+        thinking=[ThinkingBlock(text="", signature=reasoning_signature("rs_1", "gAAA"))],
+    )
+    request = ModelRequest(messages=[Message(role="user", content="hi"), message])
+    assert "gAAA" not in json.dumps(anthropic_body(request, model="m"))
+    assert "gAAA" not in json.dumps(gemini_body(request))
+    summarized = ModelRequest(
+        messages=[
+            Message(role="user", content="hi"),
+            Message(
+                role="assistant",
+                content="Done.",
+                thinking=[
+                    ThinkingBlock(text="Sum.", signature=reasoning_signature("rs_1", "gAAA"))
+                ],
+            ),
+        ]
+    )
+    assert "gAAA" not in json.dumps(anthropic_body(summarized, model="m"))
+
+
+def test_signatures_round_trip() -> None:
+    assert parse_reasoning_signature(reasoning_signature("rs_9", "x-y_z=")) == ("rs_9", "x-y_z=")
+    assert parse_reasoning_signature(reasoning_signature("rs_9", "")) == ("rs_9", "")
+    assert parse_reasoning_signature("EqQBCkYIBxgC") is None
+    assert parse_reasoning_signature("openai-responses/") is None
+
+
+def test_infer_model_and_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    model = infer_model("openai-responses:gpt-5")
+    assert isinstance(model, OpenAIResponsesModel)
+    assert model.options.encrypted_reasoning
+    assert not OpenAIResponsesModel("gpt-4.1").options.encrypted_reasoning
+    assert OpenAIResponsesModel("gpt-4.1", reasoning_effort="low").options.encrypted_reasoning
+    assert repr(model) == "OpenAIResponsesModel('gpt-5', base_url='https://api.openai.com/v1')"
+    with pytest.raises(ValueError, match="model name must not be empty"):
+        OpenAIResponsesModel("")
+    with pytest.raises(ValueError, match="max_tokens must be at least 1, got 0"):
+        OpenAIResponsesModel("gpt-5", max_tokens=0)
+    body = OpenAIResponsesModel(
+        "gpt-5",
+        max_tokens=100,
+        temperature=0.2,
+        top_p=0.9,
+        store=True,
+        extra_body={"service_tier": "flex"},
+    ).request_body(ModelRequest(messages=[Message(role="user", content="hi")]))
+    assert (body["max_output_tokens"], body["temperature"], body["top_p"]) == (100, 0.2, 0.9)
+    assert (body["store"], body["service_tier"]) == (True, "flex")

@@ -1,0 +1,78 @@
+"""The streaming SSE decoder: events cut at blank lines equal the line-by-line decoding,
+however the bytes are chunked and whatever the line endings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golem.providers._http import iter_sse, sse_block, sse_events
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+async def _decode(chunks: list[bytes]) -> list[tuple[str, str]]:
+    response = httpx.Response(200, stream=_Chunks(chunks))
+    return [item async for item in iter_sse(response)]
+
+
+def _split(raw: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(raw) + 1) for c in cuts})
+    out, last = [], 0
+    for p in [*points, len(raw)]:
+        out.append(raw[last:p])
+        last = p
+    return out
+
+
+_line = st.one_of(
+    st.builds(lambda v: f"data: {v}", st.text(alphabet='ab {}:é"', max_size=8)),
+    st.builds(lambda v: f"data:{v}", st.text(alphabet="xy", max_size=3)),
+    st.builds(lambda v: f"event: {v}", st.sampled_from(["message_start", "ping", "error"])),
+    st.just(": keep-alive"),
+    st.just("id: 7"),
+    st.just("data"),
+    st.just(""),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_line, max_size=25),
+    newline=st.sampled_from(["\n", "\r\n", "\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=12),
+    trailing=st.booleans(),
+)
+def test_chunked_decoding_equals_line_decoding(
+    lines: list[str], newline: str, cuts: list[int], trailing: bool
+) -> None:
+    text = newline.join(lines) + (newline * 2 if trailing else "")
+    expected = list(sse_events(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")))
+    got = asyncio.run(_decode(_split(text.encode(), cuts)))
+    assert got == expected
+
+
+def test_a_multibyte_character_split_across_chunks_survives() -> None:
+    raw = 'event: x\ndata: {"t": "é€"}\n\n'.encode()
+    cut = raw.index("€".encode()) + 1
+    assert asyncio.run(_decode([raw[:cut], raw[cut:]])) == [("x", '{"t": "é€"}')]
+
+
+def test_block_forms() -> None:
+    assert sse_block("data: {}") == ("", "{}")
+    assert sse_block("data:{}") == ("", "{}")
+    assert sse_block("event: ping\ndata: {}") == ("ping", "{}")
+    assert sse_block("data: a\ndata: b") == ("", "a\nb")
+    assert sse_block(": comment") is None
+    assert sse_block("event: only") is None

@@ -1,0 +1,145 @@
+"""Workers wake on the store's change feed, not on a poll; leases fence the resume."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem import Agent, Message, RunContext, ToolCall
+from golem.store import ChangeFeed, Decision, LeaseLost, RunStatus, Store
+from golem.store.sqlite import SQLiteStore
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, Worker, start_run
+from tests.store.backends import BACKENDS, Backend, backend_for
+from tests.store.procs import eventually
+
+WAIT = 30.0  # a guard against a hang; the worker's own poll interval is an hour
+
+
+def _app() -> tuple[dict[str, AgentEntry], list[str]]:
+    ran: list[str] = []
+
+    def pay(ctx: RunContext[Any], amount: int) -> str:
+        """Pay (needs approval)."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "money")
+        ran.append(ctx.call_id)
+        return "paid"
+
+    model = ScriptedModel(
+        Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
+    )
+    return {"bank": AgentEntry(Agent(model, tools=[pay]))}, ran
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    with backend_for(request.param, tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+async def stores(backend: Backend) -> AsyncIterator[tuple[Store, Store]]:
+    """Two store instances on one database (as two processes would have)."""
+    kw: dict[str, Any] = {"poll_interval": 0.05} if backend.kind == "sqlite" else {}
+    a, b = await backend.open(**kw), await backend.open(**kw)
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _waiting(feed: ChangeFeed) -> None:
+    await eventually(lambda: _true(feed._waiters > 0), WAIT, "the worker to wait on its feed")
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_decision_made_elsewhere_wakes_a_waiting_worker(
+    stores: tuple[Store, Store],
+) -> None:
+    """PostgreSQL NOTIFY (or SQLite's shared poller) wakes a worker polling once an hour."""
+    mine, theirs = stores
+    registry, ran = _app()
+    worker = Worker(mine, registry, worker_id="w", sweep_interval=3600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run_forever(poll_interval=3600, stop_event=stop))
+    try:
+        await _waiting(mine.change_feed())
+        run = await start_run(theirs, registry, "bank", "pay", started_by="a")
+        await theirs.decide(run.id, "c1", Decision.approve(), decided_by="b")
+
+        async def completed() -> bool:
+            return (await theirs.get_run(run.id)).status is RunStatus.COMPLETED
+
+        await eventually(completed, WAIT, "the woken worker to complete the run")
+        assert ran == ["c1"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT)
+
+
+async def test_waiters_of_one_store_share_one_poller(tmp_path: Path) -> None:
+    async with await SQLiteStore.open(tmp_path / "f.db", poll_interval=0.02) as store:
+        other = await SQLiteStore.open(tmp_path / "f.db")
+        try:
+            feed = store.change_feed()
+            start = await store.last_change_id()
+            waiters = [asyncio.create_task(feed.wait_for_change(start, WAIT)) for _ in range(5)]
+            await eventually(lambda: _true(feed._waiters == 5), WAIT, "five waiters")
+            pollers = [t for t in asyncio.all_tasks() if t.get_name() == "golem-store-poller"]
+            assert len(pollers) == 1
+            await other.save_pending(_a_run())  # another process's commit
+            got = await asyncio.wait_for(asyncio.gather(*waiters), WAIT)
+            assert all(g > start for g in got)
+        finally:
+            await other.close()
+
+
+def _a_run() -> Any:
+    from tests.store.runs import make_run
+
+    return make_run()
+
+
+async def test_a_worker_that_lost_its_lease_stops_by_itself(tmp_path: Path) -> None:
+    """The heartbeat's LeaseLost cancels the resume: nothing else has to."""
+    async with await SQLiteStore.open(tmp_path / "h.db") as store:
+        gate = asyncio.Event()
+        started = asyncio.Event()
+
+        async def slow(ctx: RunContext[Any]) -> str:
+            """Slow gated work."""
+            if not call_approved():
+                raise Deferred(DeferKind.APPROVAL, "slow")
+            started.set()
+            await gate.wait()
+            return "finished"
+
+        model = ScriptedModel(
+            Message(role="assistant", tool_calls=[ToolCall("c1", "slow", "{}")]), "never"
+        )
+        registry = {"a": AgentEntry(Agent(model, tools=[slow]))}
+        run = await start_run(store, registry, "a", "go", started_by="x")
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="y")
+        worker = Worker(store, registry, worker_id="w", lease_seconds=0.3, sweep_interval=3600)
+        task = asyncio.create_task(worker.run_once())
+        await asyncio.wait_for(started.wait(), WAIT)
+        claimed = await store.get_run(run.id)
+        assert claimed.lease_expires_at is not None
+        await store.sweep_interrupted(claimed.lease_expires_at.replace(year=2099))
+        done, _ = await asyncio.wait([task], timeout=WAIT)  # never cancelled by the test
+        assert task in done
+        assert task.result() is True
+        assert not gate.is_set()
+        assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
+        with pytest.raises(LeaseLost):
+            await store.renew_lease(run.id, "w", 1)
