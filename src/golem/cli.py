@@ -45,6 +45,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     _MISSING = _exc.name or "typer"
 
+from golem._display import reveal
 from golem.errors import StoreError
 
 __all__ = [
@@ -65,6 +66,11 @@ __all__ = [
 INSTALL_HINT = "pip install 'golem-agents[server]'"
 DEFAULT_DB = "sqlite:///golem.db"
 T = TypeVar("T")
+
+
+def _safe(text: str) -> str:
+    """Model or user text for Rich markup: hidden characters shown, markup escaped."""
+    return escape(reveal(text))
 
 
 def _console() -> Console:
@@ -138,6 +144,18 @@ def serve(
     expires_in: Annotated[
         float | None, typer.Option(help="Seconds until a started run's calls expire.")
     ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            help="Webhook for paused/expiring/ended runs: URL, AGENT=URL, or slack+URL "
+            "(repeatable). Signed with $GOLEM_WEBHOOK_SECRET when set.",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(help="The inbox's address as people reach it (webhook deep links)."),
+    ] = None,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -146,13 +164,24 @@ def serve(
     import uvicorn
 
     from golem.service import AuthConfig, create_app
+    from golem.service.notify import Webhook
 
     registry = _registry(app_spec)
+    secret = os.environ.get("GOLEM_WEBHOOK_SECRET", "").encode() or None
     try:
         auth = AuthConfig.from_env()
+        hooks = [Webhook.parse(spec, secret=secret) for spec in notify or ()]
     except ValueError as exc:
         raise _err(str(exc), 2) from None
-    app = create_app(registry, _db(db), auth=auth, run_worker=worker, default_expires_in=expires_in)
+    app = create_app(
+        registry,
+        _db(db),
+        auth=auth,
+        run_worker=worker,
+        default_expires_in=expires_in,
+        webhooks=hooks,
+        public_url=public_url or f"http://{host}:{port}",
+    )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
         f"(store {_db(db)}, in-process worker {'on' if worker else 'off'})"
@@ -216,9 +245,9 @@ def pending(
     table.add_column("Expires")
     for r, c in rows:
         table.add_row(
-            f"{r.id}\n{c.call_id}",
-            f"{c.tool_name}\n[dim]{c.kind.value} · {r.agent}[/]",
-            f"{escape(_short(c.args, 200))}\n[dim]{escape(_short(c.reason, 200))}[/]",
+            f"{_safe(r.id)}\n{_safe(c.call_id)}",
+            f"{_safe(c.tool_name)}\n[dim]{c.kind.value} · {_safe(r.agent)}[/]",
+            f"{_safe(_short(c.args, 200))}\n[dim]{_safe(_short(c.reason, 200))}[/]",
             _when(c.deadline),
         )
     console.print(table)
@@ -240,8 +269,8 @@ def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: 
         else run.status.value
     )
     _console().print(
-        f"{record.kind.value} on call {call_id} of run {run_id} recorded "
-        f"(by {record.decided_by}); run {run.status.value}: {state}"
+        f"{record.kind.value} on call {_safe(call_id)} of run {_safe(run_id)} recorded "
+        f"(by {_safe(record.decided_by)}); run {run.status.value}: {state}"
     )
 
 
@@ -328,7 +357,7 @@ def show(
         ("Parent run", run.parent_run_id or "—"),
         ("Continued in", run.child_run_id or "—"),
     ):
-        facts.add_row(f"[bold]{label}[/]", escape(value))
+        facts.add_row(f"[bold]{label}[/]", _safe(value))
     console.print(facts)
     if run.outcome is not None:
         body = (
@@ -339,7 +368,9 @@ def show(
             else json.dumps(run.outcome.output, indent=2)
         )
         console.print(
-            Panel(body or "—", title=run.status.value, expand=False), markup=False, soft_wrap=False
+            Panel(reveal(body or "—"), title=run.status.value, expand=False),
+            markup=False,
+            soft_wrap=False,
         )
     if run.calls:
         calls = Table(title="Calls")
@@ -350,25 +381,25 @@ def show(
             decided = "—" if d is None else d.kind.value + (f": {d.reason}" if d.reason else "")
             calls.add_row(
                 *(
-                    escape(v)
+                    _safe(v)
                     for v in (c.call_id, c.tool_name, c.kind.value, _short(c.args), decided)
                 ),
-                escape(d.decided_by) if d else "",
+                _safe(d.decided_by) if d else "",
             )
         console.print(calls)
     console.rule("Conversation")
     for m in loads_history(run.conversation):
         head = m.role if m.role != "tool" else f"tool {m.tool_name}"
-        console.print(f"[bold]{escape(head)}[/]", end=" ")
-        console.print(m.content or "", markup=False)
+        console.print(f"[bold]{_safe(head)}[/]", end=" ")
+        console.print(reveal(m.content or ""), markup=False)
         for t in m.tool_calls:
-            console.print(f"  → {t.name}({t.args}) [{t.id}]", markup=False)
+            console.print(reveal(f"  → {t.name}({t.args}) [{t.id}]"), markup=False)
     table = Table(title="Audit trail")
     for col in ("When", "Who", "What", "Detail"):
         table.add_column(col, overflow="fold")
     for e in audit:
         table.add_row(
-            _when(e.at), escape(e.actor), e.action.value, escape(_short(json.dumps(e.detail), 80))
+            _when(e.at), _safe(e.actor), e.action.value, _safe(_short(json.dumps(e.detail), 80))
         )
     console.print(table)
 

@@ -221,3 +221,20 @@ async def test_inbox_forms_refuse_nul_bytes_and_bad_deps(http: httpx.AsyncClient
         assert res.status_code == 422, (fields, res.text[:200])
         assert "text/html" in res.headers["content-type"]
     assert await _runs(http) == []
+
+
+async def test_a_nan_saved_by_a_python_caller_does_not_break_listings(
+    any_store: Store, http: httpx.AsyncClient
+) -> None:
+    from golem.worker import start_run
+
+    try:
+        await start_run(
+            any_store, build_registry(), "twin", "p", deps_ref=[float("nan")], started_by="py"
+        )
+    except Exception:  # PostgreSQL's jsonb (or a store with allow_nan=False) refuses it
+        pytest.skip("this store does not keep NaN")
+    runs = await _runs(http)
+    assert runs[0]["deps_ref"] == [None]
+    calls = await http.get("/api/calls", headers=bearer("alice"))
+    assert calls.status_code == 200

@@ -183,6 +183,11 @@ def test_serve_needs_approvers_and_a_registry(db: str) -> None:
     res = golem("worker", "--app", "tests.service.agents", "--db", db)
     assert res.exit_code == 2
     assert "module:attribute" in res.output
+    env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
+    app = "tests.service.agents:registry"
+    res = golem("serve", "--app", app, "--db", db, "--notify", "ftp://nope", env=env)
+    assert res.exit_code == 2
+    assert "webhook URL must be http(s)" in res.output
 
 
 def test_without_the_server_extra_golem_prints_the_install_line() -> None:

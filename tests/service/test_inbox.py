@@ -257,12 +257,12 @@ async def test_deciding_through_the_form_records_the_identity(
         path, data={"csrf": csrf, "decision": "approve", "next": "/?agent=twin"}
     )
     assert res.status_code == 303
-    assert res.headers["location"] == "/?agent=twin&notice=approve"
+    assert res.headers["location"] == "/?agent=twin&notice=approve&call=deploy+%28c1%29"
     res = await client.post(
         f"/runs/{run['id']}/calls/c2/decision",
         data={"csrf": csrf, "decision": "deny", "reason": "  frozen  "},
     )
-    assert res.headers["location"] == f"/runs/{run['id']}?notice=deny"
+    assert res.headers["location"] == f"/runs/{run['id']}?notice=deny&call=deploy+%28c2%29"
     saved = await store.get_run(run["id"])
     decisions = [c.decision for c in saved.calls]
     assert [(d.kind.value, d.decided_by, d.reason) for d in decisions if d] == [
@@ -270,7 +270,7 @@ async def test_deciding_through_the_form_records_the_identity(
         ("deny", "olga", "frozen"),
     ]
     page = await client.get(res.headers["location"])
-    assert "Denied. The model is told" in page.text
+    assert "Denied deploy (c2). The model is told" in page.text
 
 
 async def test_external_results_through_the_form(

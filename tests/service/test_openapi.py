@@ -1,4 +1,4 @@
-"""The OpenAPI document: valid 3.1, and in step with the route table."""
+"""The OpenAPI document: generated from the routes and models, valid 3.1, complete."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import pytest
 from starlette.routing import Route
 
 from golem import __version__
+from golem.service import schemas
 from golem.service.app import ROUTES
-from golem.service.openapi import openapi_document
+from golem.service.openapi import Operation, openapi_document
 
 METHODS = {"get", "post", "put", "patch", "delete"}
 
 
 def document() -> dict[str, Any]:
-    return openapi_document(__version__)
+    return openapi_document(ROUTES, __version__)
 
 
 def test_the_document_is_valid_openapi_3_1() -> None:
@@ -41,16 +42,23 @@ def test_every_route_is_described_and_nothing_else() -> None:
     assert described == routes
 
 
+def test_a_route_without_an_operation_is_refused() -> None:
+    async def bare(request: Any) -> Any: ...
+
+    with pytest.raises(ValueError, match="/bare has no Operation"):
+        openapi_document([Route("/bare", bare)], "0")
+
+
 def test_refs_resolve_and_path_parameters_are_declared() -> None:
     doc = document()
-    schemas = doc["components"]["schemas"]
+    schemas_ = doc["components"]["schemas"]
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if ref is not None:
                 assert ref.startswith("#/components/schemas/")
-                assert ref.rsplit("/", 1)[1] in schemas, ref
+                assert ref.rsplit("/", 1)[1] in schemas_, ref
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -69,12 +77,44 @@ def test_refs_resolve_and_path_parameters_are_declared() -> None:
     assert len(op_ids) == len(set(op_ids))
 
 
+def test_body_schemas_are_the_models_that_validate_requests() -> None:
+    doc = document()
+    comp = doc["components"]["schemas"]
+    start = doc["paths"]["/api/runs"]["post"]
+    ref = start["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body = comp[ref.rsplit("/", 1)[1]]
+    assert body == comp[ref.rsplit("/", 1)[1]]
+    assert set(body["properties"]) == set(schemas.StartRunBody.model_fields)
+    assert body["additionalProperties"] is False
+    expires = body["properties"]["expires_in"]["anyOf"][0]
+    assert expires["exclusiveMinimum"] == 0
+    assert expires["maximum"] == schemas.MAX_EXPIRES_IN
+    ok = start["responses"]["201"]["content"]["application/json"]["schema"]["$ref"]
+    run = comp[comp[ok.rsplit("/", 1)[1]]["properties"]["run"]["$ref"].rsplit("/", 1)[1]]
+    assert set(run["properties"]) == set(schemas.Run.model_fields)
+
+
+def test_query_parameters_come_from_the_query_models() -> None:
+    doc = document()
+    params = {p["name"]: p for p in doc["paths"]["/api/runs"]["get"]["parameters"]}
+    assert set(params) == set(schemas.RunsQuery.model_fields)
+    assert params["limit"]["schema"]["maximum"] == schemas.MAX_LIST_LIMIT
+    events = {p["name"] for p in doc["paths"]["/api/events"]["get"]["parameters"]}
+    assert events == {"cursor", "stream_token", "Last-Event-ID"}
+
+
 def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
     doc = document()
     decide = doc["paths"]["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]
     assert set(decide) == {"200", "400", "401", "403", "404", "409", "413", "422"}
     for status in ("400", "401", "403", "404", "409", "413", "422"):
         schema = decide[status]["content"]["application/json"]["schema"]
-        assert schema == {"$ref": "#/components/schemas/Error"}
+        assert schema == {"$ref": "#/components/schemas/ErrorBody"}
     start = doc["paths"]["/api/runs"]["post"]["responses"]
     assert set(start) == {"201", "400", "401", "403", "413", "422"}
+
+
+def test_every_handler_has_an_operation() -> None:
+    for r in ROUTES:
+        if isinstance(r, Route):
+            assert isinstance(getattr(r.endpoint, "__openapi__", None), Operation), r.path

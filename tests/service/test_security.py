@@ -20,7 +20,7 @@ from tests.service.test_inbox import sign_in
     "headers",
     [
         {"Origin": "https://evil.example"},
-        {"Origin": "null"},
+        {"Origin": "null", "Sec-Fetch-Site": "cross-site"},
         {"Sec-Fetch-Site": "cross-site"},
         {"Sec-Fetch-Site": "same-site", "Origin": "http://golem.test"},
     ],

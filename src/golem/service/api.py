@@ -9,19 +9,23 @@ or invalid body) → 404 (unknown run) → 403 (agent not allowed) → 404 (unkn
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from golem.errors import StoreError
+from golem.service import schemas
 from golem.service.auth import AuthConfig, Credential, LoginLimiter
+from golem.service.openapi import operation
+from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
 from golem.store import (
     AuditEntry,
     CallExpired,
@@ -41,46 +45,53 @@ from golem.store import (
 from golem.worker import AgentRegistry, start_run
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "ApiError",
-    "DecisionBody",
+    "PendingPage",
     "ServiceState",
-    "StartRunBody",
     "agents",
     "audit_json",
+    "audit_model",
     "bearer",
     "call_json",
+    "call_model",
     "check_json_value",
     "check_text",
     "decide",
     "decide_call",
     "decision_json",
+    "decision_model",
+    "edited_approval",
     "health",
     "list_calls",
     "list_runs",
     "load_run",
     "not_found",
+    "oldest_runs",
     "parse_json",
     "pending_calls",
+    "pending_page",
     "read_json",
+    "read_query",
     "require_store",
+    "respond",
     "run_detail_json",
+    "run_detail_model",
     "run_json",
+    "run_model",
+    "schema_problems",
     "show_run",
     "start",
     "start_for",
     "store_error",
     "stream_token",
+    "to_decision",
     "visible_runs",
     "whoami",
 ]
 
-MAX_LIST_LIMIT = 500
-
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a request body."""
-
-MAX_EXPIRES_IN = 10 * 366 * 24 * 3600.0
-"""Longest accepted `expires_in` (seconds): ten years."""
 
 
 @dataclass
@@ -101,6 +112,8 @@ class ServiceState:
     """How often the event stream sends a keep-alive comment (seconds)."""
     default_expires_in: float | None
     """Default deadline of started runs' pending calls (seconds), None for none."""
+    undo_seconds: float = 5.0
+    """The inbox's undo window before a decision is sent (0: send at once; API unaffected)."""
     max_streams_per_identity: int = 8
     """Open event streams allowed per approver identity."""
     stream_recheck: float = 5.0
@@ -108,6 +121,8 @@ class ServiceState:
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    notifier: Any = None
+    """The webhook `Notifier` while the app runs with webhooks (else None)."""
     """Sign-in attempts allowed per client address."""
 
 
@@ -123,13 +138,24 @@ class ApiError(Exception):
         self.message = message
         self.details = details
 
-    def response(self) -> JSONResponse:
-        """The JSON response for this error."""
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.details is not None:
-            body["details"] = self.details
+    def response(self) -> Response:
+        """The JSON response for this error (`schemas.ErrorBody`)."""
+        body = schemas.ErrorBody(
+            error=schemas.ErrorInfo(
+                code=self.code,
+                message=self.message,
+                details=None
+                if self.details is None
+                else [schemas.ErrorDetail(**d) for d in self.details],
+            )
+        )
         headers = {"WWW-Authenticate": 'Bearer realm="golem"'} if self.status == 401 else None
-        return JSONResponse({"error": body}, status_code=self.status, headers=headers)
+        return Response(
+            body.model_dump_json(exclude_none=True),
+            status_code=self.status,
+            headers=headers,
+            media_type="application/json",
+        )
 
 
 def store_error(exc: Exception) -> ApiError:
@@ -152,39 +178,19 @@ def store_error(exc: Exception) -> ApiError:
 # --------------------------------------------------------------------------- bodies
 
 
-class StartRunBody(BaseModel):
-    """`POST /api/runs`: start a run of a registered agent."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    agent: str = Field(min_length=1)
-    prompt: str = Field(min_length=1)
-    deps_ref: Any = None
-    expires_in: float | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN)
-
-
-class DecisionBody(BaseModel):
-    """`POST /api/runs/{run_id}/calls/{call_id}/decision`: decide one pending call."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    decision: Literal["approve", "deny", "external"]
-    reason: str | None = None
-    result: str | None = None
-
-    def to_decision(self) -> Decision:
-        """The store decision; raises `ApiError(422)` for fields that do not fit the kind."""
-        if self.decision != "deny" and self.reason is not None:
-            raise ApiError(422, "invalid_request", "'reason' is only accepted with deny")
-        if self.decision != "external" and self.result is not None:
-            raise ApiError(422, "invalid_request", "'result' is only accepted with external")
-        if self.decision == "approve":
-            return Decision.approve()
-        if self.decision == "deny":
-            return Decision.deny(self.reason or "")
-        if self.result is None:
-            raise ApiError(422, "invalid_request", "external needs 'result' (a string)")
-        return Decision.external(self.result)
+def to_decision(body: DecisionBody) -> Decision:
+    """The store decision of a request body; `ApiError(422)` for fields that do not fit."""
+    if body.decision != "deny" and body.reason is not None:
+        raise ApiError(422, "invalid_request", "'reason' is only accepted with deny")
+    if body.decision != "external" and body.result is not None:
+        raise ApiError(422, "invalid_request", "'result' is only accepted with external")
+    if body.decision == "approve":
+        return Decision.approve()
+    if body.decision == "deny":
+        return Decision.deny(body.reason or "")
+    if body.result is None:
+        raise ApiError(422, "invalid_request", "external needs 'result' (a string)")
+    return Decision.external(body.result)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -252,7 +258,19 @@ def check_json_value(value: Any, where: str = "body") -> None:
             stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(node))
 
 
-async def read_json(request: Request, model: type[BaseModel]) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def _invalid(exc: ValidationError) -> ApiError:
+    details = [
+        {"loc": [str(p) for p in e["loc"]], "message": e["msg"]}
+        for e in exc.errors(include_url=False)
+    ]
+    fields = ", ".join(".".join(d["loc"]) or "body" for d in details)
+    return ApiError(422, "invalid_request", f"invalid fields: {fields}", details)
+
+
+async def read_json(request: Request, model: type[M]) -> M:
     """Parse the request body as JSON into `model`; 400 for bad JSON, 422 for bad fields."""
     data = parse_json(await request.body())
     if not isinstance(data, dict):
@@ -261,12 +279,32 @@ async def read_json(request: Request, model: type[BaseModel]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        details = [
-            {"loc": [str(p) for p in e["loc"]], "message": e["msg"]}
-            for e in exc.errors(include_url=False)
-        ]
-        fields = ", ".join(".".join(d["loc"]) or "body" for d in details)
-        raise ApiError(422, "invalid_request", f"invalid fields: {fields}", details) from None
+        raise _invalid(exc) from None
+
+
+def read_query(request: Request, model: type[M]) -> M:
+    """The query parameters as `model` (empty values count as absent); 422 when invalid."""
+    params = {k: v for k, v in request.query_params.items() if v != ""}
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+
+
+def respond(
+    model: BaseModel,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    *,
+    exclude_none: bool = False,
+) -> Response:
+    """A JSON response of `model` (non-finite numbers as null)."""
+    return Response(
+        model.model_dump_json(exclude_none=exclude_none),
+        status_code=status,
+        headers=headers,
+        media_type="application/json",
+    )
 
 
 # --------------------------------------------------------------------------- JSON forms
@@ -276,82 +314,99 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
+def decision_model(d: DecisionRecord) -> schemas.DecisionOut:
+    """The response model of a decision."""
+    return schemas.DecisionOut(
+        decision=d.kind.value,
+        reason=d.reason,
+        result=d.text,
+        decided_by=d.decided_by,
+        decided_at=d.decided_at.astimezone(UTC),
+    )
+
+
 def decision_json(d: DecisionRecord | None) -> dict[str, Any] | None:
     """The JSON form of a decision (None when undecided)."""
-    if d is None:
-        return None
-    return {
-        "decision": d.kind.value,
-        "reason": d.reason,
-        "result": d.text,
-        "decided_by": d.decided_by,
-        "decided_at": _iso(d.decided_at),
-    }
+    return None if d is None else decision_model(d).model_dump(mode="json")
+
+
+def call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
+    """The response model of a pending call (with its run's agent and status)."""
+    return schemas.Call(
+        run_id=c.run_id,
+        call_id=c.call_id,
+        agent=run.agent,
+        run_status=run.status,
+        position=c.position,
+        kind=c.kind,
+        tool_name=c.tool_name,
+        args=c.args,
+        reason=c.reason,
+        created_at=run.created_at,
+        deadline=c.deadline,
+        decision=None if c.decision is None else decision_model(c.decision),
+    )
 
 
 def call_json(run: RunRecord, c: PendingCallRecord) -> dict[str, Any]:
     """The JSON form of a pending call (with its run's agent and status)."""
-    return {
-        "run_id": c.run_id,
-        "call_id": c.call_id,
-        "agent": run.agent,
-        "run_status": run.status.value,
-        "position": c.position,
-        "kind": c.kind.value,
-        "tool_name": c.tool_name,
-        "args": c.args,
-        "reason": c.reason,
-        "created_at": _iso(run.created_at),
-        "deadline": _iso(c.deadline),
-        "decision": decision_json(c.decision),
-    }
+    return call_model(run, c).model_dump(mode="json")
+
+
+def run_model(run: RunRecord) -> schemas.Run:
+    """The response model of a run without its conversation and audit log."""
+    outcome = None
+    if run.outcome is not None:
+        outcome = schemas.Outcome(
+            status=run.outcome.status, output=run.outcome.output, error=run.outcome.error
+        )
+    return schemas.Run(
+        id=run.id,
+        agent=run.agent,
+        conversation_id=run.conversation_id,
+        status=run.status,
+        started_by=run.started_by,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+        expires_at=run.expires_at,
+        parent_run_id=run.parent_run_id,
+        child_run_id=run.child_run_id,
+        deps_ref=run.deps_ref,
+        lease_owner=run.lease_owner,
+        calls=[call_model(run, c) for c in run.calls],
+        outcome=outcome,
+    )
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:
     """The JSON form of a run without its conversation and audit log."""
-    outcome = None
-    if run.outcome is not None:
-        outcome = {
-            "status": run.outcome.status.value,
-            "output": run.outcome.output,
-            "error": run.outcome.error,
-        }
-    return {
-        "id": run.id,
-        "agent": run.agent,
-        "conversation_id": run.conversation_id,
-        "status": run.status.value,
-        "started_by": run.started_by,
-        "created_at": _iso(run.created_at),
-        "updated_at": _iso(run.updated_at),
-        "expires_at": _iso(run.expires_at),
-        "parent_run_id": run.parent_run_id,
-        "child_run_id": run.child_run_id,
-        "deps_ref": run.deps_ref,
-        "lease_owner": run.lease_owner,
-        "calls": [call_json(run, c) for c in run.calls],
-        "outcome": outcome,
-    }
+    return run_model(run).model_dump(mode="json")
+
+
+def audit_model(e: AuditEntry) -> schemas.AuditItem:
+    """The response model of an audit entry."""
+    return schemas.AuditItem(
+        id=e.id, run_id=e.run_id, at=e.at, actor=e.actor, action=e.action.value, detail=e.detail
+    )
 
 
 def audit_json(e: AuditEntry) -> dict[str, Any]:
     """The JSON form of an audit entry."""
-    return {
-        "id": e.id,
-        "run_id": e.run_id,
-        "at": _iso(e.at),
-        "actor": e.actor,
-        "action": e.action.value,
-        "detail": e.detail,
-    }
+    return audit_model(e).model_dump(mode="json")
+
+
+def run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDetail:
+    """The response model of a run with its conversation and audit log."""
+    return schemas.RunDetail(
+        **dict(run_model(run)),
+        messages=json.loads(run.conversation) if run.conversation else [],
+        audit=[audit_model(e) for e in audit],
+    )
 
 
 def run_detail_json(run: RunRecord, audit: list[AuditEntry]) -> dict[str, Any]:
     """The JSON form of a run with its conversation (history JSON objects) and audit log."""
-    out = run_json(run)
-    out["messages"] = json.loads(run.conversation) if run.conversation else []
-    out["audit"] = [audit_json(e) for e in audit]
-    return out
+    return run_detail_model(run, audit).model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------- operations
@@ -407,6 +462,129 @@ async def visible_runs(
     return found[offset : offset + limit]
 
 
+async def _count(store: Store, **filters: Any) -> int:
+    """How many runs match `filters`, found with about 2·log2(n) one-row lookups."""
+
+    async def at_least(n: int) -> bool:
+        return n == 0 or bool(await store.list_runs(limit=1, offset=n - 1, **filters))
+
+    high = 1
+    while await at_least(high):
+        high *= 2
+    low = high // 2  # at_least(low) holds, at_least(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if await at_least(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+async def oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
+    """The matching runs from the `skip`-th oldest on, oldest first, at most `limit`.
+
+    `list_runs` pages newest first; counting first lets the oldest page be read directly,
+    loading only the runs on it.
+    """
+    count = await _count(store, **filters)
+    end = count - skip
+    if end <= 0:
+        return []
+    start = max(0, end - limit)
+    runs = await store.list_runs(limit=end - start, offset=start, **filters)
+    return list(reversed(runs))
+
+
+PendingCalls = list[tuple[RunRecord, PendingCallRecord]]
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    """One page of pending calls, oldest run first, and the cursor of the next page."""
+
+    calls: PendingCalls
+    """The undecided calls the approver may decide, in run-age order."""
+    next_cursor: str | None
+    """Pass as `after` for the next page; None on the last page."""
+
+
+def _names(cred: Credential, agent: str | None) -> list[str | None]:
+    if agent is not None:
+        return [agent] if cred.approver.may_see(agent) else []
+    allowed = cred.approver.agents
+    return [None] if allowed is None else [*sorted(allowed)]
+
+
+async def _oldest_page(
+    store: Store, names: list[str | None], tool: str | None, limit: int, after: str | None
+) -> tuple[list[RunRecord], str | None]:
+    """Pending runs oldest first from `after`: keyset paging where the store has it."""
+    keyset = getattr(store, "list_runs_page", None)
+    if keyset is not None:  # Store.list_runs_page: reads only the page's runs
+        agents: Any = names[0] if len(names) == 1 else names
+        try:
+            page = await keyset(
+                status=RunStatus.PENDING, agent=agents, tool_name=tool, after=after, limit=limit
+            )
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"'after': {exc}") from None
+        return list(page.items), page.next_cursor
+    skip = 0
+    if after is not None:  # this fallback's cursor: "o<runs to skip>"
+        if not (after.startswith("o") and after[1:].isdigit() and len(after) < 12):
+            raise ApiError(422, "invalid_request", "'after' is not a cursor of this listing")
+        skip = int(after[1:])
+    runs: list[RunRecord] = []
+    for name in names:
+        runs += await oldest_runs(
+            store,
+            skip=0 if len(names) > 1 else skip,
+            limit=limit + 1 + (skip if len(names) > 1 else 0),
+            status=RunStatus.PENDING,
+            agent=name,
+            tool_name=tool,
+        )
+    runs.sort(key=lambda r: (r.created_at, r.id))
+    runs = runs[skip : skip + limit + 1] if len(names) > 1 else runs
+    more = len(runs) > limit
+    return runs[:limit], f"o{skip + limit}" if more else None
+
+
+async def pending_page(
+    state: ServiceState,
+    cred: Credential,
+    *,
+    agent: str | None = None,
+    tool: str | None = None,
+    kind: CallKind | None = None,
+    limit: int = MAX_LIST_LIMIT,
+    after: str | None = None,
+) -> PendingPage:
+    """Undecided calls of pending runs that the approver may decide, oldest run first.
+
+    Pages by run: `limit` runs a page, from the cursor `after` (None: the oldest), so the
+    longest-waiting calls are on the first page however many runs are pending.
+
+    Raises:
+        ApiError: 422 for a cursor this listing did not return.
+    """
+    names = _names(cred, agent)
+    if not names:
+        return PendingPage([], None)
+    runs, nxt = await _oldest_page(require_store(state), names, tool, limit, after)
+    out: PendingCalls = []
+    for run in runs:
+        for c in run.undecided:
+            if tool is not None and c.tool_name != tool:
+                continue
+            if kind is not None and c.kind != kind:
+                continue
+            if cred.approver.may_decide(run.agent, c.tool_name):
+                out.append((run, c))
+    return PendingPage(out, nxt)
+
+
 async def pending_calls(
     state: ServiceState,
     cred: Credential,
@@ -415,21 +593,10 @@ async def pending_calls(
     tool: str | None = None,
     kind: CallKind | None = None,
     limit: int = MAX_LIST_LIMIT,
-) -> list[tuple[RunRecord, PendingCallRecord]]:
-    """Undecided calls of pending runs that the approver may decide, oldest run first."""
-    runs = await visible_runs(
-        state, cred, status=RunStatus.PENDING, agent=agent, tool=tool, limit=limit
-    )
-    out: list[tuple[RunRecord, PendingCallRecord]] = []
-    for run in reversed(runs):
-        for c in run.undecided:
-            if tool is not None and c.tool_name != tool:
-                continue
-            if kind is not None and c.kind != kind:
-                continue
-            if cred.approver.may_decide(run.agent, c.tool_name):
-                out.append((run, c))
-    return out
+) -> PendingCalls:
+    """The first page of `pending_page` (the `limit` oldest pending runs' calls)."""
+    page = await pending_page(state, cred, agent=agent, tool=tool, kind=kind, limit=limit)
+    return page.calls
 
 
 async def decide_call(
@@ -453,6 +620,89 @@ async def decide_call(
     except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
         raise store_error(exc) from None
     return record, await store.get_run(run_id)
+
+
+def schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """What is wrong with `args` for a tool's JSON schema: required, unknown and mistyped fields.
+
+    A first check in the service, so the approver sees the problem on the form; the agent
+    validates edited arguments fully before the approved re-run.
+    """
+    props: dict[str, Any] = schema.get("properties", {}) or {}
+    problems = [f"'{k}' is required" for k in schema.get("required", []) if k not in args]
+    if schema.get("additionalProperties") is False:
+        problems += [f"'{k}' is not a field of this tool" for k in args if k not in props]
+    types: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+        "null": type(None),
+    }
+    for key, value in args.items():
+        want = props.get(key, {}).get("type")
+        names = [want] if isinstance(want, str) else want if isinstance(want, list) else []
+        if not names:
+            continue
+        ok = any(
+            isinstance(value, types.get(n, object))
+            and not (n in ("integer", "number") and isinstance(value, bool))
+            for n in names
+        )
+        if not ok:
+            problems.append(f"'{key}' must be {' or '.join(names)}")
+    return problems
+
+
+async def edited_approval(
+    state: ServiceState, cred: Credential, run_id: str, call_id: str, text: str
+) -> Decision:
+    """An approval with the arguments an approver edited (plain approval when unchanged).
+
+    Raises:
+        ApiError: 422 when the text is not a JSON object, does not fit the tool's schema,
+            or the store cannot record edited arguments; 404/403 as for any decision.
+    """
+    run = await load_run(state, cred, run_id)
+    try:
+        call = run.call(call_id)
+    except CallNotFound as exc:
+        raise store_error(exc) from None
+    try:
+        value = parse_json(text)
+    except ApiError as exc:
+        raise ApiError(422, "invalid_request", f"the edited arguments: {exc.message}") from None
+    if not isinstance(value, dict):
+        raise ApiError(422, "invalid_request", "the edited arguments must be a JSON object")
+    check_json_value(value, "the edited arguments")
+    try:
+        original = json.loads(call.args)
+    except ValueError:
+        original = None
+    if value == original:
+        return Decision.approve()
+    entry = state.registry.get(run.agent)
+    tool = entry.agent.tools.get(call.tool_name) if entry is not None else None
+    if tool is not None:
+        problems = schema_problems(value, tool.schema)
+        if problems:
+            raise ApiError(
+                422,
+                "invalid_args",
+                f"the edited arguments do not fit {call.tool_name}: " + "; ".join(problems),
+            )
+    approve: Any = Decision.approve
+    if "args" not in inspect.signature(approve).parameters:
+        raise ApiError(
+            422, "unsupported", "this store cannot record edited arguments yet: approve as is"
+        )
+    try:
+        decision: Decision = approve(args=value)
+    except InvalidDecision as exc:
+        raise store_error(exc) from None
+    return decision
 
 
 async def start_for(
@@ -508,135 +758,164 @@ def bearer(request: Request) -> Credential:
     return cred
 
 
-def _query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    text = request.query_params.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApiError(422, "invalid_request", f"'{name}' must be an integer") from None
-    if not lo <= value <= hi:
-        raise ApiError(422, "invalid_request", f"'{name}' must be between {lo} and {hi}")
-    return value
+_AUTH = (401,)
+_BODY = (400, 401, 413, 422)
 
 
-def _query_enum(request: Request, name: str, enum: type[Any]) -> Any:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return None
-    try:
-        return enum(text)
-    except ValueError:
-        allowed = ", ".join(m.value for m in enum)
-        raise ApiError(422, "invalid_request", f"'{name}' must be one of {allowed}") from None
-
-
+@operation(
+    op_id="health",
+    summary="Liveness and store reachability (no token needed).",
+    responses={200: schemas.Health, 503: schemas.Health},
+    security=(),
+)
 async def health(request: Request) -> Response:
     """Liveness and store reachability; needs no token."""
     state = _state(request)
     if state.store is None:
-        return JSONResponse({"status": "starting"}, status_code=503)
+        return respond(schemas.Health(status="starting"), 503, exclude_none=True)
     try:
         version = await state.store.schema_version()
     except Exception as exc:
-        return JSONResponse({"status": "unavailable", "error": type(exc).__name__}, status_code=503)
-    return JSONResponse({"status": "ok", "schema_version": version})
+        health = schemas.Health(status="unavailable", error=type(exc).__name__)
+        return respond(health, 503, exclude_none=True)
+    return respond(schemas.Health(status="ok", schema_version=version), exclude_none=True)
 
 
+@operation(
+    op_id="whoami",
+    summary="The identity behind the bearer token and what it may do.",
+    responses={200: schemas.WhoAmI},
+    errors=_AUTH,
+)
 async def whoami(request: Request) -> Response:
     """The identity behind the bearer token and what it may do (the inbox shows it before a
     link's token signs anyone in)."""
     approver = bearer(request).approver
-    return JSONResponse(
-        {
-            "identity": approver.identity,
-            "agents": None if approver.agents is None else sorted(approver.agents),
-            "tools": None if approver.tools is None else sorted(approver.tools),
-            "can_start": approver.can_start,
-        }
+    return respond(
+        schemas.WhoAmI(
+            identity=approver.identity,
+            agents=None if approver.agents is None else sorted(approver.agents),
+            tools=None if approver.tools is None else sorted(approver.tools),
+            can_start=approver.can_start,
+        )
     )
 
 
+@operation(
+    op_id="listAgents",
+    summary="The registered agents the caller may see.",
+    responses={200: schemas.AgentList},
+    errors=_AUTH,
+)
 async def agents(request: Request) -> Response:
     """The registered agents the caller may see."""
     cred = bearer(request)
     entries = _state(request).registry
-    return JSONResponse(
-        {
-            "agents": [
-                {
-                    "name": name,
-                    "description": entries[name].description,
-                    "can_start": cred.approver.may_start(name),
-                }
+    return respond(
+        schemas.AgentList(
+            agents=[
+                schemas.Agent(
+                    name=name,
+                    description=entries[name].description,
+                    can_start=cred.approver.may_start(name),
+                )
                 for name in sorted(entries)
                 if cred.approver.may_see(name)
             ]
-        }
+        )
     )
 
 
+@operation(
+    op_id="startRun",
+    summary="Start a run of an agent; 201 with the run (pending, completed or failed).",
+    body=schemas.StartRunBody,
+    responses={201: schemas.RunEnvelope},
+    errors=(*_BODY, 403),
+)
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
     cred = bearer(request)
-    body: StartRunBody = await read_json(request, StartRunBody)
+    body = await read_json(request, schemas.StartRunBody)
     run = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in
     )
-    return JSONResponse(
-        {"run": run_json(run)}, status_code=201, headers={"Location": f"/api/runs/{run.id}"}
+    return respond(
+        schemas.RunEnvelope(run=run_model(run)), 201, headers={"Location": f"/api/runs/{run.id}"}
     )
 
 
+@operation(
+    op_id="listRuns",
+    summary="Runs the caller may see, filtered by status, agent and pending tool; newest first.",
+    query=schemas.RunsQuery,
+    responses={200: schemas.RunList},
+    errors=(401, 422),
+)
 async def list_runs(request: Request) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
     cred = bearer(request)
-    status = _query_enum(request, "status", RunStatus)
-    limit = _query_int(request, "limit", 100, 1, MAX_LIST_LIMIT)
-    offset = _query_int(request, "offset", 0, 0, 1_000_000)
+    q = read_query(request, schemas.RunsQuery)
     runs = await visible_runs(
         _state(request),
         cred,
-        status=status,
-        agent=request.query_params.get("agent") or None,
-        tool=request.query_params.get("tool") or None,
-        limit=limit,
-        offset=offset,
+        status=q.status,
+        agent=q.agent,
+        tool=q.tool,
+        limit=q.limit,
+        offset=q.offset,
     )
-    return JSONResponse({"runs": [run_json(r) for r in runs]})
+    return respond(schemas.RunList(runs=[run_model(r) for r in runs]))
 
 
+@operation(
+    op_id="listCalls",
+    summary="Undecided calls the caller may decide, oldest run first, keyset-paged by run.",
+    query=schemas.CallsQuery,
+    responses={200: schemas.CallList},
+    errors=(401, 422),
+)
 async def list_calls(request: Request) -> Response:
     """Undecided calls the caller may decide, filtered by agent, tool and kind."""
     cred = bearer(request)
-    kind = _query_enum(request, "kind", CallKind)
-    limit = _query_int(request, "limit", MAX_LIST_LIMIT, 1, MAX_LIST_LIMIT)
-    calls = await pending_calls(
-        _state(request),
-        cred,
-        agent=request.query_params.get("agent") or None,
-        tool=request.query_params.get("tool") or None,
-        kind=kind,
-        limit=limit,
+    q = read_query(request, schemas.CallsQuery)
+    page = await pending_page(
+        _state(request), cred, agent=q.agent, tool=q.tool, kind=q.kind, limit=q.limit, after=q.after
     )
-    return JSONResponse({"calls": [call_json(r, c) for r, c in calls]})
+    return respond(
+        schemas.CallList(
+            calls=[call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
+        )
+    )
 
 
+@operation(
+    op_id="showRun",
+    summary="One run with its calls, conversation and audit log.",
+    responses={200: schemas.RunDetailEnvelope},
+    errors=(401, 403, 404),
+)
 async def show_run(request: Request) -> Response:
     """One run with its calls, conversation and audit log."""
     cred = bearer(request)
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
-    return JSONResponse({"run": run_detail_json(run, audit)})
+    return respond(schemas.RunDetailEnvelope(run=run_detail_model(run, audit)))
 
 
+@operation(
+    op_id="decideCall",
+    summary="Decide one pending call as the caller's identity.",
+    body=schemas.DecisionBody,
+    responses={200: schemas.DecisionResult},
+    errors=(*_BODY, 403, 404, 409),
+)
 async def decide(request: Request) -> Response:
     """Decide one pending call as the caller's identity."""
     cred = bearer(request)
-    body: DecisionBody = await read_json(request, DecisionBody)
-    decision = body.to_decision()
+    body = await read_json(request, schemas.DecisionBody)
+    decision = to_decision(body)
     record, run = await decide_call(
         _state(request),
         cred,
@@ -644,15 +923,21 @@ async def decide(request: Request) -> Response:
         request.path_params["call_id"],
         decision,
     )
-    return JSONResponse({"decision": decision_json(record), "run": run_json(run)})
+    return respond(schemas.DecisionResult(decision=decision_model(record), run=run_model(run)))
 
 
+@operation(
+    op_id="issueStreamToken",
+    summary="A short-lived token for /api/events?stream_token=... (EventSource sends no headers).",
+    responses={200: schemas.StreamToken},
+    errors=_AUTH,
+)
 async def stream_token(request: Request) -> Response:
     """A short-lived token for `GET /api/events?stream_token=...` (EventSource sends no headers)."""
     cred = bearer(request)
     token, exp = _state(request).auth.issue_stream_token(cred)
-    return JSONResponse(
-        {"stream_token": token, "expires_at": _iso(datetime.fromtimestamp(exp, UTC))}
+    return respond(
+        schemas.StreamToken(stream_token=token, expires_at=datetime.fromtimestamp(exp, UTC))
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -26,10 +26,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__
-from golem.service import api, inbox, stream
+from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
-from golem.service.openapi import openapi_document
+from golem.service.notify import Notifier, Webhook
+from golem.service.openapi import SSE, Operation, openapi_document, operation
+from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
@@ -49,12 +51,27 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+@operation(
+    op_id="openapi",
+    summary="This document.",
+    responses={200: OpenApiDocument},
+    security=(),
+)
 async def _openapi(request: Request) -> Response:
     """The OpenAPI 3.1 document."""
-    return JSONResponse(openapi_document(__version__))
+    return JSONResponse(openapi_document(ROUTES, __version__))
 
 
 EVENTS = GuardedEvents(stream.events)
+EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
+    op_id="streamChanges",
+    summary="Server-sent events (`event: change`) for every audit entry the caller may see.",
+    query=EventsQuery,
+    headers={"Last-Event-ID": "Set by EventSource on reconnect; wins over ?cursor="},
+    responses={200: SSE},
+    errors=(401, 422, 429),
+    security=("bearer", "streamToken", "session"),
+)
 """`GET /api/events`: the change stream behind its cursor check, limits and re-checks."""
 
 ROUTES: list[BaseRoute] = [
@@ -68,6 +85,8 @@ ROUTES: list[BaseRoute] = [
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
     Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
+    Route("/api/audit", audit.api_audit, methods=["GET"]),
+    Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
     Route("/api/events", EVENTS, methods=["GET"]),
     Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
@@ -78,6 +97,9 @@ ROUTES: list[BaseRoute] = [
     Route("/runs", inbox.runs_page, methods=["GET"]),
     Route("/runs", inbox.start_form, methods=["POST"]),
     Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
+    Route("/audit", audit.audit_page, methods=["GET"]),
+    Route("/notifications", audit.deliveries_page, methods=["GET"]),
+    Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
@@ -87,7 +109,7 @@ ROUTES: list[BaseRoute] = [
 # --------------------------------------------------------------------------- middleware
 
 
-def _too_large(limit: int) -> JSONResponse:
+def _too_large(limit: int) -> Response:
     return api.ApiError(
         413, "payload_too_large", f"the request body exceeds {limit} bytes"
     ).response()
@@ -199,7 +221,11 @@ class SecurityHeaders:
 
 
 def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/") or request.url.path == "/api"
+    """JSON for the API and for clients that ask for JSON rather than HTML; else a page."""
+    if request.url.path.startswith("/api/") or request.url.path == "/api":
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -222,7 +248,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return api.ApiError(500, "internal_error", "the service failed; see its log").response()
+    error = api.ApiError(500, "internal_error", "the service failed; see its log")
+    if _is_api(request):
+        return error.response()
+    try:
+        return inbox.render_error(request, 500, "Something went wrong", error.message)
+    except Exception:  # the page itself cannot be drawn: fall back to JSON
+        return error.response()
 
 
 _HEADINGS = {
@@ -260,6 +292,10 @@ def create_app(
     default_expires_in: float | None = None,
     max_streams_per_identity: int = 8,
     login_attempts_per_minute: int = 10,
+    undo_seconds: float = 5.0,
+    webhooks: Sequence[Webhook] = (),
+    public_url: str = "http://127.0.0.1:8000",
+    expiring_within: float = 900.0,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -282,6 +318,12 @@ def create_app(
             beyond).
         login_attempts_per_minute: `POST /login` attempts allowed per client address per
             minute (429 beyond).
+        undo_seconds: how long the inbox holds a decision, with an Undo button, before
+            sending it (0 sends at once). The JSON API always records at once.
+        webhooks: notify these when a run pauses, a call is about to expire or a run ends
+            (`golem.service.notify`).
+        public_url: the inbox's address as people reach it, for the webhooks' deep links.
+        expiring_within: seconds before a call's deadline that `call.expiring` is sent.
 
     Raises:
         ValueError: a non-positive interval, lease, body limit or limit.
@@ -297,9 +339,11 @@ def create_app(
     ):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
-    if default_expires_in is not None and not 0 < default_expires_in <= api.MAX_EXPIRES_IN:
+    if not 0 <= undo_seconds <= 60:
+        raise ValueError(f"undo_seconds must be between 0 and 60, got {undo_seconds!r}")
+    if default_expires_in is not None and not 0 < default_expires_in <= MAX_EXPIRES_IN:
         raise ValueError(
-            f"default_expires_in must be positive and at most {api.MAX_EXPIRES_IN:.0f} s, "
+            f"default_expires_in must be positive and at most {MAX_EXPIRES_IN:.0f} s, "
             f"got {default_expires_in!r}"
         )
     state = api.ServiceState(
@@ -312,6 +356,7 @@ def create_app(
         default_expires_in=default_expires_in,
         max_streams_per_identity=max_streams_per_identity,
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
+        undo_seconds=undo_seconds,
     )
 
     @asynccontextmanager
@@ -321,6 +366,13 @@ def create_app(
             state.store = opened
         stop = asyncio.Event()
         task: asyncio.Task[None] | None = None
+        notifier_task: asyncio.Task[None] | None = None
+        if webhooks:
+            assert state.store is not None
+            state.notifier = Notifier(
+                state.store, webhooks, public_url=public_url, expiring_within=expiring_within
+            )
+            notifier_task = asyncio.create_task(state.notifier.run(stop))
         if run_worker:
             assert state.store is not None
             worker = Worker(state.store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
@@ -332,6 +384,8 @@ def create_app(
             stop.set()
             if task is not None:
                 await task  # finishes the resume in progress, then stops
+            if notifier_task is not None:
+                await notifier_task
             if opened is not None:
                 state.store = None
                 await opened.close()

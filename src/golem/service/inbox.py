@@ -15,53 +15,71 @@ audit cursor read before the page's data, so the script's live updates miss noth
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from golem.messages import loads_history
+from golem.service import schemas
 from golem.service.api import (
     ApiError,
+    PendingPage,
     ServiceState,
     check_json_value,
     check_text,
     decide_call,
+    edited_approval,
     load_run,
     parse_json,
-    pending_calls,
+    pending_page,
     require_store,
     start_for,
     visible_runs,
 )
 from golem.service.auth import Credential
+from golem.service.openapi import HTML, REDIRECT, operation
+from golem.service.views import (
+    ago,
+    audit_view,
+    call_view,
+    context_of,
+    digest,
+    first_line,
+    group_views,
+    iso,
+    link_next,
+    message_views,
+    outcome_line,
+    path,
+    reveal_html,
+    run_view,
+    short,
+)
 from golem.store import (
-    AuditEntry,
     CallKind,
     Decision,
-    PendingCallRecord,
-    RunRecord,
     RunStatus,
     utc_now,
 )
 
 __all__ = [
+    "PAGE_RUNS",
     "SESSION_COOKIE",
-    "call_view",
     "decide_form",
+    "decide_run_form",
     "inbox_page",
     "login",
     "login_page",
+    "login_redirect",
     "logout",
+    "render_audit",
     "render_error",
+    "render_page",
     "run_page",
-    "run_view",
     "runs_page",
     "same_origin",
     "session",
@@ -69,6 +87,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE = "golem_session"
+PAGE_RUNS = 500
+"""Pending runs per inbox page (oldest first)."""
 _HERE = Path(__file__).parent
 STATIC_DIR = _HERE / "static"
 
@@ -89,69 +109,17 @@ _STATIC_VERSIONS = {
     name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
+_env.filters["reveal"] = reveal_html
+
 
 _NOTICES = {
-    "approve": "Approved. A worker resumes the run once every call is decided.",
-    "deny": "Denied. The model is told not to run the call.",
-    "external": "Result submitted.",
+    "approve": "Approved {call}. A worker resumes the run once every call is decided.",
+    "deny": "Denied {call}. The model is told not to run the call.",
+    "external": "Result for {call} submitted.",
     "signed-out": "Signed out.",
+    "approve-all": "Approved every call of the run.",
+    "deny-all": "Denied every call of the run.",
 }
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def _span(seconds: float) -> str:
-    s = abs(seconds)
-    if s < 45:
-        return "a few seconds"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = round(s / 3600)
-    if hours < 24:
-        return f"{hours} h"
-    return f"{round(s / 86400)} d"
-
-
-def _ago(at: datetime, now: datetime) -> str:
-    seconds = (now - at).total_seconds()
-    return "just now" if seconds < 45 else f"{_span(seconds)} ago"
-
-
-def _until(at: datetime, now: datetime) -> str:
-    seconds = (at - now).total_seconds()
-    return "now (expired)" if seconds <= 0 else f"in {_span(seconds)}"
-
-
-def _iso(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat()
-
-
-def _stamp(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _pretty_json(raw: str) -> str:
-    """Indented JSON for display; text that is not JSON is shown as it is."""
-    try:
-        value = json.loads(raw)
-    except (ValueError, TypeError):
-        return raw
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def _short(run_id: str) -> str:
-    return run_id[-12:] if len(run_id) > 12 else run_id
-
-
-def _digest(*parts: object) -> str:
-    text = json.dumps(parts, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _path(*segments: str) -> str:
-    return "/" + "/".join(quote(s, safe="") for s in segments)
 
 
 def _safe_next(value: str | None, default: str = "/") -> str:
@@ -163,132 +131,24 @@ def _safe_next(value: str | None, default: str = "/") -> str:
     return value
 
 
-def _with_notice(path: str, notice: str) -> str:
-    """`path` with its `notice` query parameter set to `notice` (other parameters kept)."""
+def _with_notice(path: str, notice: str, call: str = "", fragment: str = "") -> str:
+    """`path` with its `notice` (and `call`) query parameters set, other parameters kept."""
     parts = urlsplit(path)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "notice"]
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in ("notice", "call")
+    ]
     query.append(("notice", notice))
-    return urlunsplit(("", "", parts.path, urlencode(query), ""))
+    if call:
+        query.append(("call", call))
+    return urlunsplit(("", "", parts.path, urlencode(query), fragment))
 
 
-# --------------------------------------------------------------------------- views
-
-
-def call_view(
-    run: RunRecord, c: PendingCallRecord, cred: Credential, now: datetime
-) -> dict[str, Any]:
-    """What a call card shows (every string escaped by the template)."""
-    decision = None
-    if c.decision is not None:
-        d = c.decision
-        decision = {
-            "kind": d.kind.value,
-            "label": {"approve": "Approved", "deny": "Denied", "external": "Answered"}[
-                d.kind.value
-            ],
-            "by": d.decided_by,
-            "at_iso": _iso(d.decided_at),
-            "at_text": _ago(d.decided_at, now),
-            "reason": d.reason,
-            "text": d.text,
-        }
-    deadline = c.deadline
-    return {
-        "dom_id": "call-" + _digest(run.id, c.call_id),
-        "version": _digest(run.status.value, decision),
-        "run_id": run.id,
-        "run_href": _path("runs", run.id),
-        "run_short": _short(run.id),
-        "call_id": c.call_id,
-        "agent": run.agent,
-        "kind": c.kind.value,
-        "tool_name": c.tool_name,
-        "reason": c.reason,
-        "args_pretty": _pretty_json(c.args),
-        "created_iso": _iso(run.created_at),
-        "age": _ago(run.created_at, now),
-        "deadline_iso": _iso(deadline) if deadline else "",
-        "expires": _until(deadline, now) if deadline else "",
-        "soon": bool(deadline and (deadline - now).total_seconds() < 300),
-        "decision": decision,
-        "can_decide": run.status is RunStatus.PENDING
-        and cred.approver.may_decide(run.agent, c.tool_name),
-        "action": _path("runs", run.id, "calls", c.call_id, "decision"),
-    }
-
-
-def _message_views(history: str) -> list[dict[str, Any]]:
-    try:
-        messages = loads_history(history)
-    except ValueError:
-        return [{"role": "system", "title": "unreadable history", "content": history}]
-    views: list[dict[str, Any]] = []
-    for m in messages:
-        title = {"system": "System", "user": "User", "assistant": "Assistant"}.get(m.role, "")
-        if m.role == "tool":
-            title = f"Tool result · {m.tool_name}" + (" · failed" if m.failed else "")
-        view = {
-            "role": m.role,
-            "title": title,
-            "content": m.content,
-            "failed": m.failed,
-            "parts": [f"{p.kind}: {p.url or p.media_type or 'inline data'}" for p in m.parts],
-            "thinking": "\n\n".join(t.text or "(redacted)" for t in m.thinking),
-            "tool_calls": [
-                {"id": t.id, "name": t.name, "args": _pretty_json(t.args)} for t in m.tool_calls
-            ],
-        }
-        view["version"] = _digest(view)
-        views.append(view)
-    return views
-
-
-def _output_text(run: RunRecord) -> str:
-    output = run.outcome.output if run.outcome is not None else None
-    if isinstance(output, str):
-        return output
-    return json.dumps(output, indent=2, ensure_ascii=False)
-
-
-def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
-    """What the run page's header, facts and outcome show."""
-    return {
-        "id": run.id,
-        "short": _short(run.id),
-        "status": run.status.value,
-        "version": _digest(run.status.value, run.child_run_id, len(run.undecided)),
-        "agent": run.agent,
-        "conversation_id": run.conversation_id,
-        "started_by": run.started_by,
-        "created_iso": _iso(run.created_at),
-        "created_text": f"{_stamp(run.created_at)} ({_ago(run.created_at, now)})",
-        "expires_iso": _iso(run.expires_at) if run.expires_at else "",
-        "expires_text": f"{_stamp(run.expires_at)} ({_until(run.expires_at, now)})"
-        if run.expires_at
-        else "",
-        "deps_ref": None if run.deps_ref is None else json.dumps(run.deps_ref),
-        "parent_run_id": run.parent_run_id,
-        "parent_href": _path("runs", run.parent_run_id) if run.parent_run_id else "",
-        "child_run_id": run.child_run_id,
-        "child_href": _path("runs", run.child_run_id) if run.child_run_id else "",
-        "child_short": _short(run.child_run_id or ""),
-        "lease_owner": run.lease_owner or "",
-        "undecided": len(run.undecided),
-        "output_text": _output_text(run),
-        "error": run.outcome.error if run.outcome is not None else "",
-    }
-
-
-def _audit_view(e: AuditEntry) -> dict[str, Any]:
-    detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
-    return {
-        "id": e.id,
-        "at_iso": _iso(e.at),
-        "at_text": _stamp(e.at),
-        "actor": e.actor,
-        "action": e.action.value,
-        "detail": detail,
-    }
+def _notice(request: Request) -> str:
+    template = _NOTICES.get(request.query_params.get("notice", ""), "")
+    call = request.query_params.get("call", "")[:200] or "the call"
+    return template.replace("{call}", call)
 
 
 # --------------------------------------------------------------------------- sessions
@@ -306,7 +166,8 @@ def session(request: Request) -> tuple[Credential, str] | None:
     return None if cred is None or value is None else (cred, value)
 
 
-def _login_redirect(request: Request) -> Response:
+def login_redirect(request: Request) -> Response:
+    """303 to the sign-in page, coming back to this page afterwards."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
 
@@ -318,7 +179,7 @@ def _render(
     *,
     status: int = 200,
     who: tuple[Credential, str] | None = None,
-    pending: int = 0,
+    pending: str = "0",
     cursor: int = 0,
 ) -> HTMLResponse:
     base: dict[str, Any] = {
@@ -327,7 +188,8 @@ def _render(
         "identity": who[0].approver.identity if who else "",
         "csrf": _state(request).auth.csrf_token(who[1]) if who else "",
         "pending_count": pending,
-        "notice": _NOTICES.get(request.query_params.get("notice", ""), ""),
+        "notice": _notice(request),
+        "undo": _state(request).undo_seconds if who else 0,
         "error": "",
         "run_id": "",
         "stream_url": f"/api/events?cursor={cursor}",
@@ -335,6 +197,57 @@ def _render(
     base.update(context)
     html = _env.get_template(template).render(base)
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def render_audit(
+    request: Request,
+    who: tuple[Credential, str],
+    q: Any,
+    rows: list[Any],
+) -> HTMLResponse:
+    """The audit page for `rows` (`golem.service.audit`)."""
+    from golem.service.audit import ACTIONS
+
+    state = _state(request)
+    cred = who[0]
+    query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
+    return _render(
+        request,
+        "audit.html",
+        {
+            "page": "audit",
+            "rows": [
+                {
+                    **audit_view(r.entry),
+                    "agent": r.agent,
+                    "run_href": path("runs", r.entry.run_id),
+                    "run_short": short(r.entry.run_id),
+                }
+                for r in rows
+            ],
+            "filters": {
+                "actor": q.actor or "",
+                "action": q.action.value if q.action else "",
+                "agent": q.agent or "",
+                "run": q.run or "",
+            },
+            "actions": ACTIONS,
+            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
+            "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
+        },
+        who=who,
+        pending=await _pending_count(request, cred),
+    )
+
+
+async def render_page(
+    request: Request, who: tuple[Credential, str], template: str, context: dict[str, Any]
+) -> HTMLResponse:
+    """A signed-in page from `template` with `context` (the header's count included)."""
+    return _render(
+        request, template, context, who=who, pending=await _pending_count(request, who[0])
+    )
 
 
 def render_error(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
@@ -371,8 +284,9 @@ async def _form(request: Request) -> dict[str, str]:
 def same_origin(request: Request) -> bool:
     """Whether a browser POST came from this site (`Sec-Fetch-Site`, else `Origin`).
 
-    A request without either header (an old browser, curl) passes; every current browser
-    sends at least one on a cross-site form POST, which is what login CSRF needs.
+    Every current browser sends `Sec-Fetch-Site`, which decides alone. Without it, an
+    `Origin` naming another host is refused; `Origin: null` (what a browser sends under the
+    inbox's `no-referrer` policy) and no header at all (curl) pass.
     """
     site = request.headers.get("sec-fetch-site")
     if site is not None:
@@ -380,10 +294,10 @@ def same_origin(request: Request) -> bool:
         # Chromium sends `Origin: null` on same-origin form posts.
         return site in ("same-origin", "none")
     origin = request.headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":
         return True
     host = request.headers.get("host", "")
-    return origin != "null" and urlsplit(origin).netloc.lower() == host.lower()
+    return urlsplit(origin).netloc.lower() == host.lower()
 
 
 def _cross_site() -> ApiError:
@@ -404,6 +318,13 @@ def _checked(request: Request, form: dict[str, str]) -> tuple[Credential, str]:
 # --------------------------------------------------------------------------- pages
 
 
+@operation(
+    op_id="loginPage",
+    summary="The sign-in form (a `#token=` link asks before signing in).",
+    responses={200: HTML, 303: REDIRECT},
+    security=(),
+    tag="inbox",
+)
 async def login_page(request: Request) -> Response:
     """The sign-in form (a token; `#token=...` in the URL is filled in by the script)."""
     nxt = _safe_next(request.query_params.get("next"))
@@ -412,6 +333,15 @@ async def login_page(request: Request) -> Response:
     return _render(request, "login.html", {"page": "login", "next": nxt})
 
 
+@operation(
+    op_id="login",
+    summary="Sign in with a token (same-site forms only; rate limited).",
+    form=schemas.LoginForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415, 429),
+    security=(),
+    tag="inbox",
+)
 async def login(request: Request) -> Response:
     """Check the token, set the signed session cookie, go back to where the user was.
 
@@ -454,6 +384,15 @@ async def login(request: Request) -> Response:
     return response
 
 
+@operation(
+    op_id="logout",
+    summary="Sign out: the session is revoked server-side.",
+    form=schemas.LogoutForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415),
+    security=("session",),
+    tag="inbox",
+)
 async def logout(request: Request) -> Response:
     """End the session server-side (CSRF-checked): the cookie's value stops working."""
     _, value = _checked(request, await _form(request))
@@ -463,15 +402,27 @@ async def logout(request: Request) -> Response:
     return response
 
 
-async def _pending_count(request: Request, cred: Credential) -> int:
-    return len(await pending_calls(_state(request), cred))
+def _count_text(page: PendingPage) -> str:
+    """The header's count: the calls on the first page, "+" when more runs wait."""
+    return f"{len(page.calls)}+" if page.next_cursor else str(len(page.calls))
 
 
+async def _pending_count(request: Request, cred: Credential) -> str:
+    return _count_text(await pending_page(_state(request), cred, limit=PAGE_RUNS))
+
+
+@operation(
+    op_id="inboxPage",
+    summary="The inbox: pending calls the approver may decide, grouped by run.",
+    responses={200: HTML, 303: REDIRECT},
+    security=("session",),
+    tag="inbox",
+)
 async def inbox_page(request: Request) -> Response:
     """Pending calls the approver may decide, oldest first, with decision forms."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -479,10 +430,23 @@ async def inbox_page(request: Request) -> Response:
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
-    found = await pending_calls(
-        state, cred, agent=filters["agent"] or None, tool=filters["tool"] or None, kind=kind
-    )
+    after = q.get("after") or None
+    try:
+        found_page = await pending_page(
+            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS, after=after
+        )
+    except ApiError:  # a stale or foreign cursor: start from the oldest again
+        found_page = await pending_page(
+            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS
+        )
+        after = None
+    found = found_page.calls
+    everything = not any(filters.values()) and after is None
+    needle = filters["tool"].strip().casefold()
+    if needle:  # the inbox matches tools by substring, ignoring case
+        found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
+    soon, rest = group_views(found, cred, now)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -498,7 +462,10 @@ async def inbox_page(request: Request) -> Response:
         "inbox.html",
         {
             "page": "inbox",
-            "calls": [call_view(r, c, cred, now) for r, c in found],
+            "soon": soon,
+            "groups": rest,
+            "count": len(found),
+            "filtered": any(filters.values()),
             "filters": filters,
             "agent_names": visible,
             "startable": startable,
@@ -506,18 +473,38 @@ async def inbox_page(request: Request) -> Response:
             "interrupted": len(interrupted),
             "start_prompt": "",
             "next": nxt,
+            "next_href": _page_href(request, found_page.next_cursor),
+            "prev_href": _page_href(request, "") if after else "",
         },
         who=who,
-        pending=await _pending_count(request, cred),
+        pending=_count_text(found_page) if everything else await _pending_count(request, cred),
         cursor=cursor,
     )
 
 
+def _page_href(request: Request, after: str | None) -> str:
+    """This inbox URL starting at cursor `after` ("" for the first page, None for none)."""
+    if after is None:
+        return ""
+    keep = ("notice", "call", "after")
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in keep]
+    if after:
+        query.append(("after", after))
+    return "/?" + urlencode(query) if query else "/"
+
+
+@operation(
+    op_id="runsPage",
+    summary="Recent runs, filtered by status and agent.",
+    responses={200: HTML, 303: REDIRECT},
+    security=("session",),
+    tag="inbox",
+)
 async def runs_page(request: Request) -> Response:
     """Recent runs the approver may see, filtered by status and agent."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -530,16 +517,19 @@ async def runs_page(request: Request) -> Response:
     rows = [
         {
             "id": r.id,
-            "href": _path("runs", r.id),
-            "dom_id": "run-" + _digest(r.id),
-            "version": _digest(r.status.value, len(r.undecided)),
-            "short": _short(r.id),
+            "href": path("runs", r.id),
+            "dom_id": "run-" + digest(r.id),
+            "version": digest(r.status.value, len(r.undecided)),
+            "short": short(r.id),
             "status": r.status.value,
             "undecided": len(r.undecided) if r.status is RunStatus.PENDING else 0,
             "agent": r.agent,
-            "created_iso": _iso(r.created_at),
-            "age": _ago(r.created_at, now),
+            "created_iso": iso(r.created_at),
+            "age": ago(r.created_at, now),
             "started_by": r.started_by,
+            "title": first_line(context_of(r.conversation)[0], 90) or "—",
+            "outcome": outcome_line(r),
+            "decided_by": sorted({c.decision.decided_by for c in r.calls if c.decision}),
         }
         for r in runs
     ]
@@ -559,11 +549,19 @@ async def runs_page(request: Request) -> Response:
     )
 
 
+@operation(
+    op_id="runPage",
+    summary="One run: its conversation, calls and audit trail.",
+    responses={200: HTML, 303: REDIRECT},
+    errors=(403, 404),
+    security=("session",),
+    tag="inbox",
+)
 async def run_page(request: Request) -> Response:
     """One run: status and outcome, its calls, the conversation and the audit trail."""
     who = session(request)
     if who is None:
-        return _login_redirect(request)
+        return login_redirect(request)
     cursor = await require_store(_state(request)).last_change_id()  # before reading
     cred = who[0]
     state = _state(request)
@@ -573,6 +571,8 @@ async def run_page(request: Request) -> Response:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
+    cards = [call_view(run, c, cred, now) for c in run.calls]
+    link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return _render(
         request,
         "run.html",
@@ -580,10 +580,10 @@ async def run_page(request: Request) -> Response:
             "page": "run",
             "run_id": run.id,
             "run": run_view(run, now),
-            "calls": [call_view(run, c, cred, now) for c in run.calls],
-            "messages": _message_views(run.conversation),
-            "audit": [_audit_view(e) for e in audit],
-            "next": _path("runs", run.id),
+            "calls": cards,
+            "messages": message_views(run.conversation),
+            "audit": [audit_view(e) for e in audit],
+            "next": path("runs", run.id),
         },
         who=who,
         pending=await _pending_count(request, cred),
@@ -594,13 +594,24 @@ async def run_page(request: Request) -> Response:
 # --------------------------------------------------------------------------- actions
 
 
+@operation(
+    op_id="decideForm",
+    summary="Decide a call from the inbox, then go back.",
+    form=schemas.DecisionForm,
+    responses={303: REDIRECT},
+    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
 async def decide_form(request: Request) -> Response:
     """Record a decision from an inbox form, then go back (303) to the page it came from."""
     form = await _form(request)
     cred, _ = _checked(request, form)
     run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
     kind = form.get("decision", "")
-    if kind == "approve":
+    if kind == "approve" and "args" in form:
+        decision = await edited_approval(_state(request), cred, run_id, call_id, form["args"])
+    elif kind == "approve":
         decision = Decision.approve()
     elif kind == "deny":
         decision = Decision.deny(form.get("reason", "").strip())
@@ -608,11 +619,90 @@ async def decide_form(request: Request) -> Response:
         decision = Decision.external(form.get("result", ""))
     else:
         raise ApiError(422, "invalid_request", "decision must be approve, deny or external")
-    await decide_call(_state(request), cred, run_id, call_id, decision)
-    nxt = _safe_next(form.get("next"), _path("runs", run_id))
-    return RedirectResponse(_with_notice(nxt, kind), status_code=303)
+    try:
+        _, run = await decide_call(_state(request), cred, run_id, call_id, decision)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return await _conflict_page(request, cred, run_id, call_id, exc)
+    call = run.call(call_id)
+    nxt = _safe_next(form.get("next"), path("runs", run_id))
+    after = form.get("after", "")
+    fragment = after if after.startswith("call-") and after[5:].isalnum() else ""
+    named = f"{call.tool_name} ({call_id})"
+    return RedirectResponse(_with_notice(nxt, kind, named, fragment), status_code=303)
 
 
+async def _conflict_page(
+    request: Request, cred: Credential, run_id: str, call_id: str, exc: ApiError
+) -> Response:
+    """409 as a page that links the run and says who decided the call, and how."""
+    run = await load_run(_state(request), cred, run_id)
+    call = run.call(call_id)
+    d = call.decision
+    who = session(request)
+    return _render(
+        request,
+        "conflict.html",
+        {
+            "status": 409,
+            "heading": "Already decided or no longer pending",
+            "error": exc.message,
+            "call": call_view(run, call, cred, utc_now()),
+            "decided_by": d.decided_by if d else "",
+            "run_href": path("runs", run.id),
+            "run_short": short(run.id),
+            "run_status": run.status.value,
+        },
+        status=409,
+        who=who,
+    )
+
+
+@operation(
+    op_id="decideRunForm",
+    summary="Approve all or deny all of a run's undecided calls (that the approver may decide).",
+    form=schemas.BulkDecisionForm,
+    responses={303: REDIRECT},
+    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
+async def decide_run_form(request: Request) -> Response:
+    """Decide every undecided call of a run the same way, then go back (303).
+
+    Approve-all needs every undecided call to be an approval; each decision is recorded
+    (and audited) on its own, so a conflict on one call leaves the others decided.
+    """
+    form = await _form(request)
+    cred, _ = _checked(request, form)
+    state = _state(request)
+    run = await load_run(state, cred, request.path_params["run_id"])
+    kind = form.get("decision", "")
+    calls = [c for c in run.undecided if cred.approver.may_decide(run.agent, c.tool_name)]
+    if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
+        raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
+    if kind == "approve":
+        decision = Decision.approve()
+    elif kind == "deny":
+        decision = Decision.deny(form.get("reason", "").strip())
+    else:
+        raise ApiError(422, "invalid_request", "decision must be approve or deny")
+    for c in calls:
+        await decide_call(state, cred, run.id, c.call_id, decision)
+    nxt = _safe_next(form.get("next"), path("runs", run.id))
+    return RedirectResponse(_with_notice(nxt, f"{kind}-all"), status_code=303)
+
+
+@operation(
+    op_id="startForm",
+    summary="Start a run from the inbox, then show it.",
+    form=schemas.StartForm,
+    responses={303: REDIRECT},
+    errors=(401, 403, 413, 415, 422),
+    security=("session",),
+    tag="inbox",
+)
 async def start_form(request: Request) -> Response:
     """Start a run from the inbox form, then show it (303 to its page)."""
     form = await _form(request)
@@ -627,4 +717,4 @@ async def start_form(request: Request) -> Response:
     if not prompt:
         raise ApiError(422, "invalid_request", "a prompt is required")
     run = await start_for(_state(request), cred, form.get("agent", ""), prompt, deps_ref)
-    return RedirectResponse(_path("runs", run.id), status_code=303)
+    return RedirectResponse(path("runs", run.id), status_code=303)

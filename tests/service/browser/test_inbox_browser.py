@@ -58,6 +58,7 @@ def base(tmp_path: Path) -> Iterator[str]:
         run_worker=True,
         worker_poll_interval=0.05,
         stream_poll_interval=0.05,
+        undo_seconds=1,
     )
     with serve(app) as url:
         yield url
@@ -77,8 +78,12 @@ def open_page(browser: Any, base: str) -> Iterator[Any]:
         page.on("pageerror", lambda exc: problems.append(str(exc)))
         page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
         page.problems = problems
-        page.goto(f"{base}/login#token={TOKEN}")  # the link shows whose identity it signs in as
-        page.locator("#sign-in:not([disabled])").click()  # nothing happens until the user clicks
+        page.goto(f"{base}/login#token={TOKEN}")  # the link names the identity first
+        page.wait_for_function(
+            "document.querySelector('#link-who').textContent.includes('alice@example.com')"
+        )
+        assert page.url == f"{base}/login"  # not signed in by the link alone
+        page.click("#sign-in")
         page.wait_for_url(f"{base}/")
         return page
 
@@ -101,7 +106,7 @@ def test_pause_approve_in_the_inbox_and_see_the_final_answer(
     assert run["status"] == "pending"
     card = page.wait_for_selector("[data-call]")
     assert "restart_service" in card.inner_text()
-    assert '"service": "web"' in card.inner_text()
+    assert "service\nweb" in card.inner_text()  # field by field, with labels
     assert "restarting web drops its in-flight requests" in card.inner_text()
     assert page.text_content("#pending-count") == "1"
     page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
@@ -111,9 +116,12 @@ def test_pause_approve_in_the_inbox_and_see_the_final_answer(
     assert page.evaluate("document.activeElement.hasAttribute('data-call')")
     page.keyboard.press("a")
     assert page.evaluate("document.activeElement.textContent.trim()") == "Approve"
-    page.keyboard.press("Enter")
-    page.wait_for_url(re.compile(r"/\?notice=approve$"))
-    assert "Approved." in page.inner_text(".notice")
+    page.keyboard.press("Enter")  # held for the undo window, then sent in the background
+    assert "sending in" in page.inner_text("#toast")
+    page.locator(
+        "#toast-text", has_text=re.compile(r"^Approved restart_service \(.+\)\.$")
+    ).wait_for()
+    page.wait_for_selector("#empty")
     assert "Nothing is waiting" in page.inner_text("#pending")
 
     # 3. The run's page shows the final answer once the worker resumed it.

@@ -73,10 +73,26 @@
   function patchRegion(region, fresh) {
     const old = new Map();
     for (const el of Array.from(region.children)) if (el.id) old.set(el.id, el);
+    const arrived = [];
     const wanted = Array.from(fresh.children).map((n) => {
       const kept = old.get(n.id);
-      return kept && kept.dataset.v === n.dataset.v ? kept : document.importNode(n, true);
+      if (kept && kept.dataset.v === n.dataset.v) return kept;
+      if (kept && kept.hasAttribute("data-nest")) {  // patch inside, keeping typed text
+        patchRegion(kept, n);
+        kept.dataset.v = n.dataset.v;
+        return kept;
+      }
+      const node = document.importNode(n, true);
+      if (!kept && n.matches(".run-group, [data-call]")) arrived.push(node);
+      return node;
     });
+    if (region.hasAttribute("data-new-on-top") && arrived.length) {
+      // New work goes to the top (under the heading), highlighted, until the next reload.
+      const rest = wanted.filter((n) => !arrived.includes(n));
+      const head = rest.length && rest[0].matches("h2") ? [rest.shift()] : [];
+      wanted.splice(0, wanted.length, ...head, ...arrived, ...rest);
+    }
+    for (const node of arrived) node.classList.add("is-new");
     const keep = new Set(wanted);
     for (const el of Array.from(region.children)) if (!keep.has(el)) el.remove();
     wanted.forEach((node, i) => {
@@ -94,6 +110,7 @@
       const fresh = region.id && doc.getElementById(region.id);
       if (fresh) patchRegion(region, fresh);
     }
+    if (doc.title) document.title = doc.title;
     for (const id of ["pending-count"]) {
       const mine = document.getElementById(id), theirs = doc.getElementById(id);
       if (mine && theirs) {
@@ -127,6 +144,72 @@
     if (box) box.textContent = text;
   }
 
+  // ------------------------------------------------------------------ edit-and-approve diff
+  // Shows, as the approver types, which lines of the arguments change (a line LCS diff).
+  function lineDiff(a, b) {
+    const n = a.length, m = b.length;
+    const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+    for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
+      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    const out = [];
+    let i = 0, j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[i] === b[j]) { out.push(["same", "  " + a[i]]); i++; j++; }
+      else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { out.push(["add", "+ " + b[j]]); j++; }
+      else { out.push(["del", "- " + a[i]]); i++; }
+    }
+    return out;
+  }
+  function showDiff(area) {
+    const box = area.form && $("[data-diff]", area.form);
+    if (!box) return;
+    const before = area.dataset.original.split("\n"), after = area.value.split("\n");
+    box.textContent = "";
+    if (area.value === area.dataset.original) return;
+    if (before.length * after.length > 250000) { box.textContent = "(too long to compare here)"; return; }
+    const pre = document.createElement("pre");
+    pre.setAttribute("aria-label", "Your changes");
+    for (const [kind, line] of lineDiff(before, after)) {
+      const span = document.createElement("span");
+      span.className = "d-" + kind;
+      span.textContent = line + "\n";
+      pre.append(span);
+    }
+    box.append(pre);
+  }
+
+  // ------------------------------------------------------------------ browser notifications
+  // Opt-in: the button asks for permission; while on, a run that starts waiting shows a
+  // notification when this tab is in the background.
+  const NOTIFY_KEY = "golem-notify";
+  function notifyOn() {
+    return window.Notification && Notification.permission === "granted" && localStorage.getItem(NOTIFY_KEY) === "on";
+  }
+  function setupBrowserNotify() {
+    const button = $("#browser-notify");
+    if (!button || !window.Notification) return;
+    const state = $("#browser-notify-state");
+    const show = () => {
+      button.textContent = notifyOn() ? "Stop browser notifications" : "Notify me in this browser";
+      if (state) state.textContent = notifyOn() ? "On while this tab is open." : (Notification.permission === "denied" ? "Blocked in this browser's settings." : "");
+    };
+    button.hidden = false;
+    show();
+    button.addEventListener("click", async () => {
+      if (notifyOn()) localStorage.removeItem(NOTIFY_KEY);
+      else if ((await Notification.requestPermission()) === "granted") localStorage.setItem(NOTIFY_KEY, "on");
+      show();
+    });
+  }
+  function maybeNotify(change) {
+    if (!notifyOn() || !document.hidden) return;
+    if (change.action !== "created" || change.status !== "pending") return;
+    const note = new Notification("golem: a run waits for a decision", {
+      body: (change.agent || "") + " · run " + String(change.run_id).slice(-12), tag: change.run_id,
+    });
+    note.onclick = () => { window.focus(); location.assign("/runs/" + encodeURIComponent(change.run_id)); };
+  }
+
   function connect() {
     const url = document.body.dataset.stream;
     if (!url || !window.EventSource) return;
@@ -143,6 +226,7 @@
       try { change = JSON.parse(ev.data); } catch (err) { return; }
       if (runId && !related.has(change.run_id) && change.parent_run_id !== runId) return;
       if (change.run_id) related.add(change.run_id);
+      maybeNotify(change);
       announce(change.action === "created" ? "A new run arrived." : "Run " + change.action + ".");
       clearTimeout(timer);
       timer = setTimeout(refresh, 120);
@@ -160,17 +244,16 @@
     if (ev.defaultPrevented || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const help = $("#help");
     const target = ev.target;
+    if (help && help.open) return;  // the dialog handles its own keys (Esc closes it)
     const typing = target.closest && target.closest("input, textarea, select, [contenteditable]");
     if (ev.key === "Escape") {
-      if (help && !help.hidden) help.hidden = true;
-      else if (typing) target.blur();
+      if (typing) target.blur();
       return;
     }
     if (typing) return;
     const cards = $$("[data-call]");
-    const current = target.closest ? target.closest("[data-call]") : null;
-    const card = current || cards[0];
-    const at = cards.indexOf(current);
+    const card = target.closest ? target.closest("[data-call]") : null;  // the focused card only
+    const at = cards.indexOf(card);
     const focusIn = (sel) => { const el = card && $(sel, card); if (el) { el.focus(); el.scrollIntoView({ block: "nearest" }); } return el; };
     switch (ev.key) {
       case "j": focusCard(cards[Math.min(at + 1, cards.length - 1)]); break;
@@ -179,18 +262,128 @@
       case "d": if (!focusIn("[data-deny]")) return; break;
       case "e": if (!focusIn("[data-external]")) return; break;
       case "o": { const link = card && $("[data-open]", card); if (!link) return; link.click(); break; }
+      case "u": if (!undoLast()) return; break;
       case "g": location.assign("/"); break;
-      case "?": if (!help) return; help.hidden = !help.hidden; break;
+      case "?": if (!help) return; help.showModal(); break;
       default: return;
     }
     ev.preventDefault();
   }
 
-  // A second click while a decision is being submitted would only repeat it (the
-  // store treats that as a no-op), but disabling the button makes that visible.
+  // ------------------------------------------------------------------ deciding
+  // With the script, a decision is held for the undo window (body data-undo seconds):
+  // its card is hidden, focus moves to the next card and a toast offers Undo (or u).
+  // Then it is posted in the background and the page is patched in place, so the scroll
+  // position is kept. Leaving the page sends a held decision at once. If the session has
+  // ended, the typed text is kept and the user comes back to the same card after sign-in.
+  const UNDO_MS = Math.max(0, Number(document.body.dataset.undo || 0) * 1000);
+  let held = null;
+
+  function toast(text, { undo = false, error = false } = {}) {
+    const box = $("#toast");
+    if (!box) return;
+    $("#toast-text").textContent = text;
+    $("#toast-undo").hidden = !undo;
+    box.classList.toggle("error", error);
+    box.hidden = false;
+    clearTimeout(box.timer);
+    if (!undo) box.timer = setTimeout(() => { box.hidden = true; }, error ? 12000 : 5000);
+    announce(text);
+  }
+
+  function nextVisibleCard(from) {
+    const cards = $$("[data-call]").filter((c) => !c.closest("[hidden]"));
+    const all = $$("[data-call]");
+    const at = all.indexOf(from);
+    return cards.find((c) => all.indexOf(c) > at) || cards[cards.length - 1] || null;
+  }
+
+  function keepDrafts(scope) {
+    for (const field of $$("textarea, input[type=text]", scope)) {
+      const card = field.closest("[data-call]");
+      if (card && field.value) sessionStorage.setItem("golem-draft:" + card.id + ":" + field.name, field.value);
+    }
+  }
+
+  function restoreDrafts() {
+    for (const card of $$("[data-call]")) {
+      for (const field of $$("textarea, input[type=text]", card)) {
+        const key = "golem-draft:" + card.id + ":" + field.name;
+        const value = sessionStorage.getItem(key);
+        if (value !== null) { field.value = value; sessionStorage.removeItem(key); }
+      }
+    }
+    const target = location.hash && document.getElementById(location.hash.slice(1));
+    if (target && target.matches("[data-call]")) focusCard(target);
+  }
+
+  async function send(h) {
+    held = null;
+    $("#toast").hidden = true;
+    let res;
+    try {
+      res = await fetch(h.form.action, { method: "POST", body: h.body, credentials: "same-origin" });
+    } catch (err) {
+      h.scope.hidden = false;
+      toast("Not sent (network error): " + h.label + ". Try again.", { error: true });
+      return;
+    }
+    if (res.status === 401) {
+      h.scope.hidden = false;
+      keepDrafts(h.scope);
+      const back = location.pathname + location.search + "#" + (h.card ? h.card.id : "");
+      location.assign("/login?" + new URLSearchParams({ next: back }));
+      return;
+    }
+    if (!res.ok) {
+      h.scope.hidden = false;
+      const page = new DOMParser().parseFromString(await res.text(), "text/html");
+      const why = page.querySelector(".error-box, main p");
+      toast(h.label + " was not recorded: " + (why ? why.textContent.trim() : res.status), { error: true });
+      refresh();
+      return;
+    }
+    toast(h.label + ".");
+    refresh();
+  }
+
+  function undoLast() {
+    if (!held) return false;
+    clearTimeout(held.timer);
+    const h = held;
+    held = null;
+    h.scope.hidden = false;
+    if (h.card) focusCard(h.card);
+    toast("Undone: " + h.label.replace(/^\w+/, (w) => w.toLowerCase()) + " was not sent.");
+    return true;
+  }
+
   function onSubmit(ev) {
-    const button = ev.target.querySelector("button[type=submit]");
-    if (button) setTimeout(() => { button.disabled = true; }, 0);
+    const form = ev.target;
+    const button = ev.submitter || form.querySelector("button[type=submit]");
+    if (!form.matches("[data-decide]") || !UNDO_MS || !window.fetch) {
+      if (button) setTimeout(() => { button.disabled = true; }, 0);
+      return;
+    }
+    ev.preventDefault();
+    if (held) { clearTimeout(held.timer); send(held); }
+    const card = form.closest("[data-call]");
+    const scope = card || form.closest(".run-group") || form;
+    const body = new URLSearchParams(new FormData(form, ev.submitter || undefined));
+    const label = form.dataset.label || "Decision";
+    const next = card ? nextVisibleCard(card) : null;
+    scope.hidden = true;
+    if (next && next !== card) focusCard(next); else $("#main").focus();
+    held = { form, body, card, scope, label };
+    held.timer = setTimeout(() => send(held), UNDO_MS);
+    toast(label + " — sending in " + Math.round(UNDO_MS / 1000) + " s", { undo: true });
+  }
+
+  function onLeave() {
+    if (!held) return;
+    clearTimeout(held.timer);
+    navigator.sendBeacon(held.form.action, held.body);
+    held = null;
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -200,5 +393,11 @@
     connect();
     document.addEventListener("keydown", onKey);
     document.addEventListener("submit", onSubmit);
+    document.addEventListener("input", (ev) => { if (ev.target.matches("textarea[data-original]")) showDiff(ev.target); });
+    window.addEventListener("pagehide", onLeave);
+    const undo = $("#toast-undo");
+    if (undo) undo.addEventListener("click", undoLast);
+    restoreDrafts();
+    setupBrowserNotify();
   });
 })();

@@ -1,0 +1,400 @@
+"""Webhook notifications: a run paused, a call is about to expire, a run ended.
+
+```python
+from golem.service import create_app
+from golem.service.notify import Webhook
+
+app = create_app(
+    registry, "sqlite:///golem.db", auth=auth,
+    webhooks=[Webhook("https://hooks.example/golem", secret=b"...", agents={"ops"})],
+    public_url="https://inbox.example",
+)
+```
+
+The app follows the store's audit log (like the event stream) and checks pending calls'
+deadlines; each event is POSTed to every webhook whose agents include the run's agent:
+
+- `run.paused`: a run is pending with calls to decide (its calls, a deep link to the run);
+- `call.expiring`: a call's deadline is less than `expiring_within` seconds away (once);
+- `run.ended`: a run completed, failed or was interrupted.
+
+The body is JSON (`format="json"`, see `payload`) or a Slack incoming-webhook message
+(`format="slack"`). With a `secret`, `X-Golem-Signature: sha256=<hex>` is the HMAC-SHA256
+of `<X-Golem-Timestamp>.<body>`, so a receiver can check both origin and freshness. A
+delivery that fails (network error, or a status other than 2xx) is retried with
+exponential backoff (`retry_delays`); every attempt is kept in the delivery log that
+operators see at `/notifications` and `GET /api/notifications`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+
+from golem._ids import new_id
+from golem.messages import loads_history
+from golem.store import AuditAction, RunNotFound, RunRecord, RunStatus, Store, utc_now
+
+__all__ = [
+    "Delivery",
+    "Notifier",
+    "Webhook",
+    "payload",
+    "sign",
+    "slack_message",
+]
+
+log = logging.getLogger("golem.service.notify")
+
+Event = Literal["run.paused", "call.expiring", "run.ended"]
+EVENTS: frozenset[str] = frozenset({"run.paused", "call.expiring", "run.ended"})
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """Where to send notifications, for which agents and events, and how.
+
+    Args:
+        url: an http(s) URL to POST to.
+        secret: the HMAC key of `X-Golem-Signature` (None: unsigned).
+        agents: agents whose runs notify (None: all).
+        events: which of `run.paused`, `call.expiring`, `run.ended` to send.
+        format: `"json"` (golem's payload) or `"slack"` (an incoming-webhook message).
+
+    Raises:
+        ValueError: a URL that is not http(s), an unknown event or format.
+    """
+
+    url: str
+    secret: bytes | None = field(default=None, repr=False)
+    agents: frozenset[str] | None = None
+    events: frozenset[str] = EVENTS
+    format: Literal["json", "slack"] = "json"
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"webhook URL must be http(s)://host/..., got {self.url!r}")
+        unknown = set(self.events) - EVENTS
+        if unknown:
+            raise ValueError(f"unknown webhook events {sorted(unknown)}; known: {sorted(EVENTS)}")
+        if self.format not in ("json", "slack"):
+            raise ValueError(f'webhook format must be "json" or "slack", got {self.format!r}')
+        if self.agents is not None and not isinstance(self.agents, frozenset):
+            object.__setattr__(self, "agents", frozenset(self.agents))
+        if not isinstance(self.events, frozenset):
+            object.__setattr__(self, "events", frozenset(self.events))
+
+    @classmethod
+    def parse(cls, spec: str, *, secret: bytes | None = None) -> Webhook:
+        """`URL` (every agent) or `AGENT=URL` (one agent), as `golem serve --notify` takes it.
+
+        A `slack+` prefix (`slack+https://hooks.slack.com/...`) selects the Slack format.
+        """
+        agents: frozenset[str] | None = None
+        name, sep, rest = spec.partition("=")
+        if sep and "://" not in name:
+            agents, spec = frozenset({name}), rest
+        fmt: Literal["json", "slack"] = "json"
+        if spec.startswith("slack+"):
+            fmt, spec = "slack", spec.removeprefix("slack+")
+        return cls(spec, secret=secret, agents=agents, format=fmt)
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without user info, query string or path past its first segment.
+
+        Slack's incoming-webhook URLs carry their secret in the path.
+        """
+        parts = urlsplit(self.url)
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        first, _, rest = parts.path.lstrip("/").partition("/")
+        path = "/" + first + ("/…" if rest else "")
+        return urlunsplit((parts.scheme, host, path, "", ""))
+
+    def wants(self, event: str, agent: str) -> bool:
+        """Whether this webhook takes `event` for runs of `agent`."""
+        return event in self.events and (self.agents is None or agent in self.agents)
+
+
+@dataclass
+class Delivery:
+    """One notification to one webhook, with every attempt's result."""
+
+    id: str
+    event: str
+    run_id: str
+    agent: str
+    url: str
+    created_at: datetime
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    """Each attempt: at, status (HTTP status or None), error."""
+    state: Literal["pending", "delivered", "failed"] = "pending"
+
+
+def sign(secret: bytes, timestamp: str, body: bytes) -> str:
+    """The `X-Golem-Signature` value: `sha256=` + HMAC-SHA256 of `timestamp.body`."""
+    mac = hmac.new(secret, timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return "sha256=" + mac
+
+
+def _title(run: RunRecord) -> str:
+    try:
+        messages = loads_history(run.conversation)
+    except ValueError:
+        return ""
+    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
+    line = prompt.strip().split("\n", 1)[0]
+    return line if len(line) <= 120 else line[:119] + "…"
+
+
+def payload(event: str, run: RunRecord, link: str, *, call_id: str | None = None) -> dict[str, Any]:
+    """The JSON body of a notification (`format="json"`)."""
+    calls = [
+        {
+            "call_id": c.call_id,
+            "tool_name": c.tool_name,
+            "kind": c.kind.value,
+            "deadline": None if c.deadline is None else c.deadline.astimezone(UTC).isoformat(),
+        }
+        for c in run.undecided
+        if call_id is None or c.call_id == call_id
+    ]
+    out: dict[str, Any] = {
+        "event": event,
+        "run_id": run.id,
+        "agent": run.agent,
+        "status": run.status.value,
+        "title": _title(run),
+        "started_by": run.started_by,
+        "url": link,
+        "calls": calls,
+        "sent_at": utc_now().isoformat(),
+    }
+    if event == "run.ended":
+        out["outcome"] = (
+            None
+            if run.outcome is None
+            else {
+                "status": run.outcome.status.value,
+                "error": run.outcome.error,
+            }
+        )
+    return out
+
+
+def _mrkdwn(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_message(body: dict[str, Any]) -> dict[str, Any]:
+    """A Slack incoming-webhook message for a `payload` (text escaped for mrkdwn)."""
+    title = _mrkdwn(body["title"] or body["run_id"])
+    agent = _mrkdwn(body["agent"])
+    if body["event"] == "run.paused":
+        head = f"{len(body['calls'])} call(s) wait for a decision"
+    elif body["event"] == "call.expiring":
+        head = "A call is about to expire"
+    else:
+        head = f"Run {body['status']}"
+    tools = ", ".join(_mrkdwn(c["tool_name"]) for c in body["calls"])
+    lines = [f"*{head}* · {agent}", f"<{body['url']}|{title}>"]
+    if tools:
+        lines.append(f"Tools: {tools}")
+    return {
+        "text": f"{head}: {title}",
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}}],
+    }
+
+
+class Notifier:
+    """Follows the audit log and deadlines; delivers webhook notifications with retries.
+
+    Args:
+        store: the store to follow.
+        webhooks: where to send.
+        public_url: the inbox's base URL, for deep links (e.g. `https://inbox.example`).
+        expiring_within: seconds before a deadline at which `call.expiring` is sent.
+        retry_delays: seconds to wait before each retry of a failed delivery.
+        poll_interval: seconds between looks at the audit log and the deadlines.
+        timeout: seconds one delivery attempt may take.
+        log_size: deliveries kept in the delivery log.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        webhooks: Sequence[Webhook],
+        *,
+        public_url: str,
+        expiring_within: float = 900.0,
+        retry_delays: Sequence[float] = (1.0, 5.0, 30.0, 120.0),
+        poll_interval: float = 1.0,
+        timeout: float = 10.0,
+        log_size: int = 500,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.store = store
+        self.webhooks = list(webhooks)
+        self.public_url = public_url.rstrip("/")
+        self.expiring_within = expiring_within
+        self.retry_delays = list(retry_delays)
+        self.poll_interval = poll_interval
+        self.deliveries: deque[Delivery] = deque(maxlen=log_size)
+        self._warned: set[tuple[str, str]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._client = httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    def link(self, run_id: str) -> str:
+        """The deep link to a run's page in the inbox."""
+        return f"{self.public_url}/runs/{quote(run_id, safe='')}"
+
+    # ------------------------------------------------------------------ following
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Follow the store until `stop` is set, then wait for deliveries in flight."""
+        cursor = await self.store.last_change_id()
+        while not stop.is_set():
+            try:
+                cursor = await self.step(cursor)
+            except Exception:  # a store hiccup must not end notifications for good
+                log.exception("notifier: reading the store failed; retrying")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.poll_interval)
+        await self.close()
+
+    async def step(self, cursor: int, now: datetime | None = None) -> int:
+        """Notify for audit entries after `cursor` and for deadlines; return the new cursor."""
+        while True:
+            batch = await self.store.changes_since(cursor, limit=200)
+            for entry in batch:
+                cursor = entry.id
+                event = self._event_of(entry.action)
+                if event is None:
+                    continue
+                try:
+                    run = await self.store.get_run(entry.run_id)
+                except RunNotFound:
+                    continue
+                if event == "run.paused" and run.status is not RunStatus.PENDING:
+                    continue
+                if event == "run.ended" and run.status not in (
+                    RunStatus.COMPLETED,
+                    RunStatus.FAILED,
+                    RunStatus.INTERRUPTED,
+                ):
+                    continue
+                self.notify(event, run)
+            if len(batch) < 200:
+                break
+        await self._check_deadlines(now or utc_now())
+        return cursor
+
+    @staticmethod
+    def _event_of(action: AuditAction) -> Event | None:
+        if action is AuditAction.CREATED:
+            return "run.paused"
+        if action in (AuditAction.COMPLETED, AuditAction.FAILED, AuditAction.INTERRUPTED):
+            return "run.ended"
+        return None
+
+    async def _check_deadlines(self, now: datetime) -> None:
+        if not any("call.expiring" in w.events for w in self.webhooks):
+            return
+        soon = now + timedelta(seconds=self.expiring_within)
+        runs = await self.store.list_runs(status=RunStatus.PENDING, limit=1000)
+        for run in runs:
+            for c in run.undecided:
+                key = (run.id, c.call_id)
+                if c.deadline is None or key in self._warned or not now < c.deadline <= soon:
+                    continue
+                self._warned.add(key)
+                self.notify("call.expiring", run, call_id=c.call_id)
+
+    # ------------------------------------------------------------------ delivering
+
+    def notify(self, event: Event, run: RunRecord, *, call_id: str | None = None) -> list[Delivery]:
+        """Queue `event` for `run` to every webhook that wants it; return the deliveries."""
+        body = payload(event, run, self.link(run.id), call_id=call_id)
+        made = []
+        for hook in self.webhooks:
+            if not hook.wants(event, run.agent):
+                continue
+            d = Delivery(new_id(), event, run.id, run.agent, hook.shown_url, utc_now())
+            self.deliveries.appendleft(d)
+            made.append(d)
+            task = asyncio.get_running_loop().create_task(self._deliver(hook, d, body))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return made
+
+    async def _deliver(self, hook: Webhook, d: Delivery, body: dict[str, Any]) -> None:
+        data = json.dumps(
+            slack_message(body) if hook.format == "slack" else body,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+        for attempt in range(len(self.retry_delays) + 1):
+            stamp = str(int(time.time()))
+            headers = {
+                "Content-Type": "application/json",
+                "User-Agent": "golem-webhook",
+                "X-Golem-Event": d.event,
+                "X-Golem-Delivery": d.id,
+                "X-Golem-Timestamp": stamp,
+            }
+            if hook.secret is not None:
+                headers["X-Golem-Signature"] = sign(hook.secret, stamp, data)
+            status: int | None = None
+            error = ""
+            try:
+                res = await self._client.post(hook.url, content=data, headers=headers)
+                status = res.status_code
+                if not 200 <= status < 300:
+                    error = f"HTTP {status}"
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+            d.attempts.append({"at": utc_now().isoformat(), "status": status, "error": error})
+            if not error:
+                d.state = "delivered"
+                return
+            if attempt < len(self.retry_delays):
+                await asyncio.sleep(self.retry_delays[attempt])
+        d.state = "failed"
+        log.warning(
+            "webhook %s: %s for run %s failed after %d attempts",
+            hook.shown_url,
+            d.event,
+            d.run_id,
+            len(d.attempts),
+        )
+
+    def visible(self, may_see: Any) -> Iterable[Delivery]:
+        """The delivery log (newest first) for runs whose agent `may_see(agent)` accepts."""
+        return (d for d in self.deliveries if may_see(d.agent))
+
+    async def drain(self) -> None:
+        """Wait until every delivery in flight has finished (delivered or failed)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Give deliveries in flight `grace` seconds, cancel the rest, close the HTTP client."""
+        if self._tasks:
+            _, late = await asyncio.wait(list(self._tasks), timeout=grace)
+            for task in late:  # waiting out a long retry delay: given up at shutdown
+                task.cancel()
+        await self._client.aclose()

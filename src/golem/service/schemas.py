@@ -1,0 +1,442 @@
+"""The pydantic models of the JSON API: what requests may hold and what responses hold.
+
+The same models validate incoming bodies and query strings (`golem.service.api`), shape
+every JSON response, and are the schemas of the OpenAPI document (`golem.service.openapi`),
+so the document cannot drift from what the service does. Numbers that are not finite
+(a `NaN` saved by a Python caller in a `deps_ref` or an output) serialize as `null`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from golem.store import AuditAction, CallKind, RunStatus
+
+__all__ = [
+    "MAX_EXPIRES_IN",
+    "MAX_LIST_LIMIT",
+    "Agent",
+    "AgentList",
+    "AuditItem",
+    "AuditList",
+    "AuditListItem",
+    "AuditQuery",
+    "BulkDecisionForm",
+    "Call",
+    "CallList",
+    "CallsQuery",
+    "DecisionBody",
+    "DecisionForm",
+    "DecisionOut",
+    "DecisionResult",
+    "DeliveryAttempt",
+    "DeliveryItem",
+    "DeliveryList",
+    "ErrorBody",
+    "ErrorDetail",
+    "ErrorInfo",
+    "EventsQuery",
+    "Health",
+    "LoginForm",
+    "LogoutForm",
+    "OpenApiDocument",
+    "Outcome",
+    "Run",
+    "RunDetail",
+    "RunDetailEnvelope",
+    "RunEnvelope",
+    "RunList",
+    "RunsQuery",
+    "StartForm",
+    "StartRunBody",
+    "StreamToken",
+    "WhoAmI",
+]
+
+MAX_LIST_LIMIT = 500
+"""Largest `limit` of a listing."""
+
+MAX_EXPIRES_IN = 10 * 366 * 24 * 3600.0
+"""Longest accepted `expires_in` (seconds): ten years."""
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+Time = Annotated[
+    datetime,
+    PlainSerializer(_iso, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+"""A timestamp, sent as ISO 8601 in UTC (`2026-01-02T03:04:05.678+00:00`)."""
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="null")
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class StartRunBody(BaseModel):
+    """`POST /api/runs`: start a run of a registered agent."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    agent: str = Field(min_length=1, description="A registered agent's name.")
+    prompt: str = Field(min_length=1, description="The user message that starts the run.")
+    deps_ref: Any = Field(
+        default=None,
+        description="JSON the agent's deps_factory turns into its deps (finite numbers, "
+        "nesting up to 64 levels).",
+    )
+    expires_in: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_EXPIRES_IN,
+        description="Seconds until the run's pending calls expire (denied as expired).",
+    )
+
+
+class DecisionBody(BaseModel):
+    """`POST /api/runs/{run_id}/calls/{call_id}/decision`: decide one pending call."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    decision: Literal["approve", "deny", "external"]
+    reason: str | None = Field(default=None, description="Only with deny: told to the model.")
+    result: str | None = Field(
+        default=None, description="Only with external: the tool's result, verbatim."
+    )
+
+
+class RunsQuery(BaseModel):
+    """`GET /api/runs` query parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: RunStatus | None = Field(default=None, description="Only runs in this status.")
+    agent: str | None = Field(default=None, description="Only runs of this agent.")
+    tool: str | None = Field(
+        default=None, description="Only runs with a pending call of this tool."
+    )
+    limit: int = Field(default=100, ge=1, le=MAX_LIST_LIMIT, description="At most this many.")
+    offset: int = Field(default=0, ge=0, le=1_000_000, description="Skip this many.")
+
+
+class CallsQuery(BaseModel):
+    """`GET /api/calls` query parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    agent: str | None = Field(default=None, description="Only calls of runs of this agent.")
+    tool: str | None = Field(default=None, description="Only calls of this tool.")
+    kind: CallKind | None = Field(default=None, description="Only calls of this kind.")
+    limit: int = Field(
+        default=MAX_LIST_LIMIT, ge=1, le=MAX_LIST_LIMIT, description="At most this many runs."
+    )
+    after: str | None = Field(
+        default=None, max_length=500, description="The `next_cursor` of the previous page."
+    )
+
+
+class AuditQuery(BaseModel):
+    """`GET /api/audit` and `GET /audit` query parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    actor: str | None = Field(default=None, description="Actor contains this (any case).")
+    action: AuditAction | None = Field(default=None, description="Only this action.")
+    agent: str | None = Field(default=None, description="Only runs of this agent.")
+    run: str | None = Field(default=None, description="Run ID contains this.")
+    limit: int = Field(default=500, ge=1, le=5000, description="At most this many entries.")
+
+
+class EventsQuery(BaseModel):
+    """`GET /api/events` query parameters."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cursor: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**63 - 1,
+        description="Start after this audit ID (default: now; `Last-Event-ID` wins).",
+    )
+    stream_token: str | None = Field(
+        default=None, description="From POST /api/stream-token (EventSource sends no headers)."
+    )
+
+
+class LoginForm(BaseModel):
+    """`POST /login` (urlencoded; same-site only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(description="An approver token.")
+    next: str | None = Field(default=None, description="A local path to go to afterwards.")
+
+
+class LogoutForm(BaseModel):
+    """`POST /logout` (urlencoded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+
+
+class DecisionForm(BaseModel):
+    """`POST /runs/{run_id}/calls/{call_id}/decision` (urlencoded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+    decision: Literal["approve", "deny", "external"]
+    reason: str | None = Field(default=None, description="With deny: told to the model.")
+    result: str | None = Field(default=None, description="With external: the tool's result.")
+    next: str | None = Field(default=None, description="A local path to go back to.")
+
+
+class BulkDecisionForm(BaseModel):
+    """`POST /runs/{run_id}/decisions` (urlencoded): approve all or deny all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+    decision: Literal["approve", "deny"]
+    reason: str | None = Field(default=None, description="With deny: told to the model.")
+    next: str | None = Field(default=None, description="A local path to go back to.")
+
+
+class StartForm(BaseModel):
+    """`POST /runs` (urlencoded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csrf: str = Field(description="The session's CSRF token.")
+    agent: str
+    prompt: str
+    deps_ref: str | None = Field(default=None, description="Optional JSON.")
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class ErrorDetail(_Out):
+    """One invalid field."""
+
+    loc: list[str]
+    message: str
+
+
+class ErrorInfo(_Out):
+    """What went wrong; nothing was changed."""
+
+    code: str = Field(
+        description="Stable machine-readable code, e.g. run_not_found, decision_conflict, "
+        "call_expired, run_not_pending, invalid_request, malformed_json, payload_too_large, "
+        "unauthenticated, forbidden, invalid_deps, too_many_streams."
+    )
+    message: str
+    details: list[ErrorDetail] | None = None
+
+
+class ErrorBody(_Out):
+    """Every error answer."""
+
+    error: ErrorInfo
+
+
+class DecisionOut(_Out):
+    """A recorded decision."""
+
+    decision: Literal["approve", "deny", "external"]
+    reason: str = Field(description='Denial reason ("expired" for expiry).')
+    result: str = Field(description="External result text.")
+    decided_by: str = Field(description="The deciding identity.")
+    decided_at: Time
+
+
+class Call(_Out):
+    """A deferred tool call of a run, with its decision (null while undecided)."""
+
+    run_id: str
+    call_id: str
+    agent: str
+    run_status: RunStatus
+    position: int
+    kind: CallKind
+    tool_name: str
+    args: str = Field(description="The call's arguments, a JSON object as text.")
+    reason: str = Field(description="Why the tool deferred (its Deferred reason).")
+    created_at: Time | None
+    deadline: Time | None
+    decision: DecisionOut | None
+
+
+class Outcome(_Out):
+    """How a finished run ended."""
+
+    status: RunStatus
+    output: Any = None
+    error: str | None = None
+
+
+class Run(_Out):
+    """A run without its conversation and audit log."""
+
+    id: str
+    agent: str
+    conversation_id: str
+    status: RunStatus
+    started_by: str
+    created_at: Time | None
+    updated_at: Time | None
+    expires_at: Time | None
+    parent_run_id: str | None
+    child_run_id: str | None
+    deps_ref: Any = None
+    lease_owner: str | None
+    calls: list[Call]
+    outcome: Outcome | None
+
+
+class AuditItem(_Out):
+    """One audit-log entry."""
+
+    id: int
+    run_id: str
+    at: Time | None
+    actor: str
+    action: str
+    detail: dict[str, Any]
+
+
+class AuditListItem(AuditItem):
+    """An audit entry with its run's agent."""
+
+    agent: str
+
+
+class AuditList(_Out):
+    """`{"entries": [...]}`, newest first."""
+
+    entries: list[AuditListItem]
+
+
+class RunDetail(Run):
+    """A run with its conversation (history JSON objects) and audit log."""
+
+    messages: list[dict[str, Any]]
+    audit: list[AuditItem]
+
+
+class RunEnvelope(_Out):
+    """`{"run": ...}`."""
+
+    run: Run
+
+
+class RunDetailEnvelope(_Out):
+    """`{"run": ...}` with the conversation and audit log."""
+
+    run: RunDetail
+
+
+class RunList(_Out):
+    """`{"runs": [...]}`."""
+
+    runs: list[Run]
+
+
+class CallList(_Out):
+    """`{"calls": [...], "next_cursor": ...}`: one page, oldest run first."""
+
+    calls: list[Call]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as `?after=` for the next page (null: the last page)."
+    )
+
+
+class DecisionResult(_Out):
+    """The recorded decision and the run after it."""
+
+    decision: DecisionOut
+    run: Run
+
+
+class Agent(_Out):
+    """A registered agent the caller may see."""
+
+    name: str
+    description: str
+    can_start: bool
+
+
+class AgentList(_Out):
+    """`{"agents": [...]}`."""
+
+    agents: list[Agent]
+
+
+class Health(_Out):
+    """Liveness and store reachability."""
+
+    status: Literal["ok", "starting", "unavailable"]
+    schema_version: int | None = None
+    error: str | None = None
+
+
+class StreamToken(_Out):
+    """A token for `GET /api/events?stream_token=...`."""
+
+    stream_token: str
+    expires_at: Time
+
+
+class WhoAmI(_Out):
+    """The approver behind a bearer token."""
+
+    identity: str
+    agents: list[str] | None = Field(description="Agents it may see (null: all).")
+    tools: list[str] | None = Field(description="Tools it may decide (null: all).")
+    can_start: bool
+
+
+class OpenApiDocument(_Out):
+    """The OpenAPI 3.1 document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    openapi: str
+
+
+class DeliveryAttempt(_Out):
+    """One try to deliver a notification."""
+
+    at: str
+    status: int | None = Field(description="The HTTP status (null: no answer).")
+    error: str = Field(description="Empty when the attempt succeeded.")
+
+
+class DeliveryItem(_Out):
+    """A webhook notification and its attempts."""
+
+    id: str
+    event: str
+    run_id: str
+    agent: str
+    url: str = Field(description="The webhook URL without query string or user info.")
+    created_at: Time
+    state: Literal["pending", "delivered", "failed"]
+    attempts: list[DeliveryAttempt]
+
+
+class DeliveryList(_Out):
+    """`{"deliveries": [...]}`, newest first."""
+
+    deliveries: list[DeliveryItem]

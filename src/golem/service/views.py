@@ -1,0 +1,407 @@
+"""What the inbox pages show: view dictionaries built from store records, and formatting.
+
+Everything here is data for the templates (`templates/`), which escape every string; the
+`reveal_html` filter also shows hidden characters (bidi controls, zero-width, escapes) as
+visible markers. Nothing here reads a request.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from markupsafe import Markup, escape
+
+from golem._display import reveal_parts
+from golem.messages import loads_history
+from golem.service.auth import Credential
+from golem.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
+
+__all__ = [
+    "LONG_CHARS",
+    "LONG_LINES",
+    "PREVIEW_LINES",
+    "SOON_SECONDS",
+    "ago",
+    "arg_fields",
+    "args_diff",
+    "audit_view",
+    "call_view",
+    "context_of",
+    "digest",
+    "editable_json",
+    "first_line",
+    "group_views",
+    "iso",
+    "link_next",
+    "message_views",
+    "outcome_line",
+    "output_text",
+    "path",
+    "pretty_json",
+    "reveal_html",
+    "run_view",
+    "short",
+    "span",
+    "stamp",
+    "until",
+]
+
+
+def reveal_html(value: object) -> Markup:
+    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
+    text = "" if value is None else str(value)
+    out = [
+        Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
+        if is_marker
+        else escape(part)
+        for part, is_marker in reveal_parts(text)
+    ]
+    return Markup("").join(out)
+
+
+LONG_LINES = 12
+"""Argument values longer than this many lines (or `LONG_CHARS`) start folded."""
+LONG_CHARS = 800
+PREVIEW_LINES = 6
+
+# --------------------------------------------------------------------------- formatting
+
+
+def span(seconds: float) -> str:
+    s = abs(seconds)
+    if s < 45:
+        return "a few seconds"
+    minutes = round(s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = round(s / 3600)
+    if hours < 24:
+        return f"{hours} h"
+    return f"{round(s / 86400)} d"
+
+
+def ago(at: datetime, now: datetime) -> str:
+    seconds = (now - at).total_seconds()
+    return "just now" if seconds < 45 else f"{span(seconds)} ago"
+
+
+def until(at: datetime, now: datetime) -> str:
+    seconds = (at - now).total_seconds()
+    return "now (expired)" if seconds <= 0 else f"in {span(seconds)}"
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat()
+
+
+def stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pretty_json(raw: str) -> str:
+    """Indented JSON for display; text that is not JSON is shown as it is."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, TypeError):
+        return raw
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _field(label: str, value: Any) -> dict[str, Any]:
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+    lines = text.count("\n") + 1
+    long = lines > LONG_LINES or len(text) > LONG_CHARS
+    preview = "\n".join(text.split("\n")[:PREVIEW_LINES])
+    if len(preview) > LONG_CHARS // 2:
+        preview = preview[: LONG_CHARS // 2]
+    return {
+        "label": label,
+        "text": text,
+        "kind": "text" if isinstance(value, str) else "json",
+        "lines": lines,
+        "chars": len(text),
+        "long": long,
+        "preview": preview + "…" if long else text,
+    }
+
+
+def arg_fields(args: str) -> list[dict[str, Any]]:
+    """A call's arguments field by field: label, full text, and a preview when long.
+
+    Strings are shown as text (an e-mail body keeps its lines), other values as indented
+    JSON; arguments that are not a JSON object become one field.
+    """
+    try:
+        value = json.loads(args)
+    except (ValueError, TypeError, RecursionError):
+        return [_field("arguments", args)]
+    if isinstance(value, dict) and value:
+        return [_field(str(k), v) for k, v in value.items()]
+    return [_field("arguments", value)]
+
+
+def short(run_id: str) -> str:
+    return run_id[-12:] if len(run_id) > 12 else run_id
+
+
+def digest(*parts: object) -> str:
+    text = json.dumps(parts, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def path(*segments: str) -> str:
+    return "/" + "/".join(quote(s, safe="") for s in segments)
+
+
+# --------------------------------------------------------------------------- views
+
+
+def editable_json(raw: str) -> str:
+    """Indented JSON for an edit box, hidden characters written as `\\uXXXX` escapes.
+
+    The value is the same JSON, but a bidi override cannot reorder what the approver sees
+    while editing (a textarea cannot show the inbox's markers).
+    """
+    text = pretty_json(raw)
+    out = []
+    for part, is_marker in reveal_parts(text):
+        if not is_marker:
+            out.append(part)
+            continue
+        code = int(part[3:].split()[0].rstrip("⟩"), 16)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
+def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
+    """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
+
+    Empty when `after` is None or means the same object.
+    """
+    if after is None:
+        return []
+    old, new = pretty_json(before), pretty_json(after)
+    if old == new:
+        return []
+    out: list[tuple[str, str]] = []
+    for line in difflib.ndiff(old.splitlines(), new.splitlines()):
+        tag, text = line[:1], line[2:]
+        if tag == "?":
+            continue
+        out.append(("add" if tag == "+" else "del" if tag == "-" else "same", f"{tag} {text}"))
+    return out
+
+
+def call_view(
+    run: RunRecord, c: PendingCallRecord, cred: Credential, now: datetime
+) -> dict[str, Any]:
+    """What a call card shows (every string escaped by the template)."""
+    decision = None
+    if c.decision is not None:
+        d = c.decision
+        decision = {
+            "kind": d.kind.value,
+            "label": {"approve": "Approved", "deny": "Denied", "external": "Answered"}[
+                d.kind.value
+            ],
+            "by": d.decided_by,
+            "at_iso": iso(d.decided_at),
+            "at_text": ago(d.decided_at, now),
+            "reason": d.reason,
+            "text": d.text,
+            "diff": args_diff(c.args, getattr(d, "args", None)),
+        }
+    deadline = c.deadline
+    return {
+        "dom_id": "call-" + digest(run.id, c.call_id),
+        "version": digest(run.status.value, decision),
+        "run_id": run.id,
+        "run_href": path("runs", run.id),
+        "run_short": short(run.id),
+        "call_id": c.call_id,
+        "agent": run.agent,
+        "kind": c.kind.value,
+        "tool_name": c.tool_name,
+        "reason": c.reason,
+        "args_pretty": pretty_json(c.args),
+        "args_edit": editable_json(c.args),
+        "fields": arg_fields(c.args),
+        "created_iso": iso(run.created_at),
+        "age": ago(run.created_at, now),
+        "deadline_iso": iso(deadline) if deadline else "",
+        "expires": until(deadline, now) if deadline else "",
+        "soon": bool(deadline and (deadline - now).total_seconds() < 300),
+        "decision": decision,
+        "can_decide": run.status is RunStatus.PENDING
+        and cred.approver.may_decide(run.agent, c.tool_name),
+        "action": path("runs", run.id, "calls", c.call_id, "decision"),
+        "after": "",
+    }
+
+
+SOON_SECONDS = 3600.0
+"""Runs with a call expiring within this many seconds are listed under "Expiring soon"."""
+
+
+def context_of(history: str) -> tuple[str, str]:
+    """The run's prompt (first user message) and the assistant's last words before the calls."""
+    try:
+        messages = loads_history(history)
+    except ValueError:
+        return "", ""
+    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
+    said = next((m.content for m in reversed(messages) if m.role == "assistant" and m.content), "")
+    return prompt, said
+
+
+def group_views(
+    found: list[tuple[RunRecord, PendingCallRecord]], cred: Credential, now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pending calls grouped by run: (expiring soon, the rest).
+
+    Expiring soon is sorted by the earliest deadline; the rest oldest run first. Each group
+    is titled by the run's prompt and carries the assistant's last message and the run's
+    calls already decided.
+    """
+    runs: dict[str, tuple[RunRecord, list[PendingCallRecord]]] = {}
+    for run, c in found:
+        runs.setdefault(run.id, (run, []))[1].append(c)
+    soon: list[tuple[datetime, dict[str, Any]]] = []
+    rest: list[tuple[datetime, dict[str, Any]]] = []
+    for run, calls in runs.values():
+        prompt, said = context_of(run.conversation)
+        cards = [call_view(run, c, cred, now) for c in calls]
+        decided = [call_view(run, c, cred, now) for c in run.calls if c.decision is not None]
+        deadlines = [c.deadline for c in calls if c.deadline is not None]
+        first = min(deadlines) if deadlines else None
+        group = {
+            "dom_id": "run-" + digest(run.id),
+            "version": digest([c["version"] for c in cards], [c["version"] for c in decided]),
+            "run_id": run.id,
+            "run_href": path("runs", run.id),
+            "run_short": short(run.id),
+            "agent": run.agent,
+            "title": first_line(prompt) or f"Run {short(run.id)}",
+            "prompt": prompt,
+            "said": said,
+            "started_by": run.started_by,
+            "age": ago(run.created_at, now),
+            "created_iso": iso(run.created_at),
+            "calls": cards,
+            "decided": decided,
+            "bulk": len(cards) > 1 and all(c["can_decide"] for c in cards),
+            "approvable": all(c["kind"] == "approval" for c in cards),
+            "bulk_action": path("runs", run.id, "decisions"),
+        }
+        if first is not None and (first - now).total_seconds() < SOON_SECONDS:
+            soon.append((first, group))
+        else:
+            rest.append((run.created_at, group))
+    soon.sort(key=lambda t: (t[0], t[1]["run_id"]))
+    rest.sort(key=lambda t: (t[0], t[1]["run_id"]))
+    groups = [g for _, g in soon], [g for _, g in rest]
+    link_next([c for part in groups for g in part for c in g["calls"]])
+    return groups
+
+
+def link_next(cards: list[dict[str, Any]]) -> None:
+    """Give each card the DOM ID of the card after it (where focus goes once it is decided)."""
+    for card, following in zip(cards, [*cards[1:], None], strict=False):
+        card["after"] = following["dom_id"] if following else ""
+
+
+def first_line(text: str, limit: int = 120) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def message_views(history: str) -> list[dict[str, Any]]:
+    try:
+        messages = loads_history(history)
+    except ValueError:
+        return [{"role": "system", "title": "unreadable history", "content": history}]
+    views: list[dict[str, Any]] = []
+    for m in messages:
+        title = {"system": "System", "user": "User", "assistant": "Assistant"}.get(m.role, "")
+        if m.role == "tool":
+            title = f"Tool result · {m.tool_name}" + (" · failed" if m.failed else "")
+        view = {
+            "role": m.role,
+            "title": title,
+            "content": m.content,
+            "failed": m.failed,
+            "parts": [f"{p.kind}: {p.url or p.media_type or 'inline data'}" for p in m.parts],
+            "thinking": "\n\n".join(t.text or "(redacted)" for t in m.thinking),
+            "tool_calls": [
+                {"id": t.id, "name": t.name, "args": pretty_json(t.args)} for t in m.tool_calls
+            ],
+        }
+        view["version"] = digest(view)
+        views.append(view)
+    return views
+
+
+def outcome_line(run: RunRecord) -> str:
+    """One line saying how a finished run ended (empty while it is not finished)."""
+    if run.outcome is None:
+        return ""
+    if run.outcome.error:
+        return first_line(run.outcome.error, 90)
+    return first_line(output_text(run), 90)
+
+
+def output_text(run: RunRecord) -> str:
+    output = run.outcome.output if run.outcome is not None else None
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, indent=2, ensure_ascii=False)
+
+
+def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
+    """What the run page's header, facts and outcome show."""
+    return {
+        "id": run.id,
+        "short": short(run.id),
+        "status": run.status.value,
+        "version": digest(run.status.value, run.child_run_id, len(run.undecided)),
+        "agent": run.agent,
+        "conversation_id": run.conversation_id,
+        "started_by": run.started_by,
+        "created_iso": iso(run.created_at),
+        "created_text": f"{stamp(run.created_at)} ({ago(run.created_at, now)})",
+        "expires_iso": iso(run.expires_at) if run.expires_at else "",
+        "expires_text": f"{stamp(run.expires_at)} ({until(run.expires_at, now)})"
+        if run.expires_at
+        else "",
+        "deps_ref": None if run.deps_ref is None else json.dumps(run.deps_ref),
+        "parent_run_id": run.parent_run_id,
+        "parent_href": path("runs", run.parent_run_id) if run.parent_run_id else "",
+        "child_run_id": run.child_run_id,
+        "child_href": path("runs", run.child_run_id) if run.child_run_id else "",
+        "child_short": short(run.child_run_id or ""),
+        "lease_owner": run.lease_owner or "",
+        "undecided": len(run.undecided),
+        "output_text": output_text(run),
+        "error": run.outcome.error if run.outcome is not None else "",
+    }
+
+
+def audit_view(e: AuditEntry) -> dict[str, Any]:
+    detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
+    return {
+        "id": e.id,
+        "at_iso": iso(e.at),
+        "at_text": stamp(e.at),
+        "actor": e.actor,
+        "action": e.action.value,
+        "detail": detail,
+    }

@@ -1,0 +1,86 @@
+"""10,000 pending runs: the first inbox page holds the oldest calls, and paging reaches the rest."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+
+from golem.service import api
+from golem.store import CallKind, NewCall, NewRun, Store
+from golem.store.sqlite import SQLiteStore
+from tests.service.conftest import bearer
+from tests.service.test_inbox import sign_in
+
+N = 10_000
+
+
+async def _seed(tmp_path: Path) -> Path:
+    """Save N pending runs through the store, oldest first (IDs sort like their age)."""
+    path = tmp_path / "many.db"
+    store = await SQLiteStore.open(path)
+    try:
+        for i in range(N):
+            await store.save_pending(
+                NewRun(
+                    id=f"run-{i:05d}",
+                    agent="twin",
+                    conversation_id=f"c-{i:05d}",
+                    history=f'[{{"role": "user", "content": "request {i:05d}"}}]',
+                    calls=(NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
+                )
+            )
+    finally:
+        await store.close()
+    return path
+
+
+async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
+    tmp_path: Path, registry: object, monkeypatch: object
+) -> None:
+    from golem.service import create_app
+    from tests.service.conftest import make_auth
+
+    path = await _seed(tmp_path)
+    store: Store = await SQLiteStore.open(path)
+    loaded: list[int] = []
+    real = store.list_runs
+
+    async def counting(**kw: object) -> object:
+        runs = await real(**kw)  # type: ignore[arg-type]
+        loaded.append(len(runs))
+        return runs
+
+    store.list_runs = counting  # type: ignore[method-assign]
+    try:
+        app = create_app(registry, store, auth=make_auth())  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            calls = (await client.get("/api/calls", headers=bearer("alice"))).json()["calls"]
+            assert len(calls) == api.MAX_LIST_LIMIT
+            assert calls[0]["run_id"] == "run-00000"  # the oldest, first
+            assert calls[-1]["run_id"] == f"run-{api.MAX_LIST_LIMIT - 1:05d}"
+            assert sum(loaded) < api.MAX_LIST_LIMIT + 64  # the page, plus one-row probes
+            await sign_in(client)
+            page = (await client.get("/")).text
+            titles = re.findall(r'class="group-title">([^<]+)<', page)
+            assert titles[:3] == ["request 00000", "request 00001", "request 00002"]
+            assert len(titles) == 500
+            assert "(500+) Inbox" in page
+            link = re.search(r'<a href="([^"]+)">Newer runs', page)
+            assert link is not None
+            second = (await client.get(link.group(1).replace("&amp;", "&"))).text
+            titles = re.findall(r'class="group-title">([^<]+)<', second)
+            assert titles[0] == "request 00500"
+            seen, after = [], ""
+            while after is not None:  # the API pages reach every run once, in age order
+                url = "/api/calls?limit=500" + (f"&after={after}" if after else "")
+                body = (await client.get(url, headers=bearer("alice"))).json()
+                seen += [c["run_id"] for c in body["calls"]]
+                after = body["next_cursor"]
+            assert seen == [f"run-{i:05d}" for i in range(N)]
+            bad = await client.get("/api/calls?after=garbage", headers=bearer("alice"))
+            assert bad.status_code == 422
+    finally:
+        await store.close()

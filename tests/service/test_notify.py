@@ -1,0 +1,237 @@
+"""Webhook notifications, delivered to a local HTTP receiver: signed, retried, logged."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.service import create_app
+from golem.service.notify import Notifier, Webhook, sign, slack_message
+from golem.store import CallKind, NewCall, NewRun, Store, utc_now
+from golem.worker import start_run
+from tests.service._server import serve
+from tests.service.agents import build_registry
+from tests.service.conftest import bearer, make_auth
+
+SECRET = b"webhook-secret"
+WAIT = 20.0  # a guard against a hang, not a duration the test asserts
+
+
+class Receiver:
+    """A local HTTP server that records every POST; answers `statuses` in turn, then 200."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.statuses = list(statuses or [])
+        self.got = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                with receiver.got:
+                    receiver.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body}
+                    )
+                    receiver.got.notify_all()
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    async def wait_for(self, count: int) -> list[dict[str, Any]]:
+        def enough() -> bool:
+            with self.got:
+                return self.got.wait_for(lambda: len(self.requests) >= count, WAIT)
+
+        assert await asyncio.to_thread(enough), f"only {len(self.requests)} of {count} arrived"
+        return self.requests
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def _notifier(store: Store, *hooks: Webhook) -> Notifier:
+    return Notifier(
+        store, hooks, public_url="https://inbox.example/", retry_delays=(0.01, 0.02), timeout=5
+    )
+
+
+async def test_a_paused_run_is_posted_signed_with_a_deep_link(
+    store: Store, receiver: Receiver
+) -> None:
+    n = _notifier(store, Webhook(receiver.url + "/hook", secret=SECRET))
+    cursor = await store.last_change_id()
+    run = await start_run(store, build_registry(), "twin", "Ship it\nnow", started_by="alice")
+    await n.step(cursor)
+    (got,) = await receiver.wait_for(1)
+    body = json.loads(got["body"])
+    assert body["event"] == "run.paused"
+    assert body["run_id"] == run.id
+    assert body["title"] == "Ship it"
+    assert body["url"] == f"https://inbox.example/runs/{run.id}"
+    assert [c["call_id"] for c in body["calls"]] == ["c1", "c2"]
+    headers = {k.lower(): v for k, v in got["headers"].items()}
+    assert headers["x-golem-event"] == "run.paused"
+    stamp = headers["x-golem-timestamp"]
+    expected = hmac.new(SECRET, stamp.encode() + b"." + got["body"], hashlib.sha256).hexdigest()
+    assert headers["x-golem-signature"] == "sha256=" + expected == sign(SECRET, stamp, got["body"])
+    await n.close()
+
+
+async def test_a_failed_delivery_is_retried_and_logged(store: Store) -> None:
+    receiver = Receiver([500, 503])
+    try:
+        n = _notifier(store, Webhook(receiver.url))
+        cursor = await store.last_change_id()
+        await start_run(store, build_registry(), "twin", "go", started_by="alice")
+        await n.step(cursor)
+        await receiver.wait_for(3)
+        await n.drain()
+        (d,) = list(n.deliveries)
+        assert d.state == "delivered"
+        assert [a["status"] for a in d.attempts] == [500, 503, 200]
+        await n.close()
+    finally:
+        receiver.close()
+
+
+async def test_a_delivery_that_never_succeeds_is_failed_after_the_retries(store: Store) -> None:
+    n = _notifier(store, Webhook("http://127.0.0.1:9/unreachable"))
+    cursor = await store.last_change_id()
+    await start_run(store, build_registry(), "twin", "go", started_by="alice")
+    await n.step(cursor)
+    await n.drain()
+    (d,) = list(n.deliveries)
+    assert d.state == "failed"
+    assert len(d.attempts) == 3
+    assert all(a["status"] is None and a["error"] for a in d.attempts)
+    await n.close()
+
+
+async def test_ended_runs_expiring_calls_agents_and_events(
+    store: Store, receiver: Receiver
+) -> None:
+    n = _notifier(
+        store,
+        Webhook(receiver.url + "/ops", agents={"echo"}, events={"run.ended"}),
+        Webhook(receiver.url + "/all", events={"call.expiring"}),
+    )
+    cursor = await store.last_change_id()
+    await start_run(store, build_registry(), "echo", "hi", started_by="alice")  # completes
+    await start_run(store, build_registry(), "twin", "go", started_by="alice")  # paused: no hook
+    await store.save_pending(
+        NewRun(
+            id="soon",
+            agent="twin",
+            conversation_id="c",
+            history="[]",
+            calls=(
+                NewCall(
+                    "x", CallKind.APPROVAL, "deploy", "{}", deadline=utc_now() + timedelta(days=60)
+                ),
+                NewCall(
+                    "y",
+                    CallKind.APPROVAL,
+                    "deploy",
+                    "{}",
+                    deadline=utc_now() + timedelta(seconds=120),
+                ),
+            ),
+        )
+    )
+    cursor = await n.step(cursor)
+    await n.step(cursor)  # a second look does not warn twice
+    got = await receiver.wait_for(2)
+    await n.drain()
+    by_path = {r["path"]: json.loads(r["body"]) for r in got}
+    assert set(by_path) == {"/ops", "/all"}
+    assert by_path["/ops"]["event"] == "run.ended"
+    assert by_path["/ops"]["outcome"]["status"] == "completed"
+    assert by_path["/all"]["event"] == "call.expiring"
+    assert [c["call_id"] for c in by_path["/all"]["calls"]] == ["y"]
+    assert len(receiver.requests) == 2
+    await n.close()
+
+
+def test_slack_messages_escape_model_text() -> None:
+    body = {
+        "event": "run.paused",
+        "title": "<!channel> & <https://evil|click>",
+        "agent": "ops",
+        "run_id": "r",
+        "status": "pending",
+        "url": "https://inbox.example/runs/r",
+        "calls": [{"tool_name": "deploy<x>"}],
+    }
+    msg = slack_message(body)
+    text = msg["blocks"][0]["text"]["text"]
+    assert "<!channel>" not in text
+    assert "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;" in text
+    assert "<https://inbox.example/runs/r|" in text
+    assert "deploy&lt;x&gt;" in text
+
+
+def test_webhook_specs_and_validation() -> None:
+    assert Webhook.parse("https://h.example/x").agents is None
+    hook = Webhook.parse("ops=slack+https://hooks.slack.com/services/T/B/SECRET")
+    assert hook.agents == frozenset({"ops"})
+    assert hook.format == "slack"
+    assert "SECRET" not in hook.shown_url
+    assert "SECRET" not in repr(Webhook("https://h.example", secret=b"SECRET"))
+    with pytest.raises(ValueError, match="http"):
+        Webhook("ftp://h.example")
+    with pytest.raises(ValueError, match="unknown webhook events"):
+        Webhook("https://h.example", events=frozenset({"run.exploded"}))
+
+
+async def test_the_service_sends_webhooks_and_shows_the_delivery_log(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    app = create_app(
+        build_registry(),
+        f"sqlite:///{tmp_path / 'n.db'}",
+        auth=make_auth(),
+        webhooks=[Webhook(receiver.url + "/svc", secret=SECRET)],
+        public_url="https://inbox.example",
+    )
+
+    def use(base: str) -> None:
+        with httpx.Client(base_url=base, headers=bearer("alice")) as http:
+            run = http.post("/api/runs", json={"agent": "twin", "prompt": "go"}).json()["run"]
+            asyncio.run(receiver.wait_for(1))
+            log = http.get("/api/notifications").json()["deliveries"]
+            assert log[0]["run_id"] == run["id"]
+            assert log[0]["event"] == "run.paused"
+            assert log[0]["url"] == receiver.url + "/svc"
+        with httpx.Client(base_url=base, headers=bearer("olga")) as http:  # twin is hers too
+            assert len(http.get("/api/notifications").json()["deliveries"]) == 1
+
+    with serve(app) as base:
+        await asyncio.to_thread(use, base)
