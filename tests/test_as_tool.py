@@ -397,3 +397,81 @@ def test_the_sub_agents_span_nests_under_the_parents_tool_span() -> None:
     sub_span = spans["invoke_agent helper"]
     assert sub_span.parent is not None
     assert sub_span.parent.span_id == tool_span.context.span_id
+
+
+def test_approval_does_not_leak_into_the_sub_agents_other_calls() -> None:
+    log: list[str] = []
+    parent, paused = paused_parent(
+        log,
+        calls(("s3", "list_files", {})),  # list_files asserts it is not approved
+        text("Deleted a.log; b.log is left.", 1),
+        parent_after=(text("Done.", 1),),
+    )
+    done = parent.run_with_deferred_results_sync(
+        paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
+    )
+    assert done.output == "Done."
+    assert log == ["a.log"]
+
+
+async def test_a_nested_resume_streams() -> None:
+    log: list[str] = []
+    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted.", 1), log=log)
+    parent = Agent(ScriptedModel(ask("clean"), text("All clean.", 1)), tools=[sub.as_tool()])
+    paused = await parent.run("tidy")
+    async with parent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"p1/s1": True}}
+    ) as stream:
+        items = [item async for item in stream]
+    assert stream.result.output == "All clean."
+    assert log == ["a.log"]
+    assert items
+
+
+def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
+    log: list[str] = []
+    key = b"k" * 32
+    # compact argument JSON: the history JSON re-serializes arguments, and a seal covers
+    # their exact text (reported: spaced arguments fail verification after a round trip)
+    sealed_turn = ModelResponse(
+        message=Message(
+            role="assistant", tool_calls=[ToolCall("s1", "delete_file", '{"path":"a.log"}')]
+        ),
+        finish_reason="tool_call",
+    )
+    sub = Agent(
+        ScriptedModel(sealed_turn, text("Deleted.", 1)),
+        name="janitor",
+        seal_key=key,
+    )
+
+    @sub.tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "delete?")
+        log.append(path)
+        return "deleted"
+
+    parent = Agent(ScriptedModel(ask("clean"), text("ok", 1)), tools=[sub.as_tool()], seal_key=key)
+    paused = parent.run_sync("tidy")
+    assert paused.pending is not None
+    assert paused.pending.approvals[0].seal
+    tampered = [
+        *paused.messages[:-1],
+        Message(
+            role="tool",
+            content=paused.messages[-1].content.replace("a.log", "etc/passwd"),
+            tool_call_id="p1",
+            tool_name="janitor",
+        ),
+    ]
+    with pytest.raises(ResumeError):
+        parent.run_with_deferred_results_sync(
+            tampered, DeferredResults(approvals={"p1/s1": Approval(True)})
+        )
+    assert log == []
+    done = parent.run_with_deferred_results_sync(
+        paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
+    )
+    assert (done.output, log) == ("ok", ["a.log"])
