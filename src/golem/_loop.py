@@ -327,15 +327,10 @@ class _Outcome:
 
 
 async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
-    if state.tracer is not None:  # the call's span is current while the tool runs
-        with state.tracer.tool_scope(call.id):
-            return await _run_tool(policy, state, tool, call)
-    return await _run_tool(policy, state, tool, call)
-
-
-async def _run_tool(policy: Policy, state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
     ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
     timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
+    tracer = state.tracer  # when tracing, the call's span is current while the tool runs
+    entered = tracer.enter_tool(call.id) if tracer is not None else None
     try:
         result = await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
@@ -344,6 +339,9 @@ async def _run_tool(policy: Policy, state: RunState, tool: Tool, call: ToolCall)
         # classified in a helper so no local of this frame (which the traceback holds)
         # references the exception: no reference cycle keeps the run's state alive
         return _classify(exc)
+    finally:
+        if tracer is not None:
+            tracer.leave_tool(entered)
     return _Outcome("ok", result=result)
 
 

@@ -172,6 +172,7 @@ class Agent(Generic[DepsT, OutputT]):
         if tracer_provider is not None:
             import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
         self.tracer_provider = tracer_provider
+        self._agent_tools: tuple[int, bool] | None = None
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
@@ -300,11 +301,7 @@ class Agent(Generic[DepsT, OutputT]):
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
         tracer = self._run_tracer(state, trace_context)
-        nested = has_agent_tools(policy.tools)
-        if tracer is None and not nested:
-            if before is not None:
-                await before()
-            return await run_loop(policy, state, stream=stream)
+        nested = self._nested(policy.tools)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
                 if before is not None:
@@ -319,6 +316,24 @@ class Agent(Generic[DepsT, OutputT]):
         if tracer is None:
             return result
         return copy_result(result, trace_context=tracer.finish(result))
+
+    def _plain(self, policy: Policy) -> bool:
+        """True when a run needs neither spans nor sub-agent scoping (the fast path)."""
+        return (
+            self.tracer_provider is None
+            and "golem.otel" not in sys.modules
+            and not self._nested(policy.tools)
+        )
+
+    def _nested(self, tools: Mapping[str, Tool]) -> bool:
+        """Whether `tools` hold an agent tool (remembered for the agent's own tools, which
+        only grow)."""
+        if tools is not self.tools:
+            return has_agent_tools(tools)
+        known = self._agent_tools
+        if known is None or known[0] != len(tools):
+            known = self._agent_tools = (len(tools), has_agent_tools(tools))
+        return known[1]
 
     def as_tool(
         self,
@@ -482,7 +497,10 @@ class Agent(Generic[DepsT, OutputT]):
                 state = await self._prepare(
                     prompt, deps, history, run_id, conversation_id, on_event
                 )
-                return await self._run_traced(self._policy(tools), state)
+                policy = self._policy(tools)
+                if self._plain(policy):
+                    return await run_loop(policy, state)
+                return await self._run_traced(policy, state)
 
     def run_sync(
         self,
@@ -537,7 +555,10 @@ class Agent(Generic[DepsT, OutputT]):
                         prompt, deps, history, run_id, conversation_id, on_event
                     )
                     state.sink = sink
-                    return await self._run_traced(self._policy(tools), state, stream=True)
+                    policy = self._policy(tools)
+                    if self._plain(policy):
+                        return await run_loop(policy, state, stream=True)
+                    return await self._run_traced(policy, state, stream=True)
 
         return RunStream(start)
 
@@ -579,16 +600,31 @@ class Agent(Generic[DepsT, OutputT]):
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
         state.sink = sink
-
-        async def resolve() -> None:
-            merged = await deferred.resume(plan, policy, state, before_approved)
-            await self._open(state, [m for m in merged if m.role != "system"])
-            if user is not None and (user.content or user.parts):
-                state.messages.append(_stamp(user, state))
-
+        stream = sink is not None
+        if self._plain(policy):
+            await self._resolve(plan, policy, state, before_approved, user)
+            return await run_loop(policy, state, stream=stream)
         return await self._run_traced(
-            policy, state, stream=sink is not None, trace_context=trace_context, before=resolve
+            policy,
+            state,
+            stream=stream,
+            trace_context=trace_context,
+            before=lambda: self._resolve(plan, policy, state, before_approved, user),
         )
+
+    async def _resolve(
+        self,
+        plan: deferred.ResumePlan,
+        policy: Policy,
+        state: RunState,
+        before_approved: BeforeApproved | None,
+        user: Message | None,
+    ) -> None:
+        """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
+        merged = await deferred.resume(plan, policy, state, before_approved)
+        await self._open(state, [m for m in merged if m.role != "system"])
+        if user is not None and (user.content or user.parts):
+            state.messages.append(_stamp(user, state))
 
     async def _resume_nested(
         self,
@@ -695,7 +731,7 @@ class Agent(Generic[DepsT, OutputT]):
         """
         with _ClearedApproval():
             async with self._toolsets_entered() as tools:
-                if has_agent_tools(tools):
+                if self._nested(tools):
                     supplied = _as_history(history)
                     if paused_records(supplied):
                         return await self._resume_nested(
@@ -783,7 +819,7 @@ class Agent(Generic[DepsT, OutputT]):
         """
         self._check_streaming()
         plan: deferred.ResumePlan | None = None
-        nested = has_agent_tools(self.tools) and paused_records(_as_history(history))
+        nested = self._nested(self.tools) and paused_records(_as_history(history))
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
                 history, results, conversation_id, expected, self._policy(self.tools)

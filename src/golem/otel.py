@@ -24,8 +24,7 @@ Only `opentelemetry-api` is needed at run time; without `instrument()` or an age
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -269,18 +268,18 @@ class RunTracer:
 
     # ----------------------------------------------------------------- tool context
 
-    @contextmanager
-    def tool_scope(self, call_id: str) -> Iterator[None]:
-        """Make the call's `execute_tool` span current while the tool runs."""
+    def enter_tool(self, call_id: str) -> object | None:
+        """Make the call's `execute_tool` span current (in the tool's own task); returns the
+        token `leave_tool` takes."""
         span = self._tools.get(call_id)
         if span is None:
-            yield
-            return
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            yield
-        finally:
-            otel_context.detach(token)
+            return None
+        return otel_context.attach(trace.set_span_in_context(span))
+
+    def leave_tool(self, token: object | None) -> None:
+        """Undo `enter_tool`."""
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
 
     def tool_span_context(self, call_id: str) -> otel_context.Context | None:
         """The context of a running call's span (for spans started inside the tool)."""
