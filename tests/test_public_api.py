@@ -20,20 +20,24 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled DeferKind Deferred DeferredRequests DeferredResults EventKind "
         "Failed GolemError HistoryRepair Message ModelRetry Part PartialResult PendingToolCall "
-        "ProviderError Result ResumeError RunContext RunError RunEvent RunPaused RunStream "
-        "SanitizeReport Stage ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout "
-        "UnsafePart Usage UsageLimitExceeded UsageLimits __version__ approved_call call_approved "
-        "dumps_history loads_history new_id normalize_history sanitize_history"
+        "ProviderError RejectedCall Result ResumeError RunContext RunError RunEvent RunPaused "
+        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall "
+        "ToolError ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits "
+        "__version__ approved_call call_approved dumps_history loads_history new_id "
+        "normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
         "PAUSED_MARKER AgentTool SubAgentPaused agent_tool copy_result has_agent_tools "
         "paused_records resume run_scope surface"
     ),
-    "golem.cli": "INSTALL_HINT answer approve build_app demo deny main pending serve show worker",
+    "golem.cli": (
+        "INSTALL_HINT answer approve build_app demo deny main pending resolve serve show worker"
+    ),
     "golem.deferred": (
-        "Approval DeferredRequests DeferredResults PendingToolCall check_results denial_text "
-        "merge pending_calls requests_from rerun_approved"
+        "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumePlan "
+        "as_results check_results check_resume denial_text edited_text merge pause "
+        "pending_calls requests_from rerun_approved resume"
     ),
     "golem.demo": (
         "DEMO_PROMPT SERVICES build_agent build_registry check_health open_ticket registry "
@@ -42,18 +46,19 @@ PUBLIC_ALL = {
     "golem.errors": (
         "AuthenticationError BadRequest GolemError Overloaded ProviderConnectionError "
         "ProviderError ProviderTimeout RateLimited ResponseFormatError ResumeError RunError "
-        "RunPaused Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
+        "RunPaused SealError Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
     ),
     "golem.events": "EventHandler EventKind RunEvent dispatch",
     "golem.history": (
-        "INTERRUPTED_TEXT HistoryRepair SanitizeReport UnsafePart normalize_history "
-        "sanitize_history validate_history"
+        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart "
+        "normalize_history sanitize_history validate_history"
     ),
     "golem.mcp": (
         "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints default_decision"
     ),
     "golem.messages": (
-        "PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history loads_history"
+        "MAX_ARGS_DEPTH PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history "
+        "loads_history"
     ),
     "golem.model": (
         "FINISH_REASONS TOOL_CHOICE_MODES Delta FinishReason Model ModelRequest ModelResponse "
@@ -69,52 +74,78 @@ PUBLIC_ALL = {
         "sse_events"
     ),
     "golem.providers.gemini": (
-        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response parse_stream "
-        "sse_events"
+        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response "
+        "parse_stream sse_events"
     ),
-    "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel",
+    "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.result": "PartialResult Result",
+    "golem.seal": "SealKey SealKeys as_seal_keys seal_call seal_pending verify_call",
     "golem.service": "Approver AuthConfig Credential create_app",
     "golem.service.api": (
-        "ApiError DecisionBody ServiceState StartRunBody agents audit_json bearer call_json "
-        "check_json_value check_text decide decide_call decision_json health list_calls list_runs "
-        "load_run not_found parse_json pending_calls read_json require_store run_detail_json "
-        "run_json show_run start start_for store_error stream_token visible_runs whoami"
+        "MAX_JSON_DEPTH ApiError PendingPage ServiceState agents audit_json audit_model bearer "
+        "call_json call_model check_json_value check_text decide decide_call decision_json "
+        "decision_model edited_approval health list_calls list_runs load_run not_found "
+        "oldest_runs parse_json pending_calls pending_page read_json read_query require_store "
+        "respond run_detail_json run_detail_model run_json run_model schema_problems show_run "
+        "start start_for store_error stream_token to_decision visible_runs whoami"
     ),
     "golem.service.app": "ROUTES BodyLimit RefuseNul SecurityHeaders create_app",
+    "golem.service.audit": (
+        "AUDIT_SCAN AuditRow api_audit api_deliveries audit_page audit_rows deliveries_page"
+    ),
     "golem.service.auth": (
         "MIN_SECRET_BYTES Approver AuthConfig Credential LoginLimiter token_digest"
     ),
     "golem.service.inbox": (
-        "SESSION_COOKIE call_view decide_form inbox_page login login_page logout render_error "
-        "run_page run_view runs_page same_origin session start_form"
+        "PAGE_RUNS SESSION_COOKIE decide_form decide_run_form inbox_page login login_page "
+        "login_redirect logout render_audit render_error render_page run_page runs_page "
+        "same_origin session start_form"
     ),
     "golem.service.limits": "MAX_CURSOR GuardedEvents parse_cursor",
-    "golem.service.openapi": "openapi_document",
+    "golem.service.notify": "Delivery Notifier Webhook payload sign slack_message",
+    "golem.service.openapi": "HTML REDIRECT SSE Operation openapi_document operation",
+    "golem.service.schemas": (
+        "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList AuditListItem "
+        "AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
+        "DecisionOut DecisionResult DeliveryAttempt DeliveryItem DeliveryList ErrorBody "
+        "ErrorDetail ErrorInfo EventsQuery Health LoginForm LogoutForm OpenApiDocument Outcome "
+        "Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm StartRunBody "
+        "StreamToken WhoAmI"
+    ),
     "golem.service.stream": "events",
+    "golem.service.views": (
+        "LONG_CHARS LONG_LINES PREVIEW_LINES SOON_SECONDS ago arg_fields args_diff audit_view "
+        "call_view context_of digest editable_json first_line group_views iso link_next "
+        "message_views outcome_line output_text path pretty_json reveal_html run_view short "
+        "span stamp until"
+    ),
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
-        "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
-        "LeaseLost NewCall NewRun Outcome PendingCallRecord RunNotFound RunNotPending RunRecord "
-        "RunStatus Store StoreError open_store utc_now"
+        "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store "
+        "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
-        "LeaseLost NewCall NewRun Outcome PendingCallRecord RunNotFound RunNotPending RunRecord "
-        "RunStatus"
+        "LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
+        "RunNotPending RunRecord RunStatus"
     ),
     "golem.store.sqlite": "SQLiteStore",
-    "golem.testing": "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas",
+    "golem.testing": (
+        "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"
+    ),
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
-        "ToolResult approved_call call_approved find_signal to_tool_result"
+        "ToolResult approved_call call_approved find_signal idempotency_key to_tool_result"
     ),
     "golem.toolset": "Toolset enter_all resolve_tools",
     "golem.usage": "Price Usage UsageLimits",
     "golem.worker": (
-        "AgentEntry AgentRegistry SweepReport Worker load_registry new_run_from_result start_run"
+        "RETRY_REFUSAL AgentEntry AgentRegistry StoredCallMismatch SweepReport Worker "
+        "load_registry new_run_from_result start_run"
     ),
 }
 

@@ -26,7 +26,7 @@ from golem.tool import DeferKind, Deferred, call_approved
 from .openai_fixtures import chunk, sse
 
 DELETE_ARGS = '{"path": "/tmp/report.txt"}'
-STORED_DELETE_ARGS = '{"path":"/tmp/report.txt"}'
+STORED_DELETE_ARGS = DELETE_ARGS  # the history JSON keeps argument bytes exact (ADR 0015)
 LIST_ARGS = '{"directory":"/tmp"}'
 USAGE = {
     "prompt_tokens": 120,

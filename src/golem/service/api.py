@@ -814,7 +814,7 @@ async def agents(request: Request) -> Response:
     return respond(
         schemas.AgentList(
             agents=[
-                schemas.Agent(
+                schemas.AgentInfo(
                     name=name,
                     description=entries[name].description,
                     can_start=cred.approver.may_start(name),

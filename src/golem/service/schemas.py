@@ -18,7 +18,7 @@ from golem.store import AuditAction, CallKind, RunStatus
 __all__ = [
     "MAX_EXPIRES_IN",
     "MAX_LIST_LIMIT",
-    "Agent",
+    "AgentInfo",
     "AgentList",
     "AuditItem",
     "AuditList",
@@ -369,7 +369,7 @@ class DecisionResult(_Out):
     run: Run
 
 
-class Agent(_Out):
+class AgentInfo(_Out):
     """A registered agent the caller may see."""
 
     name: str
@@ -380,7 +380,7 @@ class Agent(_Out):
 class AgentList(_Out):
     """`{"agents": [...]}`."""
 
-    agents: list[Agent]
+    agents: list[AgentInfo]
 
 
 class Health(_Out):
