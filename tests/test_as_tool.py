@@ -431,14 +431,7 @@ async def test_a_nested_resume_streams() -> None:
 def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
     log: list[str] = []
     key = b"k" * 32
-    # compact argument JSON: the history JSON re-serializes arguments, and a seal covers
-    # their exact text (reported: spaced arguments fail verification after a round trip)
-    sealed_turn = ModelResponse(
-        message=Message(
-            role="assistant", tool_calls=[ToolCall("s1", "delete_file", '{"path":"a.log"}')]
-        ),
-        finish_reason="tool_call",
-    )
+    sealed_turn = calls(("s1", "delete_file", {"path": "a.log"}))
     sub = Agent(
         ScriptedModel(sealed_turn, text("Deleted.", 1)),
         name="janitor",

@@ -555,10 +555,7 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Path, errlog: Any)
     from golem import ResumeError
 
     key = b"s" * 32
-    # compact argument JSON: a seal covers the exact text, which the history JSON normalizes
-    turn = Message(
-        role="assistant", tool_calls=[ToolCall("c1", "t_delete_file", '{"path":"a.log"}')]
-    )
+    turn = calls(("c1", "t_delete_file", {"path": "a.log"}))
     model = ScriptedModel(turn, "done")
     agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], seal_key=key)
     paused = agent.run_sync("go")
