@@ -21,19 +21,23 @@ PUBLIC_ALL = {
         "Agent Approval Canceled DeferKind Deferred DeferredRequests DeferredResults EventKind "
         "Failed GolemError HistoryRepair Message ModelRetry Part PartialResult PendingToolCall "
         "ProviderError RejectedCall Result ResumeError RunContext RunError RunEvent RunPaused "
-        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall ToolError "
-        "ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits __version__ "
-        "approved_call call_approved dumps_history loads_history new_id normalize_history "
-        "sanitize_history"
+        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall "
+        "ToolError ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits "
+        "__version__ approved_call call_approved dumps_history loads_history new_id "
+        "normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
+    "golem.agent_tool": (
+        "PAUSED_MARKER AgentTool SubAgentPaused agent_tool copy_result has_agent_tools "
+        "paused_records resume run_scope surface"
+    ),
     "golem.cli": (
         "INSTALL_HINT answer approve build_app demo deny main pending resolve serve show worker"
     ),
     "golem.deferred": (
         "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumePlan "
-        "as_results check_results check_resume denial_text edited_text merge pause pending_calls "
-        "requests_from rerun_approved resume"
+        "as_results check_results check_resume denial_text edited_text merge pause "
+        "pending_calls requests_from rerun_approved resume"
     ),
     "golem.demo": (
         "DEMO_PROMPT SERVICES build_agent build_registry check_health open_ticket registry "
@@ -46,10 +50,13 @@ PUBLIC_ALL = {
     ),
     "golem.events": "EventHandler EventKind RunEvent dispatch",
     "golem.history": (
-        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart normalize_history "
-        "sanitize_history validate_history"
+        "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart "
+        "normalize_history sanitize_history validate_history"
     ),
-    "golem.mcp": "ApprovalPolicy MCPCall MCPServer MCPServerError ToolHints default_decision",
+    "golem.mcp": (
+        "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints "
+        "default_decision"
+    ),
     "golem.messages": (
         "MAX_ARGS_DEPTH PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history "
         "loads_history"
@@ -58,14 +65,18 @@ PUBLIC_ALL = {
         "FINISH_REASONS TOOL_CHOICE_MODES Delta FinishReason Model ModelRequest ModelResponse "
         "StreamingModel ThinkingDelta ToolCallDelta ToolChoice ToolSpec check_tool_choice"
     ),
+    "golem.otel": (
+        "RunTracer format_traceparent instrument is_instrumented parse_traceparent run_tracer "
+        "uninstrument"
+    ),
     "golem.providers": "OLLAMA_BASE_URL FallbackModel infer_model",
     "golem.providers.anthropic": (
         "AnthropicModel OutputMode StreamParser build_request_body parse_response parse_stream "
         "sse_events"
     ),
     "golem.providers.gemini": (
-        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response parse_stream "
-        "sse_events"
+        "DEFAULT_BASE_URL GeminiModel StreamParser build_request_body parse_response "
+        "parse_stream sse_events"
     ),
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.result": "PartialResult Result",
@@ -88,8 +99,8 @@ PUBLIC_ALL = {
     ),
     "golem.service.inbox": (
         "PAGE_RUNS SESSION_COOKIE decide_form decide_run_form inbox_page login login_page "
-        "login_redirect logout render_audit render_error render_page run_page runs_page "
-        "same_origin session start_form"
+        "login_redirect logout render_audit render_error render_page resolve_form run_page "
+        "runs_page same_origin session start_form"
     ),
     "golem.service.limits": "MAX_CURSOR GuardedEvents parse_cursor",
     "golem.service.notify": "Delivery Notifier Webhook payload sign slack_message",
@@ -99,21 +110,22 @@ PUBLIC_ALL = {
         "AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
         "DecisionOut DecisionResult DeliveryAttempt DeliveryItem DeliveryList ErrorBody "
         "ErrorDetail ErrorInfo EventsQuery Health LoginForm LogoutForm OpenApiDocument Outcome "
-        "Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm StartRunBody "
-        "StreamToken WhoAmI"
+        "ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm "
+        "StartRunBody StreamToken WhoAmI"
     ),
     "golem.service.stream": "events",
     "golem.service.views": (
-        "LONG_CHARS LONG_LINES PREVIEW_LINES SOON_SECONDS ago arg_fields args_diff audit_view "
-        "call_view context_of digest editable_json first_line group_views iso link_next "
-        "message_views outcome_line output_text path pretty_json reveal_html run_view short span "
-        "stamp until"
+        "LONG_CHARS LONG_LINES PREVIEW_LINES SOON_SECONDS Presentation Presenter ago arg_fields "
+        "args_diff audit_view call_view context_of digest editable_json first_line group_views "
+        "iso link_next message_views outcome_line output_text path presentation_view "
+        "pretty_json reveal_html run_view short span stamp until"
     ),
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
-        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store utc_now"
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreError open_store "
+        "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
@@ -123,7 +135,9 @@ PUBLIC_ALL = {
         "RunNotPending RunRecord RunStatus"
     ),
     "golem.store.sqlite": "SQLiteStore",
-    "golem.testing": "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas",
+    "golem.testing": (
+        "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"
+    ),
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
         "ToolResult approved_call call_approved find_signal idempotency_key to_tool_result"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from golem import deferred
 from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
@@ -35,6 +35,9 @@ from golem.tool import (
 )
 from golem.toolset import Toolset, resolve_tools
 from golem.usage import Usage, UsageLimits
+
+if TYPE_CHECKING:
+    from golem.otel import RunTracer
 
 __all__ = ["Policy", "RunState", "run_loop"]
 
@@ -94,6 +97,8 @@ class RunState:
     """Correction feedbacks given per tool name (the tool retry budget)."""
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
+    tracer: RunTracer | None = None
+    """The run's spans when tracing is on (`golem.otel`)."""
 
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if not self.observers and self.sink is None:
@@ -324,6 +329,8 @@ class _Outcome:
 async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) -> _Outcome:
     ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
     timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
+    tracer = state.tracer  # when tracing, the call's span is current while the tool runs
+    entered = tracer.enter_tool(call.id) if tracer is not None else None
     try:
         result = await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
@@ -332,6 +339,9 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
         # classified in a helper so no local of this frame (which the traceback holds)
         # references the exception: no reference cycle keeps the run's state alive
         return _classify(exc)
+    finally:
+        if tracer is not None:
+            tracer.leave_tool(entered)
     return _Outcome("ok", result=result)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import sys
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -16,7 +17,7 @@ from collections.abc import (
 )
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Concatenate, Generic, ParamSpec, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, overload
 
 import pydantic
 from typing_extensions import TypeVar, deprecated
@@ -24,6 +25,16 @@ from typing_extensions import TypeVar, deprecated
 from golem import deferred
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
+from golem.agent_tool import (
+    AgentTool,
+    agent_tool,
+    copy_result,
+    has_agent_tools,
+    paused_records,
+    run_scope,
+    surface,
+)
+from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
@@ -35,6 +46,9 @@ from golem.seal import SealKey, SealKeys, as_seal_keys
 from golem.tool import ModelRetry, RunContext, Tool, _ClearedApproval
 from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
+
+if TYPE_CHECKING:
+    from golem.otel import RunTracer
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
 
@@ -89,6 +103,8 @@ class Agent(Generic[DepsT, OutputT]):
             whose seal verifies (bytes of at least 32, or `SealKeys` for rotation; see
             `golem.seal`). Keep it secret and the same across the processes that pause
             and resume.
+        tracer_provider: An OpenTelemetry `TracerProvider` for this agent's run, model
+            and tool spans (see `golem.otel`; needs the `[otel]` extra).
 
     Raises:
         TypeError: `model` is neither a `Model` nor a "provider:model" string.
@@ -119,6 +135,7 @@ class Agent(Generic[DepsT, OutputT]):
         tool_choice: ToolChoice = "auto",
         toolsets: Iterable[Toolset] = (),
         seal_key: SealKey | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if isinstance(model, str):
             from golem.providers import infer_model
@@ -162,6 +179,10 @@ class Agent(Generic[DepsT, OutputT]):
         """Seals pending calls when a run pauses; verifies them on resume (None: no seals)."""
         self.tool_choice = check_tool_choice(tool_choice)
         """Sent on every model request: "auto", "required", "none" or a tool name."""
+        if tracer_provider is not None:
+            import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
+        self.tracer_provider = tracer_provider
+        self._agent_tools: tuple[int, bool] | None = None
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
@@ -278,6 +299,90 @@ class Agent(Generic[DepsT, OutputT]):
             except Exception as exc:
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
+
+    def _run_tracer(self, state: RunState, trace_context: str = "") -> RunTracer | None:
+        """Start the run's span when tracing is on (`golem.otel`), else None."""
+        if self.tracer_provider is None and "golem.otel" not in sys.modules:
+            return None  # golem.otel never imported: tracing is off, nothing to ask
+        from golem.otel import run_tracer
+
+        tracer = run_tracer(self, self.tracer_provider, trace_context)
+        if tracer is not None:
+            tracer.start(state)
+            state.tracer = tracer
+            state.observers = (tracer.on_event, *state.observers)
+        return tracer
+
+    async def _run_traced(
+        self,
+        policy: Policy,
+        state: RunState,
+        *,
+        stream: bool = False,
+        trace_context: str = "",
+        before: Callable[[], Awaitable[None]] | None = None,
+    ) -> Result[OutputT]:
+        """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
+        and collecting sub-agent pauses when the agent has agent tools."""
+        tracer = self._run_tracer(state, trace_context)
+        nested = self._nested(policy.tools)
+        try:
+            with run_scope(state) if nested else contextlib.nullcontext() as scope:
+                if before is not None:
+                    await before()
+                result = await run_loop(policy, state, stream=stream)
+            if scope is not None:
+                result = surface(result, scope)
+        except BaseException as exc:
+            if tracer is not None:
+                tracer.fail(exc)
+            raise
+        if tracer is None:
+            return result
+        return copy_result(result, trace_context=tracer.finish(result))
+
+    def _plain(self, policy: Policy) -> bool:
+        """True when a run needs neither spans nor sub-agent scoping (the fast path)."""
+        return (
+            self.tracer_provider is None
+            and "golem.otel" not in sys.modules
+            and not self._nested(policy.tools)
+        )
+
+    def _nested(self, tools: Mapping[str, Tool]) -> bool:
+        """Whether `tools` hold an agent tool (remembered for the agent's own tools, which
+        only grow)."""
+        if tools is not self.tools:
+            return has_agent_tools(tools)
+        known = self._agent_tools
+        if known is None or known[0] != len(tools):
+            known = self._agent_tools = (len(tools), has_agent_tools(tools))
+        return known[1]
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        deps: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> AgentTool:
+        """This agent as a tool of another agent (see `golem.agent_tool`).
+
+        The tool takes a `prompt`; the result is this agent's output. When this agent
+        pauses, the calling agent pauses with this agent's pending calls, namespaced as
+        `<call id>/<sub call id>`.
+
+        Args:
+            name: The tool name (default: the agent's `name`).
+            description: What the agent does, for the calling model.
+            deps: Maps the caller's `deps` to this agent's (default: passed unchanged).
+            timeout: Seconds the whole sub-run may take.
+
+        Raises:
+            ValueError: no name (neither given nor the agent's), or a name with "/".
+        """
+        return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
         """What one run follows: the agent's configuration as it is when the run starts,
@@ -440,7 +545,10 @@ class Agent(Generic[DepsT, OutputT]):
                 state = await self._prepare(
                     prompt, deps, history, run_id, conversation_id, on_event
                 )
-                return await run_loop(self._policy(tools), state)
+                policy = self._policy(tools)
+                if self._plain(policy):
+                    return await run_loop(policy, state)
+                return await self._run_traced(policy, state)
 
     @overload
     def run_sync(
@@ -543,7 +651,10 @@ class Agent(Generic[DepsT, OutputT]):
                         prompt, deps, history, run_id, conversation_id, on_event
                     )
                     state.sink = sink
-                    return await run_loop(self._policy(tools), state, stream=True)
+                    policy = self._policy(tools)
+                    if self._plain(policy):
+                        return await run_loop(policy, state, stream=True)
+                    return await self._run_traced(policy, state, stream=True)
 
         return RunStream(start)
 
@@ -580,15 +691,84 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None,
         before_approved: BeforeApproved | None,
         sink: Callable[[Delta | RunEvent], None] | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
         state.sink = sink
+        stream = sink is not None
+        if self._plain(policy):
+            await self._resolve(plan, policy, state, before_approved, user)
+            return await run_loop(policy, state, stream=stream)
+        return await self._run_traced(
+            policy,
+            state,
+            stream=stream,
+            trace_context=trace_context,
+            before=lambda: self._resolve(plan, policy, state, before_approved, user),
+        )
+
+    async def _resolve(
+        self,
+        plan: deferred.ResumePlan,
+        policy: Policy,
+        state: RunState,
+        before_approved: BeforeApproved | None,
+        user: Message | None,
+    ) -> None:
+        """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
         merged = await deferred.resume(plan, policy, state, before_approved)
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
-        return await run_loop(policy, state, stream=sink is not None)
+
+    async def _resume_nested(
+        self,
+        tools: Mapping[str, Tool],
+        history: list[Message],
+        results: Resolutions,
+        prompt: Prompt,
+        deps: Any,
+        run_id: str | None,
+        conversation_id: str | None,
+        on_event: EventHandler | None,
+        before_approved: BeforeApproved | None,
+        sink: Callable[[Delta | RunEvent], None] | None,
+        trace_context: str,
+    ) -> Result[OutputT]:
+        """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
+        policy = self._policy(tools)
+
+        def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+            return self._check_resume(merged, own, conversation_id, None, policy)
+
+        async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
+            state = self._state(deps, run_id, plan.conversation_id, on_event)
+            merged = await deferred.resume(plan, policy, state, before_approved)
+            return merged, state.tool_calls
+
+        async def resume_parent(plan: deferred.ResumePlan) -> Result[OutputT]:
+            return await self._resume(
+                plan, policy, prompt, deps, run_id, on_event, before_approved, sink, trace_context
+            )
+
+        async def continue_parent(merged: list[Message]) -> Result[OutputT]:
+            state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
+            state.sink = sink
+            return await self._run_traced(
+                policy, state, stream=sink is not None, trace_context=trace_context
+            )
+
+        return await resume_nested(
+            history,
+            deferred.as_results(results),
+            tools,
+            deps=deps,
+            check_parent=check_parent,
+            apply_parent=apply_parent,
+            resume_parent=resume_parent,
+            continue_parent=continue_parent,
+        )
 
     @overload
     async def run_with_deferred_results(
@@ -603,6 +783,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]: ...
 
     @overload
@@ -618,6 +799,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]: ...
 
     async def run_with_deferred_results(
@@ -632,6 +814,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]:
         """Resume a paused run from its history with a resolution for every pending call.
 
@@ -657,6 +840,11 @@ class Agent(Generic[DepsT, OutputT]):
             before_approved: Awaited with each approved call right before it
                 re-executes; an exception it raises propagates unchanged and nothing
                 more runs (a store proving it still holds its lease).
+            trace_context: The paused run's `Result.trace_context`: when tracing is on
+                (`golem.otel`), the resumed run's span links to the paused run's span.
+
+        A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
+        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
 
         Raises:
             ResumeError: before anything runs, when the history has no pending calls, a
@@ -671,10 +859,33 @@ class Agent(Generic[DepsT, OutputT]):
         """
         with _ClearedApproval():
             async with self._toolsets_entered() as tools:
+                if self._nested(tools):
+                    supplied = _as_history(history)
+                    if paused_records(supplied):
+                        return await self._resume_nested(
+                            tools,
+                            supplied,
+                            results,
+                            prompt,
+                            deps,
+                            run_id,
+                            conversation_id,
+                            on_event,
+                            before_approved,
+                            None,
+                            trace_context,
+                        )
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
                 return await self._resume(
-                    plan, policy, prompt, deps, run_id, on_event, before_approved
+                    plan,
+                    policy,
+                    prompt,
+                    deps,
+                    run_id,
+                    on_event,
+                    before_approved,
+                    trace_context=trace_context,
                 )
 
     @overload
@@ -690,6 +901,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]: ...
 
     @overload
@@ -705,6 +917,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]: ...
 
     def run_with_deferred_results_sync(
@@ -719,6 +932,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
         return _sync(
@@ -733,6 +947,7 @@ class Agent(Generic[DepsT, OutputT]):
                 on_event=on_event,
                 expected=expected,
                 before_approved=before_approved,
+                trace_context=trace_context,
             ),
         )
 
@@ -749,6 +964,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> RunStream[OutputT]: ...
 
     @overload
@@ -764,6 +980,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> RunStream[OutputT]: ...
 
     def run_stream_with_deferred_results(
@@ -778,6 +995,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
+        trace_context: str = "",
     ) -> RunStream[OutputT]:
         """Stream a resume: `run_with_deferred_results` as a `RunStream`.
 
@@ -793,7 +1011,8 @@ class Agent(Generic[DepsT, OutputT]):
         """
         self._check_streaming()
         plan: deferred.ResumePlan | None = None
-        if not self.toolsets:  # toolsets' tools are known once entered: checked in the run
+        nested = self._nested(self.tools) and paused_records(_as_history(history))
+        if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
                 history, results, conversation_id, expected, self._policy(self.tools)
             )
@@ -801,12 +1020,34 @@ class Agent(Generic[DepsT, OutputT]):
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
             with _ClearedApproval():
                 async with self._toolsets_entered() as tools:
+                    if nested:
+                        return await self._resume_nested(
+                            tools,
+                            _as_history(history),
+                            results,
+                            prompt,
+                            deps,
+                            run_id,
+                            conversation_id,
+                            on_event,
+                            before_approved,
+                            sink,
+                            trace_context,
+                        )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(
                         history, results, conversation_id, expected, policy
                     )
                     return await self._resume(
-                        checked, policy, prompt, deps, run_id, on_event, before_approved, sink
+                        checked,
+                        policy,
+                        prompt,
+                        deps,
+                        run_id,
+                        on_event,
+                        before_approved,
+                        sink,
+                        trace_context,
                     )
 
         return RunStream(start)

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TextIO, TypeAlias
+from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
 
 from golem.errors import GolemError, ToolError
 from golem.messages import Part
@@ -66,6 +66,7 @@ __all__ = [
     "MCPCall",
     "MCPServer",
     "MCPServerError",
+    "ServerOptions",
     "ToolHints",
     "default_decision",
 ]
@@ -138,6 +139,16 @@ def default_decision(call: MCPCall) -> ApprovalDecision:
     return False
 
 
+class ServerOptions(TypedDict, total=False):
+    """The options `MCPServer.stdio` and `MCPServer.http` pass on to `MCPServer`."""
+
+    prefix: str | None
+    requires_approval: ApprovalPolicy
+    timeout: float | None
+    max_retries: int
+    connect_timeout: float
+
+
 class MCPServer:
     """An MCP server whose tools an agent can call (a `golem.toolset.Toolset`).
 
@@ -194,7 +205,9 @@ class MCPServer:
         self._holder: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
         self._tools: list[Tool] | None = None
+        self._generation = 0
         self._listed_for: Client | None = None
 
     @classmethod
@@ -206,11 +219,7 @@ class MCPServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         errlog: TextIO | None = None,
-        prefix: str | None = None,
-        requires_approval: ApprovalPolicy = None,
-        timeout: float | None = None,
-        max_retries: int = 1,
-        connect_timeout: float = 30.0,
+        **options: Unpack[ServerOptions],
     ) -> MCPServer:
         """A server started as a subprocess (`command args...`), spoken to over stdio.
 
@@ -220,7 +229,8 @@ class MCPServer:
             cwd: The working directory of the server process.
             errlog: Where the server's stderr goes (default: this process's stderr).
 
-        The other arguments are those of `MCPServer`.
+        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
+        max_retries, connect_timeout.
         """
         params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
@@ -229,15 +239,7 @@ class MCPServer:
         def connect() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(
-            connect,
-            label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80],
-            prefix=prefix,
-            requires_approval=requires_approval,
-            timeout=timeout,
-            max_retries=max_retries,
-            connect_timeout=connect_timeout,
-        )
+        return cls(connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options)
 
     @classmethod
     def http(
@@ -245,18 +247,15 @@ class MCPServer:
         url: str,
         *,
         headers: Mapping[str, str] | None = None,
-        prefix: str | None = None,
-        requires_approval: ApprovalPolicy = None,
-        timeout: float | None = None,
-        max_retries: int = 1,
-        connect_timeout: float = 30.0,
+        **options: Unpack[ServerOptions],
     ) -> MCPServer:
         """A server at `url`, spoken to over the streamable HTTP transport.
 
         Args:
             headers: Sent with every request (an `Authorization` header, say).
 
-        The other arguments are those of `MCPServer`.
+        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
+        max_retries, connect_timeout.
         """
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
@@ -271,15 +270,7 @@ class MCPServer:
             ):
                 yield streams
 
-        return cls(
-            connect,
-            label=url,
-            prefix=prefix,
-            requires_approval=requires_approval,
-            timeout=timeout,
-            max_retries=max_retries,
-            connect_timeout=connect_timeout,
-        )
+        return cls(connect, label=url, **options)
 
     def __repr__(self) -> str:
         return f"MCPServer({self.label!r}, prefix={self.prefix!r})"
@@ -307,10 +298,20 @@ class MCPServer:
         if self._entered == 0:
             await self._disconnect()
 
+    def _loop_lock(self) -> asyncio.Lock:
+        """The connection lock of the running event loop (`run_sync` starts a new loop)."""
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
     async def _ensure_connected(self) -> Client:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        if self._entered == 0:
+            raise RuntimeError(
+                f"{self!r} is not connected: use `async with server:` (an agent enters its "
+                "toolsets for each run)"
+            )
+        async with self._loop_lock():
             client = self._client
             if client is not None and self._holder is not None and not self._holder.done():
                 return client
@@ -356,9 +357,6 @@ class MCPServer:
                 ready.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
-        finally:
-            self._client = None
-
     async def _disconnect(self) -> None:
         holder, closing = self._holder, self._closing
         self._holder = self._closing = None
@@ -377,15 +375,17 @@ class MCPServer:
 
     async def _drop(self, client: Client) -> None:
         """Forget a connection that closed under us; the next entry or call reconnects."""
-        if self._lock is None:
-            return
-        async with self._lock:
+        async with self._loop_lock():
             if self._client is client:
                 await self._disconnect()
 
+    def _tools_changed(self) -> None:
+        self._tools = None
+        self._generation += 1
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
-            self._tools = None
+            self._tools_changed()
 
     async def _listen(self, client: Client) -> None:
         """On 2026-era connections, list changes arrive on a `subscriptions/listen` stream."""
@@ -395,7 +395,7 @@ class MCPServer:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _event in subscription:
-                    self._tools = None
+                    self._tools_changed()
         except Exception:  # an older protocol, or the stream dropped: relist per entry only
             return
 
@@ -412,6 +412,7 @@ class MCPServer:
         if tools is not None and self._listed_for is client:
             return tools
         self._tools = None
+        generation = self._generation
         listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
@@ -431,7 +432,8 @@ class MCPServer:
             info = client.server_info
             prefix = _NAME_CHARS.sub("_", info.name if info is not None else "") or "mcp"
         tools = [self._tool(t, prefix) for t in listed]
-        self._tools, self._listed_for = tools, client
+        if generation == self._generation:  # else a change arrived meanwhile: list again next turn
+            self._tools, self._listed_for = tools, client
         return tools
 
     def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:

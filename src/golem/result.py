@@ -32,6 +32,7 @@ _FIELDS = (
     "run_id",
     "conversation_id",
     "pending",
+    "trace_context",
 )
 
 
@@ -52,6 +53,9 @@ class Result(Generic[OutputT]):
         run_id: The run's ID.
         conversation_id: The conversation's ID.
         pending: The calls a paused run waits on, or None when the run completed.
+        trace_context: The W3C `traceparent` of the run's span when the run was traced
+            (`golem.otel`), else "". Keep it with a paused run and pass it to the resume
+            to link the two spans.
     """
 
     __slots__ = ("_output", *_FIELDS)
@@ -66,6 +70,7 @@ class Result(Generic[OutputT]):
     run_id: str
     conversation_id: str
     pending: DeferredRequests | None
+    trace_context: str
 
     def __init__(
         self,
@@ -79,12 +84,14 @@ class Result(Generic[OutputT]):
         run_id: str = "",
         conversation_id: str = "",
         pending: DeferredRequests | None = None,
+        trace_context: str = "",
     ) -> None:
         """`output` is the decoded final output of a completed run; pass None with `pending`."""
         if pending is not None and output is not None:
             raise ValueError("a paused result (pending set) has no output; pass output=None")
         values = (messages, usage or Usage(), finish_reason, requests, tool_calls, cost)
-        for name, value in zip(_FIELDS, (*values, run_id, conversation_id, pending), strict=True):
+        rest = (run_id, conversation_id, pending, trace_context)
+        for name, value in zip(_FIELDS, (*values, *rest), strict=True):
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_output", output)
 
@@ -128,7 +135,7 @@ class Result(Generic[OutputT]):
     def __repr__(self) -> str:
         head = "pending" if self.pending is not None else "output"
         first = repr(self.pending if self.pending is not None else self._output)
-        rest = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS[:-1])
+        rest = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS if name != "pending")
         return f"Result({head}={first}, {rest})"
 
 

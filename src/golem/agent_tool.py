@@ -1,0 +1,467 @@
+"""Agents as tools: a parent agent calls a sub-agent, whose pauses surface in the parent.
+
+```python
+researcher = Agent(model, name="researcher", tools=[...])
+parent = Agent(model, tools=[researcher.as_tool("research", "Research a question.")])
+```
+
+The sub-agent runs inside the parent's tool call on the prompt the parent's model wrote;
+its answer is the call's result, its usage (tokens, requests, tool calls) counts in the
+parent's, and the parent's usage limits are checked over both.
+
+When the sub-agent pauses, the parent pauses too. The parent's `Result.pending` lists the
+sub-agent's pending calls with namespaced IDs (`<parent call id>/<sub call id>`, tool
+names `<tool>/<sub tool>`), and the parent's history records the sub-agent's paused
+history in the parent call's result (a tool message starting with `PAUSED_MARKER`).
+`parent.run_with_deferred_results(history, results)` — in any process — resumes each
+paused sub-agent with its share of the results (the namespaced IDs), puts its answer in
+place of the record, and then resumes the parent. A sub-agent that pauses again keeps
+the parent paused, with the new pending calls (docs/guides/agents-as-tools.md, docs/adr/0021).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import pydantic_core
+
+from golem import deferred
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
+from golem.errors import ResumeError
+from golem.messages import Message, dumps_history, loads_history
+from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
+
+if TYPE_CHECKING:
+    from golem._loop import RunState
+    from golem.agent import Agent
+    from golem.result import Result
+
+__all__ = [
+    "PAUSED_MARKER",
+    "AgentTool",
+    "SubAgentPaused",
+    "agent_tool",
+    "copy_result",
+    "has_agent_tools",
+    "paused_records",
+    "resume",
+    "run_scope",
+    "surface",
+]
+
+PAUSED_MARKER = "[golem: sub-agent paused]"
+"""How the result recorded for a paused sub-agent's call starts (the state follows)."""
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "prompt": {"type": "string", "description": "The task for the sub-agent, self-contained."}
+    },
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+
+class SubAgentPaused(Deferred):
+    """Raised by an `AgentTool` whose sub-agent paused; carries the sub-agent's `Result`."""
+
+    def __init__(self, kind: DeferKind, reason: str, result: Result[Any]) -> None:
+        super().__init__(kind, reason)
+        self.result = result
+
+
+@dataclass(slots=True)
+class _Scope:
+    """One parent run: where its sub-agents' usage and pauses go."""
+
+    state: RunState
+    paused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
+
+
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "golem_agent_tool_scope", default=None
+)
+
+
+class AgentTool(Tool):
+    """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
+
+    Args:
+        agent: The sub-agent.
+        name: The tool name the parent's model calls.
+        description: What the sub-agent does, for the parent's model.
+        deps: Maps the parent's `deps` to the sub-agent's (default: passed unchanged).
+        timeout: Seconds the whole sub-run may take (None: the parent's `tool_timeout`).
+    """
+
+    __slots__ = ("agent", "map_deps")
+
+    def __init__(
+        self,
+        agent: Agent[Any, Any],
+        name: str,
+        description: str,
+        *,
+        deps: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(name, description, dict(_SCHEMA), self._call, timeout=timeout)
+        self.agent = agent
+        self.map_deps = deps
+
+    def _deps(self, parent_deps: Any) -> Any:
+        return self.map_deps(parent_deps) if self.map_deps is not None else parent_deps
+
+    async def _call(self, ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
+        prompt = args.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ModelRetry("prompt must be a non-empty string")
+        scope = _SCOPE.get()
+        result = await self.agent.run(prompt, deps=self._deps(ctx.deps))
+        if scope is not None:
+            _absorb(scope.state, result)
+        if result.pending is not None:
+            if scope is None:
+                raise RuntimeError(
+                    f'sub-agent "{self.name}" paused outside an agent run; call it from an agent'
+                )
+            scope.paused[ctx.call_id] = (self, result)
+            kind = DeferKind.APPROVAL if result.pending.approvals else DeferKind.EXTERNAL
+            raise SubAgentPaused(kind, _waiting(self.name, result.pending), result)
+        return ToolResult(_output_text(result.output))
+
+
+def agent_tool(
+    agent: Agent[Any, Any],
+    name: str | None = None,
+    description: str | None = None,
+    *,
+    deps: Callable[[Any], Any] | None = None,
+    timeout: float | None = None,
+) -> AgentTool:
+    """`agent` as a tool another agent can call (see `Agent.as_tool`)."""
+    tool_name = name or agent.name
+    if not tool_name:
+        raise ValueError("an agent tool needs a name: pass name=... or give the agent a name")
+    if "/" in tool_name:
+        raise ValueError(f"an agent tool name cannot contain '/', got {tool_name!r}")
+    text = description if description is not None else f"Ask the {tool_name} agent."
+    return AgentTool(agent, tool_name, text, deps=deps, timeout=timeout)
+
+
+def _absorb(state: RunState, result: Result[Any] | Any) -> None:
+    state.usage = state.usage + result.usage
+    state.requests += result.requests
+    state.tool_calls += result.tool_calls
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    return pydantic_core.to_json(output).decode()
+
+
+def _waiting(name: str, pending: DeferredRequests) -> str:
+    calls = ", ".join(f"{p.tool_name} ({p.call_id})" for p in pending.calls)
+    return f'sub-agent "{name}" is paused, waiting for {calls}'
+
+
+# --------------------------------------------------------------------------- pausing
+
+
+def has_agent_tools(tools: Mapping[str, Tool]) -> bool:
+    """Whether any of `tools` is an `AgentTool` (the agent then scopes its runs)."""
+    return any(isinstance(t, AgentTool) for t in tools.values())
+
+
+@contextmanager
+def run_scope(state: RunState) -> Iterator[_Scope]:
+    """Collect the usage and pauses of the sub-agents called during one parent run."""
+    scope = _Scope(state)
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)
+
+
+def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
+    """A paused parent result with its paused sub-agents' calls surfaced (namespaced) and
+    their paused histories recorded in the parent's history."""
+    pending = result.pending
+    if pending is None or not scope.paused:
+        return result
+    messages = list(result.messages)
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+    for group, out in ((pending.approvals, approvals), (pending.external, external)):
+        for p in group:
+            if p.call_id not in scope.paused:
+                out.append(p)
+    for p in pending.calls:
+        found = scope.paused.get(p.call_id)
+        if found is None:
+            continue
+        tool, sub = found
+        assert sub.pending is not None
+        approvals.extend(_namespaced(p.call_id, tool.name, sub.pending.approvals))
+        external.extend(_namespaced(p.call_id, tool.name, sub.pending.external))
+        messages.append(_record(p.call_id, tool.name, sub, result.run_id, result.conversation_id))
+    return copy_result(
+        result,
+        messages=messages,
+        pending=DeferredRequests(approvals=approvals, external=external),
+    )
+
+
+def _namespaced(
+    call_id: str, tool_name: str, calls: Sequence[PendingToolCall]
+) -> list[PendingToolCall]:
+    return [
+        replace(p, call_id=f"{call_id}/{p.call_id}", tool_name=f"{tool_name}/{p.tool_name}")
+        for p in calls
+    ]
+
+
+def _record(call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str) -> Message:
+    assert sub.pending is not None
+    state = json.dumps(
+        {"agent": tool_name, "history": dumps_history(sub.messages)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    text = f"{PAUSED_MARKER} {_waiting(tool_name, sub.pending)}\n{state}"
+    return Message(
+        role="tool",
+        content=text,
+        tool_call_id=call_id,
+        tool_name=tool_name,
+        run_id=run_id,
+        conversation_id=conv,
+    )
+
+
+# --------------------------------------------------------------------------- resuming
+
+
+@dataclass(slots=True)
+class _Paused:
+    index: int
+    message: Message
+    tool: AgentTool
+    history: list[Message]
+    approvals: dict[str, Any] = field(default_factory=dict)
+    external: dict[str, str] = field(default_factory=dict)
+
+
+def paused_records(history: Sequence[Message]) -> bool:
+    """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
+    return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
+
+
+async def resume(
+    history: list[Message],
+    results: DeferredResults,
+    tools: Mapping[str, Tool],
+    *,
+    deps: Any,
+    check_parent: Callable[[list[Message], DeferredResults], Any],
+    apply_parent: Callable[[Any], Awaitable[tuple[list[Message], int]]],
+    resume_parent: Callable[[Any], Awaitable[Result[Any]]],
+    continue_parent: Callable[[list[Message]], Awaitable[Result[Any]]],
+) -> Result[Any]:
+    """Resume the paused sub-agents recorded in `history`, then the parent.
+
+    The parent's own pending calls go through the agent's callbacks: `check_parent`
+    validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
+    resolves them without continuing (when a sub-agent pauses again),
+    `resume_parent(plan)` resolves them and continues, and `continue_parent(history)`
+    continues a parent with none left.
+
+    Raises:
+        ResumeError: before anything runs, when a namespaced ID names no pending call of
+            a paused sub-agent, a sub-agent's pending call has no resolution, a record
+            cannot be read, its tool is not an agent tool of this agent, or the
+            parent's own resolutions are invalid.
+    """
+    records = _records(history, tools)
+    own = _split(records, results)
+    for call_id, rec in records.items():
+        sub_pending = _waiting_calls(rec.history)
+        for sub_id, sub_name in sub_pending.items():
+            if sub_id not in rec.approvals and sub_id not in rec.external:
+                raise ResumeError(
+                    f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
+                    "has no resolution"
+                )
+        known = set(sub_pending)
+        for sub_id in [*rec.approvals, *rec.external]:
+            if sub_id not in known:
+                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
+    own_pending = bool(_pending_or_none(history))  # a record answers its call: not pending
+    if own_pending:
+        check_parent(history, own)
+    elif own.approvals or own.external:
+        unknown = next(iter([*own.approvals, *own.external]))
+        raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
+
+    merged = list(history)
+    usage_from: list[Result[Any]] = []
+    repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
+    for call_id, rec in records.items():
+        sub = await rec.tool.agent.run_with_deferred_results(
+            rec.history,
+            DeferredResults(approvals=rec.approvals, external=rec.external),
+            deps=rec.tool._deps(deps),
+        )
+        usage_from.append(sub)
+        if sub.pending is not None:
+            repaused[call_id] = (rec.tool, sub)
+            merged[rec.index] = _record(
+                call_id, rec.tool.name, sub, rec.message.run_id, rec.message.conversation_id
+            )
+        else:
+            merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
+    if repaused:
+        tool_calls = 0
+        if own_pending:
+            merged, tool_calls = await apply_parent(check_parent(merged, own))
+        return _with_usage(_paused_result(merged, repaused, tool_calls), usage_from)
+    merged = deferred.merge(merged, {})
+    if own_pending:
+        result = await resume_parent(check_parent(merged, own))
+    else:
+        result = await continue_parent(merged)
+    return _with_usage(result, usage_from)
+
+
+def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, _Paused]:
+    records: dict[str, _Paused] = {}
+    for i, m in enumerate(history):
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        tool = tools.get(m.tool_name)
+        if not isinstance(tool, AgentTool):
+            raise ResumeError(
+                f'golem: tool call "{m.tool_call_id}" records a paused sub-agent, but '
+                f'"{m.tool_name}" is not an agent tool of this agent'
+            )
+        try:
+            state = json.loads(m.content.split("\n", 1)[1])
+            sub_history = loads_history(state["history"])
+        except (IndexError, KeyError, TypeError, ValueError) as exc:
+            raise ResumeError(
+                f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
+                f"unreadable: {exc}"
+            ) from exc
+        records[m.tool_call_id] = _Paused(i, m, tool, sub_history)
+    return records
+
+
+def _split(records: Mapping[str, _Paused], results: DeferredResults) -> DeferredResults:
+    """Hand each namespaced resolution to its record; return the parent's own ones."""
+    approvals: dict[str, Any] = {}
+    external: dict[str, str] = {}
+    for key, decision in results.approvals.items():
+        owner = _owner(records, key)
+        if owner is None:
+            approvals[key] = decision
+        else:
+            records[owner].approvals[key[len(owner) + 1 :]] = decision
+    for key, text in results.external.items():
+        owner = _owner(records, key)
+        if owner is None:
+            external[key] = text
+        else:
+            records[owner].external[key[len(owner) + 1 :]] = text
+    return DeferredResults(approvals=approvals, external=external)
+
+
+def _owner(records: Mapping[str, _Paused], key: str) -> str | None:
+    for call_id in records:
+        if key.startswith(call_id + "/"):
+            return call_id
+    return None
+
+
+def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
+    """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
+    waiting = {c.id: c.name for c in _pending_or_none(history)}
+    for m in history:
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER):
+            try:
+                state = json.loads(m.content.split("\n", 1)[1])
+                inner = loads_history(state["history"])
+            except (IndexError, KeyError, TypeError, ValueError):
+                continue  # the sub-agent's own resume reports it
+            for sub_id, sub_name in _waiting_calls(inner).items():
+                waiting[f"{m.tool_call_id}/{sub_id}"] = f"{m.tool_name}/{sub_name}"
+    return waiting
+
+
+def _pending_or_none(history: Sequence[Message]) -> list[Any]:
+    try:
+        return deferred.pending_calls(history)
+    except ResumeError:
+        return []
+
+
+def _paused_result(
+    messages: list[Message],
+    repaused: Mapping[str, tuple[AgentTool, Result[Any]]],
+    tool_calls: int,
+) -> Result[Any]:
+    """The parent, still paused on the sub-agents that paused again."""
+    from golem.result import Result
+
+    last = messages[-1]
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+    for call_id, (tool, sub) in repaused.items():
+        assert sub.pending is not None
+        approvals.extend(_namespaced(call_id, tool.name, sub.pending.approvals))
+        external.extend(_namespaced(call_id, tool.name, sub.pending.external))
+    return Result(
+        output=None,
+        messages=messages,
+        tool_calls=tool_calls,
+        run_id=last.run_id,
+        conversation_id=last.conversation_id,
+        pending=DeferredRequests(approvals=approvals, external=external),
+    )
+
+
+def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]:
+    usage, requests, tool_calls = result.usage, result.requests, result.tool_calls
+    for sub in subs:
+        usage = usage + sub.usage
+        requests += sub.requests
+        tool_calls += sub.tool_calls
+    return copy_result(result, usage=usage, requests=requests, tool_calls=tool_calls)
+
+
+def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
+    """A copy of `result` with `changes` (a paused result is copied without reading its
+    output, which a paused `Result` does not have)."""
+    from golem.result import Result
+
+    fields: dict[str, Any] = {
+        "output": None if result.pending is not None else result.output,
+        "messages": result.messages,
+        "usage": result.usage,
+        "finish_reason": result.finish_reason,
+        "requests": result.requests,
+        "tool_calls": result.tool_calls,
+        "cost": result.cost,
+        "run_id": result.run_id,
+        "conversation_id": result.conversation_id,
+        "pending": result.pending,
+        "trace_context": result.trace_context,
+    }
+    fields.update(changes)
+    return Result(**fields)

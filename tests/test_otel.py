@@ -1,0 +1,403 @@
+"""OpenTelemetry spans (issue 11): the span tree, GenAI attributes, content opt-in, and the
+span link from a resumed run to the run that paused — across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, Usage, otel
+from golem.errors import Overloaded
+from golem.messages import Message, dumps_history
+from golem.model import ModelResponse
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exp = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exp))
+    otel.instrument(provider)
+    try:
+        yield exp
+    finally:
+        otel.uninstrument()
+
+
+@pytest.fixture
+def content_exporter(exporter: InMemorySpanExporter) -> InMemorySpanExporter:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.instrument(provider, include_content=True)
+    return exporter
+
+
+def by_name(spans: Any) -> dict[str, ReadableSpan]:
+    return {s.name: s for s in spans}
+
+
+def turn(*calls: ToolCall, tokens: tuple[int, int] = (10, 5)) -> ModelResponse:
+    return ModelResponse(
+        message=Message(role="assistant", tool_calls=list(calls)),
+        usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]),
+        finish_reason="tool_call",
+    )
+
+
+def answer(text: str, tokens: tuple[int, int] = (20, 7)) -> ModelResponse:
+    return ModelResponse(
+        message=Message(role="assistant", content=text),
+        usage=Usage(input_tokens=tokens[0], output_tokens=tokens[1]),
+        finish_reason="stop",
+    )
+
+
+def weather_agent(*outcomes: Any, **kw: Any) -> Agent:
+    agent = Agent(ScriptedModel(*outcomes), name="forecaster", **kw)
+
+    @agent.tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    return agent
+
+
+# --------------------------------------------------------------------------- tree
+
+
+def test_span_tree_and_genai_attributes(exporter: InMemorySpanExporter) -> None:
+    agent = weather_agent(turn(ToolCall("c1", "weather", '{"city": "Lisbon"}')), answer("Sunny."))
+    result = agent.run_sync("weather?")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == [
+        "chat ScriptedModel",
+        "execute_tool weather",
+        "chat ScriptedModel",
+        "invoke_agent forecaster",
+    ]
+    run = by_name(spans)["invoke_agent forecaster"]
+    assert run.parent is None
+    for child in spans[:3]:
+        assert child.parent is not None
+        assert child.parent.span_id == run.context.span_id
+        assert child.context.trace_id == run.context.trace_id
+    assert run.kind == SpanKind.INTERNAL
+    attrs = dict(run.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "invoke_agent"
+    assert attrs["gen_ai.agent.name"] == "forecaster"
+    assert attrs["gen_ai.provider.name"] == "ScriptedModel"
+    assert attrs["gen_ai.request.model"] == "ScriptedModel"
+    assert attrs["gen_ai.conversation.id"] == result.conversation_id
+    assert attrs["golem.run.id"] == result.run_id
+    assert attrs["gen_ai.usage.input_tokens"] == 30
+    assert attrs["gen_ai.usage.output_tokens"] == 12
+    assert attrs["golem.run.status"] == "completed"
+    assert attrs["gen_ai.response.finish_reasons"] == ("stop",)
+
+    chat = spans[0]
+    assert chat.kind == SpanKind.CLIENT
+    chat_attrs = dict(chat.attributes or {})
+    assert chat_attrs["gen_ai.operation.name"] == "chat"
+    assert chat_attrs["gen_ai.usage.input_tokens"] == 10
+    assert chat_attrs["gen_ai.usage.output_tokens"] == 5
+    assert chat_attrs["gen_ai.response.finish_reasons"] == ("tool_call",)
+
+    tool = dict(spans[1].attributes or {})
+    assert tool == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "weather",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+    }
+    assert result.trace_context.startswith(
+        f"00-{run.context.trace_id:032x}-{run.context.span_id:016x}-"
+    )
+
+
+def test_no_content_by_default(exporter: InMemorySpanExporter) -> None:
+    agent = weather_agent(turn(ToolCall("c1", "weather", '{"city": "Oslo"}')), answer("Cold."))
+    agent.run_sync("secret prompt")
+    for span in exporter.get_finished_spans():
+        text = json.dumps(dict(span.attributes or {}))
+        assert "secret prompt" not in text
+        assert "Oslo" not in text
+        assert "Cold." not in text
+        assert not any(k.endswith(("messages", "arguments", "result")) for k in span.attributes or {})
+
+
+def test_content_when_opted_in(content_exporter: InMemorySpanExporter) -> None:
+    agent = weather_agent(turn(ToolCall("c1", "weather", '{"city": "Oslo"}')), answer("Cold."))
+    agent.run_sync("secret prompt")
+    spans = content_exporter.get_finished_spans()
+    first_chat = dict(spans[0].attributes or {})
+    assert json.loads(str(first_chat["gen_ai.input.messages"])) == [
+        {"role": "user", "content": "secret prompt"}
+    ]
+    assert json.loads(str(first_chat["gen_ai.output.messages"]))[0]["tool_calls"][0]["name"] == (
+        "weather"
+    )
+    tool = dict(spans[1].attributes or {})
+    assert tool["gen_ai.tool.call.arguments"] == '{"city": "Oslo"}'
+    assert tool["gen_ai.tool.call.result"] == "sunny in Oslo"
+
+
+def test_the_tool_span_is_current_inside_the_tool_even_in_parallel() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    agent = Agent(
+        ScriptedModel(
+            turn(ToolCall("c1", "probe", '{"n": 1}'), ToolCall("c2", "probe", '{"n": 2}')),
+            answer("ok"),
+        ),
+        parallel_tool_calls=True,
+        tracer_provider=provider,
+    )
+    tracer = provider.get_tracer("test")
+
+    @agent.tool
+    async def probe(n: int) -> str:
+        """Start a span inside the tool."""
+        await asyncio.sleep(0.01 * (3 - n))
+        with tracer.start_as_current_span(f"inner {n}"):
+            return "x"
+
+    agent.run_sync("go")
+    finished = exporter.get_finished_spans()
+    spans = by_name(finished)
+    for n in (1, 2):
+        tool_span = next(
+            s
+            for s in finished
+            if (s.attributes or {}).get("gen_ai.tool.call.id") == f"c{n}"
+        )
+        inner = spans[f"inner {n}"]
+        assert inner.parent is not None
+        assert inner.parent.span_id == tool_span.context.span_id
+
+
+def test_failed_attempts_and_a_failed_run(exporter: InMemorySpanExporter) -> None:
+    agent = Agent(ScriptedModel(Overloaded("busy"), Overloaded("still busy")), max_attempts=2,
+                  retry_backoff=lambda _: 0.0)
+    with pytest.raises(RunError):
+        agent.run_sync("hi")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["chat ScriptedModel", "chat ScriptedModel", "invoke_agent"]
+    for chat in spans[:2]:
+        assert chat.status.status_code == StatusCode.ERROR
+        assert (chat.attributes or {})["error.type"] == "Overloaded"
+    run = spans[2]
+    assert run.status.status_code == StatusCode.ERROR
+    assert (run.attributes or {})["golem.run.status"] == "failed"
+    assert (run.attributes or {})["golem.run.stage"] == "model"
+    assert (run.attributes or {})["error.type"] == "RuntimeError"
+
+
+def test_a_failing_tool_marks_its_span(exporter: InMemorySpanExporter) -> None:
+    agent = Agent(ScriptedModel(turn(ToolCall("c1", "broken", "{}"))))
+
+    @agent.tool
+    def broken() -> str:
+        """Fails."""
+        raise OSError("disk on fire")
+
+    with pytest.raises(RunError) as info:
+        agent.run_sync("go")
+    assert info.value.stage == Stage.TOOL
+    tool = by_name(exporter.get_finished_spans())["execute_tool broken"]
+    assert tool.status.status_code == StatusCode.ERROR
+    assert (tool.attributes or {})["error.type"] == "OSError"
+
+
+def test_streamed_runs_are_traced(exporter: InMemorySpanExporter) -> None:
+    agent = weather_agent(turn(ToolCall("c1", "weather", '{"city": "Rome"}')), answer("Warm."))
+
+    async def main() -> str:
+        async with agent.run_stream("go") as stream:
+            async for _ in stream:
+                pass
+        return stream.result.trace_context
+
+    traceparent = asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans][-1] == "invoke_agent forecaster"
+    assert traceparent.startswith("00-")
+
+
+def test_off_means_no_spans_and_no_trace_context() -> None:
+    exp = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exp))
+    trace_before = trace.get_tracer_provider()
+    result = weather_agent(answer("hi")).run_sync("x")
+    assert result.trace_context == ""
+    assert exp.get_finished_spans() == ()
+    assert trace.get_tracer_provider() is trace_before
+
+
+def test_an_agents_own_provider_without_instrument() -> None:
+    exp = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exp))
+    agent = weather_agent(answer("hi"), tracer_provider=provider)
+    assert agent.run_sync("x").trace_context
+    assert [s.name for s in exp.get_finished_spans()] == ["chat ScriptedModel", "invoke_agent forecaster"]
+
+
+# --------------------------------------------------------------------------- pause and resume
+
+
+def approval_agent(*outcomes: Any) -> Agent:
+    agent = Agent(ScriptedModel(*outcomes), name="janitor")
+
+    @agent.tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
+        return f"deleted {path}"
+
+    return agent
+
+
+def test_a_pause_ends_the_run_span_as_paused(exporter: InMemorySpanExporter) -> None:
+    agent = approval_agent(
+        turn(ToolCall("c1", "delete_file", '{"path": "a"}'), ToolCall("c2", "delete_file", '{"path": "b"}'))
+    )
+    paused = agent.run_sync("clean")
+    assert paused.pending is not None
+    spans = by_name(exporter.get_finished_spans())
+    run = spans["invoke_agent janitor"]
+    attrs = dict(run.attributes or {})
+    assert attrs["golem.run.status"] == "paused"
+    assert attrs["golem.run.pending_call_ids"] == ("c1", "c2")
+    assert run.status.status_code == StatusCode.UNSET
+    deferred = [s for s in exporter.get_finished_spans() if s.name == "execute_tool delete_file"]
+    assert [(s.attributes or {}).get("golem.tool.deferred") for s in deferred] == [True, True]
+    assert paused.trace_context.split("-")[2] == f"{run.context.span_id:016x}"
+
+
+def test_the_resumed_run_links_to_the_paused_one(exporter: InMemorySpanExporter) -> None:
+    agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')), answer("Done."))
+    paused = agent.run_sync("clean")
+    exporter.clear()
+    done = agent.run_with_deferred_results_sync(
+        paused.messages,
+        DeferredResults(approvals={"c1": Approval(True)}),
+        trace_context=paused.trace_context,
+    )
+    assert done.output == "Done."
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == [
+        "execute_tool delete_file",
+        "chat ScriptedModel",
+        "invoke_agent janitor",
+    ]
+    run = spans[-1]
+    assert len(run.links) == 1
+    link = run.links[0]
+    _, trace_id, span_id, _ = paused.trace_context.split("-")
+    assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == (trace_id, span_id)
+    assert (link.attributes or {})["golem.link"] == "resumes_paused_run"
+    rerun = spans[0]
+    assert (rerun.attributes or {})["golem.tool.approved"] is True
+    assert rerun.parent is not None
+    assert rerun.parent.span_id == run.context.span_id
+
+
+def test_a_malformed_trace_context_is_ignored(exporter: InMemorySpanExporter) -> None:
+    agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')), answer("Done."))
+    paused = agent.run_sync("clean")
+    done = agent.run_with_deferred_results_sync(
+        paused.messages, DeferredResults(approvals={"c1": Approval(False)}), trace_context="junk"
+    )
+    assert done.output == "Done."
+    assert exporter.get_finished_spans()[-1].links == ()
+
+
+RESUME_SCRIPT = """
+import json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from golem import Agent, Approval, DeferredResults, loads_history, otel
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+otel.instrument(provider)
+
+agent = Agent(ScriptedModel("Done."), name="janitor")
+
+@agent.tool
+def delete_file(path: str) -> str:
+    if not call_approved():
+        raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
+    return f"deleted {path}"
+
+saved = json.load(open(sys.argv[1]))
+done = agent.run_with_deferred_results_sync(
+    loads_history(saved["history"]), DeferredResults(approvals={"c1": Approval(True)}),
+    trace_context=saved["trace_context"])
+run = exporter.get_finished_spans()[-1]
+print(json.dumps({"output": done.output, "name": run.name, "links": [
+    [f"{l.context.trace_id:032x}", f"{l.context.span_id:016x}"] for l in run.links]}))
+"""
+
+
+def test_the_link_crosses_processes(exporter: InMemorySpanExporter, tmp_path: Path) -> None:
+    agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')))
+    paused = agent.run_sync("clean")
+    saved = tmp_path / "paused.json"
+    saved.write_text(
+        json.dumps(
+            {"history": dumps_history(paused.messages), "trace_context": paused.trace_context}
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    run = by_name(exporter.get_finished_spans())["invoke_agent janitor"]
+    assert got == {
+        "output": "Done.",
+        "name": "invoke_agent janitor",
+        "links": [[f"{run.context.trace_id:032x}", f"{run.context.span_id:016x}"]],
+    }
+
+
+def test_traceparent_round_trip() -> None:
+    value = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    ctx = otel.parse_traceparent(value)
+    assert ctx is not None
+    assert otel.format_traceparent(ctx) == value
+    assert otel.parse_traceparent("") is None
+    assert otel.parse_traceparent("00-zz-01") is None
