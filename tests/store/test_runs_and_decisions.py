@@ -85,6 +85,9 @@ async def test_save_pending_rejects_bad_runs(store: Store) -> None:
         await store.save_pending(make_run(expires_at=datetime(2030, 1, 1)))
     with pytest.raises(ValueError, match="JSON"):
         await store.save_pending(make_run(deps_ref={"x": object()}))
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ValueError, match="JSON"):
+            await store.save_pending(make_run(deps_ref={"x": [bad]}))
     run = await store.save_pending(make_run())
     with pytest.raises(ValueError, match="already exists"):
         await store.save_pending(make_run(id=run.id))
