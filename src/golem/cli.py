@@ -290,11 +290,28 @@ def approve(
         str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
     ] = None,
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    args: Annotated[
+        str | None,
+        typer.Option(
+            "--args",
+            metavar="JSON",
+            help="Approve with edited arguments (a JSON object); the model is told they changed.",
+        ),
+    ] = None,
 ) -> None:
-    """Approve a pending call: its tool runs when the run resumes."""
+    """Approve a pending call: its tool runs when the run resumes.
+
+    With `--args`, the tool runs with the edited arguments instead; they are recorded beside
+    the model's in the decision and the audit log, and checked against the tool's schema
+    before the re-run (a mismatch fails the run without running the tool).
+    """
     from golem.store import Decision
 
-    _decide(db, run_id, call_id, Decision.approve(), _identity(identity))
+    try:
+        decision = Decision.approve(args=args)
+    except StoreError as exc:
+        raise _err(str(exc), 2) from None
+    _decide(db, run_id, call_id, decision, _identity(identity))
 
 
 def deny(

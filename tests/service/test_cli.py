@@ -124,6 +124,20 @@ def test_approve_deny_and_answer_record_the_identity(db: str) -> None:
     assert (answered.text, answered.decided_by) == ("INC-42", "sam")
 
 
+def test_approve_with_edited_args_records_them_beside_the_models(db: str) -> None:
+    (twin,) = seed(db, "twin")
+    res = golem("approve", twin.id, "c1", "--args", '{"note": "edited \u202e"}', "--db", db)
+    assert res.exit_code == 0, res.output
+    decision = load(db, twin.id).call("c1").decision
+    assert decision is not None
+    assert decision.kind.value == "approve"
+    assert decision.args == '{"note": "edited \u202e"}'
+    for bad in ("[1, 2]", "not json", '"text"'):
+        res = golem("approve", twin.id, "c2", "--args", bad, "--db", db)
+        assert res.exit_code == 2, (bad, res.output)
+        assert load(db, twin.id).call("c2").decision is None, "a refused edit records nothing"
+
+
 def test_refused_decisions_exit_1_with_the_reason(db: str) -> None:
     (twin,) = seed(db, "twin")
     golem("approve", twin.id, "c1", "--db", db)
