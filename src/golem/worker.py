@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from golem._ids import new_id
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
 from golem.store import (
     CallKind,
     ChangeFeed,
@@ -173,14 +174,25 @@ def new_run_from_result(
     started_by: str = "",
     expires_at: datetime | None = None,
     parent_run_id: str | None = None,
+    seal_key: SealKey | None = None,
 ) -> NewRun:
     """Describe a `Result` as a `NewRun` to save (with its pending calls when it paused).
 
     The run ID and conversation ID are the result's; the pending calls keep the model's
-    emission order across both kinds.
+    emission order across both kinds. With `seal_key`, every pending call the agent did
+    not seal itself is sealed (in the saved history and in the calls table).
     """
     calls: list[NewCall] = []
     pending = result.pending
+    messages: Sequence[Message] = result.messages
+    seals: dict[str, str] = {}
+    if pending is not None and seal_key is not None:
+        kinds = {p.call_id: p.kind for p in pending.calls if not getattr(p, "seal", "")}
+        if kinds:
+            messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
+            seals = {
+                c.id: c.seal for m in messages for c in m.tool_calls if c.id in kinds and c.seal
+            }
     if pending is not None:
         for kind, group in (
             (CallKind.APPROVAL, pending.approvals),
@@ -193,7 +205,7 @@ def new_run_from_result(
                     tool_name=p.tool_name,
                     args=p.args,
                     reason=p.reason,
-                    seal=getattr(p, "seal", None),
+                    seal=seals.get(p.call_id) or getattr(p, "seal", None) or None,
                 )
                 for p in group
             )
@@ -205,7 +217,7 @@ def new_run_from_result(
         id=result.run_id,
         agent=agent_name,
         conversation_id=result.conversation_id,
-        history=dumps_history(result.messages),
+        history=dumps_history(messages),
         calls=tuple(calls),
         deps_ref=deps_ref,
         started_by=started_by,
@@ -232,12 +244,14 @@ async def start_run(
     deps_ref: Any = None,
     started_by: str,
     expires_in: float | timedelta | None = None,
+    seal_key: SealKey | None = None,
 ) -> RunRecord:
     """Run the agent once in-process and save the outcome; return the saved run.
 
     A pause is saved as a PENDING run whose calls expire `expires_in` (seconds or a
     timedelta) from now (None: never); a final answer as a COMPLETED run; a run error as a
     FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
+    With `seal_key` (the workers' key), the store seals every pending call it saves.
 
     Raises:
         KeyError: `agent_name` is not in the registry.
@@ -262,7 +276,12 @@ async def start_run(
         )
         return await store.save_finished(failed, Outcome.failed(_error_text(exc), history))
     new = new_run_from_result(
-        result, agent_name, deps_ref=deps_ref, started_by=started_by, expires_at=expires_at
+        result,
+        agent_name,
+        deps_ref=deps_ref,
+        started_by=started_by,
+        expires_at=expires_at,
+        seal_key=seal_key,
     )
     if result.pending is not None:
         problem = _duplicate_calls(new)
@@ -379,6 +398,29 @@ def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
         )
 
 
+def _check_seals(run: RunRecord, messages: Sequence[Message], keys: SealKeys) -> None:
+    """Every stored pending call must carry a valid seal for its kind.
+
+    Raises:
+        SealError: a call is unsealed, sealed with an unknown key or tampered with.
+        StoredCallMismatch: a call was sealed as the other kind than the one it was decided as.
+    """
+    latest: dict[str, ToolCall] = {}
+    for m in messages:
+        for each in m.tool_calls:
+            latest[each.id] = each
+    for call in run.calls:
+        tc = latest.get(call.call_id)
+        if tc is None:  # _check_calls reports it
+            continue
+        kind = verify_call(keys, run.conversation_id, tc)
+        if kind.value != call.kind.value:
+            raise StoredCallMismatch(
+                f'call "{call.call_id}" of run "{run.id}" was sealed as {kind.value}, '
+                f"stored as {call.kind.value}: refusing to resume it"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     """What one sweep changed."""
@@ -418,6 +460,7 @@ class Worker:
         worker_id: str | None = None,
         lease_seconds: float = 60.0,
         sweep_interval: float = 5.0,
+        seal_key: SealKey | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
@@ -428,6 +471,9 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
         self.lease_seconds = float(lease_seconds)
         self.sweep_interval = float(sweep_interval)
+        self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
+        """With a key: every stored pending call must carry a valid seal before a resume,
+        and the pauses this worker saves are sealed."""
         self._last_sweep: float | None = None
 
     @property
@@ -587,6 +633,8 @@ class Worker:
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
             _check_calls(run, history)  # what runs is what the approvers saw
+            if self.seal_keys is not None:
+                _check_seals(run, history, self.seal_keys)
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )
@@ -604,6 +652,7 @@ class Worker:
                 started_by=self.actor,
                 expires_at=_inherit_expiry(run),
                 parent_run_id=run.id,
+                seal_key=self.seal_keys,
             )
             if next_run.id == run.id:  # the resume ran under the stored run's ID
                 next_run = replace(next_run, id=new_id())
