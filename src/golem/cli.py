@@ -99,9 +99,30 @@ def _registry(spec: str) -> Any:
         raise _err(f"--app {spec}: {exc}", 2) from None
 
 
-def _with_store(db: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    """Open the store, run `fn(store)`, close it; store errors exit with status 1."""
+def _sqlite_path(db: str) -> str | None:
+    """The file a SQLite store URL names (as `open_store` reads it), or None for PostgreSQL."""
+    if db.startswith(("postgresql://", "postgres://")):
+        return None
+    if not db.startswith("sqlite://"):
+        return None if "://" in db else db
+    path = db.removeprefix("sqlite://")
+    return path[1:] if path.startswith("/") else path
+
+
+def _with_store(db: str, fn: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
+    """Open the store, run `fn(store)`, close it; store errors exit with status 1.
+
+    Unless `create`, a SQLite file that does not exist is an error (exit 1), never an empty
+    new database: the commands that read or decide runs must not invent an empty store.
+    """
     from golem.store import open_store
+
+    path = _sqlite_path(db)
+    if not create and path and not path.startswith(":") and not os.path.exists(path):
+        raise _err(
+            f"no golem database at {path}: start one with `golem serve` (or `golem demo`), "
+            "or point --db / GOLEM_DB at it"
+        )
 
     async def go() -> T:
         store = await open_store(db)
@@ -212,7 +233,7 @@ def worker(
         await w.run_forever(poll, stop)
         _console().print(f"golem: worker {w.worker_id} stopped")
 
-    _with_store(_db(db), work)
+    _with_store(_db(db), work, create=True)
 
 
 # --------------------------------------------------------------------------- deciding
@@ -472,7 +493,7 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
     async def first_run(store: Any) -> Any:
         return await start_run(store, registry, "ops", demo_module.DEMO_PROMPT, started_by="demo")
 
-    run = _with_store(url, first_run)
+    run = _with_store(url, first_run, create=True)
     app = create_app(
         registry,
         url,

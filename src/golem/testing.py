@@ -76,7 +76,12 @@ class _Recorder:
         # A snapshot of the lists the run goes on appending to. Messages are immutable and
         # golem never mutates their lists or the schemas, so they are shared, not copied.
         self.requests.append(
-            ModelRequest(list(request.messages), list(request.tools), request.output_schema)
+            ModelRequest(
+                list(request.messages),
+                list(request.tools),
+                request.output_schema,
+                tool_choice=request.tool_choice,
+            )
         )
         if keep is not None and len(self.requests) > keep:
             del self.requests[: len(self.requests) - keep]

@@ -84,6 +84,12 @@ def db(tmp_path: Path) -> str:
 
 
 def test_pending_lists_undecided_calls(db: str) -> None:
+    assert "no golem database at" in golem("pending", "--db", db).output
+
+    async def create() -> None:
+        await (await open_store(db)).close()
+
+    asyncio.run(create())
     assert "Nothing is waiting" in golem("pending", "--db", db).output
     twin, mixed = seed(db, "twin", "mixed")
     out = golem("pending", "--db", db).output
@@ -96,6 +102,16 @@ def test_pending_lists_undecided_calls(db: str) -> None:
     assert "1 pending call(s)" in only
     assert twin.id not in only
     assert "2 pending call(s)" in golem("pending", "--db", db, "--agent", "twin").output
+
+
+def test_commands_on_a_missing_database_say_so_and_create_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.db"
+    for url in (str(missing), f"sqlite:///{missing}"):
+        for args in (("pending",), ("show", "r1"), ("approve", "r1", "c1")):
+            res = golem(*args, "--db", url)
+            assert res.exit_code == 1, (args, res.output)
+            assert "no golem database at" in res.output
+    assert not missing.exists()
 
 
 def test_pending_reads_the_db_from_the_environment(db: str) -> None:
