@@ -362,13 +362,20 @@ def _edited_approval(approval: type[Any], call_id: str, args: str) -> Any:
     return approval(True, args=args)
 
 
-def _same_args(a: str, b: str) -> bool:
-    if a == b:
+def _same_args(history_args: str, decided_args: str) -> bool:
+    """Whether the history's argument bytes are the ones the approvers saw.
+
+    Byte equality; the one exception is a history saved before argument bytes were kept
+    exact (golem < 0.2 compacted them on dump), whose args are exactly the compact
+    re-encoding of the decided ones.
+    """
+    if history_args == decided_args:
         return True
-    try:  # the history codec may re-encode argument JSON: compare values, not spelling
-        return bool(json.loads(a) == json.loads(b))
+    try:
+        compact = json.dumps(json.loads(decided_args), ensure_ascii=False, separators=(",", ":"))
     except ValueError:
         return False
+    return history_args == compact
 
 
 def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
