@@ -32,7 +32,7 @@ from golem.providers._http import (
     post_json,
     translate_transport_errors,
 )
-from golem.providers.openai._client import DEFAULT_BASE_URL, endpoint
+from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
 from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
 from golem.providers.openai._wire import (
@@ -105,16 +105,11 @@ class OpenAIChatModel(HTTPModel):
         reasoning_field: str | None = None,
         api_key_header: str = "Authorization",
     ) -> None:
-        if not model:
-            raise ValueError("model name must not be empty")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        check_settings(model, timeout, max_tokens)
         if system_role not in _SYSTEM_ROLES:
             raise ValueError(
                 f'system_role must be "system", "developer" or "user", got {system_role!r}'
             )
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
         root, headers = endpoint(
             api_key=api_key,
             base_url=base_url,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from golem.providers._http import api_key_from_env
 
-__all__ = ["DEFAULT_BASE_URL", "endpoint"]
+__all__ = ["DEFAULT_BASE_URL", "check_settings", "endpoint"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -49,3 +49,18 @@ def endpoint(
             headers[api_key_header] = key
     headers.update(extra_headers or {})
     return (root or DEFAULT_BASE_URL).rstrip("/"), headers
+
+
+def check_settings(model: str, timeout: float, max_tokens: int | None, example: str = "") -> None:
+    """The settings both OpenAI adapters refuse at construction.
+
+    Raises:
+        ValueError: an empty model name, a non-positive timeout, or `max_tokens` below 1.
+    """
+    if not model:
+        hint = f" (for example {example!r})" if example else ""
+        raise ValueError(f"model name must not be empty{hint}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")

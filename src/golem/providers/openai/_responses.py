@@ -12,7 +12,7 @@ import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import HTTPModel, LoopBoundClient, post_json, post_sse
-from golem.providers.openai._client import endpoint
+from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -85,12 +85,7 @@ class OpenAIResponsesModel(HTTPModel):
         extra_body: Mapping[str, Any] | None = None,
         api_key_header: str = "Authorization",
     ) -> None:
-        if not model:
-            raise ValueError("model name must not be empty (for example 'gpt-5')")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout}")
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        check_settings(model, timeout, max_tokens, example="gpt-5")
         root, self._headers = endpoint(
             api_key=api_key,
             base_url=base_url,
