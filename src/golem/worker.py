@@ -187,7 +187,7 @@ def new_run_from_result(
     messages: Sequence[Message] = result.messages
     seals: dict[str, str] = {}
     if pending is not None and seal_key is not None:
-        kinds = {p.call_id: p.kind for p in pending.calls if not getattr(p, "seal", "")}
+        kinds = {p.call_id: p.kind for p in pending.calls if not p.seal}
         if kinds:
             messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
             seals = {
@@ -205,7 +205,7 @@ def new_run_from_result(
                     tool_name=p.tool_name,
                     args=p.args,
                     reason=p.reason,
-                    seal=seals.get(p.call_id) or getattr(p, "seal", None) or None,
+                    seal=seals.get(p.call_id) or p.seal or None,
                 )
                 for p in group
             )
@@ -378,16 +378,18 @@ def _same_args(history_args: str, decided_args: str) -> bool:
     return history_args == compact
 
 
+def _latest_calls(messages: Sequence[Message]) -> dict[str, ToolCall]:
+    """Each call ID's last tool call in the history (the one a resume resolves)."""
+    return {c.id: c for m in messages for c in m.tool_calls}
+
+
 def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
     """Every decided call must be in the history as the approvers saw it (name, arguments).
 
     Raises:
         StoredCallMismatch: a call is missing from the history or differs from its record.
     """
-    latest: dict[str, ToolCall] = {}
-    for m in messages:
-        for each in m.tool_calls:
-            latest[each.id] = each
+    latest = _latest_calls(messages)
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:
@@ -412,10 +414,7 @@ def _check_seals(run: RunRecord, messages: Sequence[Message], keys: SealKeys) ->
         SealError: a call is unsealed, sealed with an unknown key or tampered with.
         StoredCallMismatch: a call was sealed as the other kind than the one it was decided as.
     """
-    latest: dict[str, ToolCall] = {}
-    for m in messages:
-        for each in m.tool_calls:
-            latest[each.id] = each
+    latest = _latest_calls(messages)
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
