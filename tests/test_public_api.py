@@ -90,7 +90,7 @@ PUBLIC_ALL = {
         "respond run_detail_json run_detail_model run_json run_model schema_problems show_run "
         "start start_for store_error stream_token to_decision visible_runs whoami"
     ),
-    "golem.service.app": "ROUTES BodyLimit RefuseNul SecurityHeaders create_app",
+    "golem.service.app": "ROUTES BodyLimit RefuseNul SecurityHeaders TraceRequests create_app",
     "golem.service.audit": (
         "AUDIT_SCAN AuditRow api_audit api_deliveries audit_page audit_rows deliveries_page"
     ),

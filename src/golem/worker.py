@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
+from golem._tracing import worker_op
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -558,6 +559,7 @@ class Worker:
         finally:
             stopping.cancel()
 
+    @worker_op("resume")
     async def _resume(self, claimed: ClaimedRun) -> None:
         run = claimed.run
         lease = _Lease(self, run.id, claimed)
@@ -581,6 +583,7 @@ class Worker:
             return
         await self._finish(lease, outcome)
 
+    @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
         """Save the outcome; retry transient store errors while the lease is still held."""
         run_id = lease.run_id
