@@ -28,7 +28,7 @@ PUBLIC_ALL = {
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgentPaused agent_tool copy_result has_agent_tools "
+        "PAUSED_MARKER AgentTool SubAgentPaused agent_tool copy_result forwarder has_agent_tools "
         "paused_records resume run_scope surface"
     ),
     "golem.cli": (

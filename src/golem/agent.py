@@ -768,6 +768,8 @@ class Agent(Generic[DepsT, OutputT]):
             apply_parent=apply_parent,
             resume_parent=resume_parent,
             continue_parent=continue_parent,
+            observers=self._observers(on_event),
+            sink=sink,
         )
 
     @overload

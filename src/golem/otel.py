@@ -308,7 +308,10 @@ class RunTracer:
     # ----------------------------------------------------------------- events
 
     def on_event(self, event: RunEvent) -> None:
-        """Open and close the `chat` and `execute_tool` spans from the run's events."""
+        """Open and close the `chat` and `execute_tool` spans from the run's events (a
+        sub-agent's forwarded events are its own run's spans, not this one's)."""
+        if event.namespace:
+            return
         kind = event.kind
         if kind is EventKind.MODEL_START:
             self._chat_start(event)
