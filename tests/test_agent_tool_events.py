@@ -216,3 +216,36 @@ def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
     assert len(under_sub) == 2
     tools = [s.name for s in spans if s.name.startswith("execute_tool")]
     assert sorted(tools) == ["execute_tool janitor", "execute_tool list_files"]
+
+
+def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from golem import otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.instrument(provider)
+    try:
+        sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=[])
+        parent = Agent(
+            ScriptedModel(ask("clean"), text("All clean.")), name="boss", tools=[sub.as_tool()]
+        )
+        paused = parent.run_sync("tidy")
+        exporter.clear()
+        parent.run_with_deferred_results_sync(
+            paused.messages,
+            DeferredResults(approvals={"p1/s1": Approval(True)}),
+            trace_context=paused.trace_context,
+        )
+    finally:
+        otel.uninstrument()
+    paused_span = paused.trace_context.split("-")[2]
+    runs = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")}
+    assert set(runs) == {"invoke_agent boss", "invoke_agent janitor"}
+    for span in runs.values():
+        assert [f"{link.context.span_id:016x}" for link in span.links] == [paused_span]

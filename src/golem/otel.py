@@ -617,11 +617,14 @@ class _Operations:
             try:
                 await app(scope, receive, send_status)
             except BaseException as exc:
-                _fail(span, exc)
-                raise
-            finally:
                 if status:
                     span.set_attribute("http.response.status_code", status[0])
-                    if status[0] >= 500:
-                        span.set_attribute("error.type", str(status[0]))
-                        span.set_status(Status(StatusCode.ERROR))
+                elif isinstance(exc, Exception):  # the server's error middleware answers 500
+                    span.set_attribute("http.response.status_code", 500)
+                _fail(span, exc)
+                raise
+            if status:
+                span.set_attribute("http.response.status_code", status[0])
+                if status[0] >= 500:
+                    span.set_attribute("error.type", str(status[0]))
+                    span.set_status(Status(StatusCode.ERROR))

@@ -125,3 +125,21 @@ async def test_without_server_spans_the_operator_goes_on_the_current_span(
     assert outer.name == "outer request"
     assert attrs(outer)["enduser.id"] == "alice"
     assert [s.name for s in children(exporter, outer)] == ["golem.store.list_runs"]
+
+
+async def test_a_server_error_marks_the_span(
+    exporter: InMemorySpanExporter, app: Starlette, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk is gone")
+
+    monkeypatch.setattr(store, "list_runs", broken)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+        res = await client.get("/api/runs", headers=bearer("alice"))
+    assert res.status_code == 500
+    (span,) = server_spans(exporter)
+    assert span.status.status_code == StatusCode.ERROR
+    assert attrs(span)["enduser.id"] == "alice"
+    assert attrs(span)["error.type"] == "RuntimeError"
+    assert attrs(span)["http.response.status_code"] == 500
