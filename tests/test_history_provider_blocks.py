@@ -130,7 +130,7 @@ def test_data_parses_raw() -> None:
         ServerToolBlock(provider="x", type="y", raw="{").data()
 
 
-_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 _json_value = st.recursive(
     st.none() | st.booleans() | st.integers() | _text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
