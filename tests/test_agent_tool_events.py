@@ -191,21 +191,11 @@ def test_a_failing_parent_observer_does_not_fail_the_sub_run() -> None:
 
 def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel_support import instrumented
 
-    from golem import otel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider)
-    try:
+    with instrumented() as exporter:
         parent, _ = looking_parent(name="boss")
         parent.run_sync("look")
-    finally:
-        otel.uninstrument()
     spans = exporter.get_finished_spans()
     runs = {s.name: s for s in spans if s.name.startswith("invoke_agent")}
     chats = [s for s in spans if s.name.startswith("chat")]
@@ -220,17 +210,9 @@ def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
 
 def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel_support import instrumented
 
-    from golem import otel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider)
-    try:
+    with instrumented() as exporter:
         sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=[])
         parent = Agent(
             ScriptedModel(ask("clean"), text("All clean.")), name="boss", tools=[sub.as_tool()]
@@ -242,8 +224,6 @@ def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
             DeferredResults(approvals={"p1/s1": Approval(True)}),
             trace_context=paused.trace_context,
         )
-    finally:
-        otel.uninstrument()
     paused_span = paused.trace_context.split("-")[2]
     runs = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")}
     assert set(runs) == {"invoke_agent boss", "invoke_agent janitor"}

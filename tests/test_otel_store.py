@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -25,22 +23,11 @@ from golem import otel
 from golem.store import Decision, DecisionConflict, RunStatus
 from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker, start_run
+from tests.otel_support import memory_provider
 from tests.store.runs import approval, make_run
 from tests.store.worker_app import prompt_for, registry
 
 ROOT = Path(__file__).parent.parent
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
-    otel.instrument(provider)
-    try:
-        yield exp
-    finally:
-        otel.uninstrument()
 
 
 def ids(span: ReadableSpan) -> tuple[str, str]:
@@ -111,7 +98,7 @@ def test_an_untraced_start_resumes_untraced_and_unlinked(
     db = tmp_path / "golem.db"
     otel.uninstrument()  # the start is not traced: no trace context is stored
     run_id = asyncio.run(_start_paused(db, tmp_path))
-    otel.instrument(exporter_provider(exporter))
+    otel.instrument(memory_provider(exporter)[0])
 
     async def main() -> None:
         store = await SQLiteStore.open(db)
@@ -125,12 +112,6 @@ def test_an_untraced_start_resumes_untraced_and_unlinked(
     (resume,) = runs(exporter)
     assert resume.links == ()
     assert "golem.run.resumes" not in (resume.attributes or {})
-
-
-def exporter_provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider
 
 
 WORKER_SCRIPT = """
@@ -289,8 +270,8 @@ def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
 def test_off_means_no_operation_spans(tmp_path: Path) -> None:
     from golem import _tracing
 
-    exp = InMemorySpanExporter()
-    otel.instrument(exporter_provider(exp))
+    provider, exp = memory_provider()
+    otel.instrument(provider)
     assert _tracing.hooks is not None
     otel.uninstrument()
     assert _tracing.hooks is None

@@ -34,6 +34,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -505,6 +506,23 @@ class _Operations:
     def _tracer(self) -> trace.Tracer:
         return (self._provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
 
+    def _current(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        context: otel_context.Context | None = None,
+    ) -> AbstractContextManager[Span]:
+        """A span made current for the block; the block records its own errors (`_fail`)."""
+        return self._tracer().start_as_current_span(
+            name,
+            context=context,
+            kind=kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
     async def store_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
@@ -550,13 +568,7 @@ class _Operations:
         """Run the worker step under a current span (the resumed run's spans nest in it)."""
         bound = _signature(fn).bind_partial(*args, **kwargs)
         attributes = {"golem.worker.operation": op, **_operation_attributes(bound.arguments)}
-        with self._tracer().start_as_current_span(
-            f"golem.worker.{op}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._current(f"golem.worker.{op}", SpanKind.INTERNAL, attributes) as span:
             try:
                 return await fn(*args, **kwargs)
             except BaseException as exc:
@@ -606,14 +618,8 @@ class _Operations:
                 status.append(int(message["status"]))
             await send(message)
 
-        with self._tracer().start_as_current_span(
-            f"{method} {route}" if route else method,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        name = f"{method} {route}" if route else method
+        with self._current(name, SpanKind.SERVER, attributes, parent) as span:
             try:
                 await app(scope, receive, send_status)
             except BaseException as exc:

@@ -4,7 +4,6 @@ the store operations it makes (a decision: who decided) are client spans under i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,32 +11,16 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
 
 from golem import otel
+from tests.otel_support import memory_provider
 from tests.service.conftest import bearer
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-@pytest.fixture
-def provider() -> TracerProvider:
-    return TracerProvider()
-
-
-@pytest.fixture
-def exporter(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
-    otel.instrument(provider)
-    try:
-        yield exp
-    finally:
-        otel.uninstrument()
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
@@ -112,14 +95,18 @@ async def test_refused_and_unknown_requests(
 
 
 async def test_without_server_spans_the_operator_goes_on_the_current_span(
-    provider: TracerProvider, exporter: InMemorySpanExporter, app: Starlette
+    app: Starlette,
 ) -> None:
+    provider, exporter = memory_provider()
     otel.instrument(provider, server_spans=False)  # the ASGI server is instrumented already
     tracer = provider.get_tracer("asgi-server")
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
-        with tracer.start_as_current_span("outer request", kind=SpanKind.SERVER):
-            res = await client.get("/api/runs", headers=bearer("alice"))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+            with tracer.start_as_current_span("outer request", kind=SpanKind.SERVER):
+                res = await client.get("/api/runs", headers=bearer("alice"))
+    finally:
+        otel.uninstrument()
     assert res.status_code == 200
     (outer,) = server_spans(exporter)
     assert outer.name == "outer request"
