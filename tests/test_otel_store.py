@@ -24,6 +24,7 @@ from golem.store import Decision, DecisionConflict, RunStatus
 from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker, start_run
 from tests.otel_support import memory_provider
+from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, make_run
 from tests.store.worker_app import prompt_for, registry
 
@@ -39,9 +40,9 @@ def runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
 
 
-async def _start_paused(db: Path, tmp_path: Path) -> str:
+async def _start_paused(db: Path | Backend, tmp_path: Path) -> str:
     """Start a run that pauses on one approval call, approve it; return the run ID."""
-    store = await SQLiteStore.open(db)
+    store = await (SQLiteStore.open(db) if isinstance(db, Path) else db.open())
     try:
         record = await start_run(
             store,
@@ -120,8 +121,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from golem import otel
-from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker
+from tests.store.backends import open_spec
 from tests.store.worker_app import registry
 
 exporter = InMemorySpanExporter()
@@ -130,7 +131,7 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 otel.instrument(provider)
 
 async def main():
-    store = await SQLiteStore.open(sys.argv[1])
+    store = await open_spec(json.loads(sys.argv[1]))
     try:
         assert await Worker(store, registry(), worker_id="other-process").run_once()
     finally:
@@ -146,26 +147,30 @@ print(json.dumps([
 """
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_a_worker_in_another_process_links_to_the_paused_run(
-    exporter: InMemorySpanExporter, tmp_path: Path
+    kind: str, exporter: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    db = tmp_path / "golem.db"
-    run_id = asyncio.run(_start_paused(db, tmp_path))
-    paused = runs(exporter)[-1]
-    out = subprocess.run(
-        [sys.executable, "-c", WORKER_SCRIPT, str(db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
+    with backend_for(kind, tmp_path) as backend:
+        run_id = asyncio.run(_start_paused(backend, tmp_path))
+        paused = runs(exporter)[-1]
+        out = subprocess.run(
+            [sys.executable, "-c", WORKER_SCRIPT, json.dumps(backend.spec())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            check=False,
+        )
     assert out.returncode == 0, out.stderr
-    spans = json.loads(out.stdout)
-    (resume,) = [s for s in spans if s["name"].startswith("invoke_agent")]
+    spans = {s["name"]: s for s in json.loads(out.stdout)}
+    resume = next(s for name, s in spans.items() if name.startswith("invoke_agent"))
     assert resume["attributes"]["golem.run.id"] == run_id
     assert resume["links"] == [list(ids(paused))]
     assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
+    system = "sqlite" if kind == "sqlite" else "postgresql"
+    assert spans["golem.store.finish"]["attributes"]["db.system.name"] == system
+    assert spans["golem.worker.resume"]["attributes"]["golem.worker.id"] == "other-process"
 
 
 # --------------------------------------------------------------------------- store and worker spans
