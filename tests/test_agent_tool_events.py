@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from golem import Agent, Approval, DeferredResults, EventKind, RunEvent, dumps_history
+from golem.agent_tool import forwarder
 from golem.testing import ScriptedModel
 from tests.test_as_tool import ask, calls, janitor, text
 
@@ -229,3 +232,36 @@ def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
     assert set(runs) == {"invoke_agent boss", "invoke_agent janitor"}
     for span in runs.values():
         assert [f"{link.context.span_id:016x}" for link in span.links] == [paused_span]
+
+
+@given(
+    chain=st.lists(
+        st.tuples(
+            st.text(alphabet="abc-123", min_size=1, max_size=4),
+            st.text(alphabet="xyz_", min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    inner_call=st.text(alphabet="s0123", max_size=3),
+)
+def test_forwarding_through_any_depth_composes_the_namespaces(
+    chain: list[tuple[str, str]], inner_call: str
+) -> None:
+    """Forwarders stacked outermost-first mark an event with the joined call and tool paths."""
+    got: list[RunEvent] = []
+    handler = got.append
+    for call_id, tool in chain:  # chain[0]: the top parent's call; each level forwards up
+        forward = forwarder([handler], None, call_id, tool)
+        assert forward is not None
+        handler = forward
+    handler(
+        RunEvent(EventKind.TOOL_START, call_id=inner_call, tool_name="act" if inner_call else "")
+    )
+    (event,) = got
+    calls = [c for c, _ in chain]
+    tools = [t for _, t in chain]
+    assert event.namespace == "/".join(calls)
+    assert event.agent == "/".join(tools)
+    assert event.call_id == ("/".join([*calls, inner_call]) if inner_call else "")
+    assert event.tool_name == ("/".join([*tools, "act"]) if inner_call else "")

@@ -4,6 +4,7 @@ the store operations it makes (a decision: who decided) are client spans under i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -15,8 +16,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from golem import otel
+from golem.service.app import ROUTES, TraceRequests
 from tests.otel_support import memory_provider
 from tests.service.conftest import bearer
 
@@ -130,3 +133,19 @@ async def test_a_server_error_marks_the_span(
     assert attrs(span)["enduser.id"] == "alice"
     assert attrs(span)["error.type"] == "RuntimeError"
     assert attrs(span)["http.response.status_code"] == 500
+
+
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if isinstance(r, Route)], ids=lambda r: f"{r.path}"
+)
+def test_every_route_is_named_by_its_template(route: Route) -> None:
+    template = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+    path = re.sub(r"\{\w+\}", "x", template)
+    method = sorted(route.methods or {"GET"})[0]
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    assert TraceRequests(lambda *_: None, ROUTES)._route(scope) == template
+
+
+def test_a_static_file_is_named_by_its_mount() -> None:
+    scope = {"type": "http", "method": "GET", "path": "/static/app.css", "root_path": ""}
+    assert TraceRequests(lambda *_: None, ROUTES)._route(scope) == "/static/{path}"
