@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +292,23 @@ def test_off_means_no_operation_spans(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert exp.get_finished_spans() == ()
+
+
+def test_tracing_never_changes_what_a_store_call_raises(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = await SQLiteStore.open(tmp_path / "golem.db")
+        try:
+            with pytest.raises(TypeError, match="decided_by"):
+                await store.decide("r1", "c1", Decision.approve())  # type: ignore[call-arg]
+            with pytest.raises(ValueError, match="no pending calls"):
+                await store.save_pending(replace(make_run(), calls=()))
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    decide, save = spans_named(exporter, "golem.store.")
+    assert (decide.name, attrs(decide)["error.type"]) == ("golem.store.decide", "TypeError")
+    assert attrs(decide)["golem.run.id"] == "r1", "what binds is still recorded"
+    assert (save.name, attrs(save)["error.type"]) == ("golem.store.save_pending", "ValueError")

@@ -449,6 +449,16 @@ def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def _call_attributes(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
+    """`_operation_attributes` of one call; {} when its arguments do not bind or read as
+    expected (tracing never fails the operation: the call itself reports bad arguments)."""
+    try:
+        bound = _signature(fn).bind_partial(*args, **kwargs)
+        return _operation_attributes(bound.arguments)
+    except Exception:
+        return {}
+
+
 def _claimed_attributes(claimed: Any) -> dict[str, Any]:
     return {
         "golem.run.id": claimed.run.id,
@@ -536,27 +546,28 @@ class _Operations:
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            span = self._store_span(op, args, kwargs, start)
+            span = self._store_span(op, fn, args, kwargs, start)
             _fail(span, exc)
             span.end()
             raise
         extra = _result_attributes(result)
         if extra is None or (op in _SWEEPS and not result):
             return result
-        span = self._store_span(op, args, kwargs, start)
+        span = self._store_span(op, fn, args, kwargs, start)
         span.set_attributes(extra)
         span.end()
         return result
 
-    def _store_span(self, op: str, args: Any, kwargs: Any, start: int) -> Span:
+    def _store_span(
+        self, op: str, fn: Callable[..., Any], args: Any, kwargs: Any, start: int
+    ) -> Span:
         store = args[0]
-        bound = _signature(getattr(type(store), op)).bind_partial(*args, **kwargs)
         system = _db_system(store)
         attributes = {
             "db.system.name": system,
             "db.system": system,
             "golem.store.operation": op,
-            **_operation_attributes(bound.arguments),
+            **_call_attributes(fn, args, kwargs),
         }
         return self._tracer().start_span(
             f"golem.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
@@ -566,8 +577,7 @@ class _Operations:
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
         """Run the worker step under a current span (the resumed run's spans nest in it)."""
-        bound = _signature(fn).bind_partial(*args, **kwargs)
-        attributes = {"golem.worker.operation": op, **_operation_attributes(bound.arguments)}
+        attributes = {"golem.worker.operation": op, **_call_attributes(fn, args, kwargs)}
         with self._current(f"golem.worker.{op}", SpanKind.INTERNAL, attributes) as span:
             try:
                 return await fn(*args, **kwargs)
