@@ -50,9 +50,7 @@ __all__ = [
     "ToolResult",
     "approved_call",
     "call_approved",
-    "find_signal",
     "idempotency_key",
-    "to_tool_result",
 ]
 
 DepsT = TypeVar("DepsT")
@@ -452,7 +450,7 @@ class Tool:
             value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
         else:
             value = await asyncio.to_thread(self.exec, ctx, decoded)
-        result = to_tool_result(value)
+        result = _to_tool_result(value)
         for j, part in enumerate(result.parts):
             problem = part.problem()
             if problem:
@@ -524,7 +522,7 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None
     return None
 
 
-def to_tool_result(value: Any) -> ToolResult:
+def _to_tool_result(value: Any) -> ToolResult:
     """Normalize what a tool returned into a `ToolResult`."""
     if isinstance(value, str):
         return ToolResult(value)

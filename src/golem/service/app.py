@@ -36,13 +36,7 @@ from golem.service.views import Presenter
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
-__all__ = [
-    "ROUTES",
-    "BodyLimit",
-    "RefuseNul",
-    "SecurityHeaders",
-    "create_app",
-]
+__all__ = ["ROUTES", "create_app"]
 
 log = logging.getLogger("golem.service")
 
@@ -117,7 +111,7 @@ def _too_large(limit: int) -> Response:
     ).response()
 
 
-class BodyLimit:
+class _BodyLimit:
     """Refuse request bodies over `limit` bytes with 413 before any handler runs.
 
     The body is read here (up to the limit) and replayed to the app, so a handler never
@@ -168,7 +162,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-class RefuseNul:
+class _RefuseNul:
     """Answer 400 to a request whose path or query string holds a NUL character.
 
     No store can look such a name up (PostgreSQL refuses NUL in text), and no run, call or
@@ -192,7 +186,7 @@ class RefuseNul:
         await self.app(scope, receive, send)
 
 
-class SecurityHeaders:
+class _SecurityHeaders:
     """Add a strict Content-Security-Policy and friends to every response."""
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
@@ -404,9 +398,9 @@ def create_app(
     app = Starlette(
         routes=list(ROUTES),
         middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(BodyLimit, limit=max_body_bytes),
-            Middleware(RefuseNul),
+            Middleware(_SecurityHeaders),
+            Middleware(_BodyLimit, limit=max_body_bytes),
+            Middleware(_RefuseNul),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,
