@@ -180,7 +180,8 @@ def new_run_from_result(
 
     The run ID and conversation ID are the result's; the pending calls keep the model's
     emission order across both kinds. With `seal_key`, every pending call the agent did
-    not seal itself is sealed (in the saved history and in the calls table).
+    not seal itself is sealed (in the saved history and in the calls table). The result's
+    `trace_context` is kept, so the worker's resume span links to the paused run's span.
     """
     calls: list[NewCall] = []
     pending = result.pending
@@ -223,6 +224,7 @@ def new_run_from_result(
         started_by=started_by,
         expires_at=expires_at,
         parent_run_id=parent_run_id,
+        trace_context=result.trace_context,
     )
 
 
@@ -636,6 +638,8 @@ class Worker:
                 extra["before_approved"] = lease.prove
             if "run_id" in params:
                 extra["run_id"] = run.id
+            if run.trace_context and "trace_context" in params:  # the resume's span links to it
+                extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
             _check_calls(run, history)  # what runs is what the approvers saw

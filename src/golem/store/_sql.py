@@ -69,9 +69,10 @@ SWEEP_BATCH = 500
 _RUN_COLS = (
     "id, agent, conversation_id, status, deps_ref, started_by, created_at, "
     "updated_at, expires_at, parent_run_id, child_run_id, lease_owner, lease_expires_at, "
-    "outcome_output, outcome_error, attempt"
+    "outcome_output, outcome_error, attempt, trace_context"
 )
 _R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+_N_RUN_COLS = len(_RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
     "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args, "
@@ -291,7 +292,7 @@ class SQLStore(abc.ABC):
         out_history: str | None,
     ) -> RunRecord:
         (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
-        (expires, parent, child, owner, lease_exp, out, err, attempt) = row[8:16]
+        (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
         st = RunStatus(status)
         outcome: Outcome | None = None
         if st.terminal:
@@ -319,6 +320,7 @@ class SQLStore(abc.ABC):
             lease_expires_at=self._dt(lease_exp),
             outcome=outcome,
             attempt=int(attempt),
+            trace_context=trace_ctx or "",
         )
 
     def _calls_of(self, tx: Tx, ids: Sequence[str]) -> dict[str, list[PendingCallRecord]]:
@@ -349,7 +351,8 @@ class SQLStore(abc.ABC):
     def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Records of `rows` (run columns + history + outcome history), with their calls."""
         calls = self._calls_of(tx, [r[0] for r in rows])
-        return [self._run_record(r, calls[r[0]], r[16], r[17]) for r in rows]
+        n = _N_RUN_COLS
+        return [self._run_record(r, calls[r[0]], r[n], r[n + 1]) for r in rows]
 
     def _select_runs(self, where: str, tail: str = "") -> str:
         return (
@@ -427,7 +430,7 @@ class SQLStore(abc.ABC):
         ts = self._to_db(now)
         inserted = tx.fetch(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1) "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?) "
             "ON CONFLICT (id) DO NOTHING RETURNING id",
             (
                 run.id,
@@ -442,6 +445,7 @@ class SQLStore(abc.ABC):
                 run.parent_run_id,
                 out,
                 err,
+                run.trace_context or None,
             ),
         )
         if not inserted:
@@ -524,6 +528,7 @@ class SQLStore(abc.ABC):
             lease_owner=None,
             lease_expires_at=None,
             outcome=stored_outcome,
+            trace_context=run.trace_context,
         )
 
     # ------------------------------------------------------------------ Store API

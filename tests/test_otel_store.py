@@ -1,0 +1,185 @@
+"""OpenTelemetry through the store (issue 11): a run started with `start_run` keeps its
+span's trace context in the store, and the worker that resumes it — another store
+instance, another agent instance, another process — links the resume span to it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from golem import otel
+from golem.store import Decision, RunStatus
+from golem.store.sqlite import SQLiteStore
+from golem.worker import Worker, start_run
+from tests.store.worker_app import prompt_for, registry
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exp = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exp))
+    otel.instrument(provider)
+    try:
+        yield exp
+    finally:
+        otel.uninstrument()
+
+
+def ids(span: ReadableSpan) -> tuple[str, str]:
+    assert span.context is not None
+    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
+
+
+def runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+
+
+async def _start_paused(db: Path, tmp_path: Path) -> str:
+    """Start a run that pauses on one approval call, approve it; return the run ID."""
+    store = await SQLiteStore.open(db)
+    try:
+        record = await start_run(
+            store,
+            registry(),
+            "acts",
+            prompt_for("job", 1),
+            deps_ref={"exec_dir": str(tmp_path)},
+            started_by="alice",
+        )
+        assert record.status is RunStatus.PENDING
+        await store.decide(record.id, "job-0", Decision.approve(), decided_by="bob")
+        return record.id
+    finally:
+        await store.close()
+
+
+def test_a_worker_links_the_resume_to_the_paused_runs_span(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    db = tmp_path / "golem.db"
+
+    async def main() -> tuple[str, str]:
+        run_id = await _start_paused(db, tmp_path)
+        paused_span = runs(exporter)[-1]
+        store = await SQLiteStore.open(db)  # another store instance, another agent instance
+        try:
+            saved = await store.get_run(run_id)
+            assert saved.trace_context.split("-")[1:3] == list(ids(paused_span))
+            exporter.clear()
+            assert await Worker(store, registry(), worker_id="w1").run_once()
+            done = await store.get_run(run_id)
+            assert done.status is RunStatus.COMPLETED, done.outcome
+            return saved.trace_context, run_id
+        finally:
+            await store.close()
+
+    traceparent, run_id = asyncio.run(main())
+    (resume,) = runs(exporter)
+    assert (resume.attributes or {})["golem.run.id"] == run_id
+    assert (resume.attributes or {})["golem.run.resumes"] == traceparent
+    assert [ids_of(link) for link in resume.links] == [tuple(traceparent.split("-")[1:3])]
+    assert (resume.links[0].attributes or {})["golem.link"] == "resumes_paused_run"
+    assert resume.context is not None
+    assert f"{resume.context.trace_id:032x}" != traceparent.split("-")[1], "a trace of its own"
+
+
+def ids_of(link: Any) -> tuple[str, str]:
+    return f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}"
+
+
+def test_an_untraced_start_resumes_untraced_and_unlinked(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    db = tmp_path / "golem.db"
+    otel.uninstrument()  # the start is not traced: no trace context is stored
+    run_id = asyncio.run(_start_paused(db, tmp_path))
+    otel.instrument(exporter_provider(exporter))
+
+    async def main() -> None:
+        store = await SQLiteStore.open(db)
+        try:
+            assert (await store.get_run(run_id)).trace_context == ""
+            assert await Worker(store, registry(), worker_id="w1").run_once()
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    (resume,) = runs(exporter)
+    assert resume.links == ()
+    assert "golem.run.resumes" not in (resume.attributes or {})
+
+
+def exporter_provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+WORKER_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from golem import otel
+from golem.store.sqlite import SQLiteStore
+from golem.worker import Worker
+from tests.store.worker_app import registry
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+otel.instrument(provider)
+
+async def main():
+    store = await SQLiteStore.open(sys.argv[1])
+    try:
+        assert await Worker(store, registry(), worker_id="other-process").run_once()
+    finally:
+        await store.close()
+
+asyncio.run(main())
+print(json.dumps([
+    {"name": s.name, "attributes": {k: v for k, v in (s.attributes or {}).items()
+                                   if isinstance(v, str)},
+     "links": [[f"{l.context.trace_id:032x}", f"{l.context.span_id:016x}"] for l in s.links]}
+    for s in exporter.get_finished_spans()
+]))
+"""
+
+
+def test_a_worker_in_another_process_links_to_the_paused_run(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    db = tmp_path / "golem.db"
+    run_id = asyncio.run(_start_paused(db, tmp_path))
+    paused = runs(exporter)[-1]
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER_SCRIPT, str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    spans = json.loads(out.stdout)
+    (resume,) = [s for s in spans if s["name"].startswith("invoke_agent")]
+    assert resume["attributes"]["golem.run.id"] == run_id
+    assert resume["links"] == [list(ids(paused))]
+    assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
