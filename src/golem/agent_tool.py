@@ -44,19 +44,7 @@ if TYPE_CHECKING:
     from golem.agent import Agent
     from golem.result import Result
 
-__all__ = [
-    "PAUSED_MARKER",
-    "AgentTool",
-    "SubAgentPaused",
-    "agent_tool",
-    "copy_result",
-    "forwarder",
-    "has_agent_tools",
-    "paused_records",
-    "resume",
-    "run_scope",
-    "surface",
-]
+__all__ = ["PAUSED_MARKER", "AgentTool", "SubAgentPaused", "forwarder"]
 
 PAUSED_MARKER = "[golem: sub-agent paused]"
 """How the result recorded for a paused sub-agent's call starts (the state follows)."""

@@ -15,7 +15,7 @@ from enum import StrEnum
 from golem.messages import Part
 from golem.usage import Usage
 
-__all__ = ["EventHandler", "EventKind", "RunEvent", "dispatch"]
+__all__ = ["EventHandler", "EventKind", "RunEvent"]
 
 _log = logging.getLogger("golem")
 

@@ -54,12 +54,10 @@ if TYPE_CHECKING:
     from golem.result import Result
 
 __all__ = [
-    "RunTracer",
     "format_traceparent",
     "instrument",
     "is_instrumented",
     "parse_traceparent",
-    "run_tracer",
     "uninstrument",
 ]
 

@@ -37,14 +37,7 @@ from golem.service.views import Presenter
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
-__all__ = [
-    "ROUTES",
-    "BodyLimit",
-    "RefuseNul",
-    "SecurityHeaders",
-    "TraceRequests",
-    "create_app",
-]
+__all__ = ["ROUTES", "create_app"]
 
 log = logging.getLogger("golem.service")
 
@@ -119,7 +112,7 @@ def _too_large(limit: int) -> Response:
     ).response()
 
 
-class BodyLimit:
+class _BodyLimit:
     """Refuse request bodies over `limit` bytes with 413 before any handler runs.
 
     The body is read here (up to the limit) and replayed to the app, so a handler never
@@ -170,7 +163,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-class RefuseNul:
+class _RefuseNul:
     """Answer 400 to a request whose path or query string holds a NUL character.
 
     No store can look such a name up (PostgreSQL refuses NUL in text), and no run, call or
@@ -194,7 +187,7 @@ class RefuseNul:
         await self.app(scope, receive, send)
 
 
-class SecurityHeaders:
+class _SecurityHeaders:
     """Add a strict Content-Security-Policy and friends to every response."""
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
@@ -221,7 +214,7 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-class TraceRequests:
+class _TraceRequests:
     """Handle each HTTP request under an OpenTelemetry server span while `golem.otel`
     instruments golem (`otel.instrument()`); pass requests straight through otherwise.
 
@@ -441,10 +434,10 @@ def create_app(
     app = Starlette(
         routes=list(ROUTES),
         middleware=[
-            Middleware(TraceRequests, routes=ROUTES),
-            Middleware(SecurityHeaders),
-            Middleware(BodyLimit, limit=max_body_bytes),
-            Middleware(RefuseNul),
+            Middleware(_TraceRequests, routes=ROUTES),
+            Middleware(_SecurityHeaders),
+            Middleware(_BodyLimit, limit=max_body_bytes),
+            Middleware(_RefuseNul),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

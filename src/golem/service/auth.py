@@ -47,14 +47,7 @@ from typing import Any
 
 from golem import _tracing
 
-__all__ = [
-    "MIN_SECRET_BYTES",
-    "Approver",
-    "AuthConfig",
-    "Credential",
-    "LoginLimiter",
-    "token_digest",
-]
+__all__ = ["Approver", "AuthConfig", "Credential"]
 
 MIN_SECRET_BYTES = 32
 """Shortest accepted signing key (`GOLEM_SESSION_SECRET`), in bytes."""
@@ -64,7 +57,7 @@ _STREAM = "stream"
 _CSRF = "csrf"
 
 
-def token_digest(token: str) -> str:
+def _token_digest(token: str) -> str:
     """Return the hex SHA-256 of `token`, the form under which tokens are looked up."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -199,7 +192,7 @@ class AuthConfig:
             elif not key:
                 raise ValueError("a token must not be empty")
             else:
-                digest = token_digest(key)
+                digest = _token_digest(key)
             by_digest[digest] = approver
         object.__setattr__(self, "_by_digest", by_digest)
         object.__setattr__(self, "_revoked", {})
@@ -260,7 +253,7 @@ class AuthConfig:
         """Return the credential for a bearer token, or `None` when it is unknown."""
         if not token:
             return None
-        digest = token_digest(token)
+        digest = _token_digest(token)
         approver = self._by_digest.get(digest)
         if approver is None:
             return None
