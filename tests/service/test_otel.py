@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from golem import otel
-from golem.service.app import ROUTES, TraceRequests
+from golem.service.app import ROUTES, _TraceRequests
 from tests.otel_support import memory_provider
 from tests.service.conftest import bearer
 
@@ -143,9 +143,9 @@ def test_every_route_is_named_by_its_template(route: Route) -> None:
     path = re.sub(r"\{\w+\}", "x", template)
     method = sorted(route.methods or {"GET"})[0]
     scope = {"type": "http", "method": method, "path": path, "root_path": ""}
-    assert TraceRequests(lambda *_: None, ROUTES)._route(scope) == template
+    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == template
 
 
 def test_a_static_file_is_named_by_its_mount() -> None:
     scope = {"type": "http", "method": "GET", "path": "/static/app.css", "root_path": ""}
-    assert TraceRequests(lambda *_: None, ROUTES)._route(scope) == "/static/{path}"
+    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == "/static/{path}"
