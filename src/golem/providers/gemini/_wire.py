@@ -258,8 +258,13 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         text_part = {"text": m.content}
         if text_signatures:
             text_part["thoughtSignature"] = text_signatures[0]
-    if text_part is not None and m.content:
+    server = _server_parts(m)
+    if server and m.content:
+        parts.extend(_interleaved(m.content, server, text_part))
+    elif text_part is not None and m.content:
         parts.append(text_part)
+    else:
+        parts.extend(part for _, part in server)
     parts.extend(_part(p) for p in m.parts)
     for i, c in enumerate(m.tool_calls):
         call: dict[str, Any] = {"name": c.name, "args": _args_object(c.args)}
@@ -273,6 +278,55 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         parts.append(part)
     if text_part is not None and not m.content:
         parts.append(text_part)  # a signature-only text part, as Gemini sends it
+    return parts
+
+
+_SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
+_RUN_SEPARATOR = "\n\n"
+
+
+def _server_parts(m: Message) -> list[tuple[int, dict[str, Any]]]:
+    """Gemini's own server-side tool parts of `m` (`at`, the part as received). Grounding
+    and URL-context metadata are not parts: the API takes them in no request."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    for b in m.server_tools:
+        if b.provider != "gemini" or b.type not in _SERVER_PARTS:
+            continue
+        try:
+            part = json.loads(b.raw)
+        except ValueError:
+            continue
+        if isinstance(part, dict):
+            out.append((b.at, part))
+    return out
+
+
+def _interleaved(
+    content: str, server: list[tuple[int, dict[str, Any]]], first_text: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Text parts and server parts in the order they arrived; the first text part keeps
+    the text signature (`first_text`)."""
+    parts: list[dict[str, Any]] = []
+    pos = 0
+
+    def text_until(end: int) -> None:
+        nonlocal pos, first_text
+        start = pos
+        if start > 0 and content.startswith(_RUN_SEPARATOR, start):
+            start += len(_RUN_SEPARATOR)  # the separator golem put after a server part
+        if content[start:end]:
+            part: dict[str, Any] = {"text": content[start:end]}
+            if first_text is not None and "thoughtSignature" in first_text:
+                part["thoughtSignature"] = first_text["thoughtSignature"]
+            first_text = None
+            parts.append(part)
+        pos = max(pos, end)
+
+    for at, part in server:
+        if at > pos:
+            text_until(min(at, len(content)))
+        parts.append(part)
+    text_until(len(content))
     return parts
 
 
