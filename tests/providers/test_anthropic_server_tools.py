@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from golem import Citation, ServerToolBlock, dumps_history, loads_history
+from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body, parse_response, parse_stream, sse_events
@@ -358,3 +358,35 @@ async def test_recorded_second_turn_sends_the_server_blocks_back(
         )
     sent = json.loads(seen[1].content)["messages"]
     assert sent == _without_null_citations(second.request_body["messages"])
+
+
+async def test_an_agent_run_keeps_the_blocks_and_the_next_run_sends_them() -> None:
+    follow_up = {**BODY, "content": [{"type": "text", "text": "Yes."}]}
+    bodies = [BODY, follow_up]
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=bodies[len(seen) - 1])
+
+    async with model_on(httpx.MockTransport(handler)) as model:
+        agent: Agent[None, str] = Agent(model)
+        first = await agent.run("What is a golem?")
+        answer = first.messages[-1]
+        assert answer.content == CONTENT
+        assert [b.type for b in answer.server_tools] == [
+            "server_tool_use",
+            "web_search_tool_result",
+        ]
+        assert len(answer.citations) == 2
+        saved = loads_history(dumps_history(first.messages))
+        await agent.run("Sure?", history=saved)
+    assert [b["type"] for b in seen[1]["messages"][1]["content"]] == [
+        "thinking",
+        "text",
+        "server_tool_use",
+        "web_search_tool_result",
+        "text",
+        "text",
+        "text",
+    ]
