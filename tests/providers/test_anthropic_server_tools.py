@@ -10,7 +10,7 @@ import pytest
 
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import ModelRequest, ModelResponse
+from golem.model import ModelRequest, ModelResponse, ToolSpec
 from golem.providers.anthropic import build_request_body, parse_response, parse_stream, sse_events
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
@@ -390,3 +390,23 @@ async def test_an_agent_run_keeps_the_blocks_and_the_next_run_sends_them() -> No
         "text",
         "text",
     ]
+
+
+def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    request = ModelRequest(
+        messages=[Message(role="user", content="hi")],
+        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
+    )
+    body = build_request_body(request, model="m", extra_body={"tools": [search]})
+    assert [t.get("type", "function") for t in body["tools"]] == [
+        "function",
+        "web_search_20250305",
+    ]
+    assert body["tools"][1] == search
+    alone = build_request_body(
+        ModelRequest(messages=[Message(role="user", content="hi")]),
+        model="m",
+        extra_body={"tools": [search]},
+    )
+    assert alone["tools"] == [search]

@@ -11,7 +11,7 @@ import pytest
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse
+from golem.model import ModelRequest, ModelResponse, ToolSpec
 from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import (
     GeminiModel,
@@ -247,3 +247,18 @@ async def test_recorded_gemini_3_server_tool_parts_go_back_on_the_next_turn() ->
     assert model_parts[0]["toolCall"] == {"toolType": "FILE_SEARCH", "id": "tju3qkc9"}
     assert model_parts[1]["toolResponse"] == {"toolType": "FILE_SEARCH", "id": "tju3qkc9"}
     assert [sent[0], sent[2]] == [expected[0], expected[2]]
+
+
+def test_builtin_tools_in_extra_body_join_the_function_declarations() -> None:
+    request = ModelRequest(
+        messages=[Message(role="user", content="hi")],
+        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
+    )
+    body = build_request_body(request, extra_body={"tools": [{"googleSearch": {}}]})
+    assert [next(iter(t)) for t in body["tools"]] == ["functionDeclarations", "googleSearch"]
+    alone = build_request_body(
+        ModelRequest(messages=[Message(role="user", content="hi")]),
+        extra_body={"tools": [{"codeExecution": {}}], "generationConfig": {"seed": 7}},
+    )
+    assert alone["tools"] == [{"codeExecution": {}}]
+    assert alone["generationConfig"]["seed"] == 7

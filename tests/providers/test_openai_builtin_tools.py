@@ -11,7 +11,7 @@ import pytest
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
-from golem.model import ModelRequest, ModelResponse
+from golem.model import ModelRequest, ModelResponse, ToolSpec
 from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.providers.openai import OpenAIResponsesModel
@@ -327,3 +327,17 @@ def test_chat_url_citations_are_kept_streamed_and_plain_alike() -> None:
 def test_reasoning_signature_helper_matches_the_items() -> None:
     message = parse_responses_response(BODY).message
     assert message.thinking[0] == ThinkingBlock(signature=reasoning_signature("rs_1", "enc1"))
+
+
+def test_builtin_tools_in_extra_body_join_the_function_tools() -> None:
+    request = ModelRequest(
+        messages=[Message(role="user", content="hi")],
+        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
+    )
+    options = ResponsesOptions(model="gpt-5", extra_body={"tools": [{"type": "web_search"}]})
+    body = build_responses_body(request, options)
+    assert [t["type"] for t in body["tools"]] == ["function", "web_search"]
+    alone = build_responses_body(
+        ModelRequest(messages=[Message(role="user", content="hi")]), options
+    )
+    assert alone["tools"] == [{"type": "web_search"}]

@@ -102,7 +102,8 @@ def build_request_body(
     results of one batch of tool calls form one user message of `tool_result` blocks);
     assistant messages become assistant turns with their signed thinking blocks first,
     then the text, then `tool_use` blocks. `extra_body` is merged last, one level
-    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format).
+    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format); its
+    `tools` list is added after the agent's tools (server tools such as web search).
     """
     system_parts = [m.content for m in request.messages if m.role == "system" and m.content]
     if request.output_schema is not None and output_mode == "prompted":
@@ -148,6 +149,8 @@ def build_request_body(
         current = body.get(key)
         if isinstance(current, dict) and isinstance(value, Mapping):
             body[key] = {**current, **value}
+        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
+            body[key] = [*current, *value]  # server tools (web search, ...) beside the agent's
         else:
             body[key] = value
     return body

@@ -93,7 +93,9 @@ def build_request_body(
             goes into the system instruction instead (older models reject the combination).
         multimodal_results: send the media of tool results inside `functionResponse.parts`
             (Gemini 3+); otherwise they follow the results in a user content.
-        extra_body: merged last, recursively (nested objects merge, other values replace).
+        extra_body: merged last, recursively (nested objects merge, other values replace);
+            a `tools` list is added after the function declarations (built-in tools such as
+            `{"googleSearch": {}}` beside the agent's tools).
     """
     system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
@@ -138,7 +140,14 @@ def build_request_body(
     if config:
         body["generationConfig"] = config
     if extra_body:
-        deep_merge(body, extra_body)
+        extra = dict(extra_body)
+        extra_tools = extra.pop("tools", None)
+        deep_merge(body, extra)
+        if isinstance(extra_tools, list):
+            # built-in tools (googleSearch, codeExecution, urlContext, ...) join the functions
+            body["tools"] = [*body.get("tools", ()), *copy.deepcopy(extra_tools)]
+        elif extra_tools is not None:
+            body["tools"] = copy.deepcopy(extra_tools)
     return body
 
 

@@ -61,7 +61,8 @@ class ResponsesOptions:
     strict: bool = True
     """Mark tool and output schemas `strict` when they already qualify (else `strict: false`)."""
     extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set."""
+    """Merged last into the body (shallow), overriding what golem set; a `tools` list is
+    added after the function tools (built-in tools such as `{"type": "web_search"}`)."""
 
 
 # --------------------------------------------------------------------------- reasoning items
@@ -132,7 +133,12 @@ def build_responses_body(
     if options.top_p is not None:
         body["top_p"] = options.top_p
     if options.extra_body:
-        body.update(options.extra_body)
+        extra = dict(options.extra_body)
+        extra_tools = extra.get("tools")
+        if isinstance(extra_tools, list) and "tools" in body:
+            # built-in tools (web_search, file_search, ...) join the functions
+            extra["tools"] = [*body["tools"], *extra_tools]
+        body.update(extra)
     return body
 
 
