@@ -12,14 +12,11 @@ import pytest
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse, ToolSpec
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini import (
-    GeminiModel,
-    build_request_body,
-    parse_response,
-    parse_stream,
-    sse_events,
-)
+from golem.providers.anthropic._wire import build_request_body as anthropic_body
+from golem.providers.gemini import GeminiModel
+from golem.providers.gemini._response import parse_response
+from golem.providers.gemini._stream import parse_stream, sse_events
+from golem.providers.gemini._wire import build_request_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as chat_body
 from tests.providers import _recordings

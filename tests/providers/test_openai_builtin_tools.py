@@ -12,8 +12,8 @@ import pytest
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
 from golem.model import ModelRequest, ModelResponse, ToolSpec
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini import build_request_body as gemini_body
+from golem.providers.anthropic._wire import build_request_body as anthropic_body
+from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIResponsesModel
 from golem.providers.openai._responses_stream import parse_responses_stream
 from golem.providers.openai._responses_wire import (
