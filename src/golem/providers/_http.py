@@ -33,15 +33,19 @@ from golem.errors import (
 
 __all__ = [
     "RESPONSES_REASONING_PREFIX",
+    "RUN_SEPARATOR",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
     "error_from_response",
     "iter_sse",
+    "json_object",
     "parse_json_body",
     "post_json",
     "post_sse",
+    "raw_json",
     "retry_after_seconds",
+    "run_start",
     "sse_block",
     "sse_events",
     "translate_transport_errors",
@@ -51,6 +55,30 @@ __all__ = [
 RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
+
+
+RUN_SEPARATOR = "\n\n"
+"""Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
+
+raw_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`."""
+
+
+def json_object(raw: str) -> dict[str, Any] | None:
+    """The JSON object `raw` holds (a kept provider block), or None when it holds none."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_start(content: str, pos: int) -> int:
+    """Where the text run that follows a server-side block at `pos` starts: past the
+    `RUN_SEPARATOR` golem put there when it joined the runs (text before the block exists)."""
+    if pos > 0 and content.startswith(RUN_SEPARATOR, pos):
+        return pos + len(RUN_SEPARATOR)
+    return pos
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:

@@ -20,7 +20,13 @@ from typing import Any, Literal
 from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import (
+    RESPONSES_REASONING_PREFIX,
+    RUN_SEPARATOR,
+    json_object,
+    raw_json,
+    run_start,
+)
 from golem.usage import Usage
 
 __all__ = [
@@ -323,7 +329,7 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     server = [
         (b, block)
         for b in m.server_tools
-        if b.provider == PROVIDER and (block := _raw_object(b.raw)) is not None
+        if b.provider == PROVIDER and (block := json_object(b.raw)) is not None
     ]
     blocks: list[dict[str, Any]] = []
     next_thinking = 0
@@ -342,10 +348,7 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
 
     def text_until(end: int) -> None:
         nonlocal pos
-        start = pos
-        if start > 0 and server and m.content.startswith(_RUN_SEPARATOR, start):
-            start += len(_RUN_SEPARATOR)  # the separator golem put after a server block
-        blocks.extend(_text_blocks(m, start, end))
+        blocks.extend(_text_blocks(m, run_start(m.content, pos), end))
         pos = max(pos, end)
 
     for b, block in server:
@@ -370,18 +373,9 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     return blocks
 
 
-_RUN_SEPARATOR = "\n\n"
 _REPLAYED_CITATIONS = frozenset(("web_search_result_location",))
 """Citations sent back on their text: self-contained ones. Document citations point at
 documents of the request by index, which an edited or trimmed history may no longer hold."""
-
-
-def _raw_object(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
@@ -393,7 +387,7 @@ def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
     for c in m.citations:
         if c.provider != PROVIDER or not (start <= c.start < c.end <= end):
             continue
-        raw = _raw_object(c.raw)
+        raw = json_object(c.raw)
         if raw is not None and raw.get("type") in _REPLAYED_CITATIONS:
             cited.setdefault((c.start, c.end), []).append(raw)
     cuts = sorted({start, end, *(i for span in cited for i in span)})
@@ -596,8 +590,8 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
         kind = b.get("type")
         if kind == "text":
             if separated and texted:
-                text.append(_RUN_SEPARATOR)
-                pos += len(_RUN_SEPARATOR)
+                text.append(RUN_SEPARATOR)
+                pos += len(RUN_SEPARATOR)
             separated = False
             piece = _str(b.get("text"))
             texted = texted or bool(piece)
@@ -642,10 +636,6 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     )
 
 
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A provider object as the compact JSON text kept in `raw`."""
-
-
 def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
     return Citation(
         start=start,
@@ -654,7 +644,7 @@ def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
         title=_str(c.get("title")) or _str(c.get("document_title")),
         cited_text=_str(c.get("cited_text")),
         provider=PROVIDER,
-        raw=_dump(c),
+        raw=raw_json(c),
     )
 
 
@@ -675,7 +665,7 @@ def _server_block(
         type=kind,
         id=block_id,
         name=name if name != kind else "",
-        raw=_dump(dict(b)),
+        raw=raw_json(dict(b)),
         at=at,
         thinking_before=thinking_before,
     )

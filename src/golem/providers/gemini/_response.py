@@ -27,6 +27,7 @@ from typing import Any
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
+from golem.providers._http import RUN_SEPARATOR, raw_json
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
@@ -49,8 +50,7 @@ SERVER_PARTS: dict[str, str] = {
 """Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
 `toolResponse`, their `toolType`, lower-cased)."""
 _METADATA = ("groundingMetadata", "urlContextMetadata")
-_RUN_SEPARATOR = "\n\n"
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
 
 _FILTERED = frozenset(
     (
@@ -195,7 +195,7 @@ class ResponseBuilder:
             if not text and not signature:
                 return None
             if text and self._separated and self._length:
-                text = _RUN_SEPARATOR + text
+                text = RUN_SEPARATOR + text
             if text:
                 self._separated = False
             self._length += len(text)
@@ -219,7 +219,7 @@ class ResponseBuilder:
                         type=key,
                         id=_str(inner.get("id")),
                         name=name or (tool_type.lower() if isinstance(tool_type, str) else ""),
-                        raw=_dump(part),
+                        raw=raw_json(part),
                         at=self._length,
                         thinking_before=len(self._blocks),
                     )
@@ -280,7 +280,7 @@ class ResponseBuilder:
                 ServerToolBlock(
                     provider=PROVIDER,
                     type=key,
-                    raw=_dump(metadata),
+                    raw=raw_json(metadata),
                     at=len(content),
                     thinking_before=len(self._blocks),
                 )
@@ -347,7 +347,7 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
                     title=_str(source.get("title")),
                     cited_text=_str(source.get("text")),
                     provider=PROVIDER,
-                    raw=_dump({"support": support, "chunk": chunk}),
+                    raw=raw_json({"support": support, "chunk": chunk}),
                 )
             )
     return out

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from golem.messages import Message, Part
 from golem.model import ModelRequest
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import RESPONSES_REASONING_PREFIX, json_object, run_start
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -291,7 +291,6 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
 
 
 _SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
-_RUN_SEPARATOR = "\n\n"
 
 
 def _server_parts(m: Message) -> list[tuple[int, dict[str, Any]]]:
@@ -301,11 +300,8 @@ def _server_parts(m: Message) -> list[tuple[int, dict[str, Any]]]:
     for b in m.server_tools:
         if b.provider != "gemini" or b.type not in _SERVER_PARTS:
             continue
-        try:
-            part = json.loads(b.raw)
-        except ValueError:
-            continue
-        if isinstance(part, dict):
+        part = json_object(b.raw)
+        if part is not None:
             out.append((b.at, part))
     return out
 
@@ -320,9 +316,7 @@ def _interleaved(
 
     def text_until(end: int) -> None:
         nonlocal pos, first_text
-        start = pos
-        if start > 0 and content.startswith(_RUN_SEPARATOR, start):
-            start += len(_RUN_SEPARATOR)  # the separator golem put after a server part
+        start = run_start(content, pos)
         if content[start:end]:
             part: dict[str, Any] = {"text": content[start:end]}
             if first_text is not None and "thoughtSignature" in first_text:

@@ -19,7 +19,13 @@ from typing import Any
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import (
+    RESPONSES_REASONING_PREFIX,
+    RUN_SEPARATOR,
+    json_object,
+    raw_json,
+    run_start,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import _schema_name, _wire_args, strict_compatible
 from golem.usage import Usage
@@ -209,7 +215,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
         for b in m.server_tools
         if b.provider == BLOCKS
         and (store or b.type in _SELF_CONTAINED)
-        and (item := _raw_object(b.raw)) is not None
+        and (item := json_object(b.raw)) is not None
     ]
     next_thinking = 0
     pos = 0
@@ -224,9 +230,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
 
     def text_until(end: int) -> None:
         nonlocal pos
-        start = pos
-        if start > 0 and m.content.startswith(_RUN_SEPARATOR, start):
-            start += len(_RUN_SEPARATOR)  # the separator golem put after a built-in item
+        start = run_start(m.content, pos)
         if m.content[start:end]:
             items.append({"role": "assistant", "content": m.content[start:end]})
         pos = max(pos, end)
@@ -266,14 +270,6 @@ def _reasoning_item(t: ThinkingBlock) -> dict[str, Any] | None:
     if encrypted:
         item["encrypted_content"] = encrypted
     return item
-
-
-def _raw_object(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _data_url(p: Part) -> str:
@@ -370,8 +366,8 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
                 piece = _str(part.get("text")) or _str(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
                 if separated and texted and piece:
-                    text.append(_RUN_SEPARATOR)
-                    pos += len(_RUN_SEPARATOR)
+                    text.append(RUN_SEPARATOR)
+                    pos += len(RUN_SEPARATOR)
                 if piece:
                     separated = False
                 texted = texted or bool(piece)
@@ -400,7 +396,7 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
                     type=_str(kind),
                     id=_str(item.get("id")),
                     name=_str(item.get("name")) or _str(kind).removesuffix("_call"),
-                    raw=_dump(dict(item)),
+                    raw=raw_json(dict(item)),
                     at=pos,
                     thinking_before=len(thinking),
                 )
@@ -414,11 +410,6 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
         server_tools=server,
     )
     return message, refused
-
-
-_RUN_SEPARATOR = "\n\n"
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A provider object as the compact JSON text kept in `raw`."""
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
@@ -438,7 +429,7 @@ def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
         url=_str(a.get("url")),
         title=_str(a.get("title")) or _str(a.get("filename")),
         provider=BLOCKS,
-        raw=_dump(dict(a)),
+        raw=raw_json(dict(a)),
     )
 
 
