@@ -23,9 +23,9 @@ from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
+    in_order,
     json_object,
     raw_json,
-    run_start,
 )
 from golem.usage import Usage
 
@@ -322,8 +322,9 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
 
     Without Anthropic server-tool blocks: replayable thinking, the text, the `tool_use`
     blocks. With them, each goes back verbatim where it sat: the thinking blocks that came
-    before it, then the text before it (split into blocks at the spans of web-search
-    citations, which go back on their text), then the block itself; tool calls last.
+    before it, then the text before it, then the block itself; tool calls last. Text is split
+    at the spans of web-search citations, which go back on their text; text that is only
+    whitespace (which the API refuses) joins the block before or is left out.
     """
     replayable = {id(t) for t in _replayable_thinking(m)}
     server = [
@@ -332,35 +333,20 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
         if b.provider == PROVIDER and (block := json_object(b.raw)) is not None
     ]
     blocks: list[dict[str, Any]] = []
-    next_thinking = 0
-    pos = 0
-
-    def thinking_until(count: int) -> None:
-        nonlocal next_thinking
-        for t in m.thinking[next_thinking:count]:
-            if id(t) not in replayable:
+    for item in in_order(m, server):
+        if isinstance(item, ThinkingBlock):
+            if id(item) not in replayable:
                 continue
-            if t.redacted:
-                blocks.append({"type": "redacted_thinking", "data": t.redacted})
+            if item.redacted:
+                blocks.append({"type": "redacted_thinking", "data": item.redacted})
             else:
-                blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
-        next_thinking = max(next_thinking, count)
-
-    def text_until(end: int) -> None:
-        nonlocal pos
-        blocks.extend(_text_blocks(m, run_start(m.content, pos), end))
-        pos = max(pos, end)
-
-    for b, block in server:
-        thinking_until(b.thinking_before)
-        if b.at > pos:
-            text_until(min(b.at, len(m.content)))
-        blocks.append(block)
-    thinking_until(len(m.thinking))
-    if server:
-        text_until(len(m.content))
-    elif m.content:
-        blocks.append({"type": "text", "text": m.content})
+                blocks.append(
+                    {"type": "thinking", "thinking": item.text, "signature": item.signature}
+                )
+        elif isinstance(item, slice):
+            blocks.extend(_text_blocks(m, item.start, item.stop))
+        else:
+            blocks.append(item)
     for call in m.tool_calls:
         blocks.append(
             {

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from golem.messages import Message, Part
+from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
-from golem.providers._http import RESPONSES_REASONING_PREFIX, json_object, run_start
+from golem.providers._http import RESPONSES_REASONING_PREFIX, in_order, json_object
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -269,7 +269,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             text_part["thoughtSignature"] = text_signatures[0]
     server = _server_parts(m)
     if server and m.content:
-        parts.extend(_interleaved(m.content, server, text_part))
+        parts.extend(_interleaved(m, server, text_part))
     elif text_part is not None and m.content:
         parts.append(text_part)
     else:
@@ -293,43 +293,36 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
 _SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
 
 
-def _server_parts(m: Message) -> list[tuple[int, dict[str, Any]]]:
-    """Gemini's own server-side tool parts of `m` (`at`, the part as received). Grounding
-    and URL-context metadata are not parts: the API takes them in no request."""
-    out: list[tuple[int, dict[str, Any]]] = []
+def _server_parts(m: Message) -> list[tuple[ServerToolBlock, dict[str, Any]]]:
+    """Gemini's own server-side tool parts of `m` (the block, the part as received).
+    Grounding and URL-context metadata are not parts: the API takes them in no request."""
+    out: list[tuple[ServerToolBlock, dict[str, Any]]] = []
     for b in m.server_tools:
         if b.provider != "gemini" or b.type not in _SERVER_PARTS:
             continue
         part = json_object(b.raw)
         if part is not None:
-            out.append((b.at, part))
+            out.append((b, part))
     return out
 
 
 def _interleaved(
-    content: str, server: list[tuple[int, dict[str, Any]]], first_text: dict[str, Any] | None
+    m: Message,
+    server: list[tuple[ServerToolBlock, dict[str, Any]]],
+    first_text: dict[str, Any] | None,
 ) -> list[dict[str, Any]]:
-    """Text parts and server parts in the order they arrived; the first text part keeps
-    the text signature (`first_text`)."""
+    """Text parts and server parts in the order they arrived (thought parts are sent
+    before, by the caller); the first text part keeps the text signature of `first_text`."""
     parts: list[dict[str, Any]] = []
-    pos = 0
-
-    def text_until(end: int) -> None:
-        nonlocal pos, first_text
-        start = run_start(content, pos)
-        if content[start:end]:
-            part: dict[str, Any] = {"text": content[start:end]}
+    for item in in_order(m, server):
+        if isinstance(item, slice):
+            part: dict[str, Any] = {"text": m.content[item]}
             if first_text is not None and "thoughtSignature" in first_text:
                 part["thoughtSignature"] = first_text["thoughtSignature"]
             first_text = None
             parts.append(part)
-        pos = max(pos, end)
-
-    for at, part in server:
-        if at > pos:
-            text_until(min(at, len(content)))
-        parts.append(part)
-    text_until(len(content))
+        elif not isinstance(item, ThinkingBlock):
+            parts.append(item)
     return parts
 
 

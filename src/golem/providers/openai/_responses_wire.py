@@ -22,9 +22,9 @@ from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResp
 from golem.providers._http import (
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
+    in_order,
     json_object,
     raw_json,
-    run_start,
 )
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import _schema_name, _wire_args, strict_compatible
@@ -217,31 +217,15 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
         and (store or b.type in _SELF_CONTAINED)
         and (item := json_object(b.raw)) is not None
     ]
-    next_thinking = 0
-    pos = 0
-
-    def reasoning_until(count: int) -> None:
-        nonlocal next_thinking
-        for t in m.thinking[next_thinking:count]:
-            item = _reasoning_item(t)
-            if item is not None:
-                items.append(item)
-        next_thinking = max(next_thinking, count)
-
-    def text_until(end: int) -> None:
-        nonlocal pos
-        start = run_start(m.content, pos)
-        if m.content[start:end]:
-            items.append({"role": "assistant", "content": m.content[start:end]})
-        pos = max(pos, end)
-
-    for b, item in server:
-        reasoning_until(b.thinking_before)
-        if b.at > pos:
-            text_until(min(b.at, len(m.content)))
-        items.append(item)
-    reasoning_until(len(m.thinking))
-    text_until(len(m.content))
+    for part in in_order(m, server):
+        if isinstance(part, ThinkingBlock):
+            reasoning = _reasoning_item(part)
+            if reasoning is not None:
+                items.append(reasoning)
+        elif isinstance(part, slice):
+            items.append({"role": "assistant", "content": m.content[part]})
+        else:
+            items.append(part)
     for c in m.tool_calls:
         items.append(
             {
