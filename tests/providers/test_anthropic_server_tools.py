@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
@@ -411,3 +413,49 @@ def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
         extra_body={"tools": [search]},
     )
     assert alone["tools"] == [search]
+
+
+_words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")
+
+
+@st.composite
+def _turns(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Content blocks as Anthropic sends them: stretches of thinking (where no text came
+    just before), text runs (several adjacent blocks), then a server tool's call and result."""
+    blocks: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(0, 3)) + 1):
+        if not blocks or blocks[-1]["type"] != "text":  # ADR 0028: thinking leads a stretch
+            for k in range(draw(st.integers(0, 1))):
+                thought = {"type": "thinking", "thinking": f"t{n}{k}", "signature": f"s{n}{k}"}
+                blocks.append(thought)
+        blocks.extend({"type": "text", "text": t} for t in draw(st.lists(_words, max_size=2)))
+        if draw(st.booleans()):
+            use_id = f"srvtoolu_{n}"
+            blocks.append(
+                {"type": "server_tool_use", "id": use_id, "name": "web_search", "input": {"q": n}}
+            )
+            blocks.append({**SEARCH_RESULT, "tool_use_id": use_id})
+    return blocks
+
+
+def _merged(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent text blocks as one (the message keeps one text per run)."""
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        if b["type"] == "text" and out and out[-1]["type"] == "text":
+            out[-1] = {"type": "text", "text": out[-1]["text"] + b["text"]}
+        else:
+            out.append(dict(b))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(_turns())
+def test_any_interleaving_goes_back_as_it_came(blocks: list[dict[str, Any]]) -> None:
+    body = {**BODY, "content": blocks}
+    message = parse_response(body).message
+    history = loads_history(dumps_history([Message(role="user", content="q"), message]))
+    sent = build_request_body(ModelRequest(messages=history), model="m")["messages"][1:]
+    assert sent == ([{"role": "assistant", "content": _merged(blocks)}] if blocks else [])
+    events = [(e["type"], json.dumps(e)) for e in synthesize_stream(body, size=3)]
+    assert parse_stream(events)[-1] == parse_response(body)
