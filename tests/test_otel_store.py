@@ -19,11 +19,13 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
 
 from golem import otel
-from golem.store import Decision, RunStatus
+from golem.store import Decision, DecisionConflict, RunStatus
 from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker, start_run
+from tests.store.runs import approval, make_run
 from tests.store.worker_app import prompt_for, registry
 
 ROOT = Path(__file__).parent.parent
@@ -183,3 +185,123 @@ def test_a_worker_in_another_process_links_to_the_paused_run(
     assert resume["attributes"]["golem.run.id"] == run_id
     assert resume["links"] == [list(ids(paused))]
     assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
+
+
+# --------------------------------------------------------------------------- store and worker spans
+
+
+def spans_named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def test_store_operations_are_client_spans_with_who_decided(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    async def main() -> str:
+        store = await SQLiteStore.open(tmp_path / "golem.db")
+        try:
+            assert await store.claim_ready("idle", 30) is None
+            assert await store.sweep_expired() == []
+            run = await store.save_pending(make_run(approval("c1"), approval("c2")))
+            await store.decide(run.id, "c1", Decision.approve(), decided_by="alice@example.com")
+            with pytest.raises(DecisionConflict):
+                await store.decide(run.id, "c1", Decision.deny("no"), decided_by="mallory")
+            await store.get_run(run.id)
+            return run.id
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(main())
+    names = [s.name for s in spans_named(exporter, "golem.")]
+    assert names == [
+        "golem.store.save_pending",
+        "golem.store.decide",
+        "golem.store.decide",
+        "golem.store.get_run",
+    ], "an idle claim and a sweep that changed nothing leave no span"
+    save, ok, refused, get = spans_named(exporter, "golem.")
+    assert save.kind == SpanKind.CLIENT
+    assert attrs(save) | {"golem.run.id": run_id} == attrs(save)
+    assert attrs(save)["db.system.name"] == attrs(save)["db.system"] == "sqlite"
+    assert attrs(save)["golem.run.started_by"] == "alice"
+    assert attrs(ok) == {
+        "db.system.name": "sqlite",
+        "db.system": "sqlite",
+        "golem.store.operation": "decide",
+        "golem.run.id": run_id,
+        "gen_ai.tool.call.id": "c1",
+        "golem.decision": "approve",
+        "golem.decided_by": "alice@example.com",
+    }
+    assert ok.status.status_code == StatusCode.UNSET
+    assert attrs(refused)["golem.decided_by"] == "mallory"
+    assert attrs(refused)["error.type"] == "DecisionConflict"
+    assert refused.status.status_code == StatusCode.ERROR
+    assert attrs(get)["golem.run.status"] == "pending"
+    assert ok.start_time is not None
+    assert ok.end_time is not None
+    assert ok.start_time <= ok.end_time
+
+
+def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    db = tmp_path / "golem.db"
+    run_id = asyncio.run(_start_paused(db, tmp_path))
+    exporter.clear()
+
+    async def main() -> None:
+        store = await SQLiteStore.open(db)
+        try:
+            assert await Worker(store, registry(), worker_id="w7").run_once()
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    by = {s.name: s for s in spans}
+    claim = by["golem.store.claim_ready"]
+    assert (attrs(claim)["golem.worker.id"], attrs(claim)["golem.run.id"]) == ("w7", run_id)
+    assert attrs(claim)["golem.run.attempt"] == 1
+    resume = by["golem.worker.resume"]
+    assert resume.parent is None
+    assert attrs(resume) | {"golem.worker.id": "w7", "golem.run.id": run_id} == attrs(resume)
+    assert attrs(resume)["gen_ai.agent.name"] == "acts"
+    run = next(s for s in spans if s.name.startswith("invoke_agent"))
+    finish = by["golem.worker.finish"]
+    stored = by["golem.store.finish"]
+    assert resume.context is not None
+    assert finish.context is not None
+    for child in (run, finish):
+        assert child.parent is not None
+        assert child.parent.span_id == resume.context.span_id
+    assert stored.parent is not None
+    assert stored.parent.span_id == finish.context.span_id
+    assert attrs(finish)["golem.run.status"] == attrs(stored)["golem.run.status"] == "completed"
+    assert attrs(stored)["golem.worker.id"] == "w7"
+    assert len(run.links) == 1, "the resumed run still links to the paused one"
+
+
+def test_off_means_no_operation_spans(tmp_path: Path) -> None:
+    from golem import _tracing
+
+    exp = InMemorySpanExporter()
+    otel.instrument(exporter_provider(exp))
+    assert _tracing.hooks is not None
+    otel.uninstrument()
+    assert _tracing.hooks is None
+
+    async def main() -> None:
+        store = await SQLiteStore.open(tmp_path / "golem.db")
+        try:
+            run = await store.save_pending(make_run())
+            await store.decide(run.id, "c1", Decision.approve(), decided_by="alice")
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    assert exp.get_finished_spans() == ()

@@ -20,16 +20,16 @@ import golem
 
 PUBLIC_ALL = {
     "golem": (
-        "Agent Approval Canceled DeferKind Deferred DeferredRequests DeferredResults EventKind "
-        "Failed GolemError HistoryRepair Message ModelRetry Part PartialResult PendingToolCall "
-        "ProviderError RejectedCall Result ResumeError RunContext RunError RunEvent RunPaused "
-        "RunStream SanitizeReport SealError SealKeys Stage ThinkingBlock Tool ToolCall "
-        "ToolError ToolResult ToolTimeout UnsafePart Usage UsageLimitExceeded UsageLimits "
-        "__version__ approved_call call_approved dumps_history loads_history new_id "
-        "normalize_history sanitize_history"
+        "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
+        "EventKind Failed GolemError HistoryRepair Message ModelRetry Part PartialResult "
+        "PendingToolCall ProviderError RejectedCall Result ResumeError RunContext RunError "
+        "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
+        "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
+        "UsageLimitExceeded UsageLimits __version__ approved_call call_approved dumps_history "
+        "loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.agent_tool": "PAUSED_MARKER AgentTool SubAgentPaused",
+    "golem.agent_tool": "PAUSED_MARKER AgentTool SubAgentPaused forwarder",
     "golem.cli": "build_app main",
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
@@ -48,8 +48,8 @@ PUBLIC_ALL = {
         "default_decision"
     ),
     "golem.messages": (
-        "MAX_ARGS_DEPTH PART_KINDS ROLES Message Part Role ThinkingBlock ToolCall dumps_history "
-        "loads_history"
+        "MAX_ARGS_DEPTH PART_KINDS ROLES Citation Message Part Role ServerToolBlock "
+        "ThinkingBlock ToolCall dumps_history loads_history"
     ),
     "golem.model": (
         "FINISH_REASONS TOOL_CHOICE_MODES Delta FinishReason Model ModelRequest ModelResponse "

@@ -48,7 +48,7 @@ from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
-from golem.history import normalize_history, validate_history
+from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
@@ -510,8 +510,7 @@ class Agent(Generic[DepsT, OutputT]):
         text = await self._instructions(RunContext(state.deps, state.run_id, state.conversation_id))
         if text:
             state.messages.append(Message(role="system", content=text))
-        repaired, _ = normalize_history(body)
-        state.messages.extend(repaired)
+        state.messages.extend(pair_results(body))
 
     @overload
     async def run(
@@ -787,6 +786,8 @@ class Agent(Generic[DepsT, OutputT]):
             apply_parent=apply_parent,
             resume_parent=resume_parent,
             continue_parent=continue_parent,
+            observers=self._observers(on_event),
+            sink=sink,
         )
 
     @overload

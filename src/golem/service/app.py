@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,11 +22,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from golem import __version__
+from golem import __version__, _tracing
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
@@ -213,6 +214,41 @@ class _SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class _TraceRequests:
+    """Handle each HTTP request under an OpenTelemetry server span while `golem.otel`
+    instruments golem (`otel.instrument()`); pass requests straight through otherwise.
+
+    The span is named `METHOD /route/{template}` and carries the HTTP semantic conventions'
+    attributes and, once the request is authenticated, the operator as `enduser.id`.
+    """
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hooks = _tracing.hooks
+        if hooks is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await hooks.serve(self.app, scope, receive, send, self._route(scope))
+
+    def _route(self, scope: Scope) -> str:
+        """The template of the route that serves `scope` ("" when none does)."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is Match.NONE:
+                continue
+            if isinstance(route, Mount):
+                return route.path + "/{path}"
+            return _CONVERTER.sub(r"{\1}", str(getattr(route, "path", "")))
+        return ""
+
+
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")
+"""A path parameter's converter (`{call_id:path}`), left out of `http.route`."""
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -398,6 +434,7 @@ def create_app(
     app = Starlette(
         routes=list(ROUTES),
         middleware=[
+            Middleware(_TraceRequests, routes=ROUTES),
             Middleware(_SecurityHeaders),
             Middleware(_BodyLimit, limit=max_body_bytes),
             Middleware(_RefuseNul),

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from golem import _tracing
+
 __all__ = ["Approver", "AuthConfig", "Credential"]
 
 MIN_SECRET_BYTES = 32
@@ -253,7 +255,10 @@ class AuthConfig:
             return None
         digest = _token_digest(token)
         approver = self._by_digest.get(digest)
-        return None if approver is None else Credential(approver, digest)
+        if approver is None:
+            return None
+        _tracing.identify(approver.identity)
+        return Credential(approver, digest)
 
     def from_authorization(self, header: str | None) -> Credential | None:
         """Authenticate an `Authorization: Bearer <token>` header value."""
@@ -302,7 +307,9 @@ class AuthConfig:
         payload = self._claims(purpose, value, now)
         if payload is None:
             return None
-        return Credential(self._by_digest[payload["sub"]], payload["sub"])
+        approver = self._by_digest[payload["sub"]]
+        _tracing.identify(approver.identity)
+        return Credential(approver, payload["sub"])
 
     def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
         """Return a signed inbox session value for `credential` (with its own session ID)."""

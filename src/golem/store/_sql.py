@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, overload
 
+from golem._tracing import store_op
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
 from golem.store.records import (
@@ -541,6 +542,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(False, tx_fn)
 
+    @store_op("save_pending")
     async def save_pending(self, run: NewRun) -> RunRecord:
         """Save a paused run as PENDING (see `Store.save_pending`)."""
         if not run.calls:
@@ -552,6 +554,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("save_finished")
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
         """Save a run that ended without pausing (see `Store.save_finished`)."""
         if outcome.status not in (RunStatus.COMPLETED, RunStatus.FAILED):
@@ -576,6 +579,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("get_run")
     async def get_run(self, run_id: str) -> RunRecord:
         """Return the run (see `Store.get_run`)."""
         return await self._submit(False, self._load_run, run_id)
@@ -612,6 +616,7 @@ class SQLStore(abc.ABC):
             params.append(tool_name)
         return where, params
 
+    @store_op("list_runs")
     async def list_runs(
         self,
         *,
@@ -639,6 +644,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(False, tx_fn)
 
+    @store_op("list_runs_page")
     async def list_runs_page(
         self,
         *,
@@ -677,6 +683,7 @@ class SQLStore(abc.ABC):
             cursor = _encode_cursor(last.created_at.isoformat(), last.id)
         return Page(runs, cursor)
 
+    @store_op("list_pending_calls")
     async def list_pending_calls(
         self,
         *,
@@ -718,6 +725,7 @@ class SQLStore(abc.ABC):
             cursor = _encode_cursor(self._from_db(last[16]).isoformat(), last[0], int(last[2]))
         return Page(items, cursor)
 
+    @store_op("decide")
     async def decide(
         self,
         run_id: str,
@@ -846,6 +854,7 @@ class SQLStore(abc.ABC):
             self._after_decisions(tx, run_id, at, EXPIRY_ACTOR, left)
         return denials
 
+    @store_op("sweep_expired")
     async def sweep_expired(self, now: datetime | None = None) -> list[str]:
         """Deny overdue undecided calls "expired" (see `Store.sweep_expired`)."""
         at_given = _aware(now)
@@ -870,6 +879,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("claim_ready")
     async def claim_ready(
         self,
         worker_id: str,
@@ -935,6 +945,7 @@ class SQLStore(abc.ABC):
 
     _HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 
+    @store_op("renew_lease")
     async def renew_lease(
         self, run_id: str, worker_id: str, lease_seconds: float, *, now: datetime | None = None
     ) -> datetime:
@@ -955,6 +966,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("finish")
     async def finish(
         self, run_id: str, worker_id: str, outcome: Outcome, *, now: datetime | None = None
     ) -> RunRecord:
@@ -1009,6 +1021,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("sweep_interrupted")
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark RUNNING runs with a lapsed lease INTERRUPTED (see `Store.sweep_interrupted`)."""
         at_given = _aware(now)
@@ -1054,6 +1067,7 @@ class SQLStore(abc.ABC):
             raise RunNotInterrupted(run_id, RunStatus(rows[0][0]))
         return self._calls_of(tx, [run_id])[run_id], int(rows[0][1])
 
+    @store_op("retry_interrupted")
     async def retry_interrupted(
         self,
         run_id: str,
@@ -1103,6 +1117,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("cancel_interrupted")
     async def cancel_interrupted(
         self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
     ) -> RunRecord:
@@ -1145,6 +1160,7 @@ class SQLStore(abc.ABC):
             detail=json.loads(detail),
         )
 
+    @store_op("audit")
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """Return the run's audit entries in order (see `Store.audit`)."""
 
