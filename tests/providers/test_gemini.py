@@ -35,7 +35,7 @@ from tests.providers.gemini_fixtures import (
     rename_tool_output_key,
 )
 
-pytestmark = pytest.mark.skipif(not _recordings.available(), reason="recordings not present")
+pytestmark = _recordings.needs_recordings
 
 GENERATE = generate_interactions() if _recordings.available() else []
 OK = [it for it in GENERATE if it.status == 200]
