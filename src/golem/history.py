@@ -30,7 +30,6 @@ __all__ = [
     "UnsafePart",
     "normalize_history",
     "sanitize_history",
-    "validate_history",
 ]
 
 INTERRUPTED_TEXT = (

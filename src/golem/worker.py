@@ -36,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
+from golem._tracing import worker_op
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -180,7 +181,8 @@ def new_run_from_result(
 
     The run ID and conversation ID are the result's; the pending calls keep the model's
     emission order across both kinds. With `seal_key`, every pending call the agent did
-    not seal itself is sealed (in the saved history and in the calls table).
+    not seal itself is sealed (in the saved history and in the calls table). The result's
+    `trace_context` is kept, so the worker's resume span links to the paused run's span.
     """
     calls: list[NewCall] = []
     pending = result.pending
@@ -220,6 +222,7 @@ def new_run_from_result(
         started_by=started_by,
         expires_at=expires_at,
         parent_run_id=parent_run_id,
+        trace_context=result.trace_context,
     )
 
 
@@ -583,6 +586,7 @@ class Worker:
         finally:
             stopping.cancel()
 
+    @worker_op("resume")
     async def _resume(self, claimed: ClaimedRun) -> None:
         run = claimed.run
         lease = _Lease(self, run.id, claimed)
@@ -614,6 +618,7 @@ class Worker:
             return
         await self._finish(lease, outcome)
 
+    @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
         """Save the outcome; retry transient store errors while the lease is still held."""
         run_id = lease.run_id
@@ -671,6 +676,8 @@ class Worker:
                 extra["before_approved"] = lease.prove
             if "run_id" in params:
                 extra["run_id"] = run.id
+            if run.trace_context and "trace_context" in params:  # the resume's span links to it
+                extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
             latest = _latest_calls(history, [c.call_id for c in run.calls])

@@ -5,14 +5,16 @@ other's runs; decisions and lease checks lock the run's row. Reads run as `REPEA
 READ ONLY` so a run and its calls are one consistent snapshot. The schema is created or
 migrated on open under an advisory lock, so many processes may start at once.
 
-Transactions run on a small pool of threads, each using a **synchronous** psycopg
-connection in pipeline mode (`pool_size` connections at most): statements whose result is
-not needed are queued and sent with the next query or the commit, so a decision costs two
-round trips and saving a paused run one. Async psycopg spends about three times the client
-CPU per statement; a thread hop per transaction costs far less. As on SQLite, a cancelled
-caller never interrupts a transaction: it runs to commit or rollback on its thread.
+Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
+connection. A thread speaks to the server at the libpq level in pipeline mode: statements
+whose result is not needed are queued and sent with the next query or the commit (so a
+decision costs two round trips and saving a paused run two), each
+statement is prepared once per connection, and rows come back in binary. Going through
+psycopg's cursors instead costs several times the client CPU per statement. As on SQLite,
+a cancelled caller never interrupts a transaction: it runs to commit or rollback on its
+thread.
 
-Before a pooled connection is reused, its socket is checked without a round trip: a
+Before a thread reuses its connection, the socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
 backend) is replaced, and a transaction that fails on a broken connection before its
 commit was sent is retried once on a fresh one.
@@ -27,13 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
-import queue
 import re
 import select
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -41,10 +43,13 @@ from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
 from golem.store._sql import SQLStore, Stats, Tx
+from golem.store._threads import DatabaseThreads, Slot
 
 try:
     import psycopg
+    from psycopg import errors as pg_errors
     from psycopg import pq
+    from psycopg.adapt import Transformer
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "PostgresStore needs psycopg 3: pip install 'golem-agents[postgres]'"
@@ -54,44 +59,237 @@ __all__ = ["PostgresStore"]
 
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_PIPELINE = psycopg.Pipeline.is_supported()
 log = logging.getLogger("golem.store")
 
-_sql_cache: dict[str, str] = {}
+_Connection = psycopg.Connection[tuple[Any, ...]]
+
+_sql_cache: dict[str, bytes] = {}
 
 
-def _pg_sql(sql: str) -> str:
+def _pg_sql(sql: str) -> bytes:
+    """`sql` with its `?` placeholders numbered the libpq way (`$1`, `$2`, ...)."""
     out = _sql_cache.get(sql)
     if out is None:
-        out = _sql_cache[sql] = sql.replace("?", "%s")
+        if len(_sql_cache) > 2000:  # listings build many IN (...) shapes: stay bounded
+            _sql_cache.clear()
+        head, *rest = sql.split("?")
+        text = head + "".join(f"${i}{part}" for i, part in enumerate(rest, 1))
+        out = _sql_cache[sql] = text.encode()
     return out
 
 
+_OID_UNKNOWN = 0
+_OID_BOOL = 16
+_OID_INT8 = 20
+_OID_TIMESTAMPTZ = 1184
+
+
+def _dump(params: Sequence[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
+    """Parameters in libpq's text format, with their type OIDs.
+
+    Strings and NULLs go as `unknown` (the server takes the type from the context, as
+    psycopg does), integers as `int8`, datetimes as `timestamptz`.
+    """
+    values: list[bytes | None] = []
+    types: list[int] = []
+    for v in params:
+        t = type(v)
+        if t is str:
+            if "\x00" in v:
+                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+            values.append(v.encode())
+            types.append(_OID_UNKNOWN)
+        elif v is None:
+            values.append(None)
+            types.append(_OID_UNKNOWN)
+        elif t is int:
+            values.append(b"%d" % v)
+            types.append(_OID_INT8)
+        elif t is bool:
+            values.append(b"t" if v else b"f")
+            types.append(_OID_BOOL)
+        elif isinstance(v, datetime) and v.utcoffset() is not None:
+            values.append(v.isoformat().encode())
+            types.append(_OID_TIMESTAMPTZ)
+        else:
+            raise TypeError(f"PostgresStore cannot send a {t.__name__} parameter: {v!r}")
+    return values, tuple(types)
+
+
+_MAX_PREPARED = 256
+"""Prepared statements per connection; statements beyond are sent unnamed."""
+_statement_names = itertools.count(1)
+
+_FATAL = pq.ExecStatus.FATAL_ERROR
+_SYNC = pq.ExecStatus.PIPELINE_SYNC
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_BINARY = pq.Format.BINARY
+
+
 class _Conn:
-    """The `Conn` port over one sync psycopg connection (`?` placeholders become `%s`)."""
+    """The `Conn` port over one connection, spoken at the libpq level in pipeline mode.
 
-    __slots__ = ("_conn", "_stats", "sent_commit")
+    A transaction is `begin` → `fetch`/`run` … → `end`. `run` only queues its statement;
+    `fetch` sends what is queued plus itself and waits for the answers (one round trip);
+    `end` sends the rest with COMMIT. Statements are prepared on first use (named, per
+    connection) and results come back in binary, loaded by psycopg's own loaders: this
+    skips psycopg's cursor layer, which costs several times the client CPU per statement.
+    """
 
-    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]], stats: Stats) -> None:
-        self._conn = conn
+    __slots__ = ("_loader", "_poll", "_prepared", "_sent", "_stats", "conn", "pg", "sent_commit")
+
+    def __init__(self, conn: _Connection, stats: Stats) -> None:
+        self.conn = conn
+        self.pg = conn.pgconn
         self._stats = stats
+        self._loader = Transformer(conn)
+        self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self._sent: list[tuple[bytes, tuple[int, ...]] | None] = []
+        """One entry per message awaiting its result: the cache key of a prepare, else None."""
+        self._poll = select.poll()
+        self._poll.register(self.pg.socket, select.POLLIN)
         self.sent_commit = False
+
+    # -------------------------------------------------------------- the Conn port
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self._stats.statements += 1
         self._stats.round_trips += 1
-        return self._conn.execute(_pg_sql(sql), params).fetchall()
+        self._send(sql, params)
+        result = self._sync()[-1]
+        loader = self._loader
+        loader.set_pgresult(result)
+        return loader.load_rows(0, result.ntuples, tuple)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._stats.statements += 1
         self._stats.round_trips += 1
-        return self._conn.execute(_pg_sql(sql), params).rowcount  # never in a pipeline
+        self._send(sql, params)
+        return self._sync()[-1].command_tuples or 0
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._stats.statements += 1
-        if not _PIPELINE:
-            self._stats.round_trips += 1
-        self._conn.execute(_pg_sql(sql), params)
+        self._send(sql, params)
+
+    # -------------------------------------------------------------- transactions
+
+    def begin(self, sql: bytes) -> None:
+        self.sent_commit = False
+        self.pg.enter_pipeline_mode()
+        self._send_plain(sql)
+
+    def end(self) -> None:
+        """Send COMMIT with whatever is queued and wait for the answers."""
+        self.sent_commit = True
+        self._send_plain(b"COMMIT")
+        self._stats.round_trips += 1
+        self._sync()
+        self.pg.exit_pipeline_mode()
+
+    def abort(self) -> None:
+        """Roll back after a failure; close the connection if that is not possible."""
+        pg = self.pg
+        try:
+            if pg.pipeline_status == pq.PipelineStatus.OFF:
+                if pg.transaction_status != pq.TransactionStatus.IDLE:
+                    pg.exec_(b"ROLLBACK")
+                return
+            self._send_plain(b"ROLLBACK")
+            with contextlib.suppress(psycopg.DatabaseError):
+                self._sync()
+            pg.exit_pipeline_mode()
+        except (psycopg.Error, OSError):
+            self.conn.close()
+
+    # -------------------------------------------------------------- protocol
+
+    def _send_plain(self, sql: bytes) -> None:
+        self.pg.send_query_params(sql, None)
+        self._sent.append(None)
+
+    def _send(self, sql: str, params: Sequence[Any]) -> None:
+        query = _pg_sql(sql)
+        values, types = _dump(params)
+        pg = self.pg
+        key = (query, types)
+        name = self._prepared.get(key)
+        if name is None and len(self._prepared) < _MAX_PREPARED:
+            name = self._prepared[key] = b"golem_%d" % next(_statement_names)
+            pg.send_prepare(name, query, param_types=types)
+            self._sent.append(key)
+        if name is None:
+            pg.send_query_params(query, values, param_types=types, result_format=_BINARY)
+        else:
+            pg.send_query_prepared(name, values, result_format=_BINARY)
+        self._sent.append(None)
+
+    def _sync(self) -> list[pq.abc.PGresult]:
+        """Send a sync point; return the results of every message sent since the last one.
+
+        Raises the first error among them (the server skipped the statements after it).
+        """
+        pg = self.pg
+        pg.pipeline_sync()
+        self._flush()
+        results: list[pq.abc.PGresult] = []
+        while True:
+            result = self._next_result()
+            if result is None:
+                continue
+            if result.status == _SYNC:
+                break
+            results.append(result)
+        sent, self._sent = self._sent, []
+        if len(sent) != len(results):
+            self.conn.close()
+            raise psycopg.OperationalError(
+                f"postgresql pipeline out of step: {len(results)} results for {len(sent)} messages"
+            )
+        error = None
+        for key, result in zip(sent, results, strict=True):
+            status = result.status
+            if status == _FATAL and error is None:
+                error = result
+            if key is not None and status != _COMMAND_OK:
+                self._prepared.pop(key, None)  # the server skipped or refused the prepare
+        if error is not None:
+            raise pg_errors.error_from_result(error, encoding=self.conn.info.encoding)
+        return results
+
+    def _next_result(self) -> pq.abc.PGresult | None:
+        pg = self.pg
+        while pg.is_busy():
+            self._poll.poll()  # releases the GIL while the server works
+            pg.consume_input()
+        return pg.get_result()
+
+    def _flush(self) -> None:
+        pg = self.pg
+        while pg.flush():  # 1: libpq could not send everything without blocking
+            fd = pg.socket
+            readable, _, _ = select.select([fd], [fd], [])
+            if readable:
+                pg.consume_input()
+
+
+class _SchemaConn:
+    """The `SchemaConn` port over psycopg's own API (migrations, outside the hot path)."""
+
+    __slots__ = ("_conn", "_stats")
+
+    def __init__(self, conn: _Connection, stats: Stats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._stats.statements += 1
+        self._stats.round_trips += 1
+        return self._conn.execute(sql.replace("?", "%s"), params).fetchall()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._stats.statements += 1
+        self._stats.round_trips += 1
+        return self._conn.execute(sql.replace("?", "%s"), params).rowcount
 
 
 class PostgresStore(SQLStore):
@@ -138,8 +336,7 @@ class PostgresStore(SQLStore):
         self._feed = ChangeFeed(self._probe, 3600.0)
         self._feed_started = False
         self._listener: asyncio.Task[None] | None = None
-        self._idle: queue.LifoQueue[psycopg.Connection[tuple[Any, ...]]] = queue.LifoQueue()
-        self._executor = ThreadPoolExecutor(pool_size, thread_name_prefix="golem-pg")
+        self._threads: DatabaseThreads[_Conn] = DatabaseThreads("golem-pg", pool_size, _close_slot)
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -178,26 +375,25 @@ class PostgresStore(SQLStore):
             kwargs["options"] = f"-c search_path={self.schema}"
         return kwargs
 
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+    def _connect(self) -> _Conn:
         try:
             conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL {_redact(self.dsn)}: {exc}") from exc
-        conn.prepare_threshold = 0 if _PIPELINE else 5
         try:
             self._ensure_migrated(conn)
+            return _Conn(conn, self.stats)
         except BaseException:
             conn.close()
             raise
-        return conn
 
-    def _ensure_migrated(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    def _ensure_migrated(self, conn: _Connection) -> None:
         if self._migrated:
             return
         with self._migrate_lock:
             if self._migrated:
                 return
-            c = _Conn(conn, self.stats)
+            c = _SchemaConn(conn, self.stats)
             c.execute("BEGIN")
             try:
                 key = f"golem_schema:{self.schema or ''}"
@@ -212,83 +408,66 @@ class PostgresStore(SQLStore):
             c.execute("COMMIT")
             self._migrated = True
 
-    def _checkout(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """An idle connection that still looks alive, or a new one."""
-        while True:
-            try:
-                conn = self._idle.get_nowait()
-            except queue.Empty:
-                return self._connect()
-            if not conn.closed and _socket_quiet(conn):
-                return conn
-            conn.close()  # closed by the server while idle: replace it
-
-    def _checkin(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        if self._closed or conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            conn.close()
-        else:
-            self._idle.put(conn)
+    def _checkout(self, slot: Slot[_Conn]) -> _Conn:
+        """The thread's connection if it still looks alive, else a new one."""
+        c = slot.state
+        if c is not None:
+            if not c.conn.closed and _socket_quiet(c.conn):
+                return c
+            c.conn.close()  # closed by the server while idle: replace it
+            slot.state = None
+        c = slot.state = self._connect()
+        return c
 
     # ------------------------------------------------------------------ transactions
 
     async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-        self._feed.bind(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self._feed.bind(loop)
         try:
-            future: Future[_T] = self._executor.submit(self._transact, write, fn, args)
-        except RuntimeError as exc:  # the executor shut down: the store was closed
+            future = self._threads.submit(loop, functools.partial(self._transact, write, fn, args))
+        except RuntimeError as exc:  # the threads were stopped: the store was closed
             raise StoreError(f"{self!r} is closed") from exc
-        return await asyncio.wrap_future(future)
+        result: _T = await future
+        return result
 
-    def _transact(self, write: bool, fn: Callable[..., _T], args: Any) -> _T:
+    def _transact(self, write: bool, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
         for attempt in (1, 2):
-            conn = self._checkout()
-            c = _Conn(conn, self.stats)
+            c = self._checkout(slot)
             try:
-                result = self._attempt(conn, c, write, fn, args)
+                return self._attempt(c, write, fn, args)
             except psycopg.OperationalError as exc:
-                broken = conn.broken or conn.closed
-                conn.close()
+                broken = c.conn.broken or c.conn.closed
+                c.conn.close()
+                slot.state = None
                 if broken and not c.sent_commit and attempt == 1 and not self._closed:
                     log.info("postgresql connection lost before commit; retrying: %s", exc)
                     continue
                 raise StoreError(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
-                self._checkin(conn)
                 raise StoreError(f"postgresql: {exc}") from exc
-            except BaseException:
-                self._checkin(conn)
-                raise
-            self._checkin(conn)
-            return result
+            finally:
+                if slot.state is not None and (
+                    c.conn.closed or c.pg.transaction_status != pq.TransactionStatus.IDLE
+                ):
+                    c.conn.close()
+                    slot.state = None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(
-        self,
-        conn: psycopg.Connection[tuple[Any, ...]],
-        c: _Conn,
-        write: bool,
-        fn: Callable[..., _T],
-        args: Any,
-    ) -> _T:
+    def _attempt(self, c: _Conn, write: bool, fn: Callable[..., _T], args: Any) -> _T:
         self.stats.transactions += 1
         tx = Tx(c)
         try:
-            with conn.pipeline() if _PIPELINE else contextlib.nullcontext():
-                c.run("BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                result = fn(tx, *args)
-                if tx.entries:
-                    self._flush_audit(tx)
-                c.sent_commit = True
-                c.run("COMMIT")
-                self.stats.round_trips += 1 if _PIPELINE else 0
+            c.begin(b"BEGIN" if write else b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            result = fn(tx, *args)
+            if tx.entries:
+                self._flush_audit(tx)
+            c.end()
         except BaseException:
-            if not conn.closed and not conn.broken:
-                try:
-                    conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    conn.close()
+            if not c.conn.closed and not c.conn.broken:
+                c.abort()
             raise
         if write:
             self.stats.commits += 1
@@ -347,11 +526,13 @@ class PostgresStore(SQLStore):
                 async with conn:
                     await conn.execute(f'LISTEN "{self.channel}"')
                     delay = 0.1
-                    self._feed.publish(self._feed.last_id, ready=True)  # may have missed some
+                    # changes committed before LISTEN took effect sent no notice we heard:
+                    # read the newest ID now (every later commit notifies)
+                    self._feed.publish(await self._probe(), ready=True)
                     async for note in conn.notifies():
                         last, _, flag = note.payload.partition(" ")
                         self._feed.publish(int(last), ready=flag == "ready")
-            except (psycopg.Error, OSError, ValueError) as exc:
+            except (psycopg.Error, OSError, ValueError, StoreError) as exc:
                 if self._closed:
                     return
                 log.warning("change feed: listener connection lost: %s", exc)
@@ -368,15 +549,17 @@ class PostgresStore(SQLStore):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
         await self._feed.aclose()
-        await asyncio.to_thread(self._executor.shutdown, True)
-        while True:
-            try:
-                self._idle.get_nowait().close()
-            except queue.Empty:
-                break
+        self._threads.stop()
+        await asyncio.to_thread(self._threads.join)
 
 
-def _socket_quiet(conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+def _close_slot(slot: Slot[_Conn]) -> None:
+    c, slot.state = slot.state, None
+    if c is not None:
+        c.conn.close()
+
+
+def _socket_quiet(conn: _Connection) -> bool:
     """True when an idle connection has nothing to read (the server did not close it)."""
     try:
         readable, _, _ = select.select([conn.fileno()], [], [], 0)

@@ -1,0 +1,145 @@
+"""PostgresStore's own wire path: libpq pipeline, prepared statements, pool threads, LISTEN."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem.errors import StoreError
+from golem.store import Decision, NewRun, Outcome, RunStatus
+from golem.store.postgres import PostgresStore
+from tests.store.backends import Backend, backend_for
+from tests.store.runs import approval, make_run
+
+pytestmark = pytest.mark.postgres
+
+WAIT = 30.0  # a guard against a hang, not a duration the test asserts
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Backend]:
+    with backend_for("postgres", tmp_path) as backend:
+        yield backend
+
+
+@pytest.fixture
+async def pg_store(pg: Backend) -> AsyncIterator[PostgresStore]:
+    store = await pg.open()
+    assert isinstance(store, PostgresStore)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_a_change_committed_before_listen_took_effect_still_wakes_waiters(
+    pg: Backend, pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listener connects in the background: a change that commits after the waiter's
+    first look but before LISTEN is in place sends a notice nobody hears; the listener
+    reads the newest change once it listens, so the waiter still wakes."""
+    import psycopg
+
+    gate = asyncio.Event()
+    connect = psycopg.AsyncConnection.connect
+
+    async def slow_connect(*args: Any, **kw: Any) -> Any:
+        await gate.wait()
+        return await connect(*args, **kw)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", slow_connect)
+    probed = asyncio.Event()
+    probe = pg_store._feed._probe
+
+    async def probe_and_tell() -> int:
+        newest = await probe()
+        probed.set()
+        return newest
+
+    monkeypatch.setattr(pg_store._feed, "_probe", probe_and_tell)
+    other = await pg.open()
+    try:
+        start = await pg_store.last_change_id()
+        feed = pg_store.change_feed()  # starts the listener, held at the gate
+        waiter = asyncio.create_task(feed.wait_for_change(start, WAIT))
+        await asyncio.wait_for(probed.wait(), WAIT)  # the waiter's first look: nothing new
+        await other.save_pending(make_run())  # commits and notifies: nobody listens yet
+        gate.set()
+        assert await asyncio.wait_for(waiter, WAIT) > start
+    finally:
+        await other.close()
+
+
+async def test_text_with_nul_is_refused_and_the_connection_stays_usable(
+    pg_store: PostgresStore,
+) -> None:
+    with pytest.raises(Exception, match="NUL"):
+        await pg_store.save_pending(make_run(history='[{"role":"user","content":"a\x00b"}]'))
+    run = await pg_store.save_pending(make_run())
+    assert (await pg_store.get_run(run.id)).status is RunStatus.PENDING
+
+
+async def test_a_failed_statement_rolls_back_and_later_transactions_reuse_the_connection(
+    pg_store: PostgresStore,
+) -> None:
+    """A server-side error mid-pipeline (here a duplicate run ID) leaves nothing behind, and
+    the statements prepared on that connection keep working afterwards."""
+    run = await pg_store.save_pending(make_run())
+    for _ in range(3):
+        with pytest.raises(ValueError, match="already exists"):
+            await pg_store.save_pending(make_run(id=run.id))
+    assert [e.action.value for e in await pg_store.audit(run.id)] == ["created"]
+    for _ in range(3):  # the same statements, prepared before the errors
+        other = await pg_store.save_pending(make_run(approval("c1"), approval("c2")))
+        await pg_store.decide(other.id, "c1", Decision.approve(), decided_by="a")
+        await pg_store.decide(other.id, "c2", Decision.deny("no"), decided_by="a")
+        claimed = await pg_store.claim_ready("w", 30)
+        assert claimed is not None
+        assert claimed.run.id == other.id
+        done = await pg_store.finish(other.id, "w", Outcome.completed({"n": 1}))
+        assert done.outcome is not None
+        assert done.outcome.output == {"n": 1}
+
+
+async def test_concurrent_operations_use_several_connections(pg: Backend) -> None:
+    """`pool_size` transactions at once, none lost or mixed up across threads."""
+    store = await pg.open(pool_size=3)
+    try:
+        runs = await asyncio.gather(*(store.save_pending(make_run()) for _ in range(30)))
+        await asyncio.gather(
+            *(store.decide(r.id, "c1", Decision.approve(), decided_by="a") for r in runs)
+        )
+        got = await asyncio.gather(*(store.get_run(r.id) for r in runs))
+        assert [g.id for g in got] == [r.id for r in runs]
+        assert all(g.status is RunStatus.READY for g in got)
+        threads = [t for t in _threads() if t.startswith("golem-pg")]
+        assert 1 <= len(threads) <= 3
+    finally:
+        await store.close()
+    assert not [t for t in _threads() if t.startswith("golem-pg")], "close ends the threads"
+
+
+def _threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate()]
+
+
+async def test_a_closed_store_refuses_new_work(pg_store: PostgresStore) -> None:
+    await pg_store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await pg_store.save_pending(make_run())
+
+
+async def test_unsupported_parameter_types_are_refused_before_anything_is_sent(
+    pg_store: PostgresStore,
+) -> None:
+    """Every value the store sends is text, an integer, a timestamp or NULL."""
+    bad: Any = NewRun("r-bad", "ops", "c", "[]", calls=(approval("c1"),), started_by=b"x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes"):
+        await pg_store.save_pending(bad)
+    assert (await pg_store.list_runs()) == []
