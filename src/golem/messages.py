@@ -518,6 +518,17 @@ _MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots
 _MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
 
 
+def _load_args(raw: msgspec.Raw) -> str:
+    """The raw text of an embedded value (tool-call args, provider blocks) as `dumps_history`
+    wrote it: a value verbatim, a string holding text that is not embeddable as its content."""
+    if not raw:
+        return ""
+    text = str(raw, "utf-8")
+    if text[0] == '"' or text == "null":
+        return _load_string_args(text)
+    return text
+
+
 def _load_string_args(text: str) -> str:
     """The args of a call whose `args` in the document are `null` or a JSON string."""
     if text == "null":
