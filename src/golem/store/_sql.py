@@ -59,7 +59,7 @@ from golem.store.records import (
     RunStatus,
 )
 
-__all__ = ["Conn", "SQLStore", "Tx"]
+__all__ = ["Conn", "Later", "SQLStore", "Tx"]
 
 _T = TypeVar("_T")
 
@@ -86,11 +86,47 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Later:
+    """The rows of a statement sent without waiting: they may arrive with the commit.
+
+    Reading `rows` inside the transaction waits for them (one round trip on PostgreSQL);
+    after the transaction they are simply there.
+    """
+
+    __slots__ = ("_rows", "_wait")
+
+    def __init__(
+        self,
+        rows: list[tuple[Any, ...]] | None = None,
+        wait: Callable[[], object] | None = None,
+    ) -> None:
+        self._rows = rows
+        self._wait = wait
+
+    def set(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None and self._wait is not None:
+            self._wait()
+        if self._rows is None:
+            raise RuntimeError("the statement's rows never arrived (its transaction failed)")
+        return self._rows
+
+
 class Conn(SchemaConn, Protocol):
     """One open transaction of a backend (`?` placeholders), used on the database thread."""
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run a statement whose result is not needed (may be deferred to the commit)."""
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        """Run a statement whose result is not needed (may be deferred to the commit).
+
+        With `conflict`, a unique-constraint violation by this statement raises `conflict`.
+        """
+        ...
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        """Run a query whose rows are needed only after the commit (may be deferred)."""
         ...
 
 
@@ -116,8 +152,11 @@ class Tx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, params)
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.conn.run(sql, params)
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        self.conn.run(sql, params, conflict)
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        return self.conn.later(sql, params)
 
     def audit(
         self,
@@ -334,14 +373,17 @@ class SQLStore(abc.ABC):
             by_run[cr[0]].append(self._call_record(cr))
         return by_run
 
-    def _history_and_calls(self, tx: Tx, run_id: str) -> tuple[str, list[PendingCallRecord]]:
-        """One run's history and calls (one statement)."""
-        rows = tx.fetch(
+    def _history_and_calls(self, tx: Tx, run_id: str) -> Later:
+        """One run's history and calls (one statement; `_split` reads its rows)."""
+        return tx.later(
             f"SELECT h.history, {_C_CALL_COLS} FROM golem_histories h "
             "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
             "ORDER BY c.position",
             (run_id,),
         )
+
+    def _split(self, later: Later, run_id: str) -> tuple[str, list[PendingCallRecord]]:
+        rows = later.rows
         if not rows:
             raise RunNotFound(run_id)
         return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
@@ -425,10 +467,9 @@ class SQLStore(abc.ABC):
             err = outcome.error or None
             out_history = outcome.history
         ts = self._to_db(now)
-        inserted = tx.fetch(
+        tx.run(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1)",
             (
                 run.id,
                 run.agent,
@@ -443,9 +484,8 @@ class SQLStore(abc.ABC):
                 out,
                 err,
             ),
+            ValueError(f'a run with ID "{run.id}" already exists'),
         )
-        if not inserted:
-            raise ValueError(f'a run with ID "{run.id}" already exists')
         tx.run(
             "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
             (run.id, run.history, out_history),
@@ -886,7 +926,7 @@ class SQLStore(abc.ABC):
                 return None
             only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
 
-        def tx_fn(tx: Tx) -> ClaimedRun | None:
+        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later, datetime] | None:
             at = at_given or utc_now()
             lease_until = at + lease
             rows = tx.fetch(
@@ -906,11 +946,15 @@ class SQLStore(abc.ABC):
                 AuditAction.CLAIMED,
                 {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()},
             )
-            history, calls = self._history_and_calls(tx, run_id)
-            run = self._run_record(rows[0], calls, history, None)
-            return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
+            return rows[0], self._history_and_calls(tx, run_id), lease_until
 
-        return await self._submit(True, tx_fn)
+        got = await self._submit(True, tx_fn)
+        if got is None:
+            return None
+        row, later, lease_until = got  # the history and calls arrived with the commit
+        history, calls = self._split(later, row[0])
+        run = self._run_record(row, calls, history, None)
+        return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
 
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""
@@ -973,7 +1017,7 @@ class SQLStore(abc.ABC):
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
 
-        def tx_fn(tx: Tx) -> RunRecord:
+        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later]:
             at = at_given or utc_now()
             rows = tx.fetch(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
@@ -998,11 +1042,13 @@ class SQLStore(abc.ABC):
                 "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
                 (outcome.history, run_id),
             )
-            history, calls = self._history_and_calls(tx, run_id)
+            later = self._history_and_calls(tx, run_id)
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-            return self._run_record(rows[0], calls, history, outcome.history)
+            return rows[0], later
 
-        return await self._submit(True, tx_fn)
+        row, later = await self._submit(True, tx_fn)
+        history, calls = self._split(later, run_id)  # arrived with the commit
+        return self._run_record(row, calls, history, outcome.history)
 
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark RUNNING runs with a lapsed lease INTERRUPTED (see `Store.sweep_interrupted`)."""

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import SQLStore, Stats, Tx
+from golem.store._sql import Later, SQLStore, Stats, Tx
 
 __all__ = ["SQLiteStore"]
 
@@ -68,8 +68,22 @@ class _Conn:
             self.trace.append((sql, tuple(params)))
         return self._conn.execute(sql, params).rowcount
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.execute(sql, params)
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        self._stats.statements += 1
+        if self.trace is not None:
+            self.trace.append((sql, tuple(params)))
+        try:
+            self._conn.execute(sql, params)
+        except sqlite3.IntegrityError as exc:
+            if conflict is not None and exc.sqlite_errorcode in _UNIQUE:
+                raise conflict from None
+            raise
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        return Later(self.fetch(sql, params))
+
+
+_UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE})
 
 
 class _Thread:
