@@ -18,7 +18,7 @@ def janitor(model: ScriptedModel) -> Agent:
     """The sub-agent: it may delete files, with a human's approval."""
     agent = Agent(model, name="janitor", instructions="You clean up disk space.")
 
-    @agent.tool
+    @agent.tool_plain
     def delete_file(path: str) -> str:
         """Delete a file."""
         if not call_approved():

@@ -43,7 +43,7 @@ otel.instrument(provider)  # message content stays out unless include_content=Tr
 def make_agent(model: ScriptedModel) -> Agent:
     agent = Agent(model, name="janitor")
 
-    @agent.tool
+    @agent.tool_plain
     def delete_file(path: str) -> str:
         """Delete a file."""
         if not call_approved():

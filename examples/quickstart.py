@@ -13,7 +13,7 @@ model = ScriptedModel(
 agent: Agent[None, str] = Agent(model, instructions="You roll dice for the user.")
 
 
-@agent.tool
+@agent.tool_plain
 def roll_die(sides: int) -> str:
     """Roll a die.
 

@@ -34,7 +34,7 @@ SENT: list[tuple[str, int]] = []
 def build_agent(model: ScriptedModel) -> Agent[None, str]:
     agent: Agent[None, str] = Agent(model, seal_key=SEAL_KEY)
 
-    @agent.tool
+    @agent.tool_plain
     def transfer(to: str, amount: int) -> str:
         """Send money.
 

@@ -26,7 +26,7 @@ async def main() -> None:
     )
     agent: Agent[None, str] = Agent(model)
 
-    @agent.tool
+    @agent.tool_plain
     def deploy(env: str) -> str:
         """Deploy the current build.
 

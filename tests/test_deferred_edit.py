@@ -21,7 +21,7 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.deferred import edited_text
+from golem.deferred import _edited_text
 from golem.model import ModelResponse
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
@@ -87,7 +87,7 @@ async def test_an_edited_approval_runs_with_the_approvers_arguments(args: Any) -
     (call,) = [c for m in done.messages for c in m.tool_calls]
     assert call.args == text  # the history shows what actually ran
     (result,) = [m for m in done.messages if m.role == "tool"]
-    assert result.content == edited_text(ORIGINAL, text, "sent 100 to bob")
+    assert result.content == _edited_text(ORIGINAL, text, "sent 100 to bob")
     assert result.content == (
         "The approver changed the arguments of this call before approving it: "
         f"you proposed {ORIGINAL}, it ran with {text}.\nsent 100 to bob"
@@ -228,8 +228,8 @@ async def test_an_unedited_approval_keeps_the_call_and_its_text() -> None:
 
 def test_edited_text_shortens_long_arguments() -> None:
     long = json.dumps({"blob": "x" * 500})
-    text = edited_text(long, "{}", "ok")
+    text = _edited_text(long, "{}", "ok")
     assert len(text) < 500
     assert "…" in text
     assert text.endswith("it ran with {}.\nok")
-    assert edited_text("{}", "{}", "").endswith("it ran with {}.")
+    assert _edited_text("{}", "{}", "").endswith("it ran with {}.")

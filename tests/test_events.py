@@ -52,6 +52,8 @@ def test_run_event_is_a_frozen_dataclass_with_the_issue_fields() -> None:
         "conversation_id",
         "reason",
         "approved",
+        "agent",
+        "namespace",
     ]
     event = RunEvent(EventKind.MODEL_START)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -26,6 +26,7 @@ EXPECTED = {
     "mcp_stdio.py": "answer:  Deleted a.log; notes.txt stays.",
     "nested_agents.py": "answer: Freed 2 GB.",
     "otel_console.py": "answer: Deleted a.log.",
+    "otel_store.py": "status: completed | paused span:",
     "run_events.py": "answer: Lisbon is sunny; Atlantis has no weather station.",
     "sealed_approvals.py": "rejected  tampered: nothing ran (sent so far: [])",
     "streamed_resume.py": "event  tool_end deploy (approved re-run)",

@@ -289,6 +289,8 @@ def test_the_codec_knows_every_field_of_the_dataclasses() -> None:
         "thinking",
         "run_id",
         "conversation_id",
+        "citations",
+        "server_tools",
     ]
     assert [f.name for f in dataclasses.fields(ToolCall)] == [
         "id",

@@ -554,3 +554,62 @@ async def test_model_retry_from_a_tool_asks_the_model_to_correct_itself() -> Non
         "Your tool call was rejected: use an ISO date. Correct the arguments and call the tool again."
     )
     assert second.content == "booked"
+
+
+# --------------------------------------------------------------------------- tool and tool_plain
+
+
+def test_tool_plain_registers_a_function_without_context() -> None:
+    model = ScriptedModel(calls(("c1", "double", '{"n": 4}')), "done")
+    agent = Agent(model)
+
+    @agent.tool_plain
+    def double(n: int) -> int:
+        """Double a number."""
+        return n * 2
+
+    @agent.tool_plain(name="halve", description="Halve it.", timeout=5, idempotent=True)
+    async def half(n: int) -> float:
+        return n / 2
+
+    result = agent.run_sync("go")
+    assert result.output == "done"
+    assert tool_messages(result.messages)[0].content == "8"
+    assert double(3) == 6  # returned unchanged
+    assert set(agent.tools) == {"double", "halve"}
+    assert agent.tools["halve"].description == "Halve it."
+    assert agent.tools["halve"].idempotent
+    assert agent.tools["halve"].timeout == 5
+
+
+def test_tool_plain_refuses_a_function_taking_a_context() -> None:
+    agent: Agent[Deps, str] = Agent(ScriptedModel("x"), deps_type=Deps)
+
+    with pytest.raises(TypeError, match=r'"unit_of" takes a RunContext: register it with @agent\.tool'):
+
+        @agent.tool_plain
+        def unit_of(ctx: RunContext[Deps]) -> str:
+            return ctx.deps.unit
+
+    with pytest.raises(TypeError, match="takes a RunContext"):
+        agent.tool_plain(name="named")(lambda ctx: "")  # unannotated `ctx` is a context too
+    assert agent.tools == {}
+
+
+def test_tool_still_registers_a_function_without_context_at_runtime() -> None:
+    """Type checkers refuse it (tests/typecheck/wrong_deps.py), code written before keeps running."""
+    model = ScriptedModel(calls(("c1", "echo", '{"text": "hi"}')), "done")
+    agent = Agent(model)
+    agent.tool(lambda text: text.upper(), name="echo")  # type: ignore[call-overload]
+    assert tool_messages(agent.run_sync("go").messages)[0].content == "HI"
+
+
+def test_a_raw_tool_is_typed_by_its_context() -> None:
+    def unit(ctx: RunContext[Deps], args: dict[str, Any]) -> str:
+        return ctx.deps.unit
+
+    tool = Tool("unit", "The unit.", {"type": "object", "properties": {}}, unit)
+    model = ScriptedModel(calls(("c1", "unit", "{}")), "done")
+    agent: Agent[Deps, str] = Agent(model, deps_type=Deps, tools=[tool])
+    result = agent.run_sync("go", deps=Deps("kg"))
+    assert tool_messages(result.messages)[0].content == "kg"

@@ -1,8 +1,11 @@
 """What `mypy --strict` says about user code: deps are required when the agent has a deps type,
-a tool's RunContext must match it, a completed result's output is the output type (ADR 0022).
+a tool's RunContext must match it (ADR 0031), a completed result's output is the output type
+(ADR 0022).
 
-One mypy run (in-process, through `mypy.api`) checks every snippet below, each as its own module;
-the tests then read that run's errors per snippet. With the cache `make test`'s own mypy run
+One mypy run (in-process, through `mypy.api`, with mypy's default error codes and no config) checks
+every snippet below, each as its own module, plus `tests/typecheck/wrong_deps.py` (every line with
+an `E:` comment refused, nothing else) and `examples/typed_agent.py` (no error); the tests then
+read that run's errors per file. With the cache `make test`'s own mypy run
 leaves behind, the run takes about a second.
 """
 
@@ -17,9 +20,10 @@ import pytest
 pytestmark = pytest.mark.typecheck
 
 ROOT = Path(__file__).resolve().parents[1]
+TYPED_EXAMPLE = "examples/typed_agent.py"
 
 PRELUDE = """\
-from golem import Agent, DeferredResults, Result, RunContext
+from golem import Agent, DeferredResults, Result, RunContext, Tool
 from golem.testing import ScriptedModel
 
 int_agent: Agent[int, str] = Agent(ScriptedModel("x"), deps_type=int)
@@ -74,7 +78,7 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
         def wrong(ctx: RunContext[str], n: int) -> str:
             return ctx.deps * n
         """,
-        [(1, r"the tool's RunContext\[\.\.\.\] type is not the agent's deps type")],
+        [(1, r'Argument 1 to "tool" of "Agent" has incompatible type .*RunContext\[str\]')],
     ),
     "tools_that_type_check": (
         """
@@ -84,9 +88,26 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
         def right(ctx: RunContext[int], n: int) -> int:
             return ctx.deps + n
 
-        @int_agent.tool
+        @int_agent.tool_plain
         def plain(n: int) -> int:
             return n
+
+        @int_agent.tool(name="right_too", timeout=5)
+        async def right_too(ctx: RunContext[int]) -> int:
+            return ctx.deps
+
+        @int_agent.tool_plain(name="plain_too")
+        async def plain_too() -> str:
+            return ""
+
+        def exec_int(ctx: RunContext[int], args: dict[str, Any]) -> str:
+            return str(ctx.deps)
+
+        with_tools: Agent[int, str] = Agent(
+            ScriptedModel("x"),
+            deps_type=int,
+            tools=[Tool("raw", "", {"type": "object"}, exec_int), Tool.from_function(plain), right],
+        )
 
         @int_agent.tool
         def loose(ctx: RunContext[Any]) -> str:
@@ -97,6 +118,7 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
             return ""
 
         right(RunContext(3), 4) + 1
+        plain(2) + 1
         """,
         [],
     ),
@@ -127,7 +149,7 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
     from mypy import api
 
     folder = tmp_path_factory.mktemp("typing")
-    files = []
+    files = [str(ROOT / "tests" / "typecheck" / "wrong_deps.py"), str(ROOT / TYPED_EXAMPLE)]
     for name, (code, _) in SNIPPETS.items():
         path = folder / f"{name}.py"
         path.write_text(_source(code))
@@ -135,8 +157,6 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
     stdout, stderr, _ = api.run(
         [
             "--strict",
-            "--enable-error-code",
-            "deprecated",
             "--no-error-summary",
             "--show-error-codes",
             "--cache-dir",
@@ -148,14 +168,17 @@ def mypy_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tupl
     )
     assert not stderr, stderr
     prelude_lines = PRELUDE.count("\n")
-    found: dict[str, list[tuple[int, str]]] = {name: [] for name in SNIPPETS}
+    found: dict[str, list[tuple[int, str]]] = {
+        name: [] for name in [*SNIPPETS, "wrong_deps", "typed_agent"]
+    }
     for line in stdout.splitlines():
         match = re.match(r"(?:.*/)?(\w+)\.py:(\d+): (error|note): (.*)", line)
         assert match, line
         name, lineno, kind, message = match.groups()
         if kind == "note" and "Revealed type" not in message:
             continue
-        found[name].append((int(lineno) - prelude_lines, message))
+        offset = prelude_lines if name in SNIPPETS else 0
+        found[name].append((int(lineno) - offset, message))
     return found
 
 
@@ -170,3 +193,24 @@ def test_mypy_reports_exactly_the_expected_errors(
         assert got_line == line, f"{name}: expected line {line}, mypy said {got}"
         assert re.search(pattern, message), f"{name}: {message!r} does not match {pattern!r}"
 
+
+
+def test_mypy_refuses_every_tool_with_the_wrong_context(
+    mypy_errors: dict[str, list[tuple[int, str]]],
+) -> None:
+    """tests/typecheck/wrong_deps.py: an error on each line with an `E:` comment, matching it."""
+    lines = (ROOT / "tests" / "typecheck" / "wrong_deps.py").read_text().splitlines()
+    expected = {
+        n: match.group(1)
+        for n, line in enumerate(lines, 1)
+        if (match := re.search(r"\S  # E: (.*)$", line))
+    }
+    assert len(expected) >= 4
+    got = {line: message for line, message in mypy_errors["wrong_deps"]}
+    assert set(got) == set(expected), f"mypy said {mypy_errors['wrong_deps']}"
+    for line, pattern in expected.items():
+        assert re.search(pattern, got[line]), f"line {line}: {got[line]!r} !~ {pattern!r}"
+
+
+def test_the_typed_example_passes(mypy_errors: dict[str, list[tuple[int, str]]]) -> None:
+    assert mypy_errors["typed_agent"] == []

@@ -31,7 +31,16 @@ from golem.history import (
     normalize_history,
     sanitize_history,
 )
-from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
+from golem.messages import (
+    Citation,
+    Message,
+    Part,
+    ServerToolBlock,
+    ThinkingBlock,
+    ToolCall,
+    dumps_history,
+    loads_history,
+)
 from golem.result import PartialResult, Result
 from golem.seal import SealKeys
 from golem.tool import (
@@ -54,6 +63,7 @@ __all__ = [
     "Agent",
     "Approval",
     "Canceled",
+    "Citation",
     "DeferKind",
     "Deferred",
     "DeferredRequests",
@@ -79,6 +89,7 @@ __all__ = [
     "SanitizeReport",
     "SealError",
     "SealKeys",
+    "ServerToolBlock",
     "Stage",
     "ThinkingBlock",
     "Tool",

@@ -17,10 +17,10 @@ from collections.abc import (
 )
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, overload
 
 import pydantic
-from typing_extensions import TypeVar, deprecated
+from typing_extensions import TypeVar
 
 from golem import deferred
 from golem._ids import new_id
@@ -38,7 +38,7 @@ from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
-from golem.history import normalize_history, validate_history
+from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
@@ -65,6 +65,15 @@ History = Sequence[Message] | str
 Resolutions = DeferredResults | Mapping[str, Any]
 
 
+class _ToolDecorator(Protocol[DepsT]):
+    """What `@agent.tool(...)` with options returns: registers a function taking
+    `RunContext[Deps]` first, for an `Agent[Deps, ...]`."""
+
+    def __call__(
+        self, fn: Callable[Concatenate[RunContext[DepsT], P], R], /
+    ) -> Callable[Concatenate[RunContext[DepsT], P], R]: ...
+
+
 def default_backoff(attempt: int) -> float:
     """Seconds to wait after failed attempt `attempt` (1-based): 0.5 s doubling, capped at 30 s."""
     return float(min(30.0, 0.5 * 2 ** (attempt - 1)))
@@ -81,7 +90,9 @@ class Agent(Generic[DepsT, OutputT]):
         deps_type: The type of `deps`, for type checkers only (`Agent[Deps, Out]` works too).
         instructions: The system instructions: a string, or a function of the
             `RunContext` (sync or async) resolved once per run.
-        tools: `Tool`s or plain functions (turned into tools from their signature).
+        tools: `Tool`s or functions (turned into tools from their signature). A type
+            checker refuses a `Tool[Other]`, not a function taking `RunContext[Other]`:
+            register those with `@agent.tool`, which checks it.
         tool_timeout: Default seconds a tool call may take (`None`: unbounded).
         tool_retries: Default correction budget per tool per run for `ModelRetry`.
         output_retries: Correction rounds for a rejected final output.
@@ -120,7 +131,7 @@ class Agent(Generic[DepsT, OutputT]):
         output_type: type[OutputT] = str,  # type: ignore[assignment]
         deps_type: type[DepsT] | None = None,
         instructions: Instructions | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool[DepsT] | Callable[..., Any]] = (),
         tool_timeout: float | None = None,
         tool_retries: int = 0,
         output_retries: int = 0,
@@ -210,23 +221,57 @@ class Agent(Generic[DepsT, OutputT]):
 
     @overload
     def tool(
-        self, fn: Callable[Concatenate[RunContext[DepsT], P], R]
+        self, fn: Callable[Concatenate[RunContext[DepsT], P], R], /
     ) -> Callable[Concatenate[RunContext[DepsT], P], R]: ...
 
     @overload
-    @deprecated(
-        "the tool's RunContext[...] type is not the agent's deps type: "
-        "take ctx: RunContext[Deps] for an Agent[Deps, ...]"
-    )
     def tool(
-        self, fn: Callable[Concatenate[RunContext[Any], P], R]
-    ) -> Callable[Concatenate[RunContext[Any], P], R]: ...
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        sequential: bool = False,
+        idempotent: bool = False,
+    ) -> _ToolDecorator[DepsT]: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        sequential: bool = False,
+        idempotent: bool = False,
+    ) -> Any:
+        """Register a function taking `ctx: RunContext[Deps]` first as a tool (usable bare,
+        `@agent.tool`, or with options); returns the function unchanged.
+
+        The function may be sync or async. A type checker refuses a function whose
+        `RunContext[...]` is not the agent's deps type (or that takes no `ctx`: use
+        `tool_plain`); at runtime a function without `ctx` is still accepted. The options
+        are those of `Tool` (`idempotent=True`: the tool acts at most once per
+        `ctx.idempotency_key`).
+        """
+        return self._decorate(
+            fn,
+            False,
+            name=name,
+            description=description,
+            max_retries=max_retries,
+            timeout=timeout,
+            sequential=sequential,
+            idempotent=idempotent,
+        )
 
     @overload
-    def tool(self, fn: F) -> F: ...
+    def tool_plain(self, fn: F, /) -> F: ...
 
     @overload
-    def tool(
+    def tool_plain(
         self,
         *,
         name: str | None = None,
@@ -237,7 +282,7 @@ class Agent(Generic[DepsT, OutputT]):
         idempotent: bool = False,
     ) -> Callable[[F], F]: ...
 
-    def tool(
+    def tool_plain(
         self,
         fn: F | None = None,
         *,
@@ -248,26 +293,32 @@ class Agent(Generic[DepsT, OutputT]):
         sequential: bool = False,
         idempotent: bool = False,
     ) -> F | Callable[[F], F]:
-        """Register a function as a tool (usable bare, `@agent.tool`, or with options).
+        """Register a function that takes no `RunContext` as a tool (usable bare,
+        `@agent.tool_plain`, or with the options of `tool`); returns it unchanged.
 
-        The function may be sync or async; its first parameter may be
-        `ctx: RunContext[Deps]`. Returns the function unchanged. The options are those
-        of `Tool` (`idempotent=True`: the tool acts at most once per
-        `ctx.idempotency_key`).
+        Raises:
+            TypeError: the function's first parameter is a `RunContext` (use `tool`).
         """
+        return self._decorate(  # type: ignore[no-any-return]
+            fn,
+            True,
+            name=name,
+            description=description,
+            max_retries=max_retries,
+            timeout=timeout,
+            sequential=sequential,
+            idempotent=idempotent,
+        )
 
-        def register(f: F) -> F:
-            self._register(
-                Tool.from_function(
-                    f,
-                    name=name,
-                    description=description,
-                    max_retries=max_retries,
-                    timeout=timeout,
-                    sequential=sequential,
-                    idempotent=idempotent,
+    def _decorate(self, fn: Callable[..., Any] | None, plain: bool, **options: Any) -> Any:
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            tool = Tool.from_function(f, **options)
+            if plain and tool._wants_ctx:
+                raise TypeError(
+                    f'tool "{tool.name}" takes a RunContext: register it with @agent.tool, '
+                    "not @agent.tool_plain"
                 )
-            )
+            self._register(tool)
             return f
 
         return register(fn) if fn is not None else register
@@ -491,8 +542,7 @@ class Agent(Generic[DepsT, OutputT]):
         text = await self._instructions(RunContext(state.deps, state.run_id, state.conversation_id))
         if text:
             state.messages.append(Message(role="system", content=text))
-        repaired, _ = normalize_history(body)
-        state.messages.extend(repaired)
+        state.messages.extend(pair_results(body))
 
     @overload
     async def run(
@@ -768,6 +818,8 @@ class Agent(Generic[DepsT, OutputT]):
             apply_parent=apply_parent,
             resume_parent=resume_parent,
             continue_parent=continue_parent,
+            observers=self._observers(on_event),
+            sink=sink,
         )
 
     @overload

@@ -7,7 +7,9 @@ parent = Agent(model, tools=[researcher.as_tool("research", "Research a question
 
 The sub-agent runs inside the parent's tool call on the prompt the parent's model wrote;
 its answer is the call's result, its usage (tokens, requests, tool calls) counts in the
-parent's, and the parent's usage limits are checked over both.
+parent's, and the parent's usage limits are checked over both. Its run events reach the
+parent's observers and stream too, marked with `RunEvent.agent` / `.namespace` and
+namespaced call IDs (docs/adr/0027).
 
 When the sub-agent pauses, the parent pauses too. The parent's `Result.pending` lists the
 sub-agent's pending calls with namespaced IDs (`<parent call id>/<sub call id>`, tool
@@ -33,6 +35,7 @@ import pydantic_core
 from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import ResumeError
+from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, dumps_history, loads_history
 from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
@@ -41,18 +44,7 @@ if TYPE_CHECKING:
     from golem.agent import Agent
     from golem.result import Result
 
-__all__ = [
-    "PAUSED_MARKER",
-    "AgentTool",
-    "SubAgentPaused",
-    "agent_tool",
-    "copy_result",
-    "has_agent_tools",
-    "paused_records",
-    "resume",
-    "run_scope",
-    "surface",
-]
+__all__ = ["PAUSED_MARKER", "AgentTool", "SubAgentPaused", "forwarder"]
 
 PAUSED_MARKER = "[golem: sub-agent paused]"
 """How the result recorded for a paused sub-agent's call starts (the state follows)."""
@@ -122,7 +114,10 @@ class AgentTool(Tool):
         if not isinstance(prompt, str) or not prompt.strip():
             raise ModelRetry("prompt must be a non-empty string")
         scope = _SCOPE.get()
-        result = await self.agent.run(prompt, deps=self._deps(ctx.deps))
+        forward = None
+        if scope is not None:
+            forward = forwarder(scope.state.observers, scope.state.sink, ctx.call_id, self.name)
+        result = await self.agent.run(prompt, deps=self._deps(ctx.deps), on_event=forward)
         if scope is not None:
             _absorb(scope.state, result)
         if result.pending is not None:
@@ -152,6 +147,34 @@ def agent_tool(
         raise ValueError(f"an agent tool name cannot contain '/', got {tool_name!r}")
     text = description if description is not None else f"Ask the {tool_name} agent."
     return AgentTool(agent, tool_name, text, deps=deps, timeout=timeout)
+
+
+def forwarder(
+    observers: Sequence[EventHandler],
+    sink: Callable[[Any], None] | None,
+    call_id: str,
+    tool_name: str,
+) -> EventHandler | None:
+    """The `on_event` of a sub-run under the parent's call `call_id` of `tool_name`: each
+    event goes to the parent's observers (and stream) marked with `agent` and `namespace`,
+    its call ID and tool name namespaced like the parent's pending calls; None when the
+    parent has no observer."""
+    if not observers and sink is None:
+        return None
+
+    def forward(event: RunEvent) -> None:
+        marked = replace(
+            event,
+            call_id=f"{call_id}/{event.call_id}" if event.call_id else "",
+            tool_name=f"{tool_name}/{event.tool_name}" if event.tool_name else "",
+            agent=f"{tool_name}/{event.agent}" if event.agent else tool_name,
+            namespace=f"{call_id}/{event.namespace}" if event.namespace else call_id,
+        )
+        dispatch(observers, marked)
+        if sink is not None:
+            sink(marked)
+
+    return forward
 
 
 def _absorb(state: RunState, result: Result[Any] | Any) -> None:
@@ -274,8 +297,13 @@ async def resume(
     apply_parent: Callable[[Any], Awaitable[tuple[list[Message], int]]],
     resume_parent: Callable[[Any], Awaitable[Result[Any]]],
     continue_parent: Callable[[list[Message]], Awaitable[Result[Any]]],
+    observers: Sequence[EventHandler] = (),
+    sink: Callable[[Any], None] | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
+
+    The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
+    (see `forwarder`).
 
     The parent's own pending calls go through the agent's callbacks: `check_parent`
     validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
@@ -318,6 +346,7 @@ async def resume(
             rec.history,
             DeferredResults(approvals=rec.approvals, external=rec.external),
             deps=rec.tool._deps(deps),
+            on_event=forwarder(observers, sink, call_id, rec.tool.name),
         )
         usage_from.append(sub)
         if sub.pending is not None:

@@ -48,20 +48,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 from golem._display import reveal
 from golem.errors import StoreError
 
-__all__ = [
-    "INSTALL_HINT",
-    "answer",
-    "approve",
-    "build_app",
-    "demo",
-    "deny",
-    "main",
-    "pending",
-    "resolve",
-    "serve",
-    "show",
-    "worker",
-]
+__all__ = ["build_app", "main"]
 
 INSTALL_HINT = "pip install 'golem-agents[server]'"
 DEFAULT_DB = "sqlite:///golem.db"
@@ -151,7 +138,7 @@ def _when(at: datetime | None) -> str:
 # --------------------------------------------------------------------------- serving
 
 
-def serve(
+def _serve(
     app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
     db: Annotated[
         str | None,
@@ -210,7 +197,7 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
 
 
-def worker(
+def _worker(
     app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
@@ -239,7 +226,7 @@ def worker(
 # --------------------------------------------------------------------------- deciding
 
 
-def pending(
+def _pending(
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
     agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
     tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
@@ -304,7 +291,7 @@ def _identity(value: str | None) -> str:
         return "cli:unknown"
 
 
-def approve(
+def _approve(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
     call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
     identity: Annotated[
@@ -335,7 +322,7 @@ def approve(
     _decide(db, run_id, call_id, decision, _identity(identity))
 
 
-def deny(
+def _deny(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
     call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
@@ -350,7 +337,7 @@ def deny(
     _decide(db, run_id, call_id, Decision.deny(reason), _identity(identity))
 
 
-def answer(
+def _answer(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
     call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
     text: Annotated[str, typer.Argument(help="The tool result, verbatim.")],
@@ -365,7 +352,7 @@ def answer(
     _decide(db, run_id, call_id, Decision.external(text), _identity(identity))
 
 
-def show(
+def _show(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON form.")] = False,
@@ -461,7 +448,7 @@ def _free_port(host: str) -> int:
         return port
 
 
-def demo(
+def _demo(
     once: Annotated[
         bool, typer.Option("--once", help="Run the whole cycle through the HTTP API and exit.")
     ] = False,
@@ -583,7 +570,7 @@ async def _demo_once(url: str, console: Console) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
-def resolve(
+def _resolve(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="The interrupted run's ID.")],
     retry: Annotated[
         bool, typer.Option("--retry", help="Make the run ready for another resume attempt.")
@@ -649,8 +636,8 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for fn in (serve, worker, pending, approve, deny, answer, show, resolve, demo):
-        app.command(fn.__name__)(fn)
+    for fn in (_serve, _worker, _pending, _approve, _deny, _answer, _show, _resolve, _demo):
+        app.command(fn.__name__.removeprefix("_"))(fn)
     return app
 
 

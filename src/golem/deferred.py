@@ -34,25 +34,7 @@ from golem.tool import (
 if TYPE_CHECKING:
     from golem._loop import Policy, RunState
 
-__all__ = [
-    "Approval",
-    "BeforeApproved",
-    "DeferredRequests",
-    "DeferredResults",
-    "PendingToolCall",
-    "ResumePlan",
-    "as_results",
-    "check_results",
-    "check_resume",
-    "denial_text",
-    "edited_text",
-    "merge",
-    "pause",
-    "pending_calls",
-    "requests_from",
-    "rerun_approved",
-    "resume",
-]
+__all__ = ["Approval", "BeforeApproved", "DeferredRequests", "DeferredResults", "PendingToolCall"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +178,7 @@ def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
     )
 
 
-def denial_text(reason: str) -> str:
+def _denial_text(reason: str) -> str:
     """The tool result the model receives for a denied call."""
     if reason:
         return f"Your tool call was denied: {reason}. Do not call it again; continue without its result."
@@ -210,7 +192,7 @@ def _brief(text: str) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 
-def edited_text(original: str, edited: str, result: str) -> str:
+def _edited_text(original: str, edited: str, result: str) -> str:
     """The tool result the model receives for a call approved with edited arguments."""
     note = (
         "The approver changed the arguments of this call before approving it: "
@@ -219,7 +201,7 @@ def edited_text(original: str, edited: str, result: str) -> str:
     return f"{note}\n{result}" if result else note
 
 
-def requests_from(
+def _requests_from(
     deferrals: Sequence[tuple[ToolCall, Deferred]], seals: Mapping[str, str] | None = None
 ) -> DeferredRequests:
     """Group the calls that deferred in a batch (in emission order) by kind."""
@@ -243,7 +225,7 @@ def pause(
     mutated.
     """
     if keys is None:
-        return requests_from(deferrals)
+        return _requests_from(deferrals)
     seals = {call.id: seal_call(keys, state.conversation_id, call, s.kind) for call, s in deferrals}
     messages = state.messages
     for i in range(len(messages) - 1, -1, -1):
@@ -255,7 +237,7 @@ def pause(
             ]  # not `replace`: this runs on every sealed pause (ToolCall's fields are pinned)
             messages[i] = replace(m, tool_calls=calls)
             break
-    return requests_from(deferrals, seals)
+    return _requests_from(deferrals, seals)
 
 
 def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
@@ -289,7 +271,7 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
     return pending
 
 
-def check_results(
+def _check_results(
     pending: Sequence[ToolCall], results: DeferredResults, tools: Mapping[str, Tool]
 ) -> None:
     """Validate resolutions against the pending calls, before anything runs.
@@ -371,7 +353,7 @@ def check_resume(
             kinds[c.id] = verify_call(keys, conversation_id, c)
     if expected is not None:
         _check_expected(pending, expected, kinds)
-    check_results(pending, results, tools)
+    _check_results(pending, results, tools)
     steps: list[_Step] = []
     for c in pending:
         kind = kinds.get(c.id)
@@ -461,7 +443,7 @@ BeforeApproved = Callable[[ToolCall], Awaitable[None]]
 """Awaited right before each approved re-execution with the call about to run."""
 
 
-async def rerun_approved(
+async def _rerun_approved(
     tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None
 ) -> ToolResult:
     """Execute an approved call once, with `call_approved()` true and the call's timeout.
@@ -515,7 +497,7 @@ async def resume(
         if approval is None:
             resolutions[call.id] = state.tool_message(call, step.external or "")
         elif not approval.approved:
-            resolutions[call.id] = state.tool_message(call, denial_text(approval.reason))
+            resolutions[call.id] = state.tool_message(call, _denial_text(approval.reason))
         else:
             if step.args is not None:
                 call = replace(call, args=step.args, seal="")
@@ -528,7 +510,7 @@ async def resume(
             done = await _rerun(call, policy, state)
             text = done.text
             if step.args is not None:
-                text = edited_text(step.call.args, call.args, text)
+                text = _edited_text(step.call.args, call.args, text)
             resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
     history = _replace_calls(plan.history, edited) if edited else plan.history
     return merge(history, resolutions)
@@ -543,7 +525,7 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
     state.emit(EventKind.TOOL_START, args=call.args, **ids)
     state.tool_calls += 1
     try:
-        done = await rerun_approved(tool, call, ctx, timeout)
+        done = await _rerun_approved(tool, call, ctx, timeout)
     except RunError as failed:
         state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
         raise

@@ -26,8 +26,6 @@ from golem.tool import DeferKind, Deferred, RunContext, call_approved
 from golem.worker import AgentEntry, AgentRegistry
 
 __all__ = [
-    "DEMO_PROMPT",
-    "SERVICES",
     "build_agent",
     "build_registry",
     "check_health",

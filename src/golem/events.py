@@ -15,7 +15,7 @@ from enum import StrEnum
 from golem.messages import Part
 from golem.usage import Usage
 
-__all__ = ["EventHandler", "EventKind", "RunEvent", "dispatch"]
+__all__ = ["EventHandler", "EventKind", "RunEvent"]
 
 _log = logging.getLogger("golem")
 
@@ -65,6 +65,15 @@ class RunEvent:
     """The reason a deferring tool gave (`deferred` events)."""
     approved: bool = False
     """True on the `tool_start`/`tool_end` of an approved call re-run by a resume."""
+    agent: str = ""
+    """"" for the run's own events. For an event of a sub-agent (`Agent.as_tool`) forwarded
+    to the parent's observers: the agent tool it comes from (`janitor`; nested:
+    `manager/janitor`)."""
+    namespace: str = ""
+    """"" for the run's own events. For a forwarded sub-agent event: the parent's call ID the
+    sub-agent runs under (`call-1`; nested: `t1/m1`). The event's `call_id` and `tool_name`
+    are namespaced like the parent's `Result.pending` (`call-1/j-1`, `janitor/delete_file`);
+    `run_id` is the sub-run's."""
 
 
 EventHandler = Callable[[RunEvent], None]

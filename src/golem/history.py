@@ -30,7 +30,6 @@ __all__ = [
     "UnsafePart",
     "normalize_history",
     "sanitize_history",
-    "validate_history",
 ]
 
 INTERRUPTED_TEXT = (
@@ -124,6 +123,18 @@ def normalize_history(
     as truncated (their args stay verbatim). Deterministic and idempotent; returns a
     new list and never mutates the input. Every run applies it.
     """
+    return _normalize(history, keep_open, scan_args=True)
+
+
+def pair_results(history: Sequence[Message]) -> list[Message]:
+    """`normalize_history`'s repaired messages alone, without the truncated-args scan
+    (what a run applies to the history it continues; internal)."""
+    return _normalize(history, (), scan_args=False)[0]
+
+
+def _normalize(
+    history: Sequence[Message], keep_open: Collection[str], *, scan_args: bool
+) -> tuple[list[Message], HistoryRepair]:
     truncated: list[str] = []
     dropped: list[str] = []
     open_calls: dict[str, int] = {}  # call id -> index of its assistant message in history
@@ -133,7 +144,7 @@ def normalize_history(
         if m.role == "assistant":
             for c in m.tool_calls:
                 if c.id:
-                    if _args_truncated(c.args):
+                    if scan_args and _args_truncated(c.args):
                         truncated.append(c.id)
                     open_calls[c.id] = len(keep)
                     call_names[c.id] = c.name

@@ -4,7 +4,8 @@ A history is a plain `list[Message]`. `dumps_history` / `loads_history` convert 
 and from JSON that is wire-compatible with the Go golem: an array of objects with the
 keys `role, content, parts, toolCalls, toolCallId, toolName, failed, thinking, runId,
 conversationId` (empty fields omitted; tool-call `args` embedded as a JSON value, byte for
-byte as the model produced them).
+byte as the model produced them), plus golem's additive keys `citations` and `serverTools`
+on assistant messages, which the Go golem ignores on read (ADR 0028).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ __all__ = [
     "MAX_ARGS_DEPTH",
     "PART_KINDS",
     "ROLES",
+    "Citation",
     "Message",
     "Part",
     "Role",
+    "ServerToolBlock",
     "ThinkingBlock",
     "ToolCall",
     "dumps_history",
@@ -104,6 +107,66 @@ class ThinkingBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class Citation:
+    """A source the provider cites for a span of an assistant message's `content`.
+
+    Web search results, fetched pages, documents and file-search hits all arrive as
+    citations; `raw` keeps the provider's own object (document indexes, file IDs, the
+    encrypted index Anthropic wants back), so the same provider can receive it again.
+    """
+
+    start: int = 0
+    """Where the cited span starts in `Message.content` (a `str` index)."""
+    end: int = 0
+    """Where the cited span ends (exclusive); equal to `start` for a citation at a point."""
+    url: str = ""
+    """The cited page or file URL, when the source has one."""
+    title: str = ""
+    """The title of the page or document (or the file name), when the provider gives one."""
+    cited_text: str = ""
+    """The text quoted from the source, when the provider gives it (JSON key "citedText")."""
+    provider: str = ""
+    """The provider that made the citation: "anthropic", "openai", "openai-responses", "gemini"."""
+    raw: str = ""
+    """The provider's citation object as JSON text, exactly as received."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerToolBlock:
+    """One block of a tool the provider ran on its side (web search, web fetch, code
+    execution, file search, remote MCP, ...): the call or its result, as the provider sent it.
+
+    golem never executes these; it keeps them so that a history holds what the model saw,
+    and sends them back verbatim to the same provider on later turns (where the API needs
+    them, such as Anthropic's encrypted search results). Other providers never receive them.
+    """
+
+    provider: str
+    """The provider that ran the tool: "anthropic", "openai-responses" or "gemini"."""
+    type: str
+    """The provider's block type, e.g. "server_tool_use", "web_search_tool_result",
+    "web_search_call", "code_interpreter_call", "executableCode", "groundingMetadata"."""
+    id: str = ""
+    """The ID of the call (a result carries the ID of the call it answers)."""
+    name: str = ""
+    """The tool's name where the provider gives one ("web_search", "code_execution", ...)."""
+    raw: str = ""
+    """The provider's block as JSON text, exactly as received; what is sent back."""
+    at: int = 0
+    """Where the block sat in the message: the length of `content` before it."""
+    thinking_before: int = 0
+    """How many of the message's thinking blocks came before it (JSON key "thinkingBefore")."""
+
+    def data(self) -> Any:
+        """The block as a JSON value (`raw` parsed).
+
+        Raises:
+            ValueError: `raw` is not JSON.
+        """
+        return json.loads(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One message of a conversation.
 
@@ -130,6 +193,11 @@ class Message:
     """ID of the run that added this message."""
     conversation_id: str = ""
     """ID of the conversation this message belongs to."""
+    citations: list[Citation] = field(default_factory=list)
+    """Sources the provider cited for spans of `content` (assistant messages)."""
+    server_tools: list[ServerToolBlock] = field(default_factory=list)
+    """Blocks of tools the provider ran itself, in the order they arrived (assistant
+    messages; JSON key "serverTools")."""
 
 
 # --------------------------------------------------------------------------- JSON
@@ -166,6 +234,26 @@ class _InThinking(msgspec.Struct, gc=False):
     redacted: str | None = ""
 
 
+class _InCitation(msgspec.Struct, rename="camel", gc=False):
+    start: int | None = 0
+    end: int | None = 0
+    url: str | None = ""
+    title: str | None = ""
+    cited_text: str | None = ""
+    provider: str | None = ""
+    raw: msgspec.Raw = msgspec.Raw()
+
+
+class _InServerTool(msgspec.Struct, rename="camel", gc=False):
+    provider: str | None = ""
+    type: str | None = ""
+    id: str | None = ""
+    name: str | None = ""
+    raw: msgspec.Raw = msgspec.Raw()
+    at: int | None = 0
+    thinking_before: int | None = 0
+
+
 class _InMessage(msgspec.Struct, rename="camel", gc=False):
     role: str
     content: str | None = ""
@@ -177,6 +265,8 @@ class _InMessage(msgspec.Struct, rename="camel", gc=False):
     thinking: list[_InThinking] | None = None
     run_id: str | None = ""
     conversation_id: str | None = ""
+    citations: list[_InCitation] | None = None
+    server_tools: list[_InServerTool] | None = None
 
 
 class _OutPart(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
@@ -201,6 +291,26 @@ class _OutThinking(msgspec.Struct, omit_defaults=True, gc=False):
     redacted: str = ""
 
 
+class _OutCitation(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    start: int = 0
+    end: int = 0
+    url: str = ""
+    title: str = ""
+    cited_text: str = ""
+    provider: str = ""
+    raw: msgspec.Raw | str = ""
+
+
+class _OutServerTool(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
+    provider: str
+    type: str
+    id: str = ""
+    name: str = ""
+    raw: msgspec.Raw | str = ""
+    at: int = 0
+    thinking_before: int = 0
+
+
 class _OutMessage(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     role: str
     content: str = ""
@@ -212,6 +322,8 @@ class _OutMessage(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     thinking: list[_OutThinking] | None = None
     run_id: str = ""
     conversation_id: str = ""
+    citations: list[_OutCitation] | None = None
+    server_tools: list[_OutServerTool] | None = None
 
 
 _DECODER = msgspec.json.Decoder(list[_InMessage] | None)
@@ -299,9 +411,27 @@ def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
                 else None,
                 m.run_id,
                 m.conversation_id,
+                [_out_citation(c) for c in m.citations] if m.citations else None,
+                [_out_server_tool(b) for b in m.server_tools] if m.server_tools else None,
             )
         )
     return out
+
+
+def _out_raw(raw: str) -> msgspec.Raw | str:
+    """A `raw` JSON text as written: embedded verbatim when it is one JSON value (as args are),
+    else as a JSON string of the text."""
+    return _embeddable(raw) or raw
+
+
+def _out_citation(c: Citation) -> _OutCitation:
+    return _OutCitation(c.start, c.end, c.url, c.title, c.cited_text, c.provider, _out_raw(c.raw))
+
+
+def _out_server_tool(b: ServerToolBlock) -> _OutServerTool:
+    return _OutServerTool(
+        b.provider, b.type, b.id, b.name, _out_raw(b.raw), b.at, b.thinking_before
+    )
 
 
 def dumps_history(messages: Sequence[Message]) -> str:
@@ -354,6 +484,14 @@ def _surrogate_field(m: Message) -> str:
     for j, t in enumerate(m.thinking):
         if bad(t.text) or bad(t.signature) or bad(t.redacted):
             return f"thinking block {j}"
+    for j, ci in enumerate(m.citations):
+        if any(
+            bad(getattr(ci, name)) for name in ("url", "title", "cited_text", "provider", "raw")
+        ):
+            return f"citation {j}"
+    for j, b in enumerate(m.server_tools):
+        if any(bad(getattr(b, name)) for name in ("provider", "type", "id", "name", "raw")):
+            return f"server tool block {j}"
     return "a field"  # pragma: no cover
 
 
@@ -376,6 +514,30 @@ def _load_args(raw: msgspec.Raw) -> str:
     # text; a string that passes the embedding test was embedded verbatim (by golem, or by
     # Go from a RawMessage holding a string literal) and is kept as it stands.
     return text if _embeddable(text) is not None else _STR.decode(raw)
+
+
+def _load_citation(w: _InCitation) -> Citation:
+    return Citation(
+        w.start or 0,
+        w.end or 0,
+        w.url or "",
+        w.title or "",
+        w.cited_text or "",
+        w.provider or "",
+        _load_args(w.raw),
+    )
+
+
+def _load_server_tool(w: _InServerTool) -> ServerToolBlock:
+    return ServerToolBlock(
+        w.provider or "",
+        w.type or "",
+        w.id or "",
+        w.name or "",
+        _load_args(w.raw),
+        w.at or 0,
+        w.thinking_before or 0,
+    )
 
 
 def _load_part(w: _InPart) -> Part:
@@ -441,6 +603,10 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
             )
             m.run_id = w.run_id or ""
             m.conversation_id = w.conversation_id or ""
+            m.citations = [_load_citation(c) for c in w.citations] if w.citations else []
+            m.server_tools = (
+                [_load_server_tool(b) for b in w.server_tools] if w.server_tools else []
+            )
             m.__class__ = message_class
             append(m)
     except _Shape as exc:

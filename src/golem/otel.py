@@ -17,26 +17,34 @@ A run that pauses ends its span with `golem.run.status = "paused"` and the pendi
 (`run_with_deferred_results(..., trace_context=...)`) and the resumed run's span carries a
 span link to the paused one — in any process, days later (docs/adr/0021).
 
+`instrument()` also traces golem's durable side: each store operation is a
+`golem.store.<operation>` client span (`db.system.name`, the run and call IDs, the decision
+and who decided it), each worker resume a `golem.worker.resume` span (the resumed run's
+`invoke_agent` span under it) and each request to the approval service a server span with
+the authenticated operator as `enduser.id`.
+
 Only `opentelemetry-api` is needed at run time; without `instrument()` or an agent's
 `tracer_provider`, golem creates no span and calls nothing of OpenTelemetry.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import trace
+    from opentelemetry import propagate, trace
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "golem.otel needs OpenTelemetry: pip install 'golem-agents[otel]'"
-    ) from exc
+    raise ImportError("golem.otel needs OpenTelemetry: pip install 'golem-agents[otel]'") from exc
 
+from golem import _tracing
 from golem.events import EventKind, RunEvent
 from golem.messages import Message
 
@@ -45,12 +53,10 @@ if TYPE_CHECKING:
     from golem.result import Result
 
 __all__ = [
-    "RunTracer",
     "format_traceparent",
     "instrument",
     "is_instrumented",
     "parse_traceparent",
-    "run_tracer",
     "uninstrument",
 ]
 
@@ -62,9 +68,13 @@ _global: tuple[trace.TracerProvider | None, bool] | None = None
 
 
 def instrument(
-    tracer_provider: trace.TracerProvider | None = None, *, include_content: bool = False
+    tracer_provider: trace.TracerProvider | None = None,
+    *,
+    include_content: bool = False,
+    server_spans: bool = True,
 ) -> None:
-    """Trace the runs of every agent (agents with their own `tracer_provider` included).
+    """Trace the runs of every agent (agents with their own `tracer_provider` included),
+    the store's operations, the workers' resumes and the approval service's requests.
 
     Args:
         tracer_provider: Where spans go; None uses OpenTelemetry's global provider at each
@@ -72,15 +82,22 @@ def instrument(
         include_content: Also record message content: the prompt and history sent to the
             model (`gen_ai.input.messages`), its answers (`gen_ai.output.messages`), tool
             arguments and results (`gen_ai.tool.call.arguments` / `.result`).
+        server_spans: Open a server span for each request to the approval service. Pass
+            False when the ASGI server is instrumented already (for example with
+            `opentelemetry-instrumentation-asgi`): golem then only adds the operator's
+            `enduser.id` to that server's span.
     """
     global _global
     _global = (tracer_provider, include_content)
+    _tracing.hooks = _Operations(tracer_provider, server_spans=server_spans)
 
 
 def uninstrument() -> None:
-    """Stop tracing agents that have no `tracer_provider` of their own."""
+    """Stop tracing agents that have no `tracer_provider` of their own, and the store,
+    worker and service operations."""
     global _global
     _global = None
+    _tracing.hooks = None
 
 
 def is_instrumented() -> bool:
@@ -289,7 +306,10 @@ class RunTracer:
     # ----------------------------------------------------------------- events
 
     def on_event(self, event: RunEvent) -> None:
-        """Open and close the `chat` and `execute_tool` spans from the run's events."""
+        """Open and close the `chat` and `execute_tool` spans from the run's events (a
+        sub-agent's forwarded events are its own run's spans, not this one's)."""
+        if event.namespace:
+            return
         kind = event.kind
         if kind is EventKind.MODEL_START:
             self._chat_start(event)
@@ -370,3 +390,236 @@ class RunTracer:
         elif self._content:
             span.set_attribute("gen_ai.tool.call.result", event.result)
         span.end()
+
+
+# --------------------------------------------------------------------------- operations
+
+
+@functools.cache
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def _db_system(store: Any) -> str:
+    module = type(store).__module__
+    if module.endswith(".postgres"):
+        return "postgresql"
+    if module.endswith(".sqlite"):
+        return "sqlite"
+    return "other_sql"
+
+
+def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Span attributes from a store or worker method's arguments, by parameter name."""
+    attrs: dict[str, Any] = {}
+    owner = arguments.get("self")
+    worker_id = arguments.get("worker_id", getattr(owner, "worker_id", None))
+    if isinstance(worker_id, str):
+        attrs["golem.worker.id"] = worker_id
+    run = arguments.get("run")  # a NewRun
+    if run is not None:
+        attrs["golem.run.id"] = run.id
+        attrs["gen_ai.agent.name"] = run.agent
+        if run.started_by:
+            attrs["golem.run.started_by"] = run.started_by
+    claimed = arguments.get("claimed")  # a ClaimedRun
+    if claimed is not None:
+        attrs.update(_claimed_attributes(claimed))
+    lease = arguments.get("lease")  # the worker's lease
+    if lease is not None:
+        attrs["golem.run.id"] = lease.run_id
+    if isinstance(arguments.get("run_id"), str):
+        attrs["golem.run.id"] = arguments["run_id"]
+    if isinstance(arguments.get("call_id"), str):
+        attrs["gen_ai.tool.call.id"] = arguments["call_id"]
+    decision = arguments.get("decision")
+    if decision is not None:
+        attrs["golem.decision"] = str(decision.kind.value)
+    for who in ("decided_by", "resolved_by"):
+        if isinstance(arguments.get(who), str):
+            attrs[f"golem.{who}"] = arguments[who]
+    outcome = arguments.get("outcome")
+    if outcome is not None:
+        attrs["golem.run.status"] = str(outcome.status.value)
+        if outcome.next_run is not None:
+            attrs["golem.run.child_id"] = outcome.next_run.id
+    return attrs
+
+
+def _claimed_attributes(claimed: Any) -> dict[str, Any]:
+    return {
+        "golem.run.id": claimed.run.id,
+        "gen_ai.agent.name": claimed.run.agent,
+        "golem.run.attempt": claimed.run.attempt,
+        "golem.worker.id": claimed.worker_id,
+    }
+
+
+def _result_attributes(result: Any) -> dict[str, Any] | None:
+    """Attributes from a store operation's result; None when it did nothing worth a span
+    (an idle claim, a sweep that changed nothing)."""
+    if result is None:
+        return None  # claim_ready found nothing ready (the only store method returning None)
+    if isinstance(result, list):
+        if result and isinstance(result[0], str):  # a sweep's changed runs
+            return {"golem.run.ids": result}
+        return {"db.response.returned_rows": len(result)}
+    items = getattr(result, "items", None)
+    if isinstance(items, list):  # a Page
+        return {"db.response.returned_rows": len(items)}
+    if hasattr(result, "worker_id") and hasattr(result, "run"):  # a ClaimedRun
+        return _claimed_attributes(result)
+    status = getattr(result, "status", None)
+    if status is not None and hasattr(result, "calls"):  # a RunRecord
+        return {"golem.run.status": str(status.value)}
+    return {}
+
+
+_SWEEPS = frozenset({"sweep_expired", "sweep_interrupted"})
+
+
+def _fail(span: Span, exc: BaseException) -> None:
+    span.set_attribute("error.type", type(exc).__qualname__)
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
+
+
+def _headers(scope: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in scope.get("headers") or ():
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        out[key] = f"{out[key]},{text}" if key in out else text
+    return out
+
+
+class _Operations:
+    """The spans of store operations, worker resumes and service requests (`_tracing.Hooks`)."""
+
+    def __init__(self, provider: trace.TracerProvider | None, *, server_spans: bool) -> None:
+        self._provider = provider
+        self.server_spans = server_spans
+
+    def _tracer(self) -> trace.Tracer:
+        return (self._provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
+
+    async def store_op(
+        self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
+    ) -> Any:
+        """Run the store method; record it as a client span once it is done.
+
+        The span is created when the operation ends, with its start time: an idle claim or
+        a sweep that changed nothing leaves no span (workers poll), and nothing runs under
+        a store span anyway (the SQL runs on the store's database thread).
+        """
+        start = time.time_ns()
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            span = self._store_span(op, args, kwargs, start)
+            _fail(span, exc)
+            span.end()
+            raise
+        extra = _result_attributes(result)
+        if extra is None or (op in _SWEEPS and not result):
+            return result
+        span = self._store_span(op, args, kwargs, start)
+        span.set_attributes(extra)
+        span.end()
+        return result
+
+    def _store_span(self, op: str, args: Any, kwargs: Any, start: int) -> Span:
+        store = args[0]
+        bound = _signature(getattr(type(store), op)).bind_partial(*args, **kwargs)
+        system = _db_system(store)
+        attributes = {
+            "db.system.name": system,
+            "db.system": system,
+            "golem.store.operation": op,
+            **_operation_attributes(bound.arguments),
+        }
+        return self._tracer().start_span(
+            f"golem.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+        )
+
+    async def worker_op(
+        self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
+    ) -> Any:
+        """Run the worker step under a current span (the resumed run's spans nest in it)."""
+        bound = _signature(fn).bind_partial(*args, **kwargs)
+        attributes = {"golem.worker.operation": op, **_operation_attributes(bound.arguments)}
+        with self._tracer().start_as_current_span(
+            f"golem.worker.{op}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                return await fn(*args, **kwargs)
+            except BaseException as exc:
+                _fail(span, exc)
+                raise
+
+    def identify(self, identity: str) -> None:
+        """Set `enduser.id` on the current span (the request's server span)."""
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute("enduser.id", identity)
+
+    async def serve(self, app: Any, scope: Any, receive: Any, send: Any, route: str) -> None:
+        """Handle one HTTP request under a server span (HTTP semantic conventions)."""
+        if not self.server_spans:
+            await app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        method = str(scope.get("method", "GET"))
+        attributes: dict[str, Any] = {
+            "http.request.method": method,
+            "url.path": str(scope.get("path", "")),
+            "url.scheme": str(scope.get("scheme", "http")),
+            "network.protocol.version": str(scope.get("http_version", "1.1")),
+        }
+        if route:
+            attributes["http.route"] = route
+        host = headers.get("host", "")
+        if host:
+            name, _, port = host.rpartition(":")
+            if name and port.isdigit():
+                attributes["server.address"] = name
+                attributes["server.port"] = int(port)
+            else:
+                attributes["server.address"] = host
+        client = scope.get("client")
+        if client:
+            attributes["client.address"] = str(client[0])
+        agent = headers.get("user-agent")
+        if agent:
+            attributes["user_agent.original"] = agent
+        parent = propagate.extract(headers)
+        status: list[int] = []
+
+        async def send_status(message: Any) -> None:
+            if message.get("type") == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        with self._tracer().start_as_current_span(
+            f"{method} {route}" if route else method,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                await app(scope, receive, send_status)
+            except BaseException as exc:
+                _fail(span, exc)
+                raise
+            finally:
+                if status:
+                    span.set_attribute("http.response.status_code", status[0])
+                    if status[0] >= 500:
+                        span.set_attribute("error.type", str(status[0]))
+                        span.set_status(Status(StatusCode.ERROR))

@@ -32,14 +32,7 @@ from golem.errors import SealError
 from golem.messages import Message, ToolCall
 from golem.tool import DeferKind
 
-__all__ = [
-    "SealKey",
-    "SealKeys",
-    "as_seal_keys",
-    "seal_call",
-    "seal_pending",
-    "verify_call",
-]
+__all__ = ["SealKey", "SealKeys", "seal_call", "seal_pending", "verify_call"]
 
 _VERSION = "v1"
 _MIN_KEY_BYTES = 32

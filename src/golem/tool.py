@@ -29,11 +29,12 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Generic, TypeVar, cast, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Generic, cast, get_args, get_origin, get_type_hints
 
 import pydantic
 import pydantic_core
 from pydantic.fields import FieldInfo
+from typing_extensions import TypeVar
 
 from golem.errors import ToolTimeout
 from golem.messages import Part
@@ -50,9 +51,7 @@ __all__ = [
     "ToolResult",
     "approved_call",
     "call_approved",
-    "find_signal",
     "idempotency_key",
-    "to_tool_result",
 ]
 
 DepsT = TypeVar("DepsT")
@@ -243,9 +242,15 @@ class _ClearedApproval:
 
 Exec = Callable[[RunContext[Any], dict[str, Any]], Any]
 
+ToolDepsT = TypeVar("ToolDepsT", default=Any)
 
-class Tool:
-    """A tool the model can call.
+
+class Tool(Generic[ToolDepsT]):
+    """A tool the model can call, for agents whose deps are `ToolDepsT`.
+
+    `Tool[Deps]` is what type checkers see: the raw form takes its deps type from
+    `exec`'s `RunContext[...]`, so `Agent[int, ...](tools=[...])` refuses a tool whose
+    `exec` takes `RunContext[str]`. `Tool.from_function` gives a `Tool[Any]`.
 
     Args:
         name: Unique name the model calls it by.
@@ -287,7 +292,7 @@ class Tool:
         name: str,
         description: str,
         schema: dict[str, Any],
-        exec: Exec,
+        exec: Callable[[RunContext[ToolDepsT], dict[str, Any]], Any],
         *,
         max_retries: int | None = None,
         timeout: float | None = None,
@@ -332,7 +337,7 @@ class Tool:
         timeout: float | None = None,
         sequential: bool = False,
         idempotent: bool = False,
-    ) -> Tool:
+    ) -> Tool[Any]:
         """Build a tool from a function's signature, type hints and docstring.
 
         The first parameter may be `ctx: RunContext[Deps]`; every other parameter is
@@ -452,7 +457,7 @@ class Tool:
             value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
         else:
             value = await asyncio.to_thread(self.exec, ctx, decoded)
-        result = to_tool_result(value)
+        result = _to_tool_result(value)
         for j, part in enumerate(result.parts):
             problem = part.problem()
             if problem:
@@ -524,7 +529,7 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None
     return None
 
 
-def to_tool_result(value: Any) -> ToolResult:
+def _to_tool_result(value: Any) -> ToolResult:
     """Normalize what a tool returned into a `ToolResult`."""
     if isinstance(value, str):
         return ToolResult(value)

@@ -20,7 +20,7 @@ from typing import Protocol, Self, runtime_checkable
 
 from golem.tool import Tool
 
-__all__ = ["Toolset", "enter_all", "resolve_tools"]
+__all__ = ["Toolset"]
 
 
 @runtime_checkable

@@ -30,12 +30,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
+from golem._tracing import worker_op
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -180,7 +181,8 @@ def new_run_from_result(
 
     The run ID and conversation ID are the result's; the pending calls keep the model's
     emission order across both kinds. With `seal_key`, every pending call the agent did
-    not seal itself is sealed (in the saved history and in the calls table).
+    not seal itself is sealed (in the saved history and in the calls table). The result's
+    `trace_context` is kept, so the worker's resume span links to the paused run's span.
     """
     calls: list[NewCall] = []
     pending = result.pending
@@ -190,9 +192,7 @@ def new_run_from_result(
         kinds = {p.call_id: p.kind for p in pending.calls if not p.seal}
         if kinds:
             messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
-            seals = {
-                c.id: c.seal for m in messages for c in m.tool_calls if c.id in kinds and c.seal
-            }
+            seals = {i: c.seal for i, c in _latest_calls(messages, kinds).items() if c.seal}
     if pending is not None:
         for kind, group in (
             (CallKind.APPROVAL, pending.approvals),
@@ -209,10 +209,9 @@ def new_run_from_result(
                 )
                 for p in group
             )
-        order = {
-            tc.id: i for i, tc in enumerate(tc for m in result.messages for tc in m.tool_calls)
-        }
-        calls.sort(key=lambda c: order.get(c.call_id, len(order)))
+        if len(calls) > 1:
+            order = _emission_order(result.messages, [c.call_id for c in calls])
+            calls.sort(key=lambda c: order.get(c.call_id, 0))
     return NewRun(
         id=result.run_id,
         agent=agent_name,
@@ -223,7 +222,26 @@ def new_run_from_result(
         started_by=started_by,
         expires_at=expires_at,
         parent_run_id=parent_run_id,
+        trace_context=result.trace_context,
     )
+
+
+def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[str, int]:
+    """A sort key (negative, increasing in emission order) for the last call of each of `ids`.
+
+    Scans from the end and stops once every ID is found (pending calls are in the last turns).
+    """
+    wanted = set(ids)
+    order: dict[str, int] = {}
+    position = 0
+    for m in reversed(messages):
+        for c in reversed(m.tool_calls):
+            position -= 1
+            if c.id in wanted and c.id not in order:
+                order[c.id] = position
+        if len(order) == len(wanted):
+            break
+    return order
 
 
 def _expires_at(expires_in: float | timedelta | None) -> datetime | None:
@@ -378,18 +396,31 @@ def _same_args(history_args: str, decided_args: str) -> bool:
     return history_args == compact
 
 
-def _latest_calls(messages: Sequence[Message]) -> dict[str, ToolCall]:
-    """Each call ID's last tool call in the history (the one a resume resolves)."""
-    return {c.id: c for m in messages for c in m.tool_calls}
+def _latest_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str, ToolCall]:
+    """The last tool call in the history for each of `ids` (the one a resume resolves).
+
+    Scans from the end and stops once every ID is found: the pending calls of a paused
+    history are in its last turns, so this does not grow with the history's length.
+    """
+    wanted = set(ids)
+    found: dict[str, ToolCall] = {}
+    for m in reversed(messages):
+        for c in reversed(m.tool_calls):
+            if c.id in wanted and c.id not in found:
+                found[c.id] = c
+        if len(found) == len(wanted):
+            break
+    return found
 
 
-def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
+def _check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
     """Every decided call must be in the history as the approvers saw it (name, arguments).
+
+    `latest` maps each call ID to its last tool call in the history (`_latest_calls`).
 
     Raises:
         StoredCallMismatch: a call is missing from the history or differs from its record.
     """
-    latest = _latest_calls(messages)
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:
@@ -407,14 +438,13 @@ def _check_calls(run: RunRecord, messages: Sequence[Message]) -> None:
         )
 
 
-def _check_seals(run: RunRecord, messages: Sequence[Message], keys: SealKeys) -> None:
+def _check_seals(run: RunRecord, latest: Mapping[str, ToolCall], keys: SealKeys) -> None:
     """Every stored pending call must carry a valid seal for its kind.
 
     Raises:
         SealError: a call is unsealed, sealed with an unknown key or tampered with.
         StoredCallMismatch: a call was sealed as the other kind than the one it was decided as.
     """
-    latest = _latest_calls(messages)
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
@@ -556,11 +586,18 @@ class Worker:
         finally:
             stopping.cancel()
 
+    @worker_op("resume")
     async def _resume(self, claimed: ClaimedRun) -> None:
         run = claimed.run
         lease = _Lease(self, run.id, claimed)
         resume = asyncio.ensure_future(self._outcome(claimed, lease))
-        heartbeat = asyncio.ensure_future(self._heartbeat(lease, resume))
+        # The heartbeat task starts only once a third of the lease has passed: most resumes
+        # finish before that, and then no task is created for it.
+        heartbeat: list[asyncio.Task[None]] = []
+        beat = asyncio.get_running_loop().call_later(
+            self.lease_seconds / 3,
+            lambda: heartbeat.append(asyncio.ensure_future(self._heartbeat(lease, resume))),
+        )
         try:
             outcome = await resume
         except asyncio.CancelledError:
@@ -572,13 +609,16 @@ class Worker:
             log.error("run %s abandoned: %s", run.id, exc)
             return
         finally:
-            heartbeat.cancel()
-            await asyncio.wait([heartbeat])  # never raises the heartbeat's own cancellation
+            beat.cancel()
+            for task in heartbeat:
+                task.cancel()
+                await asyncio.wait([task])  # never raises the heartbeat's own cancellation
         if lease.lost is not None:
             log.error("run %s abandoned: %s", run.id, lease.lost)
             return
         await self._finish(lease, outcome)
 
+    @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
         """Save the outcome; retry transient store errors while the lease is still held."""
         run_id = lease.run_id
@@ -613,9 +653,8 @@ class Worker:
         return run.status is outcome.status and run.lease_owner == self.worker_id
 
     async def _heartbeat(self, lease: _Lease, resume: asyncio.Future[Outcome]) -> None:
-        """Renew the lease every third of its length; cancel the resume if it is lost."""
+        """Renew the lease now and every third of its length; cancel the resume if it is lost."""
         while True:
-            await asyncio.sleep(self.lease_seconds / 3)
             try:
                 await lease.renew()
             except LeaseLost:
@@ -623,6 +662,7 @@ class Worker:
                 return
             except Exception:  # a transient store failure: try again next beat
                 log.exception("run %s: renewing the lease failed", lease.run_id)
+            await asyncio.sleep(self.lease_seconds / 3)
 
     async def _outcome(self, claimed: ClaimedRun, lease: _Lease) -> Outcome:
         run = claimed.run
@@ -636,11 +676,14 @@ class Worker:
                 extra["before_approved"] = lease.prove
             if "run_id" in params:
                 extra["run_id"] = run.id
+            if run.trace_context and "trace_context" in params:  # the resume's span links to it
+                extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
-            _check_calls(run, history)  # what runs is what the approvers saw
+            latest = _latest_calls(history, [c.call_id for c in run.calls])
+            _check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                _check_seals(run, history, self.seal_keys)
+                _check_seals(run, latest, self.seal_keys)
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )

@@ -9,7 +9,8 @@ import pytest
 from golem.errors import BadRequest, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import parse_response, parse_stream, sse_events
+from golem.providers.anthropic import parse_response
+from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
 from tests.providers._recordings import (
     Interaction,

@@ -10,7 +10,8 @@ import pytest
 
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers.anthropic import StreamParser, parse_response, parse_stream, sse_events
+from golem.providers.anthropic import StreamParser, parse_response
+from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
 from tests.providers._recordings import Interaction, available
 from tests.providers.anthropic_fixtures import (

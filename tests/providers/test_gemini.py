@@ -18,13 +18,8 @@ from golem.model import (
     ThinkingDelta,
     ToolSpec,
 )
-from golem.providers.gemini import (
-    GeminiModel,
-    build_request_body,
-    parse_response,
-    parse_stream,
-    sse_events,
-)
+from golem.providers.gemini import GeminiModel, build_request_body, parse_response
+from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import DUMMY_SIGNATURE
 from golem.usage import Usage
 from tests.providers import _recordings

@@ -18,8 +18,9 @@ from golem.model import (
     ToolCallDelta,
     ToolSpec,
 )
-from golem.providers.gemini import build_request_body, parse_response, parse_stream
+from golem.providers.gemini import build_request_body, parse_response
 from golem.providers.gemini._response import finish_reason
+from golem.providers.gemini._stream import parse_stream
 from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
 from golem.usage import Usage
 from tests.providers.gemini_fixtures import model_with, sse_body

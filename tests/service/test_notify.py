@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from golem.service import create_app
-from golem.service.notify import Notifier, Webhook, sign, slack_message
+from golem.service.notify import Notifier, Webhook, _slack_message, sign
 from golem.store import CallKind, NewCall, NewRun, Store, utc_now
 from golem.worker import start_run
 from tests.service._server import serve
@@ -190,7 +190,7 @@ def test_slack_messages_escape_model_text() -> None:
         "url": "https://inbox.example/runs/r",
         "calls": [{"tool_name": "deploy<x>"}],
     }
-    msg = slack_message(body)
+    msg = _slack_message(body)
     text = msg["blocks"][0]["text"]["text"]
     assert "<!channel>" not in text
     assert "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;" in text

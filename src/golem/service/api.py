@@ -44,51 +44,8 @@ from golem.store import (
 )
 from golem.worker import AgentRegistry, start_run
 
-__all__ = [
-    "MAX_JSON_DEPTH",
-    "ApiError",
-    "PendingPage",
-    "ServiceState",
-    "agents",
-    "audit_json",
-    "audit_model",
-    "bearer",
-    "call_json",
-    "call_model",
-    "check_json_value",
-    "check_text",
-    "decide",
-    "decide_call",
-    "decision_json",
-    "decision_model",
-    "edited_approval",
-    "health",
-    "list_calls",
-    "list_runs",
-    "load_run",
-    "not_found",
-    "oldest_runs",
-    "parse_json",
-    "pending_calls",
-    "pending_page",
-    "read_json",
-    "read_query",
-    "require_store",
-    "respond",
-    "run_detail_json",
-    "run_detail_model",
-    "run_json",
-    "run_model",
-    "schema_problems",
-    "show_run",
-    "start",
-    "start_for",
-    "store_error",
-    "stream_token",
-    "to_decision",
-    "visible_runs",
-    "whoami",
-]
+# The handlers behind `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted in a request body."""
@@ -160,7 +117,7 @@ class ApiError(Exception):
         )
 
 
-def store_error(exc: Exception) -> ApiError:
+def _store_error(exc: Exception) -> ApiError:
     """Translate a store error raised by a decision or lookup into an `ApiError`."""
     if isinstance(exc, RunNotFound):
         return ApiError(404, "run_not_found", str(exc))
@@ -180,7 +137,7 @@ def store_error(exc: Exception) -> ApiError:
 # --------------------------------------------------------------------------- bodies
 
 
-def to_decision(body: DecisionBody) -> Decision:
+def _to_decision(body: DecisionBody) -> Decision:
     """The store decision of a request body; `ApiError(422)` for fields that do not fit."""
     if body.decision != "deny" and body.reason is not None:
         raise ApiError(422, "invalid_request", "'reason' is only accepted with deny")
@@ -272,7 +229,7 @@ def _invalid(exc: ValidationError) -> ApiError:
     return ApiError(422, "invalid_request", f"invalid fields: {fields}", details)
 
 
-async def read_json(request: Request, model: type[M]) -> M:
+async def _read_json(request: Request, model: type[M]) -> M:
     """Parse the request body as JSON into `model`; 400 for bad JSON, 422 for bad fields."""
     data = parse_json(await request.body())
     if not isinstance(data, dict):
@@ -316,7 +273,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
-def decision_model(d: DecisionRecord) -> schemas.DecisionOut:
+def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
     """The response model of a decision."""
     return schemas.DecisionOut(
         decision=d.kind.value,
@@ -327,12 +284,12 @@ def decision_model(d: DecisionRecord) -> schemas.DecisionOut:
     )
 
 
-def decision_json(d: DecisionRecord | None) -> dict[str, Any] | None:
+def _decision_json(d: DecisionRecord | None) -> dict[str, Any] | None:
     """The JSON form of a decision (None when undecided)."""
-    return None if d is None else decision_model(d).model_dump(mode="json")
+    return None if d is None else _decision_model(d).model_dump(mode="json")
 
 
-def call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
+def _call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
     """The response model of a pending call (with its run's agent and status)."""
     return schemas.Call(
         run_id=c.run_id,
@@ -346,16 +303,16 @@ def call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
         reason=c.reason,
         created_at=run.created_at,
         deadline=c.deadline,
-        decision=None if c.decision is None else decision_model(c.decision),
+        decision=None if c.decision is None else _decision_model(c.decision),
     )
 
 
-def call_json(run: RunRecord, c: PendingCallRecord) -> dict[str, Any]:
+def _call_json(run: RunRecord, c: PendingCallRecord) -> dict[str, Any]:
     """The JSON form of a pending call (with its run's agent and status)."""
-    return call_model(run, c).model_dump(mode="json")
+    return _call_model(run, c).model_dump(mode="json")
 
 
-def run_model(run: RunRecord) -> schemas.Run:
+def _run_model(run: RunRecord) -> schemas.Run:
     """The response model of a run without its conversation and audit log."""
     outcome = None
     if run.outcome is not None:
@@ -375,14 +332,14 @@ def run_model(run: RunRecord) -> schemas.Run:
         child_run_id=run.child_run_id,
         deps_ref=run.deps_ref,
         lease_owner=run.lease_owner,
-        calls=[call_model(run, c) for c in run.calls],
+        calls=[_call_model(run, c) for c in run.calls],
         outcome=outcome,
     )
 
 
-def run_json(run: RunRecord) -> dict[str, Any]:
+def _run_json(run: RunRecord) -> dict[str, Any]:
     """The JSON form of a run without its conversation and audit log."""
-    return run_model(run).model_dump(mode="json")
+    return _run_model(run).model_dump(mode="json")
 
 
 def audit_model(e: AuditEntry) -> schemas.AuditItem:
@@ -397,10 +354,10 @@ def audit_json(e: AuditEntry) -> dict[str, Any]:
     return audit_model(e).model_dump(mode="json")
 
 
-def run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDetail:
+def _run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDetail:
     """The response model of a run with its conversation and audit log."""
     return schemas.RunDetail(
-        **dict(run_model(run)),
+        **dict(_run_model(run)),
         messages=json.loads(run.conversation) if run.conversation else [],
         audit=[audit_model(e) for e in audit],
     )
@@ -408,7 +365,7 @@ def run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDeta
 
 def run_detail_json(run: RunRecord, audit: list[AuditEntry]) -> dict[str, Any]:
     """The JSON form of a run with its conversation (history JSON objects) and audit log."""
-    return run_detail_model(run, audit).model_dump(mode="json")
+    return _run_detail_model(run, audit).model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------- operations
@@ -426,7 +383,7 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
     try:
         run = await require_store(state).get_run(run_id)
     except RunNotFound as exc:
-        raise store_error(exc) from None
+        raise _store_error(exc) from None
     if not cred.approver.may_see(run.agent):
         raise ApiError(
             403, "forbidden", f'{cred.approver.identity} may not see runs of agent "{run.agent}"'
@@ -483,7 +440,7 @@ async def _count(store: Store, **filters: Any) -> int:
     return low
 
 
-async def oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
+async def _oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
     """The matching runs from the `skip`-th oldest on, oldest first, at most `limit`.
 
     `list_runs` pages newest first; counting first lets the oldest page be read directly,
@@ -539,7 +496,7 @@ async def _oldest_page(
         skip = int(after[1:])
     runs: list[RunRecord] = []
     for name in names:
-        runs += await oldest_runs(
+        runs += await _oldest_runs(
             store,
             skip=0 if len(names) > 1 else skip,
             limit=limit + 1 + (skip if len(names) > 1 else 0),
@@ -587,7 +544,7 @@ async def pending_page(
     return PendingPage(out, nxt)
 
 
-async def pending_calls(
+async def _pending_calls(
     state: ServiceState,
     cred: Credential,
     *,
@@ -609,7 +566,7 @@ async def decide_call(
     try:
         call = run.call(call_id)
     except CallNotFound as exc:
-        raise store_error(exc) from None
+        raise _store_error(exc) from None
     if not cred.approver.may_decide(run.agent, call.tool_name):
         raise ApiError(
             403,
@@ -620,11 +577,11 @@ async def decide_call(
     try:
         record = await store.decide(run_id, call_id, decision, decided_by=cred.approver.identity)
     except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
-        raise store_error(exc) from None
+        raise _store_error(exc) from None
     return record, await store.get_run(run_id)
 
 
-def schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+def _schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """What is wrong with `args` for a tool's JSON schema: required, unknown and mistyped fields.
 
     A first check in the service, so the approver sees the problem on the form; the agent
@@ -671,7 +628,7 @@ async def edited_approval(
     try:
         call = run.call(call_id)
     except CallNotFound as exc:
-        raise store_error(exc) from None
+        raise _store_error(exc) from None
     try:
         value = parse_json(text)
     except ApiError as exc:
@@ -688,7 +645,7 @@ async def edited_approval(
     entry = state.registry.get(run.agent)
     tool = entry.agent.tools.get(call.tool_name) if entry is not None else None
     if tool is not None:
-        problems = schema_problems(value, tool.schema)
+        problems = _schema_problems(value, tool.schema)
         if problems:
             raise ApiError(
                 422,
@@ -703,7 +660,7 @@ async def edited_approval(
     try:
         decision: Decision = approve(args=value)
     except InvalidDecision as exc:
-        raise store_error(exc) from None
+        raise _store_error(exc) from None
     return decision
 
 
@@ -838,12 +795,12 @@ async def agents(request: Request) -> Response:
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
     cred = bearer(request)
-    body = await read_json(request, schemas.StartRunBody)
+    body = await _read_json(request, schemas.StartRunBody)
     run = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in
     )
     return respond(
-        schemas.RunEnvelope(run=run_model(run)), 201, headers={"Location": f"/api/runs/{run.id}"}
+        schemas.RunEnvelope(run=_run_model(run)), 201, headers={"Location": f"/api/runs/{run.id}"}
     )
 
 
@@ -867,7 +824,7 @@ async def list_runs(request: Request) -> Response:
         limit=q.limit,
         offset=q.offset,
     )
-    return respond(schemas.RunList(runs=[run_model(r) for r in runs]))
+    return respond(schemas.RunList(runs=[_run_model(r) for r in runs]))
 
 
 @operation(
@@ -886,7 +843,7 @@ async def list_calls(request: Request) -> Response:
     )
     return respond(
         schemas.CallList(
-            calls=[call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
+            calls=[_call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
         )
     )
 
@@ -903,7 +860,7 @@ async def show_run(request: Request) -> Response:
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
-    return respond(schemas.RunDetailEnvelope(run=run_detail_model(run, audit)))
+    return respond(schemas.RunDetailEnvelope(run=_run_detail_model(run, audit)))
 
 
 @operation(
@@ -916,8 +873,8 @@ async def show_run(request: Request) -> Response:
 async def decide(request: Request) -> Response:
     """Decide one pending call as the caller's identity."""
     cred = bearer(request)
-    body = await read_json(request, schemas.DecisionBody)
-    decision = to_decision(body)
+    body = await _read_json(request, schemas.DecisionBody)
+    decision = _to_decision(body)
     record, run = await decide_call(
         _state(request),
         cred,
@@ -925,7 +882,7 @@ async def decide(request: Request) -> Response:
         request.path_params["call_id"],
         decision,
     )
-    return respond(schemas.DecisionResult(decision=decision_model(record), run=run_model(run)))
+    return respond(schemas.DecisionResult(decision=_decision_model(record), run=_run_model(run)))
 
 
 @operation(

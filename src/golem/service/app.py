@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,11 +22,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from golem import __version__
+from golem import __version__, _tracing
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
@@ -36,13 +37,7 @@ from golem.service.views import Presenter
 from golem.store import Store, open_store
 from golem.worker import AgentRegistry, Worker
 
-__all__ = [
-    "ROUTES",
-    "BodyLimit",
-    "RefuseNul",
-    "SecurityHeaders",
-    "create_app",
-]
+__all__ = ["ROUTES", "create_app"]
 
 log = logging.getLogger("golem.service")
 
@@ -117,7 +112,7 @@ def _too_large(limit: int) -> Response:
     ).response()
 
 
-class BodyLimit:
+class _BodyLimit:
     """Refuse request bodies over `limit` bytes with 413 before any handler runs.
 
     The body is read here (up to the limit) and replayed to the app, so a handler never
@@ -168,7 +163,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-class RefuseNul:
+class _RefuseNul:
     """Answer 400 to a request whose path or query string holds a NUL character.
 
     No store can look such a name up (PostgreSQL refuses NUL in text), and no run, call or
@@ -192,7 +187,7 @@ class RefuseNul:
         await self.app(scope, receive, send)
 
 
-class SecurityHeaders:
+class _SecurityHeaders:
     """Add a strict Content-Security-Policy and friends to every response."""
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
@@ -217,6 +212,41 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class _TraceRequests:
+    """Handle each HTTP request under an OpenTelemetry server span while `golem.otel`
+    instruments golem (`otel.instrument()`); pass requests straight through otherwise.
+
+    The span is named `METHOD /route/{template}` and carries the HTTP semantic conventions'
+    attributes and, once the request is authenticated, the operator as `enduser.id`.
+    """
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hooks = _tracing.hooks
+        if hooks is None or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await hooks.serve(self.app, scope, receive, send, self._route(scope))
+
+    def _route(self, scope: Scope) -> str:
+        """The template of the route that serves `scope` ("" when none does)."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match is Match.NONE:
+                continue
+            if isinstance(route, Mount):
+                return route.path + "/{path}"
+            return _CONVERTER.sub(r"{\1}", str(getattr(route, "path", "")))
+        return ""
+
+
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")
+"""A path parameter's converter (`{call_id:path}`), left out of `http.route`."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -404,9 +434,10 @@ def create_app(
     app = Starlette(
         routes=list(ROUTES),
         middleware=[
-            Middleware(SecurityHeaders),
-            Middleware(BodyLimit, limit=max_body_bytes),
-            Middleware(RefuseNul),
+            Middleware(_TraceRequests, routes=ROUTES),
+            Middleware(_SecurityHeaders),
+            Middleware(_BodyLimit, limit=max_body_bytes),
+            Middleware(_RefuseNul),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

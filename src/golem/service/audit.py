@@ -23,22 +23,15 @@ from golem.service.auth import Credential
 from golem.service.openapi import HTML, REDIRECT, operation
 from golem.store import AuditAction, AuditEntry, RunNotFound
 
-__all__ = [
-    "AUDIT_SCAN",
-    "AuditRow",
-    "api_audit",
-    "api_deliveries",
-    "audit_page",
-    "audit_rows",
-    "deliveries_page",
-]
+# The handlers behind `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
 
 AUDIT_SCAN = 5000
 """How many of the newest audit entries the view reads before filtering."""
 
 
 @dataclass(frozen=True, slots=True)
-class AuditRow:
+class _AuditRow:
     """An audit entry with its run's agent."""
 
     entry: AuditEntry
@@ -47,9 +40,9 @@ class AuditRow:
     """The agent of the entry's run."""
 
 
-async def audit_rows(
+async def _audit_rows(
     state: ServiceState, cred: Credential, q: schemas.AuditQuery
-) -> list[AuditRow]:
+) -> list[_AuditRow]:
     """The newest entries the caller may see that match `q`, newest first, at most `q.limit`."""
     store = require_store(state)
     last = await store.last_change_id()
@@ -62,7 +55,7 @@ async def audit_rows(
         entries += batch
         cursor = batch[-1].id
     agents: dict[str, str | None] = {}
-    rows: list[AuditRow] = []
+    rows: list[_AuditRow] = []
     actor = (q.actor or "").casefold()
     for e in reversed(entries):
         if q.action is not None and e.action is not q.action:
@@ -81,13 +74,13 @@ async def audit_rows(
             continue
         if q.agent and agent != q.agent:
             continue
-        rows.append(AuditRow(e, agent))
+        rows.append(_AuditRow(e, agent))
         if len(rows) >= q.limit:
             break
     return rows
 
 
-def _item(row: AuditRow) -> dict[str, Any]:
+def _item(row: _AuditRow) -> dict[str, Any]:
     out = audit_model(row.entry).model_dump(mode="json")
     out["agent"] = row.agent
     return out
@@ -104,7 +97,7 @@ async def api_audit(request: Request) -> Response:
     """Audit entries across runs the caller may see, filtered; newest first."""
     cred = bearer(request)
     q = read_query(request, schemas.AuditQuery)
-    rows = await audit_rows(request.app.state.golem, cred, q)
+    rows = await _audit_rows(request.app.state.golem, cred, q)
     return respond(schemas.AuditList(entries=[schemas.AuditListItem(**_item(r)) for r in rows]))
 
 
@@ -125,7 +118,7 @@ async def audit_page(request: Request) -> Response:
         return inbox.login_redirect(request)
     state: ServiceState = request.app.state.golem
     q = read_query(request, schemas.AuditQuery)
-    rows = await audit_rows(state, who[0], q)
+    rows = await _audit_rows(state, who[0], q)
     fmt = request.query_params.get("format", "")
     if fmt == "json":
         body = json.dumps([_item(r) for r in rows], ensure_ascii=False, indent=1)

@@ -45,14 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "MIN_SECRET_BYTES",
-    "Approver",
-    "AuthConfig",
-    "Credential",
-    "LoginLimiter",
-    "token_digest",
-]
+from golem import _tracing
+
+__all__ = ["Approver", "AuthConfig", "Credential"]
 
 MIN_SECRET_BYTES = 32
 """Shortest accepted signing key (`GOLEM_SESSION_SECRET`), in bytes."""
@@ -62,7 +57,7 @@ _STREAM = "stream"
 _CSRF = "csrf"
 
 
-def token_digest(token: str) -> str:
+def _token_digest(token: str) -> str:
     """Return the hex SHA-256 of `token`, the form under which tokens are looked up."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -197,7 +192,7 @@ class AuthConfig:
             elif not key:
                 raise ValueError("a token must not be empty")
             else:
-                digest = token_digest(key)
+                digest = _token_digest(key)
             by_digest[digest] = approver
         object.__setattr__(self, "_by_digest", by_digest)
         object.__setattr__(self, "_revoked", {})
@@ -258,9 +253,12 @@ class AuthConfig:
         """Return the credential for a bearer token, or `None` when it is unknown."""
         if not token:
             return None
-        digest = token_digest(token)
+        digest = _token_digest(token)
         approver = self._by_digest.get(digest)
-        return None if approver is None else Credential(approver, digest)
+        if approver is None:
+            return None
+        _tracing.identify(approver.identity)
+        return Credential(approver, digest)
 
     def from_authorization(self, header: str | None) -> Credential | None:
         """Authenticate an `Authorization: Bearer <token>` header value."""
@@ -309,7 +307,9 @@ class AuthConfig:
         payload = self._claims(purpose, value, now)
         if payload is None:
             return None
-        return Credential(self._by_digest[payload["sub"]], payload["sub"])
+        approver = self._by_digest[payload["sub"]]
+        _tracing.identify(approver.identity)
+        return Credential(approver, payload["sub"])
 
     def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
         """Return a signed inbox session value for `credential` (with its own session ID)."""

@@ -67,26 +67,8 @@ from golem.store import (
     utc_now,
 )
 
-__all__ = [
-    "PAGE_RUNS",
-    "SESSION_COOKIE",
-    "decide_form",
-    "decide_run_form",
-    "inbox_page",
-    "login",
-    "login_page",
-    "login_redirect",
-    "logout",
-    "render_audit",
-    "render_error",
-    "render_page",
-    "resolve_form",
-    "run_page",
-    "runs_page",
-    "same_origin",
-    "session",
-    "start_form",
-]
+# The handlers behind `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
 
 SESSION_COOKIE = "golem_session"
 PAGE_RUNS = 100
@@ -283,7 +265,7 @@ async def _form(request: Request) -> dict[str, str]:
     return form
 
 
-def same_origin(request: Request) -> bool:
+def _same_origin(request: Request) -> bool:
     """Whether a browser POST came from this site (`Sec-Fetch-Site`, else `Origin`).
 
     Every current browser sends `Sec-Fetch-Site`, which decides alone. Without it, an
@@ -307,7 +289,7 @@ def _cross_site() -> ApiError:
 
 
 def _checked(request: Request, form: dict[str, str]) -> tuple[Credential, str]:
-    if not same_origin(request):
+    if not _same_origin(request):
         raise _cross_site()
     who = session(request)
     if who is None:
@@ -350,7 +332,7 @@ async def login(request: Request) -> Response:
     Refused (403) when the form was posted from another site (login CSRF), and limited
     per client address (429 with `Retry-After`).
     """
-    if not same_origin(request):
+    if not _same_origin(request):
         raise _cross_site()
     state = _state(request)
     address = request.client.host if request.client else "unknown"

@@ -23,13 +23,14 @@ from starlette.types import Message, Receive, Scope, Send
 from golem.service.api import ApiError, ServiceState
 from golem.service.auth import Credential
 
-__all__ = ["MAX_CURSOR", "GuardedEvents", "parse_cursor"]
+# The handlers behind `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
 
 MAX_CURSOR = 2**63 - 1
 """The largest audit cursor a store can hold (a signed 64-bit integer)."""
 
 
-def parse_cursor(text: str | None) -> int | None:
+def _parse_cursor(text: str | None) -> int | None:
     """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
 
     Raises:
@@ -91,7 +92,7 @@ class GuardedEvents:
 
     async def _open(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
         state: ServiceState = request.app.state.golem
-        parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+        _parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
         found = self._credential(request, state)
         if found is None:  # stream.events answers the 401 with its own message
             response = await self.events(request)

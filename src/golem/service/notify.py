@@ -48,14 +48,7 @@ from golem._ids import new_id
 from golem.messages import loads_history
 from golem.store import AuditAction, RunNotFound, RunRecord, RunStatus, Store, utc_now
 
-__all__ = [
-    "Delivery",
-    "Notifier",
-    "Webhook",
-    "payload",
-    "sign",
-    "slack_message",
-]
+__all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 
 log = logging.getLogger("golem.service.notify")
 
@@ -161,7 +154,7 @@ def _title(run: RunRecord) -> str:
     return line if len(line) <= 120 else line[:119] + "…"
 
 
-def payload(event: str, run: RunRecord, link: str, *, call_id: str | None = None) -> dict[str, Any]:
+def _payload(event: str, run: RunRecord, link: str, *, call_id: str | None = None) -> dict[str, Any]:
     """The JSON body of a notification (`format="json"`)."""
     calls = [
         {
@@ -200,7 +193,7 @@ def _mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def slack_message(body: dict[str, Any]) -> dict[str, Any]:
+def _slack_message(body: dict[str, Any]) -> dict[str, Any]:
     """A Slack incoming-webhook message for a `payload` (text escaped for mrkdwn)."""
     title = _mrkdwn(body["title"] or body["run_id"])
     agent = _mrkdwn(body["agent"])
@@ -328,7 +321,7 @@ class Notifier:
 
     def notify(self, event: Event, run: RunRecord, *, call_id: str | None = None) -> list[Delivery]:
         """Queue `event` for `run` to every webhook that wants it; return the deliveries."""
-        body = payload(event, run, self.link(run.id), call_id=call_id)
+        body = _payload(event, run, self.link(run.id), call_id=call_id)
         made = []
         for hook in self.webhooks:
             if not hook.wants(event, run.agent):
@@ -343,7 +336,7 @@ class Notifier:
 
     async def _deliver(self, hook: Webhook, d: Delivery, body: dict[str, Any]) -> None:
         data = json.dumps(
-            slack_message(body) if hook.format == "slack" else body,
+            _slack_message(body) if hook.format == "slack" else body,
             ensure_ascii=False,
             separators=(",", ":"),
         ).encode()

@@ -30,7 +30,8 @@ from golem.service.auth import Credential
 from golem.service.inbox import session
 from golem.store import ChangeFeed, RunNotFound, RunRecord
 
-__all__ = ["events"]
+# The handlers behind `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
 
 
 def _stream_credential(request: Request, state: ServiceState) -> Credential:

@@ -23,38 +23,7 @@ from golem.messages import loads_history
 from golem.service.auth import Credential
 from golem.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
 
-__all__ = [
-    "LONG_CHARS",
-    "LONG_LINES",
-    "PREVIEW_LINES",
-    "SOON_SECONDS",
-    "Presentation",
-    "Presenter",
-    "ago",
-    "arg_fields",
-    "args_diff",
-    "audit_view",
-    "call_view",
-    "context_of",
-    "digest",
-    "editable_json",
-    "first_line",
-    "group_views",
-    "iso",
-    "link_next",
-    "message_views",
-    "outcome_line",
-    "output_text",
-    "path",
-    "presentation_view",
-    "pretty_json",
-    "reveal_html",
-    "run_view",
-    "short",
-    "span",
-    "stamp",
-    "until",
-]
+__all__ = ["Presentation", "Presenter"]
 
 
 def reveal_html(value: object) -> Markup:
@@ -79,7 +48,7 @@ PREVIEW_LINES = 6
 # --------------------------------------------------------------------------- formatting
 
 
-def span(seconds: float) -> str:
+def _span(seconds: float) -> str:
     s = abs(seconds)
     if s < 45:
         return "a few seconds"
@@ -94,23 +63,23 @@ def span(seconds: float) -> str:
 
 def ago(at: datetime, now: datetime) -> str:
     seconds = (now - at).total_seconds()
-    return "just now" if seconds < 45 else f"{span(seconds)} ago"
+    return "just now" if seconds < 45 else f"{_span(seconds)} ago"
 
 
-def until(at: datetime, now: datetime) -> str:
+def _until(at: datetime, now: datetime) -> str:
     seconds = (at - now).total_seconds()
-    return "now (expired)" if seconds <= 0 else f"in {span(seconds)}"
+    return "now (expired)" if seconds <= 0 else f"in {_span(seconds)}"
 
 
 def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
 
-def stamp(at: datetime) -> str:
+def _stamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def pretty_json(raw: str) -> str:
+def _pretty_json(raw: str) -> str:
     """Indented JSON for display; text that is not JSON is shown as it is."""
     try:
         value = json.loads(raw)
@@ -137,7 +106,7 @@ def _field(label: str, value: Any) -> dict[str, Any]:
     }
 
 
-def arg_fields(args: str) -> list[dict[str, Any]]:
+def _arg_fields(args: str) -> list[dict[str, Any]]:
     """A call's arguments field by field: label, full text, and a preview when long.
 
     Strings are shown as text (an e-mail body keeps its lines), other values as indented
@@ -168,13 +137,13 @@ def path(*segments: str) -> str:
 # --------------------------------------------------------------------------- views
 
 
-def editable_json(raw: str) -> str:
+def _editable_json(raw: str) -> str:
     """Indented JSON for an edit box, hidden characters written as `\\uXXXX` escapes.
 
     The value is the same JSON, but a bidi override cannot reorder what the approver sees
     while editing (a textarea cannot show the inbox's markers).
     """
-    text = pretty_json(raw)
+    text = _pretty_json(raw)
     if not has_hidden(text):
         return text
     out = []
@@ -213,7 +182,7 @@ Presenter = Callable[[dict[str, Any]], Presentation]
 """Turns a call's arguments into its `Presentation`."""
 
 
-def presentation_view(
+def _presentation_view(
     presenters: Mapping[str, Presenter], tool_name: str, args: str
 ) -> dict[str, Any] | None:
     """The card's presentation of a call, or None (no presenter, or it failed)."""
@@ -240,14 +209,14 @@ def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
     return out
 
 
-def args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
+def _args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
     """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
 
     Empty when `after` is None or means the same object.
     """
     if after is None:
         return []
-    old, new = pretty_json(before), pretty_json(after)
+    old, new = _pretty_json(before), _pretty_json(after)
     return [] if old == new else _line_diff(old, new)
 
 
@@ -272,7 +241,7 @@ def call_view(
             "at_text": ago(d.decided_at, now),
             "reason": d.reason,
             "text": d.text,
-            "diff": args_diff(c.args, getattr(d, "args", None)),
+            "diff": _args_diff(c.args, getattr(d, "args", None)),
         }
     deadline = c.deadline
     return {
@@ -286,14 +255,14 @@ def call_view(
         "kind": c.kind.value,
         "tool_name": c.tool_name,
         "reason": c.reason,
-        "args_pretty": pretty_json(c.args),
-        "args_edit": editable_json(c.args),
-        "shown": presentation_view(presenters or {}, c.tool_name, c.args),
-        "fields": arg_fields(c.args),
+        "args_pretty": _pretty_json(c.args),
+        "args_edit": _editable_json(c.args),
+        "shown": _presentation_view(presenters or {}, c.tool_name, c.args),
+        "fields": _arg_fields(c.args),
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
         "deadline_iso": iso(deadline) if deadline else "",
-        "expires": until(deadline, now) if deadline else "",
+        "expires": _until(deadline, now) if deadline else "",
         "soon": bool(deadline and (deadline - now).total_seconds() < 300),
         "decision": decision,
         "can_decide": run.status is RunStatus.PENDING
@@ -400,7 +369,7 @@ def message_views(history: str) -> list[dict[str, Any]]:
             "parts": [f"{p.kind}: {p.url or p.media_type or 'inline data'}" for p in m.parts],
             "thinking": "\n\n".join(t.text or "(redacted)" for t in m.thinking),
             "tool_calls": [
-                {"id": t.id, "name": t.name, "args": pretty_json(t.args)} for t in m.tool_calls
+                {"id": t.id, "name": t.name, "args": _pretty_json(t.args)} for t in m.tool_calls
             ],
         }
         view["version"] = digest(view)
@@ -414,10 +383,10 @@ def outcome_line(run: RunRecord) -> str:
         return ""
     if run.outcome.error:
         return first_line(run.outcome.error, 90)
-    return first_line(output_text(run), 90)
+    return first_line(_output_text(run), 90)
 
 
-def output_text(run: RunRecord) -> str:
+def _output_text(run: RunRecord) -> str:
     output = run.outcome.output if run.outcome is not None else None
     if isinstance(output, str):
         return output
@@ -435,9 +404,9 @@ def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
         "conversation_id": run.conversation_id,
         "started_by": run.started_by,
         "created_iso": iso(run.created_at),
-        "created_text": f"{stamp(run.created_at)} ({ago(run.created_at, now)})",
+        "created_text": f"{_stamp(run.created_at)} ({ago(run.created_at, now)})",
         "expires_iso": iso(run.expires_at) if run.expires_at else "",
-        "expires_text": f"{stamp(run.expires_at)} ({until(run.expires_at, now)})"
+        "expires_text": f"{_stamp(run.expires_at)} ({_until(run.expires_at, now)})"
         if run.expires_at
         else "",
         "deps_ref": None if run.deps_ref is None else json.dumps(run.deps_ref),
@@ -448,7 +417,7 @@ def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
         "child_short": short(run.child_run_id or ""),
         "lease_owner": run.lease_owner or "",
         "undecided": len(run.undecided),
-        "output_text": output_text(run),
+        "output_text": _output_text(run),
         "error": run.outcome.error if run.outcome is not None else "",
     }
 
@@ -458,7 +427,7 @@ def audit_view(e: AuditEntry) -> dict[str, Any]:
     return {
         "id": e.id,
         "at_iso": iso(e.at),
-        "at_text": stamp(e.at),
+        "at_text": _stamp(e.at),
         "actor": e.actor,
         "action": e.action.value,
         "detail": detail,

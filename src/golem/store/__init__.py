@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from golem.errors import StoreError
+from golem.errors import StoreError as StoreError  # importable here; its home is golem.errors
 from golem.store._feed import ChangeFeed
 from golem.store._sql import utc_now
 from golem.store.records import (
@@ -91,7 +91,6 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
-    "StoreError",
     "open_store",
     "utc_now",
 ]

@@ -148,6 +148,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         "pending calls keep their seal",
         ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",),
     ),
+    Migration(
+        5,
+        "runs keep the trace context of the span that paused them",
+        ("ALTER TABLE golem_runs ADD COLUMN trace_context TEXT",),
+    ),
 )
 """Every migration, in version order."""
 

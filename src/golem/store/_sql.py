@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, overload
 
+from golem._tracing import store_op
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
 from golem.store.records import (
@@ -69,9 +70,10 @@ SWEEP_BATCH = 500
 _RUN_COLS = (
     "id, agent, conversation_id, status, deps_ref, started_by, created_at, "
     "updated_at, expires_at, parent_run_id, child_run_id, lease_owner, lease_expires_at, "
-    "outcome_output, outcome_error, attempt"
+    "outcome_output, outcome_error, attempt, trace_context"
 )
 _R_RUN_COLS = ", ".join(f"r.{c.strip()}" for c in _RUN_COLS.split(","))
+_N_RUN_COLS = len(_RUN_COLS.split(","))
 _CALL_COLS = (
     "run_id, call_id, position, kind, tool_name, args, reason, deadline, decision, "
     "decision_reason, decision_text, decided_by, decided_at, rerun_confirmed_by, decision_args, "
@@ -330,7 +332,7 @@ class SQLStore(abc.ABC):
         out_history: str | None,
     ) -> RunRecord:
         (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
-        (expires, parent, child, owner, lease_exp, out, err, attempt) = row[8:16]
+        (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
         st = RunStatus(status)
         outcome: Outcome | None = None
         if st.terminal:
@@ -358,6 +360,7 @@ class SQLStore(abc.ABC):
             lease_expires_at=self._dt(lease_exp),
             outcome=outcome,
             attempt=int(attempt),
+            trace_context=trace_ctx or "",
         )
 
     def _calls_of(self, tx: Tx, ids: Sequence[str]) -> dict[str, list[PendingCallRecord]]:
@@ -391,7 +394,8 @@ class SQLStore(abc.ABC):
     def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Records of `rows` (run columns + history + outcome history), with their calls."""
         calls = self._calls_of(tx, [r[0] for r in rows])
-        return [self._run_record(r, calls[r[0]], r[16], r[17]) for r in rows]
+        n = _N_RUN_COLS
+        return [self._run_record(r, calls[r[0]], r[n], r[n + 1]) for r in rows]
 
     def _select_runs(self, where: str, tail: str = "") -> str:
         return (
@@ -469,7 +473,7 @@ class SQLStore(abc.ABC):
         ts = self._to_db(now)
         tx.run(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1)",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?)",
             (
                 run.id,
                 run.agent,
@@ -483,6 +487,7 @@ class SQLStore(abc.ABC):
                 run.parent_run_id,
                 out,
                 err,
+                run.trace_context or None,
             ),
             ValueError(f'a run with ID "{run.id}" already exists'),
         )
@@ -564,6 +569,7 @@ class SQLStore(abc.ABC):
             lease_owner=None,
             lease_expires_at=None,
             outcome=stored_outcome,
+            trace_context=run.trace_context,
         )
 
     # ------------------------------------------------------------------ Store API
@@ -576,6 +582,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(False, tx_fn)
 
+    @store_op("save_pending")
     async def save_pending(self, run: NewRun) -> RunRecord:
         """Save a paused run as PENDING (see `Store.save_pending`)."""
         if not run.calls:
@@ -587,6 +594,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("save_finished")
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
         """Save a run that ended without pausing (see `Store.save_finished`)."""
         if outcome.status not in (RunStatus.COMPLETED, RunStatus.FAILED):
@@ -611,6 +619,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("get_run")
     async def get_run(self, run_id: str) -> RunRecord:
         """Return the run (see `Store.get_run`)."""
         return await self._submit(False, self._load_run, run_id)
@@ -647,6 +656,7 @@ class SQLStore(abc.ABC):
             params.append(tool_name)
         return where, params
 
+    @store_op("list_runs")
     async def list_runs(
         self,
         *,
@@ -674,6 +684,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(False, tx_fn)
 
+    @store_op("list_runs_page")
     async def list_runs_page(
         self,
         *,
@@ -712,6 +723,7 @@ class SQLStore(abc.ABC):
             cursor = _encode_cursor(last.created_at.isoformat(), last.id)
         return Page(runs, cursor)
 
+    @store_op("list_pending_calls")
     async def list_pending_calls(
         self,
         *,
@@ -753,6 +765,7 @@ class SQLStore(abc.ABC):
             cursor = _encode_cursor(self._from_db(last[16]).isoformat(), last[0], int(last[2]))
         return Page(items, cursor)
 
+    @store_op("decide")
     async def decide(
         self,
         run_id: str,
@@ -881,6 +894,7 @@ class SQLStore(abc.ABC):
             self._after_decisions(tx, run_id, at, EXPIRY_ACTOR, left)
         return denials
 
+    @store_op("sweep_expired")
     async def sweep_expired(self, now: datetime | None = None) -> list[str]:
         """Deny overdue undecided calls "expired" (see `Store.sweep_expired`)."""
         at_given = _aware(now)
@@ -905,6 +919,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("claim_ready")
     async def claim_ready(
         self,
         worker_id: str,
@@ -974,6 +989,7 @@ class SQLStore(abc.ABC):
 
     _HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 
+    @store_op("renew_lease")
     async def renew_lease(
         self, run_id: str, worker_id: str, lease_seconds: float, *, now: datetime | None = None
     ) -> datetime:
@@ -994,6 +1010,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("finish")
     async def finish(
         self, run_id: str, worker_id: str, outcome: Outcome, *, now: datetime | None = None
     ) -> RunRecord:
@@ -1050,6 +1067,7 @@ class SQLStore(abc.ABC):
         history, calls = self._split(later, run_id)  # arrived with the commit
         return self._run_record(row, calls, history, outcome.history)
 
+    @store_op("sweep_interrupted")
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark RUNNING runs with a lapsed lease INTERRUPTED (see `Store.sweep_interrupted`)."""
         at_given = _aware(now)
@@ -1095,6 +1113,7 @@ class SQLStore(abc.ABC):
             raise RunNotInterrupted(run_id, RunStatus(rows[0][0]))
         return self._calls_of(tx, [run_id])[run_id], int(rows[0][1])
 
+    @store_op("retry_interrupted")
     async def retry_interrupted(
         self,
         run_id: str,
@@ -1144,6 +1163,7 @@ class SQLStore(abc.ABC):
 
         return await self._submit(True, tx_fn)
 
+    @store_op("cancel_interrupted")
     async def cancel_interrupted(
         self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
     ) -> RunRecord:
@@ -1186,6 +1206,7 @@ class SQLStore(abc.ABC):
             detail=json.loads(detail),
         )
 
+    @store_op("audit")
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """Return the run's audit entries in order (see `Store.audit`)."""
 

@@ -282,6 +282,9 @@ class NewRun:
     """Default deadline of the pending calls; None means they never expire."""
     parent_run_id: str | None = None
     """The run whose resume produced this one (set by `finish` for a paused outcome)."""
+    trace_context: str = ""
+    """The W3C `traceparent` of the paused run's span (`Result.trace_context`; "" when the
+    run was not traced): the resume's span links to it (`golem.otel`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +498,9 @@ class RunRecord:
     """How the run ended (None until it is completed, paused, failed or interrupted)."""
     attempt: int = 1
     """1 for the first resume; each operator retry of an interrupted run adds one."""
+    trace_context: str = ""
+    """The W3C `traceparent` of the span of the run that paused ("" when it was not traced);
+    a worker passes it to the resume so the resume's span links to it."""
 
     @property
     def conversation(self) -> str:

@@ -73,7 +73,8 @@ def synthesize_stream(body: dict[str, Any], size: int = 7) -> list[dict[str, Any
     """The events a streamed call would send for the non-streamed response `body`.
 
     Text, thinking and tool arguments arrive in `size`-character fragments (tool
-    arguments as `json.dumps(input)`, the form the API streams); server-tool blocks
+    arguments as `json.dumps(input)`, the form the API streams; citations as `citations_delta`
+    events); other server-tool blocks
     arrive whole in their `content_block_start`.
     """
     usage = dict(body.get("usage") or {})
@@ -83,9 +84,18 @@ def synthesize_stream(body: dict[str, Any], size: int = 7) -> list[dict[str, Any
     for i, block in enumerate(body["content"]):
         kind = block["type"]
         if kind == "text":
-            events.append(
-                {"type": "content_block_start", "index": i, "content_block": {**block, "text": ""}}
-            )
+            start_block = {**block, "text": ""}
+            if "citations" in block:
+                start_block["citations"] = []  # citations stream as citations_delta events
+            events.append({"type": "content_block_start", "index": i, "content_block": start_block})
+            for citation in block.get("citations") or ():
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "citations_delta", "citation": citation},
+                    }
+                )
             for piece in _chunks(block["text"], size):
                 events.append(
                     {

@@ -9,8 +9,9 @@ agent = Agent(AnthropicModel("claude-sonnet-4-5"))  # key from ANTHROPIC_API_KEY
 
 The adapter speaks the wire format over httpx (no SDK). It classifies failures into
 `golem.errors.ProviderError` subclasses and never retries; the agent loop retries
-under `Agent(max_attempts=...)`. The pure mapping functions (`build_request_body`,
-`parse_response`, `StreamParser`, `parse_stream`, `sse_events`) need no network.
+under `Agent(max_attempts=...)`. The pure mapping functions (`_wire.build_request_body`,
+`_wire.parse_response`, `_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`)
+need no network; they are internal, not public API.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from golem.providers._http import (
     post_json,
     translate_transport_errors,
 )
-from golem.providers.anthropic._stream import StreamParser, parse_stream, sse_events
+from golem.providers.anthropic._stream import StreamParser
 from golem.providers.anthropic._wire import (
     API_VERSION,
     DEFAULT_BASE_URL,
@@ -44,15 +45,7 @@ from golem.providers.anthropic._wire import (
     parse_response,
 )
 
-__all__ = [
-    "AnthropicModel",
-    "OutputMode",
-    "StreamParser",
-    "build_request_body",
-    "parse_response",
-    "parse_stream",
-    "sse_events",
-]
+__all__ = ["AnthropicModel", "OutputMode"]
 
 _MIN_THINKING_BUDGET = 1024
 

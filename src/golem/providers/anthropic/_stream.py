@@ -1,14 +1,15 @@
 """Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`.
 
 Events: `message_start`, `content_block_start` / `content_block_delta` (`text_delta`,
-`thinking_delta`, `signature_delta`, `input_json_delta`, and kinds golem ignores such
-as `citations_delta`) / `content_block_stop`, `message_delta` (stop reason, usage),
+`thinking_delta`, `signature_delta`, `input_json_delta`, `citations_delta`,
+`compaction_delta`) / `content_block_stop`, `message_delta` (stop reason, usage),
 `message_stop`, `ping` and `error`. The final response is built by the same functions
 as a non-streamed one, so both paths agree for the same content.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,8 +32,9 @@ class StreamParser:
 
     `feed` returns the `Delta` an event produces (or None); once `message_stop` has
     arrived, `response()` returns the final `ModelResponse`. Tool-call arguments keep
-    the raw JSON text exactly as streamed. Blocks of server-side tools are skipped, and
-    so are their argument fragments. The input of an `output_tool` call ("tool" output
+    the raw JSON text exactly as streamed. Blocks of server-side tools produce no delta;
+    they are assembled (input fragments, compaction content) into the final message's
+    `server_tools`, and citations into its `citations`. The input of an `output_tool` call ("tool" output
     mode) streams as text.
 
     Args:
@@ -42,6 +44,7 @@ class StreamParser:
     __slots__ = (
         "_blocks",
         "_calls",
+        "_cited",
         "_done",
         "_fragments",
         "_index",
@@ -67,6 +70,9 @@ class StreamParser:
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
         self._fragments: dict[int, list[str]] = {}
+        self._cited: dict[int, list[Any]] = {}
+        """Wire block index → citations streamed for a text block (or a server block's
+        input fragments, under index -1 - wire index)."""
         self._pieces: dict[int, dict[str, list[str]]] = {}
         """Wire block index → streamed text / thinking / signature pieces, by field."""
         self._thoughts = 0
@@ -148,6 +154,7 @@ class StreamParser:
             return None
         if kind not in ("thinking", "redacted_thinking", "tool_use"):
             self._separated = True
+            self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
         if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
             self._output.add(index)
@@ -188,8 +195,13 @@ class StreamParser:
         if kind == "input_json_delta":
             fragment = delta.get("partial_json")
             fragments = self._fragments.get(index)
-            if fragments is None or not isinstance(fragment, str) or not fragment:
-                return None  # a server-side tool's input, or an empty fragment
+            if not isinstance(fragment, str) or not fragment:
+                return None
+            if fragments is None:
+                server = self._cited.get(-1 - index)
+                if server is not None:
+                    server.append(fragment)  # a server-side tool's input: no delta
+                return None
             fragments.append(fragment)
             if index in self._output:
                 return Delta(content=fragment)
@@ -200,6 +212,16 @@ class StreamParser:
                 return None
             self._append(index, "thinking", text)
             return Delta(thinking=[ThinkingDelta(self._index[index], text=text)])
+        if kind == "citations_delta":
+            citation = delta.get("citation")
+            if isinstance(citation, Mapping):
+                self._cited.setdefault(index, []).append(citation)
+            return None
+        if kind == "compaction_delta":
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._append(index, "content", content)
+            return None
         if kind == "signature_delta":
             signature = delta.get("signature")
             if not isinstance(signature, str) or not signature:
@@ -232,6 +254,16 @@ class StreamParser:
             fragments = self._fragments.get(index)
             if fragments:
                 block = {**block, "input": RawArgs("".join(fragments))}
+            server_input = self._cited.get(-1 - index)
+            if server_input:
+                block = {**block, "input": _json_or_text("".join(server_input))}
+            cited = self._cited.get(index)
+            if cited:
+                start = block.get("citations")
+                block = {
+                    **block,
+                    "citations": [*(start if isinstance(start, list) else ()), *cited],
+                }
             pieces = self._pieces.get(index)
             if pieces:
                 block = dict(block)
@@ -245,6 +277,15 @@ class StreamParser:
             self._stop,
             self._model,
         )
+
+
+def _json_or_text(text: str) -> Any:
+    """A server tool's streamed input as the object a non-streamed block carries (the text
+    itself if it is not JSON, for example cut off by `max_tokens`)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def parse_stream(

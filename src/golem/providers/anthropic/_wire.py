@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from golem.errors import BadRequest, ResponseFormatError
-from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import RESPONSES_REASONING_PREFIX
 from golem.usage import Usage
@@ -286,13 +287,15 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
     Unsigned reasoning (OpenAI-compatible servers) cannot be replayed. A message whose
     tool calls carry signatures came from Gemini: its signatures would be rejected. A
     signature-only block (no text) is kept only beside an Anthropic tool call
-    (`toolu_…`), where the API requires it; elsewhere it may be a Gemini signature, and
+    (`toolu_…`) or Anthropic server-tool blocks, where the API requires it; elsewhere it may be a Gemini signature, and
     thinking from earlier turns is optional for the API. OpenAI Responses reasoning (its
     signature prefix) is never sent.
     """
     if not m.thinking or any(c.signature for c in m.tool_calls):
         return []
-    anthropic_calls = any(c.id.startswith("toolu_") for c in m.tool_calls)
+    anthropic_calls = any(c.id.startswith("toolu_") for c in m.tool_calls) or any(
+        b.provider == PROVIDER for b in m.server_tools
+    )
     return [
         t
         for t in m.thinking
@@ -306,13 +309,51 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
 
 
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
+    """The content blocks of an assistant turn.
+
+    Without Anthropic server-tool blocks: replayable thinking, the text, the `tool_use`
+    blocks. With them, each goes back verbatim where it sat: the thinking blocks that came
+    before it, then the text before it (split into blocks at the spans of web-search
+    citations, which go back on their text), then the block itself; tool calls last.
+    """
+    replayable = {id(t) for t in _replayable_thinking(m)}
+    server = [
+        (b, block)
+        for b in m.server_tools
+        if b.provider == PROVIDER and (block := _raw_object(b.raw)) is not None
+    ]
     blocks: list[dict[str, Any]] = []
-    for t in _replayable_thinking(m):
-        if t.redacted:
-            blocks.append({"type": "redacted_thinking", "data": t.redacted})
-        else:
-            blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
-    if m.content:
+    next_thinking = 0
+    pos = 0
+
+    def thinking_until(count: int) -> None:
+        nonlocal next_thinking
+        for t in m.thinking[next_thinking:count]:
+            if id(t) not in replayable:
+                continue
+            if t.redacted:
+                blocks.append({"type": "redacted_thinking", "data": t.redacted})
+            else:
+                blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
+        next_thinking = max(next_thinking, count)
+
+    def text_until(end: int) -> None:
+        nonlocal pos
+        start = pos
+        if start > 0 and server and m.content.startswith(_RUN_SEPARATOR, start):
+            start += len(_RUN_SEPARATOR)  # the separator golem put after a server block
+        blocks.extend(_text_blocks(m, start, end))
+        pos = max(pos, end)
+
+    for b, block in server:
+        thinking_until(b.thinking_before)
+        if b.at > pos:
+            text_until(min(b.at, len(m.content)))
+        blocks.append(block)
+    thinking_until(len(m.thinking))
+    if server:
+        text_until(len(m.content))
+    elif m.content:
         blocks.append({"type": "text", "text": m.content})
     for call in m.tool_calls:
         blocks.append(
@@ -323,6 +364,48 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
                 "input": args_object(call.args),
             }
         )
+    return blocks
+
+
+_RUN_SEPARATOR = "\n\n"
+_REPLAYED_CITATIONS = frozenset(("web_search_result_location",))
+"""Citations sent back on their text: self-contained ones. Document citations point at
+documents of the request by index, which an edited or trimmed history may no longer hold."""
+
+
+def _raw_object(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
+    """Text blocks for `m.content[start:end]`, cut at the spans of replayable citations.
+
+    Blocks that would hold only whitespace (which the API refuses) join the block before.
+    """
+    cited: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for c in m.citations:
+        if c.provider != PROVIDER or not (start <= c.start < c.end <= end):
+            continue
+        raw = _raw_object(c.raw)
+        if raw is not None and raw.get("type") in _REPLAYED_CITATIONS:
+            cited.setdefault((c.start, c.end), []).append(raw)
+    cuts = sorted({start, end, *(i for span in cited for i in span)})
+    blocks: list[dict[str, Any]] = []
+    for a, b in itertools.pairwise(cuts):
+        text = m.content[a:b]
+        citations = cited.get((a, b))
+        if not text.strip() and not citations:
+            if blocks:
+                blocks[-1]["text"] += text
+            continue
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if citations:
+            block["citations"] = citations
+        blocks.append(block)
     return blocks
 
 
@@ -488,27 +571,40 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
 
     Adjacent text blocks (a cited answer arrives as many) are concatenated; text blocks
     that a server-side tool's blocks separate are joined by a blank line, so they do not
-    run together. `thinking` / `redacted_thinking` become `ThinkingBlock`s; `tool_use`
+    run together. A text block's `citations` become `Citation`s over its span of the text.
+    `thinking` / `redacted_thinking` become `ThinkingBlock`s; `tool_use`
     becomes a `ToolCall` whose `args` is the raw JSON text (a streamed block carries it as
     `"input": RawArgs(...)`, a plain block as an object, encoded like the API streams it).
     A `tool_use` of `output_tool` ("tool" output mode) is the answer: its input becomes
-    the text (replacing any text beside it). Server-side tool blocks (web search, code execution, MCP, advisor,
-    compaction, ...) ran on Anthropic's side and are not repeated as calls.
+    the text (replacing any text beside it). Every other block (server-side tools: web
+    search and fetch, code execution, MCP, advisor, compaction, ...) ran on Anthropic's
+    side: it is not a call, and is kept as a `ServerToolBlock` where it sat.
     """
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
+    citations: list[Citation] = []
+    server: list[ServerToolBlock] = []
+    names: dict[str, str] = {}
     answer: str | None = None
     separated = texted = False
+    pos = 0
     for b in blocks:
         kind = b.get("type")
         if kind == "text":
             if separated and texted:
-                text.append("\n\n")
+                text.append(_RUN_SEPARATOR)
+                pos += len(_RUN_SEPARATOR)
             separated = False
             piece = _str(b.get("text"))
             texted = texted or bool(piece)
             text.append(piece)
+            cited = b.get("citations")
+            if isinstance(cited, list):
+                citations.extend(
+                    _citation(c, pos, pos + len(piece)) for c in cited if isinstance(c, Mapping)
+                )
+            pos += len(piece)
         elif kind == "thinking":
             thinking.append(
                 ThinkingBlock(text=_str(b.get("thinking")), signature=_str(b.get("signature")))
@@ -528,8 +624,58 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             calls.append(ToolCall(id=_str(b.get("id")), name=name, args=args))
         else:
             separated = True
+            server.append(_server_block(b, names, pos, len(thinking)))
+    if answer is not None:
+        citations = []
+        server = [replace(s, at=0) for s in server]
     content = "".join(text) if answer is None else answer
-    return Message(role="assistant", content=content, tool_calls=calls, thinking=thinking)
+    return Message(
+        role="assistant",
+        content=content,
+        tool_calls=calls,
+        thinking=thinking,
+        citations=citations,
+        server_tools=server,
+    )
+
+
+_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A provider object as the compact JSON text kept in `raw`."""
+
+
+def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
+    return Citation(
+        start=start,
+        end=end,
+        url=_str(c.get("url")),
+        title=_str(c.get("title")) or _str(c.get("document_title")),
+        cited_text=_str(c.get("cited_text")),
+        provider=PROVIDER,
+        raw=_dump(c),
+    )
+
+
+def _server_block(
+    b: Mapping[str, Any], names: dict[str, str], at: int, thinking_before: int
+) -> ServerToolBlock:
+    """A server-side block; a result is named after the call it answers (same message)."""
+    kind = _str(b.get("type"))
+    block_id = _str(b.get("id"))
+    name = _str(b.get("name"))
+    if block_id and name:
+        names[block_id] = name
+    else:
+        block_id = block_id or _str(b.get("tool_use_id"))
+        name = name or names.get(block_id, "") or kind.removesuffix("_tool_result")
+    return ServerToolBlock(
+        provider=PROVIDER,
+        type=kind,
+        id=block_id,
+        name=name if name != kind else "",
+        raw=_dump(dict(b)),
+        at=at,
+        thinking_before=thinking_before,
+    )
 
 
 def _str(value: Any) -> str:

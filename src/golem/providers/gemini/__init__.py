@@ -7,9 +7,9 @@ from golem.providers.gemini import GeminiModel
 agent = Agent(GeminiModel("gemini-2.5-flash"))  # key from GEMINI_API_KEY or GOOGLE_API_KEY
 ```
 
-The pure functions behind the adapter (`build_request_body`, `parse_response`,
-`StreamParser`, `parse_stream`, `sse_events`) need no network and are public so that
-benchmarks and tests can drive them with recorded bodies.
+The pure functions behind the adapter (`_wire.build_request_body`, `_response.parse_response`,
+`_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`) need no network, so
+benchmarks and tests drive them with recorded bodies; they are internal, not public API.
 """
 
 from __future__ import annotations
@@ -33,18 +33,10 @@ from golem.providers._http import (
 )
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
-from golem.providers.gemini._stream import StreamParser, parse_stream, sse_events
+from golem.providers.gemini._stream import StreamParser
 from golem.providers.gemini._wire import build_request_body, supports_json_output_with_tools
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "GeminiModel",
-    "StreamParser",
-    "build_request_body",
-    "parse_response",
-    "parse_stream",
-    "sse_events",
-]
+__all__ = ["DEFAULT_BASE_URL", "GeminiModel"]
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 """The Gemini API root; `models/{model}:generateContent` is appended to it."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ResponseFormatError
-from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import RESPONSES_REASONING_PREFIX
 from golem.providers.openai._errors import error_from_payload
@@ -25,6 +25,7 @@ from golem.providers.openai._wire import _schema_name, _wire_args, strict_compat
 from golem.usage import Usage
 
 __all__ = [
+    "BLOCKS",
     "PROVIDER",
     "ResponsesOptions",
     "build_responses_body",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 PROVIDER = "openai"
+BLOCKS = "openai-responses"
+"""The `provider` of the citations and built-in tool items this API returns."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,10 @@ def build_responses_body(
     items: user messages, assistant messages (their reasoning items first, then the text,
     then `function_call` items) and `function_call_output` items for tool results.
     """
-    body: dict[str, Any] = {"model": options.model, "input": input_items(request.messages)}
+    body: dict[str, Any] = {
+        "model": options.model,
+        "input": input_items(request.messages, store=options.store),
+    }
     system = [m.content for m in request.messages if m.role == "system" and m.content]
     if system:
         body["instructions"] = "\n\n".join(system)
@@ -148,14 +154,18 @@ def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
     }
 
 
-def input_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The `input` items of a conversation (system messages excluded: they are `instructions`)."""
+def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dict[str, Any]]:
+    """The `input` items of a conversation (system messages excluded: they are `instructions`).
+
+    `store` says whether OpenAI keeps responses: only then are built-in tool items sent back
+    (see `_assistant_items`).
+    """
     items: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "user":
             items.append({"role": "user", "content": _user_content(m)})
         elif m.role == "assistant":
-            _assistant_items(m, items)
+            _assistant_items(m, items, store)
         elif m.role == "tool":
             output: str | list[dict[str, Any]] = m.content
             if m.parts:
@@ -178,22 +188,50 @@ def _user_content(m: Message) -> str | list[dict[str, Any]]:
     return content
 
 
-def _assistant_items(m: Message, items: list[dict[str, Any]]) -> None:
-    for t in m.thinking:
-        parsed = parse_reasoning_signature(t.signature)
-        if parsed is None:
-            continue  # reasoning from another provider cannot be replayed here
-        item_id, encrypted = parsed
-        item: dict[str, Any] = {
-            "type": "reasoning",
-            "id": item_id,
-            "summary": [{"type": "summary_text", "text": t.text}] if t.text else [],
-        }
-        if encrypted:
-            item["encrypted_content"] = encrypted
+def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> None:
+    """Items of an assistant message: reasoning, text, built-in tool items, function calls.
+
+    Built-in tool items of this API go back verbatim where they sat: the reasoning items
+    before each, then the text before it, then the item; function calls come last. Items
+    the service must look up by ID (web search, file search, code interpreter, MCP, image
+    generation calls) go back only with `store`: a stateless request naming them fails with
+    "Item with id ... not found". `compaction` items carry their content encrypted, like
+    reasoning, and always go back.
+    """
+    server = [
+        (b, item)
+        for b in m.server_tools
+        if b.provider == BLOCKS
+        and (store or b.type in _SELF_CONTAINED)
+        and (item := _raw_object(b.raw)) is not None
+    ]
+    next_thinking = 0
+    pos = 0
+
+    def reasoning_until(count: int) -> None:
+        nonlocal next_thinking
+        for t in m.thinking[next_thinking:count]:
+            item = _reasoning_item(t)
+            if item is not None:
+                items.append(item)
+        next_thinking = max(next_thinking, count)
+
+    def text_until(end: int) -> None:
+        nonlocal pos
+        start = pos
+        if start > 0 and m.content.startswith(_RUN_SEPARATOR, start):
+            start += len(_RUN_SEPARATOR)  # the separator golem put after a built-in item
+        if m.content[start:end]:
+            items.append({"role": "assistant", "content": m.content[start:end]})
+        pos = max(pos, end)
+
+    for b, item in server:
+        reasoning_until(b.thinking_before)
+        if b.at > pos:
+            text_until(min(b.at, len(m.content)))
         items.append(item)
-    if m.content:
-        items.append({"role": "assistant", "content": m.content})
+    reasoning_until(len(m.thinking))
+    text_until(len(m.content))
     for c in m.tool_calls:
         items.append(
             {
@@ -203,6 +241,33 @@ def _assistant_items(m: Message, items: list[dict[str, Any]]) -> None:
                 "arguments": _wire_args(c.args),
             }
         )
+
+
+_SELF_CONTAINED = frozenset(("compaction",))
+"""Built-in items whose content travels with them, so a stateless request may send them."""
+
+
+def _reasoning_item(t: ThinkingBlock) -> dict[str, Any] | None:
+    parsed = parse_reasoning_signature(t.signature)
+    if parsed is None:
+        return None  # reasoning from another provider cannot be replayed here
+    item_id, encrypted = parsed
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [{"type": "summary_text", "text": t.text}] if t.text else [],
+    }
+    if encrypted:
+        item["encrypted_content"] = encrypted
+    return item
+
+
+def _raw_object(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _data_url(p: Part) -> str:
@@ -275,14 +340,19 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
     """The assistant message of a response's `output` items, and whether it was a refusal.
 
     Text of adjacent `message` items is concatenated; text separated by other items (a
-    built-in tool's call) is joined by a blank line. Built-in tool items (web search, file
-    search, code interpreter, MCP, image generation, ...) ran on OpenAI's side: not calls.
+    built-in tool's call) is joined by a blank line. Annotations on the text become
+    `Citation`s (their indexes moved to the message's text). Built-in tool items (web
+    search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
+    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat.
     """
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
+    citations: list[Citation] = []
+    server: list[ServerToolBlock] = []
     refused = False
     separated = texted = False
+    pos = 0
     for item in output:
         if not isinstance(item, Mapping):
             continue
@@ -294,10 +364,18 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
                 piece = _str(part.get("text")) or _str(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
                 if separated and texted and piece:
-                    text.append("\n\n")
+                    text.append(_RUN_SEPARATOR)
+                    pos += len(_RUN_SEPARATOR)
+                if piece:
                     separated = False
                 texted = texted or bool(piece)
                 text.append(piece)
+                annotations = part.get("annotations")
+                if isinstance(annotations, list):
+                    citations.extend(
+                        _citation(a, pos, len(piece)) for a in annotations if isinstance(a, Mapping)
+                    )
+                pos += len(piece)
         elif kind == "reasoning":
             thinking.append(reasoning_block(item))
         elif kind == "function_call":
@@ -310,8 +388,52 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
             )
         else:
             separated = True
-    message = Message(role="assistant", content="".join(text), tool_calls=calls, thinking=thinking)
+            server.append(
+                ServerToolBlock(
+                    provider=BLOCKS,
+                    type=_str(kind),
+                    id=_str(item.get("id")),
+                    name=_str(item.get("name")) or _str(kind).removesuffix("_call"),
+                    raw=_dump(dict(item)),
+                    at=pos,
+                    thinking_before=len(thinking),
+                )
+            )
+    message = Message(
+        role="assistant",
+        content="".join(text),
+        tool_calls=calls,
+        thinking=thinking,
+        citations=citations,
+        server_tools=server,
+    )
     return message, refused
+
+
+_RUN_SEPARATOR = "\n\n"
+_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A provider object as the compact JSON text kept in `raw`."""
+
+
+def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
+    """An annotation of a text part that starts at `offset` in the message's text.
+
+    `url_citation` and `container_file_citation` cover `start_index:end_index`;
+    `file_citation` and `file_path` point at one `index`.
+    """
+    start, end = a.get("start_index"), a.get("end_index")
+    if not isinstance(start, int) or not isinstance(end, int):
+        start = end = a.get("index")
+    start = min(max(start, 0), length) if isinstance(start, int) else 0
+    end = min(max(end, start), length) if isinstance(end, int) else start
+    return Citation(
+        start=offset + start,
+        end=offset + end,
+        url=_str(a.get("url")),
+        title=_str(a.get("title")) or _str(a.get("filename")),
+        provider=BLOCKS,
+        raw=_dump(dict(a)),
+    )
 
 
 _INCOMPLETE: dict[str, FinishReason] = {

@@ -18,6 +18,7 @@ from golem.providers._http import parse_json_body, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     PROVIDER,
+    citations_of,
     map_finish_reason,
     parse_usage,
     reasoning_text,
@@ -57,6 +58,7 @@ class ChatStreamParser:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._refusal: list[str] = []
+        self._annotations: list[Any] = []
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
         self._finish: FinishReason = ""
@@ -103,6 +105,9 @@ class ChatStreamParser:
                 refusal = delta.get("refusal")
                 if isinstance(refusal, str):
                     self._refusal.append(refusal)
+                annotations = delta.get("annotations")
+                if isinstance(annotations, list):
+                    self._annotations.extend(annotations)
                 for tc in delta.get("tool_calls") or ():
                     if isinstance(tc, dict):
                         calls.append(self._call_fragment(tc))
@@ -195,6 +200,7 @@ class ChatStreamParser:
                     for c in self._calls
                 ],
                 thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
+                citations=citations_of(self._annotations, content),
             ),
             usage=self._usage,
             finish_reason=finish,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from golem.errors import ResponseFormatError
-from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
@@ -29,6 +29,7 @@ __all__ = [
     "RequestOptions",
     "SystemRole",
     "build_request_body",
+    "citations_of",
     "map_finish_reason",
     "map_messages",
     "parse_response",
@@ -509,6 +510,35 @@ def text_content(content: Any) -> str:
     return ""
 
 
+_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def citations_of(annotations: Any, content: str) -> list[Citation]:
+    """The `url_citation` annotations of a message (web search models) as `Citation`s.
+
+    Indexes are clamped to `content`; annotations of other types are skipped.
+    """
+    out: list[Citation] = []
+    for a in annotations if isinstance(annotations, list) else ():
+        cited = a.get("url_citation") if isinstance(a, dict) else None
+        if not isinstance(cited, dict):
+            continue
+        start, end = _int(cited.get("start_index")), _int(cited.get("end_index"))
+        start = min(max(start, 0), len(content))
+        url, title = cited.get("url"), cited.get("title")
+        out.append(
+            Citation(
+                start=start,
+                end=min(max(end, start), len(content)),
+                url=url if isinstance(url, str) else "",
+                title=title if isinstance(title, str) else "",
+                provider=PROVIDER,
+                raw=_dump(a),
+            )
+        )
+    return out
+
+
 def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
     """A complete tool call of a response message (`function` or `custom` type)."""
     fn = tc.get("function")
@@ -567,6 +597,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         refusal = msg.get("refusal")
         if isinstance(refusal, str) and refusal and not content:
             content, finish = refusal, "content_filter"
+        citations = citations_of(msg.get("annotations"), content)
         model = body.get("model")
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ResponseFormatError(
@@ -579,6 +610,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             content=content,
             tool_calls=calls,
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
+            citations=citations,
         ),
         usage=parse_usage(body.get("usage")),
         finish_reason=finish,

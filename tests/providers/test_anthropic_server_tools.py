@@ -1,0 +1,360 @@
+"""Anthropic citations and server-tool blocks: kept as typed data, sent back verbatim (ADR 0028)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from golem import Citation, ServerToolBlock, dumps_history, loads_history
+from golem.messages import Message, ThinkingBlock, ToolCall
+from golem.model import ModelRequest, ModelResponse
+from golem.providers.anthropic import build_request_body, parse_response, parse_stream, sse_events
+from golem.providers.gemini import build_request_body as gemini_body
+from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
+from golem.providers.openai._wire import RequestOptions
+from golem.providers.openai._wire import build_request_body as chat_body
+from tests.providers._recordings import available, load, replay_transport
+from tests.providers.anthropic_fixtures import model_on, synthesize_stream
+
+recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
+
+_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+SEARCH_RESULT = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_1",
+    "content": [
+        {
+            "type": "web_search_result",
+            "title": "Golem",
+            "url": "https://example.com/golem",
+            "encrypted_content": "EncA==",
+            "page_age": None,
+        }
+    ],
+}
+CITATION = {
+    "type": "web_search_result_location",
+    "cited_text": "A golem is an animated being.",
+    "url": "https://example.com/golem",
+    "title": "Golem",
+    "encrypted_index": "EncIdx==",
+}
+DOCUMENT_CITATION = {
+    "type": "char_location",
+    "cited_text": "clay",
+    "document_index": 0,
+    "document_title": "Notes",
+    "start_char_index": 0,
+    "end_char_index": 4,
+}
+BODY: dict[str, Any] = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-x",
+    "content": [
+        {"type": "thinking", "thinking": "Search first.", "signature": "sig1"},
+        {"type": "text", "text": "Let me search."},
+        {
+            "type": "server_tool_use",
+            "id": "srvtoolu_1",
+            "name": "web_search",
+            "input": {"query": "golem"},
+        },
+        SEARCH_RESULT,
+        {"type": "text", "text": "In folklore, "},
+        {"type": "text", "text": "a golem is made of clay", "citations": [CITATION]},
+        {"type": "text", "text": " and "},
+        {"type": "text", "text": "comes alive", "citations": [DOCUMENT_CITATION]},
+        {"type": "text", "text": "."},
+    ],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 10, "output_tokens": 5},
+}
+CONTENT = "Let me search.\n\nIn folklore, a golem is made of clay and comes alive."
+
+
+def _sent(message: Message) -> list[dict[str, Any]]:
+    """The content blocks the adapter sends for `message` after a user turn."""
+    request = ModelRequest(messages=[Message(role="user", content="hi"), message])
+    content: list[dict[str, Any]] = build_request_body(request, model="m")["messages"][1]["content"]
+    return content
+
+
+def test_blocks_and_citations_are_typed_and_text_runs_stay_apart() -> None:
+    message = parse_response(BODY).message
+    assert message.content == CONTENT
+    cited = CONTENT.index("a golem")
+    alive = CONTENT.index("comes alive")
+    assert message.citations == [
+        Citation(
+            start=cited,
+            end=cited + len("a golem is made of clay"),
+            url="https://example.com/golem",
+            title="Golem",
+            cited_text="A golem is an animated being.",
+            provider="anthropic",
+            raw=_dump(CITATION),
+        ),
+        Citation(
+            start=alive,
+            end=alive + len("comes alive"),
+            title="Notes",
+            cited_text="clay",
+            provider="anthropic",
+            raw=_dump(DOCUMENT_CITATION),
+        ),
+    ]
+    assert message.server_tools == [
+        ServerToolBlock(
+            provider="anthropic",
+            type="server_tool_use",
+            id="srvtoolu_1",
+            name="web_search",
+            raw=_dump(BODY["content"][2]),
+            at=len("Let me search."),
+            thinking_before=1,
+        ),
+        ServerToolBlock(
+            provider="anthropic",
+            type="web_search_tool_result",
+            id="srvtoolu_1",
+            name="web_search",
+            raw=_dump(SEARCH_RESULT),
+            at=len("Let me search."),
+            thinking_before=1,
+        ),
+    ]
+    assert message.server_tools[1].data()["content"][0]["encrypted_content"] == "EncA=="
+    assert message.tool_calls == []
+
+
+def test_a_streamed_response_equals_the_plain_one() -> None:
+    events = [(e["type"], json.dumps(e)) for e in synthesize_stream(BODY, size=4)]
+    assert any('"citations_delta"' in data for _, data in events)
+    final = parse_stream(events)[-1]
+    assert final == parse_response(BODY)
+
+
+def test_the_next_turn_sends_the_blocks_back_where_they_sat() -> None:
+    message = parse_response(BODY).message
+    request = ModelRequest(
+        messages=[
+            Message(role="user", content="golem?"),
+            message,
+            Message(role="user", content="and?"),
+        ]
+    )
+    content = build_request_body(request, model="claude-x")["messages"][1]["content"]
+    assert content == [
+        {"type": "thinking", "thinking": "Search first.", "signature": "sig1"},
+        {"type": "text", "text": "Let me search."},
+        BODY["content"][2],
+        SEARCH_RESULT,
+        {"type": "text", "text": "In folklore, "},
+        # a self-contained web-search citation goes back on its text...
+        {"type": "text", "text": "a golem is made of clay", "citations": [CITATION]},
+        # ...a document citation, which points into the request by index, does not
+        {"type": "text", "text": " and comes alive."},
+    ]
+
+
+def test_a_saved_history_sends_the_same_body() -> None:
+    message = parse_response(BODY).message
+    history = [Message(role="user", content="golem?"), message]
+    loaded = loads_history(dumps_history(history))
+    assert loaded == history
+    assert build_request_body(ModelRequest(messages=loaded), model="m") == build_request_body(
+        ModelRequest(messages=history), model="m"
+    )
+
+
+def test_whitespace_between_citations_joins_the_block_before() -> None:
+    cited = {"type": "text", "text": "One.", "citations": [CITATION]}
+    body = {
+        **BODY,
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+            SEARCH_RESULT,
+            cited,
+            {"type": "text", "text": " "},
+            {**cited, "text": "Two."},
+        ],
+    }
+    message = parse_response(body).message
+    assert message.content == "One. Two."
+    content = _sent(message)
+    assert content[2:] == [
+        {"type": "text", "text": "One. ", "citations": [CITATION]},
+        {"type": "text", "text": "Two.", "citations": [CITATION]},
+    ]
+
+
+def test_other_providers_never_receive_the_blocks() -> None:
+    message = parse_response(BODY).message
+    request = ModelRequest(messages=[Message(role="user", content="golem?"), message])
+    bodies = [
+        chat_body(request, RequestOptions(model="gpt-x")),
+        build_responses_body(request, ResponsesOptions(model="gpt-x")),
+        gemini_body(request),
+    ]
+    for body in bodies:
+        text = json.dumps(body)
+        assert "srvtoolu_1" not in text
+        assert "EncIdx" not in text
+        assert "In folklore, a golem is made of clay and comes alive." in text
+
+
+def test_blocks_from_other_providers_are_not_sent_to_anthropic() -> None:
+    foreign = ServerToolBlock(
+        provider="openai-responses",
+        type="web_search_call",
+        id="ws_1",
+        raw='{"type":"web_search_call","id":"ws_1"}',
+    )
+    message = Message(role="assistant", content="Sunny.", server_tools=[foreign])
+    content = _sent(message)
+    assert content == [{"type": "text", "text": "Sunny."}]
+
+
+def test_a_client_tool_call_after_server_blocks_comes_last() -> None:
+    body = {
+        **BODY,
+        "content": [
+            {"type": "text", "text": "Searching."},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+            SEARCH_RESULT,
+            {"type": "text", "text": "Now saving."},
+            {"type": "tool_use", "id": "toolu_1", "name": "save", "input": {"x": 1}},
+        ],
+        "stop_reason": "tool_use",
+    }
+    message = parse_response(body).message
+    assert message.tool_calls == [ToolCall("toolu_1", "save", '{"x": 1}')]
+    content = _sent(message)
+    assert [b["type"] for b in content] == [
+        "text",
+        "server_tool_use",
+        "web_search_tool_result",
+        "text",
+        "tool_use",
+    ]
+    assert content[3] == {"type": "text", "text": "Now saving."}
+
+
+def test_a_signature_only_thinking_block_beside_server_blocks_is_replayed() -> None:
+    message = Message(
+        role="assistant",
+        content="4",
+        thinking=[ThinkingBlock(signature="sigA")],
+        server_tools=[
+            ServerToolBlock(
+                provider="anthropic",
+                type="server_tool_use",
+                id="srvtoolu_9",
+                name="advisor",
+                raw='{"type":"server_tool_use","id":"srvtoolu_9","name":"advisor","input":{}}',
+                thinking_before=1,
+            )
+        ],
+    )
+    content = _sent(message)
+    assert content[0] == {"type": "thinking", "thinking": "", "signature": "sigA"}
+
+
+@recorded
+def test_recorded_web_search_stream_keeps_citations_and_search_results() -> None:
+    it = load("anthropic", "test_anthropic_web_search_tool_stream.yaml")[0]
+    final = parse_stream(sse_events(it.body.splitlines()))[-1]
+    assert isinstance(final, ModelResponse)
+    message = final.message
+    assert message.content.startswith(
+        "Let me search for more specific breaking news stories to get clearer headlines.\n\n"
+        "Based on the search results"
+    )
+    assert [(b.type, b.id, b.name, b.at) for b in message.server_tools] == [
+        ("server_tool_use", "srvtoolu_01NcU4XNwyxWK6a9tcJZ8wGY", "web_search", 0),
+        ("web_search_tool_result", "srvtoolu_01NcU4XNwyxWK6a9tcJZ8wGY", "web_search", 0),
+        ("server_tool_use", "srvtoolu_01WiP3ZfXZXSykVQEL78XJ4T", "web_search", 79),
+        ("web_search_tool_result", "srvtoolu_01WiP3ZfXZXSykVQEL78XJ4T", "web_search", 79),
+    ]
+    assert message.server_tools[0].data()["input"] == {"query": "top world news today"}
+    results = message.server_tools[1].data()["content"]
+    assert results[0]["url"] == "https://www.cnn.com/world"
+    assert results[0]["encrypted_content"].startswith("EtweCioIBhgC")
+    assert len(message.citations) == 9
+    first = message.citations[0]
+    assert message.content[first.start : first.end].startswith(
+        "European leaders held a high-stakes meeting Wednesday"
+    )
+    assert first.url == "https://www.npr.org/sections/news/"
+    assert first.title == "News: U.S. and World News Headlines : NPR"
+    assert json.loads(first.raw)["encrypted_index"].startswith("EpABCioIBhgC")
+    assert all(c.start < c.end <= len(message.content) for c in message.citations)
+    # the next turn gets the searches (encrypted results included) and the cited text back
+    request = ModelRequest(messages=[Message(role="user", content="news?"), message])
+    sent = build_request_body(request, model="m")["messages"][1]["content"]
+    assert [b for b in sent if b["type"] != "text"] == [
+        json.loads(b.raw) for b in message.server_tools
+    ]
+    assert sum(len(b.get("citations", ())) for b in sent) == 9
+    assert "".join(b["text"] for b in sent if b["type"] == "text") == message.content.replace(
+        "\n\n", "", 1
+    )
+
+
+def _without_null_citations(value: Any) -> Any:
+    """Recorded requests (written by another client) spell absent citations `null`."""
+    if isinstance(value, dict):
+        return {
+            k: _without_null_citations(v)
+            for k, v in value.items()
+            if not (k == "citations" and v is None)
+        }
+    if isinstance(value, list):
+        return [_without_null_citations(v) for v in value]
+    return value
+
+
+@recorded
+@pytest.mark.parametrize(
+    ("cassette", "extra_body"),
+    [
+        (
+            "test_anthropic_advisor_tool_message_replay.yaml",
+            {
+                "tools": [
+                    {
+                        "type": "advisor_20260301",
+                        "name": "advisor",
+                        "model": "claude-opus-4-8",
+                        "max_tokens": 1024,
+                    }
+                ]
+            },
+        ),
+        ("test_anthropic_mcp_servers.yaml", None),
+    ],
+)
+async def test_recorded_second_turn_sends_the_server_blocks_back(
+    cassette: str, extra_body: dict[str, Any] | None
+) -> None:
+    first, second = load("anthropic", cassette)[:2]
+    seen: list[httpx.Request] = []
+    async with model_on(replay_transport([first, second], seen), extra_body=extra_body) as model:
+        prompt = Message(
+            role="user", content=first.request_body["messages"][0]["content"][0]["text"]
+        )
+        answer = await model.generate(ModelRequest(messages=[prompt]))
+        assert answer.message.server_tools  # kept, not dropped
+        history = loads_history(dumps_history([prompt, answer.message]))
+        follow_up = second.request_body["messages"][2]["content"][0]["text"]
+        await model.generate(
+            ModelRequest(messages=[*history, Message(role="user", content=follow_up)])
+        )
+    sent = json.loads(seen[1].content)["messages"]
+    assert sent == _without_null_citations(second.request_body["messages"])

@@ -1,0 +1,218 @@
+"""Agents as tools (issue 11): a sub-agent's run events reach the parent's observers — its
+`event_handler`, the run's `on_event` and its stream — marked with the agent tool they come
+from and the parent call they run under, for runs, streams and resumes, at any depth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from golem import Agent, Approval, DeferredResults, EventKind, RunEvent, dumps_history
+from golem.testing import ScriptedModel
+from tests.test_as_tool import ask, calls, janitor, text
+
+Row = tuple[str, str, str, str, str]
+
+
+def row(e: RunEvent) -> Row:
+    """(kind, agent, namespace, call_id, tool_name)."""
+    return (e.kind.value, e.agent, e.namespace, e.call_id, e.tool_name)
+
+
+def looking_parent(**kw: Any) -> tuple[Agent, list[RunEvent]]:
+    """A parent whose janitor lists files (no pause); returns it and the janitor's own log."""
+    own: list[RunEvent] = []
+    sub = janitor(calls(("s1", "list_files", {})), text("a.log and b.log"), log=[])
+    sub.event_handler = own.append
+    parent = Agent(
+        ScriptedModel(ask("what is there?"), text("Two logs.")), tools=[sub.as_tool()], **kw
+    )
+    return parent, own
+
+
+def test_the_parents_observers_see_the_sub_agents_events_marked() -> None:
+    handler: list[RunEvent] = []
+    parent, own = looking_parent(event_handler=handler.append)
+    on_event: list[RunEvent] = []
+    assert parent.run_sync("look", on_event=on_event.append).output == "Two logs."
+    assert [row(e) for e in on_event] == [
+        ("model_start", "", "", "", ""),
+        ("model_end", "", "", "", ""),
+        ("tool_start", "", "", "p1", "janitor"),
+        ("model_start", "janitor", "p1", "", ""),
+        ("model_end", "janitor", "p1", "", ""),
+        ("tool_start", "janitor", "p1", "p1/s1", "janitor/list_files"),
+        ("tool_end", "janitor", "p1", "p1/s1", "janitor/list_files"),
+        ("model_start", "janitor", "p1", "", ""),
+        ("model_end", "janitor", "p1", "", ""),
+        ("tool_end", "", "", "p1", "janitor"),
+        ("model_start", "", "", "", ""),
+        ("model_end", "", "", "", ""),
+    ]
+    assert [row(e) for e in handler] == [row(e) for e in on_event], "the agent's handler too"
+    forwarded = [e for e in on_event if e.agent]
+    assert [e.result for e in forwarded if e.kind is EventKind.TOOL_END] == ["a.log, b.log"]
+    sub_run = {e.run_id for e in forwarded}
+    assert len(sub_run) == 1
+    assert sub_run != {on_event[0].run_id}, "run_id is the sub-run's"
+    assert [(e.kind.value, e.call_id, e.agent) for e in own][2:4] == [
+        ("tool_start", "s1", ""),
+        ("tool_end", "s1", ""),
+    ], "the sub-agent's own handler sees its events unmarked"
+
+
+def test_a_sub_agent_pause_is_a_deferred_event_matching_the_parents_pending() -> None:
+    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), log=[])
+    parent = Agent(ScriptedModel(ask("clean")), tools=[sub.as_tool()])
+    seen: list[RunEvent] = []
+    paused = parent.run_sync("tidy", on_event=seen.append)
+    assert paused.pending is not None
+    (pending,) = paused.pending.calls
+    deferred = [e for e in seen if e.kind is EventKind.DEFERRED]
+    assert [row(e) for e in deferred] == [
+        ("deferred", "janitor", "p1", "p1/s1", "janitor/delete_file"),
+        ("deferred", "", "", "p1", "janitor"),
+    ]
+    assert (deferred[0].call_id, deferred[0].tool_name) == (pending.call_id, pending.tool_name)
+    assert deferred[0].reason == pending.reason == "delete a.log?"
+
+
+def test_a_resume_forwards_the_sub_agents_events_before_the_parents() -> None:
+    log: list[str] = []
+    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted.", 1), log=log)
+    handler: list[RunEvent] = []
+    parent = Agent(
+        ScriptedModel(ask("clean"), text("All clean.", 1)),
+        tools=[sub.as_tool()],
+        event_handler=handler.append,
+    )
+    paused = parent.run_sync("tidy")
+    handler.clear()
+    seen: list[RunEvent] = []
+    done = parent.run_with_deferred_results_sync(
+        dumps_history(paused.messages),
+        DeferredResults(approvals={"p1/s1": Approval(True)}),
+        on_event=seen.append,
+    )
+    assert done.output == "All clean."
+    assert [row(e) for e in seen] == [
+        ("tool_start", "janitor", "p1", "p1/s1", "janitor/delete_file"),
+        ("tool_end", "janitor", "p1", "p1/s1", "janitor/delete_file"),
+        ("model_start", "janitor", "p1", "", ""),
+        ("model_end", "janitor", "p1", "", ""),
+        ("model_start", "", "", "", ""),
+        ("model_end", "", "", "", ""),
+    ]
+    assert [e.approved for e in seen[:2]] == [True, True]
+    assert [row(e) for e in handler] == [row(e) for e in seen]
+    assert log == ["a.log"]
+
+
+async def test_a_streamed_parent_yields_the_sub_agents_events_in_order() -> None:
+    parent, _ = looking_parent()
+    async with parent.run_stream("look") as stream:
+        items = [item async for item in stream]
+    events = [row(i) for i in items if isinstance(i, RunEvent)]
+    start = events.index(("tool_start", "", "", "p1", "janitor"))
+    end = events.index(("tool_end", "", "", "p1", "janitor"))
+    inside = events[start + 1 : end]
+    assert inside
+    assert all(r[1:3] == ("janitor", "p1") for r in inside)
+    assert ("tool_end", "janitor", "p1", "p1/s1", "janitor/list_files") in inside
+    assert stream.result.output == "Two logs."
+
+
+async def test_a_streamed_resume_yields_the_sub_agents_events_first() -> None:
+    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted.", 1), log=[])
+    parent = Agent(ScriptedModel(ask("clean"), text("All clean.", 1)), tools=[sub.as_tool()])
+    paused = await parent.run("tidy")
+    async with parent.run_stream_with_deferred_results(
+        paused.messages, {"approvals": {"p1/s1": True}}
+    ) as stream:
+        items = [item async for item in stream]
+    events = [i for i in items if isinstance(i, RunEvent)]
+    assert row(events[0]) == ("tool_start", "janitor", "p1", "p1/s1", "janitor/delete_file")
+    assert events[0].approved
+    assert [e.agent for e in events][-2:] == ["", ""], "then the parent's own model turn"
+    assert stream.result.output == "All clean."
+
+
+def test_two_levels_of_nesting_compose_the_marks() -> None:
+    inner = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("inner done"), log=[])
+    middle_seen: list[RunEvent] = []
+    middle = Agent(
+        ScriptedModel(ask("clean", "m1"), text("middle done")),
+        name="manager",
+        tools=[inner.as_tool()],
+        event_handler=middle_seen.append,
+    )
+    top = Agent(
+        ScriptedModel(ask("manage", "t1", "manager"), text("top done")), tools=[middle.as_tool()]
+    )
+    seen: list[RunEvent] = []
+    paused = top.run_sync("go", on_event=seen.append)
+    assert paused.pending is not None
+    deferred = [row(e) for e in seen if e.kind is EventKind.DEFERRED]
+    assert deferred == [
+        ("deferred", "manager/janitor", "t1/m1", "t1/m1/s1", "manager/janitor/delete_file"),
+        ("deferred", "manager", "t1", "t1/m1", "manager/janitor"),
+        ("deferred", "", "", "t1", "manager"),
+    ]
+    assert paused.pending.calls[0].call_id == "t1/m1/s1"
+    assert ("deferred", "janitor", "m1", "m1/s1", "janitor/delete_file") in [
+        row(e) for e in middle_seen
+    ], "the middle agent's handler sees its own sub-agent's events, one level deep"
+
+    seen.clear()
+    done = top.run_with_deferred_results_sync(
+        paused.messages,
+        DeferredResults(approvals={"t1/m1/s1": Approval(True)}),
+        on_event=seen.append,
+    )
+    assert done.output == "top done"
+    assert row(seen[0]) == (
+        "tool_start",
+        "manager/janitor",
+        "t1/m1",
+        "t1/m1/s1",
+        "manager/janitor/delete_file",
+    )
+
+
+def test_a_failing_parent_observer_does_not_fail_the_sub_run() -> None:
+    def boom(event: RunEvent) -> None:
+        if event.agent:
+            raise RuntimeError("observer bug")
+
+    parent, _ = looking_parent(event_handler=boom)
+    assert parent.run_sync("look").output == "Two logs."
+
+
+def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from golem import otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.instrument(provider)
+    try:
+        parent, _ = looking_parent(name="boss")
+        parent.run_sync("look")
+    finally:
+        otel.uninstrument()
+    spans = exporter.get_finished_spans()
+    runs = {s.name: s for s in spans if s.name.startswith("invoke_agent")}
+    chats = [s for s in spans if s.name.startswith("chat")]
+    assert len(chats) == 4, "two model requests each, no duplicates from forwarded events"
+    sub_run = runs["invoke_agent janitor"]
+    assert sub_run.context is not None
+    under_sub = [c for c in chats if c.parent and c.parent.span_id == sub_run.context.span_id]
+    assert len(under_sub) == 2
+    tools = [s.name for s in spans if s.name.startswith("execute_tool")]
+    assert sorted(tools) == ["execute_tool janitor", "execute_tool list_files"]
