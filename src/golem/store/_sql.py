@@ -31,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, overload
 
+import msgspec
+
 from golem._tracing import store_op
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
@@ -81,6 +83,31 @@ _CALL_COLS = (
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
+
+
+_STATUS: dict[str, RunStatus] = {s.value: s for s in RunStatus}
+_KIND: dict[str, CallKind] = {k.value: k for k in CallKind}
+_DECISION: dict[str, DecisionKind] = {k.value: k for k in DecisionKind}
+
+
+def _run_status(value: str) -> RunStatus:
+    return _STATUS.get(value) or RunStatus(value)
+
+
+def _json(value: Any) -> str:
+    """Compact JSON of golem's own audit details (msgspec; stdlib json for odd strings)."""
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, UnicodeError, msgspec.EncodeError):
+        return json.dumps(value)
+
+
+def _loads(text: str) -> Any:
+    """Parse JSON this store wrote (msgspec; stdlib json for what msgspec does not take)."""
+    try:
+        return msgspec.json.decode(text)
+    except (msgspec.DecodeError, ValueError):
+        return json.loads(text)
 
 
 def utc_now() -> datetime:
@@ -288,7 +315,7 @@ class SQLStore(abc.ABC):
     def _audit_params(self, tx: Tx) -> list[tuple[str, Any, str, str, str]]:
         to_db = self._to_db
         return [
-            (run_id, to_db(at), actor, action.value, json.dumps(detail))
+            (run_id, to_db(at), actor, action.value, _json(detail))
             for run_id, at, actor, action, detail in tx.entries
         ]
 
@@ -303,7 +330,7 @@ class SQLStore(abc.ABC):
             record = DecisionRecord(
                 run_id=run_id,
                 call_id=call_id,
-                kind=DecisionKind(decision),
+                kind=_DECISION.get(decision) or DecisionKind(decision),
                 reason=d_reason or "",
                 text=d_text or "",
                 decided_by=decided_by or "",
@@ -314,7 +341,7 @@ class SQLStore(abc.ABC):
             run_id=run_id,
             call_id=call_id,
             position=int(position),
-            kind=CallKind(kind),
+            kind=_KIND.get(kind) or CallKind(kind),
             tool_name=tool_name,
             args=args,
             reason=reason,
@@ -333,7 +360,7 @@ class SQLStore(abc.ABC):
     ) -> RunRecord:
         (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
         (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
-        st = RunStatus(status)
+        st = _run_status(status)
         outcome: Outcome | None = None
         if st.terminal:
             outcome = Outcome(
@@ -349,7 +376,7 @@ class SQLStore(abc.ABC):
             status=st,
             history=history,
             calls=tuple(calls),
-            deps_ref=json.loads(deps_ref),
+            deps_ref=_loads(deps_ref),
             started_by=started_by,
             created_at=self._from_db(created),
             updated_at=self._from_db(updated),
@@ -429,7 +456,7 @@ class SQLStore(abc.ABC):
             rows = tx.fetch(sql, (run_id,))
             if not rows:
                 return RunStatus.COMPLETED, []  # no calls: every call ID is unknown
-        status = RunStatus(rows[0][0])
+        status = _run_status(rows[0][0])
         return status, [self._call_record(r[1:]) for r in rows]
 
     # ------------------------------------------------------------------ inserts
@@ -559,7 +586,7 @@ class SQLStore(abc.ABC):
             status=status,
             history=run.history,
             calls=tuple(calls),
-            deps_ref=json.loads(deps_ref),
+            deps_ref=_loads(deps_ref),
             started_by=run.started_by,
             created_at=now,
             updated_at=now,

@@ -126,6 +126,7 @@ class SQLiteStore(SQLStore):
         self._reader: DatabaseThreads[_Conn] = DatabaseThreads("golem-sqlite-r", 1, _close)
         self._migrated = False
         self._closed = False
+        self._last_ts: tuple[datetime | None, str] = (None, "")
 
     @classmethod
     async def open(
@@ -254,9 +255,17 @@ class SQLiteStore(SQLStore):
         return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
-        if value.utcoffset():
-            value = value.astimezone(UTC)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+        last = self._last_ts  # a transaction stores its "now" several times: format it once
+        if last[0] is value:
+            return last[1]
+        text = value.isoformat(timespec="microseconds")
+        if text.endswith("+00:00"):
+            text = text[:-6] + "Z"
+        else:
+            utc = value.astimezone(UTC).replace(tzinfo=None)
+            text = utc.isoformat(timespec="microseconds") + "Z"
+        self._last_ts = (value, text)
+        return text
 
     def _from_db(self, value: Any) -> datetime:
         return datetime.fromisoformat(value)  # always written by _to_db (UTC, "Z")
