@@ -120,8 +120,23 @@ def run_tracer(
             return None
         tracer_provider = settings[0] or trace.get_tracer_provider()
     include_content = settings[1] if settings is not None else False
-    tracer = tracer_provider.get_tracer(_SCOPE)
+    tracer = _tracer_of(tracer_provider)
     return RunTracer(tracer, agent, include_content=include_content, resumes=trace_context)
+
+
+_last_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
+def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
+    """golem's tracer of `provider`, kept for the last provider asked (the SDK's
+    `get_tracer` builds a new tracer each time, which costs more than a span)."""
+    global _last_tracer
+    last = _last_tracer
+    if last is not None and last[0] is provider:
+        return last[1]
+    tracer = provider.get_tracer(_SCOPE)
+    _last_tracer = (provider, tracer)
+    return tracer
 
 
 def _provider_name(model: Any) -> str:
@@ -512,7 +527,7 @@ class _Operations:
         self.server_spans = server_spans
 
     def _tracer(self) -> trace.Tracer:
-        return (self._provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
+        return _tracer_of(self._provider or trace.get_tracer_provider())
 
     def _current(
         self,
