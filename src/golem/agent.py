@@ -788,6 +788,7 @@ class Agent(Generic[DepsT, OutputT]):
             continue_parent=continue_parent,
             observers=self._observers(on_event),
             sink=sink,
+            trace_context=trace_context,
         )
 
     @overload
