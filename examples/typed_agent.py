@@ -120,3 +120,6 @@ print("after approval:", describe(finish(big, paused, stocked)), "placed:", stoc
 #
 #   @agent.tool
 #   def wrong(ctx: RunContext[int]) -> str: ...   # RunContext[int] on an Agent[Shop, ...]
+#
+#   @agent.tool
+#   def no_context(n: int) -> int: ...           # no ctx: register it with @agent.tool_plain
