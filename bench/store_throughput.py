@@ -13,7 +13,8 @@ replayed with raw `sqlite3` into a fresh database; the ratio golem/floor is what
 
 PostgreSQL with 1, 2 and 4 worker processes when `--dsn` or `GOLEM_TEST_POSTGRES_DSN` names
 one (each measurement in a fresh schema, dropped afterwards): cycles/s, commits,
-statements, round trips and WAL records per cycle, and the server's `fsync` /
+statements, round trips, WAL records and client CPU (all worker processes) per cycle, and
+the server's `fsync` /
 `synchronous_commit` settings (a throwaway test cluster runs with `fsync=off`).
 """
 
@@ -86,9 +87,16 @@ async def _proc_main(target: dict[str, Any], n: int, name: str, barrier: Any) ->
     store = await _open(target)
     await asyncio.to_thread(barrier.wait)
     try:
+        cpu = time.process_time()
         await _cycles(store, n, name)
+        cpu_us = int((time.process_time() - cpu) * 1e6)
         s = store.stats
-        return {"commits": s.commits, "statements": s.statements, "round_trips": s.round_trips}
+        return {
+            "commits": s.commits,
+            "statements": s.statements,
+            "round_trips": s.round_trips,
+            "cpu_us": cpu_us,
+        }
     finally:
         await store.close()
 
@@ -280,10 +288,10 @@ def _pg_settings(dsn: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in got.items())
 
 
-def bench_postgres(dsn: str, cycles: int) -> None:
+def bench_postgres(dsn: str, cycles: int, worker_counts: list[int]) -> None:
     print(f"  PostgreSQL server: {_pg_settings(dsn)}")
     rates: dict[int, float] = {}
-    for workers in (1, 2, 4):
+    for workers in worker_counts:
         schema = f"bench_{uuid.uuid4().hex[:12]}"
         target = {"kind": "postgresql", "dsn": dsn, "schema": schema}
         try:
@@ -300,9 +308,11 @@ def bench_postgres(dsn: str, cycles: int) -> None:
             f"  PostgreSQL  {workers} {label}: {rate:8.1f} cycles/s   per cycle: "
             f"{stats['commits'] / n:.1f} golem commits ({(commits1 - commits0) / n:.1f} server "
             f"commits incl. reads), {stats['statements'] / n:.1f} statements, "
-            f"{stats['round_trips'] / n:.1f} round trips, {(wal1 - wal0) / n:.1f} WAL records"
+            f"{stats['round_trips'] / n:.1f} round trips, {(wal1 - wal0) / n:.1f} WAL records, "
+            f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU"
         )
-    print(f"  PostgreSQL scaling 1 → 4 workers: {rates[4] / rates[1]:.2f}x")
+    if 1 in rates and 4 in rates:
+        print(f"  PostgreSQL scaling 1 → 4 workers: {rates[4] / rates[1]:.2f}x")
 
 
 def main() -> None:
@@ -310,13 +320,20 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=1000, help="cycles per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="SQLite rounds (best is shown)")
     parser.add_argument("--dsn", default=os.environ.get("GOLEM_TEST_POSTGRES_DSN", ""))
+    parser.add_argument(
+        "--workers", default="1,2,4", help="PostgreSQL worker counts (comma-separated)"
+    )
+    parser.add_argument("--only", choices=("sqlite", "postgres"), help="run one backend")
     args = parser.parse_args()
     print("store throughput: pause-save → decide → claim → resume → complete")
-    bench_sqlite(args.cycles, args.rounds)
-    if not args.dsn:
+    if args.only != "postgres":
+        bench_sqlite(args.cycles, args.rounds)
+    if args.only == "sqlite":
+        pass
+    elif not args.dsn:
         print("  PostgreSQL  skipped (pass --dsn or set GOLEM_TEST_POSTGRES_DSN)")
     else:
-        bench_postgres(args.dsn, args.cycles)
+        bench_postgres(args.dsn, args.cycles, [int(w) for w in args.workers.split(",")])
     print(
         f"  ({os.cpu_count()} CPUs, shared with whatever else runs; every PG worker is a process)"
     )

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -90,7 +91,9 @@ async def _measure(target: dict[str, Any], samples: int, marks: Path) -> list[fl
     try:
         for _ in range(samples):
             run = await start_run(store, registry, "bank", "pay", started_by="bench")
-            await asyncio.sleep(0.3)  # the worker is asleep on its feed again
+            # the worker is asleep on its feed again; a random extra wait samples every
+            # phase of SQLite's poll (a fixed one would always hit the same point of it)
+            await asyncio.sleep(0.3 + random.uniform(0, 0.25))
             t0 = time.time()
             await store.decide(run.id, "c1", Decision.approve(), decided_by="bench")
             mark = marks / run.id

@@ -31,6 +31,8 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, overload
 
+import msgspec
+
 from golem._tracing import store_op
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
@@ -60,7 +62,7 @@ from golem.store.records import (
     RunStatus,
 )
 
-__all__ = ["Conn", "SQLStore", "Tx"]
+__all__ = ["Conn", "Later", "SQLStore", "Tx"]
 
 _T = TypeVar("_T")
 
@@ -83,16 +85,77 @@ _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
 
 
+_STATUS: dict[str, RunStatus] = {s.value: s for s in RunStatus}
+_KIND: dict[str, CallKind] = {k.value: k for k in CallKind}
+_DECISION: dict[str, DecisionKind] = {k.value: k for k in DecisionKind}
+
+
+def _run_status(value: str) -> RunStatus:
+    return _STATUS.get(value) or RunStatus(value)
+
+
+def _json(value: Any) -> str:
+    """Compact JSON of golem's own audit details (msgspec; stdlib json for odd strings)."""
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, UnicodeError, msgspec.EncodeError):
+        return json.dumps(value)
+
+
+def _loads(text: str) -> Any:
+    """Parse JSON this store wrote (msgspec; stdlib json for what msgspec does not take)."""
+    try:
+        return msgspec.json.decode(text)
+    except (msgspec.DecodeError, ValueError):
+        return json.loads(text)
+
+
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
 
 
+class Later:
+    """The rows of a statement sent without waiting: they may arrive with the commit.
+
+    Reading `rows` inside the transaction waits for them (one round trip on PostgreSQL);
+    after the transaction they are simply there.
+    """
+
+    __slots__ = ("_rows", "_wait")
+
+    def __init__(
+        self,
+        rows: list[tuple[Any, ...]] | None = None,
+        wait: Callable[[], object] | None = None,
+    ) -> None:
+        self._rows = rows
+        self._wait = wait
+
+    def set(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:
+        if self._rows is None and self._wait is not None:
+            self._wait()
+        if self._rows is None:
+            raise RuntimeError("the statement's rows never arrived (its transaction failed)")
+        return self._rows
+
+
 class Conn(SchemaConn, Protocol):
     """One open transaction of a backend (`?` placeholders), used on the database thread."""
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Run a statement whose result is not needed (may be deferred to the commit)."""
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        """Run a statement whose result is not needed (may be deferred to the commit).
+
+        With `conflict`, a unique-constraint violation by this statement raises `conflict`.
+        """
+        ...
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        """Run a query whose rows are needed only after the commit (may be deferred)."""
         ...
 
 
@@ -118,8 +181,11 @@ class Tx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return self.conn.execute(sql, params)
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.conn.run(sql, params)
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        self.conn.run(sql, params, conflict)
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        return self.conn.later(sql, params)
 
     def audit(
         self,
@@ -249,7 +315,7 @@ class SQLStore(abc.ABC):
     def _audit_params(self, tx: Tx) -> list[tuple[str, Any, str, str, str]]:
         to_db = self._to_db
         return [
-            (run_id, to_db(at), actor, action.value, json.dumps(detail))
+            (run_id, to_db(at), actor, action.value, _json(detail))
             for run_id, at, actor, action, detail in tx.entries
         ]
 
@@ -264,7 +330,7 @@ class SQLStore(abc.ABC):
             record = DecisionRecord(
                 run_id=run_id,
                 call_id=call_id,
-                kind=DecisionKind(decision),
+                kind=_DECISION.get(decision) or DecisionKind(decision),
                 reason=d_reason or "",
                 text=d_text or "",
                 decided_by=decided_by or "",
@@ -275,7 +341,7 @@ class SQLStore(abc.ABC):
             run_id=run_id,
             call_id=call_id,
             position=int(position),
-            kind=CallKind(kind),
+            kind=_KIND.get(kind) or CallKind(kind),
             tool_name=tool_name,
             args=args,
             reason=reason,
@@ -294,7 +360,7 @@ class SQLStore(abc.ABC):
     ) -> RunRecord:
         (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
         (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
-        st = RunStatus(status)
+        st = _run_status(status)
         outcome: Outcome | None = None
         if st.terminal:
             outcome = Outcome(
@@ -310,7 +376,7 @@ class SQLStore(abc.ABC):
             status=st,
             history=history,
             calls=tuple(calls),
-            deps_ref=json.loads(deps_ref),
+            deps_ref=_loads(deps_ref),
             started_by=started_by,
             created_at=self._from_db(created),
             updated_at=self._from_db(updated),
@@ -337,14 +403,17 @@ class SQLStore(abc.ABC):
             by_run[cr[0]].append(self._call_record(cr))
         return by_run
 
-    def _history_and_calls(self, tx: Tx, run_id: str) -> tuple[str, list[PendingCallRecord]]:
-        """One run's history and calls (one statement)."""
-        rows = tx.fetch(
+    def _history_and_calls(self, tx: Tx, run_id: str) -> Later:
+        """One run's history and calls (one statement; `_split` reads its rows)."""
+        return tx.later(
             f"SELECT h.history, {_C_CALL_COLS} FROM golem_histories h "
             "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
             "ORDER BY c.position",
             (run_id,),
         )
+
+    def _split(self, later: Later, run_id: str) -> tuple[str, list[PendingCallRecord]]:
+        rows = later.rows
         if not rows:
             raise RunNotFound(run_id)
         return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
@@ -387,7 +456,7 @@ class SQLStore(abc.ABC):
             rows = tx.fetch(sql, (run_id,))
             if not rows:
                 return RunStatus.COMPLETED, []  # no calls: every call ID is unknown
-        status = RunStatus(rows[0][0])
+        status = _run_status(rows[0][0])
         return status, [self._call_record(r[1:]) for r in rows]
 
     # ------------------------------------------------------------------ inserts
@@ -429,10 +498,9 @@ class SQLStore(abc.ABC):
             err = outcome.error or None
             out_history = outcome.history
         ts = self._to_db(now)
-        inserted = tx.fetch(
+        tx.run(
             f"INSERT INTO golem_runs ({_RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?)",
             (
                 run.id,
                 run.agent,
@@ -448,9 +516,8 @@ class SQLStore(abc.ABC):
                 err,
                 run.trace_context or None,
             ),
+            ValueError(f'a run with ID "{run.id}" already exists'),
         )
-        if not inserted:
-            raise ValueError(f'a run with ID "{run.id}" already exists')
         tx.run(
             "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
             (run.id, run.history, out_history),
@@ -519,7 +586,7 @@ class SQLStore(abc.ABC):
             status=status,
             history=run.history,
             calls=tuple(calls),
-            deps_ref=json.loads(deps_ref),
+            deps_ref=_loads(deps_ref),
             started_by=run.started_by,
             created_at=now,
             updated_at=now,
@@ -901,7 +968,7 @@ class SQLStore(abc.ABC):
                 return None
             only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
 
-        def tx_fn(tx: Tx) -> ClaimedRun | None:
+        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later, datetime] | None:
             at = at_given or utc_now()
             lease_until = at + lease
             rows = tx.fetch(
@@ -921,11 +988,15 @@ class SQLStore(abc.ABC):
                 AuditAction.CLAIMED,
                 {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()},
             )
-            history, calls = self._history_and_calls(tx, run_id)
-            run = self._run_record(rows[0], calls, history, None)
-            return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
+            return rows[0], self._history_and_calls(tx, run_id), lease_until
 
-        return await self._submit(True, tx_fn)
+        got = await self._submit(True, tx_fn)
+        if got is None:
+            return None
+        row, later, lease_until = got  # the history and calls arrived with the commit
+        history, calls = self._split(later, row[0])
+        run = self._run_record(row, calls, history, None)
+        return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
 
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""
@@ -990,7 +1061,7 @@ class SQLStore(abc.ABC):
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
 
-        def tx_fn(tx: Tx) -> RunRecord:
+        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later]:
             at = at_given or utc_now()
             rows = tx.fetch(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
@@ -1015,11 +1086,13 @@ class SQLStore(abc.ABC):
                 "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
                 (outcome.history, run_id),
             )
-            history, calls = self._history_and_calls(tx, run_id)
+            later = self._history_and_calls(tx, run_id)
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-            return self._run_record(rows[0], calls, history, outcome.history)
+            return rows[0], later
 
-        return await self._submit(True, tx_fn)
+        row, later = await self._submit(True, tx_fn)
+        history, calls = self._split(later, run_id)  # arrived with the commit
+        return self._run_record(row, calls, history, outcome.history)
 
     @store_op("sweep_interrupted")
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:

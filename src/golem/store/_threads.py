@@ -49,7 +49,9 @@ class DatabaseThreads(Generic[_S]):
         self._size = size
         self._close = close
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)
+        self._idle = 0
+        """Threads waiting for a job that no submitted job has claimed yet."""
+        self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
 
@@ -61,12 +63,17 @@ class DatabaseThreads(Generic[_S]):
             raise RuntimeError(f"{self._name}: the database threads were stopped")
         future: asyncio.Future[Any] = loop.create_future()
         self._jobs.put((loop, future, fn))
-        if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                return future
+            if len(self._threads) >= self._size:
+                return future
             thread = threading.Thread(
                 target=self._main, name=f"{self._name}-{len(self._threads)}", daemon=True
             )
-            self._threads.append(thread)
             thread.start()
+            self._threads.append(thread)
         return future
 
     def stop(self) -> None:
@@ -89,7 +96,8 @@ class DatabaseThreads(Generic[_S]):
             while (job := jobs.get()) is not None:
                 _run(job, slot)
                 del job  # nothing of a finished job stays alive on this thread
-                self._idle.release()
+                with self._lock:
+                    self._idle += 1
         finally:
             self._close(slot)
 

@@ -37,12 +37,12 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import SQLStore, Stats, Tx
+from golem.store._sql import Later, SQLStore, Stats, Tx
 from golem.store._threads import DatabaseThreads, Slot
 
 try:
@@ -120,7 +120,14 @@ _MAX_PREPARED = 256
 """Prepared statements per connection; statements beyond are sent unnamed."""
 _statement_names = itertools.count(1)
 
+_Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | None
+"""What to do with a message's result: confirm a prepare (its cache key), fill in rows, map a
+unique violation to an exception, or nothing."""
+
 _FATAL = pq.ExecStatus.FATAL_ERROR
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_SQLSTATE = pq.DiagnosticField.SQLSTATE
+_UNIQUE = b"23505"
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _BINARY = pq.Format.BINARY
@@ -144,8 +151,8 @@ class _Conn:
         self._stats = stats
         self._loader = Transformer(conn)
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
-        self._sent: list[tuple[bytes, tuple[int, ...]] | None] = []
-        """One entry per message awaiting its result: the cache key of a prepare, else None."""
+        self._sent: list[_Then] = []
+        """One entry per message awaiting its result."""
         self._poll = select.poll()
         self._poll.register(self.pg.socket, select.POLLIN)
         self.sent_commit = False
@@ -155,11 +162,10 @@ class _Conn:
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self._stats.statements += 1
         self._stats.round_trips += 1
-        self._send(sql, params)
-        result = self._sync()[-1]
-        loader = self._loader
-        loader.set_pgresult(result)
-        return loader.load_rows(0, result.ntuples, tuple)
+        later = Later()
+        self._send(sql, params, later)
+        self._sync()
+        return later.rows
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         self._stats.statements += 1
@@ -167,9 +173,19 @@ class _Conn:
         self._send(sql, params)
         return self._sync()[-1].command_tuples or 0
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
         self._stats.statements += 1
-        self._send(sql, params)
+        self._send(sql, params, conflict)
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        self._stats.statements += 1
+        later = Later(wait=self._wait)
+        self._send(sql, params, later)
+        return later
+
+    def _wait(self) -> None:
+        self._stats.round_trips += 1
+        self._sync()
 
     # -------------------------------------------------------------- transactions
 
@@ -207,7 +223,7 @@ class _Conn:
         self.pg.send_query_params(sql, None)
         self._sent.append(None)
 
-    def _send(self, sql: str, params: Sequence[Any]) -> None:
+    def _send(self, sql: str, params: Sequence[Any], then: _Then = None) -> None:
         query = _pg_sql(sql)
         values, types = _dump(params)
         pg = self.pg
@@ -221,7 +237,7 @@ class _Conn:
             pg.send_query_params(query, values, param_types=types, result_format=_BINARY)
         else:
             pg.send_query_prepared(name, values, result_format=_BINARY)
-        self._sent.append(None)
+        self._sent.append(then)
 
     def _sync(self) -> list[pq.abc.PGresult]:
         """Send a sync point; return the results of every message sent since the last one.
@@ -245,15 +261,24 @@ class _Conn:
             raise psycopg.OperationalError(
                 f"postgresql pipeline out of step: {len(results)} results for {len(sent)} messages"
             )
-        error = None
-        for key, result in zip(sent, results, strict=True):
+        error: tuple[pq.abc.PGresult, _Then] | None = None
+        for then, result in zip(sent, results, strict=True):
             status = result.status
-            if status == _FATAL and error is None:
-                error = result
-            if key is not None and status != _COMMAND_OK:
-                self._prepared.pop(key, None)  # the server skipped or refused the prepare
+            if status == _FATAL:
+                if error is None:
+                    error = result, then
+            elif type(then) is Later:
+                if status == _TUPLES_OK:
+                    loader = self._loader
+                    loader.set_pgresult(result)
+                    then.set(loader.load_rows(0, result.ntuples, tuple))
+            elif type(then) is tuple and status != _COMMAND_OK:
+                self._prepared.pop(then, None)  # the server skipped or refused the prepare
         if error is not None:
-            raise pg_errors.error_from_result(error, encoding=self.conn.info.encoding)
+            result, then = error
+            if isinstance(then, Exception) and result.error_field(_SQLSTATE) == _UNIQUE:
+                raise then
+            raise pg_errors.error_from_result(result, encoding=self.conn.info.encoding)
         return results
 
     def _next_result(self) -> pq.abc.PGresult | None:

@@ -20,12 +20,9 @@ store wake this process's waiters at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +31,8 @@ from typing import Any, TypeVar
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import SQLStore, Stats, Tx
+from golem.store._sql import Later, SQLStore, Stats, Tx
+from golem.store._threads import DatabaseThreads, Slot
 
 __all__ = ["SQLiteStore"]
 
@@ -68,75 +66,22 @@ class _Conn:
             self.trace.append((sql, tuple(params)))
         return self._conn.execute(sql, params).rowcount
 
-    def run(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.execute(sql, params)
+    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
+        self._stats.statements += 1
+        if self.trace is not None:
+            self.trace.append((sql, tuple(params)))
+        try:
+            self._conn.execute(sql, params)
+        except sqlite3.IntegrityError as exc:
+            if conflict is not None and exc.sqlite_errorcode in _UNIQUE:
+                raise conflict from None
+            raise
+
+    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
+        return Later(self.fetch(sql, params))
 
 
-class _Thread:
-    """One connection and the one thread that uses it, fed through a queue.
-
-    Lighter than a `ThreadPoolExecutor` plus `wrap_future`: a job is one queue put and one
-    `call_soon_threadsafe` back. A job whose caller was cancelled before the thread took it
-    is skipped (it did not happen); a job the thread took runs to its end.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.conn: _Conn | None = None
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._started = False
-        self._name = name
-
-    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        if not self._started:
-            self._started = True
-            self._thread.start()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._jobs.put((loop, future, fn))
-        return future
-
-    def stop(self) -> None:
-        """Let the thread finish the queued jobs, then end (no-op when never started)."""
-        if self._started:
-            self._jobs.put(None)
-
-    def join(self) -> None:
-        if self._started:
-            self._thread.join()
-
-    def _main(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            loop, future, fn = job
-            if future.cancelled():
-                continue
-            try:
-                result = fn()
-            except BaseException as exc:  # delivered to the caller, never lost here
-                _deliver(loop, future, None, exc)
-            else:
-                _deliver(loop, future, result, None)
-        _close(self)
-
-
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]
-
-
-def _deliver(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    result: Any,
-    exc: BaseException | None,
-) -> None:
-    def settle() -> None:
-        if future.cancelled():
-            return
-        if exc is None:
-            future.set_result(result)
-        else:
-            future.set_exception(exc)
-
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-        loop.call_soon_threadsafe(settle)
+_UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE})
 
 
 class SQLiteStore(SQLStore):
@@ -177,10 +122,11 @@ class SQLiteStore(SQLStore):
         """When a list before first use: every statement the store runs, with its parameters
         (benchmarks replay them with raw `sqlite3` to measure the floor)."""
         self._feed = ChangeFeed(self._probe, poll_interval)
-        self._writer = _Thread("golem-sqlite-w")
-        self._reader = _Thread("golem-sqlite-r")
+        self._writer: DatabaseThreads[_Conn] = DatabaseThreads("golem-sqlite-w", 1, _close)
+        self._reader: DatabaseThreads[_Conn] = DatabaseThreads("golem-sqlite-r", 1, _close)
         self._migrated = False
         self._closed = False
+        self._last_ts: tuple[datetime | None, str] = (None, "")
 
     @classmethod
     async def open(
@@ -214,16 +160,16 @@ class SQLiteStore(SQLStore):
         loop = asyncio.get_running_loop()
         self._feed.bind(loop)
         as_writer = write or not self._migrated
-        thread = self._writer if as_writer else self._reader
-        result: _T = await thread.submit(
-            loop, functools.partial(self._transact, thread, as_writer, fn, args)
+        threads = self._writer if as_writer else self._reader
+        result: _T = await threads.submit(
+            loop, functools.partial(self._transact, as_writer, fn, args)
         )
         return result
 
-    def _transact(self, thread: _Thread, write: bool, fn: Callable[..., _T], args: Any) -> _T:
-        """Run `fn` in one transaction on `thread` (the thread itself calls this)."""
+    def _transact(self, write: bool, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
+        """Run `fn` in one transaction on the thread owning `slot` (the thread calls this)."""
         try:
-            conn = thread.conn or self._connect(thread)
+            conn = slot.state or self._connect(slot)
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
@@ -252,7 +198,7 @@ class SQLiteStore(SQLStore):
             self._feed.publish_threadsafe(tx.last_id, ready=tx.ready)
         return result
 
-    def _connect(self, thread: _Thread) -> _Conn:
+    def _connect(self, slot: Slot[_Conn]) -> _Conn:
         if not self.path.parent.is_dir():
             raise StoreError(
                 f"cannot open {self.path}: directory {self.path.parent} does not exist"
@@ -284,20 +230,23 @@ class SQLiteStore(SQLStore):
         except BaseException:
             raw.close()
             raise
-        thread.conn = _Conn(raw, self.stats, self.trace)
-        return thread.conn
+        slot.state = _Conn(raw, self.stats, self.trace)
+        return slot.state
 
     # ------------------------------------------------------------------ SQLStore hooks
 
     def _flush_audit(self, tx: Tx) -> None:
         rows = self._audit_params(tx)
-        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows))
-        ids = tx.fetch(
-            f"INSERT INTO golem_audit (run_id, at, actor, action, detail) VALUES {values} "
-            "RETURNING id",
-            [v for row in rows for v in row],
-        )
-        tx.last_id = max(int(r[0]) for r in ids)
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)) if len(rows) > 1 else "(?, ?, ?, ?, ?)"
+        sql = f"INSERT INTO golem_audit (run_id, at, actor, action, detail) VALUES {values}"
+        params = [v for row in rows for v in row]
+        conn = tx.conn
+        assert isinstance(conn, _Conn)
+        conn._stats.statements += 1
+        if conn.trace is not None:
+            conn.trace.append((sql, tuple(params)))
+        # `id` is the rowid: a multi-row insert's last row has the highest
+        tx.last_id = conn._conn.execute(sql, params).lastrowid or 0
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT COALESCE(MAX(id), 0) FROM golem_audit")[0][0])
@@ -306,9 +255,17 @@ class SQLiteStore(SQLStore):
         return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
-        if value.utcoffset():
-            value = value.astimezone(UTC)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+        last = self._last_ts  # a transaction stores its "now" several times: format it once
+        if last[0] is value:
+            return last[1]
+        text = value.isoformat(timespec="microseconds")
+        if text.endswith("+00:00"):
+            text = text[:-6] + "Z"
+        else:
+            utc = value.astimezone(UTC).replace(tzinfo=None)
+            text = utc.isoformat(timespec="microseconds") + "Z"
+        self._last_ts = (value, text)
+        return text
 
     def _from_db(self, value: Any) -> datetime:
         return datetime.fromisoformat(value)  # always written by _to_db (UTC, "Z")
@@ -324,12 +281,12 @@ class SQLiteStore(SQLStore):
         await asyncio.to_thread(_join, self._writer, self._reader)
 
 
-def _join(*threads: _Thread) -> None:
+def _join(*threads: DatabaseThreads[_Conn]) -> None:
     for thread in threads:
         thread.join()
 
 
-def _close(thread: _Thread) -> None:
-    conn, thread.conn = thread.conn, None
+def _close(slot: Slot[_Conn]) -> None:
+    conn, slot.state = slot.state, None
     if conn is not None:
         conn._conn.close()
