@@ -211,8 +211,12 @@ class _Conn:
                     pg.exec_(b"ROLLBACK")
                 return
             self._send_plain(b"ROLLBACK")
-            with contextlib.suppress(psycopg.DatabaseError):
+            try:
                 self._sync()
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # the failure being rolled back: the caller reports it
+                pass
             pg.exit_pipeline_mode()
         except (psycopg.Error, OSError):
             self.conn.close()
