@@ -7,12 +7,12 @@ migrated on open under an advisory lock, so many processes may start at once.
 
 Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
 connection. A thread speaks to the server at the libpq level in pipeline mode: statements
-whose result is not needed are queued and sent with the next query or the commit (so a
-decision costs two round trips and saving a paused run two), each
-statement is prepared once per connection, and rows come back in binary. Going through
-psycopg's cursors instead costs several times the client CPU per statement. As on SQLite,
-a cancelled caller never interrupts a transaction: it runs to commit or rollback on its
-thread.
+whose result is not needed, or needed only after the commit, are queued and sent with the
+next query or the commit (saving a paused run costs one round trip; deciding, claiming and
+finishing two each), each statement is prepared once per connection, and rows come back in
+binary. Going through psycopg's cursors instead costs several times the client CPU per
+statement (ADR 0023). As on SQLite, a cancelled caller never interrupts a transaction: it
+runs to commit or rollback on its thread.
 
 Before a thread reuses its connection, the socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
@@ -272,10 +272,12 @@ class _Conn:
                 if error is None:
                     error = result, then
             elif type(then) is Later:
+                rows = None
                 if status == _TUPLES_OK:
                     loader = self._loader
                     loader.set_pgresult(result)
-                    then.set(loader.load_rows(0, result.ntuples, tuple))
+                    rows = loader.load_rows(0, result.ntuples, tuple)
+                then.set(rows)
             elif type(then) is tuple and status != _COMMAND_OK:
                 self._prepared.pop(then, None)  # the server skipped or refused the prepare
         if error is not None:
