@@ -47,6 +47,8 @@ pytest: $(STAMP_DEV)
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py
 	$(BIN)/python bench/pause_resume.py
+	$(BIN)/python bench/cycle_overhead.py
+	$(BIN)/python bench/history_scaling.py
 	$(BIN)/python bench/provider_overhead.py
 	$(BIN)/python bench/store_throughput.py
 

@@ -12,6 +12,9 @@ garbage collector left on as in a real process):
 - resume: `agent.run_with_deferred_results(history, approval)` on the loaded history, with
           a model that answers at once (bench/_timing.py's InstantModel)
 - end to end: load → resume → dump of the resumed messages, what a stored resume does
+- worker:  the same through `Worker.run_once` on bench/_null_store.py's in-memory store:
+          claim, load, the stored-call checks (name, argument bytes, seal), resume, dump,
+          finish — golem's whole side of a stored resume (no peer equivalent)
 
 and µs per message, so a cost that grows faster than the history shows up as a growing
 column. With the `[bench]` extra installed, the same history goes through Pydantic AI
@@ -33,12 +36,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _null_store import NullStore, claimed_record
 from _timing import InstantModel
 
 from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
+from golem.store import CallKind, NewCall, NewRun
 from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, Worker
 
 try:  # the peer, from the [bench] extra; module level so its tool annotations resolve
     from pydantic_ai import RunContext as PRunContext
@@ -113,8 +119,10 @@ class Side:
         dump: Callable[[], object],
         resume: Callable[[], Awaitable[object]],
         end_to_end: Callable[[], Awaitable[object]],
+        worker: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.load, self.dump, self.resume, self.end_to_end = load, dump, resume, end_to_end
+        self.worker = worker
 
 
 def golem_side(n: int) -> Side:
@@ -132,7 +140,23 @@ def golem_side(n: int) -> Side:
         result = await agent.run_with_deferred_results(loads_history(text), approve)
         return dumps_history(result.messages)
 
-    return Side(lambda: loads_history(text), lambda: dumps_history(history), resume, end_to_end)
+    pending = NewCall(PENDING, CallKind.APPROVAL, "delete_file", '{"path": "build/old.log"}')
+    stored = claimed_record(NewRun(RUN, "tidy", CONV, text, calls=(pending,)))
+    store = NullStore()
+    worker = Worker(store, {"tidy": AgentEntry(agent)}, worker_id="w", sweep_interval=3600)  # type: ignore[arg-type]
+
+    async def through_worker() -> object:
+        store.ready = stored
+        assert await worker.run_once()
+        return store.outcome
+
+    return Side(
+        lambda: loads_history(text),
+        lambda: dumps_history(history),
+        resume,
+        end_to_end,
+        through_worker,
+    )
 
 
 def pydantic_ai_side(n: int) -> Side | None:
@@ -254,12 +278,15 @@ async def best_ms(fn: Callable[[], Any], *, rounds: int, budget_s: float = 0.3) 
 
 
 async def measure_side(side: Side, rounds: int) -> dict[str, float]:
-    return {
+    got = {
         "load": await best_ms(side.load, rounds=rounds),
         "dump": await best_ms(side.dump, rounds=rounds),
         "resume": await best_ms(side.resume, rounds=rounds),
         "end to end": await best_ms(side.end_to_end, rounds=rounds),
     }
+    if side.worker is not None:
+        got["worker"] = await best_ms(side.worker, rounds=rounds)
+    return got
 
 
 async def main(sizes: list[int], rounds: int) -> None:
@@ -278,7 +305,7 @@ async def main(sizes: list[int], rounds: int) -> None:
             theirs["round trip"] = theirs["load"] + theirs["dump"]
         for what, ms in ours.items():
             line = f"{n:>8} {what:<11} {ms:>10.3f} {ms * 1e3 / n:>8.2f}"
-            if theirs is not None:
+            if theirs is not None and what in theirs:
                 line += f" {theirs[what]:>15.3f} {theirs[what] / ms:>6.1f}x"
             print(line)
     if peer_missing:

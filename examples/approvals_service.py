@@ -35,8 +35,8 @@ async def send_invoice(ctx: RunContext[None], customer: str, amount_eur: float) 
     """
     if not call_approved():
         raise Deferred(DeferKind.APPROVAL, f"bills {customer} {amount_eur:.2f} EUR")
-    SENT.append(ctx.call_id)  # a real tool would pass ctx.call_id as the idempotency key
-    return f"invoice sent to {customer} (idempotency key {ctx.call_id})"
+    SENT.append(ctx.call_id)  # a real tool would pass ctx.idempotency_key to the billing API
+    return f"invoice sent to {customer} (idempotency key {ctx.idempotency_key[:16]})"
 
 
 async def vat_number(customer: str) -> str:

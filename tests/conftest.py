@@ -88,3 +88,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("browser") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(BROWSER_TIMEOUT))
+
+
+@pytest.fixture
+def exporter() -> Any:
+    """The spans of `golem.otel.instrument()` on an in-memory SDK provider for one test
+    (skips without opentelemetry-sdk; see `tests.otel_support`)."""
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.otel_support import instrumented
+
+    with instrumented() as exp:
+        yield exp

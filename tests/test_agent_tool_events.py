@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from golem import Agent, Approval, DeferredResults, EventKind, RunEvent, dumps_history
+from golem.agent_tool import forwarder
 from golem.testing import ScriptedModel
 from tests.test_as_tool import ask, calls, janitor, text
 
@@ -191,21 +194,11 @@ def test_a_failing_parent_observer_does_not_fail_the_sub_run() -> None:
 
 def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel_support import instrumented
 
-    from golem import otel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider)
-    try:
+    with instrumented() as exporter:
         parent, _ = looking_parent(name="boss")
         parent.run_sync("look")
-    finally:
-        otel.uninstrument()
     spans = exporter.get_finished_spans()
     runs = {s.name: s for s in spans if s.name.startswith("invoke_agent")}
     chats = [s for s in spans if s.name.startswith("chat")]
@@ -216,3 +209,59 @@ def test_forwarded_events_make_no_spans_in_the_parents_run() -> None:
     assert len(under_sub) == 2
     tools = [s.name for s in spans if s.name.startswith("execute_tool")]
     assert sorted(tools) == ["execute_tool janitor", "execute_tool list_files"]
+
+
+def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.otel_support import instrumented
+
+    with instrumented() as exporter:
+        sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=[])
+        parent = Agent(
+            ScriptedModel(ask("clean"), text("All clean.")), name="boss", tools=[sub.as_tool()]
+        )
+        paused = parent.run_sync("tidy")
+        exporter.clear()
+        parent.run_with_deferred_results_sync(
+            paused.messages,
+            DeferredResults(approvals={"p1/s1": Approval(True)}),
+            trace_context=paused.trace_context,
+        )
+    paused_span = paused.trace_context.split("-")[2]
+    runs = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")}
+    assert set(runs) == {"invoke_agent boss", "invoke_agent janitor"}
+    for span in runs.values():
+        assert [f"{link.context.span_id:016x}" for link in span.links] == [paused_span]
+
+
+@given(
+    chain=st.lists(
+        st.tuples(
+            st.text(alphabet="abc-123", min_size=1, max_size=4),
+            st.text(alphabet="xyz_", min_size=1, max_size=4),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    inner_call=st.text(alphabet="s0123", max_size=3),
+)
+def test_forwarding_through_any_depth_composes_the_namespaces(
+    chain: list[tuple[str, str]], inner_call: str
+) -> None:
+    """Forwarders stacked outermost-first mark an event with the joined call and tool paths."""
+    got: list[RunEvent] = []
+    handler = got.append
+    for call_id, tool in chain:  # chain[0]: the top parent's call; each level forwards up
+        forward = forwarder([handler], None, call_id, tool)
+        assert forward is not None
+        handler = forward
+    handler(
+        RunEvent(EventKind.TOOL_START, call_id=inner_call, tool_name="act" if inner_call else "")
+    )
+    (event,) = got
+    calls = [c for c, _ in chain]
+    tools = [t for _, t in chain]
+    assert event.namespace == "/".join(calls)
+    assert event.agent == "/".join(tools)
+    assert event.call_id == ("/".join([*calls, inner_call]) if inner_call else "")
+    assert event.tool_name == ("/".join([*tools, "act"]) if inner_call else "")

@@ -215,7 +215,9 @@ def test_a_denial_reaches_the_sub_agent() -> None:
 def test_a_sub_agent_that_pauses_again_keeps_the_parent_paused() -> None:
     log: list[str] = []
     parent, paused = paused_parent(
-        log, calls(("s3", "delete_file", {"path": "b.log"})), text("Both gone.", 1),
+        log,
+        calls(("s3", "delete_file", {"path": "b.log"})),
+        text("Both gone.", 1),
         parent_after=(text("Done.", 1),),
     )
     again = parent.run_with_deferred_results_sync(
@@ -281,18 +283,19 @@ def test_bad_resolutions_are_rejected_before_anything_runs(
     log: list[str] = []
     parent, paused = paused_parent(log, text("x", 1), parent_after=(text("y", 1),))
     with pytest.raises(ResumeError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        parent.run_with_deferred_results_sync(
-            paused.messages, DeferredResults(approvals=results)
-        )
+        parent.run_with_deferred_results_sync(paused.messages, DeferredResults(approvals=results))
     assert log == []
 
 
 def test_an_unreadable_record_is_rejected() -> None:
     log: list[str] = []
     parent, paused = paused_parent(log)
-    broken = [*paused.messages[:-1], Message(
-        role="tool", content=f"{PAUSED_MARKER} nope\n{{", tool_call_id="p1", tool_name="janitor"
-    )]
+    broken = [
+        *paused.messages[:-1],
+        Message(
+            role="tool", content=f"{PAUSED_MARKER} nope\n{{", tool_call_id="p1", tool_name="janitor"
+        ),
+    ]
     with pytest.raises(ResumeError, match="unreadable"):
         parent.run_with_deferred_results_sync(
             broken, DeferredResults(approvals={"p1/s1": Approval(True)})
@@ -359,8 +362,9 @@ def test_two_levels_of_nesting() -> None:
         name="manager",
         tools=[inner.as_tool()],
     )
-    top = Agent(ScriptedModel(ask("manage", "t1", "manager"), text("top done", 1)),
-                tools=[middle.as_tool()])
+    top = Agent(
+        ScriptedModel(ask("manage", "t1", "manager"), text("top done", 1)), tools=[middle.as_tool()]
+    )
     paused = top.run_sync("go")
     assert paused.pending is not None
     assert [(p.call_id, p.tool_name) for p in paused.pending.approvals] == [
@@ -375,23 +379,14 @@ def test_two_levels_of_nesting() -> None:
 
 def test_the_sub_agents_span_nests_under_the_parents_tool_span() -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel_support import instrumented
 
-    from golem import otel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider)
-    try:
+    with instrumented() as exporter:
         sub = Agent(ScriptedModel("sub answer"), name="helper")
-        parent = Agent(ScriptedModel(ask("x", tool="helper"), "ok"), name="boss",
-                       tools=[sub.as_tool()])
+        parent = Agent(
+            ScriptedModel(ask("x", tool="helper"), "ok"), name="boss", tools=[sub.as_tool()]
+        )
         parent.run_sync("go")
-    finally:
-        otel.uninstrument()
     spans = {s.name: s for s in exporter.get_finished_spans()}
     tool_span = spans["execute_tool helper"]
     sub_span = spans["invoke_agent helper"]

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, HistoryRepair, normalize_history
+from golem.history import INTERRUPTED_TEXT, pair_results
 from golem.messages import Message, ToolCall
 from golem.testing import ScriptedModel
 
@@ -303,6 +304,24 @@ def test_repaired_history_pairs_every_identified_call_exactly_once(
         if m.role == "tool" and m.tool_call_id not in report.synthesized:
             assert m in originals
     assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
+
+
+@PROPERTY
+@given(histories)
+def test_a_synthesized_result_names_the_last_call_with_its_id(history: list[Message]) -> None:
+    repaired, report = normalize_history(history)
+    last_name = {c.id: c.name for m in history if m.role == "assistant" for c in m.tool_calls}
+    for m in repaired:
+        if m.role == "tool" and m.tool_call_id in report.synthesized and m not in history:
+            assert m.content == INTERRUPTED_TEXT
+            assert m.tool_name == last_name[m.tool_call_id]
+
+
+@PROPERTY
+@given(histories)
+def test_what_a_run_applies_is_the_repaired_history(history: list[Message]) -> None:
+    """Runs pair the history they continue without the truncated-args report."""
+    assert pair_results(history) == normalize_history(history)[0]
 
 
 # --------------------------------------------------------------------------- runs apply it

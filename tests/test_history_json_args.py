@@ -69,6 +69,11 @@ def test_json_args_are_embedded_verbatim_and_load_back_byte_exact(args: str) -> 
         "null",
         ' {"a":1}',  # whitespace around the value
         '{"a":1}\n',
+        "\t[1]",
+        '{"a":1}}',  # one bracket too many
+        "[1]]",
+        '"x"}',  # a string, then a bracket
+        "1]",
         '{"sides":',  # truncated streams
         "{",
         "oops",

@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +26,14 @@ from golem.messages import Message, dumps_history
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.otel_support import memory_provider
 
 ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
-    otel.instrument(provider)
-    try:
-        yield exp
-    finally:
-        otel.uninstrument()
-
-
-@pytest.fixture
 def content_exporter(exporter: InMemorySpanExporter) -> InMemorySpanExporter:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider, include_content=True)
+    otel.instrument(memory_provider(exporter)[0], include_content=True)
     return exporter
 
 
@@ -142,7 +128,9 @@ def test_no_content_by_default(exporter: InMemorySpanExporter) -> None:
         assert "secret prompt" not in text
         assert "Oslo" not in text
         assert "Cold." not in text
-        assert not any(k.endswith(("messages", "arguments", "result")) for k in span.attributes or {})
+        assert not any(
+            k.endswith(("messages", "arguments", "result")) for k in span.attributes or {}
+        )
 
 
 def test_content_when_opted_in(content_exporter: InMemorySpanExporter) -> None:
@@ -187,9 +175,7 @@ def test_the_tool_span_is_current_inside_the_tool_even_in_parallel() -> None:
     spans = by_name(finished)
     for n in (1, 2):
         tool_span = next(
-            s
-            for s in finished
-            if (s.attributes or {}).get("gen_ai.tool.call.id") == f"c{n}"
+            s for s in finished if (s.attributes or {}).get("gen_ai.tool.call.id") == f"c{n}"
         )
         inner = spans[f"inner {n}"]
         assert inner.parent is not None
@@ -197,8 +183,11 @@ def test_the_tool_span_is_current_inside_the_tool_even_in_parallel() -> None:
 
 
 def test_failed_attempts_and_a_failed_run(exporter: InMemorySpanExporter) -> None:
-    agent = Agent(ScriptedModel(Overloaded("busy"), Overloaded("still busy")), max_attempts=2,
-                  retry_backoff=lambda _: 0.0)
+    agent = Agent(
+        ScriptedModel(Overloaded("busy"), Overloaded("still busy")),
+        max_attempts=2,
+        retry_backoff=lambda _: 0.0,
+    )
     with pytest.raises(RunError):
         agent.run_sync("hi")
     spans = exporter.get_finished_spans()
@@ -245,9 +234,7 @@ def test_streamed_runs_are_traced(exporter: InMemorySpanExporter) -> None:
 
 
 def test_off_means_no_spans_and_no_trace_context() -> None:
-    exp = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
+    _, exp = memory_provider()
     trace_before = trace.get_tracer_provider()
     result = weather_agent(answer("hi")).run_sync("x")
     assert result.trace_context == ""
@@ -256,12 +243,13 @@ def test_off_means_no_spans_and_no_trace_context() -> None:
 
 
 def test_an_agents_own_provider_without_instrument() -> None:
-    exp = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
+    provider, exp = memory_provider()
     agent = weather_agent(answer("hi"), tracer_provider=provider)
     assert agent.run_sync("x").trace_context
-    assert [s.name for s in exp.get_finished_spans()] == ["chat ScriptedModel", "invoke_agent forecaster"]
+    assert [s.name for s in exp.get_finished_spans()] == [
+        "chat ScriptedModel",
+        "invoke_agent forecaster",
+    ]
 
 
 # --------------------------------------------------------------------------- pause and resume
@@ -282,7 +270,10 @@ def approval_agent(*outcomes: Any) -> Agent:
 
 def test_a_pause_ends_the_run_span_as_paused(exporter: InMemorySpanExporter) -> None:
     agent = approval_agent(
-        turn(ToolCall("c1", "delete_file", '{"path": "a"}'), ToolCall("c2", "delete_file", '{"path": "b"}'))
+        turn(
+            ToolCall("c1", "delete_file", '{"path": "a"}'),
+            ToolCall("c2", "delete_file", '{"path": "b"}'),
+        )
     )
     paused = agent.run_sync("clean")
     assert paused.pending is not None

@@ -8,7 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -25,22 +24,12 @@ from golem import otel
 from golem.store import Decision, DecisionConflict, RunStatus
 from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker, start_run
+from tests.otel_support import memory_provider
+from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, make_run
 from tests.store.worker_app import prompt_for, registry
 
 ROOT = Path(__file__).parent.parent
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
-    otel.instrument(provider)
-    try:
-        yield exp
-    finally:
-        otel.uninstrument()
 
 
 def ids(span: ReadableSpan) -> tuple[str, str]:
@@ -52,9 +41,9 @@ def runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
 
 
-async def _start_paused(db: Path, tmp_path: Path) -> str:
+async def _start_paused(db: Path | Backend, tmp_path: Path) -> str:
     """Start a run that pauses on one approval call, approve it; return the run ID."""
-    store = await SQLiteStore.open(db)
+    store = await (SQLiteStore.open(db) if isinstance(db, Path) else db.open())
     try:
         record = await start_run(
             store,
@@ -111,7 +100,7 @@ def test_an_untraced_start_resumes_untraced_and_unlinked(
     db = tmp_path / "golem.db"
     otel.uninstrument()  # the start is not traced: no trace context is stored
     run_id = asyncio.run(_start_paused(db, tmp_path))
-    otel.instrument(exporter_provider(exporter))
+    otel.instrument(memory_provider(exporter)[0])
 
     async def main() -> None:
         store = await SQLiteStore.open(db)
@@ -127,20 +116,14 @@ def test_an_untraced_start_resumes_untraced_and_unlinked(
     assert "golem.run.resumes" not in (resume.attributes or {})
 
 
-def exporter_provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider
-
-
 WORKER_SCRIPT = """
 import asyncio, json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from golem import otel
-from golem.store.sqlite import SQLiteStore
 from golem.worker import Worker
+from tests.store.backends import open_spec
 from tests.store.worker_app import registry
 
 exporter = InMemorySpanExporter()
@@ -149,7 +132,7 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 otel.instrument(provider)
 
 async def main():
-    store = await SQLiteStore.open(sys.argv[1])
+    store = await open_spec(json.loads(sys.argv[1]))
     try:
         assert await Worker(store, registry(), worker_id="other-process").run_once()
     finally:
@@ -165,26 +148,30 @@ print(json.dumps([
 """
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_a_worker_in_another_process_links_to_the_paused_run(
-    exporter: InMemorySpanExporter, tmp_path: Path
+    kind: str, exporter: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    db = tmp_path / "golem.db"
-    run_id = asyncio.run(_start_paused(db, tmp_path))
-    paused = runs(exporter)[-1]
-    out = subprocess.run(
-        [sys.executable, "-c", WORKER_SCRIPT, str(db)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
+    with backend_for(kind, tmp_path) as backend:
+        run_id = asyncio.run(_start_paused(backend, tmp_path))
+        paused = runs(exporter)[-1]
+        out = subprocess.run(
+            [sys.executable, "-c", WORKER_SCRIPT, json.dumps(backend.spec())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            check=False,
+        )
     assert out.returncode == 0, out.stderr
-    spans = json.loads(out.stdout)
-    (resume,) = [s for s in spans if s["name"].startswith("invoke_agent")]
+    spans = {s["name"]: s for s in json.loads(out.stdout)}
+    resume = next(s for name, s in spans.items() if name.startswith("invoke_agent"))
     assert resume["attributes"]["golem.run.id"] == run_id
     assert resume["links"] == [list(ids(paused))]
     assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
+    system = "sqlite" if kind == "sqlite" else "postgresql"
+    assert spans["golem.store.finish"]["attributes"]["db.system.name"] == system
+    assert spans["golem.worker.resume"]["attributes"]["golem.worker.id"] == "other-process"
 
 
 # --------------------------------------------------------------------------- store and worker spans
@@ -289,8 +276,8 @@ def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
 def test_off_means_no_operation_spans(tmp_path: Path) -> None:
     from golem import _tracing
 
-    exp = InMemorySpanExporter()
-    otel.instrument(exporter_provider(exp))
+    provider, exp = memory_provider()
+    otel.instrument(provider)
     assert _tracing.hooks is not None
     otel.uninstrument()
     assert _tracing.hooks is None
@@ -305,3 +292,23 @@ def test_off_means_no_operation_spans(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert exp.get_finished_spans() == ()
+
+
+def test_tracing_never_changes_what_a_store_call_raises(
+    exporter: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        store = await SQLiteStore.open(tmp_path / "golem.db")
+        try:
+            with pytest.raises(TypeError, match="decided_by"):
+                await store.decide("r1", "c1", Decision.approve())  # type: ignore[call-arg]
+            with pytest.raises(ValueError, match="no pending calls"):
+                await store.save_pending(replace(make_run(), calls=()))
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    decide, save = spans_named(exporter, "golem.store.")
+    assert (decide.name, attrs(decide)["error.type"]) == ("golem.store.decide", "TypeError")
+    assert attrs(decide)["golem.run.id"] == "r1", "what binds is still recorded"
+    assert (save.name, attrs(save)["error.type"]) == ("golem.store.save_pending", "ValueError")

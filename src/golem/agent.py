@@ -17,7 +17,17 @@ from collections.abc import (
 )
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    Unpack,
+    overload,
+)
 
 import pydantic
 from typing_extensions import TypeVar
@@ -63,6 +73,17 @@ Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
 Resolutions = DeferredResults | Mapping[str, Any]
+
+
+class _ToolOptions(TypedDict, total=False):
+    """The options of `Agent.tool` and `Agent.tool_plain` (those of `Tool`)."""
+
+    name: str | None
+    description: str | None
+    max_retries: int | None
+    timeout: float | None
+    sequential: bool
+    idempotent: bool
 
 
 class _ToolDecorator(Protocol[DepsT]):
@@ -225,73 +246,29 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Callable[Concatenate[RunContext[DepsT], P], R]: ...
 
     @overload
-    def tool(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        sequential: bool = False,
-        idempotent: bool = False,
-    ) -> _ToolDecorator[DepsT]: ...
+    def tool(self, **options: Unpack[_ToolOptions]) -> _ToolDecorator[DepsT]: ...
 
-    def tool(
-        self,
-        fn: Callable[..., Any] | None = None,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        sequential: bool = False,
-        idempotent: bool = False,
-    ) -> Any:
+    def tool(self, fn: Callable[..., Any] | None = None, **options: Unpack[_ToolOptions]) -> Any:
         """Register a function taking `ctx: RunContext[Deps]` first as a tool (usable bare,
         `@agent.tool`, or with options); returns the function unchanged.
 
         The function may be sync or async. A type checker refuses a function whose
         `RunContext[...]` is not the agent's deps type (or that takes no `ctx`: use
         `tool_plain`); at runtime a function without `ctx` is still accepted. The options
-        are those of `Tool` (`idempotent=True`: the tool acts at most once per
+        (`name`, `description`, `max_retries`, `timeout`, `sequential`, `idempotent`) are
+        those of `Tool` (`idempotent=True`: the tool acts at most once per
         `ctx.idempotency_key`).
         """
-        return self._decorate(
-            fn,
-            False,
-            name=name,
-            description=description,
-            max_retries=max_retries,
-            timeout=timeout,
-            sequential=sequential,
-            idempotent=idempotent,
-        )
+        return self._decorate(fn, False, options)
 
     @overload
     def tool_plain(self, fn: F, /) -> F: ...
 
     @overload
-    def tool_plain(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        sequential: bool = False,
-        idempotent: bool = False,
-    ) -> Callable[[F], F]: ...
+    def tool_plain(self, **options: Unpack[_ToolOptions]) -> Callable[[F], F]: ...
 
     def tool_plain(
-        self,
-        fn: F | None = None,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        sequential: bool = False,
-        idempotent: bool = False,
+        self, fn: F | None = None, **options: Unpack[_ToolOptions]
     ) -> F | Callable[[F], F]:
         """Register a function that takes no `RunContext` as a tool (usable bare,
         `@agent.tool_plain`, or with the options of `tool`); returns it unchanged.
@@ -299,18 +276,9 @@ class Agent(Generic[DepsT, OutputT]):
         Raises:
             TypeError: the function's first parameter is a `RunContext` (use `tool`).
         """
-        return self._decorate(  # type: ignore[no-any-return]
-            fn,
-            True,
-            name=name,
-            description=description,
-            max_retries=max_retries,
-            timeout=timeout,
-            sequential=sequential,
-            idempotent=idempotent,
-        )
+        return self._decorate(fn, True, options)  # type: ignore[no-any-return]
 
-    def _decorate(self, fn: Callable[..., Any] | None, plain: bool, **options: Any) -> Any:
+    def _decorate(self, fn: Callable[..., Any] | None, plain: bool, options: _ToolOptions) -> Any:
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             tool = Tool.from_function(f, **options)
             if plain and tool._wants_ctx:
@@ -820,6 +788,7 @@ class Agent(Generic[DepsT, OutputT]):
             continue_parent=continue_parent,
             observers=self._observers(on_event),
             sink=sink,
+            trace_context=trace_context,
         )
 
     @overload

@@ -299,11 +299,13 @@ async def resume(
     continue_parent: Callable[[list[Message]], Awaitable[Result[Any]]],
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
+    trace_context: str = "",
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
 
     The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
-    (see `forwarder`).
+    (see `forwarder`); with tracing on, their resume spans link to the paused parent's
+    span (`trace_context`), as the parent's does.
 
     The parent's own pending calls go through the agent's callbacks: `check_parent`
     validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
@@ -347,6 +349,7 @@ async def resume(
             DeferredResults(approvals=rec.approvals, external=rec.external),
             deps=rec.tool._deps(deps),
             on_event=forwarder(observers, sink, call_id, rec.tool.name),
+            trace_context=trace_context,
         )
         usage_from.append(sub)
         if sub.pending is not None:

@@ -102,7 +102,10 @@ async def restart_service(ctx: RunContext[None], service: str, reason: str) -> s
             DeferKind.APPROVAL,
             f"restarting {service} drops its in-flight requests ({reason})",
         )
-    return f"restarted {service}: 4 of 4 instances healthy (idempotency key {ctx.call_id})"
+    # The same on every attempt at this call, and unique across conversations (a model's call
+    # IDs are not): a real tool passes it to the orchestrator so a retried restart is a no-op.
+    key = ctx.idempotency_key
+    return f"restarted {service}: 4 of 4 instances healthy (idempotency key {key[:16]})"
 
 
 async def open_ticket(summary: str) -> str:

@@ -137,26 +137,27 @@ def _normalize(
 ) -> tuple[list[Message], HistoryRepair]:
     truncated: list[str] = []
     dropped: list[str] = []
-    open_calls: dict[str, int] = {}  # call id -> index of its assistant message in history
-    call_names: dict[str, str] = {}
+    open_calls: dict[str, int] = {}  # call id -> index in `keep` of its last assistant message
     keep: list[Message] = []
-    for m in history:
-        if m.role == "assistant":
+    append = keep.append
+    for m in history:  # the hot loop of every run: one pass, little work per message
+        role = m.role
+        if role == "tool":
+            call_id = m.tool_call_id
+            if call_id and call_id in open_calls:
+                del open_calls[call_id]
+                append(m)
+            else:
+                dropped.append(call_id)
+            continue
+        if role == "assistant" and m.tool_calls:
+            position = len(keep)
             for c in m.tool_calls:
                 if c.id:
                     if scan_args and _args_truncated(c.args):
                         truncated.append(c.id)
-                    open_calls[c.id] = len(keep)
-                    call_names[c.id] = c.name
-            keep.append(m)
-        elif m.role == "tool":
-            if m.tool_call_id and m.tool_call_id in open_calls:
-                del open_calls[m.tool_call_id]
-                keep.append(m)
-            else:
-                dropped.append(m.tool_call_id)
-        else:
-            keep.append(m)
+                    open_calls[c.id] = position
+        append(m)
     for call_id in keep_open:
         open_calls.pop(call_id, None)
     if not open_calls and not dropped:
@@ -175,11 +176,19 @@ def _normalize(
                     role="tool",
                     content=INTERRUPTED_TEXT,
                     tool_call_id=call_id,
-                    tool_name=call_names[call_id],
+                    tool_name=_name_of(m, call_id),
                 )
             )
             synthesized.append(call_id)
     return out, HistoryRepair(synthesized=synthesized, dropped=dropped, truncated=truncated)
+
+
+def _name_of(m: Message, call_id: str) -> str:
+    """The tool name of the last call `call_id` in `m` (the one a synthesized result answers)."""
+    for c in reversed(m.tool_calls):
+        if c.id == call_id:
+            return c.name
+    return ""  # pragma: no cover - `m` holds the call by construction
 
 
 def validate_history(history: Sequence[Message]) -> None:

@@ -358,7 +358,21 @@ def _embeddable(args: str) -> msgspec.Raw | None:
     Raises:
         UnicodeEncodeError: the text holds a lone surrogate (it cannot be UTF-8).
     """
-    if not args or args[0] in _JSON_WS or args[-1] in _JSON_WS or args == "null":
+    if not args:
+        return None
+    last = args[-1]
+    if last == "}" or last == "]":  # an object or an array (the common case), or not JSON
+        if args[0] in _JSON_WS or (
+            len(args) > MAX_ARGS_DEPTH  # else it cannot nest deeper
+            and args.count("[") + args.count("{") > MAX_ARGS_DEPTH
+            and _depth(args) > MAX_ARGS_DEPTH
+        ):
+            return None
+        try:
+            return _RAW.decode(args)  # validates; the whole text: no whitespace around it
+        except (msgspec.DecodeError, RecursionError):
+            return None
+    if args[0] in _JSON_WS or last in _JSON_WS or args == "null":
         return None
     data = args.encode()
     if args[0] == '"':
@@ -505,15 +519,24 @@ _MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__sl
 
 
 def _load_args(raw: msgspec.Raw) -> str:
+    """The raw text of an embedded value (tool-call args, provider blocks) as `dumps_history`
+    wrote it: a value verbatim, a string holding text that is not embeddable as its content."""
     if not raw:
         return ""
     text = str(raw, "utf-8")
-    if text[0] != '"':
-        return "" if text == "null" else text
+    if text[0] == '"' or text == "null":
+        return _load_string_args(text)
+    return text
+
+
+def _load_string_args(text: str) -> str:
+    """The args of a call whose `args` in the document are `null` or a JSON string."""
+    if text == "null":
+        return ""
     # golem writes a string for args it does not embed, and then the content is the raw
     # text; a string that passes the embedding test was embedded verbatim (by golem, or by
     # Go from a RawMessage holding a string literal) and is kept as it stands.
-    return text if _embeddable(text) is not None else _STR.decode(raw)
+    return text if _embeddable(text) is not None else _STR.decode(text)
 
 
 def _load_citation(w: _InCitation) -> Citation:
@@ -584,7 +607,14 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
                     c = new_call()
                     c.id = x.id or ""
                     c.name = x.name or ""
-                    c.args = _load_args(x.args)
+                    raw = x.args
+                    if raw:
+                        args = str(raw, "utf-8")
+                        if args[0] == '"' or args == "null":
+                            args = _load_string_args(args)
+                    else:
+                        args = ""
+                    c.args = args
                     c.signature = x.signature or ""
                     c.seal = x.seal or ""
                     c.__class__ = call_class

@@ -34,6 +34,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -446,6 +447,16 @@ def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def _call_attributes(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
+    """`_operation_attributes` of one call; {} when its arguments do not bind or read as
+    expected (tracing never fails the operation: the call itself reports bad arguments)."""
+    try:
+        bound = _signature(fn).bind_partial(*args, **kwargs)
+        return _operation_attributes(bound.arguments)
+    except Exception:
+        return {}
+
+
 def _claimed_attributes(claimed: Any) -> dict[str, Any]:
     return {
         "golem.run.id": claimed.run.id,
@@ -503,6 +514,23 @@ class _Operations:
     def _tracer(self) -> trace.Tracer:
         return (self._provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
 
+    def _current(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        context: otel_context.Context | None = None,
+    ) -> AbstractContextManager[Span]:
+        """A span made current for the block; the block records its own errors (`_fail`)."""
+        return self._tracer().start_as_current_span(
+            name,
+            context=context,
+            kind=kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
     async def store_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
@@ -516,27 +544,28 @@ class _Operations:
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            span = self._store_span(op, args, kwargs, start)
+            span = self._store_span(op, fn, args, kwargs, start)
             _fail(span, exc)
             span.end()
             raise
         extra = _result_attributes(result)
         if extra is None or (op in _SWEEPS and not result):
             return result
-        span = self._store_span(op, args, kwargs, start)
+        span = self._store_span(op, fn, args, kwargs, start)
         span.set_attributes(extra)
         span.end()
         return result
 
-    def _store_span(self, op: str, args: Any, kwargs: Any, start: int) -> Span:
+    def _store_span(
+        self, op: str, fn: Callable[..., Any], args: Any, kwargs: Any, start: int
+    ) -> Span:
         store = args[0]
-        bound = _signature(getattr(type(store), op)).bind_partial(*args, **kwargs)
         system = _db_system(store)
         attributes = {
             "db.system.name": system,
             "db.system": system,
             "golem.store.operation": op,
-            **_operation_attributes(bound.arguments),
+            **_call_attributes(fn, args, kwargs),
         }
         return self._tracer().start_span(
             f"golem.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
@@ -546,15 +575,8 @@ class _Operations:
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
         """Run the worker step under a current span (the resumed run's spans nest in it)."""
-        bound = _signature(fn).bind_partial(*args, **kwargs)
-        attributes = {"golem.worker.operation": op, **_operation_attributes(bound.arguments)}
-        with self._tracer().start_as_current_span(
-            f"golem.worker.{op}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        attributes = {"golem.worker.operation": op, **_call_attributes(fn, args, kwargs)}
+        with self._current(f"golem.worker.{op}", SpanKind.INTERNAL, attributes) as span:
             try:
                 return await fn(*args, **kwargs)
             except BaseException as exc:
@@ -604,22 +626,19 @@ class _Operations:
                 status.append(int(message["status"]))
             await send(message)
 
-        with self._tracer().start_as_current_span(
-            f"{method} {route}" if route else method,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        name = f"{method} {route}" if route else method
+        with self._current(name, SpanKind.SERVER, attributes, parent) as span:
             try:
                 await app(scope, receive, send_status)
             except BaseException as exc:
-                _fail(span, exc)
-                raise
-            finally:
                 if status:
                     span.set_attribute("http.response.status_code", status[0])
-                    if status[0] >= 500:
-                        span.set_attribute("error.type", str(status[0]))
-                        span.set_status(Status(StatusCode.ERROR))
+                elif isinstance(exc, Exception):  # the server's error middleware answers 500
+                    span.set_attribute("http.response.status_code", 500)
+                _fail(span, exc)
+                raise
+            if status:
+                span.set_attribute("http.response.status_code", status[0])
+                if status[0] >= 500:
+                    span.set_attribute("error.type", str(status[0]))
+                    span.set_status(Status(StatusCode.ERROR))

@@ -68,7 +68,8 @@ class RunContext(Generic[DepsT]):
     conversation_id: str = ""
     """ID of the conversation."""
     call_id: str = ""
-    """ID of the tool call being executed (empty outside a tool); a natural idempotency key."""
+    """ID of the tool call being executed (empty outside a tool), as the model gave it; for an
+    idempotency key use `idempotency_key`, which is also unique across conversations."""
     tool_name: str = ""
     """Name of the tool being executed (empty outside a tool)."""
 

@@ -1,18 +1,45 @@
-"""Load the recorded provider exchanges under ../shared/recordings/ and replay them with httpx."""
+"""Load the recorded provider exchanges and replay them with httpx.
+
+The recordings live outside the repository, in `../shared/recordings/pydantic-ai/` next to the
+checkout; set `GOLEM_RECORDINGS` to read them from elsewhere (the `pydantic-ai` directory itself,
+or the `recordings` directory above it). Without them the replay tests skip with `MISSING` as the
+reason (tests/providers/conftest.py does the same for test cases drawn from them).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDINGS = ROOT.parent / "shared" / "recordings" / "pydantic-ai"
+ENV = "GOLEM_RECORDINGS"
+DEFAULT = ROOT.parent / "shared" / "recordings" / "pydantic-ai"
+APIS = ("openai-chat", "openai-responses", "anthropic", "gemini")
+
+
+def location(value: str | None = None) -> Path:
+    """Where the recordings are: `$GOLEM_RECORDINGS` (or its `pydantic-ai` subdirectory when it
+    has one), else `DEFAULT`."""
+    value = os.environ.get(ENV, "") if value is None else value
+    if not value.strip():
+        return DEFAULT
+    path = Path(value.strip()).expanduser()
+    return path / "pydantic-ai" if (path / "pydantic-ai").is_dir() else path
+
+
+RECORDINGS = location()
+MISSING = (
+    f"provider recordings not found at {RECORDINGS}: set {ENV} to the directory holding "
+    f"{', '.join(f'{api}/' for api in APIS)} (see CONTRIBUTING.md)"
+)
 
 
 @dataclass
@@ -82,8 +109,14 @@ def all_interactions(api: str) -> Iterator[Interaction]:
         yield from load(api, path.name)
 
 
-def available() -> bool:
-    return RECORDINGS.is_dir()
+def available(api: str | None = None) -> bool:
+    """Whether the recordings (of one API, when named) are there."""
+    return (RECORDINGS / api if api else RECORDINGS).is_dir()
+
+
+needs_recordings = pytest.mark.skipif(not available(), reason=MISSING)
+"""Skip a test (or, as `pytestmark`, a module) when the recordings are missing, saying where they
+were looked for and how to point the tests at them."""
 
 
 def replay_transport(

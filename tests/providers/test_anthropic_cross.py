@@ -20,10 +20,16 @@ from golem.model import Model, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
-from tests.providers._recordings import Interaction, all_interactions, available, replay_transport
+from tests.providers._recordings import (
+    Interaction,
+    all_interactions,
+    available,
+    needs_recordings,
+    replay_transport,
+)
 from tests.providers.anthropic_fixtures import interaction_id
 
-pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+pytestmark = needs_recordings
 
 ID = re.compile(r"[A-Za-z0-9_-]+")
 

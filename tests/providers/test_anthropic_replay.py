@@ -17,11 +17,12 @@ from tests.providers._recordings import (
     all_interactions,
     available,
     load,
+    needs_recordings,
     replay_transport,
 )
 from tests.providers.anthropic_fixtures import interaction_id, message_interactions, model_on
 
-pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+pytestmark = needs_recordings
 
 REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
 INTERACTIONS = message_interactions() if available() else []

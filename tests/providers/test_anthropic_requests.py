@@ -10,7 +10,13 @@ import pytest
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from tests.providers._recordings import Interaction, available, load, replay_transport
+from tests.providers._recordings import (
+    Interaction,
+    available,
+    load,
+    needs_recordings,
+    replay_transport,
+)
 from tests.providers.anthropic_fixtures import (
     ADAPTER_KEYS,
     Inexpressible,
@@ -21,7 +27,7 @@ from tests.providers.anthropic_fixtures import (
     normalize_recorded,
 )
 
-pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+pytestmark = needs_recordings
 
 
 def _expressible() -> list[Interaction]:

@@ -7,12 +7,15 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from golem import Citation, ServerToolBlock, dumps_history, loads_history
+from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body, parse_response, parse_stream, sse_events
-from golem.providers.gemini import build_request_body as gemini_body
+from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.providers.anthropic._stream import parse_stream, sse_events
+from golem.providers.anthropic._wire import build_request_body, parse_response
+from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as chat_body
@@ -358,3 +361,101 @@ async def test_recorded_second_turn_sends_the_server_blocks_back(
         )
     sent = json.loads(seen[1].content)["messages"]
     assert sent == _without_null_citations(second.request_body["messages"])
+
+
+async def test_an_agent_run_keeps_the_blocks_and_the_next_run_sends_them() -> None:
+    follow_up = {**BODY, "content": [{"type": "text", "text": "Yes."}]}
+    bodies = [BODY, follow_up]
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=bodies[len(seen) - 1])
+
+    async with model_on(httpx.MockTransport(handler)) as model:
+        agent: Agent[None, str] = Agent(model)
+        first = await agent.run("What is a golem?")
+        answer = first.messages[-1]
+        assert answer.content == CONTENT
+        assert [b.type for b in answer.server_tools] == [
+            "server_tool_use",
+            "web_search_tool_result",
+        ]
+        assert len(answer.citations) == 2
+        saved = loads_history(dumps_history(first.messages))
+        await agent.run("Sure?", history=saved)
+    assert [b["type"] for b in seen[1]["messages"][1]["content"]] == [
+        "thinking",
+        "text",
+        "server_tool_use",
+        "web_search_tool_result",
+        "text",
+        "text",
+        "text",
+    ]
+
+
+def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    request = ModelRequest(
+        messages=[Message(role="user", content="hi")],
+        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
+    )
+    body = build_request_body(request, model="m", extra_body={"tools": [search]})
+    assert [t.get("type", "function") for t in body["tools"]] == [
+        "function",
+        "web_search_20250305",
+    ]
+    assert body["tools"][1] == search
+    alone = build_request_body(
+        ModelRequest(messages=[Message(role="user", content="hi")]),
+        model="m",
+        extra_body={"tools": [search]},
+    )
+    assert alone["tools"] == [search]
+
+
+_words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")
+
+
+@st.composite
+def _turns(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Content blocks as Anthropic sends them: stretches of thinking (where no text came
+    just before), text runs (several adjacent blocks), then a server tool's call and result."""
+    blocks: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(0, 3)) + 1):
+        if not blocks or blocks[-1]["type"] != "text":  # ADR 0028: thinking leads a stretch
+            for k in range(draw(st.integers(0, 1))):
+                thought = {"type": "thinking", "thinking": f"t{n}{k}", "signature": f"s{n}{k}"}
+                blocks.append(thought)
+        blocks.extend({"type": "text", "text": t} for t in draw(st.lists(_words, max_size=2)))
+        if draw(st.booleans()):
+            use_id = f"srvtoolu_{n}"
+            blocks.append(
+                {"type": "server_tool_use", "id": use_id, "name": "web_search", "input": {"q": n}}
+            )
+            blocks.append({**SEARCH_RESULT, "tool_use_id": use_id})
+    return blocks
+
+
+def _merged(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent text blocks as one (the message keeps one text per run)."""
+    out: list[dict[str, Any]] = []
+    for b in blocks:
+        if b["type"] == "text" and out and out[-1]["type"] == "text":
+            out[-1] = {"type": "text", "text": out[-1]["text"] + b["text"]}
+        else:
+            out.append(dict(b))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(_turns())
+def test_any_interleaving_goes_back_as_it_came(blocks: list[dict[str, Any]]) -> None:
+    body = {**BODY, "content": blocks}
+    message = parse_response(body).message
+    history = loads_history(dumps_history([Message(role="user", content="q"), message]))
+    sent = build_request_body(ModelRequest(messages=history), model="m")["messages"][1:]
+    assert sent == ([{"role": "assistant", "content": _merged(blocks)}] if blocks else [])
+    events = [(e["type"], json.dumps(e)) for e in synthesize_stream(body, size=3)]
+    assert parse_stream(events)[-1] == parse_response(body)

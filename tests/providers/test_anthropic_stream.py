@@ -13,7 +13,7 @@ from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolC
 from golem.providers.anthropic import StreamParser, parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.providers._recordings import Interaction, available
+from tests.providers._recordings import Interaction, available, needs_recordings
 from tests.providers.anthropic_fixtures import (
     interaction_id,
     message_interactions,
@@ -63,7 +63,7 @@ def _assemble(deltas: list[Delta]) -> Message:
     )
 
 
-@pytest.mark.skipif(not available(), reason="shared recordings not present")
+@needs_recordings
 @pytest.mark.parametrize("it", PLAIN, ids=interaction_id)
 def test_streamed_form_of_every_recording_equals_the_plain_parse(it: Interaction) -> None:
     body = it.json

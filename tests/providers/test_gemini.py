@@ -35,7 +35,7 @@ from tests.providers.gemini_fixtures import (
     rename_tool_output_key,
 )
 
-pytestmark = pytest.mark.skipif(not _recordings.available(), reason="recordings not present")
+pytestmark = _recordings.needs_recordings
 
 GENERATE = generate_interactions() if _recordings.available() else []
 OK = [it for it in GENERATE if it.status == 200]
@@ -237,8 +237,9 @@ def test_streamed_final_equals_the_plain_parse_of_the_same_content(it: Interacti
                 merged[k] = ev[k]
         cand = ev["candidates"][0]
         merged["candidates"][0]["content"]["parts"] += cand.get("content", {}).get("parts", [])
-        if "finishReason" in cand:
-            merged["candidates"][0]["finishReason"] = cand["finishReason"]
+        for k in ("finishReason", "groundingMetadata", "urlContextMetadata"):
+            if k in cand:
+                merged["candidates"][0][k] = cand[k]
     deltas, streamed = parse_stream(sse_events(it.body.splitlines()))
     assert streamed == parse_response(merged)
     # the deltas rebuild the same message

@@ -18,7 +18,7 @@ from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import available, load
+from tests.providers._recordings import load, needs_recordings
 
 CAT = Part(kind="image", url="https://example.com/cat.png")
 DOG = Part(kind="image", data=b"\x89PNG", media_type="image/png")
@@ -175,7 +175,7 @@ def test_gemini_3_text_parts_of_a_tool_result_join_its_output() -> None:
     assert len(response["parts"]) == 1
 
 
-@pytest.mark.skipif(not available(), reason="shared recordings not present")
+@needs_recordings
 def test_the_function_response_has_the_recorded_shape() -> None:
     it = load(
         "gemini", "test_multimodal_tool_return_matrix[direct-binary-image-google_gemini3].yaml"

@@ -8,12 +8,14 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
-from golem.model import ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini import build_request_body as gemini_body
+from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.providers.anthropic._wire import build_request_body as anthropic_body
+from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIResponsesModel
 from golem.providers.openai._responses_stream import parse_responses_stream
 from golem.providers.openai._responses_wire import (
@@ -327,3 +329,66 @@ def test_chat_url_citations_are_kept_streamed_and_plain_alike() -> None:
 def test_reasoning_signature_helper_matches_the_items() -> None:
     message = parse_responses_response(BODY).message
     assert message.thinking[0] == ThinkingBlock(signature=reasoning_signature("rs_1", "enc1"))
+
+
+def test_builtin_tools_in_extra_body_join_the_function_tools() -> None:
+    request = ModelRequest(
+        messages=[Message(role="user", content="hi")],
+        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
+    )
+    options = ResponsesOptions(model="gpt-5", extra_body={"tools": [{"type": "web_search"}]})
+    body = build_responses_body(request, options)
+    assert [t["type"] for t in body["tools"]] == ["function", "web_search"]
+    alone = build_responses_body(
+        ModelRequest(messages=[Message(role="user", content="hi")]), options
+    )
+    assert alone["tools"] == [{"type": "web_search"}]
+
+
+_words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")
+
+
+@st.composite
+def _outputs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Output items: stretches of reasoning (where no message came just before), message
+    items, then a built-in tool item."""
+    items: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(0, 3)) + 1):
+        if not items or items[-1]["type"] != "message":  # ADR 0028: reasoning leads a stretch
+            for k in range(draw(st.integers(0, 1))):
+                items.append(
+                    {
+                        "type": "reasoning",
+                        "id": f"rs_{n}{k}",
+                        "summary": [],
+                        "encrypted_content": "e",
+                    }
+                )
+        for text in draw(st.lists(_words, max_size=2)):
+            items.append({"type": "message", "content": [{"type": "output_text", "text": text}]})
+        if draw(st.booleans()):
+            items.append({**SEARCH, "id": f"ws_{n}"})
+    return items
+
+
+def _expected(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if item["type"] != "message":
+            out.append(item)
+        elif out and out[-1].get("role") == "assistant":
+            out[-1] = {
+                "role": "assistant",
+                "content": out[-1]["content"] + item["content"][0]["text"],
+            }
+        else:
+            out.append({"role": "assistant", "content": item["content"][0]["text"]})
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(_outputs())
+def test_any_interleaving_goes_back_as_it_came(items: list[dict[str, Any]]) -> None:
+    message = parse_responses_response({**BODY, "output": items}).message
+    (loaded,) = loads_history(dumps_history([message]))
+    assert _input(loaded, store=True) == _expected(items)

@@ -23,10 +23,17 @@ from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response
 from golem.usage import Usage
 
-from ._recordings import Interaction, all_interactions, available, load, replay_transport
+from ._recordings import (
+    Interaction,
+    all_interactions,
+    available,
+    load,
+    needs_recordings,
+    replay_transport,
+)
 from .openai_fixtures import stream_from_body
 
-pytestmark = pytest.mark.skipif(not available(), reason="recordings not available")
+pytestmark = needs_recordings
 
 API = "openai-chat"
 ALL = list(all_interactions(API)) if available() else []

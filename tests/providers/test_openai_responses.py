@@ -32,11 +32,12 @@ from tests.providers._recordings import (
     all_interactions,
     available,
     load,
+    needs_recordings,
     replay_transport,
 )
 
 API = "openai-responses"
-pytestmark = pytest.mark.skipif(not available(), reason="shared recordings not present")
+pytestmark = needs_recordings
 
 
 def _ok(stream: bool) -> list[Interaction]:

@@ -21,7 +21,7 @@ from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import available, load, replay_transport
+from tests.providers._recordings import load, needs_recordings, replay_transport
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -176,7 +176,7 @@ def _model(api: str, client: httpx.AsyncClient) -> Any:
     return OpenAIChatModel("gpt-5-mini", api_key="k", http_client=client)
 
 
-@pytest.mark.skipif(not available(), reason="shared recordings not present")
+@needs_recordings
 @pytest.mark.parametrize(("api", "cassette", "choice"), RECORDED)
 async def test_recorded_tool_choice_requests(api: str, cassette: str, choice: str) -> None:
     it = load(api, cassette)[0]
@@ -205,7 +205,7 @@ class CityLocation(pydantic.BaseModel):
     country: str
 
 
-@pytest.mark.skipif(not available(), reason="shared recordings not present")
+@needs_recordings
 async def test_anthropic_tool_output_mode_replays_the_recorded_run() -> None:
     interactions = load("anthropic", "test_anthropic_tool_output.yaml")
     seen: list[httpx.Request] = []
@@ -246,7 +246,7 @@ def test_tool_output_mode_without_function_tools_forces_the_output_tool() -> Non
     assert thinking["tool_choice"] == {"type": "auto"}
 
 
-@pytest.mark.skipif(not available(), reason="shared recordings not present")
+@needs_recordings
 def test_streamed_output_tool_input_arrives_as_text() -> None:
     from golem.providers.anthropic import parse_response
     from golem.providers.anthropic._stream import parse_stream, sse_events

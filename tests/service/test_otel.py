@@ -4,7 +4,7 @@ the store operations it makes (a decision: who decided) are client spans under i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
 from typing import Any
 
 import httpx
@@ -12,32 +12,18 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from golem import otel
+from golem.service.app import ROUTES, _TraceRequests
+from tests.otel_support import memory_provider
 from tests.service.conftest import bearer
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-@pytest.fixture
-def provider() -> TracerProvider:
-    return TracerProvider()
-
-
-@pytest.fixture
-def exporter(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exp))
-    otel.instrument(provider)
-    try:
-        yield exp
-    finally:
-        otel.uninstrument()
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
@@ -112,16 +98,54 @@ async def test_refused_and_unknown_requests(
 
 
 async def test_without_server_spans_the_operator_goes_on_the_current_span(
-    provider: TracerProvider, exporter: InMemorySpanExporter, app: Starlette
+    app: Starlette,
 ) -> None:
+    provider, exporter = memory_provider()
     otel.instrument(provider, server_spans=False)  # the ASGI server is instrumented already
     tracer = provider.get_tracer("asgi-server")
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
-        with tracer.start_as_current_span("outer request", kind=SpanKind.SERVER):
-            res = await client.get("/api/runs", headers=bearer("alice"))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+            with tracer.start_as_current_span("outer request", kind=SpanKind.SERVER):
+                res = await client.get("/api/runs", headers=bearer("alice"))
+    finally:
+        otel.uninstrument()
     assert res.status_code == 200
     (outer,) = server_spans(exporter)
     assert outer.name == "outer request"
     assert attrs(outer)["enduser.id"] == "alice"
     assert [s.name for s in children(exporter, outer)] == ["golem.store.list_runs"]
+
+
+async def test_a_server_error_marks_the_span(
+    exporter: InMemorySpanExporter, app: Starlette, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the disk is gone")
+
+    monkeypatch.setattr(store, "list_runs", broken)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+        res = await client.get("/api/runs", headers=bearer("alice"))
+    assert res.status_code == 500
+    (span,) = server_spans(exporter)
+    assert span.status.status_code == StatusCode.ERROR
+    assert attrs(span)["enduser.id"] == "alice"
+    assert attrs(span)["error.type"] == "RuntimeError"
+    assert attrs(span)["http.response.status_code"] == 500
+
+
+@pytest.mark.parametrize(
+    "route", [r for r in ROUTES if isinstance(r, Route)], ids=lambda r: f"{r.path}"
+)
+def test_every_route_is_named_by_its_template(route: Route) -> None:
+    template = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+    path = re.sub(r"\{\w+\}", "x", template)
+    method = sorted(route.methods or {"GET"})[0]
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == template
+
+
+def test_a_static_file_is_named_by_its_mount() -> None:
+    scope = {"type": "http", "method": "GET", "path": "/static/app.css", "root_path": ""}
+    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == "/static/{path}"

@@ -100,24 +100,14 @@ async def test_a_version_4_database_gains_the_column_and_keeps_its_runs(tmp_path
 
 async def test_store_spans_name_the_database_system(store: Store) -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.otel_support import instrumented
 
-    from golem import otel
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    otel.instrument(provider)
-    try:
+    with instrumented() as exporter:
         run = await store.save_pending(make_run())
         await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
         claimed = await store.claim_ready("w1", 30)
         assert claimed is not None
         await store.finish(run.id, "w1", Outcome.completed("ok"))
-    finally:
-        otel.uninstrument()
     system = "postgresql" if type(store).__name__ == "PostgresStore" else "sqlite"
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == [

@@ -12,7 +12,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from types import TracebackType
 from typing import Any, Self, cast
@@ -30,18 +30,24 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
+from golem.messages import Message, ServerToolBlock, ThinkingBlock
 
 __all__ = [
     "RESPONSES_REASONING_PREFIX",
+    "RUN_SEPARATOR",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
     "error_from_response",
+    "in_order",
     "iter_sse",
+    "json_object",
     "parse_json_body",
     "post_json",
     "post_sse",
+    "raw_json",
     "retry_after_seconds",
+    "run_start",
     "sse_block",
     "sse_events",
     "translate_transport_errors",
@@ -51,6 +57,55 @@ __all__ = [
 RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
+
+
+RUN_SEPARATOR = "\n\n"
+"""Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
+
+raw_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`."""
+
+
+def json_object(raw: str) -> dict[str, Any] | None:
+    """The JSON object `raw` holds (a kept provider block), or None when it holds none."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_start(content: str, pos: int) -> int:
+    """Where the text run that follows a server-side block at `pos` starts: past the
+    `RUN_SEPARATOR` golem put there when it joined the runs (text before the block exists)."""
+    if pos > 0 and content.startswith(RUN_SEPARATOR, pos):
+        return pos + len(RUN_SEPARATOR)
+    return pos
+
+
+def in_order(
+    m: Message, blocks: Sequence[tuple[ServerToolBlock, dict[str, Any]]]
+) -> Iterator[ThinkingBlock | slice | dict[str, Any]]:
+    """The thinking blocks, text spans (`slice`s of `m.content`) and server-side `blocks`
+    of an assistant message in the order they arrived, for an adapter to send back.
+
+    Before each block: the thinking blocks that preceded it, then the text before it (past
+    the run separator golem added). Then the rest of the thinking and of the text. Empty
+    spans are skipped; tool calls are the caller's to add after.
+    """
+    thinking = pos = 0
+    for b, block in blocks:
+        yield from m.thinking[thinking : max(thinking, b.thinking_before)]
+        thinking = max(thinking, b.thinking_before)
+        if b.at > pos:
+            end = min(b.at, len(m.content))
+            if run_start(m.content, pos) < end:
+                yield slice(run_start(m.content, pos), end)
+            pos = max(pos, end)
+        yield block
+    yield from m.thinking[thinking:]
+    if run_start(m.content, pos) < len(m.content):
+        yield slice(run_start(m.content, pos), len(m.content))
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:

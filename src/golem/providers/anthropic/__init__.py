@@ -33,7 +33,11 @@ from golem.providers._http import (
     post_json,
     translate_transport_errors,
 )
-from golem.providers.anthropic._stream import StreamParser
+from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
+    StreamParser,
+    parse_stream,
+    sse_events,
+)
 from golem.providers.anthropic._wire import (
     API_VERSION,
     DEFAULT_BASE_URL,

@@ -20,7 +20,13 @@ from typing import Any, Literal
 from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import (
+    RESPONSES_REASONING_PREFIX,
+    RUN_SEPARATOR,
+    in_order,
+    json_object,
+    raw_json,
+)
 from golem.usage import Usage
 
 __all__ = [
@@ -102,7 +108,8 @@ def build_request_body(
     results of one batch of tool calls form one user message of `tool_result` blocks);
     assistant messages become assistant turns with their signed thinking blocks first,
     then the text, then `tool_use` blocks. `extra_body` is merged last, one level
-    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format).
+    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format); its
+    `tools` list is added after the agent's tools (server tools such as web search).
     """
     system_parts = [m.content for m in request.messages if m.role == "system" and m.content]
     if request.output_schema is not None and output_mode == "prompted":
@@ -148,6 +155,8 @@ def build_request_body(
         current = body.get(key)
         if isinstance(current, dict) and isinstance(value, Mapping):
             body[key] = {**current, **value}
+        elif key == "tools" and isinstance(current, list) and isinstance(value, list):
+            body[key] = [*current, *value]  # server tools (web search, ...) beside the agent's
         else:
             body[key] = value
     return body
@@ -313,48 +322,31 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
 
     Without Anthropic server-tool blocks: replayable thinking, the text, the `tool_use`
     blocks. With them, each goes back verbatim where it sat: the thinking blocks that came
-    before it, then the text before it (split into blocks at the spans of web-search
-    citations, which go back on their text), then the block itself; tool calls last.
+    before it, then the text before it, then the block itself; tool calls last. Text is split
+    at the spans of web-search citations, which go back on their text; text that is only
+    whitespace (which the API refuses) joins the block before or is left out.
     """
     replayable = {id(t) for t in _replayable_thinking(m)}
     server = [
         (b, block)
         for b in m.server_tools
-        if b.provider == PROVIDER and (block := _raw_object(b.raw)) is not None
+        if b.provider == PROVIDER and (block := json_object(b.raw)) is not None
     ]
     blocks: list[dict[str, Any]] = []
-    next_thinking = 0
-    pos = 0
-
-    def thinking_until(count: int) -> None:
-        nonlocal next_thinking
-        for t in m.thinking[next_thinking:count]:
-            if id(t) not in replayable:
+    for item in in_order(m, server):
+        if isinstance(item, ThinkingBlock):
+            if id(item) not in replayable:
                 continue
-            if t.redacted:
-                blocks.append({"type": "redacted_thinking", "data": t.redacted})
+            if item.redacted:
+                blocks.append({"type": "redacted_thinking", "data": item.redacted})
             else:
-                blocks.append({"type": "thinking", "thinking": t.text, "signature": t.signature})
-        next_thinking = max(next_thinking, count)
-
-    def text_until(end: int) -> None:
-        nonlocal pos
-        start = pos
-        if start > 0 and server and m.content.startswith(_RUN_SEPARATOR, start):
-            start += len(_RUN_SEPARATOR)  # the separator golem put after a server block
-        blocks.extend(_text_blocks(m, start, end))
-        pos = max(pos, end)
-
-    for b, block in server:
-        thinking_until(b.thinking_before)
-        if b.at > pos:
-            text_until(min(b.at, len(m.content)))
-        blocks.append(block)
-    thinking_until(len(m.thinking))
-    if server:
-        text_until(len(m.content))
-    elif m.content:
-        blocks.append({"type": "text", "text": m.content})
+                blocks.append(
+                    {"type": "thinking", "thinking": item.text, "signature": item.signature}
+                )
+        elif isinstance(item, slice):
+            blocks.extend(_text_blocks(m, item.start, item.stop))
+        else:
+            blocks.append(item)
     for call in m.tool_calls:
         blocks.append(
             {
@@ -367,18 +359,9 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     return blocks
 
 
-_RUN_SEPARATOR = "\n\n"
 _REPLAYED_CITATIONS = frozenset(("web_search_result_location",))
 """Citations sent back on their text: self-contained ones. Document citations point at
 documents of the request by index, which an edited or trimmed history may no longer hold."""
-
-
-def _raw_object(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
@@ -390,7 +373,7 @@ def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
     for c in m.citations:
         if c.provider != PROVIDER or not (start <= c.start < c.end <= end):
             continue
-        raw = _raw_object(c.raw)
+        raw = json_object(c.raw)
         if raw is not None and raw.get("type") in _REPLAYED_CITATIONS:
             cited.setdefault((c.start, c.end), []).append(raw)
     cuts = sorted({start, end, *(i for span in cited for i in span)})
@@ -593,8 +576,8 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
         kind = b.get("type")
         if kind == "text":
             if separated and texted:
-                text.append(_RUN_SEPARATOR)
-                pos += len(_RUN_SEPARATOR)
+                text.append(RUN_SEPARATOR)
+                pos += len(RUN_SEPARATOR)
             separated = False
             piece = _str(b.get("text"))
             texted = texted or bool(piece)
@@ -639,10 +622,6 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     )
 
 
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A provider object as the compact JSON text kept in `raw`."""
-
-
 def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
     return Citation(
         start=start,
@@ -651,7 +630,7 @@ def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
         title=_str(c.get("title")) or _str(c.get("document_title")),
         cited_text=_str(c.get("cited_text")),
         provider=PROVIDER,
-        raw=_dump(c),
+        raw=raw_json(c),
     )
 
 
@@ -672,7 +651,7 @@ def _server_block(
         type=kind,
         id=block_id,
         name=name if name != kind else "",
-        raw=_dump(dict(b)),
+        raw=raw_json(dict(b)),
         at=at,
         thinking_before=thinking_before,
     )

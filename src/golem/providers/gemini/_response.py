@@ -7,6 +7,13 @@ Thought signatures: a `thoughtSignature` on a `functionCall` part becomes
 `ToolCall.signature`; one on a plain text part becomes a `ThinkingBlock` with empty text
 and that signature; thought text parts (`thought: true`) become `ThinkingBlock`s.
 Function calls without an ID get a stable synthesized one (`SYNTHETIC_ID_PREFIX`).
+
+Server-side tool parts (`executableCode`, `codeExecutionResult`, Gemini 3's `toolCall` /
+`toolResponse`) become `ServerToolBlock`s holding the whole part (thought signature
+included), where they sat; text they separate is joined by a blank line. The candidate's
+`groundingMetadata` and `urlContextMetadata` are kept as blocks too (at the end), and the
+grounding supports become `Citation`s over the text (Gemini counts UTF-8 bytes; golem's
+offsets are `str` indexes).
 """
 
 from __future__ import annotations
@@ -17,13 +24,33 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from golem.messages import Message, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
+from golem.providers._http import RUN_SEPARATOR, raw_json
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
-__all__ = ["ResponseBuilder", "finish_reason", "parse_response", "usage_from_metadata"]
+__all__ = [
+    "PROVIDER",
+    "SERVER_PARTS",
+    "ResponseBuilder",
+    "finish_reason",
+    "parse_response",
+    "usage_from_metadata",
+]
+
+PROVIDER = "gemini"
+SERVER_PARTS: dict[str, str] = {
+    "executableCode": "code_execution",
+    "codeExecutionResult": "code_execution",
+    "toolCall": "",
+    "toolResponse": "",
+}
+"""Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
+`toolResponse`, their `toolType`, lower-cased)."""
+_METADATA = ("groundingMetadata", "urlContextMetadata")
+
 
 _FILTERED = frozenset(
     (
@@ -106,6 +133,12 @@ class ResponseBuilder:
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
+        self._length = 0
+        """Characters of text so far (where the next server part sits)."""
+        self._separated = False
+        self._server: list[ServerToolBlock] = []
+        self._metadata: dict[str, Mapping[str, Any]] = {}
+        """The latest `groundingMetadata` / `urlContextMetadata` of the candidate."""
 
     @property
     def complete(self) -> bool:
@@ -141,6 +174,10 @@ class ResponseBuilder:
                     delta = self._add_part(part)
                     if delta is not None:
                         deltas.append(delta)
+        for key in _METADATA:
+            metadata = candidate.get(key)
+            if isinstance(metadata, dict) and metadata:
+                self._metadata[key] = metadata
         reason = candidate.get("finishReason")
         if isinstance(reason, str) and reason:
             self._finish = reason
@@ -157,6 +194,11 @@ class ResponseBuilder:
             self._open = None
             if not text and not signature:
                 return None
+            if text and self._separated and self._length:
+                text = RUN_SEPARATOR + text
+            if text:
+                self._separated = False
+            self._length += len(text)
             self._text.append(text)
             thinking: list[ThinkingDelta] = []
             if signature:
@@ -166,9 +208,26 @@ class ResponseBuilder:
                     thinking.append(ThinkingDelta(index=block.index, signature=signature))
             return Delta(content=text, thinking=thinking) if self._deltas else None
         self._open = None
+        for key, name in SERVER_PARTS.items():
+            inner = part.get(key)
+            if isinstance(inner, dict):
+                self._separated = True
+                tool_type = inner.get("toolType")
+                self._server.append(
+                    ServerToolBlock(
+                        provider=PROVIDER,
+                        type=key,
+                        id=_str(inner.get("id")),
+                        name=name or (tool_type.lower() if isinstance(tool_type, str) else ""),
+                        raw=raw_json(part),
+                        at=self._length,
+                        thinking_before=len(self._blocks),
+                    )
+                )
+                return None
         call = part.get("functionCall")
         if not isinstance(call, dict):
-            return None  # executable code, server-side tool steps, media: not golem's to keep
+            return None  # media and parts golem does not know
         index = len(self._calls)
         call_id = _str(call.get("id")) or self._synthetic_id(index)
         name = _str(call.get("name"))
@@ -210,13 +269,33 @@ class ResponseBuilder:
 
     def response(self) -> ModelResponse:
         """The response folded so far."""
+        content = "".join(self._text)
+        server = list(self._server)
+        citations: list[Citation] = []
+        for key in _METADATA:
+            metadata = self._metadata.get(key)
+            if metadata is None:
+                continue
+            server.append(
+                ServerToolBlock(
+                    provider=PROVIDER,
+                    type=key,
+                    raw=raw_json(metadata),
+                    at=len(content),
+                    thinking_before=len(self._blocks),
+                )
+            )
+            if key == "groundingMetadata":
+                citations = grounding_citations(metadata, content)
         message = Message(
             role="assistant",
-            content="".join(self._text),
+            content=content,
             tool_calls=list(self._calls),
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
             ],
+            citations=citations,
+            server_tools=server,
         )
         return ModelResponse(
             message=message,
@@ -228,6 +307,55 @@ class ResponseBuilder:
             ),
             model_name=self._model_name,
         )
+
+
+def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citation]:
+    """One `Citation` per grounding support and chunk it cites.
+
+    The segment's UTF-8 byte offsets become `str` indexes of `content`; a segment whose
+    offsets do not hold its text is found by its text instead. `cited_text` is the
+    retrieved passage when the chunk has one (file search); `raw` holds
+    `{"support": ..., "chunk": ...}`.
+    """
+    chunks = metadata.get("groundingChunks")
+    chunks = chunks if isinstance(chunks, list) else []
+    supports = metadata.get("groundingSupports")
+    encoded = content.encode()
+    out: list[Citation] = []
+    for support in supports if isinstance(supports, list) else ():
+        if not isinstance(support, dict):
+            continue
+        segment = support.get("segment")
+        segment = segment if isinstance(segment, dict) else {}
+        start = _char_index(encoded, _int(segment.get("startIndex")))
+        end = max(start, _char_index(encoded, _int(segment.get("endIndex"))))
+        text = _str(segment.get("text"))
+        if text and content[start:end] != text and (found := content.find(text)) >= 0:
+            start, end = found, found + len(text)
+        indices = support.get("groundingChunkIndices")
+        for i in indices if isinstance(indices, list) else ():
+            chunk = chunks[i] if isinstance(i, int) and 0 <= i < len(chunks) else None
+            if not isinstance(chunk, dict):
+                continue
+            source = chunk.get("web") or chunk.get("retrievedContext") or chunk.get("maps") or {}
+            source = source if isinstance(source, dict) else {}
+            out.append(
+                Citation(
+                    start=start,
+                    end=end,
+                    url=_str(source.get("uri")),
+                    title=_str(source.get("title")),
+                    cited_text=_str(source.get("text")),
+                    provider=PROVIDER,
+                    raw=raw_json({"support": support, "chunk": chunk}),
+                )
+            )
+    return out
+
+
+def _char_index(encoded: bytes, offset: int) -> int:
+    """The `str` index of a UTF-8 byte offset (clamped to the text)."""
+    return len(encoded[: max(offset, 0)].decode("utf-8", errors="ignore"))
 
 
 def _str(value: Any) -> str:

@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from golem.messages import Message, Part
+from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import RESPONSES_REASONING_PREFIX, in_order, json_object
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -93,7 +93,9 @@ def build_request_body(
             goes into the system instruction instead (older models reject the combination).
         multimodal_results: send the media of tool results inside `functionResponse.parts`
             (Gemini 3+); otherwise they follow the results in a user content.
-        extra_body: merged last, recursively (nested objects merge, other values replace).
+        extra_body: merged last, recursively (nested objects merge, other values replace);
+            a `tools` list is added after the function declarations (built-in tools such as
+            `{"googleSearch": {}}` beside the agent's tools).
     """
     system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
@@ -138,7 +140,14 @@ def build_request_body(
     if config:
         body["generationConfig"] = config
     if extra_body:
-        deep_merge(body, extra_body)
+        extra = dict(extra_body)
+        extra_tools = extra.pop("tools", None)
+        deep_merge(body, extra)
+        if isinstance(extra_tools, list):
+            # built-in tools (googleSearch, codeExecution, urlContext, ...) join the functions
+            body["tools"] = [*body.get("tools", ()), *copy.deepcopy(extra_tools)]
+        elif extra_tools is not None:
+            body["tools"] = copy.deepcopy(extra_tools)
     return body
 
 
@@ -258,8 +267,13 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         text_part = {"text": m.content}
         if text_signatures:
             text_part["thoughtSignature"] = text_signatures[0]
-    if text_part is not None and m.content:
+    server = _server_parts(m)
+    if server and m.content:
+        parts.extend(_interleaved(m, server, text_part))
+    elif text_part is not None and m.content:
         parts.append(text_part)
+    else:
+        parts.extend(part for _, part in server)
     parts.extend(_part(p) for p in m.parts)
     for i, c in enumerate(m.tool_calls):
         call: dict[str, Any] = {"name": c.name, "args": _args_object(c.args)}
@@ -273,6 +287,42 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         parts.append(part)
     if text_part is not None and not m.content:
         parts.append(text_part)  # a signature-only text part, as Gemini sends it
+    return parts
+
+
+_SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
+
+
+def _server_parts(m: Message) -> list[tuple[ServerToolBlock, dict[str, Any]]]:
+    """Gemini's own server-side tool parts of `m` (the block, the part as received).
+    Grounding and URL-context metadata are not parts: the API takes them in no request."""
+    out: list[tuple[ServerToolBlock, dict[str, Any]]] = []
+    for b in m.server_tools:
+        if b.provider != "gemini" or b.type not in _SERVER_PARTS:
+            continue
+        part = json_object(b.raw)
+        if part is not None:
+            out.append((b, part))
+    return out
+
+
+def _interleaved(
+    m: Message,
+    server: list[tuple[ServerToolBlock, dict[str, Any]]],
+    first_text: dict[str, Any] | None,
+) -> list[dict[str, Any]]:
+    """Text parts and server parts in the order they arrived (thought parts are sent
+    before, by the caller); the first text part keeps the text signature of `first_text`."""
+    parts: list[dict[str, Any]] = []
+    for item in in_order(m, server):
+        if isinstance(item, slice):
+            part: dict[str, Any] = {"text": m.content[item]}
+            if first_text is not None and "thoughtSignature" in first_text:
+                part["thoughtSignature"] = first_text["thoughtSignature"]
+            first_text = None
+            parts.append(part)
+        elif not isinstance(item, ThinkingBlock):
+            parts.append(item)
     return parts
 
 

@@ -19,7 +19,13 @@ from typing import Any
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import RESPONSES_REASONING_PREFIX
+from golem.providers._http import (
+    RESPONSES_REASONING_PREFIX,
+    RUN_SEPARATOR,
+    in_order,
+    json_object,
+    raw_json,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import _schema_name, _wire_args, strict_compatible
 from golem.usage import Usage
@@ -61,7 +67,8 @@ class ResponsesOptions:
     strict: bool = True
     """Mark tool and output schemas `strict` when they already qualify (else `strict: false`)."""
     extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set."""
+    """Merged last into the body (shallow), overriding what golem set; a `tools` list is
+    added after the function tools (built-in tools such as `{"type": "web_search"}`)."""
 
 
 # --------------------------------------------------------------------------- reasoning items
@@ -132,7 +139,12 @@ def build_responses_body(
     if options.top_p is not None:
         body["top_p"] = options.top_p
     if options.extra_body:
-        body.update(options.extra_body)
+        extra = dict(options.extra_body)
+        extra_tools = extra.get("tools")
+        if isinstance(extra_tools, list) and "tools" in body:
+            # built-in tools (web_search, file_search, ...) join the functions
+            extra["tools"] = [*body["tools"], *extra_tools]
+        body.update(extra)
     return body
 
 
@@ -203,35 +215,17 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
         for b in m.server_tools
         if b.provider == BLOCKS
         and (store or b.type in _SELF_CONTAINED)
-        and (item := _raw_object(b.raw)) is not None
+        and (item := json_object(b.raw)) is not None
     ]
-    next_thinking = 0
-    pos = 0
-
-    def reasoning_until(count: int) -> None:
-        nonlocal next_thinking
-        for t in m.thinking[next_thinking:count]:
-            item = _reasoning_item(t)
-            if item is not None:
-                items.append(item)
-        next_thinking = max(next_thinking, count)
-
-    def text_until(end: int) -> None:
-        nonlocal pos
-        start = pos
-        if start > 0 and m.content.startswith(_RUN_SEPARATOR, start):
-            start += len(_RUN_SEPARATOR)  # the separator golem put after a built-in item
-        if m.content[start:end]:
-            items.append({"role": "assistant", "content": m.content[start:end]})
-        pos = max(pos, end)
-
-    for b, item in server:
-        reasoning_until(b.thinking_before)
-        if b.at > pos:
-            text_until(min(b.at, len(m.content)))
-        items.append(item)
-    reasoning_until(len(m.thinking))
-    text_until(len(m.content))
+    for part in in_order(m, server):
+        if isinstance(part, ThinkingBlock):
+            reasoning = _reasoning_item(part)
+            if reasoning is not None:
+                items.append(reasoning)
+        elif isinstance(part, slice):
+            items.append({"role": "assistant", "content": m.content[part]})
+        else:
+            items.append(part)
     for c in m.tool_calls:
         items.append(
             {
@@ -260,14 +254,6 @@ def _reasoning_item(t: ThinkingBlock) -> dict[str, Any] | None:
     if encrypted:
         item["encrypted_content"] = encrypted
     return item
-
-
-def _raw_object(raw: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _data_url(p: Part) -> str:
@@ -364,8 +350,8 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
                 piece = _str(part.get("text")) or _str(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
                 if separated and texted and piece:
-                    text.append(_RUN_SEPARATOR)
-                    pos += len(_RUN_SEPARATOR)
+                    text.append(RUN_SEPARATOR)
+                    pos += len(RUN_SEPARATOR)
                 if piece:
                     separated = False
                 texted = texted or bool(piece)
@@ -394,7 +380,7 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
                     type=_str(kind),
                     id=_str(item.get("id")),
                     name=_str(item.get("name")) or _str(kind).removesuffix("_call"),
-                    raw=_dump(dict(item)),
+                    raw=raw_json(dict(item)),
                     at=pos,
                     thinking_before=len(thinking),
                 )
@@ -408,11 +394,6 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
         server_tools=server,
     )
     return message, refused
-
-
-_RUN_SEPARATOR = "\n\n"
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A provider object as the compact JSON text kept in `raw`."""
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
@@ -432,7 +413,7 @@ def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
         url=_str(a.get("url")),
         title=_str(a.get("title")) or _str(a.get("filename")),
         provider=BLOCKS,
-        raw=_dump(dict(a)),
+        raw=raw_json(dict(a)),
     )
 
 

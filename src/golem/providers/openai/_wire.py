@@ -20,6 +20,7 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.providers._http import raw_json
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
@@ -510,9 +511,6 @@ def text_content(content: Any) -> str:
     return ""
 
 
-_dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
 def citations_of(annotations: Any, content: str) -> list[Citation]:
     """The `url_citation` annotations of a message (web search models) as `Citation`s.
 
@@ -533,7 +531,7 @@ def citations_of(annotations: Any, content: str) -> list[Citation]:
                 url=url if isinstance(url, str) else "",
                 title=title if isinstance(title, str) else "",
                 provider=PROVIDER,
-                raw=_dump(a),
+                raw=raw_json(a),
             )
         )
     return out
