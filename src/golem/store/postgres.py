@@ -187,6 +187,13 @@ class _Conn:
         self._stats.round_trips += 1
         self._sync()
 
+    def quiet(self) -> bool:
+        """True when the idle connection has nothing to read (the server did not close it)."""
+        try:
+            return not self._poll.poll(0)
+        except (OSError, ValueError):
+            return False
+
     # -------------------------------------------------------------- transactions
 
     def begin(self, sql: bytes) -> None:
@@ -443,7 +450,7 @@ class PostgresStore(SQLStore):
         """The thread's connection if it still looks alive, else a new one."""
         c = slot.state
         if c is not None:
-            if not c.conn.closed and _socket_quiet(c.conn):
+            if not c.conn.closed and c.quiet():
                 return c
             c.conn.close()  # closed by the server while idle: replace it
             slot.state = None
@@ -588,15 +595,6 @@ def _close_slot(slot: Slot[_Conn]) -> None:
     c, slot.state = slot.state, None
     if c is not None:
         c.conn.close()
-
-
-def _socket_quiet(conn: _Connection) -> bool:
-    """True when an idle connection has nothing to read (the server did not close it)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return False
-    return not readable
 
 
 def _redact(dsn: str) -> str:
