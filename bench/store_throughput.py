@@ -83,19 +83,36 @@ async def _cycles(store: SQLStore, n: int, name: str) -> None:
         pass
 
 
+def _backend_cpu_us(pid: int) -> int:
+    """CPU time of a local PostgreSQL backend process (0 when /proc cannot tell)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return (int(fields[11]) + int(fields[12])) * 1_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+async def _backend_pid(store: SQLStore) -> int:
+    rows = await store._submit(False, lambda tx: tx.fetch("SELECT pg_backend_pid()"))
+    return int(rows[0][0])
+
+
 async def _proc_main(target: dict[str, Any], n: int, name: str, barrier: Any) -> dict[str, int]:
     store = await _open(target)
+    pid = await _backend_pid(store)  # one worker uses one connection (one task, one thread)
     await asyncio.to_thread(barrier.wait)
     try:
-        cpu = time.process_time()
+        cpu, server = time.process_time(), _backend_cpu_us(pid)
         await _cycles(store, n, name)
         cpu_us = int((time.process_time() - cpu) * 1e6)
+        server_us = _backend_cpu_us(pid) - server
         s = store.stats
         return {
             "commits": s.commits,
             "statements": s.statements,
             "round_trips": s.round_trips,
             "cpu_us": cpu_us,
+            "server_us": server_us,
         }
     finally:
         await store.close()
@@ -174,25 +191,30 @@ _HISTORY = (
 )
 
 
-async def _store_cycles(store: SQLStore, n: int) -> None:
+def _new_runs(n: int) -> list[NewRun]:
+    call = NewCall("call-1", CallKind.APPROVAL, "transfer", '{"amount": 10}', "money")
+    ids = [uuid.uuid4().hex for _ in range(n)]
+    return [NewRun(i, "bank", "c" + i, _HISTORY, calls=(call,), started_by="w") for i in ids]
+
+
+async def _store_cycles(store: SQLStore, runs: list[NewRun]) -> None:
     """The store's four operations of a cycle alone, on prebuilt records (no agent)."""
-    for _ in range(n):
-        rid = uuid.uuid4().hex
-        call = NewCall("call-1", CallKind.APPROVAL, "transfer", '{"amount": 10}', "money")
-        await store.save_pending(
-            NewRun(rid, "bank", "c" + rid, _HISTORY, calls=(call,), started_by="w")
-        )
-        await store.decide(rid, "call-1", Decision.approve(), decided_by="w")
+    approve = Decision.approve()
+    outcome = Outcome.completed("Transferred.", _HISTORY)
+    for run in runs:
+        await store.save_pending(run)
+        await store.decide(run.id, "call-1", approve, decided_by="w")
         claimed = await store.claim_ready("w", 30)
         assert claimed is not None
-        await store.finish(claimed.run.id, "w", Outcome.completed("Transferred.", _HISTORY))
+        await store.finish(claimed.run.id, "w", outcome)
 
 
 async def _store_only(path: Path, cycles: int) -> float:
     store = await SQLiteStore.open(path)
-    await _store_cycles(store, 20)
+    await _store_cycles(store, _new_runs(20))
+    runs = _new_runs(cycles)
     cpu = time.process_time()
-    await _store_cycles(store, cycles)
+    await _store_cycles(store, runs)
     cpu = time.process_time() - cpu
     await store.close()
     return cpu / cycles
@@ -309,7 +331,8 @@ def bench_postgres(dsn: str, cycles: int, worker_counts: list[int]) -> None:
             f"{stats['commits'] / n:.1f} golem commits ({(commits1 - commits0) / n:.1f} server "
             f"commits incl. reads), {stats['statements'] / n:.1f} statements, "
             f"{stats['round_trips'] / n:.1f} round trips, {(wal1 - wal0) / n:.1f} WAL records, "
-            f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU"
+            f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU, "
+            f"{stats['server_us'] / n / 1e3:.2f} ms server CPU (local server only)"
         )
     if 1 in rates and 4 in rates:
         print(f"  PostgreSQL scaling 1 → 4 workers: {rates[4] / rates[1]:.2f}x")

@@ -143,3 +143,25 @@ async def test_unsupported_parameter_types_are_refused_before_anything_is_sent(
     with pytest.raises(TypeError, match="bytes"):
         await pg_store.save_pending(bad)
     assert (await pg_store.list_runs()) == []
+
+
+async def test_an_error_raised_with_statements_still_queued_rolls_them_back(
+    pg_store: PostgresStore,
+) -> None:
+    """The transaction function fails while its queued statements (one of them failing on
+    the server too) have not been sent: the caller sees its own error, nothing commits, and
+    the connection serves the next transaction."""
+    run = await pg_store.save_pending(make_run())
+
+    def tx_fn(tx: Any) -> None:
+        tx.run("UPDATE golem_runs SET agent = 'changed' WHERE id = ?", (run.id,))
+        tx.run(
+            "INSERT INTO golem_histories (run_id, history) VALUES (?, '[]')",
+            (run.id,),
+            ValueError("duplicate"),
+        )
+        raise RuntimeError("the function's own failure")
+
+    with pytest.raises(RuntimeError, match="own failure"):
+        await pg_store._submit(True, tx_fn)
+    assert (await pg_store.get_run(run.id)).agent == "ops"

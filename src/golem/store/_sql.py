@@ -13,8 +13,11 @@ only what differs: opening and ending transactions, timestamps, row-locking clau
 (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`; empty on SQLite, where the write transaction
 already holds the database) and how audit IDs are assigned (`_flush_audit`).
 
-Statements whose result is not needed go through `Conn.run`, which PostgreSQL queues in a
-pipeline: a transaction costs one network round trip per `fetch` plus one for the commit.
+Statements whose result is not needed go through `Conn.run`, and queries whose rows are
+needed only after the commit through `Conn.later`; PostgreSQL queues both in a pipeline, so a
+transaction costs one network round trip per `fetch` plus one for the commit. A unique
+violation can be mapped to an exception per statement (`run(..., conflict=...)`), so an
+insert need not read anything back to detect a duplicate.
 
 Histories live in `golem_histories`, out of the hot `golem_runs` row: decisions, claims'
 lock and lease renewals never read or rewrite them.
@@ -132,8 +135,10 @@ class Later:
         self._rows = rows
         self._wait = wait
 
-    def set(self, rows: list[tuple[Any, ...]]) -> None:
+    def set(self, rows: list[tuple[Any, ...]] | None) -> None:
+        """Record the rows (None: the statement produced none); never wait again."""
         self._rows = rows
+        self._wait = None  # the connection may serve another transaction by now
 
     @property
     def rows(self) -> list[tuple[Any, ...]]:

@@ -94,24 +94,25 @@ class DatabaseThreads(Generic[_S]):
         jobs = self._jobs
         try:
             while (job := jobs.get()) is not None:
-                _run(job, slot)
+                self._run(job, slot)
                 del job  # nothing of a finished job stays alive on this thread
-                with self._lock:
-                    self._idle += 1
         finally:
             self._close(slot)
 
-
-def _run(job: _Job, slot: Slot[Any]) -> None:
-    loop, future, fn = job
-    if future.cancelled():
-        return
-    try:
-        result = fn(slot)
-    except BaseException as exc:  # delivered to the caller, never lost here
-        _deliver(loop, future, None, exc)
-    else:
-        _deliver(loop, future, result, None)
+    def _run(self, job: _Job, slot: Slot[_S]) -> None:
+        loop, future, fn = job
+        result: Any = None
+        error: BaseException | None = None
+        ran = not future.cancelled()
+        if ran:
+            try:
+                result = fn(slot)
+            except BaseException as exc:  # delivered to the caller, never lost here
+                error = exc
+        with self._lock:  # idle before the caller hears back: its next job needs no thread
+            self._idle += 1
+        if ran:
+            _deliver(loop, future, result, error)
 
 
 def _deliver(

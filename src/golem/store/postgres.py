@@ -7,12 +7,12 @@ migrated on open under an advisory lock, so many processes may start at once.
 
 Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
 connection. A thread speaks to the server at the libpq level in pipeline mode: statements
-whose result is not needed are queued and sent with the next query or the commit (so a
-decision costs two round trips and saving a paused run two), each
-statement is prepared once per connection, and rows come back in binary. Going through
-psycopg's cursors instead costs several times the client CPU per statement. As on SQLite,
-a cancelled caller never interrupts a transaction: it runs to commit or rollback on its
-thread.
+whose result is not needed, or needed only after the commit, are queued and sent with the
+next query or the commit (saving a paused run costs one round trip; deciding, claiming and
+finishing two each), each statement is prepared once per connection, and rows come back in
+binary. Going through psycopg's cursors instead costs several times the client CPU per
+statement (ADR 0023). As on SQLite, a cancelled caller never interrupts a transaction: it
+runs to commit or rollback on its thread.
 
 Before a thread reuses its connection, the socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
@@ -187,6 +187,13 @@ class _Conn:
         self._stats.round_trips += 1
         self._sync()
 
+    def quiet(self) -> bool:
+        """True when the idle connection has nothing to read (the server did not close it)."""
+        try:
+            return not self._poll.poll(0)
+        except (OSError, ValueError):
+            return False
+
     # -------------------------------------------------------------- transactions
 
     def begin(self, sql: bytes) -> None:
@@ -211,8 +218,12 @@ class _Conn:
                     pg.exec_(b"ROLLBACK")
                 return
             self._send_plain(b"ROLLBACK")
-            with contextlib.suppress(psycopg.DatabaseError):
+            try:
                 self._sync()
+            except psycopg.OperationalError:
+                raise
+            except Exception:  # the failure being rolled back: the caller reports it
+                pass
             pg.exit_pipeline_mode()
         except (psycopg.Error, OSError):
             self.conn.close()
@@ -268,10 +279,12 @@ class _Conn:
                 if error is None:
                     error = result, then
             elif type(then) is Later:
+                rows = None
                 if status == _TUPLES_OK:
                     loader = self._loader
                     loader.set_pgresult(result)
-                    then.set(loader.load_rows(0, result.ntuples, tuple))
+                    rows = loader.load_rows(0, result.ntuples, tuple)
+                then.set(rows)
             elif type(then) is tuple and status != _COMMAND_OK:
                 self._prepared.pop(then, None)  # the server skipped or refused the prepare
         if error is not None:
@@ -437,7 +450,7 @@ class PostgresStore(SQLStore):
         """The thread's connection if it still looks alive, else a new one."""
         c = slot.state
         if c is not None:
-            if not c.conn.closed and _socket_quiet(c.conn):
+            if not c.conn.closed and c.quiet():
                 return c
             c.conn.close()  # closed by the server while idle: replace it
             slot.state = None
@@ -582,15 +595,6 @@ def _close_slot(slot: Slot[_Conn]) -> None:
     c, slot.state = slot.state, None
     if c is not None:
         c.conn.close()
-
-
-def _socket_quiet(conn: _Connection) -> bool:
-    """True when an idle connection has nothing to read (the server did not close it)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return False
-    return not readable
 
 
 def _redact(dsn: str) -> str:
