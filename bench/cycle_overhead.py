@@ -7,8 +7,9 @@ build the `NewRun`) then `Worker.run_once` (claim, load the history, check the s
 resume with the approved call re-run, dump, finish) — on bench/_null_store.py's in-memory
 store, so what remains is golem's side of a cycle. Printed in ms of CPU per cycle (best
 round, all threads), for the gated tool written as a plain function (golem runs it in a
-worker thread, as every sync tool) and as an `async def` (on the event loop), with the
-share of `start_run` and `run_once`. The model answers at once (bench/_timing.py).
+worker thread, as every sync tool by default), as a plain function registered with
+`run_in_thread=False` (on the event loop, no thread hand-off) and as an `async def` (on the
+event loop), with the share of `start_run` and `run_once`. The model answers at once (bench/_timing.py).
 The machine may be shared: compare figures measured in one run, not across runs.
 """
 
@@ -55,11 +56,13 @@ async def async_transfer(ctx: RunContext[Any], amount: int) -> str:
     return f"moved {amount} (key {ctx.call_id})"
 
 
-async def measure(tool: Callable[..., Any], cycles: int, rounds: int) -> tuple[float, float]:
+async def measure(
+    tool: Callable[..., Any], cycles: int, rounds: int, run_in_thread: bool = True
+) -> tuple[float, float]:
     """(ms CPU per cycle, ms CPU of it in start_run): best rounds."""
     store = NullStore()
     agent: Agent[Any, str] = Agent(InstantModel(_model))
-    agent.tool(name="transfer")(tool)
+    agent.tool(name="transfer", run_in_thread=run_in_thread)(tool)
     registry = {"bank": AgentEntry(agent)}
     worker = Worker(store, registry, worker_id="w", lease_seconds=30, sweep_interval=3600)  # type: ignore[arg-type]
 
@@ -86,11 +89,18 @@ async def measure(tool: Callable[..., Any], cycles: int, rounds: int) -> tuple[f
 
 async def main(cycles: int, rounds: int) -> None:
     print("golem's CPU per durable cycle outside the store (start_run → run_once, null store)")
-    for label, tool in (("sync tool (thread)", sync_transfer), ("async tool", async_transfer)):
-        total, started = await measure(tool, cycles, rounds)
+    threaded = 0.0
+    for label, tool, in_thread in (
+        ("sync tool (thread)", sync_transfer, True),
+        ("sync tool (inline)", sync_transfer, False),
+        ("async tool", async_transfer, True),
+    ):
+        total, started = await measure(tool, cycles, rounds, in_thread)
+        threaded = threaded or total
+        saved = "" if total is threaded else f"   (saves {threaded - total:.3f} ms vs thread)"
         print(
             f"  {label:<19} {total:7.3f} ms CPU/cycle   start_run ~{started:.3f} ms, "
-            f"run_once ~{total - started:.3f} ms"
+            f"run_once ~{total - started:.3f} ms{saved}"
         )
 
 

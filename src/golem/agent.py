@@ -84,6 +84,7 @@ class _ToolOptions(TypedDict, total=False):
     timeout: float | None
     sequential: bool
     idempotent: bool
+    run_in_thread: bool
 
 
 class _ToolDecorator(Protocol[DepsT]):
@@ -255,9 +256,10 @@ class Agent(Generic[DepsT, OutputT]):
         The function may be sync or async. A type checker refuses a function whose
         `RunContext[...]` is not the agent's deps type (or that takes no `ctx`: use
         `tool_plain`); at runtime a function without `ctx` is still accepted. The options
-        (`name`, `description`, `max_retries`, `timeout`, `sequential`, `idempotent`) are
-        those of `Tool` (`idempotent=True`: the tool acts at most once per
-        `ctx.idempotency_key`).
+        (`name`, `description`, `max_retries`, `timeout`, `sequential`, `idempotent`,
+        `run_in_thread`) are those of `Tool` (`idempotent=True`: the tool acts at most once
+        per `ctx.idempotency_key`; `run_in_thread=False`: a sync function that never blocks
+        runs on the event loop instead of a worker thread).
         """
         return self._decorate(fn, False, options)
 
