@@ -115,3 +115,104 @@ async def test_threads_start_only_while_every_running_one_is_busy() -> None:
         await _stop(pool)
     with pytest.raises(RuntimeError, match="stopped"):
         pool.submit(loop, lambda slot: None)
+
+
+async def test_results_finished_while_the_loop_is_busy_arrive_with_one_wake_up() -> None:
+    pool = _pool(1)
+    loop = asyncio.get_running_loop()
+    wakes: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(callback)
+        return real(callback, *args, **kwargs)
+
+    last_done = threading.Event()
+    try:
+        await pool.submit(loop, lambda slot: None)  # the thread exists and is idle
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(4)]
+        futures.append(pool.submit(loop, lambda slot: last_done.set()))
+        # the loop does not run while the thread finishes all five: their results pile up
+        assert last_done.wait(WAIT)
+        assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, None]
+        assert len(wakes) == 1
+    finally:
+        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+        await _stop(pool)
+
+
+async def test_callbacks_a_job_adds_run_on_the_loop_before_its_result_settles() -> None:
+    pool = _pool(1)
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[str, int, bool]] = []
+
+    def note(what: str, index: int) -> None:  # on the loop: `holder` is filled by then
+        seen.append((what, threading.get_ident(), holder[index].done()))
+
+    holder: list[asyncio.Future[Any]] = []
+
+    def job(slot: Slot[str]) -> str:
+        assert slot.loop is loop
+        slot.on_loop(note, "first", 0)
+        slot.on_loop(note, "second", 0)
+        return "result"
+
+    def failing(slot: Slot[str]) -> None:
+        slot.on_loop(note, "before the error", 1)
+        raise ValueError("the job failed")
+
+    try:
+        holder.append(pool.submit(loop, job))
+        assert await holder[0] == "result"
+        holder.append(pool.submit(loop, failing))
+        with pytest.raises(ValueError, match="the job failed"):
+            await holder[1]
+        main = threading.get_ident()
+        assert seen == [
+            ("first", main, False),
+            ("second", main, False),
+            ("before the error", main, False),
+        ]
+        # a later job does not inherit the callbacks of an earlier one
+        assert await pool.submit(loop, lambda slot: slot.loop is loop) is True
+        assert len(seen) == 3
+    finally:
+        await _stop(pool)
+
+
+async def test_a_failing_callback_is_reported_and_the_result_still_arrives() -> None:
+    pool = _pool(1)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda loop, context: reported.append(context))
+
+    def boom() -> None:
+        raise RuntimeError("callback bug")
+
+    def job(slot: Slot[str]) -> str:
+        slot.on_loop(boom)
+        return "still delivered"
+
+    try:
+        assert await asyncio.wait_for(pool.submit(loop, job), WAIT) == "still delivered"
+        assert len(reported) == 1
+        assert isinstance(reported[0]["exception"], RuntimeError)
+    finally:
+        loop.set_exception_handler(None)
+        await _stop(pool)
+
+
+async def test_a_job_of_a_closed_loop_finishes_and_the_thread_keeps_serving() -> None:
+    pool = _pool(1)
+    loop = asyncio.get_running_loop()
+    gate, ran = threading.Event(), threading.Event()
+    other = asyncio.new_event_loop()
+    try:
+        pool.submit(other, lambda slot: (gate.wait(WAIT), ran.set()))
+        other.close()  # nobody will ever read that job's result
+        gate.set()
+        assert await asyncio.to_thread(ran.wait, WAIT)
+        assert await asyncio.wait_for(pool.submit(loop, lambda slot: "alive"), WAIT) == "alive"
+    finally:
+        await _stop(pool)

@@ -3,7 +3,8 @@
 A feed knows the newest audit-log ID it has seen (`last_id`) and counts "a run may have
 become ready" signals (`ready_mark`). It learns about changes three ways:
 
-- commits of its own store in this process (immediately, from the store's database thread);
+- commits of its own store in this process (immediately: the store's database thread
+  schedules the publish with the transaction's result, one loop wake-up for both);
 - PostgreSQL `NOTIFY` (one `LISTEN` connection per store, fanned out to every waiter);
 - polling (SQLite, and PostgreSQL as a safety net): **one** poller task per feed, running
   only while someone waits, however many workers and streams wait.
@@ -68,22 +69,28 @@ class ChangeFeed:
         if self._loop is None:
             self._loop = loop
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop waiters run on (None before the first `bind`)."""
+        return self._loop
+
     def publish(self, last_id: int, *, ready: bool) -> None:
         """Record that the log reached `last_id` (and maybe a run became ready); wake waiters.
 
         Call on the feed's event loop; `publish_threadsafe` from any other thread.
         """
+        self.publish_on_loop(last_id, ready)
+
+    def publish_on_loop(self, last_id: int, ready: bool) -> None:
+        """`publish` with positional arguments (a callback a database thread schedules)."""
         changed = last_id > self._last_id
         if changed:
             self._last_id = last_id
         if ready:
             self._ready += 1
-        if changed or ready:
+        if (changed or ready) and self._waiters:  # nobody holds the event otherwise
             event, self._event = self._event, asyncio.Event()
             event.set()
-
-    def _publish(self, last_id: int, ready: bool) -> None:
-        self.publish(last_id, ready=ready)
 
     def publish_threadsafe(self, last_id: int, *, ready: bool) -> None:
         """`publish` from a thread other than the event loop's.
@@ -94,7 +101,7 @@ class ChangeFeed:
         if loop is None or self._waiters == 0 or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._publish, last_id, ready)
+            loop.call_soon_threadsafe(self.publish_on_loop, last_id, ready)
 
     # ------------------------------------------------------------------ waiting
 

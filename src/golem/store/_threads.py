@@ -1,10 +1,13 @@
 """`DatabaseThreads`: the threads a store runs its transactions on, fed through one queue.
 
 Lighter than a `ThreadPoolExecutor` plus `asyncio.wrap_future`: handing a job over is one
-queue put, and the answer comes back with one `call_soon_threadsafe` (no concurrent
-future, no callbacks chained between two futures). Each thread keeps its own state (its
-database connection) in a `Slot` for its whole life, so a connection is only ever used by
-the thread that opened it.
+queue put, and answers come back through the event loop's **inbox** — a deque the threads
+append to, and one `call_soon_threadsafe` (one self-pipe write, one loop wake-up) for
+everything that finishes while the loop has not drained the inbox yet. A job may add
+callbacks for the loop to the same delivery (`Slot.on_loop`: the change feed's publish rides
+with the transaction's result), so a commit costs one wake-up however much it reports.
+Each thread keeps its own state (its database connection) in a `Slot` for its whole life,
+so a connection is only ever used by the thread that opened it.
 
 A job whose caller was cancelled before a thread took it is skipped (it did not happen);
 a job a thread took runs to its end, whoever still waits for it.
@@ -13,6 +16,7 @@ a job a thread took runs to its end, whoever still waits for it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import queue
 import threading
@@ -23,17 +27,67 @@ __all__ = ["DatabaseThreads", "Slot"]
 
 _S = TypeVar("_S")
 
+_Item = tuple[Callable[..., object], tuple[Any, ...]]
+
+
+class _Inbox:
+    """What database threads finished for one event loop, settled there in one callback."""
+
+    __slots__ = ("_armed", "_items", "_lock", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: collections.deque[_Item] = collections.deque()
+        self._lock = threading.Lock()
+        self._armed = False
+        """A drain is scheduled and has not started: later items ride with it."""
+
+    def put(self, items: list[_Item]) -> None:
+        """Queue `items` for the loop (any thread); wake it unless a drain is pending."""
+        self._items.extend(items)
+        with self._lock:
+            if self._armed:
+                return
+            self._armed = True
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:  # from here on, a new item schedules a new drain
+            self._armed = False
+        items = self._items
+        while items:
+            fn, args = items.popleft()
+            try:
+                fn(*args)
+            except Exception as exc:  # one failing callback must not strand the rest
+                self.loop.call_exception_handler(
+                    {"message": "golem: a database thread's callback failed", "exception": exc}
+                )
+
 
 class Slot(Generic[_S]):
     """What one database thread keeps between jobs (its connection, once opened)."""
 
-    __slots__ = ("state",)
+    __slots__ = ("_after", "_loop", "state")
 
     def __init__(self) -> None:
         self.state: _S | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._after: list[_Item] = []
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop of the job running now (None between jobs)."""
+        return self._loop
+
+    def on_loop(self, fn: Callable[..., object], *args: Any) -> None:
+        """From inside a job: call `fn(*args)` on the job's event loop, just before the
+        job's result is settled there (the same wake-up delivers both)."""
+        self._after.append((fn, args))
 
 
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
+_Job = tuple[_Inbox, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
 
 
 class DatabaseThreads(Generic[_S]):
@@ -54,6 +108,7 @@ class DatabaseThreads(Generic[_S]):
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
+        self._inbox: _Inbox | None = None
 
     def submit(
         self, loop: asyncio.AbstractEventLoop, fn: Callable[[Slot[_S]], Any]
@@ -61,8 +116,11 @@ class DatabaseThreads(Generic[_S]):
         """Queue `fn(slot)` for a thread; the returned future settles on `loop`."""
         if self._stopped:
             raise RuntimeError(f"{self._name}: the database threads were stopped")
+        inbox = self._inbox
+        if inbox is None or inbox.loop is not loop:
+            inbox = self._inbox = _Inbox(loop)
         future: asyncio.Future[Any] = loop.create_future()
-        self._jobs.put((loop, future, fn))
+        self._jobs.put((inbox, future, fn))
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1
@@ -100,34 +158,30 @@ class DatabaseThreads(Generic[_S]):
             self._close(slot)
 
     def _run(self, job: _Job, slot: Slot[_S]) -> None:
-        loop, future, fn = job
+        inbox, future, fn = job
         result: Any = None
         error: BaseException | None = None
         ran = not future.cancelled()
         if ran:
+            slot._loop = inbox.loop
             try:
                 result = fn(slot)
             except BaseException as exc:  # delivered to the caller, never lost here
                 error = exc
+            finally:
+                slot._loop = None
         with self._lock:  # idle before the caller hears back: its next job needs no thread
             self._idle += 1
         if ran:
-            _deliver(loop, future, result, error)
+            items, slot._after = slot._after, []
+            items.append((_settle, (future, result, error)))
+            inbox.put(items)
 
 
-def _deliver(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    result: Any,
-    exc: BaseException | None,
-) -> None:
-    def settle() -> None:
-        if future.cancelled():
-            return
-        if exc is None:
-            future.set_result(result)
-        else:
-            future.set_exception(exc)
-
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-        loop.call_soon_threadsafe(settle)
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)

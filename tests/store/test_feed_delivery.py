@@ -1,0 +1,79 @@
+"""SQLite: a commit's change-feed publish travels with the transaction's result."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from golem.store import CallKind, Decision, NewCall, NewRun
+from golem.store._feed import ChangeFeed
+from golem.store.sqlite import SQLiteStore
+from tests.store.procs import eventually
+
+WAIT = 30.0  # a guard against a hang, not a duration the test asserts
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def _run(run_id: str) -> NewRun:
+    call = NewCall("c1", CallKind.APPROVAL, "pay", "{}", "money")
+    return NewRun(run_id, "bank", "conv-" + run_id, "[]", calls=(call,), started_by="t")
+
+
+async def test_the_feed_has_seen_a_commit_when_the_call_returns(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600)
+    try:
+        feed = store.change_feed()
+        mark = feed.ready_mark()
+        await store.save_pending(_run("r1"))
+        assert feed.last_id == await store.last_change_id()  # nobody waits: still recorded
+        await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
+        assert feed.last_id == await store.last_change_id()
+        assert feed.ready_mark() > mark
+        # a waiter arriving later with an older mark returns at once, without a poll
+        assert await asyncio.wait_for(feed.wait_ready(mark, WAIT), WAIT) is True
+    finally:
+        await store.close()
+
+
+async def test_a_waited_on_commit_costs_one_wake_up_of_the_loop(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600)
+    loop = asyncio.get_running_loop()
+    wakes: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(callback)
+        return real(callback, *args, **kwargs)
+
+    try:
+        feed = store.change_feed()
+        await store.save_pending(_run("r1"))
+        mark = feed.ready_mark()
+        waiter = asyncio.create_task(feed.wait_ready(mark, WAIT))
+        await eventually(lambda: _true(feed._waiters > 0), WAIT, "the waiter to wait")
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
+        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+        assert await asyncio.wait_for(waiter, WAIT) is True
+        assert len(wakes) == 1, "the publish rides with the decision's result"
+    finally:
+        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+        await store.close()
+
+
+async def test_publishing_without_waiters_keeps_the_counts() -> None:
+    async def probe() -> int:
+        return 0
+
+    feed = ChangeFeed(probe, 3600)
+    feed.publish(5, ready=True)
+    feed.publish(3, ready=False)  # older than what was seen: ignored
+    assert feed.last_id == 5
+    assert feed.ready_mark() == 1
+    assert await asyncio.wait_for(feed.wait_for_change(4, WAIT), WAIT) == 5
+    assert await asyncio.wait_for(feed.wait_ready(0, WAIT), WAIT) is True
+    await feed.aclose()
