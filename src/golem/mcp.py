@@ -35,7 +35,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from types import TracebackType
 from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
 
@@ -91,6 +91,7 @@ class MCPServerError(GolemError):
 class ToolHints:
     """The behaviour hints an MCP server declares for a tool (None: not hinted)."""
 
+    _: KW_ONLY
     read_only: bool | None = None
     """`readOnlyHint`: the tool does not modify its environment."""
     destructive: bool | None = None
