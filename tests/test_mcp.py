@@ -508,6 +508,69 @@ def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> N
     assert side_effects(log) == ["deleted x"]
 
 
+def test_http_slow_call_times_out(log: Path, http_url: str) -> None:
+    model = ScriptedModel(calls(("c1", "h_slow", {"seconds": 30})), "never")
+    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h", timeout=0.5)])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("wait")
+    assert info.value.stage == Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
+    assert "overran its 0.5s timeout" in str(info.value.__cause__)
+
+
+def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_url: str) -> None:
+    model = ScriptedModel(calls(("c1", "h_die", {})), "never")
+    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("die")
+    assert info.value.stage == Stage.TOOL
+    cause = info.value.__cause__
+    assert isinstance(cause, ToolError)
+    assert (cause.tool_name, cause.call_id) == ("h_die", "c1")
+    assert isinstance(cause.__cause__, MCPServerError)
+    assert http_url in str(cause)
+
+
+HTTP_RESUME_SCRIPT = """
+import sys
+from golem import Agent, Approval, DeferredResults, loads_history
+from golem.mcp import MCPServer
+from golem.testing import ScriptedModel
+
+url, history = sys.argv[1:3]
+agent = Agent(ScriptedModel("Deleted x."), toolsets=[MCPServer.http(url, prefix="h")])
+paused = loads_history(open(history, encoding="utf-8").read())
+done = agent.run_with_deferred_results_sync(
+    paused, DeferredResults(approvals={"c1": Approval(True)}))
+print(done.output)
+print([m.content for m in done.messages if m.role == "tool"])
+"""
+
+
+def test_http_approval_pauses_and_resumes_in_another_process(
+    log: Path, http_url: str, tmp_path: Path
+) -> None:
+    model = ScriptedModel(calls(("c1", "h_delete_file", {"path": "x"})))
+    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
+    paused = agent.run_sync("clean up")
+    assert paused.pending is not None
+    assert [p.call_id for p in paused.pending.approvals] == ["c1"]
+    history = tmp_path / "paused.json"
+    history.write_text(dumps_history(paused.messages), encoding="utf-8")
+    assert side_effects(log) == []
+    out = subprocess.run(
+        [sys.executable, "-c", HTTP_RESUME_SCRIPT, http_url, str(history)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Deleted x.", "['deleted x']"]
+    assert side_effects(log) == ["deleted x"]
+
+
 def test_http_server_unreachable_fails_the_run() -> None:
     server = MCPServer.http(f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout=20)
     agent = Agent(ScriptedModel("never"), toolsets=[server])
