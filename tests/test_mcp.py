@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,6 +323,22 @@ def test_configured_policies(log: Path, errlog: Any, policy: Any, expected: list
     result = agent.run_sync("go")
     pending = [p.call_id for p in result.pending.approvals] if result.pending else []
     assert pending == expected
+
+
+def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
+    log: Path, errlog: Any
+) -> None:
+    """A misspelt name would silently leave its tool on the default policy (for a tool hinted
+    read-only: no approval); listing the tools says so."""
+    server = stdio(log, errlog, prefix="t", requires_approval={"ad": True, "t_add": True})
+    model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), calls(("c2", "t_add", {})))
+    agent = Agent(model, toolsets=[server])
+    with pytest.warns(UserWarning, match=r"requires_approval names \['ad'\], which the server"):
+        paused = agent.run_sync("go")
+    assert paused.pending is not None  # "t_add" is listed and decides
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.run_sync("again")  # the same name is not warned about twice
 
 
 def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
