@@ -214,9 +214,16 @@ def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
     assert next(m for m in result.messages if m.tool_call_id == "c2").content == "2"
 
 
-def test_a_slow_call_times_out_with_the_servers_timeout(log: Path, errlog: Any) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_slow_call_times_out_with_the_servers_timeout(
+    log: Path, errlog: Any, transport: str, request: pytest.FixtureRequest
+) -> None:
+    if transport == "stdio":
+        server = stdio(log, errlog, prefix="t", timeout=0.5)
+    else:
+        server = MCPServer.http(request.getfixturevalue("http_url"), prefix="t", timeout=0.5)
     model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", timeout=0.5)])
+    agent = Agent(model, toolsets=[server])
     with pytest.raises(RunError) as info:
         agent.run_sync("wait")
     assert info.value.stage == Stage.TOOL
@@ -420,16 +427,38 @@ from golem import Agent, Approval, DeferredResults, loads_history
 from golem.mcp import MCPServer
 from golem.testing import ScriptedModel
 
-server_py, log, errlog, history = sys.argv[1:5]
-server = MCPServer.stdio(sys.executable, [server_py], env={"MCP_TEST_LOG": log},
-                         errlog=open(errlog, "a"), prefix="t")
-agent = Agent(ScriptedModel("Deleted a.log."), toolsets=[server])
+history, answer, transport, target, prefix = sys.argv[1:6]
+if transport == "stdio":
+    log, errlog = sys.argv[6:8]
+    server = MCPServer.stdio(sys.executable, [target], env={"MCP_TEST_LOG": log},
+                             errlog=open(errlog, "a"), prefix=prefix)
+else:
+    server = MCPServer.http(target, prefix=prefix)
+agent = Agent(ScriptedModel(answer), toolsets=[server])
 paused = loads_history(open(history, encoding="utf-8").read())
 done = agent.run_with_deferred_results_sync(
     paused, DeferredResults(approvals={"c1": Approval(True)}))
 print(done.output)
 print([m.content for m in done.messages if m.role == "tool"])
 """
+
+
+def resume_in_another_process(paused: Any, tmp_path: Path, answer: str, *server: str) -> list[str]:
+    """Save `paused`'s history, approve its call c1 in a fresh interpreter whose agent has
+    the server `server` (transport, target, prefix, ...) and the scripted `answer`; return
+    what it printed (the output, then the tool results)."""
+    history = tmp_path / "paused.json"
+    history.write_text(dumps_history(paused.messages), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(history), answer, *server],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
 
 
 def test_approval_pauses_and_resumes_in_another_process(
@@ -440,19 +469,11 @@ def test_approval_pauses_and_resumes_in_another_process(
     paused = agent.run_sync("clean up")
     assert paused.pending is not None
     assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
-    history = tmp_path / "paused.json"
-    history.write_text(dumps_history(paused.messages), encoding="utf-8")
     assert side_effects(log) == []
-    out = subprocess.run(
-        [sys.executable, "-c", RESUME_SCRIPT, SERVER, str(log), errlog.name, str(history)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
+    printed = resume_in_another_process(
+        paused, tmp_path, "Deleted a.log.", "stdio", SERVER, "t", str(log), errlog.name
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["Deleted a.log.", "['deleted a.log']"]
+    assert printed == ["Deleted a.log.", "['deleted a.log']"]
     assert side_effects(log) == ["deleted a.log"]
 
 
@@ -525,16 +546,6 @@ def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> N
     assert side_effects(log) == ["deleted x"]
 
 
-def test_http_slow_call_times_out(log: Path, http_url: str) -> None:
-    model = ScriptedModel(calls(("c1", "h_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h", timeout=0.5)])
-    with pytest.raises(RunError) as info:
-        agent.run_sync("wait")
-    assert info.value.stage == Stage.TOOL
-    assert isinstance(info.value.__cause__, TimeoutError)
-    assert "overran its 0.5s timeout" in str(info.value.__cause__)
-
-
 def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_url: str) -> None:
     model = ScriptedModel(calls(("c1", "h_die", {})), "never")
     agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
@@ -548,22 +559,6 @@ def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_
     assert http_url in str(cause)
 
 
-HTTP_RESUME_SCRIPT = """
-import sys
-from golem import Agent, Approval, DeferredResults, loads_history
-from golem.mcp import MCPServer
-from golem.testing import ScriptedModel
-
-url, history = sys.argv[1:3]
-agent = Agent(ScriptedModel("Deleted x."), toolsets=[MCPServer.http(url, prefix="h")])
-paused = loads_history(open(history, encoding="utf-8").read())
-done = agent.run_with_deferred_results_sync(
-    paused, DeferredResults(approvals={"c1": Approval(True)}))
-print(done.output)
-print([m.content for m in done.messages if m.role == "tool"])
-"""
-
-
 def test_http_approval_pauses_and_resumes_in_another_process(
     log: Path, http_url: str, tmp_path: Path
 ) -> None:
@@ -572,19 +567,9 @@ def test_http_approval_pauses_and_resumes_in_another_process(
     paused = agent.run_sync("clean up")
     assert paused.pending is not None
     assert [p.call_id for p in paused.pending.approvals] == ["c1"]
-    history = tmp_path / "paused.json"
-    history.write_text(dumps_history(paused.messages), encoding="utf-8")
     assert side_effects(log) == []
-    out = subprocess.run(
-        [sys.executable, "-c", HTTP_RESUME_SCRIPT, http_url, str(history)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["Deleted x.", "['deleted x']"]
+    printed = resume_in_another_process(paused, tmp_path, "Deleted x.", "http", http_url, "h")
+    assert printed == ["Deleted x.", "['deleted x']"]
     assert side_effects(log) == ["deleted x"]
 
 

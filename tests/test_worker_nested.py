@@ -10,18 +10,16 @@ resume the parent, which resumes the sub-agent.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from golem import Agent, Message, ToolCall
 from golem.store import CallKind, Decision, RunStatus, Store
-from golem.store.sqlite import SQLiteStore
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from golem.worker import AgentEntry, Worker, start_run
+from tests.test_worker import store  # noqa: F401 - the store fixture
 
 pytestmark = pytest.mark.xfail(
     strict=True,
@@ -63,17 +61,8 @@ DELEGATE = Message(
 DELETE = Message(role="assistant", tool_calls=[ToolCall("j1", "delete", '{"path": "a.log"}')])
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await SQLiteStore.open(tmp_path / "golem.db")
-    try:
-        yield s
-    finally:
-        await s.close()
-
-
 async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker(
-    store: Store,
+    store: Store,  # noqa: F811
 ) -> None:
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
     run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
@@ -96,7 +85,9 @@ async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker
     assert resuming.deleted == ["a.log"]
 
 
-async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(store: Store) -> None:
+async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(
+    store: Store,  # noqa: F811
+) -> None:
     """The check the worker makes for a parent's own call holds for a sub-agent's: the
     arguments in the stored history must be the ones the approvers saw."""
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
@@ -116,7 +107,7 @@ async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(store: Store) 
     assert resuming.deleted == []
 
 
-async def _replace_history(store: Store, run_id: str, history: str) -> None:
+async def _replace_history(store: Store, run_id: str, history: str) -> None:  # noqa: F811
     await store._submit(  # type: ignore[attr-defined]
         True,
         lambda tx: tx.run(
