@@ -463,3 +463,36 @@ def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
         paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
     )
     assert (done.output, log) == ("ok", ["a.log"])
+
+
+# --------------------------------------------------------------------------- sub_agent_calls
+
+
+def test_sub_agent_calls_find_every_nested_pending_call_with_its_seal_binding() -> None:
+    """What a worker checks a stored `t1/m1/s1` against: the call in the innermost history,
+    its namespaced tool name, and the conversation its seal is bound to."""
+    from golem.agent_tool import sub_agent_calls
+    from golem.seal import SealKeys, verify_call
+
+    key = b"k" * 32
+    log: list[str] = []
+    inner = janitor(calls(("s1", "delete_file", {"path": "a.log"})), log=log)
+    inner.seal_keys = SealKeys(key)
+    middle = Agent(ScriptedModel(ask("clean", "m1")), name="manager", tools=[inner.as_tool()])
+    top = Agent(ScriptedModel(ask("manage", "t1", "manager")), tools=[middle.as_tool()])
+    paused = top.run_sync("go")
+    assert paused.pending is not None
+
+    found = sub_agent_calls(paused.messages)
+    assert list(found) == [p.call_id for p in paused.pending.approvals] == ["t1/m1/s1"]
+    sub = found["t1/m1/s1"]
+    assert (sub.call.id, sub.call.name, sub.call.args) == ("s1", "delete_file", '{"path": "a.log"}')
+    assert sub.tool_name == paused.pending.approvals[0].tool_name == "manager/janitor/delete_file"
+    assert sub.conversation_id
+    assert sub.conversation_id != paused.conversation_id
+    assert inner.seal_keys is not None
+    assert verify_call(inner.seal_keys, sub.conversation_id, sub.call) is DeferKind.APPROVAL
+    # a history without records, and one whose record is unreadable, have none
+    assert sub_agent_calls(paused.messages[:1]) == {}
+    broken = [*paused.messages[:-1], Message(role="tool", content=PAUSED_MARKER + " x\n{")]
+    assert sub_agent_calls(broken) == {}

@@ -1,4 +1,5 @@
-"""`loads_history` raises only `ValueError`, for any input, and says where and what.
+"""`loads_history` raises only `ValueError`, for any JSON text, and says where and what
+(a value that is not text at all, such as None, is a `TypeError` that says so).
 
 Issue 12: no `TypeError` for a non-string role, no `RecursionError` for deep nesting, no
 `UnicodeError`; a lone surrogate is refused at load (never a history that cannot be saved),
@@ -275,3 +276,15 @@ def test_escaped_surrogate_text_in_args_is_plain_text_and_round_trips() -> None:
     args = '{"a":"\\ud800"}'
     history = [Message(role="assistant", tool_calls=[ToolCall("c", "n", args)])]
     assert loads_history(dumps_history(history)) == history
+
+
+@pytest.mark.parametrize("value", [None, [], {}, 42])
+def test_a_value_that_is_not_json_text_is_a_type_error_that_says_so(value: object) -> None:
+    with pytest.raises(TypeError, match=r"JSON text of a history \(str or bytes\), got"):
+        loads_history(value)  # type: ignore[arg-type]
+
+
+def test_bytes_like_json_text_loads() -> None:
+    text = dumps_history([Message(role="user", content="hi")])
+    for data in (text.encode(), bytearray(text.encode()), memoryview(text.encode())):
+        assert loads_history(data) == [Message(role="user", content="hi")]  # type: ignore[arg-type]

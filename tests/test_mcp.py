@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,9 +214,16 @@ def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
     assert next(m for m in result.messages if m.tool_call_id == "c2").content == "2"
 
 
-def test_a_slow_call_times_out_with_the_servers_timeout(log: Path, errlog: Any) -> None:
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_slow_call_times_out_with_the_servers_timeout(
+    log: Path, errlog: Any, transport: str, request: pytest.FixtureRequest
+) -> None:
+    if transport == "stdio":
+        server = stdio(log, errlog, prefix="t", timeout=0.5)
+    else:
+        server = MCPServer.http(request.getfixturevalue("http_url"), prefix="t", timeout=0.5)
     model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", timeout=0.5)])
+    agent = Agent(model, toolsets=[server])
     with pytest.raises(RunError) as info:
         agent.run_sync("wait")
     assert info.value.stage == Stage.TOOL
@@ -324,6 +332,22 @@ def test_configured_policies(log: Path, errlog: Any, policy: Any, expected: list
     assert pending == expected
 
 
+def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
+    log: Path, errlog: Any
+) -> None:
+    """A misspelt name would silently leave its tool on the default policy (for a tool hinted
+    read-only: no approval); listing the tools says so."""
+    server = stdio(log, errlog, prefix="t", requires_approval={"ad": True, "t_add": True})
+    model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), calls(("c2", "t_add", {})))
+    agent = Agent(model, toolsets=[server])
+    with pytest.warns(UserWarning, match=r"requires_approval names \['ad'\], which the server"):
+        paused = agent.run_sync("go")
+    assert paused.pending is not None  # "t_add" is listed and decides
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.run_sync("again")  # the same name is not warned about twice
+
+
 def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
     log: Path, errlog: Any
 ) -> None:
@@ -403,16 +427,38 @@ from golem import Agent, Approval, DeferredResults, loads_history
 from golem.mcp import MCPServer
 from golem.testing import ScriptedModel
 
-server_py, log, errlog, history = sys.argv[1:5]
-server = MCPServer.stdio(sys.executable, [server_py], env={"MCP_TEST_LOG": log},
-                         errlog=open(errlog, "a"), prefix="t")
-agent = Agent(ScriptedModel("Deleted a.log."), toolsets=[server])
+history, answer, transport, target, prefix = sys.argv[1:6]
+if transport == "stdio":
+    log, errlog = sys.argv[6:8]
+    server = MCPServer.stdio(sys.executable, [target], env={"MCP_TEST_LOG": log},
+                             errlog=open(errlog, "a"), prefix=prefix)
+else:
+    server = MCPServer.http(target, prefix=prefix)
+agent = Agent(ScriptedModel(answer), toolsets=[server])
 paused = loads_history(open(history, encoding="utf-8").read())
 done = agent.run_with_deferred_results_sync(
     paused, DeferredResults(approvals={"c1": Approval(True)}))
 print(done.output)
 print([m.content for m in done.messages if m.role == "tool"])
 """
+
+
+def resume_in_another_process(paused: Any, tmp_path: Path, answer: str, *server: str) -> list[str]:
+    """Save `paused`'s history, approve its call c1 in a fresh interpreter whose agent has
+    the server `server` (transport, target, prefix, ...) and the scripted `answer`; return
+    what it printed (the output, then the tool results)."""
+    history = tmp_path / "paused.json"
+    history.write_text(dumps_history(paused.messages), encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(history), answer, *server],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
 
 
 def test_approval_pauses_and_resumes_in_another_process(
@@ -423,19 +469,11 @@ def test_approval_pauses_and_resumes_in_another_process(
     paused = agent.run_sync("clean up")
     assert paused.pending is not None
     assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
-    history = tmp_path / "paused.json"
-    history.write_text(dumps_history(paused.messages), encoding="utf-8")
     assert side_effects(log) == []
-    out = subprocess.run(
-        [sys.executable, "-c", RESUME_SCRIPT, SERVER, str(log), errlog.name, str(history)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        check=False,
+    printed = resume_in_another_process(
+        paused, tmp_path, "Deleted a.log.", "stdio", SERVER, "t", str(log), errlog.name
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["Deleted a.log.", "['deleted a.log']"]
+    assert printed == ["Deleted a.log.", "['deleted a.log']"]
     assert side_effects(log) == ["deleted a.log"]
 
 
@@ -505,6 +543,33 @@ def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> N
     results = {m.tool_call_id: m.content for m in done.messages if m.role == "tool"}
     assert results["c2"] == "deleted x"
     assert results["c3"].startswith("Your tool call was rejected: Error executing tool fail: nope.")
+    assert side_effects(log) == ["deleted x"]
+
+
+def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_url: str) -> None:
+    model = ScriptedModel(calls(("c1", "h_die", {})), "never")
+    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
+    with pytest.raises(RunError) as info:
+        agent.run_sync("die")
+    assert info.value.stage == Stage.TOOL
+    cause = info.value.__cause__
+    assert isinstance(cause, ToolError)
+    assert (cause.tool_name, cause.call_id) == ("h_die", "c1")
+    assert isinstance(cause.__cause__, MCPServerError)
+    assert http_url in str(cause)
+
+
+def test_http_approval_pauses_and_resumes_in_another_process(
+    log: Path, http_url: str, tmp_path: Path
+) -> None:
+    model = ScriptedModel(calls(("c1", "h_delete_file", {"path": "x"})))
+    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
+    paused = agent.run_sync("clean up")
+    assert paused.pending is not None
+    assert [p.call_id for p in paused.pending.approvals] == ["c1"]
+    assert side_effects(log) == []
+    printed = resume_in_another_process(paused, tmp_path, "Deleted x.", "http", http_url, "h")
+    assert printed == ["Deleted x.", "['deleted x']"]
     assert side_effects(log) == ["deleted x"]
 
 

@@ -282,6 +282,7 @@ def test_a_pause_ends_the_run_span_as_paused(exporter: InMemorySpanExporter) -> 
     attrs = dict(run.attributes or {})
     assert attrs["golem.run.status"] == "paused"
     assert attrs["golem.run.pending_call_ids"] == ("c1", "c2")
+    assert attrs["golem.run.operation"] == "run"
     assert run.status.status_code == StatusCode.UNSET
     deferred = [s for s in exporter.get_finished_spans() if s.name == "execute_tool delete_file"]
     assert [(s.attributes or {}).get("golem.tool.deferred") for s in deferred] == [True, True]
@@ -310,6 +311,7 @@ def test_the_resumed_run_links_to_the_paused_one(exporter: InMemorySpanExporter)
     _, trace_id, span_id, _ = paused.trace_context.split("-")
     assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == (trace_id, span_id)
     assert (link.attributes or {})["golem.link"] == "resumes_paused_run"
+    assert (run.attributes or {})["golem.run.operation"] == "resume"
     rerun = spans[0]
     assert (rerun.attributes or {})["golem.tool.approved"] is True
     assert rerun.parent is not None
@@ -392,3 +394,29 @@ def test_traceparent_round_trip() -> None:
     assert otel.format_traceparent(ctx) == value
     assert otel.parse_traceparent("") is None
     assert otel.parse_traceparent("00-zz-01") is None
+
+
+async def test_a_streamed_and_a_nested_resume_say_resume(exporter: InMemorySpanExporter) -> None:
+    """`golem.run.operation` tells a resumed run from a fresh one, however it was resumed."""
+    agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')), answer("Done."))
+    paused = await agent.run("clean")
+    exporter.clear()
+    async with agent.run_stream_with_deferred_results(
+        paused.messages, DeferredResults(approvals={"c1": Approval(True)})
+    ) as stream:
+        async for _ in stream:
+            pass
+    runs = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert [(s.attributes or {}).get("golem.run.operation") for s in runs] == ["resume"]
+
+    sub = approval_agent(turn(ToolCall("s1", "delete_file", '{"path": "a"}')), answer("Done."))
+    call = ToolCall("p1", "janitor", '{"prompt": "clean"}')
+    parent = Agent(ScriptedModel(turn(call), answer("All done.")), tools=[sub.as_tool()])
+    paused = await parent.run("go")
+    exporter.clear()
+    done = await parent.run_with_deferred_results(
+        paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
+    )
+    assert done.output == "All done."
+    runs = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert [(s.attributes or {}).get("golem.run.operation") for s in runs] == ["resume", "resume"]

@@ -29,7 +29,9 @@ PUBLIC_ALL = {
         "loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.agent_tool": "PAUSED_MARKER AgentTool SubAgentPaused forwarder",
+    "golem.agent_tool": (
+        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder sub_agent_calls"
+    ),
     "golem.cli": "build_app main",
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",

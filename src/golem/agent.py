@@ -321,15 +321,18 @@ class Agent(Generic[DepsT, OutputT]):
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
 
-    def _run_tracer(self, state: RunState, trace_context: str = "") -> RunTracer | None:
-        """Start the run's span when tracing is on (`golem.otel`), else None."""
+    def _run_tracer(
+        self, state: RunState, trace_context: str = "", operation: str = "run"
+    ) -> RunTracer | None:
+        """Start the run's span when tracing is on (`golem.otel`), else None; `operation`
+        is "run" or "resume" (the span's `golem.run.operation`)."""
         if self.tracer_provider is None and "golem.otel" not in sys.modules:
             return None  # golem.otel never imported: tracing is off, nothing to ask
         from golem.otel import run_tracer
 
         tracer = run_tracer(self, self.tracer_provider, trace_context)
         if tracer is not None:
-            tracer.start(state)
+            tracer.start(state, operation=operation)
             state.tracer = tracer
             state.observers = (tracer.on_event, *state.observers)
         return tracer
@@ -342,10 +345,11 @@ class Agent(Generic[DepsT, OutputT]):
         stream: bool = False,
         trace_context: str = "",
         before: Callable[[], Awaitable[None]] | None = None,
+        operation: str = "run",
     ) -> Result[OutputT]:
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
-        tracer = self._run_tracer(state, trace_context)
+        tracer = self._run_tracer(state, trace_context, operation)
         nested = self._nested(policy.tools)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
@@ -726,6 +730,7 @@ class Agent(Generic[DepsT, OutputT]):
             stream=stream,
             trace_context=trace_context,
             before=lambda: self._resolve(plan, policy, state, before_approved, user),
+            operation="resume",
         )
 
     async def _resolve(
@@ -776,7 +781,11 @@ class Agent(Generic[DepsT, OutputT]):
             state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
             state.sink = sink
             return await self._run_traced(
-                policy, state, stream=sink is not None, trace_context=trace_context
+                policy,
+                state,
+                stream=sink is not None,
+                trace_context=trace_context,
+                operation="resume",
             )
 
         return await resume_nested(

@@ -28,7 +28,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pydantic_core
 
@@ -36,7 +36,7 @@ from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import ResumeError
 from golem.events import EventHandler, RunEvent, dispatch
-from golem.messages import Message, dumps_history, loads_history
+from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
 if TYPE_CHECKING:
@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from golem.agent import Agent
     from golem.result import Result
 
-__all__ = ["PAUSED_MARKER", "AgentTool", "SubAgentPaused", "forwarder"]
+__all__ = [
+    "PAUSED_MARKER",
+    "AgentTool",
+    "SubAgentCall",
+    "SubAgentPaused",
+    "forwarder",
+    "sub_agent_calls",
+]
 
 PAUSED_MARKER = "[golem: sub-agent paused]"
 """How the result recorded for a paused sub-agent's call starts (the state follows)."""
@@ -424,16 +431,50 @@ def _owner(records: Mapping[str, _Paused], key: str) -> str | None:
 def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
     """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
     waiting = {c.id: c.name for c in _pending_or_none(history)}
-    for m in history:
-        if m.role == "tool" and m.content.startswith(PAUSED_MARKER):
-            try:
-                state = json.loads(m.content.split("\n", 1)[1])
-                inner = loads_history(state["history"])
-            except (IndexError, KeyError, TypeError, ValueError):
-                continue  # the sub-agent's own resume reports it
-            for sub_id, sub_name in _waiting_calls(inner).items():
-                waiting[f"{m.tool_call_id}/{sub_id}"] = f"{m.tool_name}/{sub_name}"
+    waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
     return waiting
+
+
+class SubAgentCall(NamedTuple):
+    """A call a paused sub-agent waits on, found in its parent's history (`sub_agent_calls`)."""
+
+    call: ToolCall
+    """The call as the sub-agent's history holds it: its own ID, name, arguments and seal."""
+    tool_name: str
+    """The namespaced tool name, as the parent's `Result.pending` and a store name it
+    (`<agent tool>/<sub tool>`)."""
+    conversation_id: str
+    """The sub-run's conversation ID, which the call's seal (if any) is bound to."""
+
+
+def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
+    """The calls the paused sub-agents recorded in a parent's `history` wait on, by
+    namespaced ID (`<parent call id>/<sub call id>`, nested sub-agents at any depth), in
+    history order.
+
+    What a worker needs to check a stored sub-agent call against the history before a
+    resume: the parent's own pending calls are tool calls of `history`; these are not. An
+    unreadable record is skipped (the resume itself reports it).
+    """
+    found: dict[str, SubAgentCall] = {}
+    for m in history:
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        try:
+            state = json.loads(m.content.split("\n", 1)[1])
+            inner = loads_history(state["history"])
+        except (IndexError, KeyError, TypeError, ValueError):
+            continue
+        conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
+        for c in _pending_or_none(inner):
+            found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
+                c, f"{m.tool_name}/{c.name}", conversation
+            )
+        for sub_id, sub in sub_agent_calls(inner).items():
+            found[f"{m.tool_call_id}/{sub_id}"] = sub._replace(
+                tool_name=f"{m.tool_name}/{sub.tool_name}"
+            )
+    return found
 
 
 def _pending_or_none(history: Sequence[Message]) -> list[Any]:

@@ -33,9 +33,10 @@ import json
 import os
 import re
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from types import TracebackType
 from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
 
@@ -91,6 +92,7 @@ class MCPServerError(GolemError):
 class ToolHints:
     """The behaviour hints an MCP server declares for a tool (None: not hinted)."""
 
+    _: KW_ONLY
     read_only: bool | None = None
     """`readOnlyHint`: the tool does not modify its environment."""
     destructive: bool | None = None
@@ -125,7 +127,8 @@ ApprovalPolicy: TypeAlias = (
     | None
 )
 """`True`/`False` for every tool; a mapping from tool name (with or without the prefix) to
-`True`/`False`/a reason, tools not in it following the default; a function of the `MCPCall`
+`True`/`False`/a reason, tools not in it following the default (a name the server does not
+list is reported with a `UserWarning` when the tools are listed); a function of the `MCPCall`
 returning `True`/`False`/a reason (sync or async); or None, the default, which follows the
 tool's annotations."""
 
@@ -209,6 +212,7 @@ class MCPServer:
         self._tools: list[Tool] | None = None
         self._generation = 0
         self._listed_for: Client | None = None
+        self._unknown_warned: set[str] = set()
 
     @classmethod
     def stdio(
@@ -432,9 +436,31 @@ class MCPServer:
             info = client.server_info
             prefix = _NAME_CHARS.sub("_", info.name if info is not None else "") or "mcp"
         tools = [self._tool(t, prefix) for t in listed]
+        self._warn_unknown_policy_names(listed, tools)
         if generation == self._generation:  # else a change arrived meanwhile: list again next turn
             self._tools, self._listed_for = tools, client
         return tools
+
+    def _warn_unknown_policy_names(
+        self, listed: Sequence[mcp_types.Tool], tools: Sequence[Tool]
+    ) -> None:
+        """Warn (once per name) when a `requires_approval` mapping names a tool the server
+        does not list: a misspelt name decides nothing, and its tool follows the default."""
+        policy = self.requires_approval
+        if not isinstance(policy, Mapping):
+            return
+        names = {t.name for t in listed} | {t.name for t in tools}
+        unknown = sorted(k for k in policy if k not in names and k not in self._unknown_warned)
+        if not unknown:
+            return
+        self._unknown_warned.update(unknown)
+        warnings.warn(
+            f"MCP server {self.label}: requires_approval names {unknown}, which the server does "
+            f"not list (it lists {sorted(t.name for t in listed)}); those entries decide nothing "
+            "and the tools follow the default policy",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:
         server_name = spec.name

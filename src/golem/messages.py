@@ -660,7 +660,14 @@ def loads_history(text: str | bytes) -> list[Message]:
             `NaN`/`Infinity`, a lone surrogate, invalid UTF-8, nesting too deep), not an
             array, or a message of the wrong shape; the message names the 0-based message
             index when there is one. Nothing is returned half-loaded.
+        TypeError: `text` is not JSON text at all (neither `str` nor bytes), such as None
+            or an already decoded list.
     """
+    if not isinstance(text, str | bytes | bytearray | memoryview):
+        raise TypeError(
+            "loads_history takes the JSON text of a history (str or bytes), got "
+            f"{type(text).__name__}; a list of Message objects needs no loading"
+        )
     # Every object built here is acyclic and survives the call: collections triggered by the
     # allocation count could free nothing and would walk the growing result again and again
     # (about a third of a large load). Collection is paused while the history is built.

@@ -209,7 +209,8 @@ class RunTracer:
     # ----------------------------------------------------------------- run
 
     def start(self, state: RunState, *, operation: str = "run") -> None:
-        """Open the run's `invoke_agent` span and make it current."""
+        """Open the run's `invoke_agent` span and make it current; `operation` ("run" or
+        "resume", the `golem.run.operation` attribute) says whether it continues a pause."""
         self._state = state
         name = getattr(self._agent, "name", "")
         attributes: dict[str, Any] = {

@@ -113,8 +113,11 @@ async def test_fallback_on_chooses_which_errors_move_on() -> None:
 
 
 def test_only_models_are_accepted() -> None:
-    with pytest.raises(ValueError, match="FallbackModel model 1 must be a golem Model"):
+    with pytest.raises(TypeError, match="FallbackModel model 1 must be a golem Model") as info:
         FallbackModel(_Plain(), "openai:gpt-4.1")  # type: ignore[arg-type]
+    assert "golem.providers.infer_model('openai:gpt-4.1')" in str(info.value)
+    with pytest.raises(TypeError, match=r"model 0 must be a golem Model .*got NoneType$"):
+        FallbackModel(None)  # type: ignore[arg-type]
     model = FallbackModel(ScriptedModel(), _Plain())
     assert isinstance(model, StreamingModel)
     assert repr(model) == "FallbackModel(ScriptedModel, plain-1)"

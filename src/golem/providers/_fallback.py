@@ -53,7 +53,7 @@ class FallbackModel:
             `ProviderError` with `retryable` set.
 
     Raises:
-        ValueError: a model is not a `golem.model.Model`.
+        TypeError: a model is not a `golem.model.Model` (as `Agent` refuses one).
     """
 
     def __init__(
@@ -65,9 +65,14 @@ class FallbackModel:
         models = (primary, *others)
         for i, m in enumerate(models):
             if not isinstance(m, Model):
-                raise ValueError(
+                hint = (
+                    f"; build it with golem.providers.infer_model({m!r})"
+                    if isinstance(m, str)
+                    else ""
+                )
+                raise TypeError(
                     f"FallbackModel model {i} must be a golem Model (with async generate), "
-                    f"got {type(m).__name__}"
+                    f"got {type(m).__name__}{hint}"
                 )
         self.models: tuple[Model, ...] = models
         """The models, in the order they are asked."""

@@ -41,7 +41,7 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class Approver:
 
     identity: str
     """Name recorded as `decided_by` / `started_by` (for example an e-mail address)."""
+    _: KW_ONLY
     agents: frozenset[str] | None = None
     """Agents whose runs this approver may see, start and decide; `None` means all."""
     tools: frozenset[str] | None = None
@@ -160,6 +161,7 @@ class AuthConfig:
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)
+    _: KW_ONLY
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     session_seconds: float = 12 * 3600
     stream_token_seconds: float = 300

@@ -37,7 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -72,6 +72,7 @@ class Webhook:
     """
 
     url: str
+    _: KW_ONLY
     secret: bytes | None = field(default=None, repr=False)
     agents: frozenset[str] | None = None
     events: frozenset[str] = EVENTS

@@ -11,7 +11,7 @@ import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -168,6 +168,7 @@ class Presentation:
     Presentation`); every string is shown escaped, with hidden characters revealed.
     """
 
+    _: KW_ONLY
     title: str = ""
     """Replaces the tool name as the card's heading (the tool name stays beside it)."""
     summary: str = ""

@@ -1,0 +1,116 @@
+"""A sub-agent's pause through the store and a worker (issue 11: "in another process, through
+the store and the inbox like any other pending call").
+
+The parent's `Result.pending` names the sub-agent's calls `<parent call>/<sub call>`; the
+store saves them under those IDs and approvers decide them like any other call. The worker
+must then find each decided call in the stored history — inside the paused sub-agent's
+record, not among the parent's own tool calls — check it against what the approvers saw and
+resume the parent, which resumes the sub-agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from golem import Agent, Message, ToolCall
+from golem.store import CallKind, Decision, RunStatus, Store
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, Worker, start_run
+from tests.test_worker import store  # noqa: F401 - the store fixture
+
+pytestmark = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "worker._latest_calls looks the decided calls up among the parent's own tool calls "
+        'only, so a namespaced sub-agent call ("call-1/j1") fails the resume with '
+        "StoredCallMismatch (fix belongs in src/golem/worker.py)"
+    ),
+)
+
+
+class Nested:
+    """A parent agent that delegates to a janitor sub-agent whose `delete` needs approval."""
+
+    def __init__(self, *, sub_script: tuple[Any, ...], parent_script: tuple[Any, ...]) -> None:
+        self.deleted: list[str] = []
+        janitor = Agent(ScriptedModel(*sub_script), name="janitor")
+
+        @janitor.tool_plain
+        def delete(path: str) -> str:
+            """Delete a file."""
+            if not call_approved():
+                raise Deferred(DeferKind.APPROVAL, f"delete {path}?")
+            self.deleted.append(path)
+            return f"deleted {path}"
+
+        parent = Agent(
+            ScriptedModel(*parent_script),
+            name="boss",
+            tools=[janitor.as_tool(description="Cleans up files.")],
+        )
+        self.registry = {"boss": AgentEntry(parent)}
+
+
+DELEGATE = Message(
+    role="assistant",
+    tool_calls=[ToolCall("call-1", "janitor", '{"prompt": "clean up a.log"}')],
+)
+DELETE = Message(role="assistant", tool_calls=[ToolCall("j1", "delete", '{"path": "a.log"}')])
+
+
+async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker(
+    store: Store,  # noqa: F811
+) -> None:
+    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
+    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
+    assert run.status is RunStatus.PENDING
+    assert [(c.call_id, c.kind, c.tool_name, c.args) for c in run.calls] == [
+        ("call-1/j1", CallKind.APPROVAL, "janitor/delete", '{"path": "a.log"}')
+    ]
+    assert pausing.deleted == []
+
+    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    # a worker in "another process": freshly built agents, only the store in common
+    resuming = Nested(sub_script=("Deleted a.log.",), parent_script=("All tidy.",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30)
+    assert await worker.run_once() is True
+
+    done = await store.get_run(run.id)
+    assert done.outcome is not None, done
+    assert (done.status, done.outcome.error) == (RunStatus.COMPLETED, "")
+    assert done.outcome.output == "All tidy."
+    assert resuming.deleted == ["a.log"]
+
+
+async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(
+    store: Store,  # noqa: F811
+) -> None:
+    """The check the worker makes for a parent's own call holds for a sub-agent's: the
+    arguments in the stored history must be the ones the approvers saw."""
+    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
+    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
+    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30)
+    # the approvers saw a.log; the history now says etc/passwd
+    tampered = run.history.replace("a.log", "etc/passwd")
+    assert tampered != run.history
+    await _replace_history(store, run.id, tampered)
+    assert await worker.run_once() is True
+    done = await store.get_run(run.id)
+    assert done.status is RunStatus.FAILED
+    assert done.outcome is not None
+    assert "other arguments in the history than the approvers saw" in done.outcome.error
+    assert resuming.deleted == []
+
+
+async def _replace_history(store: Store, run_id: str, history: str) -> None:  # noqa: F811
+    await store._submit(  # type: ignore[attr-defined]
+        True,
+        lambda tx: tx.run(
+            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (history, run_id)
+        ),
+    )
