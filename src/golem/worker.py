@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
+from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -193,7 +194,11 @@ def new_run_from_result(
         kinds = {p.call_id: p.kind for p in pending.calls if not p.seal}
         if kinds:
             messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
-            seals = {i: c.seal for i, c in _latest_calls(messages, kinds).items() if c.seal}
+            latest = _latest_calls(messages, kinds)
+            if len(latest) < len(kinds):  # a paused sub-agent's calls: sealed in its record
+                messages = seal_sub_agent_calls(messages, seal_key, kinds)
+                latest.update((i, s.call) for i, s in _nested_calls(messages, kinds).items())
+            seals = {i: c.seal for i, c in latest.items() if c.seal}
     if pending is not None:
         for kind, group in (
             (CallKind.APPROVAL, pending.approvals),
@@ -414,6 +419,32 @@ def _latest_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str
     return found
 
 
+def _nested_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str, SubAgentCall]:
+    """The calls among `ids` that paused sub-agents wait on (their records in `messages`)."""
+    if not paused_records(messages):
+        return {}
+    wanted = set(ids)
+    return {i: s for i, s in sub_agent_calls(messages).items() if i in wanted}
+
+
+def _stored_calls(
+    messages: Sequence[Message], ids: Collection[str]
+) -> tuple[dict[str, ToolCall], dict[str, SubAgentCall]]:
+    """Each of `ids` as the history holds it, for the checks before a resume.
+
+    A parent's own call is its last tool call with that ID; a paused sub-agent's call
+    (namespaced `<parent call>/<sub call>`) is found in its record and stands in the first
+    map under its namespaced tool name, so name and arguments compare as decided; the
+    second map keeps it as sealed (own ID and name, the sub-run's conversation).
+    """
+    latest = _latest_calls(messages, ids)
+    nested: dict[str, SubAgentCall] = {}
+    if len(latest) < len(set(ids)):
+        nested = _nested_calls(messages, [i for i in ids if i not in latest])
+        latest.update((i, replace(s.call, name=s.tool_name)) for i, s in nested.items())
+    return latest, nested
+
+
 def _check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
     """Every decided call must be in the history as the approvers saw it (name, arguments).
 
@@ -439,8 +470,14 @@ def _check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
         )
 
 
-def _check_seals(run: RunRecord, latest: Mapping[str, ToolCall], keys: SealKeys) -> None:
-    """Every stored pending call must carry a valid seal for its kind.
+def _check_seals(
+    run: RunRecord,
+    latest: Mapping[str, ToolCall],
+    keys: SealKeys,
+    nested: Mapping[str, SubAgentCall],
+) -> None:
+    """Every stored pending call must carry a valid seal for its kind (a paused
+    sub-agent's call: as its record holds it, bound to the sub-run's conversation).
 
     Raises:
         SealError: a call is unsealed, sealed with an unknown key or tampered with.
@@ -450,7 +487,11 @@ def _check_seals(run: RunRecord, latest: Mapping[str, ToolCall], keys: SealKeys)
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
             continue
-        kind = verify_call(keys, run.conversation_id, tc)
+        sub = nested.get(call.call_id)
+        if sub is not None:
+            kind = verify_call(keys, sub.conversation_id, sub.call)
+        else:
+            kind = verify_call(keys, run.conversation_id, tc)
         if kind.value != call.kind.value:
             raise StoredCallMismatch(
                 f'call "{call.call_id}" of run "{run.id}" was sealed as {kind.value}, '
@@ -681,10 +722,10 @@ class Worker:
                 extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
-            latest = _latest_calls(history, [c.call_id for c in run.calls])
+            latest, nested = _stored_calls(history, [c.call_id for c in run.calls])
             _check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                _check_seals(run, latest, self.seal_keys)
+                _check_seals(run, latest, self.seal_keys, nested)
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )
