@@ -16,7 +16,8 @@ await Worker(store, registry).run_forever()
 
 The at-most-once guarantee (`docs/adr/0011-at-most-once-resume.md`): a run is claimed by one
 worker once; if that worker dies, its lease runs out and the run is marked `interrupted`, never
-resumed again automatically. Tools with side effects use `ctx.call_id` as an idempotency key.
+resumed again automatically. Tools with side effects pass `ctx.idempotency_key` (unique per
+conversation and call) to what they change.
 """
 
 from __future__ import annotations

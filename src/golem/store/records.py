@@ -433,7 +433,8 @@ class PendingCallRecord:
     run_id: str
     """The run the call belongs to."""
     call_id: str
-    """The tool call's ID (the idempotency key a tool sees as `ctx.call_id`)."""
+    """The tool call's ID (a tool sees it as `ctx.call_id`; its idempotency key, unique across
+    conversations, is `ctx.idempotency_key`)."""
     position: int
     """0-based index in the model's emission order among the run's pending calls."""
     kind: CallKind
