@@ -304,6 +304,44 @@ async def test_cancel_abandons_in_flight_resumes_to_the_interrupted_sweep(
         await store.close()
 
 
+async def test_sweeps_stay_due_while_every_slot_is_busy(backend: Backend) -> None:
+    """A worker whose only slot is held by a long resume still denies an overdue call."""
+    store = await backend.open()
+    app = Slots()
+    gate = asyncio.Event()
+    app.hold = lambda run_id: gate.wait()
+    stop = asyncio.Event()
+    try:
+        busy = await _ready(store, app, "busy")
+        worker = Worker(store, app.registry, worker_id="w", sweep_interval=0, concurrency=1)
+        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
+        await app.until(lambda: app.inside == 1)
+        overdue = await start_run(  # saved once the slot is busy: only a later sweep sees it
+            store, app.registry, "slots", "go:late:1", started_by="t", expires_in=0.001
+        )
+
+        async def denied() -> bool:
+            run = await store.get_run(overdue.id)
+            return run.calls[0].decision is not None
+
+        async with asyncio.timeout(WAIT):
+            while not await denied():  # noqa: ASYNC110 - the state lives in the database
+                await asyncio.sleep(0.02)
+        call = (await store.get_run(overdue.id)).calls[0]
+        assert call.decision is not None
+        assert call.decision.reason == "expired"
+        assert (await store.get_run(busy)).status is RunStatus.RUNNING, "still in its slot"
+        gate.set()
+        await _until_finished(store, [busy, overdue.id])
+        stop.set()
+        await asyncio.wait_for(task, WAIT)
+        assert app.executed == Counter({(busy, "c0"): 1}), "the expired call never ran"
+    finally:
+        gate.set()
+        stop.set()
+        await store.close()
+
+
 def test_concurrency_must_be_a_positive_integer(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "x.db")
     for bad in (0, -2, 1.5, True, "4"):

@@ -173,3 +173,26 @@ async def test_batch_claims_from_several_processes_never_share_a_run(
                 p.kill()
                 p.wait()
         await store.close()
+
+
+async def test_a_batch_claim_is_one_span_naming_its_runs_and_an_idle_one_none(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from golem.store.sqlite import SQLiteStore
+    from tests.otel_support import instrumented
+
+    with instrumented() as exporter:
+        store = await SQLiteStore.open(tmp_path / "t.db")
+        try:
+            assert await store.claim_ready_many("w", 30, limit=4) == []
+            ids = [await _ready(store) for _ in range(2)]
+            await store.claim_ready_many("w", 30, limit=4)
+        finally:
+            await store.close()
+    spans = [s for s in exporter.get_finished_spans() if s.name.endswith("claim_ready_many")]
+    assert len(spans) == 1, "the idle claim left no span"
+    attrs = dict(spans[0].attributes or {})
+    assert list(attrs["golem.run.ids"]) == ids  # type: ignore[arg-type]
+    assert attrs["golem.worker.id"] == "w"
+    assert attrs["db.response.returned_rows"] == 2
