@@ -12,7 +12,8 @@ import asyncio
 import json
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class Slots:
         self.cancelled: list[str] = []
         """Runs whose tool saw its resume cancelled."""
         self.changed = asyncio.Event()
-        self.hold: Callable[[str], Awaitable[None]] = _no_wait
+        self.hold: Callable[[str], Awaitable[object]] = _no_wait
         self.yields: dict[str, int] = {}
         """Per key: how many times `act` yields to the event loop before it returns."""
 
@@ -121,225 +122,188 @@ async def _until_finished(store: Store, ids: list[str]) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_n_resumes_are_in_flight_at_once(backend: Backend) -> None:
-    """The tool passes its barrier only when `concurrency` resumes are inside it together."""
-    store = await backend.open()
-    app = Slots()
-    barrier = asyncio.Barrier(4)
+@dataclass
+class Rig:
+    """A store, the `Slots` agent (held at `gate`) and at most one worker's `run_forever`."""
 
-    async def together(run_id: str) -> None:
-        await barrier.wait()
+    store: Store
+    app: Slots
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
-    app.hold = together
-    stop = asyncio.Event()
+    def start(self, **worker: Any) -> asyncio.Task[None]:
+        w = Worker(self.store, self.app.registry, worker_id="w", **worker)
+        self.task = asyncio.create_task(w.run_forever(poll_interval=0.05, stop_event=self.stop))
+        return self.task
+
+    def hold_together(self, n: int) -> None:
+        """Resumes wait until `n` of them are inside the tool at once."""
+        barrier = asyncio.Barrier(n)
+
+        async def together(run_id: str) -> None:
+            await barrier.wait()
+
+        self.app.hold = together
+
+    async def stopped(self) -> None:
+        """Set the stop event and wait (bounded) for `run_forever` to return."""
+        self.stop.set()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, WAIT)
+
+
+@pytest.fixture
+async def rig(backend: Backend) -> AsyncIterator[Rig]:
+    r = Rig(await backend.open(), Slots())
+    r.app.hold = lambda run_id: r.gate.wait()
     try:
-        ids = [await _ready(store, app, f"k{i}") for i in range(4)]
-        worker = Worker(store, app.registry, worker_id="w", concurrency=4)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await _until_finished(store, ids)
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-        assert await _statuses(store, ids) == [RunStatus.COMPLETED] * 4
-        assert app.executed == Counter({(i, "c0"): 1 for i in ids})
-        assert app.max_inside == 4
+        yield r
     finally:
-        stop.set()
-        await store.close()
+        r.gate.set()
+        r.stop.set()
+        if r.task is not None and not r.task.done():
+            r.task.cancel()
+            await asyncio.gather(r.task, return_exceptions=True)
+        await r.store.close()
+
+
+async def test_n_resumes_are_in_flight_at_once(rig: Rig) -> None:
+    """The tool passes its barrier only when `concurrency` resumes are inside it together."""
+    store, app = rig.store, rig.app
+    rig.hold_together(4)
+    ids = [await _ready(store, app, f"k{i}") for i in range(4)]
+    rig.start(concurrency=4)
+    await _until_finished(store, ids)
+    await rig.stopped()
+    assert await _statuses(store, ids) == [RunStatus.COMPLETED] * 4
+    assert app.executed == Counter({(i, "c0"): 1 for i in ids})
+    assert app.max_inside == 4
 
 
 async def test_never_more_than_concurrency_and_free_slots_are_claimed_in_one_batch(
-    backend: Backend,
+    rig: Rig,
 ) -> None:
-    store = await backend.open()
-    app = Slots()
-    gate = asyncio.Event()
-    app.hold = lambda run_id: gate.wait()
-    stop = asyncio.Event()
-    try:
-        ids = [await _ready(store, app, f"k{i}") for i in range(7)]
-        worker = Worker(store, app.registry, worker_id="w", concurrency=3)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await app.until(lambda: app.inside == 3)
-        statuses = await _statuses(store, ids)
-        assert statuses.count(RunStatus.RUNNING) == 3, "every slot busy: nothing more claimed"
-        assert statuses.count(RunStatus.READY) == 4
-        first = [i for i, s in zip(ids, statuses, strict=True) if s is RunStatus.RUNNING]
-        claims = [
-            next(e for e in await store.audit(i) if e.action is AuditAction.CLAIMED) for i in first
-        ]
-        assert len({e.at for e in claims}) == 1, "the three free slots were filled by one claim"
-        gate.set()
-        await _until_finished(store, ids)
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-        assert await _statuses(store, ids) == [RunStatus.COMPLETED] * 7
-        assert app.executed == Counter({(i, "c0"): 1 for i in ids})
-        assert app.max_inside == 3
-    finally:
-        gate.set()
-        stop.set()
-        await store.close()
+    store, app = rig.store, rig.app
+    ids = [await _ready(store, app, f"k{i}") for i in range(7)]
+    rig.start(concurrency=3)
+    await app.until(lambda: app.inside == 3)
+    statuses = await _statuses(store, ids)
+    assert statuses.count(RunStatus.RUNNING) == 3, "every slot busy: nothing more claimed"
+    assert statuses.count(RunStatus.READY) == 4
+    first = [i for i, s in zip(ids, statuses, strict=True) if s is RunStatus.RUNNING]
+    claims = [
+        next(e for e in await store.audit(i) if e.action is AuditAction.CLAIMED) for i in first
+    ]
+    assert len({e.at for e in claims}) == 1, "the three free slots were filled by one claim"
+    rig.gate.set()
+    await _until_finished(store, ids)
+    await rig.stopped()
+    assert await _statuses(store, ids) == [RunStatus.COMPLETED] * 7
+    assert app.executed == Counter({(i, "c0"): 1 for i in ids})
+    assert app.max_inside == 3
 
 
-async def test_one_runs_failure_does_not_touch_its_siblings(backend: Backend) -> None:
-    store = await backend.open()
-    app = Slots()
-    barrier = asyncio.Barrier(2)  # the two healthy runs are in flight beside the failing one
-
-    async def together(run_id: str) -> None:
-        await barrier.wait()
-
-    app.hold = together
-    stop = asyncio.Event()
-    try:
-        ids = [await _ready(store, app, key) for key in ("a", "boom", "c")]
-        worker = Worker(store, app.registry, worker_id="w", concurrency=3)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await _until_finished(store, ids)
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-        runs = [await store.get_run(i) for i in ids]
-        assert [r.status for r in runs] == [
-            RunStatus.COMPLETED,
-            RunStatus.FAILED,
-            RunStatus.COMPLETED,
-        ]
-        assert runs[1].outcome is not None
-        assert "disk on fire" in runs[1].outcome.error
-        assert app.executed == Counter({(i, "c0"): 1 for i in ids})
-    finally:
-        stop.set()
-        await store.close()
+async def test_one_runs_failure_does_not_touch_its_siblings(rig: Rig) -> None:
+    store, app = rig.store, rig.app
+    rig.hold_together(2)  # the two healthy runs are in flight beside the failing one
+    ids = [await _ready(store, app, key) for key in ("a", "boom", "c")]
+    rig.start(concurrency=3)
+    await _until_finished(store, ids)
+    await rig.stopped()
+    runs = [await store.get_run(i) for i in ids]
+    assert [r.status for r in runs] == [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.COMPLETED]
+    assert runs[1].outcome is not None
+    assert "disk on fire" in runs[1].outcome.error
+    assert app.executed == Counter({(i, "c0"): 1 for i in ids})
 
 
-async def test_one_runs_lost_lease_abandons_only_that_run(backend: Backend) -> None:
+async def test_one_runs_lost_lease_abandons_only_that_run(rig: Rig) -> None:
     """Another worker takes one run's lease mid-resume: its heartbeat finds out and cancels
     that resume; the sibling resume keeps its own lease and completes."""
-    store = await backend.open()
-    app = Slots()
-    gate = asyncio.Event()
-    app.hold = lambda run_id: gate.wait()
-    stop = asyncio.Event()
-    try:
-        victim, sibling = await _ready(store, app, "v"), await _ready(store, app, "s")
-        worker = Worker(store, app.registry, worker_id="w", lease_seconds=3, concurrency=2)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await app.until(lambda: app.inside == 2)
-        sql: Any = store  # the test reaches into the SQL store to play the thief
-        await sql._submit(
-            True,
-            lambda tx: tx.execute(
-                "UPDATE golem_runs SET lease_owner = 'thief' WHERE id = ?", (victim,)
-            ),
-        )
-        await app.until(lambda: victim in app.cancelled)  # the next heartbeat found out
-        assert not task.done()
-        gate.set()
-        await _until_finished(store, [sibling])
-        stop.set()
+    store, app = rig.store, rig.app
+    victim, sibling = await _ready(store, app, "v"), await _ready(store, app, "s")
+    task = rig.start(lease_seconds=3, concurrency=2)
+    await app.until(lambda: app.inside == 2)
+    sql: Any = store  # the test reaches into the SQL store to play the thief
+    await sql._submit(
+        True,
+        lambda tx: tx.execute(
+            "UPDATE golem_runs SET lease_owner = 'thief' WHERE id = ?", (victim,)
+        ),
+    )
+    await app.until(lambda: victim in app.cancelled)  # the next heartbeat found out
+    assert not task.done()
+    rig.gate.set()
+    await _until_finished(store, [sibling])
+    await rig.stopped()
+    assert (await store.get_run(sibling)).status is RunStatus.COMPLETED
+    taken = await store.get_run(victim)
+    assert (taken.status, taken.lease_owner) == (RunStatus.RUNNING, "thief")
+    assert app.cancelled == [victim]
+    assert app.executed == Counter({(victim, "c0"): 1, (sibling, "c0"): 1})
+
+
+async def test_stop_claims_nothing_more_and_waits_for_in_flight_resumes(rig: Rig) -> None:
+    store, app = rig.store, rig.app
+    ids = [await _ready(store, app, f"k{i}") for i in range(3)]
+    task = rig.start(concurrency=2)
+    await app.until(lambda: app.inside == 2)
+    rig.stop.set()
+    later = await _ready(store, app, "late")  # ready after the stop: never claimed
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done(), "run_forever waits for its in-flight resumes"
+    rig.gate.set()
+    await rig.stopped()
+    statuses = await _statuses(store, [*ids, later])
+    assert statuses.count(RunStatus.COMPLETED) == 2, "the in-flight resumes finished"
+    assert statuses.count(RunStatus.READY) == 2, "nothing was claimed after the stop"
+    assert sum(app.executed.values()) == 2
+
+
+async def test_cancel_abandons_in_flight_resumes_to_the_interrupted_sweep(rig: Rig) -> None:
+    store, app = rig.store, rig.app
+    ids = [await _ready(store, app, f"k{i}") for i in range(2)]
+    task = rig.start(lease_seconds=30, concurrency=2)
+    await app.until(lambda: app.inside == 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, WAIT)
-        assert (await store.get_run(sibling)).status is RunStatus.COMPLETED
-        taken = await store.get_run(victim)
-        assert (taken.status, taken.lease_owner) == (RunStatus.RUNNING, "thief")
-        assert app.cancelled == [victim]
-        assert app.executed == Counter({(victim, "c0"): 1, (sibling, "c0"): 1})
-    finally:
-        gate.set()
-        stop.set()
-        await store.close()
+    assert sorted(app.cancelled) == sorted(ids), "both resumes were cancelled"
+    runs = [await store.get_run(i) for i in ids]
+    assert [(r.status, r.lease_owner) for r in runs] == [(RunStatus.RUNNING, "w")] * 2
+    after_lease = utc_now() + timedelta(seconds=31)
+    assert sorted(await store.sweep_interrupted(after_lease)) == sorted(ids)
+    assert not await Worker(store, app.registry, worker_id="w2").run_once()
+    assert app.executed == Counter({(i, "c0"): 1 for i in ids}), "never run again"
 
 
-async def test_stop_claims_nothing_more_and_waits_for_in_flight_resumes(
-    backend: Backend,
-) -> None:
-    store = await backend.open()
-    app = Slots()
-    gate = asyncio.Event()
-    app.hold = lambda run_id: gate.wait()
-    stop = asyncio.Event()
-    try:
-        ids = [await _ready(store, app, f"k{i}") for i in range(3)]
-        worker = Worker(store, app.registry, worker_id="w", concurrency=2)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await app.until(lambda: app.inside == 2)
-        stop.set()
-        later = await _ready(store, app, "late")  # ready after the stop: never claimed
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert not task.done(), "run_forever waits for its in-flight resumes"
-        gate.set()
-        await asyncio.wait_for(task, WAIT)
-        statuses = await _statuses(store, [*ids, later])
-        assert statuses.count(RunStatus.COMPLETED) == 2, "the in-flight resumes finished"
-        assert statuses.count(RunStatus.READY) == 2, "nothing was claimed after the stop"
-        assert sum(app.executed.values()) == 2
-    finally:
-        gate.set()
-        await store.close()
-
-
-async def test_cancel_abandons_in_flight_resumes_to_the_interrupted_sweep(
-    backend: Backend,
-) -> None:
-    store = await backend.open()
-    app = Slots()
-    never = asyncio.Event()
-    app.hold = lambda run_id: never.wait()
-    try:
-        ids = [await _ready(store, app, f"k{i}") for i in range(2)]
-        worker = Worker(store, app.registry, worker_id="w", lease_seconds=30, concurrency=2)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05))
-        await app.until(lambda: app.inside == 2)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(task, WAIT)
-        assert sorted(app.cancelled) == sorted(ids), "both resumes were cancelled"
-        runs = [await store.get_run(i) for i in ids]
-        assert [(r.status, r.lease_owner) for r in runs] == [(RunStatus.RUNNING, "w")] * 2
-        after_lease = utc_now() + timedelta(seconds=31)
-        assert sorted(await store.sweep_interrupted(after_lease)) == sorted(ids)
-        assert not await Worker(store, app.registry, worker_id="w2").run_once()
-        assert app.executed == Counter({(i, "c0"): 1 for i in ids}), "never run again"
-    finally:
-        await store.close()
-
-
-async def test_sweeps_stay_due_while_every_slot_is_busy(backend: Backend) -> None:
+async def test_sweeps_stay_due_while_every_slot_is_busy(rig: Rig) -> None:
     """A worker whose only slot is held by a long resume still denies an overdue call."""
-    store = await backend.open()
-    app = Slots()
-    gate = asyncio.Event()
-    app.hold = lambda run_id: gate.wait()
-    stop = asyncio.Event()
-    try:
-        busy = await _ready(store, app, "busy")
-        worker = Worker(store, app.registry, worker_id="w", sweep_interval=0, concurrency=1)
-        task = asyncio.create_task(worker.run_forever(poll_interval=0.05, stop_event=stop))
-        await app.until(lambda: app.inside == 1)
-        overdue = await start_run(  # saved once the slot is busy: only a later sweep sees it
-            store, app.registry, "slots", "go:late:1", started_by="t", expires_in=0.001
-        )
+    store, app = rig.store, rig.app
+    busy = await _ready(store, app, "busy")
+    rig.start(sweep_interval=0, concurrency=1)
+    await app.until(lambda: app.inside == 1)
+    overdue = await start_run(  # saved once the slot is busy: only a later sweep sees it
+        store, app.registry, "slots", "go:late:1", started_by="t", expires_in=0.001
+    )
 
-        async def denied() -> bool:
-            run = await store.get_run(overdue.id)
-            return run.calls[0].decision is not None
+    async def denied() -> bool:
+        run = await store.get_run(overdue.id)
+        return run.calls[0].decision is not None
 
-        async with asyncio.timeout(WAIT):
-            while not await denied():  # noqa: ASYNC110 - the state lives in the database
-                await asyncio.sleep(0.02)
-        call = (await store.get_run(overdue.id)).calls[0]
-        assert call.decision is not None
-        assert call.decision.reason == "expired"
-        assert (await store.get_run(busy)).status is RunStatus.RUNNING, "still in its slot"
-        gate.set()
-        await _until_finished(store, [busy, overdue.id])
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-        assert app.executed == Counter({(busy, "c0"): 1}), "the expired call never ran"
-    finally:
-        gate.set()
-        stop.set()
-        await store.close()
+    async with asyncio.timeout(WAIT):
+        while not await denied():  # noqa: ASYNC110 - the state lives in the database
+            await asyncio.sleep(0.02)
+    call = (await store.get_run(overdue.id)).calls[0]
+    assert call.decision is not None
+    assert call.decision.reason == "expired"
+    assert (await store.get_run(busy)).status is RunStatus.RUNNING, "still in its slot"
+    rig.gate.set()
+    await _until_finished(store, [busy, overdue.id])
+    await rig.stopped()
+    assert app.executed == Counter({(busy, "c0"): 1}), "the expired call never ran"
 
 
 def test_concurrency_must_be_a_positive_integer(tmp_path: Path) -> None:
@@ -365,37 +329,42 @@ _run_plans = st.lists(
 )
 
 
-@settings(max_examples=20)
-@given(
+@dataclass(frozen=True)
+class Schedule:
+    """One interleaving: the runs, each worker's concurrency, the yields between decisions,
+    and whether (and before which run's decisions) worker 1 is stopped or cancelled."""
+
+    plans: list[tuple[int, str, int, bool]]
+    concurrency: tuple[int, int]
+    gaps: list[int]
+    interference: str
+    at: int
+
+
+_schedules = st.builds(
+    Schedule,
     plans=_run_plans,
     concurrency=st.tuples(st.integers(1, 4), st.integers(1, 4)),
     gaps=st.lists(st.integers(0, 4), min_size=7, max_size=7),
     interference=st.sampled_from(["none", "stop", "cancel"]),
     at=st.integers(0, 6),
 )
-def test_no_approved_call_runs_twice_under_any_interleaving(
-    plans: list[tuple[int, str, int, bool]],
-    concurrency: tuple[int, int],
-    gaps: list[int],
-    interference: str,
-    at: int,
-) -> None:
+
+
+@settings(max_examples=20)
+@given(schedule=_schedules)
+def test_no_approved_call_runs_twice_under_any_interleaving(schedule: Schedule) -> None:
     """Two concurrent workers (own store instances on one SQLite file) resume runs decided
     in a random order with random yields; one of them may be stopped or cancelled midway.
     Every approved call runs at most once, exactly once in a completed run; denied calls
     never run; every run is claimed at most once."""
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(_interleaving(Path(tmp), plans, concurrency, gaps, interference, at))
+        asyncio.run(_interleaving(Path(tmp), schedule))
 
 
-async def _interleaving(
-    tmp: Path,
-    plans: list[tuple[int, str, int, bool]],
-    concurrency: tuple[int, int],
-    gaps: list[int],
-    interference: str,
-    at: int,
-) -> None:
+async def _interleaving(tmp: Path, schedule: Schedule) -> None:
+    plans, concurrency, gaps = schedule.plans, schedule.concurrency, schedule.gaps
+    interference, at = schedule.interference, schedule.at
     stores = [await SQLiteStore.open(tmp / "g.db", poll_interval=0.02) for _ in range(2)]
     app = Slots()
     stops = [asyncio.Event(), asyncio.Event()]
