@@ -196,3 +196,25 @@ async def test_a_batch_claim_is_one_span_naming_its_runs_and_an_idle_one_none(
     assert list(attrs["golem.run.ids"]) == ids  # type: ignore[arg-type]
     assert attrs["golem.worker.id"] == "w"
     assert attrs["db.response.returned_rows"] == 2
+
+
+async def test_cancelled_batch_claims_take_all_of_their_runs_or_none(store: Store) -> None:
+    """Batch claims cancelled at random await points: a run is either still READY with no
+    claim audited, or RUNNING with exactly one claim; nothing is lost or claimed twice."""
+    import random
+
+    rng = random.Random(7)
+    ids = [await _ready(store) for _ in range(30)]
+    for _ in range(40):
+        task = asyncio.ensure_future(store.claim_ready_many("w", 30, limit=rng.randint(1, 3)))
+        for _ in range(rng.randint(0, 6)):
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    await store.claim_ready_many("w", 30, limit=100)  # uncancelled: takes what is left
+    for run_id in ids:
+        run = await store.get_run(run_id)
+        claims = [e for e in await store.audit(run_id) if e.action is AuditAction.CLAIMED]
+        assert run.status is RunStatus.RUNNING, "every run claimed by the end"
+        assert len(claims) == 1, f"claimed once, got {len(claims)}"
+    assert await store.claim_ready_many("w", 30, limit=100) == []
