@@ -2,6 +2,7 @@
 
 ```text
 golem serve --app myapp.agents:registry --db sqlite:///golem.db   service + in-process worker
+             [--concurrency N]                                     (N runs resumed at once)
 golem worker --app myapp.agents:registry --db postgresql://...    an extra worker process
              [--concurrency N]                                     (N runs resumed at once)
 golem pending                                                     pending calls, as a table
@@ -165,6 +166,14 @@ def _serve(
         str | None,
         typer.Option(help="The inbox's address as people reach it (webhook deep links)."),
     ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Runs the in-process worker resumes at once (raise it when resumes wait on "
+            "a model).",
+        ),
+    ] = 1,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -187,6 +196,7 @@ def _serve(
         _db(db),
         auth=auth,
         run_worker=worker,
+        worker_concurrency=concurrency,
         default_expires_in=expires_in,
         webhooks=hooks,
         public_url=public_url or f"http://{host}:{port}",
