@@ -1,32 +1,48 @@
-"""Durable approval cycles per second through the store.
+"""Durable approval cycles per second through the store, one after another and concurrently.
 
-    python bench/store_throughput.py [--cycles N] [--dsn postgresql://...]
+    python bench/store_throughput.py [--cycles N] [--concurrency 1,16] [--dsn postgresql://...]
+                                     [--workers 1,2,4] [--model-latency SECONDS]
 
 One cycle: an agent run pauses on a gated tool and is saved (`start_run`) → the call is
 approved (`Store.decide`) → a worker claims the ready run → resumes it (the approved call
 re-executes, the model answers) → the outcome is saved as completed. The model answers
-instantly, so the figure is the store's and golem's overhead, not a provider's.
+instantly, so the figure is the store's and golem's overhead, not a provider's; with
+`--model-latency` each of its two calls per cycle sleeps that long first, as a provider
+would, which is where a worker's concurrency pays.
 
-SQLite, one worker (in this process): cycles/s, commits and statements per cycle, and the
-**floor**: the same statements (recorded from golem's own cycles, with their parameters)
-replayed with raw `sqlite3` into a fresh database; the ratio golem/floor is what golem adds.
+Each `--concurrency` level is measured separately. At 1, every worker process runs its
+cycles strictly one after another (start_run → decide → `Worker.run_once`). At N > 1, every
+worker process keeps N cycles in flight: N producer tasks start and approve runs while one
+`Worker(concurrency=N).run_forever()` claims them in batches (`Store.claim_ready_many`) and
+resumes up to N at once; the measurement ends when every run has completed. Either way the
+bench then checks that every run started was completed (no lost work).
+
+SQLite, one worker process (this one): cycles/s, CPU per cycle, commits and statements per
+cycle, and the **floor**: the same statements (recorded from golem's own sequential cycles,
+with their parameters) replayed with raw `sqlite3` into a fresh database; the ratio
+golem/floor is what golem adds.
 
 PostgreSQL with 1, 2 and 4 worker processes when `--dsn` or `GOLEM_TEST_POSTGRES_DSN` names
 one (each measurement in a fresh schema, dropped afterwards): cycles/s, commits,
 statements, round trips, WAL records and client CPU (all worker processes) per cycle, and
-the server's `fsync` /
-`synchronous_commit` settings (a throwaway test cluster runs with `fsync=off`).
+the server's `fsync` / `synchronous_commit` settings (a throwaway test cluster runs with
+`fsync=off`). Each process uses a pool of 2 connections one after another, 4 concurrently.
+The server's commit count also includes read-only transactions and, in concurrent mode,
+one per `NOTIFY` each listening worker process receives (PostgreSQL reads its notification
+queue in a transaction).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -40,7 +56,7 @@ from _timing import InstantModel
 from golem import Agent, Message, RunContext, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
-from golem.store._sql import SQLStore
+from golem.store._sql import SQLStore, Stats
 from golem.store.postgres import PostgresStore
 from golem.store.sqlite import SQLiteStore
 from golem.tool import DeferKind, Deferred, call_approved
@@ -65,15 +81,37 @@ def transfer(ctx: RunContext[Any], amount: int) -> str:
     return f"moved {amount} (key {ctx.call_id})"
 
 
-async def _open(target: dict[str, Any]) -> SQLStore:
+async def _open(target: dict[str, Any], pool_size: int = 2) -> SQLStore:
     if target["kind"] == "sqlite":
         return await SQLiteStore.open(target["path"])
-    return await PostgresStore.open(target["dsn"], schema=target["schema"], pool_size=2)
+    return await PostgresStore.open(target["dsn"], schema=target["schema"], pool_size=pool_size)
 
 
-async def _cycles(store: SQLStore, n: int, name: str) -> None:
-    agent: Agent[Any, str] = Agent(InstantModel(_model), tools=[transfer])
-    registry = {"bank": AgentEntry(agent)}
+def _pool_size(concurrency: int) -> int:
+    """PostgreSQL connections per worker process: one per transaction in flight, up to 4."""
+    return 2 if concurrency == 1 else 4
+
+
+class _SlowModel(InstantModel):
+    """Answers after `latency` seconds, like a provider would (the CPU cost stays nil)."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__(_model)
+        self.latency = latency
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(self.latency)
+        return self.respond(request)
+
+
+def _registry(latency: float) -> dict[str, AgentEntry]:
+    model = _SlowModel(latency) if latency > 0 else InstantModel(_model)
+    agent: Agent[Any, str] = Agent(model, tools=[transfer])
+    return {"bank": AgentEntry(agent)}
+
+
+async def _cycles(store: SQLStore, n: int, name: str, latency: float = 0.0) -> None:
+    registry = _registry(latency)
     worker = Worker(store, registry, worker_id=name, lease_seconds=30, sweep_interval=3600)
     for _ in range(n):
         run = await start_run(store, registry, "bank", "pay", started_by=name)
@@ -81,6 +119,70 @@ async def _cycles(store: SQLStore, n: int, name: str) -> None:
         await worker.run_once()  # resumes a ready run: this one, or another worker's
     while await worker.run_once():  # then finish whatever is still ready
         pass
+
+
+async def _concurrent_cycles(
+    store: SQLStore,
+    n: int,
+    name: str,
+    concurrency: int,
+    shared: Any = None,
+    total: int = 0,
+    latency: float = 0.0,
+) -> None:
+    """`n` cycles with `concurrency` in flight: producers start and approve runs while the
+    worker's `run_forever` resumes them; returns once every run has completed (with `shared`,
+    a counter of completions across processes, once it reaches `total`)."""
+    registry = _registry(latency)
+    worker = Worker(
+        store,
+        registry,
+        worker_id=name,
+        lease_seconds=30,
+        sweep_interval=3600,
+        concurrency=concurrency,
+    )
+    target = total or n
+    finished = 0
+    all_done = asyncio.Event()
+    save = store.finish
+
+    async def finish(run_id: str, worker_id: str, outcome: Outcome, **kw: Any) -> Any:
+        nonlocal finished
+        record = await save(run_id, worker_id, outcome, **kw)
+        if shared is None:
+            finished += 1
+        else:
+            with shared.get_lock():
+                shared.value += 1
+                finished = shared.value
+        if finished >= target:
+            all_done.set()
+        return record
+
+    store.finish = finish  # type: ignore[method-assign]
+    left = n
+
+    async def produce() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            run = await start_run(store, registry, "bank", "pay", started_by=name)
+            await store.decide(run.id, "call-1", Decision.approve(), decided_by=name)
+
+    stop = asyncio.Event()
+    consumer = asyncio.create_task(worker.run_forever(poll_interval=1.0, stop_event=stop))
+    try:
+        await asyncio.gather(*(produce() for _ in range(concurrency)))
+        while not all_done.is_set():  # other processes' finishes only show in `shared`
+            if shared is not None and shared.value >= target:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(all_done.wait(), 0.005 if shared is not None else None)
+    finally:
+        stop.set()
+        await consumer
+        store.finish = save  # type: ignore[method-assign]
 
 
 def _backend_cpu_us(pid: int) -> int:
@@ -92,23 +194,44 @@ def _backend_cpu_us(pid: int) -> int:
     return (int(fields[11]) + int(fields[12])) * 1_000_000 // os.sysconf("SC_CLK_TCK")
 
 
-async def _backend_pid(store: SQLStore) -> int:
-    rows = await store._submit(False, lambda tx: tx.fetch("SELECT pg_backend_pid()"))
-    return int(rows[0][0])
+async def _backend_pids(store: SQLStore, connections: int) -> list[int]:
+    """The server processes of the store's connections (opened now, `connections` of them)."""
+    gate = threading.Barrier(connections)
+
+    def pid(tx: Any) -> int:
+        if connections > 1:  # hold each thread until all are busy: one connection apiece
+            gate.wait(timeout=30)
+        return int(tx.fetch("SELECT pg_backend_pid()")[0][0])
+
+    got = await asyncio.gather(*(store._submit(False, pid) for _ in range(connections)))
+    return sorted(set(got))
 
 
-async def _proc_main(target: dict[str, Any], n: int, name: str, barrier: Any) -> dict[str, int]:
-    store = await _open(target)
-    pid = await _backend_pid(store)  # one worker uses one connection (one task, one thread)
+async def _proc_main(
+    target: dict[str, Any],
+    n: int,
+    name: str,
+    barrier: Any,
+    concurrency: int,
+    shared: Any,
+    total: int,
+) -> dict[str, int]:
+    store = await _open(target, _pool_size(concurrency))
+    pids = await _backend_pids(store, _pool_size(concurrency) if concurrency > 1 else 1)
     await asyncio.to_thread(barrier.wait)
     try:
-        cpu, server = time.process_time(), _backend_cpu_us(pid)
-        await _cycles(store, n, name)
+        cpu, server = time.process_time(), sum(_backend_cpu_us(p) for p in pids)
+        latency = target.get("latency", 0.0)
+        if concurrency == 1:
+            await _cycles(store, n, name, latency)
+        else:
+            await _concurrent_cycles(store, n, name, concurrency, shared, total, latency)
         cpu_us = int((time.process_time() - cpu) * 1e6)
-        server_us = _backend_cpu_us(pid) - server
+        server_us = sum(_backend_cpu_us(p) for p in pids) - server
         s = store.stats
         return {
             "commits": s.commits,
+            "transactions": s.transactions,
             "statements": s.statements,
             "round_trips": s.round_trips,
             "cpu_us": cpu_us,
@@ -118,8 +241,17 @@ async def _proc_main(target: dict[str, Any], n: int, name: str, barrier: Any) ->
         await store.close()
 
 
-def _proc(target: dict[str, Any], n: int, name: str, barrier: Any, out: Any) -> None:
-    out.put(asyncio.run(_proc_main(target, n, name, barrier)))
+def _proc(
+    target: dict[str, Any],
+    n: int,
+    name: str,
+    barrier: Any,
+    out: Any,
+    concurrency: int,
+    shared: Any,
+    total: int,
+) -> None:
+    out.put(asyncio.run(_proc_main(target, n, name, barrier, concurrency, shared, total)))
 
 
 async def _count(target: dict[str, Any]) -> tuple[int, int]:
@@ -139,15 +271,20 @@ async def _count(target: dict[str, Any]) -> tuple[int, int]:
 
 
 def measure_procs(
-    target: dict[str, Any], workers: int, cycles: int
+    target: dict[str, Any], workers: int, cycles: int, concurrency: int = 1
 ) -> tuple[float, dict[str, int]]:
     """Run `cycles` cycles split over `workers` processes; cycles/s and summed counters."""
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(workers + 1)
     out = ctx.Queue()
     per = max(1, cycles // workers)
+    shared = ctx.Value("q", 0)  # completions across processes (concurrent mode)
     procs = [
-        ctx.Process(target=_proc, args=(target, per, f"w{i}", barrier, out)) for i in range(workers)
+        ctx.Process(
+            target=_proc,
+            args=(target, per, f"w{i}", barrier, out, concurrency, shared, per * workers),
+        )
+        for i in range(workers)
     ]
     for p in procs:
         p.start()
@@ -169,7 +306,9 @@ def measure_procs(
 # --------------------------------------------------------------------------- SQLite
 
 
-async def _sqlite_round(path: Path, cycles: int, trace: bool) -> tuple[float, float, SQLiteStore]:
+async def _sqlite_round(
+    path: Path, cycles: int, trace: bool, latency: float
+) -> tuple[float, float, SQLiteStore]:
     store = SQLiteStore(path)
     if trace:
         store.trace = []
@@ -179,10 +318,28 @@ async def _sqlite_round(path: Path, cycles: int, trace: bool) -> tuple[float, fl
     if store.trace is not None:
         store.trace.clear()
     start, cpu = time.perf_counter(), time.process_time()
-    await _cycles(store, cycles, "w0")
+    await _cycles(store, cycles, "w0", latency)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     await store.close()
     return cycles / elapsed, cpu / cycles, store
+
+
+async def _sqlite_concurrent_round(
+    path: Path, cycles: int, concurrency: int, latency: float
+) -> tuple[float, float, Stats]:
+    store = SQLiteStore(path)
+    await store.schema_version()
+    await _concurrent_cycles(store, 40, "warm", concurrency)
+    store.stats.__init__()  # type: ignore[misc]
+    start, cpu = time.perf_counter(), time.process_time()
+    await _concurrent_cycles(store, cycles, "w0", concurrency, latency=latency)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    stats = store.stats
+    await store.close()
+    done, total = await _count({"kind": "sqlite", "path": path})
+    if done != total or total != cycles + 40:
+        raise SystemExit(f"lost work: {done} of {total} runs completed, {cycles + 40} started")
+    return cycles / elapsed, cpu / cycles, stats
 
 
 _HISTORY = (
@@ -234,7 +391,33 @@ def _replay(path: Path, statements: list[tuple[str, tuple[Any, ...]]]) -> float:
     return elapsed
 
 
-def bench_sqlite(cycles: int, rounds: int) -> None:
+def bench_sqlite(cycles: int, rounds: int, levels: list[int], latency: float) -> None:
+    floor = _bench_sqlite_sequential(cycles, rounds, latency) if 1 in levels else None
+    for concurrency in (c for c in levels if c > 1):
+        best, best_cpu, stats = 0.0, float("inf"), None
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                rate, cpu, got = asyncio.run(
+                    _sqlite_concurrent_round(Path(tmp) / "c.db", cycles, concurrency, latency)
+                )
+            best_cpu = min(best_cpu, cpu)
+            if rate > best:
+                best, stats = rate, got
+        assert stats is not None
+        ratio = "" if floor is None else f"; golem/floor = {best_cpu / floor:.2f}x"
+        print(
+            f"  SQLite      1 worker, {concurrency:>2} in flight: {best:8.1f} cycles/s "
+            f"wall-clock, {best_cpu * 1e3:.3f} ms CPU/cycle (all threads){ratio}"
+        )
+        print(
+            f"              per cycle: {stats.commits / cycles:.1f} commits, "
+            f"{stats.transactions / cycles:.1f} transactions, "
+            f"{stats.statements / cycles:.1f} statements (+ BEGIN/COMMIT)"
+        )
+
+
+def _bench_sqlite_sequential(cycles: int, rounds: int, latency: float) -> float:
+    """Print the one-after-another figures; return the floor (CPU seconds per cycle)."""
     best = 0.0
     best_cpu = float("inf")
     store_cpu = float("inf")
@@ -242,7 +425,7 @@ def bench_sqlite(cycles: int, rounds: int) -> None:
     floor = float("inf")
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            rate, cpu, store = asyncio.run(_sqlite_round(Path(tmp) / "b.db", cycles, True))
+            rate, cpu, store = asyncio.run(_sqlite_round(Path(tmp) / "b.db", cycles, True, latency))
             assert store.trace is not None
             best_cpu = min(best_cpu, cpu)
             if rate > best:
@@ -253,7 +436,8 @@ def bench_sqlite(cycles: int, rounds: int) -> None:
             store_cpu = min(store_cpu, asyncio.run(_store_only(Path(tmp) / "s.db", cycles)))
     assert stats is not None
     print(
-        f"  SQLite      1 worker : {best:8.1f} cycles/s wall-clock, {1 / best_cpu:8.1f} cycles "
+        f"  SQLite      1 worker,  1 in flight: {best:8.1f} cycles/s wall-clock, "
+        f"{1 / best_cpu:8.1f} cycles "
         f"per CPU-second ({best_cpu * 1e3:.3f} ms CPU/cycle, all threads)"
     )
     print(
@@ -269,6 +453,7 @@ def bench_sqlite(cycles: int, rounds: int) -> None:
         f"{stats.transactions / cycles:.1f} transactions, "
         f"{stats.statements / cycles:.1f} statements (+ BEGIN/COMMIT)"
     )
+    return floor
 
 
 async def _fresh_schema(path: Path) -> None:
@@ -310,32 +495,47 @@ def _pg_settings(dsn: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in got.items())
 
 
-def bench_postgres(dsn: str, cycles: int, worker_counts: list[int]) -> None:
+def bench_postgres(
+    dsn: str, cycles: int, worker_counts: list[int], levels: list[int], latency: float
+) -> None:
     print(f"  PostgreSQL server: {_pg_settings(dsn)}")
+    for concurrency in levels:
+        _bench_postgres_level(dsn, cycles, worker_counts, concurrency, latency)
+
+
+def _bench_postgres_level(
+    dsn: str, cycles: int, worker_counts: list[int], concurrency: int, latency: float
+) -> None:
     rates: dict[int, float] = {}
     for workers in worker_counts:
         schema = f"bench_{uuid.uuid4().hex[:12]}"
-        target = {"kind": "postgresql", "dsn": dsn, "schema": schema}
+        target = {"kind": "postgresql", "dsn": dsn, "schema": schema, "latency": latency}
         try:
             asyncio.run(_count(target))  # create the schema outside the measurement
             wal0, commits0 = _pg_wal(dsn)
-            rate, stats = measure_procs(target, workers, cycles)
+            rate, stats = measure_procs(target, workers, cycles, concurrency)
             wal1, commits1 = _pg_wal(dsn)
         finally:
             _drop_schema(dsn, schema)
         n = (cycles // workers) * workers
         rates[workers] = rate
-        label = "worker " if workers == 1 else "workers"
+        label = "worker, " if workers == 1 else "workers,"
         print(
-            f"  PostgreSQL  {workers} {label}: {rate:8.1f} cycles/s   per cycle: "
-            f"{stats['commits'] / n:.1f} golem commits ({(commits1 - commits0) / n:.1f} server "
-            f"commits incl. reads), {stats['statements'] / n:.1f} statements, "
+            f"  PostgreSQL  {workers} {label} {concurrency:>2} in flight each "
+            f"(pool {_pool_size(concurrency)}): {rate:8.1f} cycles/s   per cycle: "
+            f"{stats['commits'] / n:.1f} golem commits of {stats['transactions'] / n:.1f} "
+            f"transactions ({(commits1 - commits0) / n:.1f} server commits incl. reads and "
+            "LISTEN wake-ups), "
+            f"{stats['statements'] / n:.1f} statements, "
             f"{stats['round_trips'] / n:.1f} round trips, {(wal1 - wal0) / n:.1f} WAL records, "
             f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU, "
             f"{stats['server_us'] / n / 1e3:.2f} ms server CPU (local server only)"
         )
     if 1 in rates and 4 in rates:
-        print(f"  PostgreSQL scaling 1 → 4 workers: {rates[4] / rates[1]:.2f}x")
+        print(
+            f"  PostgreSQL scaling 1 → 4 workers ({concurrency} in flight each): "
+            f"{rates[4] / rates[1]:.2f}x"
+        )
 
 
 def main() -> None:
@@ -347,16 +547,33 @@ def main() -> None:
         "--workers", default="1,2,4", help="PostgreSQL worker counts (comma-separated)"
     )
     parser.add_argument("--only", choices=("sqlite", "postgres"), help="run one backend")
+    parser.add_argument(
+        "--concurrency",
+        default="1,16",
+        help="cycles in flight per worker process, one measurement each (comma-separated)",
+    )
+    parser.add_argument(
+        "--model-latency",
+        type=float,
+        default=0.0,
+        help="seconds each model call takes (0: answers at once; try 0.05 for a provider)",
+    )
     args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    if any(c < 1 for c in levels):
+        parser.error("--concurrency levels must be >= 1")
     print("store throughput: pause-save → decide → claim → resume → complete")
+    if args.model_latency > 0:
+        print(f"  (each of the 2 model calls per cycle takes {args.model_latency * 1e3:.0f} ms)")
     if args.only != "postgres":
-        bench_sqlite(args.cycles, args.rounds)
+        bench_sqlite(args.cycles, args.rounds, levels, args.model_latency)
     if args.only == "sqlite":
         pass
     elif not args.dsn:
         print("  PostgreSQL  skipped (pass --dsn or set GOLEM_TEST_POSTGRES_DSN)")
     else:
-        bench_postgres(args.dsn, args.cycles, [int(w) for w in args.workers.split(",")])
+        workers = [int(w) for w in args.workers.split(",")]
+        bench_postgres(args.dsn, args.cycles, workers, levels, args.model_latency)
     print(
         f"  ({os.cpu_count()} CPUs, shared with whatever else runs; every PG worker is a process)"
     )

@@ -30,7 +30,8 @@ PUBLIC_ALL = {
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder sub_agent_calls"
+        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
+        "sub_agent_calls"
     ),
     "golem.cli": "build_app main",
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",

@@ -12,23 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from golem import Agent, Message, ToolCall
+from golem.agent_tool import sub_agent_calls
+from golem.messages import loads_history
+from golem.seal import verify_call
 from golem.store import CallKind, Decision, RunStatus, Store
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from golem.worker import AgentEntry, Worker, start_run
 from tests.test_worker import store  # noqa: F401 - the store fixture
-
-pytestmark = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "worker._latest_calls looks the decided calls up among the parent's own tool calls "
-        'only, so a namespaced sub-agent call ("call-1/j1") fails the resume with '
-        "StoredCallMismatch (fix belongs in src/golem/worker.py)"
-    ),
-)
 
 
 class Nested:
@@ -114,3 +106,66 @@ async def _replace_history(store: Store, run_id: str, history: str) -> None:  # 
             "UPDATE golem_histories SET history = ? WHERE run_id = ?", (history, run_id)
         ),
     )
+
+
+KEY = b"n" * 32
+
+
+async def test_a_sealed_sub_agent_pause_is_sealed_in_its_record_and_resumed(
+    store: Store,  # noqa: F811
+) -> None:
+    """`start_run(seal_key=)` seals a sub-agent's call where it lives — in the sub-agent's
+    history inside the parent's record, bound to the sub-run's conversation — and a worker
+    with the key verifies that seal before resuming."""
+    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
+    run = await start_run(
+        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=KEY
+    )
+    (call,) = run.calls
+    assert call.call_id == "call-1/j1"
+    assert call.seal, "the calls table holds the seal"
+    sub = sub_agent_calls(loads_history(run.history))["call-1/j1"]
+    assert sub.call.seal == call.seal, "and the record holds the same seal"
+    assert verify_call(KEY, sub.conversation_id, sub.call).value == "approval"
+
+    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    resuming = Nested(sub_script=("Deleted a.log.",), parent_script=("All tidy.",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
+    assert await worker.run_once() is True
+    done = await store.get_run(run.id)
+    assert done.outcome is not None
+    assert (done.status, done.outcome.error) == (RunStatus.COMPLETED, "")
+    assert resuming.deleted == ["a.log"]
+
+
+async def test_an_unsealed_sub_agent_call_is_refused_by_a_worker_with_a_key(
+    store: Store,  # noqa: F811
+) -> None:
+    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
+    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
+    assert run.calls[0].seal is None
+    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
+    assert await worker.run_once() is True
+    done = await store.get_run(run.id)
+    assert done.status is RunStatus.FAILED
+    assert done.outcome is not None
+    assert "has no seal" in done.outcome.error
+    assert resuming.deleted == []
+
+
+async def test_a_sub_agent_call_sealed_with_another_key_is_refused(
+    store: Store,  # noqa: F811
+) -> None:
+    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
+    run = await start_run(
+        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=b"x" * 32
+    )
+    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
+    assert await worker.run_once() is True
+    done = await store.get_run(run.id)
+    assert done.status is RunStatus.FAILED
+    assert resuming.deleted == []

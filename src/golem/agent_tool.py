@@ -37,6 +37,7 @@ from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import ResumeError
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.seal import SealKey, seal_pending
 from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "SubAgentCall",
     "SubAgentPaused",
     "forwarder",
+    "seal_sub_agent_calls",
     "sub_agent_calls",
 ]
 
@@ -475,6 +477,40 @@ def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
                 tool_name=f"{m.tool_name}/{sub.tool_name}"
             )
     return found
+
+
+def seal_sub_agent_calls(
+    history: Sequence[Message], keys: SealKey, kinds: Mapping[str, DeferKind | str]
+) -> list[Message]:
+    """A copy of `history` in which the paused sub-agents' calls named in `kinds`
+    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation.
+
+    The counterpart of `golem.seal.seal_pending` for the calls `sub_agent_calls` finds:
+    they live in the sub-agent's history inside its parent's record, so that is where
+    they are sealed (nested sub-agents at any depth). Records holding none of them are
+    shared, nothing is mutated, and an unreadable record is left as it is.
+    """
+    out = list(history)
+    for i, m in enumerate(out):
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        prefix = f"{m.tool_call_id}/"
+        mine = {k[len(prefix) :]: v for k, v in kinds.items() if k.startswith(prefix)}
+        if not mine:
+            continue
+        head, sep, body = m.content.partition("\n")
+        try:
+            state = json.loads(body)
+            inner = loads_history(state["history"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
+        inner = seal_pending(inner, keys, conversation, mine)
+        inner = seal_sub_agent_calls(inner, keys, mine)
+        state["history"] = dumps_history(inner)
+        text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+        out[i] = replace(m, content=f"{head}{sep}{text}")
+    return out
 
 
 def _pending_or_none(history: Sequence[Message]) -> list[Any]:

@@ -2,7 +2,9 @@
 
 ```text
 golem serve --app myapp.agents:registry --db sqlite:///golem.db   service + in-process worker
+             [--concurrency N]                                     (N runs resumed at once)
 golem worker --app myapp.agents:registry --db postgresql://...    an extra worker process
+             [--concurrency N]                                     (N runs resumed at once)
 golem pending                                                     pending calls, as a table
 golem approve RUN CALL [--as IDENTITY]                            approve one call
 golem deny RUN CALL --reason "..."                                deny one call
@@ -164,6 +166,14 @@ def _serve(
         str | None,
         typer.Option(help="The inbox's address as people reach it (webhook deep links)."),
     ] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Runs the in-process worker resumes at once (raise it when resumes wait on "
+            "a model).",
+        ),
+    ] = 1,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -186,6 +196,7 @@ def _serve(
         _db(db),
         auth=auth,
         run_worker=worker,
+        worker_concurrency=concurrency,
         default_expires_in=expires_in,
         webhooks=hooks,
         public_url=public_url or f"http://{host}:{port}",
@@ -203,8 +214,20 @@ def _worker(
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
     lease: Annotated[float, typer.Option(help="Lease length in seconds.")] = 60.0,
     worker_id: Annotated[str | None, typer.Option("--id", help="This worker's identity.")] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Runs resumed at once by this process (raise it when resumes wait on a model).",
+        ),
+    ] = 1,
 ) -> None:
-    """Resume ready runs until interrupted (several may run against one PostgreSQL)."""
+    """Resume ready runs until interrupted (several may run against one PostgreSQL).
+
+    The first Ctrl-C (or SIGTERM) stops claiming and waits for the in-flight resumes to
+    finish; a second one cancels them (their runs are marked interrupted once their
+    leases run out).
+    """
     from golem.worker import Worker
 
     registry = _registry(app_spec)
@@ -212,12 +235,28 @@ def _worker(
     async def work(store: Any) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def on_signal() -> None:
+            if stop.is_set() and me is not None:
+                me.cancel()  # the second signal: do not wait for the in-flight resumes
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        w = Worker(store, registry, worker_id=worker_id, lease_seconds=lease)
-        _console().print(f"golem: worker {w.worker_id} polling {_db(db)} (Ctrl-C stops)")
-        await w.run_forever(poll, stop)
+                loop.add_signal_handler(sig, on_signal)
+        w = Worker(
+            store, registry, worker_id=worker_id, lease_seconds=lease, concurrency=concurrency
+        )
+        _console().print(
+            f"golem: worker {w.worker_id} polling {_db(db)}, {concurrency} run(s) at once "
+            "(Ctrl-C stops claiming and lets in-flight runs finish; twice cancels them)"
+        )
+        try:
+            await w.run_forever(poll, stop)
+        except asyncio.CancelledError:
+            _console().print(f"golem: worker {w.worker_id} cancelled its in-flight runs")
+            return
         _console().print(f"golem: worker {w.worker_id} stopped")
 
     _with_store(_db(db), work, create=True)

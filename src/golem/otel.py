@@ -490,6 +490,12 @@ def _result_attributes(result: Any) -> dict[str, Any] | None:
     if isinstance(result, list):
         if result and isinstance(result[0], str):  # a sweep's changed runs
             return {"golem.run.ids": result}
+        if result and hasattr(result[0], "worker_id") and hasattr(result[0], "run"):
+            return {  # a batch claim
+                "golem.run.ids": [c.run.id for c in result],
+                "golem.worker.id": result[0].worker_id,
+                "db.response.returned_rows": len(result),
+            }
         return {"db.response.returned_rows": len(result)}
     items = getattr(result, "items", None)
     if isinstance(items, list):  # a Page
@@ -502,7 +508,8 @@ def _result_attributes(result: Any) -> dict[str, Any] | None:
     return {}
 
 
-_SWEEPS = frozenset({"sweep_expired", "sweep_interrupted"})
+_SWEEPS = frozenset({"sweep_expired", "sweep_interrupted", "claim_ready_many"})
+"""Operations that leave no span when they changed nothing (an idle batch claim too)."""
 
 
 def _fail(span: Span, exc: BaseException) -> None:

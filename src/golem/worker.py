@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
+from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.errors import StoreError
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -193,7 +194,11 @@ def new_run_from_result(
         kinds = {p.call_id: p.kind for p in pending.calls if not p.seal}
         if kinds:
             messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
-            seals = {i: c.seal for i, c in _latest_calls(messages, kinds).items() if c.seal}
+            latest = _latest_calls(messages, kinds)
+            if len(latest) < len(kinds):  # a paused sub-agent's calls: sealed in its record
+                messages = seal_sub_agent_calls(messages, seal_key, kinds)
+                latest.update((i, s.call) for i, s in _nested_calls(messages, kinds).items())
+            seals = {i: c.seal for i, c in latest.items() if c.seal}
     if pending is not None:
         for kind, group in (
             (CallKind.APPROVAL, pending.approvals),
@@ -414,6 +419,32 @@ def _latest_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str
     return found
 
 
+def _nested_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str, SubAgentCall]:
+    """The calls among `ids` that paused sub-agents wait on (their records in `messages`)."""
+    if not paused_records(messages):
+        return {}
+    wanted = set(ids)
+    return {i: s for i, s in sub_agent_calls(messages).items() if i in wanted}
+
+
+def _stored_calls(
+    messages: Sequence[Message], ids: Collection[str]
+) -> tuple[dict[str, ToolCall], dict[str, SubAgentCall]]:
+    """Each of `ids` as the history holds it, for the checks before a resume.
+
+    A parent's own call is its last tool call with that ID; a paused sub-agent's call
+    (namespaced `<parent call>/<sub call>`) is found in its record and stands in the first
+    map under its namespaced tool name, so name and arguments compare as decided; the
+    second map keeps it as sealed (own ID and name, the sub-run's conversation).
+    """
+    latest = _latest_calls(messages, ids)
+    nested: dict[str, SubAgentCall] = {}
+    if len(latest) < len(set(ids)):
+        nested = _nested_calls(messages, [i for i in ids if i not in latest])
+        latest.update((i, replace(s.call, name=s.tool_name)) for i, s in nested.items())
+    return latest, nested
+
+
 def _check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
     """Every decided call must be in the history as the approvers saw it (name, arguments).
 
@@ -439,8 +470,14 @@ def _check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
         )
 
 
-def _check_seals(run: RunRecord, latest: Mapping[str, ToolCall], keys: SealKeys) -> None:
-    """Every stored pending call must carry a valid seal for its kind.
+def _check_seals(
+    run: RunRecord,
+    latest: Mapping[str, ToolCall],
+    keys: SealKeys,
+    nested: Mapping[str, SubAgentCall],
+) -> None:
+    """Every stored pending call must carry a valid seal for its kind (a paused
+    sub-agent's call: as its record holds it, bound to the sub-run's conversation).
 
     Raises:
         SealError: a call is unsealed, sealed with an unknown key or tampered with.
@@ -450,7 +487,11 @@ def _check_seals(run: RunRecord, latest: Mapping[str, ToolCall], keys: SealKeys)
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
             continue
-        kind = verify_call(keys, run.conversation_id, tc)
+        sub = nested.get(call.call_id)
+        if sub is not None:
+            kind = verify_call(keys, sub.conversation_id, sub.call)
+        else:
+            kind = verify_call(keys, run.conversation_id, tc)
         if kind.value != call.kind.value:
             raise StoredCallMismatch(
                 f'call "{call.call_id}" of run "{run.id}" was sealed as {kind.value}, '
@@ -484,9 +525,17 @@ class Worker:
             `interrupted` once the lease has run out and a sweep has run.
         sweep_interval: seconds between the expiry / interrupted sweeps that `run_once`
             and `run_forever` run (0 sweeps on every call).
+        seal_key: the key (or keys) pending calls are sealed with: every stored pending
+            call must carry a valid seal before a resume, and pauses are saved sealed.
+        concurrency: how many runs `run_forever` resumes at once in this process. Each
+            in-flight run has its own lease, heartbeat and fencing; free slots are filled
+            with one batched claim (`Store.claim_ready_many`). Raise it when resumes
+            mostly wait (on a model, an HTTP API); see the approvals-service guide's
+            "Running at scale".
 
     Raises:
-        ValueError: `lease_seconds` is not positive or `sweep_interval` is negative.
+        ValueError: `lease_seconds` is not positive, `sweep_interval` is negative, or
+            `concurrency` is not an integer >= 1.
     """
 
     def __init__(
@@ -498,11 +547,16 @@ class Worker:
         lease_seconds: float = 60.0,
         sweep_interval: float = 5.0,
         seal_key: SealKey | None = None,
+        concurrency: int = 1,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
         if sweep_interval < 0:
             raise ValueError(f"sweep_interval must be >= 0, got {sweep_interval!r}")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(
+                f"concurrency must be an integer >= 1 (runs resumed at once), got {concurrency!r}"
+            )
         self.store = store
         self.registry = registry
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{new_id()[-8:]}"
@@ -511,6 +565,8 @@ class Worker:
         self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
         """With a key: every stored pending call must carry a valid seal before a resume,
         and the pauses this worker saves are sealed."""
+        self.concurrency = concurrency
+        """How many runs `run_forever` resumes at once."""
         self._last_sweep: float | None = None
 
     @property
@@ -553,29 +609,53 @@ class Worker:
     async def run_forever(
         self, poll_interval: float = 1.0, stop_event: asyncio.Event | None = None
     ) -> None:
-        """Resume ready runs until `stop_event` is set (or the task is cancelled).
+        """Resume ready runs, up to `concurrency` at once, until stopped.
 
-        While runs are ready it claims them back to back. When none is, it sleeps until the
-        store's change feed signals that a run may have become ready (PostgreSQL `NOTIFY`
-        wakes it within milliseconds; SQLite's shared poller within its poll interval), or
-        at most `poll_interval` seconds, or until `stop_event` is set. Store errors are
-        logged and retried after `poll_interval`.
+        While slots are free and runs are ready it claims them (as many as there are free
+        slots, in one batched claim) and resumes each in its own task. When none is ready
+        it sleeps until the store's change feed signals that a run may have become ready
+        (PostgreSQL `NOTIFY` wakes it within milliseconds; SQLite's shared poller within
+        its poll interval), or at most `poll_interval` seconds; when every slot is busy,
+        until a resume finishes. Sweeps run when due. Store errors while sweeping or
+        claiming are logged and retried after `poll_interval`; a resume whose outcome
+        could not be saved is logged and does not affect the others.
+
+        Stopping: once `stop_event` is set no further run is claimed, and this returns
+        when every in-flight resume has finished and saved its outcome (a graceful drain;
+        bound it with a timeout around this call if resumes may take long). Cancelling
+        the task instead cancels the in-flight resumes too and returns once they have
+        unwound: each cancelled run keeps its lease until it runs out and is then marked
+        interrupted by a sweep, never resumed again automatically, exactly as a worker
+        that died mid-resume.
         """
         stop = stop_event or asyncio.Event()
         feed = _feed_of(self.store)
         stopping = asyncio.ensure_future(stop.wait())
+        running: dict[asyncio.Task[None], str] = {}  # in-flight resume -> its run ID
         try:
             while not stop.is_set():
+                free = self.concurrency - len(running)
                 mark = feed.ready_mark() if feed is not None else 0
                 try:
-                    worked = await self.run_once()
+                    await self._maybe_sweep()
+                    claimed = await self._claim(free) if free else []
                 except Exception:
-                    log.exception("worker %s: claiming or saving a run failed", self.worker_id)
-                    worked = False
+                    log.exception("worker %s: sweeping or claiming failed", self.worker_id)
                     await asyncio.wait([stopping], timeout=poll_interval)
                     continue
-                if worked:
+                for c in claimed:
+                    running[self._start(c, running)] = c.run.id
+                if len(running) >= self.concurrency:  # every slot busy: wait for one
+                    await asyncio.wait(
+                        [stopping, *running],
+                        timeout=poll_interval,  # sweeps stay due while slots are busy
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    for t in [t for t in running if t.done()]:
+                        running.pop(t, None)
                     continue
+                if claimed and len(claimed) == free:
+                    continue  # filled every slot asked for: more may be ready
                 if feed is None:
                     await asyncio.wait([stopping], timeout=poll_interval)
                     continue
@@ -584,8 +664,58 @@ class Worker:
                     await asyncio.wait([stopping, woken], return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     woken.cancel()
+            if running:  # stopped: claim nothing more, let the in-flight resumes finish
+                log.info(
+                    "worker %s stopping: waiting for %d in-flight resume(s)",
+                    self.worker_id,
+                    len(running),
+                )
+                await asyncio.wait(list(running))
         finally:
             stopping.cancel()
+            abandoned = [t for t in running if not t.done()]
+            if abandoned:  # cancelled (or failed): the resumes are left to the sweep
+                for task in abandoned:
+                    task.cancel()
+                    log.warning(
+                        "worker %s cancelled mid-resume: run %s stays running until its "
+                        "lease runs out, then a sweep marks it interrupted",
+                        self.worker_id,
+                        running[task],
+                    )
+                await asyncio.wait(abandoned)
+
+    async def _claim(self, slots: int) -> list[ClaimedRun]:
+        """Claim up to `slots` ready runs of this worker's agents (one transaction)."""
+        agents = list(self.registry)
+        if slots == 1:
+            one = await self.store.claim_ready(self.worker_id, self.lease_seconds, agents=agents)
+            return [] if one is None else [one]
+        return await self.store.claim_ready_many(
+            self.worker_id, self.lease_seconds, limit=slots, agents=agents
+        )
+
+    def _start(
+        self, claimed: ClaimedRun, running: dict[asyncio.Task[None], str]
+    ) -> asyncio.Task[None]:
+        """Resume `claimed` in its own task, which leaves `running` when it ends."""
+        log.info(
+            "worker %s claimed run %s (agent %s)", self.worker_id, claimed.run.id, claimed.run.agent
+        )
+        task = asyncio.ensure_future(self._resume(claimed))
+
+        def done(t: asyncio.Task[None]) -> None:
+            running.pop(t, None)
+            if not t.cancelled() and (exc := t.exception()) is not None:
+                log.error(
+                    "worker %s: resuming run %s failed",
+                    self.worker_id,
+                    claimed.run.id,
+                    exc_info=exc,
+                )
+
+        task.add_done_callback(done)
+        return task
 
     @worker_op("resume")
     async def _resume(self, claimed: ClaimedRun) -> None:
@@ -681,10 +811,10 @@ class Worker:
                 extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
             history = loads_history(run.history)
-            latest = _latest_calls(history, [c.call_id for c in run.calls])
+            latest, nested = _stored_calls(history, [c.call_id for c in run.calls])
             _check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                _check_seals(run, latest, self.seal_keys)
+                _check_seals(run, latest, self.seal_keys, nested)
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )

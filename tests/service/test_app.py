@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tests.service.conftest import bearer, make_auth
         {"stream_poll_interval": 0},
         {"stream_heartbeat": 0},
         {"default_expires_in": 0},
+        {"worker_concurrency": 0},
     ],
 )
 def test_bad_settings_are_rejected(registry: Any, kwargs: dict[str, Any]) -> None:
@@ -120,3 +122,64 @@ async def test_error_pages_are_html_for_browsers_and_json_for_the_api(
         assert "boom" not in broken.text
         api_broken = await c.get("/api/runs", headers={"Authorization": "Bearer tok-alice"})
         assert api_broken.json()["error"]["code"] == "internal_error"
+
+
+def test_the_in_process_worker_resumes_worker_concurrency_runs_at_once(tmp_path: Path) -> None:
+    """Three approved runs whose tool waits on a barrier of three: they can only finish
+    when the in-process worker has all three resumes in flight (`worker_concurrency=3`)."""
+    from golem import Agent, Message, ToolCall
+    from golem.testing import FunctionModel
+    from golem.tool import DeferKind, Deferred, call_approved
+    from golem.worker import AgentEntry
+
+    barrier: asyncio.Barrier | None = None
+
+    def model(request: Any) -> Message:
+        if request.messages[-1].role == "user":
+            return Message(role="assistant", tool_calls=[ToolCall("c1", "act", "{}")])
+        return Message(role="assistant", content="done")
+
+    agent: Agent[None, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    async def act() -> str:
+        """Act once approved, together with two other runs."""
+        nonlocal barrier
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "act?")
+        barrier = barrier or asyncio.Barrier(3)
+        await asyncio.wait_for(barrier.wait(), 60)  # a guard against a hang, not a duration
+        return "acted"
+
+    app = create_app(
+        {"trio": AgentEntry(agent)},
+        f"sqlite:///{tmp_path / 'g.db'}",
+        auth=make_auth(),
+        run_worker=True,
+        worker_poll_interval=0.02,
+        worker_concurrency=3,
+    )
+    with TestClient(app) as client:
+        ids = []
+        for _ in range(3):
+            run = client.post(
+                "/api/runs", json={"agent": "trio", "prompt": "go"}, headers=bearer("alice")
+            ).json()["run"]
+            ids.append(run["id"])
+        for run_id in ids:
+            res = client.post(
+                f"/api/runs/{run_id}/calls/c1/decision",
+                json={"decision": "approve"},
+                headers=bearer("alice"),
+            )
+            assert res.status_code == 200, res.text
+        statuses: list[str] = []
+        for _ in range(4000):  # wait for the worker (bounded; no duration is asserted)
+            statuses = [
+                client.get(f"/api/runs/{i}", headers=bearer("alice")).json()["run"]["status"]
+                for i in ids
+            ]
+            if all(s in ("completed", "failed") for s in statuses):
+                break
+            time.sleep(0.02)
+        assert statuses == ["completed"] * 3

@@ -318,6 +318,7 @@ def create_app(
     worker_poll_interval: float = 0.5,
     worker_id: str | None = None,
     lease_seconds: float = 60.0,
+    worker_concurrency: int = 1,
     max_body_bytes: int = 256 * 1024,
     stream_poll_interval: float = 0.5,
     stream_heartbeat: float = 15.0,
@@ -342,6 +343,8 @@ def create_app(
         worker_poll_interval: seconds between the in-process worker's polls.
         worker_id: the in-process worker's identity (default: host, pid and a random part).
         lease_seconds: the in-process worker's lease length.
+        worker_concurrency: runs the in-process worker resumes at once (`Worker`'s
+            `concurrency`).
         max_body_bytes: larger request bodies get 413.
         stream_poll_interval: how often `/api/events` polls the audit log.
         stream_heartbeat: seconds between keep-alive comments on an idle event stream.
@@ -361,7 +364,7 @@ def create_app(
             optional before/after diff shown on the tool's cards).
 
     Raises:
-        ValueError: a non-positive interval, lease, body limit or limit.
+        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency.
     """
     for name, value in (
         ("worker_poll_interval", worker_poll_interval),
@@ -371,6 +374,7 @@ def create_app(
         ("stream_heartbeat", stream_heartbeat),
         ("max_streams_per_identity", max_streams_per_identity),
         ("login_attempts_per_minute", login_attempts_per_minute),
+        ("worker_concurrency", worker_concurrency),
     ):
         if value <= 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
@@ -411,7 +415,13 @@ def create_app(
             notifier_task = asyncio.create_task(state.notifier.run(stop))
         if run_worker:
             assert state.store is not None
-            worker = Worker(state.store, registry, worker_id=worker_id, lease_seconds=lease_seconds)
+            worker = Worker(
+                state.store,
+                registry,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                concurrency=worker_concurrency,
+            )
             task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
             log.info("in-process worker %s started", worker.worker_id)
         try:
@@ -419,7 +429,7 @@ def create_app(
         finally:
             stop.set()
             if task is not None:
-                await task  # finishes the resume in progress, then stops
+                await task  # finishes the resumes in progress, then stops
             if notifier_task is not None:
                 await notifier_task
             if opened is not None:

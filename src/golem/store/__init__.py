@@ -258,6 +258,29 @@ class Store(Protocol):
         """
         ...
 
+    async def claim_ready_many(
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        limit: int,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
+    ) -> list[ClaimedRun]:
+        """Claim up to `limit` of the oldest READY runs in one transaction ([] when none is).
+
+        `claim_ready` for a worker with several free slots: each run becomes RUNNING with
+        its own lease of `lease_seconds` (renewed, finished or lost independently of the
+        others) and gets its own `claimed` audit entry, all committed together. As with
+        `claim_ready`, concurrent callers in any process never get the same run (on
+        PostgreSQL they skip the rows another claim is holding instead of waiting). The
+        list is ordered by the runs' creation time.
+
+        Raises:
+            ValueError: `limit` is not an integer >= 1, or `worker_id` is empty.
+        """
+        ...
+
     async def renew_lease(
         self, run_id: str, worker_id: str, lease_seconds: float, *, now: datetime | None = None
     ) -> datetime:

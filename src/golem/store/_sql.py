@@ -423,6 +423,29 @@ class SQLStore(abc.ABC):
             raise RunNotFound(run_id)
         return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
 
+    def _histories_and_calls(self, tx: Tx, ids: Sequence[str]) -> Later:
+        """Several runs' histories and calls (one statement; `_split_many` reads its rows)."""
+        marks = ", ".join("?" for _ in ids)
+        return tx.later(
+            f"SELECT h.history, {_C_CALL_COLS}, h.run_id FROM golem_histories h "
+            f"LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id IN ({marks}) "
+            "ORDER BY h.run_id, c.position",
+            ids,
+        )
+
+    def _split_many(self, later: Later) -> dict[str, tuple[str, list[PendingCallRecord]]]:
+        """Run ID -> (history, calls) from the rows of `_histories_and_calls`."""
+        found: dict[str, tuple[str, list[PendingCallRecord]]] = {}
+        n = len(_CALL_COLS.split(",")) + 1
+        for r in later.rows:
+            run_id = r[n]
+            got = found.get(run_id)
+            if got is None:
+                got = found[run_id] = (r[0], [])
+            if r[2] is not None:
+                got[1].append(self._call_record(r[1:n]))
+        return found
+
     def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
         """Records of `rows` (run columns + history + outcome history), with their calls."""
         calls = self._calls_of(tx, [r[0] for r in rows])
@@ -961,8 +984,41 @@ class SQLStore(abc.ABC):
         agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run (see `Store.claim_ready`)."""
+        claimed = await self._claim("claim_ready", worker_id, lease_seconds, 1, now, agents)
+        return claimed[0] if claimed else None
+
+    @store_op("claim_ready_many")
+    async def claim_ready_many(
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        *,
+        limit: int,
+        now: datetime | None = None,
+        agents: Sequence[str] | None = None,
+    ) -> list[ClaimedRun]:
+        """Claim up to `limit` of the oldest READY runs at once (see `Store.claim_ready_many`)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"claim_ready_many: limit must be an integer >= 1, got {limit!r}")
+        return await self._claim("claim_ready_many", worker_id, lease_seconds, limit, now, agents)
+
+    async def _claim(
+        self,
+        op: str,
+        worker_id: str,
+        lease_seconds: float,
+        limit: int,
+        now: datetime | None,
+        agents: Sequence[str] | None,
+    ) -> list[ClaimedRun]:
+        """One transaction: mark up to `limit` ready runs RUNNING, audit each claim.
+
+        The runs are picked by a materialized subquery (`SKIP LOCKED` on PostgreSQL, so
+        concurrent claimers pass over each other's rows instead of waiting or sharing them)
+        and updated by one statement; their histories and calls come back with the commit.
+        """
         if not worker_id:
-            raise ValueError("claim_ready: worker_id must not be empty")
+            raise ValueError(f"{op}: worker_id must not be empty")
         at_given = _aware(now)
         lease = _lease(lease_seconds)
         only = ""
@@ -970,38 +1026,44 @@ class SQLStore(abc.ABC):
         if agents is not None:
             agent_params = [agents] if isinstance(agents, str) else list(agents)
             if not agent_params:
-                return None
+                return []
             only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
+        sql = (
+            "WITH picked AS MATERIALIZED (SELECT id FROM golem_runs WHERE status = 'ready'"
+            f"{only} ORDER BY updated_at, id LIMIT ?{self._skip_locked_clause}) "
+            "UPDATE golem_runs SET status = 'running', lease_owner = ?, lease_expires_at = ?, "
+            "updated_at = ? WHERE id IN (SELECT id FROM picked) AND status = 'ready' "
+            f"RETURNING {_RUN_COLS}"
+        )
+        actor = f"worker:{worker_id}"
 
-        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later, datetime] | None:
+        def tx_fn(tx: Tx) -> tuple[list[tuple[Any, ...]], Later | None, datetime]:
             at = at_given or utc_now()
             lease_until = at + lease
             rows = tx.fetch(
-                "UPDATE golem_runs SET status = 'running', lease_owner = ?, "
-                "lease_expires_at = ?, updated_at = ? WHERE id = ("
-                f"SELECT id FROM golem_runs WHERE status = 'ready'{only} ORDER BY updated_at, id "
-                f"LIMIT 1{self._skip_locked_clause}) AND status = 'ready' RETURNING {_RUN_COLS}",
-                (worker_id, self._to_db(lease_until), self._to_db(at), *agent_params),
+                sql,
+                (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at)),
             )
             if not rows:
-                return None
-            run_id = rows[0][0]
-            tx.audit(
-                run_id,
-                at,
-                f"worker:{worker_id}",
-                AuditAction.CLAIMED,
-                {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()},
-            )
-            return rows[0], self._history_and_calls(tx, run_id), lease_until
+                return rows, None, lease_until
+            rows.sort(key=lambda r: (r[6], r[0]))  # creation order (RETURNING has none)
+            detail = {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()}
+            for row in rows:
+                tx.audit(row[0], at, actor, AuditAction.CLAIMED, detail)
+            return rows, self._histories_and_calls(tx, [r[0] for r in rows]), lease_until
 
-        got = await self._submit(True, tx_fn)
-        if got is None:
-            return None
-        row, later, lease_until = got  # the history and calls arrived with the commit
-        history, calls = self._split(later, row[0])
-        run = self._run_record(row, calls, history, None)
-        return ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until)
+        rows, later, lease_until = await self._submit(True, tx_fn)
+        if later is None:
+            return []
+        found = self._split_many(later)  # the histories and calls arrived with the commit
+        claimed = []
+        for row in rows:
+            if row[0] not in found:
+                raise RunNotFound(row[0])
+            history, calls = found[row[0]]
+            run = self._run_record(row, calls, history, None)
+            claimed.append(ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until))
+        return claimed
 
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""

@@ -1,0 +1,101 @@
+"""`golem worker --concurrency N`: one worker process resumes N runs at once.
+
+The registry below (`tests.test_worker_cli:registry`) has one agent whose approved tool
+waits until `MEET` resumes have entered it, counted as files in `$GOLEM_TEST_MEET_DIR`: with
+fewer runs in flight at once the runs never complete and the test fails at its guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem import Agent, Message, RunContext, ToolCall
+from golem.model import ModelRequest
+from golem.store import Decision, RunStatus, open_store
+from golem.testing import FunctionModel
+from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, start_run
+from tests.service.test_cli import golem, golem_process, wait_for
+
+MEET = 3
+
+
+def _model(request: ModelRequest) -> Message | str:
+    if request.messages[-1].role == "user":
+        return Message(role="assistant", tool_calls=[ToolCall("c1", "meet", "{}")])
+    return "met"
+
+
+async def meet(ctx: RunContext[Any]) -> str:
+    """Wait for the other resumes (after approval)."""
+    if not call_approved():
+        raise Deferred(DeferKind.APPROVAL, "meet the others")
+    here = Path(os.environ["GOLEM_TEST_MEET_DIR"])
+    await asyncio.to_thread((here / ctx.run_id).touch)
+    async with asyncio.timeout(60):  # a guard: the test fails instead of hanging
+        while len(await asyncio.to_thread(os.listdir, here)) < MEET:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    return "everyone is here"
+
+
+registry = {"meet": AgentEntry(Agent(FunctionModel(_model), tools=[meet]))}
+
+
+def _seed(db: str, n: int) -> list[str]:
+    async def go() -> list[str]:
+        store = await open_store(db)
+        try:
+            ids = []
+            for _ in range(n):
+                run = await start_run(store, registry, "meet", "go", started_by="t")
+                await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+                ids.append(run.id)
+            return ids
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def _statuses(db: str, ids: list[str]) -> list[RunStatus]:
+    async def go() -> list[RunStatus]:
+        store = await open_store(db)
+        try:
+            return [(await store.get_run(i)).status for i in ids]
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    meet_dir = tmp_path / "meet"
+    meet_dir.mkdir()
+    ids = _seed(db, MEET)
+    args = ("worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--poll", "0.05")
+    env = {"GOLEM_TEST_MEET_DIR": str(meet_dir)}
+    with golem_process(*args, "--id", "wc", "--concurrency", str(MEET), env=env) as running:
+        wait_for(
+            lambda: _statuses(db, ids) == [RunStatus.COMPLETED] * MEET, "the concurrent resumes"
+        )
+        out = running.stop()
+    assert running.proc.returncode == 0
+    assert f"{MEET} run(s) at once" in out
+    assert "golem: worker wc stopped" in out
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two"])
+def test_worker_concurrency_flag_rejects_bad_values(tmp_path: Path, bad: str) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    res = golem(
+        "worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--concurrency", bad
+    )
+    assert res.exit_code == 2
+    assert "--concurrency" in res.output
+    assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"
