@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem.store._threads import DatabaseThreads, Slot
 
@@ -216,3 +219,59 @@ async def test_a_job_of_a_closed_loop_finishes_and_the_thread_keeps_serving() ->
         assert await asyncio.wait_for(pool.submit(loop, lambda slot: "alive"), WAIT) == "alive"
     finally:
         await _stop(pool)
+
+
+_OPS = st.lists(st.sampled_from(["ok", "raise", "cancel", "on_loop"]), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 3), ops=_OPS)
+def test_every_queued_job_is_settled_once_with_its_own_outcome(size: int, ops: list[str]) -> None:
+    """Jobs queued behind busy threads: a cancelled one never runs, every other one runs
+    once and its future gets its own result or error, after its loop callbacks."""
+
+    async def scenario() -> None:
+        pool = _pool(size)
+        loop = asyncio.get_running_loop()
+        gate = threading.Event()
+        ran: list[int] = []
+        on_loop: list[int] = []
+
+        def job(i: int, op: str) -> Callable[[Slot[str]], int]:
+            def fn(slot: Slot[str]) -> int:
+                ran.append(i)
+                if op == "on_loop":  # noted only while the job's future is still pending
+                    slot.on_loop(lambda: on_loop.append(i) if not futures[i].done() else None)
+                if op == "raise":
+                    raise LookupError(i)
+                return i
+
+            return fn
+
+        try:
+            blockers = [pool.submit(loop, lambda slot: gate.wait(WAIT)) for _ in range(size)]
+            futures = [pool.submit(loop, job(i, op)) for i, op in enumerate(ops)]
+            for i, op in enumerate(ops):
+                if op == "cancel":
+                    futures[i].cancel()  # every thread is busy: still queued
+            gate.set()
+            assert await asyncio.wait_for(asyncio.gather(*blockers), WAIT) == [True] * size
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*futures, return_exceptions=True), WAIT
+            )
+            await pool.submit(loop, lambda slot: None)  # a fence: nothing left in flight
+        finally:
+            await _stop(pool)
+        expected_ran = [i for i, op in enumerate(ops) if op != "cancel"]
+        assert sorted(ran) == expected_ran  # once each, never a cancelled one
+        assert sorted(on_loop) == [i for i, op in enumerate(ops) if op == "on_loop"]
+        for i, (op, got) in enumerate(zip(ops, outcomes, strict=True)):
+            if op == "cancel":
+                assert isinstance(got, asyncio.CancelledError)
+            elif op == "raise":
+                assert isinstance(got, LookupError)
+                assert got.args == (i,)
+            else:
+                assert got == i
+
+    asyncio.run(scenario())
