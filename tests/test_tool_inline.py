@@ -373,3 +373,36 @@ async def test_the_tools_span_is_current_inside_the_call(threaded: bool) -> None
     inner = next(s for s in finished if s.name == "inner")
     assert inner.parent is not None
     assert inner.parent.span_id == tool_span.context.span_id
+
+
+# --------------------------------------------------------------------------- the durable path
+
+
+async def test_a_stored_cycle_runs_the_tool_where_asked(threaded: bool, tmp_path: Any) -> None:
+    from golem.store import Decision, RunStatus
+    from golem.store.sqlite import SQLiteStore
+    from golem.worker import AgentEntry, Worker, start_run
+
+    passes: list[tuple[bool, int]] = []
+
+    def transfer(ctx: RunContext[Any], amount: int) -> str:
+        """Move money (needs approval)."""
+        passes.append((call_approved(), threading.get_ident()))
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "money moves need sign-off")
+        return f"moved {amount}"
+
+    model = ScriptedModel(calls(("c1", "transfer", '{"amount": 10}')), "Transferred.")
+    agent: Agent[Any, str] = Agent(
+        model, tools=[Tool.from_function(transfer, run_in_thread=threaded)]
+    )
+    registry = {"bank": AgentEntry(agent)}
+    async with await SQLiteStore.open(tmp_path / "s.db") as store:
+        run = await start_run(store, registry, "bank", "pay", started_by="t")
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="ann")
+        worker = Worker(store, registry, worker_id="w", lease_seconds=30, sweep_interval=3600)
+        assert await worker.run_once()
+        done = await store.get_run(run.id)
+    assert done.status is RunStatus.COMPLETED
+    assert [approved for approved, _ in passes] == [False, True]
+    _where(threaded, [ident for _, ident in passes])
