@@ -406,3 +406,59 @@ def test_truncated_args_survive_a_round_trip_byte_exact() -> None:
     for args in ['{"sides":', '{"a": 1, "b": [', "oops", "{"]:
         history = [Message(role="assistant", tool_calls=[ToolCall("c", "n", args)])]
         assert loads_history(dumps_history(history))[0].tool_calls[0].args == args
+
+
+# --------------------------------------------------------------------------- the loop's builders
+
+
+def test_new_message_equals_the_dataclass_constructor() -> None:
+    from golem.messages import _new_message
+
+    call = ToolCall("c1", "f", "{}")
+    built = _new_message("tool", "text", [Part("text", text="x")], [call], "c1", "f", True, "r", "v")
+    assert built == Message(
+        role="tool",
+        content="text",
+        parts=[Part("text", text="x")],
+        tool_calls=[call],
+        tool_call_id="c1",
+        tool_name="f",
+        failed=True,
+        run_id="r",
+        conversation_id="v",
+    )
+    assert type(built) is Message
+    plain = _new_message("user")
+    assert plain == Message(role="user")
+    # fresh default lists, never shared between messages
+    assert plain.thinking is not _new_message("user").thinking
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain.content = "x"  # type: ignore[misc]
+
+
+def test_stamped_equals_replace() -> None:
+    from golem.messages import _stamped
+
+    m = Message(
+        role="user",
+        content="hi",
+        parts=[Part("image", url="https://x/y.png")],
+        thinking=[ThinkingBlock(text="t")],
+        run_id="old",
+        conversation_id="conv-old",
+    )
+    assert _stamped(m, "r", "c") == dataclasses.replace(m, run_id="r", conversation_id="c")
+    assert _stamped(m, "r", "c", "assistant") == dataclasses.replace(
+        m, role="assistant", run_id="r", conversation_id="c"
+    )
+    assert m.run_id == "old"  # the original is untouched
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(Message):
+        tag: str = "t"
+
+    sub = Tagged(role="assistant", tag="kept")
+    copied = _stamped(sub, "r", "c")
+    assert type(copied) is Tagged
+    assert copied.tag == "kept"
+    assert copied.run_id == "r"

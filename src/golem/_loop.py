@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from golem import deferred
 from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
-from golem.messages import Message, ToolCall
+from golem.messages import Message, ToolCall, _new_message, _stamped
 from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
 from golem.result import PartialResult, Result
 from golem.seal import SealKeys
@@ -131,15 +131,16 @@ class RunState:
     def tool_message(
         self, call: ToolCall, text: str, *, parts: Sequence[Any] = (), failed: bool = False
     ) -> Message:
-        return Message(
-            role="tool",
-            content=text,
-            parts=list(parts),
-            tool_call_id=call.id,
-            tool_name=call.name,
-            failed=failed,
-            run_id=self.run_id,
-            conversation_id=self.conversation_id,
+        return _new_message(
+            "tool",
+            text,
+            list(parts),
+            None,
+            call.id,
+            call.name,
+            failed,
+            self.run_id,
+            self.conversation_id,
         )
 
 
@@ -278,9 +279,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         or message.conversation_id != state.conversation_id
         or message.role != "assistant"
     ):
-        message = replace(
-            message, role="assistant", run_id=state.run_id, conversation_id=state.conversation_id
-        )
+        message = _stamped(message, state.run_id, state.conversation_id, "assistant")
         response = ModelResponse(
             message, response.usage, response.finish_reason, response.model_name
         )

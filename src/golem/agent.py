@@ -15,7 +15,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import replace
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -49,7 +48,7 @@ from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, loads_history
+from golem.messages import Message, Part, _new_message, _stamped, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.seal import SealKey, SealKeys, as_seal_keys
@@ -515,7 +514,7 @@ class Agent(Generic[DepsT, OutputT]):
         """Start the evidence: this run's instructions, then the repaired history."""
         text = await self._instructions(RunContext(state.deps, state.run_id, state.conversation_id))
         if text:
-            state.messages.append(Message(role="system", content=text))
+            state.messages.append(_new_message("system", text))
         state.messages.extend(pair_results(body))
 
     @overload
@@ -1197,7 +1196,7 @@ def _conversation_of(messages: Sequence[Message]) -> str:
 
 def _prompt_message(prompt: Prompt) -> Message | None:
     if isinstance(prompt, str):
-        return Message(role="user", content=prompt)
+        return _new_message("user", prompt)
     texts: list[str] = []
     parts: list[Part] = []
     for i, item in enumerate(prompt):
@@ -1212,11 +1211,11 @@ def _prompt_message(prompt: Prompt) -> Message | None:
             raise ValueError(
                 f"golem: prompt item {i} must be a str or a Part, got {type(item).__name__}"
             )
-    return Message(role="user", content="\n".join(texts), parts=parts)
+    return _new_message("user", "\n".join(texts), parts)
 
 
 def _stamp(m: Message, state: RunState) -> Message:
-    return replace(m, run_id=state.run_id, conversation_id=state.conversation_id)
+    return _stamped(m, state.run_id, state.conversation_id)
 
 
 def _unfence(text: str) -> str:

@@ -14,7 +14,7 @@ import gc
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import msgspec
@@ -512,10 +512,67 @@ def _surrogate_field(m: Message) -> str:
 # Loaded messages are not built through the frozen dataclasses' __init__: it sets each field
 # through object.__setattr__ and costs more than the JSON decode of the message. Each is built
 # as an instance of a mutable twin with the same slot layout (plain attribute stores), then
-# given its real class; the frozen class refuses any later assignment as usual.
-# tests/test_history_json_args.py pins the field lists the loader sets.
+# given its real class; the frozen class refuses any later assignment as usual. The run loop
+# builds its messages the same way (`_new_message`, `_stamped`).
+# tests/test_history_json_args.py pins the field lists the loader and these builders set.
 _MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots__})
 _MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
+
+
+def _new_message(
+    role: Role,
+    content: str = "",
+    parts: list[Part] | None = None,
+    tool_calls: list[ToolCall] | None = None,
+    tool_call_id: str = "",
+    tool_name: str = "",
+    failed: bool = False,
+    run_id: str = "",
+    conversation_id: str = "",
+) -> Message:
+    """`Message(...)` for the run loop's hot paths: an equal message, built as the loader
+    builds them (a sixth of the frozen `__init__`'s cost); a list not given is a new empty
+    list, as the field's default."""
+    m = _MutableMessage()
+    m.role = role
+    m.content = content
+    m.parts = [] if parts is None else parts
+    m.tool_calls = [] if tool_calls is None else tool_calls
+    m.tool_call_id = tool_call_id
+    m.tool_name = tool_name
+    m.failed = failed
+    m.thinking = []
+    m.run_id = run_id
+    m.conversation_id = conversation_id
+    m.citations = []
+    m.server_tools = []
+    m.__class__ = Message
+    return m  # type: ignore[no-any-return]
+
+
+def _stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
+    """`dataclasses.replace(m, run_id=..., conversation_id=...)` (and `role`, when given)
+    for the run loop's hot paths: a copy sharing `m`'s lists, built as the loader builds
+    messages. A subclass of `Message` is copied by `replace` itself."""
+    if m.__class__ is not Message:
+        if role is not None:
+            return replace(m, role=role, run_id=run_id, conversation_id=conversation_id)
+        return replace(m, run_id=run_id, conversation_id=conversation_id)
+    c = _MutableMessage()
+    c.role = m.role if role is None else role
+    c.content = m.content
+    c.parts = m.parts
+    c.tool_calls = m.tool_calls
+    c.tool_call_id = m.tool_call_id
+    c.tool_name = m.tool_name
+    c.failed = m.failed
+    c.thinking = m.thinking
+    c.run_id = run_id
+    c.conversation_id = conversation_id
+    c.citations = m.citations
+    c.server_tools = m.server_tools
+    c.__class__ = Message
+    return c  # type: ignore[no-any-return]
 
 
 def _load_args(raw: msgspec.Raw) -> str:
