@@ -100,6 +100,11 @@ class RunState:
     tracer: RunTracer | None = None
     """The run's spans when tracing is on (`golem.otel`)."""
 
+    @property
+    def listening(self) -> bool:
+        """Whether anything receives events: the hot paths build none when nothing does."""
+        return bool(self.observers) or self.sink is not None
+
     def emit(self, kind: EventKind, **fields: Any) -> None:
         if not self.observers and self.sink is None:
             return
@@ -253,7 +258,8 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
     response: ModelResponse | None = None
     while response is None:
         attempt += 1
-        state.emit(EventKind.MODEL_START, turn=turn, attempt=attempt)
+        if state.listening:
+            state.emit(EventKind.MODEL_START, turn=turn, attempt=attempt)
         state.requests += 1
         try:
             if stream:
@@ -284,7 +290,8 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
             message, response.usage, response.finish_reason, response.model_name
         )
     state.messages.append(message)
-    state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
+    if state.listening:
+        state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(policy, state)
     return response
 
@@ -362,6 +369,8 @@ def _classify(exc: Exception) -> _Outcome:
 
 
 def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
+    if not state.listening:
+        return
     if out.kind == "deferred":
         assert isinstance(out.error, Deferred)
         state.emit(
@@ -423,13 +432,14 @@ async def _tool_batch(
     for group in _groups(policy, calls, tools):
         if len(group) == 1:
             i = group[0]
-            state.emit(
-                EventKind.TOOL_START,
-                turn=turn,
-                call_id=calls[i].id,
-                tool_name=calls[i].name,
-                args=calls[i].args,
-            )
+            if state.listening:
+                state.emit(
+                    EventKind.TOOL_START,
+                    turn=turn,
+                    call_id=calls[i].id,
+                    tool_name=calls[i].name,
+                    args=calls[i].args,
+                )
             outcomes = [await _execute(policy, state, tools[i], calls[i])]
             _end_event(state, turn, calls[i], outcomes[0])
         else:

@@ -521,9 +521,11 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
     tool = policy.tools[call.name]
     ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
     timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
+    state.tool_calls += 1
+    if not state.listening:
+        return await _rerun_approved(tool, call, ctx, timeout)
     ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
     state.emit(EventKind.TOOL_START, args=call.args, **ids)
-    state.tool_calls += 1
     try:
         done = await _rerun_approved(tool, call, ctx, timeout)
     except RunError as failed:

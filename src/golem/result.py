@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["PartialResult", "Result"]
 
 OutputT = TypeVar("OutputT")
+_set = object.__setattr__
 
 _FIELDS = (
     "messages",
@@ -89,11 +90,18 @@ class Result(Generic[OutputT]):
         """`output` is the decoded final output of a completed run; pass None with `pending`."""
         if pending is not None and output is not None:
             raise ValueError("a paused result (pending set) has no output; pass output=None")
-        values = (messages, usage or Usage(), finish_reason, requests, tool_calls, cost)
-        rest = (run_id, conversation_id, pending, trace_context)
-        for name, value in zip(_FIELDS, (*values, *rest), strict=True):
-            object.__setattr__(self, name, value)
-        object.__setattr__(self, "_output", output)
+        # one store per slot, unrolled: built twice per pause/resume cycle
+        _set(self, "messages", messages)
+        _set(self, "usage", usage or Usage())
+        _set(self, "finish_reason", finish_reason)
+        _set(self, "requests", requests)
+        _set(self, "tool_calls", tool_calls)
+        _set(self, "cost", cost)
+        _set(self, "run_id", run_id)
+        _set(self, "conversation_id", conversation_id)
+        _set(self, "pending", pending)
+        _set(self, "trace_context", trace_context)
+        _set(self, "_output", output)
 
     @property
     def output(self) -> OutputT:
