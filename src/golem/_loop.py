@@ -174,8 +174,8 @@ async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
         _check_usage(policy, state)
     while True:
         for turn in range(policy.max_iterations):
-            response = await _model_turn(policy, state, turn, stream)
-            calls = response.message.tool_calls
+            message = await _model_turn(policy, state, turn, stream)
+            calls = message.tool_calls
             if not calls:
                 break
             pending = await _tool_batch(policy, state, turn, calls)
@@ -188,7 +188,7 @@ async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
                 RuntimeError(f"model turn limit exceeded after {policy.max_iterations} turns"),
             )
         try:
-            output = policy.decode(response.message.content)
+            output = policy.decode(message.content)
         except ModelRetry as retry:
             if rounds < policy.output_retries:
                 rounds += 1
@@ -246,10 +246,11 @@ def _check_usage(policy: Policy, state: RunState) -> None:
 # --------------------------------------------------------------------------- model turn
 
 
-async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) -> ModelResponse:
+async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) -> Message:
+    """One model call (with its retries); returns the answer as recorded in the history."""
     request = ModelRequest(
         messages=list(state.messages),
-        tools=await _turn_specs(policy, state),
+        tools=await _turn_specs(policy, state) if policy.toolsets else policy.specs,
         output_schema=policy.output_schema,
         tool_choice=policy.tool_choice,
     )
@@ -286,20 +287,15 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         or message.role != "assistant"
     ):
         message = _stamped(message, state.run_id, state.conversation_id, "assistant")
-        response = ModelResponse(
-            message, response.usage, response.finish_reason, response.model_name
-        )
     state.messages.append(message)
     if state.listening:
         state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(policy, state)
-    return response
+    return message
 
 
 async def _turn_specs(policy: Policy, state: RunState) -> list[ToolSpec]:
     """The tools offered on this turn: the agent's, plus its toolsets' as listed now."""
-    if not policy.toolsets:
-        return policy.specs
     try:
         state.tools = await resolve_tools(policy.own_tools or {}, policy.toolsets)
     except Exception as exc:

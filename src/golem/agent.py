@@ -512,7 +512,13 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def _open(self, state: RunState, body: list[Message]) -> None:
         """Start the evidence: this run's instructions, then the repaired history."""
-        text = await self._instructions(RunContext(state.deps, state.run_id, state.conversation_id))
+        ins = self.instructions
+        if ins is None or isinstance(ins, str):
+            text = ins or ""
+        else:
+            text = await self._instructions(
+                RunContext(state.deps, state.run_id, state.conversation_id)
+            )
         if text:
             state.messages.append(_new_message("system", text))
         state.messages.extend(pair_results(body))

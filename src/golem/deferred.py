@@ -27,7 +27,7 @@ from golem.tool import (
     RunContext,
     Tool,
     ToolResult,
-    approved_call,
+    _Approved,
     find_signal,
 )
 
@@ -454,7 +454,7 @@ async def _rerun_approved(
         asyncio.CancelledError: the caller cancelled; never turned into a tool error.
     """
     try:
-        with approved_call():
+        with _Approved():
             return await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
         raise RunError(Stage.TOOL, exc) from exc

@@ -223,6 +223,19 @@ def approved_call() -> Iterator[None]:
         _APPROVED.reset(token)
 
 
+class _Approved:
+    """Internal: `approved_call()` as a class, for the approved re-runs of a resume
+    (a generator-based context manager costs several times more)."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _APPROVED.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _APPROVED.reset(self._token)
+
+
 class _ClearedApproval:
     """Internal: an agent run starts outside any approval (the marker does not leak in).
 
