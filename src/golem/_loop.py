@@ -334,7 +334,10 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
     tracer = state.tracer  # when tracing, the call's span is current while the tool runs
     entered = tracer.enter_tool(call.id) if tracer is not None else None
     try:
-        result = await tool.run(ctx, call.args, timeout)
+        if timeout is None and tool.__class__.run is _TOOL_RUN:
+            result = await tool.invoke(ctx, call.args)  # what `run` does: one coroutine less
+        else:
+            result = await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
         return _Outcome("error", error=exc)
     except Exception as exc:
@@ -344,8 +347,10 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
     finally:
         if tracer is not None:
             tracer.leave_tool(entered)
-    return _Outcome("ok", result=result)
+    return _Outcome("ok", result)
 
+
+_TOOL_RUN = Tool.run
 
 _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
     ("deferred", Deferred),
@@ -357,6 +362,8 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 def _classify(exc: Exception) -> _Outcome:
     """The outcome a tool's exception stands for: a signal (directly or chained) or an error."""
+    if exc.__class__ is Deferred:  # the common signal, raised as itself
+        return _Outcome("deferred", None, exc)
     for kind, signal in _SIGNALS:
         found = find_signal(exc, signal)
         if found is not None:
@@ -392,9 +399,8 @@ def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> Non
         )
 
 
-def _groups(policy: Policy, calls: Sequence[ToolCall], tools: Sequence[Tool]) -> list[list[int]]:
-    if not policy.parallel_tool_calls:
-        return [[i] for i in range(len(calls))]
+def _groups(tools: Sequence[Tool]) -> list[list[int]]:
+    """Parallel calls: runs of non-sequential tools run together, a sequential one alone."""
     groups: list[list[int]] = []
     current: list[int] = []
     for i, tool in enumerate(tools):
@@ -408,6 +414,13 @@ def _groups(policy: Policy, calls: Sequence[ToolCall], tools: Sequence[Tool]) ->
     if current:
         groups.append(current)
     return groups
+
+
+def _start_event(state: RunState, turn: int, call: ToolCall) -> None:
+    if state.listening:
+        state.emit(
+            EventKind.TOOL_START, turn=turn, call_id=call.id, tool_name=call.name, args=call.args
+        )
 
 
 async def _tool_batch(
@@ -425,92 +438,105 @@ async def _tool_batch(
         tools.append(tool)
     recorded: dict[int, Message] = {}
     deferrals: list[tuple[ToolCall, Deferred]] = []
-    for group in _groups(policy, calls, tools):
-        if len(group) == 1:
-            i = group[0]
-            if state.listening:
-                state.emit(
-                    EventKind.TOOL_START,
-                    turn=turn,
-                    call_id=calls[i].id,
-                    tool_name=calls[i].name,
-                    args=calls[i].args,
-                )
-            outcomes = [await _execute(policy, state, tools[i], calls[i])]
-            _end_event(state, turn, calls[i], outcomes[0])
-        else:
-            for i in group:
-                state.emit(
-                    EventKind.TOOL_START,
-                    turn=turn,
-                    call_id=calls[i].id,
-                    tool_name=calls[i].name,
-                    args=calls[i].args,
-                )
-            outcomes = list(
-                await asyncio.gather(*(_execute(policy, state, tools[i], calls[i]) for i in group))
-            )
-            for i, out in zip(group, outcomes, strict=True):
-                _end_event(state, turn, calls[i], out)
-        state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
-        for i, out in zip(group, outcomes, strict=True):
-            call, tool = calls[i], tools[i]
-            if out.kind == "ok":
-                assert out.result is not None
-                recorded[i] = state.tool_message(call, out.result.text, parts=out.result.parts)
-            elif out.kind == "deferred":
-                assert isinstance(out.error, Deferred)
-                deferrals.append((call, out.error))
-            elif out.kind == "failed":
-                assert isinstance(out.error, Failed)
-                recorded[i] = state.tool_message(call, out.error.reason, failed=True)
-            elif out.kind == "retry":
-                assert isinstance(out.error, ModelRetry)
-                budget = tool.max_retries if tool.max_retries is not None else policy.tool_retries
-                used = state.feedback.get(call.name, 0)
-                if isinstance(out.error, InvalidArguments):
-                    # arguments that fail validation never ran the tool: always correctable
-                    # (bounded by max_iterations), without spending the tool's budget
-                    recorded[i] = state.tool_message(
-                        call,
-                        f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
-                    )
-                elif used < budget:
-                    state.feedback[call.name] = used + 1
-                    recorded[i] = state.tool_message(
-                        call,
-                        f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
-                    )
-                else:
-                    text = (
-                        f"tool failed after {used + 1} attempts: {out.error.message}"
-                        if used
-                        else out.error.message
-                    )
-                    raise _Fail(Stage.TOOL, _tool_error(call, text, out.error))
-            elif out.kind == "canceled":
-                _close_canceled(state, calls, recorded)
-                state.emit(
-                    EventKind.CANCELED,
-                    turn=turn,
-                    call_id=call.id,
-                    tool_name=call.name,
-                    error=out.error,
-                )
-                assert out.error is not None
-                raise _Fail(Stage.CANCELED, out.error)
+    if not policy.parallel_tool_calls:  # one call at a time, in emission order
+        for i, call in enumerate(calls):
+            _start_event(state, turn, call)
+            out = await _execute(policy, state, tools[i], call)
+            _end_event(state, turn, call, out)
+            if out.kind != "deferred":
+                state.tool_calls += 1
+            _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
+    else:
+        for group in _groups(tools):
+            if len(group) == 1:
+                i = group[0]
+                _start_event(state, turn, calls[i])
+                outcomes = [await _execute(policy, state, tools[i], calls[i])]
+                _end_event(state, turn, calls[i], outcomes[0])
             else:
-                assert out.error is not None
-                if isinstance(out.error, ToolError):
-                    raise _Fail(Stage.TOOL, out.error)
-                raise _Fail(
-                    Stage.TOOL,
-                    _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
+                for i in group:
+                    _start_event(state, turn, calls[i])
+                outcomes = list(
+                    await asyncio.gather(
+                        *(_execute(policy, state, tools[i], calls[i]) for i in group)
+                    )
                 )
+                for i, out in zip(group, outcomes, strict=True):
+                    _end_event(state, turn, calls[i], out)
+            state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
+            for i, out in zip(group, outcomes, strict=True):
+                _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
     if deferrals:
         return deferred.pause(state, policy.seal_keys, deferrals)
     return None
+
+
+def _settle(
+    policy: Policy,
+    state: RunState,
+    turn: int,
+    calls: Sequence[ToolCall],
+    i: int,
+    tool: Tool,
+    out: _Outcome,
+    recorded: dict[int, Message],
+    deferrals: list[tuple[ToolCall, Deferred]],
+) -> None:
+    """Record call `i`'s outcome: its result message, its deferral, or the run's failure."""
+    call = calls[i]
+    if out.kind == "ok":
+        assert out.result is not None
+        recorded[i] = state.tool_message(call, out.result.text, parts=out.result.parts)
+    elif out.kind == "deferred":
+        assert isinstance(out.error, Deferred)
+        deferrals.append((call, out.error))
+    elif out.kind == "failed":
+        assert isinstance(out.error, Failed)
+        recorded[i] = state.tool_message(call, out.error.reason, failed=True)
+    elif out.kind == "retry":
+        assert isinstance(out.error, ModelRetry)
+        budget = tool.max_retries if tool.max_retries is not None else policy.tool_retries
+        used = state.feedback.get(call.name, 0)
+        if isinstance(out.error, InvalidArguments):
+            # arguments that fail validation never ran the tool: always correctable
+            # (bounded by max_iterations), without spending the tool's budget
+            recorded[i] = state.tool_message(
+                call,
+                f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
+            )
+        elif used < budget:
+            state.feedback[call.name] = used + 1
+            recorded[i] = state.tool_message(
+                call,
+                f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
+            )
+        else:
+            text = (
+                f"tool failed after {used + 1} attempts: {out.error.message}"
+                if used
+                else out.error.message
+            )
+            raise _Fail(Stage.TOOL, _tool_error(call, text, out.error))
+    elif out.kind == "canceled":
+        _close_canceled(state, calls, recorded)
+        state.emit(
+            EventKind.CANCELED,
+            turn=turn,
+            call_id=call.id,
+            tool_name=call.name,
+            error=out.error,
+        )
+        assert out.error is not None
+        raise _Fail(Stage.CANCELED, out.error)
+    else:
+        assert out.error is not None
+        if isinstance(out.error, ToolError):
+            raise _Fail(Stage.TOOL, out.error)
+        raise _Fail(
+            Stage.TOOL,
+            _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
+        )
 
 
 def _tool_error(call: ToolCall, text: str, cause: BaseException) -> ToolError:
