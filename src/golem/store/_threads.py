@@ -11,6 +11,12 @@ so a connection is only ever used by the thread that opened it.
 
 A job whose caller was cancelled before a thread took it is skipped (it did not happen);
 a job a thread took runs to its end, whoever still waits for it.
+
+With a **batch hook**, a thread that takes a job while more are queued takes those too (up
+to `batch_max`) and hands the hook one step per job, to run in order inside whatever bracket
+the hook puts around them (the SQLite store: one transaction, a savepoint per job). Results
+are delivered only once the hook returned; if it raises, every job of the batch gets that
+error instead (the bracket did not hold, so none of them counts).
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["DatabaseThreads", "Slot"]
+__all__ = ["Batch", "DatabaseThreads", "Slot"]
 
 _S = TypeVar("_S")
 
@@ -89,6 +96,12 @@ class Slot(Generic[_S]):
 
 _Job = tuple[_Inbox, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
 
+Batch = Callable[[Slot[_S], list[Callable[[], None]]], None]
+"""`hook(slot, steps)`: run every step, in order, inside one bracket (e.g. a transaction).
+
+Each step runs one job (or skips it, if its caller was cancelled) and never raises: a job's
+own error is kept for its caller. The hook raises to fail the whole batch."""
+
 
 class DatabaseThreads(Generic[_S]):
     """Up to `size` threads taking jobs `fn(slot)` from one queue, started when needed.
@@ -98,10 +111,22 @@ class DatabaseThreads(Generic[_S]):
     runs on each thread as it ends, to release what its slot holds.
     """
 
-    def __init__(self, name: str, size: int, close: Callable[[Slot[_S]], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        close: Callable[[Slot[_S]], None],
+        *,
+        batch: Batch[_S] | None = None,
+        batch_max: int = 32,
+    ) -> None:
+        if batch_max < 1:
+            raise ValueError(f"batch_max must be >= 1, got {batch_max!r}")
         self._name = name
         self._size = size
         self._close = close
+        self._batch = batch
+        self._batch_max = batch_max
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle = 0
         """Threads waiting for a job that no submitted job has claimed yet."""
@@ -150,10 +175,32 @@ class DatabaseThreads(Generic[_S]):
     def _main(self) -> None:
         slot: Slot[_S] = Slot()
         jobs = self._jobs
+        batched = self._batch is not None
         try:
             while (job := jobs.get()) is not None:
-                self._run(job, slot)
-                del job  # nothing of a finished job stays alive on this thread
+                if not batched or jobs.empty():  # a lone job: no bracket around it
+                    self._run(job, slot)
+                    del job  # nothing of a finished job stays alive on this thread
+                    continue
+                batch = [job]
+                del job
+                stop = False
+                while len(batch) < self._batch_max:
+                    try:
+                        more = jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:  # stop() was called: finish this batch, then end
+                        stop = True
+                        break
+                    batch.append(more)
+                if len(batch) == 1:
+                    self._run(batch[0], slot)
+                else:
+                    self._run_batch(batch, slot)
+                del batch
+                if stop:
+                    break
         finally:
             self._close(slot)
 
@@ -175,6 +222,51 @@ class DatabaseThreads(Generic[_S]):
         if ran:
             items, slot._after = slot._after, []
             items.append((_settle, (future, result, error)))
+            inbox.put(items)
+
+    def _run_batch(self, batch: list[_Job], slot: Slot[_S]) -> None:
+        outcomes: list[tuple[Any, BaseException | None, list[_Item]] | None] = [None] * len(batch)
+
+        def step(i: int) -> None:
+            inbox, future, fn = batch[i]
+            if future.cancelled():  # cancelled before its turn: it never runs
+                return
+            result: Any = None
+            error: BaseException | None = None
+            slot._loop = inbox.loop
+            try:
+                result = fn(slot)
+            except BaseException as exc:  # delivered to the caller, never lost here
+                error = exc
+            finally:
+                slot._loop = None
+            items, slot._after = slot._after, []
+            outcomes[i] = (result, error, items)
+
+        failure: BaseException | None = None
+        assert self._batch is not None
+        try:
+            self._batch(slot, [functools.partial(step, i) for i in range(len(batch))])
+        except BaseException as exc:  # the bracket failed: no job of the batch counts
+            failure = exc
+        slot._after = []
+        with self._lock:  # idle before the callers hear back: their next jobs need no thread
+            self._idle += len(batch)
+        by_inbox: dict[int, tuple[_Inbox, list[_Item]]] = {}
+        for (inbox, future, _fn), outcome in zip(batch, outcomes, strict=True):
+            if failure is None and outcome is None:
+                continue  # skipped: its caller was cancelled
+            entry = by_inbox.get(id(inbox))
+            if entry is None:
+                entry = by_inbox[id(inbox)] = (inbox, [])
+            if failure is not None:
+                entry[1].append((_settle, (future, None, failure)))
+            else:
+                assert outcome is not None
+                result, error, items = outcome
+                entry[1].extend(items)
+                entry[1].append((_settle, (future, result, error)))
+        for inbox, items in by_inbox.values():
             inbox.put(items)
 
 
