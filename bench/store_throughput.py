@@ -8,7 +8,9 @@ approved (`Store.decide`) → a worker claims the ready run → resumes it (the 
 re-executes, the model answers) → the outcome is saved as completed. The model answers
 instantly, so the figure is the store's and golem's overhead, not a provider's; with
 `--model-latency` each of its two calls per cycle sleeps that long first, as a provider
-would, which is where a worker's concurrency pays.
+would, which is where a worker's concurrency pays. The gated tool is a plain function that
+never blocks, registered with `run_in_thread=False` (`--tool-in-thread` measures the default
+thread hop instead).
 
 Each `--concurrency` level is measured separately. At 1, every worker process runs its
 cycles strictly one after another (start_run → decide → `Worker.run_once`). At N > 1, every
@@ -59,7 +61,7 @@ from golem.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
 from golem.store._sql import SQLStore, Stats
 from golem.store.postgres import PostgresStore
 from golem.store.sqlite import SQLiteStore
-from golem.tool import DeferKind, Deferred, call_approved
+from golem.tool import DeferKind, Deferred, Tool, call_approved
 from golem.worker import AgentEntry, Worker, start_run
 
 
@@ -106,7 +108,9 @@ class _SlowModel(InstantModel):
 
 def _registry(latency: float) -> dict[str, AgentEntry]:
     model = _SlowModel(latency) if latency > 0 else InstantModel(_model)
-    agent: Agent[Any, str] = Agent(model, tools=[transfer])
+    in_thread = os.environ.get("GOLEM_BENCH_TOOL_IN_THREAD") == "1"
+    tool = Tool.from_function(transfer, run_in_thread=in_thread)
+    agent: Agent[Any, str] = Agent(model, tools=[tool])
     return {"bank": AgentEntry(agent)}
 
 
@@ -558,11 +562,20 @@ def main() -> None:
         default=0.0,
         help="seconds each model call takes (0: answers at once; try 0.05 for a provider)",
     )
+    parser.add_argument(
+        "--tool-in-thread",
+        action="store_true",
+        help="run the sync tool in a thread (default: on the loop, run_in_thread=False)",
+    )
     args = parser.parse_args()
+    if args.tool_in_thread:  # read by every worker process's registry (spawned: env is inherited)
+        os.environ["GOLEM_BENCH_TOOL_IN_THREAD"] = "1"
     levels = [int(c) for c in args.concurrency.split(",")]
     if any(c < 1 for c in levels):
         parser.error("--concurrency levels must be >= 1")
     print("store throughput: pause-save → decide → claim → resume → complete")
+    where = "in a thread" if args.tool_in_thread else "on the event loop (run_in_thread=False)"
+    print(f"  (the gated sync tool runs {where})")
     if args.model_latency > 0:
         print(f"  (each of the 2 model calls per cycle takes {args.model_latency * 1e3:.0f} ms)")
     if args.only != "postgres":
