@@ -183,3 +183,38 @@ async def test_connections_dropped_during_a_resume_do_not_interrupt_it(tmp_path:
             assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
         finally:
             await store.close()
+
+
+async def test_a_worker_only_process_hears_only_the_changes_that_make_runs_ready(
+    stores: tuple[Store, Store],
+) -> None:
+    """PostgreSQL: a worker's feed (`change_feed(ready_only=True)`) listens on the ready
+    channel only, so the commits that make no run ready wake no worker-only process; the
+    first caller that wants every change (an event stream) widens the listener."""
+    mine, theirs = stores
+    if not hasattr(mine, "ready_channel"):
+        pytest.skip("PostgreSQL's channels")
+    feed = mine.change_feed(ready_only=True)
+    heard: list[tuple[int, bool]] = []
+    publish = feed.publish
+
+    def record(last_id: int, *, ready: bool) -> None:
+        heard.append((last_id, ready))
+        publish(last_id, ready=ready)
+
+    feed.publish = record  # type: ignore[method-assign]
+    await eventually(lambda: _true(bool(heard)), WAIT, "the listener's first probe")
+    heard.clear()
+    registry, _ = _app()
+    run = await start_run(theirs, registry, "bank", "pay", started_by="a")  # not ready
+    await theirs.decide(run.id, "c1", Decision.approve(), decided_by="b")  # ready
+    await eventually(lambda: _true(bool(heard)), WAIT, "the decision's notice")
+    assert all(ready for _, ready in heard), heard  # the pause's notice never came
+
+    mine.change_feed()  # an event stream: every change from now on
+    await eventually(lambda: _true(len(heard) > 1), WAIT, "the widened listener's probe")
+    seen = feed.last_id
+    other = await start_run(theirs, _app()[0], "bank", "pay again", started_by="a")
+    assert other.status is RunStatus.PENDING
+    newest = await feed.wait_for_change(seen, WAIT)
+    assert newest > seen, "a change that makes no run ready reaches a stream's feed"

@@ -899,7 +899,10 @@ def _feed_of(store: Store) -> ChangeFeed | None:
     change_feed = getattr(store, "change_feed", None)
     if change_feed is None:
         return None
-    feed: ChangeFeed = change_feed()
+    try:
+        feed: ChangeFeed = change_feed(ready_only=True)
+    except TypeError:  # a custom store whose change_feed takes no options
+        feed = change_feed()
     return feed
 
 

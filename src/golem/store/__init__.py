@@ -375,11 +375,14 @@ class Store(Protocol):
         """Return the ID of the newest audit entry (0 when the log is empty)."""
         ...
 
-    def change_feed(self) -> ChangeFeed:
+    def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
         """The store's change notifications, shared by every waiter in this process.
 
         Workers wait on it for ready runs and event streams for new audit entries, instead
-        of each polling the database (see `ChangeFeed`). Call it on the event loop.
+        of each polling the database (see `ChangeFeed`). Call it on the event loop. A
+        caller that only waits for ready runs passes `ready_only=True`, so a store can
+        spare it the other notifications (PostgreSQL listens on its ready channel only
+        until something asks for every change).
         """
         ...
 

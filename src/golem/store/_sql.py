@@ -305,8 +305,11 @@ class SQLStore(abc.ABC):
     ) -> None:
         await self.close()
 
-    def change_feed(self) -> ChangeFeed:
-        """The store's `ChangeFeed`: wait for changes and ready runs without polling."""
+    def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
+        """The store's `ChangeFeed`: wait for changes and ready runs without polling.
+
+        `ready_only`: the caller only waits for ready runs (a worker); a store may then
+        skip listening for other changes (PostgreSQL does)."""
         return self._feed
 
     # ------------------------------------------------------------------ plumbing

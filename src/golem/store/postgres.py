@@ -370,9 +370,14 @@ class PostgresStore(SQLStore):
         self.connect_timeout = connect_timeout
         self.stats = Stats()
         self.channel = f"golem_changes:{schema or ''}"
-        """The `NOTIFY` channel of this store's tables."""
+        """The `NOTIFY` channel of this store's changes that make no run ready."""
+        self.ready_channel = f"golem_ready:{schema or ''}"
+        """The `NOTIFY` channel of this store's changes that may make a run ready."""
         self._feed = ChangeFeed(self._probe, 3600.0)
         self._feed_started = False
+        self._listen_all = False
+        """Whether the listener hears every change (an event stream waits in this process),
+        not only the ones that make runs ready (all a worker waits for)."""
         self._listener: asyncio.Task[None] | None = None
         self._threads: DatabaseThreads[_Conn] = DatabaseThreads("golem-pg", pool_size, _close_slot)
         self._migrate_lock = threading.Lock()
@@ -524,7 +529,12 @@ class PostgresStore(SQLStore):
             f"v.at, v.actor, v.action, v.detail FROM s, (VALUES {values}) "
             "AS v(n, run_id, at, actor, action, detail)) "
             "SELECT pg_notify(?, s.last_id::text || ?) FROM s",
-            (n, *(v for row in rows for v in row), self.channel, " ready" if tx.ready else ""),
+            (
+                n,
+                *(v for row in rows for v in row),
+                self.ready_channel if tx.ready else self.channel,
+                " ready" if tx.ready else "",
+            ),
         )
 
     async def _probe(self) -> int:
@@ -540,14 +550,31 @@ class PostgresStore(SQLStore):
 
     # ------------------------------------------------------------------ notifications
 
-    def change_feed(self) -> ChangeFeed:
-        """The store's `ChangeFeed`, fed by `LISTEN` on `channel` (started on first use)."""
-        if not self._feed_started and not self._closed:
+    def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
+        """The store's `ChangeFeed`, fed by `LISTEN` (started on first use).
+
+        With `ready_only` (what a worker asks for) the process listens only on
+        `ready_channel`, so the commits that make no run ready — most of them — wake no
+        worker-only process; the first caller without it (an event stream) makes the
+        listener hear `channel` too, for the rest of the store's life.
+        """
+        if self._closed:
+            return self._feed
+        if not ready_only and not self._listen_all:
+            self._listen_all = True
+            if self._listener is not None:  # listening to ready changes only: listen to all
+                self._listener.cancel()
+                self._feed_started = False
+        if not self._feed_started:
             self._feed_started = True
             self._listener = asyncio.get_running_loop().create_task(
                 self._listen(), name="golem-pg-listener"
             )
         return self._feed
+
+    def _channels(self) -> tuple[str, ...]:
+        """The channels the listener hears now."""
+        return (self.ready_channel, self.channel) if self._listen_all else (self.ready_channel,)
 
     async def _listen(self) -> None:
         """Fan `NOTIFY` out to the feed; reconnect (waking every waiter) after a failure."""
@@ -562,7 +589,8 @@ class PostgresStore(SQLStore):
                 continue
             try:
                 async with conn:
-                    await conn.execute(f'LISTEN "{self.channel}"')
+                    for channel in self._channels():
+                        await conn.execute(f'LISTEN "{channel}"')
                     delay = 0.1
                     # changes committed before LISTEN took effect sent no notice we heard:
                     # read the newest ID now (every later commit notifies)
