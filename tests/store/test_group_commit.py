@@ -56,6 +56,29 @@ def _record(into: list[int], i: int, slot: Slot[Any]) -> int:
     return i
 
 
+class _Hook:
+    """A batch hook that runs every step (and records the batch sizes), then maybe fails."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.sizes: list[int] = []
+        self.fail = fail
+
+    def __call__(self, slot: Slot[Any], steps: list[Callable[[], None]]) -> None:
+        self.sizes.append(len(steps))
+        for step in steps:
+            step()
+        if self.fail is not None:
+            raise self.fail
+
+
+async def _hold(pool: DatabaseThreads[Any]) -> tuple[asyncio.Future[Any], _Blocker]:
+    """Occupy `pool`'s thread with a `_Blocker`; jobs submitted now queue up behind it."""
+    blocker = _Blocker()
+    first = pool.submit(asyncio.get_running_loop(), blocker)
+    await blocker.wait_started()
+    return first, blocker
+
+
 async def _stop(pool: DatabaseThreads[Any]) -> None:
     pool.stop()
     await asyncio.to_thread(pool.join)
@@ -73,10 +96,8 @@ async def test_queued_jobs_run_in_order_inside_one_call_of_the_batch_hook() -> N
 
     pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
     loop = asyncio.get_running_loop()
-    blocker = _Blocker()
     try:
-        first = pool.submit(loop, blocker)
-        await blocker.wait_started()
+        first, blocker = await _hold(pool)
 
         def job(name: str) -> Callable[[Slot[str]], str]:
             def fn(slot: Slot[str]) -> str:
@@ -106,18 +127,11 @@ async def test_queued_jobs_run_in_order_inside_one_call_of_the_batch_hook() -> N
 
 async def test_a_failing_hook_fails_every_job_of_the_batch_and_delivers_nothing_else() -> None:
     published: list[str] = []
-
-    def hook(slot: Slot[str], steps: list[Callable[[], None]]) -> None:
-        for step in steps:
-            step()
-        raise Boom("the bracket did not hold")
-
+    hook = _Hook(fail=Boom("the bracket did not hold"))
     pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
     loop = asyncio.get_running_loop()
-    blocker = _Blocker()
     try:
-        first = pool.submit(loop, blocker)
-        await blocker.wait_started()
+        first, blocker = await _hold(pool)
 
         def job(slot: Slot[str]) -> str:
             slot.on_loop(published.append, "callback")
@@ -135,17 +149,10 @@ async def test_a_failing_hook_fails_every_job_of_the_batch_and_delivers_nothing_
 
 async def test_a_job_cancelled_before_its_turn_in_a_batch_never_runs() -> None:
     ran: list[int] = []
-
-    def hook(slot: Slot[str], steps: list[Callable[[], None]]) -> None:
-        for step in steps:
-            step()
-
-    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
+    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=_Hook())
     loop = asyncio.get_running_loop()
-    blocker = _Blocker()
     try:
-        first = pool.submit(loop, blocker)
-        await blocker.wait_started()
+        first, blocker = await _hold(pool)
         futures = [pool.submit(loop, functools.partial(_record, ran, i)) for i in range(4)]
         futures[1].cancel()
         futures[3].cancel()
@@ -160,27 +167,19 @@ async def test_a_job_cancelled_before_its_turn_in_a_batch_never_runs() -> None:
 
 async def test_stop_while_jobs_are_queued_finishes_the_batch_then_ends() -> None:
     closed: list[str] = []
-    seen: list[int] = []
-
-    def hook(slot: Slot[str], steps: list[Callable[[], None]]) -> None:
-        seen.append(len(steps))
-        for step in steps:
-            step()
-
+    hook = _Hook()
     pool: DatabaseThreads[str] = DatabaseThreads(
         "test-db", 1, lambda slot: closed.append("closed"), batch=hook, batch_max=2
     )
     loop = asyncio.get_running_loop()
-    blocker = _Blocker()
-    first = pool.submit(loop, blocker)
-    await blocker.wait_started()
+    first, blocker = await _hold(pool)
     futures = [pool.submit(loop, functools.partial(_record, [], i)) for i in range(5)]
     pool.stop()
     blocker.release.set()
     await asyncio.to_thread(pool.join)
     assert await first == "blocker"
     assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
-    assert seen == [2, 2]  # capped at batch_max; the last job ran alone
+    assert hook.sizes == [2, 2]  # capped at batch_max; the last job ran alone
     assert closed == ["closed"]
 
 
@@ -206,10 +205,7 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 async def _batched(store: SQLiteStore, jobs: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
     """Start `jobs` (store calls) while the writer is blocked, so they form one batch."""
-    loop = asyncio.get_running_loop()
-    blocker = _Blocker()
-    first = store._writer.submit(loop, blocker)
-    await blocker.wait_started()
+    first, blocker = await _hold(store._writer)
     tasks = [asyncio.ensure_future(job()) for job in jobs]
     await asyncio.sleep(0)  # every task queues its job
     commits = store.stats.commits
@@ -325,10 +321,7 @@ async def test_a_store_call_cancelled_before_its_turn_in_a_batch_never_happens(
     sqlite_store: SQLiteStore,
 ) -> None:
     store = sqlite_store
-    loop = asyncio.get_running_loop()
-    blocker = _Blocker()
-    first = store._writer.submit(loop, blocker)
-    await blocker.wait_started()
+    first, blocker = await _hold(store._writer)
     tasks = [asyncio.ensure_future(store._submit(True, _add, k, k)) for k in (1, 2, 3)]
     await asyncio.sleep(0)
     tasks[1].cancel()
@@ -346,7 +339,6 @@ async def test_the_change_feed_hears_of_a_batch_only_after_its_commit(
     sqlite_store: SQLiteStore,
 ) -> None:
     store = sqlite_store
-    loop = asyncio.get_running_loop()
     inside = threading.Event()
     go_on = threading.Event()
     run = make_run()
@@ -355,9 +347,7 @@ async def test_the_change_feed_hears_of_a_batch_only_after_its_commit(
         inside.set()
         assert go_on.wait(WAIT)
 
-    blocker = _Blocker()
-    first = store._writer.submit(loop, blocker)
-    await blocker.wait_started()
+    first, blocker = await _hold(store._writer)
     before = store._feed.last_id
     saved = asyncio.ensure_future(store.save_pending(run))
     held = asyncio.ensure_future(store._submit(True, hold))

@@ -205,43 +205,20 @@ class DatabaseThreads(Generic[_S]):
             self._close(slot)
 
     def _run(self, job: _Job, slot: Slot[_S]) -> None:
-        inbox, future, fn = job
-        result: Any = None
-        error: BaseException | None = None
-        ran = not future.cancelled()
-        if ran:
-            slot._loop = inbox.loop
-            try:
-                result = fn(slot)
-            except BaseException as exc:  # delivered to the caller, never lost here
-                error = exc
-            finally:
-                slot._loop = None
+        outcome = _call(job, slot)
         with self._lock:  # idle before the caller hears back: its next job needs no thread
             self._idle += 1
-        if ran:
-            items, slot._after = slot._after, []
+        if outcome is not None:
+            inbox, future, _fn = job
+            result, error, items = outcome
             items.append((_settle, (future, result, error)))
             inbox.put(items)
 
     def _run_batch(self, batch: list[_Job], slot: Slot[_S]) -> None:
-        outcomes: list[tuple[Any, BaseException | None, list[_Item]] | None] = [None] * len(batch)
+        outcomes: list[_Outcome | None] = [None] * len(batch)
 
         def step(i: int) -> None:
-            inbox, future, fn = batch[i]
-            if future.cancelled():  # cancelled before its turn: it never runs
-                return
-            result: Any = None
-            error: BaseException | None = None
-            slot._loop = inbox.loop
-            try:
-                result = fn(slot)
-            except BaseException as exc:  # delivered to the caller, never lost here
-                error = exc
-            finally:
-                slot._loop = None
-            items, slot._after = slot._after, []
-            outcomes[i] = (result, error, items)
+            outcomes[i] = _call(batch[i], slot)
 
         failure: BaseException | None = None
         assert self._batch is not None
@@ -268,6 +245,28 @@ class DatabaseThreads(Generic[_S]):
                 entry[1].append((_settle, (future, result, error)))
         for inbox, items in by_inbox.values():
             inbox.put(items)
+
+
+_Outcome = tuple[Any, BaseException | None, list[_Item]]
+"""A job's result, its error, and the callbacks it left for its loop."""
+
+
+def _call(job: _Job, slot: Slot[Any]) -> _Outcome | None:
+    """Run `job` on `slot` unless its caller was cancelled before (then None: it never ran)."""
+    inbox, future, fn = job
+    if future.cancelled():
+        return None
+    result: Any = None
+    error: BaseException | None = None
+    slot._loop = inbox.loop
+    try:
+        result = fn(slot)
+    except BaseException as exc:  # delivered to the caller, never lost here
+        error = exc
+    finally:
+        slot._loop = None
+    items, slot._after = slot._after, []
+    return result, error, items
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
