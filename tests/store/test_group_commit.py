@@ -400,3 +400,53 @@ async def test_a_batch_equals_running_its_succeeding_jobs_one_after_another(
         model[k] = model[k] * 2 + v if k in model else v
         assert result == model[k]
     assert _rows(path) == model
+
+
+async def test_a_savepoint_that_cannot_be_rolled_back_fails_the_batch(
+    sqlite_store: SQLiteStore,
+) -> None:
+    store = sqlite_store
+
+    def unsavable(tx: Tx) -> None:  # its savepoint is gone when its rollback would need it
+        tx.run("INSERT INTO kv (k, v) VALUES (7, 7)")
+        tx.run("RELEASE golem_job")
+        raise Boom("after releasing its own savepoint")
+
+    results = await _batched(
+        store,
+        [
+            lambda: store._submit(True, _add, 1, 10),
+            lambda: store._submit(True, unsavable),
+            lambda: store._submit(True, _add, 2, 1),
+        ],
+    )
+    assert all(isinstance(r, StoreError) for r in results), results
+    assert _rows(store.path) == {}
+
+
+async def test_two_stores_on_one_file_both_grouping_lose_no_write(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    stores = [await SQLiteStore.open(path), await SQLiteStore.open(path)]
+    try:
+        await stores[0]._submit(
+            True, lambda tx: tx.run("CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+        )
+        holds = [await _hold(store._writer) for store in stores]
+        tasks = [
+            asyncio.ensure_future(store._submit(True, _add, 1, 1))
+            for _ in range(10)
+            for store in stores
+        ]
+        await asyncio.sleep(0)
+        commits = [store.stats.commits for store in stores]
+        for first, blocker in holds:
+            blocker.release.set()
+            await first
+        results = await asyncio.gather(*tasks)
+        # each store committed its ten as one transaction, the two one after the other
+        assert [s.stats.commits - c for s, c in zip(stores, commits, strict=True)] == [1, 1]
+        assert sorted(results) == [2**n - 1 for n in range(1, 21)]
+        assert _rows(path) == {1: 2**20 - 1}
+    finally:
+        for store in stores:
+            await store.close()

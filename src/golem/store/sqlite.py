@@ -12,6 +12,12 @@ method is one transaction that the thread runs to its end — commit, or rollbac
 error — so cancelling the awaiting task never leaves a transaction open or the write lock
 held; the operation then either happened completely or not at all.
 
+Group commit: when write jobs queue up behind the one the writer is running (many runs in
+flight), the writer runs up to 32 of them in one transaction, each in its own savepoint — a
+job that raises is rolled back alone — and reports their results only after the shared
+`COMMIT`; if that fails, every job of the batch fails with `StoreError` and none happened
+(docs/adr/0036-sqlite-group-commit.md).
+
 SQLite has no notifications: the store's `ChangeFeed` polls the newest audit ID with one
 shared poller (every `poll_interval` seconds while anyone waits), and commits of this
 store wake this process's waiters at once.
