@@ -286,6 +286,8 @@ async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
         ],
     )
     assert all(isinstance(r, StoreError) for r in results), results
+    assert len({id(r) for r in results}) == len(results)  # each caller its own error
+    assert all(isinstance(r.__cause__, sqlite3.IntegrityError) for r in results)
     assert _rows(store.path) == {}
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("SELECT COUNT(*) FROM child").fetchone() == (0,)

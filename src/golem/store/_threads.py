@@ -16,7 +16,7 @@ With a **batch hook**, a thread that takes a job while more are queued takes tho
 to `batch_max`) and hands the hook one step per job, to run in order inside whatever bracket
 the hook puts around them (the SQLite store: one transaction, a savepoint per job). Results
 are delivered only once the hook returned; if it raises, every job of the batch gets that
-error instead (the bracket did not hold, so none of them counts).
+error (a copy each) instead: the bracket did not hold, so none of them counts.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
 import functools
 import queue
 import threading
@@ -237,7 +238,7 @@ class DatabaseThreads(Generic[_S]):
             if entry is None:
                 entry = by_inbox[id(inbox)] = (inbox, [])
             if failure is not None:
-                entry[1].append((_settle, (future, None, failure)))
+                entry[1].append((_settle, (future, None, _own_copy(failure))))
             else:
                 assert outcome is not None
                 result, error, items = outcome
@@ -267,6 +268,18 @@ def _call(job: _Job, slot: Slot[Any]) -> _Outcome | None:
         slot._loop = None
     items, slot._after = slot._after, []
     return result, error, items
+
+
+def _own_copy(error: BaseException) -> BaseException:
+    """`error` for one more caller: a copy with the same cause and traceback, so callers that
+    re-raise it do not extend each other's traceback (`error` itself if it cannot be copied)."""
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        return error
+    mine.__cause__, mine.__context__ = error.__cause__, error.__context__
+    mine.__suppress_context__ = error.__suppress_context__
+    return mine.with_traceback(error.__traceback__)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
