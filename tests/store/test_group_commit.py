@@ -298,25 +298,34 @@ async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
     assert _rows(store.path) == {3: 3}
 
 
-async def test_a_transaction_sqlite_rolled_back_mid_batch_fails_every_job(
-    sqlite_store: SQLiteStore,
+def _abort(tx: Tx) -> None:
+    """Ends the whole transaction, as SQLite itself does on SQLITE_FULL, IOERR, …"""
+    tx.run("ROLLBACK")
+
+
+def _unsavable(tx: Tx) -> None:
+    """Raises once its savepoint is gone, so its rollback cannot work."""
+    tx.run("INSERT INTO kv (k, v) VALUES (7, 7)")
+    tx.run("RELEASE golem_job")
+    raise Boom("after releasing its own savepoint")
+
+
+@pytest.mark.parametrize("breaker", [_abort, _unsavable])
+async def test_a_batch_whose_transaction_broke_mid_way_fails_every_job(
+    sqlite_store: SQLiteStore, breaker: Callable[[Tx], None]
 ) -> None:
     store = sqlite_store
-
-    def abort(tx: Tx) -> None:  # as SQLite does on SQLITE_FULL, IOERR, …: the whole transaction
-        tx.run("ROLLBACK")
-
     results = await _batched(
         store,
         [
             lambda: store._submit(True, _add, 1, 10),
-            lambda: store._submit(True, abort),
+            lambda: store._submit(True, breaker),
             lambda: store._submit(True, _add, 2, 1),
         ],
     )
     assert all(isinstance(r, StoreError) for r in results), results
     assert _rows(store.path) == {}
-    assert await store._submit(True, _add, 3, 3) == 3
+    assert await store._submit(True, _add, 3, 3) == 3  # the writer goes on serving
 
 
 async def test_a_store_call_cancelled_before_its_turn_in_a_batch_never_happens(
@@ -402,28 +411,6 @@ async def test_a_batch_equals_running_its_succeeding_jobs_one_after_another(
         model[k] = model[k] * 2 + v if k in model else v
         assert result == model[k]
     assert _rows(path) == model
-
-
-async def test_a_savepoint_that_cannot_be_rolled_back_fails_the_batch(
-    sqlite_store: SQLiteStore,
-) -> None:
-    store = sqlite_store
-
-    def unsavable(tx: Tx) -> None:  # its savepoint is gone when its rollback would need it
-        tx.run("INSERT INTO kv (k, v) VALUES (7, 7)")
-        tx.run("RELEASE golem_job")
-        raise Boom("after releasing its own savepoint")
-
-    results = await _batched(
-        store,
-        [
-            lambda: store._submit(True, _add, 1, 10),
-            lambda: store._submit(True, unsavable),
-            lambda: store._submit(True, _add, 2, 1),
-        ],
-    )
-    assert all(isinstance(r, StoreError) for r in results), results
-    assert _rows(store.path) == {}
 
 
 async def test_two_stores_on_one_file_both_grouping_lose_no_write(tmp_path: Path) -> None:
