@@ -439,3 +439,30 @@ async def test_two_stores_on_one_file_both_grouping_lose_no_write(tmp_path: Path
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_lone_write_has_no_savepoint_and_a_batch_one_transaction(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "traced.db")
+    store.trace = []
+    try:
+        await store._submit(
+            True, lambda tx: tx.run("CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
+        )
+        store.trace.clear()
+        assert await store._submit(True, _add, 1, 1) == 1
+        assert [sql for sql, _ in store.trace if not sql.startswith(("INSERT", "SELECT"))] == [
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+        ]
+        store.trace.clear()
+        await _batched(store, [functools.partial(store._submit, True, _add, 2, 2)] * 2)
+        assert [sql for sql, _ in store.trace if not sql.startswith(("INSERT", "SELECT"))] == [
+            "BEGIN IMMEDIATE",
+            "SAVEPOINT golem_job",
+            "RELEASE golem_job",
+            "SAVEPOINT golem_job",
+            "RELEASE golem_job",
+            "COMMIT",
+        ]
+    finally:
+        await store.close()
