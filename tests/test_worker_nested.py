@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from golem import Agent, Message, ToolCall
 from golem.agent_tool import sub_agent_calls
 from golem.messages import loads_history
@@ -138,12 +140,21 @@ async def test_a_sealed_sub_agent_pause_is_sealed_in_its_record_and_resumed(
     assert resuming.deleted == ["a.log"]
 
 
-async def test_an_unsealed_sub_agent_call_is_refused_by_a_worker_with_a_key(
+@pytest.mark.parametrize(
+    ("paused_with", "refusal"),
+    [(None, "has no seal"), (b"x" * 32, "seal does not match")],
+    ids=["unsealed", "another-key"],
+)
+async def test_a_sub_agent_call_without_a_valid_seal_is_refused_by_a_worker_with_a_key(
     store: Store,  # noqa: F811
+    paused_with: bytes | None,
+    refusal: str,
 ) -> None:
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
-    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
-    assert run.calls[0].seal is None
+    run = await start_run(
+        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=paused_with
+    )
+    assert (run.calls[0].seal is None) is (paused_with is None)
     await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
     resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
     worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
@@ -151,21 +162,5 @@ async def test_an_unsealed_sub_agent_call_is_refused_by_a_worker_with_a_key(
     done = await store.get_run(run.id)
     assert done.status is RunStatus.FAILED
     assert done.outcome is not None
-    assert "has no seal" in done.outcome.error
-    assert resuming.deleted == []
-
-
-async def test_a_sub_agent_call_sealed_with_another_key_is_refused(
-    store: Store,  # noqa: F811
-) -> None:
-    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
-    run = await start_run(
-        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=b"x" * 32
-    )
-    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
-    resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
-    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
-    assert await worker.run_once() is True
-    done = await store.get_run(run.id)
-    assert done.status is RunStatus.FAILED
+    assert refusal in done.outcome.error
     assert resuming.deleted == []

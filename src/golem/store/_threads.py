@@ -11,6 +11,12 @@ so a connection is only ever used by the thread that opened it.
 
 A job whose caller was cancelled before a thread took it is skipped (it did not happen);
 a job a thread took runs to its end, whoever still waits for it.
+
+With a **batch hook**, a thread that takes a job while more are queued takes those too (up
+to `batch_max`) and hands the hook one step per job, to run in order inside whatever bracket
+the hook puts around them (the SQLite store: one transaction, a savepoint per job). Results
+are delivered only once the hook returned; if it raises, every job of the batch gets that
+error (a copy each) instead: the bracket did not hold, so none of them counts.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import copy
+import functools
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["DatabaseThreads", "Slot"]
+__all__ = ["Batch", "DatabaseThreads", "Slot"]
 
 _S = TypeVar("_S")
 
@@ -89,6 +97,12 @@ class Slot(Generic[_S]):
 
 _Job = tuple[_Inbox, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
 
+Batch = Callable[[Slot[_S], list[Callable[[], None]]], None]
+"""`hook(slot, steps)`: run every step, in order, inside one bracket (e.g. a transaction).
+
+Each step runs one job (or skips it, if its caller was cancelled) and never raises: a job's
+own error is kept for its caller. The hook raises to fail the whole batch."""
+
 
 class DatabaseThreads(Generic[_S]):
     """Up to `size` threads taking jobs `fn(slot)` from one queue, started when needed.
@@ -98,10 +112,22 @@ class DatabaseThreads(Generic[_S]):
     runs on each thread as it ends, to release what its slot holds.
     """
 
-    def __init__(self, name: str, size: int, close: Callable[[Slot[_S]], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        close: Callable[[Slot[_S]], None],
+        *,
+        batch: Batch[_S] | None = None,
+        batch_max: int = 32,
+    ) -> None:
+        if batch_max < 1:
+            raise ValueError(f"batch_max must be >= 1, got {batch_max!r}")
         self._name = name
         self._size = size
         self._close = close
+        self._batch = batch
+        self._batch_max = batch_max
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle = 0
         """Threads waiting for a job that no submitted job has claimed yet."""
@@ -150,32 +176,110 @@ class DatabaseThreads(Generic[_S]):
     def _main(self) -> None:
         slot: Slot[_S] = Slot()
         jobs = self._jobs
+        batched = self._batch is not None
         try:
             while (job := jobs.get()) is not None:
-                self._run(job, slot)
-                del job  # nothing of a finished job stays alive on this thread
+                if not batched or jobs.empty():  # a lone job: no bracket around it
+                    self._run(job, slot)
+                    del job  # nothing of a finished job stays alive on this thread
+                    continue
+                batch = [job]
+                del job
+                stop = False
+                while len(batch) < self._batch_max:
+                    try:
+                        more = jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:  # stop() was called: finish this batch, then end
+                        stop = True
+                        break
+                    batch.append(more)
+                if len(batch) == 1:
+                    self._run(batch[0], slot)
+                else:
+                    self._run_batch(batch, slot)
+                del batch
+                if stop:
+                    break
         finally:
             self._close(slot)
 
     def _run(self, job: _Job, slot: Slot[_S]) -> None:
-        inbox, future, fn = job
-        result: Any = None
-        error: BaseException | None = None
-        ran = not future.cancelled()
-        if ran:
-            slot._loop = inbox.loop
-            try:
-                result = fn(slot)
-            except BaseException as exc:  # delivered to the caller, never lost here
-                error = exc
-            finally:
-                slot._loop = None
+        outcome = _call(job, slot)
         with self._lock:  # idle before the caller hears back: its next job needs no thread
             self._idle += 1
-        if ran:
-            items, slot._after = slot._after, []
+        if outcome is not None:
+            inbox, future, _fn = job
+            result, error, items = outcome
             items.append((_settle, (future, result, error)))
             inbox.put(items)
+
+    def _run_batch(self, batch: list[_Job], slot: Slot[_S]) -> None:
+        outcomes: list[_Outcome | None] = [None] * len(batch)
+
+        def step(i: int) -> None:
+            outcomes[i] = _call(batch[i], slot)
+
+        failure: BaseException | None = None
+        assert self._batch is not None
+        try:
+            self._batch(slot, [functools.partial(step, i) for i in range(len(batch))])
+        except BaseException as exc:  # the bracket failed: no job of the batch counts
+            failure = exc
+        slot._after = []
+        with self._lock:  # idle before the callers hear back: their next jobs need no thread
+            self._idle += len(batch)
+        by_inbox: dict[int, tuple[_Inbox, list[_Item]]] = {}
+        for (inbox, future, _fn), outcome in zip(batch, outcomes, strict=True):
+            if failure is None and outcome is None:
+                continue  # skipped: its caller was cancelled
+            entry = by_inbox.get(id(inbox))
+            if entry is None:
+                entry = by_inbox[id(inbox)] = (inbox, [])
+            if failure is not None:
+                entry[1].append((_settle, (future, None, _own_copy(failure))))
+            else:
+                assert outcome is not None
+                result, error, items = outcome
+                entry[1].extend(items)
+                entry[1].append((_settle, (future, result, error)))
+        for inbox, items in by_inbox.values():
+            inbox.put(items)
+
+
+_Outcome = tuple[Any, BaseException | None, list[_Item]]
+"""A job's result, its error, and the callbacks it left for its loop."""
+
+
+def _call(job: _Job, slot: Slot[Any]) -> _Outcome | None:
+    """Run `job` on `slot` unless its caller was cancelled before (then None: it never ran)."""
+    inbox, future, fn = job
+    if future.cancelled():
+        return None
+    result: Any = None
+    error: BaseException | None = None
+    slot._loop = inbox.loop
+    try:
+        result = fn(slot)
+    except BaseException as exc:  # delivered to the caller, never lost here
+        error = exc
+    finally:
+        slot._loop = None
+    items, slot._after = slot._after, []
+    return result, error, items
+
+
+def _own_copy(error: BaseException) -> BaseException:
+    """`error` for one more caller: a copy with the same cause and traceback, so callers that
+    re-raise it do not extend each other's traceback (`error` itself if it cannot be copied)."""
+    try:
+        mine = copy.copy(error)
+    except Exception:
+        return error
+    mine.__cause__, mine.__context__ = error.__cause__, error.__context__
+    mine.__suppress_context__ = error.__suppress_context__
+    return mine.with_traceback(error.__traceback__)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

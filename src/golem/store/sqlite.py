@@ -12,6 +12,12 @@ method is one transaction that the thread runs to its end — commit, or rollbac
 error — so cancelling the awaiting task never leaves a transaction open or the write lock
 held; the operation then either happened completely or not at all.
 
+Group commit: when write jobs queue up behind the one the writer is running (many runs in
+flight), the writer runs up to 32 of them in one transaction, each in its own savepoint — a
+job that raises is rolled back alone — and reports their results only after the shared
+`COMMIT`; if that fails, every job of the batch fails with `StoreError` and none happened
+(docs/adr/0036-sqlite-group-commit.md).
+
 SQLite has no notifications: the store's `ChangeFeed` polls the newest audit ID with one
 shared poller (every `poll_interval` seconds while anyone waits), and commits of this
 store wake this process's waiters at once.
@@ -42,7 +48,7 @@ _T = TypeVar("_T")
 class _Conn:
     """The `Conn` port over one `sqlite3` connection (used on its thread only)."""
 
-    __slots__ = ("_conn", "_stats", "trace")
+    __slots__ = ("_conn", "_stats", "broken", "nested", "trace")
 
     def __init__(
         self,
@@ -53,6 +59,10 @@ class _Conn:
         self._conn = conn
         self._stats = stats
         self.trace = trace
+        self.nested = False
+        """A batch's transaction is open: each job runs in a savepoint of it."""
+        self.broken = False
+        """A job's savepoint could not be rolled back: the batch's transaction must not commit."""
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         self._stats.statements += 1
@@ -83,6 +93,11 @@ class _Conn:
 
 _CHECKPOINT_PAGES = 4000
 """WAL pages after which a commit checkpoints (SQLite's default is 1000)."""
+
+_BATCH_MAX = 32
+"""Write jobs at most that one transaction commits together (group commit)."""
+
+_SAVEPOINT = "golem_job"
 
 _UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE})
 
@@ -125,7 +140,9 @@ class SQLiteStore(SQLStore):
         """When a list before first use: every statement the store runs, with its parameters
         (benchmarks replay them with raw `sqlite3` to measure the floor)."""
         self._feed = ChangeFeed(self._probe, poll_interval)
-        self._writer: DatabaseThreads[_Conn] = DatabaseThreads("golem-sqlite-w", 1, _close)
+        self._writer: DatabaseThreads[_Conn] = DatabaseThreads(
+            "golem-sqlite-w", 1, _close, batch=self._group_commit, batch_max=_BATCH_MAX
+        )
         self._reader: DatabaseThreads[_Conn] = DatabaseThreads("golem-sqlite-r", 1, _close)
         self._migrated = False
         self._closed = False
@@ -173,6 +190,8 @@ class SQLiteStore(SQLStore):
         """Run `fn` in one transaction on the thread owning `slot` (the thread calls this)."""
         try:
             conn = slot.state or self._connect(slot)
+            if conn.nested:
+                return self._in_savepoint(conn, fn, args, slot)
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
@@ -204,6 +223,78 @@ class SQLiteStore(SQLStore):
             else:
                 feed.publish_threadsafe(tx.last_id, ready=tx.ready)
         return result
+
+    def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
+        """Run `fn` as one job of a group commit: in a savepoint of the batch's transaction,
+        rolled back alone if it raises. Its publish waits for the batch's commit."""
+        raw = conn._conn
+        trace = conn.trace
+        raw.execute(f"SAVEPOINT {_SAVEPOINT}")
+        if trace is not None:
+            trace.append((f"SAVEPOINT {_SAVEPOINT}", ()))
+        tx = Tx(conn)
+        try:
+            result = fn(tx, *args)
+            if tx.entries:
+                self._flush_audit(tx)
+            raw.execute(f"RELEASE {_SAVEPOINT}")
+            if trace is not None:
+                trace.append((f"RELEASE {_SAVEPOINT}", ()))
+        except BaseException:
+            if raw.in_transaction:  # else SQLite rolled the whole batch back: it fails too
+                try:
+                    raw.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                    raw.execute(f"RELEASE {_SAVEPOINT}")
+                except BaseException:
+                    conn.broken = True
+                    raise
+                if trace is not None:
+                    trace.append((f"ROLLBACK TO {_SAVEPOINT}", ()))
+                    trace.append((f"RELEASE {_SAVEPOINT}", ()))
+            raise
+        if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
+            feed = self._feed
+            if slot.loop is feed.loop:
+                slot.on_loop(feed.publish_on_loop, tx.last_id, tx.ready)
+            else:
+                slot.on_loop(functools.partial(feed.publish_threadsafe, ready=tx.ready), tx.last_id)
+        return result
+
+    def _group_commit(self, slot: Slot[_Conn], steps: list[Callable[[], None]]) -> None:
+        """Run queued write jobs (`steps`) in one transaction: one `BEGIN IMMEDIATE … COMMIT`
+        for all, a savepoint each. Raises `StoreError` (failing every job of the batch) when
+        the transaction cannot begin or commit, or SQLite rolled it back on its own."""
+        try:
+            conn = slot.state or self._connect(slot)
+            raw = conn._conn
+            if raw.in_transaction:  # never expected: every path below ends the transaction
+                raw.execute("ROLLBACK")
+            raw.execute("BEGIN IMMEDIATE")
+            self.stats.transactions += 1
+            if conn.trace is not None:
+                conn.trace.append(("BEGIN IMMEDIATE", ()))
+            conn.nested = True
+            try:
+                for step in steps:
+                    step()
+                    if conn.broken or not raw.in_transaction:
+                        raise StoreError(
+                            f"sqlite ({self.path}): the transaction of {len(steps)} grouped "
+                            "writes was rolled back; none of them happened"
+                        )
+                conn.nested = False
+                raw.execute("COMMIT")
+                if conn.trace is not None:
+                    conn.trace.append(("COMMIT", ()))
+            except BaseException:
+                conn.nested = False
+                conn.broken = False
+                if raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+        self.stats.commits += 1
 
     def _connect(self, slot: Slot[_Conn]) -> _Conn:
         if not self.path.parent.is_dir():
