@@ -115,6 +115,31 @@ def test_keyword_only_configuration() -> None:
 # --------------------------------------------------------------------------- instructions
 
 
+async def test_configuration_changed_between_runs_applies_to_the_next_run() -> None:
+    # runs without toolsets reuse one Policy: every change must still reach the next run
+    model = ScriptedModel()
+    agent = Agent(model)
+    model.respond("one")
+    assert (await agent.run("a")).output == "one"
+    agent.max_iterations = 1
+    agent.tool_choice = "none"
+
+    @agent.tool_plain
+    def echo() -> str:
+        """Echo."""
+        return "echoed"
+
+    model.respond(calls(("c1", "echo", "{}")))
+    with pytest.raises(RunError, match="turn limit exceeded after 1 turns"):
+        await agent.run("b")
+    request = model.requests[-1]
+    assert [t.name for t in request.tools] == ["echo"]
+    assert request.tool_choice == "none"
+    agent.model = replacement = ScriptedModel()
+    replacement.respond("two")
+    assert (await agent.run("c")).output == "two"
+
+
 async def test_string_instructions_open_every_request() -> None:
     model = ScriptedModel(calls(("c1", "echo", "{}")), "done")
     await Agent(model, instructions="Be terse.", tools=[echo_tool()]).run("hi")

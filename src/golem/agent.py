@@ -215,6 +215,7 @@ class Agent(Generic[DepsT, OutputT]):
             import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
         self.tracer_provider = tracer_provider
         self._agent_tools: tuple[int, bool] | None = None
+        self._run_policy: Policy | None = None
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
@@ -232,6 +233,13 @@ class Agent(Generic[DepsT, OutputT]):
     def __repr__(self) -> str:
         return f"Agent(model={type(self.model).__name__}, tools={list(self.tools)})"
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A run's Policy is built once and reused (`_policy`) while the agent's
+        # configuration stays as it is: assigning any public attribute drops it.
+        object.__setattr__(self, name, value)
+        if name[0] != "_":
+            object.__setattr__(self, "_run_policy", None)
+
     # ----------------------------------------------------------------- tools
 
     def _register(self, tool: Tool) -> None:
@@ -239,6 +247,7 @@ class Agent(Generic[DepsT, OutputT]):
             raise ValueError(f'duplicate tool name "{tool.name}"')
         self.tools[tool.name] = tool
         self._specs = None
+        self._run_policy = None
 
     @overload
     def tool(
@@ -410,7 +419,20 @@ class Agent(Generic[DepsT, OutputT]):
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
         """What one run follows: the agent's configuration as it is when the run starts,
-        with `tools` (the agent's, plus its entered toolsets')."""
+        with `tools` (the agent's, plus its entered toolsets').
+
+        Without toolsets the same `Policy` serves every run until the configuration
+        changes (`__setattr__`, `_register` drop it); no run assigns to it.
+        """
+        own = tools is self.tools and not self.toolsets
+        if own and self._run_policy is not None:
+            return self._run_policy
+        policy = self._build_policy(tools)
+        if own:
+            self._run_policy = policy
+        return policy
+
+    def _build_policy(self, tools: Mapping[str, Tool]) -> Policy:
         specs = self._specs
         if specs is None:
             specs = self._specs = [
