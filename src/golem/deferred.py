@@ -208,7 +208,7 @@ def _requests_from(
     approvals: list[PendingToolCall] = []
     external: list[PendingToolCall] = []
     for call, signal in deferrals:
-        kind = DeferKind(signal.kind)
+        kind = signal.kind if signal.kind.__class__ is DeferKind else DeferKind(signal.kind)
         seal = seals.get(call.id, "") if seals else ""
         pending = PendingToolCall(call.id, call.name, call.args, signal.reason, kind, seal)
         (approvals if kind is DeferKind.APPROVAL else external).append(pending)

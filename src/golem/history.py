@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from golem.errors import SealError
-from golem.messages import Message
+from golem.messages import Message, _new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
@@ -172,11 +172,8 @@ def _normalize(
         out.append(m)
         for call_id in by_position.get(i, ()):
             out.append(
-                Message(
-                    role="tool",
-                    content=INTERRUPTED_TEXT,
-                    tool_call_id=call_id,
-                    tool_name=_name_of(m, call_id),
+                _new_message(
+                    "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=_name_of(m, call_id)
                 )
             )
             synthesized.append(call_id)
