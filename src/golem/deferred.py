@@ -563,6 +563,8 @@ def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> lis
                 out.append(m)
                 used.add(j)
                 break
-    out.extend(m for j, m in enumerate(tail) if j not in used)
-    out.extend(resolutions[cid] for cid in sorted(resolutions) if cid not in batch_ids)
+    if len(used) < len(tail):
+        out.extend(m for j, m in enumerate(tail) if j not in used)
+    if not batch_ids.issuperset(resolutions):
+        out.extend(resolutions[cid] for cid in sorted(resolutions) if cid not in batch_ids)
     return out
