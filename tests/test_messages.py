@@ -462,3 +462,31 @@ def test_stamped_equals_replace() -> None:
     assert type(copied) is Tagged
     assert copied.tag == "kept"
     assert copied.run_id == "r"
+
+
+def test_with_calls_equals_replace() -> None:
+    from golem.messages import _with_calls
+
+    calls = [ToolCall("c1", "t", '{"a": 1}', seal="s")]
+    m = Message(
+        role="assistant",
+        content="x",
+        tool_calls=[ToolCall("c1", "t", '{"a": 1}')],
+        thinking=[ThinkingBlock(text="t")],
+        run_id="r",
+        conversation_id="c",
+    )
+    copied = _with_calls(m, calls)
+    assert copied == dataclasses.replace(m, tool_calls=calls)
+    assert type(copied) is Message
+    assert m.tool_calls[0].seal == ""  # the original is untouched
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copied.content = "y"  # type: ignore[misc]
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(Message):
+        tag: str = "t"
+
+    sub = _with_calls(Tagged(role="assistant", tag="kept"), calls)
+    assert type(sub) is Tagged
+    assert (sub.tag, sub.tool_calls) == ("kept", calls)

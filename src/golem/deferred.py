@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from golem.errors import ResumeError, RunError, Stage, ToolError, ToolTimeout
 from golem.events import EventKind
-from golem.messages import Message, ToolCall
+from golem.messages import Message, ToolCall, _with_calls
 from golem.seal import SealKeys, _replace_calls, seal_call, verify_call
 from golem.tool import (
     Canceled,
@@ -235,7 +235,7 @@ def pause(
                 ToolCall(c.id, c.name, c.args, c.signature, seals[c.id]) if c.id in seals else c
                 for c in m.tool_calls
             ]  # not `replace`: this runs on every sealed pause (ToolCall's fields are pinned)
-            messages[i] = replace(m, tool_calls=calls)
+            messages[i] = _with_calls(m, calls)
             break
     return _requests_from(deferrals, seals)
 

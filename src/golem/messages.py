@@ -575,6 +575,17 @@ def _stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = 
     return c  # type: ignore[no-any-return]
 
 
+def _with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:
+    """`dataclasses.replace(m, tool_calls=tool_calls)` for the hot paths (a sealed pause):
+    a copy sharing `m`'s other lists, built as the loader builds messages. A subclass of
+    `Message` is copied by `replace` itself."""
+    if m.__class__ is not Message:
+        return replace(m, tool_calls=tool_calls)
+    c = _stamped(m, m.run_id, m.conversation_id)
+    object.__setattr__(c, "tool_calls", tool_calls)
+    return c
+
+
 def _load_args(raw: msgspec.Raw) -> str:
     """The raw text of an embedded value (tool-call args, provider blocks) as `dumps_history`
     wrote it: a value verbatim, a string holding text that is not embeddable as its content."""
