@@ -217,11 +217,7 @@ class SQLiteStore(SQLStore):
         if write:
             self.stats.commits += 1
         if tx.last_id:
-            feed = self._feed
-            if slot.loop is feed.loop:  # delivered with the result: no wake-up of its own
-                slot.on_loop(feed.publish_on_loop, tx.last_id, tx.ready)
-            else:
-                feed.publish_threadsafe(tx.last_id, ready=tx.ready)
+            self._publish(slot, tx, committed=True)
         return result
 
     def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
@@ -253,12 +249,20 @@ class SQLiteStore(SQLStore):
                     trace.append((f"RELEASE {_SAVEPOINT}", ()))
             raise
         if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
-            feed = self._feed
-            if slot.loop is feed.loop:
-                slot.on_loop(feed.publish_on_loop, tx.last_id, tx.ready)
-            else:
-                slot.on_loop(functools.partial(feed.publish_threadsafe, ready=tx.ready), tx.last_id)
+            self._publish(slot, tx, committed=False)
         return result
+
+    def _publish(self, slot: Slot[_Conn], tx: Tx, *, committed: bool) -> None:
+        """Tell the change feed about `tx`'s audit rows: with the job's result when the feed
+        lives on the job's loop (one wake-up for both); else at once if `committed`, or with
+        the result (after the batch's commit) if not."""
+        feed = self._feed
+        if slot.loop is feed.loop:
+            slot.on_loop(feed.publish_on_loop, tx.last_id, tx.ready)
+        elif committed:
+            feed.publish_threadsafe(tx.last_id, ready=tx.ready)
+        else:
+            slot.on_loop(functools.partial(feed.publish_threadsafe, ready=tx.ready), tx.last_id)
 
     def _group_commit(self, slot: Slot[_Conn], steps: list[Callable[[], None]]) -> None:
         """Run queued write jobs (`steps`) in one transaction: one `BEGIN IMMEDIATE … COMMIT`
