@@ -200,6 +200,29 @@ async def test_a_failed_finish_changes_nothing(store: Store) -> None:
         await store.finish(run_id, "w1", Outcome(RunStatus.INTERRUPTED))
 
 
+async def test_a_finish_without_the_lease_writes_nothing_of_its_outcome(store: Store) -> None:
+    """The lease check fails the whole transaction: the paused outcome's next run, the
+    outcome history and the audit entry queued after it are not written (PostgreSQL sends
+    them in the same pipeline as the check)."""
+    run_id = await _ready(store)
+    await store.claim_ready("w1", 10, now=T0)
+    before = await store.audit(run_id)
+    nxt = make_run()
+    with pytest.raises(LeaseLost, match='held by "w1"'):
+        await store.finish(run_id, "w2", Outcome.paused(nxt), now=later(1))
+    with pytest.raises(RunNotFound):
+        await store.get_run(nxt.id)
+    run = await store.get_run(run_id)
+    assert run.status is RunStatus.RUNNING
+    assert run.outcome is None
+    assert await store.audit(run_id) == before
+    with pytest.raises(LeaseLost, match='held by "w1"'):
+        await store.renew_lease(run_id, "w2", 10, now=later(1))
+    assert (await store.get_run(run_id)).lease_expires_at == run.lease_expires_at
+    done = await store.finish(run_id, "w1", Outcome.completed("x"), now=later(2))
+    assert done.status is RunStatus.COMPLETED
+
+
 async def test_finish_without_the_lease_raises_lease_lost(store: Store) -> None:
     run_id = await _ready(store)
     with pytest.raises(LeaseLost, match="is ready"):

@@ -113,6 +113,10 @@ def _loads(text: str) -> Any:
         return json.loads(text)
 
 
+class _NotHeld(Exception):
+    """A guarded update found the run's lease not held (the transaction is rolled back)."""
+
+
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
@@ -163,6 +167,11 @@ class Conn(SchemaConn, Protocol):
         """Run a query whose rows are needed only after the commit (may be deferred)."""
         ...
 
+    def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
+        """Fail the transaction with `error` unless the `UPDATE golem_runs … RETURNING`
+        behind `rows` changed the run `run_id` (may be checked only at the commit)."""
+        ...
+
 
 AuditRow = tuple[str, datetime, str, AuditAction, dict[str, Any]]
 
@@ -191,6 +200,9 @@ class Tx:
 
     def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
         return self.conn.later(sql, params)
+
+    def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
+        self.conn.require_run_changed(rows, run_id, error)
 
     def audit(
         self,
@@ -1094,18 +1106,31 @@ class SQLStore(abc.ABC):
         at_given = _aware(now)
         lease = _lease(lease_seconds)
 
+        attempt_at: list[datetime] = []
+
         def tx_fn(tx: Tx) -> datetime:
             at = at_given or utc_now()
+            attempt_at.append(at)
             until = at + lease
-            changed = tx.fetch(
+            changed = tx.later(
                 f"UPDATE golem_runs SET lease_expires_at = ? {self._HELD} RETURNING id",
                 (self._to_db(until), run_id, worker_id, self._to_db(at)),
             )
-            if not changed:
-                raise self._lease_lost(tx, run_id, worker_id, at)
+            tx.require_run_changed(changed, run_id, _NotHeld())
             return until
 
-        return await self._submit(True, tx_fn)
+        try:
+            return await self._submit(True, tx_fn)
+        except _NotHeld:
+            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
+
+    async def _why_not_held(self, run_id: str, worker_id: str, at: datetime) -> Exception:
+        """After a guarded update found the lease not held: `LeaseLost` saying why, or
+        `RunNotFound` (read in a transaction of its own, the failed one rolled back)."""
+        try:
+            return await self._submit(False, self._lease_lost, run_id, worker_id, at)
+        except RunNotFound as exc:
+            return exc
 
     @store_op("finish")
     async def finish(
@@ -1131,9 +1156,12 @@ class SQLStore(abc.ABC):
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
 
-        def tx_fn(tx: Tx) -> tuple[tuple[Any, ...], Later]:
+        attempt_at: list[datetime] = []
+
+        def tx_fn(tx: Tx) -> tuple[Later, Later]:
             at = at_given or utc_now()
-            rows = tx.fetch(
+            attempt_at.append(at)
+            rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
                 f"outcome_output = ?, outcome_error = ? {self._HELD} RETURNING {_RUN_COLS}",
                 (
@@ -1147,8 +1175,7 @@ class SQLStore(abc.ABC):
                     self._to_db(at),
                 ),
             )
-            if not rows:
-                raise self._lease_lost(tx, run_id, worker_id, at)
+            tx.require_run_changed(rows, run_id, _NotHeld())  # before anything else counts
             if nxt is not None:
                 assert checked is not None
                 self._insert_run(tx, nxt, RunStatus.PENDING, at, None, checked)
@@ -1158,11 +1185,14 @@ class SQLStore(abc.ABC):
             )
             later = self._history_and_calls(tx, run_id)
             tx.audit(run_id, at, actor, _ACTION[outcome.status], _outcome_detail(outcome))
-            return rows[0], later
+            return rows, later
 
-        row, later = await self._submit(True, tx_fn)
+        try:
+            rows, later = await self._submit(True, tx_fn)
+        except _NotHeld:
+            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
         history, calls = self._split(later, run_id)  # arrived with the commit
-        return self._run_record(row, calls, history, outcome.history)
+        return self._run_record(rows.rows[0], calls, history, outcome.history)
 
     @store_op("sweep_interrupted")
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:

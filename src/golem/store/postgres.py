@@ -8,9 +8,10 @@ migrated on open under an advisory lock, so many processes may start at once.
 Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
 connection. A thread speaks to the server at the libpq level in pipeline mode: statements
 whose result is not needed, or needed only after the commit, are queued and sent with the
-next query or the commit (saving a paused run costs one round trip; deciding, claiming and
-finishing two each), each statement is prepared once per connection, and rows come back in
-binary. Going through psycopg's cursors instead costs several times the client CPU per
+next query or the commit (saving a paused run, finishing a resume and renewing a lease cost
+one round trip each, deciding and claiming two: a lease check is a guard statement queued
+behind the update, which fails the pipeline when the update changed nothing), each statement
+is prepared once per connection, and rows come back in binary. Going through psycopg's cursors instead costs several times the client CPU per
 statement (ADR 0023). As on SQLite, a cancelled caller never interrupts a transaction: it
 runs to commit or rollback on its thread.
 
@@ -120,14 +121,31 @@ _MAX_PREPARED = 256
 """Prepared statements per connection; statements beyond are sent unnamed."""
 _statement_names = itertools.count(1)
 
-_Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | None
+class _Guard:
+    """A guard statement's result: its division by zero means `error`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+_Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | _Guard | None
 """What to do with a message's result: confirm a prepare (its cache key), fill in rows, map a
-unique violation to an exception, or nothing."""
+unique violation to an exception, map a guard's failure to its exception, or nothing."""
+
+_RUN_CHANGED = (
+    "SELECT 1 / (SELECT count(*) FROM golem_runs "
+    "WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
+)
+"""Divides by zero unless this transaction wrote the run's row (its current version's
+`xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
 
 _FATAL = pq.ExecStatus.FATAL_ERROR
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
 _UNIQUE = b"23505"
+_DIVISION_BY_ZERO = b"22012"
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _BINARY = pq.Format.BINARY
@@ -182,6 +200,12 @@ class _Conn:
         later = Later(wait=self._wait)
         self._send(sql, params, later)
         return later
+
+    def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
+        # queued behind the update, so the check costs no round trip of its own; a failure
+        # makes the server skip everything after it, COMMIT included
+        self._stats.statements += 1
+        self._send(_RUN_CHANGED, (run_id,), _Guard(error))
 
     def _wait(self) -> None:
         self._stats.round_trips += 1
@@ -289,8 +313,11 @@ class _Conn:
                 self._prepared.pop(then, None)  # the server skipped or refused the prepare
         if error is not None:
             result, then = error
-            if isinstance(then, Exception) and result.error_field(_SQLSTATE) == _UNIQUE:
+            state = result.error_field(_SQLSTATE)
+            if isinstance(then, Exception) and state == _UNIQUE:
                 raise then
+            if type(then) is _Guard and state == _DIVISION_BY_ZERO:
+                raise then.error
             raise pg_errors.error_from_result(result, encoding=self.conn.info.encoding)
         return results
 

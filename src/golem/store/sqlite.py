@@ -90,6 +90,10 @@ class _Conn:
     def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
         return Later(self.fetch(sql, params))
 
+    def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
+        if not rows.rows:  # the statement ran already: nothing to defer
+            raise error
+
 
 _CHECKPOINT_PAGES = 4000
 """WAL pages after which a commit checkpoints (SQLite's default is 1000)."""
