@@ -78,6 +78,31 @@ async def test_a_batch_claim_is_one_transaction_with_one_audit_insert(store: Sto
     assert batched[0] == 1
 
 
+async def test_a_batch_claims_audit_entries_follow_creation_order_without_gaps(
+    store: Store,
+) -> None:
+    """Each claimed run gets one entry, numbered consecutively in the runs' creation order,
+    with the same time, actor and detail; an empty claim appends nothing."""
+    ids = [await _ready(store) for _ in range(4)]
+    start = await store.last_change_id()
+    batch = await store.claim_ready_many("w9", 30, limit=3, now=later(5))
+    assert [c.run.id for c in batch] == ids[:3]
+    entries = await store.changes_since(start)
+    assert [(e.run_id, e.action) for e in entries] == [
+        (run_id, AuditAction.CLAIMED) for run_id in ids[:3]
+    ]
+    assert [e.id for e in entries] == list(range(start + 1, start + 4)), "no gaps"
+    for e in entries:
+        assert (e.at, e.actor) == (later(5), "worker:w9")
+        assert e.detail == {"worker_id": "w9", "lease_expires_at": later(35).isoformat()}
+    assert [c.run.calls[0].call_id for c in batch] == ["c1"] * 3, "calls came with the claim"
+
+    newest = await store.last_change_id()
+    await store.claim_ready_many("w9", 30, limit=3, agents=["nobody"])
+    assert await store.claim_ready("w9", 30, agents=["nobody"]) is None
+    assert await store.last_change_id() == newest, "an empty claim audits nothing"
+
+
 async def test_agents_filter_and_bad_arguments(store: Store) -> None:
     ops = await _ready(store, agent="ops")
     billing = await _ready(store, agent="billing")

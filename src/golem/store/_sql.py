@@ -1050,26 +1050,22 @@ class SQLStore(abc.ABC):
             "updated_at = ? WHERE id IN (SELECT id FROM picked) AND status = 'ready' "
             f"RETURNING {_RUN_COLS}"
         )
-        actor = f"worker:{worker_id}"
 
-        def tx_fn(tx: Tx) -> tuple[list[tuple[Any, ...]], Later | None, datetime]:
+        def tx_fn(tx: Tx) -> tuple[Later, Later | None, datetime]:
             at = at_given or utc_now()
             lease_until = at + lease
-            rows = tx.fetch(
+            rows = tx.later(
                 sql,
                 (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at)),
             )
-            if not rows:
-                return rows, None, lease_until
-            rows.sort(key=lambda r: (r[6], r[0]))  # creation order (RETURNING has none)
             detail = {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()}
-            for row in rows:
-                tx.audit(row[0], at, actor, AuditAction.CLAIMED, detail)
-            return rows, self._histories_and_calls(tx, [r[0] for r in rows]), lease_until
+            return rows, self._claimed(tx, rows, worker_id, at, detail), lease_until
 
-        rows, later, lease_until = await self._submit(True, tx_fn)
-        if later is None:
+        rows_later, later, lease_until = await self._submit(True, tx_fn)
+        rows = rows_later.rows
+        if later is None or not rows:
             return []
+        rows.sort(key=lambda r: (r[6], r[0]))  # creation order (RETURNING has none)
         found = self._split_many(later)  # the histories and calls arrived with the commit
         claimed = []
         for row in rows:
@@ -1079,6 +1075,20 @@ class SQLStore(abc.ABC):
             run = self._run_record(row, calls, history, None)
             claimed.append(ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until))
         return claimed
+
+    def _claimed(
+        self, tx: Tx, rows: Later, worker_id: str, at: datetime, detail: dict[str, Any]
+    ) -> Later | None:
+        """Audit the runs a claim's update took (`rows`) and read their histories and calls;
+        None when it took none. A backend that defers `rows` overrides this to do both
+        without waiting for them."""
+        got = rows.rows
+        if not got:
+            return None
+        actor = f"worker:{worker_id}"
+        for row in sorted(got, key=lambda r: (r[6], r[0])):  # creation order
+            tx.audit(row[0], at, actor, AuditAction.CLAIMED, detail)
+        return self._histories_and_calls(tx, [r[0] for r in got])
 
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""

@@ -43,8 +43,9 @@ from typing import Any, TypeAlias, TypeVar
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import Later, SQLStore, Stats, Tx
+from golem.store._sql import _C_CALL_COLS, Later, SQLStore, Stats, Tx, _json
 from golem.store._threads import DatabaseThreads, Slot
+from golem.store.records import AuditAction
 
 try:
     import psycopg
@@ -562,6 +563,42 @@ class PostgresStore(SQLStore):
                 self.ready_channel if tx.ready else self.channel,
                 " ready" if tx.ready else "",
             ),
+        )
+
+    def _claimed(
+        self, tx: Tx, rows: Later, worker_id: str, at: datetime, detail: dict[str, Any]
+    ) -> Later:
+        # The claimed runs are known only to the server until the commit: both statements
+        # find them as the rows this transaction wrote (`xmin`), so the claim is one round
+        # trip, and an empty claim takes no audit lock and notifies nobody.
+        mine = (
+            "SELECT id, created_at FROM golem_runs WHERE status = 'running' AND updated_at = ? "
+            "AND lease_owner = ? AND xmin = pg_current_xact_id()::xid"
+        )
+        when = self._to_db(at)
+        tx.run(
+            f"WITH c AS MATERIALIZED ({mine}), n AS (SELECT count(*) AS n FROM c), "
+            "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
+            "WHERE singleton = 1 AND n.n > 0 RETURNING last_id, n.n), "
+            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail) "
+            "SELECT s.last_id - s.n + row_number() OVER (ORDER BY c.created_at, c.id), c.id, "
+            "?::timestamptz, ?, ?, ? FROM s, c) "
+            "SELECT pg_notify(?, s.last_id::text) FROM s",
+            (
+                when,
+                worker_id,
+                when,
+                f"worker:{worker_id}",
+                AuditAction.CLAIMED.value,
+                _json(detail),
+                self.channel,
+            ),
+        )
+        return tx.later(
+            f"SELECT h.history, {_C_CALL_COLS}, h.run_id FROM golem_histories h "
+            "LEFT JOIN golem_calls c ON c.run_id = h.run_id "
+            f"WHERE h.run_id IN (SELECT id FROM ({mine}) AS r) ORDER BY h.run_id, c.position",
+            (when, worker_id),
         )
 
     async def _probe(self) -> int:
