@@ -8,12 +8,14 @@ migrated on open under an advisory lock, so many processes may start at once.
 Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
 connection. A thread speaks to the server at the libpq level in pipeline mode: statements
 whose result is not needed, or needed only after the commit, are queued and sent with the
-next query or the commit (saving a paused run, finishing a resume and renewing a lease cost
-one round trip each, deciding and claiming two: a lease check is a guard statement queued
-behind the update, which fails the pipeline when the update changed nothing), each statement
-is prepared once per connection, and rows come back in binary. Going through psycopg's cursors instead costs several times the client CPU per
-statement (ADR 0023). As on SQLite, a cancelled caller never interrupts a transaction: it
-runs to commit or rollback on its thread.
+next query or the commit (saving a paused run, claiming, finishing a resume and renewing a
+lease cost one round trip each, deciding two: a lease check is a guard statement queued
+behind the update, which fails the pipeline when the update changed nothing, and a claim
+reads what it took as the rows its transaction wrote), each statement is prepared once per
+connection, and rows come back in binary. Going through psycopg's cursors instead costs
+several times the client CPU per statement (ADR 0023; the round trips saved since, and a
+loop-driven connection measured and rejected, in ADR 0038). As on SQLite, a cancelled caller
+never interrupts a transaction: it runs to commit or rollback on its thread.
 
 Before a thread reuses its connection, the socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
