@@ -1,7 +1,7 @@
 """Durable approval cycles per second through the store, one after another and concurrently.
 
     python bench/store_throughput.py [--cycles N] [--concurrency 1,16] [--dsn postgresql://...]
-                                     [--workers 1,2,4] [--model-latency SECONDS]
+                                     [--workers 1,2,4] [--pg-rounds N] [--model-latency SECONDS]
 
 One cycle: an agent run pauses on a gated tool and is saved (`start_run`) → the call is
 approved (`Store.decide`) → a worker claims the ready run → resumes it (the approved call
@@ -25,7 +25,9 @@ with their parameters) replayed with raw `sqlite3` into a fresh database; the ra
 golem/floor is what golem adds.
 
 PostgreSQL with 1, 2 and 4 worker processes when `--dsn` or `GOLEM_TEST_POSTGRES_DSN` names
-one (each measurement in a fresh schema, dropped afterwards): cycles/s, commits,
+one (each measurement in a fresh schema, dropped afterwards; with `--pg-rounds N`, N rounds
+that each measure every worker count in turn, the median round shown and the 1 → 4 scaling
+also per round, so a host that slows down mid-run skews no count): cycles/s, commits,
 statements, round trips, WAL records and client CPU (all worker processes) per cycle, and
 the server's `fsync` / `synchronous_commit` settings (a throwaway test cluster runs with
 `fsync=off`). Each process uses a pool of 2 connections one after another, 4 concurrently.
@@ -500,45 +502,78 @@ def _pg_settings(dsn: str) -> str:
 
 
 def bench_postgres(
-    dsn: str, cycles: int, worker_counts: list[int], levels: list[int], latency: float
+    dsn: str,
+    cycles: int,
+    worker_counts: list[int],
+    levels: list[int],
+    latency: float,
+    rounds: int = 1,
 ) -> None:
     print(f"  PostgreSQL server: {_pg_settings(dsn)}")
     for concurrency in levels:
-        _bench_postgres_level(dsn, cycles, worker_counts, concurrency, latency)
+        _bench_postgres_level(dsn, cycles, worker_counts, concurrency, latency, rounds)
+
+
+def _pg_round(
+    dsn: str, cycles: int, workers: int, concurrency: int, latency: float
+) -> tuple[float, dict[str, int], int, int]:
+    """One measurement in a fresh schema: cycles/s, counters, WAL records, server commits."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    target = {"kind": "postgresql", "dsn": dsn, "schema": schema, "latency": latency}
+    try:
+        asyncio.run(_count(target))  # create the schema outside the measurement
+        wal0, commits0 = _pg_wal(dsn)
+        rate, stats = measure_procs(target, workers, cycles, concurrency)
+        wal1, commits1 = _pg_wal(dsn)
+    finally:
+        _drop_schema(dsn, schema)
+    return rate, stats, wal1 - wal0, commits1 - commits0
 
 
 def _bench_postgres_level(
-    dsn: str, cycles: int, worker_counts: list[int], concurrency: int, latency: float
+    dsn: str,
+    cycles: int,
+    worker_counts: list[int],
+    concurrency: int,
+    latency: float,
+    rounds: int,
 ) -> None:
-    rates: dict[int, float] = {}
+    """Each round measures every worker count once, one after another, so a host that
+    speeds up or slows down during the run affects every count alike; the median round of
+    each count is shown, and the 1 → 4 scaling is also given per round."""
+    results: dict[int, list[tuple[float, dict[str, int], int, int]]] = {}
+    for _ in range(rounds):
+        for workers in worker_counts:
+            got = _pg_round(dsn, cycles, workers, concurrency, latency)
+            results.setdefault(workers, []).append(got)
     for workers in worker_counts:
-        schema = f"bench_{uuid.uuid4().hex[:12]}"
-        target = {"kind": "postgresql", "dsn": dsn, "schema": schema, "latency": latency}
-        try:
-            asyncio.run(_count(target))  # create the schema outside the measurement
-            wal0, commits0 = _pg_wal(dsn)
-            rate, stats = measure_procs(target, workers, cycles, concurrency)
-            wal1, commits1 = _pg_wal(dsn)
-        finally:
-            _drop_schema(dsn, schema)
+        ordered = sorted(results[workers], key=lambda r: r[0])
+        rate, stats, wal, commits = ordered[len(ordered) // 2]
         n = (cycles // workers) * workers
-        rates[workers] = rate
         label = "worker, " if workers == 1 else "workers,"
+        spread = f" [{ordered[0][0]:.0f}–{ordered[-1][0]:.0f}]" if rounds > 1 else ""
         print(
             f"  PostgreSQL  {workers} {label} {concurrency:>2} in flight each "
-            f"(pool {_pool_size(concurrency)}): {rate:8.1f} cycles/s   per cycle: "
+            f"(pool {_pool_size(concurrency)}): {rate:8.1f} cycles/s{spread}   per cycle: "
             f"{stats['commits'] / n:.1f} golem commits of {stats['transactions'] / n:.1f} "
-            f"transactions ({(commits1 - commits0) / n:.1f} server commits incl. reads and "
+            f"transactions ({commits / n:.1f} server commits incl. reads and "
             "LISTEN wake-ups), "
             f"{stats['statements'] / n:.1f} statements, "
-            f"{stats['round_trips'] / n:.1f} round trips, {(wal1 - wal0) / n:.1f} WAL records, "
+            f"{stats['round_trips'] / n:.1f} round trips, {wal / n:.1f} WAL records, "
             f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU, "
             f"{stats['server_us'] / n / 1e3:.2f} ms server CPU (local server only)"
         )
-    if 1 in rates and 4 in rates:
+    if 1 in results and 4 in results:
+        one = sorted(r[0] for r in results[1])
+        four = sorted(r[0] for r in results[4])
+        median = four[len(four) // 2] / one[len(one) // 2]
+        paired = sorted(f[0] / o[0] for o, f in zip(results[1], results[4], strict=True))
+        each = ""
+        if rounds > 1:
+            each = f" (per round: {', '.join(f'{r:.2f}' for r in paired)})"
         print(
             f"  PostgreSQL scaling 1 → 4 workers ({concurrency} in flight each): "
-            f"{rates[4] / rates[1]:.2f}x"
+            f"{median:.2f}x{' of the medians' if rounds > 1 else ''}{each}"
         )
 
 
@@ -546,6 +581,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=1000, help="cycles per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="SQLite rounds (best is shown)")
+    parser.add_argument(
+        "--pg-rounds",
+        type=int,
+        default=1,
+        help="PostgreSQL rounds, each measuring every worker count in turn (median is shown)",
+    )
     parser.add_argument("--dsn", default=os.environ.get("GOLEM_TEST_POSTGRES_DSN", ""))
     parser.add_argument(
         "--workers", default="1,2,4", help="PostgreSQL worker counts (comma-separated)"
@@ -586,7 +627,9 @@ def main() -> None:
         print("  PostgreSQL  skipped (pass --dsn or set GOLEM_TEST_POSTGRES_DSN)")
     else:
         workers = [int(w) for w in args.workers.split(",")]
-        bench_postgres(args.dsn, args.cycles, workers, levels, args.model_latency)
+        bench_postgres(
+            args.dsn, args.cycles, workers, levels, args.model_latency, max(1, args.pg_rounds)
+        )
     print(
         f"  ({os.cpu_count()} CPUs, shared with whatever else runs; every PG worker is a process)"
     )
