@@ -135,6 +135,18 @@ async def test_a_closed_store_refuses_new_work(pg_store: PostgresStore) -> None:
         await pg_store.save_pending(make_run())
 
 
+async def test_a_server_older_than_13_is_refused_with_its_version(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard statements need `pg_current_xact_id()` (PostgreSQL 13): an older server gets a
+    clear error when the store opens, not a failed statement in the middle of a claim."""
+    import psycopg
+
+    monkeypatch.setattr(psycopg.ConnectionInfo, "server_version", property(lambda self: 120017))
+    with pytest.raises(StoreError, match=r"PostgreSQL 13 or later; .* runs 12\.17"):
+        await pg.open()
+
+
 async def test_unsupported_parameter_types_are_refused_before_anything_is_sent(
     pg_store: PostgresStore,
 ) -> None:

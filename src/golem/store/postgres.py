@@ -120,6 +120,9 @@ def _dump(params: Sequence[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
     return values, tuple(types)
 
 
+_MIN_SERVER_VERSION = 130000
+"""PostgreSQL 13: `pg_current_xact_id()`, which the guard statements compare `xmin` with."""
+
 _MAX_PREPARED = 256
 """Prepared statements per connection; statements beyond are sent unnamed."""
 _statement_names = itertools.count(1)
@@ -466,6 +469,12 @@ class PostgresStore(SQLStore):
         with self._migrate_lock:
             if self._migrated:
                 return
+            version = conn.info.server_version
+            if version < _MIN_SERVER_VERSION:
+                raise StoreError(
+                    f"golem needs PostgreSQL {_MIN_SERVER_VERSION // 10000} or later; "
+                    f"{_redact(self.dsn)} runs {version // 10000}.{version % 10000}"
+                )
             c = _SchemaConn(conn, self.stats)
             c.execute("BEGIN")
             try:
