@@ -313,6 +313,38 @@ async def test_concurrent_deciders_record_exactly_one_decision_per_call(
             await s.close()
 
 
+async def test_the_last_of_two_concurrent_decisions_always_readies_the_run(
+    backend: Backend,
+) -> None:
+    """Two approvers decide a run's two calls at the same moment through two stores (two
+    connections), run after run: each run becomes READY exactly once, after both decisions,
+    and the audit log has no gaps."""
+    stores = [await backend.open() for _ in range(2)]
+    try:
+        start = await stores[0].last_change_id()
+        runs = [await stores[0].save_pending(make_run(approval("a"), approval("b"))) for _ in range(20)]
+        for run in runs:
+            await asyncio.gather(
+                stores[0].decide(run.id, "a", Decision.approve(), decided_by="ann"),
+                stores[1].decide(run.id, "b", Decision.deny("no"), decided_by="bob"),
+            )
+        for run in runs:
+            got = await stores[1].get_run(run.id)
+            assert got.status is RunStatus.READY
+            audit = [e.action for e in await stores[0].audit(run.id)]
+            assert audit == [
+                AuditAction.CREATED,
+                AuditAction.DECIDED,
+                AuditAction.DECIDED,
+                AuditAction.READY,
+            ]
+        entries = await stores[0].changes_since(start, limit=1000)
+        assert [e.id for e in entries] == list(range(start + 1, start + 1 + len(entries)))
+    finally:
+        for s in stores:
+            await s.close()
+
+
 # --------------------------------------------------------------------------- expiry
 
 

@@ -117,6 +117,11 @@ class _NotHeld(Exception):
     """A guarded update found the run's lease not held (the transaction is rolled back)."""
 
 
+class _NotUndecided(Exception):
+    """A decision without a read found no plain case to record (the transaction is rolled
+    back; `decide` runs its full transaction instead)."""
+
+
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
@@ -276,6 +281,8 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
     """Appended to a SELECT that claims rows other transactions are not holding."""
+    _decides_in_one_trip: bool = False
+    """Whether `_decide_undecided` exists: a decision first tries it, without reading."""
 
     stats: Stats
     _feed: ChangeFeed
@@ -857,6 +864,26 @@ class SQLStore(abc.ABC):
             args=decision.args if kind is DecisionKind.APPROVE else None,
         )
 
+        if self._decides_in_one_trip and decision.args is None:
+
+            def quick(tx: Tx) -> DecisionRecord:
+                record = DecisionRecord(
+                    run_id=run_id,
+                    call_id=call_id,
+                    kind=kind,
+                    reason=decision.reason,
+                    text=decision.text,
+                    decided_by=decided_by,
+                    decided_at=at_given or utc_now(),
+                )
+                self._decide_undecided(tx, record, _FITS[kind], _decided_detail(record, None))
+                return record
+
+            try:
+                return await self._submit(True, quick)
+            except _NotUndecided:
+                pass  # not the plain case: the full transaction below sorts out which it is
+
         def tx_fn(tx: Tx) -> tuple[DecisionRecord, bool]:
             at = at_given or utc_now()
             status, calls = self._lock_calls(tx, run_id)
@@ -887,14 +914,7 @@ class SQLStore(abc.ABC):
                 args=decision.args,
             )
             self._record_decision(tx, record)
-            detail: dict[str, Any] = {"call_id": call_id, "decision": kind.value}
-            if record.args is not None:  # what the approver changed, beside what was asked
-                detail["original_args"] = call.args
-                detail["args"] = record.args
-            if kind is DecisionKind.DENY:
-                detail["reason"] = record.reason
-            if kind is DecisionKind.EXTERNAL:
-                detail["text"] = record.text
+            detail = _decided_detail(record, call.args)
             tx.audit(run_id, at, decided_by, AuditAction.DECIDED, detail)
             undecided = sum(c.decision is None for c in calls) - 1
             self._after_decisions(tx, run_id, at, decided_by, undecided)
@@ -904,6 +924,18 @@ class SQLStore(abc.ABC):
         if expired:  # the expiry denial was recorded and committed
             raise CallExpired(run_id, call_id, record)
         return record
+
+    def _decide_undecided(
+        self, tx: Tx, d: DecisionRecord, call_kinds: tuple[str, ...], detail: dict[str, Any]
+    ) -> None:
+        """Record `d` without reading first, or fail the transaction with `_NotUndecided`.
+
+        Only the plain case may pass: the run is pending, the call exists, is undecided, is
+        one of `call_kinds` and not overdue. The run becomes READY when no call is left
+        undecided, with the same audit entries (`detail` on the decision) as `decide`'s
+        full transaction. Backends that set `_decides_in_one_trip` implement it.
+        """
+        raise NotImplementedError
 
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
         tx.run(
@@ -1392,6 +1424,27 @@ def _outcome_detail(outcome: Outcome) -> dict[str, Any]:
     if outcome.status is RunStatus.PAUSED and outcome.next_run is not None:
         return {"child_run_id": outcome.next_run.id}
     return {}
+
+
+_FITS: dict[DecisionKind, tuple[str, ...]] = {
+    DecisionKind.APPROVE: (CallKind.APPROVAL.value,),
+    DecisionKind.DENY: (CallKind.APPROVAL.value, CallKind.EXTERNAL.value),
+    DecisionKind.EXTERNAL: (CallKind.EXTERNAL.value,),
+}
+"""The call kinds each decision kind applies to (`_check_fits` says why not)."""
+
+
+def _decided_detail(record: DecisionRecord, original_args: str | None) -> dict[str, Any]:
+    """The audit detail of a decision."""
+    detail: dict[str, Any] = {"call_id": record.call_id, "decision": record.kind.value}
+    if record.args is not None:  # what the approver changed, beside what was asked
+        detail["original_args"] = original_args
+        detail["args"] = record.args
+    if record.kind is DecisionKind.DENY:
+        detail["reason"] = record.reason
+    if record.kind is DecisionKind.EXTERNAL:
+        detail["text"] = record.text
+    return detail
 
 
 def _check_fits(run_id: str, call: PendingCallRecord, kind: DecisionKind) -> None:

@@ -8,10 +8,11 @@ migrated on open under an advisory lock, so many processes may start at once.
 Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
 connection. A thread speaks to the server at the libpq level in pipeline mode: statements
 whose result is not needed, or needed only after the commit, are queued and sent with the
-next query or the commit (saving a paused run, claiming, finishing a resume and renewing a
-lease cost one round trip each, deciding two: a lease check is a guard statement queued
-behind the update, which fails the pipeline when the update changed nothing, and a claim
-reads what it took as the rows its transaction wrote), each statement is prepared once per
+next query or the commit. Saving a paused run, deciding, claiming, finishing a resume and
+renewing a lease cost one round trip each: a lease check is a guard statement queued behind
+the update, which fails the pipeline when the update changed nothing; a claim reads what it
+took as the rows its transaction wrote; a plain decision is recorded without reading first,
+other cases falling back to the full transaction. Each statement is prepared once per
 connection, and rows come back in binary. Going through psycopg's cursors instead costs
 several times the client CPU per statement (ADR 0023; the round trips saved since, and a
 loop-driven connection measured and rejected, in ADR 0038). As on SQLite, a cancelled caller
@@ -45,9 +46,9 @@ from typing import Any, TypeAlias, TypeVar
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import _C_CALL_COLS, Later, SQLStore, Stats, Tx, _json
+from golem.store._sql import _C_CALL_COLS, Later, SQLStore, Stats, Tx, _json, _NotUndecided
 from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import AuditAction
+from golem.store.records import AuditAction, DecisionRecord
 
 try:
     import psycopg
@@ -208,10 +209,14 @@ class _Conn:
         return later
 
     def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
-        # queued behind the update, so the check costs no round trip of its own; a failure
-        # makes the server skip everything after it, COMMIT included
+        self.guard(_RUN_CHANGED, (run_id,), error)
+
+    def guard(self, sql: str, params: Sequence[Any], error: Exception) -> None:
+        """Queue a guard: a statement whose division by zero fails the transaction with
+        `error` (sent with what follows, so the check costs no round trip of its own; a
+        failure makes the server skip everything after it, COMMIT included)."""
         self._stats.statements += 1
-        self._send(_RUN_CHANGED, (run_id,), _Guard(error))
+        self._send(sql, params, _Guard(error))
 
     def _wait(self) -> None:
         self._stats.round_trips += 1
@@ -382,6 +387,7 @@ class PostgresStore(SQLStore):
 
     _lock_clause = " FOR UPDATE"
     _skip_locked_clause = " FOR UPDATE SKIP LOCKED"
+    _decides_in_one_trip = True
 
     def __init__(
         self,
@@ -610,6 +616,76 @@ class PostgresStore(SQLStore):
             "LEFT JOIN golem_calls c ON c.run_id = h.run_id "
             f"WHERE h.run_id IN (SELECT id FROM ({mine}) AS r) ORDER BY h.run_id, c.position",
             (when, worker_id),
+        )
+
+    def _decide_undecided(
+        self, tx: Tx, d: DecisionRecord, call_kinds: tuple[str, ...], detail: dict[str, Any]
+    ) -> None:
+        # Four statements in one pipeline, nothing read until the commit. Locking the run
+        # first, alone, makes every later statement see each decision committed before
+        # (READ COMMITTED takes a snapshot per statement): two approvers deciding a run's
+        # two calls at once take turns, and the second one sees the run become ready.
+        when = self._to_db(d.decided_at)
+        tx.run(
+            "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE",
+            (d.run_id,),
+        )
+        kinds = ", ".join("?" for _ in call_kinds)
+        tx.run(
+            "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
+            "decided_by = ?, decided_at = ?, decision_args = NULL "
+            "WHERE run_id = ? AND call_id = ? AND decision IS NULL "
+            f"AND kind IN ({kinds}) AND (deadline IS NULL OR deadline > ?) "
+            "AND EXISTS (SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending')",
+            (
+                d.kind.value,
+                d.reason,
+                d.text,
+                d.decided_by,
+                when,
+                d.run_id,
+                d.call_id,
+                *call_kinds,
+                when,
+                d.run_id,
+            ),
+        )
+        conn = tx.conn
+        assert isinstance(conn, _Conn)
+        conn.guard(
+            "SELECT 1 / (SELECT count(*) FROM golem_calls "
+            "WHERE run_id = ? AND call_id = ? AND xmin = pg_current_xact_id()::xid)",
+            (d.run_id, d.call_id),
+            _NotUndecided(),
+        )
+        # the run's new status, its audit entries (DECIDED, then READY when no call is left
+        # undecided) and the notice, as `decide`'s full transaction writes them
+        tx.run(
+            "WITH u AS (UPDATE golem_runs SET status = CASE WHEN EXISTS (SELECT 1 FROM "
+            "golem_calls WHERE run_id = ? AND decision IS NULL) THEN 'pending' ELSE 'ready' "
+            "END, updated_at = ? WHERE id = ? RETURNING status = 'ready' AS ready), "
+            "n AS (SELECT u.ready, CASE WHEN u.ready THEN 2 ELSE 1 END AS n FROM u), "
+            "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
+            "WHERE singleton = 1 RETURNING last_id, n.n, n.ready), "
+            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail) "
+            "SELECT s.last_id - s.n + v.k, ?, ?::timestamptz, ?, v.action, v.detail "
+            "FROM s, (VALUES (1, ?, ?), (2, ?, '{}')) AS v(k, action, detail) "
+            "WHERE v.k <= s.n) "
+            "SELECT pg_notify(CASE WHEN s.ready THEN ? ELSE ? END, "
+            "s.last_id::text || CASE WHEN s.ready THEN ' ready' ELSE '' END) FROM s",
+            (
+                d.run_id,
+                when,
+                d.run_id,
+                d.run_id,
+                when,
+                d.decided_by,
+                AuditAction.DECIDED.value,
+                _json(detail),
+                AuditAction.READY.value,
+                self.ready_channel,
+                self.channel,
+            ),
         )
 
     async def _probe(self) -> int:
