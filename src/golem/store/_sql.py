@@ -864,18 +864,22 @@ class SQLStore(abc.ABC):
             args=decision.args if kind is DecisionKind.APPROVE else None,
         )
 
+        def decided_at(at: datetime) -> DecisionRecord:
+            return DecisionRecord(
+                run_id=run_id,
+                call_id=call_id,
+                kind=kind,
+                reason=decision.reason,
+                text=decision.text,
+                decided_by=decided_by,
+                decided_at=at,
+                args=decision.args,
+            )
+
         if self._decides_in_one_trip and decision.args is None:
 
             def quick(tx: Tx) -> DecisionRecord:
-                record = DecisionRecord(
-                    run_id=run_id,
-                    call_id=call_id,
-                    kind=kind,
-                    reason=decision.reason,
-                    text=decision.text,
-                    decided_by=decided_by,
-                    decided_at=at_given or utc_now(),
-                )
+                record = decided_at(at_given or utc_now())
                 self._decide_undecided(tx, record, _FITS[kind], _decided_detail(record, None))
                 return record
 
@@ -903,16 +907,7 @@ class SQLStore(abc.ABC):
             if call.deadline is not None and call.deadline <= at:
                 denials = self._expire_calls(tx, run_id, calls, at)
                 return denials[call_id], True
-            record = DecisionRecord(
-                run_id=run_id,
-                call_id=call_id,
-                kind=kind,
-                reason=decision.reason,
-                text=decision.text,
-                decided_by=decided_by,
-                decided_at=at,
-                args=decision.args,
-            )
+            record = decided_at(at)
             self._record_decision(tx, record)
             detail = _decided_detail(record, call.args)
             tx.audit(run_id, at, decided_by, AuditAction.DECIDED, detail)
