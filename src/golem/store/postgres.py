@@ -598,7 +598,9 @@ class PostgresStore(SQLStore):
             "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
             "WHERE singleton = 1 AND n.n > 0 RETURNING last_id, n.n), "
             "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail) "
-            "SELECT s.last_id - s.n + row_number() OVER (ORDER BY c.created_at, c.id), c.id, "
+            # numbered in creation order, ties by ID in byte order, as Python sorts the rows
+            "SELECT s.last_id - s.n + row_number() OVER "
+            '(ORDER BY c.created_at, c.id COLLATE "C"), c.id, '
             "?::timestamptz, ?, ?, ? FROM s, c) "
             "SELECT pg_notify(?, s.last_id::text) FROM s",
             (
