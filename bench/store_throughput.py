@@ -46,7 +46,6 @@ import os
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -202,12 +201,10 @@ def _backend_cpu_us(pid: int) -> int:
 
 async def _backend_pids(store: SQLStore, connections: int) -> list[int]:
     """The server processes of the store's connections (opened now, `connections` of them)."""
-    gate = threading.Barrier(connections)
 
     def pid(tx: Any) -> int:
-        if connections > 1:  # hold each thread until all are busy: one connection apiece
-            gate.wait(timeout=30)
-        return int(tx.fetch("SELECT pg_backend_pid()")[0][0])
+        # the sleep keeps each connection busy until all are open: one transaction apiece
+        return int(tx.fetch("SELECT pg_backend_pid(), pg_sleep(0.2)")[0][0])
 
     got = await asyncio.gather(*(store._submit(False, pid) for _ in range(connections)))
     return sorted(set(got))

@@ -106,8 +106,14 @@ async def test_a_failed_statement_rolls_back_and_later_transactions_reuse_the_co
 
 
 async def test_concurrent_operations_use_several_connections(pg: Backend) -> None:
-    """`pool_size` transactions at once, none lost or mixed up across threads."""
+    """`pool_size` transactions at once, none lost or mixed up across connections; they run
+    on the event loop (no database thread), and closing the store closes every connection."""
+    import threading
+
+    import psycopg
+
     store = await pg.open(pool_size=3)
+    pids: set[int] = set()
     try:
         runs = await asyncio.gather(*(store.save_pending(make_run()) for _ in range(30)))
         await asyncio.gather(
@@ -116,17 +122,25 @@ async def test_concurrent_operations_use_several_connections(pg: Backend) -> Non
         got = await asyncio.gather(*(store.get_run(r.id) for r in runs))
         assert [g.id for g in got] == [r.id for r in runs]
         assert all(g.status is RunStatus.READY for g in got)
-        threads = [t for t in _threads() if t.startswith("golem-pg")]
-        assert 1 <= len(threads) <= 3
+
+        def backend(tx: Any) -> int:
+            return int(tx.fetch("SELECT pg_backend_pid()")[0][0])
+
+        pids = set(await asyncio.gather(*(store._submit(False, backend) for _ in range(30))))
+        assert 2 <= len(pids) <= 3, "several connections, never more than pool_size"
+        assert not [t for t in threading.enumerate() if t.name.startswith("golem-pg")]
     finally:
         await store.close()
-    assert not [t for t in _threads() if t.startswith("golem-pg")], "close ends the threads"
-
-
-def _threads() -> list[str]:
-    import threading
-
-    return [t.name for t in threading.enumerate()]
+    with psycopg.connect(pg.dsn or "", autocommit=True) as conn:
+        for _ in range(600):  # the server notices closed sockets within moments
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (list(pids),)
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("close left connections open")
 
 
 async def test_a_closed_store_refuses_new_work(pg_store: PostgresStore) -> None:

@@ -32,8 +32,8 @@ polling.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import functools
 import itertools
 import logging
 import re
@@ -47,17 +47,17 @@ from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
 from golem.store._sql import _C_CALL_COLS, Later, SQLStore, Stats, Tx, _json, _NotUndecided
-from golem.store._threads import DatabaseThreads, Slot
 from golem.store.records import AuditAction, DecisionRecord
 
 try:
+    import greenlet
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import pq
     from psycopg.adapt import Transformer
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "PostgresStore needs psycopg 3: pip install 'golem-agents[postgres]'"
+        "PostgresStore needs psycopg 3 and greenlet: pip install 'golem-agents[postgres]'"
     ) from exc
 
 __all__ = ["PostgresStore"]
@@ -148,6 +148,7 @@ _RUN_CHANGED = (
 """Divides by zero unless this transaction wrote the run's row (its current version's
 `xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
 
+_IDLE = pq.TransactionStatus.IDLE
 _FATAL = pq.ExecStatus.FATAL_ERROR
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
@@ -168,7 +169,17 @@ class _Conn:
     skips psycopg's cursor layer, which costs several times the client CPU per statement.
     """
 
-    __slots__ = ("_loader", "_poll", "_prepared", "_sent", "_stats", "conn", "pg", "sent_commit")
+    __slots__ = (
+        "_loader",
+        "_poll",
+        "_prepared",
+        "_sent",
+        "_stats",
+        "conn",
+        "handed_off",
+        "pg",
+        "sent_commit",
+    )
 
     def __init__(self, conn: _Connection, stats: Stats) -> None:
         self.conn = conn
@@ -181,6 +192,8 @@ class _Conn:
         self._poll = select.poll()
         self._poll.register(self.pg.socket, select.POLLIN)
         self.sent_commit = False
+        self.handed_off = False
+        """A cancelled caller left its transaction to a task that will give this back."""
 
     # -------------------------------------------------------------- the Conn port
 
@@ -335,17 +348,30 @@ class _Conn:
     def _next_result(self) -> pq.abc.PGresult | None:
         pg = self.pg
         while pg.is_busy():
-            self._poll.poll()  # releases the GIL while the server works
+            _wait_socket(pg.socket, False)
             pg.consume_input()
         return pg.get_result()
 
     def _flush(self) -> None:
         pg = self.pg
         while pg.flush():  # 1: libpq could not send everything without blocking
-            fd = pg.socket
-            readable, _, _ = select.select([fd], [fd], [])
-            if readable:
-                pg.consume_input()
+            _wait_socket(pg.socket, True)
+            pg.consume_input()  # the server may be waiting for us to read
+
+
+def _wait_socket(fd: int, write: bool) -> None:
+    """Wait until the socket is readable (or, with `write`, readable or writable).
+
+    Inside a transaction's greenlet this hands the wait to the event loop (`_drive`), which
+    switches back once the socket is ready; anywhere else it blocks the calling thread.
+    """
+    parent = greenlet.getcurrent().parent
+    if parent is not None:
+        parent.switch((fd, write))
+    elif write:
+        select.select([fd], [fd], [])
+    else:
+        select.select([fd], [], [])
 
 
 class _SchemaConn:
@@ -418,7 +444,15 @@ class PostgresStore(SQLStore):
         """Whether the listener hears every change (an event stream waits in this process),
         not only the ones that make runs ready (all a worker waits for)."""
         self._listener: asyncio.Task[None] | None = None
-        self._threads: DatabaseThreads[_Conn] = DatabaseThreads("golem-pg", pool_size, _close_slot)
+        self._idle: list[_Conn] = []
+        """Open connections no transaction uses now."""
+        self._opened = 0
+        """Connections open or being opened (at most `pool_size`)."""
+        self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
+        """Transactions waiting for a connection, first come first served."""
+        self._pool_lock = threading.Lock()
+        self._orphans: set[asyncio.Task[Any]] = set()
+        """Transactions finishing after their caller was cancelled."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -496,40 +530,107 @@ class PostgresStore(SQLStore):
             c.execute("COMMIT")
             self._migrated = True
 
-    def _checkout(self, slot: Slot[_Conn]) -> _Conn:
-        """The thread's connection if it still looks alive, else a new one."""
-        c = slot.state
-        if c is not None:
-            if not c.conn.closed and c.quiet():
-                return c
-            c.conn.close()  # closed by the server while idle: replace it
-            slot.state = None
-        c = slot.state = self._connect()
-        return c
+    async def _checkout(self) -> _Conn:
+        """An idle connection that still looks alive, or a new one once the pool has room.
+
+        The pool may serve several event loops at once (an app run by a test client on a
+        thread of its own, say): its state changes under a lock, and a waiter of another
+        loop is woken through that loop.
+        """
+        while True:
+            if self._closed:
+                raise StoreError(f"{self!r} is closed")
+            waiter: asyncio.Future[None] | None = None
+            with self._pool_lock:
+                c = self._idle.pop() if self._idle else None
+                grow = c is None and self._opened < self.pool_size
+                if grow:
+                    self._opened += 1
+                elif c is None:
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._queue.append(waiter)
+            if c is not None:
+                if not c.conn.closed and c.quiet():
+                    return c
+                c.conn.close()  # closed by the server while idle: replace it
+                with self._pool_lock:
+                    self._opened -= 1
+                continue
+            if grow:  # connecting (and migrating, the first time) blocks: not on the loop
+                connecting = asyncio.ensure_future(asyncio.to_thread(self._connect))
+                try:
+                    return await asyncio.shield(connecting)
+                except asyncio.CancelledError:
+                    connecting.add_done_callback(self._adopt)  # it joins the pool when open
+                    raise
+                except BaseException:
+                    with self._pool_lock:
+                        self._opened -= 1
+                    self._wake_next()
+                    raise
+            assert waiter is not None
+            try:
+                await waiter
+            except BaseException:
+                with self._pool_lock, contextlib.suppress(ValueError):
+                    self._queue.remove(waiter)
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_next()  # pass on the turn this waiter was given
+                raise
+
+    def _adopt(self, connecting: asyncio.Future[_Conn]) -> None:
+        """Pool a connection whose caller stopped waiting while it was being opened."""
+        if connecting.cancelled() or connecting.exception() is not None:
+            with self._pool_lock:
+                self._opened -= 1
+            self._wake_next()
+        else:
+            self._checkin(connecting.result())
+
+    def _checkin(self, c: _Conn) -> None:
+        """Give the connection back (closed ones and ones left mid-transaction are dropped)."""
+        drop = self._closed or c.conn.closed or c.pg.transaction_status != _IDLE
+        if drop:
+            c.conn.close()
+        with self._pool_lock:
+            if drop:
+                self._opened -= 1
+            else:
+                self._idle.append(c)
+            waiting = bool(self._queue)
+        if waiting:
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        """Let the longest-waiting transaction look for a connection again."""
+        with self._pool_lock:
+            waiter = self._queue.popleft() if self._queue else None
+        if waiter is None:
+            return
+        loop = waiter.get_loop()
+        try:
+            same = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            same = False
+        if same:
+            _settle(waiter)
+        else:
+            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits
+                loop.call_soon_threadsafe(_settle, waiter)
 
     # ------------------------------------------------------------------ transactions
 
     async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise StoreError(f"{self!r} is closed")
-        loop = asyncio.get_running_loop()
-        self._feed.bind(loop)
-        try:
-            future = self._threads.submit(loop, functools.partial(self._transact, write, fn, args))
-        except RuntimeError as exc:  # the threads were stopped: the store was closed
-            raise StoreError(f"{self!r} is closed") from exc
-        result: _T = await future
-        return result
-
-    def _transact(self, write: bool, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
+        self._feed.bind(asyncio.get_running_loop())
         for attempt in (1, 2):
-            c = self._checkout(slot)
+            c = await self._checkout()
             try:
-                return self._attempt(c, write, fn, args)
+                return await self._drive(c, write, fn, args)
             except psycopg.OperationalError as exc:
                 broken = c.conn.broken or c.conn.closed
                 c.conn.close()
-                slot.state = None
                 if broken and not c.sent_commit and attempt == 1 and not self._closed:
                     log.info("postgresql connection lost before commit; retrying: %s", exc)
                     continue
@@ -537,12 +638,61 @@ class PostgresStore(SQLStore):
             except psycopg.Error as exc:
                 raise StoreError(f"postgresql: {exc}") from exc
             finally:
-                if slot.state is not None and (
-                    c.conn.closed or c.pg.transaction_status != pq.TransactionStatus.IDLE
-                ):
-                    c.conn.close()
-                    slot.state = None
+                if not c.handed_off:
+                    self._checkin(c)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _drive(self, c: _Conn, write: bool, fn: Callable[..., _T], args: Any) -> _T:
+        """Run the transaction on `c` in a greenlet, its socket waits awaited on the loop.
+
+        The transaction's code is synchronous (shared with SQLite); each time libpq would
+        block, the greenlet switches back here with the socket to wait for, and is switched
+        into again once the socket is ready: no thread hop, no blocked loop. A caller
+        cancelled meanwhile is let go at once, and a task of its own finishes the
+        transaction (commit or rollback), as a database thread would.
+        """
+        g = greenlet.greenlet(self._attempt)
+        request: Any = g.switch(c, write, fn, args)
+        loop = asyncio.get_running_loop()
+        while not g.dead:
+            ready = _socket_ready(loop, request)
+            try:
+                await ready
+            except asyncio.CancelledError:
+                c.handed_off = True  # `_finish` gives the connection back, not `_submit`
+                finish = loop.create_task(self._finish(g, c, ready, request))
+                self._orphans.add(finish)
+                finish.add_done_callback(self._orphans.discard)
+                raise
+            request = g.switch()
+        result: _T = request
+        return result
+
+    async def _finish(
+        self, g: greenlet.greenlet, c: _Conn, ready: asyncio.Future[None], request: Any
+    ) -> None:
+        """Drive a transaction whose caller was cancelled to its end, then give the
+        connection back (the caller's own `_submit` no longer does)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not g.dead:
+                if ready.cancelled():  # the caller's wait was cancelled: wait again
+                    ready = _socket_ready(loop, request)
+                await ready
+                request = g.switch()
+                if not g.dead:
+                    ready = _socket_ready(loop, request)
+        except BaseException as exc:  # the loop is shutting down, or the transaction failed
+            if not g.dead:
+                c.conn.close()  # the server rolls back whatever was not committed
+                with contextlib.suppress(BaseException):
+                    g.throw(_Abandoned())
+            if not isinstance(exc, Exception):
+                raise
+            log.debug("a transaction finishing for a cancelled caller failed", exc_info=True)
+        finally:
+            c.handed_off = False
+            self._checkin(c)
 
     def _attempt(self, c: _Conn, write: bool, fn: Callable[..., _T], args: Any) -> _T:
         self.stats.transactions += 1
@@ -768,14 +918,43 @@ class PostgresStore(SQLStore):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listener
         await self._feed.aclose()
-        self._threads.stop()
-        await asyncio.to_thread(self._threads.join)
+        loop = asyncio.get_running_loop()
+        orphans = [t for t in list(self._orphans) if not t.done() and t.get_loop() is loop]
+        if orphans:  # let the transactions of cancelled callers finish
+            await asyncio.wait(orphans)
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+            self._opened -= len(idle)
+        for c in idle:
+            c.conn.close()
+        while self._queue:  # waiters find the store closed
+            self._wake_next()
 
 
-def _close_slot(slot: Slot[_Conn]) -> None:
-    c, slot.state = slot.state, None
-    if c is not None:
-        c.conn.close()
+class _Abandoned(BaseException):
+    """Unwinds a transaction's greenlet whose connection was closed under it."""
+
+
+def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> asyncio.Future[None]:
+    """A future the loop settles once the socket `request` names is ready."""
+    fd, write = request
+    ready = loop.create_future()
+    loop.add_reader(fd, _settle, ready)
+    if write:
+        loop.add_writer(fd, _settle, ready)
+
+    def done(_: asyncio.Future[None]) -> None:
+        loop.remove_reader(fd)
+        if write:
+            loop.remove_writer(fd)
+
+    ready.add_done_callback(done)
+    return ready
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
 
 
 def _redact(dsn: str) -> str:
