@@ -5,20 +5,25 @@ other's runs; decisions and lease checks lock the run's row. Reads run as `REPEA
 READ ONLY` so a run and its calls are one consistent snapshot. The schema is created or
 migrated on open under an advisory lock, so many processes may start at once.
 
-Transactions run on a small pool of threads (`pool_size` at most), each keeping its own
-connection. A thread speaks to the server at the libpq level in pipeline mode: statements
-whose result is not needed, or needed only after the commit, are queued and sent with the
-next query or the commit. Saving a paused run, deciding, claiming, finishing a resume and
-renewing a lease cost one round trip each: a lease check is a guard statement queued behind
-the update, which fails the pipeline when the update changed nothing; a claim reads what it
-took as the rows its transaction wrote; a plain decision is recorded without reading first,
-other cases falling back to the full transaction. Each statement is prepared once per
-connection, and rows come back in binary. Going through psycopg's cursors instead costs
-several times the client CPU per statement (ADR 0023; the round trips saved since, and a
-loop-driven connection measured and rejected, in ADR 0038). As on SQLite, a cancelled caller
-never interrupts a transaction: it runs to commit or rollback on its thread.
+Transactions run on the event loop, on a pool of at most `pool_size` connections, and speak
+to the server at the libpq level in pipeline mode: statements whose result is not needed, or
+needed only after the commit, are queued and sent with the next query or the commit. Saving
+a paused run, deciding, claiming, finishing a resume and renewing a lease cost one round trip
+each: a lease check is a guard statement queued behind the update, which fails the pipeline
+when the update changed nothing; a claim reads what it took as the rows its transaction
+wrote; a plain decision is recorded without reading first, other cases falling back to the
+full transaction (ADR 0038). Each statement is prepared once per connection, and rows come
+back in binary; going through psycopg's cursors instead costs several times the client CPU
+per statement (ADR 0023).
 
-Before a thread reuses its connection, the socket is checked without a round trip: a
+A transaction's code is synchronous, shared with SQLite. It runs in a greenlet that hands
+every socket wait to the event loop, so there is no thread hop and the loop never blocks on
+the network (ADR 0039). As on SQLite, a cancelled caller never interrupts a transaction: the
+caller is let go at once, and a task of its own drives the transaction to commit or
+rollback. Only an event loop that shuts down under it cuts it short: its connection is then
+closed, and the server rolls back whatever it had not committed.
+
+Before a connection is reused, its socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
 backend) is replaced, and a transaction that fails on a broken connection before its
 commit was sent is retried once on a fresh one.
@@ -655,7 +660,11 @@ class PostgresStore(SQLStore):
         request: Any = g.switch(c, write, fn, args)
         loop = asyncio.get_running_loop()
         while not g.dead:
-            ready = _socket_ready(loop, request)
+            fd, write_too = request
+            ready = loop.create_future()
+            loop.add_reader(fd, _settle, ready)
+            if write_too:
+                loop.add_writer(fd, _settle, ready)
             try:
                 await ready
             except asyncio.CancelledError:
@@ -664,6 +673,10 @@ class PostgresStore(SQLStore):
                 self._orphans.add(finish)
                 finish.add_done_callback(self._orphans.discard)
                 raise
+            finally:
+                loop.remove_reader(fd)
+                if write_too:
+                    loop.remove_writer(fd)
             request = g.switch()
         result: _T = request
         return result
@@ -675,13 +688,12 @@ class PostgresStore(SQLStore):
         connection back (the caller's own `_submit` no longer does)."""
         loop = asyncio.get_running_loop()
         try:
+            if ready.cancelled():  # else the socket was ready as the caller left
+                await _socket_ready(loop, request)
+            request = g.switch()
             while not g.dead:
-                if ready.cancelled():  # the caller's wait was cancelled: wait again
-                    ready = _socket_ready(loop, request)
-                await ready
+                await _socket_ready(loop, request)
                 request = g.switch()
-                if not g.dead:
-                    ready = _socket_ready(loop, request)
         except BaseException as exc:  # the loop is shutting down, or the transaction failed
             if not g.dead:
                 c.conn.close()  # the server rolls back whatever was not committed
@@ -935,21 +947,19 @@ class _Abandoned(BaseException):
     """Unwinds a transaction's greenlet whose connection was closed under it."""
 
 
-def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> asyncio.Future[None]:
-    """A future the loop settles once the socket `request` names is ready."""
+async def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> None:
+    """Wait until the socket `request` names is ready (off the hot path: `_drive` inlines it)."""
     fd, write = request
     ready = loop.create_future()
     loop.add_reader(fd, _settle, ready)
     if write:
         loop.add_writer(fd, _settle, ready)
-
-    def done(_: asyncio.Future[None]) -> None:
+    try:
+        await ready
+    finally:
         loop.remove_reader(fd)
         if write:
             loop.remove_writer(fd)
-
-    ready.add_done_callback(done)
-    return ready
 
 
 def _settle(ready: asyncio.Future[None]) -> None:
