@@ -178,6 +178,39 @@ async def test_a_plain_decision_is_one_round_trip_and_the_rest_take_the_full_pat
     ]
 
 
+async def test_an_event_loop_that_cannot_watch_sockets_runs_transactions_on_threads(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows' Proactor loop has no `add_reader`: the store notices on its first wait and
+    runs that transaction's waits, and every later transaction, on worker threads —
+    cancelled callers included."""
+    loop = asyncio.get_running_loop()
+
+    def no_readers(*args: Any) -> None:
+        raise NotImplementedError
+
+    monkeypatch.setattr(loop, "add_reader", no_readers)
+    store = await pg.open()
+    try:
+        run = await store.save_pending(make_run(approval("c1")))
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="ann")
+        claiming = asyncio.ensure_future(store.claim_ready("w", 30))
+        await asyncio.sleep(0)
+        claiming.cancel()  # its transaction still ends, on its thread
+        await asyncio.gather(claiming, return_exceptions=True)
+        claimed = await store.claim_ready("w", 30)
+        if claimed is None:  # the cancelled claim took it
+            assert (await store.get_run(run.id)).status is RunStatus.RUNNING
+        else:
+            await store.finish(run.id, "w", Outcome.completed("ok"))
+            assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+        from golem.store import postgres
+
+        assert loop in postgres._NO_READERS
+    finally:
+        await store.close()
+
+
 async def test_a_server_older_than_13_is_refused_with_its_version(
     pg: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,7 @@ import logging
 import re
 import select
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias, TypeVar
@@ -656,13 +657,20 @@ class PostgresStore(SQLStore):
         cancelled meanwhile is let go at once, and a task of its own finishes the
         transaction (commit or rollback), as a database thread would.
         """
+        loop = asyncio.get_running_loop()
+        if loop in _NO_READERS:
+            return await self._on_thread(loop, c, write, fn, args)
         g = greenlet.greenlet(self._attempt)
         request: Any = g.switch(c, write, fn, args)
-        loop = asyncio.get_running_loop()
         while not g.dead:
             fd, write_too = request
             ready = loop.create_future()
-            loop.add_reader(fd, _settle, ready)
+            try:
+                loop.add_reader(fd, _settle, ready)
+            except NotImplementedError:  # a loop that cannot watch sockets (Windows' Proactor)
+                _NO_READERS.add(loop)
+                ready = asyncio.ensure_future(asyncio.to_thread(_wait_socket, fd, write_too))
+                write_too = None
             if write_too:
                 loop.add_writer(fd, _settle, ready)
             try:
@@ -674,12 +682,31 @@ class PostgresStore(SQLStore):
                 finish.add_done_callback(self._orphans.discard)
                 raise
             finally:
-                loop.remove_reader(fd)
+                if write_too is not None:
+                    loop.remove_reader(fd)
                 if write_too:
                     loop.remove_writer(fd)
             request = g.switch()
         result: _T = request
         return result
+
+    async def _on_thread(
+        self, loop: asyncio.AbstractEventLoop, c: _Conn, write: bool, fn: Callable[..., _T], args: Any
+    ) -> _T:
+        """The transaction on a worker thread, for an event loop that cannot watch sockets; a
+        cancelled caller is let go and the connection comes back once the thread is done."""
+        done = asyncio.ensure_future(asyncio.to_thread(self._attempt, c, write, fn, args))
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            c.handed_off = True
+
+            def back(_: asyncio.Future[_T]) -> None:
+                c.handed_off = False
+                self._checkin(c)
+
+            done.add_done_callback(back)
+            raise
 
     async def _finish(
         self, g: greenlet.greenlet, c: _Conn, ready: asyncio.Future[None], request: Any
@@ -943,6 +970,10 @@ class PostgresStore(SQLStore):
             self._wake_next()
 
 
+_NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""Event loops without `add_reader` (Windows' Proactor loop): transactions run on threads."""
+
+
 class _Abandoned(BaseException):
     """Unwinds a transaction's greenlet whose connection was closed under it."""
 
@@ -950,6 +981,9 @@ class _Abandoned(BaseException):
 async def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> None:
     """Wait until the socket `request` names is ready (off the hot path: `_drive` inlines it)."""
     fd, write = request
+    if loop in _NO_READERS:
+        await asyncio.to_thread(_wait_socket, fd, write)
+        return
     ready = loop.create_future()
     loop.add_reader(fd, _settle, ready)
     if write:
