@@ -701,7 +701,9 @@ class PostgresStore(SQLStore):
         except asyncio.CancelledError:
             c.handed_off = True
 
-            def back(_: asyncio.Future[_T]) -> None:
+            def back(finished: asyncio.Future[_T]) -> None:
+                if not finished.cancelled() and finished.exception() is not None:
+                    log.debug("a transaction finishing for a cancelled caller failed")
                 c.handed_off = False
                 self._checkin(c)
 
