@@ -1,12 +1,14 @@
 """The store's transactions, written once over a small synchronous connection port.
 
-`SQLStore` implements every `Store` method as **one transaction run to completion on a
-database thread**: the async method hands a plain function to the backend (`_submit`), the
-backend opens the transaction on its own thread, runs the function, appends the audit
-entries and commits (or rolls back on any error) before the result crosses back to the
-event loop. So no statement ever runs on the event loop, and cancelling the awaiting task
-at any point cannot leave a transaction open or a lock held: the transaction either
-finishes (applied) or has not started (not applied), whoever is still waiting for it.
+`SQLStore` implements every `Store` method as **one transaction run to completion**: the
+async method hands a plain function to the backend (`_submit`), which opens the
+transaction, runs the function, appends the audit entries and commits (or rolls back on
+any error) before the result reaches the caller. SQLite does this on a database thread, so
+no statement runs on the event loop; PostgreSQL runs the function in a greenlet on the
+loop, every socket wait awaited (ADR 0039). Either way the event loop never waits on the
+database, and cancelling the awaiting task at any point cannot leave a transaction open or
+a lock held: the transaction either finishes (applied) or has not started (not applied),
+whoever is still waiting for it.
 
 The SQL uses `?` placeholders and runs on SQLite and PostgreSQL alike. A backend supplies
 only what differs: opening and ending transactions, timestamps, row-locking clauses
@@ -159,7 +161,7 @@ class Later:
 
 
 class Conn(SchemaConn, Protocol):
-    """One open transaction of a backend (`?` placeholders), used on the database thread."""
+    """One open transaction of a backend (`?` placeholders), used by one transaction at a time."""
 
     def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
         """Run a statement whose result is not needed (may be deferred to the commit).
@@ -291,7 +293,7 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run `fn(tx, *args)` in one transaction on a database thread; return its result.
+        """Run `fn(tx, *args)` in one transaction, never blocking the loop; return its result.
 
         The transaction commits (after `_flush_audit`) when `fn` returns and rolls back
         when it raises; cancelling the caller never interrupts it.
@@ -311,7 +313,7 @@ class SQLStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None:
-        """Release the backend's connections and threads."""
+        """Release the backend's connections (and threads, where it has them)."""
 
     async def __aenter__(self) -> Self:
         return self
