@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from golem.store import CallKind, Decision, NewCall, NewRun
 from golem.store._feed import ChangeFeed
 from golem.store.sqlite import SQLiteStore
 from tests.store.procs import eventually
+from tests.store.wakes import counting_wake_ups
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
@@ -42,26 +42,17 @@ async def test_the_feed_has_seen_a_commit_when_the_call_returns(tmp_path: Path) 
 async def test_a_waited_on_commit_costs_one_wake_up_of_the_loop(tmp_path: Path) -> None:
     store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600)
     loop = asyncio.get_running_loop()
-    wakes: list[object] = []
-    real = loop.call_soon_threadsafe
-
-    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        wakes.append(callback)
-        return real(callback, *args, **kwargs)
-
     try:
         feed = store.change_feed()
         await store.save_pending(_run("r1"))
         mark = feed.ready_mark()
         waiter = asyncio.create_task(feed.wait_ready(mark, WAIT))
         await eventually(lambda: _true(feed._waiters > 0), WAIT, "the waiter to wait")
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
-        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+        with counting_wake_ups(loop) as wakes:
+            await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
         assert await asyncio.wait_for(waiter, WAIT) is True
         assert len(wakes) == 1, "the publish rides with the decision's result"
     finally:
-        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
         await store.close()
 
 

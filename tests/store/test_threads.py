@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.store._threads import DatabaseThreads, Slot
+from tests.store.wakes import counting_wake_ups
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
@@ -123,25 +124,17 @@ async def test_threads_start_only_while_every_running_one_is_busy() -> None:
 async def test_results_finished_while_the_loop_is_busy_arrive_with_one_wake_up() -> None:
     pool = _pool(1)
     loop = asyncio.get_running_loop()
-    wakes: list[object] = []
-    real = loop.call_soon_threadsafe
-
-    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-        wakes.append(callback)
-        return real(callback, *args, **kwargs)
-
     last_done = threading.Event()
     try:
         await pool.submit(loop, lambda slot: None)  # the thread exists and is idle
-        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-        futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(4)]
-        futures.append(pool.submit(loop, lambda slot: last_done.set()))
-        # the loop does not run while the thread finishes all five: their results pile up
-        assert last_done.wait(WAIT)
-        assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, None]
+        with counting_wake_ups(loop) as wakes:
+            futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(4)]
+            futures.append(pool.submit(loop, lambda slot: last_done.set()))
+            # the loop does not run while the thread finishes all five: their results pile up
+            assert last_done.wait(WAIT)
+            assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, None]
         assert len(wakes) == 1
     finally:
-        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
         await _stop(pool)
 
 

@@ -119,11 +119,6 @@ class _NotHeld(Exception):
     """A guarded update found the run's lease not held (the transaction is rolled back)."""
 
 
-class _NotUndecided(Exception):
-    """A decision without a read found no plain case to record (the transaction is rolled
-    back; `decide` runs its full transaction instead)."""
-
-
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
@@ -283,8 +278,6 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
     """Appended to a SELECT that claims rows other transactions are not holding."""
-    _decides_in_one_trip: bool = False
-    """Whether `_decide_undecided` exists: a decision first tries it, without reading."""
 
     stats: Stats
     _feed: ChangeFeed
@@ -878,17 +871,11 @@ class SQLStore(abc.ABC):
                 args=decision.args,
             )
 
-        if self._decides_in_one_trip and decision.args is None:
-
-            def quick(tx: Tx) -> DecisionRecord:
-                record = decided_at(at_given or utc_now())
-                self._decide_undecided(tx, record, _FITS[kind], _decided_detail(record, None))
-                return record
-
-            try:
-                return await self._submit(True, quick)
-            except _NotUndecided:
-                pass  # not the plain case: the full transaction below sorts out which it is
+        if decision.args is None:
+            plain = await self._decide_plain(lambda: decided_at(at_given or utc_now()))
+            if plain is not None:
+                return plain
+            # not the plain case: the full transaction below sorts out which it is
 
         def tx_fn(tx: Tx) -> tuple[DecisionRecord, bool]:
             at = at_given or utc_now()
@@ -922,17 +909,19 @@ class SQLStore(abc.ABC):
             raise CallExpired(run_id, call_id, record)
         return record
 
-    def _decide_undecided(
-        self, tx: Tx, d: DecisionRecord, call_kinds: tuple[str, ...], detail: dict[str, Any]
-    ) -> None:
-        """Record `d` without reading first, or fail the transaction with `_NotUndecided`.
+    async def _decide_plain(
+        self, record: Callable[[], DecisionRecord]
+    ) -> DecisionRecord | None:
+        """Record the decision `record()` builds without reading first, if it is the plain
+        case; None when it is not (nothing was written) or the backend has no such path.
 
-        Only the plain case may pass: the run is pending, the call exists, is undecided, is
-        one of `call_kinds` and not overdue. The run becomes READY when no call is left
-        undecided, with the same audit entries (`detail` on the decision) as `decide`'s
-        full transaction. Backends that set `_decides_in_one_trip` implement it.
+        The plain case: the run is pending, the call exists, is undecided, takes this kind
+        of decision (`_FITS`), is not overdue, and the decision edits no arguments. The run
+        becomes READY when no call is left undecided, with the same audit entries as
+        `decide`'s full transaction. SQLite has no such path (its full transaction costs no
+        round trips); PostgreSQL saves one with it.
         """
-        raise NotImplementedError
+        return None
 
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
         tx.run(

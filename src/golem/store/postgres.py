@@ -52,7 +52,7 @@ from typing import Any, TypeAlias, TypeVar
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import _C_CALL_COLS, Later, SQLStore, Stats, Tx, _json, _NotUndecided
+from golem.store._sql import _C_CALL_COLS, _FITS, Later, SQLStore, Stats, Tx, _decided_detail, _json
 from golem.store.records import AuditAction, DecisionRecord
 
 try:
@@ -419,7 +419,6 @@ class PostgresStore(SQLStore):
 
     _lock_clause = " FOR UPDATE"
     _skip_locked_clause = " FOR UPDATE SKIP LOCKED"
-    _decides_in_one_trip = True
 
     def __init__(
         self,
@@ -663,29 +662,14 @@ class PostgresStore(SQLStore):
         g = greenlet.greenlet(self._attempt)
         request: Any = g.switch(c, write, fn, args)
         while not g.dead:
-            fd, write_too = request
-            ready = loop.create_future()
             try:
-                loop.add_reader(fd, _settle, ready)
-            except NotImplementedError:  # a loop that cannot watch sockets (Windows' Proactor)
-                _NO_READERS.add(loop)
-                ready = asyncio.ensure_future(asyncio.to_thread(_wait_socket, fd, write_too))
-                write_too = None
-            if write_too:
-                loop.add_writer(fd, _settle, ready)
-            try:
-                await ready
+                await _socket_ready(loop, request)
             except asyncio.CancelledError:
                 c.handed_off = True  # `_finish` gives the connection back, not `_submit`
-                finish = loop.create_task(self._finish(g, c, ready, request))
+                finish = loop.create_task(self._finish(g, c, request))
                 self._orphans.add(finish)
                 finish.add_done_callback(self._orphans.discard)
                 raise
-            finally:
-                if write_too is not None:
-                    loop.remove_reader(fd)
-                if write_too:
-                    loop.remove_writer(fd)
             request = g.switch()
         result: _T = request
         return result
@@ -710,17 +694,12 @@ class PostgresStore(SQLStore):
             done.add_done_callback(back)
             raise
 
-    async def _finish(
-        self, g: greenlet.greenlet, c: _Conn, ready: asyncio.Future[None], request: Any
-    ) -> None:
+    async def _finish(self, g: greenlet.greenlet, c: _Conn, request: Any) -> None:
         """Drive a transaction whose caller was cancelled to its end, then give the
         connection back (the caller's own `_submit` no longer does)."""
         loop = asyncio.get_running_loop()
         try:
-            if ready.cancelled():  # else the socket was ready as the caller left
-                await _socket_ready(loop, request)
-            request = g.switch()
-            while not g.dead:
+            while not g.dead:  # a socket that was ready as the caller left is ready still
                 await _socket_ready(loop, request)
                 request = g.switch()
         except BaseException as exc:  # the loop is shutting down, or the transaction failed
@@ -811,7 +790,20 @@ class PostgresStore(SQLStore):
             (when, worker_id),
         )
 
-    def _decide_undecided(
+    async def _decide_plain(
+        self, record: Callable[[], DecisionRecord]
+    ) -> DecisionRecord | None:
+        def plain(tx: Tx) -> DecisionRecord:
+            d = record()
+            self._record_if_plain(tx, d, _FITS[d.kind], _decided_detail(d, None))
+            return d
+
+        try:
+            return await self._submit(True, plain)
+        except _NotPlain:
+            return None  # rolled back: `decide` runs its full transaction
+
+    def _record_if_plain(
         self, tx: Tx, d: DecisionRecord, call_kinds: tuple[str, ...], detail: dict[str, Any]
     ) -> None:
         # Four statements in one pipeline, nothing read until the commit. Locking the run
@@ -849,7 +841,7 @@ class PostgresStore(SQLStore):
             "SELECT 1 / (SELECT count(*) FROM golem_calls "
             "WHERE run_id = ? AND call_id = ? AND xmin = pg_current_xact_id()::xid)",
             (d.run_id, d.call_id),
-            _NotUndecided(),
+            _NotPlain(),
         )
         # the run's new status, its audit entries (DECIDED, then READY when no call is left
         # undecided) and the notice, as `decide`'s full transaction writes them
@@ -976,26 +968,38 @@ _NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 """Event loops without `add_reader` (Windows' Proactor loop): transactions run on threads."""
 
 
+class _NotPlain(Exception):
+    """A decision sent without reading found no plain case (its transaction rolls back)."""
+
+
 class _Abandoned(BaseException):
     """Unwinds a transaction's greenlet whose connection was closed under it."""
 
 
 async def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> None:
-    """Wait until the socket `request` names is ready (off the hot path: `_drive` inlines it)."""
+    """Wait until the socket `request` names is readable (or, with its flag, writable).
+
+    A loop that cannot watch sockets (Windows' Proactor) is remembered on its first try:
+    this wait and every later transaction of that loop go to worker threads.
+    """
     fd, write = request
-    if loop in _NO_READERS:
-        await asyncio.to_thread(_wait_socket, fd, write)
-        return
-    ready = loop.create_future()
-    loop.add_reader(fd, _settle, ready)
-    if write:
-        loop.add_writer(fd, _settle, ready)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
-        if write:
-            loop.remove_writer(fd)
+    if loop not in _NO_READERS:
+        ready = loop.create_future()
+        try:
+            loop.add_reader(fd, _settle, ready)
+        except NotImplementedError:
+            _NO_READERS.add(loop)
+        else:
+            if write:
+                loop.add_writer(fd, _settle, ready)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+                if write:
+                    loop.remove_writer(fd)
+            return
+    await asyncio.to_thread(_wait_socket, fd, write)
 
 
 def _settle(ready: asyncio.Future[None]) -> None:
