@@ -60,6 +60,7 @@ from golem import Agent, Message, RunContext, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
 from golem.store._sql import SQLStore, Stats
+from golem.store._threads import DatabaseThreads
 from golem.store.postgres import PostgresStore
 from golem.store.sqlite import SQLiteStore
 from golem.tool import DeferKind, Deferred, Tool, call_approved
@@ -254,7 +255,15 @@ def _proc(
     shared: Any,
     total: int,
 ) -> None:
+    if target.get("pin"):
+        _pin(int(name[1:]), target["pin"])
     out.put(asyncio.run(_proc_main(target, n, name, barrier, concurrency, shared, total)))
+
+
+def _pin(index: int, cpus: list[int]) -> None:
+    """Keep this process (and the threads it starts from now on) on one CPU: the
+    `index`-th of `cpus`, round robin."""
+    os.sched_setaffinity(0, {cpus[index % len(cpus)]})
 
 
 async def _count(target: dict[str, Any]) -> tuple[int, int]:
@@ -380,6 +389,45 @@ async def _store_only(path: Path, cycles: int) -> float:
     return cpu / cycles
 
 
+async def _store_concurrent(path: Path, cycles: int, concurrency: int) -> tuple[float, float]:
+    """The store alone with `concurrency` tasks each running `_store_cycles` on its share of
+    the runs (writes queue up: group commit); CPU per cycle and the floor of the statements
+    it ran (grouped commits and savepoints included), both in seconds."""
+    store = SQLiteStore(path)
+    store.trace = []
+    await store.schema_version()
+    await _store_cycles(store, _new_runs(20))
+    store.trace.clear()
+    runs = _new_runs(cycles)
+    cpu = time.process_time()
+    await asyncio.gather(*(_store_cycles(store, runs[i::concurrency]) for i in range(concurrency)))
+    cpu = time.process_time() - cpu
+    await store.close()
+    fresh = path.with_name("replay-" + path.name)
+    await _fresh_schema(fresh)
+    return cpu / cycles, _replay(fresh, store.trace) / cycles
+
+
+async def _hand_over(n: int = 3000) -> float:
+    """CPU seconds (all threads) of one empty job through the store's `DatabaseThreads`: the
+    loop hands it to the thread and the thread's answer wakes the loop, with no SQL."""
+    threads: DatabaseThreads[None] = DatabaseThreads("bench-hop", 1, lambda slot: None)
+    loop = asyncio.get_running_loop()
+
+    def nothing(slot: Any) -> None:
+        return None
+
+    for _ in range(200):
+        await threads.submit(loop, nothing)
+    cpu = time.process_time()
+    for _ in range(n):
+        await threads.submit(loop, nothing)
+    cpu = time.process_time() - cpu
+    threads.stop()
+    threads.join()
+    return cpu / n
+
+
 def _replay(path: Path, statements: list[tuple[str, tuple[Any, ...]]]) -> float:
     """Seconds to run `statements` with raw sqlite3 (same pragmas as the store)."""
     conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
@@ -417,6 +465,18 @@ def bench_sqlite(cycles: int, rounds: int, levels: list[int], latency: float) ->
             f"{stats.transactions / cycles:.1f} transactions, "
             f"{stats.statements / cycles:.1f} statements (+ BEGIN/COMMIT)"
         )
+        alone = []
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                alone.append(
+                    asyncio.run(_store_concurrent(Path(tmp) / "s.db", cycles, concurrency))
+                )
+        store_cpu, grouped_floor = min(alone)
+        print(
+            f"              store alone, {concurrency} tasks: {store_cpu * 1e3:.3f} ms CPU/cycle; "
+            f"floor of its own (grouped) statements {grouped_floor * 1e3:.3f} ms; "
+            f"store/floor = {store_cpu / grouped_floor:.2f}x"
+        )
 
 
 def _bench_sqlite_sequential(cycles: int, rounds: int, latency: float) -> float:
@@ -426,7 +486,9 @@ def _bench_sqlite_sequential(cycles: int, rounds: int, latency: float) -> float:
     store_cpu = float("inf")
     stats = None
     floor = float("inf")
+    hop = float("inf")
     for _ in range(rounds):
+        hop = min(hop, asyncio.run(_hand_over()))
         with tempfile.TemporaryDirectory() as tmp:
             rate, cpu, store = asyncio.run(_sqlite_round(Path(tmp) / "b.db", cycles, True, latency))
             assert store.trace is not None
@@ -451,6 +513,12 @@ def _bench_sqlite_sequential(cycles: int, rounds: int, latency: float) -> float:
         f"              store alone (save, decide, claim, finish on prebuilt records): "
         f"{store_cpu * 1e3:.3f} ms CPU/cycle; store/floor = {store_cpu / floor:.2f}x"
     )
+    with_hops = floor + 4 * hop
+    print(
+        f"              hand-over: an empty job through the store's database thread costs "
+        f"{hop * 1e6:.0f} µs CPU here; floor + the 4 hand-overs a cycle needs (statements off "
+        f"the loop) = {with_hops * 1e3:.3f} ms; store / that = {store_cpu / with_hops:.2f}x"
+    )
     print(
         f"              per cycle: {stats.commits / cycles:.1f} commits, "
         f"{stats.transactions / cycles:.1f} transactions, "
@@ -465,6 +533,11 @@ async def _fresh_schema(path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- PostgreSQL
+
+
+def _cores_busy(rate: float, stats: dict[str, int], cycles: int) -> float:
+    """CPUs kept busy by the workers and their server backends: CPU per cycle × cycles/s."""
+    return (stats["cpu_us"] + stats["server_us"]) / cycles / 1e6 * rate
 
 
 def _drop_schema(dsn: str, schema: str) -> None:
@@ -516,7 +589,13 @@ def _pg_round(
 ) -> tuple[float, dict[str, int], int, int]:
     """One measurement in a fresh schema: cycles/s, counters, WAL records, server commits."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    target = {"kind": "postgresql", "dsn": dsn, "schema": schema, "latency": latency}
+    target = {
+        "kind": "postgresql",
+        "dsn": dsn,
+        "schema": schema,
+        "latency": latency,
+        "pin": _PIN[0],
+    }
     try:
         asyncio.run(_count(target))  # create the schema outside the measurement
         wal0, commits0 = _pg_wal(dsn)
@@ -559,6 +638,7 @@ def _bench_postgres_level(
             f"{stats['round_trips'] / n:.1f} round trips, {wal / n:.1f} WAL records, "
             f"{stats['cpu_us'] / n / 1e3:.2f} ms client CPU, "
             f"{stats['server_us'] / n / 1e3:.2f} ms server CPU (local server only)"
+            + (f"; {_cores_busy(rate, stats, n):.2f} cores busy" if stats["server_us"] else "")
         )
     if 1 in results and 4 in results:
         one = sorted(r[0] for r in results[1])
@@ -568,10 +648,23 @@ def _bench_postgres_level(
         each = ""
         if rounds > 1:
             each = f" (per round: {', '.join(f'{r:.2f}' for r in paired)})"
+        ceiling = ""
+        busy = sorted(_cores_busy(r[0], r[1], cycles) for r in results[1] if r[1]["server_us"])
+        if busy:  # a local server: its CPU is this machine's too
+            cpus = len(os.sched_getaffinity(0))
+            ceiling = (
+                f"; one worker keeps {busy[len(busy) // 2]:.2f} cores busy (client and server), "
+                f"so {cpus} cores allow at most {cpus / busy[len(busy) // 2]:.2f}x"
+            )
         print(
             f"  PostgreSQL scaling 1 → 4 workers ({concurrency} in flight each): "
-            f"{median:.2f}x{' of the medians' if rounds > 1 else ''}{each}"
+            f"{median:.2f}x{' of the medians' if rounds > 1 else ''}{each}{ceiling}"
         )
+
+
+_PIN: list[list[int]] = [[]]
+"""With `--pin`, the CPUs to spread worker processes over (SQLite: this process on the first;
+PostgreSQL: worker i on the i-th, round robin); empty without."""
 
 
 def main() -> None:
@@ -605,7 +698,13 @@ def main() -> None:
         action="store_true",
         help="run the sync tool in a thread (default: on the loop, run_in_thread=False)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="keep each worker process on one CPU (as `taskset -c N golem worker` would)",
+    )
     args = parser.parse_args()
+    _PIN[0] = sorted(os.sched_getaffinity(0)) if args.pin else []
     if args.tool_in_thread:  # read by every worker process's registry (spawned: env is inherited)
         os.environ["GOLEM_BENCH_TOOL_IN_THREAD"] = "1"
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -616,8 +715,14 @@ def main() -> None:
     print(f"  (the gated sync tool runs {where})")
     if args.model_latency > 0:
         print(f"  (each of the 2 model calls per cycle takes {args.model_latency * 1e3:.0f} ms)")
+    if args.pin:
+        print("  (each worker process kept on one CPU: --pin)")
     if args.only != "postgres":
+        if args.pin:
+            _pin(0, _PIN[0])
         bench_sqlite(args.cycles, args.rounds, levels, args.model_latency)
+        if args.pin:  # PostgreSQL's worker processes are spread over every CPU again
+            os.sched_setaffinity(0, set(_PIN[0]))
     if args.only == "sqlite":
         pass
     elif not args.dsn:
