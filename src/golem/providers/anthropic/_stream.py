@@ -208,10 +208,11 @@ class StreamParser:
             return Delta(tool_calls=[ToolCallDelta(self._index[index], args_fragment=fragment)])
         if kind == "thinking_delta":
             text = delta.get("thinking")
-            if not isinstance(text, str) or not text:
+            n = self._thought_of(index, block)
+            if n is None or not isinstance(text, str) or not text:
                 return None
             self._append(index, "thinking", text)
-            return Delta(thinking=[ThinkingDelta(self._index[index], text=text)])
+            return Delta(thinking=[ThinkingDelta(n, text=text)])
         if kind == "citations_delta":
             citation = delta.get("citation")
             if isinstance(citation, Mapping):
@@ -224,11 +225,19 @@ class StreamParser:
             return None
         if kind == "signature_delta":
             signature = delta.get("signature")
-            if not isinstance(signature, str) or not signature:
+            n = self._thought_of(index, block)
+            if n is None or not isinstance(signature, str) or not signature:
                 return None
             self._append(index, "signature", signature)
-            return Delta(thinking=[ThinkingDelta(self._index[index], signature=signature)])
+            return Delta(thinking=[ThinkingDelta(n, signature=signature)])
         return None
+
+    def _thought_of(self, index: int, block: Mapping[str, Any]) -> int | None:
+        """The thinking block number of the block at `index`; None when that block is not a
+        thinking block (a thinking delta for a text or tool block is ignored)."""
+        if block.get("type") not in ("thinking", "redacted_thinking"):
+            return None
+        return self._index.get(index)
 
     def _append(self, index: int, key: str, piece: str) -> None:
         """Collect a text piece of a block (joined once at the end: no quadratic concatenation)."""

@@ -59,6 +59,8 @@ class ResponsesStreamParser:
         """
         event = parse_json_body(PROVIDER, data, "a stream event")
         kind = event.get("type")
+        if not isinstance(kind, str):
+            return None  # not an event this parser knows
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             text = event.get("delta")
             if not isinstance(text, str) or not text:

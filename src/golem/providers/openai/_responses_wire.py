@@ -310,11 +310,15 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
     """The `ThinkingBlock` of a `reasoning` output item (summary text, or raw reasoning text)."""
-    texts = [_str(s.get("text")) for s in item.get("summary") or () if isinstance(s, Mapping)]
+    texts = [_str(s.get("text")) for s in _list(item.get("summary")) if isinstance(s, Mapping)]
     if not any(texts):
-        texts = [_str(c.get("text")) for c in item.get("content") or () if isinstance(c, Mapping)]
+        texts = [_str(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)]
     signature = ""
     item_id = _str(item.get("id"))
     if item_id:
@@ -344,7 +348,7 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
             continue
         kind = item.get("type")
         if kind == "message":
-            for part in item.get("content") or ():
+            for part in _list(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
                 piece = _str(part.get("text")) or _str(part.get("refusal"))

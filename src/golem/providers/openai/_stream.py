@@ -108,7 +108,8 @@ class ChatStreamParser:
                 annotations = delta.get("annotations")
                 if isinstance(annotations, list):
                     self._annotations.extend(annotations)
-                for tc in delta.get("tool_calls") or ():
+                tool_calls = delta.get("tool_calls")
+                for tc in tool_calls if isinstance(tool_calls, list) else ():
                     if isinstance(tc, dict):
                         calls.append(self._call_fragment(tc))
             reason = choice.get("finish_reason")

@@ -1,0 +1,217 @@
+"""Provider answers the adapters never saw: every failure is a named golem error.
+
+The recorded exchanges of all four APIs are replayed with random damage — a value swapped for
+one of another type, a key dropped, an unknown one added, a stream event dropped, repeated or
+cut short, an error status on a success body. Whatever the adapter makes of it, it either
+answers or raises a `GolemError` (a `ProviderError` for the caller to classify); a `KeyError`
+or `TypeError` escaping from a parser is a bug. The examples below pin the cases this found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from golem.errors import GolemError
+from golem.messages import Message
+from golem.model import Delta, ModelRequest, ThinkingDelta
+from golem.providers.anthropic import AnthropicModel, StreamParser
+from golem.providers.gemini import GeminiModel
+from golem.providers.openai import OpenAIChatModel
+from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.providers.openai._responses_stream import ResponsesStreamParser
+from golem.providers.openai._responses_wire import parse_responses_response
+from golem.providers.openai._stream import ChatStreamParser
+from tests.providers._recordings import APIS, Interaction, all_interactions, available
+
+REQUEST = ModelRequest([Message("user", "hi")])
+
+_MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
+    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
+    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
+    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
+    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
+}
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.sampled_from(["\x00", "9" * 400, "text", "tool_use", "thinking", "function_call"]),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.sampled_from(["type", "index", "text", "id"]), st.integers(), max_size=2),
+)
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*path, i))
+    return out
+
+
+def _damage(value: Any, data: st.DataObject) -> Any:
+    """`value` (parsed JSON) with one random change somewhere inside."""
+    paths = _paths(value)[1:]
+    if not paths:
+        return data.draw(_VALUES)
+    path = data.draw(st.sampled_from(paths))
+    parent = value
+    for key in path[:-1]:
+        parent = parent[key]
+    how = data.draw(st.sampled_from(["replace", "drop", "add"]))
+    if how == "drop" and isinstance(parent, dict):
+        del parent[path[-1]]
+    elif how == "add" and isinstance(parent, dict):
+        parent["golem_unknown"] = data.draw(_VALUES)
+    elif how == "add":
+        parent.insert(path[-1], data.draw(_VALUES))
+    else:
+        parent[path[-1]] = data.draw(_VALUES)
+    return value
+
+
+def _damage_stream(body: str, data: st.DataObject) -> str:
+    lines = body.split("\n")
+    events = [i for i, line in enumerate(lines) if line.startswith("data:")]
+    if not events:
+        return body[: data.draw(st.integers(0, len(body)))]
+    i = data.draw(st.sampled_from(events))
+    how = data.draw(st.sampled_from(["change", "change", "drop", "repeat", "cut"]))
+    if how == "drop":
+        del lines[i]
+    elif how == "repeat":
+        lines.insert(i, lines[i])
+    elif how == "cut":
+        lines = lines[:i]
+    else:
+        try:
+            event = json.loads(lines[i][5:])
+        except ValueError:
+            return body
+        lines[i] = "data: " + json.dumps(_damage(event, data), allow_nan=True)
+    return "\n".join(lines)
+
+
+def _recorded(api: str) -> list[Interaction]:
+    """The model calls among the recorded exchanges (not the file downloads beside them)."""
+    if not available(api):
+        return []
+    return [it for it in all_interactions(api) if it.is_stream or it.body.lstrip().startswith("{")]
+
+
+_RECORDED = {api: _recorded(api) for api in APIS}
+
+
+async def _replay(api: str, it: Interaction, status: int, body: str) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        ctype = it.headers.get("content-type", "application/json")
+        return httpx.Response(status, headers={"content-type": ctype}, content=body.encode())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = _MODELS[api](client)
+        if it.is_stream:
+            async for _ in model.generate_stream(REQUEST):
+                pass
+        else:
+            await model.generate(REQUEST)
+
+
+@pytest.mark.parametrize("api", APIS)
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+async def test_a_damaged_recorded_answer_fails_only_with_golem_errors(
+    api: str, data: st.DataObject
+) -> None:
+    recorded = _RECORDED[api]
+    if not recorded:
+        pytest.skip(f"no {api} recordings")
+    it = data.draw(st.sampled_from(recorded), label="interaction")
+    body = it.body
+    for _ in range(data.draw(st.integers(1, 3), label="changes")):
+        if it.is_stream:
+            body = _damage_stream(body, data)
+        else:
+            try:
+                body = json.dumps(_damage(json.loads(body), data), allow_nan=True)
+            except ValueError:
+                break
+    status = data.draw(st.sampled_from([it.status] * 6 + [400, 429, 500, 529]), label="status")
+    with contextlib.suppress(GolemError):  # a named failure; anything else escapes and fails
+        await _replay(api, it, status, body)
+
+
+# ------------------------------------------------------------------ the cases it found
+
+
+def test_a_thinking_delta_for_a_text_block_is_ignored() -> None:
+    parser = StreamParser()
+    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    parser.feed("content_block_start", json.dumps(start))
+    for delta in (
+        {"type": "thinking_delta", "thinking": "x"},
+        {"type": "signature_delta", "signature": "s"},
+    ):
+        event = {"type": "content_block_delta", "index": 0, "delta": delta}
+        assert parser.feed("content_block_delta", json.dumps(event)) is None
+    text = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": "hi"},
+    }
+    assert parser.feed("content_block_delta", json.dumps(text)) == Delta(content="hi")
+
+
+def test_a_thinking_delta_still_reaches_its_thinking_block() -> None:
+    parser = StreamParser()
+    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking"}}
+    parser.feed("content_block_start", json.dumps(start))
+    event = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "thinking_delta", "thinking": "hm"},
+    }
+    assert parser.feed("content_block_delta", json.dumps(event)) == Delta(
+        thinking=[ThinkingDelta(0, text="hm")]
+    )
+
+
+@pytest.mark.parametrize("kind", [["response.completed"], {"a": 1}, 7, None])
+def test_a_responses_event_whose_type_is_not_a_string_is_ignored(kind: Any) -> None:
+    assert ResponsesStreamParser().feed(json.dumps({"type": kind, "delta": "x"})) is None
+
+
+def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
+    body = {
+        "id": "resp_1",
+        "status": "completed",
+        "output": [
+            {"type": "reasoning", "id": "rs_1", "summary": 3, "content": "no"},
+            {"type": "message", "content": 5},
+            {"type": "message", "content": [{"type": "output_text", "text": "ok"}]},
+        ],
+    }
+    response = parse_responses_response(body)
+    assert response.message.content == "ok"
+
+
+def test_chat_stream_tool_calls_that_are_not_a_list_are_ignored() -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "a", "tool_calls": 5}}]}
+    assert ChatStreamParser().feed(json.dumps(chunk)) == Delta(content="a")
