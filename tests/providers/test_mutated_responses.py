@@ -161,36 +161,29 @@ async def test_a_damaged_recorded_answer_fails_only_with_golem_errors(
 # ------------------------------------------------------------------ the cases it found
 
 
+def _block(parser: StreamParser, kind: str) -> None:
+    start = {"type": "content_block_start", "index": 0, "content_block": {"type": kind}}
+    parser.feed("content_block_start", json.dumps(start))
+
+
+def _delta(parser: StreamParser, delta: dict[str, Any]) -> Delta | None:
+    event = {"type": "content_block_delta", "index": 0, "delta": delta}
+    return parser.feed("content_block_delta", json.dumps(event))
+
+
 def test_a_thinking_delta_for_a_text_block_is_ignored() -> None:
     parser = StreamParser()
-    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
-    parser.feed("content_block_start", json.dumps(start))
-    for delta in (
-        {"type": "thinking_delta", "thinking": "x"},
-        {"type": "signature_delta", "signature": "s"},
-    ):
-        event = {"type": "content_block_delta", "index": 0, "delta": delta}
-        assert parser.feed("content_block_delta", json.dumps(event)) is None
-    text = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": "hi"},
-    }
-    assert parser.feed("content_block_delta", json.dumps(text)) == Delta(content="hi")
+    _block(parser, "text")
+    assert _delta(parser, {"type": "thinking_delta", "thinking": "x"}) is None
+    assert _delta(parser, {"type": "signature_delta", "signature": "s"}) is None
+    assert _delta(parser, {"type": "text_delta", "text": "hi"}) == Delta(content="hi")
 
 
 def test_a_thinking_delta_still_reaches_its_thinking_block() -> None:
     parser = StreamParser()
-    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking"}}
-    parser.feed("content_block_start", json.dumps(start))
-    event = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "thinking_delta", "thinking": "hm"},
-    }
-    assert parser.feed("content_block_delta", json.dumps(event)) == Delta(
-        thinking=[ThinkingDelta(0, text="hm")]
-    )
+    _block(parser, "thinking")
+    got = _delta(parser, {"type": "thinking_delta", "thinking": "hm"})
+    assert got == Delta(thinking=[ThinkingDelta(0, text="hm")])
 
 
 @pytest.mark.parametrize("kind", [["response.completed"], {"a": 1}, 7, None])
