@@ -6,7 +6,15 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_SERVER := $(VENV)/.installed-server
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest pytest-uvloop bench clean
+
+# The tests whose behaviour depends on the event loop, run a second time on uvloop (which
+# `golem serve` and `golem worker` pick when installed): the store, the worker, the service,
+# the run loop and tools.
+UVLOOP_TESTS := tests/store tests/service tests/test_worker*.py tests/test_deferred*.py \
+	tests/test_tool*.py tests/test_loop.py tests/test_agent*.py tests/test_streaming.py \
+	tests/test_mcp.py tests/test_events.py tests/test_as_tool.py tests/test_otel_store.py \
+	tests/test_event_loops.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +42,7 @@ test: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+	GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(UVLOOP_TESTS)
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples bench
@@ -43,6 +52,9 @@ typecheck: $(STAMP_DEV)
 
 pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q
+
+pytest-uvloop: $(STAMP_DEV)
+	GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(UVLOOP_TESTS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py

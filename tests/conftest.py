@@ -11,12 +11,19 @@ Speed: Hypothesis runs without its per-example deadline (200 ms by default, whic
 machine exceeds), and every test has pytest-timeout's limit (`timeout` in pyproject.toml), so a
 hang fails one test instead of the whole run; browser tests get longer (Chromium starts slowly
 on a loaded machine).
+
+Event loop: with `GOLEM_TEST_LOOP=uvloop` every async test runs on uvloop instead of asyncio's
+own loop (`make test` runs the loop-sensitive tests both ways): `golem serve` picks uvloop
+whenever it is installed, so golem must behave the same on it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import os
 import socket
+import warnings
 from typing import Any
 
 import pytest
@@ -81,6 +88,19 @@ def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         return
     monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run every async test on uvloop when `GOLEM_TEST_LOOP=uvloop` (see the module doc)."""
+    loop = os.environ.get("GOLEM_TEST_LOOP", "asyncio")
+    if loop == "uvloop":
+        import uvloop
+
+        with warnings.catch_warnings():  # policies are deprecated from Python 3.14 on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    elif loop != "asyncio":
+        raise pytest.UsageError(f"GOLEM_TEST_LOOP must be asyncio or uvloop, got {loop!r}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -510,14 +510,17 @@ class Tool(Generic[ToolDepsT]):
             return await self.invoke(ctx, args)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        scope: asyncio.Timeout | None = None
         try:
             if self.is_async:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(deadline) as scope:
                     result = await self.invoke(ctx, args)
             else:
                 result = await self.invoke(ctx, args)
         except Exception as exc:
-            if loop.time() >= deadline:
+            # the scope's own verdict first: a loop may fire a timer a little before its
+            # clock reads the deadline (uvloop's clock counts whole milliseconds)
+            if (scope is not None and scope.expired()) or loop.time() >= deadline:
                 raise self._overran(ctx, timeout) from exc
             raise
         if loop.time() >= deadline:
