@@ -2,6 +2,7 @@
 
     python bench/store_throughput.py [--cycles N] [--concurrency 1,16] [--dsn postgresql://...]
                                      [--workers 1,2,4] [--pg-rounds N] [--model-latency SECONDS]
+                                     [--pin] [--loop asyncio|uvloop]
 
 One cycle: an agent run pauses on a gated tool and is saved (`start_run`) → the call is
 approved (`Store.decide`) → a worker claims the ready run → resumes it (the approved call
@@ -257,7 +258,16 @@ def _proc(
 ) -> None:
     if target.get("pin"):
         _pin(int(name[1:]), target["pin"])
+    if target.get("loop") == "uvloop":
+        _use_uvloop()
     out.put(asyncio.run(_proc_main(target, n, name, barrier, concurrency, shared, total)))
+
+
+def _use_uvloop() -> None:
+    """Run this process's `asyncio.run` calls on uvloop (`--loop uvloop`)."""
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _pin(index: int, cpus: list[int]) -> None:
@@ -595,6 +605,7 @@ def _pg_round(
         "schema": schema,
         "latency": latency,
         "pin": _PIN[0],
+        "loop": _LOOP[0],
     }
     try:
         asyncio.run(_count(target))  # create the schema outside the measurement
@@ -662,6 +673,9 @@ def _bench_postgres_level(
         )
 
 
+_LOOP = ["asyncio"]
+"""`--loop`: the event loop every measurement runs on (asyncio or uvloop)."""
+
 _PIN: list[list[int]] = [[]]
 """With `--pin`, the CPUs to spread worker processes over (SQLite: this process on the first;
 PostgreSQL: worker i on the i-th, round robin); empty without."""
@@ -703,8 +717,17 @@ def main() -> None:
         action="store_true",
         help="keep each worker process on one CPU (as `taskset -c N golem worker` would)",
     )
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the event loop of every process (uvloop: pip install 'golem-agents[uvloop]')",
+    )
     args = parser.parse_args()
     _PIN[0] = sorted(os.sched_getaffinity(0)) if args.pin else []
+    _LOOP[0] = args.loop
+    if args.loop == "uvloop":
+        _use_uvloop()
     if args.tool_in_thread:  # read by every worker process's registry (spawned: env is inherited)
         os.environ["GOLEM_BENCH_TOOL_IN_THREAD"] = "1"
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -717,6 +740,8 @@ def main() -> None:
         print(f"  (each of the 2 model calls per cycle takes {args.model_latency * 1e3:.0f} ms)")
     if args.pin:
         print("  (each worker process kept on one CPU: --pin)")
+    if args.loop == "uvloop":
+        print("  (every process runs on uvloop: --loop uvloop)")
     if args.only != "postgres":
         if args.pin:
             _pin(0, _PIN[0])

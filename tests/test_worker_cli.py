@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,21 +74,43 @@ def _statuses(db: str, ids: list[str]) -> list[RunStatus]:
     return asyncio.run(go())
 
 
-def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path, loop: str) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     meet_dir = tmp_path / "meet"
     meet_dir.mkdir()
     ids = _seed(db, MEET)
     args = ("worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--poll", "0.05")
     env = {"GOLEM_TEST_MEET_DIR": str(meet_dir)}
-    with golem_process(*args, "--id", "wc", "--concurrency", str(MEET), env=env) as running:
+    flags = ("--id", "wc", "--concurrency", str(MEET), "--loop", loop)
+    with golem_process(*args, *flags, env=env) as running:
         wait_for(
             lambda: _statuses(db, ids) == [RunStatus.COMPLETED] * MEET, "the concurrent resumes"
         )
         out = running.stop()
     assert running.proc.returncode == 0
-    assert f"{MEET} run(s) at once" in out
+    assert f"{MEET} run(s) at once, on {loop}" in out
     assert "golem: worker wc stopped" in out
+
+
+def test_worker_loop_flag_rejects_unknown_loops(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    res = golem("worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--loop", "trio")
+    assert res.exit_code == 2
+    assert "--loop" in res.output
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_worker_asked_for_a_missing_uvloop_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` fails
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    args = ("worker", "--app", "tests.test_worker_cli:registry", "--db", db)
+    res = golem(*args, "--loop", "uvloop")
+    assert res.exit_code == 2
+    assert "golem-agents[uvloop]" in res.output
+    assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two"])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import getpass
 import json
 import os
@@ -77,6 +78,35 @@ def _db(value: str | None) -> str:
     return value or os.environ.get("GOLEM_DB") or DEFAULT_DB
 
 
+class _EventLoop(enum.StrEnum):
+    """Which event loop `golem serve` and `golem worker` run on."""
+
+    auto = "auto"
+    asyncio = "asyncio"
+    uvloop = "uvloop"
+
+
+_LOOP_HELP = (
+    "Event loop: auto (uvloop when installed, as uvicorn picks), asyncio, or uvloop "
+    "(pip install 'golem-agents[uvloop]')."
+)
+
+
+def _loop_factory(choice: _EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop factory for `choice` (None: asyncio's own); exits 2 when uvloop is asked
+    for and missing."""
+    if choice is _EventLoop.asyncio:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice is _EventLoop.auto:
+            return None
+        raise _err("--loop uvloop needs uvloop: pip install 'golem-agents[uvloop]'", 2) from None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def _registry(spec: str) -> Any:
     from golem.worker import load_registry
 
@@ -98,7 +128,13 @@ def _sqlite_path(db: str) -> str | None:
     return path[1:] if path.startswith("/") else path
 
 
-def _with_store(db: str, fn: Callable[[Any], Awaitable[T]], *, create: bool = False) -> T:
+def _with_store(
+    db: str,
+    fn: Callable[[Any], Awaitable[T]],
+    *,
+    create: bool = False,
+    loop: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
     """Open the store, run `fn(store)`, close it; store errors exit with status 1.
 
     Unless `create`, a SQLite file that does not exist is an error (exit 1), never an empty
@@ -121,7 +157,8 @@ def _with_store(db: str, fn: Callable[[Any], Awaitable[T]], *, create: bool = Fa
             await store.close()
 
     try:
-        return asyncio.run(go())
+        with asyncio.Runner(loop_factory=loop) as runner:
+            return runner.run(go())
     except StoreError as exc:
         raise _err(str(exc)) from None
     except ValueError as exc:
@@ -174,6 +211,7 @@ def _serve(
             "a model).",
         ),
     ] = 1,
+    loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -184,6 +222,7 @@ def _serve(
     from golem.service import AuthConfig, create_app
     from golem.service.notify import Webhook
 
+    _loop_factory(loop)  # a clear error when uvloop is asked for and missing, before anything
     registry = _registry(app_spec)
     secret = os.environ.get("GOLEM_WEBHOOK_SECRET", "").encode() or None
     try:
@@ -205,7 +244,14 @@ def _serve(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
         f"(store {_db(db)}, in-process worker {'on' if worker else 'off'})"
     )
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=3)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        loop=loop.value,
+        log_level="info",
+        timeout_graceful_shutdown=3,
+    )
 
 
 def _worker(
@@ -221,6 +267,7 @@ def _worker(
             help="Runs resumed at once by this process (raise it when resumes wait on a model).",
         ),
     ] = 1,
+    loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
 ) -> None:
     """Resume ready runs until interrupted (several may run against one PostgreSQL).
 
@@ -234,7 +281,7 @@ def _worker(
 
     async def work(store: Any) -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
+        running = asyncio.get_running_loop()
         me = asyncio.current_task()
 
         def on_signal() -> None:
@@ -244,12 +291,13 @@ def _worker(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, on_signal)
+                running.add_signal_handler(sig, on_signal)
         w = Worker(
             store, registry, worker_id=worker_id, lease_seconds=lease, concurrency=concurrency
         )
         _console().print(
-            f"golem: worker {w.worker_id} polling {_db(db)}, {concurrency} run(s) at once "
+            f"golem: worker {w.worker_id} polling {_db(db)}, {concurrency} run(s) at once, "
+            f"on {type(running).__module__.split('.')[0]} "
             "(Ctrl-C stops claiming and lets in-flight runs finish; twice cancels them)"
         )
         try:
@@ -259,7 +307,7 @@ def _worker(
             return
         _console().print(f"golem: worker {w.worker_id} stopped")
 
-    _with_store(_db(db), work, create=True)
+    _with_store(_db(db), work, create=True, loop=_loop_factory(loop))
 
 
 # --------------------------------------------------------------------------- deciding

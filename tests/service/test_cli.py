@@ -220,6 +220,17 @@ def test_serve_needs_approvers_and_a_registry(db: str) -> None:
     assert "webhook URL must be http(s)" in res.output
 
 
+def test_serve_asked_for_a_missing_uvloop_says_how_to_install_it(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` fails
+    env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
+    app = "tests.service.agents:registry"
+    res = golem("serve", "--app", app, "--db", db, "--loop", "uvloop", env=env)
+    assert res.exit_code == 2
+    assert "pip install 'golem-agents[uvloop]'" in res.output
+
+
 def test_without_the_server_extra_golem_prints_the_install_line() -> None:
     code = "import sys; sys.modules['typer'] = None; from golem.cli import main; main()"
     proc = subprocess.run(
