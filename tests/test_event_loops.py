@@ -22,10 +22,11 @@ from golem import Agent, Message, RunContext, ToolCall
 from golem.errors import RunError, Stage, ToolTimeout
 from golem.store import Decision, RunStatus, Store
 from golem.testing import ScriptedModel
-from golem.tool import DeferKind, Deferred, Tool, call_approved
-from golem.worker import AgentEntry, Worker, start_run
+from golem.tool import Tool
+from golem.worker import Worker, start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
+from tests.test_worker_push import _app
 
 WAIT = 30.0  # a guard against a hang, not a duration the tests assert
 
@@ -80,26 +81,10 @@ def test_an_async_tool_cut_off_at_its_timeout_is_a_tool_timeout(loop: str) -> No
     assert isinstance(error.__cause__, ToolTimeout), repr(error.__cause__)
 
 
-def _registry() -> tuple[dict[str, AgentEntry], list[str]]:
-    ran: list[str] = []
-
-    def pay(ctx: RunContext[Any], amount: int) -> str:
-        """Pay (needs approval)."""
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "money")
-        ran.append(ctx.call_id)
-        return "paid"
-
-    model = ScriptedModel(
-        Message("assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
-    )
-    return {"bank": AgentEntry(Agent(model, tools=[pay]))}, ran
-
-
 async def _cycle(open_store: Callable[[], Coroutine[Any, Any, Store]]) -> None:
     """Pause → decide → a waiting worker resumes it (woken by the store's change feed), with
     a store call cancelled mid-flight on the way: the store stays usable and closes."""
-    registry, ran = _registry()
+    registry, ran = _app()  # a paying agent whose approved calls are recorded in `ran`
     store = await open_store()
     try:
         run = await start_run(store, registry, "bank", "pay", started_by="ann")
