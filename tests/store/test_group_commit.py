@@ -7,6 +7,7 @@ Every test makes jobs queue up behind a job that blocks the writer thread (a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import threading
@@ -230,7 +231,7 @@ def _add(tx: Tx, k: int, v: int, fail: bool = False) -> int:
 
 def _rows(path: Path) -> dict[int, int]:
     """What another connection sees committed."""
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         return dict(conn.execute("SELECT k, v FROM kv").fetchall())
 
 
@@ -289,7 +290,7 @@ async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
     assert len({id(r) for r in results}) == len(results)  # each caller its own error
     assert all(isinstance(r.__cause__, sqlite3.IntegrityError) for r in results)
     assert _rows(store.path) == {}
-    with sqlite3.connect(store.path) as conn:
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM child").fetchone() == (0,)
         assert conn.execute("SELECT COUNT(*) FROM golem_runs").fetchone() == (0,)
     assert store._feed.last_id == last_id  # nothing published for work that did not happen
@@ -371,7 +372,7 @@ async def test_the_change_feed_hears_of_a_batch_only_after_its_commit(
         await asyncio.sleep(0)
     assert not saved.done()
     assert store._feed.last_id == before
-    with sqlite3.connect(store.path) as conn:
+    with contextlib.closing(sqlite3.connect(store.path)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM golem_runs").fetchone() == (0,)
     go_on.set()
     assert (await saved).id == run.id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import select
 from typing import Any
 
 import pytest
@@ -282,6 +283,9 @@ async def test_connections_dropped_while_idle_are_replaced_before_use(tmp_path: 
                     "AND state = 'idle' AND application_name = ''"
                 ).fetchall()
             assert killed
+            # pg_terminate_backend only signals: wait until each pooled socket sees the close
+            for c in list(store._idle):  # type: ignore[attr-defined]
+                await asyncio.to_thread(select.select, [c.pg.socket], [], [], 30)
             done = await store.finish(run, "w", Outcome.completed("ok"))
             assert done.status is RunStatus.COMPLETED
         finally:
