@@ -361,15 +361,17 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 
 def _classify(exc: Exception) -> _Outcome:
-    """The outcome a tool's exception stands for: a signal (directly or chained) or an error."""
+    """The outcome a tool's exception stands for: a signal (directly or chained) or an error.
+
+    A signal is control flow and is kept without its traceback: the frames a traceback holds
+    keep their locals (and, from Python 3.13 on, their callers' frames), which reach this
+    outcome again, a cycle only the GC could free. A real error keeps its traceback.
+    """
     if exc.__class__ is Deferred:  # the common signal, raised as itself
         return _Outcome("deferred", None, exc.with_traceback(None))
     for kind, signal in _SIGNALS:
         found = find_signal(exc, signal)
         if found is not None:
-            # a signal is control flow, kept without its traceback: the frames a traceback
-            # holds keep their locals (and, from Python 3.13 on, their callers' frames), which
-            # reach this outcome again, a cycle only the GC could free
             return _Outcome(kind, error=found.with_traceback(None))
     return _Outcome("error", error=exc)
 
