@@ -7,7 +7,11 @@ become ready" signals (`ready_mark`). It learns about changes three ways:
   schedules the publish with the transaction's result, one loop wake-up for both);
 - PostgreSQL `NOTIFY` (one `LISTEN` connection per store, fanned out to every waiter);
 - polling (SQLite, and PostgreSQL as a safety net): **one** poller task per feed, running
-  only while someone waits, however many workers and streams wait.
+  only while someone waits, however many workers and streams wait. A store may give the
+  feed a **hint**, a check far cheaper than a probe that tells whether the database may
+  have changed (SQLite: 48 bytes of its WAL index); the poller then looks at the hint every
+  `hint_interval` seconds and probes when it says so, and still probes every
+  `poll_interval` whatever it says.
 
 Waiters never poll the database themselves: `wait_for_change(after, timeout)` and
 `wait_ready(mark, timeout)` sleep on an `asyncio.Event` that the feed replaces on every
@@ -29,6 +33,10 @@ log = logging.getLogger("golem.store")
 Probe = Callable[[], Awaitable[int]]
 """Returns the newest audit-log ID in the database (one cheap read)."""
 
+Hint = Callable[[], bool]
+"""True when the database may have changed since the last call (called on the event loop,
+so it must be cheap and never block; it never raises: when it cannot tell, it says True)."""
+
 
 class ChangeFeed:
     """Change notifications of one store, shared by every waiter in the process.
@@ -39,12 +47,26 @@ class ChangeFeed:
     that arrives between the look and the wait is not lost).
     """
 
-    def __init__(self, probe: Probe, poll_interval: float) -> None:
+    def __init__(
+        self,
+        probe: Probe,
+        poll_interval: float,
+        *,
+        hint: Hint | None = None,
+        hint_interval: float | None = None,
+    ) -> None:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
+        if (hint is None) != (hint_interval is None):
+            raise ValueError("hint and hint_interval go together")
+        if hint_interval is not None and not hint_interval > 0:
+            raise ValueError(f"hint_interval must be positive, got {hint_interval!r}")
         self._probe = probe
         self.poll_interval = float(poll_interval)
         """Seconds between probes of the shared poller (while anyone waits)."""
+        self._hint = hint
+        self.hint_interval = None if hint_interval is None else float(hint_interval)
+        """Seconds between looks at the hint (None: the feed has no hint)."""
         self._last_id = 0
         self._ready = 0
         self._event = asyncio.Event()
@@ -153,16 +175,24 @@ class ChangeFeed:
         return True
 
     async def _poll(self) -> None:
-        """The shared poller: probe every `poll_interval` while anyone waits."""
+        """The shared poller: while anyone waits, probe every `poll_interval`, and sooner
+        when the hint (looked at every `hint_interval`) says the database changed."""
+        loop = asyncio.get_running_loop()
+        hint = self._hint
+        step = self.poll_interval if self.hint_interval is None else self.hint_interval
+        due = loop.time()  # of the next probe the hint cannot skip
         while self._waiters > 0 and not self._closed:
-            try:
-                newest = await self._probe()
-            except Exception:  # the store is closing or the database hiccupped: retry
-                log.debug("change feed probe failed", exc_info=True)
-            else:
-                if newest > self._last_id:
-                    self.publish(newest, ready=True)
-            await asyncio.sleep(self.poll_interval)
+            now = loop.time()
+            if now >= due or (hint is not None and _hinted(hint)):
+                due = now + self.poll_interval
+                try:
+                    newest = await self._probe()
+                except Exception:  # the store is closing or the database hiccupped: retry
+                    log.debug("change feed probe failed", exc_info=True)
+                else:
+                    if newest > self._last_id:
+                        self.publish(newest, ready=True)
+            await asyncio.sleep(min(step, max(0.0, due - loop.time())))
 
     async def aclose(self) -> None:
         """Stop the poller; waiters wake at their timeouts."""
@@ -172,3 +202,11 @@ class ChangeFeed:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await poller
+
+
+def _hinted(hint: Hint) -> bool:
+    try:
+        return hint()
+    except Exception:  # a hint that cannot tell says "maybe": the probe decides
+        log.debug("change feed hint failed", exc_info=True)
+        return True

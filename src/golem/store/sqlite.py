@@ -18,9 +18,13 @@ job that raises is rolled back alone — and reports their results only after th
 `COMMIT`; if that fails, every job of the batch fails with `StoreError` and none happened
 (docs/adr/0036-sqlite-group-commit.md).
 
-SQLite has no notifications: the store's `ChangeFeed` polls the newest audit ID with one
-shared poller (every `poll_interval` seconds while anyone waits), and commits of this
-store wake this process's waiters at once.
+SQLite has no notifications: commits of this store wake this process's waiters at once,
+and one shared poller per store looks for other processes' commits while anyone waits. Every
+`watch_interval` seconds it reads the first 48 bytes of the WAL index (`<db>-shm`: the
+header every commit rewrites, which SQLite's own readers check) — a read, no statement, no
+thread hop — and only when those bytes changed does it query the newest audit ID on the
+reader thread; it queries every `poll_interval` seconds whatever the header says
+(docs/adr/0042-sqlite-wal-index-watch.md).
 """
 
 from __future__ import annotations
@@ -117,12 +121,16 @@ class SQLiteStore(SQLStore):
             exist). `:memory:` is rejected: no other process or connection could see it.
         busy_timeout: seconds a writer waits for another process's write lock before the
             operation fails with `StoreError`.
-        poll_interval: seconds between the change feed's checks for changes made by other
+        poll_interval: seconds between the change feed's queries for changes made by other
             processes (only while a worker or event stream waits).
+        watch_interval: seconds between the change feed's looks at the WAL index for
+            commits of other processes (a 48-byte read; a change queries at once), so they
+            wake this process's workers and streams sooner than `poll_interval`. None: no
+            looks, queries every `poll_interval` only.
 
     Raises:
-        ValueError: `path` is empty or `:memory:`, `busy_timeout` is negative or
-            `poll_interval` is not positive.
+        ValueError: `path` is empty or `:memory:`, `busy_timeout` is negative, or
+            `poll_interval` or `watch_interval` is not positive.
     """
 
     def __init__(
@@ -131,19 +139,28 @@ class SQLiteStore(SQLStore):
         *,
         busy_timeout: float = 30.0,
         poll_interval: float = 0.25,
+        watch_interval: float | None = 0.05,
     ) -> None:
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file::memory:"):
             raise ValueError(f"SQLiteStore needs a database file path, got {text!r}")
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
+        if watch_interval is not None and not watch_interval > 0:
+            raise ValueError(f"watch_interval must be positive or None, got {watch_interval!r}")
         self.path = Path(text)
         self.busy_timeout = float(busy_timeout)
         self.stats = Stats()
         self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
         """When a list before first use: every statement the store runs, with its parameters
         (benchmarks replay them with raw `sqlite3` to measure the floor)."""
-        self._feed = ChangeFeed(self._probe, poll_interval)
+        self._wal_index = _WalIndex(Path(text + "-shm"))
+        self._feed = ChangeFeed(
+            self._probe,
+            poll_interval,
+            hint=None if watch_interval is None else self._wal_index.changed,
+            hint_interval=watch_interval,
+        )
         self._writer: DatabaseThreads[_Conn] = DatabaseThreads(
             "golem-sqlite-w", 1, _close, batch=self._group_commit, batch_max=_BATCH_MAX
         )
@@ -159,13 +176,19 @@ class SQLiteStore(SQLStore):
         *,
         busy_timeout: float = 30.0,
         poll_interval: float = 0.25,
+        watch_interval: float | None = 0.05,
     ) -> SQLiteStore:
         """Open the database now, creating or migrating its schema.
 
         Raises:
             StoreError: the file cannot be opened or its schema is newer than this golem.
         """
-        store = cls(path, busy_timeout=busy_timeout, poll_interval=poll_interval)
+        store = cls(
+            path,
+            busy_timeout=busy_timeout,
+            poll_interval=poll_interval,
+            watch_interval=watch_interval,
+        )
         try:
             await store.schema_version()
         except BaseException:
@@ -361,6 +384,9 @@ class SQLiteStore(SQLStore):
         return int(tx.fetch("SELECT COALESCE(MAX(id), 0) FROM golem_audit")[0][0])
 
     async def _probe(self) -> int:
+        # the watch reopens the index at its next look: if every connection to the database
+        # closed and a new index file was made since, it reads the new one
+        self._wal_index.close()
         return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
@@ -385,9 +411,65 @@ class SQLiteStore(SQLStore):
             return
         self._closed = True
         await self._feed.aclose()
+        self._wal_index.close()
         for thread in (self._writer, self._reader):
             thread.stop()
         await asyncio.to_thread(_join, self._writer, self._reader)
+
+
+class _WalIndex:
+    """Tells whether any connection committed to the database since the last look, from the
+    header of its WAL index (`<db>-shm`, https://sqlite.org/walformat.html).
+
+    Every commit rewrites that header (its change counter, last frame and checksums); a
+    writer rewrites the header's second copy first and this first copy last, so a changed
+    first copy means a finished commit. The read takes no lock: a torn read only looks like
+    a change, and a change only costs one probe. When the file cannot be read (not created
+    yet, removed, a VFS that keeps the index elsewhere), it says "maybe changed" once, then
+    "unchanged" until it can read it again: the feed's regular queries cover that time.
+    The file stays open between looks on POSIX; on Windows, where an open file cannot be
+    deleted, each look opens and closes it.
+    """
+
+    _SIZE = 48  # one copy of the header
+
+    __slots__ = ("_fd", "_last", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._last: bytes | None = b""
+        """The header at the last look; None while the file cannot be read."""
+
+    def changed(self) -> bool:
+        """True when the header differs from the last look (always True the first time)."""
+        try:
+            header = self._read()
+        except OSError:
+            self.close()  # reopened next time: the file may be a new one by then
+            unreadable_before = self._last is None
+            self._last = None
+            return not unreadable_before
+        if header == self._last and len(header) == self._SIZE:
+            return False
+        self._last = header
+        return True
+
+    def _read(self) -> bytes:
+        if not _PREAD:
+            with open(self.path, "rb", buffering=0) as f:
+                return f.read(self._SIZE)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        return os.pread(self._fd, self._SIZE, 0)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+_PREAD = hasattr(os, "pread")
 
 
 def _join(*threads: DatabaseThreads[_Conn]) -> None:

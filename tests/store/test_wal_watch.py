@@ -1,0 +1,289 @@
+"""SQLite: other processes' commits wake waiters through the WAL index, between polls.
+
+Every store here polls once an hour, so a waiter that wakes was woken by the watch (or, in
+the contrast tests, does not wake at all). No test asserts a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem import Agent, Message, RunContext, ToolCall
+from golem.store import CallKind, ChangeFeed, Decision, NewCall, NewRun, RunStatus
+from golem.store.sqlite import SQLiteStore, _WalIndex
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind, Deferred, call_approved
+from golem.worker import AgentEntry, Worker, start_run
+from tests.store.procs import eventually
+
+WAIT = 30.0  # a guard against a hang, never a duration the test asserts
+HOUR = 3600.0
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def _run(run_id: str) -> NewRun:
+    call = NewCall("c1", CallKind.APPROVAL, "pay", "{}", "money")
+    return NewRun(run_id, "bank", "conv-" + run_id, "[]", calls=(call,), started_by="t")
+
+
+async def _waiting(feed: ChangeFeed, n: int = 1) -> None:
+    await eventually(lambda: _true(feed._waiters >= n), WAIT, "the waiter to wait")
+
+
+# ---------------------------------------------------------------------------- the header
+
+
+def _wal_db(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
+    return conn
+
+
+def test_the_header_changes_with_every_commit_of_any_connection(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    writer, reader = _wal_db(db), _wal_db(db)
+    index = _WalIndex(Path(str(db) + "-shm"))
+    try:
+        assert index.changed() is True  # the first look knows nothing yet
+        assert index.changed() is False
+        reader.execute("SELECT count(*) FROM t").fetchall()  # reads change nothing
+        assert index.changed() is False
+        for i in range(20):
+            writer.execute("INSERT INTO t VALUES (?)", (i,))
+            assert index.changed() is True, f"commit {i} went unseen"
+            assert index.changed() is False
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log starts over ...
+        index.changed()
+        writer.execute("INSERT INTO t VALUES (99)")  # ... and its next commit is seen too
+        assert index.changed() is True
+    finally:
+        index.close()
+        writer.close()
+        reader.close()
+
+
+def test_an_unreadable_index_says_maybe_and_recovers(tmp_path: Path) -> None:
+    db = tmp_path / "late.db"
+    index = _WalIndex(Path(str(db) + "-shm"))
+    try:
+        assert index.changed() is True  # no file yet: maybe
+        assert index.changed() is False  # still none: the regular queries cover it
+        conn = _wal_db(db)
+        try:
+            assert index.changed() is True
+            assert index.changed() is False
+            conn.execute("INSERT INTO t VALUES (1)")
+            assert index.changed() is True
+        finally:
+            conn.close()
+    finally:
+        index.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan])
+def test_watch_interval_must_be_positive_or_none(tmp_path: Path, bad: float) -> None:
+    with pytest.raises(ValueError, match="watch_interval"):
+        SQLiteStore(tmp_path / "x.db", watch_interval=bad)
+
+
+def test_a_hint_needs_an_interval() -> None:
+    async def probe() -> int:
+        return 0
+
+    with pytest.raises(ValueError, match="go together"):
+        ChangeFeed(probe, 1.0, hint=lambda: True)
+    with pytest.raises(ValueError, match="hint_interval"):
+        ChangeFeed(probe, 1.0, hint=lambda: True, hint_interval=0)
+
+
+# ---------------------------------------------------------------------------- the feed
+
+
+async def test_the_poller_probes_only_when_the_hint_says_so() -> None:
+    probes = 0
+    probed = asyncio.Event()
+    looks = 0
+    looked = asyncio.Event()
+    answers: list[bool | Exception] = []
+
+    async def probe() -> int:
+        nonlocal probes
+        probes += 1
+        probed.set()
+        return probes
+
+    def hint() -> bool:
+        nonlocal looks
+        looks += 1
+        looked.set()
+        answer = answers.pop(0) if answers else False
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def looks_at(n: int) -> None:
+        while looks < n:
+            looked.clear()
+            await looked.wait()
+
+    feed = ChangeFeed(probe, HOUR, hint=hint, hint_interval=0.001)
+    waiter = asyncio.create_task(feed.wait_for_change(10**9, WAIT))
+    try:
+        await asyncio.wait_for(probed.wait(), WAIT)  # the first probe cannot be skipped
+        assert probes == 1
+        await asyncio.wait_for(looks_at(looks + 5), WAIT)
+        assert probes == 1, "an unchanged hint skips the probe"
+        probed.clear()
+        answers.append(True)
+        await asyncio.wait_for(probed.wait(), WAIT)
+        assert probes == 2
+        probed.clear()
+        answers.append(OSError("cannot tell"))  # a failing hint means "maybe"
+        await asyncio.wait_for(probed.wait(), WAIT)
+        assert probes == 3
+        assert feed.last_id == 3
+    finally:
+        waiter.cancel()
+        await feed.aclose()
+
+
+async def test_another_stores_commit_wakes_a_waiter_between_polls(tmp_path: Path) -> None:
+    mine = await SQLiteStore.open(tmp_path / "w.db", poll_interval=HOUR, watch_interval=0.01)
+    theirs = await SQLiteStore.open(tmp_path / "w.db", poll_interval=HOUR)
+    try:
+        feed = mine.change_feed()
+        start = await mine.last_change_id()
+        waiters = [asyncio.create_task(feed.wait_for_change(start, WAIT)) for _ in range(3)]
+        await _waiting(feed, 3)
+        await theirs.save_pending(_run("r1"))
+        got = await asyncio.wait_for(asyncio.gather(*waiters), WAIT)
+        assert got == [await theirs.last_change_id()] * 3
+    finally:
+        await theirs.close()
+        await mine.close()
+
+
+async def test_without_the_watch_a_waiter_sleeps_until_the_poll(tmp_path: Path) -> None:
+    """The contrast: with the watch off and an hour between polls, nothing wakes it."""
+    mine = await SQLiteStore.open(tmp_path / "n.db", poll_interval=HOUR, watch_interval=None)
+    theirs = await SQLiteStore.open(tmp_path / "n.db", poll_interval=HOUR)
+    try:
+        feed = mine.change_feed()
+        start = await mine.last_change_id()
+        waiter = asyncio.create_task(feed.wait_for_change(start, 0.5))
+        await _waiting(feed)
+        await eventually(lambda: _true(feed.last_id == start), WAIT, "the first probe")
+        await theirs.save_pending(_run("r1"))
+        assert await asyncio.wait_for(waiter, WAIT) == start  # timed out, unwoken
+    finally:
+        await theirs.close()
+        await mine.close()
+
+
+_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from golem.store import CallKind, NewCall, NewRun
+    from golem.store.sqlite import SQLiteStore
+
+    async def main() -> None:
+        store = await SQLiteStore.open(sys.argv[1])
+        call = NewCall("c1", CallKind.APPROVAL, "pay", "{}", "money")
+        await store.save_pending(NewRun("p1", "bank", "conv", "[]", calls=(call,), started_by="p"))
+        print(await store.last_change_id())
+        await store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_commit_in_another_process_wakes_a_waiter(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    mine = await SQLiteStore.open(db, poll_interval=HOUR, watch_interval=0.01)
+    try:
+        feed = mine.change_feed()
+        start = await mine.last_change_id()
+        waiter = asyncio.create_task(feed.wait_for_change(start, WAIT))
+        await _waiting(feed)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WRITER, str(db), stdout=subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), WAIT)
+        assert proc.returncode == 0
+        assert await asyncio.wait_for(waiter, WAIT) == int(out)
+    finally:
+        await mine.close()
+
+
+async def test_a_decision_in_another_store_wakes_a_worker_polling_hourly(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    def pay(ctx: RunContext[Any], amount: int) -> str:
+        """Pay (needs approval)."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "money")
+        ran.append(ctx.call_id)
+        return "paid"
+
+    model = ScriptedModel(
+        Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
+    )
+    registry = {"bank": AgentEntry(Agent(model, tools=[pay]))}
+    mine = await SQLiteStore.open(tmp_path / "k.db", poll_interval=HOUR, watch_interval=0.01)
+    theirs = await SQLiteStore.open(tmp_path / "k.db", poll_interval=HOUR)
+    stop = asyncio.Event()
+    worker = Worker(mine, registry, worker_id="w", sweep_interval=HOUR)
+    task = asyncio.create_task(worker.run_forever(poll_interval=HOUR, stop_event=stop))
+    try:
+        run = await start_run(theirs, registry, "bank", "pay", started_by="a")
+        await _waiting(mine.change_feed())
+        await theirs.decide(run.id, "c1", Decision.approve(), decided_by="b")
+
+        async def completed() -> bool:
+            return (await theirs.get_run(run.id)).status is RunStatus.COMPLETED
+
+        await eventually(completed, WAIT, "the woken worker to complete the run")
+        assert ran == ["c1"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT)
+        await theirs.close()
+        await mine.close()
+
+
+def test_a_new_index_file_is_read_once_the_old_one_is_closed(tmp_path: Path) -> None:
+    """Every connection closed (SQLite removes the index) and new ones made a new file: the
+    store's regular query closes the watch's descriptor, and the next look reads the new one."""
+    db = tmp_path / "re.db"
+    shm = Path(str(db) + "-shm")
+    conn = _wal_db(db)
+    index = _WalIndex(shm)
+    try:
+        index.changed()
+        assert index.changed() is False
+        conn.close()  # the last connection: SQLite removes -wal and -shm
+        assert not shm.exists()
+        conn = _wal_db(db)
+        conn.execute("INSERT INTO t VALUES (1)")
+        index.close()  # what each probe does
+        assert index.changed() is True
+        assert index.changed() is False
+    finally:
+        index.close()
+        conn.close()
