@@ -1,4 +1,5 @@
-"""Group commit: the SQLite writer runs queued write jobs in one transaction, a savepoint each.
+"""Group commit: the SQLite writer runs queued write jobs in one transaction (again with a
+savepoint each when one of them raises).
 
 Every test makes jobs queue up behind a job that blocks the writer thread (a
 `threading.Event`), so the batch they form is known; none measures time.
@@ -445,25 +446,78 @@ async def test_two_stores_on_one_file_both_grouping_lose_no_write(tmp_path: Path
 async def test_a_lone_write_has_no_savepoint_and_a_batch_one_transaction(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "traced.db")
     store.trace = []
+
+    def brackets() -> list[str]:
+        return [sql for sql, _ in store.trace or () if not sql.startswith(("INSERT", "SELECT"))]
+
     try:
         await store._submit(
             True, lambda tx: tx.run("CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
         )
         store.trace.clear()
         assert await store._submit(True, _add, 1, 1) == 1
-        assert [sql for sql, _ in store.trace if not sql.startswith(("INSERT", "SELECT"))] == [
-            "BEGIN IMMEDIATE",
-            "COMMIT",
-        ]
+        assert brackets() == ["BEGIN IMMEDIATE", "COMMIT"]
         store.trace.clear()
         await _batched(store, [functools.partial(store._submit, True, _add, 2, 2)] * 2)
-        assert [sql for sql, _ in store.trace if not sql.startswith(("INSERT", "SELECT"))] == [
-            "BEGIN IMMEDIATE",
+        assert brackets() == ["BEGIN IMMEDIATE", "COMMIT"]  # optimistic: no savepoints
+        assert store.stats.retried_batches == 0
+        store.trace.clear()
+        results = await _batched(
+            store,
+            [
+                functools.partial(store._submit, True, _add, 3, 3),
+                functools.partial(store._submit, True, _add, 3, 1, True),
+                functools.partial(store._submit, True, _add, 3, 1),
+            ],
+        )
+        assert results[0] == 3
+        assert isinstance(results[1], Boom)
+        assert results[2] == 7
+        assert brackets() == [
+            "BEGIN IMMEDIATE",  # the optimistic attempt, spoiled by the second job ...
+            "ROLLBACK",
+            "BEGIN IMMEDIATE",  # ... and the batch again, a savepoint per job
             "SAVEPOINT golem_job",
+            "RELEASE golem_job",
+            "SAVEPOINT golem_job",
+            "ROLLBACK TO golem_job",
             "RELEASE golem_job",
             "SAVEPOINT golem_job",
             "RELEASE golem_job",
             "COMMIT",
         ]
+        assert store.stats.retried_batches == 1
+        assert _rows(store.path) == {1: 1, 2: 6, 3: 7}
     finally:
         await store.close()
+
+
+async def test_a_job_cancelled_after_the_first_attempt_still_runs_in_the_second(
+    sqlite_store: SQLiteStore,
+) -> None:
+    """A job the writer took runs to its end, whoever still waits for it: the retry of a
+    spoiled batch does not drop a job whose caller was cancelled meanwhile."""
+    store = sqlite_store
+    started = threading.Event()
+    go_on = threading.Event()
+
+    def fail_after_the_others_ran(tx: Tx) -> None:
+        started.set()
+        assert go_on.wait(WAIT)
+        raise Boom("spoils the optimistic attempt")
+
+    first, blocker = await _hold(store._writer)
+    taken = asyncio.ensure_future(store._submit(True, _add, 1, 1))
+    spoiler = asyncio.ensure_future(store._submit(True, fail_after_the_others_ran))
+    await asyncio.sleep(0)
+    blocker.release.set()
+    await first
+    assert await asyncio.to_thread(started.wait, WAIT)
+    taken.cancel()  # its job ran in the first attempt, which is about to be rolled back
+    go_on.set()
+    with pytest.raises(Boom):
+        await spoiler
+    with pytest.raises(asyncio.CancelledError):
+        await taken
+    assert _rows(store.path) == {1: 1}  # it ran again, and committed
+    assert store.stats.retried_batches == 1

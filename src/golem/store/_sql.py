@@ -269,6 +269,8 @@ class Stats:
     commits: int = 0
     statements: int = 0
     round_trips: int = 0
+    retried_batches: int = 0
+    """SQLite: group commits run again with a savepoint per job after one of them raised."""
 
 
 class SQLStore(abc.ABC):

@@ -14,7 +14,8 @@ a job a thread took runs to its end, whoever still waits for it.
 
 With a **batch hook**, a thread that takes a job while more are queued takes those too (up
 to `batch_max`) and hands the hook one step per job, to run in order inside whatever bracket
-the hook puts around them (the SQLite store: one transaction, a savepoint per job). Results
+the hook puts around them (the SQLite store: one transaction; if a job raises, again with a
+savepoint per job). Results
 are delivered only once the hook returned; if it raises, every job of the batch gets that
 error (a copy each) instead: the bracket did not hold, so none of them counts.
 """
@@ -100,8 +101,10 @@ _Job = tuple[_Inbox, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
 Batch = Callable[[Slot[_S], list[Callable[[], None]]], None]
 """`hook(slot, steps)`: run every step, in order, inside one bracket (e.g. a transaction).
 
-Each step runs one job (or skips it, if its caller was cancelled) and never raises: a job's
-own error is kept for its caller. The hook raises to fail the whole batch."""
+Each step runs one job (or skips it, if its caller was cancelled before) and never raises: a
+job's own error is kept for its caller. The hook raises to fail the whole batch. A hook may
+undo its bracket and run the steps again: a step's last run is what its caller gets, and a
+job that ran once runs again even if its caller was cancelled since."""
 
 
 class DatabaseThreads(Generic[_S]):
@@ -218,8 +221,8 @@ class DatabaseThreads(Generic[_S]):
     def _run_batch(self, batch: list[_Job], slot: Slot[_S]) -> None:
         outcomes: list[_Outcome | None] = [None] * len(batch)
 
-        def step(i: int) -> None:
-            outcomes[i] = _call(batch[i], slot)
+        def step(i: int) -> None:  # a job run before (a hook's retry) runs again, taken
+            outcomes[i] = _call(batch[i], slot, taken=outcomes[i] is not None)
 
         failure: BaseException | None = None
         assert self._batch is not None
@@ -252,10 +255,11 @@ _Outcome = tuple[Any, BaseException | None, list[_Item]]
 """A job's result, its error, and the callbacks it left for its loop."""
 
 
-def _call(job: _Job, slot: Slot[Any]) -> _Outcome | None:
-    """Run `job` on `slot` unless its caller was cancelled before (then None: it never ran)."""
+def _call(job: _Job, slot: Slot[Any], *, taken: bool = False) -> _Outcome | None:
+    """Run `job` on `slot` unless its caller was cancelled before it was `taken` (then None:
+    it never ran)."""
     inbox, future, fn = job
-    if future.cancelled():
+    if not taken and future.cancelled():
         return None
     result: Any = None
     error: BaseException | None = None

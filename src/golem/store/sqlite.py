@@ -13,10 +13,11 @@ error — so cancelling the awaiting task never leaves a transaction open or the
 held; the operation then either happened completely or not at all.
 
 Group commit: when write jobs queue up behind the one the writer is running (many runs in
-flight), the writer runs up to 32 of them in one transaction, each in its own savepoint — a
-job that raises is rolled back alone — and reports their results only after the shared
-`COMMIT`; if that fails, every job of the batch fails with `StoreError` and none happened
-(docs/adr/0036-sqlite-group-commit.md).
+flight), the writer runs up to 32 of them in one transaction and reports their results only
+after the shared `COMMIT`; if that fails, every job of the batch fails with `StoreError` and
+none happened (docs/adr/0036-sqlite-group-commit.md). The jobs first run without savepoints;
+if one raises, that attempt is rolled back and the batch runs again with a savepoint per
+job, so the failing job is rolled back alone (docs/adr/0043-optimistic-group-commit.md).
 
 SQLite has no notifications: commits of this store wake this process's waiters at once,
 and one shared poller per store looks for other processes' commits while anyone waits. Every
@@ -52,7 +53,7 @@ _T = TypeVar("_T")
 class _Conn:
     """The `Conn` port over one `sqlite3` connection (used on its thread only)."""
 
-    __slots__ = ("_conn", "_stats", "broken", "nested", "trace")
+    __slots__ = ("_conn", "_stats", "bare", "broken", "nested", "spoiled", "trace")
 
     def __init__(
         self,
@@ -64,7 +65,11 @@ class _Conn:
         self._stats = stats
         self.trace = trace
         self.nested = False
-        """A batch's transaction is open: each job runs in a savepoint of it."""
+        """A batch's transaction is open: each job runs inside it."""
+        self.bare = False
+        """The batch's first attempt: jobs run without savepoints (see `_group_commit`)."""
+        self.spoiled = False
+        """A job of a bare attempt raised: the attempt must be rolled back and run again."""
         self.broken = False
         """A job's savepoint could not be rolled back: the batch's transaction must not commit."""
 
@@ -218,6 +223,8 @@ class SQLiteStore(SQLStore):
         try:
             conn = slot.state or self._connect(slot)
             if conn.nested:
+                if conn.bare:
+                    return self._in_batch(conn, fn, args, slot)
                 return self._in_savepoint(conn, fn, args, slot)
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
@@ -245,6 +252,22 @@ class SQLiteStore(SQLStore):
             self.stats.commits += 1
         if tx.last_id:
             self._publish(slot, tx, committed=True)
+        return result
+
+    def _in_batch(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
+        """Run `fn` as one job of a batch's first attempt, without a savepoint. If it raises,
+        what it wrote cannot be undone alone: the attempt is spoiled (`_group_commit` rolls
+        it back and runs the batch again, each job in a savepoint)."""
+        tx = Tx(conn)
+        try:
+            result = fn(tx, *args)
+            if tx.entries:
+                self._flush_audit(tx)
+        except BaseException:
+            conn.spoiled = True
+            raise
+        if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
+            self._publish(slot, tx, committed=False)
         return result
 
     def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
@@ -293,39 +316,63 @@ class SQLiteStore(SQLStore):
 
     def _group_commit(self, slot: Slot[_Conn], steps: list[Callable[[], None]]) -> None:
         """Run queued write jobs (`steps`) in one transaction: one `BEGIN IMMEDIATE … COMMIT`
-        for all, a savepoint each. Raises `StoreError` (failing every job of the batch) when
-        the transaction cannot begin or commit, or SQLite rolled it back on its own."""
+        for all. Raises `StoreError` (failing every job of the batch) when the transaction
+        cannot begin or commit, or SQLite rolled it back on its own.
+
+        Optimistic: the first attempt runs the jobs one after another without savepoints
+        (two statements fewer per job). If a job raises, nothing of the attempt has been
+        reported yet, so it is rolled back whole and the batch runs again with a savepoint
+        per job: the failing job is rolled back alone and the others commit. Jobs taken in
+        the first attempt run in the second too, even if their callers were cancelled
+        meanwhile (docs/adr/0043-optimistic-group-commit.md).
+        """
         try:
             conn = slot.state or self._connect(slot)
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
-            raw.execute("BEGIN IMMEDIATE")
-            self.stats.transactions += 1
-            if conn.trace is not None:
-                conn.trace.append(("BEGIN IMMEDIATE", ()))
-            conn.nested = True
             try:
-                for step in steps:
-                    step()
-                    if conn.broken or not raw.in_transaction:
-                        raise StoreError(
-                            f"sqlite ({self.path}): the transaction of {len(steps)} grouped "
-                            "writes was rolled back; none of them happened"
-                        )
+                if not self._attempt(conn, steps, bare=True):
+                    self.stats.retried_batches += 1
+                    self._attempt(conn, steps, bare=False)
                 conn.nested = False
                 raw.execute("COMMIT")
                 if conn.trace is not None:
                     conn.trace.append(("COMMIT", ()))
             except BaseException:
-                conn.nested = False
-                conn.broken = False
+                conn.nested = conn.bare = conn.spoiled = conn.broken = False
                 if raw.in_transaction:
                     raw.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
             raise StoreError(f"sqlite ({self.path}): {exc}") from exc
         self.stats.commits += 1
+
+    def _attempt(self, conn: _Conn, steps: list[Callable[[], None]], *, bare: bool) -> bool:
+        """Begin the batch's transaction and run `steps` in it; False when a job of a bare
+        attempt raised (the attempt is rolled back: run it again with savepoints)."""
+        raw = conn._conn
+        raw.execute("BEGIN IMMEDIATE")
+        self.stats.transactions += 1
+        if conn.trace is not None:
+            conn.trace.append(("BEGIN IMMEDIATE", ()))
+        conn.nested, conn.bare = True, bare
+        for step in steps:
+            step()
+            if conn.spoiled:
+                conn.spoiled = conn.bare = False
+                if raw.in_transaction:
+                    raw.execute("ROLLBACK")
+                if conn.trace is not None:
+                    conn.trace.append(("ROLLBACK", ()))
+                return False
+            if conn.broken or not raw.in_transaction:
+                raise StoreError(
+                    f"sqlite ({self.path}): the transaction of {len(steps)} grouped "
+                    "writes was rolled back; none of them happened"
+                )
+        conn.bare = False
+        return True
 
     def _connect(self, slot: Slot[_Conn]) -> _Conn:
         if not self.path.parent.is_dir():
