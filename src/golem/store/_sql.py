@@ -280,6 +280,11 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
     """Appended to a SELECT that claims rows other transactions are not holding."""
+    _runs_with_calls: str = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
+    """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
+    _page_plan: str = ""
+    """Run before a page of calls, in its transaction: settings that keep its plan a walk in
+    index order whatever the database's statistics say (ADR 0044)."""
 
     stats: Stats
     _feed: ChangeFeed
@@ -819,16 +824,25 @@ class SQLStore(abc.ABC):
             params.append(tool_name)
         if after is not None:
             created, run_id, position = _decode_cursor(after, (str, str, int))
+            at = self._to_db(datetime.fromisoformat(created))
+            # the first comparison lets the run index seek; the second is the exact cursor
+            where.append("(r.created_at, r.id) >= (?, ?)")
             where.append("(r.created_at, r.id, c.position) > (?, ?, ?)")
-            params += (self._to_db(datetime.fromisoformat(created)), run_id, position)
+            params += (at, run_id, at, run_id, position)
+        # by tool: the planner may start from the tool's index (a rare tool would make the
+        # walk in run order read every pending run); else: the walk, planned as such
+        walk = tool_name is None
+        source = self._runs_with_calls if walk else "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
         sql = (
-            f"SELECT {_C_CALL_COLS}, r.created_at FROM golem_runs r "
-            "JOIN golem_calls c ON c.run_id = r.id WHERE "
+            f"SELECT {_C_CALL_COLS}, r.created_at FROM {source} WHERE "
             + " AND ".join(where)
             + " ORDER BY r.created_at, r.id, c.position LIMIT ?"
         )
+        plan = self._page_plan if walk else ""
 
         def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
+            if plan:
+                tx.run(plan)
             return tx.fetch(sql, [*params, limit])
 
         rows = await self._submit(False, tx_fn)

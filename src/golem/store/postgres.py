@@ -419,6 +419,22 @@ class PostgresStore(SQLStore):
 
     _lock_clause = " FOR UPDATE"
     _skip_locked_clause = " FOR UPDATE SKIP LOCKED"
+    # A page of calls walks the pending runs in index order and stops at the page's end,
+    # whatever the statistics say (missing after a bulk load, stale while autovacuum lags):
+    # each run's calls come from a fenced lateral subquery (OFFSET 0: never a join of every
+    # pending call, nor a per-run scan of the open-deadline index), and the transaction rules
+    # out the plans that read everything and sort (ADR 0044).
+    _runs_with_calls = (
+        "golem_runs r CROSS JOIN LATERAL "
+        "(SELECT * FROM golem_calls c WHERE c.run_id = r.id OFFSET 0) c"
+    )
+    _page_plan = (
+        "SELECT set_config('enable_hashjoin', 'off', true), "
+        "set_config('enable_mergejoin', 'off', true), "
+        "set_config('enable_bitmapscan', 'off', true), "
+        "set_config('enable_seqscan', 'off', true), "
+        "set_config('enable_sort', 'off', true)"
+    )
 
     def __init__(
         self,
