@@ -13,16 +13,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from golem import Agent, Message, RunContext, ToolCall
-from golem.store import CallKind, ChangeFeed, Decision, NewCall, NewRun, RunStatus
+from golem.store import CallKind, ChangeFeed, NewCall, NewRun
 from golem.store.sqlite import SQLiteStore, _WalIndex
-from golem.testing import ScriptedModel
-from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.store.procs import eventually
 
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
@@ -226,44 +221,6 @@ async def test_a_commit_in_another_process_wakes_a_waiter(tmp_path: Path) -> Non
         assert proc.returncode == 0
         assert await asyncio.wait_for(waiter, WAIT) == int(out)
     finally:
-        await mine.close()
-
-
-async def test_a_decision_in_another_store_wakes_a_worker_polling_hourly(
-    tmp_path: Path,
-) -> None:
-    ran: list[str] = []
-
-    def pay(ctx: RunContext[Any], amount: int) -> str:
-        """Pay (needs approval)."""
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "money")
-        ran.append(ctx.call_id)
-        return "paid"
-
-    model = ScriptedModel(
-        Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
-    )
-    registry = {"bank": AgentEntry(Agent(model, tools=[pay]))}
-    mine = await SQLiteStore.open(tmp_path / "k.db", poll_interval=HOUR, watch_interval=0.01)
-    theirs = await SQLiteStore.open(tmp_path / "k.db", poll_interval=HOUR)
-    stop = asyncio.Event()
-    worker = Worker(mine, registry, worker_id="w", sweep_interval=HOUR)
-    task = asyncio.create_task(worker.run_forever(poll_interval=HOUR, stop_event=stop))
-    try:
-        run = await start_run(theirs, registry, "bank", "pay", started_by="a")
-        await _waiting(mine.change_feed())
-        await theirs.decide(run.id, "c1", Decision.approve(), decided_by="b")
-
-        async def completed() -> bool:
-            return (await theirs.get_run(run.id)).status is RunStatus.COMPLETED
-
-        await eventually(completed, WAIT, "the woken worker to complete the run")
-        assert ran == ["c1"]
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, WAIT)
-        await theirs.close()
         await mine.close()
 
 
