@@ -35,7 +35,8 @@ Probe = Callable[[], Awaitable[int]]
 
 Hint = Callable[[], bool]
 """True when the database may have changed since the last call (called on the event loop,
-so it must be cheap and never block; it never raises: when it cannot tell, it says True)."""
+so it must be cheap and never block; when it cannot tell, it says True, and one that raises
+counts as True)."""
 
 
 class ChangeFeed:

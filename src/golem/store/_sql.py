@@ -261,6 +261,10 @@ def _decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
     return parts
 
 
+_RUNS_JOIN_CALLS = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
+"""Pending runs `r` with their calls `c`, as a plain join (the planner picks the order)."""
+
+
 @dataclass(slots=True)
 class Stats:
     """Counters of what the store sent to its database (for benchmarks and tests)."""
@@ -280,7 +284,7 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
     """Appended to a SELECT that claims rows other transactions are not holding."""
-    _runs_with_calls: str = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
+    _runs_with_calls: str = _RUNS_JOIN_CALLS
     """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
     _page_plan: str = ""
     """Run before a page of calls, in its transaction: settings that keep its plan a walk in
@@ -832,7 +836,7 @@ class SQLStore(abc.ABC):
         # by tool: the planner may start from the tool's index (a rare tool would make the
         # walk in run order read every pending run); else: the walk, planned as such
         walk = tool_name is None
-        source = self._runs_with_calls if walk else "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
+        source = self._runs_with_calls if walk else _RUNS_JOIN_CALLS
         sql = (
             f"SELECT {_C_CALL_COLS}, r.created_at FROM {source} WHERE "
             + " AND ".join(where)

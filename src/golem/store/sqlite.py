@@ -234,11 +234,8 @@ class SQLiteStore(SQLStore):
             self.stats.transactions += 1
             if conn.trace is not None:
                 conn.trace.append((begin, ()))
-            tx = Tx(conn)
             try:
-                result = fn(tx, *args)
-                if tx.entries:
-                    self._flush_audit(tx)
+                result, tx = self._work(conn, fn, args)
                 raw.execute("COMMIT")
                 if conn.trace is not None:
                     conn.trace.append(("COMMIT", ()))
@@ -254,15 +251,20 @@ class SQLiteStore(SQLStore):
             self._publish(slot, tx, committed=True)
         return result
 
+    def _work(self, conn: _Conn, fn: Callable[..., _T], args: Any) -> tuple[_T, Tx]:
+        """Run a job's `fn` in the open transaction, then write its audit rows."""
+        tx = Tx(conn)
+        result = fn(tx, *args)
+        if tx.entries:
+            self._flush_audit(tx)
+        return result, tx
+
     def _in_batch(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
         """Run `fn` as one job of a batch's first attempt, without a savepoint. If it raises,
         what it wrote cannot be undone alone: the attempt is spoiled (`_group_commit` rolls
         it back and runs the batch again, each job in a savepoint)."""
-        tx = Tx(conn)
         try:
-            result = fn(tx, *args)
-            if tx.entries:
-                self._flush_audit(tx)
+            result, tx = self._work(conn, fn, args)
         except BaseException:
             conn.spoiled = True
             raise
@@ -278,11 +280,8 @@ class SQLiteStore(SQLStore):
         raw.execute(f"SAVEPOINT {_SAVEPOINT}")
         if trace is not None:
             trace.append((f"SAVEPOINT {_SAVEPOINT}", ()))
-        tx = Tx(conn)
         try:
-            result = fn(tx, *args)
-            if tx.entries:
-                self._flush_audit(tx)
+            result, tx = self._work(conn, fn, args)
             raw.execute(f"RELEASE {_SAVEPOINT}")
             if trace is not None:
                 trace.append((f"RELEASE {_SAVEPOINT}", ()))
@@ -363,8 +362,8 @@ class SQLiteStore(SQLStore):
                 conn.spoiled = conn.bare = False
                 if raw.in_transaction:
                     raw.execute("ROLLBACK")
-                if conn.trace is not None:
-                    conn.trace.append(("ROLLBACK", ()))
+                    if conn.trace is not None:
+                        conn.trace.append(("ROLLBACK", ()))
                 return False
             if conn.broken or not raw.in_transaction:
                 raise StoreError(
