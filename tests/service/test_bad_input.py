@@ -238,3 +238,35 @@ async def test_a_nan_saved_by_a_python_caller_does_not_break_listings(
     assert runs[0]["deps_ref"] == [None]
     calls = await http.get("/api/calls", headers=bearer("alice"))
     assert calls.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/api/runs", "GET, HEAD, POST"),
+        ("/api/health", "GET, HEAD"),
+        ("/api/runs/r1/calls/c1/decision", "POST"),
+        ("/runs", "GET, HEAD, POST"),
+        ("/login", "GET, HEAD, POST"),
+    ],
+)
+async def test_a_wrong_method_gets_405_with_every_allowed_method(
+    client: httpx.AsyncClient, path: str, allowed: str
+) -> None:
+    # RFC 9110: a 405 names the methods the resource supports, including when two routes
+    # share the path (GET /api/runs and POST /api/runs).
+    for method in ("PUT", "DELETE", "TRACE"):
+        res = await client.request(method, path, headers=bearer("alice"))
+        assert res.status_code == 405, (method, path)
+        assert res.headers["allow"] == allowed, (method, path)
+
+
+@pytest.mark.parametrize("value", ["5e-324", "1e-7", "0.0000005"])
+async def test_an_expires_in_under_a_microsecond_expires_at_once(
+    http: httpx.AsyncClient, value: str
+) -> None:
+    # Valid per the schema (> 0), but a timedelta of 5e-324 s is zero, which the store
+    # refused; the service answered 422 "invalid_deps" (found by the OpenAPI fuzz).
+    res = await _start_raw(http, '{"agent": "twin", "prompt": "hi", "expires_in": ' + value + "}")
+    assert res.status_code == 201, res.text
+    assert res.json()["run"]["expires_at"] is not None

@@ -98,7 +98,10 @@ def test_query_parameters_come_from_the_query_models() -> None:
     doc = document()
     params = {p["name"]: p for p in doc["paths"]["/api/runs"]["get"]["parameters"]}
     assert set(params) == set(schemas.RunsQuery.model_fields)
-    assert params["limit"]["schema"]["maximum"] == schemas.MAX_LIST_LIMIT
+    limit, empty = params["limit"]["schema"]["anyOf"]
+    assert limit["maximum"] == schemas.MAX_LIST_LIMIT
+    assert empty == {"type": "string", "maxLength": 0}  # `?limit=` counts as absent
+    assert "Empty counts as absent." in params["limit"]["description"]
     events = {p["name"] for p in doc["paths"]["/api/events"]["get"]["parameters"]}
     assert events == {"cursor", "stream_token", "Last-Event-ID"}
 
@@ -118,3 +121,41 @@ def test_every_handler_has_an_operation() -> None:
     for r in ROUTES:
         if isinstance(r, Route):
             assert isinstance(getattr(r.endpoint, "__openapi__", None), Operation), r.path
+
+
+def test_the_start_bodies_name_the_registered_agents() -> None:
+    doc = openapi_document(ROUTES, __version__, agents=["twin", "echo"])
+    comp = doc["components"]["schemas"]
+    assert comp["StartRunBody"]["properties"]["agent"]["enum"] == ["echo", "twin"]
+    assert comp["StartForm"]["properties"]["agent"]["enum"] == ["echo", "twin"]
+    assert "enum" not in document()["components"]["schemas"]["StartRunBody"]["properties"]["agent"]
+
+
+def test_every_operation_documents_400_for_a_nul_in_its_url() -> None:
+    for path, item in document()["paths"].items():
+        for method, op in item.items():
+            assert "400" in op["responses"], (path, method)
+
+
+def test_a_decision_body_says_which_fields_go_with_which_decision() -> None:
+    body = document()["components"]["schemas"]["DecisionBody"]
+    shapes = {s["properties"]["decision"]["const"]: s for s in body["oneOf"]}
+    assert set(shapes) == {"approve", "deny", "external"}
+    assert shapes["external"]["required"] == ["result"]
+    assert shapes["deny"]["properties"]["result"] == {"type": "null"}
+    assert shapes["approve"]["properties"]["reason"] == {"type": "null"}
+
+
+def test_the_event_stream_describes_its_events_and_cursor_header() -> None:
+    op = document()["paths"]["/api/events"]["get"]
+    event = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    assert event["properties"]["event"]["enum"] == ["hello", "change", "end"]
+    header = next(p for p in op["parameters"] if p["name"] == "Last-Event-ID")
+    assert header["schema"]["pattern"] == "^[0-9]{0,18}$"
+
+
+def test_pages_that_redirect_to_sign_in_take_no_credential_too() -> None:
+    paths = document()["paths"]
+    assert paths["/"]["get"]["security"] == [{"session": []}, {}]
+    assert paths["/logout"]["post"]["security"] == [{"session": []}]
+    assert paths["/api/runs"]["get"]["security"] == [{"bearer": []}]

@@ -148,3 +148,16 @@ async def test_an_open_stream_ends_when_its_stream_token_expires(
         await stream.next("hello")
         end = await stream.next("end")
         assert "sign in again" in end.json()["reason"]
+
+
+@pytest.mark.parametrize("token", ["\u0080", "é" * 43, "☃"])
+async def test_a_non_ascii_csrf_token_is_refused_not_a_500(
+    client: httpx.AsyncClient, token: str
+) -> None:
+    # hmac.compare_digest raises TypeError on str with non-ASCII characters (found by the
+    # OpenAPI fuzz: POST /logout with csrf=%C2%80 answered 500).
+    await sign_in(client)
+    for path in ("/logout", "/runs/r1/calls/c1/decision", "/runs/r1/decisions"):
+        res = await client.post(path, data={"csrf": token, "decision": "approve"})
+        assert res.status_code == 403, (path, res.text)
+    assert (await client.get("/")).status_code == 200  # still signed in

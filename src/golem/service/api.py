@@ -664,6 +664,9 @@ async def edited_approval(
     return decision
 
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
 async def start_for(
     state: ServiceState,
     cred: Credential,
@@ -680,6 +683,9 @@ async def start_for(
             403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
         )
     seconds = expires_in if expires_in is not None else state.default_expires_in
+    # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
+    # is one, rather than a zero the store refuses.
+    expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
     try:
         return await start_run(
             require_store(state),
@@ -688,7 +694,7 @@ async def start_for(
             prompt,
             deps_ref=deps_ref,
             started_by=cred.approver.identity,
-            expires_in=None if seconds is None else timedelta(seconds=seconds),
+            expires_in=expiry,
         )
     except StoreError:
         raise

@@ -54,8 +54,10 @@ CONTENT_SECURITY_POLICY = (
     security=(),
 )
 async def _openapi(request: Request) -> Response:
-    """The OpenAPI 3.1 document."""
-    return JSONResponse(openapi_document(ROUTES, __version__))
+    """The OpenAPI 3.1 document (naming this service's agents)."""
+    state: api.ServiceState = request.app.state.golem
+    agents = list(state.registry)
+    return JSONResponse(openapi_document(ROUTES, __version__, agents=agents))
 
 
 EVENTS = GuardedEvents(stream.events)
@@ -272,10 +274,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
         raise exc
     if _is_api(request):
-        return api.not_found(request, exc).response()
-    heading = _HEADINGS.get(exc.status_code, "Error")
-    message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
-    return inbox.render_error(request, exc.status_code, heading, message)
+        response: Response = api.not_found(request, exc).response()
+    else:
+        heading = _HEADINGS.get(exc.status_code, "Error")
+        message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
+        response = inbox.render_error(request, exc.status_code, heading, message)
+    if exc.status_code == 405:
+        response.headers["Allow"] = _allowed_methods(request)
+    return response
+
+
+def _allowed_methods(request: Request) -> str:
+    """The `Allow` header of a 405: every method some route serves at this path.
+
+    Starlette's own 405 names only the methods of the first route that matched the path,
+    and a path here may be served by two routes (`GET /runs` and `POST /runs`).
+    """
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE and isinstance(route, Route):
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

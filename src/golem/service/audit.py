@@ -106,6 +106,7 @@ async def api_audit(request: Request) -> Response:
     summary="The audit view (HTML), or its rows as ?format=csv / ?format=json downloads.",
     query=schemas.AuditQuery,
     responses={200: HTML, 303: REDIRECT},
+    errors=(422,),
     security=("session",),
     tag="inbox",
 )

@@ -368,7 +368,9 @@ class AuthConfig:
 
     def check_csrf(self, session: str, token: str) -> bool:
         """Whether `token` is the CSRF token of `session`."""
-        return bool(token) and hmac.compare_digest(self.csrf_token(session), token)
+        # compare_digest refuses str with non-ASCII characters: compare the UTF-8 bytes
+        expected = self.csrf_token(session).encode()
+        return bool(token) and hmac.compare_digest(expected, token.encode("utf-8", "replace"))
 
 
 @dataclass

@@ -11,7 +11,7 @@ the result with openapi-spec-validator.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -115,6 +115,9 @@ def _query_params(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[
     for name, prop in schema["properties"].items():
         description = prop.pop("description", "")
         prop.pop("title", None)
+        if name not in required:  # `?status=` is no filter at all, as a form sends it
+            prop = {"anyOf": [prop, _EMPTY]}
+            description = f"{description} Empty counts as absent.".strip()
         out.append(
             {
                 "name": name,
@@ -125,6 +128,24 @@ def _query_params(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[
             }
         )
     return out
+
+
+_EMPTY = {"type": "string", "maxLength": 0}
+"""An empty query value (`?status=`), which the service reads as the parameter's absence."""
+
+_SSE_EVENT = {
+    "type": "object",
+    "description": "One server-sent event: `event: hello` first (the start cursor and the "
+    "caller), then `event: change` per audit entry (`id` = its cursor), `event: end` when "
+    "the credential ends; `retry` alone at the start.",
+    "properties": {
+        "event": {"enum": ["hello", "change", "end"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "retry": {"type": "integer"},
+    },
+}
+"""What each event of the change stream holds (OpenAPI 3.1: `schema` describes one event)."""
 
 
 def _response(
@@ -140,7 +161,7 @@ def _response(
     if spec == SSE:
         return {
             "description": "An endless text/event-stream; each event's `id` is the audit cursor.",
-            "content": {SSE: {"schema": {"type": "string"}}},
+            "content": {SSE: {"schema": _SSE_EVENT}},
         }
     assert isinstance(spec, type)
     return {
@@ -149,8 +170,30 @@ def _response(
     }
 
 
-def openapi_document(routes: Iterable[BaseRoute], version: str) -> dict[str, Any]:
+_HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
+    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range); empty means none.
+    "Last-Event-ID": {"type": "string", "pattern": "^[0-9]{0,18}$"},
+}
+"""Request headers whose values are narrower than any string."""
+
+
+def _security(spec: Operation) -> list[dict[str, list[str]]]:
+    """The security requirements; a page (not a form) also takes no credential: signed out,
+    it answers 303 to `/login` rather than an error."""
+    required: list[dict[str, list[str]]] = [{name: []} for name in spec.security]
+    page = spec.tag == "inbox" and spec.form is None and REDIRECT in spec.responses.values()
+    if required and page:
+        required.append({})
+    return required
+
+
+def openapi_document(
+    routes: Iterable[BaseRoute], version: str, *, agents: Sequence[str] | None = None
+) -> dict[str, Any]:
     """Return the OpenAPI 3.1 document of every `Route` in `routes` that has an `Operation`.
+
+    `agents` are the registered agents' names: the `agent` field of a body that starts a
+    run lists them (an unknown name is refused with 422, so the document says which exist).
 
     Raises:
         ValueError: a route's handler has no `Operation` (every route must be described).
@@ -175,6 +218,13 @@ def openapi_document(routes: Iterable[BaseRoute], version: str) -> dict[str, Any
     def ref(model: type[BaseModel], mode: Mode = "serialization") -> dict[str, str]:
         return dict(keys[(model, mode)])
 
+    if agents is not None:
+        for *_, spec in described:
+            for model in (spec.body, spec.form):
+                if model is not None and "agent" in model.model_fields:
+                    name = ref(model, "validation")["$ref"].rsplit("/", 1)[1]
+                    schemas[name]["properties"]["agent"]["enum"] = sorted(agents)
+
     paths: dict[str, dict[str, Any]] = {}
     for path, names, method, spec in described:
         params: list[dict[str, Any]] = [
@@ -183,11 +233,16 @@ def openapi_document(routes: Iterable[BaseRoute], version: str) -> dict[str, Any
         if spec.query is not None:
             params += _query_params(spec.query, schemas)
         params += [
-            {"name": h, "in": "header", "description": d, "schema": {"type": "string"}}
+            {
+                "name": h,
+                "in": "header",
+                "description": d,
+                "schema": _HEADER_SCHEMAS.get(h, {"type": "string"}),
+            }
             for h, d in spec.headers.items()
         ]
         responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
-        for status in spec.errors:
+        for status in sorted({400, *spec.errors}):  # any URL may hold a NUL (400)
             if spec.tag == "api" or status in (413,):
                 responses[str(status)] = {
                     "description": _ERRORS[status],
@@ -202,7 +257,7 @@ def openapi_document(routes: Iterable[BaseRoute], version: str) -> dict[str, Any
             "operationId": spec.op_id,
             "summary": spec.summary,
             "tags": [spec.tag],
-            "security": [{name: []} for name in spec.security],
+            "security": _security(spec),
             "responses": responses,
         }
         if params:

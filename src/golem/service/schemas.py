@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic.config import JsonDict
 
 from golem.store import AuditAction, CallKind, RunStatus
 
@@ -103,10 +104,29 @@ class StartRunBody(BaseModel):
     )
 
 
+_NULL: JsonDict = {"type": "null"}
+
+_DECISION_SHAPES: JsonDict = {
+    "oneOf": [
+        {"properties": {"decision": {"const": "approve"}, "reason": _NULL, "result": _NULL}},
+        {"properties": {"decision": {"const": "deny"}, "result": _NULL}},
+        {
+            "properties": {
+                "decision": {"const": "external"},
+                "reason": _NULL,
+                "result": {"type": "string"},
+            },
+            "required": ["result"],
+        },
+    ]
+}
+"""Which fields go with which decision (the handler refuses other mixes with 422)."""
+
+
 class DecisionBody(BaseModel):
     """`POST /api/runs/{run_id}/calls/{call_id}/decision`: decide one pending call."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_DECISION_SHAPES)
 
     decision: Literal["approve", "deny", "external"]
     reason: str | None = Field(default=None, description="Only with deny: told to the model.")

@@ -1,0 +1,201 @@
+"""Attack the whole service from its own OpenAPI document (Schemathesis, on Hypothesis).
+
+The document is fetched from the app (`GET /api/openapi.json`, in-process: Schemathesis
+drives the ASGI app on an event loop of its own, and the app opens its store on it). Every
+operation is then called with generated data, valid and invalid, and every response must
+keep the document's word: no 5xx, only documented status codes and content types, bodies
+that match their schemas, invalid input refused with a 4xx, and no operation that works
+without its token. The store holds real content (runs paused on approvals and on external
+results, decided and undecided calls, completed and failed runs of several agents), and the
+path parameters are drawn half from real run and call IDs, so lookups hit real rows.
+
+A second pass calls every bearer operation with no token and with a wrong one: 401 and an
+error body, never data.
+
+The CI budget is `GOLEM_FUZZ_EXAMPLES` examples per operation (default below) on a fixed
+seed; a deep local run raises it (`GOLEM_FUZZ_EXAMPLES=1000 GOLEM_FUZZ_SEED=7 pytest ...`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import strategies as st
+from schemathesis.python import asgi as schemathesis_asgi
+
+from golem.service import create_app
+from golem.store import Store, open_store
+from golem.worker import Worker
+from tests.service.agents import build_registry
+from tests.service.conftest import TOKENS, bearer, make_auth
+
+EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
+"""Examples per operation and generation mode (CI's budget; raise it for a deep run)."""
+
+SEED = int(os.environ.get("GOLEM_FUZZ_SEED", "20261203"))
+"""The fixed seed of the run (the same cases every time unless changed)."""
+
+
+POSITIVE_OK = ["2xx", "3xx", "401", "403", "404", "409", "429"]
+"""Schemathesis' answers to schema-valid data that do not count as a refusal (less 5xx)."""
+
+
+@dataclass
+class Seeded:
+    """The real rows the fuzz aims at."""
+
+    runs: list[str] = field(default_factory=list)
+    """Every run's ID."""
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    """(run ID, call ID) of every call, decided or not."""
+
+
+async def seed(open_: Callable[[], Awaitable[Store]]) -> Seeded:
+    """Fill the store through the API: paused, decided, completed and failed runs."""
+    store = await open_()
+    try:
+        registry = build_registry()
+        app = create_app(registry, store, auth=make_auth())
+        seeded = Seeded()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://seed.test") as http:
+
+            async def start(agent: str, prompt: str, who: str = "alice") -> dict[str, Any]:
+                res = await http.post(
+                    "/api/runs", json={"agent": agent, "prompt": prompt}, headers=bearer(who)
+                )
+                assert res.status_code == 201, res.text
+                run: dict[str, Any] = res.json()["run"]
+                seeded.runs.append(run["id"])
+                seeded.calls += [(run["id"], c["call_id"]) for c in run["calls"]]
+                return run
+
+            async def decide(run: dict[str, Any], call: str, **body: Any) -> None:
+                path = f"/api/runs/{run['id']}/calls/{call}/decision"
+                res = await http.post(path, json=body, headers=bearer("alice"))
+                assert res.status_code == 200, res.text
+
+            await start("twin", "both pending")
+            half = await start("twin", "one decided")
+            await decide(half, "c1", decision="approve")
+            await start("mixed", "approval and lookup")
+            await start("twin", "started by olga", who="olga")
+            answered = await start("mixed", "lookup answered")
+            await decide(answered, "x1", decision="external", result="42")
+            done = await start("twin", "resumed")
+            await decide(done, "c1", decision="approve")
+            await decide(done, "c2", decision="deny", reason="not today")
+            await start("echo", "hello")
+            await start("broken", "fails")
+        assert await Worker(store, registry).run_once()  # `done` completes
+        return seeded
+    finally:
+        await store.close()
+
+
+def fuzz_schema(url: str, seeded: Seeded) -> Any:
+    """The app over the store at `url`, and its document loaded by Schemathesis."""
+    auth = make_auth()
+    alice = auth.authenticate(TOKENS["alice"])
+    assert alice is not None
+    stream_token, _ = auth.issue_stream_token(alice)
+    app = create_app(
+        build_registry(),
+        url,
+        auth=auth,
+        stream_poll_interval=0.02,
+        stream_heartbeat=0.05,
+        max_body_bytes=4096,
+    )
+    config = schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "auth": {
+                "openapi": {
+                    "bearer": {"bearer": TOKENS["alice"]},
+                    "session": {"api_key": auth.issue_session(alice)},
+                    "streamToken": {"api_key": stream_token},
+                }
+            },
+            "max-stream-events": 3,
+            "request-timeout": 30,
+            "operations": [
+                # A stream that has nothing to send after its cursor sends only comments:
+                # keep what came within a second (a cut stream is not a failure).
+                {"include-operation-id": "streamChanges", "request-timeout": 1},
+                # Schema-valid, yet refused with 422 by design (docs/adr/0046): a page
+                # cursor the store never issued, a decision of the wrong kind for the call.
+                *(
+                    {
+                        "include-operation-id": op,
+                        "checks": {
+                            "positive_data_acceptance": {
+                                "expected-statuses": [*POSITIVE_OK, "422"]
+                            }
+                        },
+                    }
+                    for op in ("listCalls", "decideCall")
+                ),
+            ],
+            "generation": {
+                "mode": "all",
+                "max-examples": EXAMPLES,
+                "deterministic": True,
+                "database": "none",
+            },
+        }
+    )
+    schema = schemathesis.openapi.from_asgi("/api/openapi.json", app, config=config)
+
+    real_runs = st.sampled_from(seeded.runs)
+    real_calls = st.sampled_from(seeded.calls)
+
+    @schema.hook
+    def before_generate_path_parameters(context: Any, strategy: Any) -> Any:
+        """Half the time, a real run (and call) instead of a made-up one."""
+        path = context.operation.path
+        if "{call_id}" in path:
+            real = real_calls.map(lambda rc: {"run_id": rc[0], "call_id": rc[1]})
+        elif "{run_id}" in path:
+            real = real_runs.map(lambda r: {"run_id": r})
+        else:
+            return strategy
+        return st.one_of(real, strategy)
+
+    return schema
+
+
+@pytest.fixture(scope="module")
+def sqlite_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    path: Path = tmp_path_factory.mktemp("fuzz") / "golem.db"
+    url = f"sqlite:///{path}"
+    seeded = asyncio.run(seed(lambda: open_store(url)))
+    try:
+        yield fuzz_schema(url, seeded)
+    finally:
+        schemathesis_asgi.shutdown_lifespans()  # closes the app's store
+
+
+@pytest.fixture(autouse=True)
+def _node_id(request: pytest.FixtureRequest) -> None:
+    """Schemathesis 4.32 names each operation's subtest through `node._nodeid`, which
+    pytest 9.2 no longer has: give it one (reporting only)."""
+    node: Any = request.node
+    if not hasattr(node, "_nodeid"):
+        node._nodeid = node.nodeid
+
+
+schema = schemathesis.pytest.from_fixture("sqlite_schema")
+
+
+@schema.parametrize()
+def test_every_operation_keeps_its_document(case: Any) -> None:
+    case.call_and_validate()
