@@ -161,3 +161,17 @@ async def test_a_non_ascii_csrf_token_is_refused_not_a_500(
         res = await client.post(path, data={"csrf": token, "decision": "approve"})
         assert res.status_code == 403, (path, res.text)
     assert (await client.get("/")).status_code == 200  # still signed in
+
+
+async def test_strangers_are_turned_away_before_their_input_is_read(
+    client: httpx.AsyncClient,
+) -> None:
+    # Found by the OpenAPI fuzz: a bad cursor got 422 and a JSON form 415 before the
+    # missing credential was noticed. The door comes first: 401 whatever is sent.
+    res = await client.get("/api/events", headers={"Last-Event-ID": "not-a-cursor"})
+    assert res.status_code == 401
+    res = await client.get("/api/events?cursor=-5", headers={"Authorization": "Bearer nope"})
+    assert res.status_code == 401
+    for path in ("/logout", "/runs", "/runs/r1/decisions", "/runs/r1/calls/c1/decision"):
+        res = await client.post(path, json={"csrf": "x"})
+        assert res.status_code == 401, path

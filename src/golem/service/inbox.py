@@ -288,15 +288,21 @@ def _cross_site() -> ApiError:
     return ApiError(403, "cross_site", "this form was sent from another site: refused")
 
 
-def _checked(request: Request, form: dict[str, str]) -> tuple[Credential, str]:
+async def _checked(request: Request) -> tuple[Credential, str, dict[str, str]]:
+    """The signed-in approver, the session value and the form of a CSRF-checked action.
+
+    The origin and the session are checked before the body is read, so a stranger gets
+    403 or 401 whatever they send.
+    """
     if not _same_origin(request):
         raise _cross_site()
     who = session(request)
     if who is None:
         raise ApiError(401, "unauthenticated", "your session has ended: sign in again")
+    form = await _form(request)
     if not _state(request).auth.check_csrf(who[1], form.get("csrf", "")):
         raise ApiError(403, "csrf", "the form is stale or was not sent by this inbox: reload")
-    return who
+    return who[0], who[1], form
 
 
 # --------------------------------------------------------------------------- pages
@@ -379,7 +385,7 @@ async def login(request: Request) -> Response:
 )
 async def logout(request: Request) -> Response:
     """End the session server-side (CSRF-checked): the cookie's value stops working."""
-    _, value = _checked(request, await _form(request))
+    _, value, _ = await _checked(request)
     _state(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
@@ -600,8 +606,7 @@ async def run_page(request: Request) -> Response:
 )
 async def decide_form(request: Request) -> Response:
     """Record a decision from an inbox form, then go back (303) to the page it came from."""
-    form = await _form(request)
-    cred, _ = _checked(request, form)
+    cred, _, form = await _checked(request)
     run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
     kind = form.get("decision", "")
     if kind == "approve" and "args" in form:
@@ -669,8 +674,7 @@ async def decide_run_form(request: Request) -> Response:
     Approve-all needs every undecided call to be an approval; each decision is recorded
     (and audited) on its own, so a conflict on one call leaves the others decided.
     """
-    form = await _form(request)
-    cred, _ = _checked(request, form)
+    cred, _, form = await _checked(request)
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     kind = form.get("decision", "")
@@ -703,8 +707,7 @@ async def resolve_form(request: Request) -> Response:
 
     Only approvers who may start runs of the agent may resolve its runs.
     """
-    form = await _form(request)
-    cred, _ = _checked(request, form)
+    cred, _, form = await _checked(request)
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     if not cred.approver.may_start(run.agent):
@@ -743,8 +746,7 @@ async def resolve_form(request: Request) -> Response:
 )
 async def start_form(request: Request) -> Response:
     """Start a run from the inbox form, then show it (303 to its page)."""
-    form = await _form(request)
-    cred, _ = _checked(request, form)
+    cred, _, form = await _checked(request)
     deps_text = form.get("deps_ref", "").strip()
     try:
         deps_ref = parse_json(deps_text) if deps_text else None

@@ -92,12 +92,13 @@ class GuardedEvents:
 
     async def _open(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
         state: ServiceState = request.app.state.golem
-        _parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
         found = self._credential(request, state)
         if found is None:  # stream.events answers the 401 with its own message
             response = await self.events(request)
             await response(scope, receive, send)
             return
+        # after the credential: a stranger gets 401 whatever the cursor
+        _parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
         cred, valid, exp = found
         identity = cred.approver.identity
         limit, counts = state.max_streams_per_identity, state.open_streams
