@@ -30,7 +30,7 @@ MAX_CURSOR = 2**63 - 1
 """The largest audit cursor a store can hold (a signed 64-bit integer)."""
 
 
-def _parse_cursor(text: str | None) -> int | None:
+def parse_cursor(text: str | None) -> int | None:
     """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
 
     Raises:
@@ -38,9 +38,12 @@ def _parse_cursor(text: str | None) -> int | None:
     """
     if text is None or text == "":
         return None
-    if len(text) > 20 or not text.isascii() or not text.lstrip("-").isdigit():
+    # an integer, possibly written `5.0` (JSON Schema's integers include it, and so do the
+    # service's other integer query parameters)
+    digits = text.removesuffix(".0") if text.endswith(".0") else text
+    if len(digits) > 20 or not digits.isascii() or not digits.lstrip("-").isdigit():
         raise ApiError(422, "invalid_request", "the cursor must be an integer")
-    value = int(text)
+    value = int(digits)
     if not 0 <= value <= MAX_CURSOR:
         raise ApiError(422, "invalid_request", f"the cursor must be between 0 and {MAX_CURSOR}")
     return value
@@ -98,7 +101,7 @@ class GuardedEvents:
             await response(scope, receive, send)
             return
         # after the credential: a stranger gets 401 whatever the cursor
-        _parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+        parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
         cred, valid, exp = found
         identity = cred.approver.identity
         limit, counts = state.max_streams_per_identity, state.open_streams

@@ -28,6 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
+from golem.service.limits import parse_cursor
 from golem.store import ChangeFeed, RunNotFound, RunRecord
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -121,16 +122,8 @@ async def events(request: Request) -> Response:
     state: ServiceState = request.app.state.golem
     cred = _stream_credential(request, state)
     store = require_store(state)
-    start = request.headers.get("last-event-id") or request.query_params.get("cursor")
-    if start is None or start == "":
-        cursor = await store.last_change_id()
-    else:
-        try:
-            cursor = int(start)
-        except ValueError:
-            raise ApiError(422, "invalid_request", "the cursor must be an integer") from None
-        if cursor < 0:
-            raise ApiError(422, "invalid_request", "the cursor must not be negative")
+    start = parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+    cursor = await store.last_change_id() if start is None else start
     return StreamingResponse(
         _changes(request, state, cred, cursor),
         media_type="text/event-stream",
