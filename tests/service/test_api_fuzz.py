@@ -37,6 +37,7 @@ from golem.store import Store, open_store
 from golem.worker import Worker
 from tests.service.agents import build_registry
 from tests.service.conftest import TOKENS, bearer, make_auth
+from tests.store.backends import backend_for
 
 EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
 """Examples per operation and generation mode (CI's budget; raise it for a deep run)."""
@@ -188,6 +189,19 @@ def sqlite_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         schemathesis_asgi.shutdown_lifespans()  # closes the app's store
 
 
+@pytest.fixture(scope="module")
+def postgres_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with backend_for("postgres", tmp_path_factory.mktemp("fuzz-pg")) as pg:
+        assert pg.dsn is not None
+        assert pg.schema is not None
+        url = pg.dsn + ("&" if "?" in pg.dsn else "?") + f"options=-csearch_path%3D{pg.schema}"
+        seeded = asyncio.run(seed(pg.open))  # creates the backend's schema
+        try:
+            yield fuzz_schema(url, seeded)
+        finally:
+            schemathesis_asgi.shutdown_lifespans()
+
+
 @pytest.fixture(autouse=True)
 def _node_id(request: pytest.FixtureRequest) -> None:
     """Schemathesis 4.32 names each operation's subtest through `node._nodeid`, which
@@ -203,6 +217,21 @@ schema = schemathesis.pytest.from_fixture("sqlite_schema")
 @schema.parametrize()
 def test_every_operation_keeps_its_document(case: Any) -> None:
     case.call_and_validate()
+
+
+def test_chains_of_calls_that_follow_the_links_keep_the_document(sqlite_schema: Any) -> None:
+    # Stateful: start a run, then decide its first call or show it; list the pending calls,
+    # then decide the first or fetch the next page (the document's OpenAPI links).
+    machine = sqlite_schema.as_state_machine()
+    machine.run(
+        settings=settings(
+            max_examples=max(EXAMPLES // 2, 5),
+            stateful_step_count=6,
+            derandomize=True,
+            database=None,
+            deadline=None,
+        )
+    )
 
 
 STRANGERS = {
@@ -236,3 +265,12 @@ def test_no_operation_serves_a_stranger(case: Any) -> None:
                 assert res.json()["error"]["code"] == "unauthenticated", who
                 assert set(res.json()) == {"error"}, who  # no data beside the error
             case.validate_response(res, transport_kwargs=sent)
+
+
+postgres = schemathesis.pytest.from_fixture("postgres_schema")
+
+
+@pytest.mark.postgres
+@postgres.parametrize()
+def test_every_operation_keeps_its_document_on_postgres(case: Any) -> None:
+    case.call_and_validate()

@@ -159,3 +159,19 @@ def test_pages_that_redirect_to_sign_in_take_no_credential_too() -> None:
     assert paths["/"]["get"]["security"] == [{"session": []}, {}]
     assert paths["/logout"]["post"]["security"] == [{"session": []}]
     assert paths["/api/runs"]["get"]["security"] == [{"bearer": []}]
+
+
+def test_links_lead_from_a_started_run_and_the_pending_calls_to_their_decisions() -> None:
+    paths = document()["paths"]
+    started = paths["/api/runs"]["post"]["responses"]["201"]["links"]
+    assert started["decideFirstCall"] == {
+        "operationId": "decideCall",
+        "parameters": {
+            "run_id": "$response.body#/run/id",
+            "call_id": "$response.body#/run/calls/0/call_id",
+        },
+    }
+    pending = paths["/api/calls"]["get"]["responses"]["200"]["links"]
+    assert pending["nextPage"]["parameters"] == {"after": "$response.body#/next_cursor"}
+    decided = paths["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]["200"]
+    assert decided["links"]["showRun"]["operationId"] == "showRun"

@@ -797,6 +797,13 @@ async def agents(request: Request) -> Response:
     body=schemas.StartRunBody,
     responses={201: schemas.RunEnvelope},
     errors=(*_BODY, 403),
+    links={
+        "showRun": ("showRun", {"run_id": "$response.body#/run/id"}),
+        "decideFirstCall": (
+            "decideCall",
+            {"run_id": "$response.body#/run/id", "call_id": "$response.body#/run/calls/0/call_id"},
+        ),
+    },
 )
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
@@ -839,6 +846,13 @@ async def list_runs(request: Request) -> Response:
     query=schemas.CallsQuery,
     responses={200: schemas.CallList},
     errors=(401, 422),
+    links={
+        "decideFirstCall": (
+            "decideCall",
+            {"run_id": "$response.body#/calls/0/run_id", "call_id": "$response.body#/calls/0/call_id"},
+        ),
+        "nextPage": ("listCalls", {"after": "$response.body#/next_cursor"}),
+    },
 )
 async def list_calls(request: Request) -> Response:
     """Undecided calls the caller may decide, filtered by agent, tool and kind."""
@@ -875,6 +889,7 @@ async def show_run(request: Request) -> Response:
     body=schemas.DecisionBody,
     responses={200: schemas.DecisionResult},
     errors=(*_BODY, 403, 404, 409),
+    links={"showRun": ("showRun", {"run_id": "$response.body#/run/id"})},
 )
 async def decide(request: Request) -> Response:
     """Decide one pending call as the caller's identity."""

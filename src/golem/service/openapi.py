@@ -73,6 +73,9 @@ class Operation:
     """Which half of the service."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Request headers it reads: name → description."""
+    links: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
+    """OpenAPI links of its first success response: name → (operationId, parameter →
+    runtime expression such as `$response.body#/run/id`)."""
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
@@ -242,6 +245,11 @@ def openapi_document(
             for h, d in spec.headers.items()
         ]
         responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
+        if spec.links:
+            responses[str(min(spec.responses))]["links"] = {
+                name: {"operationId": target, "parameters": dict(params)}
+                for name, (target, params) in spec.links.items()
+            }
         for status in sorted({400, *spec.errors}):  # any URL may hold a NUL (400)
             if spec.tag == "api" or status in (413,):
                 responses[str(status)] = {
