@@ -73,10 +73,10 @@ PUBLIC_ALL = {
     "golem.service.inbox": "",
     "golem.service.limits": "",
     "golem.service.notify": "Delivery Notifier Webhook sign",
-    "golem.service.openapi": "HTML REDIRECT SSE Operation openapi_document operation",
+    "golem.service.openapi": "CSV HTML REDIRECT SSE ArrayOf Operation openapi_document operation",
     "golem.service.schemas": (
-        "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList AuditListItem "
-        "AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
+        "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList "
+        "AuditListItem AuditPageQuery AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
         "DecisionOut DecisionResult DeliveryAttempt DeliveryItem DeliveryList ErrorBody "
         "ErrorDetail ErrorInfo EventsQuery Health LoginForm LogoutForm OpenApiDocument Outcome "
         "ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm "

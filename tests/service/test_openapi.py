@@ -175,3 +175,12 @@ def test_links_lead_from_a_started_run_and_the_pending_calls_to_their_decisions(
     assert pending["nextPage"]["parameters"] == {"after": "$response.body#/next_cursor"}
     decided = paths["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]["200"]
     assert decided["links"]["showRun"]["operationId"] == "showRun"
+
+
+def test_the_audit_page_documents_its_downloads() -> None:
+    op = document()["paths"]["/audit"]["get"]
+    assert set(op["responses"]["200"]["content"]) == {"text/html", "text/csv", "application/json"}
+    rows = op["responses"]["200"]["content"]["application/json"]["schema"]
+    assert rows == {"type": "array", "items": {"$ref": "#/components/schemas/AuditListItem"}}
+    fmt = next(p for p in op["parameters"] if p["name"] == "format")
+    assert fmt["schema"]["anyOf"][0]["anyOf"][0] == {"enum": ["csv", "json"], "type": "string"}

@@ -145,6 +145,8 @@ async def test_the_audit_view_filters_and_exports(
     res = await client.get("/audit?agent=echo&format=json")
     assert {e["agent"] for e in res.json()} == {"echo"}
     assert (await client.get("/audit?action=nope")).status_code == 422
+    assert (await client.get("/audit?format=xml")).status_code == 422  # documented formats only
+    assert (await client.get("/audit?format=")).headers["content-type"].startswith("text/html")
 
 
 async def test_the_audit_api_hides_runs_the_caller_may_not_see(

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from golem.service import schemas
 from golem.service.api import ServiceState, audit_model, bearer, read_query, require_store, respond
 from golem.service.auth import Credential
-from golem.service.openapi import HTML, REDIRECT, operation
+from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
 from golem.store import AuditAction, AuditEntry, RunNotFound
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -104,8 +104,8 @@ async def api_audit(request: Request) -> Response:
 @operation(
     op_id="auditPage",
     summary="The audit view (HTML), or its rows as ?format=csv / ?format=json downloads.",
-    query=schemas.AuditQuery,
-    responses={200: HTML, 303: REDIRECT},
+    query=schemas.AuditPageQuery,
+    responses={200: (HTML, CSV, ArrayOf(schemas.AuditListItem)), 303: REDIRECT},
     errors=(422,),
     security=("session",),
     tag="inbox",
@@ -118,9 +118,9 @@ async def audit_page(request: Request) -> Response:
     if who is None:
         return inbox.login_redirect(request)
     state: ServiceState = request.app.state.golem
-    q = read_query(request, schemas.AuditQuery)
+    q = read_query(request, schemas.AuditPageQuery)
     rows = await _audit_rows(state, who[0], q)
-    fmt = request.query_params.get("format", "")
+    fmt = q.format
     if fmt == "json":
         body = json.dumps([_item(r) for r in rows], ensure_ascii=False, indent=1)
         return Response(

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from golem.service.schemas import ErrorBody
 
-__all__ = ["HTML", "REDIRECT", "SSE", "Operation", "openapi_document", "operation"]
+__all__ = ["CSV", "HTML", "REDIRECT", "SSE", "ArrayOf", "Operation", "openapi_document", "operation"]
 
 HTML = "text/html"
 """A response marker: an HTML page."""
@@ -29,9 +29,23 @@ REDIRECT = "redirect"
 """A response marker: 303 See Other with `Location`."""
 SSE = "text/event-stream"
 """A response marker: an endless server-sent event stream."""
+CSV = "text/csv"
+"""A response marker: a CSV download."""
 
-ResponseSpec = type[BaseModel] | str
-"""A response model, or one of the markers `HTML`, `REDIRECT`, `SSE`."""
+
+
+@dataclass(frozen=True)
+class ArrayOf:
+    """A response spec: a JSON array of `model`."""
+
+    model: type[BaseModel]
+    """The model of each item."""
+
+
+OneResponse = type[BaseModel] | ArrayOf | str
+ResponseSpec = OneResponse | tuple[OneResponse, ...]
+"""A response model, an `ArrayOf` one, one of the markers `HTML`, `REDIRECT`, `SSE`, `CSV`,
+or a tuple of them: one of several media types (chosen by the request's query)."""
 
 _ERRORS = {
     400: "Malformed JSON, a NUL character in the URL, or nesting too deep.",
@@ -104,8 +118,11 @@ def _models(ops: Iterable[Operation]) -> list[tuple[type[BaseModel], Mode]]:
             if model is not None:
                 seen[(model, "validation")] = None
         for spec in op.responses.values():
-            if isinstance(spec, type):
-                seen[(spec, "serialization")] = None
+            for one in spec if isinstance(spec, tuple) else (spec,):
+                if isinstance(one, ArrayOf):
+                    seen[(one.model, "serialization")] = None
+                elif isinstance(one, type):
+                    seen[(one, "serialization")] = None
     return list(seen)
 
 
@@ -154,8 +171,21 @@ _SSE_EVENT = {
 def _response(
     spec: ResponseSpec, ref: Callable[[type[BaseModel]], dict[str, str]]
 ) -> dict[str, Any]:
+    if isinstance(spec, tuple):
+        parts = [_response(one, ref) for one in spec]
+        return {
+            "description": " Or: ".join(p["description"] for p in parts),
+            "content": {k: v for p in parts for k, v in p["content"].items()},
+        }
     if spec == HTML:
         return {"description": "An HTML page.", "content": {HTML: {"schema": {"type": "string"}}}}
+    if spec == CSV:
+        return {"description": "A CSV download.", "content": {CSV: {"schema": {"type": "string"}}}}
+    if isinstance(spec, ArrayOf):
+        return {
+            "description": f"A JSON array of {spec.model.__name__}.",
+            "content": {"application/json": {"schema": {"type": "array", "items": ref(spec.model)}}},
+        }
     if spec == REDIRECT:
         return {
             "description": "See Other: go to `Location`.",

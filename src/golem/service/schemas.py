@@ -24,6 +24,7 @@ __all__ = [
     "AuditItem",
     "AuditList",
     "AuditListItem",
+    "AuditPageQuery",
     "AuditQuery",
     "BulkDecisionForm",
     "Call",
@@ -175,6 +176,14 @@ class AuditQuery(BaseModel):
     agent: str | None = Field(default=None, description="Only runs of this agent.")
     run: str | None = Field(default=None, description="Run ID contains this.")
     limit: int = Field(default=500, ge=1, le=5000, description="At most this many entries.")
+
+
+class AuditPageQuery(AuditQuery):
+    """`GET /audit` query parameters: the API's, and a download format."""
+
+    format: Literal["csv", "json"] | None = Field(
+        default=None, description="Download the rows as CSV or JSON instead of the page."
+    )
 
 
 class EventsQuery(BaseModel):
@@ -360,6 +369,7 @@ class AuditList(_Out):
     """`{"entries": [...]}`, newest first."""
 
     entries: list[AuditListItem]
+
 
 
 class RunDetail(Run):
