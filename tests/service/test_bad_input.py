@@ -270,3 +270,13 @@ async def test_an_expires_in_under_a_microsecond_expires_at_once(
     res = await _start_raw(http, '{"agent": "twin", "prompt": "hi", "expires_in": ' + value + "}")
     assert res.status_code == 201, res.text
     assert res.json()["run"]["expires_at"] is not None
+
+
+async def test_a_malformed_cursor_is_refused_even_when_last_event_id_wins(
+    http: httpx.AsyncClient,
+) -> None:
+    # The header wins, but a malformed ?cursor= is still malformed input (found by the
+    # OpenAPI fuzz: Last-Event-ID: 24 with ?cursor=true opened the stream).
+    headers = {**bearer("alice"), "Last-Event-ID": "24"}
+    res = await http.get("/api/events?cursor=true", headers=headers)
+    assert res.status_code == 422, res.text

@@ -30,7 +30,20 @@ MAX_CURSOR = 2**63 - 1
 """The largest audit cursor a store can hold (a signed 64-bit integer)."""
 
 
-def parse_cursor(text: str | None) -> int | None:
+def start_cursor(request: Request) -> int | None:
+    """Where a stream starts: `Last-Event-ID`, else `?cursor=` (None: the newest change).
+
+    Both are checked, so a malformed `?cursor=` is refused even when the header wins.
+
+    Raises:
+        ApiError: 422 for either one that is not an integer in 0 … 2**63-1.
+    """
+    header = _parse_cursor(request.headers.get("last-event-id"))
+    query = _parse_cursor(request.query_params.get("cursor"))
+    return header if header is not None else query
+
+
+def _parse_cursor(text: str | None) -> int | None:
     """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
 
     Raises:
@@ -100,8 +113,7 @@ class GuardedEvents:
             response = await self.events(request)
             await response(scope, receive, send)
             return
-        # after the credential: a stranger gets 401 whatever the cursor
-        parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+        start_cursor(request)  # after the credential: a stranger gets 401 whatever the cursor
         cred, valid, exp = found
         identity = cred.approver.identity
         limit, counts = state.max_streams_per_identity, state.open_streams

@@ -261,7 +261,8 @@ def openapi_document(
     paths: dict[str, dict[str, Any]] = {}
     for path, names, method, spec in described:
         params: list[dict[str, Any]] = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names
+            {"name": n, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+            for n in names
         ]
         if spec.query is not None:
             params += _query_params(spec.query, schemas)

@@ -28,7 +28,7 @@ from starlette.responses import Response, StreamingResponse
 from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
-from golem.service.limits import parse_cursor
+from golem.service.limits import start_cursor
 from golem.store import ChangeFeed, RunNotFound, RunRecord
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -122,7 +122,7 @@ async def events(request: Request) -> Response:
     state: ServiceState = request.app.state.golem
     cred = _stream_credential(request, state)
     store = require_store(state)
-    start = parse_cursor(request.headers.get("last-event-id") or request.query_params.get("cursor"))
+    start = start_cursor(request)
     cursor = await store.last_change_id() if start is None else start
     return StreamingResponse(
         _changes(request, state, cred, cursor),
