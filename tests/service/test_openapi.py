@@ -184,3 +184,11 @@ def test_the_audit_page_documents_its_downloads() -> None:
     assert rows == {"type": "array", "items": {"$ref": "#/components/schemas/AuditListItem"}}
     fmt = next(p for p in op["parameters"] if p["name"] == "format")
     assert fmt["schema"]["anyOf"][0]["anyOf"][0] == {"enum": ["csv", "json"], "type": "string"}
+
+
+def test_forms_are_documented_as_the_inbox_reads_them() -> None:
+    comp = document()["components"]["schemas"]
+    for name in ("LoginForm", "LogoutForm", "DecisionForm", "BulkDecisionForm", "StartForm"):
+        assert "additionalProperties" not in comp[name], name  # other fields are ignored
+    assert comp["StartForm"]["properties"]["prompt"]["pattern"] == r"\S"  # not blank
+    assert {"args", "after"} <= set(comp["DecisionForm"]["properties"])

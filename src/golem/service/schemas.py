@@ -205,7 +205,7 @@ class EventsQuery(BaseModel):
 class LoginForm(BaseModel):
     """`POST /login` (urlencoded; same-site only)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     token: str = Field(description="An approver token.")
     next: str | None = Field(default=None, description="A local path to go to afterwards.")
@@ -214,7 +214,7 @@ class LoginForm(BaseModel):
 class LogoutForm(BaseModel):
     """`POST /logout` (urlencoded)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     csrf: str = Field(description="The session's CSRF token.")
 
@@ -222,19 +222,24 @@ class LogoutForm(BaseModel):
 class DecisionForm(BaseModel):
     """`POST /runs/{run_id}/calls/{call_id}/decision` (urlencoded)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     csrf: str = Field(description="The session's CSRF token.")
     decision: Literal["approve", "deny", "external"]
     reason: str | None = Field(default=None, description="With deny: told to the model.")
     result: str | None = Field(default=None, description="With external: the tool's result.")
+    args: str | None = Field(
+        default=None,
+        description="With approve: edited arguments, a JSON object the tool's schema accepts.",
+    )
     next: str | None = Field(default=None, description="A local path to go back to.")
+    after: str | None = Field(default=None, description="The `call-…` anchor to go back to.")
 
 
 class BulkDecisionForm(BaseModel):
     """`POST /runs/{run_id}/decisions` (urlencoded): approve all or deny all."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     csrf: str = Field(description="The session's CSRF token.")
     decision: Literal["approve", "deny"]
@@ -245,7 +250,7 @@ class BulkDecisionForm(BaseModel):
 class ResolveForm(BaseModel):
     """`POST /runs/{run_id}/resolve` (urlencoded): operator recovery of an interrupted run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     csrf: str = Field(description="The session's CSRF token.")
     action: Literal["retry", "cancel"]
@@ -258,11 +263,11 @@ class ResolveForm(BaseModel):
 class StartForm(BaseModel):
     """`POST /runs` (urlencoded)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     csrf: str = Field(description="The session's CSRF token.")
-    agent: str
-    prompt: str
+    agent: str = Field(min_length=1, description="A registered agent's name.")
+    prompt: str = Field(pattern=r"\S", description="The first message (not blank).")
     deps_ref: str | None = Field(default=None, description="Optional JSON.")
 
 
