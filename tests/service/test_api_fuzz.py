@@ -9,11 +9,15 @@ without its token. The store holds real content (runs paused on approvals and on
 results, decided and undecided calls, completed and failed runs of several agents), and the
 path parameters are drawn half from real run and call IDs, so lookups hit real rows.
 
-A second pass calls every bearer operation with no token and with a wrong one: 401 and an
-error body, never data.
+A stateful pass follows the document's OpenAPI links (a started run to its first call's
+decision, the pending calls to a decision or the next page). A last pass calls every
+operation that needs a credential with none, a wrong token, a wrong scheme and a forged
+session: 401 and an error body, never data. The same fuzz runs on PostgreSQL when a test
+cluster is configured. What the document says and why: docs/adr/0046.
 
 The CI budget is `GOLEM_FUZZ_EXAMPLES` examples per operation (default below) on a fixed
-seed; a deep local run raises it (`GOLEM_FUZZ_EXAMPLES=1000 GOLEM_FUZZ_SEED=7 pytest ...`).
+seed, derandomized; a deep local run raises it and changes the seed, e.g.
+`GOLEM_FUZZ_EXAMPLES=1000 GOLEM_FUZZ_SEED=7 pytest tests/service/test_api_fuzz.py -o timeout=3000`.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from tests.service.conftest import TOKENS, bearer, make_auth
 from tests.store.backends import backend_for
 
 EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
-"""Examples per operation and generation mode (CI's budget; raise it for a deep run)."""
+"""Examples per operation (CI's budget; raise it for a deep run)."""
 
 SEED = int(os.environ.get("GOLEM_FUZZ_SEED", "20261203"))
 """The fixed seed of the run (the same cases every time unless changed)."""
