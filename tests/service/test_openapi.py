@@ -191,4 +191,5 @@ def test_forms_are_documented_as_the_inbox_reads_them() -> None:
     for name in ("LoginForm", "LogoutForm", "DecisionForm", "BulkDecisionForm", "StartForm"):
         assert "additionalProperties" not in comp[name], name  # other fields are ignored
     assert comp["StartForm"]["properties"]["prompt"]["pattern"] == r"\S"  # not blank
+    assert comp["ResolveForm"]["properties"]["note"]["pattern"] == r"\S"
     assert {"args", "after"} <= set(comp["DecisionForm"]["properties"])

@@ -254,7 +254,7 @@ class ResolveForm(BaseModel):
 
     csrf: str = Field(description="The session's CSRF token.")
     action: Literal["retry", "cancel"]
-    note: str = Field(min_length=1, description="What the operator checked (audited).")
+    note: str = Field(pattern=r"\S", description="What the operator checked (not blank; audited).")
     confirm: list[str] = Field(
         default=[], description="Approved calls confirmed not to have run (re-run on retry)."
     )
