@@ -55,7 +55,8 @@ _ERRORS = {
     409: "The call was already decided differently, expired, or the run is no longer pending.",
     413: "The body is too large.",
     415: "The form is not urlencoded.",
-    422: "A field or query parameter is missing or invalid.",
+    422: "A field or query parameter is missing or invalid (no string may hold NUL or a lone "
+    "surrogate).",
     429: "Too many attempts or open streams; see Retry-After.",
     503: "The store is not open yet.",
 }
