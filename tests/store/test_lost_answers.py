@@ -1,0 +1,111 @@
+"""A store call that commits but whose answer never arrives (the connection died after the
+COMMIT was sent): the worker must neither lose the run nor run its approved call twice.
+
+`LostAnswer` wraps a real store and, once, lets one call commit and then raises the plain
+`StoreError` a dead connection gives. `tests/store/test_pg_chaos.py` does the same on the
+wire with a proxy; this runs the worker's side on every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from golem.errors import StoreError
+from golem.store import AuditAction, Decision, RunStatus, Store
+from golem.worker import Worker, start_run
+from tests.store.chaos import chaos_registry, executions, until
+from tests.store.worker_app import prompt_for
+
+
+class LostAnswer:
+    """`store`, except that the first call of `method` commits, then raises `StoreError`."""
+
+    def __init__(self, store: Store, method: str) -> None:
+        self._store = store
+        self._method = method
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method or self.lost:
+            return attr
+
+        async def commit_then_lose(*args: Any, **kwargs: Any) -> Any:
+            result = await attr(*args, **kwargs)
+            if self.lost == 0 and result:  # a claim that took nothing answers nothing
+                self.lost += 1
+                raise StoreError("postgresql: server closed the connection unexpectedly")
+            return result
+
+        return commit_then_lose
+
+
+@pytest.mark.parametrize("method", ["claim_ready_many", "claim_ready", "finish"])
+async def test_a_call_whose_answer_is_lost_neither_strands_nor_repeats_the_run(
+    store: Store, tmp_path: Path, method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+
+    flaky = LostAnswer(store, method)
+    concurrency = 1 if method == "claim_ready" else 2
+    worker = Worker(flaky, registry, worker_id="w", concurrency=concurrency)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run_forever(0.01, stop))
+    try:
+
+        async def completed() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.COMPLETED
+
+        await until(completed, "the run to complete")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+    assert flaky.lost == 1
+    assert executions(exec_dir) == {"p-0": [run.id]}, "the approved call ran exactly once"
+    actions = [e.action for e in await store.audit(run.id)]
+    assert actions == [
+        AuditAction.CREATED,
+        AuditAction.DECIDED,
+        AuditAction.READY,
+        AuditAction.CLAIMED,
+        AuditAction.COMPLETED,
+    ]
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "lease lost" not in text
+    if method.startswith("claim"):
+        assert f"run {run.id} was claimed by a claim whose answer was lost" in text
+
+
+async def test_a_lost_claim_is_given_up_once_its_lease_ran_out(
+    store: Store, tmp_path: Path
+) -> None:
+    """A claim whose answer was lost and whose lease ran out before the worker could look:
+    the run is the sweep's (interrupted), never resumed late."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    flaky = LostAnswer(store, "claim_ready")
+    worker = Worker(flaky, registry, worker_id="w", lease_seconds=0.001)  # type: ignore[arg-type]
+    with pytest.raises(StoreError):
+        await worker.run_once()
+
+    async def lapsed() -> bool:
+        return (await store.sweep_interrupted()) == [run.id]
+
+    await until(lapsed, "the lease to run out")
+    assert await worker.run_once() is False
+    assert executions(exec_dir) == {}
+    assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED

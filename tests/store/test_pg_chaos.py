@@ -1,0 +1,327 @@
+"""Chaos on PostgreSQL: the server restarts, connections die mid-transaction (a COMMIT whose
+answer is lost among them), a table stays locked — and golem's durable path holds.
+
+A `Worker(concurrency=8).run_forever()` resumes runs whose approved tool records each
+execution in a file per call (`tests/store/chaos.py`), while a producer keeps starting and
+approving runs through another store. Afterwards (the worker stopped, a sweep run with an
+explicit `now`) `check_invariants` checks that every run is terminal, that no approved call
+ran twice and every completed run's call ran exactly once, and that the audit log is whole
+and in order. Nothing here waits for a duration: events, holds, and conditions polled
+under generous deadlines.
+
+Tests that restart the server use a cluster of their own (started once for this module);
+the others use the suite's cluster and kill only their own connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from golem.errors import StoreError
+from golem.store import Decision, RunStatus, utc_now
+from golem.store.postgres import PostgresStore
+from golem.worker import Worker
+from tests.store.backends import postgres_dsn
+from tests.store.chaos import (
+    Cluster,
+    FaultProxy,
+    Hold,
+    Producer,
+    Summary,
+    chaos_registry,
+    check_invariants,
+    until,
+)
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of this module's own: its tests restart and stop the server."""
+    c = Cluster.start()
+    try:
+        yield c
+    finally:
+        c.remove()
+
+
+def _schema() -> str:
+    return f"chaos_{uuid.uuid4().hex[:12]}"
+
+
+def _admin(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+class Scene:
+    """A worker and a producer on one schema, each with a store of its own (as two processes
+    would have), and an event stream's change feed on the worker's store."""
+
+    def __init__(
+        self,
+        dsn: str,
+        exec_dir: Path,
+        *,
+        worker_dsn: str | None = None,
+        producer_dsn: str | None = None,
+        start: bool = True,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = _schema()
+        self.exec_dir = exec_dir
+        self.worker_dsn = worker_dsn or dsn
+        self.producer_dsn = producer_dsn or dsn
+        self.start_now = start
+        self.hold = Hold()
+        self.registry = chaos_registry(exec_dir, self.hold)
+        self.stop = asyncio.Event()
+
+    async def __aenter__(self) -> Scene:
+        self.store = await PostgresStore.open(
+            self.worker_dsn, schema=self.schema, connect_timeout=5
+        )
+        self.producer_store = await PostgresStore.open(
+            self.producer_dsn, schema=self.schema, pool_size=2
+        )
+        self.feed = self.store.change_feed()
+        self.producer = Producer(self.producer_store, self.registry, self.exec_dir)
+        self.worker = Worker(
+            self.store, self.registry, worker_id="survivor", lease_seconds=30, concurrency=8
+        )
+        if self.start_now:
+            self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the worker."""
+        self.task = asyncio.create_task(self.worker.run_forever(0.2, self.stop))
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.hold.release()
+        self.stop.set()
+        try:
+            if hasattr(self, "task"):
+                await asyncio.wait_for(asyncio.shield(self.task), 60)
+        finally:
+            await self.store.close()
+            await self.producer_store.close()
+            await asyncio.to_thread(
+                _admin, self.dsn, f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'
+            )
+
+    async def status(self, run_id: str) -> RunStatus | None:
+        try:
+            return (await self.producer_store.get_run(run_id)).status
+        except StoreError:
+            return None
+
+    async def all_done(self, ids: list[str]) -> None:
+        async def done() -> bool:
+            return all([await self.status(i) is RunStatus.COMPLETED for i in ids])
+
+        await until(done, f"runs {ids} to complete")
+
+    async def settle(self) -> Summary:
+        """Approve stray runs, let every approved run end, stop the worker, sweep, check."""
+        await self.producer.approve_strays()
+
+        async def quiet() -> bool:
+            try:
+                busy = await self.producer_store.list_runs(
+                    status=[RunStatus.PENDING, RunStatus.READY], limit=1
+                )
+            except StoreError:
+                return False
+            return not busy
+
+        await until(quiet, "every approved run to be claimed")
+        self.hold.release()
+        self.stop.set()
+        await asyncio.wait_for(asyncio.shield(self.task), 60)
+        # nothing is in flight now: a run still running lost its worker's claim or finish
+        await self.store.sweep_interrupted(now=utc_now() + timedelta(hours=1))
+        return await check_invariants(self.store, self.exec_dir, self.producer.approved)
+
+
+async def _listening(dsn: str, channel: str) -> bool:
+    rows = await asyncio.to_thread(
+        _admin, dsn, "SELECT 1 FROM pg_stat_activity WHERE query = %s", f'LISTEN "{channel}"'
+    )
+    return bool(rows)
+
+
+# ---------------------------------------------------------------------- 1. server restarts
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["immediate", "fast", "down"])
+async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
+    cluster: Cluster, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server restarts (`-m immediate`, `-m fast`, or stays down while connections are
+    refused) while four resumes wait inside their approved tool, more runs are being
+    started and approved, and an event stream listens. The worker is never restarted."""
+    caplog.set_level(logging.WARNING, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    async with Scene(cluster.dsn, exec_dir) as s:
+        held = await s.producer.many(4, hold=True)
+
+        async def held_in_tool() -> bool:
+            return s.hold.entered == 4
+
+        await until(held_in_tool, "four resumes to be inside their tool")
+        await s.all_done(await s.producer.many(4))
+
+        busy = asyncio.create_task(s.producer.many(30))
+        try:
+
+            async def producing() -> bool:
+                return len(s.producer.approved) >= 12 or busy.done()
+
+            await until(producing, "the producer to be under way")
+            if how == "down":
+                await asyncio.to_thread(cluster.down, "immediate")
+                with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
+                    await s.producer_store.get_run(held[0])
+
+                async def worker_noticed() -> bool:
+                    return any("claiming failed" in r.getMessage() for r in caplog.records)
+
+                await until(worker_noticed, "the worker to find the database gone")
+                await asyncio.to_thread(cluster.up)
+            else:
+                await asyncio.to_thread(cluster.restart, how)
+        finally:
+            await busy
+        s.hold.release()  # the held resumes finish on the restarted server
+        await s.all_done(held)
+
+        # the worker, never restarted, resumes runs approved after the restart
+        await s.all_done(await s.producer.many(5))
+        assert not s.task.done()
+
+        # the event stream's LISTEN connection is back: changes are pushed again (its
+        # safety-net poll runs hourly)
+        await until(lambda: _listening(cluster.dsn, s.store.channel), "LISTEN again")
+        for _ in range(2):
+            mark = s.feed.last_id
+            await s.producer.one()
+            assert await s.feed.wait_for_change(mark, 60) > mark
+
+        summary = await s.settle()
+    assert summary.statuses[RunStatus.COMPLETED] >= 4 + 4 + 5 + 2
+    assert summary.interrupted_unexecuted == [], "a claimed run was never resumed"
+
+
+# ---------------------------------------------------------------------- 2. lost commits
+
+
+@pytest.fixture
+def exec_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "exec"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    p = FaultProxy(postgres_dsn())
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+async def _fired(cut: Any) -> None:
+    assert await asyncio.to_thread(cut.fired.wait, 60), "the armed cut never fired"
+
+
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_finish_whose_commit_answer_is_lost_is_resolved_not_repeated(
+    exec_dir: Path, proxy: FaultProxy, lose: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection dies right after the worker sent the COMMIT of a run's outcome —
+    before the server got it, or after it committed but before the worker heard: the
+    worker retries, finds out which, and the run completes with its call run once."""
+    caplog.set_level(logging.INFO, "golem")
+    async with Scene(postgres_dsn(), exec_dir, worker_dsn=proxy.dsn) as s:
+        cut = proxy.cut(b"acted on p1-0", lose)
+        (run_id,) = await s.producer.many(1)
+        await _fired(cut)
+        assert cut.committed is (True if lose == "answer" else None)
+        await s.all_done([run_id])
+        summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 1}
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "saving the outcome failed" in text
+    assert "lease lost" not in text
+    assert f"run {run_id} completed" in text
+
+
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_claim_whose_commit_answer_is_lost_is_still_resumed(
+    exec_dir: Path, proxy: FaultProxy, lose: str
+) -> None:
+    """The connection dies right after the worker sent the COMMIT of a claim: whether the
+    claim committed or not, the run is resumed (once), not left to run out its lease."""
+    async with Scene(postgres_dsn(), exec_dir, worker_dsn=proxy.dsn, start=False) as s:
+        (run_id,) = await s.producer.many(1)
+        cut = proxy.cut(b"claimed", lose)
+        s.start()
+        await _fired(cut)
+        assert cut.committed is (True if lose == "answer" else None)
+        await s.all_done([run_id])
+        summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 1}
+
+
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_decision_whose_commit_answer_is_lost_can_be_sent_again(
+    exec_dir: Path, proxy: FaultProxy, lose: str
+) -> None:
+    """An approver's decision is cut after its COMMIT: the approver gets a `StoreError`
+    (not a success it cannot trust), and deciding again the same way is recorded once."""
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn) as s:
+        run = await s.producer.one_started()
+        cut = proxy.cut(run.id.encode(), lose)
+        with pytest.raises(StoreError) as info:
+            await s.producer_store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert type(info.value) is StoreError
+        await _fired(cut)
+        again = await s.producer_store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert again.decided_by == "bob"
+        s.producer.approved[run.id] = "p1-0"
+        await s.all_done([run.id])
+        summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 1}
+
+
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_start_whose_commit_answer_is_lost_raises_and_the_run_is_found_or_absent(
+    exec_dir: Path, proxy: FaultProxy, lose: str
+) -> None:
+    """Saving a new run is cut after its COMMIT: `start_run` raises `StoreError`; the run
+    exists exactly when the server committed, pending and resumable once approved."""
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn) as s:
+        cut = proxy.cut(b"calls:p1:1", lose)
+        assert await s.producer.one() is None
+        await _fired(cut)
+        assert s.producer.unknown_starts == 1
+        strays = await s.producer.approve_strays()
+        assert len(strays) == (1 if lose == "answer" else 0)
+        await s.all_done(strays)
+        summary = await s.settle()
+    assert summary.statuses == ({RunStatus.COMPLETED: 1} if strays else {})
