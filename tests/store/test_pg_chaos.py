@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
 
 from golem.errors import StoreError
-from golem.store import Decision, RunStatus, utc_now
+from golem.store import AuditAction, Decision, RunStatus, utc_now
 from golem.store.postgres import PostgresStore
 from golem.worker import Worker
 from tests.store.backends import postgres_dsn
@@ -325,3 +330,186 @@ async def test_a_start_whose_commit_answer_is_lost_raises_and_the_run_is_found_o
         await s.all_done(strays)
         summary = await s.settle()
     assert summary.statuses == ({RunStatus.COMPLETED: 1} if strays else {})
+
+
+async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
+    exec_dir: Path,
+) -> None:
+    """Every store connection (the worker's pool, its LISTEN connection, the producer's
+    pool) is killed with `pg_terminate_backend` again and again at random moments, most
+    of them while a transaction is in flight, as runs are started, approved, claimed and
+    finished. Once the killing stops, every run completes, each call run once."""
+    dsn = postgres_dsn()
+    app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
+    victim = make_conninfo(dsn, application_name=app)
+    rng = random.Random(45)
+    kills = Counter[str]()
+    async with Scene(dsn, exec_dir, worker_dsn=victim, producer_dsn=victim) as s:
+        done_producing = asyncio.Event()
+
+        async def killer() -> None:
+            while not done_producing.is_set():
+                await asyncio.sleep(rng.uniform(0, 0.02))
+                busy = rng.random() < 0.8
+                which = "state <> 'idle'" if busy else "true"
+                rows = await asyncio.to_thread(
+                    _admin,
+                    dsn,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE application_name = %s AND {which}",
+                    app,
+                )
+                kills["in flight" if busy else "any"] += len(rows)
+
+        killing = asyncio.create_task(killer())
+        try:
+            await s.producer.many(40)
+        finally:
+            done_producing.set()
+            await killing
+        summary = await s.settle()
+    assert kills["in flight"] > 0, kills
+    assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
+
+
+# ---------------------------------------------------------------------- 3. a locked table
+
+
+async def _waiting_on_locks(dsn: str, app: str) -> int:
+    rows = await asyncio.to_thread(
+        _admin,
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+        app,
+    )
+    return int(rows[0][0])
+
+
+async def _pool_is_clean(store: PostgresStore, dsn: str, app: str) -> None:
+    """Every connection of the store is idle, none left inside a transaction."""
+
+    async def clean() -> bool:
+        rows = await asyncio.to_thread(
+            _admin,
+            dsn,
+            "SELECT state FROM pg_stat_activity WHERE application_name = %s "
+            "AND backend_type = 'client backend'",
+            app,
+        )
+        return all(state == "idle" for (state,) in rows)
+
+    await until(clean, "the store's connections to be idle")
+    idle = store._idle  # the pool's own view must agree
+    assert all(c.pg.transaction_status == pq.TransactionStatus.IDLE for c in idle)
+    assert store._opened <= store.pool_size
+
+
+@asynccontextmanager
+async def _locked(dsn: str, schema: str, table: str = "golem_runs") -> AsyncIterator[None]:
+    """Another session holds `LOCK TABLE ... IN ACCESS EXCLUSIVE MODE` until the block ends."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        await admin.execute("BEGIN")
+        await admin.execute(f'LOCK TABLE "{schema}".{table} IN ACCESS EXCLUSIVE MODE')
+        try:
+            yield
+        finally:
+            await admin.execute("ROLLBACK")
+
+
+async def test_calls_wait_on_a_locked_table_and_a_cancelled_wait_leaves_the_pool_clean(
+    exec_dir: Path,
+) -> None:
+    """While another session holds an exclusive lock on the runs table, store calls wait.
+    Cancelled callers are let go at once; their transactions finish once the lock is gone
+    (a cancelled decision is recorded, as documented), and the pool is left clean."""
+    dsn = postgres_dsn()
+    app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
+    schema = _schema()
+    store = await PostgresStore.open(
+        make_conninfo(dsn, application_name=app), schema=schema, pool_size=2
+    )
+    try:
+        producer = Producer(store, chaos_registry(exec_dir), exec_dir)
+        run = await producer.one_started()
+        async with _locked(dsn, schema):
+            read = asyncio.create_task(store.get_run(run.id))
+            decide = asyncio.create_task(
+                store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+            )
+
+            async def both_wait() -> bool:
+                return await _waiting_on_locks(dsn, app) == 2
+
+            await until(both_wait, "both calls to wait on the lock")
+            for t in (read, decide):
+                t.cancel()
+            done, _ = await asyncio.wait([read, decide], timeout=60)
+            assert {t.cancelled() for t in done} == {True}, "cancelled callers are let go"
+            late = asyncio.create_task(store.get_run(run.id))  # no free connection: waits
+        await asyncio.wait_for(late, 60)
+
+        async def decided() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.READY
+
+        await until(decided, "the cancelled caller's decision to be committed")
+        await _pool_is_clean(store, dsn, app)
+        actions = [e.action for e in await store.audit(run.id)]
+        assert actions == [AuditAction.CREATED, AuditAction.DECIDED, AuditAction.READY]
+    finally:
+        await store.close()
+        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+async def test_a_timeout_set_in_the_dsn_fails_a_locked_call_with_a_store_error(
+    exec_dir: Path, setting: str
+) -> None:
+    """`options=-c statement_timeout=…` (or `lock_timeout`) in the DSN holds with `schema=`
+    too: a call stuck behind a locked table fails with `StoreError` naming the timeout,
+    writes nothing, and the same call succeeds once the lock is gone."""
+    dsn = postgres_dsn()
+    app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
+    schema = _schema()
+    timed = make_conninfo(dsn, application_name=app, options=f"-c {setting}=200")
+    store = await PostgresStore.open(timed, schema=schema, pool_size=2)
+    try:
+        producer = Producer(store, chaos_registry(exec_dir), exec_dir)
+        run = await producer.one_started()
+        async with _locked(dsn, schema):
+            with pytest.raises(StoreError, match="timeout") as info:
+                await asyncio.wait_for(
+                    store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob"), 60
+                )
+            assert type(info.value) is StoreError
+            assert setting.replace("_", " ") in str(info.value)
+        assert (await store.get_run(run.id)).status is RunStatus.PENDING, "nothing written"
+        await store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert (await store.get_run(run.id)).status is RunStatus.READY
+        await _pool_is_clean(store, dsn, app)
+    finally:
+        await store.close()
+        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_the_worker_waits_out_a_locked_table_and_carries_on(exec_dir: Path) -> None:
+    """Runs are being started, approved and resumed when the runs table gets locked: every
+    call waits; once the lock is released everything completes, each call run once."""
+    dsn = postgres_dsn()
+    app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
+    victim = make_conninfo(dsn, application_name=app)
+    async with Scene(dsn, exec_dir, worker_dsn=victim, producer_dsn=victim) as s:
+        first = await s.producer.many(3)
+        await s.all_done(first)
+        async with _locked(dsn, s.schema):
+            busy = asyncio.create_task(s.producer.many(10))
+
+            async def stalled() -> bool:
+                return await _waiting_on_locks(dsn, app) >= 2
+
+            await until(stalled, "the worker and the producer to wait on the lock")
+            assert not busy.done()
+        await asyncio.wait_for(busy, 60)
+        summary = await s.settle()
+        await _pool_is_clean(s.store, dsn, app)
+    assert summary.statuses == {RunStatus.COMPLETED: 13}

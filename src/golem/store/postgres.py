@@ -41,6 +41,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import os
 import re
 import select
 import threading
@@ -61,6 +62,7 @@ try:
     from psycopg import errors as pg_errors
     from psycopg import pq
     from psycopg.adapt import Transformer
+    from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "PostgresStore needs psycopg 3 and greenlet: pip install 'golem-agents[postgres]'"
@@ -509,7 +511,15 @@ class PostgresStore(SQLStore):
     def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self.connect_timeout}
         if self.schema:
-            kwargs["options"] = f"-c search_path={self.schema}"
+            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say: a keyword
+            # argument replaces them
+            try:
+                given = conninfo_to_dict(self.dsn).get("options")
+            except psycopg.Error:  # connecting will say what is wrong with the DSN
+                given = None
+            given = given or os.environ.get("PGOPTIONS")
+            search_path = f"-c search_path={self.schema}"
+            kwargs["options"] = f"{given} {search_path}" if given else search_path
         return kwargs
 
     def _connect(self) -> _Conn:
