@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -82,6 +83,7 @@ class Scene:
         worker_dsn: str | None = None,
         producer_dsn: str | None = None,
         start: bool = True,
+        lease_seconds: float = 30,
     ) -> None:
         self.dsn = dsn
         self.schema = _schema()
@@ -89,6 +91,7 @@ class Scene:
         self.worker_dsn = worker_dsn or dsn
         self.producer_dsn = producer_dsn or dsn
         self.start_now = start
+        self.lease_seconds = lease_seconds
         self.hold = Hold()
         self.registry = chaos_registry(exec_dir, self.hold)
         self.stop = asyncio.Event()
@@ -103,7 +106,11 @@ class Scene:
         self.feed = self.store.change_feed()
         self.producer = Producer(self.producer_store, self.registry, self.exec_dir)
         self.worker = Worker(
-            self.store, self.registry, worker_id="survivor", lease_seconds=30, concurrency=8
+            self.store,
+            self.registry,
+            worker_id="survivor",
+            lease_seconds=self.lease_seconds,
+            concurrency=8,
         )
         if self.start_now:
             self.start()
@@ -229,6 +236,41 @@ async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
         summary = await s.settle()
     assert summary.statuses[RunStatus.COMPLETED] >= 4 + 4 + 5 + 2
     assert summary.interrupted_unexecuted == [], "a claimed run was never resumed"
+
+
+@pytest.mark.timeout(300)
+async def test_an_outage_longer_than_the_lease_ends_interrupted_with_the_call_run_once(
+    cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server goes down while a resume is inside its approved tool, and stays down
+    until the worker gave up saving the outcome (its lease ran out): once the server is
+    back, the sweep marks the run interrupted — the call ran once, and is not run again."""
+    caplog.set_level(logging.WARNING, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    async with Scene(cluster.dsn, exec_dir, lease_seconds=2) as s:
+        (held,) = await s.producer.many(1, hold=True)
+
+        async def in_tool() -> bool:
+            return s.hold.entered == 1
+
+        await until(in_tool, "the resume to be inside its tool")
+        await asyncio.to_thread(cluster.down, "immediate")
+        try:
+            s.hold.release()
+
+            async def gave_up() -> bool:
+                return any("until the lease ran out" in r.getMessage() for r in caplog.records)
+
+            await until(gave_up, "the worker to give up saving the outcome")
+        finally:
+            await asyncio.to_thread(cluster.up)
+        summary = await s.settle()
+        run = await s.store.get_run(held)
+    assert summary.statuses == {RunStatus.INTERRUPTED: 1}
+    assert summary.interrupted_unexecuted == [], "its call did run, once"
+    assert run.outcome is not None
+    assert 'worker "survivor" lost its lease' in run.outcome.error
 
 
 # ---------------------------------------------------------------------- 2. lost commits
@@ -513,3 +555,44 @@ async def test_the_worker_waits_out_a_locked_table_and_carries_on(exec_dir: Path
         summary = await s.settle()
         await _pool_is_clean(s.store, dsn, app)
     assert summary.statuses == {RunStatus.COMPLETED: 13}
+
+
+# ---------------------------------------------------------------------- 4. closing mid-connect
+
+
+async def test_closing_waits_for_a_connection_still_being_opened() -> None:
+    """A caller cancelled while its connection was being opened (the database slow to
+    accept, as after a restart), then the store closed: `close` returns only once that
+    connection is open and closed again — none is left to the garbage collector, which
+    would find it open after the event loop is gone."""
+    dsn = postgres_dsn()
+    schema = _schema()
+    store = PostgresStore(dsn, schema=schema)
+    entered, release = threading.Event(), threading.Event()
+    opened: list[Any] = []
+    real_connect = store._connect
+
+    def slow_connect() -> Any:
+        entered.set()
+        release.wait(60)
+        c = real_connect()
+        opened.append(c)
+        return c
+
+    store._connect = slow_connect  # type: ignore[method-assign]
+    try:
+        call = asyncio.create_task(store.get_run("nope"))
+        assert await asyncio.to_thread(entered.wait, 60)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(closing, 60)
+        assert [c.conn.closed for c in opened] == [True]
+        assert store._opened == 0
+    finally:
+        release.set()
+        await store.close()
+        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -476,6 +476,8 @@ class PostgresStore(SQLStore):
         self._pool_lock = threading.Lock()
         self._orphans: set[asyncio.Task[Any]] = set()
         """Transactions finishing after their caller was cancelled."""
+        self._connecting: set[asyncio.Future[_Conn]] = set()
+        """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -589,6 +591,8 @@ class PostgresStore(SQLStore):
                 continue
             if grow:  # connecting (and migrating, the first time) blocks: not on the loop
                 connecting = asyncio.ensure_future(asyncio.to_thread(self._connect))
+                self._connecting.add(connecting)
+                connecting.add_done_callback(self._connecting.discard)
                 try:
                     return await asyncio.shield(connecting)
                 except asyncio.CancelledError:
@@ -981,6 +985,9 @@ class PostgresStore(SQLStore):
         orphans = [t for t in list(self._orphans) if not t.done() and t.get_loop() is loop]
         if orphans:  # let the transactions of cancelled callers finish
             await asyncio.wait(orphans)
+        opening = [f for f in list(self._connecting) if not f.done() and f.get_loop() is loop]
+        if opening:  # connections still being opened: pooled, so closed, once open
+            await asyncio.wait(opening)
         with self._pool_lock:
             idle, self._idle = self._idle, []
             self._opened -= len(idle)
