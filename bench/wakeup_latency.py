@@ -6,8 +6,8 @@ A worker process runs `Worker.run_forever(poll_interval=60)` and sits idle. This
 saves a paused run, waits a moment (so the worker is asleep on its change feed), records
 the decision, and measures until the gated tool starts executing in the worker (the tool
 writes its start time to a file). PostgreSQL wakes the worker by `NOTIFY`; SQLite by the
-worker's shared change poller, which looks at the WAL index every `watch_interval`
-(default 0.05 s) and queries at once when it changed, so its latency is about half the
+worker's shared change poller, which looks at the write-ahead log every `watch_interval`
+(default 0.05 s; one `stat`) and queries at once when it changed, so its latency is about half the
 watch interval; measured again with the watch off (`watch_interval=None`: a query every
 `poll_interval`, 0.25 s). Prints p50 / p95 / max per backend, and the CPU the idle worker
 process spent per second while it waited.
@@ -170,7 +170,7 @@ def main() -> None:
     print("decision → approved tool starts in an idle worker process (worker poll: 60 s)")
     with tempfile.TemporaryDirectory() as tmp:
         target = {"kind": "sqlite", "path": str(Path(tmp) / "l.db")}
-        bench("SQLite (WAL-index watch, 0.05 s)", target, args.samples)
+        bench("SQLite (write-ahead log watch, 0.05 s)", target, args.samples)
         target = {"kind": "sqlite", "path": str(Path(tmp) / "n.db"), "watch": None}
         bench("SQLite (watch off: polls, 0.25 s)", target, args.samples)
     if not args.dsn:

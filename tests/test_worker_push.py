@@ -46,7 +46,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 @pytest.fixture
 async def stores(backend: Backend) -> AsyncIterator[tuple[Store, Store]]:
     """Two store instances on one database (as two processes would have)."""
-    # SQLite: queries an hour apart, so the WAL-index watch must do the waking (ADR 0042)
+    # SQLite: queries an hour apart, so the write-ahead log watch must do the waking (ADR 0042)
     kw: dict[str, Any] = {}
     if backend.kind == "sqlite":
         kw = {"poll_interval": 3600.0, "watch_interval": 0.01}
@@ -69,7 +69,7 @@ async def _true(value: bool) -> bool:
 async def test_a_decision_made_elsewhere_wakes_a_waiting_worker(
     stores: tuple[Store, Store],
 ) -> None:
-    """PostgreSQL NOTIFY (or SQLite's WAL-index watch) wakes a worker polling once an hour."""
+    """PostgreSQL NOTIFY (or SQLite's write-ahead log watch) wakes a worker polling once an hour."""
     mine, theirs = stores
     registry, ran = _app()
     worker = Worker(mine, registry, worker_id="w", sweep_interval=3600)

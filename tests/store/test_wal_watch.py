@@ -1,4 +1,4 @@
-"""SQLite: other processes' commits wake waiters through the WAL index, between polls.
+"""SQLite: other processes' commits wake waiters through the write-ahead log, between polls.
 
 Every store here polls once an hour, so a waiter that wakes was woken by the watch (or, in
 the contrast tests, does not wake at all). No test asserts a duration.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from golem.store import CallKind, ChangeFeed, NewCall, NewRun
-from golem.store.sqlite import SQLiteStore, _WalIndex
+from golem.store.sqlite import SQLiteStore, _WalWatch
 from tests.store.procs import eventually
 
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
@@ -37,7 +37,7 @@ async def _waiting(feed: ChangeFeed, n: int = 1) -> None:
     await eventually(lambda: _true(feed._waiters >= n), WAIT, "the waiter to wait")
 
 
-# ---------------------------------------------------------------------------- the header
+# ---------------------------------------------------------------------------- the log
 
 
 def _wal_db(path: Path) -> sqlite3.Connection:
@@ -47,45 +47,96 @@ def _wal_db(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def test_the_header_changes_with_every_commit_of_any_connection(tmp_path: Path) -> None:
+def _settled(watch: _WalWatch) -> None:
+    """Look until the watch has reported what it saw (a change is reported twice)."""
+    for _ in range(3):
+        if not watch.changed():
+            return
+    raise AssertionError("the watch keeps reporting changes with no commit")
+
+
+def test_the_log_changes_with_every_commit_of_any_connection(tmp_path: Path) -> None:
     db = tmp_path / "h.db"
     writer, reader = _wal_db(db), _wal_db(db)
-    index = _WalIndex(Path(str(db) + "-shm"))
+    watch = _WalWatch(Path(str(db) + "-wal"))
     try:
-        assert index.changed() is True  # the first look knows nothing yet
-        assert index.changed() is False
+        assert watch.changed() is True  # the first look knows nothing yet
+        _settled(watch)
         reader.execute("SELECT count(*) FROM t").fetchall()  # reads change nothing
-        assert index.changed() is False
+        assert watch.changed() is False
         for i in range(20):
             writer.execute("INSERT INTO t VALUES (?)", (i,))
-            assert index.changed() is True, f"commit {i} went unseen"
-            assert index.changed() is False
+            assert watch.changed() is True, f"commit {i} went unseen"
+            assert watch.changed() is True, f"commit {i} was reported once only"
+            assert watch.changed() is False
         writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log starts over ...
-        index.changed()
+        _settled(watch)
         writer.execute("INSERT INTO t VALUES (99)")  # ... and its next commit is seen too
-        assert index.changed() is True
+        assert watch.changed() is True
     finally:
-        index.close()
         writer.close()
         reader.close()
 
 
-def test_an_unreadable_index_says_maybe_and_recovers(tmp_path: Path) -> None:
+def test_a_missing_log_says_maybe_and_recovers(tmp_path: Path) -> None:
     db = tmp_path / "late.db"
-    index = _WalIndex(Path(str(db) + "-shm"))
+    watch = _WalWatch(Path(str(db) + "-wal"))
+    assert watch.changed() is True  # no file yet: maybe
+    assert watch.changed() is False  # still none: the regular queries cover it
+    conn = _wal_db(db)
     try:
-        assert index.changed() is True  # no file yet: maybe
-        assert index.changed() is False  # still none: the regular queries cover it
-        conn = _wal_db(db)
-        try:
-            assert index.changed() is True
-            assert index.changed() is False
-            conn.execute("INSERT INTO t VALUES (1)")
-            assert index.changed() is True
-        finally:
-            conn.close()
+        assert watch.changed() is True
+        _settled(watch)
+        conn.execute("INSERT INTO t VALUES (1)")
+        assert watch.changed() is True
     finally:
-        index.close()
+        conn.close()
+    _settled(watch)  # the last connection closed: SQLite removed the log
+    conn = _wal_db(db)  # a new one
+    try:
+        conn.execute("INSERT INTO t VALUES (2)")
+        assert watch.changed() is True
+    finally:
+        conn.close()
+
+
+_CHECKPOINT = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1])
+    print(conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+    """
+)
+
+
+async def test_the_watch_leaves_sqlites_locks_alone(tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it. A
+    watch that opened SQLite's files would release the locks of this process's connections:
+    here a reader's, and another process could then reset the log under that reader."""
+    db = tmp_path / "locks.db"
+    store = await SQLiteStore.open(db, poll_interval=HOUR, watch_interval=0.001)
+    reader = sqlite3.connect(db, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM golem_runs").fetchall()  # holds a read lock
+        await store.save_pending(_run("r1"))  # frames the reader's snapshot must not lose
+        feed = store.change_feed()
+        start = await store.last_change_id()
+        for _ in range(3):  # looks and queries, as the poller makes them
+            store._wal_watch.changed()
+            await store._probe()
+        waiter = asyncio.create_task(feed.wait_for_change(start, 0.2))
+        await asyncio.wait_for(waiter, WAIT)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _CHECKPOINT, str(db), stdout=subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), WAIT)
+        assert proc.returncode == 0
+        assert out.strip() == b"1", "the checkpoint got past the reader: its lock was dropped"
+        assert reader.execute("SELECT count(*) FROM golem_runs").fetchone() == (0,)
+    finally:
+        reader.close()
+        await store.close()
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, math.nan])
@@ -222,25 +273,3 @@ async def test_a_commit_in_another_process_wakes_a_waiter(tmp_path: Path) -> Non
         assert await asyncio.wait_for(waiter, WAIT) == int(out)
     finally:
         await mine.close()
-
-
-def test_a_new_index_file_is_read_once_the_old_one_is_closed(tmp_path: Path) -> None:
-    """Every connection closed (SQLite removes the index) and new ones made a new file: the
-    store's regular query closes the watch's descriptor, and the next look reads the new one."""
-    db = tmp_path / "re.db"
-    shm = Path(str(db) + "-shm")
-    conn = _wal_db(db)
-    index = _WalIndex(shm)
-    try:
-        index.changed()
-        assert index.changed() is False
-        conn.close()  # the last connection: SQLite removes -wal and -shm
-        assert not shm.exists()
-        conn = _wal_db(db)
-        conn.execute("INSERT INTO t VALUES (1)")
-        index.close()  # what each probe does
-        assert index.changed() is True
-        assert index.changed() is False
-    finally:
-        index.close()
-        conn.close()

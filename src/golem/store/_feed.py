@@ -9,8 +9,8 @@ become ready" signals (`ready_mark`). It learns about changes three ways:
 - polling (SQLite, and PostgreSQL as a safety net): **one** poller task per feed, running
   only while someone waits, however many workers and streams wait. A store may give the
   feed a **hint**, a check far cheaper than a probe that tells whether the database may
-  have changed (SQLite: 48 bytes of its WAL index); the poller then looks at the hint every
-  `hint_interval` seconds and probes when it says so, and still probes every
+  have changed (SQLite: one `stat` of its write-ahead log); the poller then looks at the
+  hint every `hint_interval` seconds and probes when it says so, and still probes every
   `poll_interval` whatever it says.
 
 Waiters never poll the database themselves: `wait_for_change(after, timeout)` and

@@ -21,10 +21,10 @@ job, so the failing job is rolled back alone (docs/adr/0043-optimistic-group-com
 
 SQLite has no notifications: commits of this store wake this process's waiters at once,
 and one shared poller per store looks for other processes' commits while anyone waits. Every
-`watch_interval` seconds it reads the first 48 bytes of the WAL index (`<db>-shm`: the
-header every commit rewrites, which SQLite's own readers check) — a read, no statement, no
-thread hop — and only when those bytes changed does it query the newest audit ID on the
-reader thread; it queries every `poll_interval` seconds whatever the header says
+`watch_interval` seconds it looks at the write-ahead log's modification time and size
+(`<db>-wal`, which every commit writes) — one `stat`, no statement, no thread hop, no open
+file — and only when they changed does it query the newest audit ID on the reader thread;
+it queries every `poll_interval` seconds whatever the log looks like
 (docs/adr/0042-sqlite-wal-index-watch.md).
 """
 
@@ -128,8 +128,8 @@ class SQLiteStore(SQLStore):
             operation fails with `StoreError`.
         poll_interval: seconds between the change feed's queries for changes made by other
             processes (only while a worker or event stream waits).
-        watch_interval: seconds between the change feed's looks at the WAL index for
-            commits of other processes (a 48-byte read; a change queries at once), so they
+        watch_interval: seconds between the change feed's looks at the write-ahead log for
+            commits of other processes (one `stat`; a change queries at once), so they
             wake this process's workers and streams sooner than `poll_interval`. None: no
             looks, queries every `poll_interval` only.
 
@@ -159,11 +159,11 @@ class SQLiteStore(SQLStore):
         self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
         """When a list before first use: every statement the store runs, with its parameters
         (benchmarks replay them with raw `sqlite3` to measure the floor)."""
-        self._wal_index = _WalIndex(Path(text + "-shm"))
+        self._wal_watch = _WalWatch(Path(text + "-wal"))
         self._feed = ChangeFeed(
             self._probe,
             poll_interval,
-            hint=None if watch_interval is None else self._wal_index.changed,
+            hint=None if watch_interval is None else self._wal_watch.changed,
             hint_interval=watch_interval,
         )
         self._writer: DatabaseThreads[_Conn] = DatabaseThreads(
@@ -430,9 +430,6 @@ class SQLiteStore(SQLStore):
         return int(tx.fetch("SELECT COALESCE(MAX(id), 0) FROM golem_audit")[0][0])
 
     async def _probe(self) -> int:
-        # the watch reopens the index at its next look: if every connection to the database
-        # closed and a new index file was made since, it reads the new one
-        self._wal_index.close()
         return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
@@ -457,65 +454,55 @@ class SQLiteStore(SQLStore):
             return
         self._closed = True
         await self._feed.aclose()
-        self._wal_index.close()
         for thread in (self._writer, self._reader):
             thread.stop()
         await asyncio.to_thread(_join, self._writer, self._reader)
 
 
-class _WalIndex:
-    """Tells whether any connection committed to the database since the last look, from the
-    header of its WAL index (`<db>-shm`, https://sqlite.org/walformat.html).
+class _WalWatch:
+    """Tells whether any connection may have committed to the database since the last look,
+    from the metadata of its write-ahead log (`<db>-wal`).
 
-    Every commit rewrites that header (its change counter, last frame and checksums); a
-    writer rewrites the header's second copy first and this first copy last, so a changed
-    first copy means a finished commit. The read takes no lock: a torn read only looks like
-    a change, and a change only costs one probe. When the file cannot be read (not created
-    yet, removed, a VFS that keeps the index elsewhere), it says "maybe changed" once, then
-    "unchanged" until it can read it again: the feed's regular queries cover that time.
-    The file stays open between looks on POSIX; on Windows, where an open file cannot be
-    deleted, each look opens and closes it.
+    Every commit, by any process, writes its pages to the log, which changes the file's
+    modification time (and its size, until the log starts over after a checkpoint). A look
+    is one `stat`: no statement, no lock, no thread hop, and no open file. Opening one of
+    SQLite's files would not do: closing a descriptor drops every POSIX lock the process
+    holds on that file, SQLite's own included, and another process could then reset the log
+    under one of this process's readers (docs/adr/0042-sqlite-wal-index-watch.md).
+
+    A change is reported at the look that sees it and once more at the next look: the pages
+    reach the log just before the commit becomes visible, so a query run right after the
+    first look may not see it yet. When the log cannot be looked at (not created yet, or
+    removed when the last connection closed), it says "maybe changed" once, then "unchanged"
+    until the file is back: the feed's regular queries cover that time, and two commits
+    within one tick of the file system's clock that leave the log's size unchanged.
     """
 
-    _SIZE = 48  # one copy of the header
-
-    __slots__ = ("_fd", "_last", "path")
+    __slots__ = ("_again", "_last", "path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = None
-        self._last: bytes | None = b""
-        """The header at the last look; None while the file cannot be read."""
+        self._last: tuple[int, int, int] | None = (-1, -1, -1)
+        """The log's (modification time, size, inode) at the last look; None while it
+        cannot be looked at."""
+        self._again = False
+        """The last look saw a change: report it once more."""
 
     def changed(self) -> bool:
-        """True when the header differs from the last look (always True the first time)."""
+        """True when the log changed since the last look, or at the look after (always True
+        the first two times)."""
         try:
-            header = self._read()
+            st = os.stat(self.path)
         except OSError:
-            self.close()  # reopened next time: the file may be a new one by then
-            unreadable_before = self._last is None
-            self._last = None
-            return not unreadable_before
-        if header == self._last and len(header) == self._SIZE:
-            return False
-        self._last = header
-        return True
-
-    def _read(self) -> bytes:
-        if not _PREAD:
-            with open(self.path, "rb", buffering=0) as f:
-                return f.read(self._SIZE)
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        return os.pread(self._fd, self._SIZE, 0)
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-
-_PREAD = hasattr(os, "pread")
+            missing_before = self._last is None
+            self._last, self._again = None, False
+            return not missing_before
+        now = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if now != self._last:
+            self._last, self._again = now, True
+            return True
+        again, self._again = self._again, False
+        return again
 
 
 def _join(*threads: DatabaseThreads[_Conn]) -> None:
