@@ -10,16 +10,106 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
+from golem._ids import new_id
 from golem.errors import StoreError
 from golem.store import AuditAction, Decision, RunStatus, Store
 from golem.worker import Worker, start_run
 from tests.store.chaos import chaos_registry, executions, until
 from tests.store.worker_app import prompt_for
+
+
+class LostAnswers:
+    """`store`, except that the calls `plan` names fail with the plain `StoreError` of a dead
+    connection: `(method, n) -> "before"` fails the n-th call of `method` without running
+    it, `"after"` runs it (it commits) and then fails, its answer lost."""
+
+    def __init__(self, store: Store, plan: dict[tuple[str, int], str]) -> None:
+        self._store = store
+        self._plan = plan
+        self._calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not any(method == name for method, _ in self._plan):
+            return attr
+
+        async def faulty(*args: Any, **kwargs: Any) -> Any:
+            self._calls[name] += 1
+            fault = self._plan.get((name, self._calls[name]))
+            if fault == "before":
+                raise StoreError("postgresql: server closed the connection unexpectedly")
+            result = await attr(*args, **kwargs)
+            if fault == "after":
+                raise StoreError("postgresql: server closed the connection unexpectedly")
+            return result
+
+        return faulty
+
+
+_FAULTY = ["claim_ready_many", "finish", "list_runs_page", "get_run", "sweep_interrupted"]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    faults=st.dictionaries(
+        st.tuples(st.sampled_from(_FAULTY), st.integers(1, 4)),
+        st.sampled_from(["before", "after"]),
+        max_size=5,
+    )
+)
+@example(faults={("claim_ready_many", 1): "after"})
+@example(faults={("claim_ready_many", 1): "after", ("list_runs_page", 1): "before"})
+@example(faults={("finish", 1): "after", ("finish", 2): "before", ("get_run", 1): "before"})
+async def test_whatever_answers_are_lost_every_approved_run_completes_once(
+    store: Store, tmp_path: Path, faults: dict[tuple[str, int], str]
+) -> None:
+    """Any mix of store calls failing before they ran, or after they committed: the worker
+    completes every approved run, each approved call executed exactly once, each run
+    claimed once."""
+    exec_dir = tmp_path / new_id()
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    ids = []
+    for i in range(3):
+        run = await start_run(store, registry, "acts", prompt_for(f"p{i}", 1), started_by="a")
+        await store.decide(run.id, f"p{i}-0", Decision.approve(), decided_by="bob")
+        ids.append(run.id)
+    worker = Worker(
+        LostAnswers(store, faults),  # type: ignore[arg-type]
+        registry,
+        worker_id=new_id(),
+        concurrency=2,
+        sweep_interval=0,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run_forever(0.01, stop))
+    try:
+
+        async def completed() -> bool:
+            runs = [await store.get_run(i) for i in ids]
+            return all(r.status is RunStatus.COMPLETED for r in runs)
+
+        await until(completed, f"every run to complete despite {faults}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    assert executions(exec_dir) == {f"p{i}-0": [run_id] for i, run_id in enumerate(ids)}
+    for run_id in ids:
+        actions = [e.action for e in await store.audit(run_id)]
+        assert actions.count(AuditAction.CLAIMED) == 1
+        assert actions[-1] is AuditAction.COMPLETED
 
 
 class LostAnswer:
