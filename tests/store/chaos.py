@@ -34,7 +34,7 @@ from golem.store import AuditAction, Decision, RunRecord, RunStatus, Store
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from golem.worker import AgentEntry, start_run
-from tests.store.procs import ROOT
+from tests.store.procs import ROOT, eventually
 from tests.store.worker_app import _model, prompt_for
 
 __all__ = [
@@ -272,14 +272,11 @@ def executions(exec_dir: Path) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------- producing
 
 
-async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0) -> None:
-    """Check `condition` every 50 ms until it holds; fail after `timeout` seconds."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not await condition():  # noqa: ASYNC110 - the state lives in a database
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+async def until(
+    condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0
+) -> None:
+    """`eventually` with the deadline these tests use: fail after `timeout` seconds."""
+    await eventually(condition, timeout, what)
 
 
 async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
