@@ -636,13 +636,13 @@ class Worker:
         running: dict[asyncio.Task[None], str] = {}  # in-flight resume -> its run ID
         try:
             while not stop.is_set():
-                free = self.concurrency - len(running)
                 mark = feed.ready_mark() if feed is not None else 0
                 try:
                     await self._maybe_sweep()
-                    claimed = await self._recover_claims()
-                    if free > len(claimed):
-                        claimed += await self._claim(free - len(claimed))
+                    for c in await self._recover_claims():  # started before anything can fail
+                        running[self._start(c, running)] = c.run.id
+                    free = self.concurrency - len(running)
+                    claimed = await self._claim(free) if free else []
                 except Exception:
                     log.exception("worker %s: sweeping or claiming failed", self.worker_id)
                     await asyncio.wait([stopping], timeout=poll_interval)

@@ -71,6 +71,7 @@ _FAULTY = ["claim_ready_many", "finish", "list_runs_page", "get_run", "sweep_int
 )
 @example(faults={("claim_ready_many", 1): "after"})
 @example(faults={("claim_ready_many", 1): "after", ("list_runs_page", 1): "before"})
+@example(faults={("claim_ready_many", 1): "after", ("claim_ready_many", 2): "before"})
 @example(faults={("finish", 1): "after", ("finish", 2): "before", ("get_run", 1): "before"})
 async def test_whatever_answers_are_lost_every_approved_run_completes_once(
     store: Store, tmp_path: Path, faults: dict[tuple[str, int], str]
@@ -90,7 +91,7 @@ async def test_whatever_answers_are_lost_every_approved_run_completes_once(
         LostAnswers(store, faults),  # type: ignore[arg-type]
         registry,
         worker_id=new_id(),
-        concurrency=2,
+        concurrency=5,  # slots left free after the three runs: a batched claim follows a recovery
         sweep_interval=0,
     )
     stop = asyncio.Event()
