@@ -623,7 +623,8 @@ class Worker:
         could not be saved is logged and does not affect the others.
 
         Stopping: once `stop_event` is set no further run is claimed, and this returns
-        when every in-flight resume has finished and saved its outcome (a graceful drain;
+        when every in-flight resume has finished and saved its outcome — the runs of a
+        claim whose answer was lost count as in flight (a graceful drain;
         bound it with a timeout around this call if resumes may take long). Cancelling
         the task instead cancels the in-flight resumes too and returns once they have
         unwound: each cancelled run keeps its lease until it runs out and is then marked
@@ -668,6 +669,16 @@ class Worker:
                     await asyncio.wait([stopping, woken], return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     woken.cancel()
+            if self._unsure_claims:  # stopped: a lost claim answer's runs are in flight too
+                try:
+                    for c in await self._recover_claims():
+                        running[self._start(c, running)] = c.run.id
+                except Exception:
+                    log.exception(
+                        "worker %s stopping: the runs of a claim whose answer was lost could "
+                        "not be looked up; they are marked interrupted once their lease runs out",
+                        self.worker_id,
+                    )
             if running:  # stopped: claim nothing more, let the in-flight resumes finish
                 log.info(
                     "worker %s stopping: waiting for %d in-flight resume(s)",

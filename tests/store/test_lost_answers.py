@@ -200,3 +200,38 @@ async def test_a_lost_claim_is_given_up_once_its_lease_ran_out(
     assert await worker.run_once() is False
     assert executions(exec_dir) == {}
     assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
+
+
+async def test_a_worker_stopped_right_after_a_lost_claim_still_resumes_its_runs(
+    store: Store, tmp_path: Path
+) -> None:
+    """The stop comes between a claim whose answer was lost and the next turn: the runs
+    it took are this worker's in-flight runs, resumed as part of the graceful drain."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    stop = asyncio.Event()
+
+    class StopOnLoss(LostAnswer):
+        def __getattr__(self, name: str) -> Any:
+            attr = super().__getattr__(name)
+            if name != "claim_ready_many":
+                return attr
+
+            async def claim(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await attr(*args, **kwargs)
+                finally:
+                    if self.lost:
+                        stop.set()
+
+            return claim
+
+    flaky = StopOnLoss(store, "claim_ready_many")
+    worker = Worker(flaky, registry, worker_id="w", concurrency=2)  # type: ignore[arg-type]
+    await asyncio.wait_for(worker.run_forever(0.01, stop), 30)
+    assert flaky.lost == 1
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+    assert executions(exec_dir) == {"p-0": [run.id]}
