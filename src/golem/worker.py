@@ -728,8 +728,9 @@ class Worker:
         its answer lost; its runs are then held by this worker, claimed at that claim's
         time, and were never resumed (nothing of them ran). They are this worker's to
         resume, as if the answer had come late; otherwise they would sit out their lease
-        and be marked interrupted although no approved call ran (ADR 0045). The running
-        runs are few (the ones in flight), so they are simply listed. A claim whose lease
+        and be marked interrupted although no approved call ran (ADR 0045). The runs whose
+        lease this worker holds are few (its own in flight), so they are simply listed,
+        histories read for those only. A claim whose lease
         has run out is given up (its runs are the sweep's), and so is every claim on a
         store that cannot list runs.
 
@@ -750,7 +751,11 @@ class Worker:
         after: str | None = None
         while True:
             page = await list_page(
-                status=RunStatus.RUNNING, agent=list(self.registry), after=after, limit=100
+                status=RunStatus.RUNNING,
+                agent=list(self.registry),
+                lease_owner=self.worker_id,
+                after=after,
+                limit=100,
             )
             found.extend(
                 ClaimedRun(run, self.worker_id, run.lease_expires_at)
