@@ -568,6 +568,9 @@ class Worker:
         self.concurrency = concurrency
         """How many runs `run_forever` resumes at once."""
         self._last_sweep: float | None = None
+        self._unsure_claims: set[datetime] = set()
+        """The times of this worker's claims that raised `StoreError`: a claim whose
+        connection died after its COMMIT was sent may have committed all the same."""
 
     @property
     def actor(self) -> str:
@@ -592,18 +595,17 @@ class Worker:
 
         The outcome (completed / paused again / failed) is saved with `Store.finish`. A run
         whose lease is lost meanwhile is abandoned (the resume is cancelled, and no approved
-        call starts after the loss) and left to the interrupted sweep.
+        call starts after the loss) and left to the interrupted sweep. Runs taken by an
+        earlier claim whose answer was lost (the database connection died after its
+        COMMIT) are resumed first, instead of a new claim.
         """
         await self._maybe_sweep()
-        claimed = await self.store.claim_ready(
-            self.worker_id, self.lease_seconds, agents=list(self.registry)
-        )
-        if claimed is None:
+        claimed = await self._recover_claims() or await self._claim(1)
+        if not claimed:
             return False
-        log.info(
-            "worker %s claimed run %s (agent %s)", self.worker_id, claimed.run.id, claimed.run.agent
-        )
-        await self._resume(claimed)
+        for c in claimed:
+            log.info("worker %s claimed run %s (agent %s)", self.worker_id, c.run.id, c.run.agent)
+            await self._resume(c)
         return True
 
     async def run_forever(
@@ -621,7 +623,8 @@ class Worker:
         could not be saved is logged and does not affect the others.
 
         Stopping: once `stop_event` is set no further run is claimed, and this returns
-        when every in-flight resume has finished and saved its outcome (a graceful drain;
+        when every in-flight resume has finished and saved its outcome — the runs of a
+        claim whose answer was lost count as in flight (a graceful drain;
         bound it with a timeout around this call if resumes may take long). Cancelling
         the task instead cancels the in-flight resumes too and returns once they have
         unwound: each cancelled run keeps its lease until it runs out and is then marked
@@ -634,10 +637,12 @@ class Worker:
         running: dict[asyncio.Task[None], str] = {}  # in-flight resume -> its run ID
         try:
             while not stop.is_set():
-                free = self.concurrency - len(running)
                 mark = feed.ready_mark() if feed is not None else 0
                 try:
                     await self._maybe_sweep()
+                    for c in await self._recover_claims():  # started before anything can fail
+                        running[self._start(c, running)] = c.run.id
+                    free = self.concurrency - len(running)
                     claimed = await self._claim(free) if free else []
                 except Exception:
                     log.exception("worker %s: sweeping or claiming failed", self.worker_id)
@@ -664,6 +669,16 @@ class Worker:
                     await asyncio.wait([stopping, woken], return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     woken.cancel()
+            if self._unsure_claims:  # stopped: a lost claim answer's runs are in flight too
+                try:
+                    for c in await self._recover_claims():
+                        running[self._start(c, running)] = c.run.id
+                except Exception:
+                    log.exception(
+                        "worker %s stopping: the runs of a claim whose answer was lost could "
+                        "not be looked up; they are marked interrupted once their lease runs out",
+                        self.worker_id,
+                    )
             if running:  # stopped: claim nothing more, let the in-flight resumes finish
                 log.info(
                     "worker %s stopping: waiting for %d in-flight resume(s)",
@@ -686,14 +701,80 @@ class Worker:
                 await asyncio.wait(abandoned)
 
     async def _claim(self, slots: int) -> list[ClaimedRun]:
-        """Claim up to `slots` ready runs of this worker's agents (one transaction)."""
+        """Claim up to `slots` ready runs of this worker's agents (one transaction).
+
+        The claim's time is chosen here: when the claim raises `StoreError` its outcome is
+        unknown, and that time is how `_recover_claims` finds the runs it may have taken.
+        """
         agents = list(self.registry)
-        if slots == 1:
-            one = await self.store.claim_ready(self.worker_id, self.lease_seconds, agents=agents)
-            return [] if one is None else [one]
-        return await self.store.claim_ready_many(
-            self.worker_id, self.lease_seconds, limit=slots, agents=agents
-        )
+        at = utc_now()
+        try:
+            if slots == 1:
+                one = await self.store.claim_ready(
+                    self.worker_id, self.lease_seconds, now=at, agents=agents
+                )
+                return [] if one is None else [one]
+            return await self.store.claim_ready_many(
+                self.worker_id, self.lease_seconds, limit=slots, now=at, agents=agents
+            )
+        except StoreError:
+            self._unsure_claims.add(at)
+            raise
+
+    async def _recover_claims(self) -> list[ClaimedRun]:
+        """The runs taken by claims of this worker that raised: resume them, once.
+
+        A claim whose connection died after its COMMIT was sent may have committed with
+        its answer lost; its runs are then held by this worker, claimed at that claim's
+        time, and were never resumed (nothing of them ran). They are this worker's to
+        resume, as if the answer had come late; otherwise they would sit out their lease
+        and be marked interrupted although no approved call ran (ADR 0045). The runs whose
+        lease this worker holds are few (its own in flight), so they are simply listed,
+        histories read for those only. A claim whose lease
+        has run out is given up (its runs are the sweep's), and so is every claim on a
+        store that cannot list runs.
+
+        Raises:
+            StoreError: the store could not be read (tried again on the next claim).
+        """
+        if not self._unsure_claims:
+            return []
+        lease = timedelta(seconds=self.lease_seconds)
+        now = utc_now()
+        unsure = {at for at in self._unsure_claims if at + lease > now}
+        self._unsure_claims = set(unsure)
+        list_page = getattr(self.store, "list_runs_page", None)
+        if not unsure or list_page is None:
+            self._unsure_claims = set()
+            return []
+        found: list[ClaimedRun] = []
+        after: str | None = None
+        while True:
+            page = await list_page(
+                status=RunStatus.RUNNING,
+                agent=list(self.registry),
+                lease_owner=self.worker_id,
+                after=after,
+                limit=100,
+            )
+            found.extend(
+                ClaimedRun(run, self.worker_id, run.lease_expires_at)
+                for run in page.items
+                if run.lease_owner == self.worker_id
+                and run.updated_at in unsure
+                and run.lease_expires_at is not None
+            )
+            if page.next_cursor is None:
+                break
+            after = page.next_cursor
+        self._unsure_claims -= unsure
+        for c in found:
+            log.warning(
+                "worker %s: run %s was claimed by a claim whose answer was lost; resuming it",
+                self.worker_id,
+                c.run.id,
+            )
+        return found
 
     def _start(
         self, claimed: ClaimedRun, running: dict[asyncio.Task[None], str]

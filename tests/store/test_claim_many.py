@@ -243,3 +243,17 @@ async def test_cancelled_batch_claims_take_all_of_their_runs_or_none(store: Stor
         assert run.status is RunStatus.RUNNING, "every run claimed by the end"
         assert len(claims) == 1, f"claimed once, got {len(claims)}"
     assert await store.claim_ready_many("w", 30, limit=100) == []
+
+
+async def test_a_worker_lists_only_the_runs_it_holds(store: Store) -> None:
+    """`list_runs_page(lease_owner=...)`: how a worker finds the runs of a claim whose
+    answer was lost without reading every running run's history (ADR 0045)."""
+    ids = [await _ready(store) for _ in range(4)]
+    mine = await store.claim_ready_many("w1", 30, limit=2, now=T0)
+    theirs = await store.claim_ready_many("w2", 30, limit=2, now=T0)
+
+    page = await store.list_runs_page(status=RunStatus.RUNNING, lease_owner="w1", limit=10)
+
+    assert [r.id for r in page.items] == [c.run.id for c in mine] == ids[:2]
+    assert {c.run.id for c in theirs} == set(ids[2:])
+    assert (await store.list_runs_page(lease_owner="nobody")).items == []

@@ -166,13 +166,15 @@ class Store(Protocol):
         after: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        lease_owner: str | None = None,
     ) -> Page[RunRecord]:
         """Return one page of matching runs, oldest first (newest first when asked).
 
         Runs are ordered by creation time, then ID. Pass the returned `next_cursor` as
         `after` for the next page; the query starts at the cursor (keyset paging), so every
         page costs the same however deep it is, and only the page's histories are read.
-        `agent` may name several agents (e.g. the ones an approver may see).
+        `agent` may name several agents (e.g. the ones an approver may see); `lease_owner`
+        keeps the runs whose lease that worker holds (a worker finding its own runs).
 
         Raises:
             ValueError: `limit` < 1, or `after` is not a cursor this store returned.

@@ -713,6 +713,7 @@ class SQLStore(abc.ABC):
         agent: str | Sequence[str] | None,
         conversation_id: str | None,
         tool_name: str | None,
+        lease_owner: str | None = None,
     ) -> tuple[list[str], list[Any]] | None:
         """WHERE clauses over `golem_runs r`; None when the filters match nothing."""
         where: list[str] = []
@@ -737,6 +738,9 @@ class SQLStore(abc.ABC):
                 "EXISTS (SELECT 1 FROM golem_calls t WHERE t.run_id = r.id AND t.tool_name = ?)"
             )
             params.append(tool_name)
+        if lease_owner is not None:
+            where.append("r.lease_owner = ?")
+            params.append(lease_owner)
         return where, params
 
     @store_op("list_runs")
@@ -778,11 +782,12 @@ class SQLStore(abc.ABC):
         after: str | None = None,
         limit: int = 50,
         newest_first: bool = False,
+        lease_owner: str | None = None,
     ) -> Page[RunRecord]:
         """Return one keyset page of matching runs (see `Store.list_runs_page`)."""
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        filters = self._filters(status, agent, conversation_id, tool_name)
+        filters = self._filters(status, agent, conversation_id, tool_name, lease_owner)
         if filters is None:
             return Page([], None)
         where, params = filters

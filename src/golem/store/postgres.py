@@ -41,6 +41,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import os
 import re
 import select
 import threading
@@ -61,6 +62,7 @@ try:
     from psycopg import errors as pg_errors
     from psycopg import pq
     from psycopg.adapt import Transformer
+    from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "PostgresStore needs psycopg 3 and greenlet: pip install 'golem-agents[postgres]'"
@@ -474,6 +476,8 @@ class PostgresStore(SQLStore):
         self._pool_lock = threading.Lock()
         self._orphans: set[asyncio.Task[Any]] = set()
         """Transactions finishing after their caller was cancelled."""
+        self._connecting: set[asyncio.Future[_Conn]] = set()
+        """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -509,7 +513,15 @@ class PostgresStore(SQLStore):
     def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self.connect_timeout}
         if self.schema:
-            kwargs["options"] = f"-c search_path={self.schema}"
+            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say: a keyword
+            # argument replaces them
+            try:
+                given = conninfo_to_dict(self.dsn).get("options")
+            except psycopg.Error:  # connecting will say what is wrong with the DSN
+                given = None
+            given = given or os.environ.get("PGOPTIONS")
+            search_path = f"-c search_path={self.schema}"
+            kwargs["options"] = f"{given} {search_path}" if given else search_path
         return kwargs
 
     def _connect(self) -> _Conn:
@@ -579,6 +591,8 @@ class PostgresStore(SQLStore):
                 continue
             if grow:  # connecting (and migrating, the first time) blocks: not on the loop
                 connecting = asyncio.ensure_future(asyncio.to_thread(self._connect))
+                self._connecting.add(connecting)
+                connecting.add_done_callback(self._connecting.discard)
                 try:
                     return await asyncio.shield(connecting)
                 except asyncio.CancelledError:
@@ -971,6 +985,9 @@ class PostgresStore(SQLStore):
         orphans = [t for t in list(self._orphans) if not t.done() and t.get_loop() is loop]
         if orphans:  # let the transactions of cancelled callers finish
             await asyncio.wait(orphans)
+        opening = [f for f in list(self._connecting) if not f.done() and f.get_loop() is loop]
+        if opening:  # connections still being opened: pooled, so closed, once open
+            await asyncio.wait(opening)
         with self._pool_lock:
             idle, self._idle = self._idle, []
             self._opened -= len(idle)
