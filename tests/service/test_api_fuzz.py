@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,6 +263,9 @@ def test_chains_of_calls_that_follow_the_links_keep_the_document(sqlite_schema: 
     )
 
 
+NO_ROUTE = re.compile(r"no API route|There is no such page")
+"""The 404 of a URL no route matches (the router's, before any handler)."""
+
 STRANGERS = {
     "no credential": {},
     "a wrong token": {"Authorization": "Bearer tok-nobody"},
@@ -279,8 +283,6 @@ def test_no_operation_serves_a_stranger(case: Any) -> None:
         return  # public, or a page that sends strangers to /login (303, tested elsewhere)
     if case.method.upper() != case.operation.method.upper():
         return  # Schemathesis' wrong-method probes: 405 before any credential is read
-    if "//" in case.formatted_path:
-        return  # an empty path parameter: `/api/runs/r/calls//decision` is no route (404)
     sent = case.as_transport_kwargs()
     params = {k: v for k, v in (sent.get("params") or {}).items() if k != "stream_token"}
     plain = {k: v for k, v in sent["headers"].items() if k.lower() not in ("authorization", "cookie")}
@@ -290,6 +292,8 @@ def test_no_operation_serves_a_stranger(case: Any) -> None:
             res = client.request(**{**sent, "params": params, "headers": {**plain, **headers}})
             if res.status_code == 400 and "NUL character" in res.text:
                 continue  # refused before routing, for anyone (a URL no store can hold)
+            if res.status_code == 404 and NO_ROUTE.search(res.text):
+                continue  # a path parameter that empties a segment: the URL names no route
             assert res.status_code == 401, (who, case.method, case.path, res.text)
             if case.path.startswith("/api/"):
                 assert res.json()["error"]["code"] == "unauthenticated", who
