@@ -76,6 +76,10 @@ __all__ = [
 
 log = logging.getLogger("golem.worker")
 
+_CONFIRM_READS = 4
+"""How many times a worker reads a run to learn whether a finish whose answer was lost
+committed (0.05 s, 0.1 s, 0.2 s apart) before it reports the outcome unknown."""
+
 
 @dataclass(frozen=True, slots=True)
 class AgentEntry:
@@ -832,18 +836,36 @@ class Worker:
 
     @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
-        """Save the outcome; retry transient store errors while the lease is still held."""
+        """Save the outcome; retry transient store errors while the lease is still held.
+
+        An attempt that raised a plain `StoreError` may have committed with its answer lost;
+        a retry then finds the run finished (`LeaseLost`), and the run is read to tell "saved
+        by that attempt" from "lease lost" (ADR 0045). When that read fails too, the log
+        says the outcome is unknown, not that the lease was lost.
+        """
         run_id = lease.run_id
         delay = 0.05
+        unsure = False  # an earlier attempt raised: it may have committed
         while True:
             try:
                 await self.store.finish(run_id, self.worker_id, outcome)
             except LeaseLost as exc:
-                if await self._already_saved(run_id, outcome):
+                saved = await self._already_saved(run_id, outcome) if unsure else False
+                if saved is None:
+                    log.error(
+                        "run %s: its outcome (%s) may have been saved by an earlier attempt "
+                        "whose answer was lost; the run could not be read to confirm it, so "
+                        "look it up (if still running, the sweep marks it interrupted)",
+                        run_id,
+                        outcome.status.value,
+                    )
+                    return
+                if saved:
                     break  # an earlier attempt committed but its answer was lost
                 log.error("run %s: lease lost before its outcome could be saved: %s", run_id, exc)
                 return
             except StoreError as exc:
+                unsure = True
                 if lease.remaining() <= delay:
                     log.error("run %s: saving the outcome failed until the lease ran out", run_id)
                     raise
@@ -857,12 +879,21 @@ class Worker:
         else:
             log.info("worker %s: run %s %s", self.worker_id, run_id, outcome.status.value)
 
-    async def _already_saved(self, run_id: str, outcome: Outcome) -> bool:
-        try:
-            run = await self.store.get_run(run_id)
-        except StoreError:
-            return False
-        return run.status is outcome.status and run.lease_owner == self.worker_id
+    async def _already_saved(self, run_id: str, outcome: Outcome) -> bool | None:
+        """Whether the run holds `outcome`'s status under this worker's lease (an earlier
+        finish committed); None when the run could not be read (a few tries)."""
+        delay = 0.05
+        for attempt in range(_CONFIRM_READS):
+            try:
+                run = await self.store.get_run(run_id)
+            except StoreError as exc:
+                log.warning("run %s: reading it to confirm its outcome failed (%s)", run_id, exc)
+                if attempt + 1 < _CONFIRM_READS:
+                    await asyncio.sleep(delay)
+                    delay *= 2
+                continue
+            return run.status is outcome.status and run.lease_owner == self.worker_id
+        return None
 
     async def _heartbeat(self, lease: _Lease, resume: asyncio.Future[Outcome]) -> None:
         """Renew the lease now and every third of its length; cancel the resume if it is lost."""
