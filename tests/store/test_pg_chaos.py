@@ -543,6 +543,37 @@ async def test_a_timeout_set_in_the_dsn_fails_a_locked_call_with_a_store_error(
         await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+async def test_a_timed_out_call_keeps_its_healthy_connection(exec_dir: Path, setting: str) -> None:
+    """A timeout is the server refusing one statement, not a broken connection: the
+    transaction is rolled back and the same connection (same backend) serves the next
+    call, instead of a reconnect per timeout while the database is already struggling."""
+    dsn = postgres_dsn()
+    schema = _schema()
+    store = await PostgresStore.open(dsn, schema=schema)
+    timed = await PostgresStore.open(
+        make_conninfo(dsn, options=f"-c {setting}=300"), schema=schema, pool_size=1
+    )
+    try:
+        run = await Producer(store, chaos_registry(exec_dir), exec_dir).one_started()
+        (before,) = timed._idle
+        backend = before.conn.info.backend_pid
+        async with _locked(dsn, schema):
+            with pytest.raises(StoreError, match="timeout"):
+                await asyncio.wait_for(
+                    timed.decide(run.id, "p1-0", Decision.approve(), decided_by="bob"), 60
+                )
+        assert [c.conn.info.backend_pid for c in timed._idle] == [backend], "kept, idle"
+        assert before.pg.transaction_status == pq.TransactionStatus.IDLE
+        await timed.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert (await timed.get_run(run.id)).status is RunStatus.READY
+        assert [c.conn.info.backend_pid for c in timed._idle] == [backend]
+    finally:
+        await timed.close()
+        await store.close()
+        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 async def test_the_worker_waits_out_a_locked_table_and_carries_on(exec_dir: Path) -> None:
     """Runs are being started, approved and resumed when the runs table gets locked: every
     call waits; once the lock is released everything completes, each call run once."""

@@ -332,6 +332,8 @@ class _Conn:
         for then, result in zip(sent, results, strict=True):
             status = result.status
             if status == _FATAL:
+                if type(then) is tuple:  # a prepare the server refused (a timeout while it
+                    self._prepared.pop(then, None)  # waited for a table lock): not prepared
                 if error is None:
                     error = result, then
             elif type(then) is Later:
@@ -665,7 +667,10 @@ class PostgresStore(SQLStore):
                 return await self._drive(c, write, fn, args)
             except psycopg.OperationalError as exc:
                 broken = c.conn.broken or c.conn.closed
-                c.conn.close()
+                if broken or c.pg.transaction_status != _IDLE:
+                    c.conn.close()
+                # else the server refused the statement (statement_timeout, lock_timeout, a
+                # cancel) and the transaction was rolled back: the connection stays pooled
                 if broken and not c.sent_commit and attempt == 1 and not self._closed:
                     log.info("postgresql connection lost before commit; retrying: %s", exc)
                     continue
