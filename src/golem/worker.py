@@ -56,6 +56,7 @@ from golem.store import (
     Store,
     utc_now,
 )
+from golem.store._sql import elapsed
 
 if TYPE_CHECKING:
     from golem.agent import Agent
@@ -254,13 +255,13 @@ def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[s
     return order
 
 
-def _expires_at(expires_in: float | timedelta | None) -> datetime | None:
+def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
     if expires_in is None:
         return None
     delta = expires_in if isinstance(expires_in, timedelta) else timedelta(seconds=expires_in)
     if delta <= timedelta(0):
         raise ValueError(f"expires_in must be positive, got {expires_in!r}")
-    return utc_now() + delta
+    return now + delta
 
 
 async def start_run(
@@ -287,7 +288,7 @@ async def start_run(
         StoreError: the store could not save the run.
     """
     entry = _entry(registry, agent_name)
-    expires_at = _expires_at(expires_in)
+    expires_at = _expires_at(expires_in, _clock_of(store)())
     deps = await _deps(entry, deps_ref)
     run_id = new_id()
     try:
@@ -572,6 +573,8 @@ class Worker:
         self.concurrency = concurrency
         """How many runs `run_forever` resumes at once."""
         self._last_sweep: float | None = None
+        self._clock = _clock_of(store)
+        """The store's clock: the claim times and lease arithmetic of this worker."""
         self._unsure_claims: set[datetime] = set()
         """The times of this worker's claims that raised `StoreError`: a claim whose
         connection died after its COMMIT was sent may have committed all the same."""
@@ -711,7 +714,7 @@ class Worker:
         unknown, and that time is how `_recover_claims` finds the runs it may have taken.
         """
         agents = list(self.registry)
-        at = utc_now()
+        at = self._clock()
         try:
             if slots == 1:
                 one = await self.store.claim_ready(
@@ -744,7 +747,7 @@ class Worker:
         if not self._unsure_claims:
             return []
         lease = timedelta(seconds=self.lease_seconds)
-        now = utc_now()
+        now = self._clock()
         unsure = {at for at in self._unsure_claims if at + lease > now}
         self._unsure_claims = set(unsure)
         list_page = getattr(self.store, "list_runs_page", None)
@@ -942,7 +945,7 @@ class Worker:
                 run.agent,
                 deps_ref=run.deps_ref,
                 started_by=self.actor,
-                expires_at=_inherit_expiry(run),
+                expires_at=_inherit_expiry(run, self._clock()),
                 parent_run_id=run.id,
                 seal_key=self.seal_keys,
             )
@@ -956,25 +959,26 @@ class Worker:
 
 
 class _Lease:
-    """The worker's view of one lease: a local monotonic deadline, renewed in the store."""
+    """The worker's view of one lease: a local deadline on the elapsed-time clock (never
+    stepped, counting through a suspend), renewed in the store."""
 
     def __init__(self, worker: Worker, run_id: str, claimed: ClaimedRun) -> None:
         self.worker = worker
         self.run_id = run_id
-        remaining = (claimed.lease_expires_at - utc_now()).total_seconds()
+        remaining = (claimed.lease_expires_at - worker._clock()).total_seconds()
         # the local deadline starts before the claim returned: never later than the store's
-        self.deadline = time.monotonic() + min(remaining, worker.lease_seconds)
+        self.deadline = elapsed() + min(remaining, worker.lease_seconds)
         self.lost: LeaseLost | None = None
 
     def remaining(self) -> float:
         """Seconds left on the lease by the local clock (negative once it ran out)."""
-        return self.deadline - time.monotonic()
+        return self.deadline - elapsed()
 
     async def renew(self) -> None:
         """Extend the lease in the store; record and raise `LeaseLost` when it is gone."""
         if self.lost is not None:
             raise self.lost
-        asked = time.monotonic()
+        asked = elapsed()
         try:
             await self.worker.store.renew_lease(
                 self.run_id, self.worker.worker_id, self.worker.lease_seconds
@@ -1018,8 +1022,15 @@ def _feed_of(store: Store) -> ChangeFeed | None:
     return feed
 
 
-def _inherit_expiry(run: RunRecord) -> datetime | None:
+def _inherit_expiry(run: RunRecord, now: datetime) -> datetime | None:
     """A pause produced by a resume gets as long to be decided as its parent had."""
     if run.expires_at is None:
         return None
-    return utc_now() + (run.expires_at - run.created_at)
+    return now + (run.expires_at - run.created_at)
+
+
+def _clock_of(store: Store) -> Callable[[], datetime]:
+    """The store's clock (`SQLStore.clock`: the database server's time on PostgreSQL), or
+    this machine's for a store without one."""
+    clock = getattr(store, "clock", None)
+    return clock if callable(clock) else utc_now
