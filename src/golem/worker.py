@@ -51,6 +51,7 @@ from golem.store import (
     NewCall,
     NewRun,
     Outcome,
+    RunNotFound,
     RunRecord,
     RunStatus,
     Store,
@@ -274,6 +275,7 @@ async def start_run(
     started_by: str,
     expires_in: float | timedelta | None = None,
     seal_key: SealKey | None = None,
+    run_id: str | None = None,
 ) -> RunRecord:
     """Run the agent once in-process and save the outcome; return the saved run.
 
@@ -282,15 +284,45 @@ async def start_run(
     FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
     With `seal_key` (the workers' key), the store seals every pending call it saves.
 
+    `run_id` makes starting idempotent: the caller picks the run's ID (a UUID, say) and
+    sends the same one again when a start failed with `StoreError` and it cannot know
+    whether the run was saved (the database went away after the commit). If a run with
+    that ID exists — same agent, same `started_by`, same prompt — it is returned as is,
+    and the agent does not run again; otherwise the agent runs and the run is saved under
+    that ID. Two starts with one ID at once save one run; both return it. Without
+    `run_id` every call starts a new run (ADR 0058).
+
     Raises:
         KeyError: `agent_name` is not in the registry.
-        ValueError: `expires_in` is not positive.
-        StoreError: the store could not save the run.
+        ValueError: `expires_in` is not positive; `run_id` is empty or longer than 200
+            characters; a run with `run_id` exists for another agent, starter or prompt.
+        StoreError: the store could not save (or, with `run_id`, look up) the run.
     """
     entry = _entry(registry, agent_name)
     expires_at = _expires_at(expires_in, _clock_of(store)())
+    if run_id is not None:
+        if not isinstance(run_id, str) or not 0 < len(run_id) <= 200:
+            raise ValueError(f"run_id must be a string of 1 to 200 characters, got {run_id!r}")
+        existing = await _started(store, run_id, agent_name, started_by, prompt)
+        if existing is not None:
+            return existing
     deps = await _deps(entry, deps_ref)
-    run_id = new_id()
+    key = run_id
+
+    async def save(run: NewRun, outcome: Outcome | None = None) -> RunRecord:
+        try:
+            if outcome is None:
+                return await store.save_pending(run)
+            return await store.save_finished(run, outcome)
+        except ValueError:
+            if key is None:
+                raise
+            existing = await _started(store, key, agent_name, started_by, prompt)
+            if existing is None:  # not a run saved meanwhile under this ID: a real problem
+                raise
+            return existing  # another start with this ID saved it first
+
+    run_id = key or new_id()
     try:
         result = await entry.agent.run(prompt, deps=deps, run_id=run_id)
     except Exception as exc:
@@ -303,7 +335,7 @@ async def start_run(
             deps_ref=deps_ref,
             started_by=started_by,
         )
-        return await store.save_finished(failed, Outcome.failed(_error_text(exc), history))
+        return await save(failed, Outcome.failed(_error_text(exc), history))
     new = new_run_from_result(
         result,
         agent_name,
@@ -316,9 +348,39 @@ async def start_run(
         problem = _duplicate_calls(new)
         if problem is not None:  # never resumable: save it failed, with its history, audited
             failed = replace(new, calls=(), expires_at=None)
-            return await store.save_finished(failed, Outcome.failed(problem, new.history))
-        return await store.save_pending(new)
-    return await store.save_finished(new, Outcome.completed(_jsonable(result.output), new.history))
+            return await save(failed, Outcome.failed(problem, new.history))
+        return await save(new)
+    return await save(new, Outcome.completed(_jsonable(result.output), new.history))
+
+
+async def _started(
+    store: Store, run_id: str, agent_name: str, started_by: str, prompt: str
+) -> RunRecord | None:
+    """The run an earlier start with `run_id` saved, or None when there is none.
+
+    Raises:
+        ValueError: the run exists, started for another agent, by someone else or with
+            another prompt (the ID was reused for a different start).
+    """
+    try:
+        run = await store.get_run(run_id)
+    except RunNotFound:
+        return None
+    first = _first_prompt(run.history)
+    if run.agent != agent_name or run.started_by != started_by or first not in (None, prompt):
+        raise ValueError(
+            f'run_id "{run_id}" names a run started differently (agent, starter or prompt): '
+            "an ID that makes a start idempotent must be new for each different start"
+        )
+    return run
+
+
+def _first_prompt(history: str) -> str | None:
+    """The content of the history's first user message (None: it has none)."""
+    for m in loads_history(history):
+        if m.role == "user":
+            return m.content
+    return None
 
 
 def _duplicate_calls(run: NewRun) -> str | None:

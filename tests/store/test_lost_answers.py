@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from golem._ids import new_id
 from golem.errors import StoreError
 from golem.store import AuditAction, Decision, RunStatus, Store, utc_now
-from golem.worker import Worker, start_run
+from golem.worker import AgentEntry, Worker, start_run
 from tests.store.chaos import chaos_registry, executions, until
 from tests.store.worker_app import prompt_for
 
@@ -312,3 +312,95 @@ async def test_a_first_finish_refused_for_a_lost_lease_reads_nothing(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert f"run {run.id}: lease lost before its outcome could be saved" in text
     assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
+
+
+class Counting:
+    """A registry whose model counts the agent's runs (each run asks the model once or more)."""
+
+    def __init__(self, exec_dir: Path) -> None:
+        from golem import Agent
+        from golem.testing import FunctionModel
+        from tests.store.worker_app import _model
+
+        self.asked = 0
+        base = chaos_registry(exec_dir)["acts"]
+
+        def model(request: Any) -> Any:
+            self.asked += 1
+            return _model(request)
+
+        agent = Agent(FunctionModel(model), tools=list(base.agent.tools.values()))
+        self.registry = {"acts": AgentEntry(agent, deps_factory=base.deps_factory)}
+
+
+@pytest.mark.parametrize("fault", ["after", "before"])
+async def test_a_start_retried_with_its_run_id_saves_one_run(
+    store: Store, tmp_path: Path, fault: str
+) -> None:
+    """The save of a start fails with the plain `StoreError` of a dead connection, having
+    committed ("after") or not ("before"); the same start sent again with the same
+    `run_id` returns the one run — the agent runs again only when nothing was saved."""
+    counting = Counting(tmp_path)
+    flaky = LostAnswers(store, {("save_pending", 1): fault})
+
+    async def start() -> Any:
+        return await start_run(
+            flaky,  # type: ignore[arg-type]
+            counting.registry,
+            "acts",
+            prompt_for("p", 1),
+            started_by="alice",
+            run_id="start-1",
+        )
+
+    with pytest.raises(StoreError):
+        await start()
+    asked = counting.asked
+    run = await start()
+    assert run.id == "start-1"
+    assert run.status is RunStatus.PENDING
+    assert counting.asked == (asked if fault == "after" else 2 * asked)
+    assert [r.id for r in await store.list_runs(limit=10)] == ["start-1"]
+    assert [e.action for e in await store.audit(run.id)] == [AuditAction.CREATED]
+    assert (await start()).id == "start-1", "any later retry is a no-op too"
+    assert counting.asked == (asked if fault == "after" else 2 * asked)
+
+
+async def test_two_starts_with_one_run_id_at_once_save_one_run(
+    store: Store, tmp_path: Path
+) -> None:
+    counting = Counting(tmp_path)
+    runs = await asyncio.gather(
+        *(
+            start_run(
+                store, counting.registry, "acts", prompt_for("p", 1), started_by="a", run_id="k"
+            )
+            for _ in range(2)
+        )
+    )
+    assert [r.id for r in runs] == ["k", "k"]
+    assert [r.id for r in await store.list_runs(limit=10)] == ["k"]
+    assert [e.action for e in await store.audit("k")] == [AuditAction.CREATED]
+
+
+async def test_a_run_id_reused_for_a_different_start_is_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    registry = Counting(tmp_path).registry
+    first = await start_run(
+        store, registry, "acts", prompt_for("p", 1), started_by="alice", run_id="k"
+    )
+    for prompt, by in ((prompt_for("q", 1), "alice"), (prompt_for("p", 1), "mallory")):
+        with pytest.raises(ValueError, match='run_id "k" names a run started differently'):
+            await start_run(store, registry, "acts", prompt, started_by=by, run_id="k")
+    for bad in ("", "x" * 201):
+        with pytest.raises(ValueError, match="run_id must be a string of 1 to 200"):
+            await start_run(store, registry, "acts", prompt_for("p", 1), started_by="a", run_id=bad)
+    assert await store.list_runs(limit=10) == [first]
+
+
+async def test_a_start_without_run_id_is_not_idempotent(store: Store, tmp_path: Path) -> None:
+    registry = Counting(tmp_path).registry
+    a = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    b = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    assert a.id != b.id

@@ -33,9 +33,9 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunStatus, utc_now
+from golem.store import AuditAction, Decision, RunRecord, RunStatus, utc_now
 from golem.store.postgres import PostgresStore
-from golem.worker import Worker
+from golem.worker import Worker, start_run
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import (
     Cluster,
@@ -47,6 +47,7 @@ from tests.store.chaos import (
     check_invariants,
     until,
 )
+from tests.store.worker_app import prompt_for
 
 pytestmark = pytest.mark.postgres
 
@@ -376,6 +377,38 @@ async def test_a_start_whose_commit_answer_is_lost_raises_and_the_run_is_found_o
         await s.all_done(strays)
         summary = await s.settle()
     assert summary.statuses == ({RunStatus.COMPLETED: 1} if strays else {})
+
+
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_start_retried_with_its_run_id_after_a_lost_answer_saves_one_run(
+    exec_dir: Path, proxy: FaultProxy, lose: str
+) -> None:
+    """`start_run(run_id=...)`: the save is cut after its COMMIT (dropped, or committed with
+    its answer lost); the caller sends the same start again and gets the one run, which
+    completes once approved (ADR 0058)."""
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn) as s:
+        p = s.producer
+
+        async def start() -> RunRecord:
+            return await start_run(
+                p.store, p.registry, "acts", prompt_for("k1", 1), started_by="producer",
+                run_id="start-k1",
+            )  # fmt: skip
+
+        cut = proxy.cut(b"calls:k1:1", lose)
+        with pytest.raises(StoreError):
+            await start()
+        await _fired(cut)
+        run = await start()
+        assert run.id == "start-k1"
+        assert run.status is RunStatus.PENDING
+        assert [r.id for r in await p.store.list_runs(limit=10)] == ["start-k1"]
+        assert [e.action for e in await p.store.audit(run.id)] == [AuditAction.CREATED]
+        await p.store.decide(run.id, "k1-0", Decision.approve(), decided_by="bob")
+        p.approved[run.id] = "k1-0"
+        await s.all_done([run.id])
+        summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 1}
 
 
 @pytest.mark.parametrize("seed", [45, 4545])
