@@ -171,6 +171,7 @@ async def _round(
     fleet.stop_all(stop_file)
 
 
+@pytest.mark.timeout(60 + 30 * ROUNDS)
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_workers_killed_anywhere_never_run_an_approved_call_twice(
     tmp_path: Path, seed: int
