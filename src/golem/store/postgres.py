@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -491,6 +492,12 @@ class PostgresStore(SQLStore):
         """Transactions finishing after their caller was cancelled."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
+        self._connector = concurrent.futures.ThreadPoolExecutor(
+            max_workers=pool_size, thread_name_prefix="golem-pg-connect"
+        )
+        """The store's own threads for opening connections (started when first needed):
+        never the loop's default executor, which blocking sync tools may all be holding
+        while a lease renewal waits for a connection."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -631,7 +638,14 @@ class PostgresStore(SQLStore):
                     self._opened -= 1
                 continue
             if grow:  # connecting (and migrating, the first time) blocks: not on the loop
-                connecting = asyncio.ensure_future(asyncio.to_thread(self._connect))
+                loop = asyncio.get_running_loop()
+                try:
+                    opening = loop.run_in_executor(self._connector, self._connect)
+                except RuntimeError:  # closed meanwhile (from another loop): no new threads
+                    with self._pool_lock:
+                        self._opened -= 1
+                    raise StoreError(f"{self!r} is closed") from None
+                connecting = asyncio.ensure_future(opening)
                 self._connecting.add(connecting)
                 connecting.add_done_callback(self._connecting.discard)
                 try:
@@ -1037,6 +1051,7 @@ class PostgresStore(SQLStore):
             self._opened -= len(idle)
         for c in idle:
             c.conn.close()
+        self._connector.shutdown(wait=False)
         while self._queue:  # waiters find the store closed
             self._wake_next()
 
