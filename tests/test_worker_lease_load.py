@@ -144,3 +144,39 @@ async def test_a_tool_blocking_the_loop_past_its_lease_runs_no_further_approved_
         assert "abandoned" in caplog.text
     finally:
         await store.close()
+
+
+async def test_a_failed_renewal_at_the_fence_is_tried_again_while_the_lease_lasts(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Before an approved call, with less than half the lease left, the worker renews; a
+    renewal failing for want of a database (a blip) is tried again instead of failing the
+    run, while the local deadline lasts; past it the failure is raised and no call runs."""
+    from golem.errors import StoreError
+    from golem.store._sql import elapsed
+    from golem.worker import _Lease
+    from tests.store.test_lost_answers import LostAnswers
+
+    store = await backend.open()
+    try:
+        run_id = await _approved(store, registry(), "fence", 1, {"exec_dir": str(tmp_path)})
+        claimed = await store.claim_ready("w", 30)
+        assert claimed is not None
+        assert claimed.run.id == run_id
+        blips = LostAnswers(store, {("renew_lease", 1): "before", ("renew_lease", 2): "before"})
+        worker = Worker(blips, registry(), worker_id="w", lease_seconds=30)  # type: ignore[arg-type]
+        lease = _Lease(worker, run_id, claimed)
+        lease.deadline = elapsed() + 10  # a third of the lease left: the fence renews
+        await lease.prove()
+        assert blips._calls["renew_lease"] == 3
+        assert lease.remaining() > 20, "renewed"
+
+        down = LostAnswers(store, {("renew_lease", 1): "before"})
+        worker = Worker(down, registry(), worker_id="w", lease_seconds=30)  # type: ignore[arg-type]
+        late = _Lease(worker, run_id, claimed)
+        late.deadline = elapsed() - 1  # the local lease ran out: nothing to wait for
+        with pytest.raises(StoreError):
+            await late.prove()
+        assert down._calls["renew_lease"] == 1
+    finally:
+        await store.close()
