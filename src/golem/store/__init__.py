@@ -62,6 +62,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    StoreTimeout,
 )
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
+    "StoreTimeout",
     "open_store",
     "utc_now",
 ]
