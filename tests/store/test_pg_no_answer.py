@@ -222,3 +222,23 @@ async def test_a_claim_that_commits_after_it_timed_out_is_resumed(
         assert done.status is RunStatus.COMPLETED, done
         assert executions(tmp_path) == {"p-0": [run.id]}
         assert await worker.run_once() is False  # resumed once, not again
+
+
+async def test_on_a_loop_that_cannot_watch_sockets_the_wait_is_bounded_too(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows' Proactor loop: the transaction waits on a worker thread, with the same bound."""
+    loop = asyncio.get_running_loop()
+
+    def no_readers(*args: Any) -> None:
+        raise NotImplementedError
+
+    monkeypatch.setattr(loop, "add_reader", no_readers)
+    async with opened(pg, command_timeout=0.5) as store:
+        await store.list_runs()  # learns that this loop cannot watch sockets
+        pid = backend_pid(store)
+        with frozen(pid):
+            with pytest.raises(StoreTimeout):
+                await store.list_runs()
+            assert await store.list_runs() == []
+        await gone(pid)

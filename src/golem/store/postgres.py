@@ -50,6 +50,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeAlias, TypeVar
+from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
@@ -424,7 +425,8 @@ class PostgresStore(SQLStore):
         schema: keep golem's tables in this schema (created when missing; lowercase
             letters, digits and `_`); None uses the connection's search_path.
         pool_size: at most this many connections (and transactions) at once.
-        connect_timeout: seconds to wait for a connection to be established.
+        connect_timeout: seconds to wait for a connection to be established; None takes
+            the DSN's `connect_timeout` (or `PGCONNECT_TIMEOUT`), else 10.
         command_timeout: seconds a store call waits for any answer from the server (a
             lock held elsewhere, a frozen server, a network that drops packets without
             closing the connection); past it the connection is closed, the server rolls
@@ -461,7 +463,7 @@ class PostgresStore(SQLStore):
         *,
         schema: str | None = None,
         pool_size: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
         command_timeout: float | None = 60.0,
     ) -> None:
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
@@ -470,7 +472,7 @@ class PostgresStore(SQLStore):
             )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
-        if not 0 < connect_timeout < math.inf:
+        if connect_timeout is not None and not 0 < connect_timeout < math.inf:
             raise ValueError(f"connect_timeout must be positive seconds, got {connect_timeout}")
         if command_timeout is not None and not 0 < command_timeout < math.inf:
             raise ValueError(
@@ -514,7 +516,7 @@ class PostgresStore(SQLStore):
         *,
         schema: str | None = None,
         pool_size: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
         command_timeout: float | None = 60.0,
     ) -> PostgresStore:
         """Connect now and create or migrate the schema.
@@ -543,15 +545,19 @@ class PostgresStore(SQLStore):
     # ------------------------------------------------------------------ connections
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self.connect_timeout}
+        # a keyword argument replaces the DSN's own setting: pass only what was asked for
+        try:
+            params = conninfo_to_dict(self.dsn)
+        except psycopg.Error:  # connecting will say what is wrong with the DSN
+            params = {}
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if self.connect_timeout is not None:
+            kwargs["connect_timeout"] = self.connect_timeout
+        elif "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+            kwargs["connect_timeout"] = _CONNECT_TIMEOUT
         if self.schema:
-            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say: a keyword
-            # argument replaces them
-            try:
-                given = conninfo_to_dict(self.dsn).get("options")
-            except psycopg.Error:  # connecting will say what is wrong with the DSN
-                given = None
-            given = given or os.environ.get("PGOPTIONS")
+            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say
+            given = params.get("options") or os.environ.get("PGOPTIONS")
             search_path = f"-c search_path={self.schema}"
             kwargs["options"] = f"{given} {search_path}" if given else search_path
         return kwargs
@@ -1036,6 +1042,51 @@ class PostgresStore(SQLStore):
             c.conn.close()
         while self._queue:  # waiters find the store closed
             self._wake_next()
+
+
+_CONNECT_TIMEOUT = 10
+"""Seconds to connect when neither the store nor the DSN says."""
+
+_URL_OPTIONS = ("pool_size", "command_timeout", "schema")
+"""Query parameters of a store URL that configure the store, not libpq."""
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq URL and the `PostgresStore` keywords of a store URL.
+
+    `postgresql://…/db?pool_size=8&command_timeout=30&schema=golem&sslmode=require` gives
+    the URL without the first three (libpq would refuse them) and `{"pool_size": 8,
+    "command_timeout": 30.0, "schema": "golem"}`; `command_timeout=none` waits forever.
+
+    Raises:
+        ValueError: a value that is not a number where one is needed, or an option given
+            twice.
+    """
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    kept: list[str] = []
+    options: dict[str, Any] = {}
+    for item in query.split("&"):
+        key, _, raw = item.partition("=")
+        name = unquote(key)
+        if name not in _URL_OPTIONS:
+            kept.append(item)
+            continue
+        if name in options:
+            raise ValueError(f"store URL: {name} is given twice")
+        value = unquote(raw)
+        try:
+            if name == "pool_size":
+                options[name] = int(value)
+            elif name == "command_timeout":
+                none = value.strip().lower() in ("none", "off")
+                options[name] = None if none else float(value)
+            else:
+                options[name] = value
+        except ValueError:
+            raise ValueError(f"store URL: {name} must be a number, got {value!r}") from None
+    return base + ("?" + "&".join(kept) if kept else ""), options
 
 
 _NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
