@@ -48,14 +48,25 @@ import select
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import _C_CALL_COLS, _FITS, Later, SQLStore, Stats, Tx, _decided_detail, _json
+from golem.store._sql import (
+    _C_CALL_COLS,
+    _FITS,
+    Later,
+    SQLStore,
+    Stats,
+    Tx,
+    _decided_detail,
+    _json,
+    elapsed,
+    utc_now,
+)
 from golem.store.records import AuditAction, DecisionRecord, StoreTimeout
 
 try:
@@ -337,6 +348,8 @@ class _Conn:
         for then, result in zip(sent, results, strict=True):
             status = result.status
             if status == _FATAL:
+                if type(then) is tuple:  # a prepare the server refused (a timeout while it
+                    self._prepared.pop(then, None)  # waited for a table lock): not prepared
                 if error is None:
                     error = result, then
             elif type(then) is Later:
@@ -508,6 +521,9 @@ class PostgresStore(SQLStore):
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
+        self._server_clock: tuple[datetime, float] | None = None
+        """The server's time and this process's `elapsed()` when it was read (newest
+        connection): `clock()` counts on from there."""
 
     @classmethod
     async def open(
@@ -569,10 +585,35 @@ class PostgresStore(SQLStore):
             raise StoreError(f"cannot connect to PostgreSQL {_redact(self.dsn)}: {exc}") from exc
         try:
             self._ensure_migrated(conn)
+            self._read_server_clock(conn)
             return _Conn(conn, self.stats, self.command_timeout)
         except BaseException:
             conn.close()
             raise
+
+    def clock(self) -> datetime:
+        """The database server's current time (aware UTC), as this process tells it.
+
+        The server's clock is read on every new connection (`clock_timestamp()`, the
+        middle of that round trip) and counted on with this machine's elapsed-time clock,
+        which no wall-clock step or skew touches; before the first connection it is this
+        machine's clock. Every lease, deadline and audit time is taken from it, so
+        workers on machines whose clocks disagree still agree on when a lease runs out:
+        a clock minutes off can neither interrupt a live run nor keep a dead one
+        (ADR 0056).
+        """
+        anchor = self._server_clock
+        if anchor is None:
+            return utc_now()
+        server, at = anchor
+        return server + timedelta(seconds=elapsed() - at)
+
+    def _read_server_clock(self, conn: _Connection) -> None:
+        sent = elapsed()
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        got = elapsed()
+        if row is not None and isinstance(row[0], datetime):
+            self._server_clock = (row[0].astimezone(UTC), (sent + got) / 2)
 
     def _ensure_migrated(self, conn: _Connection) -> None:
         if self._migrated:
@@ -706,7 +747,10 @@ class PostgresStore(SQLStore):
                 raise StoreTimeout(timeout, commit_sent=write and c.sent_commit) from None
             except psycopg.OperationalError as exc:
                 broken = c.conn.broken or c.conn.closed
-                c.conn.close()
+                if broken or c.pg.transaction_status != _IDLE:
+                    c.conn.close()
+                # else the server refused the statement (statement_timeout, lock_timeout, a
+                # cancel) and the transaction was rolled back: the connection stays pooled
                 if broken and not c.sent_commit and attempt == 1 and not self._closed:
                     log.info("postgresql connection lost before commit; retrying: %s", exc)
                     continue
