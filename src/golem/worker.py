@@ -637,9 +637,11 @@ class Worker:
         self._last_sweep: float | None = None
         self._clock = _clock_of(store)
         """The store's clock: the claim times and lease arithmetic of this worker."""
-        self._unsure_claims: set[datetime] = set()
-        """The times of this worker's claims that raised `StoreError`: a claim whose
-        connection died after its COMMIT was sent may have committed all the same."""
+        self._unsure_claims: dict[datetime, set[str]] = {}
+        """The times of this worker's claims that raised `StoreError`, each with the runs
+        already taken back from it: a claim whose connection died after its COMMIT was
+        sent may have committed all the same, even later (a server that was frozen, not
+        gone, runs what it had received once it thaws)."""
 
     @property
     def actor(self) -> str:
@@ -787,21 +789,23 @@ class Worker:
                 self.worker_id, self.lease_seconds, limit=slots, now=at, agents=agents
             )
         except StoreError:
-            self._unsure_claims.add(at)
+            self._unsure_claims.setdefault(at, set())
             raise
 
     async def _recover_claims(self) -> list[ClaimedRun]:
-        """The runs taken by claims of this worker that raised: resume them, once.
+        """The runs taken by claims of this worker that raised: resume each of them once.
 
         A claim whose connection died after its COMMIT was sent may have committed with
         its answer lost; its runs are then held by this worker, claimed at that claim's
         time, and were never resumed (nothing of them ran). They are this worker's to
         resume, as if the answer had come late; otherwise they would sit out their lease
-        and be marked interrupted although no approved call ran (ADR 0045). The runs whose
-        lease this worker holds are few (its own in flight), so they are simply listed,
-        histories read for those only. A claim whose lease
-        has run out is given up (its runs are the sweep's), and so is every claim on a
-        store that cannot list runs.
+        and be marked interrupted although no approved call ran (ADR 0045). A server
+        that stopped answering without closing the connection (`StoreTimeout`) may
+        commit such a claim long after it raised, so each claim is looked for at every
+        call until its lease has run out (its runs are the sweep's then), and a run is
+        taken back once. The runs whose lease this worker holds are few (its own in
+        flight), so they are simply listed, histories read for those only. A store that
+        cannot list runs gives every claim up.
 
         Raises:
             StoreError: the store could not be read (tried again on the next claim).
@@ -810,11 +814,11 @@ class Worker:
             return []
         lease = timedelta(seconds=self.lease_seconds)
         now = self._clock()
-        unsure = {at for at in self._unsure_claims if at + lease > now}
-        self._unsure_claims = set(unsure)
+        unsure = {at: taken for at, taken in self._unsure_claims.items() if at + lease > now}
+        self._unsure_claims = unsure
         list_page = getattr(self.store, "list_runs_page", None)
         if not unsure or list_page is None:
-            self._unsure_claims = set()
+            self._unsure_claims = {}
             return []
         found: list[ClaimedRun] = []
         after: str | None = None
@@ -826,17 +830,19 @@ class Worker:
                 after=after,
                 limit=100,
             )
-            found.extend(
-                ClaimedRun(run, self.worker_id, run.lease_expires_at)
-                for run in page.items
-                if run.lease_owner == self.worker_id
-                and run.updated_at in unsure
-                and run.lease_expires_at is not None
-            )
+            for run in page.items:
+                taken = unsure.get(run.updated_at)
+                if (
+                    taken is not None
+                    and run.id not in taken
+                    and run.lease_owner == self.worker_id
+                    and run.lease_expires_at is not None
+                ):
+                    taken.add(run.id)
+                    found.append(ClaimedRun(run, self.worker_id, run.lease_expires_at))
             if page.next_cursor is None:
                 break
             after = page.next_cursor
-        self._unsure_claims -= unsure
         for c in found:
             log.warning(
                 "worker %s: run %s was claimed by a claim whose answer was lost; resuming it",
