@@ -616,11 +616,38 @@ class PostgresStore(SQLStore):
         return server + timedelta(seconds=elapsed() - at)
 
     def _read_server_clock(self, conn: _Connection) -> None:
+        """Anchor `clock()` on the server's time, read on the new connection `conn` (on a
+        connector thread; bounded by `command_timeout` like every wait for the server).
+
+        Raises:
+            StoreError: the server did not answer in time, or the connection broke.
+        """
+        pg = conn.pgconn
         sent = elapsed()
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        try:
+            pg.send_query(b"SELECT extract(epoch FROM clock_timestamp())::text")
+            while pg.flush():
+                if not _wait_socket(pg.socket, True, self.command_timeout):
+                    raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+            text: bytes | None = None
+            while True:
+                while pg.is_busy():
+                    if not _wait_socket(pg.socket, False, self.command_timeout):
+                        raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+                    pg.consume_input()
+                result = pg.get_result()
+                if result is None:
+                    break
+                if result.status == _TUPLES_OK and result.ntuples == 1:
+                    text = result.get_value(0, 0)
+                elif result.status == _FATAL:
+                    raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+        except psycopg.Error as exc:
+            raise StoreError(f"postgresql: reading the server's clock: {exc}") from exc
         got = elapsed()
-        if row is not None and isinstance(row[0], datetime):
-            self._server_clock = (row[0].astimezone(UTC), (sent + got) / 2)
+        if text is not None:
+            server = datetime.fromtimestamp(float(text), UTC)
+            self._server_clock = (server, (sent + got) / 2)
 
     def _ensure_migrated(self, conn: _Connection) -> None:
         if self._migrated:
