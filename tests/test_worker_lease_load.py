@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from golem import Agent, RunContext, Tool
-from golem.store import Decision, RunStatus, Store
+from golem.store import RunStatus, Store
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
+from golem.worker import AgentEntry, Worker
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
-from tests.store.worker_app import _model, prompt_for, registry
+from tests.store.worker_app import _model, approved_run, registry
 
 
 @pytest.fixture(params=BACKENDS)
@@ -39,10 +39,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 async def _approved(store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any) -> str:
-    run = await start_run(store, reg, "acts", prompt_for(prefix, n), deps_ref=deps, started_by="a")
-    for call in run.calls:
-        await store.decide(run.id, call.call_id, Decision.approve(), decided_by="bob")
-    return run.id
+    return (await approved_run(store, reg, prefix, n, deps)).id
 
 
 async def test_blocking_sync_tools_on_every_default_thread_keep_their_leases(

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import Decision, RunStatus, Store, open_store
-from golem.worker import start_run
+from golem.store import RunStatus, Store, open_store
 from tests.store.procs import ROOT, eventually
-from tests.store.worker_app import prompt_for, registry
+from tests.store.worker_app import approved_run, registry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM handling is POSIX")
 
@@ -47,16 +46,8 @@ def _worker(db: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 async def _started_run(store: Store, exec_dir: Path) -> str:
-    run = await start_run(
-        store,
-        registry(),
-        "acts",
-        prompt_for("term", 1),
-        deps_ref={"exec_dir": str(exec_dir), "block": True},
-        started_by="alice",
-    )
-    await store.decide(run.id, "term-0", Decision.approve(), decided_by="bob")
-    return run.id
+    deps = {"exec_dir": str(exec_dir), "block": True}
+    return (await approved_run(store, registry(), "term", 1, deps)).id
 
 
 async def _exited(proc: subprocess.Popen[bytes]) -> int:
