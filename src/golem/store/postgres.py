@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -519,12 +518,6 @@ class PostgresStore(SQLStore):
         """Transactions finishing after their caller was cancelled."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
-        self._connector = concurrent.futures.ThreadPoolExecutor(
-            max_workers=pool_size, thread_name_prefix="golem-pg-connect"
-        )
-        """The store's own threads for opening connections (started when first needed):
-        never the loop's default executor, which blocking sync tools may all be holding
-        while a lease renewal waits for a connection."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
@@ -703,14 +696,7 @@ class PostgresStore(SQLStore):
                     self._opened -= 1
                 continue
             if grow:  # connecting (and migrating, the first time) blocks: not on the loop
-                loop = asyncio.get_running_loop()
-                try:
-                    opening = loop.run_in_executor(self._connector, self._connect)
-                except RuntimeError:  # closed meanwhile (from another loop): no new threads
-                    with self._pool_lock:
-                        self._opened -= 1
-                    raise StoreError(f"{self!r} is closed") from None
-                connecting = asyncio.ensure_future(opening)
+                connecting = self._open_connection()
                 self._connecting.add(connecting)
                 connecting.add_done_callback(self._connecting.discard)
                 try:
@@ -732,6 +718,42 @@ class PostgresStore(SQLStore):
                 if waiter.done() and not waiter.cancelled():
                     self._wake_next()  # pass on the turn this waiter was given
                 raise
+
+    def _open_connection(self) -> asyncio.Future[_Conn]:
+        """Open a connection (and migrate, the first time) on a short-lived thread of its
+        own, which blocks on the network; never the loop's default executor, which
+        blocking sync tools may all be holding while a lease renewal waits for a
+        connection (ADR 0057)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Conn] = loop.create_future()
+
+        def deliver(conn: _Conn | None, error: BaseException | None) -> None:
+            if future.done():  # never expected: nobody cancels it (callers shield it)
+                if conn is not None:
+                    conn.conn.close()
+            elif error is not None:
+                future.set_exception(error)
+            else:
+                assert conn is not None
+                future.set_result(conn)
+
+        def run() -> None:
+            conn: _Conn | None = None
+            error: BaseException | None = None
+            try:
+                conn = self._connect()
+            except BaseException as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(deliver, conn, error)
+            except RuntimeError:  # that loop closed meanwhile: nobody waits
+                if conn is not None:
+                    conn.conn.close()
+                with self._pool_lock:
+                    self._opened -= 1
+
+        threading.Thread(target=run, name="golem-connect", daemon=True).start()
+        return future
 
     def _adopt(self, connecting: asyncio.Future[_Conn]) -> None:
         """Pool a connection whose caller stopped waiting while it was being opened."""
@@ -1125,7 +1147,6 @@ class PostgresStore(SQLStore):
             self._opened -= len(idle)
         for c in idle:
             c.conn.close()
-        self._connector.shutdown(wait=False)
         while self._queue:  # waiters find the store closed
             self._wake_next()
 
