@@ -85,7 +85,9 @@ class Approval:
 
     Raises:
         ValueError: `args` on a denial.
-        TypeError: `args` is neither a dict nor a string.
+        TypeError: `approved` is not a bool (a decision read from JSON or a form, such
+            as `"false"`, is converted by the application, never guessed), `reason` is
+            not a string, or `args` is neither a dict nor a string.
     """
 
     approved: bool
@@ -93,6 +95,13 @@ class Approval:
     args: dict[str, Any] | str | None = None
 
     def __post_init__(self) -> None:
+        if self.approved.__class__ is not bool:
+            raise TypeError(
+                f"Approval approved must be a bool (True runs the call, False denies it), "
+                f"got {type(self.approved).__name__} {self.approved!r}"
+            )
+        if not isinstance(self.reason, str):
+            raise TypeError(f"Approval reason must be a str, got {type(self.reason).__name__}")
         if self.args is None:
             return
         if not isinstance(self.args, dict | str):
@@ -210,7 +219,9 @@ def _requests_from(
     for call, signal in deferrals:
         kind = signal.kind if signal.kind.__class__ is DeferKind else DeferKind(signal.kind)
         seal = seals.get(call.id, "") if seals else ""
-        pending = PendingToolCall(call.id, call.name, call.args, signal.reason, kind, seal)
+        pending = PendingToolCall(
+            call.id, call.name, call.args, getattr(signal, "reason", ""), kind, seal
+        )
         (approvals if kind is DeferKind.APPROVAL else external).append(pending)
     return DeferredRequests(approvals=approvals, external=external)
 
