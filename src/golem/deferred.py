@@ -342,7 +342,7 @@ def check_resume(
     """Validate a resume completely, before anything runs.
 
     Checks, in order: the history has pending calls, each with an ID, and no call ID
-    twice; with `keys`, every pending call's seal verifies (for `conversation_id`);
+    twice; nothing but tool results follows the paused batch; with `keys`, every pending call's seal verifies (for `conversation_id`);
     with `expected` (the paused run's `Result.pending`), the pending calls are exactly
     the expected ones, with the same tool names and arguments; every pending call is
     resolved once, by a resolution of its kind (sealed or expected); approved calls
@@ -358,6 +358,7 @@ def check_resume(
             f"got {type(expected).__name__}"
         )
     pending = pending_calls(history)
+    _check_tail(history)
     kinds: dict[str, DeferKind] = {}
     if keys is not None:
         for c in pending:
@@ -384,6 +385,28 @@ def check_resume(
             args = _edited_args(c, approval.args, tools[c.name])
         steps.append(_Step(c, approval, results.external.get(c.id), args))
     return ResumePlan(history, steps, conversation_id)
+
+
+def _check_tail(history: Sequence[Message]) -> None:
+    """A paused history ends with its batch: after the last assistant message with tool
+    calls come only tool results (the batch's, recorded before the pause).
+
+    Raises:
+        ResumeError: another message follows the paused batch (a user message appended
+            while paused, say): the merge would not carry it over, so it is refused rather
+            than dropped; new text for the model is the resume's `prompt`.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if m.role == "tool":
+            continue
+        if m.role == "assistant" and m.tool_calls:
+            return
+        raise ResumeError(
+            f"golem: history message {i} ({m.role}) follows the paused batch; a paused "
+            "history ends with the batch's tool results — pass new text as the resume's "
+            "prompt instead of appending it"
+        )
 
 
 def _check_expected(
