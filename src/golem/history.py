@@ -104,11 +104,15 @@ def _args_truncated(args: str) -> bool:
         return False
     except (msgspec.DecodeError, RecursionError):
         pass
-    try:  # what json accepts beyond it (NaN, lone surrogate escapes) is not truncated either
-        json.loads(text)
+    try:  # lone surrogate escapes are JSON's grammar (Go's json.Valid accepts them); NaN and
+        json.loads(text, parse_constant=_not_json)  # Infinity are not (Go: truncated)
     except (ValueError, RecursionError):
         return True
     return False
+
+
+def _not_json(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def normalize_history(
