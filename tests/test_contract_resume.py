@@ -12,9 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import (
     Agent,
+    Approval,
     DeferredResults,
     Message,
     ResumeError,
@@ -144,3 +147,95 @@ async def test_messages_between_older_turns_stay_where_they_are() -> None:
         ("tool", "c1", "done"),
         ("tool", "old", "late"),
     ]
+
+
+# --------------------------------------------------------------------------- any resolutions
+
+POOL = ["c1", "c2", "c3", "old"]
+
+
+@st.composite
+def resumes(
+    draw: st.DrawFn,
+) -> tuple[list[Message], dict[str, Approval | bool], dict[str, str], list[str]]:
+    """A paused history (a batch, maybe an older pending call, some results recorded) and
+    any resolutions at all, well-formed or not; also the pending call IDs in history order."""
+    batch = draw(st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, unique=True))
+    recorded = draw(st.lists(st.sampled_from(batch), unique=True, max_size=len(batch) - 1))
+    history = [Message(role="user", content="go")]
+    pending: list[str] = []
+    if draw(st.booleans()):
+        history.append(Message(role="assistant", tool_calls=[ToolCall("old", "gate", "{}")]))
+        history.append(Message(role="user", content="and then"))
+        pending.append("old")
+    history.append(Message(role="assistant", tool_calls=[ToolCall(c, "gate", "{}") for c in batch]))
+    history += [
+        Message(role="tool", content=f"recorded {c}", tool_call_id=c, tool_name="gate")
+        for c in recorded
+    ]
+    pending += [c for c in batch if c not in recorded]
+    approvals: dict[str, Approval | bool] = {}
+    external: dict[str, str] = {}
+    for call_id in [*POOL, "ghost"]:
+        how = draw(st.sampled_from(["none", "approve", "deny", "external", "both"]))
+        if how in ("approve", "both"):
+            approvals[call_id] = True
+        if how == "deny":
+            approvals[call_id] = Approval(False, "no")
+        if how in ("external", "both"):
+            external[call_id] = f"ext {call_id}"
+    return history, approvals, external, pending
+
+
+@settings(max_examples=150, deadline=None)
+@given(resumes())
+def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_untouched(
+    case: tuple[list[Message], dict[str, Approval | bool], dict[str, str], list[str]],
+) -> None:
+    history, approvals, external, pending = case
+    before = list(history)
+    ran: list[str] = []
+
+    def gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        ran.append(ctx.call_id)
+        return f"ran {ctx.call_id}"
+
+    model = ScriptedModel("ok")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate)])
+    valid = (
+        set(approvals) <= set(pending)
+        and set(external) <= set(pending)
+        and not set(approvals) & set(external)
+        and set(pending) <= set(approvals) | set(external)
+    )
+    results = DeferredResults(approvals=approvals, external=external)
+    if not valid:
+        with pytest.raises(ResumeError):
+            agent.run_with_deferred_results_sync(history, results)
+        assert ran == []
+        assert model.requests == []
+        assert history == before  # the caller's history is untouched, nothing is lost
+        return
+    result = agent.run_with_deferred_results_sync(history, results)
+    assert result.output == "ok"
+    approved = [c for c in pending if approvals.get(c) is True]
+    assert ran == approved  # in history order, each once
+    sent = model.requests[0].messages
+    answers = [m.tool_call_id for m in sent if m.role == "tool"]
+    calls = [c.id for m in sent if m.role == "assistant" for c in m.tool_calls]
+    assert sorted(answers) == sorted(calls)  # every call answered exactly once
+    last = max(i for i, m in enumerate(sent) if m.role == "assistant")
+    batch = [c.id for c in sent[last].tool_calls]
+    # right after the batch: its answers in emission order, then the older call's resolution
+    after = [m.tool_call_id for m in sent[last + 1 :]]
+    assert after == batch + (["old"] if "old" in pending else [])
+    for call_id in pending:
+        (msg,) = [m for m in sent if m.role == "tool" and m.tool_call_id == call_id]
+        if call_id in external:
+            assert msg.content == external[call_id]
+        elif approvals[call_id] is True:
+            assert msg.content == f"ran {call_id}"
+        else:
+            assert msg.content.startswith("Your tool call was denied: no.")
+        assert msg.run_id == result.run_id
+    assert history == before
