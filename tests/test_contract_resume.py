@@ -26,6 +26,7 @@ from golem import (
     ToolCall,
     dumps_history,
 )
+from golem.messages import Part
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import Deferred, call_approved
@@ -239,3 +240,41 @@ def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_un
             assert msg.content.startswith("Your tool call was denied: no.")
         assert msg.run_id == result.run_id
     assert history == before
+
+
+# --------------------------------------------------------------------------- malformed histories
+
+
+@pytest.mark.parametrize(
+    ("history", "says"),
+    [
+        ("[{", "history is not valid JSON"),
+        ('[{"role":"robot"}]', "history message 0: role must be one of"),
+        ('{"role":"user"}', "history must be a JSON array"),
+        (
+            [
+                Message(role="assistant", tool_calls=[ToolCall("c1", "gate", "{}")]),
+                Message(role="assistant", parts=[Part("image", url="https://x/a.png")]),
+            ],
+            "history message 1: parts are only supported on user and tool messages",
+        ),
+    ],
+)
+async def test_a_history_that_does_not_load_or_validate_is_a_resume_error(
+    history: Any, says: str
+) -> None:
+    # "Resume validation failures raise golem.ResumeError (a ValueError)" — the loader's and
+    # the validator's refusals included, with their messages
+    gate = Gate()
+    model = ScriptedModel("never")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
+    results = DeferredResults(approvals={"c1": True})
+    with pytest.raises(ResumeError, match=says) as info:
+        await agent.run_with_deferred_results(history, results)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ResumeError, match=says):
+        async with agent.run_stream_with_deferred_results(history, results) as stream:
+            async for _ in stream:
+                pass
+    assert gate.effects == []
+    assert model.requests == []
