@@ -136,7 +136,7 @@ def go_read(text: str) -> list[dict[str, Any]]:
                     (
                         p.get("kind") or "",
                         p.get("url") or "",
-                        base64.b64decode(p["data"]) if p.get("data") else b"",
+                        base64.b64decode(p["data"], validate=True) if p.get("data") else b"",
                         p.get("mediaType") or "",
                     )
                     for p in m.get("parts") or []
