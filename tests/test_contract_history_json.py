@@ -604,3 +604,24 @@ def test_other_faults_beside_a_lone_surrogate_are_still_named() -> None:
     bad_json = '[{"role":"assistant","toolCalls":[{"id":"c","args":{"a":"\\ud800"}}]},]'
     with pytest.raises(ValueError, match="not valid JSON"):
         loads_history(bad_json)
+
+
+def test_private_use_characters_beside_lone_surrogates_are_kept_apart() -> None:
+    # the slow path stands private-use characters in for the lone surrogates: ones the
+    # document already holds (raw or escaped, in text or in args) are never confused with them
+    args = '{"a":"\\ud800\\ue000","b":"\\uE001\ue002","c":"\\udfff"}'
+    document = (
+        '[{"role":"user","content":"\ue000 \\ue001 \\uE002"},'
+        '{"role":"assistant","toolCalls":[{"id":"c","name":"n","args":' + args + "}]}]"
+    )
+    loaded = loads_history(document)
+    assert loaded[0].content == "\ue000 \ue001 \ue002"
+    assert loaded[1].tool_calls[0].args == args
+    assert '"args":' + args in dumps_history(loaded)
+
+
+def test_every_lone_surrogate_spelling_in_one_document_loads() -> None:
+    spellings = [f"\\u{cp:04x}" for cp in range(0xD800, 0xE000)]  # 2048 distinct ones
+    args = '["' + '","'.join(spellings) + '"]'
+    document = '[{"role":"assistant","toolCalls":[{"id":"c","name":"n","args":' + args + "}]}]"
+    assert loads_history(document)[0].tool_calls[0].args == args

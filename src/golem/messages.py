@@ -799,6 +799,8 @@ def loads_history(text: str | bytes) -> list[Message]:
 
 _UNFIT: list[_InMessage] = []  # a sentinel, compared by identity
 _PRIVATE_USE = range(0xE000, 0xF900)
+_PRIVATE_CHAR = re.compile("[\ue000-\uf8ff]")
+_PRIVATE_ESCAPE = re.compile(r"\\u[eEfF][0-9a-fA-F]{3}")
 
 
 def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
@@ -827,8 +829,9 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     lone = _lone_escapes(text) if "\\u" in text else set()
     if not lone:
         return _UNFIT
-    lowered = text.lower()
-    free = (cp for cp in _PRIVATE_USE if chr(cp) not in text and f"\\u{cp:04x}" not in lowered)
+    used = {ord(c) for c in _PRIVATE_CHAR.findall(text)}  # one pass each, whatever the count
+    used.update(int(m[2:], 16) for m in _PRIVATE_ESCAPE.findall(text))
+    free = (cp for cp in _PRIVATE_USE if cp not in used)
     placeholder = dict(zip(sorted(lone), (f"\\u{cp:04x}" for cp in free), strict=False))
     if len(placeholder) < len(lone):
         return _UNFIT  # pragma: no cover - thousands of distinct spellings
