@@ -625,3 +625,22 @@ def test_every_lone_surrogate_spelling_in_one_document_loads() -> None:
     args = '["' + '","'.join(spellings) + '"]'
     document = '[{"role":"assistant","toolCalls":[{"id":"c","name":"n","args":' + args + "}]}]"
     assert loads_history(document)[0].tool_calls[0].args == args
+
+
+def test_unknown_keys_inside_calls_parts_and_thinking_are_ignored() -> None:
+    # Go ignores unknown keys at every level (a future field on a tool call, a part, a block)
+    document = (
+        '[{"role":"user","content":"x","parts":[{"kind":"image","url":"https://x",'
+        '"future":{"a":"\\ud800"},"alt":1e400}]},'
+        '{"role":"assistant","toolCalls":[{"id":"c","name":"n","args":{"a":1},'
+        '"future":[1,"\\udfff"],"index":123456789012345678901234567890}],'
+        '"thinking":[{"text":"t","future":null,"cache":{"x":-0.0}}]}]'
+    )
+    assert loads_history(document) == [
+        Message(role="user", content="x", parts=[Part("image", url="https://x")]),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall("c", "n", '{"a":1}')],
+            thinking=[ThinkingBlock(text="t")],
+        ),
+    ]
