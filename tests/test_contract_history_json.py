@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -77,9 +78,19 @@ def go_compact(raw: str) -> str:
     """`json.Compact` with HTML escaping, as Go applies it to a `RawMessage` it writes:
     whitespace between tokens goes, `<`, `>`, `&`, U+2028/U+2029 in strings are escaped,
     every other byte (number spellings, escapes, duplicate keys) stays."""
-    out: list[str] = []
+    return "".join(
+        (_GO_ESCAPES[ch] if ch in "<>&\u2028\u2029" else ch)
+        if inside
+        else ("" if ch in " \t\n\r" else ch)
+        for ch, inside, _ in _scan(raw)
+    )
+
+
+def _scan(text: str) -> Iterator[tuple[str, bool, bool]]:
+    """Each character of JSON `text`, whether it is part of a string literal (quotes
+    included), and whether the text after it is inside one."""
     in_string = escaped = False
-    for ch in raw:
+    for ch in text:
         if in_string:
             if escaped:
                 escaped = False
@@ -87,16 +98,10 @@ def go_compact(raw: str) -> str:
                 escaped = True
             elif ch == '"':
                 in_string = False
-            if ch in "<>&\u2028\u2029" and not escaped:
-                out.append(_GO_ESCAPES[ch])
-                continue
-            out.append(ch)
-        elif ch == '"':
-            in_string = True
-            out.append(ch)
-        elif ch not in " \t\n\r":
-            out.append(ch)
-    return "".join(out)
+            yield ch, True, in_string
+        else:
+            in_string = ch == '"'
+            yield ch, in_string, in_string
 
 
 def go_message(m: dict[str, Any], unknown: list[tuple[int, str, str]] = ()) -> str:  # type: ignore[assignment]
@@ -157,12 +162,13 @@ def raw_args(text: str) -> list[list[str]]:
     out: list[list[str]] = [[] for _ in json.loads(text) or []]
     at = 0
     while (found := text.find('"args":', at)) >= 0:
-        if _in_string(text, found):
+        in_string, index = _position(text, found)
+        if in_string:
             at = found + 1
             continue
         start = found + len('"args":')
         _, end = decoder.raw_decode(text, start)
-        out[_message_index(text, found)].append(text[start:end])
+        out[index].append(text[start:end])
         at = end
     return out
 
@@ -172,45 +178,23 @@ def _literals_decoded(args: list[list[str]]) -> list[list[str]]:
     return [[json.loads(a) if a.startswith('"') else a for a in m] for m in args]
 
 
-def _in_string(text: str, offset: int) -> bool:
-    """Whether `offset` falls inside a string literal of the document."""
-    in_string = escaped = False
-    for ch in text[:offset]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-    return in_string
-
-
-def _message_index(text: str, offset: int) -> int:
-    """The 0-based index of the top-level message object containing `offset`."""
+def _position(text: str, offset: int) -> tuple[bool, int]:
+    """Whether `offset` falls inside a string literal of the document, and the 0-based index
+    of the top-level message object containing it."""
     depth = 0
     index = -1
-    in_string = escaped = False
-    for ch in text[:offset]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
+    state = ("", False, False)
+    for state in _scan(text[:offset]):
+        ch, inside, _ = state
+        if inside:
             continue
-        if ch == '"':
-            in_string = True
-        elif ch in "[{":
+        if ch in "[{":
             depth += 1
             if depth == 2 and ch == "{":
                 index += 1
         elif ch in "]}":
             depth -= 1
-    return index
+    return state[2], index
 
 
 # --------------------------------------------------------------------------- strategies
