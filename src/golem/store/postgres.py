@@ -587,6 +587,9 @@ class PostgresStore(SQLStore):
             self._ensure_migrated(conn)
             self._read_server_clock(conn)
             return _Conn(conn, self.stats, self.command_timeout)
+        except psycopg.Error as exc:  # killed, or the server went away, right after connecting
+            conn.close()
+            raise StoreError(f"postgresql: {exc}") from exc
         except BaseException:
             conn.close()
             raise
