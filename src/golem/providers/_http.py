@@ -225,10 +225,16 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
 
     Events are cut from the decoded text at blank lines, not line by line: one event costs
     one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
+    A byte order mark at the start of the stream is skipped, as the SSE standard says.
     """
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
+    start = True  # no text yet: a BOM may come first
     async for text in response.aiter_text():
+        if start and text:
+            start = False
+            if text[0] == "\ufeff":
+                text = text[1:]
         if cr:
             text, cr = "\r" + text, False
         if "\r" in text:
@@ -419,7 +425,11 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     """Split raw server-sent-event lines into `(event, data)` pairs (sync form of `iter_sse`)."""
     decoder = _SSEDecoder()
+    first = True
     for line in lines:
+        if first:
+            first = False
+            line = line.removeprefix("\ufeff")
         item = decoder.feed(line)
         if item is not None:
             yield item
