@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -30,7 +31,7 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
-from golem.messages import Message, ServerToolBlock, ThinkingBlock
+from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
 
 __all__ = [
     "RESPONSES_REASONING_PREFIX",
@@ -51,6 +52,8 @@ __all__ = [
     "sse_block",
     "sse_events",
     "translate_transport_errors",
+    "unique_call_id",
+    "unique_calls",
 ]
 
 
@@ -106,6 +109,36 @@ def in_order(
     yield from m.thinking[thinking:]
     if run_start(m.content, pos) < len(m.content):
         yield slice(run_start(m.content, pos), len(m.content))
+
+
+def unique_call_id(call_id: str, seen: set[str]) -> str:
+    """`call_id`, renamed `<id>_2`, `<id>_3`, ... when a call of the same response already
+    has it, and recorded in `seen`. An empty ID is returned as is (the adapters fill it).
+
+    Results are paired with calls by ID, and the APIs reject a conversation whose calls
+    share one, so a response that repeats an ID would break the next request.
+    """
+    if not call_id:
+        return call_id
+    unique, n = call_id, 1
+    while unique in seen:
+        n += 1
+        unique = f"{call_id}_{n}"
+    seen.add(unique)
+    return unique
+
+
+def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
+    """`calls` with repeated IDs renamed by `unique_call_id` (the list itself when none is)."""
+    ids = [c.id for c in calls if c.id]
+    if len(set(ids)) == len(ids):
+        return calls
+    seen: set[str] = set()
+    out = []
+    for c in calls:
+        call_id = unique_call_id(c.id, seen)
+        out.append(c if call_id == c.id else replace(c, id=call_id))
+    return out
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:

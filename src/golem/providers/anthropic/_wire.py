@@ -26,6 +26,7 @@ from golem.providers._http import (
     in_order,
     json_object,
     raw_json,
+    unique_call_id,
 )
 from golem.usage import Usage
 
@@ -569,6 +570,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     citations: list[Citation] = []
     server: list[ServerToolBlock] = []
     names: dict[str, str] = {}
+    ids: set[str] = set()
     answer: str | None = None
     separated = texted = False
     pos = 0
@@ -604,7 +606,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            calls.append(ToolCall(id=_str(b.get("id")), name=name, args=args))
+            calls.append(ToolCall(id=unique_call_id(_str(b.get("id")), ids), name=name, args=args))
         else:
             separated = True
             server.append(_server_block(b, names, pos, len(thinking)))

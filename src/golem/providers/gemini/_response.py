@@ -28,7 +28,7 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, raw_json
+from golem.providers._http import RUN_SEPARATOR, raw_json, unique_call_id
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
@@ -135,6 +135,7 @@ class ResponseBuilder:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
+        self._ids: set[str] = set()
         self._usage: Mapping[str, Any] = {}
         """The latest `usageMetadata` (cumulative when streamed); mapped once, at the end."""
         self._finish = ""
@@ -249,7 +250,7 @@ class ResponseBuilder:
         if not isinstance(call, dict):
             return None  # media and parts golem does not know
         index = len(self._calls)
-        call_id = _str(call.get("id")) or self._synthetic_id(index)
+        call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))
         args = call.get("args")
         args_text = "{}" if args is None or args == {} else _compact_args(args)

@@ -14,7 +14,7 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events
+from golem.providers._http import parse_json_body, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -41,6 +41,8 @@ STREAM_ENDED_EARLY = "stream ended before the response completed"
 @dataclass(slots=True)
 class _Call:
     id: str = ""
+    wire: str = ""
+    """The ID as the server sent it (`id` is renamed when another call has it)."""
     name: str = ""
     args: list[str] = field(default_factory=list)
     signature: str = ""
@@ -61,6 +63,7 @@ class ChatStreamParser:
         self._annotations: list[Any] = []
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
+        self._ids: set[str] = set()
         self._finish: FinishReason = ""
         self._saw_finish = False
         self._usage = Usage()
@@ -134,7 +137,7 @@ class ChatStreamParser:
         slot: int | None = None
         if isinstance(index, int) and index in self._slots:
             slot = self._slots[index]
-            if call_id and self._calls[slot].id and call_id != self._calls[slot].id:
+            if call_id and self._calls[slot].wire and call_id != self._calls[slot].wire:
                 slot = None
         elif index is None and not call_id and self._calls:
             slot = len(self._calls) - 1
@@ -147,8 +150,9 @@ class ChatStreamParser:
         fn = tc.get("function")
         fn = fn if isinstance(fn, dict) else {}
         new_id = new_name = signature = ""
-        if call_id and not call.id:
-            call.id = new_id = call_id
+        if call_id and not call.wire:
+            call.wire = call_id
+            call.id = new_id = unique_call_id(call_id, self._ids)
         name = fn.get("name")
         if isinstance(name, str) and name and not call.name:
             call.name = new_name = name

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import raw_json
+from golem.providers._http import raw_json, unique_calls
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
@@ -606,7 +606,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         message=Message(
             role="assistant",
             content=content,
-            tool_calls=calls,
+            tool_calls=unique_calls(calls),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
             citations=citations,
         ),
