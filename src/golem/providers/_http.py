@@ -32,6 +32,7 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
     "RESPONSES_REASONING_PREFIX",
@@ -39,6 +40,7 @@ __all__ = [
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
+    "deltas_of",
     "error_from_response",
     "in_order",
     "iter_sse",
@@ -237,20 +239,50 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
     """Parse a JSON object (a response body, a stream event), else raise `ResponseFormatError`.
 
     pydantic-core's parser (a dependency already) is 2-4x faster than `json.loads` on stream
-    events; NaN and Infinity are refused, as in strict JSON.
+    events; NaN and Infinity are refused, as in strict JSON. A lone surrogate escape
+    (`"\\ud83d"`: half an emoji, which models do emit) is read as U+FFFD rather than
+    losing the whole answer.
     """
     try:
         data = from_json(text, allow_inf_nan=False)
     except ValueError as exc:
-        raise ResponseFormatError(
-            f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
-        ) from exc
+        data = _with_lone_surrogates(text)
+        if data is None:
+            raise ResponseFormatError(
+                f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
+            ) from exc
     if not isinstance(data, dict):
         raise ResponseFormatError(
             f"{provider} returned {what} that is not a JSON object: {text[:200]!r}",
             provider=provider,
         )
     return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _with_lone_surrogates(text: str) -> Any:
+    """`text` parsed by `json.loads`, which takes lone surrogate escapes, with each lone
+    surrogate replaced by U+FFFD; None when it is not JSON (or has no surrogate escape)."""
+    if "\\u" not in text:
+        return None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    return _scrub(value)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
 
 
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
@@ -395,6 +427,9 @@ async def post_sse(
 
     Close it (`contextlib.aclosing`) to stop early: that closes the response.
 
+    A JSON answer (`application/json`: an error object from a proxy, or a server that
+    ignored `stream: true`) is yielded whole, as the data of one event.
+
     Raises:
         ProviderError: as `post_json`; a connection lost mid-stream is a retryable
             `ProviderConnectionError` ("stream ended before the response completed").
@@ -407,6 +442,12 @@ async def post_sse(
             if not resp.is_success:
                 await resp.aread()
                 raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            if "application/json" in resp.headers.get("content-type", ""):
+                # not a stream (a proxy's error, or a server that ignored `stream: true`):
+                # the whole body is one event for the adapter's parser
+                await resp.aread()
+                yield "", resp.text
+                return
             events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
             try:
                 async with aclosing(events):
@@ -453,6 +494,30 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
         yield
     finally:
         await client.aclose()
+
+
+def deltas_of(response: ModelResponse) -> list[Delta]:
+    """Deltas that replay a complete response (for a server that ignores `stream: true`)."""
+    m = response.message
+    out: list[Delta] = []
+    if m.thinking:
+        out.append(
+            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
+        )
+    if m.content:
+        out.append(Delta(content=m.content))
+    if m.tool_calls:
+        out.append(
+            Delta(
+                tool_calls=[
+                    ToolCallDelta(
+                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
+                    )
+                    for i, c in enumerate(m.tool_calls)
+                ]
+            )
+        )
+    return out
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:

@@ -28,6 +28,7 @@ from golem.providers._http import (
     raw_json,
     unique_call_id,
 )
+from golem.providers.anthropic._errors import error_from_event
 from golem.usage import Usage
 
 __all__ = [
@@ -669,8 +670,12 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
     `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
+        ProviderError: the body is an error object (`{"type": "error", ...}`), classified
+            by its `error.type` like a streamed `error` event.
         ResponseFormatError: the body has no `content` list of blocks.
     """
+    if body.get("type") == "error":
+        raise error_from_event(json.dumps(dict(body)))
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
         raise ResponseFormatError(

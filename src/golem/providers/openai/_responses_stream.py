@@ -73,6 +73,10 @@ class ResponsesStreamParser:
         event = parse_json_body(PROVIDER, data, "a stream event")
         kind = event.get("type")
         if not isinstance(kind, str):
+            if event.get("object") == "response":  # a whole response: no stream after all
+                self._final = parse_responses_response(event)
+            elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
+                raise error_from_payload(event)
             return None  # not an event this parser knows
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             text = event.get("delta")

@@ -14,7 +14,7 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events, unique_call_id
+from golem.providers._http import deltas_of, parse_json_body, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -224,28 +224,4 @@ def parse_stream_text(
         if delta is not None:
             out.append(delta)
     out.append(parser.finish())
-    return out
-
-
-def deltas_of(response: ModelResponse) -> list[Delta]:
-    """Deltas that replay a complete response (used when a server ignores `stream: true`)."""
-    m = response.message
-    out: list[Delta] = []
-    if m.thinking:
-        out.append(
-            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
-        )
-    if m.content:
-        out.append(Delta(content=m.content))
-    if m.tool_calls:
-        out.append(
-            Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
-                    )
-                    for i, c in enumerate(m.tool_calls)
-                ]
-            )
-        )
     return out
