@@ -290,7 +290,8 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
 
     Events are cut from the decoded text at blank lines, not line by line: one event costs
     one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
-    A byte order mark at the start of the stream is skipped, as the SSE standard says.
+    A byte order mark at the start of the stream is skipped, as the SSE standard says; a
+    last event that the stream cut off in the middle of its JSON is dropped.
     """
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
@@ -318,10 +319,32 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
             item = sse_block(block)
             if item is not None:
                 yield item
-    if buffer.strip("\n"):
-        item = sse_block(buffer.strip("\n"))
+    if cr:  # the stream ended in "\r": a line ending
+        buffer += "\n"
+    *blocks, buffer = buffer.split("\n\n")
+    for block in blocks:
+        item = sse_block(block)
         if item is not None:
             yield item
+    if buffer.strip("\n"):
+        item = _whole(sse_block(buffer.strip("\n")))
+        if item is not None:
+            yield item
+
+
+def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The event the stream ended in, without the blank line that ends an event: kept when
+    its data is whole (JSON, or Chat Completions' `[DONE]`), dropped when it was cut off
+    (the SSE standard drops any such event; a lenient reader keeps a whole one). A cut event is a connection that closed
+    early, which the adapters report as a retryable "stream ended" error, not as an
+    unreadable event."""
+    if item is None or item[1].strip() == "[DONE]":
+        return item
+    try:
+        from_json(item[1])
+    except ValueError:
+        return item if _with_lone_surrogates(item[1]) is not None else None
+    return item
 
 
 def sse_block(block: str) -> tuple[str, str] | None:
@@ -531,7 +554,7 @@ def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
         item = decoder.feed(line)
         if item is not None:
             yield item
-    item = decoder.flush()
+    item = _whole(decoder.flush())
     if item is not None:
         yield item
 

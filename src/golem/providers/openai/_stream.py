@@ -71,8 +71,11 @@ class ChatStreamParser:
         self.done = False
         """True once the `[DONE]` sentinel arrived."""
 
-    def feed(self, data: str) -> Delta | None:
+    def feed(self, data: str, event: str = "") -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content.
+
+        `event` is the SSE event name, if any: an `error` event is a failure whatever its
+        data holds (some servers send `{"message": ...}` or plain text there).
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
@@ -81,6 +84,8 @@ class ChatStreamParser:
         if data.strip() == "[DONE]":
             self.done = True
             return None
+        if event == "error":
+            raise error_from_payload(_error_event(data))
         chunk = parse_json_body(PROVIDER, data, "a stream event")
         return self.feed_chunk(chunk)
 
@@ -97,7 +102,7 @@ class ChatStreamParser:
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return None
-        text, thinking, calls = "", "", []
+        text, thinking, refused, calls = "", "", "", []
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -106,8 +111,11 @@ class ChatStreamParser:
                 text += text_content(delta.get("content"))
                 thinking += reasoning_text(delta, self._reasoning_field)
                 refusal = delta.get("refusal")
-                if isinstance(refusal, str):
+                if isinstance(refusal, str) and refusal:
                     self._refusal.append(refusal)
+                    if not self._text and not text:
+                        # the refusal is the answer's text (as `finish` makes it): stream it
+                        refused += refusal
                 annotations = delta.get("annotations")
                 if isinstance(annotations, list):
                     self._annotations.extend(annotations)
@@ -123,10 +131,10 @@ class ChatStreamParser:
             self._text.append(text)
         if thinking:
             self._reasoning.append(thinking)
-        if not (text or thinking or calls):
+        if not (text or thinking or calls or refused):
             return None
         return Delta(
-            content=text,
+            content=text or refused,
             thinking=[ThinkingDelta(index=0, text=thinking)] if thinking else [],
             tool_calls=calls,
         )
@@ -213,14 +221,25 @@ class ChatStreamParser:
         )
 
 
+def _error_event(data: str) -> dict[str, Any]:
+    """The error object of an SSE `error` event's data (JSON or plain text)."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return {"error": {"message": data.strip()[:500] or "error event"}}
+    if isinstance(payload, dict):
+        return payload if "error" in payload else {"error": payload}
+    return {"error": {"message": str(payload)}}
+
+
 def parse_stream_text(
     text: str, *, reasoning_field: str | None = None
 ) -> list[Delta | ModelResponse]:
     """Parse a whole SSE body: the deltas in order, then the final response."""
     parser = ChatStreamParser(reasoning_field=reasoning_field)
     out: list[Delta | ModelResponse] = []
-    for _event, data in sse_events(text.splitlines()):
-        delta = parser.feed(data)
+    for event, data in sse_events(text.splitlines()):
+        delta = parser.feed(data, event)
         if delta is not None:
             out.append(delta)
     out.append(parser.finish())
