@@ -274,3 +274,24 @@ async def test_gemini_repeated_ids_are_renamed_alike_in_deltas_and_response() ->
     assert json.loads(response.message.tool_calls[0].args) == {"n": 123456789012345678901}
     assert json.loads(response.message.tool_calls[1].args) == {"s": "𝄞"}
     assert accumulated(items) == plain_calls(response)
+
+
+async def test_a_number_beyond_float_range_stays_valid_json() -> None:
+    # A JSON value of args is read into floats: 1e400 becomes an infinity, which used to be
+    # written back as `Infinity`, text no JSON parser accepts.
+    anthropic = (
+        '{"content":[{"type":"tool_use","id":"t","name":"f",'
+        '"input":{"big":1e400,"neg":[-1e400],"ok":2.5}}],"stop_reason":"tool_use"}'
+    )
+    gemini = (
+        '{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f",'
+        '"args":{"big":1e400,"neg":[-1e400],"ok":2.5}}}]},"finishReason":"STOP"}]}'
+    )
+    for api, body in (("anthropic", anthropic), ("gemini", gemini)):
+        response = final(await send(api, body, stream=False))
+        args = json.loads(response.message.tool_calls[0].args, parse_constant=_refuse)
+        assert args == {"big": float("inf"), "neg": [float("-inf")], "ok": 2.5}
+
+
+def _refuse(name: str) -> Any:
+    raise AssertionError(f"{name} is not JSON")

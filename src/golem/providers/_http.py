@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import os
 import time
 import weakref
@@ -40,6 +41,7 @@ __all__ = [
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
+    "args_json",
     "deltas_of",
     "error_from_response",
     "in_order",
@@ -69,6 +71,36 @@ RUN_SEPARATOR = "\n\n"
 
 raw_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 """A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`."""
+
+
+_HUGE = {"\x00+\x00": "1e999", "\x00-\x00": "-1e999", "\x00n\x00": "null"}
+
+
+def args_json(value: Any, encoder: json.JSONEncoder) -> str:
+    """Tool-call arguments that arrived as a JSON value, as JSON text (`encoder` must refuse
+    NaN and infinities: `allow_nan=False`).
+
+    A number beyond the range of a float (`1e400`) was read as an infinity, which JSON
+    cannot spell: it is written `1e999` (a JSON number every reader takes as the same
+    infinity), never as the `Infinity` that no JSON parser accepts.
+    """
+    try:
+        return encoder.encode(value)
+    except ValueError:
+        text = encoder.encode(_mark_huge(value))
+        for mark, number in _HUGE.items():
+            text = text.replace(encoder.encode(mark), number)
+        return text
+
+
+def _mark_huge(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "\x00n\x00" if math.isnan(value) else "\x00+\x00" if value > 0 else "\x00-\x00"
+    if isinstance(value, list):
+        return [_mark_huge(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _mark_huge(v) for k, v in value.items()}
+    return value
 
 
 def json_object(raw: str) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
+    args_json,
     in_order,
     json_object,
     raw_json,
@@ -540,7 +541,7 @@ def finish_reason_from(stop_reason: Any) -> FinishReason:
     return _FINISH.get(str(stop_reason), "other")
 
 
-_encode_args = json.JSONEncoder(ensure_ascii=False).encode
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """Tool-call input as JSON text, spaced like the API streams it (`{"city": "Paris"}`)."""
 
 
@@ -602,7 +603,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             if isinstance(raw, RawArgs):
                 args = raw.text
             else:
-                args = _encode_args({} if raw is None else raw)
+                args = args_json({} if raw is None else raw, _ARGS_ENCODER)
             name = _str(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args

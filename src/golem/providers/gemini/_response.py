@@ -28,7 +28,7 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, raw_json, unique_call_id
+from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, unique_call_id
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
@@ -402,11 +402,11 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _compact_args(args: Any) -> str:
-    return _ARGS_ENCODER.encode(args)
+    return args_json(args, _ARGS_ENCODER)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:
