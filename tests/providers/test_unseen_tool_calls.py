@@ -295,3 +295,25 @@ async def test_a_number_beyond_float_range_stays_valid_json() -> None:
 
 def _refuse(name: str) -> Any:
     raise AssertionError(f"{name} is not JSON")
+
+
+async def test_chat_arguments_null_or_an_object_read_alike_streamed_or_not() -> None:
+    # Some compatible servers send `arguments` as an object, or null for a call without any.
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": None}},
+        {"id": "b", "type": "function", "function": {"name": "g", "arguments": {"x": "BIG"}}},
+    ]
+    message = {"role": "assistant", "tool_calls": calls}
+    body = json.dumps(
+        {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
+    )
+    plain = final(await send("openai-chat", body.replace('"BIG"', "1e400"), stream=False))
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"tool_calls": [dict(c, index=i)]}}]}
+        for i, c in enumerate(calls)
+    ]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    stream = sse(chunks, done=True).replace('"BIG"', "1e400")
+    streamed = final(await send("openai-chat", stream, stream=True))
+    assert plain_calls(plain) == plain_calls(streamed)
+    assert [c.args for c in plain.message.tool_calls] == ["", '{"x":1e999}']

@@ -14,9 +14,16 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import deltas_of, parse_json_body, sse_events, unique_call_id
+from golem.providers._http import (
+    args_json,
+    deltas_of,
+    parse_json_body,
+    sse_events,
+    unique_call_id,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
+    ARGS_ENCODER,
     PROVIDER,
     citations_of,
     map_finish_reason,
@@ -166,7 +173,7 @@ class ChatStreamParser:
             call.name = new_name = name
         args = fn.get("arguments")
         if args is not None and not isinstance(args, str):
-            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+            args = args_json(args, ARGS_ENCODER)
         if args:
             call.args.append(args)
         extra = tc.get("extra_content")
