@@ -185,7 +185,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
             },
         }
     )
-    schema = schemathesis.openapi.from_asgi("/api/openapi.json", app, config=config)
+    schema = schemathesis.openapi.from_asgi("/api/openapi.json", app, config=config, headers=bearer("alice"))
     FORM_CSRF[id(app)] = auth.csrf_token(session)
 
     real_runs = st.sampled_from(seeded.runs)

@@ -724,7 +724,7 @@ def bearer(request: Request) -> Credential:
 
 
 _AUTH = (401,)
-_BODY = (400, 401, 413, 422)
+_BODY = (400, 401, 408, 413, 422)
 
 
 @operation(

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -49,15 +50,38 @@ CONTENT_SECURITY_POLICY = (
 
 @operation(
     op_id="openapi",
-    summary="This document.",
+    summary="This document (with a bearer token, it names the agents the caller may see).",
     responses={200: OpenApiDocument},
     security=(),
 )
 async def _openapi(request: Request) -> Response:
-    """The OpenAPI 3.1 document (naming this service's agents)."""
+    """The OpenAPI 3.1 document; with a valid bearer token, the `agent` fields of the bodies
+    that start runs list the agents the caller may see. Without one it names no agent: the
+    registry's names are not a stranger's business, nor other teams' agents an approver's.
+    """
     state: api.ServiceState = request.app.state.golem
-    agents = list(state.registry)
-    return JSONResponse(openapi_document(ROUTES, __version__, agents=agents))
+    cred = state.auth.from_authorization(request.headers.get("authorization"))
+    agents = None if cred is None else [n for n in state.registry if cred.approver.may_see(n)]
+    return JSONResponse(openapi_document(ROUTES, __version__, agents=agents or None))
+
+
+class _AnyText(Convertor[str]):
+    """A path parameter of any characters, `/` and line breaks included.
+
+    Call IDs come from the model: Starlette's `path` convertor (`.*`) stops at a newline,
+    so a call whose ID held one could not be decided by URL at all.
+    """
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("golem_any", _AnyText())
 
 
 EVENTS = GuardedEvents(stream.events)
@@ -82,7 +106,7 @@ ROUTES: list[BaseRoute] = [
     Route("/api/runs", api.start, methods=["POST"]),
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
-    Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
+    Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
     Route("/api/audit", audit.api_audit, methods=["GET"]),
     Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
     Route("/api/events", EVENTS, methods=["GET"]),
@@ -99,7 +123,7 @@ ROUTES: list[BaseRoute] = [
     Route("/notifications", audit.deliveries_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
-    Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
+    Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""
@@ -115,15 +139,19 @@ def _too_large(limit: int) -> Response:
 
 
 class _BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413 before any handler runs.
+    """Refuse request bodies over `limit` bytes with 413, and bodies that take longer than
+    `timeout` seconds to arrive with 408, before any handler runs.
 
     The body is read here (up to the limit) and replayed to the app, so a handler never
-    sees a partial body and nothing changes when the limit is crossed.
+    sees a partial body and nothing changes when a limit is crossed. The deadline covers
+    the whole body, so a client trickling a byte at a time cannot hold a connection (and
+    its buffered body) open for longer.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -140,18 +168,26 @@ class _BodyLimit:
                     return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _too_large(self.limit)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.limit:
+                        await _too_large(self.limit)(scope, receive, send)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            slow = api.ApiError(
+                408, "request_timeout", f"the request body took longer than {self.timeout:g} s"
+            )
+            await slow.response()(scope, receive, send)
+            return
         body = b"".join(chunks)
         replayed = False
 
@@ -190,14 +226,24 @@ class _RefuseNul:
 
 
 class _SecurityHeaders:
-    """Add a strict Content-Security-Policy and friends to every response."""
+    """Add a strict Content-Security-Policy and friends to every response.
+
+    Every answer but a static file is also `Cache-Control: no-store` unless its handler
+    said otherwise: API answers, pages, downloads, redirects and errors all name runs,
+    arguments or identities that no shared cache or browser history should keep. Over
+    https (directly or behind a proxy uvicorn trusts) `Strict-Transport-Security` is sent
+    too, so a browser never falls back to plain http and its session cookie.
+    """
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
         (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
         (b"x-content-type-options", b"nosniff"),
         (b"referrer-policy", b"no-referrer"),
         (b"x-frame-options", b"DENY"),
+        (b"cross-origin-opener-policy", b"same-origin"),
+        (b"cross-origin-resource-policy", b"same-origin"),
     )
+    HSTS = (b"strict-transport-security", b"max-age=31536000")
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -206,11 +252,18 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        extra = list(self.HEADERS)
+        if scope.get("scheme") == "https":
+            extra.append(self.HSTS)
+        cacheable = scope["path"].startswith("/static/")
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = dict(message)
-                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+                headers = list(message.get("headers", []))
+                if not cacheable and not any(k.lower() == b"cache-control" for k, _ in headers):
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = [*headers, *extra]
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -248,7 +301,7 @@ class _TraceRequests:
 
 
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")
-"""A path parameter's converter (`{call_id:path}`), left out of `http.route`."""
+"""A path parameter's converter (`{call_id:golem_any}`), left out of `http.route`."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -316,6 +369,7 @@ _HEADINGS = {
     404: "Not found",
     405: "Method not allowed",
     409: "Already decided or no longer pending",
+    408: "Too slow",
     429: "Too many attempts",
     413: "Too large",
     415: "Unsupported form",
@@ -340,6 +394,7 @@ def create_app(
     lease_seconds: float = 60.0,
     worker_concurrency: int = 1,
     max_body_bytes: int = 256 * 1024,
+    body_timeout: float = 30.0,
     stream_poll_interval: float = 0.5,
     stream_heartbeat: float = 15.0,
     default_expires_in: float | None = None,
@@ -366,6 +421,7 @@ def create_app(
         worker_concurrency: runs the in-process worker resumes at once (`Worker`'s
             `concurrency`).
         max_body_bytes: larger request bodies get 413.
+        body_timeout: seconds a request body may take to arrive in full (408 beyond).
         stream_poll_interval: how often `/api/events` polls the audit log.
         stream_heartbeat: seconds between keep-alive comments on an idle event stream.
         default_expires_in: seconds until the calls of a started run expire (None: never),
@@ -390,6 +446,7 @@ def create_app(
         ("worker_poll_interval", worker_poll_interval),
         ("lease_seconds", lease_seconds),
         ("max_body_bytes", max_body_bytes),
+        ("body_timeout", body_timeout),
         ("stream_poll_interval", stream_poll_interval),
         ("stream_heartbeat", stream_heartbeat),
         ("max_streams_per_identity", max_streams_per_identity),
@@ -466,7 +523,7 @@ def create_app(
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
             Middleware(_SecurityHeaders),
-            Middleware(_BodyLimit, limit=max_body_bytes),
+            Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
             Middleware(_RefuseNul),
         ],
         exception_handlers=handlers,

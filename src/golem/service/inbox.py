@@ -328,7 +328,7 @@ async def login_page(request: Request) -> Response:
     summary="Sign in with a token (same-site forms only; rate limited).",
     form=schemas.LoginForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415, 429),
+    errors=(401, 403, 408, 413, 415, 429),
     security=(),
     tag="inbox",
 )
@@ -379,7 +379,7 @@ async def login(request: Request) -> Response:
     summary="Sign out: the session is revoked server-side.",
     form=schemas.LogoutForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415),
+    errors=(401, 403, 408, 413, 415),
     security=("session",),
     tag="inbox",
 )
@@ -388,7 +388,13 @@ async def logout(request: Request) -> Response:
     _, value, _ = await _checked(request)
     _state(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -600,7 +606,7 @@ async def run_page(request: Request) -> Response:
     summary="Decide a call from the inbox, then go back.",
     form=schemas.DecisionForm,
     responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -664,7 +670,7 @@ async def _conflict_page(
     summary="Approve all or deny all of a run's undecided calls (that the approver may decide).",
     form=schemas.BulkDecisionForm,
     responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -698,7 +704,7 @@ async def decide_run_form(request: Request) -> Response:
     summary="Retry or cancel an interrupted run, with a note (operator recovery).",
     form=schemas.ResolveForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 404, 409, 413, 415, 422),
+    errors=(401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -740,7 +746,7 @@ async def resolve_form(request: Request) -> Response:
     summary="Start a run from the inbox, then show it.",
     form=schemas.StartForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415, 422),
+    errors=(401, 403, 408, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
