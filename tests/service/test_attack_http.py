@@ -264,7 +264,11 @@ async def test_a_cross_site_simple_request_to_the_json_api_changes_nothing(
     run = await start("twin")
     await sign_in(client)
     assert client.cookies.get(SESSION_COOKIE)
-    cross = {"Content-Type": ctype, "Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
+    cross = {
+        "Content-Type": ctype,
+        "Origin": "https://evil.example",
+        "Sec-Fetch-Site": "cross-site",
+    }
     posts = {
         "/api/runs": '{"agent": "twin", "prompt": "x"}',
         f"/api/runs/{run['id']}/calls/c1/decision": '{"decision": "approve"}',
@@ -284,8 +288,7 @@ async def test_a_cross_site_simple_request_to_the_json_api_changes_nothing(
 def _agent_enums(doc: dict[str, Any]) -> list[Any]:
     schemas = doc["components"]["schemas"]
     return [
-        schemas[name]["properties"]["agent"].get("enum")
-        for name in ("StartRunBody", "StartForm")
+        schemas[name]["properties"]["agent"].get("enum") for name in ("StartRunBody", "StartForm")
     ]
 
 

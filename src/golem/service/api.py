@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from golem.errors import StoreError
+from golem.seal import SealKey
 from golem.service import schemas
 from golem.service.auth import AuthConfig, Credential, LoginLimiter
 from golem.service.openapi import operation
@@ -78,11 +79,13 @@ class ServiceState:
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    """Sign-in attempts allowed per client address."""
     presenters: dict[str, Any] = field(default_factory=dict)
     """Tool name → presenter of its calls in the inbox (`golem.service.views.Presentation`)."""
     notifier: Any = None
     """The webhook `Notifier` while the app runs with webhooks (else None)."""
-    """Sign-in attempts allowed per client address."""
+    seal_key: SealKey | None = None
+    """The workers' seal key: runs started here are saved with every pending call sealed."""
 
 
 class ApiError(Exception):
@@ -695,6 +698,7 @@ async def start_for(
             deps_ref=deps_ref,
             started_by=cred.approver.identity,
             expires_in=expiry,
+            seal_key=state.seal_key,
         )
     except StoreError:
         raise

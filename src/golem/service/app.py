@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__, _tracing
+from golem.seal import SealKey, as_seal_keys
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter
 from golem.service.limits import GuardedEvents
@@ -405,6 +406,7 @@ def create_app(
     public_url: str = "http://127.0.0.1:8000",
     expiring_within: float = 900.0,
     presenters: Mapping[str, Presenter] | None = None,
+    seal_key: SealKey | None = None,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -438,9 +440,14 @@ def create_app(
         expiring_within: seconds before a call's deadline that `call.expiring` is sent.
         presenters: tool name → `fn(args) -> Presentation` (a title, a summary line and an
             optional before/after diff shown on the tool's cards).
+        seal_key: the workers' seal key (bytes of at least 32, or `SealKeys`): runs started
+            through the service are saved with every pending call sealed, and the
+            in-process worker resumes only calls whose seals verify. Give every worker the
+            same key (`Worker(seal_key=...)`). None: calls are not sealed.
 
     Raises:
-        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency.
+        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency,
+            or a seal key shorter than 32 bytes.
     """
     for name, value in (
         ("worker_poll_interval", worker_poll_interval),
@@ -474,6 +481,7 @@ def create_app(
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
         undo_seconds=undo_seconds,
         presenters=dict(presenters or {}),
+        seal_key=None if seal_key is None else as_seal_keys(seal_key),
     )
 
     @asynccontextmanager
@@ -498,6 +506,7 @@ def create_app(
                 worker_id=worker_id,
                 lease_seconds=lease_seconds,
                 concurrency=worker_concurrency,
+                seal_key=state.seal_key,
             )
             task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
             log.info("in-process worker %s started", worker.worker_id)
