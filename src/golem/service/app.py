@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from golem import __version__, _tracing
 from golem.seal import SealKey, as_seal_keys
 from golem.service import api, audit, inbox, stream
-from golem.service.auth import AuthConfig, LoginLimiter
+from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
 from golem.service.limits import GuardedEvents
 from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
@@ -61,7 +61,10 @@ async def _openapi(request: Request) -> Response:
     registry's names are not a stranger's business, nor other teams' agents an approver's.
     """
     state: api.ServiceState = request.app.state.golem
-    cred = state.auth.from_authorization(request.headers.get("authorization"))
+    try:  # a wrong token counts as a failure: the document would be a token oracle
+        cred = api.token_credential(request)
+    except api.ApiError:  # refused for a while: the public document
+        cred = None
     agents = None if cred is None else [n for n in state.registry if cred.approver.may_see(n)]
     return JSONResponse(openapi_document(ROUTES, __version__, agents=agents or None))
 
@@ -401,6 +404,7 @@ def create_app(
     default_expires_in: float | None = None,
     max_streams_per_identity: int = 8,
     login_attempts_per_minute: int = 10,
+    token_failures_per_minute: int = 30,
     undo_seconds: float = 5.0,
     webhooks: Sequence[Webhook] = (),
     public_url: str = "http://127.0.0.1:8000",
@@ -432,6 +436,9 @@ def create_app(
             beyond).
         login_attempts_per_minute: `POST /login` attempts allowed per client address per
             minute (429 beyond).
+        token_failures_per_minute: wrong bearer tokens allowed per client address per
+            minute; beyond, that address gets 429 on every request with a token (the
+            right one too) until the minute has passed, so the API is no token oracle.
         undo_seconds: how long the inbox holds a decision, with an Undo button, before
             sending it (0 sends at once). The JSON API always records at once.
         webhooks: notify these when a run pauses, a call is about to expire or a run ends
@@ -458,6 +465,7 @@ def create_app(
         ("stream_heartbeat", stream_heartbeat),
         ("max_streams_per_identity", max_streams_per_identity),
         ("login_attempts_per_minute", login_attempts_per_minute),
+        ("token_failures_per_minute", token_failures_per_minute),
         ("worker_concurrency", worker_concurrency),
     ):
         if value <= 0:
@@ -479,6 +487,7 @@ def create_app(
         default_expires_in=default_expires_in,
         max_streams_per_identity=max_streams_per_identity,
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
+        token_failures=TokenFailures(token_failures_per_minute, 60.0),
         undo_seconds=undo_seconds,
         presenters=dict(presenters or {}),
         seal_key=None if seal_key is None else as_seal_keys(seal_key),

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from golem.service.api import ApiError, ServiceState
+from golem.service.api import ApiError, ServiceState, token_credential
 from golem.service.auth import Credential
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -91,7 +91,7 @@ class GuardedEvents:
     ) -> tuple[Credential, Callable[[], bool], float] | None:
         """The caller as `stream.events` will see it, a validity check, and its expiry."""
         auth = state.auth
-        cred = auth.from_authorization(request.headers.get("authorization"))
+        cred = token_credential(request)
         if cred is not None:
             return cred, lambda: True, math.inf
         token = request.query_params.get("stream_token")
