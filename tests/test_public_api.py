@@ -88,14 +88,15 @@ PUBLIC_ALL = {
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
-        "RunNotInterrupted RunNotPending RunRecord RunStatus Store open_store utc_now"
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreTimeout open_store "
+        "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
         "LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
-        "RunNotPending RunRecord RunStatus"
+        "RunNotPending RunRecord RunStatus StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",
     "golem.testing": (

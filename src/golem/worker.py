@@ -51,11 +51,13 @@ from golem.store import (
     NewCall,
     NewRun,
     Outcome,
+    RunNotFound,
     RunRecord,
     RunStatus,
     Store,
     utc_now,
 )
+from golem.store._sql import elapsed
 
 if TYPE_CHECKING:
     from golem.agent import Agent
@@ -75,6 +77,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("golem.worker")
+
+_CONFIRM_READS = 4
+"""How many times a worker reads a run to learn whether a finish whose answer was lost
+committed (0.05 s, 0.1 s, 0.2 s apart) before it reports the outcome unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,13 +256,13 @@ def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[s
     return order
 
 
-def _expires_at(expires_in: float | timedelta | None) -> datetime | None:
+def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
     if expires_in is None:
         return None
     delta = expires_in if isinstance(expires_in, timedelta) else timedelta(seconds=expires_in)
     if delta <= timedelta(0):
         raise ValueError(f"expires_in must be positive, got {expires_in!r}")
-    return utc_now() + delta
+    return now + delta
 
 
 async def start_run(
@@ -269,6 +275,7 @@ async def start_run(
     started_by: str,
     expires_in: float | timedelta | None = None,
     seal_key: SealKey | None = None,
+    run_id: str | None = None,
 ) -> RunRecord:
     """Run the agent once in-process and save the outcome; return the saved run.
 
@@ -277,15 +284,45 @@ async def start_run(
     FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
     With `seal_key` (the workers' key), the store seals every pending call it saves.
 
+    `run_id` makes starting idempotent: the caller picks the run's ID (a UUID, say) and
+    sends the same one again when a start failed with `StoreError` and it cannot know
+    whether the run was saved (the database went away after the commit). If a run with
+    that ID exists — same agent, same `started_by`, same prompt — it is returned as is,
+    and the agent does not run again; otherwise the agent runs and the run is saved under
+    that ID. Two starts with one ID at once save one run; both return it. Without
+    `run_id` every call starts a new run (ADR 0058).
+
     Raises:
         KeyError: `agent_name` is not in the registry.
-        ValueError: `expires_in` is not positive.
-        StoreError: the store could not save the run.
+        ValueError: `expires_in` is not positive; `run_id` is empty or longer than 200
+            characters; a run with `run_id` exists for another agent, starter or prompt.
+        StoreError: the store could not save (or, with `run_id`, look up) the run.
     """
     entry = _entry(registry, agent_name)
-    expires_at = _expires_at(expires_in)
+    expires_at = _expires_at(expires_in, _clock_of(store)())
+    if run_id is not None:
+        if not isinstance(run_id, str) or not 0 < len(run_id) <= 200:
+            raise ValueError(f"run_id must be a string of 1 to 200 characters, got {run_id!r}")
+        existing = await _started(store, run_id, agent_name, started_by, prompt)
+        if existing is not None:
+            return existing
     deps = await _deps(entry, deps_ref)
-    run_id = new_id()
+    key = run_id
+
+    async def save(run: NewRun, outcome: Outcome | None = None) -> RunRecord:
+        try:
+            if outcome is None:
+                return await store.save_pending(run)
+            return await store.save_finished(run, outcome)
+        except ValueError:
+            if key is None:
+                raise
+            existing = await _started(store, key, agent_name, started_by, prompt)
+            if existing is None:  # not a run saved meanwhile under this ID: a real problem
+                raise
+            return existing  # another start with this ID saved it first
+
+    run_id = key or new_id()
     try:
         result = await entry.agent.run(prompt, deps=deps, run_id=run_id)
     except Exception as exc:
@@ -298,7 +335,7 @@ async def start_run(
             deps_ref=deps_ref,
             started_by=started_by,
         )
-        return await store.save_finished(failed, Outcome.failed(_error_text(exc), history))
+        return await save(failed, Outcome.failed(_error_text(exc), history))
     new = new_run_from_result(
         result,
         agent_name,
@@ -311,9 +348,39 @@ async def start_run(
         problem = _duplicate_calls(new)
         if problem is not None:  # never resumable: save it failed, with its history, audited
             failed = replace(new, calls=(), expires_at=None)
-            return await store.save_finished(failed, Outcome.failed(problem, new.history))
-        return await store.save_pending(new)
-    return await store.save_finished(new, Outcome.completed(_jsonable(result.output), new.history))
+            return await save(failed, Outcome.failed(problem, new.history))
+        return await save(new)
+    return await save(new, Outcome.completed(_jsonable(result.output), new.history))
+
+
+async def _started(
+    store: Store, run_id: str, agent_name: str, started_by: str, prompt: str
+) -> RunRecord | None:
+    """The run an earlier start with `run_id` saved, or None when there is none.
+
+    Raises:
+        ValueError: the run exists, started for another agent, by someone else or with
+            another prompt (the ID was reused for a different start).
+    """
+    try:
+        run = await store.get_run(run_id)
+    except RunNotFound:
+        return None
+    first = _first_prompt(run.history)
+    if run.agent != agent_name or run.started_by != started_by or first not in (None, prompt):
+        raise ValueError(
+            f'run_id "{run_id}" names a run started differently (agent, starter or prompt): '
+            "an ID that makes a start idempotent must be new for each different start"
+        )
+    return run
+
+
+def _first_prompt(history: str) -> str | None:
+    """The content of the history's first user message (None: it has none)."""
+    for m in loads_history(history):
+        if m.role == "user":
+            return m.content
+    return None
 
 
 def _duplicate_calls(run: NewRun) -> str | None:
@@ -568,9 +635,13 @@ class Worker:
         self.concurrency = concurrency
         """How many runs `run_forever` resumes at once."""
         self._last_sweep: float | None = None
-        self._unsure_claims: set[datetime] = set()
-        """The times of this worker's claims that raised `StoreError`: a claim whose
-        connection died after its COMMIT was sent may have committed all the same."""
+        self._clock = _clock_of(store)
+        """The store's clock: the claim times and lease arithmetic of this worker."""
+        self._unsure_claims: dict[datetime, set[str]] = {}
+        """The times of this worker's claims that raised `StoreError`, each with the runs
+        already taken back from it: a claim whose connection died after its COMMIT was
+        sent may have committed all the same, even later (a server that was frozen, not
+        gone, runs what it had received once it thaws)."""
 
     @property
     def actor(self) -> str:
@@ -707,7 +778,7 @@ class Worker:
         unknown, and that time is how `_recover_claims` finds the runs it may have taken.
         """
         agents = list(self.registry)
-        at = utc_now()
+        at = self._clock()
         try:
             if slots == 1:
                 one = await self.store.claim_ready(
@@ -718,21 +789,23 @@ class Worker:
                 self.worker_id, self.lease_seconds, limit=slots, now=at, agents=agents
             )
         except StoreError:
-            self._unsure_claims.add(at)
+            self._unsure_claims.setdefault(at, set())
             raise
 
     async def _recover_claims(self) -> list[ClaimedRun]:
-        """The runs taken by claims of this worker that raised: resume them, once.
+        """The runs taken by claims of this worker that raised: resume each of them once.
 
         A claim whose connection died after its COMMIT was sent may have committed with
         its answer lost; its runs are then held by this worker, claimed at that claim's
         time, and were never resumed (nothing of them ran). They are this worker's to
         resume, as if the answer had come late; otherwise they would sit out their lease
-        and be marked interrupted although no approved call ran (ADR 0045). The runs whose
-        lease this worker holds are few (its own in flight), so they are simply listed,
-        histories read for those only. A claim whose lease
-        has run out is given up (its runs are the sweep's), and so is every claim on a
-        store that cannot list runs.
+        and be marked interrupted although no approved call ran (ADR 0045). A server
+        that stopped answering without closing the connection (`StoreTimeout`) may
+        commit such a claim long after it raised, so each claim is looked for at every
+        call until its lease has run out (its runs are the sweep's then), and a run is
+        taken back once. The runs whose lease this worker holds are few (its own in
+        flight), so they are simply listed, histories read for those only. A store that
+        cannot list runs gives every claim up.
 
         Raises:
             StoreError: the store could not be read (tried again on the next claim).
@@ -740,12 +813,12 @@ class Worker:
         if not self._unsure_claims:
             return []
         lease = timedelta(seconds=self.lease_seconds)
-        now = utc_now()
-        unsure = {at for at in self._unsure_claims if at + lease > now}
-        self._unsure_claims = set(unsure)
+        now = self._clock()
+        unsure = {at: taken for at, taken in self._unsure_claims.items() if at + lease > now}
+        self._unsure_claims = unsure
         list_page = getattr(self.store, "list_runs_page", None)
         if not unsure or list_page is None:
-            self._unsure_claims = set()
+            self._unsure_claims = {}
             return []
         found: list[ClaimedRun] = []
         after: str | None = None
@@ -757,17 +830,19 @@ class Worker:
                 after=after,
                 limit=100,
             )
-            found.extend(
-                ClaimedRun(run, self.worker_id, run.lease_expires_at)
-                for run in page.items
-                if run.lease_owner == self.worker_id
-                and run.updated_at in unsure
-                and run.lease_expires_at is not None
-            )
+            for run in page.items:
+                taken = unsure.get(run.updated_at)
+                if (
+                    taken is not None
+                    and run.id not in taken
+                    and run.lease_owner == self.worker_id
+                    and run.lease_expires_at is not None
+                ):
+                    taken.add(run.id)
+                    found.append(ClaimedRun(run, self.worker_id, run.lease_expires_at))
             if page.next_cursor is None:
                 break
             after = page.next_cursor
-        self._unsure_claims -= unsure
         for c in found:
             log.warning(
                 "worker %s: run %s was claimed by a claim whose answer was lost; resuming it",
@@ -832,18 +907,36 @@ class Worker:
 
     @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
-        """Save the outcome; retry transient store errors while the lease is still held."""
+        """Save the outcome; retry transient store errors while the lease is still held.
+
+        An attempt that raised a plain `StoreError` may have committed with its answer lost;
+        a retry then finds the run finished (`LeaseLost`), and the run is read to tell "saved
+        by that attempt" from "lease lost" (ADR 0045). When that read fails too, the log
+        says the outcome is unknown, not that the lease was lost.
+        """
         run_id = lease.run_id
         delay = 0.05
+        unsure = False  # an earlier attempt raised: it may have committed
         while True:
             try:
                 await self.store.finish(run_id, self.worker_id, outcome)
             except LeaseLost as exc:
-                if await self._already_saved(run_id, outcome):
+                saved = await self._already_saved(run_id, outcome) if unsure else False
+                if saved is None:
+                    log.error(
+                        "run %s: its outcome (%s) may have been saved by an earlier attempt "
+                        "whose answer was lost; the run could not be read to confirm it, so "
+                        "look it up (if still running, the sweep marks it interrupted)",
+                        run_id,
+                        outcome.status.value,
+                    )
+                    return
+                if saved:
                     break  # an earlier attempt committed but its answer was lost
                 log.error("run %s: lease lost before its outcome could be saved: %s", run_id, exc)
                 return
             except StoreError as exc:
+                unsure = True
                 if lease.remaining() <= delay:
                     log.error("run %s: saving the outcome failed until the lease ran out", run_id)
                     raise
@@ -857,12 +950,21 @@ class Worker:
         else:
             log.info("worker %s: run %s %s", self.worker_id, run_id, outcome.status.value)
 
-    async def _already_saved(self, run_id: str, outcome: Outcome) -> bool:
-        try:
-            run = await self.store.get_run(run_id)
-        except StoreError:
-            return False
-        return run.status is outcome.status and run.lease_owner == self.worker_id
+    async def _already_saved(self, run_id: str, outcome: Outcome) -> bool | None:
+        """Whether the run holds `outcome`'s status under this worker's lease (an earlier
+        finish committed); None when the run could not be read (a few tries)."""
+        delay = 0.05
+        for attempt in range(_CONFIRM_READS):
+            try:
+                run = await self.store.get_run(run_id)
+            except StoreError as exc:
+                log.warning("run %s: reading it to confirm its outcome failed (%s)", run_id, exc)
+                if attempt + 1 < _CONFIRM_READS:
+                    await asyncio.sleep(delay)
+                    delay *= 2
+                continue
+            return run.status is outcome.status and run.lease_owner == self.worker_id
+        return None
 
     async def _heartbeat(self, lease: _Lease, resume: asyncio.Future[Outcome]) -> None:
         """Renew the lease now and every third of its length; cancel the resume if it is lost."""
@@ -911,7 +1013,7 @@ class Worker:
                 run.agent,
                 deps_ref=run.deps_ref,
                 started_by=self.actor,
-                expires_at=_inherit_expiry(run),
+                expires_at=_inherit_expiry(run, self._clock()),
                 parent_run_id=run.id,
                 seal_key=self.seal_keys,
             )
@@ -925,25 +1027,26 @@ class Worker:
 
 
 class _Lease:
-    """The worker's view of one lease: a local monotonic deadline, renewed in the store."""
+    """The worker's view of one lease: a local deadline on the elapsed-time clock (never
+    stepped, counting through a suspend), renewed in the store."""
 
     def __init__(self, worker: Worker, run_id: str, claimed: ClaimedRun) -> None:
         self.worker = worker
         self.run_id = run_id
-        remaining = (claimed.lease_expires_at - utc_now()).total_seconds()
+        remaining = (claimed.lease_expires_at - worker._clock()).total_seconds()
         # the local deadline starts before the claim returned: never later than the store's
-        self.deadline = time.monotonic() + min(remaining, worker.lease_seconds)
+        self.deadline = elapsed() + min(remaining, worker.lease_seconds)
         self.lost: LeaseLost | None = None
 
     def remaining(self) -> float:
         """Seconds left on the lease by the local clock (negative once it ran out)."""
-        return self.deadline - time.monotonic()
+        return self.deadline - elapsed()
 
     async def renew(self) -> None:
         """Extend the lease in the store; record and raise `LeaseLost` when it is gone."""
         if self.lost is not None:
             raise self.lost
-        asked = time.monotonic()
+        asked = elapsed()
         try:
             await self.worker.store.renew_lease(
                 self.run_id, self.worker.worker_id, self.worker.lease_seconds
@@ -987,8 +1090,15 @@ def _feed_of(store: Store) -> ChangeFeed | None:
     return feed
 
 
-def _inherit_expiry(run: RunRecord) -> datetime | None:
+def _inherit_expiry(run: RunRecord, now: datetime) -> datetime | None:
     """A pause produced by a resume gets as long to be decided as its parent had."""
     if run.expires_at is None:
         return None
-    return utc_now() + (run.expires_at - run.created_at)
+    return now + (run.expires_at - run.created_at)
+
+
+def _clock_of(store: Store) -> Callable[[], datetime]:
+    """The store's clock (`SQLStore.clock`: the database server's time on PostgreSQL), or
+    this machine's for a store without one."""
+    clock = getattr(store, "clock", None)
+    return clock if callable(clock) else utc_now

@@ -24,10 +24,12 @@ def spawn_worker(
     *,
     lease_seconds: float,
     sweep_interval: float,
+    skew_seconds: float = 0.0,
 ) -> subprocess.Popen[bytes]:
     """Start `python -m tests.store.worker_app` on `backend`; it stops when `tmp_path/stop` exists.
 
-    Its stderr goes to `tmp_path/<worker_id>.log`.
+    Its stderr goes to `tmp_path/<worker_id>.log`. With `skew_seconds`, the process's
+    wall clock (golem's `utc_now`) runs that far ahead (negative: behind).
     """
     config = {
         "spec": backend.spec(),
@@ -35,6 +37,7 @@ def spawn_worker(
         "lease_seconds": lease_seconds,
         "sweep_interval": sweep_interval,
         "stop_file": str(tmp_path / "stop"),
+        "skew_seconds": skew_seconds,
     }
     log = open(tmp_path / f"{worker_id}.log", "wb")  # noqa: SIM115 - owned by the child
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from hypothesis import strategies as st
 
 from golem._ids import new_id
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunStatus, Store
-from golem.worker import Worker, start_run
+from golem.store import AuditAction, Decision, RunStatus, Store, utc_now
+from golem.worker import AgentEntry, Worker, start_run
 from tests.store.chaos import chaos_registry, executions, until
 from tests.store.worker_app import prompt_for
 
@@ -235,3 +236,171 @@ async def test_a_worker_stopped_right_after_a_lost_claim_still_resumes_its_runs(
     assert flaky.lost == 1
     assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
     assert executions(exec_dir) == {"p-0": [run.id]}
+
+
+class FinishAnswerLostAndUnreadable(LostAnswer):
+    """The first `finish` commits and loses its answer; every `get_run` fails, as when the
+    database goes away right after that commit."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store, "finish")
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "get_run":
+            return super().__getattr__(name)
+
+        async def unreadable(*args: Any, **kwargs: Any) -> Any:
+            self.reads += 1
+            raise StoreError("postgresql: server closed the connection unexpectedly")
+
+        return unreadable
+
+
+async def test_a_finish_that_cannot_be_confirmed_is_reported_unknown_not_as_a_lost_lease(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The finish committed, its answer was lost, the retry finds the run finished and the
+    read that would confirm it fails: the log says the outcome may have been saved (look
+    it up), never that the lease was lost before saving — which would send an operator
+    looking for a run that did not finish."""
+    caplog.set_level(logging.INFO, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    flaky = FinishAnswerLostAndUnreadable(store)
+    worker = Worker(flaky, registry, worker_id="w")  # type: ignore[arg-type]
+    assert await worker.run_once() is True
+    assert flaky.lost == 1
+    assert flaky.reads >= 2, "the confirming read is tried more than once"
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "lease lost" not in text
+    assert f"run {run.id}: its outcome (completed) may have been saved" in text
+    assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+    assert executions(exec_dir) == {"p-0": [run.id]}
+
+
+async def test_a_first_finish_refused_for_a_lost_lease_reads_nothing(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No earlier attempt could have saved the outcome: `LeaseLost` on the first finish is
+    reported as a lost lease at once, without reading the run."""
+    caplog.set_level(logging.INFO, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    registry = chaos_registry(exec_dir)
+    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+
+    class SweptBeforeFinish(FinishAnswerLostAndUnreadable):
+        def __getattr__(self, name: str) -> Any:
+            if name != "finish":
+                return super().__getattr__(name)
+
+            async def finish(*args: Any, **kwargs: Any) -> Any:
+                later = utc_now() + timedelta(hours=1)
+                assert await self._store.sweep_interrupted(later) == [run.id]
+                return await self._store.finish(*args, **kwargs)
+
+            return finish
+
+    flaky = SweptBeforeFinish(store)
+    assert await Worker(flaky, registry, worker_id="w").run_once() is True  # type: ignore[arg-type]
+    assert flaky.reads == 0
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"run {run.id}: lease lost before its outcome could be saved" in text
+    assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
+
+
+class Counting:
+    """A registry whose model counts the agent's runs (each run asks the model once or more)."""
+
+    def __init__(self, exec_dir: Path) -> None:
+        from golem import Agent
+        from golem.testing import FunctionModel
+        from tests.store.worker_app import _model
+
+        self.asked = 0
+        base = chaos_registry(exec_dir)["acts"]
+
+        def model(request: Any) -> Any:
+            self.asked += 1
+            return _model(request)
+
+        agent = Agent(FunctionModel(model), tools=list(base.agent.tools.values()))
+        self.registry = {"acts": AgentEntry(agent, deps_factory=base.deps_factory)}
+
+
+@pytest.mark.parametrize("fault", ["after", "before"])
+async def test_a_start_retried_with_its_run_id_saves_one_run(
+    store: Store, tmp_path: Path, fault: str
+) -> None:
+    """The save of a start fails with the plain `StoreError` of a dead connection, having
+    committed ("after") or not ("before"); the same start sent again with the same
+    `run_id` returns the one run — the agent runs again only when nothing was saved."""
+    counting = Counting(tmp_path)
+    flaky = LostAnswers(store, {("save_pending", 1): fault})
+
+    async def start() -> Any:
+        return await start_run(
+            flaky,  # type: ignore[arg-type]
+            counting.registry,
+            "acts",
+            prompt_for("p", 1),
+            started_by="alice",
+            run_id="start-1",
+        )
+
+    with pytest.raises(StoreError):
+        await start()
+    asked = counting.asked
+    run = await start()
+    assert run.id == "start-1"
+    assert run.status is RunStatus.PENDING
+    assert counting.asked == (asked if fault == "after" else 2 * asked)
+    assert [r.id for r in await store.list_runs(limit=10)] == ["start-1"]
+    assert [e.action for e in await store.audit(run.id)] == [AuditAction.CREATED]
+    assert (await start()).id == "start-1", "any later retry is a no-op too"
+    assert counting.asked == (asked if fault == "after" else 2 * asked)
+
+
+async def test_two_starts_with_one_run_id_at_once_save_one_run(
+    store: Store, tmp_path: Path
+) -> None:
+    counting = Counting(tmp_path)
+    runs = await asyncio.gather(
+        *(
+            start_run(
+                store, counting.registry, "acts", prompt_for("p", 1), started_by="a", run_id="k"
+            )
+            for _ in range(2)
+        )
+    )
+    assert [r.id for r in runs] == ["k", "k"]
+    assert [r.id for r in await store.list_runs(limit=10)] == ["k"]
+    assert [e.action for e in await store.audit("k")] == [AuditAction.CREATED]
+
+
+async def test_a_run_id_reused_for_a_different_start_is_refused(
+    store: Store, tmp_path: Path
+) -> None:
+    registry = Counting(tmp_path).registry
+    first = await start_run(
+        store, registry, "acts", prompt_for("p", 1), started_by="alice", run_id="k"
+    )
+    for prompt, by in ((prompt_for("q", 1), "alice"), (prompt_for("p", 1), "mallory")):
+        with pytest.raises(ValueError, match='run_id "k" names a run started differently'):
+            await start_run(store, registry, "acts", prompt, started_by=by, run_id="k")
+    for bad in ("", "x" * 201):
+        with pytest.raises(ValueError, match="run_id must be a string of 1 to 200"):
+            await start_run(store, registry, "acts", prompt_for("p", 1), started_by="a", run_id=bad)
+    assert await store.list_runs(limit=10) == [first]
+
+
+async def test_a_start_without_run_id_is_not_idempotent(store: Store, tmp_path: Path) -> None:
+    registry = Counting(tmp_path).registry
+    a = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    b = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
+    assert a.id != b.id

@@ -33,9 +33,9 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunStatus, utc_now
+from golem.store import AuditAction, Decision, RunRecord, RunStatus, utc_now
 from golem.store.postgres import PostgresStore
-from golem.worker import Worker
+from golem.worker import Worker, start_run
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import (
     Cluster,
@@ -47,6 +47,7 @@ from tests.store.chaos import (
     check_invariants,
     until,
 )
+from tests.store.worker_app import prompt_for
 
 pytestmark = pytest.mark.postgres
 
@@ -378,6 +379,38 @@ async def test_a_start_whose_commit_answer_is_lost_raises_and_the_run_is_found_o
     assert summary.statuses == ({RunStatus.COMPLETED: 1} if strays else {})
 
 
+@pytest.mark.parametrize("lose", ["commit", "answer"])
+async def test_a_start_retried_with_its_run_id_after_a_lost_answer_saves_one_run(
+    exec_dir: Path, proxy: FaultProxy, lose: str
+) -> None:
+    """`start_run(run_id=...)`: the save is cut after its COMMIT (dropped, or committed with
+    its answer lost); the caller sends the same start again and gets the one run, which
+    completes once approved (ADR 0058)."""
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn) as s:
+        p = s.producer
+
+        async def start() -> RunRecord:
+            return await start_run(
+                p.store, p.registry, "acts", prompt_for("k1", 1), started_by="producer",
+                run_id="start-k1",
+            )  # fmt: skip
+
+        cut = proxy.cut(b"calls:k1:1", lose)
+        with pytest.raises(StoreError):
+            await start()
+        await _fired(cut)
+        run = await start()
+        assert run.id == "start-k1"
+        assert run.status is RunStatus.PENDING
+        assert [r.id for r in await p.store.list_runs(limit=10)] == ["start-k1"]
+        assert [e.action for e in await p.store.audit(run.id)] == [AuditAction.CREATED]
+        await p.store.decide(run.id, "k1-0", Decision.approve(), decided_by="bob")
+        p.approved[run.id] = "k1-0"
+        await s.all_done([run.id])
+        summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 1}
+
+
 @pytest.mark.parametrize("seed", [45, 4545])
 async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
     exec_dir: Path, seed: int
@@ -537,6 +570,37 @@ async def test_a_timeout_set_in_the_dsn_fails_a_locked_call_with_a_store_error(
         await store.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
         assert (await store.get_run(run.id)).status is RunStatus.READY
         await _pool_is_clean(timed, dsn, app)
+    finally:
+        await timed.close()
+        await store.close()
+        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+async def test_a_timed_out_call_keeps_its_healthy_connection(exec_dir: Path, setting: str) -> None:
+    """A timeout is the server refusing one statement, not a broken connection: the
+    transaction is rolled back and the same connection (same backend) serves the next
+    call, instead of a reconnect per timeout while the database is already struggling."""
+    dsn = postgres_dsn()
+    schema = _schema()
+    store = await PostgresStore.open(dsn, schema=schema)
+    timed = await PostgresStore.open(
+        make_conninfo(dsn, options=f"-c {setting}=300"), schema=schema, pool_size=1
+    )
+    try:
+        run = await Producer(store, chaos_registry(exec_dir), exec_dir).one_started()
+        (before,) = timed._idle
+        backend = before.conn.info.backend_pid
+        async with _locked(dsn, schema):
+            with pytest.raises(StoreError, match="timeout"):
+                await asyncio.wait_for(
+                    timed.decide(run.id, "p1-0", Decision.approve(), decided_by="bob"), 60
+                )
+        assert [c.conn.info.backend_pid for c in timed._idle] == [backend], "kept, idle"
+        assert before.pg.transaction_status == pq.TransactionStatus.IDLE
+        await timed.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert (await timed.get_run(run.id)).status is RunStatus.READY
+        assert [c.conn.info.backend_pid for c in timed._idle] == [backend]
     finally:
         await timed.close()
         await store.close()

@@ -253,3 +253,31 @@ async def test_an_error_raised_with_statements_still_queued_rolls_them_back(
     with pytest.raises(RuntimeError, match="own failure"):
         await pg_store._submit(True, tx_fn)
     assert (await pg_store.get_run(run.id)).agent == "ops"
+
+
+async def test_a_connection_killed_right_after_connecting_is_a_store_error(
+    pg: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend killed between the connect and the store's first query on it (the server
+    clock read) fails the call with `StoreError`, which workers retry, not a bare psycopg
+    error that ends a resume (found by the random-kill chaos test)."""
+    import psycopg
+
+    store = PostgresStore(pg.dsn or "", schema=pg.schema, pool_size=1)
+    real = PostgresStore._read_server_clock
+    kills = [psycopg.errors.AdminShutdown("terminating connection due to administrator command")]
+
+    def killed_once(self: PostgresStore, conn: Any) -> None:
+        if kills:
+            raise kills.pop()
+        real(self, conn)
+
+    monkeypatch.setattr(PostgresStore, "_read_server_clock", killed_once)
+    try:
+        with pytest.raises(StoreError, match="administrator command") as caught:
+            await store.list_runs()
+        assert type(caught.value) is StoreError
+        assert store._opened == 0
+        assert await store.list_runs() == []
+    finally:
+        await store.close()

@@ -11,7 +11,8 @@ a release file that never comes — the crash test kills the process there.
 
 Run a worker process with `python -m tests.store.worker_app SPEC_JSON`, where the JSON has
 the store `spec` (see `tests.store.backends.Backend.spec`), `worker_id`, `lease_seconds`,
-`sweep_interval` and `stop_file`. Once its store is open the worker touches
+`sweep_interval`, `stop_file` and optionally `skew_seconds` (this process's wall clock runs
+that far off, as on a machine whose clock is wrong). Once its store is open the worker touches
 `<worker_id>.ready` beside the stop file; it exits once the stop file exists.
 """
 
@@ -22,6 +23,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +76,26 @@ def registry() -> dict[str, AgentEntry]:
     return {"acts": AgentEntry(agent, deps_factory=dict, description="acts after approval")}
 
 
+def _skew(seconds: float) -> None:
+    """Make this process's wall clock, as golem reads it (`utc_now`), run `seconds` off."""
+    import golem.store
+    import golem.store._sql
+    import golem.worker
+
+    real = golem.store._sql.utc_now
+
+    def skewed() -> datetime:
+        return real() + timedelta(seconds=seconds)
+
+    for module in (golem.store._sql, golem.store, golem.worker):
+        module.utc_now = skewed  # type: ignore[attr-defined]
+
+
 async def _main(config: dict[str, Any]) -> None:
     from tests.store.backends import open_spec
 
+    if config.get("skew_seconds"):
+        _skew(config["skew_seconds"])
     store = await open_spec(config["spec"])
     worker = Worker(
         store,

@@ -62,6 +62,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    StoreTimeout,
 )
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
+    "StoreTimeout",
     "open_store",
     "utc_now",
 ]
@@ -415,17 +417,21 @@ async def open_store(url: str | Path) -> Store:
     Accepted forms: `sqlite:///relative/or/absolute.db` (`sqlite:////abs/path.db` also
     works), a plain filesystem path (SQLite), `sqlite://:memory:` style URLs are rejected
     because a worker in another process could never see them, and `postgresql://…` /
-    `postgres://…` (PostgreSQL; needs the `[postgres]` extra).
+    `postgres://…` (PostgreSQL; needs the `[postgres]` extra). A PostgreSQL URL may carry
+    the store's own options as query parameters beside libpq's: `pool_size`,
+    `command_timeout` (seconds, or `none`) and `schema`, as in
+    `postgresql://golem@db/golem?pool_size=8&command_timeout=30&sslmode=require`.
 
     Raises:
-        ValueError: the URL scheme is not one of the above.
+        ValueError: the URL scheme is not one of the above, or a store option is invalid.
         StoreError: the database cannot be opened or migrated.
     """
     text = str(url)
     if text.startswith(("postgresql://", "postgres://")):
-        from golem.store.postgres import PostgresStore
+        from golem.store.postgres import PostgresStore, split_url
 
-        return await PostgresStore.open(text)
+        dsn, options = split_url(text)
+        return await PostgresStore.open(dsn, **options)
     if text.startswith("sqlite://"):
         path = text.removeprefix("sqlite://")
         if path.startswith("/") and not path.startswith("//"):

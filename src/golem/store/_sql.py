@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import abc
 import base64
+import functools
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -122,6 +124,20 @@ class _NotHeld(Exception):
 def utc_now() -> datetime:
     """The current time as a timezone-aware UTC datetime."""
     return datetime.now(UTC)
+
+
+def elapsed() -> float:
+    """Seconds on this machine's elapsed-time clock: never stepped by a wall-clock change,
+    and (where the system has one: Linux `CLOCK_BOOTTIME`) still counting while the machine
+    is suspended, which `time.monotonic()` does not."""
+    return _elapsed()
+
+
+_elapsed: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME")
+    else time.monotonic
+)
 
 
 class Later:
@@ -329,6 +345,16 @@ class SQLStore(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    def clock(self) -> datetime:
+        """The store's current time (aware UTC): what leases, deadlines and audit entries
+        are measured by when a method is not given `now`.
+
+        SQLite: this host's clock, the one every process on the database shares.
+        PostgreSQL overrides it with the server's clock, so workers on machines whose
+        clocks disagree still agree on when a lease runs out (ADR 0056).
+        """
+        return utc_now()
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
         """The store's `ChangeFeed`: wait for changes and ready runs without polling.
@@ -673,7 +699,7 @@ class SQLStore(abc.ABC):
         checked = self._check_new(run)
 
         def tx_fn(tx: Tx) -> RunRecord:
-            return self._insert_run(tx, run, RunStatus.PENDING, utc_now(), None, checked)
+            return self._insert_run(tx, run, RunStatus.PENDING, self.clock(), None, checked)
 
         return await self._submit(True, tx_fn)
 
@@ -689,7 +715,7 @@ class SQLStore(abc.ABC):
         checked = self._check_new(run)
 
         def tx_fn(tx: Tx) -> RunRecord:
-            now = utc_now()
+            now = self.clock()
             record = self._insert_run(tx, run, outcome.status, now, outcome, checked)
             tx.audit(
                 run.id,
@@ -897,13 +923,13 @@ class SQLStore(abc.ABC):
             )
 
         if decision.args is None:
-            plain = await self._decide_plain(lambda: decided_at(at_given or utc_now()))
+            plain = await self._decide_plain(lambda: decided_at(at_given or self.clock()))
             if plain is not None:
                 return plain
             # not the plain case: the full transaction below sorts out which it is
 
         def tx_fn(tx: Tx) -> tuple[DecisionRecord, bool]:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             status, calls = self._lock_calls(tx, run_id)
             call = next((c for c in calls if c.call_id == call_id), None)
             if call is None:
@@ -1013,7 +1039,7 @@ class SQLStore(abc.ABC):
         at_given = _aware(now)
 
         def tx_fn(tx: Tx) -> list[str]:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             rows = tx.fetch(
                 "SELECT id FROM golem_runs WHERE status = 'pending' AND EXISTS ("
                 "SELECT 1 FROM golem_calls c WHERE c.run_id = golem_runs.id "
@@ -1095,7 +1121,7 @@ class SQLStore(abc.ABC):
         )
 
         def tx_fn(tx: Tx) -> tuple[Later, Later | None, datetime]:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             lease_until = at + lease
             rows = tx.later(
                 sql,
@@ -1162,7 +1188,7 @@ class SQLStore(abc.ABC):
         attempt_at: list[datetime] = []
 
         def tx_fn(tx: Tx) -> datetime:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             attempt_at.append(at)
             until = at + lease
             changed = tx.later(
@@ -1212,7 +1238,7 @@ class SQLStore(abc.ABC):
         attempt_at: list[datetime] = []
 
         def tx_fn(tx: Tx) -> tuple[Later, Later]:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             attempt_at.append(at)
             rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
@@ -1253,7 +1279,7 @@ class SQLStore(abc.ABC):
         at_given = _aware(now)
 
         def tx_fn(tx: Tx) -> list[str]:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             rows = tx.fetch(
                 "SELECT id, lease_owner, lease_expires_at FROM golem_runs WHERE status = 'running' "
                 f"AND lease_expires_at <= ? ORDER BY id LIMIT {SWEEP_BATCH}"
@@ -1310,7 +1336,7 @@ class SQLStore(abc.ABC):
         confirm = list(dict.fromkeys(confirm_calls))
 
         def tx_fn(tx: Tx) -> RunRecord:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             calls, attempt = self._lock_interrupted(tx, run_id)
             by_id = {c.call_id: c for c in calls}
             for call_id in confirm:
@@ -1353,7 +1379,7 @@ class SQLStore(abc.ABC):
         at_given = _aware(now)
 
         def tx_fn(tx: Tx) -> RunRecord:
-            at = at_given or utc_now()
+            at = at_given or self.clock()
             self._lock_interrupted(tx, run_id)
             error = f"cancelled by {resolved_by} after an interrupted resume" + (
                 f": {note}" if note else ""

@@ -41,20 +41,33 @@ import collections
 import contextlib
 import itertools
 import logging
+import math
 import os
 import re
 import select
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
+from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
-from golem.store._sql import _C_CALL_COLS, _FITS, Later, SQLStore, Stats, Tx, _decided_detail, _json
-from golem.store.records import AuditAction, DecisionRecord
+from golem.store._sql import (
+    _C_CALL_COLS,
+    _FITS,
+    Later,
+    SQLStore,
+    Stats,
+    Tx,
+    _decided_detail,
+    _json,
+    elapsed,
+    utc_now,
+)
+from golem.store.records import AuditAction, DecisionRecord, StoreTimeout
 
 try:
     import greenlet
@@ -187,11 +200,14 @@ class _Conn:
         "handed_off",
         "pg",
         "sent_commit",
+        "timeout",
     )
 
-    def __init__(self, conn: _Connection, stats: Stats) -> None:
+    def __init__(self, conn: _Connection, stats: Stats, timeout: float | None = None) -> None:
         self.conn = conn
         self.pg = conn.pgconn
+        self.timeout = timeout
+        """Seconds a socket wait may last (`PostgresStore.command_timeout`)."""
         self._stats = stats
         self._loader = Transformer(conn)
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
@@ -332,6 +348,8 @@ class _Conn:
         for then, result in zip(sent, results, strict=True):
             status = result.status
             if status == _FATAL:
+                if type(then) is tuple:  # a prepare the server refused (a timeout while it
+                    self._prepared.pop(then, None)  # waited for a table lock): not prepared
                 if error is None:
                     error = result, then
             elif type(then) is Later:
@@ -356,30 +374,37 @@ class _Conn:
     def _next_result(self) -> pq.abc.PGresult | None:
         pg = self.pg
         while pg.is_busy():
-            _wait_socket(pg.socket, False)
+            self._wait_socket(False)
             pg.consume_input()
         return pg.get_result()
 
     def _flush(self) -> None:
         pg = self.pg
         while pg.flush():  # 1: libpq could not send everything without blocking
-            _wait_socket(pg.socket, True)
+            self._wait_socket(True)
             pg.consume_input()  # the server may be waiting for us to read
 
+    def _wait_socket(self, write: bool) -> None:
+        """Wait until the socket is readable (or, with `write`, readable or writable).
 
-def _wait_socket(fd: int, write: bool) -> None:
-    """Wait until the socket is readable (or, with `write`, readable or writable).
+        Inside a transaction's greenlet this hands the wait to the event loop (`_drive`),
+        which switches back once the socket is ready, or ends the transaction when the
+        server stays silent for `timeout`; anywhere else it blocks the calling thread, and
+        a silence that long closes the connection (`_submit` raises `StoreTimeout`).
+        """
+        fd = self.pg.socket
+        parent = greenlet.getcurrent().parent
+        if parent is not None:
+            parent.switch((fd, write))
+        elif not _wait_socket(fd, write, self.timeout):
+            self.conn.close()  # the server rolls back whatever it had not committed
+            raise _NoAnswer
 
-    Inside a transaction's greenlet this hands the wait to the event loop (`_drive`), which
-    switches back once the socket is ready; anywhere else it blocks the calling thread.
-    """
-    parent = greenlet.getcurrent().parent
-    if parent is not None:
-        parent.switch((fd, write))
-    elif write:
-        select.select([fd], [fd], [])
-    else:
-        select.select([fd], [], [])
+
+def _wait_socket(fd: int, write: bool, timeout: float | None) -> bool:
+    """Block until the socket is readable (or, with `write`, writable); False on timeout."""
+    readable, writable, _ = select.select([fd], [fd] if write else [], [], timeout)
+    return bool(readable or writable)
 
 
 class _SchemaConn:
@@ -413,10 +438,17 @@ class PostgresStore(SQLStore):
         schema: keep golem's tables in this schema (created when missing; lowercase
             letters, digits and `_`); None uses the connection's search_path.
         pool_size: at most this many connections (and transactions) at once.
-        connect_timeout: seconds to wait for a connection to be established.
+        connect_timeout: seconds to wait for a connection to be established; None takes
+            the DSN's `connect_timeout` (or `PGCONNECT_TIMEOUT`), else 10.
+        command_timeout: seconds a store call waits for any answer from the server (a
+            lock held elsewhere, a frozen server, a network that drops packets without
+            closing the connection); past it the connection is closed, the server rolls
+            back what it had not committed, and the call raises `StoreTimeout`. None
+            waits as long as it takes.
 
     Raises:
-        ValueError: `schema` is not a plain lowercase identifier or `pool_size` < 1.
+        ValueError: `schema` is not a plain lowercase identifier, `pool_size` < 1, or
+            a timeout is not a positive number of seconds.
     """
 
     _lock_clause = " FOR UPDATE"
@@ -444,7 +476,8 @@ class PostgresStore(SQLStore):
         *,
         schema: str | None = None,
         pool_size: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        command_timeout: float | None = 60.0,
     ) -> None:
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(
@@ -452,10 +485,17 @@ class PostgresStore(SQLStore):
             )
         if pool_size < 1:
             raise ValueError(f"pool_size must be at least 1, got {pool_size}")
+        if connect_timeout is not None and not 0 < connect_timeout < math.inf:
+            raise ValueError(f"connect_timeout must be positive seconds, got {connect_timeout}")
+        if command_timeout is not None and not 0 < command_timeout < math.inf:
+            raise ValueError(
+                f"command_timeout must be positive seconds or None, got {command_timeout}"
+            )
         self.dsn = dsn
         self.schema = schema
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
         self.stats = Stats()
         self.channel = f"golem_changes:{schema or ''}"
         """The `NOTIFY` channel of this store's changes that make no run ready."""
@@ -481,6 +521,9 @@ class PostgresStore(SQLStore):
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
+        self._server_clock: tuple[datetime, float] | None = None
+        """The server's time and this process's `elapsed()` when it was read (newest
+        connection): `clock()` counts on from there."""
 
     @classmethod
     async def open(
@@ -489,14 +532,21 @@ class PostgresStore(SQLStore):
         *,
         schema: str | None = None,
         pool_size: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        command_timeout: float | None = 60.0,
     ) -> PostgresStore:
         """Connect now and create or migrate the schema.
 
         Raises:
             StoreError: the database cannot be reached or its schema is newer than this golem.
         """
-        store = cls(dsn, schema=schema, pool_size=pool_size, connect_timeout=connect_timeout)
+        store = cls(
+            dsn,
+            schema=schema,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+        )
         try:
             await store.schema_version()
         except BaseException:
@@ -511,15 +561,19 @@ class PostgresStore(SQLStore):
     # ------------------------------------------------------------------ connections
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self.connect_timeout}
+        # a keyword argument replaces the DSN's own setting: pass only what was asked for
+        try:
+            params = conninfo_to_dict(self.dsn)
+        except psycopg.Error:  # connecting will say what is wrong with the DSN
+            params = {}
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if self.connect_timeout is not None:
+            kwargs["connect_timeout"] = self.connect_timeout
+        elif "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+            kwargs["connect_timeout"] = _CONNECT_TIMEOUT
         if self.schema:
-            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say: a keyword
-            # argument replaces them
-            try:
-                given = conninfo_to_dict(self.dsn).get("options")
-            except psycopg.Error:  # connecting will say what is wrong with the DSN
-                given = None
-            given = given or os.environ.get("PGOPTIONS")
+            # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say
+            given = params.get("options") or os.environ.get("PGOPTIONS")
             search_path = f"-c search_path={self.schema}"
             kwargs["options"] = f"{given} {search_path}" if given else search_path
         return kwargs
@@ -531,10 +585,38 @@ class PostgresStore(SQLStore):
             raise StoreError(f"cannot connect to PostgreSQL {_redact(self.dsn)}: {exc}") from exc
         try:
             self._ensure_migrated(conn)
-            return _Conn(conn, self.stats)
+            self._read_server_clock(conn)
+            return _Conn(conn, self.stats, self.command_timeout)
+        except psycopg.Error as exc:  # killed, or the server went away, right after connecting
+            conn.close()
+            raise StoreError(f"postgresql: {exc}") from exc
         except BaseException:
             conn.close()
             raise
+
+    def clock(self) -> datetime:
+        """The database server's current time (aware UTC), as this process tells it.
+
+        The server's clock is read on every new connection (`clock_timestamp()`, the
+        middle of that round trip) and counted on with this machine's elapsed-time clock,
+        which no wall-clock step or skew touches; before the first connection it is this
+        machine's clock. Every lease, deadline and audit time is taken from it, so
+        workers on machines whose clocks disagree still agree on when a lease runs out:
+        a clock minutes off can neither interrupt a live run nor keep a dead one
+        (ADR 0056).
+        """
+        anchor = self._server_clock
+        if anchor is None:
+            return utc_now()
+        server, at = anchor
+        return server + timedelta(seconds=elapsed() - at)
+
+    def _read_server_clock(self, conn: _Connection) -> None:
+        sent = elapsed()
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        got = elapsed()
+        if row is not None and isinstance(row[0], datetime):
+            self._server_clock = (row[0].astimezone(UTC), (sent + got) / 2)
 
     def _ensure_migrated(self, conn: _Connection) -> None:
         if self._migrated:
@@ -663,9 +745,15 @@ class PostgresStore(SQLStore):
             c = await self._checkout()
             try:
                 return await self._drive(c, write, fn, args)
+            except _NoAnswer:
+                timeout = self.command_timeout or 0.0
+                raise StoreTimeout(timeout, commit_sent=write and c.sent_commit) from None
             except psycopg.OperationalError as exc:
                 broken = c.conn.broken or c.conn.closed
-                c.conn.close()
+                if broken or c.pg.transaction_status != _IDLE:
+                    c.conn.close()
+                # else the server refused the statement (statement_timeout, lock_timeout, a
+                # cancel) and the transaction was rolled back: the connection stays pooled
                 if broken and not c.sent_commit and attempt == 1 and not self._closed:
                     log.info("postgresql connection lost before commit; retrying: %s", exc)
                     continue
@@ -691,9 +779,15 @@ class PostgresStore(SQLStore):
             return await self._on_thread(loop, c, write, fn, args)
         g = greenlet.greenlet(self._attempt)
         request: Any = g.switch(c, write, fn, args)
+        timeout = self.command_timeout
         while not g.dead:
             try:
-                await _socket_ready(loop, request)
+                await _socket_ready(loop, request, timeout)
+            except _NoAnswer:
+                c.conn.close()  # the server rolls back whatever it had not committed
+                with contextlib.suppress(BaseException):
+                    g.throw(_Abandoned())
+                raise
             except asyncio.CancelledError:
                 c.handed_off = True  # `_finish` gives the connection back, not `_submit`
                 finish = loop.create_task(self._finish(g, c, request))
@@ -730,7 +824,7 @@ class PostgresStore(SQLStore):
         loop = asyncio.get_running_loop()
         try:
             while not g.dead:  # a socket that was ready as the caller left is ready still
-                await _socket_ready(loop, request)
+                await _socket_ready(loop, request, self.command_timeout)
                 request = g.switch()
         except BaseException as exc:  # the loop is shutting down, or the transaction failed
             if not g.dead:
@@ -997,6 +1091,51 @@ class PostgresStore(SQLStore):
             self._wake_next()
 
 
+_CONNECT_TIMEOUT = 10
+"""Seconds to connect when neither the store nor the DSN says."""
+
+_URL_OPTIONS = ("pool_size", "command_timeout", "schema")
+"""Query parameters of a store URL that configure the store, not libpq."""
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq URL and the `PostgresStore` keywords of a store URL.
+
+    `postgresql://…/db?pool_size=8&command_timeout=30&schema=golem&sslmode=require` gives
+    the URL without the first three (libpq would refuse them) and `{"pool_size": 8,
+    "command_timeout": 30.0, "schema": "golem"}`; `command_timeout=none` waits forever.
+
+    Raises:
+        ValueError: a value that is not a number where one is needed, or an option given
+            twice.
+    """
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    kept: list[str] = []
+    options: dict[str, Any] = {}
+    for item in query.split("&"):
+        key, _, raw = item.partition("=")
+        name = unquote(key)
+        if name not in _URL_OPTIONS:
+            kept.append(item)
+            continue
+        if name in options:
+            raise ValueError(f"store URL: {name} is given twice")
+        value = unquote(raw)
+        try:
+            if name == "pool_size":
+                options[name] = int(value)
+            elif name == "command_timeout":
+                none = value.strip().lower() in ("none", "off")
+                options[name] = None if none else float(value)
+            else:
+                options[name] = value
+        except ValueError:
+            raise ValueError(f"store URL: {name} must be a number, got {value!r}") from None
+    return base + ("?" + "&".join(kept) if kept else ""), options
+
+
 _NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 """Event loops without `add_reader` (Windows' Proactor loop): transactions run on threads."""
 
@@ -1009,8 +1148,15 @@ class _Abandoned(BaseException):
     """Unwinds a transaction's greenlet whose connection was closed under it."""
 
 
-async def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, bool]) -> None:
-    """Wait until the socket `request` names is readable (or, with its flag, writable).
+class _NoAnswer(Exception):
+    """A socket wait outlasted the command timeout (`_submit` raises `StoreTimeout`)."""
+
+
+async def _socket_ready(
+    loop: asyncio.AbstractEventLoop, request: tuple[int, bool], timeout: float | None
+) -> None:
+    """Wait until the socket `request` names is readable (or, with its flag, writable);
+    raise `_NoAnswer` after `timeout` seconds.
 
     A loop that cannot watch sockets (Windows' Proactor) is remembered on its first try:
     this wait and every later transaction of that loop go to worker threads.
@@ -1025,19 +1171,28 @@ async def _socket_ready(loop: asyncio.AbstractEventLoop, request: tuple[int, boo
         else:
             if write:
                 loop.add_writer(fd, _settle, ready)
+            timer = None if timeout is None else loop.call_later(timeout, _expire, ready)
             try:
                 await ready
             finally:
                 loop.remove_reader(fd)
                 if write:
                     loop.remove_writer(fd)
+                if timer is not None:
+                    timer.cancel()
             return
-    await asyncio.to_thread(_wait_socket, fd, write)
+    if not await asyncio.to_thread(_wait_socket, fd, write, timeout):
+        raise _NoAnswer
 
 
 def _settle(ready: asyncio.Future[None]) -> None:
     if not ready.done():
         ready.set_result(None)
+
+
+def _expire(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_exception(_NoAnswer())
 
 
 def _redact(dsn: str) -> str:

@@ -17,7 +17,8 @@ StoreError
 │   └── CallExpired      a decision on a call whose deadline has passed
 ├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
 ├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
-└── RunNotInterrupted    retry/cancel of a run that is not interrupted
+├── RunNotInterrupted    retry/cancel of a run that is not interrupted
+└── StoreTimeout         the database did not answer within the store's command timeout
 ```
 """
 
@@ -56,6 +57,7 @@ __all__ = [
     "RunNotPending",
     "RunRecord",
     "RunStatus",
+    "StoreTimeout",
 ]
 
 EXPIRY_REASON = "expired"
@@ -226,6 +228,24 @@ class LeaseLost(StoreError):
 
 
 # --------------------------------------------------------------------------- inputs
+
+
+class StoreTimeout(StoreError, TimeoutError):
+    """The database did not answer a store call within the store's `command_timeout`.
+
+    The store closed the connection, so the server rolls back whatever it had not committed.
+    `commit_sent` says whether the COMMIT had been sent: then the transaction may have
+    committed, and the caller finds out by reading (as after a lost connection).
+    """
+
+    def __init__(self, timeout: float, *, commit_sent: bool) -> None:
+        self.timeout = timeout
+        self.commit_sent = commit_sent
+        super().__init__(
+            f"postgresql: no answer from the server within {timeout:g}s (command_timeout); "
+            "the connection was closed"
+            + ("; its COMMIT had been sent, so the transaction may have committed" if commit_sent else "")
+        )
 
 
 class RunNotInterrupted(StoreError):
