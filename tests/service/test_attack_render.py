@@ -112,6 +112,21 @@ async def test_hostile_text_reaches_json_clients_unchanged(
         assert res.headers["content-type"] == "application/json"
 
 
+async def _deploy(store: Store, run_id: str, target: str) -> None:
+    """Save a pending run with one `deploy` call to `target`."""
+    call = NewCall("c1", CallKind.APPROVAL, "deploy", json.dumps({"target": target}))
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="c",
+            history="[]",
+            calls=(call,),
+            started_by="alice",
+        )
+    )
+
+
 @pytest.mark.parametrize("size", [100_000, 1_000_000])
 async def test_huge_arguments_do_not_swell_the_inbox_list(
     client: httpx.AsyncClient, store: Store, size: int
@@ -121,16 +136,7 @@ async def test_huge_arguments_do_not_swell_the_inbox_list(
     # by every open browser on every change.
     big = "x" * size
     for n in range(5):
-        await store.save_pending(
-            NewRun(
-                id=f"big-{n}",
-                agent="twin",
-                conversation_id="c",
-                history="[]",
-                calls=(NewCall("c1", CallKind.APPROVAL, "deploy", json.dumps({"target": big})),),
-                started_by="alice",
-            )
-        )
+        await _deploy(store, f"big-{n}", big)
     await sign_in(client)
     inbox = await client.get("/")
     assert len(inbox.content) < 200_000
@@ -145,16 +151,7 @@ async def test_long_arguments_below_the_cap_stay_in_the_list(
     client: httpx.AsyncClient, store: Store
 ) -> None:
     text = "\n".join(f"line {i}" for i in range(200))
-    await store.save_pending(
-        NewRun(
-            id="long",
-            agent="twin",
-            conversation_id="c",
-            history="[]",
-            calls=(NewCall("c1", CallKind.APPROVAL, "deploy", json.dumps({"target": text})),),
-            started_by="alice",
-        )
-    )
+    await _deploy(store, "long", text)
     await sign_in(client)
     inbox = (await client.get("/")).text
     assert "Show all 200 lines" in inbox

@@ -408,69 +408,59 @@ class LoginLimiter:
     def __post_init__(self) -> None:
         if self.attempts < 1 or not self.window > 0:
             raise ValueError(
-                f"login limit must allow at least 1 attempt in a positive window, "
+                f"{type(self).__name__} must allow at least 1 attempt in a positive window, "
                 f"got {self.attempts} in {self.window!r} s"
             )
 
-    def check(self, address: str, now: float | None = None) -> float:
-        """Count one attempt from `address`; 0 when allowed, else seconds until it would be."""
-        at = time.monotonic() if now is None else now
-        seen = self._seen[address]
-        while seen and seen[0] <= at - self.window:
-            seen.popleft()
-        if len(seen) >= self.attempts:
-            return seen[0] + self.window - at
-        seen.append(at)
-        if len(self._seen) > 10_000:  # forget idle addresses so memory stays bounded
-            for key in [k for k, v in self._seen.items() if not v or v[-1] <= at - self.window]:
-                del self._seen[key]
-        return 0.0
-
-
-@dataclass
-class TokenFailures:
-    """Wrong bearer tokens per client address, and the addresses refused for a while.
-
-    After `failures` wrong tokens within `window` seconds, an address is refused (429)
-    on every request that presents a token, the right one included, until its oldest
-    counted failure leaves the window: otherwise the JSON API would be an unlimited
-    oracle for the tokens that `POST /login` guards with its limit.
-
-    Args:
-        failures: wrong tokens allowed per address within `window` seconds.
-        window: the window's length in seconds.
-    """
-
-    failures: int = 30
-    window: float = 60.0
-    _seen: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
-
-    def __post_init__(self) -> None:
-        if self.failures < 1 or not self.window > 0:
-            raise ValueError(
-                f"token failure limit must allow at least 1 failure in a positive window, "
-                f"got {self.failures} in {self.window!r} s"
-            )
-
-    def blocked(self, address: str, now: float | None = None) -> float:
-        """Seconds until `address` may present a token again (0: it may now)."""
+    def wait(self, address: str, now: float | None = None) -> float:
+        """Seconds until `address` may try again (0: now), counting nothing."""
         at = time.monotonic() if now is None else now
         seen = self._seen.get(address)
         if not seen:
             return 0.0
         while seen and seen[0] <= at - self.window:
             seen.popleft()
-        if len(seen) < self.failures:
-            return 0.0
-        return seen[0] + self.window - at
+        return seen[0] + self.window - at if len(seen) >= self.attempts else 0.0
 
-    def fail(self, address: str, now: float | None = None) -> None:
-        """Count one wrong token from `address`."""
+    def count(self, address: str, now: float | None = None) -> None:
+        """Count one attempt from `address`."""
         at = time.monotonic() if now is None else now
         seen = self._seen[address]
         seen.append(at)
-        while len(seen) > self.failures:  # only the newest `failures` ever matter
+        while len(seen) > self.attempts:  # only the newest `attempts` ever matter
             seen.popleft()
         if len(self._seen) > 10_000:  # forget idle addresses so memory stays bounded
             for key in [k for k, v in self._seen.items() if not v or v[-1] <= at - self.window]:
                 del self._seen[key]
+
+    def check(self, address: str, now: float | None = None) -> float:
+        """Count one attempt from `address`; 0 when allowed, else seconds until it would be."""
+        wait = self.wait(address, now)
+        if wait == 0:
+            self.count(address, now)
+        return wait
+
+
+@dataclass
+class TokenFailures(LoginLimiter):
+    """Wrong bearer tokens per client address, and the addresses refused for a while.
+
+    After `attempts` wrong tokens within `window` seconds, an address is refused (429)
+    on every request that presents a token, the right one included, until its oldest
+    counted failure leaves the window: otherwise the JSON API would be an unlimited
+    oracle for the tokens that `POST /login` guards with its limit.
+
+    Args:
+        attempts: wrong tokens allowed per address within `window` seconds.
+        window: the window's length in seconds.
+    """
+
+    attempts: int = 30
+
+    def blocked(self, address: str, now: float | None = None) -> float:
+        """Seconds until `address` may present a token again (0: it may now)."""
+        return self.wait(address, now)
+
+    def fail(self, address: str, now: float | None = None) -> None:
+        """Count one wrong token from `address`."""
+        self.count(address, now)
