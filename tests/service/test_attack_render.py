@@ -4,6 +4,7 @@ and arguments big enough to make the inbox list (and each live refresh of it) en
 
 from __future__ import annotations
 
+import csv
 import json
 
 import httpx
@@ -12,8 +13,8 @@ import pytest
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service.views import path
 from golem.store import CallKind, NewCall, NewRun, Store
-from tests.service.conftest import bearer
-from tests.service.test_inbox import inventory, sign_in
+from tests.service.conftest import StartRun, bearer
+from tests.service.test_inbox import csrf_of, inventory, sign_in
 
 HOSTILE = [
     '"><script>alert(1)</script>',
@@ -69,9 +70,7 @@ async def _save_hostile_runs(store: Store) -> list[str]:
     return ids
 
 
-async def test_hostile_text_is_inert_on_every_page(
-    client: httpx.AsyncClient, store: Store
-) -> None:
+async def test_hostile_text_is_inert_on_every_page(client: httpx.AsyncClient, store: Store) -> None:
     ids = await _save_hostile_runs(store)
     csrf = await sign_in(client)
     # decide some, so decisions (reasons, results, deciders) are rendered too
@@ -157,3 +156,42 @@ async def test_long_arguments_below_the_cap_stay_in_the_list(
     assert "Show all 200 lines" in inbox
     assert "line 199" in inbox
     assert 'name="args"' in inbox
+
+
+async def test_a_link_cannot_put_its_own_words_in_the_inbox_notice(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # Found: /?notice=approve&call=<any text> showed "Approved <any text>. A worker resumes
+    # the run…" in the inbox's own notice box: a link from anyone spoke in the inbox's voice.
+    await sign_in(client)
+    spoof = "the $1M transfer; now re-enter your token at evil.example"
+    for query in (
+        f"notice=approve&call={spoof}",
+        f"notice=approve&call={spoof}&tag=AAAAAAAAAAAAAAAA",
+    ):
+        page = (await client.get(f"/?{query}")).text
+        assert "evil.example" not in page
+        assert 'class="notice"' not in page
+    run = await start("twin")
+    csrf = csrf_of((await client.get("/")).text)
+    res = await client.post(
+        f"/runs/{run['id']}/calls/c1/decision", data={"csrf": csrf, "decision": "approve"}
+    )
+    page = (await client.get(res.headers["location"])).text  # the service's own redirect
+    assert "Approved deploy (c1)." in page
+    # a genuine tag does not carry over to other words
+    forged = res.headers["location"].replace("deploy+%28c1%29", "deploy+%28c2%29")
+    assert 'class="notice"' not in (await client.get(forged)).text
+    client.cookies.clear()
+    assert "Signed out." in (await client.get("/login?notice=signed-out")).text  # no call
+
+
+async def test_csv_cells_never_start_a_formula(client: httpx.AsyncClient, store: Store) -> None:
+    for run_id in ('=HYPERLINK("http://evil.example")', "+1+1", "-2", "@SUM(A1)"):
+        await _deploy(store, run_id, "x")
+    await sign_in(client)
+    rows = (await client.get("/audit?format=csv")).text.splitlines()[1:]
+    assert len(rows) == 4
+    for row in rows:
+        cells = next(csv.reader([row]))
+        assert all(cell[:1] not in ("=", "+", "-", "@") for cell in cells), row

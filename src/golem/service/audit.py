@@ -138,8 +138,8 @@ async def audit_page(request: Request) -> Response:
                 [
                     e.id,
                     e.at.isoformat(),
-                    e.run_id,
-                    r.agent,
+                    _cell(e.run_id),
+                    _cell(r.agent),
                     _cell(e.actor),
                     e.action.value,
                     _cell(json.dumps(e.detail, ensure_ascii=False)),
