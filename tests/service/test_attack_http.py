@@ -306,3 +306,27 @@ async def test_the_document_names_agents_only_to_those_who_may_see_them(
     assert _agent_enums(olga) == [["echo", "twin"]] * 2
     alice = (await client.get("/api/openapi.json", headers=bearer("alice"))).json()
     assert _agent_enums(alice) == [["broken", "echo", "mixed", "twin"]] * 2
+
+
+async def test_a_deep_offset_loads_only_the_page(
+    client: httpx.AsyncClient, store: Store, start: StartRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found: GET /api/runs?offset=N loaded the N+limit newest runs (calls included) and
+    # sliced them in Python; offsets go up to a million.
+    for _ in range(6):
+        await start("echo")
+    loaded: list[int] = []
+    real = store.list_runs
+
+    async def spy(**kw: Any) -> Any:
+        runs = await real(**kw)
+        loaded.append(len(runs))
+        return runs
+
+    monkeypatch.setattr(store, "list_runs", spy)
+    res = await client.get("/api/runs?limit=2&offset=3", headers=bearer("alice"))
+    assert res.status_code == 200
+    assert len(res.json()["runs"]) == 2
+    assert loaded == [2]
+    every = await real(limit=10)
+    assert [r["id"] for r in res.json()["runs"]] == [r.id for r in every[3:5]]

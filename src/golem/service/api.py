@@ -426,8 +426,12 @@ async def visible_runs(
         names = [None]
     else:
         names = [*sorted(allowed)]
+    if len(names) == 1:  # one listing: the store skips `offset` runs without loading them
+        return await store.list_runs(
+            status=status, agent=names[0], tool_name=tool, limit=limit, offset=offset
+        )
     found: list[RunRecord] = []
-    for name in names:
+    for name in names:  # merged newest first: each listing must reach past the offset
         found += await store.list_runs(
             status=status, agent=name, tool_name=tool, limit=limit + offset
         )
