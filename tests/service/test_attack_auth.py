@@ -277,3 +277,37 @@ async def test_no_redirect_leaves_the_site(
     )
     assert res.status_code == 303
     assert local(res.headers["location"]), res.headers["location"]
+
+
+async def test_a_forwarded_for_header_does_not_reset_the_guess_count(app: Starlette) -> None:
+    # The limits key on the connection's address (uvicorn rewrites it from
+    # X-Forwarded-For only for a proxy it trusts), never on a header the client chose.
+    app.state.golem.token_failures = TokenFailures(3, 60.0)
+    async with _client(app, "10.0.0.20") as c:
+        codes = [
+            (
+                await c.get(
+                    "/api/runs",
+                    headers={"Authorization": f"Bearer g{i}", "X-Forwarded-For": f"1.2.3.{i}"},
+                )
+            ).status_code
+            for i in range(5)
+        ]
+    assert codes == [401, 401, 401, 429, 429]
+
+
+async def test_the_session_cookie_is_secure_over_https(app: Starlette) -> None:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://golem.test") as c:
+        res = await c.post("/login", data={"token": TOKENS["alice"], "next": "/"})
+        cookie = res.headers["set-cookie"]
+        assert "Secure" in cookie
+        assert "HttpOnly" in cookie
+        assert "samesite=strict" in cookie.lower()
+        csrf = csrf_of((await c.get("/")).text)
+        res = await c.post("/logout", data={"csrf": csrf})
+        gone = res.headers["set-cookie"]
+        assert "Max-Age=0" in gone
+        assert "Secure" in gone
+        assert "HttpOnly" in gone
+        assert "samesite=strict" in gone.lower()

@@ -330,3 +330,36 @@ async def test_a_deep_offset_loads_only_the_page(
     assert loaded == [2]
     every = await real(limit=10)
     assert [r["id"] for r in res.json()["runs"]] == [r.id for r in every[3:5]]
+
+
+def _get_routes() -> list[str]:
+    from starlette.routing import Route
+
+    from golem.service.app import ROUTES
+
+    return [
+        r.path.replace("{run_id}", "r1")
+        for r in ROUTES
+        if isinstance(r, Route) and "GET" in (r.methods or ())
+    ]
+
+
+@pytest.mark.parametrize("path", _get_routes())
+async def test_head_and_options_tell_a_stranger_nothing(
+    client: httpx.AsyncClient, start: StartRun, path: str
+) -> None:
+    run = await start("twin")
+    url = path.replace("/r1", "/" + run["id"])
+    for method in ("HEAD", "OPTIONS"):
+        res = await asyncio.wait_for(client.request(method, url), WAIT)
+        public = url in ("/api/health", "/api/openapi.json", "/login")
+        if method == "OPTIONS":
+            assert res.status_code == 405, (method, url)
+        elif public:
+            assert res.status_code == 200, (method, url)
+        else:
+            assert res.status_code in (401, 303), (method, url)
+        assert not any(h.startswith("access-control-") for h in res.headers)
+        if method == "HEAD":
+            assert res.content == b""
+        assert run["id"] not in res.text
