@@ -78,6 +78,7 @@ async def test_isolation_headers_on_every_answer_and_hsts_only_over_https(
                 res = await c.get(path)
                 assert res.headers["cross-origin-opener-policy"] == "same-origin", path
                 assert res.headers["cross-origin-resource-policy"] == "same-origin", path
+                assert "camera=()" in res.headers["permissions-policy"], path
                 assert "frame-ancestors 'none'" in res.headers["content-security-policy"]
                 assert ("strict-transport-security" in res.headers) is hsts, (base, path)
 

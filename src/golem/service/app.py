@@ -246,6 +246,7 @@ class _SecurityHeaders:
         (b"x-frame-options", b"DENY"),
         (b"cross-origin-opener-policy", b"same-origin"),
         (b"cross-origin-resource-policy", b"same-origin"),
+        (b"permissions-policy", b"camera=(), microphone=(), geolocation=(), payment=(), usb=()"),
     )
     HSTS = (b"strict-transport-security", b"max-age=31536000")
 
