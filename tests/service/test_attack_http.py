@@ -364,3 +364,16 @@ async def test_head_and_options_tell_a_stranger_nothing(
         if method == "HEAD":
             assert res.content == b""
         assert run["id"] not in res.text
+
+
+async def test_a_deep_offset_over_several_agents_reads_a_page_at_a_time(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    # olga sees two agents: her listing merges them newest first, whatever the offset.
+    for agent in ("echo", "twin", "echo", "mixed", "twin", "echo", "twin"):
+        await start(agent)
+    every = [r.id for r in await store.list_runs(limit=50) if r.agent in ("echo", "twin")]
+    for offset, limit in ((0, 3), (2, 3), (4, 10), (6, 1), (9, 2)):
+        res = await client.get(f"/api/runs?limit={limit}&offset={offset}", headers=bearer("olga"))
+        assert res.status_code == 200
+        assert [r["id"] for r in res.json()["runs"]] == every[offset : offset + limit]

@@ -430,13 +430,30 @@ async def visible_runs(
         return await store.list_runs(
             status=status, agent=names[0], tool_name=tool, limit=limit, offset=offset
         )
-    found: list[RunRecord] = []
-    for name in names:  # merged newest first: each listing must reach past the offset
-        found += await store.list_runs(
-            status=status, agent=name, tool_name=tool, limit=limit + offset
+    # Several agents: one keyset-paged listing of all of them, newest first, skipping
+    # `offset` runs a page at a time, so memory holds one page however deep the offset.
+    skip, after = offset, None
+    out: list[RunRecord] = []
+    while len(out) < limit:
+        page = await store.list_runs_page(
+            status=status,
+            agent=[n for n in names if n is not None],
+            tool_name=tool,
+            after=after,
+            limit=_SKIP_PAGE if skip else limit - len(out),
+            newest_first=True,
         )
-    found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-    return found[offset : offset + limit]
+        items = page.items[skip:]
+        skip = max(0, skip - len(page.items))
+        out += items[: limit - len(out)]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    return out
+
+
+_SKIP_PAGE = 500
+"""Runs read per page while skipping to a deep offset (`visible_runs`)."""
 
 
 async def _count(store: Store, **filters: Any) -> int:
