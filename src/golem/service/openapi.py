@@ -52,6 +52,7 @@ _ERRORS = {
     401: "No or unknown bearer token (or the session has ended).",
     403: "The approver may not do this (or, for forms, a wrong CSRF token or another site).",
     404: "No such run or call.",
+    408: "The request body took longer than the service's body timeout to arrive.",
     409: "The call was already decided differently, expired, or the run is no longer pending.",
     413: "The body is too large.",
     415: "The form is not urlencoded.",
@@ -283,7 +284,7 @@ def openapi_document(
                 for name, (target, params) in spec.links.items()
             }
         for status in sorted({400, *spec.errors}):  # any URL may hold a NUL (400)
-            if spec.tag == "api" or status in (413,):
+            if spec.tag == "api" or status in (408, 413):
                 responses[str(status)] = {
                     "description": _ERRORS[status],
                     "content": {"application/json": {"schema": ref(ErrorBody)}},
