@@ -116,7 +116,7 @@ def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
         schema = decide[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}
     start = doc["paths"]["/api/runs"]["post"]["responses"]
-    assert set(start) == {"201", "400", "401", "403", "408", "413", "422", "429", "503"}
+    assert set(start) == {"200", "201", "400", "401", "403", "408", "409", "413", "422", "429", "503"}
 
 
 def test_every_handler_has_an_operation() -> None:

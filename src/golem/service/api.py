@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -702,6 +703,36 @@ async def edited_approval(
 _MICROSECOND = timedelta(microseconds=1)
 
 
+IDEMPOTENCY_KEY_MAX = 200
+"""The longest `Idempotency-Key` a start accepts."""
+
+_IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")
+"""The UUIDv5 namespace of run IDs derived from an approver's idempotency key."""
+
+
+def idempotent_run_id(identity: str, key: str) -> str:
+    """The run ID a start with `Idempotency-Key: key` by `identity` saves under: the same
+    for every repeat of that start, distinct across approvers (a key names one caller's
+    request, so another approver's equal key is another run)."""
+    return str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's `Idempotency-Key` header (None without one).
+
+    Raises:
+        ApiError: 422 for an empty key or one longer than `IDEMPOTENCY_KEY_MAX`.
+    """
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= IDEMPOTENCY_KEY_MAX:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters, got {len(key)}",
+        )
+    return key
+
+
 async def start_for(
     state: ServiceState,
     cred: Credential,
@@ -709,8 +740,10 @@ async def start_for(
     prompt: str,
     deps_ref: Any = None,
     expires_in: float | None = None,
-) -> RunRecord:
-    """Start a run of `agent` as `cred`'s identity after the 422/403 checks."""
+    key: str | None = None,
+) -> tuple[RunRecord, bool]:
+    """Start a run of `agent` as `cred`'s identity after the 422/403 checks; the run and
+    whether it is the one an earlier start with the same idempotency `key` saved."""
     if agent not in state.registry:
         raise ApiError(422, "unknown_agent", f'no agent named "{agent}" is registered')
     if not cred.approver.may_start(agent):
@@ -721,9 +754,18 @@ async def start_for(
     # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
+    store = require_store(state)
+    run_id = None if key is None else idempotent_run_id(cred.approver.identity, key)
+    replayed = False
+    if run_id is not None:
+        try:
+            await store.get_run(run_id)
+            replayed = True
+        except RunNotFound:
+            pass
     try:
-        return await start_run(
-            require_store(state),
+        run = await start_run(
+            store,
             state.registry,
             agent,
             prompt,
@@ -731,16 +773,32 @@ async def start_for(
             started_by=cred.approver.identity,
             expires_in=expiry,
             seal_key=state.seal_key,
+            run_id=run_id,
         )
+        return run, replayed
     except StoreError:
         raise
+    except ValueError as exc:
+        if not replayed:
+            raise _invalid_deps(agent, exc) from None
+        # start_run compared the existing run before anything else
+        raise ApiError(
+            409,
+            "idempotency_key_reused",
+            "this Idempotency-Key already started a run with another agent or prompt; use "
+            "a new key for a different start",
+        ) from None
     except Exception as exc:  # the run itself cannot raise: a failure is a FAILED run
         # What is left is the agent's deps_factory refusing deps_ref: nothing was saved.
-        raise ApiError(
-            422,
-            "invalid_deps",
-            f'agent "{agent}" could not build its deps from deps_ref: {type(exc).__name__}: {exc}',
-        ) from None
+        raise _invalid_deps(agent, exc) from None
+
+
+def _invalid_deps(agent: str, exc: Exception) -> ApiError:
+    return ApiError(
+        422,
+        "invalid_deps",
+        f'agent "{agent}" could not build its deps from deps_ref: {type(exc).__name__}: {exc}',
+    )
 
 
 # --------------------------------------------------------------------------- handlers
@@ -862,8 +920,15 @@ async def agents(request: Request) -> Response:
     op_id="startRun",
     summary="Start a run of an agent; 201 with the run (pending, completed or failed).",
     body=schemas.StartRunBody,
-    responses={201: schemas.RunEnvelope},
-    errors=(*_BODY, 403),
+    responses={201: schemas.RunEnvelope, 200: schemas.RunEnvelope},
+    errors=(*_BODY, 403, 409),
+    headers={
+        "Idempotency-Key": "Makes the start safe to send again (after a timeout or a 503): "
+        "every start with the same key from the same approver starts one run; a repeat "
+        "answers 200 with that run and `Idempotent-Replayed: true`, without running the "
+        "agent again. A key already used for another agent or prompt: 409 "
+        "idempotency_key_reused.",
+    },
     links={
         "showRun": ("showRun", {"run_id": "$response.body#/run/id"}),
         "decideFirstCall": (
@@ -875,12 +940,16 @@ async def agents(request: Request) -> Response:
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
     cred = bearer(request)
+    key = idempotency_key(request)
     body = await _read_json(request, schemas.StartRunBody)
-    run = await start_for(
-        _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in
+    run, replayed = await start_for(
+        _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in, key
     )
+    headers = {"Location": f"/api/runs/{run.id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
     return respond(
-        schemas.RunEnvelope(run=_run_model(run)), 201, headers={"Location": f"/api/runs/{run.id}"}
+        schemas.RunEnvelope(run=_run_model(run)), 200 if replayed else 201, headers=headers
     )
 
 

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import hmac
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
@@ -29,6 +30,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.api import (
+    IDEMPOTENCY_KEY_MAX,
     ApiError,
     PendingPage,
     ServiceState,
@@ -491,6 +493,7 @@ async def inbox_page(request: Request) -> Response:
             "open_start": not found,
             "interrupted": len(interrupted),
             "start_prompt": "",
+            "start_key": uuid.uuid4().hex,
             "next": nxt,
             "next_href": _page_href(request, found_page.next_cursor),
             "prev_href": _page_href(request, "") if after else "",
@@ -787,5 +790,16 @@ async def start_form(request: Request) -> Response:
     prompt = form.get("prompt", "").strip()
     if not prompt:
         raise ApiError(422, "invalid_request", "a prompt is required")
-    run = await start_for(_state(request), cred, form.get("agent", ""), prompt, deps_ref)
+    key = form.get("idempotency_key") or None
+    if key is not None and len(key) > IDEMPOTENCY_KEY_MAX:
+        raise ApiError(422, "invalid_request", "the form's idempotency key is too long")
+    # a form sent twice (a double click, a reload after a timeout) starts one run
+    agent = form.get("agent", "")
+    try:
+        run, _ = await start_for(_state(request), cred, agent, prompt, deps_ref, None, key)
+    except ApiError as exc:
+        if exc.code != "idempotency_key_reused":
+            raise
+        # the same form edited and sent again (back, change, submit): another start
+        run, _ = await start_for(_state(request), cred, agent, prompt, deps_ref)
     return RedirectResponse(path("runs", run.id), status_code=303)

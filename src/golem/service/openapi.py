@@ -53,7 +53,8 @@ _ERRORS = {
     403: "The approver may not do this (or, for forms, a wrong CSRF token or another site).",
     404: "No such run or call.",
     408: "The request body took longer than the service's body timeout to arrive.",
-    409: "The call was already decided differently, expired, or the run is no longer pending.",
+    409: "The call was already decided differently, expired, or the run is no longer pending "
+    "(starting a run: the Idempotency-Key was used for another start).",
     413: "The body is too large.",
     415: "The form is not urlencoded.",
     422: "A field or query parameter is missing or invalid (no string may hold NUL or a lone "
@@ -90,7 +91,7 @@ class Operation:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Request headers it reads: name → description."""
     links: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
-    """OpenAPI links of its first success response: name → (operationId, parameter →
+    """OpenAPI links of its success responses: name → (operationId, parameter →
     runtime expression such as `$response.body#/run/id`)."""
 
 
@@ -208,6 +209,7 @@ def _response(
 _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
     # An audit cursor (0 … 2**63-1; up to 18 digits is always in range); empty means none.
     "Last-Event-ID": {"type": "string", "pattern": "^[0-9]{0,18}$"},
+    "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }
 """Request headers whose values are narrower than any string."""
 
@@ -278,11 +280,13 @@ def openapi_document(
             for h, d in spec.headers.items()
         ]
         responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
-        if spec.links:
-            responses[str(min(spec.responses))]["links"] = {
-                name: {"operationId": target, "parameters": dict(params)}
-                for name, (target, params) in spec.links.items()
-            }
+        if spec.links:  # every success answer carries them (a start's 201, its repeat's 200)
+            for status in spec.responses:
+                if 200 <= status < 300:
+                    responses[str(status)]["links"] = {
+                        name: {"operationId": target, "parameters": dict(params)}
+                        for name, (target, params) in spec.links.items()
+                    }
         # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
         statuses = {400, *spec.errors} | ({503} if spec.security else set())
         for status in sorted(statuses - set(spec.responses)):

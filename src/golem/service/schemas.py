@@ -269,6 +269,12 @@ class StartForm(BaseModel):
     agent: str = Field(min_length=1, description="A registered agent's name.")
     prompt: str = Field(pattern=r"\S", description="The first message (not blank).")
     deps_ref: str | None = Field(default=None, description="Optional JSON.")
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Drawn anew with each form: the same form sent twice starts one run "
+        "(empty: none).",
+    )
 
 
 # --------------------------------------------------------------------------- responses
