@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
+import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,14 @@ pytestmark = pytest.mark.postgres
 def pg(tmp_path: Path) -> Iterator[Backend]:
     with backend_for("postgres", tmp_path) as b:
         yield b
+
+
+@pytest.fixture
+def exec_dir(tmp_path: Path) -> Path:
+    """Where the approved calls record their executions."""
+    d = tmp_path / "executions"
+    d.mkdir()
+    return d
 
 
 @contextlib.contextmanager
@@ -242,3 +253,57 @@ async def test_on_a_loop_that_cannot_watch_sockets_the_wait_is_bounded_too(
                 await store.list_runs()
             assert await store.list_runs() == []
         await gone(pid)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [7, 77])
+async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path, seed: int) -> None:
+    """The worker's backends (its pool and its LISTEN connection: one, one mid-transaction,
+    or all of them) are stopped for up to 0.8 s at random moments while runs are started,
+    approved, claimed and finished: calls time out, transactions the server had received commit when it thaws.
+    Once the freezing stops, every run completes and each call ran once."""
+    from psycopg.conninfo import make_conninfo
+
+    from tests.store.backends import postgres_dsn
+    from tests.store.test_pg_chaos import Scene, _admin
+
+    dsn = postgres_dsn()
+    app = f"golem-freeze-{uuid.uuid4().hex[:8]}"
+    victim = make_conninfo(dsn, application_name=app)
+    rng = random.Random(seed)
+    freezes = Counter[str]()
+    async with Scene(dsn, exec_dir, worker_dsn=victim) as s:
+        s.store.command_timeout = 0.3
+        done_producing = asyncio.Event()
+
+        async def freezer() -> None:
+            while not done_producing.is_set() or freezes.total() < 12:
+                await asyncio.sleep(rng.uniform(0, 0.05))
+                mode = rng.choice(["all", "busy", "one"])
+                which = "state <> 'idle'" if mode == "busy" else "true"
+                rows = await asyncio.to_thread(
+                    _admin,
+                    dsn,
+                    "SELECT pid FROM pg_stat_activity "
+                    f"WHERE application_name = %s AND {which}",
+                    app,
+                )
+                if not rows:
+                    continue
+                pids = [pid for (pid,) in rows] if mode == "all" else [rng.choice(rows)[0]]
+                with contextlib.ExitStack() as stack:
+                    for pid in pids:
+                        stack.enter_context(frozen(pid))
+                    freezes[mode] += 1
+                    # all at once: past the timeout, so the worker's next calls time out
+                    low = 0.35 if mode == "all" else 0.05
+                    await asyncio.sleep(rng.uniform(low, 0.8))
+
+        freezing = asyncio.create_task(freezer())
+        try:
+            await s.producer.many(60)
+        finally:
+            done_producing.set()
+            await freezing
+        summary = await s.settle()
+    assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
