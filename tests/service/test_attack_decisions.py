@@ -396,3 +396,22 @@ async def test_a_body_that_names_a_key_twice_is_refused(
     )
     assert res.status_code == 400
     assert len(await store.list_runs()) == 1
+
+
+async def test_a_form_that_names_a_field_twice_is_refused(
+    client: httpx.AsyncClient, start: StartRun, store: Store
+) -> None:
+    run = await start("twin")
+    csrf = await sign_in(client)
+    for body in (
+        f"csrf={csrf}&decision=deny&decision=approve",
+        f"csrf={csrf}&csrf={csrf}&decision=approve",
+    ):
+        res = await client.post(
+            f"/runs/{run['id']}/calls/c1/decision",
+            content=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert res.status_code == 400, res.text[:300]
+        assert "twice" in res.text
+    assert (await store.get_run(run["id"])).call("c1").decision is None
