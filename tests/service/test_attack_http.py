@@ -377,3 +377,27 @@ async def test_a_deep_offset_over_several_agents_reads_a_page_at_a_time(
         res = await client.get(f"/api/runs?limit={limit}&offset={offset}", headers=bearer("olga"))
         assert res.status_code == 200
         assert [r["id"] for r in res.json()["runs"]] == every[offset : offset + limit]
+
+
+@pytest.mark.parametrize("call_id", [".", ".."])
+async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
+    store: Store, client: httpx.AsyncClient, call_id: str
+) -> None:
+    # Every client normalizes `/calls/../decision` before sending it, so such a call has
+    # no URL of its own; the run-wide form decides it (the guide says so).
+    await store.save_pending(
+        NewRun(
+            id="run-dots",
+            agent="twin",
+            conversation_id="conv",
+            history="[]",
+            calls=(NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
+            started_by="alice",
+        )
+    )
+    csrf = await sign_in(client)
+    res = await client.post("/runs/run-dots/decisions", data={"csrf": csrf, "decision": "deny"})
+    assert res.status_code == 303, res.text[:300]
+    decision = (await store.get_run("run-dots")).calls[0].decision
+    assert decision is not None
+    assert decision.kind.value == "deny"
