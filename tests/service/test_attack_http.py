@@ -175,6 +175,21 @@ def test_the_body_timeout_must_be_positive(registry: Any, store: Store) -> None:
 # --------------------------------------------------------------------------- hostile call IDs
 
 
+async def _save_deploy(store: Store, run_id: str, call_id: str) -> None:
+    """Save a pending run whose one `deploy` call has the ID `call_id`."""
+    call = NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}')
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv",
+            history="[]",
+            calls=(call,),
+            started_by="alice",
+        )
+    )
+
+
 @pytest.mark.parametrize(
     "call_id",
     ["two\nlines", "cr\r\nlf", "tab\tbed", "a/b/../c", "%2e%2e", "<script>", "\u202eexe"],
@@ -186,16 +201,7 @@ async def test_a_call_id_with_any_character_is_decidable(
     # model-made ID held one answered 404 to every decision, in the API and the inbox.
     for n, via in enumerate(("api", "inbox")):
         run_id = f"run-{via}"
-        await store.save_pending(
-            NewRun(
-                id=run_id,
-                agent="twin",
-                conversation_id="conv",
-                history="[]",
-                calls=(NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
-                started_by="alice",
-            )
-        )
+        await _save_deploy(store, run_id, call_id)
         from golem.service.views import path
 
         if via == "api":
@@ -385,16 +391,7 @@ async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
 ) -> None:
     # Every client normalizes `/calls/../decision` before sending it, so such a call has
     # no URL of its own; the run-wide form decides it (the guide says so).
-    await store.save_pending(
-        NewRun(
-            id="run-dots",
-            agent="twin",
-            conversation_id="conv",
-            history="[]",
-            calls=(NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
-            started_by="alice",
-        )
-    )
+    await _save_deploy(store, "run-dots", call_id)
     csrf = await sign_in(client)
     res = await client.post("/runs/run-dots/decisions", data={"csrf": csrf, "decision": "deny"})
     assert res.status_code == 303, res.text[:300]
