@@ -398,3 +398,45 @@ async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
     decision = (await store.get_run("run-dots")).calls[0].decision
     assert decision is not None
     assert decision.kind.value == "deny"
+
+
+def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
+    registry: Any, tmp_path: Any
+) -> None:
+    # A real server: one client opens the stream and never reads while changes pour in;
+    # the service keeps answering others, and the slot is freed once the client goes.
+    import socket
+    import time
+
+    from tests.service._server import serve
+
+    app = create_app(
+        registry, f"sqlite:///{tmp_path / 'slow.db'}", auth=make_auth(), stream_poll_interval=0.02
+    )
+    with serve(app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", port))
+        slow.sendall(
+            b"GET /api/events?cursor=0 HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {TOKENS['alice']}\r\n\r\n".encode()
+        )
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams.get("alice") != 1:
+            assert time.monotonic() < deadline, "the stream never opened"
+            time.sleep(0.02)
+        with httpx.Client(base_url=base, timeout=WAIT) as c:
+            for _ in range(40):  # each change is sent towards the client that does not read
+                res = c.post(
+                    "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("olga")
+                )
+                assert res.status_code == 201
+            assert c.get("/api/runs?limit=1", headers=bearer("olga")).status_code == 200
+        slow.close()
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams:
+            assert time.monotonic() < deadline, app.state.golem.open_streams
+            with httpx.Client(base_url=base, timeout=WAIT) as c:  # a change wakes the stream
+                c.post("/api/runs", json={"agent": "echo", "prompt": "p"}, headers=bearer("olga"))
+            time.sleep(0.05)
