@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__, _tracing
+from golem.errors import StoreError
 from golem.seal import SealKey, as_seal_keys
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
@@ -36,7 +37,7 @@ from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.service.views import Presenter
-from golem.store import Store, open_store
+from golem.store import Store, StoreTimeout, open_store
 from golem.worker import AgentRegistry, Worker
 
 __all__ = ["ROUTES", "create_app"]
@@ -367,6 +368,29 @@ async def _server_error(request: Request, exc: Exception) -> Response:
         return error.response()
 
 
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """A store that cannot be reached (connection lost, database down, no answer in time,
+    locked past its timeout) answers 503 with `Retry-After`; any other store error that
+    reaches here escaped its handler's translation: a bug (500)."""
+    if not (type(exc) is StoreError or isinstance(exc, StoreTimeout)):
+        return await _server_error(request, exc)
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    error = api.ApiError(
+        503,
+        "store_unavailable",
+        "the store cannot be reached just now; try again shortly",
+        headers={"Retry-After": _STORE_RETRY_AFTER},
+    )
+    if _is_api(request):
+        return error.response()
+    response = inbox.render_error(request, 503, "Try again shortly", error.message)
+    response.headers["Retry-After"] = _STORE_RETRY_AFTER
+    return response
+
+
+_STORE_RETRY_AFTER = "1"
+"""Seconds a client should wait before repeating a request the store could not serve."""
+
 _HEADINGS = {
     400: "Bad request",
     401: "Sign in again",
@@ -535,6 +559,7 @@ def create_app(
     handlers: dict[Any, ExceptionHandler] = {
         api.ApiError: _api_error,
         HTTPException: _http_error,
+        StoreError: _store_error,
         Exception: _server_error,
     }
     app = Starlette(

@@ -59,7 +59,7 @@ _ERRORS = {
     422: "A field or query parameter is missing or invalid (no string may hold NUL or a lone "
     "surrogate).",
     429: "Too many attempts or open streams; see Retry-After.",
-    503: "The store is not open yet.",
+    503: "The store is not open yet, or cannot be reached just now (see Retry-After).",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -283,7 +283,9 @@ def openapi_document(
                 name: {"operationId": target, "parameters": dict(params)}
                 for name, (target, params) in spec.links.items()
             }
-        for status in sorted({400, *spec.errors}):  # any URL may hold a NUL (400)
+        # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
+        statuses = {400, *spec.errors} | ({503} if spec.security else set())
+        for status in sorted(statuses - set(spec.responses)):
             if spec.tag == "api" or status in (408, 413):
                 responses[str(status)] = {
                     "description": _ERRORS[status],
