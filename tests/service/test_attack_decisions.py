@@ -367,3 +367,51 @@ async def test_edited_arguments_under_a_seal_run_as_edited(
     assert EXECUTED == ["c1"]
     assert done.outcome is not None
     assert "deployed to canary" in str(done.outcome.output)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"decision": "deny", "decision": "approve"}',
+        '{"decision": "approve", "reason": null, "reason": null}',
+    ],
+)
+async def test_a_body_that_names_a_key_twice_is_refused(
+    client: httpx.AsyncClient, start: StartRun, store: Store, body: str
+) -> None:
+    # Found: Python kept the last of two equal keys; a proxy, WAF or log that keeps the
+    # first would read "deny" where "approve" was recorded.
+    run = await start("twin")
+    res = await client.post(
+        _decision_url(run["id"], "c1"),
+        content=body,
+        headers={**bearer("alice"), "Content-Type": "application/json"},
+    )
+    assert res.status_code == 400, res.text
+    assert "twice" in res.json()["error"]["message"]
+    assert (await store.get_run(run["id"])).call("c1").decision is None
+    deep = '{"agent": "echo", "prompt": "p", "deps_ref": {"a": {"k": 1, "k": 2}}}'
+    res = await client.post(
+        "/api/runs", content=deep, headers={**bearer("alice"), "Content-Type": "application/json"}
+    )
+    assert res.status_code == 400
+    assert len(await store.list_runs()) == 1
+
+
+async def test_a_form_that_names_a_field_twice_is_refused(
+    client: httpx.AsyncClient, start: StartRun, store: Store
+) -> None:
+    run = await start("twin")
+    csrf = await sign_in(client)
+    for body in (
+        f"csrf={csrf}&decision=deny&decision=approve",
+        f"csrf={csrf}&csrf={csrf}&decision=approve",
+    ):
+        res = await client.post(
+            f"/runs/{run['id']}/calls/c1/decision",
+            content=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert res.status_code == 400, res.text[:300]
+        assert "twice" in res.text
+    assert (await store.get_run(run["id"])).call("c1").decision is None

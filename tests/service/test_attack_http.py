@@ -175,6 +175,21 @@ def test_the_body_timeout_must_be_positive(registry: Any, store: Store) -> None:
 # --------------------------------------------------------------------------- hostile call IDs
 
 
+async def _save_deploy(store: Store, run_id: str, call_id: str) -> None:
+    """Save a pending run whose one `deploy` call has the ID `call_id`."""
+    call = NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}')
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv",
+            history="[]",
+            calls=(call,),
+            started_by="alice",
+        )
+    )
+
+
 @pytest.mark.parametrize(
     "call_id",
     ["two\nlines", "cr\r\nlf", "tab\tbed", "a/b/../c", "%2e%2e", "<script>", "\u202eexe"],
@@ -186,16 +201,7 @@ async def test_a_call_id_with_any_character_is_decidable(
     # model-made ID held one answered 404 to every decision, in the API and the inbox.
     for n, via in enumerate(("api", "inbox")):
         run_id = f"run-{via}"
-        await store.save_pending(
-            NewRun(
-                id=run_id,
-                agent="twin",
-                conversation_id="conv",
-                history="[]",
-                calls=(NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
-                started_by="alice",
-            )
-        )
+        await _save_deploy(store, run_id, call_id)
         from golem.service.views import path
 
         if via == "api":
@@ -377,3 +383,60 @@ async def test_a_deep_offset_over_several_agents_reads_a_page_at_a_time(
         res = await client.get(f"/api/runs?limit={limit}&offset={offset}", headers=bearer("olga"))
         assert res.status_code == 200
         assert [r["id"] for r in res.json()["runs"]] == every[offset : offset + limit]
+
+
+@pytest.mark.parametrize("call_id", [".", ".."])
+async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
+    store: Store, client: httpx.AsyncClient, call_id: str
+) -> None:
+    # Every client normalizes `/calls/../decision` before sending it, so such a call has
+    # no URL of its own; the run-wide form decides it (the guide says so).
+    await _save_deploy(store, "run-dots", call_id)
+    csrf = await sign_in(client)
+    res = await client.post("/runs/run-dots/decisions", data={"csrf": csrf, "decision": "deny"})
+    assert res.status_code == 303, res.text[:300]
+    decision = (await store.get_run("run-dots")).calls[0].decision
+    assert decision is not None
+    assert decision.kind.value == "deny"
+
+
+def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
+    registry: Any, tmp_path: Any
+) -> None:
+    # A real server: one client opens the stream and never reads while changes pour in;
+    # the service keeps answering others, and the slot is freed once the client goes.
+    import socket
+    import time
+
+    from tests.service._server import serve
+
+    app = create_app(
+        registry, f"sqlite:///{tmp_path / 'slow.db'}", auth=make_auth(), stream_poll_interval=0.02
+    )
+    with serve(app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", port))
+        slow.sendall(
+            b"GET /api/events?cursor=0 HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {TOKENS['alice']}\r\n\r\n".encode()
+        )
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams.get("alice") != 1:
+            assert time.monotonic() < deadline, "the stream never opened"
+            time.sleep(0.02)
+        with httpx.Client(base_url=base, timeout=WAIT) as c:
+            for _ in range(40):  # each change is sent towards the client that does not read
+                res = c.post(
+                    "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("olga")
+                )
+                assert res.status_code == 201
+            assert c.get("/api/runs?limit=1", headers=bearer("olga")).status_code == 200
+        slow.close()
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams:
+            assert time.monotonic() < deadline, app.state.golem.open_streams
+            with httpx.Client(base_url=base, timeout=WAIT) as c:  # a change wakes the stream
+                c.post("/api/runs", json={"agent": "echo", "prompt": "p"}, headers=bearer("olga"))
+            time.sleep(0.05)

@@ -178,15 +178,34 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object from its key-value pairs; `ValueError` when a key appears twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears twice in one object")
+            seen.add(key)
+    return obj
+
+
 def parse_json(raw: bytes | str) -> Any:
     """Parse a request body as strict JSON; `ApiError(400)` for anything else.
 
     Refuses what Python's `json` accepts but JSON does not (`NaN`, `Infinity`, numbers
-    that overflow to infinity), integers longer than Python converts (4300 digits) and
-    nesting deep enough to exhaust the parser's stack.
+    that overflow to infinity), integers longer than Python converts (4300 digits),
+    nesting deep enough to exhaust the parser's stack, and an object that names a key
+    twice (`{"decision": "deny", "decision": "approve"}`: parsers disagree on which one
+    counts, so a proxy or log could read another decision than the one recorded).
     """
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(
+            raw,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
     except RecursionError:
         raise ApiError(400, "malformed_json", "request body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError

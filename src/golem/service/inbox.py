@@ -284,10 +284,30 @@ async def _form(request: Request) -> dict[str, str]:
         fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_form", "the form is not UTF-8") from None
+    twice = next((k for k, v in fields.items() if len(v) > 1 and k in _SINGLE), None)
+    if twice is not None:  # which one counts? parsers (and proxies, and logs) disagree
+        raise ApiError(400, "malformed_form", f"the form names the {twice} field twice")
     form = {k: v[0] for k, v in fields.items()}
     for name, value in form.items():
         check_text(value, f"the {name} field")
     return form
+
+
+_SINGLE = frozenset(
+    name
+    for model in (
+        schemas.LoginForm,
+        schemas.LogoutForm,
+        schemas.DecisionForm,
+        schemas.BulkDecisionForm,
+        schemas.ResolveForm,
+        schemas.StartForm,
+    )
+    for name, info in model.model_fields.items()
+    if info.annotation != list[str]
+)
+"""The form fields the inbox reads one value of (every one but the resolve form's list of
+confirmed calls); other fields a form carries are ignored, repeated or not."""
 
 
 def _same_origin(request: Request) -> bool:
