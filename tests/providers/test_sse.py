@@ -4,26 +4,17 @@ however the bytes are chunked and whatever the line endings."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.providers._http import iter_sse, sse_block, sse_events
-
-
-class _Chunks(httpx.AsyncByteStream):
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
+from tests.providers._unseen import Chunks
 
 
 async def _decode(chunks: list[bytes]) -> list[tuple[str, str]]:
-    response = httpx.Response(200, stream=_Chunks(chunks))
+    response = httpx.Response(200, stream=Chunks(chunks))
     return [item async for item in iter_sse(response)]
 
 

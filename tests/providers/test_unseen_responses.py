@@ -10,30 +10,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from golem.errors import Overloaded, ProviderError, RateLimited, ResponseFormatError
-from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse
-from golem.providers.openai._responses import OpenAIResponsesModel
-
-REQUEST = ModelRequest([Message("user", "hi")])
+from golem.model import ModelResponse
+from tests.providers._unseen import final, send
 
 
 async def _answer(body: str, *, stream: bool) -> ModelResponse:
-    ctype = "text/event-stream" if stream else "application/json"
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = OpenAIResponsesModel("gpt-x", api_key="k", http_client=client)
-        if not stream:
-            return await model.generate(REQUEST)
-        out = [item async for item in model.generate_stream(REQUEST)]
-        assert isinstance(out[-1], ModelResponse)
-        return out[-1]
+    return final(await send("openai-responses", body, stream=stream))
 
 
 def _response(status: str, **extra: Any) -> dict[str, Any]:

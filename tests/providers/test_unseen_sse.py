@@ -10,55 +10,22 @@ framing of the same events gives the same deltas and the same final response.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.messages import Message
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import AnthropicModel
-from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.model import Delta, ModelResponse
 from tests.providers._recordings import all_interactions, available
+from tests.providers._unseen import MODELS, send
 
-REQUEST = ModelRequest([Message("user", "hi")])
 FIXTURES = Path(__file__).parent / "openai_fixtures"
-
-MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
-    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
-    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
-    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
-    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
-}
-
-
-class Chunks(httpx.AsyncByteStream):
-    """A response body delivered in the given pieces."""
-
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
 
 
 async def stream_through(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse]:
     """What `generate_stream` yields when the server sends `chunks` as its SSE body."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, headers=headers, stream=Chunks(chunks))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        return [item async for item in model.generate_stream(REQUEST)]
+    return await send(api, chunks, stream=True)
 
 
 def events_of(body: str) -> list[tuple[str, str]]:
