@@ -42,6 +42,16 @@ class Chunks(httpx.AsyncByteStream):
             yield chunk
 
 
+def cut(raw: bytes, points: list[int]) -> list[bytes]:
+    """`raw` in pieces, cut at `points` (taken modulo its length)."""
+    cuts = sorted({p % (len(raw) + 1) for p in points})
+    out, last = [], 0
+    for p in [*cuts, len(raw)]:
+        out.append(raw[last:p])
+        last = p
+    return out
+
+
 async def send(
     api: str,
     body: str | list[bytes],

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from golem.model import Delta, ModelResponse
 from tests.providers._recordings import all_interactions, available
-from tests.providers._unseen import MODELS, send
+from tests.providers._unseen import MODELS, cut, send
 
 FIXTURES = Path(__file__).parent / "openai_fixtures"
 
@@ -85,16 +85,6 @@ def frame(
         lines.append("")
     text = newline.join(lines) + newline
     return ("\ufeff" if bom else "") + text
-
-
-def cut(raw: bytes, points: list[int]) -> list[bytes]:
-    """`raw` in pieces, cut at `points` (taken modulo its length)."""
-    cuts = sorted({p % (len(raw) + 1) for p in points})
-    out, last = [], 0
-    for p in [*cuts, len(raw)]:
-        out.append(raw[last:p])
-        last = p
-    return out
 
 
 def plain(events: list[tuple[str, str]]) -> bytes:
