@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from golem.messages import Message
+from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
@@ -81,3 +81,21 @@ def final(items: list[Delta | ModelResponse]) -> ModelResponse:
     last = items[-1]
     assert isinstance(last, ModelResponse)
     return last
+
+
+def accumulated(items: list[Delta | ModelResponse]) -> list[ToolCall]:
+    """The tool calls the deltas of a stream add up to."""
+    calls: dict[int, dict[str, str]] = {}
+    for item in items:
+        if isinstance(item, Delta):
+            for d in item.tool_calls:
+                c = calls.setdefault(d.index, {"id": "", "name": "", "args": ""})
+                c["id"] = c["id"] or d.id
+                c["name"] = c["name"] or d.name
+                c["args"] += d.args_fragment
+    return [ToolCall(id=c["id"], name=c["name"], args=c["args"]) for _, c in sorted(calls.items())]
+
+
+def plain_calls(response: ModelResponse) -> list[ToolCall]:
+    """The tool calls of a response, without their signatures and seals."""
+    return [ToolCall(id=c.id, name=c.name, args=c.args) for c in response.message.tool_calls]

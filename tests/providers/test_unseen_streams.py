@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
+from tests.providers._unseen import accumulated, plain_calls
 from tests.providers.test_unseen_sse import STREAMS, plain, stream_through
 
 
@@ -90,3 +91,24 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
     with pytest.raises(ProviderError, match="ended before") as caught:
         await stream_through(api, [raw])
     assert caught.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
+)
+async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
+    api: str, events: list[tuple[str, str]]
+) -> None:
+    items = await stream_through(api, [plain(events)])
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    deltas = [d for d in items if isinstance(d, Delta)]
+    assert "".join(d.content for d in deltas) == final.message.content
+    assert accumulated(items) == plain_calls(final)
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
+        t.text for t in final.message.thinking
+    ]

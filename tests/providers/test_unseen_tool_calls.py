@@ -19,9 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.messages import ToolCall
-from golem.model import Delta, ModelResponse
-from tests.providers._unseen import final, send
+from tests.providers._unseen import accumulated, final, plain_calls, send
 
 
 def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False) -> str:
@@ -32,23 +30,6 @@ def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False
     if done:
         out.append("data: [DONE]\n\n")
     return "".join(out)
-
-
-def accumulated(items: list[Delta | ModelResponse]) -> list[ToolCall]:
-    """The tool calls the deltas of a stream add up to."""
-    calls: dict[int, dict[str, str]] = {}
-    for item in items:
-        if isinstance(item, Delta):
-            for d in item.tool_calls:
-                c = calls.setdefault(d.index, {"id": "", "name": "", "args": ""})
-                c["id"] = c["id"] or d.id
-                c["name"] = c["name"] or d.name
-                c["args"] += d.args_fragment
-    return [ToolCall(id=c["id"], name=c["name"], args=c["args"]) for _, c in sorted(calls.items())]
-
-
-def plain_calls(response: ModelResponse) -> list[ToolCall]:
-    return [ToolCall(id=c.id, name=c.name, args=c.args) for c in response.message.tool_calls]
 
 
 # ------------------------------------------------------------------ argument texts
