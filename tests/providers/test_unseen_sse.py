@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -93,41 +94,37 @@ def plain(events: list[tuple[str, str]]) -> bytes:
     ).encode()
 
 
-@pytest.mark.parametrize(
+OVER_STREAMS = pytest.mark.parametrize(
     ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
 )
+"""Parametrize a test over the recorded streams (`api`, `events`)."""
+
+FRAMINGS = st.fixed_dictionaries(
+    {
+        "newline": st.sampled_from(["\n", "\r\n", "\r"]),
+        "bom": st.booleans(),
+        "comments": st.booleans(),
+        "split_data": st.booleans(),
+        "bare_events": st.booleans(),
+    }
+)
+
+
+@OVER_STREAMS
 @settings(
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    newline=st.sampled_from(["\n", "\r\n", "\r"]),
-    bom=st.booleans(),
-    comments=st.booleans(),
-    split_data=st.booleans(),
-    bare_events=st.booleans(),
+    framing=FRAMINGS,
     points=st.lists(st.integers(min_value=0, max_value=10**7), max_size=40),
 )
 async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
-    api: str,
-    events: list[tuple[str, str]],
-    newline: str,
-    bom: bool,
-    comments: bool,
-    split_data: bool,
-    bare_events: bool,
-    points: list[int],
+    api: str, events: list[tuple[str, str]], framing: dict[str, Any], points: list[int]
 ) -> None:
     expected = await stream_through(api, [plain(events)])
-    raw = frame(
-        events,
-        newline=newline,
-        bom=bom,
-        comments=comments,
-        split_data=split_data,
-        bare_events=bare_events,
-    ).encode()
+    raw = frame(events, **framing).encode()
     assert await stream_through(api, cut(raw, points)) == expected
 
 

@@ -21,12 +21,10 @@ from hypothesis import strategies as st
 from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
 from tests.providers._unseen import accumulated, plain_calls
-from tests.providers.test_unseen_sse import STREAMS, plain, stream_through
+from tests.providers.test_unseen_sse import OVER_STREAMS, plain, stream_through
 
 
-@pytest.mark.parametrize(
-    ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
-)
+@OVER_STREAMS
 @settings(
     max_examples=30,
     deadline=None,
@@ -93,9 +91,7 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
     assert caught.value.retryable
 
 
-@pytest.mark.parametrize(
-    ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
-)
+@OVER_STREAMS
 async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
     api: str, events: list[tuple[str, str]]
 ) -> None:
