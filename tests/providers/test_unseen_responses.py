@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from golem.errors import Overloaded, ProviderError, RateLimited, ResponseFormatError
+from golem.errors import (
+    BadRequest,
+    Overloaded,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatError,
+)
 from golem.model import ModelResponse
 from tests.providers._unseen import final, send
 
@@ -104,3 +111,37 @@ async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
     assert got.message.content == "hi"
     assert got.finish_reason == "stop"
     assert [b.type for b in got.message.server_tools] == ["brand_new_item"]
+
+
+_CODES = {
+    "server_error": Overloaded,
+    "rate_limit_exceeded": RateLimited,
+    "vector_store_timeout": ProviderTimeout,
+    "invalid_prompt": BadRequest,
+    "invalid_image": BadRequest,
+    "invalid_image_format": BadRequest,
+    "invalid_base64_image": BadRequest,
+    "invalid_image_url": BadRequest,
+    "image_too_large": BadRequest,
+    "image_too_small": BadRequest,
+    "image_parse_error": BadRequest,
+    "image_content_policy_violation": BadRequest,
+    "invalid_image_mode": BadRequest,
+    "image_file_too_large": BadRequest,
+    "unsupported_image_media_type": BadRequest,
+    "empty_image_file": BadRequest,
+    "failed_to_download_image": BadRequest,
+    "image_file_not_found": BadRequest,
+}
+
+
+@pytest.mark.parametrize(("code", "kind"), _CODES.items())
+async def test_every_documented_failure_code_is_classified(
+    code: str, kind: type[ProviderError]
+) -> None:
+    # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
+    error = {"code": code, "message": f"failed: {code}"}
+    body = _as("response.failed", _response("failed", error=error), True)
+    with pytest.raises(kind, match=code) as caught:
+        await _answer(body, stream=True)
+    assert caught.value.retryable == (kind is not BadRequest)
