@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
 from tests.providers._unseen import accumulated, plain_calls
-from tests.providers.test_unseen_sse import OVER_STREAMS, plain, stream_through
+from tests.providers.test_unseen_sse import OVER_STREAMS, STREAMS, plain, stream_through
 
 
 @OVER_STREAMS
@@ -108,3 +108,26 @@ async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
     assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
         t.text for t in final.message.thinking
     ]
+
+
+def _repeat_starts(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`events` with every block / item start sent twice."""
+    out = []
+    for event, data in events:
+        out.append((event, data))
+        if '"content_block_start"' in data or '"response.output_item.added"' in data:
+            out.append((event, data))
+    return out
+
+
+STARTED = [(api, events) for api, events in STREAMS if api in ("anthropic", "openai-responses")]
+"""The recorded streams of the APIs that announce each block / item with a start event."""
+
+
+@pytest.mark.parametrize(
+    ("api", "events"), STARTED, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STARTED)]
+)
+async def test_a_repeated_start_event_adds_nothing(api: str, events: list[tuple[str, str]]) -> None:
+    once = await stream_through(api, [plain(events)])
+    twice = await stream_through(api, [plain(_repeat_starts(events))])
+    assert twice == once
