@@ -11,34 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem.errors import GolemError
-from golem.messages import Message
-from golem.model import Delta, ModelRequest, ThinkingDelta
-from golem.providers.anthropic import AnthropicModel, StreamParser
-from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.model import Delta, ThinkingDelta
+from golem.providers.anthropic import StreamParser
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import parse_responses_response
 from golem.providers.openai._stream import ChatStreamParser
 from tests.providers._recordings import APIS, Interaction, all_interactions, available
-
-REQUEST = ModelRequest([Message("user", "hi")])
-
-_MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
-    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
-    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
-    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
-    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
-}
+from tests.providers._unseen import send
 
 _VALUES = st.one_of(
     st.none(),
@@ -117,17 +103,8 @@ _RECORDED = {api: _recorded(api) for api in APIS}
 
 
 async def _replay(api: str, it: Interaction, status: int, body: str) -> None:
-    def answer(request: httpx.Request) -> httpx.Response:
-        ctype = it.headers.get("content-type", "application/json")
-        return httpx.Response(status, headers={"content-type": ctype}, content=body.encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = _MODELS[api](client)
-        if it.is_stream:
-            async for _ in model.generate_stream(REQUEST):
-                pass
-        else:
-            await model.generate(REQUEST)
+    ctype = it.headers.get("content-type", "application/json")
+    await send(api, body, stream=it.is_stream, ctype=ctype, status=status)
 
 
 @pytest.mark.parametrize("api", APIS)

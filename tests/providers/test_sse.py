@@ -4,36 +4,18 @@ however the bytes are chunked and whatever the line endings."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.providers._http import iter_sse, sse_block, sse_events
-
-
-class _Chunks(httpx.AsyncByteStream):
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
+from tests.providers._unseen import Chunks, cut
 
 
 async def _decode(chunks: list[bytes]) -> list[tuple[str, str]]:
-    response = httpx.Response(200, stream=_Chunks(chunks))
+    response = httpx.Response(200, stream=Chunks(chunks))
     return [item async for item in iter_sse(response)]
-
-
-def _split(raw: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(raw) + 1) for c in cuts})
-    out, last = [], 0
-    for p in [*points, len(raw)]:
-        out.append(raw[last:p])
-        last = p
-    return out
 
 
 _line = st.one_of(
@@ -60,7 +42,7 @@ def test_chunked_decoding_equals_line_decoding(
     text = newline.join(lines) + (newline * 2 if trailing else "")
     # splitlines, as the callers of sse_events do: "a\n".split("\n") would add a blank line
     expected = list(sse_events(text.replace("\r\n", "\n").replace("\r", "\n").splitlines()))
-    got = asyncio.run(_decode(_split(text.encode(), cuts)))
+    got = asyncio.run(_decode(cut(text.encode(), cuts)))
     assert got == expected
 
 

@@ -13,40 +13,12 @@ text with a lone surrogate escape.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any
 
-import httpx
 import pytest
 
 from golem.errors import Overloaded, RateLimited, ResponseFormatError
-from golem.messages import Message
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import AnthropicModel
-from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
-
-REQUEST = ModelRequest([Message("user", "hi")])
-
-MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
-    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
-    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
-    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
-    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
-}
-
-
-async def send(api: str, body: str, *, stream: bool, ctype: str) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
-
+from golem.model import Delta, ModelResponse
+from tests.providers._unseen import MODELS, send
 
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
 OPENAI_RATE_LIMITED = {"error": {"type": "rate_limit_error", "code": "429", "message": "Slow"}}

@@ -10,35 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from golem.errors import BadRequest, Overloaded, ResponseFormatError
-from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse
-from golem.providers.gemini import GeminiModel
-
-REQUEST = ModelRequest([Message("user", "hi")])
+from golem.model import ModelResponse
+from tests.providers._unseen import final, send
 
 
 async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
     text = json.dumps(body)
-    if stream:
-        content = f"data: {text}\r\n\r\n".encode()
-        ctype = "text/event-stream"
-    else:
-        content, ctype = text.encode(), "application/json"
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": ctype}, content=content)
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = GeminiModel("gemini-x", api_key="k", http_client=client)
-        if not stream:
-            return await model.generate(REQUEST)
-        out = [item async for item in model.generate_stream(REQUEST)]
-        assert isinstance(out[-1], ModelResponse)
-        return out[-1]
+    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
 
 
 async def test_an_error_object_in_a_200_body_is_classified() -> None:

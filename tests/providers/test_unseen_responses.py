@@ -10,30 +10,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
-from golem.errors import Overloaded, ProviderError, RateLimited, ResponseFormatError
-from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse
-from golem.providers.openai._responses import OpenAIResponsesModel
-
-REQUEST = ModelRequest([Message("user", "hi")])
+from golem.errors import (
+    BadRequest,
+    Overloaded,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatError,
+)
+from golem.model import ModelResponse
+from tests.providers._unseen import final, send
 
 
 async def _answer(body: str, *, stream: bool) -> ModelResponse:
-    ctype = "text/event-stream" if stream else "application/json"
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = OpenAIResponsesModel("gpt-x", api_key="k", http_client=client)
-        if not stream:
-            return await model.generate(REQUEST)
-        out = [item async for item in model.generate_stream(REQUEST)]
-        assert isinstance(out[-1], ModelResponse)
-        return out[-1]
+    return final(await send("openai-responses", body, stream=stream))
 
 
 def _response(status: str, **extra: Any) -> dict[str, Any]:
@@ -119,3 +111,37 @@ async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
     assert got.message.content == "hi"
     assert got.finish_reason == "stop"
     assert [b.type for b in got.message.server_tools] == ["brand_new_item"]
+
+
+_CODES = {
+    "server_error": Overloaded,
+    "rate_limit_exceeded": RateLimited,
+    "vector_store_timeout": ProviderTimeout,
+    "invalid_prompt": BadRequest,
+    "invalid_image": BadRequest,
+    "invalid_image_format": BadRequest,
+    "invalid_base64_image": BadRequest,
+    "invalid_image_url": BadRequest,
+    "image_too_large": BadRequest,
+    "image_too_small": BadRequest,
+    "image_parse_error": BadRequest,
+    "image_content_policy_violation": BadRequest,
+    "invalid_image_mode": BadRequest,
+    "image_file_too_large": BadRequest,
+    "unsupported_image_media_type": BadRequest,
+    "empty_image_file": BadRequest,
+    "failed_to_download_image": BadRequest,
+    "image_file_not_found": BadRequest,
+}
+
+
+@pytest.mark.parametrize(("code", "kind"), _CODES.items())
+async def test_every_documented_failure_code_is_classified(
+    code: str, kind: type[ProviderError]
+) -> None:
+    # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
+    error = {"code": code, "message": f"failed: {code}"}
+    body = _as("response.failed", _response("failed", error=error), True)
+    with pytest.raises(kind, match=code) as caught:
+        await _answer(body, stream=True)
+    assert caught.value.retryable == (kind is not BadRequest)

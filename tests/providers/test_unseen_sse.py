@@ -10,55 +10,23 @@ framing of the same events gives the same deltas and the same final response.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.messages import Message
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import AnthropicModel
-from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.model import Delta, ModelResponse
 from tests.providers._recordings import all_interactions, available
+from tests.providers._unseen import MODELS, cut, send
 
-REQUEST = ModelRequest([Message("user", "hi")])
 FIXTURES = Path(__file__).parent / "openai_fixtures"
-
-MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
-    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
-    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
-    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
-    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
-}
-
-
-class Chunks(httpx.AsyncByteStream):
-    """A response body delivered in the given pieces."""
-
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
 
 
 async def stream_through(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse]:
     """What `generate_stream` yields when the server sends `chunks` as its SSE body."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        headers = {"content-type": "text/event-stream"}
-        return httpx.Response(200, headers=headers, stream=Chunks(chunks))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        return [item async for item in model.generate_stream(REQUEST)]
+    return await send(api, chunks, stream=True)
 
 
 def events_of(body: str) -> list[tuple[str, str]]:
@@ -120,57 +88,43 @@ def frame(
     return ("\ufeff" if bom else "") + text
 
 
-def cut(raw: bytes, points: list[int]) -> list[bytes]:
-    """`raw` in pieces, cut at `points` (taken modulo its length)."""
-    cuts = sorted({p % (len(raw) + 1) for p in points})
-    out, last = [], 0
-    for p in [*cuts, len(raw)]:
-        out.append(raw[last:p])
-        last = p
-    return out
-
-
 def plain(events: list[tuple[str, str]]) -> bytes:
     return frame(
         events, newline="\n", bom=False, comments=False, split_data=False, bare_events=False
     ).encode()
 
 
-@pytest.mark.parametrize(
+OVER_STREAMS = pytest.mark.parametrize(
     ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
 )
+"""Parametrize a test over the recorded streams (`api`, `events`)."""
+
+FRAMINGS = st.fixed_dictionaries(
+    {
+        "newline": st.sampled_from(["\n", "\r\n", "\r"]),
+        "bom": st.booleans(),
+        "comments": st.booleans(),
+        "split_data": st.booleans(),
+        "bare_events": st.booleans(),
+    }
+)
+
+
+@OVER_STREAMS
 @settings(
     max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    newline=st.sampled_from(["\n", "\r\n", "\r"]),
-    bom=st.booleans(),
-    comments=st.booleans(),
-    split_data=st.booleans(),
-    bare_events=st.booleans(),
+    framing=FRAMINGS,
     points=st.lists(st.integers(min_value=0, max_value=10**7), max_size=40),
 )
 async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
-    api: str,
-    events: list[tuple[str, str]],
-    newline: str,
-    bom: bool,
-    comments: bool,
-    split_data: bool,
-    bare_events: bool,
-    points: list[int],
+    api: str, events: list[tuple[str, str]], framing: dict[str, Any], points: list[int]
 ) -> None:
     expected = await stream_through(api, [plain(events)])
-    raw = frame(
-        events,
-        newline=newline,
-        bom=bom,
-        comments=comments,
-        split_data=split_data,
-        bare_events=bare_events,
-    ).encode()
+    raw = frame(events, **framing).encode()
     assert await stream_through(api, cut(raw, points)) == expected
 
 

@@ -20,12 +20,11 @@ from hypothesis import strategies as st
 
 from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
-from tests.providers.test_unseen_sse import STREAMS, plain, stream_through
+from tests.providers._unseen import accumulated, plain_calls
+from tests.providers.test_unseen_sse import OVER_STREAMS, STREAMS, plain, stream_through
 
 
-@pytest.mark.parametrize(
-    ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
-)
+@OVER_STREAMS
 @settings(
     max_examples=30,
     deadline=None,
@@ -90,3 +89,45 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
     with pytest.raises(ProviderError, match="ended before") as caught:
         await stream_through(api, [raw])
     assert caught.value.retryable
+
+
+@OVER_STREAMS
+async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
+    api: str, events: list[tuple[str, str]]
+) -> None:
+    items = await stream_through(api, [plain(events)])
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    deltas = [d for d in items if isinstance(d, Delta)]
+    assert "".join(d.content for d in deltas) == final.message.content
+    assert accumulated(items) == plain_calls(final)
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
+        t.text for t in final.message.thinking
+    ]
+
+
+def _repeat_starts(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`events` with every block / item start sent twice."""
+    out = []
+    for event, data in events:
+        out.append((event, data))
+        if '"content_block_start"' in data or '"response.output_item.added"' in data:
+            out.append((event, data))
+    return out
+
+
+STARTED = [(api, events) for api, events in STREAMS if api in ("anthropic", "openai-responses")]
+"""The recorded streams of the APIs that announce each block / item with a start event."""
+
+
+@pytest.mark.parametrize(
+    ("api", "events"), STARTED, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STARTED)]
+)
+async def test_a_repeated_start_event_adds_nothing(api: str, events: list[tuple[str, str]]) -> None:
+    once = await stream_through(api, [plain(events)])
+    twice = await stream_through(api, [plain(_repeat_starts(events))])
+    assert twice == once

@@ -14,41 +14,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.messages import Message, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import AnthropicModel
-from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
-
-REQUEST = ModelRequest([Message("user", "hi")])
-
-MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
-    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
-    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
-    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
-    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
-}
-
-
-async def send(api: str, body: str, *, stream: bool) -> list[Delta | ModelResponse]:
-    ctype = "text/event-stream" if stream else "application/json"
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
+from tests.providers._unseen import accumulated, final, plain_calls, send
 
 
 def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False) -> str:
@@ -59,29 +30,6 @@ def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False
     if done:
         out.append("data: [DONE]\n\n")
     return "".join(out)
-
-
-def accumulated(items: list[Delta | ModelResponse]) -> list[ToolCall]:
-    """The tool calls the deltas of a stream add up to."""
-    calls: dict[int, dict[str, str]] = {}
-    for item in items:
-        if isinstance(item, Delta):
-            for d in item.tool_calls:
-                c = calls.setdefault(d.index, {"id": "", "name": "", "args": ""})
-                c["id"] = c["id"] or d.id
-                c["name"] = c["name"] or d.name
-                c["args"] += d.args_fragment
-    return [ToolCall(id=c["id"], name=c["name"], args=c["args"]) for _, c in sorted(calls.items())]
-
-
-def final(items: list[Delta | ModelResponse]) -> ModelResponse:
-    last = items[-1]
-    assert isinstance(last, ModelResponse)
-    return last
-
-
-def plain_calls(response: ModelResponse) -> list[ToolCall]:
-    return [ToolCall(id=c.id, name=c.name, args=c.args) for c in response.message.tool_calls]
 
 
 # ------------------------------------------------------------------ argument texts

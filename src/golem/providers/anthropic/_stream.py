@@ -132,6 +132,8 @@ class StreamParser:
         block = payload.get("content_block")
         if not isinstance(index, int) or not isinstance(block, Mapping):
             return None
+        if index in self._blocks:
+            return None  # a block starts once: a repeated start (a proxy's replay) is ignored
         block = dict(block)
         self._blocks[index] = block
         kind = block.get("type")

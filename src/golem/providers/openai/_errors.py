@@ -34,6 +34,20 @@ _KIND_STATUS = (
     ("badrequest", 400),
     ("not_found", 404),
     ("context_length", 400),
+    # the Responses API's `error.code`s (`invalid_prompt`, `invalid_image_url`,
+    # `image_too_large`, `unsupported_image_media_type`, ...) and OpenRouter's error types
+    ("invalid", 400),
+    ("image", 400),
+    ("unsupported", 400),
+    ("too_large", 413),
+    ("too_small", 400),
+    ("too_long", 400),
+    ("tokens_exceeded", 400),
+    ("limit_exceeded", 400),
+    ("content_policy", 400),
+    ("payment", 402),
+    ("precondition", 400),
+    ("unprocessable", 422),
 )
 
 

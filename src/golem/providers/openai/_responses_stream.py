@@ -125,6 +125,8 @@ class ResponsesStreamParser:
         if not isinstance(item, Mapping):
             return None
         index = _index(event)
+        if index in self._calls or index in self._reasoning:
+            return None  # an item is added once: a repeated event (a proxy's replay) is ignored
         kind = item.get("type")
         if kind == "function_call":
             n = self._calls[index] = len(self._calls)
