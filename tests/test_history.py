@@ -179,9 +179,10 @@ def test_truncated_args_are_reported_and_kept_verbatim() -> None:
 
 
 def test_truncation_check_keeps_its_meaning_on_the_fast_path() -> None:
-    # The check validates with msgspec first; what only Python's json accepts (NaN, lone
-    # surrogate escapes) keeps counting as JSON, and nesting too deep for either is truncated
-    # instead of a RecursionError.
+    # The check validates with msgspec first; lone surrogate escapes (JSON's grammar, which
+    # only Python's json accepts) keep counting as JSON, NaN does not (Go reference §3.4: not
+    # valid JSON, so truncated), and nesting too deep for either is truncated instead of a
+    # RecursionError.
     deep = "{" + '"a":[' * 100_000
     calls = [
         ToolCall("big", "t", '{"n": 1e400, "m": 123456789012345678901234567890, "z": -0.0}'),
@@ -192,7 +193,7 @@ def test_truncation_check_keeps_its_meaning_on_the_fast_path() -> None:
         ToolCall("trailing", "t", '{"a": 1} x'),
     ]
     history = [asst(*calls), *(result(c.id) for c in calls)]
-    assert normalize_history(history)[1].truncated == ["deep", "trailing"]
+    assert normalize_history(history)[1].truncated == ["nan", "deep", "trailing"]
 
 
 def test_truncated_calls_are_reported_in_history_order_across_messages() -> None:

@@ -24,6 +24,7 @@ from golem.result import PartialResult, Result
 from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
+    DeferKind,
     Deferred,
     Failed,
     InvalidArguments,
@@ -387,7 +388,7 @@ def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> Non
             call_id=call.id,
             tool_name=call.name,
             args=call.args,
-            reason=out.error.reason,
+            reason=getattr(out.error, "reason", ""),
         )
     elif out.result is not None:
         state.emit(
@@ -495,6 +496,10 @@ def _settle(
         recorded[i] = state.tool_message(call, out.result.text, parts=out.result.parts)
     elif out.kind == "deferred":
         assert isinstance(out.error, Deferred)
+        if getattr(out.error, "kind", None).__class__ is not DeferKind and not _valid_kind(
+            out.error
+        ):
+            raise _Fail(Stage.TOOL, _tool_error(call, _UNKINDED, out.error))
         deferrals.append((call, out.error))
     elif out.kind == "failed":
         assert isinstance(out.error, Failed)
@@ -542,6 +547,22 @@ def _settle(
             Stage.TOOL,
             _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
         )
+
+
+_UNKINDED = (
+    "tool deferred without a kind: a Deferred signal needs DeferKind.APPROVAL or "
+    "DeferKind.EXTERNAL as its kind"
+)
+
+
+def _valid_kind(signal: Deferred) -> bool:
+    """Whether a signal whose `kind` is not a `DeferKind` names one as a string (a `kind`
+    reassigned after construction, or a subclass that skipped `Deferred.__init__`)."""
+    kind = getattr(signal, "kind", None)
+    return isinstance(kind, str) and kind in _KINDS
+
+
+_KINDS = frozenset(k.value for k in DeferKind)
 
 
 def _tool_error(call: ToolCall, text: str, cause: BaseException) -> ToolError:

@@ -45,7 +45,7 @@ from golem.agent_tool import (
 )
 from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
-from golem.errors import Overloaded, RateLimited, RunError, Stage
+from golem.errors import Overloaded, RateLimited, ResumeError, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, _new_message, _stamped, loads_history
@@ -721,8 +721,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None,
         policy: Policy,
     ) -> deferred.ResumePlan:
-        supplied = _as_history(history)
-        validate_history(supplied)
+        supplied = _resume_history(history)
         return deferred.check_resume(
             supplied,
             deferred.as_results(results),
@@ -906,8 +905,10 @@ class Agent(Generic[DepsT, OutputT]):
         (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
 
         Raises:
-            ResumeError: before anything runs, when the history has no pending calls, a
-                call has no ID or shares one, a seal does not verify (`SealError`, with
+            ResumeError: before anything runs, when the history does not load (JSON) or
+                breaks the structural rules (parts or thinking on the wrong role), has no
+                pending calls, a call has no ID or shares one, a message other than a tool
+                result follows the paused batch, a seal does not verify (`SealError`, with
                 `seal_key`), a pending call contradicts `expected`, a resolution names
                 an unknown call or has the wrong kind, a call is resolved twice or not
                 at all, an approved call's tool is not registered, or edited arguments
@@ -919,7 +920,7 @@ class Agent(Generic[DepsT, OutputT]):
         with _ClearedApproval():
             async with self._toolsets_entered() as tools:
                 if self._nested(tools):
-                    supplied = _as_history(history)
+                    supplied = _resume_history(history, validate=False)
                     if paused_records(supplied):
                         return await self._resume_nested(
                             tools,
@@ -1070,7 +1071,9 @@ class Agent(Generic[DepsT, OutputT]):
         """
         self._check_streaming()
         plan: deferred.ResumePlan | None = None
-        nested = self._nested(self.tools) and paused_records(_as_history(history))
+        nested = self._nested(self.tools) and paused_records(
+            _resume_history(history, validate=False)
+        )
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
                 history, results, conversation_id, expected, self._policy(self.tools)
@@ -1082,7 +1085,7 @@ class Agent(Generic[DepsT, OutputT]):
                     if nested:
                         return await self._resume_nested(
                             tools,
-                            _as_history(history),
+                            _resume_history(history, validate=False),
                             results,
                             prompt,
                             deps,
@@ -1213,6 +1216,21 @@ def _as_history(hist: History | None) -> list[Message]:
     if isinstance(hist, str):
         return loads_history(hist)
     return list(hist)
+
+
+def _resume_history(hist: History, *, validate: bool = True) -> list[Message]:
+    """The history a resume starts from: JSON that does not load, or (with `validate`)
+    messages that break the structural rules, are a `ResumeError` (still a `ValueError`)
+    carrying the loader's or validator's message, like every other refused resume."""
+    try:
+        supplied = _as_history(hist)
+        if validate:
+            validate_history(supplied)
+    except ResumeError:
+        raise
+    except ValueError as exc:
+        raise ResumeError(f"golem: {exc}") from exc
+    return supplied
 
 
 def _conversation_of(messages: Sequence[Message]) -> str:

@@ -85,7 +85,9 @@ class Approval:
 
     Raises:
         ValueError: `args` on a denial.
-        TypeError: `args` is neither a dict nor a string.
+        TypeError: `approved` is not a bool (a decision read from JSON or a form, such
+            as `"false"`, is converted by the application, never guessed), `reason` is
+            not a string, or `args` is neither a dict nor a string.
     """
 
     approved: bool
@@ -93,6 +95,13 @@ class Approval:
     args: dict[str, Any] | str | None = None
 
     def __post_init__(self) -> None:
+        if self.approved.__class__ is not bool:
+            raise TypeError(
+                f"Approval approved must be a bool (True runs the call, False denies it), "
+                f"got {type(self.approved).__name__} {self.approved!r}"
+            )
+        if not isinstance(self.reason, str):
+            raise TypeError(f"Approval reason must be a str, got {type(self.reason).__name__}")
         if self.args is None:
             return
         if not isinstance(self.args, dict | str):
@@ -210,7 +219,9 @@ def _requests_from(
     for call, signal in deferrals:
         kind = signal.kind if signal.kind.__class__ is DeferKind else DeferKind(signal.kind)
         seal = seals.get(call.id, "") if seals else ""
-        pending = PendingToolCall(call.id, call.name, call.args, signal.reason, kind, seal)
+        pending = PendingToolCall(
+            call.id, call.name, call.args, getattr(signal, "reason", ""), kind, seal
+        )
         (approvals if kind is DeferKind.APPROVAL else external).append(pending)
     return DeferredRequests(approvals=approvals, external=external)
 
@@ -331,7 +342,7 @@ def check_resume(
     """Validate a resume completely, before anything runs.
 
     Checks, in order: the history has pending calls, each with an ID, and no call ID
-    twice; with `keys`, every pending call's seal verifies (for `conversation_id`);
+    twice; nothing but tool results follows the paused batch; with `keys`, every pending call's seal verifies (for `conversation_id`);
     with `expected` (the paused run's `Result.pending`), the pending calls are exactly
     the expected ones, with the same tool names and arguments; every pending call is
     resolved once, by a resolution of its kind (sealed or expected); approved calls
@@ -347,6 +358,7 @@ def check_resume(
             f"got {type(expected).__name__}"
         )
     pending = pending_calls(history)
+    _check_tail(history)
     kinds: dict[str, DeferKind] = {}
     if keys is not None:
         for c in pending:
@@ -373,6 +385,28 @@ def check_resume(
             args = _edited_args(c, approval.args, tools[c.name])
         steps.append(_Step(c, approval, results.external.get(c.id), args))
     return ResumePlan(history, steps, conversation_id)
+
+
+def _check_tail(history: Sequence[Message]) -> None:
+    """A paused history ends with its batch: after the last assistant message with tool
+    calls come only tool results (the batch's, recorded before the pause).
+
+    Raises:
+        ResumeError: another message follows the paused batch (a user message appended
+            while paused, say): the merge would not carry it over, so it is refused rather
+            than dropped; new text for the model is the resume's `prompt`.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        m = history[i]
+        if m.role == "tool":
+            continue
+        if m.role == "assistant" and m.tool_calls:
+            return
+        raise ResumeError(
+            f"golem: history message {i} ({m.role}) follows the paused batch; a paused "
+            "history ends with the batch's tool results — pass new text as the resume's "
+            "prompt instead of appending it"
+        )
 
 
 def _check_expected(

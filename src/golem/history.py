@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
@@ -104,11 +105,15 @@ def _args_truncated(args: str) -> bool:
         return False
     except (msgspec.DecodeError, RecursionError):
         pass
-    try:  # what json accepts beyond it (NaN, lone surrogate escapes) is not truncated either
-        json.loads(text)
+    try:  # lone surrogate escapes are JSON's grammar (Go's json.Valid accepts them); NaN and
+        json.loads(text, parse_constant=_not_json)  # Infinity are not (Go: truncated)
     except (ValueError, RecursionError):
         return True
     return False
+
+
+def _not_json(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def normalize_history(
@@ -222,13 +227,39 @@ def validate_history(history: Sequence[Message]) -> None:
                     )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_BAD_ESCAPE = re.compile(r"%(?![0-9a-fA-F]{2})")
+_BAD_HOST = re.compile(r"[ {}|\\^`]")
+_PORT = re.compile(r"(?::[0-9]*)?")
+
+
 def _scheme(url: str) -> str:
-    if url.startswith("//"):
+    """The lowercased scheme of `url`, or "" when it has none or does not parse.
+
+    Parsing follows Go's `net/url.Parse`, which the Go golem's sanitizer uses, rather than
+    `urlsplit`, which strips leading spaces and drops tabs and newlines anywhere (as browsers
+    do): a URL Go cannot parse — a control character anywhere, no scheme at the start, a bad
+    character in the host, a port that is not digits, a `%` not followed by two hex digits
+    outside the query — has no scheme here either, so it is removed.
+    """
+    if not url[:1].isascii() or not url[:1].isalpha() or _CONTROL.search(url):
         return ""
     try:
-        return urlsplit(url).scheme.lower()
+        parts = urlsplit(url)
     except ValueError:
         return ""
+    hostport = parts.netloc.rpartition("@")[2]
+    if hostport.startswith("["):
+        hostport = hostport.rpartition("]")[2]
+    else:
+        if _BAD_HOST.search(hostport):
+            return ""
+        hostport = hostport[hostport.rfind(":") :] if ":" in hostport else ""
+    if not _PORT.fullmatch(hostport):
+        return ""
+    if _BAD_ESCAPE.search(parts.netloc + parts.path + parts.fragment):
+        return ""
+    return parts.scheme.lower()
 
 
 def sanitize_history(

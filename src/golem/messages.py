@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -345,7 +345,7 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _embeddable(args: str) -> msgspec.Raw | None:
+def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
     """`args` as the raw JSON value to embed verbatim, or None when they are not embedded.
 
     Embedded: args that are one JSON value without whitespace around it, nested at most
@@ -354,6 +354,14 @@ def _embeddable(args: str) -> msgspec.Raw | None:
     literal looks like). Everything else (truncated streams, other strings, `null`) is
     written as a JSON string holding the raw text; the loader applies this same test to
     tell the two apart, so they can never be confused.
+
+    Two more values are embedded when they are the args themselves (`top`), never when
+    they are a string's content (`top=False`, the test the loader applies to every string,
+    so what earlier versions wrote as a string keeps loading as the same text; ADR 0047):
+    JSON whose strings hold escaped lone surrogates (`"\\ud800"`: JSON's grammar allows
+    them, Go's decoder accepts them and the Go golem writes such args verbatim), and the
+    empty string literal `""` (read as its empty content, it could not
+    be told from absent args, which are written as `null`).
 
     Raises:
         UnicodeEncodeError: the text holds a lone surrogate (it cannot be UTF-8).
@@ -370,17 +378,21 @@ def _embeddable(args: str) -> msgspec.Raw | None:
             return None
         try:
             return _RAW.decode(args)  # validates; the whole text: no whitespace around it
-        except (msgspec.DecodeError, RecursionError):
+        except msgspec.DecodeError:
+            return _with_lone_escapes(args) if top and "\\u" in args else None
+        except RecursionError:
             return None
     if args[0] in _JSON_WS or last in _JSON_WS or args == "null":
         return None
     data = args.encode()
     if args[0] == '"':
+        if len(args) == 2 and top:  # `""`
+            return msgspec.Raw(data)
         try:
             content = _STR.decode(data)
         except msgspec.DecodeError:
-            return None
-        return msgspec.Raw(data) if _embeddable(content) is not None else None
+            return _with_lone_escapes(args) if top and "\\u" in args else None
+        return msgspec.Raw(data) if _embeddable(content, False) is not None else None
     if (
         len(data) > MAX_ARGS_DEPTH  # else it cannot nest deeper
         and data.count(b"[") + data.count(b"{") > MAX_ARGS_DEPTH
@@ -391,6 +403,35 @@ def _embeddable(args: str) -> msgspec.Raw | None:
         return _RAW.decode(data)  # the whole text: there is no whitespace around it
     except (msgspec.DecodeError, RecursionError):
         return None
+
+
+_SURROGATE_ESCAPE = re.compile(
+    r"\\\\"  # an escaped backslash (what follows it is text, not an escape)
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a surrogate pair
+    r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate escape (group 1)
+)
+
+
+def _lone_escapes(text: str) -> set[str]:
+    """The distinct escaped lone surrogates (`\\ud800` spellings) in the JSON `text`."""
+    return {m[1] for m in _SURROGATE_ESCAPE.finditer(text) if m[1]}
+
+
+def _replace_lone(text: str, replacement: Mapping[str, str]) -> str:
+    """`text` with each escaped lone surrogate replaced by `replacement[its spelling]`."""
+    return _SURROGATE_ESCAPE.sub(lambda m: replacement[m[1]] if m[1] else m[0], text)
+
+
+def _with_lone_escapes(args: str) -> msgspec.Raw | None:
+    """`args` as a raw value when they are JSON but for escaped lone surrogates, else None."""
+    lone = _lone_escapes(args)
+    if not lone:
+        return None
+    try:
+        _RAW.decode(_replace_lone(args, dict.fromkeys(lone, "\\u0000")))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return msgspec.Raw(args.encode())
 
 
 def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
@@ -747,11 +788,120 @@ def loads_history(text: str | bytes) -> list[Message]:
         except msgspec.ValidationError as exc:
             raise ValueError(_shape_error(str(exc))) from None
         except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-            raise ValueError(_diagnose(text, exc)) from None
+            wire = _decode_lone_escapes(text)
+            if wire is _UNFIT:
+                raise ValueError(_diagnose(text, exc)) from None
         return [] if wire is None else _load_messages(wire)
     finally:
         if collecting:
             gc.enable()
+
+
+_UNFIT: list[_InMessage] = []  # a sentinel, compared by identity
+_PRIVATE_USE = range(0xE000, 0xF900)
+_PRIVATE_CHAR = re.compile("[\ue000-\uf8ff]")
+_PRIVATE_ESCAPE = re.compile(r"\\u[eEfF][0-9a-fA-F]{3}")
+
+
+def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
+    """Decode a document msgspec refused because strings in it hold escaped lone surrogates
+    (slow path: only runs on failure). Tool-call args and provider blocks keep them verbatim
+    (they are raw bytes, as the Go golem keeps them); unknown keys are ignored, as any
+    unknown key is; a text field holding one is a `ValueError` naming message and field.
+
+    Each distinct spelling (`\\ud800`) is replaced by the escape of a private-use character
+    the document does not contain, the document is decoded, and the raw spans get their
+    spellings back.
+
+    Returns:
+        The wire messages, or `_UNFIT` when the document has no escaped lone surrogate (or
+        more distinct spellings than placeholders): the caller diagnoses the original.
+
+    Raises:
+        ValueError: the document is not a history for another reason too, or a text field
+            holds a lone surrogate.
+    """
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            return _UNFIT
+    lone = _lone_escapes(text) if "\\u" in text else set()
+    if not lone:
+        return _UNFIT
+    used = {ord(c) for c in _PRIVATE_CHAR.findall(text)}  # one pass each, whatever the count
+    used.update(int(m[2:], 16) for m in _PRIVATE_ESCAPE.findall(text))
+    free = (cp for cp in _PRIVATE_USE if cp not in used)
+    placeholder = dict(zip(sorted(lone), (f"\\u{cp:04x}" for cp in free), strict=False))
+    if len(placeholder) < len(lone):
+        return _UNFIT  # pragma: no cover - thousands of distinct spellings
+    replaced = _replace_lone(text, placeholder)
+    try:
+        wire = _DECODER.decode(replaced)
+    except msgspec.ValidationError as exc:
+        raise ValueError(_shape_error(str(exc))) from None
+    except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
+        raise ValueError(_diagnose(replaced, exc)) from None
+    if wire is None:
+        return None  # pragma: no cover - `null` holds no string
+    marks = {chr(int(p[2:], 16)) for p in placeholder.values()}
+    spelling = {p: s for s, p in placeholder.items()}
+    restore = re.compile("|".join(re.escape(p) for p in spelling))
+
+    def back(raw: msgspec.Raw) -> msgspec.Raw:
+        span = bytes(raw).decode()
+        fixed = restore.sub(lambda m: spelling[m[0]], span)
+        return raw if fixed == span else msgspec.Raw(fixed.encode())
+
+    for i, w in enumerate(wire):
+        for where, value in _text_fields(w):
+            if value and not marks.isdisjoint(value):
+                raise ValueError(
+                    f"history message {i}: {where} holds a lone surrogate, "
+                    "which is not valid Unicode text"
+                )
+        for c in w.tool_calls or ():
+            c.args = back(c.args)
+        for ci in w.citations or ():
+            ci.raw = back(ci.raw)
+        for b in w.server_tools or ():
+            b.raw = back(b.raw)
+    return wire
+
+
+def _text_fields(w: _InMessage) -> list[tuple[str, str | None]]:
+    """The text fields of a decoded message with their paths (not args or provider blocks)."""
+    fields: list[tuple[str, str | None]] = [
+        ("role", w.role),
+        ("content", w.content),
+        ("toolCallId", w.tool_call_id),
+        ("toolName", w.tool_name),
+        ("runId", w.run_id),
+        ("conversationId", w.conversation_id),
+    ]
+    for j, p in enumerate(w.parts or ()):
+        fields += [(f"parts[{j}].{k}", v) for k, v in _items(p, "kind", "url", "mediaType", "text")]
+    for j, c in enumerate(w.tool_calls or ()):
+        fields += [
+            (f"toolCalls[{j}].{k}", v) for k, v in _items(c, "id", "name", "signature", "seal")
+        ]
+    for j, t in enumerate(w.thinking or ()):
+        fields += [(f"thinking[{j}].{k}", v) for k, v in _items(t, "text", "signature", "redacted")]
+    for j, ci in enumerate(w.citations or ()):
+        fields += [
+            (f"citations[{j}].{k}", v)
+            for k, v in _items(ci, "url", "title", "citedText", "provider")
+        ]
+    for j, b in enumerate(w.server_tools or ()):
+        fields += [
+            (f"serverTools[{j}].{k}", v) for k, v in _items(b, "provider", "type", "id", "name")
+        ]
+    return fields
+
+
+def _items(struct: Any, *keys: str) -> list[tuple[str, str | None]]:
+    """`(key, value)` of a wire struct's fields, by their JSON keys (camelCase)."""
+    return [(k, getattr(struct, re.sub("([A-Z])", r"_\1", k).lower())) for k in keys]
 
 
 _AT = re.compile(r"(?s)(.*) - at `\$(?:\[(\d+)\])?(.*)`")
