@@ -13,7 +13,10 @@ golem show RUN                                                    a run, its con
 golem demo [--once]                                               the whole cycle, in a browser
 ```
 
-`--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. The decision commands talk to
+`--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. `golem serve` and `golem worker`
+seal pending calls and verify them before a resume with `$GOLEM_SEAL_KEY` (at least 32
+characters; `$GOLEM_SEAL_KEY_ID` names it, `$GOLEM_SEAL_OLDER_KEYS` holds retired keys as a
+JSON object of key ID to key). The decision commands talk to
 the store directly (whoever can reach the database is trusted); they record `--as`
 (default `cli:<user name>`) as the deciding identity. Needs the `[server]` extra; without
 it `golem` prints the install command and exits with status 2.
@@ -105,6 +108,30 @@ def _loop_factory(choice: _EventLoop) -> Callable[[], asyncio.AbstractEventLoop]
         raise _err("--loop uvloop needs uvloop: pip install 'golem-agents[uvloop]'", 2) from None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def _seal_keys() -> Any:
+    """The `SealKeys` of $GOLEM_SEAL_KEY (with $GOLEM_SEAL_KEY_ID and the retired keys of
+    $GOLEM_SEAL_OLDER_KEYS), or None when it is not set; exits with status 2 on a bad key."""
+    from golem.seal import SealKeys
+
+    text = os.environ.get("GOLEM_SEAL_KEY", "")
+    if not text:
+        if os.environ.get("GOLEM_SEAL_OLDER_KEYS"):
+            raise _err("GOLEM_SEAL_OLDER_KEYS is set but GOLEM_SEAL_KEY is not", 2)
+        return None
+    try:
+        older_text = os.environ.get("GOLEM_SEAL_OLDER_KEYS", "")
+        older = json.loads(older_text) if older_text else {}
+        if not isinstance(older, dict) or not all(isinstance(v, str) for v in older.values()):
+            raise ValueError("GOLEM_SEAL_OLDER_KEYS must be a JSON object of key ID to key")
+        return SealKeys(
+            text.encode(),
+            key_id=os.environ.get("GOLEM_SEAL_KEY_ID", "") or "k1",
+            older={key_id: key.encode() for key_id, key in older.items()},
+        )
+    except ValueError as exc:  # json.JSONDecodeError is one
+        raise _err(f"the seal key: {exc}", 2) from None
 
 
 def _registry(spec: str) -> Any:
@@ -215,7 +242,8 @@ def _serve(
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
-    Approvers come from $GOLEM_APPROVERS (JSON) or $GOLEM_APPROVERS_FILE.
+    Approvers come from $GOLEM_APPROVERS (JSON) or $GOLEM_APPROVERS_FILE; pending calls are
+    sealed with $GOLEM_SEAL_KEY when it is set.
     """
     import uvicorn
 
@@ -224,6 +252,7 @@ def _serve(
 
     _loop_factory(loop)  # a clear error when uvloop is asked for and missing, before anything
     registry = _registry(app_spec)
+    seal_key = _seal_keys()
     secret = os.environ.get("GOLEM_WEBHOOK_SECRET", "").encode() or None
     try:
         auth = AuthConfig.from_env()
@@ -239,10 +268,12 @@ def _serve(
         default_expires_in=expires_in,
         webhooks=hooks,
         public_url=public_url or f"http://{host}:{port}",
+        seal_key=seal_key,
     )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
-        f"(store {_db(db)}, in-process worker {'on' if worker else 'off'})"
+        f"(store {_db(db)}, in-process worker {'on' if worker else 'off'}, "
+        f"{'sealed' if seal_key is not None else 'unsealed'} pending calls)"
     )
     uvicorn.run(
         app,
@@ -273,11 +304,13 @@ def _worker(
 
     The first Ctrl-C (or SIGTERM) stops claiming and waits for the in-flight resumes to
     finish; a second one cancels them (their runs are marked interrupted once their
-    leases run out).
+    leases run out). With $GOLEM_SEAL_KEY every stored call must carry a valid seal
+    before its run resumes.
     """
     from golem.worker import Worker
 
     registry = _registry(app_spec)
+    seal_key = _seal_keys()
 
     async def work(store: Any) -> None:
         stop = asyncio.Event()
@@ -293,10 +326,17 @@ def _worker(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 running.add_signal_handler(sig, on_signal)
         w = Worker(
-            store, registry, worker_id=worker_id, lease_seconds=lease, concurrency=concurrency
+            store,
+            registry,
+            worker_id=worker_id,
+            lease_seconds=lease,
+            concurrency=concurrency,
+            seal_key=seal_key,
         )
+        sealed = "verifying seals" if seal_key is not None else "unsealed"
         _console().print(
             f"golem: worker {w.worker_id} polling {_db(db)}, {concurrency} run(s) at once, "
+            f"{sealed}, "
             f"on {type(running).__module__.split('.')[0]} "
             "(Ctrl-C stops claiming and lets in-flight runs finish; twice cancels them)"
         )
