@@ -65,10 +65,13 @@ async def _audit_rows(
         if q.run and q.run not in e.run_id:
             continue
         if e.run_id not in agents:
-            try:
-                agents[e.run_id] = (await store.get_run(e.run_id)).agent
-            except RunNotFound:
-                agents[e.run_id] = None
+            if e.agent is not None:  # read along by changes_since
+                agents[e.run_id] = e.agent
+            else:  # a store that does not: look the run up
+                try:
+                    agents[e.run_id] = (await store.get_run(e.run_id)).agent
+                except RunNotFound:
+                    agents[e.run_id] = None
         agent = agents[e.run_id]
         if agent is None or not cred.approver.may_see(agent):
             continue

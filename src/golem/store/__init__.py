@@ -373,7 +373,8 @@ class Store(Protocol):
         """Return audit entries with `id > cursor`, oldest first, at most `limit`.
 
         Entries appear in commit order across processes: a poller that advances `cursor`
-        to the last returned ID never misses an entry.
+        to the last returned ID never misses an entry. The SQL stores fill each entry's
+        `agent` (None for a run that no longer exists).
         """
         ...
 

@@ -1402,7 +1402,7 @@ class SQLStore(abc.ABC):
         return await self._submit(True, tx_fn)
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
-        eid, run_id, at, actor, action, detail = row
+        eid, run_id, at, actor, action, detail, *agent = row
         return AuditEntry(
             id=int(eid),
             run_id=run_id,
@@ -1410,6 +1410,7 @@ class SQLStore(abc.ABC):
             actor=actor,
             action=AuditAction(action),
             detail=json.loads(detail),
+            agent=agent[0] if agent else None,
         )
 
     @store_op("audit")
@@ -1431,8 +1432,12 @@ class SQLStore(abc.ABC):
             raise ValueError(f"limit must be >= 0, got {limit}")
 
         def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
+            # each entry with its run's agent (one primary-key lookup), so that views filtering
+            # by agent need not read every run
             return tx.fetch(
-                f"SELECT {_AUDIT_COLS} FROM golem_audit WHERE id > ? ORDER BY id LIMIT ?",
+                "SELECT a.id, a.run_id, a.at, a.actor, a.action, a.detail, r.agent "
+                "FROM golem_audit a LEFT JOIN golem_runs r ON r.id = a.run_id "
+                "WHERE a.id > ? ORDER BY a.id LIMIT ?",
                 (cursor, limit),
             )
 

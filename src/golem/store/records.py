@@ -571,6 +571,8 @@ class AuditEntry:
     """What happened."""
     detail: dict[str, Any] = field(default_factory=dict)
     """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
+    agent: str | None = field(default=None, compare=False)
+    """The run's agent, where the listing reads it along (`changes_since`); else None."""
 
 
 _T = TypeVar("_T")
