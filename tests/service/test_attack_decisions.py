@@ -9,6 +9,7 @@ tampered one never.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -194,7 +195,8 @@ def _tamper(
     db: Path, run_id: str, sql_calls: str, params: tuple[Any, ...], old: str, new: str
 ) -> None:
     """Edit the stored run behind the service's back, consistently (calls and history)."""
-    with sqlite3.connect(db) as con:
+    # `with connect()` only commits; closing() closes (3.13 warns about an unclosed one)
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
         con.execute(sql_calls, params)
         (history,) = con.execute(
             "SELECT history FROM golem_histories WHERE run_id = ?", (run_id,)
