@@ -152,6 +152,7 @@ def with_odd_args(history: list[Message], extra: list[str]) -> list[Message]:
     ],
     ['{ "a" : [1, 2] }', '{"a":"\\ud800"}', "1e400", "", '"plain"', '"{\\"a\\":1}"'],
 )
+@example([], ['"0', '""', '"'])  # found here: a 2-character `"0` was embedded as if `""`
 @given(histories(), st.lists(LONE, max_size=3))
 def test_go_reads_what_golem_writes_and_golem_reads_what_go_writes_back(
     go: Any, history: list[Message], extra: list[str]

@@ -75,6 +75,9 @@ def test_json_args_are_embedded_verbatim_and_load_back_byte_exact(args: str) -> 
         '{"a":1}}',  # one bracket too many
         "[1]]",
         '"x"}',  # a string, then a bracket
+        '"0',  # two characters, an unterminated string (not `""`)
+        '"\\',
+        "0\"",
         "1]",
         '{"sides":',  # truncated streams
         "{",
