@@ -1060,12 +1060,32 @@ class _Lease:
         """Before an approved call re-executes: raise `LeaseLost` unless the lease is held.
 
         Renews first when less than half the lease is left (or it already ran out by the
-        local clock: then the store decides whether it was taken away meanwhile).
+        local clock: then the store decides whether it was taken away meanwhile). A
+        renewal failing for want of a database is tried again while the local deadline
+        lasts, so a blip does not fail the run; past it, the `StoreError` is raised and
+        the call does not run.
         """
         if self.lost is not None:
             raise self.lost
-        if self.remaining() < self.worker.lease_seconds / 2:
-            await self.renew()
+        if self.remaining() >= self.worker.lease_seconds / 2:
+            return
+        delay = 0.05
+        while True:
+            try:
+                await self.renew()
+                return
+            except LeaseLost:
+                raise
+            except StoreError as exc:
+                if self.remaining() <= delay:
+                    raise
+                log.warning(
+                    "run %s: renewing the lease before an approved call failed (%s); retrying",
+                    self.run_id,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
 
 def _resume_parameters(agent_class: type[Agent[Any, Any]]) -> frozenset[str]:

@@ -58,7 +58,8 @@ def test_chunked_decoding_equals_line_decoding(
     lines: list[str], newline: str, cuts: list[int], trailing: bool
 ) -> None:
     text = newline.join(lines) + (newline * 2 if trailing else "")
-    expected = list(sse_events(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")))
+    # splitlines, as the callers of sse_events do: "a\n".split("\n") would add a blank line
+    expected = list(sse_events(text.replace("\r\n", "\n").replace("\r", "\n").splitlines()))
     got = asyncio.run(_decode(_split(text.encode(), cuts)))
     assert got == expected
 
@@ -76,3 +77,14 @@ def test_block_forms() -> None:
     assert sse_block("data: a\ndata: b") == ("", "a\nb")
     assert sse_block(": comment") is None
     assert sse_block("event: only") is None
+
+
+def test_the_last_event_without_its_blank_line() -> None:
+    # kept when whole, dropped when the stream cut its JSON off (a dropped connection)
+    assert asyncio.run(_decode([b'data: {"a": 1}'])) == [("", '{"a": 1}')]
+    assert asyncio.run(_decode([b"data: [DONE]"])) == [("", "[DONE]")]
+    assert asyncio.run(_decode([b'data: {"a": '])) == []
+    assert asyncio.run(_decode([b"data: "])) == []
+    # a stream that ends in "\r\r" ended its last event properly
+    assert asyncio.run(_decode([b"data: \r\r"])) == [("", "")]
+    assert list(sse_events(['data: {"a": '])) == []

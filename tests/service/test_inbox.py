@@ -257,12 +257,16 @@ async def test_deciding_through_the_form_records_the_identity(
         path, data={"csrf": csrf, "decision": "approve", "next": "/?agent=twin"}
     )
     assert res.status_code == 303
-    assert res.headers["location"] == "/?agent=twin&notice=approve&call=deploy+%28c1%29"
+    assert res.headers["location"].startswith(
+        "/?agent=twin&notice=approve&call=deploy+%28c1%29&tag="
+    )
     res = await client.post(
         f"/runs/{run['id']}/calls/c2/decision",
         data={"csrf": csrf, "decision": "deny", "reason": "  frozen  "},
     )
-    assert res.headers["location"] == f"/runs/{run['id']}?notice=deny&call=deploy+%28c2%29"
+    assert res.headers["location"].startswith(
+        f"/runs/{run['id']}?notice=deny&call=deploy+%28c2%29&tag="
+    )
     saved = await store.get_run(run["id"])
     decisions = [c.decision for c in saved.calls]
     assert [(d.kind.value, d.decided_by, d.reason) for d in decisions if d] == [

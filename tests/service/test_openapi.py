@@ -109,12 +109,14 @@ def test_query_parameters_come_from_the_query_models() -> None:
 def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
     doc = document()
     decide = doc["paths"]["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]
-    assert set(decide) == {"200", "400", "401", "403", "404", "409", "413", "422"}
-    for status in ("400", "401", "403", "404", "409", "413", "422"):
+    assert set(decide) == {
+        "200", "400", "401", "403", "404", "408", "409", "413", "422", "429", "503"
+    }
+    for status in ("400", "401", "403", "404", "408", "409", "413", "422", "503"):
         schema = decide[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}
     start = doc["paths"]["/api/runs"]["post"]["responses"]
-    assert set(start) == {"201", "400", "401", "403", "413", "422"}
+    assert set(start) == {"201", "400", "401", "403", "408", "413", "422", "429", "503"}
 
 
 def test_every_handler_has_an_operation() -> None:

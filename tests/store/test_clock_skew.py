@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import Decision, RunStatus
+from golem.store import RunStatus
 from golem.store.postgres import PostgresStore
-from golem.worker import start_run
 from tests.store.backends import Backend, backend_for
 from tests.store.procs import eventually, spawn_worker, stop_workers, worker_logs
-from tests.store.worker_app import prompt_for, registry
+from tests.store.worker_app import approved_run, registry
 
 pytestmark = [
     pytest.mark.postgres,
@@ -70,16 +69,8 @@ async def test_a_worker_whose_clock_is_behind_keeps_a_live_lease_live(
     store = await backend.open()
     procs = []
     try:
-        run = await start_run(
-            store,
-            registry(),
-            "acts",
-            prompt_for("late", 2),
-            deps_ref={"exec_dir": str(exec_dir), "block": True},
-            started_by="alice",
-        )
-        for call in ("late-0", "late-1"):
-            await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+        deps = {"exec_dir": str(exec_dir), "block": True}
+        run = await approved_run(store, registry(), "late", 2, deps)
         late = spawn_worker(
             backend, tmp_path, "late", lease_seconds=30, sweep_interval=3600, skew_seconds=-SKEW
         )
@@ -118,15 +109,8 @@ async def test_a_dead_worker_whose_clock_is_ahead_leaves_a_lease_of_its_length(
     store = await backend.open()
     procs = []
     try:
-        run = await start_run(
-            store,
-            registry(),
-            "acts",
-            prompt_for("early", 1),
-            deps_ref={"exec_dir": str(exec_dir), "block": True},
-            started_by="alice",
-        )
-        await store.decide(run.id, "early-0", Decision.approve(), decided_by="bob")
+        deps = {"exec_dir": str(exec_dir), "block": True}
+        run = await approved_run(store, registry(), "early", 1, deps)
         early = spawn_worker(
             backend, tmp_path, "early", lease_seconds=1, sweep_interval=3600, skew_seconds=SKEW
         )

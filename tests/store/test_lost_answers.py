@@ -24,7 +24,7 @@ from golem.errors import StoreError
 from golem.store import AuditAction, Decision, RunStatus, Store, utc_now
 from golem.worker import AgentEntry, Worker, start_run
 from tests.store.chaos import chaos_registry, executions, until
-from tests.store.worker_app import prompt_for
+from tests.store.worker_app import approved_run, prompt_for
 
 
 class LostAnswers:
@@ -268,8 +268,7 @@ async def test_a_finish_that_cannot_be_confirmed_is_reported_unknown_not_as_a_lo
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     registry = chaos_registry(exec_dir)
-    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    run = await approved_run(store, registry, "p", 1)
     flaky = FinishAnswerLostAndUnreadable(store)
     worker = Worker(flaky, registry, worker_id="w")  # type: ignore[arg-type]
     assert await worker.run_once() is True
@@ -291,8 +290,7 @@ async def test_a_first_finish_refused_for_a_lost_lease_reads_nothing(
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     registry = chaos_registry(exec_dir)
-    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    run = await approved_run(store, registry, "p", 1)
 
     class SweptBeforeFinish(FinishAnswerLostAndUnreadable):
         def __getattr__(self, name: str) -> Any:

@@ -29,16 +29,29 @@ from typing import Any
 
 from golem import Agent, Message, RunContext, ToolCall
 from golem.model import ModelRequest
+from golem.store import Decision, RunRecord, Store
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker
+from golem.worker import AgentEntry, AgentRegistry, Worker, start_run
 
-__all__ = ["prompt_for", "registry"]
+__all__ = ["approved_run", "prompt_for", "registry"]
 
 
 def prompt_for(prefix: str, n: int) -> str:
     """The prompt that makes the agent request `n` calls with IDs `<prefix>-<i>`."""
     return f"calls:{prefix}:{n}"
+
+
+async def approved_run(
+    store: Store, registry: AgentRegistry, prefix: str, n: int, deps_ref: Any = None
+) -> RunRecord:
+    """Start a run of "acts" that pauses on `n` calls `<prefix>-<i>`, and approve them all."""
+    run = await start_run(
+        store, registry, "acts", prompt_for(prefix, n), deps_ref=deps_ref, started_by="alice"
+    )
+    for call in run.calls:
+        await store.decide(run.id, call.call_id, Decision.approve(), decided_by="bob")
+    return run
 
 
 def _model(request: ModelRequest) -> Message | str:

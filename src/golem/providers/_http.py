@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self, cast
 
@@ -30,7 +32,8 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
-from golem.messages import Message, ServerToolBlock, ThinkingBlock
+from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
     "RESPONSES_REASONING_PREFIX",
@@ -38,6 +41,8 @@ __all__ = [
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
+    "args_json",
+    "deltas_of",
     "error_from_response",
     "in_order",
     "iter_sse",
@@ -51,6 +56,8 @@ __all__ = [
     "sse_block",
     "sse_events",
     "translate_transport_errors",
+    "unique_call_id",
+    "unique_calls",
 ]
 
 
@@ -64,6 +71,36 @@ RUN_SEPARATOR = "\n\n"
 
 raw_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 """A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`."""
+
+
+_HUGE = {"\x00+\x00": "1e999", "\x00-\x00": "-1e999", "\x00n\x00": "null"}
+
+
+def args_json(value: Any, encoder: json.JSONEncoder) -> str:
+    """Tool-call arguments that arrived as a JSON value, as JSON text (`encoder` must refuse
+    NaN and infinities: `allow_nan=False`).
+
+    A number beyond the range of a float (`1e400`) was read as an infinity, which JSON
+    cannot spell: it is written `1e999` (a JSON number every reader takes as the same
+    infinity), never as the `Infinity` that no JSON parser accepts.
+    """
+    try:
+        return encoder.encode(value)
+    except ValueError:
+        text = encoder.encode(_mark_huge(value))
+        for mark, number in _HUGE.items():
+            text = text.replace(encoder.encode(mark), number)
+        return text
+
+
+def _mark_huge(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "\x00n\x00" if math.isnan(value) else "\x00+\x00" if value > 0 else "\x00-\x00"
+    if isinstance(value, list):
+        return [_mark_huge(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _mark_huge(v) for k, v in value.items()}
+    return value
 
 
 def json_object(raw: str) -> dict[str, Any] | None:
@@ -106,6 +143,36 @@ def in_order(
     yield from m.thinking[thinking:]
     if run_start(m.content, pos) < len(m.content):
         yield slice(run_start(m.content, pos), len(m.content))
+
+
+def unique_call_id(call_id: str, seen: set[str]) -> str:
+    """`call_id`, renamed `<id>_2`, `<id>_3`, ... when a call of the same response already
+    has it, and recorded in `seen`. An empty ID is returned as is (the adapters fill it).
+
+    Results are paired with calls by ID, and the APIs reject a conversation whose calls
+    share one, so a response that repeats an ID would break the next request.
+    """
+    if not call_id:
+        return call_id
+    unique, n = call_id, 1
+    while unique in seen:
+        n += 1
+        unique = f"{call_id}_{n}"
+    seen.add(unique)
+    return unique
+
+
+def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
+    """`calls` with repeated IDs renamed by `unique_call_id` (the list itself when none is)."""
+    ids = [c.id for c in calls if c.id]
+    if len(set(ids)) == len(ids):
+        return calls
+    seen: set[str] = set()
+    out = []
+    for c in calls:
+        call_id = unique_call_id(c.id, seen)
+        out.append(c if call_id == c.id else replace(c, id=call_id))
+    return out
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:
@@ -204,14 +271,18 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
     """Parse a JSON object (a response body, a stream event), else raise `ResponseFormatError`.
 
     pydantic-core's parser (a dependency already) is 2-4x faster than `json.loads` on stream
-    events; NaN and Infinity are refused, as in strict JSON.
+    events; NaN and Infinity are refused, as in strict JSON. A lone surrogate escape
+    (`"\\ud83d"`: half an emoji, which models do emit) is read as U+FFFD rather than
+    losing the whole answer.
     """
     try:
         data = from_json(text, allow_inf_nan=False)
     except ValueError as exc:
-        raise ResponseFormatError(
-            f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
-        ) from exc
+        data = _with_lone_surrogates(text)
+        if data is None:
+            raise ResponseFormatError(
+                f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
+            ) from exc
     if not isinstance(data, dict):
         raise ResponseFormatError(
             f"{provider} returned {what} that is not a JSON object: {text[:200]!r}",
@@ -220,15 +291,48 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
     return data
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _with_lone_surrogates(text: str) -> Any:
+    """`text` parsed by `json.loads`, which takes lone surrogate escapes, with each lone
+    surrogate replaced by U+FFFD; None when it is not JSON (or has no surrogate escape)."""
+    if "\\u" not in text:
+        return None
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    return _scrub(value)
+
+
+def _scrub(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
+
+
 async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response.
 
     Events are cut from the decoded text at blank lines, not line by line: one event costs
     one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
+    A byte order mark at the start of the stream is skipped, as the SSE standard says; a
+    last event that the stream cut off in the middle of its JSON is dropped.
     """
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
+    start = True  # no text yet: a BOM may come first
     async for text in response.aiter_text():
+        if start and text:
+            start = False
+            if text[0] == "\ufeff":
+                text = text[1:]
         if cr:
             text, cr = "\r" + text, False
         if "\r" in text:
@@ -247,10 +351,32 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
             item = sse_block(block)
             if item is not None:
                 yield item
-    if buffer.strip("\n"):
-        item = sse_block(buffer.strip("\n"))
+    if cr:  # the stream ended in "\r": a line ending
+        buffer += "\n"
+    *blocks, buffer = buffer.split("\n\n")
+    for block in blocks:
+        item = sse_block(block)
         if item is not None:
             yield item
+    if buffer.strip("\n"):
+        item = _whole(sse_block(buffer.strip("\n")))
+        if item is not None:
+            yield item
+
+
+def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The event the stream ended in, without the blank line that ends an event: kept when
+    its data is whole (JSON, or Chat Completions' `[DONE]`), dropped when it was cut off
+    (the SSE standard drops any such event; a lenient reader keeps a whole one). A cut event is a connection that closed
+    early, which the adapters report as a retryable "stream ended" error, not as an
+    unreadable event."""
+    if item is None or item[1].strip() == "[DONE]":
+        return item
+    try:
+        from_json(item[1])
+    except ValueError:
+        return item if _with_lone_surrogates(item[1]) is not None else None
+    return item
 
 
 def sse_block(block: str) -> tuple[str, str] | None:
@@ -356,6 +482,9 @@ async def post_sse(
 
     Close it (`contextlib.aclosing`) to stop early: that closes the response.
 
+    A JSON answer (`application/json`: an error object from a proxy, or a server that
+    ignored `stream: true`) is yielded whole, as the data of one event.
+
     Raises:
         ProviderError: as `post_json`; a connection lost mid-stream is a retryable
             `ProviderConnectionError` ("stream ended before the response completed").
@@ -368,6 +497,12 @@ async def post_sse(
             if not resp.is_success:
                 await resp.aread()
                 raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            if "application/json" in resp.headers.get("content-type", ""):
+                # not a stream (a proxy's error, or a server that ignored `stream: true`):
+                # the whole body is one event for the adapter's parser
+                await resp.aread()
+                yield "", resp.text
+                return
             events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
             try:
                 async with aclosing(events):
@@ -416,14 +551,42 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
         await client.aclose()
 
 
+def deltas_of(response: ModelResponse) -> list[Delta]:
+    """Deltas that replay a complete response (for a server that ignores `stream: true`)."""
+    m = response.message
+    out: list[Delta] = []
+    if m.thinking:
+        out.append(
+            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
+        )
+    if m.content:
+        out.append(Delta(content=m.content))
+    if m.tool_calls:
+        out.append(
+            Delta(
+                tool_calls=[
+                    ToolCallDelta(
+                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
+                    )
+                    for i, c in enumerate(m.tool_calls)
+                ]
+            )
+        )
+    return out
+
+
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     """Split raw server-sent-event lines into `(event, data)` pairs (sync form of `iter_sse`)."""
     decoder = _SSEDecoder()
+    first = True
     for line in lines:
+        if first:
+            first = False
+            line = line.removeprefix("\ufeff")
         item = decoder.feed(line)
         if item is not None:
             yield item
-    item = decoder.flush()
+    item = _whole(decoder.flush())
     if item is not None:
         yield item
 

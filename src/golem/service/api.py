@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from golem.errors import StoreError
+from golem.seal import SealKey
 from golem.service import schemas
-from golem.service.auth import AuthConfig, Credential, LoginLimiter
+from golem.service.auth import AuthConfig, Credential, LoginLimiter, TokenFailures
 from golem.service.openapi import operation
 from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
 from golem.store import (
@@ -78,24 +79,35 @@ class ServiceState:
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    """Sign-in attempts allowed per client address."""
+    token_failures: TokenFailures = field(default_factory=TokenFailures)
+    """Wrong bearer tokens allowed per client address (429 beyond, for a while)."""
     presenters: dict[str, Any] = field(default_factory=dict)
     """Tool name → presenter of its calls in the inbox (`golem.service.views.Presentation`)."""
     notifier: Any = None
     """The webhook `Notifier` while the app runs with webhooks (else None)."""
-    """Sign-in attempts allowed per client address."""
+    seal_key: SealKey | None = None
+    """The workers' seal key: runs started here are saved with every pending call sealed."""
 
 
 class ApiError(Exception):
     """A 4xx/5xx answer with a JSON error body; raised by handlers, rendered by `app.py`."""
 
     def __init__(
-        self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
+        self.headers = headers or {}
 
     def response(self) -> Response:
         """The JSON response for this error (`schemas.ErrorBody`)."""
@@ -108,7 +120,9 @@ class ApiError(Exception):
                 else [schemas.ErrorDetail(**d) for d in self.details],
             )
         )
-        headers = {"WWW-Authenticate": 'Bearer realm="golem"'} if self.status == 401 else None
+        headers = dict(self.headers)
+        if self.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="golem"'
         return Response(
             body.model_dump_json(exclude_none=True),
             status_code=self.status,
@@ -412,13 +426,34 @@ async def visible_runs(
         names = [None]
     else:
         names = [*sorted(allowed)]
-    found: list[RunRecord] = []
-    for name in names:
-        found += await store.list_runs(
-            status=status, agent=name, tool_name=tool, limit=limit + offset
+    if len(names) == 1:  # one listing: the store skips `offset` runs without loading them
+        return await store.list_runs(
+            status=status, agent=names[0], tool_name=tool, limit=limit, offset=offset
         )
-    found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-    return found[offset : offset + limit]
+    # Several agents: one keyset-paged listing of all of them, newest first, skipping
+    # `offset` runs a page at a time, so memory holds one page however deep the offset.
+    skip, after = offset, None
+    out: list[RunRecord] = []
+    while len(out) < limit:
+        page = await store.list_runs_page(
+            status=status,
+            agent=[n for n in names if n is not None],
+            tool_name=tool,
+            after=after,
+            limit=_SKIP_PAGE if skip else limit - len(out),
+            newest_first=True,
+        )
+        items = page.items[skip:]
+        skip = max(0, skip - len(page.items))
+        out += items[: limit - len(out)]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    return out
+
+
+_SKIP_PAGE = 500
+"""Runs read per page while skipping to a deep offset (`visible_runs`)."""
 
 
 async def _count(store: Store, **filters: Any) -> int:
@@ -695,6 +730,7 @@ async def start_for(
             deps_ref=deps_ref,
             started_by=cred.approver.identity,
             expires_in=expiry,
+            seal_key=state.seal_key,
         )
     except StoreError:
         raise
@@ -715,16 +751,47 @@ def _state(request: Request) -> ServiceState:
     return state
 
 
+def token_credential(request: Request) -> Credential | None:
+    """The credential of the request's `Authorization: Bearer` token (None without one,
+    with another scheme, or with a wrong token), counting wrong tokens per client address.
+
+    Raises:
+        ApiError: 429 (with `Retry-After`) when the address sent too many wrong tokens
+            lately (`TokenFailures`); the token is then not even looked at.
+    """
+    header = request.headers.get("authorization") or ""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    state = _state(request)
+    address = request.client.host if request.client else "unknown"
+    wait = state.token_failures.blocked(address)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        raise ApiError(
+            429,
+            "too_many_failures",
+            f"too many wrong tokens from this address: wait {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )
+    cred = state.auth.authenticate(token)
+    if cred is None:
+        state.token_failures.fail(address)
+    return cred
+
+
 def bearer(request: Request) -> Credential:
-    """The credential of the request's bearer token; 401 when missing or unknown."""
-    cred = _state(request).auth.from_authorization(request.headers.get("authorization"))
+    """The credential of the request's bearer token; 401 when missing or unknown, 429
+    after too many wrong tokens from the address (`token_credential`)."""
+    cred = token_credential(request)
     if cred is None:
         raise ApiError(401, "unauthenticated", "send 'Authorization: Bearer <token>'")
     return cred
 
 
-_AUTH = (401,)
-_BODY = (400, 401, 413, 422)
+_AUTH = (401, 429)
+_BODY = (400, 401, 408, 413, 422, 429)
 
 
 @operation(
@@ -822,7 +889,7 @@ async def start(request: Request) -> Response:
     summary="Runs the caller may see, filtered by status, agent and pending tool; newest first.",
     query=schemas.RunsQuery,
     responses={200: schemas.RunList},
-    errors=(401, 422),
+    errors=(401, 422, 429),
 )
 async def list_runs(request: Request) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
@@ -845,7 +912,7 @@ async def list_runs(request: Request) -> Response:
     summary="Undecided calls the caller may decide, oldest run first, keyset-paged by run.",
     query=schemas.CallsQuery,
     responses={200: schemas.CallList},
-    errors=(401, 422),
+    errors=(401, 422, 429),
     links={
         "decideFirstCall": (
             "decideCall",
@@ -872,7 +939,7 @@ async def list_calls(request: Request) -> Response:
     op_id="showRun",
     summary="One run with its calls, conversation and audit log.",
     responses={200: schemas.RunDetailEnvelope},
-    errors=(401, 403, 404),
+    errors=(401, 403, 404, 429),
 )
 async def show_run(request: Request) -> Response:
     """One run with its calls, conversation and audit log."""

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -27,14 +28,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__, _tracing
+from golem.errors import StoreError
+from golem.seal import SealKey, as_seal_keys
 from golem.service import api, audit, inbox, stream
-from golem.service.auth import AuthConfig, LoginLimiter
+from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
 from golem.service.limits import GuardedEvents
 from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.service.views import Presenter
-from golem.store import Store, open_store
+from golem.store import Store, StoreTimeout, open_store
 from golem.worker import AgentRegistry, Worker
 
 __all__ = ["ROUTES", "create_app"]
@@ -49,15 +52,41 @@ CONTENT_SECURITY_POLICY = (
 
 @operation(
     op_id="openapi",
-    summary="This document.",
+    summary="This document (with a bearer token, it names the agents the caller may see).",
     responses={200: OpenApiDocument},
     security=(),
 )
 async def _openapi(request: Request) -> Response:
-    """The OpenAPI 3.1 document (naming this service's agents)."""
+    """The OpenAPI 3.1 document; with a valid bearer token, the `agent` fields of the bodies
+    that start runs list the agents the caller may see. Without one it names no agent: the
+    registry's names are not a stranger's business, nor other teams' agents an approver's.
+    """
     state: api.ServiceState = request.app.state.golem
-    agents = list(state.registry)
-    return JSONResponse(openapi_document(ROUTES, __version__, agents=agents))
+    try:  # a wrong token counts as a failure: the document would be a token oracle
+        cred = api.token_credential(request)
+    except api.ApiError:  # refused for a while: the public document
+        cred = None
+    agents = None if cred is None else [n for n in state.registry if cred.approver.may_see(n)]
+    return JSONResponse(openapi_document(ROUTES, __version__, agents=agents or None))
+
+
+class _AnyText(Convertor[str]):
+    """A path parameter of any characters, `/` and line breaks included.
+
+    Call IDs come from the model: Starlette's `path` convertor (`.*`) stops at a newline,
+    so a call whose ID held one could not be decided by URL at all.
+    """
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("golem_any", _AnyText())
 
 
 EVENTS = GuardedEvents(stream.events)
@@ -82,7 +111,7 @@ ROUTES: list[BaseRoute] = [
     Route("/api/runs", api.start, methods=["POST"]),
     Route("/api/calls", api.list_calls, methods=["GET"]),
     Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
-    Route("/api/runs/{run_id}/calls/{call_id:path}/decision", api.decide, methods=["POST"]),
+    Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
     Route("/api/audit", audit.api_audit, methods=["GET"]),
     Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
     Route("/api/events", EVENTS, methods=["GET"]),
@@ -99,7 +128,7 @@ ROUTES: list[BaseRoute] = [
     Route("/notifications", audit.deliveries_page, methods=["GET"]),
     Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
-    Route("/runs/{run_id}/calls/{call_id:path}/decision", inbox.decide_form, methods=["POST"]),
+    Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""
@@ -115,15 +144,19 @@ def _too_large(limit: int) -> Response:
 
 
 class _BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413 before any handler runs.
+    """Refuse request bodies over `limit` bytes with 413, and bodies that take longer than
+    `timeout` seconds to arrive with 408, before any handler runs.
 
     The body is read here (up to the limit) and replayed to the app, so a handler never
-    sees a partial body and nothing changes when the limit is crossed.
+    sees a partial body and nothing changes when a limit is crossed. The deadline covers
+    the whole body, so a client trickling a byte at a time cannot hold a connection (and
+    its buffered body) open for longer.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -140,18 +173,26 @@ class _BodyLimit:
                     return
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await _too_large(self.limit)(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.limit:
+                        await _too_large(self.limit)(scope, receive, send)
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            slow = api.ApiError(
+                408, "request_timeout", f"the request body took longer than {self.timeout:g} s"
+            )
+            await slow.response()(scope, receive, send)
+            return
         body = b"".join(chunks)
         replayed = False
 
@@ -190,14 +231,25 @@ class _RefuseNul:
 
 
 class _SecurityHeaders:
-    """Add a strict Content-Security-Policy and friends to every response."""
+    """Add a strict Content-Security-Policy and friends to every response.
+
+    Every answer but a static file is also `Cache-Control: no-store` unless its handler
+    said otherwise: API answers, pages, downloads, redirects and errors all name runs,
+    arguments or identities that no shared cache or browser history should keep. Over
+    https (directly or behind a proxy uvicorn trusts) `Strict-Transport-Security` is sent
+    too, so a browser never falls back to plain http and its session cookie.
+    """
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
         (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
         (b"x-content-type-options", b"nosniff"),
         (b"referrer-policy", b"no-referrer"),
         (b"x-frame-options", b"DENY"),
+        (b"cross-origin-opener-policy", b"same-origin"),
+        (b"cross-origin-resource-policy", b"same-origin"),
+        (b"permissions-policy", b"camera=(), microphone=(), geolocation=(), payment=(), usb=()"),
     )
+    HSTS = (b"strict-transport-security", b"max-age=31536000")
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -206,11 +258,18 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        extra = list(self.HEADERS)
+        if scope.get("scheme") == "https":
+            extra.append(self.HSTS)
+        cacheable = scope["path"].startswith("/static/")
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message = dict(message)
-                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+                headers = list(message.get("headers", []))
+                if not cacheable and not any(k.lower() == b"cache-control" for k, _ in headers):
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = [*headers, *extra]
             await send(message)
 
         await self.app(scope, receive, with_headers)
@@ -248,7 +307,7 @@ class _TraceRequests:
 
 
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")
-"""A path parameter's converter (`{call_id:path}`), left out of `http.route`."""
+"""A path parameter's converter (`{call_id:golem_any}`), left out of `http.route`."""
 
 
 # --------------------------------------------------------------------------- errors
@@ -309,6 +368,29 @@ async def _server_error(request: Request, exc: Exception) -> Response:
         return error.response()
 
 
+async def _store_error(request: Request, exc: Exception) -> Response:
+    """A store that cannot be reached (connection lost, database down, no answer in time,
+    locked past its timeout) answers 503 with `Retry-After`; any other store error that
+    reaches here escaped its handler's translation: a bug (500)."""
+    if not (type(exc) is StoreError or isinstance(exc, StoreTimeout)):
+        return await _server_error(request, exc)
+    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+    error = api.ApiError(
+        503,
+        "store_unavailable",
+        "the store cannot be reached just now; try again shortly",
+        headers={"Retry-After": _STORE_RETRY_AFTER},
+    )
+    if _is_api(request):
+        return error.response()
+    response = inbox.render_error(request, 503, "Try again shortly", error.message)
+    response.headers["Retry-After"] = _STORE_RETRY_AFTER
+    return response
+
+
+_STORE_RETRY_AFTER = "1"
+"""Seconds a client should wait before repeating a request the store could not serve."""
+
 _HEADINGS = {
     400: "Bad request",
     401: "Sign in again",
@@ -316,6 +398,7 @@ _HEADINGS = {
     404: "Not found",
     405: "Method not allowed",
     409: "Already decided or no longer pending",
+    408: "Too slow",
     429: "Too many attempts",
     413: "Too large",
     415: "Unsupported form",
@@ -340,16 +423,19 @@ def create_app(
     lease_seconds: float = 60.0,
     worker_concurrency: int = 1,
     max_body_bytes: int = 256 * 1024,
+    body_timeout: float = 30.0,
     stream_poll_interval: float = 0.5,
     stream_heartbeat: float = 15.0,
     default_expires_in: float | None = None,
     max_streams_per_identity: int = 8,
     login_attempts_per_minute: int = 10,
+    token_failures_per_minute: int = 30,
     undo_seconds: float = 5.0,
     webhooks: Sequence[Webhook] = (),
     public_url: str = "http://127.0.0.1:8000",
     expiring_within: float = 900.0,
     presenters: Mapping[str, Presenter] | None = None,
+    seal_key: SealKey | None = None,
 ) -> Starlette:
     """Build the approval service: JSON API under `/api`, web inbox at `/`.
 
@@ -366,6 +452,7 @@ def create_app(
         worker_concurrency: runs the in-process worker resumes at once (`Worker`'s
             `concurrency`).
         max_body_bytes: larger request bodies get 413.
+        body_timeout: seconds a request body may take to arrive in full (408 beyond).
         stream_poll_interval: how often `/api/events` polls the audit log.
         stream_heartbeat: seconds between keep-alive comments on an idle event stream.
         default_expires_in: seconds until the calls of a started run expire (None: never),
@@ -374,6 +461,9 @@ def create_app(
             beyond).
         login_attempts_per_minute: `POST /login` attempts allowed per client address per
             minute (429 beyond).
+        token_failures_per_minute: wrong bearer tokens allowed per client address per
+            minute; beyond, that address gets 429 on every request with a token (the
+            right one too) until the minute has passed, so the API is no token oracle.
         undo_seconds: how long the inbox holds a decision, with an Undo button, before
             sending it (0 sends at once). The JSON API always records at once.
         webhooks: notify these when a run pauses, a call is about to expire or a run ends
@@ -382,18 +472,25 @@ def create_app(
         expiring_within: seconds before a call's deadline that `call.expiring` is sent.
         presenters: tool name → `fn(args) -> Presentation` (a title, a summary line and an
             optional before/after diff shown on the tool's cards).
+        seal_key: the workers' seal key (bytes of at least 32, or `SealKeys`): runs started
+            through the service are saved with every pending call sealed, and the
+            in-process worker resumes only calls whose seals verify. Give every worker the
+            same key (`Worker(seal_key=...)`). None: calls are not sealed.
 
     Raises:
-        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency.
+        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency,
+            or a seal key shorter than 32 bytes.
     """
     for name, value in (
         ("worker_poll_interval", worker_poll_interval),
         ("lease_seconds", lease_seconds),
         ("max_body_bytes", max_body_bytes),
+        ("body_timeout", body_timeout),
         ("stream_poll_interval", stream_poll_interval),
         ("stream_heartbeat", stream_heartbeat),
         ("max_streams_per_identity", max_streams_per_identity),
         ("login_attempts_per_minute", login_attempts_per_minute),
+        ("token_failures_per_minute", token_failures_per_minute),
         ("worker_concurrency", worker_concurrency),
     ):
         if value <= 0:
@@ -415,8 +512,10 @@ def create_app(
         default_expires_in=default_expires_in,
         max_streams_per_identity=max_streams_per_identity,
         login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
+        token_failures=TokenFailures(token_failures_per_minute, 60.0),
         undo_seconds=undo_seconds,
         presenters=dict(presenters or {}),
+        seal_key=None if seal_key is None else as_seal_keys(seal_key),
     )
 
     @asynccontextmanager
@@ -441,6 +540,7 @@ def create_app(
                 worker_id=worker_id,
                 lease_seconds=lease_seconds,
                 concurrency=worker_concurrency,
+                seal_key=state.seal_key,
             )
             task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
             log.info("in-process worker %s started", worker.worker_id)
@@ -459,6 +559,7 @@ def create_app(
     handlers: dict[Any, ExceptionHandler] = {
         api.ApiError: _api_error,
         HTTPException: _http_error,
+        StoreError: _store_error,
         Exception: _server_error,
     }
     app = Starlette(
@@ -466,7 +567,7 @@ def create_app(
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
             Middleware(_SecurityHeaders),
-            Middleware(_BodyLimit, limit=max_body_bytes),
+            Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
             Middleware(_RefuseNul),
         ],
         exception_handlers=handlers,

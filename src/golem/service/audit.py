@@ -91,7 +91,7 @@ def _item(row: _AuditRow) -> dict[str, Any]:
     summary="Audit entries across runs the caller may see, filtered; newest first.",
     query=schemas.AuditQuery,
     responses={200: schemas.AuditList},
-    errors=(401, 422),
+    errors=(401, 422, 429),
 )
 async def api_audit(request: Request) -> Response:
     """Audit entries across runs the caller may see, filtered; newest first."""
@@ -138,8 +138,8 @@ async def audit_page(request: Request) -> Response:
                 [
                     e.id,
                     e.at.isoformat(),
-                    e.run_id,
-                    r.agent,
+                    _cell(e.run_id),
+                    _cell(r.agent),
                     _cell(e.actor),
                     e.action.value,
                     _cell(json.dumps(e.detail, ensure_ascii=False)),
@@ -185,7 +185,7 @@ def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryI
     op_id="listNotifications",
     summary="The webhook delivery log (runs the caller may see), newest first.",
     responses={200: schemas.DeliveryList},
-    errors=(401,),
+    errors=(401, 429),
 )
 async def api_deliveries(request: Request) -> Response:
     """The webhook delivery log (runs the caller may see), newest first."""

@@ -17,7 +17,9 @@ Three ways to present a credential, each accepted only where it is needed:
 - `Authorization: Bearer <token>` on every `/api` route (the only way to change anything
   through the JSON API);
 - the inbox session cookie, set by `POST /login` after the user typed a token: HttpOnly,
-  `SameSite=Strict`, signed, holding the token's SHA-256 (never the token) and an expiry;
+  `SameSite=Strict`, signed, holding a keyed digest of the token (never the token, nor
+  its plain SHA-256, which would let a reader of the cookie test guesses offline) and an
+  expiry;
   the inbox forms also carry a CSRF token derived from the session;
 - a stream token for `GET /api/events?stream_token=...`, because the browser's
   `EventSource` cannot send headers: `POST /api/stream-token` (bearer) returns one that is
@@ -55,6 +57,7 @@ MIN_SECRET_BYTES = 32
 _SESSION = "session"
 _STREAM = "stream"
 _CSRF = "csrf"
+_SUBJECT = "subject"
 
 
 def _token_digest(token: str) -> str:
@@ -166,6 +169,7 @@ class AuthConfig:
     session_seconds: float = 12 * 3600
     stream_token_seconds: float = 300
     _by_digest: dict[str, Approver] = field(init=False, repr=False, compare=False)
+    _by_subject: dict[str, str] = field(init=False, repr=False, compare=False)
     _revoked: dict[str, float] = field(init=False, repr=False, compare=False)
     _lock: threading.Lock = field(init=False, repr=False, compare=False)
 
@@ -197,6 +201,7 @@ class AuthConfig:
                 digest = _token_digest(key)
             by_digest[digest] = approver
         object.__setattr__(self, "_by_digest", by_digest)
+        object.__setattr__(self, "_by_subject", {self._subject(d): d for d in by_digest})
         object.__setattr__(self, "_revoked", {})
         object.__setattr__(self, "_lock", threading.Lock())
 
@@ -273,6 +278,17 @@ class AuthConfig:
 
     # ------------------------------------------------------------------ signed values
 
+    def _subject(self, digest: str) -> str:
+        """The `sub` of signed values: a keyed digest of the token's SHA-256.
+
+        Session values are signed, not encrypted, so anyone who reads one (a log, a
+        screenshot of developer tools) reads its payload. The plain SHA-256 there would let
+        them test token guesses offline, at hash speed; a MAC under the secret gives them
+        nothing to test against.
+        """
+        mac = hmac.new(self.secret, f"{_SUBJECT}.{digest}".encode(), hashlib.sha256)
+        return _b64(mac.digest()[:18])
+
     def _sign(self, purpose: str, payload: dict[str, Any]) -> str:
         body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
         mac = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
@@ -294,11 +310,12 @@ class AuthConfig:
             return None
         if not isinstance(payload, dict):
             return None
-        exp, digest = payload.get("exp"), payload.get("sub")
-        if not isinstance(exp, int | float) or not isinstance(digest, str):
+        exp, subject = payload.get("exp"), payload.get("sub")
+        if not isinstance(exp, int | float) or not isinstance(subject, str):
             return None
         at = time.time() if now is None else now
-        if at >= exp or digest not in self._by_digest:
+        digest = self._by_subject.get(subject)
+        if at >= exp or digest is None:
             return None
         sid = payload.get("sid")
         if isinstance(sid, str) and sid in self._revoked:
@@ -309,15 +326,17 @@ class AuthConfig:
         payload = self._claims(purpose, value, now)
         if payload is None:
             return None
-        approver = self._by_digest[payload["sub"]]
+        digest = self._by_subject[payload["sub"]]
+        approver = self._by_digest[digest]
         _tracing.identify(approver.identity)
-        return Credential(approver, payload["sub"])
+        return Credential(approver, digest)
 
     def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
         """Return a signed inbox session value for `credential` (with its own session ID)."""
         exp = (time.time() if now is None else now) + self.session_seconds
         sid = _b64(secrets.token_bytes(12))
-        return self._sign(_SESSION, {"sub": credential.digest, "exp": exp, "sid": sid})
+        subject = self._subject(credential.digest)
+        return self._sign(_SESSION, {"sub": subject, "exp": exp, "sid": sid})
 
     def verify_session(self, value: str | None, *, now: float | None = None) -> Credential | None:
         """Return the credential of a valid, unexpired, unrevoked session value, else `None`."""
@@ -353,7 +372,7 @@ class AuthConfig:
     ) -> tuple[str, float]:
         """Return a signed stream token for `credential` and its expiry (Unix seconds)."""
         exp = (time.time() if now is None else now) + self.stream_token_seconds
-        return self._sign(_STREAM, {"sub": credential.digest, "exp": exp}), exp
+        return self._sign(_STREAM, {"sub": self._subject(credential.digest), "exp": exp}), exp
 
     def verify_stream_token(
         self, value: str | None, *, now: float | None = None
@@ -389,20 +408,59 @@ class LoginLimiter:
     def __post_init__(self) -> None:
         if self.attempts < 1 or not self.window > 0:
             raise ValueError(
-                f"login limit must allow at least 1 attempt in a positive window, "
+                f"{type(self).__name__} must allow at least 1 attempt in a positive window, "
                 f"got {self.attempts} in {self.window!r} s"
             )
 
-    def check(self, address: str, now: float | None = None) -> float:
-        """Count one attempt from `address`; 0 when allowed, else seconds until it would be."""
+    def wait(self, address: str, now: float | None = None) -> float:
+        """Seconds until `address` may try again (0: now), counting nothing."""
         at = time.monotonic() if now is None else now
-        seen = self._seen[address]
+        seen = self._seen.get(address)
+        if not seen:
+            return 0.0
         while seen and seen[0] <= at - self.window:
             seen.popleft()
-        if len(seen) >= self.attempts:
-            return seen[0] + self.window - at
+        return seen[0] + self.window - at if len(seen) >= self.attempts else 0.0
+
+    def count(self, address: str, now: float | None = None) -> None:
+        """Count one attempt from `address`."""
+        at = time.monotonic() if now is None else now
+        seen = self._seen[address]
         seen.append(at)
+        while len(seen) > self.attempts:  # only the newest `attempts` ever matter
+            seen.popleft()
         if len(self._seen) > 10_000:  # forget idle addresses so memory stays bounded
             for key in [k for k, v in self._seen.items() if not v or v[-1] <= at - self.window]:
                 del self._seen[key]
-        return 0.0
+
+    def check(self, address: str, now: float | None = None) -> float:
+        """Count one attempt from `address`; 0 when allowed, else seconds until it would be."""
+        wait = self.wait(address, now)
+        if wait == 0:
+            self.count(address, now)
+        return wait
+
+
+@dataclass
+class TokenFailures(LoginLimiter):
+    """Wrong bearer tokens per client address, and the addresses refused for a while.
+
+    After `attempts` wrong tokens within `window` seconds, an address is refused (429)
+    on every request that presents a token, the right one included, until its oldest
+    counted failure leaves the window: otherwise the JSON API would be an unlimited
+    oracle for the tokens that `POST /login` guards with its limit.
+
+    Args:
+        attempts: wrong tokens allowed per address within `window` seconds.
+        window: the window's length in seconds.
+    """
+
+    attempts: int = 30
+
+    def blocked(self, address: str, now: float | None = None) -> float:
+        """Seconds until `address` may present a token again (0: it may now)."""
+        return self.wait(address, now)
+
+    def fail(self, address: str, now: float | None = None) -> None:
+        """Count one wrong token from `address`."""
+        self.count(address, now)

@@ -14,7 +14,9 @@ audit cursor read before the page's data, so the script's live updates miss noth
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import math
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from golem.store import (
     CallKind,
     Decision,
     RunStatus,
+    StoreTimeout,
     utc_now,
 )
 
@@ -115,24 +118,44 @@ def _safe_next(value: str | None, default: str = "/") -> str:
     return value
 
 
-def _with_notice(path: str, notice: str, call: str = "", fragment: str = "") -> str:
-    """`path` with its `notice` (and `call`) query parameters set, other parameters kept."""
+def _notice_tag(secret: bytes, notice: str, call: str) -> str:
+    """The MAC that lets a page believe a notice's call name came from this service."""
+    mac = hmac.new(secret, f"notice.{notice}.{call}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:12]).decode("ascii")
+
+
+def _with_notice(
+    request: Request, path: str, notice: str, call: str = "", fragment: str = ""
+) -> str:
+    """`path` with its `notice` (and `call`, and the call's tag) query parameters set, other
+    parameters kept."""
     parts = urlsplit(path)
     query = [
         (k, v)
         for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        if k not in ("notice", "call")
+        if k not in ("notice", "call", "tag")
     ]
     query.append(("notice", notice))
     if call:
         query.append(("call", call))
+        query.append(("tag", _notice_tag(_state(request).auth.secret, notice, call)))
     return urlunsplit(("", "", parts.path, urlencode(query), fragment))
 
 
 def _notice(request: Request) -> str:
-    template = _NOTICES.get(request.query_params.get("notice", ""), "")
-    call = request.query_params.get("call", "")[:200] or "the call"
-    return template.replace("{call}", call)
+    """The notice a redirect asked for; one naming a call only with the service's tag.
+
+    Without the tag, a link made elsewhere (`/?notice=approve&call=<any text>`) would show
+    its own words in the inbox's voice: "Approved <any text>. A worker resumes the run…".
+    """
+    q = request.query_params
+    notice, call = q.get("notice", ""), q.get("call", "")
+    template = _NOTICES.get(notice, "")
+    if call:
+        tag = _notice_tag(_state(request).auth.secret, notice, call)
+        if not hmac.compare_digest(tag.encode(), q.get("tag", "").encode("utf-8", "replace")):
+            return ""
+    return template.replace("{call}", call[:200] or "the call")
 
 
 # --------------------------------------------------------------------------- sessions
@@ -328,7 +351,7 @@ async def login_page(request: Request) -> Response:
     summary="Sign in with a token (same-site forms only; rate limited).",
     form=schemas.LoginForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415, 429),
+    errors=(401, 403, 408, 413, 415, 429),
     security=(),
     tag="inbox",
 )
@@ -379,7 +402,7 @@ async def login(request: Request) -> Response:
     summary="Sign out: the session is revoked server-side.",
     form=schemas.LogoutForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415),
+    errors=(401, 403, 408, 413, 415),
     security=("session",),
     tag="inbox",
 )
@@ -388,7 +411,13 @@ async def logout(request: Request) -> Response:
     _, value, _ = await _checked(request)
     _state(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -477,7 +506,7 @@ def _page_href(request: Request, after: str | None) -> str:
     """This inbox URL starting at cursor `after` ("" for the first page, None for none)."""
     if after is None:
         return ""
-    keep = ("notice", "call", "after")
+    keep = ("notice", "call", "tag", "after")
     query = [(k, v) for k, v in request.query_params.multi_items() if k not in keep]
     if after:
         query.append(("after", after))
@@ -600,7 +629,7 @@ async def run_page(request: Request) -> Response:
     summary="Decide a call from the inbox, then go back.",
     form=schemas.DecisionForm,
     responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -630,7 +659,7 @@ async def decide_form(request: Request) -> Response:
     after = form.get("after", "")
     fragment = after if after.startswith("call-") and after[5:].isalnum() else ""
     named = f"{call.tool_name} ({call_id})"
-    return RedirectResponse(_with_notice(nxt, kind, named, fragment), status_code=303)
+    return RedirectResponse(_with_notice(request, nxt, kind, named, fragment), status_code=303)
 
 
 async def _conflict_page(
@@ -664,7 +693,7 @@ async def _conflict_page(
     summary="Approve all or deny all of a run's undecided calls (that the approver may decide).",
     form=schemas.BulkDecisionForm,
     responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 409, 413, 415, 422),
+    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -690,7 +719,7 @@ async def decide_run_form(request: Request) -> Response:
     for c in calls:
         await decide_call(state, cred, run.id, c.call_id, decision)
     nxt = _safe_next(form.get("next"), path("runs", run.id))
-    return RedirectResponse(_with_notice(nxt, f"{kind}-all"), status_code=303)
+    return RedirectResponse(_with_notice(request, nxt, f"{kind}-all"), status_code=303)
 
 
 @operation(
@@ -698,7 +727,7 @@ async def decide_run_form(request: Request) -> Response:
     summary="Retry or cancel an interrupted run, with a note (operator recovery).",
     form=schemas.ResolveForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 404, 409, 413, 415, 422),
+    errors=(401, 403, 404, 408, 409, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )
@@ -730,6 +759,8 @@ async def resolve_form(request: Request) -> Response:
         else:
             raise ApiError(422, "invalid_request", "action must be retry or cancel")
     except StoreError as exc:
+        if type(exc) is StoreError or isinstance(exc, StoreTimeout):
+            raise  # the store cannot be reached: 503 (app.py)
         status = 409 if type(exc).__name__ == "RunNotInterrupted" else 422
         raise ApiError(status, "cannot_resolve", str(exc)) from None
     return RedirectResponse(path("runs", run.id), status_code=303)
@@ -740,7 +771,7 @@ async def resolve_form(request: Request) -> Response:
     summary="Start a run from the inbox, then show it.",
     form=schemas.StartForm,
     responses={303: REDIRECT},
-    errors=(401, 403, 413, 415, 422),
+    errors=(401, 403, 408, 413, 415, 422),
     security=("session",),
     tag="inbox",
 )

@@ -5,7 +5,8 @@
 `create_app(max_streams_per_identity=...)` open streams per identity (429 beyond), and
 re-checks the stream's credential while it is open: when the session or stream token
 expires, or the session is signed out, the stream sends `event: end` and closes, so a
-revoked browser stops receiving changes. The stream itself is `golem.service.stream.events`.
+revoked browser stops receiving changes. `HEAD` gets the stream's headers and no stream.
+The stream itself is `golem.service.stream.events`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from golem.service.api import ApiError, ServiceState
+from golem.service.api import ApiError, ServiceState, token_credential
 from golem.service.auth import Credential
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -66,6 +67,14 @@ _END = b'event: end\ndata: {"reason":"your session or stream token has ended: si
 
 Events = Callable[[Request], Awaitable[Response]]
 
+_HEAD_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-store",
+    "X-Accel-Buffering": "no",
+}
+"""The headers of the event stream, as `HEAD /api/events` answers them (no body follows:
+a HEAD served by the streaming handler would hold a stream, and its slot, forever)."""
+
 
 class GuardedEvents:
     """`GET /api/events` with a cursor check, a per-identity limit and credential re-checks.
@@ -82,7 +91,7 @@ class GuardedEvents:
     ) -> tuple[Credential, Callable[[], bool], float] | None:
         """The caller as `stream.events` will see it, a validity check, and its expiry."""
         auth = state.auth
-        cred = auth.from_authorization(request.headers.get("authorization"))
+        cred = token_credential(request)
         if cred is not None:
             return cred, lambda: True, math.inf
         token = request.query_params.get("stream_token")
@@ -114,6 +123,9 @@ class GuardedEvents:
             await response(scope, receive, send)
             return
         start_cursor(request)  # after the credential: a stranger gets 401 whatever the cursor
+        if request.method == "HEAD":  # the stream's headers only: no stream is opened
+            await Response(status_code=200, headers=_HEAD_HEADERS)(scope, receive, send)
+            return
         cred, valid, exp = found
         identity = cred.approver.identity
         limit, counts = state.max_streams_per_identity, state.open_streams

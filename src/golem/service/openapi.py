@@ -52,13 +52,14 @@ _ERRORS = {
     401: "No or unknown bearer token (or the session has ended).",
     403: "The approver may not do this (or, for forms, a wrong CSRF token or another site).",
     404: "No such run or call.",
+    408: "The request body took longer than the service's body timeout to arrive.",
     409: "The call was already decided differently, expired, or the run is no longer pending.",
     413: "The body is too large.",
     415: "The form is not urlencoded.",
     422: "A field or query parameter is missing or invalid (no string may hold NUL or a lone "
     "surrogate).",
     429: "Too many attempts or open streams; see Retry-After.",
-    503: "The store is not open yet.",
+    503: "The store is not open yet, or cannot be reached just now (see Retry-After).",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -282,8 +283,10 @@ def openapi_document(
                 name: {"operationId": target, "parameters": dict(params)}
                 for name, (target, params) in spec.links.items()
             }
-        for status in sorted({400, *spec.errors}):  # any URL may hold a NUL (400)
-            if spec.tag == "api" or status in (413,):
+        # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
+        statuses = {400, *spec.errors} | ({503} if spec.security else set())
+        for status in sorted(statuses - set(spec.responses)):
+            if spec.tag == "api" or status in (408, 413):
                 responses[str(status)] = {
                     "description": _ERRORS[status],
                     "content": {"application/json": {"schema": ref(ErrorBody)}},

@@ -55,13 +55,19 @@ def _stream_credential(request: Request, state: ServiceState) -> Credential:
 
 
 def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
-    """One server-sent event: optional `id:` and `event:` lines, compact JSON `data:`."""
+    """One server-sent event: optional `id:` and `event:` lines, compact JSON `data:`.
+
+    The JSON is ASCII-only: model text in it keeps every character as a `\\uXXXX` escape,
+    so no character can end the `data:` line — not CR or LF (JSON escapes those anyway),
+    and not U+0085, U+2028 or U+2029, which clients that split lines the way Python's
+    `str.splitlines` does would take for line ends (and so for a forged event).
+    """
     lines = []
     if event_id is not None:
-        lines.append(f"id: {event_id}")
+        lines.append(f"id: {int(event_id)}")
     if event is not None:
         lines.append(f"event: {event}")
-    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    lines.append("data: " + json.dumps(data, ensure_ascii=True, separators=(",", ":")))
     return "\n".join(lines) + "\n\n"
 
 

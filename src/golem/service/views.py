@@ -44,6 +44,12 @@ LONG_LINES = 12
 """Argument values longer than this many lines (or `LONG_CHARS`) start folded."""
 LONG_CHARS = 800
 PREVIEW_LINES = 6
+LIST_FIELD_CHARS = 16_384
+"""Argument values longer than this are shown in the inbox list by their preview only, with
+a link to the run's page for the whole text: a model's megabyte argument would otherwise
+travel three times per card in every inbox page and live refresh."""
+LIST_EDIT_CHARS = 65_536
+"""Calls whose arguments are longer than this are edited on the run's page, not in the list."""
 
 # --------------------------------------------------------------------------- formatting
 
@@ -103,7 +109,15 @@ def _field(label: str, value: Any) -> dict[str, Any]:
         "chars": len(text),
         "long": long,
         "preview": preview + "…" if long else text,
+        "clipped": False,
     }
+
+
+def _clipped(field: dict[str, Any]) -> dict[str, Any]:
+    """A field for the inbox list: past `LIST_FIELD_CHARS`, its preview without the text."""
+    if field["chars"] <= LIST_FIELD_CHARS:
+        return field
+    return {**field, "text": "", "clipped": True}
 
 
 def _arg_fields(args: str) -> list[dict[str, Any]]:
@@ -227,8 +241,15 @@ def call_view(
     cred: Credential,
     now: datetime,
     presenters: Mapping[str, Presenter] | None = None,
+    *,
+    listed: bool = False,
 ) -> dict[str, Any]:
-    """What a call card shows (every string escaped by the template)."""
+    """What a call card shows (every string escaped by the template).
+
+    `listed` cards (the inbox list) leave out the full text of huge argument values and the
+    edit box of huge arguments (`LIST_FIELD_CHARS`, `LIST_EDIT_CHARS`); the run's page
+    shows everything.
+    """
     decision = None
     if c.decision is not None:
         d = c.decision
@@ -256,10 +277,9 @@ def call_view(
         "kind": c.kind.value,
         "tool_name": c.tool_name,
         "reason": c.reason,
-        "args_pretty": _pretty_json(c.args),
-        "args_edit": _editable_json(c.args),
+        "args_edit": "" if listed and len(c.args) > LIST_EDIT_CHARS else _editable_json(c.args),
         "shown": _presentation_view(presenters or {}, c.tool_name, c.args),
-        "fields": _arg_fields(c.args),
+        "fields": [_clipped(f) for f in _arg_fields(c.args)] if listed else _arg_fields(c.args),
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
         "deadline_iso": iso(deadline) if deadline else "",
@@ -307,8 +327,10 @@ def group_views(
     rest: list[tuple[datetime, dict[str, Any]]] = []
     for run, calls in runs.values():
         prompt, said = context_of(run.conversation)
-        cards = [call_view(run, c, cred, now, presenters) for c in calls]
-        decided = [call_view(run, c, cred, now) for c in run.calls if c.decision is not None]
+        cards = [call_view(run, c, cred, now, presenters, listed=True) for c in calls]
+        decided = [
+            call_view(run, c, cred, now, listed=True) for c in run.calls if c.decision is not None
+        ]
         deadlines = [c.deadline for c in calls if c.deadline is not None]
         first = min(deadlines) if deadlines else None
         group = {

@@ -19,7 +19,9 @@ Backends: `SQLiteStore` (`golem.store.sqlite`, stdlib `sqlite3`, the default) an
 `PostgresStore` (`golem.store.postgres`, psycopg 3, extra `[postgres]`); `open_store(url)`
 picks one from a URL. Both implement the `Store` protocol below. All times are timezone-aware
 UTC `datetime`s; every method that depends on the clock takes an optional `now` so tests and
-callers can be deterministic.
+callers can be deterministic. Without it, both stores take the time from their `clock()`: on
+PostgreSQL the database server's time, so leases mean the same to workers whose own clocks
+disagree (`docs/adr/0056-leases-on-the-stores-clock.md`).
 
 The records, enums and errors (`RunRecord`, `RunStatus`, `RunNotFound`, …) are defined in
 `golem.store.records` and importable from here; that module's docstring draws the error

@@ -612,11 +612,38 @@ class PostgresStore(SQLStore):
         return server + timedelta(seconds=elapsed() - at)
 
     def _read_server_clock(self, conn: _Connection) -> None:
+        """Anchor `clock()` on the server's time, read on the new connection `conn` (on a
+        connector thread; bounded by `command_timeout` like every wait for the server).
+
+        Raises:
+            StoreError: the server did not answer in time, or the connection broke.
+        """
+        pg = conn.pgconn
         sent = elapsed()
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        try:
+            pg.send_query(b"SELECT extract(epoch FROM clock_timestamp())::text")
+            while pg.flush():
+                if not _wait_socket(pg.socket, True, self.command_timeout):
+                    raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+            text: bytes | None = None
+            while True:
+                while pg.is_busy():
+                    if not _wait_socket(pg.socket, False, self.command_timeout):
+                        raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+                    pg.consume_input()
+                result = pg.get_result()
+                if result is None:
+                    break
+                if result.status == _TUPLES_OK and result.ntuples == 1:
+                    text = result.get_value(0, 0)
+                elif result.status == _FATAL:
+                    raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+        except psycopg.Error as exc:
+            raise StoreError(f"postgresql: reading the server's clock: {exc}") from exc
         got = elapsed()
-        if row is not None and isinstance(row[0], datetime):
-            self._server_clock = (row[0].astimezone(UTC), (sent + got) / 2)
+        if text is not None:
+            server = datetime.fromtimestamp(float(text), UTC)
+            self._server_clock = (server, (sent + got) / 2)
 
     def _ensure_migrated(self, conn: _Connection) -> None:
         if self._migrated:
@@ -672,7 +699,7 @@ class PostgresStore(SQLStore):
                     self._opened -= 1
                 continue
             if grow:  # connecting (and migrating, the first time) blocks: not on the loop
-                connecting = asyncio.ensure_future(asyncio.to_thread(self._connect))
+                connecting = self._open_connection()
                 self._connecting.add(connecting)
                 connecting.add_done_callback(self._connecting.discard)
                 try:
@@ -694,6 +721,42 @@ class PostgresStore(SQLStore):
                 if waiter.done() and not waiter.cancelled():
                     self._wake_next()  # pass on the turn this waiter was given
                 raise
+
+    def _open_connection(self) -> asyncio.Future[_Conn]:
+        """Open a connection (and migrate, the first time) on a short-lived thread of its
+        own, which blocks on the network; never the loop's default executor, which
+        blocking sync tools may all be holding while a lease renewal waits for a
+        connection (ADR 0057)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Conn] = loop.create_future()
+
+        def deliver(conn: _Conn | None, error: BaseException | None) -> None:
+            if future.done():  # never expected: nobody cancels it (callers shield it)
+                if conn is not None:
+                    conn.conn.close()
+            elif error is not None:
+                future.set_exception(error)
+            else:
+                assert conn is not None
+                future.set_result(conn)
+
+        def run() -> None:
+            conn: _Conn | None = None
+            error: BaseException | None = None
+            try:
+                conn = self._connect()
+            except BaseException as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(deliver, conn, error)
+            except RuntimeError:  # that loop closed meanwhile: nobody waits
+                if conn is not None:
+                    conn.conn.close()
+                with self._pool_lock:
+                    self._opened -= 1
+
+        threading.Thread(target=run, name="golem-connect", daemon=True).start()
+        return future
 
     def _adopt(self, connecting: asyncio.Future[_Conn]) -> None:
         """Pool a connection whose caller stopped waiting while it was being opened."""

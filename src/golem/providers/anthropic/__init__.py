@@ -28,8 +28,10 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     api_key_from_env,
+    deltas_of,
     error_from_response,
     iter_sse,
+    parse_json_body,
     post_json,
     translate_transport_errors,
 )
@@ -198,6 +200,17 @@ class AnthropicModel(HTTPModel):
                     raise error_from_response(
                         PROVIDER, response.status_code, response.headers, response.text
                     )
+                if "application/json" in response.headers.get("content-type", ""):
+                    # not a stream: an error object from a proxy, or a server that ignored
+                    # `stream: true` and answered one message
+                    await response.aread()
+                    final = parse_response(
+                        parse_json_body(PROVIDER, response.text), self._output_tool(request)
+                    )
+                    for replayed in deltas_of(final):
+                        yield replayed
+                    yield final
+                    return
                 async for event, data in iter_sse(response):
                     delta = parser.feed(event, data)
                     if delta is not None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events
+from golem.providers._http import parse_json_body, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
@@ -47,6 +47,7 @@ class StreamParser:
         "_cited",
         "_done",
         "_fragments",
+        "_ids",
         "_index",
         "_model",
         "_output",
@@ -77,6 +78,7 @@ class StreamParser:
         """Wire block index → streamed text / thinking / signature pieces, by field."""
         self._thoughts = 0
         self._calls = 0
+        self._ids: set[str] = set()
         self._model = ""
         self._usage: dict[str, Any] = {}
         self._stop: Any = None
@@ -165,11 +167,14 @@ class StreamParser:
             self._calls += 1
             self._fragments[index] = []
             call_id, name = block.get("id"), block.get("name")
+            call_id = unique_call_id(call_id if isinstance(call_id, str) else "", self._ids)
+            if call_id:
+                block["id"] = call_id  # the final message names the call as the delta did
             return Delta(
                 tool_calls=[
                     ToolCallDelta(
                         n,
-                        id=call_id if isinstance(call_id, str) else "",
+                        id=call_id,
                         name=name if isinstance(name, str) else "",
                     )
                 ]

@@ -23,10 +23,13 @@ from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
+    args_json,
     in_order,
     json_object,
     raw_json,
+    unique_call_id,
 )
+from golem.providers.anthropic._errors import error_from_event
 from golem.usage import Usage
 
 __all__ = [
@@ -538,7 +541,7 @@ def finish_reason_from(stop_reason: Any) -> FinishReason:
     return _FINISH.get(str(stop_reason), "other")
 
 
-_encode_args = json.JSONEncoder(ensure_ascii=False).encode
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """Tool-call input as JSON text, spaced like the API streams it (`{"city": "Paris"}`)."""
 
 
@@ -569,6 +572,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     citations: list[Citation] = []
     server: list[ServerToolBlock] = []
     names: dict[str, str] = {}
+    ids: set[str] = set()
     answer: str | None = None
     separated = texted = False
     pos = 0
@@ -599,12 +603,12 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             if isinstance(raw, RawArgs):
                 args = raw.text
             else:
-                args = _encode_args({} if raw is None else raw)
+                args = args_json({} if raw is None else raw, _ARGS_ENCODER)
             name = _str(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            calls.append(ToolCall(id=_str(b.get("id")), name=name, args=args))
+            calls.append(ToolCall(id=unique_call_id(_str(b.get("id")), ids), name=name, args=args))
         else:
             separated = True
             server.append(_server_block(b, names, pos, len(thinking)))
@@ -667,8 +671,12 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
     `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
+        ProviderError: the body is an error object (`{"type": "error", ...}`), classified
+            by its `error.type` like a streamed `error` event.
         ResponseFormatError: the body has no `content` list of blocks.
     """
+    if body.get("type") == "error":
+        raise error_from_event(json.dumps(dict(body)))
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
         raise ResponseFormatError(

@@ -24,10 +24,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, raw_json
+from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, unique_call_id
+from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
@@ -64,6 +66,12 @@ _FILTERED = frozenset(
         "IMAGE_RECITATION",
     )
 )
+
+_CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
+"""Finish reasons that say the model's answer (its function call) could not be read: the
+answer is lost, and sampling again usually succeeds."""
+_REQUEST_FAILED = frozenset(("MISSING_THOUGHT_SIGNATURE",))
+"""Finish reasons that blame the request: sending it again fails the same way."""
 
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -127,9 +135,13 @@ class ResponseBuilder:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
+        self._ids: set[str] = set()
         self._usage: Mapping[str, Any] = {}
         """The latest `usageMetadata` (cumulative when streamed); mapped once, at the end."""
         self._finish = ""
+        self._finish_message = ""
+        self._candidate = False
+        """Whether any object carried a candidate (a plain response without one is unreadable)."""
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
@@ -139,6 +151,11 @@ class ResponseBuilder:
         self._server: list[ServerToolBlock] = []
         self._metadata: dict[str, Mapping[str, Any]] = {}
         """The latest `groundingMetadata` / `urlContextMetadata` of the candidate."""
+
+    @property
+    def has_candidate(self) -> bool:
+        """Whether any object folded in carried a candidate."""
+        return self._candidate
 
     @property
     def complete(self) -> bool:
@@ -165,6 +182,7 @@ class ResponseBuilder:
         candidate = candidates[0]
         if not isinstance(candidate, dict):
             return []
+        self._candidate = True
         deltas: list[Delta] = []
         content = candidate.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
@@ -181,6 +199,9 @@ class ResponseBuilder:
         reason = candidate.get("finishReason")
         if isinstance(reason, str) and reason:
             self._finish = reason
+            message = candidate.get("finishMessage")
+            if isinstance(message, str):
+                self._finish_message = message
         return deltas
 
     def _add_part(self, part: dict[str, Any]) -> Delta | None:
@@ -229,7 +250,7 @@ class ResponseBuilder:
         if not isinstance(call, dict):
             return None  # media and parts golem does not know
         index = len(self._calls)
-        call_id = _str(call.get("id")) or self._synthetic_id(index)
+        call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))
         args = call.get("args")
         args_text = "{}" if args is None or args == {} else _compact_args(args)
@@ -268,7 +289,26 @@ class ResponseBuilder:
         return f"{SYNTHETIC_ID_PREFIX}{base}_{index}"
 
     def response(self) -> ModelResponse:
-        """The response folded so far."""
+        """The response folded so far.
+
+        Raises:
+            ResponseFormatError: the model's function call could not be read
+                (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `TOO_MANY_TOOL_CALLS`)
+                and no call came through; retryable.
+            BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
+        """
+        if not self._calls and self._finish in _CALL_FAILED | _REQUEST_FAILED:
+            detail = f": {self._finish_message}" if self._finish_message else ""
+            if self._finish in _REQUEST_FAILED:
+                raise BadRequest(
+                    f"gemini rejected the conversation ({self._finish}){detail}",
+                    provider=PROVIDER,
+                )
+            raise ResponseFormatError(
+                f"gemini could not produce a readable answer ({self._finish}){detail}",
+                provider=PROVIDER,
+                retryable=True,
+            )
         content = "".join(self._text)
         server = list(self._server)
         citations: list[Citation] = []
@@ -362,15 +402,28 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _compact_args(args: Any) -> str:
-    return _ARGS_ENCODER.encode(args)
+    return args_json(args, _ARGS_ENCODER)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:
-    """Parse a `generateContent` response body into a `ModelResponse`."""
+    """Parse a `generateContent` response body into a `ModelResponse`.
+
+    Raises:
+        ProviderError: the body is an `{"error": ...}` object (classified by its code).
+        ResponseFormatError: the body has no candidate and no blocked prompt, or the
+            model's function call could not be read (see `ResponseBuilder.response`).
+        BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
+    """
+    if isinstance(body.get("error"), Mapping):
+        raise error_from_payload(body)
     builder = ResponseBuilder(deltas=False)
     builder.add(body)
+    if not builder.complete and not builder.has_candidate:
+        raise ResponseFormatError(
+            f"gemini response has no candidate: {json.dumps(dict(body))[:200]}", provider=PROVIDER
+        )
     return builder.response()

@@ -193,8 +193,8 @@ class OpenAIChatModel(HTTPModel):
                 try:
                     sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
                     async with aclosing(sse) as events:
-                        async for _event, data in events:
-                            chunk_delta = parser.feed(data)
+                        async for event, data in events:
+                            chunk_delta = parser.feed(data, event)
                             if chunk_delta is not None:
                                 yield chunk_delta
                             if parser.done:

@@ -17,10 +17,11 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events
+from golem.providers._http import parse_json_body, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
+    function_call_id,
     parse_responses_response,
 )
 
@@ -32,7 +33,16 @@ _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.fa
 class ResponsesStreamParser:
     """Consumes the events of one streamed response, in order (see the module docstring)."""
 
-    __slots__ = ("_calls", "_final", "_parts", "_reasoning", "_separated", "_texted")
+    __slots__ = (
+        "_calls",
+        "_final",
+        "_ids",
+        "_parts",
+        "_reasoning",
+        "_response_id",
+        "_separated",
+        "_texted",
+    )
 
     def __init__(self) -> None:
         self._calls: dict[int, int] = {}
@@ -42,6 +52,9 @@ class ResponsesStreamParser:
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
+        self._ids: set[str] = set()
+        """The call IDs given so far (a repeated one is renamed, as in the final response)."""
+        self._response_id = ""
         self._texted = False
         self._separated = False
 
@@ -60,6 +73,10 @@ class ResponsesStreamParser:
         event = parse_json_body(PROVIDER, data, "a stream event")
         kind = event.get("type")
         if not isinstance(kind, str):
+            if event.get("object") == "response":  # a whole response: no stream after all
+                self._final = parse_responses_response(event)
+            elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
+                raise error_from_payload(event)
             return None  # not an event this parser knows
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             text = event.get("delta")
@@ -89,6 +106,10 @@ class ResponsesStreamParser:
             return Delta(thinking=[ThinkingDelta(n, text=text)])
         if kind == "response.output_item.added":
             return self._added(event)
+        if kind in ("response.created", "response.in_progress") and not self._response_id:
+            response = event.get("response")
+            if isinstance(response, Mapping) and isinstance(response.get("id"), str):
+                self._response_id = response["id"]
         if kind in _TERMINAL:
             response = event.get("response")
             if not isinstance(response, Mapping):
@@ -107,13 +128,13 @@ class ResponsesStreamParser:
         kind = item.get("type")
         if kind == "function_call":
             n = self._calls[index] = len(self._calls)
-            call_id = item.get("call_id") or item.get("id")
+            call_id = unique_call_id(function_call_id(item, self._response_id, index), self._ids)
             name = item.get("name")
             return Delta(
                 tool_calls=[
                     ToolCallDelta(
                         n,
-                        id=call_id if isinstance(call_id, str) else "",
+                        id=call_id,
                         name=name if isinstance(name, str) else "",
                     )
                 ]

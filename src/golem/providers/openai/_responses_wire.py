@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ResponseFormatError
+from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
@@ -25,9 +25,15 @@ from golem.providers._http import (
     in_order,
     json_object,
     raw_json,
+    unique_call_id,
 )
 from golem.providers.openai._errors import error_from_payload
-from golem.providers.openai._wire import _schema_name, _wire_args, strict_compatible
+from golem.providers.openai._wire import (
+    _schema_name,
+    _wire_args,
+    strict_compatible,
+    synthesize_call_id,
+)
 from golem.usage import Usage
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "PROVIDER",
     "ResponsesOptions",
     "build_responses_body",
+    "function_call_id",
     "parse_reasoning_signature",
     "parse_responses_response",
     "reasoning_signature",
@@ -326,15 +333,30 @@ def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
     return ThinkingBlock(text="\n\n".join(t for t in texts if t), signature=signature)
 
 
-def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
+def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> str:
+    """The call ID of a `function_call` item: its `call_id` (or item `id`); for an item
+    with neither, one derived from the response ID and the item's `output_index`, so a
+    stream's deltas and its final response agree on it."""
+    call_id = _str(item.get("call_id")) or _str(item.get("id"))
+    if call_id:
+        return call_id
+    if not response_id:
+        return synthesize_call_id()
+    digest = hashlib.sha256(f"{response_id}/{index}".encode()).hexdigest()[:24]
+    return f"call_{digest}"
+
+
+def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[Message, bool]:
     """The assistant message of a response's `output` items, and whether it was a refusal.
 
     Text of adjacent `message` items is concatenated; text separated by other items (a
     built-in tool's call) is joined by a blank line. Annotations on the text become
     `Citation`s (their indexes moved to the message's text). Built-in tool items (web
     search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
-    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat.
+    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat. Call IDs
+    are made unique within the response (`unique_call_id`).
     """
+    seen: set[str] = set()
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
@@ -343,7 +365,7 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
     refused = False
     separated = texted = False
     pos = 0
-    for item in output:
+    for index, item in enumerate(output):
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
@@ -371,7 +393,7 @@ def message_from_output(output: Sequence[Any]) -> tuple[Message, bool]:
         elif kind == "function_call":
             calls.append(
                 ToolCall(
-                    id=_str(item.get("call_id")) or _str(item.get("id")),
+                    id=unique_call_id(function_call_id(item, response_id, index), seen),
                     name=_str(item.get("name")),
                     args=_str(item.get("arguments")),
                 )
@@ -421,6 +443,8 @@ def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
     )
 
 
+_FAILED = "the response failed and carried no error object"
+
 _INCOMPLETE: dict[str, FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -445,19 +469,32 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
     """Map a `response` object (a body, or the one a stream's last event carries).
 
     Raises:
-        ProviderError: the response failed (`status: failed` with an `error`), classified
-            like the equivalent HTTP status.
-        ResponseFormatError: the body has no `output` list.
+        ProviderError: the response failed (`status: failed`), classified like the
+            equivalent HTTP status (a server error when it carries no `error`), or was
+            cancelled (a plain `ProviderError`).
+        ResponseFormatError: the body has no `output` list, or is not finished (`queued`,
+            `in_progress`: a background response).
     """
     error = body.get("error")
-    if isinstance(error, Mapping) and (body.get("status") == "failed" or "output" not in body):
+    status = body.get("status")
+    if isinstance(error, Mapping) and (status == "failed" or "output" not in body):
         raise error_from_payload({"error": dict(error)})
+    if status == "failed":
+        raise error_from_payload({"error": {"code": "server_error", "message": _FAILED}})
+    if status == "cancelled":
+        raise ProviderError("openai response was cancelled before it completed", provider=PROVIDER)
+    if status in ("queued", "in_progress"):
+        raise ResponseFormatError(
+            f"openai response is not finished (status {status!r}): golem does not poll "
+            "background responses",
+            provider=PROVIDER,
+        )
     output = body.get("output")
     if not isinstance(output, list):
         raise ResponseFormatError(
             f"openai response has no output list: {json.dumps(body)[:200]}", provider=PROVIDER
         )
-    message, refused = message_from_output(output)
+    message, refused = message_from_output(output, _str(body.get("id")))
     return ModelResponse(
         message=message,
         usage=responses_usage(body.get("usage")),

@@ -14,9 +14,16 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events
+from golem.providers._http import (
+    args_json,
+    deltas_of,
+    parse_json_body,
+    sse_events,
+    unique_call_id,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
+    ARGS_ENCODER,
     PROVIDER,
     citations_of,
     map_finish_reason,
@@ -41,6 +48,8 @@ STREAM_ENDED_EARLY = "stream ended before the response completed"
 @dataclass(slots=True)
 class _Call:
     id: str = ""
+    wire: str = ""
+    """The ID as the server sent it (`id` is renamed when another call has it)."""
     name: str = ""
     args: list[str] = field(default_factory=list)
     signature: str = ""
@@ -61,6 +70,7 @@ class ChatStreamParser:
         self._annotations: list[Any] = []
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
+        self._ids: set[str] = set()
         self._finish: FinishReason = ""
         self._saw_finish = False
         self._usage = Usage()
@@ -68,8 +78,11 @@ class ChatStreamParser:
         self.done = False
         """True once the `[DONE]` sentinel arrived."""
 
-    def feed(self, data: str) -> Delta | None:
+    def feed(self, data: str, event: str = "") -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content.
+
+        `event` is the SSE event name, if any: an `error` event is a failure whatever its
+        data holds (some servers send `{"message": ...}` or plain text there).
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
@@ -78,6 +91,8 @@ class ChatStreamParser:
         if data.strip() == "[DONE]":
             self.done = True
             return None
+        if event == "error":
+            raise error_from_payload(_error_event(data))
         chunk = parse_json_body(PROVIDER, data, "a stream event")
         return self.feed_chunk(chunk)
 
@@ -94,7 +109,7 @@ class ChatStreamParser:
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return None
-        text, thinking, calls = "", "", []
+        text, thinking, refused, calls = "", "", "", []
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -103,8 +118,11 @@ class ChatStreamParser:
                 text += text_content(delta.get("content"))
                 thinking += reasoning_text(delta, self._reasoning_field)
                 refusal = delta.get("refusal")
-                if isinstance(refusal, str):
+                if isinstance(refusal, str) and refusal:
                     self._refusal.append(refusal)
+                    if not self._text and not text:
+                        # the refusal is the answer's text (as `finish` makes it): stream it
+                        refused += refusal
                 annotations = delta.get("annotations")
                 if isinstance(annotations, list):
                     self._annotations.extend(annotations)
@@ -120,10 +138,10 @@ class ChatStreamParser:
             self._text.append(text)
         if thinking:
             self._reasoning.append(thinking)
-        if not (text or thinking or calls):
+        if not (text or thinking or calls or refused):
             return None
         return Delta(
-            content=text,
+            content=text or refused,
             thinking=[ThinkingDelta(index=0, text=thinking)] if thinking else [],
             tool_calls=calls,
         )
@@ -134,7 +152,7 @@ class ChatStreamParser:
         slot: int | None = None
         if isinstance(index, int) and index in self._slots:
             slot = self._slots[index]
-            if call_id and self._calls[slot].id and call_id != self._calls[slot].id:
+            if call_id and self._calls[slot].wire and call_id != self._calls[slot].wire:
                 slot = None
         elif index is None and not call_id and self._calls:
             slot = len(self._calls) - 1
@@ -147,14 +165,15 @@ class ChatStreamParser:
         fn = tc.get("function")
         fn = fn if isinstance(fn, dict) else {}
         new_id = new_name = signature = ""
-        if call_id and not call.id:
-            call.id = new_id = call_id
+        if call_id and not call.wire:
+            call.wire = call_id
+            call.id = new_id = unique_call_id(call_id, self._ids)
         name = fn.get("name")
         if isinstance(name, str) and name and not call.name:
             call.name = new_name = name
         args = fn.get("arguments")
         if args is not None and not isinstance(args, str):
-            args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+            args = args_json(args, ARGS_ENCODER)
         if args:
             call.args.append(args)
         extra = tc.get("extra_content")
@@ -209,39 +228,26 @@ class ChatStreamParser:
         )
 
 
+def _error_event(data: str) -> dict[str, Any]:
+    """The error object of an SSE `error` event's data (JSON or plain text)."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return {"error": {"message": data.strip()[:500] or "error event"}}
+    if isinstance(payload, dict):
+        return payload if "error" in payload else {"error": payload}
+    return {"error": {"message": str(payload)}}
+
+
 def parse_stream_text(
     text: str, *, reasoning_field: str | None = None
 ) -> list[Delta | ModelResponse]:
     """Parse a whole SSE body: the deltas in order, then the final response."""
     parser = ChatStreamParser(reasoning_field=reasoning_field)
     out: list[Delta | ModelResponse] = []
-    for _event, data in sse_events(text.splitlines()):
-        delta = parser.feed(data)
+    for event, data in sse_events(text.splitlines()):
+        delta = parser.feed(data, event)
         if delta is not None:
             out.append(delta)
     out.append(parser.finish())
-    return out
-
-
-def deltas_of(response: ModelResponse) -> list[Delta]:
-    """Deltas that replay a complete response (used when a server ignores `stream: true`)."""
-    m = response.message
-    out: list[Delta] = []
-    if m.thinking:
-        out.append(
-            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
-        )
-    if m.content:
-        out.append(Delta(content=m.content))
-    if m.tool_calls:
-        out.append(
-            Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
-                    )
-                    for i, c in enumerate(m.tool_calls)
-                ]
-            )
-        )
     return out

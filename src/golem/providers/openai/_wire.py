@@ -20,11 +20,12 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import raw_json
+from golem.providers._http import args_json, raw_json, unique_calls
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
 __all__ = [
+    "ARGS_ENCODER",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
     "RequestOptions",
@@ -45,6 +46,9 @@ __all__ = [
 ]
 
 PROVIDER = "openai"
+
+ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""Tool-call arguments a compatible server sent as a JSON object, as text (`args_json`)."""
 
 SystemRole = Literal["system", "developer", "user"]
 
@@ -544,8 +548,10 @@ def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
         fn = tc.get("custom")
     fn = fn if isinstance(fn, dict) else {}
     args = fn.get("arguments", fn.get("input", ""))
-    if not isinstance(args, str):
-        args = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    if args is None:
+        args = ""
+    elif not isinstance(args, str):  # a server that sends the arguments as an object
+        args = args_json(args, ARGS_ENCODER)
     return ToolCall(
         id=str(tc.get("id") or "") or synthesize_call_id(),
         name=str(fn.get("name") or ""),
@@ -606,7 +612,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         message=Message(
             role="assistant",
             content=content,
-            tool_calls=calls,
+            tool_calls=unique_calls(calls),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
             citations=citations,
         ),

@@ -1,0 +1,154 @@
+"""Bodies the recordings do not hold: errors and answers where a stream was expected, and
+text with a lone surrogate escape.
+
+- A streamed request answered with `application/json` (a proxy's error object with status
+  200, or a server that ignored `stream: true`): the Anthropic and Responses adapters read
+  it whole. Both used to report "stream ended before the response completed" and lose the
+  error, or the answer.
+- A non-streamed Anthropic body that is an error object is classified by its type.
+- A lone surrogate escape (`"\\ud83d"`, half an emoji) is read as U+FFFD: strict JSON
+  parsers refuse it, and the whole answer was lost to a `ResponseFormatError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.errors import Overloaded, RateLimited, ResponseFormatError
+from golem.messages import Message
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.providers.anthropic import AnthropicModel
+from golem.providers.gemini import GeminiModel
+from golem.providers.openai import OpenAIChatModel
+from golem.providers.openai._responses import OpenAIResponsesModel
+
+REQUEST = ModelRequest([Message("user", "hi")])
+
+MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
+    "openai-chat": lambda c: OpenAIChatModel("gpt-4o", api_key="k", http_client=c),
+    "openai-responses": lambda c: OpenAIResponsesModel("gpt-4o", api_key="k", http_client=c),
+    "anthropic": lambda c: AnthropicModel("claude-x", api_key="k", http_client=c),
+    "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
+}
+
+
+async def send(api: str, body: str, *, stream: bool, ctype: str) -> list[Delta | ModelResponse]:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        if stream:
+            return [item async for item in model.generate_stream(REQUEST)]
+        return [await model.generate(REQUEST)]
+
+
+ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
+OPENAI_RATE_LIMITED = {"error": {"type": "rate_limit_error", "code": "429", "message": "Slow"}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_anthropic_error_body_with_status_200_is_classified(stream: bool) -> None:
+    body = json.dumps(ANTHROPIC_OVERLOADED)
+    with pytest.raises(Overloaded, match="Busy") as caught:
+        await send("anthropic", body, stream=stream, ctype="application/json")
+    assert caught.value.retryable
+
+
+async def test_a_responses_error_body_answering_a_stream_is_classified() -> None:
+    body = json.dumps(OPENAI_RATE_LIMITED)
+    with pytest.raises(RateLimited, match="Slow"):
+        await send("openai-responses", body, stream=True, ctype="application/json")
+
+
+async def test_an_anthropic_message_answering_a_stream_is_replayed_as_deltas() -> None:
+    message = {
+        "type": "message",
+        "model": "claude-x",
+        "content": [
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 2**60}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 3, "output_tokens": 4},
+    }
+    items = await send("anthropic", json.dumps(message), stream=True, ctype="application/json")
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    plain = await send("anthropic", json.dumps(message), stream=False, ctype="application/json")
+    assert final == plain[0]
+    text = "".join(i.content for i in items if isinstance(i, Delta))
+    assert text == "Checking."
+    assert final.finish_reason == "tool_call"
+
+
+async def test_a_responses_object_answering_a_stream_is_the_final_response() -> None:
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "status": "completed",
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}],
+    }
+    items = await send(
+        "openai-responses", json.dumps(response), stream=True, ctype="application/json"
+    )
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message.content == "hi"
+    assert final.finish_reason == "stop"
+
+
+LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
+
+
+def _text_body(api: str, text_json: str) -> str:
+    """A plain answer of `api` whose text is the JSON string literal body `text_json`."""
+    t = f'"{text_json}"'
+    if api == "openai-chat":
+        return (
+            '{"choices":[{"index":0,"message":{"role":"assistant","content":' + t + "},"
+            '"finish_reason":"stop"}]}'
+        )
+    if api == "openai-responses":
+        return (
+            '{"id":"r","status":"completed","output":[{"type":"message","content":'
+            '[{"type":"output_text","text":' + t + "}]}]}"
+        )
+    if api == "anthropic":
+        return '{"content":[{"type":"text","text":' + t + '}],"stop_reason":"end_turn"}'
+    return '{"candidates":[{"content":{"parts":[{"text":' + t + '}]},"finishReason":"STOP"}]}'
+
+
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_a_lone_surrogate_escape_becomes_a_replacement_character(api: str) -> None:
+    items = await send(api, _text_body(api, LONE), stream=False, ctype="application/json")
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message.content == "half \ufffd of an emoji, \ufffd and a whole 😀"
+    final.message.content.encode("utf-8")  # sendable back: no surrogate left
+
+
+async def test_a_lone_surrogate_in_a_stream_event_does_not_lose_the_stream() -> None:
+    events = [
+        '{"choices":[{"index":0,"delta":{"content":"a \\ud83d"}}]}',
+        '{"choices":[{"index":0,"delta":{"content":" b"},"finish_reason":"stop"}]}',
+        "[DONE]",
+    ]
+    body = "".join(f"data: {e}\n\n" for e in events)
+    items = await send("openai-chat", body, stream=True, ctype="text/event-stream")
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message.content == "a \ufffd b"
+
+
+@pytest.mark.parametrize(
+    "body", ['{"t": "\\ud800", "n": NaN}', '{"t": "\\ud800"', '["\\ud800"]', "\\ud800"]
+)
+async def test_other_bad_json_with_a_surrogate_is_still_a_format_error(body: str) -> None:
+    with pytest.raises(ResponseFormatError):
+        await send("anthropic", body, stream=False, ctype="application/json")

@@ -1,0 +1,121 @@
+"""OpenAI Responses answers the recordings do not hold, shaped as the API reference says.
+
+A `response` object's `status` is one of completed, incomplete, failed, cancelled, queued
+or in_progress. Only the first two are answers; the others came back as an empty answer
+with no finish reason, which passed for a real one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.errors import Overloaded, ProviderError, RateLimited, ResponseFormatError
+from golem.messages import Message
+from golem.model import ModelRequest, ModelResponse
+from golem.providers.openai._responses import OpenAIResponsesModel
+
+REQUEST = ModelRequest([Message("user", "hi")])
+
+
+async def _answer(body: str, *, stream: bool) -> ModelResponse:
+    ctype = "text/event-stream" if stream else "application/json"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": ctype}, content=body.encode())
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = OpenAIResponsesModel("gpt-x", api_key="k", http_client=client)
+        if not stream:
+            return await model.generate(REQUEST)
+        out = [item async for item in model.generate_stream(REQUEST)]
+        assert isinstance(out[-1], ModelResponse)
+        return out[-1]
+
+
+def _response(status: str, **extra: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
+
+
+def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
+    if not stream:
+        return json.dumps(response)
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_without_an_error_object_is_a_server_error(stream: bool) -> None:
+    body = _as("response.failed", _response("failed", error=None), stream)
+    with pytest.raises(Overloaded, match="failed") as caught:
+        await _answer(body, stream=stream)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_is_classified_by_its_error_code(stream: bool) -> None:
+    error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
+    body = _as("response.failed", _response("failed", error=error), stream)
+    with pytest.raises(RateLimited, match="Rate limit reached"):
+        await _answer(body, stream=stream)
+
+
+async def test_a_cancelled_response_is_a_provider_error() -> None:
+    with pytest.raises(ProviderError, match="cancelled") as caught:
+        await _answer(json.dumps(_response("cancelled")), stream=False)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("status", ["queued", "in_progress"])
+async def test_an_unfinished_background_response_is_not_an_answer(status: str) -> None:
+    with pytest.raises(ResponseFormatError, match=status):
+        await _answer(json.dumps(_response(status)), stream=False)
+
+
+@pytest.mark.parametrize(
+    ("reason", "finish"),
+    [("max_output_tokens", "length"), ("content_filter", "content_filter"), ("other", "other")],
+)
+async def test_an_incomplete_response_is_a_marked_answer(reason: str, finish: str) -> None:
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"a": "cut'}
+    response = _response("incomplete", incomplete_details={"reason": reason}, output=[call])
+    got = await _answer(_as("response.incomplete", response, True), stream=True)
+    assert got.finish_reason == finish
+    assert got.message.tool_calls[0].args == '{"a": "cut'
+
+
+async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> None:
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error",
+        "param": None,
+        "sequence_number": 3,
+    }
+    with pytest.raises(Overloaded, match="The server had an error"):
+        await _answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
+
+
+async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
+    events = [
+        {"type": "response.created", "response": _response("in_progress")},
+        {"type": "response.something_new.delta", "output_index": 0, "delta": "x"},
+        {"type": "response.output_text.delta", "output_index": 1, "delta": "hi"},
+        {
+            "type": "response.completed",
+            "response": _response(
+                "completed",
+                output=[
+                    {"type": "brand_new_item", "id": "bn_1", "payload": {"k": 1}},
+                    {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+                ],
+            ),
+        },
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    got = await _answer(body, stream=True)
+    assert got.message.content == "hi"
+    assert got.finish_reason == "stop"
+    assert [b.type for b in got.message.server_tools] == ["brand_new_item"]

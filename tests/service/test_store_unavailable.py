@@ -1,0 +1,118 @@
+"""A store that cannot be reached makes the service answer 503 with `Retry-After`, not 500.
+
+The database restarting, refusing connections or not answering in time is an outage the
+client can wait out: the API says so (`store_unavailable`), the inbox shows a page that says
+to try again, and nothing is half done. A store error that escaped its translation (a bug)
+still answers 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.errors import StoreError
+from golem.service import create_app
+from golem.store import RunNotInterrupted, RunStatus, Store, StoreTimeout
+from golem.store.postgres import PostgresStore
+from tests.service.agents import build_registry
+from tests.service.conftest import StartRun, bearer, make_auth
+from tests.service.test_inbox import sign_in
+
+
+def fail_every_call(store: Store, error: Exception) -> None:
+    """From now on every public coroutine method of `store` raises `error`."""
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    for name in dir(Store):  # the protocol's operations
+        if not name.startswith("_") and name != "close" and callable(getattr(store, name)):
+            setattr(store, name, failing)
+
+
+def assert_unavailable(res: httpx.Response) -> None:
+    assert res.status_code == 503, res.text
+    assert res.headers["Retry-After"] == "1"
+    assert res.headers["Cache-Control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StoreError("postgresql: server closed the connection unexpectedly"),
+        StoreTimeout(60, commit_sent=True),
+    ],
+    ids=["lost", "timeout"],
+)
+async def test_the_api_answers_503_while_the_store_is_away(
+    client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
+) -> None:
+    run = await start()
+    call_id = run["calls"][0]["call_id"]
+    fail_every_call(store, error)
+    for res in [
+        await client.get("/api/calls", headers=bearer("alice")),
+        await client.get(f"/api/runs/{run['id']}", headers=bearer("alice")),
+        await client.post(
+            f"/api/runs/{run['id']}/calls/{call_id}/decision",
+            json={"decision": "approve"},
+            headers=bearer("alice"),
+        ),
+        await client.post("/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")),
+    ]:
+        assert_unavailable(res)
+        assert res.json()["error"]["code"] == "store_unavailable"
+    health = await client.get("/api/health")
+    assert health.status_code == 503
+    assert health.json()["status"] == "unavailable"
+
+
+async def test_the_inbox_shows_a_try_again_page_while_the_store_is_away(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    run = await start()
+    csrf = await sign_in(client)
+    fail_every_call(store, StoreError("postgresql: cannot connect"))
+    for res in [
+        await client.get("/"),
+        await client.get(f"/runs/{run['id']}"),
+        await client.post(f"/runs/{run['id']}/resolve", data={"csrf": csrf, "action": "retry"}),
+    ]:
+        assert_unavailable(res)
+        assert res.headers["Content-Type"].startswith("text/html")
+        assert "Try again shortly" in res.text
+
+
+async def test_a_store_error_that_escaped_its_translation_is_still_a_500(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    run = await start()
+    fail_every_call(store, RunNotInterrupted(run["id"], RunStatus.PENDING))
+    res = await client.get("/api/calls", headers=bearer("alice"))
+    assert res.status_code == 500
+    assert "Retry-After" not in res.headers
+
+
+@pytest.fixture
+async def down_client() -> AsyncIterator[httpx.AsyncClient]:
+    """The service over a PostgreSQL store whose server is not there (nothing listens)."""
+    store = PostgresStore("postgresql://golem@127.0.0.1:1/golem", connect_timeout=5)
+    app = create_app(build_registry(), store, auth=make_auth())
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            yield c
+    finally:
+        await store.close()
+
+
+async def test_a_database_that_refuses_connections_is_a_503(
+    down_client: httpx.AsyncClient,
+) -> None:
+    res = await down_client.get("/api/calls", headers=bearer("alice"))
+    assert_unavailable(res)
+    assert res.json()["error"]["code"] == "store_unavailable"
