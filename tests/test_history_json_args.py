@@ -75,6 +75,9 @@ def test_json_args_are_embedded_verbatim_and_load_back_byte_exact(args: str) -> 
         '{"a":1}}',  # one bracket too many
         "[1]]",
         '"x"}',  # a string, then a bracket
+        '"0',  # two characters, an unterminated string (not `""`)
+        '"\\',
+        '0"',
         "1]",
         '{"sides":',  # truncated streams
         "{",
@@ -212,6 +215,9 @@ any_args = (
     | json_values.map(lambda v: json.dumps(v, indent=1, ensure_ascii=False))
     | json_values.map(lambda v: json.dumps(json.dumps(v)))  # a string holding JSON
     | st.text(no_surrogates, max_size=16)  # truncated / not JSON at all
+    | json_values.map(json.dumps).flatmap(  # a stream cut off anywhere: a prefix of JSON
+        lambda t: st.integers(0, len(t)).map(lambda n: t[:n])
+    )
     | st.just("")
 )
 short = st.text(no_surrogates, max_size=8)

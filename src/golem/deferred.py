@@ -342,11 +342,12 @@ def check_resume(
     """Validate a resume completely, before anything runs.
 
     Checks, in order: the history has pending calls, each with an ID, and no call ID
-    twice; nothing but tool results follows the paused batch; with `keys`, every pending call's seal verifies (for `conversation_id`);
-    with `expected` (the paused run's `Result.pending`), the pending calls are exactly
-    the expected ones, with the same tool names and arguments; every pending call is
-    resolved once, by a resolution of its kind (sealed or expected); approved calls
-    have a registered tool; edited arguments pass the tool's schema.
+    twice; nothing but tool results follows the paused batch; with `keys`, every
+    pending call's seal verifies (for `conversation_id`); with `expected` (the paused
+    run's `Result.pending`), the pending calls are exactly the expected ones, with the
+    same tool names and arguments; every pending call is resolved once, by a resolution
+    of its kind (sealed or expected); approved calls have a registered tool; edited
+    arguments pass the tool's schema.
 
     Raises:
         ResumeError: the first problem found, naming the call (`SealError` for seals).

@@ -386,7 +386,7 @@ def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
         return None
     data = args.encode()
     if args[0] == '"':
-        if len(args) == 2 and top:  # `""`
+        if top and args == '""':
             return msgspec.Raw(data)
         try:
             content = _STR.decode(data)
