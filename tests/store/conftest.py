@@ -26,3 +26,11 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+def exec_dir(tmp_path: Path) -> Path:
+    """Where approved calls of the chaos agent record each execution (`chaos.executions`)."""
+    d = tmp_path / "exec"
+    d.mkdir()
+    return d

@@ -282,13 +282,6 @@ async def test_an_outage_longer_than_the_lease_ends_interrupted_with_the_call_ru
 
 
 @pytest.fixture
-def exec_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "exec"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
     p = FaultProxy(postgres_dsn())
     try:

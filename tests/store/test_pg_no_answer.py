@@ -41,14 +41,6 @@ def pg(tmp_path: Path) -> Iterator[Backend]:
         yield b
 
 
-@pytest.fixture
-def exec_dir(tmp_path: Path) -> Path:
-    """Where the approved calls record their executions."""
-    d = tmp_path / "executions"
-    d.mkdir()
-    return d
-
-
 @contextlib.contextmanager
 def frozen(pid: int) -> Iterator[None]:
     """The backend `pid` stopped (its socket stays open and acknowledged) until the end."""
