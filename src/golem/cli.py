@@ -336,8 +336,7 @@ def _worker(
         sealed = "verifying seals" if seal_key is not None else "unsealed"
         _console().print(
             f"golem: worker {w.worker_id} polling {_db(db)}, {concurrency} run(s) at once, "
-            f"{sealed}, "
-            f"on {type(running).__module__.split('.')[0]} "
+            f"on {type(running).__module__.split('.')[0]}, {sealed} "
             "(Ctrl-C stops claiming and lets in-flight runs finish; twice cancels them)"
         )
         try:

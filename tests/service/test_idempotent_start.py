@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from golem.service.api import idempotent_run_id
+from golem.service.api import _idempotent_run_id
 from golem.store import Store
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
@@ -62,7 +62,7 @@ async def test_a_key_is_the_callers_own(client: httpx.AsyncClient, store: Store)
     )
     assert (a.status_code, o.status_code) == (201, 201)
     assert a.json()["run"]["id"] != o.json()["run"]["id"]
-    assert idempotent_run_id("alice", "same") != idempotent_run_id("olga", "same")
+    assert _idempotent_run_id("alice", "same") != _idempotent_run_id("olga", "same")
 
 
 @pytest.mark.parametrize(

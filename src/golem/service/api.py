@@ -729,14 +729,14 @@ _IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")
 """The UUIDv5 namespace of run IDs derived from an approver's idempotency key."""
 
 
-def idempotent_run_id(identity: str, key: str) -> str:
+def _idempotent_run_id(identity: str, key: str) -> str:
     """The run ID a start with `Idempotency-Key: key` by `identity` saves under: the same
     for every repeat of that start, distinct across approvers (a key names one caller's
     request, so another approver's equal key is another run)."""
     return str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
 
 
-def idempotency_key(request: Request) -> str | None:
+def _request_idempotency_key(request: Request) -> str | None:
     """The request's `Idempotency-Key` header (None without one).
 
     Raises:
@@ -774,7 +774,7 @@ async def start_for(
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
     store = require_store(state)
-    run_id = None if key is None else idempotent_run_id(cred.approver.identity, key)
+    run_id = None if key is None else _idempotent_run_id(cred.approver.identity, key)
     replayed = False
     if run_id is not None:
         try:
@@ -959,7 +959,7 @@ async def agents(request: Request) -> Response:
 async def start(request: Request) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
     cred = bearer(request)
-    key = idempotency_key(request)
+    key = _request_idempotency_key(request)
     body = await _read_json(request, schemas.StartRunBody)
     run, replayed = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in, key
