@@ -185,6 +185,26 @@ def test_as_context_helper_really_chains_through_context() -> None:
     assert isinstance(info.value.__context__, Deferred)
 
 
+async def test_a_signal_replaced_from_none_is_not_a_deferral() -> None:
+    """`raise X from None` inside `except Deferred:` replaces the signal (Python's way of
+    saying "not caused by this"): the call fails with X, nothing pauses."""
+
+    def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        try:
+            raise Deferred(DeferKind.APPROVAL, "why")
+        except Deferred:
+            raise ModelRetry("no deferring here, try another tool") from None
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "gave up")
+    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec, max_retries=1)])
+    result = await agent.run("go")
+    assert result.pending is None
+    assert result.output == "gave up"
+    retry = model.requests[1].messages[-1]
+    assert retry.role == "tool"
+    assert "no deferring here" in retry.content
+
+
 async def test_deferred_accepts_the_kind_as_a_plain_string() -> None:
     model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")))
     agent = Agent(model, tools=[raising_tool("t", lambda: Deferred("external", "job"))])

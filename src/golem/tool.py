@@ -182,14 +182,22 @@ _SignalT = TypeVar("_SignalT", bound=BaseException)
 
 
 def find_signal(exc: BaseException, kind: type[_SignalT]) -> _SignalT | None:
-    """The first exception of type `kind` in `exc`'s cause/context chain, or None."""
+    """The first exception of type `kind` in `exc`'s cause/context chain, or None.
+
+    The chain follows `__cause__`, else `__context__` unless the raise said `from None`
+    (`__suppress_context__`): a tool that handles a signal and raises something else
+    `from None` has replaced the signal, not wrapped it.
+    """
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, kind):
             return cur
         seen.add(id(cur))
-        cur = cur.__cause__ if cur.__cause__ is not None else cur.__context__
+        nxt = cur.__cause__
+        if nxt is None and not cur.__suppress_context__:
+            nxt = cur.__context__
+        cur = nxt
     return None
 
 
