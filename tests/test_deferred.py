@@ -15,6 +15,8 @@ from typing import Any
 
 import pydantic
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from golem import (
     Agent,
@@ -43,6 +45,7 @@ from golem.tool import (
     ModelRetry,
     approved_call,
     call_approved,
+    find_signal,
 )
 
 INTERRUPTED = (
@@ -203,6 +206,82 @@ async def test_a_signal_replaced_from_none_is_not_a_deferral() -> None:
     retry = model.requests[1].messages[-1]
     assert retry.role == "tool"
     assert "no deferring here" in retry.content
+
+
+async def test_a_deferral_inside_a_task_group_pauses_the_call() -> None:
+    """A tool that fans out with `asyncio.TaskGroup` gets its subtask's `Deferred` back inside
+    an `ExceptionGroup`: the call pauses as if the tool had raised it itself (Go's errors.As
+    walks a joined error the same way)."""
+
+    async def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        async def check() -> None:
+            raise Deferred(DeferKind.APPROVAL, "needs a human")
+
+        async def lookup() -> None:
+            await asyncio.sleep(0)
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(lookup())
+            group.create_task(check())
+        return "unreachable"
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
+    result = await agent.run("go")
+    assert result.pending is not None
+    assert result.pending.approvals == [
+        PendingToolCall("c1", "t", "{}", "needs a human", DeferKind.APPROVAL)
+    ]
+    assert len(model.requests) == 1
+
+
+async def test_a_canceled_signal_inside_a_nested_group_cancels_the_run() -> None:
+    def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        inner = ExceptionGroup("inner", [ValueError("noise"), Canceled("stop here")])
+        raise ExceptionGroup("outer", [KeyError("k"), inner])
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage == Stage.CANCELED
+
+
+async def test_a_group_without_a_signal_is_an_ordinary_tool_error() -> None:
+    def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        raise ExceptionGroup("two failures", [ValueError("a"), KeyError("b")])
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    assert info.value.stage == Stage.TOOL
+    assert isinstance(info.value.__cause__.__cause__, ExceptionGroup)
+
+
+async def test_an_approved_rerun_deferring_again_inside_a_group_is_named() -> None:
+    """The approved re-run is checked the same way: a `Deferred` inside a group on the
+    approved pass is the 'deferred again' error, not a generic failure."""
+
+    async def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(_defer_now())
+        return "unreachable"
+
+    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
+    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
+    paused = await agent.run("go")
+    assert paused.pending is not None
+    with pytest.raises(RunError) as info:
+        await agent.run_with_deferred_results(
+            paused.messages, DeferredResults(approvals={"c1": Approval(True)})
+        )
+    assert info.value.stage == Stage.TOOL
+    assert "deferred again" in str(info.value)
+
+
+async def _defer_now() -> None:
+    raise Deferred(DeferKind.APPROVAL, "again")
 
 
 async def test_deferred_accepts_the_kind_as_a_plain_string() -> None:
@@ -874,3 +953,57 @@ async def test_timeout_of_a_sibling_beats_a_deferral_in_the_same_parallel_batch(
         await agent.run("go")
     assert info.value.stage is Stage.TOOL
     assert isinstance(info.value.__cause__, TimeoutError)
+
+
+# --------------------------------------------------------------------------- find_signal over trees
+
+
+@st.composite
+def _exception_trees(draw: st.DrawFn, depth: int = 0) -> BaseException:
+    """An exception with, at random, a cause or a (possibly suppressed) context, or a group of
+    such exceptions; leaves are `Deferred`, `Canceled` or plain errors."""
+    leaf = st.sampled_from(
+        [
+            lambda: Deferred(DeferKind.APPROVAL, "d"),
+            lambda: Canceled("c"),
+            lambda: ValueError("v"),
+            lambda: KeyError("k"),
+        ]
+    )
+    if depth >= 3 or draw(st.booleans()):
+        exc: BaseException = draw(leaf)()
+    else:
+        members = draw(st.lists(_exception_trees(depth + 1), min_size=1, max_size=3))
+        exc = ExceptionGroup("g", [m for m in members if isinstance(m, Exception)] or [ValueError()])
+    link = draw(st.sampled_from(["none", "cause", "context", "suppressed"]))
+    if link != "none" and depth < 3:
+        other = draw(_exception_trees(depth + 1))
+        if link == "cause":
+            exc.__cause__ = other
+        else:
+            exc.__context__ = other
+            exc.__suppress_context__ = link == "suppressed"
+    return exc
+
+
+def _first_in_preorder(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The reference: the exception itself, then its group members in order, then its chain."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for member in exc.exceptions:
+            found = _first_in_preorder(member, kind)
+            if found is not None:
+                return found
+    nxt = exc.__cause__
+    if nxt is None and not exc.__suppress_context__:
+        nxt = exc.__context__
+    return None if nxt is None else _first_in_preorder(nxt, kind)
+
+
+@given(_exception_trees())
+def test_find_signal_is_the_first_signal_in_preorder_over_chains_and_groups(
+    exc: BaseException,
+) -> None:
+    for kind in (Deferred, Canceled):
+        assert find_signal(exc, kind) is _first_in_preorder(exc, kind)

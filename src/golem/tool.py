@@ -182,22 +182,30 @@ _SignalT = TypeVar("_SignalT", bound=BaseException)
 
 
 def find_signal(exc: BaseException, kind: type[_SignalT]) -> _SignalT | None:
-    """The first exception of type `kind` in `exc`'s cause/context chain, or None.
+    """The first exception of type `kind` in `exc`'s chain and groups, or None.
 
     The chain follows `__cause__`, else `__context__` unless the raise said `from None`
     (`__suppress_context__`): a tool that handles a signal and raises something else
-    `from None` has replaced the signal, not wrapped it.
+    `from None` has replaced the signal, not wrapped it. An exception group (`asyncio.TaskGroup`,
+    `ExceptionGroup`) is searched member by member, depth first, before its own chain, the way
+    Go's `errors.As` walks a joined error.
     """
     seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
+    stack: list[BaseException] = [exc]
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
         if isinstance(cur, kind):
             return cur
         seen.add(id(cur))
         nxt = cur.__cause__
         if nxt is None and not cur.__suppress_context__:
             nxt = cur.__context__
-        cur = nxt
+        if nxt is not None:
+            stack.append(nxt)
+        if isinstance(cur, BaseExceptionGroup):
+            stack.extend(reversed(cur.exceptions))
     return None
 
 
