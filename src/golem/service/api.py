@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -964,7 +965,7 @@ async def start(request: Request) -> Response:
     run, replayed = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in, key
     )
-    headers = {"Location": f"/api/runs/{run.id}"}
+    headers = {"Location": "/api/runs/" + quote(run.id, safe="")}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
     return respond(

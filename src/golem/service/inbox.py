@@ -21,7 +21,7 @@ import math
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import jinja2
 from starlette.requests import Request
@@ -99,6 +99,7 @@ _STATIC_VERSIONS = {
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 _env.filters["reveal"] = reveal_html
+_env.globals["run_path"] = lambda run_id: path("runs", run_id)
 
 
 _NOTICES = {
@@ -175,10 +176,23 @@ def session(request: Request) -> tuple[Credential, str] | None:
     return None if cred is None or value is None else (cred, value)
 
 
+def _here(request: Request) -> str:
+    """This request's path and query as sent, escapes kept (`/runs/a%2Fb`, not `/runs/a/b`)."""
+    raw = request.scope.get("raw_path")
+    if raw:
+        here = quote(raw.split(b"?", 1)[0].decode("utf-8", "replace"), safe="/%" + _SUB_DELIMS)
+    else:  # no raw path: the decoded one, escaped again
+        here = quote(request.url.path, safe="/" + _SUB_DELIMS)
+    return here + (f"?{request.url.query}" if request.url.query else "")
+
+
+_SUB_DELIMS = ":@!$&'()*+,;=~"
+"""Characters a path keeps unescaped (RFC 3986 `pchar`, beside the unreserved ones)."""
+
+
 def login_redirect(request: Request) -> Response:
     """303 to the sign-in page, coming back to this page afterwards."""
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
+    return RedirectResponse("/login?" + urlencode({"next": _here(request)}), status_code=303)
 
 
 def _render(

@@ -67,6 +67,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    check_run_id,
 )
 
 __all__ = ["Conn", "Later", "SQLStore", "Tx"]
@@ -545,8 +546,7 @@ class SQLStore(abc.ABC):
 
     def _check_new(self, run: NewRun) -> tuple[str, datetime | None]:
         """Validate a run before any transaction; return its deps JSON and expiry."""
-        if not run.id:
-            raise ValueError("a run needs a non-empty id")
+        check_run_id(run.id)
         ids = [c.call_id for c in run.calls]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
