@@ -20,6 +20,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -29,7 +30,7 @@ from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
 from golem.service.limits import start_cursor
-from golem.store import ChangeFeed, RunNotFound, RunRecord
+from golem.store import AuditEntry, ChangeFeed, RunNotFound, RunStatus, Store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -71,6 +72,35 @@ def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class _RunFacts:
+    """What a change event says about its run, as the run is now."""
+
+    agent: str
+    status: RunStatus
+    parent_run_id: str | None
+
+
+async def _run_facts(
+    store: Store, entry: AuditEntry, seen: dict[str, _RunFacts | None]
+) -> _RunFacts | None:
+    """The entry's run's agent, current status and parent (None: no such run).
+
+    `changes_since` reads them along with the entry; a store that does not is asked for
+    the run, once per run in `seen`.
+    """
+    if entry.agent is not None and entry.run_status is not None:
+        return _RunFacts(entry.agent, entry.run_status, entry.parent_run_id)
+    if entry.run_id not in seen:
+        try:
+            run = await store.get_run(entry.run_id)
+        except RunNotFound:
+            seen[entry.run_id] = None
+        else:
+            seen[entry.run_id] = _RunFacts(run.agent, run.status, run.parent_run_id)
+    return seen[entry.run_id]
+
+
 async def _changes(
     request: Request, state: ServiceState, cred: Credential, cursor: int
 ) -> AsyncIterator[str]:
@@ -78,7 +108,7 @@ async def _changes(
     store = require_store(state)
     change_feed = getattr(store, "change_feed", None)
     feed: ChangeFeed | None = None if change_feed is None else change_feed()
-    runs: dict[str, RunRecord | None] = {}
+    runs: dict[str, _RunFacts | None] = {}
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
     beat = time.monotonic()
@@ -87,11 +117,7 @@ async def _changes(
         sent = cursor
         for entry in batch:
             cursor = entry.id
-            try:  # the current state: the run may have moved on since this entry
-                run = await store.get_run(entry.run_id)
-            except RunNotFound:
-                run = None
-            runs[entry.run_id] = run
+            run = await _run_facts(store, entry, runs)
             if run is None or not cred.approver.may_see(run.agent):
                 continue
             data = audit_json(entry)

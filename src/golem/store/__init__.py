@@ -378,7 +378,8 @@ class Store(Protocol):
 
         Entries appear in commit order across processes: a poller that advances `cursor`
         to the last returned ID never misses an entry. The SQL stores fill each entry's
-        `agent` (None for a run that no longer exists).
+        `agent`, `run_status` and `parent_run_id` as the run is when read (None for a run
+        that no longer exists).
         """
         ...
 

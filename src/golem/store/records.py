@@ -613,6 +613,11 @@ class AuditEntry:
     """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
     agent: str | None = field(default=None, compare=False)
     """The run's agent, where the listing reads it along (`changes_since`); else None."""
+    run_status: RunStatus | None = field(default=None, compare=False)
+    """The run's status when the listing was read (not when the entry was written), where
+    the listing reads it along (`changes_since`); else None."""
+    parent_run_id: str | None = field(default=None, compare=False)
+    """The run's `parent_run_id`, where the listing reads it along (`changes_since`)."""
 
 
 _T = TypeVar("_T")
