@@ -89,9 +89,7 @@ async def test_the_stream_still_names_a_runs_current_status_and_parent(
 
 
 @pytest.mark.parametrize("url", ["/api/audit?limit=500", "/audit", "/audit?format=csv"])
-async def test_the_audit_views_read_no_run(
-    store: Store, registry: Any, url: str
-) -> None:
+async def test_the_audit_views_read_no_run(store: Store, registry: Any, url: str) -> None:
     await _history(store, registry)
     counting = Counting(store)
     app = create_app(registry, counting, auth=make_auth())  # type: ignore[arg-type]
@@ -108,9 +106,7 @@ async def test_the_audit_views_read_no_run(
     assert counting.calls["get_run"] == 0, counting.calls
 
 
-async def test_the_notifier_reads_only_the_runs_it_notifies(
-    store: Store, registry: Any
-) -> None:
+async def test_the_notifier_reads_only_the_runs_it_notifies(store: Store, registry: Any) -> None:
     # Found: the notifier read the run of every created or ended entry, for every agent,
     # before finding that no webhook wanted it or that it had moved on.
     await _history(store, registry)
@@ -129,3 +125,34 @@ async def test_the_notifier_reads_only_the_runs_it_notifies(
     ended = [d for d in notifier.deliveries if d.event == "run.ended"]
     assert len(ended) == 2 == len(sent)  # the two echo runs, which answered at once
     assert counting.calls["get_run"] == len(ended), counting.calls
+
+
+async def test_a_keyed_start_reads_its_run_once(store: Store, registry: Any) -> None:
+    # Found: a start with an Idempotency-Key read its run twice (the service's own lookup
+    # for the replay flag, then start_run's), on the first start and on every repeat.
+    counting = Counting(store)
+    app = create_app(registry, counting, auth=make_auth())  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    body = {"agent": "twin", "prompt": "ship it"}
+    headers = {**bearer("alice"), "Idempotency-Key": "k-1"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        first = await c.post("/api/runs", json=body, headers=headers)
+        assert first.status_code == 201
+        assert "Idempotent-Replayed" not in first.headers
+        assert counting.calls["get_run"] == 1, counting.calls
+        counting.calls.clear()
+        again = await c.post("/api/runs", json=body, headers=headers)
+        assert again.status_code == 200
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.json()["run"]["id"] == first.json()["run"]["id"]
+        assert counting.calls["get_run"] == 1, counting.calls
+        assert counting.calls["save_pending"] == 0
+        counting.calls.clear()
+        other = await c.post("/api/runs", json={**body, "prompt": "other"}, headers=headers)
+        assert other.status_code == 409
+        assert other.json()["error"]["code"] == "idempotency_key_reused"
+        assert counting.calls["get_run"] == 1, counting.calls
+        counting.calls.clear()
+        plain = await c.post("/api/runs", json=body, headers=bearer("alice"))
+        assert plain.status_code == 201
+        assert counting.calls["get_run"] == 0, counting.calls

@@ -15,7 +15,7 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
 from pydantic import BaseModel, ValidationError
@@ -753,6 +753,30 @@ def _request_idempotency_key(request: Request) -> str | None:
     return key
 
 
+class _Lookups:
+    """The store as `start_run` uses it, noting whether a lookup found the run `run_id`.
+
+    A keyed start's only read of its run is `start_run`'s own lookup: the run it returns
+    is an earlier start's (a replay) exactly when that lookup found it — before running
+    the agent, or after losing the race to save to a concurrent repeat.
+    """
+
+    def __init__(self, store: Store, run_id: str | None) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.found = False
+        """Whether `get_run(run_id)` returned a run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        run = await self._store.get_run(run_id)
+        if run_id == self._run_id:
+            self.found = True
+        return run
+
+
 async def start_for(
     state: ServiceState,
     cred: Credential,
@@ -774,18 +798,11 @@ async def start_for(
     # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
-    store = require_store(state)
     run_id = None if key is None else _idempotent_run_id(cred.approver.identity, key)
-    replayed = False
-    if run_id is not None:
-        try:
-            await store.get_run(run_id)
-            replayed = True
-        except RunNotFound:
-            pass
+    store = _Lookups(require_store(state), run_id)
     try:
         run = await start_run(
-            store,
+            cast(Store, store),
             state.registry,
             agent,
             prompt,
@@ -795,13 +812,13 @@ async def start_for(
             seal_key=state.seal_key,
             run_id=run_id,
         )
-        return run, replayed
+        return run, store.found
     except StoreError:
         raise
     except ValueError as exc:
-        if not replayed:
+        if not store.found:
             raise _invalid_deps(agent, exc) from None
-        # start_run compared the existing run before anything else
+        # start_run found a run under the key's ID and compared it: another start
         raise ApiError(
             409,
             "idempotency_key_reused",
