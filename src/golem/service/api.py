@@ -421,7 +421,8 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
         raise _store_error(exc) from None
     if not cred.approver.may_see(run.agent):
         raise ApiError(
-            403, "forbidden", f'{cred.approver.identity} may not see runs of agent "{run.agent}"'
+            # the agent's name is not given: an approver learns no agent they may not see
+            403, "forbidden", f"{cred.approver.identity} may not see this run"
         )
     return run
 
@@ -618,6 +619,31 @@ async def decide_call(
     state: ServiceState, cred: Credential, run_id: str, call_id: str, decision: Decision
 ) -> tuple[DecisionRecord, RunRecord]:
     """Record `decision` as `cred`'s identity after the 404/403 checks; map store refusals."""
+    await _decidable(state, cred, run_id, call_id)
+    store = require_store(state)
+    identity = cred.approver.identity
+    try:
+        record = await store.decide(run_id, call_id, decision, decided_by=identity)
+    except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
+        raise _store_error(exc) from None
+    if record.decided_by != identity:
+        # The store takes the same decision again from anyone as a no-op and returns the
+        # recorded one: another approver decided first (say, at the same moment). Only
+        # the approver who decided gets 200 for it, so a repeat is safe to send and no
+        # one is told they decided what someone else did.
+        raise ApiError(
+            409,
+            "decision_conflict",
+            f'call "{call_id}" of run "{run_id}" is already decided ({record.kind.value} by '
+            f"{record.decided_by})",
+        )
+    return record, await store.get_run(run_id)
+
+
+async def _decidable(
+    state: ServiceState, cred: Credential, run_id: str, call_id: str
+) -> tuple[RunRecord, PendingCallRecord]:
+    """The run and its call `call_id`, after the 404/403 checks of a decision."""
     run = await load_run(state, cred, run_id)
     try:
         call = run.call(call_id)
@@ -629,12 +655,7 @@ async def decide_call(
             "forbidden",
             f'{cred.approver.identity} may not decide calls of tool "{call.tool_name}"',
         )
-    store = require_store(state)
-    try:
-        record = await store.decide(run_id, call_id, decision, decided_by=cred.approver.identity)
-    except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
-        raise _store_error(exc) from None
-    return record, await store.get_run(run_id)
+    return run, call
 
 
 def _schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
@@ -680,11 +701,7 @@ async def edited_approval(
         ApiError: 422 when the text is not a JSON object, does not fit the tool's schema,
             or the store cannot record edited arguments; 404/403 as for any decision.
     """
-    run = await load_run(state, cred, run_id)
-    try:
-        call = run.call(call_id)
-    except CallNotFound as exc:
-        raise _store_error(exc) from None
+    run, call = await _decidable(state, cred, run_id, call_id)  # 403 before any 422
     try:
         value = parse_json(text)
     except ApiError as exc:
@@ -696,7 +713,7 @@ async def edited_approval(
         original = json.loads(call.args)
     except ValueError:
         original = None
-    if value == original:
+    if _same_json(value, original):
         return Decision.approve()
     entry = state.registry.get(run.agent)
     tool = entry.agent.tools.get(call.tool_name) if entry is not None else None
@@ -718,6 +735,18 @@ async def edited_approval(
     except InvalidDecision as exc:
         raise _store_error(exc) from None
     return decision
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same JSON, types included.
+
+    Python's `==` takes `true` for `1`, `false` for `0`, `1.0` for `1` and `-0.0` for `0`:
+    an approver who changed one into the other would see the edit dropped.
+    """
+    try:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    except (TypeError, ValueError):
+        return False
 
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -788,8 +817,14 @@ async def start_for(
 ) -> tuple[RunRecord, bool]:
     """Start a run of `agent` as `cred`'s identity after the 422/403 checks; the run and
     whether it is the one an earlier start with the same idempotency `key` saved."""
-    if agent not in state.registry:
-        raise ApiError(422, "unknown_agent", f'no agent named "{agent}" is registered')
+    if agent not in state.registry or not cred.approver.may_see(agent):
+        # an agent the caller may not see is answered as one that does not exist: the
+        # answer is no oracle of other teams' agents' names
+        raise ApiError(
+            422,
+            "unknown_agent",
+            f'no agent named "{agent}" is registered for {cred.approver.identity}',
+        )
     if not cred.approver.may_start(agent):
         raise ApiError(
             403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
