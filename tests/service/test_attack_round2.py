@@ -13,10 +13,11 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 
 from golem.errors import StoreError
-from golem.service import create_app
+from golem.service import Approver, AuthConfig, create_app
 from golem.service.views import path
 from golem.store import CallKind, NewCall, NewRun, RunStatus, Store
 from golem.worker import Worker
@@ -274,3 +275,56 @@ async def test_an_approver_who_may_see_but_not_start_still_gets_403(
     )
     assert res.status_code == 403
     assert TOKENS["vic"] not in res.text
+
+
+# --------------------------------------------------------------------------- Unicode
+
+
+@pytest.mark.parametrize(
+    "identity", ["ali\u202ece", "al\u200bice", "alice\x1b[2K", "alice\nbob", "\u2066alice"]
+)
+def test_an_identity_with_hidden_characters_is_refused(identity: str) -> None:
+    # Found: an identity is recorded as decided_by and shown in the audit log, its CSV and
+    # the webhooks; a bidi override or zero-width character let it read as another's.
+    with pytest.raises(ValueError, match="invisible"):
+        Approver(identity)
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [("alice", "Alice"), ("zo\u00eb", "zoe\u0308"), ("\uff41lice", "alice")],
+)
+def test_identities_that_differ_only_in_case_or_unicode_form_are_refused(
+    one: str, two: str
+) -> None:
+    with pytest.raises(ValueError, match="differ only"):
+        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    # one identity behind two tokens stays allowed
+    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(one)}, secret=b"s" * 32)
+
+
+async def test_call_ids_that_differ_only_in_unicode_form_are_decided_apart(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    # Nothing between the form and the store normalizes: each card decides its own call.
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    calls = tuple(
+        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in (composed, decomposed)
+    )
+    await store.save_pending(
+        NewRun(id="nfc", agent="twin", conversation_id="c", history="[]", calls=calls)
+    )
+    csrf = await sign_in(client)
+    page = await client.get(path("runs", "nfc"))
+    action = path("runs", "nfc", "calls", decomposed, "decision")
+    assert f'action="{action}"' in page.text
+    res = await client.post(action, data={"csrf": csrf, "decision": "deny"})
+    assert res.status_code == 303
+    run = await store.get_run("nfc")
+    assert run.call(decomposed).decision is not None
+    assert run.call(composed).decision is None
+    res = await client.post(
+        _url("nfc", composed), json={"decision": "approve"}, headers=bearer("alice")
+    )
+    assert res.status_code == 200
+    assert (await store.get_run("nfc")).call(composed).decision.kind.value == "approve"  # type: ignore[union-attr]
