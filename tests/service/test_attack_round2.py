@@ -328,3 +328,25 @@ async def test_call_ids_that_differ_only_in_unicode_form_are_decided_apart(
     )
     assert res.status_code == 200
     assert (await store.get_run("nfc")).call(composed).decision.kind.value == "approve"  # type: ignore[union-attr]
+
+
+async def test_approve_all_sent_again_after_the_calls_were_decided_is_a_409(
+    client: httpx.AsyncClient, store: Store, start: StartRun, registry: Any
+) -> None:
+    # Found: the bulk form decided the undecided calls it found — none, once they were
+    # decided — and answered with its success notice ("Approved every call of the run."),
+    # whether the run was still pending or had resumed long ago.
+    run = await start("twin")
+    csrf = await sign_in(client, "olga")
+    url = path("runs", run["id"], "decisions")
+    first = await client.post(url, data={"csrf": csrf, "decision": "approve"})
+    assert first.status_code == 303
+    again = await client.post(url, data={"csrf": csrf, "decision": "approve"})
+    assert again.status_code == 409, again.text[:300]
+    assert "notice=" not in again.headers.get("location", "")
+    assert await Worker(store, registry).run_once()
+    before = await store.audit(run["id"])
+    late = await client.post(url, data={"csrf": csrf, "decision": "deny"})
+    assert late.status_code == 409
+    assert "completed" in late.text
+    assert await store.audit(run["id"]) == before

@@ -745,6 +745,12 @@ async def decide_run_form(request: Request) -> Response:
     run = await load_run(state, cred, request.path_params["run_id"])
     kind = form.get("decision", "")
     calls = [c for c in run.undecided if cred.approver.may_decide(run.agent, c.tool_name)]
+    if run.status is not RunStatus.PENDING:  # a form sent again after the run moved on
+        raise ApiError(
+            409, "run_not_pending", f"the run is {run.status.value}: its calls were decided"
+        )
+    if not calls:  # decided meanwhile (by someone else, or by this form sent twice)
+        raise ApiError(409, "nothing_to_decide", "no call of this run waits for your decision")
     if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
         raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
     if kind == "approve":
