@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -21,6 +22,7 @@ from golem.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Sto
 from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_inbox import sign_in
+from tests.store.backends import BACKENDS, Backend, backend_for
 
 _CALLS = (
     NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "staging"}'),
@@ -217,3 +219,43 @@ def test_a_real_server_routes_an_escaped_slash(registry: Any, tmp_path: Path) ->
         url = "/api" + path("runs", "team/ops?#1", "calls", "c1", "decision")
         res = c.post(url, json={"decision": "deny"}, headers=bearer("alice"))
         assert res.status_code == 200, res.text
+
+
+_HARD_IDS = [
+    "a/b",
+    "%2F",
+    "q?x=1#f",
+    "sp ace",
+    "line\nbreak",
+    "\u2028",
+    "ünï/cødé",
+    "emoji \U0001f680",
+    "\\",
+    "x" * MAX_RUN_ID,
+    "~.-_",
+    "..a",
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    with backend_for(request.param, tmp_path) as b:
+        yield b
+
+
+async def test_hard_run_ids_are_reachable_on_every_backend(
+    backend: Backend, registry: Any
+) -> None:
+    store = await backend.open()
+    try:
+        app = create_app(
+            registry, store, auth=make_auth(), undo_seconds=0, login_attempts_per_minute=100
+        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            for run_id in _HARD_IDS:
+                await store.save_pending(_run(run_id))
+                await _check_reachable(c, store, run_id)
+                c.cookies.clear()
+    finally:
+        await store.close()
