@@ -85,17 +85,17 @@ PUBLIC_ALL = {
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.store": (
-        "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
-        "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
+        "CallNotFound ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
         "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreTimeout open_store "
         "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
-        "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
-        "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
-        "LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
+        "CallNotFound ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
         "RunNotPending RunRecord RunStatus StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",

@@ -177,7 +177,7 @@ async def test_start_validation_errors_name_the_fields(client: httpx.AsyncClient
     [
         (None, "twin", 401, "unauthenticated"),
         ("vic", "twin", 403, "forbidden"),
-        ("olga", "mixed", 403, "forbidden"),
+        ("olga", "mixed", 422, "unknown_agent"),  # as if it did not exist (no name oracle)
     ],
 )
 async def test_start_needs_a_token_and_the_right_to_start(
@@ -384,9 +384,14 @@ async def test_the_same_decision_again_is_a_no_op(
     run = await start("twin")
     first = await decide(client, run["id"], "c1", {"decision": "approve"})
     before = await snapshot(store, run["id"])
-    again = await decide(client, run["id"], "c1", {"decision": "approve"}, "olga")
+    again = await decide(client, run["id"], "c1", {"decision": "approve"})
     assert again.status_code == 200
     assert again.json()["decision"] == first.json()["decision"]
+    assert await snapshot(store, run["id"]) == before
+    # the same decision by another approver is no repeat: they did not decide it (409)
+    other = await decide(client, run["id"], "c1", {"decision": "approve"}, "olga")
+    error_of(other, 409, "decision_conflict")
+    assert "approve by alice" in other.json()["error"]["message"]
     assert await snapshot(store, run["id"]) == before
 
 

@@ -13,6 +13,7 @@ from golem.store import (
     Decision,
     Outcome,
     RunNotFound,
+    RunStatus,
     Store,
     open_store,
 )
@@ -91,6 +92,24 @@ async def test_changes_since_pages_through_the_global_log(backend: Backend) -> N
     finally:
         await writer.close()
         await reader.close()
+
+
+async def test_changes_since_reads_each_runs_agent_status_and_parent_along(store: Store) -> None:
+    # so that event streams and notifiers need not read every run to learn them
+    run = await store.save_pending(make_run())
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    await store.claim_ready("w1", 10)
+    child = make_run()
+    await store.finish(run.id, "w1", Outcome.paused(child))
+    entries = await store.changes_since(0, limit=100)
+    mine = [e for e in entries if e.run_id == run.id]
+    assert {(e.agent, e.run_status, e.parent_run_id) for e in mine} == {
+        ("ops", RunStatus.PAUSED, None)  # as the run is now, for every entry
+    }
+    theirs = [e for e in entries if e.run_id == child.id]
+    assert theirs
+    assert {(e.run_status, e.parent_run_id) for e in theirs} == {(RunStatus.PENDING, run.id)}
+    assert all(e.run_status is None for e in await store.audit(run.id))  # not read along
 
 
 async def test_rejected_operations_append_no_audit_entries(store: Store) -> None:

@@ -15,7 +15,8 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import quote
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -420,7 +421,8 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
         raise _store_error(exc) from None
     if not cred.approver.may_see(run.agent):
         raise ApiError(
-            403, "forbidden", f'{cred.approver.identity} may not see runs of agent "{run.agent}"'
+            # the agent's name is not given: an approver learns no agent they may not see
+            403, "forbidden", f"{cred.approver.identity} may not see this run"
         )
     return run
 
@@ -617,6 +619,31 @@ async def decide_call(
     state: ServiceState, cred: Credential, run_id: str, call_id: str, decision: Decision
 ) -> tuple[DecisionRecord, RunRecord]:
     """Record `decision` as `cred`'s identity after the 404/403 checks; map store refusals."""
+    await _decidable(state, cred, run_id, call_id)
+    store = require_store(state)
+    identity = cred.approver.identity
+    try:
+        record = await store.decide(run_id, call_id, decision, decided_by=identity)
+    except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
+        raise _store_error(exc) from None
+    if record.decided_by != identity:
+        # The store takes the same decision again from anyone as a no-op and returns the
+        # recorded one: another approver decided first (say, at the same moment). Only
+        # the approver who decided gets 200 for it, so a repeat is safe to send and no
+        # one is told they decided what someone else did.
+        raise ApiError(
+            409,
+            "decision_conflict",
+            f'call "{call_id}" of run "{run_id}" is already decided ({record.kind.value} by '
+            f"{record.decided_by})",
+        )
+    return record, await store.get_run(run_id)
+
+
+async def _decidable(
+    state: ServiceState, cred: Credential, run_id: str, call_id: str
+) -> tuple[RunRecord, PendingCallRecord]:
+    """The run and its call `call_id`, after the 404/403 checks of a decision."""
     run = await load_run(state, cred, run_id)
     try:
         call = run.call(call_id)
@@ -628,12 +655,7 @@ async def decide_call(
             "forbidden",
             f'{cred.approver.identity} may not decide calls of tool "{call.tool_name}"',
         )
-    store = require_store(state)
-    try:
-        record = await store.decide(run_id, call_id, decision, decided_by=cred.approver.identity)
-    except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
-        raise _store_error(exc) from None
-    return record, await store.get_run(run_id)
+    return run, call
 
 
 def _schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
@@ -679,11 +701,7 @@ async def edited_approval(
         ApiError: 422 when the text is not a JSON object, does not fit the tool's schema,
             or the store cannot record edited arguments; 404/403 as for any decision.
     """
-    run = await load_run(state, cred, run_id)
-    try:
-        call = run.call(call_id)
-    except CallNotFound as exc:
-        raise _store_error(exc) from None
+    run, call = await _decidable(state, cred, run_id, call_id)  # 403 before any 422
     try:
         value = parse_json(text)
     except ApiError as exc:
@@ -695,7 +713,7 @@ async def edited_approval(
         original = json.loads(call.args)
     except ValueError:
         original = None
-    if value == original:
+    if _same_json(value, original):
         return Decision.approve()
     entry = state.registry.get(run.agent)
     tool = entry.agent.tools.get(call.tool_name) if entry is not None else None
@@ -717,6 +735,18 @@ async def edited_approval(
     except InvalidDecision as exc:
         raise _store_error(exc) from None
     return decision
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Whether two parsed JSON values are the same JSON, types included.
+
+    Python's `==` takes `true` for `1`, `false` for `0`, `1.0` for `1` and `-0.0` for `0`:
+    an approver who changed one into the other would see the edit dropped.
+    """
+    try:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    except (TypeError, ValueError):
+        return False
 
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -752,6 +782,30 @@ def _request_idempotency_key(request: Request) -> str | None:
     return key
 
 
+class _Lookups:
+    """The store as `start_run` uses it, noting whether a lookup found the run `run_id`.
+
+    A keyed start's only read of its run is `start_run`'s own lookup: the run it returns
+    is an earlier start's (a replay) exactly when that lookup found it — before running
+    the agent, or after losing the race to save to a concurrent repeat.
+    """
+
+    def __init__(self, store: Store, run_id: str | None) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.found = False
+        """Whether `get_run(run_id)` returned a run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        run = await self._store.get_run(run_id)
+        if run_id == self._run_id:
+            self.found = True
+        return run
+
+
 async def start_for(
     state: ServiceState,
     cred: Credential,
@@ -763,8 +817,14 @@ async def start_for(
 ) -> tuple[RunRecord, bool]:
     """Start a run of `agent` as `cred`'s identity after the 422/403 checks; the run and
     whether it is the one an earlier start with the same idempotency `key` saved."""
-    if agent not in state.registry:
-        raise ApiError(422, "unknown_agent", f'no agent named "{agent}" is registered')
+    if agent not in state.registry or not cred.approver.may_see(agent):
+        # an agent the caller may not see is answered as one that does not exist: the
+        # answer is no oracle of other teams' agents' names
+        raise ApiError(
+            422,
+            "unknown_agent",
+            f'no agent named "{agent}" is registered for {cred.approver.identity}',
+        )
     if not cred.approver.may_start(agent):
         raise ApiError(
             403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
@@ -773,18 +833,11 @@ async def start_for(
     # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
-    store = require_store(state)
     run_id = None if key is None else _idempotent_run_id(cred.approver.identity, key)
-    replayed = False
-    if run_id is not None:
-        try:
-            await store.get_run(run_id)
-            replayed = True
-        except RunNotFound:
-            pass
+    store = _Lookups(require_store(state), run_id)
     try:
         run = await start_run(
-            store,
+            cast(Store, store),
             state.registry,
             agent,
             prompt,
@@ -794,13 +847,13 @@ async def start_for(
             seal_key=state.seal_key,
             run_id=run_id,
         )
-        return run, replayed
+        return run, store.found
     except StoreError:
         raise
     except ValueError as exc:
-        if not replayed:
+        if not store.found:
             raise _invalid_deps(agent, exc) from None
-        # start_run compared the existing run before anything else
+        # start_run found a run under the key's ID and compared it: another start
         raise ApiError(
             409,
             "idempotency_key_reused",
@@ -964,7 +1017,7 @@ async def start(request: Request) -> Response:
     run, replayed = await start_for(
         _state(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in, key
     )
-    headers = {"Location": f"/api/runs/{run.id}"}
+    headers = {"Location": "/api/runs/" + quote(run.id, safe="")}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
     return respond(

@@ -16,6 +16,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -89,6 +90,59 @@ class _AnyText(Convertor[str]):
 register_url_convertor("golem_any", _AnyText())
 
 
+def _segment_path(scope: Scope) -> str | None:
+    """The request's route path with `/` and `%` inside a segment kept escaped (`%2F`,
+    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`.
+
+    Servers decode `%2F` into the `path` they route on, so `/runs/a%2Fb` would reach no
+    run at all (`{run_id}` stops at `/`); the raw path still tells a separator from a
+    slash that belongs to an ID.
+    """
+    raw = scope.get("raw_path")
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root + "/"):  # as Starlette routes: below the root path
+        path = path[len(root) :]
+    if not raw or not path.startswith("/"):
+        return None
+    segments = [
+        unquote_to_bytes(s).decode("utf-8", "replace")
+        for s in raw.split(b"?", 1)[0].split(b"/")
+    ]
+    for start in range(1, len(segments)):  # the tail that is the route path (past a root)
+        tail = segments[start:]
+        if "/" + "/".join(tail) == path:
+            return "/" + "/".join(t.replace("%", "%25").replace("/", "%2F") for t in tail)
+    return None
+
+
+class _Route(Route):
+    """A route whose path parameters may hold any character, `/` and `%` included.
+
+    Matched against the request's segments (`_segment_path`): a parameter such as
+    `{run_id}` spans one segment, whatever its escapes decode to, so a run whose ID holds
+    `/` is reached as `/runs/a%2Fb`. A `golem_any` parameter may span several segments
+    (a call ID sent with its slashes unescaped still arrives whole).
+    """
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http":
+            return super().matches(scope)
+        routed = _segment_path(scope)
+        if routed is None:  # no raw path to tell separators apart: the server's path
+            return super().matches(scope)
+        match = self.path_regex.match(routed)
+        if not match:
+            return Match.NONE, {}
+        params: dict[str, Any] = dict(scope.get("path_params", {}))
+        for key, value in match.groupdict().items():
+            params[key] = self.param_convertors[key].convert(unquote(value))
+        child: Scope = {"endpoint": self.endpoint, "path_params": params}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child
+        return Match.FULL, child
+
+
 EVENTS = GuardedEvents(stream.events)
 EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
     op_id="streamChanges",
@@ -103,32 +157,32 @@ EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
 
 ROUTES: list[BaseRoute] = [
     # JSON API (bearer tokens; /api/events also takes a stream token or the session)
-    Route("/api/health", api.health, methods=["GET"]),
-    Route("/api/openapi.json", _openapi, methods=["GET"]),
-    Route("/api/whoami", api.whoami, methods=["GET"]),
-    Route("/api/agents", api.agents, methods=["GET"]),
-    Route("/api/runs", api.list_runs, methods=["GET"]),
-    Route("/api/runs", api.start, methods=["POST"]),
-    Route("/api/calls", api.list_calls, methods=["GET"]),
-    Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
-    Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
-    Route("/api/audit", audit.api_audit, methods=["GET"]),
-    Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
-    Route("/api/events", EVENTS, methods=["GET"]),
-    Route("/api/stream-token", api.stream_token, methods=["POST"]),
+    _Route("/api/health", api.health, methods=["GET"]),
+    _Route("/api/openapi.json", _openapi, methods=["GET"]),
+    _Route("/api/whoami", api.whoami, methods=["GET"]),
+    _Route("/api/agents", api.agents, methods=["GET"]),
+    _Route("/api/runs", api.list_runs, methods=["GET"]),
+    _Route("/api/runs", api.start, methods=["POST"]),
+    _Route("/api/calls", api.list_calls, methods=["GET"]),
+    _Route("/api/runs/{run_id}", api.show_run, methods=["GET"]),
+    _Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
+    _Route("/api/audit", audit.api_audit, methods=["GET"]),
+    _Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
+    _Route("/api/events", EVENTS, methods=["GET"]),
+    _Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
-    Route("/", inbox.inbox_page, methods=["GET"]),
-    Route("/login", inbox.login_page, methods=["GET"]),
-    Route("/login", inbox.login, methods=["POST"]),
-    Route("/logout", inbox.logout, methods=["POST"]),
-    Route("/runs", inbox.runs_page, methods=["GET"]),
-    Route("/runs", inbox.start_form, methods=["POST"]),
-    Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
-    Route("/audit", audit.audit_page, methods=["GET"]),
-    Route("/notifications", audit.deliveries_page, methods=["GET"]),
-    Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
-    Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
-    Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
+    _Route("/", inbox.inbox_page, methods=["GET"]),
+    _Route("/login", inbox.login_page, methods=["GET"]),
+    _Route("/login", inbox.login, methods=["POST"]),
+    _Route("/logout", inbox.logout, methods=["POST"]),
+    _Route("/runs", inbox.runs_page, methods=["GET"]),
+    _Route("/runs", inbox.start_form, methods=["POST"]),
+    _Route("/runs/{run_id}", inbox.run_page, methods=["GET"]),
+    _Route("/audit", audit.audit_page, methods=["GET"]),
+    _Route("/notifications", audit.deliveries_page, methods=["GET"]),
+    _Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
+    _Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
+    _Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""

@@ -41,6 +41,7 @@ import os
 import secrets
 import threading
 import time
+import unicodedata
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from golem import _tracing
+from golem._display import has_hidden
 
 __all__ = ["Approver", "AuthConfig", "Credential"]
 
@@ -70,7 +72,8 @@ class Approver:
     """An identity that may use the service, and what it may touch."""
 
     identity: str
-    """Name recorded as `decided_by` / `started_by` (for example an e-mail address)."""
+    """Name recorded as `decided_by` / `started_by` (for example an e-mail address); no
+    control, format or invisible characters (`ValueError`)."""
     _: KW_ONLY
     agents: frozenset[str] | None = None
     """Agents whose runs this approver may see, start and decide; `None` means all."""
@@ -82,6 +85,13 @@ class Approver:
     def __post_init__(self) -> None:
         if not self.identity or not self.identity.strip():
             raise ValueError("an approver needs a non-empty identity")
+        if has_hidden(self.identity) or "\n" in self.identity or "\t" in self.identity:
+            # recorded as decided_by / started_by: a bidi override or a zero-width character
+            # would make one approver's name read as another's in the audit log
+            raise ValueError(
+                f"approver identity {self.identity!r} holds a control, format or invisible "
+                "character"
+            )
         # Accept any iterable of names (a list from JSON, a set in code) and freeze it.
         if self.agents is not None and not isinstance(self.agents, frozenset):
             object.__setattr__(self, "agents", frozenset(self.agents))
@@ -147,6 +157,21 @@ def _approver_from_obj(key: str, obj: Any) -> Approver:
     )
 
 
+def _refuse_lookalikes(identities: Iterable[str]) -> None:
+    """`ValueError` when two different identities are one under Unicode compatibility
+    normalization and case folding (`Alice` and `alice`, `é` composed and decomposed, a
+    fullwidth `ａ` and `a`): the audit log would show two approvers as one."""
+    seen: dict[str, str] = {}
+    for identity in identities:
+        key = unicodedata.normalize("NFKC", identity).casefold()
+        other = seen.setdefault(key, identity)
+        if other != identity:
+            raise ValueError(
+                f"approver identities {other!r} and {identity!r} differ only in case or "
+                "Unicode form: give each approver one spelling"
+            )
+
+
 @dataclass(frozen=True)
 class AuthConfig:
     """Bearer tokens and the approvers they stand for.
@@ -159,8 +184,9 @@ class AuthConfig:
         stream_token_seconds: lifetime of a stream token (checked when a stream opens).
 
     Raises:
-        ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, or a
-            non-positive lifetime.
+        ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
+            non-positive lifetime, or two identities that differ only in case or Unicode
+            form.
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)
@@ -200,6 +226,7 @@ class AuthConfig:
             else:
                 digest = _token_digest(key)
             by_digest[digest] = approver
+        _refuse_lookalikes(a.identity for a in by_digest.values())
         object.__setattr__(self, "_by_digest", by_digest)
         object.__setattr__(self, "_by_subject", {self._subject(d): d for d in by_digest})
         object.__setattr__(self, "_revoked", {})

@@ -21,7 +21,7 @@ import math
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import jinja2
 from starlette.requests import Request
@@ -99,6 +99,7 @@ _STATIC_VERSIONS = {
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 _env.filters["reveal"] = reveal_html
+_env.globals["run_path"] = lambda run_id: path("runs", run_id)
 
 
 _NOTICES = {
@@ -175,10 +176,23 @@ def session(request: Request) -> tuple[Credential, str] | None:
     return None if cred is None or value is None else (cred, value)
 
 
+def _here(request: Request) -> str:
+    """This request's path and query as sent, escapes kept (`/runs/a%2Fb`, not `/runs/a/b`)."""
+    raw = request.scope.get("raw_path")
+    if raw:
+        here = quote(raw.split(b"?", 1)[0].decode("utf-8", "replace"), safe="/%" + _SUB_DELIMS)
+    else:  # no raw path: the decoded one, escaped again
+        here = quote(request.url.path, safe="/" + _SUB_DELIMS)
+    return here + (f"?{request.url.query}" if request.url.query else "")
+
+
+_SUB_DELIMS = ":@!$&'()*+,;=~"
+"""Characters a path keeps unescaped (RFC 3986 `pchar`, beside the unreserved ones)."""
+
+
 def login_redirect(request: Request) -> Response:
     """303 to the sign-in page, coming back to this page afterwards."""
-    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
+    return RedirectResponse("/login?" + urlencode({"next": _here(request)}), status_code=303)
 
 
 def _render(
@@ -731,6 +745,12 @@ async def decide_run_form(request: Request) -> Response:
     run = await load_run(state, cred, request.path_params["run_id"])
     kind = form.get("decision", "")
     calls = [c for c in run.undecided if cred.approver.may_decide(run.agent, c.tool_name)]
+    if run.status is not RunStatus.PENDING:  # a form sent again after the run moved on
+        raise ApiError(
+            409, "run_not_pending", f"the run is {run.status.value}: its calls were decided"
+        )
+    if not calls:  # decided meanwhile (by someone else, or by this form sent twice)
+        raise ApiError(409, "nothing_to_decide", "no call of this run waits for your decision")
     if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
         raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
     if kind == "approve":

@@ -46,7 +46,7 @@ import httpx
 
 from golem._ids import new_id
 from golem.messages import loads_history
-from golem.store import AuditAction, RunNotFound, RunRecord, RunStatus, Store, utc_now
+from golem.store import AuditAction, AuditEntry, RunNotFound, RunRecord, RunStatus, Store, utc_now
 
 __all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 
@@ -137,6 +137,16 @@ class Delivery:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     """Each attempt: at, status (HTTP status or None), error."""
     state: Literal["pending", "delivered", "failed"] = "pending"
+
+
+_ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.INTERRUPTED})
+
+
+def _fits(event: Event, status: RunStatus) -> bool:
+    """Whether a run now `status` is still worth `event` (a pause still pending, an end)."""
+    if event == "run.paused":
+        return status is RunStatus.PENDING
+    return status in _ENDED
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -277,25 +287,26 @@ class Notifier:
             for entry in batch:
                 cursor = entry.id
                 event = self._event_of(entry.action)
-                if event is None:
+                if event is None or not self._may_notify(event, entry):
                     continue
-                try:
+                try:  # the payload: the run with its calls (read only for a notification)
                     run = await self.store.get_run(entry.run_id)
                 except RunNotFound:
                     continue
-                if event == "run.paused" and run.status is not RunStatus.PENDING:
-                    continue
-                if event == "run.ended" and run.status not in (
-                    RunStatus.COMPLETED,
-                    RunStatus.FAILED,
-                    RunStatus.INTERRUPTED,
-                ):
+                if not _fits(event, run.status):
                     continue
                 self.notify(event, run)
             if len(batch) < 200:
                 break
         await self._check_deadlines(now or utc_now())
         return cursor
+
+    def _may_notify(self, event: Event, entry: AuditEntry) -> bool:
+        """False when the entry's run, as `changes_since` read it along, is sure not to be
+        notified: its status does not fit the event, or no webhook wants its agent."""
+        if entry.run_status is not None and not _fits(event, entry.run_status):
+            return False
+        return entry.agent is None or any(w.wants(event, entry.agent) for w in self.webhooks)
 
     @staticmethod
     def _event_of(action: AuditAction) -> Event | None:

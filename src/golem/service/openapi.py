@@ -265,7 +265,13 @@ def openapi_document(
     paths: dict[str, dict[str, Any]] = {}
     for path, names, method, spec in described:
         params: list[dict[str, Any]] = [
-            {"name": n, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+            {
+                "name": n,
+                "in": "path",
+                "required": True,
+                "description": "Any text, percent-encoded as one path segment (`/` as `%2F`).",
+                "schema": {"type": "string", "minLength": 1},
+            }
             for n in names
         ]
         if spec.query is not None:

@@ -18,21 +18,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from golem.errors import StoreError
 from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
 from golem.service.limits import start_cursor
-from golem.store import ChangeFeed, RunNotFound, RunRecord
+from golem.store import AuditEntry, ChangeFeed, RunNotFound, RunStatus, Store, StoreTimeout
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
+
+log = logging.getLogger("golem.service")
+
+_BATCH = 200
+"""Audit entries read per query."""
 
 
 def _stream_credential(request: Request, state: ServiceState) -> Credential:
@@ -71,27 +79,76 @@ def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class _RunFacts:
+    """What a change event says about its run, as the run is now."""
+
+    agent: str
+    status: RunStatus
+    parent_run_id: str | None
+
+
+async def _run_facts(
+    store: Store, entry: AuditEntry, seen: dict[str, _RunFacts | None]
+) -> _RunFacts | None:
+    """The entry's run's agent, current status and parent (None: no such run).
+
+    `changes_since` reads them along with the entry; a store that does not is asked for
+    the run, once per run in `seen`.
+    """
+    if entry.agent is not None and entry.run_status is not None:
+        return _RunFacts(entry.agent, entry.run_status, entry.parent_run_id)
+    if entry.run_id not in seen:
+        try:
+            run = await store.get_run(entry.run_id)
+        except RunNotFound:
+            seen[entry.run_id] = None
+        else:
+            seen[entry.run_id] = _RunFacts(run.agent, run.status, run.parent_run_id)
+    return seen[entry.run_id]
+
+
 async def _changes(
-    request: Request, state: ServiceState, cred: Credential, cursor: int
+    request: Request,
+    state: ServiceState,
+    cred: Credential,
+    cursor: int,
+    first: list[AuditEntry],
 ) -> AsyncIterator[str]:
-    """The stream's text after `cursor`, until the client disconnects."""
+    """The stream's text after `cursor` (whose first batch is `first`), until the client
+    disconnects or the store cannot be reached (the stream then ends: the client reconnects
+    after the `retry:` delay, from its `Last-Event-ID`)."""
+    try:
+        async for text in _follow(request, state, cred, cursor, first):
+            yield text
+    except StoreError as exc:
+        if not (type(exc) is StoreError or isinstance(exc, StoreTimeout)):
+            raise
+        log.warning("event stream ended: the store cannot be reached: %s", exc)
+
+
+async def _follow(
+    request: Request,
+    state: ServiceState,
+    cred: Credential,
+    cursor: int,
+    first: list[AuditEntry],
+) -> AsyncIterator[str]:
     store = require_store(state)
     change_feed = getattr(store, "change_feed", None)
     feed: ChangeFeed | None = None if change_feed is None else change_feed()
-    runs: dict[str, RunRecord | None] = {}
+    runs: dict[str, _RunFacts | None] = {}
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
     beat = time.monotonic()
+    batch: list[AuditEntry] | None = first
     while True:
-        batch = await store.changes_since(cursor, limit=200)
+        if batch is None:
+            batch = await store.changes_since(cursor, limit=_BATCH)
         sent = cursor
         for entry in batch:
             cursor = entry.id
-            try:  # the current state: the run may have moved on since this entry
-                run = await store.get_run(entry.run_id)
-            except RunNotFound:
-                run = None
-            runs[entry.run_id] = run
+            run = await _run_facts(store, entry, runs)
             if run is None or not cred.approver.may_see(run.agent):
                 continue
             data = audit_json(entry)
@@ -103,7 +160,9 @@ async def _changes(
         runs.clear()
         if batch:
             beat = time.monotonic()
+            batch = None
             continue
+        batch = None
         if time.monotonic() - beat >= state.stream_heartbeat:
             yield ": keep-alive\n\n"
             beat = time.monotonic()
@@ -130,8 +189,11 @@ async def events(request: Request) -> Response:
     store = require_store(state)
     start = start_cursor(request)
     cursor = await store.last_change_id() if start is None else start
+    # the first batch is read before answering: a store that cannot be reached is a 503,
+    # not a stream that breaks after its 200
+    first = await store.changes_since(cursor, limit=_BATCH)
     return StreamingResponse(
-        _changes(request, state, cred, cursor),
+        _changes(request, state, cred, cursor, first),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

@@ -42,6 +42,7 @@ from golem.store._sql import utc_now
 from golem.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
+    MAX_RUN_ID,
     AuditAction,
     AuditEntry,
     CallExpired,
@@ -53,6 +54,7 @@ from golem.store.records import (
     DecisionKind,
     DecisionRecord,
     InvalidDecision,
+    InvalidRunId,
     LeaseLost,
     NewCall,
     NewRun,
@@ -70,6 +72,7 @@ from golem.store.records import (
 __all__ = [
     "EXPIRY_ACTOR",
     "EXPIRY_REASON",
+    "MAX_RUN_ID",
     "AuditAction",
     "AuditEntry",
     "CallExpired",
@@ -82,6 +85,7 @@ __all__ = [
     "DecisionKind",
     "DecisionRecord",
     "InvalidDecision",
+    "InvalidRunId",
     "LeaseLost",
     "NewCall",
     "NewRun",
@@ -374,7 +378,8 @@ class Store(Protocol):
 
         Entries appear in commit order across processes: a poller that advances `cursor`
         to the last returned ID never misses an entry. The SQL stores fill each entry's
-        `agent` (None for a run that no longer exists).
+        `agent`, `run_status` and `parent_run_id` as the run is when read (None for a run
+        that no longer exists).
         """
         ...
 

@@ -67,6 +67,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    check_run_id,
 )
 
 __all__ = ["Conn", "Later", "SQLStore", "Tx"]
@@ -545,8 +546,7 @@ class SQLStore(abc.ABC):
 
     def _check_new(self, run: NewRun) -> tuple[str, datetime | None]:
         """Validate a run before any transaction; return its deps JSON and expiry."""
-        if not run.id:
-            raise ValueError("a run needs a non-empty id")
+        check_run_id(run.id)
         ids = [c.call_id for c in run.calls]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -1402,7 +1402,8 @@ class SQLStore(abc.ABC):
         return await self._submit(True, tx_fn)
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
-        eid, run_id, at, actor, action, detail, *agent = row
+        eid, run_id, at, actor, action, detail, *run = row
+        agent, status, parent = run or (None, None, None)
         return AuditEntry(
             id=int(eid),
             run_id=run_id,
@@ -1410,7 +1411,9 @@ class SQLStore(abc.ABC):
             actor=actor,
             action=AuditAction(action),
             detail=json.loads(detail),
-            agent=agent[0] if agent else None,
+            agent=agent,
+            run_status=None if status is None else RunStatus(status),
+            parent_run_id=parent,
         )
 
     @store_op("audit")
@@ -1432,10 +1435,11 @@ class SQLStore(abc.ABC):
             raise ValueError(f"limit must be >= 0, got {limit}")
 
         def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
-            # each entry with its run's agent (one primary-key lookup), so that views filtering
-            # by agent need not read every run
+            # each entry with its run's agent, status and parent (one primary-key lookup), so
+            # that views filtering by agent or status need not read every run
             return tx.fetch(
-                "SELECT a.id, a.run_id, a.at, a.actor, a.action, a.detail, r.agent "
+                "SELECT a.id, a.run_id, a.at, a.actor, a.action, a.detail, r.agent, r.status, "
+                "r.parent_run_id "
                 "FROM golem_audit a LEFT JOIN golem_runs r ON r.id = a.run_id "
                 "WHERE a.id > ? ORDER BY a.id LIMIT ?",
                 (cursor, limit),

@@ -35,6 +35,7 @@ from golem.errors import StoreError
 __all__ = [
     "EXPIRY_ACTOR",
     "EXPIRY_REASON",
+    "MAX_RUN_ID",
     "AuditAction",
     "AuditEntry",
     "CallExpired",
@@ -46,6 +47,7 @@ __all__ = [
     "DecisionKind",
     "DecisionRecord",
     "InvalidDecision",
+    "InvalidRunId",
     "LeaseLost",
     "NewCall",
     "NewRun",
@@ -213,6 +215,44 @@ class CallExpired(DecisionConflict):
 
 class InvalidDecision(StoreError, ValueError):
     """The decision does not fit the call: approve on an external call, external on an approval call."""
+
+
+class InvalidRunId(StoreError, ValueError):
+    """A new run's ID cannot be kept or reached (`run_id`; `problem` says why).
+
+    A run ID must be 1 to `MAX_RUN_ID` characters of valid Unicode without NUL, and not
+    `.` or `..`: those two are path segments every URL client normalizes away, so no URL
+    could name the run.
+    """
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        super().__init__(f"run ID {run_id[:80]!r} {problem}")
+        self.run_id = run_id
+        self.problem = problem
+
+
+MAX_RUN_ID = 200
+"""The longest run ID a store saves (characters): an ID that fits in any URL, escaped."""
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse a run ID no store can keep or no URL can name.
+
+    Raises:
+        InvalidRunId: empty, longer than `MAX_RUN_ID`, `.` or `..`, a NUL, a lone surrogate.
+    """
+    if not isinstance(run_id, str) or not run_id:
+        raise InvalidRunId(str(run_id), "is empty: a run needs a non-empty id")
+    if len(run_id) > MAX_RUN_ID:
+        raise InvalidRunId(run_id, f"is longer than {MAX_RUN_ID} characters")
+    if run_id in (".", ".."):
+        raise InvalidRunId(run_id, "is a dot segment, which no URL can name")
+    if "\x00" in run_id:
+        raise InvalidRunId(run_id, "contains a NUL character")
+    try:
+        run_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRunId(run_id, "contains a lone surrogate (not valid Unicode)") from None
 
 
 class LeaseLost(StoreError):
@@ -573,6 +613,11 @@ class AuditEntry:
     """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
     agent: str | None = field(default=None, compare=False)
     """The run's agent, where the listing reads it along (`changes_since`); else None."""
+    run_status: RunStatus | None = field(default=None, compare=False)
+    """The run's status when the listing was read (not when the entry was written), where
+    the listing reads it along (`changes_since`); else None."""
+    parent_run_id: str | None = field(default=None, compare=False)
+    """The run's `parent_run_id`, where the listing reads it along (`changes_since`)."""
 
 
 _T = TypeVar("_T")

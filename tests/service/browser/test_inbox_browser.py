@@ -166,3 +166,39 @@ def test_the_run_page_updates_live_on_a_phone(open_page: Any, base: str, tmp_pat
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(tmp_path / "phone-done.png"), full_page=True)
     assert page.problems == []
+
+
+def test_the_live_stream_comes_back_after_the_store_was_away(
+    browser: Any, tmp_path: Path
+) -> None:
+    # Found (ADR 0061): a stream reconnecting while the store is away now gets 503, and
+    # EventSource gives up for good after a non-200: the inbox retries it with backoff.
+    from golem.errors import StoreError
+    from golem.store import Store
+    from tests.service.test_store_unavailable import fail_every_call
+
+    app = create_app(
+        build_registry(),
+        f"sqlite:///{tmp_path / 'away.db'}",
+        auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
+        stream_poll_interval=0.05,
+        stream_heartbeat=0.2,
+    )
+    with serve(app) as base:
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{base}/login")
+            page.fill("input[name=token]", TOKEN)
+            page.click("#sign-in")
+            page.wait_for_url(f"{base}/")
+            page.wait_for_selector("#live-dot[data-state=open]")
+            store = app.state.golem.store
+            fail_every_call(store, StoreError("postgresql: the database system is starting up"))
+            page.wait_for_selector("#live-dot[data-state=error]")  # refused: 503
+            for name in [n for n in vars(store) if n in dir(Store)]:
+                delattr(store, name)  # the class's methods again: the store is back
+            page.wait_for_selector("#live-dot[data-state=open]")  # retried and back
+        finally:
+            context.close()

@@ -210,6 +210,8 @@
     note.onclick = () => { window.focus(); location.assign("/runs/" + encodeURIComponent(change.run_id)); };
   }
 
+  let reconnectDelay = 2000;  // after a refused stream (503 while the store is away): back off
+
   function connect() {
     const url = document.body.dataset.stream;
     if (!url || !window.EventSource) return;
@@ -219,8 +221,15 @@
     for (const a of $$("a[href^='/runs/']")) related.add(decodeURIComponent(a.getAttribute("href").slice(6)));
     let timer = null;
     const source = new EventSource(url);  // same origin: the session cookie authenticates it
-    source.addEventListener("open", () => { if (dot) dot.dataset.state = "open"; });
-    source.addEventListener("error", () => { if (dot) dot.dataset.state = source.readyState === 2 ? "error" : ""; });
+    source.addEventListener("open", () => { reconnectDelay = 2000; if (dot) dot.dataset.state = "open"; });
+    source.addEventListener("error", () => {
+      if (dot) dot.dataset.state = source.readyState === 2 ? "error" : "";
+      if (source.readyState !== 2) return;  // EventSource reconnects by itself
+      // refused (a 503 while the store is away, a 429): EventSource gives up; try again later
+      source.close();
+      setTimeout(connect, reconnectDelay);
+      reconnectDelay = Math.min(reconnectDelay * 2, 60000);
+    });
     source.addEventListener("change", (ev) => {
       let change;
       try { change = JSON.parse(ev.data); } catch (err) { return; }
