@@ -36,6 +36,7 @@ from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
+    "ASSISTANT_MEDIA_TEXT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "HTTPModel",
@@ -65,6 +66,10 @@ RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
 
+
+ASSISTANT_MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
+"""Opens the user message that carries an assistant message's media (a Gemini image
+model's pictures) to an API that refuses media in assistant turns (ADR 0060)."""
 
 RUN_SEPARATOR = "\n\n"
 """Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""

@@ -21,6 +21,7 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
+    ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     args_json,
@@ -268,12 +269,17 @@ def _clean_id(raw: str) -> str:
 def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     ids = _CallIds()
+    media: list[Part] = []
     for m in messages:
         if m.role == "system":
             continue
+        if media and m.role != "tool":
+            _append_user(out, _media_blocks(media))
+            media = []
         if m.role == "assistant":
             blocks = _assistant_blocks(m, ids)
             role = "assistant"
+            media = list(m.parts)  # assistant turns take no media: they follow the results
         elif m.role == "tool":
             blocks = [_tool_result(m, ids)]
             role = "user"
@@ -284,13 +290,29 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 blocks = [{"type": "text", "text": EMPTY_PROMPT_TEXT}]
         if not blocks:
             continue
-        if role == "user" and out and out[-1]["role"] == "user":
-            out[-1]["content"].extend(blocks)
+        if role == "user":
+            _append_user(out, blocks)
         else:
             out.append({"role": role, "content": blocks})
+    if media:
+        _append_user(out, _media_blocks(media))
     if not out:
         out.append({"role": "user", "content": [{"type": "text", "text": EMPTY_PROMPT_TEXT}]})
     return out
+
+
+def _append_user(out: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """Add `blocks` as a user turn, or to the user turn `out` ends with."""
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"].extend(blocks)
+    else:
+        out.append({"role": "user", "content": blocks})
+
+
+def _media_blocks(parts: list[Part]) -> list[dict[str, Any]]:
+    """The blocks carrying the media of an assistant message, in the user turn after it
+    (after the results of its calls, which must come first; ADR 0060)."""
+    return [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}, *(_part_block(p) for p in parts)]
 
 
 def _replayable_thinking(m: Message) -> list[ThinkingBlock]:

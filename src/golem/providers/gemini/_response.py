@@ -8,6 +8,11 @@ Thought signatures: a `thoughtSignature` on a `functionCall` part becomes
 and that signature; thought text parts (`thought: true`) become `ThinkingBlock`s.
 Function calls without an ID get a stable synthesized one (`SYNTHETIC_ID_PREFIX`).
 
+Media the model produces (`inlineData`, `fileData`: an image model's pictures) become the
+message's `parts`, each with its part's thought signature; text they separate is joined by a
+blank line. Thought images (`thought: true`, interim drafts) are not kept. Streamed, media
+arrive on the final response only (a `Delta` carries text, thinking and calls).
+
 Server-side tool parts (`executableCode`, `codeExecutionResult`, Gemini 3's `toolCall` /
 `toolResponse`) become `ServerToolBlock`s holding the whole part (thought signature
 included), where they sat; text they separate is joined by a blank line. The candidate's
@@ -18,6 +23,8 @@ offsets are `str` indexes).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import uuid
@@ -25,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from golem.errors import BadRequest, ResponseFormatError
-from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, unique_call_id
@@ -135,6 +142,8 @@ class ResponseBuilder:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
+        self._parts: list[Part] = []
+        """Media the model produced (`inlineData`, `fileData`), in arrival order."""
         self._ids: set[str] = set()
         self._usage: Mapping[str, Any] = {}
         """The latest `usageMetadata` (cumulative when streamed); mapped once, at the end."""
@@ -248,7 +257,13 @@ class ResponseBuilder:
                 return None
         call = part.get("functionCall")
         if not isinstance(call, dict):
-            return None  # media and parts golem does not know
+            media = part.get("inlineData") or part.get("fileData")
+            if isinstance(media, dict) and part.get("thought") is not True:
+                found = media_part(media, signature)
+                if found is not None:
+                    self._parts.append(found)
+                    self._separated = True
+            return None  # a thought image (an interim draft) and parts golem does not know
         index = len(self._calls)
         call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))
@@ -330,6 +345,7 @@ class ResponseBuilder:
         message = Message(
             role="assistant",
             content=content,
+            parts=list(self._parts),
             tool_calls=list(self._calls),
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
@@ -347,6 +363,47 @@ class ResponseBuilder:
             ),
             model_name=self._model_name,
         )
+
+
+def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
+    """The `Part` for an `inlineData` (base64 bytes) or `fileData` (a URI) object of an
+    answer, or None when it holds nothing (empty data, no URI); its kind follows the MIME
+    type (image, audio, video, else document).
+
+    Raises:
+        ResponseFormatError: the data is not base64, or is not text at all.
+    """
+    mime = _str(media.get("mimeType"))
+    top = mime.partition("/")[0].lower()
+    kind = top if top in ("image", "audio", "video") else "document"
+    uri = media.get("fileUri")
+    if isinstance(uri, str) and uri:
+        return Part(kind, url=uri, media_type=mime or None, signature=signature)
+    data = media.get("data")
+    if data is None or data == "":
+        return None
+    raw = _base64(data) if isinstance(data, str) else None
+    if raw is None:
+        raise ResponseFormatError(
+            f"gemini answered with {kind} data ({mime or 'no MIME type'}) that is not base64",
+            provider=PROVIDER,
+        )
+    return Part(kind, data=raw, media_type=mime or _OCTETS, signature=signature)
+
+
+def _base64(text: str) -> bytes | None:
+    """Standard or URL-safe base64 (whitespace ignored, padding optional), or None."""
+    text = "".join(text.split())
+    text += "=" * (-len(text) % 4)
+    for altchars in (None, b"-_"):
+        try:
+            return base64.b64decode(text, altchars, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    return None
+
+
+_OCTETS = "application/octet-stream"
 
 
 def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citation]:

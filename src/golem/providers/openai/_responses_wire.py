@@ -20,6 +20,7 @@ from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
+    ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     in_order,
@@ -180,11 +181,16 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
     (see `_assistant_items`).
     """
     items: list[dict[str, Any]] = []
+    media: list[Part] = []
     for m in messages:
+        if media and m.role != "tool":
+            items.append(_media_item(media))
+            media = []
         if m.role == "user":
             items.append({"role": "user", "content": _user_content(m)})
         elif m.role == "assistant":
             _assistant_items(m, items, store)
+            media = list(m.parts)  # assistant output takes text only: the media follow it
         elif m.role == "tool":
             output: str | list[dict[str, Any]] = m.content
             if m.parts:
@@ -192,9 +198,19 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
             items.append(
                 {"type": "function_call_output", "call_id": m.tool_call_id, "output": output}
             )
+    if media:
+        items.append(_media_item(media))
     if not any(i.get("role") == "user" for i in items):
         items.insert(0, {"role": "user", "content": ""})
     return items
+
+
+def _media_item(parts: list[Part]) -> dict[str, Any]:
+    """The user message carrying the media of an assistant message, after the outputs of
+    its calls (ADR 0060)."""
+    content = [{"type": "input_text", "text": ASSISTANT_MEDIA_TEXT}]
+    content.extend(_part(p) for p in parts)
+    return {"role": "user", "content": content}
 
 
 def _user_content(m: Message) -> str | list[dict[str, Any]]:

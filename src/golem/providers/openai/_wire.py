@@ -20,7 +20,7 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import args_json, raw_json, unique_calls
+from golem.providers._http import ASSISTANT_MEDIA_TEXT, args_json, raw_json, unique_calls
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
@@ -161,22 +161,30 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
 
     Tool results that carry parts are followed (after the run of tool messages, which must
     directly follow their assistant message) by one user message holding those parts, since
-    tool messages take text only. Call IDs the API would reject are replaced consistently.
+    tool messages take text only. Media an assistant message carries (a Gemini image model's
+    pictures) follow it the same way, in a user message of their own that says what they
+    are. Call IDs the API would reject are replaced consistently.
     """
     out: list[dict[str, Any]] = []
     ids = _CallIds()
     attachments: list[tuple[str, Message]] = []
+    media: list[Part] = []
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     for i, m in enumerate(messages):
-        if attachments and m.role != "tool":
-            out.append(_attachments_message(attachments))
-            attachments = []
+        if m.role != "tool":
+            if media:
+                out.append(_media_message(media))
+                media = []
+            if attachments:
+                out.append(_attachments_message(attachments))
+                attachments = []
         if m.role == "system":
             out.append({"role": options.system_role, "content": m.content})
         elif m.role == "user":
             out.append(_user_message(m))
         elif m.role == "assistant":
             out.append(_assistant_message(m, i, ids, options, after_last_user=i > last_user))
+            media = list(m.parts)  # assistant turns take text only: the media follow it
         else:
             call_id = ids.for_result(m)
             content = m.content
@@ -185,9 +193,18 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
             out.append({"role": "tool", "tool_call_id": call_id, "content": content})
             if m.parts:
                 attachments.append((call_id, m))
+    if media:
+        out.append(_media_message(media))
     if attachments:
         out.append(_attachments_message(attachments))
     return out
+
+
+def _media_message(parts: list[Part]) -> dict[str, Any]:
+    """The user message carrying the media of an assistant message (ADR 0060)."""
+    content = [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}]
+    content.extend(_part(p) for p in parts)
+    return {"role": "user", "content": content}
 
 
 def _user_message(m: Message) -> dict[str, Any]:
