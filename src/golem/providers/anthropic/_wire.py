@@ -87,6 +87,7 @@ _FINISH: dict[str, FinishReason] = {
     "model_context_window_exceeded": "length",
     "tool_use": "tool_call",
     "refusal": "content_filter",
+    "pause_turn": "pause_turn",
 }
 
 # --------------------------------------------------------------------------- requests
@@ -290,8 +291,10 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 blocks = [{"type": "text", "text": EMPTY_PROMPT_TEXT}]
         if not blocks:
             continue
-        if role == "user":
-            _append_user(out, blocks)
+        if out and out[-1]["role"] == role:
+            # consecutive user turns (tool results and a prompt), or assistant turns (a turn
+            # the API paused, `pause_turn`, and its continuation) form one turn
+            out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
     if media:
@@ -557,7 +560,7 @@ def _int(value: Any) -> int:
 
 
 def finish_reason_from(stop_reason: Any) -> FinishReason:
-    """Normalize `stop_reason` (null → "", unknown values such as `pause_turn` → "other")."""
+    """Normalize `stop_reason` (null → "", unknown values → "other")."""
     if stop_reason is None:
         return ""
     return _FINISH.get(str(stop_reason), "other")
