@@ -7,6 +7,7 @@ retries under `Agent(max_attempts=...)`, honouring `retry_after`.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import email.utils
 import json
 import math
@@ -43,8 +44,10 @@ __all__ = [
     "LoopBoundClient",
     "api_key_from_env",
     "args_json",
+    "body_text",
     "deltas_of",
     "error_from_response",
+    "finite_seconds",
     "in_order",
     "iter_sse",
     "json_object",
@@ -201,25 +204,40 @@ def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider:
 
 
 def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """Seconds to wait as the response asks (`retry-after-ms`, `Retry-After` seconds or date)."""
+    """Seconds to wait as the response asks (`retry-after-ms`, `Retry-After` seconds or date).
+
+    A value that is not a finite number (`inf`, `nan`, `1e400`) is no answer (None): a run
+    would sleep forever on it. A negative one, or a date past, is 0.
+    """
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
+        seconds = finite_seconds(ms, 1000.0)
+        if seconds is not None:
+            return seconds
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        float(value)
     except ValueError:
         pass
+    else:
+        return finite_seconds(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def finite_seconds(text: str, per_second: float = 1.0) -> float | None:
+    """`text` (a number of seconds, or of `1 / per_second` units) as seconds, at least 0;
+    None when it is not a finite number."""
+    try:
+        value = float(text) / per_second
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def _error_text(body: str) -> str:
@@ -270,6 +288,25 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
         raise ProviderConnectionError(
             f"{provider} could not be reached: {exc!r}", provider=provider
         ) from exc
+    except httpx.DecodingError as exc:
+        # a body its Content-Encoding does not decode (corrupt gzip, brotli, ...): the transfer
+        # was damaged, another attempt may get it whole
+        raise ResponseFormatError(
+            f"{provider} sent a body that could not be decoded: {exc}",
+            provider=provider,
+            retryable=True,
+        ) from exc
+    except httpx.RequestError as exc:  # too many redirects, and whatever httpx adds
+        raise ProviderConnectionError(
+            f"{provider} could not be reached: {exc!r}", provider=provider
+        ) from exc
+
+
+def body_text(response: httpx.Response) -> str:
+    """The text of a read JSON body: UTF-8 whatever charset the header declares (JSON is
+    UTF-8, RFC 8259; a proxy's `charset=iso-8859-1` would garble every non-ASCII character),
+    a leading byte order mark skipped."""
+    return response.content.decode("utf-8-sig", errors="replace")
 
 
 def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str, Any]:
@@ -333,7 +370,11 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
     start = True  # no text yet: a BOM may come first
-    async for text in response.aiter_text():
+    # an event stream is UTF-8 whatever charset the header declares (the SSE standard);
+    # the decoder keeps a character cut between chunks for the next one
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    async for chunk in response.aiter_bytes():
+        text = decode(chunk)
         if start and text:
             start = False
             if text[0] == "\ufeff":
@@ -356,6 +397,7 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
             item = sse_block(block)
             if item is not None:
                 yield item
+    buffer += decode(b"", True)  # a character the stream cut off: U+FFFD
     if cr:  # the stream ended in "\r": a line ending
         buffer += "\n"
     *blocks, buffer = buffer.split("\n\n")
@@ -472,7 +514,7 @@ async def post_json(
         resp = await client.post(url, content=content, headers=headers, timeout=timeout)
     if not resp.is_success:
         raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
-    return parse_json_body(provider, resp.text)
+    return parse_json_body(provider, body_text(resp))
 
 
 async def post_sse(
@@ -506,7 +548,7 @@ async def post_sse(
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
                 # the whole body is one event for the adapter's parser
                 await resp.aread()
-                yield "", resp.text
+                yield "", body_text(resp)
                 return
             events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
             try:

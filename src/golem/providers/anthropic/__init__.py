@@ -28,6 +28,7 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     api_key_from_env,
+    body_text,
     deltas_of,
     error_from_response,
     iter_sse,
@@ -205,7 +206,7 @@ class AnthropicModel(HTTPModel):
                     # `stream: true` and answered one message
                     await response.aread()
                     final = parse_response(
-                        parse_json_body(PROVIDER, response.text), self._output_tool(request)
+                        parse_json_body(PROVIDER, body_text(response)), self._output_tool(request)
                     )
                     for replayed in deltas_of(final):
                         yield replayed

@@ -27,6 +27,7 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     api_key_from_env,
+    body_text,
     iter_sse,
     parse_json_body,
     translate_transport_errors,
@@ -154,10 +155,9 @@ class GeminiModel(HTTPModel):
             response = await (await self._clients.get()).post(
                 self.url(), content=_encode(body), headers=self._headers(), timeout=self._timeout
             )
-        text = response.text
         if response.status_code >= 300:
-            raise error_from_http(response.status_code, response.headers, text)
-        return parse_response(parse_json_body(PROVIDER, text))
+            raise error_from_http(response.status_code, response.headers, response.text)
+        return parse_response(parse_json_body(PROVIDER, body_text(response)))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -182,7 +182,7 @@ class GeminiModel(HTTPModel):
                 if "json" in response.headers.get("content-type", ""):
                     # A JSON array of responses: a proxy that ignored alt=sse.
                     await response.aread()
-                    for data in _json_chunks(response.text):
+                    for data in _json_chunks(body_text(response)):
                         for delta in parser.feed(data):
                             yield delta
                 else:

@@ -26,6 +26,7 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
+    body_text,
     error_from_response,
     iter_sse,
     parse_json_body,
@@ -184,7 +185,7 @@ class OpenAIChatModel(HTTPModel):
                 if "application/json" in resp.headers.get("content-type", ""):
                     # The server ignored `stream: true` and answered with one JSON body.
                     await resp.aread()
-                    body = parse_json_body(PROVIDER, resp.text)
+                    body = parse_json_body(PROVIDER, body_text(resp))
                     final = parse_response(body, reasoning_field=self._options.reasoning_field)
                     for delta in deltas_of(final):
                         yield delta
