@@ -38,6 +38,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
+    "MAX_TOKEN_COUNT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "HTTPModel",
@@ -59,6 +60,7 @@ __all__ = [
     "run_start",
     "sse_block",
     "sse_events",
+    "token_count",
     "translate_transport_errors",
     "unique_call_id",
     "unique_calls",
@@ -228,6 +230,26 @@ def retry_after_seconds(headers: httpx.Headers) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def token_count(value: Any) -> int:
+    """A usage count as reported: a non-negative int; an integral number written as a float
+    or as digits (`12.0`, `"12"`, what some compatible servers send) is read; anything else
+    (null, a negative or fractional number, a boolean, text) is 0, so that no count can
+    lower a run's totals or pass for a number it is not. A count beyond `MAX_TOKEN_COUNT`
+    is that bound: a usage limit still trips, and the totals stay exact as floats and fit
+    a 64-bit column."""
+    if value.__class__ is int:
+        count = value
+    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.isascii() and value.strip().isdigit()):
+        count = int(value)
+    else:
+        return 0
+    return count if 0 <= count <= MAX_TOKEN_COUNT else 0 if count < 0 else MAX_TOKEN_COUNT
+
+
+MAX_TOKEN_COUNT = 2**53 - 1
+"""The largest usage count an adapter reports (JSON's largest exact integer)."""
 
 
 def finite_seconds(text: str, per_second: float = 1.0) -> float | None:

@@ -28,6 +28,7 @@ from golem.providers._http import (
     in_order,
     json_object,
     raw_json,
+    token_count,
     unique_call_id,
 )
 from golem.providers.anthropic._errors import error_from_event
@@ -541,22 +542,18 @@ def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     """Usage of a response: input counts cache reads and writes; reasoning when reported."""
     if not raw:
         return Usage()
-    fresh = _int(raw.get("input_tokens"))
-    read = _int(raw.get("cache_read_input_tokens"))
-    write = _int(raw.get("cache_creation_input_tokens"))
+    fresh = token_count(raw.get("input_tokens"))
+    read = token_count(raw.get("cache_read_input_tokens"))
+    write = token_count(raw.get("cache_creation_input_tokens"))
     details = raw.get("output_tokens_details")
-    reasoning = _int(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
+    reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
     return Usage(
         input_tokens=fresh + read + write,
-        output_tokens=_int(raw.get("output_tokens")),
+        output_tokens=token_count(raw.get("output_tokens")),
         cache_read_tokens=read,
         cache_write_tokens=write,
         reasoning_tokens=reasoning,
     )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def finish_reason_from(stop_reason: Any) -> FinishReason:

@@ -18,7 +18,8 @@ Server-side tool parts (`executableCode`, `codeExecutionResult`, Gemini 3's `too
 included), where they sat; text they separate is joined by a blank line. The candidate's
 `groundingMetadata` and `urlContextMetadata` are kept as blocks too (at the end), and the
 grounding supports become `Citation`s over the text (Gemini counts UTF-8 bytes; golem's
-offsets are `str` indexes).
+offsets are `str` indexes). A part of a kind golem does not know is kept the same way (a
+`ServerToolBlock` typed by its key, where it sat) but never sent back.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, unique_call_id
+from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, token_count, unique_call_id
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
@@ -59,6 +60,10 @@ SERVER_PARTS: dict[str, str] = {
 """Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
 `toolResponse`, their `toolType`, lower-cased)."""
 _METADATA = ("groundingMetadata", "urlContextMetadata")
+_METADATA_KEYS = frozenset(
+    ("thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution")
+)
+"""Keys of a part that describe it rather than hold its content."""
 
 
 _FILTERED = frozenset(
@@ -102,11 +107,12 @@ def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     Input is the prompt (cached tokens included) plus tool-use prompt tokens; output is
     the candidates plus the thoughts, so input + output equals `totalTokenCount`.
     """
-    thoughts = _int(meta.get("thoughtsTokenCount"))
+    thoughts = token_count(meta.get("thoughtsTokenCount"))
     return Usage(
-        input_tokens=_int(meta.get("promptTokenCount")) + _int(meta.get("toolUsePromptTokenCount")),
-        output_tokens=_int(meta.get("candidatesTokenCount")) + thoughts,
-        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
+        input_tokens=token_count(meta.get("promptTokenCount"))
+        + token_count(meta.get("toolUsePromptTokenCount")),
+        output_tokens=token_count(meta.get("candidatesTokenCount")) + thoughts,
+        cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
         reasoning_tokens=thoughts,
     )
 
@@ -218,6 +224,8 @@ class ResponseBuilder:
         if not isinstance(signature, str):
             signature = ""
         text = part.get("text")
+        if text is None and signature and part.keys() <= _METADATA_KEYS:
+            text = ""  # a signature on an empty text part, its empty text left out (proto3 JSON)
         if isinstance(text, str):
             if part.get("thought") is True:
                 return self._add_thought(text, signature)
@@ -258,12 +266,28 @@ class ResponseBuilder:
         call = part.get("functionCall")
         if not isinstance(call, dict):
             media = part.get("inlineData") or part.get("fileData")
-            if isinstance(media, dict) and part.get("thought") is not True:
-                found = media_part(media, signature)
-                if found is not None:
-                    self._parts.append(found)
-                    self._separated = True
-            return None  # a thought image (an interim draft) and parts golem does not know
+            if isinstance(media, dict):
+                if part.get("thought") is not True:  # a thought image is an interim draft
+                    found = media_part(media, signature)
+                    if found is not None:
+                        self._parts.append(found)
+                        self._separated = True
+                return None
+            unknown = next((k for k in part if k not in _METADATA_KEYS), None)
+            if unknown is not None:
+                # a kind of part golem does not know (a newer API's, a functionResponse in an
+                # answer): kept where it sat, as the provider sent it; never sent back
+                self._separated = True
+                self._server.append(
+                    ServerToolBlock(
+                        provider=PROVIDER,
+                        type=unknown,
+                        raw=raw_json(part),
+                        at=self._length,
+                        thinking_before=len(self._blocks),
+                    )
+                )
+            return None
         index = len(self._calls)
         call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))

@@ -26,6 +26,7 @@ from golem.providers._http import (
     in_order,
     json_object,
     raw_json,
+    token_count,
     unique_call_id,
 )
 from golem.providers.openai._errors import error_from_payload
@@ -311,10 +312,6 @@ def _part(p: Part) -> dict[str, Any]:
 # --------------------------------------------------------------------------- response
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def responses_usage(usage: Any) -> Usage:
     """Map a Responses `usage` object; `input_tokens` already includes cached tokens."""
     if not isinstance(usage, Mapping):
@@ -322,10 +319,12 @@ def responses_usage(usage: Any) -> Usage:
     inp = usage.get("input_tokens_details")
     out = usage.get("output_tokens_details")
     return Usage(
-        input_tokens=_int(usage.get("input_tokens")),
-        output_tokens=_int(usage.get("output_tokens")),
-        cache_read_tokens=_int(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
-        reasoning_tokens=_int(out.get("reasoning_tokens")) if isinstance(out, Mapping) else 0,
+        input_tokens=token_count(usage.get("input_tokens")),
+        output_tokens=token_count(usage.get("output_tokens")),
+        cache_read_tokens=token_count(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
+        reasoning_tokens=token_count(out.get("reasoning_tokens"))
+        if isinstance(out, Mapping)
+        else 0,
     )
 
 

@@ -25,6 +25,7 @@ from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     PROVIDER,
+    OutputMedia,
     citations_of,
     map_finish_reason,
     parse_usage,
@@ -68,6 +69,9 @@ class ChatStreamParser:
         self._reasoning: list[str] = []
         self._refusal: list[str] = []
         self._annotations: list[Any] = []
+        self._media = OutputMedia()
+        self._transcribed = False
+        """The answer's text is its audio's transcript (it had no text of its own)."""
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
         self._ids: set[str] = set()
@@ -115,7 +119,8 @@ class ChatStreamParser:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                text += text_content(delta.get("content"))
+                content = delta.get("content")
+                text += content if content.__class__ is str else text_content(content)
                 thinking += reasoning_text(delta, self._reasoning_field)
                 refusal = delta.get("refusal")
                 if isinstance(refusal, str) and refusal:
@@ -123,6 +128,12 @@ class ChatStreamParser:
                     if not self._text and not text:
                         # the refusal is the answer's text (as `finish` makes it): stream it
                         refused += refusal
+                if "audio" in delta or "images" in delta or content.__class__ is list:
+                    transcript = self._media.add(delta)
+                    if transcript and not self._text and not text:
+                        self._transcribed = True
+                    if self._transcribed:
+                        text += transcript  # an audio answer: its text is what it says
                 annotations = delta.get("annotations")
                 if isinstance(annotations, list):
                     self._annotations.extend(annotations)
@@ -210,6 +221,7 @@ class ChatStreamParser:
             message=Message(
                 role="assistant",
                 content=content,
+                parts=self._media.parts(),
                 tool_calls=[
                     ToolCall(
                         id=c.id or synthesize_call_id(),
