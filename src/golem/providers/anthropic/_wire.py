@@ -693,11 +693,14 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
     `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
-        ProviderError: the body is an error object (`{"type": "error", ...}`), classified
-            by its `error.type` like a streamed `error` event.
+        ProviderError: the body is an error object (`{"type": "error", ...}`, or an
+            `{"error": ...}` without content), classified by its `error.type` like a
+            streamed `error` event.
         ResponseFormatError: the body has no `content` list of blocks.
     """
-    if body.get("type") == "error":
+    if body.get("type") == "error" or (
+        isinstance(body.get("error"), Mapping) and "content" not in body
+    ):  # an error object (a proxy's may lack the "type": "error" Anthropic puts on it)
         raise error_from_event(json.dumps(dict(body)))
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
