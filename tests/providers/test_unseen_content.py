@@ -292,3 +292,59 @@ async def test_an_anthropic_error_object_without_its_type_is_classified(
     # it used to be "anthropic response has no content list of blocks", not retryable
     with pytest.raises(error):
         await send("anthropic", json.dumps(body), stream=stream, ctype="application/json")
+
+
+# --------------------------------------------------------------------------- nameless calls
+
+NAMELESS: dict[str, tuple[str, str]] = {
+    "openai-chat": (
+        _chat(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"arguments": '{"a":1}'}}
+                ],
+            }
+        ),
+        _chunk({"tool_calls": [{"index": 0, "id": "c1", "function": {"arguments": '{"a":1}'}}]})
+        + _chunk({}, "tool_calls")
+        + "data: [DONE]\n\n",
+    ),
+    "anthropic": (
+        json.dumps(
+            {
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [{"type": "tool_use", "id": "toolu_1", "input": {"a": 1}}],
+                "stop_reason": "tool_use",
+                "usage": {},
+            }
+        ),
+        "",
+    ),
+    "gemini": (_gemini([{"functionCall": {"args": {"a": 1}}}]), ""),
+    "openai-responses": (
+        json.dumps(
+            {
+                "id": "r",
+                "status": "completed",
+                "output": [{"type": "function_call", "call_id": "c1", "arguments": '{"a":1}'}],
+            }
+        ),
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("api", sorted(NAMELESS))
+async def test_a_tool_call_without_a_name_is_a_retryable_format_error(api: str) -> None:
+    # it reached the run loop, which failed the run with 'tool "" was not declared'
+    body, stream = NAMELESS[api]
+    with pytest.raises(ResponseFormatError, match="without a name") as caught:
+        await send(api, body, stream=False)
+    assert caught.value.retryable
+    if stream:
+        with pytest.raises(ResponseFormatError, match="without a name"):
+            await send(api, stream, stream=True)

@@ -52,6 +52,7 @@ __all__ = [
     "in_order",
     "iter_sse",
     "json_object",
+    "named_calls",
     "parse_json_body",
     "post_json",
     "post_sse",
@@ -172,6 +173,24 @@ def unique_call_id(call_id: str, seen: set[str]) -> str:
     return unique
 
 
+def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
+    """`calls`, when each has a name.
+
+    Raises:
+        ResponseFormatError: a call has no name (a damaged answer: no tool can run it, and
+            the API would refuse it sent back); retryable, as sampling again usually helps.
+    """
+    for call in calls:
+        if not call.name:
+            raise ResponseFormatError(
+                f"{provider} answered with a tool call without a name "
+                f"(id {call.id!r}, arguments {call.args[:100]!r})",
+                provider=provider,
+                retryable=True,
+            )
+    return calls
+
+
 def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
     """`calls` with repeated IDs renamed by `unique_call_id` (the list itself when none is)."""
     ids = [c.id for c in calls if c.id]
@@ -241,7 +260,9 @@ def token_count(value: Any) -> int:
     a 64-bit column."""
     if value.__class__ is int:
         count = value
-    elif (isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.isascii() and value.strip().isdigit()):
+    elif (isinstance(value, float) and value.is_integer()) or (
+        isinstance(value, str) and value.isascii() and value.strip().isdigit()
+    ):
         count = int(value)
     else:
         return 0

@@ -27,6 +27,7 @@ from golem.providers._http import (
     args_json,
     in_order,
     json_object,
+    named_calls,
     raw_json,
     token_count,
     unique_call_id,
@@ -641,7 +642,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     return Message(
         role="assistant",
         content=content,
-        tool_calls=calls,
+        tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
         server_tools=server,

@@ -36,7 +36,14 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, token_count, unique_call_id
+from golem.providers._http import (
+    RUN_SEPARATOR,
+    args_json,
+    named_calls,
+    raw_json,
+    token_count,
+    unique_call_id,
+)
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
@@ -370,7 +377,7 @@ class ResponseBuilder:
             role="assistant",
             content=content,
             parts=list(self._parts),
-            tool_calls=list(self._calls),
+            tool_calls=named_calls(PROVIDER, list(self._calls)),
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
             ],

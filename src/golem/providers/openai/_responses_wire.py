@@ -25,6 +25,7 @@ from golem.providers._http import (
     RUN_SEPARATOR,
     in_order,
     json_object,
+    named_calls,
     raw_json,
     token_count,
     unique_call_id,
@@ -429,7 +430,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     message = Message(
         role="assistant",
         content="".join(text),
-        tool_calls=calls,
+        tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
         server_tools=server,

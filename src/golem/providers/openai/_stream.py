@@ -17,6 +17,7 @@ from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolC
 from golem.providers._http import (
     args_json,
     deltas_of,
+    named_calls,
     parse_json_body,
     sse_events,
     unique_call_id,
@@ -222,15 +223,18 @@ class ChatStreamParser:
                 role="assistant",
                 content=content,
                 parts=self._media.parts(),
-                tool_calls=[
-                    ToolCall(
-                        id=c.id or synthesize_call_id(),
-                        name=c.name,
-                        args="".join(c.args),
-                        signature=c.signature,
-                    )
-                    for c in self._calls
-                ],
+                tool_calls=named_calls(
+                    PROVIDER,
+                    [
+                        ToolCall(
+                            id=c.id or synthesize_call_id(),
+                            name=c.name,
+                            args="".join(c.args),
+                            signature=c.signature,
+                        )
+                        for c in self._calls
+                    ],
+                ),
                 thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
                 citations=citations_of(self._annotations, content),
             ),

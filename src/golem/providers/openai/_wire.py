@@ -24,6 +24,7 @@ from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResp
 from golem.providers._http import (
     ASSISTANT_MEDIA_TEXT,
     args_json,
+    named_calls,
     raw_json,
     token_count,
     unique_calls,
@@ -739,7 +740,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             role="assistant",
             content=content,
             parts=media.parts(),
-            tool_calls=unique_calls(calls),
+            tool_calls=named_calls(PROVIDER, unique_calls(calls)),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
             citations=citations,
         ),
