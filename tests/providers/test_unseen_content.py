@@ -348,3 +348,54 @@ async def test_a_tool_call_without_a_name_is_a_retryable_format_error(api: str) 
     if stream:
         with pytest.raises(ResponseFormatError, match="without a name"):
             await send(api, stream, stream=True)
+
+
+# --------------------------------------------------------------------------- long integers, [DONE]
+
+LONG = "9" * 5000  # JSON allows it; Python converts at most 4300 digits by default
+LONG_ARGS: dict[str, str] = {
+    "anthropic": json.dumps(
+        {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"n": 0}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+    ),
+    "gemini": _gemini([{"functionCall": {"name": "f", "args": {"n": 0}}}]),
+    "openai-chat": _chat(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                # a compatible server that sends the arguments as an object
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"n": 0}}}
+            ],
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("api", sorted(LONG_ARGS))
+async def test_an_integer_too_long_to_convert_is_kept_digit_for_digit(api: str) -> None:
+    # the whole answer used to be lost: "returned a body that is not JSON"
+    body = LONG_ARGS[api].replace('"n": 0', f'"n": {LONG}')
+    (call,) = final(await send(api, body, stream=False)).message.tool_calls
+    assert call.args.replace(" ", "") == '{"n":' + LONG + "}"
+
+
+async def test_a_usage_count_too_long_to_convert_is_the_bound() -> None:
+    text = json.dumps(_with_usage("anthropic", {"in": 1, "out": 2})).replace(
+        '"input_tokens": 1', f'"input_tokens": {LONG}'
+    )
+    response = final(await send("anthropic", text, stream=False))
+    assert response.usage.input_tokens == MAX_TOKEN_COUNT
+
+
+async def test_a_done_marker_after_a_gemini_stream_is_ignored() -> None:
+    # a proxy that ends every stream the OpenAI way; the answer used to be lost ("not JSON")
+    event = {"candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}]}
+    body = f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n"
+    assert final(await send("gemini", body, stream=True)).message.content == "hi"

@@ -12,6 +12,7 @@ import email.utils
 import json
 import math
 import os
+import re
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
@@ -93,24 +94,31 @@ def args_json(value: Any, encoder: json.JSONEncoder) -> str:
 
     A number beyond the range of a float (`1e400`) was read as an infinity, which JSON
     cannot spell: it is written `1e999` (a JSON number every reader takes as the same
-    infinity), never as the `Infinity` that no JSON parser accepts.
+    infinity), never as the `Infinity` that no JSON parser accepts. An integer too long to
+    convert (over 4300 digits) is written as it came.
     """
     try:
         return encoder.encode(value)
-    except ValueError:
-        text = encoder.encode(_mark_huge(value))
+    except (ValueError, TypeError):
+        longs: list[str] = []
+        text = encoder.encode(_mark_huge(value, longs))
         for mark, number in _HUGE.items():
             text = text.replace(encoder.encode(mark), number)
+        for i, digits in enumerate(longs):
+            text = text.replace(encoder.encode(f"\x00#{i}\x00"), digits, 1)
         return text
 
 
-def _mark_huge(value: Any) -> Any:
+def _mark_huge(value: Any, longs: list[str]) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "\x00n\x00" if math.isnan(value) else "\x00+\x00" if value > 0 else "\x00-\x00"
+    if isinstance(value, _LongInt):
+        longs.append(value.text)
+        return f"\x00#{len(longs) - 1}\x00"
     if isinstance(value, list):
-        return [_mark_huge(v) for v in value]
+        return [_mark_huge(v, longs) for v in value]
     if isinstance(value, dict):
-        return {k: _mark_huge(v) for k, v in value.items()}
+        return {k: _mark_huge(v, longs) for k, v in value.items()}
     return value
 
 
@@ -260,10 +268,12 @@ def token_count(value: Any) -> int:
     a 64-bit column."""
     if value.__class__ is int:
         count = value
-    elif (isinstance(value, float) and value.is_integer()) or (
-        isinstance(value, str) and value.isascii() and value.strip().isdigit()
-    ):
+    elif isinstance(value, float) and value.is_integer():
         count = int(value)
+    elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        count = int(value) if len(value) < 20 else MAX_TOKEN_COUNT
+    elif isinstance(value, _LongInt):  # over 4300 digits
+        return 0 if value.text.startswith("-") else MAX_TOKEN_COUNT
     else:
         return 0
     return count if 0 <= count <= MAX_TOKEN_COUNT else 0 if count < 0 else MAX_TOKEN_COUNT
@@ -381,15 +391,38 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _with_lone_surrogates(text: str) -> Any:
-    """`text` parsed by `json.loads`, which takes lone surrogate escapes, with each lone
-    surrogate replaced by U+FFFD; None when it is not JSON (or has no surrogate escape)."""
-    if "\\u" not in text:
+    """`text` parsed by `json.loads` when the fast parser refused it for what JSON allows:
+    lone surrogate escapes (each replaced by U+FFFD), integers too long for Python's
+    conversion limit (kept as `_LongInt`, written back digit for digit by `args_json`).
+    None when it is not JSON (or has neither)."""
+    escapes = "\\u" in text
+    if not escapes and _LONG_DIGITS.search(text) is None:
         return None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_parse_int)
     except (ValueError, RecursionError):
         return None
-    return _scrub(value)
+    return _scrub(value) if escapes else value
+
+
+_LONG_DIGITS = re.compile(r"[0-9]{4301}")
+"""A run of more digits than `int()` converts by default (`sys.get_int_max_str_digits`)."""
+
+
+class _LongInt:
+    """An integer of the JSON text too long to convert, as written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_int(text: str) -> int | _LongInt:
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInt(text)
 
 
 def _scrub(value: Any) -> Any:
