@@ -172,3 +172,21 @@ async def test_a_paused_turn_and_its_continuation_go_back_as_one_assistant_turn(
         *PAUSED["content"],
         {"type": "text", "text": "A golem is a figure of clay."},
     ]
+
+
+@pytest.mark.parametrize("tail", ["Searching more.\n\n", "Searching more. "])
+def test_a_paused_turn_sent_back_ends_without_trailing_whitespace(tail: str) -> None:
+    # the API refuses "final assistant content cannot end with trailing whitespace"
+    paused = Message("assistant", tail)
+    body = build_request_body(ModelRequest([Message("user", "q"), paused]), model="claude-x")
+    assert body["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": tail.rstrip()}],
+    }
+
+
+def test_a_paused_turn_of_whitespace_only_is_left_out() -> None:
+    body = build_request_body(
+        ModelRequest([Message("user", "q"), Message("assistant", " \n")]), model="claude-x"
+    )
+    assert [m["role"] for m in body["messages"]] == ["user"]

@@ -301,9 +301,26 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             out.append({"role": role, "content": blocks})
     if media:
         _append_user(out, _media_blocks(media))
+    if out and out[-1]["role"] == "assistant":
+        _trim_last_turn(out)
     if not out:
         out.append({"role": "user", "content": [{"type": "text", "text": EMPTY_PROMPT_TEXT}]})
     return out
+
+
+def _trim_last_turn(out: list[dict[str, Any]]) -> None:
+    """A request that ends with an assistant turn (a paused turn sent back to go on): the
+    API refuses one whose last text ends in whitespace, so that whitespace is left out (a
+    block left empty goes, and a turn left empty)."""
+    blocks = out[-1]["content"]
+    while blocks and blocks[-1].get("type") == "text" and not blocks[-1].get("citations"):
+        text = blocks[-1]["text"].rstrip()
+        if text:
+            blocks[-1] = {**blocks[-1], "text": text}
+            break
+        blocks.pop()
+    if not blocks:
+        out.pop()
 
 
 def _append_user(out: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
