@@ -438,3 +438,24 @@ async def test_a_responses_terminal_event_without_its_output_takes_the_done_item
     m = final(await send("openai-responses", body, stream=True)).message
     assert m.content == "hi"
     assert [(c.id, c.name) for c in m.tool_calls] == [("c1", "f")]
+
+
+async def test_gemini_function_call_arguments_streamed_in_parts_are_refused_by_name() -> None:
+    # Vertex AI's streamFunctionCallArguments: each part used to become a call of its own (the
+    # later ones without a name); golem does not assemble them and says so
+    first = {
+        "functionCall": {
+            "name": "f",
+            "partialArgs": [{"jsonPath": "$.a", "stringValue": "x"}],
+            "willContinue": True,
+        }
+    }
+    rest = {"functionCall": {"partialArgs": [{"jsonPath": "$.b", "numberValue": 1}]}}
+    events = [
+        {"candidates": [{"content": {"parts": [first]}}]},
+        {"candidates": [{"content": {"parts": [rest]}, "finishReason": "STOP"}]},
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    with pytest.raises(ResponseFormatError, match="streamFunctionCallArguments") as caught:
+        await send("gemini", body, stream=True)
+    assert not caught.value.retryable

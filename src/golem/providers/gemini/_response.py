@@ -295,6 +295,13 @@ class ResponseBuilder:
                     )
                 )
             return None
+        if "partialArgs" in call or call.get("willContinue") is True:
+            raise ResponseFormatError(
+                "gemini streamed a function call's arguments in parts "
+                "(toolConfig.functionCallingConfig.streamFunctionCallArguments), which golem "
+                "does not assemble: leave that setting off",
+                provider=PROVIDER,
+            )
         index = len(self._calls)
         call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))
