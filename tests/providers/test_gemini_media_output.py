@@ -15,6 +15,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import Agent
 from golem.errors import ResponseFormatError
@@ -24,6 +26,7 @@ from golem.model import ModelRequest, ModelResponse
 from golem.providers._http import ASSISTANT_MEDIA_TEXT
 from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import build_request_body as gemini_body
+from golem.providers.gemini import parse_response
 from golem.providers.openai._responses_wire import input_items
 from golem.providers.openai._wire import RequestOptions, map_messages
 from golem.testing import ScriptedModel
@@ -276,3 +279,25 @@ def test_anthropic_gets_the_media_after_the_tool_results_in_the_same_user_turn()
         "media_type": "image/png",
         "data": _b64(PNG),
     }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.binary(min_size=1, max_size=300),
+    mime=st.sampled_from(["image/png", "image/webp", "audio/mpeg", "video/mp4", "application/pdf"]),
+    signature=st.text(alphabet="abcXYZ012+/=", max_size=12),
+)
+def test_any_generated_media_survive_the_answer_the_history_and_the_next_request(
+    data: bytes, mime: str, signature: str
+) -> None:
+    part: dict[str, Any] = {"inlineData": {"mimeType": mime, "data": _b64(data)}}
+    if signature:
+        part["thoughtSignature"] = signature
+    body = {"candidates": [{"content": {"parts": [part]}, "finishReason": "STOP"}]}
+    m = parse_response(body).message
+    (kept,) = m.parts
+    assert (kept.data, kept.media_type, kept.signature) == (data, mime, signature)
+    back = loads_history(dumps_history([m]))
+    assert back == [m]
+    sent = gemini_body(ModelRequest([Message("user", "q"), *back, Message("user", "again")]))
+    assert sent["contents"][1]["parts"] == [part]
