@@ -186,7 +186,9 @@ async def test_a_streamed_chat_audio_answer_streams_its_transcript() -> None:
     text = "".join(d.content for d in items if isinstance(d, Delta))
     response = final(items)
     assert text == response.message.content == "Yes, clay."
-    assert response.message.parts == [Part("audio", data=b"\x00\x01" * 40, media_type="audio/pcm")]
+    assert response.message.parts == [
+        Part("audio", data=b"\x00\x01" * 40, media_type="audio/pcm;rate=24000")
+    ]
 
 
 @pytest.mark.parametrize("stream", [False, True])

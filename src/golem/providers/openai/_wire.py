@@ -610,11 +610,12 @@ _AUDIO_MAGIC = (
 
 def _audio_type(data: bytes) -> str:
     """The MIME type of audio output, from its first bytes (the response does not say which
-    format the request asked for); headerless audio is the API's `pcm16`."""
+    format the request asked for); headerless audio is the API's `pcm16` (16-bit
+    little-endian mono at 24 kHz)."""
     for magic, media_type in _AUDIO_MAGIC:
         if data.startswith(magic):
             return media_type
-    return "audio/pcm"
+    return "audio/pcm;rate=24000"
 
 
 def reasoning_text(obj: dict[str, Any], reasoning_field: str | None = None) -> str:
