@@ -378,3 +378,32 @@ async def test_multibyte_text_and_arguments_survive_a_cut_at_every_byte(api: str
         assert response.message.content == whole.message.content, cut
         calls = [(c.name, c.args) for c in response.message.tool_calls]
         assert calls == [(c.name, c.args) for c in whole.message.tool_calls], cut
+
+
+@pytest.mark.parametrize("api", sorted(MODELS))
+@pytest.mark.parametrize("body", [b"", b"  \r\n"])
+async def test_an_empty_200_body_is_a_retryable_format_error(api: str, body: bytes) -> None:
+    # it was "returned a body that is not JSON: ''", not retryable
+    with pytest.raises(ResponseFormatError, match="a body that is empty") as caught:
+        await _send(api, [body], {"content-type": "application/json"}, stream=False)
+    assert caught.value.retryable
+
+
+def _blank_event_streams() -> dict[str, str]:
+    """Each stream with an event whose data is empty (`data:` alone) after its first event."""
+    out = {}
+    for api, text in STREAMS.items():
+        sep = "\r\n\r\n" if api == "gemini" else "\n\n"
+        first, rest = text.split(sep, 1)
+        out[api] = first + sep + "data:" + sep + "data: " + sep + rest
+    return out
+
+
+@pytest.mark.parametrize("api", sorted(MODELS))
+async def test_an_event_without_data_is_skipped(api: str) -> None:
+    # a proxy's keep-alive `data:` line; the stream used to fail ("not JSON: ''")
+    body = _blank_event_streams()[api]
+    response = final(
+        await _send(api, [body.encode()], {"content-type": "text/event-stream"}, stream=True)
+    )
+    assert TEXT in response.message.content

@@ -375,6 +375,10 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
     except ValueError as exc:
         data = _with_lone_surrogates(text)
         if data is None:
+            if not text.strip():  # nothing came: a transfer cut short, another may be whole
+                raise ResponseFormatError(
+                    f"{provider} returned {what} that is empty", provider=provider, retryable=True
+                ) from exc
             raise ResponseFormatError(
                 f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
             ) from exc

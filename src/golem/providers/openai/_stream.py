@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ProviderConnectionError
+from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import (
@@ -98,7 +98,12 @@ class ChatStreamParser:
             return None
         if event == "error":
             raise error_from_payload(_error_event(data))
-        chunk = parse_json_body(PROVIDER, data, "a stream event")
+        try:
+            chunk = parse_json_body(PROVIDER, data, "a stream event")
+        except ResponseFormatError:
+            if not data.strip():
+                return None  # an event without data (a proxy's keep-alive) carries nothing
+            raise
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
