@@ -407,3 +407,14 @@ async def test_an_event_without_data_is_skipped(api: str) -> None:
         await _send(api, [body.encode()], {"content-type": "text/event-stream"}, stream=True)
     )
     assert TEXT in response.message.content
+
+
+@pytest.mark.parametrize("api", sorted(MODELS))
+async def test_an_html_page_answering_a_stream_is_named(api: str) -> None:
+    # a proxy's or captive portal's page with status 200: read as an event stream it held no
+    # event, and passed for a dropped connection ("stream ended before the response completed")
+    page = b"<html><body>Please sign in to the network</body></html>"
+    headers = {"content-type": "text/html; charset=utf-8"}
+    with pytest.raises(ResponseFormatError, match=r"HTML page.*sign in") as caught:
+        await _send(api, [page], headers, stream=True)
+    assert not caught.value.retryable

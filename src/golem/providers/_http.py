@@ -58,6 +58,7 @@ __all__ = [
     "post_json",
     "post_sse",
     "raw_json",
+    "refuse_html",
     "retry_after_seconds",
     "run_start",
     "sse_block",
@@ -355,6 +356,22 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
         ) from exc
 
 
+async def refuse_html(response: httpx.Response, provider: str) -> None:
+    """Refuse a successful answer to a streamed request that is an HTML page (a proxy's or a
+    captive portal's): read as an event stream it holds no event, and would pass for a
+    connection dropped before the answer.
+
+    Raises:
+        ResponseFormatError: the content type is `text/html`.
+    """
+    if "text/html" in response.headers.get("content-type", ""):
+        await response.aread()
+        raise ResponseFormatError(
+            f"{provider} answered a stream with an HTML page: {body_text(response)[:200]!r}",
+            provider=provider,
+        )
+
+
 def body_text(response: httpx.Response) -> str:
     """The text of a read JSON body: UTF-8 whatever charset the header declares (JSON is
     UTF-8, RFC 8259; a proxy's `charset=iso-8859-1` would garble every non-ASCII character),
@@ -624,6 +641,7 @@ async def post_sse(
             if not resp.is_success:
                 await resp.aread()
                 raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            await refuse_html(resp, provider)
             if "application/json" in resp.headers.get("content-type", ""):
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
                 # the whole body is one event for the adapter's parser

@@ -34,6 +34,7 @@ from golem.providers._http import (
     iter_sse,
     parse_json_body,
     post_json,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
@@ -201,6 +202,7 @@ class AnthropicModel(HTTPModel):
                     raise error_from_response(
                         PROVIDER, response.status_code, response.headers, response.text
                     )
+                await refuse_html(response, PROVIDER)
                 if "application/json" in response.headers.get("content-type", ""):
                     # not a stream: an error object from a proxy, or a server that ignored
                     # `stream: true` and answered one message

@@ -30,6 +30,7 @@ from golem.providers._http import (
     body_text,
     iter_sse,
     parse_json_body,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.gemini._errors import PROVIDER, error_from_http
@@ -179,6 +180,7 @@ class GeminiModel(HTTPModel):
                 if response.status_code >= 300:
                     await response.aread()
                     raise error_from_http(response.status_code, response.headers, response.text)
+                await refuse_html(response, PROVIDER)
                 if "json" in response.headers.get("content-type", ""):
                     # A JSON array of responses: a proxy that ignored alt=sse.
                     await response.aread()

@@ -31,6 +31,7 @@ from golem.providers._http import (
     iter_sse,
     parse_json_body,
     post_json,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
@@ -182,6 +183,7 @@ class OpenAIChatModel(HTTPModel):
                 if not resp.is_success:
                     await resp.aread()
                     raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+                await refuse_html(resp, PROVIDER)
                 if "application/json" in resp.headers.get("content-type", ""):
                     # The server ignored `stream: true` and answered with one JSON body.
                     await resp.aread()
