@@ -254,9 +254,9 @@ def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_un
         (
             [
                 Message(role="assistant", tool_calls=[ToolCall("c1", "gate", "{}")]),
-                Message(role="assistant", parts=[Part("image", url="https://x/a.png")]),
+                Message(role="system", parts=[Part("image", url="https://x/a.png")]),
             ],
-            "history message 1: parts are only supported on user and tool messages",
+            "history message 1: parts are only supported on user, tool and assistant messages",
         ),
     ],
 )

@@ -2,7 +2,7 @@
 
 One plain async loop, no engine: `run_loop` calls the model, executes the tool calls
 of its answer, and repeats until the model answers without tool calls (the output is
-decoded), a call defers (the run pauses), or something fails (`RunError`). What the
+decoded; an answer whose turn the provider paused, `pause_turn`, is sent back instead), a call defers (the run pauses), or something fails (`RunError`). What the
 loop follows — model, tools, limits, decoding, cost, backoff — arrives as one explicit
 `Policy`; what it accumulates lives in `RunState`.
 """
@@ -178,7 +178,9 @@ async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
             message = await _model_turn(policy, state, turn, stream)
             calls = message.tool_calls
             if not calls:
-                break
+                if state.finish_reason != "pause_turn":
+                    break
+                continue  # the provider paused its own tools' turn: send it back to go on
             pending = await _tool_batch(policy, state, turn, calls)
             _check_usage(policy, state)
             if pending is not None:

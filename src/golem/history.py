@@ -203,9 +203,10 @@ def validate_history(history: Sequence[Message]) -> None:
     """
     for i, m in enumerate(history):
         if m.parts:
-            if m.role not in ("user", "tool"):
+            if m.role == "system":
                 raise ValueError(
-                    f"history message {i}: parts are only supported on user and tool messages"
+                    f"history message {i}: parts are only supported on user, tool and "
+                    "assistant messages"
                 )
             for j, p in enumerate(m.parts):
                 problem = p.problem()

@@ -5,7 +5,8 @@ and from JSON that is wire-compatible with the Go golem: an array of objects wit
 keys `role, content, parts, toolCalls, toolCallId, toolName, failed, thinking, runId,
 conversationId` (empty fields omitted; tool-call `args` embedded as a JSON value, byte for
 byte as the model produced them), plus golem's additive keys `citations` and `serverTools`
-on assistant messages, which the Go golem ignores on read (ADR 0028).
+on assistant messages, which the Go golem ignores on read (ADR 0028), and `signature` on
+the media parts a model produced (ADR 0060).
 """
 
 from __future__ import annotations
@@ -75,14 +76,17 @@ class Part:
     """MIME type, required with `data` (for example "image/png")."""
     text: str = ""
     """The text of a "text" part (JSON key "text"; absent for media parts)."""
+    signature: str = ""
+    """Opaque provider signature bound to a media part a model produced (Gemini thought
+    signatures on generated images); sent back with the part to the same provider."""
 
     def problem(self) -> str | None:
         """Describe why the part is invalid, or return None when it is valid."""
         if self.kind not in PART_KINDS:
             return f'unknown part kind "{self.kind}" (want image, document, audio, video or text)'
         if self.kind == "text":
-            if self.url or self.data is not None or self.media_type:
-                return "a text part has only text (no url, data or media_type)"
+            if self.url or self.data is not None or self.media_type or self.signature:
+                return "a text part has only text (no url, data, media_type or signature)"
             return None if self.text else "a text part needs text"
         if self.text:
             return f"a {self.kind} part has no text (put text in a text part)"
@@ -178,7 +182,8 @@ class Message:
     content: str = ""
     """Text of the message."""
     parts: list[Part] = field(default_factory=list)
-    """Images, documents, audio, video (user and tool messages)."""
+    """Images, documents, audio, video: given by the user or a tool, or produced by the
+    model (assistant messages: generated images, audio; ADR 0060)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     """Tool calls requested by an assistant message, in emission order."""
     tool_call_id: str = ""
@@ -218,6 +223,7 @@ class _InPart(msgspec.Struct, rename="camel", gc=False):
     data: bytes | None = None
     media_type: str | None = ""
     text: str | None = ""
+    signature: str | None = ""
 
 
 class _InCall(msgspec.Struct, gc=False):
@@ -275,6 +281,7 @@ class _OutPart(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
     data: bytes | None = None
     media_type: str | None = None
     text: str = ""
+    signature: str = ""
 
 
 class _OutCall(msgspec.Struct, omit_defaults=True, gc=False):
@@ -445,7 +452,14 @@ def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
                 m.role,
                 m.content,
                 [
-                    _OutPart(p.kind, p.url or None, p.data or None, p.media_type or None, p.text)
+                    _OutPart(
+                        p.kind,
+                        p.url or None,
+                        p.data or None,
+                        p.media_type or None,
+                        p.text,
+                        p.signature,
+                    )
                     for p in parts
                 ]
                 if parts
@@ -530,7 +544,7 @@ def _surrogate_field(m: Message) -> str:
         if bad(getattr(m, name)):
             return f'"{name}"'
     for j, p in enumerate(m.parts):
-        if bad(p.kind) or bad(p.url) or bad(p.media_type):
+        if bad(p.kind) or bad(p.url) or bad(p.media_type) or bad(p.text) or bad(p.signature):
             return f"part {j}"
     for j, c in enumerate(m.tool_calls):
         for name in ("id", "name", "args", "signature", "seal"):
@@ -673,7 +687,14 @@ def _load_server_tool(w: _InServerTool) -> ServerToolBlock:
 
 
 def _load_part(w: _InPart) -> Part:
-    return Part(w.kind or "", w.url or None, w.data or None, w.media_type or None, w.text or "")
+    return Part(
+        w.kind or "",
+        w.url or None,
+        w.data or None,
+        w.media_type or None,
+        w.text or "",
+        w.signature or "",
+    )
 
 
 class _Shape(ValueError):
@@ -880,7 +901,10 @@ def _text_fields(w: _InMessage) -> list[tuple[str, str | None]]:
         ("conversationId", w.conversation_id),
     ]
     for j, p in enumerate(w.parts or ()):
-        fields += [(f"parts[{j}].{k}", v) for k, v in _items(p, "kind", "url", "mediaType", "text")]
+        fields += [
+            (f"parts[{j}].{k}", v)
+            for k, v in _items(p, "kind", "url", "mediaType", "text", "signature")
+        ]
     for j, c in enumerate(w.tool_calls or ()):
         fields += [
             (f"toolCalls[{j}].{k}", v) for k, v in _items(c, "id", "name", "signature", "seal")

@@ -31,9 +31,9 @@ __all__ = [
     "check_tool_choice",
 ]
 
-FinishReason = Literal["stop", "length", "tool_call", "content_filter", "other", ""]
+FinishReason = Literal["stop", "length", "tool_call", "content_filter", "pause_turn", "other", ""]
 FINISH_REASONS: frozenset[str] = frozenset(
-    ("stop", "length", "tool_call", "content_filter", "other", "")
+    ("stop", "length", "tool_call", "content_filter", "pause_turn", "other", "")
 )
 
 
@@ -114,7 +114,9 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     """Tokens used by this call."""
     finish_reason: FinishReason = ""
-    """Normalized cause: "stop", "length", "tool_call", "content_filter", "other" or ""."""
+    """Normalized cause: "stop", "length", "tool_call", "content_filter", "pause_turn",
+    "other" or "". "pause_turn": the provider paused a long turn of its own (server-side)
+    tools; the run loop sends the answer back as it is, and the model continues the turn."""
     model_name: str = ""
     """The model that answered, as reported by the provider (may be empty)."""
 

@@ -464,7 +464,7 @@ def test_strict_output_schema() -> None:
         ("model_context_window_exceeded", "length"),
         ("tool_use", "tool_call"),
         ("refusal", "content_filter"),
-        ("pause_turn", "other"),
+        ("pause_turn", "pause_turn"),
         ("something_new", "other"),
         (None, ""),
     ],

@@ -90,7 +90,7 @@ def test_text_parts_survive_the_history_json() -> None:
         (Part(kind="text"), "a text part needs text"),
         (
             Part(kind="text", text="hi", url="https://x"),
-            "a text part has only text (no url, data or media_type)",
+            "a text part has only text (no url, data, media_type or signature)",
         ),
         (CAT, None),
         (

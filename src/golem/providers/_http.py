@@ -7,10 +7,12 @@ retries under `Agent(max_attempts=...)`, honouring `retry_after`.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import email.utils
 import json
 import math
 import os
+import re
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
@@ -36,25 +38,32 @@ from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
+    "ASSISTANT_MEDIA_TEXT",
+    "MAX_TOKEN_COUNT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
     "args_json",
+    "body_text",
     "deltas_of",
     "error_from_response",
+    "finite_seconds",
     "in_order",
     "iter_sse",
     "json_object",
+    "named_calls",
     "parse_json_body",
     "post_json",
     "post_sse",
     "raw_json",
+    "refuse_html",
     "retry_after_seconds",
     "run_start",
     "sse_block",
     "sse_events",
+    "token_count",
     "translate_transport_errors",
     "unique_call_id",
     "unique_calls",
@@ -65,6 +74,10 @@ RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
 
+
+ASSISTANT_MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
+"""Opens the user message that carries an assistant message's media (a Gemini image
+model's pictures) to an API that refuses media in assistant turns (ADR 0060)."""
 
 RUN_SEPARATOR = "\n\n"
 """Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
@@ -82,24 +95,31 @@ def args_json(value: Any, encoder: json.JSONEncoder) -> str:
 
     A number beyond the range of a float (`1e400`) was read as an infinity, which JSON
     cannot spell: it is written `1e999` (a JSON number every reader takes as the same
-    infinity), never as the `Infinity` that no JSON parser accepts.
+    infinity), never as the `Infinity` that no JSON parser accepts. An integer too long to
+    convert (over 4300 digits) is written as it came.
     """
     try:
         return encoder.encode(value)
-    except ValueError:
-        text = encoder.encode(_mark_huge(value))
+    except (ValueError, TypeError):
+        longs: list[str] = []
+        text = encoder.encode(_mark_huge(value, longs))
         for mark, number in _HUGE.items():
             text = text.replace(encoder.encode(mark), number)
+        for i, digits in enumerate(longs):
+            text = text.replace(encoder.encode(f"\x00#{i}\x00"), digits, 1)
         return text
 
 
-def _mark_huge(value: Any) -> Any:
+def _mark_huge(value: Any, longs: list[str]) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "\x00n\x00" if math.isnan(value) else "\x00+\x00" if value > 0 else "\x00-\x00"
+    if isinstance(value, _LongInt):
+        longs.append(value.text)
+        return f"\x00#{len(longs) - 1}\x00"
     if isinstance(value, list):
-        return [_mark_huge(v) for v in value]
+        return [_mark_huge(v, longs) for v in value]
     if isinstance(value, dict):
-        return {k: _mark_huge(v) for k, v in value.items()}
+        return {k: _mark_huge(v, longs) for k, v in value.items()}
     return value
 
 
@@ -162,6 +182,24 @@ def unique_call_id(call_id: str, seen: set[str]) -> str:
     return unique
 
 
+def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
+    """`calls`, when each has a name.
+
+    Raises:
+        ResponseFormatError: a call has no name (a damaged answer: no tool can run it, and
+            the API would refuse it sent back); retryable, as sampling again usually helps.
+    """
+    for call in calls:
+        if not call.name:
+            raise ResponseFormatError(
+                f"{provider} answered with a tool call without a name "
+                f"(id {call.id!r}, arguments {call.args[:100]!r})",
+                provider=provider,
+                retryable=True,
+            )
+    return calls
+
+
 def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
     """`calls` with repeated IDs renamed by `unique_call_id` (the list itself when none is)."""
     ids = [c.id for c in calls if c.id]
@@ -196,25 +234,64 @@ def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider:
 
 
 def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """Seconds to wait as the response asks (`retry-after-ms`, `Retry-After` seconds or date)."""
+    """Seconds to wait as the response asks (`retry-after-ms`, `Retry-After` seconds or date).
+
+    A value that is not a finite number (`inf`, `nan`, `1e400`) is no answer (None): a run
+    would sleep forever on it. A negative one, or a date past, is 0.
+    """
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
+        seconds = finite_seconds(ms, 1000.0)
+        if seconds is not None:
+            return seconds
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        float(value)
     except ValueError:
         pass
+    else:
+        return finite_seconds(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def token_count(value: Any) -> int:
+    """A usage count as reported: a non-negative int; an integral number written as a float
+    or as digits (`12.0`, `"12"`, what some compatible servers send) is read; anything else
+    (null, a negative or fractional number, a boolean, text) is 0, so that no count can
+    lower a run's totals or pass for a number it is not. A count beyond `MAX_TOKEN_COUNT`
+    is that bound: a usage limit still trips, and the totals stay exact as floats and fit
+    a 64-bit column."""
+    if value.__class__ is int:
+        count = value
+    elif isinstance(value, float) and value.is_integer():
+        count = int(value)
+    elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
+        count = int(value) if len(value) < 20 else MAX_TOKEN_COUNT
+    elif isinstance(value, _LongInt):  # over 4300 digits
+        return 0 if value.text.startswith("-") else MAX_TOKEN_COUNT
+    else:
+        return 0
+    return count if 0 <= count <= MAX_TOKEN_COUNT else 0 if count < 0 else MAX_TOKEN_COUNT
+
+
+MAX_TOKEN_COUNT = 2**53 - 1
+"""The largest usage count an adapter reports (JSON's largest exact integer)."""
+
+
+def finite_seconds(text: str, per_second: float = 1.0) -> float | None:
+    """`text` (a number of seconds, or of `1 / per_second` units) as seconds, at least 0;
+    None when it is not a finite number."""
+    try:
+        value = float(text) / per_second
+    except ValueError:
+        return None
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def _error_text(body: str) -> str:
@@ -265,6 +342,41 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
         raise ProviderConnectionError(
             f"{provider} could not be reached: {exc!r}", provider=provider
         ) from exc
+    except httpx.DecodingError as exc:
+        # a body its Content-Encoding does not decode (corrupt gzip, brotli, ...): the transfer
+        # was damaged, another attempt may get it whole
+        raise ResponseFormatError(
+            f"{provider} sent a body that could not be decoded: {exc}",
+            provider=provider,
+            retryable=True,
+        ) from exc
+    except httpx.RequestError as exc:  # too many redirects, and whatever httpx adds
+        raise ProviderConnectionError(
+            f"{provider} could not be reached: {exc!r}", provider=provider
+        ) from exc
+
+
+async def refuse_html(response: httpx.Response, provider: str) -> None:
+    """Refuse a successful answer to a streamed request that is an HTML page (a proxy's or a
+    captive portal's): read as an event stream it holds no event, and would pass for a
+    connection dropped before the answer.
+
+    Raises:
+        ResponseFormatError: the content type is `text/html`.
+    """
+    if "text/html" in response.headers.get("content-type", ""):
+        await response.aread()
+        raise ResponseFormatError(
+            f"{provider} answered a stream with an HTML page: {body_text(response)[:200]!r}",
+            provider=provider,
+        )
+
+
+def body_text(response: httpx.Response) -> str:
+    """The text of a read JSON body: UTF-8 whatever charset the header declares (JSON is
+    UTF-8, RFC 8259; a proxy's `charset=iso-8859-1` would garble every non-ASCII character),
+    a leading byte order mark skipped."""
+    return response.content.decode("utf-8-sig", errors="replace")
 
 
 def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str, Any]:
@@ -280,6 +392,10 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
     except ValueError as exc:
         data = _with_lone_surrogates(text)
         if data is None:
+            if not text.strip():  # nothing came: a transfer cut short, another may be whole
+                raise ResponseFormatError(
+                    f"{provider} returned {what} that is empty", provider=provider, retryable=True
+                ) from exc
             raise ResponseFormatError(
                 f"{provider} returned {what} that is not JSON: {text[:200]!r}", provider=provider
             ) from exc
@@ -296,15 +412,38 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _with_lone_surrogates(text: str) -> Any:
-    """`text` parsed by `json.loads`, which takes lone surrogate escapes, with each lone
-    surrogate replaced by U+FFFD; None when it is not JSON (or has no surrogate escape)."""
-    if "\\u" not in text:
+    """`text` parsed by `json.loads` when the fast parser refused it for what JSON allows:
+    lone surrogate escapes (each replaced by U+FFFD), integers too long for Python's
+    conversion limit (kept as `_LongInt`, written back digit for digit by `args_json`).
+    None when it is not JSON (or has neither)."""
+    escapes = "\\u" in text
+    if not escapes and _LONG_DIGITS.search(text) is None:
         return None
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_int=_parse_int)
     except (ValueError, RecursionError):
         return None
-    return _scrub(value)
+    return _scrub(value) if escapes else value
+
+
+_LONG_DIGITS = re.compile(r"[0-9]{4301}")
+"""A run of more digits than `int()` converts by default (`sys.get_int_max_str_digits`)."""
+
+
+class _LongInt:
+    """An integer of the JSON text too long to convert, as written."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_int(text: str) -> int | _LongInt:
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInt(text)
 
 
 def _scrub(value: Any) -> Any:
@@ -328,7 +467,11 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
     start = True  # no text yet: a BOM may come first
-    async for text in response.aiter_text():
+    # an event stream is UTF-8 whatever charset the header declares (the SSE standard);
+    # the decoder keeps a character cut between chunks for the next one
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    async for chunk in response.aiter_bytes():
+        text = decode(chunk)
         if start and text:
             start = False
             if text[0] == "\ufeff":
@@ -351,6 +494,7 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
             item = sse_block(block)
             if item is not None:
                 yield item
+    buffer += decode(b"", True)  # a character the stream cut off: U+FFFD
     if cr:  # the stream ended in "\r": a line ending
         buffer += "\n"
     *blocks, buffer = buffer.split("\n\n")
@@ -467,7 +611,7 @@ async def post_json(
         resp = await client.post(url, content=content, headers=headers, timeout=timeout)
     if not resp.is_success:
         raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
-    return parse_json_body(provider, resp.text)
+    return parse_json_body(provider, body_text(resp))
 
 
 async def post_sse(
@@ -497,11 +641,12 @@ async def post_sse(
             if not resp.is_success:
                 await resp.aread()
                 raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            await refuse_html(resp, provider)
             if "application/json" in resp.headers.get("content-type", ""):
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
                 # the whole body is one event for the adapter's parser
                 await resp.aread()
-                yield "", resp.text
+                yield "", body_text(resp)
                 return
             events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
             try:

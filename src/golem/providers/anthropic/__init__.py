@@ -28,11 +28,13 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     api_key_from_env,
+    body_text,
     deltas_of,
     error_from_response,
     iter_sse,
     parse_json_body,
     post_json,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
@@ -200,12 +202,13 @@ class AnthropicModel(HTTPModel):
                     raise error_from_response(
                         PROVIDER, response.status_code, response.headers, response.text
                     )
+                await refuse_html(response, PROVIDER)
                 if "application/json" in response.headers.get("content-type", ""):
                     # not a stream: an error object from a proxy, or a server that ignored
                     # `stream: true` and answered one message
                     await response.aread()
                     final = parse_response(
-                        parse_json_body(PROVIDER, response.text), self._output_tool(request)
+                        parse_json_body(PROVIDER, body_text(response)), self._output_tool(request)
                     )
                     for replayed in deltas_of(final):
                         yield replayed

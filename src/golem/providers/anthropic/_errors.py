@@ -33,7 +33,8 @@ STATUS_BY_ERROR_TYPE: dict[str, int] = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-"""HTTP status Anthropic documents for each `error.type`; unknown types count as 500."""
+"""HTTP status Anthropic documents for each `error.type`; an unknown type counts as the
+status its error object's `code` names, else 500."""
 
 
 def error_from_event(data: str) -> ProviderError:
@@ -45,13 +46,24 @@ def error_from_event(data: str) -> ProviderError:
     err = payload.get("error") if isinstance(payload, Mapping) else None
     kind = err.get("type") if isinstance(err, Mapping) else None
     kind = kind if isinstance(kind, str) else "unknown_error"
-    status = STATUS_BY_ERROR_TYPE.get(kind, 500)
+    status = STATUS_BY_ERROR_TYPE.get(kind) or _status_code(err)
     error = error_from_response(PROVIDER, status, httpx.Headers(), data)
     message = err.get("message") if isinstance(err, Mapping) else None
     detail = message if isinstance(message, str) else data.strip()[:500]
     # `status_code` is the status Anthropic documents for the type (the HTTP status was 200).
     error.args = (f"anthropic stream failed with {kind}: {detail}",)
     return error
+
+
+def _status_code(err: Any) -> int:
+    """The HTTP status an error object of another shape names in its `code` (a proxy's
+    OpenAI-style `{"error": {"code": 429, ...}}`), else 500."""
+    code = err.get("code") if isinstance(err, Mapping) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return 500
 
 
 def incomplete_stream() -> ProviderConnectionError:

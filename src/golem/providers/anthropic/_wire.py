@@ -21,12 +21,15 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
+    ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     args_json,
     in_order,
     json_object,
+    named_calls,
     raw_json,
+    token_count,
     unique_call_id,
 )
 from golem.providers.anthropic._errors import error_from_event
@@ -86,6 +89,7 @@ _FINISH: dict[str, FinishReason] = {
     "model_context_window_exceeded": "length",
     "tool_use": "tool_call",
     "refusal": "content_filter",
+    "pause_turn": "pause_turn",
 }
 
 # --------------------------------------------------------------------------- requests
@@ -268,12 +272,17 @@ def _clean_id(raw: str) -> str:
 def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     ids = _CallIds()
+    media: list[Part] = []
     for m in messages:
         if m.role == "system":
             continue
+        if media and m.role != "tool":
+            _append_user(out, _media_blocks(media))
+            media = []
         if m.role == "assistant":
             blocks = _assistant_blocks(m, ids)
             role = "assistant"
+            media = list(m.parts)  # assistant turns take no media: they follow the results
         elif m.role == "tool":
             blocks = [_tool_result(m, ids)]
             role = "user"
@@ -284,13 +293,48 @@ def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
                 blocks = [{"type": "text", "text": EMPTY_PROMPT_TEXT}]
         if not blocks:
             continue
-        if role == "user" and out and out[-1]["role"] == "user":
+        if out and out[-1]["role"] == role:
+            # consecutive user turns (tool results and a prompt), or assistant turns (a turn
+            # the API paused, `pause_turn`, and its continuation) form one turn
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    if media:
+        _append_user(out, _media_blocks(media))
+    if out and out[-1]["role"] == "assistant":
+        _trim_last_turn(out)
     if not out:
         out.append({"role": "user", "content": [{"type": "text", "text": EMPTY_PROMPT_TEXT}]})
     return out
+
+
+def _trim_last_turn(out: list[dict[str, Any]]) -> None:
+    """A request that ends with an assistant turn (a paused turn sent back to go on): the
+    API refuses one whose last text ends in whitespace, so that whitespace is left out (a
+    block left empty goes, and a turn left empty)."""
+    blocks = out[-1]["content"]
+    while blocks and blocks[-1].get("type") == "text" and not blocks[-1].get("citations"):
+        text = blocks[-1]["text"].rstrip()
+        if text:
+            blocks[-1] = {**blocks[-1], "text": text}
+            break
+        blocks.pop()
+    if not blocks:
+        out.pop()
+
+
+def _append_user(out: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """Add `blocks` as a user turn, or to the user turn `out` ends with."""
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"].extend(blocks)
+    else:
+        out.append({"role": "user", "content": blocks})
+
+
+def _media_blocks(parts: list[Part]) -> list[dict[str, Any]]:
+    """The blocks carrying the media of an assistant message, in the user turn after it
+    (after the results of its calls, which must come first; ADR 0060)."""
+    return [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}, *(_part_block(p) for p in parts)]
 
 
 def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
@@ -516,26 +560,22 @@ def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     """Usage of a response: input counts cache reads and writes; reasoning when reported."""
     if not raw:
         return Usage()
-    fresh = _int(raw.get("input_tokens"))
-    read = _int(raw.get("cache_read_input_tokens"))
-    write = _int(raw.get("cache_creation_input_tokens"))
+    fresh = token_count(raw.get("input_tokens"))
+    read = token_count(raw.get("cache_read_input_tokens"))
+    write = token_count(raw.get("cache_creation_input_tokens"))
     details = raw.get("output_tokens_details")
-    reasoning = _int(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
+    reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
     return Usage(
         input_tokens=fresh + read + write,
-        output_tokens=_int(raw.get("output_tokens")),
+        output_tokens=token_count(raw.get("output_tokens")),
         cache_read_tokens=read,
         cache_write_tokens=write,
         reasoning_tokens=reasoning,
     )
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def finish_reason_from(stop_reason: Any) -> FinishReason:
-    """Normalize `stop_reason` (null → "", unknown values such as `pause_turn` → "other")."""
+    """Normalize `stop_reason` (null → "", unknown values → "other")."""
     if stop_reason is None:
         return ""
     return _FINISH.get(str(stop_reason), "other")
@@ -619,7 +659,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     return Message(
         role="assistant",
         content=content,
-        tool_calls=calls,
+        tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
         server_tools=server,
@@ -671,11 +711,14 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
     `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
-        ProviderError: the body is an error object (`{"type": "error", ...}`), classified
-            by its `error.type` like a streamed `error` event.
+        ProviderError: the body is an error object (`{"type": "error", ...}`, or an
+            `{"error": ...}` without content), classified by its `error.type` like a
+            streamed `error` event.
         ResponseFormatError: the body has no `content` list of blocks.
     """
-    if body.get("type") == "error":
+    if body.get("type") == "error" or (
+        isinstance(body.get("error"), Mapping) and "content" not in body
+    ):  # an error object (a proxy's may lack the "type": "error" Anthropic puts on it)
         raise error_from_event(json.dumps(dict(body)))
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):

@@ -27,8 +27,10 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     api_key_from_env,
+    body_text,
     iter_sse,
     parse_json_body,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.gemini._errors import PROVIDER, error_from_http
@@ -154,10 +156,9 @@ class GeminiModel(HTTPModel):
             response = await (await self._clients.get()).post(
                 self.url(), content=_encode(body), headers=self._headers(), timeout=self._timeout
             )
-        text = response.text
         if response.status_code >= 300:
-            raise error_from_http(response.status_code, response.headers, text)
-        return parse_response(parse_json_body(PROVIDER, text))
+            raise error_from_http(response.status_code, response.headers, response.text)
+        return parse_response(parse_json_body(PROVIDER, body_text(response)))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -179,10 +180,11 @@ class GeminiModel(HTTPModel):
                 if response.status_code >= 300:
                     await response.aread()
                     raise error_from_http(response.status_code, response.headers, response.text)
+                await refuse_html(response, PROVIDER)
                 if "json" in response.headers.get("content-type", ""):
                     # A JSON array of responses: a proxy that ignored alt=sse.
                     await response.aread()
-                    for data in _json_chunks(response.text):
+                    for data in _json_chunks(body_text(response)):
                         for delta in parser.feed(data):
                             yield delta
                 else:

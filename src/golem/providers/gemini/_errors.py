@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._http import error_from_response
+from golem.providers._http import error_from_response, finite_seconds
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 
@@ -92,8 +92,5 @@ def _retry_delay(err: Mapping[str, Any]) -> float | None:
         if str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
             delay = d.get("retryDelay")
             if isinstance(delay, str) and delay.endswith("s"):
-                try:
-                    return max(0.0, float(delay[:-1]))
-                except ValueError:
-                    return None
+                return finite_seconds(delay[:-1])
     return None

@@ -8,16 +8,24 @@ Thought signatures: a `thoughtSignature` on a `functionCall` part becomes
 and that signature; thought text parts (`thought: true`) become `ThinkingBlock`s.
 Function calls without an ID get a stable synthesized one (`SYNTHETIC_ID_PREFIX`).
 
+Media the model produces (`inlineData`, `fileData`: an image model's pictures) become the
+message's `parts`, each with its part's thought signature; text they separate is joined by a
+blank line. Thought images (`thought: true`, interim drafts) are not kept. Streamed, media
+arrive on the final response only (a `Delta` carries text, thinking and calls).
+
 Server-side tool parts (`executableCode`, `codeExecutionResult`, Gemini 3's `toolCall` /
 `toolResponse`) become `ServerToolBlock`s holding the whole part (thought signature
 included), where they sat; text they separate is joined by a blank line. The candidate's
 `groundingMetadata` and `urlContextMetadata` are kept as blocks too (at the end), and the
 grounding supports become `Citation`s over the text (Gemini counts UTF-8 bytes; golem's
-offsets are `str` indexes).
+offsets are `str` indexes). A part of a kind golem does not know is kept the same way (a
+`ServerToolBlock` typed by its key, where it sat) but never sent back.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import uuid
@@ -25,10 +33,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from golem.errors import BadRequest, ResponseFormatError
-from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
+from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import RUN_SEPARATOR, args_json, raw_json, unique_call_id
+from golem.providers._http import (
+    RUN_SEPARATOR,
+    args_json,
+    named_calls,
+    raw_json,
+    token_count,
+    unique_call_id,
+)
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
@@ -52,6 +67,10 @@ SERVER_PARTS: dict[str, str] = {
 """Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
 `toolResponse`, their `toolType`, lower-cased)."""
 _METADATA = ("groundingMetadata", "urlContextMetadata")
+_METADATA_KEYS = frozenset(
+    ("thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution")
+)
+"""Keys of a part that describe it rather than hold its content."""
 
 
 _FILTERED = frozenset(
@@ -95,11 +114,12 @@ def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     Input is the prompt (cached tokens included) plus tool-use prompt tokens; output is
     the candidates plus the thoughts, so input + output equals `totalTokenCount`.
     """
-    thoughts = _int(meta.get("thoughtsTokenCount"))
+    thoughts = token_count(meta.get("thoughtsTokenCount"))
     return Usage(
-        input_tokens=_int(meta.get("promptTokenCount")) + _int(meta.get("toolUsePromptTokenCount")),
-        output_tokens=_int(meta.get("candidatesTokenCount")) + thoughts,
-        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
+        input_tokens=token_count(meta.get("promptTokenCount"))
+        + token_count(meta.get("toolUsePromptTokenCount")),
+        output_tokens=token_count(meta.get("candidatesTokenCount")) + thoughts,
+        cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
         reasoning_tokens=thoughts,
     )
 
@@ -135,6 +155,8 @@ class ResponseBuilder:
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
+        self._parts: list[Part] = []
+        """Media the model produced (`inlineData`, `fileData`), in arrival order."""
         self._ids: set[str] = set()
         self._usage: Mapping[str, Any] = {}
         """The latest `usageMetadata` (cumulative when streamed); mapped once, at the end."""
@@ -209,6 +231,8 @@ class ResponseBuilder:
         if not isinstance(signature, str):
             signature = ""
         text = part.get("text")
+        if text is None and signature and part.keys() <= _METADATA_KEYS:
+            text = ""  # a signature on an empty text part, its empty text left out (proto3 JSON)
         if isinstance(text, str):
             if part.get("thought") is True:
                 return self._add_thought(text, signature)
@@ -248,7 +272,36 @@ class ResponseBuilder:
                 return None
         call = part.get("functionCall")
         if not isinstance(call, dict):
-            return None  # media and parts golem does not know
+            media = part.get("inlineData") or part.get("fileData")
+            if isinstance(media, dict):
+                if part.get("thought") is not True:  # a thought image is an interim draft
+                    found = media_part(media, signature)
+                    if found is not None:
+                        self._parts.append(found)
+                        self._separated = True
+                return None
+            unknown = next((k for k in part if k not in _METADATA_KEYS), None)
+            if unknown is not None:
+                # a kind of part golem does not know (a newer API's, a functionResponse in an
+                # answer): kept where it sat, as the provider sent it; never sent back
+                self._separated = True
+                self._server.append(
+                    ServerToolBlock(
+                        provider=PROVIDER,
+                        type=unknown,
+                        raw=raw_json(part),
+                        at=self._length,
+                        thinking_before=len(self._blocks),
+                    )
+                )
+            return None
+        if "partialArgs" in call or call.get("willContinue") is True:
+            raise ResponseFormatError(
+                "gemini streamed a function call's arguments in parts "
+                "(toolConfig.functionCallingConfig.streamFunctionCallArguments), which golem "
+                "does not assemble: leave that setting off",
+                provider=PROVIDER,
+            )
         index = len(self._calls)
         call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
         name = _str(call.get("name"))
@@ -330,7 +383,8 @@ class ResponseBuilder:
         message = Message(
             role="assistant",
             content=content,
-            tool_calls=list(self._calls),
+            parts=list(self._parts),
+            tool_calls=named_calls(PROVIDER, list(self._calls)),
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
             ],
@@ -347,6 +401,47 @@ class ResponseBuilder:
             ),
             model_name=self._model_name,
         )
+
+
+def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
+    """The `Part` for an `inlineData` (base64 bytes) or `fileData` (a URI) object of an
+    answer, or None when it holds nothing (empty data, no URI); its kind follows the MIME
+    type (image, audio, video, else document).
+
+    Raises:
+        ResponseFormatError: the data is not base64, or is not text at all.
+    """
+    mime = _str(media.get("mimeType"))
+    top = mime.partition("/")[0].lower()
+    kind = top if top in ("image", "audio", "video") else "document"
+    uri = media.get("fileUri")
+    if isinstance(uri, str) and uri:
+        return Part(kind, url=uri, media_type=mime or None, signature=signature)
+    data = media.get("data")
+    if data is None or data == "":
+        return None
+    raw = _base64(data) if isinstance(data, str) else None
+    if raw is None:
+        raise ResponseFormatError(
+            f"gemini answered with {kind} data ({mime or 'no MIME type'}) that is not base64",
+            provider=PROVIDER,
+        )
+    return Part(kind, data=raw, media_type=mime or _OCTETS, signature=signature)
+
+
+def _base64(text: str) -> bytes | None:
+    """Standard or URL-safe base64 (whitespace ignored, padding optional), or None."""
+    text = "".join(text.split())
+    text += "=" * (-len(text) % 4)
+    for altchars in (None, b"-_"):
+        try:
+            return base64.b64decode(text, altchars, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    return None
+
+
+_OCTETS = "application/octet-stream"
 
 
 def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citation]:

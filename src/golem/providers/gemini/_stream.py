@@ -3,14 +3,15 @@
 Every event carries a whole `GenerateContentResponse` holding the parts produced since
 the previous one (text fragments, thoughts, complete function calls) and the usage so
 far. The stream is complete once an event carries a `finishReason` (or a blocked
-prompt); anything that ends before that is a dropped connection.
+prompt); anything that ends before that is a dropped connection. A `data: [DONE]` event
+(the end marker of OpenAI's streams, which proxies add) is ignored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from golem.errors import ProviderConnectionError
+from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers._http import parse_json_body, sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
@@ -34,7 +35,12 @@ class StreamParser:
         """
         if not data.strip():
             return []
-        chunk = parse_json_body(PROVIDER, data, "a stream event")
+        try:
+            chunk = parse_json_body(PROVIDER, data, "a stream event")
+        except ResponseFormatError:
+            if data.strip() == "[DONE]":
+                return []  # an OpenAI-style end marker a proxy adds: the events say the rest
+            raise
         if "error" in chunk:
             raise error_from_payload(chunk)
         return self._builder.add(chunk)

@@ -274,7 +274,11 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         parts.append(text_part)
     else:
         parts.extend(part for _, part in server)
-    parts.extend(_part(p) for p in m.parts)
+    for p in m.parts:
+        media = _part(p)
+        if p.signature:
+            media["thoughtSignature"] = p.signature
+        parts.append(media)
     for i, c in enumerate(m.tool_calls):
         call: dict[str, Any] = {"name": c.name, "args": _args_object(c.args)}
         if c.id and not c.id.startswith(SYNTHETIC_ID_PREFIX):

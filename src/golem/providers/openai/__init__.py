@@ -26,10 +26,12 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
+    body_text,
     error_from_response,
     iter_sse,
     parse_json_body,
     post_json,
+    refuse_html,
     translate_transport_errors,
 )
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
@@ -181,10 +183,11 @@ class OpenAIChatModel(HTTPModel):
                 if not resp.is_success:
                     await resp.aread()
                     raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+                await refuse_html(resp, PROVIDER)
                 if "application/json" in resp.headers.get("content-type", ""):
                     # The server ignored `stream: true` and answered with one JSON body.
                     await resp.aread()
-                    body = parse_json_body(PROVIDER, resp.text)
+                    body = parse_json_body(PROVIDER, body_text(resp))
                     final = parse_response(body, reasoning_field=self._options.reasoning_field)
                     for delta in deltas_of(final):
                         yield delta

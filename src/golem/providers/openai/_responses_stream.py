@@ -5,7 +5,8 @@ Deltas come from `response.output_item.added` (a function call's ID and name),
 `response.refusal.delta` and `response.reasoning_summary_text.delta` /
 `response.reasoning_text.delta`. The final response is parsed from the `response` object
 of the terminal event (`response.completed`, `response.incomplete`, `response.failed`) by
-the same function as a plain response, so both paths agree. A reasoning item's signature
+the same function as a plain response, so both paths agree (a terminal event without its
+`output` list takes the items of the `response.output_item.done` events). A reasoning item's signature
 (its encrypted content) arrives only on the final response: the service encrypts it anew
 for the terminal event, so an earlier copy would not match.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ProviderConnectionError
+from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import parse_json_body, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
@@ -35,6 +36,7 @@ class ResponsesStreamParser:
 
     __slots__ = (
         "_calls",
+        "_done",
         "_final",
         "_ids",
         "_parts",
@@ -52,6 +54,9 @@ class ResponsesStreamParser:
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
+        self._done: dict[int, Mapping[str, Any]] = {}
+        """The items of `response.output_item.done` events by `output_index`: the output of a
+        terminal event that leaves its `output` out (a compatible server's)."""
         self._ids: set[str] = set()
         """The call IDs given so far (a repeated one is renamed, as in the final response)."""
         self._response_id = ""
@@ -70,7 +75,12 @@ class ResponsesStreamParser:
             ProviderError: an `error` event, or a failed response.
             ResponseFormatError: the data is not a JSON object.
         """
-        event = parse_json_body(PROVIDER, data, "a stream event")
+        try:
+            event = parse_json_body(PROVIDER, data, "a stream event")
+        except ResponseFormatError:
+            if not data.strip():
+                return None  # an event without data (a proxy's keep-alive) carries nothing
+            raise
         kind = event.get("type")
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all
@@ -106,6 +116,11 @@ class ResponsesStreamParser:
             return Delta(thinking=[ThinkingDelta(n, text=text)])
         if kind == "response.output_item.added":
             return self._added(event)
+        if kind == "response.output_item.done":
+            item = event.get("item")
+            if isinstance(item, Mapping):
+                self._done[_index(event)] = item
+            return None
         if kind in ("response.created", "response.in_progress") and not self._response_id:
             response = event.get("response")
             if isinstance(response, Mapping) and isinstance(response.get("id"), str):
@@ -114,6 +129,8 @@ class ResponsesStreamParser:
             response = event.get("response")
             if not isinstance(response, Mapping):
                 response = {}
+            if not isinstance(response.get("output"), list) and self._done:
+                response = {**response, "output": [self._done[i] for i in sorted(self._done)]}
             self._final = parse_responses_response(response)
             return None
         if kind == "error":

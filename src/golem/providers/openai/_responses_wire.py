@@ -20,11 +20,14 @@ from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
+    ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     in_order,
     json_object,
+    named_calls,
     raw_json,
+    token_count,
     unique_call_id,
 )
 from golem.providers.openai._errors import error_from_payload
@@ -180,11 +183,16 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
     (see `_assistant_items`).
     """
     items: list[dict[str, Any]] = []
+    media: list[Part] = []
     for m in messages:
+        if media and m.role != "tool":
+            items.append(_media_item(media))
+            media = []
         if m.role == "user":
             items.append({"role": "user", "content": _user_content(m)})
         elif m.role == "assistant":
             _assistant_items(m, items, store)
+            media = list(m.parts)  # assistant output takes text only: the media follow it
         elif m.role == "tool":
             output: str | list[dict[str, Any]] = m.content
             if m.parts:
@@ -192,9 +200,19 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
             items.append(
                 {"type": "function_call_output", "call_id": m.tool_call_id, "output": output}
             )
+    if media:
+        items.append(_media_item(media))
     if not any(i.get("role") == "user" for i in items):
         items.insert(0, {"role": "user", "content": ""})
     return items
+
+
+def _media_item(parts: list[Part]) -> dict[str, Any]:
+    """The user message carrying the media of an assistant message, after the outputs of
+    its calls (ADR 0060)."""
+    content = [{"type": "input_text", "text": ASSISTANT_MEDIA_TEXT}]
+    content.extend(_part(p) for p in parts)
+    return {"role": "user", "content": content}
 
 
 def _user_content(m: Message) -> str | list[dict[str, Any]]:
@@ -295,10 +313,6 @@ def _part(p: Part) -> dict[str, Any]:
 # --------------------------------------------------------------------------- response
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 def responses_usage(usage: Any) -> Usage:
     """Map a Responses `usage` object; `input_tokens` already includes cached tokens."""
     if not isinstance(usage, Mapping):
@@ -306,10 +320,12 @@ def responses_usage(usage: Any) -> Usage:
     inp = usage.get("input_tokens_details")
     out = usage.get("output_tokens_details")
     return Usage(
-        input_tokens=_int(usage.get("input_tokens")),
-        output_tokens=_int(usage.get("output_tokens")),
-        cache_read_tokens=_int(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
-        reasoning_tokens=_int(out.get("reasoning_tokens")) if isinstance(out, Mapping) else 0,
+        input_tokens=token_count(usage.get("input_tokens")),
+        output_tokens=token_count(usage.get("output_tokens")),
+        cache_read_tokens=token_count(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
+        reasoning_tokens=token_count(out.get("reasoning_tokens"))
+        if isinstance(out, Mapping)
+        else 0,
     )
 
 
@@ -414,7 +430,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     message = Message(
         role="assistant",
         content="".join(text),
-        tool_calls=calls,
+        tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
         server_tools=server,

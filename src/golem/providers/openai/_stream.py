@@ -11,12 +11,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ProviderConnectionError
+from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import (
     args_json,
     deltas_of,
+    named_calls,
     parse_json_body,
     sse_events,
     unique_call_id,
@@ -25,6 +26,7 @@ from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     PROVIDER,
+    OutputMedia,
     citations_of,
     map_finish_reason,
     parse_usage,
@@ -68,6 +70,9 @@ class ChatStreamParser:
         self._reasoning: list[str] = []
         self._refusal: list[str] = []
         self._annotations: list[Any] = []
+        self._media = OutputMedia()
+        self._transcribed = False
+        """The answer's text is its audio's transcript (it had no text of its own)."""
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
         self._ids: set[str] = set()
@@ -93,7 +98,12 @@ class ChatStreamParser:
             return None
         if event == "error":
             raise error_from_payload(_error_event(data))
-        chunk = parse_json_body(PROVIDER, data, "a stream event")
+        try:
+            chunk = parse_json_body(PROVIDER, data, "a stream event")
+        except ResponseFormatError:
+            if not data.strip():
+                return None  # an event without data (a proxy's keep-alive) carries nothing
+            raise
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
@@ -115,7 +125,8 @@ class ChatStreamParser:
                 continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                text += text_content(delta.get("content"))
+                content = delta.get("content")
+                text += content if content.__class__ is str else text_content(content)
                 thinking += reasoning_text(delta, self._reasoning_field)
                 refusal = delta.get("refusal")
                 if isinstance(refusal, str) and refusal:
@@ -123,6 +134,12 @@ class ChatStreamParser:
                     if not self._text and not text:
                         # the refusal is the answer's text (as `finish` makes it): stream it
                         refused += refusal
+                if "audio" in delta or "images" in delta or content.__class__ is list:
+                    transcript = self._media.add(delta)
+                    if transcript and not self._text and not text:
+                        self._transcribed = True
+                    if self._transcribed:
+                        text += transcript  # an audio answer: its text is what it says
                 annotations = delta.get("annotations")
                 if isinstance(annotations, list):
                     self._annotations.extend(annotations)
@@ -210,15 +227,19 @@ class ChatStreamParser:
             message=Message(
                 role="assistant",
                 content=content,
-                tool_calls=[
-                    ToolCall(
-                        id=c.id or synthesize_call_id(),
-                        name=c.name,
-                        args="".join(c.args),
-                        signature=c.signature,
-                    )
-                    for c in self._calls
-                ],
+                parts=self._media.parts(),
+                tool_calls=named_calls(
+                    PROVIDER,
+                    [
+                        ToolCall(
+                            id=c.id or synthesize_call_id(),
+                            name=c.name,
+                            args="".join(c.args),
+                            signature=c.signature,
+                        )
+                        for c in self._calls
+                    ],
+                ),
                 thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
                 citations=citations_of(self._annotations, content),
             ),

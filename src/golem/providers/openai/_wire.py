@@ -8,6 +8,7 @@ Everything here is pure (no I/O), so the mapping can be tested and benchmarked o
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import mimetypes
@@ -20,7 +21,14 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import args_json, raw_json, unique_calls
+from golem.providers._http import (
+    ASSISTANT_MEDIA_TEXT,
+    args_json,
+    named_calls,
+    raw_json,
+    token_count,
+    unique_calls,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
@@ -161,22 +169,30 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
 
     Tool results that carry parts are followed (after the run of tool messages, which must
     directly follow their assistant message) by one user message holding those parts, since
-    tool messages take text only. Call IDs the API would reject are replaced consistently.
+    tool messages take text only. Media an assistant message carries (a Gemini image model's
+    pictures) follow it the same way, in a user message of their own that says what they
+    are. Call IDs the API would reject are replaced consistently.
     """
     out: list[dict[str, Any]] = []
     ids = _CallIds()
     attachments: list[tuple[str, Message]] = []
+    media: list[Part] = []
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     for i, m in enumerate(messages):
-        if attachments and m.role != "tool":
-            out.append(_attachments_message(attachments))
-            attachments = []
+        if m.role != "tool":
+            if media:
+                out.append(_media_message(media))
+                media = []
+            if attachments:
+                out.append(_attachments_message(attachments))
+                attachments = []
         if m.role == "system":
             out.append({"role": options.system_role, "content": m.content})
         elif m.role == "user":
             out.append(_user_message(m))
         elif m.role == "assistant":
             out.append(_assistant_message(m, i, ids, options, after_last_user=i > last_user))
+            media = list(m.parts)  # assistant turns take text only: the media follow it
         else:
             call_id = ids.for_result(m)
             content = m.content
@@ -185,9 +201,18 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
             out.append({"role": "tool", "tool_call_id": call_id, "content": content})
             if m.parts:
                 attachments.append((call_id, m))
+    if media:
+        out.append(_media_message(media))
     if attachments:
         out.append(_attachments_message(attachments))
     return out
+
+
+def _media_message(parts: list[Part]) -> dict[str, Any]:
+    """The user message carrying the media of an assistant message (ADR 0060)."""
+    content = [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}]
+    content.extend(_part(p) for p in parts)
+    return {"role": "user", "content": content}
 
 
 def _user_message(m: Message) -> dict[str, Any]:
@@ -484,14 +509,113 @@ def parse_usage(usage: Any) -> Usage:
     prompt = prompt if isinstance(prompt, dict) else {}
     completion = usage.get("completion_tokens_details")
     completion = completion if isinstance(completion, dict) else {}
-    cache_read = _int(prompt.get("cached_tokens")) or _int(usage.get("prompt_cache_hit_tokens"))
-    return Usage(
-        input_tokens=_int(usage.get("prompt_tokens")),
-        output_tokens=_int(usage.get("completion_tokens")),
-        cache_read_tokens=cache_read,
-        cache_write_tokens=_int(prompt.get("cache_write_tokens")),
-        reasoning_tokens=_int(completion.get("reasoning_tokens")),
+    cache_read = token_count(prompt.get("cached_tokens")) or token_count(
+        usage.get("prompt_cache_hit_tokens")
     )
+    return Usage(
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=token_count(usage.get("completion_tokens")),
+        cache_read_tokens=cache_read,
+        cache_write_tokens=token_count(prompt.get("cache_write_tokens")),
+        reasoning_tokens=token_count(completion.get("reasoning_tokens")),
+    )
+
+
+class OutputMedia:
+    """Media an answer carries beside its text, gathered from a message or the deltas of a
+    stream: `audio` (audio output: base64 data and its transcript), `images` (what some
+    compatible servers, OpenRouter's image models among them, answer with) and `image_url`
+    parts of a content list."""
+
+    __slots__ = ("audio", "images", "transcript")
+
+    def __init__(self) -> None:
+        self.audio: list[str] = []
+        """The base64 text of the audio, in fragments."""
+        self.transcript: list[str] = []
+        self.images: list[Any] = []
+        """The `image_url` objects, as sent."""
+
+    def add(self, obj: dict[str, Any]) -> str:
+        """Gather the media of `obj` (a message, or a stream delta); return the transcript
+        text it adds."""
+        audio = obj.get("audio")
+        added = ""
+        if isinstance(audio, dict):
+            data = audio.get("data")
+            if isinstance(data, str) and data:
+                self.audio.append(data)
+            transcript = audio.get("transcript")
+            if isinstance(transcript, str) and transcript:
+                self.transcript.append(transcript)
+                added = transcript
+        images = obj.get("images")
+        for image in images if isinstance(images, list) else ():
+            if isinstance(image, dict):
+                self.images.append(image.get("image_url"))
+        content = obj.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    self.images.append(part.get("image_url"))
+        return added
+
+    def parts(self) -> list[Part]:
+        """The media as `Part`s: the audio first, then the images in order.
+
+        Raises:
+            ResponseFormatError: audio or image data that is not base64, or an image without
+                a URL.
+        """
+        out: list[Part] = []
+        if self.audio:
+            data = _base64(PROVIDER, "".join(self.audio), "audio")
+            out.append(Part("audio", data=data, media_type=_audio_type(data)))
+        for image in self.images:
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or not url:
+                raise ResponseFormatError(
+                    f"openai answered with an image without a URL: {json.dumps(image)[:200]}",
+                    provider=PROVIDER,
+                )
+            if url.startswith("data:"):
+                header, _, payload = url[5:].partition(",")
+                media_type = header.split(";", 1)[0] or "application/octet-stream"
+                data = _base64(PROVIDER, payload, "image")
+                out.append(Part("image", data=data, media_type=media_type))
+            else:
+                out.append(Part("image", url=url))
+        return out
+
+
+def _base64(provider: str, text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ResponseFormatError(
+            f"{provider} answered with {what} data that is not base64", provider=provider
+        ) from None
+
+
+_AUDIO_MAGIC = (
+    (b"RIFF", "audio/wav"),
+    (b"ID3", "audio/mpeg"),
+    (b"\xff\xfb", "audio/mpeg"),
+    (b"\xff\xf3", "audio/mpeg"),
+    (b"\xff\xf2", "audio/mpeg"),
+    (b"fLaC", "audio/flac"),
+    (b"OggS", "audio/ogg"),
+)
+
+
+def _audio_type(data: bytes) -> str:
+    """The MIME type of audio output, from its first bytes (the response does not say which
+    format the request asked for); headerless audio is the API's `pcm16` (16-bit
+    little-endian mono at 24 kHz)."""
+    for magic, media_type in _AUDIO_MAGIC:
+        if data.startswith(magic):
+            return media_type
+    return "audio/pcm;rate=24000"
 
 
 def reasoning_text(obj: dict[str, Any], reasoning_field: str | None = None) -> str:
@@ -592,6 +716,10 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         choice = choices[0]
         msg = choice.get("message") or {}
         content = text_content(msg.get("content"))
+        media = OutputMedia()
+        transcript = media.add(msg)
+        if transcript and not content:
+            content = transcript  # an audio answer: its text is what it says
         calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or ()]
         legacy = msg.get("function_call")
         if isinstance(legacy, dict) and not calls:
@@ -612,7 +740,8 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         message=Message(
             role="assistant",
             content=content,
-            tool_calls=unique_calls(calls),
+            parts=media.parts(),
+            tool_calls=named_calls(PROVIDER, unique_calls(calls)),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
             citations=citations,
         ),
