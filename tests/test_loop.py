@@ -189,6 +189,49 @@ async def test_retry_after_is_honoured_when_longer_than_the_backoff(
     assert max(waits) == 7.5
 
 
+@pytest.mark.parametrize("asked", [601.0, 1e11, 10.0**300])
+async def test_a_retry_after_beyond_max_retry_wait_fails_at_once_instead_of_parking_the_run(
+    monkeypatch: pytest.MonkeyPatch, asked: float
+) -> None:
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float, result: Any = None) -> Any:
+        waits.append(delay)
+        return await real_sleep(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    model = ScriptedModel(RateLimited("429", retry_after=asked), "never")
+    with pytest.raises(RunError) as info:
+        await Agent(model, max_attempts=3).run("go")
+    assert info.value.stage == Stage.MODEL
+    assert "max_retry_wait" in str(info.value)
+    assert isinstance(info.value.__cause__.__cause__, RateLimited)  # type: ignore[union-attr]
+    assert waits == []
+    assert len(model.requests) == 1
+
+
+async def test_max_retry_wait_none_waits_as_long_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float, result: Any = None) -> Any:
+        waits.append(delay)
+        return await real_sleep(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    model = ScriptedModel(RateLimited("429", retry_after=3600.0), "ok")
+    res = await Agent(model, max_attempts=2, max_retry_wait=None).run("go")
+    assert res.output == "ok"
+    assert waits == [3600.0]
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+def test_max_retry_wait_must_be_seconds(bad: float) -> None:
+    with pytest.raises(ValueError, match="max_retry_wait"):
+        Agent(ScriptedModel("ok"), max_retry_wait=bad)
+
+
 # --------------------------------------------------------------------------- tool self-correction
 
 

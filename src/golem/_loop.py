@@ -60,8 +60,9 @@ class Policy:
     decode: Callable[[str], Any]
     """Final text → output; raises `ModelRetry` for a correctable rejection."""
     cost: Callable[[Usage], float]
-    backoff: Callable[[int, BaseException], float]
-    """Seconds to wait after failed attempt n (1-based) that raised the exception."""
+    backoff: Callable[[int, BaseException], float | None]
+    """Seconds to wait after failed attempt n (1-based) that raised the exception; None: the
+    provider asked for a longer wait than the agent allows, so the call is not retried."""
     max_iterations: int = 10
     max_attempts: int = 1
     output_retries: int = 0
@@ -274,8 +275,17 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
             state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
             retryable = isinstance(exc, ProviderError) and exc.retryable
             if retryable and attempt < attempts:
-                await asyncio.sleep(policy.backoff(attempt, exc))
-                continue
+                wait = policy.backoff(attempt, exc)
+                if wait is not None:
+                    await asyncio.sleep(wait)
+                    continue
+                wrapped = RuntimeError(
+                    f"model failed, not retried: the provider asked to wait "
+                    f"{getattr(exc, 'retry_after', None)} s, longer than the agent's "
+                    f"max_retry_wait: {exc}"
+                )
+                wrapped.__cause__ = exc
+                raise _Fail(Stage.MODEL, wrapped) from None
             if attempt > 1:
                 wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
                 wrapped.__cause__ = exc

@@ -126,6 +126,9 @@ class Agent(Generic[DepsT, OutputT]):
         event_handler: Observer of every run's events (before the run's own).
         retry_backoff: Seconds to wait after failed attempt n (default 0.5 s doubling,
             capped at 30 s); a provider's `Retry-After` wins when longer.
+        max_retry_wait: The longest wait a provider's `Retry-After` may ask for before a
+            retry (seconds); when it asks for more, the model call fails at once instead of
+            parking the run (`None`: wait as long as asked).
         name: A name for logs and the approval service.
         tool_choice: Whether and which tool the model must call on each turn: "auto",
             "required", "none" or a tool name (checked against the tools at each request).
@@ -163,6 +166,7 @@ class Agent(Generic[DepsT, OutputT]):
         price: Price | None = None,
         event_handler: EventHandler | None = None,
         retry_backoff: Callable[[int], float] | None = None,
+        max_retry_wait: float | None = 600.0,
         name: str = "",
         tool_choice: ToolChoice = "auto",
         toolsets: Iterable[Toolset] = (),
@@ -189,6 +193,8 @@ class Agent(Generic[DepsT, OutputT]):
             raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if max_retry_wait is not None and not max_retry_wait >= 0:
+            raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
         if usage_limits is not None and usage_limits.cost is not None and price is None:
             raise ValueError(
                 "a cost limit needs a price: pass price=... (a function from Usage to money)"
@@ -206,6 +212,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.price = price
         self.event_handler = event_handler
         self.retry_backoff = retry_backoff or default_backoff
+        self.max_retry_wait = max_retry_wait
         self.name = name
         self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
         """Seals pending calls when a run pauses; verifies them on resume (None: no seals)."""
@@ -474,9 +481,12 @@ class Agent(Generic[DepsT, OutputT]):
     def _cost(self, usage: Usage) -> float:
         return float(self.price(usage)) if self.price is not None else 0.0
 
-    def _backoff(self, attempt: int, exc: BaseException) -> float:
+    def _backoff(self, attempt: int, exc: BaseException) -> float | None:
         wait = self.retry_backoff(attempt)
         if isinstance(exc, RateLimited | Overloaded) and exc.retry_after is not None:
+            limit = self.max_retry_wait
+            if limit is not None and exc.retry_after > limit:
+                return None  # the provider asks for longer than the agent waits
             wait = max(wait, exc.retry_after)
         return wait
 
