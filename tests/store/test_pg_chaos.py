@@ -168,9 +168,13 @@ class Scene:
         return await check_invariants(self.store, self.exec_dir, self.producer.approved)
 
 
-async def _listening(dsn: str, channel: str) -> bool:
+async def _listening(dsn: str, store: PostgresStore) -> bool:
+    """Whether the store's change feed listens on a connection the server knows."""
+    c = store._listening
+    if c is None:
+        return False
     rows = await asyncio.to_thread(
-        _admin, dsn, "SELECT 1 FROM pg_stat_activity WHERE query = %s", f'LISTEN "{channel}"'
+        _admin, dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", c.pg.backend_pid
     )
     return bool(rows)
 
@@ -230,7 +234,7 @@ async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
 
         # the event stream's LISTEN connection is back: changes are pushed again (its
         # safety-net poll runs hourly)
-        await until(lambda: _listening(cluster.dsn, s.store.channel), "LISTEN again")
+        await until(lambda: _listening(cluster.dsn, s.store), "LISTEN again")
         for _ in range(2):
             mark = s.feed.last_id
             await s.producer.one()
