@@ -29,7 +29,15 @@ from golem.store import AuditAction, Decision, RunStatus, StoreTimeout
 from golem.store.postgres import PostgresStore
 from golem.worker import Worker, start_run
 from tests.store.backends import Backend, backend_for
-from tests.store.chaos import Hold, chaos_registry, executions, until
+from tests.store.chaos import (
+    Hold,
+    Scene,
+    backends_of,
+    chaos_registry,
+    disrupting,
+    executions,
+    until,
+)
 from tests.store.worker_app import prompt_for
 
 pytestmark = pytest.mark.postgres
@@ -257,7 +265,6 @@ async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path,
     from psycopg.conninfo import make_conninfo
 
     from tests.store.backends import postgres_dsn
-    from tests.store.test_pg_chaos import Scene, _admin
 
     dsn = postgres_dsn()
     app = f"golem-freeze-{uuid.uuid4().hex[:8]}"
@@ -266,37 +273,26 @@ async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path,
     freezes = Counter[str]()
     async with Scene(dsn, exec_dir, worker_dsn=victim) as s:
         s.store.command_timeout = 0.3
-        done_producing = asyncio.Event()
 
-        async def freezer() -> None:
-            while not done_producing.is_set() or freezes.total() < 12:
-                await asyncio.sleep(rng.uniform(0, 0.05))
-                mode = rng.choice(["all", "busy", "one"])
-                which = "state <> 'idle'" if mode == "busy" else "true"
-                rows = await asyncio.to_thread(
-                    _admin,
-                    dsn,
-                    "SELECT pid FROM pg_stat_activity "
-                    f"WHERE application_name = %s AND {which}",
-                    app,
-                )
-                if not rows:
-                    continue
-                pids = [pid for (pid,) in rows] if mode == "all" else [rng.choice(rows)[0]]
-                with contextlib.ExitStack() as stack:
-                    for pid in pids:
-                        stack.enter_context(frozen(pid))
-                    freezes[mode] += 1
-                    # all at once: past the timeout, so the worker's next calls time out
-                    low = 0.35 if mode == "all" else 0.05
-                    await asyncio.sleep(rng.uniform(low, 0.8))
+        async def freeze() -> None:
+            mode = rng.choice(["all", "busy", "one"])
+            pids = await backends_of(dsn, app, busy=mode == "busy")
+            if not pids:
+                return
+            with contextlib.ExitStack() as stack:
+                for pid in pids if mode == "all" else [rng.choice(pids)]:
+                    stack.enter_context(frozen(pid))
+                freezes[mode] += 1
+                # all at once: past the timeout, so the worker's next calls time out
+                low = 0.35 if mode == "all" else 0.05
+                await asyncio.sleep(rng.uniform(low, 0.8))
 
-        freezing = asyncio.create_task(freezer())
-        try:
-            await s.producer.many(60)
-        finally:
-            done_producing.set()
-            await freezing
+        await disrupting(
+            s.producer.many(60),
+            freeze,
+            pause=lambda: rng.uniform(0, 0.05),
+            enough=lambda: freezes.total() >= 12,
+        )
         summary = await s.settle()
     assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
 
