@@ -88,7 +88,7 @@ PUBLIC_ALL = {
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
-        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreTimeout open_store "
+        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy StoreTimeout open_store "
         "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
@@ -96,7 +96,7 @@ PUBLIC_ALL = {
         "EXPIRY_ACTOR EXPIRY_REASON AuditAction AuditEntry CallExpired CallKind CallNotFound "
         "ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord InvalidDecision "
         "LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
-        "RunNotPending RunRecord RunStatus StoreTimeout"
+        "RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",
     "golem.testing": (

@@ -36,7 +36,16 @@ import pytest
 
 from golem import Agent, RunContext
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunRecord, RunStatus, Store, utc_now
+from golem.store import (
+    AuditAction,
+    Decision,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreBusy,
+    StoreTimeout,
+    utc_now,
+)
 from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
@@ -293,10 +302,15 @@ async def until(
     await eventually(condition, timeout, what)
 
 
+def _unavailable(exc: StoreError) -> bool:
+    """The database was away or had no free connection (its answer, if any, is unknown)."""
+    return type(exc) is StoreError or isinstance(exc, (StoreBusy, StoreTimeout))
+
+
 async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
     """`op()` again after a plain `StoreError` (the database is away), for up to `timeout` s.
 
-    Named store errors (subclasses) are not retried: the database answered them.
+    Other named store errors are not retried: the database answered them.
     """
     try:
         async with asyncio.timeout(timeout):
@@ -304,7 +318,7 @@ async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 6
                 try:
                     return await op()
                 except StoreError as exc:
-                    if type(exc) is not StoreError:
+                    if not _unavailable(exc):
                         raise
                     await asyncio.sleep(0.05)
     except TimeoutError:
@@ -348,7 +362,7 @@ class Producer:
         try:
             run = await self.one_started(hold=hold)
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not _unavailable(exc):
                 raise
             self.unknown_starts += 1
             self.errors[type(exc.__cause__).__name__] += 1
@@ -404,8 +418,11 @@ def admin(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 class Scene:
-    """A worker and a producer on one schema, each with a store of its own (as two processes
-    would have), and an event stream's change feed on the worker's store."""
+    """Workers and a producer on one schema, each with a store of its own (as separate
+    processes would have), and an event stream's change feed on the first worker's store.
+
+    `store` and `worker` are the first worker's; `workers` lists every (store, worker).
+    """
 
     def __init__(
         self,
@@ -416,6 +433,8 @@ class Scene:
         producer_dsn: str | None = None,
         start: bool = True,
         lease_seconds: float = 30,
+        workers: int = 1,
+        registry: dict[str, AgentEntry] | None = None,
     ) -> None:
         self.dsn = dsn
         self.schema = new_schema()
@@ -425,41 +444,54 @@ class Scene:
         self.start_now = start
         self.lease_seconds = lease_seconds
         self.hold = Hold()
-        self.registry = chaos_registry(exec_dir, self.hold)
+        self.registry = registry or chaos_registry(exec_dir, self.hold)
         self.stop = asyncio.Event()
+        self.n_workers = workers
+        self.workers: list[tuple[PostgresStore, Worker]] = []
+        self.tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> Scene:
-        self.store = await PostgresStore.open(
-            self.worker_dsn, schema=self.schema, connect_timeout=5
-        )
+        for i in range(self.n_workers):
+            store = await PostgresStore.open(
+                self.worker_dsn, schema=self.schema, connect_timeout=5
+            )
+            worker = Worker(
+                store,
+                self.registry,
+                worker_id="survivor" if i == 0 else f"survivor-{i}",
+                lease_seconds=self.lease_seconds,
+                concurrency=8,
+            )
+            self.workers.append((store, worker))
+        self.store, self.worker = self.workers[0]
         self.producer_store = await PostgresStore.open(
             self.producer_dsn, schema=self.schema, pool_size=2
         )
         self.feed = self.store.change_feed()
         self.producer = Producer(self.producer_store, self.registry, self.exec_dir)
-        self.worker = Worker(
-            self.store,
-            self.registry,
-            worker_id="survivor",
-            lease_seconds=self.lease_seconds,
-            concurrency=8,
-        )
         if self.start_now:
             self.start()
         return self
 
     def start(self) -> None:
-        """Start the worker."""
-        self.task = asyncio.create_task(self.worker.run_forever(0.2, self.stop))
+        """Start the workers."""
+        self.tasks = [
+            asyncio.create_task(worker.run_forever(0.2, self.stop)) for _, worker in self.workers
+        ]
+        self.task = self.tasks[0]
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def _stopped(self) -> None:
         self.hold.release()
         self.stop.set()
+        if self.tasks:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*self.tasks)), 60)
+
+    async def __aexit__(self, *exc: object) -> None:
         try:
-            if hasattr(self, "task"):
-                await asyncio.wait_for(asyncio.shield(self.task), 60)
+            await self._stopped()
         finally:
-            await self.store.close()
+            for store, _ in self.workers:
+                await store.close()
             await self.producer_store.close()
             await asyncio.to_thread(
                 admin, self.dsn, f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'
@@ -491,9 +523,7 @@ class Scene:
             return not busy
 
         await until(quiet, "every approved run to be claimed")
-        self.hold.release()
-        self.stop.set()
-        await asyncio.wait_for(asyncio.shield(self.task), 60)
+        await self._stopped()
         # nothing is in flight now: a run still running lost its worker's claim or finish
         await self.store.sweep_interrupted(now=utc_now() + timedelta(hours=1))
         return await check_invariants(self.store, self.exec_dir, self.producer.approved)

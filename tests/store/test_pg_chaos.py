@@ -303,6 +303,24 @@ async def test_a_start_retried_with_its_run_id_after_a_lost_answer_saves_one_run
     assert summary.statuses == {RunStatus.COMPLETED: 1}
 
 
+async def test_a_read_whose_connection_dies_after_its_commit_was_sent_is_retried(
+    exec_dir: Path, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only transaction cut as its COMMIT goes out (`idle_in_transaction_session_timeout`
+    killing a backend between a read's round trips ends the same way) commits nothing:
+    it is repeated on a fresh connection instead of failing the caller, as a write is
+    only before its COMMIT went out."""
+    caplog.set_level(logging.INFO, "golem")
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn, start=False) as s:
+        run = await s.producer.one_started()
+        cut = proxy.cut(run.id.encode(), "commit")
+        again = await s.producer_store.get_run(run.id)
+        await _fired(cut)
+        assert again.id == run.id
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "connection lost during a read; retrying" in text
+
+
 @pytest.mark.parametrize("seed", [45, 4545])
 async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
     exec_dir: Path, seed: int

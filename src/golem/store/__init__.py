@@ -64,6 +64,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    StoreBusy,
     StoreTimeout,
 )
 
@@ -94,6 +95,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
+    "StoreBusy",
     "StoreTimeout",
     "open_store",
     "utc_now",

@@ -68,7 +68,7 @@ from golem.store._sql import (
     utc_now,
 )
 from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import AuditAction, DecisionRecord, StoreTimeout
+from golem.store.records import AuditAction, DecisionRecord, StoreBusy, StoreTimeout
 
 try:
     import greenlet
@@ -590,7 +590,12 @@ class PostgresStore(SQLStore):
         try:
             conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL {_redact(self.dsn)}: {exc}") from exc
+            where = _redact(self.dsn)
+            if _NO_SLOT.search(str(exc)):
+                raise StoreBusy(
+                    f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
+                ) from exc
+            raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
         try:
             self._ensure_migrated(conn)
             self._read_server_clock(conn)
@@ -815,8 +820,12 @@ class PostgresStore(SQLStore):
                     c.conn.close()
                 # else the server refused the statement (statement_timeout, lock_timeout, a
                 # cancel) and the transaction was rolled back: the connection stays pooled
-                if broken and not c.sent_commit and attempt == 1 and not self._closed:
-                    log.info("postgresql connection lost before commit; retrying: %s", exc)
+                # a read is safe to repeat whenever it broke; a write only before its COMMIT
+                # went out (after, it may have committed: ADR 0045)
+                unsent = not write or not c.sent_commit
+                if broken and unsent and attempt == 1 and not self._closed:
+                    when = "before commit" if write else "during a read"
+                    log.info("postgresql connection lost %s; retrying: %s", when, exc)
                     continue
                 raise StoreError(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
@@ -1229,6 +1238,13 @@ class PostgresStore(SQLStore):
 
 _CONNECT_TIMEOUT = 10
 """Seconds to connect when neither the store nor the DSN says."""
+
+_NO_SLOT = re.compile(
+    r"too many clients already|too many connections for (role|database)"
+    r"|remaining connection slots are reserved"
+)
+"""The server's refusals for want of a connection slot (SQLSTATE 53300, which libpq does
+not pass on for a failed connection: the English messages)."""
 
 _URL_OPTIONS = ("pool_size", "command_timeout", "schema")
 """Query parameters of a store URL that configure the store, not libpq."""
