@@ -31,7 +31,11 @@ commit was sent is retried once on a fresh one.
 Every writing transaction ends with `pg_notify`, and the store's `ChangeFeed` listens on
 one extra connection (`LISTEN`, opened when the first worker or event stream waits), so
 workers and streams in every process wake within milliseconds of a change instead of
-polling.
+polling. A listener silent for `listen_check_interval` is asked an empty query; one that
+does not answer within `command_timeout` is replaced (ADR 0062).
+
+On an event loop that cannot watch sockets (Windows' Proactor loop), transactions and
+socket waits run on the store's own threads, never on the loop's default executor.
 """
 
 from __future__ import annotations
