@@ -525,9 +525,11 @@ class PostgresStore(SQLStore):
         """Threads for loops that cannot watch sockets (`_threads`)."""
         self._listening: _Conn | None = None
         """The change feed's `LISTEN` connection, while it is open."""
-        self.listen_check_interval = 10.0
+        self.listen_check_interval: float | None = 10.0
         """Seconds the change feed's `LISTEN` connection may stay silent before it is asked
-        an empty query, which must be answered within `command_timeout` (else it is replaced)."""
+        an empty query, which must be answered within `command_timeout` (else it is
+        replaced); None never asks. Short enough to keep an `idle_session_timeout` or a
+        middlebox's idle timeout from closing the listener."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
@@ -1172,7 +1174,9 @@ class PostgresStore(SQLStore):
             connecting.add_done_callback(_close_if_opened)
             raise
 
-    async def _hear(self, loop: asyncio.AbstractEventLoop, c: _Conn, within: float) -> bool:
+    async def _hear(
+        self, loop: asyncio.AbstractEventLoop, c: _Conn, within: float | None
+    ) -> bool:
         """Wait up to `within` seconds for the server to send something; publish the
         notifications it sent. False when it sent nothing."""
         try:
