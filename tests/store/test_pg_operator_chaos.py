@@ -33,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from golem import Agent, RunContext
 from golem.errors import StoreError
-from golem.store import Decision, RunStatus, StoreBusy
+from golem.store import Decision, RunRecord, RunStatus, StoreBusy
 from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
@@ -336,9 +336,10 @@ def _big_registry(exec_dir: Path, size: int) -> dict[str, AgentEntry]:
 
 @pytest.mark.timeout(300)
 async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
-    """Each finish writes a 3 MB history (many socket waits per COMMIT, the pipeline's
-    flush blocking on a full send buffer) while every connection of the scene is killed
-    at random, most of them mid-transaction."""
+    """Each run carries 1 MB of deps (saved, claimed and listed with it) and each finish
+    writes a 3 MB history (many socket waits per COMMIT, the pipeline's flush blocking on a
+    full send buffer) while every connection of the scene is killed at random, most of them
+    mid-transaction."""
     from tests.store.backends import postgres_dsn
 
     exec_dir = tmp_path / "exec"
@@ -352,6 +353,18 @@ async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
     async with Scene(
         dsn, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2, registry=registry
     ) as s:
+
+        p = s.producer
+        n = iter(range(1, 1000))
+
+        async def one_started(*, hold: bool = False) -> RunRecord:
+            # 1 MB of deps: every save, claim and listing of the run carries them too
+            return await start_run(
+                p.store, p.registry, "acts", prompt_for(f"p{next(n)}", 1),
+                deps_ref={"hold": hold, "pad": "y" * 1_000_000}, started_by="producer",
+            )  # fmt: skip
+
+        p.one_started = one_started  # type: ignore[method-assign]
 
         async def kill() -> None:
             busy = rng.random() < 0.8
