@@ -87,16 +87,17 @@ PUBLIC_ALL = {
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound "
-        "RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreTimeout open_store "
+        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
+        "StoreTimeout open_store "
         "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
         "CallNotFound ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord RunNotFound RunNotInterrupted "
-        "RunNotPending RunRecord RunStatus StoreTimeout"
+        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",
     "golem.testing": (

@@ -16,7 +16,7 @@ import pytest
 
 from golem.errors import StoreError
 from golem.service import create_app
-from golem.store import RunNotInterrupted, RunStatus, Store, StoreTimeout
+from golem.store import RunNotInterrupted, RunStatus, Store, StoreBusy, StoreTimeout
 from golem.store.postgres import PostgresStore
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
@@ -45,8 +45,9 @@ def assert_unavailable(res: httpx.Response) -> None:
     [
         StoreError("postgresql: server closed the connection unexpectedly"),
         StoreTimeout(60, commit_sent=True),
+        StoreBusy("cannot connect to PostgreSQL …: no free connection slot"),
     ],
-    ids=["lost", "timeout"],
+    ids=["lost", "timeout", "busy"],
 )
 async def test_the_api_answers_503_while_the_store_is_away(
     client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
@@ -71,12 +72,17 @@ async def test_the_api_answers_503_while_the_store_is_away(
     assert health.json()["status"] == "unavailable"
 
 
+@pytest.mark.parametrize(
+    "error",
+    [StoreError("postgresql: cannot connect"), StoreBusy("no free connection slot")],
+    ids=["lost", "busy"],
+)
 async def test_the_inbox_shows_a_try_again_page_while_the_store_is_away(
-    client: httpx.AsyncClient, store: Store, start: StartRun
+    client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
 ) -> None:
     run = await start()
     csrf = await sign_in(client)
-    fail_every_call(store, StoreError("postgresql: cannot connect"))
+    fail_every_call(store, error)
     for res in [
         await client.get("/"),
         await client.get(f"/runs/{run['id']}"),

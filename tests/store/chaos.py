@@ -10,6 +10,9 @@
   optionally waits at a `Hold` until the test releases it.
 - `Producer`: starts and approves runs through a store, retrying what failed for want of
   a database, and remembers what it could not know.
+- `Scene`: a worker and a producer on a schema of their own, each with its own store.
+- `disrupting`, `backends_of`, `terminate_backends`: the loop that freezes or kills a
+  store's backends at random moments while work goes on.
 - `check_invariants`: what must hold once the database is back and the dust settled.
 """
 
@@ -20,20 +23,33 @@ import os
 import re
 import subprocess
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
 import pytest
 
 from golem import Agent, RunContext
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunRecord, RunStatus, Store
+from golem.store import (
+    AuditAction,
+    Decision,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreBusy,
+    StoreTimeout,
+    utc_now,
+)
+from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, start_run
+from golem.worker import AgentEntry, Worker, start_run
 from tests.store.procs import ROOT, eventually
 from tests.store.worker_app import _model, prompt_for
 
@@ -42,13 +58,20 @@ __all__ = [
     "FaultProxy",
     "Hold",
     "Producer",
+    "Scene",
     "Summary",
+    "admin",
+    "backends_of",
     "chaos_registry",
     "check_invariants",
+    "disrupting",
     "executions",
+    "new_schema",
+    "terminate_backends",
     "until",
 ]
 
+_T = TypeVar("_T")
 _SCRIPT = ROOT / "scripts" / "pg_test_cluster.sh"
 
 
@@ -279,10 +302,15 @@ async def until(
     await eventually(condition, timeout, what)
 
 
+def _unavailable(exc: StoreError) -> bool:
+    """The database was away or had no free connection (its answer, if any, is unknown)."""
+    return type(exc) is StoreError or isinstance(exc, (StoreBusy, StoreTimeout))
+
+
 async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
     """`op()` again after a plain `StoreError` (the database is away), for up to `timeout` s.
 
-    Named store errors (subclasses) are not retried: the database answered them.
+    Other named store errors are not retried: the database answered them.
     """
     try:
         async with asyncio.timeout(timeout):
@@ -290,7 +318,7 @@ async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 6
                 try:
                     return await op()
                 except StoreError as exc:
-                    if type(exc) is not StoreError:
+                    if not _unavailable(exc):
                         raise
                     await asyncio.sleep(0.05)
     except TimeoutError:
@@ -334,7 +362,7 @@ class Producer:
         try:
             run = await self.one_started(hold=hold)
         except StoreError as exc:
-            if type(exc) is not StoreError:
+            if not _unavailable(exc):
                 raise
             self.unknown_starts += 1
             self.errors[type(exc.__cause__).__name__] += 1
@@ -372,6 +400,189 @@ class Producer:
             )
             self.approved[run.id] = call_id
         return [r.id for r in strays]
+
+
+# ---------------------------------------------------------------------- the scene
+
+
+def new_schema() -> str:
+    """A fresh schema name for one test's tables."""
+    return f"chaos_{uuid.uuid4().hex[:12]}"
+
+
+def admin(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run `sql` on a connection of its own (autocommit); its rows, if any."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+class Scene:
+    """Workers and a producer on one schema, each with a store of its own (as separate
+    processes would have), and an event stream's change feed on the first worker's store.
+
+    `store` and `worker` are the first worker's; `workers` lists every (store, worker).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        exec_dir: Path,
+        *,
+        worker_dsn: str | None = None,
+        producer_dsn: str | None = None,
+        start: bool = True,
+        lease_seconds: float = 30,
+        workers: int = 1,
+        registry: dict[str, AgentEntry] | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = new_schema()
+        self.exec_dir = exec_dir
+        self.worker_dsn = worker_dsn or dsn
+        self.producer_dsn = producer_dsn or dsn
+        self.start_now = start
+        self.lease_seconds = lease_seconds
+        self.hold = Hold()
+        self.registry = registry or chaos_registry(exec_dir, self.hold)
+        self.stop = asyncio.Event()
+        self.n_workers = workers
+        self.workers: list[tuple[PostgresStore, Worker]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Scene:
+        for i in range(self.n_workers):
+            store = await PostgresStore.open(
+                self.worker_dsn, schema=self.schema, connect_timeout=5
+            )
+            worker = Worker(
+                store,
+                self.registry,
+                worker_id="survivor" if i == 0 else f"survivor-{i}",
+                lease_seconds=self.lease_seconds,
+                concurrency=8,
+            )
+            self.workers.append((store, worker))
+        self.store, self.worker = self.workers[0]
+        self.producer_store = await PostgresStore.open(
+            self.producer_dsn, schema=self.schema, pool_size=2
+        )
+        self.feed = self.store.change_feed()
+        self.producer = Producer(self.producer_store, self.registry, self.exec_dir)
+        if self.start_now:
+            self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the workers."""
+        self.tasks = [
+            asyncio.create_task(worker.run_forever(0.2, self.stop)) for _, worker in self.workers
+        ]
+        self.task = self.tasks[0]
+
+    async def _stopped(self) -> None:
+        self.hold.release()
+        self.stop.set()
+        if self.tasks:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*self.tasks)), 60)
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._stopped()
+        finally:
+            for store, _ in self.workers:
+                await store.close()
+            await self.producer_store.close()
+            await asyncio.to_thread(
+                admin, self.dsn, f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'
+            )
+
+    async def status(self, run_id: str) -> RunStatus | None:
+        try:
+            return (await self.producer_store.get_run(run_id)).status
+        except StoreError:
+            return None
+
+    async def all_done(self, ids: list[str]) -> None:
+        async def done() -> bool:
+            return all([await self.status(i) is RunStatus.COMPLETED for i in ids])
+
+        await until(done, f"runs {ids} to complete")
+
+    async def settle(self) -> Summary:
+        """Approve stray runs, let every approved run end, stop the worker, sweep, check."""
+        await self.producer.approve_strays()
+
+        async def quiet() -> bool:
+            try:
+                busy = await self.producer_store.list_runs(
+                    status=[RunStatus.PENDING, RunStatus.READY], limit=1
+                )
+            except StoreError:
+                return False
+            return not busy
+
+        await until(quiet, "every approved run to be claimed")
+        await self._stopped()
+        # nothing is in flight now: a run still running lost its worker's claim or finish
+        await self.store.sweep_interrupted(now=utc_now() + timedelta(hours=1))
+        return await check_invariants(self.store, self.exec_dir, self.producer.approved)
+
+
+# ---------------------------------------------------------------------- disrupting
+
+
+def _where(busy: bool) -> str:
+    return (
+        "application_name = %s AND backend_type = 'client backend'"
+        + (" AND state <> 'idle'" if busy else "")
+    )
+
+
+async def backends_of(dsn: str, app: str, *, busy: bool = False) -> list[int]:
+    """The backends of the connections named `app` (with `busy`, only those running a
+    statement or inside a transaction)."""
+    rows = await asyncio.to_thread(
+        admin, dsn, f"SELECT pid FROM pg_stat_activity WHERE {_where(busy)}", app
+    )
+    return [pid for (pid,) in rows]
+
+
+async def terminate_backends(dsn: str, app: str, *, busy: bool = False) -> int:
+    """`pg_terminate_backend` on the backends `backends_of` names, picked and killed in one
+    statement (so a busy one is still busy when killed); how many were killed."""
+    rows = await asyncio.to_thread(
+        admin,
+        dsn,
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {_where(busy)}",
+        app,
+    )
+    return len(rows)
+
+
+async def disrupting(
+    work: Awaitable[_T],
+    disrupt: Callable[[], Awaitable[object]],
+    *,
+    pause: Callable[[], float],
+    enough: Callable[[], bool] = lambda: True,
+) -> _T:
+    """Await `work` while `disrupt()` runs again and again, `pause()` seconds apart, until
+    `work` is done and `enough()` holds (a test's minimum of disruptions); then return
+    `work`'s result, once the last disruption is over."""
+    done = asyncio.Event()
+
+    async def loop() -> None:
+        while not done.is_set() or not enough():
+            await asyncio.sleep(pause())
+            await disrupt()
+
+    disrupter = asyncio.create_task(loop())
+    try:
+        return await work
+    finally:
+        done.set()
+        await disrupter
 
 
 # ---------------------------------------------------------------------- the invariants

@@ -23,7 +23,6 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,20 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunRecord, RunStatus, utc_now
+from golem.store import AuditAction, Decision, RunRecord, RunStatus
 from golem.store.postgres import PostgresStore
-from golem.worker import Worker, start_run
+from golem.worker import start_run
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import (
     Cluster,
     FaultProxy,
-    Hold,
     Producer,
-    Summary,
+    Scene,
+    admin,
     chaos_registry,
-    check_invariants,
+    disrupting,
+    new_schema,
+    terminate_backends,
     until,
 )
 from tests.store.worker_app import prompt_for
@@ -62,115 +63,13 @@ def cluster() -> Iterator[Cluster]:
         c.remove()
 
 
-def _schema() -> str:
-    return f"chaos_{uuid.uuid4().hex[:12]}"
-
-
-def _admin(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description else []
-
-
-class Scene:
-    """A worker and a producer on one schema, each with a store of its own (as two processes
-    would have), and an event stream's change feed on the worker's store."""
-
-    def __init__(
-        self,
-        dsn: str,
-        exec_dir: Path,
-        *,
-        worker_dsn: str | None = None,
-        producer_dsn: str | None = None,
-        start: bool = True,
-        lease_seconds: float = 30,
-    ) -> None:
-        self.dsn = dsn
-        self.schema = _schema()
-        self.exec_dir = exec_dir
-        self.worker_dsn = worker_dsn or dsn
-        self.producer_dsn = producer_dsn or dsn
-        self.start_now = start
-        self.lease_seconds = lease_seconds
-        self.hold = Hold()
-        self.registry = chaos_registry(exec_dir, self.hold)
-        self.stop = asyncio.Event()
-
-    async def __aenter__(self) -> Scene:
-        self.store = await PostgresStore.open(
-            self.worker_dsn, schema=self.schema, connect_timeout=5
-        )
-        self.producer_store = await PostgresStore.open(
-            self.producer_dsn, schema=self.schema, pool_size=2
-        )
-        self.feed = self.store.change_feed()
-        self.producer = Producer(self.producer_store, self.registry, self.exec_dir)
-        self.worker = Worker(
-            self.store,
-            self.registry,
-            worker_id="survivor",
-            lease_seconds=self.lease_seconds,
-            concurrency=8,
-        )
-        if self.start_now:
-            self.start()
-        return self
-
-    def start(self) -> None:
-        """Start the worker."""
-        self.task = asyncio.create_task(self.worker.run_forever(0.2, self.stop))
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.hold.release()
-        self.stop.set()
-        try:
-            if hasattr(self, "task"):
-                await asyncio.wait_for(asyncio.shield(self.task), 60)
-        finally:
-            await self.store.close()
-            await self.producer_store.close()
-            await asyncio.to_thread(
-                _admin, self.dsn, f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'
-            )
-
-    async def status(self, run_id: str) -> RunStatus | None:
-        try:
-            return (await self.producer_store.get_run(run_id)).status
-        except StoreError:
-            return None
-
-    async def all_done(self, ids: list[str]) -> None:
-        async def done() -> bool:
-            return all([await self.status(i) is RunStatus.COMPLETED for i in ids])
-
-        await until(done, f"runs {ids} to complete")
-
-    async def settle(self) -> Summary:
-        """Approve stray runs, let every approved run end, stop the worker, sweep, check."""
-        await self.producer.approve_strays()
-
-        async def quiet() -> bool:
-            try:
-                busy = await self.producer_store.list_runs(
-                    status=[RunStatus.PENDING, RunStatus.READY], limit=1
-                )
-            except StoreError:
-                return False
-            return not busy
-
-        await until(quiet, "every approved run to be claimed")
-        self.hold.release()
-        self.stop.set()
-        await asyncio.wait_for(asyncio.shield(self.task), 60)
-        # nothing is in flight now: a run still running lost its worker's claim or finish
-        await self.store.sweep_interrupted(now=utc_now() + timedelta(hours=1))
-        return await check_invariants(self.store, self.exec_dir, self.producer.approved)
-
-
-async def _listening(dsn: str, channel: str) -> bool:
+async def _listening(dsn: str, store: PostgresStore) -> bool:
+    """Whether the store's change feed listens on a connection the server knows."""
+    c = store._listening
+    if c is None:
+        return False
     rows = await asyncio.to_thread(
-        _admin, dsn, "SELECT 1 FROM pg_stat_activity WHERE query = %s", f'LISTEN "{channel}"'
+        admin, dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", c.pg.backend_pid
     )
     return bool(rows)
 
@@ -230,7 +129,7 @@ async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
 
         # the event stream's LISTEN connection is back: changes are pushed again (its
         # safety-net poll runs hourly)
-        await until(lambda: _listening(cluster.dsn, s.store.channel), "LISTEN again")
+        await until(lambda: _listening(cluster.dsn, s.store), "LISTEN again")
         for _ in range(2):
             mark = s.feed.last_id
             await s.producer.one()
@@ -404,6 +303,24 @@ async def test_a_start_retried_with_its_run_id_after_a_lost_answer_saves_one_run
     assert summary.statuses == {RunStatus.COMPLETED: 1}
 
 
+async def test_a_read_whose_connection_dies_after_its_commit_was_sent_is_retried(
+    exec_dir: Path, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only transaction cut as its COMMIT goes out (`idle_in_transaction_session_timeout`
+    killing a backend between a read's round trips ends the same way) commits nothing:
+    it is repeated on a fresh connection instead of failing the caller, as a write is
+    only before its COMMIT went out."""
+    caplog.set_level(logging.INFO, "golem")
+    async with Scene(postgres_dsn(), exec_dir, producer_dsn=proxy.dsn, start=False) as s:
+        run = await s.producer.one_started()
+        cut = proxy.cut(run.id.encode(), "commit")
+        again = await s.producer_store.get_run(run.id)
+        await _fired(cut)
+        assert again.id == run.id
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "connection lost during a read; retrying" in text
+
+
 @pytest.mark.parametrize("seed", [45, 4545])
 async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
     exec_dir: Path, seed: int
@@ -418,28 +335,12 @@ async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_noth
     rng = random.Random(seed)
     kills = Counter[str]()
     async with Scene(dsn, exec_dir, worker_dsn=victim, producer_dsn=victim) as s:
-        done_producing = asyncio.Event()
 
-        async def killer() -> None:
-            while not done_producing.is_set():
-                await asyncio.sleep(rng.uniform(0, 0.02))
-                busy = rng.random() < 0.8
-                which = "state <> 'idle'" if busy else "true"
-                rows = await asyncio.to_thread(
-                    _admin,
-                    dsn,
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    f"WHERE application_name = %s AND {which}",
-                    app,
-                )
-                kills["in flight" if busy else "any"] += len(rows)
+        async def kill() -> None:
+            busy = rng.random() < 0.8
+            kills["in flight" if busy else "any"] += await terminate_backends(dsn, app, busy=busy)
 
-        killing = asyncio.create_task(killer())
-        try:
-            await s.producer.many(50)
-        finally:
-            done_producing.set()
-            await killing
+        await disrupting(s.producer.many(50), kill, pause=lambda: rng.uniform(0, 0.02))
         summary = await s.settle()
     assert kills["in flight"] > 0, kills
     assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
@@ -450,7 +351,7 @@ async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_noth
 
 async def _waiting_on_locks(dsn: str, app: str) -> int:
     rows = await asyncio.to_thread(
-        _admin,
+        admin,
         dsn,
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE application_name = %s AND wait_event_type = 'Lock'",
@@ -464,7 +365,7 @@ async def _pool_is_clean(store: PostgresStore, dsn: str, app: str) -> None:
 
     async def clean() -> bool:
         rows = await asyncio.to_thread(
-            _admin,
+            admin,
             dsn,
             "SELECT state FROM pg_stat_activity WHERE application_name = %s "
             "AND backend_type = 'client backend'",
@@ -498,7 +399,7 @@ async def test_calls_wait_on_a_locked_table_and_a_cancelled_wait_leaves_the_pool
     (a cancelled decision is recorded, as documented), and the pool is left clean."""
     dsn = postgres_dsn()
     app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
-    schema = _schema()
+    schema = new_schema()
     store = await PostgresStore.open(
         make_conninfo(dsn, application_name=app), schema=schema, pool_size=2
     )
@@ -531,7 +432,7 @@ async def test_calls_wait_on_a_locked_table_and_a_cancelled_wait_leaves_the_pool
         assert actions == [AuditAction.CREATED, AuditAction.DECIDED, AuditAction.READY]
     finally:
         await store.close()
-        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
@@ -543,7 +444,7 @@ async def test_a_timeout_set_in_the_dsn_fails_a_locked_call_with_a_store_error(
     writes nothing, and the same call succeeds once the lock is gone."""
     dsn = postgres_dsn()
     app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
-    schema = _schema()
+    schema = new_schema()
     store = await PostgresStore.open(dsn, schema=schema)  # migrations run without the timeout
     timed = await PostgresStore.open(
         make_conninfo(dsn, application_name=app, options=f"-c {setting}=500"), schema=schema
@@ -566,7 +467,7 @@ async def test_a_timeout_set_in_the_dsn_fails_a_locked_call_with_a_store_error(
     finally:
         await timed.close()
         await store.close()
-        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
@@ -575,7 +476,7 @@ async def test_a_timed_out_call_keeps_its_healthy_connection(exec_dir: Path, set
     transaction is rolled back and the same connection (same backend) serves the next
     call, instead of a reconnect per timeout while the database is already struggling."""
     dsn = postgres_dsn()
-    schema = _schema()
+    schema = new_schema()
     store = await PostgresStore.open(dsn, schema=schema)
     timed = await PostgresStore.open(
         make_conninfo(dsn, options=f"-c {setting}=300"), schema=schema, pool_size=1
@@ -597,7 +498,7 @@ async def test_a_timed_out_call_keeps_its_healthy_connection(exec_dir: Path, set
     finally:
         await timed.close()
         await store.close()
-        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 async def test_the_worker_waits_out_a_locked_table_and_carries_on(exec_dir: Path) -> None:
@@ -632,7 +533,7 @@ async def test_closing_waits_for_a_connection_still_being_opened() -> None:
     connection is open and closed again — none is left to the garbage collector, which
     would find it open after the event loop is gone."""
     dsn = postgres_dsn()
-    schema = _schema()
+    schema = new_schema()
     store = PostgresStore(dsn, schema=schema)
     entered, release = threading.Event(), threading.Event()
     opened: list[Any] = []
@@ -661,4 +562,4 @@ async def test_closing_waits_for_a_connection_still_being_opened() -> None:
     finally:
         release.set()
         await store.close()
-        await asyncio.to_thread(_admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -29,7 +29,15 @@ from golem.store import AuditAction, Decision, RunStatus, StoreTimeout
 from golem.store.postgres import PostgresStore
 from golem.worker import Worker, start_run
 from tests.store.backends import Backend, backend_for
-from tests.store.chaos import Hold, chaos_registry, executions, until
+from tests.store.chaos import (
+    Hold,
+    Scene,
+    backends_of,
+    chaos_registry,
+    disrupting,
+    executions,
+    until,
+)
 from tests.store.worker_app import prompt_for
 
 pytestmark = pytest.mark.postgres
@@ -257,7 +265,6 @@ async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path,
     from psycopg.conninfo import make_conninfo
 
     from tests.store.backends import postgres_dsn
-    from tests.store.test_pg_chaos import Scene, _admin
 
     dsn = postgres_dsn()
     app = f"golem-freeze-{uuid.uuid4().hex[:8]}"
@@ -266,36 +273,165 @@ async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path,
     freezes = Counter[str]()
     async with Scene(dsn, exec_dir, worker_dsn=victim) as s:
         s.store.command_timeout = 0.3
-        done_producing = asyncio.Event()
 
-        async def freezer() -> None:
-            while not done_producing.is_set() or freezes.total() < 12:
-                await asyncio.sleep(rng.uniform(0, 0.05))
-                mode = rng.choice(["all", "busy", "one"])
-                which = "state <> 'idle'" if mode == "busy" else "true"
-                rows = await asyncio.to_thread(
-                    _admin,
-                    dsn,
-                    "SELECT pid FROM pg_stat_activity "
-                    f"WHERE application_name = %s AND {which}",
-                    app,
-                )
-                if not rows:
-                    continue
-                pids = [pid for (pid,) in rows] if mode == "all" else [rng.choice(rows)[0]]
-                with contextlib.ExitStack() as stack:
-                    for pid in pids:
-                        stack.enter_context(frozen(pid))
-                    freezes[mode] += 1
-                    # all at once: past the timeout, so the worker's next calls time out
-                    low = 0.35 if mode == "all" else 0.05
-                    await asyncio.sleep(rng.uniform(low, 0.8))
+        async def freeze() -> None:
+            mode = rng.choice(["all", "busy", "one"])
+            pids = await backends_of(dsn, app, busy=mode == "busy")
+            if not pids:
+                return
+            with contextlib.ExitStack() as stack:
+                for pid in pids if mode == "all" else [rng.choice(pids)]:
+                    stack.enter_context(frozen(pid))
+                freezes[mode] += 1
+                # all at once: past the timeout, so the worker's next calls time out
+                low = 0.35 if mode == "all" else 0.05
+                await asyncio.sleep(rng.uniform(low, 0.8))
 
-        freezing = asyncio.create_task(freezer())
-        try:
-            await s.producer.many(60)
-        finally:
-            done_producing.set()
-            await freezing
+        await disrupting(
+            s.producer.many(60),
+            freeze,
+            pause=lambda: rng.uniform(0, 0.05),
+            enough=lambda: freezes.total() >= 12,
+        )
         summary = await s.settle()
     assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
+
+
+async def _listener(store: PostgresStore, other_than: int | None = None) -> int:
+    """The backend of the store's `LISTEN` connection once it listens (another than
+    `other_than`)."""
+
+    async def listening() -> bool:
+        c = store._listening
+        return c is not None and c.pg.backend_pid != other_than
+
+    await until(listening, "the change feed to listen")
+    assert store._listening is not None
+    pid: int = store._listening.pg.backend_pid
+    return pid
+
+
+@pytest.mark.parametrize("poll", [3600.0])
+async def test_a_frozen_listener_is_replaced_and_a_notify_still_wakes_the_worker(
+    pg: Backend, tmp_path: Path, poll: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backend of the change feed's `LISTEN` connection stops answering (its socket
+    stays open): after a silent `listen_check_interval` the listener asks it an empty
+    query, gets no answer within `command_timeout`, and replaces the connection. A worker
+    that polls once an hour is still woken by the next decision's `NOTIFY` while the old
+    backend is frozen."""
+    registry = chaos_registry(tmp_path)
+    async with opened(pg, command_timeout=0.5) as store, opened(pg) as producer:
+        store.listen_check_interval = 0.2
+        worker = Worker(store, registry, worker_id="w1", sweep_interval=3600)
+        stop = asyncio.Event()
+        working = asyncio.create_task(worker.run_forever(poll, stop))
+        try:
+            pid = await _listener(store)
+            with frozen(pid):
+                await _listener(store, other_than=pid)  # replaced while the old one is frozen
+                run = await start_run(
+                    producer, registry, "acts", prompt_for("p", 1), started_by="ann"
+                )
+                await producer.decide(run.id, "p-0", Decision.approve(), decided_by="ann")
+
+                async def completed() -> bool:
+                    return (await producer.get_run(run.id)).status is RunStatus.COMPLETED
+
+                await until(completed, "the worker to be woken and resume the run")
+        finally:
+            stop.set()
+            await working
+        await gone(pid)
+    assert executions(tmp_path) == {"p-0": [run.id]}
+    said = [r.getMessage() for r in caplog.records]
+    assert any("did not answer within 0.5s; replacing it" in m for m in said), said
+
+
+async def test_a_listener_frozen_for_less_than_the_timeout_is_kept_and_hears_what_came_meanwhile(
+    pg: Backend, tmp_path: Path
+) -> None:
+    """A listener whose backend is stopped, checked, then thawed within `command_timeout`
+    answers late: it is kept, and the `NOTIFY` sent while it was frozen wakes the worker
+    (which polls once an hour)."""
+    registry = chaos_registry(tmp_path)
+    async with opened(pg, command_timeout=60) as store, opened(pg) as producer:
+        store.listen_check_interval = 0.05
+        worker = Worker(store, registry, worker_id="w1", sweep_interval=3600)
+        stop = asyncio.Event()
+        working = asyncio.create_task(worker.run_forever(3600, stop))
+        try:
+            pid = await _listener(store)
+            ask = store._ask
+            checking = asyncio.Event()
+
+            async def ask_and_tell(loop: Any, c: Any, sql: bytes) -> None:
+                if sql == b"":
+                    checking.set()
+                await ask(loop, c, sql)
+
+            with frozen(pid):
+                store._ask = ask_and_tell  # type: ignore[method-assign]
+                run = await start_run(
+                    producer, registry, "acts", prompt_for("p", 1), started_by="ann"
+                )
+                await producer.decide(run.id, "p-0", Decision.approve(), decided_by="ann")
+                await asyncio.wait_for(checking.wait(), 60)  # a check waits on the frozen one
+
+            async def completed() -> bool:
+                return (await producer.get_run(run.id)).status is RunStatus.COMPLETED
+
+            await until(completed, "the thawed listener to wake the worker")
+            assert store._listening is not None
+            assert store._listening.pg.backend_pid == pid, "kept: it answered in time"
+        finally:
+            stop.set()
+            await working
+    assert executions(tmp_path) == {"p-0": [run.id]}
+
+
+async def test_on_a_loop_that_cannot_watch_sockets_a_full_default_executor_starves_nothing(
+    pg: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows' Proactor loop: transactions and the listener's waits run on threads. Sync
+    tools may hold every thread of the loop's default executor; the store's calls, and a
+    `NOTIFY` waking a waiter, still get through on the store's own threads (a lease renewal
+    must not wait for a tool to finish)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+
+    def no_readers(*args: Any) -> None:
+        raise NotImplementedError
+
+    monkeypatch.setattr(loop, "add_reader", no_readers)
+    tools = ThreadPoolExecutor(max_workers=2)
+    loop.set_default_executor(tools)
+    release = threading.Event()
+    busy = [loop.run_in_executor(None, release.wait) for _ in range(2)]  # every default thread
+    registry = chaos_registry(tmp_path)
+    try:
+        async with opened(pg) as store, opened(pg) as producer:
+            feed = store.change_feed()
+            mark = feed.last_id
+            run = await asyncio.wait_for(
+                start_run(store, registry, "acts", prompt_for("p", 1), started_by="ann"), 30
+            )
+            await asyncio.wait_for(
+                store.decide(run.id, "p-0", Decision.approve(), decided_by="ann"), 30
+            )
+            claimed = await asyncio.wait_for(store.claim_ready("w1", 60), 30)
+            assert claimed is not None
+            await asyncio.wait_for(store.renew_lease(run.id, "w1", 60), 30)
+            await _listener(store)
+            mark = feed.last_id
+            await producer.sweep_expired()  # no change: wakes nobody
+            other = await start_run(producer, registry, "acts", prompt_for("q", 1), started_by="b")
+            assert await feed.wait_for_change(mark, 30) > mark, "the NOTIFY reached the waiter"
+            assert other.status is RunStatus.PENDING
+            assert not any(f.done() for f in busy)  # the default executor was full throughout
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+        tools.shutdown()

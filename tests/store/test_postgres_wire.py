@@ -42,16 +42,14 @@ async def test_a_change_committed_before_listen_took_effect_still_wakes_waiters(
     """The listener connects in the background: a change that commits after the waiter's
     first look but before LISTEN is in place sends a notice nobody hears; the listener
     reads the newest change once it listens, so the waiter still wakes."""
-    import psycopg
-
     gate = asyncio.Event()
-    connect = psycopg.AsyncConnection.connect
+    connect = pg_store._connect_listener
 
-    async def slow_connect(*args: Any, **kw: Any) -> Any:
+    async def slow_connect() -> Any:
         await gate.wait()
-        return await connect(*args, **kw)
+        return await connect()
 
-    monkeypatch.setattr(psycopg.AsyncConnection, "connect", slow_connect)
+    monkeypatch.setattr(pg_store, "_connect_listener", slow_connect)
     probed = asyncio.Event()
     probe = pg_store._feed._probe
 

@@ -66,6 +66,7 @@ from golem.store.records import (
     RunNotPending,
     RunRecord,
     RunStatus,
+    StoreBusy,
     StoreTimeout,
 )
 
@@ -98,6 +99,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Store",
+    "StoreBusy",
     "StoreTimeout",
     "open_store",
     "utc_now",

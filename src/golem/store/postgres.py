@@ -31,7 +31,11 @@ commit was sent is retried once on a fresh one.
 Every writing transaction ends with `pg_notify`, and the store's `ChangeFeed` listens on
 one extra connection (`LISTEN`, opened when the first worker or event stream waits), so
 workers and streams in every process wake within milliseconds of a change instead of
-polling.
+polling. A listener silent for `listen_check_interval` is asked an empty query; one that
+does not answer within `command_timeout` is replaced (ADR 0062).
+
+On an event loop that cannot watch sockets (Windows' Proactor loop), transactions and
+socket waits run on the store's own threads, never on the loop's default executor.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ from golem.store._sql import (
     elapsed,
     utc_now,
 )
-from golem.store.records import AuditAction, DecisionRecord, StoreTimeout
+from golem.store._threads import DatabaseThreads, Slot
+from golem.store.records import AuditAction, DecisionRecord, StoreBusy, StoreTimeout
 
 try:
     import greenlet
@@ -514,8 +519,17 @@ class PostgresStore(SQLStore):
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
         """Transactions waiting for a connection, first come first served."""
         self._pool_lock = threading.Lock()
-        self._orphans: set[asyncio.Task[Any]] = set()
+        self._orphans: set[asyncio.Future[Any]] = set()
         """Transactions finishing after their caller was cancelled."""
+        self._thread_pool: DatabaseThreads[None] | None = None
+        """Threads for loops that cannot watch sockets (`_threads`)."""
+        self._listening: _Conn | None = None
+        """The change feed's `LISTEN` connection, while it is open."""
+        self.listen_check_interval: float | None = 10.0
+        """Seconds the change feed's `LISTEN` connection may stay silent before it is asked
+        an empty query, which must be answered within `command_timeout` (else it is
+        replaced); None never asks. Short enough to keep an `idle_session_timeout` or a
+        middlebox's idle timeout from closing the listener."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
@@ -582,7 +596,12 @@ class PostgresStore(SQLStore):
         try:
             conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL {_redact(self.dsn)}: {exc}") from exc
+            where = _redact(self.dsn)
+            if _NO_SLOT.search(str(exc)):
+                raise StoreBusy(
+                    f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
+                ) from exc
+            raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
         try:
             self._ensure_migrated(conn)
             self._read_server_clock(conn)
@@ -727,36 +746,26 @@ class PostgresStore(SQLStore):
         own, which blocks on the network; never the loop's default executor, which
         blocking sync tools may all be holding while a lease renewal waits for a
         connection (ADR 0057)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[_Conn] = loop.create_future()
 
-        def deliver(conn: _Conn | None, error: BaseException | None) -> None:
-            if future.done():  # never expected: nobody cancels it (callers shield it)
-                if conn is not None:
-                    conn.conn.close()
-            elif error is not None:
-                future.set_exception(error)
-            else:
-                assert conn is not None
-                future.set_result(conn)
+        def unclaimed() -> None:  # its loop closed meanwhile: it never joins the pool
+            with self._pool_lock:
+                self._opened -= 1
 
-        def run() -> None:
-            conn: _Conn | None = None
-            error: BaseException | None = None
-            try:
-                conn = self._connect()
-            except BaseException as exc:
-                error = exc
-            try:
-                loop.call_soon_threadsafe(deliver, conn, error)
-            except RuntimeError:  # that loop closed meanwhile: nobody waits
-                if conn is not None:
-                    conn.conn.close()
-                with self._pool_lock:
-                    self._opened -= 1
+        return _connect_on_thread(self._connect, unclaimed)
 
-        threading.Thread(target=run, name="golem-connect", daemon=True).start()
-        return future
+    def _threads(self) -> DatabaseThreads[None]:
+        """The store's own threads for event loops that cannot watch sockets (Windows'
+        Proactor): each holds one transaction's or socket wait's blocking call. Started on
+        first use; enough for `pool_size` transactions and the change feed's listener."""
+        threads = self._thread_pool
+        if threads is None:
+            with self._pool_lock:
+                threads = self._thread_pool
+                if threads is None:
+                    threads = self._thread_pool = DatabaseThreads(
+                        "golem-pg", self.pool_size + 2, _nothing
+                    )
+        return threads
 
     def _adopt(self, connecting: asyncio.Future[_Conn]) -> None:
         """Pool a connection whose caller stopped waiting while it was being opened."""
@@ -817,8 +826,12 @@ class PostgresStore(SQLStore):
                     c.conn.close()
                 # else the server refused the statement (statement_timeout, lock_timeout, a
                 # cancel) and the transaction was rolled back: the connection stays pooled
-                if broken and not c.sent_commit and attempt == 1 and not self._closed:
-                    log.info("postgresql connection lost before commit; retrying: %s", exc)
+                # a read is safe to repeat whenever it broke; a write only before its COMMIT
+                # went out (after, it may have committed: ADR 0045)
+                unsent = not write or not c.sent_commit
+                if broken and unsent and attempt == 1 and not self._closed:
+                    when = "before commit" if write else "during a read"
+                    log.info("postgresql connection lost %s; retrying: %s", when, exc)
                     continue
                 raise StoreError(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
@@ -845,7 +858,7 @@ class PostgresStore(SQLStore):
         timeout = self.command_timeout
         while not g.dead:
             try:
-                await _socket_ready(loop, request, timeout)
+                await _socket_ready(loop, request, timeout, self._threads)
             except _NoAnswer:
                 c.conn.close()  # the server rolls back whatever it had not committed
                 with contextlib.suppress(BaseException):
@@ -864,13 +877,19 @@ class PostgresStore(SQLStore):
     async def _on_thread(
         self, loop: asyncio.AbstractEventLoop, c: _Conn, write: bool, fn: Callable[..., _T], args: Any
     ) -> _T:
-        """The transaction on a worker thread, for an event loop that cannot watch sockets; a
-        cancelled caller is let go and the connection comes back once the thread is done."""
-        done = asyncio.ensure_future(asyncio.to_thread(self._attempt, c, write, fn, args))
+        """The transaction on one of the store's own threads, for an event loop that cannot
+        watch sockets; never the loop's default executor, which blocking sync tools may all
+        be holding while a lease renewal waits (ADR 0062). A cancelled caller is let go and
+        the connection comes back once the thread is done."""
+        done: asyncio.Future[_T] = self._threads().submit(
+            loop, lambda _slot: self._attempt(c, write, fn, args)
+        )
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
             c.handed_off = True
+            self._orphans.add(done)
+            done.add_done_callback(self._orphans.discard)
 
             def back(finished: asyncio.Future[_T]) -> None:
                 if not finished.cancelled() and finished.exception() is not None:
@@ -887,7 +906,7 @@ class PostgresStore(SQLStore):
         loop = asyncio.get_running_loop()
         try:
             while not g.dead:  # a socket that was ready as the caller left is ready still
-                await _socket_ready(loop, request, self.command_timeout)
+                await _socket_ready(loop, request, self.command_timeout, self._threads)
                 request = g.switch()
         except BaseException as exc:  # the loop is shutting down, or the transaction failed
             if not g.dead:
@@ -1100,32 +1119,101 @@ class PostgresStore(SQLStore):
         return (self.ready_channel, self.channel) if self._listen_all else (self.ready_channel,)
 
     async def _listen(self) -> None:
-        """Fan `NOTIFY` out to the feed; reconnect (waking every waiter) after a failure."""
+        """Fan `NOTIFY` out to the feed; reconnect (waking every waiter) after a failure.
+
+        After `listen_check_interval` seconds without a message the connection is asked an
+        empty query, which must be answered within `command_timeout`: a listener whose
+        server stopped answering (a frozen server, a network that drops packets, a
+        middlebox that forgot the idle connection) is closed and replaced. A wake-up is
+        then late by at most the two, never by a poll interval.
+        """
+        loop = asyncio.get_running_loop()
         delay = 0.1
         while not self._closed:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs())
-            except (psycopg.Error, OSError) as exc:
-                log.warning("change feed: cannot connect to PostgreSQL: %s", exc)
+                c = await self._connect_listener()
+            except StoreError as exc:
+                log.warning("change feed: %s", exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
             try:
-                async with conn:
-                    for channel in self._channels():
-                        await conn.execute(f'LISTEN "{channel}"')
-                    delay = 0.1
-                    # changes committed before LISTEN took effect sent no notice we heard:
-                    # read the newest ID now (every later commit notifies)
-                    self._feed.publish(await self._probe(), ready=True)
-                    async for note in conn.notifies():
-                        last, _, flag = note.payload.partition(" ")
-                        self._feed.publish(int(last), ready=flag == "ready")
+                listen = "; ".join(f'LISTEN "{channel}"' for channel in self._channels())
+                await self._ask(loop, c, listen.encode())
+                self._listening = c
+                delay = 0.1
+                # changes committed before LISTEN took effect sent no notice we heard:
+                # read the newest ID now (every later commit notifies)
+                self._feed.publish(await self._probe(), ready=True)
+                while True:
+                    if not await self._hear(loop, c, self.listen_check_interval):
+                        await self._ask(loop, c, b"")  # silent for a while: still there?
+            except _NoAnswer:
+                if self._closed:
+                    return
+                log.warning(
+                    "change feed: the listener connection did not answer within %gs; "
+                    "replacing it",
+                    self.command_timeout,
+                )
             except (psycopg.Error, OSError, ValueError, StoreError) as exc:
                 if self._closed:
                     return
                 log.warning("change feed: listener connection lost: %s", exc)
                 await asyncio.sleep(delay)
+            finally:
+                self._listening = None
+                c.conn.close()  # the server forgets its LISTEN with it
+
+    async def _connect_listener(self) -> _Conn:
+        """A connection for `LISTEN`, opened on a thread of its own (as the pool's are)."""
+        connecting = _connect_on_thread(self._connect)
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:  # closed once open: nobody listens on it
+            connecting.add_done_callback(_close_if_opened)
+            raise
+
+    async def _hear(
+        self, loop: asyncio.AbstractEventLoop, c: _Conn, within: float | None
+    ) -> bool:
+        """Wait up to `within` seconds for the server to send something; publish the
+        notifications it sent. False when it sent nothing."""
+        try:
+            await _socket_ready(loop, (c.pg.socket, False), within, self._threads)
+        except _NoAnswer:
+            return False
+        c.pg.consume_input()  # raises once the server closed the connection
+        self._publish_notes(c)
+        return True
+
+    async def _ask(self, loop: asyncio.AbstractEventLoop, c: _Conn, sql: bytes) -> None:
+        """Send `sql` outside the pipeline and wait for its answers, each wait bounded by
+        `command_timeout` (`_NoAnswer` past it); raise the first error the server sent."""
+        pg = c.pg
+        timeout = self.command_timeout
+        pg.send_query(sql)
+        while pg.flush():
+            await _socket_ready(loop, (pg.socket, True), timeout, self._threads)
+            pg.consume_input()
+        error: pq.abc.PGresult | None = None
+        while True:
+            while pg.is_busy():
+                await _socket_ready(loop, (pg.socket, False), timeout, self._threads)
+                pg.consume_input()
+            result = pg.get_result()
+            if result is None:
+                break
+            if result.status == _FATAL and error is None:
+                error = result
+        self._publish_notes(c)
+        if error is not None:
+            raise pg_errors.error_from_result(error, encoding=c.conn.info.encoding)
+
+    def _publish_notes(self, c: _Conn) -> None:
+        while (note := c.pg.notifies()) is not None:
+            last, _, flag = note.extra.decode().partition(" ")
+            self._feed.publish(int(last), ready=flag == "ready")
 
     async def close(self) -> None:
         """Finish running transactions, then close every connection and the listener."""
@@ -1152,10 +1240,19 @@ class PostgresStore(SQLStore):
             c.conn.close()
         while self._queue:  # waiters find the store closed
             self._wake_next()
+        if self._thread_pool is not None:
+            self._thread_pool.stop()  # daemon threads: they end once their last wait does
 
 
 _CONNECT_TIMEOUT = 10
 """Seconds to connect when neither the store nor the DSN says."""
+
+_NO_SLOT = re.compile(
+    r"too many clients already|too many connections for (role|database)"
+    r"|remaining connection slots are reserved"
+)
+"""The server's refusals for want of a connection slot (SQLSTATE 53300, which libpq does
+not pass on for a failed connection: the English messages)."""
 
 _URL_OPTIONS = ("pool_size", "command_timeout", "schema")
 """Query parameters of a store URL that configure the store, not libpq."""
@@ -1215,14 +1312,63 @@ class _NoAnswer(Exception):
     """A socket wait outlasted the command timeout (`_submit` raises `StoreTimeout`)."""
 
 
+def _nothing(slot: Slot[None]) -> None:
+    """What a store thread has to release when it ends: nothing (connections are pooled)."""
+
+
+def _close_if_opened(connecting: asyncio.Future[_Conn]) -> None:
+    if not connecting.cancelled() and connecting.exception() is None:
+        connecting.result().conn.close()
+
+
+def _connect_on_thread(
+    connect: Callable[[], _Conn], unclaimed: Callable[[], None] | None = None
+) -> asyncio.Future[_Conn]:
+    """`connect()` on a short-lived thread of its own, its result delivered to the running
+    loop; a connection whose loop closed before it arrived is closed (then `unclaimed`)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_Conn] = loop.create_future()
+
+    def deliver(conn: _Conn | None, error: BaseException | None) -> None:
+        if future.done():  # nobody cancels it (callers shield it): never expected
+            if conn is not None:
+                conn.conn.close()
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            assert conn is not None
+            future.set_result(conn)
+
+    def run() -> None:
+        conn: _Conn | None = None
+        error: BaseException | None = None
+        try:
+            conn = connect()
+        except BaseException as exc:
+            error = exc
+        try:
+            loop.call_soon_threadsafe(deliver, conn, error)
+        except RuntimeError:  # that loop closed meanwhile: nobody waits
+            if conn is not None:
+                conn.conn.close()
+            if unclaimed is not None:
+                unclaimed()
+
+    threading.Thread(target=run, name="golem-connect", daemon=True).start()
+    return future
+
+
 async def _socket_ready(
-    loop: asyncio.AbstractEventLoop, request: tuple[int, bool], timeout: float | None
+    loop: asyncio.AbstractEventLoop,
+    request: tuple[int, bool],
+    timeout: float | None,
+    threads: Callable[[], DatabaseThreads[None]],
 ) -> None:
     """Wait until the socket `request` names is readable (or, with its flag, writable);
     raise `_NoAnswer` after `timeout` seconds.
 
     A loop that cannot watch sockets (Windows' Proactor) is remembered on its first try:
-    this wait and every later transaction of that loop go to worker threads.
+    this wait and every later transaction of that loop go to the store's own `threads`.
     """
     fd, write = request
     if loop not in _NO_READERS:
@@ -1244,7 +1390,7 @@ async def _socket_ready(
                 if timer is not None:
                     timer.cancel()
             return
-    if not await asyncio.to_thread(_wait_socket, fd, write, timeout):
+    if not await threads().submit(loop, lambda _slot: _wait_socket(fd, write, timeout)):
         raise _NoAnswer
 
 

@@ -18,6 +18,7 @@ StoreError
 ├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
 ├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
 ├── RunNotInterrupted    retry/cancel of a run that is not interrupted
+├── StoreBusy            the database has no free connection slot for a new connection
 └── StoreTimeout         the database did not answer within the store's command timeout
 ```
 """
@@ -59,6 +60,7 @@ __all__ = [
     "RunNotPending",
     "RunRecord",
     "RunStatus",
+    "StoreBusy",
     "StoreTimeout",
 ]
 
@@ -286,6 +288,15 @@ class StoreTimeout(StoreError, TimeoutError):
             "the connection was closed"
             + ("; its COMMIT had been sent, so the transaction may have committed" if commit_sent else "")
         )
+
+
+class StoreBusy(StoreError):
+    """The database refused a new connection: it has no free connection slot
+    (`max_connections`, or a role's or database's connection limit, is reached).
+
+    Nothing was done; the same call succeeds once other clients free slots. Calls that find
+    an open connection in the store's pool are not affected.
+    """
 
 
 class RunNotInterrupted(StoreError):
