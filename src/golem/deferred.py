@@ -343,7 +343,8 @@ def check_resume(
 
     Checks, in order: the history has pending calls, each with an ID, and no call ID
     twice; nothing but tool results follows the paused batch; with `keys`, every
-    pending call's seal verifies (for `conversation_id`); with `expected` (the paused
+    pending call's seal verifies (for `conversation_id`) and every pending call is in
+    the paused batch (not an answered call of an older turn made pending again); with `expected` (the paused
     run's `Result.pending`), the pending calls are exactly the expected ones, with the
     same tool names and arguments; every pending call is resolved once, by a resolution
     of its kind (sealed or expected); approved calls have a registered tool; edited
@@ -364,6 +365,7 @@ def check_resume(
     if keys is not None:
         for c in pending:
             kinds[c.id] = verify_call(keys, conversation_id, c)
+        _check_batch(history, pending)
     if expected is not None:
         _check_expected(pending, expected, kinds)
     _check_results(pending, results, tools)
@@ -408,6 +410,29 @@ def _check_tail(history: Sequence[Message]) -> None:
             "history ends with the batch's tool results — pass new text as the resume's "
             "prompt instead of appending it"
         )
+
+
+def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
+    """With a seal key, every pending call belongs to the paused batch (the last assistant
+    message with tool calls): a sealed pause never leaves calls open in older turns, and an
+    answered call keeps its genuine seal as a record, so one pending in an older turn had
+    its result removed to run it again.
+
+    Raises:
+        ResumeError: a pending call is outside the paused batch.
+    """
+    batch: set[str] = set()
+    for m in reversed(history):
+        if m.role == "assistant" and m.tool_calls:
+            batch = {c.id for c in m.tool_calls}
+            break
+    for c in pending:
+        if c.id not in batch:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
+                "its seal is genuine, so it was answered in an earlier turn and its result "
+                "removed; a sealed history resumes only the calls of its last pause"
+            )
 
 
 def _check_expected(
