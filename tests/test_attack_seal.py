@@ -252,3 +252,90 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
         assert len(started) == 2
     elif edit not in ("json_char", "move_old_into_batch", "drop_batch_call"):
         assert started == []
+
+
+# --------------------------------------------------------------------------- nested
+
+
+def nested_parent(
+    path: str, log: list[str], *, seal_key: bytes | None = KEY, own: ToolCall | None = None
+) -> Agent[None, str]:
+    """A parent whose sub-agent "janitor" pauses on delete_file(path); with `own`, the
+    parent's batch also holds its own gated call."""
+    sub: Agent[None, str] = Agent(
+        ScriptedModel(turn(ToolCall("s1", "delete_file", json.dumps({"path": path}))), "Deleted."),
+        name="janitor",
+        seal_key=seal_key,
+    )
+
+    @sub.tool_plain
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, f"delete {path}?")
+        log.append(path)
+        return "deleted"
+
+    ran = Ran()
+    batch = [ToolCall("p1", "janitor", '{"prompt":"clean"}'), *([own] if own else [])]
+    return Agent(
+        ScriptedModel(turn(*batch), "ok"),
+        tools=[sub.as_tool(), ran.gate("transfer")],
+        seal_key=seal_key,
+    )
+
+
+async def test_expected_binds_a_paused_sub_agents_calls() -> None:
+    """A paused sub-agent's record swapped for one from another conversation (same parent
+    call ID, same sub call ID) ran the other call under this conversation's approval, even
+    with `conversation_id=` and `expected=`: `expected` was dropped on the nested path."""
+    log: list[str] = []
+    mine = nested_parent("a.log", log)
+    paused = await mine.run("tidy", conversation_id="X")
+    other = await nested_parent("etc/passwd", log).run("tidy", conversation_id="Y")
+    assert paused.pending is not None
+    assert other.pending is not None
+    swapped = [
+        *paused.messages[:-1],
+        replace(paused.messages[-1], content=other.messages[-1].content),
+    ]
+    with pytest.raises(ResumeError, match=r'"p1/s1".*arguments differ'):
+        await mine.run_with_deferred_results(
+            swapped,
+            DeferredResults(approvals={"p1/s1": True}),
+            conversation_id="X",
+            expected=paused.pending,
+        )
+    assert log == []
+    done = await mine.run_with_deferred_results(
+        paused.messages,
+        DeferredResults(approvals={"p1/s1": True}),
+        conversation_id="X",
+        expected=paused.pending,
+    )
+    assert (done.output, log) == ("ok", ["a.log"])
+
+
+async def test_without_a_key_expected_binds_the_parents_own_calls_next_to_a_paused_sub_agent() -> (
+    None
+):
+    log: list[str] = []
+    parent = nested_parent(
+        "a.log", log, seal_key=None, own=ToolCall("c1", "transfer", '{"amount":10}')
+    )
+    paused = await parent.run("tidy")
+    assert paused.pending is not None
+    assert {p.call_id for p in paused.pending.calls} == {"c1", "p1/s1"}
+    b = max(i for i, m in enumerate(paused.messages) if m.tool_calls)
+    edited = list(paused.messages)
+    edited[b] = replace(
+        edited[b],
+        tool_calls=[
+            replace(c, args='{"amount":10000}') if c.id == "c1" else c for c in edited[b].tool_calls
+        ],
+    )
+    with pytest.raises(ResumeError, match=r'"c1".*arguments differ'):
+        await parent.run_with_deferred_results(
+            edited, DeferredResults(approvals={"c1": True, "p1/s1": True}), expected=paused.pending
+        )
+    assert log == []

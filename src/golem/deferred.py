@@ -412,6 +412,73 @@ def _check_tail(history: Sequence[Message]) -> None:
         )
 
 
+def check_expected_nested(
+    history: Sequence[Message],
+    nested: Mapping[str, ToolCall],
+    expected: DeferredRequests,
+    results: DeferredResults,
+) -> DeferredRequests:
+    """Check a resume whose history records paused sub-agents against `expected` (the
+    paused run's `Result.pending`), and return the part of it for the parent's own calls.
+
+    `nested` maps each namespaced ID of a paused sub-agent's call to the call as its record
+    holds it, under its namespaced tool name. Each must be expected, with the same name and
+    arguments (and the same seal when the expected call has one), and resolved by its
+    expected kind; every expected call must be pending, in a record or in the history.
+
+    Raises:
+        ResumeError: the first mismatch, naming the call.
+        TypeError: `expected` is not a `DeferredRequests`.
+    """
+    if not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
+    wanted = {p.call_id: p for p in expected.calls}
+    approval_ids = {p.call_id for p in expected.approvals}
+    for call_id, c in nested.items():
+        p = wanted.get(call_id)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != c.name or p.args != c.args:
+            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {_brief(p.args)}, got {c.name} {_brief(c.args)})"
+            )
+        if p.seal and c.seal != p.seal:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) carries another seal than '
+                "the expected pending call (a sub-agent record from another run?)"
+            )
+        as_approval = call_id in results.approvals
+        if as_approval != (call_id in approval_ids) and (
+            as_approval or call_id in results.external
+        ):
+            kind = "an approval" if call_id in approval_ids else "an external result"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) waits for {kind}; resolve '
+                f"it in {'approvals' if call_id in approval_ids else 'external'}={{...}}"
+            )
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    own = {
+        c.id for m in history if m.role == "assistant" for c in m.tool_calls if c.id not in answered
+    }
+    for call_id in wanted:
+        if call_id not in nested and call_id not in own:
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
+    return DeferredRequests(
+        approvals=[p for p in expected.approvals if p.call_id not in nested],
+        external=[p for p in expected.external if p.call_id not in nested],
+    )
+
+
 def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
     """With a seal key, every pending call belongs to the paused batch (the last assistant
     message with tool calls): a sealed pause never leaves calls open in older turns, and an
