@@ -339,3 +339,54 @@ async def test_without_a_key_expected_binds_the_parents_own_calls_next_to_a_paus
             edited, DeferredResults(approvals={"c1": True, "p1/s1": True}), expected=paused.pending
         )
     assert log == []
+
+
+# --------------------------------------------------------------------------- seal text
+
+FIELD = st.text(st.characters(codec=None, categories=None), max_size=6)  # lone surrogates too
+SEALED = st.tuples(FIELD, FIELD, FIELD, FIELD, st.sampled_from(list(DeferKind)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(sealed=SEALED, shown=SEALED, pick=st.booleans())
+def test_a_seal_verifies_only_the_exact_fields_it_was_made_for(
+    sealed: tuple[str, str, str, str, DeferKind],
+    shown: tuple[str, str, str, str, DeferKind],
+    pick: bool,
+) -> None:
+    """Field boundaries, surrogates and kinds: a seal made for one (conversation, call ID,
+    tool name, argument bytes, kind) verifies for no other."""
+    from golem.seal import seal_call, verify_call
+
+    conv, cid, name, args, kind = sealed
+    seal = seal_call(KEY, conv, ToolCall(cid, name, args), kind)
+    if pick:  # a near miss: one field moved by one character into its neighbour
+        shown = (conv + cid[:1], cid[1:], name, args, kind)
+    conv2, cid2, name2, args2, kind2 = shown
+    kind_text = seal.split(".")[2]
+    claimed = seal.replace(f".{kind_text}.", f".{kind2.value}.", 1)
+    call = ToolCall(cid2, name2, args2, seal=claimed)
+    if (conv2, cid2, name2, args2, kind2) == sealed:
+        assert verify_call(KEY, conv2, call) is kind
+    else:
+        with pytest.raises(SealError):
+            verify_call(KEY, conv2, call)
+
+
+@settings(max_examples=300, deadline=None)
+@given(at=st.integers(0, 200), char=st.characters(codec="ascii"))
+def test_any_one_character_change_of_a_seal_is_refused(at: int, char: str) -> None:
+    from golem.seal import SealKeys, seal_call, verify_call
+
+    keys = SealKeys(KEY, key_id="new", older={"old": b"o" * 32})
+    call = ToolCall("c1", "transfer", '{"amount":10}')
+    seal = seal_call(keys, "conv", call, DeferKind.APPROVAL)
+    at %= len(seal)
+    changed = seal[:at] + char + seal[at + 1 :]
+    if changed == seal:
+        return
+    with pytest.raises(SealError):
+        verify_call(keys, "conv", replace(call, seal=changed))
+    swapped = seal.replace(".new.", ".old.")  # another key ID the verifier holds
+    with pytest.raises(SealError, match="does not match"):
+        verify_call(keys, "conv", replace(call, seal=swapped))
