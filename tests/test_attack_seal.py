@@ -390,3 +390,84 @@ def test_any_one_character_change_of_a_seal_is_refused(at: int, char: str) -> No
     swapped = seal.replace(".new.", ".old.")  # another key ID the verifier holds
     with pytest.raises(SealError, match="does not match"):
         verify_call(keys, "conv", replace(call, seal=swapped))
+
+
+@pytest.mark.parametrize("args", SPELLINGS)
+async def test_every_spelling_resumes_after_a_json_round_trip_with_its_exact_bytes(
+    args: str,
+) -> None:
+    agent, ran = make_agent(turn(ToolCall("c1", "transfer", args)), "done")
+    paused = await agent.run("go", conversation_id="conv")
+    started: list[str] = []
+
+    async def before(call: ToolCall) -> None:
+        started.append(call.args)
+
+    done = await agent.run_with_deferred_results(
+        loads_history(dumps_history(paused.messages)),
+        DeferredResults(approvals={"c1": True}),
+        conversation_id="conv",
+        before_approved=before,
+    )
+    assert done.output == "done"
+    assert started == [args]
+    assert len(ran.calls) == 1
+
+
+NESTED_EDITS = ["none", "args", "swap_record", "strip_seal", "extra_sub_call", "rename"]
+
+
+@pytest.mark.parametrize("sub_key", [KEY, None], ids=["sealed-sub", "keyless-sub"])
+@pytest.mark.parametrize("edit", NESTED_EDITS)
+async def test_with_expected_an_edited_sub_agent_record_runs_nothing(
+    edit: str, sub_key: bytes | None
+) -> None:
+    """With `expected=paused.pending` (and the trusted conversation), any edit of a paused
+    sub-agent's record is refused before anything runs; the genuine record runs exactly
+    the sealed sub-agent call."""
+    log: list[str] = []
+    parent = nested_parent("a.log", log, seal_key=sub_key)
+    paused = await parent.run("tidy", conversation_id="X")
+    assert paused.pending is not None
+    record = paused.messages[-1]
+    head, _, body = record.content.partition("\n")
+    state = json.loads(body)
+    inner = loads_history(state["history"])
+    b = max(i for i, m in enumerate(inner) if m.tool_calls)
+    sub_calls = list(inner[b].tool_calls)
+    content = record.content
+    if edit == "args":
+        sub_calls[0] = replace(sub_calls[0], args='{"path":"etc/passwd"}')
+    elif edit == "strip_seal":
+        sub_calls[0] = replace(sub_calls[0], seal="")
+    elif edit == "extra_sub_call":
+        sub_calls.append(
+            ToolCall("s9", "delete_file", '{"path":"etc/passwd"}', seal=sub_calls[0].seal)
+        )
+    elif edit == "rename":
+        sub_calls[0] = replace(sub_calls[0], name="delete_file ")
+    elif edit == "swap_record":
+        other = await nested_parent("etc/passwd", log, seal_key=sub_key).run(
+            "t", conversation_id="Y"
+        )
+        content = other.messages[-1].content
+    if edit not in ("none", "swap_record"):
+        inner[b] = replace(inner[b], tool_calls=sub_calls)
+        state["history"] = dumps_history(inner)
+        content = head + "\n" + json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    history = [*paused.messages[:-1], replace(record, content=content)]
+    approvals = {f"p1/{c.id}": True for c in sub_calls}
+    try:
+        await parent.run_with_deferred_results(
+            history,
+            DeferredResults(approvals=approvals),
+            conversation_id="X",
+            expected=paused.pending,
+        )
+    except ResumeError:
+        assert log == []
+        assert edit != "none"
+        return
+    # only the untouched record runs (stripping a keyless sub-agent's empty seal is no edit)
+    assert edit == "none" or (edit == "strip_seal" and sub_key is None)
+    assert log == ["a.log"]
