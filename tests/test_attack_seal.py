@@ -142,20 +142,21 @@ def _respell(args: str) -> str:
 @given(
     spellings=st.lists(st.sampled_from(SPELLINGS), min_size=2, max_size=2),
     edit=st.sampled_from(EDITS),
+    keyed=st.booleans(),
     data=st.data(),
 )
 def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
-    spellings: list[str], edit: str, data: st.DataObject
+    spellings: list[str], edit: str, keyed: bool, data: st.DataObject
 ) -> None:
-    """For any edit of a sealed paused history (and approvals for whatever is pending
-    after it), a resume with the trusted conversation ID either raises before anything
-    runs, or runs exactly the paused batch's sealed calls, once each, with their sealed
-    name, call ID and argument bytes."""
+    """For any edit of a paused history (and approvals for whatever is pending after it),
+    a resume either raises before anything runs, or runs exactly the paused batch's calls,
+    once each, with their paused name, call ID and argument bytes: with a seal key and the
+    trusted conversation ID, or without a key and with `expected=paused.pending`."""
     ran = Ran()
     tools = [ran.gate("transfer"), ran.gate("delete_account"), ran.gate("transfér")]
     batch = [ToolCall("c1", "transfer", spellings[0]), ToolCall("c2", "transfér", spellings[1])]
     model = ScriptedModel(turn(ToolCall("c0", "transfer", '{"amount":1}')), turn(*batch), "done")
-    agent: Agent[None, str] = Agent(model, tools=tools, seal_key=KEY)
+    agent: Agent[None, str] = Agent(model, tools=tools, seal_key=KEY if keyed else None)
     started: list[tuple[str, str, str]] = []
 
     async def before(call: ToolCall) -> None:
@@ -229,6 +230,7 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
                 DeferredResults(approvals=dict.fromkeys(pending, True)),
                 conversation_id="conv",
                 before_approved=before,
+                expected=None if keyed else paused.pending,
             )
         except (ResumeError, ValueError):
             assert started == []
@@ -248,9 +250,14 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
         assert started == sealed
 
     asyncio.run(scenario())
-    if edit in ("none", "trim_prefix", "relabel_conversation"):  # harmless with conversation_id=
+    harmless = {"none", "trim_prefix", "relabel_conversation"}  # with conversation_id=
+    if not keyed:
+        harmless |= {"strip_seal", "swap_seals"}  # a keyless agent ignores seals
+    if edit in harmless:
         assert len(started) == 2
-    elif edit not in ("json_char", "move_old_into_batch", "drop_batch_call"):
+    elif edit != "json_char" and (
+        not keyed or edit not in ("move_old_into_batch", "drop_batch_call")
+    ):
         assert started == []
 
 
