@@ -41,6 +41,7 @@ from golem.agent_tool import (
     has_agent_tools,
     paused_records,
     run_scope,
+    sub_agent_calls,
     surface,
 )
 from golem.agent_tool import resume as resume_nested
@@ -48,7 +49,7 @@ from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, ResumeError, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, _new_message, _stamped, loads_history
+from golem.messages import Message, Part, ToolCall, _new_message, _stamped, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.seal import SealKey, SealKeys, as_seal_keys
@@ -796,12 +797,21 @@ class Agent(Generic[DepsT, OutputT]):
         before_approved: BeforeApproved | None,
         sink: Callable[[Delta | RunEvent], None] | None,
         trace_context: str,
+        expected: DeferredRequests | None = None,
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
+        if expected is not None:  # the records' calls here, the parent's own in check_parent
+            nested = {
+                i: ToolCall(s.call.id, s.tool_name, s.call.args, s.call.signature, s.call.seal)
+                for i, s in sub_agent_calls(history).items()
+            }
+            expected = deferred.check_expected_nested(
+                history, nested, expected, deferred.as_results(results)
+            )
 
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy)
+            return self._check_resume(merged, own, conversation_id, expected, policy)
 
         async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -944,6 +954,7 @@ class Agent(Generic[DepsT, OutputT]):
                             before_approved,
                             None,
                             trace_context,
+                            expected,
                         )
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
@@ -1105,6 +1116,7 @@ class Agent(Generic[DepsT, OutputT]):
                             before_approved,
                             sink,
                             trace_context,
+                            expected,
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(

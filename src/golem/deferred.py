@@ -343,7 +343,8 @@ def check_resume(
 
     Checks, in order: the history has pending calls, each with an ID, and no call ID
     twice; nothing but tool results follows the paused batch; with `keys`, every
-    pending call's seal verifies (for `conversation_id`); with `expected` (the paused
+    pending call's seal verifies (for `conversation_id`) and every pending call is in
+    the paused batch (not an answered call of an older turn made pending again); with `expected` (the paused
     run's `Result.pending`), the pending calls are exactly the expected ones, with the
     same tool names and arguments; every pending call is resolved once, by a resolution
     of its kind (sealed or expected); approved calls have a registered tool; edited
@@ -364,6 +365,7 @@ def check_resume(
     if keys is not None:
         for c in pending:
             kinds[c.id] = verify_call(keys, conversation_id, c)
+        _check_batch(history, pending)
     if expected is not None:
         _check_expected(pending, expected, kinds)
     _check_results(pending, results, tools)
@@ -408,6 +410,96 @@ def _check_tail(history: Sequence[Message]) -> None:
             "history ends with the batch's tool results — pass new text as the resume's "
             "prompt instead of appending it"
         )
+
+
+def check_expected_nested(
+    history: Sequence[Message],
+    nested: Mapping[str, ToolCall],
+    expected: DeferredRequests,
+    results: DeferredResults,
+) -> DeferredRequests:
+    """Check a resume whose history records paused sub-agents against `expected` (the
+    paused run's `Result.pending`), and return the part of it for the parent's own calls.
+
+    `nested` maps each namespaced ID of a paused sub-agent's call to the call as its record
+    holds it, under its namespaced tool name. Each must be expected, with the same name and
+    arguments (and the same seal when the expected call has one), and resolved by its
+    expected kind; every expected call must be pending, in a record or in the history.
+
+    Raises:
+        ResumeError: the first mismatch, naming the call.
+        TypeError: `expected` is not a `DeferredRequests`.
+    """
+    if not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
+    wanted = {p.call_id: p for p in expected.calls}
+    approval_ids = {p.call_id for p in expected.approvals}
+    for call_id, c in nested.items():
+        p = wanted.get(call_id)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != c.name or p.args != c.args:
+            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {_brief(p.args)}, got {c.name} {_brief(c.args)})"
+            )
+        if p.seal and c.seal != p.seal:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) carries another seal than '
+                "the expected pending call (a sub-agent record from another run?)"
+            )
+        as_approval = call_id in results.approvals
+        if as_approval != (call_id in approval_ids) and (
+            as_approval or call_id in results.external
+        ):
+            kind = "an approval" if call_id in approval_ids else "an external result"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({c.name}) waits for {kind}; resolve '
+                f"it in {'approvals' if call_id in approval_ids else 'external'}={{...}}"
+            )
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    own = {
+        c.id for m in history if m.role == "assistant" for c in m.tool_calls if c.id not in answered
+    }
+    for call_id in wanted:
+        if call_id not in nested and call_id not in own:
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
+    return DeferredRequests(
+        approvals=[p for p in expected.approvals if p.call_id not in nested],
+        external=[p for p in expected.external if p.call_id not in nested],
+    )
+
+
+def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
+    """With a seal key, every pending call belongs to the paused batch (the last assistant
+    message with tool calls): a sealed pause never leaves calls open in older turns, and an
+    answered call keeps its genuine seal as a record, so one pending in an older turn had
+    its result removed to run it again.
+
+    Raises:
+        ResumeError: a pending call is outside the paused batch.
+    """
+    batch: set[str] = set()
+    for m in reversed(history):
+        if m.role == "assistant" and m.tool_calls:
+            batch = {c.id for c in m.tool_calls}
+            break
+    for c in pending:
+        if c.id not in batch:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
+                "its seal is genuine, so it was answered in an earlier turn and its result "
+                "removed; a sealed history resumes only the calls of its last pause"
+            )
 
 
 def _check_expected(

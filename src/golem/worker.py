@@ -542,14 +542,21 @@ def _check_seals(
     latest: Mapping[str, ToolCall],
     keys: SealKeys,
     nested: Mapping[str, SubAgentCall],
+    history: Sequence[Message] = (),
 ) -> None:
     """Every stored pending call must carry a valid seal for its kind (a paused
-    sub-agent's call: as its record holds it, bound to the sub-run's conversation).
+    sub-agent's call: as its record holds it, bound to the sub-run's conversation), and
+    the run's own calls must be in the history's paused batch (its last assistant message
+    with tool calls): an answered call keeps its seal, so one filed as pending from an
+    older turn would run a second time.
 
     Raises:
         SealError: a call is unsealed, sealed with an unknown key or tampered with.
-        StoredCallMismatch: a call was sealed as the other kind than the one it was decided as.
+        StoredCallMismatch: a call was sealed as the other kind than the one it was decided
+            as, or is not in the paused batch.
     """
+    batch = next((m.tool_calls for m in reversed(history) if m.tool_calls), ())
+    in_batch = {c.id for c in batch} if history else None
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
@@ -559,6 +566,11 @@ def _check_seals(
             kind = verify_call(keys, sub.conversation_id, sub.call)
         else:
             kind = verify_call(keys, run.conversation_id, tc)
+            if in_batch is not None and call.call_id not in in_batch:
+                raise StoredCallMismatch(
+                    f'call "{call.call_id}" of run "{run.id}" is not in the paused batch of '
+                    "its history: it was answered in an earlier turn; refusing to run it again"
+                )
         if kind.value != call.kind.value:
             raise StoredCallMismatch(
                 f'call "{call.call_id}" of run "{run.id}" was sealed as {kind.value}, '
@@ -997,7 +1009,7 @@ class Worker:
             latest, nested = _stored_calls(history, [c.call_id for c in run.calls])
             _check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                _check_seals(run, latest, self.seal_keys, nested)
+                _check_seals(run, latest, self.seal_keys, nested, history)
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )
