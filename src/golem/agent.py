@@ -43,6 +43,7 @@ from golem.agent_tool import (
     run_scope,
     surface,
 )
+from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, ResumeError, RunError, Stage
@@ -740,6 +741,26 @@ class Agent(Generic[DepsT, OutputT]):
             keys=policy.seal_keys,
             expected=expected,
         )
+
+    def _check_sub_resume(self, history: list[Message], results: DeferredResults) -> None:
+        """Check this agent's resume as a sub-agent, before its parent runs anything
+        (nested sub-agents included). An agent with toolsets is checked when it resumes:
+        its toolsets' tools are known once entered.
+
+        Raises:
+            ResumeError: the first problem found.
+        """
+        if self.toolsets:
+            return
+        policy = self._policy(self.tools)
+
+        def check_own(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+            return self._check_resume(merged, own, None, None, policy)
+
+        if self._nested(self.tools) and paused_records(history):
+            check_nested(history, results, self.tools, check_own)
+        else:
+            check_own(history, results)
 
     async def _resume(
         self,
