@@ -296,3 +296,56 @@ async def test_a_parent_call_id_colliding_with_a_nested_one_fails_the_run() -> N
     assert "collides" in str(err.__cause__)
     assert err.partial is not None
     assert log.effects == []
+
+
+# --------------------------------------------------------------------------- expected
+
+
+def _tampered(messages: list[Message]) -> list[Message]:
+    """`messages` with the paused sub-agent's call arguments changed inside its record."""
+    from dataclasses import replace
+
+    from golem import dumps_history, loads_history
+
+    out = []
+    for m in messages:
+        if m.role == "tool" and m.content.startswith("[golem: sub-agent paused]"):
+            head, _, body = m.content.partition("\n")
+            state = json.loads(body)
+            inner = loads_history(state["history"])
+            last = inner[-1]
+            inner[-1] = replace(
+                last, tool_calls=[replace(c, args='{"path":"/etc"}') for c in last.tool_calls]
+            )
+            state["history"] = dumps_history(inner)
+            m = replace(m, content=f"{head}\n{json.dumps(state)}")
+        out.append(m)
+    assert out != messages
+    return out
+
+
+async def test_expected_is_checked_against_a_nested_pause_too() -> None:
+    # `expected=` (the paused run's Result.pending) refuses a history whose pending calls
+    # differ from it; with a sub-agent's record in the history it was silently ignored
+    log = Log()
+    sub = janitor("janitor", calls(("s1", "delete_file", {"path": "a"})), "cleaned", log=log)
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(calls(("p1", "janitor", {"prompt": "x"})), "done"), tools=[sub.as_tool()]
+    )
+    paused = await parent.run("go")
+    assert paused.pending is not None
+    tampered = _tampered(paused.messages)
+    with pytest.raises(ResumeError, match="arguments differ"):
+        await parent.run_with_deferred_results(
+            tampered, DeferredResults(approvals={"p1/s1": True}), expected=paused.pending
+        )
+    with pytest.raises(ResumeError, match="waits for an approval"):
+        await parent.run_with_deferred_results(
+            paused.messages, DeferredResults(external={"p1/s1": "x"}), expected=paused.pending
+        )
+    assert log.effects == []
+    done = await parent.run_with_deferred_results(
+        paused.messages, DeferredResults(approvals={"p1/s1": True}), expected=paused.pending
+    )
+    assert done.output == "done"
+    assert log.effects == [("janitor", "a")]

@@ -817,6 +817,7 @@ class Agent(Generic[DepsT, OutputT]):
         before_approved: BeforeApproved | None,
         sink: Callable[[Delta | RunEvent], None] | None,
         trace_context: str,
+        expected: DeferredRequests | None = None,
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
@@ -857,6 +858,7 @@ class Agent(Generic[DepsT, OutputT]):
             observers=self._observers(on_event),
             sink=sink,
             trace_context=trace_context,
+            expected=expected,
         )
 
     @overload
@@ -965,6 +967,7 @@ class Agent(Generic[DepsT, OutputT]):
                             before_approved,
                             None,
                             trace_context,
+                            expected,
                         )
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
@@ -1126,6 +1129,7 @@ class Agent(Generic[DepsT, OutputT]):
                             before_approved,
                             sink,
                             trace_context,
+                            expected,
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(

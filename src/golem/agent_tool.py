@@ -386,6 +386,7 @@ async def resume(
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
+    expected: DeferredRequests | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
 
@@ -405,7 +406,7 @@ async def resume(
             cannot be read, its tool is not an agent tool of this agent, or the
             parent's own resolutions are invalid.
     """
-    records, own, own_pending = check(history, results, tools, check_parent)
+    records, own, own_pending = check(history, results, tools, check_parent, expected)
 
     merged = list(history)
     usage_from: list[Result[Any]] = []
@@ -448,17 +449,25 @@ def check(
     results: DeferredResults,
     tools: Mapping[str, Tool],
     check_parent: Callable[[list[Message], DeferredResults], Any],
+    expected: DeferredRequests | None = None,
 ) -> tuple[dict[str, _Paused], DeferredResults, bool]:
     """Validate a nested resume completely, before anything runs: every record, every
     sub-agent's share of the results (as the sub-agent itself checks it, at any depth)
     and the parent's own resolutions.
+
+    With `expected` (the paused parent's `Result.pending`), the calls waiting — the
+    parent's own and the sub-agents' (namespaced) — must be exactly the expected ones,
+    with the same tool names and arguments, each resolved by its kind.
 
     Returns the records (each holding its share), the parent's own resolutions, and
     whether the parent has pending calls of its own.
 
     Raises:
         ResumeError: the first problem found.
+        TypeError: `expected` is not a `DeferredRequests`.
     """
+    if expected is not None:
+        _check_expected(history, results, expected)
     records = _records(history, tools)
     own_ids = {c.id for c in _pending_or_none(history)}  # a record answers its call
     own = _split(records, results, own_ids)
@@ -482,6 +491,49 @@ def check(
             rec.history, DeferredResults(approvals=rec.approvals, external=rec.external)
         )
     return records, own, bool(own_ids)
+
+
+def _check_expected(
+    history: Sequence[Message], results: DeferredResults, expected: DeferredRequests
+) -> None:
+    if not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
+    waiting = {c.id: (c.name, c.args) for c in _pending_or_none(history)}
+    waiting.update((k, (v.tool_name, v.call.args)) for k, v in sub_agent_calls(history).items())
+    wanted = {p.call_id: p for p in expected.calls}
+    for call_id, (name, args) in waiting.items():
+        p = wanted.pop(call_id, None)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != name or p.args != args:
+            what = "tool name differs" if p.tool_name != name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {deferred._brief(p.args)}, got {name} "
+                f"{deferred._brief(args)})"
+            )
+    if wanted:
+        raise ResumeError(
+            f'golem: expected pending call "{next(iter(wanted))}" is not pending in the history'
+        )
+    for p in expected.approvals:
+        if p.call_id in results.external:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an approval; '
+                "an external result cannot stand in for it: resolve it in approvals={...}"
+            )
+    for p in expected.external:
+        if p.call_id in results.approvals:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an external '
+                "result, not an approval; resolve it in external={...}"
+            )
 
 
 def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
