@@ -214,9 +214,9 @@ def parent_batches(draw: st.DrawFn) -> list[str]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(parent_batches())
+@given(parent_batches(), st.booleans())
 def test_the_parents_pending_calls_keep_the_emission_order_within_each_kind(
-    batch: list[str],
+    batch: list[str], parallel: bool
 ) -> None:
     log = Log()
     items: list[tuple[str, str, dict[str, Any]]] = []
@@ -233,7 +233,9 @@ def test_the_parents_pending_calls_keep_the_emission_order_within_each_kind(
         else:
             items.append((cid, what, {}))
             (expected_approvals if what == "gate" else expected_external).append(cid)
-    parent: Agent[None, str] = Agent(ScriptedModel(calls(*items), "done"), tools=tools)
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(calls(*items), "done"), tools=tools, parallel_tool_calls=parallel
+    )
     paused = parent.run_sync("go")
     assert paused.pending is not None
     assert [p.call_id for p in paused.pending.approvals] == expected_approvals
