@@ -47,9 +47,20 @@ from golem.testing import ScriptedModel
 from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, RunContext, call_approved
 
 OBJ: dict[str, Any] = {"type": "object"}
-BEHAVIOURS = ["ok", "retry", "failed", "canceled", "approval", "external", "timeout", "error", "badargs"]
+BEHAVIOURS = [
+    "ok",
+    "retry",
+    "failed",
+    "canceled",
+    "approval",
+    "external",
+    "timeout",
+    "late-defer",  # defers after its deadline: the timeout wins (reference §2.2 step 3)
+    "error",
+    "badargs",
+]
 TOOLS = ["a", "s", "l", "q"]  # async, sync in a thread, sync on the loop, sequential (async)
-TERMINAL = {"timeout": Stage.TOOL, "error": Stage.TOOL, "canceled": Stage.CANCELED}
+TERMINAL = {"timeout": Stage.TOOL, "late-defer": Stage.TOOL, "error": Stage.TOOL, "canceled": Stage.CANCELED}
 BUDGET = 1
 
 
@@ -97,7 +108,13 @@ def tools_for(world: World) -> list[Tool]:
         time.sleep(0.03)  # always longer than the 0.005 s deadline, checked afterwards
         return "too late"
 
+    def late_defer(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        world.ran.append((ctx.call_id, call_approved()))
+        time.sleep(0.03)
+        raise Deferred(DeferKind.APPROVAL, "too late to defer")
+
     return [
+        Tool("late", "", OBJ, late_defer, timeout=0.005),
         Tool("a", "", OBJ, async_exec),
         Tool("s", "", OBJ, sync_exec),
         Tool("l", "", OBJ, sync_exec, run_in_thread=False),
@@ -117,6 +134,8 @@ class Call:
     def name(self) -> str:
         if self.how == "timeout":
             return "hang" if self.tool in ("a", "q") else "overrun"
+        if self.how == "late-defer":
+            return "late"
         return self.tool
 
     @property
