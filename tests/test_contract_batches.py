@@ -40,6 +40,8 @@ from golem import (
     ToolCall,
     ToolError,
     Usage,
+    UsageLimitExceeded,
+    UsageLimits,
 )
 from golem.history import INTERRUPTED_TEXT
 from golem.model import ModelResponse
@@ -201,8 +203,8 @@ class Expected:
     closed: list[tuple[str, str]] = field(default_factory=list)  # canceled batch: id, text
 
 
-def oracle(run: list[list[Call]], parallel: bool) -> Expected:
-    """What the seed and the reference say the run does."""
+def oracle(run: list[list[Call]], parallel: bool, limit: int | None = None) -> Expected:
+    """What the seed and the reference say the run does (`limit`: a tool-call bound)."""
     events: list[tuple[Any, ...]] = []
     count = 0
     feedback: dict[str, int] = {}
@@ -240,6 +242,8 @@ def oracle(run: list[list[Call]], parallel: bool) -> Expected:
                         events.append(("canceled", turn, c.id))
                         closed = [(b.id, answered.get(b.id, INTERRUPTED_TEXT)) for b in batch]
                     return Expected(events, count, turn + 1, stage, c.id, closed=closed)
+        if limit is not None and count > limit:  # checked after the batch, before a pause
+            return Expected(events, count, turn + 1, Stage.USAGE, "", answered=answered)
         if approvals or external:
             return Expected(events, count, turn + 1, None, "", approvals, external, answered)
     events += [("model_start", len(run), ""), ("model_end", len(run), "")]
@@ -278,16 +282,25 @@ PROPERTY = settings(max_examples=int(os.environ.get("GOLEM_BATCH_EXAMPLES", "120
 
 
 @PROPERTY
-@given(run=runs(), parallel=st.booleans(), stream=st.booleans())
+@given(
+    run=runs(),
+    parallel=st.booleans(),
+    stream=st.booleans(),
+    limit=st.none() | st.integers(0, 4),
+)
 def test_any_batch_runs_as_the_contract_says(
-    run: list[list[Call]], parallel: bool, stream: bool
+    run: list[list[Call]], parallel: bool, stream: bool, limit: int | None
 ) -> None:
     world = World({c.id: c.how for batch in run for c in batch})
     model = ScriptedModel(*(response(b, t) for t, b in enumerate(run)), "final")
     agent: Agent[Any, str] = Agent(
-        model, tools=tools_for(world), tool_retries=BUDGET, parallel_tool_calls=parallel
+        model,
+        tools=tools_for(world),
+        tool_retries=BUDGET,
+        parallel_tool_calls=parallel,
+        usage_limits=UsageLimits(tool_calls=limit) if limit is not None else None,
     )
-    want = oracle(run, parallel)
+    want = oracle(run, parallel, limit)
     got, seen = asyncio.run(drive(agent, stream, run_id="R", conversation_id="C"))
     assert [shape(e) for e in seen] == want.events
     assert all((e.run_id, e.conversation_id) == ("R", "C") for e in seen)
@@ -303,6 +316,13 @@ def test_any_batch_runs_as_the_contract_says(
         assert got.partial is not None
         assert got.partial.tool_calls == want.tool_calls
         messages = got.partial.messages
+        if want.stage is Stage.USAGE:
+            # the run fails instead of pausing; the partial keeps the batch's recorded results
+            assert isinstance(got.__cause__, UsageLimitExceeded)
+            assert got.__cause__.kind == "tool call"
+            tail = messages[len(messages) - len(want.answered) :] if want.answered else []
+            assert [m.tool_call_id for m in tail] == list(want.answered)
+            return
         if want.stage is Stage.CANCELED:
             assert isinstance(got.__cause__, Canceled)
             tail = messages[-len(last) :]
