@@ -351,3 +351,74 @@ async def test_expected_is_checked_against_a_nested_pause_too() -> None:
     )
     assert done.output == "done"
     assert log.effects == [("janitor", "a")]
+
+
+# --------------------------------------------------------------------------- streamed == run
+
+
+async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None:
+    def build() -> tuple[Agent[None, str], Log]:
+        log = Log()
+        first = janitor("j1", calls(("s1", "delete_file", {"path": "a"})), "one", log=log)
+        second = janitor("j2", calls(("s1", "delete_file", {"path": "b"})), "two", log=log)
+        batch = calls(
+            ("p0", "gate", {}),
+            ("p1", "j1", {"prompt": "x"}),
+            ("p2", "external", {}),
+            ("p3", "j2", {"prompt": "y"}),
+        )
+        parent: Agent[None, str] = Agent(
+            ScriptedModel(batch, "done"),
+            tools=[
+                first.as_tool(),
+                second.as_tool(),
+                Tool("gate", "g", OBJ, gate),
+                Tool("external", "e", OBJ, external),
+            ],
+            parallel_tool_calls=True,
+        )
+        return parent, log
+
+    def key(e: Any) -> tuple[Any, ...]:
+        return (str(e.kind), e.turn, e.call_id, e.tool_name, e.agent, e.namespace, e.approved)
+
+    results = DeferredResults(
+        approvals={"p0": True, "p1/s1": True, "p3/s1": False}, external={"p2": "x"}
+    )
+    seen: list[Any] = []
+    for stream in (False, True):
+        parent, log = build()
+        events: list[Any] = []
+        later: list[Any] = []
+        if stream:
+            async with parent.run_stream("go", on_event=events.append, run_id="R") as s:
+                async for _ in s:
+                    pass
+            paused = s.result
+            async with parent.run_stream_with_deferred_results(
+                paused.messages, results, on_event=later.append, run_id="R2"
+            ) as s2:
+                async for _ in s2:
+                    pass
+            done = s2.result
+        else:
+            paused = await parent.run("go", on_event=events.append, run_id="R")
+            done = await parent.run_with_deferred_results(
+                paused.messages, results, on_event=later.append, run_id="R2"
+            )
+        assert paused.pending is not None
+        seen.append(
+            (
+                paused.pending.approvals and [p.call_id for p in paused.pending.approvals],
+                [p.call_id for p in paused.pending.external],
+                [(m.role, m.tool_call_id) for m in paused.messages],
+                [key(e) for e in events],
+                done.output,
+                [(m.role, m.tool_call_id, m.content) for m in done.messages if m.role != "system"],
+                [key(e) for e in later],
+                log.effects,
+                (done.tool_calls, done.requests),
+            )
+        )
+    assert seen[0][0] == ["p0", "p1/s1", "p3/s1"]
+    assert seen[1] == seen[0]
