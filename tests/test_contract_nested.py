@@ -422,3 +422,51 @@ async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None
         )
     assert seen[0][0] == ["p0", "p1/s1", "p3/s1"]
     assert seen[1] == seen[0]
+
+
+# --------------------------------------------------------------------------- identity
+
+
+@pytest.mark.parametrize("own", [False, True])
+@pytest.mark.parametrize("given_id", [False, True])
+async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(
+    own: bool, given_id: bool
+) -> None:
+    # Go reference §2.9: the resumed run's RunID is fresh (or the run_id option). A parent
+    # whose sub-agent paused again took the ID of its history's last message — the PAUSED
+    # run's when the parent had no call of its own — so a store would file the new pause
+    # under the old run.
+    log = Log()
+    sub = janitor(
+        "janitor",
+        calls(("s1", "delete_file", {"path": "a"})),
+        calls(("s2", "delete_file", {"path": "b"})),
+        "cleaned",
+        log=log,
+    )
+    items: list[tuple[str, str, dict[str, Any]]] = [("p1", "janitor", {"prompt": "x"})]
+    if own:
+        items.append(("p2", "gate", {}))
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(calls(*items), "done"), tools=[sub.as_tool(), Tool("gate", "g", OBJ, gate)]
+    )
+    paused = await parent.run("go", run_id="R1", conversation_id="C1")
+    approvals: dict[str, Approval | bool] = {"p1/s1": True}
+    if own:
+        approvals["p2"] = True
+    again = await parent.run_with_deferred_results(
+        paused.messages,
+        DeferredResults(approvals=approvals),
+        run_id="R2" if given_id else None,
+    )
+    assert again.pending is not None
+    assert [p.call_id for p in again.pending.calls] == ["p1/s2"]
+    assert again.run_id != "R1"
+    if given_id:
+        assert again.run_id == "R2"
+    assert again.conversation_id == "C1"
+    # what this resume wrote carries its identity: the new record, the parent's resolution
+    written = [m for m in again.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.run_id) for m in written] == [
+        (m.tool_call_id, again.run_id) for m in written
+    ]

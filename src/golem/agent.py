@@ -821,6 +821,8 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
+        run_id = run_id or new_id()  # one identity for every part of this resume
+        conversation_id = conversation_id or _conversation_of(history) or new_id()
 
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
             return self._check_resume(merged, own, conversation_id, None, policy)
@@ -859,6 +861,8 @@ class Agent(Generic[DepsT, OutputT]):
             sink=sink,
             trace_context=trace_context,
             expected=expected,
+            run_id=run_id,
+            conversation_id=conversation_id,
         )
 
     @overload

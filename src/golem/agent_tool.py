@@ -387,8 +387,13 @@ async def resume(
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
     expected: DeferredRequests | None = None,
+    run_id: str = "",
+    conversation_id: str = "",
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
+
+    `run_id` / `conversation_id` are the resuming parent's: a parent still paused after
+    this resume (a sub-agent paused again) carries them, as does each record rewritten.
 
     The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
     (see `forwarder`); with tracing on, their resume spans link to the paused parent's
@@ -427,7 +432,11 @@ async def resume(
         if sub.pending is not None:
             repaused[call_id] = (rec.tool, sub)
             merged[rec.index] = _record(
-                call_id, rec.tool.name, sub, rec.message.run_id, rec.message.conversation_id
+                call_id,
+                rec.tool.name,
+                sub,
+                run_id or rec.message.run_id,
+                conversation_id or rec.message.conversation_id,
             )
         else:
             merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
@@ -435,7 +444,8 @@ async def resume(
         tool_calls = 0
         if own_pending:
             merged, tool_calls = await apply_parent(check_parent(merged, own))
-        return _with_usage(_paused_result(merged, repaused, tool_calls), usage_from)
+        paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
+        return _with_usage(paused, usage_from)
     merged = deferred.merge(merged, {})
     if own_pending:
         result = await resume_parent(check_parent(merged, own))
@@ -716,8 +726,11 @@ def _paused_result(
     messages: list[Message],
     repaused: Mapping[str, tuple[AgentTool, Result[Any]]],
     tool_calls: int,
+    run_id: str = "",
+    conversation_id: str = "",
 ) -> Result[Any]:
-    """The parent, still paused on the sub-agents that paused again."""
+    """The parent, still paused on the sub-agents that paused again (with the resuming
+    run's identity)."""
     from golem.result import Result
 
     last = messages[-1]
@@ -731,8 +744,8 @@ def _paused_result(
         output=None,
         messages=messages,
         tool_calls=tool_calls,
-        run_id=last.run_id,
-        conversation_id=last.conversation_id,
+        run_id=run_id or last.run_id,
+        conversation_id=conversation_id or last.conversation_id,
         pending=DeferredRequests(approvals=approvals, external=external),
     )
 
