@@ -62,7 +62,12 @@ BEHAVIOURS = [
     "badargs",
 ]
 TOOLS = ["a", "s", "l", "q"]  # async, sync in a thread, sync on the loop, sequential (async)
-TERMINAL = {"timeout": Stage.TOOL, "late-defer": Stage.TOOL, "error": Stage.TOOL, "canceled": Stage.CANCELED}
+TERMINAL = {
+    "timeout": Stage.TOOL,
+    "late-defer": Stage.TOOL,
+    "error": Stage.TOOL,
+    "canceled": Stage.CANCELED,
+}
 BUDGET = 1
 
 

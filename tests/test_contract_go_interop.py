@@ -274,8 +274,7 @@ def test_assistant_media_and_part_signatures_cross_to_go_and_back(
     assert golem_view(back) == golem_view(history)
     for theirs, mine in zip(back, history, strict=True):
         assert [(p.kind, p.url, p.data, p.media_type) for p in theirs.parts] == [
-            (p.kind, p.url, p.data, p.media_type)
-            for p in mine.parts
+            (p.kind, p.url, p.data, p.media_type) for p in mine.parts
         ]
         assert all(p.signature == "" and p.text == "" for p in theirs.parts)
     again = dumps_history(back)

@@ -169,9 +169,7 @@ def _gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("turns", "says"),
     [
-        pytest.param(
-            [tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id"
-        ),
+        pytest.param([tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id"),
         pytest.param(
             [tool_turn(ToolCall("c1", "gate", "{}"), ToolCall("c1", "stat", "{}"))],
             "not unique in the history",
@@ -179,7 +177,10 @@ def _gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         ),
         pytest.param(
             # a server that numbers its calls per response ("call_0" every turn)
-            [tool_turn(ToolCall("call_0", "stat", "{}")), tool_turn(ToolCall("call_0", "gate", "{}"))],
+            [
+                tool_turn(ToolCall("call_0", "stat", "{}")),
+                tool_turn(ToolCall("call_0", "gate", "{}")),
+            ],
             "not unique in the history",
             id="id-of-an-earlier-turn",
         ),
