@@ -470,3 +470,45 @@ async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(
     assert [(m.tool_call_id, m.run_id) for m in written] == [
         (m.tool_call_id, again.run_id) for m in written
     ]
+
+
+# --------------------------------------------------------------------------- before_approved
+
+
+async def test_before_approved_guards_a_sub_agents_approved_re_runs_too() -> None:
+    # `before_approved` is how a worker proves it still holds its lease before each approved
+    # re-execution (at-most-once, ADR 0011); a sub-agent's approved calls re-ran without it
+    log = Log()
+    sub = janitor("janitor", calls(("s1", "delete_file", {"path": "a"})), "cleaned", log=log)
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(calls(("p1", "janitor", {"prompt": "x"}), ("p2", "gate", {})), "done"),
+        tools=[sub.as_tool(), Tool("gate", "g", OBJ, gate)],
+    )
+    paused = await parent.run("go")
+    results = DeferredResults(approvals={"p1/s1": True, "p2": True})
+    seen: list[tuple[str, str, str]] = []
+
+    async def record(call: ToolCall) -> None:
+        seen.append((call.id, call.name, call.args))
+
+    done = await parent.run_with_deferred_results(paused.messages, results, before_approved=record)
+    assert done.output == "done"
+    assert seen == [("p1/s1", "janitor/delete_file", '{"path": "a"}'), ("p2", "gate", "{}")]
+
+    class LeaseLost(Exception):
+        pass
+
+    async def lost(call: ToolCall) -> None:
+        raise LeaseLost
+
+    log.effects.clear()
+    sub2 = janitor("janitor", calls(("s1", "delete_file", {"path": "a"})), "x", log=log)
+    parent2: Agent[None, str] = Agent(
+        ScriptedModel(calls(("p1", "janitor", {"prompt": "x"})), "done"), tools=[sub2.as_tool()]
+    )
+    paused2 = await parent2.run("go")
+    with pytest.raises(LeaseLost):
+        await parent2.run_with_deferred_results(
+            paused2.messages, DeferredResults(approvals={"p1/s1": True}), before_approved=lost
+        )
+    assert log.effects == []  # the sub-agent's delete did not run

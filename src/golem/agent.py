@@ -863,6 +863,7 @@ class Agent(Generic[DepsT, OutputT]):
             expected=expected,
             run_id=run_id,
             conversation_id=conversation_id,
+            before_approved=before_approved,
         )
 
     @overload

@@ -389,8 +389,12 @@ async def resume(
     expected: DeferredRequests | None = None,
     run_id: str = "",
     conversation_id: str = "",
+    before_approved: deferred.BeforeApproved | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
+
+    `before_approved` (the parent's) is awaited before every approved re-run, the
+    sub-agents' too, with the call namespaced as in the parent's `Result.pending`.
 
     `run_id` / `conversation_id` are the resuming parent's: a parent still paused after
     this resume (a sub-agent paused again) carries them, as does each record rewritten.
@@ -424,6 +428,7 @@ async def resume(
                 deps=rec.tool._deps(deps),
                 on_event=forwarder(observers, sink, call_id, rec.tool.name),
                 trace_context=trace_context,
+                before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
             )
         except RunError as failed:
             wrapped = _sub_failed(call_id, rec.tool.name, failed)
@@ -544,6 +549,19 @@ def _check_expected(
                 f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an external '
                 "result, not an approval; resolve it in external={...}"
             )
+
+
+def _namespaced_guard(
+    guard: deferred.BeforeApproved | None, call_id: str, tool_name: str
+) -> deferred.BeforeApproved | None:
+    """`guard` for a sub-agent's resume: it sees the sub-agent's calls namespaced."""
+    if guard is None:
+        return None
+
+    async def namespaced(call: ToolCall) -> None:
+        await guard(replace(call, id=f"{call_id}/{call.id}", name=f"{tool_name}/{call.name}"))
+
+    return namespaced
 
 
 def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
