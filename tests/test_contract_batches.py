@@ -60,6 +60,7 @@ BEHAVIOURS = [
     "late-defer",  # defers after its deadline: the timeout wins (reference §2.2 step 3)
     "error",
     "badargs",
+    "unknown",  # a tool the agent does not have: the whole batch fails, nothing runs
 ]
 TOOLS = ["a", "s", "l", "q"]  # async, sync in a thread, sync on the loop, sequential (async)
 TERMINAL = {
@@ -143,6 +144,8 @@ class Call:
             return "hang" if self.tool in ("a", "q") else "overrun"
         if self.how == "late-defer":
             return "late"
+        if self.how == "unknown":
+            return "nowhere"
         return self.tool
 
     @property
@@ -218,6 +221,9 @@ def oracle(run: list[list[Call]], parallel: bool, limit: int | None = None) -> E
         answered: dict[str, str] = {}
         approvals: list[str] = []
         external: list[str] = []
+        unknown = next((c for c in batch if c.how == "unknown"), None)
+        if unknown is not None:  # names resolved before anything runs (reference §2.2 step 1)
+            return Expected(events, count, turn + 1, Stage.TOOL, unknown.id)
         for group in groups(batch, parallel):
             events += [("tool_start", turn, batch[i].id) for i in group]
             for i in group:
