@@ -323,6 +323,31 @@ async def test_expected_binds_a_paused_sub_agents_calls() -> None:
     assert (done.output, log) == ("ok", ["a.log"])
 
 
+async def test_expected_binds_a_sub_agents_seal_not_only_its_arguments() -> None:
+    """The same call (name and arguments) paused in another conversation carries another
+    seal: a record swapped for it is refused under `expected=`, though it would run the same
+    bytes (the seal binds the call to the conversation that paused it)."""
+    log: list[str] = []
+    mine = nested_parent("a.log", log)
+    paused = await mine.run("tidy", conversation_id="X")
+    other = await nested_parent("a.log", log).run("tidy", conversation_id="Y")
+    assert paused.pending is not None
+    assert other.pending is not None
+    assert paused.pending.calls[0].seal != other.pending.calls[0].seal
+    swapped = [
+        *paused.messages[:-1],
+        replace(paused.messages[-1], content=other.messages[-1].content),
+    ]
+    with pytest.raises(ResumeError, match=r'"p1/s1".*another seal'):
+        await mine.run_with_deferred_results(
+            swapped,
+            DeferredResults(approvals={"p1/s1": True}),
+            conversation_id="X",
+            expected=paused.pending,
+        )
+    assert log == []
+
+
 async def test_without_a_key_expected_binds_the_parents_own_calls_next_to_a_paused_sub_agent() -> (
     None
 ):

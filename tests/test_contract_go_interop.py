@@ -205,3 +205,80 @@ def test_the_go_paused_fixture_round_trips_through_go(go: Any) -> None:
     assert answer["ok"]
     assert answer["out"] == text  # the fixture is what Go writes
     assert dumps_history(loads_history(answer["out"])) == text
+
+
+# --------------------------------------------------------------------------- media answers
+
+SHORT = st.text(st.characters(codec="utf-8"), max_size=8)
+
+
+@st.composite
+def answer_parts(draw: st.DrawFn) -> Part:
+    """A part as golem holds it now: media with or without a signature (a Gemini thought
+    signature on a generated image), or a text part between media."""
+    if draw(st.booleans()):
+        return Part("text", text=draw(SHORT.filter(bool)))
+    kind = draw(st.sampled_from(["image", "document", "audio", "video"]))
+    signature = draw(st.just("") | SHORT)
+    if draw(st.booleans()):
+        return Part(kind, url=draw(SHORT.filter(bool)), signature=signature)
+    data = draw(st.binary(min_size=1, max_size=6))  # b"" is absent data in JSON
+    return Part(kind, data=data, media_type=draw(SHORT.filter(bool)), signature=signature)
+
+
+@st.composite
+def media_histories(draw: st.DrawFn) -> list[Message]:
+    """Histories whose messages of every role may carry parts — assistant answers with
+    media (ADR 0060) among them."""
+    return draw(
+        st.lists(
+            st.builds(
+                Message,
+                role=st.sampled_from(["user", "assistant", "tool"]),
+                content=SHORT,
+                parts=st.lists(answer_parts(), max_size=3),
+                run_id=SHORT,
+            ),
+            max_size=4,
+        )
+    )
+
+
+@PROPERTY
+@example(
+    [
+        Message(
+            role="assistant",
+            content="here",
+            parts=[
+                Part("text", text="caption"),
+                Part("image", data=b"\x89PNG", media_type="image/png", signature="c2ln"),
+            ],
+        )
+    ]
+)
+@given(media_histories())
+def test_assistant_media_and_part_signatures_cross_to_go_and_back(
+    go: Any, history: list[Message]
+) -> None:
+    # Go's Part has no "signature" or "text": it ignores both keys (the JSON contract is
+    # additive), holds every other field as golem does, and writes the parts back without
+    # them. golem's own text stays a fixed point with them.
+    ours = dumps_history(history)
+    assert dumps_history(loads_history(ours)) == ours
+    assert loads_history(ours) == history
+    (first,) = go(ours)
+    assert first["ok"], first.get("err")
+    assert without_args(first["view"]) == golem_view(history)
+    back = loads_history(first["out"])
+    assert golem_view(back) == golem_view(history)
+    for theirs, mine in zip(back, history, strict=True):
+        assert [(p.kind, p.url, p.data, p.media_type) for p in theirs.parts] == [
+            (p.kind, p.url, p.data, p.media_type) for p in mine.parts
+        ]
+        assert all(p.signature == "" and p.text == "" for p in theirs.parts)
+    again = dumps_history(back)
+    assert dumps_history(loads_history(again)) == again
+    (after,) = go(again)
+    assert after["ok"], after.get("err")
+    assert after["out"] == first["out"]  # Go's writing is a fixed point through golem

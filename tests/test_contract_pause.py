@@ -153,3 +153,60 @@ async def test_a_string_decision_never_reaches_the_tool() -> None:
         )
     assert ran == [True]  # the pausing pass only
     assert len(model.requests) == 1
+
+
+# --------------------------------------------------------------------------- unresumable pauses
+
+
+def _gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+    from golem.tool import call_approved
+
+    if not call_approved():
+        raise Deferred("approval", "sign-off")
+    return "done"
+
+
+@pytest.mark.parametrize(
+    ("turns", "says"),
+    [
+        pytest.param([tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id"),
+        pytest.param(
+            [tool_turn(ToolCall("c1", "gate", "{}"), ToolCall("c1", "stat", "{}"))],
+            "not unique in the history",
+            id="id-twice-in-the-batch",
+        ),
+        pytest.param(
+            # a server that numbers its calls per response ("call_0" every turn)
+            [
+                tool_turn(ToolCall("call_0", "stat", "{}")),
+                tool_turn(ToolCall("call_0", "gate", "{}")),
+            ],
+            "not unique in the history",
+            id="id-of-an-earlier-turn",
+        ),
+    ],
+)
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_pause_no_resume_could_name_fails_the_run_instead(
+    turns: list[ModelResponse], says: str, parallel: bool
+) -> None:
+    # Go pauses and the resume then fails ("has no call ID", or the call counts as answered by
+    # the other one's result); golem used to return the pause and refuse every resume of it
+    # (`ResumeError`), after an approver had been asked. The run fails at stage tool instead.
+    model = ScriptedModel(*turns, "never")
+    agent = Agent(
+        model,
+        tools=[Tool("gate", "g", OBJ, _gate), Tool("stat", "s", OBJ, lambda c, a: "12")],
+        parallel_tool_calls=parallel,
+    )
+    with pytest.raises(RunError) as info:
+        await agent.run("go")
+    err = info.value
+    assert err.stage is Stage.TOOL
+    cause = err.__cause__
+    assert isinstance(cause, ToolError)
+    assert cause.tool_name == "gate"
+    assert says in str(cause)
+    assert len(model.requests) == len(turns)
+    assert err.partial is not None
+    assert err.partial.messages[-1].role == "assistant"  # a failing batch adds no results

@@ -67,3 +67,80 @@ def test_a_parsed_scheme_other_than_http_is_reported_lowercased(url: str, scheme
     parts, unsafe = _sanitized(url)
     assert parts == []
     assert unsafe == [UnsafePart(message_index=0, kind="image", scheme=scheme)]
+
+
+# --------------------------------------------------------------------------- any history
+
+from dataclasses import replace  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.test_history_json_args import histories  # noqa: E402
+
+URLS = st.sampled_from(
+    ["https://x/a.png", "http://x/b", "file:///etc/passwd", "javascript:alert(1)", "//h/x", ""]
+)
+
+
+@st.composite
+def sanitize_inputs(draw: st.DrawFn) -> list[Message]:
+    """Any history, with URL parts of every scheme on every role (media answers included)."""
+    out = []
+    for m in draw(histories()):
+        extra = [
+            Part("image", url=u, signature=draw(st.just("") | st.just("sig")))
+            for u in draw(st.lists(URLS, max_size=2))
+            if u
+        ]
+        out.append(
+            Message(
+                **{
+                    **{f: getattr(m, f) for f in m.__dataclass_fields__},
+                    "parts": [*m.parts, *extra],
+                }
+            )
+        )
+    return out
+
+
+def _safe(url: str | None) -> bool:
+    return not url or url.lower().startswith(("http://", "https://"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(sanitize_inputs())
+def test_sanitize_is_idempotent_and_touches_only_what_its_rules_name(
+    history: list[Message],
+) -> None:
+    # Go reference §3.7: rules in order, on a copy; never content, thinking, failed flags,
+    # call arguments or stamps; a second pass changes nothing and reports nothing but the
+    # truncation it still sees.
+    before = list(history)
+    out, report = sanitize_history(history)
+    assert history == before
+    assert report.system_prompts == sum(m.role == "system" for m in history)
+    assert all(m.role != "system" for m in out)
+    assert all(_safe(p.url) for m in out for p in m.parts)
+    removed = [
+        (i, p.kind)
+        for i, m in enumerate(history)
+        if m.role != "system"
+        for p in m.parts
+        if not _safe(p.url)
+    ]
+    assert [(u.message_index, u.kind) for u in report.unsafe_parts] == removed
+    # everything kept is an original message (in order) with only its unsafe parts gone:
+    # out, less the repair's synthesized results, is a subsequence of the filtered input
+    kept = [m for m in out if m.role != "tool" or m.tool_call_id not in report.repair.synthesized]
+    originals = iter(
+        replace(m, parts=[p for p in m.parts if _safe(p.url)])
+        for m in history
+        if m.role != "system"
+    )
+    assert all(any(m == o for o in originals) for m in kept)
+    again, second = sanitize_history(out)
+    assert again == out
+    assert (second.system_prompts, second.unsafe_parts) == (0, [])
+    assert (second.repair.synthesized, second.repair.dropped) == ([], [])
+    assert second.repair.truncated == report.repair.truncated

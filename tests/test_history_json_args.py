@@ -228,10 +228,12 @@ def parts(*, empty: bool) -> st.SearchStrategy[Part]:
     size = 0 if empty else 1
     return st.builds(
         Part,
-        kind=st.sampled_from(["image", "document", "audio", "video"]),
+        kind=st.sampled_from(["image", "document", "audio", "video", "text"]),
         url=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
         data=st.none() | st.binary(min_size=size, max_size=6),
         media_type=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
+        text=st.just("") | st.text(no_surrogates, max_size=8),  # text parts, and odd mixes
+        signature=st.just("") | st.text(no_surrogates, max_size=8),  # ADR 0060
     )
 
 

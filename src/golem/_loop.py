@@ -484,10 +484,40 @@ async def _tool_batch(
             state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
             for i, out in zip(group, outcomes, strict=True):
                 _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
-    state.messages.extend(recorded[i] for i in sorted(recorded))
     if deferrals:
+        _check_nameable(state, deferrals)
+        state.messages.extend(recorded[i] for i in sorted(recorded))
         return deferred.pause(state, policy.seal_keys, deferrals)
+    state.messages.extend(recorded[i] for i in sorted(recorded))
     return None
+
+
+def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:
+    """A pause hands its pending calls out by ID, and a resume resolves them by ID: a
+    deferring call needs an ID no other tool call of the history has, else the run fails
+    here rather than return a pause that every resume would refuse."""
+    counts = {call.id: 0 for call, _ in deferrals}
+    for m in state.messages:
+        if m.role == "assistant":
+            for c in m.tool_calls:
+                if c.id in counts:
+                    counts[c.id] += 1
+    for call, _ in deferrals:
+        if not call.id:
+            problem = "has no call ID"
+        elif counts[call.id] > 1:
+            problem = f'has an ID that is not unique in the history ("{call.id}")'
+        else:
+            continue
+        raise _Fail(
+            Stage.TOOL,
+            ToolError(
+                call.name,
+                call.id,
+                f"the deferred call {problem}: a resume could not name it, so the run cannot "
+                "pause on it",
+            ),
+        )
 
 
 def _settle(

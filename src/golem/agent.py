@@ -41,15 +41,15 @@ from golem.agent_tool import (
     has_agent_tools,
     paused_records,
     run_scope,
-    sub_agent_calls,
     surface,
 )
+from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
 from golem.errors import Overloaded, RateLimited, ResumeError, RunError, Stage
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, ToolCall, _new_message, _stamped, loads_history
+from golem.messages import Message, Part, _new_message, _stamped, loads_history
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
 from golem.result import Result
 from golem.seal import SealKey, SealKeys, as_seal_keys
@@ -742,6 +742,26 @@ class Agent(Generic[DepsT, OutputT]):
             expected=expected,
         )
 
+    def _check_sub_resume(self, history: list[Message], results: DeferredResults) -> None:
+        """Check this agent's resume as a sub-agent, before its parent runs anything
+        (nested sub-agents included). An agent with toolsets is checked when it resumes:
+        its toolsets' tools are known once entered.
+
+        Raises:
+            ResumeError: the first problem found.
+        """
+        if self.toolsets:
+            return
+        policy = self._policy(self.tools)
+
+        def check_own(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+            return self._check_resume(merged, own, None, None, policy)
+
+        if self._nested(self.tools) and paused_records(history):
+            check_nested(history, results, self.tools, check_own)
+        else:
+            check_own(history, results)
+
     async def _resume(
         self,
         plan: deferred.ResumePlan,
@@ -801,17 +821,10 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
-        if expected is not None:  # the records' calls here, the parent's own in check_parent
-            nested = {
-                i: ToolCall(s.call.id, s.tool_name, s.call.args, s.call.signature, s.call.seal)
-                for i, s in sub_agent_calls(history).items()
-            }
-            expected = deferred.check_expected_nested(
-                history, nested, expected, deferred.as_results(results)
-            )
-
+        run_id = run_id or new_id()  # one identity for every part of this resume
+        conversation_id = conversation_id or _conversation_of(history) or new_id()
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, conversation_id, expected, policy)
+            return self._check_resume(merged, own, conversation_id, None, policy)
 
         async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -846,6 +859,10 @@ class Agent(Generic[DepsT, OutputT]):
             observers=self._observers(on_event),
             sink=sink,
             trace_context=trace_context,
+            expected=expected,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            before_approved=before_approved,
         )
 
     @overload

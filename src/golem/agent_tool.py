@@ -34,16 +34,25 @@ import pydantic_core
 
 from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
-from golem.errors import ResumeError
+from golem.errors import ResumeError, RunError, Stage, ToolError
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
-from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
+from golem.tool import (
+    Canceled,
+    DeferKind,
+    Deferred,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolResult,
+    find_signal,
+)
 
 if TYPE_CHECKING:
     from golem._loop import RunState
     from golem.agent import Agent
-    from golem.result import Result
+    from golem.result import PartialResult, Result
 
 __all__ = [
     "PAUSED_MARKER",
@@ -224,30 +233,96 @@ def run_scope(state: RunState) -> Iterator[_Scope]:
 
 def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
     """A paused parent result with its paused sub-agents' calls surfaced (namespaced) and
-    their paused histories recorded in the parent's history."""
+    their paused histories recorded in the parent's history.
+
+    Pending calls keep the model's emission order within each kind (a sub-agent's calls
+    where its parent call stands), and the records answer their calls in emission order
+    among the batch's recorded results.
+
+    Raises:
+        RunError: stage `tool` when a pending call ID occurs twice (a parent call named
+            like a sub-agent's namespaced call): no resolution could tell them apart.
+    """
     pending = result.pending
     if pending is None or not scope.paused:
         return result
-    messages = list(result.messages)
+    messages = result.messages
+    last = len(messages) - 1
+    while last >= 0 and not (messages[last].role == "assistant" and messages[last].tool_calls):
+        last -= 1
+    batch = messages[last].tool_calls
+    own = {p.call_id: p for p in pending.calls if p.call_id not in scope.paused}
+    own_approvals = {p.call_id for p in pending.approvals}
     approvals: list[PendingToolCall] = []
     external: list[PendingToolCall] = []
-    for group, out in ((pending.approvals, approvals), (pending.external, external)):
-        for p in group:
-            if p.call_id not in scope.paused:
-                out.append(p)
-    for p in pending.calls:
-        found = scope.paused.get(p.call_id)
+    records: dict[str, Message] = {}
+    for c in batch:
+        found = scope.paused.get(c.id)
         if found is None:
+            p = own.pop(c.id, None)
+            if p is not None:
+                (approvals if c.id in own_approvals else external).append(p)
             continue
         tool, sub = found
         assert sub.pending is not None
-        approvals.extend(_namespaced(p.call_id, tool.name, sub.pending.approvals))
-        external.extend(_namespaced(p.call_id, tool.name, sub.pending.external))
-        messages.append(_record(p.call_id, tool.name, sub, result.run_id, result.conversation_id))
+        approvals.extend(_namespaced(c.id, tool.name, sub.pending.approvals))
+        external.extend(_namespaced(c.id, tool.name, sub.pending.external))
+        records[c.id] = _record(c.id, tool.name, sub, result.run_id, result.conversation_id)
+    for p in own.values():  # not a call of the batch (never the case for a pause the loop made)
+        (approvals if p.call_id in own_approvals else external).append(p)
+    ordered = list(messages[: last + 1])
+    tail = list(messages[last + 1 :])
+    for c in batch:
+        record = records.get(c.id)
+        if record is not None:
+            ordered.append(record)
+            continue
+        for j, m in enumerate(tail):
+            if m.tool_call_id == c.id:
+                ordered.append(tail.pop(j))
+                break
+    ordered.extend(tail)
+    _refuse_collisions(result, ordered, [*approvals, *external], batch)
     return copy_result(
         result,
-        messages=messages,
+        messages=ordered,
         pending=DeferredRequests(approvals=approvals, external=external),
+    )
+
+
+def _refuse_collisions(
+    result: Result[Any],
+    messages: list[Message],
+    pending: Sequence[PendingToolCall],
+    batch: Sequence[ToolCall],
+) -> None:
+    seen: set[str] = set()
+    for p in pending:
+        if p.call_id not in seen:
+            seen.add(p.call_id)
+            continue
+        call = next((c for c in batch if c.id == p.call_id), None)
+        err = ToolError(
+            call.name if call is not None else p.tool_name,
+            p.call_id,
+            f'pending call ID "{p.call_id}" collides with a sub-agent\'s namespaced call ID '
+            "(<parent call id>/<sub call id>); no resolution could tell the two apart",
+        )
+        raise RunError(Stage.TOOL, err, _partial(result, messages))
+
+
+def _partial(result: Result[Any], messages: list[Message]) -> PartialResult:
+    from golem.result import PartialResult
+
+    return PartialResult(
+        messages=messages,
+        usage=result.usage,
+        finish_reason=result.finish_reason,
+        requests=result.requests,
+        tool_calls=result.tool_calls,
+        cost=result.cost,
+        run_id=result.run_id,
+        conversation_id=result.conversation_id,
     )
 
 
@@ -287,6 +362,8 @@ class _Paused:
     message: Message
     tool: AgentTool
     history: list[Message]
+    waiting: dict[str, str]
+    """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
     approvals: dict[str, Any] = field(default_factory=dict)
     external: dict[str, str] = field(default_factory=dict)
 
@@ -309,8 +386,18 @@ async def resume(
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
+    expected: DeferredRequests | None = None,
+    run_id: str = "",
+    conversation_id: str = "",
+    before_approved: deferred.BeforeApproved | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
+
+    `before_approved` (the parent's) is awaited before every approved re-run, the
+    sub-agents' too, with the call namespaced as in the parent's `Result.pending`.
+
+    `run_id` / `conversation_id` are the resuming parent's: a parent still paused after
+    this resume (a sub-agent paused again) carries them, as does each record rewritten.
 
     The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
     (see `forwarder`); with tracing on, their resume spans link to the paused parent's
@@ -328,43 +415,33 @@ async def resume(
             cannot be read, its tool is not an agent tool of this agent, or the
             parent's own resolutions are invalid.
     """
-    records = _records(history, tools)
-    own = _split(records, results)
-    for call_id, rec in records.items():
-        sub_pending = _waiting_calls(rec.history)
-        for sub_id, sub_name in sub_pending.items():
-            if sub_id not in rec.approvals and sub_id not in rec.external:
-                raise ResumeError(
-                    f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
-                    "has no resolution"
-                )
-        known = set(sub_pending)
-        for sub_id in [*rec.approvals, *rec.external]:
-            if sub_id not in known:
-                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
-    own_pending = bool(_pending_or_none(history))  # a record answers its call: not pending
-    if own_pending:
-        check_parent(history, own)
-    elif own.approvals or own.external:
-        unknown = next(iter([*own.approvals, *own.external]))
-        raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
+    records, own, own_pending = check(history, results, tools, check_parent, expected)
 
     merged = list(history)
     usage_from: list[Result[Any]] = []
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
     for call_id, rec in records.items():
-        sub = await rec.tool.agent.run_with_deferred_results(
-            rec.history,
-            DeferredResults(approvals=rec.approvals, external=rec.external),
-            deps=rec.tool._deps(deps),
-            on_event=forwarder(observers, sink, call_id, rec.tool.name),
-            trace_context=trace_context,
-        )
+        try:
+            sub = await rec.tool.agent.run_with_deferred_results(
+                rec.history,
+                DeferredResults(approvals=rec.approvals, external=rec.external),
+                deps=rec.tool._deps(deps),
+                on_event=forwarder(observers, sink, call_id, rec.tool.name),
+                trace_context=trace_context,
+                before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
+            )
+        except RunError as failed:
+            wrapped = _sub_failed(call_id, rec.tool.name, failed)
+            raise wrapped from wrapped.__cause__
         usage_from.append(sub)
         if sub.pending is not None:
             repaused[call_id] = (rec.tool, sub)
             merged[rec.index] = _record(
-                call_id, rec.tool.name, sub, rec.message.run_id, rec.message.conversation_id
+                call_id,
+                rec.tool.name,
+                sub,
+                run_id or rec.message.run_id,
+                conversation_id or rec.message.conversation_id,
             )
         else:
             merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
@@ -372,13 +449,140 @@ async def resume(
         tool_calls = 0
         if own_pending:
             merged, tool_calls = await apply_parent(check_parent(merged, own))
-        return _with_usage(_paused_result(merged, repaused, tool_calls), usage_from)
+        paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
+        return _with_usage(paused, usage_from)
     merged = deferred.merge(merged, {})
     if own_pending:
         result = await resume_parent(check_parent(merged, own))
     else:
         result = await continue_parent(merged)
     return _with_usage(result, usage_from)
+
+
+def check(
+    history: list[Message],
+    results: DeferredResults,
+    tools: Mapping[str, Tool],
+    check_parent: Callable[[list[Message], DeferredResults], Any],
+    expected: DeferredRequests | None = None,
+) -> tuple[dict[str, _Paused], DeferredResults, bool]:
+    """Validate a nested resume completely, before anything runs: every record, every
+    sub-agent's share of the results (as the sub-agent itself checks it, at any depth)
+    and the parent's own resolutions.
+
+    With `expected` (the paused parent's `Result.pending`), the calls waiting — the
+    parent's own and the sub-agents' (namespaced) — must be exactly the expected ones,
+    with the same tool names and arguments, each resolved by its kind.
+
+    Returns the records (each holding its share), the parent's own resolutions, and
+    whether the parent has pending calls of its own.
+
+    Raises:
+        ResumeError: the first problem found.
+        TypeError: `expected` is not a `DeferredRequests`.
+    """
+    if expected is not None:
+        _check_expected(history, results, expected)
+    records = _records(history, tools)
+    own_ids = {c.id for c in _pending_or_none(history)}  # a record answers its call
+    own = _split(records, results, own_ids)
+    for call_id, rec in records.items():
+        for sub_id, sub_name in rec.waiting.items():
+            if sub_id not in rec.approvals and sub_id not in rec.external:
+                raise ResumeError(
+                    f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
+                    "has no resolution"
+                )
+        for sub_id in [*rec.approvals, *rec.external]:
+            if sub_id not in rec.waiting:
+                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
+    if own_ids:
+        check_parent(history, own)
+    elif own.approvals or own.external:
+        unknown = next(iter([*own.approvals, *own.external]))
+        raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
+    for rec in records.values():
+        rec.tool.agent._check_sub_resume(
+            rec.history, DeferredResults(approvals=rec.approvals, external=rec.external)
+        )
+    return records, own, bool(own_ids)
+
+
+def _check_expected(
+    history: Sequence[Message], results: DeferredResults, expected: DeferredRequests
+) -> None:
+    if not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
+    waiting: dict[str, tuple[str, str, str | None]] = {
+        c.id: (c.name, c.args, None) for c in _pending_or_none(history)
+    }
+    waiting.update(
+        (k, (v.tool_name, v.call.args, v.call.seal)) for k, v in sub_agent_calls(history).items()
+    )
+    wanted = {p.call_id: p for p in expected.calls}
+    for call_id, (name, args, seal) in waiting.items():
+        p = wanted.pop(call_id, None)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != name or p.args != args:
+            what = "tool name differs" if p.tool_name != name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {deferred._brief(p.args)}, got {name} "
+                f"{deferred._brief(args)})"
+            )
+        if seal is not None and p.seal and seal != p.seal:  # a sub-agent's sealed call
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) carries another seal than '
+                "the expected pending call (a sub-agent record from another run?)"
+            )
+    if wanted:
+        raise ResumeError(
+            f'golem: expected pending call "{next(iter(wanted))}" is not pending in the history'
+        )
+    for p in expected.approvals:
+        if p.call_id in results.external:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an approval; '
+                "an external result cannot stand in for it: resolve it in approvals={...}"
+            )
+    for p in expected.external:
+        if p.call_id in results.approvals:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an external '
+                "result, not an approval; resolve it in external={...}"
+            )
+
+
+def _namespaced_guard(
+    guard: deferred.BeforeApproved | None, call_id: str, tool_name: str
+) -> deferred.BeforeApproved | None:
+    """`guard` for a sub-agent's resume: it sees the sub-agent's calls namespaced."""
+    if guard is None:
+        return None
+
+    async def namespaced(call: ToolCall) -> None:
+        await guard(replace(call, id=f"{call_id}/{call.id}", name=f"{tool_name}/{call.name}"))
+
+    return namespaced
+
+
+def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
+    """The parent's failure when a sub-agent it resumes fails: like an approved re-run's —
+    stage `canceled` with the sentinel when the sub-agent was canceled, else stage `tool`
+    naming the parent's call; no partial (the sub-run's is not the parent's evidence)."""
+    canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
+    if canceled is not None:
+        return RunError(Stage.CANCELED, canceled)
+    err = ToolError(tool_name, call_id, f"sub-agent resume failed: {failed}")
+    err.__cause__ = failed
+    return RunError(Stage.TOOL, err)
 
 
 def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, _Paused]:
@@ -400,22 +604,24 @@ def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str,
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
                 f"unreadable: {exc}"
             ) from exc
-        records[m.tool_call_id] = _Paused(i, m, tool, sub_history)
+        records[m.tool_call_id] = _Paused(i, m, tool, sub_history, _waiting_calls(sub_history))
     return records
 
 
-def _split(records: Mapping[str, _Paused], results: DeferredResults) -> DeferredResults:
+def _split(
+    records: Mapping[str, _Paused], results: DeferredResults, own_ids: set[str]
+) -> DeferredResults:
     """Hand each namespaced resolution to its record; return the parent's own ones."""
     approvals: dict[str, Any] = {}
     external: dict[str, str] = {}
     for key, decision in results.approvals.items():
-        owner = _owner(records, key)
+        owner = _owner(records, key, own_ids)
         if owner is None:
             approvals[key] = decision
         else:
             records[owner].approvals[key[len(owner) + 1 :]] = decision
     for key, text in results.external.items():
-        owner = _owner(records, key)
+        owner = _owner(records, key, own_ids)
         if owner is None:
             external[key] = text
         else:
@@ -423,7 +629,30 @@ def _split(records: Mapping[str, _Paused], results: DeferredResults) -> Deferred
     return DeferredResults(approvals=approvals, external=external)
 
 
-def _owner(records: Mapping[str, _Paused], key: str) -> str | None:
+def _owner(records: Mapping[str, _Paused], key: str, own_ids: set[str]) -> str | None:
+    """The record whose sub-agent a resolution's key names (None: the parent's own call).
+
+    A key goes to the record it names a waiting call of; a key naming none goes to the
+    parent when it is one of the parent's pending calls, else to the record its prefix
+    names (which reports it unknown).
+
+    Raises:
+        ResumeError: the key names a waiting call of two of them (IDs that collide).
+    """
+    owners = [
+        call_id
+        for call_id, rec in records.items()
+        if key.startswith(call_id + "/") and key[len(call_id) + 1 :] in rec.waiting
+    ]
+    if key in own_ids:
+        owners.append("")
+    if len(owners) > 1:
+        raise ResumeError(
+            f'golem: resolution key "{key}" names more than one pending call (a parent call ID '
+            "colliding with a sub-agent's namespaced one); no resolution can tell them apart"
+        )
+    if owners:
+        return owners[0] or None
     for call_id in records:
         if key.startswith(call_id + "/"):
             return call_id
@@ -524,8 +753,11 @@ def _paused_result(
     messages: list[Message],
     repaused: Mapping[str, tuple[AgentTool, Result[Any]]],
     tool_calls: int,
+    run_id: str = "",
+    conversation_id: str = "",
 ) -> Result[Any]:
-    """The parent, still paused on the sub-agents that paused again."""
+    """The parent, still paused on the sub-agents that paused again (with the resuming
+    run's identity)."""
     from golem.result import Result
 
     last = messages[-1]
@@ -539,8 +771,8 @@ def _paused_result(
         output=None,
         messages=messages,
         tool_calls=tool_calls,
-        run_id=last.run_id,
-        conversation_id=last.conversation_id,
+        run_id=run_id or last.run_id,
+        conversation_id=conversation_id or last.conversation_id,
         pending=DeferredRequests(approvals=approvals, external=external),
     )
 
