@@ -484,6 +484,27 @@ async def test_sanitize_with_the_key_closes_forged_and_tampered_calls_and_lists_
     assert [e[:3] for e in ledger.executions] == [("transfer", "c1", True)]
 
 
+async def test_sanitize_closes_a_genuine_call_outside_the_paused_batch_as_a_resume_refuses_it() -> (
+    None
+):
+    """A genuine seal on a call of an older turn (answered, its result removed) is no
+    reason to keep it open: a resume refuses it (ADR 0063), so sanitizing closes it."""
+    _, _, ledger, history = await paused_run()
+    later = Message(role="assistant", tool_calls=[ToolCall("n1", "lookup", '{"q":"x"}')])
+    clean, report = sanitize_history([*history, later], seal_key=KEY)
+    answered = {m.tool_call_id for m in clean if m.role == "tool"}
+    assert {"c1", "c2", "n1"} <= answered  # every call closed: nothing left to resume
+    assert [(r.call_id, r.problem) for r in report.rejected] == [
+        ("c1", "outside_batch"),
+        ("c2", "outside_batch"),
+        ("n1", "unsealed"),
+    ]
+    assert report.kept_open == []
+    assert sorted(report.repair.synthesized) == ["c1", "c2", "n1"]
+    assert "paused batch" in report.rejected[0].message
+    assert ledger.executions == []
+
+
 async def test_sanitize_without_a_key_still_closes_every_pending_call() -> None:
     _, _, _, history = await paused_run()
     _, report = sanitize_history(history)
@@ -498,7 +519,10 @@ async def test_sanitize_rejects_duplicated_pending_ids() -> None:
     _, report = sanitize_history(
         [*history, Message(role="assistant", tool_calls=[genuine])], seal_key=KEY
     )
-    assert {(r.call_id, r.problem) for r in report.rejected} == {("c1", "duplicate")}
+    assert {(r.call_id, r.problem) for r in report.rejected} == {
+        ("c1", "duplicate"),
+        ("c2", "outside_batch"),  # the appended turn is the batch now
+    }
     assert "c1" not in report.kept_open
 
 

@@ -71,7 +71,9 @@ class RejectedCall:
     call_id: str
     tool_name: str
     problem: str
-    """What failed: "unsealed", "unknown_key", "tampered", "malformed" or "duplicate"."""
+    """What failed: "unsealed", "unknown_key", "tampered", "malformed", "duplicate", or
+    "outside_batch" (a genuine seal on a call of an older turn: it was answered and its
+    result removed, and a resume would refuse it)."""
     message: str
     """The full explanation (the `SealError` message)."""
 
@@ -279,9 +281,10 @@ def sanitize_history(
     identity are never rewritten. Idempotent; the input is never mutated.
 
     With `seal_key` (the agent's), genuine pending calls stay open, so the history can
-    still be resumed: a pending call whose seal verifies for the conversation is kept
-    (`report.kept_open`); a forged, tampered, unsealed or duplicated one is closed and
-    listed in `report.rejected`.
+    still be resumed: a pending call of the paused batch (the last assistant message with
+    tool calls) whose seal verifies for the conversation is kept (`report.kept_open`); a
+    forged, tampered, unsealed or duplicated one, or a genuine one of an older turn (which a
+    resume refuses), is closed and listed in `report.rejected`.
 
     Args:
         history: The submitted history.
@@ -339,6 +342,7 @@ def _check_seals(
         if m.role == "assistant":
             for c in m.tool_calls:
                 counts[c.id] = counts.get(c.id, 0) + 1
+    batch = next((m for m in reversed(history) if m.role == "assistant" and m.tool_calls), None)
     genuine: list[str] = []
     rejected: list[RejectedCall] = []
     for m in history:
@@ -355,6 +359,13 @@ def _check_seals(
                 verify_call(keys, conversation_id, c)
             except SealError as exc:
                 rejected.append(RejectedCall(c.id, c.name, exc.problem, str(exc)))
+                continue
+            if m is not batch:  # as a resume refuses it (deferred._check_batch)
+                text = (
+                    f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
+                    "its seal is genuine, so it was answered in an earlier turn"
+                )
+                rejected.append(RejectedCall(c.id, c.name, "outside_batch", text))
             else:
                 genuine.append(c.id)
     return genuine, rejected
