@@ -235,28 +235,32 @@ async def test_a_deferral_inside_a_task_group_pauses_the_call() -> None:
     assert len(model.requests) == 1
 
 
-async def test_a_canceled_signal_inside_a_nested_group_cancels_the_run() -> None:
+@pytest.mark.parametrize(
+    ("group", "stage"),
+    [
+        # a Canceled deep in a nested group cancels the run
+        (
+            lambda: ExceptionGroup(
+                "outer",
+                [KeyError("k"), ExceptionGroup("inner", [ValueError("x"), Canceled("stop")])],
+            ),
+            Stage.CANCELED,
+        ),
+        # a group holding no signal is an ordinary tool error
+        (lambda: ExceptionGroup("two failures", [ValueError("a"), KeyError("b")]), Stage.TOOL),
+    ],
+)
+async def test_a_group_fails_the_call_as_the_signal_it_holds_or_as_an_error(
+    group: Callable[[], ExceptionGroup[Exception]], stage: Stage
+) -> None:
     def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        inner = ExceptionGroup("inner", [ValueError("noise"), Canceled("stop here")])
-        raise ExceptionGroup("outer", [KeyError("k"), inner])
+        raise group()
 
     model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
     agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
     with pytest.raises(RunError) as info:
         await agent.run("go")
-    assert info.value.stage == Stage.CANCELED
-
-
-async def test_a_group_without_a_signal_is_an_ordinary_tool_error() -> None:
-    def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise ExceptionGroup("two failures", [ValueError("a"), KeyError("b")])
-
-    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
-    agent = Agent(model, tools=[Tool("t", "t", OBJ, exec)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage == Stage.TOOL
-    assert isinstance(info.value.__cause__.__cause__, ExceptionGroup)
+    assert info.value.stage == stage
 
 
 async def test_an_approved_rerun_deferring_again_inside_a_group_is_named() -> None:

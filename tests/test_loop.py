@@ -170,17 +170,21 @@ async def test_backoff_is_called_with_the_failed_attempt_number() -> None:
     assert seen == [1, 2]
 
 
-async def test_retry_after_is_honoured_when_longer_than_the_backoff(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    waits: list[float] = []
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The delays the run sleeps (asyncio.sleep answers at once)."""
+    seen: list[float] = []
     real_sleep = asyncio.sleep
 
     async def fake_sleep(delay: float, result: Any = None) -> Any:
-        waits.append(delay)
+        seen.append(delay)
         return await real_sleep(0, result)
 
     monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    return seen
+
+
+async def test_retry_after_is_honoured_when_longer_than_the_backoff(waits: list[float]) -> None:
     model = ScriptedModel(RateLimited("429", retry_after=7.5), Overloaded("529"), "ok")
     res = await Agent(model, max_attempts=3, retry_backoff=lambda n: 0.25).run("go")
     assert res.output == "ok"
@@ -191,16 +195,8 @@ async def test_retry_after_is_honoured_when_longer_than_the_backoff(
 
 @pytest.mark.parametrize("asked", [601.0, 1e11, 10.0**300])
 async def test_a_retry_after_beyond_max_retry_wait_fails_at_once_instead_of_parking_the_run(
-    monkeypatch: pytest.MonkeyPatch, asked: float
+    waits: list[float], asked: float
 ) -> None:
-    waits: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(delay: float, result: Any = None) -> Any:
-        waits.append(delay)
-        return await real_sleep(0, result)
-
-    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
     model = ScriptedModel(RateLimited("429", retry_after=asked), "never")
     with pytest.raises(RunError) as info:
         await Agent(model, max_attempts=3).run("go")
@@ -211,15 +207,7 @@ async def test_a_retry_after_beyond_max_retry_wait_fails_at_once_instead_of_park
     assert len(model.requests) == 1
 
 
-async def test_max_retry_wait_none_waits_as_long_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    waits: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def fake_sleep(delay: float, result: Any = None) -> Any:
-        waits.append(delay)
-        return await real_sleep(0, result)
-
-    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+async def test_max_retry_wait_none_waits_as_long_as_asked(waits: list[float]) -> None:
     model = ScriptedModel(RateLimited("429", retry_after=3600.0), "ok")
     res = await Agent(model, max_attempts=2, max_retry_wait=None).run("go")
     assert res.output == "ok"
