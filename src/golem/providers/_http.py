@@ -54,6 +54,7 @@ __all__ = [
     "iter_sse",
     "json_object",
     "named_calls",
+    "parse_event_data",
     "parse_json_body",
     "post_json",
     "post_sse",
@@ -405,6 +406,17 @@ def parse_json_body(provider: str, text: str, what: str = "a body") -> dict[str,
             provider=provider,
         )
     return data
+
+
+def parse_event_data(provider: str, data: str) -> dict[str, Any] | None:
+    """A stream event's JSON object (see `parse_json_body`), or None for an event without
+    data (`data:` alone, a proxy's keep-alive), which carries nothing."""
+    try:
+        return parse_json_body(provider, data, "a stream event")
+    except ResponseFormatError:
+        if not data.strip():
+            return None
+        raise
 
 
 def _refuse_constant(name: str) -> Any:

@@ -13,9 +13,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events, unique_call_id
+from golem.providers._http import parse_event_data, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
@@ -99,12 +98,9 @@ class StreamParser:
         """
         if event == "error":
             raise error_from_event(data)
-        try:
-            payload = parse_json_body(PROVIDER, data, "a stream event")
-        except ResponseFormatError:
-            if not data.strip():
-                return None  # an event without data (a proxy's keep-alive) carries nothing
-            raise
+        payload = parse_event_data(PROVIDER, data)
+        if payload is None:  # an event without data (a proxy's keep-alive) carries nothing
+            return None
         kind = payload.get("type") or event
         if kind == "content_block_delta":
             return self._delta(payload)

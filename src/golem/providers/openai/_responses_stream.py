@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_json_body, sse_events, unique_call_id
+from golem.providers._http import parse_event_data, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -75,12 +75,9 @@ class ResponsesStreamParser:
             ProviderError: an `error` event, or a failed response.
             ResponseFormatError: the data is not a JSON object.
         """
-        try:
-            event = parse_json_body(PROVIDER, data, "a stream event")
-        except ResponseFormatError:
-            if not data.strip():
-                return None  # an event without data (a proxy's keep-alive) carries nothing
-            raise
+        event = parse_event_data(PROVIDER, data)
+        if event is None:  # an event without data (a proxy's keep-alive) carries nothing
+            return None
         kind = event.get("type")
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all

@@ -11,14 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ProviderConnectionError, ResponseFormatError
+from golem.errors import ProviderConnectionError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import (
     args_json,
     deltas_of,
     named_calls,
-    parse_json_body,
+    parse_event_data,
     sse_events,
     unique_call_id,
 )
@@ -98,12 +98,9 @@ class ChatStreamParser:
             return None
         if event == "error":
             raise error_from_payload(_error_event(data))
-        try:
-            chunk = parse_json_body(PROVIDER, data, "a stream event")
-        except ResponseFormatError:
-            if not data.strip():
-                return None  # an event without data (a proxy's keep-alive) carries nothing
-            raise
+        chunk = parse_event_data(PROVIDER, data)
+        if chunk is None:  # an event without data (a proxy's keep-alive) carries nothing
+            return None
         return self.feed_chunk(chunk)
 
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
