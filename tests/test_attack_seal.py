@@ -292,21 +292,31 @@ def nested_parent(
     )
 
 
-async def test_expected_binds_a_paused_sub_agents_calls() -> None:
+@pytest.mark.parametrize(
+    ("other_path", "refusal"),
+    [
+        ("etc/passwd", "arguments differ"),  # another call under the same IDs
+        # the same call (name and arguments) paused in another conversation: its seal binds it
+        # to that conversation, so it is refused though it would run the same bytes
+        ("a.log", "another seal"),
+    ],
+)
+async def test_expected_binds_a_paused_sub_agents_calls(other_path: str, refusal: str) -> None:
     """A paused sub-agent's record swapped for one from another conversation (same parent
     call ID, same sub call ID) ran the other call under this conversation's approval, even
     with `conversation_id=` and `expected=`: `expected` was dropped on the nested path."""
     log: list[str] = []
     mine = nested_parent("a.log", log)
     paused = await mine.run("tidy", conversation_id="X")
-    other = await nested_parent("etc/passwd", log).run("tidy", conversation_id="Y")
+    other = await nested_parent(other_path, log).run("tidy", conversation_id="Y")
     assert paused.pending is not None
     assert other.pending is not None
+    assert paused.pending.calls[0].seal != other.pending.calls[0].seal
     swapped = [
         *paused.messages[:-1],
         replace(paused.messages[-1], content=other.messages[-1].content),
     ]
-    with pytest.raises(ResumeError, match=r'"p1/s1".*arguments differ'):
+    with pytest.raises(ResumeError, match=rf'"p1/s1".*{refusal}'):
         await mine.run_with_deferred_results(
             swapped,
             DeferredResults(approvals={"p1/s1": True}),
@@ -321,31 +331,6 @@ async def test_expected_binds_a_paused_sub_agents_calls() -> None:
         expected=paused.pending,
     )
     assert (done.output, log) == ("ok", ["a.log"])
-
-
-async def test_expected_binds_a_sub_agents_seal_not_only_its_arguments() -> None:
-    """The same call (name and arguments) paused in another conversation carries another
-    seal: a record swapped for it is refused under `expected=`, though it would run the same
-    bytes (the seal binds the call to the conversation that paused it)."""
-    log: list[str] = []
-    mine = nested_parent("a.log", log)
-    paused = await mine.run("tidy", conversation_id="X")
-    other = await nested_parent("a.log", log).run("tidy", conversation_id="Y")
-    assert paused.pending is not None
-    assert other.pending is not None
-    assert paused.pending.calls[0].seal != other.pending.calls[0].seal
-    swapped = [
-        *paused.messages[:-1],
-        replace(paused.messages[-1], content=other.messages[-1].content),
-    ]
-    with pytest.raises(ResumeError, match=r'"p1/s1".*another seal'):
-        await mine.run_with_deferred_results(
-            swapped,
-            DeferredResults(approvals={"p1/s1": True}),
-            conversation_id="X",
-            expected=paused.pending,
-        )
-    assert log == []
 
 
 async def test_without_a_key_expected_binds_the_parents_own_calls_next_to_a_paused_sub_agent() -> (
