@@ -486,10 +486,8 @@ async def _tool_batch(
                 _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
     if deferrals:
         _check_nameable(state, deferrals)
-        state.messages.extend(recorded[i] for i in sorted(recorded))
-        return deferred.pause(state, policy.seal_keys, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
-    return None
+    return deferred.pause(state, policy.seal_keys, deferrals) if deferrals else None
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from golem.errors import ResumeError, RunError, Stage, ToolError, ToolTimeout
 from golem.events import EventKind
+from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, _with_calls
 from golem.seal import SealKeys, _replace_calls, seal_call, verify_call
 from golem.tool import (
@@ -421,11 +422,7 @@ def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> Non
     Raises:
         ResumeError: a pending call is outside the paused batch.
     """
-    batch: set[str] = set()
-    for m in reversed(history):
-        if m.role == "assistant" and m.tool_calls:
-            batch = {c.id for c in m.tool_calls}
-            break
+    batch = paused_batch_ids(history)
     for c in pending:
         if c.id not in batch:
             raise ResumeError(

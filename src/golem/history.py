@@ -118,6 +118,15 @@ def _not_json(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+def paused_batch_ids(history: Sequence[Message]) -> set[str]:
+    """The call IDs of the paused batch: the last assistant message with tool calls. A sealed
+    history resumes only these; an older call left open was answered and its result removed."""
+    for m in reversed(history):
+        if m.role == "assistant" and m.tool_calls:
+            return {c.id for c in m.tool_calls}
+    return set()
+
+
 def normalize_history(
     history: Sequence[Message], *, keep_open: Collection[str] = ()
 ) -> tuple[list[Message], HistoryRepair]:
@@ -342,7 +351,7 @@ def _check_seals(
         if m.role == "assistant":
             for c in m.tool_calls:
                 counts[c.id] = counts.get(c.id, 0) + 1
-    batch = next((m for m in reversed(history) if m.role == "assistant" and m.tool_calls), None)
+    batch = paused_batch_ids(history)
     genuine: list[str] = []
     rejected: list[RejectedCall] = []
     for m in history:
@@ -360,7 +369,7 @@ def _check_seals(
             except SealError as exc:
                 rejected.append(RejectedCall(c.id, c.name, exc.problem, str(exc)))
                 continue
-            if m is not batch:  # as a resume refuses it (deferred._check_batch)
+            if c.id not in batch:  # as a resume refuses it (deferred._check_batch)
                 text = (
                     f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
                     "its seal is genuine, so it was answered in an earlier turn"

@@ -40,6 +40,7 @@ from golem._ids import new_id
 from golem._tracing import worker_op
 from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.errors import StoreError
+from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
 from golem.store import (
@@ -555,8 +556,7 @@ def _check_seals(
         StoredCallMismatch: a call was sealed as the other kind than the one it was decided
             as, or is not in the paused batch.
     """
-    batch = next((m.tool_calls for m in reversed(history) if m.tool_calls), ())
-    in_batch = {c.id for c in batch} if history else None
+    in_batch = paused_batch_ids(history) if history else None
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:  # _check_calls reports it
