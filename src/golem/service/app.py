@@ -109,11 +109,23 @@ def _segment_path(scope: Scope) -> str | None:
         unquote_to_bytes(s).decode("utf-8", "replace")
         for s in raw.split(b"?", 1)[0].split(b"/")
     ]
-    for start in range(1, len(segments)):  # the tail that is the route path (past a root)
-        tail = segments[start:]
-        if "/" + "/".join(tail) == path:
+    # the tail of segments that is the route path (past a root): "/" + "/".join(tail) is the
+    # suffix of `decoded` from the separator before it, so only lengths are compared until
+    # one matches (linear in the path, however many segments a client sends)
+    decoded = "/".join(segments)
+    at = -1  # the separator before segments[start]
+    for start in range(1, len(segments)):
+        at += len(segments[start - 1]) + 1
+        if len(decoded) - at == len(path):
+            if decoded[at:] != path:
+                return None
+            tail = segments[start:]
             return "/" + "/".join(t.replace("%", "%25").replace("/", "%2F") for t in tail)
     return None
+
+
+_ROUTED = "golem.route_path"
+"""Scope key of the request's `_segment_path`, worked out once for all the routes tried."""
 
 
 class _Route(Route):
@@ -128,7 +140,9 @@ class _Route(Route):
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] != "http":
             return super().matches(scope)
-        routed = _segment_path(scope)
+        if _ROUTED not in scope:
+            scope[_ROUTED] = _segment_path(scope)
+        routed: str | None = scope[_ROUTED]
         if routed is None:  # no raw path to tell separators apart: the server's path
             return super().matches(scope)
         match = self.path_regex.match(routed)
