@@ -67,6 +67,7 @@ async def main() -> None:
     print(f"seal      {pending.seal[:16]}…  (kind {pending.kind.value})")
 
     stored = dumps_history(paused.messages)  # what the client holds
+    conversation = paused.conversation_id  # what your server keeps: the client cannot change it
 
     print("\n== a tampered copy comes back")
     tampered = json.loads(stored)
@@ -75,7 +76,9 @@ async def main() -> None:
             call["args"] = {"to": "mallory", "amount": 50000}
     try:
         await agent.run_with_deferred_results(
-            json.dumps(tampered), DeferredResults(approvals={"call-1": True})
+            json.dumps(tampered),
+            DeferredResults(approvals={"call-1": True}),
+            conversation_id=conversation,
         )
     except SealError as err:
         print(f"rejected  {err.problem}: nothing ran (sent so far: {SENT})")
@@ -88,6 +91,7 @@ async def main() -> None:
     done = await agent.run_with_deferred_results(
         history,
         DeferredResults(approvals={"call-1": Approval(True, args={"to": "bob", "amount": 200})}),
+        conversation_id=conversation,  # with a seal key: required (or expected=paused.pending)
     )
     result = next(m for m in done.messages if m.role == "tool")
     print(f"sent      {SENT}")

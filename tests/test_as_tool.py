@@ -460,7 +460,9 @@ def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
         )
     assert log == []
     done = parent.run_with_deferred_results_sync(
-        paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
+        paused.messages,
+        DeferredResults(approvals={"p1/s1": Approval(True)}),
+        conversation_id=paused.conversation_id,
     )
     assert (done.output, log) == ("ok", ["a.log"])
 

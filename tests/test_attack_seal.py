@@ -70,7 +70,7 @@ async def test_an_answered_sealed_call_whose_result_is_removed_does_not_run_agai
     )
     first = await agent.run("pay", conversation_id="conv")
     second = await agent.run_with_deferred_results(
-        first.messages, DeferredResults(approvals={"c1": True})
+        first.messages, DeferredResults(approvals={"c1": True}), conversation_id="conv"
     )
     assert second.pending is not None
     ran.calls.clear()

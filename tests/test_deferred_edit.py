@@ -193,6 +193,7 @@ async def test_with_a_key_the_edited_call_is_resealed_and_survives_json() -> Non
     done = await agent.run_with_deferred_results(
         loads_history(dumps_history(paused.messages)),
         DeferredResults(approvals={"c1": Approval(True, args={"to": "bob", "amount": 5})}),
+        conversation_id="conv",
     )
     (call,) = [c for m in done.messages for c in m.tool_calls]
     assert call.args == '{"to":"bob","amount":5}'

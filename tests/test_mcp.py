@@ -639,7 +639,9 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Path, errlog: Any)
         )
     assert side_effects(log) == []
     done = agent.run_with_deferred_results_sync(
-        paused.messages, DeferredResults(approvals={"c1": Approval(True)})
+        paused.messages,
+        DeferredResults(approvals={"c1": Approval(True)}),
+        conversation_id=paused.conversation_id,
     )
     assert done.output == "done"
     assert side_effects(log) == ["deleted a.log"]

@@ -33,6 +33,7 @@ from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 
 KEY = b"s" * 32
+CONV = "conv-1"  # the conversation the application recorded for the paused run
 OTHER_KEY = b"t" * 32
 OBJ = {"type": "object"}
 
@@ -87,7 +88,7 @@ async def paused_run(
     seal_key: bytes | SealKeys | None = KEY,
 ) -> tuple[Agent[None, str], ScriptedModel, Ledger, list[Message]]:
     agent, model, ledger = make_agent(seal_key=seal_key)
-    paused = await agent.run("pay bob")
+    paused = await agent.run("pay bob", conversation_id=CONV)
     assert paused.pending is not None
     ledger.executions.clear()
     return agent, model, ledger, paused.messages
@@ -114,10 +115,11 @@ async def assert_rejected_before_anything_runs(
     *,
     match: str,
     error: type[Exception] = ResumeError,
+    conversation_id: str | None = None,
 ) -> Exception:
     requests = len(model.requests)
     with pytest.raises(error, match=match) as info:
-        await agent.run_with_deferred_results(history, results)
+        await agent.run_with_deferred_results(history, results, conversation_id=conversation_id)
     assert ledger.executions == []
     assert len(model.requests) == requests
     return info.value
@@ -180,7 +182,7 @@ def test_the_agent_refuses_a_short_seal_key() -> None:
 
 async def test_a_genuine_sealed_history_resumes() -> None:
     agent, _, ledger, history = await paused_run()
-    done = await agent.run_with_deferred_results(history, RESOLVE)
+    done = await agent.run_with_deferred_results(history, RESOLVE, conversation_id=CONV)
     assert done.output == "done"
     assert [(n, c, a) for n, c, a, _ in ledger.executions] == [("transfer", "c1", True)]
 
@@ -189,7 +191,7 @@ async def test_a_sealed_history_resumes_after_a_json_round_trip() -> None:
     agent, _, ledger, history = await paused_run()
     text = dumps_history(history)
     assert '"seal":"v1.k1.approval.' in text
-    done = await agent.run_with_deferred_results(loads_history(text), RESOLVE)
+    done = await agent.run_with_deferred_results(loads_history(text), RESOLVE, conversation_id=CONV)
     assert done.output == "done"
     assert len(ledger.executions) == 1
 
@@ -198,7 +200,7 @@ async def test_a_fresh_agent_in_another_process_verifies_with_the_same_key() -> 
     _, _, _, history = await paused_run()
     agent, _, ledger = make_agent(answers=1)
     agent.model = ScriptedModel("done")
-    done = await agent.run_with_deferred_results(dumps_history(history), RESOLVE)
+    done = await agent.run_with_deferred_results(dumps_history(history), RESOLVE, conversation_id=CONV)
     assert done.output == "done"
     assert len(ledger.executions) == 1
 
@@ -208,7 +210,7 @@ async def test_a_rotated_key_still_verifies_seals_made_with_the_older_key() -> N
     rotated = SealKeys(OTHER_KEY, key_id="2026", older={"2025": KEY})
     agent, _, ledger = make_agent(seal_key=rotated)
     agent.model = ScriptedModel(turn(ToolCall("c9", "transfer", "{}")))
-    again = await agent.run_with_deferred_results(history, RESOLVE)
+    again = await agent.run_with_deferred_results(history, RESOLVE, conversation_id=CONV)
     assert len(ledger.executions) == 2  # the re-run, then the new call's deferring pass
     assert again.pending is not None
     assert again.pending.approvals[0].seal.startswith("v1.2026.approval.")
@@ -217,7 +219,9 @@ async def test_a_rotated_key_still_verifies_seals_made_with_the_older_key() -> N
 async def test_a_denied_sealed_call_resumes_without_running() -> None:
     agent, _, ledger, history = await paused_run()
     done = await agent.run_with_deferred_results(
-        history, DeferredResults(approvals={"c1": False}, external={"c2": "x"})
+        history,
+        DeferredResults(approvals={"c1": False}, external={"c2": "x"}),
+        conversation_id=CONV,
     )
     assert done.output == "done"
     assert ledger.executions == []
@@ -359,7 +363,9 @@ async def test_a_resolution_of_the_wrong_kind_is_rejected(
     results: DeferredResults, match: str
 ) -> None:
     agent, model, ledger, history = await paused_run()
-    await assert_rejected_before_anything_runs(agent, model, ledger, history, results, match=match)
+    await assert_rejected_before_anything_runs(
+        agent, model, ledger, history, results, match=match, conversation_id=CONV
+    )
 
 
 # --------------------------------------------------------------------------- without a key
@@ -457,7 +463,7 @@ async def test_sanitize_with_the_key_keeps_genuine_sealed_calls_open_and_resumab
     assert report.kept_open == ["c1", "c2"]
     assert report.rejected == []
     assert report.repair.synthesized == []
-    done = await agent.run_with_deferred_results(clean, RESOLVE)
+    done = await agent.run_with_deferred_results(clean, RESOLVE, conversation_id=CONV)
     assert done.output == "done"
     assert len(ledger.executions) == 1
 
@@ -479,7 +485,7 @@ async def test_sanitize_with_the_key_closes_forged_and_tampered_calls_and_lists_
     assert sorted(report.repair.synthesized) == ["c2", "f1"]
     assert "f1" in report.rejected[0].message
     # the genuine call still resumes; the closed ones need nothing
-    done = await agent.run_with_deferred_results(clean, DeferredResults(approvals={"c1": True}))
+    done = await agent.run_with_deferred_results(clean, DeferredResults(approvals={"c1": True}), conversation_id=CONV)
     assert done.output == "done"
     assert [e[:3] for e in ledger.executions] == [("transfer", "c1", True)]
 
@@ -699,6 +705,8 @@ async def test_sealed_arguments_in_any_spelling_survive_a_json_round_trip(args: 
     agent = Agent(model, tools=[ledger.gate("transfer")], seal_key=KEY)
     paused = await agent.run("go")
     stored = dumps_history(paused.messages)
-    done = await agent.run_with_deferred_results(loads_history(stored), {"approvals": {"c1": True}})
+    done = await agent.run_with_deferred_results(
+        loads_history(stored), {"approvals": {"c1": True}}, conversation_id=paused.conversation_id
+    )
     assert done.output == "done"
     assert [c.args for m in done.messages for c in m.tool_calls] == [args]

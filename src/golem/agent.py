@@ -731,7 +731,11 @@ class Agent(Generic[DepsT, OutputT]):
         conversation_id: str | None,
         expected: DeferredRequests | None,
         policy: Policy,
+        bound: bool | None = None,
     ) -> deferred.ResumePlan:
+        """Validate a resume. `bound` says whether the caller vouched for the conversation
+        (default: whether `conversation_id` was passed); with a seal key, an unbound one
+        needs `expected` (`ConversationRequired`)."""
         supplied = _resume_history(history)
         return deferred.check_resume(
             supplied,
@@ -740,12 +744,20 @@ class Agent(Generic[DepsT, OutputT]):
             conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
             keys=policy.seal_keys,
             expected=expected,
+            conversation_bound=bool(conversation_id) if bound is None else bound,
         )
 
-    def _check_sub_resume(self, history: list[Message], results: DeferredResults) -> None:
-        """Check this agent's resume as a sub-agent, before its parent runs anything
-        (nested sub-agents included). An agent with toolsets is checked when it resumes:
-        its toolsets' tools are known once entered.
+    def _check_sub_resume(
+        self,
+        history: list[Message],
+        results: DeferredResults,
+        conversation_id: str,
+        expected: DeferredRequests | None = None,
+    ) -> None:
+        """Check this agent's resume as a sub-agent in conversation `conversation_id` (the
+        one its parent derived), before its parent runs anything (nested sub-agents
+        included). An agent with toolsets is checked when it resumes: its toolsets' tools
+        are known once entered.
 
         Raises:
             ResumeError: the first problem found.
@@ -755,12 +767,14 @@ class Agent(Generic[DepsT, OutputT]):
         policy = self._policy(self.tools)
 
         def check_own(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, None, None, policy)
+            return self._check_resume(merged, own, conversation_id, None, policy, True)
 
         if self._nested(self.tools) and paused_records(history):
-            check_nested(history, results, self.tools, check_own)
+            check_nested(
+                history, results, self.tools, check_own, expected, conversation_id=conversation_id
+            )
         else:
-            check_own(history, results)
+            self._check_resume(history, results, conversation_id, expected, policy, True)
 
     async def _resume(
         self,
@@ -822,9 +836,11 @@ class Agent(Generic[DepsT, OutputT]):
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
         run_id = run_id or new_id()  # one identity for every part of this resume
+        bound = bool(conversation_id) or expected is not None
         conversation_id = conversation_id or _conversation_of(history) or new_id()
+
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy)
+            return self._check_resume(merged, own, conversation_id, None, policy, bound)
 
         async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -862,6 +878,7 @@ class Agent(Generic[DepsT, OutputT]):
             expected=expected,
             run_id=run_id,
             conversation_id=conversation_id,
+            conversation_bound=bound,
             before_approved=before_approved,
         )
 

@@ -34,7 +34,13 @@ import pydantic_core
 
 from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
-from golem.errors import ResumeError, RunError, Stage, ToolError
+from golem.errors import (
+    ResumeError,
+    RunError,
+    Stage,
+    SubAgentConversationMismatch,
+    ToolError,
+)
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
@@ -135,7 +141,12 @@ class AgentTool(Tool):
         forward = None
         if scope is not None:
             forward = forwarder(scope.state.observers, scope.state.sink, ctx.call_id, self.name)
-        result = await self.agent.run(prompt, deps=self._deps(ctx.deps), on_event=forward)
+        result = await self.agent.run(
+            prompt,
+            deps=self._deps(ctx.deps),
+            on_event=forward,
+            conversation_id=sub_conversation(ctx.conversation_id, ctx.call_id) or None,
+        )
         if scope is not None:
             _absorb(scope.state, result)
         if result.pending is not None:
@@ -147,6 +158,13 @@ class AgentTool(Tool):
             kind = DeferKind.APPROVAL if result.pending.approvals else DeferKind.EXTERNAL
             raise SubAgentPaused(kind, _waiting(self.name, result.pending), result)
         return ToolResult(_output_text(result.output))
+
+
+def sub_conversation(conversation_id: str, call_id: str) -> str:
+    """The conversation of the sub-run under parent call `call_id` of `conversation_id`:
+    `<conversation>/<call id>` (ADR 0065), so the sub-agent's seals bind the parent's
+    conversation and call; empty when the parent's conversation is unknown."""
+    return f"{conversation_id}/{call_id}" if conversation_id else ""
 
 
 def agent_tool(
@@ -366,6 +384,11 @@ class _Paused:
     """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
     approvals: dict[str, Any] = field(default_factory=dict)
     external: dict[str, str] = field(default_factory=dict)
+    conversation: str = ""
+    """The sub-run's conversation its resume verifies seals for (`sub_conversation`)."""
+    expected: DeferredRequests | None = None
+    """The sub-agent's share of the parent's `expected` (only for a record sealed for
+    another conversation, which it alone binds)."""
 
 
 def paused_records(history: Sequence[Message]) -> bool:
@@ -389,6 +412,7 @@ async def resume(
     expected: DeferredRequests | None = None,
     run_id: str = "",
     conversation_id: str = "",
+    conversation_bound: bool = True,
     before_approved: deferred.BeforeApproved | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
@@ -398,6 +422,9 @@ async def resume(
 
     `run_id` / `conversation_id` are the resuming parent's: a parent still paused after
     this resume (a sub-agent paused again) carries them, as does each record rewritten.
+    Each sub-agent resumes in `sub_conversation(conversation_id, call ID)`.
+    `conversation_bound` is false when `conversation_id` is only what the history names:
+    sealed calls then need `expected` (`ConversationRequired`).
 
     The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
     (see `forwarder`); with tracing on, their resume spans link to the paused parent's
@@ -415,7 +442,15 @@ async def resume(
             cannot be read, its tool is not an agent tool of this agent, or the
             parent's own resolutions are invalid.
     """
-    records, own, own_pending = check(history, results, tools, check_parent, expected)
+    records, own, own_pending = check(
+        history,
+        results,
+        tools,
+        check_parent,
+        expected,
+        conversation_id=conversation_id,
+        conversation_bound=conversation_bound,
+    )
 
     merged = list(history)
     usage_from: list[Result[Any]] = []
@@ -426,6 +461,8 @@ async def resume(
                 rec.history,
                 DeferredResults(approvals=rec.approvals, external=rec.external),
                 deps=rec.tool._deps(deps),
+                conversation_id=rec.conversation,
+                expected=rec.expected,
                 on_event=forwarder(observers, sink, call_id, rec.tool.name),
                 trace_context=trace_context,
                 before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
@@ -465,14 +502,24 @@ def check(
     tools: Mapping[str, Tool],
     check_parent: Callable[[list[Message], DeferredResults], Any],
     expected: DeferredRequests | None = None,
+    *,
+    conversation_id: str = "",
+    conversation_bound: bool = True,
 ) -> tuple[dict[str, _Paused], DeferredResults, bool]:
     """Validate a nested resume completely, before anything runs: every record, every
-    sub-agent's share of the results (as the sub-agent itself checks it, at any depth)
-    and the parent's own resolutions.
+    sub-agent's share of the results (as the sub-agent itself checks it, at any depth,
+    in its conversation `sub_conversation(conversation_id, call ID)`) and the parent's
+    own resolutions.
 
     With `expected` (the paused parent's `Result.pending`), the calls waiting — the
     parent's own and the sub-agents' (namespaced) — must be exactly the expected ones,
-    with the same tool names and arguments, each resolved by its kind.
+    with the same tool names, arguments and seals, each resolved by its kind.
+
+    A record of a sub-agent with a seal key that names another conversation than its
+    derived one (from another conversation, or stored before ADR 0065) is refused
+    (`SubAgentConversationMismatch`) unless `expected` carries every one of its calls'
+    seals; it then resumes in the conversation it names, bound by those seals.
+    Without `conversation_bound`, a sealed call needs `expected` (`ConversationRequired`).
 
     Returns the records (each holding its share), the parent's own resolutions, and
     whether the parent has pending calls of its own.
@@ -501,11 +548,85 @@ def check(
     elif own.approvals or own.external:
         unknown = next(iter([*own.approvals, *own.external]))
         raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
-    for rec in records.values():
+    for call_id, rec in records.items():
+        rec.conversation = sub_conversation(conversation_id, call_id)
+        named = _named_conversation(rec.history)
+        if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
+            rec.expected = _expected_share(expected, call_id, rec)
+            if rec.expected is None:
+                raise _mismatch(call_id, rec, named)
+            rec.conversation = named
         rec.tool.agent._check_sub_resume(
-            rec.history, DeferredResults(approvals=rec.approvals, external=rec.external)
+            rec.history,
+            DeferredResults(approvals=rec.approvals, external=rec.external),
+            rec.conversation,
+            rec.expected,
         )
+    if not conversation_bound and expected is None:
+        keyed = _keyed_waiting(records)
+        if keyed is not None:
+            raise deferred.conversation_required(*keyed)
     return records, own, bool(own_ids)
+
+
+def _named_conversation(history: Sequence[Message]) -> str:
+    return next((m.conversation_id for m in reversed(history) if m.conversation_id), "")
+
+
+def _expected_share(
+    expected: DeferredRequests | None, call_id: str, rec: _Paused
+) -> DeferredRequests | None:
+    """The sub-agent's share of `expected` (its own IDs and tool names), when it carries a
+    seal for every call the record waits on (`check` compared them); else None."""
+    if expected is None:
+        return None
+    prefix, name_prefix = f"{call_id}/", f"{rec.tool.name}/"
+
+    def share(calls: Sequence[PendingToolCall]) -> list[PendingToolCall]:
+        return [
+            replace(
+                p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :]
+            )
+            for p in calls
+            if p.call_id.startswith(prefix) and p.call_id[len(prefix) :] in rec.waiting
+        ]
+
+    mine = DeferredRequests(approvals=share(expected.approvals), external=share(expected.external))
+    if {p.call_id for p in mine.calls} != set(rec.waiting) or not all(p.seal for p in mine.calls):
+        return None
+    return mine
+
+
+def _mismatch(call_id: str, rec: _Paused, named: str) -> SubAgentConversationMismatch:
+    sub_id, sub_name = next(iter(rec.waiting.items()), ("", ""))
+    return SubAgentConversationMismatch(
+        f"{call_id}/{sub_id}",
+        f"{rec.tool.name}/{sub_name}",
+        "sub_agent_conversation",
+        f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) is '
+        f'sealed for conversation "{named}", not "{rec.conversation}" (its parent\'s '
+        "conversation and call): a record from another conversation, or one stored before "
+        "golem derived sub-run conversations from the parent's (ADR 0065). Resume it with "
+        "expected=paused.pending (the paused parent's Result.pending, which carries its "
+        "seals), or finish such runs with the golem that paused them; nothing was executed",
+    )
+
+
+def _keyed_waiting(records: Mapping[str, _Paused]) -> tuple[str, str] | None:
+    """The first call (namespaced ID, tool name) a sub-agent with a seal key waits on."""
+    for call_id, rec in records.items():
+        agent = rec.tool.agent
+        if agent.seal_keys is not None and rec.waiting:
+            sub_id, sub_name = next(iter(rec.waiting.items()))
+            return f"{call_id}/{sub_id}", f"{rec.tool.name}/{sub_name}"
+        try:
+            inner = _records(rec.history, agent.tools)
+        except ResumeError:
+            continue
+        found = _keyed_waiting(inner)
+        if found is not None:
+            return f"{call_id}/{found[0]}", f"{rec.tool.name}/{found[1]}"
+    return None
 
 
 def _check_expected(
@@ -516,8 +637,8 @@ def _check_expected(
             f"expected is the paused run's Result.pending (DeferredRequests), "
             f"got {type(expected).__name__}"
         )
-    waiting: dict[str, tuple[str, str, str | None]] = {
-        c.id: (c.name, c.args, None) for c in _pending_or_none(history)
+    waiting: dict[str, tuple[str, str, str]] = {
+        c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)
     }
     waiting.update(
         (k, (v.tool_name, v.call.args, v.call.seal)) for k, v in sub_agent_calls(history).items()
@@ -537,10 +658,11 @@ def _check_expected(
                 f"pending call ({p.tool_name} {deferred._brief(p.args)}, got {name} "
                 f"{deferred._brief(args)})"
             )
-        if seal is not None and p.seal and seal != p.seal:  # a sub-agent's sealed call
+        if p.seal and seal != p.seal:
             raise ResumeError(
                 f'golem: pending tool call "{call_id}" ({name}) carries another seal than '
-                "the expected pending call (a sub-agent record from another run?)"
+                "the expected pending call (a call or sub-agent record sealed in another "
+                "conversation?)"
             )
     if wanted:
         raise ResumeError(
@@ -675,17 +797,27 @@ class SubAgentCall(NamedTuple):
     """The namespaced tool name, as the parent's `Result.pending` and a store name it
     (`<agent tool>/<sub tool>`)."""
     conversation_id: str
-    """The sub-run's conversation ID, which the call's seal (if any) is bound to."""
+    """The sub-run's conversation ID, which the call's seal (if any) is bound to: derived
+    from the parent's (`<parent conversation>/<parent call id>`, ADR 0065) when
+    `sub_agent_calls` was given the parent's conversation, else the one the record names."""
+    recorded_conversation_id: str = ""
+    """The conversation the sub-agent's record names: the same as `conversation_id` for a
+    genuine record paused since ADR 0065; another for a record from another conversation
+    or stored before it."""
 
 
-def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
+def sub_agent_calls(
+    history: Sequence[Message], conversation_id: str = ""
+) -> dict[str, SubAgentCall]:
     """The calls the paused sub-agents recorded in a parent's `history` wait on, by
     namespaced ID (`<parent call id>/<sub call id>`, nested sub-agents at any depth), in
     history order.
 
     What a worker needs to check a stored sub-agent call against the history before a
     resume: the parent's own pending calls are tool calls of `history`; these are not. An
-    unreadable record is skipped (the resume itself reports it).
+    unreadable record is skipped (the resume itself reports it). With `conversation_id`
+    (the parent's, from your own record), each call's `conversation_id` is its sub-run's
+    derived from it, which is what its seal must verify for.
     """
     found: dict[str, SubAgentCall] = {}
     for m in history:
@@ -696,12 +828,13 @@ def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
             inner = loads_history(state["history"])
         except (IndexError, KeyError, TypeError, ValueError):
             continue
-        conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
+        named = _named_conversation(inner)
+        conversation = sub_conversation(conversation_id, m.tool_call_id) or named
         for c in _pending_or_none(inner):
             found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
-                c, f"{m.tool_name}/{c.name}", conversation
+                c, f"{m.tool_name}/{c.name}", conversation, named
             )
-        for sub_id, sub in sub_agent_calls(inner).items():
+        for sub_id, sub in sub_agent_calls(inner, conversation if conversation_id else "").items():
             found[f"{m.tool_call_id}/{sub_id}"] = sub._replace(
                 tool_name=f"{m.tool_name}/{sub.tool_name}"
             )
@@ -709,10 +842,15 @@ def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
 
 
 def seal_sub_agent_calls(
-    history: Sequence[Message], keys: SealKey, kinds: Mapping[str, DeferKind | str]
+    history: Sequence[Message],
+    keys: SealKey,
+    kinds: Mapping[str, DeferKind | str],
+    conversation_id: str = "",
 ) -> list[Message]:
     """A copy of `history` in which the paused sub-agents' calls named in `kinds`
-    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation.
+    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation
+    (derived from `conversation_id`, the parent's, when given; else the one its record
+    names).
 
     The counterpart of `golem.seal.seal_pending` for the calls `sub_agent_calls` finds:
     they live in the sub-agent's history inside its parent's record, so that is where
@@ -733,9 +871,10 @@ def seal_sub_agent_calls(
             inner = loads_history(state["history"])
         except (KeyError, TypeError, ValueError):
             continue
-        conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
+        conversation = sub_conversation(conversation_id, m.tool_call_id)
+        conversation = conversation or _named_conversation(inner)
         inner = seal_pending(inner, keys, conversation, mine)
-        inner = seal_sub_agent_calls(inner, keys, mine)
+        inner = seal_sub_agent_calls(inner, keys, mine, conversation if conversation_id else "")
         state["history"] = dumps_history(inner)
         text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
         out[i] = replace(m, content=f"{head}{sep}{text}")

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from golem.errors import ResumeError, RunError, Stage, ToolError, ToolTimeout
+from golem.errors import ConversationRequired, ResumeError, RunError, Stage, ToolError, ToolTimeout
 from golem.events import EventKind
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, _with_calls
@@ -339,6 +339,7 @@ def check_resume(
     conversation_id: str,
     keys: SealKeys | None = None,
     expected: DeferredRequests | None = None,
+    conversation_bound: bool = True,
 ) -> ResumePlan:
     """Validate a resume completely, before anything runs.
 
@@ -351,8 +352,12 @@ def check_resume(
     of its kind (sealed or expected); approved calls have a registered tool; edited
     arguments pass the tool's schema.
 
+    `conversation_bound` is false when `conversation_id` is only what the history names
+    (its editor's choice): with `keys`, sealed calls then resume only with `expected`.
+
     Raises:
-        ResumeError: the first problem found, naming the call (`SealError` for seals).
+        ResumeError: the first problem found, naming the call (`SealError` for seals;
+            `ConversationRequired` for sealed calls whose conversation nothing binds).
         TypeError: `expected` is not a `DeferredRequests`.
     """
     if expected is not None and not isinstance(expected, DeferredRequests):
@@ -388,7 +393,25 @@ def check_resume(
         if approval is not None and approval.args is not None:
             args = _edited_args(c, approval.args, tools[c.name])
         steps.append(_Step(c, approval, results.external.get(c.id), args))
+    if keys is not None and not conversation_bound and expected is None and pending:
+        # last, so every other problem is reported as itself: this one is the caller's code
+        raise conversation_required(pending[0].id, pending[0].name)
     return ResumePlan(history, steps, conversation_id)
+
+
+def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
+    """The error for a keyed resume that was told neither its conversation nor its calls."""
+    return ConversationRequired(
+        call_id,
+        tool_name,
+        "conversation_required",
+        f'golem: pending tool call "{call_id}" ({tool_name}) is sealed, and a seal binds '
+        "its conversation, but this resume was given neither conversation_id= nor "
+        "expected=: the conversation ID the history names is whatever its editor wrote, so "
+        "another conversation's sealed call could be relabeled into it. Pass "
+        "conversation_id= from your own record of the paused run (paused.conversation_id), "
+        "or expected=paused.pending; nothing was executed",
+    )
 
 
 def _check_tail(history: Sequence[Message]) -> None:
@@ -449,6 +472,11 @@ def _check_expected(
             raise ResumeError(
                 f'golem: pending tool call "{c.id}": its {what} from the expected '
                 f"pending call ({p.tool_name} {_brief(p.args)}, got {c.name} {_brief(c.args)})"
+            )
+        if p.seal and c.seal != p.seal:
+            raise ResumeError(
+                f'golem: pending tool call "{c.id}" ({c.name}) carries another seal than the '
+                "expected pending call (a call sealed in another conversation?)"
             )
         kind = DeferKind.APPROVAL if c.id in approval_ids else DeferKind.EXTERNAL
         sealed = kinds.setdefault(c.id, kind)

@@ -5,6 +5,8 @@ GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
 │   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
+│       ├── ConversationRequired      a keyed resume was not told its conversation
+│       └── SubAgentConversationMismatch  a sub-agent record sealed for another conversation
 ├── RunPaused                         read Result.output of a paused run (check is_paused)
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AuthenticationError",
     "BadRequest",
+    "ConversationRequired",
     "GolemError",
     "Overloaded",
     "ProviderConnectionError",
@@ -48,6 +51,7 @@ __all__ = [
     "SealError",
     "Stage",
     "StoreError",
+    "SubAgentConversationMismatch",
     "ToolError",
     "ToolTimeout",
     "UsageLimitExceeded",
@@ -103,8 +107,9 @@ class SealError(ResumeError):
 
     `problem` says what failed: "unsealed" (no seal), "unknown_key" (sealed with a key
     ID the agent does not hold), "tampered" (the tool name, arguments, kind, call ID or
-    conversation differ from what was sealed, or another key sealed it) or "malformed"
-    (the seal text is not a golem seal).
+    conversation differ from what was sealed, or another key sealed it), "malformed"
+    (the seal text is not a golem seal), "conversation_required" (`ConversationRequired`)
+    or "sub_agent_conversation" (`SubAgentConversationMismatch`).
     """
 
     def __init__(self, call_id: str, tool_name: str, problem: str, message: str) -> None:
@@ -112,6 +117,28 @@ class SealError(ResumeError):
         self.call_id = call_id
         self.tool_name = tool_name
         self.problem = problem
+
+
+class ConversationRequired(SealError):
+    """A resume with a seal key was given neither `conversation_id=` nor `expected=`.
+
+    A seal binds its conversation; the one a paused history names is whatever its editor
+    wrote, so checking seals against it would accept another conversation's sealed call
+    relabeled into this one. Pass `conversation_id=` from your own record of the paused
+    run (`paused.conversation_id`), or `expected=paused.pending`. `call_id` / `tool_name`
+    name the first sealed pending call; `problem` is "conversation_required".
+    """
+
+
+class SubAgentConversationMismatch(SealError):
+    """A paused sub-agent's record was sealed for another conversation than its parent call's.
+
+    A sub-run's conversation is `<parent conversation>/<parent call ID>` (ADR 0065); a
+    record naming another one is from another conversation, or was stored before golem
+    derived sub-run conversations. Such a record resumes only when `expected=` (the paused
+    parent's `Result.pending`, or a worker's recorded calls) carries each of its calls'
+    seals. `call_id` / `tool_name` are namespaced; `problem` is "sub_agent_conversation".
+    """
 
 
 class RunPaused(GolemError):

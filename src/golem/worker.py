@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from golem._ids import new_id
 from golem._tracing import worker_op
 from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
-from golem.errors import StoreError
+from golem.deferred import DeferredRequests, PendingToolCall
+from golem.errors import StoreError, SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
@@ -59,6 +60,7 @@ from golem.store import (
     utc_now,
 )
 from golem.store._sql import elapsed
+from golem.tool import DeferKind
 
 if TYPE_CHECKING:
     from golem.agent import Agent
@@ -203,7 +205,7 @@ def new_run_from_result(
             messages = seal_pending(messages, seal_key, result.conversation_id, kinds)
             latest = _latest_calls(messages, kinds)
             if len(latest) < len(kinds):  # a paused sub-agent's calls: sealed in its record
-                messages = seal_sub_agent_calls(messages, seal_key, kinds)
+                messages = seal_sub_agent_calls(messages, seal_key, kinds, result.conversation_id)
                 latest.update((i, s.call) for i, s in _nested_calls(messages, kinds).items())
             seals = {i: c.seal for i, c in latest.items() if c.seal}
     if pending is not None:
@@ -487,28 +489,32 @@ def _latest_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str
     return found
 
 
-def _nested_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str, SubAgentCall]:
-    """The calls among `ids` that paused sub-agents wait on (their records in `messages`)."""
+def _nested_calls(
+    messages: Sequence[Message], ids: Collection[str], conversation_id: str = ""
+) -> dict[str, SubAgentCall]:
+    """The calls among `ids` that paused sub-agents wait on (their records in `messages`;
+    with `conversation_id`, the parent's, each bound to its derived sub-run conversation)."""
     if not paused_records(messages):
         return {}
     wanted = set(ids)
-    return {i: s for i, s in sub_agent_calls(messages).items() if i in wanted}
+    return {i: s for i, s in sub_agent_calls(messages, conversation_id).items() if i in wanted}
 
 
 def _stored_calls(
-    messages: Sequence[Message], ids: Collection[str]
+    messages: Sequence[Message], ids: Collection[str], conversation_id: str = ""
 ) -> tuple[dict[str, ToolCall], dict[str, SubAgentCall]]:
     """Each of `ids` as the history holds it, for the checks before a resume.
 
     A parent's own call is its last tool call with that ID; a paused sub-agent's call
     (namespaced `<parent call>/<sub call>`) is found in its record and stands in the first
     map under its namespaced tool name, so name and arguments compare as decided; the
-    second map keeps it as sealed (own ID and name, the sub-run's conversation).
+    second map keeps it as sealed (own ID and name, the sub-run's conversation derived
+    from `conversation_id`, the run's).
     """
     latest = _latest_calls(messages, ids)
     nested: dict[str, SubAgentCall] = {}
     if len(latest) < len(set(ids)):
-        nested = _nested_calls(messages, [i for i in ids if i not in latest])
+        nested = _nested_calls(messages, [i for i in ids if i not in latest], conversation_id)
         latest.update((i, replace(s.call, name=s.tool_name)) for i, s in nested.items())
     return latest, nested
 
@@ -546,13 +552,17 @@ def _check_seals(
     history: Sequence[Message] = (),
 ) -> None:
     """Every stored pending call must carry a valid seal for its kind (a paused
-    sub-agent's call: as its record holds it, bound to the sub-run's conversation), and
-    the run's own calls must be in the history's paused batch (its last assistant message
-    with tool calls): an answered call keeps its seal, so one filed as pending from an
-    older turn would run a second time.
+    sub-agent's call: as its record holds it, bound to the sub-run's conversation derived
+    from the run's, or — a record stored before ADR 0065 — to the one its record names
+    when the call's recorded seal binds it), and the run's own calls must be in the
+    history's paused batch (its last assistant message with tool calls): an answered
+    call keeps its seal, so one filed as pending from an older turn would run a second
+    time.
 
     Raises:
-        SealError: a call is unsealed, sealed with an unknown key or tampered with.
+        SealError: a call is unsealed, sealed with an unknown key or tampered with
+            (`SubAgentConversationMismatch`: a sub-agent record sealed for another
+            conversation that no recorded seal binds).
         StoredCallMismatch: a call was sealed as the other kind than the one it was decided
             as, or is not in the paused batch.
     """
@@ -563,7 +573,12 @@ def _check_seals(
             continue
         sub = nested.get(call.call_id)
         if sub is not None:
-            kind = verify_call(keys, sub.conversation_id, sub.call)
+            conversation = sub.conversation_id
+            if _legacy(sub):
+                if not call.seal or call.seal != sub.call.seal:
+                    raise _legacy_mismatch(run, call.call_id, call.tool_name, sub)
+                conversation = sub.recorded_conversation_id  # its recorded seal binds it
+            kind = verify_call(keys, conversation, sub.call)
         else:
             kind = verify_call(keys, run.conversation_id, tc)
             if in_batch is not None and call.call_id not in in_batch:
@@ -576,6 +591,53 @@ def _check_seals(
                 f'call "{call.call_id}" of run "{run.id}" was sealed as {kind.value}, '
                 f"stored as {call.kind.value}: refusing to resume it"
             )
+
+
+def _legacy(sub: SubAgentCall) -> bool:
+    """Whether a sub-agent call's record names another conversation than the derived one."""
+    return bool(sub.recorded_conversation_id) and sub.recorded_conversation_id != (
+        sub.conversation_id
+    )
+
+
+def _legacy_mismatch(
+    run: RunRecord, call_id: str, tool_name: str, sub: SubAgentCall
+) -> SubAgentConversationMismatch:
+    return SubAgentConversationMismatch(
+        call_id,
+        tool_name,
+        "sub_agent_conversation",
+        f'golem: call "{call_id}" of run "{run.id}" is in a paused sub-agent record sealed for '
+        f'conversation "{sub.recorded_conversation_id}", not "{sub.conversation_id}" (the '
+        "run's conversation and the parent call), and no recorded seal binds it: a record "
+        "from another conversation, or stored before ADR 0065 without a seal; refusing to "
+        "resume it",
+    )
+
+
+def _legacy_expected(
+    run: RunRecord, latest: Mapping[str, ToolCall], nested: Mapping[str, SubAgentCall]
+) -> DeferredRequests | None:
+    """The run's recorded calls as `expected=`, when a paused sub-agent's record names
+    another conversation than its derived one (stored before ADR 0065): their recorded
+    seals are what binds such a record to this run (else None: nothing to bind)."""
+    if not any(_legacy(sub) for sub in nested.values()):
+        return None
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+    for call in run.calls:
+        tc = latest.get(call.call_id)
+        group = approvals if call.kind is CallKind.APPROVAL else external
+        group.append(
+            PendingToolCall(
+                call.call_id,
+                call.tool_name,
+                tc.args if tc is not None else call.args,
+                kind=DeferKind.APPROVAL if call.kind is CallKind.APPROVAL else DeferKind.EXTERNAL,
+                seal=call.seal or "",
+            )
+        )
+    return DeferredRequests(approvals=approvals, external=external)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1005,11 +1067,17 @@ class Worker:
             if run.trace_context and "trace_context" in params:  # the resume's span links to it
                 extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
+            if "conversation_id" in params:  # the run's record, not what its history says
+                extra["conversation_id"] = run.conversation_id
             history = loads_history(run.history)
-            latest, nested = _stored_calls(history, [c.call_id for c in run.calls])
+            ids = [c.call_id for c in run.calls]
+            latest, nested = _stored_calls(history, ids, run.conversation_id)
             _check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
                 _check_seals(run, latest, self.seal_keys, nested, history)
+            legacy = _legacy_expected(run, latest, nested)
+            if legacy is not None and "expected" in params:
+                extra["expected"] = legacy
             result = await agent.run_with_deferred_results(
                 history, _deferred_results(claimed, agent), deps=deps, **extra
             )
