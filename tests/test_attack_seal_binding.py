@@ -207,7 +207,9 @@ async def test_a_sub_agent_record_from_another_conversation_fails_without_expect
     assert log == []
 
 
-def legacy(paused: Any, conversation: str = "old-sub-conv") -> tuple[list[Message], Any]:
+def legacy(
+    paused: Any, conversation: str = "old-sub-conv", key: bytes = KEY
+) -> tuple[list[Message], Any]:
     """`paused` as golem < ADR 0065 stored it: the sub-run in a conversation of its own,
     its calls sealed for that one; and the parent's `Result.pending` of that time."""
     record = paused.messages[-1]
@@ -215,7 +217,7 @@ def legacy(paused: Any, conversation: str = "old-sub-conv") -> tuple[list[Messag
     state = json.loads(body)
     inner = [replace(m, conversation_id=conversation) for m in loads_history(state["history"])]
     pending = [c for m in inner for c in m.tool_calls]
-    inner = seal_pending(inner, KEY, conversation, {c.id: DeferKind.APPROVAL for c in pending})
+    inner = seal_pending(inner, key, conversation, {c.id: DeferKind.APPROVAL for c in pending})
     state["history"] = dumps_history(inner)
     content = head + "\n" + json.dumps(state, ensure_ascii=False, separators=(",", ":"))
     sealed = {c.id: c.seal for m in inner for c in m.tool_calls}

@@ -5,9 +5,14 @@ it again, even when the registered agent holds no key of its own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
 from golem import dumps_history, loads_history
 from golem.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
-from golem.worker import Worker, start_run
+from golem.worker import AgentEntry, Worker, new_run_from_result, start_run
 from tests.test_worker import DEL, App, calls, store  # noqa: F401 - the store fixture
 
 KEY = b"k" * 32
@@ -64,3 +69,65 @@ async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
     assert done.status is RunStatus.FAILED
     assert "paused batch" in (done.outcome.error or "")  # type: ignore[union-attr]
     assert app.executed == []
+
+
+# --------------------------------------------------------------------------- ADR 0065
+
+
+async def _paused_nested(conversation: str, log: list[str]) -> tuple[Any, Any]:
+    from tests.test_attack_seal import nested_parent
+
+    parent = nested_parent("a.log", log, seal_key=KEY)
+    return parent, await parent.run("tidy", conversation_id=conversation)
+
+
+async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversation(
+    store: Store,  # noqa: F811
+) -> None:
+    """An agent with a seal key resumes only when told its conversation (ADR 0065): the
+    worker passes its record's, so runs of keyed agents (and their sub-agents) still go."""
+    log: list[str] = []
+    parent, paused = await _paused_nested("C", log)
+    await store.save_pending(new_run_from_result(paused, "boss", started_by="alice"))
+    await store.decide(paused.run_id, "p1/s1", Decision.approve(), decided_by="bob")
+    worker = Worker(store, {"boss": AgentEntry(parent)}, worker_id="w1", lease_seconds=30)
+    assert await worker.run_once() is True
+    done = await store.get_run(paused.run_id)
+    assert done.outcome is not None
+    assert (done.status, done.outcome.error, log) == (RunStatus.COMPLETED, "", ["a.log"])
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded-seal", "no-recorded-seal"])
+async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded_seal(
+    store: Store,  # noqa: F811
+    recorded: bool,
+) -> None:
+    """A sub-agent record saved before sub-runs lived in `<parent conversation>/<call>`
+    names a conversation of its own, its seal made for it. The worker's recorded seal (the
+    calls table, written at the pause) binds it to the run, so it resumes; without one,
+    nothing binds it and it is refused by name (`SubAgentConversationMismatch`)."""
+    from golem.agent_tool import copy_result
+    from tests.test_attack_seal_binding import legacy
+
+    log: list[str] = []
+    parent, paused = await _paused_nested("C", log)
+    old_history, old_pending = legacy(paused, key=KEY)
+    if not recorded:
+        old_pending = type(old_pending)(
+            approvals=[replace(p, seal="") for p in old_pending.approvals]
+        )
+    old = copy_result(paused, messages=old_history, pending=old_pending)
+    await store.save_pending(new_run_from_result(old, "boss", started_by="alice"))
+    await store.decide(paused.run_id, "p1/s1", Decision.approve(), decided_by="bob")
+    worker = Worker(
+        store, {"boss": AgentEntry(parent)}, worker_id="w1", lease_seconds=30, seal_key=KEY
+    )
+    assert await worker.run_once() is True
+    done = await store.get_run(paused.run_id)
+    assert done.outcome is not None
+    if recorded:
+        assert (done.status, done.outcome.error, log) == (RunStatus.COMPLETED, "", ["a.log"])
+    else:
+        assert done.status is RunStatus.FAILED
+        assert 'sealed for conversation "old-sub-conv", not "C/p1"' in done.outcome.error
+        assert log == []
