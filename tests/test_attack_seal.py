@@ -130,7 +130,10 @@ EDITS = [
     "rename_nfd",
     "relabel_conversation",
     "drop_batch_call",
+    "foreign_call",  # another conversation's sealed call under the same ID, relabeled (0065)
 ]
+
+BINDS = ["conversation_id", "expected", "none"]  # what the resumer vouches for (ADR 0065)
 
 
 def _respell(args: str) -> str:
@@ -151,7 +154,10 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
     """For any edit of a paused history (and approvals for whatever is pending after it),
     a resume either raises before anything runs, or runs exactly the paused batch's calls,
     once each, with their paused name, call ID and argument bytes: with a seal key and the
-    trusted conversation ID, or without a key and with `expected=paused.pending`."""
+    trusted conversation ID or `expected=paused.pending`, or without a key and with
+    `expected=`. With a key and neither, every resume raises (`ConversationRequired` for
+    the genuine ones: the history's own conversation ID is its editor's)."""
+    bind = data.draw(st.sampled_from(BINDS), label="bind") if keyed else "expected"
     ran = Ran()
     tools = [ran.gate("transfer"), ran.gate("delete_account"), ran.gate("transfér")]
     batch = [ToolCall("c1", "transfer", spellings[0]), ToolCall("c2", "transfér", spellings[1])]
@@ -213,6 +219,16 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
             history = [replace(m, conversation_id="other") for m in history]
         elif edit == "drop_batch_call":
             calls_at(b, [bc[1 - victim]])
+        elif edit == "foreign_call":
+            elsewhere: Agent[None, str] = Agent(
+                ScriptedModel(turn(ToolCall("c1", "delete_account", "{}"))),
+                tools=tools,
+                seal_key=KEY if keyed else None,
+            )
+            other = await elsewhere.run("x", conversation_id="other")
+            foreign = next(c for m in other.messages for c in m.tool_calls)
+            calls_at(b, [foreign if c.id == "c1" else c for c in bc])
+            history = [replace(m, conversation_id="other") for m in history]
         try:
             if edit == "json_char":
                 text = dumps_history(history)
@@ -228,9 +244,9 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
             await agent.run_with_deferred_results(
                 history,
                 DeferredResults(approvals=dict.fromkeys(pending, True)),
-                conversation_id="conv",
+                conversation_id="conv" if bind == "conversation_id" else None,
                 before_approved=before,
-                expected=None if keyed else paused.pending,
+                expected=paused.pending if bind == "expected" else None,
             )
         except (ResumeError, ValueError):
             assert started == []
@@ -250,7 +266,12 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
         assert started == sealed
 
     asyncio.run(scenario())
-    harmless = {"none", "trim_prefix", "relabel_conversation"}  # with conversation_id=
+    if bind == "none":  # a key, and nothing the resumer vouches for: nothing runs
+        assert started == []
+        return
+    harmless = {"none", "trim_prefix"}
+    if bind == "conversation_id" or not keyed:  # expected= with a key binds the history's
+        harmless.add("relabel_conversation")  # own label: relabeled, its seals fail
     if not keyed:
         harmless |= {"strip_seal", "swap_seals"}  # a keyless agent ignores seals
     if edit in harmless:
