@@ -455,18 +455,11 @@ async def test_every_spelling_resumes_after_a_json_round_trip_with_its_exact_byt
 NESTED_EDITS = ["none", "args", "swap_record", "strip_seal", "extra_sub_call", "rename"]
 
 
-@pytest.mark.parametrize("sub_key", [KEY, None], ids=["sealed-sub", "keyless-sub"])
-@pytest.mark.parametrize("edit", NESTED_EDITS)
-async def test_with_expected_an_edited_sub_agent_record_runs_nothing(
-    edit: str, sub_key: bytes | None
-) -> None:
-    """With `expected=paused.pending` (and the trusted conversation), any edit of a paused
-    sub-agent's record is refused before anything runs; the genuine record runs exactly
-    the sealed sub-agent call."""
-    log: list[str] = []
-    parent = nested_parent("a.log", log, seal_key=sub_key)
-    paused = await parent.run("tidy", conversation_id="X")
-    assert paused.pending is not None
+async def edit_record(
+    paused: Any, edit: str, log: list[str], sub_key: bytes | None
+) -> tuple[list[Message], dict[str, bool]]:
+    """`paused`'s history with its sub-agent record edited by `edit`, and approvals for
+    every call the edited record waits on."""
     record = paused.messages[-1]
     head, _, body = record.content.partition("\n")
     state = json.loads(body)
@@ -484,17 +477,35 @@ async def test_with_expected_an_edited_sub_agent_record_runs_nothing(
         )
     elif edit == "rename":
         sub_calls[0] = replace(sub_calls[0], name="delete_file ")
-    elif edit == "swap_record":
+    elif edit in ("swap_record", "swap_relabeled_record"):
         other = await nested_parent("etc/passwd", log, seal_key=sub_key).run(
             "t", conversation_id="Y"
         )
         content = other.messages[-1].content
-    if edit not in ("none", "swap_record"):
+        if edit == "swap_relabeled_record":  # its sub-run relabeled as this conversation's
+            content = content.replace('\\"Y/p1\\"', '\\"X/p1\\"')
+            assert "Y/p1" not in content
+    if edit not in ("none", "swap_record", "swap_relabeled_record"):
         inner[b] = replace(inner[b], tool_calls=sub_calls)
         state["history"] = dumps_history(inner)
         content = head + "\n" + json.dumps(state, ensure_ascii=False, separators=(",", ":"))
     history = [*paused.messages[:-1], replace(record, content=content)]
-    approvals = {f"p1/{c.id}": True for c in sub_calls}
+    return history, {f"p1/{c.id}": True for c in sub_calls}
+
+
+@pytest.mark.parametrize("sub_key", [KEY, None], ids=["sealed-sub", "keyless-sub"])
+@pytest.mark.parametrize("edit", NESTED_EDITS)
+async def test_with_expected_an_edited_sub_agent_record_runs_nothing(
+    edit: str, sub_key: bytes | None
+) -> None:
+    """With `expected=paused.pending` (and the trusted conversation), any edit of a paused
+    sub-agent's record is refused before anything runs; the genuine record runs exactly
+    the sealed sub-agent call."""
+    log: list[str] = []
+    parent = nested_parent("a.log", log, seal_key=sub_key)
+    paused = await parent.run("tidy", conversation_id="X")
+    assert paused.pending is not None
+    history, approvals = await edit_record(paused, edit, log, sub_key)
     try:
         await parent.run_with_deferred_results(
             history,
@@ -509,3 +520,25 @@ async def test_with_expected_an_edited_sub_agent_record_runs_nothing(
     # only the untouched record runs (stripping a keyless sub-agent's empty seal is no edit)
     assert edit == "none" or (edit == "strip_seal" and sub_key is None)
     assert log == ["a.log"]
+
+
+@pytest.mark.parametrize("edit", [*NESTED_EDITS, "swap_relabeled_record"])
+async def test_with_a_key_an_edited_sub_agent_record_runs_nothing_without_expected(
+    edit: str,
+) -> None:
+    """ADR 0065: a keyed sub-agent's seals bind `<parent conversation>/<parent call>`, so
+    with the trusted conversation alone (no `expected=`) any edit of its record — one
+    swapped in from another conversation included, relabeled or not — is refused before
+    anything runs; before, a swapped record ran the other conversation's call."""
+    log: list[str] = []
+    parent = nested_parent("a.log", log)
+    paused = await parent.run("tidy", conversation_id="X")
+    history, approvals = await edit_record(paused, edit, log, KEY)
+    try:
+        await parent.run_with_deferred_results(
+            history, DeferredResults(approvals=approvals), conversation_id="X"
+        )
+    except ResumeError:
+        assert (log, edit != "none") == ([], True)
+        return
+    assert (edit, log) == ("none", ["a.log"])
