@@ -542,3 +542,64 @@ async def test_with_a_key_an_edited_sub_agent_record_runs_nothing_without_expect
         assert (log, edit != "none") == ([], True)
         return
     assert (edit, log) == ("none", ["a.log"])
+
+
+@pytest.mark.parametrize("key", [KEY, None], ids=["keyed", "keyless"])
+async def test_an_old_sub_agent_record_put_back_in_an_earlier_turn_does_not_run_again(
+    key: bytes | None,
+) -> None:
+    """The nested form of the revived answered call: a sub-agent paused in turn 1, was
+    approved and ran; the parent paused again on another sub-run in turn 2. Putting turn
+    1's paused record back in place of its answer re-ran the approved delete (its seals
+    are genuine for this conversation and call); a record must answer the paused batch."""
+    log: list[str] = []
+    sub: Agent[None, str] = Agent(
+        ScriptedModel(
+            turn(ToolCall("s1", "delete_file", '{"path":"a.log"}')),
+            "Deleted.",
+            turn(ToolCall("s1", "delete_file", '{"path":"b.log"}')),
+            "Deleted.",
+        ),
+        name="janitor",
+        seal_key=key,
+    )
+
+    @sub.tool_plain
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, f"delete {path}?")
+        log.append(path)
+        return "deleted"
+
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(
+            turn(ToolCall("p1", "janitor", '{"prompt":"a"}')),
+            turn(ToolCall("p2", "janitor", '{"prompt":"b"}')),
+            "ok",
+        ),
+        tools=[sub.as_tool()],
+        seal_key=key,
+    )
+    first = await parent.run("tidy", conversation_id="X")
+    second = await parent.run_with_deferred_results(
+        first.messages, DeferredResults(approvals={"p1/s1": True}), conversation_id="X"
+    )
+    assert second.pending is not None
+    assert [p.call_id for p in second.pending.calls] == ["p2/s1"]
+    assert log == ["a.log"]
+    revived = [
+        first.messages[-1] if m.role == "tool" and m.tool_call_id == "p1" else m
+        for m in second.messages
+    ]
+    with pytest.raises(ResumeError, match=r'record of tool call "p1".*not in the paused batch'):
+        await parent.run_with_deferred_results(
+            revived,
+            DeferredResults(approvals={"p1/s1": True, "p2/s1": True}),
+            conversation_id="X",
+        )
+    assert log == ["a.log"]
+    done = await parent.run_with_deferred_results(
+        second.messages, DeferredResults(approvals={"p2/s1": True}), conversation_id="X"
+    )
+    assert (done.output, log) == ("ok", ["a.log", "b.log"])

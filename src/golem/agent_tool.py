@@ -42,6 +42,7 @@ from golem.errors import (
     ToolError,
 )
 from golem.events import EventHandler, RunEvent, dispatch
+from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
 from golem.tool import (
@@ -531,6 +532,15 @@ def check(
     if expected is not None:
         _check_expected(history, results, expected)
     records = _records(history, tools)
+    batch = paused_batch_ids(history)
+    for call_id, rec in records.items():
+        if call_id not in batch:
+            raise ResumeError(
+                f'golem: the paused sub-agent record of tool call "{call_id}" '
+                f"({rec.tool.name}) is not in the paused batch: a sub-agent paused in an "
+                "earlier turn was resumed then, and its answer was replaced by its old record "
+                "to run it again; a paused history records sub-agents only for its last pause"
+            )
     own_ids = {c.id for c in _pending_or_none(history)}  # a record answers its call
     own = _split(records, results, own_ids)
     for call_id, rec in records.items():
