@@ -360,3 +360,30 @@ async def test_a_sub_agent_resolution_in_another_unicode_form_is_refused_by_name
         paused.messages, DeferredResults(approvals={f"p1/{nfc}": True}), conversation_id="X"
     )
     assert (done.output, log) == ("ok", ["a.log"])
+
+
+IDS = st.text(st.sampled_from("ab/%2F5"), max_size=5)
+
+
+@settings(max_examples=400, deadline=None)
+@given(first=st.tuples(IDS, IDS), second=st.tuples(IDS, IDS))
+def test_no_two_parent_calls_share_a_sub_run_conversation(
+    first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    """A sub-agent's seal binds `sub_conversation(parent conversation, parent call)`: were two
+    pairs to map to one (`a` + `b/p1`, `a/b` + `p1`), a record sealed under one would verify
+    under the other."""
+    from golem.agent_tool import sub_conversation
+
+    (c1, i1), (c2, i2) = first, second
+    if c1 and c2:
+        assert (sub_conversation(c1, i1) == sub_conversation(c2, i2)) is (first == second)
+    assert sub_conversation("", i1) == ""
+
+
+async def test_a_parent_call_id_with_a_slash_gets_its_own_sub_run_conversation() -> None:
+    from golem.agent_tool import sub_conversation
+
+    assert sub_conversation("a", "b/p1") == "a/b%2Fp1"
+    assert sub_conversation("a/b", "p1") == "a/b/p1"
+    assert sub_conversation("X", "p1") == "X/p1"

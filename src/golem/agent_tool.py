@@ -164,8 +164,14 @@ class AgentTool(Tool):
 def sub_conversation(conversation_id: str, call_id: str) -> str:
     """The conversation of the sub-run under parent call `call_id` of `conversation_id`:
     `<conversation>/<call id>` (ADR 0065), so the sub-agent's seals bind the parent's
-    conversation and call; empty when the parent's conversation is unknown."""
-    return f"{conversation_id}/{call_id}" if conversation_id else ""
+    conversation and call; empty when the parent's conversation is unknown.
+
+    `%` and `/` in the call ID are written `%25` and `%2F`: the call ID is then the part
+    after the last `/`, so no two (conversation, call) pairs share a sub-run conversation
+    (`a` + `b/p1` and `a/b` + `p1` would otherwise both be `a/b/p1`)."""
+    if not conversation_id:
+        return ""
+    return f"{conversation_id}/{call_id.replace('%', '%25').replace('/', '%2F')}"
 
 
 def agent_tool(
