@@ -31,15 +31,16 @@ PUBLIC_ALL = {
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
         "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
-        "sub_agent_calls"
+        "sub_agent_calls sub_conversation"
     ),
     "golem.cli": "build_app main",
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
-        "AuthenticationError BadRequest GolemError Overloaded ProviderConnectionError "
-        "ProviderError ProviderTimeout RateLimited ResponseFormatError ResumeError RunError "
-        "RunPaused SealError Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
+        "AuthenticationError BadRequest ConversationRequired GolemError Overloaded "
+        "ProviderConnectionError ProviderError ProviderTimeout RateLimited ResponseFormatError "
+        "ResumeError RunError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
+        "ToolError ToolTimeout UsageLimitExceeded"
     ),
     "golem.events": "EventHandler EventKind RunEvent",
     "golem.history": (

@@ -944,7 +944,9 @@ class Agent(Generic[DepsT, OutputT]):
             prompt: An optional user message after the resolutions.
             deps: The dependencies the re-runs and the resumed run see.
             run_id: The resumed run's ID (`ctx.run_id` in re-runs); new when omitted.
-            conversation_id: The conversation (default: the history's).
+            conversation_id: The conversation (default: the history's). Required, or
+                `expected`, when the agent (or a paused sub-agent) has a `seal_key`: the
+                history's own conversation ID is whatever its editor wrote.
             on_event: This run's observer.
             expected: The paused run's `Result.pending`, when the caller kept it: the
                 pending calls must be exactly these, with the same names and
@@ -966,7 +968,8 @@ class Agent(Generic[DepsT, OutputT]):
                 `seal_key`), a pending call contradicts `expected`, a resolution names
                 an unknown call or has the wrong kind, a call is resolved twice or not
                 at all, an approved call's tool is not registered, or edited arguments
-                fail the tool's schema.
+                fail the tool's schema; last, with `seal_key` and neither
+                `conversation_id` nor `expected` (`ConversationRequired`).
             TypeError: `results` is neither `DeferredResults` nor such a dict.
             RunError: an approved re-run failed (stage `tool`), raised `Canceled`
                 (stage `canceled`), or the resumed run failed later.

@@ -69,6 +69,7 @@ __all__ = [
     "forwarder",
     "seal_sub_agent_calls",
     "sub_agent_calls",
+    "sub_conversation",
 ]
 
 PAUSED_MARKER = "[golem: sub-agent paused]"

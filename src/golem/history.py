@@ -299,7 +299,8 @@ def sanitize_history(
         history: The submitted history.
         seal_key: The agent's seal key (bytes or `SealKeys`).
         conversation_id: The conversation the seals must belong to (default: the
-            history's last conversation ID, as a resume uses).
+            history's last conversation ID, which its editor wrote: pass your own
+            record's; a keyed resume needs it anyway, ADR 0065).
     """
     systems = 0
     unsafe: list[UnsafePart] = []
