@@ -387,3 +387,32 @@ async def test_a_parent_call_id_with_a_slash_gets_its_own_sub_run_conversation()
     assert sub_conversation("a", "b/p1") == "a/b%2Fp1"
     assert sub_conversation("a/b", "p1") == "a/b/p1"
     assert sub_conversation("X", "p1") == "X/p1"
+
+
+async def test_a_keyed_sub_agent_two_levels_down_binds_the_top_conversation() -> None:
+    """Keyless top and middle agents over a keyed janitor: the janitor's sub-run lives in
+    `<top conversation>/t1/m1`, its seal binds that, and the top resume must be told its
+    conversation (or `expected=`) for the janitor's seal to mean anything."""
+    from golem.agent_tool import sub_agent_calls
+    from golem.seal import SealKeys
+    from tests.test_as_tool import ask, calls, janitor, text
+
+    log: list[str] = []
+    inner = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=log)
+    inner.seal_keys = SealKeys(KEY)
+    middle = Agent(
+        ScriptedModel(ask("clean", "m1"), text("Cleaned.")), name="manager", tools=[inner.as_tool()]
+    )
+    top: Agent[None, str] = Agent(
+        ScriptedModel(ask("manage", "t1", "manager"), text("ok")), tools=[middle.as_tool()]
+    )
+    paused = await top.run("go", conversation_id="T")
+    found = sub_agent_calls(paused.messages, "T")["t1/m1/s1"]
+    assert (found.conversation_id, found.recorded_conversation_id) == ("T/t1/m1", "T/t1/m1")
+    approve = DeferredResults(approvals={"t1/m1/s1": True})
+    with pytest.raises(ConversationRequired) as info:
+        await top.run_with_deferred_results(paused.messages, approve)
+    assert info.value.call_id == "t1/m1/s1"
+    assert log == []
+    done = await top.run_with_deferred_results(paused.messages, approve, conversation_id="T")
+    assert (done.output, log) == ("ok", ["a.log"])
