@@ -86,7 +86,9 @@ def golem_cycle(seal_key: bytes | None = None) -> object:
         assert paused.pending is not None
         assert bool(paused.pending.approvals[0].seal) is (seal_key is not None)
         stored = dumps_history(paused.messages)
-        resumed = await agent.run_with_deferred_results(loads_history(stored), approve)
+        resumed = await agent.run_with_deferred_results(
+            loads_history(stored), approve, conversation_id=paused.conversation_id
+        )
         assert resumed.output == "Deleted old.log."
         return resumed
 
