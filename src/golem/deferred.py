@@ -406,8 +406,8 @@ def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
         tool_name,
         "conversation_required",
         f'golem: pending tool call "{call_id}" ({tool_name}) is sealed, and a seal binds '
-        "its conversation, but this resume was given neither conversation_id= nor "
-        "expected=: the conversation ID the history names is whatever its editor wrote, so "
+        "its conversation, but this resume was given neither conversation_id= (non-empty) "
+        "nor expected=: the conversation ID the history names is whatever its editor wrote, so "
         "another conversation's sealed call could be relabeled into it. Pass "
         "conversation_id= from your own record of the paused run (paused.conversation_id), "
         "or expected=paused.pending; nothing was executed",
