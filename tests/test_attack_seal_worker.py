@@ -132,29 +132,3 @@ async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded
         assert 'sealed for conversation "old-sub-conv", not "C/p1"' in done.outcome.error
         assert log == []
 
-
-@pytest.mark.parametrize(("stored", "decided"), [("c\u00e9", "ce\u0301"), ("ce\u0301", "c\u00e9")])
-async def test_a_decision_for_another_unicode_form_of_a_call_id_is_refused_by_name(
-    store: Store,  # noqa: F811
-    stored: str,
-    decided: str,
-) -> None:
-    """Call IDs are matched exactly in the store too: a decision naming the NFD form of a
-    pending NFC call ID (or the reverse) is `CallNotFound`; the pending call stays
-    undecided and the run pending, so nothing is applied to it and nothing is dropped."""
-    from golem.store import CallNotFound
-
-    await store.save_pending(
-        NewRun(
-            id="u1",
-            agent="ops",
-            conversation_id="conv",
-            history=dumps_history(loads_history("[]")),
-            calls=(NewCall(call_id=stored, kind=CallKind.APPROVAL, tool_name="t", args="{}"),),
-        )
-    )
-    with pytest.raises(CallNotFound):
-        await store.decide("u1", decided, Decision.approve(), decided_by="mallory")
-    run = await store.get_run("u1")
-    assert run.status is RunStatus.PENDING
-    assert [(c.call_id, c.decision) for c in run.calls] == [(stored, None)]
