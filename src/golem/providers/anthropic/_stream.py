@@ -22,6 +22,7 @@ from golem.providers.anthropic._wire import (
     message_from_blocks,
     response_of,
     usage_from,
+    with_container,
 )
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
@@ -45,6 +46,7 @@ class StreamParser:
         "_blocks",
         "_calls",
         "_cited",
+        "_container",
         "_done",
         "_fragments",
         "_ids",
@@ -82,6 +84,9 @@ class StreamParser:
         self._model = ""
         self._usage: dict[str, Any] = {}
         self._stop: Any = None
+        self._container: Any = None
+        """The code-execution container the response names (`message_start` or
+        `message_delta`), the latest one."""
         self._done = False
 
     @property
@@ -112,10 +117,15 @@ class StreamParser:
                 model = message.get("model")
                 self._model = model if isinstance(model, str) else ""
                 self._merge_usage(message.get("usage"))
+                if isinstance(message.get("container"), Mapping):
+                    self._container = message["container"]
         elif kind == "message_delta":
             delta = payload.get("delta")
-            if isinstance(delta, Mapping) and "stop_reason" in delta:
-                self._stop = delta["stop_reason"]
+            if isinstance(delta, Mapping):
+                if "stop_reason" in delta:
+                    self._stop = delta["stop_reason"]
+                if isinstance(delta.get("container"), Mapping):
+                    self._container = delta["container"]
             self._merge_usage(payload.get("usage"))
         elif kind == "message_stop":
             self._done = True
@@ -290,7 +300,7 @@ class StreamParser:
                     block[key] = (start if isinstance(start, str) else "") + "".join(values)
             blocks.append(block)
         return response_of(
-            message_from_blocks(blocks, self._output_tool),
+            with_container(message_from_blocks(blocks, self._output_tool), self._container),
             usage_from(self._usage),
             self._stop,
             self._model,
