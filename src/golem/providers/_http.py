@@ -39,6 +39,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
+    "CHAT_AUDIO_PREFIX",
     "MAX_TOKEN_COUNT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
@@ -75,6 +76,11 @@ RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
 
+
+CHAT_AUDIO_PREFIX = "openai-chat-audio/"
+"""Starts the `Part.signature` of an OpenAI Chat Completions audio answer: the prefix, the
+audio's `expires_at` (Unix seconds, empty when not given), "/", its `id`. Only that adapter
+sends it back (as the assistant message's `audio.id`); the others leave it out."""
 
 ASSISTANT_MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
 """Opens the user message that carries an assistant message's media (a Gemini image
