@@ -204,7 +204,7 @@ class StreamParser:
         if block is None:
             return None
         kind = delta.get("type")
-        if kind == "text_delta":
+        if kind == "text_delta" and block.get("type") == "text":
             text = delta.get("text")
             if not isinstance(text, str) or not text:
                 return None
@@ -249,7 +249,23 @@ class StreamParser:
                 return None
             self._append(index, "signature", signature)
             return Delta(thinking=[ThinkingDelta(n, signature=signature)])
+        if block.get("type") not in _OWN_BLOCKS:
+            self._merge(index, block, delta)
         return None
+
+    def _merge(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        """A delta of a type golem does not know, for a server-side (or unknown) block: kept
+        in the block, which goes back verbatim. Text fields are appended to the block's
+        field of the same name, as every documented delta does (`text`, `thinking`,
+        `signature`, `content`); any other value replaces the field."""
+        for key, value in delta.items():
+            if key == "type":
+                continue
+            if isinstance(value, str):
+                if value:
+                    self._append(index, key, value)
+            else:
+                block[key] = value
 
     def _thought_of(self, index: int, block: Mapping[str, Any]) -> int | None:
         """The thinking block number of the block at `index`; None when that block is not a
@@ -305,6 +321,10 @@ class StreamParser:
             self._stop,
             self._model,
         )
+
+
+_OWN_BLOCKS = frozenset(("text", "thinking", "redacted_thinking", "tool_use"))
+"""The block types golem reads into the message; every other one is kept as it came."""
 
 
 def _json_or_text(text: str) -> Any:
