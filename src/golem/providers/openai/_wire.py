@@ -43,6 +43,7 @@ __all__ = [
     "audio_id_of",
     "build_request_body",
     "citations_of",
+    "foreign_call",
     "map_finish_reason",
     "map_messages",
     "parse_response",
@@ -712,6 +713,23 @@ def citations_of(annotations: Any, content: str) -> list[Citation]:
     return out
 
 
+_CALL_TYPES = ("function", "custom")
+
+
+def foreign_call(tc: Any) -> bool:
+    """Whether a `tool_calls` entry is of a type golem does not know (neither a function
+    nor a custom tool call, and none's object in it): skipped, as no declared tool can run
+    it; an entry without a type is read as a function call."""
+    if not isinstance(tc, dict):
+        return False
+    kind = tc.get("type")
+    return (
+        isinstance(kind, str)
+        and kind not in _CALL_TYPES
+        and not any(isinstance(tc.get(k), dict) for k in _CALL_TYPES)
+    )
+
+
 def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
     """A complete tool call of a response message (`function` or `custom` type)."""
     fn = tc.get("function")
@@ -767,7 +785,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         transcript = media.add(msg)
         if transcript and not content:
             content = transcript  # an audio answer: its text is what it says
-        calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or ()]
+        calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or () if not foreign_call(tc)]
         legacy = msg.get("function_call")
         if isinstance(legacy, dict) and not calls:
             calls.append(parse_tool_call({"function": legacy}))
