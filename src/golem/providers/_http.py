@@ -279,7 +279,8 @@ def token_count(value: Any) -> int:
     elif isinstance(value, float) and value.is_integer():
         count = int(value)
     elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
-        count = int(value) if len(value) < 20 else MAX_TOKEN_COUNT
+        digits = value.strip().lstrip("0")  # spaces and leading zeros are no magnitude
+        count = int(digits or "0") if len(digits) < 20 else MAX_TOKEN_COUNT
     elif isinstance(value, _LongInt):  # over 4300 digits
         return 0 if value.text.startswith("-") else MAX_TOKEN_COUNT
     else:

@@ -116,7 +116,10 @@ class ResponsesStreamParser:
         if kind == "response.output_item.done":
             item = event.get("item")
             if isinstance(item, Mapping):
-                self._done[_index(event)] = item
+                index = _index(event)
+                if index < 0:  # no output_index: the items come in order
+                    index = max(self._done, default=-1) + 1
+                self._done[index] = item
             return None
         if kind in ("response.created", "response.in_progress") and not self._response_id:
             response = event.get("response")
@@ -126,7 +129,9 @@ class ResponsesStreamParser:
             response = event.get("response")
             if not isinstance(response, Mapping):
                 response = {}
-            if not isinstance(response.get("output"), list) and self._done:
+            if self._done and not (
+                isinstance(response.get("output"), list) and response["output"]
+            ):  # no output list, or an empty one, after items that were done
                 response = {**response, "output": [self._done[i] for i in sorted(self._done)]}
             self._final = parse_responses_response(response)
             return None

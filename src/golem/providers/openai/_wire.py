@@ -614,7 +614,7 @@ class OutputMedia:
         """
         out: list[Part] = []
         if self.audio:
-            data = _base64(PROVIDER, "".join(self.audio), "audio")
+            data = _audio_data(self.audio)
             signature = ""
             if self.audio_id:
                 signature = f"{CHAT_AUDIO_PREFIX}{self.audio_expires}/{self.audio_id}"
@@ -634,6 +634,15 @@ class OutputMedia:
             else:
                 out.append(Part("image", url=url))
         return out
+
+
+def _audio_data(fragments: list[str]) -> bytes:
+    """The audio of the base64 fragments of a message or stream. A stream sends each chunk
+    of audio encoded on its own (each padded: `"AAE="` then `"AgM="`), which joined is no
+    base64; fragments that are not whole base64 quanta are pieces of one text."""
+    if len(fragments) > 1 and all(len(f) % 4 == 0 for f in fragments):
+        return b"".join(_base64(PROVIDER, f, "audio") for f in fragments)
+    return _base64(PROVIDER, "".join(fragments), "audio")
 
 
 def _base64(provider: str, text: str, what: str) -> bytes:
