@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from golem.errors import GolemError, ProviderError
 from golem.model import Delta, ModelResponse
 from tests.providers._recordings import all_interactions, available
-from tests.providers._unseen import cut, send
+from tests.providers._unseen import accumulated, cut, plain_calls, send
 from tests.providers.test_unseen_sse import FIXTURES, events_of, plain
 
 UNKNOWN = "golem_unknown"
@@ -488,3 +488,72 @@ async def test_an_answer_cut_off_anywhere_is_a_named_error_or_whole(data: st.Dat
         return  # named (an empty body is retryable; a cut one is "not JSON")
     assert isinstance(got, ModelResponse)
     assert got == expected
+
+
+# --------------------------------------------------------------------------- arguments whole
+
+
+def _unstreamed_arguments(api: str, events: list[tuple[str, str]], in_start: bool) -> list[Any]:
+    """`events` as a server sends them that does not stream tool-call arguments: Anthropic
+    puts the whole `input` in the block's start; Responses puts the `arguments` in the added
+    item (`in_start`) or only in the events that end the call."""
+    parsed = [(e, json.loads(d)) if d.lstrip().startswith("{") else (e, d) for e, d in events]
+    args: dict[int, str] = {}
+    for _, d in parsed:
+        if not isinstance(d, dict):
+            continue
+        delta = d.get("delta")
+        if d.get("type") == "content_block_delta" and isinstance(delta, dict):
+            if delta.get("type") == "input_json_delta":
+                args[d["index"]] = args.get(d["index"], "") + delta["partial_json"]
+        elif d.get("type") == "response.function_call_arguments.delta":
+            args[d["output_index"]] = args.get(d["output_index"], "") + d["delta"]
+    out: list[Any] = []
+    for e, d in parsed:
+        if not isinstance(d, dict):
+            out.append((e, d))
+            continue
+        kind = d.get("type")
+        if kind == "content_block_delta" and d["delta"].get("type") == "input_json_delta":
+            continue
+        if kind == "response.function_call_arguments.delta":
+            continue
+        if kind == "content_block_start" and d["content_block"].get("type") == "tool_use":
+            text = args.get(d["index"], "")
+            d = {**d, "content_block": {**d["content_block"], "input": json.loads(text or "{}")}}
+        if kind == "response.output_item.added" and d["item"].get("type") == "function_call":
+            whole = args.get(d["output_index"], "") if in_start else ""
+            d = {**d, "item": {**d["item"], "arguments": whole}}
+        out.append((e, json.dumps(d)))
+    return out
+
+
+CALLING = [
+    (api, events)
+    for api, events in STREAMS
+    if api in ("anthropic", "openai-responses")
+    and any("input_json_delta" in d or "function_call_arguments.delta" in d for _, d in events)
+]
+
+
+def test_there_are_streamed_calls_of_both_apis() -> None:
+    if available():
+        assert {api for api, _ in CALLING} == {"anthropic", "openai-responses"}
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+async def test_arguments_that_arrive_whole_stream_as_one_fragment(data: st.DataObject) -> None:
+    # the deltas of a call whose arguments were not streamed had no arguments at all
+    assume(CALLING)
+    api, events = data.draw(st.sampled_from(CALLING))
+    original = (await _baseline(api, events))[-1]
+    assert isinstance(original, ModelResponse)
+    damaged = _unstreamed_arguments(api, events, data.draw(st.booleans()))
+    items = await send(api, [plain(damaged)], stream=True)
+    response = items[-1]
+    assert isinstance(response, ModelResponse)
+    assert accumulated(items) == plain_calls(response)
+    assert [json.loads(c.args or "{}") for c in response.message.tool_calls] == [
+        json.loads(c.args or "{}") for c in original.message.tool_calls
+    ]

@@ -19,6 +19,7 @@ from golem.providers.anthropic._errors import error_from_event, incomplete_strea
 from golem.providers.anthropic._wire import (
     PROVIDER,
     RawArgs,
+    input_text,
     message_from_blocks,
     response_of,
     usage_from,
@@ -60,6 +61,7 @@ class StreamParser:
         "_texted",
         "_thoughts",
         "_usage",
+        "_whole",
     )
 
     def __init__(self, output_tool: str = "") -> None:
@@ -73,6 +75,9 @@ class StreamParser:
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
         self._fragments: dict[int, list[str]] = {}
+        self._whole: set[int] = set()
+        """Wire indexes of `tool_use` blocks whose start carried their whole input (a
+        server that does not stream it): later input fragments are not added to it."""
         self._cited: dict[int, list[Any]] = {}
         """Wire block index → citations streamed for a text block (or a server block's
         input fragments, under index -1 - wire index)."""
@@ -172,14 +177,17 @@ class StreamParser:
             self._separated = True
             self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
+        whole = _whole_input(block.get("input")) if kind == "tool_use" else ""
+        if whole:
+            self._whole.add(index)
         if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
             self._output.add(index)
-            self._fragments[index] = []
-            return None
+            self._fragments[index] = [whole] if whole else []
+            return Delta(content=whole) if whole else None
         if kind == "tool_use":
             n = self._index[index] = self._calls
             self._calls += 1
-            self._fragments[index] = []
+            self._fragments[index] = [whole] if whole else []
             call_id, name = block.get("id"), block.get("name")
             call_id = unique_call_id(call_id if isinstance(call_id, str) else "", self._ids)
             if call_id:
@@ -190,6 +198,7 @@ class StreamParser:
                         n,
                         id=call_id,
                         name=name if isinstance(name, str) else "",
+                        args_fragment=whole,
                     )
                 ]
             )
@@ -214,7 +223,7 @@ class StreamParser:
         if kind == "input_json_delta":
             fragment = delta.get("partial_json")
             fragments = self._fragments.get(index)
-            if not isinstance(fragment, str) or not fragment:
+            if not isinstance(fragment, str) or not fragment or index in self._whole:
                 return None
             if fragments is None:
                 server = self._cited.get(-1 - index)
@@ -321,6 +330,14 @@ class StreamParser:
             self._stop,
             self._model,
         )
+
+
+def _whole_input(value: Any) -> str:
+    """The arguments a `tool_use` start carries whole (a server that does not stream them),
+    as the unstreamed block's would read; "" for the API's empty `{}` (they follow)."""
+    if not isinstance(value, Mapping) or not value:
+        return ""
+    return input_text(value)
 
 
 _OWN_BLOCKS = frozenset(("text", "thinking", "redacted_thinking", "tool_use"))

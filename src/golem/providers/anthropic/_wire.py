@@ -51,6 +51,7 @@ __all__ = [
     "build_request_body",
     "container_of",
     "finish_reason_from",
+    "input_text",
     "message_from_blocks",
     "parse_response",
     "response_of",
@@ -634,6 +635,12 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """Tool-call input as JSON text, spaced like the API streams it (`{"city": "Paris"}`)."""
 
 
+def input_text(value: Any) -> str:
+    """A `tool_use` block's `input` object as the arguments' JSON text, spaced like the API
+    streams it (null is `{}`)."""
+    return args_json({} if value is None else value, _ARGS_ENCODER)
+
+
 @dataclass(frozen=True, slots=True)
 class RawArgs:
     """Marks a streamed `tool_use` block whose arguments arrived as raw JSON text."""
@@ -689,10 +696,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             thinking.append(ThinkingBlock(redacted=_str(b.get("data"))))
         elif kind == "tool_use":
             raw = b.get("input")
-            if isinstance(raw, RawArgs):
-                args = raw.text
-            else:
-                args = args_json({} if raw is None else raw, _ARGS_ENCODER)
+            args = raw.text if isinstance(raw, RawArgs) else input_text(raw)
             name = _str(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args
