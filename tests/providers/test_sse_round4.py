@@ -28,6 +28,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -557,3 +558,69 @@ async def test_arguments_that_arrive_whole_stream_as_one_fragment(data: st.DataO
     assert [json.loads(c.args or "{}") for c in response.message.tool_calls] == [
         json.loads(c.args or "{}") for c in original.message.tool_calls
     ]
+
+
+_AS_TEXT = '{"a": 1, "b": [true, null]}'
+
+
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        (
+            "openai-responses",
+            {
+                "id": "r",
+                "object": "response",
+                "status": "completed",
+                "output": [
+                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "OBJ"}
+                ],
+            },
+        ),
+        (
+            "anthropic",
+            {
+                "type": "message",
+                "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "TEXT"}],
+                "stop_reason": "tool_use",
+            },
+        ),
+        (
+            "gemini",
+            {
+                "candidates": [
+                    {
+                        "content": {"parts": [{"functionCall": {"name": "f", "args": "TEXT"}}]},
+                        "finishReason": "STOP",
+                    }
+                ]
+            },
+        ),
+    ],
+)
+async def test_arguments_in_the_other_json_form_are_read(api: str, body: dict[str, Any]) -> None:
+    # Responses arguments sent as an object were lost (""); Anthropic input and Gemini args
+    # sent as text holding an object became a JSON string, which no tool takes
+    text = json.dumps(body).replace('"OBJ"', _AS_TEXT).replace('"TEXT"', json.dumps(_AS_TEXT))
+    (response,) = await send(api, text, stream=False)
+    assert isinstance(response, ModelResponse)
+    (call,) = response.message.tool_calls
+    assert json.loads(call.args) == {"a": 1, "b": [True, None]}
+
+
+async def test_a_streamed_tool_use_start_with_its_input_as_text_streams_it() -> None:
+    start = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": _AS_TEXT}
+    events = [
+        {"type": "message_start", "message": {"model": "m", "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": start},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
+        {"type": "message_stop"},
+    ]
+    items = await send(
+        "anthropic", [plain([(e["type"], json.dumps(e)) for e in events])], stream=True
+    )
+    response = items[-1]
+    assert isinstance(response, ModelResponse)
+    assert accumulated(items) == plain_calls(response)
+    assert response.message.tool_calls[0].args == _AS_TEXT

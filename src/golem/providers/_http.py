@@ -55,6 +55,7 @@ __all__ = [
     "iter_sse",
     "json_object",
     "named_calls",
+    "object_text",
     "parse_event_data",
     "parse_json_body",
     "post_json",
@@ -128,6 +129,14 @@ def _mark_huge(value: Any, longs: list[str]) -> Any:
     if isinstance(value, dict):
         return {k: _mark_huge(v, longs) for k, v in value.items()}
     return value
+
+
+def object_text(value: Any) -> str | None:
+    """`value` when it is text holding a JSON object (tool-call arguments a proxy sent as a
+    string where the API sends an object), else None."""
+    if isinstance(value, str) and value.lstrip().startswith("{") and json_object(value):
+        return value
+    return None
 
 
 def json_object(raw: str) -> dict[str, Any] | None:

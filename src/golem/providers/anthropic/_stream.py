@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_event_data, sse_events, unique_call_id
+from golem.providers._http import object_text, parse_event_data, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
@@ -335,9 +335,9 @@ class StreamParser:
 def _whole_input(value: Any) -> str:
     """The arguments a `tool_use` start carries whole (a server that does not stream them),
     as the unstreamed block's would read; "" for the API's empty `{}` (they follow)."""
-    if not isinstance(value, Mapping) or not value:
-        return ""
-    return input_text(value)
+    if isinstance(value, str) or (isinstance(value, Mapping) and value):
+        return input_text(value) if not isinstance(value, str) or object_text(value) else ""
+    return ""
 
 
 _OWN_BLOCKS = frozenset(("text", "thinking", "redacted_thinking", "tool_use"))

@@ -30,6 +30,7 @@ from golem.providers._http import (
     in_order,
     json_object,
     named_calls,
+    object_text,
     raw_json,
     token_count,
     unique_call_id,
@@ -637,8 +638,8 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 def input_text(value: Any) -> str:
     """A `tool_use` block's `input` object as the arguments' JSON text, spaced like the API
-    streams it (null is `{}`)."""
-    return args_json({} if value is None else value, _ARGS_ENCODER)
+    streams it (null is `{}`; text holding an object, a proxy's, is that text)."""
+    return object_text(value) or args_json({} if value is None else value, _ARGS_ENCODER)
 
 
 @dataclass(frozen=True, slots=True)

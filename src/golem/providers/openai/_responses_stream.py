@@ -22,6 +22,7 @@ from golem.providers._http import parse_event_data, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
+    function_arguments,
     function_call_id,
     parse_responses_response,
 )
@@ -163,8 +164,7 @@ class ResponsesStreamParser:
             n = self._calls[index] = len(self._calls)
             call_id = unique_call_id(function_call_id(item, self._response_id, index), self._ids)
             name = item.get("name")
-            args = item.get("arguments")
-            whole = args if isinstance(args, str) else ""
+            whole = function_arguments(item.get("arguments"))
             if whole:
                 self._argued.add(n)  # a server that does not stream the arguments
             return Delta(
@@ -188,10 +188,11 @@ class ResponsesStreamParser:
         that sends them only when done); None otherwise."""
         if n is None or n in self._streamed or n in self._argued:
             return None
-        if not isinstance(args, str) or not args:
+        text = function_arguments(args)
+        if not text:
             return None
         self._argued.add(n)
-        return Delta(tool_calls=[ToolCallDelta(n, args_fragment=args)])
+        return Delta(tool_calls=[ToolCallDelta(n, args_fragment=text)])
 
     def response(self) -> ModelResponse:
         """The final response.
