@@ -8,6 +8,7 @@ reason (tests/providers/conftest.py does the same for test cases drawn from them
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -75,8 +76,18 @@ def _header_map(raw: dict[str, Any] | None) -> dict[str, str]:
 def load(api: str, name: str) -> list[Interaction]:
     """All interactions of one cassette (`api` is openai-chat, openai-responses, anthropic or
     gemini); an empty cassette has none."""
+    return list(_load(api, name))
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's loader when PyYAML has it (the pure-Python one took ~30 s per test module
+that reads every cassette)."""
+
+
+@functools.cache
+def _load(api: str, name: str) -> tuple[Interaction, ...]:
     path = RECORDINGS / api / name
-    data = yaml.safe_load(path.read_text())
+    data = yaml.load(path.read_text(), Loader=_LOADER)  # a safe loader
     out = []
     for i, it in enumerate((data or {}).get("interactions") or []):
         req, resp = it["request"], it["response"]
@@ -100,7 +111,7 @@ def load(api: str, name: str) -> list[Interaction]:
                 body=text,
             )
         )
-    return out
+    return tuple(out)
 
 
 def all_interactions(api: str) -> Iterator[Interaction]:

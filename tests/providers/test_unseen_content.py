@@ -160,7 +160,9 @@ async def test_a_chat_audio_answer_keeps_its_audio_and_says_its_transcript() -> 
     }
     m = final(await send("openai-chat", _chat(message), stream=False)).message
     assert m.content == "Yes, golems are made of clay."
-    assert m.parts == [Part("audio", data=WAV, media_type="audio/wav")]
+    # the signature keeps the audio's ID for the next request (ADR 0066)
+    signature = "openai-chat-audio/1729018505/audio_1"
+    assert m.parts == [Part("audio", data=WAV, media_type="audio/wav", signature=signature)]
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
@@ -187,7 +189,12 @@ async def test_a_streamed_chat_audio_answer_streams_its_transcript() -> None:
     response = final(items)
     assert text == response.message.content == "Yes, clay."
     assert response.message.parts == [
-        Part("audio", data=b"\x00\x01" * 40, media_type="audio/pcm;rate=24000")
+        Part(
+            "audio",
+            data=b"\x00\x01" * 40,
+            media_type="audio/pcm;rate=24000",
+            signature="openai-chat-audio/1729018505/audio_1",  # ADR 0066
+        )
     ]
 
 

@@ -39,6 +39,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
+    "CHAT_AUDIO_PREFIX",
     "MAX_TOKEN_COUNT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
@@ -54,6 +55,7 @@ __all__ = [
     "iter_sse",
     "json_object",
     "named_calls",
+    "object_text",
     "parse_event_data",
     "parse_json_body",
     "post_json",
@@ -75,6 +77,11 @@ RESPONSES_REASONING_PREFIX = "openai-responses/"
 """Starts the `ThinkingBlock.signature` of an OpenAI Responses reasoning item. Only that
 adapter replays such a block; the others recognise it as foreign and leave it out."""
 
+
+CHAT_AUDIO_PREFIX = "openai-chat-audio/"
+"""Starts the `Part.signature` of an OpenAI Chat Completions audio answer: the prefix, the
+audio's `expires_at` (Unix seconds, empty when not given), "/", its `id`. Only that adapter
+sends it back (as the assistant message's `audio.id`); the others leave it out."""
 
 ASSISTANT_MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
 """Opens the user message that carries an assistant message's media (a Gemini image
@@ -122,6 +129,14 @@ def _mark_huge(value: Any, longs: list[str]) -> Any:
     if isinstance(value, dict):
         return {k: _mark_huge(v, longs) for k, v in value.items()}
     return value
+
+
+def object_text(value: Any) -> str | None:
+    """`value` when it is text holding a JSON object (tool-call arguments a proxy sent as a
+    string where the API sends an object), else None."""
+    if isinstance(value, str) and value.lstrip().startswith("{") and json_object(value):
+        return value
+    return None
 
 
 def json_object(raw: str) -> dict[str, Any] | None:
@@ -273,7 +288,8 @@ def token_count(value: Any) -> int:
     elif isinstance(value, float) and value.is_integer():
         count = int(value)
     elif isinstance(value, str) and value.isascii() and value.strip().isdigit():
-        count = int(value) if len(value) < 20 else MAX_TOKEN_COUNT
+        digits = value.strip().lstrip("0")  # spaces and leading zeros are no magnitude
+        count = int(digits or "0") if len(digits) < 20 else MAX_TOKEN_COUNT
     elif isinstance(value, _LongInt):  # over 4300 digits
         return 0 if value.text.startswith("-") else MAX_TOKEN_COUNT
     else:

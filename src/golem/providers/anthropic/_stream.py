@@ -14,14 +14,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_event_data, sse_events, unique_call_id
+from golem.providers._http import object_text, parse_event_data, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
     RawArgs,
+    input_text,
     message_from_blocks,
     response_of,
     usage_from,
+    with_container,
 )
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
@@ -45,6 +47,7 @@ class StreamParser:
         "_blocks",
         "_calls",
         "_cited",
+        "_container",
         "_done",
         "_fragments",
         "_ids",
@@ -58,6 +61,7 @@ class StreamParser:
         "_texted",
         "_thoughts",
         "_usage",
+        "_whole",
     )
 
     def __init__(self, output_tool: str = "") -> None:
@@ -71,6 +75,9 @@ class StreamParser:
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
         self._fragments: dict[int, list[str]] = {}
+        self._whole: set[int] = set()
+        """Wire indexes of `tool_use` blocks whose start carried their whole input (a
+        server that does not stream it): later input fragments are not added to it."""
         self._cited: dict[int, list[Any]] = {}
         """Wire block index → citations streamed for a text block (or a server block's
         input fragments, under index -1 - wire index)."""
@@ -82,6 +89,9 @@ class StreamParser:
         self._model = ""
         self._usage: dict[str, Any] = {}
         self._stop: Any = None
+        self._container: Any = None
+        """The code-execution container the response names (`message_start` or
+        `message_delta`), the latest one."""
         self._done = False
 
     @property
@@ -112,10 +122,15 @@ class StreamParser:
                 model = message.get("model")
                 self._model = model if isinstance(model, str) else ""
                 self._merge_usage(message.get("usage"))
+                if isinstance(message.get("container"), Mapping):
+                    self._container = message["container"]
         elif kind == "message_delta":
             delta = payload.get("delta")
-            if isinstance(delta, Mapping) and "stop_reason" in delta:
-                self._stop = delta["stop_reason"]
+            if isinstance(delta, Mapping):
+                if "stop_reason" in delta:
+                    self._stop = delta["stop_reason"]
+                if isinstance(delta.get("container"), Mapping):
+                    self._container = delta["container"]
             self._merge_usage(payload.get("usage"))
         elif kind == "message_stop":
             self._done = True
@@ -162,14 +177,17 @@ class StreamParser:
             self._separated = True
             self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
+        whole = _whole_input(block.get("input")) if kind == "tool_use" else ""
+        if whole:
+            self._whole.add(index)
         if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
             self._output.add(index)
-            self._fragments[index] = []
-            return None
+            self._fragments[index] = [whole] if whole else []
+            return Delta(content=whole) if whole else None
         if kind == "tool_use":
             n = self._index[index] = self._calls
             self._calls += 1
-            self._fragments[index] = []
+            self._fragments[index] = [whole] if whole else []
             call_id, name = block.get("id"), block.get("name")
             call_id = unique_call_id(call_id if isinstance(call_id, str) else "", self._ids)
             if call_id:
@@ -180,6 +198,7 @@ class StreamParser:
                         n,
                         id=call_id,
                         name=name if isinstance(name, str) else "",
+                        args_fragment=whole,
                     )
                 ]
             )
@@ -194,7 +213,7 @@ class StreamParser:
         if block is None:
             return None
         kind = delta.get("type")
-        if kind == "text_delta":
+        if kind == "text_delta" and block.get("type") == "text":
             text = delta.get("text")
             if not isinstance(text, str) or not text:
                 return None
@@ -204,7 +223,7 @@ class StreamParser:
         if kind == "input_json_delta":
             fragment = delta.get("partial_json")
             fragments = self._fragments.get(index)
-            if not isinstance(fragment, str) or not fragment:
+            if not isinstance(fragment, str) or not fragment or index in self._whole:
                 return None
             if fragments is None:
                 server = self._cited.get(-1 - index)
@@ -239,7 +258,23 @@ class StreamParser:
                 return None
             self._append(index, "signature", signature)
             return Delta(thinking=[ThinkingDelta(n, signature=signature)])
+        if block.get("type") not in _OWN_BLOCKS:
+            self._merge(index, block, delta)
         return None
+
+    def _merge(self, index: int, block: dict[str, Any], delta: Mapping[str, Any]) -> None:
+        """A delta of a type golem does not know, for a server-side (or unknown) block: kept
+        in the block, which goes back verbatim. Text fields are appended to the block's
+        field of the same name, as every documented delta does (`text`, `thinking`,
+        `signature`, `content`); any other value replaces the field."""
+        for key, value in delta.items():
+            if key == "type":
+                continue
+            if isinstance(value, str):
+                if value:
+                    self._append(index, key, value)
+            else:
+                block[key] = value
 
     def _thought_of(self, index: int, block: Mapping[str, Any]) -> int | None:
         """The thinking block number of the block at `index`; None when that block is not a
@@ -290,11 +325,23 @@ class StreamParser:
                     block[key] = (start if isinstance(start, str) else "") + "".join(values)
             blocks.append(block)
         return response_of(
-            message_from_blocks(blocks, self._output_tool),
+            with_container(message_from_blocks(blocks, self._output_tool), self._container),
             usage_from(self._usage),
             self._stop,
             self._model,
         )
+
+
+def _whole_input(value: Any) -> str:
+    """The arguments a `tool_use` start carries whole (a server that does not stream them),
+    as the unstreamed block's would read; "" for the API's empty `{}` (they follow)."""
+    if isinstance(value, str) or (isinstance(value, Mapping) and value):
+        return input_text(value) if not isinstance(value, str) or object_text(value) else ""
+    return ""
+
+
+_OWN_BLOCKS = frozenset(("text", "thinking", "redacted_thinking", "tool_use"))
+"""The block types golem reads into the message; every other one is kept as it came."""
 
 
 def _json_or_text(text: str) -> Any:

@@ -13,8 +13,10 @@ import hashlib
 import itertools
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from golem.errors import BadRequest, ResponseFormatError
@@ -28,6 +30,7 @@ from golem.providers._http import (
     in_order,
     json_object,
     named_calls,
+    object_text,
     raw_json,
     token_count,
     unique_call_id,
@@ -37,6 +40,7 @@ from golem.usage import Usage
 
 __all__ = [
     "API_VERSION",
+    "CONTAINER_BLOCK",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_TOKENS",
     "EMPTY_PROMPT_TEXT",
@@ -46,13 +50,16 @@ __all__ = [
     "RawArgs",
     "args_object",
     "build_request_body",
+    "container_of",
     "finish_reason_from",
+    "input_text",
     "message_from_blocks",
     "parse_response",
     "response_of",
     "strict_output_schema",
     "tool_choice_of",
     "usage_from",
+    "with_container",
 ]
 
 API_VERSION = "2023-06-01"
@@ -158,15 +165,57 @@ def build_request_body(
     if stop:
         body["stop_sequences"] = list(stop)
     body["stream"] = stream
+    container = container_of(request.messages)
+    if container:
+        body["container"] = container
     for key, value in (extra_body or {}).items():
         current = body.get(key)
-        if isinstance(current, dict) and isinstance(value, Mapping):
+        if key == "container" and container and isinstance(value, Mapping) and "id" not in value:
+            body[key] = {**value, "id": container}  # skills to load, in the carried container
+        elif isinstance(current, dict) and isinstance(value, Mapping):
             body[key] = {**current, **value}
         elif key == "tools" and isinstance(current, list) and isinstance(value, list):
             body[key] = [*current, *value]  # server tools (web search, ...) beside the agent's
         else:
             body[key] = value
     return body
+
+
+CONTAINER_BLOCK = "container"
+"""The `ServerToolBlock.type` that keeps the code-execution container a response named
+(its `id`; `raw` is the response's `container` object, with `expires_at`). It is no content
+block: it goes back as the request's `container`, never among the turn's blocks."""
+
+
+def container_of(messages: Sequence[Message], now: float | None = None) -> str:
+    """The ID of the code-execution container the conversation's latest Anthropic answer
+    ran in, to send as the request's `container` (a paused turn continues in it, and files
+    made there stay available); "" when the latest one named has expired (its `expires_at`
+    is past at `now`, default the current time) or none was named."""
+    for m in reversed(messages):
+        if m.role != "assistant":
+            continue
+        for b in reversed(m.server_tools):
+            if b.provider == PROVIDER and b.type == CONTAINER_BLOCK and b.id:
+                expires = _expiry(json_object(b.raw))
+                if expires is not None and expires <= (time.time() if now is None else now):
+                    return ""
+                return b.id
+    return ""
+
+
+def _expiry(container: Mapping[str, Any] | None) -> float | None:
+    """When a container expires (POSIX seconds), None when it does not say or not readably."""
+    value = container.get("expires_at") if container is not None else None
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def tool_choice_of(
@@ -377,7 +426,9 @@ def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     server = [
         (b, block)
         for b in m.server_tools
-        if b.provider == PROVIDER and (block := json_object(b.raw)) is not None
+        if b.provider == PROVIDER
+        and b.type != CONTAINER_BLOCK
+        and (block := json_object(b.raw)) is not None
     ]
     blocks: list[dict[str, Any]] = []
     for item in in_order(m, server):
@@ -585,6 +636,12 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 """Tool-call input as JSON text, spaced like the API streams it (`{"city": "Paris"}`)."""
 
 
+def input_text(value: Any) -> str:
+    """A `tool_use` block's `input` object as the arguments' JSON text, spaced like the API
+    streams it (null is `{}`; text holding an object, a proxy's, is that text)."""
+    return object_text(value) or args_json({} if value is None else value, _ARGS_ENCODER)
+
+
 @dataclass(frozen=True, slots=True)
 class RawArgs:
     """Marks a streamed `tool_use` block whose arguments arrived as raw JSON text."""
@@ -640,10 +697,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             thinking.append(ThinkingBlock(redacted=_str(b.get("data"))))
         elif kind == "tool_use":
             raw = b.get("input")
-            if isinstance(raw, RawArgs):
-                args = raw.text
-            else:
-                args = args_json({} if raw is None else raw, _ARGS_ENCODER)
+            args = raw.text if isinstance(raw, RawArgs) else input_text(raw)
             name = _str(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args
@@ -728,11 +782,30 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
         )
     usage = body.get("usage")
     return response_of(
-        message_from_blocks(content, output_tool),
+        with_container(message_from_blocks(content, output_tool), body.get("container")),
         usage_from(usage if isinstance(usage, Mapping) else None),
         body.get("stop_reason"),
         _str(body.get("model")),
     )
+
+
+def with_container(message: Message, container: Any) -> Message:
+    """`message` keeping the code-execution container a response named (`CONTAINER_BLOCK`,
+    after its blocks); `message` itself when `container` names none."""
+    if not isinstance(container, Mapping):
+        return message
+    container_id = container.get("id")
+    if not isinstance(container_id, str) or not container_id:
+        return message
+    block = ServerToolBlock(
+        provider=PROVIDER,
+        type=CONTAINER_BLOCK,
+        id=container_id,
+        raw=raw_json(dict(container)),
+        at=len(message.content),
+        thinking_before=len(message.thinking),
+    )
+    return replace(message, server_tools=[*message.server_tools, block])
 
 
 def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:

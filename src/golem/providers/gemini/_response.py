@@ -40,6 +40,7 @@ from golem.providers._http import (
     RUN_SEPARATOR,
     args_json,
     named_calls,
+    object_text,
     raw_json,
     token_count,
     unique_call_id,
@@ -501,7 +502,8 @@ _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allo
 
 
 def _compact_args(args: Any) -> str:
-    return args_json(args, _ARGS_ENCODER)
+    """The arguments as JSON text (text holding an object, a proxy's, is that text)."""
+    return object_text(args) or args_json(args, _ARGS_ENCODER)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:

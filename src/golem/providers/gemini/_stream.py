@@ -41,7 +41,7 @@ class StreamParser:
             if data.strip() == "[DONE]":
                 return []  # an OpenAI-style end marker a proxy adds: the events say the rest
             raise
-        if "error" in chunk:
+        if chunk.get("error"):  # a null one (`"error": null` beside the answer) is none
             raise error_from_payload(chunk)
         return self._builder.add(chunk)
 

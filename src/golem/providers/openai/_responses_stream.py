@@ -22,6 +22,7 @@ from golem.providers._http import parse_event_data, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
+    function_arguments,
     function_call_id,
     parse_responses_response,
 )
@@ -35,6 +36,7 @@ class ResponsesStreamParser:
     """Consumes the events of one streamed response, in order (see the module docstring)."""
 
     __slots__ = (
+        "_argued",
         "_calls",
         "_done",
         "_final",
@@ -43,6 +45,7 @@ class ResponsesStreamParser:
         "_reasoning",
         "_response_id",
         "_separated",
+        "_streamed",
         "_texted",
     )
 
@@ -54,6 +57,10 @@ class ResponsesStreamParser:
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
+        self._streamed: set[int] = set()
+        """Calls whose arguments streamed in fragments."""
+        self._argued: set[int] = set()
+        """Calls whose arguments came whole (in the added item, or only when done)."""
         self._done: dict[int, Mapping[str, Any]] = {}
         """The items of `response.output_item.done` events by `output_index`: the output of a
         terminal event that leaves its `output` out (a compatible server's)."""
@@ -97,9 +104,12 @@ class ResponsesStreamParser:
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
             n = self._calls.get(_index(event))
-            if n is None or not isinstance(fragment, str) or not fragment:
+            if n is None or not isinstance(fragment, str) or not fragment or n in self._argued:
                 return None
+            self._streamed.add(n)
             return Delta(tool_calls=[ToolCallDelta(n, args_fragment=fragment)])
+        if kind == "response.function_call_arguments.done":
+            return self._whole_args(self._calls.get(_index(event)), event.get("arguments"))
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             text = event.get("delta")
             n = self._reasoning.get(_index(event))
@@ -115,9 +125,15 @@ class ResponsesStreamParser:
             return self._added(event)
         if kind == "response.output_item.done":
             item = event.get("item")
+            delta = None
+            if isinstance(item, Mapping) and item.get("type") == "function_call":
+                delta = self._whole_args(self._calls.get(_index(event)), item.get("arguments"))
             if isinstance(item, Mapping):
-                self._done[_index(event)] = item
-            return None
+                index = _index(event)
+                if index < 0:  # no output_index: the items come in order
+                    index = max(self._done, default=-1) + 1
+                self._done[index] = item
+            return delta
         if kind in ("response.created", "response.in_progress") and not self._response_id:
             response = event.get("response")
             if isinstance(response, Mapping) and isinstance(response.get("id"), str):
@@ -126,7 +142,9 @@ class ResponsesStreamParser:
             response = event.get("response")
             if not isinstance(response, Mapping):
                 response = {}
-            if not isinstance(response.get("output"), list) and self._done:
+            if self._done and not (
+                isinstance(response.get("output"), list) and response["output"]
+            ):  # no output list, or an empty one, after items that were done
                 response = {**response, "output": [self._done[i] for i in sorted(self._done)]}
             self._final = parse_responses_response(response)
             return None
@@ -146,12 +164,16 @@ class ResponsesStreamParser:
             n = self._calls[index] = len(self._calls)
             call_id = unique_call_id(function_call_id(item, self._response_id, index), self._ids)
             name = item.get("name")
+            whole = function_arguments(item.get("arguments"))
+            if whole:
+                self._argued.add(n)  # a server that does not stream the arguments
             return Delta(
                 tool_calls=[
                     ToolCallDelta(
                         n,
                         id=call_id,
                         name=name if isinstance(name, str) else "",
+                        args_fragment=whole,
                     )
                 ]
             )
@@ -160,6 +182,17 @@ class ResponsesStreamParser:
         elif kind != "message":
             self._separated = True
         return None
+
+    def _whole_args(self, n: int | None, args: Any) -> Delta | None:
+        """The whole arguments of call `n` as its one fragment, when none streamed (a server
+        that sends them only when done); None otherwise."""
+        if n is None or n in self._streamed or n in self._argued:
+            return None
+        text = function_arguments(args)
+        if not text:
+            return None
+        self._argued.add(n)
+        return Delta(tool_calls=[ToolCallDelta(n, args_fragment=text)])
 
     def response(self) -> ModelResponse:
         """The final response.

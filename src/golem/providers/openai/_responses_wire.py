@@ -23,6 +23,7 @@ from golem.providers._http import (
     ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
+    args_json,
     in_order,
     json_object,
     named_calls,
@@ -32,6 +33,7 @@ from golem.providers._http import (
 )
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
+    ARGS_ENCODER,
     _schema_name,
     _wire_args,
     strict_compatible,
@@ -44,6 +46,7 @@ __all__ = [
     "PROVIDER",
     "ResponsesOptions",
     "build_responses_body",
+    "function_arguments",
     "function_call_id",
     "parse_reasoning_signature",
     "parse_responses_response",
@@ -349,6 +352,14 @@ def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
     return ThinkingBlock(text="\n\n".join(t for t in texts if t), signature=signature)
 
 
+def function_arguments(value: Any) -> str:
+    """A `function_call` item's `arguments` as text: the API's string as it is, an object (a
+    compatible server's) as JSON, null as ""."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else args_json(value, ARGS_ENCODER)
+
+
 def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> str:
     """The call ID of a `function_call` item: its `call_id` (or item `id`); for an item
     with neither, one derived from the response ID and the item's `output_index`, so a
@@ -411,7 +422,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
                 ToolCall(
                     id=unique_call_id(function_call_id(item, response_id, index), seen),
                     name=_str(item.get("name")),
-                    args=_str(item.get("arguments")),
+                    args=function_arguments(item.get("arguments")),
                 )
             )
         else:

@@ -28,6 +28,7 @@ from golem.providers.openai._wire import (
     PROVIDER,
     OutputMedia,
     citations_of,
+    foreign_call,
     map_finish_reason,
     parse_usage,
     reasoning_text,
@@ -75,6 +76,8 @@ class ChatStreamParser:
         """The answer's text is its audio's transcript (it had no text of its own)."""
         self._calls: list[_Call] = []
         self._slots: dict[int, int] = {}
+        self._foreign_indexes: set[int] = set()
+        """Indexes of calls of a type golem does not know (skipped)."""
         self._ids: set[str] = set()
         self._finish: FinishReason = ""
         self._saw_finish = False
@@ -142,7 +145,7 @@ class ChatStreamParser:
                     self._annotations.extend(annotations)
                 tool_calls = delta.get("tool_calls")
                 for tc in tool_calls if isinstance(tool_calls, list) else ():
-                    if isinstance(tc, dict):
+                    if isinstance(tc, dict) and not self._foreign(tc):
                         calls.append(self._call_fragment(tc))
             reason = choice.get("finish_reason")
             if reason:
@@ -159,6 +162,16 @@ class ChatStreamParser:
             thinking=[ThinkingDelta(index=0, text=thinking)] if thinking else [],
             tool_calls=calls,
         )
+
+    def _foreign(self, tc: dict[str, Any]) -> bool:
+        """Whether `tc` is a fragment of a call of a type golem does not know (`foreign_call`;
+        its later fragments name only its index)."""
+        index = tc.get("index")
+        if foreign_call(tc):
+            if isinstance(index, int) and index not in self._slots:
+                self._foreign_indexes.add(index)
+            return True
+        return isinstance(index, int) and index in self._foreign_indexes and not tc.get("id")
 
     def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
         index = tc.get("index")
@@ -177,6 +190,8 @@ class ChatStreamParser:
                 self._slots[index] = slot
         call = self._calls[slot]
         fn = tc.get("function")
+        if not isinstance(fn, dict):
+            fn = tc.get("custom")  # a custom tool's call: its input is its arguments
         fn = fn if isinstance(fn, dict) else {}
         new_id = new_name = signature = ""
         if call_id and not call.wire:
@@ -185,7 +200,7 @@ class ChatStreamParser:
         name = fn.get("name")
         if isinstance(name, str) and name and not call.name:
             call.name = new_name = name
-        args = fn.get("arguments")
+        args = fn.get("arguments", fn.get("input"))
         if args is not None and not isinstance(args, str):
             args = args_json(args, ARGS_ENCODER)
         if args:

@@ -14,6 +14,7 @@ import json
 import mimetypes
 import re
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
     ASSISTANT_MEDIA_TEXT,
+    CHAT_AUDIO_PREFIX,
     args_json,
     named_calls,
     raw_json,
@@ -38,8 +40,10 @@ __all__ = [
     "TOOL_PARTS_PLACEHOLDER",
     "RequestOptions",
     "SystemRole",
+    "audio_id_of",
     "build_request_body",
     "citations_of",
+    "foreign_call",
     "map_finish_reason",
     "map_messages",
     "parse_response",
@@ -191,8 +195,11 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
         elif m.role == "user":
             out.append(_user_message(m))
         elif m.role == "assistant":
-            out.append(_assistant_message(m, i, ids, options, after_last_user=i > last_user))
-            media = list(m.parts)  # assistant turns take text only: the media follow it
+            msg = _assistant_message(m, i, ids, options, after_last_user=i > last_user)
+            out.append(msg)
+            # assistant turns take text only: the media follow it (an audio answer the
+            # API still holds goes back by its ID instead)
+            media = [p for p in m.parts if "audio" not in msg or not _chat_audio(p)]
         else:
             call_id = ids.for_result(m)
             content = m.content
@@ -236,11 +243,35 @@ def _attachments_message(attachments: list[tuple[str, Message]]) -> dict[str, An
     return {"role": "user", "content": content}
 
 
+def _chat_audio(p: Part) -> bool:
+    return p.kind == "audio" and p.signature.startswith(CHAT_AUDIO_PREFIX)
+
+
+def audio_id_of(m: Message, now: float | None = None) -> str:
+    """The ID of the audio answer `m` holds, while the API still keeps it (its `expires_at`
+    is after `now`, default the current time; an audio without one is taken as kept); ""
+    when there is none, or it has expired."""
+    for p in m.parts:
+        if _chat_audio(p):
+            expires, _, audio_id = p.signature[len(CHAT_AUDIO_PREFIX) :].partition("/")
+            try:
+                expired = float(expires) <= (time.time() if now is None else now)
+            except ValueError:
+                expired = False
+            return "" if expired else audio_id
+    return ""
+
+
 def _assistant_message(
     m: Message, index: int, ids: _CallIds, options: RequestOptions, *, after_last_user: bool
 ) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant"}
-    if m.content or not m.tool_calls:
+    audio_id = audio_id_of(m)
+    if audio_id:
+        # an audio answer goes back by its ID (the API keeps its audio and transcript for
+        # multi-turn conversations); its text is that transcript
+        msg["audio"] = {"id": audio_id}
+    elif m.content or not m.tool_calls:
         msg["content"] = m.content
     if m.tool_calls:
         ids.start_turn()
@@ -527,11 +558,15 @@ class OutputMedia:
     compatible servers, OpenRouter's image models among them, answer with) and `image_url`
     parts of a content list."""
 
-    __slots__ = ("audio", "images", "transcript")
+    __slots__ = ("audio", "audio_expires", "audio_id", "images", "transcript")
 
     def __init__(self) -> None:
         self.audio: list[str] = []
         """The base64 text of the audio, in fragments."""
+        self.audio_id = ""
+        """The audio's ID, which the next request names to send the answer back."""
+        self.audio_expires = ""
+        """When the API stops keeping the audio (Unix seconds, as digits), "" unknown."""
         self.transcript: list[str] = []
         self.images: list[Any] = []
         """The `image_url` objects, as sent."""
@@ -542,6 +577,16 @@ class OutputMedia:
         audio = obj.get("audio")
         added = ""
         if isinstance(audio, dict):
+            audio_id = audio.get("id")
+            if isinstance(audio_id, str) and audio_id and not self.audio_id:
+                self.audio_id = audio_id
+            expires = audio.get("expires_at")
+            if (
+                isinstance(expires, int | float)
+                and not isinstance(expires, bool)
+                and -1e15 < expires < 1e15  # not NaN, not beyond any date
+            ):
+                self.audio_expires = str(int(expires))
             data = audio.get("data")
             if isinstance(data, str) and data:
                 self.audio.append(data)
@@ -569,8 +614,11 @@ class OutputMedia:
         """
         out: list[Part] = []
         if self.audio:
-            data = _base64(PROVIDER, "".join(self.audio), "audio")
-            out.append(Part("audio", data=data, media_type=_audio_type(data)))
+            data = _audio_data(self.audio)
+            signature = ""
+            if self.audio_id:
+                signature = f"{CHAT_AUDIO_PREFIX}{self.audio_expires}/{self.audio_id}"
+            out.append(Part("audio", data=data, media_type=_audio_type(data), signature=signature))
         for image in self.images:
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str) or not url:
@@ -586,6 +634,15 @@ class OutputMedia:
             else:
                 out.append(Part("image", url=url))
         return out
+
+
+def _audio_data(fragments: list[str]) -> bytes:
+    """The audio of the base64 fragments of a message or stream. A stream sends each chunk
+    of audio encoded on its own (each padded: `"AAE="` then `"AgM="`), which joined is no
+    base64; fragments that are not whole base64 quanta are pieces of one text."""
+    if len(fragments) > 1 and all(len(f) % 4 == 0 for f in fragments):
+        return b"".join(_base64(PROVIDER, f, "audio") for f in fragments)
+    return _base64(PROVIDER, "".join(fragments), "audio")
 
 
 def _base64(provider: str, text: str, what: str) -> bytes:
@@ -665,6 +722,23 @@ def citations_of(annotations: Any, content: str) -> list[Citation]:
     return out
 
 
+_CALL_TYPES = ("function", "custom")
+
+
+def foreign_call(tc: Any) -> bool:
+    """Whether a `tool_calls` entry is of a type golem does not know (neither a function
+    nor a custom tool call, and none's object in it): skipped, as no declared tool can run
+    it; an entry without a type is read as a function call."""
+    if not isinstance(tc, dict):
+        return False
+    kind = tc.get("type")
+    return (
+        isinstance(kind, str)
+        and kind not in _CALL_TYPES
+        and not any(isinstance(tc.get(k), dict) for k in _CALL_TYPES)
+    )
+
+
 def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
     """A complete tool call of a response message (`function` or `custom` type)."""
     fn = tc.get("function")
@@ -720,7 +794,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         transcript = media.add(msg)
         if transcript and not content:
             content = transcript  # an audio answer: its text is what it says
-        calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or ()]
+        calls = [parse_tool_call(tc) for tc in msg.get("tool_calls") or () if not foreign_call(tc)]
         legacy = msg.get("function_call")
         if isinstance(legacy, dict) and not calls:
             calls.append(parse_tool_call({"function": legacy}))
