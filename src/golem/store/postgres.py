@@ -23,6 +23,11 @@ caller is let go at once, and a task of its own drives the transaction to commit
 rollback. Only an event loop that shuts down under it cuts it short: its connection is then
 closed, and the server rolls back whatever it had not committed.
 
+A new connection raises a server's `idle_in_transaction_session_timeout` below 10 s to
+10 s for its own session (a transaction is idle between its round trips only while this
+process reads rows), and the listener's an `idle_session_timeout` below three check
+intervals (ADR 0068).
+
 Before a connection is reused, its socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
 backend) is replaced, and a transaction that fails on a broken connection before its
@@ -528,8 +533,9 @@ class PostgresStore(SQLStore):
         self.listen_check_interval: float | None = 10.0
         """Seconds the change feed's `LISTEN` connection may stay silent before it is asked
         an empty query, which must be answered within `command_timeout` (else it is
-        replaced); None never asks. Short enough to keep an `idle_session_timeout` or a
-        middlebox's idle timeout from closing the listener."""
+        replaced); None never asks. Short enough to keep a middlebox's idle timeout from
+        closing the listener; a server's `idle_session_timeout` shorter than three
+        intervals is raised to that on the listener's own session (ADR 0068)."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
@@ -592,7 +598,7 @@ class PostgresStore(SQLStore):
             kwargs["options"] = f"{given} {search_path}" if given else search_path
         return kwargs
 
-    def _connect(self) -> _Conn:
+    def _connect(self, listener: bool = False) -> _Conn:
         try:
             conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
         except psycopg.Error as exc:
@@ -603,8 +609,8 @@ class PostgresStore(SQLStore):
                 ) from exc
             raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
         try:
+            self._read_server_clock(conn, listener)
             self._ensure_migrated(conn)
-            self._read_server_clock(conn)
             return _Conn(conn, self.stats, self.command_timeout)
         except psycopg.Error as exc:  # killed, or the server went away, right after connecting
             conn.close()
@@ -630,17 +636,30 @@ class PostgresStore(SQLStore):
         server, at = anchor
         return server + timedelta(seconds=elapsed() - at)
 
-    def _read_server_clock(self, conn: _Connection) -> None:
+    def _read_server_clock(self, conn: _Connection, listener: bool = False) -> None:
         """Anchor `clock()` on the server's time, read on the new connection `conn` (on a
         connector thread; bounded by `command_timeout` like every wait for the server).
+
+        The same query pins the session's idle timeouts (ADR 0068): an
+        `idle_in_transaction_session_timeout` shorter than `_IDLE_IN_TRANSACTION_FLOOR`
+        is raised to it (a transaction is idle between its round trips only while this
+        process reads rows, and a shorter timeout kills healthy reads and writes); on the
+        listener's connection, an `idle_session_timeout` that would expire before a few
+        of its checks is raised likewise. Either is pinned to the session, so a reload
+        that lowers it later does not reach connections already open.
 
         Raises:
             StoreError: the server did not answer in time, or the connection broke.
         """
         pg = conn.pgconn
         sent = elapsed()
+        query = _SESSION_SETUP
+        interval = self.listen_check_interval
+        if listener and interval is not None and conn.info.server_version >= 140000:
+            floor = math.ceil(_LISTENER_IDLE * interval * 1000)
+            query += _pin_timeout("idle_session_timeout", floor)
         try:
-            pg.send_query(b"SELECT extract(epoch FROM clock_timestamp())::text")
+            pg.send_query(query.encode())
             while pg.flush():
                 if not _wait_socket(pg.socket, True, self.command_timeout):
                     raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
@@ -1167,7 +1186,7 @@ class PostgresStore(SQLStore):
 
     async def _connect_listener(self) -> _Conn:
         """A connection for `LISTEN`, opened on a thread of its own (as the pool's are)."""
-        connecting = _connect_on_thread(self._connect)
+        connecting = _connect_on_thread(lambda: self._connect(listener=True))
         try:
             return await asyncio.shield(connecting)
         except asyncio.CancelledError:  # closed once open: nobody listens on it
@@ -1246,6 +1265,33 @@ class PostgresStore(SQLStore):
 
 _CONNECT_TIMEOUT = 10
 """Seconds to connect when neither the store nor the DSN says."""
+
+_IDLE_IN_TRANSACTION_FLOOR = 10_000
+"""Milliseconds: the shortest `idle_in_transaction_session_timeout` a store connection
+keeps. A store transaction is idle only while this process reads the rows of one round
+trip before sending the next, so a shorter server setting kills healthy transactions; a
+process frozen mid-transaction still loses it (and its locks) this long after."""
+
+_LISTENER_IDLE = 3
+"""The listener's connection keeps an `idle_session_timeout` of at least this many
+`listen_check_interval`s: it sends an empty query every interval it hears nothing."""
+
+
+def _pin_timeout(name: str, floor_ms: int) -> str:
+    """A select-list item that sets the session's `name` to its current value, raised to
+    `floor_ms` when it is positive and shorter."""
+    current = f"current_setting('{name}')"
+    return (
+        f", set_config('{name}', CASE WHEN {current}::interval > interval '0' "
+        f"AND {current}::interval < interval '{floor_ms} ms' THEN '{floor_ms}ms' "
+        f"ELSE {current} END, false)"
+    )
+
+
+_SESSION_SETUP = "SELECT extract(epoch FROM clock_timestamp())::text" + _pin_timeout(
+    "idle_in_transaction_session_timeout", _IDLE_IN_TRANSACTION_FLOOR
+)
+"""A new connection's first query: the server's clock, and the pinned idle timeout."""
 
 _NO_SLOT = re.compile(
     r"too many clients already|too many connections for (role|database)"
