@@ -178,3 +178,39 @@ async def test_a_short_idle_session_timeout_does_not_make_the_listener_reconnect
             await store.close()
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert said == [], said
+
+
+@pytest.mark.parametrize("isolation", ["serializable", "repeatable read"])
+async def test_a_write_that_waited_for_a_concurrent_commit_carries_on_whatever_the_default_isolation(
+    isolation: str,
+) -> None:
+    """`default_transaction_isolation` set on the database: every golem write updates the
+    audit sequence's one row, so under REPEATABLE READ or SERIALIZABLE any write that
+    waited for another's commit failed with a serialization error (and a worker's claims
+    and finishes failed under load). A decision waits behind a transaction holding that
+    row; once that commits, the decision is recorded."""
+    async with _database(default_transaction_isolation=isolation) as dsn:
+        store = await PostgresStore.open(dsn)
+        try:
+            run = make_run(approval("c1"))
+            await store.save_pending(run)
+            with psycopg.connect(dsn) as other:
+                other.execute("UPDATE golem_audit_seq SET last_id = last_id WHERE singleton = 1")
+                deciding = asyncio.create_task(
+                    store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+                )
+
+                async def waiting() -> bool:
+                    rows = await asyncio.to_thread(
+                        admin,
+                        dsn,
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                    )
+                    return bool(rows[0][0])
+
+                await until(waiting, "the decision to wait for the row lock")
+                other.commit()
+            await asyncio.wait_for(deciding, 60)
+            assert (await store.get_run(run.id)).status is RunStatus.READY
+        finally:
+            await store.close()

@@ -179,6 +179,15 @@ _RUN_CHANGED = (
 """Divides by zero unless this transaction wrote the run's row (its current version's
 `xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
 
+_BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+"""Writes run at READ COMMITTED whatever the server's `default_transaction_isolation`:
+their locking takes a fresh snapshot per statement (a decision waits for the run's row
+lock, then sees what the transaction it waited for committed), and every write updates the
+audit sequence's one row, which REPEATABLE READ or SERIALIZABLE would refuse to do after a
+concurrent commit (ADR 0068)."""
+_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+"""Reads see a run and its calls as one snapshot."""
+
 _IDLE = pq.TransactionStatus.IDLE
 _FATAL = pq.ExecStatus.FATAL_ERROR
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
@@ -943,7 +952,7 @@ class PostgresStore(SQLStore):
         self.stats.transactions += 1
         tx = Tx(c)
         try:
-            c.begin(b"BEGIN" if write else b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            c.begin(_BEGIN_WRITE if write else _BEGIN_READ)
             result = fn(tx, *args)
             if tx.entries:
                 self._flush_audit(tx)
