@@ -21,12 +21,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from golem.store import Decision, Outcome, RunStatus, utc_now
+from golem.errors import StoreError
+from golem.store import Decision, Outcome, RunStatus, StoreReadOnly, utc_now
 from golem.store.postgres import PostgresStore, _Conn, _SchemaConn
 from tests.store.backends import postgres_dsn
-from tests.store.chaos import Scene, admin, backends_of, until
+from tests.store.chaos import Scene, admin, backends_of, terminate_backends, until
 from tests.store.runs import approval, external, make_run
 
 pytestmark = pytest.mark.postgres
@@ -214,3 +215,88 @@ async def test_a_write_that_waited_for_a_concurrent_commit_carries_on_whatever_t
             assert (await store.get_run(run.id)).status is RunStatus.READY
         finally:
             await store.close()
+
+
+async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_read_only() -> None:
+    """`default_transaction_read_only = on` set on the database (an operator freezing it,
+    or a DSN that reached a hot standby): a store opened then still reads (opening it
+    wrote nothing and took no lock — before, its migration check wrote, so every call
+    failed), every write raises `StoreReadOnly` and changes nothing, and once the setting
+    is lifted the same calls succeed."""
+    async with _database() as dsn:
+        async with await PostgresStore.open(dsn) as writer:
+            run = make_run(approval("c1"))
+            await writer.save_pending(run)
+        name = conninfo_to_dict(dsn)["dbname"]
+        await asyncio.to_thread(
+            admin, postgres_dsn(), f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
+        )
+        async with await PostgresStore.open(dsn) as frozen:
+            assert (await frozen.get_run(run.id)).status is RunStatus.PENDING
+            assert [r.id for r in await frozen.list_runs()] == [run.id]
+            assert len((await frozen.list_pending_calls()).items) == 1
+            entries = await frozen.changes_since(0)
+            writes = [
+                frozen.save_pending(make_run(approval("c1"))),
+                frozen.decide(run.id, "c1", Decision.approve(), decided_by="bob"),
+                frozen.decide(run.id, "c1", Decision.approve({"path": "/z"}), decided_by="bob"),
+                frozen.claim_ready("w1", 30),
+                frozen.sweep_interrupted(),
+            ]
+            for write in writes:
+                with pytest.raises(StoreReadOnly, match="read-only"):
+                    await write
+            assert await frozen.changes_since(0) == entries, "nothing written"
+        await asyncio.to_thread(
+            admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET default_transaction_read_only'
+        )
+        async with await PostgresStore.open(dsn) as thawed:
+            await thawed.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+            assert (await thawed.get_run(run.id)).status is RunStatus.READY
+
+
+async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    """The database turns read-only while two workers run and one approved call is inside
+    its tool (every connection is cut, so each reconnects read-only): starts fail with
+    `StoreReadOnly`, the workers keep polling without a crash or a hang, the held run's
+    outcome waits (its lease holds) and is saved once writes are back; every run
+    completes, each call ran once."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    app = f"golem-ro-{uuid.uuid4().hex[:8]}"
+    async with _database() as dsn:
+        name = conninfo_to_dict(dsn)["dbname"]
+        mine = make_conninfo(dsn, application_name=app)
+        async with Scene(dsn, exec_dir, worker_dsn=mine, producer_dsn=mine, workers=2) as s:
+            await s.all_done(await s.producer.many(3))
+            (held,) = await s.producer.many(1, hold=True)
+
+            async def in_tool() -> bool:
+                return s.hold.entered == 1
+
+            await until(in_tool, "the resume to be inside its tool")
+            await asyncio.to_thread(
+                admin, postgres_dsn(), f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
+            )
+            await terminate_backends(dsn, app)
+            for _ in range(3):  # a pooled connection killed just now may fail first
+                try:
+                    await s.producer.one_started()
+                except StoreReadOnly:
+                    break
+                except StoreError as exc:
+                    if type(exc) is not StoreError:  # only a connection cut just now
+                        raise
+            else:
+                raise AssertionError("a start succeeded on a read-only database")
+            s.hold.release()
+            await asyncio.sleep(0.5)  # the outcome's save is refused meanwhile
+            assert await s.status(held) is RunStatus.RUNNING
+            await asyncio.to_thread(
+                admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET default_transaction_read_only'
+            )
+            await terminate_backends(dsn, app)
+            await s.all_done([held])
+            await s.all_done(await s.producer.many(3))
+            summary = await s.settle()
+    assert summary.statuses == {RunStatus.COMPLETED: 7}, summary

@@ -63,7 +63,7 @@ from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
-from golem.store._schema import migrate
+from golem.store._schema import LATEST_VERSION, migrate
 from golem.store._sql import (
     _C_CALL_COLS,
     _FITS,
@@ -77,7 +77,13 @@ from golem.store._sql import (
     utc_now,
 )
 from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import AuditAction, DecisionRecord, StoreBusy, StoreTimeout
+from golem.store.records import (
+    AuditAction,
+    DecisionRecord,
+    StoreBusy,
+    StoreReadOnly,
+    StoreTimeout,
+)
 
 try:
     import greenlet
@@ -623,7 +629,7 @@ class PostgresStore(SQLStore):
             return _Conn(conn, self.stats, self.command_timeout)
         except psycopg.Error as exc:  # killed, or the server went away, right after connecting
             conn.close()
-            raise StoreError(f"postgresql: {exc}") from exc
+            raise _store_error(exc) from exc
         except BaseException:
             conn.close()
             raise
@@ -705,6 +711,9 @@ class PostgresStore(SQLStore):
                     f"{_redact(self.dsn)} runs {version // 10000}.{version % 10000}"
                 )
             c = _SchemaConn(conn, self.stats)
+            if self._schema_is_current(c):
+                self._migrated = True
+                return
             c.execute("BEGIN")
             try:
                 key = f"golem_schema:{self.schema or ''}"
@@ -718,6 +727,16 @@ class PostgresStore(SQLStore):
                 raise
             c.execute("COMMIT")
             self._migrated = True
+
+    def _schema_is_current(self, c: _SchemaConn) -> bool:
+        """Whether the schema is at this golem's version, read in one statement outside
+        any transaction: then opening writes nothing and takes no lock, so a read-only
+        database (or a hot standby) still serves reads."""
+        try:
+            rows = c.fetch("SELECT max(version) FROM golem_schema_version")
+        except pg_errors.UndefinedTable:  # a new database (or schema): migrate
+            return False
+        return bool(rows) and rows[0][0] == LATEST_VERSION
 
     async def _checkout(self) -> _Conn:
         """An idle connection that still looks alive, or a new one once the pool has room.
@@ -863,7 +882,7 @@ class PostgresStore(SQLStore):
                     continue
                 raise StoreError(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
-                raise StoreError(f"postgresql: {exc}") from exc
+                raise _store_error(exc) from exc
             finally:
                 if not c.handed_off:
                     self._checkin(c)
@@ -1308,6 +1327,18 @@ _NO_SLOT = re.compile(
 )
 """The server's refusals for want of a connection slot (SQLSTATE 53300, which libpq does
 not pass on for a failed connection: the English messages)."""
+
+_READ_ONLY = "25006"
+"""SQLSTATE `read_only_sql_transaction`: a write in a read-only transaction."""
+
+
+def _store_error(exc: psycopg.Error) -> StoreError:
+    """The store's error for a failure the server reported: `StoreReadOnly` for a write
+    the database refused as read-only, else a plain `StoreError`."""
+    if exc.sqlstate == _READ_ONLY:
+        return StoreReadOnly(f"postgresql: the database is read-only: {exc}")
+    return StoreError(f"postgresql: {exc}")
+
 
 _URL_OPTIONS = ("pool_size", "command_timeout", "schema")
 """Query parameters of a store URL that configure the store, not libpq."""
