@@ -300,3 +300,33 @@ async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path
             await s.all_done(await s.producer.many(3))
             summary = await s.settle()
     assert summary.statuses == {RunStatus.COMPLETED: 7}, summary
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+async def test_millisecond_lock_and_statement_timeouts_set_mid_flight_lose_and_repeat_nothing(
+    tmp_path: Path, setting: str
+) -> None:
+    """An operator sets `lock_timeout` or `statement_timeout` to 1 ms on the database
+    while three workers and four producers run, and every connection is cut so each
+    reconnects under it: calls the server cancels fail with a `StoreError` naming the
+    timeout (their transactions rolled back), nothing hangs; once the setting is lifted
+    every saved run completes, each approved call ran once (held: no change needed)."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    app = f"golem-ms-{uuid.uuid4().hex[:8]}"
+    cluster = postgres_dsn()
+    async with _database() as dsn:
+        name = conninfo_to_dict(dsn)["dbname"]
+        mine = make_conninfo(dsn, application_name=app)
+        async with Scene(dsn, exec_dir, worker_dsn=mine, producer_dsn=mine, workers=3) as s:
+            await asyncio.to_thread(
+                admin, cluster, f"ALTER DATABASE \"{name}\" SET {setting} = '1ms'"
+            )
+            await terminate_backends(cluster, app)
+            await asyncio.wait_for(asyncio.gather(*(s.producer.many(5) for _ in range(4))), 120)
+            await asyncio.to_thread(admin, cluster, f'ALTER DATABASE "{name}" RESET {setting}')
+            await terminate_backends(cluster, app)
+            summary = await s.settle()
+    assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
+    assert sum(summary.statuses.values()) + s.producer.unknown_starts == 20
