@@ -49,6 +49,7 @@ from tests.store.chaos import (
     terminate_backends,
     until,
 )
+from tests.store.runs import approval, make_run
 from tests.store.worker_app import _model, prompt_for
 
 pytestmark = pytest.mark.postgres
@@ -443,3 +444,109 @@ async def test_a_worker_whose_renewals_keep_failing_runs_no_approved_call_after_
     assert after.status is RunStatus.INTERRUPTED
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "renewing the lease" in text
+
+
+# ---------------------------------------------------------------------- 6. reloads
+
+
+@pytest.mark.usefixtures("slow_round_trips")
+async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_call(
+    cluster: Cluster,
+) -> None:
+    """`ALTER SYSTEM SET idle_in_transaction_session_timeout = '1ms'` and a reload while a
+    store's connections are open (ADR 0068): they keep the value they pinned when they
+    opened, connections opened after raise it to 10 s, so reads of several round trips and
+    full decisions keep working on both (each in-transaction gap made 30 ms)."""
+    schema = f"reload_{uuid.uuid4().hex[:8]}"
+    early = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+    late: PostgresStore | None = None
+    try:
+        run = make_run(approval("c1"), approval("c2"), approval("c3"))
+        await early.save_pending(run)
+        # three connections open before the reload: a call whose connection the timeout
+        # broke would be retried on another of them, as stale as the first
+        await asyncio.gather(*(early.get_run(run.id) for _ in range(3)))
+        assert len(early._idle) == 3
+        admin(cluster.dsn, "ALTER SYSTEM SET idle_in_transaction_session_timeout = '1ms'")
+        admin(cluster.dsn, "SELECT pg_reload_conf()")
+
+        async def reloaded() -> bool:
+            rows = await asyncio.to_thread(
+                admin, cluster.dsn, "SHOW idle_in_transaction_session_timeout"
+            )
+            return bool(rows[0][0] == "1ms")
+
+        await until(reloaded, "the reload to reach new sessions")
+        late = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+        for store, call in ((early, "c1"), (late, "c2")):
+            assert (await store.get_run(run.id)).status is RunStatus.PENDING
+            assert len(await store.list_runs()) == 1
+            assert len((await store.list_pending_calls()).items) >= 2
+            edited = Decision.approve({"path": f"/{call}"})  # edited: the full transaction
+            await store.decide(run.id, call, edited, decided_by="bob")
+    finally:
+        admin(cluster.dsn, "ALTER SYSTEM RESET idle_in_transaction_session_timeout")
+        admin(cluster.dsn, "SELECT pg_reload_conf()")
+        await early.close()
+        if late is not None:
+            await late.close()
+        admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# ---------------------------------------------------------------------- 7. kills in COMMIT
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stage", ["claim", "finish"])
+async def test_workers_killed_again_and_again_inside_their_commit_lose_and_repeat_nothing(
+    cluster: Cluster, tmp_path: Path, stage: str
+) -> None:
+    """Three workers' claims (or finishes) wait inside their COMMIT and their backends are
+    killed (`pg_terminate_backend`), four times over: each time every waiting worker is
+    left not knowing whether its COMMIT took, looks or retries, and waits in its COMMIT
+    again. Once the stall ends every run completes, each call run once, and no run a
+    claim took was left unresumed."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    app = f"golem-commit-{uuid.uuid4().hex[:8]}"
+    workers = _with(cluster.dsn, application_name=app)
+    waiting = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    killed = 0
+    async with Scene(
+        cluster.dsn, exec_dir, worker_dsn=workers, workers=3, start=stage == "finish"
+    ) as s:
+        held = await s.producer.many(9, hold=stage == "finish")
+        if stage == "finish":
+
+            async def all_in_tool() -> bool:
+                return s.hold.entered == 9
+
+            await until(all_in_tool, "nine resumes to be inside their tool")
+        status = "running" if stage == "claim" else "completed"
+        with _stalled(cluster.dsn, s.schema, status):
+            if stage == "claim":
+                s.start()
+            else:
+                s.hold.release()
+            for _ in range(4):
+
+                async def stalled() -> bool:
+                    rows = await asyncio.to_thread(
+                        admin,
+                        cluster.dsn,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        app,
+                    )
+                    return bool(rows[0][0])
+
+                await until(stalled, f"a {stage} to wait in its COMMIT")
+                killed += len(await asyncio.to_thread(admin, cluster.dsn, waiting, app))
+        await s.all_done(held)
+        summary = await s.settle()
+    assert killed >= 4
+    assert summary.statuses == {RunStatus.COMPLETED: 9}, summary
+    assert summary.interrupted_unexecuted == []

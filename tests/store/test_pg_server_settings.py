@@ -2,7 +2,7 @@
 
 - `idle_in_transaction_session_timeout` at 1 ms: every store operation, migrations
   included, still succeeds, however long this process takes between a transaction's round
-  trips (the tests make each such gap last tens of milliseconds);
+  trips (`slow_round_trips` makes each such gap last 30 ms);
 - `idle_session_timeout` shorter than the listener's check interval: the `LISTEN`
   connection is kept, with no warning and no reconnect.
 """
@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -25,16 +23,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from golem.errors import StoreError
 from golem.store import Decision, Outcome, RunStatus, StoreReadOnly, utc_now
-from golem.store.postgres import PostgresStore, _Conn, _SchemaConn
+from golem.store.postgres import PostgresStore
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import Scene, admin, backends_of, terminate_backends, until
 from tests.store.runs import approval, external, make_run
 
 pytestmark = pytest.mark.postgres
-
-_GAP = 0.03
-"""Seconds a test's transaction stays idle between its round trips (30 × a 1 ms timeout)."""
-
 
 @contextlib.asynccontextmanager
 async def _database(**settings: str) -> AsyncIterator[str]:
@@ -48,31 +42,6 @@ async def _database(**settings: str) -> AsyncIterator[str]:
         yield make_conninfo(dsn, dbname=name)
     finally:
         await asyncio.to_thread(admin, dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def slow_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every answer that leaves a transaction open is followed by `_GAP` seconds of this
-    process doing nothing (as a loaded machine, or a large result, would), migrations
-    included."""
-    sync = _Conn._sync
-    in_transaction = psycopg.pq.TransactionStatus.INTRANS
-
-    def slow_sync(self: _Conn) -> list[Any]:
-        results = sync(self)
-        if self.pg.transaction_status == in_transaction:
-            time.sleep(_GAP)
-        return results
-
-    execute = _SchemaConn.execute
-
-    def slow_execute(self: _SchemaConn, sql: str, params: Any = ()) -> int:
-        n = execute(self, sql, params)
-        time.sleep(_GAP)
-        return n
-
-    monkeypatch.setattr(_Conn, "_sync", slow_sync)
-    monkeypatch.setattr(_SchemaConn, "execute", slow_execute)
 
 
 @pytest.mark.usefixtures("slow_round_trips")
