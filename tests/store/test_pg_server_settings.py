@@ -299,3 +299,37 @@ async def test_millisecond_lock_and_statement_timeouts_set_mid_flight_lose_and_r
             summary = await s.settle()
     assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
     assert sum(summary.statuses.values()) + s.producer.unknown_starts == 20
+
+
+@pytest.mark.timeout(300)
+async def test_a_millisecond_idle_session_timeout_fails_no_call(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`idle_session_timeout = 1ms` on the database: the server closes a connection idle
+    for a millisecond — between connecting and its first query, between two statements of
+    the migration check, in the pool between two transactions. Opening failed before
+    (the first query was too late); now every connection raises it to 10 s (the first
+    ones in their first query, or, once the server closed one too soon, in their startup
+    packet): three workers, four producers and a listener run twenty cycles with no
+    failed call and nothing logged but progress."""
+    caplog.set_level(logging.INFO, "golem")
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    async with _database(idle_session_timeout="1ms") as dsn:
+        name = conninfo_to_dict(dsn)["dbname"]
+        async with Scene(dsn, exec_dir, workers=3) as s:
+            await asyncio.gather(*(s.producer.many(5) for _ in range(4)))
+            summary = await s.settle()
+            # the scene's own cleanup connects without golem's floor
+            await asyncio.to_thread(
+                admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET idle_session_timeout'
+            )
+    assert summary.statuses == {RunStatus.COMPLETED: 20}, summary
+    assert s.producer.unknown_starts == 0
+    progress = ("claimed run", "resuming run", "completed")
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.INFO and not any(p in r.getMessage() for p in progress)
+    ]
+    assert not [m for m in said if "stopping" not in m], said

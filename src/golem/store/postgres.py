@@ -556,6 +556,9 @@ class PostgresStore(SQLStore):
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
+        self._short_idle_session = False
+        """The server closed a new connection for idling before its first query could
+        raise `idle_session_timeout`: new connections raise it in their startup packet."""
         self._server_clock: tuple[datetime, float] | None = None
         """The server's time and this process's `elapsed()` when it was read (newest
         connection): `clock()` counts on from there."""
@@ -595,7 +598,7 @@ class PostgresStore(SQLStore):
 
     # ------------------------------------------------------------------ connections
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def _connect_kwargs(self, listener: bool = False) -> dict[str, Any]:
         # a keyword argument replaces the DSN's own setting: pass only what was asked for
         try:
             params = conninfo_to_dict(self.dsn)
@@ -606,33 +609,50 @@ class PostgresStore(SQLStore):
             kwargs["connect_timeout"] = self.connect_timeout
         elif "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT
+        options = []
         if self.schema:
+            options.append(f"-c search_path={self.schema}")
+        if self._short_idle_session:  # raised from the start: no window before the first query
+            options.append(f"-c idle_session_timeout={self._idle_session_floor(listener)}")
+        if options:
             # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say
             given = params.get("options") or os.environ.get("PGOPTIONS")
-            search_path = f"-c search_path={self.schema}"
-            kwargs["options"] = f"{given} {search_path}" if given else search_path
+            kwargs["options"] = " ".join([str(given), *options] if given else options)
         return kwargs
 
+    def _idle_session_floor(self, listener: bool) -> int:
+        """Milliseconds: the shortest `idle_session_timeout` a connection keeps."""
+        interval = self.listen_check_interval
+        if listener and interval is not None:
+            return max(_IDLE_FLOOR, math.ceil(_LISTENER_IDLE * interval * 1000))
+        return _IDLE_FLOOR
+
     def _connect(self, listener: bool = False) -> _Conn:
-        try:
-            conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
-        except psycopg.Error as exc:
-            where = _redact(self.dsn)
-            if _NO_SLOT.search(str(exc)):
-                raise StoreBusy(
-                    f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
-                ) from exc
-            raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
-        try:
-            self._read_server_clock(conn, listener)
-            self._ensure_migrated(conn)
-            return _Conn(conn, self.stats, self.command_timeout)
-        except psycopg.Error as exc:  # killed, or the server went away, right after connecting
-            conn.close()
-            raise _store_error(exc) from exc
-        except BaseException:
-            conn.close()
-            raise
+        where = _redact(self.dsn)
+        while True:
+            try:
+                conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs(listener))
+            except psycopg.Error as exc:
+                if _NO_SLOT.search(str(exc)):
+                    raise StoreBusy(
+                        f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
+                    ) from exc
+                raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
+            try:
+                self._read_server_clock(conn, listener)
+                self._ensure_migrated(conn)
+                return _Conn(conn, self.stats, self.command_timeout)
+            except psycopg.Error as exc:  # killed, or the server went away, right after connecting
+                conn.close()
+                if exc.sqlstate == _IDLE_SESSION_TIMEOUT and not self._short_idle_session:
+                    # closed for idling before its first query could raise the timeout:
+                    # connect again with the floor in the startup packet (ADR 0068)
+                    self._short_idle_session = True
+                    continue
+                raise _store_error(exc) from exc
+            except BaseException:
+                conn.close()
+                raise
 
     def clock(self) -> datetime:
         """The database server's current time (aware UTC), as this process tells it.
@@ -656,43 +676,45 @@ class PostgresStore(SQLStore):
         connector thread; bounded by `command_timeout` like every wait for the server).
 
         The same query pins the session's idle timeouts (ADR 0068): an
-        `idle_in_transaction_session_timeout` shorter than `_IDLE_IN_TRANSACTION_FLOOR`
-        is raised to it (a transaction is idle between its round trips only while this
-        process reads rows, and a shorter timeout kills healthy reads and writes); on the
-        listener's connection, an `idle_session_timeout` that would expire before a few
-        of its checks is raised likewise. Either is pinned to the session, so a reload
-        that lowers it later does not reach connections already open.
+        `idle_in_transaction_session_timeout` or `idle_session_timeout` shorter than
+        `_IDLE_FLOOR` is raised to it (a transaction is idle between its round trips only
+        while this process reads rows, and a pooled connection is checked before use, so
+        a shorter timeout only kills healthy work); on the listener's connection, an
+        `idle_session_timeout` that would expire before three of its checks is raised to
+        that. Both are pinned to the session, so a reload that lowers them later does not
+        reach connections already open.
 
         Raises:
-            StoreError: the server did not answer in time, or the connection broke.
+            StoreError: the server did not answer in time.
+            psycopg.Error: the server refused the query or closed the connection.
         """
         pg = conn.pgconn
         sent = elapsed()
-        query = _SESSION_SETUP
-        interval = self.listen_check_interval
-        if listener and interval is not None and conn.info.server_version >= 140000:
-            floor = math.ceil(_LISTENER_IDLE * interval * 1000)
-            query += _pin_timeout("idle_session_timeout", floor)
-        try:
-            pg.send_query(query.encode())
-            while pg.flush():
-                if not _wait_socket(pg.socket, True, self.command_timeout):
+        if conn.info.server_version >= 140000:  # PostgreSQL 13 has no idle_session_timeout
+            query = _session_setup(self._idle_session_floor(listener))
+        else:
+            query = _SESSION_SETUP_13
+        pg.send_query(query)
+        while pg.flush():
+            if not _wait_socket(pg.socket, True, self.command_timeout):
+                raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+        text: bytes | None = None
+        while True:
+            while pg.is_busy():
+                if not _wait_socket(pg.socket, False, self.command_timeout):
                     raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
-            text: bytes | None = None
-            while True:
-                while pg.is_busy():
-                    if not _wait_socket(pg.socket, False, self.command_timeout):
-                        raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
-                    pg.consume_input()
-                result = pg.get_result()
-                if result is None:
-                    break
-                if result.status == _TUPLES_OK and result.ntuples == 1:
-                    text = result.get_value(0, 0)
-                elif result.status == _FATAL:
-                    raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
-        except psycopg.Error as exc:
-            raise StoreError(f"postgresql: reading the server's clock: {exc}") from exc
+                pg.consume_input()
+            result = pg.get_result()
+            if result is None:
+                break
+            if result.status == _TUPLES_OK and result.ntuples == 1:
+                text = result.get_value(0, 0)
+                if result.nfields > 2 and result.get_value(0, 1) == b"t":
+                    # this server closes idle sessions too soon: later connections raise
+                    # the timeout in their startup packet, before any window (ADR 0068)
+                    self._short_idle_session = True
+            elif result.status == _FATAL:
+                raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
         got = elapsed()
         if text is not None:
             server = datetime.fromtimestamp(float(text), UTC)
@@ -1294,11 +1316,15 @@ class PostgresStore(SQLStore):
 _CONNECT_TIMEOUT = 10
 """Seconds to connect when neither the store nor the DSN says."""
 
-_IDLE_IN_TRANSACTION_FLOOR = 10_000
-"""Milliseconds: the shortest `idle_in_transaction_session_timeout` a store connection
-keeps. A store transaction is idle only while this process reads the rows of one round
-trip before sending the next, so a shorter server setting kills healthy transactions; a
-process frozen mid-transaction still loses it (and its locks) this long after."""
+_IDLE_FLOOR = 10_000
+"""Milliseconds: the shortest `idle_in_transaction_session_timeout` and
+`idle_session_timeout` a store connection keeps. A store transaction is idle only while
+this process reads the rows of one round trip before sending the next, and a pooled
+connection the server closed is replaced before use, so shorter settings only kill healthy
+work; a process frozen mid-transaction still loses it (and its locks) this long after."""
+
+_IDLE_SESSION_TIMEOUT = "57P05"
+"""SQLSTATE `idle_session_timeout`: the server closed a connection that idled too long."""
 
 _LISTENER_IDLE = 3
 """The listener's connection keeps an `idle_session_timeout` of at least this many
@@ -1316,10 +1342,27 @@ def _pin_timeout(name: str, floor_ms: int) -> str:
     )
 
 
-_SESSION_SETUP = "SELECT extract(epoch FROM clock_timestamp())::text" + _pin_timeout(
-    "idle_in_transaction_session_timeout", _IDLE_IN_TRANSACTION_FLOOR
-)
-"""A new connection's first query: the server's clock, and the pinned idle timeout."""
+_SESSION_SETUP_13 = (
+    "SELECT extract(epoch FROM clock_timestamp())::text"
+    + _pin_timeout("idle_in_transaction_session_timeout", _IDLE_FLOOR)
+).encode()
+"""A new connection's first query on PostgreSQL 13: the server's clock, and the pinned
+idle-in-transaction timeout."""
+
+
+def _session_setup(idle_session_floor_ms: int) -> bytes:
+    """A new connection's first query: the server's clock; whether the server's
+    `idle_session_timeout` is positive and below `_IDLE_FLOOR` (read before it is pinned:
+    the materialized CTE is evaluated first); and both idle timeouts pinned."""
+    current = "current_setting('idle_session_timeout')::interval"
+    return (
+        f"WITH s AS MATERIALIZED (SELECT {current} AS idle) "
+        "SELECT extract(epoch FROM clock_timestamp())::text, "
+        f"s.idle > interval '0' AND s.idle < interval '{_IDLE_FLOOR} ms'"
+        + _pin_timeout("idle_in_transaction_session_timeout", _IDLE_FLOOR)
+        + _pin_timeout("idle_session_timeout", idle_session_floor_ms)
+        + " FROM s"
+    ).encode()
 
 _NO_SLOT = re.compile(
     r"too many clients already|too many connections for (role|database)"
