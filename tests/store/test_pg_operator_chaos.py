@@ -33,11 +33,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from golem import Agent, RunContext
 from golem.errors import StoreError
+from golem.service import create_app
 from golem.store import Decision, RunRecord, RunStatus, StoreBusy
 from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from golem.worker import AgentEntry, Worker, start_run
+from tests.service.agents import build_registry
+from tests.service.conftest import make_auth
 from tests.store.chaos import (
     Cluster,
     Hold,
@@ -550,3 +553,109 @@ async def test_workers_killed_again_and_again_inside_their_commit_lose_and_repea
     assert killed >= 4
     assert summary.statuses == {RunStatus.COMPLETED: 9}, summary
     assert summary.interrupted_unexecuted == []
+
+
+# ---------------------------------------------------------------------- 8. streams
+
+
+class _EventStream:
+    """`GET /api/events?cursor=N` driven straight through the ASGI app: the change IDs it
+    sends, and whether it ended by itself (the app returned; an exception is kept)."""
+
+    def __init__(self, app: Any, cursor: int) -> None:
+        self.ids: list[int] = []
+        self.status = 0
+        self.arrived = asyncio.Event()
+        self._gone = asyncio.Event()
+        self._buffer = ""
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/api/events",
+            "raw_path": b"/api/events",
+            "root_path": "",
+            "query_string": f"cursor={cursor}".encode(),
+            "headers": [(b"authorization", b"Bearer tok-alice")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("golem.test", 80),
+            "state": {},
+        }
+        self.task = asyncio.create_task(app(scope, self._receive, self._send))
+
+    async def _receive(self) -> dict[str, Any]:
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            return
+        self._buffer += message.get("body", b"").decode()
+        while "\n\n" in self._buffer:
+            block, self._buffer = self._buffer.split("\n\n", 1)
+            lines = dict(line.partition(": ")[::2] for line in block.split("\n"))
+            if lines.get("event") == "change":
+                self.ids.append(int(lines["id"]))
+                self.arrived.set()
+
+    async def close(self) -> None:
+        self._gone.set()
+        await asyncio.wait_for(self.task, 60)
+
+
+@pytest.mark.timeout(300)
+async def test_a_server_restart_while_the_service_streams_events_loses_no_change(
+    cluster: Cluster,
+) -> None:
+    """The service streams `/api/events` from a PostgreSQL store when the server restarts
+    (`-m immediate`): the stream either carries on or ends cleanly (no exception out of
+    the app after its 200), and the client, reconnecting from the last ID it got, receives
+    every change — before, during and after the restart — once, in order."""
+    schema = f"stream_{uuid.uuid4().hex[:8]}"
+    store = await PostgresStore.open(cluster.dsn, schema=schema, connect_timeout=5)
+    app = create_app(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
+    streams: list[_EventStream] = []
+    try:
+        run = make_run(approval("c1"), approval("c2"), agent="twin")
+        await store.save_pending(run)
+        first = _EventStream(app, 0)
+        streams.append(first)
+        await asyncio.wait_for(first.arrived.wait(), 60)
+        assert first.status == 200
+        await asyncio.to_thread(cluster.restart, "immediate")
+
+        async def decide(call: str) -> None:
+            async def recorded() -> bool:
+                try:
+                    await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+                except StoreError:
+                    return False  # the server is still coming back
+                return True
+
+            await until(recorded, f"{call} to be decided")
+
+        await decide("c1")
+        await decide("c2")
+        last = await store.last_change_id()
+
+        async def all_heard() -> bool:
+            stream = streams[-1]
+            if stream.ids and stream.ids[-1] >= last:
+                return True
+            if stream.task.done():  # ended cleanly: reconnect from the last ID it got
+                assert stream.task.exception() is None
+                got = [i for s in streams for i in s.ids]
+                streams.append(_EventStream(app, got[-1] if got else 0))
+            return False
+
+        await until(all_heard, "every change to reach the client")
+    finally:
+        for stream in streams:
+            await stream.close()
+        await store.close()
+        admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    got = [i for s in streams for i in s.ids]
+    assert got == list(range(1, last + 1)), (got, [s.ids for s in streams])
