@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from golem.store import Decision, RunStatus
+from golem.store import Decision, RunStatus, Store
 from golem.store.sqlite import SQLiteStore
 from golem.worker import start_run
 from tests.store.chaos import check_invariants
@@ -56,10 +56,14 @@ _OPEN = {RunStatus.PENDING, RunStatus.READY, RunStatus.RUNNING}
 class Fleet:
     """The worker processes of one test, each with its log, its kill plan and its round."""
 
-    def __init__(self, tmp_path: Path, db: Path, exec_dir: Path) -> None:
+    def __init__(
+        self, tmp_path: Path, db: Path, exec_dir: Path, pg: dict[str, str] | None = None
+    ) -> None:
         self.tmp_path = tmp_path
         self.db = db
         self.exec_dir = exec_dir
+        self.pg = pg
+        """`{"dsn": …, "schema": …}`: the workers use that PostgreSQL store instead."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.plans: dict[str, dict[str, Any] | None] = {}
         self._n = 0
@@ -76,6 +80,7 @@ class Fleet:
             "concurrency": 2,
             "stop_file": str(stop_file),
             "kill": kill,
+            **(self.pg or {}),
         }
         log = open(self.tmp_path / f"{worker_id}.log", "wb")  # noqa: SIM115 - the child's
         try:
@@ -129,7 +134,7 @@ def _plan(rng: random.Random) -> dict[str, Any]:
 
 
 async def _round(
-    store: SQLiteStore,
+    store: Store,
     fleet: Fleet,
     rng: random.Random,
     name: str,
@@ -157,7 +162,7 @@ async def _round(
 
 
 async def _settle(
-    store: SQLiteStore,
+    store: Store,
     fleet: Fleet,
     rng: random.Random,
     name: str,
