@@ -23,10 +23,13 @@ caller is let go at once, and a task of its own drives the transaction to commit
 rollback. Only an event loop that shuts down under it cuts it short: its connection is then
 closed, and the server rolls back whatever it had not committed.
 
-A new connection raises a server's `idle_in_transaction_session_timeout` below 10 s to
-10 s for its own session (a transaction is idle between its round trips only while this
-process reads rows), and the listener's an `idle_session_timeout` below three check
-intervals (ADR 0068).
+A new connection raises a server's `idle_in_transaction_session_timeout` and
+`idle_session_timeout` below 10 s to 10 s for its own session, in the query that reads the
+server's clock (a transaction is idle between its round trips only while this process reads
+rows; a pooled connection is checked before use); the listener's `idle_session_timeout`
+goes to three check intervals. Writes run at READ COMMITTED and reads at REPEATABLE READ
+whatever the server's default isolation; a write a read-only database refuses raises
+`StoreReadOnly` (ADR 0068).
 
 Before a connection is reused, its socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
@@ -1363,6 +1366,7 @@ def _session_setup(idle_session_floor_ms: int) -> bytes:
         + _pin_timeout("idle_session_timeout", idle_session_floor_ms)
         + " FROM s"
     ).encode()
+
 
 _NO_SLOT = re.compile(
     r"too many clients already|too many connections for (role|database)"
