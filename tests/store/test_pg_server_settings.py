@@ -333,3 +333,30 @@ async def test_a_millisecond_idle_session_timeout_fails_no_call(
         if r.levelno >= logging.INFO and not any(p in r.getMessage() for p in progress)
     ]
     assert not [m for m in said if "stopping" not in m], said
+
+
+async def test_a_connection_limit_below_the_pool_size_makes_calls_wait_not_fail() -> None:
+    """The application's role may open two connections (`CONNECTION LIMIT 2`, as a
+    `max_connections` mostly taken by other clients would allow) and the store's pool is
+    four: eight calls at once open two connections and share them. Before, the calls that
+    tried to open a third or fourth failed with `StoreBusy` although the pool's own two
+    would be free a moment later."""
+    dsn = postgres_dsn()
+    role = f"limited_{uuid.uuid4().hex[:8]}"
+    schema = f"limited_{uuid.uuid4().hex[:8]}"
+    dbname = conninfo_to_dict(dsn)["dbname"]
+    await asyncio.to_thread(admin, dsn, f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
+    await asyncio.to_thread(admin, dsn, f'GRANT CREATE ON DATABASE "{dbname}" TO {role}')
+    mine = make_conninfo(dsn, user=role)
+    try:
+        async with await PostgresStore.open(mine, schema=schema, pool_size=4) as store:
+            run = make_run(approval("c1"))
+            await store.save_pending(run)
+            reads = await asyncio.gather(*(store.get_run(run.id) for _ in range(8)))
+            assert {r.id for r in reads} == {run.id}
+            assert store._opened <= 2
+            await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    finally:
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await asyncio.to_thread(admin, dsn, f'REVOKE CREATE ON DATABASE "{dbname}" FROM {role}')
+        await asyncio.to_thread(admin, dsn, f"DROP ROLE {role}")

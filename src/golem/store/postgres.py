@@ -766,6 +766,9 @@ class PostgresStore(SQLStore):
     async def _checkout(self) -> _Conn:
         """An idle connection that still looks alive, or a new one once the pool has room.
 
+        When the server has no slot for a new connection (`StoreBusy`) the call waits for
+        one of the pool's own instead, if it holds any; only a pool with none raises it.
+
         The pool may serve several event loops at once (an app run by a test client on a
         thread of its own, say): its state changes under a lock, and a waiter of another
         loop is woken through that loop.
@@ -798,6 +801,20 @@ class PostgresStore(SQLStore):
                 except asyncio.CancelledError:
                     connecting.add_done_callback(self._adopt)  # it joins the pool when open
                     raise
+                except StoreBusy:
+                    # the server has no slot for another connection: while the pool holds
+                    # some, wait for one of them (ADR 0068); with none, nothing will come
+                    with self._pool_lock:
+                        self._opened -= 1
+                        others = self._opened > 0
+                        if others and not self._idle:
+                            waiter = asyncio.get_running_loop().create_future()
+                            self._queue.append(waiter)
+                    if not others:
+                        self._wake_next()
+                        raise
+                    if waiter is None:
+                        continue  # one of ours came back meanwhile
                 except BaseException:
                     with self._pool_lock:
                         self._opened -= 1
