@@ -292,8 +292,9 @@ async def _database(cluster: Cluster, **settings: str) -> AsyncIterator[str]:
         {"idle_in_transaction_session_timeout": "20ms"},
         {"statement_timeout": "300ms"},
         {"idle_session_timeout": "300ms"},
+        {"idle_in_transaction_session_timeout": "1ms", "idle_session_timeout": "1ms"},
     ],
-    ids=["idle_in_transaction", "statement", "idle_session"],
+    ids=["idle_in_transaction", "statement", "idle_session", "both_idle_1ms"],
 )
 async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path, settings: dict[str, str]
@@ -309,10 +310,12 @@ async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
     async with _database(cluster, **settings) as dsn:
         app = f"golem-timeouts-{uuid.uuid4().hex[:8]}"
         victim = _with(dsn, application_name=app)
-        async with Scene(dsn, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2) as s:
+        # the test's own sessions (cleanup, kills) keep no idle timeout: only golem's are tried
+        own = _with(dsn, options="-c idle_session_timeout=0")
+        async with Scene(own, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2) as s:
 
             async def kill() -> None:
-                kills["any"] += await terminate_backends(dsn, app, busy=rng.random() < 0.8)
+                kills["any"] += await terminate_backends(own, app, busy=rng.random() < 0.8)
 
             await disrupting(s.producer.many(30), kill, pause=lambda: rng.uniform(0, 0.1))
             summary = await s.settle()

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -360,3 +363,33 @@ async def test_a_connection_limit_below_the_pool_size_makes_calls_wait_not_fail(
         await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await asyncio.to_thread(admin, dsn, f'REVOKE CREATE ON DATABASE "{dbname}" FROM {role}')
         await asyncio.to_thread(admin, dsn, f"DROP ROLE {role}")
+
+
+async def test_a_first_connection_lost_before_its_first_answer_is_opened_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under a millisecond `idle_session_timeout` the server can close a new connection
+    before its first query arrives, and the reset that answers the query can take the
+    server's message with it: the store then sees a connection lost for no stated reason,
+    before any connection told it the server's settings. It connects once more, the idle
+    floor in the startup packet, instead of failing the call (the chaos run hit this when
+    opening a store). Simulated by cutting the socket under the first query."""
+    real = PostgresStore._read_server_clock
+    cut: list[int] = []
+
+    def cut_once(self: PostgresStore, conn: Any, listener: bool = False) -> None:
+        if not cut:
+            cut.append(conn.info.backend_pid)
+            with contextlib.closing(socket.socket(fileno=os.dup(conn.pgconn.socket))) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        real(self, conn, listener)
+
+    monkeypatch.setattr(PostgresStore, "_read_server_clock", cut_once)
+    async with _database(idle_session_timeout="1ms") as dsn:
+        store = PostgresStore(dsn)
+        try:
+            assert await store.schema_version() > 0
+            assert cut, "the first connection was cut"
+            assert store._short_idle_session
+        finally:
+            await store.close()

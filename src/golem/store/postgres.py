@@ -641,15 +641,24 @@ class PostgresStore(SQLStore):
                         f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
                     ) from exc
                 raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
+            version = conn.info.server_version  # 0 once the connection broke
             try:
                 self._read_server_clock(conn, listener)
                 self._ensure_migrated(conn)
                 return _Conn(conn, self.stats, self.command_timeout)
             except psycopg.Error as exc:  # killed, or the server went away, right after connecting
+                # closed for idling before its first query could raise the timeout (the
+                # server says so, or, before any connection told its settings, the
+                # connection just broke: its message can be lost to the reset): connect
+                # again with the floor in the startup packet (ADR 0068)
+                idle = exc.sqlstate == _IDLE_SESSION_TIMEOUT or (
+                    exc.sqlstate is None
+                    and conn.broken
+                    and self._server_clock is None
+                    and version >= 140000
+                )
                 conn.close()
-                if exc.sqlstate == _IDLE_SESSION_TIMEOUT and not self._short_idle_session:
-                    # closed for idling before its first query could raise the timeout:
-                    # connect again with the floor in the startup packet (ADR 0068)
+                if idle and not self._short_idle_session:
                     self._short_idle_session = True
                     continue
                 raise _store_error(exc) from exc
