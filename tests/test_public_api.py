@@ -90,7 +90,7 @@ PUBLIC_ALL = {
         "CallNotFound ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
-        "StoreTimeout open_store "
+        "StoreReadOnly StoreTimeout open_store "
         "utc_now"
     ),
     "golem.store.postgres": "PostgresStore",
@@ -98,7 +98,8 @@ PUBLIC_ALL = {
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
         "CallNotFound ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
-        "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
+        "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreReadOnly "
+        "StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",
     "golem.testing": (

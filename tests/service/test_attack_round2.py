@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from golem.errors import StoreError
 from golem.service import Approver, AuthConfig, create_app
 from golem.service.views import path
-from golem.store import CallKind, NewCall, NewRun, RunStatus, Store
+from golem.store import CallKind, NewCall, NewRun, RunStatus, Store, StoreBusy, StoreTimeout
 from golem.worker import Worker
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
@@ -185,8 +185,17 @@ async def test_a_stream_from_a_cursor_while_the_store_is_away_is_a_503(
         assert stream.headers["retry-after"] == "1"
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        StoreError("postgresql: server closed the connection"),
+        StoreBusy("cannot connect to PostgreSQL …: no free connection slot"),
+        StoreTimeout(60, commit_sent=False),
+    ],
+    ids=["lost", "busy", "timeout"],
+)
 async def test_a_stream_whose_store_goes_away_ends_cleanly(
-    registry: Any, store: Store, start: StartRun
+    registry: Any, store: Store, start: StartRun, error: StoreError
 ) -> None:
     # Before, a read that failed mid-stream raised out of the app after its 200 (an
     # error in the server's log, the connection cut); now the stream ends, and the
@@ -203,7 +212,7 @@ async def test_a_stream_whose_store_goes_away_ends_cleanly(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message.get("body", b""))
         if b"event: change" in message.get("body", b""):
-            fail_every_call(store, StoreError("postgresql: server closed the connection"))
+            fail_every_call(store, error)  # busy: found in the third chaos round (ADR 0068)
 
     scope = {
         "type": "http",

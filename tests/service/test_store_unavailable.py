@@ -16,7 +16,14 @@ import pytest
 
 from golem.errors import StoreError
 from golem.service import create_app
-from golem.store import RunNotInterrupted, RunStatus, Store, StoreBusy, StoreTimeout
+from golem.store import (
+    RunNotInterrupted,
+    RunStatus,
+    Store,
+    StoreBusy,
+    StoreReadOnly,
+    StoreTimeout,
+)
 from golem.store.postgres import PostgresStore
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
@@ -46,8 +53,9 @@ def assert_unavailable(res: httpx.Response) -> None:
         StoreError("postgresql: server closed the connection unexpectedly"),
         StoreTimeout(60, commit_sent=True),
         StoreBusy("cannot connect to PostgreSQL …: no free connection slot"),
+        StoreReadOnly("postgresql: the database is read-only: cannot execute INSERT"),
     ],
-    ids=["lost", "timeout", "busy"],
+    ids=["lost", "timeout", "busy", "read_only"],
 )
 async def test_the_api_answers_503_while_the_store_is_away(
     client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
@@ -74,8 +82,12 @@ async def test_the_api_answers_503_while_the_store_is_away(
 
 @pytest.mark.parametrize(
     "error",
-    [StoreError("postgresql: cannot connect"), StoreBusy("no free connection slot")],
-    ids=["lost", "busy"],
+    [
+        StoreError("postgresql: cannot connect"),
+        StoreBusy("no free connection slot"),
+        StoreReadOnly("postgresql: the database is read-only"),
+    ],
+    ids=["lost", "busy", "read_only"],
 )
 async def test_the_inbox_shows_a_try_again_page_while_the_store_is_away(
     client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception

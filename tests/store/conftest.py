@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +36,36 @@ def exec_dir(tmp_path: Path) -> Path:
     d = tmp_path / "exec"
     d.mkdir()
     return d
+
+
+GAP = 0.03
+"""Seconds `slow_round_trips` keeps a transaction idle between its round trips."""
+
+
+@pytest.fixture
+def slow_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL, every answer that leaves a transaction open is followed by `GAP`
+    seconds of this process doing nothing (as a loaded machine, or a large result, would),
+    migrations included: 30 times a 1 ms `idle_in_transaction_session_timeout`."""
+    import psycopg
+
+    from golem.store.postgres import _Conn, _SchemaConn
+
+    sync = _Conn._sync
+    in_transaction = psycopg.pq.TransactionStatus.INTRANS
+
+    def slow_sync(self: _Conn) -> list[Any]:
+        results = sync(self)
+        if self.pg.transaction_status == in_transaction:
+            time.sleep(GAP)
+        return results
+
+    execute = _SchemaConn.execute
+
+    def slow_execute(self: _SchemaConn, sql: str, params: Any = ()) -> int:
+        n = execute(self, sql, params)
+        time.sleep(GAP)
+        return n
+
+    monkeypatch.setattr(_Conn, "_sync", slow_sync)
+    monkeypatch.setattr(_SchemaConn, "execute", slow_execute)

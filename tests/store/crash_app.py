@@ -19,6 +19,10 @@ The config's `kill` (or null) says where the process kills itself with SIGKILL, 
 - `finish.returned`: `finish` committed; the worker has not logged it yet.
 - `statement`: at the `nth` SQL statement the store executes, whatever it is.
 
+With `dsn` and `schema` in the config the worker runs on a `PostgresStore` (`CrashPgStore`,
+`tests/store/test_pg_crash.py`): a `<kind>.commit` kill then happens once the COMMIT is on its
+way to the server, before its answer, and `statement` counts the statements sent.
+
 A run whose deps say `{"slow": s}` keeps its tool busy `s` seconds after the ledger
 write, so the heartbeat renews the lease meanwhile (`renew.commit` has something to hit).
 """
@@ -35,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from golem import Agent, RunContext
+from golem.store.postgres import PostgresStore
+from golem.store.postgres import _Conn as _PgConn
 from golem.store.sqlite import SQLiteStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
@@ -67,11 +73,15 @@ class _Killer:
         self.seen: Counter[str] = Counter()
 
     def at(self, point: str) -> None:
-        if point != self.point:
-            return
-        self.seen[point] += 1
-        if self.seen[point] == self.nth:
+        if self.due(point):
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def due(self, point: str) -> bool:
+        """Count an arrival at `point`; True when it is the planned one."""
+        if point != self.point:
+            return False
+        self.seen[point] += 1
+        return self.seen[point] == self.nth
 
 
 _killer = _Killer(None)
@@ -92,7 +102,64 @@ def _kind(sql: str) -> str | None:
     return None
 
 
-class CrashStore(SQLiteStore):
+class _Points:
+    """The kill points around a store's claims and finishes (any backend)."""
+
+    async def claim_ready(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = await super().claim_ready(*args, **kwargs)  # type: ignore[misc]
+        if claimed is not None:
+            _killer.at("claim.returned")
+        return claimed
+
+    async def claim_ready_many(self, *args: Any, **kwargs: Any) -> Any:
+        claimed = await super().claim_ready_many(*args, **kwargs)  # type: ignore[misc]
+        if claimed:
+            _killer.at("claim.returned")
+        return claimed
+
+    async def finish(self, *args: Any, **kwargs: Any) -> Any:
+        _killer.at("finish.called")
+        record = await super().finish(*args, **kwargs)  # type: ignore[misc]
+        _killer.at("finish.returned")
+        return record
+
+
+class CrashPgStore(_Points, PostgresStore):
+    """A `PostgresStore` whose connections report every statement to the killer; a
+    `<kind>.commit` kill happens once the COMMIT is on its way to the server, before its
+    answer (the server commits it, or not, without the process)."""
+
+    @staticmethod
+    def install() -> None:
+        """Hook the PostgreSQL connection class (in this process only)."""
+        send, begin, end = _PgConn._send, _PgConn.begin, _PgConn.end
+        kinds: dict[int, set[str]] = {}
+
+        def hooked_send(self: _PgConn, sql: str, params: Any, then: Any = None) -> None:
+            _killer.at("statement")
+            if (kind := _kind(sql)) is not None:
+                kinds.setdefault(id(self), set()).add(kind)
+            send(self, sql, params, then)
+
+        def hooked_begin(self: _PgConn, sql: bytes) -> None:
+            kinds.pop(id(self), None)
+            begin(self, sql)
+
+        def hooked_end(self: _PgConn) -> None:
+            due = [k for k in kinds.pop(id(self), set()) if _killer.due(f"{k}.commit")]
+            if due:
+                self._send_plain(b"COMMIT")
+                self.pg.pipeline_sync()
+                self._flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+            end(self)
+
+        _PgConn._send = hooked_send  # type: ignore[method-assign]
+        _PgConn.begin = hooked_begin  # type: ignore[method-assign]
+        _PgConn.end = hooked_end  # type: ignore[method-assign]
+
+
+class CrashStore(_Points, SQLiteStore):
     """A `SQLiteStore` whose connections report every statement to the killer."""
 
     def _connect(self, slot: Any) -> Any:
@@ -112,24 +179,6 @@ class CrashStore(SQLiteStore):
 
         conn._conn.set_trace_callback(trace)
         return conn
-
-    async def claim_ready(self, *args: Any, **kwargs: Any) -> Any:
-        claimed = await super().claim_ready(*args, **kwargs)
-        if claimed is not None:
-            _killer.at("claim.returned")
-        return claimed
-
-    async def claim_ready_many(self, *args: Any, **kwargs: Any) -> Any:
-        claimed = await super().claim_ready_many(*args, **kwargs)
-        if claimed:
-            _killer.at("claim.returned")
-        return claimed
-
-    async def finish(self, *args: Any, **kwargs: Any) -> Any:
-        _killer.at("finish.called")
-        record = await super().finish(*args, **kwargs)
-        _killer.at("finish.returned")
-        return record
 
 
 def _append(path: Path, line: str) -> None:
@@ -164,7 +213,12 @@ def registry(exec_dir: Path) -> dict[str, AgentEntry]:
 async def _main(config: dict[str, Any]) -> None:
     global _killer
     _killer = _Killer(config["kill"])
-    store = await CrashStore.open(config["path"])
+    store: SQLiteStore | PostgresStore
+    if config.get("dsn"):
+        CrashPgStore.install()
+        store = await CrashPgStore.open(config["dsn"], schema=config["schema"], pool_size=2)
+    else:
+        store = await CrashStore.open(config["path"])
     worker = Worker(
         store,
         registry(Path(config["exec_dir"])),

@@ -33,11 +33,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from golem import Agent, RunContext
 from golem.errors import StoreError
+from golem.service import create_app
 from golem.store import Decision, RunRecord, RunStatus, StoreBusy
 from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from golem.worker import AgentEntry, Worker, start_run
+from tests.service.agents import build_registry
+from tests.service.conftest import make_auth
 from tests.store.chaos import (
     Cluster,
     Hold,
@@ -49,6 +52,7 @@ from tests.store.chaos import (
     terminate_backends,
     until,
 )
+from tests.store.runs import approval, make_run
 from tests.store.worker_app import _model, prompt_for
 
 pytestmark = pytest.mark.postgres
@@ -288,8 +292,9 @@ async def _database(cluster: Cluster, **settings: str) -> AsyncIterator[str]:
         {"idle_in_transaction_session_timeout": "20ms"},
         {"statement_timeout": "300ms"},
         {"idle_session_timeout": "300ms"},
+        {"idle_in_transaction_session_timeout": "1ms", "idle_session_timeout": "1ms"},
     ],
-    ids=["idle_in_transaction", "statement", "idle_session"],
+    ids=["idle_in_transaction", "statement", "idle_session", "both_idle_1ms"],
 )
 async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path, settings: dict[str, str]
@@ -305,10 +310,12 @@ async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
     async with _database(cluster, **settings) as dsn:
         app = f"golem-timeouts-{uuid.uuid4().hex[:8]}"
         victim = _with(dsn, application_name=app)
-        async with Scene(dsn, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2) as s:
+        # the test's own sessions (cleanup, kills) keep no idle timeout: only golem's are tried
+        own = _with(dsn, options="-c idle_session_timeout=0")
+        async with Scene(own, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2) as s:
 
             async def kill() -> None:
-                kills["any"] += await terminate_backends(dsn, app, busy=rng.random() < 0.8)
+                kills["any"] += await terminate_backends(own, app, busy=rng.random() < 0.8)
 
             await disrupting(s.producer.many(30), kill, pause=lambda: rng.uniform(0, 0.1))
             summary = await s.settle()
@@ -443,3 +450,215 @@ async def test_a_worker_whose_renewals_keep_failing_runs_no_approved_call_after_
     assert after.status is RunStatus.INTERRUPTED
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "renewing the lease" in text
+
+
+# ---------------------------------------------------------------------- 6. reloads
+
+
+@pytest.mark.usefixtures("slow_round_trips")
+async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_call(
+    cluster: Cluster,
+) -> None:
+    """`ALTER SYSTEM SET idle_in_transaction_session_timeout = '1ms'` and a reload while a
+    store's connections are open (ADR 0068): they keep the value they pinned when they
+    opened, connections opened after raise it to 10 s, so reads of several round trips and
+    full decisions keep working on both (each in-transaction gap made 30 ms)."""
+    schema = f"reload_{uuid.uuid4().hex[:8]}"
+    early = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+    late: PostgresStore | None = None
+    try:
+        run = make_run(approval("c1"), approval("c2"), approval("c3"))
+        await early.save_pending(run)
+        # three connections open before the reload: a call whose connection the timeout
+        # broke would be retried on another of them, as stale as the first
+        await asyncio.gather(*(early.get_run(run.id) for _ in range(3)))
+        assert len(early._idle) == 3
+        admin(cluster.dsn, "ALTER SYSTEM SET idle_in_transaction_session_timeout = '1ms'")
+        admin(cluster.dsn, "SELECT pg_reload_conf()")
+
+        async def reloaded() -> bool:
+            rows = await asyncio.to_thread(
+                admin, cluster.dsn, "SHOW idle_in_transaction_session_timeout"
+            )
+            return bool(rows[0][0] == "1ms")
+
+        await until(reloaded, "the reload to reach new sessions")
+        late = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+        for store, call in ((early, "c1"), (late, "c2")):
+            assert (await store.get_run(run.id)).status is RunStatus.PENDING
+            assert len(await store.list_runs()) == 1
+            assert len((await store.list_pending_calls()).items) >= 2
+            edited = Decision.approve({"path": f"/{call}"})  # edited: the full transaction
+            await store.decide(run.id, call, edited, decided_by="bob")
+    finally:
+        admin(cluster.dsn, "ALTER SYSTEM RESET idle_in_transaction_session_timeout")
+        admin(cluster.dsn, "SELECT pg_reload_conf()")
+        await early.close()
+        if late is not None:
+            await late.close()
+        admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# ---------------------------------------------------------------------- 7. kills in COMMIT
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("stage", ["claim", "finish"])
+async def test_workers_killed_again_and_again_inside_their_commit_lose_and_repeat_nothing(
+    cluster: Cluster, tmp_path: Path, stage: str
+) -> None:
+    """Three workers' claims (or finishes) wait inside their COMMIT and their backends are
+    killed (`pg_terminate_backend`), four times over: each time every waiting worker is
+    left not knowing whether its COMMIT took, looks or retries, and waits in its COMMIT
+    again. Once the stall ends every run completes, each call run once, and no run a
+    claim took was left unresumed."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
+    app = f"golem-commit-{uuid.uuid4().hex[:8]}"
+    workers = _with(cluster.dsn, application_name=app)
+    waiting = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    killed = 0
+    async with Scene(
+        cluster.dsn, exec_dir, worker_dsn=workers, workers=3, start=stage == "finish"
+    ) as s:
+        held = await s.producer.many(9, hold=stage == "finish")
+        if stage == "finish":
+
+            async def all_in_tool() -> bool:
+                return s.hold.entered == 9
+
+            await until(all_in_tool, "nine resumes to be inside their tool")
+        status = "running" if stage == "claim" else "completed"
+        with _stalled(cluster.dsn, s.schema, status):
+            if stage == "claim":
+                s.start()
+            else:
+                s.hold.release()
+            for _ in range(4):
+
+                async def stalled() -> bool:
+                    rows = await asyncio.to_thread(
+                        admin,
+                        cluster.dsn,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        app,
+                    )
+                    return bool(rows[0][0])
+
+                await until(stalled, f"a {stage} to wait in its COMMIT")
+                killed += len(await asyncio.to_thread(admin, cluster.dsn, waiting, app))
+        await s.all_done(held)
+        summary = await s.settle()
+    assert killed >= 4
+    assert summary.statuses == {RunStatus.COMPLETED: 9}, summary
+    assert summary.interrupted_unexecuted == []
+
+
+# ---------------------------------------------------------------------- 8. streams
+
+
+class _EventStream:
+    """`GET /api/events?cursor=N` driven straight through the ASGI app: the change IDs it
+    sends, and whether it ended by itself (the app returned; an exception is kept)."""
+
+    def __init__(self, app: Any, cursor: int) -> None:
+        self.ids: list[int] = []
+        self.status = 0
+        self.arrived = asyncio.Event()
+        self._gone = asyncio.Event()
+        self._buffer = ""
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/api/events",
+            "raw_path": b"/api/events",
+            "root_path": "",
+            "query_string": f"cursor={cursor}".encode(),
+            "headers": [(b"authorization", b"Bearer tok-alice")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("golem.test", 80),
+            "state": {},
+        }
+        self.task = asyncio.create_task(app(scope, self._receive, self._send))
+
+    async def _receive(self) -> dict[str, Any]:
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            return
+        self._buffer += message.get("body", b"").decode()
+        while "\n\n" in self._buffer:
+            block, self._buffer = self._buffer.split("\n\n", 1)
+            lines = dict(line.partition(": ")[::2] for line in block.split("\n"))
+            if lines.get("event") == "change":
+                self.ids.append(int(lines["id"]))
+                self.arrived.set()
+
+    async def close(self) -> None:
+        self._gone.set()
+        await asyncio.wait_for(self.task, 60)
+
+
+@pytest.mark.timeout(300)
+async def test_a_server_restart_while_the_service_streams_events_loses_no_change(
+    cluster: Cluster,
+) -> None:
+    """The service streams `/api/events` from a PostgreSQL store when the server restarts
+    (`-m immediate`): the stream either carries on or ends cleanly (no exception out of
+    the app after its 200), and the client, reconnecting from the last ID it got, receives
+    every change — before, during and after the restart — once, in order."""
+    schema = f"stream_{uuid.uuid4().hex[:8]}"
+    store = await PostgresStore.open(cluster.dsn, schema=schema, connect_timeout=5)
+    app = create_app(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
+    streams: list[_EventStream] = []
+    try:
+        run = make_run(approval("c1"), approval("c2"), agent="twin")
+        await store.save_pending(run)
+        first = _EventStream(app, 0)
+        streams.append(first)
+        await asyncio.wait_for(first.arrived.wait(), 60)
+        assert first.status == 200
+        await asyncio.to_thread(cluster.restart, "immediate")
+
+        async def decide(call: str) -> None:
+            async def recorded() -> bool:
+                try:
+                    await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+                except StoreError:
+                    return False  # the server is still coming back
+                return True
+
+            await until(recorded, f"{call} to be decided")
+
+        await decide("c1")
+        await decide("c2")
+        last = await store.last_change_id()
+
+        async def all_heard() -> bool:
+            stream = streams[-1]
+            if stream.ids and stream.ids[-1] >= last:
+                return True
+            if stream.task.done():  # ended cleanly: reconnect from the last ID it got
+                assert stream.task.exception() is None
+                got = [i for s in streams for i in s.ids]
+                streams.append(_EventStream(app, got[-1] if got else 0))
+            return False
+
+        await until(all_heard, "every change to reach the client")
+    finally:
+        for stream in streams:
+            await stream.close()
+        await store.close()
+        admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    got = [i for s in streams for i in s.ids]
+    assert got == list(range(1, last + 1)), (got, [s.ids for s in streams])

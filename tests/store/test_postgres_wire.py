@@ -265,10 +265,10 @@ async def test_a_connection_killed_right_after_connecting_is_a_store_error(
     real = PostgresStore._read_server_clock
     kills = [psycopg.errors.AdminShutdown("terminating connection due to administrator command")]
 
-    def killed_once(self: PostgresStore, conn: Any) -> None:
+    def killed_once(self: PostgresStore, conn: Any, listener: bool = False) -> None:
         if kills:
             raise kills.pop()
-        real(self, conn)
+        real(self, conn, listener)
 
     monkeypatch.setattr(PostgresStore, "_read_server_clock", killed_once)
     try:

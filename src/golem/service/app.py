@@ -38,7 +38,7 @@ from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.service.views import Presenter
-from golem.store import Store, StoreBusy, StoreTimeout, open_store
+from golem.store import Store, StoreBusy, StoreReadOnly, StoreTimeout, open_store
 from golem.worker import AgentRegistry, Worker
 
 __all__ = ["ROUTES", "create_app"]
@@ -440,7 +440,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     """A store that cannot be reached (connection lost, database down, no answer in time,
     locked past its timeout) answers 503 with `Retry-After`; any other store error that
     reaches here escaped its handler's translation: a bug (500)."""
-    if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy))):
+    if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))):
         return await _server_error(request, exc)
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
     error = api.ApiError(

@@ -69,6 +69,7 @@ from golem.store import (
     Decision,
     RunStatus,
     StoreBusy,
+    StoreReadOnly,
     StoreTimeout,
     utc_now,
 )
@@ -803,7 +804,7 @@ async def resolve_form(request: Request) -> Response:
         else:
             raise ApiError(422, "invalid_request", "action must be retry or cancel")
     except StoreError as exc:
-        if type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy)):
+        if type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly)):
             raise  # the store cannot be reached: 503 (app.py)
         status = 409 if type(exc).__name__ == "RunNotInterrupted" else 422
         raise ApiError(status, "cannot_resolve", str(exc)) from None

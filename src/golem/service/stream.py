@@ -32,7 +32,15 @@ from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
 from golem.service.limits import start_cursor
-from golem.store import AuditEntry, ChangeFeed, RunNotFound, RunStatus, Store, StoreTimeout
+from golem.store import (
+    AuditEntry,
+    ChangeFeed,
+    RunNotFound,
+    RunStatus,
+    Store,
+    StoreBusy,
+    StoreTimeout,
+)
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -122,7 +130,7 @@ async def _changes(
         async for text in _follow(request, state, cred, cursor, first):
             yield text
     except StoreError as exc:
-        if not (type(exc) is StoreError or isinstance(exc, StoreTimeout)):
+        if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy))):
             raise
         log.warning("event stream ended: the store cannot be reached: %s", exc)
 

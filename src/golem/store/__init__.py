@@ -67,6 +67,7 @@ from golem.store.records import (
     RunRecord,
     RunStatus,
     StoreBusy,
+    StoreReadOnly,
     StoreTimeout,
 )
 
@@ -100,6 +101,7 @@ __all__ = [
     "RunStatus",
     "Store",
     "StoreBusy",
+    "StoreReadOnly",
     "StoreTimeout",
     "open_store",
     "utc_now",

@@ -23,6 +23,14 @@ caller is let go at once, and a task of its own drives the transaction to commit
 rollback. Only an event loop that shuts down under it cuts it short: its connection is then
 closed, and the server rolls back whatever it had not committed.
 
+A new connection raises a server's `idle_in_transaction_session_timeout` and
+`idle_session_timeout` below 10 s to 10 s for its own session, in the query that reads the
+server's clock (a transaction is idle between its round trips only while this process reads
+rows; a pooled connection is checked before use); the listener's `idle_session_timeout`
+goes to three check intervals. Writes run at READ COMMITTED and reads at REPEATABLE READ
+whatever the server's default isolation; a write a read-only database refuses raises
+`StoreReadOnly` (ADR 0068).
+
 Before a connection is reused, its socket is checked without a round trip: a
 connection the server closed while it sat idle (restart, `idle_session_timeout`, a killed
 backend) is replaced, and a transaction that fails on a broken connection before its
@@ -58,7 +66,7 @@ from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
-from golem.store._schema import migrate
+from golem.store._schema import LATEST_VERSION, migrate
 from golem.store._sql import (
     _C_CALL_COLS,
     _FITS,
@@ -72,7 +80,13 @@ from golem.store._sql import (
     utc_now,
 )
 from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import AuditAction, DecisionRecord, StoreBusy, StoreTimeout
+from golem.store.records import (
+    AuditAction,
+    DecisionRecord,
+    StoreBusy,
+    StoreReadOnly,
+    StoreTimeout,
+)
 
 try:
     import greenlet
@@ -173,6 +187,15 @@ _RUN_CHANGED = (
 )
 """Divides by zero unless this transaction wrote the run's row (its current version's
 `xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
+
+_BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED"
+"""Writes run at READ COMMITTED whatever the server's `default_transaction_isolation`:
+their locking takes a fresh snapshot per statement (a decision waits for the run's row
+lock, then sees what the transaction it waited for committed), and every write updates the
+audit sequence's one row, which REPEATABLE READ or SERIALIZABLE would refuse to do after a
+concurrent commit (ADR 0068)."""
+_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+"""Reads see a run and its calls as one snapshot."""
 
 _IDLE = pq.TransactionStatus.IDLE
 _FATAL = pq.ExecStatus.FATAL_ERROR
@@ -528,13 +551,17 @@ class PostgresStore(SQLStore):
         self.listen_check_interval: float | None = 10.0
         """Seconds the change feed's `LISTEN` connection may stay silent before it is asked
         an empty query, which must be answered within `command_timeout` (else it is
-        replaced); None never asks. Short enough to keep an `idle_session_timeout` or a
-        middlebox's idle timeout from closing the listener."""
+        replaced); None never asks. Short enough to keep a middlebox's idle timeout from
+        closing the listener; a server's `idle_session_timeout` shorter than three
+        intervals is raised to that on the listener's own session (ADR 0068)."""
         self._connecting: set[asyncio.Future[_Conn]] = set()
         """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
+        self._short_idle_session = False
+        """The server closed a new connection for idling before its first query could
+        raise `idle_session_timeout`: new connections raise it in their startup packet."""
         self._server_clock: tuple[datetime, float] | None = None
         """The server's time and this process's `elapsed()` when it was read (newest
         connection): `clock()` counts on from there."""
@@ -574,7 +601,7 @@ class PostgresStore(SQLStore):
 
     # ------------------------------------------------------------------ connections
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def _connect_kwargs(self, listener: bool = False) -> dict[str, Any]:
         # a keyword argument replaces the DSN's own setting: pass only what was asked for
         try:
             params = conninfo_to_dict(self.dsn)
@@ -585,33 +612,59 @@ class PostgresStore(SQLStore):
             kwargs["connect_timeout"] = self.connect_timeout
         elif "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
             kwargs["connect_timeout"] = _CONNECT_TIMEOUT
+        options = []
         if self.schema:
+            options.append(f"-c search_path={self.schema}")
+        if self._short_idle_session:  # raised from the start: no window before the first query
+            options.append(f"-c idle_session_timeout={self._idle_session_floor(listener)}")
+        if options:
             # keep the DSN's (or PGOPTIONS') own settings, statement_timeout say
             given = params.get("options") or os.environ.get("PGOPTIONS")
-            search_path = f"-c search_path={self.schema}"
-            kwargs["options"] = f"{given} {search_path}" if given else search_path
+            kwargs["options"] = " ".join([str(given), *options] if given else options)
         return kwargs
 
-    def _connect(self) -> _Conn:
-        try:
-            conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs())
-        except psycopg.Error as exc:
-            where = _redact(self.dsn)
-            if _NO_SLOT.search(str(exc)):
-                raise StoreBusy(
-                    f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
-                ) from exc
-            raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
-        try:
-            self._ensure_migrated(conn)
-            self._read_server_clock(conn)
-            return _Conn(conn, self.stats, self.command_timeout)
-        except psycopg.Error as exc:  # killed, or the server went away, right after connecting
-            conn.close()
-            raise StoreError(f"postgresql: {exc}") from exc
-        except BaseException:
-            conn.close()
-            raise
+    def _idle_session_floor(self, listener: bool) -> int:
+        """Milliseconds: the shortest `idle_session_timeout` a connection keeps."""
+        interval = self.listen_check_interval
+        if listener and interval is not None:
+            return max(_IDLE_FLOOR, math.ceil(_LISTENER_IDLE * interval * 1000))
+        return _IDLE_FLOOR
+
+    def _connect(self, listener: bool = False) -> _Conn:
+        where = _redact(self.dsn)
+        while True:
+            try:
+                conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs(listener))
+            except psycopg.Error as exc:
+                if _NO_SLOT.search(str(exc)):
+                    raise StoreBusy(
+                        f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
+                    ) from exc
+                raise StoreError(f"cannot connect to PostgreSQL {where}: {exc}") from exc
+            version = conn.info.server_version  # 0 once the connection broke
+            try:
+                self._read_server_clock(conn, listener)
+                self._ensure_migrated(conn)
+                return _Conn(conn, self.stats, self.command_timeout)
+            except psycopg.Error as exc:  # killed, or the server went away, right after connecting
+                # closed for idling before its first query could raise the timeout (the
+                # server says so, or, before any connection told its settings, the
+                # connection just broke: its message can be lost to the reset): connect
+                # again with the floor in the startup packet (ADR 0068)
+                idle = exc.sqlstate == _IDLE_SESSION_TIMEOUT or (
+                    exc.sqlstate is None
+                    and conn.broken
+                    and self._server_clock is None
+                    and version >= 140000
+                )
+                conn.close()
+                if idle and not self._short_idle_session:
+                    self._short_idle_session = True
+                    continue
+                raise _store_error(exc) from exc
+            except BaseException:
+                conn.close()
+                raise
 
     def clock(self) -> datetime:
         """The database server's current time (aware UTC), as this process tells it.
@@ -630,35 +683,50 @@ class PostgresStore(SQLStore):
         server, at = anchor
         return server + timedelta(seconds=elapsed() - at)
 
-    def _read_server_clock(self, conn: _Connection) -> None:
+    def _read_server_clock(self, conn: _Connection, listener: bool = False) -> None:
         """Anchor `clock()` on the server's time, read on the new connection `conn` (on a
         connector thread; bounded by `command_timeout` like every wait for the server).
 
+        The same query pins the session's idle timeouts (ADR 0068): an
+        `idle_in_transaction_session_timeout` or `idle_session_timeout` shorter than
+        `_IDLE_FLOOR` is raised to it (a transaction is idle between its round trips only
+        while this process reads rows, and a pooled connection is checked before use, so
+        a shorter timeout only kills healthy work); on the listener's connection, an
+        `idle_session_timeout` that would expire before three of its checks is raised to
+        that. Both are pinned to the session, so a reload that lowers them later does not
+        reach connections already open.
+
         Raises:
-            StoreError: the server did not answer in time, or the connection broke.
+            StoreError: the server did not answer in time.
+            psycopg.Error: the server refused the query or closed the connection.
         """
         pg = conn.pgconn
         sent = elapsed()
-        try:
-            pg.send_query(b"SELECT extract(epoch FROM clock_timestamp())::text")
-            while pg.flush():
-                if not _wait_socket(pg.socket, True, self.command_timeout):
+        if conn.info.server_version >= 140000:  # PostgreSQL 13 has no idle_session_timeout
+            query = _session_setup(self._idle_session_floor(listener))
+        else:
+            query = _SESSION_SETUP_13
+        pg.send_query(query)
+        while pg.flush():
+            if not _wait_socket(pg.socket, True, self.command_timeout):
+                raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
+        text: bytes | None = None
+        while True:
+            while pg.is_busy():
+                if not _wait_socket(pg.socket, False, self.command_timeout):
                     raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
-            text: bytes | None = None
-            while True:
-                while pg.is_busy():
-                    if not _wait_socket(pg.socket, False, self.command_timeout):
-                        raise StoreTimeout(self.command_timeout or 0.0, commit_sent=False)
-                    pg.consume_input()
-                result = pg.get_result()
-                if result is None:
-                    break
-                if result.status == _TUPLES_OK and result.ntuples == 1:
-                    text = result.get_value(0, 0)
-                elif result.status == _FATAL:
-                    raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
-        except psycopg.Error as exc:
-            raise StoreError(f"postgresql: reading the server's clock: {exc}") from exc
+                pg.consume_input()
+            result = pg.get_result()
+            if result is None:
+                break
+            if result.status == _TUPLES_OK and result.ntuples == 1:
+                text = result.get_value(0, 0)
+                if result.nfields > 2 and result.get_value(0, 1) == b"t":
+                    # this server closes idle sessions too soon: later connections raise
+                    # the timeout in their startup packet, before any window (ADR 0068)
+                    self._short_idle_session = True
+            elif result.status == _FATAL:
+                raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
         got = elapsed()
         if text is not None:
             server = datetime.fromtimestamp(float(text), UTC)
@@ -677,6 +745,9 @@ class PostgresStore(SQLStore):
                     f"{_redact(self.dsn)} runs {version // 10000}.{version % 10000}"
                 )
             c = _SchemaConn(conn, self.stats)
+            if self._schema_is_current(c):
+                self._migrated = True
+                return
             c.execute("BEGIN")
             try:
                 key = f"golem_schema:{self.schema or ''}"
@@ -691,8 +762,21 @@ class PostgresStore(SQLStore):
             c.execute("COMMIT")
             self._migrated = True
 
+    def _schema_is_current(self, c: _SchemaConn) -> bool:
+        """Whether the schema is at this golem's version, read in one statement outside
+        any transaction: then opening writes nothing and takes no lock, so a read-only
+        database (or a hot standby) still serves reads."""
+        try:
+            rows = c.fetch("SELECT max(version) FROM golem_schema_version")
+        except pg_errors.UndefinedTable:  # a new database (or schema): migrate
+            return False
+        return bool(rows) and rows[0][0] == LATEST_VERSION
+
     async def _checkout(self) -> _Conn:
         """An idle connection that still looks alive, or a new one once the pool has room.
+
+        When the server has no slot for a new connection (`StoreBusy`) the call waits for
+        one of the pool's own instead, if it holds any; only a pool with none raises it.
 
         The pool may serve several event loops at once (an app run by a test client on a
         thread of its own, say): its state changes under a lock, and a waiter of another
@@ -726,6 +810,20 @@ class PostgresStore(SQLStore):
                 except asyncio.CancelledError:
                     connecting.add_done_callback(self._adopt)  # it joins the pool when open
                     raise
+                except StoreBusy:
+                    # the server has no slot for another connection: while the pool holds
+                    # some, wait for one of them (ADR 0068); with none, nothing will come
+                    with self._pool_lock:
+                        self._opened -= 1
+                        others = self._opened > 0
+                        if others and not self._idle:
+                            waiter = asyncio.get_running_loop().create_future()
+                            self._queue.append(waiter)
+                    if not others:
+                        self._wake_next()
+                        raise
+                    if waiter is None:
+                        continue  # one of ours came back meanwhile
                 except BaseException:
                     with self._pool_lock:
                         self._opened -= 1
@@ -835,7 +933,7 @@ class PostgresStore(SQLStore):
                     continue
                 raise StoreError(f"postgresql: {exc}") from exc
             except psycopg.Error as exc:
-                raise StoreError(f"postgresql: {exc}") from exc
+                raise _store_error(exc) from exc
             finally:
                 if not c.handed_off:
                     self._checkin(c)
@@ -924,7 +1022,7 @@ class PostgresStore(SQLStore):
         self.stats.transactions += 1
         tx = Tx(c)
         try:
-            c.begin(b"BEGIN" if write else b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            c.begin(_BEGIN_WRITE if write else _BEGIN_READ)
             result = fn(tx, *args)
             if tx.entries:
                 self._flush_audit(tx)
@@ -1167,7 +1265,7 @@ class PostgresStore(SQLStore):
 
     async def _connect_listener(self) -> _Conn:
         """A connection for `LISTEN`, opened on a thread of its own (as the pool's are)."""
-        connecting = _connect_on_thread(self._connect)
+        connecting = _connect_on_thread(lambda: self._connect(listener=True))
         try:
             return await asyncio.shield(connecting)
         except asyncio.CancelledError:  # closed once open: nobody listens on it
@@ -1247,12 +1345,73 @@ class PostgresStore(SQLStore):
 _CONNECT_TIMEOUT = 10
 """Seconds to connect when neither the store nor the DSN says."""
 
+_IDLE_FLOOR = 10_000
+"""Milliseconds: the shortest `idle_in_transaction_session_timeout` and
+`idle_session_timeout` a store connection keeps. A store transaction is idle only while
+this process reads the rows of one round trip before sending the next, and a pooled
+connection the server closed is replaced before use, so shorter settings only kill healthy
+work; a process frozen mid-transaction still loses it (and its locks) this long after."""
+
+_IDLE_SESSION_TIMEOUT = "57P05"
+"""SQLSTATE `idle_session_timeout`: the server closed a connection that idled too long."""
+
+_LISTENER_IDLE = 3
+"""The listener's connection keeps an `idle_session_timeout` of at least this many
+`listen_check_interval`s: it sends an empty query every interval it hears nothing."""
+
+
+def _pin_timeout(name: str, floor_ms: int) -> str:
+    """A select-list item that sets the session's `name` to its current value, raised to
+    `floor_ms` when it is positive and shorter."""
+    current = f"current_setting('{name}')"
+    return (
+        f", set_config('{name}', CASE WHEN {current}::interval > interval '0' "
+        f"AND {current}::interval < interval '{floor_ms} ms' THEN '{floor_ms}ms' "
+        f"ELSE {current} END, false)"
+    )
+
+
+_SESSION_SETUP_13 = (
+    "SELECT extract(epoch FROM clock_timestamp())::text"
+    + _pin_timeout("idle_in_transaction_session_timeout", _IDLE_FLOOR)
+).encode()
+"""A new connection's first query on PostgreSQL 13: the server's clock, and the pinned
+idle-in-transaction timeout."""
+
+
+def _session_setup(idle_session_floor_ms: int) -> bytes:
+    """A new connection's first query: the server's clock; whether the server's
+    `idle_session_timeout` is positive and below `_IDLE_FLOOR` (read before it is pinned:
+    the materialized CTE is evaluated first); and both idle timeouts pinned."""
+    current = "current_setting('idle_session_timeout')::interval"
+    return (
+        f"WITH s AS MATERIALIZED (SELECT {current} AS idle) "
+        "SELECT extract(epoch FROM clock_timestamp())::text, "
+        f"s.idle > interval '0' AND s.idle < interval '{_IDLE_FLOOR} ms'"
+        + _pin_timeout("idle_in_transaction_session_timeout", _IDLE_FLOOR)
+        + _pin_timeout("idle_session_timeout", idle_session_floor_ms)
+        + " FROM s"
+    ).encode()
+
+
 _NO_SLOT = re.compile(
     r"too many clients already|too many connections for (role|database)"
     r"|remaining connection slots are reserved"
 )
 """The server's refusals for want of a connection slot (SQLSTATE 53300, which libpq does
 not pass on for a failed connection: the English messages)."""
+
+_READ_ONLY = "25006"
+"""SQLSTATE `read_only_sql_transaction`: a write in a read-only transaction."""
+
+
+def _store_error(exc: psycopg.Error) -> StoreError:
+    """The store's error for a failure the server reported: `StoreReadOnly` for a write
+    the database refused as read-only, else a plain `StoreError`."""
+    if exc.sqlstate == _READ_ONLY:
+        return StoreReadOnly(f"postgresql: the database is read-only: {exc}")
+    return StoreError(f"postgresql: {exc}")
+
 
 _URL_OPTIONS = ("pool_size", "command_timeout", "schema")
 """Query parameters of a store URL that configure the store, not libpq."""

@@ -19,6 +19,7 @@ StoreError
 ├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
 ├── RunNotInterrupted    retry/cancel of a run that is not interrupted
 ├── StoreBusy            the database has no free connection slot for a new connection
+├── StoreReadOnly        the database refused a write: it is read-only just now
 └── StoreTimeout         the database did not answer within the store's command timeout
 ```
 """
@@ -61,6 +62,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "StoreBusy",
+    "StoreReadOnly",
     "StoreTimeout",
 ]
 
@@ -296,6 +298,16 @@ class StoreBusy(StoreError):
 
     Nothing was done; the same call succeeds once other clients free slots. Calls that find
     an open connection in the store's pool are not affected.
+    """
+
+
+class StoreReadOnly(StoreError):
+    """The database refused a write because it accepts none just now: read-only by default
+    (`default_transaction_read_only`, set on the database, a role or the server), or a hot
+    standby the connection reached after a failover.
+
+    Nothing was written: the transaction was rolled back. Reads still work; the same call
+    succeeds once the database accepts writes again.
     """
 
 
