@@ -172,7 +172,8 @@ async def run_loop(policy: Policy, state: RunState, *, stream: bool = False) -> 
 
 async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
     rounds = 0
-    if state.tool_calls:  # a resume's approved re-runs may already have crossed a bound
+    if state.tool_calls or state.requests:  # a resume's approved re-runs (or resumed
+        # sub-agents) may already have crossed a bound
         _check_usage(policy, state)
     while True:
         for turn in range(policy.max_iterations):
