@@ -32,6 +32,7 @@ import pydantic
 from typing_extensions import TypeVar
 
 from golem import deferred
+from golem._cancel import cancel_requests
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
@@ -532,6 +533,7 @@ class Agent(Generic[DepsT, OutputT]):
             run_id=run_id or new_id(),
             conversation_id=conversation_id,
             observers=self._observers(on_event),
+            cancels=cancel_requests(),
         )
 
     async def _prepare(

@@ -1,0 +1,184 @@
+"""Caller cancellation against the run loop, resume and streams (ADR 0067).
+
+The caller's cancellation always ends a run as `asyncio.CancelledError`: never swallowed,
+never turned into a result, a tool error or a next step, and nothing of the run still runs
+when it arrives. Found by this round, each failing before its fix:
+
+- a tool (or model, or `before_approved` hook) that caught the `CancelledError` and
+  returned turned the caller's cancellation into the run's next step: the run went on
+  and returned a result;
+- in a parallel group, a tool raising `CancelledError` itself ended the run while the
+  group's other calls kept running as orphan tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from golem import Agent, Approval, DeferredResults, ToolCall
+from golem.messages import Message
+from golem.model import ModelRequest, ModelResponse
+from golem.testing import FunctionModel, ScriptedModel
+from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
+
+OBJ: dict[str, Any] = {"type": "object"}
+
+
+def calls(*items: tuple[str, str]) -> ModelResponse:
+    return ModelResponse(
+        message=Message(
+            role="assistant", tool_calls=[ToolCall(cid, name, "{}") for cid, name in items]
+        ),
+        finish_reason="tool_call",
+    )
+
+
+def others() -> set[asyncio.Task[Any]]:
+    current = asyncio.current_task()
+    return {t for t in asyncio.all_tasks() if t is not current}
+
+
+# --------------------------------------------------------------------------- swallowed
+
+
+def swallowing(started: asyncio.Event, ran: list[str]) -> Tool:
+    async def swallow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        ran.append(ctx.call_id)
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "swallowed"  # a tool that eats the caller's cancellation
+        return "never"
+
+    return Tool("swallow", "s", OBJ, swallow)
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+async def test_a_tool_swallowing_the_cancellation_does_not_turn_it_into_a_result(
+    timeout: float | None,
+) -> None:
+    started, ran = asyncio.Event(), []
+    model = ScriptedModel(calls(("c1", "swallow"), ("c2", "swallow")), "final")
+    agent = Agent(model, tools=[swallowing(started, ran)], tool_timeout=timeout)
+    task = asyncio.create_task(agent.run("go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == ["c1"]  # the batch's next call never started
+    assert model.remaining == 1  # and no model call followed
+
+
+async def test_a_model_swallowing_the_cancellation_is_not_retried_nor_answered() -> None:
+    started = asyncio.Event()
+    attempts = 0
+
+    async def swallow(request: ModelRequest) -> ModelResponse | str:
+        nonlocal attempts
+        attempts += 1
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        raise ConnectionError("gone")  # as a transport would, after eating the cancel
+
+    agent: Agent[None, str] = Agent(FunctionModel(swallow), max_attempts=3)
+    task = asyncio.create_task(agent.run("go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert attempts == 1
+
+
+def two_approvals(ran: list[str], started: asyncio.Event) -> tuple[Agent[None, str], Any]:
+    async def act(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "?")
+        ran.append(ctx.call_id)
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "never"
+
+    model = ScriptedModel(calls(("a1", "act"), ("a2", "act")), "final")
+    return Agent(model, tools=[Tool("act", "a", OBJ, act)]), model
+
+
+async def test_an_approved_re_run_swallowing_the_cancellation_stops_the_resume() -> None:
+    ran: list[str] = []
+    started = asyncio.Event()
+    agent, model = two_approvals(ran, started)
+    paused = await agent.run("go")
+    task = asyncio.create_task(
+        agent.run_with_deferred_results(
+            paused.messages, DeferredResults(approvals={"a1": True, "a2": True})
+        )
+    )
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == ["a1"]  # the second approved call never ran
+    assert model.remaining == 1
+
+
+async def test_a_before_approved_hook_swallowing_the_cancellation_runs_nothing() -> None:
+    ran: list[str] = []
+    agent, _model = two_approvals(ran, asyncio.Event())
+    paused = await agent.run("go")
+    entered = asyncio.Event()
+
+    async def guard(call: ToolCall) -> None:
+        entered.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(
+        agent.run_with_deferred_results(
+            paused.messages,
+            DeferredResults(approvals={"a1": Approval(True), "a2": Approval(True)}),
+            before_approved=guard,
+        )
+    )
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ran == []
+
+
+# --------------------------------------------------------------------------- parallel group
+
+
+async def test_a_tool_raising_cancelled_error_in_a_parallel_group_ends_its_siblings_first() -> None:
+    started, ended = asyncio.Event(), []
+
+    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(ctx.call_id)
+        return "never"
+
+    async def cancels_itself(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await started.wait()
+        raise asyncio.CancelledError
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "hang"), ("c2", "self")), "final"),
+        tools=[Tool("hang", "h", OBJ, hang), Tool("self", "s", OBJ, cancels_itself)],
+        parallel_tool_calls=True,
+    )
+    before = others()
+    with pytest.raises(asyncio.CancelledError):
+        await agent.run("go")
+    assert ended == ["c1"]  # ended before the run's CancelledError reached the caller
+    assert others() == before
