@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import Any
 
 import pytest
@@ -182,3 +183,45 @@ async def test_a_tool_raising_cancelled_error_in_a_parallel_group_ends_its_sibli
         await agent.run("go")
     assert ended == ["c1"]  # ended before the run's CancelledError reached the caller
     assert others() == before
+
+
+# --------------------------------------------------------------------------- sync tools
+
+
+@pytest.mark.parametrize("where", ["run", "parallel", "re-run"])
+async def test_a_cancelled_run_ends_only_once_its_sync_tools_thread_has(where: str) -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def block(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if where == "re-run" and not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "?")
+        started.set()
+        release.wait(30)
+        finished.append(ctx.call_id)
+        return "done"
+
+    model = ScriptedModel(calls(("c1", "block"), ("c2", "fast")), "final")
+    agent = Agent(
+        model,
+        tools=[Tool("block", "b", OBJ, block), Tool("fast", "f", OBJ, lambda c, a: "ok")],
+        parallel_tool_calls=where == "parallel",
+    )
+    if where == "re-run":
+        paused = await agent.run("go")
+        run = agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
+    else:
+        run = agent.run("go")
+    task = asyncio.create_task(run)
+    try:
+        assert await asyncio.to_thread(started.wait, 30)
+        task.cancel()
+        for _ in range(50):  # every chance to end while the thread still runs
+            await asyncio.sleep(0)
+        assert not task.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished == ["c1"]  # the thread ended before the caller saw the cancellation
+    finally:
+        release.set()
