@@ -461,3 +461,101 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
     for call, keys in ledger.keys.items():
         assert len(keys) == 1, (call, keys)
     assert sorted(ledger.applied.values()) == [1] * len(expected_effects)
+
+
+# --------------------------------------------------------------------------- leaving a stream
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    s=scenarios,
+    phase=st.sampled_from(["run", "resume"]),
+    after=st.integers(0, 40),
+    leave=st.sampled_from(["break", "aclose", "raise", "no-iteration"]),
+)
+def test_a_stream_consumer_leaving_early_cancels_the_run_cleanly(
+    s: Scenario, phase: str, after: int, leave: str
+) -> None:
+    asyncio.run(leave_early(s, phase, after, leave))
+
+
+class Left(Exception):
+    """The consumer's own error, raised inside the `async with`."""
+
+
+async def leave_early(s: Scenario, phase: str, after: int, leave: str) -> None:
+    """The consumer stops after `after` items (by `break`, by closing the iterator, by
+    raising, or without iterating at all) and leaves the `async with`: the run is cancelled,
+    nothing of it keeps running, the consumer's own error (if any) is what propagates,
+    `stream.result` is unavailable, and resuming from the paused history still works."""
+    loop = asyncio.get_running_loop()
+    gates = Gates(loop)
+    ledger = Ledger()
+    agent = build(s, gates, ledger, None)
+    history: list[Message] | None = None
+    if phase == "resume":
+        first, _ = await attempt(s, gates, run_start, agent)
+        history = first.value.messages
+
+    def open_stream(a: Agent[None, str]) -> Any:
+        if history is None:
+            return a.run_stream("go")
+        return a.run_stream_with_deferred_results(history, approvals(s))
+
+    got: list[Any] = []
+    state: dict[str, str] = {}
+
+    async def consume() -> None:
+        async with open_stream(agent) as stream:
+            if leave != "no-iteration":
+                iterator = stream.__aiter__()
+                async for item in iterator:
+                    got.append(signature(item))
+                    if len(got) > after:
+                        if leave == "raise":
+                            raise Left("the consumer gave up")
+                        if leave == "aclose":
+                            await iterator.aclose()  # type: ignore[attr-defined]
+                        break
+            try:
+                stream.result  # noqa: B018
+                state["result"] = "available"
+            except (RuntimeError, RunError):
+                state["result"] = "unavailable"
+
+    before = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+    task = asyncio.ensure_future(consume())
+    while True:
+        getter = asyncio.ensure_future(gates.arrivals.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            await asyncio.wait({getter})
+            break
+        _, waiter = getter.result()
+        if not waiter.done():
+            waiter.set_result(None)
+    error = task.exception()
+    if leave == "raise" and state.get("result") is None:
+        assert isinstance(error, Left), error
+    else:
+        assert error is None, error
+    assert gates.inside == 0
+    assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} <= before
+    if state.get("result") == "available":  # the run had finished before the consumer left
+        pass
+    else:
+        assert state.get("result") in (None, "unavailable")
+    # the paused history (or the fresh start) is still good: nothing half-done in it
+    agent = build(s, gates, ledger, None)
+    if history is None:
+        first, _ = await attempt(s, gates, run_start, agent)
+        history = first.value.messages
+    done, _ = await attempt(
+        s, gates, lambda a: a.run_with_deferred_results(history, approvals(s)), agent
+    )
+    assert done.value is not None, done.error
+    assert done.value.output == "done"
+    assert sorted(ledger.applied.values()) == [1] * len(ledger.applied)
+    for keys in ledger.keys.values():
+        assert len(keys) == 1
