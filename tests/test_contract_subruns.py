@@ -188,3 +188,15 @@ async def test_a_parent_still_paused_after_its_resume_checks_its_limits() -> Non
     assert info.value.stage is Stage.USAGE
     assert info.value.partial is not None
     assert info.value.partial.requests == 2
+
+
+async def test_a_resumed_sub_agents_answer_is_stamped_with_the_resuming_run() -> None:
+    parent, _, _ = _paused_pair(None, calls(("s1", "delete", {}), tokens=5), text("done"))
+    paused = await parent.run("go", conversation_id="conv")
+    done = await parent.run_with_deferred_results(
+        paused.messages, {"approvals": {"p1/s1": True}}, run_id="resume-1"
+    )
+    answer = next(m for m in done.messages if m.role == "tool" and m.tool_call_id == "p1")
+    assert answer.content == "done"
+    # a resolution the resume wrote, as an approved re-run's result is (reference §2.5, §2.9)
+    assert (answer.run_id, answer.conversation_id) == ("resume-1", "conv")

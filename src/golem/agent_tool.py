@@ -467,7 +467,12 @@ async def resume(
                 conversation_id or rec.message.conversation_id,
             )
         else:
-            merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
+            merged[rec.index] = replace(
+                rec.message,
+                content=_output_text(sub.output),
+                run_id=run_id or rec.message.run_id,
+                conversation_id=conversation_id or rec.message.conversation_id,
+            )
     if repaused:
         tool_calls = 0
         if own_pending:
