@@ -225,3 +225,47 @@ async def test_a_cancelled_run_ends_only_once_its_sync_tools_thread_has(where: s
         assert finished == ["c1"]  # the thread ended before the caller saw the cancellation
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("how", ["run", "parallel", "stream"])
+async def test_cancelling_twice_still_ends_only_once_the_thread_has(how: str) -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def block(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        started.set()
+        release.wait(30)
+        finished.append(ctx.call_id)
+        return "done"
+
+    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(
+        ScriptedModel(calls(("c1", "block"), ("c2", "hang")), "final"),
+        tools=[Tool("block", "b", OBJ, block), Tool("hang", "h", OBJ, hang)],
+        parallel_tool_calls=how == "parallel",
+    )
+
+    async def consume() -> None:
+        async with agent.run_stream("go") as stream:
+            async for _ in stream:
+                pass
+
+    before = others()
+    task = asyncio.create_task(consume() if how == "stream" else agent.run("go"))
+    try:
+        assert await asyncio.to_thread(started.wait, 30)
+        for _ in range(2):  # a second cancellation while the first is being honoured
+            task.cancel()
+            for _ in range(50):
+                await asyncio.sleep(0)
+            assert not task.done()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished == ["c1"]
+        assert others() == before
+    finally:
+        release.set()

@@ -10,6 +10,7 @@ loop follows — model, tools, limits, decoding, cost, backoff — arrives as on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -511,11 +512,20 @@ async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]
     except BaseException:
         for task in tasks:
             task.cancel()
-        await asyncio.wait(tasks)
-        for task in tasks:  # retrieved, so none is reported as never retrieved
-            if not task.cancelled():
-                task.exception()
+        await settle(tasks)
         raise
+
+
+async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every one of `tasks` has ended — through further cancellations of the
+    caller, which stay pending (`Task.cancelling()`) for the caller to raise — and
+    retrieve their outcomes, so none is reported as never retrieved."""
+    while not all(task.done() for task in tasks):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:
