@@ -269,3 +269,22 @@ async def test_cancelling_twice_still_ends_only_once_the_thread_has(how: str) ->
         assert others() == before
     finally:
         release.set()
+
+
+async def test_instructions_swallowing_the_cancellation_send_no_request() -> None:
+    started = asyncio.Event()
+
+    async def instructions(ctx: RunContext[None]) -> str:
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.Event().wait()
+        return "Be brief."
+
+    model = ScriptedModel("never")
+    agent: Agent[None, str] = Agent(model, instructions=instructions)
+    task = asyncio.create_task(agent.run("go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert model.request_count == 0

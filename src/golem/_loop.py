@@ -264,6 +264,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         output_schema=policy.output_schema,
         tool_choice=policy.tool_choice,
     )
+    raise_if_swallowed(state.cancels)  # no request once the caller has cancelled
     attempts = 1 if stream else policy.max_attempts
     attempt = 0
     response: ModelResponse | None = None
