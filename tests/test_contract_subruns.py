@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import (
     Agent,
@@ -200,3 +203,123 @@ async def test_a_resumed_sub_agents_answer_is_stamped_with_the_resuming_run() ->
     assert answer.content == "done"
     # a resolution the resume wrote, as an approved re-run's result is (reference §2.5, §2.9)
     assert (answer.run_id, answer.conversation_id) == ("resume-1", "conv")
+
+
+# --------------------------------------------------------------------------- property
+
+BEHAVIOURS = ["answer", "tool-then-answer", "fail-model", "fail-tool", "pause"]
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.executions = 0  # tool executions that did not defer
+
+
+def sub_agent(name: str, behaviour: str, counter: Counter) -> Agent[None, str]:
+    outcomes: list[Any] = {
+        "answer": [text("ok", tokens=1)],
+        "tool-then-answer": [calls(("t1", "work", {}), tokens=1), text("ok", tokens=1)],
+        "fail-model": [RuntimeError("provider down")],
+        "fail-tool": [calls(("t1", "boom", {}), tokens=1)],
+        "pause": [calls(("t1", "gate", {}), tokens=1), text("ok", tokens=1)],
+    }[behaviour]
+    agent: Agent[None, str] = Agent(ScriptedModel(*outcomes), name=name)
+
+    def work(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        counter.executions += 1
+        return "done"
+
+    def boom(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        counter.executions += 1
+        raise ValueError("broken")
+
+    def gate(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "?")
+        counter.executions += 1
+        return "approved work"
+
+    for tool in (work, boom, gate):
+        agent.tools[tool.__name__] = Tool(tool.__name__, "t", OBJ, tool)
+    return agent
+
+
+def models_of(*agents: Agent[None, str]) -> list[ScriptedModel]:
+    found: list[ScriptedModel] = []
+    for agent in agents:
+        assert isinstance(agent.model, ScriptedModel)
+        found.append(agent.model)
+    return found
+
+
+@settings(max_examples=int(os.environ.get("GOLEM_SUBRUN_EXAMPLES", "120")), deadline=None)
+@given(
+    behaviours=st.lists(st.sampled_from(BEHAVIOURS), min_size=1, max_size=3),
+    parallel=st.booleans(),
+)
+def test_a_parents_counts_are_every_model_request_and_tool_execution_of_its_tree(
+    behaviours: list[str], parallel: bool
+) -> None:
+    """Whatever its sub-agents do — answer, use a tool, fail in their model or a tool, pause
+    — the parent's `Result` (or `partial`) counts exactly the requests every model of the
+    tree received, the tool executions every tool made (agent-tool calls that did not pause
+    included, deferrals not), and one token per answered request; its resume likewise."""
+    counter = Counter()
+    subs = [sub_agent(f"sub{i}", b, counter) for i, b in enumerate(behaviours)]
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(
+            calls(*((f"p{i}", f"sub{i}", {"prompt": "go"}) for i in range(len(subs))), tokens=1),
+            text("fin", tokens=1),
+        ),
+        tools=[s.as_tool() for s in subs],
+        parallel_tool_calls=parallel,
+    )
+    models = models_of(parent, *subs)
+
+    def requests() -> int:
+        return sum(m.request_count for m in models)
+
+    def answered() -> int:  # requests that got a response (each carries one token)
+        failed = sum(
+            1
+            for b, sub in zip(behaviours, subs, strict=True)
+            if b == "fail-model" and models_of(sub)[0].request_count
+        )
+        return requests() - failed
+
+    def agent_tool_executions() -> int:
+        return sum(
+            1
+            for b, s in zip(behaviours, subs, strict=True)
+            if models_of(s)[0].request_count and b != "pause"
+        )
+
+    async def go() -> None:
+        failure: RunError | None = None
+        try:
+            result = await parent.run("go")
+        except RunError as failed:
+            failure = failed
+        if failure is not None:
+            assert failure.stage is Stage.TOOL
+            assert failure.partial is not None
+            assert failure.partial.requests == requests()
+            assert failure.partial.tool_calls == counter.executions + agent_tool_executions()
+            assert failure.partial.usage.input_tokens == answered()
+            return
+        assert result.requests == requests()
+        assert result.tool_calls == counter.executions + agent_tool_executions()
+        assert result.usage.input_tokens == answered()
+        if not result.is_paused:
+            return
+        before_requests, before_executions = requests(), counter.executions
+        assert result.pending is not None
+        done = await parent.run_with_deferred_results(
+            result.messages, {"approvals": {p.call_id: True for p in result.pending.calls}}
+        )
+        assert done.output == "fin"
+        assert done.requests == requests() - before_requests
+        assert done.tool_calls == counter.executions - before_executions
+        assert done.usage.input_tokens == done.requests
+
+    asyncio.run(go())
