@@ -567,6 +567,7 @@ async def test_caller_cancellation_during_a_sync_rerun_propagates_as_cancelled_e
     try:
         assert await asyncio.to_thread(started.wait, 5)
         task.cancel()
+        release.set()  # the resume ends once the thread does (ADR 0067)
         with pytest.raises(asyncio.CancelledError):
             await task
     finally:

@@ -789,6 +789,7 @@ async def test_cancellation_while_a_sync_tool_runs_propagates() -> None:
     try:
         await asyncio.to_thread(started.wait, 10)
         task.cancel()
+        release.set()  # the run ends once the thread does (ADR 0067)
         with pytest.raises(asyncio.CancelledError):
             await task
     finally:

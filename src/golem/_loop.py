@@ -10,11 +10,13 @@ loop follows — model, tools, limits, decoding, cost, backoff — arrives as on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from golem import deferred
+from golem._cancel import raise_if_swallowed
 from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
@@ -101,6 +103,9 @@ class RunState:
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
     tracer: RunTracer | None = None
     """The run's spans when tracing is on (`golem.otel`)."""
+    cancels: int = 0
+    """The cancellation requests its task had when the run started (`Task.cancelling()`):
+    one more after a tool or model returns means it swallowed the caller's cancellation."""
 
     @property
     def listening(self) -> bool:
@@ -172,7 +177,8 @@ async def run_loop(policy: Policy, state: RunState, *, stream: bool = False) -> 
 
 async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
     rounds = 0
-    if state.tool_calls:  # a resume's approved re-runs may already have crossed a bound
+    if state.tool_calls or state.requests:  # a resume's approved re-runs (or resumed
+        # sub-agents) may already have crossed a bound
         _check_usage(policy, state)
     while True:
         for turn in range(policy.max_iterations):
@@ -258,6 +264,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         output_schema=policy.output_schema,
         tool_choice=policy.tool_choice,
     )
+    raise_if_swallowed(state.cancels)  # no request once the caller has cancelled
     attempts = 1 if stream else policy.max_attempts
     attempt = 0
     response: ModelResponse | None = None
@@ -272,6 +279,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
             else:
                 response = await policy.model.generate(request)
         except Exception as exc:
+            raise_if_swallowed(state.cancels)
             state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
             retryable = isinstance(exc, ProviderError) and exc.retryable
             if retryable and attempt < attempts:
@@ -291,6 +299,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 wrapped.__cause__ = exc
                 raise _Fail(Stage.MODEL, wrapped) from None
             raise _Fail(Stage.MODEL, exc) from None
+    raise_if_swallowed(state.cancels)
     state.usage = state.usage + response.usage
     state.finish_reason = response.finish_reason
     message = response.message
@@ -460,6 +469,7 @@ async def _tool_batch(
         for i, call in enumerate(calls):
             _start_event(state, turn, call)
             out = await _execute(policy, state, tools[i], call)
+            raise_if_swallowed(state.cancels)
             _end_event(state, turn, call, out)
             if out.kind != "deferred":
                 state.tool_calls += 1
@@ -470,14 +480,13 @@ async def _tool_batch(
                 i = group[0]
                 _start_event(state, turn, calls[i])
                 outcomes = [await _execute(policy, state, tools[i], calls[i])]
+                raise_if_swallowed(state.cancels)
                 _end_event(state, turn, calls[i], outcomes[0])
             else:
                 for i in group:
                     _start_event(state, turn, calls[i])
-                outcomes = list(
-                    await asyncio.gather(
-                        *(_execute(policy, state, tools[i], calls[i]) for i in group)
-                    )
+                outcomes = await _together(
+                    [_execute(policy, state, tools[i], calls[i]) for i in group]
                 )
                 for i, out in zip(group, outcomes, strict=True):
                     _end_event(state, turn, calls[i], out)
@@ -488,6 +497,36 @@ async def _tool_batch(
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
     return deferred.pause(state, policy.seal_keys, deferrals) if deferrals else None
+
+
+async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:
+    """Run one parallel group's calls as tasks; their outcomes in emission order.
+
+    `_execute` turns every `Exception` into an outcome, so a task fails only with a
+    `BaseException` — a tool that raised `CancelledError` itself, say. Then the group's
+    other calls are cancelled and awaited before it propagates (`asyncio.gather` returns at
+    the first failure and leaves them running, a tool still acting after its run ended).
+    """
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await settle(tasks)
+        raise
+
+
+async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Wait until every one of `tasks` has ended — through further cancellations of the
+    caller, which stay pending (`Task.cancelling()`) for the caller to raise — and
+    retrieve their outcomes, so none is reported as never retrieved."""
+    while not all(task.done() for task in tasks):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait(tasks)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:

@@ -32,13 +32,17 @@ import pydantic
 from typing_extensions import TypeVar
 
 from golem import deferred
+from golem._cancel import cancel_requests
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
+    SUB_RUN,
     AgentTool,
+    Spent,
     agent_tool,
     copy_result,
     has_agent_tools,
+    partial_of,
     paused_records,
     run_scope,
     surface,
@@ -46,7 +50,14 @@ from golem.agent_tool import (
 from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
 from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
-from golem.errors import Overloaded, RateLimited, ResumeError, RunError, Stage
+from golem.errors import (
+    Overloaded,
+    RateLimited,
+    ResumeError,
+    RunError,
+    Stage,
+    UsageLimitExceeded,
+)
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, _new_message, _stamped, loads_history
@@ -522,6 +533,7 @@ class Agent(Generic[DepsT, OutputT]):
             run_id=run_id or new_id(),
             conversation_id=conversation_id,
             observers=self._observers(on_event),
+            cancels=cancel_requests(),
         )
 
     async def _prepare(
@@ -538,6 +550,10 @@ class Agent(Generic[DepsT, OutputT]):
         user = _prompt_message(prompt)
         conversation = conversation_id or _conversation_of(supplied) or new_id()
         state = self._state(deps, run_id, conversation, on_event)
+        spent = SUB_RUN.get()
+        if spent is not None:  # this run is an agent tool's sub-run: its parent counts it
+            SUB_RUN.set(None)
+            spent.append(state)
         await self._open(state, [m for m in supplied if m.role != "system"])
         if user is not None and (user.content or user.parts or not supplied):
             state.messages.append(_stamp(user, state))
@@ -787,10 +803,13 @@ class Agent(Generic[DepsT, OutputT]):
         before_approved: BeforeApproved | None,
         sink: Callable[[Delta | RunEvent], None] | None = None,
         trace_context: str = "",
+        spent: Spent | None = None,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
         state.sink = sink
+        if spent is not None:  # resumed sub-agents' spending counts in this run
+            spent.seed(state)
         stream = sink is not None
         if self._plain(policy):
             await self._resolve(plan, policy, state, before_approved, user)
@@ -847,14 +866,24 @@ class Agent(Generic[DepsT, OutputT]):
             merged = await deferred.resume(plan, policy, state, before_approved)
             return merged, state.tool_calls
 
-        async def resume_parent(plan: deferred.ResumePlan) -> Result[OutputT]:
+        async def resume_parent(plan: deferred.ResumePlan, spent: Spent) -> Result[OutputT]:
             return await self._resume(
-                plan, policy, prompt, deps, run_id, on_event, before_approved, sink, trace_context
+                plan,
+                policy,
+                prompt,
+                deps,
+                run_id,
+                on_event,
+                before_approved,
+                sink,
+                trace_context,
+                spent,
             )
 
-        async def continue_parent(merged: list[Message]) -> Result[OutputT]:
+        async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
             state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
             state.sink = sink
+            spent.seed(state)
             return await self._run_traced(
                 policy,
                 state,
@@ -862,6 +891,17 @@ class Agent(Generic[DepsT, OutputT]):
                 trace_context=trace_context,
                 operation="resume",
             )
+
+        def paused_parent(result: Result[Any]) -> Result[Any]:
+            result = copy_result(result, cost=policy.cost(result.usage))
+            if policy.usage_limits is not None:
+                try:
+                    policy.usage_limits.check(
+                        result.usage, result.requests, result.tool_calls, result.cost
+                    )
+                except UsageLimitExceeded as exc:
+                    raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
+            return result
 
         return await resume_nested(
             history,
@@ -872,6 +912,7 @@ class Agent(Generic[DepsT, OutputT]):
             apply_parent=apply_parent,
             resume_parent=resume_parent,
             continue_parent=continue_parent,
+            paused_parent=paused_parent,
             observers=self._observers(on_event),
             sink=sink,
             trace_context=trace_context,

@@ -55,6 +55,7 @@ from golem.tool import (
     ToolResult,
     find_signal,
 )
+from golem.usage import Usage
 
 if TYPE_CHECKING:
     from golem._loop import RunState
@@ -105,6 +106,13 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
     "golem_agent_tool_scope", default=None
 )
 
+SUB_RUN: contextvars.ContextVar[list[RunState] | None] = contextvars.ContextVar(
+    "golem_agent_tool_sub_run", default=None
+)
+"""Set by an `AgentTool` call around its sub-run: the sub-run's `Agent._prepare` appends its
+`RunState` (and clears the variable, so deeper runs do not), so the call can add what the
+sub-run spent to its parent's — also when the sub-run fails, times out or is cancelled."""
+
 
 class AgentTool(Tool):
     """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
@@ -143,14 +151,20 @@ class AgentTool(Tool):
         forward = None
         if scope is not None:
             forward = forwarder(scope.state.observers, scope.state.sink, ctx.call_id, self.name)
-        result = await self.agent.run(
-            prompt,
-            deps=self._deps(ctx.deps),
-            on_event=forward,
-            conversation_id=sub_conversation(ctx.conversation_id, ctx.call_id) or None,
-        )
-        if scope is not None:
-            _absorb(scope.state, result)
+        spent: list[RunState] = []
+        token = SUB_RUN.set(spent)
+        try:
+            result = await self.agent.run(
+                prompt,
+                deps=self._deps(ctx.deps),
+                on_event=forward,
+                conversation_id=sub_conversation(ctx.conversation_id, ctx.call_id) or None,
+            )
+        finally:
+            SUB_RUN.reset(token)
+            if scope is not None:
+                for sub_state in spent:  # what the sub-run spent, whatever its outcome
+                    _absorb(scope.state, sub_state)
         if result.pending is not None:
             if scope is None:
                 raise RuntimeError(
@@ -221,7 +235,7 @@ def forwarder(
     return forward
 
 
-def _absorb(state: RunState, result: Result[Any] | Any) -> None:
+def _absorb(state: RunState, result: RunState | Result[Any] | Any) -> None:
     state.usage = state.usage + result.usage
     state.requests += result.requests
     state.tool_calls += result.tool_calls
@@ -337,6 +351,11 @@ def _refuse_collisions(
         raise RunError(Stage.TOOL, err, _partial(result, messages))
 
 
+def partial_of(result: Result[Any]) -> PartialResult:
+    """`result` as the evidence of a run that failed after producing it."""
+    return _partial(result, result.messages)
+
+
 def _partial(result: Result[Any], messages: list[Message]) -> PartialResult:
     from golem.result import PartialResult
 
@@ -412,8 +431,9 @@ async def resume(
     deps: Any,
     check_parent: Callable[[list[Message], DeferredResults], Any],
     apply_parent: Callable[[Any], Awaitable[tuple[list[Message], int]]],
-    resume_parent: Callable[[Any], Awaitable[Result[Any]]],
-    continue_parent: Callable[[list[Message]], Awaitable[Result[Any]]],
+    resume_parent: Callable[[Any, Spent], Awaitable[Result[Any]]],
+    continue_parent: Callable[[list[Message], Spent], Awaitable[Result[Any]]],
+    paused_parent: Callable[[Result[Any]], Result[Any]] = lambda result: result,
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
@@ -441,8 +461,11 @@ async def resume(
     The parent's own pending calls go through the agent's callbacks: `check_parent`
     validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
     resolves them without continuing (when a sub-agent pauses again),
-    `resume_parent(plan)` resolves them and continues, and `continue_parent(history)`
-    continues a parent with none left.
+    `resume_parent(plan, spent)` resolves them and continues, and
+    `continue_parent(history, spent)` continues a parent with none left; `spent` is what
+    the resumed sub-agents spent, which the parent's run starts with (its usage limits
+    cover it). `paused_parent(result)` finishes a parent still paused (its limits, its
+    cost).
 
     Raises:
         ResumeError: before anything runs, when a namespaced ID names no pending call of
@@ -489,19 +512,46 @@ async def resume(
                 conversation_id or rec.message.conversation_id,
             )
         else:
-            merged[rec.index] = replace(rec.message, content=_output_text(sub.output))
+            merged[rec.index] = replace(
+                rec.message,
+                content=_output_text(sub.output),
+                run_id=run_id or rec.message.run_id,
+                conversation_id=conversation_id or rec.message.conversation_id,
+            )
     if repaused:
         tool_calls = 0
         if own_pending:
             merged, tool_calls = await apply_parent(check_parent(merged, own))
         paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
-        return _with_usage(paused, usage_from)
+        return paused_parent(_with_usage(paused, usage_from))
     merged = deferred.merge(merged, {})
+    spent = Spent.of(usage_from)
     if own_pending:
-        result = await resume_parent(check_parent(merged, own))
-    else:
-        result = await continue_parent(merged)
-    return _with_usage(result, usage_from)
+        return await resume_parent(check_parent(merged, own), spent)
+    return await continue_parent(merged, spent)
+
+
+class Spent(NamedTuple):
+    """What resumed sub-agents spent: a resuming parent's run starts counting from it."""
+
+    usage: Usage
+    requests: int
+    tool_calls: int
+
+    @classmethod
+    def of(cls, results: Sequence[Result[Any]]) -> Spent:
+        usage, requests, tool_calls = Usage(), 0, 0
+        for r in results:
+            usage = usage + r.usage
+            requests += r.requests
+            tool_calls += r.tool_calls
+        return cls(usage, requests, tool_calls)
+
+    def seed(self, state: RunState) -> None:
+        """Start `state`'s counters from this (before the parent's re-runs and loop)."""
+        state.usage = state.usage + self.usage
+        state.requests += self.requests
+        state.tool_calls += self.tool_calls
 
 
 def check(

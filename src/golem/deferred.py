@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from golem._cancel import raise_if_swallowed
 from golem.errors import ConversationRequired, ResumeError, RunError, Stage, ToolError, ToolTimeout
 from golem.events import EventKind
 from golem.history import paused_batch_ids
@@ -529,7 +530,7 @@ BeforeApproved = Callable[[ToolCall], Awaitable[None]]
 
 
 async def _rerun_approved(
-    tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None
+    tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None, cancels: int
 ) -> ToolResult:
     """Execute an approved call once, with `call_approved()` true and the call's timeout.
 
@@ -540,10 +541,11 @@ async def _rerun_approved(
     """
     try:
         with _Approved():
-            return await tool.run(ctx, call.args, timeout)
+            result = await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
         raise RunError(Stage.TOOL, exc) from exc
     except Exception as exc:
+        raise_if_swallowed(cancels)
         canceled = find_signal(exc, Canceled)
         if canceled is not None:
             raise RunError(Stage.CANCELED, canceled) from canceled
@@ -557,6 +559,8 @@ async def _rerun_approved(
         err = ToolError(tool.name, call.id, text)
         err.__cause__ = exc
         raise RunError(Stage.TOOL, err) from err
+    raise_if_swallowed(cancels)
+    return result
 
 
 async def resume(
@@ -592,6 +596,7 @@ async def resume(
                 edited[call.id] = call
             if before_approved is not None:
                 await before_approved(call)
+                raise_if_swallowed(state.cancels)
             done = await _rerun(call, policy, state)
             text = done.text
             if step.args is not None:
@@ -608,11 +613,11 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
     timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
     state.tool_calls += 1
     if not state.listening:
-        return await _rerun_approved(tool, call, ctx, timeout)
+        return await _rerun_approved(tool, call, ctx, timeout, state.cancels)
     ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
     state.emit(EventKind.TOOL_START, args=call.args, **ids)
     try:
-        done = await _rerun_approved(tool, call, ctx, timeout)
+        done = await _rerun_approved(tool, call, ctx, timeout, state.cancels)
     except RunError as failed:
         state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
         raise

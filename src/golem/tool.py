@@ -19,6 +19,7 @@ side effects behind it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -502,7 +503,7 @@ class Tool(Generic[ToolDepsT]):
         if self.is_async:
             value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
         elif self.run_in_thread:
-            value = await asyncio.to_thread(self.exec, ctx, decoded)
+            value = await _in_thread(self.exec, ctx, decoded)
         else:  # a copy, as `to_thread` runs it in: what the tool sets stays with the call
             value = contextvars.copy_context().run(self.exec, ctx, decoded)
         result = _to_tool_result(value)
@@ -579,6 +580,28 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None
         if not isinstance(item, types) or (is_bool and bool not in types and object not in types):
             return f"{name}: expected {' or '.join(names)}, got {type(item).__name__}"
     return None
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` in a worker thread, in a copy of the caller's contextvars.
+
+    A thread cannot be stopped: when the caller is cancelled, the `CancelledError` is
+    raised once the thread has ended, so nothing of a cancelled run is still acting when
+    the caller learns of it (`asyncio.to_thread` returns at once and leaves the thread
+    running — a retry could then run the same call beside it).
+    """
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    future = loop.run_in_executor(None, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait((future,))
+        if not future.cancelled():
+            future.exception()  # retrieved: the run ends cancelled, not with the tool's error
+        raise
 
 
 def _to_tool_result(value: Any) -> ToolResult:

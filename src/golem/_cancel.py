@@ -1,0 +1,44 @@
+"""Cancellation that awaited code swallowed: the caller's cancellation always wins.
+
+A run compares its task's pending cancellation requests (`Task.cancelling()`) after each
+await of user code with the count it started with. That count is exact from Python 3.13
+on; before, `asyncio.TaskGroup` leaves the cancellation it uses to stop its own body
+counted after it exits (3.11, 3.12), which would read as a swallowed cancellation, so the
+check is off there (ADR 0067).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+__all__ = ["EXACT_CANCELLING", "cancel_requests", "raise_if_swallowed"]
+
+EXACT_CANCELLING = sys.version_info >= (3, 13)
+"""Whether `Task.cancelling()` counts only unhonoured cancellations (Python 3.13+)."""
+
+
+def cancel_requests() -> int:
+    """The current task's pending cancellation requests (`Task.cancelling()`; 0 outside a
+    task, or where the count is not exact)."""
+    if not EXACT_CANCELLING:
+        return 0
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def raise_if_swallowed(baseline: int) -> None:
+    """Raise `CancelledError` when the current task has more cancellation requests than
+    `baseline` (its count when the run started): a cancellation arrived during the last
+    await and the awaited code — a tool, a model, a hook — swallowed it instead of
+    letting it propagate. The run then stops as cancelled, never turning the caller's
+    cancellation into a result, a tool error or a next step. A no-op before Python 3.13.
+
+    Raises:
+        asyncio.CancelledError: a cancellation arrived and was not honoured.
+    """
+    if not EXACT_CANCELLING:
+        return
+    task = asyncio.current_task()
+    if task is not None and task.cancelling() > baseline:
+        raise asyncio.CancelledError

@@ -1,0 +1,567 @@
+"""Cancellation and tool timeouts at ANY await point of a run, a resume and their streams,
+checked by Hypothesis (ADR 0067).
+
+Every model call, tool call (deferring pass and approved re-run, before and after its side
+effect), `before_approved` hook and sub-agent step of a drawn scenario blocks on a gate the
+test releases one at a time, in arrival order; Hypothesis picks the gate at which, instead,
+the caller's task is cancelled (the code at the gate may swallow the cancellation, from Python 3.13 on), or the
+tool at that gate times out. Nothing depends on the machine's speed: a timed-out tool's gate
+is never released, so its (tiny) timeout is what ends it.
+
+Invariants, against an oracle (the same scenario with every gate released):
+
+- a cancelled `run` / `resume` / stream consumer raises `CancelledError` — never a result,
+  never a `RunError` — and when it does, no task of the run and no gated code (model, tool,
+  hook, sub-agent, thread) is still running;
+- a timed-out tool fails the run at stage `tool` with a `ToolTimeout`;
+- a stream consumer gets a prefix of the oracle's items, then the `CancelledError` (or the
+  `RunError`); `stream.result` is unavailable;
+- the caller then goes on from the last history it was handed — the paused history (a
+  `CancelledError` or a `partial=None` failure hands nothing newer), or the failure's
+  `partial` — and the run reaches the oracle's answer with every approved call's effect
+  applied exactly once per idempotency key (the key is the same on every attempt), and an
+  approved call answered in a `partial` never runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golem import Agent, RunError, RunEvent, Stage, ToolCall, ToolTimeout
+from golem._cancel import EXACT_CANCELLING
+from golem.messages import Message
+from golem.model import Delta, ModelRequest, ModelResponse
+from golem.testing import replay_as_deltas
+from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
+
+OBJ: dict[str, Any] = {"type": "object"}
+EXAMPLES = int(os.environ.get("GOLEM_CANCEL_EXAMPLES", "150"))
+
+
+class Never(Exception):
+    """A gate that must not release (a timed-out tool's)."""
+
+
+@dataclass
+class Gates:
+    """Every await point of a scenario: `point(name)` blocks until the driver decides."""
+
+    loop: asyncio.AbstractEventLoop
+    arrivals: asyncio.Queue[tuple[str, asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
+    names: list[str] = field(default_factory=list)
+    inside: int = 0
+    swallow: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def point(self, name: str) -> None:
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        with self.lock:
+            self.inside += 1
+        self.names.append(name)
+        self.arrivals.put_nowait((name, waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if not self.swallow:
+                raise
+        finally:
+            with self.lock:
+                self.inside -= 1
+
+    def point_from_thread(self, name: str) -> None:
+        asyncio.run_coroutine_threadsafe(self.point(name), self.loop).result()
+
+
+@dataclass
+class Ledger:
+    """The world the tools act on: effects keyed by idempotency key, raw executions by call."""
+
+    applied: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, set[str]] = field(default_factory=dict)
+    executed: dict[str, int] = field(default_factory=dict)
+
+    def act(self, ctx: RunContext[Any]) -> None:
+        name = ctx.call_id
+        self.executed[name] = self.executed.get(name, 0) + 1
+        self.keys.setdefault(name, set()).add(ctx.idempotency_key)
+        if ctx.idempotency_key not in self.applied:  # an idempotent effect, as tools should
+            self.applied[ctx.idempotency_key] = 1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    parallel: bool
+    nested: bool
+    sync_look: bool
+    timeouts: bool
+    stream: bool
+
+
+def answered(request: ModelRequest) -> set[str]:
+    return {m.tool_call_id for m in request.messages if m.role == "tool"}
+
+
+def batch(*items: tuple[str, str, dict[str, Any]]) -> ModelResponse:
+    return ModelResponse(
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(cid, name, json.dumps(args)) for cid, name, args in items],
+        ),
+        finish_reason="tool_call",
+    )
+
+
+class GatedModel:
+    """A stateless model: its answer follows from what the request has answered; every
+    call blocks on a gate before answering (and, streamed, again between its deltas)."""
+
+    def __init__(
+        self, gates: Gates, name: str, answer: Callable[[ModelRequest], ModelResponse]
+    ) -> None:
+        self.gates, self.name, self.answer = gates, name, answer
+
+    def _gate(self, request: ModelRequest, where: str = "") -> Awaitable[None]:
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        return self.gates.point(f"model:{self.name}:{turns}{where}")
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        await self._gate(request)
+        return self.answer(request)
+
+    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        await self._gate(request)
+        response = self.answer(request)
+        for i, delta in enumerate(replay_as_deltas(response)):
+            if i == 1:
+                await self._gate(request, ":mid")
+            yield delta
+        yield response
+
+
+def build(s: Scenario, gates: Gates, ledger: Ledger, timeout_tool: str | None) -> Agent[None, str]:
+    """The parent (and its sub-agent) of scenario `s`; `timeout_tool` gets a tiny timeout."""
+
+    def tool_timeout(name: str) -> float | None:
+        if timeout_tool == name:
+            return 0.001
+        return 3600.0 if s.timeouts else None
+
+    def act_tool(name: str) -> Tool:
+        async def act(ctx: RunContext[None], args: dict[str, Any]) -> str:
+            if not call_approved():
+                await gates.point(f"defer:{ctx.call_id}")
+                raise Deferred(DeferKind.APPROVAL, "act?")
+            await gates.point(f"act:{ctx.call_id}")
+            ledger.act(ctx)
+            await gates.point(f"acted:{ctx.call_id}")
+            return "acted"
+
+        return Tool(name, "Act (needs approval).", OBJ, act, timeout=tool_timeout(name))
+
+    def look_tool(name: str) -> Tool:
+        if s.sync_look:
+
+            def look_sync(ctx: RunContext[None], args: dict[str, Any]) -> str:
+                gates.point_from_thread(f"look:{ctx.call_id}")
+                return "seen"
+
+            return Tool(name, "Look.", OBJ, look_sync, timeout=tool_timeout(name))
+
+        async def look(ctx: RunContext[None], args: dict[str, Any]) -> str:
+            await gates.point(f"look:{ctx.call_id}")
+            return "seen"
+
+        return Tool(name, "Look.", OBJ, look, timeout=tool_timeout(name))
+
+    def parent_answer(request: ModelRequest) -> ModelResponse:
+        done = answered(request)
+        if "c1" in done:
+            return ModelResponse(Message(role="assistant", content="done"), finish_reason="stop")
+        if "a1" in done:
+            return batch(("c1", "look_c", {}))
+        first = [("a1", "act_a", {}), ("b1", "look_b", {})]
+        if s.nested:
+            first.append(("p3", "helper", {"prompt": "help"}))
+        return batch(*first)
+
+    def helper_answer(request: ModelRequest) -> ModelResponse:
+        if "s1" in answered(request):
+            return ModelResponse(Message(role="assistant", content="helped"), finish_reason="stop")
+        return batch(("s1", "act_s", {}))
+
+    tools: list[Tool] = [act_tool("act_a"), look_tool("look_b"), look_tool("look_c")]
+    if s.nested:
+        helper: Agent[None, str] = Agent(
+            GatedModel(gates, "helper", helper_answer),
+            name="helper",
+            tools=[act_tool("act_s")],
+            parallel_tool_calls=s.parallel,
+        )
+        tools.append(helper.as_tool(timeout=tool_timeout("helper")))
+    return Agent(
+        GatedModel(gates, "parent", parent_answer), tools=tools, parallel_tool_calls=s.parallel
+    )
+
+
+def approvals(s: Scenario) -> dict[str, Any]:
+    decided = {"a1": True}
+    if s.nested:
+        decided["p3/s1"] = True
+    return {"approvals": decided}
+
+
+def signature(item: Delta | RunEvent) -> tuple[Any, ...]:
+    if isinstance(item, Delta):
+        return ("delta", item.content, tuple(c.id for c in item.tool_calls))
+    return (item.kind.value, item.call_id, item.agent, item.approved)
+
+
+@dataclass
+class Outcome:
+    value: Any = None
+    error: BaseException | None = None
+    items: list[Any] = field(default_factory=list)
+    stream_result: str = ""
+
+
+async def attempt(
+    s: Scenario,
+    gates: Gates,
+    start: Callable[[Agent[None, str]], Any],
+    agent: Agent[None, str],
+    *,
+    stream_start: Callable[[Agent[None, str]], Any] | None = None,
+    stop_at: int | None = None,
+    how: str = "cancel",
+    shut_name: str = "",
+) -> tuple[Outcome, int]:
+    """Drive one run: release gates in arrival order; at gate `stop_at` cancel the caller
+    (how="cancel" / "swallow") or leave the gate shut so its tool times out ("timeout")."""
+    out = Outcome()
+
+    async def consume() -> Any:
+        assert stream_start is not None
+        async with stream_start(agent) as stream:
+            try:
+                async for item in stream:
+                    out.items.append(signature(item))
+            finally:
+                try:
+                    stream.result  # noqa: B018 - must be unavailable unless the run finished
+                    out.stream_result = "available"
+                except (RuntimeError, RunError):
+                    out.stream_result = "unavailable"
+            return stream.result
+
+    before = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+    task = asyncio.ensure_future(consume() if stream_start is not None else start(agent))
+    k = 0
+    shut: list[asyncio.Future[None]] = []
+    while True:
+        getter = asyncio.ensure_future(gates.arrivals.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            await asyncio.wait({getter})
+            break
+        name, waiter = getter.result()
+        if k == stop_at and how in ("cancel", "swallow"):
+            gates.swallow = how == "swallow"
+            task.cancel()
+            stop_at = None
+            if name.startswith("look:") and s.sync_look:
+                # a thread cannot be cancelled: the run ends only once it has
+                for _ in range(50):
+                    await asyncio.sleep(0)
+                assert not task.done(), "the run ended while its tool's thread still ran"
+                waiter.set_result(None)
+        elif how == "timeout" and name == shut_name:  # by name: threads arrive in any order
+            if name.startswith("look:") and s.sync_look:
+                # a thread is never abandoned: it returns after its deadline, a timeout too
+                asyncio.get_running_loop().call_later(0.01, waiter.set_result, None)
+            else:
+                shut.append(waiter)  # never released: only the tool's timeout ends it
+            stop_at = None
+        elif not waiter.done():
+            waiter.set_result(None)
+        k += 1
+    try:
+        out.value = task.result()
+    except BaseException as exc:
+        out.error = exc
+    assert gates.inside == 0, "gated code still running after the run ended"
+    left = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} - before
+    assert not left, f"tasks left running: {left}"
+    for waiter in shut:
+        waiter.cancel()
+    gates.swallow = False
+    return out, k
+
+
+def run_start(agent: Agent[None, str]) -> Any:
+    return agent.run("go")
+
+
+def stream_run(agent: Agent[None, str]) -> Any:
+    return agent.run_stream("go")
+
+
+def timeout_tool_at(name: str, phase: str) -> str | None:
+    """The tool a gate belongs to, if a timeout can end it there (a sub-agent's resume has
+    no agent-tool call around it: its model's gates have none)."""
+    kind, _, call = name.partition(":")
+    tool = {"a1": "act_a", "b1": "look_b", "c1": "look_c", "s1": "act_s"}
+    if kind in ("defer", "act", "acted", "look"):
+        return tool.get(call)
+    if kind == "model" and call.startswith("helper") and phase == "run":
+        return "helper"
+    return None
+
+
+scenarios = st.builds(
+    Scenario,
+    parallel=st.booleans(),
+    nested=st.booleans(),
+    sync_look=st.booleans(),
+    timeouts=st.booleans(),
+    stream=st.booleans(),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    s=scenarios,
+    phase=st.sampled_from(["run", "resume"]),
+    where=st.integers(0, 40),
+    how=st.sampled_from(
+        ["cancel", "swallow", "timeout"] if EXACT_CANCELLING else ["cancel", "timeout"]
+    ),
+)
+def test_cancelling_or_timing_out_at_any_await_point_keeps_the_contract(
+    s: Scenario, phase: str, where: int, how: str
+) -> None:
+    asyncio.run(check(s, phase, where, how))
+
+
+async def check(s: Scenario, phase: str, where: int, how: str) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def guard(call: ToolCall) -> None:
+        await gates.point(f"guard:{call.id}")
+
+    def resume_start(history: list[Message]) -> Callable[[Agent[None, str]], Any]:
+        return lambda agent: agent.run_with_deferred_results(
+            history, approvals(s), before_approved=guard
+        )
+
+    def resume_stream(history: list[Message]) -> Callable[[Agent[None, str]], Any]:
+        return lambda agent: agent.run_stream_with_deferred_results(
+            history, approvals(s), before_approved=guard
+        )
+
+    # the oracle: every gate released
+    gates = Gates(loop)
+    oracle_ledger = Ledger()
+    agent = build(s, gates, oracle_ledger, None)
+    paused_out, run_points = await attempt(
+        s, gates, run_start, agent, stream_start=stream_run if s.stream else None
+    )
+    paused = paused_out.value
+    assert paused is not None, paused_out.error
+    assert paused.is_paused
+    run_names = list(gates.names)
+    gates.names.clear()
+    done_out, resume_points = await attempt(
+        s,
+        gates,
+        resume_start(paused.messages),
+        agent,
+        stream_start=resume_stream(paused.messages) if s.stream else None,
+    )
+    assert done_out.value is not None, done_out.error
+    assert done_out.value.output == "done"
+    resume_names = list(gates.names)
+    expected_effects = set(oracle_ledger.executed)
+
+    # the drawn attempt
+    points, names = (run_points, run_names) if phase == "run" else (resume_points, resume_names)
+    stop = where % points
+    gate_name = names[stop]
+    timeout_tool = timeout_tool_at(gate_name, phase) if how == "timeout" else None
+    if how == "timeout" and timeout_tool is None:
+        how = "cancel"  # no tool to time out at a model's or a hook's gate
+    gates = Gates(loop)
+    ledger = Ledger()
+    agent = build(s, gates, ledger, timeout_tool)
+    history: list[Message] | None = None
+    if phase == "resume":
+        first, _ = await attempt(s, gates, run_start, build(s, gates, ledger, None))
+        assert first.value is not None
+        assert first.value.is_paused
+        history = first.value.messages
+        start, streamed = resume_start(history), resume_stream(history) if s.stream else None
+        oracle_items = done_out.items
+    else:
+        start, streamed = run_start, stream_run if s.stream else None
+        oracle_items = paused_out.items
+    got, _ = await attempt(
+        s, gates, start, agent, stream_start=streamed, stop_at=stop, how=how, shut_name=gate_name
+    )
+
+    if how in ("cancel", "swallow"):
+        assert isinstance(got.error, asyncio.CancelledError), (gate_name, got)
+    else:
+        assert isinstance(got.error, RunError), (gate_name, got)
+        assert got.error.stage is Stage.TOOL, got.error
+        assert isinstance(got.error.__cause__, ToolTimeout) or isinstance(
+            got.error.__cause__.__cause__,
+            RunError,  # a sub-agent's own timed-out call
+        ), got.error
+    if s.stream:
+        seen = got.items
+        if how == "timeout":  # the stream follows the oracle's up to the timed-out call's start
+            timed = {"helper": "p3"}.get(timeout_tool or "", gate_name.partition(":")[2])
+            starts = [
+                i
+                for i, x in enumerate(seen)
+                if x[0] == "tool_start" and x[1].rpartition("/")[2] == timed
+            ]
+            seen = seen[: starts[-1] + 1] if starts else seen
+        assert seen == oracle_items[: len(seen)], (gate_name, got.items)
+        assert got.stream_result == "unavailable"
+    executed_before = dict(ledger.executed)
+
+    # the caller goes on from the last history it was handed
+    agent = build(s, gates, ledger, None)
+    partial = got.error.partial if isinstance(got.error, RunError) else None
+    if partial is not None and phase == "resume":
+        # a partial after the approved re-runs: they are answered in it, never run again
+        answered_ids = {m.tool_call_id for m in partial.messages if m.role == "tool"}
+        assert "a1" in answered_ids
+        history = partial.messages
+        went_on, _ = await attempt(s, gates, lambda a: a.run("", history=history), agent)
+        assert ledger.executed == executed_before, (gate_name, ledger.executed)
+        assert went_on.value is not None, went_on.error
+        assert went_on.value.output == "done"
+    else:
+        if phase == "run":
+            first, _ = await attempt(s, gates, run_start, agent)
+            assert first.value is not None, first.error
+            assert first.value.is_paused
+            history = first.value.messages
+        assert history is not None
+        went_on, _ = await attempt(s, gates, resume_start(history), agent)
+        assert went_on.value is not None, (gate_name, went_on.error)
+        assert went_on.value.output == "done"
+    # every approved call acted, with one key across attempts, its effect applied once
+    assert set(ledger.executed) == expected_effects
+    for call, keys in ledger.keys.items():
+        assert len(keys) == 1, (call, keys)
+    assert sorted(ledger.applied.values()) == [1] * len(expected_effects)
+
+
+# --------------------------------------------------------------------------- leaving a stream
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    s=scenarios,
+    phase=st.sampled_from(["run", "resume"]),
+    after=st.integers(0, 40),
+    leave=st.sampled_from(["break", "aclose", "raise", "no-iteration"]),
+)
+def test_a_stream_consumer_leaving_early_cancels_the_run_cleanly(
+    s: Scenario, phase: str, after: int, leave: str
+) -> None:
+    asyncio.run(leave_early(s, phase, after, leave))
+
+
+class Left(Exception):
+    """The consumer's own error, raised inside the `async with`."""
+
+
+async def leave_early(s: Scenario, phase: str, after: int, leave: str) -> None:
+    """The consumer stops after `after` items (by `break`, by closing the iterator, by
+    raising, or without iterating at all) and leaves the `async with`: the run is cancelled,
+    nothing of it keeps running, the consumer's own error (if any) is what propagates,
+    `stream.result` is unavailable, and resuming from the paused history still works."""
+    loop = asyncio.get_running_loop()
+    gates = Gates(loop)
+    ledger = Ledger()
+    agent = build(s, gates, ledger, None)
+    history: list[Message] | None = None
+    if phase == "resume":
+        first, _ = await attempt(s, gates, run_start, agent)
+        history = first.value.messages
+
+    def open_stream(a: Agent[None, str]) -> Any:
+        if history is None:
+            return a.run_stream("go")
+        return a.run_stream_with_deferred_results(history, approvals(s))
+
+    got: list[Any] = []
+    state: dict[str, str] = {}
+
+    async def consume() -> None:
+        async with open_stream(agent) as stream:
+            if leave != "no-iteration":
+                iterator = stream.__aiter__()
+                async for item in iterator:
+                    got.append(signature(item))
+                    if len(got) > after:
+                        if leave == "raise":
+                            raise Left("the consumer gave up")
+                        if leave == "aclose":
+                            await iterator.aclose()  # type: ignore[attr-defined]
+                        break
+            try:
+                stream.result  # noqa: B018
+                state["result"] = "available"
+            except (RuntimeError, RunError):
+                state["result"] = "unavailable"
+
+    before = {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+    task = asyncio.ensure_future(consume())
+    while True:
+        getter = asyncio.ensure_future(gates.arrivals.get())
+        await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            await asyncio.wait({getter})
+            break
+        _, waiter = getter.result()
+        if not waiter.done():
+            waiter.set_result(None)
+    error = task.exception()
+    if leave == "raise" and state.get("result") is None:
+        assert isinstance(error, Left), error
+    else:
+        assert error is None, error
+    assert gates.inside == 0
+    assert {t for t in asyncio.all_tasks() if t is not asyncio.current_task()} <= before
+    if state.get("result") == "available":  # the run had finished before the consumer left
+        pass
+    else:
+        assert state.get("result") in (None, "unavailable")
+    # the paused history (or the fresh start) is still good: nothing half-done in it
+    agent = build(s, gates, ledger, None)
+    if history is None:
+        first, _ = await attempt(s, gates, run_start, agent)
+        history = first.value.messages
+    done, _ = await attempt(
+        s, gates, lambda a: a.run_with_deferred_results(history, approvals(s)), agent
+    )
+    assert done.value is not None, done.error
+    assert done.value.output == "done"
+    assert sorted(ledger.applied.values()) == [1] * len(ledger.applied)
+    for keys in ledger.keys.values():
+        assert len(keys) == 1
