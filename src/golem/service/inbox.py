@@ -611,7 +611,7 @@ async def runs_page(request: Request) -> Response:
     op_id="runPage",
     summary="One run: its conversation, calls and audit trail.",
     responses={200: HTML, 303: REDIRECT},
-    errors=(403, 404),
+    errors=(404,),
     security=("session",),
     tag="inbox",
 )
