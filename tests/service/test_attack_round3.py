@@ -9,7 +9,12 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from golem.service import Approver, AuthConfig
+from golem.service._confusables import skeleton
 from golem.service.views import path
 from golem.store import Store
 from tests.service.conftest import StartRun, bearer
@@ -111,3 +116,59 @@ async def test_a_run_an_approver_may_see_still_answers_403_for_a_tool_it_may_not
     )
     assert res.status_code == 403
     assert res.json()["error"]["code"] == "forbidden"
+
+
+# --------------------------------------------------------------------------- identities
+
+_LOOKALIKES = {"a": "\u0430", "e": "\u0435", "o": "\u043e", "p": "\u0440", "c": "\u0441"}
+"""Latin letters and a Cyrillic letter that looks the same."""
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [
+        ("alice", "\u0430lice"),  # Cyrillic a
+        ("paypal", "\u0440aypal"),  # Cyrillic er
+        ("bob", "b\u03bfb"),  # Greek omicron
+        ("alice", "\U0001d41alice"),  # mathematical bold a
+        ("Ian", "lan"),  # capital I, small L
+        ("carol", "caro1"),
+        ("alice@corp.example", "alice@c\u043erp.example"),
+    ],
+)
+def test_cross_script_lookalike_identities_are_refused(one: str, two: str) -> None:
+    # Found: NFKC + casefold (ADR 0061) let "alice" and a Cyrillic "аlice" both approve;
+    # the audit log, its CSV and the webhooks showed them as one person.
+    with pytest.raises(ValueError, match="look alike") as raised:
+        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    assert ascii(two) in str(raised.value)  # escaped: the message shows the difference
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [("ivan", "\u0438\u0432\u0430\u043d"), ("alice", "bob"), ("\u7530\u4e2d", "tanaka")],
+)
+def test_identities_that_do_not_look_alike_are_kept(one: str, two: str) -> None:
+    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=12).filter(
+        lambda s: any(c in _LOOKALIKES for c in s)
+    ),
+    st.data(),
+)
+def test_any_identity_with_a_letter_swapped_for_its_lookalike_is_refused(
+    name: str, data: st.DataObject
+) -> None:
+    at = data.draw(st.sampled_from([i for i, c in enumerate(name) if c in _LOOKALIKES]))
+    twin = name[:at] + _LOOKALIKES[name[at]] + name[at + 1 :]
+    with pytest.raises(ValueError, match="look alike"):
+        AuthConfig(tokens={"t1": Approver(name), "t2": Approver(twin)}, secret=b"s" * 32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20))
+def test_a_skeleton_is_its_own_skeleton(text: str) -> None:
+    assert skeleton(skeleton(text)) == skeleton(text)
