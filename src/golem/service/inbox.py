@@ -296,7 +296,8 @@ async def _form(request: Request) -> dict[str, str]:
         raise ApiError(415, "unsupported_media_type", "send the form urlencoded")
     raw = await request.body()
     try:
-        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        # strict: an escape that is not UTF-8 (`%FF`) is refused, not read as U+FFFD
+        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, errors="strict")
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_form", "the form is not UTF-8") from None
     twice = next((k for k, v in fields.items() if len(v) > 1 and k in _SINGLE), None)
@@ -792,7 +793,8 @@ async def resolve_form(request: Request) -> Response:
     if not hasattr(store, "retry_interrupted"):
         raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
     action = form.get("action", "")
-    confirm = [v for k, v in parse_qsl((await request.body()).decode()) if k == "confirm"]
+    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by _form
+    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
     try:
         if action == "retry":
             await store.retry_interrupted(
