@@ -6,6 +6,7 @@ Each test failed before its fix unless it says it held.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -14,16 +15,20 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from starlette.applications import Starlette
 
 from golem import new_id
+from golem._display import has_hidden
 from golem.service import Approver, AuthConfig, create_app
 from golem.service._confusables import skeleton
 from golem.service.api import _bad_text
+from golem.service.inbox import SESSION_COOKIE
+from golem.service.notify import _slack_message
 from golem.service.views import path
 from golem.store import CallKind, NewCall, NewRun, Store
 from golem.store.sqlite import SQLiteStore
-from tests.service.conftest import StartRun, bearer, make_auth
-from tests.service.test_inbox import sign_in
+from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
+from tests.service.test_inbox import csrf_of, sign_in
 
 # --------------------------------------------------------------------------- existence
 
@@ -299,3 +304,260 @@ async def test_a_form_whose_escapes_are_not_utf8_is_refused(
     assert res.status_code == 400, res.text[:300]
     assert "not UTF-8" in res.text
     assert (await store.get_run(run["id"])).call("c1").decision is None
+
+
+# --------------------------------------------------------------------------- headers
+
+_SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _check_headers(res: httpx.Response, where: str) -> None:
+    for name, value in _SECURITY_HEADERS.items():
+        assert res.headers.get(name) == value, (where, name, dict(res.headers))
+    csp = res.headers.get("content-security-policy", "")
+    assert "script-src 'self'" in csp, where
+    assert "unsafe-inline" not in csp, where
+    assert "frame-ancestors 'none'" in csp, where
+
+
+async def test_a_500_carries_every_security_header(app: Starlette, store: Store) -> None:
+    # Found: Starlette answers an unhandled exception from middleware outside the app's
+    # own, so a 500 (JSON or the error page naming the signed-in approver) had no CSP,
+    # no nosniff, no X-Frame-Options and no Cache-Control: no-store.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        await sign_in(c)
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        store.list_runs = broken  # type: ignore[method-assign]
+        for url, headers in (("/api/runs", bearer("alice")), ("/runs", {})):
+            res = await c.get(url, headers=headers)
+            assert res.status_code == 500, (url, res.text[:200])
+            _check_headers(res, url)
+
+
+async def test_every_answer_of_every_route_carries_the_security_headers(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: pages, API answers, redirects, 4xx of every kind (bad URL, body too large,
+    # wrong method, CSRF, unknown run) carry the headers and no-store
+    run = await start("mixed")
+    csrf = await sign_in(client)
+    answers = {
+        "inbox": await client.get("/"),
+        "runs": await client.get("/runs"),
+        "run": await client.get(path("runs", run["id"])),
+        "audit": await client.get("/audit"),
+        "csv": await client.get("/audit?format=csv"),
+        "notifications": await client.get("/notifications"),
+        "404 page": await client.get("/runs/nope"),
+        "bad url": await client.get("/runs/%FF"),
+        "405": await client.put("/runs"),
+        "csrf": await client.post(path("runs", run["id"], "decisions"), data={"csrf": "x"}),
+        "413": await client.post("/api/runs", content=b"x" * 5000, headers=bearer("alice")),
+        "api run": await client.get("/api" + path("runs", run["id"]), headers=bearer("alice")),
+        "api 401": await client.get("/api/runs"),
+        "decide": await client.post(
+            path("runs", run["id"], "calls", "a1", "decision"),
+            data={"csrf": csrf, "decision": "deny"},
+        ),
+        "logout": await client.post("/logout", data={"csrf": csrf}),
+        "login": await client.get("/login"),
+    }
+    for where, res in answers.items():
+        _check_headers(res, where)
+
+
+async def test_the_session_cookie_flags_and_secure_only_over_https(app: Starlette) -> None:
+    # held: HttpOnly and SameSite=Strict always; Secure over https (uvicorn sets the
+    # scheme from X-Forwarded-Proto for the proxies it trusts, forwarded_allow_ips)
+    transport = httpx.ASGITransport(app=app)
+    for base, secure in (("http://golem.test", False), ("https://golem.test", True)):
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
+            res = await c.post("/login", data={"token": TOKENS["alice"], "next": "/"})
+            cookie = res.headers["set-cookie"].lower()
+            assert "httponly" in cookie
+            assert "samesite=strict" in cookie
+            assert ("secure" in cookie.split("; ")) is secure, cookie
+
+
+async def test_a_session_planted_before_sign_in_is_replaced_and_sign_out_ends_it(
+    client: httpx.AsyncClient,
+) -> None:
+    # held: signing in issues a new session (its own ID), whatever cookie the browser
+    # brought; signing out revokes it, so a copy stops working on every route
+    await sign_in(client, "olga")
+    planted = client.cookies[SESSION_COOKIE]
+    res = await client.post("/login", data={"token": TOKENS["alice"], "next": "/"})
+    assert res.status_code == 303
+    fresh = client.cookies[SESSION_COOKIE]
+    assert fresh != planted
+    page = await client.get("/")
+    assert "alice" in page.text
+    res = await client.post("/logout", data={"csrf": csrf_of(page.text)})
+    assert res.status_code == 303
+    client.cookies.set(SESSION_COOKIE, fresh)  # a copy kept from before the sign-out
+    for url in ("/", "/runs", "/audit?format=csv"):
+        res = await client.get(url)
+        assert res.status_code == 303, url
+        assert res.headers["location"].startswith("/login?next=")
+    res = await client.get("/api/events")
+    assert res.status_code == 401
+
+
+_HOSTILE_NEXT = [
+    "//evil.example",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "%2F%2Fevil.example",
+    "https://evil.example",
+    "javascript:alert(1)",
+    "data:text/html,x",
+    "/x\r\nSet-Cookie: a=b",
+    "/\t/evil.example",
+    "\t//evil.example",
+    " //evil.example",
+    "/\x7f/evil.example",
+    "\u3002/evil.example",
+    "",
+]
+
+
+def _local(location: str) -> bool:
+    """Whether a browser following `location` stays on this site."""
+    cleaned = location.replace("\t", "").replace("\n", "").replace("\r", "").strip()
+    return cleaned.startswith("/") and not cleaned.startswith(("//", "/\\"))
+
+
+async def test_no_next_leads_off_site(registry: Any, store: Store) -> None:
+    # held: sign-in (page and form), decisions and bulk decisions go back to a local path
+    # only; every hostile `next` falls back to the default page
+    app = create_app(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+        await _check_next(client)
+
+
+async def _check_next(client: httpx.AsyncClient) -> None:
+    res = await client.post(
+        "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("alice")
+    )
+    run = res.json()["run"]
+    for nxt in _HOSTILE_NEXT:
+        res = await client.post("/login", data={"token": TOKENS["alice"], "next": nxt})
+        assert res.status_code == 303
+        assert _local(res.headers["location"]), (nxt, res.headers)
+        res = await client.get("/login", params={"next": nxt})
+        assert _local(res.headers["location"]), nxt
+    csrf = csrf_of((await client.get("/")).text)
+    for nxt in _HOSTILE_NEXT:
+        res = await client.post(
+            path("runs", run["id"], "calls", "c1", "decision"),
+            data={"csrf": csrf, "decision": "deny", "next": nxt},
+        )
+        assert res.status_code in (303, 409), res.text[:200]
+        assert _local(res.headers.get("location", "/")), (nxt, res.headers)
+
+
+async def test_download_names_are_fixed_whatever_the_filters(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: the only downloads (audit CSV and JSON) name a constant file; no filter,
+    # run ID or identity reaches Content-Disposition
+    await start("twin", prompt='"; filename="evil.html')
+    await sign_in(client)
+    for fmt in ("csv", "json"):
+        res = await client.get(
+            "/audit",
+            params={"format": fmt, "actor": '"\r\nX: y', "run": 'a"; filename=evil.html'},
+        )
+        assert res.status_code == 200
+        assert res.headers["content-disposition"] == f'attachment; filename="golem-audit.{fmt}"'
+        assert "x" not in res.headers
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "latin-1"])
+async def test_a_json_body_that_is_not_utf8_is_refused(
+    client: httpx.AsyncClient, store: Store, encoding: str
+) -> None:
+    # Found: json.loads guesses UTF-16 and UTF-32 from a body's first bytes, so a start
+    # sent in UTF-16 (which a proxy, a WAF or a log reads as garbage) ran the agent.
+    body = json.dumps({"agent": "echo", "prompt": "caf\u00e9"}, ensure_ascii=False)
+    res = await client.post(
+        "/api/runs",
+        content=body.encode(encoding),
+        headers={**bearer("alice"), "Content-Type": "application/json"},
+    )
+    assert res.status_code == 400, res.text
+    assert res.json()["error"]["code"] == "malformed_json"
+    assert "UTF-8" in res.json()["error"]["message"]
+    assert await store.list_runs() == []
+
+
+async def test_a_utf8_body_with_a_byte_order_mark_is_read(client: httpx.AsyncClient) -> None:
+    body = json.dumps({"agent": "echo", "prompt": "p"}).encode()
+    res = await client.post("/api/runs", content=b"\xef\xbb\xbf" + body, headers=bearer("alice"))
+    assert res.status_code == 201, res.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,
+        b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"[" * 70 + b"]" * 70 + b"}",
+        b'{"agent": "echo", "agent": "twin", "prompt": "p"}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": NaN}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": -Infinity}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": 1e999}',
+        b'{"agent": "echo", "prompt": "\\ud800"}',
+        b'{"agent": "echo", "prompt": "p"} trailing',
+        b"\xff\xfe",
+        b"",
+        b"null",
+        b'"a string"',
+    ],
+)
+async def test_hostile_json_bodies_are_a_named_4xx(
+    app: Starlette, store: Store, body: bytes
+) -> None:
+    # held (but the non-UTF-8 case above): deep nesting, duplicate keys, NaN and Infinity,
+    # overflowing numbers, lone surrogates, trailing data: 400/413/422 with a code
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        res = await c.post("/api/runs", content=body, headers=bearer("alice"))
+    assert res.status_code in (400, 413, 422), res.text[:200]
+    assert res.json()["error"]["code"]
+    assert await store.list_runs() == []
+
+
+# --------------------------------------------------------------------------- notifications
+
+
+def test_slack_messages_show_hidden_characters() -> None:
+    # Found: the Slack text escaped <, > and & but passed bidi overrides and zero-width
+    # characters through: a prompt "deploy staging\u202enoitcudorp" read as another in
+    # the channel (the inbox marks them; the JSON payload keeps the text as it is).
+    body = {
+        "event": "run.paused",
+        "title": "deploy to staging\u202e\u200bnoitcudorp",
+        "agent": "ops\u2066",
+        "run_id": "r",
+        "status": "pending",
+        "url": "https://inbox.example/runs/r",
+        "calls": [{"tool_name": "dep\u200bloy"}],
+    }
+    msg = _slack_message(body)
+    text = msg["blocks"][0]["text"]["text"] + msg["text"]
+    assert not has_hidden(text)
+    for name in ("U+202E RLO", "U+200B ZWSP", "U+2066 LRI"):
+        assert name in text

@@ -199,8 +199,19 @@ def parse_json(raw: bytes | str) -> Any:
     that overflow to infinity), integers longer than Python converts (4300 digits),
     nesting deep enough to exhaust the parser's stack, and an object that names a key
     twice (`{"decision": "deny", "decision": "approve"}`: parsers disagree on which one
-    counts, so a proxy or log could read another decision than the one recorded).
+    counts, so a proxy or log could read another decision than the one recorded), and
+    bytes that are not UTF-8 (RFC 8259; Python's `json` would guess UTF-16 or UTF-32 from
+    the first bytes, so a body a proxy or a log reads as garbage was a decision).
     """
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8-sig")  # a leading BOM is ignored, as RFC 8259 allows
+        except UnicodeDecodeError as exc:
+            raise ApiError(
+                400,
+                "malformed_json",
+                f"request body is not UTF-8 ({exc.reason} at byte {exc.start})",
+            ) from None
     try:
         return json.loads(
             raw,
@@ -1060,7 +1071,10 @@ async def list_runs(request: Request) -> Response:
     links={
         "decideFirstCall": (
             "decideCall",
-            {"run_id": "$response.body#/calls/0/run_id", "call_id": "$response.body#/calls/0/call_id"},
+            {
+                "run_id": "$response.body#/calls/0/run_id",
+                "call_id": "$response.body#/calls/0/call_id",
+            },
         ),
         "nextPage": ("listCalls", {"after": "$response.body#/next_cursor"}),
     },

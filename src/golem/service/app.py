@@ -363,6 +363,18 @@ class _SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
+class _Service(Starlette):
+    """Starlette with `_SecurityHeaders` around everything, its own error middleware too.
+
+    Starlette puts the middleware that answers an unhandled exception (500) outside the
+    app's middleware list, so a 500 had none of the headers: no CSP, no `nosniff`, no
+    `no-store` on an error page that names the path and the signed-in approver.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return _SecurityHeaders(super().build_middleware_stack())
+
+
 class _TraceRequests:
     """Handle each HTTP request under an OpenTelemetry server span while `golem.otel`
     instruments golem (`otel.instrument()`); pass requests straight through otherwise.
@@ -650,11 +662,10 @@ def create_app(
         StoreError: _store_error,
         Exception: _server_error,
     }
-    app = Starlette(
+    app = _Service(
         routes=list(ROUTES),
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
-            Middleware(_SecurityHeaders),
             Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
             Middleware(_RefuseBadUrl),
         ],
