@@ -6,7 +6,10 @@ Each test failed before its fix unless it says it held.
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,13 +21,13 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from golem import new_id
-from golem._display import has_hidden
+from golem._display import has_hidden, reveal
 from golem.service import Approver, AuthConfig, create_app
 from golem.service._confusables import skeleton
 from golem.service.api import _bad_text
 from golem.service.inbox import SESSION_COOKIE
 from golem.service.notify import _slack_message
-from golem.service.views import path
+from golem.service.views import WORD_CHUNK, path, reveal_html
 from golem.store import CallKind, NewCall, NewRun, Store
 from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
@@ -561,3 +564,75 @@ def test_slack_messages_show_hidden_characters() -> None:
     assert not has_hidden(text)
     for name in ("U+202E RLO", "U+200B ZWSP", "U+2066 LRI"):
         assert name in text
+
+
+# --------------------------------------------------------------------------- hostile text
+
+
+def _shown_text(page: str) -> str:
+    """The text of a page a person reads: the title and element content, without tags,
+    attributes or the edit boxes' raw values."""
+    page = re.sub(r"(?s)<textarea[^>]*>.*?</textarea>", "", page)
+    page = re.sub(r"(?s)<script[^>]*>.*?</script>", "", page)
+    return html.unescape(re.sub(r"<[^>]*>", "", page))
+
+
+async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
+    client: httpx.AsyncClient, store: Store, app: Starlette
+) -> None:
+    # Found: run IDs (and conversation IDs, the notice after a decision, the toasts'
+    # labels) were printed raw, so a run ID holding U+202E reversed the rest of its line
+    # on the inbox, runs, run, audit and conflict pages: "started by eve · just now"
+    # read backwards, and a run ID could pass for another.
+    run_id = "run-\u202eabc\u2066"
+    calls = tuple(
+        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ("c\u202e1", "c2")
+    )
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv\u200b",
+            history="[]",
+            calls=calls,
+            started_by="alice",
+        )
+    )
+    csrf = await sign_in(client)
+    decided = await client.post(
+        path("runs", run_id, "calls", "c\u202e1", "decision"),
+        data={"csrf": csrf, "decision": "deny", "next": "/runs"},
+    )
+    assert decided.status_code == 303
+    pages = {
+        "inbox": "/",
+        "runs": decided.headers["location"],  # with the notice naming the call
+        "run": path("runs", run_id),
+        "audit": "/audit",
+    }
+    for name, url in pages.items():
+        res = await client.get(url)
+        assert res.status_code == 200, (name, res.text[:200])
+        text = _shown_text(res.text)
+        assert not has_hidden(text.replace("\n", "").replace("\t", "")), (name, url)
+        assert "U+202E" in text, name
+    res = await client.post(  # the conflict page names the run too
+        path("runs", run_id, "calls", "c\u202e1", "decision"),
+        data={"csrf": csrf, "decision": "approve"},
+    )
+    assert res.status_code == 409
+    assert not has_hidden(_shown_text(res.text).replace("\n", "").replace("\t", ""))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aé\u0301 \n<&>\u202e\u200d-x"), max_size=400))
+def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
+    # A 20,000-letter word in wrapping text took Chromium seconds per occurrence to lay
+    # out at phone width (a run page: 20-30 s, test_hostile_text_browser); reveal_html
+    # puts a <wbr> in every WORD_CHUNK letters. What it shows is the same text.
+    out = str(reveal_html(text))
+    assert html.unescape(re.sub(r"<[^>]*>", "", out)) == reveal(text)
+    for piece in re.split(r"<wbr>|<[^>]*>", out):
+        for word in html.unescape(piece).split():
+            letters = [c for c in word if unicodedata.category(c)[0] != "M" and c != "\u200d"]
+            assert len(letters) <= WORD_CHUNK, word

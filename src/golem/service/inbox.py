@@ -27,6 +27,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from golem._display import reveal
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.api import (
@@ -100,6 +101,7 @@ _STATIC_VERSIONS = {
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 _env.filters["reveal"] = reveal_html
+_env.filters["reveal_text"] = reveal  # for <title>, which holds text, not markup
 _env.globals["run_path"] = lambda run_id: path("runs", run_id)
 
 
