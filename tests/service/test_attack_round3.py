@@ -636,3 +636,46 @@ def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
         for word in html.unescape(piece).split():
             letters = [c for c in word if unicodedata.category(c)[0] != "M" and c != "\u200d"]
             assert len(letters) <= WORD_CHUNK, word
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _route_urls(run_id: str) -> list[tuple[str, set[str]]]:
+    """Every route's URL (for `run_id`, call c1) and the methods it serves."""
+    from starlette.routing import Route
+
+    from golem.service.app import ROUTES
+
+    by_path: dict[str, set[str]] = {}
+    for r in ROUTES:
+        if isinstance(r, Route):
+            url = r.path.replace("{run_id}", quote(run_id, safe="")).replace(
+                "{call_id:golem_any}", "c1"
+            )
+            by_path.setdefault(url, set()).update(r.methods or ())
+    return sorted(by_path.items())
+
+
+async def test_head_and_options_on_every_route_signed_in(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: with a bearer token and a session, HEAD answers as GET does without a body
+    # (405 naming the methods where there is no GET), OPTIONS is 405 with Allow, and
+    # nothing is a 500 or opens a stream
+    run = await start("twin")
+    await sign_in(client)
+    for url, methods in _route_urls(run["id"]):
+        if url == "/api/events":
+            continue  # HEAD on the stream: test_attack_http
+        for method in ("HEAD", "OPTIONS"):
+            res = await client.request(method, url, headers=bearer("alice"))
+            assert res.status_code < 500, (method, url)
+            if method == "HEAD":
+                assert res.content == b""
+            if method == "HEAD" and "GET" in methods:
+                get = await client.get(url, headers=bearer("alice"))
+                assert res.status_code == get.status_code, url
+            else:
+                assert res.status_code == 405, (method, url, res.status_code)
+                assert set(res.headers["allow"].split(", ")) >= methods - {"HEAD"}, url

@@ -208,3 +208,37 @@ def test_hostile_text_runs_no_script_and_breaks_no_layout(
                 assert problems == [], (scheme, screen, problems)
             finally:
                 context.close()
+
+
+def test_the_csp_blocks_script_injected_into_a_page(browser: Any, base: str) -> None:
+    # held: were markup ever to reach a page unescaped, the service's own headers stop it.
+    # The page is fetched from the server and handed to the browser with an inline
+    # script, an inline handler and a javascript: URL added, its headers unchanged.
+    injected = (
+        "<script>window.__xss = 1</script>"
+        '<img src="/static/favicon.svg" onload="window.__xss = 2">'
+        '<a id="js" href="javascript:window.__xss = 3">x</a>'
+    )
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        reports: list[str] = []
+        page.on(
+            "console",
+            lambda m: reports.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+
+        def inject(route: Any) -> None:
+            res = route.fetch()
+            body = res.text().replace("</main>", injected + "</main>")
+            route.fulfill(response=res, body=body)
+
+        page.route(f"{base}/login", inject)
+        page.goto(f"{base}/login")
+        assert page.locator("#js").count() == 1  # the markup is there
+        page.click("#js")
+        assert page.evaluate("window.__xss") is None
+        assert reports, "the CSP refused nothing"
+    finally:
+        context.close()
