@@ -323,7 +323,8 @@ async def test_show_run_has_conversation_and_audit(
 async def test_show_run_errors(client: httpx.AsyncClient, start: StartRun) -> None:
     run = await start("mixed")
     error_of(await client.get("/api/runs/nope", headers=bearer("alice")), 404, "run_not_found")
-    error_of(await client.get(f"/api/runs/{run['id']}", headers=bearer("olga")), 403, "forbidden")
+    # a run of an agent olga may not see is one she cannot tell from no run (ADR 0069)
+    error_of(await client.get(f"/api/runs/{run['id']}", headers=bearer("olga")), 404, "run_not_found")
     error_of(await client.get(f"/api/runs/{run['id']}"), 401, "unauthenticated")
 
 
@@ -492,7 +493,7 @@ async def test_approving_an_external_call_is_422(
     [
         ("missing", "c1", "alice", 404, "run_not_found"),
         ("twin", "nope", "alice", 404, "call_not_found"),
-        ("mixed", "a1", "olga", 403, "forbidden"),  # agent not allowed
+        ("mixed", "a1", "olga", 404, "run_not_found"),  # agent not allowed: no such run
         ("mixed", "a1", "tess", 403, "forbidden"),  # tool not allowed
         ("twin", "c1", None, 401, "unauthenticated"),
     ],

@@ -143,11 +143,12 @@ async def test_a_decision_only_reaches_the_call_of_the_run_it_names(
     assert res.status_code == 404
     assert res.json()["error"]["code"] == "call_not_found"
     assert (await store.get_run(mixed["id"])).call("a1").decision is None
-    # olga may not see "mixed": its run is 403 whichever call is named, even a real one
+    # olga may not see "mixed": its run is not found whichever call is named, even a real one
     res = await client.post(
         _decision_url(mixed["id"], "a1"), json={"decision": "approve"}, headers=bearer("olga")
     )
-    assert res.status_code == 403
+    assert res.status_code == 404
+    assert res.json()["error"]["code"] == "run_not_found"
     assert (await store.get_run(mixed["id"])).call("a1").decision is None
 
 

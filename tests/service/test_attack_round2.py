@@ -247,23 +247,24 @@ async def test_errors_do_not_name_agents_the_caller_may_not_see(
     # 403 ("may not see runs of agent "mixed""), and which agent names exist from starts
     # (403 for a hidden agent, 422 for an unknown one): the names ADR 0050 took out of the
     # OpenAPI document.
+    # (ADR 0069: these are now the 404 of an unknown run; before, 403 without the name)
     run = await start("mixed")
     res = await client.get("/api" + path("runs", run["id"]), headers=bearer("olga"))
-    assert res.status_code == 403
+    assert res.status_code == 404
     assert "mixed" not in res.text
     res = await client.post(
         _url(run["id"], "a1"), json={"decision": "approve"}, headers=bearer("olga")
     )
-    assert res.status_code == 403
+    assert res.status_code == 404
     assert "mixed" not in res.text
     csrf = await sign_in(client, "olga")
     page = await client.get(path("runs", run["id"]))
-    assert page.status_code == 403
+    assert page.status_code == 404
     assert "mixed" not in page.text
     res = await client.post(
         path("runs", run["id"], "decisions"), data={"csrf": csrf, "decision": "deny"}
     )
-    assert res.status_code == 403
+    assert res.status_code == 404
     assert "mixed" not in res.text
     hidden = await client.post(
         "/api/runs", json={"agent": "mixed", "prompt": "p"}, headers=bearer("olga")

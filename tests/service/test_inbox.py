@@ -211,9 +211,10 @@ async def test_run_page_errors_are_html(client: httpx.AsyncClient, start: StartR
     missing = await client.get("/runs/nope")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("text/html")
-    forbidden = await client.get(f"/runs/{run['id']}")
-    assert forbidden.status_code == 403
-    assert "may not see" in forbidden.text
+    hidden = await client.get(f"/runs/{run['id']}")  # as if there were no such run (ADR 0069)
+    assert hidden.status_code == 404
+    assert hidden.headers["content-type"].startswith("text/html")
+    assert "not found" in hidden.text
 
 
 async def test_unknown_pages_are_html_404(client: httpx.AsyncClient) -> None:

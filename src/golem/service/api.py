@@ -3,8 +3,9 @@
 Every error answers `{"error": {"code": ..., "message": ...}}` (plus `details` for
 validation errors) and changes nothing. Checks run in a fixed order, so the first problem
 wins: 401 (no or unknown token) → 413 (body too large, see `app.py`) → 400/422 (malformed
-or invalid body) → 404 (unknown run) → 403 (agent not allowed) → 404 (unknown call) → 403
-(tool not allowed) → 409/422 (the store refused the decision).
+or invalid body) → 404 (unknown run, or one of an agent the caller may not see: the two
+are one answer) → 404 (unknown call) → 403 (tool not allowed) → 409/422 (the store
+refused the decision).
 """
 
 from __future__ import annotations
@@ -198,8 +199,19 @@ def parse_json(raw: bytes | str) -> Any:
     that overflow to infinity), integers longer than Python converts (4300 digits),
     nesting deep enough to exhaust the parser's stack, and an object that names a key
     twice (`{"decision": "deny", "decision": "approve"}`: parsers disagree on which one
-    counts, so a proxy or log could read another decision than the one recorded).
+    counts, so a proxy or log could read another decision than the one recorded), and
+    bytes that are not UTF-8 (RFC 8259; Python's `json` would guess UTF-16 or UTF-32 from
+    the first bytes, so a body a proxy or a log reads as garbage was a decision).
     """
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8-sig")  # a leading BOM is ignored, as RFC 8259 allows
+        except UnicodeDecodeError as exc:
+            raise ApiError(
+                400,
+                "malformed_json",
+                f"request body is not UTF-8 ({exc.reason} at byte {exc.start})",
+            ) from None
     try:
         return json.loads(
             raw,
@@ -414,16 +426,18 @@ def require_store(state: ServiceState) -> Store:
 
 
 async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRecord:
-    """The run `run_id` if it exists (404) and the approver may see its agent (403)."""
+    """The run `run_id` if it exists and the approver may see its agent; else 404.
+
+    A run the approver may not see is answered as one that does not exist, by the same
+    code: same status, code, message and headers, so no answer tells that a run with
+    that ID exists (ADR 0069).
+    """
     try:
         run = await require_store(state).get_run(run_id)
-    except RunNotFound as exc:
-        raise _store_error(exc) from None
-    if not cred.approver.may_see(run.agent):
-        raise ApiError(
-            # the agent's name is not given: an approver learns no agent they may not see
-            403, "forbidden", f"{cred.approver.identity} may not see this run"
-        )
+        if not cred.approver.may_see(run.agent):
+            raise RunNotFound(run_id)
+    except RunNotFound:
+        raise _store_error(RunNotFound(run_id)) from None
     return run
 
 
@@ -1057,7 +1071,10 @@ async def list_runs(request: Request) -> Response:
     links={
         "decideFirstCall": (
             "decideCall",
-            {"run_id": "$response.body#/calls/0/run_id", "call_id": "$response.body#/calls/0/call_id"},
+            {
+                "run_id": "$response.body#/calls/0/run_id",
+                "call_id": "$response.body#/calls/0/call_id",
+            },
         ),
         "nextPage": ("listCalls", {"after": "$response.body#/next_cursor"}),
     },
@@ -1080,7 +1097,7 @@ async def list_calls(request: Request) -> Response:
     op_id="showRun",
     summary="One run with its calls, conversation and audit log.",
     responses={200: schemas.RunDetailEnvelope},
-    errors=(401, 403, 404, 429),
+    errors=(401, 404, 429),
 )
 async def show_run(request: Request) -> Response:
     """One run with its calls, conversation and audit log."""

@@ -274,28 +274,48 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
-class _RefuseNul:
-    """Answer 400 to a request whose path or query string holds a NUL character.
+class _RefuseBadUrl:
+    """Answer 400 to a request whose path or query string holds a NUL character, or whose
+    escapes do not decode as UTF-8 (`%FF`, an overlong `%C0%80`, a surrogate `%ED%A0%80`).
 
-    No store can look such a name up (PostgreSQL refuses NUL in text), and no run, call or
-    agent is named with one, so the request is refused before any handler runs.
+    No store can look a NUL up (PostgreSQL refuses it in text), and no run, call or agent
+    is named with one. Servers decode a bad escape to U+FFFD: `/runs/r/calls/x%FF` would
+    decide a call whose ID holds a real U+FFFD, which the URL did not name; every such
+    byte sequence would name that one call. Refused before any handler runs.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (
-            "\x00" in scope["path"] or b"%00" in scope.get("query_string", b"")
-        ):
-            error = api.ApiError(400, "invalid_request", "the URL contains a NUL character")
-            if scope["path"].startswith("/api/"):
-                response: Response = error.response()
-            else:
-                response = inbox.render_error(Request(scope), 400, _HEADINGS[400], error.message)
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            problem = _url_problem(scope)
+            if problem is not None:
+                error = api.ApiError(400, "invalid_url", problem)
+                if scope["path"].startswith("/api/"):
+                    response: Response = error.response()
+                else:
+                    response = inbox.render_error(
+                        Request(scope), 400, _HEADINGS[400], error.message
+                    )
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+
+def _url_problem(scope: Scope) -> str | None:
+    """What makes the request's URL unreadable (None: nothing)."""
+    query: bytes = scope.get("query_string", b"")
+    if "\x00" in scope["path"] or b"%00" in query:
+        return "the URL contains a NUL character"
+    raw = scope.get("raw_path")
+    for part, where in ((raw, "path"), (query.replace(b"+", b" "), "query")):
+        if part and b"%" in part:
+            try:
+                unquote_to_bytes(part).decode("utf-8")
+            except UnicodeDecodeError:
+                return f"the URL's {where} has escapes that are not UTF-8 (%XX of UTF-8 bytes)"
+    return None
 
 
 class _SecurityHeaders:
@@ -341,6 +361,18 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class _Service(Starlette):
+    """Starlette with `_SecurityHeaders` around everything, its own error middleware too.
+
+    Starlette puts the middleware that answers an unhandled exception (500) outside the
+    app's middleware list, so a 500 had none of the headers: no CSP, no `nosniff`, no
+    `no-store` on an error page that names the path and the signed-in approver.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return _SecurityHeaders(super().build_middleware_stack())
 
 
 class _TraceRequests:
@@ -630,13 +662,12 @@ def create_app(
         StoreError: _store_error,
         Exception: _server_error,
     }
-    app = Starlette(
+    app = _Service(
         routes=list(ROUTES),
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
-            Middleware(_SecurityHeaders),
             Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
-            Middleware(_RefuseNul),
+            Middleware(_RefuseBadUrl),
         ],
         exception_handlers=handlers,
         lifespan=lifespan,

@@ -50,6 +50,7 @@ from typing import Any
 
 from golem import _tracing
 from golem._display import has_hidden
+from golem.service._confusables import skeleton
 
 __all__ = ["Approver", "AuthConfig", "Credential"]
 
@@ -157,19 +158,31 @@ def _approver_from_obj(key: str, obj: Any) -> Approver:
     )
 
 
+def _lookalike_keys(identity: str) -> tuple[str, str]:
+    """The forms under which two identities read as one: the TR39 confusable skeleton of
+    the identity after Unicode compatibility normalization, as written and case-folded.
+
+    `Alice`, `alice`, a fullwidth `ａlice`, a Cyrillic `аlice` and a mathematical `𝐚lice`
+    share the folded one; `Ian` and `lan` (capital I, small L) share the one as written,
+    which folding would have told apart.
+    """
+    nfkc = unicodedata.normalize("NFKC", identity)
+    return skeleton(nfkc), skeleton(nfkc.casefold())
+
+
 def _refuse_lookalikes(identities: Iterable[str]) -> None:
-    """`ValueError` when two different identities are one under Unicode compatibility
-    normalization and case folding (`Alice` and `alice`, `é` composed and decomposed, a
-    fullwidth `ａ` and `a`): the audit log would show two approvers as one."""
-    seen: dict[str, str] = {}
+    """`ValueError` when two different identities look alike (`_lookalike_keys`): the
+    audit log, the inbox and the webhooks would show two approvers as one."""
+    seen: tuple[dict[str, str], dict[str, str]] = ({}, {})
     for identity in identities:
-        key = unicodedata.normalize("NFKC", identity).casefold()
-        other = seen.setdefault(key, identity)
-        if other != identity:
-            raise ValueError(
-                f"approver identities {other!r} and {identity!r} differ only in case or "
-                "Unicode form: give each approver one spelling"
-            )
+        for key, known in zip(_lookalike_keys(identity), seen, strict=True):
+            other = known.setdefault(key, identity)
+            if other != identity:
+                raise ValueError(
+                    f"approver identities {other!a} and {identity!a} look alike (they "
+                    "differ only in case, Unicode form or look-alike letters of other "
+                    "scripts, Unicode TR39): give each approver a distinct name"
+                )
 
 
 @dataclass(frozen=True)
@@ -185,8 +198,8 @@ class AuthConfig:
 
     Raises:
         ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
-            non-positive lifetime, or two identities that differ only in case or Unicode
-            form.
+            non-positive lifetime, or two identities that look alike (differ only in case,
+            Unicode form or look-alike letters of other scripts, `_lookalike_keys`).
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)

@@ -27,6 +27,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from golem._display import reveal
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.api import (
@@ -101,6 +102,7 @@ _STATIC_VERSIONS = {
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 _env.filters["reveal"] = reveal_html
+_env.filters["reveal_text"] = reveal  # for <title>, which holds text, not markup
 _env.globals["run_path"] = lambda run_id: path("runs", run_id)
 
 
@@ -297,7 +299,8 @@ async def _form(request: Request) -> dict[str, str]:
         raise ApiError(415, "unsupported_media_type", "send the form urlencoded")
     raw = await request.body()
     try:
-        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+        # strict: an escape that is not UTF-8 (`%FF`) is refused, not read as U+FFFD
+        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, errors="strict")
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_form", "the form is not UTF-8") from None
     twice = next((k for k, v in fields.items() if len(v) > 1 and k in _SINGLE), None)
@@ -612,7 +615,7 @@ async def runs_page(request: Request) -> Response:
     op_id="runPage",
     summary="One run: its conversation, calls and audit trail.",
     responses={200: HTML, 303: REDIRECT},
-    errors=(403, 404),
+    errors=(404,),
     security=("session",),
     tag="inbox",
 )
@@ -793,7 +796,8 @@ async def resolve_form(request: Request) -> Response:
     if not hasattr(store, "retry_interrupted"):
         raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
     action = form.get("action", "")
-    confirm = [v for k, v in parse_qsl((await request.body()).decode()) if k == "confirm"]
+    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by _form
+    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
     try:
         if action == "retry":
             await store.retry_interrupted(

@@ -44,6 +44,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from golem._display import reveal
 from golem._ids import new_id
 from golem.messages import loads_history
 from golem.store import AuditAction, AuditEntry, RunNotFound, RunRecord, RunStatus, Store, utc_now
@@ -201,7 +202,10 @@ def _payload(event: str, run: RunRecord, link: str, *, call_id: str | None = Non
 
 
 def _mrkdwn(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """`text` for Slack mrkdwn: `&<>` escaped, hidden characters (bidi overrides,
+    zero-width, controls) shown as markers as the inbox shows them, so a title or tool
+    name cannot read as another in the channel."""
+    return reveal(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _slack_message(body: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
@@ -27,16 +29,57 @@ __all__ = ["Presentation", "Presenter"]
 
 
 def reveal_html(value: object) -> Markup:
-    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers."""
+    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers,
+    and a line-break opportunity (`<wbr>`) every `WORD_CHUNK` characters of a long word."""
     text = "" if value is None else str(value)
     if not has_hidden(text):
-        return escape(text)
+        return _breakable(text)
     out = [
         Markup('<span class="hidden-char" title="hidden character">{}</span>').format(part)
         if is_marker
-        else escape(part)
+        else _breakable(part)
         for part, is_marker in reveal_parts(text)
     ]
+    return Markup("").join(out)
+
+
+WORD_CHUNK = 48
+"""Characters of an unbroken word between the `<wbr>`s `reveal_html` puts in it."""
+
+_LONG_WORD = re.compile(rf"\S{{{WORD_CHUNK + 1},}}")
+
+
+def _joins(ch: str) -> bool:
+    """Whether `ch` belongs to the character before it (a combining mark, a joiner, a
+    variation selector): no break opportunity goes in front of it."""
+    return unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch in "\u200d\ufe0e\ufe0f"
+
+
+def _breakable(text: str) -> Markup:
+    """`text` escaped, with `<wbr>` every `WORD_CHUNK` characters of a longer word.
+
+    Chromium lays out a 20,000-letter word in wrapping proportional text (a model's
+    answer, a reason) in seconds at phone width, per occurrence: a page with a few of
+    them took 20-30 s to show. With break opportunities it takes milliseconds; the text
+    (and what a copy of it pastes) is unchanged.
+    """
+    if len(text) <= WORD_CHUNK or not _LONG_WORD.search(text):
+        return escape(text)
+    out: list[Markup] = []
+    at = 0
+    for match in _LONG_WORD.finditer(text):
+        out.append(escape(text[at : match.start()]))
+        word = match.group()
+        chunks, start = [], 0
+        while start < len(word):
+            end = min(start + WORD_CHUNK, len(word))
+            while end < len(word) and _joins(word[end]):  # keep a mark with its letter
+                end += 1
+            chunks.append(word[start:end])
+            start = end
+        out.append(Markup("<wbr>").join(escape(c) for c in chunks))
+        at = match.end()
+    out.append(escape(text[at:]))
     return Markup("").join(out)
 
 

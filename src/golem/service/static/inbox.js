@@ -201,11 +201,18 @@
       show();
     });
   }
+  // Hidden characters (bidi controls, zero-width, controls) as visible markers, as the
+  // pages show them: a run ID cannot reorder the notification's text.
+  const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]/g;
+  function shown(text) {
+    return text.replace(HIDDEN, (ch) => "⟨U+" + ch.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "⟩");
+  }
+
   function maybeNotify(change) {
     if (!notifyOn() || !document.hidden) return;
     if (change.action !== "created" || change.status !== "pending") return;
     const note = new Notification("golem: a run waits for a decision", {
-      body: (change.agent || "") + " · run " + String(change.run_id).slice(-12), tag: change.run_id,
+      body: shown((change.agent || "") + " · run " + String(change.run_id).slice(-12)), tag: change.run_id,
     });
     note.onclick = () => { window.focus(); location.assign("/runs/" + encodeURIComponent(change.run_id)); };
   }

@@ -1,0 +1,681 @@
+"""The third attack round on the service (ADR 0069): what rounds one and two (ADR 0050,
+0061) did not try.
+
+Each test failed before its fix unless it says it held.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+from starlette.applications import Starlette
+
+from golem import new_id
+from golem._display import has_hidden, reveal
+from golem.service import Approver, AuthConfig, create_app
+from golem.service._confusables import skeleton
+from golem.service.api import _bad_text
+from golem.service.inbox import SESSION_COOKIE
+from golem.service.notify import _slack_message
+from golem.service.views import WORD_CHUNK, path, reveal_html
+from golem.store import CallKind, NewCall, NewRun, Store
+from golem.store.sqlite import SQLiteStore
+from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
+from tests.service.test_inbox import csrf_of, sign_in
+
+# --------------------------------------------------------------------------- existence
+
+_RUN = "RUN"
+"""Where a test URL names the run."""
+
+
+def _same(hidden: httpx.Response, unknown: httpx.Response, hidden_id: str, unknown_id: str) -> None:
+    """The two answers are one: status, headers (but the date) and body, the IDs aside."""
+    assert hidden.status_code == unknown.status_code, (hidden.text, unknown.text)
+
+    def headers(res: httpx.Response, run_id: str) -> dict[str, str]:
+        out = {k: v for k, v in res.headers.items() if k not in ("date", "content-length")}
+        return {k: v.replace(run_id, "ID") for k, v in out.items()}
+
+    assert headers(hidden, hidden_id) == headers(unknown, unknown_id)
+    assert hidden.text.replace(hidden_id, "ID") == unknown.text.replace(unknown_id, "ID")
+
+
+async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere(
+    client: httpx.AsyncClient, start: StartRun, store: Store
+) -> None:
+    # Found: olga (agents twin and echo) got 403 "may not see this run" for a run of
+    # "mixed" and 404 for an ID no run has, on the API and in the inbox: an oracle of which
+    # run IDs exist. Now one answer, by one code path (load_run).
+    run = await start("mixed")
+    hidden = run["id"]
+    unknown = hidden[:-4] + "0000" if not hidden.endswith("0000") else hidden[:-4] + "1111"
+    assert len(unknown) == len(hidden)
+    for method, url, kwargs in [
+        ("GET", "/api" + path("runs", "RUN"), {}),
+        ("HEAD", "/api" + path("runs", "RUN"), {}),
+        (
+            "POST",
+            "/api" + path("runs", "RUN", "calls", "a1", "decision"),
+            {"json": {"decision": "approve"}},
+        ),
+        (
+            "POST",
+            "/api" + path("runs", "RUN", "calls", "zz", "decision"),
+            {"json": {"decision": "deny"}},
+        ),
+    ]:
+        answers = [
+            await client.request(
+                method, url.replace(_RUN, quote(i, safe="")), headers=bearer("olga"), **kwargs
+            )
+            for i in (hidden, unknown)
+        ]
+        assert answers[0].status_code == 404, (method, url, answers[0].text)
+        _same(*answers, hidden, unknown)
+    csrf = await sign_in(client, "olga")
+    for method, url, data in [
+        ("GET", path("runs", "RUN"), None),
+        ("POST", path("runs", "RUN", "decisions"), {"csrf": csrf, "decision": "deny"}),
+        ("POST", path("runs", "RUN", "resolve"), {"csrf": csrf, "action": "cancel", "note": "n"}),
+        (
+            "POST",
+            path("runs", "RUN", "calls", "a1", "decision"),
+            {"csrf": csrf, "decision": "approve"},
+        ),
+        (
+            "POST",
+            path("runs", "RUN", "calls", "a1", "decision"),
+            {"csrf": csrf, "decision": "approve", "args": '{"target": "x"}'},
+        ),
+        ("GET", "/audit?run=RUN", None),
+        ("GET", "/audit?format=csv&run=RUN", None),
+        ("GET", "/audit?format=json&run=RUN", None),
+    ]:
+        answers = [
+            await client.request(method, url.replace(_RUN, quote(i, safe="")), data=data)
+            for i in (hidden, unknown)
+        ]
+        assert answers[0].status_code in (200, 404), (method, url, answers[0].text)
+        _same(*answers, hidden, unknown)
+    answers = [
+        await client.get("/api/audit", params={"run": i}, headers=bearer("olga"))
+        for i in (hidden, unknown)
+    ]
+    _same(*answers, hidden, unknown)
+    assert (await store.get_run(hidden)).call("a1").decision is None
+
+
+async def test_a_run_an_approver_may_see_still_answers_403_for_a_tool_it_may_not_decide(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: the run is visible to tess (all agents, tool lookup only); only its deploy call
+    # is not hers to decide, and saying so tells her nothing she may not see
+    run = await start("mixed")
+    res = await client.post(
+        "/api" + path("runs", run["id"], "calls", "a1", "decision"),
+        json={"decision": "approve"},
+        headers=bearer("tess"),
+    )
+    assert res.status_code == 403
+    assert res.json()["error"]["code"] == "forbidden"
+
+
+# --------------------------------------------------------------------------- identities
+
+_LOOKALIKES = {"a": "\u0430", "e": "\u0435", "o": "\u043e", "p": "\u0440", "c": "\u0441"}
+"""Latin letters and a Cyrillic letter that looks the same."""
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [
+        ("alice", "\u0430lice"),  # Cyrillic a
+        ("paypal", "\u0440aypal"),  # Cyrillic er
+        ("bob", "b\u03bfb"),  # Greek omicron
+        ("alice", "\U0001d41alice"),  # mathematical bold a
+        ("Ian", "lan"),  # capital I, small L
+        ("carol", "caro1"),
+        ("alice@corp.example", "alice@c\u043erp.example"),
+    ],
+)
+def test_cross_script_lookalike_identities_are_refused(one: str, two: str) -> None:
+    # Found: NFKC + casefold (ADR 0061) let "alice" and a Cyrillic "аlice" both approve;
+    # the audit log, its CSV and the webhooks showed them as one person.
+    with pytest.raises(ValueError, match="look alike") as raised:
+        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    assert ascii(two) in str(raised.value)  # escaped: the message shows the difference
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [("ivan", "\u0438\u0432\u0430\u043d"), ("alice", "bob"), ("\u7530\u4e2d", "tanaka")],
+)
+def test_identities_that_do_not_look_alike_are_kept(one: str, two: str) -> None:
+    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=12).filter(
+        lambda s: any(c in _LOOKALIKES for c in s)
+    ),
+    st.data(),
+)
+def test_any_identity_with_a_letter_swapped_for_its_lookalike_is_refused(
+    name: str, data: st.DataObject
+) -> None:
+    at = data.draw(st.sampled_from([i for i, c in enumerate(name) if c in _LOOKALIKES]))
+    twin = name[:at] + _LOOKALIKES[name[at]] + name[at + 1 :]
+    with pytest.raises(ValueError, match="look alike"):
+        AuthConfig(tokens={"t1": Approver(name), "t2": Approver(twin)}, secret=b"s" * 32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20))
+def test_a_skeleton_is_its_own_skeleton(text: str) -> None:
+    assert skeleton(skeleton(text)) == skeleton(text)
+
+
+# --------------------------------------------------------------------------- call IDs
+
+_CALL_TEXT = st.text(alphabet="/%?#. \\+&=é\u0301\ufffd\u212bÅ\u00c5a", min_size=1, max_size=6)
+"""Call IDs of escapes, separators and several Unicode forms of one letter."""
+
+
+def _api_decision(run_id: str, call_id: str) -> str:
+    return "/api" + path("runs", run_id, "calls", call_id, "decision")
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ids=st.lists(
+        st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)), min_size=1, max_size=4, unique=True
+    ),
+    probe=st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)),
+)
+@example(ids=["caf\u00e9", "cafe\u0301"], probe="caf\u00e9")
+@example(ids=["\u00c5"], probe="\u212b")  # Angstrom sign, NFC is Å
+@example(ids=["x\ufffd"], probe="x\ufffd")
+@example(ids=["a/b", "a%2Fb"], probe="a")
+async def test_a_decision_names_exactly_one_pending_call(
+    tmp_path: Path, registry: Any, ids: list[str], probe: str
+) -> None:
+    # A decision decides the call whose ID it names, byte for byte, and no other; an ID
+    # no call has (another Unicode form of one included) is a named 404 and decides
+    # nothing.
+    ids = [i for i in ids if "\x00" not in i and i not in (".", "..")]
+    assume(ids and all(_bad_text(i) is None for i in ids) and _bad_text(probe) is None)
+    assume(probe not in (".", "..") and "\x00" not in probe)
+    store = await SQLiteStore.open(tmp_path / f"{new_id()}.db")
+    try:
+        calls = tuple(NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ids)
+        await store.save_pending(
+            NewRun(id="r", agent="twin", conversation_id="c", history="[]", calls=calls)
+        )
+        app = create_app(registry, store, auth=make_auth(), undo_seconds=0)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            res = await c.post(
+                _api_decision("r", probe), json={"decision": "deny"}, headers=bearer("alice")
+            )
+            decided = {x.call_id for x in (await store.get_run("r")).calls if x.decision}
+            if probe in ids:
+                assert res.status_code == 200, res.text
+                assert decided == {probe}
+            else:
+                assert res.status_code == 404, res.text
+                assert res.json()["error"]["code"] == "call_not_found"
+                assert decided == set()
+            for i in ids:
+                if i in decided:
+                    continue
+                res = await c.post(
+                    _api_decision("r", i), json={"decision": "approve"}, headers=bearer("alice")
+                )
+                assert res.status_code == 200, (i, res.text)
+                assert res.json()["decision"]["decision"] == "approve"
+                decided.add(i)
+                now = {x.call_id for x in (await store.get_run("r")).calls if x.decision}
+                assert now == decided
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("escape", ["%FF", "%C0%80", "%ED%A0%80", "%EF%BF"])
+async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
+    client: httpx.AsyncClient, store: Store, escape: str
+) -> None:
+    # Found: servers decode a bad escape to U+FFFD, so /calls/x%FF decided the call
+    # "x\ufffd", which the URL did not name (and so did every other bad byte).
+    calls = (NewCall("x\ufffd", CallKind.APPROVAL, "deploy", '{"target": "x"}'),)
+    await store.save_pending(
+        NewRun(id="r\ufffd", agent="twin", conversation_id="c", history="[]", calls=calls)
+    )
+    for url in (
+        f"/api/runs/r%EF%BF%BD/calls/x{escape}/decision",
+        f"/api/runs/r{escape}/calls/x%EF%BF%BD/decision",
+    ):
+        res = await client.post(url, json={"decision": "approve"}, headers=bearer("alice"))
+        assert res.status_code == 400, res.text
+        assert res.json()["error"]["code"] == "invalid_url"
+    res = await client.get(f"/api/runs/r{escape}", headers=bearer("alice"))
+    assert res.status_code == 400
+    res = await client.get(f"/api/runs?agent=tw{escape}", headers=bearer("alice"))
+    assert res.json()["error"]["code"] == "invalid_url"
+    csrf = await sign_in(client)
+    page = await client.get(f"/runs/r{escape}")
+    assert page.status_code == 400
+    assert page.headers["content-type"].startswith("text/html")
+    res = await client.post(
+        f"/runs/r%EF%BF%BD/calls/x{escape}/decision", data={"csrf": csrf, "decision": "deny"}
+    )
+    assert res.status_code == 400
+    assert (await store.get_run("r\ufffd")).call("x\ufffd").decision is None
+    res = await client.post(  # the right escape decides it
+        "/api/runs/r%EF%BF%BD/calls/x%EF%BF%BD/decision",
+        json={"decision": "approve"},
+        headers=bearer("alice"),
+    )
+    assert res.status_code == 200, res.text
+
+
+async def test_a_form_whose_escapes_are_not_utf8_is_refused(
+    client: httpx.AsyncClient, start: StartRun, store: Store
+) -> None:
+    # Found: parse_qs decoded %FF in a form field to U+FFFD (a reason, a confirmed call
+    # ID): now 400 malformed_form, as for a body that is not UTF-8.
+    run = await start("twin")
+    csrf = await sign_in(client)
+    res = await client.post(
+        path("runs", run["id"], "calls", "c1", "decision"),
+        content=f"csrf={csrf}&decision=deny&reason=no%FF".encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert res.status_code == 400, res.text[:300]
+    assert "not UTF-8" in res.text
+    assert (await store.get_run(run["id"])).call("c1").decision is None
+
+
+# --------------------------------------------------------------------------- headers
+
+_SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _check_headers(res: httpx.Response, where: str) -> None:
+    for name, value in _SECURITY_HEADERS.items():
+        assert res.headers.get(name) == value, (where, name, dict(res.headers))
+    csp = res.headers.get("content-security-policy", "")
+    assert "script-src 'self'" in csp, where
+    assert "unsafe-inline" not in csp, where
+    assert "frame-ancestors 'none'" in csp, where
+
+
+async def test_a_500_carries_every_security_header(app: Starlette, store: Store) -> None:
+    # Found: Starlette answers an unhandled exception from middleware outside the app's
+    # own, so a 500 (JSON or the error page naming the signed-in approver) had no CSP,
+    # no nosniff, no X-Frame-Options and no Cache-Control: no-store.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        await sign_in(c)
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        store.list_runs = broken  # type: ignore[method-assign]
+        for url, headers in (("/api/runs", bearer("alice")), ("/runs", {})):
+            res = await c.get(url, headers=headers)
+            assert res.status_code == 500, (url, res.text[:200])
+            _check_headers(res, url)
+
+
+async def test_every_answer_of_every_route_carries_the_security_headers(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: pages, API answers, redirects, 4xx of every kind (bad URL, body too large,
+    # wrong method, CSRF, unknown run) carry the headers and no-store
+    run = await start("mixed")
+    csrf = await sign_in(client)
+    answers = {
+        "inbox": await client.get("/"),
+        "runs": await client.get("/runs"),
+        "run": await client.get(path("runs", run["id"])),
+        "audit": await client.get("/audit"),
+        "csv": await client.get("/audit?format=csv"),
+        "notifications": await client.get("/notifications"),
+        "404 page": await client.get("/runs/nope"),
+        "bad url": await client.get("/runs/%FF"),
+        "405": await client.put("/runs"),
+        "csrf": await client.post(path("runs", run["id"], "decisions"), data={"csrf": "x"}),
+        "413": await client.post("/api/runs", content=b"x" * 5000, headers=bearer("alice")),
+        "api run": await client.get("/api" + path("runs", run["id"]), headers=bearer("alice")),
+        "api 401": await client.get("/api/runs"),
+        "decide": await client.post(
+            path("runs", run["id"], "calls", "a1", "decision"),
+            data={"csrf": csrf, "decision": "deny"},
+        ),
+        "logout": await client.post("/logout", data={"csrf": csrf}),
+        "login": await client.get("/login"),
+    }
+    for where, res in answers.items():
+        _check_headers(res, where)
+
+
+async def test_the_session_cookie_flags_and_secure_only_over_https(app: Starlette) -> None:
+    # held: HttpOnly and SameSite=Strict always; Secure over https (uvicorn sets the
+    # scheme from X-Forwarded-Proto for the proxies it trusts, forwarded_allow_ips)
+    transport = httpx.ASGITransport(app=app)
+    for base, secure in (("http://golem.test", False), ("https://golem.test", True)):
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
+            res = await c.post("/login", data={"token": TOKENS["alice"], "next": "/"})
+            cookie = res.headers["set-cookie"].lower()
+            assert "httponly" in cookie
+            assert "samesite=strict" in cookie
+            assert ("secure" in cookie.split("; ")) is secure, cookie
+
+
+async def test_a_session_planted_before_sign_in_is_replaced_and_sign_out_ends_it(
+    client: httpx.AsyncClient,
+) -> None:
+    # held: signing in issues a new session (its own ID), whatever cookie the browser
+    # brought; signing out revokes it, so a copy stops working on every route
+    await sign_in(client, "olga")
+    planted = client.cookies[SESSION_COOKIE]
+    res = await client.post("/login", data={"token": TOKENS["alice"], "next": "/"})
+    assert res.status_code == 303
+    fresh = client.cookies[SESSION_COOKIE]
+    assert fresh != planted
+    page = await client.get("/")
+    assert "alice" in page.text
+    res = await client.post("/logout", data={"csrf": csrf_of(page.text)})
+    assert res.status_code == 303
+    client.cookies.set(SESSION_COOKIE, fresh)  # a copy kept from before the sign-out
+    for url in ("/", "/runs", "/audit?format=csv"):
+        res = await client.get(url)
+        assert res.status_code == 303, url
+        assert res.headers["location"].startswith("/login?next=")
+    res = await client.get("/api/events")
+    assert res.status_code == 401
+
+
+_HOSTILE_NEXT = [
+    "//evil.example",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "%2F%2Fevil.example",
+    "https://evil.example",
+    "javascript:alert(1)",
+    "data:text/html,x",
+    "/x\r\nSet-Cookie: a=b",
+    "/\t/evil.example",
+    "\t//evil.example",
+    " //evil.example",
+    "/\x7f/evil.example",
+    "\u3002/evil.example",
+    "",
+]
+
+
+def _local(location: str) -> bool:
+    """Whether a browser following `location` stays on this site."""
+    cleaned = location.replace("\t", "").replace("\n", "").replace("\r", "").strip()
+    return cleaned.startswith("/") and not cleaned.startswith(("//", "/\\"))
+
+
+async def test_no_next_leads_off_site(registry: Any, store: Store) -> None:
+    # held: sign-in (page and form), decisions and bulk decisions go back to a local path
+    # only; every hostile `next` falls back to the default page
+    app = create_app(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+        await _check_next(client)
+
+
+async def _check_next(client: httpx.AsyncClient) -> None:
+    res = await client.post(
+        "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("alice")
+    )
+    run = res.json()["run"]
+    for nxt in _HOSTILE_NEXT:
+        res = await client.post("/login", data={"token": TOKENS["alice"], "next": nxt})
+        assert res.status_code == 303
+        assert _local(res.headers["location"]), (nxt, res.headers)
+        res = await client.get("/login", params={"next": nxt})
+        assert _local(res.headers["location"]), nxt
+    csrf = csrf_of((await client.get("/")).text)
+    for nxt in _HOSTILE_NEXT:
+        res = await client.post(
+            path("runs", run["id"], "calls", "c1", "decision"),
+            data={"csrf": csrf, "decision": "deny", "next": nxt},
+        )
+        assert res.status_code in (303, 409), res.text[:200]
+        assert _local(res.headers.get("location", "/")), (nxt, res.headers)
+
+
+async def test_download_names_are_fixed_whatever_the_filters(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: the only downloads (audit CSV and JSON) name a constant file; no filter,
+    # run ID or identity reaches Content-Disposition
+    await start("twin", prompt='"; filename="evil.html')
+    await sign_in(client)
+    for fmt in ("csv", "json"):
+        res = await client.get(
+            "/audit",
+            params={"format": fmt, "actor": '"\r\nX: y', "run": 'a"; filename=evil.html'},
+        )
+        assert res.status_code == 200
+        assert res.headers["content-disposition"] == f'attachment; filename="golem-audit.{fmt}"'
+        assert "x" not in res.headers
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "latin-1"])
+async def test_a_json_body_that_is_not_utf8_is_refused(
+    client: httpx.AsyncClient, store: Store, encoding: str
+) -> None:
+    # Found: json.loads guesses UTF-16 and UTF-32 from a body's first bytes, so a start
+    # sent in UTF-16 (which a proxy, a WAF or a log reads as garbage) ran the agent.
+    body = json.dumps({"agent": "echo", "prompt": "caf\u00e9"}, ensure_ascii=False)
+    res = await client.post(
+        "/api/runs",
+        content=body.encode(encoding),
+        headers={**bearer("alice"), "Content-Type": "application/json"},
+    )
+    assert res.status_code == 400, res.text
+    assert res.json()["error"]["code"] == "malformed_json"
+    assert "UTF-8" in res.json()["error"]["message"]
+    assert await store.list_runs() == []
+
+
+async def test_a_utf8_body_with_a_byte_order_mark_is_read(client: httpx.AsyncClient) -> None:
+    body = json.dumps({"agent": "echo", "prompt": "p"}).encode()
+    res = await client.post("/api/runs", content=b"\xef\xbb\xbf" + body, headers=bearer("alice"))
+    assert res.status_code == 201, res.text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000,
+        b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"[" * 70 + b"]" * 70 + b"}",
+        b'{"agent": "echo", "agent": "twin", "prompt": "p"}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": NaN}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": -Infinity}',
+        b'{"agent": "echo", "prompt": "p", "expires_in": 1e999}',
+        b'{"agent": "echo", "prompt": "\\ud800"}',
+        b'{"agent": "echo", "prompt": "p"} trailing',
+        b"\xff\xfe",
+        b"",
+        b"null",
+        b'"a string"',
+    ],
+)
+async def test_hostile_json_bodies_are_a_named_4xx(
+    app: Starlette, store: Store, body: bytes
+) -> None:
+    # held (but the non-UTF-8 case above): deep nesting, duplicate keys, NaN and Infinity,
+    # overflowing numbers, lone surrogates, trailing data: 400/413/422 with a code
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        res = await c.post("/api/runs", content=body, headers=bearer("alice"))
+    assert res.status_code in (400, 413, 422), res.text[:200]
+    assert res.json()["error"]["code"]
+    assert await store.list_runs() == []
+
+
+# --------------------------------------------------------------------------- notifications
+
+
+def test_slack_messages_show_hidden_characters() -> None:
+    # Found: the Slack text escaped <, > and & but passed bidi overrides and zero-width
+    # characters through: a prompt "deploy staging\u202enoitcudorp" read as another in
+    # the channel (the inbox marks them; the JSON payload keeps the text as it is).
+    body = {
+        "event": "run.paused",
+        "title": "deploy to staging\u202e\u200bnoitcudorp",
+        "agent": "ops\u2066",
+        "run_id": "r",
+        "status": "pending",
+        "url": "https://inbox.example/runs/r",
+        "calls": [{"tool_name": "dep\u200bloy"}],
+    }
+    msg = _slack_message(body)
+    text = msg["blocks"][0]["text"]["text"] + msg["text"]
+    assert not has_hidden(text)
+    for name in ("U+202E RLO", "U+200B ZWSP", "U+2066 LRI"):
+        assert name in text
+
+
+# --------------------------------------------------------------------------- hostile text
+
+
+def _shown_text(page: str) -> str:
+    """The text of a page a person reads: the title and element content, without tags,
+    attributes or the edit boxes' raw values."""
+    page = re.sub(r"(?s)<textarea[^>]*>.*?</textarea>", "", page)
+    page = re.sub(r"(?s)<script[^>]*>.*?</script>", "", page)
+    return html.unescape(re.sub(r"<[^>]*>", "", page))
+
+
+async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
+    client: httpx.AsyncClient, store: Store, app: Starlette
+) -> None:
+    # Found: run IDs (and conversation IDs, the notice after a decision, the toasts'
+    # labels) were printed raw, so a run ID holding U+202E reversed the rest of its line
+    # on the inbox, runs, run, audit and conflict pages: "started by eve · just now"
+    # read backwards, and a run ID could pass for another.
+    run_id = "run-\u202eabc\u2066"
+    calls = tuple(
+        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ("c\u202e1", "c2")
+    )
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv\u200b",
+            history="[]",
+            calls=calls,
+            started_by="alice",
+        )
+    )
+    csrf = await sign_in(client)
+    decided = await client.post(
+        path("runs", run_id, "calls", "c\u202e1", "decision"),
+        data={"csrf": csrf, "decision": "deny", "next": "/runs"},
+    )
+    assert decided.status_code == 303
+    pages = {
+        "inbox": "/",
+        "runs": decided.headers["location"],  # with the notice naming the call
+        "run": path("runs", run_id),
+        "audit": "/audit",
+    }
+    for name, url in pages.items():
+        res = await client.get(url)
+        assert res.status_code == 200, (name, res.text[:200])
+        text = _shown_text(res.text)
+        assert not has_hidden(text.replace("\n", "").replace("\t", "")), (name, url)
+        assert "U+202E" in text, name
+    res = await client.post(  # the conflict page names the run too
+        path("runs", run_id, "calls", "c\u202e1", "decision"),
+        data={"csrf": csrf, "decision": "approve"},
+    )
+    assert res.status_code == 409
+    assert not has_hidden(_shown_text(res.text).replace("\n", "").replace("\t", ""))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aé\u0301 \n<&>\u202e\u200d-x"), max_size=400))
+def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
+    # A 20,000-letter word in wrapping text took Chromium seconds per occurrence to lay
+    # out at phone width (a run page: 20-30 s, test_hostile_text_browser); reveal_html
+    # puts a <wbr> in every WORD_CHUNK letters. What it shows is the same text.
+    out = str(reveal_html(text))
+    assert html.unescape(re.sub(r"<[^>]*>", "", out)) == reveal(text)
+    for piece in re.split(r"<wbr>|<[^>]*>", out):
+        for word in html.unescape(piece).split():
+            letters = [c for c in word if unicodedata.category(c)[0] != "M" and c != "\u200d"]
+            assert len(letters) <= WORD_CHUNK, word
+
+
+# --------------------------------------------------------------------------- methods
+
+
+def _route_urls(run_id: str) -> list[tuple[str, set[str]]]:
+    """Every route's URL (for `run_id`, call c1) and the methods it serves."""
+    from starlette.routing import Route
+
+    from golem.service.app import ROUTES
+
+    by_path: dict[str, set[str]] = {}
+    for r in ROUTES:
+        if isinstance(r, Route):
+            url = r.path.replace("{run_id}", quote(run_id, safe="")).replace(
+                "{call_id:golem_any}", "c1"
+            )
+            by_path.setdefault(url, set()).update(r.methods or ())
+    return sorted(by_path.items())
+
+
+async def test_head_and_options_on_every_route_signed_in(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: with a bearer token and a session, HEAD answers as GET does without a body
+    # (405 naming the methods where there is no GET), OPTIONS is 405 with Allow, and
+    # nothing is a 500 or opens a stream
+    run = await start("twin")
+    await sign_in(client)
+    for url, methods in _route_urls(run["id"]):
+        if url == "/api/events":
+            continue  # HEAD on the stream: test_attack_http
+        for method in ("HEAD", "OPTIONS"):
+            res = await client.request(method, url, headers=bearer("alice"))
+            assert res.status_code < 500, (method, url)
+            if method == "HEAD":
+                assert res.content == b""
+            if method == "HEAD" and "GET" in methods:
+                get = await client.get(url, headers=bearer("alice"))
+                assert res.status_code == get.status_code, url
+            else:
+                assert res.status_code == 405, (method, url, res.status_code)
+                assert set(res.headers["allow"].split(", ")) >= methods - {"HEAD"}, url
