@@ -21,7 +21,7 @@ import golem
 PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
-        "EventKind Failed GolemError HistoryRepair Message ModelRetry Part PartialResult "
+        "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
         "PendingToolCall ProviderError RejectedCall Result ResumeError RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
@@ -37,7 +37,7 @@ PUBLIC_ALL = {
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
-        "AuthenticationError BadRequest GolemError Overloaded ProviderConnectionError "
+        "AuthenticationError BadRequest GolemError HistoryError Overloaded ProviderConnectionError "
         "ProviderError ProviderTimeout RateLimited ResponseFormatError ResumeError RunError "
         "RunPaused SealError Stage StoreError ToolError ToolTimeout UsageLimitExceeded"
     ),

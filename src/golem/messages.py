@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from golem.errors import HistoryError
+
 __all__ = [
     "MAX_ARGS_DEPTH",
     "PART_KINDS",
@@ -513,8 +515,8 @@ def dumps_history(messages: Sequence[Message]) -> str:
     `dumps_history(loads_history(s)) == s` for any `s` this function produced.
 
     Raises:
-        ValueError: a text field holds a lone surrogate, which cannot be written as
-            UTF-8; the message names the 0-based message index.
+        HistoryError: a text field holds a lone surrogate, which cannot be written as
+            UTF-8; the message names the 0-based message index (also a `ValueError`).
     """
     try:
         return _ENCODER.encode(_wire(messages)).decode()
@@ -523,7 +525,7 @@ def dumps_history(messages: Sequence[Message]) -> str:
             try:
                 _ENCODER.encode(_wire([m]))
             except UnicodeEncodeError as exc:
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: {_surrogate_field(m)} holds a lone surrogate "
                     f"({exc.object[exc.start : exc.end]!a}), which is not valid Unicode text"
                 ) from None
@@ -770,9 +772,9 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
             m.__class__ = message_class
             append(m)
     except _Shape as exc:
-        raise ValueError(f"history message {len(out)}: {exc}") from None
+        raise HistoryError(f"history message {len(out)}: {exc}") from None
     except (UnicodeError, msgspec.DecodeError) as exc:
-        raise ValueError(
+        raise HistoryError(
             f"history message {len(out)}: tool call args are not UTF-8: {exc}"
         ) from None
     return out
@@ -786,7 +788,7 @@ def loads_history(text: str | bytes) -> list[Message]:
     for args that are not embeddable JSON loads back as its content).
 
     Raises:
-        ValueError: for any input that is not such a history — not JSON (including
+        HistoryError: (also a `ValueError`) for any input that is not such a history — not JSON (including
             `NaN`/`Infinity`, a lone surrogate, invalid UTF-8, nesting too deep), not an
             array, or a message of the wrong shape; the message names the 0-based message
             index when there is one. Nothing is returned half-loaded.
@@ -807,11 +809,11 @@ def loads_history(text: str | bytes) -> list[Message]:
         try:
             wire = _DECODER.decode(text)
         except msgspec.ValidationError as exc:
-            raise ValueError(_shape_error(str(exc))) from None
+            raise HistoryError(_shape_error(str(exc))) from None
         except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
             wire = _decode_lone_escapes(text)
             if wire is _UNFIT:
-                raise ValueError(_diagnose(text, exc)) from None
+                raise HistoryError(_diagnose(text, exc)) from None
         return [] if wire is None else _load_messages(wire)
     finally:
         if collecting:
@@ -860,9 +862,9 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     try:
         wire = _DECODER.decode(replaced)
     except msgspec.ValidationError as exc:
-        raise ValueError(_shape_error(str(exc))) from None
+        raise HistoryError(_shape_error(str(exc))) from None
     except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-        raise ValueError(_diagnose(replaced, exc)) from None
+        raise HistoryError(_diagnose(replaced, exc)) from None
     if wire is None:
         return None  # pragma: no cover - `null` holds no string
     marks = {chr(int(p[2:], 16)) for p in placeholder.values()}
@@ -877,7 +879,7 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     for i, w in enumerate(wire):
         for where, value in _text_fields(w):
             if value and not marks.isdisjoint(value):
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: {where} holds a lone surrogate, "
                     "which is not valid Unicode text"
                 )
