@@ -129,11 +129,11 @@ def damaged(draw: st.DrawFn) -> bytes:
                 parent = parent[key]
             if how == "duplicate" and isinstance(parent, dict):
                 # the same key twice, the first with another value (JSON allows it; the last wins)
-                first = json.dumps({path[-1]: draw(_JSON_VALUES)})[1:-1]
-                rest = json.dumps(value, ensure_ascii=False)
-                text = rest.replace(
-                    json.dumps(path[-1]) + ":", first + "," + json.dumps(path[-1]) + ":", 1
-                ).encode()
+                first = json.dumps({path[-1]: draw(_JSON_VALUES)}, separators=(",", ":"))[1:-1]
+                rest = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+                key = json.dumps(path[-1], ensure_ascii=False) + ":"
+                assert key in rest
+                text = rest.replace(key, first + "," + key, 1).encode("utf-8", "surrogatepass")
                 continue
             if how == "swap":  # a value of another type in the same place
                 parent[path[-1]] = draw(
@@ -145,7 +145,9 @@ def damaged(draw: st.DrawFn) -> bytes:
                 ] = draw(_JSON_VALUES)
             else:
                 parent[path[-1]] = draw(_JSON_VALUES)
-            text = json.dumps(value, ensure_ascii=draw(st.booleans())).encode()
+            text = json.dumps(value, ensure_ascii=draw(st.booleans())).encode(
+                "utf-8", "surrogatepass"
+            )
     return text
 
 
