@@ -412,23 +412,39 @@ class Decision:
 
 
 def _json_object_text(args: str | dict[str, Any]) -> str:
-    """Edited arguments as compact JSON object text (what the store keeps and shows)."""
+    """Edited arguments as compact JSON object text (what the store keeps and shows): strict
+    JSON (no NaN or Infinity), UTF-8 text (no lone surrogate), a parser's nesting at most."""
     if isinstance(args, dict):
         try:
-            return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidDecision(f"edited arguments are not JSON-serializable: {exc}") from None
-    if not isinstance(args, str):
+    elif isinstance(args, str):
+        text = args
+        try:
+            value = json.loads(text, parse_constant=_not_json)
+        except ValueError as exc:
+            raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidDecision("edited arguments are not valid JSON: nested too deeply") from None
+        if not isinstance(value, dict):
+            raise InvalidDecision("edited arguments must be a JSON object")
+    else:
         raise InvalidDecision(
             f"edited arguments must be a dict or JSON object text, got {type(args).__name__}"
         )
-    try:
-        value = json.loads(args)
-    except ValueError as exc:
-        raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidDecision("edited arguments must be a JSON object")
-    return args
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidDecision(
+                "edited arguments hold a lone surrogate, which is not valid Unicode text"
+            ) from None
+    return text
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass(frozen=True, slots=True)
