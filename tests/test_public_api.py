@@ -86,7 +86,7 @@ PUBLIC_ALL = {
     "golem.service.views": "Presentation Presenter",
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
         "StoreTimeout open_store "
@@ -95,7 +95,7 @@ PUBLIC_ALL = {
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
+        "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
         "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
     ),

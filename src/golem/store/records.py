@@ -43,6 +43,7 @@ __all__ = [
     "CallKind",
     "CallNotFound",
     "ClaimedRun",
+    "CorruptRecord",
     "Decision",
     "DecisionConflict",
     "DecisionKind",
@@ -157,6 +158,20 @@ class RunNotFound(StoreError, LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f'run "{run_id}" not found')
         self.run_id = run_id
+
+
+class CorruptRecord(StoreError):
+    """A stored row of run `run_id` cannot be read back (a value no golem wrote: an unknown
+    status or kind, a date or JSON that does not parse). Nothing was changed.
+
+    Reading that run (`get_run`, `decide`, `audit`) raises it; listings, claims and the change
+    feed leave the row out (and log it), so every other run stays readable.
+    """
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        super().__init__(f'run "{run_id}": a stored record cannot be read: {problem}')
+        self.run_id = run_id
+        self.problem = problem
 
 
 class CallNotFound(StoreError, LookupError):
@@ -286,7 +301,11 @@ class StoreTimeout(StoreError, TimeoutError):
         super().__init__(
             f"postgresql: no answer from the server within {timeout:g}s (command_timeout); "
             "the connection was closed"
-            + ("; its COMMIT had been sent, so the transaction may have committed" if commit_sent else "")
+            + (
+                "; its COMMIT had been sent, so the transaction may have committed"
+                if commit_sent
+                else ""
+            )
         )
 
 
@@ -426,7 +445,9 @@ def _json_object_text(args: str | dict[str, Any]) -> str:
         except ValueError as exc:
             raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
         except RecursionError:
-            raise InvalidDecision("edited arguments are not valid JSON: nested too deeply") from None
+            raise InvalidDecision(
+                "edited arguments are not valid JSON: nested too deeply"
+            ) from None
         if not isinstance(value, dict):
             raise InvalidDecision("edited arguments must be a JSON object")
     else:
