@@ -186,22 +186,20 @@ def _normalize(
         by_position.setdefault(pos, []).append(call_id)
     for i, m in enumerate(keep):
         out.append(m)
-        for call_id in by_position.get(i, ()):
+        closing = by_position.get(i)
+        if not closing:
+            continue
+        # the tool name of the last call with each ID in `m` (the one a synthesized result
+        # answers): one pass over the message, not one per closed call (quadratic)
+        names = {c.id: c.name for c in m.tool_calls}
+        for call_id in closing:
             out.append(
                 _new_message(
-                    "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=_name_of(m, call_id)
+                    "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=names[call_id]
                 )
             )
             synthesized.append(call_id)
     return out, HistoryRepair(synthesized=synthesized, dropped=dropped, truncated=truncated)
-
-
-def _name_of(m: Message, call_id: str) -> str:
-    """The tool name of the last call `call_id` in `m` (the one a synthesized result answers)."""
-    for c in reversed(m.tool_calls):
-        if c.id == call_id:
-            return c.name
-    return ""  # pragma: no cover - `m` holds the call by construction
 
 
 def validate_history(history: Sequence[Message]) -> None:
