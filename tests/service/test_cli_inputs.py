@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from golem.cli import build_app
+from golem.service.notify import Webhook
 from tests.service.test_cli import seed
 
 N = 100_000
@@ -153,3 +154,30 @@ def test_show_of_a_run_with_a_corrupt_row_is_one_line(tmp_path: Path) -> None:
         conn.commit()
     line = assert_one_line_error(golem("show", run.id, "--db", db), 1)
     assert "cannot be read" in line
+
+
+@settings(max_examples=150, deadline=None)
+@example("https://:\xa0/x")  # was accepted; its shown_url then raised at every delivery
+@example("slack+https://h:99999/x")
+@example("ops=http://h:-1/")
+@given(
+    st.text(max_size=30)
+    | st.builds(
+        "{}://{}:{}/x".format,
+        st.sampled_from(["http", "https", "slack+https", "ftp", ""]),
+        st.text(max_size=8),
+        st.text(max_size=6),
+    )
+)
+def test_any_notify_spec_is_a_webhook_that_shows_its_url_or_a_value_error(spec: str) -> None:
+    try:
+        hook = Webhook.parse(spec)
+    except ValueError:
+        return
+    assert hook.shown_url.startswith(("http://", "https://"))
+
+
+def test_a_notify_url_with_a_bad_port_is_one_line(tmp_path: Path) -> None:
+    env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
+    result = golem("serve", "--app", APP, "--notify", "https://hooks.test:port/x", env=env)
+    assert "webhook URL" in assert_one_line_error(result, 2)
