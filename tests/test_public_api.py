@@ -87,7 +87,7 @@ PUBLIC_ALL = {
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
         "StoreTimeout open_store "
         "utc_now"
@@ -96,7 +96,7 @@ PUBLIC_ALL = {
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
         "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",

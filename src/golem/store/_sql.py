@@ -58,6 +58,7 @@ from golem.store.records import (
     DecisionConflict,
     DecisionKind,
     DecisionRecord,
+    InvalidCursor,
     InvalidDecision,
     LeaseLost,
     NewRun,
@@ -293,18 +294,34 @@ def _encode_cursor(*parts: Any) -> str:
 
 
 def _decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
+    """The parts of a cursor `_encode_cursor` wrote: the first an aware ISO date (returned
+    as a `datetime`), then text and non-negative 64-bit integers, as `shape` says.
+
+    Raises:
+        InvalidCursor: anything else (a cursor no store of this kind returned).
+    """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         parts = None
     if (
         not isinstance(parts, list)
         or len(parts) != len(shape)
-        or not all(isinstance(p, t) for p, t in zip(parts, shape, strict=True))
+        or not all(p.__class__ is t for p, t in zip(parts, shape, strict=True))
     ):
-        raise ValueError(f"invalid page cursor {cursor!r}: pass a next_cursor this store returned")
-    return parts
+        raise InvalidCursor(cursor)
+    try:
+        created = datetime.fromisoformat(parts[0])
+        created.astimezone(UTC)  # an offset that moves it out of datetime's years
+        for p in parts:
+            if isinstance(p, str) and "\x00" in p.encode("utf-8").decode():
+                raise ValueError("NUL")  # a NUL or a lone surrogate: no column holds it
+    except (ValueError, OverflowError):
+        raise InvalidCursor(cursor) from None
+    if created.tzinfo is None or not all(0 <= p < 2**63 for p in parts if isinstance(p, int)):
+        raise InvalidCursor(cursor)
+    return [created, *parts[1:]]
 
 
 _RUNS_JOIN_CALLS = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
@@ -900,7 +917,7 @@ class SQLStore(abc.ABC):
         if after is not None:
             created, run_id = _decode_cursor(after, (str, str))
             where.append(f"(r.created_at, r.id) {op} (?, ?)")
-            params += (self._to_db(datetime.fromisoformat(created)), run_id)
+            params += (self._to_db(created), run_id)
         sql = self._select_runs(
             " AND ".join(where) or "1 = 1",
             f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
@@ -945,7 +962,7 @@ class SQLStore(abc.ABC):
             params.append(tool_name)
         if after is not None:
             created, run_id, position = _decode_cursor(after, (str, str, int))
-            at = self._to_db(datetime.fromisoformat(created))
+            at = self._to_db(created)
             # the first comparison lets the run index seek; the second is the exact cursor
             where.append("(r.created_at, r.id) >= (?, ?)")
             where.append("(r.created_at, r.id, c.position) > (?, ?, ?)")

@@ -48,6 +48,7 @@ __all__ = [
     "DecisionConflict",
     "DecisionKind",
     "DecisionRecord",
+    "InvalidCursor",
     "InvalidDecision",
     "InvalidRunId",
     "LeaseLost",
@@ -232,6 +233,19 @@ class CallExpired(DecisionConflict):
 
 class InvalidDecision(StoreError, ValueError):
     """The decision does not fit the call: approve on an external call, external on an approval call."""
+
+
+class InvalidCursor(StoreError, ValueError):
+    """A page cursor (`after=`) that no store of this kind returned as `next_cursor`.
+
+    Also a `ValueError`, as it always was; nothing was read.
+    """
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(
+            f"invalid page cursor {cursor[:80]!r}: pass a next_cursor this store returned"
+        )
+        self.cursor = cursor
 
 
 class InvalidRunId(StoreError, ValueError):
