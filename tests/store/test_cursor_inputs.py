@@ -3,7 +3,8 @@
 
 Before, a cursor that decoded to deeply nested JSON raised `RecursionError`, one whose position
 was past 64 bits `OverflowError`, and one with a date that does not parse, a lone surrogate or
-a naive date a bare `ValueError` with the parser's words — each a 500 from the service.
+a naive date a bare `ValueError` with the parser's words (the service's `?after=` checks kept
+most of them from the store; a direct caller of the store got them all).
 """
 
 from __future__ import annotations
@@ -135,3 +136,32 @@ async def test_any_cursor_text_is_an_invalid_cursor_or_a_page(
                 pytest.fail(f"{type(exc).__name__}: {exc}")
         finally:
             await store.close()
+
+
+async def test_the_service_answers_a_hostile_cursor_with_422(tmp_path: Any) -> None:
+    """Through `?after=`: a client error. (The service's own checks already kept the deep and
+    out-of-range cursors from the store; a NUL in the ID was a 200 with an empty page.)"""
+    import httpx
+
+    from golem.service import create_app
+    from golem.store.sqlite import SQLiteStore
+    from tests.service.agents import build_registry
+    from tests.service.conftest import bearer, make_auth
+
+    store = await SQLiteStore.open(tmp_path / "golem.db")
+    try:
+        app = create_app(build_registry(), store, auth=make_auth())
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+            for after in (
+                raw_cursor("[" * 5000),
+                HOSTILE["position past 64 bits"],
+                HOSTILE["lone surrogate"],
+                HOSTILE["NUL"],
+            ):
+                answer = await client.get(
+                    "/api/calls", params={"after": after}, headers=bearer("alice")
+                )
+                assert answer.status_code == 422, (after[:40], answer.text[:200])
+    finally:
+        await store.close()
