@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import golem as golem_package
 from golem.cli import build_app
 from golem.service.notify import Webhook
+from golem.worker import load_registry
 from tests.service.test_cli import seed
 
 N = 100_000
@@ -181,3 +183,27 @@ def test_a_notify_url_with_a_bad_port_is_one_line(tmp_path: Path) -> None:
     env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
     result = golem("serve", "--app", APP, "--notify", "https://hooks.test:port/x", env=env)
     assert "webhook URL" in assert_one_line_error(result, 2)
+
+
+@settings(max_examples=100, deadline=None)
+@example("..:x")  # was a TypeError from importlib (a relative import without a package)
+@example(".agents:registry")
+@example("a:b:c")
+@example("\x00:x")
+@given(
+    st.builds(
+        "{}{}{}".format,
+        # module names that import nothing with side effects (never random ones: `antigravity`)
+        st.sampled_from(["", ".", "..", ".x", "golem", "\x00", "a b", "nosuch_golem_mod"]),
+        st.sampled_from([":", "", "::"]),
+        # never a real attribute: calling a factory that wants arguments is the app's TypeError
+        st.text(max_size=12).filter(lambda a: not hasattr(golem_package, a.split(".")[0])),
+    )
+)
+def test_any_registry_spec_loads_or_is_a_named_refusal(spec: str) -> None:
+    with contextlib.suppress(ImportError, AttributeError, ValueError):
+        load_registry(spec)
+
+
+def test_a_relative_app_module_is_one_line() -> None:
+    assert "want module:attribute" in assert_one_line_error(golem("worker", "--app", ".x:y"), 2)
