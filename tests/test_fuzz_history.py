@@ -390,3 +390,111 @@ def test_a_synthesized_result_is_named_after_the_last_call_with_its_id() -> None
         ("a", "second"),
         ("b", "other"),
     ]
+
+
+# --------------------------------------------------------------------------- depth, as Go has it
+
+
+def _args_doc(args: str) -> str:
+    return (
+        '[{"role":"user","content":"go"},'
+        '{"role":"assistant","toolCalls":[{"id":"c1","name":"act","args":' + args + "}]}]"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "[" * 1500 + "]" * 1500,  # was "nested too deeply": Go writes and reads it
+        '{"a":' * 3000 + " 1 " + "}" * 3000,
+        '{"x":[1,{"y":' + "[" * 2000 + '"s\\"]"' + "]" * 2000 + '}],"z":2}',
+        '["\\ud800",' + "[" * 2000 + '"\\udfff"' + "]" * 2000 + "]",  # with lone escapes
+        "[" * 9996 + "]" * 9996,  # the whole document 10,000 deep: Go's limit
+    ],
+    ids=["arrays 1500", "objects 3000", "mixed", "lone escapes", "at Go's limit"],
+)
+def test_args_nested_as_deep_as_go_allows_load_byte_exact_and_resume(args: str) -> None:
+    history = check_loads_or_named(_args_doc(args))
+    assert history is not None
+    assert history[1].tool_calls[0].args == args
+    assert loads_history(_args_doc(args).encode()) == history
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _args_doc("[" * 9997 + "]" * 9997),  # 10,001 deep: Go refuses too
+        _args_doc("[" * 2000 + "1,," + "]" * 2000),  # deep and not JSON
+        _args_doc("[" * 2000 + "}" + "]" * 1999),
+        _args_doc("[" * 2000 + "]" * 2000) + " x",
+        '[{"role":"user","content":' + "[" * 3000 + "]" * 3000 + "}]",
+        '[{"role":' + "[" * 3000 + "]" * 3000 + "}]",
+    ],
+    ids=["past Go's limit", "bad inside", "mismatched", "trailing", "deep content", "deep role"],
+)
+def test_deep_documents_that_are_not_histories_are_history_errors(text: str) -> None:
+    with pytest.raises(HistoryError):
+        loads_history(text)
+
+
+def test_deep_args_load_whatever_the_callers_stack_depth() -> None:
+    """msgspec's limit is the interpreter's recursion limit minus the caller's depth: args
+    900 deep loaded at the top of a stack and not 100 frames down. The slow path does not
+    recurse, so the same document loads at any depth."""
+    text = _args_doc("[" * 900 + "]" * 900)
+
+    def down(n: int) -> list[Message]:
+        return loads_history(text) if n == 0 else down(n - 1)
+
+    assert down(300)[1].tool_calls[0].args == "[" * 900 + "]" * 900
+
+
+def _strict_json(text: str) -> bool:
+    def refuse(name: str) -> object:
+        raise ValueError(name)
+
+    try:
+        json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+_JSONISH = st.text(alphabet='[]{}:,"\\ -+.0123456789eEtrufalsn\t\n\x00\x1fx', max_size=30)
+
+
+@FUZZ
+@example('{"a":[1,2.5e-3,"x\\u00e9\\n",true,false,null],"b":{}}')
+@example("[1,]")
+@example('{"a" 1}')
+@example('"\\x"')
+@example("01")
+@example("[] []")
+@example(" [ ] ")
+@given(
+    _JSONISH
+    | _JSON_VALUES.map(lambda v: json.dumps(v, indent=None))
+    | _JSON_VALUES.map(lambda v: json.dumps(v, indent=1))
+)
+def test_the_depth_scanner_takes_exactly_the_json_the_stdlib_takes(text: str) -> None:
+    """The slow path's own JSON check (it never recurses) agrees with `json.loads`."""
+    from golem.messages import _deep_spans
+
+    assert (_deep_spans(text) is not None) == _strict_json(text)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_JSON_VALUES, st.integers(1100, 3000), st.booleans())
+def test_any_value_nested_past_the_recursion_limit_in_args_loads_byte_exact(
+    value: object, depth: int, indent: bool
+) -> None:
+    inner = json.dumps(value, indent=1 if indent else None, ensure_ascii=False)
+    args = '{"k":' + "[" * depth + inner + "]" * depth + ',"v":"\\ud800"}'
+    text = _args_doc(args)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate drawn raw: not UTF-8 text
+        return
+    history = check_loads_or_named(text)
+    assert history is not None
+    assert history[1].tool_calls[0].args == args
