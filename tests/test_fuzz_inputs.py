@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -30,6 +31,7 @@ from golem import (
     Tool,
     ToolCall,
 )
+from golem.agent_tool import PAUSED_MARKER, seal_sub_agent_calls, sub_agent_calls
 from golem.seal import SealKeys, seal_call, verify_call
 from golem.store import Decision, InvalidDecision
 from golem.testing import ScriptedModel
@@ -303,3 +305,37 @@ def test_resolutions_from_any_json_value_are_accepted_or_refused_before_a_model_
         problem = exc
     if problem is not None:
         assert str(problem)
+
+
+# --------------------------------------------------------------------------- sub-agent records
+
+DEEP_RECORD = [
+    Message(role="user", content="go"),
+    Message(role="assistant", tool_calls=[ToolCall("p1", "helper", '{"task":"x"}')]),
+    Message(
+        role="tool",
+        tool_call_id="p1",
+        tool_name="helper",
+        content=PAUSED_MARKER + "\n" + "[" * BIG,  # was a bare RecursionError
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["[" * BIG, '{"history":' + "[" * BIG, '{"history":5}', '"x"', "", "{" * BIG],
+    ids=["deep", "deep history", "history not text", "a string", "empty", "deep objects"],
+)
+def test_an_unreadable_sub_agent_record_is_a_resume_error_and_skipped_by_the_readers(
+    body: str,
+) -> None:
+    history = [*DEEP_RECORD[:2], replace(DEEP_RECORD[2], content=PAUSED_MARKER + "\n" + body)]
+    helper: Agent[None, str] = Agent(ScriptedModel(Message(role="assistant", content="ok")))
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(Message(role="assistant", content="ok")),
+        tools=[helper.as_tool("helper", "helps")],
+    )
+    with pytest.raises(ResumeError, match="unreadable"):
+        parent.run_with_deferred_results_sync(history, DeferredResults())
+    assert sub_agent_calls(history) == {}
+    assert seal_sub_agent_calls(history, KEY, {"p1/c1": "approval"}) == history

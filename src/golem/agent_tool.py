@@ -599,7 +599,7 @@ def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str,
         try:
             state = json.loads(m.content.split("\n", 1)[1])
             sub_history = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError) as exc:
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise ResumeError(
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
                 f"unreadable: {exc}"
@@ -694,7 +694,7 @@ def sub_agent_calls(history: Sequence[Message]) -> dict[str, SubAgentCall]:
         try:
             state = json.loads(m.content.split("\n", 1)[1])
             inner = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError):
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
             continue
         conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
         for c in _pending_or_none(inner):
@@ -731,7 +731,7 @@ def seal_sub_agent_calls(
         try:
             state = json.loads(body)
             inner = loads_history(state["history"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, RecursionError):
             continue
         conversation = next((x.conversation_id for x in reversed(inner) if x.conversation_id), "")
         inner = seal_pending(inner, keys, conversation, mine)
