@@ -186,3 +186,64 @@ async def test_a_huge_value_in_every_field_of_a_recorded_answer(api: str) -> Non
                 parent = parent[key]
             parent[path[-1]] = "@@HUGE@@"
             await answer_or_named(api, json.dumps(damaged).replace('"@@HUGE@@"', huge).encode())
+
+
+# ------------------------------------------------------------------ depth beyond json's stack
+
+DEEP = "[" * BIG + "]" * BIG
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("status", [400, 429, 500, 200])
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
+async def test_a_deeply_nested_error_body_or_event_is_a_named_error(
+    api: str, status: int, stream: bool
+) -> None:
+    """Was a bare RecursionError from every adapter for an error status with such a body, and
+    from the OpenAI and Anthropic stream parsers for such an `error` event."""
+    body = f"event: error\ndata: {DEEP}\n\n" if stream else DEEP
+    with pytest.raises(GolemError):
+        await send(api, body, stream=stream, status=status)
+
+
+def _deep_history_request() -> Any:
+    from golem import Message, ToolCall
+    from golem.messages import Citation, ServerToolBlock
+    from golem.model import ModelRequest
+
+    deep_args = '{"a":' + "[" * 3000 + "]" * 3000 + "}"  # loads since ADR 0070: Go allows it
+    return ModelRequest(
+        [
+            Message("user", "hi"),
+            Message(
+                "assistant",
+                "ok",
+                tool_calls=[ToolCall("c1", "act", deep_args)],
+                citations=[Citation(0, 2, url="https://x.test", provider="anthropic", raw=DEEP)],
+                server_tools=[ServerToolBlock("anthropic", "web_search_tool_result", raw=DEEP)],
+            ),
+            Message("tool", "done", tool_call_id="c1", tool_name="act"),
+        ]
+    )
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_history_with_deeply_nested_args_and_blocks_is_sent_or_named(api: str) -> None:
+    """What the adapters re-send from the history: args and kept provider blocks nested past
+    `json`'s stack were a bare RecursionError while the request was built."""
+    import httpx
+
+    from tests.providers._unseen import MODELS
+
+    recorded = _RECORDED[api]
+    if not recorded:
+        pytest.skip(f"no {api} recordings")
+    answer_body = recorded[0].body
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "application/json"}, text=answer_body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        with contextlib.suppress(GolemError):
+            await model.generate(_deep_history_request())

@@ -134,7 +134,7 @@ def json_object(raw: str) -> dict[str, Any] | None:
     """The JSON object `raw` holds (a kept provider block), or None when it holds none."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -305,7 +305,7 @@ def _error_text(body: str) -> str:
     """The provider's own error message when the body is the usual JSON error shape."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body.strip()[:500]
     if isinstance(data, list) and data:
         data = data[0]

@@ -219,7 +219,7 @@ def args_object(raw: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"truncated_args": raw}
     if not isinstance(value, dict):
         return {"truncated_args": raw}

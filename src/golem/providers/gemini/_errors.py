@@ -65,7 +65,7 @@ def error_from_payload(payload: Mapping[str, Any]) -> ProviderError:
 def _error_object(body: str) -> Mapping[str, Any]:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if isinstance(data, list) and data:
         data = data[0]

@@ -272,7 +272,7 @@ def _wire_args(args: str) -> str:
         return "{}"
     try:
         value = json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if isinstance(value, dict):
         return args
