@@ -170,3 +170,23 @@ async def test_any_text_in_a_column_is_named_or_read(
             await _check(store, backend, table, column, quoted)
         finally:
             await store.close()
+
+
+@pytest.mark.parametrize("backend_kind", BACKENDS)
+async def test_a_deps_ref_nested_past_jsons_stack_is_refused_before_saving(
+    backend_kind: str, tmp_path: Any
+) -> None:
+    """It was a bare RecursionError out of save_pending; now the ValueError every deps_ref that
+    is not JSON gets, and nothing is saved."""
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    with backend_for(backend_kind, tmp_path) as backend:
+        store = await backend.open()
+        try:
+            run = make_run(approval("c1"), deps_ref=deep)
+            with pytest.raises(ValueError, match="deps_ref is not JSON-serializable"):
+                await store.save_pending(run)
+            assert await store.list_runs() == []
+        finally:
+            await store.close()

@@ -652,7 +652,7 @@ class SQLStore(abc.ABC):
         try:
             # allow_nan=False: NaN/Infinity are not JSON; stored, they break every reader
             deps_ref = json.dumps(run.deps_ref, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f'run "{run.id}": deps_ref is not JSON-serializable: {exc}') from None
         return deps_ref, _aware(run.expires_at, "expires_at")
 
