@@ -30,6 +30,7 @@ from golem import (
     GolemError,
     HistoryError,
     HistoryRepair,
+    ResumeError,
     RunContext,
     Tool,
     dumps_history,
@@ -38,7 +39,7 @@ from golem import (
     sanitize_history,
 )
 from golem.deferred import pending_calls
-from golem.messages import Message, ToolCall
+from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.test_history_json_args import histories
@@ -498,3 +499,25 @@ def test_any_value_nested_past_the_recursion_limit_in_args_loads_byte_exact(
     history = check_loads_or_named(text)
     assert history is not None
     assert history[1].tool_calls[0].args == args
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Message(role="system", content="s", parts=[Part("image", url="https://x.test/a.png")]),
+        Message(role="user", thinking=[ThinkingBlock(text="why")]),
+        Message(role="user", parts=[Part("image")]),  # neither url nor data
+    ],
+    ids=["parts on system", "thinking on user", "invalid part"],
+)
+def test_a_run_over_a_history_that_breaks_the_rules_is_a_history_error(bad: Message) -> None:
+    """Was a plain ValueError; now the named `HistoryError` (still a `ValueError`), and for a
+    resume still a `ResumeError`."""
+    agent: Agent[None, str] = Agent(ScriptedModel(Message(role="assistant", content="ok")))
+    with pytest.raises(HistoryError, match="history message 0"):
+        agent.run_sync("go", history=[bad])
+    with pytest.raises(ResumeError, match="history message 0"):
+        agent.run_with_deferred_results_sync(
+            [bad, Message(role="assistant", tool_calls=[ToolCall("c1", "act")])],
+            DeferredResults(approvals={"c1": True}),
+        )
