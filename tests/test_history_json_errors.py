@@ -146,7 +146,7 @@ def test_shape_errors_name_the_message_and_the_field(bad: object, says: str) -> 
     with pytest.raises(ValueError, match=r"^history message 3: .*" + says) as info:
         loads_history(text)
     assert isinstance(info.value, ValueError)
-    assert type(info.value) is HistoryError  # golem's named error, not a library's subclass (ADR 0070)
+    assert type(info.value) is HistoryError  # golem's named error, no library's (ADR 0070)
 
 
 @pytest.mark.parametrize("text", ['{"messages":[]}', '"history"', "42", "true"])

@@ -86,8 +86,9 @@ PUBLIC_ALL = {
     "golem.service.views": "Presentation Presenter",
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
+        "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
+        "Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
         "StoreTimeout open_store "
         "utc_now"
@@ -95,8 +96,9 @@ PUBLIC_ALL = {
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
+        "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
+        "Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreTimeout"
     ),
     "golem.store.sqlite": "SQLiteStore",
