@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem import dumps_history, loads_history
+from golem import HistoryError, dumps_history, loads_history
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from tests.test_deferred_json import CALL_KEYS, MESSAGE_KEYS, PART_KEYS, THINKING_KEYS
 
@@ -146,7 +146,7 @@ def test_shape_errors_name_the_message_and_the_field(bad: object, says: str) -> 
     with pytest.raises(ValueError, match=r"^history message 3: .*" + says) as info:
         loads_history(text)
     assert isinstance(info.value, ValueError)
-    assert type(info.value) is ValueError  # not a library's subclass leaking out
+    assert type(info.value) is HistoryError  # golem's named error, no library's (ADR 0070)
 
 
 @pytest.mark.parametrize("text", ['{"messages":[]}', '"history"', "42", "true"])

@@ -21,7 +21,7 @@ import golem
 PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
-        "EventKind Failed GolemError HistoryRepair Message ModelRetry Part PartialResult "
+        "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
         "PendingToolCall ProviderError RejectedCall Result ResumeError RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
@@ -37,7 +37,7 @@ PUBLIC_ALL = {
     "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
-        "AuthenticationError BadRequest ConversationRequired GolemError Overloaded "
+        "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "
         "ProviderConnectionError ProviderError ProviderTimeout RateLimited ResponseFormatError "
         "ResumeError RunError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
         "ToolError ToolTimeout UsageLimitExceeded"
@@ -87,8 +87,9 @@ PUBLIC_ALL = {
     "golem.service.views": "Presentation Presenter",
     "golem.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ChangeFeed ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
+        "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
+        "Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus Store StoreBusy "
         "StoreReadOnly StoreTimeout open_store "
         "utc_now"
@@ -96,8 +97,9 @@ PUBLIC_ALL = {
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
-        "CallNotFound ClaimedRun Decision DecisionConflict DecisionKind DecisionRecord "
-        "InvalidDecision InvalidRunId LeaseLost NewCall NewRun Outcome Page PendingCallRecord "
+        "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
+        "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
+        "Outcome Page PendingCallRecord "
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreReadOnly "
         "StoreTimeout"
     ),

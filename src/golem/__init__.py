@@ -12,6 +12,7 @@ from golem.agent import Agent, RunStream
 from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import (
     GolemError,
+    HistoryError,
     ProviderError,
     ResumeError,
     RunError,
@@ -71,6 +72,7 @@ __all__ = [
     "EventKind",
     "Failed",
     "GolemError",
+    "HistoryError",
     "HistoryRepair",
     "Message",
     "ModelRetry",

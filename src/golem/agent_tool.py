@@ -788,7 +788,7 @@ def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str,
         try:
             state = json.loads(m.content.split("\n", 1)[1])
             sub_history = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError) as exc:
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise ResumeError(
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
                 f"unreadable: {exc}"
@@ -893,7 +893,7 @@ def sub_agent_calls(
         try:
             state = json.loads(m.content.split("\n", 1)[1])
             inner = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError):
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
             continue
         named = _named_conversation(inner)
         conversation = sub_conversation(conversation_id, m.tool_call_id) or named
@@ -936,7 +936,7 @@ def seal_sub_agent_calls(
         try:
             state = json.loads(body)
             inner = loads_history(state["history"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, RecursionError):
             continue
         conversation = sub_conversation(conversation_id, m.tool_call_id)
         conversation = conversation or _named_conversation(inner)

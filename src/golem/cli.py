@@ -71,7 +71,7 @@ def _console() -> Console:
 
 
 def _err(message: str, code: int = 1) -> typer.Exit:
-    Console(stderr=True, highlight=False, emoji=False).print(
+    Console(stderr=True, highlight=False, emoji=False, soft_wrap=True).print(
         f"[bold red]error:[/] {escape(message)}"
     )
     return typer.Exit(code)
@@ -132,6 +132,10 @@ def _seal_keys() -> Any:
         )
     except ValueError as exc:  # json.JSONDecodeError is one
         raise _err(f"the seal key: {exc}", 2) from None
+    except RecursionError:
+        raise _err(
+            "the seal key: GOLEM_SEAL_OLDER_KEYS is not valid JSON: nested too deeply", 2
+        ) from None
 
 
 def _registry(spec: str) -> Any:
@@ -141,7 +145,7 @@ def _registry(spec: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         return load_registry(spec)
-    except (ImportError, AttributeError, ValueError) as exc:
+    except (ImportError, AttributeError, ValueError, SyntaxError) as exc:
         raise _err(f"--app {spec}: {exc}", 2) from None
 
 
@@ -484,6 +488,7 @@ def _show(
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON form.")] = False,
 ) -> None:
     """Show a run: status, outcome, calls, conversation and audit trail."""
+    from golem.errors import HistoryError
     from golem.messages import loads_history
     from golem.service.api import run_detail_json
 
@@ -539,7 +544,13 @@ def _show(
             )
         console.print(calls)
     console.rule("Conversation")
-    for m in loads_history(run.conversation):
+    try:
+        messages = loads_history(run.conversation)
+        unreadable = ""
+    except HistoryError as exc:  # a stored history golem did not write: show the rest
+        messages, unreadable = [], f"run {run.id}: the stored conversation cannot be read: {exc}"
+        console.print("(unreadable: see the error below)")
+    for m in messages:
         head = m.role if m.role != "tool" else f"tool {m.tool_name}"
         console.print(f"[bold]{_safe(head)}[/]", end=" ")
         console.print(reveal(m.content or ""), markup=False)
@@ -553,6 +564,8 @@ def _show(
             _when(e.at), _safe(e.actor), e.action.value, _safe(_short(json.dumps(e.detail), 80))
         )
     console.print(table)
+    if unreadable:
+        raise _err(unreadable)
 
 
 # --------------------------------------------------------------------------- demo

@@ -495,7 +495,7 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
     if isinstance(args, dict):
         try:
             text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ResumeError(
                 f'golem: edited arguments for tool call "{call.id}" ({call.name}) are not '
                 f"JSON-serializable: {exc}"

@@ -3,6 +3,7 @@
 ```text
 GolemError
 ├── RunError(stage, partial)          a run failed; the reason is its __cause__
+├── HistoryError (also ValueError)    history JSON that does not load, or a history that cannot be written
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
 │   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
 │       ├── ConversationRequired      a keyed resume was not told its conversation
@@ -39,6 +40,7 @@ __all__ = [
     "BadRequest",
     "ConversationRequired",
     "GolemError",
+    "HistoryError",
     "Overloaded",
     "ProviderConnectionError",
     "ProviderError",
@@ -93,6 +95,15 @@ class RunError(GolemError):
         self.stage = stage
         self.partial = partial
         self.__cause__ = cause
+
+
+class HistoryError(GolemError, ValueError):
+    """`loads_history` was given text that is not a history, or `dumps_history` a history
+    that cannot be written (a lone surrogate in a text field).
+
+    Also a `ValueError`, as these errors always were. The message names the 0-based message
+    index and the field when there is one; nothing is returned half-loaded.
+    """
 
 
 class ResumeError(GolemError, ValueError):

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from golem.errors import SealError
+from golem.errors import HistoryError, SealError
 from golem.messages import Message, _new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
@@ -186,55 +186,53 @@ def _normalize(
         by_position.setdefault(pos, []).append(call_id)
     for i, m in enumerate(keep):
         out.append(m)
-        for call_id in by_position.get(i, ()):
+        closing = by_position.get(i)
+        if not closing:
+            continue
+        # the tool name of the last call with each ID in `m` (the one a synthesized result
+        # answers): one pass over the message, not one per closed call (quadratic)
+        names = {c.id: c.name for c in m.tool_calls}
+        for call_id in closing:
             out.append(
                 _new_message(
-                    "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=_name_of(m, call_id)
+                    "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=names[call_id]
                 )
             )
             synthesized.append(call_id)
     return out, HistoryRepair(synthesized=synthesized, dropped=dropped, truncated=truncated)
 
 
-def _name_of(m: Message, call_id: str) -> str:
-    """The tool name of the last call `call_id` in `m` (the one a synthesized result answers)."""
-    for c in reversed(m.tool_calls):
-        if c.id == call_id:
-            return c.name
-    return ""  # pragma: no cover - `m` holds the call by construction
-
-
 def validate_history(history: Sequence[Message]) -> None:
     """Check the structural rules a run relies on.
 
     Raises:
-        ValueError: a message has parts on a role that cannot carry them, thinking
+        HistoryError: (a `ValueError`) a message has parts on a role that cannot carry them, thinking
             outside an assistant message, or an invalid part / thinking block; the
             message names the 0-based message index.
     """
     for i, m in enumerate(history):
         if m.parts:
             if m.role == "system":
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: parts are only supported on user, tool and "
                     "assistant messages"
                 )
             for j, p in enumerate(m.parts):
                 problem = p.problem()
                 if problem:
-                    raise ValueError(f"history message {i} part {j}: {problem}")
+                    raise HistoryError(f"history message {i} part {j}: {problem}")
         if m.thinking:
             if m.role != "assistant":
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: thinking is only supported on assistant messages"
                 )
             for j, t in enumerate(m.thinking):
                 if bool(t.text) == bool(t.redacted) and (t.text or not t.signature):
-                    raise ValueError(
+                    raise HistoryError(
                         f"history message {i} thinking block {j}: needs exactly one of text and redacted"
                     )
                 if t.redacted and t.signature:
-                    raise ValueError(
+                    raise HistoryError(
                         f"history message {i} thinking block {j}: a redacted block has no signature"
                     )
 

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from golem.errors import HistoryError
+
 __all__ = [
     "MAX_ARGS_DEPTH",
     "PART_KINDS",
@@ -513,8 +515,8 @@ def dumps_history(messages: Sequence[Message]) -> str:
     `dumps_history(loads_history(s)) == s` for any `s` this function produced.
 
     Raises:
-        ValueError: a text field holds a lone surrogate, which cannot be written as
-            UTF-8; the message names the 0-based message index.
+        HistoryError: a text field holds a lone surrogate, which cannot be written as
+            UTF-8; the message names the 0-based message index (also a `ValueError`).
     """
     try:
         return _ENCODER.encode(_wire(messages)).decode()
@@ -523,7 +525,7 @@ def dumps_history(messages: Sequence[Message]) -> str:
             try:
                 _ENCODER.encode(_wire([m]))
             except UnicodeEncodeError as exc:
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: {_surrogate_field(m)} holds a lone surrogate "
                     f"({exc.object[exc.start : exc.end]!a}), which is not valid Unicode text"
                 ) from None
@@ -770,9 +772,9 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
             m.__class__ = message_class
             append(m)
     except _Shape as exc:
-        raise ValueError(f"history message {len(out)}: {exc}") from None
+        raise HistoryError(f"history message {len(out)}: {exc}") from None
     except (UnicodeError, msgspec.DecodeError) as exc:
-        raise ValueError(
+        raise HistoryError(
             f"history message {len(out)}: tool call args are not UTF-8: {exc}"
         ) from None
     return out
@@ -786,7 +788,7 @@ def loads_history(text: str | bytes) -> list[Message]:
     for args that are not embeddable JSON loads back as its content).
 
     Raises:
-        ValueError: for any input that is not such a history — not JSON (including
+        HistoryError: (also a `ValueError`) for any input that is not such a history — not JSON (including
             `NaN`/`Infinity`, a lone surrogate, invalid UTF-8, nesting too deep), not an
             array, or a message of the wrong shape; the message names the 0-based message
             index when there is one. Nothing is returned half-loaded.
@@ -807,11 +809,15 @@ def loads_history(text: str | bytes) -> list[Message]:
         try:
             wire = _DECODER.decode(text)
         except msgspec.ValidationError as exc:
-            raise ValueError(_shape_error(str(exc))) from None
+            raise HistoryError(_shape_error(str(exc))) from None
         except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-            wire = _decode_lone_escapes(text)
+            wire = _decode_deep(text) if isinstance(exc, RecursionError) else _UNFIT
             if wire is _UNFIT:
-                raise ValueError(_diagnose(text, exc)) from None
+                wire = _decode_lone_escapes(text)
+            if wire is _TOO_DEEP:  # lone surrogate escapes and depth in one document
+                wire = _decode_deep(text)
+            if wire is _UNFIT or wire is _TOO_DEEP:
+                raise HistoryError(_diagnose(text, exc)) from None
         return [] if wire is None else _load_messages(wire)
     finally:
         if collecting:
@@ -819,6 +825,7 @@ def loads_history(text: str | bytes) -> list[Message]:
 
 
 _UNFIT: list[_InMessage] = []  # a sentinel, compared by identity
+_TOO_DEEP: list[_InMessage] = []  # another: no lone escape left, but too deep to decode
 _PRIVATE_USE = range(0xE000, 0xF900)
 _PRIVATE_CHAR = re.compile("[\ue000-\uf8ff]")
 _PRIVATE_ESCAPE = re.compile(r"\\u[eEfF][0-9a-fA-F]{3}")
@@ -860,9 +867,11 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     try:
         wire = _DECODER.decode(replaced)
     except msgspec.ValidationError as exc:
-        raise ValueError(_shape_error(str(exc))) from None
-    except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-        raise ValueError(_diagnose(replaced, exc)) from None
+        raise HistoryError(_shape_error(str(exc))) from None
+    except RecursionError:
+        return _TOO_DEEP
+    except (msgspec.DecodeError, UnicodeError) as exc:
+        raise HistoryError(_diagnose(replaced, exc)) from None
     if wire is None:
         return None  # pragma: no cover - `null` holds no string
     marks = {chr(int(p[2:], 16)) for p in placeholder.values()}
@@ -877,10 +886,140 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     for i, w in enumerate(wire):
         for where, value in _text_fields(w):
             if value and not marks.isdisjoint(value):
-                raise ValueError(
+                raise HistoryError(
                     f"history message {i}: {where} holds a lone surrogate, "
                     "which is not valid Unicode text"
                 )
+        for c in w.tool_calls or ():
+            c.args = back(c.args)
+        for ci in w.citations or ():
+            ci.raw = back(ci.raw)
+        for b in w.server_tools or ():
+            b.raw = back(b.raw)
+    return wire
+
+
+_MAX_NESTING = 10_000
+"""The deepest nesting a history document may have: the Go golem's limit (`encoding/json`)."""
+_FLAT_DEPTH = 5
+"""golem's own structure ends at depth 5 (the array, a message, its toolCalls, a call, the
+call's args value): a value opening deeper is inside args, a provider block or unknown data."""
+_JSON_TOKEN = re.compile(
+    r"[ \t\n\r]*(?:(\")|([\[\]{}:,])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+    r"|(true|false|null))"
+)
+_JSON_STRING_AT = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+
+
+def _deep_spans(text: str) -> list[tuple[int, int]] | None:
+    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`, found
+    without recursion; None when `text` is not one JSON value (RFC 8259) or nests deeper than
+    `_MAX_NESTING`. (Slow path: only runs on a document too deep for the decoder.)"""
+    stack: list[str] = []
+    spans: list[tuple[int, int]] = []
+    opened = pos = 0
+    expect = "value"  # value, value_or_end, key, key_or_end, colon, comma_or_end
+    while True:
+        m = _JSON_TOKEN.match(text, pos)
+        if m is None:
+            done = expect == "comma_or_end" and not stack
+            return spans if done and not text[pos:].strip(" \t\n\r") else None
+        pos = m.end()
+        if m[1]:  # a string: a key or a value
+            string = _JSON_STRING_AT.match(text, pos - 1)
+            if string is None:
+                return None
+            pos = string.end()
+            if expect in ("key", "key_or_end"):
+                expect = "colon"
+                continue
+            if expect not in ("value", "value_or_end"):
+                return None
+            expect = "comma_or_end"
+        elif m[2] in ("[", "{"):
+            if expect not in ("value", "value_or_end"):
+                return None
+            stack.append(m[2])
+            if len(stack) > _MAX_NESTING:
+                return None
+            if len(stack) == _FLAT_DEPTH + 1:
+                opened = pos - 1
+            expect = "key_or_end" if m[2] == "{" else "value_or_end"
+        elif m[2] in ("]", "}"):
+            pair, may_end = ("[", "value_or_end") if m[2] == "]" else ("{", "key_or_end")
+            if not stack or stack[-1] != pair or expect not in ("comma_or_end", may_end):
+                return None
+            if len(stack) == _FLAT_DEPTH + 1:
+                spans.append((opened, pos))
+            stack.pop()
+            expect = "comma_or_end"
+        elif m[2] == ":":
+            if expect != "colon":
+                return None
+            expect = "value"
+        elif m[2] == ",":
+            if expect != "comma_or_end" or not stack:
+                return None
+            expect = "key" if stack[-1] == "{" else "value"
+        else:  # a number or a literal
+            if expect not in ("value", "value_or_end"):
+                return None
+            expect = "comma_or_end"
+        if not stack and expect == "comma_or_end" and pos < len(text):
+            if text[pos:].strip(" \t\n\r"):
+                return None  # more after the one value
+            return spans
+
+
+def _decode_deep(text: str | bytes) -> list[_InMessage] | None:
+    """Decode a valid document nested too deeply for msgspec (slow path: only on failure).
+
+    Tool-call args, provider blocks and unknown keys may nest as deep as the Go golem allows
+    (`_MAX_NESTING`); golem's own structure is shallow. Each value opening deeper than
+    `_FLAT_DEPTH` is replaced by a placeholder string, the shallow document is decoded, and the
+    raw spans get their text back, byte for byte.
+
+    Returns:
+        The wire messages, or `_UNFIT` when the document is not JSON, nests deeper than
+        `_MAX_NESTING`, or fails for another reason (the caller diagnoses the original).
+    """
+    if not isinstance(text, str):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError:
+            return _UNFIT
+    spans = _deep_spans(text)
+    if not spans:
+        return _UNFIT
+    mark = next((chr(cp) for cp in _PRIVATE_USE if chr(cp) not in text), None)
+    if mark is None:
+        return _UNFIT  # pragma: no cover - a document holding every private-use character
+    pieces: list[str] = []
+    last = 0
+    for i, (start, end) in enumerate(spans):
+        pieces += (text[last:start], f'"{mark}{i}"')
+        last = end
+    pieces.append(text[last:])
+    flat = "".join(pieces)
+    try:
+        wire: list[_InMessage] | None = _DECODER.decode(flat)
+    except msgspec.ValidationError as exc:
+        raise HistoryError(_shape_error(str(exc))) from None
+    except (msgspec.DecodeError, UnicodeError, RecursionError):
+        wire = _decode_lone_escapes(flat)  # escaped lone surrogates beside the depth
+        if wire is _UNFIT:
+            return _UNFIT
+    if wire is None:
+        return None  # pragma: no cover - `null` has no depth
+    placeholder = re.compile(f'"{re.escape(mark)}([0-9]+)"')
+
+    def back(raw: msgspec.Raw) -> msgspec.Raw:
+        span = bytes(raw).decode()
+        if mark not in span:
+            return raw
+        return msgspec.Raw(placeholder.sub(lambda m: text[slice(*spans[int(m[1])])], span).encode())
+
+    for w in wire:
         for c in w.tool_calls or ():
             c.args = back(c.args)
         for ci in w.citations or ():

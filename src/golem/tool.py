@@ -471,6 +471,8 @@ class Tool(Generic[ToolDepsT]):
             value = json.loads(text)
         except ValueError as exc:
             raise InvalidArguments(f"the arguments are not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidArguments("the arguments are not valid JSON: nested too deeply") from None
         if not isinstance(value, dict):
             raise InvalidArguments(
                 f"the arguments must be a JSON object, got {type(value).__name__}"

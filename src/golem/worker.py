@@ -116,8 +116,8 @@ def load_registry(spec: str) -> AgentRegistry:
         ImportError / AttributeError: the module or attribute does not exist.
     """
     module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(
+    if not sep or not module_name or not attr or module_name.startswith("."):
+        raise ValueError(  # a relative module has no package to be relative to
             f"registry spec {spec!r}: want module:attribute (e.g. myapp.agents:registry)"
         )
     value: Any = importlib.import_module(module_name)

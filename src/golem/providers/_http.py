@@ -54,6 +54,7 @@ __all__ = [
     "in_order",
     "iter_sse",
     "json_object",
+    "json_text",
     "named_calls",
     "object_text",
     "parse_event_data",
@@ -90,8 +91,13 @@ model's pictures) to an API that refuses media in assistant turns (ADR 0060)."""
 RUN_SEPARATOR = "\n\n"
 """Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
 
-raw_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`."""
+_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def raw_json(value: Any) -> str:
+    """A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`
+    (numbers past a float's range or `int()`'s digit limit written as `args_json` writes them)."""
+    return args_json(value, _RAW_ENCODER)
 
 
 _HUGE = {"\x00+\x00": "1e999", "\x00-\x00": "-1e999", "\x00n\x00": "null"}
@@ -143,7 +149,7 @@ def json_object(raw: str) -> dict[str, Any] | None:
     """The JSON object `raw` holds (a kept provider block), or None when it holds none."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -315,7 +321,7 @@ def _error_text(body: str) -> str:
     """The provider's own error message when the body is the usual JSON error shape."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body.strip()[:500]
     if isinstance(data, list) and data:
         data = data[0]
@@ -465,6 +471,18 @@ class _LongInt:
 
     def __init__(self, text: str) -> None:
         self.text = text
+
+
+def json_text(value: Any, *, ensure_ascii: bool = True) -> str:
+    """`json.dumps` of a parsed body for an error message or an error's `body`: an integer
+    too long to convert (`_LongInt`) is written as its digits (quoted), never a `TypeError`."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, default=_long_int_text)
+
+
+def _long_int_text(value: Any) -> str:
+    if isinstance(value, _LongInt):
+        return value.text
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _parse_int(text: str) -> int | _LongInt:

@@ -725,7 +725,7 @@ async def edited_approval(
     check_json_value(value, "the edited arguments")
     try:
         original = json.loads(call.args)
-    except ValueError:
+    except (ValueError, RecursionError):
         original = None
     if _same_json(value, original):
         return Decision.approve()

@@ -256,8 +256,10 @@ class AuthConfig:
         """
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or a number past int's digit limit
             raise ValueError(f"approvers: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError("approvers: not valid JSON (nested too deeply)") from None
         if not isinstance(obj, dict):
             raise ValueError("approvers: want a JSON object mapping token to approver")
         tokens = {str(k): _approver_from_obj(str(k), v) for k, v in obj.items()}
@@ -283,6 +285,8 @@ class AuthConfig:
                 text = Path(path).read_text(encoding="utf-8")
             except OSError as exc:
                 raise ValueError(f"GOLEM_APPROVERS_FILE={path}: {exc.strerror}") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"GOLEM_APPROVERS_FILE={path}: not UTF-8 text ({exc})") from None
             return cls.from_json(text, secret=secret)
         raise ValueError(
             "no approvers configured: set GOLEM_APPROVERS to a JSON object "

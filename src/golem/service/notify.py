@@ -80,8 +80,12 @@ class Webhook:
     format: Literal["json", "slack"] = "json"
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0-65535
+        except ValueError:
+            parts = urlsplit("")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"webhook URL must be http(s)://host/..., got {self.url!r}")
         unknown = set(self.events) - EVENTS
         if unknown:

@@ -132,9 +132,9 @@ def _pretty_json(raw: str) -> str:
     """Indented JSON for display; text that is not JSON is shown as it is."""
     try:
         value = json.loads(raw)
-    except (ValueError, TypeError):
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    except (ValueError, TypeError, RecursionError):  # deeper than json's stack: as it is
         return raw
-    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _field(label: str, value: Any) -> dict[str, Any]:

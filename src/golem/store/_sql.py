@@ -31,6 +31,7 @@ import abc
 import base64
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -52,10 +53,12 @@ from golem.store.records import (
     CallKind,
     CallNotFound,
     ClaimedRun,
+    CorruptRecord,
     Decision,
     DecisionConflict,
     DecisionKind,
     DecisionRecord,
+    InvalidCursor,
     InvalidDecision,
     LeaseLost,
     NewRun,
@@ -73,6 +76,25 @@ from golem.store.records import (
 __all__ = ["Conn", "Later", "SQLStore", "Tx"]
 
 _T = TypeVar("_T")
+log = logging.getLogger("golem.store")
+
+_ROW_FAULTS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    UnicodeError,
+    RecursionError,
+)
+"""What building a record from a row no golem wrote raises (an unknown enum value, a date or
+JSON that does not parse): turned into `CorruptRecord` naming the run."""
+
+
+def _left_out(exc: CorruptRecord) -> None:
+    log.error("%s; left out (read it with get_run to see the error)", exc)
+
 
 SWEEP_BATCH = 500
 """At most this many runs change per sweep transaction."""
@@ -100,6 +122,14 @@ _DECISION: dict[str, DecisionKind] = {k.value: k for k in DecisionKind}
 
 def _run_status(value: str) -> RunStatus:
     return _STATUS.get(value) or RunStatus(value)
+
+
+def _stored_status(value: Any, run_id: str) -> RunStatus:
+    """The status stored for `run_id`; a value no golem wrote is a `CorruptRecord`."""
+    try:
+        return _run_status(value)
+    except ValueError as exc:
+        raise CorruptRecord(run_id, repr(exc)) from exc
 
 
 def _json(value: Any) -> str:
@@ -264,18 +294,34 @@ def _encode_cursor(*parts: Any) -> str:
 
 
 def _decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
+    """The parts of a cursor `_encode_cursor` wrote: the first an aware ISO date (returned
+    as a `datetime`), then text and non-negative 64-bit integers, as `shape` says.
+
+    Raises:
+        InvalidCursor: anything else (a cursor no store of this kind returned).
+    """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         parts = None
     if (
         not isinstance(parts, list)
         or len(parts) != len(shape)
-        or not all(isinstance(p, t) for p, t in zip(parts, shape, strict=True))
+        or not all(p.__class__ is t for p, t in zip(parts, shape, strict=True))
     ):
-        raise ValueError(f"invalid page cursor {cursor!r}: pass a next_cursor this store returned")
-    return parts
+        raise InvalidCursor(cursor)
+    try:
+        created = datetime.fromisoformat(parts[0])
+        created.astimezone(UTC)  # an offset that moves it out of datetime's years
+        for p in parts:
+            if isinstance(p, str) and "\x00" in p.encode("utf-8").decode():
+                raise ValueError("NUL")  # a NUL or a lone surrogate: no column holds it
+    except (ValueError, OverflowError):
+        raise InvalidCursor(cursor) from None
+    if created.tzinfo is None or not all(0 <= p < 2**63 for p in parts if isinstance(p, int)):
+        raise InvalidCursor(cursor)
+    return [created, *parts[1:]]
 
 
 _RUNS_JOIN_CALLS = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
@@ -382,6 +428,12 @@ class SQLStore(abc.ABC):
     # ------------------------------------------------------------------ row mapping
 
     def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
+        try:
+            return self._read_call(row)
+        except _ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[0]), f"call {row[1]!r}: {exc!r}") from exc
+
+    def _read_call(self, row: Sequence[Any]) -> PendingCallRecord:
         (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
         (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
         seal = row[15]
@@ -412,6 +464,18 @@ class SQLStore(abc.ABC):
         )
 
     def _run_record(
+        self,
+        row: Sequence[Any],
+        calls: Sequence[PendingCallRecord],
+        history: str,
+        out_history: str | None,
+    ) -> RunRecord:
+        try:
+            return self._read_run(row, calls, history, out_history)
+        except _ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[0]), repr(exc)) from exc
+
+    def _read_run(
         self,
         row: Sequence[Any],
         calls: Sequence[PendingCallRecord],
@@ -450,7 +514,11 @@ class SQLStore(abc.ABC):
             trace_context=trace_ctx or "",
         )
 
-    def _calls_of(self, tx: Tx, ids: Sequence[str]) -> dict[str, list[PendingCallRecord]]:
+    def _calls_of(
+        self, tx: Tx, ids: Sequence[str], corrupt: dict[str, CorruptRecord] | None = None
+    ) -> dict[str, list[PendingCallRecord]]:
+        """The calls of runs `ids`; a call row that cannot be read raises `CorruptRecord`, or,
+        given `corrupt`, is recorded there by run ID (the caller leaves that run out)."""
         by_run: dict[str, list[PendingCallRecord]] = {i: [] for i in ids}
         if not ids:
             return by_run
@@ -460,7 +528,12 @@ class SQLStore(abc.ABC):
             "ORDER BY run_id, position",
             ids,
         ):
-            by_run[cr[0]].append(self._call_record(cr))
+            try:
+                by_run[cr[0]].append(self._call_record(cr))
+            except CorruptRecord as exc:
+                if corrupt is None:
+                    raise
+                corrupt[cr[0]] = exc
         return by_run
 
     def _history_and_calls(self, tx: Tx, run_id: str) -> Later:
@@ -488,8 +561,11 @@ class SQLStore(abc.ABC):
             ids,
         )
 
-    def _split_many(self, later: Later) -> dict[str, tuple[str, list[PendingCallRecord]]]:
-        """Run ID -> (history, calls) from the rows of `_histories_and_calls`."""
+    def _split_many(
+        self, later: Later, corrupt: dict[str, CorruptRecord]
+    ) -> dict[str, tuple[str, list[PendingCallRecord]]]:
+        """Run ID -> (history, calls) from the rows of `_histories_and_calls`; a call row that
+        cannot be read is recorded in `corrupt` by run ID."""
         found: dict[str, tuple[str, list[PendingCallRecord]]] = {}
         n = len(_CALL_COLS.split(",")) + 1
         for r in later.rows:
@@ -498,14 +574,34 @@ class SQLStore(abc.ABC):
             if got is None:
                 got = found[run_id] = (r[0], [])
             if r[2] is not None:
-                got[1].append(self._call_record(r[1:n]))
+                try:
+                    got[1].append(self._call_record(r[1:n]))
+                except CorruptRecord as exc:
+                    corrupt[run_id] = exc
         return found
 
-    def _load_runs(self, tx: Tx, rows: list[tuple[Any, ...]]) -> list[RunRecord]:
-        """Records of `rows` (run columns + history + outcome history), with their calls."""
-        calls = self._calls_of(tx, [r[0] for r in rows])
+    def _load_runs(
+        self, tx: Tx, rows: list[tuple[Any, ...]], *, leave_out: bool = False
+    ) -> list[RunRecord]:
+        """Records of `rows` (run columns + history + outcome history), with their calls.
+
+        A row that cannot be read is a `CorruptRecord`, or with `leave_out` is logged and
+        left out (a listing: the other runs stay readable)."""
+        corrupt: dict[str, CorruptRecord] = {}
+        calls = self._calls_of(tx, [r[0] for r in rows], corrupt)
         n = _N_RUN_COLS
-        return [self._run_record(r, calls[r[0]], r[n], r[n + 1]) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                bad = corrupt.get(r[0])
+                if bad is not None:
+                    raise bad
+                out.append(self._run_record(r, calls[r[0]], r[n], r[n + 1]))
+            except CorruptRecord as exc:
+                if not leave_out:
+                    raise
+                _left_out(exc)
+        return out
 
     def _select_runs(self, where: str, tail: str = "") -> str:
         return (
@@ -539,7 +635,7 @@ class SQLStore(abc.ABC):
             rows = tx.fetch(sql, (run_id,))
             if not rows:
                 return RunStatus.COMPLETED, []  # no calls: every call ID is unknown
-        status = _run_status(rows[0][0])
+        status = _stored_status(rows[0][0], run_id)
         return status, [self._call_record(r[1:]) for r in rows]
 
     # ------------------------------------------------------------------ inserts
@@ -556,7 +652,7 @@ class SQLStore(abc.ABC):
         try:
             # allow_nan=False: NaN/Infinity are not JSON; stored, they break every reader
             deps_ref = json.dumps(run.deps_ref, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f'run "{run.id}": deps_ref is not JSON-serializable: {exc}') from None
         return deps_ref, _aware(run.expires_at, "expires_at")
 
@@ -793,7 +889,7 @@ class SQLStore(abc.ABC):
         )
 
         def tx_fn(tx: Tx) -> list[RunRecord]:
-            return self._load_runs(tx, tx.fetch(sql, [*params, limit, offset]))
+            return self._load_runs(tx, tx.fetch(sql, [*params, limit, offset]), leave_out=True)
 
         return await self._submit(False, tx_fn)
 
@@ -821,21 +917,28 @@ class SQLStore(abc.ABC):
         if after is not None:
             created, run_id = _decode_cursor(after, (str, str))
             where.append(f"(r.created_at, r.id) {op} (?, ?)")
-            params += (self._to_db(datetime.fromisoformat(created)), run_id)
+            params += (self._to_db(created), run_id)
         sql = self._select_runs(
             " AND ".join(where) or "1 = 1",
             f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
         )
 
-        def tx_fn(tx: Tx) -> list[RunRecord]:
-            return self._load_runs(tx, tx.fetch(sql, [*params, limit]))
+        def tx_fn(tx: Tx) -> tuple[list[RunRecord], Any, Any, int]:
+            rows = tx.fetch(sql, [*params, limit])
+            last = rows[-1] if rows else (None,) * 7
+            return self._load_runs(tx, rows, leave_out=True), last[6], last[0], len(rows)
 
-        runs = await self._submit(False, tx_fn)
+        runs, last_created, last_id, read = await self._submit(False, tx_fn)
         cursor = None
-        if len(runs) == limit:
-            last = runs[-1]
-            cursor = _encode_cursor(last.created_at.isoformat(), last.id)
+        if read == limit:  # from the last row read, left out or not
+            cursor = self._page_cursor(runs, last_created, last_id)
         return Page(runs, cursor)
+
+    def _page_cursor(self, runs: list[RunRecord], created: Any, run_id: Any) -> str | None:
+        try:
+            return _encode_cursor(self._from_db(created).isoformat(), str(run_id))
+        except _ROW_FAULTS:  # the last row's date does not parse: the last readable run's
+            return _encode_cursor(runs[-1].created_at.isoformat(), runs[-1].id) if runs else None
 
     @store_op("list_pending_calls")
     async def list_pending_calls(
@@ -859,7 +962,7 @@ class SQLStore(abc.ABC):
             params.append(tool_name)
         if after is not None:
             created, run_id, position = _decode_cursor(after, (str, str, int))
-            at = self._to_db(datetime.fromisoformat(created))
+            at = self._to_db(created)
             # the first comparison lets the run index seek; the second is the exact cursor
             where.append("(r.created_at, r.id) >= (?, ?)")
             where.append("(r.created_at, r.id, c.position) > (?, ?, ?)")
@@ -881,11 +984,21 @@ class SQLStore(abc.ABC):
             return tx.fetch(sql, [*params, limit])
 
         rows = await self._submit(False, tx_fn)
-        items = [self._call_record(r) for r in rows]
+        items = []
+        for r in rows:
+            try:
+                items.append(self._call_record(r))
+            except CorruptRecord as exc:
+                _left_out(exc)
         cursor = None
         if len(rows) == limit:
-            last = rows[-1]
-            cursor = _encode_cursor(self._from_db(last[16]).isoformat(), last[0], int(last[2]))
+            for last in reversed(rows):  # the last row whose position and date read
+                try:
+                    at = self._from_db(last[16]).isoformat()
+                    cursor = _encode_cursor(at, last[0], int(last[2]))
+                except _ROW_FAULTS:
+                    continue
+                break
         return Page(items, cursor)
 
     @store_op("decide")
@@ -960,9 +1073,7 @@ class SQLStore(abc.ABC):
             raise CallExpired(run_id, call_id, record)
         return record
 
-    async def _decide_plain(
-        self, record: Callable[[], DecisionRecord]
-    ) -> DecisionRecord | None:
+    async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
         """Record the decision `record()` builds without reading first, if it is the plain
         case; None when it is not (nothing was written) or the backend has no such path.
 
@@ -1050,8 +1161,12 @@ class SQLStore(abc.ABC):
             changed: list[str] = []
             if not rows:
                 return changed
-            calls = self._calls_of(tx, [r[0] for r in rows])
+            corrupt: dict[str, CorruptRecord] = {}
+            calls = self._calls_of(tx, [r[0] for r in rows], corrupt)
             for (run_id,) in rows:
+                if run_id in corrupt:
+                    _left_out(corrupt[run_id])
+                    continue
                 if self._expire_calls(tx, run_id, calls[run_id], at):
                     changed.append(run_id)
             return changed
@@ -1135,13 +1250,20 @@ class SQLStore(abc.ABC):
         if later is None or not rows:
             return []
         rows.sort(key=lambda r: (r[6], r[0]))  # creation order (RETURNING has none)
-        found = self._split_many(later)  # the histories and calls arrived with the commit
+        corrupt: dict[str, CorruptRecord] = {}
+        found = self._split_many(later, corrupt)  # the histories and calls came with the commit
         claimed = []
         for row in rows:
             if row[0] not in found:
                 raise RunNotFound(row[0])
             history, calls = found[row[0]]
-            run = self._run_record(row, calls, history, None)
+            try:
+                if row[0] in corrupt:
+                    raise corrupt[row[0]]
+                run = self._run_record(row, calls, history, None)
+            except CorruptRecord as exc:  # claimed, not returned: the lease runs out
+                _left_out(exc)
+                continue
             claimed.append(ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until))
         return claimed
 
@@ -1316,8 +1438,12 @@ class SQLStore(abc.ABC):
         if not rows:
             raise RunNotFound(run_id)
         if rows[0][0] != RunStatus.INTERRUPTED.value:
-            raise RunNotInterrupted(run_id, RunStatus(rows[0][0]))
-        return self._calls_of(tx, [run_id])[run_id], int(rows[0][1])
+            raise RunNotInterrupted(run_id, _stored_status(rows[0][0], run_id))
+        try:
+            attempt = int(rows[0][1])
+        except _ROW_FAULTS as exc:
+            raise CorruptRecord(run_id, repr(exc)) from exc
+        return self._calls_of(tx, [run_id])[run_id], attempt
 
     @store_op("retry_interrupted")
     async def retry_interrupted(
@@ -1402,6 +1528,12 @@ class SQLStore(abc.ABC):
         return await self._submit(True, tx_fn)
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
+        try:
+            return self._read_audit(row)
+        except _ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[1]), f"audit entry {row[0]!r}: {exc!r}") from exc
+
+    def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail, *run = row
         agent, status, parent = run or (None, None, None)
         return AuditEntry(
@@ -1445,7 +1577,13 @@ class SQLStore(abc.ABC):
                 (cursor, limit),
             )
 
-        return [self._audit_entry(r) for r in await self._submit(False, tx_fn)]
+        entries = []
+        for r in await self._submit(False, tx_fn):
+            try:
+                entries.append(self._audit_entry(r))
+            except CorruptRecord as exc:  # the feed goes on past it
+                _left_out(exc)
+        return entries
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])

@@ -44,10 +44,12 @@ __all__ = [
     "CallKind",
     "CallNotFound",
     "ClaimedRun",
+    "CorruptRecord",
     "Decision",
     "DecisionConflict",
     "DecisionKind",
     "DecisionRecord",
+    "InvalidCursor",
     "InvalidDecision",
     "InvalidRunId",
     "LeaseLost",
@@ -161,6 +163,20 @@ class RunNotFound(StoreError, LookupError):
         self.run_id = run_id
 
 
+class CorruptRecord(StoreError):
+    """A stored row of run `run_id` cannot be read back (a value no golem wrote: an unknown
+    status or kind, a date or JSON that does not parse). Nothing was changed.
+
+    Reading that run (`get_run`, `decide`, `audit`) raises it; listings, claims and the change
+    feed leave the row out (and log it), so every other run stays readable.
+    """
+
+    def __init__(self, run_id: str, problem: str) -> None:
+        super().__init__(f'run "{run_id}": a stored record cannot be read: {problem}')
+        self.run_id = run_id
+        self.problem = problem
+
+
 class CallNotFound(StoreError, LookupError):
     """The run exists but has no pending call with the given ID (`run_id`, `call_id`)."""
 
@@ -219,6 +235,19 @@ class CallExpired(DecisionConflict):
 
 class InvalidDecision(StoreError, ValueError):
     """The decision does not fit the call: approve on an external call, external on an approval call."""
+
+
+class InvalidCursor(StoreError, ValueError):
+    """A page cursor (`after=`) that no store of this kind returned as `next_cursor`.
+
+    Also a `ValueError`, as it always was; nothing was read.
+    """
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(
+            f"invalid page cursor {cursor[:80]!r}: pass a next_cursor this store returned"
+        )
+        self.cursor = cursor
 
 
 class InvalidRunId(StoreError, ValueError):
@@ -288,7 +317,11 @@ class StoreTimeout(StoreError, TimeoutError):
         super().__init__(
             f"postgresql: no answer from the server within {timeout:g}s (command_timeout); "
             "the connection was closed"
-            + ("; its COMMIT had been sent, so the transaction may have committed" if commit_sent else "")
+            + (
+                "; its COMMIT had been sent, so the transaction may have committed"
+                if commit_sent
+                else ""
+            )
         )
 
 
@@ -424,23 +457,41 @@ class Decision:
 
 
 def _json_object_text(args: str | dict[str, Any]) -> str:
-    """Edited arguments as compact JSON object text (what the store keeps and shows)."""
+    """Edited arguments as compact JSON object text (what the store keeps and shows): strict
+    JSON (no NaN or Infinity), UTF-8 text (no lone surrogate), a parser's nesting at most."""
     if isinstance(args, dict):
         try:
-            return json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
+            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidDecision(f"edited arguments are not JSON-serializable: {exc}") from None
-    if not isinstance(args, str):
+    elif isinstance(args, str):
+        text = args
+        try:
+            value = json.loads(text, parse_constant=_not_json)
+        except ValueError as exc:
+            raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidDecision(
+                "edited arguments are not valid JSON: nested too deeply"
+            ) from None
+        if not isinstance(value, dict):
+            raise InvalidDecision("edited arguments must be a JSON object")
+    else:
         raise InvalidDecision(
             f"edited arguments must be a dict or JSON object text, got {type(args).__name__}"
         )
-    try:
-        value = json.loads(args)
-    except ValueError as exc:
-        raise InvalidDecision(f"edited arguments are not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise InvalidDecision("edited arguments must be a JSON object")
-    return args
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidDecision(
+                "edited arguments hold a lone surrogate, which is not valid Unicode text"
+            ) from None
+    return text
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ def error_from_event(data: str) -> ProviderError:
     """Classify the payload of a streamed `error` event like the matching HTTP status."""
     try:
         payload: Any = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = None
     err = payload.get("error") if isinstance(payload, Mapping) else None
     kind = err.get("type") if isinstance(err, Mapping) else None

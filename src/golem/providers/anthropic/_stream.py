@@ -349,7 +349,7 @@ def _json_or_text(text: str) -> Any:
     itself if it is not JSON, for example cut off by `max_tokens`)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

@@ -29,6 +29,7 @@ from golem.providers._http import (
     args_json,
     in_order,
     json_object,
+    json_text,
     named_calls,
     object_text,
     raw_json,
@@ -267,7 +268,7 @@ def args_object(raw: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"truncated_args": raw}
     if not isinstance(value, dict):
         return {"truncated_args": raw}
@@ -773,11 +774,11 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
     if body.get("type") == "error" or (
         isinstance(body.get("error"), Mapping) and "content" not in body
     ):  # an error object (a proxy's may lack the "type": "error" Anthropic puts on it)
-        raise error_from_event(json.dumps(dict(body)))
+        raise error_from_event(json_text(dict(body)))
     content = body.get("content")
     if not isinstance(content, list) or not all(isinstance(b, Mapping) for b in content):
         raise ResponseFormatError(
-            f"anthropic response has no content list of blocks: {json.dumps(body)[:200]}",
+            f"anthropic response has no content list of blocks: {json_text(body)[:200]}",
             provider=PROVIDER,
         )
     usage = body.get("usage")

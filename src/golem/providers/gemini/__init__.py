@@ -205,7 +205,7 @@ def _json_chunks(text: str) -> list[str]:
     """The responses of a non-SSE streamed body (a JSON array, or a single object)."""
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ResponseFormatError(
             f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
             provider=PROVIDER,

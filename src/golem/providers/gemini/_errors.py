@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._http import error_from_response, finite_seconds
+from golem.providers._http import error_from_response, finite_seconds, json_text
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 
@@ -59,13 +59,13 @@ def error_from_payload(payload: Mapping[str, Any]) -> ProviderError:
     code = obj.get("code")
     if not isinstance(code, int) or isinstance(code, bool) or code < 400:
         code = _STATUS_CODES.get(str(obj.get("status", "")), 500)
-    return error_from_http(code, httpx.Headers(), json.dumps(dict(payload)))
+    return error_from_http(code, httpx.Headers(), json_text(dict(payload)))
 
 
 def _error_object(body: str) -> Mapping[str, Any]:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     if isinstance(data, list) and data:
         data = data[0]

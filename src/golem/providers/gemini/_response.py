@@ -39,6 +39,7 @@ from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._http import (
     RUN_SEPARATOR,
     args_json,
+    json_text,
     named_calls,
     object_text,
     raw_json,
@@ -521,6 +522,6 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
     builder.add(body)
     if not builder.complete and not builder.has_candidate:
         raise ResponseFormatError(
-            f"gemini response has no candidate: {json.dumps(dict(body))[:200]}", provider=PROVIDER
+            f"gemini response has no candidate: {json_text(dict(body))[:200]}", provider=PROVIDER
         )
     return builder.response()

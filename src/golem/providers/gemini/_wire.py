@@ -339,7 +339,7 @@ def _args_object(args: str) -> dict[str, Any]:
     """The `args` object for raw argument text; text that is not a JSON object is wrapped."""
     try:
         value = json.loads(args, parse_constant=_reject_constant)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"truncated_args": args}
     if isinstance(value, dict):
         return value

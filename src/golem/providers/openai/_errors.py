@@ -8,13 +8,12 @@ OpenRouter) or in a 200 body (some compatible servers), or vLLM's `{"object": "e
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 
 from golem.errors import ProviderError
-from golem.providers._http import error_from_response
+from golem.providers._http import error_from_response, json_text
 
 __all__ = ["error_from_payload", "payload_status"]
 
@@ -71,7 +70,7 @@ def error_from_payload(payload: dict[str, Any]) -> ProviderError:
     if not isinstance(error, dict):
         error = {"message": str(error)}
     status = payload_status(error)
-    body = json.dumps(payload, ensure_ascii=False)
+    body = json_text(payload, ensure_ascii=False)
     exc = error_from_response("openai", status, httpx.Headers(), body)
     message = error.get("message")
     detail = message if isinstance(message, str) and message else body[:500]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from golem.providers._http import (
     args_json,
     in_order,
     json_object,
+    json_text,
     named_calls,
     raw_json,
     token_count,
@@ -519,7 +519,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
     output = body.get("output")
     if not isinstance(output, list):
         raise ResponseFormatError(
-            f"openai response has no output list: {json.dumps(body)[:200]}", provider=PROVIDER
+            f"openai response has no output list: {json_text(body)[:200]}", provider=PROVIDER
         )
     message, refused = message_from_output(output, _str(body.get("id")))
     return ModelResponse(

@@ -265,7 +265,7 @@ def _error_event(data: str) -> dict[str, Any]:
     """The error object of an SSE `error` event's data (JSON or plain text)."""
     try:
         payload = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"error": {"message": data.strip()[:500] or "error event"}}
     if isinstance(payload, dict):
         return payload if "error" in payload else {"error": payload}

@@ -26,6 +26,7 @@ from golem.providers._http import (
     ASSISTANT_MEDIA_TEXT,
     CHAT_AUDIO_PREFIX,
     args_json,
+    json_text,
     named_calls,
     raw_json,
     token_count,
@@ -302,7 +303,7 @@ def _wire_args(args: str) -> str:
         return "{}"
     try:
         value = json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):
         value = None
     if isinstance(value, dict):
         return args
@@ -623,7 +624,7 @@ class OutputMedia:
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str) or not url:
                 raise ResponseFormatError(
-                    f"openai answered with an image without a URL: {json.dumps(image)[:200]}",
+                    f"openai answered with an image without a URL: {json_text(image)[:200]}",
                     provider=PROVIDER,
                 )
             if url.startswith("data:"):
@@ -784,7 +785,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ResponseFormatError(
-            f"openai response has no choices: {json.dumps(body)[:200]}", provider=PROVIDER
+            f"openai response has no choices: {json_text(body)[:200]}", provider=PROVIDER
         )
     try:
         choice = choices[0]
@@ -807,7 +808,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         model = body.get("model")
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ResponseFormatError(
-            f"openai response has an unexpected shape ({exc!r}): {json.dumps(body)[:200]}",
+            f"openai response has an unexpected shape ({exc!r}): {json_text(body)[:200]}",
             provider=PROVIDER,
         ) from exc
     return ModelResponse(
