@@ -22,6 +22,8 @@ from golem.store import (
     Decision,
     RunStatus,
     Store,
+    StoreBusy,
+    StoreReadOnly,
     utc_now,
 )
 from golem.store.sqlite import SQLiteStore
@@ -478,3 +480,42 @@ async def test_a_history_whose_pending_call_carries_another_seal_is_not_resumed(
     assert failed.outcome is not None
     assert "another seal" in failed.outcome.error
     assert app.executed == []
+
+
+async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A database that refuses claims poll after poll (read-only, busy, away) gets one
+    traceback for the spell, one more when the failure changes, and one line when it ends."""
+    failures = [StoreReadOnly("read-only")] * 5 + [StoreBusy("no slot")] * 3
+
+    class Refusing:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def sweep_expired(self, now: Any = None) -> list[str]:
+            return []
+
+        async def sweep_interrupted(self, now: Any = None) -> list[str]:
+            return []
+
+        async def claim_ready(self, *a: Any, **kw: Any) -> None:
+            self.calls += 1
+            if self.calls <= len(failures):
+                raise failures[self.calls - 1]
+            if self.calls >= len(failures) + 2:
+                stop.set()
+
+    stop = asyncio.Event()
+    store = Refusing()
+    worker = Worker(store, {}, worker_id="w")  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="golem.worker"):
+        await asyncio.wait_for(worker.run_forever(poll_interval=0.001, stop_event=stop), 10)
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert [type(r.exc_info[1]) if r.exc_info else None for r in failed] == [
+        StoreReadOnly,
+        StoreBusy,
+    ]
+    back = [r for r in caplog.records if "work again" in r.getMessage()]
+    assert len(back) == 1
+    assert "8 failure(s)" in back[0].getMessage()

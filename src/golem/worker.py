@@ -640,6 +640,54 @@ def _legacy_expected(
     return DeferredRequests(approvals=approvals, external=external)
 
 
+class _FailureSpell:
+    """The worker's log of sweeps and claims that fail poll after poll: a spell of the same
+    failure (a read-only, busy or unreachable database) is logged once with its traceback,
+    then once a minute, and its end once — not a traceback every poll."""
+
+    _REPEAT_EVERY = 60.0
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.since: float | None = None
+        self.last_logged = 0.0
+        self.last_problem = ""
+        self.count = 0
+
+    def failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        problem = f"{type(exc).__name__}: {exc}"
+        self.count += 1
+        if self.since is None or problem != self.last_problem:
+            log.error(
+                "worker %s: sweeping or claiming failed; retrying every poll",
+                self.worker_id,
+                exc_info=exc,
+            )
+            self.since = self.since if self.since is not None else now
+            self.last_logged, self.last_problem = now, problem
+        elif now - self.last_logged >= self._REPEAT_EVERY:
+            log.error(
+                "worker %s: sweeping or claiming still fails (%d times in %.0f s): %s",
+                self.worker_id,
+                self.count,
+                now - self.since,
+                problem,
+            )
+            self.last_logged = now
+
+    def ended(self) -> None:
+        if self.since is None:
+            return
+        log.warning(
+            "worker %s: sweeping and claiming work again after %d failure(s) in %.1f s",
+            self.worker_id,
+            self.count,
+            time.monotonic() - self.since,
+        )
+        self.since, self.last_problem, self.count = None, "", 0
+
+
 @dataclass(frozen=True, slots=True)
 class SweepReport:
     """What one sweep changed."""
@@ -780,6 +828,7 @@ class Worker:
         feed = _feed_of(self.store)
         stopping = asyncio.ensure_future(stop.wait())
         running: dict[asyncio.Task[None], str] = {}  # in-flight resume -> its run ID
+        spell = _FailureSpell(self.worker_id)
         try:
             while not stop.is_set():
                 mark = feed.ready_mark() if feed is not None else 0
@@ -789,10 +838,11 @@ class Worker:
                         running[self._start(c, running)] = c.run.id
                     free = self.concurrency - len(running)
                     claimed = await self._claim(free) if free else []
-                except Exception:
-                    log.exception("worker %s: sweeping or claiming failed", self.worker_id)
+                except Exception as exc:
+                    spell.failed(exc)
                     await asyncio.wait([stopping], timeout=poll_interval)
                     continue
+                spell.ended()
                 for c in claimed:
                     running[self._start(c, running)] = c.run.id
                 if len(running) >= self.concurrency:  # every slot busy: wait for one
