@@ -13,6 +13,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ def test_triage_order_grouping_and_tab_title(browser: Any, served: tuple[str, st
 def test_approve_all_and_undo(browser: Any, served: tuple[str, str]) -> None:
     base, url = served
     page = _page(browser, base)
+    # The undo window is 2 s of the page's clock. Paused here, so the Undo below lands in it
+    # however long a loaded machine stalls this process; run_for() then lets it pass.
+    now = datetime.now(UTC)
+    page.clock.install(time=now - timedelta(minutes=1))
+    page.clock.pause_at(now)
     group = page.locator(".run-group").first
     group.get_by_role("button", name=re.compile("Approve all 2")).click()
     assert group.is_hidden()
@@ -95,6 +101,7 @@ def test_approve_all_and_undo(browser: Any, served: tuple[str, str]) -> None:
     assert page.locator(".run-group").first.is_visible()
     assert "Undone" in page.inner_text("#toast-text")
     page.locator(".run-group").first.get_by_role("button", name=re.compile("Approve all 2")).click()
+    page.clock.run_for(2000)  # the undo window passes: the decisions are sent
     page.locator("#toast-text", has_text=re.compile(r"^Decided all 2 calls.*\.$")).wait_for()
 
     async def decided() -> list[str]:
