@@ -337,26 +337,30 @@ async def test_run_forever_processes_ready_runs_until_stopped(store: Store) -> N
     assert [c for c, _, _ in app.executed] == ["c1", "c1"]
 
 
+class _ClaimsFail:
+    """A store with nothing to sweep whose claims raise `failures` in turn, then find
+    nothing; it sets `stop` on the second claim after the failures."""
+
+    def __init__(self, failures: list[StoreError], stop: asyncio.Event) -> None:
+        self.failures, self.stop, self.calls = failures, stop, 0
+
+    async def sweep_expired(self, now: Any = None) -> list[str]:
+        return []
+
+    async def sweep_interrupted(self, now: Any = None) -> list[str]:
+        return []
+
+    async def claim_ready(self, *a: Any, **kw: Any) -> None:
+        self.calls += 1
+        if self.calls <= len(self.failures):
+            raise self.failures[self.calls - 1]
+        if self.calls >= len(self.failures) + 2:
+            self.stop.set()
+
+
 async def test_run_forever_survives_store_errors(store: Store) -> None:
-    class Flaky:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        async def sweep_expired(self, now: Any = None) -> list[str]:
-            return []
-
-        async def sweep_interrupted(self, now: Any = None) -> list[str]:
-            return []
-
-        async def claim_ready(self, *a: Any, **kw: Any) -> None:
-            self.calls += 1
-            if self.calls == 1:
-                raise StoreError("database is locked")
-            if self.calls >= 3:
-                stop.set()
-
     stop = asyncio.Event()
-    flaky = Flaky()
+    flaky = _ClaimsFail([StoreError("database is locked")], stop)
     worker = Worker(flaky, {}, worker_id="w")  # type: ignore[arg-type]
     await asyncio.wait_for(worker.run_forever(poll_interval=0.01, stop_event=stop), 10)
     assert flaky.calls == 3
@@ -487,28 +491,9 @@ async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(
 ) -> None:
     """A database that refuses claims poll after poll (read-only, busy, away) gets one
     traceback for the spell, one more when the failure changes, and one line when it ends."""
-    failures = [StoreReadOnly("read-only")] * 5 + [StoreBusy("no slot")] * 3
-
-    class Refusing:
-        def __init__(self) -> None:
-            self.calls = 0
-
-        async def sweep_expired(self, now: Any = None) -> list[str]:
-            return []
-
-        async def sweep_interrupted(self, now: Any = None) -> list[str]:
-            return []
-
-        async def claim_ready(self, *a: Any, **kw: Any) -> None:
-            self.calls += 1
-            if self.calls <= len(failures):
-                raise failures[self.calls - 1]
-            if self.calls >= len(failures) + 2:
-                stop.set()
-
+    failures: list[StoreError] = [StoreReadOnly("read-only")] * 5 + [StoreBusy("no slot")] * 3
     stop = asyncio.Event()
-    store = Refusing()
-    worker = Worker(store, {}, worker_id="w")  # type: ignore[arg-type]
+    worker = Worker(_ClaimsFail(failures, stop), {}, worker_id="w")  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="golem.worker"):
         await asyncio.wait_for(worker.run_forever(poll_interval=0.001, stop_event=stop), 10)
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
