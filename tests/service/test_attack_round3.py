@@ -181,6 +181,50 @@ def test_any_identity_with_a_letter_swapped_for_its_lookalike_is_refused(
         AuthConfig(tokens={"t1": Approver(name), "t2": Approver(twin)}, secret=b"s" * 32)
 
 
+@pytest.mark.parametrize(
+    "identity",
+    ["p\u0430ypal", "\u0430lice@corp.example", "ad\u043cin", "b\u03bfb", "x\u0378y"],
+)
+def test_an_identity_with_a_word_mixing_scripts_is_refused_alone(identity: str) -> None:
+    # Found: a lone "pаypal" (Cyrillic а) had no Latin twin configured to collide with,
+    # so it was kept, and the inbox, audit log and webhooks showed it as "paypal"
+    with pytest.raises(ValueError, match="mixes letters of several scripts") as raised:
+        AuthConfig(tokens={"t1": Approver(identity)}, secret=b"s" * 32)
+    assert ascii(identity) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "identity",
+    [
+        "\u0418\u0432\u0430\u043d Smith",  # two words, one script each
+        "\u5c71\u7530\u305f\u308d\u3046",  # Han and Hiragana: Japanese
+        "\u65e5\u672c\u8a9eabc",  # Han with Latin
+        "\ud55c\uad6dabc",  # Hangul with Latin
+        "Jos\u00e9",
+        "Jose\u0301",  # a combining accent belongs to no script
+        "Zo\u00eb-2@corp.example",
+    ],
+)
+def test_identities_whose_words_keep_to_one_writing_system_are_kept(identity: str) -> None:
+    AuthConfig(tokens={"t1": Approver(identity)}, secret=b"s" * 32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=12).filter(
+        lambda s: any(c in _LOOKALIKES for c in s) and any(c not in _LOOKALIKES for c in s)
+    ),
+    st.data(),
+)
+def test_any_latin_word_with_one_lookalike_letter_is_refused_alone(
+    name: str, data: st.DataObject
+) -> None:
+    at = data.draw(st.sampled_from([i for i, c in enumerate(name) if c in _LOOKALIKES]))
+    twin = name[:at] + _LOOKALIKES[name[at]] + name[at + 1 :]
+    with pytest.raises(ValueError, match="mixes letters of several scripts"):
+        AuthConfig(tokens={"t1": Approver(twin + "@corp.example")}, secret=b"s" * 32)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=20))
 def test_a_skeleton_is_its_own_skeleton(text: str) -> None:

@@ -58,3 +58,40 @@ def _map(table: dict[str, str], text: str) -> str:
 def skeleton(text: str) -> str:
     """The TR39 skeleton of `text`: NFD, each character replaced by its prototype, NFD."""
     return _map(_prototypes(), text)
+
+
+_NEUTRAL = frozenset({"COMMON", "INHERITED"})
+_ALLOWED_MIXES = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+)
+"""The script mixes TR39's "highly restrictive" level allows within one word (Japanese,
+Chinese and Korean writing); any other word holds letters of one script."""
+
+
+@cache
+def _script(ch: str) -> str:
+    from confusable_homoglyphs import categories as _categories
+
+    return str(_categories.aliases_categories(ch)[0]).upper()
+
+
+def mixed_script_word(text: str) -> str | None:
+    """The first word of `text` that mixes scripts beyond TR39's "highly restrictive"
+    level (a Cyrillic `а` inside a Latin word: `pаypal`), else None. Words are the runs
+    between characters of no particular script (spaces, digits, punctuation), so `Иван
+    Smith` is two words of one script each."""
+    word: list[str] = []
+    scripts: set[str] = set()
+    for ch in (*unicodedata.normalize("NFD", text), " "):
+        script = _script(ch)
+        if script not in _NEUTRAL:
+            word.append(ch)
+            scripts.add(script)
+            continue
+        if len(scripts) > 1 and not any(scripts <= mix for mix in _ALLOWED_MIXES):
+            return unicodedata.normalize("NFC", "".join(word))
+        word.clear()
+        scripts.clear()
+    return None

@@ -50,7 +50,7 @@ from typing import Any
 
 from golem import _tracing
 from golem._display import has_hidden
-from golem.service._confusables import skeleton
+from golem.service._confusables import mixed_script_word, skeleton
 
 __all__ = ["Approver", "AuthConfig", "Credential"]
 
@@ -172,8 +172,11 @@ def _lookalike_keys(identity: str) -> tuple[str, str]:
 
 def _refuse_lookalikes(identities: Iterable[str]) -> None:
     """`ValueError` when two different identities look alike (`_lookalike_keys`): the
-    audit log, the inbox and the webhooks would show two approvers as one."""
+    audit log, the inbox and the webhooks would show two approvers as one; or when one
+    identity has a word mixing scripts (`pаypal` with a Cyrillic `а`), which reads as a
+    name in one script that it is not."""
     seen: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    identities = list(identities)
     for identity in identities:
         for key, known in zip(_lookalike_keys(identity), seen, strict=True):
             other = known.setdefault(key, identity)
@@ -183,6 +186,14 @@ def _refuse_lookalikes(identities: Iterable[str]) -> None:
                     "differ only in case, Unicode form or look-alike letters of other "
                     "scripts, Unicode TR39): give each approver a distinct name"
                 )
+    for identity in identities:
+        word = mixed_script_word(identity)
+        if word is not None:
+            raise ValueError(
+                f"approver identity {identity!a}: the word {word!a} mixes letters of "
+                "several scripts (a look-alike of a name in one script, Unicode TR39): "
+                "write each word in one script"
+            )
 
 
 @dataclass(frozen=True)
@@ -198,8 +209,9 @@ class AuthConfig:
 
     Raises:
         ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
-            non-positive lifetime, or two identities that look alike (differ only in case,
-            Unicode form or look-alike letters of other scripts, `_lookalike_keys`).
+            non-positive lifetime, two identities that look alike (differ only in case,
+            Unicode form or look-alike letters of other scripts, `_lookalike_keys`), or an
+            identity with a word that mixes scripts (TR39's "highly restrictive" level).
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)
