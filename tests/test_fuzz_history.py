@@ -42,6 +42,7 @@ from golem.deferred import pending_calls
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests._json_paths import json_paths
 from tests.test_history_json_args import histories
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,17 +85,6 @@ def _seed_documents() -> list[bytes]:
     return [GO_FIXTURE.read_bytes()]
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*path, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*path, i))
-    return out
-
-
 @st.composite
 def damaged(draw: st.DrawFn) -> bytes:
     """A valid history document with one to three kinds of damage."""
@@ -125,7 +115,7 @@ def damaged(draw: st.DrawFn) -> bytes:
                 value = json.loads(text)
             except ValueError:
                 continue
-            paths = _paths(value)[1:]
+            paths = json_paths(value)[1:]
             if not paths:
                 continue
             path = draw(st.sampled_from(paths))

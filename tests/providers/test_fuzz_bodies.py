@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from golem import dumps_history, loads_history
 from golem.errors import GolemError
 from golem.model import ModelResponse
+from tests._json_paths import json_paths
 from tests.providers._recordings import APIS, Interaction, all_interactions, available
 from tests.providers._unseen import send
 
@@ -71,20 +72,9 @@ def _recorded(api: str) -> list[Interaction]:
 _RECORDED = {api: _recorded(api) for api in APIS}
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*path, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*path, i))
-    return out
-
-
 def _huge_value(body: str, data: st.DataObject) -> bytes:
     value = json.loads(body)
-    paths = _paths(value)[1:]
+    paths = json_paths(value)[1:]
     if not paths:
         return body.encode()
     path = data.draw(st.sampled_from(paths))
@@ -178,7 +168,7 @@ async def test_a_huge_value_in_every_field_of_a_recorded_answer(api: str) -> Non
         pytest.skip(f"no {api} recordings")
     body = recorded[0].body
     value = json.loads(body)
-    for path in _paths(value)[1:][:60]:
+    for path in json_paths(value)[1:][:60]:
         for huge in ("[" * 3000 + "]" * 3000, "9" * 5000, "1e999999"):
             damaged = json.loads(body)
             parent = damaged

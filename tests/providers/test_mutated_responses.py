@@ -23,6 +23,7 @@ from golem.providers.anthropic import StreamParser
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import parse_responses_response
 from golem.providers.openai._stream import ChatStreamParser
+from tests._json_paths import json_paths
 from tests.providers._recordings import APIS, Interaction, all_interactions, available
 from tests.providers._unseen import send
 
@@ -38,20 +39,9 @@ _VALUES = st.one_of(
 )
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out += _paths(v, (*path, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            out += _paths(v, (*path, i))
-    return out
-
-
 def _damage(value: Any, data: st.DataObject) -> Any:
     """`value` (parsed JSON) with one random change somewhere inside."""
-    paths = _paths(value)[1:]
+    paths = json_paths(value)[1:]
     if not paths:
         return data.draw(_VALUES)
     path = data.draw(st.sampled_from(paths))
