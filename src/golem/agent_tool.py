@@ -483,7 +483,9 @@ async def resume(
         conversation_bound=conversation_bound,
     )
 
-    merged = list(history)
+    merged = (
+        deferred.with_expected_args(history, expected) if expected is not None else list(history)
+    )
     usage_from: list[Result[Any]] = []
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
     for call_id, rec in records.items():
@@ -718,7 +720,7 @@ def _check_expected(
                 f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
                 "pending calls (added to the history after the pause?)"
             )
-        if p.tool_name != name or p.args != args:
+        if p.tool_name != name or not deferred.same_args(p.args, args):
             what = "tool name differs" if p.tool_name != name else "arguments differ"
             raise ResumeError(
                 f'golem: pending tool call "{call_id}": its {what} from the expected '

@@ -368,6 +368,9 @@ def check_resume(
         )
     pending = pending_calls(history)
     _check_tail(history)
+    if expected is not None:
+        history = with_expected_args(history, expected)
+        pending = pending_calls(history)
     kinds: dict[str, DeferKind] = {}
     if keys is not None:
         for c in pending:
@@ -468,7 +471,7 @@ def _check_expected(
                 f'golem: pending tool call "{c.id}" ({c.name}) is not one of the expected '
                 "pending calls (added to the history after the pause?)"
             )
-        if p.tool_name != c.name or p.args != c.args:
+        if p.tool_name != c.name or not same_args(p.args, c.args):
             what = "tool name differs" if p.tool_name != c.name else "arguments differ"
             raise ResumeError(
                 f'golem: pending tool call "{c.id}": its {what} from the expected '
@@ -658,3 +661,55 @@ def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> lis
     if not batch_ids.issuperset(resolutions):
         out.extend(resolutions[cid] for cid in sorted(resolutions) if cid not in batch_ids)
     return out
+
+
+def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
+    """`history` with each unsealed pending call whose args are `same_args` as, but not
+    byte-equal to, the expected call's holding the expected bytes again (the ones the model
+    wrote and the approvers saw; the Go golem writes args compacted and drops seals)."""
+    wanted = {p.call_id: p.args for p in expected.calls}
+    restored: dict[str, ToolCall] = {}
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    for m in history:
+        for c in m.tool_calls:
+            args = wanted.get(c.id)
+            if (
+                args is not None
+                and not c.seal
+                and c.id not in answered
+                and args != c.args
+                and same_args(args, c.args)
+            ):
+                restored[c.id] = replace(c, args=args)
+    return _replace_calls(history, restored) if restored else list(history)
+
+
+def same_args(a: str, b: str) -> bool:
+    """Whether two tool-call args are the same arguments: the same text, or the same JSON
+    token for token once whitespace between tokens and string escapes are read — how the Go
+    golem writes args again (compacted; `<`, `>`, `&`, U+2028, U+2029 escaped). Keys keep
+    their order and duplicates, numbers their spelling, so every JSON parser reads both alike.
+    """
+    if a == b:
+        return True
+    ta = _tokens(a)
+    return ta is not None and ta == _tokens(b)
+
+
+def _tokens(text: str) -> Any:
+    """`text` as nested tuples that keep what JSON parsers may read differently, or None
+    when it is not JSON (NaN and Infinity are not)."""
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=lambda pairs: ("{", tuple(pairs)),
+            parse_int=lambda s: ("#", s),
+            parse_float=lambda s: ("#", s),
+            parse_constant=_not_json,
+        )
+    except (ValueError, RecursionError):
+        return None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(name)

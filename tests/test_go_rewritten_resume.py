@@ -1,0 +1,184 @@
+"""Resuming a paused history after the Go golem re-wrote it (ADR 0075).
+
+The Go golem reads a history into its own structs and writes it again with `encoding/json`:
+tool-call args are compacted and `<`, `>`, `&`, U+2028 and U+2029 in them escaped, and the
+keys Go does not know (`seal`, `citations`, `serverTools`, a part's `text` and `signature`)
+are dropped. These tests need no Go toolchain: `go_compact` re-spells args as Go does
+(tests/test_contract_go_interop_rounds.py checks it against the real Go program).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from golem import (
+    Approval,
+    DeferredRequests,
+    DeferredResults,
+    Message,
+    ResumeError,
+    ToolCall,
+    dumps_history,
+    loads_history,
+)
+from golem.deferred import same_args
+from tests.test_attack_seal import nested_parent
+from tests.test_seal_resume import make_agent
+
+_HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def go_compact(raw: str) -> str:
+    """Go's `json.Compact` with HTML escaping, as `json.Marshal` applies it to a RawMessage."""
+    out: list[str] = []
+    in_string = escaped = False
+    for ch in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            out.append(_HTML.get(ch, ch))
+        elif ch in " \t\n\r":
+            continue
+        else:
+            in_string = ch == '"'
+            out.append(ch)
+    return "".join(out)
+
+
+def _with_args(history: list[Message], call_id: str, args: str) -> list[Message]:
+    out = list(history)
+    i = next(i for i, m in enumerate(out) if m.tool_calls)
+    calls = [replace(c, args=args) if c.id == call_id else c for c in out[i].tool_calls]
+    out[i] = replace(out[i], tool_calls=calls)
+    return out
+
+
+def _go_compacted(history: list[Message]) -> list[Message]:
+    return [
+        replace(m, tool_calls=[replace(c, args=go_compact(c.args)) for c in m.tool_calls])
+        for m in history
+    ]
+
+
+SPACED = '{"to": "<bob> & co", "amount": 10}'  # as a model wrote it
+RESOLVE = DeferredResults(approvals={"c1": Approval(True)}, external={"c2": "1.1"})
+
+
+async def _paused_keyless() -> tuple[Any, Any, Any, list[Message], DeferredRequests]:
+    agent, model, ledger = make_agent(seal_key=None)
+    paused = await agent.run("pay bob", conversation_id="conv-1")
+    assert paused.pending is not None
+    ledger.executions.clear()
+    history = _with_args(paused.messages, "c1", SPACED)
+    pending = replace(
+        paused.pending, approvals=[replace(p, args=SPACED) for p in paused.pending.approvals]
+    )
+    return agent, model, ledger, history, pending
+
+
+async def test_a_keyless_resume_with_expected_accepts_args_go_compacted() -> None:
+    agent, _, ledger, history, pending = await _paused_keyless()
+    rewritten = _go_compacted(loads_history(dumps_history(history)))
+    batch = next(m for m in rewritten if m.tool_calls)
+    assert batch.tool_calls[0].args == '{"to":"\\u003cbob\\u003e \\u0026 co","amount":10}'
+    started: list[str] = []
+
+    async def before(call: ToolCall) -> None:
+        started.append(call.args)
+
+    done = await agent.run_with_deferred_results(
+        rewritten, RESOLVE, expected=pending, before_approved=before
+    )
+    assert done.output == "done"
+    # the approved call ran once, with the bytes the model wrote and the approvers saw
+    assert started == [SPACED]
+    (ran,) = [e for e in ledger.executions if e[2]]
+    assert ran[0] == "transfer"
+    assert ran[3] == {"to": "<bob> & co", "amount": 10}
+    # and the resumed history holds them again
+    assert next(m for m in done.messages if m.tool_calls).tool_calls[0].args == SPACED
+
+
+async def test_a_resume_with_expected_still_refuses_changed_args() -> None:
+    agent, _, ledger, history, pending = await _paused_keyless()
+    changed = _with_args(history, "c1", '{"to": "<eve> & co", "amount": 10}')
+    with pytest.raises(ResumeError, match="arguments differ"):
+        await agent.run_with_deferred_results(changed, RESOLVE, expected=pending)
+    assert ledger.executions == []
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ('{"a": 1}', '{"a":1}', True),
+        ('{"a":"<&>\u2028"}', '{"a":"\\u003c\\u0026\\u003e\\u2028"}', True),
+        ('{"\\u0061":1}', '{"a":1}', True),
+        ('{"a":1,"a":2}', '{"a":2}', False),  # duplicate keys: parsers differ on which wins
+        ('{"a":1,"b":2}', '{"b":2,"a":1}', False),  # order kept
+        ('{"a":1}', '{"a":1.0}', False),  # a number as spelled
+        ('{"a":1e400}', '{"a":1E400}', False),
+        ('{"a":true}', '{"a":1}', False),
+        ("[1,2]", '{"0":1,"1":2}', False),
+        ('{"a":"1"}', '{"a":1}', False),
+        ('{"a":', '{"a":', True),  # equal bytes are the same args, JSON or not
+        ('{"a":', '{"a": ', False),  # truncated: only equal bytes
+        ('{"a":NaN}', '{"a": NaN}', False),
+        ("", "null", False),
+    ],
+)
+def test_same_args_is_token_for_token_equality(a: str, b: str, same: bool) -> None:
+    assert same_args(a, b) is same
+    assert same_args(b, a) is same
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(_JSON, st.sampled_from([None, 2]))
+def test_go_compacting_never_changes_the_args(value: Any, indent: int | None) -> None:
+    raw = json.dumps(value, ensure_ascii=False, indent=indent)
+    assert same_args(raw, go_compact(raw))
+    assert same_args(json.dumps(value), go_compact(raw))  # escapes read as their characters
+
+
+@given(_JSON, _JSON)
+def test_args_of_different_values_are_never_the_same(a: Any, b: Any) -> None:
+    ra, rb = json.dumps(a), json.dumps(b)
+    if json.loads(ra) != json.loads(rb) or type(a) is not type(b):
+        assert not same_args(ra, rb)
+
+
+async def test_a_nested_keyless_resume_with_expected_accepts_the_parents_args_go_compacted() -> (
+    None
+):
+    log: list[str] = []
+    own = ToolCall("c1", "transfer", '{"amount": 10, "memo": "<rent> & co"}')
+    parent = nested_parent("a.log", log, seal_key=None, own=own)
+    paused = await parent.run("tidy")
+    assert paused.pending is not None
+    rewritten = _go_compacted(loads_history(dumps_history(paused.messages)))
+    assert rewritten != paused.messages  # the parent's own args changed bytes
+    done = await parent.run_with_deferred_results(
+        rewritten, DeferredResults(approvals={"c1": True, "p1/s1": True}), expected=paused.pending
+    )
+    assert (done.output, log) == ("ok", ["a.log"])
