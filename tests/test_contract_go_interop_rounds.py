@@ -1,0 +1,385 @@
+"""Histories exchanged with the Go golem: what sessions 9–11 added (ADR 0075).
+
+Seals on pending calls (ADR 0063, 0065), sub-agent records and sub-run conversations
+`<parent>/<call id>` (ADR 0064, 0065), an Anthropic container as a `ServerToolBlock` of type
+`container` (ADR 0066), Chat audio's `Part.signature` (`openai-chat-audio/<expires>/<id>`),
+provider blocks, citations, media and text parts, deep args (ADR 0070).
+
+The Go program is `tests/fixtures/gohistory/main.go` (Go's message model, `encoding/json`),
+built as `tests/test_contract_go_interop.py` builds it; many histories go through one Go
+process. Invariants: Go loads every history golem writes; what Go writes back loads here with
+every field Go has unchanged, args the same JSON token for token (`same_args`), golem's own
+keys dropped, and sub-agent records (tool-message content) byte for byte; Go's text is a
+fixed point through golem's codec. Then the resumes: a sealed pause re-written by Go is
+refused before anything runs (its seals are gone); a keyless one resumes with `expected=`
+running the paused bytes; a keyed sub-agent's record still resumes; a container and a Chat
+audio ID are lost (the documented fallbacks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from golem import (
+    Approval,
+    DeferredResults,
+    Message,
+    SealError,
+    ToolCall,
+    dumps_history,
+    loads_history,
+)
+from golem.agent_tool import PAUSED_MARKER, paused_records, sub_conversation
+from golem.deferred import same_args
+from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
+from golem.providers.anthropic._wire import container_of
+from golem.providers.openai._wire import audio_id_of
+from tests.test_attack_seal import nested_parent
+from tests.test_contract_go_interop import go, golem_view, without_args  # noqa: F401
+from tests.test_go_rewritten_resume import RESOLVE, SPACED, _paused_keyless, go_compact
+from tests.test_seal_resume import CONV, make_agent
+
+BATCH = settings(
+    max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+HOSTILE = st.text(
+    st.characters(codec="utf-8")
+    | st.sampled_from(["<", ">", "&", "\u2028", "\u2029", "\ufffd", "\x00", "\x7f", "\U0001f600"]),
+    max_size=8,
+)
+IDS = HOSTILE | st.sampled_from(["conv/call_0", "a%2Fb/c%25d", "01912f4e-8b29-7a10-8c2d-1e5f"])
+
+
+@st.composite
+def deep(draw: st.DrawFn) -> str:
+    depth = draw(st.integers(100, 400))  # beyond MAX_ARGS_DEPTH: written as a JSON string
+    return "[" * depth + draw(st.sampled_from(["", "1", '"<&>"'])) + "]" * depth
+
+
+ARGS = (
+    st.sampled_from(
+        [
+            '{"to": "<bob> & co", "amount": 10}',
+            '{"n":123456789012345678901234567890,"x":1e400,"z":-0.0}',
+            '{"a":1,"a":2}',
+            '{"s":"\\ud800"}',
+            '{"u":"\\u2028\\u003c"}',
+            '{"a":',
+            "",
+            '"plain"',
+            "[]",
+        ]
+    )
+    | HOSTILE.map(lambda s: json.dumps({"t": s}, ensure_ascii=False))
+    | deep()
+)
+
+
+def container(expires: str) -> ServerToolBlock:
+    raw = json.dumps({"id": "container_011", "expires_at": expires})
+    return ServerToolBlock("anthropic", "container", id="container_011", raw=raw)
+
+
+PARTS = st.one_of(
+    st.builds(Part, kind=st.just("text"), text=HOSTILE.filter(bool)),
+    st.builds(
+        Part,
+        kind=st.sampled_from(["image", "document", "audio", "video"]),
+        data=st.binary(min_size=1, max_size=6),
+        media_type=st.sampled_from(["image/png", "audio/wav", "application/pdf"]),
+        signature=st.just("") | st.just("openai-chat-audio/4102444800/audio_abc") | HOSTILE,
+    ),
+    st.builds(Part, kind=st.just("image"), url=HOSTILE.filter(bool)),
+)
+
+
+def record(call_id: str, inner: list[Message]) -> str:
+    """A paused sub-agent's record text, as `golem.agent_tool` writes it."""
+    state = json.dumps(
+        {"agent": "janitor", "history": dumps_history(inner)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return f"{PAUSED_MARKER} janitor waits on {call_id}\n{state}"
+
+
+@st.composite
+def message(draw: st.DrawFn) -> Message:
+    role = draw(st.sampled_from(["system", "user", "assistant", "tool"]))
+    calls = []
+    if role == "assistant":
+        calls = draw(
+            st.lists(
+                st.builds(
+                    ToolCall,
+                    id=IDS,
+                    name=HOSTILE,
+                    args=ARGS,
+                    signature=st.just("") | HOSTILE,
+                    seal=st.just("") | st.just("v1.k0.approval.c2VhbA"),
+                ),
+                max_size=3,
+            )
+        )
+    content = draw(HOSTILE)
+    if role == "tool" and draw(st.booleans()):
+        inner = [
+            Message(role="user", content="<clean>", conversation_id="c/p1"),
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall("s1", "delete_file", '{"path": "a&b"}', seal="v1.seal")],
+                conversation_id="c/p1",
+            ),
+        ]
+        content = record("s1", inner)
+    return Message(
+        role=role,  # type: ignore[arg-type]
+        content=content,
+        parts=draw(st.lists(PARTS, max_size=2)),
+        tool_calls=calls,
+        tool_call_id=draw(IDS) if role == "tool" else "",
+        tool_name=draw(HOSTILE) if role == "tool" else "",
+        failed=role == "tool" and draw(st.booleans()),
+        thinking=draw(
+            st.lists(
+                st.builds(ThinkingBlock, text=HOSTILE, signature=HOSTILE)
+                | st.builds(ThinkingBlock, redacted=HOSTILE.filter(bool)),
+                max_size=2,
+            )
+        )
+        if role == "assistant"
+        else [],
+        run_id=draw(IDS),
+        conversation_id=draw(IDS),
+        citations=draw(
+            st.lists(
+                st.builds(
+                    Citation,
+                    start=st.integers(0, 2**40),
+                    end=st.integers(0, 2**40),
+                    url=HOSTILE,
+                    raw=st.just('{"type":"char_location","x":1e400}'),
+                    provider=st.just("anthropic"),
+                ),
+                max_size=1,
+            )
+        )
+        if role == "assistant"
+        else [],
+        server_tools=draw(
+            st.lists(
+                st.sampled_from(
+                    [
+                        container("2099-01-01T00:00:00.123456789+05:30"),
+                        ServerToolBlock(
+                            "anthropic", "server_tool_use", id="srvtoolu_1", raw='{"a": "<b>"}'
+                        ),
+                    ]
+                ),
+                max_size=2,
+            )
+        )
+        if role == "assistant"
+        else [],
+    )
+
+
+def _go_visible(m: Message) -> Message:
+    """`m` as it comes back from Go: golem's own keys dropped."""
+    return Message(
+        role=m.role,
+        content=m.content,
+        parts=[Part(p.kind, url=p.url, data=p.data, media_type=p.media_type) for p in m.parts],
+        tool_calls=[ToolCall(c.id, c.name, c.args, c.signature) for c in m.tool_calls],
+        tool_call_id=m.tool_call_id,
+        tool_name=m.tool_name,
+        failed=m.failed,
+        thinking=m.thinking,
+        run_id=m.run_id,
+        conversation_id=m.conversation_id,
+    )
+
+
+@BATCH
+@example(
+    [
+        [
+            Message(
+                role="assistant",
+                content="<ran code>",
+                tool_calls=[ToolCall("c1", "transfer", SPACED, seal="v1.x")],
+                server_tools=[container("2099-01-01T00:00:00Z")],
+                parts=[
+                    Part(
+                        "audio",
+                        data=b"RIFF",
+                        media_type="audio/wav",
+                        signature="openai-chat-audio/4102444800/audio_abc",
+                    )
+                ],
+                conversation_id=sub_conversation("conv", "call/1"),
+            )
+        ]
+    ]
+)
+@given(st.lists(st.lists(message(), max_size=4), min_size=1, max_size=12))
+def test_go_keeps_what_golem_writes_and_golem_reads_what_go_writes_back(
+    go: Any,  # noqa: F811 - the fixture
+    batch: list[list[Message]],
+) -> None:
+    ours = [dumps_history(h) for h in batch]
+    answers = go(*ours)
+    outs = []
+    for history, first in zip(batch, answers, strict=True):
+        # (a) Go loads what golem writes, every field it has as golem holds it
+        assert first["ok"], first.get("err")
+        assert without_args(first["view"]) == golem_view(history)
+        # (b) what Go writes back loads here: Go's fields unchanged, golem's keys dropped
+        back = loads_history(first["out"])
+        assert len(back) == len(history)
+        for theirs, mine in zip(back, history, strict=True):
+            expected = _go_visible(mine)
+            assert [_no_args(c) for c in theirs.tool_calls] == [
+                _no_args(c) for c in expected.tool_calls
+            ]
+            for tc, mc in zip(theirs.tool_calls, mine.tool_calls, strict=True):
+                assert same_args(tc.args, mc.args), (tc.args, mc.args)
+            assert _without_calls(theirs) == _without_calls(expected)
+        # sub-agent records are tool-message content: byte for byte
+        assert paused_records(back) == paused_records(history)
+        assert [m.content for m in back] == [m.content for m in history]
+        outs.append(first["out"])
+    # (c) Go's text is a fixed point through golem's codec
+    again = go(*[dumps_history(loads_history(o)) for o in outs])
+    assert [a["out"] for a in again] == outs
+
+
+def _no_args(c: ToolCall) -> tuple[str, str, str, str]:
+    return (c.id, c.name, c.signature, c.seal)
+
+
+def _without_calls(m: Message) -> Message:
+    return Message(**{**{k: getattr(m, k) for k in m.__slots__}, "tool_calls": []})
+
+
+# --------------------------------------------------------------------------- resumes
+
+
+def through_go(go: Any, history: list[Message]) -> list[Message]:  # noqa: F811
+    (answer,) = go(dumps_history(history))
+    assert answer["ok"], answer.get("err")
+    return loads_history(answer["out"])
+
+
+async def test_a_sealed_pause_rewritten_by_go_is_refused_before_anything_runs(
+    go: Any,  # noqa: F811 - the fixture
+) -> None:
+    agent, model, ledger = make_agent()
+    paused = await agent.run("pay bob", conversation_id=CONV)
+    assert paused.pending is not None
+    ledger.executions.clear()
+    requests = len(model.requests)
+    rewritten = through_go(go, paused.messages)
+    assert all(not c.seal for m in rewritten for c in m.tool_calls)
+    for bind in ({"conversation_id": CONV}, {"expected": paused.pending}):
+        with pytest.raises(SealError) as info:
+            await agent.run_with_deferred_results(rewritten, RESOLVE, **bind)
+        assert info.value.problem == "unsealed"
+    assert ledger.executions == []
+    assert len(model.requests) == requests
+
+
+async def test_a_keyless_pause_rewritten_by_go_resumes_with_expected_running_the_paused_bytes(
+    go: Any,  # noqa: F811 - the fixture
+) -> None:
+    agent, _, ledger, history, pending = await _paused_keyless()
+    rewritten = through_go(go, history)
+    batch = next(m for m in rewritten if m.tool_calls)
+    assert batch.tool_calls[0].args == go_compact(SPACED)  # the Go program agrees with the model
+    started: list[str] = []
+
+    async def before(call: ToolCall) -> None:
+        started.append(call.args)
+
+    done = await agent.run_with_deferred_results(
+        rewritten, RESOLVE, expected=pending, before_approved=before
+    )
+    assert done.output == "done"
+    assert started == [SPACED]
+    assert len([e for e in ledger.executions if e[2]]) == 1
+
+
+async def test_a_keyed_sub_agents_record_rewritten_by_go_still_resumes(
+    go: Any,  # noqa: F811 - the fixture
+) -> None:
+    log: list[str] = []
+    parent = nested_parent("a<&>.log", log)
+    paused = await parent.run("tidy", conversation_id="X")
+    assert paused.pending is not None
+    rewritten = through_go(go, paused.messages)
+    assert paused_records(rewritten)
+    done = await parent.run_with_deferred_results(
+        rewritten, DeferredResults(approvals={"p1/s1": Approval(True)}), conversation_id="X"
+    )
+    assert (done.output, log) == ("ok", ["a<&>.log"])
+
+
+def test_a_container_and_a_chat_audio_id_do_not_survive_go(go: Any) -> None:  # noqa: F811
+    history = [
+        Message(role="user", content="run it"),
+        Message(
+            role="assistant",
+            content="the transcript",
+            parts=[
+                Part(
+                    "audio",
+                    data=b"RIFF",
+                    media_type="audio/wav",
+                    signature="openai-chat-audio/4102444800/audio_abc",
+                )
+            ],
+            server_tools=[container("2099-01-01T00:00:00Z")],
+        ),
+    ]
+    assert container_of(history) == "container_011"
+    assert audio_id_of(history[1]) == "audio_abc"
+    back = through_go(go, history)
+    # Go's structs have no place for them: a later Anthropic request starts a new container,
+    # and the Chat audio answer goes back as its transcript and its audio (ADR 0066's
+    # fallback for an expired one)
+    assert container_of(back) == ""
+    assert audio_id_of(back[1]) == ""
+    assert back[1].content == "the transcript"
+    assert back[1].parts == [Part("audio", data=b"RIFF", media_type="audio/wav")]
+
+
+# --------------------------------------------------------------------------- Go's own writing
+
+
+def test_keys_a_go_golem_may_add_load_and_are_dropped_here(go: Any) -> None:  # noqa: F811
+    """Usage, finish reasons and timestamps are not in Go's message model (Go reference §3.1:
+    they live on `Result`); a later Go golem adding them as keys is additive (§3.2)."""
+    document = (
+        '[{"role":"assistant","content":"\\u003cok\\u003e \\u0026 \\ufffd",'
+        '"toolCalls":[{"id":"c1","name":"n","args":{"a":"\\u003c"}}],'
+        '"usage":{"inputTokens":18446744073709551615,"cacheReadTokens":0},'
+        '"finishReason":"tool_call","createdAt":"2026-12-04T04:20:49.123456789+05:30",'
+        '"runId":"r","conversationId":"conv/c%2F1"}]'
+    )
+    (answer,) = go(document)
+    assert answer["ok"]
+    (m,) = loads_history(document)
+    assert m.content == "<ok> & \ufffd"
+    assert m.tool_calls == [ToolCall("c1", "n", '{"a":"\\u003c"}')]
+    assert m.conversation_id == "conv/c%2F1"
+    (reread,) = go(dumps_history([m]))
+    assert reread["out"] == answer["out"]
