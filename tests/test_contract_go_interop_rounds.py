@@ -18,6 +18,7 @@ audio ID are lost (the documented fallbacks).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from typing import Any
@@ -383,3 +384,61 @@ def test_keys_a_go_golem_may_add_load_and_are_dropped_here(go: Any) -> None:  # 
     assert m.conversation_id == "conv/c%2F1"
     (reread,) = go(dumps_history([m]))
     assert reread["out"] == answer["out"]
+
+
+# --------------------------------------------------------------------------- invalid UTF-8
+
+BAD_UTF8 = st.sampled_from(
+    [
+        b"\xff",
+        b"\x80",
+        b"\xe2\x82",  # a cut sequence
+        b"\xed\xa0\x80",  # a surrogate encoded as UTF-8
+        b"\xc0\xaf",  # overlong
+        b"\xf4\x90\x80\x80",  # past U+10FFFF
+        b"\xf0\x9f\x98",
+        b"\xe2\x82\xac",  # valid: the euro sign
+    ]
+)
+
+
+def _bytes_doc(text: bytes, name: bytes, arg: bytes) -> bytes:
+    return (
+        b'[{"role":"user","content":"a'
+        + text
+        + b'<"},{"role":"assistant","toolCalls":[{"id":"c1","name":"n'
+        + name
+        + b'","args":{"k'
+        + arg
+        + b'":"v'
+        + arg
+        + b'"}}],"x":"'
+        + text
+        + b'"}]'
+    )
+
+
+@settings(BATCH, max_examples=10)
+@example([(b"\xe2\x82", b"\xed\xa0\x80", b"\xff")])
+@given(st.lists(st.tuples(BAD_UTF8, BAD_UTF8, BAD_UTF8), min_size=1, max_size=20))
+def test_invalid_utf8_loads_as_the_go_golem_reads_it(
+    go: Any,  # noqa: F811 - the fixture
+    cases: list[tuple[bytes, bytes, bytes]],
+) -> None:
+    """Go reads invalid UTF-8 in a string as U+FFFD, one per bad byte, and keeps it in args
+    (a `RawMessage`), which it then writes as they are: so a history Go wrote can hold it.
+    golem reads both as Go's decoder reads the strings (ADR 0075)."""
+    documents = [_bytes_doc(*case) for case in cases]
+    answers = go(*["b64:" + base64.b64encode(d).decode() for d in documents])
+    for document, answer in zip(documents, answers, strict=True):
+        assert answer["ok"], answer.get("err")
+        written = base64.b64decode(answer["outB64"])
+        for text in (document, written):
+            loaded = loads_history(text)
+            assert golem_view(loaded) == without_args(answer["view"])
+            # the view's args are Go's raw bytes, each bad byte shown as U+FFFD
+            assert [[c.args for c in m.tool_calls] for m in loaded] == [
+                [c["args"] for c in m["toolCalls"]] for m in answer["view"]
+            ]
+            (again,) = go(dumps_history(loaded))
+            assert again["view"] == answer["view"]

@@ -9,6 +9,7 @@ listed differences, recognised from golem's named error or from the document its
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -111,7 +112,7 @@ def _explained(document: str, ours: str | None, theirs: dict[str, Any]) -> bool:
     return True
 
 
-def _golem(document: str) -> str | None:
+def _golem(document: str | bytes) -> str | None:
     try:
         loads_history(document)
     except HistoryError as exc:
@@ -132,6 +133,8 @@ def _golem(document: str) -> str | None:
     + b"}]}]"
 )
 @example(b'[{"role":"user","content":"\\ud800"}]')
+@example(b'[{"role":"user","content":"\xed\xa0\x80","x":"\xff"}]')  # not UTF-8: both load
+@example(b'[{"role":"assistant","toolCalls":[{"id":"a","name":"n","args":["\xe2\x82"]}]}]')
 @example(b'[{"role":"user","x":' + b"[" * 9998 + b"]" * 9998 + b"}]")  # 10,000 deep: both load
 @example(b'[{"role":"user","x":' + b"[" * 9999 + b"]" * 9999 + b"}]")  # 10,001: both refuse
 @example(b'[{"role":"user","parts":[{"kind":"image","data":[104,105],"mediaType":"a/b"}]}]')
@@ -144,9 +147,13 @@ def test_golem_and_go_agree_on_damaged_histories_but_for_the_listed_differences(
     try:
         text = document.decode()
     except UnicodeDecodeError:
-        return  # Go reads invalid UTF-8 as U+FFFD, golem refuses it (ADR 0015); not sent
-    (theirs,) = go(text)
-    ours = _golem(text)
+        # both read each byte that is not UTF-8 as U+FFFD (ADR 0075); sent as bytes
+        text = document.decode("utf-8", "golem-go-replace")
+        (theirs,) = go("b64:" + base64.b64encode(document).decode())
+        ours = _golem(document)
+    else:
+        (theirs,) = go(text)
+        ours = _golem(text)
     assert _explained(text, ours, theirs), (
         f"golem {'refuses: ' + ours if ours else 'accepts'}; "
         f"Go {'accepts' if theirs['ok'] else 'refuses: ' + theirs['err']}"

@@ -178,15 +178,19 @@ def test_non_finite_numbers_are_rejected_everywhere(literal: str, where: str) ->
         loads_history(text)
 
 
-def test_invalid_utf8_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="not valid UTF-8"):
-        loads_history(b'[{"role":"user","content":"\xff"}]')
+def test_invalid_utf8_reads_as_the_go_golem_reads_it() -> None:
+    # ADR 0075 (was a ValueError): Go reads each byte that is not UTF-8 as U+FFFD
+    assert loads_history(b'[{"role":"user","content":"\xff"}]')[0].content == "\ufffd"
+    assert loads_history(b'[{"role":"user","content":"a\xe2\x82b"}]')[0].content == (
+        "a\ufffd\ufffdb"
+    )
 
 
-def test_invalid_utf8_inside_args_names_the_message() -> None:
+def test_invalid_utf8_inside_args_reads_as_u_fffd() -> None:
+    # ADR 0075 (was "tool call args are not UTF-8"): the Go golem writes args' bytes as they
+    # are, so a history it wrote can hold them; its tools read each bad byte as U+FFFD
     text = b'[{"role":"user"},{"role":"assistant","toolCalls":[{"args":{"a":"\xed\xa0\x80"}}]}]'
-    with pytest.raises(ValueError, match=r"^history message 1: tool call args are not UTF-8"):
-        loads_history(text)
+    assert loads_history(text)[1].tool_calls[0].args == '{"a":"\ufffd\ufffd\ufffd"}'
 
 
 def test_a_non_text_argument_is_a_type_error() -> None:
@@ -248,10 +252,11 @@ def test_a_raw_lone_surrogate_in_text_is_a_value_error_naming_message_and_field(
     assert f"{field} holds a lone surrogate" in str(info.value)
 
 
-def test_raw_surrogate_bytes_name_the_message() -> None:
+def test_raw_surrogate_bytes_read_as_u_fffd() -> None:
+    # ADR 0075 (was "content holds a lone surrogate"): a surrogate encoded as UTF-8 is not
+    # UTF-8; Go reads its three bytes as three U+FFFD. An *escaped* one is still refused.
     text = '[{"role":"user","content":"\ud800"}]'.encode("utf-8", "surrogatepass")
-    with pytest.raises(ValueError, match=r"^history message 0: content holds a lone surrogate"):
-        loads_history(text)
+    assert loads_history(text)[0].content == "\ufffd" * 3
 
 
 def test_a_surrogate_pair_is_fine() -> None:

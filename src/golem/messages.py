@@ -11,6 +11,7 @@ the media parts a model produced (ADR 0060).
 
 from __future__ import annotations
 
+import codecs
 import gc
 import json
 import re
@@ -648,7 +649,7 @@ def _load_args(raw: msgspec.Raw) -> str:
     wrote it: a value verbatim, a string holding text that is not embeddable as its content."""
     if not raw:
         return ""
-    text = str(raw, "utf-8")
+    text = str(raw, "utf-8", _GO_REPLACE)  # Go keeps args' bytes; its tools read U+FFFD
     if text[0] == '"' or text == "null":
         return _load_string_args(text)
     return text
@@ -723,6 +724,7 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
     )
     wire.reverse()
     pop = wire.pop
+    go_replace = _GO_REPLACE  # Go keeps args' bytes; its tools read U+FFFD
     try:
         while wire:
             w = pop()
@@ -741,7 +743,7 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
                     c.name = x.name or ""
                     raw = x.args
                     if raw:
-                        args = str(raw, "utf-8")
+                        args = str(raw, "utf-8", go_replace)
                         if args[0] == '"' or args == "null":
                             args = _load_string_args(args)
                     else:
@@ -775,7 +777,7 @@ def _load_messages(wire: list[_InMessage]) -> list[Message]:
         raise HistoryError(f"history message {len(out)}: {exc}") from None
     except (UnicodeError, msgspec.DecodeError) as exc:
         raise HistoryError(
-            f"history message {len(out)}: tool call args are not UTF-8: {exc}"
+            f"history message {len(out)}: tool call args cannot be read: {exc}"
         ) from None
     return out
 
@@ -785,11 +787,12 @@ def loads_history(text: str | bytes) -> list[Message]:
 
     Unknown keys are ignored, missing keys and `null` take their defaults. Each tool
     call's `args` are the raw JSON text exactly as in the document (a string written
-    for args that are not embeddable JSON loads back as its content).
+    for args that are not embeddable JSON loads back as its content). Bytes that are not
+    UTF-8 read as U+FFFD, one per byte, as the Go golem reads them (ADR 0075).
 
     Raises:
         HistoryError: (also a `ValueError`) for any input that is not such a history — not JSON (including
-            `NaN`/`Infinity`, a lone surrogate, invalid UTF-8, nesting too deep), not an
+            `NaN`/`Infinity`, a lone surrogate, nesting too deep), not an
             array, or a message of the wrong shape; the message names the 0-based message
             index when there is one. Nothing is returned half-loaded.
         TypeError: `text` is not JSON text at all (neither `str` nor bytes), such as None
@@ -811,6 +814,9 @@ def loads_history(text: str | bytes) -> list[Message]:
         except msgspec.ValidationError as exc:
             raise HistoryError(_shape_error(str(exc))) from None
         except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
+            if not isinstance(text, str) and not _utf8(text):
+                # as the Go golem reads it: each byte that is not UTF-8 is U+FFFD
+                return loads_history(bytes(text).decode("utf-8", _GO_REPLACE))
             wire = _decode_deep(text) if isinstance(exc, RecursionError) else _UNFIT
             if wire is _UNFIT:
                 wire = _decode_lone_escapes(text)
@@ -823,6 +829,24 @@ def loads_history(text: str | bytes) -> list[Message]:
         if collecting:
             gc.enable()
 
+
+def _utf8(data: bytes | bytearray | memoryview) -> bool:
+    try:
+        bytes(data).decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _go_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Go's decoder reads each byte of an invalid UTF-8 sequence as one U+FFFD."""
+    if not isinstance(exc, UnicodeDecodeError):  # pragma: no cover - registered for decoding
+        raise exc
+    return "\ufffd" * (exc.end - exc.start), exc.end
+
+
+_GO_REPLACE = "golem-go-replace"
+codecs.register_error(_GO_REPLACE, _go_replace)
 
 _UNFIT: list[_InMessage] = []  # a sentinel, compared by identity
 _TOO_DEEP: list[_InMessage] = []  # another: no lone escape left, but too deep to decode
@@ -879,7 +903,7 @@ def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
     restore = re.compile("|".join(re.escape(p) for p in spelling))
 
     def back(raw: msgspec.Raw) -> msgspec.Raw:
-        span = bytes(raw).decode()
+        span = bytes(raw).decode("utf-8", _GO_REPLACE)
         fixed = restore.sub(lambda m: spelling[m[0]], span)
         return raw if fixed == span else msgspec.Raw(fixed.encode())
 
@@ -1014,7 +1038,7 @@ def _decode_deep(text: str | bytes) -> list[_InMessage] | None:
     placeholder = re.compile(f'"{re.escape(mark)}([0-9]+)"')
 
     def back(raw: msgspec.Raw) -> msgspec.Raw:
-        span = bytes(raw).decode()
+        span = bytes(raw).decode("utf-8", _GO_REPLACE)
         if mark not in span:
             return raw
         return msgspec.Raw(placeholder.sub(lambda m: text[slice(*spans[int(m[1])])], span).encode())
