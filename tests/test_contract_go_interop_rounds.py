@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from golem import (
+    Agent,
     Approval,
     DeferredResults,
     Message,
@@ -41,10 +42,12 @@ from golem.deferred import same_args
 from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
 from golem.providers.anthropic._wire import container_of
 from golem.providers.openai._wire import audio_id_of
+from golem.testing import ScriptedModel
+from golem.tool import DeferKind
 from tests.test_attack_seal import nested_parent
 from tests.test_contract_go_interop import go, golem_view, without_args  # noqa: F401
 from tests.test_go_rewritten_resume import RESOLVE, SPACED, _paused_keyless, go_compact
-from tests.test_seal_resume import CONV, make_agent
+from tests.test_seal_resume import CONV, KEY, LOOKUP, Ledger, turn
 
 BATCH = settings(
     max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "25")),
@@ -281,22 +284,42 @@ def through_go(go: Any, history: list[Message]) -> list[Message]:  # noqa: F811
     return loads_history(answer["out"])
 
 
-async def test_a_sealed_pause_rewritten_by_go_is_refused_before_anything_runs(
+async def test_a_sealed_pause_rewritten_by_go_resumes_only_with_expected(
     go: Any,  # noqa: F811 - the fixture
 ) -> None:
-    agent, model, ledger = make_agent()
+    """Go drops the seals: told only the conversation, golem refuses before anything runs
+    ("unsealed"); with `expected=paused.pending` (which carries them) the seals and the
+    paused argument bytes are restored and verified, and the approved call runs once."""
+    ledger = Ledger()
+    model = ScriptedModel(turn(ToolCall("c1", "transfer", SPACED), LOOKUP), "done")
+    tools = [ledger.gate("transfer"), ledger.gate("lookup", DeferKind.EXTERNAL)]
+    agent: Agent[None, str] = Agent(model, tools=tools, seal_key=KEY)
     paused = await agent.run("pay bob", conversation_id=CONV)
     assert paused.pending is not None
     ledger.executions.clear()
     requests = len(model.requests)
     rewritten = through_go(go, paused.messages)
     assert all(not c.seal for m in rewritten for c in m.tool_calls)
-    for bind in ({"conversation_id": CONV}, {"expected": paused.pending}):
-        with pytest.raises(SealError) as info:
-            await agent.run_with_deferred_results(rewritten, RESOLVE, **bind)
-        assert info.value.problem == "unsealed"
+    assert rewritten[1].tool_calls[0].args == go_compact(SPACED)
+    with pytest.raises(SealError) as info:
+        await agent.run_with_deferred_results(rewritten, RESOLVE, conversation_id=CONV)
+    assert info.value.problem == "unsealed"
     assert ledger.executions == []
     assert len(model.requests) == requests
+    started: list[ToolCall] = []
+
+    async def before(call: ToolCall) -> None:
+        started.append(call)
+
+    done = await agent.run_with_deferred_results(
+        rewritten, RESOLVE, expected=paused.pending, before_approved=before
+    )
+    assert done.output == "done"
+    (call,) = started
+    (kept,) = paused.pending.approvals
+    assert (call.id, call.args, call.seal) == (kept.call_id, kept.args, kept.seal)
+    assert call.args == SPACED  # the model's bytes, which Go had compacted
+    assert len([e for e in ledger.executions if e[2]]) == 1
 
 
 async def test_a_keyless_pause_rewritten_by_go_resumes_with_expected_running_the_paused_bytes(

@@ -473,6 +473,8 @@ async def resume(
             cannot be read, its tool is not an agent tool of this agent, or the
             parent's own resolutions are invalid.
     """
+    if expected is not None:
+        history = deferred.with_expected_args(history, expected)
     records, own, own_pending = check(
         history,
         results,
@@ -483,9 +485,7 @@ async def resume(
         conversation_bound=conversation_bound,
     )
 
-    merged = (
-        deferred.with_expected_args(history, expected) if expected is not None else list(history)
-    )
+    merged = list(history)
     usage_from: list[Result[Any]] = []
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
     for call_id, rec in records.items():
@@ -589,6 +589,7 @@ def check(
         TypeError: `expected` is not a `DeferredRequests`.
     """
     if expected is not None:
+        history = deferred.with_expected_args(history, expected)
         _check_expected(history, results, expected)
     records = _records(history, tools)
     batch = paused_batch_ids(history)

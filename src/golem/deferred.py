@@ -664,23 +664,25 @@ def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> lis
 
 
 def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
-    """`history` with each unsealed pending call whose args are `same_args` as, but not
-    byte-equal to, the expected call's holding the expected bytes again (the ones the model
-    wrote and the approvers saw; the Go golem writes args compacted and drops seals)."""
-    wanted = {p.call_id: p.args for p in expected.calls}
+    """`history` with each unsealed pending call that the expected call of its ID names with
+    `same_args` holding the expected call's bytes and seal (the ones the model wrote, the
+    approvers saw and the agent sealed): the Go golem writes args compacted and drops seals.
+    A seal restored so is verified as any other."""
+    wanted = {p.call_id: p for p in expected.calls}
     restored: dict[str, ToolCall] = {}
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     for m in history:
         for c in m.tool_calls:
-            args = wanted.get(c.id)
+            p = wanted.get(c.id)
             if (
-                args is not None
+                p is not None
                 and not c.seal
                 and c.id not in answered
-                and args != c.args
-                and same_args(args, c.args)
+                and p.tool_name == c.name
+                and (p.seal or p.args != c.args)
+                and same_args(p.args, c.args)
             ):
-                restored[c.id] = replace(c, args=args)
+                restored[c.id] = replace(c, args=p.args, seal=p.seal)
     return _replace_calls(history, restored) if restored else list(history)
 
 
