@@ -31,6 +31,7 @@ from golem import (
     Agent,
     Approval,
     DeferredResults,
+    HistoryError,
     Message,
     SealError,
     ToolCall,
@@ -465,3 +466,21 @@ def test_invalid_utf8_loads_as_the_go_golem_reads_it(
             ]
             (again,) = go(dumps_history(loaded))
             assert again["view"] == answer["view"]
+
+
+async def test_a_text_part_go_rewrote_is_refused_before_any_model_call(
+    go: Any,  # noqa: F811 - the fixture
+) -> None:
+    """Go's Part has no `text`: the part comes back empty, which no run sends (ADR 0064)."""
+    history = [
+        Message(role="user", content="see", parts=[Part("text", text="<caption>"), IMAGE]),
+    ]
+    back = through_go(go, history)
+    assert back[0].parts == [Part("text"), IMAGE]
+    model = ScriptedModel("ok")
+    with pytest.raises(HistoryError, match="a text part needs text"):
+        await Agent(model).run("go on", history=back)
+    assert model.requests == []
+
+
+IMAGE = Part("image", url="https://x.test/a.png")
