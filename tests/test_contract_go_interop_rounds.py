@@ -484,3 +484,20 @@ async def test_a_text_part_go_rewrote_is_refused_before_any_model_call(
 
 
 IMAGE = Part("image", url="https://x.test/a.png")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [' {"a":1}', '{"a":1}\n', "[" * 129 + "]" * 129, '{"a":', "null"],
+    ids=["space before", "newline after", "deeper than 128", "cut off", "null text"],
+)
+def test_args_golem_keeps_as_text_reach_go_as_a_json_string(go: Any, args: str) -> None:  # noqa: F811
+    """A kept disagreement (ADR 0015, 0075): args golem cannot embed byte for byte are
+    written as a JSON string of their text. Go holds that string literal — its repair calls
+    the call truncated, and a Go resume would hand the tool a string — and what Go writes
+    back loads here as the same text."""
+    history = [Message(role="assistant", tool_calls=[ToolCall("c1", "n", args)])]
+    (answer,) = go(dumps_history(history))
+    assert answer["ok"]
+    assert answer["view"][0]["toolCalls"][0]["args"] == json.dumps(args, ensure_ascii=False)
+    assert loads_history(answer["out"]) == history
