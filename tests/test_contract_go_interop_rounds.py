@@ -18,6 +18,7 @@ audio ID are lost (the documented fallbacks).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -501,3 +502,75 @@ def test_args_golem_keeps_as_text_reach_go_as_a_json_string(go: Any, args: str) 
     assert answer["ok"]
     assert answer["view"][0]["toolCalls"][0]["args"] == json.dumps(args, ensure_ascii=False)
     assert loads_history(answer["out"]) == history
+
+
+# --------------------------------------------------------------------------- resumes, property
+
+OBJECT_ARGS = st.sampled_from(
+    [
+        '{"to": "<bob> & co", "amount": 10}',
+        '{"to":"b\\u006fb","amount":1e1}',
+        '{"a":1,"a":2}',
+        '{"s":"\\ud800 \u2028"}',
+        '{"n":123456789012345678901234567890}',
+        '{\n  "deep": [[[{"x": "\u00e9"}]]]\n}',
+        ' {"padded": true}',
+    ]
+) | HOSTILE.map(lambda s: json.dumps({"t": s}, ensure_ascii=False, indent=1))
+
+
+async def _pause(keyed: bool, args: list[str]) -> tuple[Agent[None, str], Any, Ledger]:
+    ledger = Ledger()
+    calls = [ToolCall(f"c{i}", "transfer", a) for i, a in enumerate(args)]
+    model = ScriptedModel(turn(*calls), "done")
+    agent: Agent[None, str] = Agent(
+        model, tools=[ledger.gate("transfer")], seal_key=KEY if keyed else None
+    )
+    paused = await agent.run("pay", conversation_id=CONV)
+    assert paused.pending is not None
+    ledger.executions.clear()
+    return agent, paused, ledger
+
+
+@settings(BATCH, max_examples=15)
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.lists(OBJECT_ARGS, min_size=1, max_size=3)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
+    go: Any,  # noqa: F811 - the fixture
+    scenarios: list[tuple[bool, list[str]]],
+) -> None:
+    """Whatever args the model wrote, keyed or not: a paused history Go re-wrote resumes with
+    `expected=paused.pending`, running each paused call once with the paused bytes (and seal);
+    told only the conversation, a keyed agent refuses before anything runs."""
+
+    async def scenario() -> None:
+        paused_runs = [await _pause(keyed, args) for keyed, args in scenarios]
+        answers = go(*[dumps_history(p.messages) for _, p, _ in paused_runs])
+        for (keyed, _), (agent, paused, ledger), answer in zip(
+            scenarios, paused_runs, answers, strict=True
+        ):
+            assert answer["ok"], answer.get("err")
+            rewritten = loads_history(answer["out"])
+            approve = DeferredResults(approvals={p.call_id: True for p in paused.pending.calls})
+            if keyed:
+                with pytest.raises(SealError):
+                    await agent.run_with_deferred_results(rewritten, approve, conversation_id=CONV)
+                assert ledger.executions == []
+            started: list[tuple[str, str, str]] = []
+
+            async def before(call: ToolCall, started: list[Any] = started) -> None:
+                started.append((call.id, call.args, call.seal))
+
+            done = await agent.run_with_deferred_results(
+                rewritten, approve, expected=paused.pending, before_approved=before
+            )
+            assert done.output == "done"
+            assert started == [(p.call_id, p.args, p.seal) for p in paused.pending.calls]
+            assert len(ledger.executions) == len(started)
+
+    asyncio.run(scenario())
