@@ -574,3 +574,30 @@ def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
             assert len(ledger.executions) == len(started)
 
     asyncio.run(scenario())
+
+
+async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes_with_expected(
+    go: Any,  # noqa: F811 - the fixture
+) -> None:
+    """The nested path: the parent's own sealed call loses its seal and its bytes in Go, the
+    sub-agent's record keeps both; `expected=` restores the parent's and both calls run once."""
+    log: list[str] = []
+    own = ToolCall("c1", "transfer", '{"amount": 10, "memo": "<rent> & co"}')
+    parent = nested_parent("a.log", log, own=own)
+    paused = await parent.run("tidy", conversation_id="X")
+    assert paused.pending is not None
+    rewritten = through_go(go, paused.messages)
+    approve = DeferredResults(approvals={"c1": True, "p1/s1": True})
+    with pytest.raises(SealError):
+        await parent.run_with_deferred_results(rewritten, approve, conversation_id="X")
+    assert log == []
+    started: list[tuple[str, str]] = []
+
+    async def before(call: ToolCall) -> None:
+        started.append((call.id, call.args))
+
+    done = await parent.run_with_deferred_results(
+        rewritten, approve, expected=paused.pending, before_approved=before
+    )
+    assert (done.output, log) == ("ok", ["a.log"])
+    assert ("c1", own.args) in started
