@@ -140,6 +140,10 @@ async def test_a_failing_rerun_hands_back_the_reruns_that_completed() -> None:
     (a1,) = [m for m in partial.messages if m.role == "tool"]
     assert (a1.tool_call_id, a1.content, a1.run_id) == ("a1", "acted a1", partial.run_id)
     assert partial.tool_calls == 2  # a1 and the failing a2
+    assert partial.is_paused
+    assert partial.pending is not None
+    assert [p.call_id for p in partial.pending.approvals] == ["d1", "a2", "a3"]
+    assert [(p.call_id, p.kind) for p in partial.pending.external] == [("x1", DeferKind.EXTERNAL)]
     assert partial.messages[: len(paused.messages)] == paused.messages
     # the same resolutions again: a1 is skipped, the rest resolves
     world.fail.clear()
@@ -219,9 +223,9 @@ async def test_a_sealed_partial_resumes_with_the_same_expected_and_conversation(
 
 
 async def test_a_partial_cannot_get_a_call_run_that_nobody_approved() -> None:
-    """The partial's pending calls keep their seals: an injected call, a call moved in from
-    another conversation, is refused before
-    anything runs, and an expected= mismatch still is."""
+    """The partial's pending calls keep their seals: an injected call and a call relabeled
+    from another conversation are refused before anything runs, with or without
+    expected=."""
     world = World()
     agent = agent_for(world, keyed=True)
     paused = await agent.run("go", conversation_id="conv")

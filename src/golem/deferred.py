@@ -749,6 +749,7 @@ async def resume(
                 cost=policy.cost(state.usage),
                 run_id=state.run_id,
                 conversation_id=state.conversation_id,
+                pending=_still_pending(plan, ran),
             )
         raise
     history = _replace_calls(plan.history, edited) if edited else plan.history
@@ -756,6 +757,21 @@ async def resume(
     if progress is not None:
         progress._merged = merged
     return merged
+
+
+def _still_pending(plan: ResumePlan, ran: Sequence[str]) -> DeferredRequests:
+    """The plan's calls that did not run, grouped by the kind their resolution gave."""
+    done = set(ran)
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+    for step in plan.steps:
+        c = step.call
+        if c.id in done:
+            continue
+        kind = DeferKind.EXTERNAL if step.approval is None else DeferKind.APPROVAL
+        pending = PendingToolCall(c.id, c.name, c.args, "", kind, c.seal)
+        (external if step.approval is None else approvals).append(pending)
+    return DeferredRequests(approvals=approvals, external=external)
 
 
 def _answer(
