@@ -735,7 +735,11 @@ async def resume(
                     if finished is not None:
                         _answer(state, step, call, finished, resolutions, ran)
                     raise
-                _answer(state, step, call, done, resolutions, ran)
+                text = done.text  # inline: `_answer` on the hot path
+                if step.args is not None:
+                    text = _edited_text(step.call.args, call.args, text)
+                resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+                ran.append(call.id)
                 # a tool that swallowed the caller's cancellation and returned: answered too
                 raise_if_swallowed(state.cancels)
     except RunError as failed:
