@@ -12,6 +12,7 @@ that nobody approved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from typing import Any
@@ -35,6 +36,7 @@ from golem import (
     dumps_history,
     loads_history,
 )
+from golem._cancel import EXACT_CANCELLING
 from golem.model import ModelRequest, ModelResponse
 from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
@@ -439,3 +441,57 @@ async def test_a_refused_resume_leaves_no_progress() -> None:
     assert progress.messages is None
     assert progress.answered == ()
     assert json.loads(dumps_history(paused.messages))  # untouched
+
+
+@pytest.mark.skipif(not EXACT_CANCELLING, reason="swallowed cancellations are seen from 3.13 on")
+async def test_a_tool_that_swallowed_the_cancellation_and_returned_is_answered() -> None:
+    """ADR 0067 raises `CancelledError` after a tool that swallowed the caller's
+    cancellation returns; the call acted and returned, so it is answered in the progress."""
+    world = World()
+    entered = asyncio.Event()
+
+    async def act(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "act?")
+        if ctx.call_id == "a2":
+            entered.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+        return world.act(ctx)
+
+    agent: Agent[None, str] = Agent(
+        FunctionModel(answer), tools=[Tool("act", "Act.", OBJ, act), tools(world)[1]]
+    )
+    paused = await agent.run("go")
+    progress = ResumeProgress()
+    task = asyncio.ensure_future(
+        agent.run_with_deferred_results(paused.messages, RESULTS, progress=progress)
+    )
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert progress.answered == ("a1", "a2")
+    assert progress.messages is not None
+    done = await agent.run_with_deferred_results(progress.messages, RESULTS)
+    assert done.output == FINAL
+    assert world.acted == {"a1": 1, "a2": 1, "a3": 1}
+
+
+async def test_a_progress_reused_for_another_resume_starts_over() -> None:
+    world = World()
+    agent = agent_for(world)
+    paused = await agent.run("go")
+    progress = ResumeProgress()
+    world.fail.add("a2")
+    with pytest.raises(RunError):
+        await agent.run_with_deferred_results(paused.messages, RESULTS, progress=progress)
+    assert progress.answered == ("a1",)
+    first = progress.messages
+    assert first is not None
+    world.fail.clear()
+    done = await agent.run_with_deferred_results(first, RESULTS, progress=progress)
+    assert done.output == FINAL
+    assert progress.answered == ("a2", "a3")
+    assert not progress.paused
+    assert world.acted == {"a1": 1, "a2": 1, "a3": 1}
