@@ -495,3 +495,49 @@ async def test_a_progress_reused_for_another_resume_starts_over() -> None:
     assert progress.answered == ("a2", "a3")
     assert not progress.paused
     assert world.acted == {"a1": 1, "a2": 1, "a3": 1}
+
+
+async def test_progress_whose_every_pending_call_ran_is_not_paused() -> None:
+    """Every pending call approved, the last one's thread finishing under the cancellation:
+    nothing is pending any more although the resume never merged, so `paused` is false and
+    the caller goes on with `run` (found by the exactly-once property: a resume of it was
+    refused, "no pending deferred tool calls")."""
+    world = World()
+    entered = threading.Event()
+    release = threading.Event()
+
+    def act_sync(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "act?")
+        if ctx.call_id == "a2":
+            entered.set()
+            release.wait(10)
+        return world.act(ctx)
+
+    def two(request: ModelRequest) -> ModelResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return ModelResponse(Message(role="assistant", content="ok"), finish_reason="stop")
+        return ModelResponse(
+            Message(role="assistant", tool_calls=[CALLS[0], CALLS[2]]), finish_reason="tool_call"
+        )
+
+    agent: Agent[None, str] = Agent(FunctionModel(two), tools=[Tool("act", "A.", OBJ, act_sync)])
+    paused = await agent.run("go")
+    progress = ResumeProgress()
+    both = {"approvals": {"a1": True, "a2": True}}
+    task = asyncio.ensure_future(
+        agent.run_with_deferred_results(paused.messages, both, progress=progress)
+    )
+    await asyncio.to_thread(entered.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert progress.answered == ("a1", "a2")
+    assert not progress.paused
+    assert progress.messages is not None
+    assert pending_ids(progress.messages) == []
+    done = await agent.run("", history=progress.messages)
+    assert done.output == "ok"
+    assert world.acted == {"a1": 1, "a2": 1}

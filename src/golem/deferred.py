@@ -582,9 +582,10 @@ class ResumeProgress:
     reused for another resume starts over.
     """
 
-    __slots__ = ("_edited", "_history", "_merged", "_ran", "_resolutions")
+    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions")
 
     def __init__(self) -> None:
+        self._calls = 0
         self._history: list[Message] | None = None
         self._resolutions: Mapping[str, Message] = {}
         self._edited: Mapping[str, ToolCall] = {}
@@ -619,22 +620,24 @@ class ResumeProgress:
     @property
     def paused(self) -> bool:
         """Whether `messages` still has pending calls (go on with a resume), rather than
-        every resolution merged (go on with `Agent.run`)."""
-        return self._merged is None
+        none (every resolution merged, or every pending call approved and run: go on with
+        `Agent.run`)."""
+        return self._merged is None and (self._history is None or len(self._ran) < self._calls)
 
     def _start(
         self,
-        history: list[Message],
+        plan: ResumePlan,
         resolutions: Mapping[str, Message],
         edited: Mapping[str, ToolCall],
         ran: list[str],
     ) -> None:
         self._history, self._resolutions, self._edited, self._ran = (
-            history,
+            plan.history,
             resolutions,
             edited,
             ran,
         )
+        self._calls = len(plan.steps)
         self._merged = None
 
 
@@ -708,7 +711,7 @@ async def resume(
     edited: dict[str, ToolCall] = {}
     ran: list[str] = []
     if progress is not None:
-        progress._start(plan.history, resolutions, edited, ran)
+        progress._start(plan, resolutions, edited, ran)
     try:
         for step in plan.steps:
             call, approval = step.call, step.approval
