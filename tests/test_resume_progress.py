@@ -541,3 +541,25 @@ async def test_progress_whose_every_pending_call_ran_is_not_paused() -> None:
     done = await agent.run("", history=progress.messages)
     assert done.output == "ok"
     assert world.acted == {"a1": 1, "a2": 1}
+
+
+async def test_a_run_error_raised_by_before_approved_propagates_unchanged() -> None:
+    """Only a failing re-run's `RunError` gets the progress as its partial: the hook's own
+    exception, a `RunError` included, propagates as it was raised."""
+    world = World()
+    agent = agent_for(world)
+    paused = await agent.run("go")
+    own = RunError(Stage.TOOL, RuntimeError("hook"))
+    progress = ResumeProgress()
+
+    async def guard(call: ToolCall) -> None:
+        if call.id == "a2":
+            raise own
+
+    with pytest.raises(RunError) as info:
+        await agent.run_with_deferred_results(
+            paused.messages, RESULTS, before_approved=guard, progress=progress
+        )
+    assert info.value is own
+    assert own.partial is None
+    assert progress.answered == ("a1",)

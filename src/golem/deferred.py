@@ -603,8 +603,9 @@ class ResumeProgress:
 
         While calls are still pending (`paused`), it is the paused history with every
         approved call that ran answered as a resume writes it; resume it with the same
-        resolutions. Once every resolution is merged, it is the resolved history (without
-        the resume's prompt): go on with `Agent.run(prompt, history=messages)`.
+        resolutions. Once none is (every resolution merged, or every pending call approved
+        and run), it is the resolved history without the resume's prompt: go on with
+        `Agent.run(prompt, history=messages)`.
         """
         if self._merged is not None:
             return list(self._merged)
@@ -712,58 +713,70 @@ async def resume(
     ran: list[str] = []
     if progress is not None:
         progress._start(plan, resolutions, edited, ran)
-    try:
-        for step in plan.steps:
-            call, approval = step.call, step.approval
-            if approval is None:
-                resolutions[call.id] = state.tool_message(call, step.external or "")
-            elif not approval.approved:
-                resolutions[call.id] = state.tool_message(call, _denial_text(approval.reason))
-            else:
-                if step.args is not None:
-                    call = replace(call, args=step.args, seal="")
-                    if policy.seal_keys is not None:
-                        seal = seal_call(policy.seal_keys, state.conversation_id, call, "approval")
-                        call = replace(call, seal=seal)
-                    edited[call.id] = call
-                if before_approved is not None:
-                    await before_approved(call)
-                    raise_if_swallowed(state.cancels)
-                try:
-                    done = await _rerun(call, policy, state)
-                except asyncio.CancelledError as cancelled:
-                    # a sync tool's thread that finished while the caller was cancelled
-                    # acted: it is answered in the progress
-                    finished = _finished_result(cancelled)
-                    if finished is not None:
-                        _answer(state, step, call, finished, resolutions, ran)
-                    raise
-                text = done.text  # inline: `_answer` on the hot path
-                if step.args is not None:
-                    text = _edited_text(step.call.args, call.args, text)
-                resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
-                ran.append(call.id)
-                # a tool that swallowed the caller's cancellation and returned: answered too
+    for step in plan.steps:
+        call, approval = step.call, step.approval
+        if approval is None:
+            resolutions[call.id] = state.tool_message(call, step.external or "")
+        elif not approval.approved:
+            resolutions[call.id] = state.tool_message(call, _denial_text(approval.reason))
+        else:
+            if step.args is not None:
+                call = replace(call, args=step.args, seal="")
+                if policy.seal_keys is not None:
+                    seal = seal_call(policy.seal_keys, state.conversation_id, call, "approval")
+                    call = replace(call, seal=seal)
+                edited[call.id] = call
+            if before_approved is not None:
+                await before_approved(call)
                 raise_if_swallowed(state.cancels)
-    except RunError as failed:
-        if hand_back:
-            failed.partial = PartialResult(
-                messages=_answered_history(plan.history, resolutions, edited, ran),
-                usage=state.usage,
-                finish_reason=state.finish_reason,
-                requests=state.requests,
-                tool_calls=state.tool_calls,
-                cost=policy.cost(state.usage),
-                run_id=state.run_id,
-                conversation_id=state.conversation_id,
-                pending=_still_pending(plan, ran),
-            )
-        raise
+            try:
+                done = await _rerun(call, policy, state)
+            except asyncio.CancelledError as cancelled:
+                # a sync tool's thread that finished while the caller was cancelled acted:
+                # it is answered in the progress
+                finished = _finished_result(cancelled)
+                if finished is not None:
+                    _answer(state, step, call, finished, resolutions, ran)
+                raise
+            except RunError as failed:
+                if hand_back:
+                    failed.partial = _handed_back(plan, policy, state, resolutions, edited, ran)
+                raise
+            text = done.text  # inline: `_answer` on the hot path
+            if step.args is not None:
+                text = _edited_text(step.call.args, call.args, text)
+            resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+            ran.append(call.id)
+            # a tool that swallowed the caller's cancellation and returned: answered too
+            raise_if_swallowed(state.cancels)
     history = _replace_calls(plan.history, edited) if edited else plan.history
     merged = merge(history, resolutions)
     if progress is not None:
         progress._merged = merged
     return merged
+
+
+def _handed_back(
+    plan: ResumePlan,
+    policy: Policy,
+    state: RunState,
+    resolutions: Mapping[str, Message],
+    edited: Mapping[str, ToolCall],
+    ran: Sequence[str],
+) -> PartialResult:
+    """The partial of a resume whose approved re-run failed: the paused history with the
+    calls in `ran` answered, the others pending."""
+    return PartialResult(
+        messages=_answered_history(plan.history, resolutions, edited, ran),
+        usage=state.usage,
+        finish_reason=state.finish_reason,
+        requests=state.requests,
+        tool_calls=state.tool_calls,
+        cost=policy.cost(state.usage),
+        run_id=state.run_id,
+        conversation_id=state.conversation_id,
+        pending=_still_pending(plan, ran),
+    )
 
 
 def _still_pending(plan: ResumePlan, ran: Sequence[str]) -> DeferredRequests:
