@@ -18,9 +18,15 @@ Invariants, against an oracle (the same scenario with every gate released):
   `RunError`); `stream.result` is unavailable;
 - the caller then goes on from the last history it was handed — the paused history (a
   `CancelledError` or a `partial=None` failure hands nothing newer), or the failure's
-  `partial` — and the run reaches the oracle's answer with every approved call's effect
-  applied exactly once per idempotency key (the key is the same on every attempt), and an
-  approved call answered in a `partial` never runs again.
+  `partial` (a paused one, after a failing re-run, is resumed with the same resolutions) —
+  and the run reaches the oracle's answer with every approved call's effect applied exactly
+  once per idempotency key (the key is the same on every attempt), and an approved call
+  answered in a `partial` never runs again.
+
+The last property (ADR 0071) drops the key: for any mix of approved, denied and external
+calls, re-run failures and repeated interruptions, going on each time from
+`RunError.partial` or `ResumeProgress.messages` executes every approved call exactly once,
+counted by call ID.
 """
 
 from __future__ import annotations
