@@ -42,6 +42,8 @@ from golem import (
     Usage,
     UsageLimitExceeded,
     UsageLimits,
+    dumps_history,
+    loads_history,
 )
 from golem.history import INTERRUPTED_TEXT
 from golem.model import ModelResponse
@@ -456,7 +458,6 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
         with pytest.raises(RunError) as info:
             asyncio.run(resume())
         err = info.value
-        assert err.partial is None  # Go reference §2.5: re-run failures carry no partial
         rerun = plan[failing][1]
         assert err.stage is (Stage.CANCELED if rerun == "canceled" else Stage.TOOL)
         assert isinstance(err.__cause__, Canceled if rerun == "canceled" else ToolError)
@@ -464,6 +465,31 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
         upto = approved[: approved.index(failing) + 1]
         assert world.ran == [(c, True) for c in upto]
         assert len(model.requests) == 1
+        # ADR 0071 (this pinned `partial is None` before, Go reference §2.5): the partial is
+        # the paused history with the re-runs that completed answered, everything else
+        # still pending; resuming it with the same resolutions runs only the rest
+        assert err.partial is not None
+        ran_before = upto[:-1]
+        answers = {m.tool_call_id: m for m in err.partial.messages if m.role == "tool"}
+        assert set(answers) == {m.tool_call_id for m in before if m.role == "tool"} | set(
+            ran_before
+        )
+        for cid in ran_before:
+            assert answers[cid].content.endswith(f"approved result {cid}")
+            assert answers[cid].run_id == err.partial.run_id
+        assert [m.role for m in err.partial.messages if m.role != "tool"] == [
+            m.role for m in before if m.role != "tool"
+        ]
+        assert err.partial.tool_calls == len(upto)
+        world.rerun.update({c: "ok" for c in approved})
+        world.ran.clear()
+        went_on = asyncio.run(
+            agent.run_with_deferred_results(
+                loads_history(dumps_history(err.partial.messages)), results
+            )
+        )
+        assert went_on.output == "final"
+        assert world.ran == [(c, True) for c in approved if c not in ran_before]
         return
     result = asyncio.run(resume())
     assert result.output == "final"

@@ -18,9 +18,15 @@ Invariants, against an oracle (the same scenario with every gate released):
   `RunError`); `stream.result` is unavailable;
 - the caller then goes on from the last history it was handed — the paused history (a
   `CancelledError` or a `partial=None` failure hands nothing newer), or the failure's
-  `partial` — and the run reaches the oracle's answer with every approved call's effect
-  applied exactly once per idempotency key (the key is the same on every attempt), and an
-  approved call answered in a `partial` never runs again.
+  `partial` (a paused one, after a failing re-run, is resumed with the same resolutions) —
+  and the run reaches the oracle's answer with every approved call's effect applied exactly
+  once per idempotency key (the key is the same on every attempt), and an approved call
+  answered in a `partial` never runs again.
+
+The last property (ADR 0071) drops the key: for any mix of approved, denied and external
+calls, re-run failures and repeated interruptions, going on each time from
+`RunError.partial` or `ResumeProgress.messages` executes every approved call exactly once,
+counted by call ID.
 """
 
 from __future__ import annotations
@@ -36,12 +42,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem import Agent, RunError, RunEvent, Stage, ToolCall, ToolTimeout
+from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
 from golem._cancel import EXACT_CANCELLING
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import replay_as_deltas
-from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
+from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
 
 OBJ: dict[str, Any] = {"type": "object"}
 EXAMPLES = int(os.environ.get("GOLEM_CANCEL_EXAMPLES", "150"))
@@ -443,7 +449,7 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
     # the caller goes on from the last history it was handed
     agent = build(s, gates, ledger, None)
     partial = got.error.partial if isinstance(got.error, RunError) else None
-    if partial is not None and phase == "resume":
+    if partial is not None and phase == "resume" and not partial.is_paused:
         # a partial after the approved re-runs: they are answered in it, never run again
         answered_ids = {m.tool_call_id for m in partial.messages if m.role == "tool"}
         assert "a1" in answered_ids
@@ -452,6 +458,17 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
         assert ledger.executed == executed_before, (gate_name, ledger.executed)
         assert went_on.value is not None, went_on.error
         assert went_on.value.output == "done"
+    elif partial is not None and phase == "resume":
+        # a re-run failed (ADR 0071): the partial answers the ones that ran, which never run
+        # again; the same resolutions resume the rest
+        assert partial.pending is not None
+        assert [p.call_id for p in partial.pending.calls] == still_pending(partial.messages)
+        answered_ids = {m.tool_call_id for m in partial.messages if m.role == "tool"}
+        ran = {c for c in executed_before if c in answered_ids}
+        went_on, _ = await attempt(s, gates, resume_start(partial.messages), agent)
+        assert went_on.value is not None, (gate_name, went_on.error)
+        assert went_on.value.output == "done"
+        assert all(ledger.executed[c] == executed_before[c] for c in ran), ledger.executed
     else:
         if phase == "run":
             first, _ = await attempt(s, gates, run_start, agent)
@@ -565,3 +582,227 @@ async def leave_early(s: Scenario, phase: str, after: int, leave: str) -> None:
     assert sorted(ledger.applied.values()) == [1] * len(ledger.applied)
     for keys in ledger.keys.values():
         assert len(keys) == 1
+
+
+# --------------------------------------------------------------------------- exactly once
+
+
+@dataclass(frozen=True)
+class Resolution:
+    call: str
+    how: str  # "approve" | "deny" | "external"
+    sync: bool  # the call's tool runs in a thread
+    fails: str  # "" | "raise" | "canceled" | "defer": its first re-run fails that way
+
+
+@st.composite
+def resolutions(draw: st.DrawFn) -> list[Resolution]:
+    n = draw(st.integers(1, 4))
+    return [
+        Resolution(
+            f"q{i}",
+            draw(st.sampled_from(["approve", "approve", "deny", "external"])),
+            draw(st.booleans()),
+            draw(st.sampled_from(["", "", "raise", "canceled", "defer"])),
+        )
+        for i in range(n)
+    ]
+
+
+def once_agent(
+    calls: list[Resolution],
+    gates: Gates,
+    ledger: Ledger,
+    failing: dict[str, str],
+    parallel: bool,
+    timeout_call: str = "",
+) -> Agent[None, str]:
+    """One batch of `calls`, each with a tool of its own. An approved call acts once per
+    execution (counted by call ID in `ledger.executed`, no idempotency key involved) right
+    after its gate: no await between its effect and its return, so an execution that acted
+    returns. `failing` holds the failure a call's next re-run raises instead, before acting;
+    `timeout_call`'s tool has a tiny timeout."""
+
+    def fail(ctx: RunContext[None]) -> None:
+        how = failing.pop(ctx.call_id, "")
+        if how == "raise":
+            raise RuntimeError("broke")
+        if how == "canceled":
+            raise Canceled("stop")
+        if how == "defer":
+            raise Deferred(DeferKind.APPROVAL, "again")
+
+    def kind(args: dict[str, Any]) -> DeferKind:
+        return DeferKind.APPROVAL if args["k"] == "a" else DeferKind.EXTERNAL
+
+    async def act(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(kind(args), "?")
+        await gates.point(f"act:{ctx.call_id}")
+        fail(ctx)
+        ledger.act(ctx)
+        return f"acted {ctx.call_id}"
+
+    def act_sync(ctx: RunContext[None], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(kind(args), "?")
+        gates.point_from_thread(f"look:{ctx.call_id}")  # a thread's gate, as `attempt` knows
+        fail(ctx)
+        ledger.act(ctx)
+        return f"acted {ctx.call_id}"
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        if answered(request):
+            texts = sorted(m.content for m in request.messages if m.role == "tool")
+            return ModelResponse(
+                Message(role="assistant", content=" | ".join(texts)), finish_reason="stop"
+            )
+        return batch(
+            *((r.call, f"t_{r.call}", {"k": "e" if r.how == "external" else "a"}) for r in calls)
+        )
+
+    return Agent(
+        GatedModel(gates, "parent", answer),
+        tools=[
+            Tool(
+                f"t_{r.call}",
+                "Act.",
+                OBJ,
+                act_sync if r.sync else act,
+                timeout=0.001 if r.call == timeout_call else None,
+            )
+            for r in calls
+        ],
+        parallel_tool_calls=parallel,
+    )
+
+
+def still_pending(history: list[Message]) -> list[str]:
+    done = {m.tool_call_id for m in history if m.role == "tool"}
+    return [
+        c.id for m in history if m.role == "assistant" for c in m.tool_calls if c.id not in done
+    ]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    calls=resolutions(),
+    parallel=st.booleans(),
+    stream=st.booleans(),
+    stops=st.lists(
+        st.tuples(
+            st.integers(0, 30),
+            st.sampled_from(
+                ["cancel", "swallow", "timeout"] if EXACT_CANCELLING else ["cancel", "timeout"]
+            ),
+        ),
+        max_size=4,
+    ),
+)
+def test_going_on_from_the_progress_runs_every_approved_call_exactly_once(
+    calls: list[Resolution], parallel: bool, stream: bool, stops: list[tuple[int, str]]
+) -> None:
+    """ADR 0071: for any mix of approved, denied and external calls (async or threaded
+    tools, paused sequentially or in parallel, resumed plainly or streamed), any re-run
+    failure (raising, `Canceled`, deferring again, timing out) and any cancellation point
+    (each model call, `before_approved` hook and tool gate; the code there may swallow
+    it), continuing each time from the last history the caller was handed —
+    `RunError.partial`, or `ResumeProgress.messages` after a `CancelledError` — reaches
+    the uninterrupted run's answer, and every approved call acts exactly once, counted by
+    call ID without idempotency keys."""
+    asyncio.run(exactly_once(calls, parallel, stream, stops))
+
+
+async def exactly_once(
+    calls: list[Resolution], parallel: bool, stream: bool, stops: list[tuple[int, str]]
+) -> None:
+    loop = asyncio.get_running_loop()
+    s = Scenario(parallel=parallel, nested=False, sync_look=True, timeouts=False, stream=stream)
+    results: dict[str, Any] = {
+        "approvals": {r.call: r.how == "approve" for r in calls if r.how != "external"},
+        "external": {r.call: f"ext {r.call}" for r in calls if r.how == "external"},
+    }
+    approved = {r.call for r in calls if r.how == "approve"}
+    sync = {r.call for r in calls if r.sync}
+
+    # the oracle: no failure, no interruption
+    gates, ledger = Gates(loop), Ledger()
+    agent = once_agent(calls, gates, ledger, {}, parallel)
+    paused_out, _ = await attempt(s, gates, run_start, agent)
+    assert paused_out.value is not None, paused_out.error
+    oracle_history = paused_out.value.messages
+    done_out, _ = await attempt(
+        s, gates, lambda a: a.run_with_deferred_results(oracle_history, results), agent
+    )
+    assert done_out.value is not None, done_out.error
+    oracle = done_out.value.output
+
+    # the drawn attempts: each re-run fails first as drawn, each stop interrupts an attempt
+    gates, ledger = Gates(loop), Ledger()
+
+    async def guard(call: ToolCall) -> None:
+        await gates.point(f"guard:{call.id}")
+
+    failing = {r.call: r.fails for r in calls if r.how == "approve" and r.fails}
+    first, _ = await attempt(s, gates, run_start, once_agent(calls, gates, ledger, {}, parallel))
+    assert first.value is not None
+    assert first.value.is_paused
+    history: list[Message] = first.value.messages
+    paused = True
+    stops = list(stops)
+    for _ in range(len(stops) + len(failing) + 1):
+        where, how = stops.pop(0) if stops else (None, "cancel")
+        progress = ResumeProgress()
+        timed = [c for c in still_pending(history) if c in approved and c not in sync]
+        timeout_call = timed[0] if how == "timeout" and paused and timed else ""
+        if how == "timeout" and not timeout_call:
+            how = "cancel"  # no async re-run left to time out: the drawn point is a cancel
+        agent = once_agent(calls, gates, ledger, failing, parallel, timeout_call)
+
+        def start(
+            a: Agent[None, str],
+            h: list[Message] = history,
+            p: bool = paused,
+            g: ResumeProgress = progress,
+        ) -> Any:
+            if not p:
+                return a.run("", history=h)
+            return a.run_with_deferred_results(h, results, before_approved=guard, progress=g)
+
+        def streamed(
+            a: Agent[None, str], h: list[Message] = history, g: ResumeProgress = progress
+        ) -> Any:
+            return a.run_stream_with_deferred_results(h, results, before_approved=guard, progress=g)
+
+        got, _ = await attempt(
+            s,
+            gates,
+            start,
+            agent,
+            stream_start=streamed if stream and paused else None,
+            stop_at=None if how == "timeout" else where,
+            how=how,
+            shut_name=f"act:{timeout_call}",
+        )
+        if got.error is None:
+            assert got.value.output == oracle, (got.value.output, oracle)
+            break
+        if isinstance(got.error, RunError):
+            partial = got.error.partial
+            assert partial is not None or not paused, got.error
+            if partial is not None:
+                history = partial.messages
+                paused = partial.is_paused
+                if paused:
+                    assert partial.pending is not None
+                    assert sorted(p.call_id for p in partial.pending.calls) == sorted(
+                        still_pending(history)
+                    )
+        else:
+            assert isinstance(got.error, asyncio.CancelledError), got.error
+            if paused and progress.messages is not None:
+                history = progress.messages
+                paused = progress.paused
+    else:
+        raise AssertionError(f"the run never finished: {ledger.executed}")
+    assert ledger.executed == dict.fromkeys(approved, 1), (ledger.executed, approved)

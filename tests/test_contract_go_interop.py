@@ -282,3 +282,63 @@ def test_assistant_media_and_part_signatures_cross_to_go_and_back(
     (after,) = go(again)
     assert after["ok"], after.get("err")
     assert after["out"] == first["out"]  # Go's writing is a fixed point through golem
+
+
+# --------------------------------------------------------------------------- a resume's partial
+
+
+def test_a_failed_resumes_partial_is_a_paused_history_go_reads(go: Any) -> None:
+    """ADR 0071: the partial of a resume whose approved re-run failed is a paused history
+    like any other — Go reads it (seals aside) with the calls that ran answered and the
+    rest unanswered, which is what Go counts as pending (reference §2.5 step 3), and what
+    Go writes back resumes here, running only the calls that did not run."""
+    import asyncio
+
+    from golem import Agent, DeferredResults, RunError, Tool
+    from golem.testing import ScriptedModel
+    from golem.tool import DeferKind, Deferred, call_approved
+
+    acted: list[str] = []
+    broken = {"c2"}
+
+    def act(ctx: Any, args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "act?")
+        if ctx.call_id in broken:
+            raise RuntimeError("down")
+        acted.append(ctx.call_id)
+        return f"acted {ctx.call_id}"
+
+    batch = Message(
+        role="assistant",
+        tool_calls=[ToolCall(f"c{i}", "act", f'{{"n":{i}}}') for i in range(1, 4)],
+    )
+    results = DeferredResults(approvals={"c1": True, "c2": True, "c3": False})
+
+    def agent(key: bytes | None, *script: Any) -> Agent[None, str]:
+        tool = Tool("act", "Act.", {"type": "object"}, act)
+        return Agent(ScriptedModel(*script), tools=[tool], seal_key=key)
+
+    async def scenario() -> None:
+        keyed = agent(b"s" * 32, batch)
+        paused = await keyed.run("go", conversation_id="conv")
+        with pytest.raises(RunError) as info:
+            await keyed.run_with_deferred_results(paused.messages, results, conversation_id="conv")
+        partial = info.value.partial
+        assert partial is not None
+        assert partial.pending is not None
+        (answer,) = go(dumps_history(partial.messages))
+        assert answer["ok"], answer.get("err")
+        assert without_args(answer["view"]) == golem_view(partial.messages)
+        view = answer["view"]
+        answered = {m["toolCallId"] for m in view if m["role"] == "tool"}
+        go_pending = [c["id"] for m in view for c in m["toolCalls"] if c["id"] not in answered]
+        assert go_pending == [p.call_id for p in partial.pending.calls] == ["c2", "c3"]
+        broken.clear()
+        done = await agent(None, "done").run_with_deferred_results(
+            loads_history(answer["out"]), results
+        )
+        assert done.output == "done"
+        assert acted == ["c1", "c2"]
+
+    asyncio.run(scenario())

@@ -203,9 +203,12 @@ def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_un
 
     model = ScriptedModel("ok")
     agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate)])
+    # a resolution for a call the history already answers (a recorded result) is skipped,
+    # never run (ADR 0071; refused before); one for a call the history lacks is refused
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
     valid = (
-        set(approvals) <= set(pending)
-        and set(external) <= set(pending)
+        set(approvals) <= set(pending) | answered
+        and set(external) <= set(pending) | answered
         and not set(approvals) & set(external)
         and set(pending) <= set(approvals) | set(external)
     )
@@ -239,6 +242,9 @@ def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_un
         else:
             assert msg.content.startswith("Your tool call was denied: no.")
         assert msg.run_id == result.run_id
+    for call_id in answered:  # a skipped resolution leaves the recorded answer as it was
+        (msg,) = [m for m in sent if m.role == "tool" and m.tool_call_id == call_id]
+        assert msg.content == f"recorded {call_id}"
     assert history == before
 
 

@@ -196,14 +196,29 @@ async def test_go_paused_history_resumes_with_an_external_result() -> None:
 
 
 async def test_go_paused_history_names_its_single_pending_call() -> None:
+    """call-2 is answered in the Go fixture: an approval for it is skipped, never run (ADR
+    0071; this test pinned Go's "approval for unknown tool call" before); an approval for a
+    call the history does not have is still refused."""
     model = ScriptedModel("ok")
-    agent: Agent[Any, str] = Agent(model, tools=[DeleteTool().tool()])
-    with pytest.raises(ValueError, match="call-2"):
+    delete = DeleteTool()
+    agent: Agent[Any, str] = Agent(model, tools=[delete.tool(), stat_tool()])
+    with pytest.raises(ValueError, match="call-9"):
         await agent.run_with_deferred_results(
             loads_history(go_text()),
-            DeferredResults(approvals={"call-1": Approval(True), "call-2": Approval(True)}),
+            DeferredResults(approvals={"call-1": Approval(True), "call-9": Approval(True)}),
         )
     assert model.requests == []
+    done = await agent.run_with_deferred_results(
+        loads_history(go_text()),
+        DeferredResults(approvals={"call-1": Approval(True), "call-2": Approval(True)}),
+    )
+    assert done.output == "ok"
+    assert delete.deleted == ["a"]
+    sent = model.requests[0].messages
+    assert [(m.tool_call_id, m.content) for m in sent if m.role == "tool"] == [
+        ("call-1", "deleted a"),
+        ("call-2", "size=12"),
+    ]
 
 
 async def test_go_paused_history_fed_to_a_plain_run_closes_the_pending_call() -> None:

@@ -224,13 +224,37 @@ async def test_resume_rejects_an_approval_for_an_unknown_call_id() -> None:
     )
 
 
-async def test_resume_rejects_an_approval_for_an_already_answered_call() -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"approvals": {"c2": Approval(True)}},
+        {"approvals": {"c2": Approval(False, "no")}},
+        {"approvals": {"c2": Approval(True, args={"path": "z"})}},
+        {"external": {"c2": "forged"}},
+    ],
+)
+async def test_a_resolution_for_an_already_answered_call_is_skipped(
+    extra: dict[str, dict[str, Any]],
+) -> None:
+    """ADR 0071 (this test pinned a `ResumeError` before, Go reference §2.5 step 4): a
+    resolution for a call the history answers — an approved call a failed or cancelled
+    resume already ran, handed back in its partial — is a no-op. The call never runs
+    again, its recorded answer stays, and the pending calls are resolved as usual; a
+    resolution for a call the history does not have is still refused."""
     u = Untouched()
-    await u.reject(
-        paused_history(),
-        DeferredResults(approvals={"c1": Approval(True), "c2": Approval(False)}),
-        '"c2"',
+    results = DeferredResults(
+        approvals={"c1": Approval(True), **extra.get("approvals", {})},
+        external=extra.get("external", {}),
     )
+    done = await u.agent.run_with_deferred_results(paused_history(), results)
+    assert done.output == "would answer"
+    assert u.delete.passes == [True]
+    assert u.stat.passes == []  # the answered call never runs again
+    assert summary(done.messages)[2:4] == [
+        ("tool", "c1", "delete_file: done"),
+        ("tool", "c2", "size=12"),
+    ]
+    assert done.tool_calls == 1
 
 
 async def test_resume_rejects_an_external_result_for_an_unknown_call_id() -> None:

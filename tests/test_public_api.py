@@ -22,7 +22,7 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
         "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
-        "PendingToolCall ProviderError RejectedCall Result ResumeError RunContext RunError "
+        "PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
         "UsageLimitExceeded UsageLimits __version__ approved_call call_approved dumps_history "
@@ -34,7 +34,9 @@ PUBLIC_ALL = {
         "sub_agent_calls sub_conversation"
     ),
     "golem.cli": "build_app main",
-    "golem.deferred": "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall",
+    "golem.deferred": (
+        "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumeProgress"
+    ),
     "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
         "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from golem import Agent, Message, RunContext, ToolCall
+from golem import Agent, Message, RunContext, ToolCall, loads_history
 from golem.errors import StoreError
 from golem.store import (
     EXPIRY_ACTOR,
@@ -187,6 +187,29 @@ async def test_a_failing_approved_rerun_fails_the_run_with_its_error(store: Stor
     assert "disk on fire" in failed.outcome.error
     assert "RunError" in failed.outcome.error
     assert len(app.executed) == 1
+
+
+async def test_a_failed_resume_records_which_approved_calls_ran(store: Store) -> None:
+    """ADR 0071: the failed run's conversation is the resume's partial — the approved call
+    that ran is answered, the failing one still pending — and nothing resumes it again."""
+    app = App(
+        calls(
+            ("c1", "delete_file", '{"path": "/tmp/a"}'), ("c2", "delete_file", '{"path": "/boom"}')
+        )
+    )
+    run = await start_run(store, app.registry, "ops", "burn", started_by="alice")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    await store.decide(run.id, "c2", Decision.approve(), decided_by="bob")
+    worker = Worker(store, app.registry)
+    assert await worker.run_once()
+    assert await worker.run_once() is False
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    history = loads_history(failed.conversation)
+    assert [(m.tool_call_id, m.content) for m in history if m.role == "tool"] == [
+        ("c1", "deleted /tmp/a")
+    ]
+    assert [c for c, _, _ in app.executed] == ["c1", "c2"]
 
 
 async def test_start_run_saves_a_final_answer_or_an_error(store: Store) -> None:

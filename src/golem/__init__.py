@@ -9,7 +9,13 @@ human or another service, and later resumes — in any process — with
 
 from golem._ids import new_id
 from golem.agent import Agent, RunStream
-from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
+from golem.deferred import (
+    Approval,
+    DeferredRequests,
+    DeferredResults,
+    PendingToolCall,
+    ResumeProgress,
+)
 from golem.errors import (
     GolemError,
     HistoryError,
@@ -83,6 +89,7 @@ __all__ = [
     "RejectedCall",
     "Result",
     "ResumeError",
+    "ResumeProgress",
     "RunContext",
     "RunError",
     "RunEvent",

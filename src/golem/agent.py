@@ -49,7 +49,7 @@ from golem.agent_tool import (
 )
 from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
-from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults
+from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults, ResumeProgress
 from golem.errors import (
     Overloaded,
     RateLimited,
@@ -804,6 +804,8 @@ class Agent(Generic[DepsT, OutputT]):
         sink: Callable[[Delta | RunEvent], None] | None = None,
         trace_context: str = "",
         spent: Spent | None = None,
+        progress: ResumeProgress | None = None,
+        hand_back: bool = True,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -812,14 +814,16 @@ class Agent(Generic[DepsT, OutputT]):
             spent.seed(state)
         stream = sink is not None
         if self._plain(policy):
-            await self._resolve(plan, policy, state, before_approved, user)
+            await self._resolve(plan, policy, state, before_approved, user, progress, hand_back)
             return await run_loop(policy, state, stream=stream)
         return await self._run_traced(
             policy,
             state,
             stream=stream,
             trace_context=trace_context,
-            before=lambda: self._resolve(plan, policy, state, before_approved, user),
+            before=lambda: self._resolve(
+                plan, policy, state, before_approved, user, progress, hand_back
+            ),
             operation="resume",
         )
 
@@ -830,9 +834,13 @@ class Agent(Generic[DepsT, OutputT]):
         state: RunState,
         before_approved: BeforeApproved | None,
         user: Message | None,
+        progress: ResumeProgress | None,
+        hand_back: bool,
     ) -> None:
         """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await deferred.resume(plan, policy, state, before_approved)
+        merged = await deferred.resume(
+            plan, policy, state, before_approved, progress, hand_back=hand_back
+        )
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
@@ -863,7 +871,7 @@ class Agent(Generic[DepsT, OutputT]):
 
         async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await deferred.resume(plan, policy, state, before_approved)
+            merged = await deferred.resume(plan, policy, state, before_approved, hand_back=False)
             return merged, state.tool_calls
 
         async def resume_parent(plan: deferred.ResumePlan, spent: Spent) -> Result[OutputT]:
@@ -878,6 +886,7 @@ class Agent(Generic[DepsT, OutputT]):
                 sink,
                 trace_context,
                 spent,
+                hand_back=False,  # the sub-agents' progress is not in it (ADR 0071)
             )
 
         async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
@@ -937,6 +946,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
     @overload
@@ -953,6 +963,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
     async def run_with_deferred_results(
@@ -968,6 +979,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """Resume a paused run from its history with a resolution for every pending call.
 
@@ -997,6 +1009,13 @@ class Agent(Generic[DepsT, OutputT]):
                 more runs (a store proving it still holds its lease).
             trace_context: The paused run's `Result.trace_context`: when tracing is on
                 (`golem.otel`), the resumed run's span links to the paused run's span.
+            progress: A `ResumeProgress` that follows the approved calls as they run: when
+                the resume is cancelled or `before_approved` raises, its `messages` is the
+                history to go on from (no approved call that ran runs again).
+
+        A resume that failed or was cancelled goes on from the history it handed back
+        (`RunError.partial.messages` or `progress.messages`) with the same `results` and
+        `expected`: a resolution for a call the history already answers is skipped.
 
         A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
         (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
@@ -1013,7 +1032,9 @@ class Agent(Generic[DepsT, OutputT]):
                 `conversation_id` nor `expected` (`ConversationRequired`).
             TypeError: `results` is neither `DeferredResults` nor such a dict.
             RunError: an approved re-run failed (stage `tool`), raised `Canceled`
-                (stage `canceled`), or the resumed run failed later.
+                (stage `canceled`) — its `partial` is the paused history with the approved
+                calls that ran answered, the failing one and the rest still pending — or
+                the resumed run failed later.
         """
         with _ClearedApproval():
             async with self._toolsets_entered() as tools:
@@ -1045,6 +1066,7 @@ class Agent(Generic[DepsT, OutputT]):
                     on_event,
                     before_approved,
                     trace_context=trace_context,
+                    progress=progress,
                 )
 
     @overload
@@ -1061,6 +1083,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
     @overload
@@ -1077,6 +1100,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
     def run_with_deferred_results_sync(
@@ -1092,6 +1116,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
         return _sync(
@@ -1107,6 +1132,7 @@ class Agent(Generic[DepsT, OutputT]):
                 expected=expected,
                 before_approved=before_approved,
                 trace_context=trace_context,
+                progress=progress,
             ),
         )
 
@@ -1124,6 +1150,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
     @overload
@@ -1140,6 +1167,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
     def run_stream_with_deferred_results(
@@ -1155,6 +1183,7 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         before_approved: BeforeApproved | None = None,
         trace_context: str = "",
+        progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]:
         """Stream a resume: `run_with_deferred_results` as a `RunStream`.
 
@@ -1210,6 +1239,7 @@ class Agent(Generic[DepsT, OutputT]):
                         before_approved,
                         sink,
                         trace_context,
+                        progress=progress,
                     )
 
         return RunStream(start)

@@ -10,6 +10,7 @@ kinds, resolutions, edited arguments — and raises `ResumeError` before anythin
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from golem.errors import ConversationRequired, ResumeError, RunError, Stage, Too
 from golem.events import EventKind
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, _with_calls
+from golem.result import PartialResult
 from golem.seal import SealKeys, _replace_calls, seal_call, verify_call
 from golem.tool import (
     Canceled,
@@ -30,13 +32,21 @@ from golem.tool import (
     Tool,
     ToolResult,
     _Approved,
+    _finished_result,
     find_signal,
 )
 
 if TYPE_CHECKING:
     from golem._loop import Policy, RunState
 
-__all__ = ["Approval", "BeforeApproved", "DeferredRequests", "DeferredResults", "PendingToolCall"]
+__all__ = [
+    "Approval",
+    "BeforeApproved",
+    "DeferredRequests",
+    "DeferredResults",
+    "PendingToolCall",
+    "ResumeProgress",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,25 +295,36 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
 
 
 def _check_results(
-    pending: Sequence[ToolCall], results: DeferredResults, tools: Mapping[str, Tool]
+    history: Sequence[Message],
+    pending: Sequence[ToolCall],
+    results: DeferredResults,
+    tools: Mapping[str, Tool],
 ) -> None:
     """Validate resolutions against the pending calls, before anything runs.
+
+    A resolution for a call the history already answers (an approved call that ran before
+    a resume failed or was cancelled, ADR 0071) is skipped: that call never runs again.
 
     Raises:
         ResumeError: an unknown call ID, a call resolved twice, an unresolved call,
             or an approved call whose tool the agent does not have.
     """
     ids = {c.id for c in pending}
+    answered: set[str] | None = None
     for call_id in results.approvals:
-        if call_id not in ids:
-            raise ResumeError(f'golem: approval for unknown tool call "{call_id}"')
         if call_id in results.external:
             raise ResumeError(
                 f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
             )
+        if call_id not in ids:
+            answered = _answered_calls(history) if answered is None else answered
+            if call_id not in answered:
+                raise ResumeError(f'golem: approval for unknown tool call "{call_id}"')
     for call_id in results.external:
         if call_id not in ids:
-            raise ResumeError(f'golem: external result for unknown tool call "{call_id}"')
+            answered = _answered_calls(history) if answered is None else answered
+            if call_id not in answered:
+                raise ResumeError(f'golem: external result for unknown tool call "{call_id}"')
     for c in pending:
         approval = results.approvals.get(c.id)
         if approval is None and c.id not in results.external:
@@ -377,8 +398,8 @@ def check_resume(
             kinds[c.id] = verify_call(keys, conversation_id, c)
         _check_batch(history, pending)
     if expected is not None:
-        _check_expected(pending, expected, kinds)
-    _check_results(pending, results, tools)
+        _check_expected(history, pending, expected, kinds)
+    _check_results(history, pending, results, tools)
     steps: list[_Step] = []
     for c in pending:
         kind = kinds.get(c.id)
@@ -460,8 +481,18 @@ def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> Non
 
 
 def _check_expected(
-    pending: Sequence[ToolCall], expected: DeferredRequests, kinds: dict[str, DeferKind]
+    history: Sequence[Message],
+    pending: Sequence[ToolCall],
+    expected: DeferredRequests,
+    kinds: dict[str, DeferKind],
 ) -> None:
+    """The pending calls are expected ones (name, arguments, seal and kind as expected);
+    an expected call that is not pending is answered in the paused batch — an approved
+    call a failed or cancelled resume already ran (ADR 0071).
+
+    Raises:
+        ResumeError: the first difference found.
+    """
     wanted = {p.call_id: p for p in expected.calls}
     approval_ids = {p.call_id for p in expected.approvals}
     for c in pending:
@@ -490,8 +521,20 @@ def _check_expected(
                 f"as {kind.value}"
             )
     if wanted:
-        call_id = next(iter(wanted))
-        raise ResumeError(f'golem: expected pending call "{call_id}" is not pending in the history')
+        done = _answered_calls(history) & paused_batch_ids(history)
+        for call_id in wanted:
+            if call_id not in done:
+                raise ResumeError(
+                    f'golem: expected pending call "{call_id}" is not pending in the history'
+                )
+
+
+def _answered_calls(history: Sequence[Message]) -> set[str]:
+    """The IDs of the history's tool calls that a tool message answers."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    return {
+        c.id for m in history if m.role == "assistant" for c in m.tool_calls if c.id in answered
+    }
 
 
 def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
@@ -532,6 +575,89 @@ BeforeApproved = Callable[[ToolCall], Awaitable[None]]
 """Awaited right before each approved re-execution with the call about to run."""
 
 
+class ResumeProgress:
+    """What a resume has done so far, readable after it failed or was cancelled.
+
+    Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
+    forms). When the resume ends with the caller's `CancelledError`, an exception raised
+    by `before_approved`, or a `RunError`, `messages` is the history to go on from, so
+    that no approved call that already ran runs again (ADR 0071). A progress object
+    reused for another resume starts over.
+    """
+
+    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions")
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._history: list[Message] | None = None
+        self._resolutions: Mapping[str, Message] = {}
+        self._edited: Mapping[str, ToolCall] = {}
+        self._ran: list[str] = []
+        self._merged: list[Message] | None = None
+
+    def __repr__(self) -> str:
+        state = "not started" if self._history is None else f"answered={self.answered!r}"
+        return f"ResumeProgress({state}, paused={self.paused})"
+
+    @property
+    def messages(self) -> list[Message] | None:
+        """The history to go on from, or None when the resume ran nothing (it was refused,
+        or stopped before its first approved call ran): go on from the history you passed.
+
+        While calls are still pending (`paused`), it is the paused history with every
+        approved call that ran answered as a resume writes it; resume it with the same
+        resolutions. Once none is (every resolution merged, or every pending call approved
+        and run), it is the resolved history without the resume's prompt: go on with
+        `Agent.run(prompt, history=messages)`.
+        """
+        if self._merged is not None:
+            return list(self._merged)
+        if self._history is None or not self._ran:
+            return None
+        return _answered_history(self._history, self._resolutions, self._edited, self._ran)
+
+    @property
+    def answered(self) -> tuple[str, ...]:
+        """The IDs of the approved calls that ran, in the order they ran."""
+        return tuple(self._ran)
+
+    @property
+    def paused(self) -> bool:
+        """Whether `messages` still has pending calls (go on with a resume), rather than
+        none (every resolution merged, or every pending call approved and run: go on with
+        `Agent.run`)."""
+        return self._merged is None and (self._history is None or len(self._ran) < self._calls)
+
+    def _start(
+        self,
+        plan: ResumePlan,
+        resolutions: Mapping[str, Message],
+        edited: Mapping[str, ToolCall],
+        ran: list[str],
+    ) -> None:
+        self._history, self._resolutions, self._edited, self._ran = (
+            plan.history,
+            resolutions,
+            edited,
+            ran,
+        )
+        self._calls = len(plan.steps)
+        self._merged = None
+
+
+def _answered_history(
+    history: list[Message],
+    resolutions: Mapping[str, Message],
+    edited: Mapping[str, ToolCall],
+    ran: Sequence[str],
+) -> list[Message]:
+    """`history` with the approved calls in `ran` answered (their edited arguments shown),
+    every other pending call still pending."""
+    calls = {cid: edited[cid] for cid in ran if cid in edited}
+    base = _replace_calls(history, calls) if calls else history
+    return merge(base, {cid: resolutions[cid] for cid in ran})
+
+
 async def _rerun_approved(
     tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None, cancels: int
 ) -> ToolResult:
@@ -544,7 +670,7 @@ async def _rerun_approved(
     """
     try:
         with _Approved():
-            result = await tool.run(ctx, call.args, timeout)
+            return await tool.run(ctx, call.args, timeout)
     except ToolTimeout as exc:
         raise RunError(Stage.TOOL, exc) from exc
     except Exception as exc:
@@ -562,8 +688,6 @@ async def _rerun_approved(
         err = ToolError(tool.name, call.id, text)
         err.__cause__ = exc
         raise RunError(Stage.TOOL, err) from err
-    raise_if_swallowed(cancels)
-    return result
 
 
 async def resume(
@@ -571,12 +695,17 @@ async def resume(
     policy: Policy,
     state: RunState,
     before_approved: BeforeApproved | None = None,
+    progress: ResumeProgress | None = None,
+    *,
+    hand_back: bool = True,
 ) -> list[Message]:
     """Carry out a checked plan: re-run approved calls (with `tool_start`/`tool_end`
     events flagged `approved`), then merge every resolution into the history.
 
     Returns the merged history: edited calls show the arguments that ran (re-sealed
     when `policy.seal_keys` is set), resolutions sit in the model's emission order.
+    `progress` follows what ran; with `hand_back`, a failing re-run's `RunError` carries
+    the same history as its `partial`.
 
     Raises:
         RunError: an approved re-run failed (stage `tool`) or raised `Canceled`.
@@ -584,6 +713,9 @@ async def resume(
     """
     resolutions: dict[str, Message] = {}
     edited: dict[str, ToolCall] = {}
+    ran: list[str] = []
+    if progress is not None:
+        progress._start(plan, resolutions, edited, ran)
     for step in plan.steps:
         call, approval = step.call, step.approval
         if approval is None:
@@ -600,13 +732,85 @@ async def resume(
             if before_approved is not None:
                 await before_approved(call)
                 raise_if_swallowed(state.cancels)
-            done = await _rerun(call, policy, state)
-            text = done.text
+            try:
+                done = await _rerun(call, policy, state)
+            except asyncio.CancelledError as cancelled:
+                # a sync tool's thread that finished while the caller was cancelled acted:
+                # it is answered in the progress
+                finished = _finished_result(cancelled)
+                if finished is not None:
+                    _answer(state, step, call, finished, resolutions, ran)
+                raise
+            except RunError as failed:
+                if hand_back:
+                    failed.partial = _handed_back(plan, policy, state, resolutions, edited, ran)
+                raise
+            text = done.text  # inline: `_answer` on the hot path
             if step.args is not None:
                 text = _edited_text(step.call.args, call.args, text)
             resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+            ran.append(call.id)
+            # a tool that swallowed the caller's cancellation and returned: answered too
+            raise_if_swallowed(state.cancels)
     history = _replace_calls(plan.history, edited) if edited else plan.history
-    return merge(history, resolutions)
+    merged = merge(history, resolutions)
+    if progress is not None:
+        progress._merged = merged
+    return merged
+
+
+def _handed_back(
+    plan: ResumePlan,
+    policy: Policy,
+    state: RunState,
+    resolutions: Mapping[str, Message],
+    edited: Mapping[str, ToolCall],
+    ran: Sequence[str],
+) -> PartialResult:
+    """The partial of a resume whose approved re-run failed: the paused history with the
+    calls in `ran` answered, the others pending."""
+    return PartialResult(
+        messages=_answered_history(plan.history, resolutions, edited, ran),
+        usage=state.usage,
+        finish_reason=state.finish_reason,
+        requests=state.requests,
+        tool_calls=state.tool_calls,
+        cost=policy.cost(state.usage),
+        run_id=state.run_id,
+        conversation_id=state.conversation_id,
+        pending=_still_pending(plan, ran),
+    )
+
+
+def _still_pending(plan: ResumePlan, ran: Sequence[str]) -> DeferredRequests:
+    """The plan's calls that did not run, grouped by the kind their resolution gave."""
+    done = set(ran)
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+    for step in plan.steps:
+        c = step.call
+        if c.id in done:
+            continue
+        kind = DeferKind.EXTERNAL if step.approval is None else DeferKind.APPROVAL
+        pending = PendingToolCall(c.id, c.name, c.args, "", kind, c.seal)
+        (external if step.approval is None else approvals).append(pending)
+    return DeferredRequests(approvals=approvals, external=external)
+
+
+def _answer(
+    state: RunState,
+    step: _Step,
+    call: ToolCall,
+    done: ToolResult,
+    resolutions: dict[str, Message],
+    ran: list[str],
+) -> None:
+    """Record the result of approved call `call` (step `step`), which ran."""
+    text = done.text
+    if step.args is not None:
+        text = _edited_text(step.call.args, call.args, text)
+    resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
+    ran.append(call.id)
 
 
 async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:

@@ -168,3 +168,15 @@ class PartialResult:
     cost: float = 0.0
     run_id: str = ""
     conversation_id: str = ""
+    pending: DeferredRequests | None = None
+    """Set when a resume's approved re-run failed (ADR 0071): the calls `messages` still
+    waits on — the failing call and those not yet resolved — so the caller goes on with
+    `run_with_deferred_results(messages, <the same resolutions>)`. `reason` is empty (a
+    history keeps no reasons; the paused run's `Result.pending` has them). None for every
+    other failure: the partial is evidence to run on (`Agent.run(history=messages)`, which
+    closes any call left unanswered)."""
+
+    @property
+    def is_paused(self) -> bool:
+        """Whether `messages` still waits on pending calls (`pending` is set)."""
+        return self.pending is not None

@@ -597,13 +597,31 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     future = loop.run_in_executor(None, call)
     try:
         return await asyncio.shield(future)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as cancelled:
         while not future.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait((future,))
-        if not future.cancelled():
-            future.exception()  # retrieved: the run ends cancelled, not with the tool's error
+        if not future.cancelled() and future.exception() is None:
+            # the tool finished: an approved re-run's progress keeps its result (ADR 0071)
+            setattr(cancelled, _FINISHED, future.result())
         raise
+
+
+_FINISHED = "_golem_finished"
+
+
+def _finished_result(cancelled: BaseException) -> ToolResult | None:
+    """The result of the sync tool whose thread returned while the caller's cancellation
+    was waiting for it (`cancelled` is that `CancelledError`), or None."""
+    if not hasattr(cancelled, _FINISHED):
+        return None
+    try:
+        result = _to_tool_result(getattr(cancelled, _FINISHED))
+    except Exception:  # a value no call could have returned: the call did not complete
+        return None
+    if any(part.problem() for part in result.parts):
+        return None
+    return result
 
 
 def _to_tool_result(value: Any) -> ToolResult:
