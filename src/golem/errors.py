@@ -187,6 +187,13 @@ class ProviderError(GolemError):
 
     `retryable` tells the run loop whether another attempt may succeed; adapters
     classify, only the loop retries (under `Agent(max_attempts=...)`).
+
+    What the provider said about the failure, when it said it: `status_code` (the HTTP
+    status, or the one documented for an error reported inside a 200 answer), `error_type`
+    (`rate_limit_error`, `invalid_request_error`, Gemini's `RESOURCE_EXHAUSTED`),
+    `error_code` (OpenAI's `rate_limit_exceeded`, Gemini's `API_KEY_INVALID`), `request_id`
+    (the `x-request-id` / `request-id` header or the body's, for the provider's support) and
+    `body` (its first 64 KiB). Empty strings when not given.
     """
 
     retryable: bool = False
@@ -199,11 +206,17 @@ class ProviderError(GolemError):
         body: str = "",
         retryable: bool | None = None,
         provider: str = "",
+        error_type: str = "",
+        error_code: str = "",
+        request_id: str = "",
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.body = body
         self.provider = provider
+        self.error_type = error_type
+        self.error_code = error_code
+        self.request_id = request_id
         if retryable is not None:
             self.retryable = retryable
 

@@ -1,0 +1,418 @@
+"""Unhappy answers through each adapter's HTTP path (the fifth traffic round, ADR 0074).
+
+Each provider's real error body shape, every status the APIs document, bodies that are not
+JSON (HTML and plain-text proxy pages), empty and huge bodies, `Retry-After` in all of RFC
+9110's forms, `retry-after-ms`, `x-ratelimit-*` and `x-should-retry`, errors inside a 200
+answer. Each ends in a named `ProviderError` carrying the status, the provider's error type
+and code, and the request ID, streamed or not.
+
+What failed before: an error carried no error type, code or request ID; an asctime
+`Retry-After` (no zone) was read as local time (hours off west of Greenwich); a date in the
+year 9999 or `Retry-After: 1e12` asked a run to wait for millennia; a 429 with no
+`Retry-After` ignored OpenAI's `x-ratelimit-reset-*`; `x-should-retry` and 409 were not
+retryable; an error body was read whole however long (and kept whole in `.body`); an HTML
+error page's tags were the message; a 200 plain-text proxy page answering a stream was a
+"stream ended" error that quoted nothing; an empty JSON body answering a Gemini stream was
+not retryable.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golem.errors import (
+    AuthenticationError,
+    BadRequest,
+    Overloaded,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatError,
+)
+from golem.providers._http import (
+    MAX_ERROR_BODY,
+    MAX_RETRY_AFTER,
+    rate_limit_reset,
+    retry_after_seconds,
+)
+from tests.providers._recordings import all_interactions, needs_recordings
+from tests.providers._unseen import MODELS, REQUEST, Chunks
+
+APIS = list(MODELS)
+
+# each provider's documented error body, with the type / code it carries
+BODIES: dict[str, tuple[dict[str, Any], str, str]] = {
+    "openai-chat": (
+        {
+            "error": {
+                "message": "Rate limit reached for gpt-4o",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "requests",
+        "rate_limit_exceeded",
+    ),
+    "openai-responses": (
+        {
+            "error": {
+                "message": "The server had an error",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        "server_error",
+        "",
+    ),
+    "anthropic": (
+        {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+            "request_id": "req_011CVbody",
+        },
+        "overloaded_error",
+        "",
+    ),
+    "gemini": (
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource has been exhausted (e.g. check quota).",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "RATE_LIMIT_EXCEEDED",
+                        "domain": "googleapis.com",
+                    }
+                ],
+            }
+        },
+        "RESOURCE_EXHAUSTED",
+        "RATE_LIMIT_EXCEEDED",
+    ),
+}
+
+CLASSES: dict[int, tuple[type[ProviderError], bool]] = {
+    400: (BadRequest, False),
+    401: (AuthenticationError, False),
+    403: (AuthenticationError, False),
+    404: (BadRequest, False),
+    408: (ProviderTimeout, True),
+    409: (BadRequest, True),
+    413: (BadRequest, False),
+    422: (BadRequest, False),
+    429: (RateLimited, True),
+    500: (Overloaded, True),
+    502: (Overloaded, True),
+    503: (Overloaded, True),
+    504: (Overloaded, True),
+    529: (Overloaded, True),
+}
+
+
+async def _fail(
+    api: str,
+    status: int,
+    body: bytes | list[bytes] | httpx.AsyncByteStream,
+    *,
+    stream: bool,
+    headers: dict[str, str] | None = None,
+) -> ProviderError:
+    """The error the `api` adapter raises for an answer of `status` with `body`."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        content = (
+            body
+            if isinstance(body, httpx.AsyncByteStream)
+            else Chunks(body if isinstance(body, list) else [body])
+        )
+        return httpx.Response(status, headers=headers or {}, stream=content)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        with pytest.raises(ProviderError) as caught:
+            if stream:
+                async for _ in model.generate_stream(REQUEST):
+                    pass
+            else:
+                await model.generate(REQUEST)
+    return caught.value
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("status", sorted(CLASSES))
+@pytest.mark.parametrize("api", APIS)
+async def test_each_status_is_a_named_error_with_type_code_and_request_id(
+    api: str, status: int, stream: bool
+) -> None:
+    body, kind, code = BODIES[api]
+    headers = {"content-type": "application/json", "x-request-id": "req_header"}
+    error = await _fail(api, status, json.dumps(body).encode(), stream=stream, headers=headers)
+    expected, retryable = CLASSES[status]
+    if api == "gemini" and status == 400:
+        expected = BadRequest
+    assert type(error) is expected, error
+    assert error.status_code == status
+    assert error.retryable is retryable
+    assert (error.error_type, error.error_code, error.request_id) == (kind, code, "req_header")
+    assert "req_header" in str(error)
+    assert error.provider in ("openai", "anthropic", "gemini")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_request_id_comes_from_its_header_else_from_the_body(stream: bool) -> None:
+    body = json.dumps(BODIES["anthropic"][0]).encode()
+    error = await _fail("anthropic", 529, body, stream=stream, headers={"request-id": "req_h"})
+    assert error.request_id == "req_h"
+    error = await _fail("anthropic", 529, body, stream=stream)
+    assert error.request_id == "req_011CVbody"
+
+
+@needs_recordings
+@pytest.mark.parametrize("api", APIS)
+async def test_every_recorded_error_answer_carries_its_type_and_code(api: str) -> None:
+    answers = [it for it in all_interactions(api) if it.status >= 400]
+    if api != "gemini":
+        assert answers, f"no recorded error answer for {api}"
+    for it in answers:
+        for stream in (False, True):
+            error = await _fail(api, it.status, it.body.encode(), stream=stream, headers=it.headers)
+            assert error.status_code == it.status
+            err = it.json["error"]
+            assert error.error_type == (err.get("type") or "")
+            assert error.error_code == (err.get("code") or "")
+            assert error.request_id == it.json.get("request_id", "")
+            assert err["message"][:100] in str(error)
+
+
+PAGES = [
+    (
+        "text/html",
+        b"<html><head><title>502 Bad Gateway</title><style>b{}</style></head>"
+        b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>",
+        "502 Bad Gateway",
+    ),
+    (
+        "text/plain",
+        b"upstream connect error or disconnect/reset before headers. reset reason: "
+        b"connection failure",
+        "upstream connect error",
+    ),
+    ("text/plain; charset=utf-8", b"error code: 1015", "error code: 1015"),
+    ("application/json", b"", "(no body)"),
+    ("", b"", "(no body)"),
+    ("application/json", b'{"error": "upstream timeout"}', "upstream timeout"),
+    ("application/xml", b"<Error><Code>Throttling</Code></Error>", "Throttling"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("ctype", "page", "quoted"), PAGES)
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_page_that_is_not_json_is_quoted_as_text(
+    api: str, ctype: str, page: bytes, quoted: str, stream: bool
+) -> None:
+    headers = {"content-type": ctype} if ctype else {}
+    error = await _fail(api, 502, page, stream=stream, headers=headers)
+    assert type(error) is Overloaded
+    assert error.retryable
+    assert quoted in str(error)
+    assert "<" not in str(error).partition(": ")[2]  # no markup in the message
+
+
+class Endless(httpx.AsyncByteStream):
+    """A body that never ends, counting what was read of it."""
+
+    def __init__(self, piece: bytes) -> None:
+        self.piece = piece
+        self.read = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while self.read < 64 * MAX_ERROR_BODY:  # a bound, should the adapter read on
+            self.read += len(self.piece)
+            yield self.piece
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_a_huge_error_body_is_not_read_whole(api: str, stream: bool) -> None:
+    body = Endless(b'{"error": {"message": "' + b"x" * 4096)
+    error = await _fail(api, 500, body, stream=stream, headers={"content-type": "text/plain"})
+    assert type(error) is Overloaded
+    assert body.read <= MAX_ERROR_BODY + 4096 + 64
+    assert len(error.body) <= MAX_ERROR_BODY
+    assert len(str(error)) < 1000
+
+
+@pytest.mark.parametrize(
+    ("ctype", "page"),
+    [
+        ("text/plain", b"upstream connect error or disconnect/reset before headers"),
+        ("text/plain; charset=utf-8", b"Service Unavailable\n"),
+        ("text/event-stream", b"502 Bad Gateway\r\n"),
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_200_plain_text_page_answering_a_stream_is_quoted(
+    api: str, ctype: str, page: bytes
+) -> None:
+    error = await _fail(api, 200, page, stream=True, headers={"content-type": ctype})
+    assert type(error) is ResponseFormatError
+    assert error.retryable
+    assert page.decode().strip()[:20] in str(error)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_an_empty_json_body_answering_a_stream_is_retryable(api: str) -> None:
+    error = await _fail(api, 200, b"", stream=True, headers={"content-type": "application/json"})
+    assert isinstance(error, ResponseFormatError | ProviderConnectionError)
+    assert error.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("value", "retryable"), [("true", True), ("false", False)])
+@pytest.mark.parametrize("status", [400, 429, 500])
+async def test_x_should_retry_decides_whether_the_error_is_retried(
+    status: int, value: str, retryable: bool, stream: bool
+) -> None:
+    body = json.dumps(BODIES["anthropic"][0]).encode()
+    error = await _fail("anthropic", status, body, stream=stream, headers={"x-should-retry": value})
+    assert error.retryable is retryable
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+NOW = 1_764_800_000.0  # 2025-12-03, a fixed clock
+
+
+def _forms(when: float) -> Iterator[str]:
+    """`when` in RFC 9110's three HTTP-date forms."""
+    t = time.gmtime(when)
+    yield email.utils.formatdate(when, usegmt=True)  # IMF-fixdate
+    yield time.strftime("%A, %d-%b-%y %H:%M:%S GMT", t)  # obsolete RFC 850
+    yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=86_000))
+def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
+    for form in _forms(NOW + ahead):
+        assert retry_after_seconds(httpx.Headers({"retry-after": form}), now=NOW) == ahead, form
+
+
+def test_a_date_without_a_zone_is_gmt_whatever_the_local_zone() -> None:
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        asctime = list(_forms(time.time() + 60))[2]
+        wait = retry_after_seconds(httpx.Headers({"retry-after": asctime}))
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+    assert wait is not None
+    assert 0 < wait <= 61
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "Sun, 06 Nov 1994 08:49:37 GMT"}, 0.0),  # past
+        ({"retry-after": "Sunday, 06-Nov-94 08:49:37 GMT"}, 0.0),
+        ({"retry-after": "Sun Nov  6 08:49:37 1994"}, 0.0),
+        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, MAX_RETRY_AFTER),
+        ({"retry-after": "1e12"}, MAX_RETRY_AFTER),
+        ({"retry-after": "99999999999999999999"}, MAX_RETRY_AFTER),
+        ({"retry-after-ms": "1e15"}, MAX_RETRY_AFTER),
+        ({"retry-after": " 30 "}, 30.0),
+        ({"retry-after": "2.5"}, 2.5),
+        ({"retry-after": "-5"}, 0.0),
+        ({"retry-after-ms": "1500", "retry-after": "100"}, 1.5),
+        ({"retry-after-ms": "soon", "retry-after": "100"}, 100.0),
+        ({"retry-after": "1_000"}, None),  # Python's float() reads it; no server writes it
+        ({"retry-after": "0x10"}, None),
+        ({"retry-after": "30, 40"}, None),
+        ({"retry-after": "Mon, 99 Foo 2025 99:99:99 GMT"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": ""}, None),
+    ],
+)
+def test_retry_after_values_are_bounded(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after_seconds(httpx.Headers(headers), now=NOW) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_any_retry_after_is_none_or_a_bounded_wait(value: str) -> None:
+    try:
+        headers = httpx.Headers({"retry-after": value, "retry-after-ms": value})
+    except (ValueError, UnicodeEncodeError):
+        return  # not a header httpx sends
+    for h in (headers, httpx.Headers({"retry-after": value})):
+        wait = retry_after_seconds(h, now=NOW)
+        assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (
+            {
+                "x-ratelimit-remaining-requests": "99",
+                "x-ratelimit-reset-requests": "120ms",
+                "x-ratelimit-remaining-tokens": "0",
+                "x-ratelimit-reset-tokens": "6m0s",
+            },
+            360.0,
+        ),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
+        ({"x-ratelimit-reset-tokens": "1h2m3s"}, 3723.0),
+        ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
+        ({"x-ratelimit-reset-tokens": "7"}, 7.0),
+        ({"x-ratelimit-reset-tokens": "9999999h"}, MAX_RETRY_AFTER),
+        ({"x-ratelimit-reset-tokens": "soon"}, None),
+        ({"x-ratelimit-reset-tokens": "5x"}, None),
+        ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "5s"}, None),
+        ({}, None),
+    ],
+)
+def test_openai_rate_limit_resets_are_read(headers: dict[str, str], expected: float | None) -> None:
+    assert rate_limit_reset(httpx.Headers(headers)) == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["openai-chat", "openai-responses"])
+async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
+    api: str, stream: bool
+) -> None:
+    headers = {
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "6m0s",
+        "x-ratelimit-remaining-requests": "10",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    body = json.dumps(BODIES["openai-chat"][0]).encode()
+    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == 360.0
+    headers["retry-after"] = "2"  # the header wins
+    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == 2.0
