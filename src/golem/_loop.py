@@ -374,6 +374,18 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
 
 _TOOL_RUN = Tool.run
 
+_CUT_OFF = (
+    "the answer reached the output token limit (finish reason length) while this call was "
+    "being written, so its arguments may be incomplete; the tool did not run"
+)
+"""Why the last tool call of an answer cut at its output token limit is refused."""
+
+
+async def _cut_off() -> _Outcome:
+    """The outcome of a call the output token limit may have cut: arguments to correct."""
+    return _Outcome("retry", error=InvalidArguments(_CUT_OFF))
+
+
 _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
     ("deferred", Deferred),
     ("canceled", Canceled),
@@ -465,10 +477,14 @@ async def _tool_batch(
         tools.append(tool)
     recorded: dict[int, Message] = {}
     deferrals: list[tuple[ToolCall, Deferred]] = []
+    # an answer that reached its output token limit was cut while writing its last call:
+    # its arguments may be half written even when they parse (Anthropic's `{}`, or a
+    # partial object parsed server-side), so that call never runs nor asks for approval
+    cut = len(calls) - 1 if state.finish_reason == "length" else -1
     if not policy.parallel_tool_calls:  # one call at a time, in emission order
         for i, call in enumerate(calls):
             _start_event(state, turn, call)
-            out = await _execute(policy, state, tools[i], call)
+            out = await (_cut_off() if i == cut else _execute(policy, state, tools[i], call))
             raise_if_swallowed(state.cancels)
             _end_event(state, turn, call, out)
             if out.kind != "deferred":
@@ -479,14 +495,19 @@ async def _tool_batch(
             if len(group) == 1:
                 i = group[0]
                 _start_event(state, turn, calls[i])
-                outcomes = [await _execute(policy, state, tools[i], calls[i])]
+                outcomes = [
+                    await (_cut_off() if i == cut else _execute(policy, state, tools[i], calls[i]))
+                ]
                 raise_if_swallowed(state.cancels)
                 _end_event(state, turn, calls[i], outcomes[0])
             else:
                 for i in group:
                     _start_event(state, turn, calls[i])
                 outcomes = await _together(
-                    [_execute(policy, state, tools[i], calls[i]) for i in group]
+                    [
+                        _cut_off() if i == cut else _execute(policy, state, tools[i], calls[i])
+                        for i in group
+                    ]
                 )
                 for i, out in zip(group, outcomes, strict=True):
                     _end_event(state, turn, calls[i], out)

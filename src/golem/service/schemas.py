@@ -382,7 +382,6 @@ class AuditList(_Out):
     entries: list[AuditListItem]
 
 
-
 class RunDetail(Run):
     """A run with its conversation (history JSON objects) and audit log."""
 

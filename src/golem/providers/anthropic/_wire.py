@@ -23,6 +23,7 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
+    MAX_TOKEN_COUNT,
     ASSISTANT_MEDIA_TEXT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
@@ -618,7 +619,7 @@ def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     details = raw.get("output_tokens_details")
     reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
     return Usage(
-        input_tokens=fresh + read + write,
+        input_tokens=min(fresh + read + write, MAX_TOKEN_COUNT),
         output_tokens=token_count(raw.get("output_tokens")),
         cache_read_tokens=read,
         cache_write_tokens=write,

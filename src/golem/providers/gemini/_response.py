@@ -37,6 +37,7 @@ from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlo
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._http import (
+    MAX_TOKEN_COUNT,
     RUN_SEPARATOR,
     args_json,
     json_text,
@@ -118,9 +119,14 @@ def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     """
     thoughts = token_count(meta.get("thoughtsTokenCount"))
     return Usage(
-        input_tokens=token_count(meta.get("promptTokenCount"))
-        + token_count(meta.get("toolUsePromptTokenCount")),
-        output_tokens=token_count(meta.get("candidatesTokenCount")) + thoughts,
+        input_tokens=min(
+            token_count(meta.get("promptTokenCount"))
+            + token_count(meta.get("toolUsePromptTokenCount")),
+            MAX_TOKEN_COUNT,
+        ),
+        output_tokens=min(
+            token_count(meta.get("candidatesTokenCount")) + thoughts, MAX_TOKEN_COUNT
+        ),
         cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
         reasoning_tokens=thoughts,
     )

@@ -1,0 +1,321 @@
+"""Stops and limits through each adapter's HTTP path and the run loop (ADR 0074).
+
+An answer that reached its output token limit (`finish_reason` "length": Chat `length`,
+Responses `incomplete` / `max_output_tokens`, Anthropic `max_tokens`, Gemini `MAX_TOKENS`)
+was cut while it wrote its last tool call. Its arguments may parse and still be half written:
+Anthropic streams a `tool_use` start with `input: {}` and had no delta yet, or answers
+unstreamed with the partial object it parsed; a Chat or Responses call cut at its first
+character has `""`, which a tool reads as `{}`. That call used to run (or ask for approval)
+with that input. It is now refused like invalid arguments: the tool does not run, the model
+is told why, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from golem import Agent
+from golem.model import ModelResponse
+from golem.providers._http import MAX_TOKEN_COUNT
+from tests.providers._unseen import MODELS, send
+
+
+def _sse(events: list[Any], named: bool = False) -> str:
+    out = []
+    for e in events:
+        data = e if isinstance(e, str) else json.dumps(e)
+        out.append((f"event: {e['type']}\n" if named else "") + f"data: {data}\n\n")
+    return "".join(out)
+
+
+def _chat(args: str) -> tuple[dict[str, Any], str]:
+    call = {"id": "call_1", "type": "function", "function": {"name": "wipe", "arguments": args}}
+    body = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 16},
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    start = {"index": 0, "id": "call_1", "type": "function"}
+    stream = _sse(
+        [
+            chunk({"role": "assistant", "tool_calls": [{**start, "function": {"name": "wipe"}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
+            chunk({}, "length"),
+            {**chunk({}), "choices": [], "usage": body["usage"]},
+            "[DONE]",
+        ]
+    )
+    return body, stream
+
+
+def _responses(args: str) -> tuple[dict[str, Any], str]:
+    item = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "wipe",
+        "arguments": args,
+        "status": "incomplete",
+    }
+    body = {
+        "id": "r",
+        "object": "response",
+        "model": "gpt-4o",
+        "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [item],
+        "usage": {"input_tokens": 10, "output_tokens": 16},
+    }
+    stream = _sse(
+        [
+            {"type": "response.created", "response": {**body, "status": "in_progress"}},
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            },
+            {
+                "type": "response.function_call_arguments.delta",
+                "output_index": 0,
+                "item_id": "fc_1",
+                "delta": args,
+            },
+            {"type": "response.incomplete", "response": body},
+        ]
+    )
+    return body, stream
+
+
+def _anthropic(args: str) -> tuple[dict[str, Any], str]:
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "wipe", "input": {}}],
+        "stop_reason": "max_tokens",
+        "usage": {"input_tokens": 10, "output_tokens": 16},
+    }
+    start = {**body, "content": [], "stop_reason": None}
+    events: list[Any] = [
+        {"type": "message_start", "message": start},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "wipe", "input": {}},
+        },
+    ]
+    if args:
+        events.append(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": args},
+            }
+        )
+    events += [
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens"},
+            "usage": {"output_tokens": 16},
+        },
+        {"type": "message_stop"},
+    ]
+    return body, _sse(events, named=True)
+
+
+def _gemini(args: str) -> tuple[dict[str, Any], str]:
+    body = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [{"functionCall": {"name": "wipe", "args": json.loads(args or "{}")}}],
+                },
+                "finishReason": "MAX_TOKENS",
+            }
+        ],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 16},
+        "modelVersion": "gemini-x",
+    }
+    return body, _sse([body])
+
+
+CUT = {"openai-chat": _chat, "openai-responses": _responses, "anthropic": _anthropic}
+CUT["gemini"] = _gemini
+
+DONE: dict[str, dict[str, Any]] = {
+    "openai-chat": {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    },
+    "openai-responses": {
+        "id": "r",
+        "object": "response",
+        "model": "gpt-4o",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "m",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+    },
+    "anthropic": {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    },
+    "gemini": {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}
+        ],
+        "modelVersion": "gemini-x",
+    },
+}
+
+
+@pytest.mark.parametrize("args", ["{}", ""])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_a_tool_call_cut_at_the_token_limit_never_runs(
+    api: str, stream: bool, args: str
+) -> None:
+    cut_body, cut_stream = CUT[api](args)
+    answers = [cut_stream if stream else json.dumps(cut_body), json.dumps(DONE[api])]
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        text = answers[len(sent) - 1]
+        ctype = "text/event-stream" if text.startswith(("data:", "event:")) else "application/json"
+        return httpx.Response(200, headers={"content-type": ctype}, text=text)
+
+    runs: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        agent = Agent(MODELS[api](client))
+
+        @agent.tool
+        def wipe(everything: bool = True) -> str:
+            """Wipe the disk."""
+            runs.append({"everything": everything})
+            return "wiped"
+
+        if stream:
+            async with agent.run_stream("clean up") as s:
+                async for _ in s:
+                    pass
+            result = s.result
+        else:
+            result = await agent.run("clean up")
+    assert runs == []
+    assert result.output == "ok"
+    assert len(sent) == 2
+    told = next(m for m in result.messages if m.role == "tool")
+    assert "output token limit" in told.content
+    assert "wiped" not in json.dumps(sent[1])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_a_cut_answer_reports_length_and_keeps_the_call_as_written(
+    api: str, stream: bool
+) -> None:
+    cut_body, cut_stream = CUT[api]('{"everything": tr' if api != "gemini" else "{}")
+    items = await send(api, cut_stream if stream else json.dumps(cut_body), stream=stream)
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.finish_reason == "length"
+    assert [c.name for c in final.message.tool_calls] == ["wipe"]
+    assert final.usage.output_tokens == 16 or api == "gemini"
+
+
+def _anthropic_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "x"}],
+        "stop_reason": "end_turn",
+        "usage": usage,
+    }
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": 1e30, "cache_read_input_tokens": 1e30, "cache_creation_input_tokens": 5},
+        {"input_tokens": "9007199254740991", "cache_creation_input_tokens": 1},
+        {"input_tokens": MAX_TOKEN_COUNT, "cache_read_input_tokens": MAX_TOKEN_COUNT},
+    ],
+)
+async def test_anthropic_input_counts_that_add_up_past_the_bound_are_the_bound(
+    usage: dict[str, Any],
+) -> None:
+    for stream in (False, True):
+        body = json.dumps(_anthropic_usage(usage))
+        if stream:
+            start = {**_anthropic_usage(usage), "content": [], "stop_reason": None}
+            body = _sse(
+                [
+                    {"type": "message_start", "message": start},
+                    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+                    {"type": "message_stop"},
+                ],
+                named=True,
+            )
+        final = (await send("anthropic", body, stream=stream))[-1]
+        assert isinstance(final, ModelResponse)
+        assert 0 <= final.usage.input_tokens <= MAX_TOKEN_COUNT
+        assert final.usage.input_tokens == MAX_TOKEN_COUNT
+
+
+async def test_gemini_counts_that_add_up_past_the_bound_are_the_bound() -> None:
+    meta = {
+        "promptTokenCount": MAX_TOKEN_COUNT,
+        "toolUsePromptTokenCount": "12",
+        "candidatesTokenCount": 1e300,
+        "thoughtsTokenCount": 7,
+    }
+    body = {**DONE["gemini"], "usageMetadata": meta}
+    for stream in (False, True):
+        final = (await send("gemini", _sse([body]) if stream else json.dumps(body), stream=stream))[
+            -1
+        ]
+        assert isinstance(final, ModelResponse)
+        assert final.usage.input_tokens == MAX_TOKEN_COUNT
+        assert final.usage.output_tokens == MAX_TOKEN_COUNT
