@@ -319,3 +319,71 @@ async def test_gemini_counts_that_add_up_past_the_bound_are_the_bound() -> None:
         assert isinstance(final, ModelResponse)
         assert final.usage.input_tokens == MAX_TOKEN_COUNT
         assert final.usage.output_tokens == MAX_TOKEN_COUNT
+
+
+def _calls_answer(api: str, ids: list[str | None]) -> dict[str, Any]:
+    """An answer of `api` with one call of `add` per entry of `ids` (None: no ID field)."""
+
+    def with_id(entry: dict[str, Any], key: str, call_id: str | None) -> dict[str, Any]:
+        return entry if call_id is None else {**entry, key: call_id}
+
+    if api == "openai-chat":
+        calls = [
+            with_id(
+                {"type": "function", "function": {"name": "add", "arguments": f'{{"n":{n}}}'}},
+                "id",
+                i,
+            )
+            for n, i in enumerate(ids)
+        ]
+        return {
+            **DONE[api],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": calls},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+        }
+    if api == "openai-responses":
+        items = [
+            with_id(
+                {"type": "function_call", "name": "add", "arguments": f'{{"n":{n}}}'}, "call_id", i
+            )
+            for n, i in enumerate(ids)
+        ]
+        return {**DONE[api], "output": items}
+    if api == "anthropic":
+        blocks = [
+            with_id({"type": "tool_use", "name": "add", "input": {"n": n}}, "id", i)
+            for n, i in enumerate(ids)
+        ]
+        return {**DONE[api], "content": blocks, "stop_reason": "tool_use"}
+    parts = [
+        {"functionCall": with_id({"name": "add", "args": {"n": n}}, "id", i)}
+        for n, i in enumerate(ids)
+    ]
+    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP"}]}
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        ["", None, "x", "x"],
+        [None, None],
+        ["", ""],
+        [f"c{i % 7}" for i in range(1000)],
+        [None] * 1000,
+    ],
+    ids=["mixed", "missing", "empty", "1000-repeating", "1000-missing"],
+)
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_every_call_of_an_answer_gets_its_own_id(api: str, ids: list[str | None]) -> None:
+    final = (await send(api, json.dumps(_calls_answer(api, ids)), stream=False))[-1]
+    assert isinstance(final, ModelResponse)
+    got = [c.id for c in final.message.tool_calls]
+    assert len(got) == len(ids)
+    assert all(got)
+    assert len(set(got)) == len(got)
+    assert [json.loads(c.args)["n"] for c in final.message.tool_calls] == list(range(len(ids)))

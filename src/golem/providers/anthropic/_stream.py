@@ -19,6 +19,7 @@ from golem.providers.anthropic._errors import error_from_event, incomplete_strea
 from golem.providers.anthropic._wire import (
     PROVIDER,
     RawArgs,
+    fresh_call_id,
     input_text,
     message_from_blocks,
     response_of,
@@ -189,9 +190,10 @@ class StreamParser:
             self._calls += 1
             self._fragments[index] = [whole] if whole else []
             call_id, name = block.get("id"), block.get("name")
-            call_id = unique_call_id(call_id if isinstance(call_id, str) else "", self._ids)
-            if call_id:
-                block["id"] = call_id  # the final message names the call as the delta did
+            call_id = unique_call_id(
+                call_id if isinstance(call_id, str) and call_id else fresh_call_id(), self._ids
+            )
+            block["id"] = call_id  # the final message names the call as the delta did
             return Delta(
                 tool_calls=[
                     ToolCallDelta(

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,8 +24,8 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
-    MAX_TOKEN_COUNT,
     ASSISTANT_MEDIA_TEXT,
+    MAX_TOKEN_COUNT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     args_json,
@@ -54,6 +55,7 @@ __all__ = [
     "build_request_body",
     "container_of",
     "finish_reason_from",
+    "fresh_call_id",
     "input_text",
     "message_from_blocks",
     "parse_response",
@@ -627,6 +629,12 @@ def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     )
 
 
+def fresh_call_id() -> str:
+    """An ID for a `tool_use` block a server sent without one (a compatible server's): its
+    result is paired with it, and a pause hands the call out by it."""
+    return "toolu_golem_" + secrets.token_hex(12)
+
+
 def finish_reason_from(stop_reason: Any) -> FinishReason:
     """Normalize `stop_reason` (null → "", unknown values → "other")."""
     if stop_reason is None:
@@ -704,7 +712,8 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            calls.append(ToolCall(id=unique_call_id(_str(b.get("id")), ids), name=name, args=args))
+            call_id = unique_call_id(_str(b.get("id")) or fresh_call_id(), ids)
+            calls.append(ToolCall(id=call_id, name=name, args=args))
         else:
             separated = True
             server.append(_server_block(b, names, pos, len(thinking)))
