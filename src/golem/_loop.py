@@ -280,9 +280,17 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 response = await policy.model.generate(request)
         except Exception as exc:
             raise_if_swallowed(state.cancels)
-            state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
+            # what a failed answer reported it used (a stream that broke off) is spent
+            spent = exc.usage if isinstance(exc, ProviderError) else None
+            if spent is not None:
+                state.usage = state.usage + spent
+            state.emit(
+                EventKind.MODEL_END, turn=turn, attempt=attempt, usage=spent or Usage(), error=exc
+            )
             retryable = isinstance(exc, ProviderError) and exc.retryable
             if retryable and attempt < attempts:
+                if spent is not None:
+                    _check_usage(policy, state)  # no retry past a usage limit
                 wait = policy.backoff(attempt, exc)
                 if wait is not None:
                     await asyncio.sleep(wait)

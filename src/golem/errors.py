@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from golem.result import PartialResult
+    from golem.usage import Usage
 
 __all__ = [
     "AuthenticationError",
@@ -194,9 +195,14 @@ class ProviderError(GolemError):
     `error_code` (OpenAI's `rate_limit_exceeded`, Gemini's `API_KEY_INVALID`), `request_id`
     (the `x-request-id` / `request-id` header or the body's, for the provider's support) and
     `body` (its first 64 KiB). Empty strings when not given.
+
+    `usage` is what the provider reported for the failed answer before it failed (a stream
+    that broke off, a Responses `response.failed` with its usage), None when it reported
+    nothing; the run counts it.
     """
 
     retryable: bool = False
+    usage: Usage | None = None
 
     def __init__(
         self,

@@ -19,8 +19,10 @@ import httpx
 import pytest
 
 from golem import Agent
+from golem.errors import Overloaded, RunError, UsageLimitExceeded
 from golem.model import ModelResponse
 from golem.providers._http import MAX_TOKEN_COUNT
+from golem.usage import Usage, UsageLimits
 from tests.providers._unseen import MODELS, send
 
 
@@ -387,3 +389,144 @@ async def test_every_call_of_an_answer_gets_its_own_id(api: str, ids: list[str |
     assert all(got)
     assert len(set(got)) == len(got)
     assert [json.loads(c.args)["n"] for c in final.message.tool_calls] == list(range(len(ids)))
+
+
+# ----------------------------------------------------------- errors inside a 200 stream
+
+BROKEN: dict[str, str] = {
+    "openai-chat": _sse(
+        [
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": "gpt-4o",
+                "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 16},
+            },
+            {"error": {"message": "The server had an error", "type": "server_error"}},
+        ]
+    ),
+    "openai-responses": _sse(
+        [
+            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
+            {
+                "type": "response.failed",
+                "response": {
+                    "id": "r",
+                    "status": "failed",
+                    "error": {"code": "server_error", "message": "boom"},
+                    "output": [],
+                    "usage": {"input_tokens": 10, "output_tokens": 16},
+                },
+            },
+        ]
+    ),
+    "anthropic": _sse(
+        [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "claude-x",
+                    "content": [],
+                    "usage": {"input_tokens": 10, "output_tokens": 16},
+                },
+            },
+            {
+                "type": "error",
+                "error": {"type": "overloaded_error", "message": "Overloaded"},
+                "request_id": "req_body",
+            },
+        ],
+        named=True,
+    ),
+    "gemini": _sse(
+        [
+            {
+                "candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}],
+                "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 16},
+            },
+            {
+                "error": {
+                    "code": 503,
+                    "message": "The model is overloaded.",
+                    "status": "UNAVAILABLE",
+                }
+            },
+        ]
+    ),
+}
+
+
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_an_error_inside_a_stream_is_named_and_carries_the_usage_so_far(api: str) -> None:
+    with pytest.raises(Overloaded) as caught:
+        await send(api, BROKEN[api], stream=True)
+    error = caught.value
+    assert error.retryable
+    assert error.usage == Usage(input_tokens=10, output_tokens=16)
+    assert {error.error_type, error.error_code} & {
+        "server_error",
+        "overloaded_error",
+        "UNAVAILABLE",
+    }
+
+
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_a_run_counts_what_a_failed_answer_used(api: str) -> None:
+    answers = [BROKEN[api], json.dumps(DONE[api])]
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        text = answers[min(len(sent), 2) - 1]
+        ctype = "text/event-stream" if text.startswith(("data:", "event:")) else "application/json"
+        return httpx.Response(200, headers={"content-type": ctype}, text=text)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        failed = Agent(model, max_attempts=1)
+        with pytest.raises(RunError) as caught:
+            async with failed.run_stream("hi") as s:
+                async for _ in s:
+                    pass
+        assert caught.value.partial is not None
+        assert caught.value.partial.usage.input_tokens == 10
+        assert caught.value.partial.usage.output_tokens == 16
+
+
+async def test_no_retry_past_a_usage_limit_that_a_failed_answer_reached() -> None:
+    failed = {
+        "id": "r",
+        "object": "response",
+        "status": "failed",
+        "error": {"code": "server_error", "message": "boom"},
+        "output": [],
+        "usage": {"input_tokens": 10, "output_tokens": 16},
+    }
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200, json=failed)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS["openai-responses"](client)
+        with pytest.raises(RunError) as caught:
+            await Agent(model, max_attempts=3, retry_backoff=lambda attempt: 0.0).run("hi")
+        assert len(sent) == 3
+        assert caught.value.partial is not None
+        assert caught.value.partial.usage.total_tokens == 3 * 26
+        sent.clear()
+        limited = Agent(
+            model,
+            max_attempts=3,
+            retry_backoff=lambda attempt: 0.0,
+            usage_limits=UsageLimits(total_tokens=20),
+        )
+        with pytest.raises(RunError) as caught:
+            await limited.run("hi")
+        assert isinstance(caught.value.__cause__, UsageLimitExceeded)
+        assert len(sent) == 1

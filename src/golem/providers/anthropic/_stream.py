@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from golem.errors import ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import object_text, parse_event_data, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
@@ -108,7 +109,7 @@ class StreamParser:
             ResponseFormatError: the event data is not a JSON object.
         """
         if event == "error":
-            raise error_from_event(data)
+            raise self._failed(error_from_event(data))
         payload = parse_event_data(PROVIDER, data)
         if payload is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
@@ -136,8 +137,14 @@ class StreamParser:
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
-            raise error_from_event(data)
+            raise self._failed(error_from_event(data))
         return None
+
+    def _failed(self, error: ProviderError) -> ProviderError:
+        """`error`, carrying the usage the stream reported before it failed (if any)."""
+        if self._usage:
+            error.usage = usage_from(self._usage)
+        return error
 
     def _merge_usage(self, usage: Any) -> None:
         if isinstance(usage, Mapping):
@@ -302,7 +309,7 @@ class StreamParser:
             ProviderConnectionError: `message_stop` never arrived (retryable).
         """
         if not self._done:
-            raise incomplete_stream()
+            raise self._failed(incomplete_stream())
         blocks: list[Mapping[str, Any]] = []
         for index in sorted(self._blocks):
             block = self._blocks[index]

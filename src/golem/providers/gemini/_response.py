@@ -349,6 +349,10 @@ class ResponseBuilder:
         self._response_id = self._response_id or base
         return f"{SYNTHETIC_ID_PREFIX}{base}_{index}"
 
+    def usage(self) -> Usage | None:
+        """The usage reported so far, None when no event reported any."""
+        return usage_from_metadata(self._usage) if self._usage else None
+
     def response(self) -> ModelResponse:
         """The response folded so far.
 
