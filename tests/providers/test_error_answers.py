@@ -40,6 +40,7 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
+from golem.providers import _http
 from golem.providers._http import (
     MAX_ERROR_BODY,
     MAX_RETRY_AFTER,
@@ -416,3 +417,132 @@ async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
     error = await _fail(api, 429, body, stream=stream, headers=headers)
     assert isinstance(error, RateLimited)
     assert error.retry_after == 2.0
+
+
+# ------------------------------------------------------------------ inside a 200 answer
+
+IN_BODY: dict[str, dict[str, Any]] = {
+    "openai-chat": {"error": {"message": "upstream failed", "type": "server_error", "code": None}},
+    "openai-responses": {
+        "id": "r",
+        "object": "response",
+        "status": "failed",
+        "error": {"code": "server_error", "message": "upstream failed"},
+        "output": [],
+    },
+    "anthropic": {"type": "error", "error": {"type": "api_error", "message": "upstream failed"}},
+    "gemini": {"error": {"code": 500, "message": "upstream failed", "status": "INTERNAL"}},
+}
+
+IN_STREAM: dict[str, bytes] = {
+    "openai-chat": b'data: {"error": {"message": "upstream failed", "type": "server_error"}}\n\n',
+    "openai-responses": b'event: error\ndata: {"type": "error", "code": "server_error", '
+    b'"message": "upstream failed", "param": null, "sequence_number": 1}\n\n',
+    "anthropic": b'event: error\ndata: {"type": "error", "error": {"type": "api_error", '
+    b'"message": "upstream failed"}}\n\n',
+    "gemini": b'data: {"error": {"code": 500, "message": "upstream failed", '
+    b'"status": "INTERNAL"}}\n\n',
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: bool) -> None:
+    headers = {"request-id" if api == "anthropic" else "x-request-id": "req_200"}
+    if stream:
+        headers["content-type"] = "text/event-stream"
+        body = IN_STREAM[api]
+    else:
+        headers["content-type"] = "application/json"
+        body = json.dumps(IN_BODY[api]).encode()
+    error = await _fail(api, 200, body, stream=stream, headers=headers)
+    assert type(error) is Overloaded
+    assert error.retryable
+    assert error.request_id == "req_200"
+    assert "req_200" in str(error)
+    assert "upstream failed" in str(error)
+    assert "server_error" in (error.error_type, error.error_code) or error.error_type in (
+        "api_error",
+        "INTERNAL",
+    )
+    assert error.error_type != "error"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    api=st.sampled_from(APIS),
+    stream=st.booleans(),
+    status=st.integers(min_value=300, max_value=999),
+    body=st.one_of(
+        st.binary(max_size=300),
+        st.text(max_size=300).map(str.encode),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "error",
+                            "type",
+                            "code",
+                            "message",
+                            "status",
+                            "details",
+                            "request_id",
+                            "reason",
+                        ]
+                    ),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=12,
+        ).map(lambda v: json.dumps(v).encode()),
+    ),
+    ctype=st.sampled_from(["application/json", "text/html", "text/plain", "", "text/event-stream"]),
+    retry=st.sampled_from(["", "5", "-1", "nan", "1e400", "Wed, 21 Oct 2015 07:28:00 GMT", "x"]),
+    request_id=st.sampled_from(["", "req_1"]),
+)
+def test_any_error_answer_is_a_named_provider_error(
+    api: str,
+    stream: bool,
+    status: int,
+    body: bytes,
+    ctype: str,
+    retry: str,
+    request_id: str,
+) -> None:
+    import asyncio
+
+    headers = {
+        k: v
+        for k, v in {
+            "content-type": ctype,
+            "retry-after": retry,
+            "x-request-id": request_id,
+        }.items()
+        if v
+    }
+    error = asyncio.run(_fail(api, status, body, stream=stream, headers=headers))
+    assert error.status_code == status or (api == "gemini" and error.status_code is not None)
+    assert len(error.body) <= MAX_ERROR_BODY
+    assert error.request_id == request_id or (not request_id and error.request_id)
+    wait = getattr(error, "retry_after", None)
+    assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
+    assert str(error)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_answer_longer_than_the_bound_is_refused_unread(
+    api: str, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_http, "MAX_BODY", 100_000)
+    piece = b"data: {" if stream else b'{"x": "'
+    body = Endless(piece + b"a" * 4096)
+    ctype = "text/event-stream" if stream else "application/json"
+    error = await _fail(api, 200, body, stream=stream, headers={"content-type": ctype})
+    assert type(error) is ResponseFormatError
+    assert "longer than 100000 bytes" in str(error)
+    assert body.read <= 100_000 + 2 * 4200

@@ -148,8 +148,9 @@ class ResponsesStreamParser:
                 response = {**response, "output": [self._done[i] for i in sorted(self._done)]}
             self._final = parse_responses_response(response)
             return None
-        if kind == "error":
-            raise error_from_payload({"error": event.get("error") or event})
+        if kind == "error":  # `{"type": "error", "code", "message"}`, or an `error` object
+            error = event.get("error") or {k: v for k, v in event.items() if k != "type"}
+            raise error_from_payload({"error": error})
         return None
 
     def _added(self, event: Mapping[str, Any]) -> Delta | None:
