@@ -12,11 +12,11 @@ GolemError
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
-├── ProviderError(retryable, status_code, body)
+├── ProviderError(retryable, status_code, error_type, error_code, request_id, body, usage)
 │   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
 │   ├── RateLimited(retry_after)      429: slow down (retryable)
 │   ├── Overloaded                    5xx / 529: the service is busy (retryable)
-│   ├── BadRequest                    any other 4xx: the request itself is wrong
+│   ├── BadRequest                    any other 4xx: the request itself is wrong (409: retryable)
 │   ├── ProviderTimeout               the request timed out (retryable)
 │   ├── ProviderConnectionError       the service could not be reached (retryable)
 │   └── ResponseFormatError           the service answered something unreadable
