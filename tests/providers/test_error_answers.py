@@ -40,6 +40,7 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
+from golem.model import Delta, ModelResponse
 from golem.providers import _http
 from golem.providers._http import (
     MAX_ERROR_BODY,
@@ -48,7 +49,8 @@ from golem.providers._http import (
     retry_after_seconds,
 )
 from tests.providers._recordings import all_interactions, needs_recordings
-from tests.providers._unseen import MODELS, REQUEST, Chunks
+from tests.providers._unseen import MODELS, REQUEST, Chunks, send
+from tests.providers.test_stops_and_limits import DONE
 
 APIS = list(MODELS)
 
@@ -546,3 +548,42 @@ async def test_an_answer_longer_than_the_bound_is_refused_unread(
     assert type(error) is ResponseFormatError
     assert "longer than 100000 bytes" in str(error)
     assert body.read <= 100_000 + 2 * 4200
+
+
+@pytest.mark.parametrize(
+    "ctype",
+    [
+        "text/event-stream",
+        "text/event-stream; charset=utf-8",
+        "text/plain",
+        "application/octet-stream",
+        "APPLICATION/JSON",
+        "Application/Json; Charset=UTF-8",
+        "",
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_json_answer_to_a_stream_under_another_content_type_is_read(
+    api: str, ctype: str
+) -> None:
+    body = json.dumps(DONE[api])
+    streamed = await send(api, body, stream=True, ctype=ctype or "x/unknown")
+    final = streamed[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message.content == "ok"
+    assert "".join(d.content for d in streamed if isinstance(d, Delta)) == "ok"
+    unstreamed = (await send(api, body, stream=False))[-1]
+    assert final == unstreamed
+
+
+@pytest.mark.parametrize("ctype", ["text/event-stream", "text/plain", "APPLICATION/JSON"])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_object_answering_a_stream_under_another_content_type_is_classified(
+    api: str, ctype: str
+) -> None:
+    body, _, _ = BODIES[api]
+    error = await _fail(
+        api, 200, json.dumps(body).encode(), stream=True, headers={"content-type": ctype}
+    )
+    assert type(error) in (RateLimited, Overloaded)
+    assert error.retryable

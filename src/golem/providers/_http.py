@@ -49,6 +49,7 @@ __all__ = [
     "HTTPModel",
     "LoopBoundClient",
     "RequestTag",
+    "WholeBody",
     "api_key_from_env",
     "args_json",
     "body_text",
@@ -57,6 +58,7 @@ __all__ = [
     "error_from_response",
     "finite_seconds",
     "in_order",
+    "is_json",
     "iter_sse",
     "json_object",
     "json_text",
@@ -833,11 +835,33 @@ async def iter_sse(
             yield item
             return
     if provider and not yielded and head.strip() and not _SSE_START.match(head.lstrip("\n")):
+        if head.lstrip().startswith(("{", "[")) and buffer.strip():
+            try:
+                from_json(buffer)
+            except ValueError:
+                pass
+            else:  # one JSON document under another content type: the answer, unstreamed
+                raise WholeBody(buffer)
         raise ResponseFormatError(
             f"{provider} answered a stream with text that is no event stream: {head!r}",
             provider=provider,
             retryable=True,
         )
+
+
+class WholeBody(Exception):
+    """Raised by `iter_sse` (with a provider named) for a "stream" that is one JSON document
+    served under another content type (`text/event-stream`, `text/plain`, an upper-case
+    `APPLICATION/JSON`): `text` is the answer, to read as the unstreamed body it is."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("the stream is one JSON document")
+        self.text = text
+
+
+def is_json(response: httpx.Response) -> bool:
+    """Whether the content type says JSON (`application/json`, any case and parameters)."""
+    return "application/json" in response.headers.get("content-type", "").lower()
 
 
 _SSE_START = re.compile(r"(?:data|event|id|retry)(?::|\n|$)|:")
@@ -991,7 +1015,7 @@ async def post_sse(
             if tag is not None:
                 tag.request_id = request_id_of(resp.headers)
             await refuse_html(resp, provider)
-            if "application/json" in resp.headers.get("content-type", ""):
+            if is_json(resp):
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
                 # the whole body is one event for the adapter's parser
                 yield "", await read_body(resp, provider)
@@ -1001,6 +1025,8 @@ async def post_sse(
                 async with aclosing(events):
                     async for item in events:
                         yield item
+            except WholeBody as whole:
+                yield "", whole.text
             except httpx.TimeoutException:
                 raise
             except httpx.TransportError as exc:

@@ -28,8 +28,10 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     RequestTag,
+    WholeBody,
     api_key_from_env,
     deltas_of,
+    is_json,
     iter_sse,
     parse_json_body,
     post_json,
@@ -203,25 +205,27 @@ class AnthropicModel(HTTPModel):
                 await raise_for_status(response, PROVIDER)
                 tag = RequestTag(response.headers)
                 await refuse_html(response, PROVIDER)
-                if "application/json" in response.headers.get("content-type", ""):
-                    # not a stream: an error object from a proxy, or a server that ignored
-                    # `stream: true` and answered one message
-                    text = await read_body(response, PROVIDER)
-                    with tag:
-                        final = parse_response(
-                            parse_json_body(PROVIDER, text), self._output_tool(request)
-                        )
-                    for replayed in deltas_of(final):
-                        yield replayed
-                    yield final
-                    return
-                with tag:
-                    async for event, data in iter_sse(response, PROVIDER):
-                        delta = parser.feed(event, data)
-                        if delta is not None:
-                            yield delta
-                        if parser.done:
-                            break
+                # not a stream: an error object from a proxy, or a server that ignored
+                # `stream: true` and answered one message
+                whole = await read_body(response, PROVIDER) if is_json(response) else None
+                if whole is None:
+                    try:
+                        with tag:
+                            async for event, data in iter_sse(response, PROVIDER):
+                                delta = parser.feed(event, data)
+                                if delta is not None:
+                                    yield delta
+                                if parser.done:
+                                    break
+                    except WholeBody as body:
+                        whole = body.text
+        if whole is not None:
+            with tag:
+                final = parse_response(parse_json_body(PROVIDER, whole), self._output_tool(request))
+            for replayed in deltas_of(final):
+                yield replayed
+            yield final
+            return
         with tag:
             final = parser.response()
         yield final

@@ -27,6 +27,7 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     RequestTag,
+    WholeBody,
     api_key_from_env,
     iter_sse,
     parse_json_body,
@@ -192,16 +193,20 @@ class GeminiModel(HTTPModel):
                 await raise_for_status(response, PROVIDER, error_from_http)
                 tag = RequestTag(response.headers)
                 await refuse_html(response, PROVIDER)
-                if "json" in response.headers.get("content-type", ""):
-                    # A JSON array of responses: a proxy that ignored alt=sse.
-                    text = await read_body(response, PROVIDER)
+                # a JSON array of responses: a proxy that ignored alt=sse
+                ctype = response.headers.get("content-type", "").lower()
+                whole = await read_body(response, PROVIDER) if "json" in ctype else None
+                if whole is None:
+                    try:
+                        with tag:
+                            async for _event, data in iter_sse(response, PROVIDER):
+                                for delta in parser.feed(data):
+                                    yield delta
+                    except WholeBody as body:
+                        whole = body.text
+                if whole is not None:
                     with tag:
-                        for data in _json_chunks(text):
-                            for delta in parser.feed(data):
-                                yield delta
-                else:
-                    with tag:
-                        async for _event, data in iter_sse(response, PROVIDER):
+                        for data in _json_chunks(whole):
                             for delta in parser.feed(data):
                                 yield delta
         with tag:

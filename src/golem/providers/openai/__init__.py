@@ -27,6 +27,8 @@ from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
     RequestTag,
+    WholeBody,
+    is_json,
     iter_sse,
     parse_json_body,
     post_json,
@@ -186,32 +188,38 @@ class OpenAIChatModel(HTTPModel):
                 await raise_for_status(resp, PROVIDER)
                 tag = RequestTag(resp.headers)
                 await refuse_html(resp, PROVIDER)
-                if "application/json" in resp.headers.get("content-type", ""):
-                    # The server ignored `stream: true` and answered with one JSON body.
-                    text = await read_body(resp, PROVIDER)
-                    with tag:
-                        body = parse_json_body(PROVIDER, text)
-                        final = parse_response(body, reasoning_field=self._options.reasoning_field)
-                    for delta in deltas_of(final):
-                        yield delta
-                    yield final
-                    return
-                try:
-                    sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, PROVIDER))
-                    async with aclosing(sse) as events:
-                        with tag:
-                            async for event, data in events:
-                                chunk_delta = parser.feed(data, event)
-                                if chunk_delta is not None:
-                                    yield chunk_delta
-                                if parser.done:
-                                    break
-                except httpx.TimeoutException:
-                    raise
-                except httpx.TransportError as exc:
-                    raise ProviderConnectionError(
-                        f"openai {STREAM_ENDED_EARLY}: {exc!r}", provider=PROVIDER, retryable=True
-                    ) from exc
+                # the server ignored `stream: true` and answered with one JSON body
+                whole = await read_body(resp, PROVIDER) if is_json(resp) else None
+                if whole is None:
+                    try:
+                        sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, PROVIDER))
+                        async with aclosing(sse) as events:
+                            with tag:
+                                async for event, data in events:
+                                    chunk_delta = parser.feed(data, event)
+                                    if chunk_delta is not None:
+                                        yield chunk_delta
+                                    if parser.done:
+                                        break
+                    except WholeBody as body:
+                        whole = body.text
+                    except httpx.TimeoutException:
+                        raise
+                    except httpx.TransportError as exc:
+                        raise ProviderConnectionError(
+                            f"openai {STREAM_ENDED_EARLY}: {exc!r}",
+                            provider=PROVIDER,
+                            retryable=True,
+                        ) from exc
+        if whole is not None:
+            with tag:
+                final = parse_response(
+                    parse_json_body(PROVIDER, whole), reasoning_field=self._options.reasoning_field
+                )
+            for delta in deltas_of(final):
+                yield delta
+            yield final
+            return
         with tag:
             final = parser.finish()
         yield final
