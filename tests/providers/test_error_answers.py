@@ -587,3 +587,20 @@ async def test_an_error_object_answering_a_stream_under_another_content_type_is_
     )
     assert type(error) in (RateLimited, Overloaded)
     assert error.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_gemini_retry_delay_is_bounded(stream: bool) -> None:
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "message": "quota",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e12s"}
+            ],
+        }
+    }
+    error = await _fail("gemini", 429, json.dumps(body).encode(), stream=stream)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == MAX_RETRY_AFTER

@@ -12,11 +12,15 @@ is told why, and the run goes on.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import Agent
 from golem.errors import Overloaded, RunError, UsageLimitExceeded
@@ -530,3 +534,67 @@ async def test_no_retry_past_a_usage_limit_that_a_failed_answer_reached() -> Non
             await limited.run("hi")
         assert isinstance(caught.value.__cause__, UsageLimitExceeded)
         assert len(sent) == 1
+
+
+_COUNT = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=25),
+    st.booleans(),
+    st.just([]),
+    st.just({}),
+    st.integers(min_value=0, max_value=2**64).map(str),
+)
+
+_USAGE_KEYS = {
+    "openai-chat": (
+        "usage",
+        ["prompt_tokens", "completion_tokens", "total_tokens"],
+        {"prompt_tokens_details": "cached_tokens", "completion_tokens_details": "reasoning_tokens"},
+    ),
+    "openai-responses": (
+        "usage",
+        ["input_tokens", "output_tokens", "total_tokens"],
+        {"input_tokens_details": "cached_tokens", "output_tokens_details": "reasoning_tokens"},
+    ),
+    "anthropic": (
+        "usage",
+        [
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ],
+        {"output_tokens_details": "thinking_tokens"},
+    ),
+    "gemini": (
+        "usageMetadata",
+        [
+            "promptTokenCount",
+            "candidatesTokenCount",
+            "thoughtsTokenCount",
+            "cachedContentTokenCount",
+            "toolUsePromptTokenCount",
+        ],
+        {},
+    ),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), api=st.sampled_from(list(MODELS)))
+def test_any_usage_counts_read_as_bounded_non_negative_integers(
+    data: st.DataObject, api: str
+) -> None:
+    field_name, flat, nested = _USAGE_KEYS[api]
+    usage: dict[str, Any] = {k: data.draw(_COUNT) for k in flat if data.draw(st.booleans())}
+    for outer, inner in nested.items():
+        if data.draw(st.booleans()):
+            usage[outer] = data.draw(st.one_of(st.none(), st.fixed_dictionaries({inner: _COUNT})))
+    body = {**DONE[api], field_name: data.draw(st.one_of(st.just(usage), st.none(), _COUNT))}
+    final = asyncio.run(send(api, json.dumps(body), stream=False))[-1]
+    assert isinstance(final, ModelResponse)
+    for value in dataclasses.asdict(final.usage).values():
+        assert type(value) is int
+        assert 0 <= value <= MAX_TOKEN_COUNT

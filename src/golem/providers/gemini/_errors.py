@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._http import error_from_response, finite_seconds, json_text
+from golem.providers._http import MAX_RETRY_AFTER, error_from_response, finite_seconds, json_text
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 
@@ -92,5 +92,6 @@ def _retry_delay(err: Mapping[str, Any]) -> float | None:
         if str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
             delay = d.get("retryDelay")
             if isinstance(delay, str) and delay.endswith("s"):
-                return finite_seconds(delay[:-1])
+                seconds = finite_seconds(delay[:-1])
+                return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
     return None
