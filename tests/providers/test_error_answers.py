@@ -677,3 +677,45 @@ async def test_the_run_retries_as_the_answer_says(
         assert len(sleeps.waits) == 1
         # a date is read against the clock: a stalled test process waits less, never more
         assert waited - 100 <= sleeps.waits[0] <= waited + 0.5
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "<" * MAX_ERROR_BODY,
+        "<script" * (MAX_ERROR_BODY // 7),
+        "<style>" + "<a" * (MAX_ERROR_BODY // 2),
+        "<p>" + "<b" * (MAX_ERROR_BODY // 2),
+    ],
+    ids=["angles", "scripts", "unclosed-style", "unclosed-tags"],
+)
+def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
+    from golem.providers._http import error_from_response
+
+    # quadratic scanning of 64 KiB took minutes; this returns at once (no clock asserted:
+    # a regression shows as a test that does not end)
+    error = error_from_response("openai", 502, httpx.Headers({"content-type": "text/html"}), page)
+    assert isinstance(error, Overloaded)
+
+
+def test_an_error_page_keeps_its_text_without_code() -> None:
+    from golem.providers._http import error_from_response
+
+    page = (
+        "<html><head><script>var a = '<b>';</script><STYLE>p{color:red}</STYLE>"
+        "<title>Rate limited</title></head><body><h1>Error 1015</h1><p>You are being rate "
+        "limited.</p><script>unclosed"
+    )
+    error = error_from_response("openai", 429, httpx.Headers(), page)
+    assert (
+        str(error)
+        == "openai returned HTTP 429: Rate limited Error 1015 You are being rate limited."
+    )
+
+
+def test_a_page_of_many_scripts_is_read_in_linear_time() -> None:
+    from golem.providers._http import error_from_response
+
+    page = "<script></script>x" * (MAX_ERROR_BODY // 18)
+    error = error_from_response("openai", 502, httpx.Headers(), page)
+    assert str(error).startswith("openai returned HTTP 502: x x x x")
