@@ -651,7 +651,9 @@ def _expected_share(
 
     def share(calls: Sequence[PendingToolCall]) -> list[PendingToolCall]:
         return [
-            replace(p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :])
+            replace(
+                p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :]
+            )
             for p in calls
             if p.call_id.startswith(prefix) and p.call_id[len(prefix) :] in rec.waiting
         ]

@@ -243,9 +243,7 @@ class MCPServer:
         def connect() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(
-            connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options
-        )
+        return cls(connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options)
 
     @classmethod
     def http(
@@ -363,7 +361,6 @@ class MCPServer:
                 ready.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
-
     async def _disconnect(self) -> None:
         holder, closing = self._holder, self._closing
         self._holder = self._closing = None

@@ -106,7 +106,8 @@ def _segment_path(scope: Scope) -> str | None:
     if not raw or not path.startswith("/"):
         return None
     segments = [
-        unquote_to_bytes(s).decode("utf-8", "replace") for s in raw.split(b"?", 1)[0].split(b"/")
+        unquote_to_bytes(s).decode("utf-8", "replace")
+        for s in raw.split(b"?", 1)[0].split(b"/")
     ]
     # the tail of segments that is the route path (past a root): "/" + "/".join(tail) is the
     # suffix of `decoded` from the separator before it, so only lengths are compared until
@@ -195,9 +196,7 @@ ROUTES: list[BaseRoute] = [
     _Route("/notifications", audit.deliveries_page, methods=["GET"]),
     _Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     _Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
-    _Route(
-        "/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]
-    ),
+    _Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
     Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""

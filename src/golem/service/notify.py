@@ -170,9 +170,7 @@ def _title(run: RunRecord) -> str:
     return line if len(line) <= 120 else line[:119] + "…"
 
 
-def _payload(
-    event: str, run: RunRecord, link: str, *, call_id: str | None = None
-) -> dict[str, Any]:
+def _payload(event: str, run: RunRecord, link: str, *, call_id: str | None = None) -> dict[str, Any]:
     """The JSON body of a notification (`format="json"`)."""
     calls = [
         {

@@ -21,16 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from golem.service.schemas import ErrorBody
 
-__all__ = [
-    "CSV",
-    "HTML",
-    "REDIRECT",
-    "SSE",
-    "ArrayOf",
-    "Operation",
-    "openapi_document",
-    "operation",
-]
+__all__ = ["CSV", "HTML", "REDIRECT", "SSE", "ArrayOf", "Operation", "openapi_document", "operation"]
 
 HTML = "text/html"
 """A response marker: an HTML page."""
@@ -40,6 +31,7 @@ SSE = "text/event-stream"
 """A response marker: an endless server-sent event stream."""
 CSV = "text/csv"
 """A response marker: a CSV download."""
+
 
 
 @dataclass(frozen=True)
@@ -195,9 +187,7 @@ def _response(
     if isinstance(spec, ArrayOf):
         return {
             "description": f"A JSON array of {spec.model.__name__}.",
-            "content": {
-                "application/json": {"schema": {"type": "array", "items": ref(spec.model)}}
-            },
+            "content": {"application/json": {"schema": {"type": "array", "items": ref(spec.model)}}},
         }
     if spec == REDIRECT:
         return {

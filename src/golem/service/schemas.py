@@ -382,6 +382,7 @@ class AuditList(_Out):
     entries: list[AuditListItem]
 
 
+
 class RunDetail(Run):
     """A run with its conversation (history JSON objects) and audit log."""
 

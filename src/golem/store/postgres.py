@@ -168,7 +168,6 @@ _MAX_PREPARED = 256
 """Prepared statements per connection; statements beyond are sent unnamed."""
 _statement_names = itertools.count(1)
 
-
 class _Guard:
     """A guard statement's result: its division by zero means `error`."""
 
@@ -183,7 +182,8 @@ _Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | _Guard | 
 unique violation to an exception, map a guard's failure to its exception, or nothing."""
 
 _RUN_CHANGED = (
-    "SELECT 1 / (SELECT count(*) FROM golem_runs WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
+    "SELECT 1 / (SELECT count(*) FROM golem_runs "
+    "WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
 )
 """Divides by zero unless this transaction wrote the run's row (its current version's
 `xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
@@ -973,12 +973,7 @@ class PostgresStore(SQLStore):
         return result
 
     async def _on_thread(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        c: _Conn,
-        write: bool,
-        fn: Callable[..., _T],
-        args: Any,
+        self, loop: asyncio.AbstractEventLoop, c: _Conn, write: bool, fn: Callable[..., _T], args: Any
     ) -> _T:
         """The transaction on one of the store's own threads, for an event loop that cannot
         watch sockets; never the loop's default executor, which blocking sync tools may all
@@ -1099,7 +1094,9 @@ class PostgresStore(SQLStore):
             (when, worker_id),
         )
 
-    async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
+    async def _decide_plain(
+        self, record: Callable[[], DecisionRecord]
+    ) -> DecisionRecord | None:
         def plain(tx: Tx) -> DecisionRecord:
             d = record()
             self._record_if_plain(tx, d, _FITS[d.kind], _decided_detail(d, None))
@@ -1253,7 +1250,8 @@ class PostgresStore(SQLStore):
                 if self._closed:
                     return
                 log.warning(
-                    "change feed: the listener connection did not answer within %gs; replacing it",
+                    "change feed: the listener connection did not answer within %gs; "
+                    "replacing it",
                     self.command_timeout,
                 )
             except (psycopg.Error, OSError, ValueError, StoreError) as exc:
@@ -1274,7 +1272,9 @@ class PostgresStore(SQLStore):
             connecting.add_done_callback(_close_if_opened)
             raise
 
-    async def _hear(self, loop: asyncio.AbstractEventLoop, c: _Conn, within: float | None) -> bool:
+    async def _hear(
+        self, loop: asyncio.AbstractEventLoop, c: _Conn, within: float | None
+    ) -> bool:
         """Wait up to `within` seconds for the server to send something; publish the
         notifications it sent. False when it sent nothing."""
         try:
