@@ -719,3 +719,30 @@ def test_a_page_of_many_scripts_is_read_in_linear_time() -> None:
     page = "<script></script>x" * (MAX_ERROR_BODY // 18)
     error = error_from_response("openai", 502, httpx.Headers(), page)
     assert str(error).startswith("openai returned HTTP 502: x x x x")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) -> None:
+    body = {
+        "error": {
+            "code": 400,
+            "message": "API key not valid. Please pass a valid API key.",
+            "status": "INVALID_ARGUMENT",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                }
+            ],
+        }
+    }
+    error = await _fail(
+        "gemini", 400, json.dumps(body).encode(), stream=stream, headers={"x-request-id": "g1"}
+    )
+    assert type(error) is AuthenticationError
+    assert (error.error_type, error.error_code, error.request_id) == (
+        "INVALID_ARGUMENT",
+        "API_KEY_INVALID",
+        "g1",
+    )

@@ -46,7 +46,15 @@ def error_from_http(status: int, headers: httpx.Headers, body: str) -> ProviderE
     error = error_from_response(PROVIDER, status, headers, body)
     details = _error_object(body)
     if status == 400 and _key_rejected(details):
-        return AuthenticationError(str(error), status_code=status, body=body, provider=PROVIDER)
+        return AuthenticationError(
+            str(error),
+            status_code=status,
+            body=error.body,
+            provider=PROVIDER,
+            error_type=error.error_type,
+            error_code=error.error_code,
+            request_id=error.request_id,
+        )
     if isinstance(error, RateLimited) and error.retry_after is None:
         error.retry_after = _retry_delay(details)
     return error
