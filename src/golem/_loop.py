@@ -382,16 +382,24 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
 
 _TOOL_RUN = Tool.run
 
-_CUT_OFF = (
-    "the answer reached the output token limit (finish reason length) while this call was "
-    "being written, so its arguments may be incomplete; the tool did not run"
-)
-"""Why the last tool call of an answer cut at its output token limit is refused."""
+_CUT_OFF = {
+    "length": (
+        "the answer reached the output token limit (finish reason length) while this call "
+        "was being written, so its arguments may be incomplete; the tool did not run"
+    ),
+    "content_filter": (
+        "the answer was stopped by the provider's content filter (finish reason "
+        "content_filter) while this call was being written, so its arguments may be "
+        "incomplete; the tool did not run"
+    ),
+}
+"""Why the last tool call of an answer cut off before the model finished it is refused, by
+the answer's finish reason."""
 
 
-async def _cut_off() -> _Outcome:
-    """The outcome of a call the output token limit may have cut: arguments to correct."""
-    return _Outcome("retry", error=InvalidArguments(_CUT_OFF))
+async def _cut_off(finish_reason: str) -> _Outcome:
+    """The outcome of a call the answer's stop may have cut: arguments to correct."""
+    return _Outcome("retry", error=InvalidArguments(_CUT_OFF[finish_reason]))
 
 
 _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
@@ -485,14 +493,16 @@ async def _tool_batch(
         tools.append(tool)
     recorded: dict[int, Message] = {}
     deferrals: list[tuple[ToolCall, Deferred]] = []
-    # an answer that reached its output token limit was cut while writing its last call:
-    # its arguments may be half written even when they parse (Anthropic's `{}`, or a
-    # partial object parsed server-side), so that call never runs nor asks for approval
-    cut = len(calls) - 1 if state.finish_reason == "length" else -1
+    # an answer stopped by its output token limit or a content filter was cut while writing
+    # its last call: its arguments may be half written even when they parse (Anthropic's
+    # `{}`, or a partial object parsed server-side), so that call never runs nor asks for
+    # approval
+    stop = state.finish_reason
+    cut = len(calls) - 1 if stop in _CUT_OFF else -1
     if not policy.parallel_tool_calls:  # one call at a time, in emission order
         for i, call in enumerate(calls):
             _start_event(state, turn, call)
-            out = await (_cut_off() if i == cut else _execute(policy, state, tools[i], call))
+            out = await (_cut_off(stop) if i == cut else _execute(policy, state, tools[i], call))
             raise_if_swallowed(state.cancels)
             _end_event(state, turn, call, out)
             if out.kind != "deferred":
@@ -504,7 +514,9 @@ async def _tool_batch(
                 i = group[0]
                 _start_event(state, turn, calls[i])
                 outcomes = [
-                    await (_cut_off() if i == cut else _execute(policy, state, tools[i], calls[i]))
+                    await (
+                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
+                    )
                 ]
                 raise_if_swallowed(state.cancels)
                 _end_event(state, turn, calls[i], outcomes[0])
@@ -513,7 +525,7 @@ async def _tool_batch(
                     _start_event(state, turn, calls[i])
                 outcomes = await _together(
                     [
-                        _cut_off() if i == cut else _execute(policy, state, tools[i], calls[i])
+                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
                         for i in group
                     ]
                 )

@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 
 from golem import Agent
 from golem.errors import Overloaded, RunError, UsageLimitExceeded
+from golem.messages import Message, ToolCall
 from golem.model import ModelResponse
 from golem.providers._http import MAX_TOKEN_COUNT
+from golem.testing import ScriptedModel
 from golem.usage import Usage, UsageLimits
 from tests.providers._unseen import MODELS, send
 
@@ -598,3 +600,41 @@ def test_any_usage_counts_read_as_bounded_non_negative_integers(
     for value in dataclasses.asdict(final.usage).values():
         assert type(value) is int
         assert 0 <= value <= MAX_TOKEN_COUNT
+
+
+@pytest.mark.parametrize(
+    ("stop", "refused"),
+    [
+        ("length", True),
+        ("content_filter", True),
+        ("tool_call", False),
+        ("stop", False),
+        ("other", False),
+        ("", False),
+    ],
+)
+@pytest.mark.parametrize("parallel", [True, False])
+async def test_only_the_last_call_of_a_cut_answer_is_refused(
+    stop: str, refused: bool, parallel: bool
+) -> None:
+    calls = [ToolCall(id=f"c{i}", name="wipe", args=f'{{"n": {i}}}') for i in range(3)]
+    cut = ModelResponse(message=Message("assistant", "", tool_calls=calls), finish_reason=stop)
+    model = ScriptedModel(cut, "done")
+    agent = Agent(model, parallel_tool_calls=parallel)
+    ran: list[int] = []
+
+    @agent.tool
+    def wipe(n: int) -> str:
+        """Wipe."""
+        ran.append(n)
+        return f"wiped {n}"
+
+    result = await agent.run("go")
+    assert sorted(ran) == ([0, 1] if refused else [0, 1, 2])
+    told = {m.tool_call_id: m.content for m in result.messages if m.role == "tool"}
+    assert told["c0"] == "wiped 0"
+    if refused:
+        assert f"finish reason {stop}" in told["c2"]
+        assert "the tool did not run" in told["c2"]
+    else:
+        assert told["c2"] == "wiped 2"
