@@ -590,12 +590,13 @@ def request_id_of(headers: httpx.Headers) -> str:
 class RequestTag:
     """Names the request in a `ProviderError` raised while its answer is read (an error
     event mid-stream, an error object in a 200 body): `with tag:` sets the error's
-    `request_id` when it has none, and adds it to the message."""
+    `request_id` when it has none, and adds it to the message. The ID is looked up only
+    then (a header lookup costs microseconds a successful answer need not spend)."""
 
-    __slots__ = ("request_id",)
+    __slots__ = ("headers",)
 
     def __init__(self, headers: httpx.Headers | None = None) -> None:
-        self.request_id = "" if headers is None else request_id_of(headers)
+        self.headers = headers
 
     def __enter__(self) -> Self:
         return self
@@ -606,10 +607,13 @@ class RequestTag:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if isinstance(exc, ProviderError) and self.request_id and not exc.request_id:
-            exc.request_id = self.request_id
+        if isinstance(exc, ProviderError) and self.headers is not None and not exc.request_id:
+            request_id = request_id_of(self.headers)
+            if not request_id:
+                return
+            exc.request_id = request_id
             if len(exc.args) == 1 and isinstance(exc.args[0], str):
-                exc.args = (f"{exc.args[0]} (request {self.request_id})",)
+                exc.args = (f"{exc.args[0]} (request {request_id})",)
 
 
 async def read_body(response: httpx.Response, provider: str) -> str:
@@ -999,13 +1003,15 @@ async def post_json(
         )
         resp = await client.send(request, stream=True)
         try:
-            await raise_for_status(resp, provider)
+            if not resp.is_success:
+                await raise_for_status(resp, provider)
             text = await read_body(resp, provider)
         finally:
             await resp.aclose()
-    if tag is not None:
-        tag.request_id = request_id_of(resp.headers)
-    with RequestTag(resp.headers):
+    if tag is None:
+        tag = RequestTag()
+    tag.headers = resp.headers
+    with tag:
         return parse_json_body(provider, text)
 
 
@@ -1037,7 +1043,7 @@ async def post_sse(
         ) as resp:
             await raise_for_status(resp, provider)
             if tag is not None:
-                tag.request_id = request_id_of(resp.headers)
+                tag.headers = resp.headers
             await refuse_html(resp, provider)
             if is_json(resp):
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
