@@ -23,9 +23,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent
-from golem.errors import Overloaded, RunError, UsageLimitExceeded
+from golem.errors import Overloaded, ProviderError, RunError, UsageLimitExceeded
 from golem.messages import Message, ToolCall
-from golem.model import ModelResponse
+from golem.model import Delta, ModelResponse
 from golem.providers._http import MAX_TOKEN_COUNT
 from golem.testing import ScriptedModel
 from golem.usage import Usage, UsageLimits
@@ -638,3 +638,80 @@ async def test_only_the_last_call_of_a_cut_answer_is_refused(
         assert "the tool did not run" in told["c2"]
     else:
         assert told["c2"] == "wiped 2"
+
+
+def _blank(value: Any, to: Any) -> Any:
+    """`value` with every string in it replaced by `to` (keys kept)."""
+    if isinstance(value, str):
+        return to
+    if isinstance(value, list):
+        return [_blank(v, to) for v in value]
+    if isinstance(value, dict):
+        return {k: _blank(v, to) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("to", ["", None, 0, [], {}])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_an_answer_with_every_string_blank_is_an_answer_or_a_named_error(
+    api: str, stream: bool, to: Any
+) -> None:
+    answers = [DONE[api], _calls_answer(api, ["a", "b"]), CUT[api]('{"n": 1}')[0]]
+    for answer in answers:
+        body = _blank(answer, to)
+        text = json.dumps(body)
+        if stream:
+            if api == "anthropic":
+                text = _sse(
+                    [
+                        {"type": "message_start", "message": {**body, "content": []}},
+                        *[
+                            {"type": "content_block_start", "index": i, "content_block": b}
+                            for i, b in enumerate(body.get("content") or [])
+                        ],
+                        {"type": "message_delta", "delta": {"stop_reason": to}, "usage": {}},
+                        {"type": "message_stop"},
+                    ],
+                    named=True,
+                )
+            elif api == "openai-responses":
+                text = _sse([{"type": "response.completed", "response": body}])
+            elif api == "gemini":
+                text = _sse([body])
+        try:
+            items = await send(api, text, stream=stream)
+        except ProviderError:
+            continue
+        final = items[-1]
+        assert isinstance(final, ModelResponse)
+        for call in final.message.tool_calls:
+            assert call.id
+            assert call.name
+
+
+@pytest.mark.parametrize("missing", [None, ""])
+async def test_a_streamed_anthropic_tool_use_without_an_id_gets_one(missing: str | None) -> None:
+    block: dict[str, Any] = {"type": "tool_use", "name": "add", "input": {}}
+    if missing is not None:
+        block["id"] = missing
+    start = {**DONE["anthropic"], "content": [], "stop_reason": None}
+    text = _sse(
+        [
+            {"type": "message_start", "message": start},
+            {"type": "content_block_start", "index": 0, "content_block": block},
+            {"type": "content_block_start", "index": 1, "content_block": dict(block)},
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}},
+            {"type": "message_stop"},
+        ],
+        named=True,
+    )
+    items = await send("anthropic", text, stream=True)
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    ids = [c.id for c in final.message.tool_calls]
+    assert len(ids) == 2
+    assert all(i.startswith("toolu_golem_") for i in ids)
+    assert len(set(ids)) == 2
+    streamed = [d.id for item in items if isinstance(item, Delta) for d in item.tool_calls if d.id]
+    assert streamed == ids
