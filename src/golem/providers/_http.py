@@ -285,9 +285,15 @@ def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> flo
     value = headers.get("retry-after")
     if not value:
         return None
-    seconds = finite_seconds(value.strip()) if _NUMBER.fullmatch(value.strip()) else None
+    value = value.strip()
+    first = value.partition(",")[0].strip()  # a header sent twice arrives joined by ", "
+    seconds = finite_seconds(first) if _NUMBER.fullmatch(first) else None
     if seconds is None:
         seconds = _http_date_wait(value, time.time() if now is None else now)
+        if seconds is None and value.count(",") >= 3:  # two dates, each with its comma
+            seconds = _http_date_wait(
+                ",".join(value.split(",")[:2]), time.time() if now is None else now
+            )
     return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
 
 
