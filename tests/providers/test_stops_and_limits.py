@@ -715,3 +715,29 @@ async def test_a_streamed_anthropic_tool_use_without_an_id_gets_one(missing: str
     assert len(set(ids)) == 2
     streamed = [d.id for item in items if isinstance(item, Delta) for d in item.tool_calls if d.id]
     assert streamed == ids
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_fallback_answer_counts_what_the_failed_models_reported(stream: bool) -> None:
+    from golem.providers import FallbackModel
+
+    failed = ProviderError("broke off", retryable=True)
+    failed.usage = Usage(input_tokens=10, output_tokens=16)
+    plain = ProviderError("no usage", retryable=True)
+    first, second = ScriptedModel(failed), ScriptedModel(plain)
+    model = FallbackModel(first, second, ScriptedModel("ok"))
+    if stream:
+        async with Agent(model).run_stream("hi") as s:
+            async for _ in s:
+                pass
+        result = s.result
+    else:
+        result = await Agent(model).run("hi")
+    assert result.output == "ok"
+    assert result.usage.input_tokens >= 10
+    assert result.usage.output_tokens >= 16
+    everyone = FallbackModel(ScriptedModel(failed), ScriptedModel(plain))
+    with pytest.raises(RunError) as caught:
+        await Agent(everyone).run("hi")
+    assert caught.value.partial is not None
+    assert caught.value.partial.usage.total_tokens == 26
