@@ -280,9 +280,17 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 response = await policy.model.generate(request)
         except Exception as exc:
             raise_if_swallowed(state.cancels)
-            state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=Usage(), error=exc)
+            # what a failed answer reported it used (a stream that broke off) is spent
+            spent = exc.usage if isinstance(exc, ProviderError) else None
+            if spent is not None:
+                state.usage = state.usage + spent
+            state.emit(
+                EventKind.MODEL_END, turn=turn, attempt=attempt, usage=spent or Usage(), error=exc
+            )
             retryable = isinstance(exc, ProviderError) and exc.retryable
             if retryable and attempt < attempts:
+                if spent is not None:
+                    _check_usage(policy, state)  # no retry past a usage limit
                 wait = policy.backoff(attempt, exc)
                 if wait is not None:
                     await asyncio.sleep(wait)
@@ -373,6 +381,26 @@ async def _execute(policy: Policy, state: RunState, tool: Tool, call: ToolCall) 
 
 
 _TOOL_RUN = Tool.run
+
+_CUT_OFF = {
+    "length": (
+        "the answer reached the output token limit (finish reason length) while this call "
+        "was being written, so its arguments may be incomplete; the tool did not run"
+    ),
+    "content_filter": (
+        "the answer was stopped by the provider's content filter (finish reason "
+        "content_filter) while this call was being written, so its arguments may be "
+        "incomplete; the tool did not run"
+    ),
+}
+"""Why the last tool call of an answer cut off before the model finished it is refused, by
+the answer's finish reason."""
+
+
+async def _cut_off(finish_reason: str) -> _Outcome:
+    """The outcome of a call the answer's stop may have cut: arguments to correct."""
+    return _Outcome("retry", error=InvalidArguments(_CUT_OFF[finish_reason]))
+
 
 _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
     ("deferred", Deferred),
@@ -465,10 +493,16 @@ async def _tool_batch(
         tools.append(tool)
     recorded: dict[int, Message] = {}
     deferrals: list[tuple[ToolCall, Deferred]] = []
+    # an answer stopped by its output token limit or a content filter was cut while writing
+    # its last call: its arguments may be half written even when they parse (Anthropic's
+    # `{}`, or a partial object parsed server-side), so that call never runs nor asks for
+    # approval
+    stop = state.finish_reason
+    cut = len(calls) - 1 if stop in _CUT_OFF else -1
     if not policy.parallel_tool_calls:  # one call at a time, in emission order
         for i, call in enumerate(calls):
             _start_event(state, turn, call)
-            out = await _execute(policy, state, tools[i], call)
+            out = await (_cut_off(stop) if i == cut else _execute(policy, state, tools[i], call))
             raise_if_swallowed(state.cancels)
             _end_event(state, turn, call, out)
             if out.kind != "deferred":
@@ -479,14 +513,21 @@ async def _tool_batch(
             if len(group) == 1:
                 i = group[0]
                 _start_event(state, turn, calls[i])
-                outcomes = [await _execute(policy, state, tools[i], calls[i])]
+                outcomes = [
+                    await (
+                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
+                    )
+                ]
                 raise_if_swallowed(state.cancels)
                 _end_event(state, turn, calls[i], outcomes[0])
             else:
                 for i in group:
                     _start_event(state, turn, calls[i])
                 outcomes = await _together(
-                    [_execute(policy, state, tools[i], calls[i]) for i in group]
+                    [
+                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
+                        for i in group
+                    ]
                 )
                 for i, out in zip(group, outcomes, strict=True):
                     _end_event(state, turn, calls[i], out)

@@ -12,11 +12,11 @@ GolemError
 ├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
 │   └── ToolTimeout (also TimeoutError) the call overran its timeout
 ├── UsageLimitExceeded(kind, limit, actual)
-├── ProviderError(retryable, status_code, body)
+├── ProviderError(retryable, status_code, error_type, error_code, request_id, body, usage)
 │   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
 │   ├── RateLimited(retry_after)      429: slow down (retryable)
 │   ├── Overloaded                    5xx / 529: the service is busy (retryable)
-│   ├── BadRequest                    any other 4xx: the request itself is wrong
+│   ├── BadRequest                    any other 4xx: the request itself is wrong (409: retryable)
 │   ├── ProviderTimeout               the request timed out (retryable)
 │   ├── ProviderConnectionError       the service could not be reached (retryable)
 │   └── ResponseFormatError           the service answered something unreadable
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from golem.result import PartialResult
+    from golem.usage import Usage
 
 __all__ = [
     "AuthenticationError",
@@ -187,9 +188,21 @@ class ProviderError(GolemError):
 
     `retryable` tells the run loop whether another attempt may succeed; adapters
     classify, only the loop retries (under `Agent(max_attempts=...)`).
+
+    What the provider said about the failure, when it said it: `status_code` (the HTTP
+    status, or the one documented for an error reported inside a 200 answer), `error_type`
+    (`rate_limit_error`, `invalid_request_error`, Gemini's `RESOURCE_EXHAUSTED`),
+    `error_code` (OpenAI's `rate_limit_exceeded`, Gemini's `API_KEY_INVALID`), `request_id`
+    (the `x-request-id` / `request-id` header or the body's, for the provider's support) and
+    `body` (its first 64 KiB). Empty strings when not given.
+
+    `usage` is what the provider reported for the failed answer before it failed (a stream
+    that broke off, a Responses `response.failed` with its usage), None when it reported
+    nothing; the run counts it.
     """
 
     retryable: bool = False
+    usage: Usage | None = None
 
     def __init__(
         self,
@@ -199,11 +212,17 @@ class ProviderError(GolemError):
         body: str = "",
         retryable: bool | None = None,
         provider: str = "",
+        error_type: str = "",
+        error_code: str = "",
+        request_id: str = "",
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         self.body = body
         self.provider = provider
+        self.error_type = error_type
+        self.error_code = error_code
+        self.request_id = request_id
         if retryable is not None:
             self.retryable = retryable
 

@@ -70,7 +70,8 @@ async def test_http_status_is_classified(
     assert caught.value.status_code == status
     assert caught.value.retryable is retryable
     assert caught.value.provider == "anthropic"
-    assert str(caught.value) == f"anthropic returned HTTP {status}: it went wrong"
+    assert str(caught.value) == f"anthropic returned HTTP {status} ({kind}): it went wrong"
+    assert caught.value.error_type == kind
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -15,6 +15,7 @@ from golem.model import (
     ThinkingDelta,
     ToolCallDelta,
 )
+from golem.usage import Usage
 
 __all__ = ["FallbackModel", "model_label"]
 
@@ -98,7 +99,7 @@ class FallbackModel:
                     raise
                 failures.append((model, exc))
                 continue
-            return _answered_by(model, response)
+            return _answered_by(model, response, failures)
         raise _exhausted(failures)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
@@ -113,7 +114,11 @@ class FallbackModel:
             try:
                 async for item in _stream_of(model, request):
                     started = True
-                    yield _answered_by(model, item) if isinstance(item, ModelResponse) else item
+                    yield (
+                        _answered_by(model, item, failures)
+                        if isinstance(item, ModelResponse)
+                        else item
+                    )
             except Exception as exc:
                 if started or not self.fallback_on(exc):
                     raise
@@ -123,14 +128,28 @@ class FallbackModel:
         raise _exhausted(failures)
 
 
-def _answered_by(model: Model, response: ModelResponse) -> ModelResponse:
+def _answered_by(
+    model: Model, response: ModelResponse, failures: list[tuple[Model, Exception]]
+) -> ModelResponse:
+    spent = _spent(failures)
+    if spent is not None:  # what the models that failed first reported using is spent too
+        response = dataclasses.replace(response, usage=response.usage + spent)
     if response.model_name:
         return response
     return dataclasses.replace(response, model_name=model_label(model))
 
 
+def _spent(failures: list[tuple[Model, Exception]]) -> Usage | None:
+    """The usage the failed models reported (`ProviderError.usage`), None when none did."""
+    usages = [e.usage for _, e in failures if isinstance(e, ProviderError) and e.usage is not None]
+    return sum(usages[1:], usages[0]) if usages else None
+
+
 def _exhausted(failures: list[tuple[Model, Exception]]) -> Exception:
     last = failures[-1][1]
+    spent = _spent(failures)
+    if spent is not None and isinstance(last, ProviderError):
+        last.usage = spent
     for model, exc in failures[:-1]:
         last.add_note(f"FallbackModel: {model_label(model)} failed first: {exc!r}")
     last.add_note(f"FallbackModel: all {len(failures)} models failed")

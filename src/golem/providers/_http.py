@@ -15,7 +15,7 @@ import os
 import re
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import replace
 from types import TracebackType
@@ -40,18 +40,25 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
     "CHAT_AUDIO_PREFIX",
+    "MAX_BODY",
+    "MAX_ERROR_BODY",
+    "MAX_RETRY_AFTER",
     "MAX_TOKEN_COUNT",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "HTTPModel",
     "LoopBoundClient",
+    "RequestTag",
+    "WholeBody",
     "api_key_from_env",
     "args_json",
     "body_text",
     "deltas_of",
+    "error_details",
     "error_from_response",
     "finite_seconds",
     "in_order",
+    "is_json",
     "iter_sse",
     "json_object",
     "json_text",
@@ -61,8 +68,13 @@ __all__ = [
     "parse_json_body",
     "post_json",
     "post_sse",
+    "raise_for_status",
+    "rate_limit_reset",
     "raw_json",
+    "read_body",
+    "read_error_body",
     "refuse_html",
+    "request_id_of",
     "retry_after_seconds",
     "run_start",
     "sse_block",
@@ -255,31 +267,98 @@ def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider:
     )
 
 
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
-    """Seconds to wait as the response asks (`retry-after-ms`, `Retry-After` seconds or date).
+def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """Seconds to wait as the response asks: `retry-after-ms`, else `Retry-After` (seconds,
+    or an HTTP date in any of RFC 9110's three forms: IMF-fixdate, RFC 850, asctime; a date
+    without a zone is GMT, as the RFC says), else, for a rate limit, the `x-ratelimit-reset-*`
+    headers (`rate_limit_reset`). `now` is the clock for dates (tests).
 
     A value that is not a finite number (`inf`, `nan`, `1e400`) is no answer (None): a run
-    would sleep forever on it. A negative one, or a date past, is 0.
+    would sleep forever on it. A negative one, or a date past, is 0; a longer one than
+    `MAX_RETRY_AFTER` is that bound.
     """
     ms = headers.get("retry-after-ms")
     if ms:
         seconds = finite_seconds(ms, 1000.0)
         if seconds is not None:
-            return seconds
+            return min(seconds, MAX_RETRY_AFTER)
     value = headers.get("retry-after")
     if not value:
         return None
+    value = value.strip()
+    first = value.partition(",")[0].strip()  # a header sent twice arrives joined by ", "
+    seconds = finite_seconds(first) if _NUMBER.fullmatch(first) else None
+    if seconds is None:
+        seconds = _http_date_wait(value, time.time() if now is None else now)
+        if seconds is None and value.count(",") >= 3:  # two dates, each with its comma
+            seconds = _http_date_wait(
+                ",".join(value.split(",")[:2]), time.time() if now is None else now
+            )
+    return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
+
+
+MAX_RETRY_AFTER = 86400.0
+"""The longest wait (seconds) a provider's `Retry-After` is read as: a date in the year 9999
+or a count of 10^12 seconds is a broken header, not a plan. `Agent(max_retry_wait=...)`
+decides whether a run waits that long."""
+
+_NUMBER = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I
+)
+
+
+def _http_date_wait(value: str, now: float) -> float | None:
+    """Seconds from `now` to the HTTP date `value` (0 for a date past), None when unreadable."""
     try:
-        float(value)
-    except ValueError:
-        pass
-    else:
-        return finite_seconds(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        parts = email.utils.parsedate_tz(value)
+    except (TypeError, ValueError, IndexError):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    if parts is None:
+        return None
+    try:
+        # `mktime_tz` reads a date without a zone (asctime) as local time; HTTP dates are GMT
+        when = email.utils.mktime_tz((*parts[:9], parts[9] or 0))
+    except (OverflowError, ValueError):
+        return None
+    return max(0.0, when - now)
+
+
+def rate_limit_reset(headers: httpx.Headers) -> float | None:
+    """Seconds until the exhausted limit resets, from OpenAI's `x-ratelimit-reset-requests` /
+    `-tokens` (durations: `1s`, `6m0s`, `20ms`) whose `x-ratelimit-remaining-*` is 0 (any
+    reset when no remaining count is given); None when no header says. Bounded like
+    `retry_after_seconds`."""
+    waits = []
+    for kind in ("requests", "tokens"):
+        reset = headers.get(f"x-ratelimit-reset-{kind}")
+        if not reset:
+            continue
+        remaining = headers.get(f"x-ratelimit-remaining-{kind}")
+        if remaining is not None and remaining.strip() not in ("0", ""):
+            continue
+        seconds = _duration(reset.strip())
+        if seconds is not None:
+            waits.append(seconds)
+    return min(max(waits), MAX_RETRY_AFTER) if waits else None
+
+
+_DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?)(h|ms|m|s))+?")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _duration(text: str) -> float | None:
+    """A Go duration (`6m0s`, `1.5s`, `20ms`) or a bare number of seconds, as seconds."""
+    if _NUMBER.fullmatch(text):
+        return finite_seconds(text)
+    if not text or len(text) > 40:
+        return None
+    total, pos = 0.0, 0
+    for match in _DURATION.finditer(text):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(text) and pos else None
 
 
 def token_count(value: Any) -> int:
@@ -317,41 +396,255 @@ def finite_seconds(text: str, per_second: float = 1.0) -> float | None:
     return max(0.0, value) if math.isfinite(value) else None
 
 
-def _error_text(body: str) -> str:
-    """The provider's own error message when the body is the usual JSON error shape."""
+def _error_object(body: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The parsed body and its error object (the body itself when it has no `error` object),
+    when the body is JSON (a list's first item for Gemini's `[{"error": ...}]`)."""
+    if not body.lstrip().startswith(("{", "[")):
+        return None, None
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
-        return body.strip()[:500]
+        return None, None
     if isinstance(data, list) and data:
         data = data[0]
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            msg = err.get("message")
-            if isinstance(msg, str):
-                return msg
-        elif isinstance(err, str):
-            return err
-    return body.strip()[:500]
+    if not isinstance(data, dict):
+        return None, None
+    err = data.get("error", data)
+    return data, err if isinstance(err, dict) else None
+
+
+def _text(value: Any) -> str:
+    """A short identifier from an error object: text or an integer, else ""."""
+    if isinstance(value, str):
+        return value[:200]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
+    """`error_type`, `error_code` and `request_id` of an error answer, as far as it gives them:
+    the error object's `type` (Gemini: `status`) and `code` (Gemini: the `reason` of an
+    `ErrorInfo` detail; never a bare HTTP status), the `x-request-id` / `request-id` header
+    or the body's `request_id`."""
+    data, err = _error_object(body)
+    kind = code = ""
+    if err is not None:
+        kind = _text(err.get("type")) or _text(err.get("status"))
+        raw_code = err.get("code")
+        code = "" if isinstance(raw_code, int) else _text(raw_code)
+        if not code:
+            details = err.get("details")
+            for d in details if isinstance(details, list) else ():
+                if isinstance(d, dict) and isinstance(d.get("reason"), str):
+                    code = d["reason"][:200]
+                    break
+    request_id = ""
+    for name in _REQUEST_ID_HEADERS:
+        request_id = headers.get(name, "")
+        if request_id:
+            break
+    if not request_id and data is not None:
+        request_id = _text(data.get("request_id"))
+    return {"error_type": kind, "error_code": code, "request_id": request_id[:200]}
+
+
+_REQUEST_ID_HEADERS = ("x-request-id", "request-id", "x-goog-request-id", "cf-ray")
+"""Where the providers name a request for their support: OpenAI, Anthropic, Google, and a
+Cloudflare proxy's ray ID when nothing else does."""
+
+
+def _error_text(body: str, err: dict[str, Any] | None) -> str:
+    """The provider's own error message when the body is the usual JSON error shape, else
+    the body's first characters (an HTML page's text, a proxy's plain text)."""
+    if err is not None:
+        msg = err.get("message")
+        if isinstance(msg, str):
+            return msg[:2000]
+    data, _ = _error_object(body)
+    if data is not None and isinstance(data.get("error"), str):
+        return str(data["error"])[:2000]
+    text = body.strip()
+    if text.startswith("<"):
+        text = " ".join(_TAGS.sub(" ", _without_code(text)).split())
+    return text[:500].rstrip()
+
+
+_TAGS = re.compile(r"<[^<>]*>")
+"""A markup tag (no `<` inside: each character is looked at a bounded number of times)."""
+
+
+def _without_code(page: str) -> str:
+    """An HTML page without its `<script>` and `<style>` elements (an unclosed one runs to
+    the end), in one pass over the page."""
+    lower = page.lower()
+    out: list[str] = []
+    pos = 0
+    found = {"<script": lower.find("<script"), "<style": lower.find("<style")}
+    while True:
+        for opening, at in found.items():  # each searched again only once passed
+            if 0 <= at < pos:
+                found[opening] = lower.find(opening, pos)
+        starts = [i for i in found.values() if i >= 0]
+        if not starts:
+            out.append(page[pos:])
+            return " ".join(out)
+        start = min(starts)
+        out.append(page[pos:start])
+        closing = "</script" if lower.startswith("<script", start) else "</style"
+        end = lower.find(closing, start)
+        if end < 0:
+            return " ".join(out)
+        close = lower.find(">", end)
+        pos = len(page) if close < 0 else close + 1
 
 
 def error_from_response(
     provider: str, status: int, headers: httpx.Headers, body: str
 ) -> ProviderError:
-    """Classify a non-2xx HTTP response into the `ProviderError` tree."""
-    detail = _error_text(body)
-    message = f"{provider} returned HTTP {status}: {detail}"
-    kw: dict[str, Any] = {"status_code": status, "body": body, "provider": provider}
+    """Classify a non-2xx HTTP response into the `ProviderError` tree, carrying the
+    provider's error type, code and request ID (`error_details`).
+
+    401/403 `AuthenticationError`; 429 `RateLimited`; 408 `ProviderTimeout`; 5xx (and
+    Anthropic's 529) `Overloaded`; any other status `BadRequest`, retryable for 409 (a
+    conflict, OpenAI's and Anthropic's lock timeouts). An `x-should-retry: true|false`
+    header (OpenAI, Anthropic) overrides whether the error is retryable.
+    """
+    body = body[:MAX_ERROR_BODY]
+    details = error_details(body, headers)
+    _, err = _error_object(body)
+    detail = _error_text(body, err)
+    tags = ", ".join(v for v in (details["error_type"], details["error_code"]) if v)
+    if details["request_id"]:
+        tags = (
+            f"{tags}, request {details['request_id']}"
+            if tags
+            else f"request {details['request_id']}"
+        )
+    message = f"{provider} returned HTTP {status}" + (f" ({tags})" if tags else "")
+    message += f": {detail}" if detail else ": (no body)"
+    kw: dict[str, Any] = {"status_code": status, "body": body, "provider": provider, **details}
+    should = headers.get("x-should-retry", "").strip().lower()
+    if should in ("true", "false"):
+        kw["retryable"] = should == "true"
+    error: ProviderError
     if status in (401, 403):
-        return AuthenticationError(message, **kw)
-    if status == 429:
-        return RateLimited(message, retry_after=retry_after_seconds(headers), **kw)
-    if status == 408:
-        return ProviderTimeout(message, **kw)
-    if status >= 500:  # includes Anthropic's 529 "overloaded"
-        return Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
-    return BadRequest(message, **kw)
+        error = AuthenticationError(message, **kw)
+    elif status == 429:
+        wait = retry_after_seconds(headers)
+        error = RateLimited(
+            message, retry_after=wait if wait is not None else rate_limit_reset(headers), **kw
+        )
+    elif status == 408:
+        error = ProviderTimeout(message, **kw)
+    elif status >= 500:  # includes Anthropic's 529 "overloaded"
+        error = Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
+    else:
+        kw.setdefault("retryable", status == 409)
+        error = BadRequest(message, **kw)
+    return error
+
+
+MAX_ERROR_BODY = 65536
+"""Bytes of an error answer's body that are read and kept (`ProviderError.body`): a proxy's
+page or a runaway body is cut there, never read whole."""
+
+
+async def read_error_body(response: httpx.Response) -> str:
+    """The first `MAX_ERROR_BODY` bytes of an unsuccessful streamed `response`, as text
+    (UTF-8, invalid bytes replaced); the rest is not read (the response is closed)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= MAX_ERROR_BODY:
+                break
+    except httpx.TransportError:
+        pass  # a failure's body cut short: what came is still the best account of it
+    finally:
+        await response.aclose()
+    return b"".join(chunks)[:MAX_ERROR_BODY].decode("utf-8-sig", errors="replace")
+
+
+async def raise_for_status(
+    response: httpx.Response,
+    provider: str,
+    classify: Callable[[int, httpx.Headers, str], ProviderError] | None = None,
+) -> None:
+    """Raise the classified error of an unsuccessful (not 2xx) streamed `response`, its body
+    read up to `MAX_ERROR_BODY` bytes; `classify(status, headers, body)` is the provider's
+    own (default `error_from_response`)."""
+    if response.is_success:
+        return
+    body = await read_error_body(response)
+    if classify is None:
+        raise error_from_response(provider, response.status_code, response.headers, body)
+    raise classify(response.status_code, response.headers, body)
+
+
+def request_id_of(headers: httpx.Headers) -> str:
+    """The ID the provider gave the request (`x-request-id`, `request-id`, ...), or ""."""
+    for name in _REQUEST_ID_HEADERS:
+        value = headers.get(name)
+        if value:
+            return str(value)[:200]
+    return ""
+
+
+class RequestTag:
+    """Names the request in a `ProviderError` raised while its answer is read (an error
+    event mid-stream, an error object in a 200 body): `with tag:` sets the error's
+    `request_id` when it has none, and adds it to the message. The ID is looked up only
+    then (a header lookup costs microseconds a successful answer need not spend)."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: httpx.Headers | None = None) -> None:
+        self.headers = headers
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, ProviderError) and self.headers is not None and not exc.request_id:
+            request_id = request_id_of(self.headers)
+            if not request_id:
+                return
+            exc.request_id = request_id
+            if len(exc.args) == 1 and isinstance(exc.args[0], str):
+                exc.args = (f"{exc.args[0]} (request {request_id})",)
+
+
+async def read_body(response: httpx.Response, provider: str) -> str:
+    """The text of a successful streamed `response` (see `body_text`), read whole up to
+    `MAX_BODY` bytes.
+
+    Raises:
+        ResponseFormatError: the body is longer than `MAX_BODY` (not read further).
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            await response.aclose()
+            raise ResponseFormatError(
+                f"{provider} answered with a body longer than {MAX_BODY} bytes", provider=provider
+            )
+    return b"".join(chunks).decode("utf-8-sig", errors="replace")
+
+
+MAX_BODY = 256 * 1024 * 1024
+"""Bytes of a successful answer (one JSON body, or one stream event) read at most: beyond
+it the answer is refused rather than read into memory without end."""
 
 
 @contextmanager
@@ -388,10 +681,11 @@ async def refuse_html(response: httpx.Response, provider: str) -> None:
         ResponseFormatError: the content type is `text/html`.
     """
     if "text/html" in response.headers.get("content-type", ""):
-        await response.aread()
+        page = await read_error_body(response)
         raise ResponseFormatError(
-            f"{provider} answered a stream with an HTML page: {body_text(response)[:200]!r}",
+            f"{provider} answered a stream with an HTML page: {page[:200]!r}",
             provider=provider,
+            body=page,
         )
 
 
@@ -502,14 +796,25 @@ def _scrub(value: Any) -> Any:
     return value
 
 
-async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+async def iter_sse(
+    response: httpx.Response, provider: str | None = None
+) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response.
 
     Events are cut from the decoded text at blank lines, not line by line: one event costs
     one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
     A byte order mark at the start of the stream is skipped, as the SSE standard says; a
     last event that the stream cut off in the middle of its JSON is dropped.
+
+    Raises:
+        ResponseFormatError: with a `provider` named, a stream that yielded no event and
+            whose first line is no event-stream field (`data`, `event`, `id`, `retry`) or
+            comment: a proxy's plain-text page, quoted, retryable. An event longer than
+            `MAX_BODY`.
     """
+    head = ""  # the stream's first line, to quote when it holds no event
+    heading = True
+    yielded = False
     buffer = ""
     cr = False  # the last chunk ended in "\r": the next may start with its "\n"
     start = True  # no text yet: a BOM may come first
@@ -530,15 +835,24 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         if not text:
             continue
+        if heading:  # until the first line is whole
+            head += text[:200]
+            heading = len(head) < 200 and "\n" not in head
         # only the new text (and the newline before it) can complete an event
         complete = "\n\n" in text or (text[0] == "\n" and buffer.endswith("\n"))
         buffer += text
         if not complete:
+            if len(buffer) > MAX_BODY:
+                raise ResponseFormatError(
+                    f"{provider} sent a stream event longer than {MAX_BODY} bytes",
+                    provider=provider or "",
+                )
             continue
         *blocks, buffer = buffer.split("\n\n")
         for block in blocks:
             item = sse_block(block)
             if item is not None:
+                yielded = True
                 yield item
     buffer += decode(b"", True)  # a character the stream cut off: U+FFFD
     if cr:  # the stream ended in "\r": a line ending
@@ -547,11 +861,45 @@ async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
     for block in blocks:
         item = sse_block(block)
         if item is not None:
+            yielded = True
             yield item
     if buffer.strip("\n"):
         item = _whole(sse_block(buffer.strip("\n")))
         if item is not None:
             yield item
+            return
+    if provider and not yielded and head.strip() and not _SSE_START.match(head.lstrip("\n")):
+        if head.lstrip().startswith(("{", "[")) and buffer.strip():
+            try:
+                from_json(buffer)
+            except ValueError:
+                pass
+            else:  # one JSON document under another content type: the answer, unstreamed
+                raise WholeBody(buffer)
+        raise ResponseFormatError(
+            f"{provider} answered a stream with text that is no event stream: {head!r}",
+            provider=provider,
+            retryable=True,
+        )
+
+
+class WholeBody(Exception):
+    """Raised by `iter_sse` (with a provider named) for a "stream" that is one JSON document
+    served under another content type (`text/event-stream`, `text/plain`, an upper-case
+    `APPLICATION/JSON`): `text` is the answer, to read as the unstreamed body it is."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("the stream is one JSON document")
+        self.text = text
+
+
+def is_json(response: httpx.Response) -> bool:
+    """Whether the content type says JSON (`application/json`, any case and parameters)."""
+    return "application/json" in response.headers.get("content-type", "").lower()
+
+
+_SSE_START = re.compile(r"(?:data|event|id|retry)(?::|\n|$)|:")
+"""How an event stream's first line starts: a field name, or a comment."""
 
 
 def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
@@ -645,8 +993,10 @@ async def post_json(
     headers: dict[str, str],
     timeout: httpx.Timeout,
     provider: str,
+    tag: RequestTag | None = None,
 ) -> dict[str, Any]:
-    """POST `content` and return the JSON object of a successful response.
+    """POST `content` and return the JSON object of a successful response; `tag` is given
+    the response's request ID (for errors the caller finds in the body).
 
     Raises:
         ProviderError: the failure classified (`error_from_response`, transport errors,
@@ -654,10 +1004,21 @@ async def post_json(
     """
     client = await clients.get()
     with translate_transport_errors(provider):
-        resp = await client.post(url, content=content, headers=headers, timeout=timeout)
-    if not resp.is_success:
-        raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
-    return parse_json_body(provider, body_text(resp))
+        request = client.build_request(
+            "POST", url, content=content, headers=headers, timeout=timeout
+        )
+        resp = await client.send(request, stream=True)
+        try:
+            if not resp.is_success:
+                await raise_for_status(resp, provider)
+            text = await read_body(resp, provider)
+        finally:
+            await resp.aclose()
+    if tag is None:
+        tag = RequestTag()
+    tag.headers = resp.headers
+    with tag:
+        return parse_json_body(provider, text)
 
 
 async def post_sse(
@@ -667,8 +1028,10 @@ async def post_sse(
     headers: dict[str, str],
     timeout: httpx.Timeout,
     provider: str,
+    tag: RequestTag | None = None,
 ) -> AsyncGenerator[tuple[str, str], None]:
-    """POST `content` and yield the `(event, data)` pairs of the streamed response.
+    """POST `content` and yield the `(event, data)` pairs of the streamed response; `tag`
+    is given the response's request ID (for errors the caller finds in the events).
 
     Close it (`contextlib.aclosing`) to stop early: that closes the response.
 
@@ -684,21 +1047,22 @@ async def post_sse(
         async with client.stream(
             "POST", url, content=content, headers=headers, timeout=timeout
         ) as resp:
-            if not resp.is_success:
-                await resp.aread()
-                raise error_from_response(provider, resp.status_code, resp.headers, resp.text)
+            await raise_for_status(resp, provider)
+            if tag is not None:
+                tag.headers = resp.headers
             await refuse_html(resp, provider)
-            if "application/json" in resp.headers.get("content-type", ""):
+            if is_json(resp):
                 # not a stream (a proxy's error, or a server that ignored `stream: true`):
                 # the whole body is one event for the adapter's parser
-                await resp.aread()
-                yield "", body_text(resp)
+                yield "", await read_body(resp, provider)
                 return
-            events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
+            events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, provider))
             try:
                 async with aclosing(events):
                     async for item in events:
                         yield item
+            except WholeBody as whole:
+                yield "", whole.text
             except httpx.TimeoutException:
                 raise
             except httpx.TransportError as exc:

@@ -27,13 +27,16 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
+    RequestTag,
+    WholeBody,
     api_key_from_env,
-    body_text,
     deltas_of,
-    error_from_response,
+    is_json,
     iter_sse,
     parse_json_body,
     post_json,
+    raise_for_status,
+    read_body,
     refuse_html,
     translate_transport_errors,
 )
@@ -177,10 +180,12 @@ class AnthropicModel(HTTPModel):
                 `ProviderConnectionError`, `ResponseFormatError`).
         """
         content = _encode(self.request_body(request))
+        tag = RequestTag()
         body = await post_json(
-            self._clients, self.url, content, self._headers, self._timeout, PROVIDER
+            self._clients, self.url, content, self._headers, self._timeout, PROVIDER, tag
         )
-        return parse_response(body, self._output_tool(request))
+        with tag:
+            return parse_response(body, self._output_tool(request))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -197,30 +202,33 @@ class AnthropicModel(HTTPModel):
             async with client.stream(
                 "POST", self.url, content=content, headers=self._headers, timeout=self._timeout
             ) as response:
-                if not response.is_success:
-                    await response.aread()
-                    raise error_from_response(
-                        PROVIDER, response.status_code, response.headers, response.text
-                    )
+                await raise_for_status(response, PROVIDER)
+                tag = RequestTag(response.headers)
                 await refuse_html(response, PROVIDER)
-                if "application/json" in response.headers.get("content-type", ""):
-                    # not a stream: an error object from a proxy, or a server that ignored
-                    # `stream: true` and answered one message
-                    await response.aread()
-                    final = parse_response(
-                        parse_json_body(PROVIDER, body_text(response)), self._output_tool(request)
-                    )
-                    for replayed in deltas_of(final):
-                        yield replayed
-                    yield final
-                    return
-                async for event, data in iter_sse(response):
-                    delta = parser.feed(event, data)
-                    if delta is not None:
-                        yield delta
-                    if parser.done:
-                        break
-        yield parser.response()
+                # not a stream: an error object from a proxy, or a server that ignored
+                # `stream: true` and answered one message
+                whole = await read_body(response, PROVIDER) if is_json(response) else None
+                if whole is None:
+                    try:
+                        with tag:
+                            async for event, data in iter_sse(response, PROVIDER):
+                                delta = parser.feed(event, data)
+                                if delta is not None:
+                                    yield delta
+                                if parser.done:
+                                    break
+                    except WholeBody as body:
+                        whole = body.text
+        if whole is not None:
+            with tag:
+                final = parse_response(parse_json_body(PROVIDER, whole), self._output_tool(request))
+            for replayed in deltas_of(final):
+                yield replayed
+            yield final
+            return
+        with tag:
+            final = parser.response()
+        yield final
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))

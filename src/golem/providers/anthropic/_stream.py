@@ -13,12 +13,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from golem.errors import ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import object_text, parse_event_data, sse_events, unique_call_id
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
 from golem.providers.anthropic._wire import (
     PROVIDER,
     RawArgs,
+    fresh_call_id,
     input_text,
     message_from_blocks,
     response_of,
@@ -107,7 +109,7 @@ class StreamParser:
             ResponseFormatError: the event data is not a JSON object.
         """
         if event == "error":
-            raise error_from_event(data)
+            raise self._failed(error_from_event(data))
         payload = parse_event_data(PROVIDER, data)
         if payload is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
@@ -135,8 +137,14 @@ class StreamParser:
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
-            raise error_from_event(data)
+            raise self._failed(error_from_event(data))
         return None
+
+    def _failed(self, error: ProviderError) -> ProviderError:
+        """`error`, carrying the usage the stream reported before it failed (if any)."""
+        if self._usage:
+            error.usage = usage_from(self._usage)
+        return error
 
     def _merge_usage(self, usage: Any) -> None:
         if isinstance(usage, Mapping):
@@ -189,9 +197,10 @@ class StreamParser:
             self._calls += 1
             self._fragments[index] = [whole] if whole else []
             call_id, name = block.get("id"), block.get("name")
-            call_id = unique_call_id(call_id if isinstance(call_id, str) else "", self._ids)
-            if call_id:
-                block["id"] = call_id  # the final message names the call as the delta did
+            call_id = unique_call_id(
+                call_id if isinstance(call_id, str) and call_id else fresh_call_id(), self._ids
+            )
+            block["id"] = call_id  # the final message names the call as the delta did
             return Delta(
                 tool_calls=[
                     ToolCallDelta(
@@ -300,7 +309,7 @@ class StreamParser:
             ProviderConnectionError: `message_stop` never arrived (retryable).
         """
         if not self._done:
-            raise incomplete_stream()
+            raise self._failed(incomplete_stream())
         blocks: list[Mapping[str, Any]] = []
         for index in sorted(self._blocks):
             block = self._blocks[index]

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlo
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._http import (
     ASSISTANT_MEDIA_TEXT,
+    MAX_TOKEN_COUNT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     args_json,
@@ -53,6 +55,7 @@ __all__ = [
     "build_request_body",
     "container_of",
     "finish_reason_from",
+    "fresh_call_id",
     "input_text",
     "message_from_blocks",
     "parse_response",
@@ -618,12 +621,18 @@ def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     details = raw.get("output_tokens_details")
     reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
     return Usage(
-        input_tokens=fresh + read + write,
+        input_tokens=min(fresh + read + write, MAX_TOKEN_COUNT),
         output_tokens=token_count(raw.get("output_tokens")),
         cache_read_tokens=read,
         cache_write_tokens=write,
         reasoning_tokens=reasoning,
     )
+
+
+def fresh_call_id() -> str:
+    """An ID for a `tool_use` block a server sent without one (a compatible server's): its
+    result is paired with it, and a pause hands the call out by it."""
+    return "toolu_golem_" + secrets.token_hex(12)
 
 
 def finish_reason_from(stop_reason: Any) -> FinishReason:
@@ -703,7 +712,8 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            calls.append(ToolCall(id=unique_call_id(_str(b.get("id")), ids), name=name, args=args))
+            call_id = unique_call_id(_str(b.get("id")) or fresh_call_id(), ids)
+            calls.append(ToolCall(id=call_id, name=name, args=args))
         else:
             separated = True
             server.append(_server_block(b, names, pos, len(thinking)))

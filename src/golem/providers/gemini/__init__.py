@@ -26,10 +26,13 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
+    RequestTag,
+    WholeBody,
     api_key_from_env,
-    body_text,
     iter_sse,
     parse_json_body,
+    raise_for_status,
+    read_body,
     refuse_html,
     translate_transport_errors,
 )
@@ -152,13 +155,23 @@ class GeminiModel(HTTPModel):
             ProviderError: classified failure (see `golem.errors`).
         """
         body = self.build_body(request)
+        client = await self._clients.get()
         with translate_transport_errors(PROVIDER):
-            response = await (await self._clients.get()).post(
-                self.url(), content=_encode(body), headers=self._headers(), timeout=self._timeout
+            sent = client.build_request(
+                "POST",
+                self.url(),
+                content=_encode(body),
+                headers=self._headers(),
+                timeout=self._timeout,
             )
-        if response.status_code >= 300:
-            raise error_from_http(response.status_code, response.headers, response.text)
-        return parse_response(parse_json_body(PROVIDER, body_text(response)))
+            response = await client.send(sent, stream=True)
+            try:
+                await raise_for_status(response, PROVIDER, error_from_http)
+                text = await read_body(response, PROVIDER)
+            finally:
+                await response.aclose()
+        with RequestTag(response.headers):
+            return parse_response(parse_json_body(PROVIDER, text))
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -177,21 +190,28 @@ class GeminiModel(HTTPModel):
                 headers=self._headers(),
                 timeout=self._timeout,
             ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                    raise error_from_http(response.status_code, response.headers, response.text)
+                await raise_for_status(response, PROVIDER, error_from_http)
+                tag = RequestTag(response.headers)
                 await refuse_html(response, PROVIDER)
-                if "json" in response.headers.get("content-type", ""):
-                    # A JSON array of responses: a proxy that ignored alt=sse.
-                    await response.aread()
-                    for data in _json_chunks(body_text(response)):
-                        for delta in parser.feed(data):
-                            yield delta
-                else:
-                    async for _event, data in iter_sse(response):
-                        for delta in parser.feed(data):
-                            yield delta
-        yield parser.result()
+                # a JSON array of responses: a proxy that ignored alt=sse
+                ctype = response.headers.get("content-type", "").lower()
+                whole = await read_body(response, PROVIDER) if "json" in ctype else None
+                if whole is None:
+                    try:
+                        with tag:
+                            async for _event, data in iter_sse(response, PROVIDER):
+                                for delta in parser.feed(data):
+                                    yield delta
+                    except WholeBody as body:
+                        whole = body.text
+                if whole is not None:
+                    with tag:
+                        for data in _json_chunks(whole):
+                            for delta in parser.feed(data):
+                                yield delta
+        with tag:
+            final = parser.result()
+        yield final
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -203,6 +223,10 @@ def _encode(body: dict[str, Any]) -> bytes:
 
 def _json_chunks(text: str) -> list[str]:
     """The responses of a non-SSE streamed body (a JSON array, or a single object)."""
+    if not text.strip():  # nothing came: a transfer cut short, another may be whole
+        raise ResponseFormatError(
+            "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True
+        )
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._http import error_from_response, finite_seconds, json_text
+from golem.providers._http import MAX_RETRY_AFTER, error_from_response, finite_seconds, json_text
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 
@@ -46,7 +46,15 @@ def error_from_http(status: int, headers: httpx.Headers, body: str) -> ProviderE
     error = error_from_response(PROVIDER, status, headers, body)
     details = _error_object(body)
     if status == 400 and _key_rejected(details):
-        return AuthenticationError(str(error), status_code=status, body=body, provider=PROVIDER)
+        return AuthenticationError(
+            str(error),
+            status_code=status,
+            body=error.body,
+            provider=PROVIDER,
+            error_type=error.error_type,
+            error_code=error.error_code,
+            request_id=error.request_id,
+        )
     if isinstance(error, RateLimited) and error.retry_after is None:
         error.retry_after = _retry_delay(details)
     return error
@@ -92,5 +100,6 @@ def _retry_delay(err: Mapping[str, Any]) -> float | None:
         if str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
             delay = d.get("retryDelay")
             if isinstance(delay, str) and delay.endswith("s"):
-                return finite_seconds(delay[:-1])
+                seconds = finite_seconds(delay[:-1])
+                return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
     return None

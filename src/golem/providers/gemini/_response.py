@@ -37,6 +37,7 @@ from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlo
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._http import (
+    MAX_TOKEN_COUNT,
     RUN_SEPARATOR,
     args_json,
     json_text,
@@ -118,9 +119,14 @@ def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     """
     thoughts = token_count(meta.get("thoughtsTokenCount"))
     return Usage(
-        input_tokens=token_count(meta.get("promptTokenCount"))
-        + token_count(meta.get("toolUsePromptTokenCount")),
-        output_tokens=token_count(meta.get("candidatesTokenCount")) + thoughts,
+        input_tokens=min(
+            token_count(meta.get("promptTokenCount"))
+            + token_count(meta.get("toolUsePromptTokenCount")),
+            MAX_TOKEN_COUNT,
+        ),
+        output_tokens=min(
+            token_count(meta.get("candidatesTokenCount")) + thoughts, MAX_TOKEN_COUNT
+        ),
         cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
         reasoning_tokens=thoughts,
     )
@@ -342,6 +348,10 @@ class ResponseBuilder:
         base = _ID_UNSAFE.sub("", self._response_id)[:24] or uuid.uuid4().hex[:16]
         self._response_id = self._response_id or base
         return f"{SYNTHETIC_ID_PREFIX}{base}_{index}"
+
+    def usage(self) -> Usage | None:
+        """The usage reported so far, None when no event reported any."""
+        return usage_from_metadata(self._usage) if self._usage else None
 
     def response(self) -> ModelResponse:
         """The response folded so far.

@@ -42,7 +42,9 @@ class StreamParser:
                 return []  # an OpenAI-style end marker a proxy adds: the events say the rest
             raise
         if chunk.get("error"):  # a null one (`"error": null` beside the answer) is none
-            raise error_from_payload(chunk)
+            error = error_from_payload(chunk)
+            error.usage = self._builder.usage()
+            raise error
         return self._builder.add(chunk)
 
     def result(self) -> ModelResponse:
@@ -52,9 +54,11 @@ class StreamParser:
             ProviderConnectionError: no event carried a finish reason (retryable).
         """
         if not self._builder.complete:
-            raise ProviderConnectionError(
+            error = ProviderConnectionError(
                 "stream ended before the response completed", retryable=True, provider=PROVIDER
             )
+            error.usage = self._builder.usage()
+            raise error
         return self._builder.response()
 
 

@@ -26,11 +26,14 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import (
     HTTPModel,
     LoopBoundClient,
-    body_text,
-    error_from_response,
+    RequestTag,
+    WholeBody,
+    is_json,
     iter_sse,
     parse_json_body,
     post_json,
+    raise_for_status,
+    read_body,
     refuse_html,
     translate_transport_errors,
 )
@@ -160,10 +163,12 @@ class OpenAIChatModel(HTTPModel):
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
         content = self._encode(request, stream=False)
+        tag = RequestTag()
         body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER
+            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
         )
-        return parse_response(body, reasoning_field=self._options.reasoning_field)
+        with tag:
+            return parse_response(body, reasoning_field=self._options.reasoning_field)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -180,32 +185,41 @@ class OpenAIChatModel(HTTPModel):
             async with client.stream(
                 "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
             ) as resp:
-                if not resp.is_success:
-                    await resp.aread()
-                    raise error_from_response(PROVIDER, resp.status_code, resp.headers, resp.text)
+                await raise_for_status(resp, PROVIDER)
+                tag = RequestTag(resp.headers)
                 await refuse_html(resp, PROVIDER)
-                if "application/json" in resp.headers.get("content-type", ""):
-                    # The server ignored `stream: true` and answered with one JSON body.
-                    await resp.aread()
-                    body = parse_json_body(PROVIDER, body_text(resp))
-                    final = parse_response(body, reasoning_field=self._options.reasoning_field)
-                    for delta in deltas_of(final):
-                        yield delta
-                    yield final
-                    return
-                try:
-                    sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp))
-                    async with aclosing(sse) as events:
-                        async for event, data in events:
-                            chunk_delta = parser.feed(data, event)
-                            if chunk_delta is not None:
-                                yield chunk_delta
-                            if parser.done:
-                                break
-                except httpx.TimeoutException:
-                    raise
-                except httpx.TransportError as exc:
-                    raise ProviderConnectionError(
-                        f"openai {STREAM_ENDED_EARLY}: {exc!r}", provider=PROVIDER, retryable=True
-                    ) from exc
-        yield parser.finish()
+                # the server ignored `stream: true` and answered with one JSON body
+                whole = await read_body(resp, PROVIDER) if is_json(resp) else None
+                if whole is None:
+                    try:
+                        sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, PROVIDER))
+                        async with aclosing(sse) as events:
+                            with tag:
+                                async for event, data in events:
+                                    chunk_delta = parser.feed(data, event)
+                                    if chunk_delta is not None:
+                                        yield chunk_delta
+                                    if parser.done:
+                                        break
+                    except WholeBody as body:
+                        whole = body.text
+                    except httpx.TimeoutException:
+                        raise
+                    except httpx.TransportError as exc:
+                        raise ProviderConnectionError(
+                            f"openai {STREAM_ENDED_EARLY}: {exc!r}",
+                            provider=PROVIDER,
+                            retryable=True,
+                        ) from exc
+        if whole is not None:
+            with tag:
+                final = parse_response(
+                    parse_json_body(PROVIDER, whole), reasoning_field=self._options.reasoning_field
+                )
+            for delta in deltas_of(final):
+                yield delta
+            yield final
+            return
+        with tag:
+            final = parser.finish()
+        yield final

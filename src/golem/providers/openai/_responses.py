@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import HTTPModel, LoopBoundClient, post_json, post_sse
+from golem.providers._http import HTTPModel, LoopBoundClient, RequestTag, post_json, post_sse
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
@@ -136,10 +136,12 @@ class OpenAIResponsesModel(HTTPModel):
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
         content = _encoder.encode(self.request_body(request)).encode()
+        tag = RequestTag()
         body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER
+            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
         )
-        return parse_responses_response(body)
+        with tag:
+            return parse_responses_response(body)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -151,12 +153,18 @@ class OpenAIResponsesModel(HTTPModel):
         """
         content = _encoder.encode(self.request_body(request, stream=True)).encode()
         parser = ResponsesStreamParser()
-        events = post_sse(self._clients, self._url, content, self._headers, self._timeout, PROVIDER)
+        tag = RequestTag()
+        events = post_sse(
+            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
+        )
         async with aclosing(events):
-            async for _event, data in events:
-                delta = parser.feed(data)
-                if delta is not None:
-                    yield delta
-                if parser.done:
-                    break
-        yield parser.response()
+            with tag:
+                async for _event, data in events:
+                    delta = parser.feed(data)
+                    if delta is not None:
+                        yield delta
+                    if parser.done:
+                        break
+        with tag:
+            final = parser.response()
+        yield final

@@ -18,7 +18,7 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import parse_event_data, sse_events, unique_call_id
+from golem.providers._http import deltas_of, parse_event_data, sse_events, unique_call_id
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -89,6 +89,7 @@ class ResponsesStreamParser:
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all
                 self._final = parse_responses_response(event)
+                return _replayed(self._final)
             elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
                 raise error_from_payload(event)
             return None  # not an event this parser knows
@@ -148,8 +149,9 @@ class ResponsesStreamParser:
                 response = {**response, "output": [self._done[i] for i in sorted(self._done)]}
             self._final = parse_responses_response(response)
             return None
-        if kind == "error":
-            raise error_from_payload({"error": event.get("error") or event})
+        if kind == "error":  # `{"type": "error", "code", "message"}`, or an `error` object
+            error = event.get("error") or {k: v for k, v in event.items() if k != "type"}
+            raise error_from_payload({"error": error})
         return None
 
     def _added(self, event: Mapping[str, Any]) -> Delta | None:
@@ -230,3 +232,16 @@ def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
             break
     out.append(parser.response())
     return out
+
+
+def _replayed(response: ModelResponse) -> Delta | None:
+    """One delta replaying a whole response (a server that ignored `stream: true`), as the
+    other adapters replay one: its thinking, text and tool calls."""
+    deltas = deltas_of(response)
+    if not deltas:
+        return None
+    return Delta(
+        content="".join(d.content for d in deltas),
+        thinking=[t for d in deltas for t in d.thinking],
+        tool_calls=[c for d in deltas for c in d.tool_calls],
+    )

@@ -504,12 +504,19 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
     """
     error = body.get("error")
     status = body.get("status")
+    failure: ProviderError | None = None
     if isinstance(error, Mapping) and (status == "failed" or "output" not in body):
-        raise error_from_payload({"error": dict(error)})
-    if status == "failed":
-        raise error_from_payload({"error": {"code": "server_error", "message": _FAILED}})
-    if status == "cancelled":
-        raise ProviderError("openai response was cancelled before it completed", provider=PROVIDER)
+        failure = error_from_payload({"error": dict(error)})
+    elif status == "failed":
+        failure = error_from_payload({"error": {"code": "server_error", "message": _FAILED}})
+    elif status == "cancelled":
+        failure = ProviderError(
+            "openai response was cancelled before it completed", provider=PROVIDER
+        )
+    if failure is not None:
+        if isinstance(body.get("usage"), Mapping):
+            failure.usage = responses_usage(body["usage"])
+        raise failure
     if status in ("queued", "in_progress"):
         raise ResponseFormatError(
             f"openai response is not finished (status {status!r}): golem does not poll "

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ProviderConnectionError
+from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._http import (
@@ -58,6 +58,9 @@ class _Call:
     signature: str = ""
 
 
+_NO_USAGE = Usage()
+
+
 class ChatStreamParser:
     """Accumulates one streamed response; see the module docstring.
 
@@ -100,7 +103,7 @@ class ChatStreamParser:
             self.done = True
             return None
         if event == "error":
-            raise error_from_payload(_error_event(data))
+            raise self._failed(error_from_payload(_error_event(data)))
         chunk = parse_event_data(PROVIDER, data)
         if chunk is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
@@ -109,7 +112,7 @@ class ChatStreamParser:
     def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
         """Consume one decoded chunk object; see `feed`."""
         if chunk.get("error") or chunk.get("object") == "error":
-            raise error_from_payload(chunk)
+            raise self._failed(error_from_payload(chunk))
         model = chunk.get("model")
         if isinstance(model, str) and model and not self._model:
             self._model = model
@@ -219,6 +222,12 @@ class ChatStreamParser:
         """Whether the response completed (`[DONE]`, or a finish reason on a cleanly closed stream)."""
         return self.done or self._saw_finish
 
+    def _failed(self, error: ProviderError) -> ProviderError:
+        """`error`, carrying the usage the stream reported before it failed (if any)."""
+        if self._usage != _NO_USAGE:
+            error.usage = self._usage
+        return error
+
     def finish(self) -> ModelResponse:
         """The final response.
 
@@ -226,8 +235,10 @@ class ChatStreamParser:
             ProviderConnectionError: the stream ended before the response completed (retryable).
         """
         if not self.complete:
-            raise ProviderConnectionError(
-                f"openai {STREAM_ENDED_EARLY}", provider=PROVIDER, retryable=True
+            raise self._failed(
+                ProviderConnectionError(
+                    f"openai {STREAM_ENDED_EARLY}", provider=PROVIDER, retryable=True
+                )
             )
         content = "".join(self._text)
         finish = self._finish

@@ -1,0 +1,752 @@
+"""Unhappy answers through each adapter's HTTP path (the fifth traffic round, ADR 0074).
+
+Each provider's real error body shape, every status the APIs document, bodies that are not
+JSON (HTML and plain-text proxy pages), empty and huge bodies, `Retry-After` in all of RFC
+9110's forms, `retry-after-ms`, `x-ratelimit-*` and `x-should-retry`, errors inside a 200
+answer. Each ends in a named `ProviderError` carrying the status, the provider's error type
+and code, and the request ID, streamed or not.
+
+What failed before: an error carried no error type, code or request ID; an asctime
+`Retry-After` (no zone) was read as local time (hours off west of Greenwich); a date in the
+year 9999 or `Retry-After: 1e12` asked a run to wait for millennia; a 429 with no
+`Retry-After` ignored OpenAI's `x-ratelimit-reset-*`; `x-should-retry` and 409 were not
+retryable; an error body was read whole however long (and kept whole in `.body`); an HTML
+error page's tags were the message; a 200 plain-text proxy page answering a stream was a
+"stream ended" error that quoted nothing; an empty JSON body answering a Gemini stream was
+not retryable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from golem.errors import (
+    AuthenticationError,
+    BadRequest,
+    Overloaded,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    ResponseFormatError,
+)
+from golem.model import Delta, ModelResponse
+from golem.providers import _http
+from golem.providers._http import (
+    MAX_ERROR_BODY,
+    MAX_RETRY_AFTER,
+    rate_limit_reset,
+    retry_after_seconds,
+)
+from tests.providers._recordings import all_interactions, needs_recordings
+from tests.providers._unseen import MODELS, REQUEST, Chunks, send
+from tests.providers.test_stops_and_limits import DONE
+
+APIS = list(MODELS)
+
+# each provider's documented error body, with the type / code it carries
+BODIES: dict[str, tuple[dict[str, Any], str, str]] = {
+    "openai-chat": (
+        {
+            "error": {
+                "message": "Rate limit reached for gpt-4o",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "requests",
+        "rate_limit_exceeded",
+    ),
+    "openai-responses": (
+        {
+            "error": {
+                "message": "The server had an error",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        "server_error",
+        "",
+    ),
+    "anthropic": (
+        {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+            "request_id": "req_011CVbody",
+        },
+        "overloaded_error",
+        "",
+    ),
+    "gemini": (
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource has been exhausted (e.g. check quota).",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "RATE_LIMIT_EXCEEDED",
+                        "domain": "googleapis.com",
+                    }
+                ],
+            }
+        },
+        "RESOURCE_EXHAUSTED",
+        "RATE_LIMIT_EXCEEDED",
+    ),
+}
+
+CLASSES: dict[int, tuple[type[ProviderError], bool]] = {
+    400: (BadRequest, False),
+    401: (AuthenticationError, False),
+    403: (AuthenticationError, False),
+    404: (BadRequest, False),
+    408: (ProviderTimeout, True),
+    409: (BadRequest, True),
+    413: (BadRequest, False),
+    422: (BadRequest, False),
+    429: (RateLimited, True),
+    500: (Overloaded, True),
+    502: (Overloaded, True),
+    503: (Overloaded, True),
+    504: (Overloaded, True),
+    529: (Overloaded, True),
+}
+
+
+async def _fail(
+    api: str,
+    status: int,
+    body: bytes | list[bytes] | httpx.AsyncByteStream,
+    *,
+    stream: bool,
+    headers: dict[str, str] | None = None,
+) -> ProviderError:
+    """The error the `api` adapter raises for an answer of `status` with `body`."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        content = (
+            body
+            if isinstance(body, httpx.AsyncByteStream)
+            else Chunks(body if isinstance(body, list) else [body])
+        )
+        return httpx.Response(status, headers=headers or {}, stream=content)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        with pytest.raises(ProviderError) as caught:
+            if stream:
+                async for _ in model.generate_stream(REQUEST):
+                    pass
+            else:
+                await model.generate(REQUEST)
+    return caught.value
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("status", sorted(CLASSES))
+@pytest.mark.parametrize("api", APIS)
+async def test_each_status_is_a_named_error_with_type_code_and_request_id(
+    api: str, status: int, stream: bool
+) -> None:
+    body, kind, code = BODIES[api]
+    headers = {"content-type": "application/json", "x-request-id": "req_header"}
+    error = await _fail(api, status, json.dumps(body).encode(), stream=stream, headers=headers)
+    expected, retryable = CLASSES[status]
+    if api == "gemini" and status == 400:
+        expected = BadRequest
+    assert type(error) is expected, error
+    assert error.status_code == status
+    assert error.retryable is retryable
+    assert (error.error_type, error.error_code, error.request_id) == (kind, code, "req_header")
+    assert "req_header" in str(error)
+    assert error.provider in ("openai", "anthropic", "gemini")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_request_id_comes_from_its_header_else_from_the_body(stream: bool) -> None:
+    body = json.dumps(BODIES["anthropic"][0]).encode()
+    error = await _fail("anthropic", 529, body, stream=stream, headers={"request-id": "req_h"})
+    assert error.request_id == "req_h"
+    error = await _fail("anthropic", 529, body, stream=stream)
+    assert error.request_id == "req_011CVbody"
+
+
+@needs_recordings
+@pytest.mark.parametrize("api", APIS)
+async def test_every_recorded_error_answer_carries_its_type_and_code(api: str) -> None:
+    answers = [it for it in all_interactions(api) if it.status >= 400]
+    if api != "gemini":
+        assert answers, f"no recorded error answer for {api}"
+    for it in answers:
+        for stream in (False, True):
+            error = await _fail(api, it.status, it.body.encode(), stream=stream, headers=it.headers)
+            assert error.status_code == it.status
+            err = it.json["error"]
+            assert error.error_type == (err.get("type") or "")
+            assert error.error_code == (err.get("code") or "")
+            assert error.request_id == it.json.get("request_id", "")
+            assert err["message"][:100] in str(error)
+
+
+PAGES = [
+    (
+        "text/html",
+        b"<html><head><title>502 Bad Gateway</title><style>b{}</style></head>"
+        b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>",
+        "502 Bad Gateway",
+    ),
+    (
+        "text/plain",
+        b"upstream connect error or disconnect/reset before headers. reset reason: "
+        b"connection failure",
+        "upstream connect error",
+    ),
+    ("text/plain; charset=utf-8", b"error code: 1015", "error code: 1015"),
+    ("application/json", b"", "(no body)"),
+    ("", b"", "(no body)"),
+    ("application/json", b'{"error": "upstream timeout"}', "upstream timeout"),
+    ("application/xml", b"<Error><Code>Throttling</Code></Error>", "Throttling"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("ctype", "page", "quoted"), PAGES)
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_page_that_is_not_json_is_quoted_as_text(
+    api: str, ctype: str, page: bytes, quoted: str, stream: bool
+) -> None:
+    headers = {"content-type": ctype} if ctype else {}
+    error = await _fail(api, 502, page, stream=stream, headers=headers)
+    assert type(error) is Overloaded
+    assert error.retryable
+    assert quoted in str(error)
+    assert "<" not in str(error).partition(": ")[2]  # no markup in the message
+
+
+class Endless(httpx.AsyncByteStream):
+    """A body that never ends, counting what was read of it."""
+
+    def __init__(self, piece: bytes) -> None:
+        self.piece = piece
+        self.read = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while self.read < 64 * MAX_ERROR_BODY:  # a bound, should the adapter read on
+            self.read += len(self.piece)
+            yield self.piece
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_a_huge_error_body_is_not_read_whole(api: str, stream: bool) -> None:
+    body = Endless(b'{"error": {"message": "' + b"x" * 4096)
+    error = await _fail(api, 500, body, stream=stream, headers={"content-type": "text/plain"})
+    assert type(error) is Overloaded
+    assert body.read <= MAX_ERROR_BODY + 4096 + 64
+    assert len(error.body) <= MAX_ERROR_BODY
+    assert len(str(error)) < 1000
+
+
+@pytest.mark.parametrize(
+    ("ctype", "page"),
+    [
+        ("text/plain", b"upstream connect error or disconnect/reset before headers"),
+        ("text/plain; charset=utf-8", b"Service Unavailable\n"),
+        ("text/event-stream", b"502 Bad Gateway\r\n"),
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_200_plain_text_page_answering_a_stream_is_quoted(
+    api: str, ctype: str, page: bytes
+) -> None:
+    error = await _fail(api, 200, page, stream=True, headers={"content-type": ctype})
+    assert type(error) is ResponseFormatError
+    assert error.retryable
+    assert page.decode().strip()[:20] in str(error)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_an_empty_json_body_answering_a_stream_is_retryable(api: str) -> None:
+    error = await _fail(api, 200, b"", stream=True, headers={"content-type": "application/json"})
+    assert isinstance(error, ResponseFormatError | ProviderConnectionError)
+    assert error.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("value", "retryable"), [("true", True), ("false", False)])
+@pytest.mark.parametrize("status", [400, 429, 500])
+async def test_x_should_retry_decides_whether_the_error_is_retried(
+    status: int, value: str, retryable: bool, stream: bool
+) -> None:
+    body = json.dumps(BODIES["anthropic"][0]).encode()
+    error = await _fail("anthropic", status, body, stream=stream, headers={"x-should-retry": value})
+    assert error.retryable is retryable
+
+
+# --------------------------------------------------------------------------- Retry-After
+
+NOW = 1_764_800_000.0  # 2025-12-03, a fixed clock
+
+
+def _forms(when: float) -> Iterator[str]:
+    """`when` in RFC 9110's three HTTP-date forms."""
+    t = time.gmtime(when)
+    yield email.utils.formatdate(when, usegmt=True)  # IMF-fixdate
+    yield time.strftime("%A, %d-%b-%y %H:%M:%S GMT", t)  # obsolete RFC 850
+    yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=86_000))
+def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
+    for form in _forms(NOW + ahead):
+        assert retry_after_seconds(httpx.Headers({"retry-after": form}), now=NOW) == ahead, form
+
+
+def test_a_date_without_a_zone_is_gmt_whatever_the_local_zone() -> None:
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        asctime = list(_forms(time.time() + 3000))[2]
+        wait = retry_after_seconds(httpx.Headers({"retry-after": asctime}))
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+    assert wait is not None
+    assert 0 < wait <= 3001  # local time read it 5 h (18,000 s) off
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after": "Sun, 06 Nov 1994 08:49:37 GMT"}, 0.0),  # past
+        ({"retry-after": "Sunday, 06-Nov-94 08:49:37 GMT"}, 0.0),
+        ({"retry-after": "Sun Nov  6 08:49:37 1994"}, 0.0),
+        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, MAX_RETRY_AFTER),
+        ({"retry-after": "1e12"}, MAX_RETRY_AFTER),
+        ({"retry-after": "99999999999999999999"}, MAX_RETRY_AFTER),
+        ({"retry-after-ms": "1e15"}, MAX_RETRY_AFTER),
+        ({"retry-after": " 30 "}, 30.0),
+        ({"retry-after": "2.5"}, 2.5),
+        ({"retry-after": "-5"}, 0.0),
+        ({"retry-after-ms": "1500", "retry-after": "100"}, 1.5),
+        ({"retry-after-ms": "soon", "retry-after": "100"}, 100.0),
+        ({"retry-after": "1_000"}, None),  # Python's float() reads it; no server writes it
+        ({"retry-after": "0x10"}, None),
+        ({"retry-after": "30, 40"}, 30.0),  # the header sent twice, joined
+        (
+            {"retry-after": "Thu, 04 Dec 2025 00:13:40 GMT, Thu, 04 Dec 2025 00:15:00 GMT"},
+            7220.0,
+        ),
+        ({"retry-after": "Mon, 99 Foo 2025 99:99:99 GMT"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": ""}, None),
+    ],
+)
+def test_retry_after_values_are_bounded(headers: dict[str, str], expected: float | None) -> None:
+    assert retry_after_seconds(httpx.Headers(headers), now=NOW) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_any_retry_after_is_none_or_a_bounded_wait(value: str) -> None:
+    try:
+        headers = httpx.Headers({"retry-after": value, "retry-after-ms": value})
+    except (ValueError, UnicodeEncodeError):
+        return  # not a header httpx sends
+    for h in (headers, httpx.Headers({"retry-after": value})):
+        wait = retry_after_seconds(h, now=NOW)
+        assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (
+            {
+                "x-ratelimit-remaining-requests": "99",
+                "x-ratelimit-reset-requests": "120ms",
+                "x-ratelimit-remaining-tokens": "0",
+                "x-ratelimit-reset-tokens": "6m0s",
+            },
+            360.0,
+        ),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
+        ({"x-ratelimit-reset-tokens": "1h2m3s"}, 3723.0),
+        ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
+        ({"x-ratelimit-reset-tokens": "7"}, 7.0),
+        ({"x-ratelimit-reset-tokens": "9999999h"}, MAX_RETRY_AFTER),
+        ({"x-ratelimit-reset-tokens": "soon"}, None),
+        ({"x-ratelimit-reset-tokens": "5x"}, None),
+        ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "5s"}, None),
+        ({}, None),
+    ],
+)
+def test_openai_rate_limit_resets_are_read(headers: dict[str, str], expected: float | None) -> None:
+    assert rate_limit_reset(httpx.Headers(headers)) == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", ["openai-chat", "openai-responses"])
+async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
+    api: str, stream: bool
+) -> None:
+    headers = {
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "6m0s",
+        "x-ratelimit-remaining-requests": "10",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    body = json.dumps(BODIES["openai-chat"][0]).encode()
+    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == 360.0
+    headers["retry-after"] = "2"  # the header wins
+    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == 2.0
+
+
+# ------------------------------------------------------------------ inside a 200 answer
+
+IN_BODY: dict[str, dict[str, Any]] = {
+    "openai-chat": {"error": {"message": "upstream failed", "type": "server_error", "code": None}},
+    "openai-responses": {
+        "id": "r",
+        "object": "response",
+        "status": "failed",
+        "error": {"code": "server_error", "message": "upstream failed"},
+        "output": [],
+    },
+    "anthropic": {"type": "error", "error": {"type": "api_error", "message": "upstream failed"}},
+    "gemini": {"error": {"code": 500, "message": "upstream failed", "status": "INTERNAL"}},
+}
+
+IN_STREAM: dict[str, bytes] = {
+    "openai-chat": b'data: {"error": {"message": "upstream failed", "type": "server_error"}}\n\n',
+    "openai-responses": b'event: error\ndata: {"type": "error", "code": "server_error", '
+    b'"message": "upstream failed", "param": null, "sequence_number": 1}\n\n',
+    "anthropic": b'event: error\ndata: {"type": "error", "error": {"type": "api_error", '
+    b'"message": "upstream failed"}}\n\n',
+    "gemini": b'data: {"error": {"code": 500, "message": "upstream failed", '
+    b'"status": "INTERNAL"}}\n\n',
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: bool) -> None:
+    headers = {"request-id" if api == "anthropic" else "x-request-id": "req_200"}
+    if stream:
+        headers["content-type"] = "text/event-stream"
+        body = IN_STREAM[api]
+    else:
+        headers["content-type"] = "application/json"
+        body = json.dumps(IN_BODY[api]).encode()
+    error = await _fail(api, 200, body, stream=stream, headers=headers)
+    assert type(error) is Overloaded
+    assert error.retryable
+    assert error.request_id == "req_200"
+    assert "req_200" in str(error)
+    assert "upstream failed" in str(error)
+    assert "server_error" in (error.error_type, error.error_code) or error.error_type in (
+        "api_error",
+        "INTERNAL",
+    )
+    assert error.error_type != "error"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    api=st.sampled_from(APIS),
+    stream=st.booleans(),
+    status=st.integers(min_value=300, max_value=999),
+    body=st.one_of(
+        st.binary(max_size=300),
+        st.text(max_size=300).map(str.encode),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "error",
+                            "type",
+                            "code",
+                            "message",
+                            "status",
+                            "details",
+                            "request_id",
+                            "reason",
+                        ]
+                    ),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=12,
+        ).map(lambda v: json.dumps(v).encode()),
+    ),
+    ctype=st.sampled_from(["application/json", "text/html", "text/plain", "", "text/event-stream"]),
+    retry=st.sampled_from(["", "5", "-1", "nan", "1e400", "Wed, 21 Oct 2015 07:28:00 GMT", "x"]),
+    request_id=st.sampled_from(["", "req_1"]),
+)
+def test_any_error_answer_is_a_named_provider_error(
+    api: str,
+    stream: bool,
+    status: int,
+    body: bytes,
+    ctype: str,
+    retry: str,
+    request_id: str,
+) -> None:
+    import asyncio
+
+    headers = {
+        k: v
+        for k, v in {
+            "content-type": ctype,
+            "retry-after": retry,
+            "x-request-id": request_id,
+        }.items()
+        if v
+    }
+    error = asyncio.run(_fail(api, status, body, stream=stream, headers=headers))
+    assert error.status_code == status or (api == "gemini" and error.status_code is not None)
+    assert len(error.body) <= MAX_ERROR_BODY
+    assert error.request_id == request_id or (not request_id and error.request_id)
+    wait = getattr(error, "retry_after", None)
+    assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
+    assert str(error)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_answer_longer_than_the_bound_is_refused_unread(
+    api: str, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_http, "MAX_BODY", 100_000)
+    piece = b"data: {" if stream else b'{"x": "'
+    body = Endless(piece + b"a" * 4096)
+    ctype = "text/event-stream" if stream else "application/json"
+    error = await _fail(api, 200, body, stream=stream, headers={"content-type": ctype})
+    assert type(error) is ResponseFormatError
+    assert "longer than 100000 bytes" in str(error)
+    assert body.read <= 100_000 + 2 * 4200
+
+
+@pytest.mark.parametrize(
+    "ctype",
+    [
+        "text/event-stream",
+        "text/event-stream; charset=utf-8",
+        "text/plain",
+        "application/octet-stream",
+        "APPLICATION/JSON",
+        "Application/Json; Charset=UTF-8",
+        "",
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_json_answer_to_a_stream_under_another_content_type_is_read(
+    api: str, ctype: str
+) -> None:
+    body = json.dumps(DONE[api])
+    streamed = await send(api, body, stream=True, ctype=ctype or "x/unknown")
+    final = streamed[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message.content == "ok"
+    assert "".join(d.content for d in streamed if isinstance(d, Delta)) == "ok"
+    unstreamed = (await send(api, body, stream=False))[-1]
+    assert final == unstreamed
+
+
+@pytest.mark.parametrize("ctype", ["text/event-stream", "text/plain", "APPLICATION/JSON"])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_object_answering_a_stream_under_another_content_type_is_classified(
+    api: str, ctype: str
+) -> None:
+    body, _, _ = BODIES[api]
+    error = await _fail(
+        api, 200, json.dumps(body).encode(), stream=True, headers={"content-type": ctype}
+    )
+    assert type(error) in (RateLimited, Overloaded)
+    assert error.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_gemini_retry_delay_is_bounded(stream: bool) -> None:
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "message": "quota",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e12s"}
+            ],
+        }
+    }
+    error = await _fail("gemini", 429, json.dumps(body).encode(), stream=stream)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == MAX_RETRY_AFTER
+
+
+# ------------------------------------------------------------- what the run loop does with it
+
+
+class _Sleeps:
+    """`asyncio` for the run loop, recording the waits instead of sleeping them."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "tries", "waited"),
+    [
+        (429, {"retry-after": "<date+300>"}, 2, 300.0),
+        (429, {"retry-after": "<asctime+300>"}, 2, 300.0),
+        (503, {"retry-after-ms": "2500"}, 2, 2.5),
+        (409, {}, 2, 0.5),
+        (500, {"x-should-retry": "false"}, 1, None),
+        (400, {"x-should-retry": "true"}, 2, 0.5),
+        (429, {"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, 1, None),  # > max_retry_wait
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_the_run_retries_as_the_answer_says(
+    api: str,
+    status: int,
+    headers: dict[str, str],
+    tries: int,
+    waited: float | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from golem import Agent, _loop
+    from golem.errors import RunError
+
+    now = time.time()
+    ahead = {
+        "<date+300>": email.utils.formatdate(now + 300.5, usegmt=True),
+        "<asctime+300>": list(_forms(now + 300.5))[2],
+    }
+    headers = {k: ahead.get(v, v) for k, v in headers.items()}
+    sleeps = _Sleeps()
+    monkeypatch.setattr(_loop, "asyncio", sleeps)
+    answers = [httpx.Response(status, headers=headers, json=BODIES[api][0])]
+    answers.append(httpx.Response(200, json=DONE[api]))
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[min(len(sent), 2) - 1]
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        agent = Agent(MODELS[api](client), max_attempts=3)
+        if tries == 2:
+            assert (await agent.run("hi")).output == "ok"
+        else:
+            with pytest.raises(RunError):
+                await agent.run("hi")
+    assert len(sent) == tries
+    if waited is None:
+        assert sleeps.waits == []
+    else:
+        assert len(sleeps.waits) == 1
+        # a date is read against the clock: a stalled test process waits less, never more
+        assert waited - 100 <= sleeps.waits[0] <= waited + 0.5
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "<" * MAX_ERROR_BODY,
+        "<script" * (MAX_ERROR_BODY // 7),
+        "<style>" + "<a" * (MAX_ERROR_BODY // 2),
+        "<p>" + "<b" * (MAX_ERROR_BODY // 2),
+    ],
+    ids=["angles", "scripts", "unclosed-style", "unclosed-tags"],
+)
+def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
+    from golem.providers._http import error_from_response
+
+    # quadratic scanning of 64 KiB took minutes; this returns at once (no clock asserted:
+    # a regression shows as a test that does not end)
+    error = error_from_response("openai", 502, httpx.Headers({"content-type": "text/html"}), page)
+    assert isinstance(error, Overloaded)
+
+
+def test_an_error_page_keeps_its_text_without_code() -> None:
+    from golem.providers._http import error_from_response
+
+    page = (
+        "<html><head><script>var a = '<b>';</script><STYLE>p{color:red}</STYLE>"
+        "<title>Rate limited</title></head><body><h1>Error 1015</h1><p>You are being rate "
+        "limited.</p><script>unclosed"
+    )
+    error = error_from_response("openai", 429, httpx.Headers(), page)
+    assert (
+        str(error)
+        == "openai returned HTTP 429: Rate limited Error 1015 You are being rate limited."
+    )
+
+
+def test_a_page_of_many_scripts_is_read_in_linear_time() -> None:
+    from golem.providers._http import error_from_response
+
+    page = "<script></script>x" * (MAX_ERROR_BODY // 18)
+    error = error_from_response("openai", 502, httpx.Headers(), page)
+    assert str(error).startswith("openai returned HTTP 502: x x x x")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) -> None:
+    body = {
+        "error": {
+            "code": 400,
+            "message": "API key not valid. Please pass a valid API key.",
+            "status": "INVALID_ARGUMENT",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                }
+            ],
+        }
+    }
+    error = await _fail(
+        "gemini", 400, json.dumps(body).encode(), stream=stream, headers={"x-request-id": "g1"}
+    )
+    assert type(error) is AuthenticationError
+    assert (error.error_type, error.error_code, error.request_id) == (
+        "INVALID_ARGUMENT",
+        "API_KEY_INVALID",
+        "g1",
+    )
