@@ -162,7 +162,8 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
             "operations": [
                 # Schema-valid, yet refused with 422 by design (docs/adr/0046): a page
                 # cursor the store never issued, a decision of the wrong kind for the call,
-                # JSON text in a form field that is not JSON (deps_ref, edited args).
+                # JSON text in a form field that is not JSON (deps_ref, edited args), a
+                # sealed stream cursor the service never sealed (ADR 0073).
                 *(
                     {
                         "include-operation-id": op,
@@ -172,7 +173,13 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                             }
                         },
                     }
-                    for op in ("listCalls", "decideCall", "decideForm", "startForm")
+                    for op in (
+                        "listCalls",
+                        "decideCall",
+                        "decideForm",
+                        "startForm",
+                        "streamChanges",
+                    )
                 ),
             ],
             "generation": {

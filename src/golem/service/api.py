@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -430,10 +431,11 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
 
     A run the approver may not see is answered as one that does not exist, by the same
     code: same status, code, message and headers, so no answer tells that a run with
-    that ID exists (ADR 0069).
+    that ID exists (ADR 0069); the store reads it with the same statements as a missing
+    one (ADR 0073).
     """
     try:
-        run = await require_store(state).get_run(run_id)
+        run = await require_store(state).get_run(run_id, agents=cred.approver.agents)
         if not cred.approver.may_see(run.agent):
             raise RunNotFound(run_id)
     except RunNotFound:
@@ -813,8 +815,8 @@ class _Lookups:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def get_run(self, run_id: str) -> RunRecord:
-        run = await self._store.get_run(run_id)
+    async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
+        run = await self._store.get_run(run_id, agents=agents)
         if run_id == self._run_id:
             self.found = True
         return run

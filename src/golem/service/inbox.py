@@ -47,6 +47,7 @@ from golem.service.api import (
     visible_runs,
 )
 from golem.service.auth import Credential
+from golem.service.limits import seal_cursor
 from golem.service.openapi import HTML, REDIRECT, operation
 from golem.service.views import (
     ago,
@@ -219,7 +220,9 @@ def _render(
         "undo": _state(request).undo_seconds if who else 0,
         "error": "",
         "run_id": "",
-        "stream_url": f"/api/events?cursor={cursor}",
+        # sealed (ADR 0073): the log's newest ID would tell how many changes, hidden ones
+        # included, happened between two page loads
+        "stream_url": f"/api/events?cursor={seal_cursor(_state(request).auth.secret, cursor)}",
     }
     base.update(context)
     html = _env.get_template(template).render(base)
