@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -413,3 +417,221 @@ async def test_a_page_links_its_stream_with_a_sealed_cursor(
             urls.append(found.group(1))
     assert urls[0] != urls[1]
     assert [_unseal_cursor(secret, u) for u in urls] == [await store.last_change_id()] * 2
+
+
+# ---------------------------------------------------------------- every route, every caller
+
+_CALLERS = ["nobody", "alice", "olga", "tess", "vic", "session:olga", "session:tess", "session:vic"]
+
+
+def _route_table(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path template) of every route of the app, from its own route table."""
+    from starlette.routing import Route
+
+    out = []
+    for route in app.routes:
+        if isinstance(route, Route) and route.methods:
+            out += [(m, route.path) for m in sorted(route.methods)]
+    return out
+
+
+def _request_for(
+    method: str, template: str, run_id: str, call_id: str
+) -> tuple[str, dict[str, Any]]:
+    """A URL and body for a route: a plausible body, so checks past parsing are reached."""
+    url = template.replace("{run_id}", quote(run_id, safe="")).replace(
+        "{call_id:golem_any}", quote(call_id, safe="")
+    )
+    if method != "POST":
+        return url, {}
+    if template.startswith("/api/"):
+        body: dict[str, Any] = (
+            {"decision": "approve"}
+            if template.endswith("/decision")
+            else {"agent": "mixed", "prompt": "p"}
+        )
+        return url, {"json": body}
+    form = {"decision": "approve", "action": "cancel", "note": "n", "agent": "mixed", "prompt": "p"}
+    return url, {"data": form}
+
+
+async def _stream_start(app: Starlette, c: httpx.AsyncClient, headers: dict[str, str]) -> None:
+    """Open the event stream as the client's caller: a named refusal, or a hello."""
+    cookie = "; ".join(f"{k}={v}" for k, v in c.cookies.items())
+    async with raw_stream(app, headers | ({"Cookie": cookie} if cookie else {})) as s:
+        if s.status == 200:
+            await s.next("hello")
+    assert s.status in (200, 401), s.text
+
+
+async def test_every_route_for_every_caller_and_run_is_a_named_answer_that_leaks_nothing(
+    registry: Any, store: Store
+) -> None:
+    # Generated from the app's route table, so a new route is covered without editing this
+    # test: every method of every route, for every kind of caller (none, bearer tokens of
+    # four approvers, three inbox sessions), on a run the caller may see, one it may not and
+    # an ID no run has. No answer is a 5xx; for a caller limited to some agents a hidden
+    # run answers exactly as an unknown ID; and afterwards no decision, start or
+    # resolution in the store was taken by an approver not allowed to take it.
+    from tests.service.test_attack_round3 import _same
+
+    app = _app(registry, store)
+    auth = app.state.golem.auth
+    approvers = {a.identity: a for a in auth.tokens.values()}
+    routes = _route_table(app)
+    assert len(routes) > 20, routes
+    transport = httpx.ASGITransport(app=app)
+    for caller in _CALLERS:
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            headers: dict[str, str] = {}
+            csrf = ""
+            if caller.startswith("session:"):
+                csrf = await sign_in(c, caller.split(":")[1])
+            elif caller != "nobody":
+                headers = bearer(caller)
+            visible = await start_run(store, registry, "twin", "t", started_by="alice")
+            hidden = await start_run(store, registry, "mixed", "m", started_by="alice")
+            unknown = new_id()
+            limited = caller.endswith("olga")  # olga may not see "mixed"
+            for method, template in routes:
+                answers = {}
+                for kind, run_id, call_id in (
+                    ("visible", visible.id, "c1"),
+                    ("hidden", hidden.id, "a1"),
+                    ("unknown", unknown, "a1"),
+                ):
+                    url, kw = _request_for(method, template, run_id, call_id)
+                    if "data" in kw:
+                        kw["data"] = {**kw["data"], "csrf": csrf}
+                    if (method, template) == ("GET", "/api/events"):  # endless: read its start
+                        await _stream_start(app, c, headers)
+                        break
+                    res = await c.request(method, url, headers=headers, **kw)
+                    assert res.status_code < 500, (caller, method, url, res.text)
+                    answers[kind] = res
+                    if "{run_id}" not in template:
+                        break
+                if "{run_id}" in template and limited:
+                    _same(answers["hidden"], answers["unknown"], hidden.id, unknown)
+    # nothing was done by someone not allowed to do it
+    for run in await store.list_runs(limit=1000):
+        assert approvers[run.started_by].may_start(run.agent), run.id
+        for call in run.calls:
+            if call.decision is not None and call.decision.decided_by in approvers:
+                who = approvers[call.decision.decided_by]
+                assert who.may_decide(run.agent, call.tool_name), (run.agent, call)
+        for entry in await store.audit(run.id):
+            if entry.actor in approvers:
+                assert approvers[entry.actor].may_see(run.agent), entry
+
+
+# ---------------------------------------------------------------- two processes, one database
+
+
+@contextmanager
+def _services(url: str, n: int = 2) -> Iterator[list[str]]:
+    """`n` service processes over one store; their base URLs."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.service.race_service", url],
+            stdout=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        for _ in range(n)
+    ]
+    try:
+        bases = []
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().decode()  # blocks until it listens (or exits)
+            assert line.startswith("port "), f"the service did not start: {line!r}"
+            bases.append(f"http://127.0.0.1:{int(line.split()[1])}")
+        yield bases
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=WAIT * 3)
+            if p.stdout is not None:
+                p.stdout.close()
+
+
+def _race(bases: list[str], run_id: str, who_kind: list[tuple[str, str]]) -> list[Any]:
+    """Each (approver, kind) decides call c1 of the run through its own process, released
+    together by a barrier; their answers in order."""
+    barrier = threading.Barrier(len(who_kind))
+    answers: list[Any] = [None] * len(who_kind)
+
+    def decide(i: int) -> None:
+        who, kind = who_kind[i]
+        with httpx.Client(base_url=bases[i % len(bases)], timeout=WAIT * 3) as c:
+            c.get("/api/health")  # connected before the barrier
+            barrier.wait(timeout=WAIT * 3)
+            res = c.post(
+                f"/api/runs/{run_id}/calls/c1/decision",
+                json={"decision": kind},
+                headers=bearer(who),
+            )
+            answers[i] = (res.status_code, res.json())
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(len(who_kind))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 3)
+    return answers
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_service_processes_deciding_one_call_at_once_record_one_decision(
+    kind: str, tmp_path: Path
+) -> None:
+    # Two approvers press Approve (or one Approve, one Deny) on the same call at the same
+    # moment, each through its own service process on one database. Exactly one answer
+    # is 200 and names its approver; the other is 409 decision_conflict naming the winner;
+    # the run's audit log holds one decision of the call, the winner's.
+    from tests.store.backends import backend_for
+
+    with backend_for(kind, tmp_path) as backend:
+        if kind == "sqlite":
+            url = f"sqlite:///{backend.path}"
+        else:
+            assert backend.dsn is not None
+            asyncio.run(_make_schema(backend))
+            url = backend.dsn + ("&" if "?" in backend.dsn else "?")
+            url += f"options=-csearch_path%3D{backend.schema}"
+        with _services(url) as bases:
+            for round_ in range(6):
+                started = httpx.post(
+                    bases[0] + "/api/runs",
+                    json={"agent": "twin", "prompt": f"r{round_}"},
+                    headers=bearer("alice"),
+                    timeout=WAIT * 3,
+                )
+                assert started.status_code == 201, started.text
+                run_id = started.json()["run"]["id"]
+                kinds = ("approve", "approve") if round_ % 2 else ("approve", "deny")
+                answers = _race(bases, run_id, [("alice", kinds[0]), ("vic", kinds[1])])
+                codes = sorted(a[0] for a in answers)
+                assert codes == [200, 409], answers
+                (winner,) = [
+                    w for w, a in zip(("alice", "vic"), answers, strict=True) if a[0] == 200
+                ]
+                loser = next(a for a in answers if a[0] == 409)[1]
+                assert loser["error"]["code"] == "decision_conflict", loser
+                assert winner in loser["error"]["message"]
+                shown = httpx.get(
+                    bases[1] + f"/api/runs/{run_id}", headers=bearer("alice"), timeout=WAIT * 3
+                ).json()["run"]
+                decided = [
+                    e
+                    for e in shown["audit"]
+                    if e["action"] == "decided" and e["detail"].get("call_id") == "c1"
+                ]
+                assert [e["actor"] for e in decided] == [winner], shown["audit"]
+
+
+async def _make_schema(backend: Any) -> None:
+    """Create the backend's schema (its tables are created on first open)."""
+    store = await backend.open()
+    await store.close()
