@@ -300,6 +300,8 @@ def test_no_operation_serves_a_stranger(case: Any) -> None:
             res = client.request(**{**sent, "params": params, "headers": {**plain, **headers}})
             if res.status_code == 400 and "NUL character" in res.text:
                 continue  # refused before routing, for anyone (a URL no store can hold)
+            if res.status_code == 400 and "parameter twice" in res.text:
+                continue  # refused before routing, for anyone (ADR 0073: which one counts?)
             if res.status_code == 404 and NO_ROUTE.search(res.text):
                 continue  # a path parameter that empties a segment: the URL names no route
             assert res.status_code == 401, (who, case.method, case.path, res.text)

@@ -635,3 +635,156 @@ async def _make_schema(backend: Any) -> None:
     """Create the backend's schema (its tables are created on first open)."""
     store = await backend.open()
     await store.close()
+
+
+# ---------------------------------------------------------------- things said twice
+
+
+@pytest.mark.parametrize(
+    ("url", "who"),
+    [
+        ("/api/runs?status=pending&status=failed", "alice"),
+        ("/api/runs?limit=1&limit=500", "alice"),
+        ("/api/audit?actor=alice&actor=zoe", "alice"),
+        ("/api/calls?agent=twin&agent=mixed", "olga"),
+        ("/api/events?stream_token=a&stream_token=b", None),
+        ("/api/events?cursor=1&cursor=2", "alice"),
+        ("/api/runs?status=pending&%73tatus=failed", "alice"),  # %73 is "s"
+        ("/?agent=twin&agent=mixed", None),
+        ("/login?next=/&next=//evil.example", None),
+    ],
+)
+async def test_a_query_that_names_a_parameter_twice_is_refused(
+    client: httpx.AsyncClient, url: str, who: str | None
+) -> None:
+    # Found: `?status=pending&status=failed` listed failed runs (the last value won, as
+    # Starlette reads a query), while a proxy, a WAF or a log may read the first: the
+    # same URL meant two things. Forms and JSON bodies already refused a field named twice.
+    res = await client.get(url, headers=bearer(who) if who else {})
+    assert res.status_code == 400, res.text
+    if url.startswith("/api/"):
+        assert res.json()["error"]["code"] == "invalid_url"
+        assert "twice" in res.json()["error"]["message"]
+    else:
+        assert "twice" in res.text
+
+
+async def test_one_value_each_is_still_read(client: httpx.AsyncClient) -> None:
+    res = await client.get("/api/runs?status=pending&limit=5&agent=twin", headers=bearer("alice"))
+    assert res.status_code == 200
+    res = await client.get("/api/runs?status=&limit=5", headers=bearer("alice"))
+    assert res.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Authorization", "Bearer tok-olga"), ("Authorization", "Bearer tok-alice")],
+        [("Authorization", "Bearer tok-alice"), ("Authorization", "Bearer tok-alice")],
+        [("Authorization", "Bearer tok-alice"), ("Last-Event-ID", "1"), ("Last-Event-ID", "9")],
+        [("Authorization", "Bearer tok-alice"), ("Idempotency-Key", "a"), ("Idempotency-Key", "b")],
+        [
+            ("Authorization", "Bearer tok-alice"),
+            ("Origin", "http://golem.test"),
+            ("Origin", "https://evil.example"),
+        ],
+        [
+            ("Authorization", "Bearer tok-alice"),
+            ("Content-Type", "application/json"),
+            ("Content-Type", "text/plain"),
+        ],
+    ],
+)
+async def test_a_header_that_may_appear_once_appearing_twice_is_refused(
+    client: httpx.AsyncClient, headers: list[tuple[str, str]]
+) -> None:
+    # Found: two Authorization headers, olga's then alice's, acted as olga — and a proxy
+    # that reads the last one would have logged alice. A request that says twice who it
+    # is, where it comes from or what its body is, is ambiguous: 400, before any handler.
+    for method, url in (("GET", "/api/whoami"), ("POST", "/api/runs")):
+        res = await client.request(
+            method, url, headers=headers, content=b'{"agent": "echo", "prompt": "p"}'
+        )
+        assert res.status_code == 400, res.text
+        assert res.json()["error"]["code"] == "conflicting_headers"
+    assert await _runs_started(client) == 0
+
+
+async def _runs_started(client: httpx.AsyncClient) -> int:
+    res = await client.get("/api/runs", headers=bearer("alice"))
+    return len(res.json()["runs"])
+
+
+async def test_the_session_cookie_sent_twice_is_refused(client: httpx.AsyncClient) -> None:
+    # A neighbour under the same parent domain can set a `golem_session` cookie of its own
+    # (cookie tossing): the browser then sends both, and the service used the last one —
+    # the neighbour's session, if it was one. Two session cookies are refused (400, with
+    # what to do), on pages, forms, the API's session routes and the stream.
+    await sign_in(client, "alice")
+    mine = client.cookies["golem_session"]
+    async with httpx.AsyncClient(
+        transport=client._transport, base_url="http://golem.test"
+    ) as other:
+        await sign_in(other, "olga")
+        theirs = other.cookies["golem_session"]
+    cookie = f"golem_session={mine}; golem_session={theirs}"
+    bare = httpx.AsyncClient(transport=client._transport, base_url="http://golem.test")
+    async with bare:
+        for method, url in (
+            ("GET", "/"),
+            ("GET", "/runs"),
+            ("POST", "/runs"),
+            ("GET", "/api/events"),
+        ):
+            res = await bare.request(method, url, headers={"Cookie": cookie})
+            assert res.status_code == 400, (url, res.text)
+            assert "cookie" in res.text
+        res = await bare.get("/", headers={"Cookie": f"golem_session={mine}; other=1"})
+        assert res.status_code == 200
+
+
+@pytest.fixture
+async def big(registry: Any, store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the service with the default body limit (256 KiB)."""
+    app = create_app(registry, store, auth=make_auth())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"1" * 5000 + b".5}",
+        b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"1" * 5000 + b"}",
+        b'{"agent": "echo", "prompt": "p", "deps_ref": -' + b"9" * 4301 + b"}",
+        b'{"agent": "echo", "prompt": "p", "deps_ref": {"'
+        + b"k" * 9000
+        + b'": 1, "'
+        + b"k" * 9000
+        + b'": 2}}',
+    ],
+)
+async def test_a_json_number_or_key_at_the_limits_gets_a_short_named_error(
+    big: httpx.AsyncClient, body: bytes
+) -> None:
+    # Found: a 5,000-digit number with a fraction was refused with a message that quoted
+    # all 5,000 digits, and one without a fraction with Python's own advice to call
+    # sys.set_int_max_str_digits(). The message now quotes at most 40 characters and
+    # says what the limit is.
+    res = await big.post(
+        "/api/runs", content=body, headers={**bearer("alice"), "Content-Type": "application/json"}
+    )
+    assert res.status_code == 400
+    error = res.json()["error"]
+    assert error["code"] == "malformed_json"
+    assert len(error["message"]) < 200, error["message"]
+    assert "sys." not in error["message"]
+
+
+async def test_an_integer_of_4300_digits_is_still_a_number(big: httpx.AsyncClient) -> None:
+    body = b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"7" * 4300 + b"}"
+    res = await big.post(
+        "/api/runs", content=body, headers={**bearer("alice"), "Content-Type": "application/json"}
+    )
+    assert res.status_code == 201, res.text[:300]

@@ -174,11 +174,28 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number (numbers must be finite)")
 
 
+def _quoted(text: str, limit: int = 40) -> str:
+    """`text` for an error message: at most `limit` characters of it, and its length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range (numbers must be finite)")
+        raise ValueError(f"{_quoted(text)} is out of range (numbers must be finite)")
     return value
+
+
+_MAX_INT_DIGITS = 4300
+"""The longest integer Python converts by default (`sys.get_int_max_str_digits`)."""
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise ValueError(
+            f"an integer of {len(text.lstrip('-'))} digits is longer than {_MAX_INT_DIGITS}"
+        )
+    return int(text)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -188,7 +205,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise ValueError(f"the key {key!r} appears twice in one object")
+                raise ValueError(f"the key {_quoted(key)!r} appears twice in one object")
             seen.add(key)
     return obj
 
@@ -218,6 +235,7 @@ def parse_json(raw: bytes | str) -> Any:
             raw,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+            parse_int=_int,
             object_pairs_hook=_unique_keys,
         )
     except RecursionError:
