@@ -611,7 +611,8 @@ def create_app(
         max_body_bytes: larger request bodies get 413.
         body_timeout: seconds a request body may take to arrive in full (408 beyond).
         stream_poll_interval: how often `/api/events` polls the audit log.
-        stream_heartbeat: seconds between keep-alive comments on an idle event stream.
+        stream_heartbeat: seconds between keep-alive comments on an event stream, from its
+            start (a fixed schedule, whatever happens in the log).
         default_expires_in: seconds until the calls of a started run expire (None: never),
             unless the request says otherwise.
         max_streams_per_identity: open `/api/events` streams allowed per approver (429
