@@ -788,3 +788,30 @@ async def test_an_integer_of_4300_digits_is_still_a_number(big: httpx.AsyncClien
         "/api/runs", content=body, headers={**bearer("alice"), "Content-Type": "application/json"}
     )
     assert res.status_code == 201, res.text[:300]
+
+
+async def test_the_refusal_of_two_session_cookies_names_no_one(client: httpx.AsyncClient) -> None:
+    # The 400 page for two session cookies showed the header of one of them ("alice ·
+    # Sign out"): it is drawn signed out, as neither cookie is taken to be the session.
+    await sign_in(client, "alice")
+    mine = client.cookies["golem_session"]
+    bare = httpx.AsyncClient(transport=client._transport, base_url="http://golem.test")
+    async with bare:
+        res = await bare.get("/runs", headers={"Cookie": f"golem_session={mine}; golem_session=x"})
+    assert res.status_code == 400
+    assert "alice" not in res.text
+    assert "Sign out" not in res.text
+
+
+async def test_a_cookie_whose_name_ends_like_the_sessions_is_another_cookie(
+    client: httpx.AsyncClient,
+) -> None:
+    await sign_in(client, "alice")
+    mine = client.cookies["golem_session"]
+    bare = httpx.AsyncClient(transport=client._transport, base_url="http://golem.test")
+    async with bare:
+        res = await bare.get(
+            "/runs", headers={"Cookie": f"my_golem_session=1; golem_session={mine}"}
+        )
+    assert res.status_code == 200
+    assert "alice" in res.text

@@ -352,7 +352,6 @@ _ONCE = frozenset(
 )
 """Request headers the service (or the server before it) reads as one value."""
 
-_SESSION_COOKIE = re.compile(rb"(?:^|;)\s*" + re.escape(inbox.SESSION_COOKIE.encode()) + rb"\s*=")
 
 
 def _header_problem(scope: Scope) -> str | None:
@@ -366,7 +365,7 @@ def _header_problem(scope: Scope) -> str | None:
                 return f"the request has more than one {name.decode('latin-1')} header; send one"
             seen.add(name)
         elif name == b"cookie":
-            sessions += len(_SESSION_COOKIE.findall(value))
+            sessions += len(inbox.SESSION_COOKIE_RE.findall(value.decode("latin-1")))
     if sessions > 1:  # set for a parent domain by a neighbour, or for another path
         return (
             f"the {inbox.SESSION_COOKIE} cookie is sent more than once (another site under "
