@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qsl, unquote, unquote_to_bytes
+from urllib.parse import unquote, unquote_plus, unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -327,11 +327,16 @@ def _url_problem(scope: Scope) -> str | None:
                 unquote_to_bytes(part).decode("utf-8")
             except UnicodeDecodeError:
                 return f"the URL's {where} has escapes that are not UTF-8 (%XX of UTF-8 bytes)"
-    if query:
+    if b"&" in query:  # no parameter of the service takes several values
         seen: set[str] = set()
-        for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            if name in seen:  # no parameter of the service takes several values
-                return f"the query names the {ascii(name)[1:-1][:100]} parameter twice"
+        for pair in query.decode("latin-1").split("&"):
+            name = pair.partition("=")[0]
+            if "%" in name or "+" in name:  # as Starlette reads it (`parse_qsl`)
+                name = unquote_plus(name)
+            if not pair or name in seen:
+                if pair:
+                    return f"the query names the {ascii(name)[1:-1][:100]} parameter twice"
+                continue
             seen.add(name)
     return None
 

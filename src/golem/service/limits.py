@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import math
@@ -57,6 +58,7 @@ _SEALED = "s"
 _NONCE, _TAG = 12, 16
 
 
+@functools.lru_cache(maxsize=8)
 def _cursor_keys(secret: bytes) -> tuple[bytes, bytes]:
     """The keystream key and the MAC key of sealed cursors, derived from the auth secret."""
     return (
