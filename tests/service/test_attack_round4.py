@@ -815,3 +815,27 @@ async def test_a_cookie_whose_name_ends_like_the_sessions_is_another_cookie(
         )
     assert res.status_code == 200
     assert "alice" in res.text
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(alphabet="ab+%20=61&;", max_size=5), st.text(alphabet="ab=%+", max_size=3)
+        ),
+        max_size=5,
+    ).map(lambda pairs: "&".join(f"{k}={v}" if v else k for k, v in pairs))
+)
+def test_a_repeated_parameter_is_found_as_starlette_reads_the_query(query: str) -> None:
+    # The pre-routing check reads parameter names itself (fast): it must call a name
+    # repeated exactly when Starlette's own reading of the query sees it twice.
+    from urllib.parse import parse_qsl
+
+    from golem.service.app import _url_problem
+
+    names = [k for k, _ in parse_qsl(query, keep_blank_values=True)]
+    scope = {"path": "/", "raw_path": b"/", "query_string": query.encode("latin-1")}
+    problem = _url_problem(scope)
+    if problem is not None and "twice" not in problem:
+        return  # refused for its escapes (a stray %)
+    assert (problem is not None) == (len(names) != len(set(names))), (query, names, problem)
