@@ -839,3 +839,35 @@ def test_a_repeated_parameter_is_found_as_starlette_reads_the_query(query: str) 
     if problem is not None and "twice" not in problem:
         return  # refused for its escapes (a stray %)
     assert (problem is not None) == (len(names) != len(set(names))), (query, names, problem)
+
+
+async def test_on_postgresql_a_hidden_run_and_an_unknown_run_cost_the_same_statements(
+    registry: Any, tmp_path: Path
+) -> None:
+    # The same on PostgreSQL, counted by the store's statement counter.
+    from tests.store.backends import backend_for
+
+    with backend_for("postgres", tmp_path) as backend:
+        store = await backend.open()
+        try:
+            hidden = await start_run(store, registry, "mixed", "m", started_by="alice")
+            unknown = new_id()
+            app = _app(registry, store)
+            transport = httpx.ASGITransport(app=app)
+            stats = store.stats  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+                for method, template, body in (
+                    ("GET", "/api/runs/{}", None),
+                    ("POST", "/api/runs/{}/calls/a1/decision", {"decision": "approve"}),
+                ):
+                    counts = []
+                    for run_id in (hidden.id, unknown):
+                        before = stats.statements
+                        res = await c.request(
+                            method, template.format(run_id), headers=bearer("olga"), json=body
+                        )
+                        assert res.status_code == 404
+                        counts.append(stats.statements - before)
+                    assert counts[0] == counts[1] > 0, (method, template, counts)
+        finally:
+            await store.close()
