@@ -169,15 +169,15 @@ async def _follow(
             data.update(agent=run.agent, status=run.status.value, parent_run_id=run.parent_run_id)
             yield _sse("change", data, entry.id)
         runs.clear()
+        now = _now()
+        if now >= beat:  # due, busy or idle: a long run of hidden entries sends it too
+            yield ": keep-alive\n\n"
+            while beat <= now:
+                beat += state.stream_heartbeat
         if batch:
             batch = None
             continue
         batch = None
-        now = _now()
-        if now >= beat:
-            yield ": keep-alive\n\n"
-            while beat <= now:
-                beat += state.stream_heartbeat
         if await request.is_disconnected():
             return
         if feed is None:  # a store without a change feed: poll
