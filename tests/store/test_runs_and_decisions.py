@@ -506,3 +506,19 @@ def test_edited_args_must_be_a_json_object_on_an_approval() -> None:
         Decision.approve(args="{nope")
     with pytest.raises(InvalidDecision, match="approval only"):
         Decision(DecisionKind.DENY, args="{}")
+
+
+async def test_get_run_limited_to_agents_reads_another_agents_run_as_missing(
+    store: Store,
+) -> None:
+    # The service reads a run for an approver limited to some agents with `agents=`, so a
+    # run of another agent is not found by the same statement as an ID no run has (ADR 0073).
+    run = make_run(agent="ops")
+    await store.save_pending(run)
+    assert (await store.get_run(run.id, agents={"ops", "billing"})).id == run.id
+    assert (await store.get_run(run.id, agents=None)).id == run.id
+    for agents in ({"billing"}, set(), {"OPS"}, {"ops "}):
+        with pytest.raises(RunNotFound, match=f'run "{run.id}" not found'):
+            await store.get_run(run.id, agents=agents)
+    with pytest.raises(RunNotFound):
+        await store.get_run("nope", agents={"ops"})

@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -173,11 +174,28 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number (numbers must be finite)")
 
 
+def _quoted(text: str, limit: int = 40) -> str:
+    """`text` for an error message: at most `limit` characters of it, and its length."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range (numbers must be finite)")
+        raise ValueError(f"{_quoted(text)} is out of range (numbers must be finite)")
     return value
+
+
+_MAX_INT_DIGITS = 4300
+"""The longest integer Python converts by default (`sys.get_int_max_str_digits`)."""
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise ValueError(
+            f"an integer of {len(text.lstrip('-'))} digits is longer than {_MAX_INT_DIGITS}"
+        )
+    return int(text)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -187,7 +205,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise ValueError(f"the key {key!r} appears twice in one object")
+                raise ValueError(f"the key {_quoted(key)!r} appears twice in one object")
             seen.add(key)
     return obj
 
@@ -217,6 +235,7 @@ def parse_json(raw: bytes | str) -> Any:
             raw,
             parse_constant=_refuse_constant,
             parse_float=_finite_float,
+            parse_int=_int,
             object_pairs_hook=_unique_keys,
         )
     except RecursionError:
@@ -430,10 +449,11 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
 
     A run the approver may not see is answered as one that does not exist, by the same
     code: same status, code, message and headers, so no answer tells that a run with
-    that ID exists (ADR 0069).
+    that ID exists (ADR 0069); the store reads it with the same statements as a missing
+    one (ADR 0073).
     """
     try:
-        run = await require_store(state).get_run(run_id)
+        run = await require_store(state).get_run(run_id, agents=cred.approver.agents)
         if not cred.approver.may_see(run.agent):
             raise RunNotFound(run_id)
     except RunNotFound:
@@ -813,8 +833,8 @@ class _Lookups:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    async def get_run(self, run_id: str) -> RunRecord:
-        run = await self._store.get_run(run_id)
+    async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
+        run = await self._store.get_run(run_id, agents=agents)
         if run_id == self._run_id:
             self.found = True
         return run

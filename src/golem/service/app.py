@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import unquote, unquote_to_bytes
+from urllib.parse import unquote, unquote_plus, unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -276,12 +276,18 @@ class _BodyLimit:
 
 class _RefuseBadUrl:
     """Answer 400 to a request whose path or query string holds a NUL character, or whose
-    escapes do not decode as UTF-8 (`%FF`, an overlong `%C0%80`, a surrogate `%ED%A0%80`).
+    escapes do not decode as UTF-8 (`%FF`, an overlong `%C0%80`, a surrogate `%ED%A0%80`),
+    or whose query names a parameter twice (`invalid_url`); and to one that sends a
+    header that may appear once more than once, or the session cookie twice
+    (`conflicting_headers`).
 
     No store can look a NUL up (PostgreSQL refuses it in text), and no run, call or agent
     is named with one. Servers decode a bad escape to U+FFFD: `/runs/r/calls/x%FF` would
     decide a call whose ID holds a real U+FFFD, which the URL did not name; every such
-    byte sequence would name that one call. Refused before any handler runs.
+    byte sequence would name that one call. A parameter, credential or origin given twice
+    is read as one value by the service and maybe as the other by a proxy, a WAF or a log
+    (`Authorization: Bearer <olga>` then `<alice>` acted as olga). Refused before any
+    handler runs.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -290,8 +296,14 @@ class _RefuseBadUrl:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             problem = _url_problem(scope)
+            error: api.ApiError | None = None
             if problem is not None:
                 error = api.ApiError(400, "invalid_url", problem)
+            else:
+                twice = _header_problem(scope)
+                if twice is not None:
+                    error = api.ApiError(400, "conflicting_headers", twice)
+            if error is not None:
                 if scope["path"].startswith("/api/"):
                     response: Response = error.response()
                 else:
@@ -315,6 +327,55 @@ def _url_problem(scope: Scope) -> str | None:
                 unquote_to_bytes(part).decode("utf-8")
             except UnicodeDecodeError:
                 return f"the URL's {where} has escapes that are not UTF-8 (%XX of UTF-8 bytes)"
+    if b"&" in query:  # no parameter of the service takes several values
+        seen: set[str] = set()
+        for pair in query.decode("latin-1").split("&"):
+            name = pair.partition("=")[0]
+            if "%" in name or "+" in name:  # as Starlette reads it (`parse_qsl`)
+                name = unquote_plus(name)
+            if not pair or name in seen:
+                if pair:
+                    return f"the query names the {ascii(name)[1:-1][:100]} parameter twice"
+                continue
+            seen.add(name)
+    return None
+
+
+_ONCE = frozenset(
+    {
+        b"authorization",
+        b"host",
+        b"origin",
+        b"referer",
+        b"sec-fetch-site",
+        b"content-type",
+        b"content-length",
+        b"transfer-encoding",
+        b"last-event-id",
+        b"idempotency-key",
+    }
+)
+"""Request headers the service (or the server before it) reads as one value."""
+
+
+
+def _header_problem(scope: Scope) -> str | None:
+    """A header that may appear once that appears twice, or the session cookie sent twice
+    (None: neither)."""
+    seen: set[bytes] = set()
+    sessions = 0
+    for name, value in scope.get("headers", ()):
+        if name in _ONCE:
+            if name in seen:
+                return f"the request has more than one {name.decode('latin-1')} header; send one"
+            seen.add(name)
+        elif name == b"cookie":
+            sessions += len(inbox.SESSION_COOKIE_RE.findall(value.decode("latin-1")))
+    if sessions > 1:  # set for a parent domain by a neighbour, or for another path
+        return (
+            f"the {inbox.SESSION_COOKIE} cookie is sent more than once (another site under "
+            "this domain may have set one): clear this site's cookies and sign in again"
+        )
     return None
 
 
@@ -554,7 +615,8 @@ def create_app(
         max_body_bytes: larger request bodies get 413.
         body_timeout: seconds a request body may take to arrive in full (408 beyond).
         stream_poll_interval: how often `/api/events` polls the audit log.
-        stream_heartbeat: seconds between keep-alive comments on an idle event stream.
+        stream_heartbeat: seconds between keep-alive comments on an event stream, from its
+            start (a fixed schedule, whatever happens in the log).
         default_expires_in: seconds until the calls of a started run expire (None: never),
             unless the request says otherwise.
         max_streams_per_identity: open `/api/events` streams allowed per approver (429

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import hmac
 import math
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from golem.service.api import (
     visible_runs,
 )
 from golem.service.auth import Credential
+from golem.service.limits import seal_cursor
 from golem.service.openapi import HTML, REDIRECT, operation
 from golem.service.views import (
     ago,
@@ -79,6 +81,8 @@ from golem.store import (
 __all__: list[str] = []
 
 SESSION_COOKIE = "golem_session"
+SESSION_COOKIE_RE = re.compile(r"(?:^|;)\s*" + re.escape(SESSION_COOKIE) + r"\s*=")
+"""Where a `Cookie` header names the session cookie."""
 PAGE_RUNS = 100
 """Pending runs per inbox page (oldest first); the JSON API pages up to 500."""
 _HERE = Path(__file__).parent
@@ -174,7 +178,10 @@ def _state(request: Request) -> ServiceState:
 
 
 def session(request: Request) -> tuple[Credential, str] | None:
-    """The signed-in approver and the raw session value, or None."""
+    """The signed-in approver and the raw session value, or None (also when the session
+    cookie is sent twice: which one would count?)."""
+    if sum(len(SESSION_COOKIE_RE.findall(v)) for v in request.headers.getlist("cookie")) > 1:
+        return None
     value = request.cookies.get(SESSION_COOKIE)
     cred = _state(request).auth.verify_session(value)
     return None if cred is None or value is None else (cred, value)
@@ -219,7 +226,9 @@ def _render(
         "undo": _state(request).undo_seconds if who else 0,
         "error": "",
         "run_id": "",
-        "stream_url": f"/api/events?cursor={cursor}",
+        # sealed (ADR 0073): the log's newest ID would tell how many changes, hidden ones
+        # included, happened between two page loads
+        "stream_url": f"/api/events?cursor={seal_cursor(_state(request).auth.secret, cursor)}",
     }
     base.update(context)
     html = _env.get_template(template).render(base)

@@ -1,7 +1,8 @@
 """The limits around the event stream: cursor range, streams per identity, credential expiry.
 
-`GuardedEvents` is the ASGI app behind `GET /api/events`. It refuses a cursor outside
-0 … 2**63-1 (a store's 64-bit audit IDs) with 422, allows at most
+`GuardedEvents` is the ASGI app behind `GET /api/events`. It refuses a cursor that is
+neither an integer in 0 … 2**63-1 (a store's 64-bit audit IDs) nor a sealed cursor the
+stream sent (`seal_cursor`) with 422, allows at most
 `create_app(max_streams_per_identity=...)` open streams per identity (429 beyond), and
 re-checks the stream's credential while it is open: when the session or stream token
 expires, or the session is signed out, the stream sends `event: end` and closes, so a
@@ -12,7 +13,12 @@ The stream itself is `golem.service.stream.events`.
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import hashlib
+import hmac
 import math
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -37,21 +43,79 @@ def start_cursor(request: Request) -> int | None:
     Both are checked, so a malformed `?cursor=` is refused even when the header wins.
 
     Raises:
-        ApiError: 422 for either one that is not an integer in 0 … 2**63-1.
+        ApiError: 422 for either one that is neither an integer in 0 … 2**63-1 nor a
+            sealed cursor of this service.
     """
-    header = _parse_cursor(request.headers.get("last-event-id"))
-    query = _parse_cursor(request.query_params.get("cursor"))
+    secret: bytes = request.app.state.golem.auth.secret
+    header = _parse_cursor(request.headers.get("last-event-id"), secret)
+    query = _parse_cursor(request.query_params.get("cursor"), secret)
     return header if header is not None else query
 
 
-def _parse_cursor(text: str | None) -> int | None:
+_SEALED = "s"
+"""The first character of a sealed cursor (an integer cursor never starts with it)."""
+
+_NONCE, _TAG = 12, 16
+
+
+@functools.lru_cache(maxsize=8)
+def _cursor_keys(secret: bytes) -> tuple[bytes, bytes]:
+    """The keystream key and the MAC key of sealed cursors, derived from the auth secret."""
+    return (
+        hmac.new(secret, b"golem.cursor.pad", hashlib.sha256).digest(),
+        hmac.new(secret, b"golem.cursor.mac", hashlib.sha256).digest(),
+    )
+
+
+def seal_cursor(secret: bytes, cursor: int) -> str:
+    """`cursor` as an opaque text only this service reads back (`start_cursor`).
+
+    A fresh random nonce each time, so two sealings of one cursor differ: a caller cannot
+    tell whether the audit log moved between two of them, nor by how much.
+    """
+    pad_key, mac_key = _cursor_keys(secret)
+    nonce = secrets.token_bytes(_NONCE)
+    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
+    body = bytes(a ^ b for a, b in zip(cursor.to_bytes(8, "big"), pad, strict=True))
+    tag = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
+    return _SEALED + base64.urlsafe_b64encode(nonce + body + tag).decode("ascii").rstrip("=")
+
+
+def _unseal_cursor(secret: bytes, text: str) -> int | None:
+    """The cursor sealed in `text` (None: not a sealed cursor of this service)."""
+    body64 = text[len(_SEALED) :]
+    if len(body64) != 48 or not body64.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(body64)
+    except ValueError:
+        return None
+    nonce, body, tag = raw[:_NONCE], raw[_NONCE:-_TAG], raw[-_TAG:]
+    pad_key, mac_key = _cursor_keys(secret)
+    want = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
+    if len(body) != 8 or not hmac.compare_digest(tag, want):
+        return None
+    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
+    value = int.from_bytes(bytes(a ^ b for a, b in zip(body, pad, strict=True)), "big")
+    return value if value <= MAX_CURSOR else None
+
+
+def _parse_cursor(text: str | None, secret: bytes) -> int | None:
     """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
 
     Raises:
-        ApiError: 422 for text that is not a decimal integer in 0 … 2**63-1.
+        ApiError: 422 for text that is neither a decimal integer in 0 … 2**63-1 nor a
+            sealed cursor of this service.
     """
     if text is None or text == "":
         return None
+    if text.startswith(_SEALED):
+        value = _unseal_cursor(secret, text)
+        if value is None:
+            raise ApiError(
+                422, "invalid_request", "the cursor is not one this service sent (or it changed)"
+            )
+        return value
     # an integer, possibly written `5.0` (JSON Schema's integers include it, and so do the
     # service's other integer query parameters)
     digits = text.removesuffix(".0") if text.endswith(".0") else text

@@ -158,13 +158,14 @@ _EMPTY = {"type": "string", "maxLength": 0}
 
 _SSE_EVENT = {
     "type": "object",
-    "description": "One server-sent event: `event: hello` first (the start cursor and the "
-    "caller), then `event: change` per audit entry (`id` = its cursor), `event: end` when "
-    "the credential ends; `retry` alone at the start.",
+    "description": "One server-sent event: `event: hello` first (the caller, and the start "
+    "cursor, sealed: opaque, different on every stream), then `event: change` per audit "
+    "entry the caller may see (`id` = its audit ID), `event: end` when the credential ends; "
+    "`retry` alone at the start. Nothing is sent for changes the caller may not see.",
     "properties": {
         "event": {"enum": ["hello", "change", "end"]},
         "data": {"type": "string", "contentMediaType": "application/json"},
-        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "id": {"type": "string", "pattern": "^([0-9]+|s[A-Za-z0-9_-]{48})$"},
         "retry": {"type": "integer"},
     },
 }
@@ -196,7 +197,8 @@ def _response(
         }
     if spec == SSE:
         return {
-            "description": "An endless text/event-stream; each event's `id` is the audit cursor.",
+            "description": "An endless text/event-stream; each event's `id` is a cursor to "
+            "resume from.",
             "content": {SSE: {"schema": _SSE_EVENT}},
         }
     assert isinstance(spec, type)
@@ -207,8 +209,9 @@ def _response(
 
 
 _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
-    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range); empty means none.
-    "Last-Event-ID": {"type": "string", "pattern": "^[0-9]{0,18}$"},
+    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range) or a sealed one
+    # (ADR 0073); empty means none.
+    "Last-Event-ID": {"type": "string", "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48})$"},
     "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }
 """Request headers whose values are narrower than any string."""

@@ -186,16 +186,19 @@ class AuditPageQuery(AuditQuery):
     )
 
 
+_SealedCursor = Annotated[str, Field(pattern=r"^s[A-Za-z0-9_-]{48}$")]
+"""The opaque start cursor a stream's `hello` event names (ADR 0073)."""
+
+
 class EventsQuery(BaseModel):
     """`GET /api/events` query parameters."""
 
     model_config = ConfigDict(extra="ignore")
 
-    cursor: int | None = Field(
+    cursor: Annotated[int, Field(ge=0, le=2**63 - 1)] | _SealedCursor | None = Field(
         default=None,
-        ge=0,
-        le=2**63 - 1,
-        description="Start after this audit ID (default: now; `Last-Event-ID` wins).",
+        description="Start after this audit ID, or at the sealed cursor of a `hello` event "
+        "(default: now; `Last-Event-ID` wins).",
     )
     stream_token: str | None = Field(
         default=None, description="From POST /api/stream-token (EventSource sends no headers)."

@@ -2,10 +2,13 @@
 
 Each change is sent as `event: change` with JSON data and `id:` = the audit cursor, so
 `Last-Event-ID` resumes after a reconnect; the stream opens with `retry:` and an
-`event: hello` naming the cursor and the caller. The caller is a bearer token, a stream
-token (`?stream_token=` from `POST /api/stream-token`) or the inbox session cookie; changes
-of runs the caller may not see are left out, with a bare `id:` line moving the cursor past
-them. An idle stream sends a keep-alive comment every `stream_heartbeat` seconds.
+`event: hello` naming the caller and, as its `id:` and `cursor`, a sealed cursor of where
+it starts (opaque, different each time), so a reconnect before any change still resumes
+there. The caller is a bearer token, a stream token (`?stream_token=` from
+`POST /api/stream-token`) or the inbox session cookie. Changes of runs the caller may not
+see are left out without a trace: no line, no cursor move, no change to the keep-alive
+comments, which are sent every `stream_heartbeat` seconds from the stream's start whatever
+happens in the log (ADR 0073).
 
 The stream is push-fed: between batches it sleeps on the store's `ChangeFeed` until the
 audit log grows past its cursor — woken by PostgreSQL `NOTIFY` or, on SQLite, by the one
@@ -31,7 +34,7 @@ from golem.errors import StoreError
 from golem.service.api import ApiError, ServiceState, audit_json, require_store
 from golem.service.auth import Credential
 from golem.service.inbox import session
-from golem.service.limits import start_cursor
+from golem.service.limits import seal_cursor, start_cursor
 from golem.store import (
     AuditEntry,
     ChangeFeed,
@@ -49,6 +52,9 @@ log = logging.getLogger("golem.service")
 
 _BATCH = 200
 """Audit entries read per query."""
+
+_now = time.monotonic
+"""The stream's clock (keep-alive schedule)."""
 
 
 def _stream_credential(request: Request, state: ServiceState) -> Credential:
@@ -70,7 +76,7 @@ def _stream_credential(request: Request, state: ServiceState) -> Credential:
     return cred
 
 
-def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
+def _sse(event: str | None, data: Any, event_id: int | str | None = None) -> str:
     """One server-sent event: optional `id:` and `event:` lines, compact JSON `data:`.
 
     The JSON is ASCII-only: model text in it keeps every character as a `\\uXXXX` escape,
@@ -80,7 +86,7 @@ def _sse(event: str | None, data: Any, event_id: int | None = None) -> str:
     """
     lines = []
     if event_id is not None:
-        lines.append(f"id: {int(event_id)}")
+        lines.append(f"id: {event_id}")
     if event is not None:
         lines.append(f"event: {event}")
     lines.append("data: " + json.dumps(data, ensure_ascii=True, separators=(",", ":")))
@@ -146,41 +152,38 @@ async def _follow(
     change_feed = getattr(store, "change_feed", None)
     feed: ChangeFeed | None = None if change_feed is None else change_feed()
     runs: dict[str, _RunFacts | None] = {}
+    start = seal_cursor(state.auth.secret, cursor)
     yield "retry: 2000\n\n"
-    yield _sse("hello", {"cursor": cursor, "identity": cred.approver.identity})
-    beat = time.monotonic()
+    yield _sse("hello", {"cursor": start, "identity": cred.approver.identity}, start)
+    beat = _now() + state.stream_heartbeat  # the next keep-alive, on a fixed schedule
     batch: list[AuditEntry] | None = first
     while True:
         if batch is None:
             batch = await store.changes_since(cursor, limit=_BATCH)
-        sent = cursor
         for entry in batch:
             cursor = entry.id
             run = await _run_facts(store, entry, runs)
             if run is None or not cred.approver.may_see(run.agent):
-                continue
+                continue  # no line at all: the stream shows nothing of what it leaves out
             data = audit_json(entry)
             data.update(agent=run.agent, status=run.status.value, parent_run_id=run.parent_run_id)
             yield _sse("change", data, entry.id)
-            sent = entry.id
-        if cursor != sent:  # advance Last-Event-ID past changes this caller may not see
-            yield f"id: {cursor}\n\n"
         runs.clear()
+        now = _now()
+        if now >= beat:  # due, busy or idle: a long run of hidden entries sends it too
+            yield ": keep-alive\n\n"
+            while beat <= now:
+                beat += state.stream_heartbeat
         if batch:
-            beat = time.monotonic()
             batch = None
             continue
         batch = None
-        if time.monotonic() - beat >= state.stream_heartbeat:
-            yield ": keep-alive\n\n"
-            beat = time.monotonic()
         if await request.is_disconnected():
             return
         if feed is None:  # a store without a change feed: poll
-            await asyncio.sleep(state.stream_poll_interval)
+            await asyncio.sleep(min(state.stream_poll_interval, max(beat - now, 0.0)))
         else:  # sleep until the log grows past the cursor (or a keep-alive is due)
-            due = state.stream_heartbeat - (time.monotonic() - beat)
-            await feed.wait_for_change(cursor, timeout=max(due, 0.0))
+            await feed.wait_for_change(cursor, timeout=max(beat - _now(), 0.0))
 
 
 async def events(request: Request) -> Response:

@@ -30,7 +30,7 @@ tree (every store error subclasses `golem.errors.StoreError`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -146,11 +146,17 @@ class Store(Protocol):
         """
         ...
 
-    async def get_run(self, run_id: str) -> RunRecord:
+    async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
         """Return the run with its calls, decisions and outcome.
 
+        Args:
+            run_id: the run.
+            agents: only a run of one of these agents (None: of any agent); another
+                agent's run is not found, read with the same statements as a missing one,
+                so a caller limited to some agents cannot time which other IDs exist.
+
         Raises:
-            RunNotFound: no such run.
+            RunNotFound: no such run (or, given `agents`, none of theirs).
         """
         ...
 

@@ -33,7 +33,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -609,8 +609,15 @@ class SQLStore(abc.ABC):
             f"JOIN golem_histories h ON h.run_id = r.id WHERE {where} {tail}"
         )
 
-    def _load_run(self, tx: Tx, run_id: str) -> RunRecord:
-        rows = tx.fetch(self._select_runs("r.id = ?"), (run_id,))
+    def _load_run(
+        self, tx: Tx, run_id: str, agents: Collection[str] | None = None
+    ) -> RunRecord:
+        where, params = "r.id = ?", [run_id]
+        if agents is not None:  # another agent's run is read as a missing one: same statement
+            names = sorted(agents)
+            where += f" AND r.agent IN ({', '.join('?' for _ in names)})" if names else " AND 1 = 0"
+            params += names
+        rows = tx.fetch(self._select_runs(where), params)
         if not rows:
             raise RunNotFound(run_id)
         return self._load_runs(tx, rows)[0]
@@ -825,9 +832,9 @@ class SQLStore(abc.ABC):
         return await self._submit(True, tx_fn)
 
     @store_op("get_run")
-    async def get_run(self, run_id: str) -> RunRecord:
+    async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
         """Return the run (see `Store.get_run`)."""
-        return await self._submit(False, self._load_run, run_id)
+        return await self._submit(False, self._load_run, run_id, agents)
 
     def _filters(
         self,
