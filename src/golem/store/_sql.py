@@ -42,6 +42,7 @@ from typing import Any, Protocol, Self, TypeVar, overload
 import msgspec
 
 from golem._tracing import store_op
+from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
 from golem.store.records import (
@@ -94,6 +95,21 @@ JSON that does not parse): turned into `CorruptRecord` naming the run."""
 
 def _left_out(exc: CorruptRecord) -> None:
     log.error("%s; left out (read it with get_run to see the error)", exc)
+
+
+def _in_the_row(exc: CorruptRecord) -> bool:
+    """Whether the fault is the stored value's own, the same for every reader: not a
+    `RecursionError`, which a deeply nested value golem wrote raises only in a reader whose
+    stack is already deep, nor a `MemoryError`."""
+    return not isinstance(exc.__cause__, (RecursionError, MemoryError))
+
+
+_CLIP = 500
+"""Characters of a row's fault kept in an outcome error or audit entry."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _CLIP else text[:_CLIP] + f"… ({len(text)} characters)"
 
 
 SWEEP_BATCH = 500
@@ -1253,6 +1269,7 @@ class SQLStore(abc.ABC):
         corrupt: dict[str, CorruptRecord] = {}
         found = self._split_many(later, corrupt)  # the histories and calls came with the commit
         claimed = []
+        unreadable: list[CorruptRecord] = []
         for row in rows:
             if row[0] not in found:
                 raise RunNotFound(row[0])
@@ -1261,11 +1278,69 @@ class SQLStore(abc.ABC):
                 if row[0] in corrupt:
                     raise corrupt[row[0]]
                 run = self._run_record(row, calls, history, None)
-            except CorruptRecord as exc:  # claimed, not returned: the lease runs out
-                _left_out(exc)
+            except CorruptRecord as exc:  # claimed, not returned
+                if _in_the_row(exc):
+                    unreadable.append(exc)
+                else:  # this reader's limits, not the row: the lease runs out as before
+                    _left_out(exc)
                 continue
             claimed.append(ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until))
+        if unreadable:
+            await self._set_aside(worker_id, unreadable, at_given)
         return claimed
+
+    async def _set_aside(
+        self, worker_id: str, unreadable: list[CorruptRecord], at_given: datetime | None
+    ) -> None:
+        """Mark runs this worker just claimed but cannot read INTERRUPTED, each with the
+        reason in its outcome error and audit entry, so no claim takes them again; the row
+        is kept for the operator to repair, then retry or cancel (ADR 0072). Only a run
+        still held under this worker's lease changes. A failure is logged: the run is then
+        left to its lease, as before."""
+
+        def tx_fn(tx: Tx) -> list[CorruptRecord]:
+            at = at_given or self.clock()
+            done = []
+            for exc in unreadable:
+                problem = _clip(exc.problem)
+                error = (
+                    f"its stored record cannot be read ({problem}); worker \"{worker_id}\" "
+                    "claimed it and resumed nothing, so no call ran: repair the row, then "
+                    "retry or cancel the run"
+                )
+                changed = tx.execute(
+                    "UPDATE golem_runs SET status = 'interrupted', updated_at = ?, "
+                    f"outcome_error = ? {self._HELD}",
+                    (self._to_db(at), error, exc.run_id, worker_id, self._to_db(at)),
+                )
+                if changed:
+                    tx.audit(
+                        exc.run_id,
+                        at,
+                        f"worker:{worker_id}",
+                        AuditAction.INTERRUPTED,
+                        {"worker_id": worker_id, "unreadable": problem},
+                    )
+                    done.append(exc)
+            return done
+
+        try:
+            done = await self._submit(True, tx_fn)
+        except StoreError as exc:
+            log.error("claimed runs that cannot be read could not be set aside: %s", exc)
+            for bad in unreadable:
+                _left_out(bad)
+            return
+        for bad in unreadable:
+            if bad in done:
+                log.error(
+                    "%s; claimed by worker %s and marked interrupted (nothing ran): repair "
+                    "the row, then retry or cancel the run",
+                    bad,
+                    worker_id,
+                )
+            else:
+                _left_out(bad)
 
     def _claimed(
         self, tx: Tx, rows: Later, worker_id: str, at: datetime, detail: dict[str, Any]
