@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem.errors import StoreError
 from golem.store import StoreBusy, StoreReadOnly
@@ -250,3 +252,23 @@ def test_a_server_answering_in_german_is_classified_the_same(german_server: str)
             await store.close()
 
     asyncio.run(check())
+
+
+_STATES = ["25006", "53300", "57014", "55P03", "40001", "40P01", "57P01", "57P05", "25P03", "22012"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.sampled_from(_STATES),
+    message=st.text(max_size=80)
+    | st.sampled_from(
+        ["sorry, too many clients already", "cannot execute INSERT in a read-only transaction"]
+    ),
+)
+def test_the_code_alone_decides_whatever_the_message(state: str, message: str) -> None:
+    """For any message, an error with a SQLSTATE is classified by that code alone."""
+    exc = _pg(state, message)
+    assert _no_slot(exc) is (state == "53300")
+    got = _store_error(exc)
+    expected = {"25006": StoreReadOnly, "53300": StoreBusy}.get(state, StoreError)
+    assert type(got) is expected
