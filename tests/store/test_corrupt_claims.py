@@ -139,6 +139,29 @@ async def test_a_fault_of_the_reader_only_never_sets_a_run_aside(
 
 
 @pytest.mark.parametrize("backend_kind", BACKENDS)
+@pytest.mark.parametrize(
+    ("deps_ref", "set_aside"),
+    [("[" * 3000 + "]" * 3000, False), ("[" * 3000, True), ("[" * 20_000 + "]" * 20_000, True)],
+    ids=["deep-valid", "deep-unclosed", "past-any-reader"],
+)
+async def test_a_deps_ref_too_deep_to_parse_is_set_aside_only_when_it_is_not_json(
+    backend_kind: str, tmp_path: Any, deps_ref: str, set_aside: bool
+) -> None:
+    """Both raise RecursionError when parsed: valid JSON 3,000 deep is what a reader with a
+    deeper stack (or a raised recursion limit) reads, so the run is left to its lease; text
+    that is not JSON, or nests past 10,000, no reader reads."""
+    with backend_for(backend_kind, tmp_path) as backend:
+        store = await backend.open()
+        try:
+            run_id = await _ready(store)
+            _corrupt(backend, "golem_runs", "deps_ref", f"'{deps_ref}'", run_id)
+            assert await store.claim_ready("w1", LEASE, now=later(0)) is None
+            assert _status(backend, run_id) == ("interrupted" if set_aside else "running")
+        finally:
+            await store.close()
+
+
+@pytest.mark.parametrize("backend_kind", BACKENDS)
 async def test_a_large_run_is_claimed_as_usual(backend_kind: str, tmp_path: Any) -> None:
     deep: Any = "x"
     for _ in range(200):

@@ -43,6 +43,7 @@ import msgspec
 
 from golem._tracing import store_op
 from golem.errors import StoreError
+from golem.messages import _deep_spans
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
 from golem.store.records import (
@@ -97,11 +98,19 @@ def _left_out(exc: CorruptRecord) -> None:
     log.error("%s; left out (read it with get_run to see the error)", exc)
 
 
-def _in_the_row(exc: CorruptRecord) -> bool:
-    """Whether the fault is the stored value's own, the same for every reader: not a
-    `RecursionError`, which a deeply nested value golem wrote raises only in a reader whose
-    stack is already deep, nor a `MemoryError`."""
-    return not isinstance(exc.__cause__, (RecursionError, MemoryError))
+def _in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
+    """Whether a ready run's fault is its stored value's own, the same for every reader.
+
+    Not a `MemoryError`. A `RecursionError` comes from `deps_ref`, the one JSON a ready
+    run's record parses: it is the row's fault when that text is not JSON (or nests past
+    any reader's limit, 10,000), and this reader's when it is deep but valid JSON, which
+    only a reader whose stack is already deep fails to parse (checked without recursion)."""
+    cause = exc.__cause__
+    if isinstance(cause, MemoryError):
+        return False
+    if isinstance(cause, RecursionError):
+        return not isinstance(deps_ref, str) or _deep_spans(deps_ref) is None
+    return True
 
 
 _CLIP = 500
@@ -1279,7 +1288,7 @@ class SQLStore(abc.ABC):
                     raise corrupt[row[0]]
                 run = self._run_record(row, calls, history, None)
             except CorruptRecord as exc:  # claimed, not returned
-                if _in_the_row(exc):
+                if _in_the_row(exc, row[4]):
                     unreadable.append(exc)
                 else:  # this reader's limits, not the row: the lease runs out as before
                     _left_out(exc)
