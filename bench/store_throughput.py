@@ -35,6 +35,16 @@ the server's `fsync` / `synchronous_commit` settings (a throwaway test cluster r
 The server's commit count also includes read-only transactions and, in concurrent mode,
 one per `NOTIFY` each listening worker process receives (PostgreSQL reads its notification
 queue in a transaction).
+
+PostgreSQL's **floor** (one cycle at a time, no model latency): every message golem's store
+sends for one cycle is recorded from a real cycle (statement text, parameters, transaction
+boundaries, round trips), then replayed with bare synchronous psycopg at the libpq level —
+pipeline mode, each statement prepared once per connection, binary results, no asyncio, no
+golem — under fresh IDs and shifted times, in 1, 2 and 4 processes (the `--workers`
+counts), each one cycle at a time, in a fresh schema, right after golem's measurement of the
+same count. It prints the floor's cycles/s, client and server CPU, the cores it keeps busy,
+golem's ratio to it, and the floor's own 1 → 4 scaling beside golem's: what any client of
+these statements could reach on this machine.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +73,7 @@ from golem.model import ModelRequest, ModelResponse
 from golem.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
 from golem.store._sql import SQLStore, Stats
 from golem.store._threads import DatabaseThreads
-from golem.store.postgres import PostgresStore
+from golem.store.postgres import _OID_TIMESTAMPTZ, PostgresStore
 from golem.store.sqlite import SQLiteStore
 from golem.tool import DeferKind, Deferred, Tool, call_approved
 from golem.worker import AgentEntry, Worker, start_run
@@ -590,8 +601,19 @@ def bench_postgres(
     rounds: int = 1,
 ) -> None:
     print(f"  PostgreSQL server: {_pg_settings(dsn)}")
+    template = None
+    if 1 in levels and latency == 0:
+        template = asyncio.run(_record_pg_cycle(dsn))
+        txs, statements, trips = template.summary()
+        print(
+            f"  PostgreSQL floor: golem's recorded cycle ({txs} transactions, {statements} "
+            f"statements, {trips} round trips) replayed with bare synchronous psycopg "
+            "(libpq pipeline, prepared statements, no asyncio, no golem), one cycle at a time "
+            "per process"
+        )
     for concurrency in levels:
-        _bench_postgres_level(dsn, cycles, worker_counts, concurrency, latency, rounds)
+        floor = template if concurrency == 1 else None
+        _bench_postgres_level(dsn, cycles, worker_counts, concurrency, latency, rounds, floor)
 
 
 def _pg_round(
@@ -624,15 +646,20 @@ def _bench_postgres_level(
     concurrency: int,
     latency: float,
     rounds: int,
+    floor: _Template | None = None,
 ) -> None:
     """Each round measures every worker count once, one after another, so a host that
     speeds up or slows down during the run affects every count alike; the median round of
-    each count is shown, and the 1 → 4 scaling is also given per round."""
+    each count is shown, and the 1 → 4 scaling is also given per round. With `floor`, each
+    round also replays it at every worker count, right after golem's measurement."""
     results: dict[int, list[tuple[float, dict[str, int], int, int]]] = {}
+    floors: dict[int, list[tuple[float, int, int]]] = {}
     for _ in range(rounds):
         for workers in worker_counts:
             got = _pg_round(dsn, cycles, workers, concurrency, latency)
             results.setdefault(workers, []).append(got)
+            if floor is not None:
+                floors.setdefault(workers, []).append(measure_floor(dsn, floor, workers, cycles))
     for workers in worker_counts:
         ordered = sorted(results[workers], key=lambda r: r[0])
         rate, stats, wal, commits = ordered[len(ordered) // 2]
@@ -671,6 +698,309 @@ def _bench_postgres_level(
             f"  PostgreSQL scaling 1 → 4 workers ({concurrency} in flight each): "
             f"{median:.2f}x{' of the medians' if rounds > 1 else ''}{each}{ceiling}"
         )
+    if floors:
+        _print_floor(results, floors, cycles, rounds)
+
+
+def _print_floor(
+    results: dict[int, list[tuple[float, dict[str, int], int, int]]],
+    floors: dict[int, list[tuple[float, int, int]]],
+    cycles: int,
+    rounds: int,
+) -> None:
+    """The floor's cycles/s per worker count beside golem's (medians, spread, per-round
+    ratios: each floor measurement ran right after golem's of the same round and count),
+    and the floor's own 1 → 4 scaling beside golem's."""
+    for workers, got in floors.items():
+        ordered = sorted(r[0] for r in got)
+        rate = ordered[len(ordered) // 2]
+        golem = sorted(r[0] for r in results[workers])[len(got) // 2]
+        n = (cycles // workers) * workers
+        cpu = sorted(r[1] for r in got)[len(got) // 2] / n / 1e3
+        server = sorted(r[2] for r in got)[len(got) // 2] / n / 1e3
+        busy = f"; {(cpu + server) * rate / 1e3:.2f} cores busy" if server else ""
+        spread = f" [{ordered[0]:.0f}–{ordered[-1]:.0f}]" if rounds > 1 else ""
+        paired = sorted(f[0] / g[0] for g, f in zip(results[workers], got, strict=True))
+        each = f" (per round: {', '.join(f'{r:.2f}' for r in paired)})" if rounds > 1 else ""
+        label = "worker, " if workers == 1 else "workers,"
+        print(
+            f"  PG floor    {workers} {label}  1 in flight each: {rate:8.1f} cycles/s{spread}, "
+            f"{cpu:.2f} ms client CPU, {server:.2f} ms server CPU per cycle{busy}; "
+            f"floor/golem = {rate / golem:.2f}x{each}"
+        )
+    if 1 in floors and 4 in floors:
+        one = [r[0] for r in floors[1]]
+        four = [r[0] for r in floors[4]]
+        median = sorted(four)[len(four) // 2] / sorted(one)[len(one) // 2]
+        paired = sorted(f / o for o, f in zip(one, four, strict=True))
+        g_one = [r[0] for r in results[1]]
+        g_four = [r[0] for r in results[4]]
+        g_median = sorted(g_four)[len(g_four) // 2] / sorted(g_one)[len(g_one) // 2]
+        each = f" (per round: {', '.join(f'{r:.2f}' for r in paired)})" if rounds > 1 else ""
+        ceiling = ""
+        kept = sorted((r[1] + r[2]) / 1e6 / cycles * r[0] for r in floors[1] if r[2])
+        if kept:
+            cpus = len(os.sched_getaffinity(0))
+            ceiling = (
+                f"; one floor process keeps {kept[len(kept) // 2]:.2f} cores busy, so {cpus} "
+                f"cores allow it at most {cpus / kept[len(kept) // 2]:.2f}x"
+            )
+        print(
+            f"  PG floor scaling 1 → 4 workers: {median:.2f}x{each}; golem {g_median:.2f}x{ceiling}"
+        )
+
+
+# --------------------------------------------------------------------------- PostgreSQL floor
+
+_Event = tuple[Any, ...]
+"""One message golem's PostgreSQL store sent: ("plain", sql), ("query", sql, values, types)
+or ("sync",) — a round trip's end."""
+
+_REC_WORKER = "floorrec"
+"""The worker ID of the recorded cycle (each replay process substitutes its own)."""
+
+
+class _Template:
+    """The messages of one decide → claim → resume → finish cycle, as golem's PostgreSQL
+    store sent them (recorded from a real cycle), and the values to substitute per cycle."""
+
+    def __init__(self, events: list[_Event], run_id: str, conversation_id: str) -> None:
+        self.events = events
+        self.run_id = run_id.encode()
+        self.conversation_id = conversation_id.encode()
+        stamps = [
+            datetime.fromisoformat(v.decode())
+            for e in events
+            if e[0] == "query"
+            for v, t in zip(e[2], e[3], strict=True)
+            if t == _OID_TIMESTAMPTZ and v is not None
+        ]
+        self.first = min(stamps)
+        claim = next(
+            i for i, e in enumerate(events) if e[0] == "query" and e[1].startswith(_CLAIM_PREFIX)
+        )
+        self.claim_at = max(
+            i for i, e in enumerate(events[:claim]) if e[0] == "plain" and e[1].startswith(b"BEGIN")
+        )
+        """Where the claim's transaction begins (a drain replays from there)."""
+
+    def summary(self) -> tuple[int, int, int]:
+        """Transactions, statements and round trips per cycle."""
+        begins = sum(e[0] == "plain" and e[1].startswith(b"BEGIN") for e in self.events)
+        queries = sum(e[0] == "query" for e in self.events)
+        syncs = sum(e[0] == "sync" for e in self.events)
+        return begins, queries, syncs
+
+
+async def _record_pg_cycle(dsn: str) -> _Template:
+    """Run golem cycles in a fresh schema and record every message its store sends for one
+    of them (after two warm-up cycles: statements prepared, sweeps done)."""
+    from golem.store import postgres as pgmod
+
+    events: list[_Event] = []
+    recording = [False]
+    send, send_plain, sync = pgmod._Conn._send, pgmod._Conn._send_plain, pgmod._Conn._sync
+
+    def rec_send(self: Any, sql: str, params: Any, then: Any = None) -> None:
+        if recording[0]:
+            values, types = pgmod._dump(params)
+            events.append(("query", pgmod._pg_sql(sql), values, types))
+        send(self, sql, params, then)
+
+    def rec_plain(self: Any, sql: bytes) -> None:
+        if recording[0]:
+            events.append(("plain", sql))
+        send_plain(self, sql)
+
+    def rec_sync(self: Any) -> Any:
+        if recording[0]:
+            events.append(("sync",))
+        return sync(self)
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    pgmod._Conn._send, pgmod._Conn._send_plain = rec_send, rec_plain  # type: ignore[method-assign]
+    pgmod._Conn._sync = rec_sync  # type: ignore[method-assign]
+    try:
+        store = await PostgresStore.open(dsn, schema=schema, pool_size=2)
+        try:
+            registry = _registry(0.0)
+            worker = Worker(
+                store, registry, worker_id=_REC_WORKER, lease_seconds=30, sweep_interval=3600
+            )
+            for _ in range(2):
+                run = await start_run(store, registry, "bank", "pay", started_by=_REC_WORKER)
+                await store.decide(run.id, "call-1", Decision.approve(), decided_by=_REC_WORKER)
+                await worker.run_once()
+            recording[0] = True
+            run = await start_run(store, registry, "bank", "pay", started_by=_REC_WORKER)
+            await store.decide(run.id, "call-1", Decision.approve(), decided_by=_REC_WORKER)
+            assert await worker.run_once()
+            recording[0] = False
+            assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
+        finally:
+            await store.close()
+    finally:
+        pgmod._Conn._send, pgmod._Conn._send_plain = send, send_plain  # type: ignore[method-assign]
+        pgmod._Conn._sync = sync  # type: ignore[method-assign]
+        _drop_schema(dsn, schema)
+    return _Template(events, run.id, run.conversation_id)
+
+
+_CLAIM_PREFIX = b"WITH picked AS"
+"""How the claim statement's text begins: its first row names the run it took."""
+
+
+class _Replay:
+    """golem's recorded cycle sent again with bare synchronous psycopg at the libpq level:
+    same statements, parameters, transactions and round trips (pipeline mode, each
+    statement prepared once per connection, binary results), blocking on the socket.
+    No asyncio, no golem. A claim may take another process's run (as golem's workers do):
+    the rest of the cycle then finishes the run it took."""
+
+    def __init__(self, dsn: str, schema: str, worker: str, template: _Template) -> None:
+        from psycopg import pq
+        from psycopg.conninfo import make_conninfo
+
+        self.pq = pq
+        self.pg = pq.PGconn.connect(make_conninfo(dsn, options=f"-c search_path={schema}").encode())
+        if self.pg.status != pq.ConnStatus.OK:
+            raise SystemExit(f"floor: cannot connect: {self.pg.error_message.decode()}")
+        self.template = template
+        self.worker = worker.encode()
+        self.prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+
+    def cycle(self, claim_only: bool = False) -> bool:
+        """One cycle under fresh IDs (with `claim_only`, from the claim on: a worker that
+        finds a ready run); False when the claim took nothing."""
+        t = self.template
+        new_run = str(uuid.uuid4()).encode()
+        subst = {
+            t.run_id: new_run,
+            t.conversation_id: str(uuid.uuid4()).encode(),
+            _REC_WORKER.encode(): self.worker,
+        }
+        shift = datetime.now(UTC) - t.first
+        pg, pq = self.pg, self.pq
+        sent: list[bool] = []  # per message: is it the claim statement
+        claimed: bytes | None = None
+        for event in t.events[t.claim_at if claim_only else 0 :]:
+            kind = event[0]
+            if kind == "plain":
+                pg.send_query_params(event[1], None)
+                sent.append(False)
+                continue
+            if kind == "query":
+                sql, values, types = event[1], event[2], event[3]
+                values = [
+                    self._value(v, ty, subst, shift) for v, ty in zip(values, types, strict=True)
+                ]
+                key = (sql, types)
+                name = self.prepared.get(key)
+                if name is None:
+                    name = self.prepared[key] = b"floor_%d" % len(self.prepared)
+                    pg.send_prepare(name, sql, param_types=types)
+                    sent.append(False)
+                pg.send_query_prepared(name, values, result_format=pq.Format.BINARY)
+                sent.append(sql.startswith(_CLAIM_PREFIX))
+                continue
+            pg.pipeline_sync()
+            got = self._results(len(sent))
+            for is_claim, result in zip(sent, got, strict=True):
+                if is_claim:
+                    claimed = result.get_value(0, 0) if result.ntuples else None
+                    if claimed is None:
+                        return False  # (its transaction commits; nothing more to do)
+                    subst[new_run] = claimed
+                    subst[t.run_id] = claimed
+            sent = []
+        return True
+
+    def _value(
+        self, v: bytes | None, oid: int, subst: dict[bytes, bytes], shift: timedelta
+    ) -> bytes | None:
+        if v is None:
+            return None
+        if oid == _OID_TIMESTAMPTZ:
+            return (datetime.fromisoformat(v.decode()) + shift).isoformat().encode()
+        for old, new in subst.items():
+            if old in v:
+                v = v.replace(old, new)
+        return v
+
+    def _results(self, n: int) -> list[Any]:
+        pq = self.pq
+        pg = self.pg
+        out = []
+        while True:
+            r = pg.get_result()
+            if r is None:
+                continue
+            if r.status == pq.ExecStatus.PIPELINE_SYNC:
+                break
+            if r.status == pq.ExecStatus.FATAL_ERROR:
+                raise SystemExit(f"floor: the server refused a statement: {r.error_message!r}")
+            out.append(r)
+        if len(out) != n:
+            raise SystemExit(f"floor: {len(out)} results for {n} messages")
+        return out
+
+
+def _floor_proc(
+    dsn: str, schema: str, template: _Template, n: int, name: str, barrier: Any, out: Any
+) -> None:
+    replay = _Replay(dsn, schema, name, template)
+    replay.pg.enter_pipeline_mode()
+    if _PIN[0]:
+        _pin(int(name[1:]), _PIN[0])
+    backend = replay.pg.backend_pid
+    barrier.wait()
+    cpu, server = time.process_time(), _backend_cpu_us(backend)
+    for _ in range(n):
+        replay.cycle()
+    while replay.cycle(claim_only=True):  # then finish whatever is still ready
+        pass
+    out.put((int((time.process_time() - cpu) * 1e6), _backend_cpu_us(backend) - server))
+    replay.pg.finish()
+
+
+def measure_floor(
+    dsn: str, template: _Template, workers: int, cycles: int
+) -> tuple[float, int, int]:
+    """golem's recorded cycle replayed `cycles` times over `workers` processes, each one
+    cycle at a time, in a fresh schema: cycles/s, the processes' CPU and their server
+    backends' CPU (µs, summed; 0 for a server elsewhere)."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    target = {"kind": "postgresql", "dsn": dsn, "schema": schema}
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(workers + 1)
+    out = ctx.Queue()
+    per = max(1, cycles // workers)
+    try:
+        asyncio.run(_count(target))  # golem creates the schema, outside the measurement
+        procs = [
+            ctx.Process(
+                target=_floor_proc, args=(dsn, schema, template, per, f"f{i}", barrier, out)
+            )
+            for i in range(workers)
+        ]
+        for p in procs:
+            p.start()
+        barrier.wait(timeout=120)
+        start = time.perf_counter()
+        cpu = [out.get(timeout=600) for _ in procs]
+        elapsed = time.perf_counter() - start
+        for p in procs:
+            p.join()
+        if any(p.exitcode != 0 for p in procs):
+            raise SystemExit(f"a floor process failed (exit codes {[p.exitcode for p in procs]})")
+        done, total = asyncio.run(_count(target))
+    finally:
+        _drop_schema(dsn, schema)
+    if done != total or total != per * workers:
+        raise SystemExit(
+            f"floor lost work: {done} of {total} runs completed, {per * workers} started"
+        )
+    return total / elapsed, sum(c for c, _ in cpu), sum(b for _, b in cpu)
 
 
 _LOOP = ["asyncio"]

@@ -235,3 +235,38 @@ async def test_the_service_sends_webhooks_and_shows_the_delivery_log(
 
     with serve(app) as base:
         await asyncio.to_thread(use, base)
+
+
+async def test_a_run_that_cannot_be_read_does_not_stall_notifications(
+    store: Store, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A claim sets an unreadable run aside as interrupted (ADR 0072): its `run.ended` has
+    no payload to send. The notifier used to raise `CorruptRecord` from `step` at that entry
+    every poll, so no later change was ever notified; now it skips it, once."""
+    import contextlib
+    import sqlite3
+
+    from golem.store import Decision
+
+    n = _notifier(store, Webhook(receiver.url, events={"run.ended"}))
+    cursor = await store.last_change_id()
+    bad = NewRun(
+        id="bad",
+        agent="echo",
+        conversation_id="c",
+        history="[]",
+        calls=(NewCall("x", CallKind.APPROVAL, "deploy", "{}"),),
+    )
+    await store.save_pending(bad)
+    await store.decide("bad", "x", Decision.approve(), decided_by="bob")
+    with contextlib.closing(sqlite3.connect(tmp_path / "golem.db")) as db:
+        db.execute("UPDATE golem_calls SET kind = 'weird' WHERE run_id = 'bad'")
+        db.commit()
+    assert await store.claim_ready("w1", 30) is None  # set aside: interrupted
+    await start_run(store, build_registry(), "echo", "hi", started_by="alice")  # completes
+    cursor = await n.step(cursor)
+    (got,) = await receiver.wait_for(1)
+    assert json.loads(got["body"])["outcome"]["status"] == "completed"
+    assert cursor == await store.last_change_id()
+    await n.drain()
+    await n.close()

@@ -157,3 +157,41 @@ async def test_a_keyed_start_reads_its_run_once(store: Store, registry: Any) -> 
         plain = await c.post("/api/runs", json=body, headers=bearer("alice"))
         assert plain.status_code == 201
         assert counting.calls["get_run"] == 0, counting.calls
+
+
+async def test_a_run_that_cannot_be_read_is_a_named_answer_not_a_500(
+    store: Store, registry: Any, tmp_path: Any
+) -> None:
+    """GET of a run whose stored row cannot be read raised `CorruptRecord` out of the handler
+    (500). Now an approver who sees every agent gets 409 `run_unreadable` naming the fault
+    (the operator's cue to repair it, ADR 0072); one limited to some agents gets the answer of
+    a run they may not see, since the run's agent cannot be read either."""
+    import contextlib
+    import sqlite3
+
+    run = await start_run(store, registry, "twin", "go", started_by="alice")
+    with contextlib.closing(sqlite3.connect(tmp_path / "golem.db")) as db:
+        db.execute("UPDATE golem_calls SET kind = 'weird' WHERE run_id = ?", (run.id,))
+        db.commit()
+    app = create_app(registry, store, auth=make_auth())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
+        res = await client.get(f"/api/runs/{run.id}", headers=bearer("alice"))
+        assert res.status_code == 409, res.text
+        error = res.json()["error"]
+        assert error["code"] == "run_unreadable"
+        assert "weird" in error["message"]
+        hidden = await client.get(f"/api/runs/{run.id}", headers=bearer("olga"))
+        unknown = await client.get("/api/runs/no-such-run", headers=bearer("olga"))
+        assert hidden.status_code == unknown.status_code == 404
+        assert hidden.json()["error"]["code"] == unknown.json()["error"]["code"]
+        decided = await client.post(
+            f"/api/runs/{run.id}/calls/c1/decision",
+            json={"decision": "approve"},
+            headers=bearer("alice"),
+        )
+        assert decided.status_code == 409
+        await sign_in(client, "alice")
+        page = await client.get(f"/runs/{run.id}")
+        assert page.status_code == 409
+        assert "weird" in page.text

@@ -36,6 +36,7 @@ from golem.store import (
     CallExpired,
     CallKind,
     CallNotFound,
+    CorruptRecord,
     Decision,
     DecisionConflict,
     DecisionRecord,
@@ -458,6 +459,14 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
             raise RunNotFound(run_id)
     except RunNotFound:
         raise _store_error(RunNotFound(run_id)) from None
+    except CorruptRecord as exc:
+        # its agent cannot be read either: only an approver who sees every agent learns
+        # that it exists; to anyone else it is a run they may not see (ADR 0072)
+        if cred.approver.agents is not None:
+            raise _store_error(RunNotFound(run_id)) from None
+        raise ApiError(
+            409, "run_unreadable", f"{exc}; an operator must repair the stored row"
+        ) from None
     return run
 
 

@@ -47,7 +47,16 @@ import httpx
 from golem._display import reveal
 from golem._ids import new_id
 from golem.messages import loads_history
-from golem.store import AuditAction, AuditEntry, RunNotFound, RunRecord, RunStatus, Store, utc_now
+from golem.store import (
+    AuditAction,
+    AuditEntry,
+    CorruptRecord,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    Store,
+    utc_now,
+)
 
 __all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 
@@ -300,6 +309,9 @@ class Notifier:
                 try:  # the payload: the run with its calls (read only for a notification)
                     run = await self.store.get_run(entry.run_id)
                 except RunNotFound:
+                    continue
+                except CorruptRecord as exc:  # no payload to send; later changes still go
+                    log.error("notifier: %s; no %s notification for it", exc, event)
                     continue
                 if not _fits(event, run.status):
                     continue

@@ -42,6 +42,8 @@ from typing import Any, Protocol, Self, TypeVar, overload
 import msgspec
 
 from golem._tracing import store_op
+from golem.errors import StoreError
+from golem.messages import _deep_spans
 from golem.store._feed import ChangeFeed
 from golem.store._schema import SchemaConn
 from golem.store.records import (
@@ -94,6 +96,29 @@ JSON that does not parse): turned into `CorruptRecord` naming the run."""
 
 def _left_out(exc: CorruptRecord) -> None:
     log.error("%s; left out (read it with get_run to see the error)", exc)
+
+
+def _in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
+    """Whether a ready run's fault is its stored value's own, the same for every reader.
+
+    Not a `MemoryError`. A `RecursionError` comes from `deps_ref`, the one JSON a ready
+    run's record parses: it is the row's fault when that text is not JSON (or nests past
+    any reader's limit, 10,000), and this reader's when it is deep but valid JSON, which
+    only a reader whose stack is already deep fails to parse (checked without recursion)."""
+    cause = exc.__cause__
+    if isinstance(cause, MemoryError):
+        return False
+    if isinstance(cause, RecursionError):
+        return not isinstance(deps_ref, str) or _deep_spans(deps_ref) is None
+    return True
+
+
+_CLIP = 500
+"""Characters of a row's fault kept in an outcome error or audit entry."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _CLIP else text[:_CLIP] + f"… ({len(text)} characters)"
 
 
 SWEEP_BATCH = 500
@@ -1260,6 +1285,7 @@ class SQLStore(abc.ABC):
         corrupt: dict[str, CorruptRecord] = {}
         found = self._split_many(later, corrupt)  # the histories and calls came with the commit
         claimed = []
+        unreadable: list[CorruptRecord] = []
         for row in rows:
             if row[0] not in found:
                 raise RunNotFound(row[0])
@@ -1268,11 +1294,69 @@ class SQLStore(abc.ABC):
                 if row[0] in corrupt:
                     raise corrupt[row[0]]
                 run = self._run_record(row, calls, history, None)
-            except CorruptRecord as exc:  # claimed, not returned: the lease runs out
-                _left_out(exc)
+            except CorruptRecord as exc:  # claimed, not returned
+                if _in_the_row(exc, row[4]):
+                    unreadable.append(exc)
+                else:  # this reader's limits, not the row: the lease runs out as before
+                    _left_out(exc)
                 continue
             claimed.append(ClaimedRun(run=run, worker_id=worker_id, lease_expires_at=lease_until))
+        if unreadable:
+            await self._set_aside(worker_id, unreadable, at_given)
         return claimed
+
+    async def _set_aside(
+        self, worker_id: str, unreadable: list[CorruptRecord], at_given: datetime | None
+    ) -> None:
+        """Mark runs this worker just claimed but cannot read INTERRUPTED, each with the
+        reason in its outcome error and audit entry, so no claim takes them again; the row
+        is kept for the operator to repair, then retry or cancel (ADR 0072). Only a run
+        still held under this worker's lease changes. A failure is logged: the run is then
+        left to its lease, as before."""
+
+        def tx_fn(tx: Tx) -> list[CorruptRecord]:
+            at = at_given or self.clock()
+            done = []
+            for exc in unreadable:
+                problem = _clip(exc.problem)
+                error = (
+                    f"its stored record cannot be read ({problem}); worker \"{worker_id}\" "
+                    "claimed it and resumed nothing, so no call ran: repair the row, then "
+                    "retry or cancel the run"
+                )
+                changed = tx.execute(
+                    "UPDATE golem_runs SET status = 'interrupted', updated_at = ?, "
+                    f"outcome_error = ? {self._HELD}",
+                    (self._to_db(at), error, exc.run_id, worker_id, self._to_db(at)),
+                )
+                if changed:
+                    tx.audit(
+                        exc.run_id,
+                        at,
+                        f"worker:{worker_id}",
+                        AuditAction.INTERRUPTED,
+                        {"worker_id": worker_id, "unreadable": problem},
+                    )
+                    done.append(exc)
+            return done
+
+        try:
+            done = await self._submit(True, tx_fn)
+        except StoreError as exc:
+            log.error("claimed runs that cannot be read could not be set aside: %s", exc)
+            for bad in unreadable:
+                _left_out(bad)
+            return
+        for bad in unreadable:
+            if bad in done:
+                log.error(
+                    "%s; claimed by worker %s and marked interrupted (nothing ran): repair "
+                    "the row, then retry or cancel the run",
+                    bad,
+                    worker_id,
+                )
+            else:
+                _left_out(bad)
 
     def _claimed(
         self, tx: Tx, rows: Later, worker_id: str, at: datetime, detail: dict[str, Any]

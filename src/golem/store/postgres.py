@@ -66,6 +66,7 @@ from urllib.parse import unquote
 
 from golem.errors import StoreError
 from golem.store._feed import ChangeFeed
+from golem.store._pg_messages import no_slot_message
 from golem.store._schema import LATEST_VERSION, migrate
 from golem.store._sql import (
     _C_CALL_COLS,
@@ -636,7 +637,7 @@ class PostgresStore(SQLStore):
             try:
                 conn = psycopg.Connection.connect(self.dsn, **self._connect_kwargs(listener))
             except psycopg.Error as exc:
-                if _NO_SLOT.search(str(exc)):
+                if _no_slot(exc):
                     raise StoreBusy(
                         f"cannot connect to PostgreSQL {where}: no free connection slot ({exc})"
                     ) from exc
@@ -1394,22 +1395,32 @@ def _session_setup(idle_session_floor_ms: int) -> bytes:
     ).encode()
 
 
-_NO_SLOT = re.compile(
-    r"too many clients already|too many connections for (role|database)"
-    r"|remaining connection slots are reserved"
-)
-"""The server's refusals for want of a connection slot (SQLSTATE 53300, which libpq does
-not pass on for a failed connection: the English messages)."""
+_TOO_MANY_CONNECTIONS = "53300"
+"""SQLSTATE `too_many_connections`: no free connection slot."""
 
 _READ_ONLY = "25006"
 """SQLSTATE `read_only_sql_transaction`: a write in a read-only transaction."""
 
 
+def _no_slot(exc: psycopg.Error) -> bool:
+    """Whether the server refused a new connection for want of a slot: by SQLSTATE when
+    the error carries one; else (libpq keeps the code of a connection that failed during
+    startup to itself) by the message, in any language PostgreSQL ships (ADR 0072)."""
+    if exc.sqlstate is not None:
+        return exc.sqlstate == _TOO_MANY_CONNECTIONS
+    return no_slot_message(str(exc))
+
+
 def _store_error(exc: psycopg.Error) -> StoreError:
-    """The store's error for a failure the server reported: `StoreReadOnly` for a write
-    the database refused as read-only, else a plain `StoreError`."""
-    if exc.sqlstate == _READ_ONLY:
+    """The store's error for a failure the server reported, by its SQLSTATE (never its
+    message, which follows the server's `lc_messages`): `StoreReadOnly` for a write the
+    database refused as read-only, `StoreBusy` for no free connection slot, else a plain
+    `StoreError`."""
+    state = exc.sqlstate
+    if state == _READ_ONLY:
         return StoreReadOnly(f"postgresql: the database is read-only: {exc}")
+    if state == _TOO_MANY_CONNECTIONS:
+        return StoreBusy(f"postgresql: no free connection slot: {exc}")
     return StoreError(f"postgresql: {exc}")
 
 

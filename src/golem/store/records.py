@@ -167,8 +167,10 @@ class CorruptRecord(StoreError):
     """A stored row of run `run_id` cannot be read back (a value no golem wrote: an unknown
     status or kind, a date or JSON that does not parse). Nothing was changed.
 
-    Reading that run (`get_run`, `decide`, `audit`) raises it; listings, claims and the change
-    feed leave the row out (and log it), so every other run stays readable.
+    Reading that run (`get_run`, `decide`, `audit`) raises it; listings and the change feed
+    leave the row out (and log it), so every other run stays readable. A claim that takes such
+    a run marks it INTERRUPTED with the fault in its outcome error and audit entry, so no claim
+    takes it again; the row is kept for the operator to repair, then retry or cancel.
     """
 
     def __init__(self, run_id: str, problem: str) -> None:

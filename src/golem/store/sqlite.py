@@ -44,6 +44,7 @@ from golem.store._feed import ChangeFeed
 from golem.store._schema import migrate
 from golem.store._sql import Later, SQLStore, Stats, Tx
 from golem.store._threads import DatabaseThreads, Slot
+from golem.store.records import StoreReadOnly
 
 __all__ = ["SQLiteStore"]
 
@@ -113,6 +114,21 @@ _BATCH_MAX = 32
 _SAVEPOINT = "golem_job"
 
 _UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE})
+
+_GONE = frozenset({1032, 1544})
+"""SQLITE_READONLY_DBMOVED and SQLITE_READONLY_DIRECTORY: the file was moved or its
+directory cannot be written; no wait makes the database writable again."""
+
+
+def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    """The store's error for a failure SQLite reported, by its result code (never its
+    message): `StoreReadOnly` for a write refused because the database cannot be written
+    just now (a read-only file or mount, or a lock that cannot be taken: SQLITE_READONLY),
+    else a plain `StoreError`."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == sqlite3.SQLITE_READONLY and code not in _GONE:
+        return StoreReadOnly(f"sqlite ({path}): the database is read-only: {exc}")
+    return StoreError(f"sqlite ({path}): {exc}")
 
 
 class SQLiteStore(SQLStore):
@@ -244,7 +260,7 @@ class SQLiteStore(SQLStore):
                     raw.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+            raise _store_error(self.path, exc) from exc
         if write:
             self.stats.commits += 1
         if tx.last_id:
@@ -344,7 +360,7 @@ class SQLiteStore(SQLStore):
                     raw.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise StoreError(f"sqlite ({self.path}): {exc}") from exc
+            raise _store_error(self.path, exc) from exc
         self.stats.commits += 1
 
     def _attempt(self, conn: _Conn, steps: list[Callable[[], None]], *, bare: bool) -> bool:
