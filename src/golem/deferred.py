@@ -745,11 +745,7 @@ async def resume(
                 if hand_back:
                     failed.partial = _handed_back(plan, policy, state, resolutions, edited, ran)
                 raise
-            text = done.text  # inline: `_answer` on the hot path
-            if step.args is not None:
-                text = _edited_text(step.call.args, call.args, text)
-            resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
-            ran.append(call.id)
+            _answer(state, step, call, done, resolutions, ran)
             # a tool that swallowed the caller's cancellation and returned: answered too
             raise_if_swallowed(state.cancels)
     history = _replace_calls(plan.history, edited) if edited else plan.history
