@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError
 from golem.model import Delta, ModelResponse
-from tests.providers._recordings import all_interactions, available
+from tests.providers._recordings import all_interactions, available, needs_recordings
 from tests.providers._unseen import accumulated, cut, plain_calls, send
 from tests.providers.test_unseen_sse import FIXTURES, events_of, plain
 
@@ -307,6 +307,7 @@ async def test_unknown_fields_in_stream_events_are_tolerated(data: st.DataObject
     assert _comparable(got) == _comparable(expected)
 
 
+@needs_recordings
 @SETTINGS
 @given(data=st.data())
 async def test_unknown_fields_in_answers_are_tolerated(data: st.DataObject) -> None:
@@ -362,6 +363,7 @@ def _essentials(response: ModelResponse) -> Any:
     )
 
 
+@needs_recordings
 @SETTINGS
 @given(data=st.data())
 async def test_unknown_item_types_in_answers_are_tolerated(data: st.DataObject) -> None:
@@ -473,6 +475,7 @@ async def test_unknown_item_types_in_streams_are_tolerated(data: st.DataObject) 
     assert _essentials(got) == _essentials(expected)
 
 
+@needs_recordings
 @SETTINGS
 @given(data=st.data())
 async def test_an_answer_cut_off_anywhere_is_a_named_error_or_whole(data: st.DataObject) -> None:
@@ -542,6 +545,7 @@ def test_there_are_streamed_calls_of_both_apis() -> None:
         assert {api for api, _ in CALLING} == {"anthropic", "openai-responses"}
 
 
+@needs_recordings
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 async def test_arguments_that_arrive_whole_stream_as_one_fragment(data: st.DataObject) -> None:
