@@ -82,6 +82,7 @@ def test_an_approvers_file_that_is_a_directory_is_one_line(tmp_path: Path) -> No
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(b'{"t": "alice"}')
 @example(b"[" * 5000)
+@example(b'{"\\n": null}')  # a token with a line break: the error was two lines
 @given(
     st.binary(max_size=40)
     | st.text(max_size=40).map(str.encode)

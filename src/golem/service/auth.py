@@ -134,13 +134,15 @@ def _approver_from_obj(key: str, obj: Any) -> Approver:
     if isinstance(obj, str):
         return Approver(identity=obj)
     if not isinstance(obj, dict):
-        raise ValueError(f"approver for token {key[:12]}…: want an object or a string, got {obj!r}")
+        raise ValueError(
+            f"approver for token {key[:12]!r}…: want an object or a string, got {obj!r}"
+        )
     unknown = set(obj) - {"identity", "agents", "tools", "can_start"}
     if unknown:
         raise ValueError(f"approver {obj.get('identity')!r}: unknown keys {sorted(unknown)}")
     identity = obj.get("identity")
     if not isinstance(identity, str):
-        raise ValueError(f"approver for token {key[:12]}…: 'identity' must be a string")
+        raise ValueError(f"approver for token {key[:12]!r}…: 'identity' must be a string")
     agents, tools = obj.get("agents"), obj.get("tools")
     for name, value in (("agents", agents), ("tools", tools)):
         if value is not None and not (
