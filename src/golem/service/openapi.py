@@ -48,7 +48,8 @@ ResponseSpec = OneResponse | tuple[OneResponse, ...]
 or a tuple of them: one of several media types (chosen by the request's query)."""
 
 _ERRORS = {
-    400: "Malformed JSON, a NUL character in the URL, or nesting too deep.",
+    400: "Malformed JSON, a NUL character in the URL, nesting too deep, or a page cursor "
+    "this service did not send (`invalid_cursor`).",
     401: "No or unknown bearer token (or the session has ended).",
     403: "The approver may not do this (or, for forms, a wrong CSRF token or another site).",
     404: "No such run or call.",
@@ -93,6 +94,8 @@ class Operation:
     links: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
     """OpenAPI links of its success responses: name → (operationId, parameter →
     runtime expression such as `$response.body#/run/id`)."""
+    response_headers: Mapping[str, str] = field(default_factory=dict)
+    """Headers its 200 answer may carry: name → description."""
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
@@ -296,6 +299,11 @@ def openapi_document(
                         name: {"operationId": target, "parameters": dict(params)}
                         for name, (target, params) in spec.links.items()
                     }
+        if spec.response_headers:
+            responses["200"]["headers"] = {
+                name: {"description": d, "schema": {"type": "string"}}
+                for name, d in spec.response_headers.items()
+            }
         # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
         statuses = {400, *spec.errors} | ({503} if spec.security else set())
         for status in sorted(statuses - set(spec.responses)):

@@ -176,6 +176,12 @@ class AuditQuery(BaseModel):
     agent: str | None = Field(default=None, description="Only runs of this agent.")
     run: str | None = Field(default=None, description="Run ID contains this.")
     limit: int = Field(default=500, ge=1, le=5000, description="At most this many entries.")
+    before: str | None = Field(
+        default=None,
+        max_length=100,
+        description="Only entries older than this: the `next_cursor` of the previous page, or "
+        "an entry's `id` as this caller was shown it (400 `invalid_cursor` for anything else).",
+    )
 
 
 class AuditPageQuery(AuditQuery):
@@ -365,7 +371,13 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{27}$")] = (
+        Field(
+            description="The entry's audit ID (its place in the whole log) for an approver who "
+            "sees every agent; for others an opaque reference, the same for the same entry "
+            "(ADR 0077)."
+        )
+    )
     run_id: str
     at: Time | None
     actor: str
@@ -380,9 +392,13 @@ class AuditListItem(AuditItem):
 
 
 class AuditList(_Out):
-    """`{"entries": [...]}`, newest first."""
+    """`{"entries": [...], "next_cursor": ...}`, newest first."""
 
     entries: list[AuditListItem]
+    next_cursor: str | None = Field(
+        description="Pass as `before` for the next (older) page; null on the last page. "
+        "Sealed: opaque, different on every answer."
+    )
 
 
 

@@ -401,6 +401,33 @@ class Store(Protocol):
         """Return the ID of the newest audit entry (0 when the log is empty)."""
         ...
 
+    async def audit_page(
+        self,
+        *,
+        agents: Collection[str] | None = None,
+        action: AuditAction | None = None,
+        run_contains: str | None = None,
+        actor_contains: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Return the newest audit entries with `id < before` that match, newest first.
+
+        At most `limit`; pass the last one's ID as `before` for the next page (keyset
+        paging: every matching entry is reached exactly once, and entries appended meanwhile
+        never shift the pages). Entries are kept when their run is of one of `agents`
+        (None: any agent; entries of a run that no longer exists are left out), their action
+        is `action`, their run ID contains `run_contains` and their actor contains
+        `actor_contains` ignoring case (`str.casefold`, alike on every backend). Each
+        entry's `agent` is filled. The SQL stores read the agents' entries from an index, so
+        a page costs the same however long the log is and however many entries of other
+        agents are newer; the action, run and actor filters are checked along the way.
+
+        Raises:
+            ValueError: `limit` < 1, or `before` outside 0 … 2**63-1.
+        """
+        ...
+
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
         """The store's change notifications, shared by every waiter in this process.
 

@@ -138,6 +138,29 @@ _CALL_COLS = (
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
+_AUDIT_COLS_A = "a.id, a.run_id, a.at, a.actor, a.action, a.detail"
+
+_MAX_ID = 2**63 - 1
+"""The largest audit ID a store holds (a signed 64-bit integer)."""
+
+_AGENT_ARMS = 32
+"""Up to this many agents, an audit page walks each agent's entries on its own (one index
+seek each, merged); beyond, one walk of the log keeps the entries of any of them."""
+
+_ACTOR_BATCH = 200
+"""Entries read per query while an audit page looks for an actor (matched here, by
+`str.casefold`, so both backends compare alike)."""
+
+
+def _storable(text: str) -> bool:
+    """Whether a text column can hold `text` (no NUL, no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _STATUS: dict[str, RunStatus] = {s.value: s for s in RunStatus}
@@ -374,6 +397,8 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that claims rows other transactions are not holding."""
     _runs_with_calls: str = _RUNS_JOIN_CALLS
     """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
+    _contains: str = "instr"
+    """The SQL function `f(text, part)` that is > 0 when `text` contains `part`."""
     _page_plan: str = ""
     """Run before a page of calls, in its transaction: settings that keep its plan a walk in
     index order whatever the database's statistics say (ADR 0044)."""
@@ -1626,7 +1651,7 @@ class SQLStore(abc.ABC):
 
     def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail, *run = row
-        agent, status, parent = run or (None, None, None)
+        agent, status, parent = (*run, None, None, None)[:3]
         return AuditEntry(
             id=int(eid),
             run_id=run_id,
@@ -1675,6 +1700,73 @@ class SQLStore(abc.ABC):
             except CorruptRecord as exc:  # the feed goes on past it
                 _left_out(exc)
         return entries
+
+    @store_op("audit_page")
+    async def audit_page(
+        self,
+        *,
+        agents: Collection[str] | None = None,
+        action: AuditAction | None = None,
+        run_contains: str | None = None,
+        actor_contains: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Return the newest matching audit entries before `before` (see `Store.audit_page`)."""
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if before is not None and not 0 <= before <= _MAX_ID:
+            raise ValueError(f"before must be between 0 and {_MAX_ID}, got {before!r}")
+        names = None if agents is None else sorted({a for a in agents if _storable(a)})
+        if names == [] or (run_contains is not None and not _storable(run_contains)):
+            return []  # no stored agent or run ID holds such text
+        where = ["a.id < ?"]
+        params: list[Any] = []
+        if action is not None:
+            where.append("a.action = ?")
+            params.append(AuditAction(action).value)
+        if run_contains:
+            where.append(f"{self._contains}(a.run_id, ?) > 0")
+            params.append(run_contains)
+        tail = " AND ".join(where)
+        cols = f"SELECT {_AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
+        heads: list[list[Any]]
+        if names is None:
+            sql = f"{cols}a.agent IS NOT NULL AND {tail} ORDER BY a.id DESC LIMIT ?"
+            heads = [[]]
+        elif len(names) == 1 or len(names) > _AGENT_ARMS:
+            marks = ", ".join("?" for _ in names)
+            sql = f"{cols}a.agent IN ({marks}) AND {tail} ORDER BY a.id DESC LIMIT ?"
+            heads = [names]
+        else:  # one index walk per agent, merged: a page reads at most `limit` per agent
+            arm = f"SELECT * FROM ({cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?)"
+            arms = " UNION ALL ".join(f"{arm} AS p{i}" for i in range(len(names)))
+            sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
+            heads = [[name] for name in names]
+        fold = actor_contains.casefold() if actor_contains else None
+        batch = limit if fold is None else max(limit, _ACTOR_BATCH)
+
+        def tx_fn(tx: Tx, cursor: int) -> list[tuple[Any, ...]]:
+            args = [v for head in heads for v in (*head, cursor, *params, batch)]
+            return tx.fetch(sql, args if len(heads) == 1 else [*args, batch])
+
+        entries: list[AuditEntry] = []
+        cursor = _MAX_ID if before is None else before
+        while True:
+            rows = await self._submit(False, tx_fn, cursor)
+            for r in rows:
+                try:
+                    e = self._audit_entry(r)
+                except CorruptRecord as exc:
+                    _left_out(exc)
+                    continue
+                if fold is None or fold in e.actor.casefold():
+                    entries.append(e)
+                    if len(entries) >= limit:
+                        return entries
+            if len(rows) < batch:
+                return entries
+            cursor = int(rows[-1][0])
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])
