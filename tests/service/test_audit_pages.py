@@ -457,3 +457,35 @@ async def test_the_page_links_the_next_page_and_back_to_the_newest(tmp_path: Pat
             assert len(shown) == 4  # Zoë, ZOË-ops, worker:w1, bob: each has an o (any case)
     finally:
         await store.close()
+
+
+async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
+    tmp_path: Path,
+) -> None:
+    # An approver shown no audit IDs could still find them by bisection with `?cursor=N`
+    # (which entries arrive from N on); it resumes from the sealed IDs it was sent instead.
+    # 0, the start of the log, stays open to every approver.
+    store = await SQLiteStore.open(tmp_path / "stream.db")
+    try:
+        await Log(store).grow([(1, 0, False)])
+        async with _client(store) as c:
+            for who, cursor, status in (("one", "1", 422), ("one", "5.0", 422), ("root", "1", 200)):
+                for where in (
+                    {"params": {"cursor": cursor}},
+                    {"headers": {"Last-Event-ID": cursor}},
+                ):
+                    kw: dict[str, Any] = dict(where)
+                    kw["headers"] = {**_bearer(who), **kw.get("headers", {})}
+                    if status == 200:
+                        kw["method"], kw["url"] = "HEAD", "/api/events"
+                        res = await c.request(**kw)
+                    else:
+                        res = await c.get("/api/events", **kw)
+                    assert res.status_code == status, (who, cursor, where)
+            res = await c.head("/api/events?cursor=0", headers=_bearer("one"))
+            assert res.status_code == 200
+            ref = seal_entry(SECRET, 1)
+            res = await c.head("/api/events", params={"cursor": ref}, headers=_bearer("one"))
+            assert res.status_code == 200  # an entry reference is a cursor too
+    finally:
+        await store.close()

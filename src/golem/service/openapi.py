@@ -163,7 +163,8 @@ _SSE_EVENT = {
     "type": "object",
     "description": "One server-sent event: `event: hello` first (the caller, and the start "
     "cursor, sealed: opaque, different on every stream), then `event: change` per audit "
-    "entry the caller may see (`id` = its audit ID), `event: end` when the credential ends; "
+    "entry the caller may see (`id` = its audit ID for an approver who sees every agent, "
+    "else a sealed cursor; ADR 0077), `event: end` when the credential ends; "
     "`retry` alone at the start. Nothing is sent for changes the caller may not see.",
     "properties": {
         "event": {"enum": ["hello", "change", "end"]},
@@ -212,9 +213,13 @@ def _response(
 
 
 _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
-    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range) or a sealed one
-    # (ADR 0073); empty means none.
-    "Last-Event-ID": {"type": "string", "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48})$"},
+    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range; only 0 for an
+    # approver who does not see every agent), a sealed one (ADR 0073) or an entry reference
+    # (ADR 0077); empty means none.
+    "Last-Event-ID": {
+        "type": "string",
+        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$",
+    },
     "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }
 """Request headers whose values are narrower than any string."""

@@ -192,8 +192,9 @@ class AuditPageQuery(AuditQuery):
     )
 
 
-_SealedCursor = Annotated[str, Field(pattern=r"^s[A-Za-z0-9_-]{48}$")]
-"""The opaque start cursor a stream's `hello` event names (ADR 0073)."""
+_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$")]
+"""The opaque start cursor a stream's `hello` event names (ADR 0073), or an entry reference
+(ADR 0077)."""
 
 
 class EventsQuery(BaseModel):
@@ -203,8 +204,9 @@ class EventsQuery(BaseModel):
 
     cursor: Annotated[int, Field(ge=0, le=2**63 - 1)] | _SealedCursor | None = Field(
         default=None,
-        description="Start after this audit ID, or at the sealed cursor of a `hello` event "
-        "(default: now; `Last-Event-ID` wins).",
+        description="Start after this audit ID (only 0 for an approver who does not see "
+        "every agent), at the sealed cursor of an event, or after the entry an entry "
+        "reference names (default: now; `Last-Event-ID` wins).",
     )
     stream_token: str | None = Field(
         default=None, description="From POST /api/stream-token (EventSource sends no headers)."
