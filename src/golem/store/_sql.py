@@ -1746,7 +1746,11 @@ class SQLStore(abc.ABC):
         fold = actor_contains.casefold() if actor_contains else None
         batch = limit if fold is None else max(limit, _ACTOR_BATCH)
 
+        plan = self._page_plan
+
         def tx_fn(tx: Tx, cursor: int) -> list[tuple[Any, ...]]:
+            if plan:  # each agent's entries walked in index order, statistics or not
+                tx.run(plan)
             args = [v for head in heads for v in (*head, cursor, *params, batch)]
             return tx.fetch(sql, args if len(heads) == 1 else [*args, batch])
 
