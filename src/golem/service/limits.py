@@ -94,6 +94,8 @@ def _unseal_cursor(secret: bytes, text: str) -> int | None:
         raw = base64.urlsafe_b64decode(body64)
     except ValueError:
         return None
+    if base64.urlsafe_b64encode(raw).decode("ascii") != body64:
+        return None  # one spelling: not `+` or `/` for `-` or `_`, no stray characters
     nonce, body, tag = raw[:_NONCE], raw[_NONCE:-_TAG], raw[-_TAG:]
     pad_key, mac_key = _cursor_keys(secret)
     want = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
@@ -145,12 +147,14 @@ def _unseal_entry(secret: bytes, text: str) -> int | None:
         raw = base64.urlsafe_b64decode(body64 + "=")
     except ValueError:
         return None
+    if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") != body64:
+        return None  # one entry, one spelling: no unused bits set, no stray characters
     nonce, body = raw[:_NONCE], raw[_NONCE:]
     siv_key, pad_key = _entry_keys(secret)
     pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
     plain = bytes(a ^ b for a, b in zip(body, pad, strict=True))
     want = hmac.new(siv_key, plain, hashlib.sha256).digest()[:_NONCE]
-    if len(body) != 8 or not hmac.compare_digest(nonce, want):
+    if not hmac.compare_digest(nonce, want):
         return None
     value = int.from_bytes(plain, "big")
     return value if value <= MAX_CURSOR else None
