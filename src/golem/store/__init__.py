@@ -416,7 +416,8 @@ class Store(Protocol):
         At most `limit`; pass the last one's ID as `before` for the next page (keyset
         paging: every matching entry is reached exactly once, and entries appended meanwhile
         never shift the pages). Entries are kept when their run is of one of `agents`
-        (None: any agent; entries of a run that no longer exists are left out), their action
+        (None: any agent; an entry whose run was already gone when it was written, or when
+        schema 6 was applied, has no agent and is left out), their action
         is `action`, their run ID contains `run_contains` and their actor contains
         `actor_contains` ignoring case (`str.casefold`, alike on every backend). Each
         entry's `agent` is filled. The SQL stores read the agents' entries from an index, so
