@@ -58,16 +58,20 @@ async def test_pages_walk_back_through_the_matching_entries(store: Store) -> Non
 async def test_many_agents_are_one_walk_and_give_the_same_pages(store: Store) -> None:
     await _runs(store, [(f"g{n % 5}", "x") for n in range(12)])
     few = ["g1", "g3"]
-    many = [*few, *(f"none{n}" for n in range(40))]  # past the per-agent walks
-    for agents in (few, many):
+    many = [*few, *(f"none{n}" for n in range(40))]  # past one statement's 32 walks
+    apart = [*few, *(f"g2-{n:02d}" for n in range(40))]  # g1 and g3 in different statements
+    for agents in (few, many, apart):
         pages = []
         before = None
         while page := await store.audit_page(agents=agents, before=before, limit=3):
             pages.append([e.id for e in page])
             before = page[-1].id
         assert sum(len(p) for p in pages) == 5  # g1: runs 2, 7, 12; g3: 4, 9
-    assert [e.id for e in await store.audit_page(agents=few)] == [
-        e.id for e in await store.audit_page(agents=many)
+    want = [e.id for e in await store.audit_page(agents=few)]
+    assert want == [e.id for e in await store.audit_page(agents=many)]
+    assert want == [e.id for e in await store.audit_page(agents=apart)]
+    assert want[1:3] == [
+        e.id for e in await store.audit_page(agents=apart, before=want[0], limit=2)
     ]
 
 

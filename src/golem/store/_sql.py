@@ -144,8 +144,8 @@ _MAX_ID = 2**63 - 1
 """The largest audit ID a store holds (a signed 64-bit integer)."""
 
 _AGENT_ARMS = 32
-"""Up to this many agents, an audit page walks each agent's entries on its own (one index
-seek each, merged); beyond, one walk of the log keeps the entries of any of them."""
+"""Agents whose index walks one audit-page statement merges; more agents take one statement
+per group of this many, merged by the store."""
 
 _ACTOR_BATCH = 200
 """Entries read per query while an audit page looks for an actor (matched here, by
@@ -1730,19 +1730,21 @@ class SQLStore(abc.ABC):
             params.append(run_contains)
         tail = " AND ".join(where)
         cols = f"SELECT {_AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
-        heads: list[list[Any]]
+        # (sql, the values before the cursor for each of its walks)
+        queries: list[tuple[str, list[list[Any]]]]
         if names is None:
-            sql = f"{cols}a.agent IS NOT NULL AND {tail} ORDER BY a.id DESC LIMIT ?"
-            heads = [[]]
-        elif len(names) == 1 or len(names) > _AGENT_ARMS:
-            marks = ", ".join("?" for _ in names)
-            sql = f"{cols}a.agent IN ({marks}) AND {tail} ORDER BY a.id DESC LIMIT ?"
-            heads = [names]
-        else:  # one index walk per agent, merged: a page reads at most `limit` per agent
-            arm = f"SELECT * FROM ({cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?)"
-            arms = " UNION ALL ".join(f"{arm} AS p{i}" for i in range(len(names)))
-            sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
-            heads = [[name] for name in names]
+            queries = [(f"{cols}a.agent IS NOT NULL AND {tail} ORDER BY a.id DESC LIMIT ?", [[]])]
+        else:  # one index walk per agent, merged by ID: a page reads at most `limit` per agent
+            queries = []
+            for at in range(0, len(names), _AGENT_ARMS):
+                group = names[at : at + _AGENT_ARMS]
+                if len(group) == 1:
+                    sql = f"{cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?"
+                else:
+                    arm = f"SELECT * FROM ({cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?)"
+                    arms = " UNION ALL ".join(f"{arm} AS p{i}" for i in range(len(group)))
+                    sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
+                queries.append((sql, [[name] for name in group]))
         fold = actor_contains.casefold() if actor_contains else None
         batch = limit if fold is None else max(limit, _ACTOR_BATCH)
 
@@ -1751,8 +1753,14 @@ class SQLStore(abc.ABC):
         def tx_fn(tx: Tx, cursor: int) -> list[tuple[Any, ...]]:
             if plan:  # each agent's entries walked in index order, statistics or not
                 tx.run(plan)
-            args = [v for head in heads for v in (*head, cursor, *params, batch)]
-            return tx.fetch(sql, args if len(heads) == 1 else [*args, batch])
+            rows: list[tuple[Any, ...]] = []
+            for sql, heads in queries:
+                args = [v for head in heads for v in (*head, cursor, *params, batch)]
+                rows += tx.fetch(sql, args if len(heads) == 1 else [*args, batch])
+            if len(queries) > 1:  # groups of agents: the newest of all of them
+                rows.sort(key=lambda r: int(r[0]), reverse=True)
+                del rows[batch:]
+            return rows
 
         entries: list[AuditEntry] = []
         cursor = _MAX_ID if before is None else before
