@@ -562,3 +562,78 @@ async def test_a_store_without_audit_page_pages_alike(
         assert pages[0] == pages[1] == _expected(await _whole_log(store), who, filters)
     finally:
         await store.close()
+
+
+async def _save(store: Store, run_id: str, agent: str, who: str) -> None:
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent=agent,
+            conversation_id="c-" + run_id,
+            history="[]",
+            calls=(NewCall("c1", CallKind.APPROVAL, "deploy", "{}"),),
+            started_by=who,
+        )
+    )
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 4), st.booleans()), min_size=1, max_size=16
+    ),
+    filters=_FILTERS,
+    limit=st.integers(1, 3),
+)
+async def test_an_approvers_pages_are_the_same_with_or_without_hidden_activity(
+    tmp_path: Path, ops: list[tuple[bool, int, bool]], filters: dict[str, str], limit: int
+) -> None:
+    # "one" sees a2. Two logs hold the same a2 activity; in one, runs of a1 and a3 are
+    # started and decided in between. One's pages — the entries (their time and reference
+    # aside), where each page ends, whether a next one exists — and the statements each
+    # page runs are the same in both.
+    seen: list[Any] = []
+    for hidden in (False, True):
+        store = SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db")
+        trace: list[tuple[str, tuple[Any, ...]]] = []
+        store.trace = trace
+        try:
+            counts = {True: 0, False: 0}
+            # one visible run first: a store that never wrote reads on another connection
+            for visible, actor, decide in [(True, 0, False), *ops]:
+                if not visible and not hidden:
+                    continue
+                counts[visible] += 1
+                n = counts[visible]
+                agent = "a2" if visible else ("a1", "a3")[n % 2]
+                run_id = f"{'v' if visible else 'h'}{n:02d}-{agent}"
+                await _save(store, run_id, agent, ACTORS[actor])
+                if decide:
+                    await store.decide(run_id, "c1", Decision.approve(), decided_by=ACTORS[actor])
+            pages: list[Any] = []
+            async with _client(store) as c:
+                url: str | None = "/api/audit?" + urlencode({**filters, "limit": limit})
+                while url is not None:
+                    trace.clear()
+                    res = await c.get(url, headers=_bearer("one"))
+                    body = res.json()
+                    entries = [
+                        {k: v for k, v in e.items() if k not in ("id", "at")}
+                        for e in body["entries"]
+                    ]
+                    statements = [sql for sql, _ in trace]
+                    pages.append(
+                        (res.status_code, entries, body["next_cursor"] is None, statements)
+                    )
+                    url = None
+                    if body["next_cursor"] is not None:
+                        url = "/api/audit?" + urlencode(
+                            {**filters, "limit": limit, "before": body["next_cursor"]}
+                        )
+            seen.append(pages)
+        finally:
+            await store.close()
+
+    assert seen[0] == seen[1]
