@@ -161,6 +161,10 @@ async def test_an_audit_page_reads_only_the_entries_it_shows(pg: Backend, analyz
             assert len(await store.audit_page(limit=LIMIT, **kw)) == LIMIT
             plan = _explain(pg, await _statements(store, "audit_page", **kw))
             read = _rows_read(plan, "golem_audit")
-            assert read <= 3 * LIMIT, f"{kw}: the page read {read} entries of {RUNS}"
+            # a walk of each agent's index, or (analyzed, for an agent of a third of the
+            # log) the log's key keeping that agent's: the page's rows or a few times that,
+            # never the agent's or the log's whole (667 read for 20 shown before)
+            walks = len(kw["agents"] or ["any"])
+            assert read <= 4 * LIMIT * walks, f"{kw}: the page read {read} entries of {RUNS}"
     finally:
         await store.close()
