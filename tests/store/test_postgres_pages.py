@@ -152,12 +152,13 @@ async def test_an_audit_page_reads_only_the_entries_it_shows(pg: Backend, analyz
         if analyzed:
             _sql(pg, *(f"ANALYZE {t}" for t in tables))
         middle = (await store.last_change_id()) // 2
-        for kw in (
+        pages: tuple[dict[str, Any], ...] = (
             {"agents": ["ops"]},
             {"agents": ["ops", "web"]},
             {"agents": None},
             {"agents": ["ops"], "before": middle},
-        ):
+        )
+        for kw in pages:
             assert len(await store.audit_page(limit=LIMIT, **kw)) == LIMIT
             plan = _explain(pg, await _statements(store, "audit_page", **kw))
             read = _rows_read(plan, "golem_audit")
