@@ -77,13 +77,13 @@ def _before(state: ServiceState, cred: Credential, text: str | None) -> int | No
     """
     if text is None:
         return None
-    value = read_position(state.auth.secret, text, full_view=cred.approver.agents is None)
+    full_view = cred.approver.agents is None
+    value = read_position(state.auth.secret, text, full_view=full_view)
     if value is None:
-        raise ApiError(
-            400,
-            "invalid_cursor",
-            "'before' is not a next_cursor or entry id this service sent (or it changed)",
-        )
+        why = "is not a next_cursor or entry id this service sent (or it changed)"
+        if not full_view and text.isascii() and text.isdigit():
+            why = "is an audit ID, which only an approver who sees every agent may pass"
+        raise ApiError(400, "invalid_cursor", f"'before' {why}")
     return value
 
 
