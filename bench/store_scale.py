@@ -10,9 +10,10 @@ for contrast the old offset listing `list_runs(limit=50, offset=...)` at the sam
 
 Audit: writes `--audit` entries over 1,000 runs of ten agents (interleaved), then times a
 page of `Store.audit_page` (the audit view's query) for an approver who sees one agent of
-ten, two of ten, and every agent, with and without an action filter, and a page deep in the
-log — at `--audit` entries and at 1,000, so the two can be compared; for contrast, what the
-view did before (read the newest 5,000 entries of the whole log, then filter).
+ten, two of ten, and every agent, with an action filter that matches only old entries (the
+page looks at 5,000 entries, then hands on a cursor), and a page deep in the log — at
+`--audit` entries and at 1,000, so the two can be compared; for contrast, what the view did
+before (read the newest 5,000 entries of the whole log, then filter).
 
 Memory: runs `--resumes` decide → claim → resume → finish cycles in this process and prints
 the resident set size every 2,000 (flat means no growth per resume).
@@ -158,7 +159,7 @@ async def _audit_pages(store: SQLStore, label: str, size: int) -> None:
         ("two agents of ten, page of 500", {"agents": ["agent-3", "agent-7"], "limit": 500}),
         ("every agent, page of 500", {"agents": None, "limit": 500}),
         (
-            "one agent, action=created (rare)",
+            "one agent, action=created (all old)",
             {"agents": ["agent-3"], "action": AuditAction.CREATED, "limit": 50},
         ),
         (
@@ -168,8 +169,9 @@ async def _audit_pages(store: SQLStore, label: str, size: int) -> None:
     ]
     for name, kw in cases:
         ms = await _time(lambda kw=kw: store.audit_page(**kw))
-        got = len(await store.audit_page(**kw))
-        print(f"    {name:<38} {ms:8.2f} ms  ({got} entries)")
+        page = await store.audit_page(**kw)
+        more = ", a next page" if page.next_before is not None else ""
+        print(f"    {name:<38} {ms:8.2f} ms  ({len(page.entries)} entries{more})")
 
     async def scan_then_filter() -> int:
         cursor, kept = max(0, newest - 5000), 0

@@ -187,27 +187,51 @@ async def _pages_return_every_match_once(
     how: str,
     filters: dict[str, str],
     limit: int,
+    scan: int,
 ) -> None:
+    from unittest import mock
+
+    from golem.service import audit
+
     log = Log(store)
     await log.grow(first)
-    expected = _expected(await _whole_log(store), who, filters)
+    entries = await _whole_log(store)
+    expected = _expected(entries, who, filters)
     query = urlencode({**filters, "limit": limit})
     url = f"/api/audit?{query}" if how == "api" else f"/audit?{query}&format={how}"
     got: list[int | str] = []
-    async with _client(store) as c:
-        if how != "api":
-            await _sign_in(c, who)
-        pages = 0
-        next_url: str | None = url
-        while next_url is not None:
-            ids, next_url = await _page(c, how, who, next_url)
-            assert len(ids) <= limit
-            got += ids
-            pages += 1
-            assert pages <= len(expected) + 1, "the pages do not end"
-            # the log grows between pages: the listing goes on where it was
-            await log.grow(later[(pages - 1) % len(later)] if later else [])
+    # a filtered page looks at `scan` entries beyond its own: small here, so pages come
+    # short or empty yet not last
+    with mock.patch.object(audit, "SCAN", scan):
+        async with _client(store) as c:
+            await _walk(c, log, later, who, how, url, limit, len(entries), got)
     assert got == expected
+
+
+async def _walk(
+    c: httpx.AsyncClient,
+    log: Log,
+    later: list[list[tuple[int, int, bool]]],
+    who: str,
+    how: str,
+    url: str,
+    limit: int,
+    entries: int,
+    got: list[int | str],
+) -> None:
+    """Follow the next-page links from `url`, collecting the entry IDs into `got`."""
+    if how != "api":
+        await _sign_in(c, who)
+    pages = 0
+    next_url: str | None = url
+    while next_url is not None:
+        ids, next_url = await _page(c, how, who, next_url)
+        assert len(ids) <= limit
+        got += ids
+        pages += 1
+        assert pages <= entries + 1, "the pages do not end"
+        # the log grows between pages: the listing goes on where it was
+        await log.grow(later[(pages - 1) % len(later)] if later else [])
 
 
 @settings(
@@ -220,6 +244,7 @@ async def _pages_return_every_match_once(
     how=st.sampled_from(["api", "json", "csv"]),
     filters=_FILTERS,
     limit=st.integers(1, 4),
+    scan=st.integers(1, 6),
 )
 async def test_paging_returns_every_visible_match_once_newest_first_on_sqlite(
     tmp_path: Path,
@@ -229,10 +254,11 @@ async def test_paging_returns_every_visible_match_once_newest_first_on_sqlite(
     how: str,
     filters: dict[str, str],
     limit: int,
+    scan: int,
 ) -> None:
     store = await SQLiteStore.open(tmp_path / f"{uuid.uuid4().hex}.db")
     try:
-        await _pages_return_every_match_once(store, first, later, who, how, filters, limit)
+        await _pages_return_every_match_once(store, first, later, who, how, filters, limit, scan)
     finally:
         await store.close()
 
@@ -248,6 +274,7 @@ async def test_paging_returns_every_visible_match_once_newest_first_on_sqlite(
     how=st.sampled_from(["api", "json", "csv"]),
     filters=_FILTERS,
     limit=st.integers(1, 4),
+    scan=st.integers(1, 6),
 )
 async def test_paging_returns_every_visible_match_once_newest_first_on_postgresql(
     tmp_path: Path,
@@ -257,11 +284,14 @@ async def test_paging_returns_every_visible_match_once_newest_first_on_postgresq
     how: str,
     filters: dict[str, str],
     limit: int,
+    scan: int,
 ) -> None:
     with backend_for("postgres", tmp_path) as backend:
         store = await backend.open()
         try:
-            await _pages_return_every_match_once(store, first, later, who, how, filters, limit)
+            await _pages_return_every_match_once(
+                store, first, later, who, how, filters, limit, scan
+            )
         finally:
             await store.close()
 

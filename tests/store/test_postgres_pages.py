@@ -159,7 +159,7 @@ async def test_an_audit_page_reads_only_the_entries_it_shows(pg: Backend, analyz
             {"agents": ["ops"], "before": middle},
         )
         for kw in pages:
-            assert len(await store.audit_page(limit=LIMIT, **kw)) == LIMIT
+            assert len((await store.audit_page(limit=LIMIT, **kw)).entries) == LIMIT
             plan = _explain(pg, await _statements(store, "audit_page", **kw))
             read = _rows_read(plan, "golem_audit")
             # a walk of each agent's index, or (analyzed, for an agent of a third of the

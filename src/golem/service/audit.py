@@ -37,13 +37,16 @@ from golem.service.api import (
 from golem.service.auth import Credential
 from golem.service.limits import read_position, seal_cursor
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
-from golem.store import AuditAction, AuditEntry, RunNotFound, Store
+from golem.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
 _FALLBACK_BATCH = 1000
 """Entries read per query from a store without `audit_page` (which is read whole)."""
+
+SCAN = 5000
+"""Entries a filtered page looks at beyond its own before it stops (with a next cursor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +106,15 @@ async def _audit_page(
         "run_contains": q.run or None,
         "actor_contains": q.actor or None,
         "before": before,
-        "limit": q.limit + 1,  # one more: is there a next page?
+        "limit": q.limit,
     }
     paged = getattr(store, "audit_page", None)
     if paged is not None:
-        entries: list[AuditEntry] = await paged(**filters)
+        page: AuditPage = await paged(**filters, scan=SCAN)
     else:
-        entries = await _scan(store, **filters)
-    rows = [_AuditRow(e, e.agent) for e in entries if e.agent is not None]
-    nxt = None
-    if len(rows) > q.limit:
-        rows = rows[: q.limit]
-        nxt = seal_cursor(state.auth.secret, rows[-1].entry.id)
+        page = await _scan(store, **filters)
+    rows = [_AuditRow(e, e.agent) for e in page.entries if e.agent is not None]
+    nxt = None if page.next_before is None else seal_cursor(state.auth.secret, page.next_before)
     return _AuditPage(rows, nxt, shown_to(cred, state.auth.secret))
 
 
@@ -127,7 +127,7 @@ async def _scan(
     actor_contains: str | None,
     before: int | None,
     limit: int,
-) -> list[AuditEntry]:
+) -> AuditPage:
     """`Store.audit_page` for a store without it: the whole log read, then filtered."""
     found: list[AuditEntry] = []
     names: dict[str, str | None] = {}
@@ -156,7 +156,9 @@ async def _scan(
             if agent is None or (agents is not None and agent not in agents):
                 continue
             found.append(AuditEntry(e.id, e.run_id, e.at, e.actor, e.action, e.detail, agent))
-    return found[::-1][:limit]
+    found.reverse()
+    more = len(found) > limit
+    return AuditPage(found[:limit], found[limit - 1].id if more else None)
 
 
 def _item(row: _AuditRow, secret: bytes | None) -> dict[str, Any]:

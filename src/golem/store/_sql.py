@@ -51,6 +51,7 @@ from golem.store.records import (
     EXPIRY_REASON,
     AuditAction,
     AuditEntry,
+    AuditPage,
     CallExpired,
     CallKind,
     CallNotFound,
@@ -147,9 +148,8 @@ _AGENT_ARMS = 32
 """Agents whose index walks one audit-page statement merges; more agents take one statement
 per group of this many, merged by the store."""
 
-_ACTOR_BATCH = 200
-"""Entries read per query while an audit page looks for an actor (matched here, by
-`str.casefold`, so both backends compare alike)."""
+_FILTER_BATCH = 500
+"""Entries read per query while a filtered audit page looks for matches."""
 
 
 def _storable(text: str) -> bool:
@@ -1711,74 +1711,82 @@ class SQLStore(abc.ABC):
         actor_contains: str | None = None,
         before: int | None = None,
         limit: int = 100,
-    ) -> list[AuditEntry]:
-        """Return the newest matching audit entries before `before` (see `Store.audit_page`)."""
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+        scan: int = 5000,
+    ) -> AuditPage:
+        """Return one page of matching audit entries, newest first (see `Store.audit_page`)."""
+        if limit < 1 or scan < 1:
+            raise ValueError(f"limit and scan must be >= 1, got {limit} and {scan}")
         if before is not None and not 0 <= before <= _MAX_ID:
             raise ValueError(f"before must be between 0 and {_MAX_ID}, got {before!r}")
         names = None if agents is None else sorted({a for a in agents if _storable(a)})
-        if names == [] or (run_contains is not None and not _storable(run_contains)):
-            return []  # no stored agent or run ID holds such text
-        where = ["a.id < ?"]
-        params: list[Any] = []
-        if action is not None:
-            where.append("a.action = ?")
-            params.append(AuditAction(action).value)
-        if run_contains:
-            where.append(f"{self._contains}(a.run_id, ?) > 0")
-            params.append(run_contains)
-        tail = " AND ".join(where)
+        if names == []:
+            return AuditPage([], None)  # no stored agent holds such text
+        kind = None if action is None else AuditAction(action).value
+        fold = actor_contains.casefold() if actor_contains else None
+        part = run_contains or None
+        filtered = kind is not None or fold is not None or part is not None
         cols = f"SELECT {_AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
-        # (sql, the values before the cursor for each of its walks)
-        queries: list[tuple[str, list[list[Any]]]]
+        walk = "a.id < ? ORDER BY a.id DESC LIMIT ?"
+        # (sql, the agent of each of its walks)
+        queries: list[tuple[str, list[str | None]]]
         if names is None:
-            queries = [(f"{cols}a.agent IS NOT NULL AND {tail} ORDER BY a.id DESC LIMIT ?", [[]])]
-        else:  # one index walk per agent, merged by ID: a page reads at most `limit` per agent
+            queries = [(f"{cols}a.agent IS NOT NULL AND {walk}", [None])]
+        else:  # one index walk per agent, merged by ID: a batch reads at most its size per agent
             queries = []
             for at in range(0, len(names), _AGENT_ARMS):
                 group = names[at : at + _AGENT_ARMS]
                 if len(group) == 1:
-                    sql = f"{cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?"
+                    sql = f"{cols}a.agent = ? AND {walk}"
                 else:
-                    arm = f"SELECT * FROM ({cols}a.agent = ? AND {tail} ORDER BY a.id DESC LIMIT ?)"
-                    arms = " UNION ALL ".join(f"{arm} AS p{i}" for i in range(len(group)))
+                    arms = " UNION ALL ".join(
+                        f"SELECT * FROM ({cols}a.agent = ? AND {walk}) AS p{i}"
+                        for i in range(len(group))
+                    )
                     sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
-                queries.append((sql, [[name] for name in group]))
-        fold = actor_contains.casefold() if actor_contains else None
-        batch = limit if fold is None else max(limit, _ACTOR_BATCH)
-
+                queries.append((sql, list(group)))
         plan = self._page_plan
 
-        def tx_fn(tx: Tx, cursor: int) -> list[tuple[Any, ...]]:
+        def tx_fn(tx: Tx, cursor: int, size: int) -> list[tuple[Any, ...]]:
             if plan:  # each agent's entries walked in index order, statistics or not
                 tx.run(plan)
             rows: list[tuple[Any, ...]] = []
-            for sql, heads in queries:
-                args = [v for head in heads for v in (*head, cursor, *params, batch)]
-                rows += tx.fetch(sql, args if len(heads) == 1 else [*args, batch])
+            for sql, group in queries:
+                args: list[Any] = []
+                for name in group:
+                    args += [cursor, size] if name is None else [name, cursor, size]
+                rows += tx.fetch(sql, args if len(group) == 1 else [*args, size])
             if len(queries) > 1:  # groups of agents: the newest of all of them
                 rows.sort(key=lambda r: int(r[0]), reverse=True)
-                del rows[batch:]
+                del rows[size:]
             return rows
 
+        # the filters are matched here, alike on every backend, on the row's plain columns
+        # (a row's detail is decoded only when it is shown); a page looks at `limit` + 1
+        # entries, or with filters at most `scan` beyond the page's own
         entries: list[AuditEntry] = []
         cursor = _MAX_ID if before is None else before
-        while True:
-            rows = await self._submit(False, tx_fn, cursor)
+        budget = limit + 1 + (scan if filtered else 0)
+        while budget > 0:
+            size = min(budget, max(limit + 1, _FILTER_BATCH) if filtered else budget)
+            rows = await self._submit(False, tx_fn, cursor, size)
+            budget -= len(rows)
             for r in rows:
+                cursor = int(r[0])
+                if kind is not None and r[4] != kind:
+                    continue
+                if part is not None and part not in str(r[1]):
+                    continue
+                if fold is not None and fold not in str(r[3]).casefold():
+                    continue
+                if len(entries) == limit:  # one more matches: there is a next page
+                    return AuditPage(entries, entries[-1].id)
                 try:
-                    e = self._audit_entry(r)
+                    entries.append(self._audit_entry(r))
                 except CorruptRecord as exc:
                     _left_out(exc)
-                    continue
-                if fold is None or fold in e.actor.casefold():
-                    entries.append(e)
-                    if len(entries) >= limit:
-                        return entries
-            if len(rows) < batch:
-                return entries
-            cursor = int(rows[-1][0])
+            if len(rows) < size:  # the walk reached the start of the log
+                return AuditPage(entries, None)
+        return AuditPage(entries, cursor)  # looked at `scan` entries: go on from the last
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])
