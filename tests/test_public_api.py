@@ -88,7 +88,7 @@ PUBLIC_ALL = {
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.store": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "
@@ -98,7 +98,7 @@ PUBLIC_ALL = {
     ),
     "golem.store.postgres": "PostgresStore",
     "golem.store.records": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
         "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "

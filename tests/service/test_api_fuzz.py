@@ -181,6 +181,19 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                         "streamChanges",
                     )
                 ),
+                # the same for an audit page's `before`, refused with 400 `invalid_cursor`
+                # (ADR 0077): a cursor or entry reference the service never sealed
+                *(
+                    {
+                        "include-operation-id": op,
+                        "checks": {
+                            "positive_data_acceptance": {
+                                "expected-statuses": [*POSITIVE_OK, "400"]
+                            }
+                        },
+                    }
+                    for op in ("listAudit", "auditPage")
+                ),
             ],
             "generation": {
                 "mode": "all",

@@ -153,8 +153,10 @@ def test_the_event_stream_describes_its_events_and_cursor_header() -> None:
     event = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
     assert event["properties"]["event"]["enum"] == ["hello", "change", "end"]
     header = next(p for p in op["parameters"] if p["name"] == "Last-Event-ID")
-    # an audit ID or the sealed cursor of a hello event (ADR 0073)
-    assert header["schema"]["pattern"] == "^([0-9]{0,18}|s[A-Za-z0-9_-]{48})$"
+    # an audit ID, the sealed cursor of an event (ADR 0073) or an entry reference (ADR 0077)
+    assert header["schema"]["pattern"] == (
+        "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$"
+    )
 
 
 def test_pages_that_redirect_to_sign_in_take_no_credential_too() -> None:
@@ -196,3 +198,16 @@ def test_forms_are_documented_as_the_inbox_reads_them() -> None:
     assert comp["StartForm"]["properties"]["prompt"]["pattern"] == r"\S"  # not blank
     assert comp["ResolveForm"]["properties"]["note"]["pattern"] == r"\S"
     assert {"args", "after"} <= set(comp["DecisionForm"]["properties"])
+
+
+def test_the_audit_listing_links_its_next_page_and_downloads_name_theirs() -> None:
+    paths = document()["paths"]
+    api = paths["/api/audit"]["get"]
+    assert api["responses"]["200"]["links"]["nextPage"] == {
+        "operationId": "listAudit",
+        "parameters": {"before": "$response.body#/next_cursor"},
+    }
+    assert "invalid_cursor" in api["responses"]["400"]["description"]
+    assert "before" in {p["name"] for p in api["parameters"]}
+    page = paths["/audit"]["get"]
+    assert "Link" in page["responses"]["200"]["headers"]

@@ -409,24 +409,46 @@ def _run_json(run: RunRecord) -> dict[str, Any]:
     return _run_model(run).model_dump(mode="json")
 
 
-def audit_model(e: AuditEntry) -> schemas.AuditItem:
-    """The response model of an audit entry."""
+def entry_id(e: AuditEntry, secret: bytes | None) -> int | str:
+    """The entry's ID as a caller is shown it: its audit ID (`secret` None: a caller who
+    sees every agent), else its reference sealed under `secret` (ADR 0077)."""
+    if secret is None:
+        return e.id
+    from golem.service.limits import seal_entry
+
+    return seal_entry(secret, e.id)
+
+
+def shown_to(cred: Credential, secret: bytes) -> bytes | None:
+    """`entry_id`'s `secret` for `cred`: None when it sees every agent."""
+    return None if cred.approver.agents is None else secret
+
+
+def audit_model(e: AuditEntry, secret: bytes | None = None) -> schemas.AuditItem:
+    """The response model of an audit entry (`secret`: see `entry_id`)."""
     return schemas.AuditItem(
-        id=e.id, run_id=e.run_id, at=e.at, actor=e.actor, action=e.action.value, detail=e.detail
+        id=entry_id(e, secret),
+        run_id=e.run_id,
+        at=e.at,
+        actor=e.actor,
+        action=e.action.value,
+        detail=e.detail,
     )
 
 
-def audit_json(e: AuditEntry) -> dict[str, Any]:
-    """The JSON form of an audit entry."""
-    return audit_model(e).model_dump(mode="json")
+def audit_json(e: AuditEntry, secret: bytes | None = None) -> dict[str, Any]:
+    """The JSON form of an audit entry (`secret`: see `entry_id`)."""
+    return audit_model(e, secret).model_dump(mode="json")
 
 
-def _run_detail_model(run: RunRecord, audit: list[AuditEntry]) -> schemas.RunDetail:
+def _run_detail_model(
+    run: RunRecord, audit: list[AuditEntry], secret: bytes | None = None
+) -> schemas.RunDetail:
     """The response model of a run with its conversation and audit log."""
     return schemas.RunDetail(
         **dict(_run_model(run)),
         messages=json.loads(run.conversation) if run.conversation else [],
-        audit=[audit_model(e) for e in audit],
+        audit=[audit_model(e, secret) for e in audit],
     )
 
 
@@ -1134,7 +1156,8 @@ async def show_run(request: Request) -> Response:
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
-    return respond(schemas.RunDetailEnvelope(run=_run_detail_model(run, audit)))
+    secret = shown_to(cred, state.auth.secret)
+    return respond(schemas.RunDetailEnvelope(run=_run_detail_model(run, audit, secret)))
 
 
 @operation(

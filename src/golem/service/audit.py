@@ -1,9 +1,13 @@
 """The global audit view: every decision and state change across runs, filtered and exported.
 
 `GET /audit` (inbox page), `GET /audit?format=csv|json` (the same rows as a download) and
-`GET /api/audit` (bearer) read the newest `AUDIT_SCAN` entries of the store's audit log,
-keep those of runs the caller may see, filter them by actor, action, agent and run, and
-list them newest first.
+`GET /api/audit` (bearer) list the newest audit entries of runs the caller may see that
+match the actor, action, agent and run filters, newest first, a page at a time. The store
+does the filtering (`Store.audit_page`), so every matching entry is reachable however much
+else the log holds. The next page's cursor is sealed (`seal_cursor`): `next_cursor` in the
+API, a `Link: <…>; rel="next"` header on the downloads and an "Older entries" link on the
+page. A caller who does not see every agent is shown entry references instead of audit IDs
+(ADR 0077).
 """
 
 from __future__ import annotations
@@ -13,21 +17,36 @@ import io
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from golem.service import schemas
-from golem.service.api import ServiceState, audit_model, bearer, read_query, require_store, respond
+from golem.service.api import (
+    ApiError,
+    ServiceState,
+    audit_model,
+    bearer,
+    entry_id,
+    read_query,
+    require_store,
+    respond,
+    shown_to,
+)
 from golem.service.auth import Credential
+from golem.service.limits import read_position, seal_cursor
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
-from golem.store import AuditAction, AuditEntry, RunNotFound
+from golem.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-AUDIT_SCAN = 5000
-"""How many of the newest audit entries the view reads before filtering."""
+_FALLBACK_BATCH = 1000
+"""Entries read per query from a store without `audit_page` (which is read whole)."""
+
+SCAN = 5000
+"""Entries a filtered page looks at beyond its own before it stops (with a next cursor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,78 +59,155 @@ class _AuditRow:
     """The agent of the entry's run."""
 
 
-async def _audit_rows(
+@dataclass(frozen=True, slots=True)
+class _AuditPage:
+    """One page of the audit view."""
+
+    rows: list[_AuditRow]
+    """The entries, newest first."""
+    next_cursor: str | None
+    """The sealed cursor of the next (older) page; None on the last page."""
+    secret: bytes | None
+    """What the caller's entry IDs are sealed under (None: shown as audit IDs)."""
+
+
+def _before(state: ServiceState, cred: Credential, text: str | None) -> int | None:
+    """The audit ID a page starts below (None: the newest entry).
+
+    Raises:
+        ApiError: 400 `invalid_cursor` for text that is not a cursor or entry reference
+            this service sent (nor, for an approver who sees every agent, an audit ID).
+    """
+    if text is None:
+        return None
+    full_view = cred.approver.agents is None
+    value = read_position(state.auth.secret, text, full_view=full_view)
+    if value is None:
+        why = "is not a next_cursor or entry id this service sent (or it changed)"
+        if not full_view and text.isascii() and text.isdigit():
+            why = "is an audit ID, which only an approver who sees every agent may pass"
+        raise ApiError(400, "invalid_cursor", f"'before' {why}")
+    return value
+
+
+async def _audit_page(
     state: ServiceState, cred: Credential, q: schemas.AuditQuery
-) -> list[_AuditRow]:
-    """The newest entries the caller may see that match `q`, newest first, at most `q.limit`."""
+) -> _AuditPage:
+    """The newest entries the caller may see that match `q`, below `q.before`."""
     store = require_store(state)
-    last = await store.last_change_id()
-    cursor = max(0, last - AUDIT_SCAN)
-    entries: list[AuditEntry] = []
-    while cursor < last:
-        batch = await store.changes_since(cursor, limit=1000)
+    before = _before(state, cred, q.before)
+    allowed = cred.approver.agents
+    agents: frozenset[str] | None = allowed
+    if q.agent:
+        agents = frozenset({q.agent}) & (allowed if allowed is not None else {q.agent})
+    filters: dict[str, Any] = {
+        "agents": agents,
+        "action": q.action,
+        "run_contains": q.run or None,
+        "actor_contains": q.actor or None,
+        "before": before,
+        "limit": q.limit,
+    }
+    paged = getattr(store, "audit_page", None)
+    if paged is not None:
+        page: AuditPage = await paged(**filters, scan=SCAN)
+    else:
+        page = await _scan(store, **filters)
+    rows = [_AuditRow(e, e.agent) for e in page.entries if e.agent is not None]
+    nxt = None if page.next_before is None else seal_cursor(state.auth.secret, page.next_before)
+    return _AuditPage(rows, nxt, shown_to(cred, state.auth.secret))
+
+
+async def _scan(
+    store: Store,
+    *,
+    agents: frozenset[str] | None,
+    action: AuditAction | None,
+    run_contains: str | None,
+    actor_contains: str | None,
+    before: int | None,
+    limit: int,
+) -> AuditPage:
+    """`Store.audit_page` for a store without it: the whole log read, then filtered."""
+    found: list[AuditEntry] = []
+    names: dict[str, str | None] = {}
+    fold = (actor_contains or "").casefold()
+    cursor = 0
+    while True:
+        batch = await store.changes_since(cursor, limit=_FALLBACK_BATCH)
         if not batch:
             break
-        entries += batch
         cursor = batch[-1].id
-    agents: dict[str, str | None] = {}
-    rows: list[_AuditRow] = []
-    actor = (q.actor or "").casefold()
-    for e in reversed(entries):
-        if q.action is not None and e.action is not q.action:
-            continue
-        if actor and actor not in e.actor.casefold():
-            continue
-        if q.run and q.run not in e.run_id:
-            continue
-        if e.run_id not in agents:
-            if e.agent is not None:  # read along by changes_since
-                agents[e.run_id] = e.agent
-            else:  # a store that does not: look the run up
+        for e in batch:
+            if before is not None and e.id >= before:
+                continue
+            if action is not None and e.action is not action:
+                continue
+            if run_contains and run_contains not in e.run_id:
+                continue
+            if fold and fold not in e.actor.casefold():
+                continue
+            if e.run_id not in names:
                 try:
-                    agents[e.run_id] = (await store.get_run(e.run_id)).agent
+                    names[e.run_id] = e.agent or (await store.get_run(e.run_id)).agent
                 except RunNotFound:
-                    agents[e.run_id] = None
-        agent = agents[e.run_id]
-        if agent is None or not cred.approver.may_see(agent):
-            continue
-        if q.agent and agent != q.agent:
-            continue
-        rows.append(_AuditRow(e, agent))
-        if len(rows) >= q.limit:
-            break
-    return rows
+                    names[e.run_id] = None
+            agent = names[e.run_id]
+            if agent is None or (agents is not None and agent not in agents):
+                continue
+            found.append(AuditEntry(e.id, e.run_id, e.at, e.actor, e.action, e.detail, agent))
+    found.reverse()
+    more = len(found) > limit
+    return AuditPage(found[:limit], found[limit - 1].id if more else None)
 
 
-def _item(row: _AuditRow) -> dict[str, Any]:
-    out = audit_model(row.entry).model_dump(mode="json")
+def _item(row: _AuditRow, secret: bytes | None) -> dict[str, Any]:
+    out = audit_model(row.entry, secret).model_dump(mode="json")
     out["agent"] = row.agent
     return out
 
 
 @operation(
     op_id="listAudit",
-    summary="Audit entries across runs the caller may see, filtered; newest first.",
+    summary="Audit entries across runs the caller may see, filtered; newest first, paged.",
     query=schemas.AuditQuery,
     responses={200: schemas.AuditList},
     errors=(401, 422, 429),
+    links={"nextPage": ("listAudit", {"before": "$response.body#/next_cursor"})},
 )
 async def api_audit(request: Request) -> Response:
-    """Audit entries across runs the caller may see, filtered; newest first."""
+    """Audit entries across runs the caller may see, filtered; newest first, paged."""
     cred = bearer(request)
     q = read_query(request, schemas.AuditQuery)
-    rows = await _audit_rows(request.app.state.golem, cred, q)
-    return respond(schemas.AuditList(entries=[schemas.AuditListItem(**_item(r)) for r in rows]))
+    page = await _audit_page(request.app.state.golem, cred, q)
+    return respond(
+        schemas.AuditList(
+            entries=[schemas.AuditListItem(**_item(r, page.secret)) for r in page.rows],
+            next_cursor=page.next_cursor,
+        )
+    )
+
+
+def _next_link(request: Request, cursor: str | None) -> str | None:
+    """The same view's URL (format kept) for the page after `cursor`."""
+    if cursor is None:
+        return None
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "before"]
+    return "/audit?" + urlencode([*kept, ("before", cursor)])
 
 
 @operation(
     op_id="auditPage",
-    summary="The audit view (HTML), or its rows as ?format=csv / ?format=json downloads.",
+    summary="The audit view (HTML), or its rows as ?format=csv / ?format=json downloads; "
+    'the next page is linked ("Older entries"; `Link: <…>; rel="next"` on downloads).',
     query=schemas.AuditPageQuery,
     responses={200: (HTML, CSV, ArrayOf(schemas.AuditListItem)), 303: REDIRECT},
     errors=(422,),
     security=("session",),
     tag="inbox",
+    response_headers={
+        "Link": 'On a download with more rows: `</audit?…&before=…>; rel="next"`, the next page.'
+    },
 )
 async def audit_page(request: Request) -> Response:
     """The global audit view with filters; `?format=csv|json` downloads the same rows."""
@@ -122,24 +218,34 @@ async def audit_page(request: Request) -> Response:
         return inbox.login_redirect(request)
     state: ServiceState = request.app.state.golem
     q = read_query(request, schemas.AuditPageQuery)
-    rows = await _audit_rows(state, who[0], q)
+    try:
+        page = await _audit_page(state, who[0], q)
+    except ApiError as exc:
+        if exc.status != 400:
+            raise
+        return inbox.render_error(request, 400, "Not a page of this log", exc.message)
     fmt = q.format
+    nxt = _next_link(request, page.next_cursor)
+    headers = {} if nxt is None else {"Link": f'<{nxt}>; rel="next"'}
     if fmt == "json":
-        body = json.dumps([_item(r) for r in rows], ensure_ascii=False, indent=1)
+        body = json.dumps([_item(r, page.secret) for r in page.rows], ensure_ascii=False, indent=1)
         return Response(
             body,
             media_type="application/json",
-            headers={"Content-Disposition": 'attachment; filename="golem-audit.json"'},
+            headers={
+                "Content-Disposition": 'attachment; filename="golem-audit.json"',
+                **headers,
+            },
         )
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["id", "at", "run_id", "agent", "actor", "action", "detail"])
-        for r in rows:
+        for r in page.rows:
             e = r.entry
             writer.writerow(
                 [
-                    e.id,
+                    entry_id(e, page.secret),
                     e.at.isoformat(),
                     _cell(e.run_id),
                     _cell(r.agent),
@@ -151,9 +257,9 @@ async def audit_page(request: Request) -> Response:
         return Response(
             out.getvalue(),
             media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"'},
+            headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"', **headers},
         )
-    return await inbox.render_audit(request, who, q, rows)
+    return await inbox.render_audit(request, who, q, page.rows, page.secret, nxt)
 
 
 def _cell(text: str) -> str:

@@ -44,6 +44,7 @@ from golem.service.api import (
     parse_json,
     pending_page,
     require_store,
+    shown_to,
     start_for,
     visible_runs,
 )
@@ -240,21 +241,26 @@ async def render_audit(
     who: tuple[Credential, str],
     q: Any,
     rows: list[Any],
+    secret: bytes | None,
+    older: str | None,
 ) -> HTMLResponse:
-    """The audit page for `rows` (`golem.service.audit`)."""
+    """The audit page for `rows` (`golem.service.audit`), linking the `older` page."""
     from golem.service.audit import ACTIONS
 
     state = _state(request)
     cred = who[0]
     query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
+    newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
     return _render(
         request,
         "audit.html",
         {
             "page": "audit",
+            "older": older or "",
+            "newest": ("/audit?" + newest if newest else "/audit") if q.before else "",
             "rows": [
                 {
-                    **audit_view(r.entry),
+                    **audit_view(r.entry, secret),
                     "agent": r.agent,
                     "run_href": path("runs", r.entry.run_id),
                     "run_short": short(r.entry.run_id),
@@ -663,7 +669,7 @@ async def run_page(request: Request) -> Response:
                 if c.decision is not None and c.decision.kind.value == "approve"
             ],
             "messages": message_views(run.conversation),
-            "audit": [audit_view(e) for e in audit],
+            "audit": [audit_view(e, shown_to(cred, state.auth.secret)) for e in audit],
             "next": path("runs", run.id),
         },
         who=who,

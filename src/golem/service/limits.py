@@ -1,8 +1,9 @@
 """The limits around the event stream: cursor range, streams per identity, credential expiry.
 
 `GuardedEvents` is the ASGI app behind `GET /api/events`. It refuses a cursor that is
-neither an integer in 0 … 2**63-1 (a store's 64-bit audit IDs) nor a sealed cursor the
-stream sent (`seal_cursor`) with 422, allows at most
+neither an integer in 0 … 2**63-1 (a store's 64-bit audit IDs; only 0 from an approver who
+does not see every agent), a sealed cursor the service sent (`seal_cursor`) nor an entry
+reference (`seal_entry`) with 422, allows at most
 `create_app(max_streams_per_identity=...)` open streams per identity (429 beyond), and
 re-checks the stream's credential while it is open: when the session or stream token
 expires, or the session is signed out, the stream sends `event: end` and closes, so a
@@ -37,18 +38,21 @@ MAX_CURSOR = 2**63 - 1
 """The largest audit cursor a store can hold (a signed 64-bit integer)."""
 
 
-def start_cursor(request: Request) -> int | None:
+def start_cursor(request: Request, *, full_view: bool = True) -> int | None:
     """Where a stream starts: `Last-Event-ID`, else `?cursor=` (None: the newest change).
 
-    Both are checked, so a malformed `?cursor=` is refused even when the header wins.
+    Both are checked, so a malformed `?cursor=` is refused even when the header wins. A
+    caller without `full_view` (one who does not see every agent) may pass an audit ID only
+    as 0, the start of the log: any other would let it locate entries in the whole log
+    (ADR 0077); it resumes from the sealed cursors and entry references it was sent.
 
     Raises:
-        ApiError: 422 for either one that is neither an integer in 0 … 2**63-1 nor a
-            sealed cursor of this service.
+        ApiError: 422 for either one that is neither an integer in 0 … 2**63-1 (only 0
+            without `full_view`), a sealed cursor nor an entry reference of this service.
     """
     secret: bytes = request.app.state.golem.auth.secret
-    header = _parse_cursor(request.headers.get("last-event-id"), secret)
-    query = _parse_cursor(request.query_params.get("cursor"), secret)
+    header = _parse_cursor(request.headers.get("last-event-id"), secret, full_view)
+    query = _parse_cursor(request.query_params.get("cursor"), secret, full_view)
     return header if header is not None else query
 
 
@@ -90,6 +94,8 @@ def _unseal_cursor(secret: bytes, text: str) -> int | None:
         raw = base64.urlsafe_b64decode(body64)
     except ValueError:
         return None
+    if base64.urlsafe_b64encode(raw).decode("ascii") != body64:
+        return None  # one spelling: not `+` or `/` for `-` or `_`, no stray characters
     nonce, body, tag = raw[:_NONCE], raw[_NONCE:-_TAG], raw[-_TAG:]
     pad_key, mac_key = _cursor_keys(secret)
     want = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
@@ -100,17 +106,84 @@ def _unseal_cursor(secret: bytes, text: str) -> int | None:
     return value if value <= MAX_CURSOR else None
 
 
-def _parse_cursor(text: str | None, secret: bytes) -> int | None:
+@functools.lru_cache(maxsize=8)
+def _entry_keys(secret: bytes) -> tuple[bytes, bytes]:
+    """The synthetic-nonce key and the keystream key of entry references."""
+    return (
+        hmac.new(secret, b"golem.entry.siv", hashlib.sha256).digest(),
+        hmac.new(secret, b"golem.entry.pad", hashlib.sha256).digest(),
+    )
+
+
+_ENTRY = "e"
+"""The first character of an entry reference."""
+
+_ENTRY_LEN = 27
+"""Characters after `_ENTRY`: base64url of a 12-byte synthetic nonce and 8 bytes."""
+
+
+def seal_entry(secret: bytes, entry_id: int) -> str:
+    """An audit entry's reference for a caller who does not see every agent (ADR 0077).
+
+    The same entry always gets the same reference (so a client can match an entry seen on
+    a page, in the stream and in a run's trail), but references are unordered and say
+    nothing of the entry's place in the log: their gaps count nothing. Only this service
+    reads one back (`read_position`).
+    """
+    siv_key, pad_key = _entry_keys(secret)
+    raw = entry_id.to_bytes(8, "big")
+    nonce = hmac.new(siv_key, raw, hashlib.sha256).digest()[:_NONCE]
+    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
+    body = bytes(a ^ b for a, b in zip(raw, pad, strict=True))
+    return _ENTRY + base64.urlsafe_b64encode(nonce + body).decode("ascii").rstrip("=")
+
+
+def _unseal_entry(secret: bytes, text: str) -> int | None:
+    """The audit ID behind an entry reference (None: not one of this service)."""
+    body64 = text[len(_ENTRY) :]
+    if len(body64) != _ENTRY_LEN or not body64.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(body64 + "=")
+    except ValueError:
+        return None
+    if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") != body64:
+        return None  # one entry, one spelling: no unused bits set, no stray characters
+    nonce, body = raw[:_NONCE], raw[_NONCE:]
+    siv_key, pad_key = _entry_keys(secret)
+    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
+    plain = bytes(a ^ b for a, b in zip(body, pad, strict=True))
+    want = hmac.new(siv_key, plain, hashlib.sha256).digest()[:_NONCE]
+    if not hmac.compare_digest(nonce, want):
+        return None
+    value = int.from_bytes(plain, "big")
+    return value if value <= MAX_CURSOR else None
+
+
+def read_position(secret: bytes, text: str, *, full_view: bool) -> int | None:
+    """The audit ID named by a sealed cursor or an entry reference of this service, or
+    (only with `full_view`) by a decimal audit ID; None for anything else."""
+    if text.startswith(_SEALED):
+        return _unseal_cursor(secret, text)
+    if text.startswith(_ENTRY):
+        return _unseal_entry(secret, text)
+    if full_view and 0 < len(text) <= 19 and text.isascii() and text.isdigit():
+        value = int(text)
+        return value if value <= MAX_CURSOR else None
+    return None
+
+
+def _parse_cursor(text: str | None, secret: bytes, full_view: bool = True) -> int | None:
     """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
 
     Raises:
-        ApiError: 422 for text that is neither a decimal integer in 0 … 2**63-1 nor a
-            sealed cursor of this service.
+        ApiError: 422 for text that is neither a decimal integer in 0 … 2**63-1 (only 0
+            without `full_view`), a sealed cursor nor an entry reference of this service.
     """
     if text is None or text == "":
         return None
-    if text.startswith(_SEALED):
-        value = _unseal_cursor(secret, text)
+    if text.startswith((_SEALED, _ENTRY)):
+        value = read_position(secret, text, full_view=full_view)
         if value is None:
             raise ApiError(
                 422, "invalid_request", "the cursor is not one this service sent (or it changed)"
@@ -124,6 +197,13 @@ def _parse_cursor(text: str | None, secret: bytes) -> int | None:
     value = int(digits)
     if not 0 <= value <= MAX_CURSOR:
         raise ApiError(422, "invalid_request", f"the cursor must be between 0 and {MAX_CURSOR}")
+    if value and not full_view:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "resume from the sealed cursor (id:) this stream sent; an audit ID cursor other "
+            "than 0 needs an approver who sees every agent",
+        )
     return value
 
 
@@ -186,7 +266,8 @@ class GuardedEvents:
             response = await self.events(request)
             await response(scope, receive, send)
             return
-        start_cursor(request)  # after the credential: a stranger gets 401 whatever the cursor
+        # after the credential: a stranger gets 401 whatever the cursor
+        start_cursor(request, full_view=found[0].approver.agents is None)
         if request.method == "HEAD":  # the stream's headers only: no stream is opened
             await Response(status_code=200, headers=_HEAD_HEADERS)(scope, receive, send)
             return

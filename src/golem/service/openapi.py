@@ -48,7 +48,8 @@ ResponseSpec = OneResponse | tuple[OneResponse, ...]
 or a tuple of them: one of several media types (chosen by the request's query)."""
 
 _ERRORS = {
-    400: "Malformed JSON, a NUL character in the URL, or nesting too deep.",
+    400: "Malformed JSON, a NUL character in the URL, nesting too deep, or a page cursor "
+    "this service did not send (`invalid_cursor`).",
     401: "No or unknown bearer token (or the session has ended).",
     403: "The approver may not do this (or, for forms, a wrong CSRF token or another site).",
     404: "No such run or call.",
@@ -93,6 +94,8 @@ class Operation:
     links: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
     """OpenAPI links of its success responses: name → (operationId, parameter →
     runtime expression such as `$response.body#/run/id`)."""
+    response_headers: Mapping[str, str] = field(default_factory=dict)
+    """Headers its 200 answer may carry: name → description."""
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
@@ -160,7 +163,8 @@ _SSE_EVENT = {
     "type": "object",
     "description": "One server-sent event: `event: hello` first (the caller, and the start "
     "cursor, sealed: opaque, different on every stream), then `event: change` per audit "
-    "entry the caller may see (`id` = its audit ID), `event: end` when the credential ends; "
+    "entry the caller may see (`id` = its audit ID for an approver who sees every agent, "
+    "else a sealed cursor; ADR 0077), `event: end` when the credential ends; "
     "`retry` alone at the start. Nothing is sent for changes the caller may not see.",
     "properties": {
         "event": {"enum": ["hello", "change", "end"]},
@@ -209,9 +213,13 @@ def _response(
 
 
 _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
-    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range) or a sealed one
-    # (ADR 0073); empty means none.
-    "Last-Event-ID": {"type": "string", "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48})$"},
+    # An audit cursor (0 … 2**63-1; up to 18 digits is always in range; only 0 for an
+    # approver who does not see every agent), a sealed one (ADR 0073) or an entry reference
+    # (ADR 0077); empty means none.
+    "Last-Event-ID": {
+        "type": "string",
+        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$",
+    },
     "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }
 """Request headers whose values are narrower than any string."""
@@ -296,6 +304,11 @@ def openapi_document(
                         name: {"operationId": target, "parameters": dict(params)}
                         for name, (target, params) in spec.links.items()
                     }
+        if spec.response_headers:
+            responses["200"]["headers"] = {
+                name: {"description": d, "schema": {"type": "string"}}
+                for name, d in spec.response_headers.items()
+            }
         # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
         statuses = {400, *spec.errors} | ({503} if spec.security else set())
         for status in sorted(statuses - set(spec.responses)):

@@ -176,6 +176,12 @@ class AuditQuery(BaseModel):
     agent: str | None = Field(default=None, description="Only runs of this agent.")
     run: str | None = Field(default=None, description="Run ID contains this.")
     limit: int = Field(default=500, ge=1, le=5000, description="At most this many entries.")
+    before: str | None = Field(
+        default=None,
+        max_length=100,
+        description="Only entries older than this: the `next_cursor` of the previous page, or "
+        "an entry's `id` as this caller was shown it (400 `invalid_cursor` for anything else).",
+    )
 
 
 class AuditPageQuery(AuditQuery):
@@ -186,8 +192,9 @@ class AuditPageQuery(AuditQuery):
     )
 
 
-_SealedCursor = Annotated[str, Field(pattern=r"^s[A-Za-z0-9_-]{48}$")]
-"""The opaque start cursor a stream's `hello` event names (ADR 0073)."""
+_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$")]
+"""The opaque start cursor a stream's `hello` event names (ADR 0073), or an entry reference
+(ADR 0077)."""
 
 
 class EventsQuery(BaseModel):
@@ -197,8 +204,9 @@ class EventsQuery(BaseModel):
 
     cursor: Annotated[int, Field(ge=0, le=2**63 - 1)] | _SealedCursor | None = Field(
         default=None,
-        description="Start after this audit ID, or at the sealed cursor of a `hello` event "
-        "(default: now; `Last-Event-ID` wins).",
+        description="Start after this audit ID (only 0 for an approver who does not see "
+        "every agent), at the sealed cursor of an event, or after the entry an entry "
+        "reference names (default: now; `Last-Event-ID` wins).",
     )
     stream_token: str | None = Field(
         default=None, description="From POST /api/stream-token (EventSource sends no headers)."
@@ -365,7 +373,13 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{27}$")] = (
+        Field(
+            description="The entry's audit ID (its place in the whole log) for an approver who "
+            "sees every agent; for others an opaque reference, the same for the same entry "
+            "(ADR 0077)."
+        )
+    )
     run_id: str
     at: Time | None
     actor: str
@@ -380,9 +394,13 @@ class AuditListItem(AuditItem):
 
 
 class AuditList(_Out):
-    """`{"entries": [...]}`, newest first."""
+    """`{"entries": [...], "next_cursor": ...}`, newest first."""
 
     entries: list[AuditListItem]
+    next_cursor: str | None = Field(
+        description="Pass as `before` for the next (older) page; null on the last page. "
+        "Sealed: opaque, different on every answer."
+    )
 
 
 

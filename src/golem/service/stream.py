@@ -152,7 +152,9 @@ async def _follow(
     change_feed = getattr(store, "change_feed", None)
     feed: ChangeFeed | None = None if change_feed is None else change_feed()
     runs: dict[str, _RunFacts | None] = {}
-    start = seal_cursor(state.auth.secret, cursor)
+    secret = state.auth.secret
+    full_view = cred.approver.agents is None
+    start = seal_cursor(secret, cursor)
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": start, "identity": cred.approver.identity}, start)
     beat = _now() + state.stream_heartbeat  # the next keep-alive, on a fixed schedule
@@ -165,9 +167,10 @@ async def _follow(
             run = await _run_facts(store, entry, runs)
             if run is None or not cred.approver.may_see(run.agent):
                 continue  # no line at all: the stream shows nothing of what it leaves out
-            data = audit_json(entry)
+            data = audit_json(entry, None if full_view else secret)
             data.update(agent=run.agent, status=run.status.value, parent_run_id=run.parent_run_id)
-            yield _sse("change", data, entry.id)
+            # a caller who does not see every agent is never told an audit ID (ADR 0077)
+            yield _sse("change", data, entry.id if full_view else seal_cursor(secret, entry.id))
         runs.clear()
         now = _now()
         if now >= beat:  # due, busy or idle: a long run of hidden entries sends it too
@@ -198,7 +201,7 @@ async def events(request: Request) -> Response:
     state: ServiceState = request.app.state.golem
     cred = _stream_credential(request, state)
     store = require_store(state)
-    start = start_cursor(request)
+    start = start_cursor(request, full_view=cred.approver.agents is None)
     cursor = await store.last_change_id() if start is None else start
     # the first batch is read before answering: a store that cannot be reached is a 503,
     # not a stream that breaks after its 200

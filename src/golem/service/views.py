@@ -488,10 +488,13 @@ def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def audit_view(e: AuditEntry) -> dict[str, Any]:
+def audit_view(e: AuditEntry, secret: bytes | None = None) -> dict[str, Any]:
+    """An audit entry as the pages show it (`secret`: see `golem.service.api.entry_id`)."""
+    from golem.service.api import entry_id
+
     detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
     return {
-        "id": e.id,
+        "id": entry_id(e, secret),
         "at_iso": iso(e.at),
         "at_text": _stamp(e.at),
         "actor": e.actor,

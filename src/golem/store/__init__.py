@@ -45,6 +45,7 @@ from golem.store.records import (
     MAX_RUN_ID,
     AuditAction,
     AuditEntry,
+    AuditPage,
     CallExpired,
     CallKind,
     CallNotFound,
@@ -79,6 +80,7 @@ __all__ = [
     "MAX_RUN_ID",
     "AuditAction",
     "AuditEntry",
+    "AuditPage",
     "CallExpired",
     "CallKind",
     "CallNotFound",
@@ -399,6 +401,36 @@ class Store(Protocol):
 
     async def last_change_id(self) -> int:
         """Return the ID of the newest audit entry (0 when the log is empty)."""
+        ...
+
+    async def audit_page(
+        self,
+        *,
+        agents: Collection[str] | None = None,
+        action: AuditAction | None = None,
+        run_contains: str | None = None,
+        actor_contains: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+        scan: int = 5000,
+    ) -> AuditPage:
+        """Return the newest audit entries with `id < before` that match, newest first.
+
+        At most `limit`; pass the page's `next_before` as `before` for the next page (keyset
+        paging: every matching entry is reached exactly once, and entries appended meanwhile
+        never shift the pages). Entries are kept when their run is of one of `agents`
+        (None: any agent; an entry whose run was already gone when it was written, or when
+        schema 6 was applied, has no agent and is left out), their action is `action`, their
+        run ID contains `run_contains` and their actor contains `actor_contains` ignoring
+        case (`str.casefold`). The SQL stores read the agents' entries from an index and
+        look at no more than `scan` of them (beside the page's own) per page: a page costs
+        the same however long the log is, however many entries of other agents are newer,
+        and however rarely the filters match — a page of a rare filter may then be short,
+        even empty, with a `next_before` to look further.
+
+        Raises:
+            ValueError: `limit` or `scan` < 1, or `before` outside 0 … 2**63-1.
+        """
         ...
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:

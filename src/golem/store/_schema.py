@@ -153,6 +153,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         "runs keep the trace context of the span that paused them",
         ("ALTER TABLE golem_runs ADD COLUMN trace_context TEXT",),
     ),
+    Migration(
+        6,
+        "audit entries carry their run's agent, indexed for per-agent audit pages",
+        (
+            "ALTER TABLE golem_audit ADD COLUMN agent TEXT",
+            "UPDATE golem_audit SET agent = "
+            "(SELECT r.agent FROM golem_runs r WHERE r.id = golem_audit.run_id)",
+            "CREATE INDEX golem_audit_agent ON golem_audit (agent, id)",
+        ),
+    ),
 )
 """Every migration, in version order."""
 

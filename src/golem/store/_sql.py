@@ -51,6 +51,7 @@ from golem.store.records import (
     EXPIRY_REASON,
     AuditAction,
     AuditEntry,
+    AuditPage,
     CallExpired,
     CallKind,
     CallNotFound,
@@ -138,6 +139,28 @@ _CALL_COLS = (
 )
 _C_CALL_COLS = ", ".join(f"c.{c.strip()}" for c in _CALL_COLS.split(","))
 _AUDIT_COLS = "id, run_id, at, actor, action, detail"
+_AUDIT_COLS_A = "a.id, a.run_id, a.at, a.actor, a.action, a.detail"
+
+_MAX_ID = 2**63 - 1
+"""The largest audit ID a store holds (a signed 64-bit integer)."""
+
+_AGENT_ARMS = 32
+"""Agents whose index walks one audit-page statement merges; more agents take one statement
+per group of this many, merged by the store."""
+
+_FILTER_BATCH = 500
+"""Entries read per query while a filtered audit page looks for matches."""
+
+
+def _storable(text: str) -> bool:
+    """Whether a text column can hold `text` (no NUL, no lone surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _STATUS: dict[str, RunStatus] = {s.value: s for s in RunStatus}
@@ -374,6 +397,8 @@ class SQLStore(abc.ABC):
     """Appended to a SELECT that claims rows other transactions are not holding."""
     _runs_with_calls: str = _RUNS_JOIN_CALLS
     """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
+    _contains: str = "instr"
+    """The SQL function `f(text, part)` that is > 0 when `text` contains `part`."""
     _page_plan: str = ""
     """Run before a page of calls, in its transaction: settings that keep its plan a walk in
     index order whatever the database's statistics say (ADR 0044)."""
@@ -1626,7 +1651,7 @@ class SQLStore(abc.ABC):
 
     def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail, *run = row
-        agent, status, parent = run or (None, None, None)
+        agent, status, parent = (*run, None, None, None)[:3]
         return AuditEntry(
             id=int(eid),
             run_id=run_id,
@@ -1675,6 +1700,93 @@ class SQLStore(abc.ABC):
             except CorruptRecord as exc:  # the feed goes on past it
                 _left_out(exc)
         return entries
+
+    @store_op("audit_page")
+    async def audit_page(
+        self,
+        *,
+        agents: Collection[str] | None = None,
+        action: AuditAction | None = None,
+        run_contains: str | None = None,
+        actor_contains: str | None = None,
+        before: int | None = None,
+        limit: int = 100,
+        scan: int = 5000,
+    ) -> AuditPage:
+        """Return one page of matching audit entries, newest first (see `Store.audit_page`)."""
+        if limit < 1 or scan < 1:
+            raise ValueError(f"limit and scan must be >= 1, got {limit} and {scan}")
+        if before is not None and not 0 <= before <= _MAX_ID:
+            raise ValueError(f"before must be between 0 and {_MAX_ID}, got {before!r}")
+        names = None if agents is None else sorted({a for a in agents if _storable(a)})
+        if names == []:
+            return AuditPage([], None)  # no stored agent holds such text
+        kind = None if action is None else AuditAction(action).value
+        fold = actor_contains.casefold() if actor_contains else None
+        part = run_contains or None
+        filtered = kind is not None or fold is not None or part is not None
+        cols = f"SELECT {_AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
+        walk = "a.id < ? ORDER BY a.id DESC LIMIT ?"
+        # (sql, the agent of each of its walks)
+        queries: list[tuple[str, list[str | None]]]
+        if names is None:
+            queries = [(f"{cols}a.agent IS NOT NULL AND {walk}", [None])]
+        else:  # one index walk per agent, merged by ID: a batch reads at most its size per agent
+            queries = []
+            for at in range(0, len(names), _AGENT_ARMS):
+                group = names[at : at + _AGENT_ARMS]
+                if len(group) == 1:
+                    sql = f"{cols}a.agent = ? AND {walk}"
+                else:
+                    arms = " UNION ALL ".join(
+                        f"SELECT * FROM ({cols}a.agent = ? AND {walk}) AS p{i}"
+                        for i in range(len(group))
+                    )
+                    sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
+                queries.append((sql, list(group)))
+        plan = self._page_plan
+
+        def tx_fn(tx: Tx, cursor: int, size: int) -> list[tuple[Any, ...]]:
+            if plan:  # each agent's entries walked in index order, statistics or not
+                tx.run(plan)
+            rows: list[tuple[Any, ...]] = []
+            for sql, group in queries:
+                args: list[Any] = []
+                for name in group:
+                    args += [cursor, size] if name is None else [name, cursor, size]
+                rows += tx.fetch(sql, args if len(group) == 1 else [*args, size])
+            if len(queries) > 1:  # groups of agents: the newest of all of them
+                rows.sort(key=lambda r: int(r[0]), reverse=True)
+                del rows[size:]
+            return rows
+
+        # the filters are matched here, alike on every backend, on the row's plain columns
+        # (a row's detail is decoded only when it is shown); a page looks at `limit` + 1
+        # entries, or with filters at most `scan` beyond the page's own
+        entries: list[AuditEntry] = []
+        cursor = _MAX_ID if before is None else before
+        budget = limit + 1 + (scan if filtered else 0)
+        while budget > 0:
+            size = min(budget, max(limit + 1, _FILTER_BATCH) if filtered else budget)
+            rows = await self._submit(False, tx_fn, cursor, size)
+            budget -= len(rows)
+            for r in rows:
+                cursor = int(r[0])
+                if kind is not None and r[4] != kind:
+                    continue
+                if part is not None and part not in str(r[1]):
+                    continue
+                if fold is not None and fold not in str(r[3]).casefold():
+                    continue
+                if len(entries) == limit:  # one more matches: there is a next page
+                    return AuditPage(entries, entries[-1].id)
+                try:
+                    entries.append(self._audit_entry(r))
+                except CorruptRecord as exc:
+                    _left_out(exc)
+            if len(rows) < size:  # the walk reached the start of the log
+                return AuditPage(entries, None)
+        return AuditPage(entries, cursor)  # looked at `scan` entries: go on from the last
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])

@@ -491,6 +491,7 @@ class PostgresStore(SQLStore):
         "golem_runs r CROSS JOIN LATERAL "
         "(SELECT * FROM golem_calls c WHERE c.run_id = r.id OFFSET 0) c"
     )
+    _contains = "strpos"
     _page_plan = (
         "SELECT set_config('enable_hashjoin', 'off', true), "
         "set_config('enable_mergejoin', 'off', true), "
@@ -1045,8 +1046,9 @@ class PostgresStore(SQLStore):
         tx.run(
             "WITH s AS (UPDATE golem_audit_seq SET last_id = last_id + ? WHERE singleton = 1 "
             "RETURNING last_id), i AS (INSERT INTO golem_audit "
-            f"(id, run_id, at, actor, action, detail) SELECT s.last_id - {n} + v.n, v.run_id, "
-            f"v.at, v.actor, v.action, v.detail FROM s, (VALUES {values}) "
+            f"(id, run_id, at, actor, action, detail, agent) SELECT s.last_id - {n} + v.n, "
+            "v.run_id, v.at, v.actor, v.action, v.detail, "
+            f"(SELECT r.agent FROM golem_runs r WHERE r.id = v.run_id) FROM s, (VALUES {values}) "
             "AS v(n, run_id, at, actor, action, detail)) "
             "SELECT pg_notify(?, s.last_id::text || ?) FROM s",
             (
@@ -1064,7 +1066,8 @@ class PostgresStore(SQLStore):
         # find them as the rows this transaction wrote (`xmin`), so the claim is one round
         # trip, and an empty claim takes no audit lock and notifies nobody.
         mine = (
-            "SELECT id, created_at FROM golem_runs WHERE status = 'running' AND updated_at = ? "
+            "SELECT id, created_at, agent FROM golem_runs WHERE status = 'running' "
+            "AND updated_at = ? "
             "AND lease_owner = ? AND xmin = pg_current_xact_id()::xid"
         )
         when = self._to_db(at)
@@ -1072,11 +1075,11 @@ class PostgresStore(SQLStore):
             f"WITH c AS MATERIALIZED ({mine}), n AS (SELECT count(*) AS n FROM c), "
             "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
             "WHERE singleton = 1 AND n.n > 0 RETURNING last_id, n.n), "
-            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail) "
+            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail, agent) "
             # numbered in creation order, ties by ID in byte order, as Python sorts the rows
             "SELECT s.last_id - s.n + row_number() OVER "
             '(ORDER BY c.created_at, c.id COLLATE "C"), c.id, '
-            "?::timestamptz, ?, ?, ? FROM s, c) "
+            "?::timestamptz, ?, ?, ?, c.agent FROM s, c) "
             "SELECT pg_notify(?, s.last_id::text) FROM s",
             (
                 when,
@@ -1153,13 +1156,13 @@ class PostgresStore(SQLStore):
         tx.run(
             "WITH u AS (UPDATE golem_runs SET status = CASE WHEN EXISTS (SELECT 1 FROM "
             "golem_calls WHERE run_id = ? AND decision IS NULL) THEN 'pending' ELSE 'ready' "
-            "END, updated_at = ? WHERE id = ? RETURNING status = 'ready' AS ready), "
+            "END, updated_at = ? WHERE id = ? RETURNING status = 'ready' AS ready, agent), "
             "n AS (SELECT u.ready, CASE WHEN u.ready THEN 2 ELSE 1 END AS n FROM u), "
             "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
             "WHERE singleton = 1 RETURNING last_id, n.n, n.ready), "
-            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail) "
-            "SELECT s.last_id - s.n + v.k, ?, ?::timestamptz, ?, v.action, v.detail "
-            "FROM s, (VALUES (1, ?, ?), (2, ?, '{}')) AS v(k, action, detail) "
+            "i AS (INSERT INTO golem_audit (id, run_id, at, actor, action, detail, agent) "
+            "SELECT s.last_id - s.n + v.k, ?, ?::timestamptz, ?, v.action, v.detail, u.agent "
+            "FROM s, u, (VALUES (1, ?, ?), (2, ?, '{}')) AS v(k, action, detail) "
             "WHERE v.k <= s.n) "
             "SELECT pg_notify(CASE WHEN s.ready THEN ? ELSE ? END, "
             "s.last_id::text || CASE WHEN s.ready THEN ' ready' ELSE '' END) FROM s",

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_RUN_ID",
     "AuditAction",
     "AuditEntry",
+    "AuditPage",
     "CallExpired",
     "CallKind",
     "CallNotFound",
@@ -694,6 +695,18 @@ class AuditEntry:
     the listing reads it along (`changes_since`); else None."""
     parent_run_id: str | None = field(default=None, compare=False)
     """The run's `parent_run_id`, where the listing reads it along (`changes_since`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """One page of the audit log, newest first (`Store.audit_page`)."""
+
+    entries: list[AuditEntry]
+    """The matching entries, newest first, each with its `agent`."""
+    next_before: int | None
+    """Pass as `before=` for the next (older) page; None when the log has no older entry
+    to look at. A page may hold fewer entries than asked (even none) and still have a next
+    one: it stopped after looking at `scan` entries."""
 
 
 _T = TypeVar("_T")

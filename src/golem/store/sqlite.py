@@ -431,9 +431,10 @@ class SQLiteStore(SQLStore):
 
     def _flush_audit(self, tx: Tx) -> None:
         rows = self._audit_params(tx)
-        values = ", ".join(["(?, ?, ?, ?, ?)"] * len(rows)) if len(rows) > 1 else "(?, ?, ?, ?, ?)"
-        sql = f"INSERT INTO golem_audit (run_id, at, actor, action, detail) VALUES {values}"
-        params = [v for row in rows for v in row]
+        one = "(?, ?, ?, ?, ?, (SELECT agent FROM golem_runs WHERE id = ?))"
+        values = ", ".join([one] * len(rows)) if len(rows) > 1 else one
+        sql = f"INSERT INTO golem_audit (run_id, at, actor, action, detail, agent) VALUES {values}"
+        params = [v for row in rows for v in (*row, row[0])]
         conn = tx.conn
         assert isinstance(conn, _Conn)
         conn._stats.statements += 1

@@ -239,7 +239,7 @@ def test_login_csrf_from_another_site_fails(browser: Any, served: tuple[str, str
     context.close()
 
 
-PAGES = ["/login", "/", "/runs", "/runs/run-0", "/audit", "/runs/missing"]
+PAGES = ["/login", "/", "/runs", "/runs/run-0", "/audit", "/audit?limit=2", "/runs/missing"]
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])

@@ -1,0 +1,669 @@
+"""The audit view pages through the whole log, filtered in the store, and shows nothing of
+hidden runs: `GET /api/audit`, `GET /audit?format=csv|json` and the page (ADR 0077)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from golem.service import Approver, AuthConfig, create_app
+from golem.service.limits import _unseal_cursor, seal_entry
+from golem.store import (
+    AuditAction,
+    AuditEntry,
+    CallKind,
+    Decision,
+    NewCall,
+    NewRun,
+    Store,
+    utc_now,
+)
+from golem.store.sqlite import SQLiteStore
+from tests.store.backends import BACKENDS, backend_for
+
+AGENTS = ("a1", "a2", "a3", "a4")
+ACTORS = ("alice", "Zoë", "ZOË-ops", "worker:w1", "bob")
+SECRET = b"audit-pages-secret-that-is-32-bytes!"
+
+# approver → the agents it sees (None: every agent)
+VIEWS: dict[str, frozenset[str] | None] = {
+    "root": None,
+    "one": frozenset({"a2"}),
+    "two": frozenset({"a1", "a3"}),
+    "ghost": frozenset({"nobody"}),
+    "most": frozenset({"a1", "a2", "a3"}),
+}
+
+
+def _auth() -> AuthConfig:
+    return AuthConfig(
+        tokens={f"tok-{name}": Approver(name, agents=seen) for name, seen in VIEWS.items()},
+        secret=SECRET,
+    )
+
+
+def _bearer(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer tok-{who}"}
+
+
+class Log:
+    """Runs of several agents, started and decided by several actors."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.runs = 0
+        self.open: list[str] = []
+
+    async def grow(self, steps: list[tuple[int, int, bool]]) -> None:
+        """Per step: an agent, an actor, and whether to decide an open call instead."""
+        for agent, actor, decide in steps:
+            if decide and self.open:
+                run_id = self.open.pop(0)
+                await self.store.decide(
+                    run_id, "c1", Decision.approve(), decided_by=ACTORS[actor % len(ACTORS)]
+                )
+                continue
+            self.runs += 1
+            run_id = f"r{self.runs:03d}-{AGENTS[agent % len(AGENTS)]}"
+            await self.store.save_pending(
+                NewRun(
+                    id=run_id,
+                    agent=AGENTS[agent % len(AGENTS)],
+                    conversation_id="c-" + run_id,
+                    history="[]",
+                    calls=(NewCall("c1", CallKind.APPROVAL, "deploy", "{}"),),
+                    started_by=ACTORS[actor % len(ACTORS)],
+                )
+            )
+            self.open.append(run_id)
+
+
+async def _whole_log(store: Store) -> list[AuditEntry]:
+    entries: list[AuditEntry] = []
+    while batch := await store.changes_since(entries[-1].id if entries else 0, limit=1000):
+        entries += batch
+    return entries
+
+
+def _expected(entries: list[AuditEntry], who: str, filters: dict[str, str]) -> list[int | str]:
+    """What `who` should be shown for `filters`, newest first, as `who` is shown IDs."""
+    seen = VIEWS[who]
+    out: list[int | str] = []
+    for e in reversed(entries):
+        assert e.agent is not None
+        if seen is not None and e.agent not in seen:
+            continue
+        if "agent" in filters and e.agent != filters["agent"]:
+            continue
+        if "action" in filters and e.action.value != filters["action"]:
+            continue
+        if "run" in filters and filters["run"] not in e.run_id:
+            continue
+        if "actor" in filters and filters["actor"].casefold() not in e.actor.casefold():
+            continue
+        out.append(e.id if seen is None else seal_entry(SECRET, e.id))
+    return out
+
+
+@asynccontextmanager
+async def _client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app({}, store, auth=_auth())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        yield c
+
+
+async def _sign_in(c: httpx.AsyncClient, who: str) -> None:
+    res = await c.post("/login", data={"token": f"tok-{who}", "next": "/"})
+    assert res.status_code == 303, res.text
+
+
+def _next_of(res: httpx.Response) -> str | None:
+    link = res.headers.get("link")
+    if link is None:
+        return None
+    found = re.fullmatch(r'<(/audit\?[^>]+)>; rel="next"', link)
+    assert found, link
+    return found.group(1)
+
+
+async def _page(
+    c: httpx.AsyncClient, how: str, who: str, url: str
+) -> tuple[list[int | str], str | None]:
+    """One page's entry IDs and the URL of the next page (None: the last)."""
+    if how == "api":
+        res = await c.get(url, headers=_bearer(who))
+        assert res.status_code == 200, res.text
+        body = res.json()
+        nxt = body["next_cursor"]
+        ids = [e["id"] for e in body["entries"]]
+        if nxt is None:
+            return ids, None
+        base = re.sub(r"&?before=[^&]*", "", url.split("?", 1)[1])
+        return ids, "/api/audit?" + "&".join(p for p in (base, urlencode({"before": nxt})) if p)
+    res = await c.get(url)
+    assert res.status_code == 200, res.text
+    if how == "json":
+        ids = [e["id"] for e in res.json()]
+    else:
+        rows = list(csv.reader(io.StringIO(res.text)))
+        assert rows[0][0] == "id"
+        ids = [int(r[0]) if r[0].isdigit() else r[0] for r in rows[1:]]
+    return ids, _next_of(res)
+
+
+_STEPS = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 4), st.booleans()), min_size=0, max_size=14
+)
+_FILTERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "agent": st.sampled_from([*AGENTS, "nobody"]),
+        "action": st.sampled_from(["created", "decided", "ready"]),
+        "run": st.sampled_from(["r0", "1", "-a2", "zz"]),
+        "actor": st.sampled_from(["zoë", "ZOË", "o", "WORKER", "nobody"]),
+    },
+)
+
+
+async def _pages_return_every_match_once(
+    store: Store,
+    first: list[tuple[int, int, bool]],
+    later: list[list[tuple[int, int, bool]]],
+    who: str,
+    how: str,
+    filters: dict[str, str],
+    limit: int,
+    scan: int,
+) -> None:
+    from unittest import mock
+
+    from golem.service import audit
+
+    log = Log(store)
+    await log.grow(first)
+    entries = await _whole_log(store)
+    expected = _expected(entries, who, filters)
+    query = urlencode({**filters, "limit": limit})
+    url = f"/api/audit?{query}" if how == "api" else f"/audit?{query}&format={how}"
+    got: list[int | str] = []
+    # a filtered page looks at `scan` entries beyond its own: small here, so pages come
+    # short or empty yet not last
+    with mock.patch.object(audit, "SCAN", scan):
+        async with _client(store) as c:
+            await _walk(c, log, later, who, how, url, limit, len(entries), got)
+    assert got == expected
+
+
+async def _walk(
+    c: httpx.AsyncClient,
+    log: Log,
+    later: list[list[tuple[int, int, bool]]],
+    who: str,
+    how: str,
+    url: str,
+    limit: int,
+    entries: int,
+    got: list[int | str],
+) -> None:
+    """Follow the next-page links from `url`, collecting the entry IDs into `got`."""
+    if how != "api":
+        await _sign_in(c, who)
+    pages = 0
+    next_url: str | None = url
+    while next_url is not None:
+        ids, next_url = await _page(c, how, who, next_url)
+        assert len(ids) <= limit
+        got += ids
+        pages += 1
+        assert pages <= entries + 1, "the pages do not end"
+        # the log grows between pages: the listing goes on where it was
+        await log.grow(later[(pages - 1) % len(later)] if later else [])
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=_STEPS,
+    later=st.lists(_STEPS, max_size=3),
+    who=st.sampled_from(sorted(VIEWS)),
+    how=st.sampled_from(["api", "json", "csv"]),
+    filters=_FILTERS,
+    limit=st.integers(1, 4),
+    scan=st.integers(1, 6),
+)
+async def test_paging_returns_every_visible_match_once_newest_first_on_sqlite(
+    tmp_path: Path,
+    first: list[tuple[int, int, bool]],
+    later: list[list[tuple[int, int, bool]]],
+    who: str,
+    how: str,
+    filters: dict[str, str],
+    limit: int,
+    scan: int,
+) -> None:
+    store = await SQLiteStore.open(tmp_path / f"{uuid.uuid4().hex}.db")
+    try:
+        await _pages_return_every_match_once(store, first, later, who, how, filters, limit, scan)
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    first=_STEPS,
+    later=st.lists(_STEPS, max_size=3),
+    who=st.sampled_from(sorted(VIEWS)),
+    how=st.sampled_from(["api", "json", "csv"]),
+    filters=_FILTERS,
+    limit=st.integers(1, 4),
+    scan=st.integers(1, 6),
+)
+async def test_paging_returns_every_visible_match_once_newest_first_on_postgresql(
+    tmp_path: Path,
+    first: list[tuple[int, int, bool]],
+    later: list[list[tuple[int, int, bool]]],
+    who: str,
+    how: str,
+    filters: dict[str, str],
+    limit: int,
+    scan: int,
+) -> None:
+    with backend_for("postgres", tmp_path) as backend:
+        store = await backend.open()
+        try:
+            await _pages_return_every_match_once(
+                store, first, later, who, how, filters, limit, scan
+            )
+        finally:
+            await store.close()
+
+
+async def _flood(store: Store, run_id: str, entries: int) -> None:
+    """`entries` audit entries on `run_id`, written by the store's own audit path."""
+    from golem.store._sql import SQLStore, Tx
+
+    assert isinstance(store, SQLStore)
+    at = utc_now() - timedelta(seconds=1)
+
+    def write(tx: Tx, n: int) -> None:
+        for _ in range(n):
+            tx.audit(run_id, at, "alice", AuditAction.CLAIMED, {"worker_id": "w"})
+
+    left = entries
+    while left:
+        n = min(left, 2000)  # SQLite's limit on one statement's parameters
+        await store._submit(True, write, n)
+        left -= n
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_an_old_visible_entry_is_reached_past_thousands_of_newer_hidden_ones(
+    kind: str, tmp_path: Path
+) -> None:
+    # Found: the view read the newest 5,000 entries of the whole log and filtered them, so
+    # an approver who sees few agents got an empty page once 5,000 newer entries of other
+    # agents piled up, and nothing paged back. The store now walks the caller's agents'
+    # entries (an index on agent, id), whatever lies between them.
+    with backend_for(kind, tmp_path) as backend:
+        store = await backend.open()
+        try:
+            log = Log(store)
+            await log.grow([(1, 0, False)])  # a2's run: the one "one" sees
+            await log.grow([(0, 1, False)])  # a1's: hidden from "one"
+            await _flood(store, "r002-a1", 5200)
+            async with _client(store) as c:
+                res = await c.get("/api/audit", headers=_bearer("one"))
+                assert res.status_code == 200
+                entries = res.json()["entries"]
+                assert [(e["run_id"], e["action"]) for e in entries] == [("r001-a2", "created")]
+                assert res.json()["next_cursor"] is None
+                # and the full view pages through all of it, 500 at a time
+                seen, url = 0, "/api/audit"
+                while True:
+                    body = (await c.get(url, headers=_bearer("root"))).json()
+                    seen += len(body["entries"])
+                    if body["next_cursor"] is None:
+                        break
+                    url = "/api/audit?" + urlencode({"before": body["next_cursor"]})
+                assert seen == 5202
+        finally:
+            await store.close()
+
+
+async def test_ids_are_audit_ids_for_the_full_view_and_sealed_references_for_others(
+    tmp_path: Path,
+) -> None:
+    # Found (ADR 0073 left it): entry IDs number the whole log, so the gap between two
+    # entries an approver could see counted the changes of runs it could not. An approver
+    # who does not see every agent is now shown references: the same for the same entry
+    # on every view (API, downloads, run detail, page), but unordered and gap-free of meaning.
+    store = await SQLiteStore.open(tmp_path / "ids.db")
+    try:
+        log = Log(store)
+        await log.grow([(1, 0, False), (0, 0, False), (0, 0, False), (1, 0, True)])
+        visible = [e for e in await _whole_log(store) if e.agent == "a2"]
+        async with _client(store) as c:
+            root = (await c.get("/api/audit?agent=a2", headers=_bearer("root"))).json()
+            assert [e["id"] for e in root["entries"]] == [e.id for e in reversed(visible)]
+            one = (await c.get("/api/audit", headers=_bearer("one"))).json()
+            refs = [e["id"] for e in one["entries"]]
+            assert refs == [seal_entry(SECRET, e.id) for e in reversed(visible)]
+            assert all(re.fullmatch(r"e[A-Za-z0-9_-]{27}", r) for r in refs)
+            detail = (await c.get("/api/runs/r001-a2", headers=_bearer("one"))).json()
+            assert [e["id"] for e in detail["run"]["audit"]] == refs[::-1]
+            await _sign_in(c, "one")
+            page = (await c.get("/runs/r001-a2")).text
+            assert all(f'id="audit-{r}"' in page for r in refs)
+            rows = list(csv.reader(io.StringIO((await c.get("/audit?format=csv")).text)))
+            assert [r[0] for r in rows[1:]] == refs
+            # a reference is a cursor too: the entries older than it
+            older = await c.get(
+                "/api/audit?" + urlencode({"before": refs[0]}), headers=_bearer("one")
+            )
+            assert [e["id"] for e in older.json()["entries"]] == refs[1:]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("who", "before"),
+    [
+        ("one", "12"),  # an audit ID locates entries in the whole log: not for "one"
+        ("one", "s" + "A" * 48),
+        ("root", "s" + "A" * 48),
+        ("root", "e" + "A" * 27),
+        ("root", "-1"),
+        ("root", "9223372036854775808"),
+        ("root", "1e3"),
+        ("root", "x"),
+        # base64 drops what is not in its alphabet: these decoded short (a 500 before)
+        ("one", "e" + "!" * 27),
+        ("root", "e" + "A" * 26 + "="),
+        ("one", "s" + "!" * 48),
+        ("one", "e" + "é" * 27),
+    ],
+)
+async def test_a_cursor_this_service_did_not_send_is_400_invalid_cursor(
+    tmp_path: Path, who: str, before: str
+) -> None:
+    store = await SQLiteStore.open(tmp_path / "bad.db")
+    try:
+        await Log(store).grow([(1, 0, False)])
+        async with _client(store) as c:
+            res = await c.get("/api/audit?" + urlencode({"before": before}), headers=_bearer(who))
+            assert res.status_code == 400, res.text
+            assert res.json()["error"]["code"] == "invalid_cursor"
+            await _sign_in(c, who)
+            for fmt in ("", "&format=csv", "&format=json"):
+                res = await c.get("/audit?" + urlencode({"before": before}) + fmt)
+                assert res.status_code == 400, (fmt, res.text)
+    finally:
+        await store.close()
+
+
+async def test_a_cursor_sealed_by_another_service_or_tampered_is_refused(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "other.db")
+    try:
+        await Log(store).grow([(1, 0, False)] * 3)
+        async with _client(store) as c:
+            body = (await c.get("/api/audit?limit=1", headers=_bearer("one"))).json()
+        cursor = body["next_cursor"]
+        assert cursor is not None
+        assert cursor.startswith("s")
+        other = create_app({}, store, auth=AuthConfig(tokens=_auth().tokens))
+        transport = httpx.ASGITransport(app=other)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            res = await c.get("/api/audit?" + urlencode({"before": cursor}), headers=_bearer("one"))
+            assert (res.status_code, res.json()["error"]["code"]) == (400, "invalid_cursor")
+        flipped = cursor[:-3] + ("A" if cursor[-3] != "A" else "B") + cursor[-2:]
+        async with _client(store) as c:
+            res = await c.get(
+                "/api/audit?" + urlencode({"before": flipped}), headers=_bearer("one")
+            )
+            assert (res.status_code, res.json()["error"]["code"]) == (400, "invalid_cursor")
+            ok = await c.get("/api/audit?" + urlencode({"before": cursor}), headers=_bearer("one"))
+            assert ok.status_code == 200
+            assert _unseal_cursor(SECRET, cursor) is not None
+    finally:
+        await store.close()
+
+
+async def test_a_hidden_agent_or_run_filters_like_an_unknown_one(tmp_path: Path) -> None:
+    # Filtering by an agent or run the caller may not see answers exactly as for one that
+    # does not exist, with the same statements (counted by the SQLite store's trace).
+    store = SQLiteStore(tmp_path / "traced.db")
+    trace: list[tuple[str, tuple[Any, ...]]] = []
+    store.trace = trace
+    try:
+        await Log(store).grow([(0, 0, False), (1, 0, False), (0, 1, True)])
+        async with _client(store) as c:
+            for hidden, unknown in (
+                ({"agent": "a1"}, {"agent": "zz"}),
+                ({"run": "r001-a1"}, {"run": "r009-a9"}),
+                ({"run": "a1"}, {"run": "a9"}),
+            ):
+                answers, traces = [], []
+                for q in (hidden, unknown):
+                    trace.clear()
+                    res = await c.get("/api/audit?" + urlencode(q), headers=_bearer("one"))
+                    answers.append((res.status_code, res.json()))
+                    traces.append([sql for sql, _ in trace])
+                assert answers[0] == answers[1] == (200, {"entries": [], "next_cursor": None})
+                assert traces[0] == traces[1], hidden
+    finally:
+        await store.close()
+
+
+async def test_the_page_links_the_next_page_and_back_to_the_newest(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "html.db")
+    try:
+        await Log(store).grow([(1, n, False) for n in range(5)])
+        async with _client(store) as c:
+            await _sign_in(c, "one")
+            first = (await c.get("/audit?limit=3&actor=o")).text
+            assert first.count("<tr><td") == 3
+            found = re.search(r'<a href="([^"]+)" rel="next">Older entries', first)
+            assert found, "no link to the older page"
+            older_url = found.group(1).replace("&amp;", "&")
+            assert "actor=o" in older_url
+            assert "limit=3" in older_url
+            older = (await c.get(older_url)).text
+            assert "Newest entries" in older
+            assert 'rel="next"' not in older  # the last page
+            shown = re.findall(r'<td data-label="Who">([^<]+)</td>', first + older)
+            assert len(shown) == 4  # Zoë, ZOË-ops, worker:w1, bob: each has an o (any case)
+    finally:
+        await store.close()
+
+
+async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
+    tmp_path: Path,
+) -> None:
+    # An approver shown no audit IDs could still find them by bisection with `?cursor=N`
+    # (which entries arrive from N on); it resumes from the sealed IDs it was sent instead.
+    # 0, the start of the log, stays open to every approver.
+    store = await SQLiteStore.open(tmp_path / "stream.db")
+    try:
+        await Log(store).grow([(1, 0, False)])
+        async with _client(store) as c:
+            for who, cursor, status in (("one", "1", 422), ("one", "5.0", 422), ("root", "1", 200)):
+                for where in (
+                    {"params": {"cursor": cursor}},
+                    {"headers": {"Last-Event-ID": cursor}},
+                ):
+                    kw: dict[str, Any] = dict(where)
+                    kw["headers"] = {**_bearer(who), **kw.get("headers", {})}
+                    if status == 200:
+                        kw["method"], kw["url"] = "HEAD", "/api/events"
+                        res = await c.request(**kw)
+                    else:
+                        res = await c.get("/api/events", **kw)
+                    assert res.status_code == status, (who, cursor, where)
+            res = await c.head("/api/events?cursor=0", headers=_bearer("one"))
+            assert res.status_code == 200
+            ref = seal_entry(SECRET, 1)
+            res = await c.head("/api/events", params={"cursor": ref}, headers=_bearer("one"))
+            assert res.status_code == 200  # an entry reference is a cursor too
+    finally:
+        await store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entry=st.integers(0, 2**63 - 1),
+    text=st.text(max_size=60) | st.from_regex(r"[se][A-Za-z0-9_=!-]{20,50}", fullmatch=True),
+    at=st.integers(0, 60),
+    to=st.characters(codec="utf-8"),
+)
+def test_positions_read_back_exactly_and_nothing_else_raises(
+    entry: int, text: str, at: int, to: str
+) -> None:
+    from golem.service.limits import read_position, seal_cursor
+
+    for full in (True, False):
+        value = read_position(SECRET, text, full_view=full)
+        assert value is None or 0 <= value < 2**63
+        for sealed in (seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
+            assert read_position(SECRET, sealed, full_view=full) == entry
+            assert (
+                read_position(b"another-secret-of-32-bytes-long!", sealed, full_view=full) is None
+            )
+            i = at % len(sealed)
+            changed = sealed[:i] + to + sealed[i + 1 :]
+            if changed != sealed:  # one character changed: refused, however it decodes
+                assert read_position(SECRET, changed, full_view=full) is None, (sealed, changed)
+
+
+class _WithoutAuditPage:
+    """A store of one's own that predates `Store.audit_page`."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "audit_page":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(first=_STEPS, who=st.sampled_from(sorted(VIEWS)), filters=_FILTERS, limit=st.integers(1, 4))
+async def test_a_store_without_audit_page_pages_alike(
+    tmp_path: Path,
+    first: list[tuple[int, int, bool]],
+    who: str,
+    filters: dict[str, str],
+    limit: int,
+) -> None:
+    store = await SQLiteStore.open(tmp_path / f"{uuid.uuid4().hex}.db")
+    try:
+        await Log(store).grow(first)
+        pages = []
+        for s in (store, _WithoutAuditPage(store)):
+            app = create_app({}, s, auth=_auth())
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                got: list[Any] = []
+                url: str | None = "/api/audit?" + urlencode({**filters, "limit": limit})
+                while url is not None:
+                    ids, url = await _page(c, "api", who, url)
+                    got += ids
+                pages.append(got)
+        assert pages[0] == pages[1] == _expected(await _whole_log(store), who, filters)
+    finally:
+        await store.close()
+
+
+async def _save(store: Store, run_id: str, agent: str, who: str) -> None:
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent=agent,
+            conversation_id="c-" + run_id,
+            history="[]",
+            calls=(NewCall("c1", CallKind.APPROVAL, "deploy", "{}"),),
+            started_by=who,
+        )
+    )
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 4), st.booleans()), min_size=1, max_size=16
+    ),
+    filters=_FILTERS,
+    limit=st.integers(1, 3),
+)
+async def test_an_approvers_pages_are_the_same_with_or_without_hidden_activity(
+    tmp_path: Path, ops: list[tuple[bool, int, bool]], filters: dict[str, str], limit: int
+) -> None:
+    # "one" sees a2. Two logs hold the same a2 activity; in one, runs of a1 and a3 are
+    # started and decided in between. One's pages — the entries (their time and reference
+    # aside), where each page ends, whether a next one exists — and the statements each
+    # page runs are the same in both.
+    seen: list[Any] = []
+    for hidden in (False, True):
+        store = SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db")
+        trace: list[tuple[str, tuple[Any, ...]]] = []
+        store.trace = trace
+        try:
+            counts = {True: 0, False: 0}
+            # one visible run first: a store that never wrote reads on another connection
+            for visible, actor, decide in [(True, 0, False), *ops]:
+                if not visible and not hidden:
+                    continue
+                counts[visible] += 1
+                n = counts[visible]
+                agent = "a2" if visible else ("a1", "a3")[n % 2]
+                run_id = f"{'v' if visible else 'h'}{n:02d}-{agent}"
+                await _save(store, run_id, agent, ACTORS[actor])
+                if decide:
+                    await store.decide(run_id, "c1", Decision.approve(), decided_by=ACTORS[actor])
+            pages: list[Any] = []
+            async with _client(store) as c:
+                url: str | None = "/api/audit?" + urlencode({**filters, "limit": limit})
+                while url is not None:
+                    trace.clear()
+                    res = await c.get(url, headers=_bearer("one"))
+                    body = res.json()
+                    entries = [
+                        {k: v for k, v in e.items() if k not in ("id", "at")}
+                        for e in body["entries"]
+                    ]
+                    statements = [sql for sql, _ in trace]
+                    pages.append(
+                        (res.status_code, entries, body["next_cursor"] is None, statements)
+                    )
+                    url = None
+                    if body["next_cursor"] is not None:
+                        url = "/api/audit?" + urlencode(
+                            {**filters, "limit": limit, "before": body["next_cursor"]}
+                        )
+            seen.append(pages)
+        finally:
+            await store.close()
+
+    assert seen[0] == seen[1]
