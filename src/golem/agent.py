@@ -41,6 +41,7 @@ from golem.agent_tool import (
     Spent,
     agent_tool,
     copy_result,
+    drop_finished,
     has_agent_tools,
     partial_of,
     paused_records,
@@ -753,9 +754,12 @@ class Agent(Generic[DepsT, OutputT]):
         (default: whether `conversation_id` was passed); with a seal key, an unbound one
         needs `expected` (`ConversationRequired`)."""
         supplied = _resume_history(history)
+        resolutions = deferred.as_results(results)
+        if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
+            resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
         return deferred.check_resume(
             supplied,
-            deferred.as_results(results),
+            resolutions,
             policy.tools,
             conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
             keys=policy.seal_keys,
@@ -859,6 +863,7 @@ class Agent(Generic[DepsT, OutputT]):
         sink: Callable[[Delta | RunEvent], None] | None,
         trace_context: str,
         expected: DeferredRequests | None = None,
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
@@ -869,12 +874,23 @@ class Agent(Generic[DepsT, OutputT]):
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
             return self._check_resume(merged, own, conversation_id, None, policy, bound)
 
-        async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
+        async def apply_parent(
+            plan: deferred.ResumePlan, own: ResumeProgress
+        ) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await deferred.resume(plan, policy, state, before_approved, hand_back=False)
+            merged = await deferred.resume(
+                plan,
+                policy,
+                state,
+                before_approved,
+                own,
+                hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
+            )
             return merged, state.tool_calls
 
-        async def resume_parent(plan: deferred.ResumePlan, spent: Spent) -> Result[OutputT]:
+        async def resume_parent(
+            plan: deferred.ResumePlan, spent: Spent, own: ResumeProgress
+        ) -> Result[OutputT]:
             return await self._resume(
                 plan,
                 policy,
@@ -886,7 +902,7 @@ class Agent(Generic[DepsT, OutputT]):
                 sink,
                 trace_context,
                 spent,
-                hand_back=False,  # the sub-agents' progress is not in it (ADR 0071)
+                progress=own,
             )
 
         async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
@@ -922,6 +938,7 @@ class Agent(Generic[DepsT, OutputT]):
             resume_parent=resume_parent,
             continue_parent=continue_parent,
             paused_parent=paused_parent,
+            price=policy.cost,
             observers=self._observers(on_event),
             sink=sink,
             trace_context=trace_context,
@@ -930,6 +947,7 @@ class Agent(Generic[DepsT, OutputT]):
             conversation_id=conversation_id,
             conversation_bound=bound,
             before_approved=before_approved,
+            progress=progress,
         )
 
     @overload
@@ -1054,6 +1072,7 @@ class Agent(Generic[DepsT, OutputT]):
                             None,
                             trace_context,
                             expected,
+                            progress,
                         )
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
@@ -1224,6 +1243,7 @@ class Agent(Generic[DepsT, OutputT]):
                             sink,
                             trace_context,
                             expected,
+                            progress,
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(

@@ -574,6 +574,9 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
 BeforeApproved = Callable[[ToolCall], Awaitable[None]]
 """Awaited right before each approved re-execution with the call about to run."""
 
+ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]]
+"""A nested resume's progress, built when read: (messages, paused, answered)."""
+
 
 class ResumeProgress:
     """What a resume has done so far, readable after it failed or was cancelled.
@@ -585,7 +588,7 @@ class ResumeProgress:
     reused for another resume starts over.
     """
 
-    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions")
+    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions", "_source")
 
     def __init__(self) -> None:
         self._calls = 0
@@ -594,6 +597,7 @@ class ResumeProgress:
         self._edited: Mapping[str, ToolCall] = {}
         self._ran: list[str] = []
         self._merged: list[Message] | None = None
+        self._source: ProgressSource | None = None
 
     def __repr__(self) -> str:
         state = "not started" if self._history is None else f"answered={self.answered!r}"
@@ -610,6 +614,8 @@ class ResumeProgress:
         and run), it is the resolved history without the resume's prompt: go on with
         `Agent.run(prompt, history=messages)`.
         """
+        if self._source is not None:
+            return self._source()[0]
         if self._merged is not None:
             return list(self._merged)
         if self._history is None or not self._ran:
@@ -618,7 +624,10 @@ class ResumeProgress:
 
     @property
     def answered(self) -> tuple[str, ...]:
-        """The IDs of the approved calls that ran, in the order they ran."""
+        """The IDs of the approved calls that ran, in the order they ran (a paused
+        sub-agent's namespaced, `<call id>/<sub call id>`)."""
+        if self._source is not None:
+            return self._source()[2]
         return tuple(self._ran)
 
     @property
@@ -626,7 +635,24 @@ class ResumeProgress:
         """Whether `messages` still has pending calls (go on with a resume), rather than
         none (every resolution merged, or every pending call approved and run: go on with
         `Agent.run`)."""
+        if self._source is not None:
+            return self._source()[1]
         return self._merged is None and (self._history is None or len(self._ran) < self._calls)
+
+    def _reset(self) -> None:
+        self._history, self._resolutions, self._edited, self._ran = None, {}, {}, []
+        self._calls, self._merged, self._source = 0, None, None
+
+    def _follow(self, source: ProgressSource) -> None:
+        """Read `messages`, `paused` and `answered` from `source` (a nested resume's)."""
+        self._reset()
+        self._source = source
+
+    def _answer(self, history: list[Message]) -> list[Message]:
+        """`history` with the approved calls this progress saw run answered."""
+        if not self._ran:
+            return history
+        return _answered_history(history, self._resolutions, self._edited, self._ran)
 
     def _start(
         self,
@@ -643,6 +669,7 @@ class ResumeProgress:
         )
         self._calls = len(plan.steps)
         self._merged = None
+        self._source = None
 
 
 def _answered_history(
