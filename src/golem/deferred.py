@@ -600,7 +600,8 @@ class ResumeProgress:
         self._source: ProgressSource | None = None
 
     def __repr__(self) -> str:
-        state = "not started" if self._history is None else f"answered={self.answered!r}"
+        started = self._history is not None or self._source is not None
+        state = f"answered={self.answered!r}" if started else "not started"
         return f"ResumeProgress({state}, paused={self.paused})"
 
     @property
