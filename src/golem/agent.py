@@ -1036,7 +1036,9 @@ class Agent(Generic[DepsT, OutputT]):
         `expected`: a resolution for a call the history already answers is skipped.
 
         A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
-        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
+        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent. A failure
+        or cancellation there hands back this agent's history with each sub-agent's record
+        rewritten from what it ran (ADR 0076).
 
         Raises:
             ResumeError: before anything runs, when the history does not load (JSON) or

@@ -651,7 +651,7 @@ class _Handing:
             cost=self.price(usage),
             run_id=self.run_id,
             conversation_id=self.conversation_id,
-            pending=pending_of(messages, self.results),
+            pending=_pending_of(messages, self.results),
         )
 
 
@@ -679,7 +679,7 @@ def _progress_record(
     )
 
 
-def pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
+def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
     """The calls a paused `history` waits on — its own pending calls and, where each
     paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
     history order, grouped by the kind `results` gives them (reasons are empty: a history
