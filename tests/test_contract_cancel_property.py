@@ -26,7 +26,9 @@ Invariants, against an oracle (the same scenario with every gate released):
 The last property (ADR 0071) drops the key: for any mix of approved, denied and external
 calls, re-run failures and repeated interruptions, going on each time from
 `RunError.partial` or `ResumeProgress.messages` executes every approved call exactly once,
-counted by call ID.
+counted by call ID. Its nested twin (ADR 0076) does the same with paused sub-agents — one or
+two, one maybe a manager with a janitor — mixed with the parent's calls, counted by namespaced
+call ID.
 """
 
 from __future__ import annotations
