@@ -818,25 +818,33 @@ async def exactly_once(
 @dataclass(frozen=True)
 class SubAgentSpec:
     """A sub-agent the parent's batch calls (`h<i>`): its own calls, and optionally a
-    sub-agent of its own (`m0`, whose calls are `t<j>`) — manager/janitor."""
+    sub-agent of its own (`m0`, whose calls are `t<j>`) — manager/janitor. With `again`
+    (`inner_again`), the sub-agent (its own sub-agent) pauses again once its calls are
+    answered, on one more call `z0`."""
 
     calls: list[Resolution]
     inner: list[Resolution] | None
     at: int  # where its call stands among the parent's own calls
+    again: Resolution | None = None
+    inner_again: Resolution | None = None
 
 
-def _resolutions_named(prefix: str) -> st.SearchStrategy[list[Resolution]]:
-    return st.lists(
-        st.builds(
-            Resolution,
-            st.just(""),
-            st.sampled_from(["approve", "approve", "deny", "external"]),
-            st.booleans(),
-            st.sampled_from(["", "", "raise", "canceled", "defer"]),
-        ),
-        min_size=1,
-        max_size=3,
-    ).map(lambda rs: [Resolution(f"{prefix}{i}", r.how, r.sync, r.fails) for i, r in enumerate(rs)])
+def _resolution(call: str) -> st.SearchStrategy[Resolution]:
+    return st.builds(
+        Resolution,
+        st.just(call),
+        st.sampled_from(["approve", "approve", "deny", "external"]),
+        st.booleans(),
+        st.sampled_from(["", "", "raise", "canceled", "defer"]),
+    )
+
+
+def _resolutions_named(
+    prefix: str, min_size: int = 1, max_size: int = 3
+) -> st.SearchStrategy[list[Resolution]]:
+    return st.lists(_resolution(""), min_size=min_size, max_size=max_size).map(
+        lambda rs: [Resolution(f"{prefix}{i}", r.how, r.sync, r.fails) for i, r in enumerate(rs)]
+    )
 
 
 sub_agent_specs = st.builds(
@@ -844,6 +852,8 @@ sub_agent_specs = st.builds(
     _resolutions_named("s"),
     st.one_of(st.none(), _resolutions_named("t")),
     st.integers(0, 3),
+    st.one_of(st.none(), st.none(), _resolution("z0")),
+    st.one_of(st.none(), st.none(), _resolution("z0")),
 )
 
 
@@ -853,27 +863,20 @@ class NestedScenario:
     subs: list[SubAgentSpec]
 
     def every(self) -> dict[str, Resolution]:
-        """Every call by its namespaced ID (`q0`, `h0/s1`, `h1/m0/t0`)."""
+        """Every call by its namespaced ID (`q0`, `h0/s1`, `h1/m0/t0`, `h0/z0`)."""
         out = {r.call: r for r in self.own}
         for i, sub in enumerate(self.subs):
             out.update((f"h{i}/{r.call}", r) for r in sub.calls)
             out.update((f"h{i}/m0/{r.call}", r) for r in sub.inner or [])
+            if sub.again is not None:
+                out[f"h{i}/z0"] = sub.again
+            if sub.inner is not None and sub.inner_again is not None:
+                out[f"h{i}/m0/z0"] = sub.inner_again
         return out
 
 
 nested_scenarios = st.builds(
-    NestedScenario,
-    st.lists(
-        st.builds(
-            Resolution,
-            st.just(""),
-            st.sampled_from(["approve", "approve", "deny", "external"]),
-            st.booleans(),
-            st.sampled_from(["", "", "raise", "canceled", "defer"]),
-        ),
-        max_size=2,
-    ).map(lambda rs: [Resolution(f"q{i}", r.how, r.sync, r.fails) for i, r in enumerate(rs)]),
-    st.lists(sub_agent_specs, min_size=1, max_size=2),
+    NestedScenario, _resolutions_named("q", 0, 2), st.lists(sub_agent_specs, min_size=1, max_size=2)
 )
 
 
@@ -929,31 +932,37 @@ def nested_agent(
             timeout=0.001 if key == timeout_call else None,
         )
 
+    def item(r: Resolution) -> tuple[str, str, dict[str, Any]]:
+        return (r.call, f"t_{r.call}", {"k": "e" if r.how == "external" else "a"})
+
     def agent(
         name: str,
         prefix: str,
         calls: list[Resolution],
         subs: list[tuple[str, Agent[None, str], int]],
+        again: Resolution | None = None,
     ) -> Agent[None, str]:
-        items: list[tuple[str, str, dict[str, Any]]] = [
-            (r.call, f"t_{r.call}", {"k": "e" if r.how == "external" else "a"}) for r in calls
-        ]
+        items = [item(r) for r in calls]
         for call_id, sub, at in subs:
             items.insert(min(at, len(items)), (call_id, sub.name or "", {"prompt": "help"}))
 
         def answer(request: ModelRequest) -> ModelResponse:
-            if answered(request):
-                texts = sorted(m.content for m in request.messages if m.role == "tool")
-                return ModelResponse(
-                    Message(role="assistant", content=f"{name}: " + " | ".join(texts)),
-                    finish_reason="stop",
-                )
-            return batch(*items)
+            done = answered(request)
+            if not done:
+                return batch(*items)
+            if again is not None and again.call not in done:
+                return batch(item(again))
+            texts = sorted(m.content for m in request.messages if m.role == "tool")
+            return ModelResponse(
+                Message(role="assistant", content=f"{name}: " + " | ".join(texts)),
+                finish_reason="stop",
+            )
 
+        own = [*calls, again] if again is not None else calls
         return Agent(
             GatedModel(gates, name, answer),
             name=name,
-            tools=[*(tool(prefix, r) for r in calls), *(sub.as_tool() for _, sub, _ in subs)],
+            tools=[*(tool(prefix, r) for r in own), *(sub.as_tool() for _, sub, _ in subs)],
             parallel_tool_calls=parallel,
         )
 
@@ -961,8 +970,10 @@ def nested_agent(
     for i, spec in enumerate(n.subs):
         inner: list[tuple[str, Agent[None, str], int]] = []
         if spec.inner is not None:
-            inner.append(("m0", agent(f"inner{i}", f"h{i}/m0/", spec.inner, []), 0))
-        subs.append((f"h{i}", agent(f"helper{i}", f"h{i}/", spec.calls, inner), spec.at))
+            janitor = agent(f"inner{i}", f"h{i}/m0/", spec.inner, [], spec.inner_again)
+            inner.append(("m0", janitor, 0))
+        helper = agent(f"helper{i}", f"h{i}/", spec.calls, inner, spec.again)
+        subs.append((f"h{i}", helper, spec.at))
     return agent("parent", "", n.own, subs)
 
 
@@ -1018,26 +1029,46 @@ async def nested_exactly_once(
     loop = asyncio.get_running_loop()
     s = Scenario(parallel=parallel, nested=True, sync_look=True, timeouts=False, stream=stream)
     every = n.every()
-    results: dict[str, Any] = {
-        "approvals": {k: r.how == "approve" for k, r in every.items() if r.how != "external"},
-        "external": {k: f"ext {k}" for k, r in every.items() if r.how == "external"},
-    }
+
+    def resolving(keys: set[str]) -> dict[str, Any]:
+        mine = {k: r for k, r in every.items() if k in keys}
+        return {
+            "approvals": {k: r.how == "approve" for k, r in mine.items() if r.how != "external"},
+            "external": {k: f"ext {k}" for k, r in mine.items() if r.how == "external"},
+        }
+
+    later = {k for k in every if k.endswith("/z0")}  # asked for once a sub-agent went on
     approved = {k for k, r in every.items() if r.how == "approve"}
     sync = {k for k, r in every.items() if r.sync}
 
-    # the oracle: no failure, no interruption
+    def pending_keys(result: Any) -> set[str]:
+        assert result.pending is not None
+        return {p.call_id for p in result.pending.calls}
+
+    # the oracle: no failure, no interruption; a sub-agent that went on and paused again
+    # (its own sub-agent first, at depth 2) pauses the parent again on its `z0`
     gates, ledger = Gates(loop), Ledger()
     agent = nested_agent(n, gates, ledger, {}, parallel)
-    paused_out, _ = await attempt(s, gates, run_start, agent)
-    assert paused_out.value is not None, paused_out.error
-    assert paused_out.value.pending is not None
-    assert sorted(p.call_id for p in paused_out.value.pending.calls) == sorted(every)
-    oracle_history = paused_out.value.messages
-    done_out, _ = await attempt(
-        s, gates, lambda a: a.run_with_deferred_results(oracle_history, results), agent
-    )
-    assert done_out.value is not None, done_out.error
-    oracle = done_out.value.output
+    out, _ = await attempt(s, gates, run_start, agent)
+    assert out.value is not None, out.error
+    assert pending_keys(out.value) == set(every) - later
+    pauses = 0
+    while out.value.is_paused:
+        pauses += 1
+        assert pauses <= 3, out.value.pending
+
+        oracle_results = resolving(pending_keys(out.value))
+
+        def go_on(
+            a: Agent[None, str],
+            h: list[Message] = out.value.messages,
+            r: dict[str, Any] = oracle_results,
+        ) -> Any:
+            return a.run_with_deferred_results(h, r)
+
+        out, _ = await attempt(s, gates, go_on, agent)
+        assert out.value is not None, out.error
+    oracle = out.value.output
     assert ledger.executed == dict.fromkeys(approved, 1)
 
     gates, ledger = Gates(loop), Ledger()
@@ -1050,8 +1081,9 @@ async def nested_exactly_once(
     assert first.value is not None
     history: list[Message] = first.value.messages
     paused = True
+    results = resolving(pending_keys(first.value))
     stops = list(stops)
-    for _ in range(len(stops) + len(failing) + 1):
+    for _ in range(len(stops) + len(failing) + pauses):
         where, how = stops.pop(0) if stops else (None, "cancel")
         progress = ResumeProgress()
         timed = [c for c in nested_pending(history) if c in approved and c not in sync]
@@ -1065,15 +1097,19 @@ async def nested_exactly_once(
             h: list[Message] = history,
             p: bool = paused,
             g: ResumeProgress = progress,
+            r: dict[str, Any] = results,
         ) -> Any:
             if not p:
                 return a.run("", history=h)
-            return a.run_with_deferred_results(h, results, before_approved=guard, progress=g)
+            return a.run_with_deferred_results(h, r, before_approved=guard, progress=g)
 
         def streamed(
-            a: Agent[None, str], h: list[Message] = history, g: ResumeProgress = progress
+            a: Agent[None, str],
+            h: list[Message] = history,
+            g: ResumeProgress = progress,
+            r: dict[str, Any] = results,
         ) -> Any:
-            return a.run_stream_with_deferred_results(h, results, before_approved=guard, progress=g)
+            return a.run_stream_with_deferred_results(h, r, before_approved=guard, progress=g)
 
         got, _ = await attempt(
             s,
@@ -1085,6 +1121,11 @@ async def nested_exactly_once(
             how=how,
             shut_name=f"act:{timeout_call}",
         )
+        if got.error is None and got.value.is_paused:
+            # a sub-agent that went on paused again, as in the oracle: resolve its calls
+            assert pending_keys(got.value) <= later
+            history, paused, results = got.value.messages, True, resolving(pending_keys(got.value))
+            continue
         if got.error is None:
             assert got.value.output == oracle, (got.value.output, oracle)
             break
