@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
 from golem._cancel import EXACT_CANCELLING
 from golem.agent_tool import PAUSED_MARKER, sub_agent_calls
-from golem.messages import Message
+from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
@@ -887,11 +887,13 @@ def nested_agent(
     failing: dict[str, str],
     parallel: bool,
     timeout_call: str = "",
+    sealed: bool = False,
 ) -> Agent[None, str]:
-    """The parent of `n` and its sub-agents, every agent with a gated model. An approved
-    call acts once per execution (counted by its namespaced ID in `ledger.executed`, no
-    idempotency key) right after its gate; `failing` holds the failure a call's next re-run
-    raises instead (by namespaced ID); `timeout_call`'s tool has a tiny timeout."""
+    """The parent of `n` and its sub-agents, every agent with a gated model (and, `sealed`,
+    a seal key). An approved call acts once per execution (counted by its namespaced ID in
+    `ledger.executed`, no idempotency key) right after its gate; `failing` holds the failure
+    a call's next re-run raises instead (by namespaced ID); `timeout_call`'s tool has a tiny
+    timeout."""
 
     def kind(args: dict[str, Any]) -> DeferKind:
         return DeferKind.APPROVAL if args["k"] == "a" else DeferKind.EXTERNAL
@@ -964,6 +966,7 @@ def nested_agent(
             name=name,
             tools=[*(tool(prefix, r) for r in own), *(sub.as_tool() for _, sub, _ in subs)],
             parallel_tool_calls=parallel,
+            seal_key=SEAL_KEY if sealed else None,
         )
 
     subs: list[tuple[str, Agent[None, str], int]] = []
@@ -975,6 +978,9 @@ def nested_agent(
         helper = agent(f"helper{i}", f"h{i}/", spec.calls, inner, spec.again)
         subs.append((f"h{i}", helper, spec.at))
     return agent("parent", "", n.own, subs)
+
+
+SEAL_KEY = b"p" * 32
 
 
 def nested_pending(history: list[Message]) -> list[str]:
@@ -1010,21 +1016,32 @@ def nested_pending(history: list[Message]) -> list[str]:
         ),
         max_size=4,
     ),
+    sealed=st.booleans(),
 )
 def test_going_on_from_a_nested_resumes_progress_runs_every_approved_call_exactly_once(
-    n: NestedScenario, parallel: bool, stream: bool, stops: list[tuple[int, str]]
+    n: NestedScenario,
+    parallel: bool,
+    stream: bool,
+    stops: list[tuple[int, str]],
+    sealed: bool,
 ) -> None:
     """ADR 0076: the same, with sub-agents (`Agent.as_tool`, one or two, one of them maybe a
-    manager with a sub-agent of its own) whose calls are mixed with the parent's own: any
-    failure or cancellation while a sub-agent resumes, while the parent's calls re-run or
-    later, and going on each time from the history handed back reaches the uninterrupted
-    run's answer, every approved call — parent and sub, counted by namespaced call ID without
-    keys — executed exactly once."""
-    asyncio.run(nested_exactly_once(n, parallel, stream, stops))
+    manager with a sub-agent of its own, each maybe pausing again once its calls are
+    answered) whose calls are mixed with the parent's own: any failure or cancellation while
+    a sub-agent resumes, while the parent's calls re-run or later, and going on each time
+    from the history handed back reaches the uninterrupted run's answer, every approved call
+    — parent and sub, counted by namespaced call ID without keys — executed exactly once.
+    `sealed`: every agent has a seal key, each handed-back history goes through JSON, and
+    every resume passes the conversation and `expected=` (the last pause's `pending`)."""
+    asyncio.run(nested_exactly_once(n, parallel, stream, stops, sealed))
 
 
 async def nested_exactly_once(
-    n: NestedScenario, parallel: bool, stream: bool, stops: list[tuple[int, str]]
+    n: NestedScenario,
+    parallel: bool,
+    stream: bool,
+    stops: list[tuple[int, str]],
+    sealed: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
     s = Scenario(parallel=parallel, nested=True, sync_look=True, timeouts=False, stream=stream)
@@ -1077,11 +1094,19 @@ async def nested_exactly_once(
         await gates.point(f"guard:{call.id}")
 
     failing = {k: r.fails for k, r in every.items() if r.how == "approve" and r.fails}
-    first, _ = await attempt(s, gates, run_start, nested_agent(n, gates, ledger, {}, parallel))
+    first, _ = await attempt(
+        s,
+        gates,
+        lambda a: a.run("go", conversation_id="conv"),
+        nested_agent(n, gates, ledger, {}, parallel, sealed=sealed),
+    )
     assert first.value is not None
     history: list[Message] = first.value.messages
     paused = True
     results = resolving(pending_keys(first.value))
+    bound: dict[str, Any] = {"conversation_id": "conv"}
+    if sealed:
+        bound["expected"] = first.value.pending
     stops = list(stops)
     for _ in range(len(stops) + len(failing) + pauses):
         where, how = stops.pop(0) if stops else (None, "cancel")
@@ -1090,7 +1115,9 @@ async def nested_exactly_once(
         timeout_call = timed[0] if how == "timeout" and paused and timed else ""
         if how == "timeout" and not timeout_call:
             how = "cancel"
-        agent = nested_agent(n, gates, ledger, failing, parallel, timeout_call)
+        agent = nested_agent(n, gates, ledger, failing, parallel, timeout_call, sealed)
+        if sealed:
+            history = loads_history(dumps_history(history))
 
         def start(
             a: Agent[None, str],
@@ -1098,18 +1125,22 @@ async def nested_exactly_once(
             p: bool = paused,
             g: ResumeProgress = progress,
             r: dict[str, Any] = results,
+            b: dict[str, Any] = bound,
         ) -> Any:
             if not p:
                 return a.run("", history=h)
-            return a.run_with_deferred_results(h, r, before_approved=guard, progress=g)
+            return a.run_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
 
         def streamed(
             a: Agent[None, str],
             h: list[Message] = history,
             g: ResumeProgress = progress,
             r: dict[str, Any] = results,
+            b: dict[str, Any] = bound,
         ) -> Any:
-            return a.run_stream_with_deferred_results(h, r, before_approved=guard, progress=g)
+            return a.run_stream_with_deferred_results(
+                h, r, before_approved=guard, progress=g, **b
+            )
 
         got, _ = await attempt(
             s,
@@ -1125,6 +1156,8 @@ async def nested_exactly_once(
             # a sub-agent that went on paused again, as in the oracle: resolve its calls
             assert pending_keys(got.value) <= later
             history, paused, results = got.value.messages, True, resolving(pending_keys(got.value))
+            if sealed:
+                bound["expected"] = got.value.pending
             continue
         if got.error is None:
             assert got.value.output == oracle, (got.value.output, oracle)

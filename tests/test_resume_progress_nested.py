@@ -234,6 +234,44 @@ async def test_at_any_depth_the_record_of_the_record_is_rewritten() -> None:
     assert world.acted == {"janitor:s1": 1, "janitor:s2": 1}
 
 
+async def test_an_expected_call_under_a_sub_agent_that_answered_inside_a_record_is_progress() -> (
+    None
+):
+    """The manager's janitor answered, then the manager's own call failed: the manager's
+    record holds the janitor's answer, and going on with `expected=` (which names the
+    janitor's calls) takes them as progress, not a mismatch (found by the property)."""
+    world = World()
+    manager = Agent(
+        answering(
+            "manager",
+            ToolCall("m1", "janitor", '{"prompt":"clean"}'),
+            ToolCall("mc", "act", '{"n":5}'),
+        ),
+        name="manager",
+        tools=[janitor(world, "janitor").as_tool(), act_tool(world, "manager")],
+    )
+    parent = parent_of(world, manager, own=False)
+    paused = await parent.run("go", conversation_id="conv")
+    assert paused.pending is not None
+    assert [p.call_id for p in paused.pending.calls] == ["p1/m1/s1", "p1/m1/s2", "p1/mc"]
+    results = {"approvals": dict.fromkeys(["p1/m1/s1", "p1/m1/s2", "p1/mc"], True)}
+    world.fail.add("manager:mc")
+    with pytest.raises(RunError) as info:
+        await parent.run_with_deferred_results(
+            paused.messages, results, expected=paused.pending, conversation_id="conv"
+        )
+    partial = info.value.partial
+    assert partial is not None
+    assert partial.pending is not None
+    assert [p.call_id for p in partial.pending.calls] == ["p1/mc"]
+    world.fail.clear()
+    done = await parent.run_with_deferred_results(
+        partial.messages, results, expected=paused.pending, conversation_id="conv"
+    )
+    assert done.output == "parent: manager: acted mc | janitor: acted s1 | acted s2"
+    assert world.acted == {"janitor:s1": 1, "janitor:s2": 1, "manager:mc": 1}
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_cancellation_inside_a_sub_agent_hands_back_progress(stream: bool) -> None:
     world = World()

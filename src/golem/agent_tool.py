@@ -896,13 +896,17 @@ def drop_finished(
 
 def _answered_nested(history: Sequence[Message], key: str) -> bool:
     """Whether `key` names a call of the paused batch that `history` answers, or (namespaced)
-    one a paused sub-agent's record answers, at any depth."""
-    if key in deferred._answered_calls(history) and key in paused_batch_ids(history):
+    one under such a call: a sub-agent that answered, or a call a paused sub-agent's record
+    answers, at any depth."""
+    done = deferred._answered_calls(history) & paused_batch_ids(history)
+    if key in done:
         return True
     for m in history:
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+        if m.role != "tool" or not key.startswith(m.tool_call_id + "/"):
             continue
-        if not key.startswith(m.tool_call_id + "/"):
+        if not m.content.startswith(PAUSED_MARKER):
+            if m.tool_call_id in done:  # the sub-agent answered: everything under it ran
+                return True
             continue
         try:
             inner = loads_history(json.loads(m.content.split("\n", 1)[1])["history"])
