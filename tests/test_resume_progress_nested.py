@@ -582,3 +582,42 @@ async def test_without_the_hand_back_going_on_runs_a_sub_call_twice() -> None:
     world.fail.clear()
     await parent.run_with_deferred_results(paused.messages, RESULTS)
     assert world.acted["j1:s1"] == 2
+
+
+@pytest.mark.parametrize("forged", ["empty", "ends-with-a-user-message", "no-batch"])
+async def test_a_record_that_waits_on_nothing_is_continued_only_as_golem_writes_it(
+    forged: str,
+) -> None:
+    """A record that waits on nothing is continued only when it ends with its answered batch
+    (what a failed or cancelled resume writes); an empty or edited one is refused before
+    anything runs, as a record without pending calls always was."""
+    world = World()
+    parent = parent_of(world, janitor(world, "j1"), janitor(world, "j2"))
+    paused = await parent.run("go")
+    j1 = record_history(paused.messages, "p1")
+    answers = [
+        Message(role="tool", content="done", tool_call_id=c.id, tool_name=c.name)
+        for c in j1[-1].tool_calls
+    ]
+    inner = {
+        "empty": [],
+        "ends-with-a-user-message": [*j1, *answers, Message(role="user", content="more")],
+        "no-batch": [m for m in j1 if m.role == "user"],
+    }[forged]
+    history = list(paused.messages)
+    for i, m in enumerate(history):
+        if m.tool_call_id == "p1":
+            head = m.content.split("\n", 1)[0]
+            state = json.dumps({"agent": "j1", "history": dumps_history(inner)})
+            history[i] = Message(
+                role="tool", content=f"{head}\n{state}", tool_call_id="p1", tool_name="j1"
+            )
+    others = DeferredResults(
+        approvals={k: v for k, v in RESULTS.approvals.items() if not k.startswith("p1/")},
+        external=RESULTS.external,
+    )
+    with pytest.raises(ResumeError, match="does not end with its answered batch"):
+        await parent.run_with_deferred_results(history, others)
+    with pytest.raises(ResumeError):  # its calls' resolutions name no call it has either way
+        await parent.run_with_deferred_results(history, RESULTS)
+    assert world.acted == {}

@@ -810,13 +810,7 @@ def check(
     for call_id, rec in records.items():
         rec.conversation = sub_conversation(conversation_id, call_id)
         if rec.continues:  # no pending call to verify: its history is checked, then run
-            try:
-                validate_history(rec.history)
-            except ValueError as exc:
-                raise ResumeError(
-                    f'golem: the paused sub-agent record of tool call "{call_id}" is '
-                    f"unreadable: {exc}"
-                ) from exc
+            _check_continuing(call_id, rec)
             continue
         named = _named_conversation(rec.history)
         if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
@@ -835,6 +829,34 @@ def check(
         if keyed is not None:
             raise deferred.conversation_required(*keyed)
     return records, own, bool(own_ids)
+
+
+def _check_continuing(call_id: str, rec: _Paused) -> None:
+    """A record that waits on nothing is one a failed or cancelled resume wrote (ADR 0076):
+    a valid history ending with its last batch, every call of it answered.
+
+    Raises:
+        ResumeError: anything else (an empty or edited record), which no resume continues.
+    """
+    history = rec.history
+    try:
+        validate_history(history)
+    except ValueError as exc:
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" is unreadable: {exc}'
+        ) from exc
+    last = len(history) - 1
+    while last >= 0 and history[last].role == "tool":
+        last -= 1
+    answered = {m.tool_call_id for m in history[last + 1 :]}
+    if last < 0 or not history[last].tool_calls or not answered.issuperset(
+        c.id for c in history[last].tool_calls
+    ):
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) '
+            "waits on no call and does not end with its answered batch: it is not a record "
+            "golem writes, and no resume continues it"
+        )
 
 
 def _ran_in(history: Sequence[Message], key: str) -> bool:
