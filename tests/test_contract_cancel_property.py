@@ -1138,9 +1138,7 @@ async def nested_exactly_once(
             r: dict[str, Any] = results,
             b: dict[str, Any] = bound,
         ) -> Any:
-            return a.run_stream_with_deferred_results(
-                h, r, before_approved=guard, progress=g, **b
-            )
+            return a.run_stream_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
 
         got, _ = await attempt(
             s,
@@ -1198,7 +1196,10 @@ def test_without_the_nested_hand_back_the_property_finds_a_double_execution(
         own=[],
         subs=[
             SubAgentSpec(
-                [Resolution("s0", "approve", False, ""), Resolution("s1", "approve", False, "raise")],
+                [
+                    Resolution("s0", "approve", False, ""),
+                    Resolution("s1", "approve", False, "raise"),
+                ],
                 None,
                 0,
             )

@@ -84,11 +84,16 @@ def answering(name: str, *batch: ToolCall, again: ToolCall | None = None) -> Fun
     def answer(request: ModelRequest) -> ModelResponse:
         tool_ids = {m.tool_call_id for m in request.messages if m.role == "tool"}
         if not tool_ids:
-            return ModelResponse(Message(role="assistant", tool_calls=list(batch)), finish_reason="tool_call")
+            return ModelResponse(
+                Message(role="assistant", tool_calls=list(batch)), finish_reason="tool_call"
+            )
         if again is not None and again.id not in tool_ids:
-            return ModelResponse(Message(role="assistant", tool_calls=[again]), finish_reason="tool_call")
+            return ModelResponse(
+                Message(role="assistant", tool_calls=[again]), finish_reason="tool_call"
+            )
         return ModelResponse(
-            Message(role="assistant", content=f"{name}: " + " | ".join(said(request))), finish_reason="stop"
+            Message(role="assistant", content=f"{name}: " + " | ".join(said(request))),
+            finish_reason="stop",
         )
 
     async def stream(request: ModelRequest) -> Any:
@@ -132,9 +137,7 @@ RESULTS = DeferredResults(
     approvals={"p1/s1": True, "p1/s2": True, "a1": True, "p2/s1": True, "p2/s2": True},
     external={"x1": "job done"},
 )
-FINAL = (
-    "parent: acted a1 | j1: acted s1 | acted s2 | j2: acted s1 | acted s2 | job done"
-)
+FINAL = "parent: acted a1 | j1: acted s1 | acted s2 | j2: acted s1 | acted s2 | job done"
 EVERY = {"j1:s1": 1, "j1:s2": 1, "j2:s1": 1, "j2:s2": 1, "parent:a1": 1}
 
 
@@ -456,9 +459,7 @@ async def test_a_resolution_for_an_unknown_sub_call_is_still_refused_on_a_partia
     assert partial is not None
     world.fail.clear()
     for key in ("p2/zz", "zz"):
-        bad = DeferredResults(
-            approvals={**RESULTS.approvals, key: True}, external=RESULTS.external
-        )
+        bad = DeferredResults(approvals={**RESULTS.approvals, key: True}, external=RESULTS.external)
         with pytest.raises(ResumeError, match="unknown tool call"):
             await parent.run_with_deferred_results(partial.messages, bad)
     assert world.acted == {"j1:s1": 1, "j1:s2": 1, "j2:s1": 1}
@@ -498,9 +499,7 @@ async def test_a_sealed_nested_partial_resumes_with_the_same_expected_and_conver
     assert world.acted == EVERY
 
 
-def with_sub_calls(
-    history: list[Message], call_id: str, change: Any
-) -> list[Message]:
+def with_sub_calls(history: list[Message], call_id: str, change: Any) -> list[Message]:
     """`history` with the batch of the sub-agent recorded under `call_id` changed."""
     out = list(history)
     for i, m in enumerate(out):
@@ -546,10 +545,7 @@ async def test_a_nested_partial_cannot_get_a_sub_call_run_that_nobody_approved()
     # s2 as another conversation's sub-agent sealed it (other arguments): tampered here
     other = await sealed_partial(World(), "other-conv")
     (foreign,) = [
-        c
-        for m in record_history(other[2].messages, "p2")
-        for c in m.tool_calls
-        if c.id == "s2"
+        c for m in record_history(other[2].messages, "p2") for c in m.tool_calls if c.id == "s2"
     ]
     keys = as_seal_keys(KEY)
     relabeled = ToolCall("s2", "act", '{"n":99}')

@@ -809,7 +809,6 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         spent: Spent | None = None,
         progress: ResumeProgress | None = None,
-        hand_back: bool = True,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -818,16 +817,14 @@ class Agent(Generic[DepsT, OutputT]):
             spent.seed(state)
         stream = sink is not None
         if self._plain(policy):
-            await self._resolve(plan, policy, state, before_approved, user, progress, hand_back)
+            await self._resolve(plan, policy, state, before_approved, user, progress)
             return await run_loop(policy, state, stream=stream)
         return await self._run_traced(
             policy,
             state,
             stream=stream,
             trace_context=trace_context,
-            before=lambda: self._resolve(
-                plan, policy, state, before_approved, user, progress, hand_back
-            ),
+            before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
             operation="resume",
         )
 
@@ -839,12 +836,9 @@ class Agent(Generic[DepsT, OutputT]):
         before_approved: BeforeApproved | None,
         user: Message | None,
         progress: ResumeProgress | None,
-        hand_back: bool,
     ) -> None:
         """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await deferred.resume(
-            plan, policy, state, before_approved, progress, hand_back=hand_back
-        )
+        merged = await deferred.resume(plan, policy, state, before_approved, progress)
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))

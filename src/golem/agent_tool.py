@@ -849,8 +849,10 @@ def _check_continuing(call_id: str, rec: _Paused) -> None:
     while last >= 0 and history[last].role == "tool":
         last -= 1
     answered = {m.tool_call_id for m in history[last + 1 :]}
-    if last < 0 or not history[last].tool_calls or not answered.issuperset(
-        c.id for c in history[last].tool_calls
+    if (
+        last < 0
+        or not history[last].tool_calls
+        or not answered.issuperset(c.id for c in history[last].tool_calls)
     ):
         raise ResumeError(
             f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) '
