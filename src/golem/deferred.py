@@ -584,8 +584,9 @@ class ResumeProgress:
     Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
     forms). When the resume ends with the caller's `CancelledError`, an exception raised
     by `before_approved`, or a `RunError`, `messages` is the history to go on from, so
-    that no approved call that already ran runs again (ADR 0071). A progress object
-    reused for another resume starts over.
+    that no approved call that already ran runs again (ADR 0071). For a history with
+    paused sub-agents, that history has each sub-agent's record rewritten from what it
+    ran, at any depth (ADR 0076). A progress object reused for another resume starts over.
     """
 
     __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions", "_source")
