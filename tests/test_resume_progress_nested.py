@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from golem import (
     loads_history,
 )
 from golem.agent_tool import PAUSED_MARKER, sub_agent_calls
+from golem.errors import SubAgentConversationMismatch
 from golem.model import ModelRequest, ModelResponse
 from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
@@ -558,8 +560,22 @@ async def test_a_nested_partial_cannot_get_a_sub_call_run_that_nobody_approved()
             "p2",
             lambda calls, s=swapped: [s if c.id == "s2" else c for c in calls],
         )
-        with pytest.raises((SealError, ResumeError)):
+        with pytest.raises(SealError):
             await parent.run_with_deferred_results(moved, RESULTS, conversation_id="conv")
+    # the whole rewritten record of another conversation's partial, relabeled into this one
+    (theirs,) = [m for m in other[2].messages if m.tool_call_id == "p2"]
+    swapped_record = [
+        replace(theirs, run_id=m.run_id, conversation_id=m.conversation_id)
+        if m.tool_call_id == "p2"
+        else m
+        for m in partial.messages
+    ]
+    with pytest.raises(SubAgentConversationMismatch):
+        await parent.run_with_deferred_results(swapped_record, RESULTS, conversation_id="conv")
+    with pytest.raises(ResumeError, match="another seal"):
+        await parent.run_with_deferred_results(
+            swapped_record, RESULTS, conversation_id="conv", expected=paused.pending
+        )
     assert world.acted == acted
 
 
