@@ -350,6 +350,10 @@ async def test_a_cancellation_after_a_sub_agent_merged_continues_it_without_its_
     (record,) = [m for m in history if m.tool_call_id == "p1"]
     assert "its calls are answered" in record.content.split("\n", 1)[0]
     hold["on"] = False
+    for key in ("p1/zz", "p1/s1/zz"):  # nothing it ran: still unknown
+        bad = DeferredResults(approvals={**RESULTS.approvals, key: True}, external=RESULTS.external)
+        with pytest.raises(ResumeError, match="unknown tool call"):
+            await parent.run_with_deferred_results(history, bad)
     done = await parent.run_with_deferred_results(history, RESULTS)
     assert done.output == FINAL
     assert world.acted == EVERY

@@ -794,7 +794,7 @@ def check(
             for sub_id in list(share):
                 if sub_id in rec.waiting:
                     continue
-                if not _ran_in(rec.history, sub_id):
+                if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
                     raise ResumeError(
                         f'golem: resolution for unknown tool call "{call_id}/{sub_id}"'
                     )
@@ -861,13 +861,17 @@ def _check_continuing(call_id: str, rec: _Paused) -> None:
         )
 
 
-def _ran_in(history: Sequence[Message], key: str) -> bool:
-    """Whether `key` names a call `history` answers, or one under an answered call (a
-    sub-agent's, `<call id>/<sub call id>`): a resolution a resume that failed or was
-    cancelled already used (ADR 0071, ADR 0076)."""
+def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
+    """Whether `key` names a call `history` answers, or one under an answered call of an
+    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
+    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     return any(
-        c.id in answered and (key == c.id or key.startswith(c.id + "/"))
+        c.id in answered
+        and (
+            key == c.id
+            or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
+        )
         for m in history
         for c in m.tool_calls
     )
