@@ -637,3 +637,37 @@ async def test_a_record_that_waits_on_nothing_is_continued_only_as_golem_writes_
     with pytest.raises(ResumeError):  # its calls' resolutions name no call it has either way
         await parent.run_with_deferred_results(history, RESULTS)
     assert world.acted == {}
+
+
+async def test_a_tool_result_no_history_can_hold_is_handed_back_as_the_codec_reads_it() -> None:
+    """A sub-agent's call that ran returned text with a lone surrogate (no JSON history can
+    hold one): the failure is still the `RunError`, and the rewritten record holds that
+    result with U+FFFD in its place — the call is answered, never run again."""
+    world = World()
+
+    async def act(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "act?")
+        return world.act("j1", ctx) + " \ud800"
+
+    j1: Agent[None, str] = Agent(
+        answering("j1", ToolCall("s1", "act", '{"n":1}'), ToolCall("s2", "act", '{"n":2}')),
+        name="j1",
+        tools=[Tool("act", "Act.", OBJ, act)],
+    )
+    parent = parent_of(world, j1, own=False)
+    paused = await parent.run("go")
+    world.fail.add("j1:s2")
+    results = {"approvals": {"p1/s1": True, "p1/s2": True}}
+    with pytest.raises(RunError) as info:
+        await parent.run_with_deferred_results(paused.messages, results)
+    partial = info.value.partial
+    assert partial is not None
+    inner = record_history(partial.messages, "p1")
+    assert [(m.tool_call_id, m.content) for m in inner if m.role == "tool"] == [
+        ("s1", "acted s1 \ufffd")
+    ]
+    world.fail.clear()
+    done = await parent.run_with_deferred_results(partial.messages, results)
+    assert done.output == "parent: j1: acted s1 \ufffd | acted s2 \ud800"
+    assert world.acted == {"j1:s1": 1, "j1:s2": 1}

@@ -35,6 +35,7 @@ import pydantic_core
 from golem import deferred
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, ResumeProgress
 from golem.errors import (
+    HistoryError,
     ResumeError,
     RunError,
     Stage,
@@ -667,7 +668,7 @@ def _progress_record(
     else:
         line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
     state = json.dumps(
-        {"agent": name, "history": dumps_history(sub_history)},
+        {"agent": name, "history": _record_text(sub_history)},
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -677,6 +678,23 @@ def _progress_record(
         run_id=run_id or rec.message.run_id,
         conversation_id=conversation_id or rec.message.conversation_id,
     )
+
+
+def _record_text(history: list[Message]) -> str:
+    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
+    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
+    text that is not UTF-8, so that what ran is handed back rather than lost."""
+    try:
+        return dumps_history(history)
+    except HistoryError:
+        return dumps_history(
+            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
+        )
+
+
+def _unpaired(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
