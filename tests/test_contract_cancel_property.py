@@ -26,7 +26,9 @@ Invariants, against an oracle (the same scenario with every gate released):
 The last property (ADR 0071) drops the key: for any mix of approved, denied and external
 calls, re-run failures and repeated interruptions, going on each time from
 `RunError.partial` or `ResumeProgress.messages` executes every approved call exactly once,
-counted by call ID.
+counted by call ID. Its nested twin (ADR 0076) does the same with paused sub-agents — one or
+two, one maybe a manager with a janitor — mixed with the parent's calls, counted by namespaced
+call ID.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
 from golem._cancel import EXACT_CANCELLING
-from golem.messages import Message
+from golem.agent_tool import PAUSED_MARKER, sub_agent_calls
+from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
@@ -95,8 +99,8 @@ class Ledger:
     keys: dict[str, set[str]] = field(default_factory=dict)
     executed: dict[str, int] = field(default_factory=dict)
 
-    def act(self, ctx: RunContext[Any]) -> None:
-        name = ctx.call_id
+    def act(self, ctx: RunContext[Any], name: str = "") -> None:
+        name = name or ctx.call_id
         self.executed[name] = self.executed.get(name, 0) + 1
         self.keys.setdefault(name, set()).add(ctx.idempotency_key)
         if ctx.idempotency_key not in self.applied:  # an idempotent effect, as tools should
@@ -462,7 +466,7 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
         # a re-run failed (ADR 0071): the partial answers the ones that ran, which never run
         # again; the same resolutions resume the rest
         assert partial.pending is not None
-        assert [p.call_id for p in partial.pending.calls] == still_pending(partial.messages)
+        assert [p.call_id for p in partial.pending.calls] == nested_pending(partial.messages)
         answered_ids = {m.tool_call_id for m in partial.messages if m.role == "tool"}
         ran = {c for c in executed_before if c in answered_ids}
         went_on, _ = await attempt(s, gates, resume_start(partial.messages), agent)
@@ -806,3 +810,400 @@ async def exactly_once(
     else:
         raise AssertionError(f"the run never finished: {ledger.executed}")
     assert ledger.executed == dict.fromkeys(approved, 1), (ledger.executed, approved)
+
+
+# --------------------------------------------------------------------------- exactly once, nested
+
+
+@dataclass(frozen=True)
+class SubAgentSpec:
+    """A sub-agent the parent's batch calls (`h<i>`): its own calls, and optionally a
+    sub-agent of its own (`m0`, whose calls are `t<j>`) — manager/janitor. With `again`
+    (`inner_again`), the sub-agent (its own sub-agent) pauses again once its calls are
+    answered, on one more call `z0`."""
+
+    calls: list[Resolution]
+    inner: list[Resolution] | None
+    at: int  # where its call stands among the parent's own calls
+    again: Resolution | None = None
+    inner_again: Resolution | None = None
+
+
+def _resolution(call: str) -> st.SearchStrategy[Resolution]:
+    return st.builds(
+        Resolution,
+        st.just(call),
+        st.sampled_from(["approve", "approve", "deny", "external"]),
+        st.booleans(),
+        st.sampled_from(["", "", "raise", "canceled", "defer"]),
+    )
+
+
+def _resolutions_named(
+    prefix: str, min_size: int = 1, max_size: int = 3
+) -> st.SearchStrategy[list[Resolution]]:
+    return st.lists(_resolution(""), min_size=min_size, max_size=max_size).map(
+        lambda rs: [Resolution(f"{prefix}{i}", r.how, r.sync, r.fails) for i, r in enumerate(rs)]
+    )
+
+
+sub_agent_specs = st.builds(
+    SubAgentSpec,
+    _resolutions_named("s"),
+    st.one_of(st.none(), _resolutions_named("t")),
+    st.integers(0, 3),
+    st.one_of(st.none(), st.none(), _resolution("z0")),
+    st.one_of(st.none(), st.none(), _resolution("z0")),
+)
+
+
+@dataclass(frozen=True)
+class NestedScenario:
+    own: list[Resolution]  # the parent's own calls (`q<i>`), possibly none
+    subs: list[SubAgentSpec]
+
+    def every(self) -> dict[str, Resolution]:
+        """Every call by its namespaced ID (`q0`, `h0/s1`, `h1/m0/t0`, `h0/z0`)."""
+        out = {r.call: r for r in self.own}
+        for i, sub in enumerate(self.subs):
+            out.update((f"h{i}/{r.call}", r) for r in sub.calls)
+            out.update((f"h{i}/m0/{r.call}", r) for r in sub.inner or [])
+            if sub.again is not None:
+                out[f"h{i}/z0"] = sub.again
+            if sub.inner is not None and sub.inner_again is not None:
+                out[f"h{i}/m0/z0"] = sub.inner_again
+        return out
+
+
+nested_scenarios = st.builds(
+    NestedScenario, _resolutions_named("q", 0, 2), st.lists(sub_agent_specs, min_size=1, max_size=2)
+)
+
+
+def nested_agent(
+    n: NestedScenario,
+    gates: Gates,
+    ledger: Ledger,
+    failing: dict[str, str],
+    parallel: bool,
+    timeout_call: str = "",
+    sealed: bool = False,
+) -> Agent[None, str]:
+    """The parent of `n` and its sub-agents, every agent with a gated model (and, `sealed`,
+    a seal key). An approved call acts once per execution (counted by its namespaced ID in
+    `ledger.executed`, no idempotency key) right after its gate; `failing` holds the failure
+    a call's next re-run raises instead (by namespaced ID); `timeout_call`'s tool has a tiny
+    timeout."""
+
+    def kind(args: dict[str, Any]) -> DeferKind:
+        return DeferKind.APPROVAL if args["k"] == "a" else DeferKind.EXTERNAL
+
+    def fail(key: str) -> None:
+        how = failing.pop(key, "")
+        if how == "raise":
+            raise RuntimeError("broke")
+        if how == "canceled":
+            raise Canceled("stop")
+        if how == "defer":
+            raise Deferred(DeferKind.APPROVAL, "again")
+
+    def tool(prefix: str, r: Resolution) -> Tool:
+        key = prefix + r.call
+
+        async def act(ctx: RunContext[None], args: dict[str, Any]) -> str:
+            if not call_approved():
+                raise Deferred(kind(args), "?")
+            await gates.point(f"act:{key}")
+            fail(key)
+            ledger.act(ctx, key)
+            return f"acted {key}"
+
+        def act_sync(ctx: RunContext[None], args: dict[str, Any]) -> str:
+            if not call_approved():
+                raise Deferred(kind(args), "?")
+            gates.point_from_thread(f"look:{key}")
+            fail(key)
+            ledger.act(ctx, key)
+            return f"acted {key}"
+
+        return Tool(
+            f"t_{r.call}",
+            "Act.",
+            OBJ,
+            act_sync if r.sync else act,
+            timeout=0.001 if key == timeout_call else None,
+        )
+
+    def item(r: Resolution) -> tuple[str, str, dict[str, Any]]:
+        return (r.call, f"t_{r.call}", {"k": "e" if r.how == "external" else "a"})
+
+    def agent(
+        name: str,
+        prefix: str,
+        calls: list[Resolution],
+        subs: list[tuple[str, Agent[None, str], int]],
+        again: Resolution | None = None,
+    ) -> Agent[None, str]:
+        items = [item(r) for r in calls]
+        for call_id, sub, at in subs:
+            items.insert(min(at, len(items)), (call_id, sub.name or "", {"prompt": "help"}))
+
+        def answer(request: ModelRequest) -> ModelResponse:
+            done = answered(request)
+            if not done:
+                return batch(*items)
+            if again is not None and again.call not in done:
+                return batch(item(again))
+            texts = sorted(m.content for m in request.messages if m.role == "tool")
+            return ModelResponse(
+                Message(role="assistant", content=f"{name}: " + " | ".join(texts)),
+                finish_reason="stop",
+            )
+
+        own = [*calls, again] if again is not None else calls
+        return Agent(
+            GatedModel(gates, name, answer),
+            name=name,
+            tools=[*(tool(prefix, r) for r in own), *(sub.as_tool() for _, sub, _ in subs)],
+            parallel_tool_calls=parallel,
+            seal_key=SEAL_KEY if sealed else None,
+        )
+
+    subs: list[tuple[str, Agent[None, str], int]] = []
+    for i, spec in enumerate(n.subs):
+        inner: list[tuple[str, Agent[None, str], int]] = []
+        if spec.inner is not None:
+            janitor = agent(f"inner{i}", f"h{i}/m0/", spec.inner, [], spec.inner_again)
+            inner.append(("m0", janitor, 0))
+        helper = agent(f"helper{i}", f"h{i}/", spec.calls, inner, spec.again)
+        subs.append((f"h{i}", helper, spec.at))
+    return agent("parent", "", n.own, subs)
+
+
+SEAL_KEY = b"p" * 32
+
+
+def nested_pending(history: list[Message]) -> list[str]:
+    """The calls a paused history waits on, a paused sub-agent's namespaced where its record
+    stands (at any depth), in history order."""
+    done = {m.tool_call_id for m in history if m.role == "tool"}
+    records = {
+        m.tool_call_id: m
+        for m in history
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
+    }
+    out: list[str] = []
+    for m in history:
+        for c in m.tool_calls:
+            if c.id in records:
+                out.extend(sub_agent_calls([records[c.id]]))
+            elif c.id not in done:
+                out.append(c.id)
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    n=nested_scenarios,
+    parallel=st.booleans(),
+    stream=st.booleans(),
+    stops=st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.sampled_from(
+                ["cancel", "swallow", "timeout"] if EXACT_CANCELLING else ["cancel", "timeout"]
+            ),
+        ),
+        max_size=4,
+    ),
+    sealed=st.booleans(),
+)
+def test_going_on_from_a_nested_resumes_progress_runs_every_approved_call_exactly_once(
+    n: NestedScenario,
+    parallel: bool,
+    stream: bool,
+    stops: list[tuple[int, str]],
+    sealed: bool,
+) -> None:
+    """ADR 0076: the same, with sub-agents (`Agent.as_tool`, one or two, one of them maybe a
+    manager with a sub-agent of its own, each maybe pausing again once its calls are
+    answered) whose calls are mixed with the parent's own: any failure or cancellation while
+    a sub-agent resumes, while the parent's calls re-run or later, and going on each time
+    from the history handed back reaches the uninterrupted run's answer, every approved call
+    — parent and sub, counted by namespaced call ID without keys — executed exactly once.
+    `sealed`: every agent has a seal key, each handed-back history goes through JSON, and
+    every resume passes the conversation and `expected=` (the last pause's `pending`)."""
+    asyncio.run(nested_exactly_once(n, parallel, stream, stops, sealed))
+
+
+async def nested_exactly_once(
+    n: NestedScenario,
+    parallel: bool,
+    stream: bool,
+    stops: list[tuple[int, str]],
+    sealed: bool = False,
+) -> None:
+    loop = asyncio.get_running_loop()
+    s = Scenario(parallel=parallel, nested=True, sync_look=True, timeouts=False, stream=stream)
+    every = n.every()
+
+    def resolving(keys: set[str]) -> dict[str, Any]:
+        mine = {k: r for k, r in every.items() if k in keys}
+        return {
+            "approvals": {k: r.how == "approve" for k, r in mine.items() if r.how != "external"},
+            "external": {k: f"ext {k}" for k, r in mine.items() if r.how == "external"},
+        }
+
+    later = {k for k in every if k.endswith("/z0")}  # asked for once a sub-agent went on
+    approved = {k for k, r in every.items() if r.how == "approve"}
+    sync = {k for k, r in every.items() if r.sync}
+
+    def pending_keys(result: Any) -> set[str]:
+        assert result.pending is not None
+        return {p.call_id for p in result.pending.calls}
+
+    # the oracle: no failure, no interruption; a sub-agent that went on and paused again
+    # (its own sub-agent first, at depth 2) pauses the parent again on its `z0`
+    gates, ledger = Gates(loop), Ledger()
+    agent = nested_agent(n, gates, ledger, {}, parallel)
+    out, _ = await attempt(s, gates, run_start, agent)
+    assert out.value is not None, out.error
+    assert pending_keys(out.value) == set(every) - later
+    pauses = 0
+    while out.value.is_paused:
+        pauses += 1
+        assert pauses <= 3, out.value.pending
+
+        oracle_results = resolving(pending_keys(out.value))
+
+        def go_on(
+            a: Agent[None, str],
+            h: list[Message] = out.value.messages,
+            r: dict[str, Any] = oracle_results,
+        ) -> Any:
+            return a.run_with_deferred_results(h, r)
+
+        out, _ = await attempt(s, gates, go_on, agent)
+        assert out.value is not None, out.error
+    oracle = out.value.output
+    assert ledger.executed == dict.fromkeys(approved, 1)
+
+    gates, ledger = Gates(loop), Ledger()
+
+    async def guard(call: ToolCall) -> None:
+        await gates.point(f"guard:{call.id}")
+
+    failing = {k: r.fails for k, r in every.items() if r.how == "approve" and r.fails}
+    first, _ = await attempt(
+        s,
+        gates,
+        lambda a: a.run("go", conversation_id="conv"),
+        nested_agent(n, gates, ledger, {}, parallel, sealed=sealed),
+    )
+    assert first.value is not None
+    history: list[Message] = first.value.messages
+    paused = True
+    results = resolving(pending_keys(first.value))
+    bound: dict[str, Any] = {"conversation_id": "conv"}
+    if sealed:
+        bound["expected"] = first.value.pending
+    stops = list(stops)
+    for _ in range(len(stops) + len(failing) + pauses):
+        where, how = stops.pop(0) if stops else (None, "cancel")
+        progress = ResumeProgress()
+        timed = [c for c in nested_pending(history) if c in approved and c not in sync]
+        timeout_call = timed[0] if how == "timeout" and paused and timed else ""
+        if how == "timeout" and not timeout_call:
+            how = "cancel"
+        agent = nested_agent(n, gates, ledger, failing, parallel, timeout_call, sealed)
+        if sealed:
+            history = loads_history(dumps_history(history))
+
+        def start(
+            a: Agent[None, str],
+            h: list[Message] = history,
+            p: bool = paused,
+            g: ResumeProgress = progress,
+            r: dict[str, Any] = results,
+            b: dict[str, Any] = bound,
+        ) -> Any:
+            if not p:
+                return a.run("", history=h)
+            return a.run_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
+
+        def streamed(
+            a: Agent[None, str],
+            h: list[Message] = history,
+            g: ResumeProgress = progress,
+            r: dict[str, Any] = results,
+            b: dict[str, Any] = bound,
+        ) -> Any:
+            return a.run_stream_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
+
+        got, _ = await attempt(
+            s,
+            gates,
+            start,
+            agent,
+            stream_start=streamed if stream and paused else None,
+            stop_at=None if how == "timeout" else where,
+            how=how,
+            shut_name=f"act:{timeout_call}",
+        )
+        if got.error is None and got.value.is_paused:
+            # a sub-agent that went on paused again, as in the oracle: resolve its calls
+            assert pending_keys(got.value) <= later
+            history, paused, results = got.value.messages, True, resolving(pending_keys(got.value))
+            if sealed:
+                bound["expected"] = got.value.pending
+            continue
+        if got.error is None:
+            assert got.value.output == oracle, (got.value.output, oracle)
+            break
+        if isinstance(got.error, RunError):
+            partial = got.error.partial
+            assert partial is not None or not paused, got.error
+            if partial is not None:
+                history = partial.messages
+                paused = partial.is_paused
+                if paused:
+                    assert partial.pending is not None
+                    assert [p.call_id for p in partial.pending.calls] == [
+                        c for c in nested_pending(history) if c in results["approvals"]
+                    ] + [c for c in nested_pending(history) if c in results["external"]]
+        else:
+            assert isinstance(got.error, asyncio.CancelledError), got.error
+            if paused and progress.messages is not None:
+                history = progress.messages
+                paused = progress.paused
+    else:
+        raise AssertionError(f"the run never finished: {ledger.executed}")
+    assert ledger.executed == dict.fromkeys(approved, 1), (ledger.executed, approved)
+
+
+def test_without_the_nested_hand_back_the_property_finds_a_double_execution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The property's teeth: with a nested resume handing back only the history it was
+    given (as before ADR 0076), going on runs a sub-agent's approved call that acted again."""
+    from golem import agent_tool
+
+    def given_history(self: Any) -> tuple[None, bool, tuple[str, ...]]:
+        return None, True, ()
+
+    monkeypatch.setattr(agent_tool._Handing, "read", given_history)
+    n = NestedScenario(
+        own=[],
+        subs=[
+            SubAgentSpec(
+                [
+                    Resolution("s0", "approve", False, ""),
+                    Resolution("s1", "approve", False, "raise"),
+                ],
+                None,
+                0,
+            )
+        ],
+    )
+    with pytest.raises(AssertionError, match=r"'h0/s0': 2"):
+        asyncio.run(nested_exactly_once(n, False, False, []))

@@ -342,3 +342,49 @@ def test_a_failed_resumes_partial_is_a_paused_history_go_reads(go: Any) -> None:
         assert acted == ["c1", "c2"]
 
     asyncio.run(scenario())
+
+
+def test_a_nested_resumes_partial_crosses_to_go_and_back(go: Any) -> None:
+    """ADR 0076: the partial of a nested resume — a sub-agent answered, another's record
+    rewritten with the calls that ran answered — is a history Go reads field for field
+    (the records are tool results to Go, whose `AsTool` never pauses, reference §2.12: its
+    pending calls are the parent's own), and what Go writes back resumes here, running only
+    what did not run."""
+    import asyncio
+
+    from golem import RunError
+    from tests.test_resume_progress_nested import (
+        EVERY,
+        FINAL,
+        RESULTS,
+        World,
+        janitor,
+        parent_of,
+        pending_ids,
+    )
+
+    async def scenario() -> None:
+        world = World()
+        parent = parent_of(world, janitor(world, "j1"), janitor(world, "j2"))
+        paused = await parent.run("go")
+        world.fail.add("j2:s2")
+        with pytest.raises(RunError) as info:
+            await parent.run_with_deferred_results(paused.messages, RESULTS)
+        partial = info.value.partial
+        assert partial is not None
+        assert partial.pending is not None
+        (answer,) = go(dumps_history(partial.messages))
+        assert answer["ok"], answer.get("err")
+        assert without_args(answer["view"]) == golem_view(partial.messages)
+        view = answer["view"]
+        answered = {m["toolCallId"] for m in view if m["role"] == "tool"}
+        go_pending = [c["id"] for m in view for c in m["toolCalls"] if c["id"] not in answered]
+        assert go_pending == ["a1", "x1"]
+        back = loads_history(answer["out"])
+        assert pending_ids(back) == pending_ids(partial.messages) == ["a1", "p2/s2", "x1"]
+        world.fail.clear()
+        done = await parent.run_with_deferred_results(back, RESULTS)
+        assert done.output == FINAL
+        assert world.acted == EVERY
+
+    asyncio.run(scenario())

@@ -34,7 +34,8 @@ from golem import (
     ToolCall,
     ToolError,
 )
-from golem.messages import Message
+from golem.agent_tool import PAUSED_MARKER
+from golem.messages import Message, loads_history
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, call_approved
@@ -96,6 +97,15 @@ def external(ctx: RunContext[Any], args: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- failures on resume
 
 
+def sub_agent_histories(history: list[Message]) -> list[list[Message]]:
+    """The sub-agent histories the paused records of `history` hold."""
+    return [
+        loads_history(json.loads(m.content.split("\n", 1)[1])["history"])
+        for m in history
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
+    ]
+
+
 @pytest.mark.parametrize("how", ["model-error", "cancel-in-rerun", "cancel-later"])
 async def test_a_sub_agent_failing_in_the_parents_resume_fails_the_parent_not_as_itself(
     how: str,
@@ -127,9 +137,22 @@ async def test_a_sub_agent_failing_in_the_parents_resume_fails_the_parent_not_as
             paused.messages, DeferredResults(approvals={"p1/s1": True})
         )
     err = info.value
-    # never the sub-run's partial (its conversation is not the parent's): like an approved
-    # re-run that fails, the parent's paused history stays as it was
-    assert err.partial is None
+    # never the sub-run's partial (its conversation is not the parent's). ADR 0076 (this
+    # pinned `partial is None` before): the parent's paused history with the sub-agent's
+    # record rewritten from its progress — s1 answered once it ran, still pending when not
+    partial = err.partial
+    assert partial is not None
+    assert partial.is_paused
+    assert partial.messages[: len(paused.messages) - 1] == paused.messages[:-1]
+    (record,) = [m for m in partial.messages if m.role == "tool"]
+    assert (record.tool_call_id, record.content.split(" ")[0]) == ("p1", "[golem:")
+    (inner,) = sub_agent_histories(partial.messages)
+    ran = [m.tool_call_id for m in inner if m.role == "tool"]
+    assert ran == ([] if how == "cancel-in-rerun" else ["s1"])
+    assert [p.call_id for p in partial.pending.calls] == (  # type: ignore[union-attr]
+        ["p1/s1"] if how == "cancel-in-rerun" else []
+    )
+    assert log.effects == ([] if how == "cancel-in-rerun" else [("janitor", "a")])
     if how == "model-error":
         assert err.stage is Stage.TOOL
         cause = err.__cause__

@@ -10,6 +10,7 @@ resume the parent, which resumes the sub-agent.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -37,6 +38,8 @@ class Nested:
             """Delete a file."""
             if not call_approved():
                 raise Deferred(DeferKind.APPROVAL, f"delete {path}?")
+            if path == "boom":
+                raise RuntimeError("disk on fire")
             self.deleted.append(path)
             return f"deleted {path}"
 
@@ -76,6 +79,41 @@ async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker
     assert done.outcome is not None, done
     assert (done.status, done.outcome.error) == (RunStatus.COMPLETED, "")
     assert done.outcome.output == "All tidy."
+    assert resuming.deleted == ["a.log"]
+
+
+async def test_a_failed_nested_resume_records_which_sub_agent_calls_ran(
+    store: Store,  # noqa: F811
+) -> None:
+    """ADR 0076: the failed run's stored conversation is the nested resume's partial — the
+    sub-agent's record holds the approved call that ran answered and the failing one still
+    pending — and nothing resumes it again (a failed run is terminal)."""
+    both = Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall("j1", "delete", '{"path": "a.log"}'),
+            ToolCall("j2", "delete", '{"path": "boom"}'),
+        ],
+    )
+    pausing = Nested(sub_script=(both,), parent_script=(DELEGATE,))
+    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
+    for call in ("call-1/j1", "call-1/j2"):
+        await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+    resuming = Nested(sub_script=("never",), parent_script=("never",))
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30)
+    assert await worker.run_once() is True
+    assert await worker.run_once() is False
+    failed = await store.get_run(run.id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "disk on fire" in failed.outcome.error
+    history = loads_history(failed.conversation)
+    assert list(sub_agent_calls(history)) == ["call-1/j2"]
+    (record,) = [m for m in history if m.role == "tool"]
+    inner = loads_history(json.loads(record.content.split("\n", 1)[1])["history"])
+    assert [(m.tool_call_id, m.content) for m in inner if m.role == "tool"] == [
+        ("j1", "deleted a.log")
+    ]
     assert resuming.deleted == ["a.log"]
 
 

@@ -41,6 +41,7 @@ from golem.agent_tool import (
     Spent,
     agent_tool,
     copy_result,
+    drop_finished,
     has_agent_tools,
     partial_of,
     paused_records,
@@ -753,9 +754,12 @@ class Agent(Generic[DepsT, OutputT]):
         (default: whether `conversation_id` was passed); with a seal key, an unbound one
         needs `expected` (`ConversationRequired`)."""
         supplied = _resume_history(history)
+        resolutions = deferred.as_results(results)
+        if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
+            resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
         return deferred.check_resume(
             supplied,
-            deferred.as_results(results),
+            resolutions,
             policy.tools,
             conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
             keys=policy.seal_keys,
@@ -805,7 +809,6 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         spent: Spent | None = None,
         progress: ResumeProgress | None = None,
-        hand_back: bool = True,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -814,16 +817,14 @@ class Agent(Generic[DepsT, OutputT]):
             spent.seed(state)
         stream = sink is not None
         if self._plain(policy):
-            await self._resolve(plan, policy, state, before_approved, user, progress, hand_back)
+            await self._resolve(plan, policy, state, before_approved, user, progress)
             return await run_loop(policy, state, stream=stream)
         return await self._run_traced(
             policy,
             state,
             stream=stream,
             trace_context=trace_context,
-            before=lambda: self._resolve(
-                plan, policy, state, before_approved, user, progress, hand_back
-            ),
+            before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
             operation="resume",
         )
 
@@ -835,12 +836,9 @@ class Agent(Generic[DepsT, OutputT]):
         before_approved: BeforeApproved | None,
         user: Message | None,
         progress: ResumeProgress | None,
-        hand_back: bool,
     ) -> None:
         """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await deferred.resume(
-            plan, policy, state, before_approved, progress, hand_back=hand_back
-        )
+        merged = await deferred.resume(plan, policy, state, before_approved, progress)
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
@@ -859,6 +857,7 @@ class Agent(Generic[DepsT, OutputT]):
         sink: Callable[[Delta | RunEvent], None] | None,
         trace_context: str,
         expected: DeferredRequests | None = None,
+        progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
         policy = self._policy(tools)
@@ -869,12 +868,23 @@ class Agent(Generic[DepsT, OutputT]):
         def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
             return self._check_resume(merged, own, conversation_id, None, policy, bound)
 
-        async def apply_parent(plan: deferred.ResumePlan) -> tuple[list[Message], int]:
+        async def apply_parent(
+            plan: deferred.ResumePlan, own: ResumeProgress
+        ) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await deferred.resume(plan, policy, state, before_approved, hand_back=False)
+            merged = await deferred.resume(
+                plan,
+                policy,
+                state,
+                before_approved,
+                own,
+                hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
+            )
             return merged, state.tool_calls
 
-        async def resume_parent(plan: deferred.ResumePlan, spent: Spent) -> Result[OutputT]:
+        async def resume_parent(
+            plan: deferred.ResumePlan, spent: Spent, own: ResumeProgress
+        ) -> Result[OutputT]:
             return await self._resume(
                 plan,
                 policy,
@@ -886,7 +896,7 @@ class Agent(Generic[DepsT, OutputT]):
                 sink,
                 trace_context,
                 spent,
-                hand_back=False,  # the sub-agents' progress is not in it (ADR 0071)
+                progress=own,
             )
 
         async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
@@ -922,6 +932,7 @@ class Agent(Generic[DepsT, OutputT]):
             resume_parent=resume_parent,
             continue_parent=continue_parent,
             paused_parent=paused_parent,
+            price=policy.cost,
             observers=self._observers(on_event),
             sink=sink,
             trace_context=trace_context,
@@ -930,6 +941,7 @@ class Agent(Generic[DepsT, OutputT]):
             conversation_id=conversation_id,
             conversation_bound=bound,
             before_approved=before_approved,
+            progress=progress,
         )
 
     @overload
@@ -1018,7 +1030,9 @@ class Agent(Generic[DepsT, OutputT]):
         `expected`: a resolution for a call the history already answers is skipped.
 
         A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
-        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent.
+        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent. A failure
+        or cancellation there hands back this agent's history with each sub-agent's record
+        rewritten from what it ran (ADR 0076).
 
         Raises:
             ResumeError: before anything runs, when the history does not load (JSON) or
@@ -1054,6 +1068,7 @@ class Agent(Generic[DepsT, OutputT]):
                             None,
                             trace_context,
                             expected,
+                            progress,
                         )
                 policy = self._policy(tools)
                 plan = self._check_resume(history, results, conversation_id, expected, policy)
@@ -1224,6 +1239,7 @@ class Agent(Generic[DepsT, OutputT]):
                             sink,
                             trace_context,
                             expected,
+                            progress,
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(

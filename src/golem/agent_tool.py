@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pydantic_core
 
 from golem import deferred
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, ResumeProgress
 from golem.errors import (
+    HistoryError,
     ResumeError,
     RunError,
     Stage,
@@ -42,7 +43,7 @@ from golem.errors import (
     ToolError,
 )
 from golem.events import EventHandler, RunEvent, dispatch
-from golem.history import paused_batch_ids
+from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
 from golem.tool import (
@@ -417,6 +418,13 @@ class _Paused:
     """The sub-agent's share of the parent's `expected` (only for a record sealed for
     another conversation, which it alone binds)."""
 
+    @property
+    def continues(self) -> bool:
+        """Whether the record waits on nothing: a resume that failed or was cancelled
+        after the sub-agent's calls were all answered left it (ADR 0076); the sub-agent
+        goes on with `Agent.run` on its history."""
+        return not self.waiting and not paused_records(self.history)
+
 
 def paused_records(history: Sequence[Message]) -> bool:
     """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
@@ -430,10 +438,11 @@ async def resume(
     *,
     deps: Any,
     check_parent: Callable[[list[Message], DeferredResults], Any],
-    apply_parent: Callable[[Any], Awaitable[tuple[list[Message], int]]],
-    resume_parent: Callable[[Any, Spent], Awaitable[Result[Any]]],
+    apply_parent: Callable[[Any, ResumeProgress], Awaitable[tuple[list[Message], int]]],
+    resume_parent: Callable[[Any, Spent, ResumeProgress], Awaitable[Result[Any]]],
     continue_parent: Callable[[list[Message], Spent], Awaitable[Result[Any]]],
     paused_parent: Callable[[Result[Any]], Result[Any]] = lambda result: result,
+    price: Callable[[Usage], float] = lambda usage: 0.0,
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
@@ -442,6 +451,7 @@ async def resume(
     conversation_id: str = "",
     conversation_bound: bool = True,
     before_approved: deferred.BeforeApproved | None = None,
+    progress: ResumeProgress | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
 
@@ -459,13 +469,20 @@ async def resume(
     span (`trace_context`), as the parent's does.
 
     The parent's own pending calls go through the agent's callbacks: `check_parent`
-    validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan)`
-    resolves them without continuing (when a sub-agent pauses again),
-    `resume_parent(plan, spent)` resolves them and continues, and
+    validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan,
+    progress)` resolves them without continuing (when a sub-agent pauses again),
+    `resume_parent(plan, spent, progress)` resolves them and continues, and
     `continue_parent(history, spent)` continues a parent with none left; `spent` is what
     the resumed sub-agents spent, which the parent's run starts with (its usage limits
     cover it). `paused_parent(result)` finishes a parent still paused (its limits, its
-    cost).
+    cost); `price(usage)` is the cost a partial reports.
+
+    A resume that fails or is cancelled hands back what ran (ADR 0076): a `RunError`
+    raised while a sub-agent resumes, or while the parent's own calls resolve under a
+    sub-agent that paused again, carries as `partial` the paused history in which each
+    sub-agent that answered is answered, each one that ran part of its calls has its
+    record rewritten from its own progress, and the parent's calls that ran are answered;
+    `progress` follows the same history.
 
     Raises:
         ResumeError: before anything runs, when a namespaced ID names no pending call of
@@ -473,6 +490,8 @@ async def resume(
             cannot be read, its tool is not an agent tool of this agent, or the
             parent's own resolutions are invalid.
     """
+    if progress is not None:
+        progress._reset()
     if expected is not None:
         history = deferred.with_expected_args(history, expected)
     records, own, own_pending = check(
@@ -485,23 +504,37 @@ async def resume(
         conversation_bound=conversation_bound,
     )
 
+    handing = _Handing(history, records, results, run_id, conversation_id, price)
+    if progress is not None:
+        progress._follow(handing.read)
     merged = list(history)
-    usage_from: list[Result[Any]] = []
+    usage_from = handing.spent
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
     for call_id, rec in records.items():
+        forward = forwarder(observers, sink, call_id, rec.tool.name)
         try:
-            sub = await rec.tool.agent.run_with_deferred_results(
-                rec.history,
-                DeferredResults(approvals=rec.approvals, external=rec.external),
-                deps=rec.tool._deps(deps),
-                conversation_id=rec.conversation,
-                expected=rec.expected,
-                on_event=forwarder(observers, sink, call_id, rec.tool.name),
-                trace_context=trace_context,
-                before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
-            )
+            if rec.continues:
+                sub = await rec.tool.agent.run(
+                    deps=rec.tool._deps(deps),
+                    history=rec.history,
+                    conversation_id=rec.conversation,
+                    on_event=forward,
+                )
+            else:
+                sub = await rec.tool.agent.run_with_deferred_results(
+                    rec.history,
+                    DeferredResults(approvals=rec.approvals, external=rec.external),
+                    deps=rec.tool._deps(deps),
+                    conversation_id=rec.conversation,
+                    expected=rec.expected,
+                    on_event=forward,
+                    trace_context=trace_context,
+                    before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
+                    progress=handing.subs.setdefault(call_id, ResumeProgress()),
+                )
         except RunError as failed:
             wrapped = _sub_failed(call_id, rec.tool.name, failed)
+            wrapped.partial = handing.partial(failed.partial)
             raise wrapped from wrapped.__cause__
         usage_from.append(sub)
         if sub.pending is not None:
@@ -514,7 +547,7 @@ async def resume(
                 conversation_id or rec.message.conversation_id,
             )
         else:
-            merged[rec.index] = replace(
+            merged[rec.index] = handing.answers[call_id] = replace(
                 rec.message,
                 content=_output_text(sub.output),
                 run_id=run_id or rec.message.run_id,
@@ -523,14 +556,178 @@ async def resume(
     if repaused:
         tool_calls = 0
         if own_pending:
-            merged, tool_calls = await apply_parent(check_parent(merged, own))
+            handing.own = ResumeProgress()
+            try:
+                merged, tool_calls = await apply_parent(check_parent(merged, own), handing.own)
+            except RunError as failed:
+                failed.partial = handing.partial(None)
+                raise
         paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
         return paused_parent(_with_usage(paused, usage_from))
     merged = deferred.merge(merged, {})
     spent = Spent.of(usage_from)
     if own_pending:
-        return await resume_parent(check_parent(merged, own), spent)
+        handing.own, handing.base = ResumeProgress(), merged
+        return await resume_parent(check_parent(merged, own), spent, handing.own)
+    handing.continued = merged
     return await continue_parent(merged, spent)
+
+
+@dataclass(slots=True)
+class _Handing:
+    """What a nested resume has done so far, built into a history only when a failure or
+    a cancellation hands it back (ADR 0076)."""
+
+    history: list[Message]
+    records: Mapping[str, _Paused]
+    results: DeferredResults
+    run_id: str
+    conversation_id: str
+    price: Callable[[Usage], float]
+    spent: list[Result[Any]] = field(default_factory=list)
+    """The results of the sub-agents that answered or paused again."""
+    answers: dict[str, Message] = field(default_factory=dict)
+    """The answer written in place of each record whose sub-agent answered."""
+    subs: dict[str, ResumeProgress] = field(default_factory=dict)
+    """Each resumed sub-agent's own progress."""
+    own: ResumeProgress | None = None
+    """The progress of the parent's own pending calls, once they resolve."""
+    base: list[Message] | None = None
+    """The history the parent's own resume started from (every sub-agent answered)."""
+    continued: list[Message] | None = None
+    """The resolved history the parent went on from (no call of its own was pending)."""
+
+    def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
+        """(the history to go on from or None when nothing ran, whether it is still
+        paused, the namespaced IDs of the approved calls that ran)."""
+        answered = tuple(f"{cid}/{x}" for cid, p in self.subs.items() for x in p.answered)
+        if self.own is not None:
+            answered += self.own.answered
+        if self.continued is not None:
+            return list(self.continued), False, answered
+        if self.base is not None and self.own is not None:
+            got = self.own.messages
+            if got is None:
+                return list(self.base), True, answered
+            return got, self.own.paused, answered
+        out = list(self.history)
+        touched = False
+        for call_id, rec in self.records.items():
+            answer = self.answers.get(call_id)
+            if answer is not None:
+                out[rec.index] = answer
+                touched = True
+                continue
+            sub = self.subs.get(call_id)
+            sub_history = sub.messages if sub is not None else None
+            if sub_history is not None:
+                out[rec.index] = _progress_record(
+                    rec, sub_history, self.run_id, self.conversation_id
+                )
+                touched = True
+        if self.own is not None and self.own.answered:
+            out = self.own._answer(out)
+            touched = True
+        return (out if touched else None), True, answered
+
+    def partial(self, failed: PartialResult | None) -> PartialResult:
+        """The partial of a nested resume that failed while a sub-agent resumed (its own
+        partial `failed`, for what it spent) or while the parent's own calls resolved."""
+        from golem.result import PartialResult
+
+        messages = self.read()[0]
+        if messages is None:
+            messages = list(self.history)
+        spent = Spent.of(self.spent)
+        usage, requests, tool_calls = spent
+        if failed is not None:
+            usage = usage + failed.usage
+            requests += failed.requests
+            tool_calls += failed.tool_calls
+        return PartialResult(
+            messages=messages,
+            usage=usage,
+            requests=requests,
+            tool_calls=tool_calls,
+            cost=self.price(usage),
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            pending=_pending_of(messages, self.results),
+        )
+
+
+def _progress_record(
+    rec: _Paused, sub_history: list[Message], run_id: str, conversation_id: str
+) -> Message:
+    """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
+    name = rec.tool.name
+    waiting = _waiting_calls(sub_history)
+    if waiting:
+        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
+        line = f'sub-agent "{name}" is paused, waiting for {calls}'
+    else:
+        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
+    state = json.dumps(
+        {"agent": name, "history": _record_text(sub_history)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return replace(
+        rec.message,
+        content=f"{PAUSED_MARKER} {line}\n{state}",
+        run_id=run_id or rec.message.run_id,
+        conversation_id=conversation_id or rec.message.conversation_id,
+    )
+
+
+def _record_text(history: list[Message]) -> str:
+    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
+    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
+    text that is not UTF-8, so that what ran is handed back rather than lost."""
+    try:
+        return dumps_history(history)
+    except HistoryError:
+        return dumps_history(
+            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
+        )
+
+
+def _unpaired(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
+    """The calls a paused `history` waits on — its own pending calls and, where each
+    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
+    history order, grouped by the kind `results` gives them (reasons are empty: a history
+    keeps none)."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    records = {
+        m.tool_call_id: m
+        for m in history
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
+    }
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+
+    def add(call_id: str, tool_name: str, call: ToolCall) -> None:
+        approval = call_id in results.approvals
+        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
+        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
+        (approvals if approval else external).append(pending)
+
+    for m in history:
+        if m.role != "assistant":
+            continue
+        for c in m.tool_calls:
+            record = records.get(c.id)
+            if record is not None:
+                for key, sub in sub_agent_calls([record]).items():
+                    add(key, sub.tool_name, sub.call)
+            elif c.id not in answered:
+                add(c.id, c.name, c)
+    return DeferredRequests(approvals=approvals, external=external)
 
 
 class Spent(NamedTuple):
@@ -588,6 +785,7 @@ def check(
         ResumeError: the first problem found.
         TypeError: `expected` is not a `DeferredRequests`.
     """
+    results, expected = drop_finished(history, results, expected, tools)
     if expected is not None:
         history = deferred.with_expected_args(history, expected)
         _check_expected(history, results, expected)
@@ -610,16 +808,28 @@ def check(
                     f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
                     "has no resolution"
                 )
-        for sub_id in [*rec.approvals, *rec.external]:
-            if sub_id not in rec.waiting:
-                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
+        for share in (rec.approvals, rec.external):
+            for sub_id in list(share):
+                if sub_id in rec.waiting:
+                    continue
+                if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
+                    raise ResumeError(
+                        f'golem: resolution for unknown tool call "{call_id}/{sub_id}"'
+                    )
+                if rec.continues:  # nothing of it resumes: a no-op (ADR 0076)
+                    del share[sub_id]
     if own_ids:
         check_parent(history, own)
-    elif own.approvals or own.external:
-        unknown = next(iter([*own.approvals, *own.external]))
-        raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
+    else:
+        done = deferred._answered_calls(history)
+        unknown = next((k for k in [*own.approvals, *own.external] if k not in done), None)
+        if unknown is not None:
+            raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
     for call_id, rec in records.items():
         rec.conversation = sub_conversation(conversation_id, call_id)
+        if rec.continues:  # no pending call to verify: its history is checked, then run
+            _check_continuing(call_id, rec)
+            continue
         named = _named_conversation(rec.history)
         if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
             rec.expected = _expected_share(expected, call_id, rec)
@@ -637,6 +847,120 @@ def check(
         if keyed is not None:
             raise deferred.conversation_required(*keyed)
     return records, own, bool(own_ids)
+
+
+def _check_continuing(call_id: str, rec: _Paused) -> None:
+    """A record that waits on nothing is one a failed or cancelled resume wrote (ADR 0076):
+    a valid history ending with its last batch, every call of it answered.
+
+    Raises:
+        ResumeError: anything else (an empty or edited record), which no resume continues.
+    """
+    history = rec.history
+    try:
+        validate_history(history)
+    except ValueError as exc:
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" is unreadable: {exc}'
+        ) from exc
+    last = len(history) - 1
+    while last >= 0 and history[last].role == "tool":
+        last -= 1
+    answered = {m.tool_call_id for m in history[last + 1 :]}
+    if (
+        last < 0
+        or not history[last].tool_calls
+        or not answered.issuperset(c.id for c in history[last].tool_calls)
+    ):
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) '
+            "waits on no call and does not end with its answered batch: it is not a record "
+            "golem writes, and no resume continues it"
+        )
+
+
+def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
+    """Whether `key` names a call `history` answers, or one under an answered call of an
+    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
+    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    return any(
+        c.id in answered
+        and (
+            key == c.id
+            or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
+        )
+        for m in history
+        for c in m.tool_calls
+    )
+
+
+def drop_finished(
+    history: Sequence[Message],
+    results: DeferredResults,
+    expected: DeferredRequests | None,
+    tools: Mapping[str, Tool],
+) -> tuple[DeferredResults, DeferredRequests | None]:
+    """`results` and `expected` without the namespaced calls of sub-agents that answered:
+    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
+    (not a paused record) answers — left by a nested resume that failed or was cancelled
+    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
+    (ADR 0071), it is skipped; nothing of it runs."""
+    keys = [*results.approvals, *results.external]
+    if expected is not None:
+        keys.extend(p.call_id for p in expected.calls)
+    if not any("/" in k for k in keys):
+        return results, expected
+    names = {c.id: c.name for m in history for c in m.tool_calls}
+    finished = [
+        m.tool_call_id + "/"
+        for m in history
+        if m.role == "tool"
+        and m.tool_call_id
+        and not m.content.startswith(PAUSED_MARKER)
+        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
+    ]
+    if not finished:
+        return results, expected
+
+    def gone(key: str) -> bool:
+        return key not in names and any(key.startswith(f) for f in finished)
+
+    if not any(gone(k) for k in keys):
+        return results, expected
+    kept = DeferredResults(
+        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
+        external={k: v for k, v in results.external.items() if not gone(k)},
+    )
+    if expected is not None:
+        expected = DeferredRequests(
+            approvals=[p for p in expected.approvals if not gone(p.call_id)],
+            external=[p for p in expected.external if not gone(p.call_id)],
+        )
+    return kept, expected
+
+
+def _answered_nested(history: Sequence[Message], key: str) -> bool:
+    """Whether `key` names a call of the paused batch that `history` answers, or (namespaced)
+    one under such a call: a sub-agent that answered, or a call a paused sub-agent's record
+    answers, at any depth."""
+    done = deferred._answered_calls(history) & paused_batch_ids(history)
+    if key in done:
+        return True
+    for m in history:
+        if m.role != "tool" or not key.startswith(m.tool_call_id + "/"):
+            continue
+        if not m.content.startswith(PAUSED_MARKER):
+            if m.tool_call_id in done:  # the sub-agent answered: everything under it ran
+                return True
+            continue
+        try:
+            inner = loads_history(json.loads(m.content.split("\n", 1)[1])["history"])
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
+            continue
+        if _answered_nested(inner, key[len(m.tool_call_id) + 1 :]):
+            return True
+    return False
 
 
 def _named_conversation(history: Sequence[Message]) -> str:
@@ -734,10 +1058,11 @@ def _check_expected(
                 "the expected pending call (a call or sub-agent record sealed in another "
                 "conversation?)"
             )
-    if wanted:
-        raise ResumeError(
-            f'golem: expected pending call "{next(iter(wanted))}" is not pending in the history'
-        )
+    for call_id in wanted:  # answered by a resume that failed or was cancelled: progress
+        if not _answered_nested(history, call_id):
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
     for p in expected.approvals:
         if p.call_id in results.external:
             raise ResumeError(
@@ -768,7 +1093,8 @@ def _namespaced_guard(
 def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
     """The parent's failure when a sub-agent it resumes fails: like an approved re-run's —
     stage `canceled` with the sentinel when the sub-agent was canceled, else stage `tool`
-    naming the parent's call; no partial (the sub-run's is not the parent's evidence)."""
+    naming the parent's call (the caller sets the parent's partial: the sub-run's is not
+    the parent's evidence)."""
     canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
     if canceled is not None:
         return RunError(Stage.CANCELED, canceled)

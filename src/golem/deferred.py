@@ -574,6 +574,9 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
 BeforeApproved = Callable[[ToolCall], Awaitable[None]]
 """Awaited right before each approved re-execution with the call about to run."""
 
+ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]]
+"""A nested resume's progress, built when read: (messages, paused, answered)."""
+
 
 class ResumeProgress:
     """What a resume has done so far, readable after it failed or was cancelled.
@@ -581,11 +584,12 @@ class ResumeProgress:
     Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
     forms). When the resume ends with the caller's `CancelledError`, an exception raised
     by `before_approved`, or a `RunError`, `messages` is the history to go on from, so
-    that no approved call that already ran runs again (ADR 0071). A progress object
-    reused for another resume starts over.
+    that no approved call that already ran runs again (ADR 0071). For a history with
+    paused sub-agents, that history has each sub-agent's record rewritten from what it
+    ran, at any depth (ADR 0076). A progress object reused for another resume starts over.
     """
 
-    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions")
+    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions", "_source")
 
     def __init__(self) -> None:
         self._calls = 0
@@ -594,9 +598,11 @@ class ResumeProgress:
         self._edited: Mapping[str, ToolCall] = {}
         self._ran: list[str] = []
         self._merged: list[Message] | None = None
+        self._source: ProgressSource | None = None
 
     def __repr__(self) -> str:
-        state = "not started" if self._history is None else f"answered={self.answered!r}"
+        started = self._history is not None or self._source is not None
+        state = f"answered={self.answered!r}" if started else "not started"
         return f"ResumeProgress({state}, paused={self.paused})"
 
     @property
@@ -610,6 +616,8 @@ class ResumeProgress:
         and run), it is the resolved history without the resume's prompt: go on with
         `Agent.run(prompt, history=messages)`.
         """
+        if self._source is not None:
+            return self._source()[0]
         if self._merged is not None:
             return list(self._merged)
         if self._history is None or not self._ran:
@@ -618,7 +626,10 @@ class ResumeProgress:
 
     @property
     def answered(self) -> tuple[str, ...]:
-        """The IDs of the approved calls that ran, in the order they ran."""
+        """The IDs of the approved calls that ran, in the order they ran (a paused
+        sub-agent's namespaced, `<call id>/<sub call id>`)."""
+        if self._source is not None:
+            return self._source()[2]
         return tuple(self._ran)
 
     @property
@@ -626,7 +637,24 @@ class ResumeProgress:
         """Whether `messages` still has pending calls (go on with a resume), rather than
         none (every resolution merged, or every pending call approved and run: go on with
         `Agent.run`)."""
+        if self._source is not None:
+            return self._source()[1]
         return self._merged is None and (self._history is None or len(self._ran) < self._calls)
+
+    def _reset(self) -> None:
+        self._history, self._resolutions, self._edited, self._ran = None, {}, {}, []
+        self._calls, self._merged, self._source = 0, None, None
+
+    def _follow(self, source: ProgressSource) -> None:
+        """Read `messages`, `paused` and `answered` from `source` (a nested resume's)."""
+        self._reset()
+        self._source = source
+
+    def _answer(self, history: list[Message]) -> list[Message]:
+        """`history` with the approved calls this progress saw run answered."""
+        if not self._ran:
+            return history
+        return _answered_history(history, self._resolutions, self._edited, self._ran)
 
     def _start(
         self,
@@ -643,6 +671,7 @@ class ResumeProgress:
         )
         self._calls = len(plan.steps)
         self._merged = None
+        self._source = None
 
 
 def _answered_history(
