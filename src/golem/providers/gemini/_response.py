@@ -86,12 +86,17 @@ _FILTERED = frozenset(
         "IMAGE_SAFETY",
         "IMAGE_PROHIBITED_CONTENT",
         "IMAGE_RECITATION",
+        "LANGUAGE",
     )
 )
 
 _CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
 """Finish reasons that say the model's answer (its function call) could not be read: the
 answer is lost, and sampling again usually succeeds."""
+_NOT_ANSWERS = frozenset(("STOP", "MAX_TOKENS", *_FILTERED, *_CALL_FAILED))
+"""Finish reasons that say why an answer ended; any other (`OTHER`, `IMAGE_OTHER`,
+`NO_IMAGE`, `FINISH_REASON_UNSPECIFIED`, a newer API's) on an answer that holds nothing
+says only that there is no answer."""
 _REQUEST_FAILED = frozenset(("MISSING_THOUGHT_SIGNATURE",))
 """Finish reasons that blame the request: sending it again fails the same way."""
 
@@ -186,6 +191,11 @@ class ResponseBuilder:
     def has_candidate(self) -> bool:
         """Whether any object folded in carried a candidate."""
         return self._candidate
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing of an answer came: no text, call, media or server-side part."""
+        return not (self._text or self._calls or self._parts or self._server)
 
     @property
     def complete(self) -> bool:
@@ -359,21 +369,27 @@ class ResponseBuilder:
         Raises:
             ResponseFormatError: the model's function call could not be read
                 (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `TOO_MANY_TOOL_CALLS`)
-                and no call came through; retryable.
+                and no call came through, or the answer holds nothing and its finish reason
+                gives no cause (`OTHER`, `NO_IMAGE`, ...); retryable, with the usage.
             BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
         """
-        if not self._calls and self._finish in _CALL_FAILED | _REQUEST_FAILED:
+        if not self._calls and (
+            self._finish in _CALL_FAILED | _REQUEST_FAILED
+            or (self._finish and self._finish not in _NOT_ANSWERS and self.empty)
+        ):
             detail = f": {self._finish_message}" if self._finish_message else ""
             if self._finish in _REQUEST_FAILED:
                 raise BadRequest(
                     f"gemini rejected the conversation ({self._finish}){detail}",
                     provider=PROVIDER,
                 )
-            raise ResponseFormatError(
+            error = ResponseFormatError(
                 f"gemini could not produce a readable answer ({self._finish}){detail}",
                 provider=PROVIDER,
                 retryable=True,
             )
+            error.usage = self.usage()
+            raise error
         content = "".join(self._text)
         server = list(self._server)
         citations: list[Citation] = []
@@ -522,8 +538,9 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
 
     Raises:
         ProviderError: the body is an `{"error": ...}` object (classified by its code).
-        ResponseFormatError: the body has no candidate and no blocked prompt, or the
-            model's function call could not be read (see `ResponseBuilder.response`).
+        ResponseFormatError: the body has no candidate and no blocked prompt, its candidate
+            holds nothing and no finish reason (retryable), or the model's function call
+            could not be read (see `ResponseBuilder.response`).
         BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
     """
     if isinstance(body.get("error"), Mapping):
@@ -534,4 +551,13 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
         raise ResponseFormatError(
             f"gemini response has no candidate: {json_text(dict(body))[:200]}", provider=PROVIDER
         )
+    if not builder.complete and builder.empty:
+        error = ResponseFormatError(
+            f"gemini answered with an empty candidate and no finish reason: "
+            f"{json_text(dict(body))[:200]}",
+            provider=PROVIDER,
+            retryable=True,
+        )
+        error.usage = builder.usage()
+        raise error
     return builder.response()
