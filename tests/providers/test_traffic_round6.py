@@ -20,7 +20,7 @@ from golem import Agent
 from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.model import ModelResponse
 from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
-from tests.providers._unseen import MODELS, REQUEST, Chunks, final, send
+from tests.providers._unseen import MODELS, REQUEST, Chunks, accumulated, final, send
 
 NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
 
@@ -276,3 +276,279 @@ async def test_a_run_retries_a_gemini_stop_without_cause_and_counts_its_usage() 
         result = await agent.run("hi")
     assert result.output == "hello"
     assert result.usage.input_tokens == 22
+
+
+# ------------------------------------------------------------------ Chat: legacy calls, choices
+
+
+def _sse(events: list[Any], named: bool = False) -> str:
+    out = []
+    for e in events:
+        data = e if isinstance(e, str) else json.dumps(e)
+        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
+        out.append(f"{name}data: {data}\n\n")
+    return "".join(out)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+    }
+
+
+async def test_a_streamed_legacy_function_call_is_a_call() -> None:
+    """Before: a server speaking the legacy `functions` API streams `delta.function_call`
+    (name, then argument pieces) and `finish_reason: function_call`; the stream read none of
+    it and ended with an empty answer whose finish reason said `tool_call` (the unstreamed
+    answer's `message.function_call` was read)."""
+    fn = {"name": "get_weather", "arguments": ""}
+    stream = _sse(
+        [
+            _chunk({"role": "assistant", "content": None, "function_call": fn}),
+            _chunk({"function_call": {"arguments": '{"city":'}}),
+            _chunk({"function_call": {"arguments": ' "Paris"}'}}),
+            _chunk({}, "function_call"),
+            "[DONE]",
+        ]
+    )
+    items = await send("openai-chat", stream, stream=True)
+    response = final(items)
+    [call] = response.message.tool_calls
+    assert (call.name, call.args) == ("get_weather", '{"city": "Paris"}')
+    assert call.id
+    assert response.finish_reason == "tool_call"
+    assert [(c.id, c.name, c.args) for c in accumulated(items)] == [(call.id, call.name, call.args)]
+    body = {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "function_call": fn | {"arguments": '{"city": "Paris"}'},
+                },
+                "finish_reason": "function_call",
+            }
+        ],
+    }
+    plain = final(await send("openai-chat", json.dumps(body), stream=False))
+    assert [(c.name, c.args) for c in plain.message.tool_calls] == [(call.name, call.args)]
+
+
+async def test_the_chat_answer_is_the_choice_of_index_0_whatever_the_order() -> None:
+    """Before: a body with several choices (a server that ignores the absent `n`, or was
+    sent one through `extra_body`) was read from its first entry, whatever its `index`; the
+    stream read index 0."""
+    choices = [
+        {
+            "index": 1,
+            "message": {"role": "assistant", "content": "second"},
+            "finish_reason": "stop",
+        },
+        {"index": 0, "message": {"role": "assistant", "content": "first"}, "finish_reason": "stop"},
+    ]
+    body = {"id": "c", "object": "chat.completion", "model": "m", "choices": choices}
+    assert final(await send("openai-chat", json.dumps(body), stream=False)).message.content == (
+        "first"
+    )
+    stream = _sse(
+        [
+            _chunk({"role": "assistant", "content": "sec"}, index=1),
+            _chunk({"role": "assistant", "content": "fir"}),
+            _chunk({"content": "ond"}, index=1),
+            _chunk({"content": "st"}),
+            _chunk({}, "stop", index=1),
+            _chunk({}, "stop"),
+            "[DONE]",
+        ]
+    )
+    assert final(await send("openai-chat", stream, stream=True)).message.content == "first"
+
+
+# ------------------------------------------------------------------ Gemini: several candidates
+
+
+def _candidate(text: str, index: int | None, finish: str | None = "STOP") -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": text}]}}
+    if index is not None:
+        candidate["index"] = index
+    if finish:
+        candidate["finishReason"] = finish
+    return candidate
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_gemini_answer_is_the_candidate_of_index_0(stream: bool) -> None:
+    """Before: the first entry of `candidates` was read whatever its `index`: with
+    `candidateCount` > 1 a stream event carrying only candidate 1 mixed its text into the
+    answer, and a body listing candidate 1 first answered with it."""
+    if stream:
+        events = [
+            {"candidates": [_candidate("Sec", 1, None)]},
+            {"candidates": [_candidate("Fir", None, None)]},
+            {"candidates": [_candidate("ond", 1), _candidate("st", 0)]},
+        ]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    else:
+        body = json.dumps({"candidates": [_candidate("Second", 1), _candidate("First", None)]})
+    items = await send("gemini", body, stream=stream)
+    assert final(items).message.content == "First"
+    if stream:
+        assert "".join(i.content for i in items if not isinstance(i, ModelResponse)) == "First"
+
+
+# ------------------------------------------------------------------ Responses: items only when done
+
+
+_R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
+_USAGE_R = {"input_tokens": 5, "output_tokens": 3}
+
+
+def _message(*texts: str, refusal: bool = False) -> dict[str, Any]:
+    kind, key = ("refusal", "refusal") if refusal else ("output_text", "text")
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": kind, key: t, **({} if refusal else {"annotations": []})} for t in texts
+        ],
+    }
+
+
+async def _responses(events: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
+    items = await send("openai-responses", _sse(events, named=True), stream=True)
+    return items, final(items)
+
+
+def _streamed_text(items: list[Any]) -> str:
+    return "".join(i.content for i in items if not isinstance(i, ModelResponse))
+
+
+@pytest.mark.parametrize("refusal", [False, True])
+@pytest.mark.parametrize("terminal_output", [True, False])
+async def test_responses_text_sent_only_when_done_streams_as_one_delta(
+    refusal: bool, terminal_output: bool
+) -> None:
+    """Before: text (or a refusal) that a server sent only in `response.output_text.done` /
+    `response.refusal.done` / `response.output_item.done`, with no delta, was in the final
+    response but never streamed: a streaming UI showed nothing of the answer."""
+    message = _message("Hello ", "there", refusal=refusal)
+    done = "response.refusal.done" if refusal else "response.output_text.done"
+    key = "refusal" if refusal else "text"
+    events = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "content": [], "status": "in_progress"},
+        },
+        {"type": done, "output_index": 0, "content_index": 0, key: "Hello "},
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {
+            "type": "response.completed",
+            "response": {
+                **_R,
+                "status": "completed",
+                "usage": _USAGE_R,
+                **({"output": [message]} if terminal_output else {}),
+            },
+        },
+    ]
+    items, response = await _responses(events)
+    assert response.message.content == "Hello there"
+    assert _streamed_text(items) == "Hello there"  # the first part once, the second when done
+    assert response.finish_reason == ("content_filter" if refusal else "stop")
+
+
+async def test_a_responses_call_sent_only_when_done_streams_its_id_name_and_arguments() -> None:
+    """Before: a `function_call` item that came only in `response.output_item.done` (no
+    `output_item.added`) streamed nothing; the final response had the call."""
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "f",
+        "arguments": '{"x": 1}',
+        "status": "completed",
+    }
+    events = [
+        {"type": "response.output_item.done", "output_index": 0, "item": call},
+        {
+            "type": "response.completed",
+            "response": {**_R, "status": "completed", "output": [call], "usage": _USAGE_R},
+        },
+    ]
+    items, response = await _responses(events)
+    assert (
+        [(c.id, c.name, c.args) for c in accumulated(items)]
+        == [(c.id, c.name, c.args) for c in response.message.tool_calls]
+        == [("call_1", "f", '{"x": 1}')]
+    )
+
+
+async def test_a_responses_summary_sent_only_when_done_streams_as_thinking() -> None:
+    """Before: a reasoning summary that came only with its done item streamed no thinking."""
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "encrypted_content": "ENC",
+        "summary": [
+            {"type": "summary_text", "text": "Think A"},
+            {"type": "summary_text", "text": "Think B"},
+        ],
+    }
+    events = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "reasoning", "id": "rs_1", "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_text.done",
+            "output_index": 0,
+            "summary_index": 0,
+            "text": "Think A",
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {
+            "type": "response.completed",
+            "response": {**_R, "status": "completed", "output": [reasoning], "usage": _USAGE_R},
+        },
+    ]
+    items, response = await _responses(events)
+    streamed = "".join(
+        t.text for i in items if not isinstance(i, ModelResponse) for t in i.thinking
+    )
+    assert streamed == response.message.thinking[0].text == "Think A\n\nThink B"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_answer(
+    stream: bool,
+) -> None:
+    """Before: an answer `incomplete` for a reason golem does not know, with no output, was
+    an empty answer (`finish_reason == "other"`)."""
+    response = {
+        **_R,
+        "status": "incomplete",
+        "incomplete_details": {"reason": "brand_new"},
+        "output": [],
+        "usage": _USAGE_R,
+    }
+    body = (
+        _sse([{"type": "response.incomplete", "response": response}], named=True)
+        if stream
+        else json.dumps(response)
+    )
+    with pytest.raises(ResponseFormatError, match="brand_new") as caught:
+        await send("openai-responses", body, stream=stream)
+    assert caught.value.retryable
+    assert caught.value.usage is not None
+    assert caught.value.usage.output_tokens == 3

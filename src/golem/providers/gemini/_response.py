@@ -220,8 +220,12 @@ class ResponseBuilder:
                 self._blocked = True
             return []
         candidate = candidates[0]
-        if not isinstance(candidate, dict):
-            return []
+        if not isinstance(candidate, dict) or candidate.get("index", 0) != 0:
+            # several candidates (`candidateCount`), in any order, a stream event carrying
+            # some of them: only the first (index 0, left out as proto3 JSON leaves zeros)
+            candidate = _first_candidate(candidates)
+            if candidate is None:
+                return []
         self._candidate = True
         deltas: list[Delta] = []
         content = candidate.get("content")
@@ -429,6 +433,17 @@ class ResponseBuilder:
             ),
             model_name=self._model_name,
         )
+
+
+def _first_candidate(candidates: list[Any]) -> dict[str, Any] | None:
+    """The candidate of index 0 among `candidates` (an index that is no integer counts as
+    0), None when they hold no such object."""
+    for candidate in candidates:
+        if isinstance(candidate, dict):
+            index = candidate.get("index", 0)
+            if index == 0 or not isinstance(index, int):
+                return candidate
+    return None
 
 
 def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:

@@ -25,6 +25,7 @@ from golem.providers.openai._responses_wire import (
     function_arguments,
     function_call_id,
     parse_responses_response,
+    reasoning_block,
 )
 
 __all__ = ["ResponsesStreamParser", "parse_responses_stream"]
@@ -45,8 +46,11 @@ class ResponsesStreamParser:
         "_reasoning",
         "_response_id",
         "_separated",
+        "_spoken",
         "_streamed",
         "_texted",
+        "_thought",
+        "_told",
     )
 
     def __init__(self) -> None:
@@ -69,6 +73,13 @@ class ResponsesStreamParser:
         self._response_id = ""
         self._texted = False
         self._separated = False
+        self._spoken: set[Any] = set()
+        """`output_index`es of the message items whose text streamed in deltas."""
+        self._told: set[tuple[Any, Any]] = set()
+        """`(output_index, content_index)` of text parts that came whole in a `.done` event
+        (a server that does not stream them), already yielded as one delta."""
+        self._thought: set[int] = set()
+        """Thinking blocks whose text streamed in deltas."""
 
     @property
     def done(self) -> bool:
@@ -97,11 +108,8 @@ class ResponsesStreamParser:
             text = event.get("delta")
             if not isinstance(text, str) or not text:
                 return None
-            if self._separated and self._texted:
-                text = "\n\n" + text
-            self._separated = False
-            self._texted = True
-            return Delta(content=text)
+            self._spoken.add(event.get("output_index"))
+            return self._text(text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
             n = self._calls.get(_index(event))
@@ -121,15 +129,17 @@ class ResponsesStreamParser:
             if last is not None and part != last:
                 text = "\n\n" + text  # the final block joins summary parts by a blank line
             self._parts[n] = part
+            self._thought.add(n)
             return Delta(thinking=[ThinkingDelta(n, text=text)])
+        if kind == "response.output_text.done" or kind == "response.refusal.done":
+            return self._whole_text(event)
         if kind == "response.output_item.added":
             return self._added(event)
         if kind == "response.output_item.done":
             item = event.get("item")
             delta = None
-            if isinstance(item, Mapping) and item.get("type") == "function_call":
-                delta = self._whole_args(self._calls.get(_index(event)), item.get("arguments"))
             if isinstance(item, Mapping):
+                delta = self._item_done(event, item)
                 index = _index(event)
                 if index < 0:  # no output_index: the items come in order
                     index = max(self._done, default=-1) + 1
@@ -183,6 +193,66 @@ class ResponsesStreamParser:
             self._reasoning[index] = len(self._reasoning)
         elif kind != "message":
             self._separated = True
+        return None
+
+    def _text(self, text: str) -> Delta:
+        """The delta of a piece of the answer's text (a blank line first when a built-in
+        tool's item separates it from earlier text, as the final message joins them)."""
+        if self._separated and self._texted:
+            text = "\n\n" + text
+        self._separated = False
+        self._texted = True
+        return Delta(content=text)
+
+    def _whole_text(self, event: Mapping[str, Any]) -> Delta | None:
+        """A text (or refusal) part that came whole in its `.done` event, as one delta, when
+        none of its message's text streamed."""
+        index = event.get("output_index")
+        key = (index, event.get("content_index", 0))
+        if index in self._spoken or None in self._spoken or key in self._told:
+            return None
+        text = event.get("text", event.get("refusal"))
+        if not isinstance(text, str) or not text:
+            return None
+        self._told.add(key)
+        return self._text(text)
+
+    def _item_done(self, event: Mapping[str, Any], item: Mapping[str, Any]) -> Delta | None:
+        """What a done item carries that no delta streamed: a message's text, a reasoning
+        item's summary, a function call's ID, name and arguments (a server that sends
+        items only when done)."""
+        index = _index(event)
+        kind = item.get("type")
+        if kind == "function_call":
+            if index not in self._calls:
+                return self._added(event)
+            return self._whole_args(self._calls.get(index), item.get("arguments"))
+        if kind == "message":
+            if event.get("output_index") in self._spoken or None in self._spoken:
+                return None
+            pieces = []
+            content = item.get("content")
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                if not isinstance(part, Mapping) or (event.get("output_index"), j) in self._told:
+                    continue
+                piece = part.get("text") or part.get("refusal")
+                if isinstance(piece, str) and piece:
+                    self._told.add((event.get("output_index"), j))
+                    pieces.append(piece)
+            return self._text("".join(pieces)) if pieces else None
+        if kind == "reasoning":
+            n = self._reasoning.get(index)
+            if n is None:
+                if index in self._calls:
+                    return None
+                n = self._reasoning[index] = len(self._reasoning)
+            if n in self._thought:
+                return None
+            text = reasoning_block(item).text
+            if not text:
+                return None
+            self._thought.add(n)
+            return Delta(thinking=[ThinkingDelta(n, text=text)])
         return None
 
     def _whole_args(self, n: int | None, args: Any) -> Delta | None:

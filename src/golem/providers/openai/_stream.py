@@ -60,6 +60,9 @@ class _Call:
 
 _NO_USAGE = Usage()
 
+_LEGACY = -1
+"""The slot key of a legacy `function_call` (the `tool_calls` indexes start at 0)."""
+
 
 class ChatStreamParser:
     """Accumulates one streamed response; see the module docstring.
@@ -150,6 +153,10 @@ class ChatStreamParser:
                 for tc in tool_calls if isinstance(tool_calls, list) else ():
                     if isinstance(tc, dict) and not self._foreign(tc):
                         calls.append(self._call_fragment(tc))
+                if tool_calls is None and "function_call" in delta:
+                    legacy = self._legacy_fragment(delta["function_call"])
+                    if legacy is not None:
+                        calls.append(legacy)
             reason = choice.get("finish_reason")
             if reason:
                 self._finish = map_finish_reason(reason)
@@ -175,6 +182,16 @@ class ChatStreamParser:
                 self._foreign_indexes.add(index)
             return True
         return isinstance(index, int) and index in self._foreign_indexes and not tc.get("id")
+
+    def _legacy_fragment(self, fn: Any) -> ToolCallDelta | None:
+        """A fragment of the one call of the legacy `functions` API (`delta.function_call`:
+        its name first, then pieces of its arguments; no ID, which golem makes up)."""
+        if not isinstance(fn, dict):
+            return None
+        fragment: dict[str, Any] = {"index": _LEGACY, "function": fn}
+        if _LEGACY not in self._slots:
+            fragment["id"] = synthesize_call_id()
+        return self._call_fragment(fragment)
 
     def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
         index = tc.get("index")

@@ -788,7 +788,11 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             f"openai response has no choices: {json_text(body)[:200]}", provider=PROVIDER
         )
     try:
-        choice = choices[0]
+        # the first choice (`n` is never sent; a server that sends several may order them
+        # as it likes): the one of index 0
+        choice = next(
+            (c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), choices[0]
+        )
         msg = choice.get("message") or {}
         content = text_content(msg.get("content"))
         media = OutputMedia()
