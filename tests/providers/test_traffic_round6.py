@@ -7,6 +7,7 @@ docstring.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 from typing import Any
@@ -552,3 +553,162 @@ async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_
     assert caught.value.retryable
     assert caught.value.usage is not None
     assert caught.value.usage.output_tokens == 3
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\r"), min_size=1, max_size=12)
+
+
+def _pieces(data: st.DataObject, text: str) -> list[str]:
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
+    out, last = [], 0
+    for c in [*cuts, len(text)]:
+        if c > last:
+            out.append(text[last:c])
+            last = c
+    return out
+
+
+def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One output item at `output_index` `i` and the events a server may send for it: with
+    or without deltas, `.done` events, `output_item.added`."""
+    kind = data.draw(st.sampled_from(["message", "reasoning", "function_call", "web_search"]))
+    added = data.draw(st.booleans())
+    events: list[dict[str, Any]] = []
+    if kind == "message":
+        texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
+        item = _message(*texts)
+        mode = data.draw(st.sampled_from(["deltas", "text_done", "item_done", "both"]))
+        if added:
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item": {**item, "content": []},
+                }
+            )
+        for j, t in enumerate(texts):
+            if mode in ("deltas", "both"):
+                events += [
+                    {
+                        "type": "response.output_text.delta",
+                        "output_index": i,
+                        "content_index": j,
+                        "delta": p,
+                    }
+                    for p in _pieces(data, t)
+                ]
+            if mode in ("text_done", "both"):
+                events.append(
+                    {
+                        "type": "response.output_text.done",
+                        "output_index": i,
+                        "content_index": j,
+                        "text": t,
+                    }
+                )
+    elif kind == "reasoning":
+        texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
+        item = {
+            "type": "reasoning",
+            "id": f"rs_{i}",
+            "encrypted_content": "E",
+            "summary": [{"type": "summary_text", "text": t} for t in texts],
+        }
+        if added or data.draw(st.booleans()):
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item": {**item, "summary": []},
+                }
+            )
+            if data.draw(st.booleans()):
+                for j, t in enumerate(texts):
+                    events += [
+                        {
+                            "type": "response.reasoning_summary_text.delta",
+                            "output_index": i,
+                            "summary_index": j,
+                            "delta": p,
+                        }
+                        for p in _pieces(data, t)
+                    ]
+    elif kind == "function_call":
+        args = json.dumps({"v": data.draw(_TEXT)})
+        item = {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": "f",
+            "arguments": args,
+            "status": "completed",
+        }
+        if added:
+            whole = data.draw(st.booleans())
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item": {**item, "arguments": args if whole else ""},
+                }
+            )
+            if not whole:
+                events += [
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "output_index": i,
+                        "delta": p,
+                    }
+                    for p in _pieces(data, args)
+                ]
+                if data.draw(st.booleans()):
+                    events.append(
+                        {
+                            "type": "response.function_call_arguments.done",
+                            "output_index": i,
+                            "arguments": args,
+                        }
+                    )
+    else:
+        item = {
+            "type": "web_search_call",
+            "id": f"ws_{i}",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        }
+        if added:
+            events.append({"type": "response.output_item.added", "output_index": i, "item": item})
+    events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    return item, events
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
+    data: st.DataObject,
+) -> None:
+    """Whatever a server streams of each item (deltas, `.done` events, only the done item),
+    the deltas hold the final answer's text, thinking and calls, each once."""
+    items, events = [], []
+    for i in range(data.draw(st.integers(1, 4))):
+        item, item_events = _item_events(data, i)
+        items.append(item)
+        events += item_events
+    terminal = {**_R, "status": "completed", "usage": _USAGE_R}
+    if data.draw(st.booleans()):
+        terminal["output"] = items
+    events.append({"type": "response.completed", "response": terminal})
+    out = asyncio.run(send("openai-responses", _sse(events, named=True), stream=True))
+    response = final(out)
+    deltas = [d for d in out if not isinstance(d, ModelResponse)]
+    assert "".join(d.content for d in deltas) == response.message.content
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
+        t.text for t in response.message.thinking
+    ]
+    assert [(c.id, c.name, c.args) for c in accumulated(out)] == [
+        (c.id, c.name, c.args) for c in response.message.tool_calls
+    ]

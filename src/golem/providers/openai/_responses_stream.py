@@ -46,6 +46,7 @@ class ResponsesStreamParser:
         "_reasoning",
         "_response_id",
         "_separated",
+        "_speaking",
         "_spoken",
         "_streamed",
         "_texted",
@@ -73,6 +74,8 @@ class ResponsesStreamParser:
         self._response_id = ""
         self._texted = False
         self._separated = False
+        self._speaking: Any = -2
+        """The `output_index` of the last text delta."""
         self._spoken: set[Any] = set()
         """`output_index`es of the message items whose text streamed in deltas."""
         self._told: set[tuple[Any, Any]] = set()
@@ -108,8 +111,15 @@ class ResponsesStreamParser:
             text = event.get("delta")
             if not isinstance(text, str) or not text:
                 return None
-            self._spoken.add(event.get("output_index"))
-            return self._text(text)
+            index = event.get("output_index")
+            if index != self._speaking:  # a set add per item, not per delta
+                self._speaking = index
+                self._spoken.add(index)
+            if self._separated and self._texted:
+                text = "\n\n" + text
+            self._separated = False
+            self._texted = True
+            return Delta(content=text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
             n = self._calls.get(_index(event))
