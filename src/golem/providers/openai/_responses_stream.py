@@ -42,6 +42,7 @@ class ResponsesStreamParser:
         "_done",
         "_final",
         "_ids",
+        "_others",
         "_parts",
         "_reasoning",
         "_response_id",
@@ -81,6 +82,8 @@ class ResponsesStreamParser:
         self._told: set[tuple[Any, Any]] = set()
         """`(output_index, content_index)` of text parts that came whole in a `.done` event
         (a server that does not stream them), already yielded as one delta."""
+        self._others: set[int] = set()
+        """`output_index`es of the built-in tools' items (text around them is separated)."""
         self._thought: set[int] = set()
         """Thinking blocks whose text streamed in deltas."""
 
@@ -203,6 +206,7 @@ class ResponsesStreamParser:
             self._reasoning[index] = len(self._reasoning)
         elif kind != "message":
             self._separated = True
+            self._others.add(index)
         return None
 
     def _text(self, text: str) -> Delta:
@@ -263,6 +267,9 @@ class ResponsesStreamParser:
                 return None
             self._thought.add(n)
             return Delta(thinking=[ThinkingDelta(n, text=text)])
+        if index not in self._others:  # a built-in tool's item, never added: it separates
+            self._others.add(index)  # the text around it, as in the final message
+            self._separated = True
         return None
 
     def _whole_args(self, n: int | None, args: Any) -> Delta | None:
