@@ -712,3 +712,103 @@ def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     assert [(c.id, c.name, c.args) for c in accumulated(out)] == [
         (c.id, c.name, c.args) for c in response.message.tool_calls
     ]
+
+
+# ------------------------------------------------------------------ stops without cause, any API
+
+
+def _chat_stop(reason: str, content: str, stream: bool) -> str:
+    if stream:
+        return _sse(
+            [
+                _chunk({"role": "assistant", "content": content}),
+                _chunk({}, reason),
+                {
+                    **_chunk({}),
+                    "choices": [],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 0},
+                },
+                "[DONE]",
+            ]
+        )
+    message = {"role": "assistant", "content": content or None}
+    choice = {"index": 0, "message": message, "finish_reason": reason}
+    return json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [choice],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 0},
+        }
+    )
+
+
+def _anthropic_stop(reason: str, content: str, stream: bool) -> str:
+    blocks = [{"type": "text", "text": content}] if content else []
+    usage = {"input_tokens": 9, "output_tokens": 0}
+    if not stream:
+        return json.dumps(
+            {
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-x",
+                "content": blocks,
+                "stop_reason": reason,
+                "usage": usage,
+            }
+        )
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "m",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "usage": usage,
+        },
+    }
+    events: list[Any] = [start]
+    for i, b in enumerate(blocks):
+        events += [
+            {"type": "content_block_start", "index": i, "content_block": b},
+            {"type": "content_block_stop", "index": i},
+        ]
+    events += [
+        {"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 0}},
+        {"type": "message_stop"},
+    ]
+    return _sse(events, named=True)
+
+
+_STOPS = {"openai-chat": _chat_stop, "anthropic": _anthropic_stop}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("api", "reason"),
+    [("openai-chat", "abort"), ("openai-chat", "error"), ("anthropic", "brand_new_stop")],
+)
+async def test_an_unknown_stop_with_nothing_in_the_answer_is_a_retryable_error(
+    api: str, reason: str, stream: bool
+) -> None:
+    """Before: vLLM's `abort`, a router's `error` finish reason, or an Anthropic stop reason
+    golem does not know, with nothing in the answer, ended the run with an empty answer
+    (`finish_reason == "other"`)."""
+    with pytest.raises(ResponseFormatError, match=reason) as caught:
+        await send(api, _STOPS[api](reason, "", stream), stream=stream)
+    assert caught.value.retryable
+    assert caught.value.usage is not None
+    assert caught.value.usage.input_tokens == 9
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(_STOPS))
+async def test_an_unknown_stop_keeps_the_answer_that_came(api: str, stream: bool) -> None:
+    response = final(
+        await send(api, _STOPS[api]("brand_new_stop", "Partial", stream), stream=stream)
+    )
+    assert (response.message.content, response.finish_reason) == ("Partial", "other")

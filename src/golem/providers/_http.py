@@ -75,6 +75,7 @@ __all__ = [
     "read_body",
     "read_error_body",
     "refuse_html",
+    "refuse_no_answer",
     "request_id_of",
     "retry_after_seconds",
     "run_start",
@@ -233,6 +234,33 @@ def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
                 retryable=True,
             )
     return calls
+
+
+def refuse_no_answer(provider: str, response: ModelResponse, reason: str) -> ModelResponse:
+    """`response`, unless it stopped for a reason golem does not know (`finish_reason`
+    "other": vLLM's `abort`, a router's `error`, a newer API's stop) and holds nothing: no
+    text, call, media or server-side block.
+
+    Raises:
+        ResponseFormatError: no answer came; retryable (sampling again usually answers),
+            carrying the answer's usage.
+    """
+    m = response.message
+    if (
+        response.finish_reason != "other"
+        or m.content
+        or m.tool_calls
+        or m.parts
+        or any(b.type != "container" for b in m.server_tools)
+    ):
+        return response
+    error = ResponseFormatError(
+        f"{provider} stopped ({reason[:100]!r}) without an answer",
+        provider=provider,
+        retryable=True,
+    )
+    error.usage = response.usage
+    raise error
 
 
 def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:

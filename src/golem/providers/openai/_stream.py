@@ -19,6 +19,7 @@ from golem.providers._http import (
     deltas_of,
     named_calls,
     parse_event_data,
+    refuse_no_answer,
     sse_events,
     unique_call_id,
 )
@@ -87,6 +88,8 @@ class ChatStreamParser:
         self._ids: set[str] = set()
         self._finish: FinishReason = ""
         self._saw_finish = False
+        self._reason: Any = None
+        """The finish reason as the server sent it."""
         self._usage = Usage()
         self._model = ""
         self.done = False
@@ -160,6 +163,7 @@ class ChatStreamParser:
             reason = choice.get("finish_reason")
             if reason:
                 self._finish = map_finish_reason(reason)
+                self._reason = reason
                 self._saw_finish = True
         if text:
             self._text.append(text)
@@ -250,6 +254,8 @@ class ChatStreamParser:
 
         Raises:
             ProviderConnectionError: the stream ended before the response completed (retryable).
+            ResponseFormatError: a finish reason golem does not know and nothing in the
+                answer (`refuse_no_answer`); retryable.
         """
         if not self.complete:
             raise self._failed(
@@ -263,7 +269,7 @@ class ChatStreamParser:
         if refusal and not content:
             content, finish = refusal, "content_filter"
         reasoning = "".join(self._reasoning)
-        return ModelResponse(
+        response = ModelResponse(
             message=Message(
                 role="assistant",
                 content=content,
@@ -287,6 +293,9 @@ class ChatStreamParser:
             finish_reason=finish,
             model_name=self._model,
         )
+        if finish == "other":
+            return refuse_no_answer(PROVIDER, response, str(self._reason))
+        return response
 
 
 def _error_event(data: str) -> dict[str, Any]:

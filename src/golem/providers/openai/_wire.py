@@ -29,6 +29,7 @@ from golem.providers._http import (
     json_text,
     named_calls,
     raw_json,
+    refuse_no_answer,
     token_count,
     unique_calls,
 )
@@ -776,7 +777,8 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
     A refusal without content becomes the text with finish reason "content_filter".
 
     Raises:
-        ResponseFormatError: the body has no choices or the wrong shape.
+        ResponseFormatError: the body has no choices or the wrong shape; retryable: a
+            finish reason golem does not know and nothing in the answer (`refuse_no_answer`).
         ProviderError: the body is an error object (some compatible servers answer errors
             with status 200); classified like the equivalent HTTP status.
     """
@@ -815,7 +817,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             f"openai response has an unexpected shape ({exc!r}): {json_text(body)[:200]}",
             provider=PROVIDER,
         ) from exc
-    return ModelResponse(
+    response = ModelResponse(
         message=Message(
             role="assistant",
             content=content,
@@ -828,3 +830,6 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         finish_reason=finish,
         model_name=model if isinstance(model, str) else "",
     )
+    if finish == "other":
+        return refuse_no_answer(PROVIDER, response, str(choice.get("finish_reason")))
+    return response
