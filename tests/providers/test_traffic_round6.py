@@ -17,10 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem import Agent
+from golem import Agent, dumps_history, loads_history
 from golem.errors import ProviderError, RateLimited, ResponseFormatError
-from golem.model import ModelResponse
+from golem.messages import Message
+from golem.model import ModelRequest, ModelResponse
 from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
+from tests.providers._recordings import all_interactions, needs_recordings
 from tests.providers._unseen import MODELS, REQUEST, Chunks, accumulated, final, send
 
 NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
@@ -812,3 +814,46 @@ async def test_an_unknown_stop_keeps_the_answer_that_came(api: str, stream: bool
         await send(api, _STOPS[api]("brand_new_stop", "Partial", stream), stream=stream)
     )
     assert (response.message.content, response.finish_reason) == ("Partial", "other")
+
+
+# ------------------------------------------------------------------ recorded answers, sent back
+
+
+async def _request_bytes(api: str, messages: list[Message]) -> bytes:
+    """The body the `api` adapter sends for `messages` (the server's answer is not read)."""
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(400, json={"error": {"message": "stop here"}})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(ProviderError):
+            await MODELS[api](client).generate(ModelRequest(messages))
+    return sent[0]
+
+
+@needs_recordings
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_every_recorded_answer_goes_back_the_same_after_a_history_round_trip(
+    api: str,
+) -> None:
+    """Each recorded answer, streamed or not, read into a history, written as JSON and read
+    back, makes the next request byte for byte what the history before the round trip makes:
+    nothing a provider needs back is lost or respelled by the history codec."""
+    checked = 0
+    for it in all_interactions(api):
+        if it.status != 200:
+            continue
+        try:
+            items = await send(api, it.body, stream=it.is_stream)
+        except ProviderError:
+            continue  # a recorded answer that is an error (Responses `failed`, ...)
+        history = [Message("user", "hi"), final(items).message, Message("user", "go on")]
+        again = loads_history(dumps_history(history))
+        assert await _request_bytes(api, again) == await _request_bytes(api, history), (
+            it.cassette,
+            it.index,
+        )
+        checked += 1
+    assert checked > 10
