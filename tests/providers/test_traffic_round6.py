@@ -578,13 +578,14 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     events: list[dict[str, Any]] = []
     if kind == "message":
         texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
-        item = _message(*texts)
+        item = {**_message(*texts), "id": f"msg_{i}"}
         mode = data.draw(st.sampled_from(["deltas", "text_done", "item_done", "both"]))
         if added:
             events.append(
                 {
                     "type": "response.output_item.added",
                     "output_index": i,
+                    "item_id": item["id"],
                     "item": {**item, "content": []},
                 }
             )
@@ -594,6 +595,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                     {
                         "type": "response.output_text.delta",
                         "output_index": i,
+                        "item_id": item["id"],
                         "content_index": j,
                         "delta": p,
                     }
@@ -604,6 +606,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                     {
                         "type": "response.output_text.done",
                         "output_index": i,
+                        "item_id": item["id"],
                         "content_index": j,
                         "text": t,
                     }
@@ -621,6 +624,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                 {
                     "type": "response.output_item.added",
                     "output_index": i,
+                    "item_id": item["id"],
                     "item": {**item, "summary": []},
                 }
             )
@@ -630,6 +634,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                         {
                             "type": "response.reasoning_summary_text.delta",
                             "output_index": i,
+                            "item_id": item["id"],
                             "summary_index": j,
                             "delta": p,
                         }
@@ -651,6 +656,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                 {
                     "type": "response.output_item.added",
                     "output_index": i,
+                    "item_id": item["id"],
                     "item": {**item, "arguments": args if whole else ""},
                 }
             )
@@ -659,6 +665,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                     {
                         "type": "response.function_call_arguments.delta",
                         "output_index": i,
+                        "item_id": item["id"],
                         "delta": p,
                     }
                     for p in _pieces(data, args)
@@ -668,6 +675,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                         {
                             "type": "response.function_call_arguments.done",
                             "output_index": i,
+                            "item_id": item["id"],
                             "arguments": args,
                         }
                     )
@@ -679,8 +687,22 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
             "action": {"type": "search", "query": "q"},
         }
         if added:
-            events.append({"type": "response.output_item.added", "output_index": i, "item": item})
-    events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item_id": item["id"],
+                    "item": item,
+                }
+            )
+    events.append(
+        {
+            "type": "response.output_item.done",
+            "output_index": i,
+            "item_id": item["id"],
+            "item": item,
+        }
+    )
     return item, events
 
 
@@ -689,8 +711,9 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
 def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     data: st.DataObject,
 ) -> None:
-    """Whatever a server streams of each item (deltas, `.done` events, only the done item),
-    the deltas hold the final answer's text, thinking and calls, each once."""
+    """Whatever a server streams of each item (deltas, `.done` events, only the done item;
+    with `output_index` or naming items only by `item_id`), the deltas hold the final
+    answer's text, thinking and calls, each once."""
     items, events = [], []
     for i in range(data.draw(st.integers(1, 4))):
         item, item_events = _item_events(data, i)
@@ -700,6 +723,8 @@ def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     if data.draw(st.booleans()):
         terminal["output"] = items
     events.append({"type": "response.completed", "response": terminal})
+    if data.draw(st.booleans()):  # a server that names items only by their IDs
+        events = [{k: v for k, v in e.items() if k != "output_index"} for e in events]
     out = asyncio.run(send("openai-responses", _sse(events, named=True), stream=True))
     response = final(out)
     deltas = [d for d in out if not isinstance(d, ModelResponse)]

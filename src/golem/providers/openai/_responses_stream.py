@@ -56,10 +56,10 @@ class ResponsesStreamParser:
     )
 
     def __init__(self) -> None:
-        self._calls: dict[int, int] = {}
-        """`output_index` of a function call → its index among the response's calls."""
-        self._reasoning: dict[int, int] = {}
-        """`output_index` of a reasoning item → its index among the thinking blocks."""
+        self._calls: dict[int | str, int] = {}
+        """A function call's item (`_key`) → its index among the response's calls."""
+        self._reasoning: dict[int | str, int] = {}
+        """A reasoning item (`_key`) → its index among the thinking blocks."""
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
@@ -76,14 +76,15 @@ class ResponsesStreamParser:
         self._texted = False
         self._separated = False
         self._speaking: Any = -2
-        """The `output_index` of the last text delta."""
+        """The item (`output_index`, else `item_id`) of the last text delta."""
         self._spoken: set[Any] = set()
-        """`output_index`es of the message items whose text streamed in deltas."""
+        """The message items (`output_index`, else `item_id`) whose text streamed in deltas;
+        None when a delta named neither (then no text is taken from `.done` events)."""
         self._told: set[tuple[Any, Any]] = set()
-        """`(output_index, content_index)` of text parts that came whole in a `.done` event
+        """`(item, content_index)` of text parts that came whole in a `.done` event
         (a server that does not stream them), already yielded as one delta."""
-        self._others: set[int] = set()
-        """`output_index`es of the built-in tools' items (text around them is separated)."""
+        self._others: set[int | str] = set()
+        """The built-in tools' items (`_key`; text around them is separated)."""
         self._thought: set[int] = set()
         """Thinking blocks whose text streamed in deltas."""
 
@@ -115,6 +116,8 @@ class ResponsesStreamParser:
             if not isinstance(text, str) or not text:
                 return None
             index = event.get("output_index")
+            if index is None:  # a server that names the item only by its ID
+                index = event.get("item_id")
             if index != self._speaking:  # a set add per item, not per delta
                 self._speaking = index
                 self._spoken.add(index)
@@ -125,16 +128,16 @@ class ResponsesStreamParser:
             return Delta(content=text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
-            n = self._calls.get(_index(event))
+            n = self._calls.get(_key(event))
             if n is None or not isinstance(fragment, str) or not fragment or n in self._argued:
                 return None
             self._streamed.add(n)
             return Delta(tool_calls=[ToolCallDelta(n, args_fragment=fragment)])
         if kind == "response.function_call_arguments.done":
-            return self._whole_args(self._calls.get(_index(event)), event.get("arguments"))
+            return self._whole_args(self._calls.get(_key(event)), event.get("arguments"))
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             text = event.get("delta")
-            n = self._reasoning.get(_index(event))
+            n = self._reasoning.get(_key(event))
             if n is None or not isinstance(text, str) or not text:
                 return None
             part = event.get("summary_index", event.get("content_index"))
@@ -181,13 +184,15 @@ class ResponsesStreamParser:
         item = event.get("item")
         if not isinstance(item, Mapping):
             return None
-        index = _index(event)
-        if index in self._calls or index in self._reasoning:
+        key = _key(event)
+        if key in self._calls or key in self._reasoning or key in self._others:
             return None  # an item is added once: a repeated event (a proxy's replay) is ignored
         kind = item.get("type")
         if kind == "function_call":
-            n = self._calls[index] = len(self._calls)
-            call_id = unique_call_id(function_call_id(item, self._response_id, index), self._ids)
+            n = self._calls[key] = len(self._calls)
+            call_id = unique_call_id(
+                function_call_id(item, self._response_id, _index(event)), self._ids
+            )
             name = item.get("name")
             whole = function_arguments(item.get("arguments"))
             if whole:
@@ -203,10 +208,10 @@ class ResponsesStreamParser:
                 ]
             )
         if kind == "reasoning":
-            self._reasoning[index] = len(self._reasoning)
+            self._reasoning[key] = len(self._reasoning)
         elif kind != "message":
             self._separated = True
-            self._others.add(index)
+            self._others.add(key)
         return None
 
     def _text(self, text: str) -> Delta:
@@ -221,7 +226,7 @@ class ResponsesStreamParser:
     def _whole_text(self, event: Mapping[str, Any]) -> Delta | None:
         """A text (or refusal) part that came whole in its `.done` event, as one delta, when
         none of its message's text streamed."""
-        index = event.get("output_index")
+        index = _key(event)
         key = (index, event.get("content_index", 0))
         if index in self._spoken or None in self._spoken or key in self._told:
             return None
@@ -235,31 +240,31 @@ class ResponsesStreamParser:
         """What a done item carries that no delta streamed: a message's text, a reasoning
         item's summary, a function call's ID, name and arguments (a server that sends
         items only when done)."""
-        index = _index(event)
+        key = _key(event)
         kind = item.get("type")
         if kind == "function_call":
-            if index not in self._calls:
+            if key not in self._calls:
                 return self._added(event)
-            return self._whole_args(self._calls.get(index), item.get("arguments"))
+            return self._whole_args(self._calls.get(key), item.get("arguments"))
         if kind == "message":
-            if event.get("output_index") in self._spoken or None in self._spoken:
+            if key in self._spoken or None in self._spoken:
                 return None
             pieces = []
             content = item.get("content")
             for j, part in enumerate(content if isinstance(content, list) else ()):
-                if not isinstance(part, Mapping) or (event.get("output_index"), j) in self._told:
+                if not isinstance(part, Mapping) or (key, j) in self._told:
                     continue
                 piece = part.get("text") or part.get("refusal")
                 if isinstance(piece, str) and piece:
-                    self._told.add((event.get("output_index"), j))
+                    self._told.add((key, j))
                     pieces.append(piece)
             return self._text("".join(pieces)) if pieces else None
         if kind == "reasoning":
-            n = self._reasoning.get(index)
+            n = self._reasoning.get(key)
             if n is None:
-                if index in self._calls:
+                if key in self._calls:
                     return None
-                n = self._reasoning[index] = len(self._reasoning)
+                n = self._reasoning[key] = len(self._reasoning)
             if n in self._thought:
                 return None
             text = reasoning_block(item).text
@@ -267,8 +272,8 @@ class ResponsesStreamParser:
                 return None
             self._thought.add(n)
             return Delta(thinking=[ThinkingDelta(n, text=text)])
-        if index not in self._others:  # a built-in tool's item, never added: it separates
-            self._others.add(index)  # the text around it, as in the final message
+        if key not in self._others:  # a built-in tool's item, never added: it separates
+            self._others.add(key)  # the text around it, as in the final message
             self._separated = True
         return None
 
@@ -296,6 +301,17 @@ class ResponsesStreamParser:
                 retryable=True,
             )
         return self._final
+
+
+def _key(event: Mapping[str, Any]) -> int | str:
+    """Which item an event is about: its `output_index`, else its item's ID (`item_id`, or
+    the `id` of the item it carries: a server that leaves the index out); -1 when neither."""
+    index = event.get("output_index")
+    if isinstance(index, int):
+        return index
+    item = event.get("item")
+    key = event.get("item_id") or (item.get("id") if isinstance(item, Mapping) else None)
+    return key if isinstance(key, str) and key else -1
 
 
 def _index(event: Mapping[str, Any]) -> int:
