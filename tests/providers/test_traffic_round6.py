@@ -882,3 +882,44 @@ async def test_every_recorded_answer_goes_back_the_same_after_a_history_round_tr
         )
         checked += 1
     assert checked > 10
+
+
+async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
+    """Before: with no `output_index` on the events (a compatible server names items by
+    `item_id`), the second call's `output_item.added` was taken for a repeat of the first
+    and its argument deltas were added to the first call's: `{"x":0}{"x":1}`."""
+
+    def call(i: int, args: str = "") -> dict[str, Any]:
+        return {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": "f",
+            "arguments": args,
+            "status": "completed" if args else "in_progress",
+        }
+
+    events: list[dict[str, Any]] = []
+    for i in range(2):
+        events += [
+            {"type": "response.output_item.added", "item": call(i)},
+            {
+                "type": "response.function_call_arguments.delta",
+                "item_id": f"fc_{i}",
+                "delta": f'{{"x":{i}}}',
+            },
+            {"type": "response.output_item.done", "item": call(i, f'{{"x":{i}}}')},
+        ]
+    output = [call(0, '{"x":0}'), call(1, '{"x":1}')]
+    events.append(
+        {
+            "type": "response.completed",
+            "response": {**_R, "status": "completed", "output": output, "usage": _USAGE_R},
+        }
+    )
+    items, response = await _responses(events)
+    assert (
+        [(c.id, c.args) for c in accumulated(items)]
+        == [(c.id, c.args) for c in response.message.tool_calls]
+        == [("call_0", '{"x":0}'), ("call_1", '{"x":1}')]
+    )
