@@ -923,3 +923,47 @@ async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
         == [(c.id, c.args) for c in response.message.tool_calls]
         == [("call_0", '{"x":0}'), ("call_1", '{"x":1}')]
     )
+
+
+@pytest.mark.parametrize("index", [0, None])
+async def test_whole_chat_calls_numbered_alike_without_ids_stay_apart(index: int | None) -> None:
+    """Before: a server that streams each call whole under the same `index` (or none) and
+    without an ID had its calls merged into one, `f` with arguments `{"x":1}{}`: the second
+    call was lost and the first could not be read."""
+
+    def whole(name: str, args: str) -> dict[str, Any]:
+        call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
+        return call if index is None else {"index": index, **call}
+
+    stream = _sse(
+        [
+            _chunk({"role": "assistant", "tool_calls": [whole("f", '{"x":1}')]}),
+            _chunk({"tool_calls": [whole("g", "{}")]}),
+            _chunk({"tool_calls": [whole("g", '{"y": 2}')]}),
+            _chunk({}, "tool_calls"),
+            "[DONE]",
+        ]
+    )
+    items = await send("openai-chat", stream, stream=True)
+    calls = final(items).message.tool_calls
+    assert [(c.name, c.args) for c in calls] == [("f", '{"x":1}'), ("g", "{}"), ("g", '{"y": 2}')]
+    assert [(c.name, c.args) for c in accumulated(items)] == [(c.name, c.args) for c in calls]
+    assert len({c.id for c in calls}) == 3
+
+
+async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> None:
+    def piece(args: str) -> dict[str, Any]:
+        return {"index": 0, "type": "function", "function": {"name": "f", "arguments": args}}
+
+    stream = _sse(
+        [
+            _chunk({"role": "assistant", "tool_calls": [{**piece(""), "id": "call_1"}]}),
+            _chunk({"tool_calls": [piece('{"a": ')]}),
+            _chunk({"tool_calls": [piece('{"b": 1}')]}),
+            _chunk({"tool_calls": [piece("}")]}),
+            _chunk({}, "tool_calls"),
+            "[DONE]",
+        ]
+    )
+    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
+    assert [(c.id, c.args) for c in calls] == [("call_1", '{"a": {"b": 1}}')]

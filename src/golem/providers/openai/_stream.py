@@ -200,6 +200,10 @@ class ChatStreamParser:
     def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
         index = tc.get("index")
         call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
+        fn = tc.get("function")
+        if not isinstance(fn, dict):
+            fn = tc.get("custom")  # a custom tool's call: its input is its arguments
+        fn = fn if isinstance(fn, dict) else {}
         slot: int | None = None
         if isinstance(index, int) and index in self._slots:
             slot = self._slots[index]
@@ -207,16 +211,16 @@ class ChatStreamParser:
                 slot = None
         elif index is None and not call_id and self._calls:
             slot = len(self._calls) - 1
+        if slot is not None and not call_id and fn.get("name") and _next_call(
+            self._calls[slot], fn
+        ):
+            slot = None
         if slot is None:
             slot = len(self._calls)
             self._calls.append(_Call())
             if isinstance(index, int):
                 self._slots[index] = slot
         call = self._calls[slot]
-        fn = tc.get("function")
-        if not isinstance(fn, dict):
-            fn = tc.get("custom")  # a custom tool's call: its input is its arguments
-        fn = fn if isinstance(fn, dict) else {}
         new_id = new_name = signature = ""
         if call_id and not call.wire:
             call.wire = call_id
@@ -296,6 +300,25 @@ class ChatStreamParser:
         if finish == "other":
             return refuse_no_answer(PROVIDER, response, str(self._reason))
         return response
+
+
+def _next_call(call: _Call, fn: dict[str, Any]) -> bool:
+    """Whether a fragment without an ID that names a function (`fn`) starts another call
+    rather than continuing `call` (a server that numbers every whole call alike, or none):
+    it names another function, or the same one with arguments that open an object after
+    `call`'s arguments came whole. A server that repeats the name on every fragment of one
+    call continues it."""
+    name = fn.get("name")
+    if call.name and name != call.name:
+        return True
+    args = fn.get("arguments")
+    if not (call.args and isinstance(args, str) and args.lstrip().startswith("{")):
+        return False
+    try:
+        whole = json.loads("".join(call.args))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(whole, dict)
 
 
 def _error_event(data: str) -> dict[str, Any]:
