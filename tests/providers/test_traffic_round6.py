@@ -967,3 +967,45 @@ async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> N
     )
     calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
     assert [(c.id, c.args) for c in calls] == [("call_1", '{"a": {"b": 1}}')]
+
+
+_ARGS = st.dictionaries(
+    st.text(min_size=1, max_size=4),
+    st.one_of(
+        st.integers(), st.text(max_size=6), st.dictionaries(st.text(max_size=3), st.booleans())
+    ),
+    max_size=3,
+).map(lambda d: json.dumps(d, ensure_ascii=False))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.data(),
+    st.lists(st.tuples(st.sampled_from(["f", "g"]), _ARGS), min_size=1, max_size=4),
+    st.sampled_from(["openai", "ollama", "whole", "whole_unindexed", "names_repeated"]),
+)
+def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them(
+    data: st.DataObject, calls: list[tuple[str, str]], style: str
+) -> None:
+    """Each way servers number streamed calls — OpenAI's (an index each, the ID and name
+    first), Ollama's (every call index 0, each its own ID), whole calls under one index or
+    none and without IDs, the name repeated on every fragment — with the arguments cut
+    anywhere: the final calls are the calls sent, and the deltas add up to them."""
+    chunks: list[Any] = []
+    for i, (name, args) in enumerate(calls):
+        pieces = _pieces(data, args) if style not in ("whole", "whole_unindexed") else [args]
+        for j, piece in enumerate(pieces):
+            tc: dict[str, Any] = {"function": {"arguments": piece}}
+            if style != "whole_unindexed":
+                tc["index"] = 0 if style in ("ollama", "whole") else i
+            if j == 0 or style == "names_repeated":
+                tc["function"]["name"] = name
+                tc["type"] = "function"
+            if j == 0 and style in ("openai", "ollama", "names_repeated"):
+                tc["id"] = f"call_{i}"
+            chunks.append(_chunk({"tool_calls": [tc]}))
+    chunks += [_chunk({}, "tool_calls"), "[DONE]"]
+    out = asyncio.run(send("openai-chat", _sse(chunks), stream=True))
+    got = final(out).message.tool_calls
+    assert [(c.name, c.args) for c in got] == calls
+    assert [(c.name, c.args) for c in accumulated(out)] == calls
