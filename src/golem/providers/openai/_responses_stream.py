@@ -74,6 +74,7 @@ class ResponsesStreamParser:
         """The call IDs given so far (a repeated one is renamed, as in the final response)."""
         self._response_id = ""
         self._texted = False
+        """Whether text came whole from a `.done` event (text deltas are in `_spoken`)."""
         self._separated = False
         self._speaking: Any = -2
         """The item (`output_index`, else `item_id`) of the last text delta."""
@@ -121,10 +122,10 @@ class ResponsesStreamParser:
             if index != self._speaking:  # a set add per item, not per delta
                 self._speaking = index
                 self._spoken.add(index)
-            if self._separated and self._texted:
-                text = "\n\n" + text
-            self._separated = False
-            self._texted = True
+            if self._separated:  # text before a built-in tool's item: a blank line between
+                if self._texted or len(self._spoken) > 1:  # text came before this item's
+                    text = "\n\n" + text
+                self._separated = False
             return Delta(content=text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
@@ -217,7 +218,7 @@ class ResponsesStreamParser:
     def _text(self, text: str) -> Delta:
         """The delta of a piece of the answer's text (a blank line first when a built-in
         tool's item separates it from earlier text, as the final message joins them)."""
-        if self._separated and self._texted:
+        if self._separated and (self._texted or self._spoken):
             text = "\n\n" + text
         self._separated = False
         self._texted = True

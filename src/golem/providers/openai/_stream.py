@@ -211,8 +211,11 @@ class ChatStreamParser:
                 slot = None
         elif index is None and not call_id and self._calls:
             slot = len(self._calls) - 1
-        if slot is not None and not call_id and fn.get("name") and _next_call(
-            self._calls[slot], fn
+        if (
+            slot is not None
+            and not call_id
+            and fn.get("name")
+            and _next_call(self._calls[slot], fn)
         ):
             slot = None
         if slot is None:
