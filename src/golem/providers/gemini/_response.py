@@ -220,7 +220,7 @@ class ResponseBuilder:
                 self._blocked = True
             return []
         candidate = candidates[0]
-        if not isinstance(candidate, dict) or candidate.get("index", 0) != 0:
+        if not isinstance(candidate, dict) or candidate.get("index"):
             # several candidates (`candidateCount`), in any order, a stream event carrying
             # some of them: only the first (index 0, left out as proto3 JSON leaves zeros)
             candidate = _first_candidate(candidates)

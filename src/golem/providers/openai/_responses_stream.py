@@ -30,6 +30,9 @@ from golem.providers.openai._responses_wire import (
 
 __all__ = ["ResponsesStreamParser", "parse_responses_stream"]
 
+_NOTHING = object()
+"""No text delta yet."""
+
 _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.failed"))
 
 
@@ -47,8 +50,6 @@ class ResponsesStreamParser:
         "_reasoning",
         "_response_id",
         "_separated",
-        "_speaking",
-        "_spoken",
         "_streamed",
         "_texted",
         "_thought",
@@ -73,14 +74,11 @@ class ResponsesStreamParser:
         self._ids: set[str] = set()
         """The call IDs given so far (a repeated one is renamed, as in the final response)."""
         self._response_id = ""
-        self._texted = False
-        """Whether text came whole from a `.done` event (text deltas are in `_spoken`)."""
+        self._texted: Any = _NOTHING
+        """The item (`output_index`, else `item_id`) of the last text delta (`_NOTHING`
+        before any; None when it named neither: then no text is taken from `.done` events).
+        Items stream one after another, so an item's done events follow its deltas."""
         self._separated = False
-        self._speaking: Any = -2
-        """The item (`output_index`, else `item_id`) of the last text delta."""
-        self._spoken: set[Any] = set()
-        """The message items (`output_index`, else `item_id`) whose text streamed in deltas;
-        None when a delta named neither (then no text is taken from `.done` events)."""
         self._told: set[tuple[Any, Any]] = set()
         """`(item, content_index)` of text parts that came whole in a `.done` event
         (a server that does not stream them), already yielded as one delta."""
@@ -119,13 +117,11 @@ class ResponsesStreamParser:
             index = event.get("output_index")
             if index is None:  # a server that names the item only by its ID
                 index = event.get("item_id")
-            if index != self._speaking:  # a set add per item, not per delta
-                self._speaking = index
-                self._spoken.add(index)
             if self._separated:  # text before a built-in tool's item: a blank line between
-                if self._texted or len(self._spoken) > 1:  # text came before this item's
+                if self._texted is not _NOTHING or self._told:
                     text = "\n\n" + text
                 self._separated = False
+            self._texted = index
             return Delta(content=text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
@@ -218,10 +214,9 @@ class ResponsesStreamParser:
     def _text(self, text: str) -> Delta:
         """The delta of a piece of the answer's text (a blank line first when a built-in
         tool's item separates it from earlier text, as the final message joins them)."""
-        if self._separated and (self._texted or self._spoken):
+        if self._separated and (self._texted is not _NOTHING or self._told):
             text = "\n\n" + text
         self._separated = False
-        self._texted = True
         return Delta(content=text)
 
     def _whole_text(self, event: Mapping[str, Any]) -> Delta | None:
@@ -229,13 +224,14 @@ class ResponsesStreamParser:
         none of its message's text streamed."""
         index = _key(event)
         key = (index, event.get("content_index", 0))
-        if index in self._spoken or None in self._spoken or key in self._told:
+        if self._texted == index or self._texted is None or key in self._told:
             return None
         text = event.get("text", event.get("refusal"))
         if not isinstance(text, str) or not text:
             return None
+        delta = self._text(text)
         self._told.add(key)
-        return self._text(text)
+        return delta
 
     def _item_done(self, event: Mapping[str, Any], item: Mapping[str, Any]) -> Delta | None:
         """What a done item carries that no delta streamed: a message's text, a reasoning
@@ -248,18 +244,22 @@ class ResponsesStreamParser:
                 return self._added(event)
             return self._whole_args(self._calls.get(key), item.get("arguments"))
         if kind == "message":
-            if key in self._spoken or None in self._spoken:
+            if self._texted == key or self._texted is None:
                 return None
-            pieces = []
+            pieces, told = [], []
             content = item.get("content")
             for j, part in enumerate(content if isinstance(content, list) else ()):
                 if not isinstance(part, Mapping) or (key, j) in self._told:
                     continue
                 piece = part.get("text") or part.get("refusal")
                 if isinstance(piece, str) and piece:
-                    self._told.add((key, j))
+                    told.append((key, j))
                     pieces.append(piece)
-            return self._text("".join(pieces)) if pieces else None
+            if not pieces:
+                return None
+            delta = self._text("".join(pieces))
+            self._told.update(told)
+            return delta
         if kind == "reasoning":
             n = self._reasoning.get(key)
             if n is None:
