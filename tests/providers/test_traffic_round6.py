@@ -1009,3 +1009,24 @@ def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them
     got = final(out).message.tool_calls
     assert [(c.name, c.args) for c in got] == calls
     assert [(c.name, c.args) for c in accumulated(out)] == calls
+
+
+async def test_a_chat_call_index_sent_as_digits_places_its_fragments() -> None:
+    """Before: an `index` sent as text (`"0"`) placed nothing, so the call's later fragments
+    became a nameless call: a retryable `ResponseFormatError` instead of the answer."""
+    first = {
+        "index": "0",
+        "id": "a",
+        "type": "function",
+        "function": {"name": "f", "arguments": "{"},
+    }
+    stream = _sse(
+        [
+            _chunk({"role": "assistant", "tool_calls": [first]}),
+            _chunk({"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}),
+            _chunk({}, "tool_calls"),
+            "[DONE]",
+        ]
+    )
+    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
+    assert [(c.id, c.name, c.args) for c in calls] == [("a", "f", '{"x": 1}')]

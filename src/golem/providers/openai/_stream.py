@@ -199,6 +199,8 @@ class ChatStreamParser:
 
     def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
         index = tc.get("index")
+        if index.__class__ is str and index.isdigit():  # a server that quotes it: "0"
+            index = int(index)
         call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
         fn = tc.get("function")
         if not isinstance(fn, dict):
