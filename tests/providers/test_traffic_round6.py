@@ -1030,3 +1030,22 @@ async def test_a_chat_call_index_sent_as_digits_places_its_fragments() -> None:
     )
     calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
     assert [(c.id, c.name, c.args) for c in calls] == [("a", "f", '{"x": 1}')]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("reason", "finish"),
+    [
+        ("eos_token", "stop"),
+        ("stop_sequence", "stop"),
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+    ],
+)
+async def test_a_compatible_servers_name_for_a_known_stop_is_that_stop(
+    reason: str, finish: str, stream: bool
+) -> None:
+    """TGI's `eos_token` and a proxy's Anthropic names are the stops they name: an empty
+    answer with one of them is an answer (an unknown name with nothing is an error)."""
+    response = final(await send("openai-chat", _chat_stop(reason, "", stream), stream=stream))
+    assert (response.message.content, response.finish_reason) == ("", finish)

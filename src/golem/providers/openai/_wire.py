@@ -517,6 +517,14 @@ _FINISH: dict[str, FinishReason] = {
     "tool_calls": "tool_call",
     "function_call": "tool_call",
     "content_filter": "content_filter",
+    # what compatible servers send for the same stops (TGI's `eos_token` / `stop_sequence`,
+    # proxies in front of Anthropic's API): known causes, not "other"
+    "eos_token": "stop",
+    "eos": "stop",
+    "stop_sequence": "stop",
+    "end_turn": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
 }
 
 
