@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import ProviderError, RateLimited, ResponseFormatError
+from golem.errors import ProviderError, RateLimited, ResponseFormatError, RunError
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
 from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
@@ -1049,3 +1049,26 @@ async def test_a_compatible_servers_name_for_a_known_stop_is_that_stop(
     answer with one of them is an answer (an unknown name with nothing is an error)."""
     response = final(await send("openai-chat", _chat_stop(reason, "", stream), stream=stream))
     assert (response.message.content, response.finish_reason) == ("", finish)
+
+
+async def test_a_streamed_run_ending_in_a_stop_without_cause_fails_with_its_usage() -> None:
+    """A streamed turn is not retried: the run fails (it used to end with `output == ""`),
+    naming the stop, and counts what the answer used."""
+    empty = {"candidates": [{"finishReason": "OTHER", "index": 0}], "usageMetadata": _USAGE}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            text=f"data: {json.dumps(empty)}\n\n",
+        )
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        with pytest.raises(RunError) as caught:
+            async with Agent(MODELS["gemini"](client)).run_stream("hi") as s:
+                async for _ in s:
+                    pass
+    assert isinstance(caught.value.__cause__, ResponseFormatError)
+    assert "OTHER" in str(caught.value.__cause__)
+    assert caught.value.partial is not None
+    assert caught.value.partial.usage.input_tokens == 11
