@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import datetime
 import email.utils
 import json
 import math
@@ -74,6 +75,7 @@ __all__ = [
     "read_body",
     "read_error_body",
     "refuse_html",
+    "refuse_no_answer",
     "request_id_of",
     "retry_after_seconds",
     "run_start",
@@ -234,6 +236,33 @@ def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
     return calls
 
 
+def refuse_no_answer(provider: str, response: ModelResponse, reason: str) -> ModelResponse:
+    """`response`, unless it stopped for a reason golem does not know (`finish_reason`
+    "other": vLLM's `abort`, a router's `error`, a newer API's stop) and holds nothing: no
+    text, call, media or server-side block.
+
+    Raises:
+        ResponseFormatError: no answer came; retryable (sampling again usually answers),
+            carrying the answer's usage.
+    """
+    m = response.message
+    if (
+        response.finish_reason != "other"
+        or m.content
+        or m.tool_calls
+        or m.parts
+        or any(b.type != "container" for b in m.server_tools)
+    ):
+        return response
+    error = ResponseFormatError(
+        f"{provider} stopped ({reason[:100]!r}) without an answer",
+        provider=provider,
+        retryable=True,
+    )
+    error.usage = response.usage
+    raise error
+
+
 def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
     """`calls` with repeated IDs renamed by `unique_call_id` (the list itself when none is)."""
     ids = [c.id for c in calls if c.id]
@@ -323,23 +352,79 @@ def _http_date_wait(value: str, now: float) -> float | None:
     return max(0.0, when - now)
 
 
-def rate_limit_reset(headers: httpx.Headers) -> float | None:
-    """Seconds until the exhausted limit resets, from OpenAI's `x-ratelimit-reset-requests` /
-    `-tokens` (durations: `1s`, `6m0s`, `20ms`) whose `x-ratelimit-remaining-*` is 0 (any
-    reset when no remaining count is given); None when no header says. Bounded like
-    `retry_after_seconds`."""
+def rate_limit_reset(headers: httpx.Headers, now: float | None = None) -> float | None:
+    """Seconds until the exhausted rate limit resets; None when no header says.
+
+    Read from OpenAI's `x-ratelimit-reset-requests` / `-tokens` (durations: `1s`, `6m0s`,
+    `20ms`) and Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,
+    output-tokens}-reset` and `anthropic-priority-{input,output}-tokens-reset` (RFC 3339
+    times, against `now`): the latest reset among the limits whose `*-remaining` is 0, or
+    any limit's when no remaining count is given. Bounded like `retry_after_seconds`; a
+    time past is 0.
+    """
     waits = []
-    for kind in ("requests", "tokens"):
-        reset = headers.get(f"x-ratelimit-reset-{kind}")
+    for reset_name, remaining_name, absolute in _RESET_HEADERS:
+        reset = headers.get(reset_name)
         if not reset:
             continue
-        remaining = headers.get(f"x-ratelimit-remaining-{kind}")
+        remaining = headers.get(remaining_name)
         if remaining is not None and remaining.strip() not in ("0", ""):
             continue
-        seconds = _duration(reset.strip())
+        if absolute:
+            seconds = _rfc3339_wait(reset.strip(), time.time() if now is None else now)
+        else:
+            seconds = _duration(reset.strip())
         if seconds is not None:
             waits.append(seconds)
     return min(max(waits), MAX_RETRY_AFTER) if waits else None
+
+
+_RESET_HEADERS = tuple(
+    [
+        (f"x-ratelimit-reset-{k}", f"x-ratelimit-remaining-{k}", False)
+        for k in ("requests", "tokens")
+    ]
+    + [
+        (f"{family}-{k}-reset", f"{family}-{k}-remaining", True)
+        for family, kinds in (
+            ("anthropic-ratelimit", ("requests", "tokens", "input-tokens", "output-tokens")),
+            ("anthropic-priority", ("input-tokens", "output-tokens")),
+        )
+        for k in kinds
+    ]
+)
+"""`(reset, remaining, reset is a time)` of each rate limit a provider reports."""
+
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+)
+
+
+def _rfc3339_wait(text: str, now: float) -> float | None:
+    """Seconds from `now` to the RFC 3339 time `text` (`2025-08-21T12:40:59Z`, a fraction and
+    an offset allowed; no offset is UTC), 0 for a time past, None when it is no such time."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    zone = match.group(8) or "Z"
+    offset = 0
+    if zone not in ("Z", "z"):
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 23 or minutes > 59:
+            return None
+        offset = (hours * 60 + minutes) * (-1 if zone[0] == "-" else 1)
+    if second > 60:  # 60: a leap second, read as the second before
+        return None
+    try:
+        when = datetime.datetime(
+            year, month, day, hour, minute, min(second, 59), tzinfo=datetime.UTC
+        )
+    except ValueError:  # month 13, day 31 of April, hour 24, year 0
+        return None
+    seconds = when.timestamp() - offset * 60 + float(match.group(7) or 0)
+    return max(0.0, seconds - now)
 
 
 _DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?)(h|ms|m|s))+?")

@@ -35,6 +35,7 @@ from golem.providers._http import (
     named_calls,
     object_text,
     raw_json,
+    refuse_no_answer,
     token_count,
     unique_call_id,
 )
@@ -821,8 +822,13 @@ def with_container(message: Message, container: Any) -> Message:
 
 def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:
     """The `ModelResponse` of a parsed message; an answer given through the output tool
-    (a `tool_use` stop with no call left) finishes with "stop"."""
+    (a `tool_use` stop with no call left) finishes with "stop".
+
+    Raises:
+        ResponseFormatError: a stop reason golem does not know and nothing in the answer
+            (`refuse_no_answer`); retryable."""
     finish = finish_reason_from(stop_reason)
     if finish == "tool_call" and not message.tool_calls:
         finish = "stop"
-    return ModelResponse(message=message, usage=usage, finish_reason=finish, model_name=model)
+    response = ModelResponse(message=message, usage=usage, finish_reason=finish, model_name=model)
+    return refuse_no_answer(PROVIDER, response, str(stop_reason)) if finish == "other" else response

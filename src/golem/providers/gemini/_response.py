@@ -86,12 +86,17 @@ _FILTERED = frozenset(
         "IMAGE_SAFETY",
         "IMAGE_PROHIBITED_CONTENT",
         "IMAGE_RECITATION",
+        "LANGUAGE",
     )
 )
 
 _CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
 """Finish reasons that say the model's answer (its function call) could not be read: the
 answer is lost, and sampling again usually succeeds."""
+_NOT_ANSWERS = frozenset(("STOP", "MAX_TOKENS", *_FILTERED, *_CALL_FAILED))
+"""Finish reasons that say why an answer ended; any other (`OTHER`, `IMAGE_OTHER`,
+`NO_IMAGE`, `FINISH_REASON_UNSPECIFIED`, a newer API's) on an answer that holds nothing
+says only that there is no answer."""
 _REQUEST_FAILED = frozenset(("MISSING_THOUGHT_SIGNATURE",))
 """Finish reasons that blame the request: sending it again fails the same way."""
 
@@ -188,6 +193,11 @@ class ResponseBuilder:
         return self._candidate
 
     @property
+    def empty(self) -> bool:
+        """Whether nothing of an answer came: no text, call, media or server-side part."""
+        return not (self._text or self._calls or self._parts or self._server)
+
+    @property
     def complete(self) -> bool:
         """Whether a finish reason (or a blocked prompt) has been seen."""
         return bool(self._finish) or self._blocked
@@ -210,8 +220,12 @@ class ResponseBuilder:
                 self._blocked = True
             return []
         candidate = candidates[0]
-        if not isinstance(candidate, dict):
-            return []
+        if not isinstance(candidate, dict) or candidate.get("index"):
+            # several candidates (`candidateCount`), in any order, a stream event carrying
+            # some of them: only the first (index 0, left out as proto3 JSON leaves zeros)
+            candidate = _first_candidate(candidates)
+            if candidate is None:
+                return []
         self._candidate = True
         deltas: list[Delta] = []
         content = candidate.get("content")
@@ -359,21 +373,27 @@ class ResponseBuilder:
         Raises:
             ResponseFormatError: the model's function call could not be read
                 (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `TOO_MANY_TOOL_CALLS`)
-                and no call came through; retryable.
+                and no call came through, or the answer holds nothing and its finish reason
+                gives no cause (`OTHER`, `NO_IMAGE`, ...); retryable, with the usage.
             BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
         """
-        if not self._calls and self._finish in _CALL_FAILED | _REQUEST_FAILED:
+        if not self._calls and (
+            self._finish in _CALL_FAILED | _REQUEST_FAILED
+            or (self._finish and self._finish not in _NOT_ANSWERS and self.empty)
+        ):
             detail = f": {self._finish_message}" if self._finish_message else ""
             if self._finish in _REQUEST_FAILED:
                 raise BadRequest(
                     f"gemini rejected the conversation ({self._finish}){detail}",
                     provider=PROVIDER,
                 )
-            raise ResponseFormatError(
+            error = ResponseFormatError(
                 f"gemini could not produce a readable answer ({self._finish}){detail}",
                 provider=PROVIDER,
                 retryable=True,
             )
+            error.usage = self.usage()
+            raise error
         content = "".join(self._text)
         server = list(self._server)
         citations: list[Citation] = []
@@ -413,6 +433,17 @@ class ResponseBuilder:
             ),
             model_name=self._model_name,
         )
+
+
+def _first_candidate(candidates: list[Any]) -> dict[str, Any] | None:
+    """The candidate of index 0 among `candidates` (an index that is no integer counts as
+    0), None when they hold no such object."""
+    for candidate in candidates:
+        if isinstance(candidate, dict):
+            index = candidate.get("index", 0)
+            if index == 0 or not isinstance(index, int):
+                return candidate
+    return None
 
 
 def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
@@ -522,8 +553,9 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
 
     Raises:
         ProviderError: the body is an `{"error": ...}` object (classified by its code).
-        ResponseFormatError: the body has no candidate and no blocked prompt, or the
-            model's function call could not be read (see `ResponseBuilder.response`).
+        ResponseFormatError: the body has no candidate and no blocked prompt, its candidate
+            holds nothing and no finish reason (retryable), or the model's function call
+            could not be read (see `ResponseBuilder.response`).
         BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
     """
     if isinstance(body.get("error"), Mapping):
@@ -534,4 +566,13 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
         raise ResponseFormatError(
             f"gemini response has no candidate: {json_text(dict(body))[:200]}", provider=PROVIDER
         )
+    if not builder.complete and builder.empty:
+        error = ResponseFormatError(
+            f"gemini answered with an empty candidate and no finish reason: "
+            f"{json_text(dict(body))[:200]}",
+            provider=PROVIDER,
+            retryable=True,
+        )
+        error.usage = builder.usage()
+        raise error
     return builder.response()

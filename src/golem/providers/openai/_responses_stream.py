@@ -25,9 +25,13 @@ from golem.providers.openai._responses_wire import (
     function_arguments,
     function_call_id,
     parse_responses_response,
+    reasoning_block,
 )
 
 __all__ = ["ResponsesStreamParser", "parse_responses_stream"]
+
+_NOTHING = object()
+"""No text delta yet."""
 
 _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.failed"))
 
@@ -41,19 +45,22 @@ class ResponsesStreamParser:
         "_done",
         "_final",
         "_ids",
+        "_others",
         "_parts",
         "_reasoning",
         "_response_id",
         "_separated",
         "_streamed",
         "_texted",
+        "_thought",
+        "_told",
     )
 
     def __init__(self) -> None:
-        self._calls: dict[int, int] = {}
-        """`output_index` of a function call → its index among the response's calls."""
-        self._reasoning: dict[int, int] = {}
-        """`output_index` of a reasoning item → its index among the thinking blocks."""
+        self._calls: dict[int | str, int] = {}
+        """A function call's item (`_key`) → its index among the response's calls."""
+        self._reasoning: dict[int | str, int] = {}
+        """A reasoning item (`_key`) → its index among the thinking blocks."""
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
@@ -67,8 +74,18 @@ class ResponsesStreamParser:
         self._ids: set[str] = set()
         """The call IDs given so far (a repeated one is renamed, as in the final response)."""
         self._response_id = ""
-        self._texted = False
+        self._texted: Any = _NOTHING
+        """The item (`output_index`, else `item_id`) of the last text delta (`_NOTHING`
+        before any; None when it named neither: then no text is taken from `.done` events).
+        Items stream one after another, so an item's done events follow its deltas."""
         self._separated = False
+        self._told: set[tuple[Any, Any]] = set()
+        """`(item, content_index)` of text parts that came whole in a `.done` event
+        (a server that does not stream them), already yielded as one delta."""
+        self._others: set[int | str] = set()
+        """The built-in tools' items (`_key`; text around them is separated)."""
+        self._thought: set[int] = set()
+        """Thinking blocks whose text streamed in deltas."""
 
     @property
     def done(self) -> bool:
@@ -97,23 +114,27 @@ class ResponsesStreamParser:
             text = event.get("delta")
             if not isinstance(text, str) or not text:
                 return None
-            if self._separated and self._texted:
-                text = "\n\n" + text
-            self._separated = False
-            self._texted = True
+            index = event.get("output_index")
+            if index is None:  # a server that names the item only by its ID
+                index = event.get("item_id")
+            if self._separated:  # text before a built-in tool's item: a blank line between
+                if self._texted is not _NOTHING or self._told:
+                    text = "\n\n" + text
+                self._separated = False
+            self._texted = index
             return Delta(content=text)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
-            n = self._calls.get(_index(event))
+            n = self._calls.get(_key(event))
             if n is None or not isinstance(fragment, str) or not fragment or n in self._argued:
                 return None
             self._streamed.add(n)
             return Delta(tool_calls=[ToolCallDelta(n, args_fragment=fragment)])
         if kind == "response.function_call_arguments.done":
-            return self._whole_args(self._calls.get(_index(event)), event.get("arguments"))
+            return self._whole_args(self._calls.get(_key(event)), event.get("arguments"))
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             text = event.get("delta")
-            n = self._reasoning.get(_index(event))
+            n = self._reasoning.get(_key(event))
             if n is None or not isinstance(text, str) or not text:
                 return None
             part = event.get("summary_index", event.get("content_index"))
@@ -121,15 +142,17 @@ class ResponsesStreamParser:
             if last is not None and part != last:
                 text = "\n\n" + text  # the final block joins summary parts by a blank line
             self._parts[n] = part
+            self._thought.add(n)
             return Delta(thinking=[ThinkingDelta(n, text=text)])
+        if kind == "response.output_text.done" or kind == "response.refusal.done":
+            return self._whole_text(event)
         if kind == "response.output_item.added":
             return self._added(event)
         if kind == "response.output_item.done":
             item = event.get("item")
             delta = None
-            if isinstance(item, Mapping) and item.get("type") == "function_call":
-                delta = self._whole_args(self._calls.get(_index(event)), item.get("arguments"))
             if isinstance(item, Mapping):
+                delta = self._item_done(event, item)
                 index = _index(event)
                 if index < 0:  # no output_index: the items come in order
                     index = max(self._done, default=-1) + 1
@@ -158,13 +181,15 @@ class ResponsesStreamParser:
         item = event.get("item")
         if not isinstance(item, Mapping):
             return None
-        index = _index(event)
-        if index in self._calls or index in self._reasoning:
+        key = _key(event)
+        if key in self._calls or key in self._reasoning or key in self._others:
             return None  # an item is added once: a repeated event (a proxy's replay) is ignored
         kind = item.get("type")
         if kind == "function_call":
-            n = self._calls[index] = len(self._calls)
-            call_id = unique_call_id(function_call_id(item, self._response_id, index), self._ids)
+            n = self._calls[key] = len(self._calls)
+            call_id = unique_call_id(
+                function_call_id(item, self._response_id, _index(event)), self._ids
+            )
             name = item.get("name")
             whole = function_arguments(item.get("arguments"))
             if whole:
@@ -180,8 +205,76 @@ class ResponsesStreamParser:
                 ]
             )
         if kind == "reasoning":
-            self._reasoning[index] = len(self._reasoning)
+            self._reasoning[key] = len(self._reasoning)
         elif kind != "message":
+            self._separated = True
+            self._others.add(key)
+        return None
+
+    def _text(self, text: str) -> Delta:
+        """The delta of a piece of the answer's text (a blank line first when a built-in
+        tool's item separates it from earlier text, as the final message joins them)."""
+        if self._separated and (self._texted is not _NOTHING or self._told):
+            text = "\n\n" + text
+        self._separated = False
+        return Delta(content=text)
+
+    def _whole_text(self, event: Mapping[str, Any]) -> Delta | None:
+        """A text (or refusal) part that came whole in its `.done` event, as one delta, when
+        none of its message's text streamed."""
+        index = _key(event)
+        key = (index, event.get("content_index", 0))
+        if self._texted == index or self._texted is None or key in self._told:
+            return None
+        text = event.get("text", event.get("refusal"))
+        if not isinstance(text, str) or not text:
+            return None
+        delta = self._text(text)
+        self._told.add(key)
+        return delta
+
+    def _item_done(self, event: Mapping[str, Any], item: Mapping[str, Any]) -> Delta | None:
+        """What a done item carries that no delta streamed: a message's text, a reasoning
+        item's summary, a function call's ID, name and arguments (a server that sends
+        items only when done)."""
+        key = _key(event)
+        kind = item.get("type")
+        if kind == "function_call":
+            if key not in self._calls:
+                return self._added(event)
+            return self._whole_args(self._calls.get(key), item.get("arguments"))
+        if kind == "message":
+            if self._texted == key or self._texted is None:
+                return None
+            pieces, told = [], []
+            content = item.get("content")
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                if not isinstance(part, Mapping) or (key, j) in self._told:
+                    continue
+                piece = part.get("text") or part.get("refusal")
+                if isinstance(piece, str) and piece:
+                    told.append((key, j))
+                    pieces.append(piece)
+            if not pieces:
+                return None
+            delta = self._text("".join(pieces))
+            self._told.update(told)
+            return delta
+        if kind == "reasoning":
+            n = self._reasoning.get(key)
+            if n is None:
+                if key in self._calls:
+                    return None
+                n = self._reasoning[key] = len(self._reasoning)
+            if n in self._thought:
+                return None
+            text = reasoning_block(item).text
+            if not text:
+                return None
+            self._thought.add(n)
+            return Delta(thinking=[ThinkingDelta(n, text=text)])
+        if key not in self._others:  # a built-in tool's item, never added: it separates
+            self._others.add(key)  # the text around it, as in the final message
             self._separated = True
         return None
 
@@ -209,6 +302,17 @@ class ResponsesStreamParser:
                 retryable=True,
             )
         return self._final
+
+
+def _key(event: Mapping[str, Any]) -> int | str:
+    """Which item an event is about: its `output_index`, else its item's ID (`item_id`, or
+    the `id` of the item it carries: a server that leaves the index out); -1 when neither."""
+    index = event.get("output_index")
+    if isinstance(index, int):
+        return index
+    item = event.get("item")
+    key = event.get("item_id") or (item.get("id") if isinstance(item, Mapping) else None)
+    return key if isinstance(key, str) and key else -1
 
 
 def _index(event: Mapping[str, Any]) -> int:

@@ -500,7 +500,8 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
             equivalent HTTP status (a server error when it carries no `error`), or was
             cancelled (a plain `ProviderError`).
         ResponseFormatError: the body has no `output` list, or is not finished (`queued`,
-            `in_progress`: a background response).
+            `in_progress`: a background response); retryable: it is incomplete for a
+            reason golem does not know and holds no answer.
     """
     error = body.get("error")
     status = body.get("status")
@@ -529,9 +530,20 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
             f"openai response has no output list: {json_text(body)[:200]}", provider=PROVIDER
         )
     message, refused = message_from_output(output, _str(body.get("id")))
+    finish = finish_of(body, message, refused)
+    if finish == "other" and not (message.content or message.tool_calls or message.server_tools):
+        details = body.get("incomplete_details")
+        error = ResponseFormatError(
+            f"openai response is incomplete for a reason golem does not know and holds no "
+            f"answer: {json_text(details)[:200]}",
+            provider=PROVIDER,
+            retryable=True,
+        )
+        error.usage = responses_usage(body.get("usage"))
+        raise error
     return ModelResponse(
         message=message,
         usage=responses_usage(body.get("usage")),
-        finish_reason=finish_of(body, message, refused),
+        finish_reason=finish,
         model_name=_str(body.get("model")),
     )

@@ -19,6 +19,7 @@ from golem.providers._http import (
     deltas_of,
     named_calls,
     parse_event_data,
+    refuse_no_answer,
     sse_events,
     unique_call_id,
 )
@@ -60,6 +61,9 @@ class _Call:
 
 _NO_USAGE = Usage()
 
+_LEGACY = -1
+"""The slot key of a legacy `function_call` (the `tool_calls` indexes start at 0)."""
+
 
 class ChatStreamParser:
     """Accumulates one streamed response; see the module docstring.
@@ -84,6 +88,8 @@ class ChatStreamParser:
         self._ids: set[str] = set()
         self._finish: FinishReason = ""
         self._saw_finish = False
+        self._reason: Any = None
+        """The finish reason as the server sent it."""
         self._usage = Usage()
         self._model = ""
         self.done = False
@@ -150,9 +156,14 @@ class ChatStreamParser:
                 for tc in tool_calls if isinstance(tool_calls, list) else ():
                     if isinstance(tc, dict) and not self._foreign(tc):
                         calls.append(self._call_fragment(tc))
+                if tool_calls is None and "function_call" in delta:
+                    legacy = self._legacy_fragment(delta["function_call"])
+                    if legacy is not None:
+                        calls.append(legacy)
             reason = choice.get("finish_reason")
             if reason:
                 self._finish = map_finish_reason(reason)
+                self._reason = reason
                 self._saw_finish = True
         if text:
             self._text.append(text)
@@ -176,9 +187,25 @@ class ChatStreamParser:
             return True
         return isinstance(index, int) and index in self._foreign_indexes and not tc.get("id")
 
+    def _legacy_fragment(self, fn: Any) -> ToolCallDelta | None:
+        """A fragment of the one call of the legacy `functions` API (`delta.function_call`:
+        its name first, then pieces of its arguments; no ID, which golem makes up)."""
+        if not isinstance(fn, dict):
+            return None
+        fragment: dict[str, Any] = {"index": _LEGACY, "function": fn}
+        if _LEGACY not in self._slots:
+            fragment["id"] = synthesize_call_id()
+        return self._call_fragment(fragment)
+
     def _call_fragment(self, tc: dict[str, Any]) -> ToolCallDelta:
         index = tc.get("index")
+        if index.__class__ is str and index.isdigit():  # a server that quotes it: "0"
+            index = int(index)
         call_id = tc.get("id") if isinstance(tc.get("id"), str) else ""
+        fn = tc.get("function")
+        if not isinstance(fn, dict):
+            fn = tc.get("custom")  # a custom tool's call: its input is its arguments
+        fn = fn if isinstance(fn, dict) else {}
         slot: int | None = None
         if isinstance(index, int) and index in self._slots:
             slot = self._slots[index]
@@ -186,16 +213,19 @@ class ChatStreamParser:
                 slot = None
         elif index is None and not call_id and self._calls:
             slot = len(self._calls) - 1
+        if (
+            slot is not None
+            and not call_id
+            and fn.get("name")
+            and _next_call(self._calls[slot], fn)
+        ):
+            slot = None
         if slot is None:
             slot = len(self._calls)
             self._calls.append(_Call())
             if isinstance(index, int):
                 self._slots[index] = slot
         call = self._calls[slot]
-        fn = tc.get("function")
-        if not isinstance(fn, dict):
-            fn = tc.get("custom")  # a custom tool's call: its input is its arguments
-        fn = fn if isinstance(fn, dict) else {}
         new_id = new_name = signature = ""
         if call_id and not call.wire:
             call.wire = call_id
@@ -233,6 +263,8 @@ class ChatStreamParser:
 
         Raises:
             ProviderConnectionError: the stream ended before the response completed (retryable).
+            ResponseFormatError: a finish reason golem does not know and nothing in the
+                answer (`refuse_no_answer`); retryable.
         """
         if not self.complete:
             raise self._failed(
@@ -246,7 +278,7 @@ class ChatStreamParser:
         if refusal and not content:
             content, finish = refusal, "content_filter"
         reasoning = "".join(self._reasoning)
-        return ModelResponse(
+        response = ModelResponse(
             message=Message(
                 role="assistant",
                 content=content,
@@ -270,6 +302,28 @@ class ChatStreamParser:
             finish_reason=finish,
             model_name=self._model,
         )
+        if finish == "other":
+            return refuse_no_answer(PROVIDER, response, str(self._reason))
+        return response
+
+
+def _next_call(call: _Call, fn: dict[str, Any]) -> bool:
+    """Whether a fragment without an ID that names a function (`fn`) starts another call
+    rather than continuing `call` (a server that numbers every whole call alike, or none):
+    it names another function, or the same one with arguments that open an object after
+    `call`'s arguments came whole. A server that repeats the name on every fragment of one
+    call continues it."""
+    name = fn.get("name")
+    if call.name and name != call.name:
+        return True
+    args = fn.get("arguments")
+    if not (call.args and isinstance(args, str) and args.lstrip().startswith("{")):
+        return False
+    try:
+        whole = json.loads("".join(call.args))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(whole, dict)
 
 
 def _error_event(data: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from golem.providers._http import (
     json_text,
     named_calls,
     raw_json,
+    refuse_no_answer,
     token_count,
     unique_calls,
 )
@@ -516,6 +517,14 @@ _FINISH: dict[str, FinishReason] = {
     "tool_calls": "tool_call",
     "function_call": "tool_call",
     "content_filter": "content_filter",
+    # what compatible servers send for the same stops (TGI's `eos_token` / `stop_sequence`,
+    # proxies in front of Anthropic's API): known causes, not "other"
+    "eos_token": "stop",
+    "eos": "stop",
+    "stop_sequence": "stop",
+    "end_turn": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
 }
 
 
@@ -776,7 +785,8 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
     A refusal without content becomes the text with finish reason "content_filter".
 
     Raises:
-        ResponseFormatError: the body has no choices or the wrong shape.
+        ResponseFormatError: the body has no choices or the wrong shape; retryable: a
+            finish reason golem does not know and nothing in the answer (`refuse_no_answer`).
         ProviderError: the body is an error object (some compatible servers answer errors
             with status 200); classified like the equivalent HTTP status.
     """
@@ -788,7 +798,11 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             f"openai response has no choices: {json_text(body)[:200]}", provider=PROVIDER
         )
     try:
-        choice = choices[0]
+        # the first choice (`n` is never sent; a server that sends several may order them
+        # as it likes): the one of index 0
+        choice = next(
+            (c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), choices[0]
+        )
         msg = choice.get("message") or {}
         content = text_content(msg.get("content"))
         media = OutputMedia()
@@ -811,7 +825,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             f"openai response has an unexpected shape ({exc!r}): {json_text(body)[:200]}",
             provider=PROVIDER,
         ) from exc
-    return ModelResponse(
+    response = ModelResponse(
         message=Message(
             role="assistant",
             content=content,
@@ -824,3 +838,6 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         finish_reason=finish,
         model_name=model if isinstance(model, str) else "",
     )
+    if finish == "other":
+        return refuse_no_answer(PROVIDER, response, str(choice.get("finish_reason")))
+    return response
