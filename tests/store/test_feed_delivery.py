@@ -8,14 +8,9 @@ from pathlib import Path
 from golem.store import CallKind, Decision, NewCall, NewRun
 from golem.store._feed import ChangeFeed
 from golem.store.sqlite import SQLiteStore
-from tests.store.procs import eventually
 from tests.store.wakes import counting_wake_ups
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 def _run(run_id: str) -> NewRun:
@@ -40,14 +35,27 @@ async def test_the_feed_has_seen_a_commit_when_the_call_returns(tmp_path: Path) 
 
 
 async def test_a_waited_on_commit_costs_one_wake_up_of_the_loop(tmp_path: Path) -> None:
-    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600)
+    # Only the decision may hand the loop anything while it is counted: no log watch (its
+    # look every 50 ms, come during a decision slowed by a loaded machine, asked the
+    # database again: a second wake-up), and the waiter's poller has finished its first
+    # probe (whose answer came in during the count when that thread was slow).
+    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600, watch_interval=None)
     loop = asyncio.get_running_loop()
     try:
         feed = store.change_feed()
+        probe, probed = feed._probe, asyncio.Event()
+
+        async def first_probe() -> int:
+            try:
+                return await probe()
+            finally:
+                probed.set()
+
+        feed._probe = first_probe
         await store.save_pending(_run("r1"))
         mark = feed.ready_mark()
         waiter = asyncio.create_task(feed.wait_ready(mark, WAIT))
-        await eventually(lambda: _true(feed._waiters > 0), WAIT, "the waiter to wait")
+        await asyncio.wait_for(probed.wait(), WAIT)  # the poller asked, and heard back
         with counting_wake_ups(loop) as wakes:
             await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
         assert await asyncio.wait_for(waiter, WAIT) is True

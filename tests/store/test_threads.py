@@ -128,12 +128,15 @@ async def test_results_finished_while_the_loop_is_busy_arrive_with_one_wake_up()
     try:
         await pool.submit(loop, lambda slot: None)  # the thread exists and is idle
         with counting_wake_ups(loop) as wakes:
-            futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(4)]
-            futures.append(pool.submit(loop, lambda slot: last_done.set()))
+            futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(5)]
+            # a sixth job only marks that the thread reported the five (one thread, in order)
+            sentinel = pool.submit(loop, lambda slot: last_done.set())
             # the loop does not run while the thread finishes all five: their results pile up
             assert last_done.wait(WAIT)
-            assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, None]
-        assert len(wakes) == 1
+            handed = list(wakes)  # before the loop runs; the sentinel's own report may follow
+        assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, 4]
+        await asyncio.wait_for(sentinel, WAIT)
+        assert len(handed) == 1
     finally:
         await _stop(pool)
 

@@ -228,10 +228,20 @@ async def test_without_the_watch_a_waiter_sleeps_until_the_poll(tmp_path: Path) 
     theirs = await SQLiteStore.open(tmp_path / "n.db", poll_interval=HOUR)
     try:
         feed = mine.change_feed()
+        probe, probed = feed._probe, asyncio.Event()
+
+        async def first_probe() -> int:
+            try:
+                return await probe()
+            finally:
+                probed.set()
+
+        feed._probe = first_probe
         start = await mine.last_change_id()
         waiter = asyncio.create_task(feed.wait_for_change(start, 0.5))
-        await _waiting(feed)
-        await eventually(lambda: _true(feed.last_id == start), WAIT, "the first probe")
+        # the poller's first probe is answered before the other store commits: a probe
+        # still on its way (a slow thread) would see that commit and wake the waiter
+        await asyncio.wait_for(probed.wait(), WAIT)
         await theirs.save_pending(_run("r1"))
         assert await asyncio.wait_for(waiter, WAIT) == start  # timed out, unwoken
     finally:
