@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from golem.store import (
+from golem.durable.store import (
     ClaimedRun,
     DecisionKind,
     DecisionRecord,

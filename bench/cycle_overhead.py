@@ -30,9 +30,9 @@ from _null_store import NullStore
 from _timing import InstantModel
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest, ModelResponse
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 
 
 def _model(request: ModelRequest) -> ModelResponse:

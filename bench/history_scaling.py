@@ -40,11 +40,11 @@ from _null_store import NullStore, claimed_record
 from _timing import InstantModel
 
 from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
+from golem.durable.store import CallKind, NewCall, NewRun
+from golem.durable.worker import AgentEntry, Worker
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
-from golem.store import CallKind, NewCall, NewRun
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker
 
 try:  # the peer, from the [bench] extra; module level so its tool annotations resolve
     from pydantic_ai import RunContext as PRunContext

@@ -84,8 +84,8 @@ def _lone_escapes(n: int) -> str:
 
 
 async def _cursor_pages(n: int, store_dir: Path) -> None:
-    from golem.store import InvalidCursor
-    from golem.store.sqlite import SQLiteStore
+    from golem.durable.store import InvalidCursor
+    from golem.durable.store.sqlite import SQLiteStore
 
     store = await SQLiteStore.open(store_dir / "g.db")
     try:

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.service.agents import build_registry
 
+from golem.durable.store import CallKind, NewCall, NewRun, RunStatus
+from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, create_app
-from golem.store import CallKind, NewCall, NewRun, RunStatus
-from golem.store.sqlite import SQLiteStore
 
 ROUNDS = 5
 

@@ -38,10 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import store_throughput as st
 
-from golem.store import CallKind, NewCall, NewRun
-from golem.store._sql import SQLStore
-from golem.store.postgres import PostgresStore
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import CallKind, NewCall, NewRun
+from golem.durable.store._sql import SQLStore
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.store.sqlite import SQLiteStore
 
 HISTORY = (
     '[{"role":"user","content":"please pay the invoice"},'
@@ -104,8 +104,8 @@ async def paging(store: SQLStore, label: str, runs: int) -> None:
 
 async def _audit_log(store: SQLStore, entries: int) -> None:
     """`entries` audit entries over 1,000 runs of ten agents, round robin."""
-    from golem.store import AuditAction
-    from golem.store._sql import Tx, utc_now
+    from golem.durable.store import AuditAction
+    from golem.durable.store._sql import Tx, utc_now
 
     runs = [f"audit-{i:04d}" for i in range(min(1000, max(entries // 5, 10)))]
     batch = []
@@ -146,7 +146,7 @@ async def audit(store_of: Any, label: str, entries: int) -> None:
 
 
 async def _audit_pages(store: SQLStore, label: str, size: int) -> None:
-    from golem.store import AuditAction
+    from golem.durable.store import AuditAction
 
     start = time.perf_counter()
     await _audit_log(store, size)

@@ -69,14 +69,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import InstantModel
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
+from golem.durable.store._sql import SQLStore, Stats
+from golem.durable.store._threads import DatabaseThreads
+from golem.durable.store.postgres import _OID_TIMESTAMPTZ, PostgresStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest, ModelResponse
-from golem.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
-from golem.store._sql import SQLStore, Stats
-from golem.store._threads import DatabaseThreads
-from golem.store.postgres import _OID_TIMESTAMPTZ, PostgresStore
-from golem.store.sqlite import SQLiteStore
 from golem.tool import DeferKind, Deferred, Tool, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 
 
 def _model(request: ModelRequest) -> ModelResponse:
@@ -795,7 +795,7 @@ class _Template:
 async def _record_pg_cycle(dsn: str) -> _Template:
     """Run golem cycles in a fresh schema and record every message its store sends for one
     of them (after two warm-up cycles: statements prepared, sweeps done)."""
-    from golem.store import postgres as pgmod
+    from golem.durable.store import postgres as pgmod
 
     events: list[_Event] = []
     recording = [False]

@@ -31,14 +31,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from golem import Agent, Message, ToolCall, otel
+from golem import Agent, Message, ToolCall
+from golem.durable.store import Decision
+from golem.durable.store._sql import SQLStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
+from golem.integrations import otel
 from golem.model import ModelRequest
-from golem.store import Decision
-from golem.store._sql import SQLStore
-from golem.store.sqlite import SQLiteStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 
 CYCLES = 40
 ROUNDS = 7

@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import InstantModel
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import Decision
+from golem.durable.store._sql import SQLStore
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest, ModelResponse
-from golem.store import Decision
-from golem.store._sql import SQLStore
-from golem.store.postgres import PostgresStore
-from golem.store.sqlite import SQLiteStore
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 
 
 def _registry(marks: Path) -> dict[str, AgentEntry]:

@@ -18,10 +18,10 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.worker import AgentEntry
 from golem.service import Approver, AuthConfig, create_app
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry
 
 SENT: list[str] = []  # the side effect: invoices actually sent (by call ID)
 

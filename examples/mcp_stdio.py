@@ -37,7 +37,7 @@ def serve() -> None:
 
 
 def main() -> None:
-    from golem.mcp import MCPServer
+    from golem.integrations.mcp import MCPServer
 
     def files_server() -> MCPServer:
         # the same server definition in both "processes"; the prefix keeps names stable

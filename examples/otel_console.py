@@ -9,7 +9,8 @@ from __future__ import annotations
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from golem import Agent, Approval, DeferredResults, dumps_history, loads_history, otel
+from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
+from golem.integrations import otel
 from golem.messages import Message, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -4,9 +4,9 @@ Run: python examples/otel_store.py
 Needs: pip install 'golem-agents[otel]' opentelemetry-sdk
 
 `start_run` saves the paused run with its span's trace context; an approver decides (a
-`golem.store.decide` span naming who); a worker — here another store instance, in production
+`golem.durable.store.decide` span naming who); a worker — here another store instance, in production
 another process on another day — claims the run and resumes it: its `invoke_agent` span links
-to the paused run's span, under the worker's `golem.worker.resume` span.
+to the paused run's span, under the worker's `golem.durable.worker.resume` span.
 """
 
 from __future__ import annotations
@@ -18,20 +18,21 @@ from pathlib import Path
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from golem import Agent, otel
+from golem import Agent
+from golem.durable.store import Decision
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
+from golem.integrations import otel
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest
-from golem.store import Decision
-from golem.store.sqlite import SQLiteStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 
 SHOWN = {  # attribute -> the short name printed
     "db.system.name": "db",
     "golem.decision": "decision",
     "golem.decided_by": "decided_by",
-    "golem.worker.id": "worker",
+    "golem.durable.worker.id": "worker",
     "golem.tool.approved": "approved",
     "golem.run.status": "status",
 }

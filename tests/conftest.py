@@ -112,7 +112,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def exporter() -> Any:
-    """The spans of `golem.otel.instrument()` on an in-memory SDK provider for one test
+    """The spans of `golem.integrations.otel.instrument()` on an in-memory SDK provider for one test
     (skips without opentelemetry-sdk; see `tests.otel_support`)."""
     pytest.importorskip("opentelemetry.sdk")
     from tests.otel_support import instrumented

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from golem import dumps_history, loads_history
-from golem.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
-from golem.worker import AgentEntry, Worker, new_run_from_result, start_run
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
+from golem.durable.worker import AgentEntry, Worker, new_run_from_result, start_run
 from tests.test_worker import DEL, App, calls, store  # noqa: F401 - the store fixture
 
 KEY = b"k" * 32

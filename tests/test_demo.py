@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from golem import Approval, DeferredResults
-from golem.demo import DEMO_PROMPT, build_agent
+from golem.cli.demo import DEMO_PROMPT, build_agent
 from golem.tool import idempotency_key
 
 

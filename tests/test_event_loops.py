@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import Decision, RunStatus, Store
+from golem.durable.worker import Worker, start_run
 from golem.errors import RunError, Stage, ToolTimeout
-from golem.store import Decision, RunStatus, Store
 from golem.testing import ScriptedModel
 from golem.tool import Tool
-from golem.worker import Worker, start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 from tests.test_worker_push import _app

@@ -32,8 +32,8 @@ from golem import (
     ToolCall,
 )
 from golem.agent_tool import PAUSED_MARKER, seal_sub_agent_calls, sub_agent_calls
+from golem.durable.store import Decision, InvalidDecision
 from golem.seal import SealKeys, seal_call, verify_call
-from golem.store import Decision, InvalidDecision
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, InvalidArguments, call_approved
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from golem import Agent, Tool
-from golem.mcp import MCPServer, ToolHints
+from golem.durable.worker import Worker, start_run
+from golem.integrations.mcp import MCPServer, ToolHints
 from golem.providers import FallbackModel
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
@@ -22,7 +23,6 @@ from golem.service import Approver, AuthConfig, create_app
 from golem.service.notify import Webhook
 from golem.service.views import Presentation
 from golem.testing import FunctionModel, ScriptedModel
-from golem.worker import Worker, start_run
 
 # callable -> the parameters it takes positionally (everything else must be keyword-only)
 SUBJECTS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {

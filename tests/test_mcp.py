@@ -24,7 +24,7 @@ pytest.importorskip("mcp")
 
 from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, ToolError
 from golem.events import EventKind, RunEvent
-from golem.mcp import MCPCall, MCPServer, MCPServerError, default_decision
+from golem.integrations.mcp import MCPCall, MCPServer, MCPServerError, default_decision
 from golem.messages import Message, dumps_history
 from golem.model import ModelRequest
 from golem.testing import FunctionModel, ScriptedModel
@@ -367,7 +367,7 @@ def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
 
 
 def test_default_decision_reads_the_hints() -> None:
-    from golem.mcp import ToolHints
+    from golem.integrations.mcp import ToolHints
 
     ctx: RunContext[None] = RunContext(None)
 
@@ -424,7 +424,7 @@ def test_approved_call_runs_once_on_the_server_denied_never(log: Path, errlog: A
 RESUME_SCRIPT = """
 import sys
 from golem import Agent, Approval, DeferredResults, loads_history
-from golem.mcp import MCPServer
+from golem.integrations.mcp import MCPServer
 from golem.testing import ScriptedModel
 
 history, answer, transport, target, prefix = sys.argv[1:6]

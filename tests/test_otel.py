@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, Usage, otel
+from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, Usage
 from golem.errors import Overloaded
+from golem.integrations import otel
 from golem.messages import Message, dumps_history
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
@@ -333,7 +334,8 @@ import json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from golem import Agent, Approval, DeferredResults, loads_history, otel
+from golem import Agent, Approval, DeferredResults, loads_history
+from golem.integrations import otel
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 

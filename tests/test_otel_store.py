@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from golem import otel
-from golem.store import Decision, DecisionConflict, RunStatus
-from golem.store.sqlite import SQLiteStore
-from golem.worker import Worker, start_run
+from golem.durable.store import Decision, DecisionConflict, RunStatus
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import Worker, start_run
+from golem.integrations import otel
 from tests.otel_support import memory_provider
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, make_run
@@ -121,8 +121,8 @@ import asyncio, json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from golem import otel
-from golem.worker import Worker
+from golem.integrations import otel
+from golem.durable.worker import Worker
 from tests.store.backends import open_spec
 from tests.store.worker_app import registry
 
@@ -170,8 +170,8 @@ def test_a_worker_in_another_process_links_to_the_paused_run(
     assert resume["links"] == [list(ids(paused))]
     assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
     system = "sqlite" if kind == "sqlite" else "postgresql"
-    assert spans["golem.store.finish"]["attributes"]["db.system.name"] == system
-    assert spans["golem.worker.resume"]["attributes"]["golem.worker.id"] == "other-process"
+    assert spans["golem.durable.store.finish"]["attributes"]["db.system.name"] == system
+    assert spans["golem.durable.worker.resume"]["attributes"]["golem.durable.worker.id"] == "other-process"
 
 
 # --------------------------------------------------------------------------- store and worker spans
@@ -205,10 +205,10 @@ def test_store_operations_are_client_spans_with_who_decided(
     run_id = asyncio.run(main())
     names = [s.name for s in spans_named(exporter, "golem.")]
     assert names == [
-        "golem.store.save_pending",
-        "golem.store.decide",
-        "golem.store.decide",
-        "golem.store.get_run",
+        "golem.durable.store.save_pending",
+        "golem.durable.store.decide",
+        "golem.durable.store.decide",
+        "golem.durable.store.get_run",
     ], "an idle claim and a sweep that changed nothing leave no span"
     save, ok, refused, get = spans_named(exporter, "golem.")
     assert save.kind == SpanKind.CLIENT
@@ -218,7 +218,7 @@ def test_store_operations_are_client_spans_with_who_decided(
     assert attrs(ok) == {
         "db.system.name": "sqlite",
         "db.system": "sqlite",
-        "golem.store.operation": "decide",
+        "golem.durable.store.operation": "decide",
         "golem.run.id": run_id,
         "gen_ai.tool.call.id": "c1",
         "golem.decision": "approve",
@@ -251,16 +251,16 @@ def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
     asyncio.run(main())
     spans = exporter.get_finished_spans()
     by = {s.name: s for s in spans}
-    claim = by["golem.store.claim_ready"]
-    assert (attrs(claim)["golem.worker.id"], attrs(claim)["golem.run.id"]) == ("w7", run_id)
+    claim = by["golem.durable.store.claim_ready"]
+    assert (attrs(claim)["golem.durable.worker.id"], attrs(claim)["golem.run.id"]) == ("w7", run_id)
     assert attrs(claim)["golem.run.attempt"] == 1
-    resume = by["golem.worker.resume"]
+    resume = by["golem.durable.worker.resume"]
     assert resume.parent is None
-    assert attrs(resume) | {"golem.worker.id": "w7", "golem.run.id": run_id} == attrs(resume)
+    assert attrs(resume) | {"golem.durable.worker.id": "w7", "golem.run.id": run_id} == attrs(resume)
     assert attrs(resume)["gen_ai.agent.name"] == "acts"
     run = next(s for s in spans if s.name.startswith("invoke_agent"))
-    finish = by["golem.worker.finish"]
-    stored = by["golem.store.finish"]
+    finish = by["golem.durable.worker.finish"]
+    stored = by["golem.durable.store.finish"]
     assert resume.context is not None
     assert finish.context is not None
     for child in (run, finish):
@@ -269,7 +269,7 @@ def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
     assert stored.parent is not None
     assert stored.parent.span_id == finish.context.span_id
     assert attrs(finish)["golem.run.status"] == attrs(stored)["golem.run.status"] == "completed"
-    assert attrs(stored)["golem.worker.id"] == "w7"
+    assert attrs(stored)["golem.durable.worker.id"] == "w7"
     assert len(run.links) == 1, "the resumed run still links to the paused one"
 
 
@@ -308,7 +308,7 @@ def test_tracing_never_changes_what_a_store_call_raises(
             await store.close()
 
     asyncio.run(main())
-    decide, save = spans_named(exporter, "golem.store.")
-    assert (decide.name, attrs(decide)["error.type"]) == ("golem.store.decide", "TypeError")
+    decide, save = spans_named(exporter, "golem.durable.store.")
+    assert (decide.name, attrs(decide)["error.type"]) == ("golem.durable.store.decide", "TypeError")
     assert attrs(decide)["golem.run.id"] == "r1", "what binds is still recorded"
-    assert (save.name, attrs(save)["error.type"]) == ("golem.store.save_pending", "ValueError")
+    assert (save.name, attrs(save)["error.type"]) == ("golem.durable.store.save_pending", "ValueError")

@@ -33,11 +33,14 @@ PUBLIC_ALL = {
         "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
         "sub_agent_calls sub_conversation"
     ),
-    "golem.cli": "build_app main",
+    "golem.cli": "",
+    "golem.cli.commands": "build_app main",
+    "golem.durable": "",
+    "golem.integrations": "",
     "golem.deferred": (
         "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumeProgress"
     ),
-    "golem.demo": "build_agent build_registry check_health open_ticket registry restart_service",
+    "golem.cli.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
         "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "
         "ProviderConnectionError ProviderError ProviderTimeout RateLimited ResponseFormatError "
@@ -49,7 +52,7 @@ PUBLIC_ALL = {
         "INTERRUPTED_TEXT HistoryRepair RejectedCall SanitizeReport UnsafePart "
         "normalize_history sanitize_history"
     ),
-    "golem.mcp": (
+    "golem.integrations.mcp": (
         "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints "
         "default_decision"
     ),
@@ -61,7 +64,7 @@ PUBLIC_ALL = {
         "FINISH_REASONS TOOL_CHOICE_MODES Delta FinishReason Model ModelRequest ModelResponse "
         "StreamingModel ThinkingDelta ToolCallDelta ToolChoice ToolSpec check_tool_choice"
     ),
-    "golem.otel": "format_traceparent instrument is_instrumented parse_traceparent uninstrument",
+    "golem.integrations.otel": "format_traceparent instrument is_instrumented parse_traceparent uninstrument",
     "golem.providers": "OLLAMA_BASE_URL FallbackModel infer_model",
     "golem.providers.anthropic": "AnthropicModel OutputMode",
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
@@ -87,7 +90,7 @@ PUBLIC_ALL = {
     ),
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
-    "golem.store": (
+    "golem.durable.store": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
@@ -96,8 +99,8 @@ PUBLIC_ALL = {
         "StoreReadOnly StoreTimeout open_store "
         "utc_now"
     ),
-    "golem.store.postgres": "PostgresStore",
-    "golem.store.records": (
+    "golem.durable.store.postgres": "PostgresStore",
+    "golem.durable.store.records": (
         "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
         "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
@@ -105,7 +108,7 @@ PUBLIC_ALL = {
         "RunNotFound RunNotInterrupted RunNotPending RunRecord RunStatus StoreBusy StoreReadOnly "
         "StoreTimeout"
     ),
-    "golem.store.sqlite": "SQLiteStore",
+    "golem.durable.store.sqlite": "SQLiteStore",
     "golem.testing": (
         "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"
     ),
@@ -115,7 +118,7 @@ PUBLIC_ALL = {
     ),
     "golem.toolset": "Toolset",
     "golem.usage": "Price Usage UsageLimits",
-    "golem.worker": (
+    "golem.durable.worker": (
         "RETRY_REFUSAL AgentEntry AgentRegistry StoredCallMismatch SweepReport Worker "
         "load_registry new_run_from_result start_run"
     ),
@@ -132,14 +135,14 @@ FRONT_DOORS = {
     # its import path); no other module lists a name another public module lists for the same
     # object.
     "golem": "golem.",
-    "golem.store": "golem.store.",
+    "golem.durable.store": "golem.durable.store.",
     "golem.service": "golem.service.",
 }
 
 SAME_SPELLING: dict[str, str] = {
     # A name two public modules list for different objects, with the reason it must.
     "DEFAULT_BASE_URL": "each adapter's own endpoint (Gemini, OpenAI)",
-    "Outcome": "golem.store's outcome enum and the service's JSON shape of it",
+    "Outcome": "golem.durable.store's outcome enum and the service's JSON shape of it",
 }
 
 UNEXPORTED: dict[str, str] = {
@@ -201,7 +204,7 @@ def test_issue_import_lines_work() -> None:
 
 def test_every_public_object_has_one_home() -> None:
     """A class or function is listed where it is defined, or by a front door: the `__init__` of a
-    package it lives in (`golem.store` for `golem.store.records`). Other double listings are the
+    package it lives in (`golem.durable.store` for `golem.durable.store.records`). Other double listings are the
     named exceptions in `EXTRA_HOMES`."""
     extra = set()
     for module in PUBLIC_MODULES[1:]:
@@ -333,14 +336,14 @@ def test_root_all_names_resolve_to_their_home_module_objects() -> None:
 
 
 def test_store_reexports_every_record_name() -> None:
-    """`from golem.store import X` works for every record, enum and error of `golem.store.records`."""
-    import golem.store
-    import golem.store.records
+    """`from golem.durable.store import X` works for every record, enum and error of `golem.durable.store.records`."""
+    import golem.durable.store
+    import golem.durable.store.records
 
-    missing = set(golem.store.records.__all__) - set(golem.store.__all__)
-    assert not missing, f"golem.store.__all__ lacks {sorted(missing)}"
-    for name in golem.store.records.__all__:
-        assert getattr(golem.store, name) is getattr(golem.store.records, name), name
+    missing = set(golem.durable.store.records.__all__) - set(golem.durable.store.__all__)
+    assert not missing, f"golem.durable.store.__all__ lacks {sorted(missing)}"
+    for name in golem.durable.store.records.__all__:
+        assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), name
 
 
 def test_the_deferral_surface_is_importable_from_the_root() -> None:

@@ -379,9 +379,9 @@ async def test_the_tools_span_is_current_inside_the_call(threaded: bool) -> None
 
 
 async def test_a_stored_cycle_runs_the_tool_where_asked(threaded: bool, tmp_path: Any) -> None:
-    from golem.store import Decision, RunStatus
-    from golem.store.sqlite import SQLiteStore
-    from golem.worker import AgentEntry, Worker, start_run
+    from golem.durable.store import Decision, RunStatus
+    from golem.durable.store.sqlite import SQLiteStore
+    from golem.durable.worker import AgentEntry, Worker, start_run
 
     passes: list[tuple[bool, int]] = []
 

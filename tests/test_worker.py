@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from golem import Agent, Message, RunContext, ToolCall, loads_history
-from golem.errors import StoreError
-from golem.store import (
+from golem.durable.store import (
     EXPIRY_ACTOR,
     AuditAction,
     CallKind,
@@ -26,10 +25,11 @@ from golem.store import (
     StoreReadOnly,
     utc_now,
 )
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, SweepReport, Worker, load_registry, start_run
+from golem.errors import StoreError
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, SweepReport, Worker, load_registry, start_run
 
 
 class App:
@@ -262,9 +262,9 @@ async def test_the_worker_logs_one_line_per_claim_resume_and_outcome(
     ok = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(ok.id, "c1", Decision.approve(), decided_by="b")
     worker = Worker(store, app.registry, worker_id="w7")
-    with caplog.at_level(logging.INFO, logger="golem.worker"):
+    with caplog.at_level(logging.INFO, logger="golem.durable.worker"):
         assert await worker.run_once()
-    lines = [r.getMessage() for r in caplog.records if r.name == "golem.worker"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "golem.durable.worker"]
     assert lines == [
         f"worker w7 claimed run {ok.id} (agent ops)",
         f"worker w7 resuming run {ok.id}",
@@ -273,9 +273,9 @@ async def test_the_worker_logs_one_line_per_claim_resume_and_outcome(
     caplog.clear()
     bad = await start_run(store, app.registry, "ops", "x", started_by="a")
     await store.decide(bad.id, "c9", Decision.approve(), decided_by="b")
-    with caplog.at_level(logging.INFO, logger="golem.worker"):
+    with caplog.at_level(logging.INFO, logger="golem.durable.worker"):
         assert await worker.run_once()
-    failed = [r for r in caplog.records if r.name == "golem.worker" and "failed" in r.getMessage()]
+    failed = [r for r in caplog.records if r.name == "golem.durable.worker" and "failed" in r.getMessage()]
     assert len(failed) == 1
     assert failed[0].levelno == logging.WARNING
     assert "disk on fire" in failed[0].getMessage()
@@ -480,8 +480,8 @@ async def test_an_approval_with_edited_args_runs_them_or_refuses_to_run_the_orig
 async def test_a_history_whose_pending_call_carries_another_seal_is_not_resumed(
     store: Store,
 ) -> None:
+    from golem.durable.store import NewCall, NewRun
     from golem.messages import dumps_history
-    from golem.store import NewCall, NewRun
 
     app = App("done")
     call = ToolCall("c1", "delete_file", '{"path": "/tmp/a"}', seal="v1.k.approval.genuine")
@@ -517,7 +517,7 @@ async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(
     failures: list[StoreError] = [StoreReadOnly("read-only")] * 5 + [StoreBusy("no slot")] * 3
     stop = asyncio.Event()
     worker = Worker(_ClaimsFail(failures, stop), {}, worker_id="w")  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="golem.worker"):
+    with caplog.at_level(logging.INFO, logger="golem.durable.worker"):
         await asyncio.wait_for(worker.run_forever(poll_interval=0.001, stop_event=stop), 10)
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
     assert [type(r.exc_info[1]) if r.exc_info else None for r in failed] == [

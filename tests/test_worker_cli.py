@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import Decision, RunStatus, open_store
+from golem.durable.worker import AgentEntry, start_run
 from golem.model import ModelRequest
-from golem.store import Decision, RunStatus, open_store
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, start_run
 from tests.service.test_cli import golem, golem_process, wait_for
 
 MEET = 3

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     Decision,
     DecisionConflict,
@@ -24,7 +24,7 @@ from golem.store import (
     RunStatus,
     Store,
 )
-from golem.worker import start_run
+from golem.durable.worker import start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.store.worker_app import prompt_for, registry

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from golem.store import Decision, RunStatus, Store
-from golem.store.sqlite import SQLiteStore
-from golem.worker import Worker, start_run
+from golem.durable.store import Decision, RunStatus, Store
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import Worker, start_run
 from tests.test_fuzz_history import _SPLICES
 from tests.test_worker import DEL, App, calls
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from golem import Agent, RunContext, Tool
-from golem.store import RunStatus, Store
+from golem.durable.store import RunStatus, Store
+from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 from tests.store.worker_app import _model, approved_run, registry
@@ -149,9 +149,9 @@ async def test_a_failed_renewal_at_the_fence_is_tried_again_while_the_lease_last
     """Before an approved call, with less than half the lease left, the worker renews; a
     renewal failing for want of a database (a blip) is tried again instead of failing the
     run, while the local deadline lasts; past it the failure is raised and no call runs."""
+    from golem.durable.store._sql import elapsed
+    from golem.durable.worker import _Lease
     from golem.errors import StoreError
-    from golem.store._sql import elapsed
-    from golem.worker import _Lease
     from tests.store.test_lost_answers import LostAnswers
 
     store = await backend.open()

@@ -17,12 +17,12 @@ import pytest
 
 from golem import Agent, Message, ToolCall
 from golem.agent_tool import sub_agent_calls
+from golem.durable.store import CallKind, Decision, RunStatus, Store
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.messages import loads_history
 from golem.seal import verify_call
-from golem.store import CallKind, Decision, RunStatus, Store
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.test_worker import store  # noqa: F401 - the store fixture
 
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from golem import Agent, Message, RunContext, ToolCall
-from golem.store import ChangeFeed, Decision, LeaseLost, RunStatus, Store
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import ChangeFeed, Decision, LeaseLost, RunStatus, Store
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 

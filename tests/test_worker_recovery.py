@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from golem import Agent, Message, RunContext, ToolCall
-from golem.cli import build_app
-from golem.store import (
+from golem.cli.commands import build_app
+from golem.durable.store import (
     AuditAction,
     CallNotFound,
     Decision,
@@ -23,9 +23,9 @@ from golem.store import (
     open_store,
     utc_now,
 )
+from golem.durable.worker import RETRY_REFUSAL, AgentEntry, Worker, start_run
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import RETRY_REFUSAL, AgentEntry, Worker, start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golem.durable.worker import _emission_order, _latest_calls
 from golem.messages import Message, ToolCall
-from golem.worker import _emission_order, _latest_calls
 
 IDS = st.sampled_from(["a", "b", "c", "d", ""])
 

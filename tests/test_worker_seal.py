@@ -5,9 +5,9 @@ verifies for their decided kind — an unsealed or tampered stored run fails wit
 from __future__ import annotations
 
 from golem import dumps_history, loads_history
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
+from golem.durable.worker import Worker, start_run
 from golem.seal import verify_call
-from golem.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
-from golem.worker import Worker, start_run
 from tests.test_worker import DEL, LOOK, App, calls, store  # noqa: F401 - the store fixture
 
 KEY = b"k" * 32
@@ -107,7 +107,7 @@ async def test_a_stored_call_sealed_as_another_kind_is_refused(
 
 
 def test_the_history_must_hold_the_decided_argument_bytes() -> None:
-    from golem.worker import _same_args
+    from golem.durable.worker import _same_args
 
     decided = '{"to": "bob", "amount": 10}'
     assert _same_args(decided, decided)

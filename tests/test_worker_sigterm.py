@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import RunStatus, Store, open_store
+from golem.durable.store import RunStatus, Store, open_store
 from tests.store.procs import ROOT, eventually
 from tests.store.worker_app import approved_run, registry
 
@@ -37,7 +37,7 @@ def exec_dir(tmp_path: Path) -> Iterator[Path]:
 def _worker(db: str, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-c", "from golem.cli import main; main()", "worker",
+            [sys.executable, "-c", "from golem.cli.commands import main; main()", "worker",
              "--app", "tests.store.worker_app:registry", "--db", db, "--poll", "0.05",
              "--lease", "1", "--id", "term"],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,

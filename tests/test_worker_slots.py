@@ -23,12 +23,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import AuditAction, Decision, RunStatus, Store, utc_now
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest
-from golem.store import AuditAction, Decision, RunStatus, Store, utc_now
-from golem.store.sqlite import SQLiteStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 
 WAIT = 60.0  # a guard against a hang, never a duration the test asserts

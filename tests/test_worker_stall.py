@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from golem import Agent
-from golem.store import Decision, RunStatus
-from golem.worker import start_run
+from golem.durable.store import Decision, RunStatus
+from golem.durable.worker import start_run
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.store.worker_app import prompt_for, registry

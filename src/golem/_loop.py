@@ -40,7 +40,7 @@ from golem.toolset import Toolset, resolve_tools
 from golem.usage import Usage, UsageLimits
 
 if TYPE_CHECKING:
-    from golem.otel import RunTracer
+    from golem.integrations.otel import RunTracer
 
 __all__ = ["Policy", "RunState", "run_loop"]
 
@@ -102,7 +102,7 @@ class RunState:
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
     tracer: RunTracer | None = None
-    """The run's spans when tracing is on (`golem.otel`)."""
+    """The run's spans when tracing is on (`golem.integrations.otel`)."""
     cancels: int = 0
     """The cancellation requests its task had when the run started (`Task.cancelling()`):
     one more after a tool or model returns means it swallowed the caller's cancellation."""

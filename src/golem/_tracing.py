@@ -1,6 +1,6 @@
-"""The switch between golem's store, worker and service operations and `golem.otel`.
+"""The switch between golem's store, worker and service operations and `golem.integrations.otel`.
 
-This module never imports OpenTelemetry. `golem.otel.instrument()` installs `hooks`; until
+This module never imports OpenTelemetry. `golem.integrations.otel.instrument()` installs `hooks`; until
 then (and after `uninstrument()`) every decorated operation is called directly: the cost
 of tracing that is off is one global read per call, and no span object is created.
 """
@@ -17,18 +17,18 @@ _F = TypeVar("_F", bound=Callable[..., Coroutine[Any, Any, Any]])
 
 
 class Hooks(Protocol):
-    """What `golem.otel` installs while `instrument()` is in effect."""
+    """What `golem.integrations.otel` installs while `instrument()` is in effect."""
 
     def store_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Coroutine[Any, Any, Any]:
-        """Run one store operation as a `golem.store.<op>` span."""
+        """Run one store operation as a `golem.durable.store.<op>` span."""
         ...
 
     def worker_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Coroutine[Any, Any, Any]:
-        """Run one worker step as a current `golem.worker.<op>` span."""
+        """Run one worker step as a current `golem.durable.worker.<op>` span."""
         ...
 
     def identify(self, identity: str) -> None:
@@ -43,7 +43,7 @@ class Hooks(Protocol):
 
 
 hooks: Hooks | None = None
-"""Set by `golem.otel.instrument()`, cleared by `uninstrument()`."""
+"""Set by `golem.integrations.otel.instrument()`, cleared by `uninstrument()`."""
 
 
 def _decorator(kind: str, op: str) -> Callable[[_F], _F]:
@@ -64,14 +64,14 @@ def _decorator(kind: str, op: str) -> Callable[[_F], _F]:
 def store_op(
     op: str,
 ) -> Callable[[_F], _F]:
-    """Trace an async store method as the span `golem.store.<op>` when tracing is on."""
+    """Trace an async store method as the span `golem.durable.store.<op>` when tracing is on."""
     return _decorator("store_op", op)
 
 
 def worker_op(
     op: str,
 ) -> Callable[[_F], _F]:
-    """Trace an async worker method as the current span `golem.worker.<op>` when on."""
+    """Trace an async worker method as the current span `golem.durable.worker.<op>` when on."""
     return _decorator("worker_op", op)
 
 

@@ -70,7 +70,7 @@ from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage, UsageLimits
 
 if TYPE_CHECKING:
-    from golem.otel import RunTracer
+    from golem.integrations.otel import RunTracer
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
 
@@ -145,14 +145,14 @@ class Agent(Generic[DepsT, OutputT]):
         name: A name for logs and the approval service.
         tool_choice: Whether and which tool the model must call on each turn: "auto",
             "required", "none" or a tool name (checked against the tools at each request).
-        toolsets: Sources of more tools, such as `golem.mcp.MCPServer`s: entered for
+        toolsets: Sources of more tools, such as `golem.integrations.mcp.MCPServer`s: entered for
             each run and listed before every model turn (see `golem.toolset`).
         seal_key: Seal every pending call when a run pauses, and resume only calls
             whose seal verifies (bytes of at least 32, or `SealKeys` for rotation; see
             `golem.seal`). Keep it secret and the same across the processes that pause
             and resume.
         tracer_provider: An OpenTelemetry `TracerProvider` for this agent's run, model
-            and tool spans (see `golem.otel`; needs the `[otel]` extra).
+            and tool spans (see `golem.integrations.otel`; needs the `[otel]` extra).
 
     Raises:
         TypeError: `model` is neither a `Model` nor a "provider:model" string.
@@ -232,7 +232,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.tool_choice = check_tool_choice(tool_choice)
         """Sent on every model request: "auto", "required", "none" or a tool name."""
         if tracer_provider is not None:
-            import golem.otel  # noqa: F401 - fails now, with the install command, without the extra
+            import golem.integrations.otel  # noqa: F401 - fails now, with the install command, without the extra
         self.tracer_provider = tracer_provider
         self._agent_tools: tuple[int, bool] | None = None
         self._run_policy: Policy | None = None
@@ -352,11 +352,11 @@ class Agent(Generic[DepsT, OutputT]):
     def _run_tracer(
         self, state: RunState, trace_context: str = "", operation: str = "run"
     ) -> RunTracer | None:
-        """Start the run's span when tracing is on (`golem.otel`), else None; `operation`
+        """Start the run's span when tracing is on (`golem.integrations.otel`), else None; `operation`
         is "run" or "resume" (the span's `golem.run.operation`)."""
-        if self.tracer_provider is None and "golem.otel" not in sys.modules:
-            return None  # golem.otel never imported: tracing is off, nothing to ask
-        from golem.otel import run_tracer
+        if self.tracer_provider is None and "golem.integrations.otel" not in sys.modules:
+            return None  # golem.integrations.otel never imported: tracing is off, nothing to ask
+        from golem.integrations.otel import run_tracer
 
         tracer = run_tracer(self, self.tracer_provider, trace_context)
         if tracer is not None:
@@ -398,7 +398,7 @@ class Agent(Generic[DepsT, OutputT]):
         """True when a run needs neither spans nor sub-agent scoping (the fast path)."""
         return (
             self.tracer_provider is None
-            and "golem.otel" not in sys.modules
+            and "golem.integrations.otel" not in sys.modules
             and not self._nested(policy.tools)
         )
 
@@ -1020,7 +1020,7 @@ class Agent(Generic[DepsT, OutputT]):
                 re-executes; an exception it raises propagates unchanged and nothing
                 more runs (a store proving it still holds its lease).
             trace_context: The paused run's `Result.trace_context`: when tracing is on
-                (`golem.otel`), the resumed run's span links to the paused run's span.
+                (`golem.integrations.otel`), the resumed run's span links to the paused run's span.
             progress: A `ResumeProgress` that follows the approved calls as they run: when
                 the resume is cancelled or `before_approved` raises, its `messages` is the
                 history to go on from (no approved call that ran runs again).

@@ -20,7 +20,7 @@ GolemError
 │   ├── ProviderTimeout               the request timed out (retryable)
 │   ├── ProviderConnectionError       the service could not be reached (retryable)
 │   └── ResponseFormatError           the service answered something unreadable
-└── StoreError                        see golem.store
+└── StoreError                        see golem.durable.store
 ```
 
 The signals a tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in
@@ -272,4 +272,4 @@ class ResponseFormatError(ProviderError):
 
 
 class StoreError(GolemError):
-    """Base class of the durable store's errors (see `golem.store`)."""
+    """Base class of the durable store's errors (see `golem.durable.store`)."""

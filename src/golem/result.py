@@ -55,7 +55,7 @@ class Result(Generic[OutputT]):
         conversation_id: The conversation's ID.
         pending: The calls a paused run waits on, or None when the run completed.
         trace_context: The W3C `traceparent` of the run's span when the run was traced
-            (`golem.otel`), else "". Keep it with a paused run and pass it to the resume
+            (`golem.integrations.otel`), else "". Keep it with a paused run and pass it to the resume
             to link the two spans.
     """
 

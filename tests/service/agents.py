@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from golem.agent import Agent
+from golem.durable.worker import AgentEntry, AgentRegistry
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, RunContext, call_approved
-from golem.worker import AgentEntry, AgentRegistry
 
 __all__ = ["EXECUTED", "build_registry", "registry"]
 

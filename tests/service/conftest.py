@@ -10,9 +10,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import Store
+from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, create_app
-from golem.store import Store
-from golem.store.sqlite import SQLiteStore
 from tests.service.agents import build_registry
 
 TOKENS = {

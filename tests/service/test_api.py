@@ -9,9 +9,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import Store
+from golem.durable.worker import Worker
 from golem.service import create_app
-from golem.store import Store
-from golem.worker import Worker
 from tests.service.agents import EXECUTED
 from tests.service.conftest import StartRun, bearer, make_auth
 

@@ -38,9 +38,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from schemathesis.python import asgi as schemathesis_asgi
 
+from golem.durable.store import Store, open_store
+from golem.durable.worker import Worker
 from golem.service import create_app
-from golem.store import Store, open_store
-from golem.worker import Worker
 from tests.service.agents import build_registry
 from tests.service.conftest import TOKENS, bearer, make_auth
 from tests.store.backends import backend_for

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from golem.durable.store import Store
 from golem.service import create_app
-from golem.store import Store
 from tests.service.conftest import bearer, make_auth
 
 
@@ -49,7 +49,7 @@ def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Pat
             "/api/runs", json={"agent": "echo", "prompt": "hi"}, headers=bearer("alice")
         )
         assert res.status_code == 201
-    assert app.state.golem.store is None  # closed on shutdown
+    assert app.state.golem.durable.store is None  # closed on shutdown
     with TestClient(app) as client:  # the data outlives the app
         runs = client.get("/api/runs", headers=bearer("alice")).json()["runs"]
         assert [r["outcome"]["output"] for r in runs] == ["echo: hi"]
@@ -128,9 +128,9 @@ def test_the_in_process_worker_resumes_worker_concurrency_runs_at_once(tmp_path:
     """Three approved runs whose tool waits on a barrier of three: they can only finish
     when the in-process worker has all three resumes in flight (`worker_concurrency=3`)."""
     from golem import Agent, Message, ToolCall
+    from golem.durable.worker import AgentEntry
     from golem.testing import FunctionModel
     from golem.tool import DeferKind, Deferred, call_approved
-    from golem.worker import AgentEntry
 
     barrier: asyncio.Barrier | None = None
 

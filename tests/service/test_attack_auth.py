@@ -12,9 +12,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import Store
 from golem.service.auth import TokenFailures
 from golem.service.inbox import SESSION_COOKIE
-from golem.store import Store
 from tests.service.conftest import TOKENS, StartRun, bearer
 from tests.service.test_inbox import csrf_of, sign_in
 

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import RunStatus, Store
+from golem.durable.worker import Worker
 from golem.service import create_app
-from golem.store import RunStatus, Store
-from golem.worker import Worker
 from tests.service._server import serve
 from tests.service.agents import EXECUTED
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth

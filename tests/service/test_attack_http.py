@@ -15,9 +15,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.service import create_app
 from golem.service.inbox import SESSION_COOKIE
-from golem.store import CallKind, NewCall, NewRun, Store
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

@@ -10,9 +10,9 @@ import json
 import httpx
 import pytest
 
+from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service.views import path
-from golem.store import CallKind, NewCall, NewRun, Store
 from tests.service.conftest import StartRun, bearer
 from tests.service.test_inbox import csrf_of, inventory, sign_in
 

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import CallKind, NewCall, NewRun, RunStatus, Store, StoreBusy, StoreTimeout
+from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.service import Approver, AuthConfig, create_app
 from golem.service.views import path
-from golem.store import CallKind, NewCall, NewRun, RunStatus, Store, StoreBusy, StoreTimeout
-from golem.worker import Worker
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

@@ -22,14 +22,14 @@ from starlette.applications import Starlette
 
 from golem import new_id
 from golem._display import has_hidden, reveal
+from golem.durable.store import CallKind, NewCall, NewRun, Store
+from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, create_app
 from golem.service._confusables import skeleton
 from golem.service.api import _bad_text
 from golem.service.inbox import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
-from golem.store import CallKind, NewCall, NewRun, Store
-from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_inbox import csrf_of, sign_in
 

@@ -25,13 +25,13 @@ from hypothesis import strategies as st
 from starlette.applications import Starlette
 
 from golem import new_id
+from golem.durable.store import AuditEntry, Store
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import start_run
 from golem.service import create_app
 from golem.service import stream as stream_module
 from golem.service.api import audit_json
 from golem.service.limits import _unseal_cursor
-from golem.store import AuditEntry, Store
-from golem.store.sqlite import SQLiteStore
-from golem.worker import start_run
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import WAIT, Event, parse
 from tests.service.test_inbox import sign_in
@@ -145,7 +145,7 @@ async def _hidden_activity(store: Store, registry: Any, runs: int = 3) -> None:
     """Runs of `mixed` (which olga may not see) started and decided by alice."""
     for _ in range(runs):
         run = await start_run(store, registry, "mixed", "m", started_by="alice")
-        from golem.store import Decision
+        from golem.durable.store import Decision
 
         await store.decide(run.id, "a1", Decision.approve(), decided_by="alice")
 

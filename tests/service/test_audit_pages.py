@@ -19,9 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.service import Approver, AuthConfig, create_app
-from golem.service.limits import _unseal_cursor, seal_entry
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     AuditEntry,
     CallKind,
@@ -31,7 +29,9 @@ from golem.store import (
     Store,
     utc_now,
 )
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.service import Approver, AuthConfig, create_app
+from golem.service.limits import _unseal_cursor, seal_entry
 from tests.store.backends import BACKENDS, backend_for
 
 AGENTS = ("a1", "a2", "a3", "a4")
@@ -298,7 +298,7 @@ async def test_paging_returns_every_visible_match_once_newest_first_on_postgresq
 
 async def _flood(store: Store, run_id: str, entries: int) -> None:
     """`entries` audit entries on `run_id`, written by the store's own audit path."""
-    from golem.store._sql import SQLStore, Tx
+    from golem.durable.store._sql import SQLStore, Tx
 
     assert isinstance(store, SQLStore)
     at = utc_now() - timedelta(seconds=1)

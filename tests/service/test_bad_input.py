@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from golem.durable.store import Store
+from golem.durable.worker import AgentEntry
 from golem.service import create_app
-from golem.store import Store
-from golem.worker import AgentEntry
 from tests.service.agents import build_registry
 from tests.service.conftest import bearer, make_auth
 from tests.store.backends import BACKENDS, Backend, backend_for
@@ -184,7 +184,7 @@ async def test_a_deps_factory_that_raises_is_a_4xx_and_saves_nothing(
 async def test_a_call_id_with_a_slash_is_decidable(
     any_store: Store, http: httpx.AsyncClient
 ) -> None:
-    from golem.store import CallKind, NewCall, NewRun
+    from golem.durable.store import CallKind, NewCall, NewRun
 
     await any_store.save_pending(
         NewRun(
@@ -226,7 +226,7 @@ async def test_inbox_forms_refuse_nul_bytes_and_bad_deps(http: httpx.AsyncClient
 async def test_a_nan_saved_by_a_python_caller_does_not_break_listings(
     any_store: Store, http: httpx.AsyncClient
 ) -> None:
-    from golem.worker import start_run
+    from golem.durable.worker import start_run
 
     try:
         await start_run(

@@ -24,9 +24,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from golem.cli import build_app
-from golem.store import Decision, RunRecord, open_store
-from golem.worker import start_run
+from golem.cli.commands import build_app
+from golem.durable.store import Decision, RunRecord, open_store
+from golem.durable.worker import start_run
 from tests.service.agents import build_registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +232,7 @@ def test_serve_asked_for_a_missing_uvloop_says_how_to_install_it(
 
 
 def test_without_the_server_extra_golem_prints_the_install_line() -> None:
-    code = "import sys; sys.modules['typer'] = None; from golem.cli import main; main()"
+    code = "import sys; sys.modules['typer'] = None; from golem.cli.commands import main; main()"
     proc = subprocess.run(
         [sys.executable, "-c", code, "pending"], capture_output=True, text=True, timeout=WAIT
     )
@@ -287,7 +287,7 @@ def golem_process(*args: str, env: dict[str, str] | None = None) -> Iterator[Run
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from golem.cli import main; main()", *args],
+            [sys.executable, "-c", "from golem.cli.commands import main; main()", *args],
             cwd=ROOT,
             env=full_env,
             stdout=subprocess.PIPE,

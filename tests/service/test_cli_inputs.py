@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import golem as golem_package
-from golem.cli import build_app
+from golem.cli.commands import build_app
+from golem.durable.worker import load_registry
 from golem.service.notify import Webhook
-from golem.worker import load_registry
 from tests.service.test_cli import seed
 
 N = 100_000

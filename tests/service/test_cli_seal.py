@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from golem.durable.store import Decision, RunRecord, RunStatus, open_store
+from golem.durable.worker import start_run
 from golem.seal import SealKeys
-from golem.store import Decision, RunRecord, RunStatus, open_store
-from golem.worker import start_run
 from tests.service.agents import build_registry
 from tests.service.test_cli import golem, golem_process, load, wait_for
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from golem import Message, ToolCall, dumps_history
-from golem.store import CallKind, NewCall, NewRun, Store
+from golem.durable.store import CallKind, NewCall, NewRun, Store
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
 

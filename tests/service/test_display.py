@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem._display import reveal, reveal_parts
-from golem.store import open_store
-from golem.worker import start_run
+from golem.durable.store import open_store
+from golem.durable.worker import start_run
 from tests.service.agents import build_registry
 from tests.service.test_cli import golem
 

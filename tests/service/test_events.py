@@ -18,10 +18,10 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import Decision, Store
+from golem.durable.worker import start_run
 from golem.service import create_app
 from golem.service.limits import _unseal_cursor
-from golem.store import Decision, Store
-from golem.worker import start_run
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 

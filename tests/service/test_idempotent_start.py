@@ -13,8 +13,8 @@ import re
 import httpx
 import pytest
 
+from golem.durable.store import Store
 from golem.service.api import _idempotent_run_id
-from golem.store import Store
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
 

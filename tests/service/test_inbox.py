@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.store import Decision, Store, utc_now
+from golem.durable.store import Decision, Store, utc_now
 from tests.service.conftest import TOKENS, StartRun
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'

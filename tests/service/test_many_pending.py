@@ -7,10 +7,10 @@ from pathlib import Path
 
 import httpx
 
+from golem.durable.store import CallKind, NewCall, NewRun, Store
+from golem.durable.store.sqlite import SQLiteStore
 from golem.service import api
 from golem.service.inbox import PAGE_RUNS
-from golem.store import CallKind, NewCall, NewRun, Store
-from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
 

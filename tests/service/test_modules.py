@@ -24,8 +24,8 @@ MODULES = [
     "golem.service.stream",
     "golem.service.views",
     "golem._display",
-    "golem.cli",
-    "golem.demo",
+    "golem.cli.commands",
+    "golem.cli.demo",
 ]
 
 

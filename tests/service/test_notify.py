@@ -16,10 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
+from golem.durable.worker import start_run
 from golem.service import create_app
 from golem.service.notify import Notifier, Webhook, _slack_message, sign
-from golem.store import CallKind, NewCall, NewRun, Store, utc_now
-from golem.worker import start_run
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.conftest import bearer, make_auth
@@ -246,7 +246,7 @@ async def test_a_run_that_cannot_be_read_does_not_stall_notifications(
     import contextlib
     import sqlite3
 
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     n = _notifier(store, Webhook(receiver.url, events={"run.ended"}))
     cursor = await store.last_change_id()

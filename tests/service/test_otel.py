@@ -1,4 +1,4 @@
-"""The approval service under `golem.otel.instrument()` (issue 11): each request is a server
+"""The approval service under `golem.integrations.otel.instrument()` (issue 11): each request is a server
 span with the HTTP conventions' attributes and the authenticated operator as `enduser.id`;
 the store operations it makes (a decision: who decided) are client spans under it."""
 
@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from golem import otel
+from golem.integrations import otel
 from golem.service.app import ROUTES, _TraceRequests
 from tests.otel_support import memory_provider
 from tests.service.conftest import bearer
@@ -55,7 +55,7 @@ async def test_a_decision_request_is_a_server_span_naming_the_operator(
     assert attrs(start)["enduser.id"] == "alice"
     assert attrs(start)["http.response.status_code"] == res.status_code
     names = sorted(s.name for s in children(exporter, start))
-    assert names == ["golem.store.save_pending", "invoke_agent"], "the run and its save"
+    assert names == ["golem.durable.store.save_pending", "invoke_agent"], "the run and its save"
     exporter.clear()
 
     res = await client.post(
@@ -77,7 +77,7 @@ async def test_a_decision_request_is_a_server_span_naming_the_operator(
     assert (a["http.response.status_code"], a["enduser.id"]) == (200, "olga")
     assert decide.parent is not None, "the caller's traceparent is the parent"
     assert f"{decide.parent.trace_id:032x}" == TRACEPARENT.split("-")[1]
-    stored = [s for s in children(exporter, decide) if s.name == "golem.store.decide"]
+    stored = [s for s in children(exporter, decide) if s.name == "golem.durable.store.decide"]
     assert len(stored) == 1
     assert attrs(stored[0])["golem.decided_by"] == "olga"
     assert attrs(stored[0])["gen_ai.tool.call.id"] == "c1"
@@ -114,7 +114,7 @@ async def test_without_server_spans_the_operator_goes_on_the_current_span(
     (outer,) = server_spans(exporter)
     assert outer.name == "outer request"
     assert attrs(outer)["enduser.id"] == "alice"
-    assert [s.name for s in children(exporter, outer)] == ["golem.store.list_runs"]
+    assert [s.name for s in children(exporter, outer)] == ["golem.durable.store.list_runs"]
 
 
 async def test_a_server_error_marks_the_span(

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from golem.durable.store import Decision, Store
+from golem.durable.worker import Worker
 from golem.service import create_app
-from golem.store import Decision, Store
-from golem.worker import Worker
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from golem import new_id
+from golem.durable.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Store
+from golem.durable.store.sqlite import SQLiteStore
 from golem.service import create_app
 from golem.service.views import path
-from golem.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Store
-from golem.store.sqlite import SQLiteStore
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_inbox import sign_in
 from tests.store.backends import BACKENDS, Backend, backend_for

@@ -8,9 +8,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
+from golem.durable.store import Store
 from golem.service import Approver, AuthConfig, create_app
 from golem.service.inbox import SESSION_COOKIE
-from golem.store import Store
 from tests.service.conftest import TOKENS, bearer
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

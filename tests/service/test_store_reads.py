@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from golem.durable.store import Decision, Store
+from golem.durable.worker import start_run
 from golem.service import create_app
 from golem.service.limits import _unseal_cursor
 from golem.service.notify import Notifier, Webhook
-from golem.store import Decision, Store
-from golem.worker import start_run
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

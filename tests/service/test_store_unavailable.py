@@ -14,9 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.errors import StoreError
-from golem.service import create_app
-from golem.store import (
+from golem.durable.store import (
     RunNotInterrupted,
     RunStatus,
     Store,
@@ -24,7 +22,9 @@ from golem.store import (
     StoreReadOnly,
     StoreTimeout,
 )
-from golem.store.postgres import PostgresStore
+from golem.durable.store.postgres import PostgresStore
+from golem.errors import StoreError
+from golem.service import create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
 from tests.service.test_inbox import sign_in

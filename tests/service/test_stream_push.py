@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from golem.durable.store import Decision
+from golem.durable.worker import start_run
 from golem.service import create_app
-from golem.store import Decision
-from golem.worker import start_run
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.store import CallKind, NewCall, NewRun, Store, utc_now
+from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from tests.service.conftest import StartRun
 from tests.service.test_inbox import interrupt, sign_in
 
@@ -113,7 +113,7 @@ async def test_the_tool_filter_is_a_case_insensitive_substring(
 async def test_runs_show_title_outcome_who_started_and_who_decided(
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     run = await start("twin", prompt="Ship the release\nwith details")
     await store.decide(run["id"], "c1", Decision.approve(), decided_by="zoe")
@@ -130,7 +130,7 @@ async def test_runs_show_title_outcome_who_started_and_who_decided(
 async def test_the_audit_view_filters_and_exports(
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     run = await start("twin")
     await store.decide(run["id"], "c1", Decision.deny("=HYPERLINK(1)"), decided_by="=zoe")
@@ -170,7 +170,7 @@ async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
 ) -> None:
     import inspect
 
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     run = await start("twin")
     csrf = await sign_in(client)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from golem.store import Store
-from golem.store.postgres import PostgresStore
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import Store
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.store.sqlite import SQLiteStore
 
 __all__ = ["BACKENDS", "Backend", "backend_for", "open_spec", "postgres_dsn"]
 

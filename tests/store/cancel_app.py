@@ -17,8 +17,8 @@ import random
 import sys
 from typing import Any
 
+from golem.durable.store import Decision, DecisionConflict, RunNotFound, RunNotPending
 from golem.errors import StoreError
-from golem.store import Decision, DecisionConflict, RunNotFound, RunNotPending
 from tests.store.backends import open_spec
 from tests.store.runs import approval, make_run
 

@@ -35,8 +35,7 @@ import psycopg
 import pytest
 
 from golem import Agent, RunContext
-from golem.errors import StoreError
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     Decision,
     RunRecord,
@@ -46,10 +45,11 @@ from golem.store import (
     StoreTimeout,
     utc_now,
 )
-from golem.store.postgres import PostgresStore
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.worker import AgentEntry, Worker, start_run
+from golem.errors import StoreError
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.store.procs import ROOT, eventually
 from tests.store.worker_app import _model, prompt_for
 

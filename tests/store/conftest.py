@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from golem.store import Store
+from golem.durable.store import Store
 from tests.store.backends import BACKENDS, Backend, backend_for
 
 
@@ -49,7 +49,7 @@ def slow_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
     migrations included: 30 times a 1 ms `idle_in_transaction_session_timeout`."""
     import psycopg
 
-    from golem.store.postgres import _Conn, _SchemaConn
+    from golem.durable.store.postgres import _Conn, _SchemaConn
 
     sync = _Conn._sync
     in_transaction = psycopg.pq.TransactionStatus.INTRANS

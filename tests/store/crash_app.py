@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from golem import Agent, RunContext
-from golem.store.postgres import PostgresStore
-from golem.store.postgres import _Conn as _PgConn
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.store.postgres import _Conn as _PgConn
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker
 from tests.store.worker_app import _model
 
 __all__ = ["KILL_POINTS", "registry"]

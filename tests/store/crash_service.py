@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from golem.store import Decision
-from golem.worker import start_run
+from golem.durable.store import Decision
+from golem.durable.worker import start_run
 from tests.store import crash_app
 from tests.store.crash_app import CrashStore, registry
 from tests.store.worker_app import prompt_for

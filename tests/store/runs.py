@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from golem._ids import new_id
-from golem.store import CallKind, NewCall, NewRun
+from golem.durable.store import CallKind, NewCall, NewRun
 
 __all__ = ["T0", "approval", "external", "later", "make_run"]
 

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from golem.errors import StoreError
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     Decision,
     Outcome,
@@ -17,8 +16,9 @@ from golem.store import (
     Store,
     open_store,
 )
-from golem.store._schema import LATEST_VERSION, MIGRATIONS, Migration, migrate
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store._schema import LATEST_VERSION, MIGRATIONS, Migration, migrate
+from golem.durable.store.sqlite import SQLiteStore
+from golem.errors import StoreError
 from tests.store.backends import Backend
 from tests.store.runs import T0, approval, external, later, make_run
 
@@ -252,7 +252,7 @@ async def test_a_database_at_an_older_version_migrates_and_keeps_its_runs(
     """A v3 database (no call seals yet) gains v4 on open; its runs stay readable."""
     import sqlite3
 
-    from golem.store import CallKind, NewCall
+    from golem.durable.store import CallKind, NewCall
     from tests.store.runs import make_run
 
     path = tmp_path / "old.db"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from golem.store import AuditAction, CallKind, Decision, NewCall, NewRun, Store
-from golem.store._sql import SQLStore, Tx
+from golem.durable.store import AuditAction, CallKind, Decision, NewCall, NewRun, Store
+from golem.durable.store._sql import SQLStore, Tx
 from tests.store.backends import Backend
 
 

@@ -7,7 +7,7 @@ import unicodedata
 
 import pytest
 
-from golem.store import CallKind, CallNotFound, Decision, NewCall, NewRun, RunStatus, Store
+from golem.durable.store import CallKind, CallNotFound, Decision, NewCall, NewRun, RunStatus, Store
 
 FORMS = [("c\u00e9", "ce\u0301"), ("ce\u0301", "c\u00e9"), ("\u212b", "\u00c5"), ("\ufb01", "fi")]
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from typing import Any
 
-from golem.store import AuditAction, RunStatus, Store
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import AuditAction, RunStatus, Store
+from golem.durable.store.sqlite import SQLiteStore
 from tests.store.backends import Backend
 from tests.store.procs import ROOT
 from tests.store.runs import approval, make_run

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from golem.store import AuditAction, Decision, LeaseLost, Outcome, RunStatus, Store
+from golem.durable.store import AuditAction, Decision, LeaseLost, Outcome, RunStatus, Store
 from tests.store.backends import Backend
 from tests.store.procs import ROOT, eventually
 from tests.store.runs import T0, approval, later, make_run
@@ -204,7 +204,7 @@ async def test_a_batch_claim_is_one_span_naming_its_runs_and_an_idle_one_none(
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("opentelemetry.sdk")
-    from golem.store.sqlite import SQLiteStore
+    from golem.durable.store.sqlite import SQLiteStore
     from tests.otel_support import instrumented
 
     with instrumented() as exporter:
@@ -219,7 +219,7 @@ async def test_a_batch_claim_is_one_span_naming_its_runs_and_an_idle_one_none(
     assert len(spans) == 1, "the idle claim left no span"
     attrs = dict(spans[0].attributes or {})
     assert list(attrs["golem.run.ids"]) == ids  # type: ignore[arg-type]
-    assert attrs["golem.worker.id"] == "w"
+    assert attrs["golem.durable.worker.id"] == "w"
     assert attrs["db.response.returned_rows"] == 2
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import RunStatus
-from golem.store.postgres import PostgresStore
+from golem.durable.store import RunStatus
+from golem.durable.store.postgres import PostgresStore
 from tests.store.backends import Backend, backend_for
 from tests.store.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.store.worker_app import approved_run, registry

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _sql
+from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _sql
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, later, make_run
 from tests.store.test_corrupt_rows import _corrupt
@@ -258,7 +258,7 @@ def test_the_operator_sees_why_and_re_queues_it_from_the_terminal(tmp_path: Any)
 
     from typer.testing import CliRunner
 
-    from golem.cli import build_app
+    from golem.cli.commands import build_app
 
     with backend_for("sqlite", tmp_path) as backend:
         db = f"sqlite:///{backend.path}"

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from golem.durable.store import CorruptRecord, Decision, Store
 from golem.errors import GolemError, StoreError
-from golem.store import CorruptRecord, Decision, Store
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, make_run
 

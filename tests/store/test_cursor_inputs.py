@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from golem.store import InvalidCursor, Store, StoreError
+from golem.durable.store import InvalidCursor, Store, StoreError
 from tests.store.backends import BACKENDS, backend_for
 from tests.store.runs import approval, make_run
 
@@ -143,8 +143,8 @@ async def test_the_service_answers_a_hostile_cursor_with_422(tmp_path: Any) -> N
     out-of-range cursors from the store; a NUL in the ID was a 200 with an empty page.)"""
     import httpx
 
+    from golem.durable.store.sqlite import SQLiteStore
     from golem.service import create_app
-    from golem.store.sqlite import SQLiteStore
     from tests.service.agents import build_registry
     from tests.service.conftest import bearer, make_auth
 

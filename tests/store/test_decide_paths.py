@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem._ids import new_id
-from golem.store import AuditAction, CallKind, Decision, NewCall, RunRecord, Store
+from golem.durable.store import AuditAction, CallKind, Decision, NewCall, RunRecord, Store
 from tests.store.backends import Backend, backend_for
 from tests.store.runs import later, make_run
 

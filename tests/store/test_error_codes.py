@@ -29,15 +29,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golem.durable.store import StoreBusy, StoreReadOnly
+from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
-from golem.store import StoreBusy, StoreReadOnly
-from golem.store.sqlite import SQLiteStore
 from tests.store.runs import make_run
 
 psycopg = pytest.importorskip("psycopg")
 from psycopg import errors as pg_errors  # noqa: E402
 
-from golem.store.postgres import PostgresStore, _no_slot, _store_error  # noqa: E402
+from golem.durable.store.postgres import PostgresStore, _no_slot, _store_error  # noqa: E402
 
 # --------------------------------------------------------------------------- codes, not text
 
@@ -116,7 +116,7 @@ def _sqlite_error(code: int, message: str) -> sqlite3.OperationalError:
 def test_sqlite_errors_are_classified_by_result_code(
     tmp_path: Path, code: int, message: str, kind: type[StoreError]
 ) -> None:
-    from golem.store.sqlite import _store_error as sqlite_store_error
+    from golem.durable.store.sqlite import _store_error as sqlite_store_error
 
     got = sqlite_store_error(tmp_path / "x.db", _sqlite_error(code, message))
     assert type(got) is kind

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from golem.store import (
+from golem.durable.store import (
     EXPIRY_ACTOR,
     AuditAction,
     CallExpired,

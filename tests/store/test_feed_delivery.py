@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from golem.store import CallKind, Decision, NewCall, NewRun
-from golem.store._feed import ChangeFeed
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import CallKind, Decision, NewCall, NewRun
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store.sqlite import SQLiteStore
 from tests.store.wakes import counting_wake_ups
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem._ids import new_id
+from golem.durable.store._sql import Tx
+from golem.durable.store._threads import DatabaseThreads, Slot
+from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
-from golem.store._sql import Tx
-from golem.store._threads import DatabaseThreads, Slot
-from golem.store.sqlite import SQLiteStore
 from tests.store.runs import make_run
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts

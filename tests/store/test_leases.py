@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     CallKind,
     Decision,

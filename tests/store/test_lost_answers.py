@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from golem._ids import new_id
+from golem.durable.store import AuditAction, Decision, RunStatus, Store, utc_now
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunStatus, Store, utc_now
-from golem.worker import AgentEntry, Worker, start_run
 from tests.store.chaos import chaos_registry, executions, until
 from tests.store.worker_app import approved_run, prompt_for
 

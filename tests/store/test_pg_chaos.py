@@ -31,10 +31,10 @@ import pytest
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
+from golem.durable.store import AuditAction, Decision, RunRecord, RunStatus
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.worker import start_run
 from golem.errors import StoreError
-from golem.store import AuditAction, Decision, RunRecord, RunStatus
-from golem.store.postgres import PostgresStore
-from golem.worker import start_run
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import (
     Cluster,

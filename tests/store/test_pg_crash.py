@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import RunStatus
-from golem.store.postgres import PostgresStore
+from golem.durable.store import RunStatus
+from golem.durable.store.postgres import PostgresStore
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import admin, check_invariants, new_schema
 from tests.store.test_sqlite_crash import ROUNDS, SEEDS, Fleet, _round

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from golem.store import AuditAction, Decision, RunStatus, StoreTimeout
-from golem.store.postgres import PostgresStore
-from golem.worker import Worker, start_run
+from golem.durable.store import AuditAction, Decision, RunStatus, StoreTimeout
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.worker import Worker, start_run
 from tests.store.backends import Backend, backend_for
 from tests.store.chaos import (
     Hold,

@@ -32,13 +32,13 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from golem import Agent, RunContext
+from golem.durable.store import Decision, RunRecord, RunStatus, StoreBusy
+from golem.durable.store.postgres import PostgresStore
+from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
 from golem.service import create_app
-from golem.store import Decision, RunRecord, RunStatus, StoreBusy
-from golem.store.postgres import PostgresStore
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, Worker, start_run
 from tests.service.agents import build_registry
 from tests.service.conftest import make_auth
 from tests.store.chaos import (

@@ -24,9 +24,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from golem.durable.store import Decision, Outcome, RunStatus, StoreReadOnly, utc_now
+from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
-from golem.store import Decision, Outcome, RunStatus, StoreReadOnly, utc_now
-from golem.store.postgres import PostgresStore
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import Scene, admin, backends_of, terminate_backends, until
 from tests.store.runs import approval, external, make_run

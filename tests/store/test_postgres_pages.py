@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from golem.store import Page, PendingCallRecord
-from golem.store.postgres import PostgresStore
+from golem.durable.store import Page, PendingCallRecord
+from golem.durable.store.postgres import PostgresStore
 from tests.store.backends import Backend, backend_for
 from tests.store.runs import make_run
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from golem.durable.store import CallNotFound, Decision, DecisionConflict, NewRun, Outcome, RunStatus
+from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
-from golem.store import CallNotFound, Decision, DecisionConflict, NewRun, Outcome, RunStatus
-from golem.store.postgres import PostgresStore
 from tests.store.backends import Backend, backend_for
 from tests.store.runs import approval, make_run
 
@@ -202,7 +202,7 @@ async def test_an_event_loop_that_cannot_watch_sockets_runs_transactions_on_thre
         else:
             await store.finish(run.id, "w", Outcome.completed("ok"))
             assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
-        from golem.store import postgres
+        from golem.durable.store import postgres
 
         assert loop in postgres._NO_READERS
     finally:

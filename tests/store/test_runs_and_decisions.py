@@ -8,8 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from golem.errors import StoreError
-from golem.store import (
+from golem.durable.store import (
     EXPIRY_ACTOR,
     AuditAction,
     CallExpired,
@@ -25,6 +24,7 @@ from golem.store import (
     RunStatus,
     Store,
 )
+from golem.errors import StoreError
 from tests.store.backends import Backend
 from tests.store.runs import approval, external, later, make_run
 

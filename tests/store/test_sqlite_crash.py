@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
-from golem.store import Decision, RunStatus, Store
-from golem.store.sqlite import SQLiteStore
-from golem.worker import start_run
+from golem.durable.store import Decision, RunStatus, Store
+from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.worker import start_run
 from tests.store.chaos import check_invariants
 from tests.store.crash_app import KILL_POINTS, registry
 from tests.store.procs import ROOT, eventually, worker_logs

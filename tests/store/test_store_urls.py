@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from golem.store import open_store
-from golem.store.postgres import PostgresStore, split_url
+from golem.durable.store import open_store
+from golem.durable.store.postgres import PostgresStore, split_url
 from tests.store.backends import backend_for
 
 

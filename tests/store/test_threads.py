@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.store._threads import DatabaseThreads, Slot
+from golem.durable.store._threads import DatabaseThreads, Slot
 from tests.store.wakes import counting_wake_ups
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts

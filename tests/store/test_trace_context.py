@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from golem.store import Decision, NewRun, Outcome, RunStatus, Store
-from golem.store._schema import LATEST_VERSION, MIGRATIONS, migrate
-from golem.store.sqlite import SQLiteStore
+from golem.durable.store import Decision, NewRun, Outcome, RunStatus, Store
+from golem.durable.store._schema import LATEST_VERSION, MIGRATIONS, migrate
+from golem.durable.store.sqlite import SQLiteStore
 from tests.store.runs import T0, approval, make_run
 
 PAUSED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -111,10 +111,10 @@ async def test_store_spans_name_the_database_system(store: Store) -> None:
     system = "postgresql" if type(store).__name__ == "PostgresStore" else "sqlite"
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == [
-        "golem.store.save_pending",
-        "golem.store.decide",
-        "golem.store.claim_ready",
-        "golem.store.finish",
+        "golem.durable.store.save_pending",
+        "golem.durable.store.decide",
+        "golem.durable.store.claim_ready",
+        "golem.durable.store.finish",
     ]
     assert {(s.attributes or {})["db.system.name"] for s in spans} == {system}
     assert {(s.attributes or {})["golem.run.id"] for s in spans} == {run.id}

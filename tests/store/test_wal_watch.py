@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from golem.store import CallKind, ChangeFeed, NewCall, NewRun
-from golem.store.sqlite import SQLiteStore, _WalWatch
+from golem.durable.store import CallKind, ChangeFeed, NewCall, NewRun
+from golem.durable.store.sqlite import SQLiteStore, _WalWatch
 from tests.store.procs import eventually
 
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
@@ -252,8 +252,8 @@ async def test_without_the_watch_a_waiter_sleeps_until_the_poll(tmp_path: Path) 
 _WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from golem.store import CallKind, NewCall, NewRun
-    from golem.store.sqlite import SQLiteStore
+    from golem.durable.store import CallKind, NewCall, NewRun
+    from golem.durable.store.sqlite import SQLiteStore
 
     async def main() -> None:
         store = await SQLiteStore.open(sys.argv[1])

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from golem import Agent, Message, RunContext, ToolCall
+from golem.durable.store import Decision, RunRecord, Store
+from golem.durable.worker import AgentEntry, AgentRegistry, Worker, start_run
 from golem.model import ModelRequest
-from golem.store import Decision, RunRecord, Store
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from golem.worker import AgentEntry, AgentRegistry, Worker, start_run
 
 __all__ = ["approved_run", "prompt_for", "registry"]
 
@@ -91,16 +91,16 @@ def registry() -> dict[str, AgentEntry]:
 
 def _skew(seconds: float) -> None:
     """Make this process's wall clock, as golem reads it (`utc_now`), run `seconds` off."""
-    import golem.store
-    import golem.store._sql
-    import golem.worker
+    import golem.durable.store
+    import golem.durable.store._sql
+    import golem.durable.worker
 
-    real = golem.store._sql.utc_now
+    real = golem.durable.store._sql.utc_now
 
     def skewed() -> datetime:
         return real() + timedelta(seconds=seconds)
 
-    for module in (golem.store._sql, golem.store, golem.worker):
+    for module in (golem.durable.store._sql, golem.durable.store, golem.durable.worker):
         module.utc_now = skewed  # type: ignore[attr-defined]
 
 

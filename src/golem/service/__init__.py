@@ -1,4 +1,4 @@
-"""The approval service: a JSON API, a web inbox and an event stream over a `golem.store`.
+"""The approval service: a JSON API, a web inbox and an event stream over a `golem.durable.store`.
 
 Needs the `[server]` extra (Starlette, Jinja2, uvicorn): `pip install 'golem-agents[server]'`.
 

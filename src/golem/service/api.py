@@ -25,13 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from golem.errors import StoreError
-from golem.seal import SealKey
-from golem.service import schemas
-from golem.service.auth import AuthConfig, Credential, LoginLimiter, TokenFailures
-from golem.service.openapi import operation
-from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
-from golem.store import (
+from golem.durable.store import (
     AuditEntry,
     CallExpired,
     CallKind,
@@ -48,7 +42,13 @@ from golem.store import (
     RunStatus,
     Store,
 )
-from golem.worker import AgentRegistry, start_run
+from golem.durable.worker import AgentRegistry, start_run
+from golem.errors import StoreError
+from golem.seal import SealKey
+from golem.service import schemas
+from golem.service.auth import AuthConfig, Credential, LoginLimiter, TokenFailures
+from golem.service.openapi import operation
+from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

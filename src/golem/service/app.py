@@ -29,6 +29,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__, _tracing
+from golem.durable.store import Store, StoreBusy, StoreReadOnly, StoreTimeout, open_store
+from golem.durable.worker import AgentRegistry, Worker
 from golem.errors import StoreError
 from golem.seal import SealKey, as_seal_keys
 from golem.service import api, audit, inbox, stream
@@ -38,8 +40,6 @@ from golem.service.notify import Notifier, Webhook
 from golem.service.openapi import SSE, Operation, openapi_document, operation
 from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
 from golem.service.views import Presenter
-from golem.store import Store, StoreBusy, StoreReadOnly, StoreTimeout, open_store
-from golem.worker import AgentRegistry, Worker
 
 __all__ = ["ROUTES", "create_app"]
 
@@ -437,7 +437,7 @@ class _Service(Starlette):
 
 
 class _TraceRequests:
-    """Handle each HTTP request under an OpenTelemetry server span while `golem.otel`
+    """Handle each HTTP request under an OpenTelemetry server span while `golem.integrations.otel`
     instruments golem (`otel.instrument()`); pass requests straight through otherwise.
 
     The span is named `METHOD /route/{template}` and carries the HTTP semantic conventions'

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
+from golem.durable.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
 from golem.service import schemas
 from golem.service.api import (
     ApiError,
@@ -37,7 +38,6 @@ from golem.service.api import (
 from golem.service.auth import Credential
 from golem.service.limits import read_position, seal_cursor
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
-from golem.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

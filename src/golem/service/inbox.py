@@ -29,6 +29,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from golem._display import reveal
+from golem.durable.store import (
+    CallKind,
+    Decision,
+    RunStatus,
+    StoreBusy,
+    StoreReadOnly,
+    StoreTimeout,
+    utc_now,
+)
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.api import (
@@ -67,15 +76,6 @@ from golem.service.views import (
     reveal_html,
     run_view,
     short,
-)
-from golem.store import (
-    CallKind,
-    Decision,
-    RunStatus,
-    StoreBusy,
-    StoreReadOnly,
-    StoreTimeout,
-    utc_now,
 )
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.

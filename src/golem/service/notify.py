@@ -46,8 +46,7 @@ import httpx
 
 from golem._display import reveal
 from golem._ids import new_id
-from golem.messages import loads_history
-from golem.store import (
+from golem.durable.store import (
     AuditAction,
     AuditEntry,
     CorruptRecord,
@@ -57,6 +56,7 @@ from golem.store import (
     Store,
     utc_now,
 )
+from golem.messages import loads_history
 
 __all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.config import JsonDict
 
-from golem.store import AuditAction, CallKind, RunStatus
+from golem.durable.store import AuditAction, CallKind, RunStatus
 
 __all__ = [
     "MAX_EXPIRES_IN",

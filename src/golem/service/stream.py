@@ -30,12 +30,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from golem.errors import StoreError
-from golem.service.api import ApiError, ServiceState, audit_json, require_store
-from golem.service.auth import Credential
-from golem.service.inbox import session
-from golem.service.limits import seal_cursor, start_cursor
-from golem.store import (
+from golem.durable.store import (
     AuditEntry,
     ChangeFeed,
     RunNotFound,
@@ -44,6 +39,11 @@ from golem.store import (
     StoreBusy,
     StoreTimeout,
 )
+from golem.errors import StoreError
+from golem.service.api import ApiError, ServiceState, audit_json, require_store
+from golem.service.auth import Credential
+from golem.service.inbox import session
+from golem.service.limits import seal_cursor, start_cursor
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

@@ -21,9 +21,9 @@ from urllib.parse import quote
 from markupsafe import Markup, escape
 
 from golem._display import has_hidden, reveal_parts
+from golem.durable.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
 from golem.messages import loads_history
 from golem.service.auth import Credential
-from golem.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
 
 __all__ = ["Presentation", "Presenter"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from golem.store import CallKind, NewCall, NewRun, open_store, utc_now
+from golem.durable.store import CallKind, NewCall, NewRun, open_store, utc_now
 
 __all__ = ["QUEUE", "seed"]
 

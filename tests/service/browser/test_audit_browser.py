@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, open_store
 from golem.service import Approver, AuthConfig, create_app
-from golem.store import CallKind, Decision, NewCall, NewRun, open_store
 from tests.service._server import serve
 from tests.service.browser.test_inbox_browser import browser as browser
 

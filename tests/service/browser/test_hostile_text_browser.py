@@ -22,11 +22,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from golem.durable.store import CallKind, Decision, NewCall, NewRun
+from golem.durable.store.sqlite import SQLiteStore
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service import Approver, AuthConfig, create_app
 from golem.service.notify import Webhook
-from golem.store import CallKind, Decision, NewCall, NewRun
-from golem.store.sqlite import SQLiteStore
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.browser.test_inbox_browser import WAIT_MS

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.demo import build_registry
+from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, create_app
 from tests.service._server import serve
 
@@ -185,8 +185,8 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
 ) -> None:
     # Found (ADR 0061): a stream reconnecting while the store is away now gets 503, and
     # EventSource gives up for good after a non-200: the inbox retries it with backoff.
+    from golem.durable.store import Store
     from golem.errors import StoreError
-    from golem.store import Store
     from tests.service.test_store_unavailable import fail_every_call
 
     app = create_app(
@@ -206,7 +206,7 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
             page.click("#sign-in")
             page.wait_for_url(f"{base}/")
             page.wait_for_selector("#live-dot[data-state=open]")
-            store = app.state.golem.store
+            store = app.state.golem.durable.store
             fail_every_call(store, StoreError("postgresql: the database system is starting up"))
             page.wait_for_selector("#live-dot[data-state=error]")  # refused: 503
             for name in [n for n in vars(store) if n in dir(Store)]:

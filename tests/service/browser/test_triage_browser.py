@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from golem.durable.store import Decision, open_store
 from golem.service import Approver, AuthConfig, create_app
-from golem.store import Decision, open_store
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.browser._queue import QUEUE, seed

@@ -42,11 +42,9 @@ from typing import Any, Protocol, Self, TypeVar, overload
 import msgspec
 
 from golem._tracing import store_op
-from golem.errors import StoreError
-from golem.messages import _deep_spans
-from golem.store._feed import ChangeFeed
-from golem.store._schema import SchemaConn
-from golem.store.records import (
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store._schema import SchemaConn
+from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
     AuditAction,
@@ -75,11 +73,13 @@ from golem.store.records import (
     RunStatus,
     check_run_id,
 )
+from golem.errors import StoreError
+from golem.messages import _deep_spans
 
 __all__ = ["Conn", "Later", "SQLStore", "Tx"]
 
 _T = TypeVar("_T")
-log = logging.getLogger("golem.store")
+log = logging.getLogger("golem.durable.store")
 
 _ROW_FAULTS = (
     ValueError,

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 __all__ = ["ChangeFeed"]
 
-log = logging.getLogger("golem.store")
+log = logging.getLogger("golem.durable.store")
 
 Probe = Callable[[], Awaitable[int]]
 """Returns the newest audit-log ID in the database (one cheap read)."""

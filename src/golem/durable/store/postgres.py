@@ -64,11 +64,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import unquote
 
-from golem.errors import StoreError
-from golem.store._feed import ChangeFeed
-from golem.store._pg_messages import no_slot_message
-from golem.store._schema import LATEST_VERSION, migrate
-from golem.store._sql import (
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store._pg_messages import no_slot_message
+from golem.durable.store._schema import LATEST_VERSION, migrate
+from golem.durable.store._sql import (
     _C_CALL_COLS,
     _FITS,
     Later,
@@ -80,14 +79,15 @@ from golem.store._sql import (
     elapsed,
     utc_now,
 )
-from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import (
+from golem.durable.store._threads import DatabaseThreads, Slot
+from golem.durable.store.records import (
     AuditAction,
     DecisionRecord,
     StoreBusy,
     StoreReadOnly,
     StoreTimeout,
 )
+from golem.errors import StoreError
 
 try:
     import greenlet
@@ -105,7 +105,7 @@ __all__ = ["PostgresStore"]
 
 _T = TypeVar("_T")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-log = logging.getLogger("golem.store")
+log = logging.getLogger("golem.durable.store")
 
 _Connection = psycopg.Connection[tuple[Any, ...]]
 

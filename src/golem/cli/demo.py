@@ -7,8 +7,8 @@ approval; once resumed, it reports what the tools returned. A prompt that mentio
 ticket makes it call `open_ticket`, which waits for an external result (the ticket ID).
 
 ```python
-from golem.demo import registry          # {"ops": AgentEntry(...)}
-# golem serve --app golem.demo:registry
+from golem.cli.demo import registry          # {"ops": AgentEntry(...)}
+# golem serve --app golem.cli.demo:registry
 ```
 """
 
@@ -19,11 +19,11 @@ import re
 
 from golem._ids import new_id
 from golem.agent import Agent
+from golem.durable.worker import AgentEntry, AgentRegistry
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, RunContext, call_approved
-from golem.worker import AgentEntry, AgentRegistry
 
 __all__ = [
     "build_agent",
@@ -138,4 +138,4 @@ def build_registry() -> AgentRegistry:
 
 
 registry: AgentRegistry = build_registry()
-"""The demo registry, for `golem serve --app golem.demo:registry`."""
+"""The demo registry, for `golem serve --app golem.cli.demo:registry`."""

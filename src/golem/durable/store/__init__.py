@@ -15,8 +15,8 @@ pending ──(every call decided)──▶ ready ──claim_ready──▶ run
 the run is never claimed again automatically (the at-most-once guarantee; see
 `docs/adr/0011-at-most-once-resume.md`). Every state change appends an `AuditEntry`.
 
-Backends: `SQLiteStore` (`golem.store.sqlite`, stdlib `sqlite3`, the default) and
-`PostgresStore` (`golem.store.postgres`, psycopg 3, extra `[postgres]`); `open_store(url)`
+Backends: `SQLiteStore` (`golem.durable.store.sqlite`, stdlib `sqlite3`, the default) and
+`PostgresStore` (`golem.durable.store.postgres`, psycopg 3, extra `[postgres]`); `open_store(url)`
 picks one from a URL. Both implement the `Store` protocol below. All times are timezone-aware
 UTC `datetime`s; every method that depends on the clock takes an optional `now` so tests and
 callers can be deterministic. Without it, both stores take the time from their `clock()`: on
@@ -24,7 +24,7 @@ PostgreSQL the database server's time, so leases mean the same to workers whose 
 disagree (`docs/adr/0056-leases-on-the-stores-clock.md`).
 
 The records, enums and errors (`RunRecord`, `RunStatus`, `RunNotFound`, …) are defined in
-`golem.store.records` and importable from here; that module's docstring draws the error
+`golem.durable.store.records` and importable from here; that module's docstring draws the error
 tree (every store error subclasses `golem.errors.StoreError`).
 """
 
@@ -36,10 +36,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from golem.errors import StoreError as StoreError  # importable here; its home is golem.errors
-from golem.store._feed import ChangeFeed
-from golem.store._sql import utc_now
-from golem.store.records import (
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store._sql import utc_now
+from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
     MAX_RUN_ID,
@@ -73,6 +72,7 @@ from golem.store.records import (
     StoreReadOnly,
     StoreTimeout,
 )
+from golem.errors import StoreError as StoreError  # importable here; its home is golem.errors
 
 __all__ = [
     "EXPIRY_ACTOR",
@@ -482,7 +482,7 @@ async def open_store(url: str | Path) -> Store:
     """
     text = str(url)
     if text.startswith(("postgresql://", "postgres://")):
-        from golem.store.postgres import PostgresStore, split_url
+        from golem.durable.store.postgres import PostgresStore, split_url
 
         dsn, options = split_url(text)
         return await PostgresStore.open(dsn, **options)
@@ -500,6 +500,6 @@ async def open_store(url: str | Path) -> Store:
             f"open_store: unsupported URL {text!r} (want sqlite:///path.db, a path, "
             "or postgresql://...)"
         )
-    from golem.store.sqlite import SQLiteStore
+    from golem.durable.store.sqlite import SQLiteStore
 
     return await SQLiteStore.open(text)

@@ -1,10 +1,10 @@
-"""The records, enums and errors of the durable store (all importable from `golem.store`).
+"""The records, enums and errors of the durable store (all importable from `golem.durable.store`).
 
 Inputs a caller builds (`NewRun`, `NewCall`, `Decision`, `Outcome`), records the store returns
 (`RunRecord`, `PendingCallRecord`, `DecisionRecord`, `ClaimedRun`, `AuditEntry`), the enums
 whose values are the strings stored in the database (`RunStatus`, `CallKind`, `DecisionKind`,
 `AuditAction`) and the store's errors. The `Store` protocol and `open_store` are in
-`golem.store`.
+`golem.durable.store`.
 
 Errors (all subclass `golem.errors.StoreError`):
 
@@ -403,7 +403,7 @@ class NewRun:
     """The run whose resume produced this one (set by `finish` for a paused outcome)."""
     trace_context: str = ""
     """The W3C `traceparent` of the paused run's span (`Result.trace_context`; "" when the
-    run was not traced): the resume's span links to it (`golem.otel`)."""
+    run was not traced): the resume's span links to it (`golem.integrations.otel`)."""
 
 
 @dataclass(frozen=True, slots=True)

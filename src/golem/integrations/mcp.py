@@ -2,7 +2,7 @@
 
 ```python
 from golem import Agent
-from golem.mcp import MCPServer
+from golem.integrations.mcp import MCPServer
 
 files = MCPServer.stdio("python", ["files_server.py"], prefix="files")
 agent = Agent("openai:gpt-4.1", toolsets=[files])
@@ -60,7 +60,7 @@ try:
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("golem.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'") from exc
+    raise ImportError("golem.integrations.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'") from exc
 
 __all__ = [
     "ApprovalPolicy",

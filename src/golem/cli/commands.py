@@ -139,7 +139,7 @@ def _seal_keys() -> Any:
 
 
 def _registry(spec: str) -> Any:
-    from golem.worker import load_registry
+    from golem.durable.worker import load_registry
 
     if os.getcwd() not in sys.path:  # `--app module:attr` names a module of the project
         sys.path.insert(0, os.getcwd())
@@ -171,7 +171,7 @@ def _with_store(
     Unless `create`, a SQLite file that does not exist is an error (exit 1), never an empty
     new database: the commands that read or decide runs must not invent an empty store.
     """
-    from golem.store import open_store
+    from golem.durable.store import open_store
 
     path = _sqlite_path(db)
     if not create and path and not path.startswith(":") and not os.path.exists(path):
@@ -311,7 +311,7 @@ def _worker(
     leases run out). With $GOLEM_SEAL_KEY every stored call must carry a valid seal
     before its run resumes.
     """
-    from golem.worker import Worker
+    from golem.durable.worker import Worker
 
     registry = _registry(app_spec)
     seal_key = _seal_keys()
@@ -362,7 +362,7 @@ def _pending(
     tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
 ) -> None:
     """List the calls that wait for a decision, oldest first."""
-    from golem.store import RunStatus
+    from golem.durable.store import RunStatus
 
     async def load(store: Any) -> list[Any]:
         runs = await store.list_runs(
@@ -392,7 +392,7 @@ def _pending(
 
 
 def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: str) -> None:
-    from golem.store import RunStatus
+    from golem.durable.store import RunStatus
 
     async def go(store: Any) -> tuple[Any, Any]:
         record = await store.decide(run_id, call_id, decision, decided_by=identity)
@@ -443,7 +443,7 @@ def _approve(
     the model's in the decision and the audit log, and checked against the tool's schema
     before the re-run (a mismatch fails the run without running the tool).
     """
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     try:
         decision = Decision.approve(args=args)
@@ -462,7 +462,7 @@ def _deny(
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
 ) -> None:
     """Deny a pending call: it does not run; the model is told why."""
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     _decide(db, run_id, call_id, Decision.deny(reason), _identity(identity))
 
@@ -477,7 +477,7 @@ def _answer(
     db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
 ) -> None:
     """Give the result of a pending external call."""
-    from golem.store import Decision
+    from golem.durable.store import Decision
 
     _decide(db, run_id, call_id, Decision.external(text), _identity(identity))
 
@@ -598,7 +598,7 @@ def _demo(
     ] = None,
 ) -> None:
     """Serve the demo agent (scripted model, SQLite store) and print a sign-in link."""
-    from golem import demo as demo_module
+    from golem.cli import demo as demo_module
 
     with _demo_db(db) as url:
         if once:
@@ -610,8 +610,8 @@ def _demo(
 def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
     import uvicorn
 
+    from golem.durable.worker import start_run
     from golem.service import Approver, AuthConfig, create_app
-    from golem.worker import start_run
 
     token = secrets.token_urlsafe(18)
     registry = demo_module.build_registry()
@@ -648,10 +648,10 @@ async def _demo_once(url: str, console: Console) -> int:
     """Start → pause → approve over HTTP → worker resumes → final answer; 0 when completed."""
     import httpx
 
-    from golem import demo as demo_module
+    from golem.cli import demo as demo_module
+    from golem.durable.store import open_store
+    from golem.durable.worker import Worker
     from golem.service import Approver, AuthConfig, create_app
-    from golem.store import open_store
-    from golem.worker import Worker
 
     registry = demo_module.build_registry()
     token = secrets.token_urlsafe(18)
@@ -661,7 +661,7 @@ async def _demo_once(url: str, console: Console) -> int:
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://golem.demo", headers=headers
+            transport=transport, base_url="http://golem.cli.demo", headers=headers
         ) as http:
             console.print(f"1. POST /api/runs  agent=ops  prompt={demo_module.DEMO_PROMPT!r}")
             res = await http.post(
@@ -746,7 +746,7 @@ def _resolve(
             run_id, resolved_by=who, note=note, confirm_calls=confirm or ()
         )
 
-    from golem.store import DecisionKind
+    from golem.durable.store import DecisionKind
 
     run = _with_store(_db(db), go)  # store errors (not interrupted, unknown call) exit 1
     out = _console()

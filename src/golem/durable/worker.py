@@ -40,11 +40,7 @@ from golem._ids import new_id
 from golem._tracing import worker_op
 from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.deferred import DeferredRequests, PendingToolCall
-from golem.errors import StoreError, SubAgentConversationMismatch
-from golem.history import paused_batch_ids
-from golem.messages import Message, ToolCall, dumps_history, loads_history
-from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
-from golem.store import (
+from golem.durable.store import (
     CallKind,
     ChangeFeed,
     ClaimedRun,
@@ -59,7 +55,11 @@ from golem.store import (
     Store,
     utc_now,
 )
-from golem.store._sql import elapsed
+from golem.durable.store._sql import elapsed
+from golem.errors import StoreError, SubAgentConversationMismatch
+from golem.history import paused_batch_ids
+from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
 from golem.tool import DeferKind
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ __all__ = [
     "start_run",
 ]
 
-log = logging.getLogger("golem.worker")
+log = logging.getLogger("golem.durable.worker")
 
 _CONFIRM_READS = 4
 """How many times a worker reads a run to learn whether a finish whose answer was lost

@@ -1,7 +1,7 @@
 """OpenTelemetry spans for runs, model requests and tool calls (extra `[otel]`).
 
 ```python
-from golem import otel
+from golem.integrations import otel
 
 otel.instrument()  # every agent's runs, on the global tracer provider
 ```
@@ -18,8 +18,8 @@ A run that pauses ends its span with `golem.run.status = "paused"` and the pendi
 span link to the paused one — in any process, days later (docs/adr/0021).
 
 `instrument()` also traces golem's durable side: each store operation is a
-`golem.store.<operation>` client span (`db.system.name`, the run and call IDs, the decision
-and who decided it), each worker resume a `golem.worker.resume` span (the resumed run's
+`golem.durable.store.<operation>` client span (`db.system.name`, the run and call IDs, the decision
+and who decided it), each worker resume a `golem.durable.worker.resume` span (the resumed run's
 `invoke_agent` span under it) and each request to the approval service a server span with
 the authenticated operator as `enduser.id`.
 
@@ -43,7 +43,7 @@ try:
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("golem.otel needs OpenTelemetry: pip install 'golem-agents[otel]'") from exc
+    raise ImportError("golem.integrations.otel needs OpenTelemetry: pip install 'golem-agents[otel]'") from exc
 
 from golem import _tracing
 from golem.events import EventKind, RunEvent
@@ -432,7 +432,7 @@ def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
     owner = arguments.get("self")
     worker_id = arguments.get("worker_id", getattr(owner, "worker_id", None))
     if isinstance(worker_id, str):
-        attrs["golem.worker.id"] = worker_id
+        attrs["golem.durable.worker.id"] = worker_id
     run = arguments.get("run")  # a NewRun
     if run is not None:
         attrs["golem.run.id"] = run.id
@@ -478,7 +478,7 @@ def _claimed_attributes(claimed: Any) -> dict[str, Any]:
         "golem.run.id": claimed.run.id,
         "gen_ai.agent.name": claimed.run.agent,
         "golem.run.attempt": claimed.run.attempt,
-        "golem.worker.id": claimed.worker_id,
+        "golem.durable.worker.id": claimed.worker_id,
     }
 
 
@@ -493,7 +493,7 @@ def _result_attributes(result: Any) -> dict[str, Any] | None:
         if result and hasattr(result[0], "worker_id") and hasattr(result[0], "run"):
             return {  # a batch claim
                 "golem.run.ids": [c.run.id for c in result],
-                "golem.worker.id": result[0].worker_id,
+                "golem.durable.worker.id": result[0].worker_id,
                 "db.response.returned_rows": len(result),
             }
         return {"db.response.returned_rows": len(result)}
@@ -587,19 +587,19 @@ class _Operations:
         attributes = {
             "db.system.name": system,
             "db.system": system,
-            "golem.store.operation": op,
+            "golem.durable.store.operation": op,
             **_call_attributes(fn, args, kwargs),
         }
         return self._tracer().start_span(
-            f"golem.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+            f"golem.durable.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
         )
 
     async def worker_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
         """Run the worker step under a current span (the resumed run's spans nest in it)."""
-        attributes = {"golem.worker.operation": op, **_call_attributes(fn, args, kwargs)}
-        with self._current(f"golem.worker.{op}", SpanKind.INTERNAL, attributes) as span:
+        attributes = {"golem.durable.worker.operation": op, **_call_attributes(fn, args, kwargs)}
+        with self._current(f"golem.durable.worker.{op}", SpanKind.INTERNAL, attributes) as span:
             try:
                 return await fn(*args, **kwargs)
             except BaseException as exc:

@@ -39,12 +39,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store._schema import migrate
+from golem.durable.store._sql import Later, SQLStore, Stats, Tx
+from golem.durable.store._threads import DatabaseThreads, Slot
+from golem.durable.store.records import StoreReadOnly
 from golem.errors import StoreError
-from golem.store._feed import ChangeFeed
-from golem.store._schema import migrate
-from golem.store._sql import Later, SQLStore, Stats, Tx
-from golem.store._threads import DatabaseThreads, Slot
-from golem.store.records import StoreReadOnly
 
 __all__ = ["SQLiteStore"]
 

@@ -1,0 +1,3 @@
+"""Integrations with other systems: MCP servers as toolsets (`mcp`), OpenTelemetry spans (`otel`)."""
+
+__all__: list[str] = []
