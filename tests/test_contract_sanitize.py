@@ -108,7 +108,7 @@ def _safe(url: str | None) -> bool:
     return not url or url.lower().startswith(("http://", "https://"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(sanitize_inputs())
 def test_sanitize_is_idempotent_and_touches_only_what_its_rules_name(
     history: list[Message],

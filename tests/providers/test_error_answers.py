@@ -311,7 +311,7 @@ def _forms(when: float) -> Iterator[str]:
     yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=86_000))
 def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
     for form in _forms(NOW + ahead):
@@ -366,7 +366,7 @@ def test_retry_after_values_are_bounded(headers: dict[str, str], expected: float
     assert retry_after_seconds(httpx.Headers(headers), now=NOW) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=60))
 def test_any_retry_after_is_none_or_a_bounded_wait(value: str) -> None:
     try:
@@ -475,7 +475,7 @@ async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: 
     assert error.error_type != "error"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     api=st.sampled_from(APIS),
     stream=st.booleans(),

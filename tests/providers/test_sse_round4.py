@@ -70,7 +70,6 @@ STREAMS = _recorded_streams()
 BODIES = _recorded_bodies()
 
 SETTINGS = settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -109,7 +109,7 @@ def test_anthropic_rate_limit_resets_are_read(
     assert rate_limit_reset(httpx.Headers(headers), now=NOW) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     st.one_of(
         st.text(max_size=40),
@@ -706,7 +706,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     return item, events
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(st.data())
 def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     data: st.DataObject,
@@ -978,7 +978,7 @@ _ARGS = st.dictionaries(
 ).map(lambda d: json.dumps(d, ensure_ascii=False))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     st.data(),
     st.lists(st.tuples(st.sampled_from(["f", "g"]), _ARGS), min_size=1, max_size=4),

@@ -26,7 +26,6 @@ from tests.providers.test_unseen_sse import OVER_STREAMS, STREAMS, plain, stream
 
 @OVER_STREAMS
 @settings(
-    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -54,7 +54,7 @@ def _fragments(text: str, cuts: list[int]) -> list[str]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     args=st.lists(_ARG_TEXTS, min_size=1, max_size=4),
     cuts=st.lists(st.integers(0, 200), max_size=6),

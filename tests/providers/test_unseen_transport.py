@@ -319,7 +319,7 @@ def test_retry_after_in_odd_but_readable_forms() -> None:
     assert seconds(retry_after_ms="nan", retry_after="2") == 2.0  # the next header answers
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     st.sampled_from(["retry-after", "retry-after-ms"]),
     st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=1),

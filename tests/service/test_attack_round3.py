@@ -173,7 +173,7 @@ def test_identities_that_do_not_look_alike_are_kept(one: str, two: str) -> None:
     AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=12).filter(
         lambda s: any(c in _LOOKALIKES for c in s)
@@ -217,7 +217,7 @@ def test_identities_whose_words_keep_to_one_writing_system_are_kept(identity: st
     AuthConfig(tokens={"t1": Approver(identity)}, secret=b"s" * 32)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=12).filter(
         lambda s: any(c in _LOOKALIKES for c in s) and any(c not in _LOOKALIKES for c in s)
@@ -233,7 +233,7 @@ def test_any_latin_word_with_one_lookalike_letter_is_refused_alone(
         AuthConfig(tokens={"t1": Approver(twin + "@corp.example")}, secret=b"s" * 32)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=20))
 def test_a_skeleton_is_its_own_skeleton(text: str) -> None:
     assert skeleton(skeleton(text)) == skeleton(text)
@@ -250,7 +250,7 @@ def _api_decision(run_id: str, call_id: str) -> str:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     ids=st.lists(
@@ -676,7 +676,7 @@ async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
     assert not has_hidden(_shown_text(res.text).replace("\n", "").replace("\t", ""))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.text(alphabet=st.sampled_from("aé\u0301 \n<&>\u202e\u200d-x"), max_size=400))
 def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
     # A 20,000-letter word in wrapping text took Chromium seconds per occurrence to lay

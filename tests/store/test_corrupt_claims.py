@@ -209,7 +209,6 @@ _COLUMNS = [
 
 
 @settings(
-    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

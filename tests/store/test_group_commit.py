@@ -385,7 +385,6 @@ _job = st.tuples(st.integers(0, 3), st.integers(1, 9), st.booleans())
 
 
 @settings(
-    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
