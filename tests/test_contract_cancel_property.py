@@ -53,6 +53,8 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
 
+pytestmark = pytest.mark.version
+
 OBJ: dict[str, Any] = {"type": "object"}
 EXAMPLES = int(os.environ.get("GOLEM_CANCEL_EXAMPLES", "150"))
 

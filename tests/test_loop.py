@@ -36,6 +36,8 @@ from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import Canceled, Failed, ModelRetry, Tool
 
+pytestmark = pytest.mark.version
+
 OBJ = {"type": "object"}
 INTERRUPTED = (
     "Tool call was interrupted before execution; no result was produced. "

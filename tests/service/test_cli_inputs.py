@@ -26,6 +26,8 @@ from golem.durable.worker import load_registry
 from golem.service.notify import Webhook
 from tests.service.test_cli import seed
 
+pytestmark = pytest.mark.version
+
 N = 100_000
 APP = "tests.service.agents:registry"
 

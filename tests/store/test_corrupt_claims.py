@@ -26,6 +26,8 @@ from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, later, make_run
 from tests.store.test_corrupt_rows import _corrupt
 
+pytestmark = pytest.mark.version
+
 LEASE = 30.0
 
 

@@ -27,6 +27,8 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
 from tests.store.runs import make_run
 
+pytestmark = [pytest.mark.loop, pytest.mark.version]
+
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
 

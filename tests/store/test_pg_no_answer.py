@@ -40,7 +40,7 @@ from tests.store.chaos import (
 )
 from tests.store.worker_app import prompt_for
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 
 
 @pytest.fixture

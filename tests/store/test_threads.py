@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from golem.durable.store._threads import DatabaseThreads, Slot
 from tests.store.wakes import counting_wake_ups
 
+pytestmark = pytest.mark.loop
+
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
 
