@@ -29,6 +29,7 @@ import contextlib
 import ipaddress
 import os
 import socket
+import urllib.parse
 import uuid
 import warnings
 from typing import Any
@@ -158,7 +159,12 @@ def _worker_database(config: pytest.Config, worker: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error:
         return
-    os.environ["GOLEM_TEST_POSTGRES_DSN"] = make_conninfo(dsn, dbname=name)
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.scheme in ("postgres", "postgresql"):  # a URL stays a URL (tests append options)
+        ours = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    else:
+        ours = make_conninfo(dsn, dbname=name)
+    os.environ["GOLEM_TEST_POSTGRES_DSN"] = ours
 
     def drop() -> None:
         os.environ["GOLEM_TEST_POSTGRES_DSN"] = dsn
