@@ -13,9 +13,11 @@ STAMP_SERVER := $(VENV)/.installed-server
 # `make test WORKERS=0` runs it in this process.
 WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadscope
-# Tests marked `deep` (slow; a fast test keeps each one's guarantee, CONTRIBUTING.md) and
-# `serial` (kept off a shared machine) are left out of the parallel pass.
-FAST := not live and not deep
+# Tests marked `deep` (slow; a fast test keeps each one's guarantee, CONTRIBUTING.md) run only
+# in `make test-deep`. The second passes collect only the files holding their marks.
+FAST := -m 'not live and not deep'
+LOOP_TESTS = $(shell grep -rlE 'mark\.loop\b' tests)
+NEWEST_TESTS = $(shell grep -rlE 'mark\.(loop|version)\b' tests)
 DEEP := -m 'not live' -o timeout=1800
 DEEP_ENV := GOLEM_HYPOTHESIS_PROFILE=deep
 
@@ -58,16 +60,15 @@ typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
 pytest: $(STAMP_DEV)
-	$(PYTEST) -m '$(FAST) and not serial'
-	$(BIN)/python -m pytest -q -m '$(FAST) and serial' || [ $$? = 5 ]
+	$(PYTEST) $(FAST)
 
 pytest-uvloop: $(STAMP_DEV)
-	GOLEM_TEST_LOOP=uvloop $(PYTEST) -m '$(FAST) and loop'
+	GOLEM_TEST_LOOP=uvloop $(PYTEST) -m 'loop and not live and not deep' $(LOOP_TESTS)
 
 # What differs between Python versions (CI runs it on the newest Python the machine has):
 # the tests marked `loop` or `version`.
 pytest-newest: $(STAMP_DEV)
-	$(PYTEST) -m '$(FAST) and (loop or version)'
+	$(PYTEST) -m '(loop or version) and not live and not deep' $(NEWEST_TESTS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py

@@ -177,8 +177,31 @@ def _worker_database(config: pytest.Config, worker: str) -> None:
     config.add_cleanup(drop)
 
 
+HEAVY_FIRST = (
+    "tests/test_mcp.py",
+    "tests/service/test_api_fuzz.py",
+    "tests/test_examples.py",
+    "tests/test_docs.py",
+    "tests/store/test_sqlite_crash.py",
+    "tests/service/browser/",
+    "tests/store/test_pg_chaos.py",
+    "tests/store/test_pg_operator_chaos.py",
+)
+"""The slowest files (subprocesses, servers, browsers), run first so that under xdist no worker
+is left alone with one of them at the end (`--dist loadscope` hands out files in this order)."""
+
+
+def _heavy_rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(HEAVY_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Browser tests get `BROWSER_TIMEOUT` unless they set their own `timeout` mark."""
+    """The heaviest files first (`HEAVY_FIRST`); browser tests get `BROWSER_TIMEOUT` unless they
+    set their own `timeout` mark."""
+    items.sort(key=_heavy_rank)
     for item in items:
         if item.get_closest_marker("browser") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(BROWSER_TIMEOUT))
