@@ -15,10 +15,11 @@ WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadscope
 # Tests marked `deep` (slow; a fast test keeps each one's guarantee, CONTRIBUTING.md) run only
 # in `make test-deep`. The second passes collect only the files holding their marks.
-FAST := -m 'not live and not deep'
+FAST := -m 'not live and not deep and not serial'
+SERIAL_TESTS = $(shell grep -rlE 'mark\.serial\b' tests)
 LOOP_TESTS = $(shell grep -rlE 'mark\.loop\b' tests)
 NEWEST_TESTS = $(shell grep -rlE 'mark\.(loop|version)\b' tests)
-DEEP := -m 'not live' -o timeout=1800
+DEEP := -o timeout=1800
 DEEP_ENV := GOLEM_HYPOTHESIS_PROFILE=deep
 
 $(BIN)/python:
@@ -48,10 +49,13 @@ demo: $(STAMP_SERVER)
 test: lint typecheck pytest pytest-uvloop
 
 # Everything: the deep tests, Hypothesis' `deep` profile (and the larger budgets of
-# tests/conftest.py's KNOBS), then the whole suite again on uvloop.
+# tests/conftest.py's KNOBS), then the whole suite, deep tests included, again on uvloop (the
+# `ci` budgets: there the loop is what changes).
 test-deep: lint typecheck $(STAMP_DEV)
-	$(DEEP_ENV) $(PYTEST) $(DEEP)
-	$(DEEP_ENV) GOLEM_TEST_LOOP=uvloop $(PYTEST) $(DEEP)
+	$(DEEP_ENV) $(PYTEST) $(DEEP) -m 'not live and not serial'
+	$(if $(SERIAL_TESTS),$(DEEP_ENV) $(BIN)/python -m pytest -q $(DEEP) -m 'serial and not live' $(SERIAL_TESTS))
+	GOLEM_TEST_LOOP=uvloop $(PYTEST) $(DEEP) -m 'not live and not serial'
+	$(if $(SERIAL_TESTS),GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(DEEP) -m 'serial and not live' $(SERIAL_TESTS))
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples bench
@@ -59,16 +63,18 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
+# Then the tests marked `serial` (timing-sensitive: they failed beside another worker) alone.
 pytest: $(STAMP_DEV)
 	$(PYTEST) $(FAST)
+	$(if $(SERIAL_TESTS),$(BIN)/python -m pytest -q -m 'serial and not live and not deep' $(SERIAL_TESTS))
 
 pytest-uvloop: $(STAMP_DEV)
-	GOLEM_TEST_LOOP=uvloop $(PYTEST) -m 'loop and not live and not deep' $(LOOP_TESTS)
+	GOLEM_TEST_LOOP=uvloop $(PYTEST) -m 'loop and not live and not deep and not serial' $(LOOP_TESTS)
 
 # What differs between Python versions (CI runs it on the newest Python the machine has):
 # the tests marked `loop` or `version`.
 pytest-newest: $(STAMP_DEV)
-	$(PYTEST) -m '(loop or version) and not live and not deep' $(NEWEST_TESTS)
+	$(PYTEST) -m '(loop or version) and not live and not deep and not serial' $(NEWEST_TESTS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py
