@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from golem.durable.store import (
+    MAX_SECONDS,
     AuditAction,
     CallKind,
     Decision,
@@ -290,3 +291,27 @@ async def test_connections_dropped_while_idle_are_replaced_before_use(tmp_path: 
             assert done.status is RunStatus.COMPLETED
         finally:
             await store.close()
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e12, -5, 10**400])
+async def test_a_lease_out_of_range_is_a_value_error_and_changes_nothing(
+    store: Store, bad: float
+) -> None:
+    run_id = await _ready(store)
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.claim_ready("w1", bad)
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.claim_ready_many("w1", bad, limit=2)
+    assert (await store.get_run(run_id)).status is RunStatus.READY
+    claimed = await store.claim_ready("w1", 30)
+    assert claimed is not None
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.renew_lease(run_id, "w1", bad)
+    assert (await store.get_run(run_id)).lease_expires_at == claimed.lease_expires_at
+
+
+async def test_the_longest_lease_is_taken(store: Store) -> None:
+    await _ready(store)
+    claimed = await store.claim_ready("w1", MAX_SECONDS, now=T0)
+    assert claimed is not None
+    assert claimed.lease_expires_at == later(MAX_SECONDS)

@@ -311,8 +311,14 @@ def _worker(
     leases run out). With $GOLEM_SEAL_KEY every stored call must carry a valid seal
     before its run resumes.
     """
+    from golem.durable.store.records import check_seconds
     from golem.durable.worker import Worker
 
+    try:
+        check_seconds("--poll", poll)
+        check_seconds("--lease", lease)
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
     registry = _registry(app_spec)
     seal_key = _seal_keys()
 

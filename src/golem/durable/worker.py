@@ -56,6 +56,7 @@ from golem.durable.store import (
     utc_now,
 )
 from golem.durable.store._sql import elapsed
+from golem.durable.store.records import check_seconds
 from golem.errors import StoreError, SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, dumps_history, loads_history
@@ -262,9 +263,11 @@ def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[s
 def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
     if expires_in is None:
         return None
-    delta = expires_in if isinstance(expires_in, timedelta) else timedelta(seconds=expires_in)
-    if delta <= timedelta(0):
-        raise ValueError(f"expires_in must be positive, got {expires_in!r}")
+    seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
+    check_seconds("expires_in", seconds)
+    delta = expires_in if isinstance(expires_in, timedelta) else timedelta(seconds=seconds)
+    if delta <= timedelta(0):  # a deadline counts whole microseconds
+        raise ValueError(f"expires_in must be at least a microsecond, got {expires_in!r}")
     return now + delta
 
 
@@ -297,8 +300,9 @@ async def start_run(
 
     Raises:
         KeyError: `agent_name` is not in the registry.
-        ValueError: `expires_in` is not positive; `run_id` is empty or longer than 200
-            characters; a run with `run_id` exists for another agent, starter or prompt.
+        ValueError: `expires_in` is not above 0, not finite or over `MAX_SECONDS`; `run_id`
+            is empty or longer than 200 characters; a run with `run_id` exists for another
+            agent, starter or prompt.
         StoreError: the store could not save (or, with `run_id`, look up) the run.
     """
     entry = _entry(registry, agent_name)
@@ -723,8 +727,8 @@ class Worker:
             "Running at scale".
 
     Raises:
-        ValueError: `lease_seconds` is not positive, `sweep_interval` is negative, or
-            `concurrency` is not an integer >= 1.
+        ValueError: `lease_seconds` is not above 0, `sweep_interval` is negative, either is
+            not finite or over `MAX_SECONDS`, or `concurrency` is not an integer >= 1.
     """
 
     def __init__(
@@ -738,10 +742,8 @@ class Worker:
         seal_key: SealKey | None = None,
         concurrency: int = 1,
     ) -> None:
-        if lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {lease_seconds!r}")
-        if sweep_interval < 0:
-            raise ValueError(f"sweep_interval must be >= 0, got {sweep_interval!r}")
+        lease_seconds = check_seconds("lease_seconds", lease_seconds)
+        sweep_interval = check_seconds("sweep_interval", sweep_interval, zero=True)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(
                 f"concurrency must be an integer >= 1 (runs resumed at once), got {concurrency!r}"
@@ -823,7 +825,11 @@ class Worker:
         unwound: each cancelled run keeps its lease until it runs out and is then marked
         interrupted by a sweep, never resumed again automatically, exactly as a worker
         that died mid-resume.
+
+        Raises:
+            ValueError: `poll_interval` is not above 0, not finite or over `MAX_SECONDS`.
         """
+        check_seconds("poll_interval", poll_interval)
         stop = stop_event or asyncio.Event()
         feed = _feed_of(self.store)
         stopping = asyncio.ensure_future(stop.wait())

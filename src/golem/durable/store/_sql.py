@@ -72,6 +72,7 @@ from golem.durable.store.records import (
     RunRecord,
     RunStatus,
     check_run_id,
+    check_seconds,
 )
 from golem.errors import StoreError
 from golem.messages import _deep_spans
@@ -331,9 +332,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def _lease(seconds: float) -> timedelta:
-    if not seconds > 0:
-        raise ValueError(f"lease_seconds must be positive, got {seconds!r}")
-    return timedelta(seconds=seconds)
+    return timedelta(seconds=check_seconds("lease_seconds", seconds))
 
 
 def _encode_cursor(*parts: Any) -> str:
@@ -659,9 +658,7 @@ class SQLStore(abc.ABC):
             f"JOIN golem_histories h ON h.run_id = r.id WHERE {where} {tail}"
         )
 
-    def _load_run(
-        self, tx: Tx, run_id: str, agents: Collection[str] | None = None
-    ) -> RunRecord:
+    def _load_run(self, tx: Tx, run_id: str, agents: Collection[str] | None = None) -> RunRecord:
         where, params = "r.id = ?", [run_id]
         if agents is not None:  # another agent's run is read as a missing one: same statement
             names = sorted(agents)
@@ -1345,7 +1342,7 @@ class SQLStore(abc.ABC):
             for exc in unreadable:
                 problem = _clip(exc.problem)
                 error = (
-                    f"its stored record cannot be read ({problem}); worker \"{worker_id}\" "
+                    f'its stored record cannot be read ({problem}); worker "{worker_id}" '
                     "claimed it and resumed nothing, so no call ran: repair the row, then "
                     "retry or cancel the run"
                 )

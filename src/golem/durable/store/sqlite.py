@@ -43,7 +43,7 @@ from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import migrate
 from golem.durable.store._sql import Later, SQLStore, Stats, Tx
 from golem.durable.store._threads import DatabaseThreads, Slot
-from golem.durable.store.records import StoreReadOnly
+from golem.durable.store.records import StoreReadOnly, check_seconds
 from golem.errors import StoreError
 
 __all__ = ["SQLiteStore"]
@@ -165,12 +165,11 @@ class SQLiteStore(SQLStore):
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file::memory:"):
             raise ValueError(f"SQLiteStore needs a database file path, got {text!r}")
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
-        if watch_interval is not None and not watch_interval > 0:
-            raise ValueError(f"watch_interval must be positive or None, got {watch_interval!r}")
+        busy_timeout = check_seconds("busy_timeout", busy_timeout, zero=True)
+        if watch_interval is not None:
+            watch_interval = check_seconds("watch_interval", watch_interval)
         self.path = Path(text)
-        self.busy_timeout = float(busy_timeout)
+        self.busy_timeout = busy_timeout
         self.stats = Stats()
         self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
         """When a list before first use: every statement the store runs, with its parameters
