@@ -125,7 +125,9 @@ class Store(Protocol):
 
     Every method is a single transaction: it either applies completely (with its audit
     entries) or not at all. Implementations are safe to use from several processes on one
-    database; one instance is used from one event loop.
+    database; one instance is used from one event loop. Run, call and worker IDs and text
+    filters are `str` (anything else: `TypeError`, before any transaction); an ID no
+    database can hold (a NUL, a lone surrogate) is simply not found, on every backend.
     """
 
     async def schema_version(self) -> int:

@@ -164,6 +164,24 @@ def _storable(text: str) -> bool:
     return True
 
 
+def _text(name: str, value: object) -> str:
+    """`value` when it is a `str` (an ID or filter a caller passed); else a `TypeError`."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__} {value!r:.80}")
+    return value
+
+
+def _held(name: str, value: object) -> bool:
+    """Whether the ID `value` can be stored at all: a `str` no text column refuses (else no
+    row has it: not found). Raises `TypeError` for a value that is not a `str`."""
+    return _storable(_text(name, value))
+
+
+def _texts(name: str, values: Collection[str]) -> list[str]:
+    """The storable ones of `values` (the others match no row); `TypeError` for a non-`str`."""
+    return [v for v in values if _held(name, v)]
+
+
 _STATUS: dict[str, RunStatus] = {s.value: s for s in RunStatus}
 _KIND: dict[str, CallKind] = {k.value: k for k in CallKind}
 _DECISION: dict[str, DecisionKind] = {k.value: k for k in DecisionKind}
@@ -881,6 +899,10 @@ class SQLStore(abc.ABC):
     @store_op("get_run")
     async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
         """Return the run (see `Store.get_run`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if agents is not None:
+            agents = _texts("agents", [agents] if isinstance(agents, str) else agents)
         return await self._submit(False, self._load_run, run_id, agents)
 
     def _filters(
@@ -901,22 +923,25 @@ class SQLStore(abc.ABC):
             where.append(f"r.status IN ({', '.join('?' for _ in statuses)})")
             params.extend(RunStatus(s).value for s in statuses)
         if agent is not None:
-            agents = [agent] if isinstance(agent, str) else list(agent)
+            agents = _texts("agent", [agent] if isinstance(agent, str) else agent)
             if not agents:
                 return None
             where.append(f"r.agent IN ({', '.join('?' for _ in agents)})")
             params.extend(agents)
-        if conversation_id is not None:
-            where.append("r.conversation_id = ?")
-            params.append(conversation_id)
-        if tool_name is not None:
-            where.append(
-                "EXISTS (SELECT 1 FROM golem_calls t WHERE t.run_id = r.id AND t.tool_name = ?)"
-            )
-            params.append(tool_name)
-        if lease_owner is not None:
-            where.append("r.lease_owner = ?")
-            params.append(lease_owner)
+        for column, name, value in (
+            ("r.conversation_id = ?", "conversation_id", conversation_id),
+            (
+                "EXISTS (SELECT 1 FROM golem_calls t WHERE t.run_id = r.id AND t.tool_name = ?)",
+                "tool_name",
+                tool_name,
+            ),
+            ("r.lease_owner = ?", "lease_owner", lease_owner),
+        ):
+            if value is not None:
+                if not _held(name, value):
+                    return None  # no row holds such text
+                where.append(column)
+                params.append(value)
         return where, params
 
     @store_op("list_runs")
@@ -1012,6 +1037,8 @@ class SQLStore(abc.ABC):
         where, params = filters
         where += ["r.status = 'pending'", "c.decision IS NULL"]
         if tool_name is not None:
+            if not _held("tool_name", tool_name):
+                return Page([], None)
             where.append("c.tool_name = ?")
             params.append(tool_name)
         if after is not None:
@@ -1066,6 +1093,11 @@ class SQLStore(abc.ABC):
         now: datetime | None = None,
     ) -> DecisionRecord:
         """Record a decision on one call (see `Store.decide`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not _held("call_id", call_id):
+            await self.get_run(run_id)  # RunNotFound first, as for any other call ID
+            raise CallNotFound(run_id, call_id)
         if not decided_by:
             raise ValueError("decide: decided_by must name who decided")
         at_given = _aware(now)
@@ -1270,14 +1302,14 @@ class SQLStore(abc.ABC):
         concurrent claimers pass over each other's rows instead of waiting or sharing them)
         and updated by one statement; their histories and calls come back with the commit.
         """
-        if not worker_id:
-            raise ValueError(f"{op}: worker_id must not be empty")
+        if not _text("worker_id", worker_id) or not _storable(worker_id):
+            raise ValueError(f"{op}: worker_id must be a non-empty text, got {worker_id!r:.80}")
         at_given = _aware(now)
         lease = _lease(lease_seconds)
         only = ""
         agent_params: list[str] = []
         if agents is not None:
-            agent_params = [agents] if isinstance(agents, str) else list(agents)
+            agent_params = _texts("agents", [agents] if isinstance(agents, str) else agents)
             if not agent_params:
                 return []
             only = f" AND agent IN ({', '.join('?' for _ in agent_params)})"
@@ -1419,6 +1451,7 @@ class SQLStore(abc.ABC):
         """Extend a held lease (see `Store.renew_lease`)."""
         at_given = _aware(now)
         lease = _lease(lease_seconds)
+        await self._lease_ids(run_id, worker_id, at_given)
 
         attempt_at: list[datetime] = []
 
@@ -1438,6 +1471,14 @@ class SQLStore(abc.ABC):
         except _NotHeld:
             raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
 
+    async def _lease_ids(self, run_id: str, worker_id: str, at_given: datetime | None) -> None:
+        """Refuse IDs no row can hold: `RunNotFound`, or the `LeaseLost` of a worker ID no
+        claim could have recorded (`TypeError` for a value that is not a `str`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not _held("worker_id", worker_id):
+            raise await self._why_not_held(run_id, worker_id, at_given or self.clock())
+
     async def _why_not_held(self, run_id: str, worker_id: str, at: datetime) -> Exception:
         """After a guarded update found the lease not held: `LeaseLost` saying why, or
         `RunNotFound` (read in a transaction of its own, the failed one rolled back)."""
@@ -1456,6 +1497,7 @@ class SQLStore(abc.ABC):
                 f"finish: outcome must be completed, paused or failed, got {outcome.status.value}"
             )
         at_given = _aware(now)
+        await self._lease_ids(run_id, worker_id, at_given)
         actor = f"worker:{worker_id}"
         nxt: NewRun | None = None
         checked: tuple[str, datetime | None] | None = None
@@ -1569,10 +1611,12 @@ class SQLStore(abc.ABC):
         now: datetime | None = None,
     ) -> RunRecord:
         """Make an interrupted run READY again (see `Store.retry_interrupted`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
         if not resolved_by:
             raise ValueError("retry_interrupted: resolved_by must name the operator")
         at_given = _aware(now)
-        confirm = list(dict.fromkeys(confirm_calls))
+        confirm = list(dict.fromkeys(_text("confirm_calls", c) for c in confirm_calls))
 
         def tx_fn(tx: Tx) -> RunRecord:
             at = at_given or self.clock()
@@ -1613,6 +1657,8 @@ class SQLStore(abc.ABC):
         self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
     ) -> RunRecord:
         """Close an interrupted run as FAILED (see `Store.cancel_interrupted`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
         if not resolved_by:
             raise ValueError("cancel_interrupted: resolved_by must name the operator")
         at_given = _aware(now)
@@ -1664,6 +1710,8 @@ class SQLStore(abc.ABC):
     @store_op("audit")
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """Return the run's audit entries in order (see `Store.audit`)."""
+        if not _held("run_id", run_id):
+            raise RunNotFound(run_id)
 
         def tx_fn(tx: Tx) -> list[tuple[Any, ...]]:
             if not self._exists(tx, run_id):
@@ -1715,7 +1763,7 @@ class SQLStore(abc.ABC):
             raise ValueError(f"limit and scan must be >= 1, got {limit} and {scan}")
         if before is not None and not 0 <= before <= _MAX_ID:
             raise ValueError(f"before must be between 0 and {_MAX_ID}, got {before!r}")
-        names = None if agents is None else sorted({a for a in agents if _storable(a)})
+        names = None if agents is None else sorted(set(_texts("agents", agents)))
         if names == []:
             return AuditPage([], None)  # no stored agent holds such text
         kind = None if action is None else AuditAction(action).value
