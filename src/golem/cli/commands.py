@@ -405,6 +405,13 @@ def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: 
         return record, await store.get_run(run_id)
 
     record, run = _with_store(_db(db), go)
+    if record.decided_by != identity:
+        # the store takes the same decision again from anyone as a no-op: someone else
+        # decided first, so this identity decided nothing (HTTP: 409 decision_conflict)
+        raise _err(
+            f'call "{call_id}" of run "{run_id}" is already decided ({record.kind.value} by '
+            f"{record.decided_by}); nothing was recorded for {identity}"
+        )
     state = (
         "every call is decided: a worker will resume it"
         if run.status is RunStatus.READY
