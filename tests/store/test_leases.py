@@ -315,3 +315,37 @@ async def test_the_longest_lease_is_taken(store: Store) -> None:
     claimed = await store.claim_ready("w1", MAX_SECONDS, now=T0)
     assert claimed is not None
     assert claimed.lease_expires_at == later(MAX_SECONDS)
+
+
+async def test_finish_records_the_approved_calls_the_resume_refused_as_denials(
+    store: Store,
+) -> None:
+    run_id = await _ready(store)  # c1 approved, c2 answered externally
+    assert await store.claim_ready("w1", 30) is not None
+    outcome = Outcome(
+        RunStatus.COMPLETED,
+        output="ok",
+        refused={"c1": "not run again", "c2": "not an approval", "c9": "no such call"},
+    )
+    done = await store.finish(run_id, "w1", outcome)
+    for run in (done, await store.get_run(run_id)):
+        d1, d2 = run.call("c1").decision, run.call("c2").decision
+        assert d1 is not None
+        assert d2 is not None
+        assert (d1.kind, d1.reason, d1.decided_by) == (
+            DecisionKind.DENY,
+            "not run again",
+            "worker:w1",
+        )
+        assert (d2.kind, d2.text) == (DecisionKind.EXTERNAL, "42"), "only approvals are refused"
+        assert run.outcome is not None
+        assert run.outcome.refused == {}
+    entries = [(e.action, e.actor, e.detail) for e in await store.audit(run_id)][-2:]
+    assert entries == [
+        (
+            AuditAction.DECIDED,
+            "worker:w1",
+            {"call_id": "c1", "decision": "deny", "reason": "not run again", "approved_by": "bob"},
+        ),
+        (AuditAction.COMPLETED, "worker:w1", {}),
+    ]

@@ -773,9 +773,10 @@ def _resolve(
         if call.rerun_confirmed_by:
             out.print(f"  {call.call_id} ({call.tool_name}): runs again, confirmed")
         else:
-            out.print(
-                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is "
-                "idempotent; otherwise it is denied (confirm it with --confirm)"
+            out.print(  # it is too late to confirm it: the run is no longer interrupted
+                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is declared "
+                "idempotent; otherwise this attempt denies it (not confirmed: a call is "
+                f"confirmed only by the --retry itself, with --confirm {call.call_id})"
             )
 
 

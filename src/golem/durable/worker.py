@@ -422,19 +422,33 @@ def _idempotent(agent: Agent[Any, Any], tool_name: str) -> bool:
     return bool(getattr(tool, "idempotent", False))
 
 
+def _refused(run: RunRecord, agent: Agent[Any, Any]) -> dict[str, str]:
+    """The approved calls a retry of `run` does not execute, each with the reason: neither
+    confirmed by an operator nor of a tool declared idempotent (none on a first attempt)."""
+    if run.attempt <= 1:
+        return {}
+    return {
+        call.call_id: RETRY_REFUSAL
+        for call in run.calls
+        if call.decision is not None
+        and call.decision.kind is DecisionKind.APPROVE
+        and not (call.rerun_confirmed_by or _idempotent(agent, call.tool_name))
+    }
+
+
 def _deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredResults:
     from golem.deferred import Approval, DeferredResults
 
     approvals: dict[str, Approval] = {}
     external: dict[str, str] = {}
-    retry = claimed.run.attempt > 1
+    refused = _refused(claimed.run, agent)
     for call in claimed.run.calls:
         d = call.decision
         if d is None:  # a claimed run has every call decided; keep the gate closed regardless
             approvals[call.call_id] = Approval(False, reason="undecided")
         elif d.kind is DecisionKind.APPROVE:
-            if retry and not (call.rerun_confirmed_by or _idempotent(agent, call.tool_name)):
-                approvals[call.call_id] = Approval(False, reason=RETRY_REFUSAL)
+            if call.call_id in refused:
+                approvals[call.call_id] = Approval(False, reason=refused[call.call_id])
                 continue
             if d.args is not None:
                 approvals[call.call_id] = _edited_approval(Approval, call.call_id, d.args)
@@ -1033,6 +1047,10 @@ class Worker:
         if lease.lost is not None:
             log.error("run %s abandoned: %s", run.id, lease.lost)
             return
+        entry = self.registry.get(run.agent)
+        refused = {} if entry is None else _refused(run, entry.agent)
+        if refused:  # recorded with the outcome: "approved" then reads as "executed" no more
+            outcome = replace(outcome, refused=refused)
         await self._finish(lease, outcome)
 
     @worker_op("finish")

@@ -329,7 +329,9 @@ class Store(Protocol):
 
         COMPLETED and FAILED store the outcome; PAUSED also saves `outcome.next_run` as a
         new PENDING run of the same conversation with `parent_run_id=run_id`, linked from
-        this run's `child_run_id`. Audits the outcome's action. Returns the finished run.
+        this run's `child_run_id`. Each of `outcome.refused` that is an approved call of the
+        run becomes a denial by `worker:<worker_id>` with its reason (audit `decided`, with
+        `approved_by`). Audits the outcome's action. Returns the finished run.
 
         Raises:
             RunNotFound: no such run.

@@ -1511,6 +1511,10 @@ class SQLStore(abc.ABC):
                 raise ValueError(f'finish: the paused run "{nxt.id}" has no pending calls')
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
+        refused = [
+            (_text("refused call_id", c), _text("refused reason", r))
+            for c, r in outcome.refused.items()
+        ]
 
         attempt_at: list[datetime] = []
 
@@ -1532,6 +1536,8 @@ class SQLStore(abc.ABC):
                 ),
             )
             tx.require_run_changed(rows, run_id, _NotHeld())  # before anything else counts
+            if refused:
+                self._record_refusals(tx, run_id, refused, at, actor)
             if nxt is not None:
                 assert checked is not None
                 self._insert_run(tx, nxt, RunStatus.PENDING, at, None, checked)
@@ -1549,6 +1555,30 @@ class SQLStore(abc.ABC):
             raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
         history, calls = self._split(later, run_id)  # arrived with the commit
         return self._run_record(rows.rows[0], calls, history, outcome.history)
+
+    def _record_refusals(
+        self, tx: Tx, run_id: str, refused: list[tuple[str, str]], at: datetime, actor: str
+    ) -> None:
+        """Turn the approved calls a resume did not execute into denials by `actor`, each
+        audited `decided` with the approval it overrode (other call IDs are left alone)."""
+        approved = dict(
+            tx.fetch(
+                "SELECT call_id, decided_by FROM golem_calls "
+                "WHERE run_id = ? AND decision = 'approve'",
+                (run_id,),
+            )
+        )
+        for call_id, reason in refused:
+            if call_id not in approved:
+                continue
+            tx.run(
+                "UPDATE golem_calls SET decision = 'deny', decision_reason = ?, decided_by = ?, "
+                "decided_at = ?, decision_args = NULL WHERE run_id = ? AND call_id = ?",
+                (reason, actor, self._to_db(at), run_id, call_id),
+            )
+            detail = {"call_id": call_id, "decision": "deny", "reason": reason}
+            detail["approved_by"] = approved[call_id]
+            tx.audit(run_id, at, actor, AuditAction.DECIDED, detail)
 
     @store_op("sweep_interrupted")
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -541,6 +542,12 @@ class Outcome:
     """For PAUSED: the new pending run (its `parent_run_id` is set by the store).
 
     None on outcomes read back from the store: see `RunRecord.child_run_id`.
+    """
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """For `Store.finish`: approved calls of the run this resume did not execute, each with
+    the reason (a retry of an interrupted run refuses a call that may already have run).
+    `finish` records each as a denial by the worker, audited `decided`, so an approved
+    call of a finished run reads as executed only when it was. Empty when read back.
     """
 
     @classmethod
