@@ -40,6 +40,7 @@ from golem._ids import new_id
 from golem._tracing import worker_op
 from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.deferred import DeferredRequests, PendingToolCall
+from golem.durable._clock import elapsed
 from golem.durable.store import (
     CallKind,
     ChangeFeed,
@@ -55,7 +56,6 @@ from golem.durable.store import (
     Store,
     utc_now,
 )
-from golem.durable.store._sql import elapsed
 from golem.durable.store.records import check_seconds
 from golem.errors import StoreError, SubAgentConversationMismatch
 from golem.history import paused_batch_ids

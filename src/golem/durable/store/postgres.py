@@ -64,22 +64,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 from urllib.parse import unquote
 
+from golem.durable._clock import elapsed
+from golem.durable.store._decisions import FITS, decided_detail
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._pg_messages import no_slot_message
+from golem.durable.store._rows import C_CALL_COLS, to_json
 from golem.durable.store._schema import LATEST_VERSION, migrate
-from golem.durable.store._sql import (
-    _C_CALL_COLS,
-    _FITS,
-    Later,
-    SQLStore,
-    Stats,
-    Tx,
-    _decided_detail,
-    _json,
-    elapsed,
-    utc_now,
-)
+from golem.durable.store._sql import SQLStore
 from golem.durable.store._threads import DatabaseThreads, Slot
+from golem.durable.store._tx import Later, Stats, Tx, utc_now
 from golem.durable.store.records import (
     AuditAction,
     DecisionRecord,
@@ -1087,12 +1080,12 @@ class PostgresStore(SQLStore):
                 when,
                 f"worker:{worker_id}",
                 AuditAction.CLAIMED.value,
-                _json(detail),
+                to_json(detail),
                 self.channel,
             ),
         )
         return tx.later(
-            f"SELECT h.history, {_C_CALL_COLS}, h.run_id FROM golem_histories h "
+            f"SELECT h.history, {C_CALL_COLS}, h.run_id FROM golem_histories h "
             "LEFT JOIN golem_calls c ON c.run_id = h.run_id "
             f"WHERE h.run_id IN (SELECT id FROM ({mine}) AS r) ORDER BY h.run_id, c.position",
             (when, worker_id),
@@ -1103,7 +1096,7 @@ class PostgresStore(SQLStore):
     ) -> DecisionRecord | None:
         def plain(tx: Tx) -> DecisionRecord:
             d = record()
-            self._record_if_plain(tx, d, _FITS[d.kind], _decided_detail(d, None))
+            self._record_if_plain(tx, d, FITS[d.kind], decided_detail(d, None))
             return d
 
         try:
@@ -1174,7 +1167,7 @@ class PostgresStore(SQLStore):
                 when,
                 d.decided_by,
                 AuditAction.DECIDED.value,
-                _json(detail),
+                to_json(detail),
                 AuditAction.READY.value,
                 self.ready_channel,
                 self.channel,
