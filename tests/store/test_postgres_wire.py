@@ -199,9 +199,9 @@ async def test_an_event_loop_that_cannot_watch_sockets_runs_transactions_on_thre
         else:
             await store.finish(run.id, "w", Outcome.completed("ok"))
             assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
-        from golem.durable.store import postgres
+        from golem.durable.store import _pg_wire
 
-        assert loop in postgres._NO_READERS
+        assert loop in _pg_wire.NO_READERS
     finally:
         await store.close()
 

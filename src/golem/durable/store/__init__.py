@@ -488,7 +488,8 @@ async def open_store(url: str | Path) -> Store:
     """
     text = str(url)
     if text.startswith(("postgresql://", "postgres://")):
-        from golem.durable.store.postgres import PostgresStore, split_url
+        from golem.durable.store._pg_setup import split_url
+        from golem.durable.store.postgres import PostgresStore
 
         dsn, options = split_url(text)
         return await PostgresStore.open(dsn, **options)
