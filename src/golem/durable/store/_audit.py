@@ -40,7 +40,6 @@ _FILTER_BATCH = 500
 """Entries read per query while a filtered audit page looks for matches."""
 
 
-
 class AuditOps(SQLBase):
     """Reading the audit log: a run's entries, the change feed's pages, audit pages."""
 
@@ -107,25 +106,7 @@ class AuditOps(SQLBase):
         fold = actor_contains.casefold() if actor_contains else None
         part = run_contains or None
         filtered = kind is not None or fold is not None or part is not None
-        cols = f"SELECT {AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
-        walk = "a.id < ? ORDER BY a.id DESC LIMIT ?"
-        # (sql, the agent of each of its walks)
-        queries: list[tuple[str, list[str | None]]]
-        if names is None:
-            queries = [(f"{cols}a.agent IS NOT NULL AND {walk}", [None])]
-        else:  # one index walk per agent, merged by ID: a batch reads at most its size per agent
-            queries = []
-            for at in range(0, len(names), _AGENT_ARMS):
-                group = names[at : at + _AGENT_ARMS]
-                if len(group) == 1:
-                    sql = f"{cols}a.agent = ? AND {walk}"
-                else:
-                    arms = " UNION ALL ".join(
-                        f"SELECT * FROM ({cols}a.agent = ? AND {walk}) AS p{i}"
-                        for i in range(len(group))
-                    )
-                    sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
-                queries.append((sql, list(group)))
+        queries = _audit_walks(names)
         plan = self._page_plan
 
         def tx_fn(tx: Tx, cursor: int, size: int) -> list[tuple[Any, ...]]:
@@ -179,3 +160,24 @@ class AuditOps(SQLBase):
         self._feed.publish(newest, ready=False)
         return newest
 
+
+def _audit_walks(names: list[str] | None) -> list[tuple[str, list[str | None]]]:
+    """The statements of an audit page's walk, each with the agent of each of its walks
+    (None: every agent's entries): one index walk per agent, merged by ID, so a batch reads
+    at most its size per agent; more than `_AGENT_ARMS` agents take one statement per group."""
+    cols = f"SELECT {AUDIT_COLS_A}, a.agent FROM golem_audit a WHERE "
+    walk = "a.id < ? ORDER BY a.id DESC LIMIT ?"
+    if names is None:
+        return [(f"{cols}a.agent IS NOT NULL AND {walk}", [None])]
+    queries: list[tuple[str, list[str | None]]] = []
+    for at in range(0, len(names), _AGENT_ARMS):
+        group = names[at : at + _AGENT_ARMS]
+        if len(group) == 1:
+            sql = f"{cols}a.agent = ? AND {walk}"
+        else:
+            arms = " UNION ALL ".join(
+                f"SELECT * FROM ({cols}a.agent = ? AND {walk}) AS p{i}" for i in range(len(group))
+            )
+            sql = f"SELECT * FROM ({arms}) AS m ORDER BY id DESC LIMIT ?"
+        queries.append((sql, list(group)))
+    return queries

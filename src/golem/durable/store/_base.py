@@ -60,7 +60,6 @@ class NotHeld(Exception):
     """A guarded update found the run's lease not held (the transaction is rolled back)."""
 
 
-
 HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 """The guard of an update that only the holder of an unexpired lease may make."""
 
@@ -433,6 +432,48 @@ class SQLBase(abc.ABC):
             "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
             (run.id, run.history, out_history),
         )
+        calls = self._insert_calls(tx, run, expires_at)
+        tx.audit(
+            run.id,
+            now,
+            run.started_by or "unknown",
+            AuditAction.CREATED,
+            {
+                "agent": run.agent,
+                "conversation_id": run.conversation_id,
+                "status": status.value,
+                "calls": [c.call_id for c in run.calls],
+                **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
+            },
+        )
+        stored_outcome = None
+        if outcome is not None:  # as a read gives it back
+            output = None if out is None else json.loads(out)
+            stored_outcome = Outcome(outcome.status, output, err or "", out_history)
+        return RunRecord(
+            id=run.id,
+            agent=run.agent,
+            conversation_id=run.conversation_id,
+            status=status,
+            history=run.history,
+            calls=tuple(calls),
+            deps_ref=from_json(deps_ref),
+            started_by=run.started_by,
+            created_at=now,
+            updated_at=now,
+            expires_at=expires_at,
+            parent_run_id=run.parent_run_id,
+            child_run_id=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            outcome=stored_outcome,
+            trace_context=run.trace_context,
+        )
+
+    def _insert_calls(
+        self, tx: Tx, run: NewRun, expires_at: datetime | None
+    ) -> list[PendingCallRecord]:
+        """Insert the run's pending calls (one statement); return them as stored."""
         calls: list[PendingCallRecord] = []
         params: list[Any] = []
         for pos, c in enumerate(run.calls):
@@ -469,46 +510,7 @@ class SQLBase(abc.ABC):
                 f"reason, deadline, seal) VALUES {values}",
                 params,
             )
-        tx.audit(
-            run.id,
-            now,
-            run.started_by or "unknown",
-            AuditAction.CREATED,
-            {
-                "agent": run.agent,
-                "conversation_id": run.conversation_id,
-                "status": status.value,
-                "calls": [c.call_id for c in run.calls],
-                **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
-            },
-        )
-        stored_outcome = None
-        if outcome is not None:
-            stored_outcome = Outcome(
-                status=outcome.status,
-                output=None if out is None else json.loads(out),
-                error=err or "",
-                history=out_history,
-            )
-        return RunRecord(
-            id=run.id,
-            agent=run.agent,
-            conversation_id=run.conversation_id,
-            status=status,
-            history=run.history,
-            calls=tuple(calls),
-            deps_ref=from_json(deps_ref),
-            started_by=run.started_by,
-            created_at=now,
-            updated_at=now,
-            expires_at=expires_at,
-            parent_run_id=run.parent_run_id,
-            child_run_id=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            outcome=stored_outcome,
-            trace_context=run.trace_context,
-        )
+        return calls
 
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:

@@ -57,7 +57,6 @@ def texts(name: str, values: Collection[str]) -> list[str]:
     return [v for v in values if held(name, v)]
 
 
-
 def aware(value: datetime | None, what: str = "now") -> datetime | None:
     if value is None:
         return None

@@ -148,7 +148,6 @@ def split_url(url: str) -> tuple[str, dict[str, Any]]:
     return base + ("?" + "&".join(kept) if kept else ""), options
 
 
-
 def redact(dsn: str) -> str:
     """The DSN without its password (for messages and reprs)."""
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", re.sub(r"password=\S+", "password=***", dsn))

@@ -378,7 +378,6 @@ class PgSchemaConn:
         return self._conn.execute(sql.replace("?", "%s"), params).rowcount
 
 
-
 NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 """Event loops without `add_reader` (Windows' Proactor loop): transactions run on threads."""
 
@@ -393,7 +392,6 @@ class Abandoned(BaseException):
 
 class NoAnswer(Exception):
     """A socket wait outlasted the command timeout (`_submit` raises `StoreTimeout`)."""
-
 
 
 def close_if_opened(connecting: asyncio.Future[PgConn]) -> None:

@@ -117,10 +117,8 @@ def from_json(text: str) -> Any:
         return json.loads(text)
 
 
-
 RUNS_JOIN_CALLS = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
 """Pending runs `r` with their calls `c`, as a plain join (the planner picks the order)."""
-
 
 
 OUTCOME_ACTION: dict[RunStatus, AuditAction] = {

@@ -25,7 +25,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-
 class Later:
     """The rows of a statement sent without waiting: they may arrive with the commit.
 
@@ -119,7 +118,6 @@ class Tx:
         self.entries.append((run_id, at, actor, action, detail or {}))
         if action is AuditAction.READY:
             self.ready = True
-
 
 
 @dataclass(slots=True)
