@@ -26,8 +26,8 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.deferred import same_args
 from golem.model import ModelResponse
+from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 

@@ -13,16 +13,18 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from golem import deferred
 from golem._cancel import raise_if_swallowed
-from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
+from golem._tracing import ToolSpans
+from golem.errors import ProviderError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
-from golem.messages import Message, ToolCall, _new_message, _stamped
+from golem.limits import UsageLimits
+from golem.messages import Message, ToolCall, new_message, stamped
 from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
-from golem.result import PartialResult, Result
+from golem.result import PartialResult, Result, RunError
 from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
@@ -37,10 +39,7 @@ from golem.tool import (
     find_signal,
 )
 from golem.toolset import Toolset, resolve_tools
-from golem.usage import Usage, UsageLimits
-
-if TYPE_CHECKING:
-    from golem.integrations.otel import RunTracer
+from golem.usage import Usage
 
 __all__ = ["Policy", "RunState", "run_loop"]
 
@@ -101,7 +100,7 @@ class RunState:
     """Correction feedbacks given per tool name (the tool retry budget)."""
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
-    tracer: RunTracer | None = None
+    tracer: ToolSpans | None = None
     """The run's spans when tracing is on (`golem.integrations.otel`)."""
     cancels: int = 0
     """The cancellation requests its task had when the run started (`Task.cancelling()`):
@@ -143,7 +142,7 @@ class RunState:
     def tool_message(
         self, call: ToolCall, text: str, *, parts: Sequence[Any] = (), failed: bool = False
     ) -> Message:
-        return _new_message(
+        return new_message(
             "tool",
             text,
             list(parts),
@@ -316,7 +315,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         or message.conversation_id != state.conversation_id
         or message.role != "assistant"
     ):
-        message = _stamped(message, state.run_id, state.conversation_id, "assistant")
+        message = stamped(message, state.run_id, state.conversation_id, "assistant")
     state.messages.append(message)
     if state.listening:
         state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
@@ -537,7 +536,7 @@ async def _tool_batch(
     if deferrals:
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
-    return deferred.pause(state, policy.seal_keys, deferrals) if deferrals else None
+    return deferred.pause(state.messages, state.conversation_id, policy.seal_keys, deferrals) if deferrals else None
 
 
 async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:
