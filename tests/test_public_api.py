@@ -30,7 +30,7 @@ PUBLIC_ALL = {
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
+        "PAUSED_MARKER AgentTool SubAgent SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
         "sub_agent_calls sub_conversation"
     ),
     "golem.cli": "",

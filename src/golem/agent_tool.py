@@ -28,10 +28,11 @@ import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pydantic_core
 
+from golem._loop import RunState
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
 from golem.errors import (
     HistoryError,
@@ -43,7 +44,7 @@ from golem.errors import (
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
-from golem.result import RunError
+from golem.result import PartialResult, Result, RunError
 from golem.resume import (
     BeforeApproved,
     ResumeProgress,
@@ -54,7 +55,7 @@ from golem.resume import (
     same_args,
     with_expected_args,
 )
-from golem.seal import SealKey, seal_pending
+from golem.seal import SealKey, SealKeys, seal_pending
 from golem.tool import (
     Canceled,
     DeferKind,
@@ -67,14 +68,10 @@ from golem.tool import (
 )
 from golem.usage import Usage
 
-if TYPE_CHECKING:
-    from golem._loop import RunState
-    from golem.agent import Agent
-    from golem.result import PartialResult, Result
-
 __all__ = [
     "PAUSED_MARKER",
     "AgentTool",
+    "SubAgent",
     "SubAgentCall",
     "SubAgentPaused",
     "forwarder",
@@ -124,6 +121,23 @@ SUB_RUN: contextvars.ContextVar[list[RunState] | None] = contextvars.ContextVar(
 sub-run spent to its parent's — also when the sub-run fails, times out or is cancelled."""
 
 
+class SubAgent(Protocol):
+    """What an `AgentTool` needs of the agent it runs (an `Agent`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+    @property
+    def seal_keys(self) -> SealKeys | None: ...
+    @property
+    def run(self) -> Callable[..., Awaitable[Result[Any]]]: ...
+    @property
+    def run_with_deferred_results(self) -> Callable[..., Awaitable[Result[Any]]]: ...
+    @property
+    def _check_sub_resume(self) -> Callable[..., None]: ...
+
+
 class AgentTool(Tool):
     """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
 
@@ -139,7 +153,7 @@ class AgentTool(Tool):
 
     def __init__(
         self,
-        agent: Agent[Any, Any],
+        agent: SubAgent,
         name: str,
         description: str,
         *,
@@ -200,7 +214,7 @@ def sub_conversation(conversation_id: str, call_id: str) -> str:
 
 
 def agent_tool(
-    agent: Agent[Any, Any],
+    agent: SubAgent,
     name: str | None = None,
     description: str | None = None,
     *,
@@ -367,7 +381,6 @@ def partial_of(result: Result[Any]) -> PartialResult:
 
 
 def _partial(result: Result[Any], messages: list[Message]) -> PartialResult:
-    from golem.result import PartialResult
 
     return PartialResult(
         messages=messages,
@@ -642,7 +655,6 @@ class _Handing:
     def partial(self, failed: PartialResult | None) -> PartialResult:
         """The partial of a nested resume that failed while a sub-agent resumed (its own
         partial `failed`, for what it spent) or while the parent's own calls resolved."""
-        from golem.result import PartialResult
 
         messages = self.read()[0]
         if messages is None:
@@ -1302,7 +1314,6 @@ def _paused_result(
 ) -> Result[Any]:
     """The parent, still paused on the sub-agents that paused again (with the resuming
     run's identity)."""
-    from golem.result import Result
 
     last = messages[-1]
     approvals: list[PendingToolCall] = []
@@ -1333,7 +1344,6 @@ def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]
 def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
     """A copy of `result` with `changes` (a paused result is copied without reading its
     output, which a paused `Result` does not have)."""
-    from golem.result import Result
 
     fields: dict[str, Any] = {
         "output": None if result.pending is not None else result.output,
