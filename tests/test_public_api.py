@@ -22,7 +22,7 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
         "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
-        "PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
+        "PausedRun PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
         "UsageLimitExceeded UsageLimits __version__ approved_call call_approved dumps_history "
@@ -37,7 +37,7 @@ PUBLIC_ALL = {
     "golem.cli.commands": "build_app main",
     "golem.durable": "",
     "golem.integrations": "",
-    "golem.deferred": "Approval DeferredRequests DeferredResults PendingToolCall",
+    "golem.deferred": "PAUSED_RUN_VERSION Approval DeferredRequests DeferredResults PausedRun PendingToolCall",
     "golem.cli.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
         "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "

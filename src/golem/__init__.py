@@ -9,7 +9,7 @@ human or another service, and later resumes — in any process — with
 
 from golem._ids import new_id
 from golem.agent import Agent, RunStream
-from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
+from golem.deferred import Approval, DeferredRequests, DeferredResults, PausedRun, PendingToolCall
 from golem.errors import (
     GolemError,
     HistoryError,
@@ -79,6 +79,7 @@ __all__ = [
     "ModelRetry",
     "Part",
     "PartialResult",
+    "PausedRun",
     "PendingToolCall",
     "ProviderError",
     "RejectedCall",

@@ -49,7 +49,7 @@ from golem.agent_tool import (
 )
 from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
-from golem.deferred import DeferredRequests, DeferredResults, as_results
+from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
 from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
@@ -78,6 +78,8 @@ R = TypeVar("R")
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
+Paused = History | PausedRun
+"""What a resume starts from: a `PausedRun`, or a plain history (its messages or their JSON)."""
 Resolutions = DeferredResults | Mapping[str, Any]
 
 
@@ -941,7 +943,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     async def run_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -958,7 +960,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -974,7 +976,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1044,10 +1046,13 @@ class Agent(Generic[DepsT, OutputT]):
                 calls that ran answered, the failing one and the rest still pending — or
                 the resumed run failed later.
         """
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
+        )
         with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 if self._nested(tools):
-                    supplied = _resume_history(history, validate=False)
+                    supplied = _resume_history(plain, validate=False)
                     if paused_records(supplied):
                         return await self._resume_nested(
                             tools,
@@ -1065,7 +1070,7 @@ class Agent(Generic[DepsT, OutputT]):
                             progress,
                         )
                 policy = self._policy(tools)
-                plan = self._check_resume(history, results, conversation_id, expected, policy)
+                plan = self._check_resume(plain, results, conversation_id, expected, policy)
                 return await self._resume(
                     plan,
                     policy,
@@ -1081,7 +1086,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1098,7 +1103,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1114,7 +1119,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1148,7 +1153,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1165,7 +1170,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1181,7 +1186,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1207,13 +1212,16 @@ class Agent(Generic[DepsT, OutputT]):
             ResumeError: the resume is invalid (raised here, before anything runs).
         """
         self._check_streaming()
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
+        )
         plan: ResumePlan | None = None
         nested = self._nested(self.tools) and paused_records(
-            _resume_history(history, validate=False)
+            _resume_history(plain, validate=False)
         )
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
-                history, results, conversation_id, expected, self._policy(self.tools)
+                plain, results, conversation_id, expected, self._policy(self.tools)
             )
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
@@ -1222,7 +1230,7 @@ class Agent(Generic[DepsT, OutputT]):
                     if nested:
                         return await self._resume_nested(
                             tools,
-                            _resume_history(history, validate=False),
+                            _resume_history(plain, validate=False),
                             results,
                             prompt,
                             deps,
@@ -1237,7 +1245,7 @@ class Agent(Generic[DepsT, OutputT]):
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(
-                        history, results, conversation_id, expected, policy
+                        plain, results, conversation_id, expected, policy
                     )
                     return await self._resume(
                         checked,
@@ -1418,3 +1426,22 @@ def _describe_output_error(exc: pydantic.ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "output"
         problems.append(f"{loc}: {err['msg']}")
     return "invalid output: " + "; ".join(problems)
+
+
+def _unpack(
+    history: Paused,
+    conversation_id: str | None,
+    expected: DeferredRequests | None,
+    trace_context: str,
+) -> tuple[History, str | None, DeferredRequests | None, str]:
+    """A resume's history and the paused run's facts: a `PausedRun` supplies the
+    conversation, the expected calls and the trace context the caller did not pass."""
+    if not isinstance(history, PausedRun):
+        return history, conversation_id, expected, trace_context
+    return (
+        history.messages,
+        conversation_id or history.conversation_id or None,
+        expected if expected is not None else history.pending,
+        trace_context or history.trace_context,
+    )
+

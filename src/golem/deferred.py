@@ -11,12 +11,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from golem.errors import ResumeError
-from golem.messages import Message, ToolCall, with_calls
+import msgspec
+
+from golem.errors import HistoryError, ResumeError
+from golem.messages import Message, ToolCall, dumps_history, loads_history, with_calls
 from golem.seal import SealKeys, seal_call
 from golem.tool import DeferKind, Deferred
 
-__all__ = ["Approval", "DeferredRequests", "DeferredResults", "PendingToolCall"]
+__all__ = [
+    "PAUSED_RUN_VERSION",
+    "Approval",
+    "DeferredRequests",
+    "DeferredResults",
+    "PausedRun",
+    "PendingToolCall",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,3 +252,152 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
     if not pending:
         raise ResumeError("golem: history has no pending deferred tool calls to resolve")
     return pending
+
+
+class _PendingWire(msgspec.Struct, forbid_unknown_fields=False):
+    id: str
+    name: str
+    args: str
+    kind: str
+    reason: str = ""
+    seal: str = ""
+
+
+class _PausedHead(msgspec.Struct, forbid_unknown_fields=False):
+    pausedRun: int
+    pending: list[_PendingWire]
+    conversationId: str = ""
+    runId: str = ""
+    traceContext: str = ""
+
+
+def _split_history(text: str) -> tuple[str, str]:
+    """`text`, a JSON object, as (the object without its top-level "history" member, that
+    member's value), scanned without recursion: the history nests as deep as Go writes it."""
+    s = text.strip()
+    if not s.startswith("{"):
+        raise HistoryError("golem: not a paused run: expected a JSON object")
+    depth, i, n, in_str, start = 0, 0, len(s), False, -1
+    key_start = key_end = -1
+    found: tuple[int, int, int] | None = None  # (key start, value start, value end)
+    while i < n:
+        ch = s[i]
+        if in_str:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                in_str = False
+                if depth == 1 and start == -1:
+                    key_end = i + 1
+        elif ch == '"':
+            in_str = True
+            if depth == 1 and start == -1:
+                key_start = i
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}" or (ch == "," and depth == 1):
+            if depth == 1 and start != -1:
+                if s[key_start:key_end] == '"history"':
+                    if found is not None:
+                        raise HistoryError("golem: not a paused run: two history members")
+                    found = (key_start, start, i)
+                start = -1
+            if ch != ",":
+                depth -= 1
+        elif ch == ":" and depth == 1 and start == -1:
+            start = i + 1
+        i += 1
+    if found is None:
+        raise HistoryError("golem: not a paused run: it has no history")
+    key, value_start, value_end = found
+    head = s[:key] + '"history":null' + s[value_end:]
+    return head, s[value_start:value_end]
+
+
+PAUSED_RUN_VERSION = 1
+"""The `pausedRun` number `PausedRun.dumps` writes; `PausedRun.loads` refuses others."""
+
+
+@dataclass(frozen=True, slots=True)
+class PausedRun:
+    """Everything a resume needs of a paused run, as one value (`Result.paused_run`).
+
+    Keep it where you keep the run (`dumps` gives one JSON document: the Go-compatible
+    history inside, unchanged, with the conversation ID, trace context and pending calls
+    beside it) and hand it back to `Agent.run_with_deferred_results`: the resume is then
+    sealed to that conversation, checked against exactly these pending calls (`expected=`)
+    and linked to the paused run's trace, with no other argument. The document is as
+    trustworthy as the place it was kept; seals (`seal_key`) still verify every call.
+    """
+
+    messages: list[Message]
+    """The paused history (`Result.messages`)."""
+    pending: DeferredRequests
+    """The calls the run waits on (`Result.pending`)."""
+    conversation_id: str
+    run_id: str = ""
+    trace_context: str = ""
+    """The paused run's W3C `traceparent` when it was traced, else ""."""
+
+    def dumps(self) -> str:
+        """The paused run as one JSON document; `PausedRun.loads` reads it back equal."""
+        head = msgspec.json.encode(
+            {
+                "pausedRun": PAUSED_RUN_VERSION,
+                "runId": self.run_id,
+                "conversationId": self.conversation_id,
+                "traceContext": self.trace_context,
+                "pending": [
+                    {
+                        "id": c.call_id,
+                        "name": c.tool_name,
+                        "args": c.args,
+                        "kind": c.kind.value,
+                        "reason": c.reason,
+                        "seal": c.seal,
+                    }
+                    for c in self.pending.calls
+                ],
+            }
+        ).decode()
+        return f'{head[:-1]},"history":{dumps_history(self.messages)}}}'
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> PausedRun:
+        """Read a document `dumps` wrote.
+
+        Raises:
+            HistoryError: the text is not such a document (not JSON, a missing or mistyped
+                field, an unknown `pausedRun` version or call kind) or its history does
+                not load (also a `ValueError`).
+        """
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        head, history = _split_history(text)
+        try:
+            wire = msgspec.json.decode(head, type=_PausedHead)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise HistoryError(f"golem: not a paused run: {exc}") from None
+        if wire.pausedRun != PAUSED_RUN_VERSION:
+            raise HistoryError(
+                f"golem: paused run version {wire.pausedRun} is not supported "
+                f"(this golem reads version {PAUSED_RUN_VERSION})"
+            )
+        approvals: list[PendingToolCall] = []
+        external: list[PendingToolCall] = []
+        for i, c in enumerate(wire.pending):
+            try:
+                kind = DeferKind(c.kind)
+            except ValueError:
+                raise HistoryError(
+                    f"golem: paused run pending call {i} has unknown kind {c.kind!r}"
+                ) from None
+            pending = PendingToolCall(c.id, c.name, c.args, c.reason, kind, c.seal)
+            (approvals if kind is DeferKind.APPROVAL else external).append(pending)
+        return cls(
+            messages=loads_history(history),
+            pending=DeferredRequests(approvals=approvals, external=external),
+            conversation_id=wire.conversationId,
+            run_id=wire.runId,
+            trace_context=wire.traceContext,
+        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Generic, NoReturn, TypeVar
 
-from golem.deferred import DeferredRequests
+from golem.deferred import DeferredRequests, PausedRun
 from golem.errors import GolemError, RunPaused, Stage
 from golem.messages import Message
 from golem.usage import Usage
@@ -117,6 +117,19 @@ class Result(Generic[OutputT]):
     def is_paused(self) -> bool:
         """True when the run paused on deferred tool calls (`pending` is set, no `output`)."""
         return self.pending is not None
+
+    @property
+    def paused_run(self) -> PausedRun | None:
+        """The paused run as one value to keep and resume from (None when completed)."""
+        if self.pending is None:
+            return None
+        return PausedRun(
+            list(self.messages),
+            self.pending,
+            self.conversation_id,
+            self.run_id,
+            self.trace_context,
+        )
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"Result is immutable: cannot set {name!r}")
