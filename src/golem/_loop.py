@@ -294,17 +294,13 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                wrapped = RuntimeError(
-                    f"model failed, not retried: the provider asked to wait "
-                    f"{getattr(exc, 'retry_after', None)} s, longer than the agent's "
-                    f"max_retry_wait: {exc}"
+                exc.add_note(
+                    f"golem: not retried: the provider asked to wait "
+                    f"{getattr(exc, 'retry_after', None)} s, longer than the agent's max_retry_wait"
                 )
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
+                raise _Fail(Stage.MODEL, exc) from None
             if attempt > 1:
-                wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
+                exc.add_note(f"golem: the model failed after {attempt} attempts")
             raise _Fail(Stage.MODEL, exc) from None
     raise_if_swallowed(state.cancels)
     state.usage = state.usage + response.usage
