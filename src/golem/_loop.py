@@ -22,7 +22,7 @@ from golem.errors import ProviderError, Stage, ToolError, ToolTimeout, UsageLimi
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
 from golem.limits import UsageLimits
-from golem.messages import Message, ToolCall, new_message, stamped
+from golem.messages import Message, ToolCall, new_message, stamped, with_calls
 from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
 from golem.result import PartialResult, Result, RunError
 from golem.seal import SealKeys
@@ -102,6 +102,8 @@ class RunState:
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
     tracer: ToolSpans | None = None
     """The run's spans when tracing is on (`golem.integrations.otel`)."""
+    call_ids: set[str] | None = None
+    """The tool-call IDs of the conversation so far (built on the first turn with calls)."""
     cancels: int = 0
     """The cancellation requests its task had when the run started (`Task.cancelling()`):
     one more after a tool or model returns means it swallowed the caller's cancellation."""
@@ -312,11 +314,38 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
         or message.role != "assistant"
     ):
         message = stamped(message, state.run_id, state.conversation_id, "assistant")
+    if message.tool_calls:
+        message = _unique_call_ids(state, message)
     state.messages.append(message)
     if state.listening:
         state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(policy, state)
     return message
+
+
+def _unique_call_ids(state: RunState, message: Message) -> Message:
+    """`message` with each tool call whose ID the conversation already has given a new one
+    (`<id>_<n>`): some servers number calls from `call_0` in every response, and a call's ID
+    is its identity (resolutions, idempotency keys, seals). The renamed ID is what the
+    history keeps and what later requests send back."""
+    seen = state.call_ids
+    if seen is None:
+        seen = state.call_ids = {
+            c.id for m in state.messages if m.role == "assistant" for c in m.tool_calls
+        }
+    calls: list[ToolCall] | None = None
+    for i, c in enumerate(message.tool_calls):
+        new_id = c.id
+        if new_id in seen:
+            n = 2
+            while f"{c.id}_{n}" in seen:
+                n += 1
+            new_id = f"{c.id}_{n}"
+            calls = calls or list(message.tool_calls)
+            calls[i] = ToolCall(new_id, c.name, c.args, c.signature, c.seal)
+        if new_id:
+            seen.add(new_id)
+    return with_calls(message, calls) if calls is not None else message
 
 
 async def _turn_specs(policy: Policy, state: RunState) -> list[ToolSpec]:
@@ -532,7 +561,11 @@ async def _tool_batch(
     if deferrals:
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
-    return deferred.pause(state.messages, state.conversation_id, policy.seal_keys, deferrals) if deferrals else None
+    return (
+        deferred.pause(state.messages, state.conversation_id, policy.seal_keys, deferrals)
+        if deferrals
+        else None
+    )
 
 
 async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:
