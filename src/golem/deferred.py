@@ -224,7 +224,9 @@ def pause(
 
 
 def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
-    """Every tool call of the history that no tool message answers, in history order.
+    """The calls of the paused batch (the last assistant message with tool calls) that no
+    tool message answers, in emission order. An unanswered call of an older turn is not
+    pending: the resumed run closes it with the interrupted text, as any run repairs it.
 
     Raises:
         ResumeError: a tool call has no ID, two tool calls share an ID, or nothing is
@@ -232,11 +234,12 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
     """
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     seen: set[str] = set()
-    pending: list[ToolCall] = []
+    batch: Sequence[ToolCall] = ()
     for m in history:
-        if m.role != "assistant":
+        if m.role != "assistant" or not m.tool_calls:
             continue
-        for c in m.tool_calls:
+        batch = m.tool_calls
+        for c in batch:
             if not c.id:
                 raise ResumeError(
                     f'golem: deferred tool call "{c.name}" has no call ID and cannot be resolved'
@@ -247,8 +250,7 @@ def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
                     "history; one resolution cannot stand for two calls (a tampered history?)"
                 )
             seen.add(c.id)
-            if c.id not in answered:
-                pending.append(c)
+    pending = [c for c in batch if c.id not in answered]
     if not pending:
         raise ResumeError("golem: history has no pending deferred tool calls to resolve")
     return pending
