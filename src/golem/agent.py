@@ -37,18 +37,13 @@ from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
     SUB_RUN,
     AgentTool,
-    Spent,
     agent_tool,
     copy_result,
-    drop_finished,
     has_agent_tools,
     partial_of,
-    paused_records,
     run_scope,
     surface,
 )
-from golem.agent_tool import check as check_nested
-from golem.agent_tool import resume as resume_nested
 from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
 from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
 from golem.events import EventHandler, RunEvent
@@ -56,6 +51,9 @@ from golem.history import pair_results, validate_history
 from golem.limits import UsageLimits
 from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
+from golem.nested import Spent, drop_finished, paused_records
+from golem.nested import check as check_nested
+from golem.nested import resume as resume_nested
 from golem.result import Result, RunError
 from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
