@@ -801,3 +801,68 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(
     )
     assert done.output == "done"
     assert side_effects(log) == ["deleted a.log"]
+
+
+TRACE_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from golem import Agent, Approval, DeferredResults, ToolCall
+from golem.integrations import otel
+from golem.integrations.mcp import MCPServer
+from golem.messages import Message
+from golem.testing import ScriptedModel
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # the MCP SDK's spans go to the global provider
+otel.instrument()
+url = sys.argv[1]
+turn = Message(role="assistant", tool_calls=[ToolCall("c1", "t_delete_file", '{"path": "x"}')])
+agent = Agent(ScriptedModel(turn, "done"), name="janitor",
+              toolsets=[MCPServer.http(url, prefix="t")])
+paused = agent.run_sync("go")
+agent.run_with_deferred_results_sync(
+    paused.messages, DeferredResults(approvals={"c1": Approval(True)}))
+
+async def outside_any_run():
+    async with MCPServer.http(url, prefix="t") as server:
+        await server.list_tools()
+
+asyncio.run(outside_any_run())
+print(json.dumps([
+    {"name": s.name, "trace": s.context.trace_id, "id": s.context.span_id,
+     "parent": s.parent.span_id if s.parent else None}
+    for s in exporter.get_finished_spans()
+]))
+"""
+
+
+def test_mcp_requests_are_traced_under_the_run_and_leave_no_stray_traces(
+    log: Log, http_url: str
+) -> None:
+    """The SDK's span per request sits under the run's spans; the handshake, the listing
+    and the listen stream opened before the run's span (or outside any run) leave no root
+    trace of their own (issue 29: three per resume)."""
+    pytest.importorskip("opentelemetry.sdk")
+    out = subprocess.run(
+        [sys.executable, "-c", TRACE_SCRIPT, http_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    spans = json.loads(out.stdout)
+    by_id = {s["id"]: s for s in spans}
+    roots = [s["name"] for s in spans if s["parent"] is None]
+    assert roots == ["invoke_agent janitor", "invoke_agent janitor"]
+    assert {s["trace"] for s in spans} == {s["trace"] for s in spans if s["parent"] is None}
+    (call,) = [s for s in spans if s["name"].startswith("MCP send tools/call")]
+    # under the resumed run (an approved re-run does not make its execute_tool span current)
+    assert by_id[call["parent"]]["name"] in ("execute_tool t_delete_file", "invoke_agent janitor")
+    assert side_effects(log) == ["deleted x"]

@@ -31,12 +31,13 @@ import binascii
 import inspect
 import json
 import os
+import random
 import re
 import sys
 import unicodedata
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import KW_ONLY, dataclass
 from types import TracebackType
 from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
@@ -60,8 +61,12 @@ try:
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
+    from opentelemetry import context as otel_context  # a dependency of the SDK's
+    from opentelemetry import trace
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("golem.integrations.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'") from exc
+    raise ImportError(
+        "golem.integrations.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'"
+    ) from exc
 
 __all__ = [
     "ApprovalPolicy",
@@ -274,7 +279,9 @@ class MCPServer:
         def connect() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options)
+        return cls(
+            connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options
+        )
 
     @classmethod
     def http(
@@ -377,14 +384,15 @@ class MCPServer:
 
     async def _hold(self, ready: asyncio.Future[Client], closing: asyncio.Event) -> None:
         try:
-            async with Client(self._connect(), message_handler=self._on_message) as client:
-                listening = asyncio.create_task(self._listen(client))
-                ready.set_result(client)
-                try:
-                    await closing.wait()
-                finally:
-                    listening.cancel()
-                    await asyncio.gather(listening, return_exceptions=True)
+            with _traced_only_under_a_span():  # the handshake and the listen stream
+                async with Client(self._connect(), message_handler=self._on_message) as client:
+                    listening = asyncio.create_task(self._listen(client))
+                    ready.set_result(client)
+                    try:
+                        await closing.wait()
+                    finally:
+                        listening.cancel()
+                        await asyncio.gather(listening, return_exceptions=True)
         except BaseException as exc:
             if not ready.done():
                 error = MCPServerError(self.label, f"failed to connect: {exc}")
@@ -392,6 +400,7 @@ class MCPServer:
                 ready.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
+
     async def _disconnect(self) -> None:
         holder, closing = self._holder, self._closing
         self._holder = self._closing = None
@@ -451,13 +460,14 @@ class MCPServer:
         listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                while True:
-                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                    listed.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
+            with _traced_only_under_a_span():
+                async with asyncio.timeout(self.connect_timeout):
+                    while True:
+                        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                        listed.extend(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
         except (MCPError, TimeoutError) as exc:
             if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(client)
@@ -550,7 +560,8 @@ class MCPServer:
     async def _call(self, ctx: RunContext[Any], tool_name: str, args: dict[str, Any]) -> ToolResult:
         client = await self._ensure_connected()
         try:
-            result = await client.call_tool(tool_name, args)
+            with _traced_only_under_a_span():
+                result = await client.call_tool(tool_name, args)
         except MCPError as exc:
             if exc.code in _ARGUMENT_ERRORS:
                 raise ModelRetry(exc.message) from exc
@@ -565,6 +576,29 @@ class MCPServer:
         if not text and result.structured_content is not None:
             text = json.dumps(result.structured_content, ensure_ascii=False)
         return ToolResult(text, parts)
+
+
+@contextmanager
+def _traced_only_under_a_span() -> Iterator[None]:
+    """The MCP SDK opens a span per request it sends (`MCP send tools/list`...): under the
+    current span (a run's, a tool call's), and none when no span is current — a connection
+    opened or listed before the run's span, or held outside any run, would otherwise leave
+    a root trace per request. "None" is an unsampled parent, which the default
+    (parent-based) samplers follow; its `traceparent` tells the server not to sample either."""
+    if trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    unsampled = trace.SpanContext(
+        trace_id=random.getrandbits(128) or 1,
+        span_id=random.getrandbits(64) or 1,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+    )
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(unsampled)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _check_policy(policy: ApprovalPolicy) -> None:
