@@ -498,7 +498,7 @@ class MCPServer:
         warnings.warn(
             f"MCP server {self.label}: requires_approval names {unknown}, which the server does "
             f"not list (it lists {sorted(t.name for t in listed)}); those entries decide nothing "
-            "and the tools follow the default policy",
+            "(a tool named like one of them needs approval), the tools follow the default policy",
             UserWarning,
             stacklevel=2,
         )
