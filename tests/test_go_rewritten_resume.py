@@ -27,7 +27,7 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.deferred import same_args
+from golem.resume import same_args
 from tests.test_attack_seal import nested_parent
 from tests.test_seal_resume import make_agent
 

@@ -309,16 +309,16 @@ def seal_pending(
     """
     k = as_seal_keys(keys)
     sealed: dict[str, ToolCall] = {}
-    for m in messages:  # the last call with an ID wins, as in `_replace_calls`
+    for m in messages:  # the last call with an ID wins, as in `replace_calls`
         if m.role == "assistant":
             for c in m.tool_calls:
                 kind = kinds.get(c.id)
                 if kind is not None:
                     sealed[c.id] = replace(c, seal=seal_call(k, conversation_id, c, kind))
-    return _replace_calls(messages, sealed)
+    return replace_calls(messages, sealed)
 
 
-def _replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
+def replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
     """Internal: a copy of `messages` in which each tool call whose ID is in `calls` is
     replaced by `calls[id]` (its assistant message copied with `dataclasses.replace`).
     Only the last call with an ID is replaced when the history repeats one."""
