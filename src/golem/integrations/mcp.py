@@ -585,8 +585,10 @@ def _traced_only_under_a_span() -> Iterator[None]:
     opened or listed before the run's span, or held outside any run, would otherwise leave
     a root trace per request. "None" is an unsampled parent, which the default
     (parent-based) samplers follow; its `traceparent` tells the server not to sample either."""
-    if trace.get_current_span().get_span_context().is_valid:
-        yield
+    if trace.get_current_span().get_span_context().is_valid or isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        yield  # under the current span; or no provider is set: no span, no traceparent sent
         return
     unsampled = trace.SpanContext(
         trace_id=random.getrandbits(128) or 1,
