@@ -768,14 +768,22 @@ class Agent(Generic[DepsT, OutputT]):
         resolutions = as_results(results)
         if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
             resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
+        # the caller's word first, then the expected calls' (the caller kept them), then the
+        # history's (whatever its editor wrote; the Go golem drops it)
+        named = (
+            conversation_id
+            or getattr(expected, "conversation_id", "")
+            or _conversation_of(supplied)
+        )
         return check_resume(
             supplied,
             resolutions,
             policy.tools,
-            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
+            conversation_id=named or new_id(),
             keys=policy.seal_keys,
             expected=expected,
             conversation_bound=bool(conversation_id) if bound is None else bound,
+            conversation_named=bool(named),
         )
 
     def _check_sub_resume(

@@ -56,6 +56,8 @@ class DeferredRequests:
     """Calls waiting for a human decision (`DeferKind.APPROVAL`)."""
     external: list[PendingToolCall] = field(default_factory=list)
     """Calls waiting for a result supplied by the application (`DeferKind.EXTERNAL`)."""
+    conversation_id: str = field(default="", compare=False)
+    """The conversation the calls paused in (their seals bind it); "" when not known."""
 
     @property
     def calls(self) -> list[PendingToolCall]:
@@ -181,7 +183,9 @@ def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
 
 
 def _requests_from(
-    deferrals: Sequence[tuple[ToolCall, Deferred]], seals: Mapping[str, str] | None = None
+    deferrals: Sequence[tuple[ToolCall, Deferred]],
+    conversation_id: str,
+    seals: Mapping[str, str] | None = None,
 ) -> DeferredRequests:
     """Group the calls that deferred in a batch (in emission order) by kind."""
     approvals: list[PendingToolCall] = []
@@ -193,7 +197,7 @@ def _requests_from(
             call.id, call.name, call.args, getattr(signal, "reason", ""), kind, seal
         )
         (approvals if kind is DeferKind.APPROVAL else external).append(pending)
-    return DeferredRequests(approvals=approvals, external=external)
+    return DeferredRequests(approvals, external, conversation_id)
 
 
 def pause(
@@ -209,7 +213,7 @@ def pause(
     mutated.
     """
     if keys is None:
-        return _requests_from(deferrals)
+        return _requests_from(deferrals, conversation_id)
     seals = {call.id: seal_call(keys, conversation_id, call, s.kind) for call, s in deferrals}
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
@@ -220,7 +224,7 @@ def pause(
             ]  # not `replace`: this runs on every sealed pause (ToolCall's fields are pinned)
             messages[i] = with_calls(m, calls)
             break
-    return _requests_from(deferrals, seals)
+    return _requests_from(deferrals, conversation_id, seals)
 
 
 def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
@@ -398,7 +402,7 @@ class PausedRun:
             (approvals if kind is DeferKind.APPROVAL else external).append(pending)
         return cls(
             messages=loads_history(history),
-            pending=DeferredRequests(approvals=approvals, external=external),
+            pending=DeferredRequests(approvals, external, wire.conversationId),
             conversation_id=wire.conversationId,
             run_id=wire.runId,
             trace_context=wire.traceContext,

@@ -23,7 +23,14 @@ from golem.deferred import (
     PendingToolCall,
     pending_calls,
 )
-from golem.errors import ConversationRequired, ResumeError, Stage, ToolError, ToolTimeout
+from golem.errors import (
+    ConversationRequired,
+    ResumeError,
+    SealError,
+    Stage,
+    ToolError,
+    ToolTimeout,
+)
 from golem.events import EventKind
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
@@ -137,6 +144,7 @@ def check_resume(
     keys: SealKeys | None = None,
     expected: DeferredRequests | None = None,
     conversation_bound: bool = True,
+    conversation_named: bool = True,
 ) -> ResumePlan:
     """Validate a resume completely, before anything runs.
 
@@ -151,6 +159,8 @@ def check_resume(
 
     `conversation_bound` is false when `conversation_id` is only what the history names
     (its editor's choice): with `keys`, sealed calls then resume only with `expected`.
+    `conversation_named` is false when nothing named the conversation (`conversation_id` was
+    made up): a seal that then fails to verify is reported as that.
 
     Raises:
         ResumeError: the first problem found, naming the call (`SealError` for seals;
@@ -170,7 +180,20 @@ def check_resume(
     kinds: dict[str, DeferKind] = {}
     if keys is not None:
         for c in pending:
-            kinds[c.id] = verify_call(keys, conversation_id, c)
+            try:
+                kinds[c.id] = verify_call(keys, conversation_id, c)
+            except SealError as exc:
+                if exc.problem != "tampered" or conversation_named:
+                    raise
+                raise SealError(
+                    c.id,
+                    c.name,
+                    "tampered",
+                    f"{exc}; but nothing named the conversation its seal binds: the history "
+                    "has no conversationId (the Go golem drops it when it re-writes a history) "
+                    "and neither conversation_id= nor expected= (with its conversation) nor a "
+                    "PausedRun was given",
+                ) from None
         _check_batch(history, pending)
     if expected is not None:
         _check_expected(history, pending, expected, kinds)
