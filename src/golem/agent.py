@@ -343,20 +343,34 @@ class Agent(Generic[DepsT, OutputT]):
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
 
-    def _run_tracer(
-        self, state: RunState, trace_context: str = "", operation: str = "run"
-    ) -> RunTracer | None:
-        """Start the run's span when tracing is on (`golem.integrations.otel`), else None; `operation`
-        is "run" or "resume" (the span's `golem.run.operation`)."""
+    def _new_tracer(self, trace_context: str = "") -> RunTracer | None:
+        """The run's tracer when tracing is on (`golem.integrations.otel`), else None."""
         if self.tracer_provider is None and "golem.integrations.otel" not in sys.modules:
             return None  # golem.integrations.otel never imported: tracing is off, nothing to ask
         from golem.integrations.otel import run_tracer
 
-        tracer = run_tracer(self, self.tracer_provider, trace_context)
+        return run_tracer(self, self.tracer_provider, trace_context)
+
+    def _run_tracer(
+        self,
+        state: RunState,
+        trace_context: str = "",
+        operation: str = "run",
+        opened: RunTracer | None = None,
+    ) -> RunTracer | None:
+        """Start the run's span when tracing is on, else None (`opened`: a tracer whose span
+        a nested resume opened already); `operation` is "run" or "resume" (the span's
+        `golem.run.operation`)."""
+        tracer = opened
         if tracer is not None:
+            tracer.bind(state)
+        else:
+            tracer = self._new_tracer(trace_context)
+            if tracer is None:
+                return None
             tracer.start(state, operation=operation)
-            state.tracer = tracer
-            state.observers = (tracer.on_event, *state.observers)
+        state.tracer = tracer
+        state.observers = (tracer.on_event, *state.observers)
         return tracer
 
     async def _run_traced(
@@ -368,10 +382,11 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         before: Callable[[], Awaitable[None]] | None = None,
         operation: str = "run",
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
-        tracer = self._run_tracer(state, trace_context, operation)
+        tracer = self._run_tracer(state, trace_context, operation, opened)
         nested = self._nested(policy.tools)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
@@ -811,6 +826,7 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         spent: Spent | None = None,
         progress: ResumeProgress | None = None,
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -828,6 +844,7 @@ class Agent(Generic[DepsT, OutputT]):
             trace_context=trace_context,
             before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
             operation="resume",
+            opened=opened,
         )
 
     async def _resolve(
@@ -899,6 +916,7 @@ class Agent(Generic[DepsT, OutputT]):
                 trace_context,
                 spent,
                 progress=own,
+                opened=tracer,
             )
 
         async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
@@ -911,6 +929,7 @@ class Agent(Generic[DepsT, OutputT]):
                 stream=sink is not None,
                 trace_context=trace_context,
                 operation="resume",
+                opened=tracer,
             )
 
         def paused_parent(result: Result[Any]) -> Result[Any]:
@@ -924,27 +943,39 @@ class Agent(Generic[DepsT, OutputT]):
                     raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
             return result
 
-        return await resume_nested(
-            history,
-            as_results(results),
-            tools,
-            deps=deps,
-            check_parent=check_parent,
-            apply_parent=apply_parent,
-            resume_parent=resume_parent,
-            continue_parent=continue_parent,
-            paused_parent=paused_parent,
-            price=policy.cost,
-            observers=self._observers(on_event),
-            sink=sink,
-            trace_context=trace_context,
-            expected=expected,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            conversation_bound=bound,
-            before_approved=before_approved,
-            progress=progress,
-        )
+        # the parent's span opens first: the sub-agents resume under it, then its own run
+        tracer = self._new_tracer(trace_context)
+        if tracer is not None:
+            tracer.open(run_id, conversation_id, operation="resume")
+        try:
+            result: Result[OutputT] = await resume_nested(
+                history,
+                as_results(results),
+                tools,
+                deps=deps,
+                check_parent=check_parent,
+                apply_parent=apply_parent,
+                resume_parent=resume_parent,
+                continue_parent=continue_parent,
+                paused_parent=paused_parent,
+                price=policy.cost,
+                observers=self._observers(on_event),
+                sink=sink,
+                trace_context=trace_context,
+                expected=expected,
+                run_id=run_id,
+                conversation_id=conversation_id,
+                conversation_bound=bound,
+                before_approved=before_approved,
+                progress=progress,
+            )
+        except BaseException as exc:
+            if tracer is not None and tracer.is_open:
+                tracer.fail(exc)
+            raise
+        if tracer is not None and tracer.is_open:  # the parent paused again, its loop unrun
+            result = copy_result(result, trace_context=tracer.finish(result))
+        return result
 
     @overload
     async def run_with_deferred_results(
