@@ -1192,7 +1192,7 @@ def test_without_the_nested_hand_back_the_property_finds_a_double_execution(
     def given_history(self: Any) -> tuple[None, bool, tuple[str, ...]]:
         return None, True, ()
 
-    monkeypatch.setattr(nested._Handing, "read", given_history)
+    monkeypatch.setattr(nested.Handing, "read", given_history)
     n = NestedScenario(
         own=[],
         subs=[

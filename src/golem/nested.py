@@ -11,7 +11,7 @@ before anything runs, `resume_sub_agents` resumes each sub-agent by its own
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -44,7 +44,6 @@ from golem.resume import (
     answered_calls,
     brief,
     conversation_required,
-    merge,
     same_args,
     with_expected_args,
 )
@@ -88,89 +87,41 @@ def paused_records(history: Sequence[Message]) -> bool:
     """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
     return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
 
+
 __all__ = ["SubAgentCall", "seal_sub_agent_calls", "sub_agent_calls"]
 
 
-async def resume(
-    history: list[Message],
-    results: DeferredResults,
-    tools: Mapping[str, Tool],
+async def resume_sub_agents(
+    plan: NestedPlan,
     *,
     deps: Any,
-    check_parent: Callable[[list[Message], DeferredResults], Any],
-    apply_parent: Callable[[Any, ResumeProgress], Awaitable[tuple[list[Message], int]]],
-    resume_parent: Callable[[Any, Spent, ResumeProgress], Awaitable[Result[Any]]],
-    continue_parent: Callable[[list[Message], Spent], Awaitable[Result[Any]]],
-    paused_parent: Callable[[Result[Any]], Result[Any]] = lambda result: result,
-    price: Callable[[Usage], float] = lambda usage: 0.0,
     observers: Sequence[EventHandler] = (),
     sink: Callable[[Any], None] | None = None,
     trace_context: str = "",
-    expected: DeferredRequests | None = None,
     run_id: str = "",
     conversation_id: str = "",
-    conversation_bound: bool = True,
     before_approved: BeforeApproved | None = None,
     progress: ResumeProgress | None = None,
-) -> Result[Any]:
-    """Resume the paused sub-agents recorded in `history`, then the parent.
+    price: Callable[[Usage], float] = lambda usage: 0.0,
+) -> Handing:
+    """Resume each paused sub-agent of a checked plan by its own `run_with_deferred_results`
+    (or `run`, when it has nothing left to resolve) and write its answer, or its new record
+    when it paused again, in place of its old record.
 
-    `before_approved` (the parent's) is awaited before every approved re-run, the
-    sub-agents' too, with the call namespaced as in the parent's `Result.pending`.
-
-    `run_id` / `conversation_id` are the resuming parent's: a parent still paused after
-    this resume (a sub-agent paused again) carries them, as does each record rewritten.
-    Each sub-agent resumes in `sub_conversation(conversation_id, call ID)`.
-    `conversation_bound` is false when `conversation_id` is only what the history names:
-    sealed calls then need `expected` (`ConversationRequired`).
-
-    The sub-agents' events are forwarded to the parent's `observers` and stream `sink`
-    (see `forwarder`); with tracing on, their resume spans link to the paused parent's
-    span (`trace_context`), as the parent's does.
-
-    The parent's own pending calls go through the agent's callbacks: `check_parent`
-    validates them (seals, kinds, tools) and returns a plan, `apply_parent(plan,
-    progress)` resolves them without continuing (when a sub-agent pauses again),
-    `resume_parent(plan, spent, progress)` resolves them and continues, and
-    `continue_parent(history, spent)` continues a parent with none left; `spent` is what
-    the resumed sub-agents spent, which the parent's run starts with (its usage limits
-    cover it). `paused_parent(result)` finishes a parent still paused (its limits, its
-    cost); `price(usage)` is the cost a partial reports.
-
-    A resume that fails or is cancelled hands back what ran (ADR 0076): a `RunError`
-    raised while a sub-agent resumes, or while the parent's own calls resolve under a
-    sub-agent that paused again, carries as `partial` the paused history in which each
-    sub-agent that answered is answered, each one that ran part of its calls has its
-    record rewritten from its own progress, and the parent's calls that ran are answered;
-    `progress` follows the same history.
+    The returned `Handing` holds the rewritten history (`merged`), the sub-agents that paused
+    again (`repaused`) and what they spent; `progress` follows it. `before_approved` (the
+    parent's) is awaited before every approved re-run, with the call namespaced as in the
+    parent's `Result.pending`. The sub-agents' events go to `observers` and `sink`.
 
     Raises:
-        ResumeError: before anything runs, when a namespaced ID names no pending call of
-            a paused sub-agent, a sub-agent's pending call has no resolution, a record
-            cannot be read, its tool is not an agent tool of this agent, or the
-            parent's own resolutions are invalid.
+        RunError: a sub-agent failed; its `partial` is the parent's history with what ran
+            answered or rewritten (ADR 0076).
     """
-    if progress is not None:
-        progress._reset()
-    if expected is not None:
-        history = with_expected_args(history, expected)
-    records, own, own_pending = check(
-        history,
-        results,
-        tools,
-        check_parent,
-        expected,
-        conversation_id=conversation_id,
-        conversation_bound=conversation_bound,
-    )
-
-    handing = _Handing(history, records, results, run_id, conversation_id, price)
+    handing = Handing(plan.history, plan.records, plan.results, run_id, conversation_id, price)
     if progress is not None:
         progress._follow(handing.read)
-    merged = list(history)
-    usage_from = handing.spent
-    repaused: dict[str, tuple[AgentTool, Result[Any]]] = {}
-    for call_id, rec in records.items():
+    merged = handing.merged = list(plan.history)
+    for call_id, rec in plan.records.items():
         forward = forwarder(observers, sink, call_id, rec.tool.name)
         try:
             if rec.continues:
@@ -196,9 +147,9 @@ async def resume(
             wrapped = _sub_failed(call_id, rec.tool.name, failed)
             wrapped.partial = handing.partial(failed.partial)
             raise wrapped from wrapped.__cause__
-        usage_from.append(sub)
+        handing.spent.append(sub)
         if sub.pending is not None:
-            repaused[call_id] = (rec.tool, sub)
+            handing.repaused[call_id] = (rec.tool, sub)
             merged[rec.index] = paused_record(
                 call_id,
                 rec.tool.name,
@@ -213,28 +164,11 @@ async def resume(
                 run_id=run_id or rec.message.run_id,
                 conversation_id=conversation_id or rec.message.conversation_id,
             )
-    if repaused:
-        tool_calls = 0
-        if own_pending:
-            handing.own = ResumeProgress()
-            try:
-                merged, tool_calls = await apply_parent(check_parent(merged, own), handing.own)
-            except RunError as failed:
-                failed.partial = handing.partial(None)
-                raise
-        paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
-        return paused_parent(_with_usage(paused, usage_from))
-    merged = merge(merged, {})
-    spent = Spent.of(usage_from)
-    if own_pending:
-        handing.own, handing.base = ResumeProgress(), merged
-        return await resume_parent(check_parent(merged, own), spent, handing.own)
-    handing.continued = merged
-    return await continue_parent(merged, spent)
+    return handing
 
 
 @dataclass(slots=True)
-class _Handing:
+class Handing:
     """What a nested resume has done so far, built into a history only when a failure or
     a cancellation hands it back (ADR 0076)."""
 
@@ -256,6 +190,18 @@ class _Handing:
     """The history the parent's own resume started from (every sub-agent answered)."""
     continued: list[Message] | None = None
     """The resolved history the parent went on from (no call of its own was pending)."""
+    merged: list[Message] = field(default_factory=list)
+    """The history with each sub-agent's answer, or new record, in place of its old one."""
+    repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
+    """The sub-agents that paused again, by parent call ID."""
+
+    def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
+        """The parent, still paused on the sub-agents that paused again (with the resuming
+        run's identity), counting what the sub-agents spent."""
+        paused = _paused_result(
+            messages, self.repaused, tool_calls, self.run_id, self.conversation_id
+        )
+        return _with_usage(paused, self.spent)
 
     def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
         """(the history to go on from or None when nothing ran, whether it is still
@@ -412,44 +358,51 @@ class Spent(NamedTuple):
         state.tool_calls += self.tool_calls
 
 
-def check(
+@dataclass(slots=True)
+class NestedPlan:
+    """A nested resume checked so far: the records and who resolves what."""
+
+    history: list[Message]
+    """The paused history (with `expected`'s arguments), which the resume rewrites."""
+    results: DeferredResults
+    """Every resolution, as given."""
+    checked: list[Message]
+    """The history the parent's own resolutions are checked on."""
+    records: dict[str, _Paused]
+    own: DeferredResults
+    """The parent's own resolutions."""
+    own_pending: bool
+    """Whether the parent has pending calls of its own."""
+    expected: DeferredRequests | None
+
+
+def check_records(
     history: list[Message],
     results: DeferredResults,
     tools: Mapping[str, Tool],
-    check_parent: Callable[[list[Message], DeferredResults], Any],
     expected: DeferredRequests | None = None,
-    *,
-    conversation_id: str = "",
-    conversation_bound: bool = True,
-) -> tuple[dict[str, _Paused], DeferredResults, bool]:
-    """Validate a nested resume completely, before anything runs: every record, every
-    sub-agent's share of the results (as the sub-agent itself checks it, at any depth,
-    in its conversation `sub_conversation(conversation_id, call ID)`) and the parent's
-    own resolutions.
+) -> NestedPlan:
+    """Check a nested resume's records and split the resolutions between the sub-agents
+    (namespaced IDs) and the parent; the caller then checks the parent's own resolutions
+    on `plan.checked` and calls `check_sub_agents`.
 
     With `expected` (the paused parent's `Result.pending`), the calls waiting — the
     parent's own and the sub-agents' (namespaced) — must be exactly the expected ones,
     with the same tool names, arguments and seals, each resolved by its kind.
 
-    A record of a sub-agent with a seal key that names another conversation than its
-    derived one (from another conversation, or stored before ADR 0065) is refused
-    (`SubAgentConversationMismatch`) unless `expected` carries every one of its calls'
-    seals; it then resumes in the conversation it names, bound by those seals.
-    Without `conversation_bound`, a sealed call needs `expected` (`ConversationRequired`).
-
-    Returns the records (each holding its share), the parent's own resolutions, and
-    whether the parent has pending calls of its own.
-
     Raises:
         ResumeError: the first problem found.
         TypeError: `expected` is not a `DeferredRequests`.
     """
-    results, expected = drop_finished(history, results, expected, tools)
     if expected is not None:
         history = with_expected_args(history, expected)
-        _check_expected(history, results, expected)
-    records = _records(history, tools)
-    batch = paused_batch_ids(history)
+    given, checked = results, history
+    results, expected = drop_finished(checked, results, expected, tools)
+    if expected is not None:
+        checked = with_expected_args(checked, expected)
+        _check_expected(checked, results, expected)
+    records = _records(checked, tools)
+    batch = paused_batch_ids(checked)
     for call_id, rec in records.items():
         if call_id not in batch:
             raise ResumeError(
@@ -458,40 +411,59 @@ def check(
                 "earlier turn was resumed then, and its answer was replaced by its old record "
                 "to run it again; a paused history records sub-agents only for its last pause"
             )
-    own_ids = {c.id for c in _pending_or_none(history)}  # a record answers its call
+    own_ids = {c.id for c in _pending_or_none(checked)}  # a record answers its call
     own = _split(records, results, own_ids)
     for call_id, rec in records.items():
-        for sub_id, sub_name in rec.waiting.items():
-            if sub_id not in rec.approvals and sub_id not in rec.external:
-                raise ResumeError(
-                    f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
-                    "has no resolution"
-                )
-        for share in (rec.approvals, rec.external):
-            for sub_id in list(share):
-                if sub_id in rec.waiting:
-                    continue
-                if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
-                    raise ResumeError(
-                        f'golem: resolution for unknown tool call "{call_id}/{sub_id}"'
-                    )
-                if rec.continues:  # nothing of it resumes: a no-op (ADR 0076)
-                    del share[sub_id]
-    if own_ids:
-        check_parent(history, own)
-    else:
-        done = answered_calls(history)
+        _check_share(call_id, rec)
+    if not own_ids:
+        done = answered_calls(checked)
         unknown = next((k for k in [*own.approvals, *own.external] if k not in done), None)
         if unknown is not None:
             raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
-    for call_id, rec in records.items():
+    return NestedPlan(history, given, checked, records, own, bool(own_ids), expected)
+
+
+def _check_share(call_id: str, rec: _Paused) -> None:
+    """Every call the sub-agent waits on is resolved, and nothing else of it."""
+    for sub_id, sub_name in rec.waiting.items():
+        if sub_id not in rec.approvals and sub_id not in rec.external:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
+                "has no resolution"
+            )
+    for share in (rec.approvals, rec.external):
+        for sub_id in list(share):
+            if sub_id in rec.waiting:
+                continue
+            if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
+                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
+            if rec.continues:  # nothing of it resumes: a no-op (ADR 0076)
+                del share[sub_id]
+
+
+def check_sub_agents(
+    plan: NestedPlan, *, conversation_id: str = "", conversation_bound: bool = True
+) -> None:
+    """Check each sub-agent's share as the sub-agent itself checks a resume, at any depth,
+    in its conversation `sub_conversation(conversation_id, call ID)`.
+
+    A record of a sub-agent with a seal key that names another conversation than its
+    derived one (from another conversation, or stored before ADR 0065) is refused
+    (`SubAgentConversationMismatch`) unless `expected` carries every one of its calls'
+    seals; it then resumes in the conversation it names, bound by those seals.
+    Without `conversation_bound`, a sealed call needs `expected` (`ConversationRequired`).
+
+    Raises:
+        ResumeError: the first problem found.
+    """
+    for call_id, rec in plan.records.items():
         rec.conversation = sub_conversation(conversation_id, call_id)
         if rec.continues:  # no pending call to verify: its history is checked, then run
             _check_continuing(call_id, rec)
             continue
         named = _named_conversation(rec.history)
         if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
-            rec.expected = _expected_share(expected, call_id, rec)
+            rec.expected = _expected_share(plan.expected, call_id, rec)
             if rec.expected is None:
                 raise _mismatch(call_id, rec, named)
             rec.conversation = named
@@ -501,11 +473,10 @@ def check(
             rec.conversation,
             rec.expected,
         )
-    if not conversation_bound and expected is None:
-        keyed = _keyed_waiting(records)
+    if not conversation_bound and plan.expected is None:
+        keyed = _keyed_waiting(plan.records)
         if keyed is not None:
             raise conversation_required(*keyed)
-    return records, own, bool(own_ids)
 
 
 def _check_continuing(call_id: str, rec: _Paused) -> None:
@@ -546,8 +517,7 @@ def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> 
     return any(
         c.id in answered
         and (
-            key == c.id
-            or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
+            key == c.id or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
         )
         for m in history
         for c in m.tool_calls
@@ -637,9 +607,7 @@ def _expected_share(
 
     def share(calls: Sequence[PendingToolCall]) -> list[PendingToolCall]:
         return [
-            replace(
-                p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :]
-            )
+            replace(p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :])
             for p in calls
             if p.call_id.startswith(prefix) and p.call_id[len(prefix) :] in rec.waiting
         ]
