@@ -330,7 +330,7 @@ def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
     return copy_result(
         result,
         messages=ordered,
-        pending=DeferredRequests(approvals=approvals, external=external),
+        pending=DeferredRequests(approvals, external, result.conversation_id),
     )
 
 

@@ -928,13 +928,14 @@ def _paused_result(
         assert sub.pending is not None
         approvals.extend(namespaced(call_id, tool.name, sub.pending.approvals))
         external.extend(namespaced(call_id, tool.name, sub.pending.external))
+    conversation_id = conversation_id or last.conversation_id
     return Result(
         output=None,
         messages=messages,
         tool_calls=tool_calls,
         run_id=run_id or last.run_id,
-        conversation_id=conversation_id or last.conversation_id,
-        pending=DeferredRequests(approvals=approvals, external=external),
+        conversation_id=conversation_id,
+        pending=DeferredRequests(approvals, external, conversation_id),
     )
 
 
