@@ -19,7 +19,7 @@ from golem.durable.store.records import (
     Outcome,
     RunStatus,
 )
-from golem.messages import _deep_spans
+from golem.messages import deep_spans
 
 log = logging.getLogger("golem.durable.store")
 
@@ -53,7 +53,7 @@ def in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
     if isinstance(cause, MemoryError):
         return False
     if isinstance(cause, RecursionError):
-        return not isinstance(deps_ref, str) or _deep_spans(deps_ref) is None
+        return not isinstance(deps_ref, str) or deep_spans(deps_ref) is None
     return True
 
 

@@ -8,7 +8,6 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from golem.agent_tool import SubAgentCall, paused_records, sub_agent_calls
 from golem.deferred import DeferredRequests, PendingToolCall
 from golem.durable.store import (
     CallKind,
@@ -19,6 +18,7 @@ from golem.durable.store import (
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
+from golem.nested import SubAgentCall, paused_records, sub_agent_calls
 from golem.seal import SealKeys, verify_call
 from golem.tool import DeferKind
 

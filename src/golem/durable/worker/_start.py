@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
-from golem.agent_tool import seal_sub_agent_calls
 from golem.durable.store import (
     CallKind,
     NewCall,
@@ -23,6 +22,7 @@ from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import latest_calls, nested_calls
 from golem.durable.worker._registry import AgentEntry, AgentRegistry, deps_of, registered
 from golem.messages import Message, dumps_history, loads_history
+from golem.nested import seal_sub_agent_calls
 from golem.seal import SealKey, seal_pending
 
 if TYPE_CHECKING:
