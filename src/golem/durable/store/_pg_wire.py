@@ -5,7 +5,9 @@ binary rows, and socket waits handed to the event loop (ADR 0023, 0038, 0039, 00
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 import select
 import threading
 import weakref
@@ -28,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 _T = TypeVar("_T")
+log = logging.getLogger("golem.durable.store")
 
 Connection = psycopg.Connection[tuple[Any, ...]]
 
@@ -484,3 +487,102 @@ def expire(ready: asyncio.Future[None]) -> None:
 
 def nothing(slot: Slot[None]) -> None:
     """What a store thread has to release when it ends: nothing (connections are pooled)."""
+
+
+async def drive(
+    c: PgConn,
+    attempt: Callable[[], _T],
+    *,
+    timeout: float | None,
+    threads: Callable[[], DatabaseThreads[None]],
+    orphans: set[asyncio.Future[Any]],
+    checkin: Callable[[PgConn], None],
+) -> _T:
+    """Run the transaction `attempt` on `c` in a greenlet, its socket waits awaited on the loop.
+
+    The transaction's code is synchronous (shared with SQLite); each time libpq would block,
+    the greenlet switches back here with the socket to wait for, and is switched into again
+    once the socket is ready: no thread hop, no blocked loop (ADR 0039). A caller cancelled
+    meanwhile is let go at once, and a task of its own (kept in `orphans`) finishes the
+    transaction, then gives `c` back with `checkin`, as a database thread would.
+    """
+    loop = asyncio.get_running_loop()
+    if loop in NO_READERS:
+        return await _on_thread(loop, c, attempt, threads, orphans, checkin)
+    g = greenlet.greenlet(attempt)
+    request: Any = g.switch()
+    while not g.dead:
+        try:
+            await socket_ready(loop, request, timeout, threads)
+        except NoAnswer:
+            c.conn.close()  # the server rolls back whatever it had not committed
+            with contextlib.suppress(BaseException):
+                g.throw(Abandoned())
+            raise
+        except asyncio.CancelledError:
+            c.handed_off = True  # `_finish` gives the connection back, not the caller
+            finish = loop.create_task(_finish(g, c, request, timeout, threads, checkin))
+            orphans.add(finish)
+            finish.add_done_callback(orphans.discard)
+            raise
+        request = g.switch()
+    result: _T = request
+    return result
+
+
+async def _on_thread(
+    loop: asyncio.AbstractEventLoop,
+    c: PgConn,
+    attempt: Callable[[], _T],
+    threads: Callable[[], DatabaseThreads[None]],
+    orphans: set[asyncio.Future[Any]],
+    checkin: Callable[[PgConn], None],
+) -> _T:
+    """The transaction on one of the store's own threads, for an event loop that cannot
+    watch sockets; never the loop's default executor, which blocking sync tools may all be
+    holding while a lease renewal waits (ADR 0062). A cancelled caller is let go and the
+    connection comes back once the thread is done."""
+    done: asyncio.Future[_T] = threads().submit(loop, lambda _slot: attempt())
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        c.handed_off = True
+        orphans.add(done)
+        done.add_done_callback(orphans.discard)
+
+        def back(finished: asyncio.Future[_T]) -> None:
+            if not finished.cancelled() and finished.exception() is not None:
+                log.debug("a transaction finishing for a cancelled caller failed")
+            c.handed_off = False
+            checkin(c)
+
+        done.add_done_callback(back)
+        raise
+
+
+async def _finish(
+    g: greenlet.greenlet,
+    c: PgConn,
+    request: Any,
+    timeout: float | None,
+    threads: Callable[[], DatabaseThreads[None]],
+    checkin: Callable[[PgConn], None],
+) -> None:
+    """Drive a transaction whose caller was cancelled to its end, then give the connection
+    back (the caller no longer does)."""
+    loop = asyncio.get_running_loop()
+    try:
+        while not g.dead:  # a socket that was ready as the caller left is ready still
+            await socket_ready(loop, request, timeout, threads)
+            request = g.switch()
+    except BaseException as exc:  # the loop is shutting down, or the transaction failed
+        if not g.dead:
+            c.conn.close()  # the server rolls back whatever was not committed
+            with contextlib.suppress(BaseException):
+                g.throw(Abandoned())
+        if not isinstance(exc, Exception):
+            raise
+        log.debug("a transaction finishing for a cancelled caller failed", exc_info=True)
+    finally:
+        c.handed_off = False
+        checkin(c)

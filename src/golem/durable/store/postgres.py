@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -31,7 +32,6 @@ from golem.durable.store.records import (
 from golem.errors import StoreError
 
 try:
-    import greenlet
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import pq
@@ -60,15 +60,14 @@ from golem.durable.store._pg_wire import (
     FATAL,
     IDLE,
     MIN_SERVER_VERSION,
-    NO_READERS,
     TUPLES_OK,
-    Abandoned,
     Connection,
     NoAnswer,
     PgConn,
     PgSchemaConn,
     close_if_opened,
     connect_on_thread,
+    drive,
     nothing,
     settle,
     socket_ready,
@@ -521,7 +520,14 @@ class PostgresStore(PgStatements):
         for attempt in (1, 2):
             c = await self._checkout()
             try:
-                return await self._drive(c, write, fn, args)
+                return await drive(
+                    c,
+                    functools.partial(self._attempt, c, write, fn, args),
+                    timeout=self.command_timeout,
+                    threads=self._threads,
+                    orphans=self._orphans,
+                    checkin=self._checkin,
+                )
             except NoAnswer:
                 timeout = self.command_timeout or 0.0
                 raise StoreTimeout(timeout, commit_sent=write and c.sent_commit) from None
@@ -545,85 +551,6 @@ class PostgresStore(PgStatements):
                 if not c.handed_off:
                     self._checkin(c)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _drive(self, c: PgConn, write: bool, fn: Callable[..., _T], args: Any) -> _T:
-        """Run the transaction on `c` in a greenlet, its socket waits awaited on the loop.
-
-        The transaction's code is synchronous (shared with SQLite); each time libpq would
-        block, the greenlet switches back here with the socket to wait for, and is switched
-        into again once the socket is ready: no thread hop, no blocked loop. A caller
-        cancelled meanwhile is let go at once, and a task of its own finishes the
-        transaction (commit or rollback), as a database thread would.
-        """
-        loop = asyncio.get_running_loop()
-        if loop in NO_READERS:
-            return await self._on_thread(loop, c, write, fn, args)
-        g = greenlet.greenlet(self._attempt)
-        request: Any = g.switch(c, write, fn, args)
-        timeout = self.command_timeout
-        while not g.dead:
-            try:
-                await socket_ready(loop, request, timeout, self._threads)
-            except NoAnswer:
-                c.conn.close()  # the server rolls back whatever it had not committed
-                with contextlib.suppress(BaseException):
-                    g.throw(Abandoned())
-                raise
-            except asyncio.CancelledError:
-                c.handed_off = True  # `_finish` gives the connection back, not `_submit`
-                finish = loop.create_task(self._finish(g, c, request))
-                self._orphans.add(finish)
-                finish.add_done_callback(self._orphans.discard)
-                raise
-            request = g.switch()
-        result: _T = request
-        return result
-
-    async def _on_thread(
-        self, loop: asyncio.AbstractEventLoop, c: PgConn, write: bool, fn: Callable[..., _T], args: Any
-    ) -> _T:
-        """The transaction on one of the store's own threads, for an event loop that cannot
-        watch sockets; never the loop's default executor, which blocking sync tools may all
-        be holding while a lease renewal waits (ADR 0062). A cancelled caller is let go and
-        the connection comes back once the thread is done."""
-        done: asyncio.Future[_T] = self._threads().submit(
-            loop, lambda _slot: self._attempt(c, write, fn, args)
-        )
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            c.handed_off = True
-            self._orphans.add(done)
-            done.add_done_callback(self._orphans.discard)
-
-            def back(finished: asyncio.Future[_T]) -> None:
-                if not finished.cancelled() and finished.exception() is not None:
-                    log.debug("a transaction finishing for a cancelled caller failed")
-                c.handed_off = False
-                self._checkin(c)
-
-            done.add_done_callback(back)
-            raise
-
-    async def _finish(self, g: greenlet.greenlet, c: PgConn, request: Any) -> None:
-        """Drive a transaction whose caller was cancelled to its end, then give the
-        connection back (the caller's own `_submit` no longer does)."""
-        loop = asyncio.get_running_loop()
-        try:
-            while not g.dead:  # a socket that was ready as the caller left is ready still
-                await socket_ready(loop, request, self.command_timeout, self._threads)
-                request = g.switch()
-        except BaseException as exc:  # the loop is shutting down, or the transaction failed
-            if not g.dead:
-                c.conn.close()  # the server rolls back whatever was not committed
-                with contextlib.suppress(BaseException):
-                    g.throw(Abandoned())
-            if not isinstance(exc, Exception):
-                raise
-            log.debug("a transaction finishing for a cancelled caller failed", exc_info=True)
-        finally:
-            c.handed_off = False
-            self._checkin(c)
 
     def _attempt(self, c: PgConn, write: bool, fn: Callable[..., _T], args: Any) -> _T:
         self.stats.transactions += 1
