@@ -19,8 +19,8 @@ from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as chat_body
-from tests.providers._recordings import available, load, replay_transport
 from tests.providers.anthropic_fixtures import model_on, synthesize_stream
+from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
 

@@ -49,9 +49,8 @@ from golem.providers._http import (
     rate_limit_reset,
     retry_after_seconds,
 )
-from tests.providers._recordings import all_interactions, needs_recordings
-from tests.providers._unseen import MODELS, REQUEST, Chunks, send
-from tests.providers.test_stops_and_limits import DONE
+from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, send
+from tests.support.recordings import all_interactions, needs_recordings
 
 APIS = list(MODELS)
 

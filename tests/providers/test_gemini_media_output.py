@@ -30,7 +30,7 @@ from golem.providers.gemini import parse_response
 from golem.providers.openai._responses_wire import input_items
 from golem.providers.openai._wire import RequestOptions, map_messages
 from golem.testing import ScriptedModel
-from tests.providers._unseen import final, send
+from tests.support.adapters import final, send
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR fake image bytes \xff\x00"
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "

@@ -19,8 +19,8 @@ from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import build_request_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as chat_body
-from tests.providers import _recordings
-from tests.providers._recordings import load, replay_transport
+from tests.support import recordings as _recordings
+from tests.support.recordings import load, replay_transport
 
 recorded = pytest.mark.skipif(not _recordings.available(), reason="recordings not present")
 _dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

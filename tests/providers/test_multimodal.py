@@ -18,7 +18,7 @@ from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import load, needs_recordings
+from tests.support.recordings import load, needs_recordings
 
 CAT = Part(kind="image", url="https://example.com/cat.png")
 DOG = Part(kind="image", data=b"\x89PNG", media_type="image/png")

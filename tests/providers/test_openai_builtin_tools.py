@@ -26,7 +26,7 @@ from golem.providers.openai._responses_wire import (
 )
 from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response as parse_chat
-from tests.providers._recordings import available, load, replay_transport
+from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
 API = "openai-responses"

@@ -27,7 +27,7 @@ from golem.providers.openai._responses_wire import (
     reasoning_signature,
 )
 from golem.usage import Usage
-from tests.providers._recordings import (
+from tests.support.recordings import (
     Interaction,
     all_interactions,
     available,

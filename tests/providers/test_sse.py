@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.providers._http import iter_sse, sse_block, sse_events
-from tests.providers._unseen import Chunks, cut
+from tests.support.adapters import Chunks, cut
 
 
 async def _decode(chunks: list[bytes]) -> list[tuple[str, str]]:

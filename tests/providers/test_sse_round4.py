@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError
 from golem.model import Delta, ModelResponse
-from tests.providers._recordings import all_interactions, available, needs_recordings
-from tests.providers._unseen import accumulated, cut, plain_calls, send
-from tests.providers.test_unseen_sse import FIXTURES, events_of, plain
+from tests.support.adapters import accumulated, cut, plain_calls, send
+from tests.support.recordings import all_interactions, available, needs_recordings
+from tests.support.streams import FIXTURES, events_of, plain
 
 UNKNOWN = "golem_unknown"
 """The name of every field and type this file makes up."""

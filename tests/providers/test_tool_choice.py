@@ -21,7 +21,7 @@ from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._wire import RequestOptions
 from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import load, needs_recordings, replay_transport
+from tests.support.recordings import load, needs_recordings, replay_transport
 
 WEATHER = ToolSpec(
     "get_weather",

@@ -22,8 +22,8 @@ from golem.errors import ProviderError, RateLimited, ResponseFormatError, RunErr
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
 from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
-from tests.providers._recordings import all_interactions, needs_recordings
-from tests.providers._unseen import MODELS, REQUEST, Chunks, accumulated, final, send
+from tests.support.adapters import MODELS, REQUEST, Chunks, accumulated, final, send
+from tests.support.recordings import all_interactions, needs_recordings
 
 NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
 

@@ -18,7 +18,7 @@ import pytest
 
 from golem.errors import Overloaded, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
-from tests.providers._unseen import MODELS, send
+from tests.support.adapters import MODELS, send
 
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
 OPENAI_RATE_LIMITED = {"error": {"type": "rate_limit_error", "code": "429", "message": "Slow"}}

@@ -27,7 +27,7 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._http import MAX_TOKEN_COUNT, token_count
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.usage import Usage
-from tests.providers._unseen import final, send
+from tests.support.adapters import final, send
 
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00"
 PNG = b"\x89PNG\r\n\x1a\n fake"

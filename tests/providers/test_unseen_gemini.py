@@ -14,7 +14,7 @@ import pytest
 
 from golem.errors import BadRequest, Overloaded, ResponseFormatError
 from golem.model import ModelResponse
-from tests.providers._unseen import final, send
+from tests.support.adapters import final, send
 
 
 async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:

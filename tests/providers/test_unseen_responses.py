@@ -21,7 +21,7 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.model import ModelResponse
-from tests.providers._unseen import final, send
+from tests.support.adapters import final, send
 
 
 async def _answer(body: str, *, stream: bool) -> ModelResponse:

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
-from tests.providers._unseen import accumulated, plain_calls
-from tests.providers.test_unseen_sse import OVER_STREAMS, STREAMS, plain, stream_through
+from tests.support.adapters import accumulated, plain_calls
+from tests.support.streams import OVER_STREAMS, STREAMS, plain, stream_through
 
 
 @OVER_STREAMS

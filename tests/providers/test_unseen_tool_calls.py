@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.providers._unseen import accumulated, final, plain_calls, send
+from tests.support.adapters import accumulated, final, plain_calls, send
 
 
 def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False) -> str:

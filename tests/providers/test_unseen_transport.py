@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from golem.errors import GolemError, Overloaded, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers._http import retry_after_seconds
-from tests.providers._unseen import MODELS, REQUEST, Chunks, final
+from tests.support.adapters import MODELS, REQUEST, Chunks, final
 
 TEXT = "héllo ✓ Zürich 東京 🎉"
 ARGS = '{"city": "Zürich 東京 🎉"}'

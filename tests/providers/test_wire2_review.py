@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from golem.messages import Part
 from golem.model import Delta
 from golem.providers._http import token_count
-from tests.providers._unseen import final, send
-from tests.providers.test_unseen_sse import plain
+from tests.support.adapters import final, send
+from tests.support.streams import plain
 
 
 def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, str]:

@@ -17,8 +17,7 @@ from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.providers.openai import OpenAIChatModel, OpenAIResponsesModel
 
 REQUEST = ModelRequest([Message("user", "hi")])
 
@@ -29,6 +28,48 @@ MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
     "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
 }
 """Each adapter, by the name of its recordings' directory."""
+
+DONE: dict[str, dict[str, Any]] = {
+    "openai-chat": {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    },
+    "openai-responses": {
+        "id": "r",
+        "object": "response",
+        "model": "gpt-4o",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "m",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+    },
+    "anthropic": {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    },
+    "gemini": {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}
+        ],
+        "modelVersion": "gemini-x",
+    },
+}
+"""A plain successful answer ("ok") of each adapter's API, unstreamed."""
 
 
 class Chunks(httpx.AsyncByteStream):
