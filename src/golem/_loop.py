@@ -157,11 +157,13 @@ class RunState:
 
 
 class _Fail(Exception):
-    """Internal: carries a stage and cause out of a nested step."""
+    """Internal: carries a stage and cause out of a nested step; `why` (when given) says
+    what the run's error message adds before the cause's own."""
 
-    def __init__(self, stage: Stage, cause: BaseException) -> None:
+    def __init__(self, stage: Stage, cause: BaseException, why: str = "") -> None:
         self.stage = stage
         self.cause = cause
+        self.why = why
 
 
 async def run_loop(policy: Policy, state: RunState, *, stream: bool = False) -> Result[Any]:
@@ -169,10 +171,13 @@ async def run_loop(policy: Policy, state: RunState, *, stream: bool = False) -> 
     try:
         return await _loop(policy, state, stream)
     except _Fail as f:
-        stage, cause = f.stage, f.cause
+        stage, cause, why = f.stage, f.cause, f.why
     # raised outside the handler: the internal _Fail is neither chained as __context__ nor
     # kept alive by this frame
-    raise RunError(stage, cause, state.partial(policy.cost(state.usage))) from cause
+    error = RunError(stage, cause, state.partial(policy.cost(state.usage)))
+    if why:
+        error.args = (f"golem: {stage.value} stage: {why}: {cause}",)
+    raise error from cause
 
 
 async def _loop(policy: Policy, state: RunState, stream: bool) -> Result[Any]:
@@ -295,18 +300,15 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                wrapped = RuntimeError(
+                why = (
                     f"model failed, not retried: the provider asked to wait "
                     f"{getattr(exc, 'retry_after', None)} s, longer than the agent's "
-                    f"max_retry_wait: {exc}"
+                    f"max_retry_wait"
                 )
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
-            if attempt > 1:
-                wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
-            raise _Fail(Stage.MODEL, exc) from None
+                raise _Fail(Stage.MODEL, exc, why) from None
+            # the cause stays the provider's error, retried or not (the providers guide)
+            why = f"model failed after {attempt} attempts" if attempt > 1 else ""
+            raise _Fail(Stage.MODEL, exc, why) from None
     raise_if_swallowed(state.cancels)
     state.usage = state.usage + response.usage
     state.finish_reason = response.finish_reason
