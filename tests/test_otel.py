@@ -200,7 +200,7 @@ def test_failed_attempts_and_a_failed_run(exporter: InMemorySpanExporter) -> Non
     assert run.status.status_code == StatusCode.ERROR
     assert (run.attributes or {})["golem.run.status"] == "failed"
     assert (run.attributes or {})["golem.run.stage"] == "model"
-    assert (run.attributes or {})["error.type"] == "RuntimeError"
+    assert (run.attributes or {})["error.type"] == "Overloaded"  # the provider error, not a wrapper
 
 
 def test_a_failing_tool_marks_its_span(exporter: InMemorySpanExporter) -> None:

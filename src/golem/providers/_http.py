@@ -1165,7 +1165,16 @@ class HTTPModel:
     (an injected `http_client` is left open).
     """
 
+    model: str
+    """The model name sent with each request."""
+    provider: str
+    """Who serves the model, as OpenTelemetry's `gen_ai.provider.name` spells it."""
     _clients: LoopBoundClient
+
+    @property
+    def model_name(self) -> str:
+        """`model`, under the name `FallbackModel` and `ModelResponse` use."""
+        return self.model
 
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""

@@ -95,6 +95,8 @@ class AnthropicModel(HTTPModel):
         ValueError: an argument is out of range.
     """
 
+    provider = "anthropic"
+
     def __init__(
         self,
         model: str,

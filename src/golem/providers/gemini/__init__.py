@@ -58,6 +58,8 @@ class GeminiModel(HTTPModel):
     tree with `retryable` set; the adapter itself never retries.
     """
 
+    provider = "gcp.gemini"
+
     def __init__(
         self,
         model: str,

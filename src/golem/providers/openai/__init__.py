@@ -90,6 +90,8 @@ class OpenAIChatModel(HTTPModel):
         ValueError: an invalid setting (empty model, non-positive timeout, unknown role).
     """
 
+    provider = "openai"
+
     def __init__(
         self,
         model: str,
@@ -122,7 +124,7 @@ class OpenAIChatModel(HTTPModel):
             extra_headers=extra_headers,
             user_agent=_USER_AGENT,
         )
-        self.model_name = model
+        self.model = model
         """The model name sent with each request."""
         self.base_url = root
         """The API root requests go to (`<base_url>/chat/completions`)."""
@@ -145,7 +147,7 @@ class OpenAIChatModel(HTTPModel):
         self._clients = LoopBoundClient(http_client, timeout)
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
+        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
 
     @property
     def options(self) -> RequestOptions:
