@@ -41,10 +41,12 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
     "CHAT_AUDIO_PREFIX",
+    "FOREIGN_PART_PREFIXES",
     "MAX_BODY",
     "MAX_ERROR_BODY",
     "MAX_RETRY_AFTER",
     "MAX_TOKEN_COUNT",
+    "RESPONSES_IMAGE_PREFIX",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "HTTPModel",
@@ -97,6 +99,13 @@ CHAT_AUDIO_PREFIX = "openai-chat-audio/"
 """Starts the `Part.signature` of an OpenAI Chat Completions audio answer: the prefix, the
 audio's `expires_at` (Unix seconds, empty when not given), "/", its `id`. Only that adapter
 sends it back (as the assistant message's `audio.id`); the others leave it out."""
+
+RESPONSES_IMAGE_PREFIX = "openai-responses-image/"
+"""Starts the `Part.signature` of an image an OpenAI Responses `image_generation_call` made:
+the prefix and the call's ID. Only that adapter reads it; the others leave it out."""
+
+FOREIGN_PART_PREFIXES = (CHAT_AUDIO_PREFIX, RESPONSES_IMAGE_PREFIX)
+"""The `Part.signature`s of OpenAI answers: no thought signature for Gemini."""
 
 ASSISTANT_MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
 """Opens the user message that carries an assistant message's media (a Gemini image
