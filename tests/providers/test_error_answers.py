@@ -42,13 +42,9 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.model import Delta, ModelResponse
-from golem.providers import _http
-from golem.providers._http import (
-    MAX_ERROR_BODY,
-    MAX_RETRY_AFTER,
-    rate_limit_reset,
-    retry_after_seconds,
-)
+from golem.providers import _client, _sse
+from golem.providers._errors import MAX_ERROR_BODY
+from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset, retry_after_seconds
 from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, send
 from tests.support.recordings import all_interactions, needs_recordings
 
@@ -544,7 +540,8 @@ def test_any_error_answer_is_a_named_provider_error(
 async def test_an_answer_longer_than_the_bound_is_refused_unread(
     api: str, stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_http, "MAX_BODY", 100_000)
+    monkeypatch.setattr(_client, "MAX_BODY", 100_000)  # a body
+    monkeypatch.setattr(_sse, "MAX_BODY", 100_000)  # an event
     piece = b"data: {" if stream else b'{"x": "'
     body = Endless(piece + b"a" * 4096)
     ctype = "text/event-stream" if stream else "application/json"
@@ -693,7 +690,7 @@ async def test_the_run_retries_as_the_answer_says(
     ids=["angles", "scripts", "unclosed-style", "unclosed-tags"],
 )
 def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     # quadratic scanning of 64 KiB took minutes; this returns at once (no clock asserted:
     # a regression shows as a test that does not end)
@@ -702,7 +699,7 @@ def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
 
 
 def test_an_error_page_keeps_its_text_without_code() -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     page = (
         "<html><head><script>var a = '<b>';</script><STYLE>p{color:red}</STYLE>"
@@ -717,7 +714,7 @@ def test_an_error_page_keeps_its_text_without_code() -> None:
 
 
 def test_a_page_of_many_scripts_is_read_in_linear_time() -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     page = "<script></script>x" * (MAX_ERROR_BODY // 18)
     error = error_from_response("openai", 502, httpx.Headers(), page)

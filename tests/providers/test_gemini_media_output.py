@@ -23,7 +23,7 @@ from golem.errors import ResponseFormatError
 from golem.history import validate_history
 from golem.messages import Message, Part, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ModelResponse
-from golem.providers._http import ASSISTANT_MEDIA_TEXT
+from golem.providers._answers import ASSISTANT_MEDIA_TEXT
 from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.providers.gemini import parse_response

@@ -9,7 +9,7 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.providers._http import iter_sse, sse_block, sse_events
+from golem.providers._sse import iter_sse, sse_block, sse_events
 from tests.support.adapters import Chunks, cut
 
 

@@ -26,7 +26,7 @@ from golem import Agent
 from golem.errors import Overloaded, ProviderError, RunError, UsageLimitExceeded
 from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelResponse
-from golem.providers._http import MAX_TOKEN_COUNT
+from golem.providers._jsonio import MAX_TOKEN_COUNT
 from golem.testing import ScriptedModel
 from golem.usage import Usage, UsageLimits
 from tests.support.adapters import DONE, MODELS, send

@@ -21,7 +21,7 @@ from golem import Agent, dumps_history, loads_history
 from golem.errors import ProviderError, RateLimited, ResponseFormatError, RunError
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
-from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
+from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset
 from tests.support.adapters import MODELS, REQUEST, Chunks, accumulated, final, send
 from tests.support.recordings import all_interactions, needs_recordings
 

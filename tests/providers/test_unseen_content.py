@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from golem.errors import AuthenticationError, Overloaded, RateLimited, ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import MAX_TOKEN_COUNT, token_count
+from golem.providers._jsonio import MAX_TOKEN_COUNT, token_count
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.usage import Usage
 from tests.support.adapters import final, send

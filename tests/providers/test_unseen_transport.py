@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError, Overloaded, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
-from golem.providers._http import retry_after_seconds
+from golem.providers._retry import retry_after_seconds
 from tests.support.adapters import MODELS, REQUEST, Chunks, final
 
 TEXT = "héllo ✓ Zürich 東京 🎉"

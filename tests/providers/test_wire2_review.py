@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from golem.messages import Part
 from golem.model import Delta
-from golem.providers._http import token_count
+from golem.providers._jsonio import token_count
 from tests.support.adapters import final, send
 from tests.support.streams import plain
 

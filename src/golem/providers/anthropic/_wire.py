@@ -23,21 +23,23 @@ from typing import Any, Literal
 from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import (
+from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
-    MAX_TOKEN_COUNT,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
-    args_json,
     in_order,
+    named_calls,
+    refuse_no_answer,
+    unique_call_id,
+)
+from golem.providers._jsonio import (
+    MAX_TOKEN_COUNT,
+    args_json,
     json_object,
     json_text,
-    named_calls,
     object_text,
     raw_json,
-    refuse_no_answer,
     token_count,
-    unique_call_id,
 )
 from golem.providers.anthropic._errors import error_from_event
 from golem.usage import Usage

@@ -23,19 +23,17 @@ import httpx
 
 from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
+from golem.providers._client import (
     HTTPModel,
     LoopBoundClient,
-    RequestTag,
-    WholeBody,
     api_key_from_env,
-    iter_sse,
-    parse_json_body,
-    raise_for_status,
     read_body,
     refuse_html,
     translate_transport_errors,
 )
+from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)

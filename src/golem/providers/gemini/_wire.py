@@ -20,12 +20,8 @@ from urllib.parse import urlsplit
 
 from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
-from golem.providers._http import (
-    FOREIGN_PART_PREFIXES,
-    RESPONSES_REASONING_PREFIX,
-    in_order,
-    json_object,
-)
+from golem.providers._answers import FOREIGN_PART_PREFIXES, RESPONSES_REASONING_PREFIX, in_order
+from golem.providers._jsonio import json_object
 
 __all__ = [
     "DUMMY_SIGNATURE",

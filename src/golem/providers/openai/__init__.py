@@ -23,20 +23,18 @@ import httpx
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
+from golem.providers._client import (
     HTTPModel,
     LoopBoundClient,
-    RequestTag,
-    WholeBody,
     is_json,
-    iter_sse,
-    parse_json_body,
     post_json,
-    raise_for_status,
     read_body,
     refuse_html,
     translate_transport_errors,
 )
+from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
 from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of

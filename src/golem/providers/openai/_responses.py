@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import HTTPModel, LoopBoundClient, RequestTag, post_json, post_sse
+from golem.providers._client import HTTPModel, LoopBoundClient, post_json, post_sse
+from golem.providers._errors import RequestTag
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (

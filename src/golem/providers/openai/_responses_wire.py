@@ -20,20 +20,16 @@ from typing import Any
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import (
+from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
     RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
-    args_json,
     in_order,
-    json_object,
-    json_text,
     named_calls,
-    raw_json,
-    token_count,
     unique_call_id,
 )
+from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
@@ -403,8 +399,9 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     built-in tool's call) is joined by a blank line. Annotations on the text become
     `Citation`s (their indexes moved to the message's text). Built-in tool items (web
     search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
-    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat. Call IDs
-    are made unique within the response (`unique_call_id`).
+    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat (an image
+    generation's picture also as an image part), as is the `phase` of a message item (a
+    mark where its text starts, ADR 0079). Call IDs are made unique (`unique_call_id`).
     """
     seen: set[str] = set()
     text: list[str] = []
@@ -421,11 +418,9 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             continue
         kind = item.get("type")
         if kind == "message":
-            phase = _str(item.get("phase"))
-            if phase and any(
-                _str(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)
-            ):
-                server.append(_phase_mark(item, phase, pos, len(thinking)))
+            mark = _phase_mark(item, pos, len(thinking))
+            if mark is not None:
+                server.append(mark)
             for part in _list(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
@@ -459,17 +454,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             image = _generated_image(item) if kind == "image_generation_call" else None
             if image is not None:
                 parts.append(image)
-            server.append(
-                ServerToolBlock(
-                    provider=BLOCKS,
-                    type=_str(kind),
-                    id=_str(item.get("id")),
-                    name=_str(item.get("name")) or _str(kind).removesuffix("_call"),
-                    raw=raw_json(dict(item)),
-                    at=pos,
-                    thinking_before=len(thinking),
-                )
-            )
+            server.append(_builtin_block(item, pos, len(thinking)))
     message = Message(
         role="assistant",
         content="".join(text),
@@ -490,14 +475,33 @@ MODERATION = "moderation"
 """The `ServerToolBlock.type` of a response's `moderation` results (kept, never sent back)."""
 
 
-def _phase_mark(item: Mapping[str, Any], phase: str, at: int, thinking: int) -> ServerToolBlock:
-    """The mark of a message item's `phase` (the item without its text, which is `content`)."""
+def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock | None:
+    """The mark of a message item's `phase` (the item without its text, which is `content`);
+    None when it has no phase or no text."""
+    phase = _str(item.get("phase"))
+    content = [c for c in _list(item.get("content")) if isinstance(c, Mapping)]
+    if not phase or not any(_str(c.get("text")) for c in content):
+        return None
     return ServerToolBlock(
         provider=BLOCKS,
         type=PHASE,
         id=_str(item.get("id")),
         name=phase,
         raw=raw_json({"type": "message", "id": _str(item.get("id")), "phase": phase}),
+        at=at,
+        thinking_before=thinking,
+    )
+
+
+def _builtin_block(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock:
+    """A built-in tool's item (web search, code interpreter, ...), kept where it sat."""
+    kind = _str(item.get("type"))
+    return ServerToolBlock(
+        provider=BLOCKS,
+        type=kind,
+        id=_str(item.get("id")),
+        name=_str(item.get("name")) or kind.removesuffix("_call"),
+        raw=raw_json(dict(item)),
         at=at,
         thinking_before=thinking,
     )

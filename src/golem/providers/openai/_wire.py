@@ -22,17 +22,14 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import (
+from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
     CHAT_AUDIO_PREFIX,
-    args_json,
-    json_text,
     named_calls,
-    raw_json,
     refuse_no_answer,
-    token_count,
     unique_calls,
 )
+from golem.providers._jsonio import args_json, json_text, raw_json, token_count
 from golem.providers.openai._errors import error_from_payload
 from golem.usage import Usage
 
