@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
-from golem.providers.anthropic._wire import build_request_body, parse_response
+from golem.providers.anthropic._wire import build_request_body
 from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from golem.providers.openai._wire import RequestOptions

@@ -38,6 +38,7 @@ from golem.providers._client import (
 from golem.providers._errors import RequestTag, raise_for_status
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import WholeBody, iter_sse
+from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
     parse_stream,
@@ -51,7 +52,6 @@ from golem.providers.anthropic._wire import (
     PROVIDER,
     OutputMode,
     build_request_body,
-    parse_response,
 )
 
 __all__ = ["AnthropicModel", "OutputMode"]
