@@ -31,13 +31,8 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
 from golem.providers.openai._errors import error_from_payload
-from golem.providers.openai._wire import (
-    ARGS_ENCODER,
-    _schema_name,
-    _wire_args,
-    strict_compatible,
-    synthesize_call_id,
-)
+from golem.providers.openai._schemas import schema_name, strict_compatible
+from golem.providers.openai._wire import ARGS_ENCODER, synthesize_call_id, wire_args
 from golem.usage import Usage
 
 __all__ = [
@@ -132,7 +127,7 @@ def build_responses_body(
         body["text"] = {
             "format": {
                 "type": "json_schema",
-                "name": _schema_name(schema),
+                "name": schema_name(schema),
                 "schema": schema,
                 "strict": options.strict and strict_compatible(schema),
             }
@@ -279,7 +274,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
                 "type": "function_call",
                 "call_id": c.id,
                 "name": c.name,
-                "arguments": _wire_args(c.args),
+                "arguments": wire_args(c.args),
             }
         )
 
