@@ -8,7 +8,6 @@ docstring.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 from typing import Any
 
@@ -18,173 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import ProviderError, RateLimited, ResponseFormatError, RunError
+from golem.errors import ProviderError, ResponseFormatError, RunError
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
-from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset
-from tests.support.adapters import MODELS, REQUEST, Chunks, accumulated, final, send
+from tests.support.adapters import MODELS, accumulated, final, send
 from tests.support.recordings import all_interactions, needs_recordings
 
-NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
-
-
-def _at(seconds: float) -> str:
-    """The RFC 3339 time `seconds` after `NOW`, as Anthropic writes it."""
-    when = datetime.datetime.fromtimestamp(NOW + seconds, datetime.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # ------------------------------------------------------------------ Anthropic rate-limit resets
-
-
-def _anthropic_limits(**remaining_and_reset: tuple[str, str]) -> dict[str, str]:
-    headers = {}
-    for kind, (remaining, reset) in remaining_and_reset.items():
-        name = kind.replace("_", "-")
-        headers[f"anthropic-ratelimit-{name}-remaining"] = remaining
-        headers[f"anthropic-ratelimit-{name}-reset"] = reset
-    return headers
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        # the exhausted limit's reset, not the others'
-        (
-            _anthropic_limits(
-                requests=("49", _at(5)), tokens=("0", _at(42)), input_tokens=("0", _at(42))
-            ),
-            42.0,
-        ),
-        (_anthropic_limits(output_tokens=("0", _at(17))), 17.0),
-        # several exhausted: the latest
-        (_anthropic_limits(requests=("0", _at(3)), input_tokens=("0", _at(60))), 60.0),
-        # no remaining count given: any reset
-        ({"anthropic-ratelimit-tokens-reset": _at(9)}, 9.0),
-        # nothing exhausted: no answer (the run backs off as usual)
-        (_anthropic_limits(requests=("10", _at(30))), None),
-        # fractions, offsets, lower case, a space for the T
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:07.250Z"}, 7.25),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T14:40:08+02:00"}, 8.0),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T10:10:08-02:30"}, 8.0),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21t12:40:08z"}, 8.0),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21 12:40:08Z"}, 8.0),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:08"}, 8.0),  # no zone: UTC
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:60Z"}, 59.0),  # leap second
-        # past: 0; far ahead: the bound
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:39:00Z"}, 0.0),
-        ({"anthropic-ratelimit-tokens-reset": "9999-12-31T23:59:59Z"}, MAX_RETRY_AFTER),
-        # no time: no answer
-        ({"anthropic-ratelimit-tokens-reset": "2025-13-21T12:40:08Z"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "2025-04-31T12:40:08Z"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T24:40:08Z"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:08+24:00"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21T12:40:08+01:60"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "0000-01-01T00:00:00Z"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "soon"}, None),
-        ({"anthropic-ratelimit-tokens-reset": "2025-08-21"}, None),
-        # Priority Tier limits
-        (
-            {
-                "anthropic-priority-input-tokens-remaining": "0",
-                "anthropic-priority-input-tokens-reset": _at(12),
-            },
-            12.0,
-        ),
-        # OpenAI's durations and Anthropic's times together: the latest exhausted
-        (
-            {
-                "x-ratelimit-remaining-tokens": "0",
-                "x-ratelimit-reset-tokens": "6s",
-                **_anthropic_limits(tokens=("0", _at(20))),
-            },
-            20.0,
-        ),
-    ],
-)
-def test_anthropic_rate_limit_resets_are_read(
-    headers: dict[str, str], expected: float | None
-) -> None:
-    """Before: the `anthropic-ratelimit-*-reset` headers were not read (None for all)."""
-    assert rate_limit_reset(httpx.Headers(headers), now=NOW) == expected
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.one_of(
-        st.text(max_size=40),
-        st.from_regex(
-            r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,12})?"
-            r"([Zz]|[+-][0-9]{2}:[0-9]{2})?",
-            fullmatch=True,
-        ),
-    ),
-    st.sampled_from(["0", "", "3", None]),
-)
-def test_any_anthropic_reset_is_none_or_a_bounded_wait(value: str, remaining: str | None) -> None:
-    headers = {"anthropic-ratelimit-requests-reset": value}
-    if remaining is not None:
-        headers["anthropic-ratelimit-requests-remaining"] = remaining
-    try:
-        parsed = httpx.Headers(headers)
-    except (UnicodeEncodeError, ValueError):
-        return  # not a header httpx sends
-    wait = rate_limit_reset(parsed, now=NOW)
-    assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
-
-
-async def _fail(api: str, status: int, body: bytes, headers: dict[str, str], stream: bool) -> Any:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks([body]))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        with pytest.raises(ProviderError) as caught:
-            if stream:
-                async for _ in model.generate_stream(REQUEST):
-                    pass
-            else:
-                await model.generate(REQUEST)
-    return caught.value
-
-
-_ANTHROPIC_429 = json.dumps(
-    {
-        "type": "error",
-        "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded"},
-    }
-).encode()
-
-
-@pytest.mark.parametrize("stream", [False, True])
-async def test_an_anthropic_429_without_retry_after_waits_for_the_exhausted_limit(
-    stream: bool,
-) -> None:
-    """Before: a 429 from a proxy that dropped `retry-after` (or a server that sent none)
-    had `retry_after=None`, and the run retried on its own short backoff into the same
-    exhausted limit."""
-    ahead = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
-    headers = {
-        "content-type": "application/json",
-        "anthropic-ratelimit-requests-remaining": "40",
-        "anthropic-ratelimit-requests-reset": datetime.datetime.now(datetime.UTC).isoformat(),
-        "anthropic-ratelimit-input-tokens-remaining": "0",
-        "anthropic-ratelimit-input-tokens-reset": ahead.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    error = await _fail("anthropic", 429, _ANTHROPIC_429, headers, stream)
-    assert isinstance(error, RateLimited)
-    assert error.retry_after is not None
-    assert 3000.0 < error.retry_after <= 3600.0
-    error = await _fail("anthropic", 429, _ANTHROPIC_429, {**headers, "retry-after": "7"}, stream)
-    assert isinstance(error, RateLimited)
-    assert error.retry_after == 7.0  # the header wins
-
-
-@pytest.mark.parametrize("status", [500, 529, 400])
-async def test_reset_headers_give_no_wait_to_other_errors(status: int) -> None:
-    headers = _anthropic_limits(tokens=("0", "2999-01-01T00:00:00Z"))
-    error = await _fail("anthropic", status, _ANTHROPIC_429, headers, stream=False)
-    assert getattr(error, "retry_after", None) is None
 
 
 # ------------------------------------------------------------------ Gemini stops that are no answer

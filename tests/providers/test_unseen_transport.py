@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from golem.errors import GolemError, Overloaded, RateLimited, ResponseFormatError
+from golem.errors import GolemError, Overloaded, ResponseFormatError
 from golem.model import Delta, ModelResponse
-from golem.providers._retry import retry_after_seconds
 from tests.support.adapters import MODELS, REQUEST, Chunks, final
 
 TEXT = "héllo ✓ Zürich 東京 🎉"
@@ -300,59 +296,6 @@ async def test_a_stream_that_stops_decompressing_midway_is_a_named_error(api: st
     headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
     with pytest.raises(GolemError):
         await _send(api, pieces, headers, stream=True)
-
-
-@pytest.mark.parametrize("value", ["inf", "Infinity", "-inf", "nan", "NaN", "1e400", "-1e400"])
-@pytest.mark.parametrize("header", ["retry-after", "retry-after-ms"])
-def test_a_retry_after_that_is_not_a_finite_number_is_no_answer(header: str, value: str) -> None:
-    assert retry_after_seconds(httpx.Headers({header: value})) is None
-
-
-def test_retry_after_in_odd_but_readable_forms() -> None:
-    def seconds(**h: str) -> float | None:
-        return retry_after_seconds(httpx.Headers({k.replace("_", "-"): v for k, v in h.items()}))
-
-    assert seconds(retry_after="1.5") == 1.5
-    assert seconds(retry_after="-5") == 0.0
-    assert seconds(retry_after="Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date past
-    assert seconds(retry_after_ms="250") == 0.25
-    assert seconds(retry_after_ms="nan", retry_after="2") == 2.0  # the next header answers
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.sampled_from(["retry-after", "retry-after-ms"]),
-    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), min_size=1),
-)
-def test_retry_after_is_none_or_a_finite_wait(header: str, value: str) -> None:
-    seconds = retry_after_seconds(httpx.Headers({header: value}))
-    assert seconds is None or (math.isfinite(seconds) and seconds >= 0)
-
-
-@pytest.mark.parametrize("api", sorted(MODELS))
-@pytest.mark.parametrize("value", ["inf", "1e400"])
-async def test_a_rate_limit_with_an_endless_retry_after_has_none(api: str, value: str) -> None:
-    headers = {"content-type": "application/json", "retry-after": value}
-    with pytest.raises(RateLimited) as caught:
-        await _send(api, [b"{}"], headers, stream=False, status=429)
-    assert caught.value.retry_after is None
-
-
-async def test_a_gemini_retry_delay_that_never_ends_is_no_answer() -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e400s"}
-            ],
-        }
-    }
-    headers = {"content-type": "application/json"}
-    with pytest.raises(RateLimited) as caught:
-        await _send("gemini", [json.dumps(body).encode()], headers, stream=False, status=429)
-    assert caught.value.retry_after is None
 
 
 async def test_an_html_error_page_is_classified_by_its_status() -> None:
