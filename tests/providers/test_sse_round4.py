@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import random
 from typing import Any
 
 import pytest
@@ -34,7 +33,7 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError
 from golem.model import Delta, ModelResponse
-from tests.support.adapters import accumulated, cut, plain_calls, send
+from tests.support.adapters import accumulated, plain_calls, send
 from tests.support.recordings import all_interactions, available, needs_recordings
 from tests.support.streams import FIXTURES, events_of, plain
 
@@ -76,108 +75,7 @@ SETTINGS = settings(
 )
 
 
-def test_every_api_has_streams_and_bodies() -> None:
-    assert {api for api, _ in STREAMS} >= {"openai-chat"}
-    if available():
-        assert {api for api, _ in STREAMS} == {
-            "openai-chat",
-            "openai-responses",
-            "anthropic",
-            "gemini",
-        }
-        assert {api for api, _ in BODIES} == {api for api, _ in STREAMS}
-
-
 # --------------------------------------------------------------------------- framing
-
-_NEWLINES = ("\n", "\r\n", "\r")
-_DATA_PREFIXES = ("data: ", "data:", "data:  ")
-_NOISE_LINES = (
-    ": keep-alive",
-    ":",
-    "id: 42",
-    "id",
-    "retry: 3000",
-    "retry: soon",
-    f"{UNKNOWN}: é😀",
-    UNKNOWN,
-    " data: not a data line (the field name starts with a space)",
-    "Data: not a data line either (names are case-sensitive)",
-)
-
-
-def _unknown_event(api: str) -> tuple[str, str]:
-    """An event of a name the API does not use, carrying data of a type it does not know."""
-    data = {
-        "anthropic": {"type": UNKNOWN, "value": "é"},
-        "openai-responses": {"type": f"response.{UNKNOWN}", "sequence_number": 0},
-        "openai-chat": {"id": "x", "object": UNKNOWN, "choices": []},
-        "gemini": {UNKNOWN: "é"},
-    }[api]
-    return UNKNOWN, json.dumps(data, ensure_ascii=False)
-
-
-@st.composite
-def framed(draw: st.DrawFn, api: str, events: list[tuple[str, str]]) -> bytes:
-    """`events` as the bytes of an SSE body, framed as the standard allows (the choices
-    are a drawn seed's: a long stream has thousands)."""
-    rnd = random.Random(draw(st.integers(0, 2**32)))
-    lines: list[str] = []
-
-    def noise() -> None:
-        for _ in range(rnd.choice((0, 0, 0, 1, 2))):
-            lines.append(rnd.choice(_NOISE_LINES))
-
-    for event, data in events:
-        if rnd.random() < 0.1:
-            name, payload = _unknown_event(api)
-            lines += [f"event: {name}", f"data: {payload}", ""]
-        if rnd.random() < 0.1:
-            lines += [rnd.choice(_NOISE_LINES), ""]  # a block without data dispatches nothing
-        noise()
-        if event:
-            lines.append(f"event:{rnd.choice(('', ' '))}{event}")
-        payload = data
-        if rnd.random() < 0.5 and data.lstrip().startswith("{"):
-            payload = json.dumps(json.loads(data), indent=1, ensure_ascii=False)
-        for line in payload.split("\n"):
-            lines.append(rnd.choice(_DATA_PREFIXES) + line)
-            noise()
-        lines.append("")
-    out: list[str] = ["\ufeff"] if rnd.random() < 0.5 else []
-    ending = ""
-    for line in lines:
-        # a "\r" then an empty line ended by "\n" would read as one "\r\n"
-        ending = rnd.choice(_NEWLINES[1:] if ending == "\r" and not line else _NEWLINES)
-        out += (line, ending)
-    return "".join(out).encode()
-
-
-def _hard_places(raw: bytes) -> list[int]:
-    """Offsets inside a multi-byte UTF-8 character or between `\\r` and `\\n`."""
-    return [
-        i
-        for i in range(1, len(raw))
-        if 0x80 <= raw[i] < 0xC0 or (raw[i - 1] == 0x0D and raw[i] == 0x0A)
-    ]
-
-
-@st.composite
-def cut_points(draw: st.DrawFn, raw: bytes) -> list[int]:
-    """Up to 30 offsets to cut `raw` at, half of them (when it has any) hard places."""
-    rnd = random.Random(draw(st.integers(0, 2**32)))
-    hard = _hard_places(raw)
-    return [
-        rnd.choice(hard) if hard and rnd.random() < 0.5 else rnd.randint(0, len(raw))
-        for _ in range(draw(st.integers(0, 30)))
-    ]
-
-
-async def _outcome(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse] | ProviderError:
-    try:
-        return await send(api, chunks, stream=True)
-    except ProviderError as exc:
-        return exc
 
 
 async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
@@ -187,50 +85,7 @@ async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | Mod
 # --------------------------------------------------------------------------- (i)-(iii)
 
 
-@SETTINGS
-@given(data=st.data())
-async def test_any_framing_and_chunking_of_any_recorded_stream_gives_the_same_result(
-    data: st.DataObject,
-) -> None:
-    api, events = data.draw(st.sampled_from(STREAMS))
-    expected = await _baseline(api, events)
-    raw = data.draw(framed(api, events))
-    points = data.draw(cut_points(raw))
-    assert await send(api, cut(raw, points), stream=True) == expected
-
-
-@SETTINGS
-@given(data=st.data())
-async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObject) -> None:
-    api, events = data.draw(st.sampled_from([s for s in STREAMS if len(plain(s[1])) < 6_000]))
-    expected = await _baseline(api, events)
-    raw = data.draw(framed(api, events))
-    chunks = [raw[i : i + 1] for i in range(len(raw))]
-    assert await send(api, chunks, stream=True) == expected
-
-
 # --------------------------------------------------------------------------- (iv)
-
-
-@SETTINGS
-@given(data=st.data())
-async def test_a_stream_framed_any_way_and_cut_off_anywhere_is_a_named_retryable_error_or_whole(
-    data: st.DataObject,
-) -> None:
-    api, events = data.draw(st.sampled_from(STREAMS))
-    full = (await _baseline(api, events))[-1]
-    assert isinstance(full, ModelResponse)
-    raw = data.draw(framed(api, events))
-    end = data.draw(st.integers(0, len(raw)))
-    points = data.draw(cut_points(raw[:end]))
-    out = await _outcome(api, cut(raw[:end], points))
-    if isinstance(out, ProviderError):
-        assert out.retryable, out
-        return
-    final = out[-1]
-    assert isinstance(final, ModelResponse)
-    assert final.message == full.message
-    assert final.finish_reason == full.finish_reason
 
 
 # --------------------------------------------------------------------------- (v)

@@ -16,12 +16,11 @@ import json
 
 import pytest
 
-from golem.errors import Overloaded, RateLimited, ResponseFormatError
-from golem.model import Delta, ModelResponse
+from golem.errors import Overloaded, ResponseFormatError
+from golem.model import ModelResponse
 from tests.support.adapters import MODELS, send
 
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
-OPENAI_RATE_LIMITED = {"error": {"type": "rate_limit_error", "code": "429", "message": "Slow"}}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -30,49 +29,6 @@ async def test_an_anthropic_error_body_with_status_200_is_classified(stream: boo
     with pytest.raises(Overloaded, match="Busy") as caught:
         await send("anthropic", body, stream=stream, ctype="application/json")
     assert caught.value.retryable
-
-
-async def test_a_responses_error_body_answering_a_stream_is_classified() -> None:
-    body = json.dumps(OPENAI_RATE_LIMITED)
-    with pytest.raises(RateLimited, match="Slow"):
-        await send("openai-responses", body, stream=True, ctype="application/json")
-
-
-async def test_an_anthropic_message_answering_a_stream_is_replayed_as_deltas() -> None:
-    message = {
-        "type": "message",
-        "model": "claude-x",
-        "content": [
-            {"type": "text", "text": "Checking."},
-            {"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 2**60}},
-        ],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 3, "output_tokens": 4},
-    }
-    items = await send("anthropic", json.dumps(message), stream=True, ctype="application/json")
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    plain = await send("anthropic", json.dumps(message), stream=False, ctype="application/json")
-    assert final == plain[0]
-    text = "".join(i.content for i in items if isinstance(i, Delta))
-    assert text == "Checking."
-    assert final.finish_reason == "tool_call"
-
-
-async def test_a_responses_object_answering_a_stream_is_the_final_response() -> None:
-    response = {
-        "id": "resp_1",
-        "object": "response",
-        "status": "completed",
-        "output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}],
-    }
-    items = await send(
-        "openai-responses", json.dumps(response), stream=True, ctype="application/json"
-    )
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    assert final.message.content == "hi"
-    assert final.finish_reason == "stop"
 
 
 LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
@@ -103,19 +59,6 @@ async def test_a_lone_surrogate_escape_becomes_a_replacement_character(api: str)
     assert isinstance(final, ModelResponse)
     assert final.message.content == "half \ufffd of an emoji, \ufffd and a whole 😀"
     final.message.content.encode("utf-8")  # sendable back: no surrogate left
-
-
-async def test_a_lone_surrogate_in_a_stream_event_does_not_lose_the_stream() -> None:
-    events = [
-        '{"choices":[{"index":0,"delta":{"content":"a \\ud83d"}}]}',
-        '{"choices":[{"index":0,"delta":{"content":" b"},"finish_reason":"stop"}]}',
-        "[DONE]",
-    ]
-    body = "".join(f"data: {e}\n\n" for e in events)
-    items = await send("openai-chat", body, stream=True, ctype="text/event-stream")
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    assert final.message.content == "a \ufffd b"
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -41,47 +40,38 @@ def _streams() -> list[tuple[str, list[tuple[str, str]]]]:
             out.append(("openai-chat", events_of(path.read_text())))
     for api in ("openai-responses", "anthropic", "gemini"):
         if available(api):
-            recorded = [it for it in all_interactions(api) if it.is_stream and it.status == 200]
-            out.extend((api, events_of(it.body)) for it in recorded[:4])
+            for it in all_interactions(api):
+                if it.is_stream and it.status == 200:
+                    out.append((api, events_of(it.body)))
     return out
 
 
 STREAMS = _streams()
+"""Every recorded stream that completes, as `(api, events)`: the OpenAI Chat fixtures, and
+the 200 streams of the recordings (when present)."""
 
 
-def frame(
-    events: list[tuple[str, str]],
-    *,
-    newline: str,
-    bom: bool,
-    comments: bool,
-    split_data: bool,
-    bare_events: bool,
-) -> str:
-    """The SSE text of `events`, framed as the flags say."""
-    lines: list[str] = []
-    if comments:
-        lines += [": connected", ""]
-    for event, data in events:
-        if bare_events:
-            lines += ["event: keepalive", ""]  # no data: dispatches nothing
-        if event:
-            lines.append(f"event: {event}")
-        if comments:
-            lines.append(": in the middle of an event")
-        payload = data
-        if split_data and data.lstrip().startswith("{"):
-            payload = json.dumps(json.loads(data), indent=1, ensure_ascii=False)
-        lines += [f"data: {line}" for line in payload.split("\n")]
-        lines.append("")
-    text = newline.join(lines) + newline
-    return ("\ufeff" if bom else "") + text
+def _bodies() -> list[tuple[str, str]]:
+    out = []
+    for api in ("openai-chat", "openai-responses", "anthropic", "gemini"):
+        if not available(api):
+            continue
+        for it in all_interactions(api):
+            if not it.is_stream and it.status == 200 and it.body.lstrip().startswith("{"):
+                out.append((api, it.body))
+    return out
+
+
+BODIES = _bodies()
+"""Every recorded non-streamed answer (a JSON object, status 200), as `(api, body)`."""
 
 
 def plain(events: list[tuple[str, str]]) -> bytes:
     """The SSE text of `events`, LF-framed, one `data:` line each."""
-    return frame(
-        events, newline="\n", bom=False, comments=False, split_data=False, bare_events=False
+    lines = [f"event: {event}\n" if event else "" for event, _ in events]
+    return "".join(
+        head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n"
+        for head, (_, data) in zip(lines, events, strict=True)
     ).encode()
 
 
