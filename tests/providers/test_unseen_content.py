@@ -403,52 +403,6 @@ async def test_a_usage_count_too_long_to_convert_is_the_bound() -> None:
     assert response.usage.input_tokens == MAX_TOKEN_COUNT
 
 
-async def test_a_done_marker_after_a_gemini_stream_is_ignored() -> None:
-    # a proxy that ends every stream the OpenAI way; the answer used to be lost ("not JSON")
-    event = {"candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}]}
-    body = f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n"
-    assert final(await send("gemini", body, stream=True)).message.content == "hi"
-
-
-async def test_a_responses_terminal_event_without_its_output_takes_the_done_items() -> None:
-    # a compatible server's `response.completed` that leaves `output` out; it was "no output
-    # list" although every item had arrived whole in its `response.output_item.done`
-    message = {
-        "type": "message",
-        "id": "m1",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
-    }
-    call = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "f", "arguments": "{}"}
-    events = [
-        {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {**message, "content": []},
-        },
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "item_id": "m1",
-            "delta": "hi",
-        },
-        {"type": "response.output_item.done", "output_index": 0, "item": message},
-        {
-            "type": "response.output_item.added",
-            "output_index": 1,
-            "item": {**call, "arguments": ""},
-        },
-        {"type": "response.output_item.done", "output_index": 1, "item": call},
-        {"type": "response.completed", "response": {"id": "r", "status": "completed"}},
-    ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    m = final(await send("openai-responses", body, stream=True)).message
-    assert m.content == "hi"
-    assert [(c.id, c.name) for c in m.tool_calls] == [("c1", "f")]
-
-
 async def test_gemini_function_call_arguments_streamed_in_parts_are_refused_by_name() -> None:
     # Vertex AI's streamFunctionCallArguments: each part used to become a call of its own (the
     # later ones without a name); golem does not assemble them and says so

@@ -90,29 +90,6 @@ async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> 
         await _answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
 
 
-async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
-    events = [
-        {"type": "response.created", "response": _response("in_progress")},
-        {"type": "response.something_new.delta", "output_index": 0, "delta": "x"},
-        {"type": "response.output_text.delta", "output_index": 1, "delta": "hi"},
-        {
-            "type": "response.completed",
-            "response": _response(
-                "completed",
-                output=[
-                    {"type": "brand_new_item", "id": "bn_1", "payload": {"k": 1}},
-                    {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
-                ],
-            ),
-        },
-    ]
-    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-    got = await _answer(body, stream=True)
-    assert got.message.content == "hi"
-    assert got.finish_reason == "stop"
-    assert [b.type for b in got.message.server_tools] == ["brand_new_item"]
-
-
 _CODES = {
     "server_error": Overloaded,
     "rate_limit_exceeded": RateLimited,

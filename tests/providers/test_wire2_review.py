@@ -23,7 +23,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem.messages import Part
-from golem.model import Delta
 from golem.providers._jsonio import token_count
 from tests.support.adapters import final, send
 from tests.support.streams import plain
@@ -59,49 +58,6 @@ async def test_audio_base64_split_anywhere_still_arrives_whole(
     assert response.message.parts == [
         Part("audio", data=audio, media_type=response.message.parts[0].media_type)
     ]
-
-
-async def test_a_gemini_stream_event_with_a_null_error_is_no_error() -> None:
-    candidate = {"content": {"parts": [{"text": "hi"}], "role": "model"}, "index": 0}
-    events = [
-        ("", json.dumps({"candidates": [candidate], "error": None})),
-        ("", json.dumps({"candidates": [{**candidate, "finishReason": "STOP"}], "error": None})),
-    ]
-    items = await send("gemini", [plain(events)], stream=True)
-    assert "".join(d.content for d in items if isinstance(d, Delta)) == "hihi"
-    assert final(items).message.content == "hihi"
-
-
-def _message_item(text: str, item_id: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": item_id,
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
-
-
-@pytest.mark.parametrize("output", [[], None, "missing"])
-@pytest.mark.parametrize("indexed", [True, False])
-async def test_responses_done_items_are_the_answer_when_the_terminal_output_is_empty(
-    output: Any, indexed: bool
-) -> None:
-    events: list[tuple[str, str]] = []
-    for i, text in enumerate(["Hello", "again"]):
-        event: dict[str, Any] = {
-            "type": "response.output_item.done",
-            "item": _message_item(text, f"msg_{i}"),
-        }
-        if indexed:
-            event["output_index"] = i
-        events.append(("", json.dumps(event)))
-    response: dict[str, Any] = {"id": "resp_1", "status": "completed", "model": "gpt-x"}
-    if output != "missing":
-        response["output"] = output
-    events.append(("", json.dumps({"type": "response.completed", "response": response})))
-    message = final(await send("openai-responses", [plain(events)], stream=True)).message
-    assert message.content.replace("\n", "") == "Helloagain"
 
 
 @pytest.mark.parametrize(
