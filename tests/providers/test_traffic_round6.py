@@ -7,20 +7,17 @@ docstring.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from golem import Agent, dumps_history, loads_history
 from golem.errors import ProviderError, ResponseFormatError, RunError
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
-from tests.support.adapters import MODELS, accumulated, final, send
+from tests.support.adapters import MODELS, final, send
 from tests.support.recordings import all_interactions, needs_recordings
 
 # ------------------------------------------------------------------ Anthropic rate-limit resets
@@ -141,48 +138,6 @@ def _chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> 
     }
 
 
-async def test_a_streamed_legacy_function_call_is_a_call() -> None:
-    """Before: a server speaking the legacy `functions` API streams `delta.function_call`
-    (name, then argument pieces) and `finish_reason: function_call`; the stream read none of
-    it and ended with an empty answer whose finish reason said `tool_call` (the unstreamed
-    answer's `message.function_call` was read)."""
-    fn = {"name": "get_weather", "arguments": ""}
-    stream = _sse(
-        [
-            _chunk({"role": "assistant", "content": None, "function_call": fn}),
-            _chunk({"function_call": {"arguments": '{"city":'}}),
-            _chunk({"function_call": {"arguments": ' "Paris"}'}}),
-            _chunk({}, "function_call"),
-            "[DONE]",
-        ]
-    )
-    items = await send("openai-chat", stream, stream=True)
-    response = final(items)
-    [call] = response.message.tool_calls
-    assert (call.name, call.args) == ("get_weather", '{"city": "Paris"}')
-    assert call.id
-    assert response.finish_reason == "tool_call"
-    assert [(c.id, c.name, c.args) for c in accumulated(items)] == [(call.id, call.name, call.args)]
-    body = {
-        "id": "c",
-        "object": "chat.completion",
-        "model": "gpt-4o",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "function_call": fn | {"arguments": '{"city": "Paris"}'},
-                },
-                "finish_reason": "function_call",
-            }
-        ],
-    }
-    plain = final(await send("openai-chat", json.dumps(body), stream=False))
-    assert [(c.name, c.args) for c in plain.message.tool_calls] == [(call.name, call.args)]
-
-
 async def test_the_chat_answer_is_the_choice_of_index_0_whatever_the_order() -> None:
     """Before: a body with several choices (a server that ignores the absent `n`, or was
     sent one through `extra_body`) was read from its first entry, whatever its `index`; the
@@ -252,11 +207,6 @@ _R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
 _USAGE_R = {"input_tokens": 5, "output_tokens": 3}
 
 
-async def _responses(events: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
-    items = await send("openai-responses", _sse(events, named=True), stream=True)
-    return items, final(items)
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_answer(
     stream: bool,
@@ -280,16 +230,6 @@ async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_
     assert caught.value.retryable
     assert caught.value.usage is not None
     assert caught.value.usage.output_tokens == 3
-
-
-def _pieces(data: st.DataObject, text: str) -> list[str]:
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
-    out, last = [], 0
-    for c in [*cuts, len(text)]:
-        if c > last:
-            out.append(text[last:c])
-            last = c
-    return out
 
 
 # ------------------------------------------------------------------ stops without cause, any API
@@ -433,154 +373,6 @@ async def test_every_recorded_answer_goes_back_the_same_after_a_history_round_tr
         )
         checked += 1
     assert checked > 10
-
-
-async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
-    """Before: with no `output_index` on the events (a compatible server names items by
-    `item_id`), the second call's `output_item.added` was taken for a repeat of the first
-    and its argument deltas were added to the first call's: `{"x":0}{"x":1}`."""
-
-    def call(i: int, args: str = "") -> dict[str, Any]:
-        return {
-            "type": "function_call",
-            "id": f"fc_{i}",
-            "call_id": f"call_{i}",
-            "name": "f",
-            "arguments": args,
-            "status": "completed" if args else "in_progress",
-        }
-
-    events: list[dict[str, Any]] = []
-    for i in range(2):
-        events += [
-            {"type": "response.output_item.added", "item": call(i)},
-            {
-                "type": "response.function_call_arguments.delta",
-                "item_id": f"fc_{i}",
-                "delta": f'{{"x":{i}}}',
-            },
-            {"type": "response.output_item.done", "item": call(i, f'{{"x":{i}}}')},
-        ]
-    output = [call(0, '{"x":0}'), call(1, '{"x":1}')]
-    events.append(
-        {
-            "type": "response.completed",
-            "response": {**_R, "status": "completed", "output": output, "usage": _USAGE_R},
-        }
-    )
-    items, response = await _responses(events)
-    assert (
-        [(c.id, c.args) for c in accumulated(items)]
-        == [(c.id, c.args) for c in response.message.tool_calls]
-        == [("call_0", '{"x":0}'), ("call_1", '{"x":1}')]
-    )
-
-
-@pytest.mark.parametrize("index", [0, None])
-async def test_whole_chat_calls_numbered_alike_without_ids_stay_apart(index: int | None) -> None:
-    """Before: a server that streams each call whole under the same `index` (or none) and
-    without an ID had its calls merged into one, `f` with arguments `{"x":1}{}`: the second
-    call was lost and the first could not be read."""
-
-    def whole(name: str, args: str) -> dict[str, Any]:
-        call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
-        return call if index is None else {"index": index, **call}
-
-    stream = _sse(
-        [
-            _chunk({"role": "assistant", "tool_calls": [whole("f", '{"x":1}')]}),
-            _chunk({"tool_calls": [whole("g", "{}")]}),
-            _chunk({"tool_calls": [whole("g", '{"y": 2}')]}),
-            _chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    items = await send("openai-chat", stream, stream=True)
-    calls = final(items).message.tool_calls
-    assert [(c.name, c.args) for c in calls] == [("f", '{"x":1}'), ("g", "{}"), ("g", '{"y": 2}')]
-    assert [(c.name, c.args) for c in accumulated(items)] == [(c.name, c.args) for c in calls]
-    assert len({c.id for c in calls}) == 3
-
-
-async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> None:
-    def piece(args: str) -> dict[str, Any]:
-        return {"index": 0, "type": "function", "function": {"name": "f", "arguments": args}}
-
-    stream = _sse(
-        [
-            _chunk({"role": "assistant", "tool_calls": [{**piece(""), "id": "call_1"}]}),
-            _chunk({"tool_calls": [piece('{"a": ')]}),
-            _chunk({"tool_calls": [piece('{"b": 1}')]}),
-            _chunk({"tool_calls": [piece("}")]}),
-            _chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
-    assert [(c.id, c.args) for c in calls] == [("call_1", '{"a": {"b": 1}}')]
-
-
-_ARGS = st.dictionaries(
-    st.text(min_size=1, max_size=4),
-    st.one_of(
-        st.integers(), st.text(max_size=6), st.dictionaries(st.text(max_size=3), st.booleans())
-    ),
-    max_size=3,
-).map(lambda d: json.dumps(d, ensure_ascii=False))
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.data(),
-    st.lists(st.tuples(st.sampled_from(["f", "g"]), _ARGS), min_size=1, max_size=4),
-    st.sampled_from(["openai", "ollama", "whole", "whole_unindexed", "names_repeated"]),
-)
-def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them(
-    data: st.DataObject, calls: list[tuple[str, str]], style: str
-) -> None:
-    """Each way servers number streamed calls — OpenAI's (an index each, the ID and name
-    first), Ollama's (every call index 0, each its own ID), whole calls under one index or
-    none and without IDs, the name repeated on every fragment — with the arguments cut
-    anywhere: the final calls are the calls sent, and the deltas add up to them."""
-    chunks: list[Any] = []
-    for i, (name, args) in enumerate(calls):
-        pieces = _pieces(data, args) if style not in ("whole", "whole_unindexed") else [args]
-        for j, piece in enumerate(pieces):
-            tc: dict[str, Any] = {"function": {"arguments": piece}}
-            if style != "whole_unindexed":
-                tc["index"] = 0 if style in ("ollama", "whole") else i
-            if j == 0 or style == "names_repeated":
-                tc["function"]["name"] = name
-                tc["type"] = "function"
-            if j == 0 and style in ("openai", "ollama", "names_repeated"):
-                tc["id"] = f"call_{i}"
-            chunks.append(_chunk({"tool_calls": [tc]}))
-    chunks += [_chunk({}, "tool_calls"), "[DONE]"]
-    out = asyncio.run(send("openai-chat", _sse(chunks), stream=True))
-    got = final(out).message.tool_calls
-    assert [(c.name, c.args) for c in got] == calls
-    assert [(c.name, c.args) for c in accumulated(out)] == calls
-
-
-async def test_a_chat_call_index_sent_as_digits_places_its_fragments() -> None:
-    """Before: an `index` sent as text (`"0"`) placed nothing, so the call's later fragments
-    became a nameless call: a retryable `ResponseFormatError` instead of the answer."""
-    first = {
-        "index": "0",
-        "id": "a",
-        "type": "function",
-        "function": {"name": "f", "arguments": "{"},
-    }
-    stream = _sse(
-        [
-            _chunk({"role": "assistant", "tool_calls": [first]}),
-            _chunk({"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}),
-            _chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
-    assert [(c.id, c.name, c.args) for c in calls] == [("a", "f", '{"x": 1}')]
 
 
 @pytest.mark.parametrize("stream", [False, True])
