@@ -44,7 +44,7 @@ from golem.model import Delta, ModelResponse
 from golem.providers import _client, _sse
 from golem.providers._errors import MAX_ERROR_BODY
 from golem.providers._retry import MAX_RETRY_AFTER
-from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, send
+from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, final, send
 from tests.support.recordings import all_interactions, needs_recordings
 
 APIS = list(MODELS)
@@ -611,3 +611,166 @@ async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) 
         "API_KEY_INVALID",
         "g1",
     )
+
+
+async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
+    text = json.dumps(body)
+    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
+
+
+ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
+
+
+async def _responses_answer(body: str, *, stream: bool) -> ModelResponse:
+    return final(await send("openai-responses", body, stream=stream))
+
+
+def _response(status: str, **extra: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
+
+
+def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
+    if not stream:
+        return json.dumps(response)
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
+
+
+_CODES = {
+    "server_error": Overloaded,
+    "rate_limit_exceeded": RateLimited,
+    "vector_store_timeout": ProviderTimeout,
+    "invalid_prompt": BadRequest,
+    "invalid_image": BadRequest,
+    "invalid_image_format": BadRequest,
+    "invalid_base64_image": BadRequest,
+    "invalid_image_url": BadRequest,
+    "image_too_large": BadRequest,
+    "image_too_small": BadRequest,
+    "image_parse_error": BadRequest,
+    "image_content_policy_violation": BadRequest,
+    "invalid_image_mode": BadRequest,
+    "image_file_too_large": BadRequest,
+    "unsupported_image_media_type": BadRequest,
+    "empty_image_file": BadRequest,
+    "failed_to_download_image": BadRequest,
+    "image_file_not_found": BadRequest,
+}
+
+
+async def _send(
+    api: str,
+    pieces: list[bytes],
+    headers: dict[str, str],
+    *,
+    stream: bool,
+    status: int = 200,
+) -> list[Delta | ModelResponse]:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        if stream:
+            return [item async for item in model.generate_stream(REQUEST)]
+        return [await model.generate(REQUEST)]
+
+
+async def test_an_error_object_in_a_200_body_is_classified() -> None:
+    body = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    with pytest.raises(Overloaded, match="overloaded"):
+        await _answer(body)
+
+
+async def test_a_missing_thought_signature_blames_the_request() -> None:
+    body = {"candidates": [{"finishReason": "MISSING_THOUGHT_SIGNATURE", "index": 0}]}
+    with pytest.raises(BadRequest, match="MISSING_THOUGHT_SIGNATURE") as caught:
+        await _answer(body)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_anthropic_error_body_with_status_200_is_classified(stream: bool) -> None:
+    body = json.dumps(ANTHROPIC_OVERLOADED)
+    with pytest.raises(Overloaded, match="Busy") as caught:
+        await send("anthropic", body, stream=stream, ctype="application/json")
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        # a proxy's OpenAI-style error object: no "type": "error", the status in `code`
+        (
+            {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": "429"}},
+            RateLimited,
+        ),
+        ({"error": {"type": "overloaded_error", "message": "busy"}}, Overloaded),
+        ({"error": {"message": "bad key", "code": 401}}, AuthenticationError),
+    ],
+)
+async def test_an_anthropic_error_object_without_its_type_is_classified(
+    stream: bool, body: dict[str, Any], error: type[Exception]
+) -> None:
+    # it used to be "anthropic response has no content list of blocks", not retryable
+    with pytest.raises(error):
+        await send("anthropic", json.dumps(body), stream=stream, ctype="application/json")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_without_an_error_object_is_a_server_error(stream: bool) -> None:
+    body = _as("response.failed", _response("failed", error=None), stream)
+    with pytest.raises(Overloaded, match="failed") as caught:
+        await _responses_answer(body, stream=stream)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_is_classified_by_its_error_code(stream: bool) -> None:
+    error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
+    body = _as("response.failed", _response("failed", error=error), stream)
+    with pytest.raises(RateLimited, match="Rate limit reached"):
+        await _responses_answer(body, stream=stream)
+
+
+@pytest.mark.parametrize(("code", "kind"), _CODES.items())
+async def test_every_documented_failure_code_is_classified(
+    code: str, kind: type[ProviderError]
+) -> None:
+    # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
+    error = {"code": code, "message": f"failed: {code}"}
+    body = _as("response.failed", _response("failed", error=error), True)
+    with pytest.raises(kind, match=code) as caught:
+        await _responses_answer(body, stream=True)
+    assert caught.value.retryable == (kind is not BadRequest)
+
+
+async def test_a_cancelled_response_is_a_provider_error() -> None:
+    with pytest.raises(ProviderError, match="cancelled") as caught:
+        await _responses_answer(json.dumps(_response("cancelled")), stream=False)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("status", ["queued", "in_progress"])
+async def test_an_unfinished_background_response_is_not_an_responses_answer(status: str) -> None:
+    with pytest.raises(ResponseFormatError, match=status):
+        await _responses_answer(json.dumps(_response(status)), stream=False)
+
+
+async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> None:
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error",
+        "param": None,
+        "sequence_number": 3,
+    }
+    with pytest.raises(Overloaded, match="The server had an error"):
+        await _responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
+
+
+async def test_an_html_error_page_is_classified_by_its_status() -> None:
+    page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+    for api in MODELS:
+        with pytest.raises(Overloaded, match="502 Bad Gateway"):
+            await _send(api, [page], {"content-type": "text/html"}, stream=False, status=502)

@@ -12,24 +12,11 @@ text with a lone surrogate escape.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from golem.errors import Overloaded, ResponseFormatError
+from golem.errors import ResponseFormatError
 from golem.model import ModelResponse
 from tests.support.adapters import MODELS, send
-
-ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
-
-
-@pytest.mark.parametrize("stream", [False, True])
-async def test_an_anthropic_error_body_with_status_200_is_classified(stream: bool) -> None:
-    body = json.dumps(ANTHROPIC_OVERLOADED)
-    with pytest.raises(Overloaded, match="Busy") as caught:
-        await send("anthropic", body, stream=stream, ctype="application/json")
-    assert caught.value.retryable
-
 
 LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
 

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from golem.errors import AuthenticationError, Overloaded, RateLimited, ResponseFormatError
+from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._jsonio import MAX_TOKEN_COUNT, token_count
@@ -280,27 +280,6 @@ async def test_a_signature_on_a_text_part_whose_empty_text_was_left_out_is_kept(
 
 
 # --------------------------------------------------------------------------- anthropic errors
-
-
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize(
-    ("body", "error"),
-    [
-        # a proxy's OpenAI-style error object: no "type": "error", the status in `code`
-        (
-            {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": "429"}},
-            RateLimited,
-        ),
-        ({"error": {"type": "overloaded_error", "message": "busy"}}, Overloaded),
-        ({"error": {"message": "bad key", "code": 401}}, AuthenticationError),
-    ],
-)
-async def test_an_anthropic_error_object_without_its_type_is_classified(
-    stream: bool, body: dict[str, Any], error: type[Exception]
-) -> None:
-    # it used to be "anthropic response has no content list of blocks", not retryable
-    with pytest.raises(error):
-        await send("anthropic", json.dumps(body), stream=stream, ctype="application/json")
 
 
 # --------------------------------------------------------------------------- nameless calls
