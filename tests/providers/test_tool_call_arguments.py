@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
 from tests.support.recordings import all_interactions, available, needs_recordings
@@ -316,3 +317,24 @@ async def test_an_integer_too_long_to_convert_is_kept_digit_for_digit(api: str) 
     body = LONG_ARGS[api].replace('"n": 0', f'"n": {LONG}')
     (call,) = final(await send(api, body, stream=False)).message.tool_calls
     assert call.args.replace(" ", "") == '{"n":' + LONG + "}"
+
+
+async def test_gemini_function_call_arguments_streamed_in_parts_are_refused_by_name() -> None:
+    # Vertex AI's streamFunctionCallArguments: each part used to become a call of its own (the
+    # later ones without a name); golem does not assemble them and says so
+    first = {
+        "functionCall": {
+            "name": "f",
+            "partialArgs": [{"jsonPath": "$.a", "stringValue": "x"}],
+            "willContinue": True,
+        }
+    }
+    rest = {"functionCall": {"partialArgs": [{"jsonPath": "$.b", "numberValue": 1}]}}
+    events = [
+        {"candidates": [{"content": {"parts": [first]}}]},
+        {"candidates": [{"content": {"parts": [rest]}, "finishReason": "STOP"}]},
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    with pytest.raises(ResponseFormatError, match="streamFunctionCallArguments") as caught:
+        await send("gemini", body, stream=True)
+    assert not caught.value.retryable
