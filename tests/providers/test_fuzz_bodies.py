@@ -6,7 +6,7 @@ their bytes — flipped, cut short, spliced with hostile text (`1e999999`, 10^5-
 deep nesting, invalid UTF-8, a BOM, NUL, escaped lone surrogates) — and swaps values at random
 paths for huge ones. Whatever the adapter makes of it is a `ModelResponse` whose message
 `dumps_history` writes and `loads_history` reads back unchanged, or a `GolemError`.
-Stream splitting is `test_unseen_sse.py`'s.
+Stream splitting is `test_streams.py`'s.
 """
 
 from __future__ import annotations

@@ -411,7 +411,7 @@ def test_parsing_tolerates_odd_shapes() -> None:
     assert r.message.parts[0].data == b"\x00"  # media an answer carries are kept
     assert r.finish_reason == "tool_call"
     with pytest.raises(ResponseFormatError, match="no candidate"):
-        parse_response({})  # an empty answer would pass for a real one (test_unseen_gemini)
+        parse_response({})  # an empty answer would pass for a real one (test_stops.py)
 
 
 # --------------------------------------------------------------------------- streaming
