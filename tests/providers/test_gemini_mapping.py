@@ -559,7 +559,7 @@ async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> 
     await client.aclose()
     deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
     assert items == [*deltas, final]
-    assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.build_body(req)
+    assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.request_body(req)
 
 
 async def test_stream_answered_with_a_json_array() -> None:

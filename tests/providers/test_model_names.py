@@ -1,7 +1,7 @@
 """What a model says about itself, for traces and logs: every adapter (and `FallbackModel`)
-names its model (`model`, also as `model_name`) and its provider (`provider`, as OpenTelemetry's
-`gen_ai.provider.name` spells it), and every answer the model that wrote it (`model_name`).
-A `chat` span is named after the model (issue 29)."""
+names its model (`model`, also as `model_name`), its provider (`provider`, as OpenTelemetry's
+`gen_ai.provider.name` spells it) and the body it sends (`request_body`); every answer names
+the model that wrote it (`model_name`). A `chat` span is named after the model (issue 29)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from golem import Agent
+from golem.messages import Message
+from golem.model import ModelRequest
 from golem.providers import FallbackModel, infer_model
 from tests.support.adapters import DONE, MODELS, send
 
@@ -71,3 +73,25 @@ async def test_a_chat_span_is_named_after_the_model(api: str) -> None:
     attributes = chat[0].attributes or {}
     assert attributes["gen_ai.request.model"] == REQUESTED[api]
     assert attributes["gen_ai.provider.name"] == PROVIDER[api]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(MODELS))
+async def test_every_adapter_shows_the_body_it_sends(api: str, stream: bool) -> None:
+    sent: list[dict[str, object]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        body = json.dumps(DONE[api])
+        if not stream:
+            return httpx.Response(200, json=DONE[api])
+        return httpx.Response(200, headers={"content-type": "application/json"}, text=body)
+
+    request = ModelRequest([Message("user", "hi")])
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        if stream:
+            _ = [item async for item in model.generate_stream(request)]
+        else:
+            await model.generate(request)
+    assert sent == [model.request_body(request, stream=stream)]

@@ -127,7 +127,7 @@ def _tool_request() -> ModelRequest:
 
 
 def test_gemini_3_puts_tool_result_media_inside_the_function_response() -> None:
-    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(_tool_request())
     contents = body["contents"]
     assert len(contents) == 3  # no extra user content for the media
     response = contents[2]["parts"][0]["functionResponse"]
@@ -147,7 +147,7 @@ def test_gemini_3_puts_tool_result_media_inside_the_function_response() -> None:
 
 
 def test_gemini_2_sends_tool_result_media_in_a_following_user_content() -> None:
-    body = GeminiModel("gemini-2.5-flash", api_key="k").build_body(_tool_request())
+    body = GeminiModel("gemini-2.5-flash", api_key="k").request_body(_tool_request())
     contents = body["contents"]
     assert len(contents) == 4
     assert "parts" not in contents[2]["parts"][0]["functionResponse"]
@@ -167,7 +167,7 @@ def test_gemini_3_text_parts_of_a_tool_result_join_its_output() -> None:
             parts=[*tool.parts, Part(kind="text", text="Taken in 2024.")],
         ),
     ]
-    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(
         ModelRequest(messages=messages)
     )
     response = body["contents"][2]["parts"][0]["functionResponse"]
@@ -181,7 +181,7 @@ def test_the_function_response_has_the_recorded_shape() -> None:
         "gemini", "test_multimodal_tool_return_matrix[direct-binary-image-google_gemini3].yaml"
     )[-1]
     recorded: dict[str, Any] = it.request_body["contents"][-1]["parts"][0]["functionResponse"]
-    ours = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    ours = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(_tool_request())
     mine = ours["contents"][2]["parts"][0]["functionResponse"]
     assert set(mine) == set(recorded)
     (recorded_part,) = recorded["parts"]

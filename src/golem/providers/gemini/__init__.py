@@ -127,8 +127,9 @@ class GeminiModel(HTTPModel):
     def __repr__(self) -> str:
         return f"GeminiModel({self.model!r}, base_url={self.base_url!r})"
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body this model sends for `request`."""
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request` (the same streamed or not: Gemini
+        streams at another URL, `url(stream=True)`)."""
         return build_request_body(request, **self._settings)
 
     def url(self, *, stream: bool = False) -> str:
@@ -154,7 +155,7 @@ class GeminiModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`).
         """
-        body = self.build_body(request)
+        body = self.request_body(request)
         client = await self._clients.get()
         with translate_transport_errors(PROVIDER):
             sent = client.build_request(
@@ -180,7 +181,7 @@ class GeminiModel(HTTPModel):
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        body = self.build_body(request)
+        body = self.request_body(request)
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
             async with (await self._clients.get()).stream(

@@ -152,8 +152,12 @@ class OpenAIChatModel(HTTPModel):
         """What this model adds to every request body (for `build_request_body`)."""
         return self._options
 
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_request_body(request, self._options, stream=stream)
+
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = build_request_body(request, self._options, stream=stream)
+        body = self.request_body(request, stream=stream)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
