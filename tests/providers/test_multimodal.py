@@ -12,12 +12,8 @@ import pytest
 from golem import dumps_history, loads_history
 from golem.messages import Message, Part
 from golem.model import ModelRequest
-from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import GeminiModel
-from golem.providers.gemini._wire import build_request_body as gemini_body
-from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
-from golem.providers.openai._wire import RequestOptions
-from golem.providers.openai._wire import build_request_body as openai_body
+from tests.support.adapters import body_of
 from tests.support.recordings import load, needs_recordings
 
 CAT = Part(kind="image", url="https://example.com/cat.png")
@@ -32,7 +28,7 @@ PNG64 = base64.b64encode(b"\x89PNG").decode()
 
 
 def test_openai_chat_keeps_the_order() -> None:
-    content = openai_body(REQUEST, RequestOptions(model="m"))["messages"][0]["content"]
+    content = body_of("openai-chat", REQUEST, model="m")["messages"][0]["content"]
     assert content == [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
@@ -43,7 +39,7 @@ def test_openai_chat_keeps_the_order() -> None:
 
 
 def test_openai_responses_keeps_the_order() -> None:
-    content = build_responses_body(REQUEST, ResponsesOptions(model="m"))["input"][0]["content"]
+    content = body_of("openai-responses", REQUEST, model="m")["input"][0]["content"]
     assert [c["type"] for c in content] == [
         "input_text",
         "input_image",
@@ -55,7 +51,7 @@ def test_openai_responses_keeps_the_order() -> None:
 
 
 def test_anthropic_keeps_the_order() -> None:
-    blocks = anthropic_body(REQUEST, model="m")["messages"][0]["content"]
+    blocks = body_of("anthropic", REQUEST, model="m")["messages"][0]["content"]
     assert blocks == [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
@@ -66,7 +62,7 @@ def test_anthropic_keeps_the_order() -> None:
 
 
 def test_gemini_keeps_the_order() -> None:
-    parts = gemini_body(REQUEST)["contents"][0]["parts"]
+    parts = body_of("gemini", REQUEST)["contents"][0]["parts"]
     assert parts == [
         {"text": "Which is cuter:"},
         {"fileData": {"fileUri": "https://example.com/cat.png", "mimeType": "image/png"}},

@@ -29,6 +29,14 @@ MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
 }
 """Each adapter, by the name of its recordings' directory."""
 
+ADAPTERS: dict[str, Callable[..., Any]] = {
+    "openai-chat": OpenAIChatModel,
+    "openai-responses": OpenAIResponsesModel,
+    "anthropic": AnthropicModel,
+    "gemini": GeminiModel,
+}
+"""Each adapter's class, by the name of its recordings' directory."""
+
 DONE: dict[str, dict[str, Any]] = {
     "openai-chat": {
         "id": "c",
@@ -115,6 +123,15 @@ async def send(
         if stream:
             return [item async for item in model.generate_stream(REQUEST)]
         return [await model.generate(REQUEST)]
+
+
+def body_of(
+    api: str, request: ModelRequest, model: str = "m", *, stream: bool = False, **settings: Any
+) -> dict[str, Any]:
+    """The JSON body the `api` adapter (for `model`, with `settings`) sends for `request`."""
+    adapter = ADAPTERS[api](model, api_key="k", **settings)
+    body: dict[str, Any] = adapter.request_body(request, stream=stream)
+    return body
 
 
 def final(items: list[Delta | ModelResponse]) -> ModelResponse:
