@@ -16,11 +16,9 @@ import httpx
 import pytest
 
 from golem import Agent
-from golem.errors import (
-    ResponseFormatError,
-    RunError,
-)
+from golem.errors import ResponseFormatError
 from golem.model import ModelResponse
+from golem.result import RunError
 from tests.support.adapters import MODELS, final, send
 
 
