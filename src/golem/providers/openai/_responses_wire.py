@@ -396,7 +396,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
     OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat (an image
     generation's picture also as an image part), as is the `phase` of a message item (a
-    mark where its text starts, ADR 0079). Call IDs are made unique (`unique_call_id`).
+    mark where its text starts, ADR 0081). Call IDs are made unique (`unique_call_id`).
     """
     seen: set[str] = set()
     text: list[str] = []
