@@ -236,7 +236,7 @@ def test_a_text_part_whose_text_the_go_golem_dropped_is_named_and_reported() -> 
     as_go_writes_it = ours.replace(',"text":"x"', "")
     assert '{"kind":"text"}' in as_go_writes_it
     back = loads_history(as_go_writes_it)
-    with pytest.raises(HistoryError, match="text part needs text.*Go golem re-wrote"):
+    with pytest.raises(HistoryError, match=r"text part needs text.*Go golem re-wrote"):
         Agent(ScriptedModel("ok")).run_sync("go on", history=back)
     clean, report = sanitize_history(back)
     assert report.unsafe_parts == [UnsafePart(message_index=0, kind="text", scheme="")]
