@@ -295,3 +295,24 @@ async def test_the_audit_view_reads_no_run(
     assert {e["agent"] for e in res.json()["entries"]} == {"twin"}
     assert len(res.json()["entries"]) == 5
     assert reads == []
+
+
+async def test_resolve_refuses_to_rerun_a_tool_the_operator_may_not_decide(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    """tess may start runs of twin but may not decide `deploy`: confirming an approved
+    deploy for a re-run is deciding it again (issue 27), so it is refused and nothing moves."""
+    run = await start("twin")
+    await interrupt(store, run["id"])
+    if not hasattr(store, "retry_interrupted"):
+        pytest.skip("this store cannot resolve interrupted runs")
+    csrf = await sign_in(client, "tess")
+    action = f"/runs/{run['id']}/resolve"
+    res = await client.post(
+        action, data={"csrf": csrf, "action": "retry", "note": "checked", "confirm": "c1"}
+    )
+    assert res.status_code == 403
+    assert "deploy" in res.text
+    assert (await store.get_run(run["id"])).status.value == "interrupted"
+    plain = await client.post(action, data={"csrf": csrf, "action": "retry", "note": "checked"})
+    assert plain.status_code == 303  # retrying without re-running anything stays allowed

@@ -797,13 +797,23 @@ async def decide_run_form(request: Request) -> Response:
 async def resolve_form(request: Request) -> Response:
     """Retry or cancel an INTERRUPTED run (needs a store with operator recovery).
 
-    Only approvers who may start runs of the agent may resolve its runs.
+    Only approvers who may start runs of the agent may resolve its runs, and a retry may
+    confirm (re-run) only calls of tools the approver may decide.
     """
     cred, _, form = await _checked(request)
     state = _state(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     if not cred.approver.may_start(run.agent):
         raise ApiError(403, "forbidden", f"{cred.approver.identity} may not resolve this run")
+    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by _form
+    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
+    tools = {c.call_id: c.tool_name for c in run.calls}
+    for call_id in confirm:  # a confirmed call runs again: deciding it (issue 27)
+        tool = tools.get(call_id)
+        if tool is not None and not cred.approver.may_decide(run.agent, tool):
+            raise ApiError(
+                403, "forbidden", f'{cred.approver.identity} may not decide calls of tool "{tool}"'
+            )
     note = form.get("note", "").strip()
     if not note:
         raise ApiError(422, "invalid_request", "say what you checked: a note is required")
@@ -811,8 +821,6 @@ async def resolve_form(request: Request) -> Response:
     if not hasattr(store, "retry_interrupted"):
         raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
     action = form.get("action", "")
-    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by _form
-    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
     try:
         if action == "retry":
             await store.retry_interrupted(
