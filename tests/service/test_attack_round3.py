@@ -24,7 +24,7 @@ from golem import new_id
 from golem._display import has_hidden, reveal
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service._confusables import skeleton
 from golem.service.api import _bad_text
 from golem.service.inbox import SESSION_COOKIE
@@ -277,7 +277,7 @@ async def test_a_decision_names_exactly_one_pending_call(
         await store.save_pending(
             NewRun(id="r", agent="twin", conversation_id="c", history="[]", calls=calls)
         )
-        app = create_app(registry, store, auth=make_auth(), undo_seconds=0)
+        app = create_app(ServiceSettings(registry, store, auth=make_auth(), undo_seconds=0))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             res = await c.post(
@@ -494,7 +494,9 @@ def _local(location: str) -> bool:
 async def test_no_next_leads_off_site(registry: Any, store: Store) -> None:
     # held: sign-in (page and form), decisions and bulk decisions go back to a local path
     # only; every hostile `next` falls back to the default page
-    app = create_app(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    app = create_app(
+        ServiceSettings(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
         await _check_next(client)

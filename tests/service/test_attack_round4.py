@@ -28,7 +28,7 @@ from golem import new_id
 from golem.durable.store import AuditEntry, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import start_run
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from golem.service import stream as stream_module
 from golem.service.api import audit_json
 from golem.service.limits import _unseal_cursor
@@ -152,7 +152,9 @@ async def _hidden_activity(store: Store, registry: Any, runs: int = 3) -> None:
 
 def _app(registry: Any, store: Any, heartbeat: float = 3600.0) -> Starlette:
     return create_app(
-        registry, store, auth=make_auth(), stream_poll_interval=0.02, stream_heartbeat=heartbeat
+        ServiceSettings(
+            registry, store, auth=make_auth(), stream_poll_interval=0.02, stream_heartbeat=heartbeat
+        )
     )
 
 
@@ -278,7 +280,9 @@ async def test_a_cursor_not_sealed_by_this_service_is_422(
     async with raw_stream(app, bearer("olga")) as s:
         sealed = (await s.next("hello")).json()["cursor"]
     flipped = sealed[:-3] + ("A" if sealed[-3] != "A" else "B") + sealed[-2:]
-    other = create_app(registry, store, auth=make_auth().__class__(tokens=make_auth().tokens))
+    other = create_app(
+        ServiceSettings(registry, store, auth=make_auth().__class__(tokens=make_auth().tokens))
+    )
     async with raw_stream(other, bearer("olga")) as s:
         foreign = (await s.next("hello")).json()["cursor"]
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
@@ -751,7 +755,7 @@ async def test_the_session_cookie_sent_twice_is_refused(client: httpx.AsyncClien
 @pytest.fixture
 async def big(registry: Any, store: Store) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the service with the default body limit (256 KiB)."""
-    app = create_app(registry, store, auth=make_auth())
+    app = create_app(ServiceSettings(registry, store, auth=make_auth()))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c

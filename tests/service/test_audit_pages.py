@@ -30,7 +30,7 @@ from golem.durable.store import (
     utc_now,
 )
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.limits import _unseal_cursor, seal_entry
 from tests.store.backends import BACKENDS, backend_for
 
@@ -120,7 +120,7 @@ def _expected(entries: list[AuditEntry], who: str, filters: dict[str, str]) -> l
 
 @asynccontextmanager
 async def _client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app({}, store, auth=_auth())
+    app = create_app(ServiceSettings({}, store, auth=_auth()))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c
@@ -428,7 +428,7 @@ async def test_a_cursor_sealed_by_another_service_or_tampered_is_refused(tmp_pat
         cursor = body["next_cursor"]
         assert cursor is not None
         assert cursor.startswith("s")
-        other = create_app({}, store, auth=AuthConfig(tokens=_auth().tokens))
+        other = create_app(ServiceSettings({}, store, auth=AuthConfig(tokens=_auth().tokens)))
         transport = httpx.ASGITransport(app=other)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             res = await c.get("/api/audit?" + urlencode({"before": cursor}), headers=_bearer("one"))
@@ -580,7 +580,7 @@ async def test_a_store_without_audit_page_pages_alike(
         await Log(store).grow(first)
         pages = []
         for s in (store, _WithoutAuditPage(store)):
-            app = create_app({}, s, auth=_auth())
+            app = create_app(ServiceSettings({}, s, auth=_auth()))
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 got: list[Any] = []

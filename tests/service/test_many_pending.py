@@ -40,7 +40,7 @@ async def _seed(tmp_path: Path) -> Path:
 async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
     tmp_path: Path, registry: object, monkeypatch: object
 ) -> None:
-    from golem.service import create_app
+    from golem.service import ServiceSettings, create_app
     from tests.service.conftest import make_auth
 
     path = await _seed(tmp_path)
@@ -55,7 +55,9 @@ async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
 
     store.list_runs = counting  # type: ignore[method-assign]
     try:
-        app = create_app(registry, store, auth=make_auth())  # type: ignore[arg-type]
+        app = create_app(
+            ServiceSettings(registry, store, auth=make_auth())  # type: ignore[arg-type]
+        )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             calls = (await client.get("/api/calls", headers=bearer("alice"))).json()["calls"]

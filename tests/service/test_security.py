@@ -9,7 +9,7 @@ import pytest
 from starlette.applications import Starlette
 
 from golem.durable.store import Store
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.inbox import SESSION_COOKIE
 from tests.service.conftest import TOKENS, bearer
 from tests.service.test_events import open_stream
@@ -138,7 +138,7 @@ async def test_an_open_stream_ends_when_its_stream_token_expires(
     auth = AuthConfig(
         tokens={TOKENS["alice"]: Approver("alice")}, secret=b"x" * 32, stream_token_seconds=0.3
     )
-    app = create_app(registry, store, auth=auth, stream_poll_interval=0.02)
+    app = create_app(ServiceSettings(registry, store, auth=auth, stream_poll_interval=0.02))
     app.state.golem.stream_recheck = 0.05
     cred = auth.authenticate(TOKENS["alice"])
     assert cred is not None

@@ -240,7 +240,7 @@ async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
 async def test_a_presenter_gives_a_title_summary_and_diff(
     registry: object, store: Store, start: StartRun
 ) -> None:
-    from golem.service import create_app
+    from golem.service import ServiceSettings, create_app
     from golem.service.views import Presentation
     from tests.service.conftest import make_auth
 
@@ -256,10 +256,12 @@ async def test_a_presenter_gives_a_title_summary_and_diff(
         raise RuntimeError("presenter bug")
 
     app = create_app(
-        registry,  # type: ignore[arg-type]
-        store,
-        auth=make_auth(),
-        presenters={"deploy": deploy, "lookup": broken},
+        ServiceSettings(
+            registry,  # type: ignore[arg-type]
+            store,
+            auth=make_auth(),
+            presenters={"deploy": deploy, "lookup": broken},
+        )
     )
     await start("mixed", prompt="prod")
     transport = httpx.ASGITransport(app=app)

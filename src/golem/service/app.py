@@ -1,9 +1,12 @@
 """`create_app`: the approval service as one Starlette ASGI app, with its route table.
 
 ```python
-from golem.service import AuthConfig, create_app
+from golem.service import AuthConfig, ServiceSettings, create_app
 
-app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True)
+settings = ServiceSettings(
+    registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True
+)
+app = create_app(settings)
 # uvicorn module:app
 ```
 """
@@ -11,9 +14,10 @@ app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, unquote_plus, unquote_to_bytes
@@ -29,17 +33,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import Store, StoreBusy, StoreReadOnly, StoreTimeout, open_store
-from golem.durable.worker import AgentRegistry, Worker
+from golem.durable.store import StoreBusy, StoreReadOnly, StoreTimeout, open_store
+from golem.durable.worker import Worker
 from golem.errors import StoreError
-from golem.seal import SealKey, as_seal_keys
+from golem.seal import as_seal_keys
 from golem.service import api, audit, inbox, stream
-from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
+from golem.service.auth import LoginLimiter, TokenFailures
 from golem.service.limits import GuardedEvents
-from golem.service.notify import Notifier, Webhook
+from golem.service.notify import Notifier
 from golem.service.openapi import SSE, Operation, openapi_document, operation
-from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
-from golem.service.views import Presenter
+from golem.service.schemas import EventsQuery, OpenApiDocument
+from golem.service.settings import ServiceSettings
 
 __all__ = ["ROUTES", "create_app"]
 
@@ -573,151 +577,9 @@ ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 # --------------------------------------------------------------------------- factory
 
 
-def create_app(
-    registry: AgentRegistry,
-    store: Store | str,
-    *,
-    auth: AuthConfig,
-    run_worker: bool = False,
-    worker_poll_interval: float = 0.5,
-    worker_id: str | None = None,
-    lease_seconds: float = 60.0,
-    worker_concurrency: int = 1,
-    max_body_bytes: int = 256 * 1024,
-    body_timeout: float = 30.0,
-    stream_poll_interval: float = 0.5,
-    stream_heartbeat: float = 15.0,
-    default_expires_in: float | None = None,
-    max_streams_per_identity: int = 8,
-    login_attempts_per_minute: int = 10,
-    token_failures_per_minute: int = 30,
-    undo_seconds: float = 5.0,
-    webhooks: Sequence[Webhook] = (),
-    public_url: str = "http://127.0.0.1:8000",
-    expiring_within: float = 900.0,
-    presenters: Mapping[str, Presenter] | None = None,
-    seal_key: SealKey | None = None,
-) -> Starlette:
-    """Build the approval service: JSON API under `/api`, web inbox at `/`.
-
-    Args:
-        registry: agent name → `AgentEntry` (the agents runs are started and resumed with).
-        store: an open `Store` (the caller closes it), or a store URL that the app opens
-            on startup and closes on shutdown (`open_store`), so it lives on the server's
-            event loop.
-        auth: the approvers and their tokens (`AuthConfig.from_env()`).
-        run_worker: also run a `Worker` in-process for the app's lifetime (`golem serve`).
-        worker_poll_interval: seconds between the in-process worker's polls.
-        worker_id: the in-process worker's identity (default: host, pid and a random part).
-        lease_seconds: the in-process worker's lease length.
-        worker_concurrency: runs the in-process worker resumes at once (`Worker`'s
-            `concurrency`).
-        max_body_bytes: larger request bodies get 413.
-        body_timeout: seconds a request body may take to arrive in full (408 beyond).
-        stream_poll_interval: how often `/api/events` polls the audit log.
-        stream_heartbeat: seconds between keep-alive comments on an event stream, from its
-            start (a fixed schedule, whatever happens in the log).
-        default_expires_in: seconds until the calls of a started run expire (None: never),
-            unless the request says otherwise.
-        max_streams_per_identity: open `/api/events` streams allowed per approver (429
-            beyond).
-        login_attempts_per_minute: `POST /login` attempts allowed per client address per
-            minute (429 beyond).
-        token_failures_per_minute: wrong bearer tokens allowed per client address per
-            minute; beyond, that address gets 429 on every request with a token (the
-            right one too) until the minute has passed, so the API is no token oracle.
-        undo_seconds: how long the inbox holds a decision, with an Undo button, before
-            sending it (0 sends at once). The JSON API always records at once.
-        webhooks: notify these when a run pauses, a call is about to expire or a run ends
-            (`golem.service.notify`).
-        public_url: the inbox's address as people reach it, for the webhooks' deep links.
-        expiring_within: seconds before a call's deadline that `call.expiring` is sent.
-        presenters: tool name → `fn(args) -> Presentation` (a title, a summary line and an
-            optional before/after diff shown on the tool's cards).
-        seal_key: the workers' seal key (bytes of at least 32, or `SealKeys`): runs started
-            through the service are saved with every pending call sealed, and the
-            in-process worker resumes only calls whose seals verify. Give every worker the
-            same key (`Worker(seal_key=...)`). None: calls are not sealed.
-
-    Raises:
-        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency,
-            or a seal key shorter than 32 bytes.
-    """
-    for name, value in (
-        ("worker_poll_interval", worker_poll_interval),
-        ("lease_seconds", lease_seconds),
-        ("max_body_bytes", max_body_bytes),
-        ("body_timeout", body_timeout),
-        ("stream_poll_interval", stream_poll_interval),
-        ("stream_heartbeat", stream_heartbeat),
-        ("max_streams_per_identity", max_streams_per_identity),
-        ("login_attempts_per_minute", login_attempts_per_minute),
-        ("token_failures_per_minute", token_failures_per_minute),
-        ("worker_concurrency", worker_concurrency),
-    ):
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value!r}")
-    if not 0 <= undo_seconds <= 60:
-        raise ValueError(f"undo_seconds must be between 0 and 60, got {undo_seconds!r}")
-    if default_expires_in is not None and not 0 < default_expires_in <= MAX_EXPIRES_IN:
-        raise ValueError(
-            f"default_expires_in must be positive and at most {MAX_EXPIRES_IN:.0f} s, "
-            f"got {default_expires_in!r}"
-        )
-    state = api.ServiceState(
-        registry=registry,
-        store=None if isinstance(store, str) else store,
-        auth=auth,
-        max_body_bytes=max_body_bytes,
-        stream_poll_interval=stream_poll_interval,
-        stream_heartbeat=stream_heartbeat,
-        default_expires_in=default_expires_in,
-        max_streams_per_identity=max_streams_per_identity,
-        login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
-        token_failures=TokenFailures(token_failures_per_minute, 60.0),
-        undo_seconds=undo_seconds,
-        presenters=dict(presenters or {}),
-        seal_key=None if seal_key is None else as_seal_keys(seal_key),
-    )
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        opened = await open_store(store) if isinstance(store, str) else None
-        if opened is not None:
-            state.store = opened
-        stop = asyncio.Event()
-        task: asyncio.Task[None] | None = None
-        notifier_task: asyncio.Task[None] | None = None
-        if webhooks:
-            assert state.store is not None
-            state.notifier = Notifier(
-                state.store, webhooks, public_url=public_url, expiring_within=expiring_within
-            )
-            notifier_task = asyncio.create_task(state.notifier.run(stop))
-        if run_worker:
-            assert state.store is not None
-            worker = Worker(
-                state.store,
-                registry,
-                worker_id=worker_id,
-                lease_seconds=lease_seconds,
-                concurrency=worker_concurrency,
-                seal_key=state.seal_key,
-            )
-            task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
-            log.info("in-process worker %s started", worker.worker_id)
-        try:
-            yield
-        finally:
-            stop.set()
-            if task is not None:
-                await task  # finishes the resumes in progress, then stops
-            if notifier_task is not None:
-                await notifier_task
-            if opened is not None:
-                state.store = None
-                await opened.close()
-
+def create_app(settings: ServiceSettings) -> Starlette:
+    """Build the approval service from `settings`: JSON API under `/api`, web inbox at `/`."""
+    state = _initial_state(settings)
     handlers: dict[Any, ExceptionHandler] = {
         api.ApiError: _api_error,
         HTTPException: _http_error,
@@ -728,11 +590,76 @@ def create_app(
         routes=list(ROUTES),
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
-            Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
+            Middleware(_BodyLimit, limit=settings.max_body_bytes, timeout=settings.body_timeout),
             Middleware(_RefuseBadUrl),
         ],
         exception_handlers=handlers,
-        lifespan=lifespan,
+        lifespan=functools.partial(_lifespan, settings=settings, state=state),
     )
     app.state.golem = state
     return app
+
+
+def _initial_state(settings: ServiceSettings) -> api.ServiceState:
+    """What the routes share (`app.state.golem`), before the lifespan opens anything."""
+    return api.ServiceState(
+        registry=settings.registry,
+        store=None if isinstance(settings.store, str) else settings.store,
+        auth=settings.auth,
+        max_body_bytes=settings.max_body_bytes,
+        stream_poll_interval=settings.stream_poll_interval,
+        stream_heartbeat=settings.stream_heartbeat,
+        default_expires_in=settings.default_expires_in,
+        max_streams_per_identity=settings.max_streams_per_identity,
+        login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
+        token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
+        undo_seconds=settings.undo_seconds,
+        presenters=dict(settings.presenters),
+        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
+    )
+
+
+@asynccontextmanager
+async def _lifespan(
+    app: Starlette, *, settings: ServiceSettings, state: api.ServiceState
+) -> AsyncIterator[None]:
+    """Open the store (given a URL), run the notifier and the in-process worker, then stop
+    them and close what was opened."""
+    url = settings.store if isinstance(settings.store, str) else None
+    opened = await open_store(url) if url is not None else None
+    if opened is not None:
+        state.store = opened
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    if settings.webhooks:
+        assert state.store is not None
+        state.notifier = Notifier(
+            state.store,
+            settings.webhooks,
+            public_url=settings.public_url,
+            expiring_within=settings.expiring_within,
+        )
+        tasks.append(asyncio.create_task(state.notifier.run(stop)))
+    if settings.run_worker:
+        assert state.store is not None
+        worker = Worker(
+            state.store,
+            settings.registry,
+            worker_id=settings.worker_id,
+            lease_seconds=settings.lease_seconds,
+            concurrency=settings.worker_concurrency,
+            seal_key=state.seal_key,
+        )
+        # the worker first: it finishes the resumes in progress, then stops
+        run = worker.run_forever(settings.worker_poll_interval, stop)
+        tasks.insert(0, asyncio.create_task(run))
+        log.info("in-process worker %s started", worker.worker_id)
+    try:
+        yield
+    finally:
+        stop.set()
+        for task in tasks:
+            await task
+        if opened is not None:
+            state.store = None
+            await opened.close()

@@ -4,7 +4,7 @@
 neither an integer in 0 … 2**63-1 (a store's 64-bit audit IDs; only 0 from an approver who
 does not see every agent), a sealed cursor the service sent (`seal_cursor`) nor an entry
 reference (`seal_entry`) with 422, allows at most
-`create_app(max_streams_per_identity=...)` open streams per identity (429 beyond), and
+`ServiceSettings.max_streams_per_identity` open streams per identity (429 beyond), and
 re-checks the stream's credential while it is open: when the session or stream token
 expires, or the session is signed out, the stream sends `event: end` and closes, so a
 revoked browser stops receiving changes. `HEAD` gets the stream's headers and no stream.

@@ -221,7 +221,7 @@ def _editable_json(raw: str) -> str:
 class Presentation:
     """How the inbox presents a call of one tool: a title, a summary line, a before/after diff.
 
-    Returned by a presenter (`create_app(presenters={"deploy": fn})`, `fn(args) ->
+    Returned by a presenter (`ServiceSettings(presenters={"deploy": fn})`, `fn(args) ->
     Presentation`); every string is shown escaped, with hidden characters revealed.
     """
 
