@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.service import ServiceSettings, create_app
-from golem.service.inbox import SESSION_COOKIE
+from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

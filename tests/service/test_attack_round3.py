@@ -26,8 +26,8 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service._confusables import skeleton
-from golem.service.api import _bad_text
-from golem.service.inbox import SESSION_COOKIE
+from golem.service.bodies import _bad_text
+from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth

@@ -31,7 +31,7 @@ from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
 from golem.service import stream as stream_module
 from golem.service.api import audit_json
-from golem.service.limits import _unseal_cursor
+from golem.service.positions import _unseal_cursor
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import WAIT, Event, parse
 from tests.service.test_inbox import sign_in

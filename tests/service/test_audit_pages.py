@@ -31,7 +31,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from golem.service.limits import _unseal_cursor, seal_entry
+from golem.service.positions import _seal_entry, _unseal_cursor
 from tests.store.backends import BACKENDS, backend_for
 
 AGENTS = ("a1", "a2", "a3", "a4")
@@ -114,7 +114,7 @@ def _expected(entries: list[AuditEntry], who: str, filters: dict[str, str]) -> l
             continue
         if "actor" in filters and filters["actor"].casefold() not in e.actor.casefold():
             continue
-        out.append(e.id if seen is None else seal_entry(SECRET, e.id))
+        out.append(e.id if seen is None else _seal_entry(SECRET, e.id))
     return out
 
 
@@ -365,7 +365,7 @@ async def test_ids_are_audit_ids_for_the_full_view_and_sealed_references_for_oth
             assert [e["id"] for e in root["entries"]] == [e.id for e in reversed(visible)]
             one = (await c.get("/api/audit", headers=_bearer("one"))).json()
             refs = [e["id"] for e in one["entries"]]
-            assert refs == [seal_entry(SECRET, e.id) for e in reversed(visible)]
+            assert refs == [_seal_entry(SECRET, e.id) for e in reversed(visible)]
             assert all(re.fullmatch(r"e[A-Za-z0-9_-]{27}", r) for r in refs)
             detail = (await c.get("/api/runs/r001-a2", headers=_bearer("one"))).json()
             assert [e["id"] for e in detail["run"]["audit"]] == refs[::-1]
@@ -519,7 +519,7 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
                     assert res.status_code == status, (who, cursor, where)
             res = await c.head("/api/events?cursor=0", headers=_bearer("one"))
             assert res.status_code == 200
-            ref = seal_entry(SECRET, 1)
+            ref = _seal_entry(SECRET, 1)
             res = await c.head("/api/events", params={"cursor": ref}, headers=_bearer("one"))
             assert res.status_code == 200  # an entry reference is a cursor too
     finally:
@@ -536,12 +536,12 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
 def test_positions_read_back_exactly_and_nothing_else_raises(
     entry: int, text: str, at: int, to: str
 ) -> None:
-    from golem.service.limits import read_position, seal_cursor
+    from golem.service.positions import read_position, seal_cursor
 
     for full in (True, False):
         value = read_position(SECRET, text, full_view=full)
         assert value is None or 0 <= value < 2**63
-        for sealed in (seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
+        for sealed in (_seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
             assert read_position(SECRET, sealed, full_view=full) == entry
             assert (
                 read_position(b"another-secret-of-32-bytes-long!", sealed, full_view=full) is None

@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
-from golem.service.limits import _unseal_cursor
+from golem.service.positions import _unseal_cursor
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 

@@ -13,8 +13,8 @@ import pytest
 from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
-from golem.service.limits import _unseal_cursor
 from golem.service.notify import Notifier, Webhook
+from golem.service.positions import _unseal_cursor
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in

@@ -39,11 +39,15 @@ from golem.errors import StoreError
 from golem.seal import as_seal_keys
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import LoginLimiter, TokenFailures
+from golem.service.credentials import SESSION_COOKIE, SESSION_COOKIE_RE, token_credential
+from golem.service.errors import ApiError, not_found
 from golem.service.limits import GuardedEvents
 from golem.service.notify import Notifier
 from golem.service.openapi import SSE, Operation, openapi_document, operation
+from golem.service.pages import STATIC_DIR, render_error
 from golem.service.schemas import EventsQuery, OpenApiDocument
 from golem.service.settings import ServiceSettings
+from golem.service.state import ServiceState
 
 __all__ = ["ROUTES", "create_app"]
 
@@ -66,10 +70,10 @@ async def _openapi(request: Request) -> Response:
     that start runs list the agents the caller may see. Without one it names no agent: the
     registry's names are not a stranger's business, nor other teams' agents an approver's.
     """
-    state: api.ServiceState = request.app.state.golem
+    state: ServiceState = request.app.state.golem
     try:  # a wrong token counts as a failure: the document would be a token oracle
-        cred = api.token_credential(request)
-    except api.ApiError:  # refused for a while: the public document
+        cred = token_credential(request)
+    except ApiError:  # refused for a while: the public document
         cred = None
     agents = None if cred is None else [n for n in state.registry if cred.approver.may_see(n)]
     return JSONResponse(openapi_document(ROUTES, __version__, agents=agents or None))
@@ -201,7 +205,7 @@ ROUTES: list[BaseRoute] = [
     _Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     _Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
     _Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
-    Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
+    Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""
 
@@ -210,7 +214,7 @@ ROUTES: list[BaseRoute] = [
 
 
 def _too_large(limit: int) -> Response:
-    return api.ApiError(
+    return ApiError(
         413, "payload_too_large", f"the request body exceeds {limit} bytes"
     ).response()
 
@@ -260,7 +264,7 @@ class _BodyLimit:
                     if not message.get("more_body", False):
                         break
         except TimeoutError:
-            slow = api.ApiError(
+            slow = ApiError(
                 408, "request_timeout", f"the request body took longer than {self.timeout:g} s"
             )
             await slow.response()(scope, receive, send)
@@ -300,18 +304,18 @@ class _RefuseBadUrl:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             problem = _url_problem(scope)
-            error: api.ApiError | None = None
+            error: ApiError | None = None
             if problem is not None:
-                error = api.ApiError(400, "invalid_url", problem)
+                error = ApiError(400, "invalid_url", problem)
             else:
                 twice = _header_problem(scope)
                 if twice is not None:
-                    error = api.ApiError(400, "conflicting_headers", twice)
+                    error = ApiError(400, "conflicting_headers", twice)
             if error is not None:
                 if scope["path"].startswith("/api/"):
                     response: Response = error.response()
                 else:
-                    response = inbox.render_error(
+                    response = render_error(
                         Request(scope), 400, _HEADINGS[400], error.message
                     )
                 await response(scope, receive, send)
@@ -374,10 +378,10 @@ def _header_problem(scope: Scope) -> str | None:
                 return f"the request has more than one {name.decode('latin-1')} header; send one"
             seen.add(name)
         elif name == b"cookie":
-            sessions += len(inbox.SESSION_COOKIE_RE.findall(value.decode("latin-1")))
+            sessions += len(SESSION_COOKIE_RE.findall(value.decode("latin-1")))
     if sessions > 1:  # set for a parent domain by a neighbour, or for another path
         return (
-            f"the {inbox.SESSION_COOKIE} cookie is sent more than once (another site under "
+            f"the {SESSION_COOKIE} cookie is sent more than once (another site under "
             "this domain may have set one): clear this site's cookies and sign in again"
         )
     return None
@@ -487,22 +491,22 @@ def _is_api(request: Request) -> bool:
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, api.ApiError):  # pragma: no cover - registered for ApiError
+    if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
         raise exc
     if _is_api(request):
         return exc.response()
-    return inbox.render_error(request, exc.status, _HEADINGS.get(exc.status, "Error"), exc.message)
+    return render_error(request, exc.status, _HEADINGS.get(exc.status, "Error"), exc.message)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
         raise exc
     if _is_api(request):
-        response: Response = api.not_found(request, exc).response()
+        response: Response = not_found(request, exc).response()
     else:
         heading = _HEADINGS.get(exc.status_code, "Error")
         message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
-        response = inbox.render_error(request, exc.status_code, heading, message)
+        response = render_error(request, exc.status_code, heading, message)
     if exc.status_code == 405:
         response.headers["Allow"] = _allowed_methods(request)
     return response
@@ -524,11 +528,11 @@ def _allowed_methods(request: Request) -> str:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    error = api.ApiError(500, "internal_error", "the service failed; see its log")
+    error = ApiError(500, "internal_error", "the service failed; see its log")
     if _is_api(request):
         return error.response()
     try:
-        return inbox.render_error(request, 500, "Something went wrong", error.message)
+        return render_error(request, 500, "Something went wrong", error.message)
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
 
@@ -540,7 +544,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))):
         return await _server_error(request, exc)
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    error = api.ApiError(
+    error = ApiError(
         503,
         "store_unavailable",
         "the store cannot be reached just now; try again shortly",
@@ -548,7 +552,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     )
     if _is_api(request):
         return error.response()
-    response = inbox.render_error(request, 503, "Try again shortly", error.message)
+    response = render_error(request, 503, "Try again shortly", error.message)
     response.headers["Retry-After"] = _STORE_RETRY_AFTER
     return response
 
@@ -581,7 +585,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
     """Build the approval service from `settings`: JSON API under `/api`, web inbox at `/`."""
     state = _initial_state(settings)
     handlers: dict[Any, ExceptionHandler] = {
-        api.ApiError: _api_error,
+        ApiError: _api_error,
         HTTPException: _http_error,
         StoreError: _store_error,
         Exception: _server_error,
@@ -600,9 +604,9 @@ def create_app(settings: ServiceSettings) -> Starlette:
     return app
 
 
-def _initial_state(settings: ServiceSettings) -> api.ServiceState:
+def _initial_state(settings: ServiceSettings) -> ServiceState:
     """What the routes share (`app.state.golem`), before the lifespan opens anything."""
-    return api.ServiceState(
+    return ServiceState(
         registry=settings.registry,
         store=None if isinstance(settings.store, str) else settings.store,
         auth=settings.auth,
@@ -621,7 +625,7 @@ def _initial_state(settings: ServiceSettings) -> api.ServiceState:
 
 @asynccontextmanager
 async def _lifespan(
-    app: Starlette, *, settings: ServiceSettings, state: api.ServiceState
+    app: Starlette, *, settings: ServiceSettings, state: ServiceState
 ) -> AsyncIterator[None]:
     """Open the store (given a URL), run the notifier and the in-process worker, then stop
     them and close what was opened."""

@@ -40,10 +40,12 @@ from golem.durable.store import (
     StoreTimeout,
 )
 from golem.errors import StoreError
-from golem.service.api import ApiError, ServiceState, audit_json, require_store
+from golem.service.api import audit_json
 from golem.service.auth import Credential
-from golem.service.inbox import session
-from golem.service.limits import seal_cursor, start_cursor
+from golem.service.credentials import session
+from golem.service.errors import ApiError
+from golem.service.positions import seal_cursor, start_cursor
+from golem.service.state import ServiceState, require_store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

@@ -24,6 +24,7 @@ from golem._display import has_hidden, reveal_parts
 from golem.durable.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
 from golem.messages import loads_history
 from golem.service.auth import Credential
+from golem.service.positions import entry_id
 
 __all__ = ["Presentation", "Presenter"]
 
@@ -489,9 +490,7 @@ def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
 
 
 def audit_view(e: AuditEntry, secret: bytes | None = None) -> dict[str, Any]:
-    """An audit entry as the pages show it (`secret`: see `golem.service.api.entry_id`)."""
-    from golem.service.api import entry_id
-
+    """An audit entry as the pages show it (`secret`: see `golem.service.positions.entry_id`)."""
     detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
     return {
         "id": entry_id(e, secret),
