@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
-import hmac
 import secrets
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM, AESSIV
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from starlette.requests import Request
 
 from golem.durable.store import AuditEntry
@@ -43,107 +45,82 @@ def start_cursor(request: Request, *, full_view: bool = True) -> int | None:
 _SEALED = "s"
 """The first character of a sealed cursor (an integer cursor never starts with it)."""
 
+_ENTRY = "e"
+"""The first character of an entry reference."""
 
-_NONCE, _TAG = 12, 16
+_NONCE = 12
+"""Bytes of a sealed cursor's random AES-GCM nonce."""
 
 
 @functools.lru_cache(maxsize=8)
-def _cursor_keys(secret: bytes) -> tuple[bytes, bytes]:
-    """The keystream key and the MAC key of sealed cursors, derived from the auth secret."""
-    return (
-        hmac.new(secret, b"golem.cursor.pad", hashlib.sha256).digest(),
-        hmac.new(secret, b"golem.cursor.mac", hashlib.sha256).digest(),
-    )
+def _ciphers(secret: bytes) -> tuple[AESGCM, AESSIV]:
+    """The AEADs of sealed cursors (AES-256-GCM) and entry references (AES-256-SIV), keyed
+    by HKDF-SHA-256 from the auth secret."""
+
+    def key(length: int, purpose: bytes) -> bytes:
+        return HKDF(hashes.SHA256(), length, salt=None, info=purpose).derive(secret)
+
+    return AESGCM(key(32, b"golem.service.cursor")), AESSIV(key(64, b"golem.service.entry"))
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _unb64(text: str, size: int) -> bytes | None:
+    """The `size` bytes `text` spells in base64url (None: another length, or not the one
+    spelling of its bytes: `+`, `/`, stray characters)."""
+    if len(text) != size * 4 // 3 or not text.isascii():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text)
+    except ValueError:
+        return None
+    return raw if _b64(raw) == text else None
+
+
+def _position(plain: bytes) -> int | None:
+    value = int.from_bytes(plain, "big")
+    return value if value <= MAX_CURSOR else None
 
 
 def seal_cursor(secret: bytes, cursor: int) -> str:
-    """`cursor` as an opaque text only this service reads back (`start_cursor`).
-
-    A fresh random nonce each time, so two sealings of one cursor differ: a caller cannot
-    tell whether the audit log moved between two of them, nor by how much.
-    """
-    pad_key, mac_key = _cursor_keys(secret)
+    """`cursor` as an opaque text only this service reads back (`start_cursor`): AES-GCM
+    under a fresh random nonce, so two sealings of one cursor differ (ADR 0080)."""
     nonce = secrets.token_bytes(_NONCE)
-    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
-    body = bytes(a ^ b for a, b in zip(cursor.to_bytes(8, "big"), pad, strict=True))
-    tag = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
-    return _SEALED + base64.urlsafe_b64encode(nonce + body + tag).decode("ascii").rstrip("=")
+    sealed = _ciphers(secret)[0].encrypt(nonce, cursor.to_bytes(8, "big"), _SEALED.encode())
+    return _SEALED + _b64(nonce + sealed)
 
 
 def _unseal_cursor(secret: bytes, text: str) -> int | None:
     """The cursor sealed in `text` (None: not a sealed cursor of this service)."""
-    body64 = text[len(_SEALED) :]
-    if len(body64) != 48 or not body64.isascii():
+    raw = _unb64(text[len(_SEALED) :], _NONCE + 8 + 16)
+    if raw is None:
         return None
     try:
-        raw = base64.urlsafe_b64decode(body64)
-    except ValueError:
+        plain = _ciphers(secret)[0].decrypt(raw[:_NONCE], raw[_NONCE:], _SEALED.encode())
+    except InvalidTag:
         return None
-    if base64.urlsafe_b64encode(raw).decode("ascii") != body64:
-        return None  # one spelling: not `+` or `/` for `-` or `_`, no stray characters
-    nonce, body, tag = raw[:_NONCE], raw[_NONCE:-_TAG], raw[-_TAG:]
-    pad_key, mac_key = _cursor_keys(secret)
-    want = hmac.new(mac_key, nonce + body, hashlib.sha256).digest()[:_TAG]
-    if len(body) != 8 or not hmac.compare_digest(tag, want):
-        return None
-    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
-    value = int.from_bytes(bytes(a ^ b for a, b in zip(body, pad, strict=True)), "big")
-    return value if value <= MAX_CURSOR else None
-
-
-@functools.lru_cache(maxsize=8)
-def _entry_keys(secret: bytes) -> tuple[bytes, bytes]:
-    """The synthetic-nonce key and the keystream key of entry references."""
-    return (
-        hmac.new(secret, b"golem.entry.siv", hashlib.sha256).digest(),
-        hmac.new(secret, b"golem.entry.pad", hashlib.sha256).digest(),
-    )
-
-
-_ENTRY = "e"
-"""The first character of an entry reference."""
-
-
-_ENTRY_LEN = 27
-"""Characters after `_ENTRY`: base64url of a 12-byte synthetic nonce and 8 bytes."""
+    return _position(plain)
 
 
 def _seal_entry(secret: bytes, entry_id: int) -> str:
-    """An audit entry's reference for a caller who does not see every agent (ADR 0077).
-
-    The same entry always gets the same reference (so a client can match an entry seen on
-    a page, in the stream and in a run's trail), but references are unordered and say
-    nothing of the entry's place in the log: their gaps count nothing. Only this service
-    reads one back (`read_position`).
-    """
-    siv_key, pad_key = _entry_keys(secret)
-    raw = entry_id.to_bytes(8, "big")
-    nonce = hmac.new(siv_key, raw, hashlib.sha256).digest()[:_NONCE]
-    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
-    body = bytes(a ^ b for a, b in zip(raw, pad, strict=True))
-    return _ENTRY + base64.urlsafe_b64encode(nonce + body).decode("ascii").rstrip("=")
+    """An audit entry's reference for a caller who does not see every agent: AES-SIV, so
+    the same entry always gets the same reference, and references are unordered and count
+    nothing (ADR 0077, ADR 0080). Only this service reads one back (`read_position`)."""
+    return _ENTRY + _b64(_ciphers(secret)[1].encrypt(entry_id.to_bytes(8, "big"), [b"entry"]))
 
 
 def _unseal_entry(secret: bytes, text: str) -> int | None:
     """The audit ID behind an entry reference (None: not one of this service)."""
-    body64 = text[len(_ENTRY) :]
-    if len(body64) != _ENTRY_LEN or not body64.isascii():
+    raw = _unb64(text[len(_ENTRY) :], 16 + 8)
+    if raw is None:
         return None
     try:
-        raw = base64.urlsafe_b64decode(body64 + "=")
-    except ValueError:
+        plain = _ciphers(secret)[1].decrypt(raw, [b"entry"])
+    except InvalidTag:
         return None
-    if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") != body64:
-        return None  # one entry, one spelling: no unused bits set, no stray characters
-    nonce, body = raw[:_NONCE], raw[_NONCE:]
-    siv_key, pad_key = _entry_keys(secret)
-    pad = hmac.new(pad_key, nonce, hashlib.sha256).digest()[:8]
-    plain = bytes(a ^ b for a, b in zip(body, pad, strict=True))
-    want = hmac.new(siv_key, plain, hashlib.sha256).digest()[:_NONCE]
-    if not hmac.compare_digest(nonce, want):
-        return None
-    value = int.from_bytes(plain, "big")
-    return value if value <= MAX_CURSOR else None
+    return _position(plain)
 
 
 def read_position(secret: bytes, text: str, *, full_view: bool) -> int | None:

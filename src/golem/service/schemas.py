@@ -373,7 +373,7 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{27}$")] = (
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = (
         Field(
             description="The entry's audit ID (its place in the whole log) for an approver who "
             "sees every agent; for others an opaque reference, the same for the same entry "
