@@ -20,8 +20,9 @@ from starlette.responses import Response
 
 from golem.durable.store import AuditEntry, DecisionRecord, PendingCallRecord, RunRecord
 from golem.service import schemas
+from golem.service.auth import Credential
 from golem.service.bodies import read_json, read_query, respond
-from golem.service.credentials import bearer
+from golem.service.credentials import with_bearer
 from golem.service.decisions import decide_call, to_decision
 from golem.service.errors import ApiError
 from golem.service.openapi import operation
@@ -186,10 +187,11 @@ async def health(request: Request) -> Response:
     responses={200: schemas.WhoAmI},
     errors=_AUTH,
 )
-async def whoami(request: Request) -> Response:
+@with_bearer
+async def whoami(request: Request, cred: Credential) -> Response:
     """The identity behind the bearer token and what it may do (the inbox shows it before a
     link's token signs anyone in)."""
-    approver = bearer(request).approver
+    approver = cred.approver
     return respond(
         schemas.WhoAmI(
             identity=approver.identity,
@@ -206,9 +208,9 @@ async def whoami(request: Request) -> Response:
     responses={200: schemas.AgentList},
     errors=_AUTH,
 )
-async def agents(request: Request) -> Response:
+@with_bearer
+async def agents(request: Request, cred: Credential) -> Response:
     """The registered agents the caller may see."""
-    cred = bearer(request)
     entries = state_of(request).registry
     return respond(
         schemas.AgentList(
@@ -246,9 +248,9 @@ async def agents(request: Request) -> Response:
         ),
     },
 )
-async def start(request: Request) -> Response:
+@with_bearer
+async def start(request: Request, cred: Credential) -> Response:
     """Start a run; 201 with the run (pending, completed or failed)."""
-    cred = bearer(request)
     key = _request_idempotency_key(request)
     body = await read_json(request, schemas.StartRunBody)
     run, replayed = await start_for(
@@ -269,9 +271,9 @@ async def start(request: Request) -> Response:
     responses={200: schemas.RunList},
     errors=(401, 422, 429),
 )
-async def list_runs(request: Request) -> Response:
+@with_bearer
+async def list_runs(request: Request, cred: Credential) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
-    cred = bearer(request)
     q = read_query(request, schemas.RunsQuery)
     runs = await visible_runs(
         state_of(request),
@@ -302,9 +304,9 @@ async def list_runs(request: Request) -> Response:
         "nextPage": ("listCalls", {"after": "$response.body#/next_cursor"}),
     },
 )
-async def list_calls(request: Request) -> Response:
+@with_bearer
+async def list_calls(request: Request, cred: Credential) -> Response:
     """Undecided calls the caller may decide, filtered by agent, tool and kind."""
-    cred = bearer(request)
     q = read_query(request, schemas.CallsQuery)
     page = await pending_page(
         state_of(request),
@@ -328,9 +330,9 @@ async def list_calls(request: Request) -> Response:
     responses={200: schemas.RunDetailEnvelope},
     errors=(401, 404, 429),
 )
-async def show_run(request: Request) -> Response:
+@with_bearer
+async def show_run(request: Request, cred: Credential) -> Response:
     """One run with its calls, conversation and audit log."""
-    cred = bearer(request)
     state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
@@ -346,9 +348,9 @@ async def show_run(request: Request) -> Response:
     errors=(*_BODY, 403, 404, 409),
     links={"showRun": ("showRun", {"run_id": "$response.body#/run/id"})},
 )
-async def decide(request: Request) -> Response:
+@with_bearer
+async def decide(request: Request, cred: Credential) -> Response:
     """Decide one pending call as the caller's identity."""
-    cred = bearer(request)
     body = await read_json(request, schemas.DecisionBody)
     decision = to_decision(body)
     record, run = await decide_call(
@@ -367,9 +369,9 @@ async def decide(request: Request) -> Response:
     responses={200: schemas.StreamToken},
     errors=_AUTH,
 )
-async def stream_token(request: Request) -> Response:
+@with_bearer
+async def stream_token(request: Request, cred: Credential) -> Response:
     """A short-lived token for `GET /api/events?stream_token=...` (EventSource sends no headers)."""
-    cred = bearer(request)
     token, exp = state_of(request).auth.issue_stream_token(cred)
     return respond(
         schemas.StreamToken(stream_token=token, expires_at=datetime.fromtimestamp(exp, UTC))

@@ -27,12 +27,12 @@ from golem.service import schemas
 from golem.service.api import audit_model
 from golem.service.auth import Credential
 from golem.service.bodies import read_query, respond
-from golem.service.credentials import bearer, session
+from golem.service.credentials import with_bearer
 from golem.service.errors import ApiError
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
-from golem.service.pages import login_redirect, pending_count, render, render_error, render_page
+from golem.service.pages import SignedIn, render_error, signed_in
 from golem.service.positions import entry_id, read_position, seal_cursor, shown_to
-from golem.service.state import ServiceState, require_store, state_of
+from golem.service.state import ServiceState, require_store
 from golem.service.views import audit_view, path, short
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -169,9 +169,9 @@ def _item(row: _AuditRow, secret: bytes | None) -> dict[str, Any]:
     errors=(401, 422, 429),
     links={"nextPage": ("listAudit", {"before": "$response.body#/next_cursor"})},
 )
-async def api_audit(request: Request) -> Response:
+@with_bearer
+async def api_audit(request: Request, cred: Credential) -> Response:
     """Audit entries across runs the caller may see, filtered; newest first, paged."""
-    cred = bearer(request)
     q = read_query(request, schemas.AuditQuery)
     page = await _audit_page(request.app.state.golem, cred, q)
     return respond(
@@ -203,15 +203,13 @@ def _next_link(request: Request, cursor: str | None) -> str | None:
         "Link": 'On a download with more rows: `</audit?…&before=…>; rel="next"`, the next page.'
     },
 )
-async def audit_page(request: Request) -> Response:
+@signed_in(live=False)
+async def audit_page(signed: SignedIn) -> Response:
     """The global audit view with filters; `?format=csv|json` downloads the same rows."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    state: ServiceState = request.app.state.golem
+    request = signed.request
     q = read_query(request, schemas.AuditPageQuery)
     try:
-        page = await _audit_page(state, who[0], q)
+        page = await _audit_page(signed.state, signed.cred, q)
     except ApiError as exc:
         if exc.status != 400:
             raise
@@ -251,24 +249,21 @@ async def audit_page(request: Request) -> Response:
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"', **headers},
         )
-    return await _render_audit(request, who, q, page.rows, page.secret, nxt)
+    return await _render_audit(signed, q, page.rows, page.secret, nxt)
 
 
 async def _render_audit(
-    request: Request,
-    who: tuple[Credential, str],
-    q: Any,
+    signed: SignedIn,
+    q: schemas.AuditPageQuery,
     rows: list[_AuditRow],
     secret: bytes | None,
     older: str | None,
 ) -> HTMLResponse:
-    """The audit page for `rows` (`golem.service.audit`), linking the `older` page."""
-    state = state_of(request)
-    cred = who[0]
+    """The audit page for `rows`, linking the `older` page."""
+    request, state, cred = signed.request, signed.state, signed.cred
     query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
     newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
-    return render(
-        request,
+    return await signed.render(
         "audit.html",
         {
             "page": "audit",
@@ -294,8 +289,6 @@ async def _render_audit(
             "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
             "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
         },
-        who=who,
-        pending=await pending_count(request, cred),
     )
 
 
@@ -333,9 +326,9 @@ def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryI
     responses={200: schemas.DeliveryList},
     errors=(401, 429),
 )
-async def api_deliveries(request: Request) -> Response:
+@with_bearer
+async def api_deliveries(request: Request, cred: Credential) -> Response:
     """The webhook delivery log (runs the caller may see), newest first."""
-    cred = bearer(request)
     return respond(schemas.DeliveryList(deliveries=_deliveries(request.app.state.golem, cred)))
 
 
@@ -346,20 +339,16 @@ async def api_deliveries(request: Request) -> Response:
     security=("session",),
     tag="inbox",
 )
-async def deliveries_page(request: Request) -> Response:
+@signed_in(live=False)
+async def deliveries_page(signed: SignedIn) -> Response:
     """The webhook delivery log: each notification, where it went and every attempt."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    state: ServiceState = request.app.state.golem
-    return await render_page(
-        request,
-        who,
+    state = signed.state
+    return await signed.render(
         "notifications.html",
         {
             "page": "notifications",
             "configured": state.notifier is not None,
             "hooks": [w.shown_url for w in state.notifier.webhooks] if state.notifier else [],
-            "deliveries": _deliveries(state, who[0]),
+            "deliveries": _deliveries(state, signed.cred),
         },
     )

@@ -171,8 +171,8 @@ def _refuse_duplicates(identities: Iterable[str]) -> None:
         other = seen.setdefault(unicodedata.normalize("NFKC", identity).casefold(), identity)
         if other != identity:
             raise ValueError(
-                f"approver identities {other!a} and {identity!a} are one name once case and "
-                "Unicode form are ignored: give each approver a distinct name"
+                f"approver identities {other!a} and {identity!a} differ only in case or "
+                "Unicode form: give each approver a distinct name"
             )
 
 

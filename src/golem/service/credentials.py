@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
+from starlette.responses import Response
 
 from golem.service.auth import Credential
 from golem.service.errors import ApiError
@@ -61,10 +64,24 @@ def token_credential(request: Request) -> Credential | None:
     return cred
 
 
-def bearer(request: Request) -> Credential:
+def _bearer(request: Request) -> Credential:
     """The credential of the request's bearer token; 401 when missing or unknown, 429
     after too many wrong tokens from the address (`token_credential`)."""
     cred = token_credential(request)
     if cred is None:
         raise ApiError(401, "unauthenticated", "send 'Authorization: Bearer <token>'")
     return cred
+
+
+BearerHandler = Callable[[Request, Credential], Awaitable[Response]]
+
+
+def with_bearer(handler: BearerHandler) -> Callable[[Request], Awaitable[Response]]:
+    """Make `handler(request, cred)` an API endpoint that first checks the bearer token
+    (`_bearer`: 401 without a known one, 429 after too many wrong ones)."""
+
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, _bearer(request))
+
+    return endpoint

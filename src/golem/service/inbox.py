@@ -41,16 +41,16 @@ from golem.service.errors import ApiError
 from golem.service.openapi import HTML, REDIRECT, operation
 from golem.service.pages import (
     PAGE_RUNS,
+    SignedIn,
     checked_form,
     count_text,
     cross_site,
-    login_redirect,
-    pending_count,
     read_form,
     render,
     render_error,
     safe_next,
     same_origin,
+    signed_in,
     with_notice,
 )
 from golem.service.positions import shown_to
@@ -174,14 +174,10 @@ async def logout(request: Request) -> Response:
     security=("session",),
     tag="inbox",
 )
-async def inbox_page(request: Request) -> Response:
+@signed_in()
+async def inbox_page(page: SignedIn) -> Response:
     """Pending calls the approver may decide, oldest first, with decision forms."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(state_of(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = state_of(request)
+    request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
@@ -213,8 +209,7 @@ async def inbox_page(request: Request) -> Response:
         state, cred, status=RunStatus.INTERRUPTED, agent=None, tool=None, limit=100
     )
     nxt = safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
-    return render(
-        request,
+    return await page.render(
         "inbox.html",
         {
             "page": "inbox",
@@ -234,9 +229,7 @@ async def inbox_page(request: Request) -> Response:
             "prev_href": _page_href(request, "") if after else "",
             "page_runs": PAGE_RUNS,
         },
-        who=who,
-        pending=count_text(found_page) if everything else await pending_count(request, cred),
-        cursor=cursor,
+        pending=count_text(found_page) if everything else None,
     )
 
 
@@ -258,14 +251,10 @@ def _page_href(request: Request, after: str | None) -> str:
     security=("session",),
     tag="inbox",
 )
-async def runs_page(request: Request) -> Response:
+@signed_in()
+async def runs_page(page: SignedIn) -> Response:
     """Recent runs the approver may see, filtered by status and agent."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(state_of(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = state_of(request)
+    request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     status_text = q.get("status", "")
     status = RunStatus(status_text) if status_text in set(RunStatus) else None
@@ -291,8 +280,7 @@ async def runs_page(request: Request) -> Response:
         }
         for r in runs
     ]
-    return render(
-        request,
+    return await page.render(
         "runs.html",
         {
             "page": "runs",
@@ -301,9 +289,6 @@ async def runs_page(request: Request) -> Response:
             "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
             "filters": {"status": status_text, "agent": agent},
         },
-        who=who,
-        pending=await pending_count(request, cred),
-        cursor=cursor,
     )
 
 
@@ -315,14 +300,10 @@ async def runs_page(request: Request) -> Response:
     security=("session",),
     tag="inbox",
 )
-async def run_page(request: Request) -> Response:
+@signed_in()
+async def run_page(page: SignedIn) -> Response:
     """One run: status and outcome, its calls, the conversation and the audit trail."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(state_of(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = state_of(request)
+    request, cred, state = page.request, page.cred, page.state
     try:
         run = await load_run(state, cred, request.path_params["run_id"])
     except ApiError as exc:
@@ -331,8 +312,7 @@ async def run_page(request: Request) -> Response:
     now = utc_now()
     cards = [call_view(run, c, cred, now, state.presenters) for c in run.calls]
     link_next([c for c in cards if c["can_decide"] and not c["decision"]])
-    return render(
-        request,
+    return await page.render(
         "run.html",
         {
             "page": "run",
@@ -353,9 +333,6 @@ async def run_page(request: Request) -> Response:
             "audit": [audit_view(e, shown_to(cred, state.auth.secret)) for e in audit],
             "next": path("runs", run.id),
         },
-        who=who,
-        pending=await pending_count(request, cred),
-        cursor=cursor,
     )
 
 

@@ -8,8 +8,11 @@ for origin, session and CSRF token (`checked_form`).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -26,7 +29,7 @@ from golem.service.credentials import session
 from golem.service.errors import ApiError
 from golem.service.positions import seal_cursor
 from golem.service.runs import PendingPage, pending_page
-from golem.service.state import state_of
+from golem.service.state import ServiceState, require_store, state_of
 from golem.service.views import path, reveal_html
 
 # Internals of `golem.service.create_app`; nothing here is public API.
@@ -145,7 +148,7 @@ _SUB_DELIMS = ":@!$&'()*+,;=~"
 """Characters a path keeps unescaped (RFC 3986 `pchar`, beside the unreserved ones)."""
 
 
-def login_redirect(request: Request) -> Response:
+def _login_redirect(request: Request) -> Response:
     """303 to the sign-in page, coming back to this page afterwards."""
     return RedirectResponse("/login?" + urlencode({"next": _here(request)}), status_code=303)
 
@@ -179,11 +182,54 @@ def render(
     return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-async def render_page(
-    request: Request, who: tuple[Credential, str], template: str, context: dict[str, Any]
-) -> HTMLResponse:
-    """A signed-in page from `template` with `context` (the header's count included)."""
-    return render(request, template, context, who=who, pending=await pending_count(request, who[0]))
+@dataclass(frozen=True)
+class SignedIn:
+    """A page request from a signed-in approver (what `signed_in` hands its handler)."""
+
+    request: Request
+    cred: Credential
+    """The signed-in approver."""
+    session: str
+    """The raw session value (the CSRF token derives from it)."""
+    state: ServiceState
+    cursor: int
+    """The audit log's newest change before the page read anything (its stream starts
+    there), or 0 for a page without live updates."""
+
+    async def render(
+        self, template: str, context: dict[str, Any], *, pending: str | None = None
+    ) -> HTMLResponse:
+        """The page from `template` with `context`; the header counts the approver's pending
+        calls unless `pending` says."""
+        if pending is None:
+            pending = await _pending_count(self.request, self.cred)
+        who = (self.cred, self.session)
+        return render(
+            self.request, template, context, who=who, pending=pending, cursor=self.cursor
+        )
+
+
+PageHandler = Callable[[SignedIn], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def signed_in(*, live: bool = True) -> Callable[[PageHandler], Endpoint]:
+    """Make `handler(page: SignedIn)` a page endpoint: without a session, 303 to the sign-in
+    page; with `live`, the audit cursor is read before the page reads anything."""
+
+    def wrap(handler: PageHandler) -> Endpoint:
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            who = session(request)
+            if who is None:
+                return _login_redirect(request)
+            state = state_of(request)
+            cursor = await require_store(state).last_change_id() if live else 0
+            return await handler(SignedIn(request, who[0], who[1], state, cursor))
+
+        return endpoint
+
+    return wrap
 
 
 def render_error(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
@@ -283,5 +329,5 @@ def count_text(page: PendingPage) -> str:
     return f"{len(page.calls)}+" if page.next_cursor else str(len(page.calls))
 
 
-async def pending_count(request: Request, cred: Credential) -> str:
+async def _pending_count(request: Request, cred: Credential) -> str:
     return count_text(await pending_page(state_of(request), cred, limit=PAGE_RUNS))
