@@ -101,3 +101,13 @@ def test_no_service_module_imports_a_private_name() -> None:
 @pytest.mark.parametrize("name", ["api.py", "inbox.py"])
 def test_the_split_modules_stay_under_800_lines(name: str) -> None:
     assert len((SERVICE / name).read_text().splitlines()) < 800
+
+
+@pytest.mark.parametrize(
+    ("name", "function"), [("app.py", "create_app"), ("openapi.py", "openapi_document")]
+)
+def test_the_factories_stay_under_80_lines(name: str, function: str) -> None:
+    tree = ast.parse((SERVICE / name).read_text())
+    found = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    assert found.end_lineno is not None
+    assert found.end_lineno - found.lineno + 1 < 80
