@@ -310,6 +310,9 @@ async def test_resolve_refuses_to_rerun_a_tool_the_operator_may_not_decide(
         pytest.skip("this store cannot resolve interrupted runs")
     csrf = await sign_in(client, "tess")
     action = f"/runs/{run['id']}/resolve"
+    page = (await client.get(f"/runs/{run['id']}")).text
+    assert action in page
+    assert 'name="confirm"' not in page  # no deploy to confirm for tess
     res = await client.post(
         action, data={"csrf": csrf, "action": "retry", "note": "checked", "confirm": "c1"}
     )

@@ -324,10 +324,12 @@ async def run_page(page: SignedIn) -> Response:
             and hasattr(require_store(state), "retry_interrupted")
             and cred.approver.may_start(run.agent)
             else "",
-            "approved_calls": [
+            "approved_calls": [  # re-running a call is deciding it again (issue 27)
                 c
                 for c in run.calls
-                if c.decision is not None and c.decision.kind.value == "approve"
+                if c.decision is not None
+                and c.decision.kind.value == "approve"
+                and cred.approver.may_decide(run.agent, c.tool_name)
             ],
             "messages": message_views(run.conversation),
             "audit": [audit_view(e, shown_to(cred, state.auth.secret)) for e in audit],
