@@ -80,11 +80,8 @@ async def _openapi(request: Request) -> Response:
 
 
 class _AnyText(Convertor[str]):
-    """A path parameter of any characters, `/` and line breaks included.
-
-    Call IDs come from the model: Starlette's `path` convertor (`.*`) stops at a newline,
-    so a call whose ID held one could not be decided by URL at all.
-    """
+    """A path parameter of any characters, `/` and line breaks included (call IDs come from
+    the model)."""
 
     regex = "(?s:.*)"
 
@@ -100,12 +97,8 @@ register_url_convertor("golem_any", _AnyText())
 
 def _segment_path(scope: Scope) -> str | None:
     """The request's route path with `/` and `%` inside a segment kept escaped (`%2F`,
-    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`.
-
-    Servers decode `%2F` into the `path` they route on, so `/runs/a%2Fb` would reach no
-    run at all (`{run_id}` stops at `/`); the raw path still tells a separator from a
-    slash that belongs to an ID.
-    """
+    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`
+    (so `/runs/a%2Fb` names the run `a/b`, ADR 0061)."""
     raw = scope.get("raw_path")
     path: str = scope["path"]
     root = scope.get("root_path", "")
@@ -283,19 +276,9 @@ class _BodyLimit:
 
 
 class _RefuseBadUrl:
-    """Answer 400 to a request whose path or query string holds a NUL character, or whose
-    escapes do not decode as UTF-8 (`%FF`, an overlong `%C0%80`, a surrogate `%ED%A0%80`),
-    or whose query names a parameter twice (`invalid_url`); and to one that sends a
-    header that may appear once more than once, or the session cookie twice
-    (`conflicting_headers`).
-
-    No store can look a NUL up (PostgreSQL refuses it in text), and no run, call or agent
-    is named with one. Servers decode a bad escape to U+FFFD: `/runs/r/calls/x%FF` would
-    decide a call whose ID holds a real U+FFFD, which the URL did not name; every such
-    byte sequence would name that one call. A parameter, credential or origin given twice
-    is read as one value by the service and maybe as the other by a proxy, a WAF or a log
-    (`Authorization: Bearer <olga>` then `<alice>` acted as olga). Refused before any
-    handler runs.
+    """Answer 400 before any handler runs to a URL holding a NUL, an escape that is not
+    UTF-8 or a query parameter named twice (`invalid_url`), and to a single-valued header
+    or the session cookie sent twice (`conflicting_headers`). Why: ADR 0069, ADR 0073.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -388,14 +371,9 @@ def _header_problem(scope: Scope) -> str | None:
 
 
 class _SecurityHeaders:
-    """Add a strict Content-Security-Policy and friends to every response.
-
-    Every answer but a static file is also `Cache-Control: no-store` unless its handler
-    said otherwise: API answers, pages, downloads, redirects and errors all name runs,
-    arguments or identities that no shared cache or browser history should keep. Over
-    https (directly or behind a proxy uvicorn trusts) `Strict-Transport-Security` is sent
-    too, so a browser never falls back to plain http and its session cookie.
-    """
+    """Add a strict Content-Security-Policy and friends to every response, `Cache-Control:
+    no-store` to every answer but a static file (unless its handler set one), and
+    `Strict-Transport-Security` over https (ADR 0050)."""
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
         (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
@@ -433,12 +411,8 @@ class _SecurityHeaders:
 
 
 class _Service(Starlette):
-    """Starlette with `_SecurityHeaders` around everything, its own error middleware too.
-
-    Starlette puts the middleware that answers an unhandled exception (500) outside the
-    app's middleware list, so a 500 had none of the headers: no CSP, no `nosniff`, no
-    `no-store` on an error page that names the path and the signed-in approver.
-    """
+    """Starlette with `_SecurityHeaders` around everything, its own 500 answers included
+    (Starlette's error middleware sits outside the app's middleware list)."""
 
     def build_middleware_stack(self) -> ASGIApp:
         return _SecurityHeaders(super().build_middleware_stack())

@@ -61,15 +61,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(raw: bytes | str) -> Any:
-    """Parse a request body as strict JSON; `ApiError(400)` for anything else.
-
-    Refuses what Python's `json` accepts but JSON does not (`NaN`, `Infinity`, numbers
-    that overflow to infinity), integers longer than Python converts (4300 digits),
-    nesting deep enough to exhaust the parser's stack, and an object that names a key
-    twice (`{"decision": "deny", "decision": "approve"}`: parsers disagree on which one
-    counts, so a proxy or log could read another decision than the one recorded), and
-    bytes that are not UTF-8 (RFC 8259; Python's `json` would guess UTF-16 or UTF-32 from
-    the first bytes, so a body a proxy or a log reads as garbage was a decision).
+    """Parse a request body as strict JSON (RFC 8259); `ApiError(400)` for anything else:
+    `NaN` and `Infinity`, numbers that overflow, integers over 4300 digits, nesting that
+    exhausts the parser, a key named twice in one object, bytes that are not UTF-8
+    (why: ADR 0050, ADR 0069, ADR 0070).
     """
     if isinstance(raw, bytes):
         try:

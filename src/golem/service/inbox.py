@@ -1,15 +1,8 @@
-"""The web inbox: server-rendered HTML pages and their form actions.
+"""The web inbox's pages and form actions: `/login`, `/` (pending calls), `/runs`,
+`/runs/{run_id}`, and the decide, approve/deny-all, resolve and start forms.
 
-Pages: `/login`, `/` (pending calls the signed-in approver may decide), `/runs` (recent
-runs) and `/runs/{run_id}` (a run's calls, conversation and audit trail). Every action is a
-plain form POST guarded by the session's CSRF token, answered with a 303 redirect, so the
-inbox works without JavaScript; `static/inbox.js` adds live updates and shortcuts.
-
-Everything shown comes from the store and is escaped by the templates (Jinja2 autoescape):
-arguments, reasons and messages are model output and never trusted as markup.
-
-Each page links the change stream (`GET /api/events`, `golem.service.stream`) from the
-audit cursor read before the page's data, so the script's live updates miss nothing.
+Every action is a form POST answered with a 303 redirect, so the inbox works without
+JavaScript; `static/inbox.js` adds live updates. The page machinery is `golem.service.pages`.
 """
 
 from __future__ import annotations

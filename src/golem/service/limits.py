@@ -1,14 +1,10 @@
-"""The limits around the event stream: cursor range, streams per identity, credential expiry.
+"""`GuardedEvents`, the ASGI app behind `GET /api/events`: the stream
+(`golem.service.stream.events`) behind its limits.
 
-`GuardedEvents` is the ASGI app behind `GET /api/events`. It refuses a cursor that is
-neither an integer in 0 … 2**63-1 (a store's 64-bit audit IDs; only 0 from an approver who
-does not see every agent), a sealed cursor the service sent (`seal_cursor`) nor an entry
-reference (`seal_entry`) with 422, allows at most
-`ServiceSettings.max_streams_per_identity` open streams per identity (429 beyond), and
-re-checks the stream's credential while it is open: when the session or stream token
-expires, or the session is signed out, the stream sends `event: end` and closes, so a
-revoked browser stops receiving changes. `HEAD` gets the stream's headers and no stream.
-The stream itself is `golem.service.stream.events`.
+It refuses a cursor that is not a position of this service (`positions.start_cursor`:
+422), allows `ServiceSettings.max_streams_per_identity` open streams per identity (429
+beyond), and re-checks the credential while the stream is open: once the session or
+stream token ends, the stream sends `event: end` and closes. `HEAD` gets the headers only.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The stream is push-fed: between batches it sleeps on the store's `ChangeFeed` un
 audit log grows past its cursor — woken by PostgreSQL `NOTIFY` or, on SQLite, by the one
 poller the process shares — so an idle stream runs no queries of its own (at most one per
 keep-alive) and holds only its cursor. A store without a change feed is polled every
-`stream_poll_interval` seconds (see `create_app`).
+`stream_poll_interval` seconds (`ServiceSettings`).
 """
 
 from __future__ import annotations
