@@ -26,12 +26,29 @@ from tests.service.conftest import bearer, make_auth
         {"stream_heartbeat": 0},
         {"default_expires_in": 0},
         {"worker_concurrency": 0},
+        {"body_timeout": 0},
+        {"max_streams_per_identity": 0},
+        {"login_attempts_per_minute": 0},
+        {"token_failures_per_minute": -5},
+        {"undo_seconds": 61},
     ],
 )
-def test_bad_settings_are_rejected(registry: Any, kwargs: dict[str, Any]) -> None:
+def test_bad_settings_are_rejected_when_built(registry: Any, kwargs: dict[str, Any]) -> None:
     name = next(iter(kwargs))
     with pytest.raises(ValueError, match=name):
-        create_app(ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), **kwargs))
+        ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), **kwargs)
+
+
+def test_a_short_seal_key_is_rejected_when_built(registry: Any) -> None:
+    with pytest.raises(ValueError, match="32"):
+        ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), seal_key=b"short")
+
+
+def test_settings_are_frozen_and_keep_their_webhooks(registry: Any) -> None:
+    settings = ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), webhooks=[])
+    assert settings.webhooks == ()
+    with pytest.raises(AttributeError):
+        settings.undo_seconds = 0  # type: ignore[misc]
 
 
 def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Path) -> None:
