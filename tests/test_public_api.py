@@ -22,7 +22,7 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
         "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
-        "PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
+        "PausedRun PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
         "UsageLimitExceeded UsageLimits __version__ approved_call call_approved dumps_history "
@@ -30,21 +30,19 @@ PUBLIC_ALL = {
     ),
     "golem.agent": "Agent RunStream default_backoff",
     "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
+        "PAUSED_MARKER AgentTool SubAgent SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
         "sub_agent_calls sub_conversation"
     ),
     "golem.cli": "",
     "golem.cli.commands": "build_app main",
     "golem.durable": "",
     "golem.integrations": "",
-    "golem.deferred": (
-        "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumeProgress"
-    ),
+    "golem.deferred": "PAUSED_RUN_VERSION Approval DeferredRequests DeferredResults PausedRun PendingToolCall",
     "golem.cli.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
         "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "
         "ProviderConnectionError ProviderError ProviderTimeout RateLimited ResponseFormatError "
-        "ResumeError RunError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
+        "ResumeError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
         "ToolError ToolTimeout UsageLimitExceeded"
     ),
     "golem.events": "EventHandler EventKind RunEvent",
@@ -69,7 +67,9 @@ PUBLIC_ALL = {
     "golem.providers.anthropic": "AnthropicModel OutputMode",
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
-    "golem.result": "PartialResult Result",
+    "golem.limits": "UsageLimits",
+    "golem.resume": "BeforeApproved ResumeProgress",
+    "golem.result": "PartialResult Result RunError",
     "golem.seal": "SealKey SealKeys seal_call seal_pending verify_call",
     "golem.service": "Approver AuthConfig Credential create_app",
     "golem.service.api": "",
@@ -117,7 +117,7 @@ PUBLIC_ALL = {
         "ToolResult approved_call call_approved idempotency_key"
     ),
     "golem.toolset": "Toolset",
-    "golem.usage": "Price Usage UsageLimits",
+    "golem.usage": "Price Usage",
     "golem.durable.worker": (
         "RETRY_REFUSAL AgentEntry AgentRegistry StoredCallMismatch SweepReport Worker "
         "load_registry new_run_from_result start_run"

@@ -420,16 +420,15 @@ def test_load_registry_accepts_a_mapping_or_a_factory(monkeypatch: pytest.Monkey
         load_registry(f"{mod.__name__}:missing")
 
 
-async def test_a_pause_with_duplicate_call_ids_is_saved_failed_not_raised(store: Store) -> None:
+async def test_a_pause_whose_calls_share_an_id_is_saved_with_an_id_for_each(store: Store) -> None:
     twice = calls(("c1", "delete_file", '{"path": "/a"}'), ("c1", "delete_file", '{"path": "/b"}'))
     app = App(twice)
     run = await start_run(store, app.registry, "ops", "x", started_by="alice")
-    assert run.status is RunStatus.FAILED
-    assert run.outcome is not None
-    assert "c1" in run.outcome.error
-    assert run.calls == ()
-    actions = [e.action for e in await store.audit(run.id)]
-    assert actions == [AuditAction.CREATED, AuditAction.FAILED]
+    assert run.status is RunStatus.PENDING
+    assert [(c.call_id, c.args) for c in run.calls] == [
+        ("c1", '{"path": "/a"}'),
+        ("c1_2", '{"path": "/b"}'),
+    ]
     assert app.executed == []
 
 

@@ -31,7 +31,6 @@ from typing import (
 import pydantic
 from typing_extensions import TypeVar
 
-from golem import deferred
 from golem._cancel import cancel_requests
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
@@ -50,24 +49,19 @@ from golem.agent_tool import (
 )
 from golem.agent_tool import check as check_nested
 from golem.agent_tool import resume as resume_nested
-from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults, ResumeProgress
-from golem.errors import (
-    Overloaded,
-    RateLimited,
-    ResumeError,
-    RunError,
-    Stage,
-    UsageLimitExceeded,
-)
+from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
+from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, _new_message, _stamped, loads_history
+from golem.limits import UsageLimits
+from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
-from golem.result import Result
+from golem.result import Result, RunError
+from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
-from golem.tool import ModelRetry, RunContext, Tool, _ClearedApproval
+from golem.tool import ClearedApproval, ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
-from golem.usage import Price, Usage, UsageLimits
+from golem.usage import Price, Usage
 
 if TYPE_CHECKING:
     from golem.integrations.otel import RunTracer
@@ -84,6 +78,8 @@ R = TypeVar("R")
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
+Paused = History | PausedRun
+"""What a resume starts from: a `PausedRun`, or a plain history (its messages or their JSON)."""
 Resolutions = DeferredResults | Mapping[str, Any]
 
 
@@ -570,7 +566,7 @@ class Agent(Generic[DepsT, OutputT]):
                 RunContext(state.deps, state.run_id, state.conversation_id)
             )
         if text:
-            state.messages.append(_new_message("system", text))
+            state.messages.append(new_message("system", text))
         state.messages.extend(pair_results(body))
 
     @overload
@@ -619,7 +615,7 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: the run failed; `.stage` says where, `__cause__` why.
             ValueError: the history or prompt is malformed.
         """
-        with _ClearedApproval():
+        with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 state = await self._prepare(
                     prompt, deps, history, run_id, conversation_id, on_event
@@ -724,7 +720,7 @@ class Agent(Generic[DepsT, OutputT]):
         self._check_streaming()
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _ClearedApproval():
+            with ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     state = await self._prepare(
                         prompt, deps, history, run_id, conversation_id, on_event
@@ -749,22 +745,30 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None,
         policy: Policy,
         bound: bool | None = None,
-    ) -> deferred.ResumePlan:
+    ) -> ResumePlan:
         """Validate a resume. `bound` says whether the caller vouched for the conversation
         (default: whether `conversation_id` was passed); with a seal key, an unbound one
         needs `expected` (`ConversationRequired`)."""
         supplied = _resume_history(history)
-        resolutions = deferred.as_results(results)
+        resolutions = as_results(results)
         if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
             resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
-        return deferred.check_resume(
+        # the caller's word first, then the expected calls' (the caller kept them), then the
+        # history's (whatever its editor wrote; the Go golem drops it)
+        named = (
+            conversation_id
+            or getattr(expected, "conversation_id", "")
+            or _conversation_of(supplied)
+        )
+        return check_resume(
             supplied,
             resolutions,
             policy.tools,
-            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
+            conversation_id=named or new_id(),
             keys=policy.seal_keys,
             expected=expected,
             conversation_bound=bool(conversation_id) if bound is None else bound,
+            conversation_named=bool(named),
         )
 
     def _check_sub_resume(
@@ -786,7 +790,7 @@ class Agent(Generic[DepsT, OutputT]):
             return
         policy = self._policy(self.tools)
 
-        def check_own(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+        def check_own(merged: list[Message], own: DeferredResults) -> ResumePlan:
             return self._check_resume(merged, own, conversation_id, None, policy, True)
 
         if self._nested(self.tools) and paused_records(history):
@@ -798,7 +802,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def _resume(
         self,
-        plan: deferred.ResumePlan,
+        plan: ResumePlan,
         policy: Policy,
         prompt: Prompt,
         deps: Any,
@@ -830,7 +834,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def _resolve(
         self,
-        plan: deferred.ResumePlan,
+        plan: ResumePlan,
         policy: Policy,
         state: RunState,
         before_approved: BeforeApproved | None,
@@ -838,7 +842,7 @@ class Agent(Generic[DepsT, OutputT]):
         progress: ResumeProgress | None,
     ) -> None:
         """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await deferred.resume(plan, policy, state, before_approved, progress)
+        merged = await resolve(plan, policy, state, before_approved, progress)
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
@@ -865,14 +869,14 @@ class Agent(Generic[DepsT, OutputT]):
         bound = bool(conversation_id) or expected is not None
         conversation_id = conversation_id or _conversation_of(history) or new_id()
 
-        def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
+        def check_parent(merged: list[Message], own: DeferredResults) -> ResumePlan:
             return self._check_resume(merged, own, conversation_id, None, policy, bound)
 
         async def apply_parent(
-            plan: deferred.ResumePlan, own: ResumeProgress
+            plan: ResumePlan, own: ResumeProgress
         ) -> tuple[list[Message], int]:
             state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await deferred.resume(
+            merged = await resolve(
                 plan,
                 policy,
                 state,
@@ -883,7 +887,7 @@ class Agent(Generic[DepsT, OutputT]):
             return merged, state.tool_calls
 
         async def resume_parent(
-            plan: deferred.ResumePlan, spent: Spent, own: ResumeProgress
+            plan: ResumePlan, spent: Spent, own: ResumeProgress
         ) -> Result[OutputT]:
             return await self._resume(
                 plan,
@@ -924,7 +928,7 @@ class Agent(Generic[DepsT, OutputT]):
 
         return await resume_nested(
             history,
-            deferred.as_results(results),
+            as_results(results),
             tools,
             deps=deps,
             check_parent=check_parent,
@@ -947,7 +951,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     async def run_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -964,7 +968,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -980,7 +984,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1050,10 +1054,13 @@ class Agent(Generic[DepsT, OutputT]):
                 calls that ran answered, the failing one and the rest still pending — or
                 the resumed run failed later.
         """
-        with _ClearedApproval():
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
+        )
+        with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 if self._nested(tools):
-                    supplied = _resume_history(history, validate=False)
+                    supplied = _resume_history(plain, validate=False)
                     if paused_records(supplied):
                         return await self._resume_nested(
                             tools,
@@ -1071,7 +1078,7 @@ class Agent(Generic[DepsT, OutputT]):
                             progress,
                         )
                 policy = self._policy(tools)
-                plan = self._check_resume(history, results, conversation_id, expected, policy)
+                plan = self._check_resume(plain, results, conversation_id, expected, policy)
                 return await self._resume(
                     plan,
                     policy,
@@ -1087,7 +1094,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1104,7 +1111,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1120,7 +1127,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1154,7 +1161,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1171,7 +1178,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1187,7 +1194,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1213,22 +1220,25 @@ class Agent(Generic[DepsT, OutputT]):
             ResumeError: the resume is invalid (raised here, before anything runs).
         """
         self._check_streaming()
-        plan: deferred.ResumePlan | None = None
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
+        )
+        plan: ResumePlan | None = None
         nested = self._nested(self.tools) and paused_records(
-            _resume_history(history, validate=False)
+            _resume_history(plain, validate=False)
         )
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
-                history, results, conversation_id, expected, self._policy(self.tools)
+                plain, results, conversation_id, expected, self._policy(self.tools)
             )
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _ClearedApproval():
+            with ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     if nested:
                         return await self._resume_nested(
                             tools,
-                            _resume_history(history, validate=False),
+                            _resume_history(plain, validate=False),
                             results,
                             prompt,
                             deps,
@@ -1243,7 +1253,7 @@ class Agent(Generic[DepsT, OutputT]):
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(
-                        history, results, conversation_id, expected, policy
+                        plain, results, conversation_id, expected, policy
                     )
                     return await self._resume(
                         checked,
@@ -1388,7 +1398,7 @@ def _conversation_of(messages: Sequence[Message]) -> str:
 
 def _prompt_message(prompt: Prompt) -> Message | None:
     if isinstance(prompt, str):
-        return _new_message("user", prompt)
+        return new_message("user", prompt)
     texts: list[str] = []
     parts: list[Part] = []
     for i, item in enumerate(prompt):
@@ -1403,11 +1413,11 @@ def _prompt_message(prompt: Prompt) -> Message | None:
             raise ValueError(
                 f"golem: prompt item {i} must be a str or a Part, got {type(item).__name__}"
             )
-    return _new_message("user", "\n".join(texts), parts)
+    return new_message("user", "\n".join(texts), parts)
 
 
 def _stamp(m: Message, state: RunState) -> Message:
-    return _stamped(m, state.run_id, state.conversation_id)
+    return stamped(m, state.run_id, state.conversation_id)
 
 
 def _unfence(text: str) -> str:
@@ -1424,3 +1434,22 @@ def _describe_output_error(exc: pydantic.ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "output"
         problems.append(f"{loc}: {err['msg']}")
     return "invalid output: " + "; ".join(problems)
+
+
+def _unpack(
+    history: Paused,
+    conversation_id: str | None,
+    expected: DeferredRequests | None,
+    trace_context: str,
+) -> tuple[History, str | None, DeferredRequests | None, str]:
+    """A resume's history and the paused run's facts: a `PausedRun` supplies the
+    conversation, the expected calls and the trace context the caller did not pass."""
+    if not isinstance(history, PausedRun):
+        return history, conversation_id, expected, trace_context
+    return (
+        history.messages,
+        conversation_id or history.conversation_id or None,
+        expected if expected is not None else history.pending,
+        trace_context or history.trace_context,
+    )
+

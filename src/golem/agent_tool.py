@@ -28,16 +28,15 @@ import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pydantic_core
 
-from golem import deferred
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, ResumeProgress
+from golem._loop import RunState
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
 from golem.errors import (
     HistoryError,
     ResumeError,
-    RunError,
     Stage,
     SubAgentConversationMismatch,
     ToolError,
@@ -45,7 +44,18 @@ from golem.errors import (
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
-from golem.seal import SealKey, seal_pending
+from golem.result import PartialResult, Result, RunError
+from golem.resume import (
+    BeforeApproved,
+    ResumeProgress,
+    answered_calls,
+    brief,
+    conversation_required,
+    merge,
+    same_args,
+    with_expected_args,
+)
+from golem.seal import SealKey, SealKeys, seal_pending
 from golem.tool import (
     Canceled,
     DeferKind,
@@ -58,14 +68,10 @@ from golem.tool import (
 )
 from golem.usage import Usage
 
-if TYPE_CHECKING:
-    from golem._loop import RunState
-    from golem.agent import Agent
-    from golem.result import PartialResult, Result
-
 __all__ = [
     "PAUSED_MARKER",
     "AgentTool",
+    "SubAgent",
     "SubAgentCall",
     "SubAgentPaused",
     "forwarder",
@@ -115,6 +121,23 @@ SUB_RUN: contextvars.ContextVar[list[RunState] | None] = contextvars.ContextVar(
 sub-run spent to its parent's — also when the sub-run fails, times out or is cancelled."""
 
 
+class SubAgent(Protocol):
+    """What an `AgentTool` needs of the agent it runs (an `Agent`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+    @property
+    def seal_keys(self) -> SealKeys | None: ...
+    @property
+    def run(self) -> Callable[..., Awaitable[Result[Any]]]: ...
+    @property
+    def run_with_deferred_results(self) -> Callable[..., Awaitable[Result[Any]]]: ...
+    @property
+    def _check_sub_resume(self) -> Callable[..., None]: ...
+
+
 class AgentTool(Tool):
     """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
 
@@ -130,7 +153,7 @@ class AgentTool(Tool):
 
     def __init__(
         self,
-        agent: Agent[Any, Any],
+        agent: SubAgent,
         name: str,
         description: str,
         *,
@@ -191,7 +214,7 @@ def sub_conversation(conversation_id: str, call_id: str) -> str:
 
 
 def agent_tool(
-    agent: Agent[Any, Any],
+    agent: SubAgent,
     name: str | None = None,
     description: str | None = None,
     *,
@@ -358,7 +381,6 @@ def partial_of(result: Result[Any]) -> PartialResult:
 
 
 def _partial(result: Result[Any], messages: list[Message]) -> PartialResult:
-    from golem.result import PartialResult
 
     return PartialResult(
         messages=messages,
@@ -450,7 +472,7 @@ async def resume(
     run_id: str = "",
     conversation_id: str = "",
     conversation_bound: bool = True,
-    before_approved: deferred.BeforeApproved | None = None,
+    before_approved: BeforeApproved | None = None,
     progress: ResumeProgress | None = None,
 ) -> Result[Any]:
     """Resume the paused sub-agents recorded in `history`, then the parent.
@@ -493,7 +515,7 @@ async def resume(
     if progress is not None:
         progress._reset()
     if expected is not None:
-        history = deferred.with_expected_args(history, expected)
+        history = with_expected_args(history, expected)
     records, own, own_pending = check(
         history,
         results,
@@ -564,7 +586,7 @@ async def resume(
                 raise
         paused = _paused_result(merged, repaused, tool_calls, run_id, conversation_id)
         return paused_parent(_with_usage(paused, usage_from))
-    merged = deferred.merge(merged, {})
+    merged = merge(merged, {})
     spent = Spent.of(usage_from)
     if own_pending:
         handing.own, handing.base = ResumeProgress(), merged
@@ -633,7 +655,6 @@ class _Handing:
     def partial(self, failed: PartialResult | None) -> PartialResult:
         """The partial of a nested resume that failed while a sub-agent resumed (its own
         partial `failed`, for what it spent) or while the parent's own calls resolved."""
-        from golem.result import PartialResult
 
         messages = self.read()[0]
         if messages is None:
@@ -787,7 +808,7 @@ def check(
     """
     results, expected = drop_finished(history, results, expected, tools)
     if expected is not None:
-        history = deferred.with_expected_args(history, expected)
+        history = with_expected_args(history, expected)
         _check_expected(history, results, expected)
     records = _records(history, tools)
     batch = paused_batch_ids(history)
@@ -821,7 +842,7 @@ def check(
     if own_ids:
         check_parent(history, own)
     else:
-        done = deferred._answered_calls(history)
+        done = answered_calls(history)
         unknown = next((k for k in [*own.approvals, *own.external] if k not in done), None)
         if unknown is not None:
             raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
@@ -845,7 +866,7 @@ def check(
     if not conversation_bound and expected is None:
         keyed = _keyed_waiting(records)
         if keyed is not None:
-            raise deferred.conversation_required(*keyed)
+            raise conversation_required(*keyed)
     return records, own, bool(own_ids)
 
 
@@ -944,7 +965,7 @@ def _answered_nested(history: Sequence[Message], key: str) -> bool:
     """Whether `key` names a call of the paused batch that `history` answers, or (namespaced)
     one under such a call: a sub-agent that answered, or a call a paused sub-agent's record
     answers, at any depth."""
-    done = deferred._answered_calls(history) & paused_batch_ids(history)
+    done = answered_calls(history) & paused_batch_ids(history)
     if key in done:
         return True
     for m in history:
@@ -1045,12 +1066,12 @@ def _check_expected(
                 f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
                 "pending calls (added to the history after the pause?)"
             )
-        if p.tool_name != name or not deferred.same_args(p.args, args):
+        if p.tool_name != name or not same_args(p.args, args):
             what = "tool name differs" if p.tool_name != name else "arguments differ"
             raise ResumeError(
                 f'golem: pending tool call "{call_id}": its {what} from the expected '
-                f"pending call ({p.tool_name} {deferred._brief(p.args)}, got {name} "
-                f"{deferred._brief(args)})"
+                f"pending call ({p.tool_name} {brief(p.args)}, got {name} "
+                f"{brief(args)})"
             )
         if p.seal and seal != p.seal:
             raise ResumeError(
@@ -1078,8 +1099,8 @@ def _check_expected(
 
 
 def _namespaced_guard(
-    guard: deferred.BeforeApproved | None, call_id: str, tool_name: str
-) -> deferred.BeforeApproved | None:
+    guard: BeforeApproved | None, call_id: str, tool_name: str
+) -> BeforeApproved | None:
     """`guard` for a sub-agent's resume: it sees the sub-agent's calls namespaced."""
     if guard is None:
         return None
@@ -1279,7 +1300,7 @@ def seal_sub_agent_calls(
 
 def _pending_or_none(history: Sequence[Message]) -> list[Any]:
     try:
-        return deferred.pending_calls(history)
+        return pending_calls(history)
     except ResumeError:
         return []
 
@@ -1293,7 +1314,6 @@ def _paused_result(
 ) -> Result[Any]:
     """The parent, still paused on the sub-agents that paused again (with the resuming
     run's identity)."""
-    from golem.result import Result
 
     last = messages[-1]
     approvals: list[PendingToolCall] = []
@@ -1324,7 +1344,6 @@ def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]
 def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
     """A copy of `result` with `changes` (a paused result is copied without reading its
     output, which a paused `Result` does not have)."""
-    from golem.result import Result
 
     fields: dict[str, Any] = {
         "output": None if result.pending is not None else result.output,

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from golem.errors import HistoryError, SealError
-from golem.messages import Message, _new_message
+from golem.messages import Message, new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
@@ -194,7 +194,7 @@ def _normalize(
         names = {c.id: c.name for c in m.tool_calls}
         for call_id in closing:
             out.append(
-                _new_message(
+                new_message(
                     "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=names[call_id]
                 )
             )

@@ -649,7 +649,7 @@ async def test_the_run_retries_as_the_answer_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from golem import Agent, _loop
-    from golem.errors import RunError
+    from golem.result import RunError
 
     now = time.time()
     ahead = {

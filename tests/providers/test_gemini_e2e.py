@@ -232,7 +232,8 @@ async def test_pause_on_gemini_then_resume_in_a_new_agent(
 
 
 async def test_wrong_key_against_the_local_server(server: tuple[str, FakeGemini]) -> None:
-    from golem.errors import AuthenticationError, RunError
+    from golem.errors import AuthenticationError
+    from golem.result import RunError
 
     base_url, fake = server
     model = GeminiModel("gemini-2.5-flash", api_key="wrong", base_url=base_url)

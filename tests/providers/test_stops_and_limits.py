@@ -23,12 +23,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent
-from golem.errors import Overloaded, ProviderError, RunError, UsageLimitExceeded
+from golem.errors import Overloaded, ProviderError, UsageLimitExceeded
+from golem.limits import UsageLimits
 from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelResponse
 from golem.providers._http import MAX_TOKEN_COUNT
+from golem.result import RunError
 from golem.testing import ScriptedModel
-from golem.usage import Usage, UsageLimits
+from golem.usage import Usage
 from tests.providers._unseen import MODELS, send
 
 

@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import ProviderError, RateLimited, ResponseFormatError, RunError
+from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
 from golem.providers._http import MAX_RETRY_AFTER, rate_limit_reset
+from golem.result import RunError
 from tests.providers._recordings import all_interactions, needs_recordings
 from tests.providers._unseen import MODELS, REQUEST, Chunks, accumulated, final, send
 

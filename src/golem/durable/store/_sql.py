@@ -74,7 +74,7 @@ from golem.durable.store.records import (
     check_run_id,
 )
 from golem.errors import StoreError
-from golem.messages import _deep_spans
+from golem.messages import deep_spans
 
 __all__ = ["Conn", "Later", "SQLStore", "Tx"]
 
@@ -110,7 +110,7 @@ def _in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
     if isinstance(cause, MemoryError):
         return False
     if isinstance(cause, RecursionError):
-        return not isinstance(deps_ref, str) or _deep_spans(deps_ref) is None
+        return not isinstance(deps_ref, str) or deep_spans(deps_ref) is None
     return True
 
 
