@@ -840,7 +840,7 @@ def test_a_repeated_parameter_is_found_as_starlette_reads_the_query(query: str) 
     # repeated exactly when Starlette's own reading of the query sees it twice.
     from urllib.parse import parse_qsl
 
-    from golem.service.app import _url_problem
+    from golem.service.middleware import _url_problem
 
     names = [k for k, _ in parse_qsl(query, keep_blank_values=True)]
     scope = {"path": "/", "raw_path": b"/", "query_string": query.encode("latin-1")}

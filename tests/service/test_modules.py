@@ -26,6 +26,7 @@ MODULES = [
     "golem.service.errors",
     "golem.service.inbox",
     "golem.service.limits",
+    "golem.service.middleware",
     "golem.service.notify",
     "golem.service.openapi",
     "golem.service.pages",
