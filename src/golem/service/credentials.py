@@ -18,8 +18,7 @@ from golem.service.state import state_of
 __all__: list[str] = []
 
 SESSION_COOKIE = "golem_session"
-
-
+"""The inbox session cookie's name."""
 SESSION_COOKIE_RE = re.compile(r"(?:^|;)\s*" + re.escape(SESSION_COOKIE) + r"\s*=")
 """Where a `Cookie` header names the session cookie."""
 
