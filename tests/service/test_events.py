@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
-from golem.service.positions import _unseal_cursor
+from golem.service.positions import read_position
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 
@@ -30,7 +30,7 @@ WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
 
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
-    return _unseal_cursor(app.state.golem.auth.secret, cursor)
+    return read_position(app.state.golem.auth.secret, cursor, full_view=False)
 
 
 @dataclass
