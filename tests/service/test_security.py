@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import httpx
@@ -106,7 +107,8 @@ async def test_login_is_rate_limited_per_address(app: Starlette) -> None:
 
 
 async def test_open_streams_are_limited_per_identity(app: Starlette) -> None:
-    app.state.golem.max_streams_per_identity = 2
+    state = app.state.golem
+    state.settings = dataclasses.replace(state.settings, max_streams_per_identity=2)
     async with open_stream(app, headers=bearer("alice")) as one:
         async with open_stream(app, headers=bearer("alice")) as two:
             async with open_stream(app, headers=bearer("alice")) as three:

@@ -352,19 +352,11 @@ def create_app(settings: ServiceSettings) -> Starlette:
 def _initial_state(settings: ServiceSettings) -> ServiceState:
     """What the routes share (`app.state.golem`), before the lifespan opens anything."""
     return ServiceState(
-        registry=settings.registry,
+        settings=settings,
         store=None if isinstance(settings.store, str) else settings.store,
-        auth=settings.auth,
-        max_body_bytes=settings.max_body_bytes,
-        stream_poll_interval=settings.stream_poll_interval,
-        stream_heartbeat=settings.stream_heartbeat,
-        default_expires_in=settings.default_expires_in,
-        max_streams_per_identity=settings.max_streams_per_identity,
+        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
         login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
         token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
-        undo_seconds=settings.undo_seconds,
-        presenters=dict(settings.presenters),
-        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
     )
 
 

@@ -191,7 +191,7 @@ async def inbox_page(page: SignedIn) -> Response:
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
-    soon, rest = group_views(found, cred, now, state.presenters)
+    soon, rest = group_views(found, cred, now, state.settings.presenters)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -303,7 +303,7 @@ async def run_page(page: SignedIn) -> Response:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
-    cards = [call_view(run, c, cred, now, state.presenters) for c in run.calls]
+    cards = [call_view(run, c, cred, now, state.settings.presenters) for c in run.calls]
     link_next([c for c in cards if c["can_decide"] and not c["decision"]])
     return await page.render(
         "run.html",

@@ -94,7 +94,7 @@ class GuardedEvents:
             return
         cred, valid, exp = found
         identity = cred.approver.identity
-        limit, counts = state.max_streams_per_identity, state.open_streams
+        limit, counts = state.settings.max_streams_per_identity, state.open_streams
         if counts.get(identity, 0) >= limit:
             raise ApiError(
                 429,

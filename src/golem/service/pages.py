@@ -170,7 +170,7 @@ def render(
         "csrf": state_of(request).auth.csrf_token(who[1]) if who else "",
         "pending_count": pending,
         "notice": _notice(request),
-        "undo": state_of(request).undo_seconds if who else 0,
+        "undo": state_of(request).settings.undo_seconds if who else 0,
         "error": "",
         "run_id": "",
         # sealed (ADR 0073): the log's newest ID would tell how many changes, hidden ones

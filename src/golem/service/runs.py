@@ -293,7 +293,7 @@ async def start_for(
         raise ApiError(
             403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
         )
-    seconds = expires_in if expires_in is not None else state.default_expires_in
+    seconds = expires_in if expires_in is not None else state.settings.default_expires_in
     # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)

@@ -9,9 +9,10 @@ from starlette.requests import Request
 
 from golem.durable.store import Store
 from golem.durable.worker import AgentRegistry
-from golem.seal import SealKey
+from golem.seal import SealKeys
 from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
 from golem.service.errors import ApiError
+from golem.service.settings import ServiceSettings
 
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -19,40 +20,35 @@ __all__: list[str] = []
 
 @dataclass
 class ServiceState:
-    """What every route needs: the registry, the store, auth and limits (`app.state.golem`)."""
+    """What every route needs (`app.state.golem`): the settings and what the app keeps while
+    it runs (the store, the limiters, the open streams, the notifier)."""
 
-    registry: AgentRegistry
-    """Agent name → entry."""
+    settings: ServiceSettings
+    """What the app was built from."""
     store: Store | None
     """The store (None until the lifespan opened it when the app was given a URL)."""
-    auth: AuthConfig
-    """Tokens, approvers and signing key."""
-    max_body_bytes: int
-    """Largest accepted request body."""
-    stream_poll_interval: float
-    """How often the event stream polls the audit log (seconds)."""
-    stream_heartbeat: float
-    """How often the event stream sends a keep-alive comment (seconds)."""
-    default_expires_in: float | None
-    """Default deadline of started runs' pending calls (seconds), None for none."""
-    undo_seconds: float = 5.0
-    """The inbox's undo window before a decision is sent (0: send at once; API unaffected)."""
-    max_streams_per_identity: int = 8
-    """Open event streams allowed per approver identity."""
-    stream_recheck: float = 5.0
-    """Seconds between re-checks of an open stream's session or stream token."""
-    open_streams: dict[str, int] = field(default_factory=dict)
-    """Identity → event streams open now."""
+    seal_key: SealKeys | None = None
+    """The workers' seal keys: runs started here are saved with every pending call sealed."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
     """Sign-in attempts allowed per client address."""
     token_failures: TokenFailures = field(default_factory=TokenFailures)
     """Wrong bearer tokens allowed per client address (429 beyond, for a while)."""
-    presenters: dict[str, Any] = field(default_factory=dict)
-    """Tool name → presenter of its calls in the inbox (`golem.service.views.Presentation`)."""
+    open_streams: dict[str, int] = field(default_factory=dict)
+    """Identity → event streams open now."""
+    stream_recheck: float = 5.0
+    """Seconds between re-checks of an open stream's session or stream token."""
     notifier: Any = None
     """The webhook `Notifier` while the app runs with webhooks (else None)."""
-    seal_key: SealKey | None = None
-    """The workers' seal key: runs started here are saved with every pending call sealed."""
+
+    @property
+    def registry(self) -> AgentRegistry:
+        """Agent name → entry (`settings.registry`)."""
+        return self.settings.registry
+
+    @property
+    def auth(self) -> AuthConfig:
+        """Tokens, approvers and signing key (`settings.auth`)."""
+        return self.settings.auth
 
 
 def require_store(state: ServiceState) -> Store:

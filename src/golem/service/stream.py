@@ -159,7 +159,7 @@ async def _follow(
     start = seal_cursor(secret, cursor)
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": start, "identity": cred.approver.identity}, start)
-    beat = _now() + state.stream_heartbeat  # the next keep-alive, on a fixed schedule
+    beat = _now() + state.settings.stream_heartbeat  # the next keep-alive, on a fixed schedule
     batch: list[AuditEntry] | None = first
     while True:
         if batch is None:
@@ -178,7 +178,7 @@ async def _follow(
         if now >= beat:  # due, busy or idle: a long run of hidden entries sends it too
             yield ": keep-alive\n\n"
             while beat <= now:
-                beat += state.stream_heartbeat
+                beat += state.settings.stream_heartbeat
         if batch:
             batch = None
             continue
@@ -186,7 +186,7 @@ async def _follow(
         if await request.is_disconnected():
             return
         if feed is None:  # a store without a change feed: poll
-            await asyncio.sleep(min(state.stream_poll_interval, max(beat - now, 0.0)))
+            await asyncio.sleep(min(state.settings.stream_poll_interval, max(beat - now, 0.0)))
         else:  # sleep until the log grows past the cursor (or a keep-alive is due)
             await feed.wait_for_change(cursor, timeout=max(beat - _now(), 0.0))
 
