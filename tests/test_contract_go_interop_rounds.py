@@ -39,8 +39,9 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.agent_tool import PAUSED_MARKER, paused_records, sub_conversation
+from golem.agent_tool import PAUSED_MARKER, sub_conversation
 from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
+from golem.nested import paused_records
 from golem.providers.anthropic._wire import container_of
 from golem.providers.openai._wire import audio_id_of
 from golem.resume import same_args

@@ -161,3 +161,45 @@ def test_a_paused_run_with_arguments_nested_as_deep_as_go_writes_them_loads() ->
         "conv",
     )
     assert PausedRun.loads(run.dumps()).messages[1].tool_calls[0].args == deep
+
+
+async def test_a_parent_paused_on_a_sub_agent_resumes_from_its_paused_run_alone() -> None:
+    ran: list[str] = []
+    sub: Agent[None, str] = Agent(
+        ScriptedModel(
+            ModelResponse(
+                Message(role="assistant", tool_calls=[ToolCall("s1", "transfer", "{}")]),
+                finish_reason="tool_call",
+            ),
+            "paid",
+        ),
+        name="payer",
+        seal_key=KEY,
+    )
+
+    @sub.tool
+    def transfer(ctx: RunContext[None]) -> str:
+        """Move money."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "sign-off")
+        ran.append(ctx.call_id)
+        return "sent"
+
+    parent: Agent[None, str] = Agent(
+        ScriptedModel(
+            ModelResponse(
+                Message(role="assistant", tool_calls=[ToolCall("p1", "payer", '{"prompt":"pay"}')]),
+                finish_reason="tool_call",
+            ),
+            "all done",
+        ),
+        tools=[sub.as_tool()],
+        seal_key=KEY,
+    )
+    first = await parent.run("go", conversation_id="conv-n")
+    assert first.paused_run is not None
+    assert first.paused_run.pending.conversation_id == "conv-n"
+    loaded = PausedRun.loads(first.paused_run.dumps())
+    done = await parent.run_with_deferred_results(loaded, {"approvals": {"p1/s1": True}})
+    assert done.output == "all done"
+    assert ran == ["s1"]

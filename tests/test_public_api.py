@@ -29,10 +29,7 @@ PUBLIC_ALL = {
         "loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgent SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
-        "sub_agent_calls sub_conversation"
-    ),
+    "golem.agent_tool": "PAUSED_MARKER AgentTool SubAgent SubAgentPaused forwarder sub_conversation",
     "golem.cli": "",
     "golem.cli.commands": "build_app main",
     "golem.durable": "",
@@ -68,6 +65,7 @@ PUBLIC_ALL = {
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.limits": "UsageLimits",
+    "golem.nested": "SubAgentCall seal_sub_agent_calls sub_agent_calls",
     "golem.resume": "BeforeApproved ResumeProgress",
     "golem.result": "PartialResult Result RunError",
     "golem.seal": "SealKey SealKeys seal_call seal_pending verify_call",

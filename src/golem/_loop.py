@@ -96,6 +96,8 @@ class RunState:
     requests: int = 0
     tool_calls: int = 0
     finish_reason: str = ""
+    model_name: str = ""
+    """The model that answered the last model request, as its response said (may be empty)."""
     feedback: dict[str, int] = field(default_factory=dict)
     """Correction feedbacks given per tool name (the tool retry budget)."""
     tools: dict[str, Tool] | None = None
@@ -307,6 +309,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
     raise_if_swallowed(state.cancels)
     state.usage = state.usage + response.usage
     state.finish_reason = response.finish_reason
+    state.model_name = response.model_name
     message = response.message
     if (
         message.run_id != state.run_id

@@ -37,18 +37,13 @@ from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
     SUB_RUN,
     AgentTool,
-    Spent,
     agent_tool,
     copy_result,
-    drop_finished,
     has_agent_tools,
     partial_of,
-    paused_records,
     run_scope,
     surface,
 )
-from golem.agent_tool import check as check_nested
-from golem.agent_tool import resume as resume_nested
 from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
 from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
 from golem.events import EventHandler, RunEvent
@@ -56,8 +51,18 @@ from golem.history import pair_results, validate_history
 from golem.limits import UsageLimits
 from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
+from golem.nested import (
+    Handing,
+    NestedPlan,
+    Spent,
+    check_records,
+    check_sub_agents,
+    drop_finished,
+    paused_records,
+    resume_sub_agents,
+)
 from golem.result import Result, RunError
-from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, resolve
+from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, merge, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
 from golem.tool import ClearedApproval, ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
@@ -345,20 +350,34 @@ class Agent(Generic[DepsT, OutputT]):
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
 
-    def _run_tracer(
-        self, state: RunState, trace_context: str = "", operation: str = "run"
-    ) -> RunTracer | None:
-        """Start the run's span when tracing is on (`golem.integrations.otel`), else None; `operation`
-        is "run" or "resume" (the span's `golem.run.operation`)."""
+    def _new_tracer(self, trace_context: str = "") -> RunTracer | None:
+        """The run's tracer when tracing is on (`golem.integrations.otel`), else None."""
         if self.tracer_provider is None and "golem.integrations.otel" not in sys.modules:
             return None  # golem.integrations.otel never imported: tracing is off, nothing to ask
         from golem.integrations.otel import run_tracer
 
-        tracer = run_tracer(self, self.tracer_provider, trace_context)
+        return run_tracer(self, self.tracer_provider, trace_context)
+
+    def _run_tracer(
+        self,
+        state: RunState,
+        trace_context: str = "",
+        operation: str = "run",
+        opened: RunTracer | None = None,
+    ) -> RunTracer | None:
+        """Start the run's span when tracing is on, else None (`opened`: a tracer whose span
+        a nested resume opened already); `operation` is "run" or "resume" (the span's
+        `golem.run.operation`)."""
+        tracer = opened
         if tracer is not None:
+            tracer.bind(state)
+        else:
+            tracer = self._new_tracer(trace_context)
+            if tracer is None:
+                return None
             tracer.start(state, operation=operation)
-            state.tracer = tracer
-            state.observers = (tracer.on_event, *state.observers)
+        state.tracer = tracer
+        state.observers = (tracer.on_event, *state.observers)
         return tracer
 
     async def _run_traced(
@@ -370,10 +389,11 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         before: Callable[[], Awaitable[None]] | None = None,
         operation: str = "run",
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
-        tracer = self._run_tracer(state, trace_context, operation)
+        tracer = self._run_tracer(state, trace_context, operation, opened)
         nested = self._nested(policy.tools)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
@@ -790,13 +810,11 @@ class Agent(Generic[DepsT, OutputT]):
             return
         policy = self._policy(self.tools)
 
-        def check_own(merged: list[Message], own: DeferredResults) -> ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy, True)
-
         if self._nested(self.tools) and paused_records(history):
-            check_nested(
-                history, results, self.tools, check_own, expected, conversation_id=conversation_id
-            )
+            plan = check_records(history, results, self.tools, expected)
+            if plan.own_pending:
+                self._check_resume(plan.checked, plan.own, conversation_id, None, policy, True)
+            check_sub_agents(plan, conversation_id=conversation_id)
         else:
             self._check_resume(history, results, conversation_id, expected, policy, True)
 
@@ -813,6 +831,7 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         spent: Spent | None = None,
         progress: ResumeProgress | None = None,
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -830,6 +849,7 @@ class Agent(Generic[DepsT, OutputT]):
             trace_context=trace_context,
             before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
             operation="resume",
+            opened=opened,
         )
 
     async def _resolve(
@@ -863,90 +883,108 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
+        """A resume whose history records paused sub-agents (see `golem.nested`): check
+        everything, resume the sub-agents, then this agent's own calls and run."""
         policy = self._policy(tools)
         run_id = run_id or new_id()  # one identity for every part of this resume
         bound = bool(conversation_id) or expected is not None
         conversation_id = conversation_id or _conversation_of(history) or new_id()
-
-        def check_parent(merged: list[Message], own: DeferredResults) -> ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy, bound)
-
-        async def apply_parent(
-            plan: ResumePlan, own: ResumeProgress
-        ) -> tuple[list[Message], int]:
-            state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await resolve(
+        if progress is not None:
+            progress._reset()
+        plan = check_records(history, as_results(results), tools, expected)
+        if plan.own_pending:
+            self._check_resume(plan.checked, plan.own, conversation_id, None, policy, bound)
+        check_sub_agents(plan, conversation_id=conversation_id, conversation_bound=bound)
+        # the parent's span opens first: the sub-agents resume under it, then its own run
+        tracer = self._new_tracer(trace_context)
+        if tracer is not None:
+            tracer.open(run_id, conversation_id, operation="resume")
+        try:
+            handing = await resume_sub_agents(
                 plan,
-                policy,
-                state,
-                before_approved,
-                own,
-                hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
-            )
-            return merged, state.tool_calls
-
-        async def resume_parent(
-            plan: ResumePlan, spent: Spent, own: ResumeProgress
-        ) -> Result[OutputT]:
-            return await self._resume(
-                plan,
-                policy,
-                prompt,
-                deps,
-                run_id,
-                on_event,
-                before_approved,
-                sink,
-                trace_context,
-                spent,
-                progress=own,
-            )
-
-        async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
-            state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
-            state.sink = sink
-            spent.seed(state)
-            return await self._run_traced(
-                policy,
-                state,
-                stream=sink is not None,
+                deps=deps,
+                observers=self._observers(on_event),
+                sink=sink,
                 trace_context=trace_context,
-                operation="resume",
+                run_id=run_id,
+                conversation_id=conversation_id,
+                before_approved=before_approved,
+                progress=progress,
+                price=policy.cost,
             )
-
-        def paused_parent(result: Result[Any]) -> Result[Any]:
-            result = copy_result(result, cost=policy.cost(result.usage))
-            if policy.usage_limits is not None:
-                try:
-                    policy.usage_limits.check(
-                        result.usage, result.requests, result.tool_calls, result.cost
+            if handing.repaused:  # a sub-agent paused again: so does this agent
+                result = await self._paused_again(
+                    plan, handing, policy, deps, on_event, before_approved, bound
+                )
+            else:
+                merged = merge(handing.merged, {})
+                spent = Spent.of(handing.spent)
+                if plan.own_pending:
+                    handing.own, handing.base = ResumeProgress(), merged
+                    own = self._check_resume(merged, plan.own, conversation_id, None, policy, bound)
+                    result = await self._resume(
+                        own, policy, prompt, deps, run_id, on_event, before_approved, sink,
+                        trace_context, spent, progress=handing.own, opened=tracer,
+                    )  # fmt: skip
+                else:
+                    handing.continued = merged
+                    state = await self._prepare(
+                        prompt, deps, merged, run_id, conversation_id, on_event
                     )
-                except UsageLimitExceeded as exc:
-                    raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
-            return result
+                    state.sink = sink
+                    spent.seed(state)
+                    result = await self._run_traced(
+                        policy, state, stream=sink is not None, trace_context=trace_context,
+                        operation="resume", opened=tracer,
+                    )  # fmt: skip
+        except BaseException as exc:
+            if tracer is not None and tracer.is_open:
+                tracer.fail(exc)
+            raise
+        if tracer is not None and tracer.is_open:  # the parent paused again, its loop unrun
+            result = copy_result(result, trace_context=tracer.finish(result))
+        return result
 
-        return await resume_nested(
-            history,
-            as_results(results),
-            tools,
-            deps=deps,
-            check_parent=check_parent,
-            apply_parent=apply_parent,
-            resume_parent=resume_parent,
-            continue_parent=continue_parent,
-            paused_parent=paused_parent,
-            price=policy.cost,
-            observers=self._observers(on_event),
-            sink=sink,
-            trace_context=trace_context,
-            expected=expected,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            conversation_bound=bound,
-            before_approved=before_approved,
-            progress=progress,
-        )
+    async def _paused_again(
+        self,
+        plan: NestedPlan,
+        handing: Handing,
+        policy: Policy,
+        deps: Any,
+        on_event: EventHandler | None,
+        before_approved: BeforeApproved | None,
+        bound: bool,
+    ) -> Result[Any]:
+        """This agent's own calls resolved (not continued) under a sub-agent that paused
+        again, and the still paused result, within this agent's limits and priced."""
+        merged, tool_calls = handing.merged, 0
+        if plan.own_pending:
+            handing.own = ResumeProgress()
+            own = self._check_resume(merged, plan.own, handing.conversation_id, None, policy, bound)
+            state = self._state(deps, handing.run_id, own.conversation_id, on_event)
+            try:
+                merged = await resolve(
+                    own,
+                    policy,
+                    state,
+                    before_approved,
+                    handing.own,
+                    hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
+                )
+            except RunError as failed:
+                failed.partial = handing.partial(None)
+                raise
+            tool_calls = state.tool_calls
+        result = handing.paused(merged, tool_calls)
+        result = copy_result(result, cost=policy.cost(result.usage))
+        if policy.usage_limits is not None:
+            try:
+                policy.usage_limits.check(
+                    result.usage, result.requests, result.tool_calls, result.cost
+                )
+            except UsageLimitExceeded as exc:
+                raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
+        return result
 
     @overload
     async def run_with_deferred_results(
@@ -1224,9 +1262,7 @@ class Agent(Generic[DepsT, OutputT]):
             history, conversation_id, expected, trace_context
         )
         plan: ResumePlan | None = None
-        nested = self._nested(self.tools) and paused_records(
-            _resume_history(plain, validate=False)
-        )
+        nested = self._nested(self.tools) and paused_records(_resume_history(plain, validate=False))
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
                 plain, results, conversation_id, expected, self._policy(self.tools)
@@ -1452,4 +1488,3 @@ def _unpack(
         expected if expected is not None else history.pending,
         trace_context or history.trace_context,
     )
-

@@ -646,11 +646,19 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
         return await _rerun_approved(tool, call, ctx, timeout, state.cancels)
     ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
     state.emit(EventKind.TOOL_START, args=call.args, **ids)
+    tracer = state.tracer  # when tracing, the call's span is current while it re-runs
+    entered = tracer.enter_tool(call.id) if tracer is not None else None
     try:
         done = await _rerun_approved(tool, call, ctx, timeout, state.cancels)
     except RunError as failed:
+        if tracer is not None:
+            tracer.leave_tool(entered)
+            tracer = None
         state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
         raise
+    finally:
+        if tracer is not None:
+            tracer.leave_tool(entered)
     state.emit(EventKind.TOOL_END, result=done.text, parts=tuple(done.parts), **ids)
     return done
 

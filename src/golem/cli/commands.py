@@ -11,6 +11,7 @@ golem deny RUN CALL --reason "..."                                deny one call
 golem answer RUN CALL TEXT                                        give an external result
 golem show RUN                                                    a run, its conversation, audit
 golem demo [--once]                                               the whole cycle, in a browser
+golem --version                                                   prints `golem <version>`
 ```
 
 `--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. `golem serve` and `golem worker`
@@ -781,9 +782,32 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+    app.callback()(_root)
     for fn in (_serve, _worker, _pending, _approve, _deny, _answer, _show, _resolve, _demo):
         app.command(fn.__name__.removeprefix("_"))(fn)
     return app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from golem import __version__
+
+        print(f"golem {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print golem's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """The options before any command (`golem --version`)."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
-from golem.agent_tool import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.deferred import DeferredRequests, PendingToolCall
 from golem.durable.store import (
     CallKind,
@@ -59,6 +58,7 @@ from golem.durable.store._sql import elapsed
 from golem.errors import StoreError, SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.nested import SubAgentCall, paused_records, seal_sub_agent_calls, sub_agent_calls
 from golem.seal import SealKey, SealKeys, as_seal_keys, seal_pending, verify_call
 from golem.tool import DeferKind
 
