@@ -314,8 +314,14 @@ def _worker(
     leases run out). With $GOLEM_SEAL_KEY every stored call must carry a valid seal
     before its run resumes.
     """
+    from golem.durable.store.records import check_seconds
     from golem.durable.worker import Worker
 
+    try:
+        check_seconds("--poll", poll)
+        check_seconds("--lease", lease)
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
     registry = _registry(app_spec)
     seal_key = _seal_keys()
 
@@ -402,6 +408,13 @@ def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: 
         return record, await store.get_run(run_id)
 
     record, run = _with_store(_db(db), go)
+    if record.decided_by != identity:
+        # the store takes the same decision again from anyone as a no-op: someone else
+        # decided first, so this identity decided nothing (HTTP: 409 decision_conflict)
+        raise _err(
+            f'call "{call_id}" of run "{run_id}" is already decided ({record.kind.value} by '
+            f"{record.decided_by}); nothing was recorded for {identity}"
+        )
     state = (
         "every call is decided: a worker will resume it"
         if run.status is RunStatus.READY
@@ -767,9 +780,10 @@ def _resolve(
         if call.rerun_confirmed_by:
             out.print(f"  {call.call_id} ({call.tool_name}): runs again, confirmed")
         else:
-            out.print(
-                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is "
-                "idempotent; otherwise it is denied (confirm it with --confirm)"
+            out.print(  # it is too late to confirm it: the run is no longer interrupted
+                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is declared "
+                "idempotent; otherwise this attempt denies it (not confirmed: a call is "
+                f"confirmed only by the --retry itself, with --confirm {call.call_id})"
             )
 
 
