@@ -89,7 +89,8 @@ PUBLIC_ALL = {
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.durable.store": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID MAX_SECONDS AuditAction AuditEntry AuditPage "
+        "CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "
@@ -99,7 +100,8 @@ PUBLIC_ALL = {
     ),
     "golem.durable.store.postgres": "PostgresStore",
     "golem.durable.store.records": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID MAX_SECONDS AuditAction AuditEntry AuditPage "
+        "CallExpired CallKind "
         "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "
