@@ -1,9 +1,9 @@
 """Drive each adapter through its HTTP path with a body the test makes up.
 
-Shared by the tests of traffic the recordings do not show (`test_unseen_*.py`) and the
-mutation test: every adapter under the same name as its recordings' directory, and one call
-that answers a request with a given body (whole, or in the given pieces) and returns what
-`generate` or `generate_stream` gave.
+Every adapter under the name of its recordings' directory (`MODELS`, `ADAPTERS`), a plain
+answer of each API (`DONE`), the body an adapter sends (`body_of`), and one call that answers
+a request with a given body (whole, or in the given pieces) and returns what `generate` or
+`generate_stream` gave (`send`).
 """
 
 from __future__ import annotations
