@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
@@ -533,7 +532,7 @@ def _with_moderation(message: Message, moderation: Any) -> Message:
         at=len(message.content),
         thinking_before=len(message.thinking),
     )
-    return dataclasses.replace(message, server_tools=[*message.server_tools, block])
+    return replace(message, server_tools=[*message.server_tools, block])
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
