@@ -58,9 +58,9 @@ from golem.nested import (
     check_records,
     check_sub_agents,
     drop_finished,
-    paused_records,
     resume_sub_agents,
 )
+from golem.records import paused_records
 from golem.result import Result, RunError
 from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, merge, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
