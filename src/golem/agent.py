@@ -198,21 +198,7 @@ class Agent(Generic[DepsT, OutputT]):
                 f'"openai:gpt-4.1"; got {type(model).__name__} (for tests: '
                 "golem.testing.ScriptedModel)"
             )
-        if tool_timeout is not None and tool_timeout <= 0:
-            raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
-        for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
-            if value < 0:
-                raise ValueError(f"{label} must not be negative, got {value}")
-        if max_iterations < 1:
-            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if max_retry_wait is not None and not max_retry_wait >= 0:
-            raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
-        if usage_limits is not None and usage_limits.cost is not None and price is None:
-            raise ValueError(
-                "a cost limit needs a price: pass price=... (a function from Usage to money)"
-            )
+        _check_options(tool_timeout, tool_retries, output_retries, max_iterations, max_attempts, max_retry_wait, usage_limits, price)  # fmt: skip
         self.model = model
         self.output_type = output_type
         self.instructions = instructions
@@ -1353,6 +1339,34 @@ class RunStream(Generic[OutputT]):
             else:
                 raise RuntimeError("the stream's result is available after iterating it to the end")
         return self._result
+
+
+def _check_options(
+    tool_timeout: float | None,
+    tool_retries: int,
+    output_retries: int,
+    max_iterations: int,
+    max_attempts: int,
+    max_retry_wait: float | None,
+    usage_limits: UsageLimits | None,
+    price: Price | None,
+) -> None:
+    """Refuse an agent's out-of-range options (`ValueError`, naming the option)."""
+    if tool_timeout is not None and tool_timeout <= 0:
+        raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
+    for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
+        if value < 0:
+            raise ValueError(f"{label} must not be negative, got {value}")
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if max_retry_wait is not None and not max_retry_wait >= 0:
+        raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
+    if usage_limits is not None and usage_limits.cost is not None and price is None:
+        raise ValueError(
+            "a cost limit needs a price: pass price=... (a function from Usage to money)"
+        )
 
 
 def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:
