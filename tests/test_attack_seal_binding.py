@@ -394,7 +394,7 @@ async def test_a_keyed_sub_agent_two_levels_down_binds_the_top_conversation() ->
     """Keyless top and middle agents over a keyed janitor: the janitor's sub-run lives in
     `<top conversation>/t1/m1`, its seal binds that, and the top resume must be told its
     conversation (or `expected=`) for the janitor's seal to mean anything."""
-    from golem.nested import sub_agent_calls
+    from golem.records import sub_agent_calls
     from golem.seal import SealKeys
     from tests.test_as_tool import ask, calls, janitor, text
 

@@ -50,7 +50,7 @@ from golem._cancel import EXACT_CANCELLING
 from golem.agent_tool import PAUSED_MARKER
 from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.nested import sub_agent_calls
+from golem.records import sub_agent_calls
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
 

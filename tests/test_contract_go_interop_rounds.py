@@ -41,9 +41,9 @@ from golem import (
 )
 from golem.agent_tool import PAUSED_MARKER, sub_conversation
 from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
-from golem.nested import paused_records
 from golem.providers.anthropic._wire import container_of
 from golem.providers.openai._wire import audio_id_of
+from golem.records import paused_records
 from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind

@@ -33,7 +33,7 @@ from golem import (
 )
 from golem.agent_tool import PAUSED_MARKER
 from golem.durable.store import Decision, InvalidDecision
-from golem.nested import seal_sub_agent_calls, sub_agent_calls
+from golem.records import seal_sub_agent_calls, sub_agent_calls
 from golem.seal import SealKeys, seal_call, verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, InvalidArguments, call_approved

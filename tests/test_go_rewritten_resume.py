@@ -226,3 +226,19 @@ async def test_a_go_rewritten_sealed_history_without_its_conversation_names_the_
     with pytest.raises(SealError, match="the Go golem re-wrote"):
         await agent.run_with_deferred_results(_as_go_writes_it(paused.messages), RESOLVE)
     assert ledger.executions == []
+
+
+def test_a_text_part_whose_text_the_go_golem_dropped_is_named_and_reported() -> None:
+    from golem import Agent, HistoryError, Part, UnsafePart, sanitize_history
+    from golem.testing import ScriptedModel
+
+    ours = dumps_history([Message(role="user", content="see", parts=[Part("text", text="x")])])
+    as_go_writes_it = ours.replace(',"text":"x"', "")
+    assert '{"kind":"text"}' in as_go_writes_it
+    back = loads_history(as_go_writes_it)
+    with pytest.raises(HistoryError, match=r"text part needs text.*Go golem re-wrote"):
+        Agent(ScriptedModel("ok")).run_sync("go on", history=back)
+    clean, report = sanitize_history(back)
+    assert report.unsafe_parts == [UnsafePart(message_index=0, kind="text", scheme="")]
+    assert clean[0].parts == []
+    assert Agent(ScriptedModel("ok")).run_sync("go on", history=clean).output == "ok"

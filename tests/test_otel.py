@@ -470,6 +470,17 @@ async def test_the_model_names_come_from_the_model_and_its_answer(
     assert dict(chat.attributes or {})["gen_ai.response.model"] == "gpt-4.1-2025-04-14"
 
 
+def test_an_ollama_model_is_named_ollama(exporter: InMemorySpanExporter) -> None:
+    from golem.providers import infer_model
+
+    model: Any = infer_model("ollama:llama3.2")
+    model.generate = ScriptedModel("Hi.").generate  # no server: the name is what is checked
+    Agent(model, name="greeter").run_sync("hi")
+    chat, _ = exporter.get_finished_spans()
+    attrs = dict(chat.attributes or {})
+    assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == ("ollama", "llama3.2")
+
+
 def test_a_model_named_by_its_attributes_and_a_fallback_of_it(
     exporter: InMemorySpanExporter,
 ) -> None:

@@ -65,19 +65,28 @@ PUBLIC_ALL = {
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.limits": "UsageLimits",
-    "golem.nested": "SubAgentCall seal_sub_agent_calls sub_agent_calls",
+    "golem.nested": "",
+    "golem.records": "SubAgentCall seal_sub_agent_calls sub_agent_calls",
     "golem.resume": "BeforeApproved ResumeProgress",
     "golem.result": "PartialResult Result RunError",
     "golem.seal": "SealKey SealKeys seal_call seal_pending verify_call",
-    "golem.service": "Approver AuthConfig Credential create_app",
+    "golem.service": "Approver AuthConfig Credential ServiceSettings create_app",
     "golem.service.api": "",
     "golem.service.app": "ROUTES create_app",
     "golem.service.audit": "",
     "golem.service.auth": "Approver AuthConfig Credential",
+    "golem.service.bodies": "",
+    "golem.service.credentials": "",
+    "golem.service.decisions": "",
+    "golem.service.errors": "",
     "golem.service.inbox": "",
     "golem.service.limits": "",
+    "golem.service.middleware": "",
     "golem.service.notify": "Delivery Notifier Webhook sign",
     "golem.service.openapi": "CSV HTML REDIRECT SSE ArrayOf Operation openapi_document operation",
+    "golem.service.pages": "",
+    "golem.service.positions": "",
+    "golem.service.runs": "",
     "golem.service.schemas": (
         "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList "
         "AuditListItem AuditPageQuery AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
@@ -86,6 +95,8 @@ PUBLIC_ALL = {
         "ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm "
         "StartRunBody StreamToken WhoAmI"
     ),
+    "golem.service.settings": "ServiceSettings",
+    "golem.service.state": "",
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.durable.store": (

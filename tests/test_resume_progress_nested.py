@@ -37,7 +37,7 @@ from golem import (
 from golem.agent_tool import PAUSED_MARKER
 from golem.errors import SubAgentConversationMismatch
 from golem.model import ModelRequest, ModelResponse
-from golem.nested import sub_agent_calls
+from golem.records import sub_agent_calls
 from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -19,7 +19,7 @@ from golem import Agent, Message, ToolCall
 from golem.durable.store import CallKind, Decision, RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.messages import loads_history
-from golem.nested import sub_agent_calls
+from golem.records import sub_agent_calls
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -7,11 +7,11 @@ give what a full pass over the history gives: the last call of each ID, in emiss
 
 from __future__ import annotations
 
-from golem.durable.worker._checks import latest_calls as _latest_calls
-from golem.durable.worker._start import _emission_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golem.durable.worker._checks import latest_calls as _latest_calls
+from golem.durable.worker._start import _emission_order
 from golem.messages import Message, ToolCall
 
 IDS = st.sampled_from(["a", "b", "c", "d", ""])

@@ -58,9 +58,9 @@ from golem.nested import (
     check_records,
     check_sub_agents,
     drop_finished,
-    paused_records,
     resume_sub_agents,
 )
+from golem.records import paused_records
 from golem.result import Result, RunError
 from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, merge, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
@@ -198,21 +198,7 @@ class Agent(Generic[DepsT, OutputT]):
                 f'"openai:gpt-4.1"; got {type(model).__name__} (for tests: '
                 "golem.testing.ScriptedModel)"
             )
-        if tool_timeout is not None and tool_timeout <= 0:
-            raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
-        for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
-            if value < 0:
-                raise ValueError(f"{label} must not be negative, got {value}")
-        if max_iterations < 1:
-            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if max_retry_wait is not None and not max_retry_wait >= 0:
-            raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
-        if usage_limits is not None and usage_limits.cost is not None and price is None:
-            raise ValueError(
-                "a cost limit needs a price: pass price=... (a function from Usage to money)"
-            )
+        _check_options(tool_timeout, tool_retries, output_retries, max_iterations, max_attempts, max_retry_wait, usage_limits, price)  # fmt: skip
         self.model = model
         self.output_type = output_type
         self.instructions = instructions
@@ -1035,62 +1021,38 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """Resume a paused run from its history with a resolution for every pending call.
+        """Resume a paused run with a resolution for every pending call.
 
-        Approved calls re-execute (with `call_approved()` true, the original or the
-        approver's edited arguments, `deps` and the configured timeout; `tool_start` /
-        `tool_end` events carry `approved=True`); denied calls get a denial message;
-        external results are used verbatim. Resolutions join the history in the
-        model's emission order, the optional prompt follows, and the run goes on
-        through the ordinary loop — it may pause again.
+        Approved calls re-execute (once, with `call_approved()` true, the original or the
+        approver's edited arguments); denied calls get a denial message; external results
+        are used verbatim. Resolutions join the history in the model's emission order, the
+        optional `prompt` follows, and the run goes on through the ordinary loop — it may
+        pause again. See docs/guides/deferred-tools.md.
 
         Args:
-            history: The paused run's `result.messages`, or their JSON.
-            results: A `DeferredResults`, or a dict `{"approvals": {call_id: Approval |
-                bool}, "external": {call_id: text}}` (either key optional).
+            history: The `PausedRun` (`result.paused_run`, alone enough for a sealed,
+                checked, trace-linked resume), or a plain history (`result.messages` or
+                its JSON).
+            results: `DeferredResults`, or `{"approvals": {...}, "external": {...}}`.
             prompt: An optional user message after the resolutions.
             deps: The dependencies the re-runs and the resumed run see.
-            run_id: The resumed run's ID (`ctx.run_id` in re-runs); new when omitted.
-            conversation_id: The conversation (default: the history's). Required, or
-                `expected`, when the agent (or a paused sub-agent) has a `seal_key`: the
-                history's own conversation ID is whatever its editor wrote.
+            run_id: The resumed run's ID (new when omitted).
+            conversation_id: The conversation (default: the paused run's).
             on_event: This run's observer.
-            expected: The paused run's `Result.pending`, when the caller kept it: the
-                pending calls must be exactly these, with the same names and
-                arguments, each resolved by its kind.
-            before_approved: Awaited with each approved call right before it
-                re-executes; an exception it raises propagates unchanged and nothing
-                more runs (a store proving it still holds its lease).
-            trace_context: The paused run's `Result.trace_context`: when tracing is on
-                (`golem.integrations.otel`), the resumed run's span links to the paused run's span.
-            progress: A `ResumeProgress` that follows the approved calls as they run: when
-                the resume is cancelled or `before_approved` raises, its `messages` is the
-                history to go on from (no approved call that ran runs again).
-
-        A resume that failed or was cancelled goes on from the history it handed back
-        (`RunError.partial.messages` or `progress.messages`) with the same `results` and
-        `expected`: a resolution for a call the history already answers is skipped.
-
-        A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
-        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent. A failure
-        or cancellation there hands back this agent's history with each sub-agent's record
-        rewritten from what it ran (ADR 0076).
+            expected: The paused run's `Result.pending`: the pending calls must be exactly
+                these, and their conversation the one the seals bind.
+            before_approved: Awaited right before each approved call re-executes.
+            trace_context: The paused run's `Result.trace_context` (links the spans).
+            progress: Follows the approved calls as they run; after a failure or a
+                cancellation its `messages` is the history to go on from (ADR 0071, 0076).
 
         Raises:
-            ResumeError: before anything runs, when the history does not load (JSON) or
-                breaks the structural rules (parts or thinking on the wrong role), has no
-                pending calls, a call has no ID or shares one, a message other than a tool
-                result follows the paused batch, a seal does not verify (`SealError`, with
-                `seal_key`), a pending call contradicts `expected`, a resolution names
-                an unknown call or has the wrong kind, a call is resolved twice or not
-                at all, an approved call's tool is not registered, or edited arguments
-                fail the tool's schema; last, with `seal_key` and neither
-                `conversation_id` nor `expected` (`ConversationRequired`).
+            ResumeError: before anything runs, for a history or resolutions a resume
+                cannot take (`SealError` for seals, `ConversationRequired` when a keyed
+                resume is told no conversation).
             TypeError: `results` is neither `DeferredResults` nor such a dict.
-            RunError: an approved re-run failed (stage `tool`), raised `Canceled`
-                (stage `canceled`) — its `partial` is the paused history with the approved
-                calls that ran answered, the failing one and the rest still pending — or
-                the resumed run failed later.
+            RunError: an approved re-run or the resumed run failed; its `partial` holds
+                what ran.
         """
         plain, conversation_id, expected, trace_context = _unpack(
             history, conversation_id, expected, trace_context
@@ -1377,6 +1339,34 @@ class RunStream(Generic[OutputT]):
             else:
                 raise RuntimeError("the stream's result is available after iterating it to the end")
         return self._result
+
+
+def _check_options(
+    tool_timeout: float | None,
+    tool_retries: int,
+    output_retries: int,
+    max_iterations: int,
+    max_attempts: int,
+    max_retry_wait: float | None,
+    usage_limits: UsageLimits | None,
+    price: Price | None,
+) -> None:
+    """Refuse an agent's out-of-range options (`ValueError`, naming the option)."""
+    if tool_timeout is not None and tool_timeout <= 0:
+        raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
+    for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
+        if value < 0:
+            raise ValueError(f"{label} must not be negative, got {value}")
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if max_retry_wait is not None and not max_retry_wait >= 0:
+        raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
+    if usage_limits is not None and usage_limits.cost is not None and price is None:
+        raise ValueError(
+            "a cost limit needs a price: pass price=... (a function from Usage to money)"
+        )
 
 
 def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:

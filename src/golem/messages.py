@@ -90,7 +90,12 @@ class Part:
         if self.kind == "text":
             if self.url or self.data is not None or self.media_type or self.signature:
                 return "a text part has only text (no url, data, media_type or signature)"
-            return None if self.text else "a text part needs text"
+            if self.text:
+                return None
+            return (
+                "a text part needs text (a history the Go golem re-wrote has lost it: Go keeps "
+                "no text of a part; sanitize_history drops such parts and reports them)"
+            )
         if self.text:
             return f"a {self.kind} part has no text (put text in a text part)"
         has_url, has_data = bool(self.url), self.data is not None

@@ -26,9 +26,8 @@ from golem.agent_tool import (
     paused_record,
     sub_conversation,
 )
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import (
-    HistoryError,
     ResumeError,
     Stage,
     SubAgentConversationMismatch,
@@ -36,7 +35,18 @@ from golem.errors import (
 )
 from golem.events import EventHandler
 from golem.history import paused_batch_ids, validate_history
-from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.messages import Message, ToolCall, loads_history
+from golem.records import (
+    Paused,
+    named_conversation,
+    owner_of,
+    pending_or_none,
+    ran_in,
+    read_records,
+    record_text,
+    sub_agent_calls,
+    waiting_calls,
+)
 from golem.result import PartialResult, Result, RunError
 from golem.resume import (
     BeforeApproved,
@@ -47,7 +57,6 @@ from golem.resume import (
     same_args,
     with_expected_args,
 )
-from golem.seal import SealKey, seal_pending
 from golem.tool import (
     Canceled,
     DeferKind,
@@ -59,36 +68,9 @@ from golem.usage import Usage
 # --------------------------------------------------------------------------- resuming
 
 
-@dataclass(slots=True)
-class _Paused:
-    index: int
-    message: Message
-    tool: AgentTool
-    history: list[Message]
-    waiting: dict[str, str]
-    """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
-    approvals: dict[str, Any] = field(default_factory=dict)
-    external: dict[str, str] = field(default_factory=dict)
-    conversation: str = ""
-    """The sub-run's conversation its resume verifies seals for (`sub_conversation`)."""
-    expected: DeferredRequests | None = None
-    """The sub-agent's share of the parent's `expected` (only for a record sealed for
-    another conversation, which it alone binds)."""
-
-    @property
-    def continues(self) -> bool:
-        """Whether the record waits on nothing: a resume that failed or was cancelled
-        after the sub-agent's calls were all answered left it (ADR 0076); the sub-agent
-        goes on with `Agent.run` on its history."""
-        return not self.waiting and not paused_records(self.history)
 
 
-def paused_records(history: Sequence[Message]) -> bool:
-    """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
-    return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
-
-
-__all__ = ["SubAgentCall", "seal_sub_agent_calls", "sub_agent_calls"]
+__all__: list[str] = []
 
 
 async def resume_sub_agents(
@@ -173,7 +155,7 @@ class Handing:
     a cancellation hands it back (ADR 0076)."""
 
     history: list[Message]
-    records: Mapping[str, _Paused]
+    records: Mapping[str, Paused]
     results: DeferredResults
     run_id: str
     conversation_id: str
@@ -262,18 +244,18 @@ class Handing:
 
 
 def _progress_record(
-    rec: _Paused, sub_history: list[Message], run_id: str, conversation_id: str
+    rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
 ) -> Message:
     """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
     name = rec.tool.name
-    waiting = _waiting_calls(sub_history)
+    waiting = waiting_calls(sub_history)
     if waiting:
         calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
         line = f'sub-agent "{name}" is paused, waiting for {calls}'
     else:
         line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
     state = json.dumps(
-        {"agent": name, "history": _record_text(sub_history)},
+        {"agent": name, "history": record_text(sub_history)},
         ensure_ascii=False,
         separators=(",", ":"),
     )
@@ -283,23 +265,6 @@ def _progress_record(
         run_id=run_id or rec.message.run_id,
         conversation_id=conversation_id or rec.message.conversation_id,
     )
-
-
-def _record_text(history: list[Message]) -> str:
-    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
-    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
-    text that is not UTF-8, so that what ran is handed back rather than lost."""
-    try:
-        return dumps_history(history)
-    except HistoryError:
-        return dumps_history(
-            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
-        )
-
-
-def _unpaired(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
@@ -368,7 +333,7 @@ class NestedPlan:
     """Every resolution, as given."""
     checked: list[Message]
     """The history the parent's own resolutions are checked on."""
-    records: dict[str, _Paused]
+    records: dict[str, Paused]
     own: DeferredResults
     """The parent's own resolutions."""
     own_pending: bool
@@ -401,7 +366,7 @@ def check_records(
     if expected is not None:
         checked = with_expected_args(checked, expected)
         _check_expected(checked, results, expected)
-    records = _records(checked, tools)
+    records = read_records(checked, tools)
     batch = paused_batch_ids(checked)
     for call_id, rec in records.items():
         if call_id not in batch:
@@ -411,7 +376,7 @@ def check_records(
                 "earlier turn was resumed then, and its answer was replaced by its old record "
                 "to run it again; a paused history records sub-agents only for its last pause"
             )
-    own_ids = {c.id for c in _pending_or_none(checked)}  # a record answers its call
+    own_ids = {c.id for c in pending_or_none(checked)}  # a record answers its call
     own = _split(records, results, own_ids)
     for call_id, rec in records.items():
         _check_share(call_id, rec)
@@ -423,7 +388,7 @@ def check_records(
     return NestedPlan(history, given, checked, records, own, bool(own_ids), expected)
 
 
-def _check_share(call_id: str, rec: _Paused) -> None:
+def _check_share(call_id: str, rec: Paused) -> None:
     """Every call the sub-agent waits on is resolved, and nothing else of it."""
     for sub_id, sub_name in rec.waiting.items():
         if sub_id not in rec.approvals and sub_id not in rec.external:
@@ -435,7 +400,7 @@ def _check_share(call_id: str, rec: _Paused) -> None:
         for sub_id in list(share):
             if sub_id in rec.waiting:
                 continue
-            if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
+            if not ran_in(rec.history, sub_id, rec.tool.agent.tools):
                 raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
             if rec.continues:  # nothing of it resumes: a no-op (ADR 0076)
                 del share[sub_id]
@@ -461,7 +426,7 @@ def check_sub_agents(
         if rec.continues:  # no pending call to verify: its history is checked, then run
             _check_continuing(call_id, rec)
             continue
-        named = _named_conversation(rec.history)
+        named = named_conversation(rec.history)
         if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
             rec.expected = _expected_share(plan.expected, call_id, rec)
             if rec.expected is None:
@@ -479,7 +444,7 @@ def check_sub_agents(
             raise conversation_required(*keyed)
 
 
-def _check_continuing(call_id: str, rec: _Paused) -> None:
+def _check_continuing(call_id: str, rec: Paused) -> None:
     """A record that waits on nothing is one a failed or cancelled resume wrote (ADR 0076):
     a valid history ending with its last batch, every call of it answered.
 
@@ -507,21 +472,6 @@ def _check_continuing(call_id: str, rec: _Paused) -> None:
             "waits on no call and does not end with its answered batch: it is not a record "
             "golem writes, and no resume continues it"
         )
-
-
-def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
-    """Whether `key` names a call `history` answers, or one under an answered call of an
-    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
-    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
-    return any(
-        c.id in answered
-        and (
-            key == c.id or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
-        )
-        for m in history
-        for c in m.tool_calls
-    )
 
 
 def drop_finished(
@@ -592,12 +542,8 @@ def _answered_nested(history: Sequence[Message], key: str) -> bool:
     return False
 
 
-def _named_conversation(history: Sequence[Message]) -> str:
-    return next((m.conversation_id for m in reversed(history) if m.conversation_id), "")
-
-
 def _expected_share(
-    expected: DeferredRequests | None, call_id: str, rec: _Paused
+    expected: DeferredRequests | None, call_id: str, rec: Paused
 ) -> DeferredRequests | None:
     """The sub-agent's share of `expected` (its own IDs and tool names), when it carries a
     seal for every call the record waits on (`check` compared them); else None."""
@@ -618,7 +564,7 @@ def _expected_share(
     return mine
 
 
-def _mismatch(call_id: str, rec: _Paused, named: str) -> SubAgentConversationMismatch:
+def _mismatch(call_id: str, rec: Paused, named: str) -> SubAgentConversationMismatch:
     sub_id, sub_name = next(iter(rec.waiting.items()), ("", ""))
     return SubAgentConversationMismatch(
         f"{call_id}/{sub_id}",
@@ -633,7 +579,7 @@ def _mismatch(call_id: str, rec: _Paused, named: str) -> SubAgentConversationMis
     )
 
 
-def _keyed_waiting(records: Mapping[str, _Paused]) -> tuple[str, str] | None:
+def _keyed_waiting(records: Mapping[str, Paused]) -> tuple[str, str] | None:
     """The first call (namespaced ID, tool name) a sub-agent with a seal key waits on."""
     for call_id, rec in records.items():
         agent = rec.tool.agent
@@ -641,7 +587,7 @@ def _keyed_waiting(records: Mapping[str, _Paused]) -> tuple[str, str] | None:
             sub_id, sub_name = next(iter(rec.waiting.items()))
             return f"{call_id}/{sub_id}", f"{rec.tool.name}/{sub_name}"
         try:
-            inner = _records(rec.history, agent.tools)
+            inner = read_records(rec.history, agent.tools)
         except ResumeError:
             continue
         found = _keyed_waiting(inner)
@@ -659,7 +605,7 @@ def _check_expected(
             f"got {type(expected).__name__}"
         )
     waiting: dict[str, tuple[str, str, str]] = {
-        c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)
+        c.id: (c.name, c.args, c.seal) for c in pending_or_none(history)
     }
     waiting.update(
         (k, (v.tool_name, v.call.args, v.call.seal)) for k, v in sub_agent_calls(history).items()
@@ -730,185 +676,25 @@ def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
     return RunError(Stage.TOOL, err)
 
 
-def _records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, _Paused]:
-    records: dict[str, _Paused] = {}
-    for i, m in enumerate(history):
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
-            continue
-        tool = tools.get(m.tool_name)
-        if not isinstance(tool, AgentTool):
-            raise ResumeError(
-                f'golem: tool call "{m.tool_call_id}" records a paused sub-agent, but '
-                f'"{m.tool_name}" is not an agent tool of this agent'
-            )
-        try:
-            state = json.loads(m.content.split("\n", 1)[1])
-            sub_history = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError, RecursionError) as exc:
-            raise ResumeError(
-                f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
-                f"unreadable: {exc}"
-            ) from exc
-        records[m.tool_call_id] = _Paused(i, m, tool, sub_history, _waiting_calls(sub_history))
-    return records
-
-
 def _split(
-    records: Mapping[str, _Paused], results: DeferredResults, own_ids: set[str]
+    records: Mapping[str, Paused], results: DeferredResults, own_ids: set[str]
 ) -> DeferredResults:
     """Hand each namespaced resolution to its record; return the parent's own ones."""
     approvals: dict[str, Any] = {}
     external: dict[str, str] = {}
     for key, decision in results.approvals.items():
-        owner = _owner(records, key, own_ids)
+        owner = owner_of(records, key, own_ids)
         if owner is None:
             approvals[key] = decision
         else:
             records[owner].approvals[key[len(owner) + 1 :]] = decision
     for key, text in results.external.items():
-        owner = _owner(records, key, own_ids)
+        owner = owner_of(records, key, own_ids)
         if owner is None:
             external[key] = text
         else:
             records[owner].external[key[len(owner) + 1 :]] = text
     return DeferredResults(approvals=approvals, external=external)
-
-
-def _owner(records: Mapping[str, _Paused], key: str, own_ids: set[str]) -> str | None:
-    """The record whose sub-agent a resolution's key names (None: the parent's own call).
-
-    A key goes to the record it names a waiting call of; a key naming none goes to the
-    parent when it is one of the parent's pending calls, else to the record its prefix
-    names (which reports it unknown).
-
-    Raises:
-        ResumeError: the key names a waiting call of two of them (IDs that collide).
-    """
-    owners = [
-        call_id
-        for call_id, rec in records.items()
-        if key.startswith(call_id + "/") and key[len(call_id) + 1 :] in rec.waiting
-    ]
-    if key in own_ids:
-        owners.append("")
-    if len(owners) > 1:
-        raise ResumeError(
-            f'golem: resolution key "{key}" names more than one pending call (a parent call ID '
-            "colliding with a sub-agent's namespaced one); no resolution can tell them apart"
-        )
-    if owners:
-        return owners[0] or None
-    for call_id in records:
-        if key.startswith(call_id + "/"):
-            return call_id
-    return None
-
-
-def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
-    """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
-    waiting = {c.id: c.name for c in _pending_or_none(history)}
-    waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
-    return waiting
-
-
-class SubAgentCall(NamedTuple):
-    """A call a paused sub-agent waits on, found in its parent's history (`sub_agent_calls`)."""
-
-    call: ToolCall
-    """The call as the sub-agent's history holds it: its own ID, name, arguments and seal."""
-    tool_name: str
-    """The namespaced tool name, as the parent's `Result.pending` and a store name it
-    (`<agent tool>/<sub tool>`)."""
-    conversation_id: str
-    """The sub-run's conversation ID, which the call's seal (if any) is bound to: derived
-    from the parent's (`<parent conversation>/<parent call id>`, ADR 0065) when
-    `sub_agent_calls` was given the parent's conversation, else the one the record names."""
-    recorded_conversation_id: str = ""
-    """The conversation the sub-agent's record names: the same as `conversation_id` for a
-    genuine record paused since ADR 0065; another for a record from another conversation
-    or stored before it."""
-
-
-def sub_agent_calls(
-    history: Sequence[Message], conversation_id: str = ""
-) -> dict[str, SubAgentCall]:
-    """The calls the paused sub-agents recorded in a parent's `history` wait on, by
-    namespaced ID (`<parent call id>/<sub call id>`, nested sub-agents at any depth), in
-    history order.
-
-    What a worker needs to check a stored sub-agent call against the history before a
-    resume: the parent's own pending calls are tool calls of `history`; these are not. An
-    unreadable record is skipped (the resume itself reports it). With `conversation_id`
-    (the parent's, from your own record), each call's `conversation_id` is its sub-run's
-    derived from it, which is what its seal must verify for.
-    """
-    found: dict[str, SubAgentCall] = {}
-    for m in history:
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
-            continue
-        try:
-            state = json.loads(m.content.split("\n", 1)[1])
-            inner = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
-            continue
-        named = _named_conversation(inner)
-        conversation = sub_conversation(conversation_id, m.tool_call_id) or named
-        for c in _pending_or_none(inner):
-            found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
-                c, f"{m.tool_name}/{c.name}", conversation, named
-            )
-        for sub_id, sub in sub_agent_calls(inner, conversation if conversation_id else "").items():
-            found[f"{m.tool_call_id}/{sub_id}"] = sub._replace(
-                tool_name=f"{m.tool_name}/{sub.tool_name}"
-            )
-    return found
-
-
-def seal_sub_agent_calls(
-    history: Sequence[Message],
-    keys: SealKey,
-    kinds: Mapping[str, DeferKind | str],
-    conversation_id: str = "",
-) -> list[Message]:
-    """A copy of `history` in which the paused sub-agents' calls named in `kinds`
-    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation
-    (derived from `conversation_id`, the parent's, when given; else the one its record
-    names).
-
-    The counterpart of `golem.seal.seal_pending` for the calls `sub_agent_calls` finds:
-    they live in the sub-agent's history inside its parent's record, so that is where
-    they are sealed (nested sub-agents at any depth). Records holding none of them are
-    shared, nothing is mutated, and an unreadable record is left as it is.
-    """
-    out = list(history)
-    for i, m in enumerate(out):
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
-            continue
-        prefix = f"{m.tool_call_id}/"
-        mine = {k[len(prefix) :]: v for k, v in kinds.items() if k.startswith(prefix)}
-        if not mine:
-            continue
-        head, sep, body = m.content.partition("\n")
-        try:
-            state = json.loads(body)
-            inner = loads_history(state["history"])
-        except (KeyError, TypeError, ValueError, RecursionError):
-            continue
-        conversation = sub_conversation(conversation_id, m.tool_call_id)
-        conversation = conversation or _named_conversation(inner)
-        inner = seal_pending(inner, keys, conversation, mine)
-        inner = seal_sub_agent_calls(inner, keys, mine, conversation if conversation_id else "")
-        state["history"] = dumps_history(inner)
-        text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-        out[i] = replace(m, content=f"{head}{sep}{text}")
-    return out
-
-
-def _pending_or_none(history: Sequence[Message]) -> list[Any]:
-    try:
-        return pending_calls(history)
-    except ResumeError:
-        return []
 
 
 def _paused_result(

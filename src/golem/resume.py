@@ -52,7 +52,6 @@ from golem.tool import (
 __all__ = ["BeforeApproved", "ResumeProgress"]
 
 
-
 def _denial_text(reason: str) -> str:
     """The tool result the model receives for a denied call."""
     if reason:
@@ -198,28 +197,33 @@ def check_resume(
     if expected is not None:
         _check_expected(history, pending, expected, kinds)
     _check_results(history, pending, results, tools)
-    steps: list[_Step] = []
-    for c in pending:
-        kind = kinds.get(c.id)
-        approval = results.approvals.get(c.id)
-        if approval is not None and kind is DeferKind.EXTERNAL:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) waits for an external result, '
-                "not an approval; resolve it in external={...}"
-            )
-        if approval is None and kind is DeferKind.APPROVAL:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) waits for an approval; an '
-                "external result cannot stand in for it: resolve it in approvals={...}"
-            )
-        args = None
-        if approval is not None and approval.args is not None:
-            args = _edited_args(c, approval.args, tools[c.name])
-        steps.append(_Step(c, approval, results.external.get(c.id), args))
+    steps = [_step(c, kinds.get(c.id), results, tools) for c in pending]
     if keys is not None and not conversation_bound and expected is None and pending:
         # last, so every other problem is reported as itself: this one is the caller's code
         raise conversation_required(pending[0].id, pending[0].name)
     return ResumePlan(history, steps, conversation_id)
+
+
+def _step(
+    c: ToolCall, kind: DeferKind | None, results: DeferredResults, tools: Mapping[str, Tool]
+) -> _Step:
+    """What the resume does for pending call `c`: its resolution, checked against the kind
+    it was sealed with (when sealed) and, for edited arguments, against its tool."""
+    approval = results.approvals.get(c.id)
+    if approval is not None and kind is DeferKind.EXTERNAL:
+        raise ResumeError(
+            f'golem: pending tool call "{c.id}" ({c.name}) waits for an external result, '
+            "not an approval; resolve it in external={...}"
+        )
+    if approval is None and kind is DeferKind.APPROVAL:
+        raise ResumeError(
+            f'golem: pending tool call "{c.id}" ({c.name}) waits for an approval; an '
+            "external result cannot stand in for it: resolve it in approvals={...}"
+        )
+    args = None
+    if approval is not None and approval.args is not None:
+        args = _edited_args(c, approval.args, tools[c.name])
+    return _Step(c, approval, results.external.get(c.id), args)
 
 
 def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:

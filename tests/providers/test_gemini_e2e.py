@@ -168,9 +168,9 @@ async def test_pause_on_gemini_then_resume_in_a_new_agent(
     saved = dumps_history(paused.messages)
     assert SIGNATURE in saved  # the thought signature survives in the paused history
     history = loads_history(saved)
-    assert GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+    assert GeminiModel("gemini-2.5-flash", api_key="k").request_body(
         ModelRequest(messages=history)
-    ) == GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+    ) == GeminiModel("gemini-2.5-flash", api_key="k").request_body(
         ModelRequest(messages=paused.messages)
     )
 

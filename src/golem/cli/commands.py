@@ -252,7 +252,7 @@ def _serve(
     """
     import uvicorn
 
-    from golem.service import AuthConfig, create_app
+    from golem.service import AuthConfig, ServiceSettings, create_app
     from golem.service.notify import Webhook
 
     _loop_factory(loop)  # a clear error when uvloop is asked for and missing, before anything
@@ -265,15 +265,17 @@ def _serve(
     except ValueError as exc:
         raise _err(str(exc), 2) from None
     app = create_app(
-        registry,
-        _db(db),
-        auth=auth,
-        run_worker=worker,
-        worker_concurrency=concurrency,
-        default_expires_in=expires_in,
-        webhooks=hooks,
-        public_url=public_url or f"http://{host}:{port}",
-        seal_key=seal_key,
+        ServiceSettings(
+            registry,
+            _db(db),
+            auth=auth,
+            run_worker=worker,
+            worker_concurrency=concurrency,
+            default_expires_in=expires_in,
+            webhooks=hooks,
+            public_url=public_url or f"http://{host}:{port}",
+            seal_key=seal_key,
+        )
     )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
@@ -625,7 +627,7 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
     import uvicorn
 
     from golem.durable.worker import start_run
-    from golem.service import Approver, AuthConfig, create_app
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
     token = secrets.token_urlsafe(18)
     registry = demo_module.build_registry()
@@ -635,12 +637,14 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
 
     run = _with_store(url, first_run, create=True)
     app = create_app(
-        registry,
-        url,
-        auth=AuthConfig(tokens={token: Approver("demo")}),
-        run_worker=True,
-        worker_poll_interval=0.2,
-        stream_poll_interval=0.3,
+        ServiceSettings(
+            registry,
+            url,
+            auth=AuthConfig(tokens={token: Approver("demo")}),
+            run_worker=True,
+            worker_poll_interval=0.2,
+            stream_poll_interval=0.3,
+        )
     )
     link = f"http://{host}:{port}/login#token={token}"
     _console().print(
@@ -665,13 +669,15 @@ async def _demo_once(url: str, console: Console) -> int:
     from golem.cli import demo as demo_module
     from golem.durable.store import open_store
     from golem.durable.worker import Worker
-    from golem.service import Approver, AuthConfig, create_app
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
     registry = demo_module.build_registry()
     token = secrets.token_urlsafe(18)
     store = await open_store(url)
     try:
-        app = create_app(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        app = create_app(
+            ServiceSettings(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        )
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(

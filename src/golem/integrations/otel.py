@@ -150,16 +150,19 @@ def _primary(model: Any) -> Any:
 
 
 def _provider_name(model: Any) -> str:
-    """`gen_ai.provider.name`: golem's adapters by their package (the semantic conventions'
-    well-known names), a `FallbackModel` by its primary model, another model by its
-    `provider` attribute, else its class name."""
+    """`gen_ai.provider.name`: the model's `provider` attribute (golem's adapters set the
+    semantic conventions' well-known names; `ollama:` models say "ollama"), a
+    `FallbackModel` by its primary model, else its package under `golem.providers`, else
+    its class name."""
     model = _primary(model)
+    provider = getattr(model, "provider", None)
+    if isinstance(provider, str) and provider:
+        return provider
     module = type(model).__module__
     if module.startswith("golem.providers."):
         name = module.split(".")[2]
         return "gcp.gemini" if name == "gemini" else name
-    provider = getattr(model, "provider", None)
-    return provider if isinstance(provider, str) and provider else type(model).__name__
+    return type(model).__name__
 
 
 def _model_name(model: Any) -> str:

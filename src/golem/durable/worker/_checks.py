@@ -18,7 +18,7 @@ from golem.durable.store import (
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
-from golem.nested import SubAgentCall, paused_records, sub_agent_calls
+from golem.records import SubAgentCall, paused_records, sub_agent_calls
 from golem.seal import SealKeys, verify_call
 from golem.tool import DeferKind
 

@@ -22,7 +22,7 @@ from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import latest_calls, nested_calls
 from golem.durable.worker._registry import AgentEntry, AgentRegistry, deps_of, registered
 from golem.messages import Message, dumps_history, loads_history
-from golem.nested import seal_sub_agent_calls
+from golem.records import seal_sub_agent_calls
 from golem.seal import SealKey, seal_pending
 
 if TYPE_CHECKING:

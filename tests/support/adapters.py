@@ -1,9 +1,9 @@
 """Drive each adapter through its HTTP path with a body the test makes up.
 
-Shared by the tests of traffic the recordings do not show (`test_unseen_*.py`) and the
-mutation test: every adapter under the same name as its recordings' directory, and one call
-that answers a request with a given body (whole, or in the given pieces) and returns what
-`generate` or `generate_stream` gave.
+Every adapter under the name of its recordings' directory (`MODELS`, `ADAPTERS`), a plain
+answer of each API (`DONE`), the body an adapter sends (`body_of`), and one call that answers
+a request with a given body (whole, or in the given pieces) and returns what `generate` or
+`generate_stream` gave (`send`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
-from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.providers.openai import OpenAIChatModel, OpenAIResponsesModel
 
 REQUEST = ModelRequest([Message("user", "hi")])
 
@@ -29,6 +28,56 @@ MODELS: dict[str, Callable[[httpx.AsyncClient], Any]] = {
     "gemini": lambda c: GeminiModel("gemini-x", api_key="k", http_client=c),
 }
 """Each adapter, by the name of its recordings' directory."""
+
+ADAPTERS: dict[str, Callable[..., Any]] = {
+    "openai-chat": OpenAIChatModel,
+    "openai-responses": OpenAIResponsesModel,
+    "anthropic": AnthropicModel,
+    "gemini": GeminiModel,
+}
+"""Each adapter's class, by the name of its recordings' directory."""
+
+DONE: dict[str, dict[str, Any]] = {
+    "openai-chat": {
+        "id": "c",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+        ],
+    },
+    "openai-responses": {
+        "id": "r",
+        "object": "response",
+        "model": "gpt-4o",
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": "m",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+            }
+        ],
+    },
+    "anthropic": {
+        "id": "msg_2",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    },
+    "gemini": {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}
+        ],
+        "modelVersion": "gemini-x",
+    },
+}
+"""A plain successful answer ("ok") of each adapter's API, unstreamed."""
 
 
 class Chunks(httpx.AsyncByteStream):
@@ -74,6 +123,15 @@ async def send(
         if stream:
             return [item async for item in model.generate_stream(REQUEST)]
         return [await model.generate(REQUEST)]
+
+
+def body_of(
+    api: str, request: ModelRequest, model: str = "m", *, stream: bool = False, **settings: Any
+) -> dict[str, Any]:
+    """The JSON body the `api` adapter (for `model`, with `settings`) sends for `request`."""
+    adapter = ADAPTERS[api](model, api_key="k", **settings)
+    body: dict[str, Any] = adapter.request_body(request, stream=stream)
+    return body
 
 
 def final(items: list[Delta | ModelResponse]) -> ModelResponse:
