@@ -21,6 +21,9 @@ from tests.service.conftest import bearer, make_auth
     [
         {"worker_poll_interval": 0},
         {"lease_seconds": -1},
+        {"lease_seconds": float("inf")},
+        {"worker_poll_interval": 1e12},
+        {"stream_poll_interval": float("nan")},
         {"max_body_bytes": 0},
         {"stream_poll_interval": 0},
         {"stream_heartbeat": 0},

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
 from golem.durable.store import Store
+from golem.durable.store.records import check_seconds
 from golem.durable.worker import AgentRegistry
 from golem.seal import SealKey, as_seal_keys
 from golem.service.auth import AuthConfig
@@ -24,13 +25,13 @@ from golem.service.views import Presenter
 
 __all__ = ["ServiceSettings"]
 
+_SECONDS = ("worker_poll_interval", "lease_seconds", "stream_poll_interval")
+"""Durations the worker and the stream hand to the store: finite, above 0, bounded."""
+
 _POSITIVE = (
-    "worker_poll_interval",
-    "lease_seconds",
     "worker_concurrency",
     "max_body_bytes",
     "body_timeout",
-    "stream_poll_interval",
     "stream_heartbeat",
     "max_streams_per_identity",
     "login_attempts_per_minute",
@@ -98,6 +99,8 @@ class ServiceSettings:
     and the in-process worker resumes only calls whose seals verify (None: unsealed)."""
 
     def __post_init__(self) -> None:
+        for name in _SECONDS:
+            check_seconds(name, getattr(self, name))
         for name in _POSITIVE:
             value = getattr(self, name)
             if value <= 0:
