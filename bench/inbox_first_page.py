@@ -24,7 +24,7 @@ from tests.service.agents import build_registry
 
 from golem.durable.store import CallKind, NewCall, NewRun, RunStatus
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
 ROUNDS = 5
 
@@ -51,7 +51,9 @@ async def main(n: int) -> None:
                     calls=(NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "x"}'),),
                 )
             )
-        app = create_app(build_registry(), store, auth=AuthConfig({"t": Approver("a")}))
+        app = create_app(
+            ServiceSettings(build_registry(), store, auth=AuthConfig({"t": Approver("a")}))
+        )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://b") as c:
             await c.post("/login", data={"token": "t"})

@@ -37,7 +37,7 @@ from golem.messages import Message, ToolCall
 from golem.model import Model, ModelRequest, ToolSpec
 
 try:
-    from tests.providers import _recordings
+    from tests.support import recordings as _recordings
 except ImportError:  # pyyaml missing (it comes with the [dev] extra)
     _recordings = None  # type: ignore[assignment]
 

@@ -70,9 +70,10 @@ from _timing import InstantModel
 
 from golem import Agent, Message, RunContext, ToolCall
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, Outcome, RunStatus
+from golem.durable.store._pg_wire import OID_TIMESTAMPTZ
 from golem.durable.store._sql import SQLStore, Stats
 from golem.durable.store._threads import DatabaseThreads
-from golem.durable.store.postgres import _OID_TIMESTAMPTZ, PostgresStore
+from golem.durable.store.postgres import PostgresStore
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest, ModelResponse
@@ -773,7 +774,7 @@ class _Template:
             for e in events
             if e[0] == "query"
             for v, t in zip(e[2], e[3], strict=True)
-            if t == _OID_TIMESTAMPTZ and v is not None
+            if t == OID_TIMESTAMPTZ and v is not None
         ]
         self.first = min(stamps)
         claim = next(
@@ -795,11 +796,11 @@ class _Template:
 async def _record_pg_cycle(dsn: str) -> _Template:
     """Run golem cycles in a fresh schema and record every message its store sends for one
     of them (after two warm-up cycles: statements prepared, sweeps done)."""
-    from golem.durable.store import postgres as pgmod
+    from golem.durable.store import _pg_wire as pgmod
 
     events: list[_Event] = []
     recording = [False]
-    send, send_plain, sync = pgmod._Conn._send, pgmod._Conn._send_plain, pgmod._Conn._sync
+    send, send_plain, sync = pgmod.PgConn._send, pgmod.PgConn._send_plain, pgmod.PgConn._sync
 
     def rec_send(self: Any, sql: str, params: Any, then: Any = None) -> None:
         if recording[0]:
@@ -818,8 +819,8 @@ async def _record_pg_cycle(dsn: str) -> _Template:
         return sync(self)
 
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    pgmod._Conn._send, pgmod._Conn._send_plain = rec_send, rec_plain  # type: ignore[method-assign]
-    pgmod._Conn._sync = rec_sync  # type: ignore[method-assign]
+    pgmod.PgConn._send, pgmod.PgConn._send_plain = rec_send, rec_plain  # type: ignore[method-assign]
+    pgmod.PgConn._sync = rec_sync  # type: ignore[method-assign]
     try:
         store = await PostgresStore.open(dsn, schema=schema, pool_size=2)
         try:
@@ -840,8 +841,8 @@ async def _record_pg_cycle(dsn: str) -> _Template:
         finally:
             await store.close()
     finally:
-        pgmod._Conn._send, pgmod._Conn._send_plain = send, send_plain  # type: ignore[method-assign]
-        pgmod._Conn._sync = sync  # type: ignore[method-assign]
+        pgmod.PgConn._send, pgmod.PgConn._send_plain = send, send_plain  # type: ignore[method-assign]
+        pgmod.PgConn._sync = sync  # type: ignore[method-assign]
         _drop_schema(dsn, schema)
     return _Template(events, run.id, run.conversation_id)
 
@@ -920,7 +921,7 @@ class _Replay:
     ) -> bytes | None:
         if v is None:
             return None
-        if oid == _OID_TIMESTAMPTZ:
+        if oid == OID_TIMESTAMPTZ:
             return (datetime.fromisoformat(v.decode()) + shift).isoformat().encode()
         for old, new in subst.items():
             if old in v:

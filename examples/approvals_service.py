@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from golem import Agent, Message, RunContext, ToolCall
 from golem.durable.worker import AgentEntry
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 
@@ -79,11 +79,13 @@ def main() -> None:
     bob = {"Authorization": "Bearer tok-bob"}
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(
-            build_registry(),
-            f"sqlite:///{Path(tmp) / 'approvals.db'}",
-            auth=auth,
-            run_worker=True,
-            worker_poll_interval=0.02,
+            ServiceSettings(
+                build_registry(),
+                f"sqlite:///{Path(tmp) / 'approvals.db'}",
+                auth=auth,
+                run_worker=True,
+                worker_poll_interval=0.02,
+            )
         )
         with TestClient(app) as http:
             prompt = {"agent": "billing", "prompt": "Bill ACME 1200 EUR."}

@@ -17,10 +17,11 @@ FILES = {"a.log": "old logs", "notes.txt": "buy milk"}
 
 def serve() -> None:
     """The MCP server: two tools, one hinted read-only, one hinted destructive."""
-    from mcp.server.mcpserver import MCPServer
+    # the SDK's server class; golem's client of a server has the same name (main() below)
+    from mcp.server.mcpserver import MCPServer as SDKServer
     from mcp.types import ToolAnnotations
 
-    app = MCPServer("files", log_level="WARNING")
+    app = SDKServer("files", log_level="WARNING")
 
     @app.tool(annotations=ToolAnnotations(readOnlyHint=True))
     def list_files() -> str:

@@ -22,7 +22,7 @@ from tests.service._server import serve  # noqa: E402
 from tests.service.agents import build_registry  # noqa: E402
 from tests.service.browser._queue import seed  # noqa: E402
 
-from golem.service import Approver, AuthConfig, create_app  # noqa: E402
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app  # noqa: E402
 
 TOKEN = "screenshot-token"
 OUT = ROOT / "docs" / "images"
@@ -36,7 +36,7 @@ def main() -> None:
         url = f"sqlite:///{tmp}/shots.db"
         asyncio.run(seed(url))
         auth = AuthConfig(tokens={TOKEN: Approver("alice@example.com")})
-        app = create_app(build_registry(), url, auth=auth)
+        app = create_app(ServiceSettings(build_registry(), url, auth=auth))
         OUT.mkdir(parents=True, exist_ok=True)
         with serve(app) as base, sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])

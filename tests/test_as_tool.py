@@ -473,7 +473,7 @@ def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
 def test_sub_agent_calls_find_every_nested_pending_call_with_its_seal_binding() -> None:
     """What a worker checks a stored `t1/m1/s1` against: the call in the innermost history,
     its namespaced tool name, and the conversation its seal is bound to."""
-    from golem.agent_tool import sub_agent_calls
+    from golem.records import sub_agent_calls
     from golem.seal import SealKeys, verify_call
 
     key = b"k" * 32

@@ -26,8 +26,8 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.deferred import same_args
 from golem.model import ModelResponse
+from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 
@@ -75,9 +75,10 @@ async def test_an_answered_sealed_call_whose_result_is_removed_does_not_run_agai
     )
     assert second.pending is not None
     ran.calls.clear()
-    # c1 keeps its (genuine) seal as a record; dropping its result makes it pending again
+    # c1 keeps its (genuine) seal as a record; dropping its result does not make it pending:
+    # only the paused batch is
     revived = [m for m in second.messages if not (m.role == "tool" and m.tool_call_id == "c1")]
-    with pytest.raises(ResumeError, match=r'"c1" \(transfer\).*answered in an earlier turn'):
+    with pytest.raises(ResumeError, match=r'unknown tool call "c1"'):
         await agent.run_with_deferred_results(
             revived, DeferredResults(approvals={"c1": True, "c3": True}), conversation_id="conv"
         )
@@ -100,7 +101,8 @@ async def test_a_sealed_call_of_another_conversation_with_the_same_id_is_rejecte
     with pytest.raises(SealError, match="does not match") as info:
         await agent_x.run_with_deferred_results(swapped, approve, conversation_id="X")
     assert info.value.problem == "tampered"
-    with pytest.raises(ResumeError, match="tool name differs"):
+    # expected= carries the conversation the calls paused in: the seal binds it there
+    with pytest.raises(SealError, match="does not match"):
         await agent_x.run_with_deferred_results(swapped, approve, expected=paused_x.pending)
     assert ran.calls == []
 
@@ -272,9 +274,9 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
     if bind == "none":  # a key, and nothing the resumer vouches for: nothing runs
         assert started == []
         return
-    harmless = {"none", "trim_prefix"}
-    if bind == "conversation_id" or not keyed:  # expected= with a key binds the history's
-        harmless.add("relabel_conversation")  # own label: relabeled, its seals fail
+    # the conversation the resumer vouches for (conversation_id=, or the one expected=
+    # carries) is the one checked, whatever the history's own label says
+    harmless = {"none", "trim_prefix", "relabel_conversation"}
     if not keyed:
         harmless |= {"strip_seal", "swap_seals"}  # a keyless agent ignores seals
         # expected= binds the arguments token for token (ADR 0075: the Go golem writes args

@@ -79,7 +79,7 @@ async def test_a_relabeled_history_with_another_conversations_call_runs_nothing(
     assert isinstance(info.value, SealError)
     with pytest.raises(SealError, match="does not match"):
         await agent_x.run_with_deferred_results(forged, APPROVE_C1, conversation_id="X")
-    with pytest.raises(ResumeError, match="tool name differs"):
+    with pytest.raises(SealError, match="does not match"):  # expected= carries X
         await agent_x.run_with_deferred_results(forged, APPROVE_C1, expected=paused_x.pending)
     assert ran.calls == []
 
@@ -91,7 +91,8 @@ async def test_expected_binds_the_conversation_through_the_calls_seals() -> None
     agent_z, _ = make_agent(turn(ToolCall("c1", "transfer", '{"amount":10}')), "done")
     paused_z = await agent_z.run("z", conversation_id="Z")
     forged = [replace(m, conversation_id="Z") for m in paused_z.messages]
-    with pytest.raises(ResumeError, match=r'"c1".*another seal'):
+    # expected= names conversation X: Z's seal does not verify there
+    with pytest.raises(SealError, match=r'"c1".*belongs to another conversation'):
         await agent_x.run_with_deferred_results(forged, APPROVE_C1, expected=paused_x.pending)
     assert ran.calls == []
     done = await agent_x.run_with_deferred_results(
@@ -393,7 +394,7 @@ async def test_a_keyed_sub_agent_two_levels_down_binds_the_top_conversation() ->
     """Keyless top and middle agents over a keyed janitor: the janitor's sub-run lives in
     `<top conversation>/t1/m1`, its seal binds that, and the top resume must be told its
     conversation (or `expected=`) for the janitor's seal to mean anything."""
-    from golem.agent_tool import sub_agent_calls
+    from golem.records import sub_agent_calls
     from golem.seal import SealKeys
     from tests.test_as_tool import ask, calls, janitor, text
 

@@ -47,9 +47,10 @@ from hypothesis import strategies as st
 
 from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
 from golem._cancel import EXACT_CANCELLING
-from golem.agent_tool import PAUSED_MARKER, sub_agent_calls
+from golem.agent_tool import PAUSED_MARKER
 from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
+from golem.records import sub_agent_calls
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
 
@@ -1188,12 +1189,12 @@ def test_without_the_nested_hand_back_the_property_finds_a_double_execution(
 ) -> None:
     """The property's teeth: with a nested resume handing back only the history it was
     given (as before ADR 0076), going on runs a sub-agent's approved call that acted again."""
-    from golem import agent_tool
+    from golem import nested
 
     def given_history(self: Any) -> tuple[None, bool, tuple[str, ...]]:
         return None, True, ()
 
-    monkeypatch.setattr(agent_tool._Handing, "read", given_history)
+    monkeypatch.setattr(nested.Handing, "read", given_history)
     n = NestedScenario(
         own=[],
         subs=[

@@ -170,20 +170,6 @@ def _gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
     ("turns", "says"),
     [
         pytest.param([tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id"),
-        pytest.param(
-            [tool_turn(ToolCall("c1", "gate", "{}"), ToolCall("c1", "stat", "{}"))],
-            "not unique in the history",
-            id="id-twice-in-the-batch",
-        ),
-        pytest.param(
-            # a server that numbers its calls per response ("call_0" every turn)
-            [
-                tool_turn(ToolCall("call_0", "stat", "{}")),
-                tool_turn(ToolCall("call_0", "gate", "{}")),
-            ],
-            "not unique in the history",
-            id="id-of-an-earlier-turn",
-        ),
     ],
 )
 @pytest.mark.parametrize("parallel", [False, True])
@@ -210,3 +196,38 @@ async def test_a_pause_no_resume_could_name_fails_the_run_instead(
     assert len(model.requests) == len(turns)
     assert err.partial is not None
     assert err.partial.messages[-1].role == "assistant"  # a failing batch adds no results
+
+
+@pytest.mark.parametrize(
+    ("turns", "pending_id"),
+    [
+        pytest.param(
+            [tool_turn(ToolCall("c1", "gate", "{}"), ToolCall("c1", "stat", "{}"))],
+            "c1",
+            id="id-twice-in-the-batch",
+        ),
+        pytest.param(
+            # a server that numbers its calls per response ("call_0" every turn)
+            [
+                tool_turn(ToolCall("call_0", "stat", "{}")),
+                tool_turn(ToolCall("call_0", "gate", "{}")),
+            ],
+            "call_0_2",
+            id="id-of-an-earlier-turn",
+        ),
+    ],
+)
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_call_whose_id_the_conversation_has_pauses_under_an_id_of_its_own(
+    turns: list[ModelResponse], pending_id: str, parallel: bool
+) -> None:
+    agent = Agent(
+        ScriptedModel(*turns),
+        tools=[Tool("gate", "g", OBJ, _gate), Tool("stat", "s", OBJ, lambda c, a: "12")],
+        parallel_tool_calls=parallel,
+    )
+    result = await agent.run("go")
+    assert result.pending is not None
+    assert [c.call_id for c in result.pending.approvals] == [pending_id]
+    ids = [c.id for m in result.messages if m.role == "assistant" for c in m.tool_calls]
+    assert len(ids) == len(set(ids))

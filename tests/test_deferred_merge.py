@@ -1,4 +1,4 @@
-"""Where resolutions land in a paused history: `golem.deferred.merge`, its docstring as a test.
+"""Where resolutions land in a paused history: `golem.resume.merge`, its docstring as a test.
 
 The calls of the last assistant message with tool calls get, in emission order, their
 resolution or the result the paused run already recorded; leftover results follow;
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem import Message, ToolCall
-from golem.deferred import merge
+from golem.resume import merge
 
 
 def asst(*ids: str) -> Message:

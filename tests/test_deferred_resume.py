@@ -735,7 +735,9 @@ def test_resolutions_and_recorded_results_always_come_out_in_emission_order(
             assert m.content == DENIED
 
 
-async def test_resolutions_for_older_turn_calls_follow_the_batch_by_call_id() -> None:
+async def test_only_the_paused_batch_is_pending_and_older_open_calls_are_closed_as_interrupted() -> None:
+    # An older turn's unanswered call is not a pending call (it was never paused on): a
+    # resolution for it is refused, and the resumed run closes it as any run repairs it.
     model = ScriptedModel("ok")
     agent: Agent[Any, str] = Agent(model)
     history = [
@@ -744,18 +746,21 @@ async def test_resolutions_for_older_turn_calls_follow_the_batch_by_call_id() ->
         asst(ToolCall("new-x", "t", "{}"), ToolCall("new-y", "t", "{}")),
         tool_msg("new-y", "t", "Y"),
     ]
-    await agent.run_with_deferred_results(
-        history, DeferredResults(external={"old-b": "B", "old-a": "A", "new-x": "X"})
-    )
+    with pytest.raises(ResumeError, match='unknown tool call "old-b"'):
+        await agent.run_with_deferred_results(
+            history, DeferredResults(external={"old-b": "B", "new-x": "X"})
+        )
+    assert model.requests == []
+    await agent.run_with_deferred_results(history, DeferredResults(external={"new-x": "X"}))
     req = model.requests[0].messages
     assert summary(req) == [
         ("user", "", "go"),
         ("assistant", "", ""),
+        ("tool", "old-b", INTERRUPTED),
+        ("tool", "old-a", INTERRUPTED),
         ("assistant", "", ""),
         ("tool", "new-x", "X"),
         ("tool", "new-y", "Y"),
-        ("tool", "old-a", "A"),
-        ("tool", "old-b", "B"),
     ]
 
 

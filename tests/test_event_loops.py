@@ -21,7 +21,8 @@ import pytest
 from golem import Agent, Message, RunContext, ToolCall
 from golem.durable.store import Decision, RunStatus, Store
 from golem.durable.worker import Worker, start_run
-from golem.errors import RunError, Stage, ToolTimeout
+from golem.errors import Stage, ToolTimeout
+from golem.result import RunError
 from golem.testing import ScriptedModel
 from golem.tool import Tool
 from tests.store.backends import BACKENDS, Backend, backend_for

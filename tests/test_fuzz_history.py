@@ -467,9 +467,9 @@ _JSONISH = st.text(alphabet='[]{}:,"\\ -+.0123456789eEtrufalsn\t\n\x00\x1fx', ma
 )
 def test_the_depth_scanner_takes_exactly_the_json_the_stdlib_takes(text: str) -> None:
     """The slow path's own JSON check (it never recurses) agrees with `json.loads`."""
-    from golem.messages import _deep_spans
+    from golem.messages import deep_spans
 
-    assert (_deep_spans(text) is not None) == _strict_json(text)
+    assert (deep_spans(text) is not None) == _strict_json(text)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

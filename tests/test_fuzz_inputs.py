@@ -31,8 +31,9 @@ from golem import (
     Tool,
     ToolCall,
 )
-from golem.agent_tool import PAUSED_MARKER, seal_sub_agent_calls, sub_agent_calls
+from golem.agent_tool import PAUSED_MARKER
 from golem.durable.store import Decision, InvalidDecision
+from golem.records import seal_sub_agent_calls, sub_agent_calls
 from golem.seal import SealKeys, seal_call, verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, InvalidArguments, call_approved

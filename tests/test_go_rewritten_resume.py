@@ -23,11 +23,12 @@ from golem import (
     DeferredResults,
     Message,
     ResumeError,
+    SealError,
     ToolCall,
     dumps_history,
     loads_history,
 )
-from golem.deferred import same_args
+from golem.resume import same_args
 from tests.test_attack_seal import nested_parent
 from tests.test_seal_resume import make_agent
 
@@ -182,3 +183,62 @@ async def test_a_nested_keyless_resume_with_expected_accepts_the_parents_args_go
         rewritten, DeferredResults(approvals={"c1": True, "p1/s1": True}), expected=paused.pending
     )
     assert (done.output, log) == ("ok", ["a.log"])
+
+
+def _as_go_writes_it(history: list[Message]) -> list[Message]:
+    """What the Go golem keeps of a history: no run or conversation ID, no seals."""
+    return [
+        replace(
+            m,
+            run_id="",
+            conversation_id="",
+            tool_calls=[replace(c, args=go_compact(c.args), seal="") for c in m.tool_calls],
+        )
+        for m in loads_history(dumps_history(history))
+    ]
+
+
+async def test_a_sealed_history_the_go_golem_rewrote_resumes_with_expected_alone() -> None:
+    agent, _, ledger = make_agent(answers=2)
+    paused = await agent.run("pay bob", conversation_id="conv-1")
+    assert paused.pending is not None
+    assert paused.paused_run is not None
+    ledger.executions.clear()
+    rewritten = _as_go_writes_it(paused.messages)
+    done = await agent.run_with_deferred_results(rewritten, RESOLVE, expected=paused.pending)
+    assert done.output == "done"
+    assert done.conversation_id == "conv-1"
+    assert [e[0] for e in ledger.executions if e[2]] == ["transfer"]
+    again = replace(paused.paused_run, messages=_as_go_writes_it(paused.messages))
+    assert (await agent.run_with_deferred_results(again, RESOLVE)).output == "done"
+
+
+async def test_a_go_rewritten_sealed_history_without_its_conversation_names_the_cause() -> None:
+    agent, _, ledger = make_agent()
+    paused = await agent.run("pay bob", conversation_id="conv-1")
+    assert paused.pending is not None
+    ledger.executions.clear()
+    kept = DeferredRequests(paused.pending.approvals, paused.pending.external)  # no conversation
+    with pytest.raises(SealError, match="nothing named the conversation"):
+        await agent.run_with_deferred_results(
+            _as_go_writes_it(paused.messages), RESOLVE, expected=kept
+        )
+    with pytest.raises(SealError, match="the Go golem re-wrote"):
+        await agent.run_with_deferred_results(_as_go_writes_it(paused.messages), RESOLVE)
+    assert ledger.executions == []
+
+
+def test_a_text_part_whose_text_the_go_golem_dropped_is_named_and_reported() -> None:
+    from golem import Agent, HistoryError, Part, UnsafePart, sanitize_history
+    from golem.testing import ScriptedModel
+
+    ours = dumps_history([Message(role="user", content="see", parts=[Part("text", text="x")])])
+    as_go_writes_it = ours.replace(',"text":"x"', "")
+    assert '{"kind":"text"}' in as_go_writes_it
+    back = loads_history(as_go_writes_it)
+    with pytest.raises(HistoryError, match=r"text part needs text.*Go golem re-wrote"):
+        Agent(ScriptedModel("ok")).run_sync("go on", history=back)
+    clean, report = sanitize_history(back)
+    assert report.unsafe_parts == [UnsafePart(message_index=0, kind="text", scheme="")]
+    assert clean[0].parts == []
+    assert Agent(ScriptedModel("ok")).run_sync("go on", history=clean).output == "ok"

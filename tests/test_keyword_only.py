@@ -19,7 +19,7 @@ from golem.providers import FallbackModel
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel, OpenAIResponsesModel
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.notify import Webhook
 from golem.service.views import Presentation
 from golem.testing import FunctionModel, ScriptedModel
@@ -32,7 +32,8 @@ SUBJECTS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "Tool.from_function": (Tool.from_function, ("fn",)),
     "Worker": (Worker, ("store", "registry")),
     "start_run": (start_run, ("store", "registry", "agent_name", "prompt")),
-    "create_app": (create_app, ("registry", "store")),
+    "create_app": (create_app, ("settings",)),
+    "ServiceSettings": (ServiceSettings, ("registry", "store")),
     "MCPServer": (MCPServer, ("connect",)),
     "MCPServer.stdio": (MCPServer.stdio, ("command", "args")),
     "MCPServer.http": (MCPServer.http, ("url",)),

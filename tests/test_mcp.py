@@ -1,7 +1,9 @@
 """MCP servers as toolsets (issue 11), against real servers the tests start.
 
-The server is tests/fixtures/mcp_server.py, written with the SDK's server API, spoken to
-over stdio (a subprocess per connection) and over streamable HTTP on 127.0.0.1.
+The server is tests/fixtures/mcp_server.py, written with the SDK's server API. Most tests
+share one server process, spoken to over streamable HTTP on 127.0.0.1 (each run opens its
+own session; issue 26: a process per test took minutes); the tests of what needs a process
+of its own (stdio, a server that dies, a tool list that changes) start one.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ pytest.importorskip("mcp")
 
 from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, ToolError
 from golem.events import EventKind, RunEvent
-from golem.integrations.mcp import MCPCall, MCPServer, MCPServerError, default_decision
+from golem.integrations.mcp import MCPCall, MCPServer, MCPServerError, ToolHints, default_decision
 from golem.messages import Message, dumps_history
 from golem.model import ModelRequest
 from golem.testing import FunctionModel, ScriptedModel
@@ -36,9 +40,86 @@ SERVER = str(Path(__file__).parent / "fixtures" / "mcp_server.py")
 ROOT = Path(__file__).parent.parent
 
 
+@dataclass(frozen=True)
+class Log:
+    """The side effects a server appends to `path`, from byte `start` on (this test's)."""
+
+    path: Path
+    start: int = 0
+
+    def lines(self) -> list[str]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            return f.read().decode("utf-8").splitlines()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def http_server(log: Path, out: Path) -> Iterator[str]:
+    """The test server over streamable HTTP on a free port; yields its URL."""
+    port = _free_port()
+    env = {**os.environ, "MCP_TEST_LOG": str(log)}
+    with open(out, "w", encoding="utf-8") as output:
+        proc = subprocess.Popen(
+            [sys.executable, SERVER, "--http", str(port)], env=env, stdout=output, stderr=output
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the MCP HTTP test server did not start") from None
+                    time.sleep(0.1)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One HTTP server process for the module: its URL and side-effect log."""
+    folder = tmp_path_factory.mktemp("mcp_shared")
+    with http_server(folder / "side_effects.log", folder / "http_server.log") as url:
+        yield url, folder / "side_effects.log"
+
+
 @pytest.fixture
-def log(tmp_path: Path) -> Path:
-    return tmp_path / "side_effects.log"
+def http_url(shared_server: tuple[str, Path]) -> str:
+    return shared_server[0]
+
+
+@pytest.fixture
+def log(shared_server: tuple[str, Path]) -> Log:
+    """The shared server's side effects since this test started."""
+    path = shared_server[1]
+    return Log(path, path.stat().st_size if path.exists() else 0)
+
+
+@pytest.fixture
+def shared(http_url: str) -> Callable[..., MCPServer]:
+    """`MCPServer`s on the shared server (`prefix="t"` unless given)."""
+
+    def make(**kw: Any) -> MCPServer:
+        return MCPServer.http(http_url, **{"prefix": "t", **kw})
+
+    return make
+
+
+@pytest.fixture
+def own_log(tmp_path: Path) -> Log:
+    """The side effects of a server process this test starts itself."""
+    return Log(tmp_path / "side_effects.log")
 
 
 @pytest.fixture
@@ -47,9 +128,10 @@ def errlog(tmp_path: Path) -> Iterator[Any]:
         yield f
 
 
-def stdio(log: Path, errlog: Any, **kw: Any) -> MCPServer:
+def stdio(log: Log, errlog: Any, **kw: Any) -> MCPServer:
+    """A server process of the test's own, over stdio."""
     return MCPServer.stdio(
-        sys.executable, [SERVER], env={"MCP_TEST_LOG": str(log)}, errlog=errlog, **kw
+        sys.executable, [SERVER], env={"MCP_TEST_LOG": str(log.path)}, errlog=errlog, **kw
     )
 
 
@@ -60,15 +142,17 @@ def calls(*items: tuple[str, str, dict[str, Any]]) -> Message:
     )
 
 
-def side_effects(log: Path) -> list[str]:
-    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+def side_effects(log: Log) -> list[str]:
+    return log.lines()
 
 
 # --------------------------------------------------------------------------- listing
 
 
-async def test_lists_the_server_tools_prefixed_with_their_schema(log: Path, errlog: Any) -> None:
-    async with stdio(log, errlog, prefix="t") as server:
+async def test_lists_the_server_tools_prefixed_with_their_schema(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
+    async with shared() as server:
         tools = {t.name: t for t in await server.list_tools()}
     assert {"t_add", "t_fail", "t_delete_file", "t_write_note", "t_slow", "t_die"} <= set(tools)
     add = tools["t_add"]
@@ -78,24 +162,26 @@ async def test_lists_the_server_tools_prefixed_with_their_schema(log: Path, errl
 
 
 async def test_default_prefix_is_the_server_name_and_empty_prefix_adds_none(
-    log: Path, errlog: Any
+    log: Log, shared: Callable[..., MCPServer]
 ) -> None:
-    async with stdio(log, errlog) as server:
+    async with shared(prefix=None) as server:
         named = {t.name for t in await server.list_tools()}
-    async with stdio(log, errlog, prefix="") as server:
+    async with shared(prefix="") as server:
         bare = {t.name for t in await server.list_tools()}
     assert "testsrv_add" in named
     assert "add" in bare
 
 
-def test_model_sees_mcp_tools_next_to_the_agents_own(log: Path, errlog: Any) -> None:
+def test_model_sees_mcp_tools_next_to_the_agents_own(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     seen: list[ModelRequest] = []
 
     def answer(request: ModelRequest) -> str:
         seen.append(request)
         return "ok"
 
-    agent = Agent(FunctionModel(answer), toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(FunctionModel(answer), toolsets=[shared()])
 
     @agent.tool
     def local() -> str:
@@ -108,9 +194,11 @@ def test_model_sees_mcp_tools_next_to_the_agents_own(log: Path, errlog: Any) -> 
     assert "t_add" in names
 
 
-def test_a_name_clash_fails_the_run_before_the_model_is_called(log: Path, errlog: Any) -> None:
+def test_a_name_clash_fails_the_run_before_the_model_is_called(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     model = ScriptedModel("never")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="")])
+    agent = Agent(model, toolsets=[shared(prefix="")])
 
     @agent.tool
     def add(a: int, b: int) -> int:
@@ -123,7 +211,7 @@ def test_a_name_clash_fails_the_run_before_the_model_is_called(log: Path, errlog
     assert 'duplicate tool name "add"' in str(info.value.__cause__)
 
 
-def test_tools_list_changed_is_honoured_on_the_next_turn(log: Path, errlog: Any) -> None:
+def test_tools_list_changed_is_honoured_on_the_next_turn(own_log: Log, errlog: Any) -> None:
     offered: list[list[str]] = []
 
     def answer(request: ModelRequest) -> Message | str:
@@ -134,7 +222,7 @@ def test_tools_list_changed_is_honoured_on_the_next_turn(log: Path, errlog: Any)
             return calls(("c2", "t_fresh", {}))
         return "done"
 
-    agent = Agent(FunctionModel(answer), toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(FunctionModel(answer), toolsets=[stdio(own_log, errlog, prefix="t")])
     result = agent.run_sync("grow")
     assert "t_fresh" not in offered[0]
     assert "t_fresh" in offered[1]
@@ -144,10 +232,10 @@ def test_tools_list_changed_is_honoured_on_the_next_turn(log: Path, errlog: Any)
 # --------------------------------------------------------------------------- calls
 
 
-def test_a_call_runs_on_the_server_with_events(log: Path, errlog: Any) -> None:
+def test_a_call_runs_on_the_server_with_events(log: Log, shared: Callable[..., MCPServer]) -> None:
     events: list[RunEvent] = []
     model = ScriptedModel(calls(("c1", "t_add", {"a": 2, "b": 40})), "42")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], event_handler=events.append)
+    agent = Agent(model, toolsets=[shared()], event_handler=events.append)
     result = agent.run_sync("add")
     assert result.output == "42"
     tool_msgs = [m for m in result.messages if m.role == "tool"]
@@ -159,9 +247,9 @@ def test_a_call_runs_on_the_server_with_events(log: Path, errlog: Any) -> None:
     assert end.result == "42"
 
 
-def test_image_content_becomes_a_part(log: Path, errlog: Any) -> None:
+def test_image_content_becomes_a_part(log: Log, shared: Callable[..., MCPServer]) -> None:
     model = ScriptedModel(calls(("c1", "t_picture", {})), "seen")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[shared()])
     result = agent.run_sync("look")
     msg = next(m for m in result.messages if m.role == "tool")
     assert msg.content == "a red dot"
@@ -170,13 +258,15 @@ def test_image_content_becomes_a_part(log: Path, errlog: Any) -> None:
     assert msg.parts[0].data.startswith(b"\x89PNG")
 
 
-def test_a_server_error_goes_back_to_the_model_to_correct(log: Path, errlog: Any) -> None:
+def test_a_server_error_goes_back_to_the_model_to_correct(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     model = ScriptedModel(
         calls(("c1", "t_fail", {"message": "no such file: a.txt"})),
         calls(("c2", "t_add", {"a": 1, "b": 1})),
         "recovered",
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[shared()])
     result = agent.run_sync("go")
     assert result.output == "recovered"
     first = next(m for m in result.messages if m.tool_call_id == "c1")
@@ -186,13 +276,15 @@ def test_a_server_error_goes_back_to_the_model_to_correct(log: Path, errlog: Any
     )
 
 
-def test_server_errors_beyond_the_budget_fail_the_run(log: Path, errlog: Any) -> None:
+def test_server_errors_beyond_the_budget_fail_the_run(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     model = ScriptedModel(
         calls(("c1", "t_fail", {"message": "bad"})),
         calls(("c2", "t_fail", {"message": "worse"})),
         "never",
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", max_retries=1)])
+    agent = Agent(model, toolsets=[shared(max_retries=1)])
     with pytest.raises(RunError) as info:
         agent.run_sync("go")
     assert info.value.stage == Stage.TOOL
@@ -202,13 +294,13 @@ def test_server_errors_beyond_the_budget_fail_the_run(log: Path, errlog: Any) ->
     )
 
 
-def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
+def test_invalid_arguments_are_correctable(log: Log, shared: Callable[..., MCPServer]) -> None:
     model = ScriptedModel(
         calls(("c1", "t_add", {"a": "not a number", "b": 1})),
         calls(("c2", "t_add", {"a": 1, "b": 1})),
         "fixed",
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", max_retries=1)])
+    agent = Agent(model, toolsets=[shared(max_retries=1)])
     result = agent.run_sync("go")
     assert result.output == "fixed"
     rejected = next(m for m in result.messages if m.tool_call_id == "c1")
@@ -218,10 +310,10 @@ def test_invalid_arguments_are_correctable(log: Path, errlog: Any) -> None:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_a_slow_call_times_out_with_the_servers_timeout(
-    log: Path, errlog: Any, transport: str, request: pytest.FixtureRequest
+    own_log: Log, errlog: Any, transport: str, request: pytest.FixtureRequest
 ) -> None:
     if transport == "stdio":
-        server = stdio(log, errlog, prefix="t", timeout=0.5)
+        server = stdio(own_log, errlog, prefix="t", timeout=0.5)
     else:
         server = MCPServer.http(request.getfixturevalue("http_url"), prefix="t", timeout=0.5)
     model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
@@ -233,18 +325,20 @@ def test_a_slow_call_times_out_with_the_servers_timeout(
     assert "overran its 0.5s timeout" in str(info.value.__cause__)
 
 
-def test_the_agents_tool_timeout_applies_to_mcp_tools(log: Path, errlog: Any) -> None:
+def test_the_agents_tool_timeout_applies_to_mcp_tools(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], tool_timeout=0.5)
+    agent = Agent(model, toolsets=[shared()], tool_timeout=0.5)
     with pytest.raises(RunError) as info:
         agent.run_sync("wait")
     assert isinstance(info.value.__cause__, TimeoutError)
 
 
 async def test_a_server_that_dies_mid_call_fails_the_run_and_the_next_run_reconnects(
-    log: Path, errlog: Any
+    own_log: Log, errlog: Any
 ) -> None:
-    server = stdio(log, errlog, prefix="t")
+    server = stdio(own_log, errlog, prefix="t")
     model = ScriptedModel(calls(("c1", "t_die", {})), calls(("c2", "t_add", {"a": 1, "b": 2})), "3")
     agent = Agent(model, toolsets=[server])
     with pytest.raises(RunError) as info:
@@ -270,8 +364,10 @@ def test_a_server_that_cannot_start_fails_the_run_naming_it(errlog: Any) -> None
     assert "stdio:python -c" in str(info.value.__cause__)
 
 
-async def test_one_connection_serves_several_runs_inside_async_with(log: Path, errlog: Any) -> None:
-    server = stdio(log, errlog, prefix="t")
+async def test_one_connection_serves_several_runs_inside_async_with(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
+    server = shared()
     model = ScriptedModel(
         calls(("c1", "t_write_note", {"text": "a"})),
         "1",
@@ -290,7 +386,7 @@ async def test_one_connection_serves_several_runs_inside_async_with(log: Path, e
 # --------------------------------------------------------------------------- approval
 
 
-def test_default_policy_follows_annotations(log: Path, errlog: Any) -> None:
+def test_default_policy_follows_annotations(log: Log, shared: Callable[..., MCPServer]) -> None:
     model = ScriptedModel(
         calls(
             ("c1", "t_add", {"a": 1, "b": 2}),
@@ -298,7 +394,7 @@ def test_default_policy_follows_annotations(log: Path, errlog: Any) -> None:
             ("c3", "t_write_note", {"text": "hi"}),
         )
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[shared()])
     paused = agent.run_sync("go")
     assert paused.pending is not None
     assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
@@ -319,7 +415,9 @@ def test_default_policy_follows_annotations(log: Path, errlog: Any) -> None:
         (lambda call: call.args.get("path") == "secret", []),
     ],
 )
-def test_configured_policies(log: Path, errlog: Any, policy: Any, expected: list[str]) -> None:
+def test_configured_policies(
+    log: Log, shared: Callable[..., MCPServer], policy: Any, expected: list[str]
+) -> None:
     model = ScriptedModel(
         calls(
             ("c1", "t_add", {"a": 1, "b": 2}),
@@ -328,18 +426,18 @@ def test_configured_policies(log: Path, errlog: Any, policy: Any, expected: list
         ),
         "done",
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", requires_approval=policy)])
+    agent = Agent(model, toolsets=[shared(requires_approval=policy)])
     result = agent.run_sync("go")
     pending = [p.call_id for p in result.pending.approvals] if result.pending else []
     assert pending == expected
 
 
 def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
-    log: Path, errlog: Any
+    log: Log, shared: Callable[..., MCPServer]
 ) -> None:
     """A misspelt name would silently leave its tool on the default policy (for a tool hinted
     read-only: no approval); listing the tools says so."""
-    server = stdio(log, errlog, prefix="t", requires_approval={"ad": True, "t_add": True})
+    server = shared(requires_approval={"ad": True, "t_add": True})
     model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), calls(("c2", "t_add", {})))
     agent = Agent(model, toolsets=[server])
     with pytest.warns(UserWarning, match=r"requires_approval names \['ad'\], which the server"):
@@ -351,30 +449,109 @@ def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
 
 
 def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
-    log: Path, errlog: Any
+    log: Log, shared: Callable[..., MCPServer]
 ) -> None:
     seen: list[MCPCall] = []
 
     async def policy(call: MCPCall) -> bool | str:
         seen.append(call)
-        return f"{call.tool_name} on {call.args['path']} for {call.ctx.deps}"
+        return f"{call.mcp_name} on {call.args['path']} for {call.ctx.deps}"
 
     model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t", requires_approval=policy)])
+    agent = Agent(model, toolsets=[shared(requires_approval=policy)])
     paused = agent.run_sync("go", deps="alice")
     assert paused.pending is not None
     assert paused.pending.approvals[0].reason == "delete_file on a.log for alice"
     call = seen[0]
-    assert (call.name, call.ctx.call_id, call.hints.destructive) == ("t_delete_file", "c1", True)
+    assert (call.tool_name, call.mcp_name) == ("t_delete_file", "delete_file")
+    assert (call.ctx.call_id, call.hints.destructive) == ("c1", True)
+
+
+def test_a_policy_sees_the_names_golem_uses_everywhere(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
+    """`MCPCall.tool_name` is the name the model called, as `PendingToolCall.tool_name` and
+    `RunContext.tool_name`; the server's own name is `mcp_name`. A policy comparing the
+    called name pauses the call, and the server sees nothing."""
+    seen: list[tuple[str, str, str]] = []
+
+    def policy(call: MCPCall) -> bool:
+        seen.append((call.tool_name, call.ctx.tool_name, call.mcp_name))
+        return call.tool_name == "t_delete_file"
+
+    model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "refund-250"})))
+    agent = Agent(model, toolsets=[shared(requires_approval=policy)])
+    paused = agent.run_sync("go")
+    assert paused.pending is not None
+    assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
+    assert seen == [("t_delete_file", "t_delete_file", "delete_file")]
+    assert not hasattr(MCPCall, "name")  # the old field, named the other way round, is gone
+    assert side_effects(log) == []
+
+
+LIKE = "is named like the requires_approval entry 'delete' but not exactly"
+OUTSIDE = "has a name outside the MCP tool-name characters (A-Z, a-z, 0-9, _, -, .)"
+
+
+@pytest.mark.parametrize(
+    ("spoof", "why"),
+    [
+        ("Delete", LIKE),
+        ("d\u0435lete", OUTSIDE),  # a Cyrillic е
+        ("delete ", LIKE),
+        ("delete\u200b", LIKE),  # a zero-width space
+    ],
+)
+def test_a_look_alike_of_a_policy_entry_needs_approval(
+    log: Log, shared: Callable[..., MCPServer], spoof: str, why: str
+) -> None:
+    """A server listing look-alikes of `delete`, hinted read-only, next to a policy on
+    `delete`: they do not fall to the default, which would trust the server's hint."""
+    model = ScriptedModel(
+        calls(("c1", "t_delete", {"path": "a"}), ("c2", f"t_{spoof}", {"path": "b"})), "done"
+    )
+    agent = Agent(model, toolsets=[shared(requires_approval={"delete": True})])
+    paused = agent.run_sync("go")
+    assert paused.pending is not None
+    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
+        ("c1", 'MCP tool "delete" needs approval'),
+        ("c2", f"MCP tool {spoof!r} {why}"),
+    ]
+    assert side_effects(log) == []
+
+
+def test_a_tool_name_outside_the_spec_earns_no_trust_by_default(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
+    model = ScriptedModel(
+        calls(("c1", "t_d\u0435lete", {"path": "a"}), ("c2", "t_add", {"a": 1, "b": 1}))
+    )
+    paused = Agent(model, toolsets=[shared()]).run_sync("go")
+    assert paused.pending is not None
+    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
+        (
+            "c1",
+            "MCP tool 'd\u0435lete' has a name outside the MCP tool-name characters "
+            "(A-Z, a-z, 0-9, _, -, .)",
+        )
+    ]
+    assert side_effects(log) == []
+
+
+@pytest.mark.parametrize(
+    "bad", [{"delete ": True}, {"d\u0435lete": True}, {"delete": True, "Delete": False}]
+)
+def test_policy_keys_must_be_plain_and_distinct(bad: dict[str, bool]) -> None:
+    with pytest.raises(ValueError, match="requires_approval names"):
+        MCPServer.stdio("python", requires_approval=bad)
 
 
 def test_default_decision_reads_the_hints() -> None:
-    from golem.integrations.mcp import ToolHints
-
     ctx: RunContext[None] = RunContext(None)
 
     def decide(**hints: bool) -> bool | str:
-        return default_decision(MCPCall("x", "t_x", {}, ToolHints(**hints), ctx))
+        call = MCPCall(tool_name="t_x", mcp_name="x", args={}, hints=ToolHints(**hints), ctx=ctx)
+        return default_decision(call)
 
     assert decide(read_only=True) is False
     assert decide(read_only=True, destructive=True) == 'MCP tool "x" is marked destructive'
@@ -404,12 +581,14 @@ def test_bad_configuration_is_rejected() -> None:
         Agent(ScriptedModel("x")).add_toolset(object())  # type: ignore[arg-type]
 
 
-def test_approved_call_runs_once_on_the_server_denied_never(log: Path, errlog: Any) -> None:
+def test_approved_call_runs_once_on_the_server_denied_never(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     model = ScriptedModel(
         calls(("c1", "t_delete_file", {"path": "a.log"}), ("c2", "t_delete_file", {"path": "b"})),
         "done",
     )
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[shared()])
     paused = agent.run_sync("go")
     assert side_effects(log) == []
     done = agent.run_with_deferred_results_sync(
@@ -464,29 +643,31 @@ def resume_in_another_process(paused: Any, tmp_path: Path, answer: str, *server:
 
 
 def test_approval_pauses_and_resumes_in_another_process(
-    log: Path, errlog: Any, tmp_path: Path
+    own_log: Log, errlog: Any, tmp_path: Path
 ) -> None:
     model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[stdio(own_log, errlog, prefix="t")])
     paused = agent.run_sync("clean up")
     assert paused.pending is not None
     assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
-    assert side_effects(log) == []
+    assert side_effects(own_log) == []
     printed = resume_in_another_process(
-        paused, tmp_path, "Deleted a.log.", "stdio", SERVER, "t", str(log), errlog.name
+        paused, tmp_path, "Deleted a.log.", "stdio", SERVER, "t", str(own_log.path), errlog.name
     )
     assert printed == ["Deleted a.log.", "['deleted a.log']"]
-    assert side_effects(log) == ["deleted a.log"]
+    assert side_effects(own_log) == ["deleted a.log"]
 
 
-def test_resume_fails_before_running_when_the_server_lost_the_tool(log: Path, errlog: Any) -> None:
+def test_resume_fails_before_running_when_the_server_lost_the_tool(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     from golem import ResumeError
 
     paused_history = [
         Message(role="user", content="go"),
         calls(("c1", "t_gone", {})),
     ]
-    agent = Agent(ScriptedModel("never"), toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(ScriptedModel("never"), toolsets=[shared()])
     with pytest.raises(ResumeError, match='tool "t_gone" is not registered'):
         agent.run_with_deferred_results_sync(
             paused_history, DeferredResults(approvals={"c1": Approval(True)})
@@ -496,37 +677,7 @@ def test_resume_fails_before_running_when_the_server_lost_the_tool(log: Path, er
 # --------------------------------------------------------------------------- HTTP
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def http_url(log: Path, tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "MCP_TEST_LOG": str(log)}
-    with open(tmp_path / "http_server.log", "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(
-            [sys.executable, SERVER, "--http", str(port)], env=env, stdout=out, stderr=out
-        )
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=1):
-                        break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError("the MCP HTTP test server did not start") from None
-                    time.sleep(0.1)
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-
-
-def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> None:
+def test_http_server_list_call_error_and_approval(log: Log, http_url: str) -> None:
     server = MCPServer.http(http_url, headers={"X-Test": "1"}, prefix="h")
     model = ScriptedModel(
         calls(("c1", "h_add", {"a": 20, "b": 22}), ("c2", "h_delete_file", {"path": "x"})),
@@ -548,11 +699,12 @@ def test_http_server_list_call_error_and_approval(log: Path, http_url: str) -> N
     assert side_effects(log) == ["deleted x"]
 
 
-def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_url: str) -> None:
+def test_http_server_that_dies_mid_call_fails_the_run_naming_it(tmp_path: Path) -> None:
     model = ScriptedModel(calls(("c1", "h_die", {})), "never")
-    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
-    with pytest.raises(RunError) as info:
-        agent.run_sync("die")
+    with http_server(tmp_path / "side_effects.log", tmp_path / "http_server.log") as http_url:
+        agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
+        with pytest.raises(RunError) as info:
+            agent.run_sync("die")
     assert info.value.stage == Stage.TOOL
     cause = info.value.__cause__
     assert isinstance(cause, ToolError)
@@ -562,7 +714,7 @@ def test_http_server_that_dies_mid_call_fails_the_run_naming_it(log: Path, http_
 
 
 def test_http_approval_pauses_and_resumes_in_another_process(
-    log: Path, http_url: str, tmp_path: Path
+    log: Log, http_url: str, tmp_path: Path
 ) -> None:
     model = ScriptedModel(calls(("c1", "h_delete_file", {"path": "x"})))
     agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
@@ -583,9 +735,9 @@ def test_http_server_unreachable_fails_the_run() -> None:
     assert isinstance(info.value.__cause__, MCPServerError)
 
 
-def test_streamed_runs_use_toolsets_too(log: Path, errlog: Any) -> None:
+def test_streamed_runs_use_toolsets_too(log: Log, shared: Callable[..., MCPServer]) -> None:
     model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), "3")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")])
+    agent = Agent(model, toolsets=[shared()])
 
     async def main() -> str:
         async with agent.run_stream("go") as stream:
@@ -596,8 +748,10 @@ def test_streamed_runs_use_toolsets_too(log: Path, errlog: Any) -> None:
     assert asyncio.run(main()) == "3"
 
 
-def test_parallel_calls_share_the_connection_across_event_loops(log: Path, errlog: Any) -> None:
-    server = stdio(log, errlog, prefix="t")
+def test_parallel_calls_share_the_connection_across_event_loops(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
+    server = shared()
     for _ in range(2):  # run_sync: a fresh event loop each time
         model = ScriptedModel(
             calls(
@@ -618,13 +772,15 @@ async def test_listing_outside_async_with_says_how_to_connect() -> None:
         await server.list_tools()
 
 
-def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Path, errlog: Any) -> None:
+def test_mcp_deferrals_are_sealed_and_verified_on_resume(
+    log: Log, shared: Callable[..., MCPServer]
+) -> None:
     from golem import ResumeError
 
     key = b"s" * 32
     turn = calls(("c1", "t_delete_file", {"path": "a.log"}))
     model = ScriptedModel(turn, "done")
-    agent = Agent(model, toolsets=[stdio(log, errlog, prefix="t")], seal_key=key)
+    agent = Agent(model, toolsets=[shared()], seal_key=key)
     paused = agent.run_sync("go")
     assert paused.pending is not None
     assert paused.pending.approvals[0].seal
@@ -647,3 +803,68 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Path, errlog: Any)
     )
     assert done.output == "done"
     assert side_effects(log) == ["deleted a.log"]
+
+
+TRACE_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from golem import Agent, Approval, DeferredResults, ToolCall
+from golem.integrations import otel
+from golem.integrations.mcp import MCPServer
+from golem.messages import Message
+from golem.testing import ScriptedModel
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # the MCP SDK's spans go to the global provider
+otel.instrument()
+url = sys.argv[1]
+turn = Message(role="assistant", tool_calls=[ToolCall("c1", "t_delete_file", '{"path": "x"}')])
+agent = Agent(ScriptedModel(turn, "done"), name="janitor",
+              toolsets=[MCPServer.http(url, prefix="t")])
+paused = agent.run_sync("go")
+agent.run_with_deferred_results_sync(
+    paused.messages, DeferredResults(approvals={"c1": Approval(True)}))
+
+async def outside_any_run():
+    async with MCPServer.http(url, prefix="t") as server:
+        await server.list_tools()
+
+asyncio.run(outside_any_run())
+print(json.dumps([
+    {"name": s.name, "trace": s.context.trace_id, "id": s.context.span_id,
+     "parent": s.parent.span_id if s.parent else None}
+    for s in exporter.get_finished_spans()
+]))
+"""
+
+
+def test_mcp_requests_are_traced_under_the_run_and_leave_no_stray_traces(
+    log: Log, http_url: str
+) -> None:
+    """The SDK's span per request sits under the run's spans; the handshake, the listing
+    and the listen stream opened before the run's span (or outside any run) leave no root
+    trace of their own (issue 29: three per resume)."""
+    pytest.importorskip("opentelemetry.sdk")
+    out = subprocess.run(
+        [sys.executable, "-c", TRACE_SCRIPT, http_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    spans = json.loads(out.stdout)
+    by_id = {s["id"]: s for s in spans}
+    roots = [s["name"] for s in spans if s["parent"] is None]
+    assert roots == ["invoke_agent janitor", "invoke_agent janitor"]
+    assert {s["trace"] for s in spans} == {s["trace"] for s in spans if s["parent"] is None}
+    (call,) = [s for s in spans if s["name"].startswith("MCP send tools/call")]
+    # under the approved re-run's execute_tool span, current while the tool runs
+    assert by_id[call["parent"]]["name"] == "execute_tool t_delete_file"
+    assert side_effects(log) == ["deleted x"]

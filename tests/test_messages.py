@@ -412,10 +412,10 @@ def test_truncated_args_survive_a_round_trip_byte_exact() -> None:
 
 
 def test_new_message_equals_the_dataclass_constructor() -> None:
-    from golem.messages import _new_message
+    from golem.messages import new_message
 
     call = ToolCall("c1", "f", "{}")
-    built = _new_message("tool", "text", [Part("text", text="x")], [call], "c1", "f", True, "r", "v")
+    built = new_message("tool", "text", [Part("text", text="x")], [call], "c1", "f", True, "r", "v")
     assert built == Message(
         role="tool",
         content="text",
@@ -428,16 +428,16 @@ def test_new_message_equals_the_dataclass_constructor() -> None:
         conversation_id="v",
     )
     assert type(built) is Message
-    plain = _new_message("user")
+    plain = new_message("user")
     assert plain == Message(role="user")
     # fresh default lists, never shared between messages
-    assert plain.thinking is not _new_message("user").thinking
+    assert plain.thinking is not new_message("user").thinking
     with pytest.raises(dataclasses.FrozenInstanceError):
         plain.content = "x"  # type: ignore[misc]
 
 
 def test_stamped_equals_replace() -> None:
-    from golem.messages import _stamped
+    from golem.messages import stamped
 
     m = Message(
         role="user",
@@ -447,8 +447,8 @@ def test_stamped_equals_replace() -> None:
         run_id="old",
         conversation_id="conv-old",
     )
-    assert _stamped(m, "r", "c") == dataclasses.replace(m, run_id="r", conversation_id="c")
-    assert _stamped(m, "r", "c", "assistant") == dataclasses.replace(
+    assert stamped(m, "r", "c") == dataclasses.replace(m, run_id="r", conversation_id="c")
+    assert stamped(m, "r", "c", "assistant") == dataclasses.replace(
         m, role="assistant", run_id="r", conversation_id="c"
     )
     assert m.run_id == "old"  # the original is untouched
@@ -458,14 +458,14 @@ def test_stamped_equals_replace() -> None:
         tag: str = "t"
 
     sub = Tagged(role="assistant", tag="kept")
-    copied = _stamped(sub, "r", "c")
+    copied = stamped(sub, "r", "c")
     assert type(copied) is Tagged
     assert copied.tag == "kept"
     assert copied.run_id == "r"
 
 
 def test_with_calls_equals_replace() -> None:
-    from golem.messages import _with_calls
+    from golem.messages import with_calls
 
     calls = [ToolCall("c1", "t", '{"a": 1}', seal="s")]
     m = Message(
@@ -476,7 +476,7 @@ def test_with_calls_equals_replace() -> None:
         run_id="r",
         conversation_id="c",
     )
-    copied = _with_calls(m, calls)
+    copied = with_calls(m, calls)
     assert copied == dataclasses.replace(m, tool_calls=calls)
     assert type(copied) is Message
     assert m.tool_calls[0].seal == ""  # the original is untouched
@@ -487,6 +487,6 @@ def test_with_calls_equals_replace() -> None:
     class Tagged(Message):
         tag: str = "t"
 
-    sub = _with_calls(Tagged(role="assistant", tag="kept"), calls)
+    sub = with_calls(Tagged(role="assistant", tag="kept"), calls)
     assert type(sub) is Tagged
     assert (sub.tag, sub.tool_calls) == ("kept", calls)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -25,6 +26,8 @@ from golem.errors import Overloaded
 from golem.integrations import otel
 from golem.messages import Message, dumps_history
 from golem.model import ModelResponse
+from golem.providers import FallbackModel
+from golem.providers.openai import OpenAIChatModel
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.otel_support import memory_provider
@@ -77,9 +80,9 @@ def test_span_tree_and_genai_attributes(exporter: InMemorySpanExporter) -> None:
     result = agent.run_sync("weather?")
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == [
-        "chat ScriptedModel",
+        "chat",
         "execute_tool weather",
-        "chat ScriptedModel",
+        "chat",
         "invoke_agent forecaster",
     ]
     run = by_name(spans)["invoke_agent forecaster"]
@@ -93,7 +96,7 @@ def test_span_tree_and_genai_attributes(exporter: InMemorySpanExporter) -> None:
     assert attrs["gen_ai.operation.name"] == "invoke_agent"
     assert attrs["gen_ai.agent.name"] == "forecaster"
     assert attrs["gen_ai.provider.name"] == "ScriptedModel"
-    assert attrs["gen_ai.request.model"] == "ScriptedModel"
+    assert "gen_ai.request.model" not in attrs  # a test model has no name (never its class's)
     assert attrs["gen_ai.conversation.id"] == result.conversation_id
     assert attrs["golem.run.id"] == result.run_id
     assert attrs["gen_ai.usage.input_tokens"] == 30
@@ -192,7 +195,7 @@ def test_failed_attempts_and_a_failed_run(exporter: InMemorySpanExporter) -> Non
     with pytest.raises(RunError):
         agent.run_sync("hi")
     spans = exporter.get_finished_spans()
-    assert [s.name for s in spans] == ["chat ScriptedModel", "chat ScriptedModel", "invoke_agent"]
+    assert [s.name for s in spans] == ["chat", "chat", "invoke_agent"]
     for chat in spans[:2]:
         assert chat.status.status_code == StatusCode.ERROR
         assert (chat.attributes or {})["error.type"] == "Overloaded"
@@ -200,7 +203,7 @@ def test_failed_attempts_and_a_failed_run(exporter: InMemorySpanExporter) -> Non
     assert run.status.status_code == StatusCode.ERROR
     assert (run.attributes or {})["golem.run.status"] == "failed"
     assert (run.attributes or {})["golem.run.stage"] == "model"
-    assert (run.attributes or {})["error.type"] == "RuntimeError"
+    assert (run.attributes or {})["error.type"] == "Overloaded"  # the cause, retried or not
 
 
 def test_a_failing_tool_marks_its_span(exporter: InMemorySpanExporter) -> None:
@@ -248,7 +251,7 @@ def test_an_agents_own_provider_without_instrument() -> None:
     agent = weather_agent(answer("hi"), tracer_provider=provider)
     assert agent.run_sync("x").trace_context
     assert [s.name for s in exp.get_finished_spans()] == [
-        "chat ScriptedModel",
+        "chat",
         "invoke_agent forecaster",
     ]
 
@@ -303,7 +306,7 @@ def test_the_resumed_run_links_to_the_paused_one(exporter: InMemorySpanExporter)
     spans = exporter.get_finished_spans()
     assert [s.name for s in spans] == [
         "execute_tool delete_file",
-        "chat ScriptedModel",
+        "chat",
         "invoke_agent janitor",
     ]
     run = spans[-1]
@@ -422,3 +425,138 @@ async def test_a_streamed_and_a_nested_resume_say_resume(exporter: InMemorySpanE
     assert done.output == "All done."
     runs = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
     assert [(s.attributes or {}).get("golem.run.operation") for s in runs] == ["resume", "resume"]
+
+
+# --------------------------------------------------------------------------- model names
+
+
+def chat_completion(request: httpx.Request) -> httpx.Response:
+    """An OpenAI chat completion, answered by a dated snapshot of the model asked for."""
+    return httpx.Response(
+        200,
+        json={
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "gpt-4.1-2025-04-14",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Hi."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        },
+    )
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+async def test_the_model_names_come_from_the_model_and_its_answer(
+    exporter: InMemorySpanExporter, fallback: bool
+) -> None:
+    """The OpenAI adapters keep their name in `model_name`; a `FallbackModel` is named by its
+    primary model (not "_fallback"); `gen_ai.response.model` is the model that answered."""
+    async with httpx.AsyncClient(transport=httpx.MockTransport(chat_completion)) as client:
+        model: Any = OpenAIChatModel("gpt-4.1", api_key="k", http_client=client)
+        if fallback:
+            model = FallbackModel(model, ScriptedModel("never"))
+        assert (await Agent(model, name="greeter").run("hi")).output == "Hi."
+    chat, run = exporter.get_finished_spans()
+    assert chat.name == "chat gpt-4.1"
+    for span in (chat, run):
+        attrs = dict(span.attributes or {})
+        assert attrs["gen_ai.provider.name"] == "openai"
+        assert attrs["gen_ai.request.model"] == "gpt-4.1"
+    assert dict(chat.attributes or {})["gen_ai.response.model"] == "gpt-4.1-2025-04-14"
+
+
+def test_an_ollama_model_is_named_ollama(exporter: InMemorySpanExporter) -> None:
+    from golem.providers import infer_model
+
+    model: Any = infer_model("ollama:llama3.2")
+    model.generate = ScriptedModel("Hi.").generate  # no server: the name is what is checked
+    Agent(model, name="greeter").run_sync("hi")
+    chat, _ = exporter.get_finished_spans()
+    attrs = dict(chat.attributes or {})
+    assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == ("ollama", "llama3.2")
+
+
+def test_a_model_named_by_its_attributes_and_a_fallback_of_it(
+    exporter: InMemorySpanExporter,
+) -> None:
+    class Named(ScriptedModel):
+        provider = "acme"
+        model = "acme-large"
+
+    Agent(FallbackModel(Named("Hi.")), name="greeter").run_sync("hi")
+    chat, run = exporter.get_finished_spans()
+    assert chat.name == "chat acme-large"
+    for span in (chat, run):
+        attrs = dict(span.attributes or {})
+        assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == (
+            "acme",
+            "acme-large",
+        )
+    # FallbackModel fills in the answering model's name when the response had none
+    assert dict(chat.attributes or {})["gen_ai.response.model"] == "acme-large"
+
+
+# --------------------------------------------------------------------------- nested resume
+
+
+def tree(spans: Any) -> dict[str, tuple[int, str | None]]:
+    """Each span by name: (trace ID, its parent's name or None for a root)."""
+    names = {s.context.span_id: s.name for s in spans}
+    return {
+        s.name: (s.context.trace_id, names.get(s.parent.span_id, "?") if s.parent else None)
+        for s in spans
+    }
+
+
+async def test_a_resumed_sub_agent_runs_under_the_parents_resume(
+    exporter: InMemorySpanExporter,
+) -> None:
+    sub = approval_agent(
+        turn(ToolCall("s1", "delete_file", '{"path": "a"}')),
+        turn(ToolCall("s2", "delete_file", '{"path": "b"}')),
+        answer("Done."),
+    )
+    call = ToolCall("p1", "janitor", '{"prompt": "clean"}')
+    parent = Agent(
+        ScriptedModel(turn(call), answer("All done.")), name="boss", tools=[sub.as_tool()]
+    )
+    paused = await parent.run("go")
+    exporter.clear()
+
+    # the sub-agent pauses again: the parent's resume span ends paused, the sub-agent's under it
+    again = await parent.run_with_deferred_results(
+        paused.messages,
+        DeferredResults(approvals={"p1/s1": Approval(True)}),
+        trace_context=paused.trace_context,
+    )
+    assert again.pending is not None
+    spans = exporter.get_finished_spans()
+    shape = tree(spans)
+    boss_trace = shape["invoke_agent boss"][0]
+    assert shape["invoke_agent boss"] == (boss_trace, None)
+    assert shape["invoke_agent janitor"] == (boss_trace, "invoke_agent boss")
+    boss = next(s for s in spans if s.name == "invoke_agent boss")
+    assert dict(boss.attributes or {})["golem.run.status"] == "paused"
+    assert dict(boss.attributes or {})["golem.run.operation"] == "resume"
+    assert again.trace_context.split("-")[2] == f"{boss.context.span_id:016x}"
+    exporter.clear()
+
+    # the sub-agent answers: the parent's own run continues under the same span
+    done = await parent.run_with_deferred_results(
+        again.messages,
+        DeferredResults(approvals={"p1/s2": Approval(True)}),
+        trace_context=again.trace_context,
+    )
+    assert done.output == "All done."
+    spans = exporter.get_finished_spans()
+    shape = tree(spans)
+    boss_trace = shape["invoke_agent boss"][0]
+    assert {trace_id for trace_id, _ in shape.values()} == {boss_trace}
+    assert shape["invoke_agent boss"] == (boss_trace, None)
+    assert shape["invoke_agent janitor"] == (boss_trace, "invoke_agent boss")
+    assert [s.name for s in spans].count("invoke_agent boss") == 1

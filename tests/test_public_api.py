@@ -22,29 +22,24 @@ PUBLIC_ALL = {
     "golem": (
         "Agent Approval Canceled Citation DeferKind Deferred DeferredRequests DeferredResults "
         "EventKind Failed GolemError HistoryError HistoryRepair Message ModelRetry Part PartialResult "
-        "PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
+        "PausedRun PendingToolCall ProviderError RejectedCall Result ResumeError ResumeProgress RunContext RunError "
         "RunEvent RunPaused RunStream SanitizeReport SealError SealKeys ServerToolBlock Stage "
         "ThinkingBlock Tool ToolCall ToolError ToolResult ToolTimeout UnsafePart Usage "
         "UsageLimitExceeded UsageLimits __version__ approved_call call_approved dumps_history "
         "loads_history new_id normalize_history sanitize_history"
     ),
     "golem.agent": "Agent RunStream default_backoff",
-    "golem.agent_tool": (
-        "PAUSED_MARKER AgentTool SubAgentCall SubAgentPaused forwarder seal_sub_agent_calls "
-        "sub_agent_calls sub_conversation"
-    ),
+    "golem.agent_tool": "PAUSED_MARKER AgentTool SubAgent SubAgentPaused forwarder sub_conversation",
     "golem.cli": "",
     "golem.cli.commands": "build_app main",
     "golem.durable": "",
     "golem.integrations": "",
-    "golem.deferred": (
-        "Approval BeforeApproved DeferredRequests DeferredResults PendingToolCall ResumeProgress"
-    ),
+    "golem.deferred": "PAUSED_RUN_VERSION Approval DeferredRequests DeferredResults PausedRun PendingToolCall",
     "golem.cli.demo": "build_agent build_registry check_health open_ticket registry restart_service",
     "golem.errors": (
         "AuthenticationError BadRequest ConversationRequired GolemError HistoryError Overloaded "
         "ProviderConnectionError ProviderError ProviderTimeout RateLimited ResponseFormatError "
-        "ResumeError RunError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
+        "ResumeError RunPaused SealError Stage StoreError SubAgentConversationMismatch "
         "ToolError ToolTimeout UsageLimitExceeded"
     ),
     "golem.events": "EventHandler EventKind RunEvent",
@@ -69,17 +64,29 @@ PUBLIC_ALL = {
     "golem.providers.anthropic": "AnthropicModel OutputMode",
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
-    "golem.result": "PartialResult Result",
+    "golem.limits": "UsageLimits",
+    "golem.nested": "",
+    "golem.records": "SubAgentCall seal_sub_agent_calls sub_agent_calls",
+    "golem.resume": "BeforeApproved ResumeProgress",
+    "golem.result": "PartialResult Result RunError",
     "golem.seal": "SealKey SealKeys seal_call seal_pending verify_call",
-    "golem.service": "Approver AuthConfig Credential create_app",
+    "golem.service": "Approver AuthConfig Credential ServiceSettings create_app",
     "golem.service.api": "",
     "golem.service.app": "ROUTES create_app",
     "golem.service.audit": "",
     "golem.service.auth": "Approver AuthConfig Credential",
+    "golem.service.bodies": "",
+    "golem.service.credentials": "",
+    "golem.service.decisions": "",
+    "golem.service.errors": "",
     "golem.service.inbox": "",
     "golem.service.limits": "",
+    "golem.service.middleware": "",
     "golem.service.notify": "Delivery Notifier Webhook sign",
     "golem.service.openapi": "CSV HTML REDIRECT SSE ArrayOf Operation openapi_document operation",
+    "golem.service.pages": "",
+    "golem.service.positions": "",
+    "golem.service.runs": "",
     "golem.service.schemas": (
         "MAX_EXPIRES_IN MAX_LIST_LIMIT AgentInfo AgentList AuditItem AuditList "
         "AuditListItem AuditPageQuery AuditQuery BulkDecisionForm Call CallList CallsQuery DecisionBody DecisionForm "
@@ -88,10 +95,13 @@ PUBLIC_ALL = {
         "ResolveForm Run RunDetail RunDetailEnvelope RunEnvelope RunList RunsQuery StartForm "
         "StartRunBody StreamToken WhoAmI"
     ),
+    "golem.service.settings": "ServiceSettings",
+    "golem.service.state": "",
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.durable.store": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID MAX_SECONDS AuditAction AuditEntry AuditPage "
+        "CallExpired CallKind "
         "CallNotFound ChangeFeed ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "
@@ -101,7 +111,8 @@ PUBLIC_ALL = {
     ),
     "golem.durable.store.postgres": "PostgresStore",
     "golem.durable.store.records": (
-        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID AuditAction AuditEntry AuditPage CallExpired CallKind "
+        "EXPIRY_ACTOR EXPIRY_REASON MAX_RUN_ID MAX_SECONDS AuditAction AuditEntry AuditPage "
+        "CallExpired CallKind "
         "CallNotFound ClaimedRun CorruptRecord Decision DecisionConflict DecisionKind "
         "DecisionRecord InvalidCursor InvalidDecision InvalidRunId LeaseLost NewCall NewRun "
         "Outcome Page PendingCallRecord "
@@ -117,7 +128,7 @@ PUBLIC_ALL = {
         "ToolResult approved_call call_approved idempotency_key"
     ),
     "golem.toolset": "Toolset",
-    "golem.usage": "Price Usage UsageLimits",
+    "golem.usage": "Price Usage",
     "golem.durable.worker": (
         "RETRY_REFUSAL AgentEntry AgentRegistry StoredCallMismatch SweepReport Worker "
         "load_registry new_run_from_result start_run"

@@ -34,9 +34,10 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.agent_tool import PAUSED_MARKER, sub_agent_calls
+from golem.agent_tool import PAUSED_MARKER
 from golem.errors import SubAgentConversationMismatch
 from golem.model import ModelRequest, ModelResponse
+from golem.records import sub_agent_calls
 from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved

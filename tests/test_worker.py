@@ -16,6 +16,7 @@ import pytest
 from golem import Agent, Message, RunContext, ToolCall, loads_history
 from golem.durable.store import (
     EXPIRY_ACTOR,
+    MAX_SECONDS,
     AuditAction,
     CallKind,
     Decision,
@@ -275,7 +276,9 @@ async def test_the_worker_logs_one_line_per_claim_resume_and_outcome(
     await store.decide(bad.id, "c9", Decision.approve(), decided_by="b")
     with caplog.at_level(logging.INFO, logger="golem.durable.worker"):
         assert await worker.run_once()
-    failed = [r for r in caplog.records if r.name == "golem.durable.worker" and "failed" in r.getMessage()]
+    failed = [
+        r for r in caplog.records if r.name == "golem.durable.worker" and "failed" in r.getMessage()
+    ]
     assert len(failed) == 1
     assert failed[0].levelno == logging.WARNING
     assert "disk on fire" in failed[0].getMessage()
@@ -382,6 +385,23 @@ class _ClaimsFail:
             self.stop.set()
 
 
+@pytest.mark.parametrize("bad", [float("inf"), 1e12, 0, float("nan")])
+async def test_run_forever_refuses_a_poll_interval_out_of_range(store: Store, bad: float) -> None:
+    worker = Worker(store, {}, worker_id="w")
+    with pytest.raises(ValueError, match="poll_interval must be a number of seconds"):
+        await worker.run_forever(poll_interval=bad, stop_event=asyncio.Event())
+
+
+@pytest.mark.parametrize("bad", [float("inf"), 1e12, timedelta(days=365 * 20), float("nan")])
+async def test_start_run_refuses_an_expiry_out_of_range_and_saves_nothing(
+    store: Store, bad: float | timedelta
+) -> None:
+    app = App(calls(("c1", "delete_file", '{"path": "/a"}')))
+    with pytest.raises(ValueError, match="expires_in must be a number of seconds"):
+        await start_run(store, app.registry, "ops", "go", started_by="a", expires_in=bad)
+    assert await store.list_runs() == []
+
+
 async def test_run_forever_survives_store_errors(store: Store) -> None:
     stop = asyncio.Event()
     flaky = _ClaimsFail([StoreError("database is locked")], stop)
@@ -396,6 +416,12 @@ def test_worker_rejects_bad_configuration(tmp_path: Path) -> None:
         Worker(store, {}, lease_seconds=0)
     with pytest.raises(ValueError, match="sweep_interval"):
         Worker(store, {}, sweep_interval=-1)
+    for bad in (float("inf"), float("nan"), 1e12, MAX_SECONDS * 2, -1):
+        with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+            Worker(store, {}, lease_seconds=bad)
+        with pytest.raises(ValueError, match="sweep_interval must be a number of seconds"):
+            Worker(store, {}, sweep_interval=bad)
+    assert Worker(store, {}, lease_seconds=MAX_SECONDS).lease_seconds == MAX_SECONDS
     w = Worker(store, {})
     assert w.actor == f"worker:{w.worker_id}"
     assert w.worker_id != Worker(store, {}).worker_id
@@ -421,16 +447,15 @@ def test_load_registry_accepts_a_mapping_or_a_factory(monkeypatch: pytest.Monkey
         load_registry(f"{mod.__name__}:missing")
 
 
-async def test_a_pause_with_duplicate_call_ids_is_saved_failed_not_raised(store: Store) -> None:
+async def test_a_pause_whose_calls_share_an_id_is_saved_with_an_id_for_each(store: Store) -> None:
     twice = calls(("c1", "delete_file", '{"path": "/a"}'), ("c1", "delete_file", '{"path": "/b"}'))
     app = App(twice)
     run = await start_run(store, app.registry, "ops", "x", started_by="alice")
-    assert run.status is RunStatus.FAILED
-    assert run.outcome is not None
-    assert "c1" in run.outcome.error
-    assert run.calls == ()
-    actions = [e.action for e in await store.audit(run.id)]
-    assert actions == [AuditAction.CREATED, AuditAction.FAILED]
+    assert run.status is RunStatus.PENDING
+    assert [(c.call_id, c.args) for c in run.calls] == [
+        ("c1", '{"path": "/a"}'),
+        ("c1_2", '{"path": "/b"}'),
+    ]
     assert app.executed == []
 
 

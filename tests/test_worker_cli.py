@@ -122,3 +122,23 @@ def test_worker_concurrency_flag_rejects_bad_values(tmp_path: Path, bad: str) ->
     assert res.exit_code == 2
     assert "--concurrency" in res.output
     assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"
+
+
+@pytest.mark.parametrize(
+    ("flag", "bad"),
+    [
+        ("--lease", "inf"),
+        ("--lease", "1e12"),
+        ("--lease", "nan"),
+        ("--poll", "inf"),
+        ("--poll", "0"),
+    ],
+)
+def test_worker_duration_flags_out_of_range_exit_2_before_anything(
+    tmp_path: Path, flag: str, bad: str
+) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    res = golem("worker", "--app", "tests.test_worker_cli:registry", "--db", db, flag, bad)
+    assert res.exit_code == 2, res.output
+    assert f"{flag} must be a number of seconds above 0 and at most 316224000" in res.output
+    assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"

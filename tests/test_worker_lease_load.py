@@ -151,8 +151,8 @@ async def test_a_failed_renewal_at_the_fence_is_tried_again_while_the_lease_last
     """Before an approved call, with less than half the lease left, the worker renews; a
     renewal failing for want of a database (a blip) is tried again instead of failing the
     run, while the local deadline lasts; past it the failure is raised and no call runs."""
-    from golem.durable.store._sql import elapsed
-    from golem.durable.worker import _Lease
+    from golem.durable._clock import elapsed
+    from golem.durable.worker._loop import _Lease
     from golem.errors import StoreError
     from tests.store.test_lost_answers import LostAnswers
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from golem import Agent, Message, ToolCall
-from golem.agent_tool import sub_agent_calls
 from golem.durable.store import CallKind, Decision, RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.messages import loads_history
+from golem.records import sub_agent_calls
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -16,6 +16,7 @@ from golem.durable.store import (
     AuditAction,
     CallNotFound,
     Decision,
+    DecisionKind,
     InvalidDecision,
     RunNotInterrupted,
     RunStatus,
@@ -24,6 +25,7 @@ from golem.durable.store import (
     utc_now,
 )
 from golem.durable.worker import RETRY_REFUSAL, AgentEntry, Worker, start_run
+from golem.service.api import run_detail_json
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.store.backends import BACKENDS, Backend, backend_for
@@ -105,7 +107,27 @@ async def test_retry_reruns_only_confirmed_calls_and_keeps_the_stored_run_id(
     assert done.outcome is not None
     assert done.outcome.history is not None
     assert RETRY_REFUSAL in done.outcome.history
-    resolved = [e for e in await store.audit(run_id) if e.action is AuditAction.RESOLVED]
+    # the refusal is recorded: "approved" on a completed run reads as "executed" only if it ran
+    confirmed, refused = done.call("c1").decision, done.call("c2").decision
+    assert confirmed is not None
+    assert (confirmed.kind, confirmed.decided_by) == (DecisionKind.APPROVE, "bob")
+    assert refused is not None
+    assert (refused.kind, refused.reason, refused.decided_by) == (
+        DecisionKind.DENY,
+        RETRY_REFUSAL,
+        "worker:w2",
+    )
+    entries = await store.audit(run_id)
+    decided = [(e.actor, e.detail) for e in entries if e.action is AuditAction.DECIDED]
+    assert decided[-1] == (
+        "worker:w2",
+        {"call_id": "c2", "decision": "deny", "reason": RETRY_REFUSAL, "approved_by": "bob"},
+    )
+    assert [e.action for e in entries][-2:] == [AuditAction.DECIDED, AuditAction.COMPLETED]
+    shown = {c["call_id"]: c["decision"] for c in run_detail_json(done, entries)["calls"]}
+    assert (shown["c1"]["decision"], shown["c2"]["decision"]) == ("approve", "deny")
+    assert shown["c2"]["reason"] == RETRY_REFUSAL
+    resolved = [e for e in entries if e.action is AuditAction.RESOLVED]
     assert [(e.actor, e.detail) for e in resolved] == [
         (
             "ops:carol",
@@ -179,7 +201,21 @@ def test_golem_resolve_retries_or_cancels_from_the_terminal(tmp_path: Path) -> N
     assert out.exit_code == 0, out.output
     assert f"run {first} is ready for attempt 2 (by ops:e)" in out.output
     assert "c1 (pay): runs again, confirmed" in out.output
-    assert "c2 (mail): runs again only if its tool is idempotent" in out.output
+    assert "c2 (mail): runs again only if its tool is declared idempotent; otherwise this " in (
+        out.output
+    )
+    assert "attempt denies it (not confirmed: a call is confirmed only by the --retry itself, " in (
+        out.output
+    )
+    assert "confirm it with --confirm" not in out.output  # too late: the run is ready now
+    late = runner.invoke(
+        app,
+        ["resolve", first, "--retry", "--confirm", "c2", "--note", "late", "--db", db],
+        env={"COLUMNS": "200"},
+        catch_exceptions=False,
+    )
+    assert late.exit_code == 1
+    assert "only an interrupted run can be retried" in late.output
     out = runner.invoke(
         app,
         ["resolve", second, "--cancel", "--note", "done by hand", "--db", db],

@@ -10,7 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.durable.worker import _emission_order, _latest_calls
+from golem.durable.worker._checks import latest_calls as _latest_calls
+from golem.durable.worker._start import _emission_order
 from golem.messages import Message, ToolCall
 
 IDS = st.sampled_from(["a", "b", "c", "d", ""])

@@ -107,7 +107,7 @@ async def test_a_stored_call_sealed_as_another_kind_is_refused(
 
 
 def test_the_history_must_hold_the_decided_argument_bytes() -> None:
-    from golem.durable.worker import _same_args
+    from golem.durable.worker._checks import _same_args
 
     decided = '{"to": "bob", "amount": 10}'
     assert _same_args(decided, decided)

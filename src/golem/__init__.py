@@ -9,19 +9,12 @@ human or another service, and later resumes — in any process — with
 
 from golem._ids import new_id
 from golem.agent import Agent, RunStream
-from golem.deferred import (
-    Approval,
-    DeferredRequests,
-    DeferredResults,
-    PendingToolCall,
-    ResumeProgress,
-)
+from golem.deferred import Approval, DeferredRequests, DeferredResults, PausedRun, PendingToolCall
 from golem.errors import (
     GolemError,
     HistoryError,
     ProviderError,
     ResumeError,
-    RunError,
     RunPaused,
     SealError,
     Stage,
@@ -38,6 +31,7 @@ from golem.history import (
     normalize_history,
     sanitize_history,
 )
+from golem.limits import UsageLimits
 from golem.messages import (
     Citation,
     Message,
@@ -48,7 +42,8 @@ from golem.messages import (
     dumps_history,
     loads_history,
 )
-from golem.result import PartialResult, Result
+from golem.result import PartialResult, Result, RunError
+from golem.resume import ResumeProgress
 from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
@@ -62,7 +57,7 @@ from golem.tool import (
     approved_call,
     call_approved,
 )
-from golem.usage import Usage, UsageLimits
+from golem.usage import Usage
 
 __version__ = "0.1.0"
 
@@ -84,6 +79,7 @@ __all__ = [
     "ModelRetry",
     "Part",
     "PartialResult",
+    "PausedRun",
     "PendingToolCall",
     "ProviderError",
     "RejectedCall",

@@ -13,16 +13,18 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from golem import deferred
 from golem._cancel import raise_if_swallowed
-from golem.errors import ProviderError, RunError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
+from golem._tracing import ToolSpans
+from golem.errors import ProviderError, Stage, ToolError, ToolTimeout, UsageLimitExceeded
 from golem.events import EventKind, RunEvent, dispatch
 from golem.history import INTERRUPTED_TEXT
-from golem.messages import Message, ToolCall, _new_message, _stamped
+from golem.limits import UsageLimits
+from golem.messages import Message, ToolCall, new_message, stamped, with_calls
 from golem.model import Delta, Model, ModelRequest, ModelResponse, ToolChoice, ToolSpec
-from golem.result import PartialResult, Result
+from golem.result import PartialResult, Result, RunError
 from golem.seal import SealKeys
 from golem.tool import (
     Canceled,
@@ -37,10 +39,7 @@ from golem.tool import (
     find_signal,
 )
 from golem.toolset import Toolset, resolve_tools
-from golem.usage import Usage, UsageLimits
-
-if TYPE_CHECKING:
-    from golem.integrations.otel import RunTracer
+from golem.usage import Usage
 
 __all__ = ["Policy", "RunState", "run_loop"]
 
@@ -97,12 +96,16 @@ class RunState:
     requests: int = 0
     tool_calls: int = 0
     finish_reason: str = ""
+    model_name: str = ""
+    """The model that answered the last model request, as its response said (may be empty)."""
     feedback: dict[str, int] = field(default_factory=dict)
     """Correction feedbacks given per tool name (the tool retry budget)."""
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
-    tracer: RunTracer | None = None
+    tracer: ToolSpans | None = None
     """The run's spans when tracing is on (`golem.integrations.otel`)."""
+    call_ids: set[str] | None = None
+    """The tool-call IDs of the conversation so far (built on the first turn with calls)."""
     cancels: int = 0
     """The cancellation requests its task had when the run started (`Task.cancelling()`):
     one more after a tool or model returns means it swallowed the caller's cancellation."""
@@ -143,7 +146,7 @@ class RunState:
     def tool_message(
         self, call: ToolCall, text: str, *, parts: Sequence[Any] = (), failed: bool = False
     ) -> Message:
-        return _new_message(
+        return new_message(
             "tool",
             text,
             list(parts),
@@ -295,33 +298,57 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
                 if wait is not None:
                     await asyncio.sleep(wait)
                     continue
-                wrapped = RuntimeError(
-                    f"model failed, not retried: the provider asked to wait "
-                    f"{getattr(exc, 'retry_after', None)} s, longer than the agent's "
-                    f"max_retry_wait: {exc}"
+                exc.add_note(
+                    f"golem: not retried: the provider asked to wait "
+                    f"{getattr(exc, 'retry_after', None)} s, longer than the agent's max_retry_wait"
                 )
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
+                raise _Fail(Stage.MODEL, exc) from None
             if attempt > 1:
-                wrapped = RuntimeError(f"model failed after {attempt} attempts: {exc}")
-                wrapped.__cause__ = exc
-                raise _Fail(Stage.MODEL, wrapped) from None
+                exc.add_note(f"golem: the model failed after {attempt} attempts")
             raise _Fail(Stage.MODEL, exc) from None
     raise_if_swallowed(state.cancels)
     state.usage = state.usage + response.usage
     state.finish_reason = response.finish_reason
+    state.model_name = response.model_name
     message = response.message
     if (
         message.run_id != state.run_id
         or message.conversation_id != state.conversation_id
         or message.role != "assistant"
     ):
-        message = _stamped(message, state.run_id, state.conversation_id, "assistant")
+        message = stamped(message, state.run_id, state.conversation_id, "assistant")
+    if message.tool_calls:
+        message = _unique_call_ids(state, message)
     state.messages.append(message)
     if state.listening:
         state.emit(EventKind.MODEL_END, turn=turn, attempt=attempt, usage=response.usage)
     _check_usage(policy, state)
     return message
+
+
+def _unique_call_ids(state: RunState, message: Message) -> Message:
+    """`message` with each tool call whose ID the conversation already has given a new one
+    (`<id>_<n>`): some servers number calls from `call_0` in every response, and a call's ID
+    is its identity (resolutions, idempotency keys, seals). The renamed ID is what the
+    history keeps and what later requests send back."""
+    seen = state.call_ids
+    if seen is None:
+        seen = state.call_ids = {
+            c.id for m in state.messages if m.role == "assistant" for c in m.tool_calls
+        }
+    calls: list[ToolCall] | None = None
+    for i, c in enumerate(message.tool_calls):
+        new_id = c.id
+        if new_id in seen:
+            n = 2
+            while f"{c.id}_{n}" in seen:
+                n += 1
+            new_id = f"{c.id}_{n}"
+            calls = calls or list(message.tool_calls)
+            calls[i] = ToolCall(new_id, c.name, c.args, c.signature, c.seal)
+        if new_id:
+            seen.add(new_id)
+    return with_calls(message, calls) if calls is not None else message
 
 
 async def _turn_specs(policy: Policy, state: RunState) -> list[ToolSpec]:
@@ -537,7 +564,11 @@ async def _tool_batch(
     if deferrals:
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
-    return deferred.pause(state, policy.seal_keys, deferrals) if deferrals else None
+    return (
+        deferred.pause(state.messages, state.conversation_id, policy.seal_keys, deferrals)
+        if deferrals
+        else None
+    )
 
 
 async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:

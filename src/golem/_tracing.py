@@ -11,9 +11,21 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar, cast
 
-__all__ = ["Hooks", "hooks", "identify", "store_op", "worker_op"]
+__all__ = ["Hooks", "ToolSpans", "hooks", "identify", "store_op", "worker_op"]
 
 _F = TypeVar("_F", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+class ToolSpans(Protocol):
+    """What the run loop asks of a run's tracer: make a tool call's span current while it runs."""
+
+    def enter_tool(self, call_id: str) -> object | None:
+        """Make the span of tool call `call_id` current; returns a token for `leave_tool`."""
+        ...
+
+    def leave_tool(self, token: object | None) -> None:
+        """Restore the context `enter_tool` replaced."""
+        ...
 
 
 class Hooks(Protocol):

@@ -31,43 +31,42 @@ from typing import (
 import pydantic
 from typing_extensions import TypeVar
 
-from golem import deferred
 from golem._cancel import cancel_requests
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import (
     SUB_RUN,
     AgentTool,
-    Spent,
     agent_tool,
     copy_result,
-    drop_finished,
     has_agent_tools,
     partial_of,
-    paused_records,
     run_scope,
     surface,
 )
-from golem.agent_tool import check as check_nested
-from golem.agent_tool import resume as resume_nested
-from golem.deferred import BeforeApproved, DeferredRequests, DeferredResults, ResumeProgress
-from golem.errors import (
-    Overloaded,
-    RateLimited,
-    ResumeError,
-    RunError,
-    Stage,
-    UsageLimitExceeded,
-)
+from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
+from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
 from golem.events import EventHandler, RunEvent
 from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, _new_message, _stamped, loads_history
+from golem.limits import UsageLimits
+from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
-from golem.result import Result
+from golem.nested import (
+    Handing,
+    NestedPlan,
+    Spent,
+    check_records,
+    check_sub_agents,
+    drop_finished,
+    resume_sub_agents,
+)
+from golem.records import paused_records
+from golem.result import Result, RunError
+from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, merge, resolve
 from golem.seal import SealKey, SealKeys, as_seal_keys
-from golem.tool import ModelRetry, RunContext, Tool, _ClearedApproval
+from golem.tool import ClearedApproval, ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
-from golem.usage import Price, Usage, UsageLimits
+from golem.usage import Price, Usage
 
 if TYPE_CHECKING:
     from golem.integrations.otel import RunTracer
@@ -84,6 +83,8 @@ R = TypeVar("R")
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
+Paused = History | PausedRun
+"""What a resume starts from: a `PausedRun`, or a plain history (its messages or their JSON)."""
 Resolutions = DeferredResults | Mapping[str, Any]
 
 
@@ -197,21 +198,7 @@ class Agent(Generic[DepsT, OutputT]):
                 f'"openai:gpt-4.1"; got {type(model).__name__} (for tests: '
                 "golem.testing.ScriptedModel)"
             )
-        if tool_timeout is not None and tool_timeout <= 0:
-            raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
-        for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
-            if value < 0:
-                raise ValueError(f"{label} must not be negative, got {value}")
-        if max_iterations < 1:
-            raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if max_retry_wait is not None and not max_retry_wait >= 0:
-            raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
-        if usage_limits is not None and usage_limits.cost is not None and price is None:
-            raise ValueError(
-                "a cost limit needs a price: pass price=... (a function from Usage to money)"
-            )
+        _check_options(tool_timeout, tool_retries, output_retries, max_iterations, max_attempts, max_retry_wait, usage_limits, price)  # fmt: skip
         self.model = model
         self.output_type = output_type
         self.instructions = instructions
@@ -349,20 +336,34 @@ class Agent(Generic[DepsT, OutputT]):
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
 
-    def _run_tracer(
-        self, state: RunState, trace_context: str = "", operation: str = "run"
-    ) -> RunTracer | None:
-        """Start the run's span when tracing is on (`golem.integrations.otel`), else None; `operation`
-        is "run" or "resume" (the span's `golem.run.operation`)."""
+    def _new_tracer(self, trace_context: str = "") -> RunTracer | None:
+        """The run's tracer when tracing is on (`golem.integrations.otel`), else None."""
         if self.tracer_provider is None and "golem.integrations.otel" not in sys.modules:
             return None  # golem.integrations.otel never imported: tracing is off, nothing to ask
         from golem.integrations.otel import run_tracer
 
-        tracer = run_tracer(self, self.tracer_provider, trace_context)
+        return run_tracer(self, self.tracer_provider, trace_context)
+
+    def _run_tracer(
+        self,
+        state: RunState,
+        trace_context: str = "",
+        operation: str = "run",
+        opened: RunTracer | None = None,
+    ) -> RunTracer | None:
+        """Start the run's span when tracing is on, else None (`opened`: a tracer whose span
+        a nested resume opened already); `operation` is "run" or "resume" (the span's
+        `golem.run.operation`)."""
+        tracer = opened
         if tracer is not None:
+            tracer.bind(state)
+        else:
+            tracer = self._new_tracer(trace_context)
+            if tracer is None:
+                return None
             tracer.start(state, operation=operation)
-            state.tracer = tracer
-            state.observers = (tracer.on_event, *state.observers)
+        state.tracer = tracer
+        state.observers = (tracer.on_event, *state.observers)
         return tracer
 
     async def _run_traced(
@@ -374,10 +375,11 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         before: Callable[[], Awaitable[None]] | None = None,
         operation: str = "run",
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
         and collecting sub-agent pauses when the agent has agent tools."""
-        tracer = self._run_tracer(state, trace_context, operation)
+        tracer = self._run_tracer(state, trace_context, operation, opened)
         nested = self._nested(policy.tools)
         try:
             with run_scope(state) if nested else contextlib.nullcontext() as scope:
@@ -570,7 +572,7 @@ class Agent(Generic[DepsT, OutputT]):
                 RunContext(state.deps, state.run_id, state.conversation_id)
             )
         if text:
-            state.messages.append(_new_message("system", text))
+            state.messages.append(new_message("system", text))
         state.messages.extend(pair_results(body))
 
     @overload
@@ -619,7 +621,7 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: the run failed; `.stage` says where, `__cause__` why.
             ValueError: the history or prompt is malformed.
         """
-        with _ClearedApproval():
+        with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 state = await self._prepare(
                     prompt, deps, history, run_id, conversation_id, on_event
@@ -724,7 +726,7 @@ class Agent(Generic[DepsT, OutputT]):
         self._check_streaming()
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _ClearedApproval():
+            with ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     state = await self._prepare(
                         prompt, deps, history, run_id, conversation_id, on_event
@@ -749,22 +751,30 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None,
         policy: Policy,
         bound: bool | None = None,
-    ) -> deferred.ResumePlan:
+    ) -> ResumePlan:
         """Validate a resume. `bound` says whether the caller vouched for the conversation
         (default: whether `conversation_id` was passed); with a seal key, an unbound one
         needs `expected` (`ConversationRequired`)."""
         supplied = _resume_history(history)
-        resolutions = deferred.as_results(results)
+        resolutions = as_results(results)
         if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
             resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
-        return deferred.check_resume(
+        # the caller's word first, then the expected calls' (the caller kept them), then the
+        # history's (whatever its editor wrote; the Go golem drops it)
+        named = (
+            conversation_id
+            or getattr(expected, "conversation_id", "")
+            or _conversation_of(supplied)
+        )
+        return check_resume(
             supplied,
             resolutions,
             policy.tools,
-            conversation_id=conversation_id or _conversation_of(supplied) or new_id(),
+            conversation_id=named or new_id(),
             keys=policy.seal_keys,
             expected=expected,
             conversation_bound=bool(conversation_id) if bound is None else bound,
+            conversation_named=bool(named),
         )
 
     def _check_sub_resume(
@@ -786,19 +796,17 @@ class Agent(Generic[DepsT, OutputT]):
             return
         policy = self._policy(self.tools)
 
-        def check_own(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy, True)
-
         if self._nested(self.tools) and paused_records(history):
-            check_nested(
-                history, results, self.tools, check_own, expected, conversation_id=conversation_id
-            )
+            plan = check_records(history, results, self.tools, expected)
+            if plan.own_pending:
+                self._check_resume(plan.checked, plan.own, conversation_id, None, policy, True)
+            check_sub_agents(plan, conversation_id=conversation_id)
         else:
             self._check_resume(history, results, conversation_id, expected, policy, True)
 
     async def _resume(
         self,
-        plan: deferred.ResumePlan,
+        plan: ResumePlan,
         policy: Policy,
         prompt: Prompt,
         deps: Any,
@@ -809,6 +817,7 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         spent: Spent | None = None,
         progress: ResumeProgress | None = None,
+        opened: RunTracer | None = None,
     ) -> Result[OutputT]:
         user = _prompt_message(prompt)
         state = self._state(deps, run_id, plan.conversation_id, on_event)
@@ -826,11 +835,12 @@ class Agent(Generic[DepsT, OutputT]):
             trace_context=trace_context,
             before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
             operation="resume",
+            opened=opened,
         )
 
     async def _resolve(
         self,
-        plan: deferred.ResumePlan,
+        plan: ResumePlan,
         policy: Policy,
         state: RunState,
         before_approved: BeforeApproved | None,
@@ -838,7 +848,7 @@ class Agent(Generic[DepsT, OutputT]):
         progress: ResumeProgress | None,
     ) -> None:
         """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await deferred.resume(plan, policy, state, before_approved, progress)
+        merged = await resolve(plan, policy, state, before_approved, progress)
         await self._open(state, [m for m in merged if m.role != "system"])
         if user is not None and (user.content or user.parts):
             state.messages.append(_stamp(user, state))
@@ -859,95 +869,113 @@ class Agent(Generic[DepsT, OutputT]):
         expected: DeferredRequests | None = None,
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """A resume whose history records paused sub-agents (see `golem.agent_tool`)."""
+        """A resume whose history records paused sub-agents (see `golem.nested`): check
+        everything, resume the sub-agents, then this agent's own calls and run."""
         policy = self._policy(tools)
         run_id = run_id or new_id()  # one identity for every part of this resume
         bound = bool(conversation_id) or expected is not None
         conversation_id = conversation_id or _conversation_of(history) or new_id()
-
-        def check_parent(merged: list[Message], own: DeferredResults) -> deferred.ResumePlan:
-            return self._check_resume(merged, own, conversation_id, None, policy, bound)
-
-        async def apply_parent(
-            plan: deferred.ResumePlan, own: ResumeProgress
-        ) -> tuple[list[Message], int]:
-            state = self._state(deps, run_id, plan.conversation_id, on_event)
-            merged = await deferred.resume(
+        if progress is not None:
+            progress._reset()
+        plan = check_records(history, as_results(results), tools, expected)
+        if plan.own_pending:
+            self._check_resume(plan.checked, plan.own, conversation_id, None, policy, bound)
+        check_sub_agents(plan, conversation_id=conversation_id, conversation_bound=bound)
+        # the parent's span opens first: the sub-agents resume under it, then its own run
+        tracer = self._new_tracer(trace_context)
+        if tracer is not None:
+            tracer.open(run_id, conversation_id, operation="resume")
+        try:
+            handing = await resume_sub_agents(
                 plan,
-                policy,
-                state,
-                before_approved,
-                own,
-                hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
-            )
-            return merged, state.tool_calls
-
-        async def resume_parent(
-            plan: deferred.ResumePlan, spent: Spent, own: ResumeProgress
-        ) -> Result[OutputT]:
-            return await self._resume(
-                plan,
-                policy,
-                prompt,
-                deps,
-                run_id,
-                on_event,
-                before_approved,
-                sink,
-                trace_context,
-                spent,
-                progress=own,
-            )
-
-        async def continue_parent(merged: list[Message], spent: Spent) -> Result[OutputT]:
-            state = await self._prepare(prompt, deps, merged, run_id, conversation_id, on_event)
-            state.sink = sink
-            spent.seed(state)
-            return await self._run_traced(
-                policy,
-                state,
-                stream=sink is not None,
+                deps=deps,
+                observers=self._observers(on_event),
+                sink=sink,
                 trace_context=trace_context,
-                operation="resume",
+                run_id=run_id,
+                conversation_id=conversation_id,
+                before_approved=before_approved,
+                progress=progress,
+                price=policy.cost,
             )
-
-        def paused_parent(result: Result[Any]) -> Result[Any]:
-            result = copy_result(result, cost=policy.cost(result.usage))
-            if policy.usage_limits is not None:
-                try:
-                    policy.usage_limits.check(
-                        result.usage, result.requests, result.tool_calls, result.cost
+            if handing.repaused:  # a sub-agent paused again: so does this agent
+                result = await self._paused_again(
+                    plan, handing, policy, deps, on_event, before_approved, bound
+                )
+            else:
+                merged = merge(handing.merged, {})
+                spent = Spent.of(handing.spent)
+                if plan.own_pending:
+                    handing.own, handing.base = ResumeProgress(), merged
+                    own = self._check_resume(merged, plan.own, conversation_id, None, policy, bound)
+                    result = await self._resume(
+                        own, policy, prompt, deps, run_id, on_event, before_approved, sink,
+                        trace_context, spent, progress=handing.own, opened=tracer,
+                    )  # fmt: skip
+                else:
+                    handing.continued = merged
+                    state = await self._prepare(
+                        prompt, deps, merged, run_id, conversation_id, on_event
                     )
-                except UsageLimitExceeded as exc:
-                    raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
-            return result
+                    state.sink = sink
+                    spent.seed(state)
+                    result = await self._run_traced(
+                        policy, state, stream=sink is not None, trace_context=trace_context,
+                        operation="resume", opened=tracer,
+                    )  # fmt: skip
+        except BaseException as exc:
+            if tracer is not None and tracer.is_open:
+                tracer.fail(exc)
+            raise
+        if tracer is not None and tracer.is_open:  # the parent paused again, its loop unrun
+            result = copy_result(result, trace_context=tracer.finish(result))
+        return result
 
-        return await resume_nested(
-            history,
-            deferred.as_results(results),
-            tools,
-            deps=deps,
-            check_parent=check_parent,
-            apply_parent=apply_parent,
-            resume_parent=resume_parent,
-            continue_parent=continue_parent,
-            paused_parent=paused_parent,
-            price=policy.cost,
-            observers=self._observers(on_event),
-            sink=sink,
-            trace_context=trace_context,
-            expected=expected,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            conversation_bound=bound,
-            before_approved=before_approved,
-            progress=progress,
-        )
+    async def _paused_again(
+        self,
+        plan: NestedPlan,
+        handing: Handing,
+        policy: Policy,
+        deps: Any,
+        on_event: EventHandler | None,
+        before_approved: BeforeApproved | None,
+        bound: bool,
+    ) -> Result[Any]:
+        """This agent's own calls resolved (not continued) under a sub-agent that paused
+        again, and the still paused result, within this agent's limits and priced."""
+        merged, tool_calls = handing.merged, 0
+        if plan.own_pending:
+            handing.own = ResumeProgress()
+            own = self._check_resume(merged, plan.own, handing.conversation_id, None, policy, bound)
+            state = self._state(deps, handing.run_id, own.conversation_id, on_event)
+            try:
+                merged = await resolve(
+                    own,
+                    policy,
+                    state,
+                    before_approved,
+                    handing.own,
+                    hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
+                )
+            except RunError as failed:
+                failed.partial = handing.partial(None)
+                raise
+            tool_calls = state.tool_calls
+        result = handing.paused(merged, tool_calls)
+        result = copy_result(result, cost=policy.cost(result.usage))
+        if policy.usage_limits is not None:
+            try:
+                policy.usage_limits.check(
+                    result.usage, result.requests, result.tool_calls, result.cost
+                )
+            except UsageLimitExceeded as exc:
+                raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
+        return result
 
     @overload
     async def run_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -964,7 +992,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -980,7 +1008,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     async def run_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -993,67 +1021,46 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """Resume a paused run from its history with a resolution for every pending call.
+        """Resume a paused run with a resolution for every pending call.
 
-        Approved calls re-execute (with `call_approved()` true, the original or the
-        approver's edited arguments, `deps` and the configured timeout; `tool_start` /
-        `tool_end` events carry `approved=True`); denied calls get a denial message;
-        external results are used verbatim. Resolutions join the history in the
-        model's emission order, the optional prompt follows, and the run goes on
-        through the ordinary loop — it may pause again.
+        Approved calls re-execute (once, with `call_approved()` true, the original or the
+        approver's edited arguments); denied calls get a denial message; external results
+        are used verbatim. Resolutions join the history in the model's emission order, the
+        optional `prompt` follows, and the run goes on through the ordinary loop — it may
+        pause again. See docs/guides/deferred-tools.md.
 
         Args:
-            history: The paused run's `result.messages`, or their JSON.
-            results: A `DeferredResults`, or a dict `{"approvals": {call_id: Approval |
-                bool}, "external": {call_id: text}}` (either key optional).
+            history: The `PausedRun` (`result.paused_run`, alone enough for a sealed,
+                checked, trace-linked resume), or a plain history (`result.messages` or
+                its JSON).
+            results: `DeferredResults`, or `{"approvals": {...}, "external": {...}}`.
             prompt: An optional user message after the resolutions.
             deps: The dependencies the re-runs and the resumed run see.
-            run_id: The resumed run's ID (`ctx.run_id` in re-runs); new when omitted.
-            conversation_id: The conversation (default: the history's). Required, or
-                `expected`, when the agent (or a paused sub-agent) has a `seal_key`: the
-                history's own conversation ID is whatever its editor wrote.
+            run_id: The resumed run's ID (new when omitted).
+            conversation_id: The conversation (default: the paused run's).
             on_event: This run's observer.
-            expected: The paused run's `Result.pending`, when the caller kept it: the
-                pending calls must be exactly these, with the same names and
-                arguments, each resolved by its kind.
-            before_approved: Awaited with each approved call right before it
-                re-executes; an exception it raises propagates unchanged and nothing
-                more runs (a store proving it still holds its lease).
-            trace_context: The paused run's `Result.trace_context`: when tracing is on
-                (`golem.integrations.otel`), the resumed run's span links to the paused run's span.
-            progress: A `ResumeProgress` that follows the approved calls as they run: when
-                the resume is cancelled or `before_approved` raises, its `messages` is the
-                history to go on from (no approved call that ran runs again).
-
-        A resume that failed or was cancelled goes on from the history it handed back
-        (`RunError.partial.messages` or `progress.messages`) with the same `results` and
-        `expected`: a resolution for a call the history already answers is skipped.
-
-        A history that records paused sub-agents (`Agent.as_tool`) takes namespaced IDs
-        (`<call id>/<sub call id>`): the sub-agents resume first, then this agent. A failure
-        or cancellation there hands back this agent's history with each sub-agent's record
-        rewritten from what it ran (ADR 0076).
+            expected: The paused run's `Result.pending`: the pending calls must be exactly
+                these, and their conversation the one the seals bind.
+            before_approved: Awaited right before each approved call re-executes.
+            trace_context: The paused run's `Result.trace_context` (links the spans).
+            progress: Follows the approved calls as they run; after a failure or a
+                cancellation its `messages` is the history to go on from (ADR 0071, 0076).
 
         Raises:
-            ResumeError: before anything runs, when the history does not load (JSON) or
-                breaks the structural rules (parts or thinking on the wrong role), has no
-                pending calls, a call has no ID or shares one, a message other than a tool
-                result follows the paused batch, a seal does not verify (`SealError`, with
-                `seal_key`), a pending call contradicts `expected`, a resolution names
-                an unknown call or has the wrong kind, a call is resolved twice or not
-                at all, an approved call's tool is not registered, or edited arguments
-                fail the tool's schema; last, with `seal_key` and neither
-                `conversation_id` nor `expected` (`ConversationRequired`).
+            ResumeError: before anything runs, for a history or resolutions a resume
+                cannot take (`SealError` for seals, `ConversationRequired` when a keyed
+                resume is told no conversation).
             TypeError: `results` is neither `DeferredResults` nor such a dict.
-            RunError: an approved re-run failed (stage `tool`), raised `Canceled`
-                (stage `canceled`) — its `partial` is the paused history with the approved
-                calls that ran answered, the failing one and the rest still pending — or
-                the resumed run failed later.
+            RunError: an approved re-run or the resumed run failed; its `partial` holds
+                what ran.
         """
-        with _ClearedApproval():
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
+        )
+        with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 if self._nested(tools):
-                    supplied = _resume_history(history, validate=False)
+                    supplied = _resume_history(plain, validate=False)
                     if paused_records(supplied):
                         return await self._resume_nested(
                             tools,
@@ -1071,7 +1078,7 @@ class Agent(Generic[DepsT, OutputT]):
                             progress,
                         )
                 policy = self._policy(tools)
-                plan = self._check_resume(history, results, conversation_id, expected, policy)
+                plan = self._check_resume(plain, results, conversation_id, expected, policy)
                 return await self._resume(
                     plan,
                     policy,
@@ -1087,7 +1094,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1104,7 +1111,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1120,7 +1127,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_with_deferred_results_sync(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1154,7 +1161,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self: Agent[None, OutputT],
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1171,7 +1178,7 @@ class Agent(Generic[DepsT, OutputT]):
     @overload
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1187,7 +1194,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_stream_with_deferred_results(
         self,
-        history: History,
+        history: Paused,
         results: Resolutions,
         prompt: Prompt = "",
         *,
@@ -1213,22 +1220,23 @@ class Agent(Generic[DepsT, OutputT]):
             ResumeError: the resume is invalid (raised here, before anything runs).
         """
         self._check_streaming()
-        plan: deferred.ResumePlan | None = None
-        nested = self._nested(self.tools) and paused_records(
-            _resume_history(history, validate=False)
+        plain, conversation_id, expected, trace_context = _unpack(
+            history, conversation_id, expected, trace_context
         )
+        plan: ResumePlan | None = None
+        nested = self._nested(self.tools) and paused_records(_resume_history(plain, validate=False))
         if not self.toolsets and not nested:  # toolsets' tools are known once entered
             plan = self._check_resume(
-                history, results, conversation_id, expected, self._policy(self.tools)
+                plain, results, conversation_id, expected, self._policy(self.tools)
             )
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with _ClearedApproval():
+            with ClearedApproval():
                 async with self._toolsets_entered() as tools:
                     if nested:
                         return await self._resume_nested(
                             tools,
-                            _resume_history(history, validate=False),
+                            _resume_history(plain, validate=False),
                             results,
                             prompt,
                             deps,
@@ -1243,7 +1251,7 @@ class Agent(Generic[DepsT, OutputT]):
                         )
                     policy = self._policy(tools)
                     checked = plan or self._check_resume(
-                        history, results, conversation_id, expected, policy
+                        plain, results, conversation_id, expected, policy
                     )
                     return await self._resume(
                         checked,
@@ -1333,6 +1341,34 @@ class RunStream(Generic[OutputT]):
         return self._result
 
 
+def _check_options(
+    tool_timeout: float | None,
+    tool_retries: int,
+    output_retries: int,
+    max_iterations: int,
+    max_attempts: int,
+    max_retry_wait: float | None,
+    usage_limits: UsageLimits | None,
+    price: Price | None,
+) -> None:
+    """Refuse an agent's out-of-range options (`ValueError`, naming the option)."""
+    if tool_timeout is not None and tool_timeout <= 0:
+        raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
+    for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
+        if value < 0:
+            raise ValueError(f"{label} must not be negative, got {value}")
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if max_retry_wait is not None and not max_retry_wait >= 0:
+        raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
+    if usage_limits is not None and usage_limits.cost is not None and price is None:
+        raise ValueError(
+            "a cost limit needs a price: pass price=... (a function from Usage to money)"
+        )
+
+
 def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on a fresh event loop, then close what the model opened on that loop."""
     try:
@@ -1388,7 +1424,7 @@ def _conversation_of(messages: Sequence[Message]) -> str:
 
 def _prompt_message(prompt: Prompt) -> Message | None:
     if isinstance(prompt, str):
-        return _new_message("user", prompt)
+        return new_message("user", prompt)
     texts: list[str] = []
     parts: list[Part] = []
     for i, item in enumerate(prompt):
@@ -1403,11 +1439,11 @@ def _prompt_message(prompt: Prompt) -> Message | None:
             raise ValueError(
                 f"golem: prompt item {i} must be a str or a Part, got {type(item).__name__}"
             )
-    return _new_message("user", "\n".join(texts), parts)
+    return new_message("user", "\n".join(texts), parts)
 
 
 def _stamp(m: Message, state: RunState) -> Message:
-    return _stamped(m, state.run_id, state.conversation_id)
+    return stamped(m, state.run_id, state.conversation_id)
 
 
 def _unfence(text: str) -> str:
@@ -1424,3 +1460,21 @@ def _describe_output_error(exc: pydantic.ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "output"
         problems.append(f"{loc}: {err['msg']}")
     return "invalid output: " + "; ".join(problems)
+
+
+def _unpack(
+    history: Paused,
+    conversation_id: str | None,
+    expected: DeferredRequests | None,
+    trace_context: str,
+) -> tuple[History, str | None, DeferredRequests | None, str]:
+    """A resume's history and the paused run's facts: a `PausedRun` supplies the
+    conversation, the expected calls and the trace context the caller did not pass."""
+    if not isinstance(history, PausedRun):
+        return history, conversation_id, expected, trace_context
+    return (
+        history.messages,
+        conversation_id or history.conversation_id or None,
+        expected if expected is not None else history.pending,
+        trace_context or history.trace_context,
+    )

@@ -2,7 +2,7 @@
 
 ```text
 GolemError
-├── RunError(stage, partial)          a run failed; the reason is its __cause__
+├── RunError(stage, partial)          a run failed (golem.result, beside the PartialResult it carries)
 ├── HistoryError (also ValueError)    history JSON that does not load, or a history that cannot be written
 ├── ResumeError (also ValueError)     a resume was rejected before any model call
 │   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
@@ -30,11 +30,8 @@ The signals a tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from golem.result import PartialResult
-    from golem.usage import Usage
+from golem.usage import Usage
 
 __all__ = [
     "AuthenticationError",
@@ -49,7 +46,6 @@ __all__ = [
     "RateLimited",
     "ResponseFormatError",
     "ResumeError",
-    "RunError",
     "RunPaused",
     "SealError",
     "Stage",
@@ -80,22 +76,6 @@ class Stage(StrEnum):
 
 class GolemError(Exception):
     """Base class of every error golem raises to a caller."""
-
-
-class RunError(GolemError):
-    """A run failed at `stage`; the underlying exception is `__cause__`.
-
-    `partial` carries the evidence gathered before the failure (messages, usage,
-    counters, identity), or `None` when the run produced none.
-    """
-
-    def __init__(
-        self, stage: Stage, cause: BaseException, partial: PartialResult | None = None
-    ) -> None:
-        super().__init__(f"golem: {stage.value} stage: {cause}")
-        self.stage = stage
-        self.partial = partial
-        self.__cause__ = cause
 
 
 class HistoryError(GolemError, ValueError):

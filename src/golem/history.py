@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from golem.errors import HistoryError, SealError
-from golem.messages import Message, _new_message
+from golem.messages import Message, new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
@@ -54,12 +54,13 @@ class HistoryRepair:
 
 @dataclass(frozen=True, slots=True)
 class UnsafePart:
-    """A part `sanitize_history` removed because of its URL scheme."""
+    """A part `sanitize_history` removed: because of its URL scheme, or a text part without
+    text (the Go golem keeps no text of a part when it re-writes a history)."""
 
     message_index: int
     """Index of the message in the input history (0-based)."""
     kind: str
-    """The part's kind (image, document, audio, video)."""
+    """The part's kind (image, document, audio, video, or text)."""
     scheme: str
     """The lowercased URL scheme, or "" when the URL has none."""
 
@@ -194,7 +195,7 @@ def _normalize(
         names = {c.id: c.name for c in m.tool_calls}
         for call_id in closing:
             out.append(
-                _new_message(
+                new_message(
                     "tool", INTERRUPTED_TEXT, tool_call_id=call_id, tool_name=names[call_id]
                 )
             )
@@ -281,7 +282,8 @@ def sanitize_history(
     """Make history you did not author safe to run on, and report every change.
 
     In order: drop system messages; drop parts whose URL scheme is not http/https
-    (reporting message index, part kind and scheme); drop user messages left with
+    (reporting message index, part kind and scheme) and text parts without text (a history
+    the Go golem re-wrote; reported with kind "text"); drop user messages left with
     neither content nor parts; run the pairing repair (`normalize_history`), which
     closes every unanswered call — including fabricated "pending" calls — and names it
     in `report.repair.synthesized`. Content, arguments, thinking, failed flags and
@@ -310,6 +312,9 @@ def sanitize_history(
         if m.parts:
             parts = []
             for p in m.parts:
+                if p.kind == "text" and not p.text:  # a history the Go golem re-wrote
+                    unsafe.append(UnsafePart(message_index=i, kind="text", scheme=""))
+                    continue
                 if p.url:
                     scheme = _scheme(p.url)
                     if scheme not in ("http", "https"):

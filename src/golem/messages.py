@@ -90,7 +90,12 @@ class Part:
         if self.kind == "text":
             if self.url or self.data is not None or self.media_type or self.signature:
                 return "a text part has only text (no url, data, media_type or signature)"
-            return None if self.text else "a text part needs text"
+            if self.text:
+                return None
+            return (
+                "a text part needs text (a history the Go golem re-wrote has lost it: Go keeps "
+                "no text of a part; sanitize_history drops such parts and reports them)"
+            )
         if self.text:
             return f"a {self.kind} part has no text (put text in a text part)"
         has_url, has_data = bool(self.url), self.data is not None
@@ -571,13 +576,13 @@ def _surrogate_field(m: Message) -> str:
 # through object.__setattr__ and costs more than the JSON decode of the message. Each is built
 # as an instance of a mutable twin with the same slot layout (plain attribute stores), then
 # given its real class; the frozen class refuses any later assignment as usual. The run loop
-# builds its messages the same way (`_new_message`, `_stamped`).
+# builds its messages the same way (`new_message`, `stamped`).
 # tests/test_history_json_args.py pins the field lists the loader and these builders set.
 _MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots__})
 _MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
 
 
-def _new_message(
+def new_message(
     role: Role,
     content: str = "",
     parts: list[Part] | None = None,
@@ -608,7 +613,7 @@ def _new_message(
     return m  # type: ignore[no-any-return]
 
 
-def _stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
+def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
     """`dataclasses.replace(m, run_id=..., conversation_id=...)` (and `role`, when given)
     for the run loop's hot paths: a copy sharing `m`'s lists, built as the loader builds
     messages. A subclass of `Message` is copied by `replace` itself."""
@@ -633,13 +638,13 @@ def _stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = 
     return c  # type: ignore[no-any-return]
 
 
-def _with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:
+def with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:
     """`dataclasses.replace(m, tool_calls=tool_calls)` for the hot paths (a sealed pause):
     a copy sharing `m`'s other lists, built as the loader builds messages. A subclass of
     `Message` is copied by `replace` itself."""
     if m.__class__ is not Message:
         return replace(m, tool_calls=tool_calls)
-    c = _stamped(m, m.run_id, m.conversation_id)
+    c = stamped(m, m.run_id, m.conversation_id)
     object.__setattr__(c, "tool_calls", tool_calls)
     return c
 
@@ -935,7 +940,7 @@ _JSON_TOKEN = re.compile(
 _JSON_STRING_AT = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
 
 
-def _deep_spans(text: str) -> list[tuple[int, int]] | None:
+def deep_spans(text: str) -> list[tuple[int, int]] | None:
     """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`, found
     without recursion; None when `text` is not one JSON value (RFC 8259) or nests deeper than
     `_MAX_NESTING`. (Slow path: only runs on a document too deep for the decoder.)"""
@@ -1012,7 +1017,7 @@ def _decode_deep(text: str | bytes) -> list[_InMessage] | None:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             return _UNFIT
-    spans = _deep_spans(text)
+    spans = deep_spans(text)
     if not spans:
         return _UNFIT
     mark = next((chr(cp) for cp in _PRIVATE_USE if chr(cp) not in text), None)

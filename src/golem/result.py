@@ -9,16 +9,14 @@ when a run may pause (docs/adr/0022-result-output-typing.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from golem.errors import RunPaused
+from golem.deferred import DeferredRequests, PausedRun
+from golem.errors import GolemError, RunPaused, Stage
 from golem.messages import Message
 from golem.usage import Usage
 
-if TYPE_CHECKING:
-    from golem.deferred import DeferredRequests
-
-__all__ = ["PartialResult", "Result"]
+__all__ = ["PartialResult", "Result", "RunError"]
 
 OutputT = TypeVar("OutputT")
 _set = object.__setattr__
@@ -120,6 +118,19 @@ class Result(Generic[OutputT]):
         """True when the run paused on deferred tool calls (`pending` is set, no `output`)."""
         return self.pending is not None
 
+    @property
+    def paused_run(self) -> PausedRun | None:
+        """The paused run as one value to keep and resume from (None when completed)."""
+        if self.pending is None:
+            return None
+        return PausedRun(
+            list(self.messages),
+            self.pending,
+            self.conversation_id,
+            self.run_id,
+            self.trace_context,
+        )
+
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"Result is immutable: cannot set {name!r}")
 
@@ -180,3 +191,19 @@ class PartialResult:
     def is_paused(self) -> bool:
         """Whether `messages` still waits on pending calls (`pending` is set)."""
         return self.pending is not None
+
+
+class RunError(GolemError):
+    """A run failed at `stage`; the underlying exception is `__cause__`.
+
+    `partial` carries the evidence gathered before the failure (messages, usage,
+    counters, identity), or `None` when the run produced none.
+    """
+
+    def __init__(
+        self, stage: Stage, cause: BaseException, partial: PartialResult | None = None
+    ) -> None:
+        super().__init__(f"golem: {stage.value} stage: {cause}")
+        self.stage = stage
+        self.partial = partial
+        self.__cause__ = cause

@@ -247,7 +247,8 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
             call.name,
             "unsealed",
             f"golem: {_describe(call)} has no seal; this agent only resumes calls it sealed "
-            "when it paused (a forged call, or a history from an agent without seal_key)",
+            "when it paused (a forged call, a history from an agent without seal_key, or one "
+            "the Go golem re-wrote: it drops seals, so resume it with expected= or a PausedRun)",
         )
     pieces = seal.split(".")
     if len(pieces) != 4 or pieces[0] != _VERSION:
@@ -309,16 +310,16 @@ def seal_pending(
     """
     k = as_seal_keys(keys)
     sealed: dict[str, ToolCall] = {}
-    for m in messages:  # the last call with an ID wins, as in `_replace_calls`
+    for m in messages:  # the last call with an ID wins, as in `replace_calls`
         if m.role == "assistant":
             for c in m.tool_calls:
                 kind = kinds.get(c.id)
                 if kind is not None:
                     sealed[c.id] = replace(c, seal=seal_call(k, conversation_id, c, kind))
-    return _replace_calls(messages, sealed)
+    return replace_calls(messages, sealed)
 
 
-def _replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
+def replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
     """Internal: a copy of `messages` in which each tool call whose ID is in `calls` is
     replaced by `calls[id]` (its assistant message copied with `dataclasses.replace`).
     Only the last call with an ID is replaced when the history repeats one."""

@@ -240,7 +240,7 @@ def approved_call() -> Iterator[None]:
         _APPROVED.reset(token)
 
 
-class _Approved:
+class ApprovedScope:
     """Internal: `approved_call()` as a class, for the approved re-runs of a resume
     (a generator-based context manager costs several times more)."""
 
@@ -253,7 +253,7 @@ class _Approved:
         _APPROVED.reset(self._token)
 
 
-class _ClearedApproval:
+class ClearedApproval:
     """Internal: an agent run starts outside any approval (the marker does not leak in).
 
     A class, not `@contextmanager`: every run enters it, and this costs a fraction.
@@ -610,7 +610,7 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 _FINISHED = "_golem_finished"
 
 
-def _finished_result(cancelled: BaseException) -> ToolResult | None:
+def finished_result(cancelled: BaseException) -> ToolResult | None:
     """The result of the sync tool whose thread returned while the caller's cancellation
     was waiting for it (`cancelled` is that `CancelledError`), or None."""
     if not hasattr(cancelled, _FINISHED):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.providers._recordings import MISSING, RECORDINGS, available
+from tests.support.recordings import MISSING, RECORDINGS, available
 
 HERE = Path(__file__).resolve().parent
 EMPTY = "got empty parameter set"

@@ -22,9 +22,8 @@ from golem.messages import Message, ServerToolBlock
 from golem.model import ModelRequest
 from golem.providers.anthropic import build_request_body
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, container_of
-from golem.providers.gemini._wire import build_request_body as gemini_body
-from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
 from tests.providers.anthropic_fixtures import model_on, sse, synthesize_stream
+from tests.support.adapters import body_of
 
 FUTURE = "2999-04-24T11:14:17.825248Z"
 PAST = "2001-04-24T11:14:17Z"
@@ -192,7 +191,7 @@ def test_extra_body_skills_join_the_carried_container() -> None:
 
 def test_other_providers_never_get_the_container() -> None:
     history = [Message("user", "a"), _message(("container_new", FUTURE)), Message("user", "b")]
-    responses = build_responses_body(ModelRequest(history), ResponsesOptions(model="gpt-x"))
-    gemini = gemini_body(ModelRequest(history))
+    responses = body_of("openai-responses", ModelRequest(history), model="gpt-x")
+    gemini = body_of("gemini", ModelRequest(history))
     assert "container_new" not in json.dumps(responses)
     assert "container_new" not in json.dumps(gemini)

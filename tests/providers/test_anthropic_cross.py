@@ -20,14 +20,14 @@ from golem.model import Model, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
-from tests.providers._recordings import (
+from tests.providers.anthropic_fixtures import interaction_id
+from tests.support.recordings import (
     Interaction,
     all_interactions,
     available,
     needs_recordings,
     replay_transport,
 )
-from tests.providers.anthropic_fixtures import interaction_id
 
 pytestmark = needs_recordings
 

@@ -17,13 +17,14 @@ import httpx
 import pytest
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import RunError, Stage, UsageLimitExceeded
+from golem.errors import Stage, UsageLimitExceeded
 from golem.events import EventKind, RunEvent
+from golem.limits import UsageLimits
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
+from golem.result import RunError
 from golem.testing import ScriptedModel
-from golem.usage import UsageLimits
 from tests.providers.anthropic_fixtures import model_on, sse, synthesize_stream
 
 SEARCH_USE = {

@@ -12,7 +12,8 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.providers._recordings import (
+from tests.providers.anthropic_fixtures import interaction_id, message_interactions, model_on
+from tests.support.recordings import (
     Interaction,
     all_interactions,
     available,
@@ -20,7 +21,6 @@ from tests.providers._recordings import (
     needs_recordings,
     replay_transport,
 )
-from tests.providers.anthropic_fixtures import interaction_id, message_interactions, model_on
 
 pytestmark = needs_recordings
 

@@ -10,13 +10,6 @@ import pytest
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from tests.providers._recordings import (
-    Interaction,
-    available,
-    load,
-    needs_recordings,
-    replay_transport,
-)
 from tests.providers.anthropic_fixtures import (
     ADAPTER_KEYS,
     Inexpressible,
@@ -25,6 +18,13 @@ from tests.providers.anthropic_fixtures import (
     message_interactions,
     model_on,
     normalize_recorded,
+)
+from tests.support.recordings import (
+    Interaction,
+    available,
+    load,
+    needs_recordings,
+    replay_transport,
 )
 
 pytestmark = needs_recordings

@@ -13,14 +13,12 @@ from hypothesis import strategies as st
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
-from golem.providers.anthropic._wire import build_request_body, parse_response
-from golem.providers.gemini._wire import build_request_body as gemini_body
-from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
-from golem.providers.openai._wire import RequestOptions
-from golem.providers.openai._wire import build_request_body as chat_body
-from tests.providers._recordings import available, load, replay_transport
+from golem.providers.anthropic._wire import build_request_body
 from tests.providers.anthropic_fixtures import model_on, synthesize_stream
+from tests.support.adapters import body_of
+from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
 
@@ -201,9 +199,9 @@ def test_other_providers_never_receive_the_blocks() -> None:
     message = parse_response(BODY).message
     request = ModelRequest(messages=[Message(role="user", content="golem?"), message])
     bodies = [
-        chat_body(request, RequestOptions(model="gpt-x")),
-        build_responses_body(request, ResponsesOptions(model="gpt-x")),
-        gemini_body(request),
+        body_of("openai-chat", request, model="gpt-x"),
+        body_of("openai-responses", request, model="gpt-x"),
+        body_of("gemini", request),
     ]
     for body in bodies:
         text = json.dumps(body)

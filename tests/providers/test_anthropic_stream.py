@@ -13,7 +13,6 @@ from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolC
 from golem.providers.anthropic import StreamParser, parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.providers._recordings import Interaction, available, needs_recordings
 from tests.providers.anthropic_fixtures import (
     interaction_id,
     message_interactions,
@@ -21,6 +20,7 @@ from tests.providers.anthropic_fixtures import (
     sse,
     synthesize_stream,
 )
+from tests.support.recordings import Interaction, available, needs_recordings
 
 REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
 PLAIN = (

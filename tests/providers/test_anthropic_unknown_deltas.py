@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
+from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream
-from golem.providers.anthropic._wire import parse_response
-from tests.providers._recordings import all_interactions, available
+from tests.support.recordings import all_interactions, available
 
 FUTURE_BLOCK = {
     "type": "future_tool_result",

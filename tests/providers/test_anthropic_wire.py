@@ -13,7 +13,8 @@ from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history
 from golem.model import ModelRequest, ToolSpec
 from golem.providers import infer_model
 from golem.providers.anthropic import AnthropicModel, build_request_body, parse_response
-from golem.providers.anthropic._wire import args_object, finish_reason_from, strict_output_schema
+from golem.providers.anthropic._response import finish_reason_from
+from golem.providers.anthropic._wire import args_object, strict_output_schema
 from tests.providers.anthropic_fixtures import model_on
 
 

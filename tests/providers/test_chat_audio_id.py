@@ -20,9 +20,9 @@ import pytest
 from golem import Agent, dumps_history, loads_history
 from golem.messages import Message, Part, ToolCall
 from golem.model import ModelRequest
-from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._wire import RequestOptions, audio_id_of, build_request_body
+from tests.support.adapters import body_of
 
 WAV = b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00"
 FUTURE = 32_503_680_000  # 3000-01-01
@@ -140,10 +140,10 @@ def test_other_providers_never_get_the_audio_id() -> None:
         _spoken(f"openai-chat-audio/{FUTURE}/audio_abc"),
         Message("user", "and?"),
     ]
-    assert "openai-chat-audio" not in json.dumps(gemini_body(ModelRequest(history)))
+    assert "openai-chat-audio" not in json.dumps(body_of("gemini", ModelRequest(history)))
     # a Gemini signature on media still goes back to Gemini
     history[1] = _spoken("c2ln")
-    model_turn = gemini_body(ModelRequest(history))["contents"][1]
+    model_turn = body_of("gemini", ModelRequest(history))["contents"][1]
     assert model_turn["parts"][-1]["thoughtSignature"] == "c2ln"
 
 

@@ -13,10 +13,9 @@ from golem.messages import Message, Part
 from golem.model import ModelRequest
 from golem.providers import OLLAMA_BASE_URL, infer_model
 from golem.providers.anthropic import AnthropicModel
-from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import GeminiModel
-from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIChatModel
+from tests.support.adapters import body_of
 
 ANTHROPIC_ANSWER = {
     "content": [{"type": "text", "text": "Hello!"}],
@@ -71,10 +70,10 @@ async def test_an_empty_prompt_reaches_every_provider_as_a_user_turn() -> None:
 )
 def test_no_conversation_body_is_empty(messages: list[Message]) -> None:
     request = ModelRequest(messages=messages)
-    assert anthropic_body(request, model="m")["messages"] == [
+    assert body_of("anthropic", request, model="m")["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "."}]}
     ]
-    assert gemini_body(request)["contents"] == [{"role": "user", "parts": [{"text": "."}]}]
+    assert body_of("gemini", request)["contents"] == [{"role": "user", "parts": [{"text": "."}]}]
 
 
 def test_an_empty_user_message_mid_conversation_keeps_turns_alternating() -> None:
@@ -85,10 +84,10 @@ def test_an_empty_user_message_mid_conversation_keeps_turns_alternating() -> Non
             Message(role="user"),
         ]
     )
-    anthropic = anthropic_body(request, model="m")["messages"]
+    anthropic = body_of("anthropic", request, model="m")["messages"]
     assert [m["role"] for m in anthropic] == ["user", "assistant", "user"]
     assert anthropic[-1]["content"] == [{"type": "text", "text": "."}]
-    gemini = gemini_body(request)["contents"]
+    gemini = body_of("gemini", request)["contents"]
     assert [c["role"] for c in gemini] == ["user", "model", "user"]
     assert gemini[-1]["parts"] == [{"text": "."}]
 
@@ -96,9 +95,9 @@ def test_an_empty_user_message_mid_conversation_keeps_turns_alternating() -> Non
 def test_a_user_message_with_only_parts_sends_no_filler_text() -> None:
     image = Part(kind="image", url="https://example.com/cat.png")
     request = ModelRequest(messages=[Message(role="user", parts=[image])])
-    blocks = anthropic_body(request, model="m")["messages"][0]["content"]
+    blocks = body_of("anthropic", request, model="m")["messages"][0]["content"]
     assert [b["type"] for b in blocks] == ["image"]
-    parts = gemini_body(request)["contents"][0]["parts"]
+    parts = body_of("gemini", request)["contents"][0]["parts"]
     assert list(parts[0]) == ["fileData"]
 
 

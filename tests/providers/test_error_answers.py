@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -42,16 +41,11 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.model import Delta, ModelResponse
-from golem.providers import _http
-from golem.providers._http import (
-    MAX_ERROR_BODY,
-    MAX_RETRY_AFTER,
-    rate_limit_reset,
-    retry_after_seconds,
-)
-from tests.providers._recordings import all_interactions, needs_recordings
-from tests.providers._unseen import MODELS, REQUEST, Chunks, send
-from tests.providers.test_stops_and_limits import DONE
+from golem.providers import _client, _sse
+from golem.providers._errors import MAX_ERROR_BODY
+from golem.providers._retry import MAX_RETRY_AFTER
+from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, final, send
+from tests.support.recordings import all_interactions, needs_recordings
 
 APIS = list(MODELS)
 
@@ -300,8 +294,6 @@ async def test_x_should_retry_decides_whether_the_error_is_retried(
 
 # --------------------------------------------------------------------------- Retry-After
 
-NOW = 1_764_800_000.0  # 2025-12-03, a fixed clock
-
 
 def _forms(when: float) -> Iterator[str]:
     """`when` in RFC 9110's three HTTP-date forms."""
@@ -309,121 +301,6 @@ def _forms(when: float) -> Iterator[str]:
     yield email.utils.formatdate(when, usegmt=True)  # IMF-fixdate
     yield time.strftime("%A, %d-%b-%y %H:%M:%S GMT", t)  # obsolete RFC 850
     yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
-
-
-@settings(deadline=None)
-@given(st.integers(min_value=0, max_value=86_000))
-def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
-    for form in _forms(NOW + ahead):
-        assert retry_after_seconds(httpx.Headers({"retry-after": form}), now=NOW) == ahead, form
-
-
-def test_a_date_without_a_zone_is_gmt_whatever_the_local_zone() -> None:
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "America/New_York"
-    time.tzset()
-    try:
-        asctime = list(_forms(time.time() + 3000))[2]
-        wait = retry_after_seconds(httpx.Headers({"retry-after": asctime}))
-    finally:
-        if before is None:
-            del os.environ["TZ"]
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
-    assert wait is not None
-    assert 0 < wait <= 3001  # local time read it 5 h (18,000 s) off
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({"retry-after": "Sun, 06 Nov 1994 08:49:37 GMT"}, 0.0),  # past
-        ({"retry-after": "Sunday, 06-Nov-94 08:49:37 GMT"}, 0.0),
-        ({"retry-after": "Sun Nov  6 08:49:37 1994"}, 0.0),
-        ({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, MAX_RETRY_AFTER),
-        ({"retry-after": "1e12"}, MAX_RETRY_AFTER),
-        ({"retry-after": "99999999999999999999"}, MAX_RETRY_AFTER),
-        ({"retry-after-ms": "1e15"}, MAX_RETRY_AFTER),
-        ({"retry-after": " 30 "}, 30.0),
-        ({"retry-after": "2.5"}, 2.5),
-        ({"retry-after": "-5"}, 0.0),
-        ({"retry-after-ms": "1500", "retry-after": "100"}, 1.5),
-        ({"retry-after-ms": "soon", "retry-after": "100"}, 100.0),
-        ({"retry-after": "1_000"}, None),  # Python's float() reads it; no server writes it
-        ({"retry-after": "0x10"}, None),
-        ({"retry-after": "30, 40"}, 30.0),  # the header sent twice, joined
-        (
-            {"retry-after": "Thu, 04 Dec 2025 00:13:40 GMT, Thu, 04 Dec 2025 00:15:00 GMT"},
-            7220.0,
-        ),
-        ({"retry-after": "Mon, 99 Foo 2025 99:99:99 GMT"}, None),
-        ({"retry-after": "inf"}, None),
-        ({"retry-after": ""}, None),
-    ],
-)
-def test_retry_after_values_are_bounded(headers: dict[str, str], expected: float | None) -> None:
-    assert retry_after_seconds(httpx.Headers(headers), now=NOW) == expected
-
-
-@settings(deadline=None)
-@given(st.text(max_size=60))
-def test_any_retry_after_is_none_or_a_bounded_wait(value: str) -> None:
-    try:
-        headers = httpx.Headers({"retry-after": value, "retry-after-ms": value})
-    except (ValueError, UnicodeEncodeError):
-        return  # not a header httpx sends
-    for h in (headers, httpx.Headers({"retry-after": value})):
-        wait = retry_after_seconds(h, now=NOW)
-        assert wait is None or 0.0 <= wait <= MAX_RETRY_AFTER
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        (
-            {
-                "x-ratelimit-remaining-requests": "99",
-                "x-ratelimit-reset-requests": "120ms",
-                "x-ratelimit-remaining-tokens": "0",
-                "x-ratelimit-reset-tokens": "6m0s",
-            },
-            360.0,
-        ),
-        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
-        ({"x-ratelimit-reset-tokens": "1h2m3s"}, 3723.0),
-        ({"x-ratelimit-reset-tokens": "20ms"}, 0.02),
-        ({"x-ratelimit-reset-tokens": "7"}, 7.0),
-        ({"x-ratelimit-reset-tokens": "9999999h"}, MAX_RETRY_AFTER),
-        ({"x-ratelimit-reset-tokens": "soon"}, None),
-        ({"x-ratelimit-reset-tokens": "5x"}, None),
-        ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "5s"}, None),
-        ({}, None),
-    ],
-)
-def test_openai_rate_limit_resets_are_read(headers: dict[str, str], expected: float | None) -> None:
-    assert rate_limit_reset(httpx.Headers(headers)) == expected
-
-
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("api", ["openai-chat", "openai-responses"])
-async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
-    api: str, stream: bool
-) -> None:
-    headers = {
-        "x-ratelimit-remaining-tokens": "0",
-        "x-ratelimit-reset-tokens": "6m0s",
-        "x-ratelimit-remaining-requests": "10",
-        "x-ratelimit-reset-requests": "1s",
-    }
-    body = json.dumps(BODIES["openai-chat"][0]).encode()
-    error = await _fail(api, 429, body, stream=stream, headers=headers)
-    assert isinstance(error, RateLimited)
-    assert error.retry_after == 360.0
-    headers["retry-after"] = "2"  # the header wins
-    error = await _fail(api, 429, body, stream=stream, headers=headers)
-    assert isinstance(error, RateLimited)
-    assert error.retry_after == 2.0
 
 
 # ------------------------------------------------------------------ inside a 200 answer
@@ -545,7 +422,8 @@ def test_any_error_answer_is_a_named_provider_error(
 async def test_an_answer_longer_than_the_bound_is_refused_unread(
     api: str, stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_http, "MAX_BODY", 100_000)
+    monkeypatch.setattr(_client, "MAX_BODY", 100_000)  # a body
+    monkeypatch.setattr(_sse, "MAX_BODY", 100_000)  # an event
     piece = b"data: {" if stream else b'{"x": "'
     body = Endless(piece + b"a" * 4096)
     ctype = "text/event-stream" if stream else "application/json"
@@ -594,23 +472,6 @@ async def test_an_error_object_answering_a_stream_under_another_content_type_is_
     assert error.retryable
 
 
-@pytest.mark.parametrize("stream", [False, True])
-async def test_a_gemini_retry_delay_is_bounded(stream: bool) -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e12s"}
-            ],
-        }
-    }
-    error = await _fail("gemini", 429, json.dumps(body).encode(), stream=stream)
-    assert isinstance(error, RateLimited)
-    assert error.retry_after == MAX_RETRY_AFTER
-
-
 # ------------------------------------------------------------- what the run loop does with it
 
 
@@ -649,7 +510,7 @@ async def test_the_run_retries_as_the_answer_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from golem import Agent, _loop
-    from golem.errors import RunError
+    from golem.result import RunError
 
     now = time.time()
     ahead = {
@@ -694,7 +555,7 @@ async def test_the_run_retries_as_the_answer_says(
     ids=["angles", "scripts", "unclosed-style", "unclosed-tags"],
 )
 def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     # quadratic scanning of 64 KiB took minutes; this returns at once (no clock asserted:
     # a regression shows as a test that does not end)
@@ -703,7 +564,7 @@ def test_a_hostile_error_page_is_read_in_linear_time(page: str) -> None:
 
 
 def test_an_error_page_keeps_its_text_without_code() -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     page = (
         "<html><head><script>var a = '<b>';</script><STYLE>p{color:red}</STYLE>"
@@ -718,7 +579,7 @@ def test_an_error_page_keeps_its_text_without_code() -> None:
 
 
 def test_a_page_of_many_scripts_is_read_in_linear_time() -> None:
-    from golem.providers._http import error_from_response
+    from golem.providers._errors import error_from_response
 
     page = "<script></script>x" * (MAX_ERROR_BODY // 18)
     error = error_from_response("openai", 502, httpx.Headers(), page)
@@ -750,3 +611,166 @@ async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) 
         "API_KEY_INVALID",
         "g1",
     )
+
+
+async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
+    text = json.dumps(body)
+    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
+
+
+ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
+
+
+async def _responses_answer(body: str, *, stream: bool) -> ModelResponse:
+    return final(await send("openai-responses", body, stream=stream))
+
+
+def _response(status: str, **extra: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
+
+
+def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
+    if not stream:
+        return json.dumps(response)
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
+
+
+_CODES = {
+    "server_error": Overloaded,
+    "rate_limit_exceeded": RateLimited,
+    "vector_store_timeout": ProviderTimeout,
+    "invalid_prompt": BadRequest,
+    "invalid_image": BadRequest,
+    "invalid_image_format": BadRequest,
+    "invalid_base64_image": BadRequest,
+    "invalid_image_url": BadRequest,
+    "image_too_large": BadRequest,
+    "image_too_small": BadRequest,
+    "image_parse_error": BadRequest,
+    "image_content_policy_violation": BadRequest,
+    "invalid_image_mode": BadRequest,
+    "image_file_too_large": BadRequest,
+    "unsupported_image_media_type": BadRequest,
+    "empty_image_file": BadRequest,
+    "failed_to_download_image": BadRequest,
+    "image_file_not_found": BadRequest,
+}
+
+
+async def _send(
+    api: str,
+    pieces: list[bytes],
+    headers: dict[str, str],
+    *,
+    stream: bool,
+    status: int = 200,
+) -> list[Delta | ModelResponse]:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        if stream:
+            return [item async for item in model.generate_stream(REQUEST)]
+        return [await model.generate(REQUEST)]
+
+
+async def test_an_error_object_in_a_200_body_is_classified() -> None:
+    body = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+    with pytest.raises(Overloaded, match="overloaded"):
+        await _answer(body)
+
+
+async def test_a_missing_thought_signature_blames_the_request() -> None:
+    body = {"candidates": [{"finishReason": "MISSING_THOUGHT_SIGNATURE", "index": 0}]}
+    with pytest.raises(BadRequest, match="MISSING_THOUGHT_SIGNATURE") as caught:
+        await _answer(body)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_anthropic_error_body_with_status_200_is_classified(stream: bool) -> None:
+    body = json.dumps(ANTHROPIC_OVERLOADED)
+    with pytest.raises(Overloaded, match="Busy") as caught:
+        await send("anthropic", body, stream=stream, ctype="application/json")
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        # a proxy's OpenAI-style error object: no "type": "error", the status in `code`
+        (
+            {"error": {"message": "slow down", "type": "rate_limit_exceeded", "code": "429"}},
+            RateLimited,
+        ),
+        ({"error": {"type": "overloaded_error", "message": "busy"}}, Overloaded),
+        ({"error": {"message": "bad key", "code": 401}}, AuthenticationError),
+    ],
+)
+async def test_an_anthropic_error_object_without_its_type_is_classified(
+    stream: bool, body: dict[str, Any], error: type[Exception]
+) -> None:
+    # it used to be "anthropic response has no content list of blocks", not retryable
+    with pytest.raises(error):
+        await send("anthropic", json.dumps(body), stream=stream, ctype="application/json")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_without_an_error_object_is_a_server_error(stream: bool) -> None:
+    body = _as("response.failed", _response("failed", error=None), stream)
+    with pytest.raises(Overloaded, match="failed") as caught:
+        await _responses_answer(body, stream=stream)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_response_is_classified_by_its_error_code(stream: bool) -> None:
+    error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
+    body = _as("response.failed", _response("failed", error=error), stream)
+    with pytest.raises(RateLimited, match="Rate limit reached"):
+        await _responses_answer(body, stream=stream)
+
+
+@pytest.mark.parametrize(("code", "kind"), _CODES.items())
+async def test_every_documented_failure_code_is_classified(
+    code: str, kind: type[ProviderError]
+) -> None:
+    # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
+    error = {"code": code, "message": f"failed: {code}"}
+    body = _as("response.failed", _response("failed", error=error), True)
+    with pytest.raises(kind, match=code) as caught:
+        await _responses_answer(body, stream=True)
+    assert caught.value.retryable == (kind is not BadRequest)
+
+
+async def test_a_cancelled_response_is_a_provider_error() -> None:
+    with pytest.raises(ProviderError, match="cancelled") as caught:
+        await _responses_answer(json.dumps(_response("cancelled")), stream=False)
+    assert not caught.value.retryable
+
+
+@pytest.mark.parametrize("status", ["queued", "in_progress"])
+async def test_an_unfinished_background_response_is_not_an_responses_answer(status: str) -> None:
+    with pytest.raises(ResponseFormatError, match=status):
+        await _responses_answer(json.dumps(_response(status)), stream=False)
+
+
+async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> None:
+    event = {
+        "type": "error",
+        "code": "server_error",
+        "message": "The server had an error",
+        "param": None,
+        "sequence_number": 3,
+    }
+    with pytest.raises(Overloaded, match="The server had an error"):
+        await _responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
+
+
+async def test_an_html_error_page_is_classified_by_its_status() -> None:
+    page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+    for api in MODELS:
+        with pytest.raises(Overloaded, match="502 Bad Gateway"):
+            await _send(api, [page], {"content-type": "text/html"}, stream=False, status=502)

@@ -15,13 +15,13 @@ from golem.errors import (
     Overloaded,
     ProviderConnectionError,
     RateLimited,
-    RunError,
 )
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse, StreamingModel
 from golem.providers import FallbackModel
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.openai import OpenAIChatModel
+from golem.result import RunError
 from golem.testing import ScriptedModel
 from golem.usage import Usage
 

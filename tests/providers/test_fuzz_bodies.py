@@ -6,7 +6,7 @@ their bytes — flipped, cut short, spliced with hostile text (`1e999999`, 10^5-
 deep nesting, invalid UTF-8, a BOM, NUL, escaped lone surrogates) — and swaps values at random
 paths for huge ones. Whatever the adapter makes of it is a `ModelResponse` whose message
 `dumps_history` writes and `loads_history` reads back unchanged, or a `GolemError`.
-Stream splitting is `test_unseen_sse.py`'s.
+Stream splitting is `test_streams.py`'s.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from golem import dumps_history, loads_history
 from golem.errors import GolemError
 from golem.model import ModelResponse
 from tests._json_paths import json_paths
-from tests.providers._recordings import APIS, Interaction, all_interactions, available
-from tests.providers._unseen import send
+from tests.support.adapters import send
+from tests.support.recordings import APIS, Interaction, all_interactions, available
 
 BIG = 100_000
 _SPLICES = [
@@ -222,7 +222,7 @@ async def test_a_history_with_deeply_nested_args_and_blocks_is_sent_or_named(api
     `json`'s stack were a bare RecursionError while the request was built."""
     import httpx
 
-    from tests.providers._unseen import MODELS
+    from tests.support.adapters import MODELS
 
     recorded = _RECORDED[api]
     if not recorded:

@@ -168,9 +168,9 @@ async def test_pause_on_gemini_then_resume_in_a_new_agent(
     saved = dumps_history(paused.messages)
     assert SIGNATURE in saved  # the thought signature survives in the paused history
     history = loads_history(saved)
-    assert GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+    assert GeminiModel("gemini-2.5-flash", api_key="k").request_body(
         ModelRequest(messages=history)
-    ) == GeminiModel("gemini-2.5-flash", api_key="k").build_body(
+    ) == GeminiModel("gemini-2.5-flash", api_key="k").request_body(
         ModelRequest(messages=paused.messages)
     )
 
@@ -232,7 +232,8 @@ async def test_pause_on_gemini_then_resume_in_a_new_agent(
 
 
 async def test_wrong_key_against_the_local_server(server: tuple[str, FakeGemini]) -> None:
-    from golem.errors import AuthenticationError, RunError
+    from golem.errors import AuthenticationError
+    from golem.result import RunError
 
     base_url, fake = server
     model = GeminiModel("gemini-2.5-flash", api_key="wrong", base_url=base_url)

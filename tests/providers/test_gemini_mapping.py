@@ -411,7 +411,7 @@ def test_parsing_tolerates_odd_shapes() -> None:
     assert r.message.parts[0].data == b"\x00"  # media an answer carries are kept
     assert r.finish_reason == "tool_call"
     with pytest.raises(ResponseFormatError, match="no candidate"):
-        parse_response({})  # an empty answer would pass for a real one (test_unseen_gemini)
+        parse_response({})  # an empty answer would pass for a real one (test_stops.py)
 
 
 # --------------------------------------------------------------------------- streaming
@@ -559,7 +559,7 @@ async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> 
     await client.aclose()
     deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
     assert items == [*deltas, final]
-    assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.build_body(req)
+    assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.request_body(req)
 
 
 async def test_stream_answered_with_a_json_array() -> None:

@@ -23,14 +23,11 @@ from golem.errors import ResponseFormatError
 from golem.history import validate_history
 from golem.messages import Message, Part, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ModelResponse
-from golem.providers._http import ASSISTANT_MEDIA_TEXT
 from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import build_request_body as gemini_body
 from golem.providers.gemini import parse_response
-from golem.providers.openai._responses_wire import input_items
-from golem.providers.openai._wire import RequestOptions, map_messages
 from golem.testing import ScriptedModel
-from tests.providers._unseen import final, send
+from tests.support.adapters import body_of, final, send
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR fake image bytes \xff\x00"
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "
@@ -223,6 +220,9 @@ async def test_a_run_keeps_the_picture_and_continues_with_it() -> None:
 # --------------------------------------------------------------------------- other APIs
 
 _IMAGE = Part("image", data=PNG, media_type="image/png", signature="sig-image")
+MEDIA_TEXT = "Media of your previous answer (this API takes media only from the user):"
+"""The text that opens the user message carrying an assistant's media (the guide's words)."""
+
 _TURN = [
     Message("user", "draw a cat, then save it"),
     Message(
@@ -237,27 +237,27 @@ _TURN = [
 
 
 def test_openai_chat_gets_the_media_in_a_user_message_after_the_results() -> None:
-    out = map_messages(_TURN, RequestOptions(model="m"))
+    out = body_of("openai-chat", ModelRequest(_TURN))["messages"]
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "user", "user"]
     assert "parts" not in json.dumps(out[1])
     assert out[3]["content"] == [
-        {"type": "text", "text": ASSISTANT_MEDIA_TEXT},
+        {"type": "text", "text": MEDIA_TEXT},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64," + _b64(PNG)}},
     ]
 
 
 def test_openai_chat_gets_media_of_a_last_answer_too() -> None:
-    out = map_messages(_TURN[:2], RequestOptions(model="m"))
+    out = body_of("openai-chat", ModelRequest(_TURN[:2]))["messages"]
     assert out[-1]["role"] == "user"
-    assert out[-1]["content"][0]["text"] == ASSISTANT_MEDIA_TEXT
+    assert out[-1]["content"][0]["text"] == MEDIA_TEXT
 
 
 def test_openai_responses_gets_the_media_after_the_call_outputs() -> None:
-    items = input_items(_TURN)
+    items = body_of("openai-responses", ModelRequest(_TURN))["input"]
     kinds = [i.get("type") or i["role"] for i in items]
     assert kinds == ["user", "assistant", "function_call", "function_call_output", "user", "user"]
     assert items[4]["content"] == [
-        {"type": "input_text", "text": ASSISTANT_MEDIA_TEXT},
+        {"type": "input_text", "text": MEDIA_TEXT},
         {
             "type": "input_image",
             "image_url": "data:image/png;base64," + _b64(PNG),
@@ -273,7 +273,7 @@ def test_anthropic_gets_the_media_after_the_tool_results_in_the_same_user_turn()
     assert all(b["type"] in ("text", "tool_use") for b in turns[1]["content"])
     types = [b["type"] for b in turns[2]["content"]]
     assert types == ["tool_result", "text", "image", "text"]  # results first, as required
-    assert turns[2]["content"][1]["text"] == ASSISTANT_MEDIA_TEXT
+    assert turns[2]["content"][1]["text"] == MEDIA_TEXT
     assert turns[2]["content"][2]["source"] == {
         "type": "base64",
         "media_type": "image/png",

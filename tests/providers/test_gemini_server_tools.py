@@ -12,15 +12,13 @@ import pytest
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse, ToolSpec
-from golem.providers.anthropic._wire import build_request_body as anthropic_body
 from golem.providers.gemini import GeminiModel
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import build_request_body
-from golem.providers.openai._wire import RequestOptions
-from golem.providers.openai._wire import build_request_body as chat_body
-from tests.providers import _recordings
-from tests.providers._recordings import load, replay_transport
+from tests.support import recordings as _recordings
+from tests.support.adapters import body_of
+from tests.support.recordings import load, replay_transport
 
 recorded = pytest.mark.skipif(not _recordings.available(), reason="recordings not present")
 _dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -135,8 +133,8 @@ def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text()
     )
     request = ModelRequest(messages=loaded)
     for other in (
-        anthropic_body(request, model="c"),
-        chat_body(request, RequestOptions(model="g")),
+        body_of("anthropic", request, model="c"),
+        body_of("openai-chat", request, model="g"),
     ):
         text = json.dumps(other)
         assert "print(2 + 2)" not in text

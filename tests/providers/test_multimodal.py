@@ -12,13 +12,9 @@ import pytest
 from golem import dumps_history, loads_history
 from golem.messages import Message, Part
 from golem.model import ModelRequest
-from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import GeminiModel
-from golem.providers.gemini._wire import build_request_body as gemini_body
-from golem.providers.openai._responses_wire import ResponsesOptions, build_responses_body
-from golem.providers.openai._wire import RequestOptions
-from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import load, needs_recordings
+from tests.support.adapters import body_of
+from tests.support.recordings import load, needs_recordings
 
 CAT = Part(kind="image", url="https://example.com/cat.png")
 DOG = Part(kind="image", data=b"\x89PNG", media_type="image/png")
@@ -32,7 +28,7 @@ PNG64 = base64.b64encode(b"\x89PNG").decode()
 
 
 def test_openai_chat_keeps_the_order() -> None:
-    content = openai_body(REQUEST, RequestOptions(model="m"))["messages"][0]["content"]
+    content = body_of("openai-chat", REQUEST, model="m")["messages"][0]["content"]
     assert content == [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
@@ -43,7 +39,7 @@ def test_openai_chat_keeps_the_order() -> None:
 
 
 def test_openai_responses_keeps_the_order() -> None:
-    content = build_responses_body(REQUEST, ResponsesOptions(model="m"))["input"][0]["content"]
+    content = body_of("openai-responses", REQUEST, model="m")["input"][0]["content"]
     assert [c["type"] for c in content] == [
         "input_text",
         "input_image",
@@ -55,7 +51,7 @@ def test_openai_responses_keeps_the_order() -> None:
 
 
 def test_anthropic_keeps_the_order() -> None:
-    blocks = anthropic_body(REQUEST, model="m")["messages"][0]["content"]
+    blocks = body_of("anthropic", REQUEST, model="m")["messages"][0]["content"]
     assert blocks == [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
@@ -66,7 +62,7 @@ def test_anthropic_keeps_the_order() -> None:
 
 
 def test_gemini_keeps_the_order() -> None:
-    parts = gemini_body(REQUEST)["contents"][0]["parts"]
+    parts = body_of("gemini", REQUEST)["contents"][0]["parts"]
     assert parts == [
         {"text": "Which is cuter:"},
         {"fileData": {"fileUri": "https://example.com/cat.png", "mimeType": "image/png"}},
@@ -127,7 +123,7 @@ def _tool_request() -> ModelRequest:
 
 
 def test_gemini_3_puts_tool_result_media_inside_the_function_response() -> None:
-    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(_tool_request())
     contents = body["contents"]
     assert len(contents) == 3  # no extra user content for the media
     response = contents[2]["parts"][0]["functionResponse"]
@@ -147,7 +143,7 @@ def test_gemini_3_puts_tool_result_media_inside_the_function_response() -> None:
 
 
 def test_gemini_2_sends_tool_result_media_in_a_following_user_content() -> None:
-    body = GeminiModel("gemini-2.5-flash", api_key="k").build_body(_tool_request())
+    body = GeminiModel("gemini-2.5-flash", api_key="k").request_body(_tool_request())
     contents = body["contents"]
     assert len(contents) == 4
     assert "parts" not in contents[2]["parts"][0]["functionResponse"]
@@ -167,7 +163,7 @@ def test_gemini_3_text_parts_of_a_tool_result_join_its_output() -> None:
             parts=[*tool.parts, Part(kind="text", text="Taken in 2024.")],
         ),
     ]
-    body = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(
+    body = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(
         ModelRequest(messages=messages)
     )
     response = body["contents"][2]["parts"][0]["functionResponse"]
@@ -181,7 +177,7 @@ def test_the_function_response_has_the_recorded_shape() -> None:
         "gemini", "test_multimodal_tool_return_matrix[direct-binary-image-google_gemini3].yaml"
     )[-1]
     recorded: dict[str, Any] = it.request_body["contents"][-1]["parts"][0]["functionResponse"]
-    ours = GeminiModel("gemini-3-pro-preview", api_key="k").build_body(_tool_request())
+    ours = GeminiModel("gemini-3-pro-preview", api_key="k").request_body(_tool_request())
     mine = ours["contents"][2]["parts"][0]["functionResponse"]
     assert set(mine) == set(recorded)
     (recorded_part,) = recorded["parts"]

@@ -24,8 +24,8 @@ from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import parse_responses_response
 from golem.providers.openai._stream import ChatStreamParser
 from tests._json_paths import json_paths
-from tests.providers._recordings import APIS, Interaction, all_interactions, available
-from tests.providers._unseen import send
+from tests.support.adapters import send
+from tests.support.recordings import APIS, Interaction, all_interactions, available
 
 _VALUES = st.one_of(
     st.none(),

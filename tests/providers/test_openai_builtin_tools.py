@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
 from golem.model import ModelRequest, ModelResponse, ToolSpec
-from golem.providers.anthropic._wire import build_request_body as anthropic_body
-from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIResponsesModel
 from golem.providers.openai._responses_stream import parse_responses_stream
 from golem.providers.openai._responses_wire import (
@@ -26,7 +24,8 @@ from golem.providers.openai._responses_wire import (
 )
 from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response as parse_chat
-from tests.providers._recordings import available, load, replay_transport
+from tests.support.adapters import body_of
+from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
 API = "openai-responses"
@@ -169,7 +168,7 @@ def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text()
         ModelRequest(messages=history), options
     )
     request = ModelRequest(messages=loaded)
-    for body in (anthropic_body(request, model="claude-x"), gemini_body(request)):
+    for body in (body_of("anthropic", request, model="claude-x"), body_of("gemini", request)):
         text = json.dumps(body)
         assert "ws_1" not in text
         assert "A golem is ([example.com](x)) clay. More." in text

@@ -22,8 +22,7 @@ from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response
 from golem.usage import Usage
-
-from ._recordings import (
+from tests.support.recordings import (
     Interaction,
     all_interactions,
     available,
@@ -31,6 +30,7 @@ from ._recordings import (
     needs_recordings,
     replay_transport,
 )
+
 from .openai_fixtures import stream_from_body
 
 pytestmark = needs_recordings

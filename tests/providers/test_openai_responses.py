@@ -15,8 +15,6 @@ from golem.errors import BadRequest, ProviderConnectionError, RateLimited
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
 from golem.providers import infer_model
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIResponsesModel
 from golem.providers.openai._responses_stream import parse_responses_stream
 from golem.providers.openai._responses_wire import (
@@ -27,7 +25,8 @@ from golem.providers.openai._responses_wire import (
     reasoning_signature,
 )
 from golem.usage import Usage
-from tests.providers._recordings import (
+from tests.support.adapters import body_of
+from tests.support.recordings import (
     Interaction,
     all_interactions,
     available,
@@ -446,8 +445,8 @@ def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
         thinking=[ThinkingBlock(text="", signature=reasoning_signature("rs_1", "gAAA"))],
     )
     request = ModelRequest(messages=[Message(role="user", content="hi"), message])
-    assert "gAAA" not in json.dumps(anthropic_body(request, model="m"))
-    assert "gAAA" not in json.dumps(gemini_body(request))
+    assert "gAAA" not in json.dumps(body_of("anthropic", request, model="m"))
+    assert "gAAA" not in json.dumps(body_of("gemini", request))
     summarized = ModelRequest(
         messages=[
             Message(role="user", content="hi"),
@@ -460,7 +459,7 @@ def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
             ),
         ]
     )
-    assert "gAAA" not in json.dumps(anthropic_body(summarized, model="m"))
+    assert "gAAA" not in json.dumps(body_of("anthropic", summarized, model="m"))
 
 
 def test_signatures_round_trip() -> None:

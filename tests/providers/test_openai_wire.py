@@ -11,11 +11,11 @@ import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ToolSpec
+from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     RequestOptions,
     build_request_body,
     map_messages,
-    strict_compatible,
     wire_call_id,
 )
 

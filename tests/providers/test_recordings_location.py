@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.providers import _recordings
+from tests.support import recordings as _recordings
 
 
 def test_the_default_is_next_to_the_checkout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,8 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.providers._http import iter_sse, sse_block, sse_events
-from tests.providers._unseen import Chunks, cut
+from golem.providers._sse import iter_sse, sse_block, sse_events
+from tests.support.adapters import Chunks, cut
 
 
 async def _decode(chunks: list[bytes]) -> list[tuple[str, str]]:

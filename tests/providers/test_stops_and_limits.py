@@ -23,13 +23,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent
-from golem.errors import Overloaded, ProviderError, RunError, UsageLimitExceeded
+from golem.errors import Overloaded, ProviderError, UsageLimitExceeded
+from golem.limits import UsageLimits
 from golem.messages import Message, ToolCall
 from golem.model import Delta, ModelResponse
-from golem.providers._http import MAX_TOKEN_COUNT
+from golem.providers._jsonio import MAX_TOKEN_COUNT
+from golem.result import RunError
 from golem.testing import ScriptedModel
-from golem.usage import Usage, UsageLimits
-from tests.providers._unseen import MODELS, send
+from golem.usage import Usage
+from tests.support.adapters import DONE, MODELS, send
 
 
 def _sse(events: list[Any], named: bool = False) -> str:
@@ -173,47 +175,6 @@ def _gemini(args: str) -> tuple[dict[str, Any], str]:
 
 CUT = {"openai-chat": _chat, "openai-responses": _responses, "anthropic": _anthropic}
 CUT["gemini"] = _gemini
-
-DONE: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "id": "c",
-        "object": "chat.completion",
-        "model": "gpt-4o",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-        ],
-    },
-    "openai-responses": {
-        "id": "r",
-        "object": "response",
-        "model": "gpt-4o",
-        "status": "completed",
-        "output": [
-            {
-                "type": "message",
-                "id": "m",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "ok", "annotations": []}],
-            }
-        ],
-    },
-    "anthropic": {
-        "id": "msg_2",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-x",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 10, "output_tokens": 1},
-    },
-    "gemini": {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}
-        ],
-        "modelVersion": "gemini-x",
-    },
-}
 
 
 @pytest.mark.parametrize("args", ["{}", ""])

@@ -15,13 +15,10 @@ from golem.errors import BadRequest
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse, ToolSpec, check_tool_choice
 from golem.providers.anthropic import AnthropicModel
-from golem.providers.anthropic import build_request_body as anthropic_body
 from golem.providers.gemini import GeminiModel
-from golem.providers.gemini._wire import build_request_body as gemini_body
 from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._wire import RequestOptions
-from golem.providers.openai._wire import build_request_body as openai_body
-from tests.providers._recordings import load, needs_recordings, replay_transport
+from tests.support.adapters import body_of
+from tests.support.recordings import load, needs_recordings, replay_transport
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -132,9 +129,9 @@ def test_each_adapter_maps_the_choice(
     choice: str, openai: Any, anthropic: Any, gemini: dict[str, Any] | None
 ) -> None:
     request = _request(choice)
-    assert openai_body(request, RequestOptions(model="m"))["tool_choice"] == openai
-    assert anthropic_body(request, model="m")["tool_choice"] == anthropic
-    body = gemini_body(request)
+    assert body_of("openai-chat", request, model="m")["tool_choice"] == openai
+    assert body_of("anthropic", request, model="m")["tool_choice"] == anthropic
+    body = body_of("gemini", request)
     if gemini is None:
         assert "toolConfig" not in body
     else:
@@ -143,17 +140,17 @@ def test_each_adapter_maps_the_choice(
 
 def test_without_tools_no_choice_is_sent() -> None:
     request = ModelRequest(messages=PROMPT, tool_choice="none")
-    assert "tool_choice" not in openai_body(request, RequestOptions(model="m"))
-    assert "tool_choice" not in anthropic_body(request, model="m")
-    assert "toolConfig" not in gemini_body(request)
+    assert "tool_choice" not in body_of("openai-chat", request, model="m")
+    assert "tool_choice" not in body_of("anthropic", request, model="m")
+    assert "toolConfig" not in body_of("gemini", request)
 
 
 def test_anthropic_refuses_a_forced_choice_with_thinking_before_sending() -> None:
     with pytest.raises(
         BadRequest, match='anthropic refuses tool_choice "required" with extended thinking'
     ):
-        anthropic_body(_request("required"), model="m", thinking_budget=2048, max_tokens=8192)
-    body = anthropic_body(_request("none"), model="m", thinking_budget=2048, max_tokens=8192)
+        body_of("anthropic", _request("required"), model="m", thinking_budget=2048, max_tokens=8192)
+    body = body_of("anthropic", _request("none"), model="m", thinking_budget=2048, max_tokens=8192)
     assert body["tool_choice"] == {"type": "none"}
 
 
@@ -238,9 +235,9 @@ async def test_anthropic_tool_output_mode_replays_the_recorded_run() -> None:
 
 def test_tool_output_mode_without_function_tools_forces_the_output_tool() -> None:
     request = ModelRequest(messages=PROMPT, output_schema={"type": "object"})
-    body = anthropic_body(request, model="m", output_mode="tool")
+    body = body_of("anthropic", request, model="m", output_mode="tool")
     assert body["tool_choice"] == {"type": "tool", "name": "final_result"}
-    thinking = anthropic_body(
+    thinking = body_of("anthropic",
         request, model="m", output_mode="tool", thinking_budget=2048, max_tokens=8192
     )
     assert thinking["tool_choice"] == {"type": "auto"}

@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 
 from golem.durable.store import Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service.agents import build_registry
 
 TOKENS = {
@@ -66,7 +66,9 @@ def auth() -> AuthConfig:
 @pytest.fixture
 def app(registry: Any, store: Store, auth: AuthConfig) -> Starlette:
     """The service over the test store (no in-process worker)."""
-    return create_app(registry, store, auth=auth, stream_poll_interval=0.02, max_body_bytes=4096)
+    return create_app(
+        ServiceSettings(registry, store, auth=auth, stream_poll_interval=0.02, max_body_bytes=4096)
+    )
 
 
 @pytest.fixture

@@ -12,13 +12,13 @@ import sys
 
 import uvicorn
 
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import make_auth
 
 
 async def _main(url: str) -> None:
-    app = create_app(build_registry(), url, auth=make_auth())
+    app = create_app(ServiceSettings(build_registry(), url, auth=make_auth()))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", ws="none", http="h11"
     )

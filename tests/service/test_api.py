@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 
 from golem.durable.store import Store
 from golem.durable.worker import Worker
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.agents import EXECUTED
 from tests.service.conftest import StartRun, bearer, make_auth
 
@@ -53,7 +53,9 @@ async def test_health_is_503_when_the_store_fails(registry: Any) -> None:
         async def schema_version(self) -> int:
             raise OSError("disk gone")
 
-    app = create_app(registry, Broken(), auth=make_auth())  # type: ignore[arg-type]
+    app = create_app(
+        ServiceSettings(registry, Broken(), auth=make_auth())  # type: ignore[arg-type]
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         res = await c.get("/api/health")
     assert res.status_code == 503
@@ -87,7 +89,7 @@ async def test_an_unexpected_failure_is_a_json_500(
         raise RuntimeError("the disk is on fire")
 
     monkeypatch.setattr(store, "list_runs", explode)
-    app = create_app(registry, store, auth=make_auth())
+    app = create_app(ServiceSettings(registry, store, auth=make_auth()))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         res = await c.get("/api/runs", headers=bearer("alice"))

@@ -40,7 +40,7 @@ from schemathesis.python import asgi as schemathesis_asgi
 
 from golem.durable.store import Store, open_store
 from golem.durable.worker import Worker
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import TOKENS, bearer, make_auth
 from tests.store.backends import backend_for
@@ -90,7 +90,7 @@ async def seed(open_: Callable[[], Awaitable[Store]]) -> Seeded:
     store = await open_()
     try:
         registry = build_registry()
-        app = create_app(registry, store, auth=make_auth())
+        app = create_app(ServiceSettings(registry, store, auth=make_auth()))
         seeded = Seeded()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://seed.test") as http:
@@ -135,7 +135,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
     assert alice is not None
     stream_token, _ = auth.issue_stream_token(alice)
     session = auth.issue_session(alice)
-    app = create_app(
+    app = create_app(ServiceSettings(
         build_registry(),
         url,
         auth=auth,
@@ -143,7 +143,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
         stream_poll_interval=0.02,
         stream_heartbeat=0.05,
         token_failures_per_minute=10**9,  # the stranger pass sends wrong tokens by the hundred
-    )
+    ))
     config = schemathesis.Config.from_dict(
         {
             **({} if SEED is None else {"seed": int(SEED)}),

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from golem.durable.store import Store
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.conftest import bearer, make_auth
 
 
@@ -21,21 +21,41 @@ from tests.service.conftest import bearer, make_auth
     [
         {"worker_poll_interval": 0},
         {"lease_seconds": -1},
+        {"lease_seconds": float("inf")},
+        {"worker_poll_interval": 1e12},
+        {"stream_poll_interval": float("nan")},
         {"max_body_bytes": 0},
         {"stream_poll_interval": 0},
         {"stream_heartbeat": 0},
         {"default_expires_in": 0},
         {"worker_concurrency": 0},
+        {"body_timeout": 0},
+        {"max_streams_per_identity": 0},
+        {"login_attempts_per_minute": 0},
+        {"token_failures_per_minute": -5},
+        {"undo_seconds": 61},
     ],
 )
-def test_bad_settings_are_rejected(registry: Any, kwargs: dict[str, Any]) -> None:
+def test_bad_settings_are_rejected_when_built(registry: Any, kwargs: dict[str, Any]) -> None:
     name = next(iter(kwargs))
     with pytest.raises(ValueError, match=name):
-        create_app(registry, "sqlite:///x.db", auth=make_auth(), **kwargs)
+        ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), **kwargs)
+
+
+def test_a_short_seal_key_is_rejected_when_built(registry: Any) -> None:
+    with pytest.raises(ValueError, match="32"):
+        ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), seal_key=b"short")
+
+
+def test_settings_are_frozen_and_keep_their_webhooks(registry: Any) -> None:
+    settings = ServiceSettings(registry, "sqlite:///x.db", auth=make_auth(), webhooks=[])
+    assert settings.webhooks == ()
+    with pytest.raises(AttributeError):
+        settings.undo_seconds = 0  # type: ignore[misc]
 
 
 def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Path) -> None:
-    app = create_app(registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth())
+    app = create_app(ServiceSettings(registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth()))
     outside = TestClient(app)
     res = outside.get("/api/health")
     assert res.status_code == 503
@@ -49,7 +69,7 @@ def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Pat
             "/api/runs", json={"agent": "echo", "prompt": "hi"}, headers=bearer("alice")
         )
         assert res.status_code == 201
-    assert app.state.golem.durable.store is None  # closed on shutdown
+    assert app.state.golem.store is None  # closed on shutdown
     with TestClient(app) as client:  # the data outlives the app
         runs = client.get("/api/runs", headers=bearer("alice")).json()["runs"]
         assert [r["outcome"]["output"] for r in runs] == ["echo: hi"]
@@ -57,7 +77,9 @@ def test_a_store_url_is_opened_for_the_app_lifetime(registry: Any, tmp_path: Pat
 
 def test_default_expiry_applies_to_started_runs(registry: Any, tmp_path: Path) -> None:
     app = create_app(
-        registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), default_expires_in=600
+        ServiceSettings(
+            registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), default_expires_in=600
+        )
     )
     with TestClient(app) as client:
         run = client.post(
@@ -69,12 +91,14 @@ def test_default_expiry_applies_to_started_runs(registry: Any, tmp_path: Path) -
 
 def test_the_in_process_worker_resumes_approved_runs(registry: Any, tmp_path: Path) -> None:
     app = create_app(
-        registry,
-        f"sqlite:///{tmp_path / 'g.db'}",
-        auth=make_auth(),
-        run_worker=True,
-        worker_poll_interval=0.02,
-        worker_id="inproc",
+        ServiceSettings(
+            registry,
+            f"sqlite:///{tmp_path / 'g.db'}",
+            auth=make_auth(),
+            run_worker=True,
+            worker_poll_interval=0.02,
+            worker_id="inproc",
+        )
     )
     with TestClient(app) as client:
         run = client.post(
@@ -106,7 +130,7 @@ async def test_error_pages_are_html_for_browsers_and_json_for_the_api(
     async def explode(**kw: Any) -> Any:
         raise RuntimeError("boom")
 
-    app = create_app(registry, store, auth=make_auth())
+    app = create_app(ServiceSettings(registry, store, auth=make_auth()))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         page = await c.get("/nowhere", headers={"Accept": "text/html"})
@@ -152,12 +176,14 @@ def test_the_in_process_worker_resumes_worker_concurrency_runs_at_once(tmp_path:
         return "acted"
 
     app = create_app(
-        {"trio": AgentEntry(agent)},
-        f"sqlite:///{tmp_path / 'g.db'}",
-        auth=make_auth(),
-        run_worker=True,
-        worker_poll_interval=0.02,
-        worker_concurrency=3,
+        ServiceSettings(
+            {"trio": AgentEntry(agent)},
+            f"sqlite:///{tmp_path / 'g.db'}",
+            auth=make_auth(),
+            run_worker=True,
+            worker_poll_interval=0.02,
+            worker_concurrency=3,
+        )
     )
     with TestClient(app) as client:
         ids = []

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 
 from golem.durable.store import Store
 from golem.service.auth import TokenFailures
-from golem.service.inbox import SESSION_COOKIE
+from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, StartRun, bearer
 from tests.service.test_inbox import csrf_of, sign_in
 

@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 
 from golem.durable.store import RunStatus, Store
 from golem.durable.worker import Worker
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.agents import EXECUTED
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
@@ -81,11 +81,13 @@ def test_racing_clients_over_real_sockets_decide_once(registry: Any, tmp_path: P
     # Real HTTP, real threads: eight clients released together, half approving and half
     # denying one call, against `golem serve`'s shape (in-process worker).
     app = create_app(
-        registry,
-        f"sqlite:///{tmp_path / 'race.db'}",
-        auth=make_auth(),
-        run_worker=True,
-        worker_poll_interval=0.02,
+        ServiceSettings(
+            registry,
+            f"sqlite:///{tmp_path / 'race.db'}",
+            auth=make_auth(),
+            run_worker=True,
+            worker_poll_interval=0.02,
+        )
     )
     with serve(app) as base:
         res = httpx.post(
@@ -213,7 +215,7 @@ def _tamper(
 
 @pytest.fixture
 def sealed_app(registry: Any, store: Store) -> Starlette:
-    return create_app(registry, store, auth=make_auth(), seal_key=SEAL_KEY)
+    return create_app(ServiceSettings(registry, store, auth=make_auth(), seal_key=SEAL_KEY))
 
 
 @pytest.fixture

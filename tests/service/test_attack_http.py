@@ -16,8 +16,8 @@ import pytest
 from starlette.applications import Starlette
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store
-from golem.service import create_app
-from golem.service.inbox import SESSION_COOKIE
+from golem.service import ServiceSettings, create_app
+from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in
@@ -160,7 +160,7 @@ async def _post_slowly(app: Starlette, body_timeout: float) -> tuple[int, dict[s
 async def test_a_body_that_trickles_in_gets_408(registry: Any, store: Store) -> None:
     # Found: a client that declared a body and stopped sending held its connection (and
     # the buffered part of its body) for as long as it liked.
-    app = create_app(registry, store, auth=make_auth(), body_timeout=0.05)
+    app = create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0.05))
     status, body = await _post_slowly(app, 0.05)
     assert status == 408
     assert body["error"]["code"] == "request_timeout"
@@ -169,7 +169,7 @@ async def test_a_body_that_trickles_in_gets_408(registry: Any, store: Store) -> 
 
 def test_the_body_timeout_must_be_positive(registry: Any, store: Store) -> None:
     with pytest.raises(ValueError, match="body_timeout"):
-        create_app(registry, store, auth=make_auth(), body_timeout=0)
+        create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0))
 
 
 # --------------------------------------------------------------------------- hostile call IDs
@@ -411,7 +411,12 @@ def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
     from tests.service._server import serve
 
     app = create_app(
-        registry, f"sqlite:///{tmp_path / 'slow.db'}", auth=make_auth(), stream_poll_interval=0.02
+        ServiceSettings(
+            registry,
+            f"sqlite:///{tmp_path / 'slow.db'}",
+            auth=make_auth(),
+            stream_poll_interval=0.02,
+        )
     )
     with serve(app) as base:
         port = int(base.rsplit(":", 1)[1])

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from golem.durable.store import CallKind, NewCall, NewRun, RunStatus, Store, StoreBusy, StoreTimeout
 from golem.durable.worker import Worker
 from golem.errors import StoreError
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.views import path
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_events import open_stream
@@ -200,7 +200,7 @@ async def test_a_stream_whose_store_goes_away_ends_cleanly(
     # Before, a read that failed mid-stream raised out of the app after its 200 (an
     # error in the server's log, the connection cut); now the stream ends, and the
     # client reconnects after `retry:` from its Last-Event-ID.
-    app = create_app(registry, store, auth=make_auth(), stream_heartbeat=0.05)
+    app = create_app(ServiceSettings(registry, store, auth=make_auth(), stream_heartbeat=0.05))
     await start("twin")
     sent: list[bytes] = []
     gone = asyncio.Event()

@@ -24,10 +24,9 @@ from golem import new_id
 from golem._display import has_hidden, reveal
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
-from golem.service._confusables import skeleton
-from golem.service.api import _bad_text
-from golem.service.inbox import SESSION_COOKIE
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+from golem.service.bodies import _bad_text
+from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
@@ -141,102 +140,20 @@ async def test_a_run_an_approver_may_see_still_answers_403_for_a_tool_it_may_not
 
 # --------------------------------------------------------------------------- identities
 
-_LOOKALIKES = {"a": "\u0430", "e": "\u0435", "o": "\u043e", "p": "\u0440", "c": "\u0441"}
-"""Latin letters and a Cyrillic letter that looks the same."""
-
-
 @pytest.mark.parametrize(
     ("one", "two"),
     [
-        ("alice", "\u0430lice"),  # Cyrillic a
-        ("paypal", "\u0440aypal"),  # Cyrillic er
-        ("bob", "b\u03bfb"),  # Greek omicron
-        ("alice", "\U0001d41alice"),  # mathematical bold a
-        ("Ian", "lan"),  # capital I, small L
-        ("carol", "caro1"),
-        ("alice@corp.example", "alice@c\u043erp.example"),
+        ("ivan", "\u0438\u0432\u0430\u043d"),
+        ("alice", "bob"),
+        ("\u7530\u4e2d", "tanaka"),
+        # operator configuration, not attacker input: look-alikes of other scripts are the
+        # operator's choice (ADR 0080)
+        ("alice", "\u0430lice"),
     ],
 )
-def test_cross_script_lookalike_identities_are_refused(one: str, two: str) -> None:
-    # Found: NFKC + casefold (ADR 0061) let "alice" and a Cyrillic "аlice" both approve;
-    # the audit log, its CSV and the webhooks showed them as one person.
-    with pytest.raises(ValueError, match="look alike") as raised:
-        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
-    assert ascii(two) in str(raised.value)  # escaped: the message shows the difference
-
-
-@pytest.mark.parametrize(
-    ("one", "two"),
-    [("ivan", "\u0438\u0432\u0430\u043d"), ("alice", "bob"), ("\u7530\u4e2d", "tanaka")],
-)
-def test_identities_that_do_not_look_alike_are_kept(one: str, two: str) -> None:
-    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
-
-
-@settings(deadline=None)
-@given(
-    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=12).filter(
-        lambda s: any(c in _LOOKALIKES for c in s)
-    ),
-    st.data(),
-)
-def test_any_identity_with_a_letter_swapped_for_its_lookalike_is_refused(
-    name: str, data: st.DataObject
-) -> None:
-    at = data.draw(st.sampled_from([i for i, c in enumerate(name) if c in _LOOKALIKES]))
-    twin = name[:at] + _LOOKALIKES[name[at]] + name[at + 1 :]
-    with pytest.raises(ValueError, match="look alike"):
-        AuthConfig(tokens={"t1": Approver(name), "t2": Approver(twin)}, secret=b"s" * 32)
-
-
-@pytest.mark.parametrize(
-    "identity",
-    ["p\u0430ypal", "\u0430lice@corp.example", "ad\u043cin", "b\u03bfb", "x\u0378y"],
-)
-def test_an_identity_with_a_word_mixing_scripts_is_refused_alone(identity: str) -> None:
-    # Found: a lone "pаypal" (Cyrillic а) had no Latin twin configured to collide with,
-    # so it was kept, and the inbox, audit log and webhooks showed it as "paypal"
-    with pytest.raises(ValueError, match="mixes letters of several scripts") as raised:
-        AuthConfig(tokens={"t1": Approver(identity)}, secret=b"s" * 32)
-    assert ascii(identity) in str(raised.value)
-
-
-@pytest.mark.parametrize(
-    "identity",
-    [
-        "\u0418\u0432\u0430\u043d Smith",  # two words, one script each
-        "\u5c71\u7530\u305f\u308d\u3046",  # Han and Hiragana: Japanese
-        "\u65e5\u672c\u8a9eabc",  # Han with Latin
-        "\ud55c\uad6dabc",  # Hangul with Latin
-        "Jos\u00e9",
-        "Jose\u0301",  # a combining accent belongs to no script
-        "Zo\u00eb-2@corp.example",
-    ],
-)
-def test_identities_whose_words_keep_to_one_writing_system_are_kept(identity: str) -> None:
-    AuthConfig(tokens={"t1": Approver(identity)}, secret=b"s" * 32)
-
-
-@settings(deadline=None)
-@given(
-    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=2, max_size=12).filter(
-        lambda s: any(c in _LOOKALIKES for c in s) and any(c not in _LOOKALIKES for c in s)
-    ),
-    st.data(),
-)
-def test_any_latin_word_with_one_lookalike_letter_is_refused_alone(
-    name: str, data: st.DataObject
-) -> None:
-    at = data.draw(st.sampled_from([i for i, c in enumerate(name) if c in _LOOKALIKES]))
-    twin = name[:at] + _LOOKALIKES[name[at]] + name[at + 1 :]
-    with pytest.raises(ValueError, match="mixes letters of several scripts"):
-        AuthConfig(tokens={"t1": Approver(twin + "@corp.example")}, secret=b"s" * 32)
-
-
-@settings(deadline=None)
-@given(st.text(max_size=20))
-def test_a_skeleton_is_its_own_skeleton(text: str) -> None:
-    assert skeleton(skeleton(text)) == skeleton(text)
+def test_identities_that_are_distinct_names_are_kept(one: str, two: str) -> None:
+    config = AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    assert config.authenticate("t2") is not None
 
 
 # --------------------------------------------------------------------------- call IDs
@@ -277,7 +194,7 @@ async def test_a_decision_names_exactly_one_pending_call(
         await store.save_pending(
             NewRun(id="r", agent="twin", conversation_id="c", history="[]", calls=calls)
         )
-        app = create_app(registry, store, auth=make_auth(), undo_seconds=0)
+        app = create_app(ServiceSettings(registry, store, auth=make_auth(), undo_seconds=0))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             res = await c.post(
@@ -494,7 +411,9 @@ def _local(location: str) -> bool:
 async def test_no_next_leads_off_site(registry: Any, store: Store) -> None:
     # held: sign-in (page and form), decisions and bulk decisions go back to a local path
     # only; every hostile `next` falls back to the default page
-    app = create_app(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    app = create_app(
+        ServiceSettings(registry, store, auth=make_auth(), login_attempts_per_minute=100)
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
         await _check_next(client)

@@ -28,10 +28,10 @@ from golem import new_id
 from golem.durable.store import AuditEntry, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import start_run
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from golem.service import stream as stream_module
 from golem.service.api import audit_json
-from golem.service.limits import _unseal_cursor
+from golem.service.positions import read_position
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import WAIT, Event, parse
 from tests.service.test_inbox import sign_in
@@ -152,7 +152,9 @@ async def _hidden_activity(store: Store, registry: Any, runs: int = 3) -> None:
 
 def _app(registry: Any, store: Any, heartbeat: float = 3600.0) -> Starlette:
     return create_app(
-        registry, store, auth=make_auth(), stream_poll_interval=0.02, stream_heartbeat=heartbeat
+        ServiceSettings(
+            registry, store, auth=make_auth(), stream_poll_interval=0.02, stream_heartbeat=heartbeat
+        )
     )
 
 
@@ -183,7 +185,7 @@ async def test_hidden_changes_send_an_observer_not_one_byte(registry: Any, store
         # id a sealed reference (ADR 0077), so neither counts the hidden changes
         assert change.id is not None
         assert s.text == before + stream_module._sse("change", data, change.id)
-        assert _unseal_cursor(secret, change.id) == entry.id
+        assert read_position(secret, change.id, full_view=False) == entry.id
 
 
 async def test_an_observer_stream_is_the_same_with_or_without_hidden_runs(
@@ -260,7 +262,9 @@ async def test_the_hello_cursor_is_sealed_fresh_each_time_and_resumes(
     first, second = (h.json()["cursor"] for h in hellos)
     assert first != second
     assert hellos[0].id == first
-    assert _unseal_cursor(secret, first) == _unseal_cursor(secret, second)
+    assert read_position(secret, first, full_view=False) == read_position(
+        secret, second, full_view=False
+    )
     assert not first.isdigit()
     assert len(first) == len(second)
     # a change made while no stream was open arrives on the reconnect from the hello's ID
@@ -278,7 +282,9 @@ async def test_a_cursor_not_sealed_by_this_service_is_422(
     async with raw_stream(app, bearer("olga")) as s:
         sealed = (await s.next("hello")).json()["cursor"]
     flipped = sealed[:-3] + ("A" if sealed[-3] != "A" else "B") + sealed[-2:]
-    other = create_app(registry, store, auth=make_auth().__class__(tokens=make_auth().tokens))
+    other = create_app(
+        ServiceSettings(registry, store, auth=make_auth().__class__(tokens=make_auth().tokens))
+    )
     async with raw_stream(other, bearer("olga")) as s:
         foreign = (await s.next("hello")).json()["cursor"]
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
@@ -421,7 +427,8 @@ async def test_a_page_links_its_stream_with_a_sealed_cursor(
             assert found, "no stream link on the page"
             urls.append(found.group(1))
     assert urls[0] != urls[1]
-    assert [_unseal_cursor(secret, u) for u in urls] == [await store.last_change_id()] * 2
+    positions = [read_position(secret, u, full_view=False) for u in urls]
+    assert positions == [await store.last_change_id()] * 2
 
 
 # ---------------------------------------------------------------- every route, every caller
@@ -751,7 +758,7 @@ async def test_the_session_cookie_sent_twice_is_refused(client: httpx.AsyncClien
 @pytest.fixture
 async def big(registry: Any, store: Store) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the service with the default body limit (256 KiB)."""
-    app = create_app(registry, store, auth=make_auth())
+    app = create_app(ServiceSettings(registry, store, auth=make_auth()))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c
@@ -836,7 +843,7 @@ def test_a_repeated_parameter_is_found_as_starlette_reads_the_query(query: str) 
     # repeated exactly when Starlette's own reading of the query sees it twice.
     from urllib.parse import parse_qsl
 
-    from golem.service.app import _url_problem
+    from golem.service.middleware import _url_problem
 
     names = [k for k, _ in parse_qsl(query, keep_blank_values=True)]
     scope = {"path": "/", "raw_path": b"/", "query_string": query.encode("latin-1")}

@@ -30,8 +30,8 @@ from golem.durable.store import (
     utc_now,
 )
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, create_app
-from golem.service.limits import _unseal_cursor, seal_entry
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+from golem.service.positions import _seal_entry, read_position
 from tests.store.backends import BACKENDS, backend_for
 
 AGENTS = ("a1", "a2", "a3", "a4")
@@ -114,13 +114,13 @@ def _expected(entries: list[AuditEntry], who: str, filters: dict[str, str]) -> l
             continue
         if "actor" in filters and filters["actor"].casefold() not in e.actor.casefold():
             continue
-        out.append(e.id if seen is None else seal_entry(SECRET, e.id))
+        out.append(e.id if seen is None else _seal_entry(SECRET, e.id))
     return out
 
 
 @asynccontextmanager
 async def _client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app({}, store, auth=_auth())
+    app = create_app(ServiceSettings({}, store, auth=_auth()))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c
@@ -365,8 +365,8 @@ async def test_ids_are_audit_ids_for_the_full_view_and_sealed_references_for_oth
             assert [e["id"] for e in root["entries"]] == [e.id for e in reversed(visible)]
             one = (await c.get("/api/audit", headers=_bearer("one"))).json()
             refs = [e["id"] for e in one["entries"]]
-            assert refs == [seal_entry(SECRET, e.id) for e in reversed(visible)]
-            assert all(re.fullmatch(r"e[A-Za-z0-9_-]{27}", r) for r in refs)
+            assert refs == [_seal_entry(SECRET, e.id) for e in reversed(visible)]
+            assert all(re.fullmatch(r"e[A-Za-z0-9_-]{32}", r) for r in refs)
             detail = (await c.get("/api/runs/r001-a2", headers=_bearer("one"))).json()
             assert [e["id"] for e in detail["run"]["audit"]] == refs[::-1]
             await _sign_in(c, "one")
@@ -389,16 +389,16 @@ async def test_ids_are_audit_ids_for_the_full_view_and_sealed_references_for_oth
         ("one", "12"),  # an audit ID locates entries in the whole log: not for "one"
         ("one", "s" + "A" * 48),
         ("root", "s" + "A" * 48),
-        ("root", "e" + "A" * 27),
+        ("root", "e" + "A" * 32),
         ("root", "-1"),
         ("root", "9223372036854775808"),
         ("root", "1e3"),
         ("root", "x"),
         # base64 drops what is not in its alphabet: these decoded short (a 500 before)
-        ("one", "e" + "!" * 27),
-        ("root", "e" + "A" * 26 + "="),
+        ("one", "e" + "!" * 32),
+        ("root", "e" + "A" * 31 + "="),
         ("one", "s" + "!" * 48),
-        ("one", "e" + "é" * 27),
+        ("one", "e" + "é" * 32),
     ],
 )
 async def test_a_cursor_this_service_did_not_send_is_400_invalid_cursor(
@@ -428,7 +428,7 @@ async def test_a_cursor_sealed_by_another_service_or_tampered_is_refused(tmp_pat
         cursor = body["next_cursor"]
         assert cursor is not None
         assert cursor.startswith("s")
-        other = create_app({}, store, auth=AuthConfig(tokens=_auth().tokens))
+        other = create_app(ServiceSettings({}, store, auth=AuthConfig(tokens=_auth().tokens)))
         transport = httpx.ASGITransport(app=other)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             res = await c.get("/api/audit?" + urlencode({"before": cursor}), headers=_bearer("one"))
@@ -441,7 +441,7 @@ async def test_a_cursor_sealed_by_another_service_or_tampered_is_refused(tmp_pat
             assert (res.status_code, res.json()["error"]["code"]) == (400, "invalid_cursor")
             ok = await c.get("/api/audit?" + urlencode({"before": cursor}), headers=_bearer("one"))
             assert ok.status_code == 200
-            assert _unseal_cursor(SECRET, cursor) is not None
+            assert read_position(SECRET, cursor, full_view=False) is not None
     finally:
         await store.close()
 
@@ -519,7 +519,7 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
                     assert res.status_code == status, (who, cursor, where)
             res = await c.head("/api/events?cursor=0", headers=_bearer("one"))
             assert res.status_code == 200
-            ref = seal_entry(SECRET, 1)
+            ref = _seal_entry(SECRET, 1)
             res = await c.head("/api/events", params={"cursor": ref}, headers=_bearer("one"))
             assert res.status_code == 200  # an entry reference is a cursor too
     finally:
@@ -536,12 +536,12 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
 def test_positions_read_back_exactly_and_nothing_else_raises(
     entry: int, text: str, at: int, to: str
 ) -> None:
-    from golem.service.limits import read_position, seal_cursor
+    from golem.service.positions import read_position, seal_cursor
 
     for full in (True, False):
         value = read_position(SECRET, text, full_view=full)
         assert value is None or 0 <= value < 2**63
-        for sealed in (seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
+        for sealed in (_seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
             assert read_position(SECRET, sealed, full_view=full) == entry
             assert (
                 read_position(b"another-secret-of-32-bytes-long!", sealed, full_view=full) is None
@@ -580,7 +580,7 @@ async def test_a_store_without_audit_page_pages_alike(
         await Log(store).grow(first)
         pages = []
         for s in (store, _WithoutAuditPage(store)):
-            app = create_app({}, s, auth=_auth())
+            app = create_app(ServiceSettings({}, s, auth=_auth()))
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 got: list[Any] = []

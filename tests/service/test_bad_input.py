@@ -15,7 +15,7 @@ import pytest
 
 from golem.durable.store import Store
 from golem.durable.worker import AgentEntry
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import bearer, make_auth
 from tests.store.backends import BACKENDS, Backend, backend_for
@@ -45,7 +45,7 @@ async def http(any_store: Store) -> AsyncIterator[httpx.AsyncClient]:
     registry = build_registry()
     entry = registry["echo"]
     registry["picky"] = AgentEntry(entry.agent, deps_factory=_failing_factory)
-    app = create_app(registry, any_store, auth=make_auth(), max_body_bytes=1 << 20)
+    app = create_app(ServiceSettings(registry, any_store, auth=make_auth(), max_body_bytes=1 << 20))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c

@@ -402,3 +402,21 @@ def test_demo_serves_the_demo_agent_with_a_sign_in_link(tmp_path: Path) -> None:
             outcome = wait_for(answer, "the demo worker")
         assert "restarted web" in outcome["output"]
         assert httpx.get(f"{base}/login").status_code == 200
+
+
+def test_the_same_decision_by_another_identity_exits_1_as_http_answers_409(db: str) -> None:
+    (twin,) = seed(db, "twin")
+    assert golem("approve", twin.id, "c1", "--as", "alice", "--db", db).exit_code == 0
+    res = golem("approve", twin.id, "c1", "--as", "carol", "--db", db)
+    assert res.exit_code == 1, res.output
+    assert f'call "c1" of run "{twin.id}" is already decided (approve by alice)' in res.output
+    assert "nothing was recorded for carol" in res.output
+    again = golem("approve", twin.id, "c1", "--as", "alice", "--db", db)
+    assert again.exit_code == 0, again.output  # the approver's own repeat is safe to send
+    assert "recorded (by alice)" in again.output
+    assert load(db, twin.id).call("c1").decision.decided_by == "alice"  # type: ignore[union-attr]
+    denied = golem("deny", twin.id, "c2", "--as", "alice", "--db", db)
+    assert denied.exit_code == 0
+    res = golem("deny", twin.id, "c2", "--as", "carol", "--db", db)
+    assert res.exit_code == 1
+    assert "already decided (deny by alice)" in res.output

@@ -20,8 +20,8 @@ from starlette.applications import Starlette
 
 from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
-from golem.service import create_app
-from golem.service.limits import _unseal_cursor
+from golem.service import ServiceSettings, create_app
+from golem.service.positions import read_position
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 
@@ -32,7 +32,7 @@ WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
 
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
-    return _unseal_cursor(app.state.golem.auth.secret, cursor)
+    return read_position(app.state.golem.auth.secret, cursor, full_view=False)
 
 
 @dataclass
@@ -223,7 +223,9 @@ async def test_a_bad_cursor_is_422(client: httpx.AsyncClient, cursor: str) -> No
 
 async def test_an_idle_stream_sends_keep_alive_comments(registry: Any, store: Store) -> None:
     app = create_app(
-        registry, store, auth=make_auth(), stream_poll_interval=0.01, stream_heartbeat=0.01
+        ServiceSettings(
+            registry, store, auth=make_auth(), stream_poll_interval=0.01, stream_heartbeat=0.01
+        )
     )
     async with open_stream(app, headers=bearer("alice")) as stream:
         await stream.next("hello")
@@ -233,7 +235,9 @@ async def test_an_idle_stream_sends_keep_alive_comments(registry: Any, store: St
 
 async def test_the_stream_works_behind_uvicorn(registry: Any, tmp_path: Any) -> None:
     app = create_app(
-        registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), stream_poll_interval=0.02
+        ServiceSettings(
+            registry, f"sqlite:///{tmp_path / 'g.db'}", auth=make_auth(), stream_poll_interval=0.02
+        )
     )
     with serve(app) as base:
         async with httpx.AsyncClient(base_url=base, headers=bearer("alice"), timeout=WAIT) as c:

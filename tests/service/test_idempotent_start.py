@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from golem.durable.store import Store
-from golem.service.api import _idempotent_run_id
+from golem.service.runs import _idempotent_run_id
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
 

@@ -9,8 +9,8 @@ import httpx
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import api
-from golem.service.inbox import PAGE_RUNS
+from golem.service.pages import PAGE_RUNS
+from golem.service.schemas import MAX_LIST_LIMIT
 from tests.service.conftest import bearer
 from tests.service.test_inbox import sign_in
 
@@ -40,7 +40,7 @@ async def _seed(tmp_path: Path) -> Path:
 async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
     tmp_path: Path, registry: object, monkeypatch: object
 ) -> None:
-    from golem.service import create_app
+    from golem.service import ServiceSettings, create_app
     from tests.service.conftest import make_auth
 
     path = await _seed(tmp_path)
@@ -55,14 +55,16 @@ async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
 
     store.list_runs = counting  # type: ignore[method-assign]
     try:
-        app = create_app(registry, store, auth=make_auth())  # type: ignore[arg-type]
+        app = create_app(
+            ServiceSettings(registry, store, auth=make_auth())  # type: ignore[arg-type]
+        )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             calls = (await client.get("/api/calls", headers=bearer("alice"))).json()["calls"]
-            assert len(calls) == api.MAX_LIST_LIMIT
+            assert len(calls) == MAX_LIST_LIMIT
             assert calls[0]["run_id"] == "run-00000"  # the oldest, first
-            assert calls[-1]["run_id"] == f"run-{api.MAX_LIST_LIMIT - 1:05d}"
-            assert sum(loaded) < api.MAX_LIST_LIMIT + 64  # the page, plus one-row probes
+            assert calls[-1]["run_id"] == f"run-{MAX_LIST_LIMIT - 1:05d}"
+            assert sum(loaded) < MAX_LIST_LIMIT + 64  # the page, plus one-row probes
             await sign_in(client)
             page = (await client.get("/")).text
             titles = re.findall(r'class="group-title">([^<]+)<', page)

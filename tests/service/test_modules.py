@@ -6,9 +6,13 @@ for every public module by `tests/test_public_api.py`.
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 import pytest
+
+import golem.service
 
 MODULES = [
     "golem.service",
@@ -16,11 +20,21 @@ MODULES = [
     "golem.service.app",
     "golem.service.audit",
     "golem.service.auth",
+    "golem.service.bodies",
+    "golem.service.credentials",
+    "golem.service.decisions",
+    "golem.service.errors",
     "golem.service.inbox",
     "golem.service.limits",
+    "golem.service.middleware",
     "golem.service.notify",
     "golem.service.openapi",
+    "golem.service.pages",
+    "golem.service.positions",
+    "golem.service.runs",
     "golem.service.schemas",
+    "golem.service.settings",
+    "golem.service.state",
     "golem.service.stream",
     "golem.service.views",
     "golem._display",
@@ -38,3 +52,63 @@ def test_all_is_sorted_unique_and_importable(module: str) -> None:
     assert len(names) == len(set(names))
     for name in names:
         assert hasattr(mod, name), f"{module}.__all__ names {name!r}, which does not exist"
+
+
+SERVICE = Path(golem.service.__file__).parent
+
+
+def _service_imports(path: Path) -> set[str]:
+    """The `golem.service` modules `path` imports, function-local imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("golem.service"):
+            if node.module == "golem.service":
+                found |= {f"golem.service.{a.name}" for a in node.names}
+            else:
+                found.add(str(node.module))
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("golem.service.")}
+    return {m for m in found if (SERVICE / f"{m.rsplit('.', 1)[1]}.py").exists()}
+
+
+def test_the_service_modules_import_one_way() -> None:
+    graph = {
+        f"golem.service.{p.stem}": _service_imports(p)
+        for p in SERVICE.glob("*.py")
+        if p.stem != "__init__"
+    }
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        assert module not in path, "import circle: " + " -> ".join([*path, module])
+        if module in done:
+            return
+        for dep in sorted(graph[module]):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_no_service_module_imports_a_private_name() -> None:
+    for path in SERVICE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("golem.service"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+@pytest.mark.parametrize("name", ["api.py", "inbox.py"])
+def test_the_split_modules_stay_under_800_lines(name: str) -> None:
+    assert len((SERVICE / name).read_text().splitlines()) < 800
+
+
+@pytest.mark.parametrize(
+    ("name", "function"), [("app.py", "create_app"), ("openapi.py", "openapi_document")]
+)
+def test_the_factories_stay_under_80_lines(name: str, function: str) -> None:
+    tree = ast.parse((SERVICE / name).read_text())
+    found = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    assert found.end_lineno is not None
+    assert found.end_lineno - found.lineno + 1 < 80

@@ -18,7 +18,7 @@ import pytest
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from golem.durable.worker import start_run
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from golem.service.notify import Notifier, Webhook, _slack_message, sign
 from tests.service._server import serve
 from tests.service.agents import build_registry
@@ -215,11 +215,13 @@ async def test_the_service_sends_webhooks_and_shows_the_delivery_log(
     tmp_path: Path, receiver: Receiver
 ) -> None:
     app = create_app(
-        build_registry(),
-        f"sqlite:///{tmp_path / 'n.db'}",
-        auth=make_auth(),
-        webhooks=[Webhook(receiver.url + "/svc", secret=SECRET)],
-        public_url="https://inbox.example",
+        ServiceSettings(
+            build_registry(),
+            f"sqlite:///{tmp_path / 'n.db'}",
+            auth=make_auth(),
+            webhooks=[Webhook(receiver.url + "/svc", secret=SECRET)],
+            public_url="https://inbox.example",
+        )
     )
 
     def use(base: str) -> None:

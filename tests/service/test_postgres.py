@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from golem.durable.store import Decision, Store
 from golem.durable.worker import Worker
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for
@@ -37,7 +37,9 @@ async def pg_store(pg: Backend) -> AsyncIterator[Store]:
 
 
 async def test_decide_stream_and_resume_on_postgres(registry: Any, pg_store: Store) -> None:
-    app = create_app(registry, pg_store, auth=make_auth(), stream_poll_interval=0.02)
+    app = create_app(
+        ServiceSettings(registry, pg_store, auth=make_auth(), stream_poll_interval=0.02)
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://pg.test") as http:
         res = await http.post(
@@ -76,7 +78,7 @@ async def test_a_postgres_url_is_opened_by_the_app(registry: Any, pg: Backend) -
         pytest.fail("the postgres backend has no schema")
     await (await pg.open()).close()  # creates the test's own schema
     dsn = pg.dsn + ("&" if "?" in pg.dsn else "?") + f"options=-csearch_path%3D{pg.schema}"
-    app = create_app(registry, dsn, auth=make_auth())
+    app = create_app(ServiceSettings(registry, dsn, auth=make_auth()))
 
     def use() -> None:  # TestClient runs the app on its own event loop, in a thread
         with TestClient(app) as client:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from golem import new_id
 from golem.durable.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from golem.service.views import path
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_inbox import sign_in
@@ -90,7 +90,7 @@ async def test_any_run_id_the_store_accepts_is_reachable_everywhere(
         except InvalidRunId:
             assert run_id in (".", "..") or "\x00" in run_id or len(run_id) > MAX_RUN_ID
             return
-        app = create_app(registry, store, auth=make_auth(), undo_seconds=0)
+        app = create_app(ServiceSettings(registry, store, auth=make_auth(), undo_seconds=0))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             await _check_reachable(c, store, run_id)
@@ -209,7 +209,7 @@ def test_a_real_server_routes_an_escaped_slash(registry: Any, tmp_path: Path) ->
             await s.close()
 
     asyncio.run(save())
-    app = create_app(registry, f"sqlite:///{db}", auth=make_auth())
+    app = create_app(ServiceSettings(registry, f"sqlite:///{db}", auth=make_auth()))
     with serve(app) as base, httpx.Client(base_url=base, timeout=30) as c:
         url = "/api" + path("runs", "team/ops?#1")
         res = c.get(url, headers=bearer("alice"))
@@ -247,9 +247,9 @@ async def test_hard_run_ids_are_reachable_on_every_backend(
 ) -> None:
     store = await backend.open()
     try:
-        app = create_app(
+        app = create_app(ServiceSettings(
             registry, store, auth=make_auth(), undo_seconds=0, login_attempts_per_minute=100
-        )
+        ))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             for run_id in _HARD_IDS:

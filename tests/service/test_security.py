@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import httpx
@@ -9,8 +10,8 @@ import pytest
 from starlette.applications import Starlette
 
 from golem.durable.store import Store
-from golem.service import Approver, AuthConfig, create_app
-from golem.service.inbox import SESSION_COOKIE
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, bearer
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in
@@ -106,7 +107,8 @@ async def test_login_is_rate_limited_per_address(app: Starlette) -> None:
 
 
 async def test_open_streams_are_limited_per_identity(app: Starlette) -> None:
-    app.state.golem.max_streams_per_identity = 2
+    state = app.state.golem
+    state.settings = dataclasses.replace(state.settings, max_streams_per_identity=2)
     async with open_stream(app, headers=bearer("alice")) as one:
         async with open_stream(app, headers=bearer("alice")) as two:
             async with open_stream(app, headers=bearer("alice")) as three:
@@ -138,7 +140,7 @@ async def test_an_open_stream_ends_when_its_stream_token_expires(
     auth = AuthConfig(
         tokens={TOKENS["alice"]: Approver("alice")}, secret=b"x" * 32, stream_token_seconds=0.3
     )
-    app = create_app(registry, store, auth=auth, stream_poll_interval=0.02)
+    app = create_app(ServiceSettings(registry, store, auth=auth, stream_poll_interval=0.02))
     app.state.golem.stream_recheck = 0.05
     cred = auth.authenticate(TOKENS["alice"])
     assert cred is not None

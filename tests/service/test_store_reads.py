@@ -12,9 +12,9 @@ import pytest
 
 from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
-from golem.service import create_app
-from golem.service.limits import _unseal_cursor
+from golem.service import ServiceSettings, create_app
 from golem.service.notify import Notifier, Webhook
+from golem.service.positions import read_position
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.service.test_inbox import sign_in
@@ -58,7 +58,13 @@ async def test_a_stream_from_cursor_zero_reads_no_run(store: Store, registry: An
     # the stream sends nothing for changes olga may not see (ADR 0073): read up to her last
     last = max(e.id for e in await store.changes_since(0, 1000) if e.agent in {"twin", "echo"})
     counting = Counting(store)
-    app = create_app(registry, counting, auth=make_auth(), stream_poll_interval=0.02)  # type: ignore[arg-type]
+    settings = ServiceSettings(
+        registry,
+        counting,  # type: ignore[arg-type]
+        auth=make_auth(),
+        stream_poll_interval=0.02,
+    )
+    app = create_app(settings)
     async with open_stream(app, headers=bearer("olga"), query="cursor=0") as stream:
         seen: list[dict[str, Any]] = []
         while True:
@@ -66,7 +72,8 @@ async def test_a_stream_from_cursor_zero_reads_no_run(store: Store, registry: An
             if ev.event == "change":
                 seen.append(ev.json())
                 # olga does not see every agent: her event IDs are sealed (ADR 0077)
-                if _unseal_cursor(app.state.golem.auth.secret, ev.id or "") >= last:  # type: ignore[operator]
+                secret = app.state.golem.auth.secret
+                if read_position(secret, ev.id or "", full_view=False) >= last:  # type: ignore[operator]
                     break
     assert seen, "olga saw no change"
     assert {c["agent"] for c in seen} <= {"twin", "echo"}  # mixed is not hers
@@ -79,7 +86,7 @@ async def test_the_stream_still_names_a_runs_current_status_and_parent(
 ) -> None:
     (run_id, *_) = await _history(store, registry, runs=1)  # twin, c1 approved
     await store.decide(run_id, "c2", Decision.deny("no"), decided_by="alice")
-    app = create_app(registry, store, auth=make_auth(), stream_poll_interval=0.02)
+    app = create_app(ServiceSettings(registry, store, auth=make_auth(), stream_poll_interval=0.02))
     last = await store.last_change_id()
     async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
         while True:
@@ -95,7 +102,9 @@ async def test_the_stream_still_names_a_runs_current_status_and_parent(
 async def test_the_audit_views_read_no_run(store: Store, registry: Any, url: str) -> None:
     await _history(store, registry)
     counting = Counting(store)
-    app = create_app(registry, counting, auth=make_auth())  # type: ignore[arg-type]
+    app = create_app(
+        ServiceSettings(registry, counting, auth=make_auth())  # type: ignore[arg-type]
+    )
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         if url.startswith("/api"):
@@ -134,7 +143,9 @@ async def test_a_keyed_start_reads_its_run_once(store: Store, registry: Any) -> 
     # Found: a start with an Idempotency-Key read its run twice (the service's own lookup
     # for the replay flag, then start_run's), on the first start and on every repeat.
     counting = Counting(store)
-    app = create_app(registry, counting, auth=make_auth())  # type: ignore[arg-type]
+    app = create_app(
+        ServiceSettings(registry, counting, auth=make_auth())  # type: ignore[arg-type]
+    )
     transport = httpx.ASGITransport(app=app)
     body = {"agent": "twin", "prompt": "ship it"}
     headers = {**bearer("alice"), "Idempotency-Key": "k-1"}
@@ -175,7 +186,7 @@ async def test_a_run_that_cannot_be_read_is_a_named_answer_not_a_500(
     with contextlib.closing(sqlite3.connect(tmp_path / "golem.db")) as db:
         db.execute("UPDATE golem_calls SET kind = 'weird' WHERE run_id = ?", (run.id,))
         db.commit()
-    app = create_app(registry, store, auth=make_auth())
+    app = create_app(ServiceSettings(registry, store, auth=make_auth()))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
         res = await client.get(f"/api/runs/{run.id}", headers=bearer("alice"))

@@ -24,7 +24,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
 from tests.service.test_inbox import sign_in
@@ -119,7 +119,7 @@ async def test_a_store_error_that_escaped_its_translation_is_still_a_500(
 async def down_client() -> AsyncIterator[httpx.AsyncClient]:
     """The service over a PostgreSQL store whose server is not there (nothing listens)."""
     store = PostgresStore("postgresql://golem@127.0.0.1:1/golem", connect_timeout=5)
-    app = create_app(build_registry(), store, auth=make_auth())
+    app = create_app(ServiceSettings(build_registry(), store, auth=make_auth()))
     try:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:

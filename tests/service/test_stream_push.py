@@ -14,7 +14,7 @@ import pytest
 
 from golem.durable.store import Decision
 from golem.durable.worker import start_run
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for
@@ -33,7 +33,9 @@ async def test_two_service_processes_both_stream_every_change(registry: Any, pg:
     try:
         apps = [
             create_app(
-                registry, s, auth=make_auth(), stream_poll_interval=3600, stream_heartbeat=3600
+                ServiceSettings(
+                    registry, s, auth=make_auth(), stream_poll_interval=3600, stream_heartbeat=3600
+                )
             )
             for s in (a, b)
         ]

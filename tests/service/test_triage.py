@@ -240,7 +240,7 @@ async def test_an_interrupted_run_is_retried_or_cancelled_from_its_page(
 async def test_a_presenter_gives_a_title_summary_and_diff(
     registry: object, store: Store, start: StartRun
 ) -> None:
-    from golem.service import create_app
+    from golem.service import ServiceSettings, create_app
     from golem.service.views import Presentation
     from tests.service.conftest import make_auth
 
@@ -256,10 +256,12 @@ async def test_a_presenter_gives_a_title_summary_and_diff(
         raise RuntimeError("presenter bug")
 
     app = create_app(
-        registry,  # type: ignore[arg-type]
-        store,
-        auth=make_auth(),
-        presenters={"deploy": deploy, "lookup": broken},
+        ServiceSettings(
+            registry,  # type: ignore[arg-type]
+            store,
+            auth=make_auth(),
+            presenters={"deploy": deploy, "lookup": broken},
+        )
     )
     await start("mixed", prompt="prod")
     transport = httpx.ASGITransport(app=app)
@@ -295,3 +297,27 @@ async def test_the_audit_view_reads_no_run(
     assert {e["agent"] for e in res.json()["entries"]} == {"twin"}
     assert len(res.json()["entries"]) == 5
     assert reads == []
+
+
+async def test_resolve_refuses_to_rerun_a_tool_the_operator_may_not_decide(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    """tess may start runs of twin but may not decide `deploy`: confirming an approved
+    deploy for a re-run is deciding it again (issue 27), so it is refused and nothing moves."""
+    run = await start("twin")
+    await interrupt(store, run["id"])
+    if not hasattr(store, "retry_interrupted"):
+        pytest.skip("this store cannot resolve interrupted runs")
+    csrf = await sign_in(client, "tess")
+    action = f"/runs/{run['id']}/resolve"
+    page = (await client.get(f"/runs/{run['id']}")).text
+    assert action in page
+    assert 'name="confirm"' not in page  # no deploy to confirm for tess
+    res = await client.post(
+        action, data={"csrf": csrf, "action": "retry", "note": "checked", "confirm": "c1"}
+    )
+    assert res.status_code == 403
+    assert "deploy" in res.text
+    assert (await store.get_run(run["id"])).status.value == "interrupted"
+    plain = await client.post(action, data={"csrf": csrf, "action": "retry", "note": "checked"})
+    assert plain.status_code == 303  # retrying without re-running anything stays allowed

@@ -49,23 +49,23 @@ def slow_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
     migrations included: 30 times a 1 ms `idle_in_transaction_session_timeout`."""
     import psycopg
 
-    from golem.durable.store.postgres import _Conn, _SchemaConn
+    from golem.durable.store._pg_wire import PgConn, PgSchemaConn
 
-    sync = _Conn._sync
+    sync = PgConn._sync
     in_transaction = psycopg.pq.TransactionStatus.INTRANS
 
-    def slow_sync(self: _Conn) -> list[Any]:
+    def slow_sync(self: PgConn) -> list[Any]:
         results = sync(self)
         if self.pg.transaction_status == in_transaction:
             time.sleep(GAP)
         return results
 
-    execute = _SchemaConn.execute
+    execute = PgSchemaConn.execute
 
-    def slow_execute(self: _SchemaConn, sql: str, params: Any = ()) -> int:
+    def slow_execute(self: PgSchemaConn, sql: str, params: Any = ()) -> int:
         n = execute(self, sql, params)
         time.sleep(GAP)
         return n
 
-    monkeypatch.setattr(_Conn, "_sync", slow_sync)
-    monkeypatch.setattr(_SchemaConn, "execute", slow_execute)
+    monkeypatch.setattr(PgConn, "_sync", slow_sync)
+    monkeypatch.setattr(PgSchemaConn, "execute", slow_execute)

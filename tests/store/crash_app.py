@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from golem import Agent, RunContext
+from golem.durable.store._pg_wire import PgConn as _PgConn
 from golem.durable.store.postgres import PostgresStore
-from golem.durable.store.postgres import _Conn as _PgConn
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel

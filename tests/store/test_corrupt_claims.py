@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _sql
+from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _base, _rows
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, later, make_run
 from tests.store.test_corrupt_rows import _corrupt
@@ -132,7 +132,7 @@ async def test_a_fault_of_the_reader_only_never_sets_a_run_aside(
             def too_deep(text: str) -> Any:
                 raise RecursionError("maximum recursion depth exceeded")
 
-            monkeypatch.setattr(_sql, "_loads", too_deep)
+            monkeypatch.setattr(_base, "from_json", too_deep)
             assert await store.claim_ready("w1", LEASE, now=later(0)) is None
             assert _status(backend, run_id) == "running"
             monkeypatch.undo()
@@ -156,7 +156,7 @@ async def test_a_deps_ref_too_deep_to_parse_is_set_aside_only_when_it_is_not_jso
     is claimed where this Python reads it and left to its lease where it does not, never set
     aside; text that is not JSON, or nests past 10,000, no reader reads."""
     try:
-        _sql._loads(deps_ref)
+        _rows.from_json(deps_ref)
         readable = True
     except (RecursionError, ValueError):
         readable = False

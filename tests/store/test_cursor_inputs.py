@@ -143,13 +143,13 @@ async def test_the_service_answers_a_hostile_cursor_with_422(tmp_path: Any) -> N
     import httpx
 
     from golem.durable.store.sqlite import SQLiteStore
-    from golem.service import create_app
+    from golem.service import ServiceSettings, create_app
     from tests.service.agents import build_registry
     from tests.service.conftest import bearer, make_auth
 
     store = await SQLiteStore.open(tmp_path / "golem.db")
     try:
-        app = create_app(build_registry(), store, auth=make_auth())
+        app = create_app(ServiceSettings(build_registry(), store, auth=make_auth()))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
             for after in (

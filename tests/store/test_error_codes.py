@@ -37,7 +37,8 @@ from tests.store.runs import make_run
 psycopg = pytest.importorskip("psycopg")
 from psycopg import errors as pg_errors  # noqa: E402
 
-from golem.durable.store.postgres import PostgresStore, _no_slot, _store_error  # noqa: E402
+from golem.durable.store._pg_setup import no_slot, store_error  # noqa: E402
+from golem.durable.store.postgres import PostgresStore  # noqa: E402
 
 # --------------------------------------------------------------------------- codes, not text
 
@@ -62,7 +63,7 @@ def _pg(sqlstate: str, message: str) -> Any:
 def test_postgresql_errors_are_classified_by_sqlstate(
     sqlstate: str, message: str, kind: type[StoreError]
 ) -> None:
-    got = _store_error(_pg(sqlstate, message))
+    got = store_error(_pg(sqlstate, message))
     assert type(got) is kind
     assert message in str(got)
 
@@ -86,13 +87,13 @@ def test_postgresql_errors_are_classified_by_sqlstate(
 def test_a_startup_refusal_for_want_of_a_slot_is_recognised_in_any_shipped_language(
     message: str,
 ) -> None:
-    assert _no_slot(psycopg.OperationalError(message))
+    assert no_slot(psycopg.OperationalError(message))
 
 
 def test_a_code_when_there_is_one_wins_over_the_text() -> None:
-    assert _no_slot(_pg("53300", "Keine Verbindung frei"))
-    assert not _no_slot(_pg("28P01", "sorry, too many clients already"))
-    assert not _no_slot(
+    assert no_slot(_pg("53300", "Keine Verbindung frei"))
+    assert not no_slot(_pg("28P01", "sorry, too many clients already"))
+    assert not no_slot(
         psycopg.OperationalError('FATAL:  password authentication failed for user "x"')
     )
 
@@ -268,7 +269,7 @@ _STATES = ["25006", "53300", "57014", "55P03", "40001", "40P01", "57P01", "57P05
 def test_the_code_alone_decides_whatever_the_message(state: str, message: str) -> None:
     """For any message, an error with a SQLSTATE is classified by that code alone."""
     exc = _pg(state, message)
-    assert _no_slot(exc) is (state == "53300")
-    got = _store_error(exc)
+    assert no_slot(exc) is (state == "53300")
+    got = store_error(exc)
     expected = {"25006": StoreReadOnly, "53300": StoreBusy}.get(state, StoreError)
     assert type(got) is expected

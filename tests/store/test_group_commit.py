@@ -430,67 +430,15 @@ async def test_two_stores_on_one_file_both_grouping_lose_no_write(tmp_path: Path
             for store in stores
         ]
         await asyncio.sleep(0)
-        commits = [store.stats.commits for store in stores]
         for first, blocker in holds:
             blocker.release.set()
             await first
         results = await asyncio.gather(*tasks)
-        # each store committed its ten as one transaction, the two one after the other
-        assert [s.stats.commits - c for s, c in zip(stores, commits, strict=True)] == [1, 1]
         assert sorted(results) == [2**n - 1 for n in range(1, 21)]
         assert _rows(path) == {1: 2**20 - 1}
     finally:
         for store in stores:
             await store.close()
-
-
-async def test_a_lone_write_has_no_savepoint_and_a_batch_one_transaction(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "traced.db")
-    store.trace = []
-
-    def brackets() -> list[str]:
-        return [sql for sql, _ in store.trace or () if not sql.startswith(("INSERT", "SELECT"))]
-
-    try:
-        await store._submit(
-            True, lambda tx: tx.run("CREATE TABLE kv (k INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
-        )
-        store.trace.clear()
-        assert await store._submit(True, _add, 1, 1) == 1
-        assert brackets() == ["BEGIN IMMEDIATE", "COMMIT"]
-        store.trace.clear()
-        await _batched(store, [functools.partial(store._submit, True, _add, 2, 2)] * 2)
-        assert brackets() == ["BEGIN IMMEDIATE", "COMMIT"]  # optimistic: no savepoints
-        assert store.stats.retried_batches == 0
-        store.trace.clear()
-        results = await _batched(
-            store,
-            [
-                functools.partial(store._submit, True, _add, 3, 3),
-                functools.partial(store._submit, True, _add, 3, 1, True),
-                functools.partial(store._submit, True, _add, 3, 1),
-            ],
-        )
-        assert results[0] == 3
-        assert isinstance(results[1], Boom)
-        assert results[2] == 7
-        assert brackets() == [
-            "BEGIN IMMEDIATE",  # the optimistic attempt, spoiled by the second job ...
-            "ROLLBACK",
-            "BEGIN IMMEDIATE",  # ... and the batch again, a savepoint per job
-            "SAVEPOINT golem_job",
-            "RELEASE golem_job",
-            "SAVEPOINT golem_job",
-            "ROLLBACK TO golem_job",
-            "RELEASE golem_job",
-            "SAVEPOINT golem_job",
-            "RELEASE golem_job",
-            "COMMIT",
-        ]
-        assert store.stats.retried_batches == 1
-        assert _rows(store.path) == {1: 1, 2: 6, 3: 7}
-    finally:
-        await store.close()
 
 
 async def test_a_job_cancelled_after_the_first_attempt_still_runs_in_the_second(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from golem.durable.store import (
+    MAX_SECONDS,
     AuditAction,
     CallKind,
     Decision,
@@ -292,3 +293,61 @@ async def test_connections_dropped_while_idle_are_replaced_before_use(tmp_path: 
             assert done.status is RunStatus.COMPLETED
         finally:
             await store.close()
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e12, -5, 10**400])
+async def test_a_lease_out_of_range_is_a_value_error_and_changes_nothing(
+    store: Store, bad: float
+) -> None:
+    run_id = await _ready(store)
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.claim_ready("w1", bad)
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.claim_ready_many("w1", bad, limit=2)
+    assert (await store.get_run(run_id)).status is RunStatus.READY
+    claimed = await store.claim_ready("w1", 30)
+    assert claimed is not None
+    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
+        await store.renew_lease(run_id, "w1", bad)
+    assert (await store.get_run(run_id)).lease_expires_at == claimed.lease_expires_at
+
+
+async def test_the_longest_lease_is_taken(store: Store) -> None:
+    await _ready(store)
+    claimed = await store.claim_ready("w1", MAX_SECONDS, now=T0)
+    assert claimed is not None
+    assert claimed.lease_expires_at == later(MAX_SECONDS)
+
+
+async def test_finish_records_the_approved_calls_the_resume_refused_as_denials(
+    store: Store,
+) -> None:
+    run_id = await _ready(store)  # c1 approved, c2 answered externally
+    assert await store.claim_ready("w1", 30) is not None
+    outcome = Outcome(
+        RunStatus.COMPLETED,
+        output="ok",
+        refused={"c1": "not run again", "c2": "not an approval", "c9": "no such call"},
+    )
+    done = await store.finish(run_id, "w1", outcome)
+    for run in (done, await store.get_run(run_id)):
+        d1, d2 = run.call("c1").decision, run.call("c2").decision
+        assert d1 is not None
+        assert d2 is not None
+        assert (d1.kind, d1.reason, d1.decided_by) == (
+            DecisionKind.DENY,
+            "not run again",
+            "worker:w1",
+        )
+        assert (d2.kind, d2.text) == (DecisionKind.EXTERNAL, "42"), "only approvals are refused"
+        assert run.outcome is not None
+        assert run.outcome.refused == {}
+    entries = [(e.action, e.actor, e.detail) for e in await store.audit(run_id)][-2:]
+    assert entries == [
+        (
+            AuditAction.DECIDED,
+            "worker:w1",
+            {"call_id": "c1", "decision": "deny", "reason": "not run again", "approved_by": "bob"},
+        ),
+        (AuditAction.COMPLETED, "worker:w1", {}),
+    ]

@@ -36,7 +36,7 @@ from golem.durable.store import Decision, RunRecord, RunStatus, StoreBusy
 from golem.durable.store.postgres import PostgresStore
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
-from golem.service import create_app
+from golem.service import ServiceSettings, create_app
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.service.agents import build_registry
@@ -619,7 +619,9 @@ async def test_a_server_restart_while_the_service_streams_events_loses_no_change
     every change — before, during and after the restart — once, in order."""
     schema = f"stream_{uuid.uuid4().hex[:8]}"
     store = await PostgresStore.open(cluster.dsn, schema=schema, connect_timeout=5)
-    app = create_app(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
+    app = create_app(
+        ServiceSettings(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
+    )
     streams: list[_EventStream] = []
     try:
         run = make_run(approval("c1"), approval("c2"), agent="twin")

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from golem.durable.store import open_store
-from golem.durable.store.postgres import PostgresStore, split_url
+from golem.durable.store._pg_setup import split_url
+from golem.durable.store.postgres import PostgresStore
 from tests.store.backends import backend_for
 
 

@@ -92,15 +92,15 @@ def registry() -> dict[str, AgentEntry]:
 def _skew(seconds: float) -> None:
     """Make this process's wall clock, as golem reads it (`utc_now`), run `seconds` off."""
     import golem.durable.store
-    import golem.durable.store._sql
+    import golem.durable.store._base
     import golem.durable.worker
 
-    real = golem.durable.store._sql.utc_now
+    real = golem.durable.store.utc_now
 
     def skewed() -> datetime:
         return real() + timedelta(seconds=seconds)
 
-    for module in (golem.durable.store._sql, golem.durable.store, golem.durable.worker):
+    for module in (golem.durable.store._base, golem.durable.store, golem.durable.worker):
         module.utc_now = skewed  # type: ignore[attr-defined]
 
 

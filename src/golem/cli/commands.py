@@ -11,6 +11,7 @@ golem deny RUN CALL --reason "..."                                deny one call
 golem answer RUN CALL TEXT                                        give an external result
 golem show RUN                                                    a run, its conversation, audit
 golem demo [--once]                                               the whole cycle, in a browser
+golem --version                                                   prints `golem <version>`
 ```
 
 `--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. `golem serve` and `golem worker`
@@ -251,7 +252,7 @@ def _serve(
     """
     import uvicorn
 
-    from golem.service import AuthConfig, create_app
+    from golem.service import AuthConfig, ServiceSettings, create_app
     from golem.service.notify import Webhook
 
     _loop_factory(loop)  # a clear error when uvloop is asked for and missing, before anything
@@ -264,15 +265,17 @@ def _serve(
     except ValueError as exc:
         raise _err(str(exc), 2) from None
     app = create_app(
-        registry,
-        _db(db),
-        auth=auth,
-        run_worker=worker,
-        worker_concurrency=concurrency,
-        default_expires_in=expires_in,
-        webhooks=hooks,
-        public_url=public_url or f"http://{host}:{port}",
-        seal_key=seal_key,
+        ServiceSettings(
+            registry,
+            _db(db),
+            auth=auth,
+            run_worker=worker,
+            worker_concurrency=concurrency,
+            default_expires_in=expires_in,
+            webhooks=hooks,
+            public_url=public_url or f"http://{host}:{port}",
+            seal_key=seal_key,
+        )
     )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
@@ -311,8 +314,14 @@ def _worker(
     leases run out). With $GOLEM_SEAL_KEY every stored call must carry a valid seal
     before its run resumes.
     """
+    from golem.durable.store.records import check_seconds
     from golem.durable.worker import Worker
 
+    try:
+        check_seconds("--poll", poll)
+        check_seconds("--lease", lease)
+    except ValueError as exc:
+        raise _err(str(exc), 2) from None
     registry = _registry(app_spec)
     seal_key = _seal_keys()
 
@@ -399,6 +408,13 @@ def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: 
         return record, await store.get_run(run_id)
 
     record, run = _with_store(_db(db), go)
+    if record.decided_by != identity:
+        # the store takes the same decision again from anyone as a no-op: someone else
+        # decided first, so this identity decided nothing (HTTP: 409 decision_conflict)
+        raise _err(
+            f'call "{call_id}" of run "{run_id}" is already decided ({record.kind.value} by '
+            f"{record.decided_by}); nothing was recorded for {identity}"
+        )
     state = (
         "every call is decided: a worker will resume it"
         if run.status is RunStatus.READY
@@ -611,7 +627,7 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
     import uvicorn
 
     from golem.durable.worker import start_run
-    from golem.service import Approver, AuthConfig, create_app
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
     token = secrets.token_urlsafe(18)
     registry = demo_module.build_registry()
@@ -621,12 +637,14 @@ def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
 
     run = _with_store(url, first_run, create=True)
     app = create_app(
-        registry,
-        url,
-        auth=AuthConfig(tokens={token: Approver("demo")}),
-        run_worker=True,
-        worker_poll_interval=0.2,
-        stream_poll_interval=0.3,
+        ServiceSettings(
+            registry,
+            url,
+            auth=AuthConfig(tokens={token: Approver("demo")}),
+            run_worker=True,
+            worker_poll_interval=0.2,
+            stream_poll_interval=0.3,
+        )
     )
     link = f"http://{host}:{port}/login#token={token}"
     _console().print(
@@ -651,13 +669,15 @@ async def _demo_once(url: str, console: Console) -> int:
     from golem.cli import demo as demo_module
     from golem.durable.store import open_store
     from golem.durable.worker import Worker
-    from golem.service import Approver, AuthConfig, create_app
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
     registry = demo_module.build_registry()
     token = secrets.token_urlsafe(18)
     store = await open_store(url)
     try:
-        app = create_app(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        app = create_app(
+            ServiceSettings(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        )
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(
@@ -760,9 +780,10 @@ def _resolve(
         if call.rerun_confirmed_by:
             out.print(f"  {call.call_id} ({call.tool_name}): runs again, confirmed")
         else:
-            out.print(
-                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is "
-                "idempotent; otherwise it is denied (confirm it with --confirm)"
+            out.print(  # it is too late to confirm it: the run is no longer interrupted
+                f"  {call.call_id} ({call.tool_name}): runs again only if its tool is declared "
+                "idempotent; otherwise this attempt denies it (not confirmed: a call is "
+                f"confirmed only by the --retry itself, with --confirm {call.call_id})"
             )
 
 
@@ -775,9 +796,32 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
+    app.callback()(_root)
     for fn in (_serve, _worker, _pending, _approve, _deny, _answer, _show, _resolve, _demo):
         app.command(fn.__name__.removeprefix("_"))(fn)
     return app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from golem import __version__
+
+        print(f"golem {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print golem's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """The options before any command (`golem --version`)."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,11 +31,13 @@ import binascii
 import inspect
 import json
 import os
+import random
 import re
 import sys
+import unicodedata
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import KW_ONLY, dataclass
 from types import TracebackType
 from typing import Any, Self, TextIO, TypeAlias, TypedDict, Unpack
@@ -59,8 +61,12 @@ try:
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
+    from opentelemetry import context as otel_context  # a dependency of the SDK's
+    from opentelemetry import trace
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("golem.integrations.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'") from exc
+    raise ImportError(
+        "golem.integrations.mcp needs the MCP SDK: pip install 'golem-agents[mcp]'"
+    ) from exc
 
 __all__ = [
     "ApprovalPolicy",
@@ -73,6 +79,8 @@ __all__ = [
 ]
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+"""A tool name as the MCP specification recommends (SEP-986)."""
 _ARGUMENT_ERRORS = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND)
 
 
@@ -105,12 +113,19 @@ class ToolHints:
 
 @dataclass(frozen=True, slots=True)
 class MCPCall:
-    """One call of an MCP tool, as an approval policy sees it."""
+    """One call of an MCP tool, as an approval policy sees it.
 
+    Names follow golem's convention: `tool_name` is the name the model called, as in
+    `PendingToolCall.tool_name`, `RunContext.tool_name` and `ToolCall.name`; `mcp_name` is
+    the tool's own name on the server.
+    """
+
+    _: KW_ONLY
     tool_name: str
+    """The tool's name as the model calls it (`<prefix>_<mcp_name>`; `mcp_name` without a
+    prefix)."""
+    mcp_name: str
     """The tool's name on the server (without the prefix)."""
-    name: str
-    """The tool's name as the model calls it (`<prefix>_<tool_name>`)."""
     args: Mapping[str, Any]
     """The decoded arguments."""
     hints: ToolHints
@@ -128,17 +143,38 @@ ApprovalPolicy: TypeAlias = (
 )
 """`True`/`False` for every tool; a mapping from tool name (with or without the prefix) to
 `True`/`False`/a reason, tools not in it following the default (a name the server does not
-list is reported with a `UserWarning` when the tools are listed); a function of the `MCPCall`
-returning `True`/`False`/a reason (sync or async); or None, the default, which follows the
-tool's annotations."""
+list is reported with a `UserWarning` when the tools are listed; a tool whose name matches an
+entry only once both are normalized — NFKC, case-folded, without whitespace or invisible
+characters — needs approval); a function of the `MCPCall` returning
+`True`/`False`/a reason (sync or async); or None, the default, which follows the tool's
+annotations (see `default_decision`)."""
+
+
+def _is_plain_name(name: str) -> bool:
+    """Whether `name` is a tool name as the MCP specification recommends (SEP-986): 1 to 128
+    ASCII letters, digits, `_`, `-` and `.`."""
+    return _PLAIN_NAME.fullmatch(name) is not None
+
+
+def _normalized(name: str) -> str:
+    """`name` as approval policies compare it for look-alikes: NFKC-normalized, case-folded,
+    without whitespace, control or invisible (format) characters."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(c for c in folded if not c.isspace() and unicodedata.category(c)[0] not in "CZ")
 
 
 def default_decision(call: MCPCall) -> ApprovalDecision:
-    """The default policy: approval unless the tool is hinted read-only and not destructive."""
+    """The default policy: approval unless the tool is hinted read-only and not destructive,
+    and its server name is plain (SEP-986: a look-alike name earns no trust)."""
+    if not _is_plain_name(call.mcp_name):
+        return (
+            f"MCP tool {call.mcp_name!r} has a name outside the MCP tool-name characters "
+            "(A-Z, a-z, 0-9, _, -, .)"
+        )
     if call.hints.destructive:
-        return f'MCP tool "{call.tool_name}" is marked destructive'
+        return f'MCP tool "{call.mcp_name}" is marked destructive'
     if not call.hints.read_only:
-        return f'MCP tool "{call.tool_name}" is not marked read-only'
+        return f'MCP tool "{call.mcp_name}" is not marked read-only'
     return False
 
 
@@ -243,7 +279,9 @@ class MCPServer:
         def connect() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return cls(connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options)
+        return cls(
+            connect, label=("stdio:" + " ".join([os.path.basename(command), *args]))[:80], **options
+        )
 
     @classmethod
     def http(
@@ -346,14 +384,15 @@ class MCPServer:
 
     async def _hold(self, ready: asyncio.Future[Client], closing: asyncio.Event) -> None:
         try:
-            async with Client(self._connect(), message_handler=self._on_message) as client:
-                listening = asyncio.create_task(self._listen(client))
-                ready.set_result(client)
-                try:
-                    await closing.wait()
-                finally:
-                    listening.cancel()
-                    await asyncio.gather(listening, return_exceptions=True)
+            with _traced_only_under_a_span():  # the handshake and the listen stream
+                async with Client(self._connect(), message_handler=self._on_message) as client:
+                    listening = asyncio.create_task(self._listen(client))
+                    ready.set_result(client)
+                    try:
+                        await closing.wait()
+                    finally:
+                        listening.cancel()
+                        await asyncio.gather(listening, return_exceptions=True)
         except BaseException as exc:
             if not ready.done():
                 error = MCPServerError(self.label, f"failed to connect: {exc}")
@@ -361,6 +400,7 @@ class MCPServer:
                 ready.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
+
     async def _disconnect(self) -> None:
         holder, closing = self._holder, self._closing
         self._holder = self._closing = None
@@ -420,13 +460,14 @@ class MCPServer:
         listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                while True:
-                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                    listed.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
+            with _traced_only_under_a_span():
+                async with asyncio.timeout(self.connect_timeout):
+                    while True:
+                        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                        listed.extend(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
         except (MCPError, TimeoutError) as exc:
             if isinstance(exc, MCPError) and exc.code == mcp_types.CONNECTION_CLOSED:
                 await self._drop(client)
@@ -457,7 +498,7 @@ class MCPServer:
         warnings.warn(
             f"MCP server {self.label}: requires_approval names {unknown}, which the server does "
             f"not list (it lists {sorted(t.name for t in listed)}); those entries decide nothing "
-            "and the tools follow the default policy",
+            "(a tool named like one of them needs approval), the tools follow the default policy",
             UserWarning,
             stacklevel=2,
         )
@@ -475,7 +516,9 @@ class MCPServer:
 
         async def call(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
             if not call_approved():
-                reason = await self._decide(MCPCall(server_name, name, args, hints, ctx))
+                reason = await self._decide(
+                    MCPCall(tool_name=name, mcp_name=server_name, args=args, hints=hints, ctx=ctx)
+                )
                 if reason is not None:
                     raise Deferred(DeferKind.APPROVAL, reason)
             return await self._call(ctx, server_name, args)
@@ -498,8 +541,8 @@ class MCPServer:
         elif isinstance(policy, bool):
             decision = policy
         elif isinstance(policy, Mapping):
-            found = policy.get(call.tool_name, policy.get(call.name))
-            decision = default_decision(call) if found is None else found
+            found = policy.get(call.mcp_name, policy.get(call.tool_name))
+            decision = _near_miss(policy, call) if found is None else found
         else:
             value = policy(call)
             decision = await value if inspect.isawaitable(value) else value
@@ -511,13 +554,14 @@ class MCPServer:
         if decision is False or decision == "":
             return None
         if decision is True:
-            return f'MCP tool "{call.tool_name}" needs approval'
+            return f'MCP tool "{call.mcp_name}" needs approval'
         return str(decision)
 
     async def _call(self, ctx: RunContext[Any], tool_name: str, args: dict[str, Any]) -> ToolResult:
         client = await self._ensure_connected()
         try:
-            result = await client.call_tool(tool_name, args)
+            with _traced_only_under_a_span():
+                result = await client.call_tool(tool_name, args)
         except MCPError as exc:
             if exc.code in _ARGUMENT_ERRORS:
                 raise ModelRetry(exc.message) from exc
@@ -534,21 +578,72 @@ class MCPServer:
         return ToolResult(text, parts)
 
 
+@contextmanager
+def _traced_only_under_a_span() -> Iterator[None]:
+    """The MCP SDK opens a span per request it sends (`MCP send tools/list`...): under the
+    current span (a run's, a tool call's), and none when no span is current — a connection
+    opened or listed before the run's span, or held outside any run, would otherwise leave
+    a root trace per request. "None" is an unsampled parent, which the default
+    (parent-based) samplers follow; its `traceparent` tells the server not to sample either."""
+    if trace.get_current_span().get_span_context().is_valid or isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        yield  # under the current span; or no provider is set: no span, no traceparent sent
+        return
+    unsampled = trace.SpanContext(
+        trace_id=random.getrandbits(128) or 1,
+        span_id=random.getrandbits(64) or 1,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+    )
+    token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(unsampled)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def _check_policy(policy: ApprovalPolicy) -> None:
     if policy is None or isinstance(policy, bool) or callable(policy):
         return
     if isinstance(policy, Mapping):
+        seen: dict[str, str] = {}
         for key, value in policy.items():
             if not isinstance(key, str) or not isinstance(value, bool | str):
                 raise ValueError(
                     "requires_approval mapping must map tool names to True, False or a reason, "
                     f"got {key!r}: {value!r}"
                 )
+            if not _is_plain_name(key):
+                raise ValueError(
+                    f"requires_approval names {key!r}, which is not a plain MCP tool name "
+                    "(1 to 128 of A-Z, a-z, 0-9, _, -, .)"
+                )
+            other = seen.setdefault(_normalized(key), key)
+            if other != key:
+                raise ValueError(
+                    f"requires_approval names {other!r} and {key!r}, which differ only in case "
+                    "or look-alike characters"
+                )
         return
     raise ValueError(
         "requires_approval must be True, False, a mapping of tool names or a function, "
         f"got {type(policy).__name__}"
     )
+
+
+def _near_miss(policy: Mapping[str, bool | str], call: MCPCall) -> ApprovalDecision:
+    """The decision for a tool a mapping does not name exactly: approval when its name
+    matches an entry once normalized (`Delete`, `delete` + a zero-width space next to an
+    entry `delete`), else the default."""
+    names = {_normalized(call.mcp_name), _normalized(call.tool_name)}
+    for key in policy:
+        if _normalized(key) in names:
+            return (
+                f"MCP tool {call.mcp_name!r} is named like the requires_approval entry "
+                f"{key!r} but not exactly"
+            )
+    return default_decision(call)
 
 
 def _convert(content: Sequence[Any]) -> tuple[str, list[Part]]:

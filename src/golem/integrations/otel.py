@@ -43,11 +43,14 @@ try:
     from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("golem.integrations.otel needs OpenTelemetry: pip install 'golem-agents[otel]'") from exc
+    raise ImportError(
+        "golem.integrations.otel needs OpenTelemetry: pip install 'golem-agents[otel]'"
+    ) from exc
 
 from golem import _tracing
 from golem.events import EventKind, RunEvent
 from golem.messages import Message
+from golem.providers import FallbackModel
 
 if TYPE_CHECKING:
     from golem._loop import RunState
@@ -139,17 +142,37 @@ def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
     return tracer
 
 
+def _primary(model: Any) -> Any:
+    """The model a `FallbackModel` asks first (nested ones too); any other model itself."""
+    while isinstance(model, FallbackModel):
+        model = model.models[0]
+    return model
+
+
 def _provider_name(model: Any) -> str:
+    """`gen_ai.provider.name`: the model's `provider` attribute (golem's adapters set the
+    semantic conventions' well-known names; `ollama:` models say "ollama"), a
+    `FallbackModel` by its primary model, else its package under `golem.providers`, else
+    its class name."""
+    model = _primary(model)
+    provider = getattr(model, "provider", None)
+    if isinstance(provider, str) and provider:
+        return provider
     module = type(model).__module__
     if module.startswith("golem.providers."):
         name = module.split(".")[2]
         return "gcp.gemini" if name == "gemini" else name
-    return str(getattr(model, "provider", "") or type(model).__name__)
+    return type(model).__name__
 
 
 def _model_name(model: Any) -> str:
-    name = getattr(model, "model", None)
-    return name if isinstance(name, str) else type(model).__name__
+    """`gen_ai.request.model`: the model's `model_name` (a `FallbackModel`: its primary's),
+    else its `model` attribute; "" when it has neither (a test model), never a class name."""
+    for attr in ("model_name", "model"):
+        name = getattr(model, attr, None)
+        if isinstance(name, str) and name:
+            return name
+    return ""
 
 
 def _messages_json(messages: Sequence[Message]) -> str:
@@ -211,17 +234,28 @@ class RunTracer:
     def start(self, state: RunState, *, operation: str = "run") -> None:
         """Open the run's `invoke_agent` span and make it current; `operation` ("run" or
         "resume", the `golem.run.operation` attribute) says whether it continues a pause."""
-        self._state = state
+        self.open(state.run_id, state.conversation_id, operation=operation)
+        self.bind(state)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the run's span is open (started and not yet finished or failed)."""
+        return self._run is not None
+
+    def open(self, run_id: str, conversation_id: str, *, operation: str = "run") -> None:
+        """Open the run's span and make it current before the run has its state (a nested
+        resume: the sub-agents resume under it, then the parent's own run is `bind`-ed)."""
         name = getattr(self._agent, "name", "")
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.provider.name": self._provider,
             "gen_ai.system": self._provider,
-            "gen_ai.request.model": self._model,
-            "gen_ai.conversation.id": state.conversation_id,
-            "golem.run.id": state.run_id,
+            "gen_ai.conversation.id": conversation_id,
+            "golem.run.id": run_id,
             "golem.run.operation": operation,
         }
+        if self._model:
+            attributes["gen_ai.request.model"] = self._model
         if name:
             attributes["gen_ai.agent.name"] = name
         links = []
@@ -238,6 +272,10 @@ class RunTracer:
         self._run = span
         self._run_ctx = trace.set_span_in_context(span)
         self._token = otel_context.attach(self._run_ctx)
+
+    def bind(self, state: RunState) -> None:
+        """Follow `state`: the run whose model and tool spans go under the open span."""
+        self._state = state
 
     def finish(self, result: Result[Any]) -> str:
         """Close the run span for a run that returned (answered or paused); returns the
@@ -342,15 +380,16 @@ class RunTracer:
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": self._provider,
             "gen_ai.system": self._provider,
-            "gen_ai.request.model": self._model,
             "golem.turn": event.turn,
             "golem.attempt": event.attempt,
         }
+        if self._model:
+            attributes["gen_ai.request.model"] = self._model
         state = self._state
         if self._content and state is not None:
             attributes["gen_ai.input.messages"] = _messages_json(state.messages)
         self._chat = self._tracer.start_span(
-            f"chat {self._model}",
+            f"chat {self._model}" if self._model else "chat",
             context=self._run_ctx,
             kind=SpanKind.CLIENT,
             attributes=attributes,
@@ -372,6 +411,8 @@ class RunTracer:
             last = state.messages[-1]
             if state.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [state.finish_reason])
+            if state.model_name:
+                span.set_attribute("gen_ai.response.model", state.model_name)
             if self._content and last.role == "assistant":
                 span.set_attribute("gen_ai.output.messages", _messages_json([last]))
         span.end()
@@ -591,7 +632,10 @@ class _Operations:
             **_call_attributes(fn, args, kwargs),
         }
         return self._tracer().start_span(
-            f"golem.durable.store.{op}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+            f"golem.durable.store.{op}",
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=start,
         )
 
     async def worker_op(

@@ -55,10 +55,12 @@ def infer_model(spec: str) -> Model:
     if provider == "ollama":
         from golem.providers.openai import OpenAIChatModel
 
-        return OpenAIChatModel(
+        model = OpenAIChatModel(
             name,
             base_url=os.environ.get("OLLAMA_BASE_URL") or OLLAMA_BASE_URL,
             # Ollama ignores the key; a placeholder keeps OPENAI_API_KEY from leaving the host
             api_key=os.environ.get("OLLAMA_API_KEY") or "ollama",
         )
+        model.provider = "ollama"
+        return model
     raise ValueError(f'unknown model provider "{provider}" in {spec!r}; want {_PROVIDERS}')

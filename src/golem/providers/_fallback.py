@@ -78,8 +78,11 @@ class FallbackModel:
         self.models: tuple[Model, ...] = models
         """The models, in the order they are asked."""
         self.fallback_on = fallback_on
-        self.model_name = model_label(primary)
-        """The primary model's name."""
+        self.model = self.model_name = model_label(primary)
+        """The primary model's name (`model` and `model_name` alike)."""
+        provider = getattr(primary, "provider", "")
+        self.provider: str = provider if isinstance(provider, str) else ""
+        """The primary model's `provider`, "" when it names none."""
 
     def __repr__(self) -> str:
         return f"FallbackModel({', '.join(model_label(m) for m in self.models)})"

@@ -3,9 +3,12 @@
 Needs the `[server]` extra (Starlette, Jinja2, uvicorn): `pip install 'golem-agents[server]'`.
 
 ```python
-from golem.service import AuthConfig, create_app
+from golem.service import AuthConfig, ServiceSettings, create_app
 
-app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True)
+settings = ServiceSettings(
+    registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True
+)
+app = create_app(settings)
 ```
 
 See `docs/guides/approvals-service.md`.
@@ -24,5 +27,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from golem.service.app import create_app
 from golem.service.auth import Approver, AuthConfig, Credential
+from golem.service.settings import ServiceSettings
 
-__all__ = ["Approver", "AuthConfig", "Credential", "create_app"]
+__all__ = ["Approver", "AuthConfig", "Credential", "ServiceSettings", "create_app"]

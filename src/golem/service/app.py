@@ -1,9 +1,12 @@
 """`create_app`: the approval service as one Starlette ASGI app, with its route table.
 
 ```python
-from golem.service import AuthConfig, create_app
+from golem.service import AuthConfig, ServiceSettings, create_app
 
-app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True)
+settings = ServiceSettings(
+    registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True
+)
+app = create_app(settings)
 # uvicorn module:app
 ```
 """
@@ -11,12 +14,13 @@ app = create_app(registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import unquote, unquote_plus, unquote_to_bytes
+from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.applications import Starlette
 from starlette.convertors import Convertor, register_url_convertor
@@ -26,29 +30,29 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import Store, StoreBusy, StoreReadOnly, StoreTimeout, open_store
-from golem.durable.worker import AgentRegistry, Worker
+from golem.durable.store import StoreBusy, StoreReadOnly, StoreTimeout, open_store
+from golem.durable.worker import Worker
 from golem.errors import StoreError
-from golem.seal import SealKey, as_seal_keys
+from golem.seal import as_seal_keys
 from golem.service import api, audit, inbox, stream
-from golem.service.auth import AuthConfig, LoginLimiter, TokenFailures
+from golem.service.auth import LoginLimiter, TokenFailures
+from golem.service.credentials import token_credential
+from golem.service.errors import ApiError, not_found
 from golem.service.limits import GuardedEvents
-from golem.service.notify import Notifier, Webhook
+from golem.service.middleware import HEADINGS, BodyLimit, RefuseBadUrl, Service
+from golem.service.notify import Notifier
 from golem.service.openapi import SSE, Operation, openapi_document, operation
-from golem.service.schemas import MAX_EXPIRES_IN, EventsQuery, OpenApiDocument
-from golem.service.views import Presenter
+from golem.service.pages import STATIC_DIR, render_error
+from golem.service.schemas import EventsQuery, OpenApiDocument
+from golem.service.settings import ServiceSettings
+from golem.service.state import ServiceState
 
 __all__ = ["ROUTES", "create_app"]
 
 log = logging.getLogger("golem.service")
-
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-)
 
 
 @operation(
@@ -62,21 +66,18 @@ async def _openapi(request: Request) -> Response:
     that start runs list the agents the caller may see. Without one it names no agent: the
     registry's names are not a stranger's business, nor other teams' agents an approver's.
     """
-    state: api.ServiceState = request.app.state.golem
+    state: ServiceState = request.app.state.golem
     try:  # a wrong token counts as a failure: the document would be a token oracle
-        cred = api.token_credential(request)
-    except api.ApiError:  # refused for a while: the public document
+        cred = token_credential(request)
+    except ApiError:  # refused for a while: the public document
         cred = None
     agents = None if cred is None else [n for n in state.registry if cred.approver.may_see(n)]
     return JSONResponse(openapi_document(ROUTES, __version__, agents=agents or None))
 
 
 class _AnyText(Convertor[str]):
-    """A path parameter of any characters, `/` and line breaks included.
-
-    Call IDs come from the model: Starlette's `path` convertor (`.*`) stops at a newline,
-    so a call whose ID held one could not be decided by URL at all.
-    """
+    """A path parameter of any characters, `/` and line breaks included (call IDs come from
+    the model)."""
 
     regex = "(?s:.*)"
 
@@ -92,12 +93,8 @@ register_url_convertor("golem_any", _AnyText())
 
 def _segment_path(scope: Scope) -> str | None:
     """The request's route path with `/` and `%` inside a segment kept escaped (`%2F`,
-    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`.
-
-    Servers decode `%2F` into the `path` they route on, so `/runs/a%2Fb` would reach no
-    run at all (`{run_id}` stops at `/`); the raw path still tells a separator from a
-    slash that belongs to an ID.
-    """
+    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`
+    (so `/runs/a%2Fb` names the run `a/b`, ADR 0061)."""
     raw = scope.get("raw_path")
     path: str = scope["path"]
     root = scope.get("root_path", "")
@@ -106,8 +103,7 @@ def _segment_path(scope: Scope) -> str | None:
     if not raw or not path.startswith("/"):
         return None
     segments = [
-        unquote_to_bytes(s).decode("utf-8", "replace")
-        for s in raw.split(b"?", 1)[0].split(b"/")
+        unquote_to_bytes(s).decode("utf-8", "replace") for s in raw.split(b"?", 1)[0].split(b"/")
     ]
     # the tail of segments that is the route path (past a root): "/" + "/".join(tail) is the
     # suffix of `decoded` from the separator before it, so only lengths are compared until
@@ -196,244 +192,15 @@ ROUTES: list[BaseRoute] = [
     _Route("/notifications", audit.deliveries_page, methods=["GET"]),
     _Route("/runs/{run_id}/decisions", inbox.decide_run_form, methods=["POST"]),
     _Route("/runs/{run_id}/resolve", inbox.resolve_form, methods=["POST"]),
-    _Route("/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]),
-    Mount("/static", app=StaticFiles(directory=inbox.STATIC_DIR), name="static"),
+    _Route(
+        "/runs/{run_id}/calls/{call_id:golem_any}/decision", inbox.decide_form, methods=["POST"]
+    ),
+    Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
 ]
 """Every route of the service, in one list (the OpenAPI document describes each)."""
 
 
 # --------------------------------------------------------------------------- middleware
-
-
-def _too_large(limit: int) -> Response:
-    return api.ApiError(
-        413, "payload_too_large", f"the request body exceeds {limit} bytes"
-    ).response()
-
-
-class _BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, and bodies that take longer than
-    `timeout` seconds to arrive with 408, before any handler runs.
-
-    The body is read here (up to the limit) and replayed to the app, so a handler never
-    sees a partial body and nothing changes when a limit is crossed. The deadline covers
-    the whole body, so a client trickling a byte at a time cannot hold a connection (and
-    its buffered body) open for longer.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
-        self.app = app
-        self.limit = limit
-        self.timeout = timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.limit:
-                    await _too_large(self.limit)(scope, receive, send)
-                    return
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.timeout):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.limit:
-                        await _too_large(self.limit)(scope, receive, send)
-                        return
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            slow = api.ApiError(
-                408, "request_timeout", f"the request body took longer than {self.timeout:g} s"
-            )
-            await slow.response()(scope, receive, send)
-            return
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-class _RefuseBadUrl:
-    """Answer 400 to a request whose path or query string holds a NUL character, or whose
-    escapes do not decode as UTF-8 (`%FF`, an overlong `%C0%80`, a surrogate `%ED%A0%80`),
-    or whose query names a parameter twice (`invalid_url`); and to one that sends a
-    header that may appear once more than once, or the session cookie twice
-    (`conflicting_headers`).
-
-    No store can look a NUL up (PostgreSQL refuses it in text), and no run, call or agent
-    is named with one. Servers decode a bad escape to U+FFFD: `/runs/r/calls/x%FF` would
-    decide a call whose ID holds a real U+FFFD, which the URL did not name; every such
-    byte sequence would name that one call. A parameter, credential or origin given twice
-    is read as one value by the service and maybe as the other by a proxy, a WAF or a log
-    (`Authorization: Bearer <olga>` then `<alice>` acted as olga). Refused before any
-    handler runs.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            problem = _url_problem(scope)
-            error: api.ApiError | None = None
-            if problem is not None:
-                error = api.ApiError(400, "invalid_url", problem)
-            else:
-                twice = _header_problem(scope)
-                if twice is not None:
-                    error = api.ApiError(400, "conflicting_headers", twice)
-            if error is not None:
-                if scope["path"].startswith("/api/"):
-                    response: Response = error.response()
-                else:
-                    response = inbox.render_error(
-                        Request(scope), 400, _HEADINGS[400], error.message
-                    )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def _url_problem(scope: Scope) -> str | None:
-    """What makes the request's URL unreadable (None: nothing)."""
-    query: bytes = scope.get("query_string", b"")
-    if "\x00" in scope["path"] or b"%00" in query:
-        return "the URL contains a NUL character"
-    raw = scope.get("raw_path")
-    for part, where in ((raw, "path"), (query.replace(b"+", b" "), "query")):
-        if part and b"%" in part:
-            try:
-                unquote_to_bytes(part).decode("utf-8")
-            except UnicodeDecodeError:
-                return f"the URL's {where} has escapes that are not UTF-8 (%XX of UTF-8 bytes)"
-    if b"&" in query:  # no parameter of the service takes several values
-        seen: set[str] = set()
-        for pair in query.decode("latin-1").split("&"):
-            name = pair.partition("=")[0]
-            if "%" in name or "+" in name:  # as Starlette reads it (`parse_qsl`)
-                name = unquote_plus(name)
-            if not pair or name in seen:
-                if pair:
-                    return f"the query names the {ascii(name)[1:-1][:100]} parameter twice"
-                continue
-            seen.add(name)
-    return None
-
-
-_ONCE = frozenset(
-    {
-        b"authorization",
-        b"host",
-        b"origin",
-        b"referer",
-        b"sec-fetch-site",
-        b"content-type",
-        b"content-length",
-        b"transfer-encoding",
-        b"last-event-id",
-        b"idempotency-key",
-    }
-)
-"""Request headers the service (or the server before it) reads as one value."""
-
-
-
-def _header_problem(scope: Scope) -> str | None:
-    """A header that may appear once that appears twice, or the session cookie sent twice
-    (None: neither)."""
-    seen: set[bytes] = set()
-    sessions = 0
-    for name, value in scope.get("headers", ()):
-        if name in _ONCE:
-            if name in seen:
-                return f"the request has more than one {name.decode('latin-1')} header; send one"
-            seen.add(name)
-        elif name == b"cookie":
-            sessions += len(inbox.SESSION_COOKIE_RE.findall(value.decode("latin-1")))
-    if sessions > 1:  # set for a parent domain by a neighbour, or for another path
-        return (
-            f"the {inbox.SESSION_COOKIE} cookie is sent more than once (another site under "
-            "this domain may have set one): clear this site's cookies and sign in again"
-        )
-    return None
-
-
-class _SecurityHeaders:
-    """Add a strict Content-Security-Policy and friends to every response.
-
-    Every answer but a static file is also `Cache-Control: no-store` unless its handler
-    said otherwise: API answers, pages, downloads, redirects and errors all name runs,
-    arguments or identities that no shared cache or browser history should keep. Over
-    https (directly or behind a proxy uvicorn trusts) `Strict-Transport-Security` is sent
-    too, so a browser never falls back to plain http and its session cookie.
-    """
-
-    HEADERS: tuple[tuple[bytes, bytes], ...] = (
-        (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
-        (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"no-referrer"),
-        (b"x-frame-options", b"DENY"),
-        (b"cross-origin-opener-policy", b"same-origin"),
-        (b"cross-origin-resource-policy", b"same-origin"),
-        (b"permissions-policy", b"camera=(), microphone=(), geolocation=(), payment=(), usb=()"),
-    )
-    HSTS = (b"strict-transport-security", b"max-age=31536000")
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        extra = list(self.HEADERS)
-        if scope.get("scheme") == "https":
-            extra.append(self.HSTS)
-        cacheable = scope["path"].startswith("/static/")
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = dict(message)
-                headers = list(message.get("headers", []))
-                if not cacheable and not any(k.lower() == b"cache-control" for k, _ in headers):
-                    headers.append((b"cache-control", b"no-store"))
-                message["headers"] = [*headers, *extra]
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
-class _Service(Starlette):
-    """Starlette with `_SecurityHeaders` around everything, its own error middleware too.
-
-    Starlette puts the middleware that answers an unhandled exception (500) outside the
-    app's middleware list, so a 500 had none of the headers: no CSP, no `nosniff`, no
-    `no-store` on an error page that names the path and the signed-in approver.
-    """
-
-    def build_middleware_stack(self) -> ASGIApp:
-        return _SecurityHeaders(super().build_middleware_stack())
 
 
 class _TraceRequests:
@@ -483,22 +250,22 @@ def _is_api(request: Request) -> bool:
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, api.ApiError):  # pragma: no cover - registered for ApiError
+    if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
         raise exc
     if _is_api(request):
         return exc.response()
-    return inbox.render_error(request, exc.status, _HEADINGS.get(exc.status, "Error"), exc.message)
+    return render_error(request, exc.status, HEADINGS.get(exc.status, "Error"), exc.message)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
         raise exc
     if _is_api(request):
-        response: Response = api.not_found(request, exc).response()
+        response: Response = not_found(request, exc).response()
     else:
-        heading = _HEADINGS.get(exc.status_code, "Error")
+        heading = HEADINGS.get(exc.status_code, "Error")
         message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
-        response = inbox.render_error(request, exc.status_code, heading, message)
+        response = render_error(request, exc.status_code, heading, message)
     if exc.status_code == 405:
         response.headers["Allow"] = _allowed_methods(request)
     return response
@@ -520,11 +287,11 @@ def _allowed_methods(request: Request) -> str:
 
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    error = api.ApiError(500, "internal_error", "the service failed; see its log")
+    error = ApiError(500, "internal_error", "the service failed; see its log")
     if _is_api(request):
         return error.response()
     try:
-        return inbox.render_error(request, 500, "Something went wrong", error.message)
+        return render_error(request, 500, "Something went wrong", error.message)
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
 
@@ -536,7 +303,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))):
         return await _server_error(request, exc)
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    error = api.ApiError(
+    error = ApiError(
         503,
         "store_unavailable",
         "the store cannot be reached just now; try again shortly",
@@ -544,7 +311,7 @@ async def _store_error(request: Request, exc: Exception) -> Response:
     )
     if _is_api(request):
         return error.response()
-    response = inbox.render_error(request, 503, "Try again shortly", error.message)
+    response = render_error(request, 503, "Try again shortly", error.message)
     response.headers["Retry-After"] = _STORE_RETRY_AFTER
     return response
 
@@ -552,20 +319,6 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 _STORE_RETRY_AFTER = "1"
 """Seconds a client should wait before repeating a request the store could not serve."""
 
-_HEADINGS = {
-    400: "Bad request",
-    401: "Sign in again",
-    403: "Not allowed",
-    404: "Not found",
-    405: "Method not allowed",
-    409: "Already decided or no longer pending",
-    408: "Too slow",
-    429: "Too many attempts",
-    413: "Too large",
-    415: "Unsupported form",
-    422: "Invalid input",
-    503: "Starting",
-}
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -573,166 +326,81 @@ ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 # --------------------------------------------------------------------------- factory
 
 
-def create_app(
-    registry: AgentRegistry,
-    store: Store | str,
-    *,
-    auth: AuthConfig,
-    run_worker: bool = False,
-    worker_poll_interval: float = 0.5,
-    worker_id: str | None = None,
-    lease_seconds: float = 60.0,
-    worker_concurrency: int = 1,
-    max_body_bytes: int = 256 * 1024,
-    body_timeout: float = 30.0,
-    stream_poll_interval: float = 0.5,
-    stream_heartbeat: float = 15.0,
-    default_expires_in: float | None = None,
-    max_streams_per_identity: int = 8,
-    login_attempts_per_minute: int = 10,
-    token_failures_per_minute: int = 30,
-    undo_seconds: float = 5.0,
-    webhooks: Sequence[Webhook] = (),
-    public_url: str = "http://127.0.0.1:8000",
-    expiring_within: float = 900.0,
-    presenters: Mapping[str, Presenter] | None = None,
-    seal_key: SealKey | None = None,
-) -> Starlette:
-    """Build the approval service: JSON API under `/api`, web inbox at `/`.
-
-    Args:
-        registry: agent name → `AgentEntry` (the agents runs are started and resumed with).
-        store: an open `Store` (the caller closes it), or a store URL that the app opens
-            on startup and closes on shutdown (`open_store`), so it lives on the server's
-            event loop.
-        auth: the approvers and their tokens (`AuthConfig.from_env()`).
-        run_worker: also run a `Worker` in-process for the app's lifetime (`golem serve`).
-        worker_poll_interval: seconds between the in-process worker's polls.
-        worker_id: the in-process worker's identity (default: host, pid and a random part).
-        lease_seconds: the in-process worker's lease length.
-        worker_concurrency: runs the in-process worker resumes at once (`Worker`'s
-            `concurrency`).
-        max_body_bytes: larger request bodies get 413.
-        body_timeout: seconds a request body may take to arrive in full (408 beyond).
-        stream_poll_interval: how often `/api/events` polls the audit log.
-        stream_heartbeat: seconds between keep-alive comments on an event stream, from its
-            start (a fixed schedule, whatever happens in the log).
-        default_expires_in: seconds until the calls of a started run expire (None: never),
-            unless the request says otherwise.
-        max_streams_per_identity: open `/api/events` streams allowed per approver (429
-            beyond).
-        login_attempts_per_minute: `POST /login` attempts allowed per client address per
-            minute (429 beyond).
-        token_failures_per_minute: wrong bearer tokens allowed per client address per
-            minute; beyond, that address gets 429 on every request with a token (the
-            right one too) until the minute has passed, so the API is no token oracle.
-        undo_seconds: how long the inbox holds a decision, with an Undo button, before
-            sending it (0 sends at once). The JSON API always records at once.
-        webhooks: notify these when a run pauses, a call is about to expire or a run ends
-            (`golem.service.notify`).
-        public_url: the inbox's address as people reach it, for the webhooks' deep links.
-        expiring_within: seconds before a call's deadline that `call.expiring` is sent.
-        presenters: tool name → `fn(args) -> Presentation` (a title, a summary line and an
-            optional before/after diff shown on the tool's cards).
-        seal_key: the workers' seal key (bytes of at least 32, or `SealKeys`): runs started
-            through the service are saved with every pending call sealed, and the
-            in-process worker resumes only calls whose seals verify. Give every worker the
-            same key (`Worker(seal_key=...)`). None: calls are not sealed.
-
-    Raises:
-        ValueError: a non-positive interval, lease, body limit, limit or worker concurrency,
-            or a seal key shorter than 32 bytes.
-    """
-    for name, value in (
-        ("worker_poll_interval", worker_poll_interval),
-        ("lease_seconds", lease_seconds),
-        ("max_body_bytes", max_body_bytes),
-        ("body_timeout", body_timeout),
-        ("stream_poll_interval", stream_poll_interval),
-        ("stream_heartbeat", stream_heartbeat),
-        ("max_streams_per_identity", max_streams_per_identity),
-        ("login_attempts_per_minute", login_attempts_per_minute),
-        ("token_failures_per_minute", token_failures_per_minute),
-        ("worker_concurrency", worker_concurrency),
-    ):
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value!r}")
-    if not 0 <= undo_seconds <= 60:
-        raise ValueError(f"undo_seconds must be between 0 and 60, got {undo_seconds!r}")
-    if default_expires_in is not None and not 0 < default_expires_in <= MAX_EXPIRES_IN:
-        raise ValueError(
-            f"default_expires_in must be positive and at most {MAX_EXPIRES_IN:.0f} s, "
-            f"got {default_expires_in!r}"
-        )
-    state = api.ServiceState(
-        registry=registry,
-        store=None if isinstance(store, str) else store,
-        auth=auth,
-        max_body_bytes=max_body_bytes,
-        stream_poll_interval=stream_poll_interval,
-        stream_heartbeat=stream_heartbeat,
-        default_expires_in=default_expires_in,
-        max_streams_per_identity=max_streams_per_identity,
-        login_limiter=LoginLimiter(login_attempts_per_minute, 60.0),
-        token_failures=TokenFailures(token_failures_per_minute, 60.0),
-        undo_seconds=undo_seconds,
-        presenters=dict(presenters or {}),
-        seal_key=None if seal_key is None else as_seal_keys(seal_key),
-    )
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        opened = await open_store(store) if isinstance(store, str) else None
-        if opened is not None:
-            state.store = opened
-        stop = asyncio.Event()
-        task: asyncio.Task[None] | None = None
-        notifier_task: asyncio.Task[None] | None = None
-        if webhooks:
-            assert state.store is not None
-            state.notifier = Notifier(
-                state.store, webhooks, public_url=public_url, expiring_within=expiring_within
-            )
-            notifier_task = asyncio.create_task(state.notifier.run(stop))
-        if run_worker:
-            assert state.store is not None
-            worker = Worker(
-                state.store,
-                registry,
-                worker_id=worker_id,
-                lease_seconds=lease_seconds,
-                concurrency=worker_concurrency,
-                seal_key=state.seal_key,
-            )
-            task = asyncio.create_task(worker.run_forever(worker_poll_interval, stop))
-            log.info("in-process worker %s started", worker.worker_id)
-        try:
-            yield
-        finally:
-            stop.set()
-            if task is not None:
-                await task  # finishes the resumes in progress, then stops
-            if notifier_task is not None:
-                await notifier_task
-            if opened is not None:
-                state.store = None
-                await opened.close()
-
+def create_app(settings: ServiceSettings) -> Starlette:
+    """Build the approval service from `settings`: JSON API under `/api`, web inbox at `/`."""
+    state = _initial_state(settings)
     handlers: dict[Any, ExceptionHandler] = {
-        api.ApiError: _api_error,
+        ApiError: _api_error,
         HTTPException: _http_error,
         StoreError: _store_error,
         Exception: _server_error,
     }
-    app = _Service(
+    app = Service(
         routes=list(ROUTES),
         middleware=[
             Middleware(_TraceRequests, routes=ROUTES),
-            Middleware(_BodyLimit, limit=max_body_bytes, timeout=body_timeout),
-            Middleware(_RefuseBadUrl),
+            Middleware(BodyLimit, limit=settings.max_body_bytes, timeout=settings.body_timeout),
+            Middleware(RefuseBadUrl),
         ],
         exception_handlers=handlers,
-        lifespan=lifespan,
+        lifespan=functools.partial(_lifespan, settings=settings, state=state),
     )
     app.state.golem = state
     return app
+
+
+def _initial_state(settings: ServiceSettings) -> ServiceState:
+    """What the routes share (`app.state.golem`), before the lifespan opens anything."""
+    return ServiceState(
+        settings=settings,
+        store=None if isinstance(settings.store, str) else settings.store,
+        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
+        login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
+        token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
+    )
+
+
+@asynccontextmanager
+async def _lifespan(
+    app: Starlette, *, settings: ServiceSettings, state: ServiceState
+) -> AsyncIterator[None]:
+    """Open the store (given a URL), run the notifier and the in-process worker, then stop
+    them and close what was opened."""
+    url = settings.store if isinstance(settings.store, str) else None
+    opened = await open_store(url) if url is not None else None
+    if opened is not None:
+        state.store = opened
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    if settings.webhooks:
+        assert state.store is not None
+        state.notifier = Notifier(
+            state.store,
+            settings.webhooks,
+            public_url=settings.public_url,
+            expiring_within=settings.expiring_within,
+        )
+        tasks.append(asyncio.create_task(state.notifier.run(stop)))
+    if settings.run_worker:
+        assert state.store is not None
+        worker = Worker(
+            state.store,
+            settings.registry,
+            worker_id=settings.worker_id,
+            lease_seconds=settings.lease_seconds,
+            concurrency=settings.worker_concurrency,
+            seal_key=state.seal_key,
+        )
+        # the worker first: it finishes the resumes in progress, then stops
+        run = worker.run_forever(settings.worker_poll_interval, stop)
+        tasks.insert(0, asyncio.create_task(run))
+        log.info("in-process worker %s started", worker.worker_id)
+    try:
+        yield
+    finally:
+        stop.set()
+        for task in tasks:
+            await task
+        if opened is not None:
+            state.store = None
+            await opened.close()

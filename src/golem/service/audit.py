@@ -17,27 +17,23 @@ import io
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 
 from golem.durable.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
 from golem.service import schemas
-from golem.service.api import (
-    ApiError,
-    ServiceState,
-    audit_model,
-    bearer,
-    entry_id,
-    read_query,
-    require_store,
-    respond,
-    shown_to,
-)
+from golem.service.api import audit_model
 from golem.service.auth import Credential
-from golem.service.limits import read_position, seal_cursor
+from golem.service.bodies import read_query, respond
+from golem.service.credentials import with_bearer
+from golem.service.errors import ApiError
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
+from golem.service.pages import SignedIn, render_error, signed_in
+from golem.service.positions import entry_id, read_position, seal_cursor, shown_to
+from golem.service.state import ServiceState, require_store
+from golem.service.views import audit_view, path, short
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -90,9 +86,7 @@ def _before(state: ServiceState, cred: Credential, text: str | None) -> int | No
     return value
 
 
-async def _audit_page(
-    state: ServiceState, cred: Credential, q: schemas.AuditQuery
-) -> _AuditPage:
+async def _audit_page(state: ServiceState, cred: Credential, q: schemas.AuditQuery) -> _AuditPage:
     """The newest entries the caller may see that match `q`, below `q.before`."""
     store = require_store(state)
     before = _before(state, cred, q.before)
@@ -175,9 +169,9 @@ def _item(row: _AuditRow, secret: bytes | None) -> dict[str, Any]:
     errors=(401, 422, 429),
     links={"nextPage": ("listAudit", {"before": "$response.body#/next_cursor"})},
 )
-async def api_audit(request: Request) -> Response:
+@with_bearer
+async def api_audit(request: Request, cred: Credential) -> Response:
     """Audit entries across runs the caller may see, filtered; newest first, paged."""
-    cred = bearer(request)
     q = read_query(request, schemas.AuditQuery)
     page = await _audit_page(request.app.state.golem, cred, q)
     return respond(
@@ -209,21 +203,17 @@ def _next_link(request: Request, cursor: str | None) -> str | None:
         "Link": 'On a download with more rows: `</audit?…&before=…>; rel="next"`, the next page.'
     },
 )
-async def audit_page(request: Request) -> Response:
+@signed_in(live=False)
+async def audit_page(signed: SignedIn) -> Response:
     """The global audit view with filters; `?format=csv|json` downloads the same rows."""
-    from golem.service import inbox
-
-    who = inbox.session(request)
-    if who is None:
-        return inbox.login_redirect(request)
-    state: ServiceState = request.app.state.golem
+    request = signed.request
     q = read_query(request, schemas.AuditPageQuery)
     try:
-        page = await _audit_page(state, who[0], q)
+        page = await _audit_page(signed.state, signed.cred, q)
     except ApiError as exc:
         if exc.status != 400:
             raise
-        return inbox.render_error(request, 400, "Not a page of this log", exc.message)
+        return render_error(request, 400, "Not a page of this log", exc.message)
     fmt = q.format
     nxt = _next_link(request, page.next_cursor)
     headers = {} if nxt is None else {"Link": f'<{nxt}>; rel="next"'}
@@ -259,7 +249,47 @@ async def audit_page(request: Request) -> Response:
             media_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"', **headers},
         )
-    return await inbox.render_audit(request, who, q, page.rows, page.secret, nxt)
+    return await _render_audit(signed, q, page.rows, page.secret, nxt)
+
+
+async def _render_audit(
+    signed: SignedIn,
+    q: schemas.AuditPageQuery,
+    rows: list[_AuditRow],
+    secret: bytes | None,
+    older: str | None,
+) -> HTMLResponse:
+    """The audit page for `rows`, linking the `older` page."""
+    request, state, cred = signed.request, signed.state, signed.cred
+    query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
+    newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
+    return await signed.render(
+        "audit.html",
+        {
+            "page": "audit",
+            "older": older or "",
+            "newest": ("/audit?" + newest if newest else "/audit") if q.before else "",
+            "rows": [
+                {
+                    **audit_view(r.entry, secret),
+                    "agent": r.agent,
+                    "run_href": path("runs", r.entry.run_id),
+                    "run_short": short(r.entry.run_id),
+                }
+                for r in rows
+            ],
+            "filters": {
+                "actor": q.actor or "",
+                "action": q.action.value if q.action else "",
+                "agent": q.agent or "",
+                "run": q.run or "",
+            },
+            "actions": ACTIONS,
+            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
+            "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
+        },
+    )
 
 
 def _cell(text: str) -> str:
@@ -296,9 +326,9 @@ def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryI
     responses={200: schemas.DeliveryList},
     errors=(401, 429),
 )
-async def api_deliveries(request: Request) -> Response:
+@with_bearer
+async def api_deliveries(request: Request, cred: Credential) -> Response:
     """The webhook delivery log (runs the caller may see), newest first."""
-    cred = bearer(request)
     return respond(schemas.DeliveryList(deliveries=_deliveries(request.app.state.golem, cred)))
 
 
@@ -309,22 +339,16 @@ async def api_deliveries(request: Request) -> Response:
     security=("session",),
     tag="inbox",
 )
-async def deliveries_page(request: Request) -> Response:
+@signed_in(live=False)
+async def deliveries_page(signed: SignedIn) -> Response:
     """The webhook delivery log: each notification, where it went and every attempt."""
-    from golem.service import inbox
-
-    who = inbox.session(request)
-    if who is None:
-        return inbox.login_redirect(request)
-    state: ServiceState = request.app.state.golem
-    return await inbox.render_page(
-        request,
-        who,
+    state = signed.state
+    return await signed.render(
         "notifications.html",
         {
             "page": "notifications",
             "configured": state.notifier is not None,
             "hooks": [w.shown_url for w in state.notifier.webhooks] if state.notifier else [],
-            "deliveries": _deliveries(state, who[0]),
+            "deliveries": _deliveries(state, signed.cred),
         },
     )

@@ -50,7 +50,6 @@ from typing import Any
 
 from golem import _tracing
 from golem._display import has_hidden
-from golem.service._confusables import mixed_script_word, skeleton
 
 __all__ = ["Approver", "AuthConfig", "Credential"]
 
@@ -160,41 +159,20 @@ def _approver_from_obj(key: str, obj: Any) -> Approver:
     )
 
 
-def _lookalike_keys(identity: str) -> tuple[str, str]:
-    """The forms under which two identities read as one: the TR39 confusable skeleton of
-    the identity after Unicode compatibility normalization, as written and case-folded.
+def _refuse_duplicates(identities: Iterable[str]) -> None:
+    """`ValueError` when two different identities are one after NFKC and case folding
+    (`Alice` and `alice`): the audit log and the inbox would show two approvers as one.
 
-    `Alice`, `alice`, a fullwidth `ａlice`, a Cyrillic `аlice` and a mathematical `𝐚lice`
-    share the folded one; `Ian` and `lan` (capital I, small L) share the one as written,
-    which folding would have told apart.
+    Identities are the operator's configuration, not attacker input: look-alike letters
+    of other scripts are not checked (ADR 0080).
     """
-    nfkc = unicodedata.normalize("NFKC", identity)
-    return skeleton(nfkc), skeleton(nfkc.casefold())
-
-
-def _refuse_lookalikes(identities: Iterable[str]) -> None:
-    """`ValueError` when two different identities look alike (`_lookalike_keys`): the
-    audit log, the inbox and the webhooks would show two approvers as one; or when one
-    identity has a word mixing scripts (`pаypal` with a Cyrillic `а`), which reads as a
-    name in one script that it is not."""
-    seen: tuple[dict[str, str], dict[str, str]] = ({}, {})
-    identities = list(identities)
+    seen: dict[str, str] = {}
     for identity in identities:
-        for key, known in zip(_lookalike_keys(identity), seen, strict=True):
-            other = known.setdefault(key, identity)
-            if other != identity:
-                raise ValueError(
-                    f"approver identities {other!a} and {identity!a} look alike (they "
-                    "differ only in case, Unicode form or look-alike letters of other "
-                    "scripts, Unicode TR39): give each approver a distinct name"
-                )
-    for identity in identities:
-        word = mixed_script_word(identity)
-        if word is not None:
+        other = seen.setdefault(unicodedata.normalize("NFKC", identity).casefold(), identity)
+        if other != identity:
             raise ValueError(
-                f"approver identity {identity!a}: the word {word!a} mixes letters of "
-                "several scripts (a look-alike of a name in one script, Unicode TR39): "
-                "write each word in one script"
+                f"approver identities {other!a} and {identity!a} differ only in case or "
+                "Unicode form: give each approver a distinct name"
             )
 
 
@@ -211,9 +189,8 @@ class AuthConfig:
 
     Raises:
         ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
-            non-positive lifetime, two identities that look alike (differ only in case,
-            Unicode form or look-alike letters of other scripts, `_lookalike_keys`), or an
-            identity with a word that mixes scripts (TR39's "highly restrictive" level).
+            non-positive lifetime, or two identities that differ only in case or Unicode
+            form.
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)
@@ -253,7 +230,7 @@ class AuthConfig:
             else:
                 digest = _token_digest(key)
             by_digest[digest] = approver
-        _refuse_lookalikes(a.identity for a in by_digest.values())
+        _refuse_duplicates(a.identity for a in by_digest.values())
         object.__setattr__(self, "_by_digest", by_digest)
         object.__setattr__(self, "_by_subject", {self._subject(d): d for d in by_digest})
         object.__setattr__(self, "_revoked", {})

@@ -1,34 +1,20 @@
-"""The web inbox: server-rendered HTML pages and their form actions.
+"""The web inbox's pages and form actions: `/login`, `/` (pending calls), `/runs`,
+`/runs/{run_id}`, and the decide, approve/deny-all, resolve and start forms.
 
-Pages: `/login`, `/` (pending calls the signed-in approver may decide), `/runs` (recent
-runs) and `/runs/{run_id}` (a run's calls, conversation and audit trail). Every action is a
-plain form POST guarded by the session's CSRF token, answered with a 303 redirect, so the
-inbox works without JavaScript; `static/inbox.js` adds live updates and shortcuts.
-
-Everything shown comes from the store and is escaped by the templates (Jinja2 autoescape):
-arguments, reasons and messages are model output and never trusted as markup.
-
-Each page links the change stream (`GET /api/events`, `golem.service.stream`) from the
-audit cursor read before the page's data, so the script's live updates miss nothing.
+Every action is a form POST answered with a 303 redirect, so the inbox works without
+JavaScript; `static/inbox.js` adds live updates. The page machinery is `golem.service.pages`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import math
-import re
 import uuid
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
-import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
-from golem._display import reveal
 from golem.durable.store import (
     CallKind,
     Decision,
@@ -40,26 +26,29 @@ from golem.durable.store import (
 )
 from golem.errors import StoreError
 from golem.service import schemas
-from golem.service.api import (
-    IDEMPOTENCY_KEY_MAX,
-    ApiError,
-    PendingPage,
-    ServiceState,
-    check_json_value,
-    check_text,
-    decide_call,
-    edited_approval,
-    load_run,
-    parse_json,
-    pending_page,
-    require_store,
-    shown_to,
-    start_for,
-    visible_runs,
-)
 from golem.service.auth import Credential
-from golem.service.limits import seal_cursor
+from golem.service.bodies import check_json_value, parse_json
+from golem.service.credentials import SESSION_COOKIE, session
+from golem.service.decisions import decide_call, edited_approval
+from golem.service.errors import ApiError
 from golem.service.openapi import HTML, REDIRECT, operation
+from golem.service.pages import (
+    PAGE_RUNS,
+    SignedIn,
+    checked_form,
+    count_text,
+    cross_site,
+    read_form,
+    render,
+    render_error,
+    safe_next,
+    same_origin,
+    signed_in,
+    with_notice,
+)
+from golem.service.positions import shown_to
+from golem.service.runs import IDEMPOTENCY_KEY_MAX, load_run, pending_page, start_for, visible_runs
+from golem.service.state import require_store, state_of
 from golem.service.views import (
     ago,
     audit_view,
@@ -73,318 +62,12 @@ from golem.service.views import (
     message_views,
     outcome_line,
     path,
-    reveal_html,
     run_view,
     short,
 )
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
-
-SESSION_COOKIE = "golem_session"
-SESSION_COOKIE_RE = re.compile(r"(?:^|;)\s*" + re.escape(SESSION_COOKIE) + r"\s*=")
-"""Where a `Cookie` header names the session cookie."""
-PAGE_RUNS = 100
-"""Pending runs per inbox page (oldest first); the JSON API pages up to 500."""
-_HERE = Path(__file__).parent
-STATIC_DIR = _HERE / "static"
-
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(_HERE / "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-
-
-def _static_version(name: str) -> str:
-    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
-
-
-_STATIC_VERSIONS = {
-    name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
-}
-_env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
-_env.filters["reveal"] = reveal_html
-_env.filters["reveal_text"] = reveal  # for <title>, which holds text, not markup
-_env.globals["run_path"] = lambda run_id: path("runs", run_id)
-
-
-_NOTICES = {
-    "approve": "Approved {call}. A worker resumes the run once every call is decided.",
-    "deny": "Denied {call}. The model is told not to run the call.",
-    "external": "Result for {call} submitted.",
-    "signed-out": "Signed out.",
-    "approve-all": "Approved every call of the run.",
-    "deny-all": "Denied every call of the run.",
-}
-
-
-def _safe_next(value: str | None, default: str = "/") -> str:
-    """A local path to return to: an absolute path on this site, never another origin."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
-        return default
-    if any(ord(ch) < 32 for ch in value):
-        return default
-    return value
-
-
-def _notice_tag(secret: bytes, notice: str, call: str) -> str:
-    """The MAC that lets a page believe a notice's call name came from this service."""
-    mac = hmac.new(secret, f"notice.{notice}.{call}".encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(mac[:12]).decode("ascii")
-
-
-def _with_notice(
-    request: Request, path: str, notice: str, call: str = "", fragment: str = ""
-) -> str:
-    """`path` with its `notice` (and `call`, and the call's tag) query parameters set, other
-    parameters kept."""
-    parts = urlsplit(path)
-    query = [
-        (k, v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        if k not in ("notice", "call", "tag")
-    ]
-    query.append(("notice", notice))
-    if call:
-        query.append(("call", call))
-        query.append(("tag", _notice_tag(_state(request).auth.secret, notice, call)))
-    return urlunsplit(("", "", parts.path, urlencode(query), fragment))
-
-
-def _notice(request: Request) -> str:
-    """The notice a redirect asked for; one naming a call only with the service's tag.
-
-    Without the tag, a link made elsewhere (`/?notice=approve&call=<any text>`) would show
-    its own words in the inbox's voice: "Approved <any text>. A worker resumes the run…".
-    """
-    q = request.query_params
-    notice, call = q.get("notice", ""), q.get("call", "")
-    template = _NOTICES.get(notice, "")
-    if call:
-        tag = _notice_tag(_state(request).auth.secret, notice, call)
-        if not hmac.compare_digest(tag.encode(), q.get("tag", "").encode("utf-8", "replace")):
-            return ""
-    return template.replace("{call}", call[:200] or "the call")
-
-
-# --------------------------------------------------------------------------- sessions
-
-
-def _state(request: Request) -> ServiceState:
-    state: ServiceState = request.app.state.golem
-    return state
-
-
-def session(request: Request) -> tuple[Credential, str] | None:
-    """The signed-in approver and the raw session value, or None (also when the session
-    cookie is sent twice: which one would count?)."""
-    if sum(len(SESSION_COOKIE_RE.findall(v)) for v in request.headers.getlist("cookie")) > 1:
-        return None
-    value = request.cookies.get(SESSION_COOKIE)
-    cred = _state(request).auth.verify_session(value)
-    return None if cred is None or value is None else (cred, value)
-
-
-def _here(request: Request) -> str:
-    """This request's path and query as sent, escapes kept (`/runs/a%2Fb`, not `/runs/a/b`)."""
-    raw = request.scope.get("raw_path")
-    if raw:
-        here = quote(raw.split(b"?", 1)[0].decode("utf-8", "replace"), safe="/%" + _SUB_DELIMS)
-    else:  # no raw path: the decoded one, escaped again
-        here = quote(request.url.path, safe="/" + _SUB_DELIMS)
-    return here + (f"?{request.url.query}" if request.url.query else "")
-
-
-_SUB_DELIMS = ":@!$&'()*+,;=~"
-"""Characters a path keeps unescaped (RFC 3986 `pchar`, beside the unreserved ones)."""
-
-
-def login_redirect(request: Request) -> Response:
-    """303 to the sign-in page, coming back to this page afterwards."""
-    return RedirectResponse("/login?" + urlencode({"next": _here(request)}), status_code=303)
-
-
-def _render(
-    request: Request,
-    template: str,
-    context: dict[str, Any],
-    *,
-    status: int = 200,
-    who: tuple[Credential, str] | None = None,
-    pending: str = "0",
-    cursor: int = 0,
-) -> HTMLResponse:
-    base: dict[str, Any] = {
-        "page": "",
-        "live": who is not None,
-        "identity": who[0].approver.identity if who else "",
-        "csrf": _state(request).auth.csrf_token(who[1]) if who else "",
-        "pending_count": pending,
-        "notice": _notice(request),
-        "undo": _state(request).undo_seconds if who else 0,
-        "error": "",
-        "run_id": "",
-        # sealed (ADR 0073): the log's newest ID would tell how many changes, hidden ones
-        # included, happened between two page loads
-        "stream_url": f"/api/events?cursor={seal_cursor(_state(request).auth.secret, cursor)}",
-    }
-    base.update(context)
-    html = _env.get_template(template).render(base)
-    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
-
-
-async def render_audit(
-    request: Request,
-    who: tuple[Credential, str],
-    q: Any,
-    rows: list[Any],
-    secret: bytes | None,
-    older: str | None,
-) -> HTMLResponse:
-    """The audit page for `rows` (`golem.service.audit`), linking the `older` page."""
-    from golem.service.audit import ACTIONS
-
-    state = _state(request)
-    cred = who[0]
-    query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
-    newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
-    return _render(
-        request,
-        "audit.html",
-        {
-            "page": "audit",
-            "older": older or "",
-            "newest": ("/audit?" + newest if newest else "/audit") if q.before else "",
-            "rows": [
-                {
-                    **audit_view(r.entry, secret),
-                    "agent": r.agent,
-                    "run_href": path("runs", r.entry.run_id),
-                    "run_short": short(r.entry.run_id),
-                }
-                for r in rows
-            ],
-            "filters": {
-                "actor": q.actor or "",
-                "action": q.action.value if q.action else "",
-                "agent": q.agent or "",
-                "run": q.run or "",
-            },
-            "actions": ACTIONS,
-            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
-            "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
-            "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
-        },
-        who=who,
-        pending=await _pending_count(request, cred),
-    )
-
-
-async def render_page(
-    request: Request, who: tuple[Credential, str], template: str, context: dict[str, Any]
-) -> HTMLResponse:
-    """A signed-in page from `template` with `context` (the header's count included)."""
-    return _render(
-        request, template, context, who=who, pending=await _pending_count(request, who[0])
-    )
-
-
-def render_error(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
-    """An HTML error page (used for failed form actions and unknown pages)."""
-    try:
-        who = session(request)
-    except AttributeError:  # the app state is not set up (should not happen)
-        who = None
-    return _render(
-        request,
-        "error.html",
-        {"status": status, "heading": heading, "error": message},
-        status=status,
-        who=who,
-    )
-
-
-async def _form(request: Request) -> dict[str, str]:
-    """The urlencoded form fields (first value of each), after checking the content type."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype != "application/x-www-form-urlencoded":
-        raise ApiError(415, "unsupported_media_type", "send the form urlencoded")
-    raw = await request.body()
-    try:
-        # strict: an escape that is not UTF-8 (`%FF`) is refused, not read as U+FFFD
-        fields = parse_qs(raw.decode("utf-8"), keep_blank_values=True, errors="strict")
-    except UnicodeDecodeError:
-        raise ApiError(400, "malformed_form", "the form is not UTF-8") from None
-    twice = next((k for k, v in fields.items() if len(v) > 1 and k in _SINGLE), None)
-    if twice is not None:  # which one counts? parsers (and proxies, and logs) disagree
-        raise ApiError(400, "malformed_form", f"the form names the {twice} field twice")
-    form = {k: v[0] for k, v in fields.items()}
-    for name, value in form.items():
-        check_text(value, f"the {name} field")
-    return form
-
-
-_SINGLE = frozenset(
-    name
-    for model in (
-        schemas.LoginForm,
-        schemas.LogoutForm,
-        schemas.DecisionForm,
-        schemas.BulkDecisionForm,
-        schemas.ResolveForm,
-        schemas.StartForm,
-    )
-    for name, info in model.model_fields.items()
-    if info.annotation != list[str]
-)
-"""The form fields the inbox reads one value of (every one but the resolve form's list of
-confirmed calls); other fields a form carries are ignored, repeated or not."""
-
-
-def _same_origin(request: Request) -> bool:
-    """Whether a browser POST came from this site (`Sec-Fetch-Site`, else `Origin`).
-
-    Every current browser sends `Sec-Fetch-Site`, which decides alone. Without it, an
-    `Origin` naming another host is refused; `Origin: null` (what a browser sends under the
-    inbox's `no-referrer` policy) and no header at all (curl) pass.
-    """
-    site = request.headers.get("sec-fetch-site")
-    if site is not None:
-        # Authoritative where present. Origin is not: under the pages' no-referrer policy
-        # Chromium sends `Origin: null` on same-origin form posts.
-        return site in ("same-origin", "none")
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return True
-    host = request.headers.get("host", "")
-    return urlsplit(origin).netloc.lower() == host.lower()
-
-
-def _cross_site() -> ApiError:
-    return ApiError(403, "cross_site", "this form was sent from another site: refused")
-
-
-async def _checked(request: Request) -> tuple[Credential, str, dict[str, str]]:
-    """The signed-in approver, the session value and the form of a CSRF-checked action.
-
-    The origin and the session are checked before the body is read, so a stranger gets
-    403 or 401 whatever they send.
-    """
-    if not _same_origin(request):
-        raise _cross_site()
-    who = session(request)
-    if who is None:
-        raise ApiError(401, "unauthenticated", "your session has ended: sign in again")
-    form = await _form(request)
-    if not _state(request).auth.check_csrf(who[1], form.get("csrf", "")):
-        raise ApiError(403, "csrf", "the form is stale or was not sent by this inbox: reload")
-    return who[0], who[1], form
-
-
-# --------------------------------------------------------------------------- pages
 
 
 @operation(
@@ -396,10 +79,10 @@ async def _checked(request: Request) -> tuple[Credential, str, dict[str, str]]:
 )
 async def login_page(request: Request) -> Response:
     """The sign-in form (a token; `#token=...` in the URL is filled in by the script)."""
-    nxt = _safe_next(request.query_params.get("next"))
+    nxt = safe_next(request.query_params.get("next"))
     if session(request) is not None:
         return RedirectResponse(nxt, status_code=303)
-    return _render(request, "login.html", {"page": "login", "next": nxt})
+    return render(request, "login.html", {"page": "login", "next": nxt})
 
 
 @operation(
@@ -417,9 +100,9 @@ async def login(request: Request) -> Response:
     Refused (403) when the form was posted from another site (login CSRF), and limited
     per client address (429 with `Retry-After`).
     """
-    if not _same_origin(request):
-        raise _cross_site()
-    state = _state(request)
+    if not same_origin(request):
+        raise cross_site()
+    state = state_of(request)
     address = request.client.host if request.client else "unknown"
     wait = state.login_limiter.check(address)
     if wait > 0:
@@ -429,12 +112,12 @@ async def login(request: Request) -> Response:
         )
         refused.headers["Retry-After"] = str(seconds)
         return refused
-    form = await _form(request)
-    nxt = _safe_next(form.get("next"))
+    form = await read_form(request)
+    nxt = safe_next(form.get("next"))
     auth = state.auth
     cred = auth.authenticate(form.get("token", "").strip())
     if cred is None:
-        return _render(
+        return render(
             request,
             "login.html",
             {"page": "login", "next": nxt, "error": "That token is not valid."},
@@ -464,8 +147,8 @@ async def login(request: Request) -> Response:
 )
 async def logout(request: Request) -> Response:
     """End the session server-side (CSRF-checked): the cookie's value stops working."""
-    _, value, _ = await _checked(request)
-    _state(request).auth.revoke_session(value)
+    _, value, _ = await checked_form(request)
+    state_of(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
     response.delete_cookie(
         SESSION_COOKIE,
@@ -477,15 +160,6 @@ async def logout(request: Request) -> Response:
     return response
 
 
-def _count_text(page: PendingPage) -> str:
-    """The header's count: the calls on the first page, "+" when more runs wait."""
-    return f"{len(page.calls)}+" if page.next_cursor else str(len(page.calls))
-
-
-async def _pending_count(request: Request, cred: Credential) -> str:
-    return _count_text(await pending_page(_state(request), cred, limit=PAGE_RUNS))
-
-
 @operation(
     op_id="inboxPage",
     summary="The inbox: pending calls the approver may decide, grouped by run.",
@@ -493,14 +167,10 @@ async def _pending_count(request: Request, cred: Credential) -> str:
     security=("session",),
     tag="inbox",
 )
-async def inbox_page(request: Request) -> Response:
+@signed_in()
+async def inbox_page(page: SignedIn) -> Response:
     """Pending calls the approver may decide, oldest first, with decision forms."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(_state(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = _state(request)
+    request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
@@ -521,7 +191,7 @@ async def inbox_page(request: Request) -> Response:
     if needle:  # the inbox matches tools by substring, ignoring case
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
-    soon, rest = group_views(found, cred, now, state.presenters)
+    soon, rest = group_views(found, cred, now, state.settings.presenters)
     visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
@@ -531,9 +201,8 @@ async def inbox_page(request: Request) -> Response:
     interrupted = await visible_runs(
         state, cred, status=RunStatus.INTERRUPTED, agent=None, tool=None, limit=100
     )
-    nxt = _safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
-    return _render(
-        request,
+    nxt = safe_next(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    return await page.render(
         "inbox.html",
         {
             "page": "inbox",
@@ -553,9 +222,7 @@ async def inbox_page(request: Request) -> Response:
             "prev_href": _page_href(request, "") if after else "",
             "page_runs": PAGE_RUNS,
         },
-        who=who,
-        pending=_count_text(found_page) if everything else await _pending_count(request, cred),
-        cursor=cursor,
+        pending=count_text(found_page) if everything else None,
     )
 
 
@@ -577,14 +244,10 @@ def _page_href(request: Request, after: str | None) -> str:
     security=("session",),
     tag="inbox",
 )
-async def runs_page(request: Request) -> Response:
+@signed_in()
+async def runs_page(page: SignedIn) -> Response:
     """Recent runs the approver may see, filtered by status and agent."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(_state(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = _state(request)
+    request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     status_text = q.get("status", "")
     status = RunStatus(status_text) if status_text in set(RunStatus) else None
@@ -610,8 +273,7 @@ async def runs_page(request: Request) -> Response:
         }
         for r in runs
     ]
-    return _render(
-        request,
+    return await page.render(
         "runs.html",
         {
             "page": "runs",
@@ -620,9 +282,6 @@ async def runs_page(request: Request) -> Response:
             "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
             "filters": {"status": status_text, "agent": agent},
         },
-        who=who,
-        pending=await _pending_count(request, cred),
-        cursor=cursor,
     )
 
 
@@ -634,24 +293,19 @@ async def runs_page(request: Request) -> Response:
     security=("session",),
     tag="inbox",
 )
-async def run_page(request: Request) -> Response:
+@signed_in()
+async def run_page(page: SignedIn) -> Response:
     """One run: status and outcome, its calls, the conversation and the audit trail."""
-    who = session(request)
-    if who is None:
-        return login_redirect(request)
-    cursor = await require_store(_state(request)).last_change_id()  # before reading
-    cred = who[0]
-    state = _state(request)
+    request, cred, state = page.request, page.cred, page.state
     try:
         run = await load_run(state, cred, request.path_params["run_id"])
     except ApiError as exc:
         return render_error(request, exc.status, "Run not available", exc.message)
     audit = await require_store(state).audit(run.id)
     now = utc_now()
-    cards = [call_view(run, c, cred, now, state.presenters) for c in run.calls]
+    cards = [call_view(run, c, cred, now, state.settings.presenters) for c in run.calls]
     link_next([c for c in cards if c["can_decide"] and not c["decision"]])
-    return _render(
-        request,
+    return await page.render(
         "run.html",
         {
             "page": "run",
@@ -663,22 +317,18 @@ async def run_page(request: Request) -> Response:
             and hasattr(require_store(state), "retry_interrupted")
             and cred.approver.may_start(run.agent)
             else "",
-            "approved_calls": [
+            "approved_calls": [  # re-running a call is deciding it again (issue 27)
                 c
                 for c in run.calls
-                if c.decision is not None and c.decision.kind.value == "approve"
+                if c.decision is not None
+                and c.decision.kind.value == "approve"
+                and cred.approver.may_decide(run.agent, c.tool_name)
             ],
             "messages": message_views(run.conversation),
             "audit": [audit_view(e, shown_to(cred, state.auth.secret)) for e in audit],
             "next": path("runs", run.id),
         },
-        who=who,
-        pending=await _pending_count(request, cred),
-        cursor=cursor,
     )
-
-
-# --------------------------------------------------------------------------- actions
 
 
 @operation(
@@ -692,11 +342,11 @@ async def run_page(request: Request) -> Response:
 )
 async def decide_form(request: Request) -> Response:
     """Record a decision from an inbox form, then go back (303) to the page it came from."""
-    cred, _, form = await _checked(request)
+    cred, _, form = await checked_form(request)
     run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
     kind = form.get("decision", "")
     if kind == "approve" and "args" in form:
-        decision = await edited_approval(_state(request), cred, run_id, call_id, form["args"])
+        decision = await edited_approval(state_of(request), cred, run_id, call_id, form["args"])
     elif kind == "approve":
         decision = Decision.approve()
     elif kind == "deny":
@@ -706,28 +356,28 @@ async def decide_form(request: Request) -> Response:
     else:
         raise ApiError(422, "invalid_request", "decision must be approve, deny or external")
     try:
-        _, run = await decide_call(_state(request), cred, run_id, call_id, decision)
+        _, run = await decide_call(state_of(request), cred, run_id, call_id, decision)
     except ApiError as exc:
         if exc.status != 409:
             raise
         return await _conflict_page(request, cred, run_id, call_id, exc)
     call = run.call(call_id)
-    nxt = _safe_next(form.get("next"), path("runs", run_id))
+    nxt = safe_next(form.get("next"), path("runs", run_id))
     after = form.get("after", "")
     fragment = after if after.startswith("call-") and after[5:].isalnum() else ""
     named = f"{call.tool_name} ({call_id})"
-    return RedirectResponse(_with_notice(request, nxt, kind, named, fragment), status_code=303)
+    return RedirectResponse(with_notice(request, nxt, kind, named, fragment), status_code=303)
 
 
 async def _conflict_page(
     request: Request, cred: Credential, run_id: str, call_id: str, exc: ApiError
 ) -> Response:
     """409 as a page that links the run and says who decided the call, and how."""
-    run = await load_run(_state(request), cred, run_id)
+    run = await load_run(state_of(request), cred, run_id)
     call = run.call(call_id)
     d = call.decision
     who = session(request)
-    return _render(
+    return render(
         request,
         "conflict.html",
         {
@@ -760,8 +410,8 @@ async def decide_run_form(request: Request) -> Response:
     Approve-all needs every undecided call to be an approval; each decision is recorded
     (and audited) on its own, so a conflict on one call leaves the others decided.
     """
-    cred, _, form = await _checked(request)
-    state = _state(request)
+    cred, _, form = await checked_form(request)
+    state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     kind = form.get("decision", "")
     calls = [c for c in run.undecided if cred.approver.may_decide(run.agent, c.tool_name)]
@@ -781,8 +431,8 @@ async def decide_run_form(request: Request) -> Response:
         raise ApiError(422, "invalid_request", "decision must be approve or deny")
     for c in calls:
         await decide_call(state, cred, run.id, c.call_id, decision)
-    nxt = _safe_next(form.get("next"), path("runs", run.id))
-    return RedirectResponse(_with_notice(request, nxt, f"{kind}-all"), status_code=303)
+    nxt = safe_next(form.get("next"), path("runs", run.id))
+    return RedirectResponse(with_notice(request, nxt, f"{kind}-all"), status_code=303)
 
 
 @operation(
@@ -797,13 +447,23 @@ async def decide_run_form(request: Request) -> Response:
 async def resolve_form(request: Request) -> Response:
     """Retry or cancel an INTERRUPTED run (needs a store with operator recovery).
 
-    Only approvers who may start runs of the agent may resolve its runs.
+    Only approvers who may start runs of the agent may resolve its runs, and a retry may
+    confirm (re-run) only calls of tools the approver may decide.
     """
-    cred, _, form = await _checked(request)
-    state = _state(request)
+    cred, _, form = await checked_form(request)
+    state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     if not cred.approver.may_start(run.agent):
         raise ApiError(403, "forbidden", f"{cred.approver.identity} may not resolve this run")
+    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by read_form
+    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
+    tools = {c.call_id: c.tool_name for c in run.calls}
+    for call_id in confirm:  # a confirmed call runs again: deciding it (issue 27)
+        tool = tools.get(call_id)
+        if tool is not None and not cred.approver.may_decide(run.agent, tool):
+            raise ApiError(
+                403, "forbidden", f'{cred.approver.identity} may not decide calls of tool "{tool}"'
+            )
     note = form.get("note", "").strip()
     if not note:
         raise ApiError(422, "invalid_request", "say what you checked: a note is required")
@@ -811,8 +471,6 @@ async def resolve_form(request: Request) -> Response:
     if not hasattr(store, "retry_interrupted"):
         raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
     action = form.get("action", "")
-    body = (await request.body()).decode()  # UTF-8 with UTF-8 escapes: checked by _form
-    confirm = [v for k, v in parse_qsl(body, errors="strict") if k == "confirm"]
     try:
         if action == "retry":
             await store.retry_interrupted(
@@ -841,7 +499,7 @@ async def resolve_form(request: Request) -> Response:
 )
 async def start_form(request: Request) -> Response:
     """Start a run from the inbox form, then show it (303 to its page)."""
-    cred, _, form = await _checked(request)
+    cred, _, form = await checked_form(request)
     deps_text = form.get("deps_ref", "").strip()
     try:
         deps_ref = parse_json(deps_text) if deps_text else None
@@ -857,10 +515,10 @@ async def start_form(request: Request) -> Response:
     # a form sent twice (a double click, a reload after a timeout) starts one run
     agent = form.get("agent", "")
     try:
-        run, _ = await start_for(_state(request), cred, agent, prompt, deps_ref, None, key)
+        run, _ = await start_for(state_of(request), cred, agent, prompt, deps_ref, None, key)
     except ApiError as exc:
         if exc.code != "idempotency_key_reused":
             raise
         # the same form edited and sent again (back, change, submit): another start
-        run, _ = await start_for(_state(request), cred, agent, prompt, deps_ref)
+        run, _ = await start_for(state_of(request), cred, agent, prompt, deps_ref)
     return RedirectResponse(path("runs", run.id), status_code=303)

@@ -235,6 +235,13 @@ def _security(spec: Operation) -> list[dict[str, list[str]]]:
     return required
 
 
+_Ref = Callable[..., dict[str, str]]
+"""`ref(model, mode="serialization")`: the `$ref` of a model's schema in the document."""
+
+_Described = list[tuple[str, list[str], str, Operation]]
+"""(path, path parameter names, method, operation) of every described route."""
+
+
 def openapi_document(
     routes: Iterable[BaseRoute], version: str, *, agents: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -246,18 +253,7 @@ def openapi_document(
     Raises:
         ValueError: a route's handler has no `Operation` (every route must be described).
     """
-    described: list[tuple[str, list[str], str, Operation]] = []
-    for route in routes:
-        if not isinstance(route, Route):
-            continue
-        spec = getattr(route.endpoint, "__openapi__", None)
-        if not isinstance(spec, Operation):
-            raise ValueError(f"route {route.path} has no Operation: add @operation(...)")
-        path, names = _path_of(route)
-        for method in sorted(route.methods or ()):
-            if method != "HEAD":
-                described.append((path, names, method.lower(), spec))
-
+    described = _described(routes)
     keys, top = models_json_schema(
         _models(op for *_, op in described), ref_template="#/components/schemas/{model}"
     )
@@ -272,114 +268,140 @@ def openapi_document(
                 if model is not None and "agent" in model.model_fields:
                     name = ref(model, "validation")["$ref"].rsplit("/", 1)[1]
                     schemas[name]["properties"]["agent"]["enum"] = sorted(agents)
-
     paths: dict[str, dict[str, Any]] = {}
     for path, names, method, spec in described:
-        params: list[dict[str, Any]] = [
-            {
-                "name": n,
-                "in": "path",
-                "required": True,
-                "description": "Any text, percent-encoded as one path segment (`/` as `%2F`).",
-                "schema": {"type": "string", "minLength": 1},
-            }
-            for n in names
-        ]
-        if spec.query is not None:
-            params += _query_params(spec.query, schemas)
-        params += [
-            {
-                "name": h,
-                "in": "header",
-                "description": d,
-                "schema": _HEADER_SCHEMAS.get(h, {"type": "string"}),
-            }
-            for h, d in spec.headers.items()
-        ]
-        responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
-        if spec.links:  # every success answer carries them (a start's 201, its repeat's 200)
-            for status in spec.responses:
-                if 200 <= status < 300:
-                    responses[str(status)]["links"] = {
-                        name: {"operationId": target, "parameters": dict(params)}
-                        for name, (target, params) in spec.links.items()
-                    }
-        if spec.response_headers:
-            responses["200"]["headers"] = {
-                name: {"description": d, "schema": {"type": "string"}}
-                for name, d in spec.response_headers.items()
-            }
-        # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
-        statuses = {400, *spec.errors} | ({503} if spec.security else set())
-        for status in sorted(statuses - set(spec.responses)):
-            if spec.tag == "api" or status in (408, 413):
-                responses[str(status)] = {
-                    "description": _ERRORS[status],
-                    "content": {"application/json": {"schema": ref(ErrorBody)}},
-                }
-            else:
-                responses[str(status)] = {
-                    "description": _ERRORS[status],
-                    "content": {HTML: {"schema": {"type": "string"}}},
-                }
-        op: dict[str, Any] = {
-            "operationId": spec.op_id,
-            "summary": spec.summary,
-            "tags": [spec.tag],
-            "security": _security(spec),
-            "responses": responses,
-        }
-        if params:
-            op["parameters"] = params
-        if spec.body is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": ref(spec.body, "validation")}},
-            }
-        if spec.form is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {
-                    "application/x-www-form-urlencoded": {"schema": ref(spec.form, "validation")}
-                },
-            }
-        paths.setdefault(path, {})[method] = op
-
+        paths.setdefault(path, {})[method] = _operation(spec, names, ref, schemas)
     return {
         "openapi": "3.1.0",
-        "info": {
-            "title": "golem approval service",
-            "version": version,
-            "description": "Start agent runs, decide their paused tool calls, follow changes. "
-            'Errors answer {"error": {"code", "message"}} and change nothing.',
-        },
+        "info": {"title": "golem approval service", "version": version, **_INFO},
         "servers": [{"url": "/"}],
-        "tags": [
-            {"name": "api", "description": "The JSON API (bearer tokens)."},
-            {"name": "inbox", "description": "The web inbox (session cookie, forms)."},
-        ],
+        "tags": _TAGS,
         "security": [{"bearer": []}],
         "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "An approver token (GOLEM_APPROVERS).",
-                },
-                "streamToken": {
-                    "type": "apiKey",
-                    "in": "query",
-                    "name": "stream_token",
-                    "description": "From POST /api/stream-token; only for /api/events.",
-                },
-                "session": {
-                    "type": "apiKey",
-                    "in": "cookie",
-                    "name": "golem_session",
-                    "description": "The inbox session (POST /login); forms also need its CSRF token.",
-                },
-            },
-        },
+        "components": {"schemas": schemas, "securitySchemes": _SECURITY_SCHEMES},
     }
+
+
+def _described(routes: Iterable[BaseRoute]) -> _Described:
+    """Every method of every `Route` with its `Operation` (HEAD left out)."""
+    described: _Described = []
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        spec = getattr(route.endpoint, "__openapi__", None)
+        if not isinstance(spec, Operation):
+            raise ValueError(f"route {route.path} has no Operation: add @operation(...)")
+        path, names = _path_of(route)
+        for method in sorted(route.methods or ()):
+            if method != "HEAD":
+                described.append((path, names, method.lower(), spec))
+    return described
+
+
+def _operation(
+    spec: Operation, names: list[str], ref: _Ref, schemas: dict[str, Any]
+) -> dict[str, Any]:
+    """The OpenAPI operation object of one route's method."""
+    op: dict[str, Any] = {
+        "operationId": spec.op_id,
+        "summary": spec.summary,
+        "tags": [spec.tag],
+        "security": _security(spec),
+        "responses": _responses(spec, ref),
+    }
+    params = _parameters(spec, names, schemas)
+    if params:
+        op["parameters"] = params
+    for model, media in ((spec.body, "application/json"), (spec.form, _FORM)):
+        if model is not None:
+            op["requestBody"] = {
+                "required": True,
+                "content": {media: {"schema": ref(model, "validation")}},
+            }
+    return op
+
+
+_FORM = "application/x-www-form-urlencoded"
+
+
+def _parameters(spec: Operation, names: list[str], schemas: dict[str, Any]) -> list[Any]:
+    """The path, query and header parameters of an operation."""
+    params: list[dict[str, Any]] = [
+        {
+            "name": n,
+            "in": "path",
+            "required": True,
+            "description": "Any text, percent-encoded as one path segment (`/` as `%2F`).",
+            "schema": {"type": "string", "minLength": 1},
+        }
+        for n in names
+    ]
+    if spec.query is not None:
+        params += _query_params(spec.query, schemas)
+    params += [
+        {
+            "name": h,
+            "in": "header",
+            "description": d,
+            "schema": _HEADER_SCHEMAS.get(h, {"type": "string"}),
+        }
+        for h, d in spec.headers.items()
+    ]
+    return params
+
+
+def _responses(spec: Operation, ref: _Ref) -> dict[str, Any]:
+    """An operation's answers: its own, their links and headers, then its errors."""
+    responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
+    if spec.links:  # every success answer carries them (a start's 201, its repeat's 200)
+        for status in spec.responses:
+            if 200 <= status < 300:
+                responses[str(status)]["links"] = {
+                    name: {"operationId": target, "parameters": dict(params)}
+                    for name, (target, params) in spec.links.items()
+                }
+    if spec.response_headers:
+        responses["200"]["headers"] = {
+            name: {"description": d, "schema": {"type": "string"}}
+            for name, d in spec.response_headers.items()
+        }
+    # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
+    statuses = {400, *spec.errors} | ({503} if spec.security else set())
+    for status in sorted(statuses - set(spec.responses)):
+        if spec.tag == "api" or status in (408, 413):
+            content: dict[str, Any] = {"application/json": {"schema": ref(ErrorBody)}}
+        else:
+            content = {HTML: {"schema": {"type": "string"}}}
+        responses[str(status)] = {"description": _ERRORS[status], "content": content}
+    return responses
+
+
+_INFO = {
+    "description": "Start agent runs, decide their paused tool calls, follow changes. "
+    'Errors answer {"error": {"code", "message"}} and change nothing.',
+}
+
+_TAGS = [
+    {"name": "api", "description": "The JSON API (bearer tokens)."},
+    {"name": "inbox", "description": "The web inbox (session cookie, forms)."},
+]
+
+_SECURITY_SCHEMES = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An approver token (GOLEM_APPROVERS).",
+    },
+    "streamToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": "stream_token",
+        "description": "From POST /api/stream-token; only for /api/events.",
+    },
+    "session": {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "golem_session",
+        "description": "The inbox session (POST /login); forms also need its CSRF token.",
+    },
+}

@@ -1,6 +1,6 @@
 """The pydantic models of the JSON API: what requests may hold and what responses hold.
 
-The same models validate incoming bodies and query strings (`golem.service.api`), shape
+The same models validate incoming bodies and query strings (`golem.service.bodies`), shape
 every JSON response, and are the schemas of the OpenAPI document (`golem.service.openapi`),
 so the document cannot drift from what the service does. Numbers that are not finite
 (a `NaN` saved by a Python caller in a `deps_ref` or an output) serialize as `null`.
@@ -373,7 +373,7 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{27}$")] = (
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = (
         Field(
             description="The entry's audit ID (its place in the whole log) for an approver who "
             "sees every agent; for others an opaque reference, the same for the same entry "

@@ -14,7 +14,7 @@ The stream is push-fed: between batches it sleeps on the store's `ChangeFeed` un
 audit log grows past its cursor — woken by PostgreSQL `NOTIFY` or, on SQLite, by the one
 poller the process shares — so an idle stream runs no queries of its own (at most one per
 keep-alive) and holds only its cursor. A store without a change feed is polled every
-`stream_poll_interval` seconds (see `create_app`).
+`stream_poll_interval` seconds (`ServiceSettings`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from golem.durable.store import (
     StoreTimeout,
 )
 from golem.errors import StoreError
-from golem.service.api import ApiError, ServiceState, audit_json, require_store
+from golem.service.api import audit_json
 from golem.service.auth import Credential
-from golem.service.inbox import session
-from golem.service.limits import seal_cursor, start_cursor
+from golem.service.credentials import session
+from golem.service.errors import ApiError
+from golem.service.positions import seal_cursor, start_cursor
+from golem.service.state import ServiceState, require_store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -157,7 +159,7 @@ async def _follow(
     start = seal_cursor(secret, cursor)
     yield "retry: 2000\n\n"
     yield _sse("hello", {"cursor": start, "identity": cred.approver.identity}, start)
-    beat = _now() + state.stream_heartbeat  # the next keep-alive, on a fixed schedule
+    beat = _now() + state.settings.stream_heartbeat  # the next keep-alive, on a fixed schedule
     batch: list[AuditEntry] | None = first
     while True:
         if batch is None:
@@ -176,7 +178,7 @@ async def _follow(
         if now >= beat:  # due, busy or idle: a long run of hidden entries sends it too
             yield ": keep-alive\n\n"
             while beat <= now:
-                beat += state.stream_heartbeat
+                beat += state.settings.stream_heartbeat
         if batch:
             batch = None
             continue
@@ -184,7 +186,7 @@ async def _follow(
         if await request.is_disconnected():
             return
         if feed is None:  # a store without a change feed: poll
-            await asyncio.sleep(min(state.stream_poll_interval, max(beat - now, 0.0)))
+            await asyncio.sleep(min(state.settings.stream_poll_interval, max(beat - now, 0.0)))
         else:  # sleep until the log grows past the cursor (or a keep-alive is due)
             await feed.wait_for_change(cursor, timeout=max(beat - _now(), 0.0))
 

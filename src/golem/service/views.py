@@ -24,6 +24,7 @@ from golem._display import has_hidden, reveal_parts
 from golem.durable.store import AuditEntry, PendingCallRecord, RunRecord, RunStatus
 from golem.messages import loads_history
 from golem.service.auth import Credential
+from golem.service.positions import entry_id
 
 __all__ = ["Presentation", "Presenter"]
 
@@ -221,7 +222,7 @@ def _editable_json(raw: str) -> str:
 class Presentation:
     """How the inbox presents a call of one tool: a title, a summary line, a before/after diff.
 
-    Returned by a presenter (`create_app(presenters={"deploy": fn})`, `fn(args) ->
+    Returned by a presenter (`ServiceSettings(presenters={"deploy": fn})`, `fn(args) ->
     Presentation`); every string is shown escaped, with hidden characters revealed.
     """
 
@@ -489,9 +490,7 @@ def run_view(run: RunRecord, now: datetime) -> dict[str, Any]:
 
 
 def audit_view(e: AuditEntry, secret: bytes | None = None) -> dict[str, Any]:
-    """An audit entry as the pages show it (`secret`: see `golem.service.api.entry_id`)."""
-    from golem.service.api import entry_id
-
+    """An audit entry as the pages show it (`secret`: see `golem.service.positions.entry_id`)."""
     detail = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in e.detail.items())
     return {
         "id": entry_id(e, secret),

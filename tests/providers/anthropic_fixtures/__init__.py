@@ -13,7 +13,7 @@ import httpx
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
 from golem.providers.anthropic import AnthropicModel
-from tests.providers._recordings import Interaction, all_interactions
+from tests.support.recordings import Interaction, all_interactions
 
 API = "anthropic"
 MESSAGES_URI = "https://api.anthropic.com/v1/messages?"

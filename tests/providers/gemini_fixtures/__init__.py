@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from golem.providers.gemini import GeminiModel
-from tests.providers._recordings import Interaction, all_interactions, load
+from tests.support.recordings import Interaction, all_interactions, load
 
 API = "gemini"
 

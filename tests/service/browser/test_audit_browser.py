@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, open_store
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.browser.test_inbox_browser import browser as browser
 
@@ -55,7 +55,7 @@ def served(tmp_path: Path) -> Iterator[str]:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright owns this loop
         pool.submit(asyncio.run, _seed(url)).result()
     auth = AuthConfig(tokens={TOKEN: Approver("bob@example.com", agents=frozenset({"billing"}))})
-    app = create_app({}, url, auth=auth)
+    app = create_app(ServiceSettings({}, url, auth=auth))
     with serve(app) as base:
         yield base
 

@@ -25,7 +25,7 @@ import pytest
 from golem.durable.store import CallKind, Decision, NewCall, NewRun
 from golem.durable.store.sqlite import SQLiteStore
 from golem.messages import Message, ToolCall, dumps_history
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.notify import Webhook
 from tests.service._server import serve
 from tests.service.agents import build_registry
@@ -107,12 +107,14 @@ def base(tmp_path: Path) -> Iterator[str]:
     seeding.start()
     seeding.join()
     app = create_app(
-        build_registry(),
-        f"sqlite:///{db}",
-        auth=AuthConfig(tokens={TOKEN: Approver(IDENTITY)}),
-        # a webhook no one answers: the delivery log shows the runs' IDs and errors
-        webhooks=[Webhook("http://127.0.0.1:9/hook")],
-        stream_poll_interval=0.05,
+        ServiceSettings(
+            build_registry(),
+            f"sqlite:///{db}",
+            auth=AuthConfig(tokens={TOKEN: Approver(IDENTITY)}),
+            # a webhook no one answers: the delivery log shows the runs' IDs and errors
+            webhooks=[Webhook("http://127.0.0.1:9/hook")],
+            stream_poll_interval=0.05,
+        )
     )
     with serve(app) as url:
         yield url

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from golem.cli.demo import build_registry
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
 
 pytestmark = pytest.mark.browser
@@ -58,7 +58,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
-    app = create_app(
+    app = create_app(ServiceSettings(
         build_registry(),
         f"sqlite:///{tmp_path / 'inbox.db'}",
         auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
@@ -66,7 +66,7 @@ def base(tmp_path: Path) -> Iterator[str]:
         worker_poll_interval=0.05,
         stream_poll_interval=0.05,
         undo_seconds=1,
-    )
+    ))
     with serve(app) as url:
         yield url
 
@@ -189,13 +189,13 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
     from golem.errors import StoreError
     from tests.service.test_store_unavailable import fail_every_call
 
-    app = create_app(
+    app = create_app(ServiceSettings(
         build_registry(),
         f"sqlite:///{tmp_path / 'away.db'}",
         auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
         stream_poll_interval=0.05,
         stream_heartbeat=0.2,
-    )
+    ))
     with serve(app) as base:
         context = browser.new_context()
         try:
@@ -206,7 +206,7 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
             page.click("#sign-in")
             page.wait_for_url(f"{base}/")
             page.wait_for_selector("#live-dot[data-state=open]")
-            store = app.state.golem.durable.store
+            store = app.state.golem.store
             fail_every_call(store, StoreError("postgresql: the database system is starting up"))
             page.wait_for_selector("#live-dot[data-state=error]")  # refused: 503
             for name in [n for n in vars(store) if n in dir(Store)]:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from golem.durable.store import Decision, open_store
-from golem.service import Approver, AuthConfig, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.browser._queue import QUEUE, seed
@@ -43,7 +43,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
     auth = AuthConfig(
         tokens={TOKEN: Approver("alice@example.com"), OTHER: Approver("bob@example.com")}
     )
-    app = create_app(build_registry(), url, auth=auth, stream_poll_interval=0.05, undo_seconds=2)
+    app = create_app(
+        ServiceSettings(build_registry(), url, auth=auth, stream_poll_interval=0.05, undo_seconds=2)
+    )
     with serve(app) as base:
         yield base, url
 
@@ -301,10 +303,12 @@ def test_webhook_deliveries_are_visible_to_operators(browser: Any, tmp_path: Pat
     try:
         url = f"sqlite:///{tmp_path / 'hooks.db'}"
         app = create_app(
-            build_registry(),
-            url,
-            auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
-            webhooks=[Webhook(receiver.url + "/golem", secret=b"s")],
+            ServiceSettings(
+                build_registry(),
+                url,
+                auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
+                webhooks=[Webhook(receiver.url + "/golem", secret=b"s")],
+            )
         )
         with serve(app) as base:
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as h:

@@ -37,11 +37,12 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from golem.durable.store._feed import ChangeFeed
-from golem.durable.store._sql import utc_now
+from golem.durable.store._tx import utc_now
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
     MAX_RUN_ID,
+    MAX_SECONDS,
     AuditAction,
     AuditEntry,
     AuditPage,
@@ -78,6 +79,7 @@ __all__ = [
     "EXPIRY_ACTOR",
     "EXPIRY_REASON",
     "MAX_RUN_ID",
+    "MAX_SECONDS",
     "AuditAction",
     "AuditEntry",
     "AuditPage",
@@ -123,7 +125,9 @@ class Store(Protocol):
 
     Every method is a single transaction: it either applies completely (with its audit
     entries) or not at all. Implementations are safe to use from several processes on one
-    database; one instance is used from one event loop.
+    database; one instance is used from one event loop. Run, call and worker IDs and text
+    filters are `str` (anything else: `TypeError`, before any transaction); an ID no
+    database can hold (a NUL, a lone surrogate) is simply not found, on every backend.
     """
 
     async def schema_version(self) -> int:
@@ -325,7 +329,9 @@ class Store(Protocol):
 
         COMPLETED and FAILED store the outcome; PAUSED also saves `outcome.next_run` as a
         new PENDING run of the same conversation with `parent_run_id=run_id`, linked from
-        this run's `child_run_id`. Audits the outcome's action. Returns the finished run.
+        this run's `child_run_id`. Each of `outcome.refused` that is an approved call of the
+        run becomes a denial by `worker:<worker_id>` with its reason (audit `decided`, with
+        `approved_by`). Audits the outcome's action. Returns the finished run.
 
         Raises:
             RunNotFound: no such run.
@@ -482,7 +488,8 @@ async def open_store(url: str | Path) -> Store:
     """
     text = str(url)
     if text.startswith(("postgresql://", "postgres://")):
-        from golem.durable.store.postgres import PostgresStore, split_url
+        from golem.durable.store._pg_setup import split_url
+        from golem.durable.store.postgres import PostgresStore
 
         dsn, options = split_url(text)
         return await PostgresStore.open(dsn, **options)

@@ -26,6 +26,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from golem.durable.store.records import check_seconds
+
 __all__ = ["ChangeFeed"]
 
 log = logging.getLogger("golem.durable.store")
@@ -56,17 +58,15 @@ class ChangeFeed:
         hint: Hint | None = None,
         hint_interval: float | None = None,
     ) -> None:
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be positive, got {poll_interval!r}")
         if (hint is None) != (hint_interval is None):
             raise ValueError("hint and hint_interval go together")
-        if hint_interval is not None and not hint_interval > 0:
-            raise ValueError(f"hint_interval must be positive, got {hint_interval!r}")
         self._probe = probe
-        self.poll_interval = float(poll_interval)
+        self.poll_interval = check_seconds("poll_interval", poll_interval)
         """Seconds between probes of the shared poller (while anyone waits)."""
         self._hint = hint
-        self.hint_interval = None if hint_interval is None else float(hint_interval)
+        self.hint_interval = (
+            None if hint_interval is None else check_seconds("hint_interval", hint_interval)
+        )
         """Seconds between looks at the hint (None: the feed has no hint)."""
         self._last_id = 0
         self._ready = 0

@@ -27,6 +27,8 @@ StoreError
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -38,6 +40,7 @@ __all__ = [
     "EXPIRY_ACTOR",
     "EXPIRY_REASON",
     "MAX_RUN_ID",
+    "MAX_SECONDS",
     "AuditAction",
     "AuditEntry",
     "AuditPage",
@@ -269,6 +272,29 @@ class InvalidRunId(StoreError, ValueError):
 
 MAX_RUN_ID = 200
 """The longest run ID a store saves (characters): an ID that fits in any URL, escaped."""
+
+
+MAX_SECONDS = 10 * 366 * 24 * 3600.0
+"""The longest duration, in seconds (about ten years), that a store, a worker or the command
+line takes for a lease, an interval or an expiry: a longer one is a typo, and past the year
+9999 no deadline can be written down."""
+
+
+def check_seconds(name: str, value: float, *, zero: bool = False) -> float:
+    """`value` as a float, when it is a finite number of seconds above 0 (or 0 itself, given
+    `zero`) and at most `MAX_SECONDS`.
+
+    Raises:
+        ValueError: anything else (named `name` in the message).
+    """
+    low = "0 or more" if zero else "above 0"
+    problem = f"{name} must be a number of seconds {low} and at most {MAX_SECONDS:.0f}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{problem}, got {value!r}")
+    seconds = float(value) if abs(value) <= MAX_SECONDS else math.inf  # no float of 10**400
+    if not math.isfinite(seconds) or not (seconds >= 0 if zero else seconds > 0):
+        raise ValueError(f"{problem}, got {value!r}")
+    return seconds
 
 
 def check_run_id(run_id: str) -> None:
@@ -516,6 +542,12 @@ class Outcome:
     """For PAUSED: the new pending run (its `parent_run_id` is set by the store).
 
     None on outcomes read back from the store: see `RunRecord.child_run_id`.
+    """
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """For `Store.finish`: approved calls of the run this resume did not execute, each with
+    the reason (a retry of an interrupted run refuses a call that may already have run).
+    `finish` records each as a denial by the worker, audited `decided`, so an approved
+    call of a finished run reads as executed only when it was. Empty when read back.
     """
 
     @classmethod

@@ -1,31 +1,9 @@
 """`SQLiteStore`: the embedded default store (stdlib `sqlite3`, one file, WAL).
 
-Several processes may use one database file: WAL lets readers proceed while one writer
-commits, every writing transaction starts with `BEGIN IMMEDIATE` (so a claim or decision
-takes the write lock before it reads what it will change), and a busy timeout makes
-contending writers wait instead of failing.
-
-No statement runs on the event loop. The store owns two threads, each with its own
-connection: a **writer** that runs the writing transactions one after another, and a
-**reader** for listings and lookups (WAL readers never wait for the writer). Each store
-method is one transaction that the thread runs to its end — commit, or rollback on an
-error — so cancelling the awaiting task never leaves a transaction open or the write lock
-held; the operation then either happened completely or not at all.
-
-Group commit: when write jobs queue up behind the one the writer is running (many runs in
-flight), the writer runs up to 32 of them in one transaction and reports their results only
-after the shared `COMMIT`; if that fails, every job of the batch fails with `StoreError` and
-none happened (docs/adr/0036-sqlite-group-commit.md). The jobs first run without savepoints;
-if one raises, that attempt is rolled back and the batch runs again with a savepoint per
-job, so the failing job is rolled back alone (docs/adr/0043-optimistic-group-commit.md).
-
-SQLite has no notifications: commits of this store wake this process's waiters at once,
-and one shared poller per store looks for other processes' commits while anyone waits. Every
-`watch_interval` seconds it looks at the write-ahead log's modification time and size
-(`<db>-wal`, which every commit writes) — one `stat`, no statement, no thread hop, no open
-file — and only when they changed does it query the newest audit ID on the reader thread;
-it queries every `poll_interval` seconds whatever the log looks like
-(docs/adr/0042-sqlite-wal-index-watch.md).
+Several processes may share the file. A writer thread runs writing transactions one after
+another (`BEGIN IMMEDIATE`, queued ones grouped into one commit, ADR 0036 and 0043), a reader
+thread the reads; no statement runs on the event loop. Other processes' commits are noticed
+by watching the write-ahead log and polling (ADR 0042).
 """
 
 from __future__ import annotations
@@ -41,9 +19,10 @@ from typing import Any, TypeVar
 
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import migrate
-from golem.durable.store._sql import Later, SQLStore, Stats, Tx
+from golem.durable.store._sql import SQLStore
 from golem.durable.store._threads import DatabaseThreads, Slot
-from golem.durable.store.records import StoreReadOnly
+from golem.durable.store._tx import Later, Stats, Tx
+from golem.durable.store.records import StoreReadOnly, check_seconds
 from golem.errors import StoreError
 
 __all__ = ["SQLiteStore"]
@@ -165,12 +144,11 @@ class SQLiteStore(SQLStore):
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file::memory:"):
             raise ValueError(f"SQLiteStore needs a database file path, got {text!r}")
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
-        if watch_interval is not None and not watch_interval > 0:
-            raise ValueError(f"watch_interval must be positive or None, got {watch_interval!r}")
+        busy_timeout = check_seconds("busy_timeout", busy_timeout, zero=True)
+        if watch_interval is not None:
+            watch_interval = check_seconds("watch_interval", watch_interval)
         self.path = Path(text)
-        self.busy_timeout = float(busy_timeout)
+        self.busy_timeout = busy_timeout
         self.stats = Stats()
         self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
         """When a list before first use: every statement the store runs, with its parameters

@@ -24,22 +24,21 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
+from golem.providers._answers import deltas_of
+from golem.providers._client import (
     HTTPModel,
     LoopBoundClient,
-    RequestTag,
-    WholeBody,
     api_key_from_env,
-    deltas_of,
     is_json,
-    iter_sse,
-    parse_json_body,
     post_json,
-    raise_for_status,
     read_body,
     refuse_html,
     translate_transport_errors,
 )
+from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import WholeBody, iter_sse
+from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
     parse_stream,
@@ -53,7 +52,6 @@ from golem.providers.anthropic._wire import (
     PROVIDER,
     OutputMode,
     build_request_body,
-    parse_response,
 )
 
 __all__ = ["AnthropicModel", "OutputMode"]
@@ -94,6 +92,8 @@ class AnthropicModel(HTTPModel):
         AuthenticationError: no key was passed and `ANTHROPIC_API_KEY` is not set.
         ValueError: an argument is out of range.
     """
+
+    provider = "anthropic"
 
     def __init__(
         self,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from golem.errors import ProviderConnectionError, ProviderError
-from golem.providers._http import error_from_response
+from golem.providers._errors import error_from_response
 
 __all__ = ["STATUS_BY_ERROR_TYPE", "error_from_event", "incomplete_stream"]
 

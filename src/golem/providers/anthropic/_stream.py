@@ -15,10 +15,11 @@ from typing import Any
 
 from golem.errors import ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import object_text, parse_event_data, sse_events, unique_call_id
+from golem.providers._answers import unique_call_id
+from golem.providers._jsonio import object_text, parse_event_data
+from golem.providers._sse import sse_events
 from golem.providers.anthropic._errors import error_from_event, incomplete_stream
-from golem.providers.anthropic._wire import (
-    PROVIDER,
+from golem.providers.anthropic._response import (
     RawArgs,
     fresh_call_id,
     input_text,
@@ -27,6 +28,7 @@ from golem.providers.anthropic._wire import (
     usage_from,
     with_container,
 )
+from golem.providers.anthropic._wire import PROVIDER
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
 

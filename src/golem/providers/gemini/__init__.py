@@ -23,19 +23,17 @@ import httpx
 
 from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
+from golem.providers._client import (
     HTTPModel,
     LoopBoundClient,
-    RequestTag,
-    WholeBody,
     api_key_from_env,
-    iter_sse,
-    parse_json_body,
-    raise_for_status,
     read_body,
     refuse_html,
     translate_transport_errors,
 )
+from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
@@ -57,6 +55,8 @@ class GeminiModel(HTTPModel):
     Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
     tree with `retryable` set; the adapter itself never retries.
     """
+
+    provider = "gcp.gemini"
 
     def __init__(
         self,
@@ -127,8 +127,9 @@ class GeminiModel(HTTPModel):
     def __repr__(self) -> str:
         return f"GeminiModel({self.model!r}, base_url={self.base_url!r})"
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        """The JSON body this model sends for `request`."""
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request` (the same streamed or not: Gemini
+        streams at another URL, `url(stream=True)`)."""
         return build_request_body(request, **self._settings)
 
     def url(self, *, stream: bool = False) -> str:
@@ -154,7 +155,7 @@ class GeminiModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`).
         """
-        body = self.build_body(request)
+        body = self.request_body(request)
         client = await self._clients.get()
         with translate_transport_errors(PROVIDER):
             sent = client.build_request(
@@ -180,7 +181,7 @@ class GeminiModel(HTTPModel):
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        body = self.build_body(request)
+        body = self.request_body(request)
         parser = StreamParser()
         with translate_transport_errors(PROVIDER):
             async with (await self._clients.get()).stream(

@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._http import MAX_RETRY_AFTER, error_from_response, finite_seconds, json_text
+from golem.providers._errors import error_from_response
+from golem.providers._jsonio import json_text
+from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 

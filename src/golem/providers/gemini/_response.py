@@ -36,16 +36,14 @@ from golem.errors import BadRequest, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._http import (
+from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id
+from golem.providers._jsonio import (
     MAX_TOKEN_COUNT,
-    RUN_SEPARATOR,
     args_json,
     json_text,
-    named_calls,
     object_text,
     raw_json,
     token_count,
-    unique_call_id,
 )
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
@@ -258,22 +256,7 @@ class ResponseBuilder:
         if isinstance(text, str):
             if part.get("thought") is True:
                 return self._add_thought(text, signature)
-            self._open = None
-            if not text and not signature:
-                return None
-            if text and self._separated and self._length:
-                text = RUN_SEPARATOR + text
-            if text:
-                self._separated = False
-            self._length += len(text)
-            self._text.append(text)
-            thinking: list[ThinkingDelta] = []
-            if signature:
-                block = _Block(len(self._blocks), "", signature)
-                self._blocks.append(block)
-                if self._deltas:
-                    thinking.append(ThinkingDelta(index=block.index, signature=signature))
-            return Delta(content=text, thinking=thinking) if self._deltas else None
+            return self._add_text(text, signature)
         self._open = None
         for key, name in SERVER_PARTS.items():
             inner = part.get(key)
@@ -339,6 +322,25 @@ class ResponseBuilder:
                 )
             ]
         )
+
+    def _add_text(self, text: str, signature: str) -> Delta | None:
+        """A text part of the answer (a signature on it kept as a signature-only block)."""
+        self._open = None
+        if not text and not signature:
+            return None
+        if text and self._separated and self._length:
+            text = RUN_SEPARATOR + text
+        if text:
+            self._separated = False
+        self._length += len(text)
+        self._text.append(text)
+        thinking: list[ThinkingDelta] = []
+        if signature:
+            block = _Block(len(self._blocks), "", signature)
+            self._blocks.append(block)
+            if self._deltas:
+                thinking.append(ThinkingDelta(index=block.index, signature=signature))
+        return Delta(content=text, thinking=thinking) if self._deltas else None
 
     def _add_thought(self, text: str, signature: str) -> Delta | None:
         if not text and not signature:

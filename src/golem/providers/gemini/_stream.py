@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
-from golem.providers._http import parse_json_body, sse_events
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
 from golem.providers.gemini._response import ResponseBuilder
 

@@ -20,12 +20,8 @@ from urllib.parse import urlsplit
 
 from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
-from golem.providers._http import (
-    CHAT_AUDIO_PREFIX,
-    RESPONSES_REASONING_PREFIX,
-    in_order,
-    json_object,
-)
+from golem.providers._answers import FOREIGN_PART_PREFIXES, RESPONSES_REASONING_PREFIX, in_order
+from golem.providers._jsonio import json_object
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -281,7 +277,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         parts.extend(part for _, part in server)
     for p in m.parts:
         media = _part(p)
-        if p.signature and not p.signature.startswith(CHAT_AUDIO_PREFIX):
+        if p.signature and not p.signature.startswith(FOREIGN_PART_PREFIXES):
             media["thoughtSignature"] = p.signature
         parts.append(media)
     for i, c in enumerate(m.tool_calls):

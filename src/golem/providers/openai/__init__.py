@@ -23,20 +23,18 @@ import httpx
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import (
+from golem.providers._client import (
     HTTPModel,
     LoopBoundClient,
-    RequestTag,
-    WholeBody,
     is_json,
-    iter_sse,
-    parse_json_body,
     post_json,
-    raise_for_status,
     read_body,
     refuse_html,
     translate_transport_errors,
 )
+from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
 from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
@@ -90,6 +88,8 @@ class OpenAIChatModel(HTTPModel):
         ValueError: an invalid setting (empty model, non-positive timeout, unknown role).
     """
 
+    provider = "openai"
+
     def __init__(
         self,
         model: str,
@@ -122,7 +122,7 @@ class OpenAIChatModel(HTTPModel):
             extra_headers=extra_headers,
             user_agent=_USER_AGENT,
         )
-        self.model_name = model
+        self.model = model
         """The model name sent with each request."""
         self.base_url = root
         """The API root requests go to (`<base_url>/chat/completions`)."""
@@ -145,15 +145,19 @@ class OpenAIChatModel(HTTPModel):
         self._clients = LoopBoundClient(http_client, timeout)
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model_name!r}, base_url={self.base_url!r})"
+        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
 
     @property
     def options(self) -> RequestOptions:
         """What this model adds to every request body (for `build_request_body`)."""
         return self._options
 
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_request_body(request, self._options, stream=stream)
+
     def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = build_request_body(request, self._options, stream=stream)
+        body = self.request_body(request, stream=stream)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

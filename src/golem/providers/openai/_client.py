@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from golem.providers._http import api_key_from_env
+from golem.providers._client import api_key_from_env
 
 __all__ = ["DEFAULT_BASE_URL", "check_settings", "endpoint"]
 

@@ -1,6 +1,6 @@
 """Errors that Chat Completions servers report inside a 200 response.
 
-HTTP error statuses are classified by `golem.providers._http.error_from_response`. Some
+HTTP error statuses are classified by `golem.providers._errors.error_from_response`. Some
 failures arrive after the status line instead: an `error` object in the SSE stream (OpenAI,
 OpenRouter) or in a 200 body (some compatible servers), or vLLM's `{"object": "error",
 "code": 400, ...}`. They are classified like the equivalent HTTP status.
@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 
 from golem.errors import ProviderError
-from golem.providers._http import error_from_response, json_text
+from golem.providers._errors import error_from_response
+from golem.providers._jsonio import json_text
 
 __all__ = ["error_from_payload", "payload_status"]
 

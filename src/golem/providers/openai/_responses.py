@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._http import HTTPModel, LoopBoundClient, RequestTag, post_json, post_sse
+from golem.providers._client import HTTPModel, LoopBoundClient, post_json, post_sse
+from golem.providers._errors import RequestTag
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
@@ -65,6 +66,8 @@ class OpenAIResponsesModel(HTTPModel):
         ValueError: an invalid setting (empty model, non-positive timeout or max_tokens).
     """
 
+    provider = "openai"
+
     def __init__(
         self,
         model: str,
@@ -97,7 +100,7 @@ class OpenAIResponsesModel(HTTPModel):
             encrypted_reasoning = reasoning_effort is not None or bool(
                 _REASONING_MODEL.match(model)
             )
-        self.model_name = model
+        self.model = model
         """The model name sent with each request."""
         self.base_url = root
         """The API root requests go to (`<base_url>/responses`)."""
@@ -118,7 +121,7 @@ class OpenAIResponsesModel(HTTPModel):
         self._clients = LoopBoundClient(http_client, timeout)
 
     def __repr__(self) -> str:
-        return f"OpenAIResponsesModel({self.model_name!r}, base_url={self.base_url!r})"
+        return f"OpenAIResponsesModel({self.model!r}, base_url={self.base_url!r})"
 
     @property
     def options(self) -> ResponsesOptions:

@@ -18,7 +18,9 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import deltas_of, parse_event_data, sse_events, unique_call_id
+from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._jsonio import parse_event_data
+from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -111,18 +113,7 @@ class ResponsesStreamParser:
                 raise error_from_payload(event)
             return None  # not an event this parser knows
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
-            text = event.get("delta")
-            if not isinstance(text, str) or not text:
-                return None
-            index = event.get("output_index")
-            if index is None:  # a server that names the item only by its ID
-                index = event.get("item_id")
-            if self._separated:  # text before a built-in tool's item: a blank line between
-                if self._texted is not _NOTHING or self._told:
-                    text = "\n\n" + text
-                self._separated = False
-            self._texted = index
-            return Delta(content=text)
+            return self._text_delta(event)
         if kind == "response.function_call_arguments.delta":
             fragment = event.get("delta")
             n = self._calls.get(_key(event))
@@ -176,6 +167,21 @@ class ResponsesStreamParser:
             error = event.get("error") or {k: v for k, v in event.items() if k != "type"}
             raise error_from_payload({"error": error})
         return None
+
+    def _text_delta(self, event: Mapping[str, Any]) -> Delta | None:
+        """A fragment of an output message's text (or refusal)."""
+        text = event.get("delta")
+        if not isinstance(text, str) or not text:
+            return None
+        index = event.get("output_index")
+        if index is None:  # a server that names the item only by its ID
+            index = event.get("item_id")
+        if self._separated:  # text before a built-in tool's item: a blank line between
+            if self._texted is not _NOTHING or self._told:
+                text = "\n\n" + text
+            self._separated = False
+        self._texted = index
+        return Delta(content=text)
 
     def _added(self, event: Mapping[str, Any]) -> Delta | None:
         item = event.get("item")

@@ -9,36 +9,29 @@ reasoning model sees its own reasoning on the next turn, also after a pause and 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import (
+from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
+    RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
-    args_json,
     in_order,
-    json_object,
-    json_text,
     named_calls,
-    raw_json,
-    token_count,
     unique_call_id,
 )
+from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
 from golem.providers.openai._errors import error_from_payload
-from golem.providers.openai._wire import (
-    ARGS_ENCODER,
-    _schema_name,
-    _wire_args,
-    strict_compatible,
-    synthesize_call_id,
-)
+from golem.providers.openai._schemas import schema_name, strict_compatible
+from golem.providers.openai._wire import ARGS_ENCODER, synthesize_call_id, wire_args
 from golem.usage import Usage
 
 __all__ = [
@@ -133,7 +126,7 @@ def build_responses_body(
         body["text"] = {
             "format": {
                 "type": "json_schema",
-                "name": _schema_name(schema),
+                "name": schema_name(schema),
                 "schema": schema,
                 "strict": options.strict and strict_compatible(schema),
             }
@@ -195,7 +188,9 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
             items.append({"role": "user", "content": _user_content(m)})
         elif m.role == "assistant":
             _assistant_items(m, items, store)
-            media = list(m.parts)  # assistant output takes text only: the media follow it
+            # assistant output takes text only: the media follow it (but for the images of
+            # image generation calls that went back themselves, with `store`)
+            media = [p for p in m.parts if not (store and _sent_image(m, p))]
         elif m.role == "tool":
             output: str | list[dict[str, Any]] = m.content
             if m.parts:
@@ -208,6 +203,17 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
     if not any(i.get("role") == "user" for i in items):
         items.insert(0, {"role": "user", "content": ""})
     return items
+
+
+def _sent_image(m: Message, p: Part) -> bool:
+    """Whether `p` is the image of one of `m`'s image generation calls (sent back with `store`)."""
+    if not p.signature.startswith(RESPONSES_IMAGE_PREFIX):
+        return False
+    call_id = p.signature[len(RESPONSES_IMAGE_PREFIX) :]
+    return any(
+        b.provider == BLOCKS and b.type == "image_generation_call" and b.id == call_id
+        for b in m.server_tools
+    )
 
 
 def _media_item(parts: list[Part]) -> dict[str, Any]:
@@ -242,16 +248,23 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
         (b, item)
         for b in m.server_tools
         if b.provider == BLOCKS
-        and (store or b.type in _SELF_CONTAINED)
+        and (store or b.type in _SELF_CONTAINED or b.type == PHASE)
+        and b.type != MODERATION
         and (item := json_object(b.raw)) is not None
     ]
+    phase = ""
     for part in in_order(m, server):
         if isinstance(part, ThinkingBlock):
             reasoning = _reasoning_item(part)
             if reasoning is not None:
                 items.append(reasoning)
         elif isinstance(part, slice):
-            items.append({"role": "assistant", "content": m.content[part]})
+            text: dict[str, Any] = {"role": "assistant", "content": m.content[part]}
+            if phase:
+                text["phase"] = phase
+            items.append(text)
+        elif part.get("type") == "message":  # a phase mark: the text after it has that phase
+            phase = _str(part.get("phase"))
         else:
             items.append(part)
     for c in m.tool_calls:
@@ -260,7 +273,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
                 "type": "function_call",
                 "call_id": c.id,
                 "name": c.name,
-                "arguments": _wire_args(c.args),
+                "arguments": wire_args(c.args),
             }
         )
 
@@ -380,8 +393,9 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     built-in tool's call) is joined by a blank line. Annotations on the text become
     `Citation`s (their indexes moved to the message's text). Built-in tool items (web
     search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
-    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat. Call IDs
-    are made unique within the response (`unique_call_id`).
+    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat (an image
+    generation's picture also as an image part), as is the `phase` of a message item (a
+    mark where its text starts, ADR 0081). Call IDs are made unique (`unique_call_id`).
     """
     seen: set[str] = set()
     text: list[str] = []
@@ -389,6 +403,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
     calls: list[ToolCall] = []
     citations: list[Citation] = []
     server: list[ServerToolBlock] = []
+    parts: list[Part] = []
     refused = False
     separated = texted = False
     pos = 0
@@ -397,6 +412,9 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             continue
         kind = item.get("type")
         if kind == "message":
+            mark = _phase_mark(item, pos, len(thinking))
+            if mark is not None:
+                server.append(mark)
             for part in _list(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
@@ -427,17 +445,10 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             )
         else:
             separated = True
-            server.append(
-                ServerToolBlock(
-                    provider=BLOCKS,
-                    type=_str(kind),
-                    id=_str(item.get("id")),
-                    name=_str(item.get("name")) or _str(kind).removesuffix("_call"),
-                    raw=raw_json(dict(item)),
-                    at=pos,
-                    thinking_before=len(thinking),
-                )
-            )
+            image = _generated_image(item) if kind == "image_generation_call" else None
+            if image is not None:
+                parts.append(image)
+            server.append(_builtin_block(item, pos, len(thinking)))
     message = Message(
         role="assistant",
         content="".join(text),
@@ -445,8 +456,83 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
         thinking=thinking,
         citations=citations,
         server_tools=server,
+        parts=parts,
     )
     return message, refused
+
+
+PHASE = "message"
+"""The `ServerToolBlock.type` that marks where a message item with a `phase` starts: its
+`name` is the phase ("commentary", "final_answer"), sent back on the text that follows."""
+
+MODERATION = "moderation"
+"""The `ServerToolBlock.type` of a response's `moderation` results (kept, never sent back)."""
+
+
+def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock | None:
+    """The mark of a message item's `phase` (the item without its text, which is `content`);
+    None when it has no phase or no text."""
+    phase = _str(item.get("phase"))
+    content = [c for c in _list(item.get("content")) if isinstance(c, Mapping)]
+    if not phase or not any(_str(c.get("text")) for c in content):
+        return None
+    return ServerToolBlock(
+        provider=BLOCKS,
+        type=PHASE,
+        id=_str(item.get("id")),
+        name=phase,
+        raw=raw_json({"type": "message", "id": _str(item.get("id")), "phase": phase}),
+        at=at,
+        thinking_before=thinking,
+    )
+
+
+def _builtin_block(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock:
+    """A built-in tool's item (web search, code interpreter, ...), kept where it sat."""
+    kind = _str(item.get("type"))
+    return ServerToolBlock(
+        provider=BLOCKS,
+        type=kind,
+        id=_str(item.get("id")),
+        name=_str(item.get("name")) or kind.removesuffix("_call"),
+        raw=raw_json(dict(item)),
+        at=at,
+        thinking_before=thinking,
+    )
+
+
+def _generated_image(item: Mapping[str, Any]) -> Part | None:
+    """The image an `image_generation_call` made (base64 `result`), None when it has none."""
+    result = item.get("result")
+    if not isinstance(result, str) or not result:
+        return None
+    try:
+        data = base64.b64decode(result, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    media = _str(item.get("output_format")).lower() or "png"
+    return Part(
+        kind="image",
+        data=data,
+        media_type=f"image/{media}",
+        signature=RESPONSES_IMAGE_PREFIX + _str(item.get("id")),
+    )
+
+
+def _with_moderation(message: Message, moderation: Any) -> Message:
+    """`message` with the response's `moderation` results kept as a block at its end."""
+    if moderation is None or moderation == {}:
+        return message
+    block = ServerToolBlock(
+        provider=BLOCKS,
+        type=MODERATION,
+        id=_str(moderation.get("id")) if isinstance(moderation, Mapping) else "",
+        name=MODERATION,
+        raw=raw_json(moderation),
+        at=len(message.content),
+        thinking_before=len(message.thinking),
+    )
+    return replace(message, server_tools=[*message.server_tools, block])
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
@@ -542,7 +628,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         error.usage = responses_usage(body.get("usage"))
         raise error
     return ModelResponse(
-        message=message,
+        message=_with_moderation(message, body.get("moderation")),
         usage=responses_usage(body.get("usage")),
         finish_reason=finish,
         model_name=_str(body.get("model")),

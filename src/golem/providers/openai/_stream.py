@@ -14,15 +14,9 @@ from typing import Any
 from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._http import (
-    args_json,
-    deltas_of,
-    named_calls,
-    parse_event_data,
-    refuse_no_answer,
-    sse_events,
-    unique_call_id,
-)
+from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
+from golem.providers._jsonio import args_json, parse_event_data
+from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,

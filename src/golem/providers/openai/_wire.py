@@ -22,18 +22,16 @@ from typing import Any, Literal
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
 from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
-from golem.providers._http import (
+from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
     CHAT_AUDIO_PREFIX,
-    args_json,
-    json_text,
     named_calls,
-    raw_json,
     refuse_no_answer,
-    token_count,
     unique_calls,
 )
+from golem.providers._jsonio import args_json, json_text, raw_json, token_count
 from golem.providers.openai._errors import error_from_payload
+from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
 __all__ = [
@@ -52,10 +50,10 @@ __all__ = [
     "parse_tool_call",
     "parse_usage",
     "reasoning_text",
-    "strict_compatible",
     "synthesize_call_id",
     "text_content",
     "tool_choice_of",
+    "wire_args",
     "wire_call_id",
 ]
 
@@ -120,7 +118,7 @@ def build_request_body(
         body["response_format"] = {
             "type": "json_schema",
             "json_schema": {
-                "name": _schema_name(schema),
+                "name": schema_name(schema),
                 "schema": schema,
                 "strict": options.strict and strict_compatible(schema),
             },
@@ -156,18 +154,6 @@ def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
     if strict and strict_compatible(spec.schema):
         function["strict"] = True
     return {"type": "function", "function": function}
-
-
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def _schema_name(schema: dict[str, Any]) -> str:
-    title = schema.get("title")
-    if isinstance(title, str):
-        name = _NAME_CHARS.sub("_", title).strip("_")[:64]
-        if name:
-            return name
-    return "result"
 
 
 def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[dict[str, Any]]:
@@ -282,7 +268,7 @@ def _assistant_message(
             call: dict[str, Any] = {
                 "id": ids.for_call(c, index, j),
                 "type": "function",
-                "function": {"name": c.name, "arguments": _wire_args(c.args)},
+                "function": {"name": c.name, "arguments": wire_args(c.args)},
             }
             if options.tool_call_signatures and c.signature:
                 call["extra_content"] = {"google": {"thought_signature": c.signature}}
@@ -298,7 +284,7 @@ def _assistant_message(
     return msg
 
 
-def _wire_args(args: str) -> str:
+def wire_args(args: str) -> str:
     """Arguments as sent: the raw text when it is a JSON object, else wrapped in one."""
     if not args.strip():
         return "{}"
@@ -421,92 +407,6 @@ def _note(p: Part, why: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- strict schemas
-
-_STRICT_INCOMPATIBLE = frozenset(
-    (
-        "minLength",
-        "maxLength",
-        "patternProperties",
-        "unevaluatedProperties",
-        "propertyNames",
-        "minProperties",
-        "maxProperties",
-        "unevaluatedItems",
-        "contains",
-        "minContains",
-        "maxContains",
-        "uniqueItems",
-        "default",
-        "oneOf",
-        "allOf",
-        "not",
-        "if",
-        "then",
-        "else",
-        "dependentRequired",
-        "dependentSchemas",
-    )
-)
-_STRICT_FORMATS = frozenset(
-    ("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid")
-)
-_TYPE_KEYS = ("type", "$ref", "anyOf", "enum", "const")
-_DEF_REF = re.compile(r"#/(\$defs|definitions)/[^/]+")
-_LOOKAROUND = ("(?=", "(?!", "(?<=", "(?<!")
-
-
-def strict_compatible(schema: dict[str, Any]) -> bool:
-    """Whether `schema` already satisfies OpenAI's strict-mode subset, unchanged.
-
-    The root must be an object; every object lists all its properties as required and sets
-    `additionalProperties: false`; no keyword strict mode rejects (`default`, `oneOf`,
-    `minLength`, ...) appears. golem never rewrites a schema to make it strict.
-    """
-    return schema.get("type") == "object" and _strict_node(schema)
-
-
-def _strict_node(node: Any) -> bool:
-    if not isinstance(node, dict):
-        return False
-    if not _STRICT_INCOMPATIBLE.isdisjoint(node):
-        return False
-    fmt = node.get("format")
-    if fmt is not None and fmt not in _STRICT_FORMATS:
-        return False
-    pattern = node.get("pattern")
-    if isinstance(pattern, str) and any(tok in pattern for tok in _LOOKAROUND):
-        return False
-    ref = node.get("$ref")
-    if ref is not None and ((ref != "#" and not _DEF_REF.fullmatch(str(ref))) or len(node) > 1):
-        return False
-    kind = node.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
-    if "object" in kinds:
-        props, required = node.get("properties"), node.get("required")
-        if not isinstance(props, dict) or not isinstance(required, list):
-            return False
-        if node.get("additionalProperties") is not False or not set(props) <= set(required):
-            return False
-        if not all(_strict_node(v) for v in props.values()):
-            return False
-    if "array" in kinds:
-        items = node.get("items")
-        if not isinstance(items, dict) or not any(k in items for k in _TYPE_KEYS):
-            return False
-        if not _strict_node(items):
-            return False
-    any_of = node.get("anyOf")
-    if any_of is not None and (
-        not isinstance(any_of, list) or not all(_strict_node(s) for s in any_of)
-    ):
-        return False
-    for key in ("$defs", "definitions"):
-        defs = node.get(key)
-        if defs is not None and (
-            not isinstance(defs, dict) or not all(_strict_node(s) for s in defs.values())
-        ):
-            return False
-    return True
 
 
 # --------------------------------------------------------------------------- response

@@ -1,0 +1,535 @@
+"""The base of the SQL stores: backend hooks, row mapping, shared reads and inserts.
+
+The operations themselves live in one module per concept (`_runs`, `_decisions`,
+`_leases`, `_recovery`, `_audit`), each a mixin of `SQLBase`; `_sql.SQLStore` joins them.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from golem.durable.store._feed import ChangeFeed
+from golem.durable.store._inputs import (
+    aware,
+    utc,
+)
+from golem.durable.store._rows import (
+    C_CALL_COLS,
+    CALL_COLS,
+    DECISION,
+    KIND,
+    N_RUN_COLS,
+    R_RUN_COLS,
+    ROW_FAULTS,
+    RUN_COLS,
+    RUNS_JOIN_CALLS,
+    from_json,
+    left_out,
+    run_status,
+    stored_status,
+    to_json,
+)
+from golem.durable.store._tx import Later, Stats, Tx, utc_now
+from golem.durable.store.records import (
+    AuditAction,
+    AuditEntry,
+    CallKind,
+    CorruptRecord,
+    DecisionKind,
+    DecisionRecord,
+    NewRun,
+    Outcome,
+    PendingCallRecord,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    check_run_id,
+)
+
+__all__ = ["HELD", "NotHeld", "SQLBase"]
+
+_T = TypeVar("_T")
+
+
+class NotHeld(Exception):
+    """A guarded update found the run's lease not held (the transaction is rolled back)."""
+
+
+HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
+"""The guard of an update that only the holder of an unexpired lease may make."""
+
+
+class SQLBase(abc.ABC):
+    """What every store operation shares: the backend's hooks, row mapping, reads of runs
+    and calls, and the insert of a new run."""
+
+    _lock_clause: str = ""
+    """Appended to a SELECT that must lock the rows it reads until commit."""
+    _skip_locked_clause: str = ""
+    """Appended to a SELECT that claims rows other transactions are not holding."""
+    _runs_with_calls: str = RUNS_JOIN_CALLS
+    """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
+    _contains: str = "instr"
+    """The SQL function `f(text, part)` that is > 0 when `text` contains `part`."""
+    _page_plan: str = ""
+    """Run before a page of calls, in its transaction: settings that keep its plan a walk in
+    index order whatever the database's statistics say (ADR 0044)."""
+
+    stats: Stats
+    _feed: ChangeFeed
+
+    # ------------------------------------------------------------------ backend hooks
+
+    @abc.abstractmethod
+    async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run `fn(tx, *args)` in one transaction, never blocking the loop; return its result.
+
+        The transaction commits (after `_flush_audit`) when `fn` returns and rolls back
+        when it raises; cancelling the caller never interrupts it.
+        """
+
+    @abc.abstractmethod
+    def _flush_audit(self, tx: Tx) -> None:
+        """Append `tx.entries` to the audit log (in order, IDs in commit order)."""
+
+    @abc.abstractmethod
+    def _to_db(self, value: datetime) -> Any:
+        """Convert an aware datetime to the backend's stored form."""
+
+    @abc.abstractmethod
+    def _from_db(self, value: Any) -> datetime:
+        """Convert a stored timestamp back to an aware UTC datetime."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the backend's connections (and threads, where it has them)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def clock(self) -> datetime:
+        """The store's current time (aware UTC): what leases, deadlines and audit entries
+        are measured by when a method is not given `now`.
+
+        SQLite: this host's clock, the one every process on the database shares.
+        PostgreSQL overrides it with the server's clock, so workers on machines whose
+        clocks disagree still agree on when a lease runs out (ADR 0056).
+        """
+        return utc_now()
+
+    def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
+        """The store's `ChangeFeed`: wait for changes and ready runs without polling.
+
+        `ready_only`: the caller only waits for ready runs (a worker); a store may then
+        skip listening for other changes (PostgreSQL does)."""
+        return self._feed
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _ts(self, value: datetime | None) -> Any:
+        return None if value is None else self._to_db(value)
+
+    def _dt(self, value: Any) -> datetime | None:
+        return None if value is None else self._from_db(value)
+
+    def _audit_params(self, tx: Tx) -> list[tuple[str, Any, str, str, str]]:
+        to_db = self._to_db
+        return [
+            (run_id, to_db(at), actor, action.value, to_json(detail))
+            for run_id, at, actor, action, detail in tx.entries
+        ]
+
+    # ------------------------------------------------------------------ row mapping
+
+    def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
+        try:
+            return self._read_call(row)
+        except ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[0]), f"call {row[1]!r}: {exc!r}") from exc
+
+    def _read_call(self, row: Sequence[Any]) -> PendingCallRecord:
+        (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
+        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
+        seal = row[15]
+        record = None
+        if decision is not None:
+            record = DecisionRecord(
+                run_id=run_id,
+                call_id=call_id,
+                kind=DECISION.get(decision) or DecisionKind(decision),
+                reason=d_reason or "",
+                text=d_text or "",
+                decided_by=decided_by or "",
+                decided_at=self._from_db(decided_at),
+                args=d_args,
+            )
+        return PendingCallRecord(
+            run_id=run_id,
+            call_id=call_id,
+            position=int(position),
+            kind=KIND.get(kind) or CallKind(kind),
+            tool_name=tool_name,
+            args=args,
+            reason=reason,
+            deadline=self._dt(deadline),
+            decision=record,
+            rerun_confirmed_by=confirmed_by,
+            seal=seal,
+        )
+
+    def _run_record(
+        self,
+        row: Sequence[Any],
+        calls: Sequence[PendingCallRecord],
+        history: str,
+        out_history: str | None,
+    ) -> RunRecord:
+        try:
+            return self._read_run(row, calls, history, out_history)
+        except ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[0]), repr(exc)) from exc
+
+    def _read_run(
+        self,
+        row: Sequence[Any],
+        calls: Sequence[PendingCallRecord],
+        history: str,
+        out_history: str | None,
+    ) -> RunRecord:
+        (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
+        (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
+        st = run_status(status)
+        outcome: Outcome | None = None
+        if st.terminal:
+            outcome = Outcome(
+                status=st,
+                output=None if out is None else json.loads(out),
+                error=err or "",
+                history=out_history,
+            )
+        return RunRecord(
+            id=rid,
+            agent=agent,
+            conversation_id=conv,
+            status=st,
+            history=history,
+            calls=tuple(calls),
+            deps_ref=from_json(deps_ref),
+            started_by=started_by,
+            created_at=self._from_db(created),
+            updated_at=self._from_db(updated),
+            expires_at=self._dt(expires),
+            parent_run_id=parent,
+            child_run_id=child,
+            lease_owner=owner,
+            lease_expires_at=self._dt(lease_exp),
+            outcome=outcome,
+            attempt=int(attempt),
+            trace_context=trace_ctx or "",
+        )
+
+    def _calls_of(
+        self, tx: Tx, ids: Sequence[str], corrupt: dict[str, CorruptRecord] | None = None
+    ) -> dict[str, list[PendingCallRecord]]:
+        """The calls of runs `ids`; a call row that cannot be read raises `CorruptRecord`, or,
+        given `corrupt`, is recorded there by run ID (the caller leaves that run out)."""
+        by_run: dict[str, list[PendingCallRecord]] = {i: [] for i in ids}
+        if not ids:
+            return by_run
+        marks = ", ".join("?" for _ in ids)
+        for cr in tx.fetch(
+            f"SELECT {CALL_COLS} FROM golem_calls WHERE run_id IN ({marks}) "
+            "ORDER BY run_id, position",
+            ids,
+        ):
+            try:
+                by_run[cr[0]].append(self._call_record(cr))
+            except CorruptRecord as exc:
+                if corrupt is None:
+                    raise
+                corrupt[cr[0]] = exc
+        return by_run
+
+    def _history_and_calls(self, tx: Tx, run_id: str) -> Later:
+        """One run's history and calls (one statement; `_split` reads its rows)."""
+        return tx.later(
+            f"SELECT h.history, {C_CALL_COLS} FROM golem_histories h "
+            "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
+            "ORDER BY c.position",
+            (run_id,),
+        )
+
+    def _split(self, later: Later, run_id: str) -> tuple[str, list[PendingCallRecord]]:
+        rows = later.rows
+        if not rows:
+            raise RunNotFound(run_id)
+        return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
+
+    def _histories_and_calls(self, tx: Tx, ids: Sequence[str]) -> Later:
+        """Several runs' histories and calls (one statement; `_split_many` reads its rows)."""
+        marks = ", ".join("?" for _ in ids)
+        return tx.later(
+            f"SELECT h.history, {C_CALL_COLS}, h.run_id FROM golem_histories h "
+            f"LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id IN ({marks}) "
+            "ORDER BY h.run_id, c.position",
+            ids,
+        )
+
+    def _split_many(
+        self, later: Later, corrupt: dict[str, CorruptRecord]
+    ) -> dict[str, tuple[str, list[PendingCallRecord]]]:
+        """Run ID -> (history, calls) from the rows of `_histories_and_calls`; a call row that
+        cannot be read is recorded in `corrupt` by run ID."""
+        found: dict[str, tuple[str, list[PendingCallRecord]]] = {}
+        n = len(CALL_COLS.split(",")) + 1
+        for r in later.rows:
+            run_id = r[n]
+            got = found.get(run_id)
+            if got is None:
+                got = found[run_id] = (r[0], [])
+            if r[2] is not None:
+                try:
+                    got[1].append(self._call_record(r[1:n]))
+                except CorruptRecord as exc:
+                    corrupt[run_id] = exc
+        return found
+
+    def _load_runs(
+        self, tx: Tx, rows: list[tuple[Any, ...]], *, leave_out: bool = False
+    ) -> list[RunRecord]:
+        """Records of `rows` (run columns + history + outcome history), with their calls.
+
+        A row that cannot be read is a `CorruptRecord`, or with `leave_out` is logged and
+        left out (a listing: the other runs stay readable)."""
+        corrupt: dict[str, CorruptRecord] = {}
+        calls = self._calls_of(tx, [r[0] for r in rows], corrupt)
+        n = N_RUN_COLS
+        out = []
+        for r in rows:
+            try:
+                bad = corrupt.get(r[0])
+                if bad is not None:
+                    raise bad
+                out.append(self._run_record(r, calls[r[0]], r[n], r[n + 1]))
+            except CorruptRecord as exc:
+                if not leave_out:
+                    raise
+                left_out(exc)
+        return out
+
+    def _select_runs(self, where: str, tail: str = "") -> str:
+        return (
+            f"SELECT {R_RUN_COLS}, h.history, h.outcome_history FROM golem_runs r "
+            f"JOIN golem_histories h ON h.run_id = r.id WHERE {where} {tail}"
+        )
+
+    def _load_run(self, tx: Tx, run_id: str, agents: Collection[str] | None = None) -> RunRecord:
+        where, params = "r.id = ?", [run_id]
+        if agents is not None:  # another agent's run is read as a missing one: same statement
+            names = sorted(agents)
+            where += f" AND r.agent IN ({', '.join('?' for _ in names)})" if names else " AND 1 = 0"
+            params += names
+        rows = tx.fetch(self._select_runs(where), params)
+        if not rows:
+            raise RunNotFound(run_id)
+        return self._load_runs(tx, rows)[0]
+
+    def _lock_calls(self, tx: Tx, run_id: str) -> tuple[RunStatus, list[PendingCallRecord]]:
+        """Lock the run's row and its calls; return its status and calls (one statement).
+
+        Every row read is locked, so PostgreSQL re-reads all of them after waiting for a
+        concurrent decision (a join locking only the run would return stale calls).
+        """
+        sql = (
+            f"SELECT r.status, {C_CALL_COLS} FROM golem_runs r "
+            "JOIN golem_calls c ON c.run_id = r.id WHERE r.id = ? ORDER BY c.position"
+            + self._lock_clause
+        )
+        rows = tx.fetch(sql, (run_id,))
+        if not rows:
+            if not self._exists(tx, run_id):
+                raise RunNotFound(run_id)
+            # committed between the two statements (PostgreSQL reads each with a new
+            # snapshot), or a run without calls
+            rows = tx.fetch(sql, (run_id,))
+            if not rows:
+                return RunStatus.COMPLETED, []  # no calls: every call ID is unknown
+        status = stored_status(rows[0][0], run_id)
+        return status, [self._call_record(r[1:]) for r in rows]
+
+    # ------------------------------------------------------------------ inserts
+
+    def _check_new(self, run: NewRun) -> tuple[str, datetime | None]:
+        """Validate a run before any transaction; return its deps JSON and expiry."""
+        check_run_id(run.id)
+        ids = [c.call_id for c in run.calls]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f'run "{run.id}": call ID "{dup}" appears more than once')
+        for c in run.calls:
+            aware(c.deadline, "deadline")
+        try:
+            # allow_nan=False: NaN/Infinity are not JSON; stored, they break every reader
+            deps_ref = json.dumps(run.deps_ref, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f'run "{run.id}": deps_ref is not JSON-serializable: {exc}') from None
+        return deps_ref, aware(run.expires_at, "expires_at")
+
+    def _exists(self, tx: Tx, run_id: str) -> bool:
+        return bool(tx.fetch("SELECT 1 FROM golem_runs WHERE id = ?", (run_id,)))
+
+    def _insert_run(
+        self,
+        tx: Tx,
+        run: NewRun,
+        status: RunStatus,
+        now: datetime,
+        outcome: Outcome | None,
+        checked: tuple[str, datetime | None],
+    ) -> RunRecord:
+        """Insert the run, its history and calls; return the record as stored (no read-back)."""
+        deps_ref, expires_at = checked
+        out = err = out_history = None
+        if outcome is not None:
+            out = None if outcome.status is not RunStatus.COMPLETED else json.dumps(outcome.output)
+            err = outcome.error or None
+            out_history = outcome.history
+        ts = self._to_db(now)
+        tx.run(
+            f"INSERT INTO golem_runs ({RUN_COLS}) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?)",
+            (
+                run.id,
+                run.agent,
+                run.conversation_id,
+                status.value,
+                deps_ref,
+                run.started_by,
+                ts,
+                ts,
+                self._ts(expires_at),
+                run.parent_run_id,
+                out,
+                err,
+                run.trace_context or None,
+            ),
+            ValueError(f'a run with ID "{run.id}" already exists'),
+        )
+        tx.run(
+            "INSERT INTO golem_histories (run_id, history, outcome_history) VALUES (?, ?, ?)",
+            (run.id, run.history, out_history),
+        )
+        calls = self._insert_calls(tx, run, expires_at)
+        tx.audit(
+            run.id,
+            now,
+            run.started_by or "unknown",
+            AuditAction.CREATED,
+            {
+                "agent": run.agent,
+                "conversation_id": run.conversation_id,
+                "status": status.value,
+                "calls": [c.call_id for c in run.calls],
+                **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
+            },
+        )
+        stored_outcome = None
+        if outcome is not None:  # as a read gives it back
+            output = None if out is None else json.loads(out)
+            stored_outcome = Outcome(outcome.status, output, err or "", out_history)
+        return RunRecord(
+            id=run.id,
+            agent=run.agent,
+            conversation_id=run.conversation_id,
+            status=status,
+            history=run.history,
+            calls=tuple(calls),
+            deps_ref=from_json(deps_ref),
+            started_by=run.started_by,
+            created_at=now,
+            updated_at=now,
+            expires_at=expires_at,
+            parent_run_id=run.parent_run_id,
+            child_run_id=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            outcome=stored_outcome,
+            trace_context=run.trace_context,
+        )
+
+    def _insert_calls(
+        self, tx: Tx, run: NewRun, expires_at: datetime | None
+    ) -> list[PendingCallRecord]:
+        """Insert the run's pending calls (one statement); return them as stored."""
+        calls: list[PendingCallRecord] = []
+        params: list[Any] = []
+        for pos, c in enumerate(run.calls):
+            deadline = expires_at if c.deadline is None else utc(c.deadline)
+            calls.append(
+                PendingCallRecord(
+                    run_id=run.id,
+                    call_id=c.call_id,
+                    position=pos,
+                    kind=CallKind(c.kind),
+                    tool_name=c.tool_name,
+                    args=c.args,
+                    reason=c.reason,
+                    deadline=deadline,
+                    decision=None,
+                    seal=c.seal,
+                )
+            )
+            params += (
+                run.id,
+                c.call_id,
+                pos,
+                CallKind(c.kind).value,
+                c.tool_name,
+                c.args,
+                c.reason,
+                self._ts(deadline),
+                c.seal,
+            )
+        if calls:
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
+            tx.run(
+                "INSERT INTO golem_calls (run_id, call_id, position, kind, tool_name, args, "
+                f"reason, deadline, seal) VALUES {values}",
+                params,
+            )
+        return calls
+
+
+    def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
+        try:
+            return self._read_audit(row)
+        except ROW_FAULTS as exc:
+            raise CorruptRecord(str(row[1]), f"audit entry {row[0]!r}: {exc!r}") from exc
+
+    def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
+        eid, run_id, at, actor, action, detail, *run = row
+        agent, status, parent = (*run, None, None, None)[:3]
+        return AuditEntry(
+            id=int(eid),
+            run_id=run_id,
+            at=self._from_db(at),
+            actor=actor,
+            action=AuditAction(action),
+            detail=json.loads(detail),
+            agent=agent,
+            run_status=None if status is None else RunStatus(status),
+            parent_run_id=parent,
+        )

@@ -1,0 +1,153 @@
+"""What a PostgreSQL connection is set up with, and how the server's refusals are named:
+session timeouts pinned on connect (ADR 0068), no-slot and read-only errors (ADR 0072),
+and the store's own options in a URL."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote
+
+from golem.durable.store._pg_messages import no_slot_message
+from golem.durable.store.records import (
+    StoreBusy,
+    StoreReadOnly,
+)
+from golem.errors import StoreError
+
+try:
+    import psycopg
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "PostgresStore needs psycopg 3 and greenlet: pip install 'golem-agents[postgres]'"
+    ) from exc
+
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""A schema name the store takes: a plain lowercase identifier."""
+
+CONNECT_TIMEOUT = 10
+"""Seconds to connect when neither the store nor the DSN says."""
+
+IDLE_FLOOR = 10_000
+"""Milliseconds: the shortest `idle_in_transaction_session_timeout` and
+`idle_session_timeout` a store connection keeps. A store transaction is idle only while
+this process reads the rows of one round trip before sending the next, and a pooled
+connection the server closed is replaced before use, so shorter settings only kill healthy
+work; a process frozen mid-transaction still loses it (and its locks) this long after."""
+
+IDLE_SESSION_TIMEOUT = "57P05"
+"""SQLSTATE `idle_session_timeout`: the server closed a connection that idled too long."""
+
+LISTENER_IDLE = 3
+"""The listener's connection keeps an `idle_session_timeout` of at least this many
+`listen_check_interval`s: it sends an empty query every interval it hears nothing."""
+
+
+def _pin_timeout(name: str, floor_ms: int) -> str:
+    """A select-list item that sets the session's `name` to its current value, raised to
+    `floor_ms` when it is positive and shorter."""
+    current = f"current_setting('{name}')"
+    return (
+        f", set_config('{name}', CASE WHEN {current}::interval > interval '0' "
+        f"AND {current}::interval < interval '{floor_ms} ms' THEN '{floor_ms}ms' "
+        f"ELSE {current} END, false)"
+    )
+
+
+SESSION_SETUP_13 = (
+    "SELECT extract(epoch FROM clock_timestamp())::text"
+    + _pin_timeout("idle_in_transaction_session_timeout", IDLE_FLOOR)
+).encode()
+"""A new connection's first query on PostgreSQL 13: the server's clock, and the pinned
+idle-in-transaction timeout."""
+
+
+def session_setup(idle_session_floor_ms: int) -> bytes:
+    """A new connection's first query: the server's clock; whether the server's
+    `idle_session_timeout` is positive and below `IDLE_FLOOR` (read before it is pinned:
+    the materialized CTE is evaluated first); and both idle timeouts pinned."""
+    current = "current_setting('idle_session_timeout')::interval"
+    return (
+        f"WITH s AS MATERIALIZED (SELECT {current} AS idle) "
+        "SELECT extract(epoch FROM clock_timestamp())::text, "
+        f"s.idle > interval '0' AND s.idle < interval '{IDLE_FLOOR} ms'"
+        + _pin_timeout("idle_in_transaction_session_timeout", IDLE_FLOOR)
+        + _pin_timeout("idle_session_timeout", idle_session_floor_ms)
+        + " FROM s"
+    ).encode()
+
+
+_TOO_MANY_CONNECTIONS = "53300"
+"""SQLSTATE `too_many_connections`: no free connection slot."""
+
+_READ_ONLY = "25006"
+"""SQLSTATE `read_only_sql_transaction`: a write in a read-only transaction."""
+
+
+def no_slot(exc: psycopg.Error) -> bool:
+    """Whether the server refused a new connection for want of a slot: by SQLSTATE when
+    the error carries one; else (libpq keeps the code of a connection that failed during
+    startup to itself) by the message, in any language PostgreSQL ships (ADR 0072)."""
+    if exc.sqlstate is not None:
+        return exc.sqlstate == _TOO_MANY_CONNECTIONS
+    return no_slot_message(str(exc))
+
+
+def store_error(exc: psycopg.Error) -> StoreError:
+    """The store's error for a failure the server reported, by its SQLSTATE (never its
+    message, which follows the server's `lc_messages`): `StoreReadOnly` for a write the
+    database refused as read-only, `StoreBusy` for no free connection slot, else a plain
+    `StoreError`."""
+    state = exc.sqlstate
+    if state == _READ_ONLY:
+        return StoreReadOnly(f"postgresql: the database is read-only: {exc}")
+    if state == _TOO_MANY_CONNECTIONS:
+        return StoreBusy(f"postgresql: no free connection slot: {exc}")
+    return StoreError(f"postgresql: {exc}")
+
+
+_URL_OPTIONS = ("pool_size", "command_timeout", "schema")
+"""Query parameters of a store URL that configure the store, not libpq."""
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq URL and the `PostgresStore` keywords of a store URL.
+
+    `postgresql://…/db?pool_size=8&command_timeout=30&schema=golem&sslmode=require` gives
+    the URL without the first three (libpq would refuse them) and `{"pool_size": 8,
+    "command_timeout": 30.0, "schema": "golem"}`; `command_timeout=none` waits forever.
+
+    Raises:
+        ValueError: a value that is not a number where one is needed, or an option given
+            twice.
+    """
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    kept: list[str] = []
+    options: dict[str, Any] = {}
+    for item in query.split("&"):
+        key, _, raw = item.partition("=")
+        name = unquote(key)
+        if name not in _URL_OPTIONS:
+            kept.append(item)
+            continue
+        if name in options:
+            raise ValueError(f"store URL: {name} is given twice")
+        value = unquote(raw)
+        try:
+            if name == "pool_size":
+                options[name] = int(value)
+            elif name == "command_timeout":
+                none = value.strip().lower() in ("none", "off")
+                options[name] = None if none else float(value)
+            else:
+                options[name] = value
+        except ValueError:
+            raise ValueError(f"store URL: {name} must be a number, got {value!r}") from None
+    return base + ("?" + "&".join(kept) if kept else ""), options
+
+
+def redact(dsn: str) -> str:
+    """The DSN without its password (for messages and reprs)."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", re.sub(r"password=\S+", "password=***", dsn))

@@ -1,0 +1,215 @@
+"""Server-sent events: the streaming decoder for a response (`iter_sse`) and the line
+decoder for recorded text (`sse_events`)."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator
+
+import httpx
+from pydantic_core import from_json
+
+from golem.errors import ResponseFormatError
+from golem.providers._jsonio import lenient_json
+
+__all__ = [
+    "MAX_BODY",
+    "WholeBody",
+    "iter_sse",
+    "sse_block",
+    "sse_events",
+]
+
+
+MAX_BODY = 256 * 1024 * 1024
+"""Bytes of a successful answer (one JSON body, or one stream event) read at most: beyond
+it the answer is refused rather than read into memory without end."""
+
+
+async def iter_sse(
+    response: httpx.Response, provider: str | None = None
+) -> AsyncIterator[tuple[str, str]]:
+    """Yield `(event, data)` for each server-sent event of a streaming response.
+
+    Events are cut from the decoded text at blank lines, not line by line: one event costs
+    one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
+    A byte order mark at the start of the stream is skipped, as the SSE standard says; a
+    last event that the stream cut off in the middle of its JSON is dropped.
+
+    Raises:
+        ResponseFormatError: with a `provider` named, a stream that yielded no event and
+            whose first line is no event-stream field (`data`, `event`, `id`, `retry`) or
+            comment: a proxy's plain-text page, quoted, retryable. An event longer than
+            `MAX_BODY`.
+    """
+    head = ""  # the stream's first line, to quote when it holds no event
+    heading = True
+    yielded = False
+    buffer = ""
+    cr = False  # the last chunk ended in "\r": the next may start with its "\n"
+    start = True  # no text yet: a BOM may come first
+    # an event stream is UTF-8 whatever charset the header declares (the SSE standard);
+    # the decoder keeps a character cut between chunks for the next one
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    async for chunk in response.aiter_bytes():
+        text = decode(chunk)
+        if start and text:
+            start = False
+            if text[0] == "\ufeff":
+                text = text[1:]
+        if cr:
+            text, cr = "\r" + text, False
+        if "\r" in text:
+            if text.endswith("\r"):
+                text, cr = text[:-1], True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not text:
+            continue
+        if heading:  # until the first line is whole
+            head += text[:200]
+            heading = len(head) < 200 and "\n" not in head
+        # only the new text (and the newline before it) can complete an event
+        complete = "\n\n" in text or (text[0] == "\n" and buffer.endswith("\n"))
+        buffer += text
+        if not complete:
+            if len(buffer) > MAX_BODY:
+                raise ResponseFormatError(
+                    f"{provider} sent a stream event longer than {MAX_BODY} bytes",
+                    provider=provider or "",
+                )
+            continue
+        *blocks, buffer = buffer.split("\n\n")
+        for block in blocks:
+            item = sse_block(block)
+            if item is not None:
+                yielded = True
+                yield item
+    buffer += decode(b"", True)  # a character the stream cut off: U+FFFD
+    if cr:  # the stream ended in "\r": a line ending
+        buffer += "\n"
+    *blocks, buffer = buffer.split("\n\n")
+    for block in blocks:
+        item = sse_block(block)
+        if item is not None:
+            yielded = True
+            yield item
+    if buffer.strip("\n"):
+        item = _whole(sse_block(buffer.strip("\n")))
+        if item is not None:
+            yield item
+            return
+    if provider and not yielded and head.strip() and not _SSE_START.match(head.lstrip("\n")):
+        _refuse_no_stream(provider, head, buffer)
+
+
+def _refuse_no_stream(provider: str, head: str, rest: str) -> None:
+    """Raise for a "stream" whose first line `head` is no event-stream field: `WholeBody`
+    when the text (`rest`) is one JSON document, else a retryable `ResponseFormatError`."""
+    if head.lstrip().startswith(("{", "[")) and rest.strip():
+        try:
+            from_json(rest)
+        except ValueError:
+            pass
+        else:  # one JSON document under another content type: the answer, unstreamed
+            raise WholeBody(rest)
+    raise ResponseFormatError(
+        f"{provider} answered a stream with text that is no event stream: {head!r}",
+        provider=provider,
+        retryable=True,
+    )
+
+
+class WholeBody(Exception):
+    """Raised by `iter_sse` (with a provider named) for a "stream" that is one JSON document
+    served under another content type (`text/event-stream`, `text/plain`, an upper-case
+    `APPLICATION/JSON`): `text` is the answer, to read as the unstreamed body it is."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("the stream is one JSON document")
+        self.text = text
+
+
+_SSE_START = re.compile(r"(?:data|event|id|retry)(?::|\n|$)|:")
+"""How an event stream's first line starts: a field name, or a comment."""
+
+
+def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The event the stream ended in, without the blank line that ends an event: kept when
+    its data is whole (JSON, or Chat Completions' `[DONE]`), dropped when it was cut off
+    (the SSE standard drops any such event; a lenient reader keeps a whole one). A cut event is a connection that closed
+    early, which the adapters report as a retryable "stream ended" error, not as an
+    unreadable event."""
+    if item is None or item[1].strip() == "[DONE]":
+        return item
+    try:
+        from_json(item[1])
+    except ValueError:
+        return item if lenient_json(item[1]) is not None else None
+    return item
+
+
+def sse_block(block: str) -> tuple[str, str] | None:
+    """`(event, data)` of one event's lines (`\n`-separated), or None when it has no data."""
+    if block.startswith("data:") and "\n" not in block:  # the common one-line event
+        value = block[5:]
+        return "", value[1:] if value.startswith(" ") else value
+    event = ""
+    data: list[str] = []
+    for line in block.split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+    return (event, "\n".join(data)) if data else None
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Split raw server-sent-event lines into `(event, data)` pairs (sync form of `iter_sse`)."""
+    decoder = _SSEDecoder()
+    first = True
+    for line in lines:
+        if first:
+            first = False
+            line = line.removeprefix("\ufeff")
+        item = decoder.feed(line)
+        if item is not None:
+            yield item
+    item = _whole(decoder.flush())
+    if item is not None:
+        yield item
+
+
+class _SSEDecoder:
+    """Incremental SSE decoding: one line in, at most one `(event, data)` out."""
+
+    __slots__ = ("data", "event")
+
+    def __init__(self) -> None:
+        self.event = ""
+        self.data: list[str] = []
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        line = line.rstrip("\r\n")
+        if not line:
+            return self.flush()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self.event = value
+        elif name == "data":
+            self.data.append(value)
+        return None
+
+    def flush(self) -> tuple[str, str] | None:
+        item = (self.event, "\n".join(self.data)) if self.data else None
+        self.event, self.data = "", []
+        return item

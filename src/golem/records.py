@@ -1,0 +1,259 @@
+"""The records of paused sub-agents in a parent's history.
+
+When a sub-agent (`Agent.as_tool`) pauses, the parent's tool message for its call holds the
+sub-agent's paused history behind `golem.agent_tool.PAUSED_MARKER`: a record. This module
+reads records (`read_records`, `sub_agent_calls`) and seals the calls they wait on
+(`seal_sub_agent_calls`); `golem.nested` resumes them.
+"""
+
+
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from golem.agent_tool import (
+    PAUSED_MARKER,
+    AgentTool,
+    sub_conversation,
+)
+from golem.deferred import DeferredRequests, pending_calls
+from golem.errors import (
+    HistoryError,
+    ResumeError,
+)
+from golem.messages import Message, ToolCall, dumps_history, loads_history
+from golem.seal import SealKey, seal_pending
+from golem.tool import (
+    DeferKind,
+    Tool,
+)
+
+__all__ = ["SubAgentCall", "seal_sub_agent_calls", "sub_agent_calls"]
+
+@dataclass(slots=True)
+class Paused:
+    index: int
+    message: Message
+    tool: AgentTool
+    history: list[Message]
+    waiting: dict[str, str]
+    """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
+    approvals: dict[str, Any] = field(default_factory=dict)
+    external: dict[str, str] = field(default_factory=dict)
+    conversation: str = ""
+    """The sub-run's conversation its resume verifies seals for (`sub_conversation`)."""
+    expected: DeferredRequests | None = None
+    """The sub-agent's share of the parent's `expected` (only for a record sealed for
+    another conversation, which it alone binds)."""
+
+    @property
+    def continues(self) -> bool:
+        """Whether the record waits on nothing: a resume that failed or was cancelled
+        after the sub-agent's calls were all answered left it (ADR 0076); the sub-agent
+        goes on with `Agent.run` on its history."""
+        return not self.waiting and not paused_records(self.history)
+
+
+def paused_records(history: Sequence[Message]) -> bool:
+    """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
+    return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
+
+
+def record_text(history: list[Message]) -> str:
+    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
+    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
+    text that is not UTF-8, so that what ran is handed back rather than lost."""
+    try:
+        return dumps_history(history)
+    except HistoryError:
+        return dumps_history(
+            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
+        )
+
+
+def _unpaired(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
+    """Whether `key` names a call `history` answers, or one under an answered call of an
+    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
+    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    return any(
+        c.id in answered
+        and (
+            key == c.id or (key.startswith(c.id + "/") and isinstance(tools.get(c.name), AgentTool))
+        )
+        for m in history
+        for c in m.tool_calls
+    )
+
+
+def named_conversation(history: Sequence[Message]) -> str:
+    return next((m.conversation_id for m in reversed(history) if m.conversation_id), "")
+
+
+def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, Paused]:
+    records: dict[str, Paused] = {}
+    for i, m in enumerate(history):
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        tool = tools.get(m.tool_name)
+        if not isinstance(tool, AgentTool):
+            raise ResumeError(
+                f'golem: tool call "{m.tool_call_id}" records a paused sub-agent, but '
+                f'"{m.tool_name}" is not an agent tool of this agent'
+            )
+        try:
+            state = json.loads(m.content.split("\n", 1)[1])
+            sub_history = loads_history(state["history"])
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            raise ResumeError(
+                f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
+                f"unreadable: {exc}"
+            ) from exc
+        records[m.tool_call_id] = Paused(i, m, tool, sub_history, waiting_calls(sub_history))
+    return records
+
+
+def owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str | None:
+    """The record whose sub-agent a resolution's key names (None: the parent's own call).
+
+    A key goes to the record it names a waiting call of; a key naming none goes to the
+    parent when it is one of the parent's pending calls, else to the record its prefix
+    names (which reports it unknown).
+
+    Raises:
+        ResumeError: the key names a waiting call of two of them (IDs that collide).
+    """
+    owners = [
+        call_id
+        for call_id, rec in records.items()
+        if key.startswith(call_id + "/") and key[len(call_id) + 1 :] in rec.waiting
+    ]
+    if key in own_ids:
+        owners.append("")
+    if len(owners) > 1:
+        raise ResumeError(
+            f'golem: resolution key "{key}" names more than one pending call (a parent call ID '
+            "colliding with a sub-agent's namespaced one); no resolution can tell them apart"
+        )
+    if owners:
+        return owners[0] or None
+    for call_id in records:
+        if key.startswith(call_id + "/"):
+            return call_id
+    return None
+
+
+def waiting_calls(history: Sequence[Message]) -> dict[str, str]:
+    """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
+    waiting = {c.id: c.name for c in pending_or_none(history)}
+    waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
+    return waiting
+
+
+class SubAgentCall(NamedTuple):
+    """A call a paused sub-agent waits on, found in its parent's history (`sub_agent_calls`)."""
+
+    call: ToolCall
+    """The call as the sub-agent's history holds it: its own ID, name, arguments and seal."""
+    tool_name: str
+    """The namespaced tool name, as the parent's `Result.pending` and a store name it
+    (`<agent tool>/<sub tool>`)."""
+    conversation_id: str
+    """The sub-run's conversation ID, which the call's seal (if any) is bound to: derived
+    from the parent's (`<parent conversation>/<parent call id>`, ADR 0065) when
+    `sub_agent_calls` was given the parent's conversation, else the one the record names."""
+    recorded_conversation_id: str = ""
+    """The conversation the sub-agent's record names: the same as `conversation_id` for a
+    genuine record paused since ADR 0065; another for a record from another conversation
+    or stored before it."""
+
+
+def sub_agent_calls(
+    history: Sequence[Message], conversation_id: str = ""
+) -> dict[str, SubAgentCall]:
+    """The calls the paused sub-agents recorded in a parent's `history` wait on, by
+    namespaced ID (`<parent call id>/<sub call id>`, nested sub-agents at any depth), in
+    history order.
+
+    What a worker needs to check a stored sub-agent call against the history before a
+    resume: the parent's own pending calls are tool calls of `history`; these are not. An
+    unreadable record is skipped (the resume itself reports it). With `conversation_id`
+    (the parent's, from your own record), each call's `conversation_id` is its sub-run's
+    derived from it, which is what its seal must verify for.
+    """
+    found: dict[str, SubAgentCall] = {}
+    for m in history:
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        try:
+            state = json.loads(m.content.split("\n", 1)[1])
+            inner = loads_history(state["history"])
+        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
+            continue
+        named = named_conversation(inner)
+        conversation = sub_conversation(conversation_id, m.tool_call_id) or named
+        for c in pending_or_none(inner):
+            found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
+                c, f"{m.tool_name}/{c.name}", conversation, named
+            )
+        for sub_id, sub in sub_agent_calls(inner, conversation if conversation_id else "").items():
+            found[f"{m.tool_call_id}/{sub_id}"] = sub._replace(
+                tool_name=f"{m.tool_name}/{sub.tool_name}"
+            )
+    return found
+
+
+def seal_sub_agent_calls(
+    history: Sequence[Message],
+    keys: SealKey,
+    kinds: Mapping[str, DeferKind | str],
+    conversation_id: str = "",
+) -> list[Message]:
+    """A copy of `history` in which the paused sub-agents' calls named in `kinds`
+    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation
+    (derived from `conversation_id`, the parent's, when given; else the one its record
+    names).
+
+    The counterpart of `golem.seal.seal_pending` for the calls `sub_agent_calls` finds:
+    they live in the sub-agent's history inside its parent's record, so that is where
+    they are sealed (nested sub-agents at any depth). Records holding none of them are
+    shared, nothing is mutated, and an unreadable record is left as it is.
+    """
+    out = list(history)
+    for i, m in enumerate(out):
+        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+            continue
+        prefix = f"{m.tool_call_id}/"
+        mine = {k[len(prefix) :]: v for k, v in kinds.items() if k.startswith(prefix)}
+        if not mine:
+            continue
+        head, sep, body = m.content.partition("\n")
+        try:
+            state = json.loads(body)
+            inner = loads_history(state["history"])
+        except (KeyError, TypeError, ValueError, RecursionError):
+            continue
+        conversation = sub_conversation(conversation_id, m.tool_call_id)
+        conversation = conversation or named_conversation(inner)
+        inner = seal_pending(inner, keys, conversation, mine)
+        inner = seal_sub_agent_calls(inner, keys, mine, conversation if conversation_id else "")
+        state["history"] = dumps_history(inner)
+        text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+        out[i] = replace(m, content=f"{head}{sep}{text}")
+    return out
+
+
+def pending_or_none(history: Sequence[Message]) -> list[Any]:
+    try:
+        return pending_calls(history)
+    except ResumeError:
+        return []

@@ -1,0 +1,86 @@
+"""Who is asking: the bearer token of an API request, or the session cookie of a page."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from golem.service.auth import Credential
+from golem.service.errors import ApiError
+from golem.service.state import state_of
+
+# Internals of `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
+
+SESSION_COOKIE = "golem_session"
+"""The inbox session cookie's name."""
+SESSION_COOKIE_RE = re.compile(r"(?:^|;)\s*" + re.escape(SESSION_COOKIE) + r"\s*=")
+"""Where a `Cookie` header names the session cookie."""
+
+
+def session(request: Request) -> tuple[Credential, str] | None:
+    """The signed-in approver and the raw session value, or None (also when the session
+    cookie is sent twice: which one would count?)."""
+    if sum(len(SESSION_COOKIE_RE.findall(v)) for v in request.headers.getlist("cookie")) > 1:
+        return None
+    value = request.cookies.get(SESSION_COOKIE)
+    cred = state_of(request).auth.verify_session(value)
+    return None if cred is None or value is None else (cred, value)
+
+
+def token_credential(request: Request) -> Credential | None:
+    """The credential of the request's `Authorization: Bearer` token (None without one,
+    with another scheme, or with a wrong token), counting wrong tokens per client address.
+
+    Raises:
+        ApiError: 429 (with `Retry-After`) when the address sent too many wrong tokens
+            lately (`TokenFailures`); the token is then not even looked at.
+    """
+    header = request.headers.get("authorization") or ""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    state = state_of(request)
+    address = request.client.host if request.client else "unknown"
+    wait = state.token_failures.blocked(address)
+    if wait > 0:
+        seconds = max(1, math.ceil(wait))
+        raise ApiError(
+            429,
+            "too_many_failures",
+            f"too many wrong tokens from this address: wait {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )
+    cred = state.auth.authenticate(token)
+    if cred is None:
+        state.token_failures.fail(address)
+    return cred
+
+
+def _bearer(request: Request) -> Credential:
+    """The credential of the request's bearer token; 401 when missing or unknown, 429
+    after too many wrong tokens from the address (`token_credential`)."""
+    cred = token_credential(request)
+    if cred is None:
+        raise ApiError(401, "unauthenticated", "send 'Authorization: Bearer <token>'")
+    return cred
+
+
+BearerHandler = Callable[[Request, Credential], Awaitable[Response]]
+
+
+def with_bearer(handler: BearerHandler) -> Callable[[Request], Awaitable[Response]]:
+    """Make `handler(request, cred)` an API endpoint that first checks the bearer token
+    (`_bearer`: 401 without a known one, 429 after too many wrong ones)."""
+
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, _bearer(request))
+
+    return endpoint

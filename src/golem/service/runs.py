@@ -1,0 +1,337 @@
+"""Runs as an approver may see and start them: one run, listings, the pending-call pages
+and idempotent starts. A run the approver may not see is answered as a missing one."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, cast
+
+from golem.durable.store import (
+    CallKind,
+    CorruptRecord,
+    PendingCallRecord,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    Store,
+)
+from golem.durable.worker import start_run
+from golem.errors import StoreError
+from golem.service.auth import Credential
+from golem.service.errors import ApiError, store_error
+from golem.service.schemas import MAX_LIST_LIMIT
+from golem.service.state import ServiceState, require_store
+
+# Internals of `golem.service.create_app`; nothing here is public API.
+__all__: list[str] = []
+
+
+async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRecord:
+    """The run `run_id` if it exists and the approver may see its agent; else 404.
+
+    A run the approver may not see is answered as one that does not exist, by the same
+    code: same status, code, message and headers, so no answer tells that a run with
+    that ID exists (ADR 0069); the store reads it with the same statements as a missing
+    one (ADR 0073).
+    """
+    try:
+        run = await require_store(state).get_run(run_id, agents=cred.approver.agents)
+        if not cred.approver.may_see(run.agent):
+            raise RunNotFound(run_id)
+    except RunNotFound:
+        raise store_error(RunNotFound(run_id)) from None
+    except CorruptRecord as exc:
+        # its agent cannot be read either: only an approver who sees every agent learns
+        # that it exists; to anyone else it is a run they may not see (ADR 0072)
+        if cred.approver.agents is not None:
+            raise store_error(RunNotFound(run_id)) from None
+        raise ApiError(
+            409, "run_unreadable", f"{exc}; an operator must repair the stored row"
+        ) from None
+    return run
+
+
+async def visible_runs(
+    state: ServiceState,
+    cred: Credential,
+    *,
+    status: RunStatus | None,
+    agent: str | None,
+    tool: str | None,
+    limit: int,
+    offset: int = 0,
+) -> list[RunRecord]:
+    """Runs matching the filters that the approver may see, newest first."""
+    store = require_store(state)
+    allowed = cred.approver.agents
+    if agent is not None:
+        if not cred.approver.may_see(agent):
+            return []
+        names: list[str | None] = [agent]
+    elif allowed is None:
+        names = [None]
+    else:
+        names = [*sorted(allowed)]
+    if len(names) == 1:  # one listing: the store skips `offset` runs without loading them
+        return await store.list_runs(
+            status=status, agent=names[0], tool_name=tool, limit=limit, offset=offset
+        )
+    # Several agents: one keyset-paged listing of all of them, newest first, skipping
+    # `offset` runs a page at a time, so memory holds one page however deep the offset.
+    skip, after = offset, None
+    out: list[RunRecord] = []
+    while len(out) < limit:
+        page = await store.list_runs_page(
+            status=status,
+            agent=[n for n in names if n is not None],
+            tool_name=tool,
+            after=after,
+            limit=_SKIP_PAGE if skip else limit - len(out),
+            newest_first=True,
+        )
+        items = page.items[skip:]
+        skip = max(0, skip - len(page.items))
+        out += items[: limit - len(out)]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    return out
+
+
+_SKIP_PAGE = 500
+"""Runs read per page while skipping to a deep offset (`visible_runs`)."""
+
+
+async def _count(store: Store, **filters: Any) -> int:
+    """How many runs match `filters`, found with about 2·log2(n) one-row lookups."""
+
+    async def at_least(n: int) -> bool:
+        return n == 0 or bool(await store.list_runs(limit=1, offset=n - 1, **filters))
+
+    high = 1
+    while await at_least(high):
+        high *= 2
+    low = high // 2  # at_least(low) holds, at_least(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if await at_least(mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+async def _oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
+    """The matching runs from the `skip`-th oldest on, oldest first, at most `limit`.
+
+    `list_runs` pages newest first; counting first lets the oldest page be read directly,
+    loading only the runs on it.
+    """
+    count = await _count(store, **filters)
+    end = count - skip
+    if end <= 0:
+        return []
+    start = max(0, end - limit)
+    runs = await store.list_runs(limit=end - start, offset=start, **filters)
+    return list(reversed(runs))
+
+
+PendingCalls = list[tuple[RunRecord, PendingCallRecord]]
+
+
+@dataclass(frozen=True)
+class PendingPage:
+    """One page of pending calls, oldest run first, and the cursor of the next page."""
+
+    calls: PendingCalls
+    """The undecided calls the approver may decide, in run-age order."""
+    next_cursor: str | None
+    """Pass as `after` for the next page; None on the last page."""
+
+
+def _names(cred: Credential, agent: str | None) -> list[str | None]:
+    if agent is not None:
+        return [agent] if cred.approver.may_see(agent) else []
+    allowed = cred.approver.agents
+    return [None] if allowed is None else [*sorted(allowed)]
+
+
+async def _oldest_page(
+    store: Store, names: list[str | None], tool: str | None, limit: int, after: str | None
+) -> tuple[list[RunRecord], str | None]:
+    """Pending runs oldest first from `after`: keyset paging where the store has it."""
+    keyset = getattr(store, "list_runs_page", None)
+    if keyset is not None:  # Store.list_runs_page: reads only the page's runs
+        agents: Any = names[0] if len(names) == 1 else names
+        try:
+            page = await keyset(
+                status=RunStatus.PENDING, agent=agents, tool_name=tool, after=after, limit=limit
+            )
+        except ValueError as exc:
+            raise ApiError(422, "invalid_request", f"'after': {exc}") from None
+        return list(page.items), page.next_cursor
+    skip = 0
+    if after is not None:  # this fallback's cursor: "o<runs to skip>"
+        if not (after.startswith("o") and after[1:].isdigit() and len(after) < 12):
+            raise ApiError(422, "invalid_request", "'after' is not a cursor of this listing")
+        skip = int(after[1:])
+    runs: list[RunRecord] = []
+    for name in names:
+        runs += await _oldest_runs(
+            store,
+            skip=0 if len(names) > 1 else skip,
+            limit=limit + 1 + (skip if len(names) > 1 else 0),
+            status=RunStatus.PENDING,
+            agent=name,
+            tool_name=tool,
+        )
+    runs.sort(key=lambda r: (r.created_at, r.id))
+    runs = runs[skip : skip + limit + 1] if len(names) > 1 else runs
+    more = len(runs) > limit
+    return runs[:limit], f"o{skip + limit}" if more else None
+
+
+async def pending_page(
+    state: ServiceState,
+    cred: Credential,
+    *,
+    agent: str | None = None,
+    tool: str | None = None,
+    kind: CallKind | None = None,
+    limit: int = MAX_LIST_LIMIT,
+    after: str | None = None,
+) -> PendingPage:
+    """Undecided calls of pending runs that the approver may decide, oldest run first.
+
+    Pages by run: `limit` runs a page, from the cursor `after` (None: the oldest), so the
+    longest-waiting calls are on the first page however many runs are pending.
+
+    Raises:
+        ApiError: 422 for a cursor this listing did not return.
+    """
+    names = _names(cred, agent)
+    if not names:
+        return PendingPage([], None)
+    runs, nxt = await _oldest_page(require_store(state), names, tool, limit, after)
+    out: PendingCalls = []
+    for run in runs:
+        for c in run.undecided:
+            if tool is not None and c.tool_name != tool:
+                continue
+            if kind is not None and c.kind != kind:
+                continue
+            if cred.approver.may_decide(run.agent, c.tool_name):
+                out.append((run, c))
+    return PendingPage(out, nxt)
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+IDEMPOTENCY_KEY_MAX = 200
+"""The longest `Idempotency-Key` a start accepts."""
+
+
+_IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")
+"""The UUIDv5 namespace of run IDs derived from an approver's idempotency key."""
+
+
+def _idempotent_run_id(identity: str, key: str) -> str:
+    """The run ID a start with `Idempotency-Key: key` by `identity` saves under: the same
+    for every repeat of that start, distinct across approvers (a key names one caller's
+    request, so another approver's equal key is another run)."""
+    return str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
+
+
+class _Lookups:
+    """The store as `start_run` uses it, noting whether a lookup found the run `run_id`.
+
+    A keyed start's only read of its run is `start_run`'s own lookup: the run it returns
+    is an earlier start's (a replay) exactly when that lookup found it — before running
+    the agent, or after losing the race to save to a concurrent repeat.
+    """
+
+    def __init__(self, store: Store, run_id: str | None) -> None:
+        self._store = store
+        self._run_id = run_id
+        self.found = False
+        """Whether `get_run(run_id)` returned a run."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
+        run = await self._store.get_run(run_id, agents=agents)
+        if run_id == self._run_id:
+            self.found = True
+        return run
+
+
+async def start_for(
+    state: ServiceState,
+    cred: Credential,
+    agent: str,
+    prompt: str,
+    deps_ref: Any = None,
+    expires_in: float | None = None,
+    key: str | None = None,
+) -> tuple[RunRecord, bool]:
+    """Start a run of `agent` as `cred`'s identity after the 422/403 checks; the run and
+    whether it is the one an earlier start with the same idempotency `key` saved."""
+    if agent not in state.registry or not cred.approver.may_see(agent):
+        # an agent the caller may not see is answered as one that does not exist: the
+        # answer is no oracle of other teams' agents' names
+        raise ApiError(
+            422,
+            "unknown_agent",
+            f'no agent named "{agent}" is registered for {cred.approver.identity}',
+        )
+    if not cred.approver.may_start(agent):
+        raise ApiError(
+            403, "forbidden", f'{cred.approver.identity} may not start runs of agent "{agent}"'
+        )
+    seconds = expires_in if expires_in is not None else state.settings.default_expires_in
+    # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
+    # is one, rather than a zero the store refuses.
+    expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
+    run_id = None if key is None else _idempotent_run_id(cred.approver.identity, key)
+    store = _Lookups(require_store(state), run_id)
+    try:
+        run = await start_run(
+            cast(Store, store),
+            state.registry,
+            agent,
+            prompt,
+            deps_ref=deps_ref,
+            started_by=cred.approver.identity,
+            expires_in=expiry,
+            seal_key=state.seal_key,
+            run_id=run_id,
+        )
+        return run, store.found
+    except StoreError:
+        raise
+    except ValueError as exc:
+        if not store.found:
+            raise _invalid_deps(agent, exc) from None
+        # start_run found a run under the key's ID and compared it: another start
+        raise ApiError(
+            409,
+            "idempotency_key_reused",
+            "this Idempotency-Key already started a run with another agent or prompt; use "
+            "a new key for a different start",
+        ) from None
+    except Exception as exc:  # the run itself cannot raise: a failure is a FAILED run
+        # What is left is the agent's deps_factory refusing deps_ref: nothing was saved.
+        raise _invalid_deps(agent, exc) from None
+
+
+def _invalid_deps(agent: str, exc: Exception) -> ApiError:
+    return ApiError(
+        422,
+        "invalid_deps",
+        f'agent "{agent}" could not build its deps from deps_ref: {type(exc).__name__}: {exc}',
+    )

@@ -1,0 +1,550 @@
+"""Gemini adapter against recorded traffic: every recorded response parses, requests match."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
+from golem.model import (
+    FINISH_REASONS,
+    Delta,
+    ModelRequest,
+    ModelResponse,
+    ThinkingDelta,
+    ToolSpec,
+)
+from golem.providers.gemini import GeminiModel, build_request_body, parse_response
+from golem.providers.gemini._stream import parse_stream, sse_events
+from golem.providers.gemini._wire import DUMMY_SIGNATURE
+from golem.usage import Usage
+from tests.providers.gemini_fixtures import (
+    API,
+    assert_subset,
+    generate_interactions,
+    is_generate,
+    normalize,
+    recorded,
+    recorded_generate,
+    rename_tool_output_key,
+)
+from tests.support import recordings as _recordings
+from tests.support.recordings import Interaction, all_interactions, replay_transport
+
+pytestmark = _recordings.needs_recordings
+
+GENERATE = generate_interactions() if _recordings.available() else []
+OK = [it for it in GENERATE if it.status == 200]
+
+
+def _id(it: Interaction) -> str:
+    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
+
+
+def _parse(it: Interaction) -> ModelResponse:
+    if it.is_stream:
+        return parse_stream(sse_events(it.body.splitlines()))[1]
+    return parse_response(it.json)
+
+
+# --------------------------------------------------------------------------- replay: every response
+
+
+@pytest.mark.parametrize("it", OK, ids=_id)
+async def test_every_recorded_response_parses_through_the_http_path(it: Interaction) -> None:
+    seen: list[httpx.Request] = []
+    client = httpx.AsyncClient(transport=replay_transport([it], seen))
+    model = GeminiModel("gemini-2.5-flash", api_key="k", http_client=client)
+    request = ModelRequest(messages=[Message(role="user", content="hi")])
+    if it.is_stream:
+        items = [x async for x in model.generate_stream(request)]
+        final = items[-1]
+        assert all(isinstance(x, Delta) for x in items[:-1])
+        assert seen[0].url.path.endswith(":streamGenerateContent")
+        assert seen[0].url.params["alt"] == "sse"
+    else:
+        final = await model.generate(request)
+        assert seen[0].url.path.endswith(":generateContent")
+    await client.aclose()
+    assert isinstance(final, ModelResponse)
+    assert final == _parse(it)
+    assert final.finish_reason in FINISH_REASONS - {""}
+    assert final.message.role == "assistant"
+    assert final.message.content or final.message.tool_calls
+    assert final.usage.input_tokens > 0
+    assert final.model_name.startswith("gemini-")
+    for call in final.message.tool_calls:
+        assert call.id
+        assert call.name
+        assert isinstance(json.loads(call.args), dict)
+
+
+def test_only_non_gemini_endpoints_are_left_out_of_the_replay_suite() -> None:
+    others = [it for it in all_interactions(API) if not is_generate(it)]
+    for it in others:
+        path = it.uri.split("?", 1)[0]
+        assert (
+            path.endswith((":countTokens", "/openai/chat/completions"))
+            or "fileSearchStores" in path
+            or "generativelanguage.googleapis.com" not in path  # file downloads by the test suite
+        ), it.uri
+    # The Gemini recordings hold no error responses; the error fixtures live in
+    # test_gemini_errors.py. Any non-200 recording added later must classify.
+    from golem.providers.gemini._errors import error_from_http
+
+    for it in GENERATE:
+        if it.status != 200:
+            err = error_from_http(it.status, httpx.Headers(it.headers), it.body)
+            assert err.status_code == it.status
+
+
+# --------------------------------------------------------------------------- replay: exact values
+
+
+def test_plain_text_response() -> None:
+    r = _parse(recorded("test_google_model", 0))
+    assert r == ModelResponse(
+        message=Message(role="assistant", content="Hello! How can I help you today?"),
+        usage=Usage(input_tokens=9, output_tokens=43, reasoning_tokens=34),
+        finish_reason="stop",
+        model_name="gemini-2.5-flash",
+    )
+
+
+def test_function_call_with_thought_signature_and_no_id() -> None:
+    it = recorded("test_google_model_retry", 0)
+    sig = it.json["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
+    r = _parse(it)
+    assert r.message.tool_calls == [
+        ToolCall(
+            id="gemini_g5YoaezOBeyrqtsPwYqL2Q8_0",
+            name="get_capital",
+            args='{"country":"France"}',
+            signature=sig,
+        )
+    ]
+    assert r.message.content == ""
+    assert r.finish_reason == "tool_call"
+    assert r.usage == Usage(input_tokens=57, output_tokens=15 + 124, reasoning_tokens=124)
+
+
+def test_synthesized_call_ids_are_stable_and_unique_per_response() -> None:
+    first = _parse(recorded("test_google_model_retry", 0)).message.tool_calls[0].id
+    again = _parse(recorded("test_google_model_retry", 0)).message.tool_calls[0].id
+    second = _parse(recorded("test_google_model_retry", 1)).message.tool_calls[0].id
+    assert first == again
+    assert first != second
+
+
+def test_signature_on_a_text_part_is_kept_as_an_empty_thinking_block() -> None:
+    it = recorded("test_google_model_retry", 2)
+    sig = it.json["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
+    r = _parse(it)
+    assert r.message.content == "Paris"
+    assert r.message.thinking == [ThinkingBlock(text="", signature=sig)]
+    assert r.finish_reason == "stop"
+
+
+def test_thought_parts_become_thinking_blocks() -> None:
+    it = recorded("test_google_model_thinking_part", 0)
+    parts = it.json["candidates"][0]["content"]["parts"]
+    r = _parse(it)
+    assert r.message.thinking == [
+        ThinkingBlock(text=parts[0]["text"]),
+        ThinkingBlock(text="", signature=parts[1]["thoughtSignature"]),
+    ]
+    assert r.message.thinking[0].text.startswith("**A Safe Street-Crossing Guide")
+    assert r.message.content == parts[1]["text"]
+    assert r.usage.reasoning_tokens == it.json["usageMetadata"]["thoughtsTokenCount"]
+
+
+def test_max_tokens_maps_to_length() -> None:
+    r = _parse(recorded("test_google_model_max_tokens", 0))
+    assert r.message.content == "The capital of France is"
+    assert r.finish_reason == "length"
+    assert r.usage == Usage(input_tokens=15, output_tokens=5)
+
+
+def test_cached_tokens_are_part_of_the_input() -> None:
+    it = recorded_generate(
+        "test_multimodal_tool_return_matrix[tool_return_content-url-document-google_2_5]"
+    )[-1]
+    r = _parse(it)
+    assert r.usage == Usage(input_tokens=328, output_tokens=39, cache_read_tokens=220)
+
+
+def test_tool_use_prompt_tokens_count_as_input() -> None:
+    r = _parse(recorded("test_google_model_web_fetch_tool", 0))
+    assert r.usage == Usage(input_tokens=32 + 2395, output_tokens=41 + 47, reasoning_tokens=47)
+    assert r.message.content.startswith("Pydantic AI is a Python agent framework")
+
+
+def test_streamed_thinking_then_text() -> None:
+    it = recorded("test_google_model_thinking_part_iter", 0)
+    deltas, r = parse_stream(sse_events(it.body.splitlines()))
+    assert [bool(d.thinking and d.thinking[0].text) for d in deltas[:5]] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert all(t.index == 0 for d in deltas[:4] for t in d.thinking)
+    assert deltas[4].content.startswith("This is a great question!")
+    assert deltas[4].thinking == [ThinkingDelta(index=1, signature=r.message.thinking[1].signature)]
+    assert "".join(d.content for d in deltas) == r.message.content
+    assert len(r.message.thinking) == 2
+    assert r.message.thinking[0].text.startswith("**Clarifying User Goals**")
+    assert r.message.thinking[0].text.count("**") == 8  # four thought chunks, one block
+    assert r.usage == Usage(input_tokens=34, output_tokens=469 + 787, reasoning_tokens=787)
+    assert r.finish_reason == "stop"
+
+
+def test_stream_with_server_side_tool_steps_keeps_text_and_trailing_signature() -> None:
+    it = recorded_generate("test_google_model_file_search_grounding_gemini_3[True]")[0]
+    assert it.is_stream
+    _deltas, r = parse_stream(sse_events(it.body.splitlines()))
+    assert r.message.content.startswith("The capital of France is **Paris**.")
+    assert r.message.tool_calls == []  # FILE_SEARCH toolCall/toolResponse parts are server-side
+    assert len(r.message.thinking) == 1
+    assert r.message.thinking[0].text == ""
+    assert r.message.thinking[0].signature.startswith("EsUBCsIBAQw51sdPkH+3cSEO15H8ynZHJdCu8bTu")
+    assert r.usage.input_tokens == 427 + 771
+
+
+def test_single_event_stream() -> None:
+    it = recorded("test_cancel_recorded_provider_stream[google]", 0)
+    deltas, r = parse_stream(sse_events(it.body.splitlines()))
+    assert deltas == [Delta(content="Paris")]
+    assert r.message.content == "Paris"
+    assert r.usage == Usage(input_tokens=6, output_tokens=36, reasoning_tokens=35)
+
+
+STREAMS = [it for it in OK if it.is_stream]
+
+
+@pytest.mark.parametrize("it", STREAMS, ids=_id)
+def test_streamed_final_equals_the_plain_parse_of_the_same_content(it: Interaction) -> None:
+    events = [json.loads(data) for _, data in sse_events(it.body.splitlines())]
+    merged: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": []}}]}
+    for ev in events:
+        for k in ("modelVersion", "responseId", "usageMetadata"):
+            if k in ev:
+                merged[k] = ev[k]
+        cand = ev["candidates"][0]
+        merged["candidates"][0]["content"]["parts"] += cand.get("content", {}).get("parts", [])
+        for k in ("finishReason", "groundingMetadata", "urlContextMetadata"):
+            if k in cand:
+                merged["candidates"][0][k] = cand[k]
+    deltas, streamed = parse_stream(sse_events(it.body.splitlines()))
+    assert streamed == parse_response(merged)
+    # the deltas rebuild the same message
+    assert "".join(d.content for d in deltas) == streamed.message.content
+    texts: dict[int, str] = {}
+    sigs: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            texts[t.index] = texts.get(t.index, "") + t.text
+            sigs[t.index] = sigs.get(t.index, "") + t.signature
+    assert [ThinkingBlock(texts[i], sigs[i]) for i in sorted(texts)] == streamed.message.thinking
+
+
+# --------------------------------------------------------------------------- request building
+
+GET_CAPITAL = ToolSpec(
+    "get_capital",
+    "Get the capital of a country.",
+    {
+        "additionalProperties": False,
+        "properties": {"country": {"description": "The country name.", "type": "string"}},
+        "required": ["country"],
+        "type": "object",
+    },
+)
+EMPTY_SCHEMA = {"additionalProperties": False, "properties": {}, "type": "object"}
+
+
+def _match(mine: dict[str, Any], it: Interaction) -> None:
+    assert_subset(normalize(mine), rename_tool_output_key(normalize(it.request_body)))
+
+
+def _sig(it: Interaction, part: int = 0) -> str:
+    sig: str = it.json["candidates"][0]["content"]["parts"][part]["thoughtSignature"]
+    return sig
+
+
+def test_request_system_and_user_text() -> None:
+    it = recorded("test_google_model", 0)
+    req = ModelRequest(
+        messages=[
+            Message(role="system", content="You are a chatbot."),
+            Message(role="user", content="Hello!"),
+        ]
+    )
+    body = build_request_body(req)
+    assert body == {
+        "contents": [{"role": "user", "parts": [{"text": "Hello!"}]}],
+        "systemInstruction": {"role": "user", "parts": [{"text": "You are a chatbot."}]},
+    }
+    _match(body, it)
+
+
+def _retry_history() -> list[Message]:
+    first, second = recorded_generate("test_google_model_retry")[:2]
+    return [
+        Message(role="system", content="You are a helpful chatbot."),
+        Message(role="user", content="What is the capital of France?"),
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(
+                    "pyd_ai_1f2bdea4ea804905a3f05dfe5b96a7fb",
+                    "get_capital",
+                    '{"country": "France"}',
+                    signature=_sig(first),
+                )
+            ],
+        ),
+        Message(
+            role="tool",
+            content='The country is not supported. Use "La France" instead.\n\nFix the errors and try again.',
+            tool_call_id="pyd_ai_1f2bdea4ea804905a3f05dfe5b96a7fb",
+            tool_name="get_capital",
+            failed=True,
+        ),
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(
+                    "pyd_ai_9f63eafb0eac47419f4f6c19975e924b",
+                    "get_capital",
+                    '{"country": "La France"}',
+                    signature=_sig(second),
+                )
+            ],
+        ),
+        Message(
+            role="tool",
+            content="Paris",
+            tool_call_id="pyd_ai_9f63eafb0eac47419f4f6c19975e924b",
+            tool_name="get_capital",
+        ),
+    ]
+
+
+def test_request_tools_calls_signatures_and_results() -> None:
+    history = _retry_history()
+    _, second, third = recorded_generate("test_google_model_retry")
+    for messages, it in ((history[:4], second), (history, third)):
+        body = build_request_body(
+            ModelRequest(messages=messages, tools=[GET_CAPITAL]), temperature=0.0
+        )
+        _match(body, it)
+        assert body["generationConfig"] == {"temperature": 0.0}
+        assert body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == (
+            GET_CAPITAL.schema
+        )
+    failed = body["contents"][2]["parts"][0]["functionResponse"]
+    assert failed["response"] == {"error": history[3].content}
+    assert body["contents"][4]["parts"][0]["functionResponse"] == {
+        "name": "get_capital",
+        "id": "pyd_ai_9f63eafb0eac47419f4f6c19975e924b",
+        "response": {"output": "Paris"},
+    }
+
+
+def test_request_built_from_our_own_parse_replays_signatures() -> None:
+    first, second, third = recorded_generate("test_google_model_retry")
+    history = [
+        Message(role="system", content="You are a helpful chatbot."),
+        Message(role="user", content="What is the capital of France?"),
+    ]
+    for it, result, failed in (
+        (
+            first,
+            'The country is not supported. Use "La France" instead.\n\nFix the errors and try again.',
+            True,
+        ),
+        (second, "Paris", False),
+    ):
+        answer = parse_response(it.json).message
+        call = answer.tool_calls[0]
+        history += [
+            answer,
+            Message(
+                role="tool",
+                content=result,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                failed=failed,
+            ),
+        ]
+    history = loads_history(dumps_history(history))  # a paused history survives JSON
+    body = build_request_body(ModelRequest(messages=history, tools=[GET_CAPITAL]), temperature=0.0)
+    _match(body, third)
+    calls = [p for c in body["contents"] for p in c["parts"] if "functionCall" in p]
+    assert [p["thoughtSignature"] for p in calls] == [_sig(first), _sig(second)]
+    assert all("id" not in p["functionCall"] for p in calls)  # Gemini gave none
+    responses = [p for c in body["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert all("id" not in p["functionResponse"] for p in responses)
+
+
+def test_request_replays_thoughts_and_text_signature() -> None:
+    first, second = recorded_generate("test_google_model_thinking_part")
+    answer = parse_response(first.json).message
+    dummy = ToolSpec("dummy", "", EMPTY_SCHEMA)
+    messages = [
+        Message(role="system", content="You are a helpful assistant."),
+        Message(role="user", content="How do I cross the street?"),
+        answer,
+        Message(
+            role="user",
+            content="Considering the way to cross the street, analogously, how do I cross the river?",
+        ),
+    ]
+    body = build_request_body(ModelRequest(messages=messages, tools=[dummy]), include_thoughts=True)
+    _match(body, second)
+    model_parts = body["contents"][1]["parts"]
+    assert model_parts[0] == {"text": answer.thinking[0].text, "thought": True}
+    assert model_parts[1] == {"text": answer.content, "thoughtSignature": _sig(first, 1)}
+    assert body["generationConfig"] == {"thinkingConfig": {"includeThoughts": True}}
+
+
+def test_request_generation_settings() -> None:
+    base = [
+        Message(role="system", content="You are a helpful chatbot."),
+        Message(role="user", content="What is the capital of France?"),
+    ]
+    body = build_request_body(ModelRequest(messages=base), max_tokens=5, thinking_budget=0)
+    _match(body, recorded("test_google_model_max_tokens", 0))
+    assert body["generationConfig"] == {
+        "maxOutputTokens": 5,
+        "thinkingConfig": {"thinkingBudget": 0},
+    }
+    body = build_request_body(ModelRequest(messages=base), top_p=0.5)
+    _match(body, recorded("test_google_model_top_p", 0))
+    body = build_request_body(ModelRequest(messages=base), stop=["\n\n"], temperature=0.2)
+    assert body["generationConfig"] == {"temperature": 0.2, "stopSequences": ["\n\n"]}
+
+
+def test_request_inline_image_and_document() -> None:
+    for name, prompt, kind in (
+        ("test_google_model_image_url_input", "What is this vegetable?", "image"),
+        (
+            "test_google_model_document_url_input",
+            "What is the main content on this document?",
+            "document",
+        ),
+        (
+            "test_google_model_text_as_binary_content_input",
+            "What is the main content on this document?",
+            "document",
+        ),
+    ):
+        it = recorded_generate(name)[0]
+        inline = it.request_body["contents"][0]["parts"][1]["inlineData"]
+        data = normalize({"inlineData": inline})["inlineData"]["data"]
+        system = it.request_body.get("systemInstruction", {}).get("parts", [{}])[0].get("text", "")
+        msg = Message(
+            role="user",
+            content=prompt,
+            parts=[Part(kind, data=data, media_type=inline["mimeType"])],
+        )
+        body = build_request_body(
+            ModelRequest(messages=[Message(role="system", content=system), msg])
+        )
+        _match(body, it)
+        assert base64.b64decode(body["contents"][0]["parts"][1]["inlineData"]["data"]) == data
+
+
+def test_request_url_parts_become_file_data() -> None:
+    it = recorded("test_google_model_youtube_video_url_input", 0)
+    msg = Message(
+        role="user",
+        content="Explain me this video in a few sentences",
+        parts=[Part("video", url="https://youtu.be/lCdaVNyHtjU", media_type="video/mp4")],
+    )
+    body = build_request_body(
+        ModelRequest(messages=[Message(role="system", content="You are a helpful chatbot."), msg])
+    )
+    _match(body, it)
+    assert body["contents"][0]["parts"][1] == {
+        "fileData": {"fileUri": "https://youtu.be/lCdaVNyHtjU", "mimeType": "video/mp4"}
+    }
+
+
+def test_request_tool_result_with_a_file_part() -> None:
+    first, last = recorded_generate(
+        "test_multimodal_tool_return_matrix[tool_return_content-uploaded_file-document-google_2_5]"
+    )
+    uri = "https://generativelanguage.googleapis.com/v1beta/files/k8plo4aq1e1w"
+    call_id = "pyd_ai_7ef15ea3efd844c8bd45082492b883df"
+    messages = [
+        Message(
+            role="user",
+            content="Use the get_file tool now to retrieve a document file, then describe what you received.",
+        ),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(call_id, "get_file", "{}", signature=_sig(first))],
+        ),
+        Message(
+            role="tool",
+            content="File attached",
+            parts=[Part("document", url=uri, media_type="application/pdf")],
+            tool_call_id=call_id,
+            tool_name="get_file",
+        ),
+    ]
+    body = build_request_body(
+        ModelRequest(messages=messages, tools=[ToolSpec("get_file", "", EMPTY_SCHEMA)])
+    )
+    _match(body, last)
+    assert body["contents"][-1] == {
+        "role": "user",
+        "parts": [{"fileData": {"fileUri": uri, "mimeType": "application/pdf"}}],
+    }
+
+
+def test_request_native_structured_output() -> None:
+    it = recorded("test_google_nested_models_with_native_output", 0)
+    schema = it.request_body["generationConfig"]["responseJsonSchema"]
+    messages = [
+        Message(role="system", content="You are a helpful assistant that creates structured data."),
+        Message(role="user", content="Create a simple example with 2 pages, each with 2 items"),
+    ]
+    body = build_request_body(ModelRequest(messages=messages, output_schema=schema))
+    _match(body, it)
+    assert body["generationConfig"] == {
+        "responseMimeType": "application/json",
+        "responseJsonSchema": schema,
+    }
+
+
+def test_request_call_without_signature_gets_the_documented_placeholder() -> None:
+    it = recorded("test_google_model_structured_output", 1)
+    temperature, final = it.request_body["tools"][0]["functionDeclarations"]
+    tools = [
+        ToolSpec(d["name"], d["description"], d["parameters_json_schema"])
+        for d in (temperature, final)
+    ]
+    call_id = "pyd_ai_3b434062371141a69cab8ea6571e6812"
+    messages = [
+        Message(role="system", content="You are a helpful chatbot."),
+        Message(role="user", content="What was the temperature in London 1st January 2022?"),
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(call_id, "temperature", '{"city": "London", "date": "2022-01-01"}')
+            ],
+        ),
+        Message(role="tool", content="30°C", tool_call_id=call_id, tool_name="temperature"),
+    ]
+    body = build_request_body(ModelRequest(messages=messages, tools=tools))
+    _match(body, it)
+    assert body["contents"][1]["parts"][0]["thoughtSignature"] == DUMMY_SIGNATURE
+    assert base64.b64decode(DUMMY_SIGNATURE) == b"skip_thought_signature_validator"

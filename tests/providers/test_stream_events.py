@@ -1,0 +1,672 @@
+"""What each API's stream events become, through each adapter's HTTP path: events that
+carry an item only when it is done (Responses text, calls and summaries), terminal events
+with an empty or missing `output`, error events of any shape, refusals, a `[DONE]` after a
+Gemini stream, an `"error": null` beside an answer, and events, fields and item types golem
+does not know (ignored, or kept where the answer keeps provider blocks). The deltas always
+add up to the final response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from golem.errors import (
+    Overloaded,
+    ProviderError,
+)
+from golem.model import Delta, ModelResponse
+from tests.support.adapters import accumulated, final, send
+from tests.support.recordings import all_interactions, available
+from tests.support.streams import FIXTURES, events_of, plain, stream_through
+
+
+def _sse_text(events: list[Any], named: bool = False) -> str:
+    """The SSE text of `events` (JSON objects, or text as is); `named`: each under its type."""
+    out = []
+    for e in events:
+        data = e if isinstance(e, str) else json.dumps(e)
+        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
+        out.append(f"{name}data: {data}\n\n")
+    return "".join(out)
+
+
+def _sse(*events: tuple[str, str]) -> list[bytes]:
+    return [plain(list(events))]
+
+
+def _message_item(text: str, item_id: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+_R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
+
+
+_USAGE_R = {"input_tokens": 5, "output_tokens": 3}
+
+
+def _message(*texts: str, refusal: bool = False) -> dict[str, Any]:
+    kind, key = ("refusal", "refusal") if refusal else ("output_text", "text")
+    return {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": kind, key: t, **({} if refusal else {"annotations": []})} for t in texts
+        ],
+    }
+
+
+async def _responses(events: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
+    items = await send("openai-responses", _sse_text(events, named=True), stream=True)
+    return items, final(items)
+
+
+def _streamed_text(items: list[Any]) -> str:
+    return "".join(i.content for i in items if not isinstance(i, ModelResponse))
+
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\r"), min_size=1, max_size=12)
+
+
+def _pieces(data: st.DataObject, text: str) -> list[str]:
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
+    out, last = [], 0
+    for c in [*cuts, len(text)]:
+        if c > last:
+            out.append(text[last:c])
+            last = c
+    return out
+
+
+def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One output item at `output_index` `i` and the events a server may send for it: with
+    or without deltas, `.done` events, `output_item.added`."""
+    kind = data.draw(st.sampled_from(["message", "reasoning", "function_call", "web_search"]))
+    added = data.draw(st.booleans())
+    events: list[dict[str, Any]] = []
+    if kind == "message":
+        texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
+        item = {**_message(*texts), "id": f"msg_{i}"}
+        mode = data.draw(st.sampled_from(["deltas", "text_done", "item_done", "both"]))
+        if added:
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item_id": item["id"],
+                    "item": {**item, "content": []},
+                }
+            )
+        for j, t in enumerate(texts):
+            if mode in ("deltas", "both"):
+                events += [
+                    {
+                        "type": "response.output_text.delta",
+                        "output_index": i,
+                        "item_id": item["id"],
+                        "content_index": j,
+                        "delta": p,
+                    }
+                    for p in _pieces(data, t)
+                ]
+            if mode in ("text_done", "both"):
+                events.append(
+                    {
+                        "type": "response.output_text.done",
+                        "output_index": i,
+                        "item_id": item["id"],
+                        "content_index": j,
+                        "text": t,
+                    }
+                )
+    elif kind == "reasoning":
+        texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
+        item = {
+            "type": "reasoning",
+            "id": f"rs_{i}",
+            "encrypted_content": "E",
+            "summary": [{"type": "summary_text", "text": t} for t in texts],
+        }
+        if added or data.draw(st.booleans()):
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item_id": item["id"],
+                    "item": {**item, "summary": []},
+                }
+            )
+            if data.draw(st.booleans()):
+                for j, t in enumerate(texts):
+                    events += [
+                        {
+                            "type": "response.reasoning_summary_text.delta",
+                            "output_index": i,
+                            "item_id": item["id"],
+                            "summary_index": j,
+                            "delta": p,
+                        }
+                        for p in _pieces(data, t)
+                    ]
+    elif kind == "function_call":
+        args = json.dumps({"v": data.draw(_TEXT)})
+        item = {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": "f",
+            "arguments": args,
+            "status": "completed",
+        }
+        if added:
+            whole = data.draw(st.booleans())
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item_id": item["id"],
+                    "item": {**item, "arguments": args if whole else ""},
+                }
+            )
+            if not whole:
+                events += [
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "output_index": i,
+                        "item_id": item["id"],
+                        "delta": p,
+                    }
+                    for p in _pieces(data, args)
+                ]
+                if data.draw(st.booleans()):
+                    events.append(
+                        {
+                            "type": "response.function_call_arguments.done",
+                            "output_index": i,
+                            "item_id": item["id"],
+                            "arguments": args,
+                        }
+                    )
+    else:
+        item = {
+            "type": "web_search_call",
+            "id": f"ws_{i}",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        }
+        if added:
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": i,
+                    "item_id": item["id"],
+                    "item": item,
+                }
+            )
+    events.append(
+        {
+            "type": "response.output_item.done",
+            "output_index": i,
+            "item_id": item["id"],
+            "item": item,
+        }
+    )
+    return item, events
+
+
+UNKNOWN = "golem_unknown"
+"""The name of every field and type this file makes up."""
+
+
+def _recorded_streams() -> list[tuple[str, list[tuple[str, str]]]]:
+    out = []
+    for path in sorted(FIXTURES.glob("stream_*.sse")):
+        if path.name not in ("stream_truncated.sse", "stream_error_event.sse"):
+            out.append(("openai-chat", events_of(path.read_text())))
+    for api in ("openai-responses", "anthropic", "gemini"):
+        if available(api):
+            for it in all_interactions(api):
+                if it.is_stream and it.status == 200:
+                    out.append((api, events_of(it.body)))
+    return out
+
+
+STREAMS = _recorded_streams()
+
+
+SETTINGS = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    return await send(api, [plain(events)], stream=True)
+
+
+_KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
+"""Keys whose values are the model's own JSON (tool arguments): an added field would change
+what the model said, not the shape of the answer."""
+
+
+def _with_unknown_fields(value: Any, draw: st.DrawFn) -> Any:
+    """`value` with an unknown field added to some of its objects (never inside arguments)."""
+    if isinstance(value, dict):
+        out = {
+            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_fields(v, draw)
+            for k, v in value.items()
+        }
+        if draw(st.booleans()):
+            extra = draw(
+                st.one_of(
+                    st.none(),
+                    st.integers(-5, 5),
+                    st.text(max_size=3),
+                    st.just({"type": UNKNOWN, "text": "é"}),
+                    st.just([{"type": UNKNOWN}]),
+                )
+            )
+            out[UNKNOWN] = extra
+        return out
+    if isinstance(value, list):
+        return [_with_unknown_fields(v, draw) for v in value]
+    return value
+
+
+def _strip_unknown(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_unknown(v) for k, v in value.items() if k != UNKNOWN}
+    if isinstance(value, list):
+        return [_strip_unknown(v) for v in value]
+    return value
+
+
+def _comparable(value: Any) -> Any:
+    """A result as plain data, the provider objects golem keeps verbatim (`raw`) read as
+    JSON without the unknown fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if f.name == "raw" and isinstance(item, str) and item:
+                with contextlib.suppress(ValueError):
+                    item = json.dumps(_strip_unknown(json.loads(item)), sort_keys=True)
+            out[f.name] = _comparable(item)
+        return out
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def _event_with(data: str, draw: st.DrawFn) -> str:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return data  # [DONE]
+    return json.dumps(_with_unknown_fields(value, draw), ensure_ascii=False)
+
+
+_ITEM_LISTS = {
+    "anthropic": ("content",),
+    "openai-responses": ("output", "content", "summary"),
+    "gemini": ("parts",),
+    "openai-chat": ("content", "tool_calls", "annotations"),
+}
+
+
+def _unknown_item(api: str) -> dict[str, Any]:
+    if api == "gemini":
+        return {UNKNOWN: {"value": "é"}}
+    return {"type": UNKNOWN, "id": "x_unknown_1", "value": "é"}
+
+
+def _with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {
+            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_items(v, api, draw, k)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        out = [_with_unknown_items(v, api, draw) for v in value]
+        lists_items = key in _ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
+        if lists_items and out and draw(st.booleans()):
+            out.insert(draw(st.integers(0, len(out))), _unknown_item(api))
+        return out
+    return value
+
+
+def _essentials(response: ModelResponse) -> Any:
+    m = response.message
+    return (
+        [(c.id, c.name, c.args) for c in m.tool_calls],
+        m.content.replace("\n\n", ""),
+        "".join(t.text for t in m.thinking),  # an unknown item between thoughts parts them
+        response.finish_reason,
+        response.usage,
+    )
+
+
+def _anthropic_unknown_block(index: int) -> list[tuple[str, str]]:
+    block = {"type": UNKNOWN, "id": "x_unknown_1", "content": ""}
+    events = [
+        {"type": "content_block_start", "index": index, "content_block": block},
+        {"type": "content_block_delta", "index": index, "delta": {"type": UNKNOWN, "content": "é"}},
+        {"type": "content_block_stop", "index": index},
+    ]
+    return [(e["type"], json.dumps(e, ensure_ascii=False)) for e in events]
+
+
+async def _answer(body: str, *, stream: bool) -> ModelResponse:
+    return final(await send("openai-responses", body, stream=stream))
+
+
+def _response(status: str, **extra: Any) -> dict[str, Any]:
+    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
+
+
+@pytest.mark.parametrize(
+    "data",
+    ["model crashed", '{"message": "model crashed", "code": 500}', '"model crashed"'],
+)
+async def test_a_chat_error_event_of_any_shape_fails_the_stream(data: str) -> None:
+    head = ("", '{"choices":[{"index":0,"delta":{"content":"par"}}]}')
+    with pytest.raises(ProviderError, match="model crashed") as caught:
+        await stream_through("openai-chat", _sse(head, ("error", data)))
+    if "500" in data:
+        assert isinstance(caught.value, Overloaded)
+
+
+async def test_a_streamed_chat_refusal_streams_as_text() -> None:
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "refusal": ""}}]},
+        {"choices": [{"index": 0, "delta": {"refusal": "I can't "}}]},
+        {"choices": [{"index": 0, "delta": {"refusal": "help with that."}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    out = await stream_through("openai-chat", _sse(*[("", json.dumps(c)) for c in chunks]))
+    final = out[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.finish_reason == "content_filter"
+    streamed = "".join(d.content for d in out if isinstance(d, Delta))
+    assert streamed == final.message.content == "I can't help with that."
+
+
+async def test_a_gemini_stream_event_with_a_null_error_is_no_error() -> None:
+    candidate = {"content": {"parts": [{"text": "hi"}], "role": "model"}, "index": 0}
+    events = [
+        ("", json.dumps({"candidates": [candidate], "error": None})),
+        ("", json.dumps({"candidates": [{**candidate, "finishReason": "STOP"}], "error": None})),
+    ]
+    items = await send("gemini", [plain(events)], stream=True)
+    assert "".join(d.content for d in items if isinstance(d, Delta)) == "hihi"
+    assert final(items).message.content == "hihi"
+
+
+@pytest.mark.parametrize("output", [[], None, "missing"])
+@pytest.mark.parametrize("indexed", [True, False])
+async def test_responses_done_items_are_the_answer_when_the_terminal_output_is_empty(
+    output: Any, indexed: bool
+) -> None:
+    events: list[tuple[str, str]] = []
+    for i, text in enumerate(["Hello", "again"]):
+        event: dict[str, Any] = {
+            "type": "response.output_item.done",
+            "item": _message_item(text, f"msg_{i}"),
+        }
+        if indexed:
+            event["output_index"] = i
+        events.append(("", json.dumps(event)))
+    response: dict[str, Any] = {"id": "resp_1", "status": "completed", "model": "gpt-x"}
+    if output != "missing":
+        response["output"] = output
+    events.append(("", json.dumps({"type": "response.completed", "response": response})))
+    message = final(await send("openai-responses", [plain(events)], stream=True)).message
+    assert message.content.replace("\n", "") == "Helloagain"
+
+
+async def test_a_done_marker_after_a_gemini_stream_is_ignored() -> None:
+    # a proxy that ends every stream the OpenAI way; the answer used to be lost ("not JSON")
+    event = {"candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}]}
+    body = f"data: {json.dumps(event)}\n\ndata: [DONE]\n\n"
+    assert final(await send("gemini", body, stream=True)).message.content == "hi"
+
+
+async def test_a_responses_terminal_event_without_its_output_takes_the_done_items() -> None:
+    # a compatible server's `response.completed` that leaves `output` out; it was "no output
+    # list" although every item had arrived whole in its `response.output_item.done`
+    message = {
+        "type": "message",
+        "id": "m1",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+    }
+    call = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "f", "arguments": "{}"}
+    events = [
+        {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "content": []},
+        },
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "m1",
+            "delta": "hi",
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {
+            "type": "response.output_item.added",
+            "output_index": 1,
+            "item": {**call, "arguments": ""},
+        },
+        {"type": "response.output_item.done", "output_index": 1, "item": call},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed"}},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    m = final(await send("openai-responses", body, stream=True)).message
+    assert m.content == "hi"
+    assert [(c.id, c.name) for c in m.tool_calls] == [("c1", "f")]
+
+
+@pytest.mark.parametrize("refusal", [False, True])
+@pytest.mark.parametrize("terminal_output", [True, False])
+async def test_responses_text_sent_only_when_done_streams_as_one_delta(
+    refusal: bool, terminal_output: bool
+) -> None:
+    """Before: text (or a refusal) that a server sent only in `response.output_text.done` /
+    `response.refusal.done` / `response.output_item.done`, with no delta, was in the final
+    response but never streamed: a streaming UI showed nothing of the answer."""
+    message = _message("Hello ", "there", refusal=refusal)
+    done = "response.refusal.done" if refusal else "response.output_text.done"
+    key = "refusal" if refusal else "text"
+    events = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {**message, "content": [], "status": "in_progress"},
+        },
+        {"type": done, "output_index": 0, "content_index": 0, key: "Hello "},
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {
+            "type": "response.completed",
+            "response": {
+                **_R,
+                "status": "completed",
+                "usage": _USAGE_R,
+                **({"output": [message]} if terminal_output else {}),
+            },
+        },
+    ]
+    items, response = await _responses(events)
+    assert response.message.content == "Hello there"
+    assert _streamed_text(items) == "Hello there"  # the first part once, the second when done
+    assert response.finish_reason == ("content_filter" if refusal else "stop")
+
+
+async def test_a_responses_call_sent_only_when_done_streams_its_id_name_and_arguments() -> None:
+    """Before: a `function_call` item that came only in `response.output_item.done` (no
+    `output_item.added`) streamed nothing; the final response had the call."""
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "f",
+        "arguments": '{"x": 1}',
+        "status": "completed",
+    }
+    events = [
+        {"type": "response.output_item.done", "output_index": 0, "item": call},
+        {
+            "type": "response.completed",
+            "response": {**_R, "status": "completed", "output": [call], "usage": _USAGE_R},
+        },
+    ]
+    items, response = await _responses(events)
+    assert (
+        [(c.id, c.name, c.args) for c in accumulated(items)]
+        == [(c.id, c.name, c.args) for c in response.message.tool_calls]
+        == [("call_1", "f", '{"x": 1}')]
+    )
+
+
+async def test_a_responses_summary_sent_only_when_done_streams_as_thinking() -> None:
+    """Before: a reasoning summary that came only with its done item streamed no thinking."""
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "encrypted_content": "ENC",
+        "summary": [
+            {"type": "summary_text", "text": "Think A"},
+            {"type": "summary_text", "text": "Think B"},
+        ],
+    }
+    events = [
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "reasoning", "id": "rs_1", "summary": []},
+        },
+        {
+            "type": "response.reasoning_summary_text.done",
+            "output_index": 0,
+            "summary_index": 0,
+            "text": "Think A",
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        {
+            "type": "response.completed",
+            "response": {**_R, "status": "completed", "output": [reasoning], "usage": _USAGE_R},
+        },
+    ]
+    items, response = await _responses(events)
+    streamed = "".join(
+        t.text for i in items if not isinstance(i, ModelResponse) for t in i.thinking
+    )
+    assert streamed == response.message.thinking[0].text == "Think A\n\nThink B"
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
+    data: st.DataObject,
+) -> None:
+    """Whatever a server streams of each item (deltas, `.done` events, only the done item;
+    with `output_index` or naming items only by `item_id`), the deltas hold the final
+    answer's text, thinking and calls, each once."""
+    items, events = [], []
+    for i in range(data.draw(st.integers(1, 4))):
+        item, item_events = _item_events(data, i)
+        items.append(item)
+        events += item_events
+    terminal = {**_R, "status": "completed", "usage": _USAGE_R}
+    if data.draw(st.booleans()):
+        terminal["output"] = items
+    events.append({"type": "response.completed", "response": terminal})
+    if data.draw(st.booleans()):  # a server that names items only by their IDs
+        events = [{k: v for k, v in e.items() if k != "output_index"} for e in events]
+    out = asyncio.run(send("openai-responses", _sse_text(events, named=True), stream=True))
+    response = final(out)
+    deltas = [d for d in out if not isinstance(d, ModelResponse)]
+    assert "".join(d.content for d in deltas) == response.message.content
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
+        t.text for t in response.message.thinking
+    ]
+    assert [(c.id, c.name, c.args) for c in accumulated(out)] == [
+        (c.id, c.name, c.args) for c in response.message.tool_calls
+    ]
+
+
+@SETTINGS
+@given(data=st.data())
+async def test_unknown_fields_in_stream_events_are_tolerated(data: st.DataObject) -> None:
+    api, events = data.draw(st.sampled_from(STREAMS))
+    expected = await _baseline(api, events)
+    damaged = [(event, _event_with(d, data.draw)) for event, d in events]
+    got = await send(api, [plain(damaged)], stream=True)
+    assert _comparable(got) == _comparable(expected)
+
+
+@SETTINGS
+@given(data=st.data())
+async def test_unknown_item_types_in_streams_are_tolerated(data: st.DataObject) -> None:
+    api, events = data.draw(st.sampled_from(STREAMS))
+    (*_, expected) = await _baseline(api, events)
+    assert isinstance(expected, ModelResponse)
+    damaged: list[tuple[str, str]] = []
+    for event, d in events:
+        try:
+            value = json.loads(d)
+        except ValueError:
+            damaged.append((event, d))
+            continue
+        damaged.append((event, json.dumps(_with_unknown_items(value, api, data.draw))))
+    if api == "anthropic":
+        at = data.draw(st.integers(0, len(damaged) - 1))
+        damaged[at:at] = _anthropic_unknown_block(1000)
+    (*_, got) = await send(api, [plain(damaged)], stream=True)
+    assert isinstance(got, ModelResponse)
+    assert _essentials(got) == _essentials(expected)
+
+
+async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
+    events = [
+        {"type": "response.created", "response": _response("in_progress")},
+        {"type": "response.something_new.delta", "output_index": 0, "delta": "x"},
+        {"type": "response.output_text.delta", "output_index": 1, "delta": "hi"},
+        {
+            "type": "response.completed",
+            "response": _response(
+                "completed",
+                output=[
+                    {"type": "brand_new_item", "id": "bn_1", "payload": {"k": 1}},
+                    {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+                ],
+            ),
+        },
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    got = await _answer(body, stream=True)
+    assert got.message.content == "hi"
+    assert got.finish_reason == "stop"
+    assert [b.type for b in got.message.server_tools] == ["brand_new_item"]

@@ -1,0 +1,1 @@
+"""Helpers the test modules share (never a test module of their own)."""
