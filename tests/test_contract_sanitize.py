@@ -114,7 +114,7 @@ def _kept(p: Part) -> bool:
     return _safe(p.url) and not (p.kind == "text" and not p.text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(sanitize_inputs())
 def test_sanitize_is_idempotent_and_touches_only_what_its_rules_name(
     history: list[Message],

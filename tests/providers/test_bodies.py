@@ -99,7 +99,6 @@ UNKNOWN = "golem_unknown"
 
 
 SETTINGS = settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -59,7 +59,6 @@ PER_STREAM = settings(
 """Examples per recorded stream."""
 
 SETTINGS = settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
