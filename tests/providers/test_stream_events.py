@@ -9,13 +9,11 @@ add up to the final response.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.errors import (
@@ -24,8 +22,15 @@ from golem.errors import (
 )
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import accumulated, final, send
-from tests.support.recordings import all_interactions, available
-from tests.support.streams import FIXTURES, events_of, plain, stream_through
+from tests.support.streams import STREAMS, plain, stream_through
+from tests.support.unknown import (
+    SETTINGS,
+    UNKNOWN,
+    comparable,
+    essentials,
+    with_unknown_fields,
+    with_unknown_items,
+)
 
 
 def _sse_text(events: list[Any], named: bool = False) -> str:
@@ -229,89 +234,8 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     return item, events
 
 
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
-
-def _recorded_streams() -> list[tuple[str, list[tuple[str, str]]]]:
-    out = []
-    for path in sorted(FIXTURES.glob("stream_*.sse")):
-        if path.name not in ("stream_truncated.sse", "stream_error_event.sse"):
-            out.append(("openai-chat", events_of(path.read_text())))
-    for api in ("openai-responses", "anthropic", "gemini"):
-        if available(api):
-            for it in all_interactions(api):
-                if it.is_stream and it.status == 200:
-                    out.append((api, events_of(it.body)))
-    return out
-
-
-STREAMS = _recorded_streams()
-
-
-SETTINGS = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-
 async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
     return await send(api, [plain(events)], stream=True)
-
-
-_KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
-"""Keys whose values are the model's own JSON (tool arguments): an added field would change
-what the model said, not the shape of the answer."""
-
-
-def _with_unknown_fields(value: Any, draw: st.DrawFn) -> Any:
-    """`value` with an unknown field added to some of its objects (never inside arguments)."""
-    if isinstance(value, dict):
-        out = {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_fields(v, draw)
-            for k, v in value.items()
-        }
-        if draw(st.booleans()):
-            extra = draw(
-                st.one_of(
-                    st.none(),
-                    st.integers(-5, 5),
-                    st.text(max_size=3),
-                    st.just({"type": UNKNOWN, "text": "é"}),
-                    st.just([{"type": UNKNOWN}]),
-                )
-            )
-            out[UNKNOWN] = extra
-        return out
-    if isinstance(value, list):
-        return [_with_unknown_fields(v, draw) for v in value]
-    return value
-
-
-def _strip_unknown(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_unknown(v) for k, v in value.items() if k != UNKNOWN}
-    if isinstance(value, list):
-        return [_strip_unknown(v) for v in value]
-    return value
-
-
-def _comparable(value: Any) -> Any:
-    """A result as plain data, the provider objects golem keeps verbatim (`raw`) read as
-    JSON without the unknown fields."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name == "raw" and isinstance(item, str) and item:
-                with contextlib.suppress(ValueError):
-                    item = json.dumps(_strip_unknown(json.loads(item)), sort_keys=True)
-            out[f.name] = _comparable(item)
-        return out
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return value
 
 
 def _event_with(data: str, draw: st.DrawFn) -> str:
@@ -319,47 +243,7 @@ def _event_with(data: str, draw: st.DrawFn) -> str:
         value = json.loads(data)
     except ValueError:
         return data  # [DONE]
-    return json.dumps(_with_unknown_fields(value, draw), ensure_ascii=False)
-
-
-_ITEM_LISTS = {
-    "anthropic": ("content",),
-    "openai-responses": ("output", "content", "summary"),
-    "gemini": ("parts",),
-    "openai-chat": ("content", "tool_calls", "annotations"),
-}
-
-
-def _unknown_item(api: str) -> dict[str, Any]:
-    if api == "gemini":
-        return {UNKNOWN: {"value": "é"}}
-    return {"type": UNKNOWN, "id": "x_unknown_1", "value": "é"}
-
-
-def _with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_items(v, api, draw, k)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        out = [_with_unknown_items(v, api, draw) for v in value]
-        lists_items = key in _ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
-        if lists_items and out and draw(st.booleans()):
-            out.insert(draw(st.integers(0, len(out))), _unknown_item(api))
-        return out
-    return value
-
-
-def _essentials(response: ModelResponse) -> Any:
-    m = response.message
-    return (
-        [(c.id, c.name, c.args) for c in m.tool_calls],
-        m.content.replace("\n\n", ""),
-        "".join(t.text for t in m.thinking),  # an unknown item between thoughts parts them
-        response.finish_reason,
-        response.usage,
-    )
+    return json.dumps(with_unknown_fields(value, draw), ensure_ascii=False)
 
 
 def _anthropic_unknown_block(index: int) -> list[tuple[str, str]]:
@@ -625,7 +509,7 @@ async def test_unknown_fields_in_stream_events_are_tolerated(data: st.DataObject
     expected = await _baseline(api, events)
     damaged = [(event, _event_with(d, data.draw)) for event, d in events]
     got = await send(api, [plain(damaged)], stream=True)
-    assert _comparable(got) == _comparable(expected)
+    assert comparable(got) == comparable(expected)
 
 
 @SETTINGS
@@ -641,13 +525,13 @@ async def test_unknown_item_types_in_streams_are_tolerated(data: st.DataObject) 
         except ValueError:
             damaged.append((event, d))
             continue
-        damaged.append((event, json.dumps(_with_unknown_items(value, api, data.draw))))
+        damaged.append((event, json.dumps(with_unknown_items(value, api, data.draw))))
     if api == "anthropic":
         at = data.draw(st.integers(0, len(damaged) - 1))
         damaged[at:at] = _anthropic_unknown_block(1000)
     (*_, got) = await send(api, [plain(damaged)], stream=True)
     assert isinstance(got, ModelResponse)
-    assert _essentials(got) == _essentials(expected)
+    assert essentials(got) == essentials(expected)
 
 
 async def test_unknown_events_and_items_are_ignored_or_kept() -> None:

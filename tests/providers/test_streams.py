@@ -42,10 +42,7 @@ from tests.support.streams import (
     send_with_headers,
     stream_through,
 )
-
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
+from tests.support.unknown import SETTINGS, UNKNOWN
 
 PER_STREAM = settings(
     max_examples=15,
@@ -57,13 +54,6 @@ PER_STREAM = settings(
     ],
 )
 """Examples per recorded stream."""
-
-SETTINGS = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
 
 _NEWLINES = ("\n", "\r\n", "\r")
 
