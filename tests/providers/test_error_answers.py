@@ -44,8 +44,10 @@ from golem.model import Delta, ModelResponse
 from golem.providers import _client, _sse
 from golem.providers._errors import MAX_ERROR_BODY
 from golem.providers._retry import MAX_RETRY_AFTER
-from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, final, send
+from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, send
+from tests.support.events import as_terminal, gemini_answer, responses_answer, responses_status
 from tests.support.recordings import all_interactions, needs_recordings
+from tests.support.streams import send_with_headers
 
 APIS = list(MODELS)
 
@@ -613,26 +615,7 @@ async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) 
     )
 
 
-async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
-    text = json.dumps(body)
-    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
-
-
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
-
-
-async def _responses_answer(body: str, *, stream: bool) -> ModelResponse:
-    return final(await send("openai-responses", body, stream=stream))
-
-
-def _response(status: str, **extra: Any) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
-
-
-def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
-    if not stream:
-        return json.dumps(response)
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
 
 
 _CODES = {
@@ -657,34 +640,16 @@ _CODES = {
 }
 
 
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
-
-
 async def test_an_error_object_in_a_200_body_is_classified() -> None:
     body = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
     with pytest.raises(Overloaded, match="overloaded"):
-        await _answer(body)
+        await gemini_answer(body)
 
 
 async def test_a_missing_thought_signature_blames_the_request() -> None:
     body = {"candidates": [{"finishReason": "MISSING_THOUGHT_SIGNATURE", "index": 0}]}
     with pytest.raises(BadRequest, match="MISSING_THOUGHT_SIGNATURE") as caught:
-        await _answer(body)
+        await gemini_answer(body)
     assert not caught.value.retryable
 
 
@@ -719,18 +684,18 @@ async def test_an_anthropic_error_object_without_its_type_is_classified(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_failed_response_without_an_error_object_is_a_server_error(stream: bool) -> None:
-    body = _as("response.failed", _response("failed", error=None), stream)
+    body = as_terminal("response.failed", responses_status("failed", error=None), stream)
     with pytest.raises(Overloaded, match="failed") as caught:
-        await _responses_answer(body, stream=stream)
+        await responses_answer(body, stream=stream)
     assert caught.value.retryable
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_failed_response_is_classified_by_its_error_code(stream: bool) -> None:
     error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
-    body = _as("response.failed", _response("failed", error=error), stream)
+    body = as_terminal("response.failed", responses_status("failed", error=error), stream)
     with pytest.raises(RateLimited, match="Rate limit reached"):
-        await _responses_answer(body, stream=stream)
+        await responses_answer(body, stream=stream)
 
 
 @pytest.mark.parametrize(("code", "kind"), _CODES.items())
@@ -739,22 +704,22 @@ async def test_every_documented_failure_code_is_classified(
 ) -> None:
     # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
     error = {"code": code, "message": f"failed: {code}"}
-    body = _as("response.failed", _response("failed", error=error), True)
+    body = as_terminal("response.failed", responses_status("failed", error=error), True)
     with pytest.raises(kind, match=code) as caught:
-        await _responses_answer(body, stream=True)
+        await responses_answer(body, stream=True)
     assert caught.value.retryable == (kind is not BadRequest)
 
 
 async def test_a_cancelled_response_is_a_provider_error() -> None:
     with pytest.raises(ProviderError, match="cancelled") as caught:
-        await _responses_answer(json.dumps(_response("cancelled")), stream=False)
+        await responses_answer(json.dumps(responses_status("cancelled")), stream=False)
     assert not caught.value.retryable
 
 
 @pytest.mark.parametrize("status", ["queued", "in_progress"])
 async def test_an_unfinished_background_response_is_not_an_responses_answer(status: str) -> None:
     with pytest.raises(ResponseFormatError, match=status):
-        await _responses_answer(json.dumps(_response(status)), stream=False)
+        await responses_answer(json.dumps(responses_status(status)), stream=False)
 
 
 async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> None:
@@ -766,11 +731,13 @@ async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> 
         "sequence_number": 3,
     }
     with pytest.raises(Overloaded, match="The server had an error"):
-        await _responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
+        await responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
 
 
 async def test_an_html_error_page_is_classified_by_its_status() -> None:
     page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
     for api in MODELS:
         with pytest.raises(Overloaded, match="502 Bad Gateway"):
-            await _send(api, [page], {"content-type": "text/html"}, stream=False, status=502)
+            await send_with_headers(
+                api, [page], {"content-type": "text/html"}, stream=False, status=502
+            )

@@ -25,9 +25,9 @@ from golem.errors import (
     ProviderError,
     RateLimited,
 )
-from golem.model import Delta, ModelResponse
 from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset, retry_after_seconds
 from tests.support.adapters import MODELS, REQUEST, Chunks
+from tests.support.streams import send_with_headers
 
 NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
 DATES_NOW = 1_764_800_000.0  # 2025-12-03: the clock of the dates written below
@@ -83,24 +83,6 @@ _ANTHROPIC_429 = json.dumps(
         "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded"},
     }
 ).encode()
-
-
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
 
 
 @pytest.mark.parametrize(
@@ -245,7 +227,7 @@ def test_retry_after_in_odd_but_readable_forms() -> None:
 async def test_a_rate_limit_with_an_endless_retry_after_has_none(api: str, value: str) -> None:
     headers = {"content-type": "application/json", "retry-after": value}
     with pytest.raises(RateLimited) as caught:
-        await _send(api, [b"{}"], headers, stream=False, status=429)
+        await send_with_headers(api, [b"{}"], headers, stream=False, status=429)
     assert caught.value.retry_after is None
 
 
@@ -262,7 +244,9 @@ async def test_a_gemini_retry_delay_that_never_ends_is_no_answer() -> None:
     }
     headers = {"content-type": "application/json"}
     with pytest.raises(RateLimited) as caught:
-        await _send("gemini", [json.dumps(body).encode()], headers, stream=False, status=429)
+        await send_with_headers(
+            "gemini", [json.dumps(body).encode()], headers, stream=False, status=429
+        )
     assert caught.value.retry_after is None
 
 

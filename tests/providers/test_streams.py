@@ -40,6 +40,7 @@ from tests.support.streams import (
     UNICODE_STREAMS,
     plain,
     send_with_headers,
+    stream_of,
     stream_through,
 )
 from tests.support.unknown import SETTINGS, UNKNOWN
@@ -149,10 +150,6 @@ async def _outcome(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse]
         return exc
 
 
-async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    return await send(api, [plain(events)], stream=True)
-
-
 _CHAT_TEXT = [
     ("", '{"choices":[{"index":0,"delta":{"content":"h\\u00e9 \\ud83d\\ude00"}}]}'),
     ("", '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
@@ -200,7 +197,7 @@ def test_there_are_recorded_streams_and_bodies_of_every_api() -> None:
 async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     points = data.draw(cut_points(raw))
     assert await send(api, cut(raw, points), stream=True) == expected
@@ -210,7 +207,7 @@ async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
 @given(data=st.data())
 async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObject) -> None:
     api, events = data.draw(st.sampled_from([s for s in STREAMS if len(plain(s[1])) < 6_000]))
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     chunks = [raw[i : i + 1] for i in range(len(raw))]
     assert await send(api, chunks, stream=True) == expected
@@ -222,7 +219,7 @@ async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObjec
 async def test_a_stream_framed_any_way_and_cut_off_anywhere_is_a_retryable_error_or_whole(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    full = (await _baseline(api, events))[-1]
+    full = (await stream_of(api, events))[-1]
     assert isinstance(full, ModelResponse)
     raw = data.draw(framed(api, events))
     end = data.draw(st.integers(0, len(raw)))
