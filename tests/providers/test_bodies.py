@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from typing import Any
 
 import pytest
 from hypothesis import assume, given
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError, ResponseFormatError
 from golem.model import ModelResponse
-from tests.support.adapters import MODELS, final, send
+from tests.support.adapters import MODELS, final, send, text_answer
 from tests.support.recordings import needs_recordings
 from tests.support.streams import BODIES, TEXT, UNICODE_STREAMS, send_with_headers
 from tests.support.unknown import (
@@ -29,53 +28,9 @@ from tests.support.unknown import (
     with_unknown_items,
 )
 
-TEXT_BODIES: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "id": "x",
-        "object": "chat.completion",
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": TEXT},
-                "finish_reason": "stop",
-            }
-        ],
-    },
-    "openai-responses": {
-        "id": "r",
-        "object": "response",
-        "status": "completed",
-        "model": "m",
-        "output": [
-            {
-                "type": "message",
-                "id": "m1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
-            }
-        ],
-    },
-    "anthropic": {
-        "id": "msg",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": TEXT}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 1, "output_tokens": 2},
-    },
-    "gemini": {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": TEXT}]}, "finishReason": "STOP"}
-        ]
-    },
-}
-
 
 def _json(api: str) -> bytes:
-    return json.dumps(TEXT_BODIES[api], ensure_ascii=False).encode()
+    return json.dumps(text_answer(api, TEXT), ensure_ascii=False).encode()
 
 
 LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"

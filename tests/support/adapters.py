@@ -1,13 +1,14 @@
 """Drive each adapter through its HTTP path with a body the test makes up.
 
 Every adapter under the name of its recordings' directory (`MODELS`, `ADAPTERS`), a plain
-answer of each API (`DONE`), the body an adapter sends (`body_of`), and one call that answers
+answer of each API (`DONE`, or with another text: `text_answer`), the body an adapter sends (`body_of`), and one call that answers
 a request with a given body (whole, or in the given pieces) and returns what `generate` or
 `generate_stream` gave (`send`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -78,6 +79,20 @@ DONE: dict[str, dict[str, Any]] = {
     },
 }
 """A plain successful answer ("ok") of each adapter's API, unstreamed."""
+
+
+def text_answer(api: str, text: str) -> dict[str, Any]:
+    """`DONE[api]` answering `text` instead of "ok"."""
+    body = copy.deepcopy(DONE[api])
+    if api == "openai-chat":
+        body["choices"][0]["message"]["content"] = text
+    elif api == "openai-responses":
+        body["output"][0]["content"][0]["text"] = text
+    elif api == "anthropic":
+        body["content"][0]["text"] = text
+    else:
+        body["candidates"][0]["content"]["parts"][0]["text"] = text
+    return body
 
 
 class Chunks(httpx.AsyncByteStream):
