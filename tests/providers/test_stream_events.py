@@ -21,7 +21,7 @@ from golem.errors import (
     ProviderError,
 )
 from golem.model import Delta, ModelResponse
-from tests.support.adapters import accumulated, final, send
+from tests.support.adapters import accumulated, assert_deltas_add_up, final, send
 from tests.support.events import (
     RESPONSE,
     RESPONSE_USAGE,
@@ -463,19 +463,7 @@ def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     if data.draw(st.booleans()):  # a server that names items only by their IDs
         events = [{k: v for k, v in e.items() if k != "output_index"} for e in events]
     out = asyncio.run(send("openai-responses", sse(events, named=True), stream=True))
-    response = final(out)
-    deltas = [d for d in out if not isinstance(d, ModelResponse)]
-    assert "".join(d.content for d in deltas) == response.message.content
-    thinking: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking[t.index] = thinking.get(t.index, "") + t.text
-    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
-        t.text for t in response.message.thinking
-    ]
-    assert [(c.id, c.name, c.args) for c in accumulated(out)] == [
-        (c.id, c.name, c.args) for c in response.message.tool_calls
-    ]
+    assert_deltas_add_up(out)
 
 
 @SETTINGS

@@ -24,10 +24,9 @@ from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import (
     MODELS,
-    accumulated,
+    assert_deltas_add_up,
     cut,
     final,
-    plain_calls,
     send,
 )
 from tests.support.recordings import available
@@ -389,19 +388,7 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
 async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
     api: str, events: list[tuple[str, str]]
 ) -> None:
-    items = await stream_through(api, [plain(events)])
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    deltas = [d for d in items if isinstance(d, Delta)]
-    assert "".join(d.content for d in deltas) == final.message.content
-    assert accumulated(items) == plain_calls(final)
-    thinking: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking[t.index] = thinking.get(t.index, "") + t.text
-    assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
-        t.text for t in final.message.thinking
-    ]
+    assert_deltas_add_up(await stream_through(api, [plain(events)]))
 
 
 @pytest.mark.parametrize(

@@ -172,3 +172,20 @@ def accumulated(items: list[Delta | ModelResponse]) -> list[ToolCall]:
 def plain_calls(response: ModelResponse) -> list[ToolCall]:
     """The tool calls of a response, without their signatures and seals."""
     return [ToolCall(id=c.id, name=c.name, args=c.args) for c in response.message.tool_calls]
+
+
+def assert_deltas_add_up(items: list[Delta | ModelResponse]) -> ModelResponse:
+    """Assert that the deltas of a stream add up to its final response (text, thoughts and
+    tool calls), and return that response."""
+    response = final(items)
+    deltas = [d for d in items if isinstance(d, Delta)]
+    assert "".join(d.content for d in deltas) == response.message.content
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
+        t.text for t in response.message.thinking
+    ]
+    assert accumulated(items) == plain_calls(response)
+    return response
