@@ -25,26 +25,13 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.result import RunError
 from golem.testing import ScriptedModel
-from tests.providers.anthropic_fixtures import model_on, sse, synthesize_stream
+from tests.providers.anthropic_fixtures import SEARCH_RESULT, model_on, sse, synthesize_stream
 
 SEARCH_USE = {
     "type": "server_tool_use",
     "id": "srvtoolu_1",
     "name": "web_search",
     "input": {"query": "golem history"},
-}
-SEARCH_RESULT = {
-    "type": "web_search_tool_result",
-    "tool_use_id": "srvtoolu_1",
-    "content": [
-        {
-            "type": "web_search_result",
-            "title": "Golem",
-            "url": "https://example.com/golem",
-            "encrypted_content": "EncA==",
-            "page_age": None,
-        }
-    ],
 }
 PAUSED: dict[str, Any] = {
     "id": "msg_1",

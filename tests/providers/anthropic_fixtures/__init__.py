@@ -35,6 +35,21 @@ ADAPTER_KEYS = frozenset(
 )
 """Top-level request fields the adapter sets itself (everything else comes from extra_body)."""
 
+SEARCH_RESULT = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_1",
+    "content": [
+        {
+            "type": "web_search_result",
+            "title": "Golem",
+            "url": "https://example.com/golem",
+            "encrypted_content": "EncA==",
+            "page_age": None,
+        }
+    ],
+}
+"""A web search result block, as the server tool answers it."""
+
 
 def message_interactions() -> list[Interaction]:
     """Every recorded exchange with the Messages endpoint (other hosts and count_tokens excluded)."""
