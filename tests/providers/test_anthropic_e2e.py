@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Iterator
-from http.client import HTTPMessage
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from golem.model import Delta
 from golem.providers.anthropic import AnthropicModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.providers.anthropic_fixtures import sse, synthesize_stream
-from tests.support.local_server import local_server
+from tests.support.local_server import Headers, local_server
 
 SIGNATURE = "EpICCkYIBxgCKkAbc/golem+test=="
 FIRST_TURN = {
@@ -59,7 +58,7 @@ class FakeAnthropic:
         self.url = ""
         self._serving = local_server(self._respond, keep_alive=keep_alive)
 
-    def _respond(self, path: str, headers: HTTPMessage, raw: bytes) -> tuple[int, str, bytes]:
+    def _respond(self, path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
         body = json.loads(raw)
         self.requests.append((path, dict(headers.items()), body))
         reply = self.replies.pop(0)

@@ -7,7 +7,6 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.client import HTTPMessage
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from golem.messages import Message
 from golem.model import Delta, ModelRequest
 from golem.providers.gemini import GeminiModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.local_server import local_server
+from tests.support.local_server import Headers, local_server
 
 SIGNATURE = "c2lnbmF0dXJlLW9mLXRoZS1jYWxs"  # base64, opaque to the client
 FINAL_TEXT = "Deleted /tmp/report.txt as approved."
@@ -72,7 +71,7 @@ class FakeGemini:
 def server() -> Iterator[tuple[str, FakeGemini]]:
     fake = FakeGemini()
 
-    def respond(path: str, headers: HTTPMessage, raw: bytes) -> tuple[int, str, bytes]:
+    def respond(path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
         body = json.loads(raw)
         with fake.lock:
             answer = fake.answer(body)

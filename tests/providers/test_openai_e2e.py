@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from http.client import HTTPMessage
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from golem.model import Delta, ModelRequest
 from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._wire import build_request_body
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.local_server import local_server
+from tests.support.local_server import Headers, local_server
 
 from .openai_fixtures import chunk, sse
 
@@ -110,7 +109,7 @@ class _Server:
         self.url = ""
         self._serving = local_server(self._respond)
 
-    def _respond(self, path: str, headers: HTTPMessage, raw: bytes) -> tuple[int, str, bytes]:
+    def _respond(self, path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
         body = json.loads(raw)
         self.bodies.append(body)
         self.headers.append({k.lower(): v for k, v in headers.items()})

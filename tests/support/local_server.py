@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.client import HTTPMessage
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Respond = Callable[[str, HTTPMessage, bytes], tuple[int, str, bytes]]
+Headers = Message
+"""A request's headers (looked up by name whatever its case)."""
+
+Respond = Callable[[str, Headers, bytes], tuple[int, str, bytes]]
 """What the server answers a POST to `path` with `headers` and `body`: status, content type
 and payload."""
 
