@@ -107,7 +107,7 @@ def with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> 
     if isinstance(value, list):
         out = [with_unknown_items(v, api, draw) for v in value]
         lists_items = key in ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
-        if lists_items and out and draw(st.booleans()):
+        if lists_items and len(out) > 0 and draw(st.booleans()):
             out.insert(draw(st.integers(0, len(out))), unknown_item(api))
         return out
     return value
