@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -199,17 +200,15 @@ async def test_a_rate_limit_with_an_endless_retry_after_has_none(api: str, value
     assert caught.value.retry_after is None
 
 
+def _gemini_quota(retry_delay: str) -> dict[str, Any]:
+    """Gemini's 429 body asking to retry after `retry_delay`."""
+    info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+    error = {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "quota", "details": [info]}
+    return {"error": error}
+
+
 async def test_a_gemini_retry_delay_that_never_ends_is_no_answer() -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e400s"}
-            ],
-        }
-    }
+    body = _gemini_quota("1e400s")
     headers = {"content-type": "application/json"}
     with pytest.raises(RateLimited) as caught:
         await send_with_headers(
@@ -336,16 +335,7 @@ async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_gemini_retry_delay_is_bounded(stream: bool) -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e12s"}
-            ],
-        }
-    }
+    body = _gemini_quota("1e12s")
     error = await fail_with("gemini", 429, json.dumps(body).encode(), stream=stream)
     assert isinstance(error, RateLimited)
     assert error.retry_after == MAX_RETRY_AFTER

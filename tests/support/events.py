@@ -106,14 +106,9 @@ def fragments(text: str, cuts: list[int]) -> list[str]:
 
 
 def drawn_pieces(data: st.DataObject, text: str) -> list[str]:
-    """`text` cut in up to four non-empty pieces where Hypothesis draws."""
+    """`text` cut in up to four non-empty pieces where Hypothesis draws (an empty text: itself)."""
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
-    out, last = [], 0
-    for c in [*cuts, len(text)]:
-        if c > last:
-            out.append(text[last:c])
-            last = c
-    return out
+    return fragments(text, cuts) or [text]
 
 
 def anthropic_tool_stream(calls: list[tuple[str, str]], stop: str = "tool_use") -> str:
