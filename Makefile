@@ -6,15 +6,21 @@ STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_SERVER := $(VENV)/.installed-server
 
-.PHONY: demo test lint typecheck pytest pytest-uvloop bench clean
+.PHONY: demo test test-deep lint typecheck pytest pytest-uvloop pytest-newest bench clean
 
-# The tests whose behaviour depends on the event loop, run a second time on uvloop (which
-# `golem serve` and `golem worker` pick when installed): the store, the worker, the service,
-# the run loop and tools.
-UVLOOP_TESTS := tests/store tests/service tests/test_worker*.py tests/test_deferred*.py \
-	tests/test_tool*.py tests/test_loop.py tests/test_agent*.py tests/test_streaming.py \
-	tests/test_mcp.py tests/test_events.py tests/test_as_tool.py tests/test_otel_store.py \
-	tests/test_event_loops.py
+# The suite runs on every core (pytest-xdist; each worker its own PostgreSQL database,
+# tests/conftest.py), a test file's tests on one worker (module fixtures are built once).
+# `make test WORKERS=0` runs it in this process.
+WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadscope
+# Tests marked `deep` (slow; a fast test keeps each one's guarantee, CONTRIBUTING.md) run only
+# in `make test-deep`. The second passes collect only the files holding their marks.
+FAST := -m 'not live and not deep and not serial'
+SERIAL_TESTS = $(shell grep -rlE 'mark\.serial\b' tests)
+LOOP_TESTS = $(shell grep -rlE 'mark\.loop\b' tests)
+NEWEST_TESTS = $(shell grep -rlE 'mark\.(loop|version)\b' tests)
+DEEP := -o timeout=1800
+DEEP_ENV := GOLEM_HYPOTHESIS_PROFILE=deep
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +44,18 @@ demo: $(STAMP_SERVER)
 	$(BIN)/python examples/deferred_tools.py
 	@if [ -t 0 ] && [ -t 1 ]; then $(BIN)/golem demo; else $(BIN)/golem demo --once; fi
 
-test: $(STAMP_DEV)
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
-	GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(UVLOOP_TESTS)
+# ruff, mypy, the suite (Hypothesis' `ci` profile, deep tests left out), then the tests marked
+# `loop` again on uvloop, which `golem serve` and `golem worker` pick when installed.
+test: lint typecheck pytest pytest-uvloop
+
+# Everything: the deep tests, Hypothesis' `deep` profile (and the larger budgets of
+# tests/conftest.py's KNOBS), then the whole suite, deep tests included, again on uvloop (the
+# `ci` budgets: there the loop is what changes).
+test-deep: lint typecheck $(STAMP_DEV)
+	$(DEEP_ENV) $(PYTEST) $(DEEP) -m 'not live and not serial'
+	$(if $(SERIAL_TESTS),$(DEEP_ENV) $(BIN)/python -m pytest -q $(DEEP) -m 'serial and not live' $(SERIAL_TESTS))
+	GOLEM_TEST_LOOP=uvloop $(PYTEST) $(DEEP) -m 'not live and not serial'
+	$(if $(SERIAL_TESTS),GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(DEEP) -m 'serial and not live' $(SERIAL_TESTS))
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests examples bench
@@ -50,11 +63,18 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
+# Then the tests marked `serial` (timing-sensitive: they failed beside another worker) alone.
 pytest: $(STAMP_DEV)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) $(FAST)
+	$(if $(SERIAL_TESTS),$(BIN)/python -m pytest -q -m 'serial and not live and not deep' $(SERIAL_TESTS))
 
 pytest-uvloop: $(STAMP_DEV)
-	GOLEM_TEST_LOOP=uvloop $(BIN)/python -m pytest -q $(UVLOOP_TESTS)
+	GOLEM_TEST_LOOP=uvloop $(PYTEST) -m 'loop and not live and not deep and not serial' $(LOOP_TESTS)
+
+# What differs between Python versions (CI runs it on the newest Python the machine has):
+# the tests marked `loop` or `version`.
+pytest-newest: $(STAMP_DEV)
+	$(PYTEST) -m '(loop or version) and not live and not deep and not serial' $(NEWEST_TESTS)
 
 bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_overhead.py

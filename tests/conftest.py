@@ -7,10 +7,15 @@ non-loopback address fails the test instead. In-process transports
 servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable. Tests marked `live`
 (real provider calls, skipped unless an API key is set) are exempt.
 
-Speed: Hypothesis runs without its per-example deadline (200 ms by default, which a loaded CI
-machine exceeds), and every test has pytest-timeout's limit (`timeout` in pyproject.toml), so a
-hang fails one test instead of the whole run; browser tests get longer (Chromium starts slowly
-on a loaded machine).
+Speed: Hypothesis runs the `ci` profile (25 examples a property, no per-example deadline, which
+a loaded CI machine exceeds); `GOLEM_HYPOTHESIS_PROFILE=deep` (or `--hypothesis-profile=deep`)
+runs 400, and raises the example counts, seeds and rounds the slower suites read from their own
+variables (`KNOBS`; a variable already set wins). Every test has pytest-timeout's limit
+(`timeout` in pyproject.toml), so a hang fails one test instead of the whole run; browser tests
+get longer (Chromium starts slowly on a loaded machine).
+
+Parallel runs (pytest-xdist, `make test`): each worker gets a PostgreSQL database of its own in
+the test cluster (created here, dropped when the worker ends) so workers never share one.
 
 Event loop: with `GOLEM_TEST_LOOP=uvloop` every async test runs on uvloop instead of asyncio's
 own loop (`make test` runs the loop-sensitive tests both ways): `golem serve` picks uvloop
@@ -20,21 +25,49 @@ whenever it is installed, so golem must behave the same on it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import os
 import socket
+import urllib.parse
+import uuid
 import warnings
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["pytester"]  # tests/test_suite_guards.py runs small suites in a subprocess
-
 settings.register_profile(
-    "golem", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+    "ci",
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
 )
-settings.load_profile("golem")
+settings.register_profile("deep", settings.get_profile("ci"), max_examples=400)
+settings.load_profile(os.environ.get("GOLEM_HYPOTHESIS_PROFILE", "ci"))
+
+KNOBS: dict[str, dict[str, str]] = {
+    "ci": {
+        "GOLEM_FUZZ_EXAMPLES": "4",  # Schemathesis, per API operation
+        "GOLEM_CANCEL_EXAMPLES": "25",
+        "GOLEM_GO_EXAMPLES": "25",
+        "GOLEM_SUBRUN_EXAMPLES": "25",
+        "GOLEM_BATCH_EXAMPLES": "25",
+        "GOLEM_CRASH_SEEDS": "101",  # SIGKILL rounds (tests/store/test_sqlite_crash.py)
+        "GOLEM_CRASH_ROUNDS": "3",
+    },
+    "deep": {
+        "GOLEM_FUZZ_EXAMPLES": "100",
+        "GOLEM_CANCEL_EXAMPLES": "400",
+        "GOLEM_GO_EXAMPLES": "200",
+        "GOLEM_SUBRUN_EXAMPLES": "400",
+        "GOLEM_BATCH_EXAMPLES": "400",
+        "GOLEM_CRASH_SEEDS": "101,202",
+        "GOLEM_CRASH_ROUNDS": "3",
+    },
+}
+"""Per profile, the defaults of the variables the slower suites read their budgets from."""
 
 BROWSER_TIMEOUT = 300
 """Seconds a browser test may take (the default per-test limit is `timeout` in pyproject.toml)."""
@@ -91,7 +124,16 @@ def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Run every async test on uvloop when `GOLEM_TEST_LOOP=uvloop` (see the module doc)."""
+    """Set the profile's budgets, give an xdist worker its own database, and run every async
+    test on uvloop when `GOLEM_TEST_LOOP=uvloop` (see the module doc)."""
+    profile = config.getoption("--hypothesis-profile", None) or os.environ.get(
+        "GOLEM_HYPOTHESIS_PROFILE", "ci"
+    )
+    for name, value in KNOBS.get(profile, KNOBS["ci"]).items():
+        os.environ.setdefault(name, value)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and os.environ.get("GOLEM_TEST_POSTGRES_DSN"):
+        _worker_database(config, worker)
     loop = os.environ.get("GOLEM_TEST_LOOP", "asyncio")
     if loop == "uvloop":
         import uvloop
@@ -103,8 +145,63 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"GOLEM_TEST_LOOP must be asyncio or uvloop, got {loop!r}")
 
 
+def _worker_database(config: pytest.Config, worker: str) -> None:
+    """Point `GOLEM_TEST_POSTGRES_DSN` (read by the tests and their subprocesses) at a new
+    database of this worker's in the same cluster, dropped when the worker ends. An unreachable
+    cluster is left as it is: the PostgreSQL tests skip or fail as they would serially."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    dsn = os.environ["GOLEM_TEST_POSTGRES_DSN"]
+    name = f"golem_test_{worker}_{uuid.uuid4().hex[:8]}"
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error:
+        return
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.scheme in ("postgres", "postgresql"):  # a URL stays a URL (tests append options)
+        ours = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    else:
+        ours = make_conninfo(dsn, dbname=name)
+    os.environ["GOLEM_TEST_POSTGRES_DSN"] = ours
+
+    def drop() -> None:
+        os.environ["GOLEM_TEST_POSTGRES_DSN"] = dsn
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn,
+        ):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    config.add_cleanup(drop)
+
+
+HEAVY_FIRST = (
+    "tests/test_mcp.py",
+    "tests/service/test_api_fuzz.py",
+    "tests/test_examples.py",
+    "tests/test_docs.py",
+    "tests/store/test_sqlite_crash.py",
+    "tests/service/browser/",
+    "tests/store/test_pg_chaos.py",
+    "tests/store/test_pg_operator_chaos.py",
+)
+"""The slowest files (subprocesses, servers, browsers), run first so that under xdist no worker
+is left alone with one of them at the end (`--dist loadscope` hands out files in this order)."""
+
+
+def _heavy_rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(HEAVY_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Browser tests get `BROWSER_TIMEOUT` unless they set their own `timeout` mark."""
+    """The heaviest files first (`HEAVY_FIRST`); browser tests get `BROWSER_TIMEOUT` unless they
+    set their own `timeout` mark."""
+    items.sort(key=_heavy_rank)
     for item in items:
         if item.get_closest_marker("browser") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(BROWSER_TIMEOUT))

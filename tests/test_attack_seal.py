@@ -144,7 +144,7 @@ def _respell(args: str) -> str:
     return json.dumps(data, indent=1) if data else "{ }"
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     spellings=st.lists(st.sampled_from(SPELLINGS), min_size=2, max_size=2),
     edit=st.sampled_from(EDITS),
@@ -398,7 +398,7 @@ FIELD = st.text(st.characters(codec=None, categories=None), max_size=6)  # lone 
 SEALED = st.tuples(FIELD, FIELD, FIELD, FIELD, st.sampled_from(list(DeferKind)))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(sealed=SEALED, shown=SEALED, pick=st.booleans())
 def test_a_seal_verifies_only_the_exact_fields_it_was_made_for(
     sealed: tuple[str, str, str, str, DeferKind],
@@ -424,7 +424,7 @@ def test_a_seal_verifies_only_the_exact_fields_it_was_made_for(
             verify_call(KEY, conv2, call)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(at=st.integers(0, 200), char=st.characters(codec="ascii"))
 def test_any_one_character_change_of_a_seal_is_refused(at: int, char: str) -> None:
     from golem.seal import SealKeys, seal_call, verify_call

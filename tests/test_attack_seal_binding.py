@@ -284,7 +284,7 @@ def gated_agent(call_id: str, ran: list[str]) -> Agent[None, str]:
     return agent
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(raw=ID_TEXT, pending_form=st.sampled_from(FORMS), resolution_form=st.sampled_from(FORMS))
 def test_a_resolution_in_another_unicode_form_of_a_pending_id_is_refused_by_name(
     raw: str, pending_form: str, resolution_form: Any
@@ -366,7 +366,7 @@ async def test_a_sub_agent_resolution_in_another_unicode_form_is_refused_by_name
 IDS = st.text(st.sampled_from("ab/%2F5"), max_size=5)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(first=st.tuples(IDS, IDS), second=st.tuples(IDS, IDS))
 def test_no_two_parent_calls_share_a_sub_run_conversation(
     first: tuple[str, str], second: tuple[str, str]

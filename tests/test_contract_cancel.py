@@ -27,6 +27,8 @@ from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
 
+pytestmark = pytest.mark.version
+
 exact = pytest.mark.skipif(
     not EXACT_CANCELLING,
     reason="before Python 3.13 TaskGroup leaves cancellations counted: the check is off",

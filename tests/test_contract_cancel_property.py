@@ -54,6 +54,8 @@ from golem.records import sub_agent_calls
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
 
+pytestmark = pytest.mark.version
+
 OBJ: dict[str, Any] = {"type": "object"}
 EXAMPLES = int(os.environ.get("GOLEM_CANCEL_EXAMPLES", "150"))
 

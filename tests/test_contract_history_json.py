@@ -41,7 +41,7 @@ from golem.messages import Part, ThinkingBlock
 from golem.testing import ScriptedModel
 from golem.tool import Deferred, call_approved
 
-PROPERTY = settings(max_examples=200, deadline=None)
+PROPERTY = settings(deadline=None)
 
 # --------------------------------------------------------------------------- a Go writer
 

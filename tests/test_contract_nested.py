@@ -236,7 +236,7 @@ def parent_batches(draw: st.DrawFn) -> list[str]:
     return draw(st.lists(st.sampled_from(["sub", "gate", "external"]), min_size=1, max_size=5))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(parent_batches(), st.booleans())
 def test_the_parents_pending_calls_keep_the_emission_order_within_each_kind(
     batch: list[str], parallel: bool

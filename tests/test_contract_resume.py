@@ -189,7 +189,7 @@ def resumes(
     return history, approvals, external, pending
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(resumes())
 def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_untouched(
     case: tuple[list[Message], dict[str, Approval | bool], dict[str, str], list[str]],

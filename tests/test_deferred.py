@@ -48,6 +48,8 @@ from golem.tool import (
     find_signal,
 )
 
+pytestmark = pytest.mark.version
+
 INTERRUPTED = (
     "Tool call was interrupted before execution; no result was produced. "
     "Call the tool again if you need its result."

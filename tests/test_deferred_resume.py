@@ -695,7 +695,7 @@ async def test_resolutions_follow_the_models_emission_order_not_the_id_order() -
     assert req[3].content == "M"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(
     n=st.integers(min_value=1, max_value=7),
     data=st.data(),

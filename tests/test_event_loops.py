@@ -29,6 +29,8 @@ from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 from tests.test_worker_push import _app
 
+pytestmark = pytest.mark.loop
+
 WAIT = 30.0  # a guard against a hang, not a duration the tests assert
 
 

@@ -45,7 +45,7 @@ from golem.tool import DeferKind, Deferred, call_approved
 from tests._json_paths import json_paths
 from tests.test_history_json_args import histories
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GO_FIXTURE = Path(__file__).parent / "fixtures" / "go_paused_history.json"
 BIG = 100_000
 
@@ -322,7 +322,7 @@ def test_a_loaded_damaged_history_with_a_pending_call_resumes() -> None:
 
 @example(ToolCall("c", "act", '{"a":' * 200 + "1" + "}" * 200))
 @given(st.builds(ToolCall, id=st.text(max_size=4), name=st.just("act"), args=st.text(max_size=20)))
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 def test_any_call_args_survive_the_trip_and_the_resume(call: ToolCall) -> None:
     try:
         text = dumps_history([Message(role="assistant", tool_calls=[call])])
@@ -472,7 +472,7 @@ def test_the_depth_scanner_takes_exactly_the_json_the_stdlib_takes(text: str) ->
     assert (deep_spans(text) is not None) == _strict_json(text)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_JSON_VALUES, st.integers(1100, 3000), st.booleans())
 def test_any_value_nested_past_the_recursion_limit_in_args_loads_byte_exact(
     value: object, depth: int, indent: bool

@@ -23,7 +23,6 @@ from tests.test_contract_go_interop import go  # noqa: F401 - the fixture
 from tests.test_fuzz_history import damaged
 
 GO_FUZZ = settings(
-    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -38,7 +38,7 @@ from golem.seal import SealKeys, seal_call, verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, InvalidArguments, call_approved
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BIG = 100_000
 KEY = b"k" * 32
 

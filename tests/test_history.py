@@ -17,7 +17,7 @@ INTERRUPTED = (
     "Call the tool again if you need its result."
 )
 
-PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def user(text: str = "hi") -> Message:

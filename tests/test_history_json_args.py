@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from golem import dumps_history, loads_history
 from golem.messages import MAX_ARGS_DEPTH, Message, Part, ThinkingBlock, ToolCall
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _call(args: str, **kw: str) -> list[Message]:

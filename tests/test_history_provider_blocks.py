@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
 
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SEARCH_USE = ServerToolBlock(
     provider="anthropic",

@@ -36,6 +36,8 @@ from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, Tool, call_approved
 
+pytestmark = pytest.mark.version
+
 OBJ = {"type": "object"}
 INTERRUPTED = (
     "Tool call was interrupted before execution; no result was produced. "

@@ -34,6 +34,8 @@ from golem.model import ModelRequest
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import RunContext
 
+pytestmark = pytest.mark.loop
+
 SERVER = str(Path(__file__).parent / "fixtures" / "mcp_server.py")
 ROOT = Path(__file__).parent.parent
 

@@ -42,6 +42,8 @@ from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
 from golem.tool import Canceled, DeferKind, Deferred, call_approved
 
+pytestmark = pytest.mark.version
+
 OBJ: dict[str, Any] = {"type": "object"}
 KEY = b"k" * 32
 

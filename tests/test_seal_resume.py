@@ -557,7 +557,7 @@ ARGS = st.dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kinds=st.lists(st.sampled_from(list(DeferKind)), min_size=1, max_size=4),
     arg_values=st.lists(ARGS, min_size=4, max_size=4),

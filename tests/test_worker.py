@@ -319,6 +319,7 @@ async def test_losing_the_lease_mid_resume_abandons_the_run(store: Store) -> Non
     assert len(app.executed) == 1
 
 
+@pytest.mark.serial  # a 1 s lease renewed under a second worker's load ran out (make test, -n 2)
 async def test_a_long_resume_keeps_its_lease_alive(store: Store) -> None:
     app = App(calls(DEL), "finally")
     app.gate = asyncio.Event()

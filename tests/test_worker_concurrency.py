@@ -29,6 +29,8 @@ from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.store.worker_app import prompt_for, registry
 
+pytestmark = pytest.mark.loop
+
 RUNS = 24
 CALLS_PER_RUN = 2
 WORKERS = 3

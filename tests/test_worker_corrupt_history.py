@@ -103,7 +103,6 @@ async def test_a_damaged_stored_history_fails_its_run_and_the_worker_goes_on(
 
 
 @settings(
-    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -31,6 +31,8 @@ from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 from tests.store.worker_app import _model, approved_run, registry
 
+pytestmark = pytest.mark.loop
+
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:

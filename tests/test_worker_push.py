@@ -18,6 +18,8 @@ from golem.tool import DeferKind, Deferred, call_approved
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
 
+pytestmark = pytest.mark.loop
+
 WAIT = 30.0  # a guard against a hang; the worker's own poll interval is an hour
 
 

@@ -37,13 +37,13 @@ def _full_pass(messages: list[Message], ids: set[str]) -> dict[str, ToolCall]:
     return {c.id: c for m in messages for c in m.tool_calls if c.id in ids}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(histories(), st.sets(IDS))
 def test_latest_calls_are_the_last_call_of_each_id(messages: list[Message], ids: set[str]) -> None:
     assert _latest_calls(messages, ids) == _full_pass(messages, ids)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(histories(), st.lists(IDS, unique=True))
 def test_emission_order_sorts_like_a_full_pass(messages: list[Message], ids: list[str]) -> None:
     everything = [c.id for m in messages for c in m.tool_calls]

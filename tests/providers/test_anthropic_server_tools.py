@@ -434,7 +434,7 @@ def _merged(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(_turns())
 def test_any_interleaving_goes_back_as_it_came(blocks: list[dict[str, Any]]) -> None:
     body = {**BODY, "content": blocks}

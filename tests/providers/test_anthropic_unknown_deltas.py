@@ -143,7 +143,7 @@ def _streamed(body: dict[str, Any], data: st.DataObject) -> list[tuple[str, str]
     return [(e["type"], json.dumps(e)) for e in events]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_server_blocks_streamed_in_unknown_deltas_equal_the_unstreamed_answer(
     data: st.DataObject,

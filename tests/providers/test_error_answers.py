@@ -267,7 +267,7 @@ async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: 
     assert error.error_type != "error"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     api=st.sampled_from(APIS),
     stream=st.booleans(),

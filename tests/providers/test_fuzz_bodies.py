@@ -123,7 +123,6 @@ async def answer_or_named(api: str, body: bytes) -> ModelResponse | None:
 
 @pytest.mark.parametrize("api", APIS)
 @settings(
-    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -281,7 +281,7 @@ def test_anthropic_gets_the_media_after_the_tool_results_in_the_same_user_turn()
     }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)
 @given(
     data=st.binary(min_size=1, max_size=300),
     mime=st.sampled_from(["image/png", "image/webp", "audio/mpeg", "video/mp4", "application/pdf"]),

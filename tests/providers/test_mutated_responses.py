@@ -99,7 +99,6 @@ async def _replay(api: str, it: Interaction, status: int, body: str) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 @settings(
-    max_examples=120,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -385,7 +385,7 @@ def _expected(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(_outputs())
 def test_any_interleaving_goes_back_as_it_came(items: list[dict[str, Any]]) -> None:
     message = parse_responses_response({**BODY, "output": items}).message

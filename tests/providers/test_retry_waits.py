@@ -117,7 +117,7 @@ def test_anthropic_rate_limit_resets_are_read(
     assert rate_limit_reset(httpx.Headers(headers), now=NOW) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     st.one_of(
         st.text(max_size=40),
@@ -217,7 +217,7 @@ async def test_a_gemini_retry_delay_that_never_ends_is_no_answer() -> None:
     assert caught.value.retry_after is None
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=86_000))
 def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
     for form in http_date_forms(NOW + ahead):
@@ -272,7 +272,7 @@ def test_retry_after_values_are_bounded(headers: dict[str, str], expected: float
     assert retry_after_seconds(httpx.Headers(headers), now=DATES_NOW) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.one_of(st.text(max_size=60), st.text(st.characters(min_codepoint=32, max_codepoint=126))))
 def test_any_retry_after_is_none_or_a_bounded_wait(value: str) -> None:
     try:

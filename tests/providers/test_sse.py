@@ -29,7 +29,7 @@ _line = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     lines=st.lists(_line, max_size=25),
     newline=st.sampled_from(["\n", "\r\n", "\r"]),

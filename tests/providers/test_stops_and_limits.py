@@ -538,7 +538,7 @@ _USAGE_KEYS = {
 }
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(data=st.data(), api=st.sampled_from(list(MODELS)))
 def test_any_usage_counts_read_as_bounded_non_negative_integers(
     data: st.DataObject, api: str

@@ -443,7 +443,7 @@ async def test_a_responses_summary_sent_only_when_done_streams_as_thinking() -> 
     assert streamed == response.message.thinking[0].text == "Think A\n\nThink B"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(st.data())
 def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
     data: st.DataObject,

@@ -156,7 +156,7 @@ NAMELESS: dict[str, tuple[str, str]] = {
 }
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     args=st.lists(_ARG_TEXTS, min_size=1, max_size=4),
     cuts=st.lists(st.integers(0, 200), max_size=6),
@@ -296,7 +296,7 @@ async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> N
     assert [(c.id, c.args) for c in calls] == [("call_1", '{"a": {"b": 1}}')]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     st.data(),
     st.lists(st.tuples(st.sampled_from(["f", "g"]), _ARGS), min_size=1, max_size=4),

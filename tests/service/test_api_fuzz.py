@@ -328,6 +328,7 @@ postgres = schemathesis.pytest.from_fixture("postgres_schema")
 
 
 @pytest.mark.postgres
+@pytest.mark.deep
 @postgres.parametrize()
 def test_every_operation_keeps_its_document_on_postgres(case: Any) -> None:
     with_csrf(case)

@@ -29,6 +29,8 @@ from tests.service.agents import EXECUTED
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 from tests.service.test_inbox import sign_in
 
+pytestmark = pytest.mark.version
+
 SEAL_KEY = b"k" * 32
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
 

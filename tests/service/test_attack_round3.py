@@ -167,7 +167,7 @@ def _api_decision(run_id: str, call_id: str) -> str:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     ids=st.lists(
@@ -595,7 +595,7 @@ async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
     assert not has_hidden(_shown_text(res.text).replace("\n", "").replace("\t", ""))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.text(alphabet=st.sampled_from("aé\u0301 \n<&>\u202e\u200d-x"), max_size=400))
 def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
     # A 20,000-letter word in wrapping text took Chromium seconds per occurrence to lay

@@ -829,7 +829,7 @@ async def test_a_cookie_whose_name_ends_like_the_sessions_is_another_cookie(
     assert "alice" in res.text
 
 
-@settings(max_examples=400, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(

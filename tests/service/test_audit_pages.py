@@ -235,7 +235,7 @@ async def _walk(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     first=_STEPS,
@@ -526,7 +526,7 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
         await store.close()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     entry=st.integers(0, 2**63 - 1),
     text=st.text(max_size=60) | st.from_regex(r"[se][A-Za-z0-9_=!-]{20,50}", fullmatch=True),

@@ -26,6 +26,8 @@ from golem.durable.worker import load_registry
 from golem.service.notify import Webhook
 from tests.service.test_cli import seed
 
+pytestmark = pytest.mark.version
+
 N = 100_000
 APP = "tests.service.agents:registry"
 
@@ -79,7 +81,7 @@ def test_an_approvers_file_that_is_a_directory_is_one_line(tmp_path: Path) -> No
     assert "GOLEM_APPROVERS_FILE" in assert_one_line_error(result, 2)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(b'{"t": "alice"}')
 @example(b"[" * 5000)
 @example(b'{"\\n": null}')  # a token with a line break: the error was two lines
@@ -159,7 +161,7 @@ def test_show_of_a_run_with_a_corrupt_row_is_one_line(tmp_path: Path) -> None:
     assert "cannot be read" in line
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @example("https://:\xa0/x")  # was accepted; its shown_url then raised at every delivery
 @example("slack+https://h:99999/x")
 @example("ops=http://h:-1/")
@@ -186,7 +188,7 @@ def test_a_notify_url_with_a_bad_port_is_one_line(tmp_path: Path) -> None:
     assert "webhook URL" in assert_one_line_error(result, 2)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @example("..:x")  # was a TypeError from importlib (a relative import without a package)
 @example(".agents:registry")
 @example("a:b:c")

@@ -25,6 +25,8 @@ from golem.service.positions import read_position
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
 
+pytestmark = pytest.mark.loop
+
 WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
 
 

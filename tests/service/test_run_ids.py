@@ -63,7 +63,6 @@ _SPECIAL = st.text(alphabet="/%?#. \n\\~+&=;:@'\"<>é\u2028\u202e", min_size=1, 
 
 
 @settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -19,7 +19,7 @@ from tests.service.conftest import bearer, make_auth
 from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 
 
 @pytest.fixture

@@ -9,11 +9,15 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from golem.durable.store import AuditAction, RunStatus, Store
 from golem.durable.store.sqlite import SQLiteStore
 from tests.store.backends import Backend
 from tests.store.procs import ROOT
 from tests.store.runs import approval, make_run
+
+pytestmark = pytest.mark.loop
 
 
 async def _all_runs(store: Store) -> list[Any]:

@@ -26,6 +26,8 @@ from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, later, make_run
 from tests.store.test_corrupt_rows import _corrupt
 
+pytestmark = pytest.mark.version
+
 LEASE = 30.0
 
 
@@ -209,7 +211,6 @@ _COLUMNS = [
 
 
 @settings(
-    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -150,7 +150,6 @@ _TEXT_COLUMNS = [
 
 
 @settings(
-    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -106,7 +106,6 @@ async def test_the_cursors_a_store_returns_still_page(backend_kind: str, tmp_pat
 
 
 @settings(
-    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

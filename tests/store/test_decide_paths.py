@@ -94,7 +94,6 @@ def _state(run: RunRecord) -> Any:
 
 
 @settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -258,7 +258,7 @@ def test_a_server_answering_in_german_is_classified_the_same(german_server: str)
 _STATES = ["25006", "53300", "57014", "55P03", "40001", "40P01", "57P01", "57P05", "25P03", "22012"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     state=st.sampled_from(_STATES),
     message=st.text(max_size=80)

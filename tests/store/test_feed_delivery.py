@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from golem.durable.store import CallKind, Decision, NewCall, NewRun
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store.sqlite import SQLiteStore
 from tests.store.wakes import counting_wake_ups
+
+pytestmark = pytest.mark.loop
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 

@@ -27,6 +27,8 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
 from tests.store.runs import make_run
 
+pytestmark = [pytest.mark.loop, pytest.mark.version]
+
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
 
@@ -385,7 +387,6 @@ _job = st.tuples(st.integers(0, 3), st.integers(1, 9), st.booleans())
 
 
 @settings(
-    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

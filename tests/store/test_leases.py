@@ -23,6 +23,8 @@ from golem.durable.store import (
 from tests.store.backends import Backend, backend_for
 from tests.store.runs import T0, approval, external, later, make_run
 
+pytestmark = pytest.mark.version
+
 
 async def _ready(store: Store, **kw: object) -> str:
     run = await store.save_pending(make_run(approval("c1"), external("c2"), **kw))  # type: ignore[arg-type]

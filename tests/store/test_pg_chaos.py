@@ -78,7 +78,14 @@ async def _listening(dsn: str, store: PostgresStore) -> bool:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("how", ["immediate", "fast", "down"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "immediate",
+        pytest.param("fast", marks=pytest.mark.deep),
+        pytest.param("down", marks=pytest.mark.deep),
+    ],
+)
 async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
     cluster: Cluster, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -321,7 +328,7 @@ async def test_a_read_whose_connection_dies_after_its_commit_was_sent_is_retried
     assert "connection lost during a read; retrying" in text
 
 
-@pytest.mark.parametrize("seed", [45, 4545])
+@pytest.mark.parametrize("seed", [45, pytest.param(4545, marks=pytest.mark.deep)])
 async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
     exec_dir: Path, seed: int
 ) -> None:

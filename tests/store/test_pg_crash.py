@@ -27,6 +27,7 @@ from tests.store.test_sqlite_crash import ROUNDS, SEEDS, Fleet, _round
 
 pytestmark = [
     pytest.mark.postgres,
+    pytest.mark.deep,
     pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is a POSIX signal"),
 ]
 

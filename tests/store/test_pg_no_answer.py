@@ -40,7 +40,7 @@ from tests.store.chaos import (
 )
 from tests.store.worker_app import prompt_for
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ async def test_on_a_loop_that_cannot_watch_sockets_the_wait_is_bounded_too(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", [7, 77])
+@pytest.mark.parametrize("seed", [7, pytest.param(77, marks=pytest.mark.deep)])
 async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path, seed: int) -> None:
     """The worker's backends (its pool and its LISTEN connection: one, one mid-transaction,
     or all of them) are stopped for up to 0.8 s at random moments while runs are started,

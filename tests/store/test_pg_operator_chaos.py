@@ -107,7 +107,7 @@ def _stalled(dsn: str, schema: str, status: str) -> Iterator[psycopg.Connection[
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("stage", ["claim", "finish"])
+@pytest.mark.parametrize("stage", ["claim", pytest.param("finish", marks=pytest.mark.deep)])
 async def test_an_immediate_restart_while_several_workers_wait_in_their_commit(
     cluster: Cluster, tmp_path: Path, stage: str
 ) -> None:
@@ -503,7 +503,7 @@ async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_ca
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("stage", ["claim", "finish"])
+@pytest.mark.parametrize("stage", [pytest.param("claim", marks=pytest.mark.deep), "finish"])
 async def test_workers_killed_again_and_again_inside_their_commit_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path, stage: str
 ) -> None:

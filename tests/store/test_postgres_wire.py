@@ -15,7 +15,7 @@ from golem.errors import StoreError
 from tests.store.backends import Backend, backend_for
 from tests.store.runs import approval, make_run
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from golem.durable.store._threads import DatabaseThreads, Slot
 from tests.store.wakes import counting_wake_ups
 
+pytestmark = pytest.mark.loop
+
 WAIT = 30.0  # a guard against a hang, not a duration the test asserts
 
 
@@ -220,7 +222,7 @@ async def test_a_job_of_a_closed_loop_finishes_and_the_thread_keeps_serving() ->
 _OPS = st.lists(st.sampled_from(["ok", "raise", "cancel", "on_loop"]), min_size=1, max_size=12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(deadline=None)
 @given(size=st.integers(1, 3), ops=_OPS)
 def test_every_queued_job_is_settled_once_with_its_own_outcome(size: int, ops: list[str]) -> None:
     """Jobs queued behind busy threads: a cancelled one never runs, every other one runs

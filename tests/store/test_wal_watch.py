@@ -20,6 +20,8 @@ from golem.durable.store import CallKind, ChangeFeed, NewCall, NewRun
 from golem.durable.store.sqlite import SQLiteStore, _WalWatch
 from tests.store.procs import eventually
 
+pytestmark = pytest.mark.loop
+
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
 HOUR = 3600.0
 

@@ -22,11 +22,11 @@ UNKNOWN = "golem_unknown"
 """The name of every field and type the tests make up."""
 
 SETTINGS = settings(
-    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-"""Examples per property over the recorded answers and streams."""
+"""The settings of the properties over the recorded answers and streams (the number of
+examples comes from the Hypothesis profile)."""
 
 KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
 """Keys whose values are the model's own JSON (tool arguments): an added field would change
