@@ -8,69 +8,29 @@ only inside the provider blocks golem keeps verbatim).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import gzip
 import json
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError, ResponseFormatError
 from golem.model import ModelResponse
-from tests.support.adapters import MODELS, final, send
+from tests.support.adapters import MODELS, final, send, text_answer
 from tests.support.recordings import needs_recordings
 from tests.support.streams import BODIES, TEXT, UNICODE_STREAMS, send_with_headers
-
-TEXT_BODIES: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "id": "x",
-        "object": "chat.completion",
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": TEXT},
-                "finish_reason": "stop",
-            }
-        ],
-    },
-    "openai-responses": {
-        "id": "r",
-        "object": "response",
-        "status": "completed",
-        "model": "m",
-        "output": [
-            {
-                "type": "message",
-                "id": "m1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
-            }
-        ],
-    },
-    "anthropic": {
-        "id": "msg",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": TEXT}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 1, "output_tokens": 2},
-    },
-    "gemini": {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": TEXT}]}, "finishReason": "STOP"}
-        ]
-    },
-}
+from tests.support.unknown import (
+    SETTINGS,
+    comparable,
+    essentials,
+    with_unknown_fields,
+    with_unknown_items,
+)
 
 
 def _json(api: str) -> bytes:
-    return json.dumps(TEXT_BODIES[api], ensure_ascii=False).encode()
+    return json.dumps(text_answer(api, TEXT), ensure_ascii=False).encode()
 
 
 LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
@@ -92,110 +52,6 @@ def _text_body(api: str, text_json: str) -> str:
     if api == "anthropic":
         return '{"content":[{"type":"text","text":' + t + '}],"stop_reason":"end_turn"}'
     return '{"candidates":[{"content":{"parts":[{"text":' + t + '}]},"finishReason":"STOP"}]}'
-
-
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
-
-SETTINGS = settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-
-_KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
-"""Keys whose values are the model's own JSON (tool arguments): an added field would change
-what the model said, not the shape of the answer."""
-
-
-def _with_unknown_fields(value: Any, draw: st.DrawFn) -> Any:
-    """`value` with an unknown field added to some of its objects (never inside arguments)."""
-    if isinstance(value, dict):
-        out = {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_fields(v, draw)
-            for k, v in value.items()
-        }
-        if draw(st.booleans()):
-            extra = draw(
-                st.one_of(
-                    st.none(),
-                    st.integers(-5, 5),
-                    st.text(max_size=3),
-                    st.just({"type": UNKNOWN, "text": "é"}),
-                    st.just([{"type": UNKNOWN}]),
-                )
-            )
-            out[UNKNOWN] = extra
-        return out
-    if isinstance(value, list):
-        return [_with_unknown_fields(v, draw) for v in value]
-    return value
-
-
-def _strip_unknown(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_unknown(v) for k, v in value.items() if k != UNKNOWN}
-    if isinstance(value, list):
-        return [_strip_unknown(v) for v in value]
-    return value
-
-
-def _comparable(value: Any) -> Any:
-    """A result as plain data, the provider objects golem keeps verbatim (`raw`) read as
-    JSON without the unknown fields."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name == "raw" and isinstance(item, str) and item:
-                with contextlib.suppress(ValueError):
-                    item = json.dumps(_strip_unknown(json.loads(item)), sort_keys=True)
-            out[f.name] = _comparable(item)
-        return out
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return value
-
-
-_ITEM_LISTS = {
-    "anthropic": ("content",),
-    "openai-responses": ("output", "content", "summary"),
-    "gemini": ("parts",),
-    "openai-chat": ("content", "tool_calls", "annotations"),
-}
-
-
-def _unknown_item(api: str) -> dict[str, Any]:
-    if api == "gemini":
-        return {UNKNOWN: {"value": "é"}}
-    return {"type": UNKNOWN, "id": "x_unknown_1", "value": "é"}
-
-
-def _with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_items(v, api, draw, k)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        out = [_with_unknown_items(v, api, draw) for v in value]
-        lists_items = key in _ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
-        if lists_items and out and draw(st.booleans()):
-            out.insert(draw(st.integers(0, len(out))), _unknown_item(api))
-        return out
-    return value
-
-
-def _essentials(response: ModelResponse) -> Any:
-    m = response.message
-    return (
-        [(c.id, c.name, c.args) for c in m.tool_calls],
-        m.content.replace("\n\n", ""),
-        "".join(t.text for t in m.thinking),  # an unknown item between thoughts parts them
-        response.finish_reason,
-        response.usage,
-    )
 
 
 @pytest.mark.parametrize("api", sorted(MODELS))
@@ -294,9 +150,9 @@ async def test_unknown_fields_in_answers_are_tolerated(data: st.DataObject) -> N
         expected = await send(api, body, stream=False)
     except GolemError:
         assume(False)  # a recorded answer the adapter refuses: not this property's concern
-    damaged = json.dumps(_with_unknown_fields(json.loads(body), data.draw), ensure_ascii=False)
+    damaged = json.dumps(with_unknown_fields(json.loads(body), data.draw), ensure_ascii=False)
     got = await send(api, damaged, stream=False)
-    assert _comparable(got) == _comparable(expected)
+    assert comparable(got) == comparable(expected)
 
 
 @needs_recordings
@@ -309,7 +165,7 @@ async def test_unknown_item_types_in_answers_are_tolerated(data: st.DataObject) 
     except GolemError:
         assume(False)
     assert isinstance(expected, ModelResponse)
-    damaged = _with_unknown_items(json.loads(body), api, data.draw)
+    damaged = with_unknown_items(json.loads(body), api, data.draw)
     (got,) = await send(api, json.dumps(damaged, ensure_ascii=False), stream=False)
     assert isinstance(got, ModelResponse)
-    assert _essentials(got) == _essentials(expected)
+    assert essentials(got) == essentials(expected)

@@ -24,10 +24,9 @@ from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import (
     MODELS,
-    accumulated,
+    assert_deltas_add_up,
     cut,
     final,
-    plain_calls,
     send,
 )
 from tests.support.recordings import available
@@ -40,12 +39,10 @@ from tests.support.streams import (
     UNICODE_STREAMS,
     plain,
     send_with_headers,
+    stream_of,
     stream_through,
 )
-
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
+from tests.support.unknown import SETTINGS, UNKNOWN
 
 PER_STREAM = settings(
     max_examples=15,
@@ -57,12 +54,6 @@ PER_STREAM = settings(
     ],
 )
 """Examples per recorded stream."""
-
-SETTINGS = settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
 
 _NEWLINES = ("\n", "\r\n", "\r")
 
@@ -158,10 +149,6 @@ async def _outcome(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse]
         return exc
 
 
-async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    return await send(api, [plain(events)], stream=True)
-
-
 _CHAT_TEXT = [
     ("", '{"choices":[{"index":0,"delta":{"content":"h\\u00e9 \\ud83d\\ude00"}}]}'),
     ("", '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
@@ -209,7 +196,7 @@ def test_there_are_recorded_streams_and_bodies_of_every_api() -> None:
 async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     points = data.draw(cut_points(raw))
     assert await send(api, cut(raw, points), stream=True) == expected
@@ -219,7 +206,7 @@ async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
 @given(data=st.data())
 async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObject) -> None:
     api, events = data.draw(st.sampled_from([s for s in STREAMS if len(plain(s[1])) < 6_000]))
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     chunks = [raw[i : i + 1] for i in range(len(raw))]
     assert await send(api, chunks, stream=True) == expected
@@ -231,7 +218,7 @@ async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObjec
 async def test_a_stream_framed_any_way_and_cut_off_anywhere_is_a_retryable_error_or_whole(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    full = (await _baseline(api, events))[-1]
+    full = (await stream_of(api, events))[-1]
     assert isinstance(full, ModelResponse)
     raw = data.draw(framed(api, events))
     end = data.draw(st.integers(0, len(raw)))
@@ -401,19 +388,7 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
 async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
     api: str, events: list[tuple[str, str]]
 ) -> None:
-    items = await stream_through(api, [plain(events)])
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    deltas = [d for d in items if isinstance(d, Delta)]
-    assert "".join(d.content for d in deltas) == final.message.content
-    assert accumulated(items) == plain_calls(final)
-    thinking: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking[t.index] = thinking.get(t.index, "") + t.text
-    assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
-        t.text for t in final.message.thinking
-    ]
+    assert_deltas_add_up(await stream_through(api, [plain(events)]))
 
 
 @pytest.mark.parametrize(

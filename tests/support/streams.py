@@ -54,6 +54,20 @@ STREAMS = _streams()
 the 200 streams of the recordings (when present)."""
 
 
+CALLING = [
+    (api, events)
+    for api, events in STREAMS
+    if api in ("anthropic", "openai-responses")
+    and any("input_json_delta" in d or "function_call_arguments.delta" in d for _, d in events)
+]
+"""The recorded Anthropic and Responses streams that stream tool-call arguments."""
+
+
+async def stream_of(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """What `generate_stream` yields for the SSE `events`, sent in one piece."""
+    return await send(api, [plain(events)], stream=True)
+
+
 def _bodies() -> list[tuple[str, str]]:
     out = []
     for api in ("openai-chat", "openai-responses", "anthropic", "gemini"):
