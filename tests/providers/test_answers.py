@@ -24,6 +24,7 @@ from golem.messages import Message, Part, ThinkingBlock
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.gemini import build_request_body as gemini_body
 from tests.support.adapters import MODELS, final, send
+from tests.support.events import chat_body_of, chat_chunk, chat_chunk_event, gemini_body_of, sse
 from tests.support.recordings import all_interactions, needs_recordings
 from tests.support.streams import plain
 
@@ -37,55 +38,9 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _chat(message: dict[str, Any]) -> str:
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "gpt-4o-audio-preview",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        }
-    )
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-    body = {
-        "id": "x",
-        "object": "chat.completion.chunk",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(body)}\n\n"
-
-
-def _gemini(parts: list[dict[str, Any]]) -> str:
-    return json.dumps({"candidates": [{"content": {"parts": parts}, "finishReason": "STOP"}]})
-
-
-def _indexed_chunk(
-    delta: dict[str, Any], finish: str | None = None, index: int = 0
-) -> dict[str, Any]:
-    """A Chat Completions chunk of `delta` for choice `index`."""
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "model": "gpt-4o",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
-    }
-
-
 def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, str]:
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     return "", json.dumps({"id": "x", "model": "m", "choices": [choice]})
-
-
-def _sse(events: list[Any], named: bool = False) -> str:
-    out = []
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e)
-        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
-        out.append(f"{name}data: {data}\n\n")
-    return "".join(out)
 
 
 def _candidate(text: str, index: int | None, finish: str | None = "STOP") -> dict[str, Any]:
@@ -123,7 +78,7 @@ async def test_a_chat_audio_answer_keeps_its_audio_and_says_its_transcript() -> 
             "transcript": "Yes, golems are made of clay.",
         },
     }
-    m = final(await send("openai-chat", _chat(message), stream=False)).message
+    m = final(await send("openai-chat", chat_body_of(message), stream=False)).message
     assert m.content == "Yes, golems are made of clay."
     # the signature keeps the audio's ID for the next request (ADR 0066)
     signature = "openai-chat-audio/1729018505/audio_1"
@@ -133,10 +88,10 @@ async def test_a_chat_audio_answer_keeps_its_audio_and_says_its_transcript() -> 
 async def test_a_streamed_chat_audio_answer_streams_its_transcript() -> None:
     data = _b64(b"\x00\x01" * 40)  # headerless: the API's pcm16
     stream = (
-        _chunk({"role": "assistant", "audio": {"id": "audio_1", "transcript": "Yes, "}})
-        + _chunk({"audio": {"data": data[:20]}})
-        + _chunk({"audio": {"data": data[20:], "transcript": "clay."}})
-        + _chunk({"audio": {"expires_at": 1729018505}}, "stop")
+        chat_chunk_event({"role": "assistant", "audio": {"id": "audio_1", "transcript": "Yes, "}})
+        + chat_chunk_event({"audio": {"data": data[:20]}})
+        + chat_chunk_event({"audio": {"data": data[20:], "transcript": "clay."}})
+        + chat_chunk_event({"audio": {"expires_at": 1729018505}}, "stop")
         + "data: [DONE]\n\n"
     )
     items = await send("openai-chat", stream, stream=True)
@@ -165,12 +120,12 @@ async def test_chat_images_of_a_compatible_server_are_kept(stream: bool) -> None
     ]
     if stream:
         body = (
-            _chunk({"role": "assistant", "content": "Here:"})
-            + _chunk({"images": images}, "stop")
+            chat_chunk_event({"role": "assistant", "content": "Here:"})
+            + chat_chunk_event({"images": images}, "stop")
             + "data: [DONE]\n\n"
         )
     else:
-        body = _chat({"role": "assistant", "content": "Here:", "images": images})
+        body = chat_body_of({"role": "assistant", "content": "Here:", "images": images})
     m = final(await send("openai-chat", body, stream=stream)).message
     assert m.content == "Here:"
     assert m.parts == expected
@@ -182,7 +137,9 @@ async def test_image_parts_of_a_content_list_are_kept() -> None:
         {"type": "image_url", "image_url": {"url": "data:image/png;base64," + _b64(PNG)}},
     ]
     m = final(
-        await send("openai-chat", _chat({"role": "assistant", "content": content}), stream=False)
+        await send(
+            "openai-chat", chat_body_of({"role": "assistant", "content": content}), stream=False
+        )
     ).message
     assert m.content == "Here:"
     assert m.parts == [Part("image", data=PNG, media_type="image/png")]
@@ -197,13 +154,13 @@ async def test_image_parts_of_a_content_list_are_kept() -> None:
 )
 async def test_chat_media_golem_cannot_read_is_a_named_error(message: dict[str, Any]) -> None:
     with pytest.raises(ResponseFormatError):
-        await send("openai-chat", _chat(message), stream=False)
+        await send("openai-chat", chat_body_of(message), stream=False)
 
 
 async def test_a_gemini_part_of_an_unknown_kind_is_kept_where_it_sat() -> None:
     future = {"futurePart": {"x": 1}, "thoughtSignature": "sig"}
     parts = [{"text": "before"}, future, {"text": "after"}]
-    m = final(await send("gemini", _gemini(parts), stream=False)).message
+    m = final(await send("gemini", gemini_body_of(parts), stream=False)).message
     assert m.content == "before\n\nafter"
     (block,) = m.server_tools
     assert (block.provider, block.type, block.at) == ("gemini", "futurePart", len("before"))
@@ -215,13 +172,13 @@ async def test_a_gemini_part_of_an_unknown_kind_is_kept_where_it_sat() -> None:
 
 async def test_a_function_response_in_an_answer_is_kept() -> None:
     part = {"functionResponse": {"name": "f", "response": {"output": "1"}}}
-    m = final(await send("gemini", _gemini([part]), stream=False)).message
+    m = final(await send("gemini", gemini_body_of([part]), stream=False)).message
     assert [b.type for b in m.server_tools] == ["functionResponse"]
 
 
 async def test_a_signature_on_a_text_part_whose_empty_text_was_left_out_is_kept() -> None:
     parts = [{"text": "answer"}, {"thoughtSignature": "sig-1"}]
-    response: ModelResponse = final(await send("gemini", _gemini(parts), stream=False))
+    response: ModelResponse = final(await send("gemini", gemini_body_of(parts), stream=False))
     assert response.message.content == "answer"
     assert response.message.thinking == [ThinkingBlock(signature="sig-1")]
     assert response.message.server_tools == []
@@ -270,14 +227,14 @@ async def test_the_chat_answer_is_the_choice_of_index_0_whatever_the_order() -> 
     assert final(await send("openai-chat", json.dumps(body), stream=False)).message.content == (
         "first"
     )
-    stream = _sse(
+    stream = sse(
         [
-            _indexed_chunk({"role": "assistant", "content": "sec"}, index=1),
-            _indexed_chunk({"role": "assistant", "content": "fir"}),
-            _indexed_chunk({"content": "ond"}, index=1),
-            _indexed_chunk({"content": "st"}),
-            _indexed_chunk({}, "stop", index=1),
-            _indexed_chunk({}, "stop"),
+            chat_chunk({"role": "assistant", "content": "sec"}, index=1),
+            chat_chunk({"role": "assistant", "content": "fir"}),
+            chat_chunk({"content": "ond"}, index=1),
+            chat_chunk({"content": "st"}),
+            chat_chunk({}, "stop", index=1),
+            chat_chunk({}, "stop"),
             "[DONE]",
         ]
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from golem import Agent, dumps_history, loads_history
@@ -22,7 +21,7 @@ from golem.messages import Message, ServerToolBlock
 from golem.model import ModelRequest
 from golem.providers.anthropic import build_request_body
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, container_of
-from tests.providers.anthropic_fixtures import model_on, sse, synthesize_stream
+from tests.providers.anthropic_fixtures import model_on, scripted_transport, sse, synthesize_stream
 from tests.support.adapters import body_of
 
 FUTURE = "2999-04-24T11:14:17.825248Z"
@@ -71,28 +70,12 @@ def _late_container_stream(answer: dict[str, Any]) -> str:
     return sse(*events)
 
 
-def _server(answers: list[dict[str, Any]], seen: list[dict[str, Any]]) -> httpx.MockTransport:
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        seen.append(body)
-        answer = answers[min(len(seen), len(answers)) - 1]
-        if body.get("stream"):
-            return httpx.Response(
-                200,
-                headers={"content-type": "text/event-stream"},
-                text=_late_container_stream(answer),
-            )
-        return httpx.Response(200, json=answer)
-
-    return httpx.MockTransport(handle)
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_paused_turn_continues_in_its_container(stream: bool) -> None:
     seen: list[dict[str, Any]] = []
     paused = _answer("pause_turn", "Let me compute.")
     done = _answer("end_turn", "It is 460536300.")
-    async with model_on(_server([paused, done], seen)) as model:
+    async with model_on(scripted_transport([paused, done], seen, _late_container_stream)) as model:
         agent = Agent(model)
         if stream:
             async with agent.run_stream("37170 * 12390?") as s:
@@ -111,7 +94,9 @@ async def test_a_paused_turn_continues_in_its_container(stream: bool) -> None:
 
 
 async def test_the_container_survives_the_history_json() -> None:
-    async with model_on(_server([_answer("pause_turn", "Computing.")], [])) as model:
+    async with model_on(
+        scripted_transport([_answer("pause_turn", "Computing.")], [], _late_container_stream)
+    ) as model:
         paused = (await model.generate(ModelRequest([Message("user", "q")]))).message
     history = loads_history(dumps_history([Message("user", "q"), paused]))
     body = build_request_body(ModelRequest(history), model="claude-x")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -16,6 +14,7 @@ from golem.model import Delta
 from golem.providers.anthropic import AnthropicModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.providers.anthropic_fixtures import sse, synthesize_stream
+from tests.support.local_server import Headers, local_server
 
 SIGNATURE = "EpICCkYIBxgCKkAbc/golem+test=="
 FIRST_TURN = {
@@ -56,45 +55,23 @@ class FakeAnthropic:
     def __init__(self, replies: list[dict[str, Any]], *, keep_alive: bool = False) -> None:
         self.replies = list(replies)
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
-        server = self
+        self.url = ""
+        self._serving = local_server(self._respond, keep_alive=keep_alive)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                server.requests.append((self.path, dict(self.headers.items()), body))
-                reply = server.replies.pop(0)
-                if body.get("stream"):
-                    payload, ctype = (
-                        sse(*synthesize_stream(reply, size=5)).encode(),
-                        "text/event-stream",
-                    )
-                else:
-                    payload, ctype = json.dumps(reply).encode(), "application/json"
-                self.send_response(200)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+    def _respond(self, path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
+        body = json.loads(raw)
+        self.requests.append((path, dict(headers.items()), body))
+        reply = self.replies.pop(0)
+        if body.get("stream"):
+            return 200, "text/event-stream", sse(*synthesize_stream(reply, size=5)).encode()
+        return 200, "application/json", json.dumps(reply).encode()
 
     def __enter__(self) -> FakeAnthropic:
-        self.thread.start()
+        self.url = self._serving.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self._serving.__exit__(None, None, None)
 
 
 @pytest.fixture

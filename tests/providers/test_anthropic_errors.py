@@ -18,12 +18,10 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
-from golem.messages import Message
-from golem.model import Delta, ModelRequest
+from golem.model import Delta
 from golem.providers.anthropic import AnthropicModel
 from tests.providers.anthropic_fixtures import model_on, sse
-
-REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
+from tests.support.adapters import REQUEST
 
 
 def _error_body(kind: str, message: str) -> dict[str, object]:

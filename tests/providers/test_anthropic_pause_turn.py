@@ -10,10 +10,8 @@ request and turn limits), streamed or not.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx
 import pytest
 
 from golem import Agent, dumps_history, loads_history
@@ -25,26 +23,17 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.result import RunError
 from golem.testing import ScriptedModel
-from tests.providers.anthropic_fixtures import model_on, sse, synthesize_stream
+from tests.providers.anthropic_fixtures import (
+    SEARCH_RESULT,
+    model_on,
+    scripted_transport,
+)
 
 SEARCH_USE = {
     "type": "server_tool_use",
     "id": "srvtoolu_1",
     "name": "web_search",
     "input": {"query": "golem history"},
-}
-SEARCH_RESULT = {
-    "type": "web_search_tool_result",
-    "tool_use_id": "srvtoolu_1",
-    "content": [
-        {
-            "type": "web_search_result",
-            "title": "Golem",
-            "url": "https://example.com/golem",
-            "encrypted_content": "EncA==",
-            "page_age": None,
-        }
-    ],
 }
 PAUSED: dict[str, Any] = {
     "id": "msg_1",
@@ -72,27 +61,11 @@ DONE: dict[str, Any] = {
 }
 
 
-def _server(answers: list[dict[str, Any]], seen: list[dict[str, Any]]) -> httpx.MockTransport:
-    def handle(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        seen.append(body)
-        answer = answers[min(len(seen), len(answers)) - 1]
-        if body.get("stream"):
-            return httpx.Response(
-                200,
-                headers={"content-type": "text/event-stream"},
-                text=sse(*synthesize_stream(answer)),
-            )
-        return httpx.Response(200, json=answer)
-
-    return httpx.MockTransport(handle)
-
-
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_paused_turn_is_sent_back_and_continued(stream: bool) -> None:
     seen: list[dict[str, Any]] = []
     events: list[RunEvent] = []
-    async with model_on(_server([PAUSED, DONE], seen)) as model:
+    async with model_on(scripted_transport([PAUSED, DONE], seen)) as model:
         agent = Agent(model)
         if stream:
             async with agent.run_stream("what is a golem?", on_event=events.append) as s:
@@ -120,13 +93,13 @@ async def test_a_paused_turn_is_sent_back_and_continued(stream: bool) -> None:
 
 
 async def test_a_paused_answer_reports_its_finish_reason() -> None:
-    async with model_on(_server([PAUSED], [])) as model:
+    async with model_on(scripted_transport([PAUSED], [])) as model:
         response = await model.generate(ModelRequest([Message("user", "q")]))
     assert response.finish_reason == "pause_turn"
 
 
 async def test_continuations_count_toward_the_request_limit() -> None:
-    async with model_on(_server([PAUSED, DONE], [])) as model:
+    async with model_on(scripted_transport([PAUSED, DONE], [])) as model:
         agent = Agent(model, usage_limits=UsageLimits(requests=1))
         with pytest.raises(RunError) as caught:
             await agent.run("q")
@@ -136,7 +109,7 @@ async def test_continuations_count_toward_the_request_limit() -> None:
 
 async def test_a_turn_paused_forever_ends_at_the_turn_limit() -> None:
     seen: list[dict[str, Any]] = []
-    async with model_on(_server([PAUSED], seen)) as model:
+    async with model_on(scripted_transport([PAUSED], seen)) as model:
         agent = Agent(model, max_iterations=3)
         with pytest.raises(RunError, match="turn limit") as caught:
             await agent.run("q")
@@ -154,7 +127,7 @@ async def test_the_loop_continues_any_model_that_reports_a_paused_turn() -> None
 
 
 async def test_a_paused_turn_and_its_continuation_go_back_as_one_assistant_turn() -> None:
-    async with model_on(_server([PAUSED], [])) as model:
+    async with model_on(scripted_transport([PAUSED], [])) as model:
         paused = (await model.generate(ModelRequest([Message("user", "q")]))).message
     history = loads_history(
         dumps_history(

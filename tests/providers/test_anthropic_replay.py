@@ -8,11 +8,12 @@ import pytest
 
 from golem.errors import BadRequest, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse
+from golem.model import Delta, ModelResponse
 from golem.providers.anthropic import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
 from tests.providers.anthropic_fixtures import interaction_id, message_interactions, model_on
+from tests.support.adapters import REQUEST
 from tests.support.recordings import (
     Interaction,
     all_interactions,
@@ -24,7 +25,6 @@ from tests.support.recordings import (
 
 pytestmark = needs_recordings
 
-REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
 INTERACTIONS = message_interactions() if available() else []
 OK = [it for it in INTERACTIONS if it.status == 200]
 FAILED = [

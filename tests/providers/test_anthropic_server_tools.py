@@ -16,7 +16,7 @@ from golem.model import ModelRequest, ModelResponse, ToolSpec
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.providers.anthropic._wire import build_request_body
-from tests.providers.anthropic_fixtures import model_on, synthesize_stream
+from tests.providers.anthropic_fixtures import SEARCH_RESULT, model_on, synthesize_stream
 from tests.support.adapters import body_of
 from tests.support.recordings import available, load, replay_transport
 
@@ -24,19 +24,6 @@ recorded = pytest.mark.skipif(not available(), reason="shared recordings not pre
 
 _dump = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-SEARCH_RESULT = {
-    "type": "web_search_tool_result",
-    "tool_use_id": "srvtoolu_1",
-    "content": [
-        {
-            "type": "web_search_result",
-            "title": "Golem",
-            "url": "https://example.com/golem",
-            "encrypted_content": "EncA==",
-            "page_age": None,
-        }
-    ],
-}
 CITATION = {
     "type": "web_search_result_location",
     "cited_text": "A golem is an animated being.",

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers.anthropic import StreamParser, parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
@@ -20,9 +20,9 @@ from tests.providers.anthropic_fixtures import (
     sse,
     synthesize_stream,
 )
+from tests.support.adapters import REQUEST
 from tests.support.recordings import Interaction, available, needs_recordings
 
-REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
 PLAIN = (
     [it for it in message_interactions() if it.status == 200 and not it.is_stream]
     if available()

@@ -8,248 +8,29 @@ only inside the provider blocks golem keeps verbatim).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import gzip
 import json
-from typing import Any
 
-import httpx
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from golem.errors import GolemError, ProviderError, ResponseFormatError
-from golem.model import Delta, ModelResponse
-from tests.support.adapters import MODELS, REQUEST, Chunks, final, send
+from golem.model import ModelResponse
+from tests.support.adapters import MODELS, final, send, text_answer
 from tests.support.recordings import needs_recordings
-from tests.support.streams import BODIES
-
-TEXT = "héllo ✓ Zürich 東京 🎉"
-
-
-ARGS = '{"city": "Zürich 東京 🎉"}'
-
-
-TEXT_BODIES: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "id": "x",
-        "object": "chat.completion",
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": TEXT},
-                "finish_reason": "stop",
-            }
-        ],
-    },
-    "openai-responses": {
-        "id": "r",
-        "object": "response",
-        "status": "completed",
-        "model": "m",
-        "output": [
-            {
-                "type": "message",
-                "id": "m1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
-            }
-        ],
-    },
-    "anthropic": {
-        "id": "msg",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [{"type": "text", "text": TEXT}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 1, "output_tokens": 2},
-    },
-    "gemini": {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": TEXT}]}, "finishReason": "STOP"}
-        ]
-    },
-}
-
-
-def _event(name: str, data: dict[str, Any]) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
-
-
-STREAMS: dict[str, str] = {
-    "openai-chat": "".join(
-        f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
-        for d in [
-            _chat_chunk({"role": "assistant", "content": TEXT}),
-            _chat_chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": "c1",
-                            "type": "function",
-                            "function": {"name": "f", "arguments": ARGS},
-                        }
-                    ]
-                }
-            ),
-            _chat_chunk({}, "tool_calls"),
-        ]
-    )
-    + "data: [DONE]\n\n",
-    "anthropic": "".join(
-        _event(d["type"], d)
-        for d in [
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "m",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "m",
-                    "content": [],
-                    "stop_reason": None,
-                    "usage": {"input_tokens": 1, "output_tokens": 1},
-                },
-            },
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": TEXT},
-            },
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "content_block_start",
-                "index": 1,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": ARGS},
-            },
-            {"type": "content_block_stop", "index": 1},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "tool_use"},
-                "usage": {"output_tokens": 5},
-            },
-            {"type": "message_stop"},
-        ]
-    ),
-    "gemini": "".join(
-        f"data: {json.dumps(d, ensure_ascii=False)}\r\n\r\n"
-        for d in [
-            {"candidates": [{"content": {"role": "model", "parts": [{"text": TEXT}]}}]},
-            {
-                "candidates": [
-                    {
-                        "content": {
-                            "role": "model",
-                            "parts": [{"functionCall": {"name": "f", "args": json.loads(ARGS)}}],
-                        },
-                        "finishReason": "STOP",
-                    }
-                ]
-            },
-        ]
-    ),
-    "openai-responses": "".join(
-        _event(d["type"], d)
-        for d in [
-            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-            {
-                "type": "response.output_item.added",
-                "output_index": 0,
-                "item": {"type": "message", "id": "m1", "role": "assistant", "content": []},
-            },
-            {
-                "type": "response.output_text.delta",
-                "output_index": 0,
-                "content_index": 0,
-                "item_id": "m1",
-                "delta": TEXT,
-            },
-            {
-                "type": "response.output_item.added",
-                "output_index": 1,
-                "item": {
-                    "type": "function_call",
-                    "id": "fc1",
-                    "call_id": "c1",
-                    "name": "f",
-                    "arguments": "",
-                },
-            },
-            {
-                "type": "response.function_call_arguments.delta",
-                "output_index": 1,
-                "item_id": "fc1",
-                "delta": ARGS,
-            },
-            {
-                "type": "response.completed",
-                "response": {
-                    "id": "r",
-                    "status": "completed",
-                    "model": "m",
-                    "output": [
-                        {
-                            "type": "message",
-                            "id": "m1",
-                            "role": "assistant",
-                            "status": "completed",
-                            "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
-                        },
-                        {
-                            "type": "function_call",
-                            "id": "fc1",
-                            "call_id": "c1",
-                            "name": "f",
-                            "arguments": ARGS,
-                        },
-                    ],
-                },
-            },
-        ]
-    ),
-}
-
-
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
+from tests.support.streams import BODIES, TEXT, UNICODE_STREAMS, send_with_headers
+from tests.support.unknown import (
+    SETTINGS,
+    comparable,
+    essentials,
+    with_unknown_fields,
+    with_unknown_items,
+)
 
 
 def _json(api: str) -> bytes:
-    return json.dumps(TEXT_BODIES[api], ensure_ascii=False).encode()
+    return json.dumps(text_answer(api, TEXT), ensure_ascii=False).encode()
 
 
 LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
@@ -273,115 +54,13 @@ def _text_body(api: str, text_json: str) -> str:
     return '{"candidates":[{"content":{"parts":[{"text":' + t + '}]},"finishReason":"STOP"}]}'
 
 
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
-
-SETTINGS = settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-
-_KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
-"""Keys whose values are the model's own JSON (tool arguments): an added field would change
-what the model said, not the shape of the answer."""
-
-
-def _with_unknown_fields(value: Any, draw: st.DrawFn) -> Any:
-    """`value` with an unknown field added to some of its objects (never inside arguments)."""
-    if isinstance(value, dict):
-        out = {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_fields(v, draw)
-            for k, v in value.items()
-        }
-        if draw(st.booleans()):
-            extra = draw(
-                st.one_of(
-                    st.none(),
-                    st.integers(-5, 5),
-                    st.text(max_size=3),
-                    st.just({"type": UNKNOWN, "text": "é"}),
-                    st.just([{"type": UNKNOWN}]),
-                )
-            )
-            out[UNKNOWN] = extra
-        return out
-    if isinstance(value, list):
-        return [_with_unknown_fields(v, draw) for v in value]
-    return value
-
-
-def _strip_unknown(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_unknown(v) for k, v in value.items() if k != UNKNOWN}
-    if isinstance(value, list):
-        return [_strip_unknown(v) for v in value]
-    return value
-
-
-def _comparable(value: Any) -> Any:
-    """A result as plain data, the provider objects golem keeps verbatim (`raw`) read as
-    JSON without the unknown fields."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name == "raw" and isinstance(item, str) and item:
-                with contextlib.suppress(ValueError):
-                    item = json.dumps(_strip_unknown(json.loads(item)), sort_keys=True)
-            out[f.name] = _comparable(item)
-        return out
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return value
-
-
-_ITEM_LISTS = {
-    "anthropic": ("content",),
-    "openai-responses": ("output", "content", "summary"),
-    "gemini": ("parts",),
-    "openai-chat": ("content", "tool_calls", "annotations"),
-}
-
-
-def _unknown_item(api: str) -> dict[str, Any]:
-    if api == "gemini":
-        return {UNKNOWN: {"value": "é"}}
-    return {"type": UNKNOWN, "id": "x_unknown_1", "value": "é"}
-
-
-def _with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_items(v, api, draw, k)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        out = [_with_unknown_items(v, api, draw) for v in value]
-        lists_items = key in _ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
-        if lists_items and out and draw(st.booleans()):
-            out.insert(draw(st.integers(0, len(out))), _unknown_item(api))
-        return out
-    return value
-
-
-def _essentials(response: ModelResponse) -> Any:
-    m = response.message
-    return (
-        [(c.id, c.name, c.args) for c in m.tool_calls],
-        m.content.replace("\n\n", ""),
-        "".join(t.text for t in m.thinking),  # an unknown item between thoughts parts them
-        response.finish_reason,
-        response.usage,
-    )
-
-
 @pytest.mark.parametrize("api", sorted(MODELS))
 @pytest.mark.parametrize("charset", ["iso-8859-1", "latin-1", "windows-1252", "ascii"])
 async def test_a_json_body_is_utf8_whatever_charset_the_header_says(api: str, charset: str) -> None:
     ctype = f"application/json; charset={charset}"
-    response = final(await _send(api, [_json(api)], {"content-type": ctype}, stream=False))
+    response = final(
+        await send_with_headers(api, [_json(api)], {"content-type": ctype}, stream=False)
+    )
     assert response.message.content == TEXT
 
 
@@ -389,7 +68,9 @@ async def test_a_json_body_is_utf8_whatever_charset_the_header_says(api: str, ch
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_byte_order_mark_before_a_json_body_is_skipped(api: str, stream: bool) -> None:
     body = b"\xef\xbb\xbf" + _json(api)
-    response = final(await _send(api, [body], {"content-type": "application/json"}, stream=stream))
+    response = final(
+        await send_with_headers(api, [body], {"content-type": "application/json"}, stream=stream)
+    )
     assert response.message.content == TEXT
 
 
@@ -402,17 +83,17 @@ async def test_a_body_that_does_not_decompress_is_a_retryable_format_error(
     ctype = "text/event-stream" if stream else "application/json"
     headers = {"content-type": ctype, "content-encoding": "gzip"}
     with pytest.raises(ResponseFormatError, match="could not be decoded") as caught:
-        await _send(api, [b"\x1f\x8bgarbage"], headers, stream=stream, status=status)
+        await send_with_headers(api, [b"\x1f\x8bgarbage"], headers, stream=stream, status=status)
     assert caught.value.retryable
 
 
 @pytest.mark.parametrize("api", sorted(MODELS))
 async def test_a_stream_that_stops_decompressing_midway_is_a_named_error(api: str) -> None:
-    whole = gzip.compress(STREAMS[api].encode())
+    whole = gzip.compress(UNICODE_STREAMS[api].encode())
     pieces = [whole[: len(whole) // 2], b"\x00\xff" * 8]
     headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
     with pytest.raises(GolemError):
-        await _send(api, pieces, headers, stream=True)
+        await send_with_headers(api, pieces, headers, stream=True)
 
 
 @pytest.mark.parametrize("api", sorted(MODELS))
@@ -420,7 +101,7 @@ async def test_a_stream_that_stops_decompressing_midway_is_a_named_error(api: st
 async def test_an_empty_200_body_is_a_retryable_format_error(api: str, body: bytes) -> None:
     # it was "returned a body that is not JSON: ''", not retryable
     with pytest.raises(ResponseFormatError, match="a body that is empty") as caught:
-        await _send(api, [body], {"content-type": "application/json"}, stream=False)
+        await send_with_headers(api, [body], {"content-type": "application/json"}, stream=False)
     assert caught.value.retryable
 
 
@@ -469,9 +150,9 @@ async def test_unknown_fields_in_answers_are_tolerated(data: st.DataObject) -> N
         expected = await send(api, body, stream=False)
     except GolemError:
         assume(False)  # a recorded answer the adapter refuses: not this property's concern
-    damaged = json.dumps(_with_unknown_fields(json.loads(body), data.draw), ensure_ascii=False)
+    damaged = json.dumps(with_unknown_fields(json.loads(body), data.draw), ensure_ascii=False)
     got = await send(api, damaged, stream=False)
-    assert _comparable(got) == _comparable(expected)
+    assert comparable(got) == comparable(expected)
 
 
 @needs_recordings
@@ -484,7 +165,7 @@ async def test_unknown_item_types_in_answers_are_tolerated(data: st.DataObject) 
     except GolemError:
         assume(False)
     assert isinstance(expected, ModelResponse)
-    damaged = _with_unknown_items(json.loads(body), api, data.draw)
+    damaged = with_unknown_items(json.loads(body), api, data.draw)
     (got,) = await send(api, json.dumps(damaged, ensure_ascii=False), stream=False)
     assert isinstance(got, ModelResponse)
-    assert _essentials(got) == _essentials(expected)
+    assert essentials(got) == essentials(expected)

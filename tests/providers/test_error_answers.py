@@ -22,7 +22,7 @@ import asyncio
 import email.utils
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -44,65 +44,13 @@ from golem.model import Delta, ModelResponse
 from golem.providers import _client, _sse
 from golem.providers._errors import MAX_ERROR_BODY
 from golem.providers._retry import MAX_RETRY_AFTER
-from tests.support.adapters import DONE, MODELS, REQUEST, Chunks, final, send
+from tests.support.adapters import DONE, MODELS, send
+from tests.support.errors import ERROR_BODIES, fail_with, http_date_forms
+from tests.support.events import as_terminal, gemini_answer, responses_answer, responses_status
 from tests.support.recordings import all_interactions, needs_recordings
+from tests.support.streams import send_with_headers
 
 APIS = list(MODELS)
-
-# each provider's documented error body, with the type / code it carries
-BODIES: dict[str, tuple[dict[str, Any], str, str]] = {
-    "openai-chat": (
-        {
-            "error": {
-                "message": "Rate limit reached for gpt-4o",
-                "type": "requests",
-                "param": None,
-                "code": "rate_limit_exceeded",
-            }
-        },
-        "requests",
-        "rate_limit_exceeded",
-    ),
-    "openai-responses": (
-        {
-            "error": {
-                "message": "The server had an error",
-                "type": "server_error",
-                "param": None,
-                "code": None,
-            }
-        },
-        "server_error",
-        "",
-    ),
-    "anthropic": (
-        {
-            "type": "error",
-            "error": {"type": "overloaded_error", "message": "Overloaded"},
-            "request_id": "req_011CVbody",
-        },
-        "overloaded_error",
-        "",
-    ),
-    "gemini": (
-        {
-            "error": {
-                "code": 429,
-                "message": "Resource has been exhausted (e.g. check quota).",
-                "status": "RESOURCE_EXHAUSTED",
-                "details": [
-                    {
-                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                        "reason": "RATE_LIMIT_EXCEEDED",
-                        "domain": "googleapis.com",
-                    }
-                ],
-            }
-        },
-        "RESOURCE_EXHAUSTED",
-        "RATE_LIMIT_EXCEEDED",
-    ),
-}
 
 CLASSES: dict[int, tuple[type[ProviderError], bool]] = {
     400: (BadRequest, False),
@@ -122,44 +70,15 @@ CLASSES: dict[int, tuple[type[ProviderError], bool]] = {
 }
 
 
-async def _fail(
-    api: str,
-    status: int,
-    body: bytes | list[bytes] | httpx.AsyncByteStream,
-    *,
-    stream: bool,
-    headers: dict[str, str] | None = None,
-) -> ProviderError:
-    """The error the `api` adapter raises for an answer of `status` with `body`."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        content = (
-            body
-            if isinstance(body, httpx.AsyncByteStream)
-            else Chunks(body if isinstance(body, list) else [body])
-        )
-        return httpx.Response(status, headers=headers or {}, stream=content)
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        with pytest.raises(ProviderError) as caught:
-            if stream:
-                async for _ in model.generate_stream(REQUEST):
-                    pass
-            else:
-                await model.generate(REQUEST)
-    return caught.value
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("status", sorted(CLASSES))
 @pytest.mark.parametrize("api", APIS)
 async def test_each_status_is_a_named_error_with_type_code_and_request_id(
     api: str, status: int, stream: bool
 ) -> None:
-    body, kind, code = BODIES[api]
+    body, kind, code = ERROR_BODIES[api]
     headers = {"content-type": "application/json", "x-request-id": "req_header"}
-    error = await _fail(api, status, json.dumps(body).encode(), stream=stream, headers=headers)
+    error = await fail_with(api, status, json.dumps(body).encode(), stream=stream, headers=headers)
     expected, retryable = CLASSES[status]
     if api == "gemini" and status == 400:
         expected = BadRequest
@@ -173,10 +92,10 @@ async def test_each_status_is_a_named_error_with_type_code_and_request_id(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_anthropic_request_id_comes_from_its_header_else_from_the_body(stream: bool) -> None:
-    body = json.dumps(BODIES["anthropic"][0]).encode()
-    error = await _fail("anthropic", 529, body, stream=stream, headers={"request-id": "req_h"})
+    body = json.dumps(ERROR_BODIES["anthropic"][0]).encode()
+    error = await fail_with("anthropic", 529, body, stream=stream, headers={"request-id": "req_h"})
     assert error.request_id == "req_h"
-    error = await _fail("anthropic", 529, body, stream=stream)
+    error = await fail_with("anthropic", 529, body, stream=stream)
     assert error.request_id == "req_011CVbody"
 
 
@@ -188,7 +107,9 @@ async def test_every_recorded_error_answer_carries_its_type_and_code(api: str) -
         assert answers, f"no recorded error answer for {api}"
     for it in answers:
         for stream in (False, True):
-            error = await _fail(api, it.status, it.body.encode(), stream=stream, headers=it.headers)
+            error = await fail_with(
+                api, it.status, it.body.encode(), stream=stream, headers=it.headers
+            )
             assert error.status_code == it.status
             err = it.json["error"]
             assert error.error_type == (err.get("type") or "")
@@ -225,7 +146,7 @@ async def test_an_error_page_that_is_not_json_is_quoted_as_text(
     api: str, ctype: str, page: bytes, quoted: str, stream: bool
 ) -> None:
     headers = {"content-type": ctype} if ctype else {}
-    error = await _fail(api, 502, page, stream=stream, headers=headers)
+    error = await fail_with(api, 502, page, stream=stream, headers=headers)
     assert type(error) is Overloaded
     assert error.retryable
     assert quoted in str(error)
@@ -249,7 +170,7 @@ class Endless(httpx.AsyncByteStream):
 @pytest.mark.parametrize("api", APIS)
 async def test_a_huge_error_body_is_not_read_whole(api: str, stream: bool) -> None:
     body = Endless(b'{"error": {"message": "' + b"x" * 4096)
-    error = await _fail(api, 500, body, stream=stream, headers={"content-type": "text/plain"})
+    error = await fail_with(api, 500, body, stream=stream, headers={"content-type": "text/plain"})
     assert type(error) is Overloaded
     assert body.read <= MAX_ERROR_BODY + 4096 + 64
     assert len(error.body) <= MAX_ERROR_BODY
@@ -268,7 +189,7 @@ async def test_a_huge_error_body_is_not_read_whole(api: str, stream: bool) -> No
 async def test_a_200_plain_text_page_answering_a_stream_is_quoted(
     api: str, ctype: str, page: bytes
 ) -> None:
-    error = await _fail(api, 200, page, stream=True, headers={"content-type": ctype})
+    error = await fail_with(api, 200, page, stream=True, headers={"content-type": ctype})
     assert type(error) is ResponseFormatError
     assert error.retryable
     assert page.decode().strip()[:20] in str(error)
@@ -276,7 +197,9 @@ async def test_a_200_plain_text_page_answering_a_stream_is_quoted(
 
 @pytest.mark.parametrize("api", APIS)
 async def test_an_empty_json_body_answering_a_stream_is_retryable(api: str) -> None:
-    error = await _fail(api, 200, b"", stream=True, headers={"content-type": "application/json"})
+    error = await fail_with(
+        api, 200, b"", stream=True, headers={"content-type": "application/json"}
+    )
     assert isinstance(error, ResponseFormatError | ProviderConnectionError)
     assert error.retryable
 
@@ -287,23 +210,15 @@ async def test_an_empty_json_body_answering_a_stream_is_retryable(api: str) -> N
 async def test_x_should_retry_decides_whether_the_error_is_retried(
     status: int, value: str, retryable: bool, stream: bool
 ) -> None:
-    body = json.dumps(BODIES["anthropic"][0]).encode()
-    error = await _fail("anthropic", status, body, stream=stream, headers={"x-should-retry": value})
+    body = json.dumps(ERROR_BODIES["anthropic"][0]).encode()
+    error = await fail_with(
+        "anthropic", status, body, stream=stream, headers={"x-should-retry": value}
+    )
     assert error.retryable is retryable
 
 
 # --------------------------------------------------------------------------- Retry-After
 
-
-def _forms(when: float) -> Iterator[str]:
-    """`when` in RFC 9110's three HTTP-date forms."""
-    t = time.gmtime(when)
-    yield email.utils.formatdate(when, usegmt=True)  # IMF-fixdate
-    yield time.strftime("%A, %d-%b-%y %H:%M:%S GMT", t)  # obsolete RFC 850
-    yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
-
-
-# ------------------------------------------------------------------ inside a 200 answer
 
 IN_BODY: dict[str, dict[str, Any]] = {
     "openai-chat": {"error": {"message": "upstream failed", "type": "server_error", "code": None}},
@@ -339,7 +254,7 @@ async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: 
     else:
         headers["content-type"] = "application/json"
         body = json.dumps(IN_BODY[api]).encode()
-    error = await _fail(api, 200, body, stream=stream, headers=headers)
+    error = await fail_with(api, 200, body, stream=stream, headers=headers)
     assert type(error) is Overloaded
     assert error.retryable
     assert error.request_id == "req_200"
@@ -408,7 +323,7 @@ def test_any_error_answer_is_a_named_provider_error(
         }.items()
         if v
     }
-    error = asyncio.run(_fail(api, status, body, stream=stream, headers=headers))
+    error = asyncio.run(fail_with(api, status, body, stream=stream, headers=headers))
     assert error.status_code == status or (api == "gemini" and error.status_code is not None)
     assert len(error.body) <= MAX_ERROR_BODY
     assert error.request_id == request_id or (not request_id and error.request_id)
@@ -427,7 +342,7 @@ async def test_an_answer_longer_than_the_bound_is_refused_unread(
     piece = b"data: {" if stream else b'{"x": "'
     body = Endless(piece + b"a" * 4096)
     ctype = "text/event-stream" if stream else "application/json"
-    error = await _fail(api, 200, body, stream=stream, headers={"content-type": ctype})
+    error = await fail_with(api, 200, body, stream=stream, headers={"content-type": ctype})
     assert type(error) is ResponseFormatError
     assert "longer than 100000 bytes" in str(error)
     assert body.read <= 100_000 + 2 * 4200
@@ -464,8 +379,8 @@ async def test_a_json_answer_to_a_stream_under_another_content_type_is_read(
 async def test_an_error_object_answering_a_stream_under_another_content_type_is_classified(
     api: str, ctype: str
 ) -> None:
-    body, _, _ = BODIES[api]
-    error = await _fail(
+    body, _, _ = ERROR_BODIES[api]
+    error = await fail_with(
         api, 200, json.dumps(body).encode(), stream=True, headers={"content-type": ctype}
     )
     assert type(error) in (RateLimited, Overloaded)
@@ -515,12 +430,12 @@ async def test_the_run_retries_as_the_answer_says(
     now = time.time()
     ahead = {
         "<date+300>": email.utils.formatdate(now + 300.5, usegmt=True),
-        "<asctime+300>": list(_forms(now + 300.5))[2],
+        "<asctime+300>": list(http_date_forms(now + 300.5))[2],
     }
     headers = {k: ahead.get(v, v) for k, v in headers.items()}
     sleeps = _Sleeps()
     monkeypatch.setattr(_loop, "asyncio", sleeps)
-    answers = [httpx.Response(status, headers=headers, json=BODIES[api][0])]
+    answers = [httpx.Response(status, headers=headers, json=ERROR_BODIES[api][0])]
     answers.append(httpx.Response(200, json=DONE[api]))
     sent: list[httpx.Request] = []
 
@@ -602,7 +517,7 @@ async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) 
             ],
         }
     }
-    error = await _fail(
+    error = await fail_with(
         "gemini", 400, json.dumps(body).encode(), stream=stream, headers={"x-request-id": "g1"}
     )
     assert type(error) is AuthenticationError
@@ -613,26 +528,7 @@ async def test_a_rejected_gemini_key_keeps_its_reason_and_request(stream: bool) 
     )
 
 
-async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
-    text = json.dumps(body)
-    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
-
-
 ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Busy"}}
-
-
-async def _responses_answer(body: str, *, stream: bool) -> ModelResponse:
-    return final(await send("openai-responses", body, stream=stream))
-
-
-def _response(status: str, **extra: Any) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
-
-
-def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
-    if not stream:
-        return json.dumps(response)
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
 
 
 _CODES = {
@@ -657,34 +553,16 @@ _CODES = {
 }
 
 
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
-
-
 async def test_an_error_object_in_a_200_body_is_classified() -> None:
     body = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
     with pytest.raises(Overloaded, match="overloaded"):
-        await _answer(body)
+        await gemini_answer(body)
 
 
 async def test_a_missing_thought_signature_blames_the_request() -> None:
     body = {"candidates": [{"finishReason": "MISSING_THOUGHT_SIGNATURE", "index": 0}]}
     with pytest.raises(BadRequest, match="MISSING_THOUGHT_SIGNATURE") as caught:
-        await _answer(body)
+        await gemini_answer(body)
     assert not caught.value.retryable
 
 
@@ -719,18 +597,18 @@ async def test_an_anthropic_error_object_without_its_type_is_classified(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_failed_response_without_an_error_object_is_a_server_error(stream: bool) -> None:
-    body = _as("response.failed", _response("failed", error=None), stream)
+    body = as_terminal("response.failed", responses_status("failed", error=None), stream)
     with pytest.raises(Overloaded, match="failed") as caught:
-        await _responses_answer(body, stream=stream)
+        await responses_answer(body, stream=stream)
     assert caught.value.retryable
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_failed_response_is_classified_by_its_error_code(stream: bool) -> None:
     error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
-    body = _as("response.failed", _response("failed", error=error), stream)
+    body = as_terminal("response.failed", responses_status("failed", error=error), stream)
     with pytest.raises(RateLimited, match="Rate limit reached"):
-        await _responses_answer(body, stream=stream)
+        await responses_answer(body, stream=stream)
 
 
 @pytest.mark.parametrize(("code", "kind"), _CODES.items())
@@ -739,22 +617,22 @@ async def test_every_documented_failure_code_is_classified(
 ) -> None:
     # A bad prompt or image was an `Overloaded` (500): retried, then reported as an outage.
     error = {"code": code, "message": f"failed: {code}"}
-    body = _as("response.failed", _response("failed", error=error), True)
+    body = as_terminal("response.failed", responses_status("failed", error=error), True)
     with pytest.raises(kind, match=code) as caught:
-        await _responses_answer(body, stream=True)
+        await responses_answer(body, stream=True)
     assert caught.value.retryable == (kind is not BadRequest)
 
 
 async def test_a_cancelled_response_is_a_provider_error() -> None:
     with pytest.raises(ProviderError, match="cancelled") as caught:
-        await _responses_answer(json.dumps(_response("cancelled")), stream=False)
+        await responses_answer(json.dumps(responses_status("cancelled")), stream=False)
     assert not caught.value.retryable
 
 
 @pytest.mark.parametrize("status", ["queued", "in_progress"])
 async def test_an_unfinished_background_response_is_not_an_responses_answer(status: str) -> None:
     with pytest.raises(ResponseFormatError, match=status):
-        await _responses_answer(json.dumps(_response(status)), stream=False)
+        await responses_answer(json.dumps(responses_status(status)), stream=False)
 
 
 async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> None:
@@ -766,11 +644,13 @@ async def test_an_error_event_with_the_documented_flat_shape_is_classified() -> 
         "sequence_number": 3,
     }
     with pytest.raises(Overloaded, match="The server had an error"):
-        await _responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
+        await responses_answer(f"event: error\ndata: {json.dumps(event)}\n\n", stream=True)
 
 
 async def test_an_html_error_page_is_classified_by_its_status() -> None:
     page = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
     for api in MODELS:
         with pytest.raises(Overloaded, match="502 Bad Gateway"):
-            await _send(api, [page], {"content-type": "text/html"}, stream=False, status=502)
+            await send_with_headers(
+                api, [page], {"content-type": "text/html"}, stream=False, status=502
+            )

@@ -7,7 +7,6 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from golem.messages import Message
 from golem.model import Delta, ModelRequest
 from golem.providers.gemini import GeminiModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.local_server import Headers, local_server
 
 SIGNATURE = "c2lnbmF0dXJlLW9mLXRoZS1jYWxs"  # base64, opaque to the client
 FINAL_TEXT = "Deleted /tmp/report.txt as approved."
@@ -71,53 +71,31 @@ class FakeGemini:
 def server() -> Iterator[tuple[str, FakeGemini]]:
     fake = FakeGemini()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers["content-length"]))
-            body = json.loads(raw)
-            with fake.lock:
-                answer = fake.answer(body)
-                fake.requests.append((self.path, dict(self.headers.items()), body))
-            if fake.failures:
-                status, error = fake.failures.pop(0)
-                self._send(status, "application/json", json.dumps(error).encode())
-            elif self.headers.get("x-goog-api-key") != "local-key":
-                self._send(401, "application/json", b'{"error": {"code": 401}}')
-            elif self.path.endswith(":streamGenerateContent?alt=sse"):
-                text = answer["candidates"][0]["content"]["parts"]
-                first = {**answer, "candidates": [{"content": {"role": "model", "parts": text}}]}
-                last = {
-                    **answer,
-                    "candidates": [
-                        {"content": {"role": "model", "parts": []}, "finishReason": "STOP"}
-                    ],
-                }
-                events = "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in (first, last))
-                self._send(200, "text/event-stream", events.encode())
-            elif self.path.endswith(":generateContent"):
-                self._send(200, "application/json; charset=UTF-8", json.dumps(answer).encode())
-            else:
-                self._send(404, "application/json", b'{"error": {"code": 404}}')
+    def respond(path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
+        body = json.loads(raw)
+        with fake.lock:
+            answer = fake.answer(body)
+            fake.requests.append((path, dict(headers.items()), body))
+        if fake.failures:
+            status, error = fake.failures.pop(0)
+            return status, "application/json", json.dumps(error).encode()
+        if headers.get("x-goog-api-key") != "local-key":
+            return 401, "application/json", b'{"error": {"code": 401}}'
+        if path.endswith(":streamGenerateContent?alt=sse"):
+            text = answer["candidates"][0]["content"]["parts"]
+            first = {**answer, "candidates": [{"content": {"role": "model", "parts": text}}]}
+            last = {
+                **answer,
+                "candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP"}],
+            }
+            events = "".join(f"data: {json.dumps(c)}\r\n\r\n" for c in (first, last))
+            return 200, "text/event-stream", events.encode()
+        if path.endswith(":generateContent"):
+            return 200, "application/json; charset=UTF-8", json.dumps(answer).encode()
+        return 404, "application/json", b'{"error": {"code": 404}}'
 
-        def _send(self, code: int, ctype: str, payload: bytes) -> None:
-            self.send_response(code)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_port}/v1beta", fake
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+    with local_server(respond) as url:
+        yield f"{url}/v1beta", fake
 
 
 def _agent(

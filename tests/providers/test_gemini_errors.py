@@ -19,12 +19,10 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
-from golem.messages import Message
-from golem.model import Delta, ModelRequest, ModelResponse
+from golem.model import Delta, ModelResponse
 from golem.providers.gemini import GeminiModel, StreamParser
 from tests.providers.gemini_fixtures import model_with, sse_body
-
-REQUEST = ModelRequest(messages=[Message(role="user", content="hi")])
+from tests.support.adapters import REQUEST
 
 TEXT_CHUNK = {
     "candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}, "index": 0}],

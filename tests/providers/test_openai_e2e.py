@@ -8,9 +8,7 @@ The server checks nothing; the test inspects what it received.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from golem.model import Delta, ModelRequest
 from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._wire import build_request_body
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.local_server import Headers, local_server
 
 from .openai_fixtures import chunk, sse
 
@@ -102,48 +101,31 @@ def _as_stream(answer: dict[str, Any]) -> str:
 
 
 class _Server:
+    """A local HTTP server that answers `POST /v1/chat/completions` as `_answer` says."""
+
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
-        server = self
+        self.url = ""
+        self._serving = local_server(self._respond)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers["content-length"]))
-                body = json.loads(raw)
-                server.bodies.append(body)
-                server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                if self.path != "/v1/chat/completions":
-                    self.send_error(404)
-                    return
-                answer = _answer(body)
-                if body.get("stream"):
-                    data = _as_stream(answer).encode()
-                    ctype = "text/event-stream"
-                else:
-                    data = json.dumps(answer).encode()
-                    ctype = "application/json"
-                self.send_response(200)
-                self.send_header("content-type", ctype)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    def _respond(self, path: str, headers: Headers, raw: bytes) -> tuple[int, str, bytes]:
+        body = json.loads(raw)
+        self.bodies.append(body)
+        self.headers.append({k.lower(): v for k, v in headers.items()})
+        if path != "/v1/chat/completions":
+            return 404, "application/json", b'{"error": {"code": 404}}'
+        answer = _answer(body)
+        if body.get("stream"):
+            return 200, "text/event-stream", _as_stream(answer).encode()
+        return 200, "application/json", json.dumps(answer).encode()
 
     def __enter__(self) -> _Server:
-        self.thread.start()
+        self.url = self._serving.__enter__() + "/v1"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        self._serving.__exit__(None, None, None)
 
 
 @pytest.fixture

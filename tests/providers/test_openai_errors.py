@@ -19,12 +19,11 @@ from golem.errors import (
     RateLimited,
     ResponseFormatError,
 )
-from golem.messages import Message
-from golem.model import Model, ModelRequest, StreamingModel
+from golem.model import Model, StreamingModel
 from golem.providers import infer_model
 from golem.providers.openai import OpenAIChatModel
+from tests.support.adapters import REQUEST
 
-REQUEST = ModelRequest([Message("user", "hi")])
 OK_BODY = {
     "model": "gpt-4o",
     "choices": [

@@ -21,10 +21,9 @@ from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._stream import ChatStreamParser, parse_stream_text
 from golem.providers.openai._wire import parse_response
 from golem.usage import Usage
+from tests.support.adapters import REQUEST
 
 from .openai_fixtures import chunk, fixture, sse
-
-REQUEST = ModelRequest([Message("user", "hi")])
 
 
 class _Chunked(httpx.AsyncByteStream):

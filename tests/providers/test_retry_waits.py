@@ -9,11 +9,9 @@ no answer; every wait is bounded by `MAX_RETRY_AFTER`.
 from __future__ import annotations
 
 import datetime
-import email.utils
 import json
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.errors import (
-    ProviderError,
     RateLimited,
 )
-from golem.model import Delta, ModelResponse
 from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset, retry_after_seconds
-from tests.support.adapters import MODELS, REQUEST, Chunks
+from tests.support.adapters import MODELS
+from tests.support.errors import ERROR_BODIES, fail_with, http_date_forms
+from tests.support.streams import send_with_headers
 
 NOW = 1_755_780_000.0  # 2025-08-21T12:40:00Z
 DATES_NOW = 1_764_800_000.0  # 2025-12-03: the clock of the dates written below
@@ -48,59 +46,12 @@ def _anthropic_limits(**remaining_and_reset: tuple[str, str]) -> dict[str, str]:
     return headers
 
 
-async def _fail(
-    api: str,
-    status: int,
-    body: bytes | list[bytes] | httpx.AsyncByteStream,
-    *,
-    stream: bool,
-    headers: dict[str, str] | None = None,
-) -> ProviderError:
-    """The error the `api` adapter raises for an answer of `status` with `body`."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        content = (
-            body
-            if isinstance(body, httpx.AsyncByteStream)
-            else Chunks(body if isinstance(body, list) else [body])
-        )
-        return httpx.Response(status, headers=headers or {}, stream=content)
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        with pytest.raises(ProviderError) as caught:
-            if stream:
-                async for _ in model.generate_stream(REQUEST):
-                    pass
-            else:
-                await model.generate(REQUEST)
-    return caught.value
-
-
 _ANTHROPIC_429 = json.dumps(
     {
         "type": "error",
         "error": {"type": "rate_limit_error", "message": "Number of request tokens has exceeded"},
     }
 ).encode()
-
-
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
 
 
 @pytest.mark.parametrize(
@@ -205,11 +156,11 @@ async def test_an_anthropic_429_without_retry_after_waits_for_the_exhausted_limi
         "anthropic-ratelimit-input-tokens-remaining": "0",
         "anthropic-ratelimit-input-tokens-reset": ahead.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    error = await _fail("anthropic", 429, _ANTHROPIC_429, stream=stream, headers=headers)
+    error = await fail_with("anthropic", 429, _ANTHROPIC_429, stream=stream, headers=headers)
     assert isinstance(error, RateLimited)
     assert error.retry_after is not None
     assert 3000.0 < error.retry_after <= 3600.0
-    error = await _fail(
+    error = await fail_with(
         "anthropic", 429, _ANTHROPIC_429, stream=stream, headers={**headers, "retry-after": "7"}
     )
     assert isinstance(error, RateLimited)
@@ -219,7 +170,7 @@ async def test_an_anthropic_429_without_retry_after_waits_for_the_exhausted_limi
 @pytest.mark.parametrize("status", [500, 529, 400])
 async def test_reset_headers_give_no_wait_to_other_errors(status: int) -> None:
     headers = _anthropic_limits(tokens=("0", "2999-01-01T00:00:00Z"))
-    error = await _fail("anthropic", status, _ANTHROPIC_429, stream=False, headers=headers)
+    error = await fail_with("anthropic", status, _ANTHROPIC_429, stream=False, headers=headers)
     assert getattr(error, "retry_after", None) is None
 
 
@@ -245,95 +196,31 @@ def test_retry_after_in_odd_but_readable_forms() -> None:
 async def test_a_rate_limit_with_an_endless_retry_after_has_none(api: str, value: str) -> None:
     headers = {"content-type": "application/json", "retry-after": value}
     with pytest.raises(RateLimited) as caught:
-        await _send(api, [b"{}"], headers, stream=False, status=429)
+        await send_with_headers(api, [b"{}"], headers, stream=False, status=429)
     assert caught.value.retry_after is None
+
+
+def _gemini_quota(retry_delay: str) -> dict[str, Any]:
+    """Gemini's 429 body asking to retry after `retry_delay`."""
+    info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": retry_delay}
+    error = {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "quota", "details": [info]}
+    return {"error": error}
 
 
 async def test_a_gemini_retry_delay_that_never_ends_is_no_answer() -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e400s"}
-            ],
-        }
-    }
+    body = _gemini_quota("1e400s")
     headers = {"content-type": "application/json"}
     with pytest.raises(RateLimited) as caught:
-        await _send("gemini", [json.dumps(body).encode()], headers, stream=False, status=429)
+        await send_with_headers(
+            "gemini", [json.dumps(body).encode()], headers, stream=False, status=429
+        )
     assert caught.value.retry_after is None
-
-
-# each provider's documented error body, with the type / code it carries
-BODIES: dict[str, tuple[dict[str, Any], str, str]] = {
-    "openai-chat": (
-        {
-            "error": {
-                "message": "Rate limit reached for gpt-4o",
-                "type": "requests",
-                "param": None,
-                "code": "rate_limit_exceeded",
-            }
-        },
-        "requests",
-        "rate_limit_exceeded",
-    ),
-    "openai-responses": (
-        {
-            "error": {
-                "message": "The server had an error",
-                "type": "server_error",
-                "param": None,
-                "code": None,
-            }
-        },
-        "server_error",
-        "",
-    ),
-    "anthropic": (
-        {
-            "type": "error",
-            "error": {"type": "overloaded_error", "message": "Overloaded"},
-            "request_id": "req_011CVbody",
-        },
-        "overloaded_error",
-        "",
-    ),
-    "gemini": (
-        {
-            "error": {
-                "code": 429,
-                "message": "Resource has been exhausted (e.g. check quota).",
-                "status": "RESOURCE_EXHAUSTED",
-                "details": [
-                    {
-                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                        "reason": "RATE_LIMIT_EXCEEDED",
-                        "domain": "googleapis.com",
-                    }
-                ],
-            }
-        },
-        "RESOURCE_EXHAUSTED",
-        "RATE_LIMIT_EXCEEDED",
-    ),
-}
-
-
-def _forms(when: float) -> Iterator[str]:
-    """`when` in RFC 9110's three HTTP-date forms."""
-    t = time.gmtime(when)
-    yield email.utils.formatdate(when, usegmt=True)  # IMF-fixdate
-    yield time.strftime("%A, %d-%b-%y %H:%M:%S GMT", t)  # obsolete RFC 850
-    yield time.strftime("%a %b ", t) + f"{t.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", t)
 
 
 @settings(deadline=None)
 @given(st.integers(min_value=0, max_value=86_000))
 def test_every_http_date_form_is_read_as_gmt(ahead: int) -> None:
-    for form in _forms(NOW + ahead):
+    for form in http_date_forms(NOW + ahead):
         assert retry_after_seconds(httpx.Headers({"retry-after": form}), now=NOW) == ahead, form
 
 
@@ -342,7 +229,7 @@ def test_a_date_without_a_zone_is_gmt_whatever_the_local_zone() -> None:
     os.environ["TZ"] = "America/New_York"
     time.tzset()
     try:
-        asctime = list(_forms(time.time() + 3000))[2]
+        asctime = list(http_date_forms(time.time() + 3000))[2]
         wait = retry_after_seconds(httpx.Headers({"retry-after": asctime}))
     finally:
         if before is None:
@@ -436,28 +323,19 @@ async def test_a_429_without_retry_after_waits_for_the_exhausted_limit(
         "x-ratelimit-remaining-requests": "10",
         "x-ratelimit-reset-requests": "1s",
     }
-    body = json.dumps(BODIES["openai-chat"][0]).encode()
-    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    body = json.dumps(ERROR_BODIES["openai-chat"][0]).encode()
+    error = await fail_with(api, 429, body, stream=stream, headers=headers)
     assert isinstance(error, RateLimited)
     assert error.retry_after == 360.0
     headers["retry-after"] = "2"  # the header wins
-    error = await _fail(api, 429, body, stream=stream, headers=headers)
+    error = await fail_with(api, 429, body, stream=stream, headers=headers)
     assert isinstance(error, RateLimited)
     assert error.retry_after == 2.0
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_gemini_retry_delay_is_bounded(stream: bool) -> None:
-    body = {
-        "error": {
-            "code": 429,
-            "status": "RESOURCE_EXHAUSTED",
-            "message": "quota",
-            "details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1e12s"}
-            ],
-        }
-    }
-    error = await _fail("gemini", 429, json.dumps(body).encode(), stream=stream)
+    body = _gemini_quota("1e12s")
+    error = await fail_with("gemini", 429, json.dumps(body).encode(), stream=stream)
     assert isinstance(error, RateLimited)
     assert error.retry_after == MAX_RETRY_AFTER

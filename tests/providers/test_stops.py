@@ -20,6 +20,16 @@ from golem.errors import ResponseFormatError
 from golem.model import ModelResponse
 from golem.result import RunError
 from tests.support.adapters import MODELS, final, send
+from tests.support.events import (
+    RESPONSE,
+    RESPONSE_USAGE,
+    as_terminal,
+    chat_chunk,
+    gemini_answer,
+    responses_answer,
+    responses_status,
+    sse,
+)
 
 
 async def _gemini(body: Any, *, stream: bool) -> ModelResponse:
@@ -30,38 +40,14 @@ async def _gemini(body: Any, *, stream: bool) -> ModelResponse:
 _USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 0, "totalTokenCount": 11}
 
 
-def _sse(events: list[Any], named: bool = False) -> str:
-    out = []
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e)
-        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
-        out.append(f"{name}data: {data}\n\n")
-    return "".join(out)
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "model": "gpt-4o",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
-    }
-
-
-_R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
-
-
-_USAGE_R = {"input_tokens": 5, "output_tokens": 3}
-
-
 def _chat_stop(reason: str, content: str, stream: bool) -> str:
     if stream:
-        return _sse(
+        return sse(
             [
-                _chunk({"role": "assistant", "content": content}),
-                _chunk({}, reason),
+                chat_chunk({"role": "assistant", "content": content}),
+                chat_chunk({}, reason),
                 {
-                    **_chunk({}),
+                    **chat_chunk({}),
                     "choices": [],
                     "usage": {"prompt_tokens": 9, "completion_tokens": 0},
                 },
@@ -118,29 +104,10 @@ def _anthropic_stop(reason: str, content: str, stream: bool) -> str:
         {"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 0}},
         {"type": "message_stop"},
     ]
-    return _sse(events, named=True)
+    return sse(events, named=True)
 
 
 _STOPS = {"openai-chat": _chat_stop, "anthropic": _anthropic_stop}
-
-
-async def _answer(body: Any, *, stream: bool = False) -> ModelResponse:
-    text = json.dumps(body)
-    return final(await send("gemini", f"data: {text}\r\n\r\n" if stream else text, stream=stream))
-
-
-async def _responses_answer(body: str, *, stream: bool) -> ModelResponse:
-    return final(await send("openai-responses", body, stream=stream))
-
-
-def _response(status: str, **extra: Any) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
-
-
-def _as(kind: str, response: dict[str, Any], stream: bool) -> str:
-    if not stream:
-        return json.dumps(response)
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, 'response': response})}\n\n"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -302,14 +269,14 @@ async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_
     """Before: an answer `incomplete` for a reason golem does not know, with no output, was
     an empty answer (`finish_reason == "other"`)."""
     response = {
-        **_R,
+        **RESPONSE,
         "status": "incomplete",
         "incomplete_details": {"reason": "brand_new"},
         "output": [],
-        "usage": _USAGE_R,
+        "usage": RESPONSE_USAGE,
     }
     body = (
-        _sse([{"type": "response.incomplete", "response": response}], named=True)
+        sse([{"type": "response.incomplete", "response": response}], named=True)
         if stream
         else json.dumps(response)
     )
@@ -325,12 +292,12 @@ async def test_an_empty_responses_answer_incomplete_for_an_unknown_reason_is_no_
 )
 async def test_a_body_without_a_candidate_is_a_format_error(body: dict[str, Any]) -> None:
     with pytest.raises(ResponseFormatError, match="no candidate"):
-        await _answer(body)
+        await gemini_answer(body)
 
 
 async def test_a_blocked_prompt_is_still_a_content_filter_answer() -> None:
     body = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}
-    response = await _answer(body)
+    response = await gemini_answer(body)
     assert response.finish_reason == "content_filter"
 
 
@@ -352,7 +319,7 @@ async def test_an_unreadable_function_call_is_a_retryable_format_error(
         "usageMetadata": {"promptTokenCount": 2595, "totalTokenCount": 2595},
     }
     with pytest.raises(ResponseFormatError, match=reason) as caught:
-        await _answer(body, stream=stream)
+        await gemini_answer(body, stream=stream)
     assert caught.value.retryable
     assert "print(x" in str(caught.value)
 
@@ -362,7 +329,7 @@ async def test_a_call_that_came_through_is_kept_whatever_the_finish_reason() -> 
     body = {
         "candidates": [{"content": {"parts": [part]}, "finishReason": "TOO_MANY_TOOL_CALLS"}],
     }
-    response = await _answer(body)
+    response = await gemini_answer(body)
     assert [c.name for c in response.message.tool_calls] == ["f"]
     assert response.finish_reason == "other"
 
@@ -371,7 +338,9 @@ async def test_a_call_that_came_through_is_kept_whatever_the_finish_reason() -> 
 async def test_a_filtered_candidate_without_content_is_a_content_filter_answer(
     reason: str,
 ) -> None:
-    response = await _answer({"candidates": [{"finishReason": reason, "index": 0}]}, stream=True)
+    response = await gemini_answer(
+        {"candidates": [{"finishReason": reason, "index": 0}]}, stream=True
+    )
     assert response.finish_reason == "content_filter"
     assert response.message.content == ""
 
@@ -382,7 +351,7 @@ async def test_a_filtered_candidate_without_content_is_a_content_filter_answer(
 )
 async def test_an_incomplete_response_is_a_marked_answer(reason: str, finish: str) -> None:
     call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": '{"a": "cut'}
-    response = _response("incomplete", incomplete_details={"reason": reason}, output=[call])
-    got = await _responses_answer(_as("response.incomplete", response, True), stream=True)
+    response = responses_status("incomplete", incomplete_details={"reason": reason}, output=[call])
+    got = await responses_answer(as_terminal("response.incomplete", response, True), stream=True)
     assert got.finish_reason == finish
     assert got.message.tool_calls[0].args == '{"a": "cut'

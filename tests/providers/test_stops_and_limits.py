@@ -32,14 +32,7 @@ from golem.result import RunError
 from golem.testing import ScriptedModel
 from golem.usage import Usage
 from tests.support.adapters import DONE, MODELS, send
-
-
-def _sse(events: list[Any], named: bool = False) -> str:
-    out = []
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e)
-        out.append((f"event: {e['type']}\n" if named else "") + f"data: {data}\n\n")
-    return "".join(out)
+from tests.support.events import sse
 
 
 def _chat(args: str) -> tuple[dict[str, Any], str]:
@@ -67,7 +60,7 @@ def _chat(args: str) -> tuple[dict[str, Any], str]:
         }
 
     start = {"index": 0, "id": "call_1", "type": "function"}
-    stream = _sse(
+    stream = sse(
         [
             chunk({"role": "assistant", "tool_calls": [{**start, "function": {"name": "wipe"}}]}),
             chunk({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}),
@@ -97,7 +90,7 @@ def _responses(args: str) -> tuple[dict[str, Any], str]:
         "output": [item],
         "usage": {"input_tokens": 10, "output_tokens": 16},
     }
-    stream = _sse(
+    stream = sse(
         [
             {"type": "response.created", "response": {**body, "status": "in_progress"}},
             {
@@ -153,7 +146,7 @@ def _anthropic(args: str) -> tuple[dict[str, Any], str]:
         },
         {"type": "message_stop"},
     ]
-    return body, _sse(events, named=True)
+    return body, sse(events, named=True)
 
 
 def _gemini(args: str) -> tuple[dict[str, Any], str]:
@@ -170,7 +163,7 @@ def _gemini(args: str) -> tuple[dict[str, Any], str]:
         "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 16},
         "modelVersion": "gemini-x",
     }
-    return body, _sse([body])
+    return body, sse([body])
 
 
 CUT = {"openai-chat": _chat, "openai-responses": _responses, "anthropic": _anthropic}
@@ -259,7 +252,7 @@ async def test_anthropic_input_counts_that_add_up_past_the_bound_are_the_bound(
         body = json.dumps(_anthropic_usage(usage))
         if stream:
             start = {**_anthropic_usage(usage), "content": [], "stop_reason": None}
-            body = _sse(
+            body = sse(
                 [
                     {"type": "message_start", "message": start},
                     {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
@@ -282,7 +275,7 @@ async def test_gemini_counts_that_add_up_past_the_bound_are_the_bound() -> None:
     }
     body = {**DONE["gemini"], "usageMetadata": meta}
     for stream in (False, True):
-        final = (await send("gemini", _sse([body]) if stream else json.dumps(body), stream=stream))[
+        final = (await send("gemini", sse([body]) if stream else json.dumps(body), stream=stream))[
             -1
         ]
         assert isinstance(final, ModelResponse)
@@ -361,7 +354,7 @@ async def test_every_call_of_an_answer_gets_its_own_id(api: str, ids: list[str |
 # ----------------------------------------------------------- errors inside a 200 stream
 
 BROKEN: dict[str, str] = {
-    "openai-chat": _sse(
+    "openai-chat": sse(
         [
             {
                 "id": "c",
@@ -373,7 +366,7 @@ BROKEN: dict[str, str] = {
             {"error": {"message": "The server had an error", "type": "server_error"}},
         ]
     ),
-    "openai-responses": _sse(
+    "openai-responses": sse(
         [
             {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
             {
@@ -388,7 +381,7 @@ BROKEN: dict[str, str] = {
             },
         ]
     ),
-    "anthropic": _sse(
+    "anthropic": sse(
         [
             {
                 "type": "message_start",
@@ -409,7 +402,7 @@ BROKEN: dict[str, str] = {
         ],
         named=True,
     ),
-    "gemini": _sse(
+    "gemini": sse(
         [
             {
                 "candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}],
@@ -624,7 +617,7 @@ async def test_an_answer_with_every_string_blank_is_an_answer_or_a_named_error(
         text = json.dumps(body)
         if stream:
             if api == "anthropic":
-                text = _sse(
+                text = sse(
                     [
                         {"type": "message_start", "message": {**body, "content": []}},
                         *[
@@ -637,9 +630,9 @@ async def test_an_answer_with_every_string_blank_is_an_answer_or_a_named_error(
                     named=True,
                 )
             elif api == "openai-responses":
-                text = _sse([{"type": "response.completed", "response": body}])
+                text = sse([{"type": "response.completed", "response": body}])
             elif api == "gemini":
-                text = _sse([body])
+                text = sse([body])
         try:
             items = await send(api, text, stream=stream)
         except ProviderError:
@@ -657,7 +650,7 @@ async def test_a_streamed_anthropic_tool_use_without_an_id_gets_one(missing: str
     if missing is not None:
         block["id"] = missing
     start = {**DONE["anthropic"], "content": [], "stop_reason": None}
-    text = _sse(
+    text = sse(
         [
             {"type": "message_start", "message": start},
             {"type": "content_block_start", "index": 0, "content_block": block},

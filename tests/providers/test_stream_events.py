@@ -9,13 +9,11 @@ add up to the final response.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.errors import (
@@ -23,19 +21,25 @@ from golem.errors import (
     ProviderError,
 )
 from golem.model import Delta, ModelResponse
-from tests.support.adapters import accumulated, final, send
-from tests.support.recordings import all_interactions, available
-from tests.support.streams import FIXTURES, events_of, plain, stream_through
-
-
-def _sse_text(events: list[Any], named: bool = False) -> str:
-    """The SSE text of `events` (JSON objects, or text as is); `named`: each under its type."""
-    out = []
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e)
-        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
-        out.append(f"{name}data: {data}\n\n")
-    return "".join(out)
+from tests.support.adapters import accumulated, assert_deltas_add_up, final, send
+from tests.support.events import (
+    RESPONSE,
+    RESPONSE_USAGE,
+    drawn_pieces,
+    responses_answer,
+    responses_status,
+    responses_streamed,
+    sse,
+)
+from tests.support.streams import STREAMS, plain, stream_of, stream_through
+from tests.support.unknown import (
+    SETTINGS,
+    UNKNOWN,
+    comparable,
+    essentials,
+    with_unknown_fields,
+    with_unknown_items,
+)
 
 
 def _sse(*events: tuple[str, str]) -> list[bytes]:
@@ -52,12 +56,6 @@ def _message_item(text: str, item_id: str) -> dict[str, Any]:
     }
 
 
-_R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
-
-
-_USAGE_R = {"input_tokens": 5, "output_tokens": 3}
-
-
 def _message(*texts: str, refusal: bool = False) -> dict[str, Any]:
     kind, key = ("refusal", "refusal") if refusal else ("output_text", "text")
     return {
@@ -71,26 +69,11 @@ def _message(*texts: str, refusal: bool = False) -> dict[str, Any]:
     }
 
 
-async def _responses(events: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
-    items = await send("openai-responses", _sse_text(events, named=True), stream=True)
-    return items, final(items)
-
-
 def _streamed_text(items: list[Any]) -> str:
     return "".join(i.content for i in items if not isinstance(i, ModelResponse))
 
 
 _TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\r"), min_size=1, max_size=12)
-
-
-def _pieces(data: st.DataObject, text: str) -> list[str]:
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
-    out, last = [], 0
-    for c in [*cuts, len(text)]:
-        if c > last:
-            out.append(text[last:c])
-            last = c
-    return out
 
 
 def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -122,7 +105,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                         "content_index": j,
                         "delta": p,
                     }
-                    for p in _pieces(data, t)
+                    for p in drawn_pieces(data, t)
                 ]
             if mode in ("text_done", "both"):
                 events.append(
@@ -161,7 +144,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                             "summary_index": j,
                             "delta": p,
                         }
-                        for p in _pieces(data, t)
+                        for p in drawn_pieces(data, t)
                     ]
     elif kind == "function_call":
         args = json.dumps({"v": data.draw(_TEXT)})
@@ -191,7 +174,7 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
                         "item_id": item["id"],
                         "delta": p,
                     }
-                    for p in _pieces(data, args)
+                    for p in drawn_pieces(data, args)
                 ]
                 if data.draw(st.booleans()):
                     events.append(
@@ -229,136 +212,12 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     return item, events
 
 
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
-
-def _recorded_streams() -> list[tuple[str, list[tuple[str, str]]]]:
-    out = []
-    for path in sorted(FIXTURES.glob("stream_*.sse")):
-        if path.name not in ("stream_truncated.sse", "stream_error_event.sse"):
-            out.append(("openai-chat", events_of(path.read_text())))
-    for api in ("openai-responses", "anthropic", "gemini"):
-        if available(api):
-            for it in all_interactions(api):
-                if it.is_stream and it.status == 200:
-                    out.append((api, events_of(it.body)))
-    return out
-
-
-STREAMS = _recorded_streams()
-
-
-SETTINGS = settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-
-async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    return await send(api, [plain(events)], stream=True)
-
-
-_KEPT_AS_WRITTEN = frozenset(("input", "args", "arguments", "partialArgs", "partial_json"))
-"""Keys whose values are the model's own JSON (tool arguments): an added field would change
-what the model said, not the shape of the answer."""
-
-
-def _with_unknown_fields(value: Any, draw: st.DrawFn) -> Any:
-    """`value` with an unknown field added to some of its objects (never inside arguments)."""
-    if isinstance(value, dict):
-        out = {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_fields(v, draw)
-            for k, v in value.items()
-        }
-        if draw(st.booleans()):
-            extra = draw(
-                st.one_of(
-                    st.none(),
-                    st.integers(-5, 5),
-                    st.text(max_size=3),
-                    st.just({"type": UNKNOWN, "text": "é"}),
-                    st.just([{"type": UNKNOWN}]),
-                )
-            )
-            out[UNKNOWN] = extra
-        return out
-    if isinstance(value, list):
-        return [_with_unknown_fields(v, draw) for v in value]
-    return value
-
-
-def _strip_unknown(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_unknown(v) for k, v in value.items() if k != UNKNOWN}
-    if isinstance(value, list):
-        return [_strip_unknown(v) for v in value]
-    return value
-
-
-def _comparable(value: Any) -> Any:
-    """A result as plain data, the provider objects golem keeps verbatim (`raw`) read as
-    JSON without the unknown fields."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name == "raw" and isinstance(item, str) and item:
-                with contextlib.suppress(ValueError):
-                    item = json.dumps(_strip_unknown(json.loads(item)), sort_keys=True)
-            out[f.name] = _comparable(item)
-        return out
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return value
-
-
 def _event_with(data: str, draw: st.DrawFn) -> str:
     try:
         value = json.loads(data)
     except ValueError:
         return data  # [DONE]
-    return json.dumps(_with_unknown_fields(value, draw), ensure_ascii=False)
-
-
-_ITEM_LISTS = {
-    "anthropic": ("content",),
-    "openai-responses": ("output", "content", "summary"),
-    "gemini": ("parts",),
-    "openai-chat": ("content", "tool_calls", "annotations"),
-}
-
-
-def _unknown_item(api: str) -> dict[str, Any]:
-    if api == "gemini":
-        return {UNKNOWN: {"value": "é"}}
-    return {"type": UNKNOWN, "id": "x_unknown_1", "value": "é"}
-
-
-def _with_unknown_items(value: Any, api: str, draw: st.DrawFn, key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {
-            k: v if k in _KEPT_AS_WRITTEN else _with_unknown_items(v, api, draw, k)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        out = [_with_unknown_items(v, api, draw) for v in value]
-        lists_items = key in _ITEM_LISTS[api] and all(isinstance(v, dict) for v in out)
-        if lists_items and out and draw(st.booleans()):
-            out.insert(draw(st.integers(0, len(out))), _unknown_item(api))
-        return out
-    return value
-
-
-def _essentials(response: ModelResponse) -> Any:
-    m = response.message
-    return (
-        [(c.id, c.name, c.args) for c in m.tool_calls],
-        m.content.replace("\n\n", ""),
-        "".join(t.text for t in m.thinking),  # an unknown item between thoughts parts them
-        response.finish_reason,
-        response.usage,
-    )
+    return json.dumps(with_unknown_fields(value, draw), ensure_ascii=False)
 
 
 def _anthropic_unknown_block(index: int) -> list[tuple[str, str]]:
@@ -369,14 +228,6 @@ def _anthropic_unknown_block(index: int) -> list[tuple[str, str]]:
         {"type": "content_block_stop", "index": index},
     ]
     return [(e["type"], json.dumps(e, ensure_ascii=False)) for e in events]
-
-
-async def _answer(body: str, *, stream: bool) -> ModelResponse:
-    return final(await send("openai-responses", body, stream=stream))
-
-
-def _response(status: str, **extra: Any) -> dict[str, Any]:
-    return {"id": "resp_1", "object": "response", "status": status, "output": [], **extra}
 
 
 @pytest.mark.parametrize(
@@ -507,14 +358,14 @@ async def test_responses_text_sent_only_when_done_streams_as_one_delta(
         {
             "type": "response.completed",
             "response": {
-                **_R,
+                **RESPONSE,
                 "status": "completed",
-                "usage": _USAGE_R,
+                "usage": RESPONSE_USAGE,
                 **({"output": [message]} if terminal_output else {}),
             },
         },
     ]
-    items, response = await _responses(events)
+    items, response = await responses_streamed(events)
     assert response.message.content == "Hello there"
     assert _streamed_text(items) == "Hello there"  # the first part once, the second when done
     assert response.finish_reason == ("content_filter" if refusal else "stop")
@@ -535,10 +386,15 @@ async def test_a_responses_call_sent_only_when_done_streams_its_id_name_and_argu
         {"type": "response.output_item.done", "output_index": 0, "item": call},
         {
             "type": "response.completed",
-            "response": {**_R, "status": "completed", "output": [call], "usage": _USAGE_R},
+            "response": {
+                **RESPONSE,
+                "status": "completed",
+                "output": [call],
+                "usage": RESPONSE_USAGE,
+            },
         },
     ]
-    items, response = await _responses(events)
+    items, response = await responses_streamed(events)
     assert (
         [(c.id, c.name, c.args) for c in accumulated(items)]
         == [(c.id, c.name, c.args) for c in response.message.tool_calls]
@@ -572,10 +428,15 @@ async def test_a_responses_summary_sent_only_when_done_streams_as_thinking() -> 
         {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
         {
             "type": "response.completed",
-            "response": {**_R, "status": "completed", "output": [reasoning], "usage": _USAGE_R},
+            "response": {
+                **RESPONSE,
+                "status": "completed",
+                "output": [reasoning],
+                "usage": RESPONSE_USAGE,
+            },
         },
     ]
-    items, response = await _responses(events)
+    items, response = await responses_streamed(events)
     streamed = "".join(
         t.text for i in items if not isinstance(i, ModelResponse) for t in i.thinking
     )
@@ -595,43 +456,31 @@ def test_responses_deltas_add_up_to_the_final_answer_however_items_are_sent(
         item, item_events = _item_events(data, i)
         items.append(item)
         events += item_events
-    terminal = {**_R, "status": "completed", "usage": _USAGE_R}
+    terminal = {**RESPONSE, "status": "completed", "usage": RESPONSE_USAGE}
     if data.draw(st.booleans()):
         terminal["output"] = items
     events.append({"type": "response.completed", "response": terminal})
     if data.draw(st.booleans()):  # a server that names items only by their IDs
         events = [{k: v for k, v in e.items() if k != "output_index"} for e in events]
-    out = asyncio.run(send("openai-responses", _sse_text(events, named=True), stream=True))
-    response = final(out)
-    deltas = [d for d in out if not isinstance(d, ModelResponse)]
-    assert "".join(d.content for d in deltas) == response.message.content
-    thinking: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking[t.index] = thinking.get(t.index, "") + t.text
-    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
-        t.text for t in response.message.thinking
-    ]
-    assert [(c.id, c.name, c.args) for c in accumulated(out)] == [
-        (c.id, c.name, c.args) for c in response.message.tool_calls
-    ]
+    out = asyncio.run(send("openai-responses", sse(events, named=True), stream=True))
+    assert_deltas_add_up(out)
 
 
 @SETTINGS
 @given(data=st.data())
 async def test_unknown_fields_in_stream_events_are_tolerated(data: st.DataObject) -> None:
     api, events = data.draw(st.sampled_from(STREAMS))
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     damaged = [(event, _event_with(d, data.draw)) for event, d in events]
     got = await send(api, [plain(damaged)], stream=True)
-    assert _comparable(got) == _comparable(expected)
+    assert comparable(got) == comparable(expected)
 
 
 @SETTINGS
 @given(data=st.data())
 async def test_unknown_item_types_in_streams_are_tolerated(data: st.DataObject) -> None:
     api, events = data.draw(st.sampled_from(STREAMS))
-    (*_, expected) = await _baseline(api, events)
+    (*_, expected) = await stream_of(api, events)
     assert isinstance(expected, ModelResponse)
     damaged: list[tuple[str, str]] = []
     for event, d in events:
@@ -640,23 +489,23 @@ async def test_unknown_item_types_in_streams_are_tolerated(data: st.DataObject) 
         except ValueError:
             damaged.append((event, d))
             continue
-        damaged.append((event, json.dumps(_with_unknown_items(value, api, data.draw))))
+        damaged.append((event, json.dumps(with_unknown_items(value, api, data.draw))))
     if api == "anthropic":
         at = data.draw(st.integers(0, len(damaged) - 1))
         damaged[at:at] = _anthropic_unknown_block(1000)
     (*_, got) = await send(api, [plain(damaged)], stream=True)
     assert isinstance(got, ModelResponse)
-    assert _essentials(got) == _essentials(expected)
+    assert essentials(got) == essentials(expected)
 
 
 async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
     events = [
-        {"type": "response.created", "response": _response("in_progress")},
+        {"type": "response.created", "response": responses_status("in_progress")},
         {"type": "response.something_new.delta", "output_index": 0, "delta": "x"},
         {"type": "response.output_text.delta", "output_index": 1, "delta": "hi"},
         {
             "type": "response.completed",
-            "response": _response(
+            "response": responses_status(
                 "completed",
                 output=[
                     {"type": "brand_new_item", "id": "bn_1", "payload": {"k": 1}},
@@ -666,7 +515,7 @@ async def test_unknown_events_and_items_are_ignored_or_kept() -> None:
         },
     ]
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
-    got = await _answer(body, stream=True)
+    got = await responses_answer(body, stream=True)
     assert got.message.content == "hi"
     assert got.finish_reason == "stop"
     assert [b.type for b in got.message.server_tools] == ["brand_new_item"]

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,26 +24,25 @@ from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import (
     MODELS,
-    REQUEST,
-    Chunks,
-    accumulated,
+    assert_deltas_add_up,
     cut,
     final,
-    plain_calls,
     send,
 )
 from tests.support.recordings import available
 from tests.support.streams import (
+    ARGS,
     BODIES,
     OVER_STREAMS,
     STREAMS,
+    TEXT,
+    UNICODE_STREAMS,
     plain,
+    send_with_headers,
+    stream_of,
     stream_through,
 )
-
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
+from tests.support.unknown import SETTINGS, UNKNOWN
 
 PER_STREAM = settings(
     max_examples=15,
@@ -57,12 +54,6 @@ PER_STREAM = settings(
     ],
 )
 """Examples per recorded stream."""
-
-SETTINGS = settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
 
 _NEWLINES = ("\n", "\r\n", "\r")
 
@@ -158,10 +149,6 @@ async def _outcome(api: str, chunks: list[bytes]) -> list[Delta | ModelResponse]
         return exc
 
 
-async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    return await send(api, [plain(events)], stream=True)
-
-
 _CHAT_TEXT = [
     ("", '{"choices":[{"index":0,"delta":{"content":"h\\u00e9 \\ud83d\\ude00"}}]}'),
     ("", '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'),
@@ -169,188 +156,10 @@ _CHAT_TEXT = [
 ]
 
 
-TEXT = "héllo ✓ Zürich 東京 🎉"
-
-
-ARGS = '{"city": "Zürich 東京 🎉"}'
-
-
-def _event(name: str, data: dict[str, Any]) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def _chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
-
-
-TEXT_STREAMS: dict[str, str] = {
-    "openai-chat": "".join(
-        f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
-        for d in [
-            _chat_chunk({"role": "assistant", "content": TEXT}),
-            _chat_chunk(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": "c1",
-                            "type": "function",
-                            "function": {"name": "f", "arguments": ARGS},
-                        }
-                    ]
-                }
-            ),
-            _chat_chunk({}, "tool_calls"),
-        ]
-    )
-    + "data: [DONE]\n\n",
-    "anthropic": "".join(
-        _event(d["type"], d)
-        for d in [
-            {
-                "type": "message_start",
-                "message": {
-                    "id": "m",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "m",
-                    "content": [],
-                    "stop_reason": None,
-                    "usage": {"input_tokens": 1, "output_tokens": 1},
-                },
-            },
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": TEXT},
-            },
-            {"type": "content_block_stop", "index": 0},
-            {
-                "type": "content_block_start",
-                "index": 1,
-                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "input_json_delta", "partial_json": ARGS},
-            },
-            {"type": "content_block_stop", "index": 1},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "tool_use"},
-                "usage": {"output_tokens": 5},
-            },
-            {"type": "message_stop"},
-        ]
-    ),
-    "gemini": "".join(
-        f"data: {json.dumps(d, ensure_ascii=False)}\r\n\r\n"
-        for d in [
-            {"candidates": [{"content": {"role": "model", "parts": [{"text": TEXT}]}}]},
-            {
-                "candidates": [
-                    {
-                        "content": {
-                            "role": "model",
-                            "parts": [{"functionCall": {"name": "f", "args": json.loads(ARGS)}}],
-                        },
-                        "finishReason": "STOP",
-                    }
-                ]
-            },
-        ]
-    ),
-    "openai-responses": "".join(
-        _event(d["type"], d)
-        for d in [
-            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-            {
-                "type": "response.output_item.added",
-                "output_index": 0,
-                "item": {"type": "message", "id": "m1", "role": "assistant", "content": []},
-            },
-            {
-                "type": "response.output_text.delta",
-                "output_index": 0,
-                "content_index": 0,
-                "item_id": "m1",
-                "delta": TEXT,
-            },
-            {
-                "type": "response.output_item.added",
-                "output_index": 1,
-                "item": {
-                    "type": "function_call",
-                    "id": "fc1",
-                    "call_id": "c1",
-                    "name": "f",
-                    "arguments": "",
-                },
-            },
-            {
-                "type": "response.function_call_arguments.delta",
-                "output_index": 1,
-                "item_id": "fc1",
-                "delta": ARGS,
-            },
-            {
-                "type": "response.completed",
-                "response": {
-                    "id": "r",
-                    "status": "completed",
-                    "model": "m",
-                    "output": [
-                        {
-                            "type": "message",
-                            "id": "m1",
-                            "role": "assistant",
-                            "status": "completed",
-                            "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
-                        },
-                        {
-                            "type": "function_call",
-                            "id": "fc1",
-                            "call_id": "c1",
-                            "name": "f",
-                            "arguments": ARGS,
-                        },
-                    ],
-                },
-            },
-        ]
-    ),
-}
-
-
-async def _send(
-    api: str,
-    pieces: list[bytes],
-    headers: dict[str, str],
-    *,
-    stream: bool,
-    status: int = 200,
-) -> list[Delta | ModelResponse]:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
-        model = MODELS[api](client)
-        if stream:
-            return [item async for item in model.generate_stream(REQUEST)]
-        return [await model.generate(REQUEST)]
-
-
 def _blank_event_streams() -> dict[str, str]:
     """Each stream with an event whose data is empty (`data:` alone) after its first event."""
     out = {}
-    for api, text in TEXT_STREAMS.items():
+    for api, text in UNICODE_STREAMS.items():
         sep = "\r\n\r\n" if api == "gemini" else "\n\n"
         first, rest = text.split(sep, 1)
         out[api] = first + sep + "data:" + sep + "data: " + sep + rest
@@ -387,7 +196,7 @@ def test_there_are_recorded_streams_and_bodies_of_every_api() -> None:
 async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     points = data.draw(cut_points(raw))
     assert await send(api, cut(raw, points), stream=True) == expected
@@ -397,7 +206,7 @@ async def test_any_framing_and_chunking_of_a_stream_gives_the_same_result(
 @given(data=st.data())
 async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObject) -> None:
     api, events = data.draw(st.sampled_from([s for s in STREAMS if len(plain(s[1])) < 6_000]))
-    expected = await _baseline(api, events)
+    expected = await stream_of(api, events)
     raw = data.draw(framed(api, events))
     chunks = [raw[i : i + 1] for i in range(len(raw))]
     assert await send(api, chunks, stream=True) == expected
@@ -409,7 +218,7 @@ async def test_every_byte_its_own_chunk_gives_the_same_result(data: st.DataObjec
 async def test_a_stream_framed_any_way_and_cut_off_anywhere_is_a_retryable_error_or_whole(
     api: str, events: list[tuple[str, str]], data: st.DataObject
 ) -> None:
-    full = (await _baseline(api, events))[-1]
+    full = (await stream_of(api, events))[-1]
     assert isinstance(full, ModelResponse)
     raw = data.draw(framed(api, events))
     end = data.draw(st.integers(0, len(raw)))
@@ -462,12 +271,12 @@ async def test_a_very_large_event_in_small_chunks_arrives_whole() -> None:
 async def test_multibyte_text_and_arguments_survive_a_cut_at_every_byte(api: str) -> None:
     # held before this change too (httpx decoded incrementally); kept as a guard now that
     # the SSE reader decodes the bytes itself
-    raw = TEXT_STREAMS[api].encode()
+    raw = UNICODE_STREAMS[api].encode()
     headers = {"content-type": "text/event-stream"}
-    whole = final(await _send(api, [raw], headers, stream=True))
+    whole = final(await send_with_headers(api, [raw], headers, stream=True))
     assert TEXT in whole.message.content
     for at in range(1, len(raw)):
-        response = final(await _send(api, [raw[:at], raw[at:]], headers, stream=True))
+        response = final(await send_with_headers(api, [raw[:at], raw[at:]], headers, stream=True))
         assert response.message.content == whole.message.content, at
         calls = [(c.name, c.args) for c in response.message.tool_calls]
         assert calls == [(c.name, c.args) for c in whole.message.tool_calls], cut
@@ -480,7 +289,9 @@ async def test_an_event_stream_is_utf8_whatever_charset_the_header_says(
 ) -> None:
     ctype = f"text/event-stream; charset={charset}"
     response = final(
-        await _send(api, [TEXT_STREAMS[api].encode()], {"content-type": ctype}, stream=True)
+        await send_with_headers(
+            api, [UNICODE_STREAMS[api].encode()], {"content-type": ctype}, stream=True
+        )
     )
     assert TEXT in response.message.content
     assert [json.loads(c.args) for c in response.message.tool_calls] == [json.loads(ARGS)]
@@ -491,7 +302,9 @@ async def test_an_event_without_data_is_skipped(api: str) -> None:
     # a proxy's keep-alive `data:` line; the stream used to fail ("not JSON: ''")
     body = _blank_event_streams()[api]
     response = final(
-        await _send(api, [body.encode()], {"content-type": "text/event-stream"}, stream=True)
+        await send_with_headers(
+            api, [body.encode()], {"content-type": "text/event-stream"}, stream=True
+        )
     )
     assert TEXT in response.message.content
 
@@ -503,7 +316,7 @@ async def test_an_html_page_answering_a_stream_is_named(api: str) -> None:
     page = b"<html><body>Please sign in to the network</body></html>"
     headers = {"content-type": "text/html; charset=utf-8"}
     with pytest.raises(ResponseFormatError, match=r"HTML page.*sign in") as caught:
-        await _send(api, [page], headers, stream=True)
+        await send_with_headers(api, [page], headers, stream=True)
     assert not caught.value.retryable
 
 
@@ -575,19 +388,7 @@ async def test_a_stream_of_nothing_but_comments_and_pings_ended_early(api: str) 
 async def test_the_deltas_of_a_stream_add_up_to_its_final_response(
     api: str, events: list[tuple[str, str]]
 ) -> None:
-    items = await stream_through(api, [plain(events)])
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    deltas = [d for d in items if isinstance(d, Delta)]
-    assert "".join(d.content for d in deltas) == final.message.content
-    assert accumulated(items) == plain_calls(final)
-    thinking: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking[t.index] = thinking.get(t.index, "") + t.text
-    assert [thinking.get(i, "") for i in range(len(final.message.thinking))] == [
-        t.text for t in final.message.thinking
-    ]
+    assert_deltas_add_up(await stream_through(api, [plain(events)]))
 
 
 @pytest.mark.parametrize(

@@ -14,70 +14,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from golem.errors import ResponseFormatError
-from golem.model import Delta, ModelResponse
+from golem.model import ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
-from tests.support.recordings import all_interactions, available, needs_recordings
-from tests.support.streams import FIXTURES, events_of, plain
-
-
-def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False) -> str:
-    out = []
-    for e in events:
-        head = f"event: {e['type']}\n" if named else ""
-        out.append(f"{head}data: {json.dumps(e, ensure_ascii=False)}\n\n")
-    if done:
-        out.append("data: [DONE]\n\n")
-    return "".join(out)
-
-
-def _fragments(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts})
-    out, last = [], 0
-    for p in [*points, len(text)]:
-        if p > last:
-            out.append(text[last:p])
-        last = p
-    return out
-
-
-def _anthropic_stream(calls: list[tuple[str, str]], stop: str = "tool_use") -> str:
-    events: list[dict[str, Any]] = [
-        {"type": "message_start", "message": {"model": "claude-x", "usage": {"input_tokens": 3}}}
-    ]
-    for i, (call_id, args) in enumerate(calls):
-        block = {"type": "tool_use", "id": call_id, "name": "f", "input": {}}
-        events.append({"type": "content_block_start", "index": i, "content_block": block})
-        for frag in _fragments(args, [3, 7]):
-            delta = {"type": "input_json_delta", "partial_json": frag}
-            events.append({"type": "content_block_delta", "index": i, "delta": delta})
-        events.append({"type": "content_block_stop", "index": i})
-    events.append({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {}})
-    events.append({"type": "message_stop"})
-    return sse(events, named=True)
+from tests.support.events import anthropic_tool_stream, chat_body_of, gemini_body_of, sse
+from tests.support.recordings import needs_recordings
+from tests.support.streams import CALLING, plain, stream_of
 
 
 def _refuse(name: str) -> Any:
     raise AssertionError(f"{name} is not JSON")
-
-
-def _recorded_streams() -> list[tuple[str, list[tuple[str, str]]]]:
-    out = []
-    for path in sorted(FIXTURES.glob("stream_*.sse")):
-        if path.name not in ("stream_truncated.sse", "stream_error_event.sse"):
-            out.append(("openai-chat", events_of(path.read_text())))
-    for api in ("openai-responses", "anthropic", "gemini"):
-        if available(api):
-            for it in all_interactions(api):
-                if it.is_stream and it.status == 200:
-                    out.append((api, events_of(it.body)))
-    return out
-
-
-STREAMS = _recorded_streams()
-
-
-async def _baseline(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    return await send(api, [plain(events)], stream=True)
 
 
 def _unstreamed_arguments(api: str, events: list[tuple[str, str]], in_start: bool) -> list[Any]:
@@ -115,30 +60,7 @@ def _unstreamed_arguments(api: str, events: list[tuple[str, str]], in_start: boo
     return out
 
 
-CALLING = [
-    (api, events)
-    for api, events in STREAMS
-    if api in ("anthropic", "openai-responses")
-    and any("input_json_delta" in d or "function_call_arguments.delta" in d for _, d in events)
-]
-
-
 _AS_TEXT = '{"a": 1, "b": [true, null]}'
-
-
-def _chat(message: dict[str, Any]) -> str:
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "gpt-4o-audio-preview",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        }
-    )
-
-
-def _gemini(parts: list[dict[str, Any]]) -> str:
-    return json.dumps({"candidates": [{"content": {"parts": parts}, "finishReason": "STOP"}]})
 
 
 LONG = "9" * 5000  # JSON allows it; Python converts at most 4300 digits by default
@@ -156,8 +78,8 @@ LONG_ARGS: dict[str, str] = {
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
     ),
-    "gemini": _gemini([{"functionCall": {"name": "f", "args": {"n": 0}}}]),
-    "openai-chat": _chat(
+    "gemini": gemini_body_of([{"functionCall": {"name": "f", "args": {"n": 0}}}]),
+    "openai-chat": chat_body_of(
         {
             "role": "assistant",
             "tool_calls": [
@@ -176,7 +98,7 @@ async def test_arguments_that_arrive_whole_stream_as_one_fragment(data: st.DataO
     # the deltas of a call whose arguments were not streamed had no arguments at all
     assume(CALLING)
     api, events = data.draw(st.sampled_from(CALLING))
-    original = (await _baseline(api, events))[-1]
+    original = (await stream_of(api, events))[-1]
     assert isinstance(original, ModelResponse)
     damaged = _unstreamed_arguments(api, events, data.draw(st.booleans()))
     items = await send(api, [plain(damaged)], stream=True)
@@ -275,7 +197,7 @@ async def test_chat_arguments_null_or_an_object_read_alike_streamed_or_not() -> 
 
 async def test_anthropic_max_tokens_in_the_middle_of_a_call_keeps_the_cut_text() -> None:
     items = await send(
-        "anthropic", _anthropic_stream([("t", '{"city": "Par')], "max_tokens"), stream=True
+        "anthropic", anthropic_tool_stream([("t", '{"city": "Par')], "max_tokens"), stream=True
     )
     response = final(items)
     assert response.finish_reason == "length"

@@ -21,19 +21,22 @@ from golem.errors import (
 )
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
-from tests.support.recordings import all_interactions, available
-from tests.support.streams import FIXTURES, events_of, plain
-
-
-def sse(events: list[dict[str, Any]], *, named: bool = False, done: bool = False) -> str:
-    out = []
-    for e in events:
-        head = f"event: {e['type']}\n" if named else ""
-        out.append(f"{head}data: {json.dumps(e, ensure_ascii=False)}\n\n")
-    if done:
-        out.append("data: [DONE]\n\n")
-    return "".join(out)
-
+from tests.support.events import (
+    RESPONSE,
+    RESPONSE_USAGE,
+    anthropic_tool_stream,
+    chat_body_of,
+    chat_chunk,
+    chat_chunk_event,
+    drawn_pieces,
+    fragments,
+    gemini_body_of,
+    responses_streamed,
+    sse,
+)
+from tests.support.recordings import available
+from tests.support.streams import CALLING, plain
+from tests.support.unknown import UNKNOWN
 
 _ARG_TEXTS = st.one_of(
     st.builds(
@@ -43,27 +46,6 @@ _ARG_TEXTS = st.one_of(
     ),
     st.sampled_from(['{"a": 1', "not json", '{"a": NaN}', "", '{"big": 1e400}', "[1, 2]"]),
 )
-
-
-def _fragments(text: str, cuts: list[int]) -> list[str]:
-    points = sorted({c % (len(text) + 1) for c in cuts})
-    out, last = [], 0
-    for p in [*points, len(text)]:
-        if p > last:
-            out.append(text[last:p])
-        last = p
-    return out
-
-
-def _chunk_event(delta: dict[str, Any], finish: str | None = None) -> str:
-    """A Chat Completions chunk of `delta` as one SSE event."""
-    body = {
-        "id": "x",
-        "object": "chat.completion.chunk",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return f"data: {json.dumps(body)}\n\n"
 
 
 def _chat_calls_body(tool_calls: list[dict[str, Any]]) -> str:
@@ -81,22 +63,6 @@ def _chat_body(ids: list[str]) -> str:
     return json.dumps(
         {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}
     )
-
-
-def _anthropic_stream(calls: list[tuple[str, str]], stop: str = "tool_use") -> str:
-    events: list[dict[str, Any]] = [
-        {"type": "message_start", "message": {"model": "claude-x", "usage": {"input_tokens": 3}}}
-    ]
-    for i, (call_id, args) in enumerate(calls):
-        block = {"type": "tool_use", "id": call_id, "name": "f", "input": {}}
-        events.append({"type": "content_block_start", "index": i, "content_block": block})
-        for frag in _fragments(args, [3, 7]):
-            delta = {"type": "input_json_delta", "partial_json": frag}
-            events.append({"type": "content_block_delta", "index": i, "delta": delta})
-        events.append({"type": "content_block_stop", "index": i})
-    events.append({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {}})
-    events.append({"type": "message_stop"})
-    return sse(events, named=True)
 
 
 def _responses_stream(items: list[dict[str, Any]]) -> str:
@@ -117,45 +83,6 @@ def _responses_stream(items: list[dict[str, Any]]) -> str:
     return sse(events, named=True)
 
 
-def _sse(events: list[Any], named: bool = False) -> str:
-    out = []
-    for e in events:
-        data = e if isinstance(e, str) else json.dumps(e)
-        name = f"event: {e['type']}\n" if named and not isinstance(e, str) else ""
-        out.append(f"{name}data: {data}\n\n")
-    return "".join(out)
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "model": "gpt-4o",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
-    }
-
-
-_R = {"id": "resp_1", "object": "response", "model": "gpt-5"}
-
-
-_USAGE_R = {"input_tokens": 5, "output_tokens": 3}
-
-
-async def _responses(events: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
-    items = await send("openai-responses", _sse(events, named=True), stream=True)
-    return items, final(items)
-
-
-def _pieces(data: st.DataObject, text: str) -> list[str]:
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=3)))
-    out, last = [], 0
-    for c in [*cuts, len(text)]:
-        if c > last:
-            out.append(text[last:c])
-            last = c
-    return out
-
-
 _ARGS = st.dictionaries(
     st.text(min_size=1, max_size=4),
     st.one_of(
@@ -163,26 +90,6 @@ _ARGS = st.dictionaries(
     ),
     max_size=3,
 ).map(lambda d: json.dumps(d, ensure_ascii=False))
-
-
-UNKNOWN = "golem_unknown"
-"""The name of every field and type this file makes up."""
-
-
-def _recorded_streams() -> list[tuple[str, list[tuple[str, str]]]]:
-    out = []
-    for path in sorted(FIXTURES.glob("stream_*.sse")):
-        if path.name not in ("stream_truncated.sse", "stream_error_event.sse"):
-            out.append(("openai-chat", events_of(path.read_text())))
-    for api in ("openai-responses", "anthropic", "gemini"):
-        if available(api):
-            for it in all_interactions(api):
-                if it.is_stream and it.status == 200:
-                    out.append((api, events_of(it.body)))
-    return out
-
-
-STREAMS = _recorded_streams()
 
 
 _CALL = {
@@ -205,32 +112,9 @@ def _chat_chunks(*tool_calls: dict[str, Any]) -> list[tuple[str, str]]:
     return [*out, ("", "[DONE]")]
 
 
-CALLING = [
-    (api, events)
-    for api, events in STREAMS
-    if api in ("anthropic", "openai-responses")
-    and any("input_json_delta" in d or "function_call_arguments.delta" in d for _, d in events)
-]
-
-
-def _chat(message: dict[str, Any]) -> str:
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "gpt-4o-audio-preview",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        }
-    )
-
-
-def _gemini(parts: list[dict[str, Any]]) -> str:
-    return json.dumps({"candidates": [{"content": {"parts": parts}, "finishReason": "STOP"}]})
-
-
 NAMELESS: dict[str, tuple[str, str]] = {
     "openai-chat": (
-        _chat(
+        chat_body_of(
             {
                 "role": "assistant",
                 "tool_calls": [
@@ -238,10 +122,10 @@ NAMELESS: dict[str, tuple[str, str]] = {
                 ],
             }
         ),
-        _chunk_event(
+        chat_chunk_event(
             {"tool_calls": [{"index": 0, "id": "c1", "function": {"arguments": '{"a":1}'}}]}
         )
-        + _chunk_event({}, "tool_calls")
+        + chat_chunk_event({}, "tool_calls")
         + "data: [DONE]\n\n",
     ),
     "anthropic": (
@@ -258,7 +142,7 @@ NAMELESS: dict[str, tuple[str, str]] = {
         ),
         "",
     ),
-    "gemini": (_gemini([{"functionCall": {"args": {"a": 1}}}]), ""),
+    "gemini": (gemini_body_of([{"functionCall": {"args": {"a": 1}}}]), ""),
     "openai-responses": (
         json.dumps(
             {
@@ -292,7 +176,7 @@ async def test_chat_parallel_calls_with_interleaved_fragments(
                 "function": {"name": f"f{i}", "arguments": ""},
             }
         ]
-        + [{"index": i, "function": {"arguments": frag}} for frag in _fragments(a, cuts)]
+        + [{"index": i, "function": {"arguments": frag}} for frag in fragments(a, cuts)]
         for i, a in enumerate(args)
     ]
     chunks: list[dict[str, Any]] = []
@@ -323,7 +207,7 @@ async def test_chat_repeated_ids_are_renamed() -> None:
 
 async def test_anthropic_repeated_ids_are_renamed_alike_in_deltas_and_response() -> None:
     calls = [("toolu_1", '{"n": 9007199254740993}'), ("toolu_1", '{"s": "😀"}')]
-    items = await send("anthropic", _anthropic_stream(calls), stream=True)
+    items = await send("anthropic", anthropic_tool_stream(calls), stream=True)
     response = final(items)
     assert [c.id for c in response.message.tool_calls] == ["toolu_1", "toolu_1_2"]
     assert [c.args for c in response.message.tool_calls] == [a for _, a in calls]
@@ -378,12 +262,12 @@ async def test_whole_chat_calls_numbered_alike_without_ids_stay_apart(index: int
         call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
         return call if index is None else {"index": index, **call}
 
-    stream = _sse(
+    stream = sse(
         [
-            _chunk({"role": "assistant", "tool_calls": [whole("f", '{"x":1}')]}),
-            _chunk({"tool_calls": [whole("g", "{}")]}),
-            _chunk({"tool_calls": [whole("g", '{"y": 2}')]}),
-            _chunk({}, "tool_calls"),
+            chat_chunk({"role": "assistant", "tool_calls": [whole("f", '{"x":1}')]}),
+            chat_chunk({"tool_calls": [whole("g", "{}")]}),
+            chat_chunk({"tool_calls": [whole("g", '{"y": 2}')]}),
+            chat_chunk({}, "tool_calls"),
             "[DONE]",
         ]
     )
@@ -398,13 +282,13 @@ async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> N
     def piece(args: str) -> dict[str, Any]:
         return {"index": 0, "type": "function", "function": {"name": "f", "arguments": args}}
 
-    stream = _sse(
+    stream = sse(
         [
-            _chunk({"role": "assistant", "tool_calls": [{**piece(""), "id": "call_1"}]}),
-            _chunk({"tool_calls": [piece('{"a": ')]}),
-            _chunk({"tool_calls": [piece('{"b": 1}')]}),
-            _chunk({"tool_calls": [piece("}")]}),
-            _chunk({}, "tool_calls"),
+            chat_chunk({"role": "assistant", "tool_calls": [{**piece(""), "id": "call_1"}]}),
+            chat_chunk({"tool_calls": [piece('{"a": ')]}),
+            chat_chunk({"tool_calls": [piece('{"b": 1}')]}),
+            chat_chunk({"tool_calls": [piece("}")]}),
+            chat_chunk({}, "tool_calls"),
             "[DONE]",
         ]
     )
@@ -427,7 +311,7 @@ def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them
     anywhere: the final calls are the calls sent, and the deltas add up to them."""
     chunks: list[Any] = []
     for i, (name, args) in enumerate(calls):
-        pieces = _pieces(data, args) if style not in ("whole", "whole_unindexed") else [args]
+        pieces = drawn_pieces(data, args) if style not in ("whole", "whole_unindexed") else [args]
         for j, piece in enumerate(pieces):
             tc: dict[str, Any] = {"function": {"arguments": piece}}
             if style != "whole_unindexed":
@@ -437,9 +321,9 @@ def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them
                 tc["type"] = "function"
             if j == 0 and style in ("openai", "ollama", "names_repeated"):
                 tc["id"] = f"call_{i}"
-            chunks.append(_chunk({"tool_calls": [tc]}))
-    chunks += [_chunk({}, "tool_calls"), "[DONE]"]
-    out = asyncio.run(send("openai-chat", _sse(chunks), stream=True))
+            chunks.append(chat_chunk({"tool_calls": [tc]}))
+    chunks += [chat_chunk({}, "tool_calls"), "[DONE]"]
+    out = asyncio.run(send("openai-chat", sse(chunks), stream=True))
     got = final(out).message.tool_calls
     assert [(c.name, c.args) for c in got] == calls
     assert [(c.name, c.args) for c in accumulated(out)] == calls
@@ -454,11 +338,11 @@ async def test_a_chat_call_index_sent_as_digits_places_its_fragments() -> None:
         "type": "function",
         "function": {"name": "f", "arguments": "{"},
     }
-    stream = _sse(
+    stream = sse(
         [
-            _chunk({"role": "assistant", "tool_calls": [first]}),
-            _chunk({"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}),
-            _chunk({}, "tool_calls"),
+            chat_chunk({"role": "assistant", "tool_calls": [first]}),
+            chat_chunk({"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}),
+            chat_chunk({}, "tool_calls"),
             "[DONE]",
         ]
     )
@@ -472,12 +356,12 @@ async def test_a_streamed_legacy_function_call_is_a_call() -> None:
     it and ended with an empty answer whose finish reason said `tool_call` (the unstreamed
     answer's `message.function_call` was read)."""
     fn = {"name": "get_weather", "arguments": ""}
-    stream = _sse(
+    stream = sse(
         [
-            _chunk({"role": "assistant", "content": None, "function_call": fn}),
-            _chunk({"function_call": {"arguments": '{"city":'}}),
-            _chunk({"function_call": {"arguments": ' "Paris"}'}}),
-            _chunk({}, "function_call"),
+            chat_chunk({"role": "assistant", "content": None, "function_call": fn}),
+            chat_chunk({"function_call": {"arguments": '{"city":'}}),
+            chat_chunk({"function_call": {"arguments": ' "Paris"}'}}),
+            chat_chunk({}, "function_call"),
             "[DONE]",
         ]
     )
@@ -538,10 +422,15 @@ async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
     events.append(
         {
             "type": "response.completed",
-            "response": {**_R, "status": "completed", "output": output, "usage": _USAGE_R},
+            "response": {
+                **RESPONSE,
+                "status": "completed",
+                "output": output,
+                "usage": RESPONSE_USAGE,
+            },
         }
     )
-    items, response = await _responses(events)
+    items, response = await responses_streamed(events)
     assert (
         [(c.id, c.args) for c in accumulated(items)]
         == [(c.id, c.args) for c in response.message.tool_calls]

@@ -237,8 +237,8 @@ def test_tool_output_mode_without_function_tools_forces_the_output_tool() -> Non
     request = ModelRequest(messages=PROMPT, output_schema={"type": "object"})
     body = body_of("anthropic", request, model="m", output_mode="tool")
     assert body["tool_choice"] == {"type": "tool", "name": "final_result"}
-    thinking = body_of("anthropic",
-        request, model="m", output_mode="tool", thinking_budget=2048, max_tokens=8192
+    thinking = body_of(
+        "anthropic", request, model="m", output_mode="tool", thinking_budget=2048, max_tokens=8192
     )
     assert thinking["tool_choice"] == {"type": "auto"}
 

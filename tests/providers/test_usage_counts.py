@@ -16,57 +16,24 @@ from hypothesis import strategies as st
 
 from golem.providers._jsonio import MAX_TOKEN_COUNT, token_count
 from golem.usage import Usage
-from tests.support.adapters import final, send
+from tests.support.adapters import MODELS, final, send, text_answer
 
 
 def _with_usage(api: str, counts: dict[str, Any]) -> dict[str, Any]:
+    body = text_answer(api, "a")
     if api == "openai-chat":
-        return {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "a"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": counts["in"], "completion_tokens": counts["out"]},
+        body["usage"] = {"prompt_tokens": counts["in"], "completion_tokens": counts["out"]}
+    elif api == "gemini":
+        body["usageMetadata"] = {
+            "promptTokenCount": counts["in"],
+            "candidatesTokenCount": counts["out"],
         }
-    if api == "openai-responses":
-        return {
-            "id": "r",
-            "object": "response",
-            "status": "completed",
-            "model": "m",
-            "output": [
-                {
-                    "type": "message",
-                    "id": "m1",
-                    "role": "assistant",
-                    "content": [{"type": "output_text", "text": "a", "annotations": []}],
-                }
-            ],
-            "usage": {"input_tokens": counts["in"], "output_tokens": counts["out"]},
-        }
-    if api == "anthropic":
-        return {
-            "id": "msg",
-            "type": "message",
-            "role": "assistant",
-            "model": "m",
-            "content": [{"type": "text", "text": "a"}],
-            "stop_reason": "end_turn",
-            "usage": {"input_tokens": counts["in"], "output_tokens": counts["out"]},
-        }
-    return {
-        "candidates": [{"content": {"parts": [{"text": "a"}]}, "finishReason": "STOP"}],
-        "usageMetadata": {"promptTokenCount": counts["in"], "candidatesTokenCount": counts["out"]},
-    }
+    else:
+        body["usage"] = {"input_tokens": counts["in"], "output_tokens": counts["out"]}
+    return body
 
 
-APIS = ["openai-chat", "openai-responses", "anthropic", "gemini"]
+APIS = list(MODELS)
 
 
 LONG = "9" * 5000  # JSON allows it; Python converts at most 4300 digits by default

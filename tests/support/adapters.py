@@ -1,13 +1,14 @@
 """Drive each adapter through its HTTP path with a body the test makes up.
 
 Every adapter under the name of its recordings' directory (`MODELS`, `ADAPTERS`), a plain
-answer of each API (`DONE`), the body an adapter sends (`body_of`), and one call that answers
+answer of each API (`DONE`, or with another text: `text_answer`), the body an adapter sends (`body_of`), and one call that answers
 a request with a given body (whole, or in the given pieces) and returns what `generate` or
 `generate_stream` gave (`send`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -78,6 +79,20 @@ DONE: dict[str, dict[str, Any]] = {
     },
 }
 """A plain successful answer ("ok") of each adapter's API, unstreamed."""
+
+
+def text_answer(api: str, text: str) -> dict[str, Any]:
+    """`DONE[api]` answering `text` instead of "ok"."""
+    body = copy.deepcopy(DONE[api])
+    if api == "openai-chat":
+        body["choices"][0]["message"]["content"] = text
+    elif api == "openai-responses":
+        body["output"][0]["content"][0]["text"] = text
+    elif api == "anthropic":
+        body["content"][0]["text"] = text
+    else:
+        body["candidates"][0]["content"]["parts"][0]["text"] = text
+    return body
 
 
 class Chunks(httpx.AsyncByteStream):
@@ -157,3 +172,20 @@ def accumulated(items: list[Delta | ModelResponse]) -> list[ToolCall]:
 def plain_calls(response: ModelResponse) -> list[ToolCall]:
     """The tool calls of a response, without their signatures and seals."""
     return [ToolCall(id=c.id, name=c.name, args=c.args) for c in response.message.tool_calls]
+
+
+def assert_deltas_add_up(items: list[Delta | ModelResponse]) -> ModelResponse:
+    """Assert that the deltas of a stream add up to its final response (text, thoughts and
+    tool calls), and return that response."""
+    response = final(items)
+    deltas = [d for d in items if isinstance(d, Delta)]
+    assert "".join(d.content for d in deltas) == response.message.content
+    thinking: dict[int, str] = {}
+    for d in deltas:
+        for t in d.thinking:
+            thinking[t.index] = thinking.get(t.index, "") + t.text
+    assert [thinking.get(n, "") for n in range(len(response.message.thinking))] == [
+        t.text for t in response.message.thinking
+    ]
+    assert accumulated(items) == plain_calls(response)
+    return response

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from golem.model import Delta, ModelResponse
-from tests.support.adapters import send
+from tests.support.adapters import MODELS, REQUEST, Chunks, send
 from tests.support.recordings import all_interactions, available
 
 FIXTURES = Path(__file__).resolve().parents[1] / "providers" / "openai_fixtures"
@@ -51,6 +54,20 @@ STREAMS = _streams()
 the 200 streams of the recordings (when present)."""
 
 
+CALLING = [
+    (api, events)
+    for api, events in STREAMS
+    if api in ("anthropic", "openai-responses")
+    and any("input_json_delta" in d or "function_call_arguments.delta" in d for _, d in events)
+]
+"""The recorded Anthropic and Responses streams that stream tool-call arguments."""
+
+
+async def stream_of(api: str, events: list[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """What `generate_stream` yields for the SSE `events`, sent in one piece."""
+    return await send(api, [plain(events)], stream=True)
+
+
 def _bodies() -> list[tuple[str, str]]:
     out = []
     for api in ("openai-chat", "openai-responses", "anthropic", "gemini"):
@@ -79,3 +96,182 @@ OVER_STREAMS = pytest.mark.parametrize(
     ("api", "events"), STREAMS, ids=[f"{api}-{i}" for i, (api, _) in enumerate(STREAMS)]
 )
 """Parametrize a test over the recorded streams (`api`, `events`)."""
+
+
+TEXT = "héllo ✓ Zürich 東京 🎉"
+ARGS = '{"city": "Zürich 東京 🎉"}'
+
+
+def sse_event(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {"id": "x", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+
+
+UNICODE_STREAMS: dict[str, str] = {
+    # each adapter's stream of TEXT and one call with ARGS, non-ASCII throughout
+    "openai-chat": "".join(
+        f"data: {json.dumps(d, ensure_ascii=False)}\n\n"
+        for d in [
+            chat_chunk({"role": "assistant", "content": TEXT}),
+            chat_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": ARGS},
+                        }
+                    ]
+                }
+            ),
+            chat_chunk({}, "tool_calls"),
+        ]
+    )
+    + "data: [DONE]\n\n",
+    "anthropic": "".join(
+        sse_event(d["type"], d)
+        for d in [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                },
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": TEXT},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "content_block_start",
+                "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": ARGS},
+            },
+            {"type": "content_block_stop", "index": 1},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 5},
+            },
+            {"type": "message_stop"},
+        ]
+    ),
+    "gemini": "".join(
+        f"data: {json.dumps(d, ensure_ascii=False)}\r\n\r\n"
+        for d in [
+            {"candidates": [{"content": {"role": "model", "parts": [{"text": TEXT}]}}]},
+            {
+                "candidates": [
+                    {
+                        "content": {
+                            "role": "model",
+                            "parts": [{"functionCall": {"name": "f", "args": json.loads(ARGS)}}],
+                        },
+                        "finishReason": "STOP",
+                    }
+                ]
+            },
+        ]
+    ),
+    "openai-responses": "".join(
+        sse_event(d["type"], d)
+        for d in [
+            {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {"type": "message", "id": "m1", "role": "assistant", "content": []},
+            },
+            {
+                "type": "response.output_text.delta",
+                "output_index": 0,
+                "content_index": 0,
+                "item_id": "m1",
+                "delta": TEXT,
+            },
+            {
+                "type": "response.output_item.added",
+                "output_index": 1,
+                "item": {
+                    "type": "function_call",
+                    "id": "fc1",
+                    "call_id": "c1",
+                    "name": "f",
+                    "arguments": "",
+                },
+            },
+            {
+                "type": "response.function_call_arguments.delta",
+                "output_index": 1,
+                "item_id": "fc1",
+                "delta": ARGS,
+            },
+            {
+                "type": "response.completed",
+                "response": {
+                    "id": "r",
+                    "status": "completed",
+                    "model": "m",
+                    "output": [
+                        {
+                            "type": "message",
+                            "id": "m1",
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": TEXT, "annotations": []}],
+                        },
+                        {
+                            "type": "function_call",
+                            "id": "fc1",
+                            "call_id": "c1",
+                            "name": "f",
+                            "arguments": ARGS,
+                        },
+                    ],
+                },
+            },
+        ]
+    ),
+}
+
+
+async def send_with_headers(
+    api: str,
+    pieces: list[bytes],
+    headers: dict[str, str],
+    *,
+    stream: bool,
+    status: int = 200,
+) -> list[Delta | ModelResponse]:
+    """What the adapter for `api` makes of an answer sent as `pieces` with `headers`."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, headers=headers, stream=Chunks(pieces))
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = MODELS[api](client)
+        if stream:
+            return [item async for item in model.generate_stream(REQUEST)]
+        return [await model.generate(REQUEST)]

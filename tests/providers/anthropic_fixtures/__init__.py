@@ -35,6 +35,21 @@ ADAPTER_KEYS = frozenset(
 )
 """Top-level request fields the adapter sets itself (everything else comes from extra_body)."""
 
+SEARCH_RESULT = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_1",
+    "content": [
+        {
+            "type": "web_search_result",
+            "title": "Golem",
+            "url": "https://example.com/golem",
+            "encrypted_content": "EncA==",
+            "page_age": None,
+        }
+    ],
+}
+"""A web search result block, as the server tool answers it."""
+
 
 def message_interactions() -> list[Interaction]:
     """Every recorded exchange with the Messages endpoint (other hosts and count_tokens excluded)."""
@@ -43,6 +58,27 @@ def message_interactions() -> list[Interaction]:
 
 def interaction_id(it: Interaction) -> str:
     return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
+
+
+def scripted_transport(
+    answers: list[dict[str, Any]],
+    seen: list[dict[str, Any]],
+    stream_text: Callable[[dict[str, Any]], str] | None = None,
+) -> httpx.MockTransport:
+    """A transport answering the n-th request with `answers[n]` (the last one from then on),
+    streamed (by `stream_text`, else `synthesize_stream`) when asked; each request body is
+    appended to `seen`."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        answer = answers[min(len(seen), len(answers)) - 1]
+        if body.get("stream"):
+            text = stream_text(answer) if stream_text else sse(*synthesize_stream(answer))
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+        return httpx.Response(200, json=answer)
+
+    return httpx.MockTransport(handle)
 
 
 @asynccontextmanager

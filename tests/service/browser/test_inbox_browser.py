@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
@@ -86,9 +87,9 @@ def open_page(browser: Any, base: str) -> Iterator[Any]:
         page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
         page.problems = problems
         page.goto(f"{base}/login#token={TOKEN}")  # the link names the identity first
-        page.wait_for_function(
-            "document.querySelector('#link-who').textContent.includes('alice@example.com')"
-        )
+        # a locator wait, not wait_for_function: the inbox's CSP forbids the eval that
+        # Playwright's string predicates may need
+        expect(page.locator("#link-who")).to_contain_text("alice@example.com", timeout=WAIT_MS)
         assert page.url == f"{base}/login"  # not signed in by the link alone
         page.click("#sign-in")
         page.wait_for_url(f"{base}/")
@@ -173,7 +174,7 @@ def test_the_run_page_updates_live_on_a_phone(open_page: Any, base: str, tmp_pat
         assert res.status_code == 200
     answer = page.wait_for_selector("#final-answer")
     assert "open_ticket: SEARCH-1234" in answer.inner_text()
-    page.wait_for_function("document.querySelector('#run-status').textContent === 'completed'")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=WAIT_MS)
     assert "Answered" in page.inner_text("#calls")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=str(tmp_path / "phone-done.png"), full_page=True)

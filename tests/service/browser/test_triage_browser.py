@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from golem.durable.store import Decision, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
@@ -158,7 +159,7 @@ def test_new_work_arrives_at_the_top_with_a_highlight(
     page.locator(".run-group.is-new").wait_for()
     waiting = page.locator("#waiting-list .group-title").all_inner_texts()
     assert waiting[0] == "Brand new request"
-    page.wait_for_function("document.title.startsWith('(6)')")
+    expect(page).to_have_title(re.compile(r"^\(6\)"), timeout=WAIT_MS)
     page.context.close()
 
 

@@ -1,4 +1,4 @@
-"""Histories exchanged with the Go golem: what sessions 9–11 added (ADR 0075).
+"""Histories exchanged with the Go golem: seals, sub-agent records, provider blocks (ADR 0075).
 
 Seals on pending calls (ADR 0063, 0065), sub-agent records and sub-run conversations
 `<parent>/<call id>` (ADR 0064, 0065), an Anthropic container as a `ServerToolBlock` of type

@@ -1,5 +1,4 @@
-"""The third attack round on the service (ADR 0069): what rounds one and two (ADR 0050,
-0061) did not try.
+"""Runs an approver may not see stay hidden, and identities stay apart (ADR 0069).
 
 Each test failed before its fix unless it says it held.
 """

@@ -1,4 +1,4 @@
-"""The second attack round on the service (ADR 0061): what the first (ADR 0050) missed.
+"""Approvers who try what they may not (ADR 0061): decide as another, see a tool they may not decide.
 
 Each test failed before its fix: decisions another approver made answered as one's own,
 a tool's schema shown to an approver who may not decide it, edits that changed only a

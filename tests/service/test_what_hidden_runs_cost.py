@@ -1,4 +1,4 @@
-"""The fourth attack round on the approvals service (ADR 0073).
+"""What a caller observes does not depend on what it may not see (ADR 0073).
 
 What a caller observes must not depend on what it may not see: the event stream's bytes and
 keep-alive schedule, its cursors, and the work a 404 for a hidden run costs.
@@ -485,7 +485,7 @@ async def test_every_route_for_every_caller_and_run_is_a_named_answer_that_leaks
     # an ID no run has. No answer is a 5xx; for a caller limited to some agents a hidden
     # run answers exactly as an unknown ID; and afterwards no decision, start or
     # resolution in the store was taken by an approver not allowed to take it.
-    from tests.service.test_attack_round3 import _same
+    from tests.service.test_hidden_runs import _same
 
     app = _app(registry, store)
     auth = app.state.golem.auth
