@@ -11,7 +11,8 @@ settings = ServiceSettings(
 app = create_app(settings)
 ```
 
-See `docs/guides/approvals-service.md`.
+See `docs/guides/approvals-service.md` (deploying), `docs/guides/approval-inbox.md` (deciding)
+and `docs/guides/approvals-security.md` (the security model).
 """
 
 from __future__ import annotations
