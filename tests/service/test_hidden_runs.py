@@ -29,7 +29,7 @@ from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.service.test_inbox import csrf_of, sign_in
+from tests.support.service import csrf_of, sign_in
 
 # --------------------------------------------------------------------------- existence
 

@@ -27,7 +27,7 @@ from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
-from tests.service.test_inbox import sign_in
+from tests.support.service import sign_in
 
 
 def fail_every_call(store: Store, error: Exception) -> None:

@@ -33,8 +33,7 @@ from golem.service import stream as stream_module
 from golem.service.api import audit_json
 from golem.service.positions import read_position
 from tests.service.conftest import bearer, make_auth
-from tests.service.test_events import WAIT, Event, parse
-from tests.service.test_inbox import sign_in
+from tests.support.service import WAIT, Event, parse, sign_in
 
 # ---------------------------------------------------------------- a raw stream client
 
