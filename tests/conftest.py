@@ -32,10 +32,15 @@ import socket
 import urllib.parse
 import uuid
 import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from golem.durable.store import Store
+from golem.durable.store.sqlite import SQLiteStore
 
 settings.register_profile(
     "ci",
@@ -217,3 +222,13 @@ def exporter() -> Any:
 
     with instrumented() as exp:
         yield exp
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh SQLite store in the test's temporary directory."""
+    s = await SQLiteStore.open(tmp_path / "golem.db")
+    try:
+        yield s
+    finally:
+        await s.close()

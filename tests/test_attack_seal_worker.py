@@ -13,13 +13,13 @@ import pytest
 from golem import dumps_history, loads_history
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker, new_run_from_result, start_run
-from tests.test_worker import DEL, App, calls, store  # noqa: F401 - the store fixture
+from tests.support.worker import DEL, App, calls
 
 KEY = b"k" * 32
 
 
 async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.", "Done.")
     run = await start_run(store, app.registry, "ops", "clean", started_by="alice", seal_key=KEY)
@@ -82,7 +82,7 @@ async def _paused_nested(conversation: str, log: list[str]) -> tuple[Any, Any]:
 
 
 async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversation(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """An agent with a seal key resumes only when told its conversation (ADR 0065): the
     worker passes its record's, so runs of keyed agents (and their sub-agents) still go."""
@@ -99,7 +99,7 @@ async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversati
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded-seal", "no-recorded-seal"])
 async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded_seal(
-    store: Store,  # noqa: F811
+    store: Store,
     recorded: bool,
 ) -> None:
     """A sub-agent record saved before sub-runs lived in `<parent conversation>/<call>`

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from golem.durable.store import Decision, RunStatus, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import Worker, start_run
+from tests.support.worker import DEL, App, calls
 from tests.test_fuzz_history import _SPLICES
-from tests.test_worker import DEL, App, calls
 
 N = 100_000
 
