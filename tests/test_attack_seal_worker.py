@@ -75,7 +75,7 @@ async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
 
 
 async def _paused_nested(conversation: str, log: list[str]) -> tuple[Any, Any]:
-    from tests.test_attack_seal import nested_parent
+    from tests.support.seals import nested_parent
 
     parent = nested_parent("a.log", log, seal_key=KEY)
     return parent, await parent.run("tidy", conversation_id=conversation)
@@ -107,7 +107,7 @@ async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded
     calls table, written at the pause) binds it to the run, so it resumes; without one,
     nothing binds it and it is refused by name (`SubAgentConversationMismatch`)."""
     from golem.agent_tool import copy_result
-    from tests.test_attack_seal_binding import legacy
+    from tests.support.seals import legacy
 
     log: list[str] = []
     parent, paused = await _paused_nested("C", log)

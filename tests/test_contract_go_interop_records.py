@@ -47,10 +47,10 @@ from golem.records import paused_records
 from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind
-from tests.test_attack_seal import nested_parent
+from tests.support.ledger import CONV, KEY, LOOKUP, Ledger, turn
+from tests.support.seals import nested_parent
 from tests.test_contract_go_interop import go, golem_view, without_args  # noqa: F401
 from tests.test_go_rewritten_resume import RESOLVE, SPACED, _paused_keyless, go_compact
-from tests.test_seal_resume import CONV, KEY, LOOKUP, Ledger, turn
 
 BATCH = settings(
     max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "25")),

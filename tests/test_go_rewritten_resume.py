@@ -29,8 +29,8 @@ from golem import (
     loads_history,
 )
 from golem.resume import same_args
-from tests.test_attack_seal import nested_parent
-from tests.test_seal_resume import make_agent
+from tests.support.ledger import make_agent
+from tests.support.seals import nested_parent
 
 _HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
