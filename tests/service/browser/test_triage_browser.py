@@ -26,7 +26,6 @@ from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.browser._queue import QUEUE, seed
-from tests.service.browser.test_inbox_browser import browser as browser
 
 pytestmark = pytest.mark.browser
 
