@@ -174,3 +174,34 @@ async def open_stream(
     finally:
         gone.set()
         await asyncio.wait_for(task, WAIT)  # the stream ends when the client goes
+
+
+def fail_every_call(store: Store, error: Exception) -> None:
+    """From now on every public coroutine method of `store` raises `error`."""
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    for name in dir(Store):  # the protocol's operations
+        if not name.startswith("_") and name != "close" and callable(getattr(store, name)):
+            setattr(store, name, failing)
+
+
+_SEALED = re.compile(r"cursor=s[A-Za-z0-9_-]{48}")
+
+
+def same(hidden: httpx.Response, unknown: httpx.Response, hidden_id: str, unknown_id: str) -> None:
+    """The two answers are one: status, headers (but the date) and body, the IDs aside."""
+    assert hidden.status_code == unknown.status_code, (hidden.text, unknown.text)
+
+    def headers(res: httpx.Response, run_id: str) -> dict[str, str]:
+        out = {k: v for k, v in res.headers.items() if k not in ("date", "content-length")}
+        return {k: v.replace(run_id, "ID") for k, v in out.items()}
+
+    assert headers(hidden, hidden_id) == headers(unknown, unknown_id)
+
+    def text(res: httpx.Response, run_id: str) -> str:
+        # a page's stream cursor is sealed with a fresh nonce on every load (ADR 0073)
+        return _SEALED.sub("cursor=SEALED", res.text.replace(run_id, "ID"))
+
+    assert text(hidden, hidden_id) == text(unknown, unknown_id)

@@ -162,7 +162,7 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
     # EventSource gives up for good after a non-200: the inbox retries it with backoff.
     from golem.durable.store import Store
     from golem.errors import StoreError
-    from tests.service.test_store_unavailable import fail_every_call
+    from tests.support.service import fail_every_call
 
     app = create_app(ServiceSettings(
         build_registry(),

@@ -297,7 +297,7 @@ def test_edit_and_approve_shows_a_live_diff(browser: Any, served: tuple[str, str
 
 def test_webhook_deliveries_are_visible_to_operators(browser: Any, tmp_path: Path) -> None:
     from golem.service.notify import Webhook
-    from tests.service.test_notify import Receiver
+    from tests.support.notify import Receiver
 
     receiver = Receiver([500])
     try:
