@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 
 from golem import HistoryError, loads_history
 from golem.messages import ROLES
-from tests.test_fuzz_history import damaged
+from tests.support.histories import damaged
 
 GO_FUZZ = settings(
     deadline=None,
