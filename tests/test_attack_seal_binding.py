@@ -373,7 +373,7 @@ async def test_a_keyed_sub_agent_two_levels_down_binds_the_top_conversation() ->
     conversation (or `expected=`) for the janitor's seal to mean anything."""
     from golem.records import sub_agent_calls
     from golem.seal import SealKeys
-    from tests.test_as_tool import ask, calls, janitor, text
+    from tests.support.subagents import ask, calls, janitor, text
 
     log: list[str] = []
     inner = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=log)

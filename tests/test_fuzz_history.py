@@ -2,7 +2,7 @@
 saves to a fixed point and that a resume handles (ADR 0070).
 
 The seeds are valid histories: drawn from the codec's own strategy
-(`tests.test_history_json_args.histories`) and the recorded Go paused history. Each is damaged
+(`tests.support.histories.histories`) and the recorded Go paused history. Each is damaged
 the ways a stored or submitted file gets damaged — bytes flipped, cut short, a random JSON value
 put at a random path, a value swapped for one of another type, a key written twice, a BOM, a
 NUL, invalid UTF-8, a lone surrogate, a huge number, a big string — and `loads_history` must

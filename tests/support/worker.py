@@ -47,3 +47,20 @@ def calls(*specs: tuple[str, str, str]) -> Message:
 
 DEL = ("c1", "delete_file", '{"path": "/tmp/a"}')
 LOOK = ("c2", "lookup", '{"q":  "weather"}')
+
+
+def bank_app() -> tuple[dict[str, AgentEntry], list[str]]:
+    """A "bank" agent that pays once approved; the registry and the call IDs that ran."""
+    ran: list[str] = []
+
+    def pay(ctx: RunContext[Any], amount: int) -> str:
+        """Pay (needs approval)."""
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL, "money")
+        ran.append(ctx.call_id)
+        return "paid"
+
+    model = ScriptedModel(
+        Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
+    )
+    return {"bank": AgentEntry(Agent(model, tools=[pay]))}, ran
