@@ -265,7 +265,7 @@ def test_a_nested_resumes_partial_crosses_to_go_and_back(go: Any) -> None:
     import asyncio
 
     from golem import RunError
-    from tests.test_resume_progress_nested import (
+    from tests.support.nested import (
         EVERY,
         FINAL,
         RESULTS,
