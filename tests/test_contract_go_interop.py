@@ -27,11 +27,12 @@ from hypothesis import strategies as st
 from golem import Message, ToolCall, dumps_history, loads_history
 from golem.messages import Part
 from tests.support.go import Views, golem_view, without_args
+from tests.support.gojson import go_history, raw_args
 from tests.support.histories import histories
-from tests.test_contract_history_json import go_history, raw_args
 
 FIXTURE = Path(__file__).parent / "fixtures" / "go_paused_history.json"
 PROPERTY = settings(max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "100")), deadline=None)
+
 
 def args_of(view: Views) -> list[list[str]]:
     return [[c["args"] for c in m["toolCalls"]] for m in view]
