@@ -27,15 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import os
+import shutil
 import socket
+import subprocess
 import urllib.parse
 import uuid
 import warnings
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from golem.durable.store import Store
+from golem.durable.store.sqlite import SQLiteStore
 
 settings.register_profile(
     "ci",
@@ -217,3 +225,50 @@ def exporter() -> Any:
 
     with instrumented() as exp:
         yield exp
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A fresh SQLite store in the test's temporary directory."""
+    s = await SQLiteStore.open(tmp_path / "golem.db")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+GO_SOURCE = Path(__file__).parent / "fixtures" / "gohistory" / "main.go"
+
+
+@pytest.fixture(scope="module")
+def go(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A function from history documents to Go's answers (built once per module)."""
+    toolchain = shutil.which("go")
+    if toolchain is None:
+        pytest.skip("no Go toolchain on PATH (install golang-go to run the Go interop tests)")
+    where = tmp_path_factory.mktemp("gohistory")
+    binary = where / "gohistory"
+    env = {**os.environ, "GOCACHE": str(where / "cache"), "GOFLAGS": "", "GO111MODULE": "off"}
+    built = subprocess.run(
+        [toolchain, "build", "-o", str(binary), str(GO_SOURCE)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    if built.returncode != 0:
+        pytest.skip(f"the Go stand-in did not build: {built.stderr[-500:]}")
+
+    def run(*documents: str) -> list[dict[str, Any]]:
+        done = subprocess.run(
+            [str(binary)],
+            input=json.dumps(documents),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        answers: list[dict[str, Any]] = json.loads(done.stdout)
+        return answers
+
+    return run

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from golem import Agent, Approval, DeferredResults, EventKind, RunEvent, dumps_history
 from golem.agent_tool import forwarder
 from golem.testing import ScriptedModel
-from tests.test_as_tool import ask, calls, janitor, text
+from tests.support.subagents import ask, calls, janitor, text
 
 Row = tuple[str, str, str, str, str]
 

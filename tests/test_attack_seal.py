@@ -19,48 +19,15 @@ from golem import (
     DeferredResults,
     Message,
     ResumeError,
-    RunContext,
     SealError,
-    Tool,
     ToolCall,
     dumps_history,
     loads_history,
 )
-from golem.model import ModelResponse
 from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-
-KEY = b"s" * 32
-OBJ = {"type": "object"}
-
-
-class Ran:
-    """Gated tools that record every approved execution with its raw argument bytes."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-
-    def gate(self, name: str) -> Tool:
-        def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-            if call_approved():
-                self.calls.append((name, ctx.call_id, json.dumps(args, sort_keys=True)))
-                return "ok"
-            raise Deferred(DeferKind.APPROVAL, f"{name}?")
-
-        return Tool(name, name, OBJ, exec)
-
-
-def turn(*calls: ToolCall) -> ModelResponse:
-    return ModelResponse(
-        Message(role="assistant", tool_calls=list(calls)), finish_reason="tool_call"
-    )
-
-
-def make_agent(*responses: ModelResponse | str) -> tuple[Agent[None, str], Ran]:
-    ran = Ran()
-    tools = [ran.gate("transfer"), ran.gate("delete_account")]
-    return Agent(ScriptedModel(*responses), tools=tools, seal_key=KEY), ran
+from tests.support.seals import KEY, Ran, make_agent, nested_parent, turn
 
 
 async def test_an_answered_sealed_call_whose_result_is_removed_does_not_run_again() -> None:
@@ -296,34 +263,6 @@ def test_any_edit_of_a_sealed_history_runs_exactly_the_sealed_calls_or_nothing(
 
 
 # --------------------------------------------------------------------------- nested
-
-
-def nested_parent(
-    path: str, log: list[str], *, seal_key: bytes | None = KEY, own: ToolCall | None = None
-) -> Agent[None, str]:
-    """A parent whose sub-agent "janitor" pauses on delete_file(path); with `own`, the
-    parent's batch also holds its own gated call."""
-    sub: Agent[None, str] = Agent(
-        ScriptedModel(turn(ToolCall("s1", "delete_file", json.dumps({"path": path}))), "Deleted."),
-        name="janitor",
-        seal_key=seal_key,
-    )
-
-    @sub.tool_plain
-    def delete_file(path: str) -> str:
-        """Delete a file."""
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, f"delete {path}?")
-        log.append(path)
-        return "deleted"
-
-    ran = Ran()
-    batch = [ToolCall("p1", "janitor", '{"prompt":"clean"}'), *([own] if own else [])]
-    return Agent(
-        ScriptedModel(turn(*batch), "ok"),
-        tools=[sub.as_tool(), ran.gate("transfer")],
-        seal_key=seal_key,
-    )
 
 
 @pytest.mark.parametrize(

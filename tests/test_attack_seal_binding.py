@@ -38,10 +38,9 @@ from golem import (
 from golem.deferred import DeferredRequests
 from golem.errors import ConversationRequired, SubAgentConversationMismatch
 from golem.model import ModelResponse
-from golem.seal import seal_pending
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.test_attack_seal import KEY, make_agent, nested_parent, turn
+from tests.support.seals import KEY, legacy, make_agent, nested_parent, turn
 
 APPROVE_C1 = DeferredResults(approvals={"c1": True})
 
@@ -206,28 +205,6 @@ async def test_a_sub_agent_record_from_another_conversation_fails_without_expect
         await mine.run_with_deferred_results(forged, approve, conversation_id="X")
     assert tampered.value.problem == "tampered"
     assert log == []
-
-
-def legacy(
-    paused: Any, conversation: str = "old-sub-conv", key: bytes = KEY
-) -> tuple[list[Message], Any]:
-    """`paused` as golem < ADR 0065 stored it: the sub-run in a conversation of its own,
-    its calls sealed for that one; and the parent's `Result.pending` of that time."""
-    record = paused.messages[-1]
-    head, _, body = record.content.partition("\n")
-    state = json.loads(body)
-    inner = [replace(m, conversation_id=conversation) for m in loads_history(state["history"])]
-    pending = [c for m in inner for c in m.tool_calls]
-    inner = seal_pending(inner, key, conversation, {c.id: DeferKind.APPROVAL for c in pending})
-    state["history"] = dumps_history(inner)
-    content = head + "\n" + json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-    sealed = {c.id: c.seal for m in inner for c in m.tool_calls}
-    old_pending = DeferredRequests(
-        approvals=[
-            replace(p, seal=sealed[p.call_id.split("/", 1)[1]]) for p in paused.pending.approvals
-        ]
-    )
-    return [*paused.messages[:-1], replace(record, content=content)], old_pending
 
 
 async def test_a_record_stored_before_the_derivation_resumes_only_with_expected() -> None:
@@ -396,7 +373,7 @@ async def test_a_keyed_sub_agent_two_levels_down_binds_the_top_conversation() ->
     conversation (or `expected=`) for the janitor's seal to mean anything."""
     from golem.records import sub_agent_calls
     from golem.seal import SealKeys
-    from tests.test_as_tool import ask, calls, janitor, text
+    from tests.support.subagents import ask, calls, janitor, text
 
     log: list[str] = []
     inner = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted."), log=log)

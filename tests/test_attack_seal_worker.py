@@ -13,13 +13,13 @@ import pytest
 from golem import dumps_history, loads_history
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker, new_run_from_result, start_run
-from tests.test_worker import DEL, App, calls, store  # noqa: F401 - the store fixture
+from tests.support.worker import DEL, App, calls
 
 KEY = b"k" * 32
 
 
 async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.", "Done.")
     run = await start_run(store, app.registry, "ops", "clean", started_by="alice", seal_key=KEY)
@@ -75,14 +75,14 @@ async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
 
 
 async def _paused_nested(conversation: str, log: list[str]) -> tuple[Any, Any]:
-    from tests.test_attack_seal import nested_parent
+    from tests.support.seals import nested_parent
 
     parent = nested_parent("a.log", log, seal_key=KEY)
     return parent, await parent.run("tidy", conversation_id=conversation)
 
 
 async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversation(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """An agent with a seal key resumes only when told its conversation (ADR 0065): the
     worker passes its record's, so runs of keyed agents (and their sub-agents) still go."""
@@ -99,7 +99,7 @@ async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversati
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded-seal", "no-recorded-seal"])
 async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded_seal(
-    store: Store,  # noqa: F811
+    store: Store,
     recorded: bool,
 ) -> None:
     """A sub-agent record saved before sub-runs lived in `<parent conversation>/<call>`
@@ -107,7 +107,7 @@ async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded
     calls table, written at the pause) binds it to the run, so it resumes; without one,
     nothing binds it and it is refused by name (`SubAgentConversationMismatch`)."""
     from golem.agent_tool import copy_result
-    from tests.test_attack_seal_binding import legacy
+    from tests.support.seals import legacy
 
     log: list[str] = []
     parent, paused = await _paused_nested("C", log)

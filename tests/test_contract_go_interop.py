@@ -15,11 +15,8 @@ comes back escaped golem's way, as the same string).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,96 +26,12 @@ from hypothesis import strategies as st
 
 from golem import Message, ToolCall, dumps_history, loads_history
 from golem.messages import Part
-from tests.test_contract_history_json import go_history, raw_args
-from tests.test_history_json_args import histories
+from tests.support.go import Views, golem_view, without_args
+from tests.support.gojson import go_history, raw_args
+from tests.support.histories import histories
 
-SOURCE = Path(__file__).parent / "fixtures" / "gohistory" / "main.go"
 FIXTURE = Path(__file__).parent / "fixtures" / "go_paused_history.json"
 PROPERTY = settings(max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "100")), deadline=None)
-
-Views = list[dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def go(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A function from history documents to Go's answers (built once per module)."""
-    toolchain = shutil.which("go")
-    if toolchain is None:
-        pytest.skip("no Go toolchain on PATH (install golang-go to run the Go interop tests)")
-    where = tmp_path_factory.mktemp("gohistory")
-    binary = where / "gohistory"
-    env = {**os.environ, "GOCACHE": str(where / "cache"), "GOFLAGS": "", "GO111MODULE": "off"}
-    built = subprocess.run(
-        [toolchain, "build", "-o", str(binary), str(SOURCE)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if built.returncode != 0:
-        pytest.skip(f"the Go stand-in did not build: {built.stderr[-500:]}")
-
-    def run(*documents: str) -> list[dict[str, Any]]:
-        done = subprocess.run(
-            [str(binary)],
-            input=json.dumps(documents),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        answers: list[dict[str, Any]] = json.loads(done.stdout)
-        return answers
-
-    return run
-
-
-def golem_view(history: list[Message]) -> Views:
-    """Go's view of `history` as golem holds it, but for the args (compared separately):
-    the fields Go has (no seal, citations, server-tool blocks or part text)."""
-    return [
-        {
-            "role": m.role,
-            "content": m.content,
-            "parts": [
-                {
-                    "kind": p.kind,
-                    **({"url": p.url} if p.url else {}),
-                    **({"data": base64.b64encode(p.data).decode()} if p.data else {}),
-                    **({"mediaType": p.media_type} if p.media_type else {}),
-                }
-                for p in m.parts
-            ],
-            "toolCalls": [
-                {"id": c.id, "name": c.name, "signature": c.signature} for c in m.tool_calls
-            ],
-            "toolCallId": m.tool_call_id,
-            "toolName": m.tool_name,
-            "failed": m.failed,
-            "thinking": [
-                {
-                    k: v
-                    for k, v in (
-                        ("text", t.text),
-                        ("signature", t.signature),
-                        ("redacted", t.redacted),
-                    )
-                    if v
-                }
-                for t in m.thinking
-            ],
-            "runId": m.run_id,
-            "conversationId": m.conversation_id,
-        }
-        for m in history
-    ]
-
-
-def without_args(view: Views) -> Views:
-    return [
-        {**m, "toolCalls": [{k: v for k, v in c.items() if k != "args"} for c in m["toolCalls"]]}
-        for m in view
-    ]
 
 
 def args_of(view: Views) -> list[list[str]]:
@@ -353,7 +266,7 @@ def test_a_nested_resumes_partial_crosses_to_go_and_back(go: Any) -> None:
     import asyncio
 
     from golem import RunError
-    from tests.test_resume_progress_nested import (
+    from tests.support.nested import (
         EVERY,
         FINAL,
         RESULTS,

@@ -47,10 +47,9 @@ from golem.records import paused_records
 from golem.resume import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind
-from tests.test_attack_seal import nested_parent
-from tests.test_contract_go_interop import go, golem_view, without_args  # noqa: F401
-from tests.test_go_rewritten_resume import RESOLVE, SPACED, _paused_keyless, go_compact
-from tests.test_seal_resume import CONV, KEY, LOOKUP, Ledger, turn
+from tests.support.go import RESOLVE, SPACED, go_compact, golem_view, paused_keyless, without_args
+from tests.support.ledger import CONV, KEY, LOOKUP, Ledger, turn
+from tests.support.seals import nested_parent
 
 BATCH = settings(
     max_examples=int(os.environ.get("GOLEM_GO_EXAMPLES", "25")),
@@ -240,7 +239,7 @@ def _go_visible(m: Message) -> Message:
 )
 @given(st.lists(st.lists(message(), max_size=4), min_size=1, max_size=12))
 def test_go_keeps_what_golem_writes_and_golem_reads_what_go_writes_back(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
     batch: list[list[Message]],
 ) -> None:
     ours = [dumps_history(h) for h in batch]
@@ -281,14 +280,14 @@ def _without_calls(m: Message) -> Message:
 # --------------------------------------------------------------------------- resumes
 
 
-def through_go(go: Any, history: list[Message]) -> list[Message]:  # noqa: F811
+def through_go(go: Any, history: list[Message]) -> list[Message]:
     (answer,) = go(dumps_history(history))
     assert answer["ok"], answer.get("err")
     return loads_history(answer["out"])
 
 
 async def test_a_sealed_pause_rewritten_by_go_resumes_only_with_expected(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
 ) -> None:
     """Go drops the seals: told only the conversation, golem refuses before anything runs
     ("unsealed"); with `expected=paused.pending` (which carries them) the seals and the
@@ -326,9 +325,9 @@ async def test_a_sealed_pause_rewritten_by_go_resumes_only_with_expected(
 
 
 async def test_a_keyless_pause_rewritten_by_go_resumes_with_expected_running_the_paused_bytes(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
 ) -> None:
-    agent, _, ledger, history, pending = await _paused_keyless()
+    agent, _, ledger, history, pending = await paused_keyless()
     rewritten = through_go(go, history)
     batch = next(m for m in rewritten if m.tool_calls)
     assert batch.tool_calls[0].args == go_compact(SPACED)  # the Go program agrees with the model
@@ -346,7 +345,7 @@ async def test_a_keyless_pause_rewritten_by_go_resumes_with_expected_running_the
 
 
 async def test_a_keyed_sub_agents_record_rewritten_by_go_still_resumes(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
 ) -> None:
     log: list[str] = []
     parent = nested_parent("a<&>.log", log)
@@ -360,7 +359,7 @@ async def test_a_keyed_sub_agents_record_rewritten_by_go_still_resumes(
     assert (done.output, log) == ("ok", ["a<&>.log"])
 
 
-def test_a_container_and_a_chat_audio_id_do_not_survive_go(go: Any) -> None:  # noqa: F811
+def test_a_container_and_a_chat_audio_id_do_not_survive_go(go: Any) -> None:
     history = [
         Message(role="user", content="run it"),
         Message(
@@ -392,7 +391,7 @@ def test_a_container_and_a_chat_audio_id_do_not_survive_go(go: Any) -> None:  # 
 # --------------------------------------------------------------------------- Go's own writing
 
 
-def test_keys_a_go_golem_may_add_load_and_are_dropped_here(go: Any) -> None:  # noqa: F811
+def test_keys_a_go_golem_may_add_load_and_are_dropped_here(go: Any) -> None:
     """Usage, finish reasons and timestamps are not in Go's message model (Go reference §3.1:
     they live on `Result`); a later Go golem adding them as keys is additive (§3.2)."""
     document = (
@@ -452,7 +451,7 @@ def _bytes_doc(text: bytes, name: bytes, arg: bytes) -> bytes:
 @example([(b"<", b"&", b"<\xff>")])
 @given(st.lists(st.tuples(BAD_UTF8, BAD_UTF8, BAD_UTF8), min_size=1, max_size=20))
 def test_invalid_utf8_loads_as_the_go_golem_reads_it(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
     cases: list[tuple[bytes, bytes, bytes]],
 ) -> None:
     """Go reads invalid UTF-8 in a string as U+FFFD, one per bad byte, and keeps it in args
@@ -480,7 +479,7 @@ def test_invalid_utf8_loads_as_the_go_golem_reads_it(
 
 
 async def test_a_text_part_go_rewrote_is_refused_before_any_model_call(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
 ) -> None:
     """Go's Part has no `text`: the part comes back empty, which no run sends (ADR 0064)."""
     history = [
@@ -502,7 +501,7 @@ IMAGE = Part("image", url="https://x.test/a.png")
     [' {"a":1}', '{"a":1}\n', "[" * 129 + "]" * 129, '{"a":', "null"],
     ids=["space before", "newline after", "deeper than 128", "cut off", "null text"],
 )
-def test_args_golem_keeps_as_text_reach_go_as_a_json_string(go: Any, args: str) -> None:  # noqa: F811
+def test_args_golem_keeps_as_text_reach_go_as_a_json_string(go: Any, args: str) -> None:
     """A kept disagreement (ADR 0015, 0075): args golem cannot embed byte for byte are
     written as a JSON string of their text. Go holds that string literal — its repair calls
     the call truncated, and a Go resume would hand the tool a string — and what Go writes
@@ -551,7 +550,7 @@ async def _pause(keyed: bool, args: list[str]) -> tuple[Agent[None, str], Any, L
     )
 )
 def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
     scenarios: list[tuple[bool, list[str]]],
 ) -> None:
     """Whatever args the model wrote, keyed or not: a paused history Go re-wrote resumes with
@@ -587,7 +586,7 @@ def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
 
 
 async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes_with_expected(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
 ) -> None:
     """The nested path: the parent's own sealed call loses its seal and its bytes in Go, the
     sub-agent's record keeps both; `expected=` restores the parent's and both calls run once."""

@@ -76,7 +76,7 @@ from dataclasses import replace  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.test_history_json_args import histories  # noqa: E402
+from tests.support.histories import histories  # noqa: E402
 
 URLS = st.sampled_from(
     ["https://x/a.png", "http://x/b", "file:///etc/passwd", "javascript:alert(1)", "//h/x", ""]

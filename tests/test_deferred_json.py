@@ -31,6 +31,7 @@ from golem import (
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.histories import CALL_KEYS, MESSAGE_KEYS, PART_KEYS, THINKING_KEYS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "go_paused_history.json"
 RUN = "01912f4e-8b2a-7c41-9d3e-2f6a5b8c7d10"
@@ -40,22 +41,6 @@ INTERRUPTED = (
     "Call the tool again if you need its result."
 )
 OBJ = {"type": "object"}
-
-MESSAGE_KEYS = [
-    "role",
-    "content",
-    "parts",
-    "toolCalls",
-    "toolCallId",
-    "toolName",
-    "failed",
-    "thinking",
-    "runId",
-    "conversationId",
-]
-CALL_KEYS = ["id", "name", "args", "signature"]
-PART_KEYS = ["kind", "url", "data", "mediaType"]
-THINKING_KEYS = ["text", "signature", "redacted"]
 
 
 def go_text() -> str:

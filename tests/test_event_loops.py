@@ -27,7 +27,7 @@ from golem.testing import ScriptedModel
 from golem.tool import Tool
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
-from tests.test_worker_push import _app
+from tests.support.worker import bank_app
 
 pytestmark = pytest.mark.loop
 
@@ -87,7 +87,7 @@ def test_an_async_tool_cut_off_at_its_timeout_is_a_tool_timeout(loop: str) -> No
 async def _cycle(open_store: Callable[[], Coroutine[Any, Any, Store]]) -> None:
     """Pause → decide → a waiting worker resumes it (woken by the store's change feed), with
     a store call cancelled mid-flight on the way: the store stays usable and closes."""
-    registry, ran = _app()  # a paying agent whose approved calls are recorded in `ran`
+    registry, ran = bank_app()  # a paying agent whose approved calls are recorded in `ran`
     store = await open_store()
     try:
         run = await start_run(store, registry, "bank", "pay", started_by="ann")

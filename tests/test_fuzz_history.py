@@ -2,7 +2,7 @@
 saves to a fixed point and that a resume handles (ADR 0070).
 
 The seeds are valid histories: drawn from the codec's own strategy
-(`tests.test_history_json_args.histories`) and the recorded Go paused history. Each is damaged
+(`tests.support.histories.histories`) and the recorded Go paused history. Each is damaged
 the ways a stored or submitted file gets damaged — bytes flipped, cut short, a random JSON value
 put at a random path, a value swapped for one of another type, a key written twice, a BOM, a
 NUL, invalid UTF-8, a lone surrogate, a huge number, a big string — and `loads_history` must
@@ -17,7 +17,6 @@ import contextlib
 import json
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,109 +41,10 @@ from golem.deferred import pending_calls
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests._json_paths import json_paths
-from tests.test_history_json_args import histories
+from tests.support.histories import GO_FIXTURE, JSON_VALUES, damaged, histories
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-GO_FIXTURE = Path(__file__).parent / "fixtures" / "go_paused_history.json"
 BIG = 100_000
-
-_JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8)
-    | st.sampled_from(["user", "assistant", "tool", "system", "robot", "", "\x00", "\ufeff"]),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-_SPLICES = [
-    b"1e999999",
-    b"-1e999999",
-    b"9" * 5000,
-    b"null",
-    b"[]",
-    b"{}",
-    b'"\\ud800"',
-    b'"\\udc00\\ud800"',
-    b"\x00",
-    b"\xef\xbb\xbf",
-    b"\xff",
-    b"\xc3",
-    b"\xed\xa0\x80",  # a surrogate encoded as UTF-8: not UTF-8
-    b'"role":"tool",',
-    b'"args":',
-    b"NaN",
-]
-
-
-def _seed_documents() -> list[bytes]:
-    return [GO_FIXTURE.read_bytes()]
-
-
-@st.composite
-def damaged(draw: st.DrawFn) -> bytes:
-    """A valid history document with one to three kinds of damage."""
-    if draw(st.integers(0, 4)) == 0:
-        text = draw(st.sampled_from(_seed_documents()))
-    else:
-        try:
-            text = dumps_history(draw(histories())).encode()
-        except HistoryError:  # a drawn lone surrogate: not a history golem can write
-            text = b"[]"
-    for _ in range(draw(st.integers(1, 3))):
-        how = draw(
-            st.sampled_from(["flip", "cut", "splice", "value", "swap", "duplicate", "prefix"])
-        )
-        if how == "flip" and text:
-            i = draw(st.integers(0, len(text) - 1))
-            bit = 1 << draw(st.integers(0, 7))
-            text = text[:i] + bytes([text[i] ^ bit]) + text[i + 1 :]
-        elif how == "cut":
-            text = text[: draw(st.integers(0, len(text)))]
-        elif how == "splice":
-            i = draw(st.integers(0, len(text)))
-            text = text[:i] + draw(st.sampled_from(_SPLICES)) + text[i:]
-        elif how == "prefix":
-            text = draw(st.sampled_from([b"\xef\xbb\xbf", b"\x00", b" ", b"\xff"])) + text
-        else:
-            try:
-                value = json.loads(text)
-            except ValueError:
-                continue
-            paths = json_paths(value)[1:]
-            if not paths:
-                continue
-            path = draw(st.sampled_from(paths))
-            parent = value
-            for key in path[:-1]:
-                parent = parent[key]
-            if how == "duplicate" and isinstance(parent, dict):
-                # the same key twice, the first with another value (JSON allows it; the last wins)
-                first = json.dumps({path[-1]: draw(_JSON_VALUES)}, separators=(",", ":"))[1:-1]
-                rest = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-                key = json.dumps(path[-1], ensure_ascii=False) + ":"
-                assert key in rest
-                text = rest.replace(key, first + "," + key, 1).encode("utf-8", "surrogatepass")
-                continue
-            if how == "swap":  # a value of another type in the same place
-                parent[path[-1]] = draw(
-                    _JSON_VALUES.filter(lambda v, old=parent[path[-1]]: type(v) is not type(old))
-                )
-            elif isinstance(parent, dict) and draw(st.booleans()):
-                parent[
-                    draw(st.sampled_from(["role", "content", "toolCalls", "args", "parts", "x"]))
-                ] = draw(_JSON_VALUES)
-            else:
-                parent[path[-1]] = draw(_JSON_VALUES)
-            text = json.dumps(value, ensure_ascii=draw(st.booleans())).encode(
-                "utf-8", "surrogatepass"
-            )
-    return text
-
 
 # --------------------------------------------------------------------------- what must hold
 
@@ -462,8 +362,8 @@ _JSONISH = st.text(alphabet='[]{}:,"\\ -+.0123456789eEtrufalsn\t\n\x00\x1fx', ma
 @example(" [ ] ")
 @given(
     _JSONISH
-    | _JSON_VALUES.map(lambda v: json.dumps(v, indent=None))
-    | _JSON_VALUES.map(lambda v: json.dumps(v, indent=1))
+    | JSON_VALUES.map(lambda v: json.dumps(v, indent=None))
+    | JSON_VALUES.map(lambda v: json.dumps(v, indent=1))
 )
 def test_the_depth_scanner_takes_exactly_the_json_the_stdlib_takes(text: str) -> None:
     """The slow path's own JSON check (it never recurses) agrees with `json.loads`."""
@@ -473,7 +373,7 @@ def test_the_depth_scanner_takes_exactly_the_json_the_stdlib_takes(text: str) ->
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_JSON_VALUES, st.integers(1100, 3000), st.booleans())
+@given(JSON_VALUES, st.integers(1100, 3000), st.booleans())
 def test_any_value_nested_past_the_recursion_limit_in_args_loads_byte_exact(
     value: object, depth: int, indent: bool
 ) -> None:

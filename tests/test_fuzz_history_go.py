@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 
 from golem import HistoryError, loads_history
 from golem.messages import ROLES
-from tests.test_contract_go_interop import go  # noqa: F401 - the fixture
-from tests.test_fuzz_history import damaged
+from tests.support.histories import damaged
 
 GO_FUZZ = settings(
     deadline=None,
@@ -140,7 +139,7 @@ def _golem(document: str | bytes) -> str | None:
 @example(b'[{"role":"user","parts":[{"kind":"image","data":[104,105],"mediaType":"a/b"}]}]')
 @given(damaged())
 def test_golem_and_go_agree_on_damaged_histories_but_for_the_listed_differences(
-    go: Any,  # noqa: F811 - the fixture
+    go: Any,
     document: bytes,
 ) -> None:
     try:
@@ -160,7 +159,7 @@ def test_golem_and_go_agree_on_damaged_histories_but_for_the_listed_differences(
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
-def test_both_accept_every_role_and_an_unknown_key(go: Any, role: str) -> None:  # noqa: F811
+def test_both_accept_every_role_and_an_unknown_key(go: Any, role: str) -> None:
     document = json.dumps([{"role": role, "x": [1e300, {"y": None}]}])
     (theirs,) = go(document)
     assert theirs["ok"]

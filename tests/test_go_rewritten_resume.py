@@ -18,7 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem import (
-    Approval,
     DeferredRequests,
     DeferredResults,
     Message,
@@ -29,39 +28,9 @@ from golem import (
     loads_history,
 )
 from golem.resume import same_args
-from tests.test_attack_seal import nested_parent
-from tests.test_seal_resume import make_agent
-
-_HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def go_compact(raw: str) -> str:
-    """Go's `json.Compact` with HTML escaping, as `json.Marshal` applies it to a RawMessage."""
-    out: list[str] = []
-    in_string = escaped = False
-    for ch in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            out.append(_HTML.get(ch, ch))
-        elif ch in " \t\n\r":
-            continue
-        else:
-            in_string = ch == '"'
-            out.append(ch)
-    return "".join(out)
-
-
-def _with_args(history: list[Message], call_id: str, args: str) -> list[Message]:
-    out = list(history)
-    i = next(i for i, m in enumerate(out) if m.tool_calls)
-    calls = [replace(c, args=args) if c.id == call_id else c for c in out[i].tool_calls]
-    out[i] = replace(out[i], tool_calls=calls)
-    return out
+from tests.support.go import RESOLVE, SPACED, go_compact, paused_keyless, with_args
+from tests.support.ledger import make_agent
+from tests.support.seals import nested_parent
 
 
 def _go_compacted(history: list[Message]) -> list[Message]:
@@ -71,24 +40,8 @@ def _go_compacted(history: list[Message]) -> list[Message]:
     ]
 
 
-SPACED = '{"to": "<bob> & co", "amount": 10}'  # as a model wrote it
-RESOLVE = DeferredResults(approvals={"c1": Approval(True)}, external={"c2": "1.1"})
-
-
-async def _paused_keyless() -> tuple[Any, Any, Any, list[Message], DeferredRequests]:
-    agent, model, ledger = make_agent(seal_key=None)
-    paused = await agent.run("pay bob", conversation_id="conv-1")
-    assert paused.pending is not None
-    ledger.executions.clear()
-    history = _with_args(paused.messages, "c1", SPACED)
-    pending = replace(
-        paused.pending, approvals=[replace(p, args=SPACED) for p in paused.pending.approvals]
-    )
-    return agent, model, ledger, history, pending
-
-
 async def test_a_keyless_resume_with_expected_accepts_args_go_compacted() -> None:
-    agent, _, ledger, history, pending = await _paused_keyless()
+    agent, _, ledger, history, pending = await paused_keyless()
     rewritten = _go_compacted(loads_history(dumps_history(history)))
     batch = next(m for m in rewritten if m.tool_calls)
     assert batch.tool_calls[0].args == '{"to":"\\u003cbob\\u003e \\u0026 co","amount":10}'
@@ -111,8 +64,8 @@ async def test_a_keyless_resume_with_expected_accepts_args_go_compacted() -> Non
 
 
 async def test_a_resume_with_expected_still_refuses_changed_args() -> None:
-    agent, _, ledger, history, pending = await _paused_keyless()
-    changed = _with_args(history, "c1", '{"to": "<eve> & co", "amount": 10}')
+    agent, _, ledger, history, pending = await paused_keyless()
+    changed = with_args(history, "c1", '{"to": "<eve> & co", "amount": 10}')
     with pytest.raises(ResumeError, match="arguments differ"):
         await agent.run_with_deferred_results(changed, RESOLVE, expected=pending)
     assert ledger.executions == []

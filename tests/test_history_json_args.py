@@ -13,10 +13,10 @@ import json
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
 
 from golem import dumps_history, loads_history
-from golem.messages import MAX_ARGS_DEPTH, Message, Part, ThinkingBlock, ToolCall
+from golem.messages import MAX_ARGS_DEPTH, Message, Part, ToolCall
+from tests.support.histories import histories, odd_json
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -168,99 +168,6 @@ def test_seal_and_signature_round_trip_beside_the_args() -> None:
 
 
 # --------------------------------------------------------------------------- properties
-
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=8)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-# Spellings of numbers no float keeps; whitespace and escapes no re-encoder keeps.
-odd_numbers = st.sampled_from(
-    ["1e400", "-1E-400", "-0.0", "0.10", "1.0e+2", "123456789012345678901234567890", "1E2"]
-)
-spaces = st.sampled_from(["", " ", "\n", "\t", "  \r\n"])
-
-
-@st.composite
-def odd_json(draw: st.DrawFn) -> str:
-    """JSON text a model could send that a decode/encode cycle would not keep."""
-    items = draw(
-        st.lists(
-            st.tuples(st.text(max_size=4), odd_numbers | json_values.map(json.dumps)),
-            max_size=4,
-        )
-    )
-    dup = draw(st.booleans())
-    if dup and items:
-        items.append(items[0])  # a duplicate key
-    sp = draw(spaces)
-    ascii_only = draw(st.booleans())
-    body = f",{sp}".join(f"{json.dumps(k, ensure_ascii=ascii_only)}{sp}:{sp}{v}" for k, v in items)
-    return "{" + sp + body + sp + "}"
-
-
-no_surrogates = st.characters(blacklist_categories=["Cs"])
-any_args = (
-    odd_json()
-    | json_values.map(json.dumps)
-    | json_values.map(lambda v: json.dumps(v, indent=1, ensure_ascii=False))
-    | json_values.map(lambda v: json.dumps(json.dumps(v)))  # a string holding JSON
-    | st.text(no_surrogates, max_size=16)  # truncated / not JSON at all
-    | json_values.map(json.dumps).flatmap(  # a stream cut off anywhere: a prefix of JSON
-        lambda t: st.integers(0, len(t)).map(lambda n: t[:n])
-    )
-    | st.just("")
-)
-short = st.text(no_surrogates, max_size=8)
-
-
-def parts(*, empty: bool) -> st.SearchStrategy[Part]:
-    """Parts; `empty=True` also draws "" and b"", which JSON cannot tell from None."""
-    size = 0 if empty else 1
-    return st.builds(
-        Part,
-        kind=st.sampled_from(["image", "document", "audio", "video", "text"]),
-        url=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
-        data=st.none() | st.binary(min_size=size, max_size=6),
-        media_type=st.none() | st.text(no_surrogates, min_size=size, max_size=8),
-        text=st.just("") | st.text(no_surrogates, max_size=8),  # text parts, and odd mixes
-        signature=st.just("") | st.text(no_surrogates, max_size=8),  # ADR 0060
-    )
-
-
-def histories(*, empty_parts: bool = False) -> st.SearchStrategy[list[Message]]:
-    return st.lists(
-        st.builds(
-            Message,
-            role=st.sampled_from(["system", "user", "assistant", "tool"]),
-            content=short,
-            parts=st.lists(parts(empty=empty_parts), max_size=2),
-            tool_calls=st.lists(
-                st.builds(
-                    ToolCall, id=short, name=short, args=any_args, signature=short, seal=short
-                ),
-                max_size=3,
-            ),
-            tool_call_id=short,
-            tool_name=short,
-            failed=st.booleans(),
-            thinking=st.lists(
-                st.builds(ThinkingBlock, text=short, signature=short, redacted=short), max_size=2
-            ),
-            run_id=short,
-            conversation_id=short,
-        ),
-        max_size=6,
-    )
 
 
 @PROPERTY

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from golem import HistoryError, dumps_history, loads_history
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
-from tests.test_deferred_json import CALL_KEYS, MESSAGE_KEYS, PART_KEYS, THINKING_KEYS
+from tests.support.histories import CALL_KEYS, MESSAGE_KEYS, PART_KEYS, THINKING_KEYS
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 GOOD = {"role": "user", "content": "fine"}

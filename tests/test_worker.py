@@ -6,14 +6,14 @@ import asyncio
 import logging
 import sys
 import types
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from golem import Agent, Message, RunContext, ToolCall, loads_history
+from golem import Agent, Message, ToolCall, loads_history
 from golem.durable.store import (
     EXPIRY_ACTOR,
     MAX_SECONDS,
@@ -30,36 +30,7 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, SweepReport, Worker, load_registry, start_run
 from golem.errors import StoreError
 from golem.testing import ScriptedModel
-from golem.tool import DeferKind, Deferred, call_approved
-
-
-class App:
-    """A scripted agent with a gated `delete_file` and an external `lookup`."""
-
-    def __init__(self, *script: Any, deps_factory: Any = None) -> None:
-        self.model = ScriptedModel(*script)
-        self.executed: list[tuple[str, str, Any]] = []
-        self.gate: asyncio.Event | None = None
-        self.started = asyncio.Event()
-
-        async def delete_file(ctx: RunContext[Any], path: str) -> str:
-            """Delete a file."""
-            if not call_approved():
-                raise Deferred(DeferKind.APPROVAL, f"deletes {path}")
-            self.executed.append((ctx.call_id, path, ctx.deps))
-            self.started.set()
-            if self.gate is not None:
-                await self.gate.wait()
-            if path == "/boom":
-                raise RuntimeError("disk on fire")
-            return f"deleted {path}"
-
-        def lookup(q: str) -> str:
-            """Look something up (answered by another service)."""
-            raise Deferred(DeferKind.EXTERNAL, f"job:{q}")
-
-        self.agent: Agent[Any, str] = Agent(self.model, tools=[delete_file, lookup])
-        self.registry = {"ops": AgentEntry(self.agent, deps_factory=deps_factory)}
+from tests.support.worker import DEL, LOOK, App, calls
 
 
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
@@ -67,23 +38,6 @@ async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 
     async with asyncio.timeout(timeout):
         while not await condition():  # noqa: ASYNC110 - the state lives in the database
             await asyncio.sleep(0.02)
-
-
-def calls(*specs: tuple[str, str, str]) -> Message:
-    return Message(role="assistant", tool_calls=[ToolCall(i, n, a) for i, n, a in specs])
-
-
-DEL = ("c1", "delete_file", '{"path": "/tmp/a"}')
-LOOK = ("c2", "lookup", '{"q":  "weather"}')
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await SQLiteStore.open(tmp_path / "golem.db")
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 async def test_pause_is_saved_then_approved_call_runs_once_and_run_completes(

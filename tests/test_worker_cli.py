@@ -21,7 +21,7 @@ from golem.durable.worker import AgentEntry, start_run
 from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.service.test_cli import golem, golem_process, wait_for
+from tests.support.cli import golem, golem_process, wait_for
 
 MEET = 3
 

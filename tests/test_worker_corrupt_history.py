@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from golem.durable.store import Decision, RunStatus, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import Worker, start_run
-from tests.test_fuzz_history import _SPLICES
-from tests.test_worker import DEL, App, calls
+from tests.support.histories import SPLICES
+from tests.support.worker import DEL, App, calls
 
 N = 100_000
 
@@ -107,7 +107,7 @@ async def test_a_damaged_stored_history_fails_its_run_and_the_worker_goes_on(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @example(where=0.5, splice=b"\x00")
-@given(where=st.floats(0, 1), splice=st.sampled_from(_SPLICES))
+@given(where=st.floats(0, 1), splice=st.sampled_from(SPLICES))
 def test_any_splice_into_a_stored_history_fails_its_run_or_resumes_it(
     tmp_path_factory: pytest.TempPathFactory, where: float, splice: bytes
 ) -> None:

@@ -154,7 +154,7 @@ async def test_a_failed_renewal_at_the_fence_is_tried_again_while_the_lease_last
     from golem.durable._clock import elapsed
     from golem.durable.worker._loop import _Lease
     from golem.errors import StoreError
-    from tests.store.test_lost_answers import LostAnswers
+    from tests.support.store import LostAnswers
 
     store = await backend.open()
     try:

@@ -23,7 +23,6 @@ from golem.records import sub_agent_calls
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.test_worker import store  # noqa: F401 - the store fixture
 
 
 class Nested:
@@ -59,7 +58,7 @@ DELETE = Message(role="assistant", tool_calls=[ToolCall("j1", "delete", '{"path"
 
 
 async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
     run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
@@ -83,7 +82,7 @@ async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker
 
 
 async def test_a_failed_nested_resume_records_which_sub_agent_calls_ran(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """ADR 0076: the failed run's stored conversation is the nested resume's partial — the
     sub-agent's record holds the approved call that ran answered and the failing one still
@@ -118,7 +117,7 @@ async def test_a_failed_nested_resume_records_which_sub_agent_calls_ran(
 
 
 async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """The check the worker makes for a parent's own call holds for a sub-agent's: the
     arguments in the stored history must be the ones the approvers saw."""
@@ -139,7 +138,7 @@ async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(
     assert resuming.deleted == []
 
 
-async def _replace_history(store: Store, run_id: str, history: str) -> None:  # noqa: F811
+async def _replace_history(store: Store, run_id: str, history: str) -> None:
     await store._submit(  # type: ignore[attr-defined]
         True,
         lambda tx: tx.run(
@@ -152,7 +151,7 @@ KEY = b"n" * 32
 
 
 async def test_a_sealed_sub_agent_pause_is_sealed_in_its_record_and_resumed(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     """`start_run(seal_key=)` seals a sub-agent's call where it lives — in the sub-agent's
     history inside the parent's record, bound to the sub-run's conversation — and a worker
@@ -184,7 +183,7 @@ async def test_a_sealed_sub_agent_pause_is_sealed_in_its_record_and_resumed(
     ids=["unsealed", "another-key"],
 )
 async def test_a_sub_agent_call_without_a_valid_seal_is_refused_by_a_worker_with_a_key(
-    store: Store,  # noqa: F811
+    store: Store,
     paused_with: bytes | None,
     refusal: str,
 ) -> None:

@@ -17,26 +17,11 @@ from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.procs import eventually
+from tests.support.worker import bank_app
 
 pytestmark = pytest.mark.loop
 
 WAIT = 30.0  # a guard against a hang; the worker's own poll interval is an hour
-
-
-def _app() -> tuple[dict[str, AgentEntry], list[str]]:
-    ran: list[str] = []
-
-    def pay(ctx: RunContext[Any], amount: int) -> str:
-        """Pay (needs approval)."""
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "money")
-        ran.append(ctx.call_id)
-        return "paid"
-
-    model = ScriptedModel(
-        Message(role="assistant", tool_calls=[ToolCall("c1", "pay", '{"amount": 1}')]), "done"
-    )
-    return {"bank": AgentEntry(Agent(model, tools=[pay]))}, ran
 
 
 @pytest.fixture(params=BACKENDS)
@@ -73,7 +58,7 @@ async def test_a_decision_made_elsewhere_wakes_a_waiting_worker(
 ) -> None:
     """PostgreSQL NOTIFY (or SQLite's write-ahead log watch) wakes a worker polling once an hour."""
     mine, theirs = stores
-    registry, ran = _app()
+    registry, ran = bank_app()
     worker = Worker(mine, registry, worker_id="w", sweep_interval=3600)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run_forever(poll_interval=3600, stop_event=stop))
@@ -210,7 +195,7 @@ async def test_a_worker_only_process_hears_only_the_changes_that_make_runs_ready
     feed.publish = record  # type: ignore[method-assign]
     await eventually(lambda: _true(bool(heard)), WAIT, "the listener's first probe")
     heard.clear()
-    registry, _ = _app()
+    registry, _ = bank_app()
     run = await start_run(theirs, registry, "bank", "pay", started_by="a")  # not ready
     await theirs.decide(run.id, "c1", Decision.approve(), decided_by="b")  # ready
     await eventually(lambda: _true(bool(heard)), WAIT, "the decision's notice")
@@ -219,7 +204,7 @@ async def test_a_worker_only_process_hears_only_the_changes_that_make_runs_ready
     mine.change_feed()  # an event stream: every change from now on
     await eventually(lambda: _true(len(heard) > 1), WAIT, "the widened listener's probe")
     seen = feed.last_id
-    other = await start_run(theirs, _app()[0], "bank", "pay again", started_by="a")
+    other = await start_run(theirs, bank_app()[0], "bank", "pay again", started_by="a")
     assert other.status is RunStatus.PENDING
     newest = await feed.wait_for_change(seen, WAIT)
     assert newest > seen, "a change that makes no run ready reaches a stream's feed"

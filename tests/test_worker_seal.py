@@ -8,19 +8,19 @@ from golem import dumps_history, loads_history
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunStatus, Store
 from golem.durable.worker import Worker, start_run
 from golem.seal import verify_call
-from tests.test_worker import DEL, LOOK, App, calls, store  # noqa: F401 - the store fixture
+from tests.support.worker import DEL, LOOK, App, calls
 
 KEY = b"k" * 32
 
 
-async def _paused(store: Store, app: App) -> str:  # noqa: F811
+async def _paused(store: Store, app: App) -> str:
     run = await start_run(store, app.registry, "ops", "clean up", started_by="alice", seal_key=KEY)
     assert run.status is RunStatus.PENDING
     return run.id
 
 
 async def test_start_run_seals_every_pending_call_in_history_and_calls_table(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App(calls(DEL, LOOK), "All done.")
     run = await store.get_run(await _paused(store, app))
@@ -34,7 +34,7 @@ async def test_start_run_seals_every_pending_call_in_history_and_calls_table(
 
 
 async def test_a_worker_with_the_key_resumes_sealed_runs_and_seals_the_next_pause(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.")
     run_id = await _paused(store, app)
@@ -53,7 +53,7 @@ async def test_a_worker_with_the_key_resumes_sealed_runs_and_seals_the_next_paus
 
 
 async def test_an_unsealed_stored_run_fails_without_running_anything(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App("never")
     history = dumps_history([calls(DEL)])
@@ -74,7 +74,7 @@ async def test_an_unsealed_stored_run_fails_without_running_anything(
 
 
 async def test_a_stored_call_sealed_as_another_kind_is_refused(
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
     app = App(calls(LOOK), "never")
     run_id = await _paused(store, app)

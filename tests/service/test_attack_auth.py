@@ -16,7 +16,7 @@ from golem.durable.store import Store
 from golem.service.auth import TokenFailures
 from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, StartRun, bearer
-from tests.service.test_inbox import csrf_of, sign_in
+from tests.support.service import csrf_of, sign_in
 
 
 def _client(app: Starlette, address: str) -> httpx.AsyncClient:

@@ -27,7 +27,7 @@ from golem.service import ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.agents import EXECUTED
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.service.test_inbox import sign_in
+from tests.support.service import sign_in
 
 pytestmark = pytest.mark.version
 
@@ -357,7 +357,7 @@ async def test_edited_arguments_under_a_seal_run_as_edited(
     )
     run_id = res.json()["run"]["id"]
     await sealed.post("/login", data={"token": TOKENS["alice"], "next": "/"})
-    from tests.service.test_inbox import csrf_of
+    from tests.support.service import csrf_of
 
     csrf = csrf_of((await sealed.get("/")).text)
     res = await sealed.post(

@@ -19,8 +19,7 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.service import ServiceSettings, create_app
 from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.service.test_events import open_stream
-from tests.service.test_inbox import sign_in
+from tests.support.service import open_stream, sign_in
 
 WAIT = 10.0  # a guard against a hang, never a duration the test asserts
 

@@ -14,7 +14,7 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service.views import path
 from tests.service.conftest import StartRun, bearer
-from tests.service.test_inbox import csrf_of, inventory, sign_in
+from tests.support.service import csrf_of, inventory, sign_in
 
 HOSTILE = [
     '"><script>alert(1)</script>',

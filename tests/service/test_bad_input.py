@@ -207,7 +207,7 @@ async def test_a_call_id_with_a_slash_is_decidable(
 
 async def test_inbox_forms_refuse_nul_bytes_and_bad_deps(http: httpx.AsyncClient) -> None:
     from tests.service.conftest import TOKENS
-    from tests.service.test_inbox import csrf_of
+    from tests.support.service import csrf_of
 
     await http.post("/login", data={"token": TOKENS["alice"], "next": "/"})
     csrf = csrf_of((await http.get("/")).text)

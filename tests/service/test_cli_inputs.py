@@ -24,7 +24,7 @@ import golem as golem_package
 from golem.cli.commands import build_app
 from golem.durable.worker import load_registry
 from golem.service.notify import Webhook
-from tests.service.test_cli import seed
+from tests.support.cli import seed
 
 pytestmark = pytest.mark.version
 

@@ -11,7 +11,7 @@ from golem.durable.store import Decision, RunRecord, RunStatus, open_store
 from golem.durable.worker import start_run
 from golem.seal import SealKeys
 from tests.service.agents import build_registry
-from tests.service.test_cli import golem, golem_process, load, wait_for
+from tests.support.cli import golem, golem_process, load, wait_for
 
 KEY = "a-seal-key-of-at-least-32-characters!"
 OLD = "an-older-seal-key-of-32-characters-too"

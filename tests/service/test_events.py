@@ -7,11 +7,7 @@ uvicorn server on 127.0.0.1.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -24,106 +20,13 @@ from golem.service import ServiceSettings, create_app
 from golem.service.positions import read_position
 from tests.service._server import serve
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
+from tests.support.service import WAIT, open_stream
 
 pytestmark = pytest.mark.loop
-
-WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
-
 
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
     return read_position(app.state.golem.auth.secret, cursor, full_view=False)
-
-
-@dataclass
-class Event:
-    event: str = "message"
-    data: str = ""
-    id: str | None = None
-    comment: str = ""
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
-def parse(block: str) -> Event:
-    ev = Event()
-    for line in block.split("\n"):
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "":
-            ev.comment = value
-        elif name == "event":
-            ev.event = value
-        elif name == "data":
-            ev.data = value
-        elif name == "id":
-            ev.id = value
-    return ev
-
-
-@dataclass
-class Stream:
-    """An open response of the app: its status, headers and the events sent so far."""
-
-    status: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
-    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
-    buffer: str = ""
-
-    async def next(self, event: str | None = None) -> Event:
-        """The next event (of the given type, skipping others)."""
-        while True:
-            ev = await asyncio.wait_for(self.events.get(), WAIT)
-            if event is None or ev.event == event:
-                return ev
-
-
-@asynccontextmanager
-async def open_stream(
-    app: Starlette, *, headers: dict[str, str] | None = None, query: str = ""
-) -> AsyncIterator[Stream]:
-    stream = Stream()
-    started = asyncio.Event()
-    gone = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            stream.status = message["status"]
-            stream.headers = {k.decode(): v.decode() for k, v in message["headers"]}
-            started.set()
-        elif message["type"] == "http.response.body":
-            stream.buffer += message.get("body", b"").decode()
-            while "\n\n" in stream.buffer:
-                block, stream.buffer = stream.buffer.split("\n\n", 1)
-                await stream.events.put(parse(block))
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/events",
-        "raw_path": b"/api/events",
-        "root_path": "",
-        "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("golem.test", 80),
-        "state": {},
-    }
-    task = asyncio.create_task(app(scope, receive, send))
-    await asyncio.wait_for(started.wait(), WAIT)
-    try:
-        yield stream
-    finally:
-        gone.set()
-        await asyncio.wait_for(task, WAIT)  # the stream ends when the client goes
 
 
 async def test_a_change_made_through_the_store_is_streamed(

@@ -29,7 +29,7 @@ from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.service.test_inbox import csrf_of, sign_in
+from tests.support.service import csrf_of, same, sign_in
 
 # --------------------------------------------------------------------------- existence
 
@@ -37,24 +37,7 @@ _RUN = "RUN"
 """Where a test URL names the run."""
 
 
-def _same(hidden: httpx.Response, unknown: httpx.Response, hidden_id: str, unknown_id: str) -> None:
-    """The two answers are one: status, headers (but the date) and body, the IDs aside."""
-    assert hidden.status_code == unknown.status_code, (hidden.text, unknown.text)
 
-    def headers(res: httpx.Response, run_id: str) -> dict[str, str]:
-        out = {k: v for k, v in res.headers.items() if k not in ("date", "content-length")}
-        return {k: v.replace(run_id, "ID") for k, v in out.items()}
-
-    assert headers(hidden, hidden_id) == headers(unknown, unknown_id)
-
-    def text(res: httpx.Response, run_id: str) -> str:
-        # a page's stream cursor is sealed with a fresh nonce on every load (ADR 0073)
-        return _SEALED.sub("cursor=SEALED", res.text.replace(run_id, "ID"))
-
-    assert text(hidden, hidden_id) == text(unknown, unknown_id)
-
-
-_SEALED = re.compile(r"cursor=s[A-Za-z0-9_-]{48}")
 
 
 async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere(
@@ -88,7 +71,7 @@ async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere
             for i in (hidden, unknown)
         ]
         assert answers[0].status_code == 404, (method, url, answers[0].text)
-        _same(*answers, hidden, unknown)
+        same(*answers, hidden, unknown)
     csrf = await sign_in(client, "olga")
     for method, url, data in [
         ("GET", path("runs", "RUN"), None),
@@ -113,12 +96,12 @@ async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere
             for i in (hidden, unknown)
         ]
         assert answers[0].status_code in (200, 404), (method, url, answers[0].text)
-        _same(*answers, hidden, unknown)
+        same(*answers, hidden, unknown)
     answers = [
         await client.get("/api/audit", params={"run": i}, headers=bearer("olga"))
         for i in (hidden, unknown)
     ]
-    _same(*answers, hidden, unknown)
+    same(*answers, hidden, unknown)
     assert (await store.get_run(hidden)).call("a1").decision is None
 
 

@@ -22,9 +22,7 @@ from golem.errors import StoreError
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.views import path
 from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.service.test_events import open_stream
-from tests.service.test_inbox import sign_in
-from tests.service.test_store_unavailable import fail_every_call
+from tests.support.service import fail_every_call, open_stream, sign_in
 
 WAIT = 10.0  # a guard against a hang, not a duration the test asserts
 

@@ -3,65 +3,16 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
-from html.parser import HTMLParser
 from typing import Any
 
 import httpx
 import pytest
 
-from golem.durable.store import Decision, Store, utc_now
+from golem.durable.store import Store
 from tests.service.conftest import TOKENS, StartRun
+from tests.support.service import interrupt, inventory, sign_in
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
-
-
-async def sign_in(client: httpx.AsyncClient, who: str = "alice") -> str:
-    """Sign in through the form; return the CSRF token of the session."""
-    res = await client.post("/login", data={"token": TOKENS[who], "next": "/"})
-    assert res.status_code == 303, res.text
-    page = await client.get("/")
-    assert page.status_code == 200
-    return csrf_of(page.text)
-
-
-def csrf_of(html: str) -> str:
-    match = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert match, "no CSRF field on the page"
-    return match.group(1)
-
-
-class Inventory(HTMLParser):
-    """Collects what the accessibility and CSP checks look at."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.controls: list[dict[str, str | None]] = []
-        self.label_for: set[str] = set()
-        self.ids: list[str] = []
-        self.scripts: list[dict[str, str | None]] = []
-        self.inline_styles = 0
-        self.handlers: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if a.get("id"):
-            self.ids.append(a["id"] or "")
-        if tag in ("input", "textarea", "select") and a.get("type") != "hidden":
-            self.controls.append(a)
-        if tag == "label" and a.get("for"):
-            self.label_for.add(a["for"] or "")
-        if tag == "script":
-            self.scripts.append(a)
-        if "style" in a:
-            self.inline_styles += 1
-        self.handlers += [k for k in a if k.startswith("on")]
-
-
-def inventory(html: str) -> Inventory:
-    inv = Inventory()
-    inv.feed(html)
-    return inv
 
 
 # --------------------------------------------------------------------------- sign-in
@@ -387,16 +338,6 @@ async def test_an_approver_who_may_not_start_sees_no_start_form(
     res = await client.post("/runs", data={"csrf": csrf, "agent": "twin", "prompt": "go"})
     assert res.status_code == 403
     assert await store.list_runs() == []
-
-
-async def interrupt(store: Store, run_id: str) -> None:
-    """Approve every call of a pending run, claim it, and let its lease run out."""
-    run = await store.get_run(run_id)
-    for c in run.calls:
-        await store.decide(run_id, c.call_id, Decision.approve(), decided_by="seed")
-    claimed = await store.claim_ready("w-dead", 30)
-    assert claimed is not None
-    await store.sweep_interrupted(now=utc_now() + timedelta(minutes=5))  # the lease ran out
 
 
 async def test_interrupted_runs_are_flagged_for_an_operator(

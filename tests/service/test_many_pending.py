@@ -12,7 +12,7 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.service.pages import PAGE_RUNS
 from golem.service.schemas import MAX_LIST_LIMIT
 from tests.service.conftest import bearer
-from tests.service.test_inbox import sign_in
+from tests.support.service import sign_in
 
 N = 10_000
 

@@ -15,8 +15,8 @@ from golem.durable.store import Decision, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
 from tests.service.conftest import bearer, make_auth
-from tests.service.test_events import open_stream
 from tests.store.backends import Backend, backend_for
+from tests.support.service import open_stream
 
 pytestmark = pytest.mark.postgres
 

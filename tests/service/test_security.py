@@ -13,8 +13,7 @@ from golem.durable.store import Store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.credentials import SESSION_COOKIE
 from tests.service.conftest import TOKENS, bearer
-from tests.service.test_events import open_stream
-from tests.service.test_inbox import sign_in
+from tests.support.service import open_stream, sign_in
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,7 @@ from golem.service import ServiceSettings, create_app
 from golem.service.notify import Notifier, Webhook
 from golem.service.positions import read_position
 from tests.service.conftest import bearer, make_auth
-from tests.service.test_events import open_stream
-from tests.service.test_inbox import sign_in
+from tests.support.service import open_stream, sign_in
 
 
 class Counting:

@@ -9,7 +9,6 @@ still answers 500.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -27,18 +26,7 @@ from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import StartRun, bearer, make_auth
-from tests.service.test_inbox import sign_in
-
-
-def fail_every_call(store: Store, error: Exception) -> None:
-    """From now on every public coroutine method of `store` raises `error`."""
-
-    async def failing(*args: Any, **kwargs: Any) -> Any:
-        raise error
-
-    for name in dir(Store):  # the protocol's operations
-        if not name.startswith("_") and name != "close" and callable(getattr(store, name)):
-            setattr(store, name, failing)
+from tests.support.service import fail_every_call, sign_in
 
 
 def assert_unavailable(res: httpx.Response) -> None:

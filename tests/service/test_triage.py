@@ -12,7 +12,7 @@ import pytest
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from tests.service.conftest import StartRun
-from tests.service.test_inbox import interrupt, sign_in
+from tests.support.service import interrupt, sign_in
 
 
 def _history(prompt: str, said: str) -> str:

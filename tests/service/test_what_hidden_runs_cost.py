@@ -33,8 +33,7 @@ from golem.service import stream as stream_module
 from golem.service.api import audit_json
 from golem.service.positions import read_position
 from tests.service.conftest import bearer, make_auth
-from tests.service.test_events import WAIT, Event, parse
-from tests.service.test_inbox import sign_in
+from tests.support.service import WAIT, Event, parse, sign_in
 
 # ---------------------------------------------------------------- a raw stream client
 
@@ -485,7 +484,7 @@ async def test_every_route_for_every_caller_and_run_is_a_named_answer_that_leaks
     # an ID no run has. No answer is a 5xx; for a caller limited to some agents a hidden
     # run answers exactly as an unknown ID; and afterwards no decision, start or
     # resolution in the store was taken by an approver not allowed to take it.
-    from tests.service.test_hidden_runs import _same
+    from tests.support.service import same
 
     app = _app(registry, store)
     auth = app.state.golem.auth
@@ -524,7 +523,7 @@ async def test_every_route_for_every_caller_and_run_is_a_named_answer_that_leaks
                     if "{run_id}" not in template:
                         break
                 if "{run_id}" in template and limited:
-                    _same(answers["hidden"], answers["unknown"], hidden.id, unknown)
+                    same(answers["hidden"], answers["unknown"], hidden.id, unknown)
     # nothing was done by someone not allowed to do it
     for run in await store.list_runs(limit=1000):
         assert approvers[run.started_by].may_start(run.agent), run.id

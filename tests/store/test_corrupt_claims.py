@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _base, _rows
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, later, make_run
-from tests.store.test_corrupt_rows import _corrupt
+from tests.support.store import corrupt
 
 pytestmark = pytest.mark.version
 
@@ -69,7 +69,7 @@ async def test_a_claimed_run_that_cannot_be_read_is_claimed_once_and_kept_for_th
         try:
             bad = await _ready(store)
             good = await _ready(store)
-            _corrupt(backend, "golem_calls", "kind", "'weird'", bad)
+            corrupt(backend, "golem_calls", "kind", "'weird'", bad)
 
             claimed = await store.claim_ready_many("w1", LEASE, limit=5, now=later(0))
             assert [c.run.id for c in claimed] == [good]  # the other run is unaffected
@@ -100,7 +100,7 @@ async def test_a_claimed_run_that_cannot_be_read_is_claimed_once_and_kept_for_th
             assert _status(backend, bad) == "interrupted"
 
             # repaired, it shows why it was set aside, and the operator re-queues it
-            _corrupt(backend, "golem_calls", "kind", "'approval'", bad)
+            corrupt(backend, "golem_calls", "kind", "'approval'", bad)
             run = await store.get_run(bad)
             assert run.status is RunStatus.INTERRUPTED
             assert run.outcome is not None
@@ -164,7 +164,7 @@ async def test_a_deps_ref_too_deep_to_parse_is_set_aside_only_when_it_is_not_jso
         store = await backend.open()
         try:
             run_id = await _ready(store)
-            _corrupt(backend, "golem_runs", "deps_ref", f"'{deps_ref}'", run_id)
+            corrupt(backend, "golem_runs", "deps_ref", f"'{deps_ref}'", run_id)
             claimed = await store.claim_ready("w1", LEASE, now=later(0))
             if readable:
                 assert not set_aside
@@ -231,7 +231,7 @@ async def test_no_run_is_claimed_twice_and_an_unreadable_one_is_set_aside(
         store = await backend.open()
         try:
             run_id = await _ready(store)
-            _corrupt(backend, table, column, quoted, run_id)
+            corrupt(backend, table, column, quoted, run_id)
             readable = True
             try:
                 await store.get_run(run_id)
@@ -268,7 +268,7 @@ def test_the_operator_sees_why_and_re_queues_it_from_the_terminal(tmp_path: Any)
             store = await backend.open()
             try:
                 run_id = await _ready(store)
-                _corrupt(backend, "golem_calls", "kind", "'weird'", run_id)
+                corrupt(backend, "golem_calls", "kind", "'weird'", run_id)
                 assert await store.claim_ready("w1", LEASE) is None
                 return run_id
             finally:
@@ -290,7 +290,7 @@ def test_the_operator_sees_why_and_re_queues_it_from_the_terminal(tmp_path: Any)
         assert out.exit_code == 1  # a named error; nothing changed
         assert _status(backend, run_id) == "interrupted"
 
-        _corrupt(backend, "golem_calls", "kind", "'approval'", run_id)
+        corrupt(backend, "golem_calls", "kind", "'approval'", run_id)
         out = runner.invoke(build_app(), ["show", run_id], env=env, catch_exceptions=False)
         assert out.exit_code == 0, out.output
         assert "interrupted" in out.output

@@ -10,8 +10,6 @@ row hid or stalled every run listed, claimed or fed with it.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from typing import Any
 
 import pytest
@@ -22,6 +20,7 @@ from golem.durable.store import CorruptRecord, Decision, Store
 from golem.errors import GolemError, StoreError
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.store.runs import approval, make_run
+from tests.support.store import corrupt
 
 # (table, column, SQL value, backends it can be written on: PostgreSQL columns are typed)
 CASES = [
@@ -41,23 +40,6 @@ CASES = [
 ]
 
 
-def _corrupt(backend: Backend, table: str, column: str, value: str, run_id: str) -> None:
-    key = "id" if table == "golem_runs" else "run_id"
-    sql = f"UPDATE {table} SET {column} = {value} WHERE {key} = %s"
-    if backend.kind == "sqlite":
-        assert backend.path is not None
-        with contextlib.closing(sqlite3.connect(backend.path)) as db:
-            db.execute(sql.replace("%s", "?"), (run_id,))
-            db.commit()
-        return
-    import psycopg
-
-    assert backend.dsn is not None
-    with psycopg.connect(backend.dsn, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{backend.schema}"')
-        conn.execute(sql.encode(), (run_id,))  # type: ignore[call-overload]
-
-
 async def _named(op: Any) -> Any:
     """The op's value, or the named error it raised (a bare one fails the test)."""
     try:
@@ -72,7 +54,7 @@ async def _check(store: Store, backend: Backend, table: str, column: str, value:
         await store.save_pending(run)
     for run in (bad, other):  # ready: a worker would claim them
         await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
-    _corrupt(backend, table, column, value, bad.id)
+    corrupt(backend, table, column, value, bad.id)
 
     # the bad run: a named error (CorruptRecord names it) or, for a column it does not need, fine
     got = await _named(store.get_run(bad.id))

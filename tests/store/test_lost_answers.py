@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,35 +24,7 @@ from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
 from tests.store.chaos import chaos_registry, executions, until
 from tests.store.worker_app import approved_run, prompt_for
-
-
-class LostAnswers:
-    """`store`, except that the calls `plan` names fail with the plain `StoreError` of a dead
-    connection: `(method, n) -> "before"` fails the n-th call of `method` without running
-    it, `"after"` runs it (it commits) and then fails, its answer lost."""
-
-    def __init__(self, store: Store, plan: dict[tuple[str, int], str]) -> None:
-        self._store = store
-        self._plan = plan
-        self._calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not any(method == name for method, _ in self._plan):
-            return attr
-
-        async def faulty(*args: Any, **kwargs: Any) -> Any:
-            self._calls[name] += 1
-            fault = self._plan.get((name, self._calls[name]))
-            if fault == "before":
-                raise StoreError("postgresql: server closed the connection unexpectedly")
-            result = await attr(*args, **kwargs)
-            if fault == "after":
-                raise StoreError("postgresql: server closed the connection unexpectedly")
-            return result
-
-        return faulty
-
+from tests.support.store import LostAnswers
 
 _FAULTY = ["claim_ready_many", "finish", "list_runs_page", "get_run", "sweep_interrupted"]
 

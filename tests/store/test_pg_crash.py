@@ -23,7 +23,7 @@ from golem.durable.store import RunStatus
 from golem.durable.store.postgres import PostgresStore
 from tests.store.backends import postgres_dsn
 from tests.store.chaos import admin, check_invariants, new_schema
-from tests.store.test_sqlite_crash import ROUNDS, SEEDS, Fleet, _round
+from tests.support.crash import ROUNDS, SEEDS, Fleet, crash_round
 
 pytestmark = [
     pytest.mark.postgres,
@@ -48,7 +48,7 @@ async def test_pg_workers_killed_anywhere_never_run_an_approved_call_twice(
     killed: Counter[str] = Counter()
     try:
         for r in range(ROUNDS):
-            await _round(store, fleet, rng, f"p{seed}r{r}", approved, killed)
+            await crash_round(store, fleet, rng, f"p{seed}r{r}", approved, killed)
         for ledger in exec_dir.iterdir():  # killed between creating it and the write
             if ledger.stat().st_size == 0:
                 ledger.unlink()

@@ -16,7 +16,6 @@ import pytest
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
-from tests.service.browser.test_inbox_browser import browser as browser
 
 pytestmark = pytest.mark.browser
 

@@ -29,8 +29,7 @@ from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.notify import Webhook
 from tests.service._server import serve
 from tests.service.agents import build_registry
-from tests.service.browser.test_inbox_browser import WAIT_MS
-from tests.service.browser.test_inbox_browser import browser as browser  # the fixture
+from tests.support.browser import WAIT_MS
 
 pytestmark = pytest.mark.browser
 

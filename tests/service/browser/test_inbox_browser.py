@@ -5,7 +5,6 @@ Skipped only when /usr/bin/chromium is missing and `CI` is unset (CI installs it
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,20 +17,11 @@ from playwright.sync_api import expect
 from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
+from tests.support.browser import WAIT_MS
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 TOKEN = "browser-test-token"
-WAIT_MS = 15_000  # a guard against a hung page, not a duration the test asserts
 TOAST_LOG = """() => {
     window.__toasts = [];
     const text = document.querySelector("#toast-text");
@@ -39,22 +29,6 @@ TOAST_LOG = """() => {
         .observe(text, {childList: true, characterData: true, subtree: true});
 }"""
 """Record, in `window.__toasts`, every text the toast shows from now on (however briefly)."""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but {CHROMIUM} is missing (apt-get install chromium)")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @pytest.fixture
@@ -188,7 +162,7 @@ def test_the_live_stream_comes_back_after_the_store_was_away(
     # EventSource gives up for good after a non-200: the inbox retries it with backoff.
     from golem.durable.store import Store
     from golem.errors import StoreError
-    from tests.service.test_store_unavailable import fail_every_call
+    from tests.support.service import fail_every_call
 
     app = create_app(ServiceSettings(
         build_registry(),

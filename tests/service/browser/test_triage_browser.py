@@ -26,7 +26,6 @@ from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.service._server import serve
 from tests.service.agents import build_registry
 from tests.service.browser._queue import QUEUE, seed
-from tests.service.browser.test_inbox_browser import browser as browser
 
 pytestmark = pytest.mark.browser
 
@@ -298,7 +297,7 @@ def test_edit_and_approve_shows_a_live_diff(browser: Any, served: tuple[str, str
 
 def test_webhook_deliveries_are_visible_to_operators(browser: Any, tmp_path: Path) -> None:
     from golem.service.notify import Webhook
-    from tests.service.test_notify import Receiver
+    from tests.support.notify import Receiver
 
     receiver = Receiver([500])
     try:

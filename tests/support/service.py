@@ -1,0 +1,207 @@
+"""Helpers the service tests share: signing in, reading pages, and the change stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from html.parser import HTMLParser
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+
+from golem.durable.store import Decision, Store, utc_now
+from tests.service.conftest import TOKENS
+
+WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
+
+
+async def sign_in(client: httpx.AsyncClient, who: str = "alice") -> str:
+    """Sign in through the form; return the CSRF token of the session."""
+    res = await client.post("/login", data={"token": TOKENS[who], "next": "/"})
+    assert res.status_code == 303, res.text
+    page = await client.get("/")
+    assert page.status_code == 200
+    return csrf_of(page.text)
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of a page's forms."""
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match.group(1)
+
+
+class Inventory(HTMLParser):
+    """Collects what the accessibility and CSP checks look at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controls: list[dict[str, str | None]] = []
+        self.label_for: set[str] = set()
+        self.ids: list[str] = []
+        self.scripts: list[dict[str, str | None]] = []
+        self.inline_styles = 0
+        self.handlers: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.append(a["id"] or "")
+        if tag in ("input", "textarea", "select") and a.get("type") != "hidden":
+            self.controls.append(a)
+        if tag == "label" and a.get("for"):
+            self.label_for.add(a["for"] or "")
+        if tag == "script":
+            self.scripts.append(a)
+        if "style" in a:
+            self.inline_styles += 1
+        self.handlers += [k for k in a if k.startswith("on")]
+
+
+def inventory(html: str) -> Inventory:
+    """The controls, labels, ids, scripts and handlers of a page."""
+    inv = Inventory()
+    inv.feed(html)
+    return inv
+
+
+async def interrupt(store: Store, run_id: str) -> None:
+    """Approve every call of a pending run, claim it, and let its lease run out."""
+    run = await store.get_run(run_id)
+    for c in run.calls:
+        await store.decide(run_id, c.call_id, Decision.approve(), decided_by="seed")
+    claimed = await store.claim_ready("w-dead", 30)
+    assert claimed is not None
+    await store.sweep_interrupted(now=utc_now() + timedelta(minutes=5))  # the lease ran out
+
+
+@dataclass
+class Event:
+    """One server-sent event."""
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    comment: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse(block: str) -> Event:
+    """The event a block of server-sent-event lines stands for."""
+    ev = Event()
+    for line in block.split("\n"):
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "":
+            ev.comment = value
+        elif name == "event":
+            ev.event = value
+        elif name == "data":
+            ev.data = value
+        elif name == "id":
+            ev.id = value
+    return ev
+
+
+@dataclass
+class Stream:
+    """An open response of the app: its status, headers and the events sent so far."""
+
+    status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    buffer: str = ""
+
+    async def next(self, event: str | None = None) -> Event:
+        """The next event (of the given type, skipping others)."""
+        while True:
+            ev = await asyncio.wait_for(self.events.get(), WAIT)
+            if event is None or ev.event == event:
+                return ev
+
+
+@asynccontextmanager
+async def open_stream(
+    app: Starlette, *, headers: dict[str, str] | None = None, query: str = ""
+) -> AsyncIterator[Stream]:
+    """Open `GET /api/events` on the ASGI app; disconnect when the block ends."""
+    stream = Stream()
+    started = asyncio.Event()
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            stream.status = message["status"]
+            stream.headers = {k.decode(): v.decode() for k, v in message["headers"]}
+            started.set()
+        elif message["type"] == "http.response.body":
+            stream.buffer += message.get("body", b"").decode()
+            while "\n\n" in stream.buffer:
+                block, stream.buffer = stream.buffer.split("\n\n", 1)
+                await stream.events.put(parse(block))
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("golem.test", 80),
+        "state": {},
+    }
+    task = asyncio.create_task(app(scope, receive, send))
+    await asyncio.wait_for(started.wait(), WAIT)
+    try:
+        yield stream
+    finally:
+        gone.set()
+        await asyncio.wait_for(task, WAIT)  # the stream ends when the client goes
+
+
+def fail_every_call(store: Store, error: Exception) -> None:
+    """From now on every public coroutine method of `store` raises `error`."""
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    for name in dir(Store):  # the protocol's operations
+        if not name.startswith("_") and name != "close" and callable(getattr(store, name)):
+            setattr(store, name, failing)
+
+
+_SEALED = re.compile(r"cursor=s[A-Za-z0-9_-]{48}")
+
+
+def same(hidden: httpx.Response, unknown: httpx.Response, hidden_id: str, unknown_id: str) -> None:
+    """The two answers are one: status, headers (but the date) and body, the IDs aside."""
+    assert hidden.status_code == unknown.status_code, (hidden.text, unknown.text)
+
+    def headers(res: httpx.Response, run_id: str) -> dict[str, str]:
+        out = {k: v for k, v in res.headers.items() if k not in ("date", "content-length")}
+        return {k: v.replace(run_id, "ID") for k, v in out.items()}
+
+    assert headers(hidden, hidden_id) == headers(unknown, unknown_id)
+
+    def text(res: httpx.Response, run_id: str) -> str:
+        # a page's stream cursor is sealed with a fresh nonce on every load (ADR 0073)
+        return _SEALED.sub("cursor=SEALED", res.text.replace(run_id, "ID"))
+
+    assert text(hidden, hidden_id) == text(unknown, unknown_id)
