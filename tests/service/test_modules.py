@@ -57,48 +57,6 @@ def test_all_is_sorted_unique_and_importable(module: str) -> None:
 SERVICE = Path(golem.service.__file__).parent
 
 
-def _service_imports(path: Path) -> set[str]:
-    """The `golem.service` modules `path` imports, function-local imports included."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("golem.service"):
-            if node.module == "golem.service":
-                found |= {f"golem.service.{a.name}" for a in node.names}
-            else:
-                found.add(str(node.module))
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("golem.service.")}
-    return {m for m in found if (SERVICE / f"{m.rsplit('.', 1)[1]}.py").exists()}
-
-
-def test_the_service_modules_import_one_way() -> None:
-    graph = {
-        f"golem.service.{p.stem}": _service_imports(p)
-        for p in SERVICE.glob("*.py")
-        if p.stem != "__init__"
-    }
-    done: set[str] = set()
-
-    def visit(module: str, path: list[str]) -> None:
-        assert module not in path, "import circle: " + " -> ".join([*path, module])
-        if module in done:
-            return
-        for dep in sorted(graph[module]):
-            visit(dep, [*path, module])
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module, [])
-
-
-def test_no_service_module_imports_a_private_name() -> None:
-    for path in SERVICE.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("golem.service"):
-                private = [a.name for a in node.names if a.name.startswith("_")]
-                assert not private, f"{path.name} imports {private} from {node.module}"
-
-
 @pytest.mark.parametrize("name", ["api.py", "inbox.py"])
 def test_the_split_modules_stay_under_800_lines(name: str) -> None:
     assert len((SERVICE / name).read_text().splitlines()) < 800
