@@ -24,7 +24,7 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.resume import same_args
+from golem._checks import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.seals import KEY, Ran, make_agent, nested_parent, turn

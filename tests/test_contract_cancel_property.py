@@ -1189,12 +1189,12 @@ def test_without_the_nested_hand_back_the_property_finds_a_double_execution(
 ) -> None:
     """The property's teeth: with a nested resume handing back only the history it was
     given (as before ADR 0076), going on runs a sub-agent's approved call that acted again."""
-    from golem import nested
+    from golem import resume
 
     def given_history(self: Any) -> tuple[None, bool, tuple[str, ...]]:
         return None, True, ()
 
-    monkeypatch.setattr(nested.Handing, "read", given_history)
+    monkeypatch.setattr(resume._Handing, "read", given_history)
     n = NestedScenario(
         own=[],
         subs=[

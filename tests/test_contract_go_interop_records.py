@@ -44,7 +44,7 @@ from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
 from golem.providers.anthropic._wire import container_of
 from golem.providers.openai._wire import audio_id_of
 from golem.records import paused_records
-from golem.resume import same_args
+from golem._checks import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind
 from tests.support.go import RESOLVE, SPACED, go_compact, golem_view, paused_keyless, without_args

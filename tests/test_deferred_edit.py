@@ -22,7 +22,7 @@ from golem import (
     loads_history,
 )
 from golem.model import ModelResponse
-from golem.resume import _edited_text
+from golem._rerun import _edited_text
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem import Message, ToolCall
-from golem.resume import merge
+from golem._rerun import merge
 
 
 def asst(*ids: str) -> Message:

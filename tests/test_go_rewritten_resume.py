@@ -27,7 +27,7 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.resume import same_args
+from golem._checks import same_args
 from tests.support.go import RESOLVE, SPACED, go_compact, paused_keyless, with_args
 from tests.support.ledger import make_agent
 from tests.support.seals import nested_parent

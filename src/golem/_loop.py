@@ -79,6 +79,15 @@ class Policy:
     """The agent's own tools, when `toolsets` add more (None: `tools` are the agent's)."""
     toolsets: Sequence[Toolset] = ()
     """Sources of more tools, listed again before every model turn."""
+    instructions: Any = None
+    """The system instructions: text, or a function of the `RunContext` (sync or async)."""
+    observers: tuple[Callable[[RunEvent], None], ...] = ()
+    """The agent's own event handler, ahead of each run's."""
+    nested: bool = False
+    """Whether `tools` hold an agent tool (runs then collect sub-agent pauses)."""
+    tracer_provider: Any = None
+    agent: Any = None
+    """The agent the policy is of (named in spans)."""
 
 
 @dataclass(slots=True)

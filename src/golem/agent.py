@@ -4,72 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-import sys
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from types import TracebackType
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Concatenate,
-    Generic,
-    ParamSpec,
-    Protocol,
-    TypedDict,
-    Unpack,
-    overload,
-)
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypedDict, Unpack, overload
 
 import pydantic
 from typing_extensions import TypeVar
 
-from golem._cancel import cancel_requests
-from golem._ids import new_id
-from golem._loop import Policy, RunState, run_loop
-from golem.agent_tool import (
-    SUB_RUN,
-    AgentTool,
-    agent_tool,
-    copy_result,
-    has_agent_tools,
-    partial_of,
-    run_scope,
-    surface,
-)
-from golem.deferred import DeferredRequests, DeferredResults, PausedRun, as_results
-from golem.errors import Overloaded, RateLimited, ResumeError, Stage, UsageLimitExceeded
+from golem._loop import Policy, run_loop
+from golem._rerun import BeforeApproved
+from golem._run import History, Prompt, plain, prepare, run_traced
+from golem.agent_tool import AgentTool, agent_tool, has_agent_tools
+from golem.deferred import DeferredRequests, DeferredResults, PausedRun
+from golem.errors import Overloaded, RateLimited, Stage
 from golem.events import EventHandler, RunEvent
-from golem.history import pair_results, validate_history
 from golem.limits import UsageLimits
-from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
-from golem.nested import (
-    Handing,
-    NestedPlan,
-    Spent,
-    check_records,
-    check_sub_agents,
-    drop_finished,
-    resume_sub_agents,
-)
-from golem.records import paused_records
 from golem.result import Result, RunError
-from golem.resume import BeforeApproved, ResumePlan, ResumeProgress, check_resume, merge, resolve
+from golem.resume import ResumeProgress, ResumeRequest, precheck, resume_agent
 from golem.seal import SealKey, SealKeys, as_seal_keys
 from golem.tool import ClearedApproval, ModelRetry, RunContext, Tool
 from golem.toolset import Toolset, enter_all, resolve_tools
 from golem.usage import Price, Usage
-
-if TYPE_CHECKING:
-    from golem.integrations.otel import RunTracer
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
 
@@ -81,8 +37,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
-Prompt = str | Sequence[str | Part]
-History = Sequence[Message] | str
 Paused = History | PausedRun
 """What a resume starts from: a `PausedRun`, or a plain history (its messages or their JSON)."""
 Resolutions = DeferredResults | Mapping[str, Any]
@@ -221,8 +175,8 @@ class Agent(Generic[DepsT, OutputT]):
         if tracer_provider is not None:
             import golem.integrations.otel  # noqa: F401 - fails now, with the install command, without the extra
         self.tracer_provider = tracer_provider
-        self._agent_tools: tuple[int, bool] | None = None
         self._run_policy: Policy | None = None
+        self._policy_tools = 0
         self.tools: dict[str, Tool] = {}
         self.toolsets: list[Toolset] = []
         for toolset in toolsets:
@@ -336,84 +290,6 @@ class Agent(Generic[DepsT, OutputT]):
                 raise RunError(Stage.TOOL, exc, None) from exc
             yield tools
 
-    def _new_tracer(self, trace_context: str = "") -> RunTracer | None:
-        """The run's tracer when tracing is on (`golem.integrations.otel`), else None."""
-        if self.tracer_provider is None and "golem.integrations.otel" not in sys.modules:
-            return None  # golem.integrations.otel never imported: tracing is off, nothing to ask
-        from golem.integrations.otel import run_tracer
-
-        return run_tracer(self, self.tracer_provider, trace_context)
-
-    def _run_tracer(
-        self,
-        state: RunState,
-        trace_context: str = "",
-        operation: str = "run",
-        opened: RunTracer | None = None,
-    ) -> RunTracer | None:
-        """Start the run's span when tracing is on, else None (`opened`: a tracer whose span
-        a nested resume opened already); `operation` is "run" or "resume" (the span's
-        `golem.run.operation`)."""
-        tracer = opened
-        if tracer is not None:
-            tracer.bind(state)
-        else:
-            tracer = self._new_tracer(trace_context)
-            if tracer is None:
-                return None
-            tracer.start(state, operation=operation)
-        state.tracer = tracer
-        state.observers = (tracer.on_event, *state.observers)
-        return tracer
-
-    async def _run_traced(
-        self,
-        policy: Policy,
-        state: RunState,
-        *,
-        stream: bool = False,
-        trace_context: str = "",
-        before: Callable[[], Awaitable[None]] | None = None,
-        operation: str = "run",
-        opened: RunTracer | None = None,
-    ) -> Result[OutputT]:
-        """`run_loop` on `state` (after `before`), inside the run's span when tracing is on
-        and collecting sub-agent pauses when the agent has agent tools."""
-        tracer = self._run_tracer(state, trace_context, operation, opened)
-        nested = self._nested(policy.tools)
-        try:
-            with run_scope(state) if nested else contextlib.nullcontext() as scope:
-                if before is not None:
-                    await before()
-                result = await run_loop(policy, state, stream=stream)
-            if scope is not None:
-                result = surface(result, scope)
-        except BaseException as exc:
-            if tracer is not None:
-                tracer.fail(exc)
-            raise
-        if tracer is None:
-            return result
-        return copy_result(result, trace_context=tracer.finish(result))
-
-    def _plain(self, policy: Policy) -> bool:
-        """True when a run needs neither spans nor sub-agent scoping (the fast path)."""
-        return (
-            self.tracer_provider is None
-            and "golem.integrations.otel" not in sys.modules
-            and not self._nested(policy.tools)
-        )
-
-    def _nested(self, tools: Mapping[str, Tool]) -> bool:
-        """Whether `tools` hold an agent tool (remembered for the agent's own tools, which
-        only grow)."""
-        if tools is not self.tools:
-            return has_agent_tools(tools)
-        known = self._agent_tools
-        if known is None or known[0] != len(tools):
-            known = self._agent_tools = (len(tools), has_agent_tools(tools))
-        return known[1]
-
     def as_tool(
         self,
         name: str | None = None,
@@ -440,18 +316,16 @@ class Agent(Generic[DepsT, OutputT]):
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
-        """What one run follows: the agent's configuration as it is when the run starts,
-        with `tools` (the agent's, plus its entered toolsets').
-
-        Without toolsets the same `Policy` serves every run until the configuration
-        changes (`__setattr__`, `_register` drop it); no run assigns to it.
-        """
+        """What one run follows: the agent's configuration now, with `tools` (its own, plus
+        its entered toolsets'). Without toolsets one `Policy` serves every run until the
+        configuration changes (`__setattr__`, `_register` drop it)."""
         own = tools is self.tools and not self.toolsets
-        if own and self._run_policy is not None:
-            return self._run_policy
+        cached = self._run_policy
+        if own and cached is not None and self._policy_tools == len(tools):
+            return cached
         policy = self._build_policy(tools)
         if own:
-            self._run_policy = policy
+            self._run_policy, self._policy_tools = policy, len(tools)
         return policy
 
     def _build_policy(self, tools: Mapping[str, Tool]) -> Policy:
@@ -479,6 +353,11 @@ class Agent(Generic[DepsT, OutputT]):
             tool_choice=self.tool_choice,
             own_tools=self.tools if self.toolsets else None,
             toolsets=tuple(self.toolsets),
+            instructions=self.instructions,
+            observers=() if self.event_handler is None else (self.event_handler,),
+            nested=has_agent_tools(tools),
+            tracer_provider=self.tracer_provider,
+            agent=self,
         )
 
     # ----------------------------------------------------------------- policy helpers
@@ -504,76 +383,6 @@ class Agent(Generic[DepsT, OutputT]):
                 return None  # the provider asks for longer than the agent waits
             wait = max(wait, exc.retry_after)
         return wait
-
-    async def _instructions(self, ctx: RunContext[Any]) -> str:
-        ins = self.instructions
-        if ins is None:
-            return ""
-        if isinstance(ins, str):
-            return ins
-        value = ins(ctx)
-        if inspect.isawaitable(value):
-            value = await value
-        return str(value)
-
-    def _observers(self, on_event: EventHandler | None) -> tuple[EventHandler, ...]:
-        if self.event_handler is None:
-            return (on_event,) if on_event is not None else ()
-        return (self.event_handler, on_event) if on_event is not None else (self.event_handler,)
-
-    # ----------------------------------------------------------------- runs
-
-    def _state(
-        self,
-        deps: Any,
-        run_id: str | None,
-        conversation_id: str,
-        on_event: EventHandler | None,
-    ) -> RunState:
-        return RunState(
-            messages=[],
-            deps=deps,
-            run_id=run_id or new_id(),
-            conversation_id=conversation_id,
-            observers=self._observers(on_event),
-            cancels=cancel_requests(),
-        )
-
-    async def _prepare(
-        self,
-        prompt: Prompt,
-        deps: Any,
-        hist: History | None,
-        run_id: str | None,
-        conversation_id: str | None,
-        on_event: EventHandler | None,
-    ) -> RunState:
-        supplied = _as_history(hist)
-        validate_history(supplied)
-        user = _prompt_message(prompt)
-        conversation = conversation_id or _conversation_of(supplied) or new_id()
-        state = self._state(deps, run_id, conversation, on_event)
-        spent = SUB_RUN.get()
-        if spent is not None:  # this run is an agent tool's sub-run: its parent counts it
-            SUB_RUN.set(None)
-            spent.append(state)
-        await self._open(state, [m for m in supplied if m.role != "system"])
-        if user is not None and (user.content or user.parts or not supplied):
-            state.messages.append(_stamp(user, state))
-        return state
-
-    async def _open(self, state: RunState, body: list[Message]) -> None:
-        """Start the evidence: this run's instructions, then the repaired history."""
-        ins = self.instructions
-        if ins is None or isinstance(ins, str):
-            text = ins or ""
-        else:
-            text = await self._instructions(
-                RunContext(state.deps, state.run_id, state.conversation_id)
-            )
-        if text:
-            state.messages.append(new_message("system", text))
-        state.messages.extend(pair_results(body))
 
     @overload
     async def run(
@@ -623,13 +432,13 @@ class Agent(Generic[DepsT, OutputT]):
         """
         with ClearedApproval():
             async with self._toolsets_entered() as tools:
-                state = await self._prepare(
-                    prompt, deps, history, run_id, conversation_id, on_event
-                )
                 policy = self._policy(tools)
-                if self._plain(policy):
+                state = await prepare(
+                    policy, prompt, deps, history, run_id, conversation_id, on_event
+                )
+                if plain(policy):
                     return await run_loop(policy, state)
-                return await self._run_traced(policy, state)
+                return await run_traced(policy, state)
 
     @overload
     def run_sync(
@@ -728,249 +537,20 @@ class Agent(Generic[DepsT, OutputT]):
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
             with ClearedApproval():
                 async with self._toolsets_entered() as tools:
-                    state = await self._prepare(
-                        prompt, deps, history, run_id, conversation_id, on_event
+                    policy = self._policy(tools)
+                    state = await prepare(
+                        policy, prompt, deps, history, run_id, conversation_id, on_event
                     )
                     state.sink = sink
-                    policy = self._policy(tools)
-                    if self._plain(policy):
+                    if plain(policy):
                         return await run_loop(policy, state, stream=True)
-                    return await self._run_traced(policy, state, stream=True)
+                    return await run_traced(policy, state)
 
         return RunStream(start)
 
     def _check_streaming(self) -> None:
         if not callable(getattr(self.model, "generate_stream", None)):
             raise TypeError(f"golem: model {type(self.model).__name__} does not support streaming")
-
-    def _check_resume(
-        self,
-        history: History,
-        results: Resolutions,
-        conversation_id: str | None,
-        expected: DeferredRequests | None,
-        policy: Policy,
-        bound: bool | None = None,
-    ) -> ResumePlan:
-        """Validate a resume. `bound` says whether the caller vouched for the conversation
-        (default: whether `conversation_id` was passed); with a seal key, an unbound one
-        needs `expected` (`ConversationRequired`)."""
-        supplied = _resume_history(history)
-        resolutions = as_results(results)
-        if self._nested(policy.tools):  # answered sub-agents' calls are no-ops (ADR 0076)
-            resolutions, expected = drop_finished(supplied, resolutions, expected, policy.tools)
-        # the caller's word first, then the expected calls' (the caller kept them), then the
-        # history's (whatever its editor wrote; the Go golem drops it)
-        named = (
-            conversation_id
-            or getattr(expected, "conversation_id", "")
-            or _conversation_of(supplied)
-        )
-        return check_resume(
-            supplied,
-            resolutions,
-            policy.tools,
-            conversation_id=named or new_id(),
-            keys=policy.seal_keys,
-            expected=expected,
-            conversation_bound=bool(conversation_id) if bound is None else bound,
-            conversation_named=bool(named),
-        )
-
-    def _check_sub_resume(
-        self,
-        history: list[Message],
-        results: DeferredResults,
-        conversation_id: str,
-        expected: DeferredRequests | None = None,
-    ) -> None:
-        """Check this agent's resume as a sub-agent in conversation `conversation_id` (the
-        one its parent derived), before its parent runs anything (nested sub-agents
-        included). An agent with toolsets is checked when it resumes: its toolsets' tools
-        are known once entered.
-
-        Raises:
-            ResumeError: the first problem found.
-        """
-        if self.toolsets:
-            return
-        policy = self._policy(self.tools)
-
-        if self._nested(self.tools) and paused_records(history):
-            plan = check_records(history, results, self.tools, expected)
-            if plan.own_pending:
-                self._check_resume(plan.checked, plan.own, conversation_id, None, policy, True)
-            check_sub_agents(plan, conversation_id=conversation_id)
-        else:
-            self._check_resume(history, results, conversation_id, expected, policy, True)
-
-    async def _resume(
-        self,
-        plan: ResumePlan,
-        policy: Policy,
-        prompt: Prompt,
-        deps: Any,
-        run_id: str | None,
-        on_event: EventHandler | None,
-        before_approved: BeforeApproved | None,
-        sink: Callable[[Delta | RunEvent], None] | None = None,
-        trace_context: str = "",
-        spent: Spent | None = None,
-        progress: ResumeProgress | None = None,
-        opened: RunTracer | None = None,
-    ) -> Result[OutputT]:
-        user = _prompt_message(prompt)
-        state = self._state(deps, run_id, plan.conversation_id, on_event)
-        state.sink = sink
-        if spent is not None:  # resumed sub-agents' spending counts in this run
-            spent.seed(state)
-        stream = sink is not None
-        if self._plain(policy):
-            await self._resolve(plan, policy, state, before_approved, user, progress)
-            return await run_loop(policy, state, stream=stream)
-        return await self._run_traced(
-            policy,
-            state,
-            stream=stream,
-            trace_context=trace_context,
-            before=lambda: self._resolve(plan, policy, state, before_approved, user, progress),
-            operation="resume",
-            opened=opened,
-        )
-
-    async def _resolve(
-        self,
-        plan: ResumePlan,
-        policy: Policy,
-        state: RunState,
-        before_approved: BeforeApproved | None,
-        user: Message | None,
-        progress: ResumeProgress | None,
-    ) -> None:
-        """A resume's first steps: re-run approved calls, merge, open, add the prompt."""
-        merged = await resolve(plan, policy, state, before_approved, progress)
-        await self._open(state, [m for m in merged if m.role != "system"])
-        if user is not None and (user.content or user.parts):
-            state.messages.append(_stamp(user, state))
-
-    async def _resume_nested(
-        self,
-        tools: Mapping[str, Tool],
-        history: list[Message],
-        results: Resolutions,
-        prompt: Prompt,
-        deps: Any,
-        run_id: str | None,
-        conversation_id: str | None,
-        on_event: EventHandler | None,
-        before_approved: BeforeApproved | None,
-        sink: Callable[[Delta | RunEvent], None] | None,
-        trace_context: str,
-        expected: DeferredRequests | None = None,
-        progress: ResumeProgress | None = None,
-    ) -> Result[OutputT]:
-        """A resume whose history records paused sub-agents (see `golem.nested`): check
-        everything, resume the sub-agents, then this agent's own calls and run."""
-        policy = self._policy(tools)
-        run_id = run_id or new_id()  # one identity for every part of this resume
-        bound = bool(conversation_id) or expected is not None
-        conversation_id = conversation_id or _conversation_of(history) or new_id()
-        if progress is not None:
-            progress._reset()
-        plan = check_records(history, as_results(results), tools, expected)
-        if plan.own_pending:
-            self._check_resume(plan.checked, plan.own, conversation_id, None, policy, bound)
-        check_sub_agents(plan, conversation_id=conversation_id, conversation_bound=bound)
-        # the parent's span opens first: the sub-agents resume under it, then its own run
-        tracer = self._new_tracer(trace_context)
-        if tracer is not None:
-            tracer.open(run_id, conversation_id, operation="resume")
-        try:
-            handing = await resume_sub_agents(
-                plan,
-                deps=deps,
-                observers=self._observers(on_event),
-                sink=sink,
-                trace_context=trace_context,
-                run_id=run_id,
-                conversation_id=conversation_id,
-                before_approved=before_approved,
-                progress=progress,
-                price=policy.cost,
-            )
-            if handing.repaused:  # a sub-agent paused again: so does this agent
-                result = await self._paused_again(
-                    plan, handing, policy, deps, on_event, before_approved, bound
-                )
-            else:
-                merged = merge(handing.merged, {})
-                spent = Spent.of(handing.spent)
-                if plan.own_pending:
-                    handing.own, handing.base = ResumeProgress(), merged
-                    own = self._check_resume(merged, plan.own, conversation_id, None, policy, bound)
-                    result = await self._resume(
-                        own, policy, prompt, deps, run_id, on_event, before_approved, sink,
-                        trace_context, spent, progress=handing.own, opened=tracer,
-                    )  # fmt: skip
-                else:
-                    handing.continued = merged
-                    state = await self._prepare(
-                        prompt, deps, merged, run_id, conversation_id, on_event
-                    )
-                    state.sink = sink
-                    spent.seed(state)
-                    result = await self._run_traced(
-                        policy, state, stream=sink is not None, trace_context=trace_context,
-                        operation="resume", opened=tracer,
-                    )  # fmt: skip
-        except BaseException as exc:
-            if tracer is not None and tracer.is_open:
-                tracer.fail(exc)
-            raise
-        if tracer is not None and tracer.is_open:  # the parent paused again, its loop unrun
-            result = copy_result(result, trace_context=tracer.finish(result))
-        return result
-
-    async def _paused_again(
-        self,
-        plan: NestedPlan,
-        handing: Handing,
-        policy: Policy,
-        deps: Any,
-        on_event: EventHandler | None,
-        before_approved: BeforeApproved | None,
-        bound: bool,
-    ) -> Result[Any]:
-        """This agent's own calls resolved (not continued) under a sub-agent that paused
-        again, and the still paused result, within this agent's limits and priced."""
-        merged, tool_calls = handing.merged, 0
-        if plan.own_pending:
-            handing.own = ResumeProgress()
-            own = self._check_resume(merged, plan.own, handing.conversation_id, None, policy, bound)
-            state = self._state(deps, handing.run_id, own.conversation_id, on_event)
-            try:
-                merged = await resolve(
-                    own,
-                    policy,
-                    state,
-                    before_approved,
-                    handing.own,
-                    hand_back=False,  # the partial holds the sub-agents' records too (ADR 0076)
-                )
-            except RunError as failed:
-                failed.partial = handing.partial(None)
-                raise
-            tool_calls = state.tool_calls
-        result = handing.paused(merged, tool_calls)
-        result = copy_result(result, cost=policy.cost(result.usage))
-        if policy.usage_limits is not None:
-            try:
-                policy.usage_limits.check(
-                    result.usage, result.requests, result.tool_calls, result.cost
-                )
-            except UsageLimitExceeded as exc:
-                raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
-        return result
 
     @overload
     async def run_with_deferred_results(
@@ -1054,42 +634,20 @@ class Agent(Generic[DepsT, OutputT]):
             RunError: an approved re-run or the resumed run failed; its `partial` holds
                 what ran.
         """
-        plain, conversation_id, expected, trace_context = _unpack(
-            history, conversation_id, expected, trace_context
+        request = ResumeRequest.of(
+            history,
+            results,
+            prompt,
+            deps=deps,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            on_event=on_event,
+            expected=expected,
+            before_approved=before_approved,
+            trace_context=trace_context,
+            progress=progress,
         )
-        with ClearedApproval():
-            async with self._toolsets_entered() as tools:
-                if self._nested(tools):
-                    supplied = _resume_history(plain, validate=False)
-                    if paused_records(supplied):
-                        return await self._resume_nested(
-                            tools,
-                            supplied,
-                            results,
-                            prompt,
-                            deps,
-                            run_id,
-                            conversation_id,
-                            on_event,
-                            before_approved,
-                            None,
-                            trace_context,
-                            expected,
-                            progress,
-                        )
-                policy = self._policy(tools)
-                plan = self._check_resume(plain, results, conversation_id, expected, policy)
-                return await self._resume(
-                    plan,
-                    policy,
-                    prompt,
-                    deps,
-                    run_id,
-                    on_event,
-                    before_approved,
-                    trace_context=trace_context,
-                    progress=progress,
-                )
+        return await resume_agent(self, request)
 
     @overload
     def run_with_deferred_results_sync(
@@ -1220,51 +778,24 @@ class Agent(Generic[DepsT, OutputT]):
             ResumeError: the resume is invalid (raised here, before anything runs).
         """
         self._check_streaming()
-        plain, conversation_id, expected, trace_context = _unpack(
-            history, conversation_id, expected, trace_context
+        request = ResumeRequest.of(
+            history,
+            results,
+            prompt,
+            deps=deps,
+            run_id=run_id,
+            conversation_id=conversation_id,
+            on_event=on_event,
+            expected=expected,
+            before_approved=before_approved,
+            trace_context=trace_context,
+            progress=progress,
         )
-        plan: ResumePlan | None = None
-        nested = self._nested(self.tools) and paused_records(_resume_history(plain, validate=False))
-        if not self.toolsets and not nested:  # toolsets' tools are known once entered
-            plan = self._check_resume(
-                plain, results, conversation_id, expected, self._policy(self.tools)
-            )
+        plan = precheck(self, request)
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
-            with ClearedApproval():
-                async with self._toolsets_entered() as tools:
-                    if nested:
-                        return await self._resume_nested(
-                            tools,
-                            _resume_history(plain, validate=False),
-                            results,
-                            prompt,
-                            deps,
-                            run_id,
-                            conversation_id,
-                            on_event,
-                            before_approved,
-                            sink,
-                            trace_context,
-                            expected,
-                            progress,
-                        )
-                    policy = self._policy(tools)
-                    checked = plan or self._check_resume(
-                        plain, results, conversation_id, expected, policy
-                    )
-                    return await self._resume(
-                        checked,
-                        policy,
-                        prompt,
-                        deps,
-                        run_id,
-                        on_event,
-                        before_approved,
-                        sink,
-                        trace_context,
-                        progress=progress,
-                    )
+            request.sink = sink
+            return await resume_agent(self, request, plan)
 
         return RunStream(start)
 
@@ -1392,60 +923,6 @@ def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main())
 
 
-def _as_history(hist: History | None) -> list[Message]:
-    if hist is None:
-        return []
-    if isinstance(hist, str):
-        return loads_history(hist)
-    return list(hist)
-
-
-def _resume_history(hist: History, *, validate: bool = True) -> list[Message]:
-    """The history a resume starts from: JSON that does not load, or (with `validate`)
-    messages that break the structural rules, are a `ResumeError` (still a `ValueError`)
-    carrying the loader's or validator's message, like every other refused resume."""
-    try:
-        supplied = _as_history(hist)
-        if validate:
-            validate_history(supplied)
-    except ResumeError:
-        raise
-    except ValueError as exc:
-        raise ResumeError(f"golem: {exc}") from exc
-    return supplied
-
-
-def _conversation_of(messages: Sequence[Message]) -> str:
-    for m in reversed(messages):
-        if m.conversation_id:
-            return m.conversation_id
-    return ""
-
-
-def _prompt_message(prompt: Prompt) -> Message | None:
-    if isinstance(prompt, str):
-        return new_message("user", prompt)
-    texts: list[str] = []
-    parts: list[Part] = []
-    for i, item in enumerate(prompt):
-        if isinstance(item, str):
-            texts.append(item)
-        elif isinstance(item, Part):
-            problem = item.problem()
-            if problem:
-                raise ValueError(f"golem: prompt part {i}: {problem}")
-            parts.append(item)
-        else:
-            raise ValueError(
-                f"golem: prompt item {i} must be a str or a Part, got {type(item).__name__}"
-            )
-    return new_message("user", "\n".join(texts), parts)
-
-
-def _stamp(m: Message, state: RunState) -> Message:
-    return stamped(m, state.run_id, state.conversation_id)
-
-
 def _unfence(text: str) -> str:
     """The JSON inside a Markdown code fence (```json ... ```), or the text unchanged."""
     stripped = text.strip()
@@ -1460,21 +937,3 @@ def _describe_output_error(exc: pydantic.ValidationError) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "output"
         problems.append(f"{loc}: {err['msg']}")
     return "invalid output: " + "; ".join(problems)
-
-
-def _unpack(
-    history: Paused,
-    conversation_id: str | None,
-    expected: DeferredRequests | None,
-    trace_context: str,
-) -> tuple[History, str | None, DeferredRequests | None, str]:
-    """A resume's history and the paused run's facts: a `PausedRun` supplies the
-    conversation, the expected calls and the trace context the caller did not pass."""
-    if not isinstance(history, PausedRun):
-        return history, conversation_id, expected, trace_context
-    return (
-        history.messages,
-        conversation_id or history.conversation_id or None,
-        expected if expected is not None else history.pending,
-        trace_context or history.trace_context,
-    )

@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextvars
 import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import pydantic_core
 
-from golem._loop import RunState
+from golem._loop import Policy, RunState
 from golem.deferred import DeferredRequests, PendingToolCall
 from golem.errors import (
     Stage,
@@ -111,11 +111,11 @@ class SubAgent(Protocol):
     @property
     def seal_keys(self) -> SealKeys | None: ...
     @property
+    def toolsets(self) -> Sequence[Any]: ...
+    @property
     def run(self) -> Callable[..., Awaitable[Result[Any]]]: ...
-    @property
-    def run_with_deferred_results(self) -> Callable[..., Awaitable[Result[Any]]]: ...
-    @property
-    def _check_sub_resume(self) -> Callable[..., None]: ...
+    def _toolsets_entered(self) -> AbstractAsyncContextManager[Mapping[str, Tool]]: ...
+    def _policy(self, tools: Mapping[str, Tool]) -> Policy: ...
 
 
 class AgentTool(Tool):
@@ -383,7 +383,9 @@ def namespaced(
     ]
 
 
-def paused_record(call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str) -> Message:
+def paused_record(
+    call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str
+) -> Message:
     assert sub.pending is not None
     state = json.dumps(
         {"agent": tool_name, "history": dumps_history(sub.messages)},

@@ -1,326 +1,45 @@
-"""Paused sub-agents inside a parent's history: their records, checked and resumed.
+"""Checking a resume whose history records paused sub-agents, as a tree.
 
-A parent whose sub-agent (`Agent.as_tool`) paused records the sub-agent's paused history
-in the tool message that answers its call (`golem.agent_tool.PAUSED_MARKER`). A resume of
-the parent takes namespaced IDs (`<call id>/<sub call id>`): `check_records` and
-`check_sub_agents` validate every record and each sub-agent's share of the resolutions
-before anything runs, `resume_sub_agents` resumes each sub-agent by its own
-`run_with_deferred_results`, and the parent then resolves its own calls (ADR 0076).
+A paused sub-agent's record (`golem.records`) answers its parent's call. `check_records`
+splits the namespaced resolutions (`<call id>/<sub call id>`) between the parent and each
+record; `check_sub_agents` checks each sub-agent's share as that sub-agent checks its own
+resume, at any depth, before anything runs (ADR 0076).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from golem._loop import RunState
-from golem.agent_tool import (
-    PAUSED_MARKER,
-    AgentTool,
-    copy_result,
-    forwarder,
-    namespaced,
-    output_text,
-    paused_record,
-    sub_conversation,
-)
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
-from golem.errors import (
-    ResumeError,
-    Stage,
-    SubAgentConversationMismatch,
-    ToolError,
-)
-from golem.events import EventHandler
-from golem.history import paused_batch_ids, validate_history
-from golem.messages import Message, ToolCall, loads_history
-from golem.records import (
-    Paused,
-    named_conversation,
-    owner_of,
-    pending_or_none,
-    ran_in,
-    read_records,
-    record_text,
-    sub_agent_calls,
-    waiting_calls,
-)
-from golem.result import PartialResult, Result, RunError
-from golem.resume import (
-    BeforeApproved,
-    ResumeProgress,
+from golem._checks import (
     answered_calls,
     brief,
+    check,
     conversation_required,
     same_args,
     with_expected_args,
 )
-from golem.tool import (
-    Canceled,
-    DeferKind,
-    Tool,
-    find_signal,
+from golem.agent_tool import PAUSED_MARKER, SubAgent, sub_conversation
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
+from golem.errors import ResumeError, SubAgentConversationMismatch
+from golem.history import paused_batch_ids, validate_history
+from golem.messages import Message, loads_history
+from golem.records import (
+    Paused,
+    drop_finished,
+    named_conversation,
+    owner_of,
+    paused_records,
+    pending_or_none,
+    ran_in,
+    read_records,
+    sub_agent_calls,
 )
-from golem.usage import Usage
-
-# --------------------------------------------------------------------------- resuming
-
-
-
+from golem.tool import Tool
 
 __all__: list[str] = []
-
-
-async def resume_sub_agents(
-    plan: NestedPlan,
-    *,
-    deps: Any,
-    observers: Sequence[EventHandler] = (),
-    sink: Callable[[Any], None] | None = None,
-    trace_context: str = "",
-    run_id: str = "",
-    conversation_id: str = "",
-    before_approved: BeforeApproved | None = None,
-    progress: ResumeProgress | None = None,
-    price: Callable[[Usage], float] = lambda usage: 0.0,
-) -> Handing:
-    """Resume each paused sub-agent of a checked plan by its own `run_with_deferred_results`
-    (or `run`, when it has nothing left to resolve) and write its answer, or its new record
-    when it paused again, in place of its old record.
-
-    The returned `Handing` holds the rewritten history (`merged`), the sub-agents that paused
-    again (`repaused`) and what they spent; `progress` follows it. `before_approved` (the
-    parent's) is awaited before every approved re-run, with the call namespaced as in the
-    parent's `Result.pending`. The sub-agents' events go to `observers` and `sink`.
-
-    Raises:
-        RunError: a sub-agent failed; its `partial` is the parent's history with what ran
-            answered or rewritten (ADR 0076).
-    """
-    handing = Handing(plan.history, plan.records, plan.results, run_id, conversation_id, price)
-    if progress is not None:
-        progress._follow(handing.read)
-    merged = handing.merged = list(plan.history)
-    for call_id, rec in plan.records.items():
-        forward = forwarder(observers, sink, call_id, rec.tool.name)
-        try:
-            if rec.continues:
-                sub = await rec.tool.agent.run(
-                    deps=rec.tool._deps(deps),
-                    history=rec.history,
-                    conversation_id=rec.conversation,
-                    on_event=forward,
-                )
-            else:
-                sub = await rec.tool.agent.run_with_deferred_results(
-                    rec.history,
-                    DeferredResults(approvals=rec.approvals, external=rec.external),
-                    deps=rec.tool._deps(deps),
-                    conversation_id=rec.conversation,
-                    expected=rec.expected,
-                    on_event=forward,
-                    trace_context=trace_context,
-                    before_approved=_namespaced_guard(before_approved, call_id, rec.tool.name),
-                    progress=handing.subs.setdefault(call_id, ResumeProgress()),
-                )
-        except RunError as failed:
-            wrapped = _sub_failed(call_id, rec.tool.name, failed)
-            wrapped.partial = handing.partial(failed.partial)
-            raise wrapped from wrapped.__cause__
-        handing.spent.append(sub)
-        if sub.pending is not None:
-            handing.repaused[call_id] = (rec.tool, sub)
-            merged[rec.index] = paused_record(
-                call_id,
-                rec.tool.name,
-                sub,
-                run_id or rec.message.run_id,
-                conversation_id or rec.message.conversation_id,
-            )
-        else:
-            merged[rec.index] = handing.answers[call_id] = replace(
-                rec.message,
-                content=output_text(sub.output),
-                run_id=run_id or rec.message.run_id,
-                conversation_id=conversation_id or rec.message.conversation_id,
-            )
-    return handing
-
-
-@dataclass(slots=True)
-class Handing:
-    """What a nested resume has done so far, built into a history only when a failure or
-    a cancellation hands it back (ADR 0076)."""
-
-    history: list[Message]
-    records: Mapping[str, Paused]
-    results: DeferredResults
-    run_id: str
-    conversation_id: str
-    price: Callable[[Usage], float]
-    spent: list[Result[Any]] = field(default_factory=list)
-    """The results of the sub-agents that answered or paused again."""
-    answers: dict[str, Message] = field(default_factory=dict)
-    """The answer written in place of each record whose sub-agent answered."""
-    subs: dict[str, ResumeProgress] = field(default_factory=dict)
-    """Each resumed sub-agent's own progress."""
-    own: ResumeProgress | None = None
-    """The progress of the parent's own pending calls, once they resolve."""
-    base: list[Message] | None = None
-    """The history the parent's own resume started from (every sub-agent answered)."""
-    continued: list[Message] | None = None
-    """The resolved history the parent went on from (no call of its own was pending)."""
-    merged: list[Message] = field(default_factory=list)
-    """The history with each sub-agent's answer, or new record, in place of its old one."""
-    repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
-    """The sub-agents that paused again, by parent call ID."""
-
-    def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
-        """The parent, still paused on the sub-agents that paused again (with the resuming
-        run's identity), counting what the sub-agents spent."""
-        paused = _paused_result(
-            messages, self.repaused, tool_calls, self.run_id, self.conversation_id
-        )
-        return _with_usage(paused, self.spent)
-
-    def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
-        """(the history to go on from or None when nothing ran, whether it is still
-        paused, the namespaced IDs of the approved calls that ran)."""
-        answered = tuple(f"{cid}/{x}" for cid, p in self.subs.items() for x in p.answered)
-        if self.own is not None:
-            answered += self.own.answered
-        if self.continued is not None:
-            return list(self.continued), False, answered
-        if self.base is not None and self.own is not None:
-            got = self.own.messages
-            if got is None:
-                return list(self.base), True, answered
-            return got, self.own.paused, answered
-        out = list(self.history)
-        touched = False
-        for call_id, rec in self.records.items():
-            answer = self.answers.get(call_id)
-            if answer is not None:
-                out[rec.index] = answer
-                touched = True
-                continue
-            sub = self.subs.get(call_id)
-            sub_history = sub.messages if sub is not None else None
-            if sub_history is not None:
-                out[rec.index] = _progress_record(
-                    rec, sub_history, self.run_id, self.conversation_id
-                )
-                touched = True
-        if self.own is not None and self.own.answered:
-            out = self.own._answer(out)
-            touched = True
-        return (out if touched else None), True, answered
-
-    def partial(self, failed: PartialResult | None) -> PartialResult:
-        """The partial of a nested resume that failed while a sub-agent resumed (its own
-        partial `failed`, for what it spent) or while the parent's own calls resolved."""
-
-        messages = self.read()[0]
-        if messages is None:
-            messages = list(self.history)
-        spent = Spent.of(self.spent)
-        usage, requests, tool_calls = spent
-        if failed is not None:
-            usage = usage + failed.usage
-            requests += failed.requests
-            tool_calls += failed.tool_calls
-        return PartialResult(
-            messages=messages,
-            usage=usage,
-            requests=requests,
-            tool_calls=tool_calls,
-            cost=self.price(usage),
-            run_id=self.run_id,
-            conversation_id=self.conversation_id,
-            pending=_pending_of(messages, self.results),
-        )
-
-
-def _progress_record(
-    rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
-) -> Message:
-    """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
-    name = rec.tool.name
-    waiting = waiting_calls(sub_history)
-    if waiting:
-        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
-        line = f'sub-agent "{name}" is paused, waiting for {calls}'
-    else:
-        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
-    state = json.dumps(
-        {"agent": name, "history": record_text(sub_history)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return replace(
-        rec.message,
-        content=f"{PAUSED_MARKER} {line}\n{state}",
-        run_id=run_id or rec.message.run_id,
-        conversation_id=conversation_id or rec.message.conversation_id,
-    )
-
-
-def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
-    """The calls a paused `history` waits on — its own pending calls and, where each
-    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
-    history order, grouped by the kind `results` gives them (reasons are empty: a history
-    keeps none)."""
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
-    records = {
-        m.tool_call_id: m
-        for m in history
-        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
-    }
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
-
-    def add(call_id: str, tool_name: str, call: ToolCall) -> None:
-        approval = call_id in results.approvals
-        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
-        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
-        (approvals if approval else external).append(pending)
-
-    for m in history:
-        if m.role != "assistant":
-            continue
-        for c in m.tool_calls:
-            record = records.get(c.id)
-            if record is not None:
-                for key, sub in sub_agent_calls([record]).items():
-                    add(key, sub.tool_name, sub.call)
-            elif c.id not in answered:
-                add(c.id, c.name, c)
-    return DeferredRequests(approvals=approvals, external=external)
-
-
-class Spent(NamedTuple):
-    """What resumed sub-agents spent: a resuming parent's run starts counting from it."""
-
-    usage: Usage
-    requests: int
-    tool_calls: int
-
-    @classmethod
-    def of(cls, results: Sequence[Result[Any]]) -> Spent:
-        usage, requests, tool_calls = Usage(), 0, 0
-        for r in results:
-            usage = usage + r.usage
-            requests += r.requests
-            tool_calls += r.tool_calls
-        return cls(usage, requests, tool_calls)
-
-    def seed(self, state: RunState) -> None:
-        """Start `state`'s counters from this (before the parent's re-runs and loop)."""
-        state.usage = state.usage + self.usage
-        state.requests += self.requests
-        state.tool_calls += self.tool_calls
 
 
 @dataclass(slots=True)
@@ -432,12 +151,8 @@ def check_sub_agents(
             if rec.expected is None:
                 raise _mismatch(call_id, rec, named)
             rec.conversation = named
-        rec.tool.agent._check_sub_resume(
-            rec.history,
-            DeferredResults(approvals=rec.approvals, external=rec.external),
-            rec.conversation,
-            rec.expected,
-        )
+        shares = DeferredResults(approvals=rec.approvals, external=rec.external)
+        _check_sub(rec.tool.agent, rec.history, shares, rec.conversation, rec.expected)
     if not conversation_bound and plan.expected is None:
         keyed = _keyed_waiting(plan.records)
         if keyed is not None:
@@ -472,51 +187,6 @@ def _check_continuing(call_id: str, rec: Paused) -> None:
             "waits on no call and does not end with its answered batch: it is not a record "
             "golem writes, and no resume continues it"
         )
-
-
-def drop_finished(
-    history: Sequence[Message],
-    results: DeferredResults,
-    expected: DeferredRequests | None,
-    tools: Mapping[str, Tool],
-) -> tuple[DeferredResults, DeferredRequests | None]:
-    """`results` and `expected` without the namespaced calls of sub-agents that answered:
-    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
-    (not a paused record) answers — left by a nested resume that failed or was cancelled
-    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
-    (ADR 0071), it is skipped; nothing of it runs."""
-    keys = [*results.approvals, *results.external]
-    if expected is not None:
-        keys.extend(p.call_id for p in expected.calls)
-    if not any("/" in k for k in keys):
-        return results, expected
-    names = {c.id: c.name for m in history for c in m.tool_calls}
-    finished = [
-        m.tool_call_id + "/"
-        for m in history
-        if m.role == "tool"
-        and m.tool_call_id
-        and not m.content.startswith(PAUSED_MARKER)
-        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
-    ]
-    if not finished:
-        return results, expected
-
-    def gone(key: str) -> bool:
-        return key not in names and any(key.startswith(f) for f in finished)
-
-    if not any(gone(k) for k in keys):
-        return results, expected
-    kept = DeferredResults(
-        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
-        external={k: v for k, v in results.external.items() if not gone(k)},
-    )
-    if expected is not None:
-        expected = DeferredRequests(
-            approvals=[p for p in expected.approvals if not gone(p.call_id)],
-            external=[p for p in expected.external if not gone(p.call_id)],
-        )
-    return kept, expected
 
 
 def _answered_nested(history: Sequence[Message], key: str) -> bool:
@@ -650,32 +320,6 @@ def _check_expected(
             )
 
 
-def _namespaced_guard(
-    guard: BeforeApproved | None, call_id: str, tool_name: str
-) -> BeforeApproved | None:
-    """`guard` for a sub-agent's resume: it sees the sub-agent's calls namespaced."""
-    if guard is None:
-        return None
-
-    async def namespaced(call: ToolCall) -> None:
-        await guard(replace(call, id=f"{call_id}/{call.id}", name=f"{tool_name}/{call.name}"))
-
-    return namespaced
-
-
-def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
-    """The parent's failure when a sub-agent it resumes fails: like an approved re-run's —
-    stage `canceled` with the sentinel when the sub-agent was canceled, else stage `tool`
-    naming the parent's call (the caller sets the parent's partial: the sub-run's is not
-    the parent's evidence)."""
-    canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
-    if canceled is not None:
-        return RunError(Stage.CANCELED, canceled)
-    err = ToolError(tool_name, call_id, f"sub-agent resume failed: {failed}")
-    err.__cause__ = failed
-    return RunError(Stage.TOOL, err)
-
-
 def _split(
     records: Mapping[str, Paused], results: DeferredResults, own_ids: set[str]
 ) -> DeferredResults:
@@ -697,38 +341,22 @@ def _split(
     return DeferredResults(approvals=approvals, external=external)
 
 
-def _paused_result(
-    messages: list[Message],
-    repaused: Mapping[str, tuple[AgentTool, Result[Any]]],
-    tool_calls: int,
-    run_id: str = "",
-    conversation_id: str = "",
-) -> Result[Any]:
-    """The parent, still paused on the sub-agents that paused again (with the resuming
-    run's identity)."""
-
-    last = messages[-1]
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
-    for call_id, (tool, sub) in repaused.items():
-        assert sub.pending is not None
-        approvals.extend(namespaced(call_id, tool.name, sub.pending.approvals))
-        external.extend(namespaced(call_id, tool.name, sub.pending.external))
-    conversation_id = conversation_id or last.conversation_id
-    return Result(
-        output=None,
-        messages=messages,
-        tool_calls=tool_calls,
-        run_id=run_id or last.run_id,
-        conversation_id=conversation_id,
-        pending=DeferredRequests(approvals, external, conversation_id),
-    )
-
-
-def _with_usage(result: Result[Any], subs: Sequence[Result[Any]]) -> Result[Any]:
-    usage, requests, tool_calls = result.usage, result.requests, result.tool_calls
-    for sub in subs:
-        usage = usage + sub.usage
-        requests += sub.requests
-        tool_calls += sub.tool_calls
-    return copy_result(result, usage=usage, requests=requests, tool_calls=tool_calls)
+def _check_sub(
+    agent: SubAgent,
+    history: list[Message],
+    results: DeferredResults,
+    conversation_id: str,
+    expected: DeferredRequests | None,
+) -> None:
+    """Check `agent`'s resume as a sub-agent in conversation `conversation_id`, nested
+    sub-agents included; an agent with toolsets is checked when it resumes."""
+    if agent.toolsets:
+        return
+    policy = agent._policy(agent.tools)
+    if policy.nested and paused_records(history):
+        plan = check_records(history, results, policy.tools, expected)
+        if plan.own_pending:
+            check(policy, plan.checked, plan.own, conversation_id, None, True)
+        check_sub_agents(plan, conversation_id=conversation_id)
+    else:
+        check(policy, history, results, conversation_id, expected, True)

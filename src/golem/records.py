@@ -6,8 +6,6 @@ reads records (`read_records`, `sub_agent_calls`) and seals the calls they wait 
 (`seal_sub_agent_calls`); `golem.nested` resumes them.
 """
 
-
-
 from __future__ import annotations
 
 import json
@@ -20,7 +18,7 @@ from golem.agent_tool import (
     AgentTool,
     sub_conversation,
 )
-from golem.deferred import DeferredRequests, pending_calls
+from golem.deferred import DeferredRequests, DeferredResults, pending_calls
 from golem.errors import (
     HistoryError,
     ResumeError,
@@ -33,6 +31,7 @@ from golem.tool import (
 )
 
 __all__ = ["SubAgentCall", "seal_sub_agent_calls", "sub_agent_calls"]
+
 
 @dataclass(slots=True)
 class Paused:
@@ -257,3 +256,48 @@ def pending_or_none(history: Sequence[Message]) -> list[Any]:
         return pending_calls(history)
     except ResumeError:
         return []
+
+
+def drop_finished(
+    history: Sequence[Message],
+    results: DeferredResults,
+    expected: DeferredRequests | None,
+    tools: Mapping[str, Tool],
+) -> tuple[DeferredResults, DeferredRequests | None]:
+    """`results` and `expected` without the namespaced calls of sub-agents that answered:
+    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
+    (not a paused record) answers — left by a nested resume that failed or was cancelled
+    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
+    (ADR 0071), it is skipped; nothing of it runs."""
+    keys = [*results.approvals, *results.external]
+    if expected is not None:
+        keys.extend(p.call_id for p in expected.calls)
+    if not any("/" in k for k in keys):
+        return results, expected
+    names = {c.id: c.name for m in history for c in m.tool_calls}
+    finished = [
+        m.tool_call_id + "/"
+        for m in history
+        if m.role == "tool"
+        and m.tool_call_id
+        and not m.content.startswith(PAUSED_MARKER)
+        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
+    ]
+    if not finished:
+        return results, expected
+
+    def gone(key: str) -> bool:
+        return key not in names and any(key.startswith(f) for f in finished)
+
+    if not any(gone(k) for k in keys):
+        return results, expected
+    kept = DeferredResults(
+        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
+        external={k: v for k, v in results.external.items() if not gone(k)},
+    )
+    if expected is not None:
+        expected = DeferredRequests(
+            approvals=[p for p in expected.approvals if not gone(p.call_id)],
+            external=[p for p in expected.external if not gone(p.call_id)],
+        )
+    return kept, expected

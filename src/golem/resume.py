@@ -1,380 +1,511 @@
-"""Resuming a paused run: check everything, re-run approved calls, merge, hand to the loop.
+"""Resuming a paused run, top to bottom: check everything, re-run the approved calls, merge,
+then hand the history to the run loop (docs/guides/deferred-tools.md).
 
-`check_resume` validates a resume completely — pending calls, seals, kinds, resolutions,
-edited arguments — and raises `ResumeError` before anything runs. `resume` then re-runs the
-approved calls (each once), merges every resolution into the history in the model's
-emission order and returns the history the run loop goes on from.
+A history with paused sub-agents (`Agent.as_tool`) is a tree of paused runs: every
+sub-agent's share is checked first, at any depth; each sub-agent then resumes by this same
+path (`resume_agent`), its answer or new record replaces its old record, and the parent's
+own calls resolve last (ADR 0076).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from golem._cancel import raise_if_swallowed
-from golem._loop import Policy, RunState
-from golem.deferred import (
-    Approval,
-    DeferredRequests,
-    DeferredResults,
-    PendingToolCall,
-    pending_calls,
+from golem._checks import ResumePlan, check, load
+from golem._ids import new_id
+from golem._loop import Policy, RunState, run_loop
+from golem._rerun import BeforeApproved, Resolving, merge, resolve
+from golem._run import (
+    History,
+    Prompt,
+    conversation_of,
+    new_state,
+    new_tracer,
+    observers_of,
+    open_run,
+    plain,
+    prepare,
+    prompt_message,
+    run_traced,
 )
-from golem.errors import (
-    ConversationRequired,
-    ResumeError,
-    SealError,
-    Stage,
-    ToolError,
-    ToolTimeout,
+from golem.agent_tool import (
+    PAUSED_MARKER,
+    AgentTool,
+    SubAgent,
+    copy_result,
+    forwarder,
+    namespaced,
+    output_text,
+    partial_of,
+    paused_record,
 )
-from golem.events import EventKind
-from golem.history import paused_batch_ids
+from golem.deferred import DeferredRequests, DeferredResults, PausedRun, PendingToolCall, as_results
+from golem.errors import Stage, ToolError, UsageLimitExceeded
+from golem.events import EventHandler
 from golem.messages import Message, ToolCall
-from golem.result import PartialResult, RunError
-from golem.seal import SealKeys, replace_calls, seal_call, verify_call
-from golem.tool import (
-    ApprovedScope,
-    Canceled,
-    DeferKind,
-    Deferred,
-    InvalidArguments,
-    RunContext,
-    Tool,
-    ToolResult,
-    find_signal,
-    finished_result,
-)
+from golem.nested import NestedPlan, check_records, check_sub_agents
+from golem.records import Paused, paused_records, record_text, sub_agent_calls, waiting_calls
+from golem.result import PartialResult, Result, RunError
+from golem.tool import Canceled, ClearedApproval, DeferKind, find_signal
+from golem.usage import Usage
+
+if TYPE_CHECKING:
+    from golem.integrations.otel import RunTracer
 
 __all__ = ["BeforeApproved", "ResumeProgress"]
 
-
-def _denial_text(reason: str) -> str:
-    """The tool result the model receives for a denied call."""
-    if reason:
-        return f"Your tool call was denied: {reason}. Do not call it again; continue without its result."
-    return "Your tool call was denied. Do not call it again; continue without its result."
+Resolutions = DeferredResults | Mapping[str, Any]
 
 
-_SHOWN = 200
+@dataclass(slots=True)
+class ResumeRequest:
+    """One resume: the paused history, its resolutions, and the resumed run's options."""
+
+    history: History
+    results: Resolutions
+    prompt: Prompt = ""
+    deps: Any = None
+    run_id: str | None = None
+    conversation_id: str | None = None
+    on_event: EventHandler | None = None
+    expected: DeferredRequests | None = None
+    before_approved: BeforeApproved | None = None
+    trace_context: str = ""
+    progress: ResumeProgress | None = None
+    sink: Callable[[Any], None] | None = None
+
+    @classmethod
+    def of(
+        cls, paused: History | PausedRun, results: Resolutions, prompt: Prompt, **options: Any
+    ) -> ResumeRequest:
+        """The request for `paused`: a `PausedRun` supplies the conversation, the expected
+        calls and the trace context the caller did not pass."""
+        req = cls(
+            paused if not isinstance(paused, PausedRun) else paused.messages,
+            results,
+            prompt,
+            **options,
+        )
+        if isinstance(paused, PausedRun):
+            req.conversation_id = req.conversation_id or paused.conversation_id or None
+            req.expected = req.expected if req.expected is not None else paused.pending
+            req.trace_context = req.trace_context or paused.trace_context
+        return req
 
 
-def brief(text: str) -> str:
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+def precheck(agent: SubAgent, req: ResumeRequest) -> ResumePlan | None:
+    """A streamed resume's check, before its stream starts; None when it can only be checked
+    once started (toolsets' tools are known once entered; paused sub-agents)."""
+    if agent.toolsets:
+        return None
+    policy = agent._policy(agent.tools)
+    if policy.nested and paused_records(load(req.history, validate=False)):
+        return None
+    return check(policy, req.history, req.results, req.conversation_id, req.expected)
 
 
-def _edited_text(original: str, edited: str, result: str) -> str:
-    """The tool result the model receives for a call approved with edited arguments."""
-    note = (
-        "The approver changed the arguments of this call before approving it: "
-        f"you proposed {brief(original)}, it ran with {brief(edited)}."
+async def resume_agent(
+    agent: SubAgent, req: ResumeRequest, plan: ResumePlan | None = None
+) -> Result[Any]:
+    """Resume `agent`'s paused run (`plan`: checked already): check, re-run, merge, run on."""
+    with ClearedApproval():
+        async with agent._toolsets_entered() as tools:
+            policy = agent._policy(tools)
+            if policy.nested:
+                history = load(req.history, validate=False)
+                if paused_records(history):
+                    return await _resume_nested(policy, history, req)
+            if plan is None:
+                plan = check(policy, req.history, req.results, req.conversation_id, req.expected)
+            return await _resume_flat(policy, plan, req, req.progress)
+
+
+async def _resume_flat(
+    policy: Policy,
+    plan: ResumePlan,
+    req: ResumeRequest,
+    progress: ResumeProgress | None,
+    run_id: str | None = None,
+    spent: _Spent | None = None,
+    opened: RunTracer | None = None,
+) -> Result[Any]:
+    """Re-run and merge `plan`, then run the loop on the merged history and the prompt."""
+    user = prompt_message(req.prompt)
+    state = new_state(policy, req.deps, run_id or req.run_id, plan.conversation_id, req.on_event)
+    state.sink = req.sink
+    if spent is not None:  # resumed sub-agents' spending counts in this run
+        spent.seed(state)
+    work = Resolving(plan)
+
+    async def before() -> None:
+        if progress is not None:
+            progress._start(work)
+        merged = await resolve(work, policy, state, req.before_approved)
+        await open_run(policy, state, merged, user, False)
+
+    if plain(policy):
+        await before()
+        return await run_loop(policy, state, stream=req.sink is not None)
+    return await run_traced(
+        policy,
+        state,
+        trace_context=req.trace_context,
+        before=before,
+        operation="resume",
+        opened=opened,
     )
-    return f"{note}\n{result}" if result else note
 
 
-def _check_results(
-    history: Sequence[Message],
-    pending: Sequence[ToolCall],
-    results: DeferredResults,
-    tools: Mapping[str, Tool],
+async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequest) -> Result[Any]:
+    """A resume whose history records paused sub-agents: check the whole tree, resume the
+    sub-agents, then this run's own calls, and run on (or stay paused)."""
+    run_id = req.run_id or new_id()  # one identity for every part of this resume
+    bound = bool(req.conversation_id) or req.expected is not None
+    conversation_id = req.conversation_id or conversation_of(history) or new_id()
+    if req.progress is not None:
+        req.progress._reset()
+    plan = check_records(history, as_results(req.results), policy.tools, req.expected)
+    if plan.own_pending:
+        check(policy, plan.checked, plan.own, conversation_id, None, bound)
+    check_sub_agents(plan, conversation_id=conversation_id, conversation_bound=bound)
+    tracer = new_tracer(policy, req.trace_context)  # opens first: the sub-agents run under it
+    if tracer is not None:
+        tracer.open(run_id, conversation_id, operation="resume")
+    handing = _Handing(
+        plan.history, plan.records, plan.results, run_id, conversation_id, policy.cost
+    )
+    if req.progress is not None:
+        req.progress._follow(handing.read)
+    try:
+        await _resume_subs(plan, handing, policy, req)
+        if handing.repaused:  # a sub-agent paused again: so does this run
+            result = await _paused_again(plan, handing, policy, req, bound)
+        else:
+            merged = merge(handing.merged, {})
+            spent = _Spent.of(handing.spent)
+            if plan.own_pending:
+                handing.own, handing.base = ResumeProgress(), merged
+                own = check(policy, merged, plan.own, conversation_id, None, bound)
+                result = await _resume_flat(policy, own, req, handing.own, run_id, spent, tracer)
+            else:
+                handing.continued = merged
+                state = await prepare(
+                    policy, req.prompt, req.deps, merged, run_id, conversation_id, req.on_event
+                )
+                state.sink = req.sink
+                spent.seed(state)
+                result = await run_traced(
+                    policy,
+                    state,
+                    trace_context=req.trace_context,
+                    operation="resume",
+                    opened=tracer,
+                )
+    except BaseException as exc:
+        if tracer is not None and tracer.is_open:
+            tracer.fail(exc)
+        raise
+    if tracer is not None and tracer.is_open:  # paused again, its loop unrun
+        result = copy_result(result, trace_context=tracer.finish(result))
+    return result
+
+
+async def _resume_subs(
+    plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest
 ) -> None:
-    """Validate resolutions against the pending calls, before anything runs.
-
-    A resolution for a call the history already answers (an approved call that ran before
-    a resume failed or was cancelled, ADR 0071) is skipped: that call never runs again.
-
-    Raises:
-        ResumeError: an unknown call ID, a call resolved twice, an unresolved call,
-            or an approved call whose tool the agent does not have.
-    """
-    ids = {c.id for c in pending}
-    answered: set[str] | None = None
-    for call_id in results.approvals:
-        if call_id in results.external:
-            raise ResumeError(
-                f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
+    """Resume each paused sub-agent of a checked plan by this same path (or `run` it, when
+    it has nothing left to resolve), writing its answer, or its new record when it paused
+    again, in place of its old record; a failure's partial is the parent's (ADR 0076)."""
+    merged = handing.merged = list(plan.history)
+    observers = observers_of(policy, req.on_event)
+    for call_id, rec in plan.records.items():
+        agent, name = rec.tool.agent, rec.tool.name
+        forward = forwarder(observers, req.sink, call_id, name)
+        try:
+            if rec.continues:
+                sub = await agent.run(
+                    deps=rec.tool._deps(req.deps),
+                    history=rec.history,
+                    conversation_id=rec.conversation,
+                    on_event=forward,
+                )
+            else:
+                sub = await resume_agent(
+                    agent,
+                    ResumeRequest(
+                        rec.history,
+                        DeferredResults(approvals=rec.approvals, external=rec.external),
+                        deps=rec.tool._deps(req.deps),
+                        conversation_id=rec.conversation,
+                        expected=rec.expected,
+                        on_event=forward,
+                        trace_context=req.trace_context,
+                        before_approved=_namespaced_guard(req.before_approved, call_id, name),
+                        progress=handing.subs.setdefault(call_id, ResumeProgress()),
+                    ),
+                )
+        except RunError as failed:
+            wrapped = _sub_failed(call_id, name, failed)
+            wrapped.partial = handing.partial(failed.partial)
+            raise wrapped from wrapped.__cause__
+        handing.spent.append(sub)
+        run_id = handing.run_id or rec.message.run_id
+        conversation = handing.conversation_id or rec.message.conversation_id
+        if sub.pending is not None:
+            handing.repaused[call_id] = (rec.tool, sub)
+            merged[rec.index] = paused_record(call_id, name, sub, run_id, conversation)
+        else:
+            merged[rec.index] = handing.answers[call_id] = replace(
+                rec.message,
+                content=output_text(sub.output),
+                run_id=run_id,
+                conversation_id=conversation,
             )
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: approval for unknown tool call "{call_id}"')
-    for call_id in results.external:
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: external result for unknown tool call "{call_id}"')
-    for c in pending:
-        approval = results.approvals.get(c.id)
-        if approval is None and c.id not in results.external:
-            raise ResumeError(f'golem: pending tool call "{c.id}" ({c.name}) has no resolution')
-        if approval is not None and approval.approved and c.name not in tools:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}": tool "{c.name}" is not registered'
-            )
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
-    call: ToolCall
-    approval: Approval | None
-    external: str | None
-    args: str | None
-    """Edited arguments (JSON text) of an approved call, or None."""
+async def _paused_again(
+    plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest, bound: bool
+) -> Result[Any]:
+    """This run's own calls resolved (not run on) under a sub-agent that paused again, and
+    the still paused result, within this run's limits and priced."""
+    merged, tool_calls = handing.merged, 0
+    if plan.own_pending:
+        handing.own = ResumeProgress()
+        own = check(policy, merged, plan.own, handing.conversation_id, None, bound)
+        state = new_state(policy, req.deps, handing.run_id, own.conversation_id, req.on_event)
+        work = Resolving(own)
+        handing.own._start(work)
+        try:  # hand_back=False: the partial holds the sub-agents' records too (ADR 0076)
+            merged = await resolve(work, policy, state, req.before_approved, hand_back=False)
+        except RunError as failed:
+            failed.partial = handing.partial(None)
+            raise
+        tool_calls = state.tool_calls
+    result = handing.paused(merged, tool_calls)
+    result = copy_result(result, cost=policy.cost(result.usage))
+    if policy.usage_limits is not None:
+        try:
+            policy.usage_limits.check(result.usage, result.requests, result.tool_calls, result.cost)
+        except UsageLimitExceeded as exc:
+            raise RunError(Stage.USAGE, exc, partial_of(result)) from exc
+    return result
 
 
-@dataclass(frozen=True, slots=True)
-class ResumePlan:
-    """A validated resume: what `resume` will do for each pending call, in history order."""
+def _namespaced_guard(
+    guard: BeforeApproved | None, call_id: str, tool_name: str
+) -> BeforeApproved | None:
+    """`guard` for a sub-agent's resume: it sees the sub-agent's calls namespaced."""
+    if guard is None:
+        return None
+
+    async def namespaced_guard(call: ToolCall) -> None:
+        await guard(replace(call, id=f"{call_id}/{call.id}", name=f"{tool_name}/{call.name}"))
+
+    return namespaced_guard
+
+
+def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
+    """The parent's failure when a sub-agent it resumes fails: stage `canceled` with the
+    sentinel when it was canceled, else stage `tool` naming the parent's call."""
+    canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
+    if canceled is not None:
+        return RunError(Stage.CANCELED, canceled)
+    err = ToolError(tool_name, call_id, f"sub-agent resume failed: {failed}")
+    err.__cause__ = failed
+    return RunError(Stage.TOOL, err)
+
+
+class _Spent(NamedTuple):
+    """What resumed sub-agents spent: a resuming parent's run starts counting from it."""
+
+    usage: Usage
+    requests: int
+    tool_calls: int
+
+    @classmethod
+    def of(cls, results: Sequence[Result[Any]]) -> _Spent:
+        usage, requests, tool_calls = Usage(), 0, 0
+        for r in results:
+            usage = usage + r.usage
+            requests += r.requests
+            tool_calls += r.tool_calls
+        return cls(usage, requests, tool_calls)
+
+    def seed(self, state: RunState) -> None:
+        """Start `state`'s counters from this (before the parent's re-runs and loop)."""
+        state.usage = state.usage + self.usage
+        state.requests += self.requests
+        state.tool_calls += self.tool_calls
+
+
+@dataclass(slots=True)
+class _Handing:
+    """What a nested resume has done so far, built into a history only when a failure or
+    a cancellation hands it back (ADR 0076)."""
 
     history: list[Message]
-    steps: list[_Step]
+    records: Mapping[str, Paused]
+    results: DeferredResults
+    run_id: str
     conversation_id: str
+    price: Callable[[Usage], float]
+    spent: list[Result[Any]] = field(default_factory=list)
+    """The results of the sub-agents that answered or paused again."""
+    answers: dict[str, Message] = field(default_factory=dict)
+    """The answer written in place of each record whose sub-agent answered."""
+    subs: dict[str, ResumeProgress] = field(default_factory=dict)
+    """Each resumed sub-agent's own progress."""
+    own: ResumeProgress | None = None
+    """The progress of the parent's own pending calls, once they resolve."""
+    base: list[Message] | None = None
+    """The history the parent's own resume started from (every sub-agent answered)."""
+    continued: list[Message] | None = None
+    """The resolved history the parent went on from (no call of its own was pending)."""
+    merged: list[Message] = field(default_factory=list)
+    """The history with each sub-agent's answer, or new record, in place of its old one."""
+    repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
+    """The sub-agents that paused again, by parent call ID."""
 
-
-def check_resume(
-    history: list[Message],
-    results: DeferredResults,
-    tools: Mapping[str, Tool],
-    *,
-    conversation_id: str,
-    keys: SealKeys | None = None,
-    expected: DeferredRequests | None = None,
-    conversation_bound: bool = True,
-    conversation_named: bool = True,
-) -> ResumePlan:
-    """Validate a resume completely, before anything runs.
-
-    Checks, in order: the history has pending calls, each with an ID, and no call ID
-    twice; nothing but tool results follows the paused batch; with `keys`, every
-    pending call's seal verifies (for `conversation_id`) and every pending call is in
-    the paused batch (not an answered call of an older turn made pending again); with `expected` (the paused
-    run's `Result.pending`), the pending calls are exactly the expected ones, with the
-    same tool names and arguments; every pending call is resolved once, by a resolution
-    of its kind (sealed or expected); approved calls have a registered tool; edited
-    arguments pass the tool's schema.
-
-    `conversation_bound` is false when `conversation_id` is only what the history names
-    (its editor's choice): with `keys`, sealed calls then resume only with `expected`.
-    `conversation_named` is false when nothing named the conversation (`conversation_id` was
-    made up): a seal that then fails to verify is reported as that.
-
-    Raises:
-        ResumeError: the first problem found, naming the call (`SealError` for seals;
-            `ConversationRequired` for sealed calls whose conversation nothing binds).
-        TypeError: `expected` is not a `DeferredRequests`.
-    """
-    if expected is not None and not isinstance(expected, DeferredRequests):
-        raise TypeError(
-            f"expected is the paused run's Result.pending (DeferredRequests), "
-            f"got {type(expected).__name__}"
+    def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
+        """The parent, still paused on the sub-agents that paused again (with the resuming
+        run's identity), counting what the sub-agents spent."""
+        last = messages[-1]
+        approvals: list[PendingToolCall] = []
+        external: list[PendingToolCall] = []
+        for call_id, (tool, sub) in self.repaused.items():
+            assert sub.pending is not None
+            approvals.extend(namespaced(call_id, tool.name, sub.pending.approvals))
+            external.extend(namespaced(call_id, tool.name, sub.pending.external))
+        conversation_id = self.conversation_id or last.conversation_id
+        spent = _Spent.of(self.spent)
+        return Result(
+            output=None,
+            messages=messages,
+            usage=spent.usage,
+            requests=spent.requests,
+            tool_calls=tool_calls + spent.tool_calls,
+            run_id=self.run_id or last.run_id,
+            conversation_id=conversation_id,
+            pending=DeferredRequests(approvals, external, conversation_id),
         )
-    pending = pending_calls(history)
-    _check_tail(history)
-    if expected is not None:
-        history = with_expected_args(history, expected)
-        pending = pending_calls(history)
-    kinds: dict[str, DeferKind] = {}
-    if keys is not None:
-        for c in pending:
-            try:
-                kinds[c.id] = verify_call(keys, conversation_id, c)
-            except SealError as exc:
-                if exc.problem != "tampered" or conversation_named:
-                    raise
-                raise SealError(
-                    c.id,
-                    c.name,
-                    "tampered",
-                    f"{exc}; but nothing named the conversation its seal binds: the history "
-                    "has no conversationId (the Go golem drops it when it re-writes a history) "
-                    "and neither conversation_id= nor expected= (with its conversation) nor a "
-                    "PausedRun was given",
-                ) from None
-        _check_batch(history, pending)
-    if expected is not None:
-        _check_expected(history, pending, expected, kinds)
-    _check_results(history, pending, results, tools)
-    steps = [_step(c, kinds.get(c.id), results, tools) for c in pending]
-    if keys is not None and not conversation_bound and expected is None and pending:
-        # last, so every other problem is reported as itself: this one is the caller's code
-        raise conversation_required(pending[0].id, pending[0].name)
-    return ResumePlan(history, steps, conversation_id)
 
+    def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
+        """(the history to go on from or None when nothing ran, whether it is still
+        paused, the namespaced IDs of the approved calls that ran)."""
+        answered = tuple(f"{cid}/{x}" for cid, p in self.subs.items() for x in p.answered)
+        if self.own is not None:
+            answered += self.own.answered
+        if self.continued is not None:
+            return list(self.continued), False, answered
+        if self.base is not None and self.own is not None:
+            got = self.own.messages
+            if got is None:
+                return list(self.base), True, answered
+            return got, self.own.paused, answered
+        out = list(self.history)
+        touched = False
+        for call_id, rec in self.records.items():
+            answer = self.answers.get(call_id)
+            if answer is not None:
+                out[rec.index] = answer
+                touched = True
+                continue
+            sub = self.subs.get(call_id)
+            sub_history = sub.messages if sub is not None else None
+            if sub_history is not None:
+                out[rec.index] = _progress_record(
+                    rec, sub_history, self.run_id, self.conversation_id
+                )
+                touched = True
+        if self.own is not None and self.own.answered:
+            out = self.own._answer(out)
+            touched = True
+        return (out if touched else None), True, answered
 
-def _step(
-    c: ToolCall, kind: DeferKind | None, results: DeferredResults, tools: Mapping[str, Tool]
-) -> _Step:
-    """What the resume does for pending call `c`: its resolution, checked against the kind
-    it was sealed with (when sealed) and, for edited arguments, against its tool."""
-    approval = results.approvals.get(c.id)
-    if approval is not None and kind is DeferKind.EXTERNAL:
-        raise ResumeError(
-            f'golem: pending tool call "{c.id}" ({c.name}) waits for an external result, '
-            "not an approval; resolve it in external={...}"
+    def partial(self, failed: PartialResult | None) -> PartialResult:
+        """The partial of a nested resume that failed while a sub-agent resumed (its own
+        partial `failed`, for what it spent) or while the parent's own calls resolved."""
+
+        messages = self.read()[0]
+        if messages is None:
+            messages = list(self.history)
+        spent = _Spent.of(self.spent)
+        usage, requests, tool_calls = spent
+        if failed is not None:
+            usage = usage + failed.usage
+            requests += failed.requests
+            tool_calls += failed.tool_calls
+        return PartialResult(
+            messages=messages,
+            usage=usage,
+            requests=requests,
+            tool_calls=tool_calls,
+            cost=self.price(usage),
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            pending=_pending_of(messages, self.results),
         )
-    if approval is None and kind is DeferKind.APPROVAL:
-        raise ResumeError(
-            f'golem: pending tool call "{c.id}" ({c.name}) waits for an approval; an '
-            "external result cannot stand in for it: resolve it in approvals={...}"
-        )
-    args = None
-    if approval is not None and approval.args is not None:
-        args = _edited_args(c, approval.args, tools[c.name])
-    return _Step(c, approval, results.external.get(c.id), args)
 
 
-def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
-    """The error for a keyed resume that was told neither its conversation nor its calls."""
-    return ConversationRequired(
-        call_id,
-        tool_name,
-        "conversation_required",
-        f'golem: pending tool call "{call_id}" ({tool_name}) is sealed, and a seal binds '
-        "its conversation, but this resume was given neither conversation_id= (non-empty) "
-        "nor expected=: the conversation ID the history names is whatever its editor wrote, so "
-        "another conversation's sealed call could be relabeled into it. Pass "
-        "conversation_id= from your own record of the paused run (paused.conversation_id), "
-        "or expected=paused.pending; nothing was executed",
+def _progress_record(
+    rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
+) -> Message:
+    """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
+    name = rec.tool.name
+    waiting = waiting_calls(sub_history)
+    if waiting:
+        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
+        line = f'sub-agent "{name}" is paused, waiting for {calls}'
+    else:
+        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
+    state = json.dumps(
+        {"agent": name, "history": record_text(sub_history)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return replace(
+        rec.message,
+        content=f"{PAUSED_MARKER} {line}\n{state}",
+        run_id=run_id or rec.message.run_id,
+        conversation_id=conversation_id or rec.message.conversation_id,
     )
 
 
-def _check_tail(history: Sequence[Message]) -> None:
-    """A paused history ends with its batch: after the last assistant message with tool
-    calls come only tool results (the batch's, recorded before the pause).
-
-    Raises:
-        ResumeError: another message follows the paused batch (a user message appended
-            while paused, say): the merge would not carry it over, so it is refused rather
-            than dropped; new text for the model is the resume's `prompt`.
-    """
-    for i in range(len(history) - 1, -1, -1):
-        m = history[i]
-        if m.role == "tool":
-            continue
-        if m.role == "assistant" and m.tool_calls:
-            return
-        raise ResumeError(
-            f"golem: history message {i} ({m.role}) follows the paused batch; a paused "
-            "history ends with the batch's tool results — pass new text as the resume's "
-            "prompt instead of appending it"
-        )
-
-
-def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
-    """With a seal key, every pending call belongs to the paused batch (the last assistant
-    message with tool calls): a sealed pause never leaves calls open in older turns, and an
-    answered call keeps its genuine seal as a record, so one pending in an older turn had
-    its result removed to run it again.
-
-    Raises:
-        ResumeError: a pending call is outside the paused batch.
-    """
-    batch = paused_batch_ids(history)
-    for c in pending:
-        if c.id not in batch:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
-                "its seal is genuine, so it was answered in an earlier turn and its result "
-                "removed; a sealed history resumes only the calls of its last pause"
-            )
-
-
-def _check_expected(
-    history: Sequence[Message],
-    pending: Sequence[ToolCall],
-    expected: DeferredRequests,
-    kinds: dict[str, DeferKind],
-) -> None:
-    """The pending calls are expected ones (name, arguments, seal and kind as expected);
-    an expected call that is not pending is answered in the paused batch — an approved
-    call a failed or cancelled resume already ran (ADR 0071).
-
-    Raises:
-        ResumeError: the first difference found.
-    """
-    wanted = {p.call_id: p for p in expected.calls}
-    approval_ids = {p.call_id for p in expected.approvals}
-    for c in pending:
-        p = wanted.pop(c.id, None)
-        if p is None:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not one of the expected '
-                "pending calls (added to the history after the pause?)"
-            )
-        if p.tool_name != c.name or not same_args(p.args, c.args):
-            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}": its {what} from the expected '
-                f"pending call ({p.tool_name} {brief(p.args)}, got {c.name} {brief(c.args)})"
-            )
-        if p.seal and c.seal != p.seal:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) carries another seal than the '
-                "expected pending call (a call sealed in another conversation?)"
-            )
-        kind = DeferKind.APPROVAL if c.id in approval_ids else DeferKind.EXTERNAL
-        sealed = kinds.setdefault(c.id, kind)
-        if sealed is not kind:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" was sealed as {sealed.value} but expected '
-                f"as {kind.value}"
-            )
-    if wanted:
-        done = answered_calls(history) & paused_batch_ids(history)
-        for call_id in wanted:
-            if call_id not in done:
-                raise ResumeError(
-                    f'golem: expected pending call "{call_id}" is not pending in the history'
-                )
-
-
-def answered_calls(history: Sequence[Message]) -> set[str]:
-    """The IDs of the history's tool calls that a tool message answers."""
+def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
+    """The calls a paused `history` waits on — its own pending calls and, where each
+    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
+    history order, grouped by the kind `results` gives them (reasons are empty: a history
+    keeps none)."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
-    return {
-        c.id for m in history if m.role == "assistant" for c in m.tool_calls if c.id in answered
+    records = {
+        m.tool_call_id: m
+        for m in history
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
     }
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
 
+    def add(call_id: str, tool_name: str, call: ToolCall) -> None:
+        approval = call_id in results.approvals
+        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
+        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
+        (approvals if approval else external).append(pending)
 
-def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
-    if isinstance(args, dict):
-        try:
-            text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ResumeError(
-                f'golem: edited arguments for tool call "{call.id}" ({call.name}) are not '
-                f"JSON-serializable: {exc}"
-            ) from exc
-    else:
-        text = args
-    problem = ""
-    if not text.lstrip().startswith("{"):
-        problem = "they must be a JSON object"
-    elif not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            problem = "they hold a lone surrogate, which no JSON history can store"
-    if problem:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{problem}"
-        )
-    try:
-        tool.validate_args(text)
-    except InvalidArguments as exc:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{exc.message}"
-        ) from exc
-    return text
+    for m in history:
+        if m.role != "assistant":
+            continue
+        for c in m.tool_calls:
+            record = records.get(c.id)
+            if record is not None:
+                for key, sub in sub_agent_calls([record]).items():
+                    add(key, sub.tool_name, sub.call)
+            elif c.id not in answered:
+                add(c.id, c.name, c)
+    return DeferredRequests(approvals=approvals, external=external)
 
-
-BeforeApproved = Callable[[ToolCall], Awaitable[None]]
-"""Awaited right before each approved re-execution with the call about to run."""
 
 ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]]
 """A nested resume's progress, built when read: (messages, paused, answered)."""
@@ -384,373 +515,63 @@ class ResumeProgress:
     """What a resume has done so far, readable after it failed or was cancelled.
 
     Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
-    forms). When the resume ends with the caller's `CancelledError`, an exception raised
-    by `before_approved`, or a `RunError`, `messages` is the history to go on from, so
-    that no approved call that already ran runs again (ADR 0071). For a history with
-    paused sub-agents, that history has each sub-agent's record rewritten from what it
-    ran, at any depth (ADR 0076). A progress object reused for another resume starts over.
+    forms): after the caller's `CancelledError`, an exception from `before_approved` or a
+    `RunError`, `messages` is the history to go on from, so that no approved call that ran
+    runs again (ADR 0071; nested records rewritten, ADR 0076). Reused, it starts over.
     """
 
-    __slots__ = ("_calls", "_edited", "_history", "_merged", "_ran", "_resolutions", "_source")
+    __slots__ = ("_source", "_work")
 
     def __init__(self) -> None:
-        self._calls = 0
-        self._history: list[Message] | None = None
-        self._resolutions: Mapping[str, Message] = {}
-        self._edited: Mapping[str, ToolCall] = {}
-        self._ran: list[str] = []
-        self._merged: list[Message] | None = None
+        self._work: Resolving | None = None
         self._source: ProgressSource | None = None
 
     def __repr__(self) -> str:
-        started = self._history is not None or self._source is not None
+        started = self._work is not None or self._source is not None
         state = f"answered={self.answered!r}" if started else "not started"
         return f"ResumeProgress({state}, paused={self.paused})"
 
     @property
     def messages(self) -> list[Message] | None:
-        """The history to go on from, or None when the resume ran nothing (it was refused,
-        or stopped before its first approved call ran): go on from the history you passed.
-
-        While calls are still pending (`paused`), it is the paused history with every
-        approved call that ran answered as a resume writes it; resume it with the same
-        resolutions. Once none is (every resolution merged, or every pending call approved
-        and run), it is the resolved history without the resume's prompt: go on with
-        `Agent.run(prompt, history=messages)`.
+        """The history to go on from, or None when the resume ran nothing (go on from the
+        history you passed). While `paused`, resume it with the same resolutions; else it is
+        the resolved history without the prompt: go on with `Agent.run(prompt, history=...)`.
         """
         if self._source is not None:
             return self._source()[0]
-        if self._merged is not None:
-            return list(self._merged)
-        if self._history is None or not self._ran:
+        work = self._work
+        if work is None:
             return None
-        return _answered_history(self._history, self._resolutions, self._edited, self._ran)
+        if work.merged is not None:
+            return list(work.merged)
+        return work.answered() if work.ran else None
 
     @property
     def answered(self) -> tuple[str, ...]:
-        """The IDs of the approved calls that ran, in the order they ran (a paused
-        sub-agent's namespaced, `<call id>/<sub call id>`)."""
+        """The IDs of the approved calls that ran, in order (a sub-agent's namespaced)."""
         if self._source is not None:
             return self._source()[2]
-        return tuple(self._ran)
+        return tuple(self._work.ran) if self._work is not None else ()
 
     @property
     def paused(self) -> bool:
-        """Whether `messages` still has pending calls (go on with a resume), rather than
-        none (every resolution merged, or every pending call approved and run: go on with
-        `Agent.run`)."""
+        """Whether `messages` still has pending calls (go on with a resume, not `run`)."""
         if self._source is not None:
             return self._source()[1]
-        return self._merged is None and (self._history is None or len(self._ran) < self._calls)
+        work = self._work
+        return work is None or (work.merged is None and len(work.ran) < len(work.plan.steps))
 
     def _reset(self) -> None:
-        self._history, self._resolutions, self._edited, self._ran = None, {}, {}, []
-        self._calls, self._merged, self._source = 0, None, None
+        self._work, self._source = None, None
 
     def _follow(self, source: ProgressSource) -> None:
         """Read `messages`, `paused` and `answered` from `source` (a nested resume's)."""
-        self._reset()
-        self._source = source
+        self._work, self._source = None, source
 
     def _answer(self, history: list[Message]) -> list[Message]:
         """`history` with the approved calls this progress saw run answered."""
-        if not self._ran:
-            return history
-        return _answered_history(history, self._resolutions, self._edited, self._ran)
+        work = self._work
+        return work.answered(history) if work is not None and work.ran else history
 
-    def _start(
-        self,
-        plan: ResumePlan,
-        resolutions: Mapping[str, Message],
-        edited: Mapping[str, ToolCall],
-        ran: list[str],
-    ) -> None:
-        self._history, self._resolutions, self._edited, self._ran = (
-            plan.history,
-            resolutions,
-            edited,
-            ran,
-        )
-        self._calls = len(plan.steps)
-        self._merged = None
-        self._source = None
-
-
-def _answered_history(
-    history: list[Message],
-    resolutions: Mapping[str, Message],
-    edited: Mapping[str, ToolCall],
-    ran: Sequence[str],
-) -> list[Message]:
-    """`history` with the approved calls in `ran` answered (their edited arguments shown),
-    every other pending call still pending."""
-    calls = {cid: edited[cid] for cid in ran if cid in edited}
-    base = replace_calls(history, calls) if calls else history
-    return merge(base, {cid: resolutions[cid] for cid in ran})
-
-
-async def _rerun_approved(
-    tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None, cancels: int
-) -> ToolResult:
-    """Execute an approved call once, with `call_approved()` true and the call's timeout.
-
-    Raises:
-        RunError: stage `tool` when the re-run fails, times out or defers again;
-            stage `canceled` when it raises `Canceled`. No correction budget applies.
-        asyncio.CancelledError: the caller cancelled; never turned into a tool error.
-    """
-    try:
-        with ApprovedScope():
-            return await tool.run(ctx, call.args, timeout)
-    except ToolTimeout as exc:
-        raise RunError(Stage.TOOL, exc) from exc
-    except Exception as exc:
-        raise_if_swallowed(cancels)
-        canceled = find_signal(exc, Canceled)
-        if canceled is not None:
-            raise RunError(Stage.CANCELED, canceled) from canceled
-        if find_signal(exc, Deferred) is not None:
-            text = (
-                "approved re-run deferred again; a tool must act on its approved pass — "
-                "gate the deferral: `if not call_approved(): raise Deferred(...)`"
-            )
-        else:
-            text = f"approved re-run failed: {exc}"
-        err = ToolError(tool.name, call.id, text)
-        err.__cause__ = exc
-        raise RunError(Stage.TOOL, err) from err
-
-
-async def resolve(
-    plan: ResumePlan,
-    policy: Policy,
-    state: RunState,
-    before_approved: BeforeApproved | None = None,
-    progress: ResumeProgress | None = None,
-    *,
-    hand_back: bool = True,
-) -> list[Message]:
-    """Carry out a checked plan: re-run approved calls (with `tool_start`/`tool_end`
-    events flagged `approved`), then merge every resolution into the history.
-
-    Returns the merged history: edited calls show the arguments that ran (re-sealed
-    when `policy.seal_keys` is set), resolutions sit in the model's emission order.
-    `progress` follows what ran; with `hand_back`, a failing re-run's `RunError` carries
-    the same history as its `partial`.
-
-    Raises:
-        RunError: an approved re-run failed (stage `tool`) or raised `Canceled`.
-        Exception: whatever `before_approved` raised, unchanged; nothing more runs.
-    """
-    resolutions: dict[str, Message] = {}
-    edited: dict[str, ToolCall] = {}
-    ran: list[str] = []
-    if progress is not None:
-        progress._start(plan, resolutions, edited, ran)
-    for step in plan.steps:
-        call, approval = step.call, step.approval
-        if approval is None:
-            resolutions[call.id] = state.tool_message(call, step.external or "")
-        elif not approval.approved:
-            resolutions[call.id] = state.tool_message(call, _denial_text(approval.reason))
-        else:
-            if step.args is not None:
-                call = replace(call, args=step.args, seal="")
-                if policy.seal_keys is not None:
-                    seal = seal_call(policy.seal_keys, state.conversation_id, call, "approval")
-                    call = replace(call, seal=seal)
-                edited[call.id] = call
-            if before_approved is not None:
-                await before_approved(call)
-                raise_if_swallowed(state.cancels)
-            try:
-                done = await _rerun(call, policy, state)
-            except asyncio.CancelledError as cancelled:
-                # a sync tool's thread that finished while the caller was cancelled acted:
-                # it is answered in the progress
-                finished = finished_result(cancelled)
-                if finished is not None:
-                    _answer(state, step, call, finished, resolutions, ran)
-                raise
-            except RunError as failed:
-                if hand_back:
-                    failed.partial = _handed_back(plan, policy, state, resolutions, edited, ran)
-                raise
-            _answer(state, step, call, done, resolutions, ran)
-            # a tool that swallowed the caller's cancellation and returned: answered too
-            raise_if_swallowed(state.cancels)
-    history = replace_calls(plan.history, edited) if edited else plan.history
-    merged = merge(history, resolutions)
-    if progress is not None:
-        progress._merged = merged
-    return merged
-
-
-def _handed_back(
-    plan: ResumePlan,
-    policy: Policy,
-    state: RunState,
-    resolutions: Mapping[str, Message],
-    edited: Mapping[str, ToolCall],
-    ran: Sequence[str],
-) -> PartialResult:
-    """The partial of a resume whose approved re-run failed: the paused history with the
-    calls in `ran` answered, the others pending."""
-    return PartialResult(
-        messages=_answered_history(plan.history, resolutions, edited, ran),
-        usage=state.usage,
-        finish_reason=state.finish_reason,
-        requests=state.requests,
-        tool_calls=state.tool_calls,
-        cost=policy.cost(state.usage),
-        run_id=state.run_id,
-        conversation_id=state.conversation_id,
-        pending=_still_pending(plan, ran),
-    )
-
-
-def _still_pending(plan: ResumePlan, ran: Sequence[str]) -> DeferredRequests:
-    """The plan's calls that did not run, grouped by the kind their resolution gave."""
-    done = set(ran)
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
-    for step in plan.steps:
-        c = step.call
-        if c.id in done:
-            continue
-        kind = DeferKind.EXTERNAL if step.approval is None else DeferKind.APPROVAL
-        pending = PendingToolCall(c.id, c.name, c.args, "", kind, c.seal)
-        (external if step.approval is None else approvals).append(pending)
-    return DeferredRequests(approvals=approvals, external=external)
-
-
-def _answer(
-    state: RunState,
-    step: _Step,
-    call: ToolCall,
-    done: ToolResult,
-    resolutions: dict[str, Message],
-    ran: list[str],
-) -> None:
-    """Record the result of approved call `call` (step `step`), which ran."""
-    text = done.text
-    if step.args is not None:
-        text = _edited_text(step.call.args, call.args, text)
-    resolutions[call.id] = state.tool_message(call, text, parts=done.parts)
-    ran.append(call.id)
-
-
-async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
-    """One approved re-run, bracketed by `tool_start` / `tool_end` events flagged `approved`."""
-    tool = policy.tools[call.name]
-    ctx = RunContext(state.deps, state.run_id, state.conversation_id, call.id, call.name)
-    timeout = tool.timeout if tool.timeout is not None else policy.tool_timeout
-    state.tool_calls += 1
-    if not state.listening:
-        return await _rerun_approved(tool, call, ctx, timeout, state.cancels)
-    ids = {"call_id": call.id, "tool_name": call.name, "approved": True}
-    state.emit(EventKind.TOOL_START, args=call.args, **ids)
-    tracer = state.tracer  # when tracing, the call's span is current while it re-runs
-    entered = tracer.enter_tool(call.id) if tracer is not None else None
-    try:
-        done = await _rerun_approved(tool, call, ctx, timeout, state.cancels)
-    except RunError as failed:
-        if tracer is not None:
-            tracer.leave_tool(entered)
-            tracer = None
-        state.emit(EventKind.TOOL_END, error=failed.__cause__, **ids)
-        raise
-    finally:
-        if tracer is not None:
-            tracer.leave_tool(entered)
-    state.emit(EventKind.TOOL_END, result=done.text, parts=tuple(done.parts), **ids)
-    return done
-
-
-def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> list[Message]:
-    """Place resolution messages into a paused history in the model's emission order.
-
-    The calls of the last assistant message with tool calls get, in emission order,
-    their resolution or the result the paused run already recorded; leftover results
-    follow; resolutions for calls of older turns come last, by call ID. Messages
-    after the paused batch that are not tool results are not carried over.
-    """
-    last = -1
-    for i in range(len(history) - 1, -1, -1):
-        if history[i].role == "assistant" and history[i].tool_calls:
-            last = i
-            break
-    out = list(history[: last + 1])
-    tail = [m for m in history[last + 1 :] if m.role == "tool"]
-    used: set[int] = set()
-    batch_ids: set[str] = set()
-    for call in history[last].tool_calls if last >= 0 else ():
-        batch_ids.add(call.id)
-        resolution = resolutions.get(call.id)
-        if resolution is not None:
-            out.append(resolution)
-            continue
-        for j, m in enumerate(tail):
-            if j not in used and m.tool_call_id == call.id:
-                out.append(m)
-                used.add(j)
-                break
-    if len(used) < len(tail):
-        out.extend(m for j, m in enumerate(tail) if j not in used)
-    if not batch_ids.issuperset(resolutions):
-        out.extend(resolutions[cid] for cid in sorted(resolutions) if cid not in batch_ids)
-    return out
-
-
-def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
-    """`history` with each unsealed pending call that the expected call of its ID names with
-    `same_args` holding the expected call's bytes and seal (the ones the model wrote, the
-    approvers saw and the agent sealed): the Go golem writes args compacted and drops seals.
-    A seal restored so is verified as any other."""
-    wanted = {p.call_id: p for p in expected.calls}
-    restored: dict[str, ToolCall] = {}
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
-    for m in history:
-        for c in m.tool_calls:
-            p = wanted.get(c.id)
-            if (
-                p is not None
-                and not c.seal
-                and c.id not in answered
-                and p.tool_name == c.name
-                and (p.seal or p.args != c.args)
-                and same_args(p.args, c.args)
-            ):
-                restored[c.id] = replace(c, args=p.args, seal=p.seal)
-    return replace_calls(history, restored) if restored else list(history)
-
-
-def same_args(a: str, b: str) -> bool:
-    """Whether two tool-call args are the same arguments: the same text, or the same JSON
-    token for token once whitespace between tokens and string escapes are read — how the Go
-    golem writes args again (compacted; `<`, `>`, `&`, U+2028, U+2029 escaped). Keys keep
-    their order and duplicates, numbers their spelling, so every JSON parser reads both alike.
-    """
-    if a == b:
-        return True
-    ta = _tokens(a)
-    return ta is not None and ta == _tokens(b)
-
-
-def _tokens(text: str) -> Any:
-    """`text` as nested tuples that keep what JSON parsers may read differently, or None
-    when it is not JSON (NaN and Infinity are not)."""
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=lambda pairs: ("{", tuple(pairs)),
-            parse_int=lambda s: ("#", s),
-            parse_float=lambda s: ("#", s),
-            parse_constant=_not_json,
-        )
-    except (ValueError, RecursionError):
-        return None
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(name)
+    def _start(self, work: Resolving) -> None:
+        self._work, self._source = work, None
