@@ -39,12 +39,12 @@ from golem import (
     dumps_history,
     loads_history,
 )
+from golem._checks import same_args
 from golem.agent_tool import PAUSED_MARKER, sub_conversation
 from golem.messages import Citation, Part, ServerToolBlock, ThinkingBlock
 from golem.providers.anthropic._wire import container_of
 from golem.providers.openai._wire import audio_id_of
 from golem.records import paused_records
-from golem._checks import same_args
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind
 from tests.support.go import RESOLVE, SPACED, go_compact, golem_view, paused_keyless, without_args

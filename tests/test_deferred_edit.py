@@ -21,8 +21,8 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem.model import ModelResponse
 from golem._rerun import _edited_text
+from golem.model import ModelResponse
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

@@ -7,27 +7,44 @@ or has agent tools.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pydantic
 
 from golem._cancel import cancel_requests
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import SUB_RUN, copy_result, run_scope, surface
+from golem.errors import Stage
 from golem.events import EventHandler
 from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, loads_history, new_message, stamped
-from golem.result import Result
-from golem.tool import RunContext
+from golem.result import Result, RunError
+from golem.tool import ModelRetry, RunContext, Tool
+from golem.toolset import Toolset, enter_all, resolve_tools
 
 if TYPE_CHECKING:
     from golem.integrations.otel import RunTracer
 
-__all__ = ["History", "Prompt", "new_state", "observers_of", "open_run", "prepare", "run_traced"]
+__all__ = [
+    "History",
+    "Prompt",
+    "decode_output",
+    "new_state",
+    "observers_of",
+    "open_run",
+    "prepare",
+    "run_blocking",
+    "run_traced",
+    "toolsets_entered",
+]
 
+T = TypeVar("T")
 Prompt = str | Sequence[str | Part]
 History = Sequence[Message] | str
 
@@ -134,6 +151,28 @@ async def prepare(
     return state
 
 
+def toolsets_entered(
+    tools: Mapping[str, Tool], toolsets: Sequence[Toolset]
+) -> contextlib.AbstractAsyncContextManager[Mapping[str, Tool]]:
+    """Enter `toolsets` for one run; yields every tool the run starts with."""
+    if not toolsets:
+        return contextlib.nullcontext(tools)
+    return _entered(tools, toolsets)
+
+
+@contextlib.asynccontextmanager
+async def _entered(
+    tools: Mapping[str, Tool], toolsets: Sequence[Toolset]
+) -> AsyncIterator[Mapping[str, Tool]]:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            await enter_all(stack, toolsets)
+            entered = await resolve_tools(tools, toolsets)
+        except Exception as exc:
+            raise RunError(Stage.TOOL, exc, None) from exc
+        yield entered
+
+
 def plain(policy: Policy) -> bool:
     """True when a run needs neither spans nor sub-agent scoping (the fast path)."""
     return (
@@ -187,3 +226,53 @@ async def run_traced(
     if tracer is None:
         return result
     return copy_result(result, trace_context=tracer.finish(result))
+
+
+def run_blocking(model: object, coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on a fresh event loop, then close what the model opened on that loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        coro.close()
+        raise RuntimeError(
+            "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
+        )
+
+    async def main() -> T:
+        try:
+            return await coro
+        finally:
+            close = getattr(model, "aclose", None)
+            if callable(close):
+                await close()  # provider adapters close the HTTP client they created themselves
+
+    return asyncio.run(main())
+
+
+def _unfence(text: str) -> str:
+    """The JSON inside a Markdown code fence (```json ... ```), or the text unchanged."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
+        return stripped[stripped.index("\n") + 1 : -3]
+    return text
+
+
+def decode_output(adapter: pydantic.TypeAdapter[Any], text: str) -> Any:
+    """The output `adapter` validates from `text` (fenced JSON too); `ModelRetry` naming
+    each problem when it does not validate."""
+    try:
+        return adapter.validate_json(_unfence(text))
+    except pydantic.ValidationError as exc:
+        retry = ModelRetry(_describe_output_error(exc))
+        retry.__cause__ = exc
+        raise retry from exc
+
+
+def _describe_output_error(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(x) for x in err["loc"]) or "output"
+        problems.append(f"{loc}: {err['msg']}")
+    return "invalid output: " + "; ".join(problems)

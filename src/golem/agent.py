@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypedDict, Unpack, overload
 
@@ -13,18 +13,27 @@ from typing_extensions import TypeVar
 
 from golem._loop import Policy, run_loop
 from golem._rerun import BeforeApproved
-from golem._run import History, Prompt, plain, prepare, run_traced
+from golem._run import (
+    History,
+    Prompt,
+    decode_output,
+    plain,
+    prepare,
+    run_blocking,
+    run_traced,
+    toolsets_entered,
+)
 from golem.agent_tool import AgentTool, agent_tool, has_agent_tools
-from golem.deferred import DeferredRequests, DeferredResults, PausedRun
-from golem.errors import Overloaded, RateLimited, Stage
+from golem.deferred import DeferredRequests, PausedRun
+from golem.errors import Overloaded, RateLimited
 from golem.events import EventHandler, RunEvent
 from golem.limits import UsageLimits
 from golem.model import Delta, Model, ToolChoice, ToolSpec, check_tool_choice
-from golem.result import Result, RunError
-from golem.resume import ResumeProgress, ResumeRequest, precheck, resume_agent
+from golem.result import Result
+from golem.resume import Resolutions, ResumeProgress, ResumeRequest, precheck, resume_agent
 from golem.seal import SealKey, SealKeys, as_seal_keys
-from golem.tool import ClearedApproval, ModelRetry, RunContext, Tool
-from golem.toolset import Toolset, enter_all, resolve_tools
+from golem.tool import ClearedApproval, RunContext, Tool
+from golem.toolset import Toolset
 from golem.usage import Price, Usage
 
 __all__ = ["Agent", "RunStream", "default_backoff"]
@@ -32,14 +41,11 @@ __all__ = ["Agent", "RunStream", "default_backoff"]
 DepsT = TypeVar("DepsT", default=None)
 OutputT = TypeVar("OutputT", default=str)
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 Instructions = str | Callable[[RunContext[Any]], str] | Callable[[RunContext[Any]], Awaitable[str]]
-Paused = History | PausedRun
-"""What a resume starts from: a `PausedRun`, or a plain history (its messages or their JSON)."""
-Resolutions = DeferredResults | Mapping[str, Any]
+Paused = History | PausedRun  # what a resume starts from
 
 
 class _ToolOptions(TypedDict, total=False):
@@ -55,8 +61,7 @@ class _ToolOptions(TypedDict, total=False):
 
 
 class _ToolDecorator(Protocol[DepsT]):
-    """What `@agent.tool(...)` with options returns: registers a function taking
-    `RunContext[Deps]` first, for an `Agent[Deps, ...]`."""
+    """What `@agent.tool(...)` returns: registers a function taking `RunContext[Deps]`."""
 
     def __call__(
         self, fn: Callable[Concatenate[RunContext[DepsT], P], R], /
@@ -72,48 +77,31 @@ class Agent(Generic[DepsT, OutputT]):
     """An LLM agent: a model, the tools it may call, and the policy of its runs.
 
     Args:
-        model: A `golem.model.Model`, or a "provider:model" string (see `infer_model`).
-        output_type: `str` for the final text, or any type pydantic can validate
-            (the final text is parsed as JSON; a validation failure is correctable
-            under `output_retries`).
-        deps_type: The type of `deps`, for type checkers only (`Agent[Deps, Out]` works too).
-        instructions: The system instructions: a string, or a function of the
-            `RunContext` (sync or async) resolved once per run.
-        tools: `Tool`s or functions (turned into tools from their signature). A type
-            checker refuses a `Tool[Other]`, not a function taking `RunContext[Other]`:
-            register those with `@agent.tool`, which checks it.
+        model: A `golem.model.Model`, or a "provider:model" string (`infer_model`).
+        output_type: `str`, or a type pydantic validates from the final text's JSON.
+        deps_type: The type of `deps`, for type checkers only.
+        instructions: Text, or a function of the `RunContext` (sync or async), per run.
+        tools: `Tool`s or functions (typed by their signature; `@agent.tool` checks deps).
         tool_timeout: Default seconds a tool call may take (`None`: unbounded).
-        tool_retries: Default correction budget per tool per run for `ModelRetry`.
+        tool_retries: Default `ModelRetry` correction budget per tool per run.
         output_retries: Correction rounds for a rejected final output.
         max_iterations: Model turns per loop segment (at least 1).
-        max_attempts: Attempts per model call, first included; only retryable
-            provider errors are retried, with exponential backoff.
+        max_attempts: Attempts per model call; retryable provider errors back off.
         parallel_tool_calls: Run the calls of one response concurrently.
         usage_limits: Bounds on tokens, requests, tool calls and cost.
         price: Turns `Usage` into money; required for a cost limit.
         event_handler: Observer of every run's events (before the run's own).
-        retry_backoff: Seconds to wait after failed attempt n (default 0.5 s doubling,
-            capped at 30 s); a provider's `Retry-After` wins when longer.
-        max_retry_wait: The longest wait a provider's `Retry-After` may ask for before a
-            retry (seconds); when it asks for more, the model call fails at once instead of
-            parking the run (`None`: wait as long as asked).
+        retry_backoff: Seconds after failed attempt n (`default_backoff`; longer Retry-After wins).
+        max_retry_wait: The longest `Retry-After` waited for; longer fails at once.
         name: A name for logs and the approval service.
-        tool_choice: Whether and which tool the model must call on each turn: "auto",
-            "required", "none" or a tool name (checked against the tools at each request).
-        toolsets: Sources of more tools, such as `golem.integrations.mcp.MCPServer`s: entered for
-            each run and listed before every model turn (see `golem.toolset`).
-        seal_key: Seal every pending call when a run pauses, and resume only calls
-            whose seal verifies (bytes of at least 32, or `SealKeys` for rotation; see
-            `golem.seal`). Keep it secret and the same across the processes that pause
-            and resume.
-        tracer_provider: An OpenTelemetry `TracerProvider` for this agent's run, model
-            and tool spans (see `golem.integrations.otel`; needs the `[otel]` extra).
+        tool_choice: "auto", "required", "none" or a tool name, on every request.
+        toolsets: Sources of more tools (`golem.toolset`), entered for each run.
+        seal_key: Seal pending calls on pause, verify them on resume (`golem.seal`).
+        tracer_provider: An OpenTelemetry `TracerProvider` (`golem.integrations.otel`).
 
     Raises:
         TypeError: `model` is neither a `Model` nor a "provider:model" string.
-        ValueError: duplicate tool names, negative limits, retries or timeouts,
-            `max_iterations` < 1, `max_attempts` < 1, a cost limit without `price`,
-            or a seal key shorter than 32 bytes.
+        ValueError: duplicate tool names, out-of-range options, a cost limit without `price`.
     """
 
     def __init__(
@@ -195,8 +183,7 @@ class Agent(Generic[DepsT, OutputT]):
         return f"Agent(model={type(self.model).__name__}, tools={list(self.tools)})"
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # A run's Policy is built once and reused (`_policy`) while the agent's
-        # configuration stays as it is: assigning any public attribute drops it.
+        # assigning a public attribute drops the Policy built for its runs (`_policy`)
         object.__setattr__(self, name, value)
         if name[0] != "_":
             object.__setattr__(self, "_run_policy", None)
@@ -219,17 +206,8 @@ class Agent(Generic[DepsT, OutputT]):
     def tool(self, **options: Unpack[_ToolOptions]) -> _ToolDecorator[DepsT]: ...
 
     def tool(self, fn: Callable[..., Any] | None = None, **options: Unpack[_ToolOptions]) -> Any:
-        """Register a function taking `ctx: RunContext[Deps]` first as a tool (usable bare,
-        `@agent.tool`, or with options); returns the function unchanged.
-
-        The function may be sync or async. A type checker refuses a function whose
-        `RunContext[...]` is not the agent's deps type (or that takes no `ctx`: use
-        `tool_plain`); at runtime a function without `ctx` is still accepted. The options
-        (`name`, `description`, `max_retries`, `timeout`, `sequential`, `idempotent`,
-        `run_in_thread`) are those of `Tool` (`idempotent=True`: the tool acts at most once
-        per `ctx.idempotency_key`; `run_in_thread=False`: a sync function that never blocks
-        runs on the event loop instead of a worker thread).
-        """
+        """Register a function taking `ctx: RunContext[Deps]` first as a tool (bare,
+        `@agent.tool`, or with the options of `Tool`); returns the function unchanged."""
         return self._decorate(fn, False, options)
 
     @overload
@@ -241,12 +219,8 @@ class Agent(Generic[DepsT, OutputT]):
     def tool_plain(
         self, fn: F | None = None, **options: Unpack[_ToolOptions]
     ) -> F | Callable[[F], F]:
-        """Register a function that takes no `RunContext` as a tool (usable bare,
-        `@agent.tool_plain`, or with the options of `tool`); returns it unchanged.
-
-        Raises:
-            TypeError: the function's first parameter is a `RunContext` (use `tool`).
-        """
+        """Register a function without `RunContext` as a tool (bare or with options); returns
+        it unchanged. `TypeError` when its first parameter is a `RunContext`."""
         return self._decorate(fn, True, options)  # type: ignore[no-any-return]
 
     def _decorate(self, fn: Callable[..., Any] | None, plain: bool, options: _ToolOptions) -> Any:
@@ -263,11 +237,8 @@ class Agent(Generic[DepsT, OutputT]):
         return register(fn) if fn is not None else register
 
     def add_toolset(self, toolset: Toolset) -> None:
-        """Add a source of tools (an MCP server...) to every later run.
-
-        Raises:
-            TypeError: `toolset` is not a `golem.toolset.Toolset`.
-        """
+        """Add a source of tools (an MCP server...) to every later run (`TypeError` if not
+        a `golem.toolset.Toolset`)."""
         if not isinstance(toolset, Toolset):
             raise TypeError(
                 f"a toolset needs list_tools() and async with, got {type(toolset).__name__}"
@@ -275,20 +246,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.toolsets.append(toolset)
 
     def _toolsets_entered(self) -> contextlib.AbstractAsyncContextManager[Mapping[str, Tool]]:
-        """Enter the toolsets for one run; yields every tool the run starts with."""
-        if not self.toolsets:
-            return contextlib.nullcontext(self.tools)
-        return self._enter_toolsets()
-
-    @contextlib.asynccontextmanager
-    async def _enter_toolsets(self) -> AsyncIterator[Mapping[str, Tool]]:
-        async with contextlib.AsyncExitStack() as stack:
-            try:
-                await enter_all(stack, self.toolsets)
-                tools = await resolve_tools(self.tools, self.toolsets)
-            except Exception as exc:
-                raise RunError(Stage.TOOL, exc, None) from exc
-            yield tools
+        return toolsets_entered(self.tools, self.toolsets)
 
     def as_tool(
         self,
@@ -298,21 +256,9 @@ class Agent(Generic[DepsT, OutputT]):
         deps: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
     ) -> AgentTool:
-        """This agent as a tool of another agent (see `golem.agent_tool`).
-
-        The tool takes a `prompt`; the result is this agent's output. When this agent
-        pauses, the calling agent pauses with this agent's pending calls, namespaced as
-        `<call id>/<sub call id>`.
-
-        Args:
-            name: The tool name (default: the agent's `name`).
-            description: What the agent does, for the calling model.
-            deps: Maps the caller's `deps` to this agent's (default: passed unchanged).
-            timeout: Seconds the whole sub-run may take.
-
-        Raises:
-            ValueError: no name (neither given nor the agent's), or a name with "/".
-        """
+        """This agent as a tool of another agent, taking a `prompt` (`golem.agent_tool`):
+        when it pauses, the caller pauses with its calls namespaced `<call id>/<sub call id>`.
+        `ValueError` without a name (given or the agent's) or with "/" in it."""
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
@@ -363,14 +309,7 @@ class Agent(Generic[DepsT, OutputT]):
     # ----------------------------------------------------------------- policy helpers
 
     def _decode(self, text: str) -> Any:
-        if self._adapter is None:
-            return text
-        try:
-            return self._adapter.validate_json(_unfence(text))
-        except pydantic.ValidationError as exc:
-            retry = ModelRetry(_describe_output_error(exc))
-            retry.__cause__ = exc
-            raise retry from exc
+        return text if self._adapter is None else decode_output(self._adapter, text)
 
     def _cost(self, usage: Usage) -> float:
         return float(self.price(usage)) if self.price is not None else 0.0
@@ -420,15 +359,10 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> Result[OutputT]:
         """Run the agent on `prompt`, optionally continuing `history`.
 
-        Returns a `Result`; when a tool call deferred, `result.is_paused` is true,
-        `result.pending` holds the calls, and reading `result.output` raises `RunPaused`. An empty prompt with a history adds no user message.
-        A paused history's pending calls are closed as interrupted (history repair):
-        resume it with `run_with_deferred_results` instead. A run started inside an
-        approved tool call does not inherit `call_approved()`.
-
-        Raises:
-            RunError: the run failed; `.stage` says where, `__cause__` why.
-            ValueError: the history or prompt is malformed.
+        A deferred call pauses the run (`result.pending`; `result.output` raises `RunPaused`).
+        A paused history's pending calls close as interrupted: resume with
+        `run_with_deferred_results`. Raises `RunError` (`.stage`, `__cause__`), or
+        `ValueError` for a malformed history or prompt.
         """
         with ClearedApproval():
             async with self._toolsets_entered() as tools:
@@ -475,7 +409,7 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
     ) -> Result[OutputT]:
         """`run` for synchronous code (starts an event loop; not callable from one)."""
-        return _sync(
+        return run_blocking(
             self.model,
             self.run(
                 prompt,
@@ -521,17 +455,9 @@ class Agent(Generic[DepsT, OutputT]):
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
     ) -> RunStream[OutputT]:
-        """Stream a run: `async with agent.run_stream(p) as stream: async for item in stream`.
-
-        Items are `Delta`s and `RunEvent`s in arrival order; afterwards `stream.result`
-        holds the `Result` that `run` would have returned. Like `run`, a paused history
-        given here has its pending calls closed as interrupted (nothing re-runs, the
-        model is told no result was produced); stream a resume with
-        `run_stream_with_deferred_results`.
-
-        Raises:
-            TypeError: the model does not support streaming (raised here, up front).
-        """
+        """Stream a run: `async with agent.run_stream(p) as stream: async for item in stream`
+        yields `Delta`s and `RunEvent`s; then `stream.result` is what `run` returns.
+        `TypeError` up front when the model cannot stream."""
         self._check_streaming()
 
         async def start(sink: Callable[[Delta | RunEvent], None]) -> Result[OutputT]:
@@ -601,38 +527,21 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """Resume a paused run with a resolution for every pending call.
+        """Resume a paused run with a resolution for every pending call
+        (docs/guides/deferred-tools.md).
 
-        Approved calls re-execute (once, with `call_approved()` true, the original or the
-        approver's edited arguments); denied calls get a denial message; external results
-        are used verbatim. Resolutions join the history in the model's emission order, the
-        optional `prompt` follows, and the run goes on through the ordinary loop — it may
-        pause again. See docs/guides/deferred-tools.md.
-
-        Args:
-            history: The `PausedRun` (`result.paused_run`, alone enough for a sealed,
-                checked, trace-linked resume), or a plain history (`result.messages` or
-                its JSON).
-            results: `DeferredResults`, or `{"approvals": {...}, "external": {...}}`.
-            prompt: An optional user message after the resolutions.
-            deps: The dependencies the re-runs and the resumed run see.
-            run_id: The resumed run's ID (new when omitted).
-            conversation_id: The conversation (default: the paused run's).
-            on_event: This run's observer.
-            expected: The paused run's `Result.pending`: the pending calls must be exactly
-                these, and their conversation the one the seals bind.
-            before_approved: Awaited right before each approved call re-executes.
-            trace_context: The paused run's `Result.trace_context` (links the spans).
-            progress: Follows the approved calls as they run; after a failure or a
-                cancellation its `messages` is the history to go on from (ADR 0071, 0076).
+        Approved calls re-run once (`call_approved()` true, edited arguments if given),
+        denied ones get a denial, external results are used verbatim; all join the history
+        in emission order, then `prompt`, and the run goes on (it may pause again).
+        `history` is a `PausedRun` (alone enough for a sealed, checked, trace-linked
+        resume) or a plain history; `expected` (the paused `Result.pending`),
+        `conversation_id` and `trace_context` default to the `PausedRun`'s; `progress`
+        follows what ran (ADR 0071, 0076).
 
         Raises:
-            ResumeError: before anything runs, for a history or resolutions a resume
-                cannot take (`SealError` for seals, `ConversationRequired` when a keyed
-                resume is told no conversation).
+            ResumeError: before anything runs (`SealError`, `ConversationRequired`...).
             TypeError: `results` is neither `DeferredResults` nor such a dict.
-            RunError: an approved re-run or the resumed run failed; its `partial` holds
-                what ran.
+            RunError: a re-run or the resumed run failed; its `partial` holds what ran.
         """
         request = ResumeRequest.of(
             history,
@@ -699,7 +608,7 @@ class Agent(Generic[DepsT, OutputT]):
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
-        return _sync(
+        return run_blocking(
             self.model,
             self.run_with_deferred_results(
                 history,
@@ -765,18 +674,9 @@ class Agent(Generic[DepsT, OutputT]):
         trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]:
-        """Stream a resume: `run_with_deferred_results` as a `RunStream`.
-
-        The resume is validated here, before the stream starts (the same checks, the
-        same `ResumeError`s; with toolsets, once they are entered, from the iteration). Iterating yields the approved re-runs' `tool_start` /
-        `tool_end` events, then the resumed run's deltas and events, in order;
-        `stream.result` is the `Result` the non-streaming resume would return.
-
-        Raises:
-            TypeError: the model does not support streaming, or `results` has the
-                wrong type (raised here, up front).
-            ResumeError: the resume is invalid (raised here, before anything runs).
-        """
+        """Stream a resume: the approved re-runs' events, then the resumed run's deltas and
+        events; `stream.result` is what `run_with_deferred_results` returns. It is checked
+        up front (`TypeError`, `ResumeError`), or at its start with toolsets or sub-agents."""
         self._check_streaming()
         request = ResumeRequest.of(
             history,
@@ -885,55 +785,15 @@ def _check_options(
     """Refuse an agent's out-of-range options (`ValueError`, naming the option)."""
     if tool_timeout is not None and tool_timeout <= 0:
         raise ValueError(f"tool_timeout must be positive seconds, got {tool_timeout}")
-    for label, value in (("tool_retries", tool_retries), ("output_retries", output_retries)):
-        if value < 0:
-            raise ValueError(f"{label} must not be negative, got {value}")
-    if max_iterations < 1:
-        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    least = {"tool_retries": 0, "output_retries": 0, "max_iterations": 1, "max_attempts": 1}
+    values = (tool_retries, output_retries, max_iterations, max_attempts)
+    for (label, low), value in zip(least.items(), values, strict=True):
+        if value < low:
+            bound = "must not be negative" if low == 0 else "must be at least 1"
+            raise ValueError(f"{label} {bound}, got {value}")
     if max_retry_wait is not None and not max_retry_wait >= 0:
         raise ValueError(f"max_retry_wait must be seconds >= 0 or None, got {max_retry_wait}")
     if usage_limits is not None and usage_limits.cost is not None and price is None:
         raise ValueError(
             "a cost limit needs a price: pass price=... (a function from Usage to money)"
         )
-
-
-def _sync(model: object, coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` on a fresh event loop, then close what the model opened on that loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        coro.close()
-        raise RuntimeError(
-            "golem: the *_sync methods cannot run inside an event loop; await the async method instead"
-        )
-
-    async def main() -> T:
-        try:
-            return await coro
-        finally:
-            close = getattr(model, "aclose", None)
-            if callable(close):
-                await close()  # provider adapters close the HTTP client they created themselves
-
-    return asyncio.run(main())
-
-
-def _unfence(text: str) -> str:
-    """The JSON inside a Markdown code fence (```json ... ```), or the text unchanged."""
-    stripped = text.strip()
-    if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
-        return stripped[stripped.index("\n") + 1 : -3]
-    return text
-
-
-def _describe_output_error(exc: pydantic.ValidationError) -> str:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "output"
-        problems.append(f"{loc}: {err['msg']}")
-    return "invalid output: " + "; ".join(problems)
