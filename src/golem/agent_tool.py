@@ -1,25 +1,10 @@
 """Agents as tools: a parent agent calls a sub-agent, whose pauses surface in the parent.
 
-```python
-researcher = Agent(model, name="researcher", tools=[...])
-parent = Agent(model, tools=[researcher.as_tool("research", "Research a question.")])
-```
-
-The sub-agent runs inside the parent's tool call on the prompt the parent's model wrote;
-its answer is the call's result, its usage (tokens, requests, tool calls) counts in the
-parent's, and the parent's usage limits are checked over both. Its run events reach the
-parent's observers and stream too, marked with `RunEvent.agent` / `.namespace` and
-namespaced call IDs (docs/adr/0027).
-
-When the sub-agent pauses, the parent pauses too. The parent's `Result.pending` lists the
-sub-agent's pending calls with namespaced IDs (`<parent call id>/<sub call id>`, tool
-names `<tool>/<sub tool>`), and the parent's history records the sub-agent's paused
-history in the parent call's result (a tool message starting with `PAUSED_MARKER`).
-`parent.run_with_deferred_results(history, results)` — in any process — resumes each
-paused sub-agent with its share of the results (the namespaced IDs), puts its answer in
-place of the record, and then resumes the parent. A sub-agent that pauses again keeps
-the parent paused, with the new pending calls (docs/guides/agents-as-tools.md, docs/adr/0021).
-"""
+The sub-agent runs inside the parent's tool call; its usage counts in the parent's, its
+events reach the parent's observers marked with `agent` / `namespace` (ADR 0027). When it
+pauses, the parent pauses with its calls namespaced (`<parent call id>/<sub call id>`) and
+records its paused history in the call's result (`PAUSED_MARKER`); `golem.resume` resumes
+it (docs/guides/agents-as-tools.md, ADR 0021)."""
 
 from __future__ import annotations
 

@@ -67,21 +67,14 @@ class DeferredRequests:
 
 @dataclass(frozen=True, slots=True)
 class Approval:
-    """The decision on one approval request.
-
-    Args:
-        approved: Run the call (True) or deny it (False).
-        reason: Why it was denied; shown to the model (unused on approval).
-        args: Approve with edited arguments (a dict, or JSON object text): the re-run
-            uses them instead of the model's, after they pass the tool's schema; the
-            history shows the edited call and the model is told what changed.
+    """The decision on one approval request: `approved`, the denial's `reason` (shown to
+    the model), or edited `args` (a dict or JSON object text, checked against the tool's
+    schema; the model is told what changed).
 
     Raises:
         ValueError: `args` on a denial.
-        TypeError: `approved` is not a bool (a decision read from JSON or a form, such
-            as `"false"`, is converted by the application, never guessed), `reason` is
-            not a string, or `args` is neither a dict nor a string.
-    """
+        TypeError: `approved` not a bool (never guessed from text), `reason` not a str, or
+            `args` neither a dict nor a str."""
 
     approved: bool
     reason: str = ""
@@ -107,18 +100,8 @@ class Approval:
 
 @dataclass(frozen=True, slots=True, init=False)
 class DeferredResults:
-    """Resolutions for the pending calls of a paused run, keyed by call ID.
-
-    Args:
-        approvals: An `Approval` per approval-kind call; a bare `True` / `False` stands
-            for `Approval(True)` / `Approval(False)`.
-        external: Result text per external-kind call, used verbatim as the tool result
-            (may be empty).
-
-    Raises:
-        TypeError: a call ID is not a string, an approval is neither an `Approval` nor a
-            bool, or an external result is not a string.
-    """
+    """Resolutions for a paused run's calls by call ID: `approvals` (an `Approval`, or a
+    bare bool) and `external` result texts (used verbatim). `TypeError` for any other type."""
 
     approvals: Mapping[str, Approval]
     external: Mapping[str, str]

@@ -164,22 +164,11 @@ class UsageLimitExceeded(GolemError):
 
 
 class ProviderError(GolemError):
-    """A model provider call failed.
+    """A model provider call failed; `retryable` tells the run loop whether to try again.
 
-    `retryable` tells the run loop whether another attempt may succeed; adapters
-    classify, only the loop retries (under `Agent(max_attempts=...)`).
-
-    What the provider said about the failure, when it said it: `status_code` (the HTTP
-    status, or the one documented for an error reported inside a 200 answer), `error_type`
-    (`rate_limit_error`, `invalid_request_error`, Gemini's `RESOURCE_EXHAUSTED`),
-    `error_code` (OpenAI's `rate_limit_exceeded`, Gemini's `API_KEY_INVALID`), `request_id`
-    (the `x-request-id` / `request-id` header or the body's, for the provider's support) and
-    `body` (its first 64 KiB). Empty strings when not given.
-
-    `usage` is what the provider reported for the failed answer before it failed (a stream
-    that broke off, a Responses `response.failed` with its usage), None when it reported
-    nothing; the run counts it.
-    """
+    `status_code`, `error_type`, `error_code`, `request_id` and `body` (first 64 KiB) are what
+    the provider said, "" when it said nothing; `usage` is what it reported for the failed
+    answer (the run counts it), or None."""
 
     retryable: bool = False
     usage: Usage | None = None

@@ -66,18 +66,9 @@ def check_records(
     tools: Mapping[str, Tool],
     expected: DeferredRequests | None = None,
 ) -> NestedPlan:
-    """Check a nested resume's records and split the resolutions between the sub-agents
-    (namespaced IDs) and the parent; the caller then checks the parent's own resolutions
-    on `plan.checked` and calls `check_sub_agents`.
-
-    With `expected` (the paused parent's `Result.pending`), the calls waiting — the
-    parent's own and the sub-agents' (namespaced) — must be exactly the expected ones,
-    with the same tool names, arguments and seals, each resolved by its kind.
-
-    Raises:
-        ResumeError: the first problem found.
-        TypeError: `expected` is not a `DeferredRequests`.
-    """
+    """Check a nested resume's records and split the resolutions between the parent and
+    each sub-agent; with `expected`, the waiting calls (the sub-agents' namespaced) must be
+    exactly the expected ones. Raises `ResumeError`, or `TypeError` for `expected`."""
     if expected is not None:
         history = with_expected_args(history, expected)
     given, checked = results, history
@@ -128,18 +119,10 @@ def _check_share(call_id: str, rec: Paused) -> None:
 def check_sub_agents(
     plan: NestedPlan, *, conversation_id: str = "", conversation_bound: bool = True
 ) -> None:
-    """Check each sub-agent's share as the sub-agent itself checks a resume, at any depth,
-    in its conversation `sub_conversation(conversation_id, call ID)`.
-
-    A record of a sub-agent with a seal key that names another conversation than its
-    derived one (from another conversation, or stored before ADR 0065) is refused
-    (`SubAgentConversationMismatch`) unless `expected` carries every one of its calls'
-    seals; it then resumes in the conversation it names, bound by those seals.
-    Without `conversation_bound`, a sealed call needs `expected` (`ConversationRequired`).
-
-    Raises:
-        ResumeError: the first problem found.
-    """
+    """Check each sub-agent's share as it checks its own resume, at any depth, in
+    `sub_conversation(conversation_id, call ID)`; a keyed record naming another conversation
+    needs `expected` with its seals (`SubAgentConversationMismatch`), and an unbound keyed
+    resume needs `expected` (`ConversationRequired`)."""
     for call_id, rec in plan.records.items():
         rec.conversation = sub_conversation(conversation_id, call_id)
         if rec.continues:  # no pending call to verify: its history is checked, then run

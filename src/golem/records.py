@@ -1,10 +1,5 @@
-"""The records of paused sub-agents in a parent's history.
-
-When a sub-agent (`Agent.as_tool`) pauses, the parent's tool message for its call holds the
-sub-agent's paused history behind `golem.agent_tool.PAUSED_MARKER`: a record. This module
-reads records (`read_records`, `sub_agent_calls`) and seals the calls they wait on
-(`seal_sub_agent_calls`); `golem.nested` resumes them.
-"""
+"""The records of paused sub-agents in a parent's history (after `PAUSED_MARKER`):
+reading them, the calls they wait on, and sealing those calls."""
 
 from __future__ import annotations
 
@@ -122,15 +117,8 @@ def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[
 
 
 def owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str | None:
-    """The record whose sub-agent a resolution's key names (None: the parent's own call).
-
-    A key goes to the record it names a waiting call of; a key naming none goes to the
-    parent when it is one of the parent's pending calls, else to the record its prefix
-    names (which reports it unknown).
-
-    Raises:
-        ResumeError: the key names a waiting call of two of them (IDs that collide).
-    """
+    """The record whose sub-agent a resolution key names, or None for the parent's own
+    call; `ResumeError` when it names a waiting call of two of them."""
     owners = [
         call_id
         for call_id, rec in records.items()
@@ -179,16 +167,9 @@ class SubAgentCall(NamedTuple):
 def sub_agent_calls(
     history: Sequence[Message], conversation_id: str = ""
 ) -> dict[str, SubAgentCall]:
-    """The calls the paused sub-agents recorded in a parent's `history` wait on, by
-    namespaced ID (`<parent call id>/<sub call id>`, nested sub-agents at any depth), in
-    history order.
-
-    What a worker needs to check a stored sub-agent call against the history before a
-    resume: the parent's own pending calls are tool calls of `history`; these are not. An
-    unreadable record is skipped (the resume itself reports it). With `conversation_id`
-    (the parent's, from your own record), each call's `conversation_id` is its sub-run's
-    derived from it, which is what its seal must verify for.
-    """
+    """The calls the paused sub-agents recorded in `history` wait on, by namespaced ID, in
+    history order, at any depth (unreadable records skipped). With the parent's
+    `conversation_id`, each call's `conversation_id` is its sub-run's derived one."""
     found: dict[str, SubAgentCall] = {}
     for m in history:
         if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
@@ -217,16 +198,9 @@ def seal_sub_agent_calls(
     kinds: Mapping[str, DeferKind | str],
     conversation_id: str = "",
 ) -> list[Message]:
-    """A copy of `history` in which the paused sub-agents' calls named in `kinds`
-    (namespaced ID → kind) carry seals, each bound to its own sub-run's conversation
-    (derived from `conversation_id`, the parent's, when given; else the one its record
-    names).
-
-    The counterpart of `golem.seal.seal_pending` for the calls `sub_agent_calls` finds:
-    they live in the sub-agent's history inside its parent's record, so that is where
-    they are sealed (nested sub-agents at any depth). Records holding none of them are
-    shared, nothing is mutated, and an unreadable record is left as it is.
-    """
+    """A copy of `history` whose paused sub-agents' calls named in `kinds` (namespaced ID
+    → kind) are sealed, each for its sub-run's conversation (derived from `conversation_id`
+    when given, else the record's), at any depth; nothing is mutated."""
     out = list(history)
     for i, m in enumerate(out):
         if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):

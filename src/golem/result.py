@@ -36,26 +36,20 @@ _FIELDS = (
 
 
 class Result(Generic[OutputT]):
-    """The outcome of a run that succeeded: completed with an output, or paused.
-
-    A completed result has `output`; a paused one has `pending` (the calls it waits on)
-    and no output. Immutable; equal when every field is equal.
+    """The outcome of a run that succeeded: completed (`output`) or paused (`pending`).
 
     Attributes:
-        messages: The whole conversation: the run's system message (if any), the history,
-            the prompt and everything the run added. Feed it back as `history`.
+        messages: The whole conversation, to feed back as `history`.
         usage: Tokens summed over every model call of the run.
         finish_reason: The last completed model turn's finish reason.
         requests: Model call attempts (retried and failed ones included).
-        tool_calls: Tool executions attempted (deferrals excluded, approved re-runs included).
+        tool_calls: Tool executions attempted (approved re-runs included).
         cost: `price(usage)` when the agent has a price, else 0.0.
         run_id: The run's ID.
         conversation_id: The conversation's ID.
-        pending: The calls a paused run waits on, or None when the run completed.
-        trace_context: The W3C `traceparent` of the run's span when the run was traced
-            (`golem.integrations.otel`), else "". Keep it with a paused run and pass it to the resume
-            to link the two spans.
-    """
+        pending: The calls a paused run waits on, or None.
+        trace_context: The run span's W3C `traceparent` when traced, else "" (pass it to
+            the resume to link the spans)."""
 
     __slots__ = ("_output", *_FIELDS)
 

@@ -99,10 +99,10 @@ class ResumeRequest:
 def precheck(agent: SubAgent, req: ResumeRequest) -> ResumePlan | None:
     """A streamed resume's check, before its stream starts; None when it can only be checked
     once started (toolsets' tools are known once entered; paused sub-agents)."""
-    if agent.toolsets:
-        return None
     policy = agent._policy(agent.tools)
     if policy.nested and paused_records(load(req.history, validate=False)):
+        return None
+    if agent.toolsets:
         return None
     return check(policy, req.history, req.results, req.conversation_id, req.expected)
 

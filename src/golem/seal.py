@@ -1,21 +1,9 @@
 """Seals on pending calls: an approval binds exactly the call the approver saw.
 
-When an agent with a `seal_key` pauses, every pending call gets a seal: an HMAC-SHA256,
-under the agent's key, over the conversation ID, the call ID, the tool name, the
-deferral kind and the exact UTF-8 bytes of the call's arguments. The seal travels on
-the call (`ToolCall.seal`, the `"seal"` key of the history JSON, which the Go golem
-ignores) and on `PendingToolCall.seal`. A resume with the key verifies every pending
-call before anything runs, so a history whose pending call was edited, renamed,
-re-kinded, duplicated or forged is rejected with a `SealError` naming the call.
-
-Seal text: `v1.<key ID>.<kind>.<MAC, base64url without padding>`. The key ID selects the
-key (`SealKeys` holds the current key and older ones, for rotation); the kind is readable
-so a verifier learns how the call paused without trusting anything but the MAC.
-
-What a seal does not do: it does not prove that a person approved anything (approvals
-are supplied by whoever resumes), and it does not stop the same paused history from
-being resumed twice. See docs/guides/trust-and-integrity.md.
-"""
+A seal is `v1.<key ID>.<kind>.<HMAC-SHA256, base64url>` over the conversation ID, call ID,
+tool name, kind and exact argument bytes, carried on `ToolCall.seal` and
+`PendingToolCall.seal`; a keyed resume verifies every pending call before anything runs.
+See docs/guides/trust-and-integrity.md for what a seal does not prove."""
 
 from __future__ import annotations
 
@@ -43,23 +31,13 @@ _KINDS: dict[str, DeferKind] = {k.value: k for k in DeferKind}
 
 
 class SealKeys:
-    """The keys an agent seals and verifies pending calls with.
-
-    `current` seals new pauses (under `key_id`); `older` keys, by key ID, still verify
-    seals made before a rotation. Rotate by making a new key current and moving the old
-    one into `older` until every history sealed with it has been resumed or expired.
-
-    Args:
-        current: The key new seals are made with: at least 32 random bytes
-            (for example `secrets.token_bytes(32)`).
-        key_id: The ID written into each seal (letters, digits, `_` and `-`).
-        older: Retired keys by key ID, accepted for verification only.
+    """The keys an agent seals and verifies pending calls with: `current` (at least 32
+    random bytes, written as `key_id`) seals; `older` keys by ID still verify (rotation).
 
     Raises:
         TypeError: a key is not `bytes`.
-        ValueError: a key is shorter than 32 bytes, a key ID is empty or has other
-            characters, or `older` reuses the current key ID.
-    """
+        ValueError: a key under 32 bytes, a key ID empty or not `[A-Za-z0-9_-]`, or `older`
+            reusing the current key ID."""
 
     __slots__ = ("_keys", "_pads", "current", "key_id", "older")
 

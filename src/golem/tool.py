@@ -1,20 +1,10 @@
 """Tools: what the model can call, and the signals a tool raises to steer the run.
 
-A tool is a `Tool` (raw form: a JSON schema plus `exec(ctx, args: dict)`) or a plain
-function turned into one by `@agent.tool` / `Tool.from_function`, whose schema comes
-from its type hints and docstring and whose arguments pydantic validates.
-
-Signals a tool raises (directly, or as the `__cause__`/`__context__` of what it raises):
-
-- `Deferred(kind, reason)` pauses the run: the call waits for a human approval
-  (`DeferKind.APPROVAL`) or for a result supplied later (`DeferKind.EXTERNAL`).
-- `Canceled(reason)` deliberately stops the whole run (stage `canceled`).
-- `Failed(reason)` records a definitive failure as the call's result; the run goes on.
-- `ModelRetry(message)` sends the message back so the model can correct its call.
-
-`call_approved()` is true only inside the approved re-run of a deferred call; gate
-side effects behind it.
-"""
+A tool is a `Tool` (a JSON schema plus `exec(ctx, args)`) or a function made one by
+`@agent.tool` / `Tool.from_function`. Signals, raised directly or as a cause: `Deferred`
+pauses the call (approval or external result), `Canceled` stops the run, `Failed` records
+a failure as the result, `ModelRetry` asks the model to correct its call.
+`call_approved()` is true only inside an approved re-run."""
 
 from __future__ import annotations
 
@@ -277,40 +267,26 @@ ToolDepsT = TypeVar("ToolDepsT", default=Any)
 
 
 class Tool(Generic[ToolDepsT]):
-    """A tool the model can call, for agents whose deps are `ToolDepsT`.
-
-    `Tool[Deps]` is what type checkers see: the raw form takes its deps type from
-    `exec`'s `RunContext[...]`, so `Agent[int, ...](tools=[...])` refuses a tool whose
-    `exec` takes `RunContext[str]`. `Tool.from_function` gives a `Tool[Any]`.
+    """A tool the model can call, for agents whose deps are `ToolDepsT`
+    (`Tool.from_function` gives a `Tool[Any]`).
 
     Args:
         name: Unique name the model calls it by.
         description: What the tool does, for the model.
         schema: JSON schema (a dict) of the arguments object.
-        exec: `exec(ctx, args)` — sync or async; `args` is the decoded arguments
-            object. Returns `str`, `ToolResult`, `None` (empty text) or any value
-            pydantic can serialize to JSON.
-        max_retries: Correction budget for the `ModelRetry`s the tool raises;
-            `None` uses the agent's `tool_retries`.
-        timeout: Seconds before the call fails the run; `None` uses the agent's
-            `tool_timeout`.
+        exec: `exec(ctx, args)`, sync or async; returns `str`, `ToolResult`, `None` or any
+            value pydantic serializes to JSON.
+        max_retries: `ModelRetry` budget (`None`: the agent's `tool_retries`).
+        timeout: Seconds before the call fails the run (`None`: the agent's `tool_timeout`).
         sequential: In parallel mode, run this tool's calls alone (a barrier).
-        idempotent: The tool's effect happens at most once per
-            `ctx.idempotency_key`, so an operator may retry its approved call after an
-            interrupted resume without asking again (the durable path reads it).
-        run_in_thread: For a sync `exec` only: `True` (the default) runs each call in a
-            worker thread, so a call that blocks (file or network I/O, `time.sleep`, a
-            lock) cannot stall the event loop. `False` calls it directly on the event
-            loop and saves the thread hand-off (tens of microseconds a call): only for
-            small functions that **never block** — while one runs, nothing else in the
-            process (other runs, streams, heartbeats) makes progress. Contextvars,
-            timeouts, retries, signals and events behave the same either way. Async
-            tools always run on the event loop; the option changes nothing for them.
+        idempotent: Acts at most once per `ctx.idempotency_key` (an interrupted approved
+            call may be retried without asking again).
+        run_in_thread: A sync `exec` runs in a worker thread (default); `False` runs it on
+            the event loop, only for functions that never block.
 
     Raises:
-        ValueError: an empty name, a schema that is not a dict, negative
-            `max_retries` or a `timeout` that is not positive.
-    """
+        ValueError: an empty name, a schema that is not a dict, negative `max_retries` or a
+            `timeout` that is not positive."""
 
     __slots__ = (
         "_validator",

@@ -1,15 +1,8 @@
 """Toolsets: tools that come from somewhere else (an MCP server...), resolved per run.
 
-A `Toolset` is an async context manager that hands out `Tool`s. The agent enters each
-of its toolsets for the duration of a run (connecting what needs a connection), asks
-each one for its tools before every model turn (so a server's changed tool list is
-seen on the next turn), and leaves them when the run ends. Entering is reference
-counted by the toolset, so `async with server:` around several runs keeps one
-connection open for all of them.
-
-A toolset's tools are ordinary `Tool`s: the loop calls, times out, retries, defers and
-reports them exactly like the agent's own.
-"""
+A `Toolset` is an async context manager handing out ordinary `Tool`s: the agent enters it
+for each run (reference counted, so `async with server:` around runs keeps one
+connection) and lists its tools again before every model turn."""
 
 from __future__ import annotations
 
