@@ -29,14 +29,8 @@ def cancel_requests() -> int:
 
 def raise_if_swallowed(baseline: int) -> None:
     """Raise `CancelledError` when the current task has more cancellation requests than
-    `baseline` (its count when the run started): a cancellation arrived during the last
-    await and the awaited code — a tool, a model, a hook — swallowed it instead of
-    letting it propagate. The run then stops as cancelled, never turning the caller's
-    cancellation into a result, a tool error or a next step. A no-op before Python 3.13.
-
-    Raises:
-        asyncio.CancelledError: a cancellation arrived and was not honoured.
-    """
+    `baseline` (its count when the run started): awaited code swallowed the caller's
+    cancellation, and the run stops as cancelled. A no-op before Python 3.13."""
     if not EXACT_CANCELLING:
         return
     task = asyncio.current_task()

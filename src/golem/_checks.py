@@ -223,14 +223,8 @@ def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
 
 
 def _check_tail(history: Sequence[Message]) -> None:
-    """A paused history ends with its batch: after the last assistant message with tool
-    calls come only tool results (the batch's, recorded before the pause).
-
-    Raises:
-        ResumeError: another message follows the paused batch (a user message appended
-            while paused, say): the merge would not carry it over, so it is refused rather
-            than dropped; new text for the model is the resume's `prompt`.
-    """
+    """Nothing but tool results follows the paused batch (`ResumeError` otherwise: new
+    text for the model is the resume's `prompt`, never an appended message)."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.role == "tool":
@@ -245,14 +239,8 @@ def _check_tail(history: Sequence[Message]) -> None:
 
 
 def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
-    """With a seal key, every pending call belongs to the paused batch (the last assistant
-    message with tool calls): a sealed pause never leaves calls open in older turns, and an
-    answered call keeps its genuine seal as a record, so one pending in an older turn had
-    its result removed to run it again.
-
-    Raises:
-        ResumeError: a pending call is outside the paused batch.
-    """
+    """With a seal key, every pending call is in the paused batch: a sealed call pending in
+    an older turn had its result removed to run it again (`ResumeError`)."""
     batch = paused_batch_ids(history)
     for c in pending:
         if c.id not in batch:
@@ -269,13 +257,8 @@ def _check_expected(
     expected: DeferredRequests,
     kinds: dict[str, DeferKind],
 ) -> None:
-    """The pending calls are expected ones (name, arguments, seal and kind as expected);
-    an expected call that is not pending is answered in the paused batch — an approved
-    call a failed or cancelled resume already ran (ADR 0071).
-
-    Raises:
-        ResumeError: the first difference found.
-    """
+    """The pending calls are the expected ones (name, arguments, seal, kind); an expected
+    call not pending is answered in the paused batch (ADR 0071). `ResumeError` otherwise."""
     wanted = {p.call_id: p for p in expected.calls}
     approval_ids = {p.call_id for p in expected.approvals}
     for c in pending:
@@ -355,10 +338,9 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
 
 
 def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
-    """`history` with each unsealed pending call that the expected call of its ID names with
-    `same_args` holding the expected call's bytes and seal (the ones the model wrote, the
-    approvers saw and the agent sealed): the Go golem writes args compacted and drops seals.
-    A seal restored so is verified as any other."""
+    """`history` with each unsealed pending call that its expected call names with
+    `same_args` holding the expected bytes and seal (the Go golem compacts args and drops
+    seals); a seal restored so is verified as any other."""
     wanted = {p.call_id: p for p in expected.calls}
     restored: dict[str, ToolCall] = {}
     answered = {m.tool_call_id for m in history if m.role == "tool"}
@@ -379,10 +361,8 @@ def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -
 
 def same_args(a: str, b: str) -> bool:
     """Whether two tool-call args are the same arguments: the same text, or the same JSON
-    token for token once whitespace between tokens and string escapes are read — how the Go
-    golem writes args again (compacted; `<`, `>`, `&`, U+2028, U+2029 escaped). Keys keep
-    their order and duplicates, numbers their spelling, so every JSON parser reads both alike.
-    """
+    token for token (whitespace and string escapes read; key order, duplicates and number
+    spelling kept), as the Go golem writes them again."""
     if a == b:
         return True
     ta = _tokens(a)

@@ -1,11 +1,8 @@
-"""The run loop: model → tools → model, shared by every entry point.
+"""The run loop: model → tools → model, shared by every entry point (ADR 0004).
 
-One plain async loop, no engine: `run_loop` calls the model, executes the tool calls
-of its answer, and repeats until the model answers without tool calls (the output is
-decoded; an answer whose turn the provider paused, `pause_turn`, is sent back instead), a call defers (the run pauses), or something fails (`RunError`). What the
-loop follows — model, tools, limits, decoding, cost, backoff — arrives as one explicit
-`Policy`; what it accumulates lives in `RunState`.
-"""
+`run_loop` calls the model, runs the tool calls of its answer, and repeats until the model
+answers without tool calls, a call defers (the run pauses) or something fails
+(`RunError`). What it follows arrives as one `Policy`; what it accumulates is a `RunState`."""
 
 from __future__ import annotations
 

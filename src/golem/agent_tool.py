@@ -261,17 +261,9 @@ def run_scope(state: RunState) -> Iterator[_Scope]:
 
 
 def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
-    """A paused parent result with its paused sub-agents' calls surfaced (namespaced) and
-    their paused histories recorded in the parent's history.
-
-    Pending calls keep the model's emission order within each kind (a sub-agent's calls
-    where its parent call stands), and the records answer their calls in emission order
-    among the batch's recorded results.
-
-    Raises:
-        RunError: stage `tool` when a pending call ID occurs twice (a parent call named
-            like a sub-agent's namespaced call): no resolution could tell them apart.
-    """
+    """A paused parent result with its paused sub-agents' calls surfaced (namespaced, in
+    emission order) and their paused histories recorded in its history; `RunError` (stage
+    `tool`) when a pending call ID occurs twice, which no resolution could tell apart."""
     pending = result.pending
     if pending is None or not scope.paused:
         return result

@@ -112,25 +112,15 @@ class SealError(ResumeError):
 
 
 class ConversationRequired(SealError):
-    """A resume with a seal key was given neither `conversation_id=` nor `expected=`.
-
-    A seal binds its conversation; the one a paused history names is whatever its editor
-    wrote, so checking seals against it would accept another conversation's sealed call
-    relabeled into this one. Pass `conversation_id=` from your own record of the paused
-    run (`paused.conversation_id`), or `expected=paused.pending`. `call_id` / `tool_name`
-    name the first sealed pending call; `problem` is "conversation_required".
-    """
+    """A resume with a seal key was given neither `conversation_id=` nor `expected=`:
+    the conversation a history names is its editor's word, so a seal cannot be checked
+    against it. `call_id` / `tool_name` name the first sealed pending call."""
 
 
 class SubAgentConversationMismatch(SealError):
-    """A paused sub-agent's record was sealed for another conversation than its parent call's.
-
-    A sub-run's conversation is `<parent conversation>/<parent call ID>` (ADR 0065); a
-    record naming another one is from another conversation, or was stored before golem
-    derived sub-run conversations. Such a record resumes only when `expected=` (the paused
-    parent's `Result.pending`, or a worker's recorded calls) carries each of its calls'
-    seals. `call_id` / `tool_name` are namespaced; `problem` is "sub_agent_conversation".
-    """
+    """A paused sub-agent's record was sealed for another conversation than its parent
+    call's (`<parent conversation>/<parent call ID>`, ADR 0065); it resumes only when
+    `expected=` carries each of its calls' seals. `call_id` / `tool_name` are namespaced."""
 
 
 class RunPaused(GolemError):

@@ -57,15 +57,8 @@ TOOL_CHOICE_MODES: frozenset[str] = frozenset(("auto", "required", "none"))
 
 
 def check_tool_choice(choice: object, tools: Iterable[str] | None = None) -> str:
-    """Return `choice` when it is a valid tool choice, else raise `ValueError`.
-
-    Args:
-        choice: "auto", "required", "none", or a tool name.
-        tools: The names of the tools on offer; when given, a tool name must be one of them.
-
-    Raises:
-        ValueError: `choice` is not a string, is empty, or names a tool not in `tools`.
-    """
+    """Return `choice` when it is "auto", "required", "none" or a tool name (one of
+    `tools`, when given); else raise `ValueError`."""
     if not isinstance(choice, str) or not choice:
         raise ValueError(
             f'tool_choice must be "auto", "required", "none" or the name of a tool, got {choice!r}'

@@ -13,7 +13,7 @@ from golem.agent_tool import (
     AgentTool,
     sub_conversation,
 )
-from golem.deferred import DeferredRequests, DeferredResults, pending_calls
+from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
 from golem.errors import (
     HistoryError,
     ResumeError,
@@ -57,7 +57,7 @@ def paused_records(history: Sequence[Message]) -> bool:
     return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
 
 
-def record_text(history: list[Message]) -> str:
+def _record_text(history: list[Message]) -> str:
     """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
     (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
     text that is not UTF-8, so that what ran is handed back rather than lost."""
@@ -112,7 +112,7 @@ def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
                 f"unreadable: {exc}"
             ) from exc
-        records[m.tool_call_id] = Paused(i, m, tool, sub_history, waiting_calls(sub_history))
+        records[m.tool_call_id] = Paused(i, m, tool, sub_history, _waiting_calls(sub_history))
     return records
 
 
@@ -139,7 +139,7 @@ def owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str 
     return None
 
 
-def waiting_calls(history: Sequence[Message]) -> dict[str, str]:
+def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
     """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
     waiting = {c.id: c.name for c in pending_or_none(history)}
     waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
@@ -275,3 +275,60 @@ def drop_finished(
             external=[p for p in expected.external if not gone(p.call_id)],
         )
     return kept, expected
+
+
+def progress_record(
+    rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
+) -> Message:
+    """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
+    name = rec.tool.name
+    waiting = _waiting_calls(sub_history)
+    if waiting:
+        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
+        line = f'sub-agent "{name}" is paused, waiting for {calls}'
+    else:
+        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
+    state = json.dumps(
+        {"agent": name, "history": _record_text(sub_history)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return replace(
+        rec.message,
+        content=f"{PAUSED_MARKER} {line}\n{state}",
+        run_id=run_id or rec.message.run_id,
+        conversation_id=conversation_id or rec.message.conversation_id,
+    )
+
+
+def pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
+    """The calls a paused `history` waits on — its own pending calls and, where each
+    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
+    history order, grouped by the kind `results` gives them (reasons are empty: a history
+    keeps none)."""
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    records = {
+        m.tool_call_id: m
+        for m in history
+        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
+    }
+    approvals: list[PendingToolCall] = []
+    external: list[PendingToolCall] = []
+
+    def add(call_id: str, tool_name: str, call: ToolCall) -> None:
+        approval = call_id in results.approvals
+        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
+        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
+        (approvals if approval else external).append(pending)
+
+    for m in history:
+        if m.role != "assistant":
+            continue
+        for c in m.tool_calls:
+            record = records.get(c.id)
+            if record is not None:
+                for key, sub in sub_agent_calls([record]).items():
+                    add(key, sub.tool_name, sub.call)
+            elif c.id not in answered:
+                add(c.id, c.name, c)
+    return DeferredRequests(approvals=approvals, external=external)

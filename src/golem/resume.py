@@ -9,7 +9,6 @@ own calls resolve last (ADR 0076).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -32,7 +31,6 @@ from golem._run import (
     run_traced,
 )
 from golem.agent_tool import (
-    PAUSED_MARKER,
     AgentTool,
     SubAgent,
     copy_result,
@@ -47,9 +45,9 @@ from golem.errors import Stage, ToolError, UsageLimitExceeded
 from golem.events import EventHandler
 from golem.messages import Message, ToolCall
 from golem.nested import NestedPlan, check_records, check_sub_agents
-from golem.records import Paused, paused_records, record_text, sub_agent_calls, waiting_calls
+from golem.records import Paused, paused_records, pending_of, progress_record
 from golem.result import PartialResult, Result, RunError
-from golem.tool import Canceled, ClearedApproval, DeferKind, find_signal
+from golem.tool import Canceled, ClearedApproval, find_signal
 from golem.usage import Usage
 
 if TYPE_CHECKING:
@@ -416,7 +414,7 @@ class _Handing:
             sub = self.subs.get(call_id)
             sub_history = sub.messages if sub is not None else None
             if sub_history is not None:
-                out[rec.index] = _progress_record(
+                out[rec.index] = progress_record(
                     rec, sub_history, self.run_id, self.conversation_id
                 )
                 touched = True
@@ -446,65 +444,8 @@ class _Handing:
             cost=self.price(usage),
             run_id=self.run_id,
             conversation_id=self.conversation_id,
-            pending=_pending_of(messages, self.results),
+            pending=pending_of(messages, self.results),
         )
-
-
-def _progress_record(
-    rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
-) -> Message:
-    """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
-    name = rec.tool.name
-    waiting = waiting_calls(sub_history)
-    if waiting:
-        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
-        line = f'sub-agent "{name}" is paused, waiting for {calls}'
-    else:
-        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
-    state = json.dumps(
-        {"agent": name, "history": record_text(sub_history)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return replace(
-        rec.message,
-        content=f"{PAUSED_MARKER} {line}\n{state}",
-        run_id=run_id or rec.message.run_id,
-        conversation_id=conversation_id or rec.message.conversation_id,
-    )
-
-
-def _pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
-    """The calls a paused `history` waits on — its own pending calls and, where each
-    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
-    history order, grouped by the kind `results` gives them (reasons are empty: a history
-    keeps none)."""
-    answered = {m.tool_call_id for m in history if m.role == "tool"}
-    records = {
-        m.tool_call_id: m
-        for m in history
-        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
-    }
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
-
-    def add(call_id: str, tool_name: str, call: ToolCall) -> None:
-        approval = call_id in results.approvals
-        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
-        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
-        (approvals if approval else external).append(pending)
-
-    for m in history:
-        if m.role != "assistant":
-            continue
-        for c in m.tool_calls:
-            record = records.get(c.id)
-            if record is not None:
-                for key, sub in sub_agent_calls([record]).items():
-                    add(key, sub.tool_name, sub.call)
-            elif c.id not in answered:
-                add(c.id, c.name, c)
-    return DeferredRequests(approvals=approvals, external=external)
 
 
 ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]]
