@@ -375,27 +375,7 @@ class Tool(Generic[ToolDepsT]):
         wants_ctx = bool(params) and _is_ctx_param(params[0], hints)
         if wants_ctx:
             params = params[1:]
-        fields: dict[str, Any] = {}
-        for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise ValueError(f'tool "{tool_name}": *args and **kwargs are not supported')
-            if p.kind is p.POSITIONAL_ONLY:
-                raise ValueError(
-                    f'tool "{tool_name}": positional-only parameters are not supported'
-                )
-            annotation = hints.get(p.name, p.annotation)
-            if annotation is inspect.Parameter.empty:
-                annotation = Any
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            doc = param_docs.get(p.name)
-            if isinstance(default, FieldInfo):  # `x: int = Field(gt=0)`
-                if doc is not None and default.description is None:
-                    default = FieldInfo.merge_field_infos(default, description=doc)
-                fields[p.name] = (annotation, default)
-            elif doc is not None:
-                fields[p.name] = (annotation, pydantic.Field(default, description=doc))
-            else:
-                fields[p.name] = (annotation, pydantic.Field(default))
+        fields = _arg_fields(tool_name, params, hints, param_docs)
         model = pydantic.create_model(
             f"{tool_name}_args", __config__=pydantic.ConfigDict(extra="forbid"), **fields
         )
@@ -524,6 +504,35 @@ class Tool(Generic[ToolDepsT]):
 
     def _overran(self, ctx: RunContext[Any], timeout: float) -> ToolTimeout:
         return ToolTimeout(self.name, ctx.call_id, f"tool overran its {timeout:g}s timeout")
+
+
+def _arg_fields(
+    tool_name: str,
+    params: Sequence[inspect.Parameter],
+    hints: dict[str, Any],
+    param_docs: dict[str, str],
+) -> dict[str, Any]:
+    """The pydantic fields of a function tool's arguments (its docstring's descriptions)."""
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ValueError(f'tool "{tool_name}": *args and **kwargs are not supported')
+        if p.kind is p.POSITIONAL_ONLY:
+            raise ValueError(f'tool "{tool_name}": positional-only parameters are not supported')
+        annotation = hints.get(p.name, p.annotation)
+        if annotation is inspect.Parameter.empty:
+            annotation = Any
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        doc = param_docs.get(p.name)
+        if isinstance(default, FieldInfo):  # `x: int = Field(gt=0)`
+            if doc is not None and default.description is None:
+                default = FieldInfo.merge_field_infos(default, description=doc)
+            fields[p.name] = (annotation, default)
+        elif doc is not None:
+            fields[p.name] = (annotation, pydantic.Field(default, description=doc))
+        else:
+            fields[p.name] = (annotation, pydantic.Field(default))
+    return fields
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
