@@ -1,11 +1,5 @@
-"""`GuardedEvents`, the ASGI app behind `GET /api/events`: the stream
-(`golem.service.stream.events`) behind its limits.
-
-It refuses a cursor that is not a position of this service (`positions.start_cursor`:
-422), allows `ServiceSettings.max_streams_per_identity` open streams per identity (429
-beyond), and re-checks the credential while the stream is open: once the session or
-stream token ends, the stream sends `event: end` and closes. `HEAD` gets the headers only.
-"""
+"""`GuardedEvents`, the ASGI app behind `GET /api/events`: the stream behind its cursor
+check (422), `max_streams_per_identity` (429) and credential re-checks (`event: end`)."""
 
 from __future__ import annotations
 
@@ -34,21 +28,16 @@ _END = b'event: end\ndata: {"reason":"your session or stream token has ended: si
 Events = Callable[[Request], Awaitable[Response]]
 
 
-_HEAD_HEADERS = {
+_HEAD_HEADERS = {  # HEAD answers the headers only: a streamed HEAD would hold a slot forever
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-store",
     "X-Accel-Buffering": "no",
 }
-"""The headers of the event stream, as `HEAD /api/events` answers them (no body follows:
-a HEAD served by the streaming handler would hold a stream, and its slot, forever)."""
 
 
 class GuardedEvents:
-    """`GET /api/events` with a cursor check, a per-identity limit and credential re-checks.
-
-    Args:
-        events: the stream's request handler (`golem.service.stream.events`).
-    """
+    """`GET /api/events` (`events`) with a cursor check, a per-identity limit and
+    credential re-checks."""
 
     def __init__(self, events: Events) -> None:
         self.events = events

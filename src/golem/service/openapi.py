@@ -21,7 +21,16 @@ from starlette.routing import BaseRoute, Route
 
 from golem.service.schemas import ErrorBody
 
-__all__ = ["CSV", "HTML", "REDIRECT", "SSE", "ArrayOf", "Operation", "openapi_document", "operation"]
+__all__ = [
+    "CSV",
+    "HTML",
+    "REDIRECT",
+    "SSE",
+    "ArrayOf",
+    "Operation",
+    "openapi_document",
+    "operation",
+]
 
 HTML = "text/html"
 """A response marker: an HTML page."""
@@ -31,7 +40,6 @@ SSE = "text/event-stream"
 """A response marker: an endless server-sent event stream."""
 CSV = "text/csv"
 """A response marker: a CSV download."""
-
 
 
 @dataclass(frozen=True)
@@ -99,14 +107,29 @@ class Operation:
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
-    """Attach an `Operation(**kwargs)` to a handler (read by `openapi_document`)."""
-    spec = Operation(**kwargs)
+    """Attach an `Operation(**kwargs)` to a handler (read by `openapi_document`); the
+    summary is the handler's docstring unless given."""
 
     def attach(handler: F) -> F:
-        handler.__openapi__ = spec  # type: ignore[attr-defined]
+        summary = kwargs.pop("summary", None) or " ".join((handler.__doc__ or "").split())
+        handler.__openapi__ = Operation(summary=summary, **kwargs)  # type: ignore[attr-defined]
         return handler
 
     return attach
+
+
+def page(op_id: str, **kwargs: Any) -> Callable[[F], F]:
+    """`operation` of an inbox page: HTML, or 303 to sign in."""
+    defaults = {"responses": {200: HTML, 303: REDIRECT}, "security": ("session",), "tag": "inbox"}
+    return operation(op_id=op_id, **{**defaults, **kwargs})
+
+
+def form_action(op_id: str, form: type[BaseModel], *errors: int, **kwargs: Any) -> Callable[[F], F]:
+    """`operation` of an inbox form action: 303 when done; 401, 403, 408, 413, 415 and
+    `errors` when refused."""
+    defaults = {"responses": {303: REDIRECT}, "security": ("session",), "tag": "inbox"}
+    errors = (401, 403, 408, 413, 415, *errors)
+    return operation(op_id=op_id, form=form, errors=errors, **{**defaults, **kwargs})
 
 
 def _path_of(route: Route) -> tuple[str, list[str]]:
@@ -192,7 +215,9 @@ def _response(
     if isinstance(spec, ArrayOf):
         return {
             "description": f"A JSON array of {spec.model.__name__}.",
-            "content": {"application/json": {"schema": {"type": "array", "items": ref(spec.model)}}},
+            "content": {
+                "application/json": {"schema": {"type": "array", "items": ref(spec.model)}}
+            },
         }
     if spec == REDIRECT:
         return {

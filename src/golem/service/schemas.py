@@ -373,12 +373,10 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = (
-        Field(
-            description="The entry's audit ID (its place in the whole log) for an approver who "
-            "sees every agent; for others an opaque reference, the same for the same entry "
-            "(ADR 0077)."
-        )
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = Field(
+        description="The entry's audit ID (its place in the whole log) for an approver who "
+        "sees every agent; for others an opaque reference, the same for the same entry "
+        "(ADR 0077)."
     )
     run_id: str
     at: Time | None
@@ -401,7 +399,6 @@ class AuditList(_Out):
         description="Pass as `before` for the next (older) page; null on the last page. "
         "Sealed: opaque, different on every answer."
     )
-
 
 
 class RunDetail(Run):
