@@ -106,16 +106,15 @@ async def login(request: Request) -> Response:
             status=401,
         )
     response = RedirectResponse(nxt, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        auth.issue_session(cred),
-        max_age=int(auth.session_seconds),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/",
-    )
+    value, seconds = auth.issue_session(cred), int(auth.session_seconds)
+    response.set_cookie(SESSION_COOKIE, value, max_age=seconds, **_cookie(request))
     return response
+
+
+def _cookie(request: Request) -> dict[str, Any]:
+    """The session cookie's attributes."""
+    secure = request.url.scheme == "https"
+    return {"httponly": True, "samesite": "strict", "secure": secure, "path": "/"}
 
 
 @form_action("logout", schemas.LogoutForm)
@@ -124,13 +123,7 @@ async def logout(request: Request) -> Response:
     _, value, _ = await checked_form(request)
     state_of(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
-    response.delete_cookie(
-        SESSION_COOKIE,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    response.delete_cookie(SESSION_COOKIE, **_cookie(request))
     return response
 
 
@@ -144,14 +137,13 @@ async def inbox_page(page: SignedIn) -> Response:
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
     after = q.get("after") or None
+    agent = filters["agent"] or None
     try:
         found_page = await pending_page(
-            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS, after=after
+            state, cred, agent=agent, kind=kind, limit=PAGE_RUNS, after=after
         )
     except ApiError:  # a stale or foreign cursor: start from the oldest again
-        found_page = await pending_page(
-            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS
-        )
+        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
         after = None
     found = found_page.calls
     everything = not any(filters.values()) and after is None
@@ -268,9 +260,7 @@ async def run_page(page: SignedIn) -> Response:
             "run": run_view(run, now),
             "calls": cards,
             "resolve_action": path("runs", run.id, "resolve")
-            if run.status is RunStatus.INTERRUPTED
-            and hasattr(require_store(state), "retry_interrupted")
-            and cred.approver.may_start(run.agent)
+            if run.status is RunStatus.INTERRUPTED and cred.approver.may_start(run.agent)
             else "",
             "approved_calls": [  # re-running a call is deciding it again (issue 27)
                 c
@@ -390,9 +380,7 @@ async def resolve_form(request: Request) -> Response:
     note = form.get("note", "").strip()
     if not note:
         raise ApiError(422, "invalid_request", "say what you checked: a note is required")
-    store: Any = require_store(state)
-    if not hasattr(store, "retry_interrupted"):
-        raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
+    store = require_store(state)
     action = form.get("action", "")
     try:
         if action == "retry":

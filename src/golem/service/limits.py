@@ -25,7 +25,7 @@ __all__: list[str] = []
 _END = b'event: end\ndata: {"reason":"your session or stream token has ended: sign in again"}\n\n'
 
 
-Events = Callable[[Request], Awaitable[Response]]
+Events = Callable[[Request, Credential], Awaitable[Response]]
 
 
 _HEAD_HEADERS = {  # HEAD answers the headers only: a streamed HEAD would hold a slot forever
@@ -72,10 +72,13 @@ class GuardedEvents:
     async def _open(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
         state: ServiceState = request.app.state.golem
         found = self._credential(request, state)
-        if found is None:  # stream.events answers the 401 with its own message
-            response = await self.events(request)
-            await response(scope, receive, send)
-            return
+        if found is None:
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "send 'Authorization: Bearer <token>', a ?stream_token= from "
+                "POST /api/stream-token, or the inbox session cookie",
+            )
         # after the credential: a stranger gets 401 whatever the cursor
         start_cursor(request, full_view=found[0].approver.agents is None)
         if request.method == "HEAD":  # the stream's headers only: no stream is opened
@@ -92,7 +95,7 @@ class GuardedEvents:
             )
         counts[identity] = counts.get(identity, 0) + 1
         try:
-            await self._serve(request, scope, receive, send, valid, exp, state.stream_recheck)
+            await self._serve(cred, scope, receive, send, valid, exp, state.stream_recheck)
         finally:
             counts[identity] -= 1
             if counts[identity] <= 0:
@@ -100,7 +103,7 @@ class GuardedEvents:
 
     async def _serve(
         self,
-        request: Request,
+        cred: Credential,
         scope: Scope,
         receive: Receive,
         send: Send,
@@ -150,7 +153,7 @@ class GuardedEvents:
         watcher = asyncio.create_task(watch())
         inner = Request(scope, guarded_receive)
         try:
-            response = await self.events(inner)
+            response = await self.events(inner, cred)
             serving = asyncio.ensure_future(response(scope, guarded_receive, guarded_send))
             await asyncio.wait({serving, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not serving.done():  # the credential ended: say so, then stop the stream

@@ -30,8 +30,6 @@ from golem.durable.store import (
 from golem.errors import StoreError
 from golem.service.api import audit_json
 from golem.service.auth import Credential
-from golem.service.credentials import session
-from golem.service.errors import ApiError
 from golem.service.positions import seal_cursor, start_cursor
 from golem.service.state import ServiceState, require_store
 
@@ -42,25 +40,6 @@ log = logging.getLogger("golem.service")
 
 _BATCH = 200  # audit entries read per query
 _now = time.monotonic  # the keep-alive clock
-
-
-def _stream_credential(request: Request, state: ServiceState) -> Credential:
-    """The caller: a bearer token, then a stream token, then the inbox session (else 401)."""
-    auth = state.auth
-    cred = auth.from_authorization(request.headers.get("authorization"))
-    if cred is None:
-        cred = auth.verify_stream_token(request.query_params.get("stream_token"))
-    if cred is None:
-        who = session(request)
-        cred = who[0] if who else None
-    if cred is None:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "send 'Authorization: Bearer <token>', a ?stream_token= from "
-            "POST /api/stream-token, or the inbox session cookie",
-        )
-    return cred
 
 
 def _sse(event: str | None, data: Any, event_id: int | str | None = None) -> str:
@@ -167,11 +146,10 @@ async def _follow(
             await feed.wait_for_change(cursor, timeout=max(beat - _now(), 0.0))
 
 
-async def events(request: Request) -> Response:
-    """The change stream from `Last-Event-ID`, else `?cursor=`, else the newest change;
-    401 without a credential, 422 for a bad cursor."""
+async def events(request: Request, cred: Credential) -> Response:
+    """`cred`'s change stream from `Last-Event-ID`, else `?cursor=`, else the newest change
+    (422 for a bad cursor)."""
     state: ServiceState = request.app.state.golem
-    cred = _stream_credential(request, state)
     store = require_store(state)
     start = start_cursor(request, full_view=cred.approver.agents is None)
     cursor = await store.last_change_id() if start is None else start
