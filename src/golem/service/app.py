@@ -22,14 +22,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import StoreBusy, StoreReadOnly, StoreTimeout, open_store
+from golem.durable.store import open_store
 from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.seal import as_seal_keys
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import LoginLimiter, TokenFailures
 from golem.service.credentials import token_credential
-from golem.service.errors import ApiError, not_found
+from golem.service.errors import ApiError, not_found, unreachable
 from golem.service.limits import GuardedEvents
 from golem.service.middleware import HEADINGS, BodyLimit, RefuseBadUrl, Service
 from golem.service.notify import Notifier
@@ -212,12 +212,22 @@ def _is_api(request: Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
+def _answer(
+    request: Request, error: ApiError, heading: str = "", headers: bool = False
+) -> Response:
+    """`error` as JSON (`_is_api`) or as a page (with the error's `headers` if asked)."""
+    if _is_api(request):
+        return error.response()
+    heading = heading or HEADINGS.get(error.status, "Error")
+    page = render_error(request, error.status, heading, error.message)
+    page.headers.update(error.headers if headers else {})
+    return page
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
         raise exc
-    if _is_api(request):
-        return exc.response()
-    return render_error(request, exc.status, HEADINGS.get(exc.status, "Error"), exc.message)
+    return _answer(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -248,10 +258,8 @@ def _allowed_methods(request: Request) -> str:
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     error = ApiError(500, "internal_error", "the service failed; see its log")
-    if _is_api(request):
-        return error.response()
     try:
-        return render_error(request, 500, "Something went wrong", error.message)
+        return _answer(request, error, "Something went wrong")
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
 
@@ -259,23 +267,12 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 async def _store_error(request: Request, exc: Exception) -> Response:
     """503 with `Retry-After` for a store that cannot be reached; any other store error
     that reaches here is a bug (500)."""
-    if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))):
+    if not unreachable(exc):
         return await _server_error(request, exc)
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    error = ApiError(
-        503,
-        "store_unavailable",
-        "the store cannot be reached just now; try again shortly",
-        headers={"Retry-After": _STORE_RETRY_AFTER},
-    )
-    if _is_api(request):
-        return error.response()
-    response = render_error(request, 503, "Try again shortly", error.message)
-    response.headers["Retry-After"] = _STORE_RETRY_AFTER
-    return response
-
-
-_STORE_RETRY_AFTER = "1"  # seconds
+    message = "the store cannot be reached just now; try again shortly"
+    error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
+    return _answer(request, error, "Try again shortly", headers=True)
 
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]

@@ -147,19 +147,12 @@ def _refuse_duplicates(identities: Iterable[str]) -> None:
 
 @dataclass(frozen=True)
 class AuthConfig:
-    """Bearer tokens and the approvers they stand for.
-
-    Args:
-        tokens: token → approver. A key of the form `"sha256:<hex>"` is the digest of
-            the token instead of the token itself.
-        secret: key for signing sessions and stream tokens; random when omitted.
-        session_seconds: lifetime of an inbox session cookie.
-        stream_token_seconds: lifetime of a stream token (checked when a stream opens).
+    """Bearer tokens (or `"sha256:<hex>"` digests) and the approvers they stand for, with
+    the `secret` that signs sessions and stream tokens (random when omitted).
 
     Raises:
-        ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
-            non-positive lifetime, or two identities that differ only in case or Unicode
-            form.
+        ValueError: no tokens, a malformed digest, a secret under 32 bytes, a non-positive
+            lifetime, or two identities that differ only in case or Unicode form.
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)

@@ -19,9 +19,6 @@ from golem.durable.store import (
     CallKind,
     Decision,
     RunStatus,
-    StoreBusy,
-    StoreReadOnly,
-    StoreTimeout,
     utc_now,
 )
 from golem.errors import StoreError
@@ -30,7 +27,7 @@ from golem.service.auth import Credential
 from golem.service.bodies import check_json_value, parse_json
 from golem.service.credentials import SESSION_COOKIE, session
 from golem.service.decisions import decide_call, edited_approval
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, unreachable
 from golem.service.openapi import form_action, page
 from golem.service.pages import (
     PAGE_RUNS,
@@ -392,7 +389,7 @@ async def resolve_form(request: Request) -> Response:
         else:
             raise ApiError(422, "invalid_request", "action must be retry or cancel")
     except StoreError as exc:
-        if type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly)):
+        if unreachable(exc):
             raise  # the store cannot be reached: 503 (app.py)
         status = 409 if type(exc).__name__ == "RunNotInterrupted" else 422
         raise ApiError(status, "cannot_resolve", str(exc)) from None

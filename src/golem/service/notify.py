@@ -37,7 +37,7 @@ from golem.durable.store import (
     Store,
     utc_now,
 )
-from golem.messages import loads_history
+from golem.service.views import context_of, first_line
 
 __all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 
@@ -135,16 +135,6 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac
 
 
-def _title(run: RunRecord) -> str:
-    try:
-        messages = loads_history(run.conversation)
-    except ValueError:
-        return ""
-    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
-    line = prompt.strip().split("\n", 1)[0]
-    return line if len(line) <= 120 else line[:119] + "…"
-
-
 def _payload(
     event: str, run: RunRecord, link: str, *, call_id: str | None = None
 ) -> dict[str, Any]:
@@ -164,7 +154,7 @@ def _payload(
         "run_id": run.id,
         "agent": run.agent,
         "status": run.status.value,
-        "title": _title(run),
+        "title": first_line(context_of(run.conversation)[0]),
         "started_by": run.started_by,
         "url": link,
         "calls": calls,

@@ -1,10 +1,5 @@
-"""The pydantic models of the JSON API: what requests may hold and what responses hold.
-
-The same models validate incoming bodies and query strings (`golem.service.bodies`), shape
-every JSON response, and are the schemas of the OpenAPI document (`golem.service.openapi`),
-so the document cannot drift from what the service does. Numbers that are not finite
-(a `NaN` saved by a Python caller in a `deps_ref` or an output) serialize as `null`.
-"""
+"""The pydantic models of the JSON API: they validate requests, shape responses (numbers
+that are not finite as `null`) and are the OpenAPI document's schemas."""
 
 from __future__ import annotations
 

@@ -24,12 +24,11 @@ from golem.durable.store import (
     RunNotFound,
     RunStatus,
     Store,
-    StoreBusy,
-    StoreTimeout,
 )
 from golem.errors import StoreError
 from golem.service.api import audit_json
 from golem.service.auth import Credential
+from golem.service.errors import unreachable
 from golem.service.positions import seal_cursor, start_cursor
 from golem.service.state import ServiceState, require_store
 
@@ -93,7 +92,7 @@ async def _changes(
         async for text in _follow(request, state, cred, cursor, first):
             yield text
     except StoreError as exc:
-        if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy))):
+        if not unreachable(exc):
             raise
         log.warning("event stream ended: the store cannot be reached: %s", exc)
 
