@@ -2,14 +2,13 @@
 
 ```text
 golem serve --app myapp.agents:registry --db sqlite:///golem.db   service + in-process worker
-             [--concurrency N]                                     (N runs resumed at once)
 golem worker --app myapp.agents:registry --db postgresql://...    an extra worker process
-             [--concurrency N]                                     (N runs resumed at once)
 golem pending                                                     pending calls, as a table
 golem approve RUN CALL [--as IDENTITY]                            approve one call
 golem deny RUN CALL --reason "..."                                deny one call
 golem answer RUN CALL TEXT                                        give an external result
 golem show RUN                                                    a run, its conversation, audit
+golem resolve RUN --retry|--cancel --note "..."                   an interrupted run
 golem demo [--once]                                               the whole cycle, in a browser
 golem --version                                                   prints `golem <version>`
 ```

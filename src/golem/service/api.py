@@ -244,15 +244,7 @@ async def start(request: Request, cred: Credential) -> Response:
 async def list_runs(request: Request, cred: Credential) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
     q = read_query(request, schemas.RunsQuery)
-    runs = await visible_runs(
-        state_of(request),
-        cred,
-        status=q.status,
-        agent=q.agent,
-        tool=q.tool,
-        limit=q.limit,
-        offset=q.offset,
-    )
+    runs = await visible_runs(state_of(request), cred, **dict(q))
     return respond(schemas.RunList(runs=[_run_model(r) for r in runs]))
 
 
@@ -276,15 +268,7 @@ async def list_runs(request: Request, cred: Credential) -> Response:
 async def list_calls(request: Request, cred: Credential) -> Response:
     """Undecided calls the caller may decide, oldest run first, keyset-paged by run."""
     q = read_query(request, schemas.CallsQuery)
-    page = await pending_page(
-        state_of(request),
-        cred,
-        agent=q.agent,
-        tool=q.tool,
-        kind=q.kind,
-        limit=q.limit,
-        after=q.after,
-    )
+    page = await pending_page(state_of(request), cred, **dict(q))
     return respond(
         schemas.CallList(
             calls=[_call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
