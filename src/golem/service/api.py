@@ -43,45 +43,29 @@ def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
 
 def _call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
     """The response model of a pending call (with its run's agent and status)."""
+    fields = {n: getattr(c, n) for n in _CALL}
+    decision = None if c.decision is None else _decision_model(c.decision)
     return schemas.Call(
-        run_id=c.run_id,
-        call_id=c.call_id,
+        **fields,
         agent=run.agent,
         run_status=run.status,
-        position=c.position,
-        kind=c.kind,
-        tool_name=c.tool_name,
-        args=c.args,
-        reason=c.reason,
         created_at=run.created_at,
-        deadline=c.deadline,
-        decision=None if c.decision is None else _decision_model(c.decision),
+        decision=decision,
     )
+
+
+_CALL = ("run_id", "call_id", "position", "kind", "tool_name", "args", "reason", "deadline")
 
 
 def _run_model(run: RunRecord) -> schemas.Run:
     """The response model of a run without its conversation and audit log."""
-    outcome = None
-    if run.outcome is not None:
-        outcome = schemas.Outcome(
-            status=run.outcome.status, output=run.outcome.output, error=run.outcome.error
-        )
-    return schemas.Run(
-        id=run.id,
-        agent=run.agent,
-        conversation_id=run.conversation_id,
-        status=run.status,
-        started_by=run.started_by,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
-        expires_at=run.expires_at,
-        parent_run_id=run.parent_run_id,
-        child_run_id=run.child_run_id,
-        deps_ref=run.deps_ref,
-        lease_owner=run.lease_owner,
-        calls=[_call_model(run, c) for c in run.calls],
-        outcome=outcome,
-    )
+    fields = {n: getattr(run, n) for n in schemas.Run.model_fields if n not in _OWN}
+    done = run.outcome
+    outcome = None if done is None else schemas.Outcome.model_validate(done, from_attributes=True)
+    return schemas.Run(**fields, calls=[_call_model(run, c) for c in run.calls], outcome=outcome)
+
+
+_OWN = ("calls", "outcome")  # the fields of `schemas.Run` built on their own
 
 
 def audit_model(e: AuditEntry, secret: bytes | None = None) -> schemas.AuditItem:
