@@ -274,19 +274,8 @@ def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryI
     notifier = state.notifier
     if notifier is None:
         return []
-    return [
-        schemas.DeliveryItem(
-            id=d.id,
-            event=d.event,
-            run_id=d.run_id,
-            agent=d.agent,
-            url=d.url,
-            created_at=d.created_at,
-            state=d.state,
-            attempts=[schemas.DeliveryAttempt(**a) for a in d.attempts],
-        )
-        for d in notifier.visible(cred.approver.may_see)
-    ]
+    item = schemas.DeliveryItem.model_validate
+    return [item(d, from_attributes=True) for d in notifier.visible(cred.approver.may_see)]
 
 
 @operation(
