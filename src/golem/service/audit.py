@@ -185,40 +185,31 @@ async def audit_page(signed: SignedIn) -> Response:
         if exc.status != 400:
             raise
         return render_error(request, 400, "Not a page of this log", exc.message)
-    fmt = q.format
     nxt = _next_link(request, page.next_cursor)
-    headers = {} if nxt is None else {"Link": f'<{nxt}>; rel="next"'}
-    if fmt == "json":
-        body = json.dumps([_item(r, page.secret) for r in page.rows], ensure_ascii=False, indent=1)
-        return Response(
-            body,
-            media_type="application/json",
-            headers={
-                "Content-Disposition": 'attachment; filename="golem-audit.json"',
-                **headers,
-            },
-        )
-    if fmt == "csv":
+    if q.format is not None:  # a download of the same rows
+        headers = {"Content-Disposition": f'attachment; filename="golem-audit.{q.format}"'}
+        headers.update({} if nxt is None else {"Link": f'<{nxt}>; rel="next"'})
+        if q.format == "json":
+            body = json.dumps(
+                [_item(r, page.secret) for r in page.rows], ensure_ascii=False, indent=1
+            )
+            return Response(body, media_type="application/json", headers=headers)
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["id", "at", "run_id", "agent", "actor", "action", "detail"])
-        for e in page.rows:
-            writer.writerow(
-                [
-                    entry_id(e, page.secret),
-                    e.at.isoformat(),
-                    _cell(e.run_id),
-                    _cell(e.agent or ""),
-                    _cell(e.actor),
-                    e.action.value,
-                    _cell(json.dumps(e.detail, ensure_ascii=False)),
-                ]
-            )
-        return Response(
-            out.getvalue(),
-            media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"', **headers},
+        writer.writerows(
+            [
+                entry_id(e, page.secret),
+                e.at.isoformat(),
+                _cell(e.run_id),
+                _cell(e.agent or ""),
+                _cell(e.actor),
+                e.action.value,
+                _cell(json.dumps(e.detail, ensure_ascii=False)),
+            ]
+            for e in page.rows
         )
+        return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)
     return await _render_audit(signed, q, page.rows, page.secret, nxt)
 
 
