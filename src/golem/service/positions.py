@@ -61,11 +61,6 @@ def _unb64(text: str, size: int) -> bytes | None:
     return raw if _b64(raw) == text else None
 
 
-def _position(plain: bytes) -> int | None:
-    value = int.from_bytes(plain, "big")
-    return value if value <= MAX_CURSOR else None
-
-
 def seal_cursor(secret: bytes, cursor: int) -> str:
     """`cursor` sealed with AES-GCM under a random nonce (two sealings differ)."""
     nonce = secrets.token_bytes(_NONCE)
@@ -73,42 +68,34 @@ def seal_cursor(secret: bytes, cursor: int) -> str:
     return _SEALED + _b64(nonce + sealed)
 
 
-def _unseal_cursor(secret: bytes, text: str) -> int | None:
-    """The cursor sealed in `text` (None: not a sealed cursor of this service)."""
-    raw = _unb64(text[len(_SEALED) :], _NONCE + 8 + 16)
-    if raw is None:
-        return None
-    try:
-        plain = _ciphers(secret)[0].decrypt(raw[:_NONCE], raw[_NONCE:], _SEALED.encode())
-    except InvalidTag:
-        return None
-    return _position(plain)
-
-
 def _seal_entry(secret: bytes, entry_id: int) -> str:
     """An entry's reference (AES-SIV: the same for the same entry, counting nothing)."""
     return _ENTRY + _b64(_ciphers(secret)[1].encrypt(entry_id.to_bytes(8, "big"), [b"entry"]))
 
 
-def _unseal_entry(secret: bytes, text: str) -> int | None:
-    """The audit ID behind an entry reference (None: not one of this service)."""
-    raw = _unb64(text[len(_ENTRY) :], 16 + 8)
+def _unseal(secret: bytes, text: str) -> int | None:
+    """The audit ID in a sealed cursor or an entry reference (None: not one of this service)."""
+    cursor = text.startswith(_SEALED)
+    raw = _unb64(text[1:], _NONCE + 8 + 16 if cursor else 16 + 8)
     if raw is None:
         return None
+    gcm, siv = _ciphers(secret)
     try:
-        plain = _ciphers(secret)[1].decrypt(raw, [b"entry"])
+        if cursor:
+            plain = gcm.decrypt(raw[:_NONCE], raw[_NONCE:], _SEALED.encode())
+        else:
+            plain = siv.decrypt(raw, [b"entry"])
     except InvalidTag:
         return None
-    return _position(plain)
+    value = int.from_bytes(plain, "big")
+    return value if value <= MAX_CURSOR else None
 
 
 def read_position(secret: bytes, text: str, *, full_view: bool) -> int | None:
     """The audit ID named by a sealed cursor or an entry reference of this service, or
     (only with `full_view`) by a decimal audit ID; None for anything else."""
-    if text.startswith(_SEALED):
-        return _unseal_cursor(secret, text)
-    if text.startswith(_ENTRY):
-        return _unseal_entry(secret, text)
+    if text.startswith((_SEALED, _ENTRY)):
+        return _unseal(secret, text)
     if full_view and 0 < len(text) <= 19 and text.isascii() and text.isdigit():
         value = int(text)
         return value if value <= MAX_CURSOR else None
