@@ -224,7 +224,7 @@ _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
     # (ADR 0077); empty means none.
     "Last-Event-ID": {
         "type": "string",
-        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$",
+        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$",
     },
     "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }

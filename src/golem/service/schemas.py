@@ -191,7 +191,7 @@ class AuditPageQuery(AuditQuery):
     )
 
 
-_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$")]
+_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$")]
 """The opaque start cursor a stream's `hello` event names (ADR 0073), or an entry reference
 (ADR 0077)."""
 
