@@ -30,14 +30,10 @@ __all__ = ["AuditOps"]
 _T = TypeVar("_T")
 
 _MAX_ID = 2**63 - 1
-"""The largest audit ID a store holds (a signed 64-bit integer)."""
 
 _AGENT_ARMS = 32
-"""Agents whose index walks one audit-page statement merges; more agents take one statement
-per group of this many, merged by the store."""
 
 _FILTER_BATCH = 500
-"""Entries read per query while a filtered audit page looks for matches."""
 
 
 class AuditOps(SQLBase):

@@ -1,8 +1,4 @@
-"""The base of the SQL stores: backend hooks, row mapping, shared reads and inserts.
-
-The operations themselves live in one module per concept (`_runs`, `_decisions`,
-`_leases`, `_recovery`, `_audit`), each a mixin of `SQLBase`; `_sql.SQLStore` joins them.
-"""
+"""The base of the SQL stores: backend hooks, row mapping, shared reads and inserts."""
 
 from __future__ import annotations
 
@@ -61,7 +57,6 @@ class NotHeld(Exception):
 
 
 HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
-"""The guard of an update that only the holder of an unexpired lease may make."""
 
 
 class SQLBase(abc.ABC):
@@ -69,16 +64,10 @@ class SQLBase(abc.ABC):
     and calls, and the insert of a new run."""
 
     _lock_clause: str = ""
-    """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
-    """Appended to a SELECT that claims rows other transactions are not holding."""
     _runs_with_calls: str = RUNS_JOIN_CALLS
-    """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
     _contains: str = "instr"
-    """The SQL function `f(text, part)` that is > 0 when `text` contains `part`."""
     _page_plan: str = ""
-    """Run before a page of calls, in its transaction: settings that keep its plan a walk in
-    index order whatever the database's statistics say (ADR 0044)."""
 
     stats: Stats
     _feed: ChangeFeed
@@ -87,11 +76,7 @@ class SQLBase(abc.ABC):
 
     @abc.abstractmethod
     async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run `fn(tx, *args)` in one transaction, never blocking the loop; return its result.
-
-        The transaction commits (after `_flush_audit`) when `fn` returns and rolls back
-        when it raises; cancelling the caller never interrupts it.
-        """
+        """Run `fn(tx, *args)` in one transaction off the loop; cancelling never interrupts it."""
 
     @abc.abstractmethod
     def _flush_audit(self, tx: Tx) -> None:
@@ -121,20 +106,11 @@ class SQLBase(abc.ABC):
         await self.close()
 
     def clock(self) -> datetime:
-        """The store's current time (aware UTC): what leases, deadlines and audit entries
-        are measured by when a method is not given `now`.
-
-        SQLite: this host's clock, the one every process on the database shares.
-        PostgreSQL overrides it with the server's clock, so workers on machines whose
-        clocks disagree still agree on when a lease runs out (ADR 0056).
-        """
+        """The store's current time (PostgreSQL: the server's)."""
         return utc_now()
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
-        """The store's `ChangeFeed`: wait for changes and ready runs without polling.
-
-        `ready_only`: the caller only waits for ready runs (a worker); a store may then
-        skip listening for other changes (PostgreSQL does)."""
+        """The store's `ChangeFeed`."""
         return self._feed
 
     # ------------------------------------------------------------------ plumbing
@@ -310,10 +286,7 @@ class SQLBase(abc.ABC):
     def _load_runs(
         self, tx: Tx, rows: list[tuple[Any, ...]], *, leave_out: bool = False
     ) -> list[RunRecord]:
-        """Records of `rows` (run columns + history + outcome history), with their calls.
-
-        A row that cannot be read is a `CorruptRecord`, or with `leave_out` is logged and
-        left out (a listing: the other runs stay readable)."""
+        """Records of `rows` with their calls; a corrupt row raises, or with `leave_out` is logged."""
         corrupt: dict[str, CorruptRecord] = {}
         calls = self._calls_of(tx, [r[0] for r in rows], corrupt)
         n = N_RUN_COLS
@@ -348,11 +321,7 @@ class SQLBase(abc.ABC):
         return self._load_runs(tx, rows)[0]
 
     def _lock_calls(self, tx: Tx, run_id: str) -> tuple[RunStatus, list[PendingCallRecord]]:
-        """Lock the run's row and its calls; return its status and calls (one statement).
-
-        Every row read is locked, so PostgreSQL re-reads all of them after waiting for a
-        concurrent decision (a join locking only the run would return stale calls).
-        """
+        """Lock the run's row and its calls; its status and calls."""
         sql = (
             f"SELECT r.status, {C_CALL_COLS} FROM golem_runs r "
             "JOIN golem_calls c ON c.run_id = r.id WHERE r.id = ? ORDER BY c.position"

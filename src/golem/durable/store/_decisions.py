@@ -122,15 +122,8 @@ class DecisionOps(SQLBase):
         return record
 
     async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
-        """Record the decision `record()` builds without reading first, if it is the plain
-        case; None when it is not (nothing was written) or the backend has no such path.
-
-        The plain case: the run is pending, the call exists, is undecided, takes this kind
-        of decision (`FITS`), is not overdue, and the decision edits no arguments. The run
-        becomes READY when no call is left undecided, with the same audit entries as
-        `decide`'s full transaction. SQLite has no such path (its full transaction costs no
-        round trips); PostgreSQL saves one with it.
-        """
+        """Record a plain decision without reading first (PostgreSQL, ADR 0038); None when the
+        case is not plain or the backend has no such path."""
         return None
 
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
@@ -226,7 +219,6 @@ FITS: dict[DecisionKind, tuple[str, ...]] = {
     DecisionKind.DENY: (CallKind.APPROVAL.value, CallKind.EXTERNAL.value),
     DecisionKind.EXTERNAL: (CallKind.EXTERNAL.value,),
 }
-"""The call kinds each decision kind applies to (`_check_fits` says why not)."""
 
 
 def decided_detail(record: DecisionRecord, original_args: str | None) -> dict[str, Any]:

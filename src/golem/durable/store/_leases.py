@@ -88,12 +88,7 @@ class LeaseOps(SQLBase):
         now: datetime | None,
         agents: Sequence[str] | None,
     ) -> list[ClaimedRun]:
-        """One transaction: mark up to `limit` ready runs RUNNING, audit each claim.
-
-        The runs are picked by a materialized subquery (`SKIP LOCKED` on PostgreSQL, so
-        concurrent claimers pass over each other's rows instead of waiting or sharing them)
-        and updated by one statement; their histories and calls come back with the commit.
-        """
+        """One transaction: mark up to `limit` ready runs RUNNING and audit each claim."""
         if not text_arg("worker_id", worker_id) or not storable(worker_id):
             raise ValueError(f"{op}: worker_id must be a non-empty text, got {worker_id!r:.80}")
         at_given = aware(now)
@@ -154,11 +149,7 @@ class LeaseOps(SQLBase):
     async def _set_aside(
         self, worker_id: str, unreadable: list[CorruptRecord], at_given: datetime | None
     ) -> None:
-        """Mark runs this worker just claimed but cannot read INTERRUPTED, each with the
-        reason in its outcome error and audit entry, so no claim takes them again; the row
-        is kept for the operator to repair, then retry or cancel (ADR 0072). Only a run
-        still held under this worker's lease changes. A failure is logged: the run is then
-        left to its lease, as before."""
+        """Mark claimed runs that cannot be read INTERRUPTED (ADR 0072); failures are logged."""
 
         def tx_fn(tx: Tx) -> list[CorruptRecord]:
             at = at_given or self.clock()

@@ -1,15 +1,5 @@
 """The server's refusals of a new connection for want of a slot, in every language
-PostgreSQL ships them in: what golem matches when no SQLSTATE is available.
-
-A connection the server refuses during startup (SQLSTATE 53300 `too_many_connections`:
-`max_connections`, a role's or a database's `CONNECTION LIMIT`, the slots reserved for
-superusers) reaches psycopg as a libpq error message only: libpq keeps the code to itself
-for a connection that failed, so neither `sqlstate` nor a result carries it. The message is
-in the server's `lc_messages`, so matching the English text alone misclassified a server
-configured in another language (ADR 0072). These are the English messages (PostgreSQL 13–17)
-and their translations from PostgreSQL's own message catalogs (`postgres-15.mo`: de, es, fr,
-it, ja, ka, ko, ru, sv, uk, zh_CN). Every other failure is classified by its SQLSTATE.
-"""
+PostgreSQL ships them in (libpq keeps no SQLSTATE for them; ADR 0072)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The statements PostgreSQL runs instead of the shared ones, for speed: row locks, the
-planner settings of a page walk (ADR 0044), audit entries numbered and notified in one
-statement, a claim audited without reading what it took and a plain decision recorded
-without reading first (ADR 0038)."""
+"""The statements PostgreSQL runs instead of the shared ones (ADR 0038, 0044)."""
 
 from __future__ import annotations
 

@@ -65,13 +65,8 @@ def new_run_from_result(
     parent_run_id: str | None = None,
     seal_key: SealKey | None = None,
 ) -> NewRun:
-    """Describe a `Result` as a `NewRun` to save (with its pending calls when it paused).
-
-    The run ID and conversation ID are the result's; the pending calls keep the model's
-    emission order across both kinds. With `seal_key`, every pending call the agent did
-    not seal itself is sealed (in the saved history and in the calls table). The result's
-    `trace_context` is kept, so the worker's resume span links to the paused run's span.
-    """
+    """Describe a `Result` as a `NewRun` (its pending calls in emission order, sealed with
+    `seal_key` when the agent did not seal them)."""
     calls: list[NewCall] = []
     pending = result.pending
     messages: Sequence[Message] = result.messages
@@ -119,10 +114,7 @@ def new_run_from_result(
 
 
 def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[str, int]:
-    """A sort key (negative, increasing in emission order) for the last call of each of `ids`.
-
-    Scans from the end and stops once every ID is found (pending calls are in the last turns).
-    """
+    """A sort key (negative, in emission order) for the last call of each of `ids`."""
     wanted = set(ids)
     order: dict[str, int] = {}
     position = 0
@@ -159,28 +151,12 @@ async def start_run(
     seal_key: SealKey | None = None,
     run_id: str | None = None,
 ) -> RunRecord:
-    """Run the agent once in-process and save the outcome; return the saved run.
+    """Run the agent once in-process and save the outcome (pending, completed or failed).
 
-    A pause is saved as a PENDING run whose calls expire `expires_in` (seconds or a
-    timedelta) from now (None: never); a final answer as a COMPLETED run; a run error as a
-    FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
-    With `seal_key` (the workers' key), the store seals every pending call it saves.
-
-    `run_id` makes starting idempotent: the caller picks the run's ID (a UUID, say) and
-    sends the same one again when a start failed with `StoreError` and it cannot know
-    whether the run was saved (the database went away after the commit). If a run with
-    that ID exists — same agent, same `started_by`, same prompt — it is returned as is,
-    and the agent does not run again; otherwise the agent runs and the run is saved under
-    that ID. Two starts with one ID at once save one run; both return it. Without
-    `run_id` every call starts a new run (ADR 0058).
-
-    Raises:
-        KeyError: `agent_name` is not in the registry.
-        ValueError: `expires_in` is not above 0, not finite or over `MAX_SECONDS`; `run_id`
-            is empty or longer than 200 characters; a run with `run_id` exists for another
-            agent, starter or prompt.
-        StoreError: the store could not save (or, with `run_id`, look up) the run.
-    """
+    Pending calls expire `expires_in` from now (None: never); with `seal_key` they are sealed.
+    A `run_id` makes the start idempotent: a run saved under it by the same agent, starter and
+    prompt is returned as is (ADR 0058). Raises `KeyError` (unknown agent), `ValueError`,
+    `StoreError`."""
     entry = registered(registry, agent_name)
     expires_at = _expires_at(expires_in, clock_of(store)())
     if run_id is not None:
@@ -265,12 +241,7 @@ async def _run_once(
 async def _started(
     store: Store, run_id: str, agent_name: str, started_by: str, prompt: str
 ) -> RunRecord | None:
-    """The run an earlier start with `run_id` saved, or None when there is none.
-
-    Raises:
-        ValueError: the run exists, started for another agent, by someone else or with
-            another prompt (the ID was reused for a different start).
-    """
+    """The run an earlier start with `run_id` saved, or None (`ValueError`: started differently)."""
     try:
         run = await store.get_run(run_id)
     except RunNotFound:
