@@ -7,15 +7,8 @@ from typing import Any, TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    held,
-    texts,
-)
-from golem.durable.store._rows import (
-    AUDIT_COLS,
-    AUDIT_COLS_A,
-    left_out,
-)
+from golem.durable.store._inputs import held, texts
+from golem.durable.store._rows import AUDIT_COLS, AUDIT_COLS_A, left_out
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     AuditAction,

@@ -10,10 +10,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from golem.durable.store._feed import ChangeFeed
-from golem.durable.store._inputs import (
-    aware,
-    utc,
-)
+from golem.durable.store._inputs import aware, utc
 from golem.durable.store._rows import (
     C_CALL_COLS,
     CALL_COLS,
@@ -480,7 +477,6 @@ class SQLBase(abc.ABC):
                 params,
             )
         return calls
-
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
         try:

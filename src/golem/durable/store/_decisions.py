@@ -8,14 +8,8 @@ from typing import Any, TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-)
-from golem.durable.store._rows import (
-    SWEEP_BATCH,
-    left_out,
-)
+from golem.durable.store._inputs import aware, held
+from golem.durable.store._rows import SWEEP_BATCH, left_out
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
@@ -214,6 +208,7 @@ class DecisionOps(SQLBase):
 
         return await self._submit(True, tx_fn)
 
+
 FITS: dict[DecisionKind, tuple[str, ...]] = {
     DecisionKind.APPROVE: (CallKind.APPROVAL.value,),
     DecisionKind.DENY: (CallKind.APPROVAL.value, CallKind.EXTERNAL.value),
@@ -245,4 +240,3 @@ def _check_fits(run_id: str, call: PendingCallRecord, kind: DecisionKind) -> Non
             f'call "{call.call_id}" of run "{run_id}" waits for approval: approve or deny it, '
             "an external result does not apply"
         )
-

@@ -101,4 +101,3 @@ def decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
     if created.tzinfo is None or not all(0 <= p < 2**63 for p in parts if isinstance(p, int)):
         raise InvalidCursor(cursor)
     return [created, *parts[1:]]
-

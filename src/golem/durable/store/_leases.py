@@ -11,14 +11,7 @@ from typing import Any, TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import HELD, NotHeld, SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-    lease_delta,
-    storable,
-    text_arg,
-    texts,
-)
+from golem.durable.store._inputs import aware, held, lease_delta, storable, text_arg, texts
 from golem.durable.store._rows import (
     OUTCOME_ACTION,
     RUN_COLS,
@@ -112,8 +105,7 @@ class LeaseOps(SQLBase):
             at = at_given or self.clock()
             lease_until = at + lease
             rows = tx.later(
-                sql,
-                (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at)),
+                sql, (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at))
             )
             detail = {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()}
             return rows, self._claimed(tx, rows, worker_id, at, detail), lease_until
@@ -212,8 +204,7 @@ class LeaseOps(SQLBase):
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""
         rows = tx.fetch(
-            "SELECT status, lease_owner, lease_expires_at FROM golem_runs WHERE id = ?",
-            (run_id,),
+            "SELECT status, lease_owner, lease_expires_at FROM golem_runs WHERE id = ?", (run_id,)
         )
         if not rows:
             raise RunNotFound(run_id)
@@ -397,4 +388,3 @@ class LeaseOps(SQLBase):
             return [r[0] for r in rows]
 
         return await self._submit(True, tx_fn)
-

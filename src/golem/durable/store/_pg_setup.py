@@ -9,10 +9,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from golem.durable.store._pg_messages import no_slot_message
-from golem.durable.store.records import (
-    StoreBusy,
-    StoreReadOnly,
-)
+from golem.durable.store.records import StoreBusy, StoreReadOnly
 from golem.errors import StoreError
 
 try:

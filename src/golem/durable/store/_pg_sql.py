@@ -11,10 +11,7 @@ from golem.durable.store._pg_wire import NotPlain, PgConn
 from golem.durable.store._rows import C_CALL_COLS, to_json
 from golem.durable.store._sql import SQLStore
 from golem.durable.store._tx import Later, Tx
-from golem.durable.store.records import (
-    AuditAction,
-    DecisionRecord,
-)
+from golem.durable.store.records import AuditAction, DecisionRecord
 from golem.errors import StoreError
 
 
@@ -103,9 +100,7 @@ class PgStatements(SQLStore):
             (when, worker_id),
         )
 
-    async def _decide_plain(
-        self, record: Callable[[], DecisionRecord]
-    ) -> DecisionRecord | None:
+    async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
         def plain(tx: Tx) -> DecisionRecord:
             d = record()
             self._record_if_plain(tx, d, FITS[d.kind], decided_detail(d, None))
@@ -125,8 +120,7 @@ class PgStatements(SQLStore):
         # two calls at once take turns, and the second one sees the run become ready.
         when = self._to_db(d.decided_at)
         tx.run(
-            "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE",
-            (d.run_id,),
+            "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE", (d.run_id,)
         )
         kinds = ", ".join("?" for _ in call_kinds)
         tx.run(
@@ -196,4 +190,3 @@ class PgStatements(SQLStore):
         if not isinstance(value, datetime):
             raise StoreError(f"postgresql returned {value!r} where a timestamp was expected")
         return value.astimezone(UTC)
-

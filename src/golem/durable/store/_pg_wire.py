@@ -88,6 +88,7 @@ MIN_SERVER_VERSION = 130000
 _MAX_PREPARED = 256
 _statement_names = itertools.count(1)
 
+
 class _Guard:
     """A guard statement's result: its division by zero means `error`."""
 
@@ -100,8 +101,7 @@ class _Guard:
 _Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | _Guard | None
 
 _RUN_CHANGED = (
-    "SELECT 1 / (SELECT count(*) FROM golem_runs "
-    "WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
+    "SELECT 1 / (SELECT count(*) FROM golem_runs WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
 )
 
 BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED"

@@ -8,15 +8,8 @@ from typing import TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-    text_arg,
-)
-from golem.durable.store._rows import (
-    ROW_FAULTS,
-    stored_status,
-)
+from golem.durable.store._inputs import aware, held, text_arg
+from golem.durable.store._rows import ROW_FAULTS, stored_status
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     AuditAction,

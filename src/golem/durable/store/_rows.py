@@ -124,4 +124,3 @@ def outcome_detail(outcome: Outcome) -> dict[str, Any]:
     if outcome.status is RunStatus.PAUSED and outcome.next_run is not None:
         return {"child_run_id": outcome.next_run.id}
     return {}
-

@@ -7,12 +7,7 @@ from typing import Any, TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    decode_cursor,
-    encode_cursor,
-    held,
-    texts,
-)
+from golem.durable.store._inputs import decode_cursor, encode_cursor, held, texts
 from golem.durable.store._rows import (
     C_CALL_COLS,
     OUTCOME_ACTION,
@@ -153,8 +148,7 @@ class RunOps(SQLBase):
             return []
         where, params = filters
         sql = self._select_runs(
-            " AND ".join(where) or "1 = 1",
-            "ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?",
+            " AND ".join(where) or "1 = 1", "ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?"
         )
 
         def tx_fn(tx: Tx) -> list[RunRecord]:
@@ -188,8 +182,7 @@ class RunOps(SQLBase):
             where.append(f"(r.created_at, r.id) {op} (?, ?)")
             params += (self._to_db(created), run_id)
         sql = self._select_runs(
-            " AND ".join(where) or "1 = 1",
-            f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
+            " AND ".join(where) or "1 = 1", f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?"
         )
 
         def tx_fn(tx: Tx) -> tuple[list[RunRecord], Any, Any, int]:

@@ -133,9 +133,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
-        4,
-        "pending calls keep their seal",
-        ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",),
+        4, "pending calls keep their seal", ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",)
     ),
     Migration(
         5,
@@ -164,10 +162,7 @@ _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS golem_schema_version (
 
 
 def migrate(
-    conn: SchemaConn,
-    dialect: Dialect,
-    now: Any,
-    migrations: Sequence[Migration] = MIGRATIONS,
+    conn: SchemaConn, dialect: Dialect, now: Any, migrations: Sequence[Migration] = MIGRATIONS
 ) -> int:
     """Apply the migrations the database lacks in the caller's exclusive transaction; the
     new version (`StoreError` for a newer database)."""

@@ -25,9 +25,7 @@ class Later:
     __slots__ = ("_rows", "_wait")
 
     def __init__(
-        self,
-        rows: list[tuple[Any, ...]] | None = None,
-        wait: Callable[[], object] | None = None,
+        self, rows: list[tuple[Any, ...]] | None = None, wait: Callable[[], object] | None = None
     ) -> None:
         self._rows = rows
         self._wait = wait
@@ -117,4 +115,3 @@ class Stats:
     statements: int = 0
     round_trips: int = 0
     retried_batches: int = 0
-

@@ -20,10 +20,7 @@ from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import LATEST_VERSION, migrate
 from golem.durable.store._threads import DatabaseThreads
 from golem.durable.store._tx import Stats, Tx, utc_now
-from golem.durable.store.records import (
-    StoreBusy,
-    StoreTimeout,
-)
+from golem.durable.store.records import StoreBusy, StoreTimeout
 from golem.errors import StoreError
 
 try:
@@ -489,7 +486,6 @@ class PostgresStore(PgStatements):
             self.stats.commits += 1
         return result
 
-
     # ------------------------------------------------------------------ notifications
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
@@ -541,8 +537,7 @@ class PostgresStore(PgStatements):
                 if self._closed:
                     return
                 log.warning(
-                    "change feed: the listener connection did not answer within %gs; "
-                    "replacing it",
+                    "change feed: the listener connection did not answer within %gs; replacing it",
                     self.command_timeout,
                 )
             except (psycopg.Error, OSError, ValueError, StoreError) as exc:
@@ -563,9 +558,7 @@ class PostgresStore(PgStatements):
             connecting.add_done_callback(close_if_opened)
             raise
 
-    async def _hear(
-        self, loop: asyncio.AbstractEventLoop, c: PgConn, within: float | None
-    ) -> bool:
+    async def _hear(self, loop: asyncio.AbstractEventLoop, c: PgConn, within: float | None) -> bool:
         """Wait up to `within` seconds for the server to send something; publish the
         notifications it sent. False when it sent nothing."""
         try:
@@ -631,5 +624,3 @@ class PostgresStore(PgStatements):
             self._wake_next()
         if self._thread_pool is not None:
             self._thread_pool.stop()  # daemon threads: they end once their last wait does
-
-

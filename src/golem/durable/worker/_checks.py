@@ -9,12 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from golem.deferred import DeferredRequests, PendingToolCall
-from golem.durable.store import (
-    CallKind,
-    ClaimedRun,
-    DecisionKind,
-    RunRecord,
-)
+from golem.durable.store import CallKind, ClaimedRun, DecisionKind, RunRecord
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
@@ -239,5 +234,3 @@ def legacy_expected(
             )
         )
     return DeferredRequests(approvals=approvals, external=external)
-
-

@@ -592,5 +592,3 @@ def _inherit_expiry(run: RunRecord, now: datetime) -> datetime | None:
     if run.expires_at is None:
         return None
     return now + (run.expires_at - run.created_at)
-
-

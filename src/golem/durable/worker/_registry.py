@@ -61,5 +61,3 @@ async def deps_of(entry: AgentEntry, deps_ref: Any) -> Any:
     if inspect.isawaitable(deps):
         deps = await deps
     return deps
-
-

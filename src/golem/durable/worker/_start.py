@@ -288,4 +288,3 @@ def clock_of(store: Store) -> Callable[[], datetime]:
     this machine's for a store without one."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else utc_now
-
