@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
@@ -20,7 +20,6 @@ from golem.durable.store.records import (
 
 __all__ = ["AuditOps"]
 
-_T = TypeVar("_T")
 
 _MAX_ID = 2**63 - 1
 

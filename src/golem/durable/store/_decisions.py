@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
@@ -31,8 +31,6 @@ from golem.durable.store.records import (
 )
 
 __all__ = ["FITS", "DecisionOps", "decided_detail"]
-
-_T = TypeVar("_T")
 
 
 class DecisionOps(SQLBase):

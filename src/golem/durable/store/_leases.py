@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import HELD, NotHeld, SQLBase
@@ -37,7 +37,6 @@ from golem.errors import StoreError
 
 __all__ = ["LeaseOps"]
 
-_T = TypeVar("_T")
 log = logging.getLogger("golem.durable.store")
 
 
@@ -215,8 +214,6 @@ class LeaseOps(SQLBase):
             return LeaseLost(run_id, worker_id, f'it is held by "{owner}"')
         expired = self._dt(lease_exp)
         return LeaseLost(run_id, worker_id, f"the lease ran out at {expired} (now {at})")
-
-    _HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 
     @store_op("renew_lease")
     async def renew_lease(

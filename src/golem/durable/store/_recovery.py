@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
@@ -25,8 +24,6 @@ from golem.durable.store.records import (
 )
 
 __all__ = ["RecoveryOps"]
-
-_T = TypeVar("_T")
 
 
 class RecoveryOps(SQLBase):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
@@ -29,8 +29,6 @@ from golem.durable.store.records import (
 )
 
 __all__ = ["RunOps"]
-
-_T = TypeVar("_T")
 
 
 class RunOps(SQLBase):

@@ -44,22 +44,28 @@ class _Conn:
         self.spoiled = False
         self.broken = False
 
-    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def count(self, sql: str, params: Sequence[Any]) -> None:
+        """Count a statement (and trace it, when tracing)."""
         self._stats.statements += 1
         if self.trace is not None:
             self.trace.append((sql, tuple(params)))
+
+    def mark(self, sql: str) -> None:
+        """Run a transaction-control statement (BEGIN, COMMIT, SAVEPOINT …), traced."""
+        self._conn.execute(sql)
+        if self.trace is not None:
+            self.trace.append((sql, ()))
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.count(sql, params)
         return self._conn.execute(sql, params).fetchall()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._stats.statements += 1
-        if self.trace is not None:
-            self.trace.append((sql, tuple(params)))
+        self.count(sql, params)
         return self._conn.execute(sql, params).rowcount
 
     def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
-        self._stats.statements += 1
-        if self.trace is not None:
-            self.trace.append((sql, tuple(params)))
+        self.count(sql, params)
         try:
             self._conn.execute(sql, params)
         except sqlite3.IntegrityError as exc:
@@ -185,16 +191,11 @@ class SQLiteStore(SQLStore):
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
-            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
-            raw.execute(begin)
+            conn.mark("BEGIN IMMEDIATE" if write else "BEGIN")
             self.stats.transactions += 1
-            if conn.trace is not None:
-                conn.trace.append((begin, ()))
             try:
                 result, tx = self._work(conn, fn, args)
-                raw.execute("COMMIT")
-                if conn.trace is not None:
-                    conn.trace.append(("COMMIT", ()))
+                conn.mark("COMMIT")
             except BaseException:
                 if raw.in_transaction:
                     raw.execute("ROLLBACK")
@@ -231,27 +232,18 @@ class SQLiteStore(SQLStore):
     def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
         """Run `fn` as one job of a group commit: in a savepoint of the batch's transaction,
         rolled back alone if it raises. Its publish waits for the batch's commit."""
-        raw = conn._conn
-        trace = conn.trace
-        raw.execute(f"SAVEPOINT {_SAVEPOINT}")
-        if trace is not None:
-            trace.append((f"SAVEPOINT {_SAVEPOINT}", ()))
+        conn.mark(f"SAVEPOINT {_SAVEPOINT}")
         try:
             result, tx = self._work(conn, fn, args)
-            raw.execute(f"RELEASE {_SAVEPOINT}")
-            if trace is not None:
-                trace.append((f"RELEASE {_SAVEPOINT}", ()))
+            conn.mark(f"RELEASE {_SAVEPOINT}")
         except BaseException:
-            if raw.in_transaction:  # else SQLite rolled the whole batch back: it fails too
+            if conn._conn.in_transaction:  # else SQLite rolled the whole batch back: it fails too
                 try:
-                    raw.execute(f"ROLLBACK TO {_SAVEPOINT}")
-                    raw.execute(f"RELEASE {_SAVEPOINT}")
+                    conn.mark(f"ROLLBACK TO {_SAVEPOINT}")
+                    conn.mark(f"RELEASE {_SAVEPOINT}")
                 except BaseException:
                     conn.broken = True
                     raise
-                if trace is not None:
-                    trace.append((f"ROLLBACK TO {_SAVEPOINT}", ()))
-                    trace.append((f"RELEASE {_SAVEPOINT}", ()))
             raise
         if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
             self._publish(slot, tx, committed=False)
@@ -282,9 +274,7 @@ class SQLiteStore(SQLStore):
                     self.stats.retried_batches += 1
                     self._attempt(conn, steps, bare=False)
                 conn.nested = False
-                raw.execute("COMMIT")
-                if conn.trace is not None:
-                    conn.trace.append(("COMMIT", ()))
+                conn.mark("COMMIT")
             except BaseException:
                 conn.nested = conn.bare = conn.spoiled = conn.broken = False
                 if raw.in_transaction:
@@ -298,19 +288,15 @@ class SQLiteStore(SQLStore):
         """Begin the batch's transaction and run `steps` in it; False when a job of a bare
         attempt raised (the attempt is rolled back: run it again with savepoints)."""
         raw = conn._conn
-        raw.execute("BEGIN IMMEDIATE")
+        conn.mark("BEGIN IMMEDIATE")
         self.stats.transactions += 1
-        if conn.trace is not None:
-            conn.trace.append(("BEGIN IMMEDIATE", ()))
         conn.nested, conn.bare = True, bare
         for step in steps:
             step()
             if conn.spoiled:
                 conn.spoiled = conn.bare = False
                 if raw.in_transaction:
-                    raw.execute("ROLLBACK")
-                    if conn.trace is not None:
-                        conn.trace.append(("ROLLBACK", ()))
+                    conn.mark("ROLLBACK")
                 return False
             if conn.broken or not raw.in_transaction:
                 raise StoreError(
@@ -368,9 +354,7 @@ class SQLiteStore(SQLStore):
         params = [v for row in rows for v in (*row, row[0])]
         conn = tx.conn
         assert isinstance(conn, _Conn)
-        conn._stats.statements += 1
-        if conn.trace is not None:
-            conn.trace.append((sql, tuple(params)))
+        conn.count(sql, params)
         # `id` is the rowid: a multi-row insert's last row has the highest
         tx.last_id = conn._conn.execute(sql, params).lastrowid or 0
 

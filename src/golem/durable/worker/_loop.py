@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -49,7 +46,7 @@ from golem.messages import dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys
 
 if TYPE_CHECKING:
-    from golem.agent import Agent
+    pass
 
 log = logging.getLogger("golem.durable.worker")
 
@@ -461,28 +458,23 @@ class Worker:
             entry = registered(self.registry, run.agent)
             deps = await deps_of(entry, run.deps_ref)
             agent = entry.agent
-            extra: dict[str, Any] = {}
-            params = _resume_parameters(type(agent))
-            if "before_approved" in params:  # fencing: prove the lease before each re-run
-                extra["before_approved"] = lease.prove
-            if "run_id" in params:
-                extra["run_id"] = run.id
-            if run.trace_context and "trace_context" in params:  # the resume's span links to it
-                extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
-            if "conversation_id" in params:  # the run's record, not what its history says
-                extra["conversation_id"] = run.conversation_id
             history = loads_history(run.history)
-            ids = [c.call_id for c in run.calls]
-            latest, nested = stored_calls(history, ids, run.conversation_id)
+            latest, nested = stored_calls(
+                history, [c.call_id for c in run.calls], run.conversation_id
+            )
             check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
                 check_seals(run, latest, self.seal_keys, nested, history)
-            legacy = legacy_expected(run, latest, nested)
-            if legacy is not None and "expected" in params:
-                extra["expected"] = legacy
             result = await agent.run_with_deferred_results(
-                history, deferred_results(claimed, agent), deps=deps, **extra
+                history,
+                deferred_results(claimed, agent),
+                deps=deps,
+                run_id=run.id,
+                conversation_id=run.conversation_id,  # the run's record, not its history's
+                expected=legacy_expected(run, latest, nested),
+                before_approved=lease.prove,  # fencing: prove the lease before each re-run
+                trace_context=run.trace_context,  # the resume's span links to the paused one
             )
         except LeaseLost:
             raise
@@ -563,16 +555,6 @@ class _Lease:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-
-
-def _resume_parameters(agent_class: type[Agent[Any, Any]]) -> frozenset[str]:
-    """The keyword parameters `run_with_deferred_results` of this agent class accepts."""
-    return _parameters(agent_class.run_with_deferred_results)
-
-
-@functools.cache
-def _parameters(fn: Callable[..., Any]) -> frozenset[str]:
-    return frozenset(inspect.signature(fn).parameters)
 
 
 def _feed_of(store: Store) -> ChangeFeed | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -97,7 +97,9 @@ def new_run_from_result(
                 for p in group
             )
         if len(calls) > 1:
-            order = _emission_order(result.messages, [c.call_id for c in calls])
+            # latest_calls finds them from the end: later calls first
+            found = latest_calls(result.messages, [c.call_id for c in calls])
+            order = {call_id: -i for i, call_id in enumerate(found, 1)}
             calls.sort(key=lambda c: order.get(c.call_id, 0))
     return NewRun(
         id=result.run_id,
@@ -111,21 +113,6 @@ def new_run_from_result(
         parent_run_id=parent_run_id,
         trace_context=result.trace_context,
     )
-
-
-def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[str, int]:
-    """A sort key (negative, in emission order) for the last call of each of `ids`."""
-    wanted = set(ids)
-    order: dict[str, int] = {}
-    position = 0
-    for m in reversed(messages):
-        for c in reversed(m.tool_calls):
-            position -= 1
-            if c.id in wanted and c.id not in order:
-                order[c.id] = position
-        if len(order) == len(wanted):
-            break
-    return order
 
 
 def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
