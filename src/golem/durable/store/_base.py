@@ -374,24 +374,15 @@ class SQLBase(abc.ABC):
             err = outcome.error or None
             out_history = outcome.history
         ts = self._to_db(now)
+        row = (
+            *(run.id, run.agent, run.conversation_id, status.value, deps_ref, run.started_by),
+            *(ts, ts, self._ts(expires_at), run.parent_run_id, None, None, None),
+            *(out, err, 1, run.trace_context or None),
+        )
+        marks = ", ".join("?" * len(row))
         tx.run(
-            f"INSERT INTO golem_runs ({RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?)",
-            (
-                run.id,
-                run.agent,
-                run.conversation_id,
-                status.value,
-                deps_ref,
-                run.started_by,
-                ts,
-                ts,
-                self._ts(expires_at),
-                run.parent_run_id,
-                out,
-                err,
-                run.trace_context or None,
-            ),
+            f"INSERT INTO golem_runs ({RUN_COLS}) VALUES ({marks})",
+            row,
             ValueError(f'a run with ID "{run.id}" already exists'),
         )
         tx.run(
@@ -399,42 +390,15 @@ class SQLBase(abc.ABC):
             (run.id, run.history, out_history),
         )
         calls = self._insert_calls(tx, run, expires_at)
-        tx.audit(
-            run.id,
-            now,
-            run.started_by or "unknown",
-            AuditAction.CREATED,
-            {
-                "agent": run.agent,
-                "conversation_id": run.conversation_id,
-                "status": status.value,
-                "calls": [c.call_id for c in run.calls],
-                **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
-            },
-        )
-        stored_outcome = None
-        if outcome is not None:  # as a read gives it back
-            output = None if out is None else json.loads(out)
-            stored_outcome = Outcome(outcome.status, output, err or "", out_history)
-        return RunRecord(
-            id=run.id,
-            agent=run.agent,
-            conversation_id=run.conversation_id,
-            status=status,
-            history=run.history,
-            calls=tuple(calls),
-            deps_ref=from_json(deps_ref),
-            started_by=run.started_by,
-            created_at=now,
-            updated_at=now,
-            expires_at=expires_at,
-            parent_run_id=run.parent_run_id,
-            child_run_id=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            outcome=stored_outcome,
-            trace_context=run.trace_context,
-        )
+        detail = {
+            "agent": run.agent,
+            "conversation_id": run.conversation_id,
+            "status": status.value,
+            "calls": [c.call_id for c in run.calls],
+            **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
+        }
+        tx.audit(run.id, now, run.started_by or "unknown", AuditAction.CREATED, detail)
+        return self._read_run(row, calls, run.history, out_history)  # as a read gives it back
 
     def _insert_calls(
         self, tx: Tx, run: NewRun, expires_at: datetime | None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Self
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
@@ -41,6 +41,15 @@ class RunOps(SQLBase):
             return int(tx.fetch("SELECT MAX(version) FROM golem_schema_version")[0][0] or 0)
 
         return await self._submit(False, tx_fn)
+
+    async def _open_now(self) -> Self:
+        """This store with its schema created or migrated now (closed again on failure)."""
+        try:
+            await self.schema_version()
+        except BaseException:
+            await self.close()
+            raise
+        return self
 
     @store_op("save_pending")
     async def save_pending(self, run: NewRun) -> RunRecord:

@@ -137,19 +137,13 @@ class PostgresStore(PgStatements):
         command_timeout: float | None = 60.0,
     ) -> PostgresStore:
         """Connect now and create or migrate the schema."""
-        store = cls(
+        return await cls(
             dsn,
             schema=schema,
             pool_size=pool_size,
             connect_timeout=connect_timeout,
             command_timeout=command_timeout,
-        )
-        try:
-            await store.schema_version()
-        except BaseException:
-            await store.close()
-            raise
-        return store
+        )._open_now()
 
     def __repr__(self) -> str:
         where = f", schema={self.schema!r}" if self.schema else ""

@@ -150,18 +150,12 @@ class SQLiteStore(SQLStore):
         watch_interval: float | None = 0.05,
     ) -> SQLiteStore:
         """Open the database now, creating or migrating its schema."""
-        store = cls(
+        return await cls(
             path,
             busy_timeout=busy_timeout,
             poll_interval=poll_interval,
             watch_interval=watch_interval,
-        )
-        try:
-            await store.schema_version()
-        except BaseException:
-            await store.close()
-            raise
-        return store
+        )._open_now()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"

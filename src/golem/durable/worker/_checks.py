@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from golem.deferred import DeferredRequests, PendingToolCall
+from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
 from golem.durable.store import CallKind, ClaimedRun, DecisionKind, RunRecord
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
@@ -19,7 +19,6 @@ from golem.tool import DeferKind
 
 if TYPE_CHECKING:
     from golem.agent import Agent
-    from golem.deferred import DeferredResults
 
 
 RETRY_REFUSAL = (
@@ -48,8 +47,7 @@ def refused_calls(run: RunRecord, agent: Agent[Any, Any]) -> dict[str, str]:
 
 
 def deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredResults:
-    from golem.deferred import Approval, DeferredResults
-
+    """The run's decisions as the resume's resolutions (a call a retry refuses is denied)."""
     approvals: dict[str, Approval] = {}
     external: dict[str, str] = {}
     refused = refused_calls(claimed.run, agent)
@@ -57,14 +55,10 @@ def deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredRes
         d = call.decision
         if d is None:  # a claimed run has every call decided; keep the gate closed regardless
             approvals[call.call_id] = Approval(False, reason="undecided")
+        elif d.kind is DecisionKind.APPROVE and call.call_id in refused:
+            approvals[call.call_id] = Approval(False, reason=refused[call.call_id])
         elif d.kind is DecisionKind.APPROVE:
-            if call.call_id in refused:
-                approvals[call.call_id] = Approval(False, reason=refused[call.call_id])
-                continue
-            if d.args is not None:
-                approvals[call.call_id] = _edited_approval(Approval, call.call_id, d.args)
-                continue
-            approvals[call.call_id] = Approval(True)
+            approvals[call.call_id] = Approval(True, args=d.args)
         elif d.kind is DecisionKind.DENY:
             approvals[call.call_id] = Approval(False, reason=d.reason)
         else:
@@ -74,15 +68,6 @@ def deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredRes
 
 class StoredCallMismatch(Exception):
     """The run's history does not hold the pending calls its approvers decided on."""
-
-
-def _edited_approval(approval: type[Any], call_id: str, args: str) -> Any:
-    if "args" not in getattr(approval, "__dataclass_fields__", {}):
-        raise StoredCallMismatch(
-            f'call "{call_id}" was approved with edited arguments, but this golem cannot '
-            "re-run a call with edited arguments: not resuming with the original ones"
-        )
-    return approval(True, args=args)
 
 
 def _same_args(history_args: str, decided_args: str) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import latest_calls, nested_calls
-from golem.durable.worker._registry import AgentEntry, AgentRegistry, deps_of, registered
+from golem.durable.worker._registry import AgentRegistry, deps_of, registered
 from golem.messages import Message, dumps_history, loads_history
 from golem.records import seal_sub_agent_calls
 from golem.seal import SealKey, seal_pending
@@ -97,9 +97,7 @@ def new_run_from_result(
                 for p in group
             )
         if len(calls) > 1:
-            # latest_calls finds them from the end: later calls first
-            found = latest_calls(result.messages, [c.call_id for c in calls])
-            order = {call_id: -i for i, call_id in enumerate(found, 1)}
+            order = _emission_order(result.messages, [c.call_id for c in calls])
             calls.sort(key=lambda c: order.get(c.call_id, 0))
     return NewRun(
         id=result.run_id,
@@ -113,6 +111,11 @@ def new_run_from_result(
         parent_run_id=parent_run_id,
         trace_context=result.trace_context,
     )
+
+
+def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[str, int]:
+    """A sort key (negative, in emission order) for the last call of each of `ids`."""
+    return {call_id: -i for i, call_id in enumerate(latest_calls(messages, ids), 1)}
 
 
 def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
@@ -153,76 +156,45 @@ async def start_run(
         if existing is not None:
             return existing
     deps = await deps_of(entry, deps_ref)
-    key = run_id
-
-    async def save(run: NewRun, outcome: Outcome | None = None) -> RunRecord:
-        try:
-            if outcome is None:
-                return await store.save_pending(run)
-            return await store.save_finished(run, outcome)
-        except ValueError:
-            if key is None:
-                raise
-            existing = await _started(store, key, agent_name, started_by, prompt)
-            if existing is None:  # not a run saved meanwhile under this ID: a real problem
-                raise
-            return existing  # another start with this ID saved it first
-
-    run_id = key or new_id()
-    run, outcome = await _run_once(
-        entry,
-        agent_name,
-        prompt,
-        deps,
-        run_id,
-        deps_ref=deps_ref,
-        started_by=started_by,
-        expires_at=expires_at,
-        seal_key=seal_key,
-    )
-    return await save(run, outcome)
-
-
-async def _run_once(
-    entry: AgentEntry,
-    agent_name: str,
-    prompt: str,
-    deps: Any,
-    run_id: str,
-    *,
-    deps_ref: Any,
-    started_by: str,
-    expires_at: datetime | None,
-    seal_key: SealKey | None,
-) -> tuple[NewRun, Outcome | None]:
-    """Run the agent once: the run to save and its outcome (None: a pause, saved pending)."""
+    outcome: Outcome | None = None  # None: a pause, saved pending
+    rid = run_id or new_id()
     try:
-        result = await entry.agent.run(prompt, deps=deps, run_id=run_id)
+        result = await entry.agent.run(prompt, deps=deps, run_id=rid)
     except Exception as exc:
         history = partial_history(exc) or "[]"
-        failed = NewRun(
-            id=run_id,
-            agent=agent_name,
-            conversation_id=_conversation_of(history) or new_id(),
-            history=history,
+        conversation = _conversation_of(history) or new_id()
+        run = NewRun(
+            rid, agent_name, conversation, history, deps_ref=deps_ref, started_by=started_by
+        )
+        outcome = Outcome.failed(error_text(exc), history)
+    else:
+        run = new_run_from_result(
+            result,
+            agent_name,
             deps_ref=deps_ref,
             started_by=started_by,
+            expires_at=expires_at,
+            seal_key=seal_key,
         )
-        return failed, Outcome.failed(error_text(exc), history)
-    new = new_run_from_result(
-        result,
-        agent_name,
-        deps_ref=deps_ref,
-        started_by=started_by,
-        expires_at=expires_at,
-        seal_key=seal_key,
-    )
-    if result.pending is not None:
-        problem = duplicate_calls(new)
-        if problem is not None:  # never resumable: save it failed, with its history, audited
-            return replace(new, calls=(), expires_at=None), Outcome.failed(problem, new.history)
-        return new, None
-    return new, Outcome.completed(jsonable(result.output), new.history)
+        problem = None if result.pending is None else duplicate_calls(run)
+        if result.pending is None:
+            outcome = Outcome.completed(jsonable(result.output), run.history)
+        elif problem is not None:  # never resumable: saved failed, with its history, audited
+            run, outcome = (
+                replace(run, calls=(), expires_at=None),
+                Outcome.failed(problem, run.history),
+            )
+    try:
+        if outcome is None:
+            return await store.save_pending(run)
+        return await store.save_finished(run, outcome)
+    except ValueError:
+        if run_id is None:
+            raise
+        existing = await _started(store, run_id, agent_name, started_by, prompt)
+        if existing is None:  # not a run saved meanwhile under this ID: a real problem
+            raise
+        return existing  # another start with this ID saved it first
 
 
 async def _started(
