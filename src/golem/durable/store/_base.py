@@ -407,32 +407,10 @@ class SQLBase(abc.ABC):
         calls: list[PendingCallRecord] = []
         params: list[Any] = []
         for pos, c in enumerate(run.calls):
-            deadline = expires_at if c.deadline is None else utc(c.deadline)
-            calls.append(
-                PendingCallRecord(
-                    run_id=run.id,
-                    call_id=c.call_id,
-                    position=pos,
-                    kind=CallKind(c.kind),
-                    tool_name=c.tool_name,
-                    args=c.args,
-                    reason=c.reason,
-                    deadline=deadline,
-                    decision=None,
-                    seal=c.seal,
-                )
-            )
-            params += (
-                run.id,
-                c.call_id,
-                pos,
-                CallKind(c.kind).value,
-                c.tool_name,
-                c.args,
-                c.reason,
-                self._ts(deadline),
-                c.seal,
-            )
+            deadline = self._ts(expires_at if c.deadline is None else utc(c.deadline))
+            row = (run.id, c.call_id, pos, CallKind(c.kind).value, c.tool_name, c.args, c.reason)
+            params += (*row, deadline, c.seal)
+            calls.append(self._read_call((*row, deadline, *(None,) * 7, c.seal)))  # as read back
         if calls:
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
             tx.run(

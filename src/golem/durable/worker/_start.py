@@ -81,21 +81,11 @@ def new_run_from_result(
                 latest.update((i, s.call) for i, s in nested_calls(messages, kinds).items())
             seals = {i: c.seal for i, c in latest.items() if c.seal}
     if pending is not None:
-        for kind, group in (
-            (CallKind.APPROVAL, pending.approvals),
-            (CallKind.EXTERNAL, pending.external),
-        ):
-            calls.extend(
-                NewCall(
-                    call_id=p.call_id,
-                    kind=kind,
-                    tool_name=p.tool_name,
-                    args=p.args,
-                    reason=p.reason,
-                    seal=seals.get(p.call_id) or p.seal or None,
-                )
-                for p in group
-            )
+        groups = ((CallKind.APPROVAL, pending.approvals), (CallKind.EXTERNAL, pending.external))
+        for kind, group in groups:
+            for p in group:
+                seal = seals.get(p.call_id) or p.seal or None
+                calls.append(NewCall(p.call_id, kind, p.tool_name, p.args, p.reason, seal=seal))
         if len(calls) > 1:
             order = _emission_order(result.messages, [c.call_id for c in calls])
             calls.sort(key=lambda c: order.get(c.call_id, 0))
