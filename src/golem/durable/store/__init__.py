@@ -107,19 +107,15 @@ class Store(Protocol):
 
     async def schema_version(self) -> int:
         """The schema version of the opened database."""
-        ...
 
     async def save_pending(self, run: NewRun) -> RunRecord:
         """Save a paused run and its calls as PENDING (`ValueError`: no calls, repeats, ID taken)."""
-        ...
 
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
         """Save a run that ended without pausing (COMPLETED or FAILED)."""
-        ...
 
     async def get_run(self, run_id: str, *, agents: Collection[str] | None = None) -> RunRecord:
         """The run with its calls and outcome; another agent's run is `RunNotFound` like a missing one."""
-        ...
 
     async def list_runs(
         self,
@@ -132,7 +128,6 @@ class Store(Protocol):
         offset: int = 0,
     ) -> list[RunRecord]:
         """Runs matching every filter, newest first (offset paging)."""
-        ...
 
     async def list_runs_page(
         self,
@@ -147,7 +142,6 @@ class Store(Protocol):
         lease_owner: str | None = None,
     ) -> Page[RunRecord]:
         """One keyset page of matching runs by creation time, then ID (`after`: a `next_cursor`)."""
-        ...
 
     async def list_pending_calls(
         self,
@@ -158,7 +152,6 @@ class Store(Protocol):
         limit: int = 50,
     ) -> Page[PendingCallRecord]:
         """One keyset page of the undecided calls of PENDING runs, oldest run first."""
-        ...
 
     async def decide(
         self,
@@ -175,11 +168,9 @@ class Store(Protocol):
         `InvalidDecision`, `CallExpired` (the expiry denial is committed), `RunNotPending`,
         `DecisionConflict`, in that order.
         """
-        ...
 
     async def sweep_expired(self, now: datetime | None = None) -> list[str]:
         """Deny every overdue undecided call "expired"; the IDs of the runs changed."""
-        ...
 
     async def claim_ready(
         self,
@@ -190,7 +181,6 @@ class Store(Protocol):
         agents: Sequence[str] | None = None,
     ) -> ClaimedRun | None:
         """Claim the oldest READY run (of `agents`) under a lease, or None."""
-        ...
 
     async def claim_ready_many(
         self,
@@ -202,13 +192,11 @@ class Store(Protocol):
         agents: Sequence[str] | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to `limit` of the oldest READY runs in one transaction, each its own lease."""
-        ...
 
     async def renew_lease(
         self, run_id: str, worker_id: str, lease_seconds: float, *, now: datetime | None = None
     ) -> datetime:
         """Extend a held lease; its new expiry (`LeaseLost` when not held)."""
-        ...
 
     async def finish(
         self, run_id: str, worker_id: str, outcome: Outcome, *, now: datetime | None = None
@@ -218,11 +206,9 @@ class Store(Protocol):
         A PAUSED outcome saves `next_run` as a new PENDING child; `outcome.refused` calls
         become denials by `worker:<worker_id>`.
         """
-        ...
 
     async def sweep_interrupted(self, now: datetime | None = None) -> list[str]:
         """Mark every RUNNING run whose lease ran out INTERRUPTED; their IDs."""
-        ...
 
     async def retry_interrupted(
         self,
@@ -236,25 +222,20 @@ class Store(Protocol):
         """Make an INTERRUPTED run READY for another attempt; only idempotent tools' and
         `confirm_calls`' approved calls run again (`RunNotInterrupted`, `CallNotFound`,
         `InvalidDecision`)."""
-        ...
 
     async def cancel_interrupted(
         self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
     ) -> RunRecord:
         """Close an INTERRUPTED run as FAILED (`RunNotInterrupted` else)."""
-        ...
 
     async def audit(self, run_id: str) -> list[AuditEntry]:
         """The run's audit entries in order (`RunNotFound`)."""
-        ...
 
     async def changes_since(self, cursor: int = 0, limit: int = 100) -> list[AuditEntry]:
         """Audit entries with `id > cursor` in commit order, with their run's agent and status."""
-        ...
 
     async def last_change_id(self) -> int:
         """The newest audit entry's ID (0: none)."""
-        ...
 
     async def audit_page(
         self,
@@ -268,19 +249,15 @@ class Store(Protocol):
         scan: int = 5000,
     ) -> AuditPage:
         """The newest matching entries with `id < before`, looking at most `scan` per page."""
-        ...
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
         """The store's change notifications, shared in this process (call on the loop)."""
-        ...
 
     async def close(self) -> None:
         """Release connections."""
-        ...
 
     async def __aenter__(self) -> Store:
         """The store itself."""
-        ...
 
     async def __aexit__(
         self,
@@ -289,7 +266,6 @@ class Store(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Close the store."""
-        ...
 
 
 async def open_store(url: str | Path) -> Store:

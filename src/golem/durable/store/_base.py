@@ -139,15 +139,17 @@ class SQLBase(abc.ABC):
         seal = row[15]
         record = None
         if decision is not None:
+            d_kind = DECISION.get(decision) or DecisionKind(decision)
+            d_at = self._from_db(decided_at)
             record = DecisionRecord(
-                run_id=run_id,
-                call_id=call_id,
-                kind=DECISION.get(decision) or DecisionKind(decision),
-                reason=d_reason or "",
-                text=d_text or "",
-                decided_by=decided_by or "",
-                decided_at=self._from_db(decided_at),
-                args=d_args,
+                run_id,
+                call_id,
+                d_kind,
+                d_reason or "",
+                d_text or "",
+                decided_by or "",
+                d_at,
+                d_args,
             )
         return PendingCallRecord(
             run_id=run_id,

@@ -64,16 +64,8 @@ class DecisionOps(SQLBase):
         )
 
         def decided_at(at: datetime) -> DecisionRecord:
-            return DecisionRecord(
-                run_id=run_id,
-                call_id=call_id,
-                kind=kind,
-                reason=decision.reason,
-                text=decision.text,
-                decided_by=decided_by,
-                decided_at=at,
-                args=decision.args,
-            )
+            d = decision
+            return DecisionRecord(run_id, call_id, kind, d.reason, d.text, decided_by, at, d.args)
 
         if decision.args is None:
             plain = await self._decide_plain(lambda: decided_at(at_given or self.clock()))
@@ -119,19 +111,11 @@ class DecisionOps(SQLBase):
         return None
 
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
+        at = self._to_db(d.decided_at)
         tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
             "decided_by = ?, decided_at = ?, decision_args = ? WHERE run_id = ? AND call_id = ?",
-            (
-                d.kind.value,
-                d.reason,
-                d.text,
-                d.decided_by,
-                self._to_db(d.decided_at),
-                d.args,
-                d.run_id,
-                d.call_id,
-            ),
+            (d.kind.value, d.reason, d.text, d.decided_by, at, d.args, d.run_id, d.call_id),
         )
 
     def _after_decisions(
@@ -154,24 +138,12 @@ class DecisionOps(SQLBase):
         denials: dict[str, DecisionRecord] = {}
         for c in calls:
             if c.decision is None and c.deadline is not None and c.deadline <= at:
-                d = DecisionRecord(
-                    run_id=run_id,
-                    call_id=c.call_id,
-                    kind=DecisionKind.DENY,
-                    reason=EXPIRY_REASON,
-                    text="",
-                    decided_by=EXPIRY_ACTOR,
-                    decided_at=at,
-                )
+                deny = DecisionKind.DENY
+                d = DecisionRecord(run_id, c.call_id, deny, EXPIRY_REASON, "", EXPIRY_ACTOR, at)
                 self._record_decision(tx, d)
                 denials[c.call_id] = d
-                tx.audit(
-                    run_id,
-                    at,
-                    EXPIRY_ACTOR,
-                    AuditAction.EXPIRED,
-                    {"call_id": c.call_id, "deadline": c.deadline.isoformat()},
-                )
+                detail = {"call_id": c.call_id, "deadline": c.deadline.isoformat()}
+                tx.audit(run_id, at, EXPIRY_ACTOR, AuditAction.EXPIRED, detail)
         if denials:
             left = sum(c.decision is None for c in calls) - len(denials)
             self._after_decisions(tx, run_id, at, EXPIRY_ACTOR, left)

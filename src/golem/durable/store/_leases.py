@@ -158,13 +158,8 @@ class LeaseOps(SQLBase):
                     (self._to_db(at), error, exc.run_id, worker_id, self._to_db(at)),
                 )
                 if changed:
-                    tx.audit(
-                        exc.run_id,
-                        at,
-                        f"worker:{worker_id}",
-                        AuditAction.INTERRUPTED,
-                        {"worker_id": worker_id, "unreadable": problem},
-                    )
+                    detail = {"worker_id": worker_id, "unreadable": problem}
+                    tx.audit(exc.run_id, at, f"worker:{worker_id}", AuditAction.INTERRUPTED, detail)
                     done.append(exc)
             return done
 
@@ -282,6 +277,7 @@ class LeaseOps(SQLBase):
                 raise ValueError(f'finish: the paused run "{nxt.id}" has no pending calls')
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
+        err = outcome.error or None
         refused = [
             (text_arg("refused call_id", c), text_arg("refused reason", r))
             for c, r in outcome.refused.items()
@@ -292,19 +288,11 @@ class LeaseOps(SQLBase):
         def tx_fn(tx: Tx) -> tuple[Later, Later]:
             at = at_given or self.clock()
             attempt_at.append(at)
+            when, child = self._to_db(at), None if nxt is None else nxt.id
             rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
                 f"outcome_output = ?, outcome_error = ? {HELD} RETURNING {RUN_COLS}",
-                (
-                    outcome.status.value,
-                    self._to_db(at),
-                    None if nxt is None else nxt.id,
-                    output,
-                    outcome.error or None,
-                    run_id,
-                    worker_id,
-                    self._to_db(at),
-                ),
+                (outcome.status.value, when, child, output, err, run_id, worker_id, when),
             )
             tx.require_run_changed(rows, run_id, NotHeld())  # before anything else counts
             if refused:
@@ -375,13 +363,8 @@ class LeaseOps(SQLBase):
                     "outcome_error = ? WHERE id = ? AND status = 'running'",
                     (self._to_db(at), error, run_id),
                 )
-                tx.audit(
-                    run_id,
-                    at,
-                    "system:sweep",
-                    AuditAction.INTERRUPTED,
-                    {"worker_id": owner, "lease_expires_at": expired_at.isoformat()},
-                )
+                detail = {"worker_id": owner, "lease_expires_at": expired_at.isoformat()}
+                tx.audit(run_id, at, "system:sweep", AuditAction.INTERRUPTED, detail)
             return [r[0] for r in rows]
 
         return await self._submit(True, tx_fn)

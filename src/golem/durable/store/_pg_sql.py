@@ -44,6 +44,7 @@ class PgStatements(SQLStore):
     def _flush_audit(self, tx: Tx) -> None:
         rows = self._audit_params(tx)
         n = len(rows)
+        notice = (self.ready_channel, " ready") if tx.ready else (self.channel, "")
         values = ", ".join(f"({i}, ?, ?::timestamptz, ?, ?, ?)" for i in range(1, n + 1))
         tx.run(
             "WITH s AS (UPDATE golem_audit_seq SET last_id = last_id + ? WHERE singleton = 1 "
@@ -53,12 +54,7 @@ class PgStatements(SQLStore):
             f"(SELECT r.agent FROM golem_runs r WHERE r.id = v.run_id) FROM s, (VALUES {values}) "
             "AS v(n, run_id, at, actor, action, detail)) "
             "SELECT pg_notify(?, s.last_id::text || ?) FROM s",
-            (
-                n,
-                *(v for row in rows for v in row),
-                self.ready_channel if tx.ready else self.channel,
-                " ready" if tx.ready else "",
-            ),
+            (n, *(v for row in rows for v in row), *notice),
         )
 
     def _claimed(
@@ -72,7 +68,7 @@ class PgStatements(SQLStore):
             "AND updated_at = ? "
             "AND lease_owner = ? AND xmin = pg_current_xact_id()::xid"
         )
-        when = self._to_db(at)
+        when, actor = self._to_db(at), f"worker:{worker_id}"
         tx.run(
             f"WITH c AS MATERIALIZED ({mine}), n AS (SELECT count(*) AS n FROM c), "
             "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
@@ -87,7 +83,7 @@ class PgStatements(SQLStore):
                 when,
                 worker_id,
                 when,
-                f"worker:{worker_id}",
+                actor,
                 AuditAction.CLAIMED.value,
                 to_json(detail),
                 self.channel,
@@ -123,24 +119,14 @@ class PgStatements(SQLStore):
             "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE", (d.run_id,)
         )
         kinds = ", ".join("?" for _ in call_kinds)
+        decision = (d.kind.value, d.reason, d.text, d.decided_by, when, d.run_id, d.call_id)
         tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
             "decided_by = ?, decided_at = ?, decision_args = NULL "
             "WHERE run_id = ? AND call_id = ? AND decision IS NULL "
             f"AND kind IN ({kinds}) AND (deadline IS NULL OR deadline > ?) "
             "AND EXISTS (SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending')",
-            (
-                d.kind.value,
-                d.reason,
-                d.text,
-                d.decided_by,
-                when,
-                d.run_id,
-                d.call_id,
-                *call_kinds,
-                when,
-                d.run_id,
-            ),
+            (*decision, *call_kinds, when, d.run_id),
         )
         conn = tx.conn
         assert isinstance(conn, PgConn)
@@ -166,17 +152,9 @@ class PgStatements(SQLStore):
             "SELECT pg_notify(CASE WHEN s.ready THEN ? ELSE ? END, "
             "s.last_id::text || CASE WHEN s.ready THEN ' ready' ELSE '' END) FROM s",
             (
-                d.run_id,
-                when,
-                d.run_id,
-                d.run_id,
-                when,
-                d.decided_by,
-                AuditAction.DECIDED.value,
-                to_json(detail),
-                AuditAction.READY.value,
-                self.ready_channel,
-                self.channel,
+                *(d.run_id, when, d.run_id, d.run_id, when, d.decided_by),
+                *(AuditAction.DECIDED.value, to_json(detail), AuditAction.READY.value),
+                *(self.ready_channel, self.channel),
             ),
         )
 

@@ -84,12 +84,9 @@ class RecoveryOps(SQLBase):
                 "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
                 (attempt + 1, self._to_db(at), run_id),
             )
+            detail = {"resolution": "retry", "note": note, "attempt": attempt + 1}
             tx.audit(
-                run_id,
-                at,
-                resolved_by,
-                AuditAction.RESOLVED,
-                {"resolution": "retry", "note": note, "attempt": attempt + 1, "confirmed": confirm},
+                run_id, at, resolved_by, AuditAction.RESOLVED, {**detail, "confirmed": confirm}
             )
             tx.audit(run_id, at, resolved_by, AuditAction.READY)
             return self._load_run(tx, run_id)
@@ -118,13 +115,8 @@ class RecoveryOps(SQLBase):
                 "WHERE id = ?",
                 (self._to_db(at), error, run_id),
             )
-            tx.audit(
-                run_id,
-                at,
-                resolved_by,
-                AuditAction.RESOLVED,
-                {"resolution": "cancel", "note": note},
-            )
+            detail = {"resolution": "cancel", "note": note}
+            tx.audit(run_id, at, resolved_by, AuditAction.RESOLVED, detail)
             tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
             return self._load_run(tx, run_id)
 

@@ -77,13 +77,8 @@ class RunOps(SQLBase):
         def tx_fn(tx: Tx) -> RunRecord:
             now = self.clock()
             record = self._insert_run(tx, run, outcome.status, now, outcome, checked)
-            tx.audit(
-                run.id,
-                now,
-                run.started_by or "unknown",
-                OUTCOME_ACTION[outcome.status],
-                outcome_detail(outcome),
-            )
+            actor, action = run.started_by or "unknown", OUTCOME_ACTION[outcome.status]
+            tx.audit(run.id, now, actor, action, outcome_detail(outcome))
             return record
 
         return await self._submit(True, tx_fn)
