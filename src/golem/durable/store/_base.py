@@ -151,19 +151,9 @@ class SQLBase(abc.ABC):
                 d_at,
                 d_args,
             )
-        return PendingCallRecord(
-            run_id=run_id,
-            call_id=call_id,
-            position=int(position),
-            kind=KIND.get(kind) or CallKind(kind),
-            tool_name=tool_name,
-            args=args,
-            reason=reason,
-            deadline=self._dt(deadline),
-            decision=record,
-            rerun_confirmed_by=confirmed_by,
-            seal=seal,
-        )
+        call_kind, until = KIND.get(kind) or CallKind(kind), self._dt(deadline)
+        fields = (run_id, call_id, int(position), call_kind, tool_name, args, reason, until)
+        return PendingCallRecord(*fields, record, confirmed_by, seal)
 
     def _run_record(
         self,
@@ -195,26 +185,10 @@ class SQLBase(abc.ABC):
                 error=err or "",
                 history=out_history,
             )
-        return RunRecord(
-            id=rid,
-            agent=agent,
-            conversation_id=conv,
-            status=st,
-            history=history,
-            calls=tuple(calls),
-            deps_ref=from_json(deps_ref),
-            started_by=started_by,
-            created_at=self._from_db(created),
-            updated_at=self._from_db(updated),
-            expires_at=self._dt(expires),
-            parent_run_id=parent,
-            child_run_id=child,
-            lease_owner=owner,
-            lease_expires_at=self._dt(lease_exp),
-            outcome=outcome,
-            attempt=int(attempt),
-            trace_context=trace_ctx or "",
-        )
+        head = (rid, agent, conv, st, history, tuple(calls), from_json(deps_ref), started_by)
+        times = (self._from_db(created), self._from_db(updated), self._dt(expires))
+        rest = (parent, child, owner, self._dt(lease_exp), outcome, int(attempt), trace_ctx or "")
+        return RunRecord(*(*head, *times, *rest))
 
     def _calls_of(
         self, tx: Tx, ids: Sequence[str], corrupt: dict[str, CorruptRecord] | None = None
@@ -431,14 +405,6 @@ class SQLBase(abc.ABC):
     def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail, *run = row
         agent, status, parent = (*run, None, None, None)[:3]
-        return AuditEntry(
-            id=int(eid),
-            run_id=run_id,
-            at=self._from_db(at),
-            actor=actor,
-            action=AuditAction(action),
-            detail=json.loads(detail),
-            agent=agent,
-            run_status=None if status is None else RunStatus(status),
-            parent_run_id=parent,
-        )
+        fields = (int(eid), run_id, self._from_db(at), actor, AuditAction(action))
+        run_status = None if status is None else RunStatus(status)
+        return AuditEntry(*fields, json.loads(detail), agent, run_status, parent)
