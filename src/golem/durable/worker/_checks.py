@@ -208,14 +208,11 @@ def legacy_expected(
     external: list[PendingToolCall] = []
     for call in run.calls:
         tc = latest.get(call.call_id)
-        group = approvals if call.kind is CallKind.APPROVAL else external
-        group.append(
-            PendingToolCall(
-                call.call_id,
-                call.tool_name,
-                tc.args if tc is not None else call.args,
-                kind=DeferKind.APPROVAL if call.kind is CallKind.APPROVAL else DeferKind.EXTERNAL,
-                seal=call.seal or "",
-            )
+        args = tc.args if tc is not None else call.args
+        approval = call.kind is CallKind.APPROVAL
+        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
+        pending = PendingToolCall(
+            call.call_id, call.tool_name, args, kind=kind, seal=call.seal or ""
         )
+        (approvals if approval else external).append(pending)
     return DeferredRequests(approvals=approvals, external=external)
