@@ -81,7 +81,7 @@ _SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
 SUB_RUN: contextvars.ContextVar[list[RunState] | None] = contextvars.ContextVar(
     "golem_agent_tool_sub_run", default=None
 )
-"""Set by an `AgentTool` call around its sub-run: the sub-run's `Agent._prepare` appends its
+"""Set by an `AgentTool` call around its sub-run: the sub-run's `golem._run.prepare` appends its
 `RunState` (and clears the variable, so deeper runs do not), so the call can add what the
 sub-run spent to its parent's — also when the sub-run fails, times out or is cancelled."""
 
