@@ -21,6 +21,7 @@ from golem._checks import (
     same_args,
     with_expected_args,
 )
+from golem._run import conversation_of
 from golem.agent_tool import PAUSED_MARKER, SubAgent, sub_conversation
 from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall
 from golem.errors import ResumeError, SubAgentConversationMismatch
@@ -29,7 +30,6 @@ from golem.messages import Message, loads_history
 from golem.records import (
     Paused,
     drop_finished,
-    named_conversation,
     owner_of,
     paused_records,
     pending_or_none,
@@ -128,7 +128,7 @@ def check_sub_agents(
         if rec.continues:  # no pending call to verify: its history is checked, then run
             _check_continuing(call_id, rec)
             continue
-        named = named_conversation(rec.history)
+        named = conversation_of(rec.history)
         if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
             rec.expected = _expected_share(plan.expected, call_id, rec)
             if rec.expected is None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from golem._run import conversation_of
 from golem.agent_tool import (
     PAUSED_MARKER,
     AgentTool,
@@ -87,10 +88,6 @@ def ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> b
         for m in history
         for c in m.tool_calls
     )
-
-
-def named_conversation(history: Sequence[Message]) -> str:
-    return next((m.conversation_id for m in reversed(history) if m.conversation_id), "")
 
 
 def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, Paused]:
@@ -179,7 +176,7 @@ def sub_agent_calls(
             inner = loads_history(state["history"])
         except (IndexError, KeyError, TypeError, ValueError, RecursionError):
             continue
-        named = named_conversation(inner)
+        named = conversation_of(inner)
         conversation = sub_conversation(conversation_id, m.tool_call_id) or named
         for c in pending_or_none(inner):
             found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
@@ -216,7 +213,7 @@ def seal_sub_agent_calls(
         except (KeyError, TypeError, ValueError, RecursionError):
             continue
         conversation = sub_conversation(conversation_id, m.tool_call_id)
-        conversation = conversation or named_conversation(inner)
+        conversation = conversation or conversation_of(inner)
         inner = seal_pending(inner, keys, conversation, mine)
         inner = seal_sub_agent_calls(inner, keys, mine, conversation if conversation_id else "")
         state["history"] = dumps_history(inner)
