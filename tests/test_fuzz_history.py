@@ -189,7 +189,7 @@ def test_invalid_utf8_bom_and_nul_bytes_are_history_errors(data: bytes) -> None:
 
 
 def test_dumps_names_a_history_it_cannot_write_with_a_history_error() -> None:
-    with pytest.raises(HistoryError, match='history message 1: "content"'):
+    with pytest.raises(HistoryError, match="history message 1: content holds a lone surrogate"):
         dumps_history([Message(role="user"), Message(role="user", content="\ud800")])
 
 

@@ -266,18 +266,18 @@ def test_a_surrogate_pair_is_fine() -> None:
 @pytest.mark.parametrize(
     ("message", "field"),
     [
-        (Message(role="user", content="a\ud800"), '"content"'),
-        (Message(role="tool", tool_name="\udfff"), '"tool_name"'),
+        (Message(role="user", content="a\ud800"), "content"),
+        (Message(role="tool", tool_name="\udfff"), "tool_name"),
         (
             Message(role="assistant", tool_calls=[ToolCall("c", "n", '{"a":"\ud800"}')]),
-            'tool call 0 "args"',
+            "tool_calls[0].args",
         ),
         (
             Message(role="assistant", tool_calls=[ToolCall("c", "n", seal="\ud800")]),
-            'tool call 0 "seal"',
+            "tool_calls[0].seal",
         ),
-        (Message(role="user", parts=[Part("image", url="https://\ud800")]), "part 0"),
-        (Message(role="assistant", thinking=[ThinkingBlock(text="\ud800")]), "thinking block 0"),
+        (Message(role="user", parts=[Part("image", url="https://\ud800")]), "parts[0].url"),
+        (Message(role="assistant", thinking=[ThinkingBlock(text="\ud800")]), "thinking[0].text"),
     ],
 )
 def test_dumps_refuses_a_lone_surrogate_naming_message_and_field(
