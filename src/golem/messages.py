@@ -269,9 +269,9 @@ class _Wire(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
 
 class _Part(_Wire):
     kind: str | None = ""
-    url: str | None = ""
+    url: str | None = None
     data: bytes | None = None
-    media_type: str | None = ""
+    media_type: str | None = None
     text: str | None = ""
     signature: str | None = ""
 
@@ -456,7 +456,7 @@ def _wire(m: Message) -> _Message:
         m.role,
         m.content,
         [
-            _Part(p.kind, p.url or "", p.data or None, p.media_type or "", p.text, p.signature)
+            _Part(p.kind, p.url or None, p.data or None, p.media_type or None, p.text, p.signature)
             for p in m.parts
         ],
         [_Call(c.id, c.name, _raw_out(c.args, _NULL), c.signature, c.seal) for c in m.tool_calls],
@@ -641,7 +641,8 @@ def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
         spans = deep_spans(flat) or []
         if not spans:
             raise HistoryError(_diagnose(text, RecursionError())) from None
-        pieces, last = [], 0
+        pieces: list[str] = []
+        last = 0
         for n, (start, end) in enumerate(spans):
             pieces += (deep[last:start], f'"{mark}{n}"')
             last = end
