@@ -313,16 +313,16 @@ class _ServerTool(_Wire):
 class _Message(_Wire):
     role: str
     content: str | None = ""
-    parts: list[_Part] | None = []
-    tool_calls: list[_Call] | None = []
+    parts: Sequence[_Part] | None = ()
+    tool_calls: Sequence[_Call] | None = ()
     tool_call_id: str | None = ""
     tool_name: str | None = ""
     failed: bool | None = False
-    thinking: list[_Thinking] | None = []
+    thinking: Sequence[_Thinking] | None = ()
     run_id: str | None = ""
     conversation_id: str | None = ""
-    citations: list[_Citation] | None = []
-    server_tools: list[_ServerTool] | None = []
+    citations: Sequence[_Citation] | None = ()
+    server_tools: Sequence[_ServerTool] | None = ()
 
 
 _DECODER = msgspec.json.Decoder(list[_Message] | None)
@@ -360,7 +360,11 @@ def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
         return None
     if args[0] == '"' and top and args == '""':
         return msgspec.Raw(args.encode())
-    if args.count("[") + args.count("{") > MAX_ARGS_DEPTH and _depth(args) > MAX_ARGS_DEPTH:
+    if (
+        len(args) > MAX_ARGS_DEPTH  # else it cannot nest deeper
+        and args.count("[") + args.count("{") > MAX_ARGS_DEPTH
+        and _depth(args) > MAX_ARGS_DEPTH
+    ):
         return None
     try:
         if args[0] != '"':
@@ -436,7 +440,7 @@ def dumps_history(messages: Sequence[Message]) -> str:
             the 0-based message index and the field.
     """
     try:
-        return _ENCODER.encode([_wire(m) for m in messages]).decode()
+        return _ENCODER.encode(_wire(messages)).decode()
     except UnicodeEncodeError:
         for i, m in enumerate(messages):
             for where, value in _strings(m):
@@ -450,35 +454,63 @@ def dumps_history(messages: Sequence[Message]) -> str:
         raise  # pragma: no cover - the loop above finds it
 
 
-def _wire(m: Message) -> _Message:
-    """The wire struct `dumps_history` encodes for `m` (its hot loop)."""
-    return _Message(
-        m.role,
-        m.content,
-        [
-            _Part(p.kind, p.url or None, p.data or None, p.media_type or None, p.text, p.signature)
-            for p in m.parts
-        ],
-        [_Call(c.id, c.name, _raw_out(c.args, _NULL), c.signature, c.seal) for c in m.tool_calls],
-        m.tool_call_id,
-        m.tool_name,
-        m.failed,
-        [_Thinking(t.text, t.signature, t.redacted) for t in m.thinking],
-        m.run_id,
-        m.conversation_id,
-        [
-            _Citation(
-                c.start, c.end, c.url, c.title, c.cited_text, c.provider, _raw_out(c.raw, _EMPTY)
+def _wire(messages: Sequence[Message]) -> list[_Message]:
+    """The wire structs `dumps_history` encodes (its hot loop)."""
+    out: list[_Message] = []
+    append = out.append
+    for m in messages:
+        parts, calls, thinking = m.parts, m.tool_calls, m.thinking
+        append(
+            _Message(
+                m.role,
+                m.content,
+                [
+                    _Part(
+                        p.kind,
+                        p.url or None,
+                        p.data or None,
+                        p.media_type or None,
+                        p.text,
+                        p.signature,
+                    )
+                    for p in parts
+                ]
+                if parts
+                else (),
+                [
+                    _Call(
+                        c.id,
+                        c.name,
+                        _embeddable(c.args) or _raw_out(c.args, _NULL),
+                        c.signature,
+                        c.seal,
+                    )
+                    for c in calls
+                ]
+                if calls
+                else (),
+                m.tool_call_id,
+                m.tool_name,
+                m.failed,
+                [_Thinking(t.text, t.signature, t.redacted) for t in thinking] if thinking else (),
+                m.run_id,
+                m.conversation_id,
+                [_citation(c) for c in m.citations] if m.citations else (),
+                [_server_tool(b) for b in m.server_tools] if m.server_tools else (),
             )
-            for c in m.citations
-        ],
-        [
-            _ServerTool(
-                b.provider, b.type, b.id, b.name, _raw_out(b.raw, _EMPTY), b.at, b.thinking_before
-            )
-            for b in m.server_tools
-        ],
+        )
+    return out
+
+
+def _citation(c: Citation) -> _Citation:
+    return _Citation(
+        c.start, c.end, c.url, c.title, c.cited_text, c.provider, _raw_out(c.raw, _EMPTY)
     )
+
+
+def _server_tool(b: ServerToolBlock) -> _ServerTool:
+    raw = _raw_out(b.raw, _EMPTY)
+    return _ServerTool(b.provider, b.type, b.id, b.name, raw, b.at, b.thinking_before)
 
 
 def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
@@ -546,29 +578,45 @@ def loads_history(text: str | bytes) -> list[Message]:
 
 def _messages(wire: list[_Message]) -> list[Message]:
     """The public messages for the decoded wire structs (the hot loop of `loads_history`)."""
-    try:
-        for i, w in enumerate(wire):
-            if w.role not in ROLES:
+    for w in wire:
+        try:
+            if w.tool_calls:
+                for c in w.tool_calls:
+                    c.args = _raw_in(c.args)  # type: ignore[assignment]
+            if w.parts:
+                for p in w.parts:
+                    p.url, p.data, p.media_type = (
+                        p.url or None,
+                        p.data or None,
+                        p.media_type or None,
+                    )
+            if w.citations:
+                for ci in w.citations:
+                    ci.raw = _raw_in(ci.raw)  # type: ignore[assignment]
+            if w.server_tools:
+                for b in w.server_tools:
+                    b.raw = _raw_in(b.raw)  # type: ignore[assignment]
+        except (UnicodeError, msgspec.DecodeError) as exc:
+            i = wire.index(w)
+            raise HistoryError(
+                f"history message {i}: tool call args cannot be read: {exc}"
+            ) from None
+    for attempt in range(2):
+        try:
+            return msgspec.convert(wire, list[Message], from_attributes=True)
+        except msgspec.ValidationError as exc:
+            bad_role = re.fullmatch(r"Invalid enum value .* - at `\$\[(\d+)\]\.role`", str(exc))
+            if bad_role:
+                i = int(bad_role[1])
                 raise HistoryError(
                     f"history message {i}: role must be one of system, user, assistant, tool; "
-                    f"got {w.role!r}"
-                )
-            for c in w.tool_calls or ():
-                c.args = _raw_in(c.args)  # type: ignore[assignment]
-            for p in w.parts or ():
-                p.url, p.data, p.media_type = p.url or None, p.data or None, p.media_type or None
-            for ci in w.citations or ():
-                ci.raw = _raw_in(ci.raw)  # type: ignore[assignment]
-            for b in w.server_tools or ():
-                b.raw = _raw_in(b.raw)  # type: ignore[assignment]
-    except (UnicodeError, msgspec.DecodeError) as exc:
-        raise HistoryError(f"history message {i}: tool call args cannot be read: {exc}") from None
-    try:
-        return msgspec.convert(wire, list[Message], from_attributes=True)
-    except msgspec.ValidationError:  # `null` values: they take the defaults
-        for w in wire:
-            _defaults_for_nulls(w)
-        return msgspec.convert(wire, list[Message], from_attributes=True)
+                    f"got {wire[i].role!r}"
+                ) from None
+            if attempt:
+                raise HistoryError(_shape_error(str(exc))) from None
+            for w in wire:  # `null` values take the defaults
+                _defaults_for_nulls(w)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _defaults_for_nulls(struct: msgspec.Struct) -> None:
@@ -676,71 +724,61 @@ def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
     return wire
 
 
-_JSON_TOKEN = re.compile(
-    r"[ \t\n\r]*(?:(\")|([\[\]{}:,])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
-    r"|(true|false|null))"
-)
-_JSON_STRING_AT = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_SLICE = 64
+"""How deep each slice of a deep document is that msgspec checks at once."""
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def deep_spans(text: str) -> list[tuple[int, int]] | None:
-    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`, found
-    without recursion; None when `text` is not one JSON value (RFC 8259) or nests deeper than
-    `MAX_NESTING`. (Slow path: only runs on a document too deep for the decoder.)"""
-    stack: list[str] = []
-    spans: list[tuple[int, int]] = []
-    opened = pos = 0
-    expect = "value"  # value, value_or_end, key, key_or_end, colon, comma_or_end
-    while True:
-        m = _JSON_TOKEN.match(text, pos)
-        if m is None:
-            done = expect == "comma_or_end" and not stack
-            return spans if done and not text[pos:].strip(" \t\n\r") else None
-        pos = m.end()
-        if m[1]:  # a string: a key or a value
-            string = _JSON_STRING_AT.match(text, pos - 1)
-            if string is None:
+    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`; None when
+    `text` is not one JSON value or nests deeper than `MAX_NESTING`.
+
+    Checked without deep recursion: the brackets (strings skipped) cut the text into slices at
+    most `_SLICE` deep, each nested slice replaced by `""`, and msgspec checks each slice.
+    """
+    top: list[tuple[int, int]] = []
+    open_cuts: list[tuple[int, list[tuple[int, int]]]] = []  # start, nested cuts
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        bracket = m[0]
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
                 return None
-            pos = string.end()
-            if expect in ("key", "key_or_end"):
-                expect = "colon"
-                continue
-            if expect not in ("value", "value_or_end"):
+            if depth > _FLAT_DEPTH and (depth - _FLAT_DEPTH - 1) % _SLICE == 0:
+                open_cuts.append((m.start(), []))
+        elif bracket in "]}":
+            if depth > _FLAT_DEPTH and (depth - _FLAT_DEPTH - 1) % _SLICE == 0:
+                start, nested = open_cuts.pop()
+                if not _valid(_cut(text, start, m.end(), nested)):
+                    return None
+                (open_cuts[-1][1] if open_cuts else top).append((start, m.end()))
+            depth -= 1
+            if depth < 0:
                 return None
-            expect = "comma_or_end"
-        elif m[2] in ("[", "{"):
-            if expect not in ("value", "value_or_end"):
-                return None
-            stack.append(m[2])
-            if len(stack) > MAX_NESTING:
-                return None
-            if len(stack) == _FLAT_DEPTH + 1:
-                opened = pos - 1
-            expect = "key_or_end" if m[2] == "{" else "value_or_end"
-        elif m[2] in ("]", "}"):
-            pair, may_end = ("[", "value_or_end") if m[2] == "]" else ("{", "key_or_end")
-            if not stack or stack[-1] != pair or expect not in ("comma_or_end", may_end):
-                return None
-            if len(stack) == _FLAT_DEPTH + 1:
-                spans.append((opened, pos))
-            stack.pop()
-            expect = "comma_or_end"
-        elif m[2] == ":":
-            if expect != "colon":
-                return None
-            expect = "value"
-        elif m[2] == ",":
-            if expect != "comma_or_end" or not stack:
-                return None
-            expect = "key" if stack[-1] == "{" else "value"
-        else:  # a number or a literal
-            if expect not in ("value", "value_or_end"):
-                return None
-            expect = "comma_or_end"
-        if not stack and expect == "comma_or_end" and pos < len(text):
-            if text[pos:].strip(" \t\n\r"):
-                return None  # more after the one value
-            return spans
+    if depth or not _valid(_cut(text, 0, len(text), top)):
+        return None
+    return top
+
+
+def _cut(text: str, start: int, end: int, nested: list[tuple[int, int]]) -> str:
+    pieces: list[str] = []
+    last = start
+    for a, b in nested:
+        pieces += (text[last:a], '""')
+        last = b
+    return "".join([*pieces, text[last:end]])
+
+
+def _valid(piece: str) -> bool:
+    """`piece` is one JSON value (escaped lone surrogates allowed, as Go's decoder has them)."""
+    try:
+        _RAW.decode(piece)
+    except msgspec.DecodeError:
+        return _with_lone_escapes(piece) is not None
+    except RecursionError:
+        return False
+    return True
 
 
 _AT = re.compile(r"(?s)(.*) - at `\$(?:\[(\d+)\])?(.*)`")
