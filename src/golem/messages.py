@@ -581,8 +581,9 @@ def _messages(wire: list[_Message]) -> list[Message]:
     for w in wire:
         try:
             if w.tool_calls:
-                for c in w.tool_calls:
-                    c.args = _raw_in(c.args)  # type: ignore[assignment]
+                for c in w.tool_calls:  # _raw_in, inlined for the common case
+                    args = str(c.args, "utf-8", _GO_REPLACE)
+                    c.args = _raw_in(c.args) if args[:1] == '"' or args == "null" else args  # type: ignore[assignment]
             if w.parts:
                 for p in w.parts:
                     p.url, p.data, p.media_type = (
