@@ -522,6 +522,10 @@ TEXT_PLACES = [
     ('{"role":"user","parts":[{"kind":"image","url":%s}]}', "parts[0].url"),
     ('{"role":"assistant","toolCalls":[{"id":"c","name":%s,"args":{}}]}', "toolCalls[0].name"),
     ('{"role":"assistant","citations":[{"citedText":%s}]}', "citations[0].citedText"),
+    ('{"role":"user","content":%s,"x":"\\udfff"}', "content"),  # beside an ignored one
+    ('{"role":"assistant","toolCalls":[{"id":%s,"args":{"a":"\\ud800"}}]}', "toolCalls[0].id"),
+    ('{"role":"tool","toolName":%s,"toolCallId":"c"}', "toolName"),
+    ('{"role":"assistant","serverTools":[{"provider":"p","type":%s}]}', "serverTools[0].type"),
 ]
 RAW_PLACES = [
     *TEXT_PLACES[:3],
