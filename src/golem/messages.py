@@ -60,18 +60,14 @@ class ToolCall:
     signature: str = ""
     """Opaque provider signature bound to the call (Gemini thought signatures)."""
     seal: str = ""
-    """golem's seal on a pending call (see `golem.seal`): binds the approval to this exact
-    call. Travels in the history JSON as `"seal"`, a key the Go golem ignores on read."""
+    """golem's seal on a pending call (`golem.seal`); the Go golem ignores the key."""
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """A part of a message beside its `content`: an image, document, audio or video, or a
-    text part between them (so text and media can interleave in one message).
-
-    A media part has exactly one of `url` and `data`; `data` needs a `media_type`. A
-    "text" part has `text` and nothing else. Parts follow the message's `content` in order.
-    """
+    """An image, document, audio or video beside a message's `content`, or a text part
+    between them. A media part has exactly one of `url` and `data` (which needs a
+    `media_type`); a "text" part has `text` and nothing else."""
 
     kind: str
     """One of "image", "document", "audio", "video", "text"."""
@@ -84,8 +80,7 @@ class Part:
     text: str = ""
     """The text of a "text" part (JSON key "text"; absent for media parts)."""
     signature: str = ""
-    """Opaque provider signature bound to a media part a model produced (Gemini thought
-    signatures on generated images); sent back with the part to the same provider."""
+    """Opaque provider signature on a media part a model produced (ADR 0060)."""
 
     def problem(self) -> str | None:
         """Describe why the part is invalid, or return None when it is valid."""
@@ -124,12 +119,8 @@ class ThinkingBlock:
 
 @dataclass(frozen=True, slots=True)
 class Citation:
-    """A source the provider cites for a span of an assistant message's `content`.
-
-    Web search results, fetched pages, documents and file-search hits all arrive as
-    citations; `raw` keeps the provider's own object (document indexes, file IDs, the
-    encrypted index Anthropic wants back), so the same provider can receive it again.
-    """
+    """A source the provider cites for a span of an assistant message's `content` (ADR 0028);
+    `raw` keeps the provider's own object so the same provider can receive it again."""
 
     start: int = 0
     """Where the cited span starts in `Message.content` (a `str` index)."""
@@ -149,19 +140,13 @@ class Citation:
 
 @dataclass(frozen=True, slots=True)
 class ServerToolBlock:
-    """One block of a tool the provider ran on its side (web search, web fetch, code
-    execution, file search, remote MCP, ...): the call or its result, as the provider sent it.
-
-    golem never executes these; it keeps them so that a history holds what the model saw,
-    and sends them back verbatim to the same provider on later turns (where the API needs
-    them, such as Anthropic's encrypted search results). Other providers never receive them.
-    """
+    """The call or result of a tool the provider ran itself (web search, code execution, ...),
+    kept as sent and sent back verbatim to the same provider only (ADR 0028)."""
 
     provider: str
     """The provider that ran the tool: "anthropic", "openai-responses" or "gemini"."""
     type: str
-    """The provider's block type, e.g. "server_tool_use", "web_search_tool_result",
-    "web_search_call", "code_interpreter_call", "executableCode", "groundingMetadata"."""
+    """The provider's block type, e.g. "server_tool_use", "web_search_call"."""
     id: str = ""
     """The ID of the call (a result carries the ID of the call it answers)."""
     name: str = ""
@@ -174,28 +159,20 @@ class ServerToolBlock:
     """How many of the message's thinking blocks came before it (JSON key "thinkingBefore")."""
 
     def data(self) -> Any:
-        """The block as a JSON value (`raw` parsed).
-
-        Raises:
-            ValueError: `raw` is not JSON.
-        """
+        """The block as a JSON value (`raw` parsed); `ValueError` when `raw` is not JSON."""
         return json.loads(self.raw)
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One message of a conversation.
-
-    Messages are immutable; the lists they hold are never mutated by golem.
-    """
+    """One message of a conversation; immutable, and golem never mutates its lists."""
 
     role: Role
     """"system", "user", "assistant" or "tool"."""
     content: str = ""
     """Text of the message."""
     parts: list[Part] = field(default_factory=list)
-    """Images, documents, audio, video: given by the user or a tool, or produced by the
-    model (assistant messages: generated images, audio; ADR 0060)."""
+    """Images, documents, audio, video (and text parts between them)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     """Tool calls requested by an assistant message, in emission order."""
     tool_call_id: str = ""
@@ -213,8 +190,7 @@ class Message:
     citations: list[Citation] = field(default_factory=list)
     """Sources the provider cited for spans of `content` (assistant messages)."""
     server_tools: list[ServerToolBlock] = field(default_factory=list)
-    """Blocks of tools the provider ran itself, in the order they arrived (assistant
-    messages; JSON key "serverTools")."""
+    """Blocks of tools the provider ran itself, in arrival order (JSON key "serverTools")."""
 
 
 # The run loop builds a message per turn and per tool result: it sets the slots directly
@@ -222,47 +198,22 @@ class Message:
 _SET = tuple(getattr(Message, name).__set__ for name in Message.__slots__)
 
 
-def _message(
-    role: str,
-    content: str,
-    parts: list[Part],
-    calls: list[ToolCall],
-    call_id: str,
-    tool_name: str,
-    failed: bool,
-    thinking: list[ThinkingBlock],
-    run_id: str,
-    conversation_id: str,
-    citations: list[Citation],
-    server_tools: list[ServerToolBlock],
-) -> Message:
+def _message(*f: Any) -> Message:
+    """A `Message` of its twelve fields, in order."""
     m = object.__new__(Message)
-    (
-        s_role,
-        s_content,
-        s_parts,
-        s_calls,
-        s_id,
-        s_name,
-        s_failed,
-        s_thinking,
-        s_run,
-        s_conv,
-        s_cit,
-        s_srv,
-    ) = _SET
-    s_role(m, role)
-    s_content(m, content)
-    s_parts(m, parts)
-    s_calls(m, calls)
-    s_id(m, call_id)
-    s_name(m, tool_name)
-    s_failed(m, failed)
-    s_thinking(m, thinking)
-    s_run(m, run_id)
-    s_conv(m, conversation_id)
-    s_cit(m, citations)
-    s_srv(m, server_tools)
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11 = _SET
+    s0(m, f[0])
+    s1(m, f[1])
+    s2(m, f[2])
+    s3(m, f[3])
+    s4(m, f[4])
+    s5(m, f[5])
+    s6(m, f[6])
+    s7(m, f[7])
+    s8(m, f[8])
+    s9(m, f[9])
+    s10(m, f[10])
+    s11(m, f[11])
     return m
 
 
@@ -280,20 +231,8 @@ def new_message(
     """`Message(...)` with positional fields; a list not given is a new empty list."""
     parts = [] if parts is None else parts
     calls = [] if tool_calls is None else tool_calls
-    return _message(
-        role,
-        content,
-        parts,
-        calls,
-        tool_call_id,
-        tool_name,
-        failed,
-        [],
-        run_id,
-        conversation_id,
-        [],
-        [],
-    )
+    ids = (run_id, conversation_id)
+    return _message(role, content, parts, calls, tool_call_id, tool_name, failed, [], *ids, [], [])
 
 
 def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
@@ -302,52 +241,26 @@ def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = N
         if role is None:
             return replace(m, run_id=run_id, conversation_id=conversation_id)
         return replace(m, role=role, run_id=run_id, conversation_id=conversation_id)
-    return _message(
-        m.role if role is None else role,
-        m.content,
-        m.parts,
-        m.tool_calls,
-        m.tool_call_id,
-        m.tool_name,
-        m.failed,
-        m.thinking,
-        run_id,
-        conversation_id,
-        m.citations,
-        m.server_tools,
-    )
+    r = m.role if role is None else role
+    f = (m.content, m.parts, m.tool_calls, m.tool_call_id, m.tool_name, m.failed, m.thinking)
+    return _message(r, *f, run_id, conversation_id, m.citations, m.server_tools)
 
 
 def with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:
     """`m` with `tool_calls` replaced; the other lists are shared."""
     if type(m) is not Message:
         return replace(m, tool_calls=tool_calls)
-    return _message(
-        m.role,
-        m.content,
-        m.parts,
-        tool_calls,
-        m.tool_call_id,
-        m.tool_name,
-        m.failed,
-        m.thinking,
-        m.run_id,
-        m.conversation_id,
-        m.citations,
-        m.server_tools,
-    )
+    tail = (m.tool_call_id, m.tool_name, m.failed, m.thinking, m.run_id, m.conversation_id)
+    return _message(m.role, m.content, m.parts, tool_calls, *tail, m.citations, m.server_tools)
 
 
 # --------------------------------------------------------------------------- the wire form
 # One private struct per concept gives msgspec the JSON keys and types, both ways. Fields
 # accept `null` (read as the default); `args` and `raw` are `msgspec.Raw`: the value's bytes.
-
-
 _EMPTY = msgspec.Raw()
 
 
-class _Wire(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    pass
+class _Wire(msgspec.Struct, rename="camel", omit_defaults=True, gc=False): ...
 
 
 class _Part(_Wire):
@@ -414,7 +327,6 @@ _RAW = msgspec.json.Decoder(msgspec.Raw)
 _STR = msgspec.json.Decoder(str)
 _NULL = msgspec.Raw(b"null")
 _MESSAGES = list[Message]
-_WS = " \t\n\r"
 
 
 # --------------------------------------------------------------------------- raw values
@@ -440,7 +352,7 @@ def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
     themselves (`top`), never as a string's content: `""` and JSON whose strings hold escaped
     lone surrogates (ADR 0047). The loader applies the same test to every string it reads.
     """
-    if not args or args[0] in _WS or args[-1] in _WS or args == "null":
+    if not args or args[0] in " \t\n\r" or args[-1] in " \t\n\r" or args == "null":
         return None
     if args[0] == '"' and top and args == '""':
         return msgspec.Raw(args.encode())
@@ -481,47 +393,33 @@ def _replace_lone(text: str, replacement: Mapping[str, str]) -> str:
 def _with_lone_escapes(args: str) -> msgspec.Raw | None:
     """`args` as a raw value when they are JSON but for escaped lone surrogates, else None."""
     lone = _lone_escapes(args)
-    try:
-        if lone and _RAW.decode(_replace_lone(args, dict.fromkeys(lone, "\\u0000"))):
-            return msgspec.Raw(args.encode())
-    except (msgspec.DecodeError, RecursionError):
-        pass
-    return None
+    ok = lone and _valid(_replace_lone(args, dict.fromkeys(lone, "\\u0000")))
+    return msgspec.Raw(args.encode()) if ok else None
 
 
-def _raw_out(text: str, empty: msgspec.Raw) -> msgspec.Raw:
-    """A raw JSON text as written: the value verbatim when embeddable, else a JSON string."""
-    if not text:
-        return empty
-    return _embeddable(text) or msgspec.Raw(_ENCODER.encode(text))
+def _string(text: str, empty: msgspec.Raw = _NULL) -> msgspec.Raw:
+    """`text` as a JSON string (`empty` when there is none): what is not embedded."""
+    return msgspec.Raw(_ENCODER.encode(text)) if text else empty
 
 
 def _raw_in(raw: msgspec.Raw) -> str:
-    """The text of a raw value as `_raw_out` wrote it (invalid UTF-8 as Go reads it)."""
-    if not raw:
-        return ""
-    text = str(raw, "utf-8", _GO_REPLACE)
+    """The text of a raw value as `dumps_history` wrote it (invalid UTF-8 as Go reads it)."""
+    text = str(raw, "utf-8", _GO_REPLACE) if raw else "null"
     if text == "null":
         return ""
-    if text[0] != '"' or _embeddable(text) is not None:
-        return text
-    return _STR.decode(text)
+    return text if text[0] != '"' or _embeddable(text) is not None else _STR.decode(text)
 
 
 # --------------------------------------------------------------------------- dumps
 
 
 def dumps_history(messages: Sequence[Message]) -> str:
-    """Encode a history as Go-compatible JSON.
-
-    Empty fields are omitted. Args that are a JSON value are embedded byte for byte; other
-    args (a truncated stream, a JSON string, `null`) as a JSON string of their text.
-    `loads_history(dumps_history(h)) == h`, and `dumps_history(loads_history(s)) == s` for
-    any `s` this function wrote.
+    """Encode a history as Go-compatible JSON: empty fields omitted, args that are one JSON
+    value embedded byte for byte, other args as a JSON string of their text. Then
+    `loads_history(dumps_history(h)) == h`, and `dumps_history(loads_history(s)) == s`.
 
     Raises:
-        HistoryError: a field holds a lone surrogate (it cannot be UTF-8); the message names
-            the 0-based message index and the field.
+        HistoryError: a field holds a lone surrogate; names the message index and the field.
     """
     try:
         return _ENCODER.encode(_wire(messages)).decode()
@@ -541,42 +439,26 @@ def dumps_history(messages: Sequence[Message]) -> str:
 def _wire(messages: Sequence[Message]) -> list[_Message]:
     """The wire structs `dumps_history` encodes (its hot loop)."""
     out: list[_Message] = []
-    append = out.append
     for m in messages:
-        parts, calls, thinking = m.parts, m.tool_calls, m.thinking
-        append(
+        calls: Sequence[_Call] = ()
+        if m.tool_calls:
+            calls = [
+                _Call(c.id, c.name, _embeddable(c.args) or _string(c.args), c.signature, c.seal)
+                for c in m.tool_calls
+            ]
+        thinking: Sequence[_Thinking] = ()
+        if m.thinking:
+            thinking = [_Thinking(t.text, t.signature, t.redacted) for t in m.thinking]
+        out.append(
             _Message(
                 m.role,
                 m.content,
-                [
-                    _Part(
-                        p.kind,
-                        p.url or None,
-                        p.data or None,
-                        p.media_type or None,
-                        p.text,
-                        p.signature,
-                    )
-                    for p in parts
-                ]
-                if parts
-                else (),
-                [
-                    _Call(
-                        c.id,
-                        c.name,
-                        _embeddable(c.args) or _raw_out(c.args, _NULL),
-                        c.signature,
-                        c.seal,
-                    )
-                    for c in calls
-                ]
-                if calls
-                else (),
+                [_part(p) for p in m.parts] if m.parts else (),
+                calls,
                 m.tool_call_id,
                 m.tool_name,
                 m.failed,
-                [_Thinking(t.text, t.signature, t.redacted) for t in thinking] if thinking else (),
+                thinking,
                 m.run_id,
                 m.conversation_id,
                 [_citation(c) for c in m.citations] if m.citations else (),
@@ -586,14 +468,17 @@ def _wire(messages: Sequence[Message]) -> list[_Message]:
     return out
 
 
+def _part(p: Part) -> _Part:
+    return _Part(p.kind, p.url or None, p.data or None, p.media_type or None, p.text, p.signature)
+
+
 def _citation(c: Citation) -> _Citation:
-    return _Citation(
-        c.start, c.end, c.url, c.title, c.cited_text, c.provider, _raw_out(c.raw, _EMPTY)
-    )
+    raw = _embeddable(c.raw) or _string(c.raw, _EMPTY)
+    return _Citation(c.start, c.end, c.url, c.title, c.cited_text, c.provider, raw)
 
 
 def _server_tool(b: ServerToolBlock) -> _ServerTool:
-    raw = _raw_out(b.raw, _EMPTY)
+    raw = _embeddable(b.raw) or _string(b.raw, _EMPTY)
     return _ServerTool(b.provider, b.type, b.id, b.name, raw, b.at, b.thinking_before)
 
 
@@ -619,16 +504,14 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
 def loads_history(text: str | bytes) -> list[Message]:
     """Decode a history from JSON written by `dumps_history` or by the Go golem.
 
-    Unknown keys are ignored, missing keys and `null` take their defaults. Each tool call's
-    `args` are the raw JSON text exactly as in the document (a string written for args that
-    are not embeddable JSON loads as its content). Bytes that are not UTF-8 read as U+FFFD,
-    one per byte, as the Go golem reads them. Documents may nest `MAX_NESTING` deep.
+    Unknown keys are ignored, missing keys and `null` take their defaults; each call's `args`
+    are the raw JSON text as in the document (a string golem wrote for args it does not embed
+    loads as its content); bytes that are not UTF-8 read as U+FFFD, one per byte, as Go reads.
 
     Raises:
-        HistoryError: (also a `ValueError`) the input is not such a history: not JSON
-            (including `NaN`, a lone surrogate in a text field, nesting deeper than
-            `MAX_NESTING`), not an array, or a message of the wrong shape; the message names
-            the 0-based message index when there is one. Nothing is returned half-loaded.
+        HistoryError: (a `ValueError`) not such a history: not JSON (`NaN`, a lone surrogate
+            in a text field, nesting deeper than `MAX_NESTING`), not an array, or a message
+            of the wrong shape; names the 0-based message index when there is one.
         TypeError: `text` is neither `str` nor bytes.
     """
     if not isinstance(text, str | bytes | bytearray | memoryview):
@@ -636,8 +519,7 @@ def loads_history(text: str | bytes) -> list[Message]:
             "loads_history takes the JSON text of a history (str or bytes), got "
             f"{type(text).__name__}; a list of Message objects needs no loading"
         )
-    # Everything a load builds is acyclic and outlives the call: collections triggered on the
-    # way would free nothing and walk the growing result again and again (ADR 0015).
+    # what a load builds is acyclic and outlives the call: collecting would free nothing
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -661,10 +543,8 @@ def loads_history(text: str | bytes) -> list[Message]:
 
 
 def _messages(wire: list[_Message]) -> list[Message]:
-    """The public messages for the decoded wire structs (the hot loop of `loads_history`).
-
-    Consumes `wire` in chunks, so the memory of each chunk's structs is reused for the next
-    messages instead of fresh pages (a large load is 15-30% faster)."""
+    """The messages of the decoded wire structs, consumed in chunks so that their memory is
+    reused for the next messages instead of fresh pages (a large load: 15-30% faster)."""
     if len(wire) <= 256:
         return _convert(wire, 0)
     out: list[Message] = []
@@ -686,11 +566,8 @@ def _convert(wire: list[_Message], offset: int) -> list[Message]:
                     c.args = _raw_in(c.args) if args[:1] == '"' or args == "null" else args  # type: ignore[assignment]
             if w.parts:
                 for p in w.parts:
-                    p.url, p.data, p.media_type = (
-                        p.url or None,
-                        p.data or None,
-                        p.media_type or None,
-                    )
+                    p.url, p.data = p.url or None, p.data or None
+                    p.media_type = p.media_type or None
             if w.citations:
                 for ci in w.citations:
                     ci.raw = _raw_in(ci.raw)  # type: ignore[assignment]
@@ -728,11 +605,7 @@ def _defaults_for_nulls(struct: msgspec.Struct) -> None:
 
 
 def _utf8(data: bytes) -> bool:
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
+    return data.decode("utf-8", "replace").encode() == data
 
 
 def _go_replace(exc: UnicodeError) -> tuple[str, int]:
@@ -745,23 +618,13 @@ def _go_replace(exc: UnicodeError) -> tuple[str, int]:
 _GO_REPLACE = "golem-go-replace"
 codecs.register_error(_GO_REPLACE, _go_replace)
 
-_FLAT_DEPTH = 5
-"""golem's own structure ends at depth 5 (the array, a message, its toolCalls, a call, the
-call's args value): a value opening deeper is inside args, a provider block or unknown data."""
+_FLAT_DEPTH = 5  # golem's own structure: the array, a message, toolCalls, a call, its args
 
 
 def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
-    """Decode a document msgspec refused for what the Go golem accepts (only runs on failure):
-    escaped lone surrogates, and values nested deeper than msgspec's recursion limit allows.
-
-    Each lone escape spelling becomes the escape of a private-use character the document does
-    not hold, each value opening deeper than `_FLAT_DEPTH` a placeholder string; the shallow
-    document is decoded and the raw values get their text back, byte for byte. A text field
-    holding a lone surrogate is refused.
-
-    Raises:
-        HistoryError: the document is not a history.
-    """
+    """Decode a document msgspec refused for what Go accepts: escaped lone surrogates and
+    values nested deeper than msgspec goes (ADR 0015, "Limits and the slow path"); a text
+    field holding a lone surrogate is a `HistoryError`, as is anything else not a history."""
     lone = _lone_escapes(text)
     used = {ord(c) for c in re.findall("[\ue000-\uf8ff]", text)}
     used.update(int(m[2:], 16) for m in re.findall(r"\\u[eEfF][0-9a-fA-F]{3}", text))
@@ -787,12 +650,7 @@ def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
         spans = deep_spans(flat) or []
         if not spans:
             raise HistoryError(_diagnose(text, RecursionError())) from None
-        pieces: list[str] = []
-        last = 0
-        for n, (start, end) in enumerate(spans):
-            pieces += (deep[last:start], f'"{mark}{n}"')
-            last = end
-        wire = decode("".join([*pieces, deep[last:]]))
+        wire = decode(_cut(flat, 0, len(flat), spans, f'"{mark}'))
     if wire is None:
         return None
     marks = {chr(int(p[2:], 16)) for p in spelling}
@@ -859,11 +717,12 @@ def deep_spans(text: str) -> list[tuple[int, int]] | None:
     return top
 
 
-def _cut(text: str, start: int, end: int, nested: list[tuple[int, int]]) -> str:
+def _cut(text: str, start: int, end: int, nested: list[tuple[int, int]], mark: str = "") -> str:
+    """`text[start:end]` with each `nested` span replaced by the string `"<mark><n>"`."""
     pieces: list[str] = []
     last = start
-    for a, b in nested:
-        pieces += (text[last:a], '""')
+    for n, (a, b) in enumerate(nested):
+        pieces += (text[last:a], f'{mark}{n}"' if mark else '""')
         last = b
     return "".join([*pieces, text[last:end]])
 
@@ -893,30 +752,21 @@ def _shape_error(detail: str) -> str:
 
 
 def _surrogate_at(value: Any, path: str) -> str | None:
-    """The path of the first string under `value` that holds a lone surrogate."""
+    """The path of the first string under a decoded JSON `value` holding a lone surrogate."""
     if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return path or "a string"
-        return None
-    if isinstance(value, list):
-        items: Any = ((f"{path}[{j}]", v) for j, v in enumerate(value))
-    elif isinstance(value, dict):
-        items = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
-        for key in value:
-            if _surrogate_at(key, "") is not None:
-                return f"a key in {path or 'the message'}"
+        return None if _utf8(value.encode("utf-8", "surrogatepass")) else (path or "a string")
+    if isinstance(value, dict) and any(_surrogate_at(key, "x") for key in value):
+        return f"a key in {path or 'the message'}"
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}" if path else k, v) for k, v in value.items()]
     else:
-        return None
-    for where, v in items:
-        found = _surrogate_at(v, where)
-        if found is not None:
-            return found
-    return None
+        items = [
+            (f"{path}[{j}]", v) for j, v in enumerate(value if isinstance(value, list) else [])
+        ]
+    return next((found for where, v in items if (found := _surrogate_at(v, where))), None)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> Any:  # `NaN`, `Infinity`: not JSON (RFC 8259)
     raise ValueError(f"{name} is not JSON")
 
 
