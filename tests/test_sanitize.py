@@ -3,6 +3,7 @@ trust"; reference §3.7)."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -383,6 +384,18 @@ def test_sanitize_never_rewrites_content_args_thinking_or_identity() -> None:
     r = by_content["r1"]
     assert (r.tool_call_id, r.tool_name, r.run_id, r.parts) == ("c1", "t", "R", [])
     assert by_content["end"] == history[6]
+
+
+def test_sanitize_leaves_the_input_unmutated() -> None:
+    history = messy()
+    snapshot = copy.deepcopy(history)
+    part_lists = [list(m.parts) for m in history]
+    ids = [id(m) for m in history]
+    sanitize_history(history)
+    assert history == snapshot
+    assert [id(m) for m in history] == ids
+    assert [list(m.parts) for m in history] == part_lists
+    assert history[1].parts[0] == img("javascript:1")
 
 
 def test_sanitize_returns_a_new_list() -> None:
