@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,103 +64,64 @@ def test_go_reference_example_exactly() -> None:
 
 def test_interrupted_text_is_exact() -> None:
     repaired, _ = normalize_history([asst(ToolCall("c1", "t", "{}"))])
-    assert repaired[1].content == INTERRUPTED
-    assert repaired[1].role == "tool"
-    assert repaired[1].tool_call_id == "c1"
-    assert repaired[1].tool_name == "t"
-    assert repaired[1].failed is False
+    assert repaired[1] == Message(
+        role="tool", content=INTERRUPTED, tool_call_id="c1", tool_name="t", failed=False
+    )
 
 
-def test_valid_history_is_unchanged_with_an_empty_report() -> None:
-    history = [
-        Message(role="system", content="sys"),
-        user(),
-        asst(ToolCall("c1", "t", '{"a": 1}')),
-        result("c1"),
-        asst(content="done"),
-    ]
-    repaired, report = normalize_history(history)
-    assert repaired == history
-    assert report == HistoryRepair()
-    assert report.synthesized == []
-    assert report.dropped == []
-    assert report.truncated == []
+_A = asst(ToolCall("a1", "x", "{}"), ToolCall("a2", "y", "{}"), ToolCall("a3", "z", "{}"))
+_B = asst(ToolCall("b1", "x", "{}"))
+_C1 = asst(ToolCall("c1", "t", "{}"))
+_C2 = asst(ToolCall("c2", "t", "{}"))
+REPAIRS = {  # history, repaired (indexes into history, or a synthesized result), report
+    "valid: unchanged, empty report": (
+        [Message(role="system", content="sys"), user(), _C1, result("c1"), asst(content="done")],
+        [0, 1, 2, 3, 4],
+        HistoryRepair(),
+    ),
+    "synthesized after their own message, in call order": (
+        [user(), _A, result("a2", "two", "y"), user("more"), _B],
+        [0, 1, interrupted("a1", "x"), interrupted("a3", "z"), 2, 3, 4, interrupted("b1", "x")],
+        HistoryRepair(synthesized=["a1", "a3", "b1"]),
+    ),
+    "duplicate results keep the first": (
+        [_C1, result("c1", "first"), result("c1", "second")],
+        [0, 1],
+        HistoryRepair(dropped=["c1"]),
+    ),
+    "a result before its call": (
+        [result("c1", "early"), _C1],
+        [1, interrupted("c1", "t")],
+        HistoryRepair(synthesized=["c1"], dropped=["c1"]),
+    ),
+    "orphans dropped in order": (
+        [user(), result("x"), result("y"), asst(content="hi")],
+        [0, 3],
+        HistoryRepair(dropped=["x", "y"]),
+    ),
+    "a result without call id": (
+        [_C1, result("c1"), result("")],
+        [0, 1],
+        HistoryRepair(dropped=[""]),
+    ),
+    "calls without id are never synthesized": (
+        [asst(ToolCall("", "t", "{}"))],
+        [0],
+        HistoryRepair(),
+    ),
+    "an earlier turn's result after a later turn is kept": (
+        [_C1, _C2, result("c2"), result("c1")],
+        [0, 1, 2, 3],
+        HistoryRepair(),
+    ),
+}
 
 
-def test_synthesized_results_follow_their_own_assistant_message_in_call_order() -> None:
-    history = [
-        user(),
-        asst(ToolCall("a1", "x", "{}"), ToolCall("a2", "y", "{}"), ToolCall("a3", "z", "{}")),
-        result("a2", "two", "y"),
-        user("more"),
-        asst(ToolCall("b1", "x", "{}")),
-    ]
-    repaired, report = normalize_history(history)
-    assert repaired == [
-        history[0],
-        history[1],
-        interrupted("a1", "x"),
-        interrupted("a3", "z"),
-        history[2],
-        history[3],
-        history[4],
-        interrupted("b1", "x"),
-    ]
-    assert report.synthesized == ["a1", "a3", "b1"]
-    assert report.dropped == []
-
-
-def test_duplicate_results_keep_the_first() -> None:
-    history = [
-        asst(ToolCall("c1", "t", "{}")),
-        result("c1", "first"),
-        result("c1", "second"),
-    ]
-    repaired, report = normalize_history(history)
-    assert repaired == history[:2]
-    assert report.dropped == ["c1"]
-    assert report.synthesized == []
-
-
-def test_result_before_its_call_is_dropped_and_the_call_synthesized() -> None:
-    history = [result("c1", "early"), asst(ToolCall("c1", "t", "{}"))]
-    repaired, report = normalize_history(history)
-    assert repaired == [history[1], interrupted("c1", "t")]
-    assert report.dropped == ["c1"]
-    assert report.synthesized == ["c1"]
-
-
-def test_orphan_results_are_dropped_in_order() -> None:
-    history = [user(), result("x"), result("y"), asst(content="hi")]
-    repaired, report = normalize_history(history)
-    assert repaired == [history[0], history[3]]
-    assert report.dropped == ["x", "y"]
-
-
-def test_result_without_call_id_is_dropped() -> None:
-    history = [asst(ToolCall("c1", "t", "{}")), result("c1"), result("")]
-    repaired, report = normalize_history(history)
-    assert repaired == history[:2]
-    assert report.dropped == [""]
-
-
-def test_calls_without_id_are_never_synthesized() -> None:
-    history = [asst(ToolCall("", "t", "{}"))]
-    repaired, report = normalize_history(history)
-    assert repaired == history
-    assert report.synthesized == []
-
-
-def test_result_of_an_earlier_turn_after_a_later_turn_is_kept() -> None:
-    history = [
-        asst(ToolCall("c1", "t", "{}")),
-        asst(ToolCall("c2", "t", "{}")),
-        result("c2"),
-        result("c1"),
-    ]
-    repaired, report = normalize_history(history)
-    assert repaired == history
-    assert report == HistoryRepair()
+@pytest.mark.parametrize(("history", "expected", "report"), REPAIRS.values(), ids=list(REPAIRS))
+def test_repair_rules(history: list[Message], expected: list[Any], report: HistoryRepair) -> None:
+    repaired, got = normalize_history(history)
+    assert repaired == [history[e] if isinstance(e, int) else e for e in expected]
+    assert got == report
 
 
 def test_truncated_args_are_reported_and_kept_verbatim() -> None:
@@ -204,14 +167,6 @@ def test_truncated_calls_are_reported_in_history_order_across_messages() -> None
         result("a"),
     ]
     assert normalize_history(history)[1].truncated == ["b", "a"]
-
-
-def test_normalize_never_mutates_its_input() -> None:
-    history = [asst(ToolCall("c1", "t", "{}")), result("ghost")]
-    snapshot = copy.deepcopy(history)
-    repaired, _ = normalize_history(history)
-    assert history == snapshot
-    assert repaired is not history
 
 
 def test_normalize_returns_a_new_list_even_when_nothing_changes() -> None:

@@ -52,7 +52,7 @@ PUBLIC_ALL = {
         "default_decision"
     ),
     "golem.messages": (
-        "MAX_ARGS_DEPTH PART_KINDS ROLES Citation Message Part Role ServerToolBlock "
+        "MAX_ARGS_DEPTH MAX_NESTING PART_KINDS ROLES Citation Message Part Role ServerToolBlock "
         "ThinkingBlock ToolCall dumps_history loads_history"
     ),
     "golem.model": (

@@ -4,9 +4,12 @@ trust"; reference §3.7)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from golem import (
     Agent,
@@ -25,6 +28,7 @@ from golem import (
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.histories import histories
 
 INTERRUPTED = (
     "Tool call was interrupted before execution; no result was produced. "
@@ -120,37 +124,49 @@ def test_system_messages_are_dropped_and_counted() -> None:
 # --------------------------------------------------------------------------- unsafe parts
 
 
-@pytest.mark.parametrize(
-    ("url", "scheme"),
-    [
-        ("javascript:alert(1)", "javascript"),
-        ("JavaScript:alert(1)", "javascript"),
-        ("JAVASCRIPT:alert(document.cookie)", "javascript"),
-        ("file:///etc/passwd", "file"),
-        ("FILE:///etc/passwd", "file"),
-        ("//evil.example.com/x.png", ""),
-        ("ftp://example.com/a.png", "ftp"),
-        ("data:image/png;base64,AAAA", "data"),
-        ("relative/path.png", ""),
-        ("gopher://example.com/", "gopher"),
-        ("https://[::1/broken", ""),
-    ],
-)
-def test_non_http_url_parts_are_dropped_and_reported(url: str, scheme: str) -> None:
+URLS = {  # url: the scheme reported when removed, or None when kept (Go's net/url.Parse)
+    "javascript:alert(1)": "javascript",
+    "JavaScript:alert(1)": "javascript",
+    "JAVASCRIPT:alert(document.cookie)": "javascript",
+    "file:///etc/passwd": "file",
+    "FILE:///etc/passwd": "file",
+    "//evil.example.com/x.png": "",
+    "ftp://example.com/a.png": "ftp",
+    "data:image/png;base64,AAAA": "data",
+    "relative/path.png": "",
+    "gopher://example.com/": "gopher",
+    "https://[::1/broken": "",
+    " http://example.com/a.png": "",  # Go: "first path segment in URL cannot contain colon"
+    "http://example.com /a.png": "",  # a space in the host
+    "ht\ttp://example.com/a.png": "",  # control characters anywhere
+    "http://example.com/a\n.png": "",
+    "http://example.com/\x00.png": "",
+    "http://exa mple.com/a.png": "",
+    "http://example.com:https/a.png": "",  # a port that is not digits
+    "http://example.com/%zz.png": "",  # an invalid escape (path)
+    "https://example.com/a.png#%": "",  # ... fragment
+    "http://[::1/a.png": "",  # an unclosed IPv6 bracket
+    "1http://example.com/a.png": "",  # a scheme starts with a letter
+    "HTTP://example.com/a.png": None,
+    "HTTPS://EXAMPLE.COM/A.PNG": None,
+    "http://example.com:8080/a b.png": None,  # Go accepts a space in the path
+    "https://example.com/a.png?sig=%zz": None,  # ... and leaves the query unchecked
+    "https://user:pw@[::1]:443/a.png#top": None,
+    "https://bücher.example/a.png": None,
+    "http://example.com:/a.png": None,  # an empty port
+}
+
+
+@pytest.mark.parametrize(("url", "scheme"), URLS.items(), ids=[repr(u) for u in URLS])
+def test_a_part_is_kept_only_when_go_parses_its_url_as_http(url: str, scheme: str | None) -> None:
     keep = img("https://example.com/ok.png")
     history = [user("see", [keep, img(url)]), Message(role="assistant", content="ok")]
     out, report = sanitize_history(history)
-    assert out[0].parts == [keep]
-    assert out[0].content == "see"
-    assert report.unsafe_parts == [UnsafePart(message_index=0, kind="image", scheme=scheme)]
-
-
-@pytest.mark.parametrize("url", ["HTTP://example.com/a.png", "HTTPS://example.com/a.png"])
-def test_http_and_https_are_kept_in_any_case(url: str) -> None:
-    history = [user("see", [img(url)])]
-    out, report = sanitize_history(history)
-    assert out == history
-    assert report == SanitizeReport()
+    if scheme is None:
+        assert (out, report) == (history, SanitizeReport())
+    else:
+        assert out == [user("see", [keep]), history[1]]
+        assert report.unsafe_parts == [UnsafePart(message_index=0, kind="image", scheme=scheme)]
 
 
 def test_unsafe_part_index_is_into_the_input_history_and_reports_the_kind() -> None:
@@ -370,19 +386,6 @@ def test_sanitize_never_rewrites_content_args_thinking_or_identity() -> None:
     assert by_content["end"] == history[6]
 
 
-def test_sanitize_is_idempotent() -> None:
-    once, first = sanitize_history(messy())
-    twice, second = sanitize_history(once)
-    assert twice == once
-    assert second.system_prompts == 0
-    assert second.unsafe_parts == []
-    assert second.repair.synthesized == []
-    assert second.repair.dropped == []
-    assert second.repair.truncated == first.repair.truncated  # detection only, may persist
-    thrice, third = sanitize_history(twice)
-    assert (thrice, third) == (twice, second)
-
-
 def test_sanitize_leaves_the_input_unmutated() -> None:
     history = messy()
     snapshot = copy.deepcopy(history)
@@ -400,3 +403,77 @@ def test_sanitize_returns_a_new_list() -> None:
     out, _ = sanitize_history(history)
     out.append(user("extra"))
     assert len(history) == 5
+
+
+# --------------------------------------------------------------------------- any history
+
+ANY_URL = st.sampled_from(
+    ["https://x/a.png", "http://x/b", "file:///etc/passwd", "javascript:alert(1)", "//h/x", ""]
+)
+
+
+@st.composite
+def sanitize_inputs(draw: st.DrawFn) -> list[Message]:
+    """Any history, with URL parts of every scheme on every role (media answers included)."""
+    out = []
+    for m in draw(histories()):
+        extra = [
+            Part("image", url=u, signature=draw(st.just("") | st.just("sig")))
+            for u in draw(st.lists(ANY_URL, max_size=2))
+            if u
+        ]
+        out.append(
+            Message(
+                **{
+                    **{f: getattr(m, f) for f in m.__dataclass_fields__},
+                    "parts": [*m.parts, *extra],
+                }
+            )
+        )
+    return out
+
+
+def _safe(url: str | None) -> bool:
+    return not url or url.lower().startswith(("http://", "https://"))
+
+
+def _kept(p: Part) -> bool:
+    """What sanitizing keeps of a part: a safe URL, and text in a text part (the Go golem
+    empties text parts when it re-writes a history)."""
+    return _safe(p.url) and not (p.kind == "text" and not p.text)
+
+
+@settings(deadline=None)
+@given(sanitize_inputs())
+def test_sanitize_is_idempotent_and_touches_only_what_its_rules_name(
+    history: list[Message],
+) -> None:
+    # Go reference §3.7: rules in order, on a copy; never content, thinking, failed flags,
+    # call arguments or stamps; a second pass changes nothing and reports nothing but the
+    # truncation it still sees.
+    before = list(history)
+    out, report = sanitize_history(history)
+    assert history == before
+    assert report.system_prompts == sum(m.role == "system" for m in history)
+    assert all(m.role != "system" for m in out)
+    assert all(_safe(p.url) for m in out for p in m.parts)
+    removed = [
+        (i, p.kind)
+        for i, m in enumerate(history)
+        if m.role != "system"
+        for p in m.parts
+        if not _kept(p)
+    ]
+    assert [(u.message_index, u.kind) for u in report.unsafe_parts] == removed
+    # everything kept is an original message (in order) with only its unsafe parts gone:
+    # out, less the repair's synthesized results, is a subsequence of the filtered input
+    kept = [m for m in out if m.role != "tool" or m.tool_call_id not in report.repair.synthesized]
+    originals = iter(
+        replace(m, parts=[p for p in m.parts if _kept(p)]) for m in history if m.role != "system"
+    )
+    assert all(any(m == o for o in originals) for m in kept)
+    again, second = sanitize_history(out)
+    assert again == out
+    assert (second.system_prompts, second.unsafe_parts) == (0, [])
+    assert (second.repair.synthesized, second.repair.dropped) == ([], [])
+    assert second.repair.truncated == report.repair.truncated

@@ -1,13 +1,6 @@
-"""History repair, validation and sanitization.
-
-- `normalize_history` pairs every tool call with exactly one result: unanswered calls
-  get a synthesized "interrupted" result, orphan and duplicate results are dropped,
-  and calls whose arguments are not a JSON object are reported as truncated. Every
-  run applies it to the history it sends.
-- `sanitize_history` is the boundary pass for history you did not author (for example
-  submitted back by a browser): it also drops system messages and parts with unsafe
-  URL schemes, and reports every change.
-"""
+"""History repair (`normalize_history`, applied by every run), run-start validation and
+`sanitize_history`, the boundary pass for history you did not author; see the history guide
+(docs/guides/conversations-and-history.md) and ADR 0012, 0063 for sealed pending calls."""
 
 from __future__ import annotations
 
@@ -54,8 +47,7 @@ class HistoryRepair:
 
 @dataclass(frozen=True, slots=True)
 class UnsafePart:
-    """A part `sanitize_history` removed: because of its URL scheme, or a text part without
-    text (the Go golem keeps no text of a part when it re-writes a history)."""
+    """A part `sanitize_history` removed: its URL scheme, or a text part without text."""
 
     message_index: int
     """Index of the message in the input history (0-based)."""
@@ -72,9 +64,8 @@ class RejectedCall:
     call_id: str
     tool_name: str
     problem: str
-    """What failed: "unsealed", "unknown_key", "tampered", "malformed", "duplicate", or
-    "outside_batch" (a genuine seal on a call of an older turn: it was answered and its
-    result removed, and a resume would refuse it)."""
+    """"unsealed", "unknown_key", "tampered", "malformed", "duplicate" or "outside_batch"
+    (a genuine seal on a call of an older turn, which a resume refuses)."""
     message: str
     """The full explanation (the `SealError` message)."""
 
@@ -100,6 +91,8 @@ _JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
 
 
 def _args_truncated(args: str) -> bool:
+    """Args are not a JSON object (as Go's `json.Valid` has it: lone surrogate escapes are
+    JSON, `NaN` is not)."""
     text = args.strip()
     if not text.startswith("{"):
         return True
@@ -108,8 +101,8 @@ def _args_truncated(args: str) -> bool:
         return False
     except (msgspec.DecodeError, RecursionError):
         pass
-    try:  # lone surrogate escapes are JSON's grammar (Go's json.Valid accepts them); NaN and
-        json.loads(text, parse_constant=_not_json)  # Infinity are not (Go: truncated)
+    try:
+        json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return True
     return False
@@ -120,8 +113,7 @@ def _not_json(name: str) -> object:
 
 
 def paused_batch_ids(history: Sequence[Message]) -> set[str]:
-    """The call IDs of the paused batch: the last assistant message with tool calls. A sealed
-    history resumes only these; an older call left open was answered and its result removed."""
+    """The call IDs of the paused batch: the last assistant message with tool calls."""
     for m in reversed(history):
         if m.role == "assistant" and m.tool_calls:
             return {c.id for c in m.tool_calls}
@@ -133,19 +125,17 @@ def normalize_history(
 ) -> tuple[list[Message], HistoryRepair]:
     """Pair every tool call with exactly one result.
 
-    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`)
-    right after the assistant message that requested it — unless its ID is in
-    `keep_open` (pending calls to leave resumable); orphan, early, duplicate and
-    ID-less results are dropped; calls whose args are not a JSON object are reported
-    as truncated (their args stay verbatim). Deterministic and idempotent; returns a
-    new list and never mutates the input. Every run applies it.
+    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`) right
+    after its assistant message, unless its ID is in `keep_open`; orphan, early, duplicate
+    and ID-less results are dropped; calls whose args are not a JSON object are reported as
+    truncated (args stay verbatim). Deterministic, idempotent; the input is never mutated.
     """
     return _normalize(history, keep_open, scan_args=True)
 
 
 def pair_results(history: Sequence[Message]) -> list[Message]:
-    """`normalize_history`'s repaired messages alone, without the truncated-args scan
-    (what a run applies to the history it continues; internal)."""
+    """`normalize_history`'s messages alone, without the truncated-args scan (what a run
+    applies to the history it continues)."""
     return _normalize(history, (), scan_args=False)[0]
 
 
@@ -190,8 +180,7 @@ def _normalize(
         closing = by_position.get(i)
         if not closing:
             continue
-        # the tool name of the last call with each ID in `m` (the one a synthesized result
-        # answers): one pass over the message, not one per closed call (quadratic)
+        # the name of the last call with each ID: one pass, not one per closed call
         names = {c.id: c.name for c in m.tool_calls}
         for call_id in closing:
             out.append(
@@ -207,9 +196,8 @@ def validate_history(history: Sequence[Message]) -> None:
     """Check the structural rules a run relies on.
 
     Raises:
-        HistoryError: (a `ValueError`) a message has parts on a role that cannot carry them, thinking
-            outside an assistant message, or an invalid part / thinking block; the
-            message names the 0-based message index.
+        HistoryError: parts on a system message, thinking outside an assistant message, or
+            an invalid part or thinking block; the message names the 0-based index.
     """
     for i, m in enumerate(history):
         if m.parts:
@@ -245,14 +233,9 @@ _PORT = re.compile(r"(?::[0-9]*)?")
 
 
 def _scheme(url: str) -> str:
-    """The lowercased scheme of `url`, or "" when it has none or does not parse.
-
-    Parsing follows Go's `net/url.Parse`, which the Go golem's sanitizer uses, rather than
-    `urlsplit`, which strips leading spaces and drops tabs and newlines anywhere (as browsers
-    do): a URL Go cannot parse — a control character anywhere, no scheme at the start, a bad
-    character in the host, a port that is not digits, a `%` not followed by two hex digits
-    outside the query — has no scheme here either, so it is removed.
-    """
+    """The lowercased scheme of `url`, or "" when it has none or Go's `net/url.Parse` (which
+    the Go golem's sanitizer uses) would refuse it: a control character, no scheme at the
+    start, a bad host character, a port that is not digits, a bad `%` escape."""
     if not url[:1].isascii() or not url[:1].isalpha() or _CONTROL.search(url):
         return ""
     try:
@@ -281,26 +264,17 @@ def sanitize_history(
 ) -> tuple[list[Message], SanitizeReport]:
     """Make history you did not author safe to run on, and report every change.
 
-    In order: drop system messages; drop parts whose URL scheme is not http/https
-    (reporting message index, part kind and scheme) and text parts without text (a history
-    the Go golem re-wrote; reported with kind "text"); drop user messages left with
-    neither content nor parts; run the pairing repair (`normalize_history`), which
-    closes every unanswered call — including fabricated "pending" calls — and names it
-    in `report.repair.synthesized`. Content, arguments, thinking, failed flags and
-    identity are never rewritten. Idempotent; the input is never mutated.
-
-    With `seal_key` (the agent's), genuine pending calls stay open, so the history can
-    still be resumed: a pending call of the paused batch (the last assistant message with
-    tool calls) whose seal verifies for the conversation is kept (`report.kept_open`); a
-    forged, tampered, unsealed or duplicated one, or a genuine one of an older turn (which a
-    resume refuses), is closed and listed in `report.rejected`.
+    In order: drop system messages, parts whose URL scheme is not http/https and text parts
+    without text, then user messages left empty; then `normalize_history` closes every
+    unanswered call. Nothing else is rewritten. Idempotent; the input is never mutated.
+    With `seal_key`, the pending calls of the paused batch whose seals verify stay open
+    (`report.kept_open`); every other pending call is closed (`report.rejected`).
 
     Args:
         history: The submitted history.
         seal_key: The agent's seal key (bytes or `SealKeys`).
-        conversation_id: The conversation the seals must belong to (default: the
-            history's last conversation ID, which its editor wrote: pass your own
-            record's; a keyed resume needs it anyway, ADR 0065).
+        conversation_id: The conversation the seals must belong to (default: the history's
+            last conversation ID, which its editor wrote: pass your own record's; ADR 0065).
     """
     systems = 0
     unsafe: list[UnsafePart] = []

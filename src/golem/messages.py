@@ -1,12 +1,11 @@
 """The message model of a conversation and its durable JSON form.
 
-A history is a plain `list[Message]`. `dumps_history` / `loads_history` convert it to
-and from JSON that is wire-compatible with the Go golem: an array of objects with the
-keys `role, content, parts, toolCalls, toolCallId, toolName, failed, thinking, runId,
-conversationId` (empty fields omitted; tool-call `args` embedded as a JSON value, byte for
-byte as the model produced them), plus golem's additive keys `citations` and `serverTools`
-on assistant messages, which the Go golem ignores on read (ADR 0028), and `signature` on
-the media parts a model produced (ADR 0060).
+A history is a plain `list[Message]`. `dumps_history` / `loads_history` convert it to and
+from the Go golem's JSON: an array of objects with the keys `role, content, parts, toolCalls,
+toolCallId, toolName, failed, thinking, runId, conversationId` (empty fields omitted; tool-call
+`args` embedded byte for byte), plus golem's additive keys `citations`, `serverTools`, `seal`
+and a part's `text` and `signature`, which the Go golem ignores. The rules and their reasons:
+docs/adr/0015-history-codec.md (with ADR 0028, 0047, 0060, 0075).
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ import codecs
 import gc
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 import msgspec
@@ -25,6 +24,7 @@ from golem.errors import HistoryError
 
 __all__ = [
     "MAX_ARGS_DEPTH",
+    "MAX_NESTING",
     "PART_KINDS",
     "ROLES",
     "Citation",
@@ -41,6 +41,10 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
 PART_KINDS: frozenset[str] = frozenset(("image", "document", "audio", "video", "text"))
+MAX_ARGS_DEPTH = 128
+"""Args nested deeper than this are written as a JSON string of their text, not embedded."""
+MAX_NESTING = 10_000
+"""The deepest nesting a history document may have: the Go golem's (`encoding/json`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,18 +60,14 @@ class ToolCall:
     signature: str = ""
     """Opaque provider signature bound to the call (Gemini thought signatures)."""
     seal: str = ""
-    """golem's seal on a pending call (see `golem.seal`): binds the approval to this exact
-    call. Travels in the history JSON as `"seal"`, a key the Go golem ignores on read."""
+    """golem's seal on a pending call (`golem.seal`); the Go golem ignores the key."""
 
 
 @dataclass(frozen=True, slots=True)
 class Part:
-    """A part of a message beside its `content`: an image, document, audio or video, or a
-    text part between them (so text and media can interleave in one message).
-
-    A media part has exactly one of `url` and `data`; `data` needs a `media_type`. A
-    "text" part has `text` and nothing else. Parts follow the message's `content` in order.
-    """
+    """An image, document, audio or video beside a message's `content`, or a text part
+    between them. A media part has exactly one of `url` and `data` (which needs a
+    `media_type`); a "text" part has `text` and nothing else."""
 
     kind: str
     """One of "image", "document", "audio", "video", "text"."""
@@ -80,8 +80,7 @@ class Part:
     text: str = ""
     """The text of a "text" part (JSON key "text"; absent for media parts)."""
     signature: str = ""
-    """Opaque provider signature bound to a media part a model produced (Gemini thought
-    signatures on generated images); sent back with the part to the same provider."""
+    """Opaque provider signature on a media part a model produced (ADR 0060)."""
 
     def problem(self) -> str | None:
         """Describe why the part is invalid, or return None when it is valid."""
@@ -120,12 +119,8 @@ class ThinkingBlock:
 
 @dataclass(frozen=True, slots=True)
 class Citation:
-    """A source the provider cites for a span of an assistant message's `content`.
-
-    Web search results, fetched pages, documents and file-search hits all arrive as
-    citations; `raw` keeps the provider's own object (document indexes, file IDs, the
-    encrypted index Anthropic wants back), so the same provider can receive it again.
-    """
+    """A source the provider cites for a span of an assistant message's `content` (ADR 0028);
+    `raw` keeps the provider's own object so the same provider can receive it again."""
 
     start: int = 0
     """Where the cited span starts in `Message.content` (a `str` index)."""
@@ -145,19 +140,13 @@ class Citation:
 
 @dataclass(frozen=True, slots=True)
 class ServerToolBlock:
-    """One block of a tool the provider ran on its side (web search, web fetch, code
-    execution, file search, remote MCP, ...): the call or its result, as the provider sent it.
-
-    golem never executes these; it keeps them so that a history holds what the model saw,
-    and sends them back verbatim to the same provider on later turns (where the API needs
-    them, such as Anthropic's encrypted search results). Other providers never receive them.
-    """
+    """The call or result of a tool the provider ran itself (web search, code execution, ...),
+    kept as sent and sent back verbatim to the same provider only (ADR 0028)."""
 
     provider: str
     """The provider that ran the tool: "anthropic", "openai-responses" or "gemini"."""
     type: str
-    """The provider's block type, e.g. "server_tool_use", "web_search_tool_result",
-    "web_search_call", "code_interpreter_call", "executableCode", "groundingMetadata"."""
+    """The provider's block type, e.g. "server_tool_use", "web_search_call"."""
     id: str = ""
     """The ID of the call (a result carries the ID of the call it answers)."""
     name: str = ""
@@ -170,28 +159,20 @@ class ServerToolBlock:
     """How many of the message's thinking blocks came before it (JSON key "thinkingBefore")."""
 
     def data(self) -> Any:
-        """The block as a JSON value (`raw` parsed).
-
-        Raises:
-            ValueError: `raw` is not JSON.
-        """
+        """The block as a JSON value (`raw` parsed); `ValueError` when `raw` is not JSON."""
         return json.loads(self.raw)
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One message of a conversation.
-
-    Messages are immutable; the lists they hold are never mutated by golem.
-    """
+    """One message of a conversation; immutable, and golem never mutates its lists."""
 
     role: Role
     """"system", "user", "assistant" or "tool"."""
     content: str = ""
     """Text of the message."""
     parts: list[Part] = field(default_factory=list)
-    """Images, documents, audio, video: given by the user or a tool, or produced by the
-    model (assistant messages: generated images, audio; ADR 0060)."""
+    """Images, documents, audio, video (and text parts between them)."""
     tool_calls: list[ToolCall] = field(default_factory=list)
     """Tool calls requested by an assistant message, in emission order."""
     tool_call_id: str = ""
@@ -209,377 +190,31 @@ class Message:
     citations: list[Citation] = field(default_factory=list)
     """Sources the provider cited for spans of `content` (assistant messages)."""
     server_tools: list[ServerToolBlock] = field(default_factory=list)
-    """Blocks of tools the provider ran itself, in the order they arrived (assistant
-    messages; JSON key "serverTools")."""
+    """Blocks of tools the provider ran itself, in arrival order (JSON key "serverTools")."""
 
 
-# --------------------------------------------------------------------------- JSON
-#
-# The codec decodes with msgspec into private wire structs, keeping each tool call's `args` as
-# a `msgspec.Raw` span (the bytes exactly as they are in the document), then builds the public
-# dataclasses. See docs/adr/0015-history-codec.md for the choices and the measurements.
-
-_JSON_WS = " \t\n\r"
-MAX_ARGS_DEPTH = 128
-"""Args nested deeper than this are stored as a JSON string rather than embedded, so that a
-history golem wrote always loads again whatever the stack depth of the caller."""
+# The run loop builds a message per turn and per tool result: it sets the slots directly
+# (half the cost of the frozen dataclass's `__init__`), which builds an equal `Message`.
+_SET = tuple(getattr(Message, name).__set__ for name in Message.__slots__)
 
 
-class _InPart(msgspec.Struct, rename="camel", gc=False):
-    kind: str | None = ""
-    url: str | None = ""
-    data: bytes | None = None
-    media_type: str | None = ""
-    text: str | None = ""
-    signature: str | None = ""
-
-
-class _InCall(msgspec.Struct, gc=False):
-    id: str | None = ""
-    name: str | None = ""
-    args: msgspec.Raw = msgspec.Raw()
-    signature: str | None = ""
-    seal: str | None = ""
-
-
-class _InThinking(msgspec.Struct, gc=False):
-    text: str | None = ""
-    signature: str | None = ""
-    redacted: str | None = ""
-
-
-class _InCitation(msgspec.Struct, rename="camel", gc=False):
-    start: int | None = 0
-    end: int | None = 0
-    url: str | None = ""
-    title: str | None = ""
-    cited_text: str | None = ""
-    provider: str | None = ""
-    raw: msgspec.Raw = msgspec.Raw()
-
-
-class _InServerTool(msgspec.Struct, rename="camel", gc=False):
-    provider: str | None = ""
-    type: str | None = ""
-    id: str | None = ""
-    name: str | None = ""
-    raw: msgspec.Raw = msgspec.Raw()
-    at: int | None = 0
-    thinking_before: int | None = 0
-
-
-class _InMessage(msgspec.Struct, rename="camel", gc=False):
-    role: str
-    content: str | None = ""
-    parts: list[_InPart] | None = None
-    tool_calls: list[_InCall] | None = None
-    tool_call_id: str | None = ""
-    tool_name: str | None = ""
-    failed: bool | None = False
-    thinking: list[_InThinking] | None = None
-    run_id: str | None = ""
-    conversation_id: str | None = ""
-    citations: list[_InCitation] | None = None
-    server_tools: list[_InServerTool] | None = None
-
-
-class _OutPart(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    kind: str
-    url: str | None = None
-    data: bytes | None = None
-    media_type: str | None = None
-    text: str = ""
-    signature: str = ""
-
-
-class _OutCall(msgspec.Struct, omit_defaults=True, gc=False):
-    id: str
-    name: str
-    args: msgspec.Raw | str | None  # required: always written, `null` when empty (as Go does)
-    signature: str = ""
-    seal: str = ""
-
-
-class _OutThinking(msgspec.Struct, omit_defaults=True, gc=False):
-    text: str = ""
-    signature: str = ""
-    redacted: str = ""
-
-
-class _OutCitation(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    start: int = 0
-    end: int = 0
-    url: str = ""
-    title: str = ""
-    cited_text: str = ""
-    provider: str = ""
-    raw: msgspec.Raw | str = ""
-
-
-class _OutServerTool(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    provider: str
-    type: str
-    id: str = ""
-    name: str = ""
-    raw: msgspec.Raw | str = ""
-    at: int = 0
-    thinking_before: int = 0
-
-
-class _OutMessage(msgspec.Struct, rename="camel", omit_defaults=True, gc=False):
-    role: str
-    content: str = ""
-    parts: list[_OutPart] | None = None
-    tool_calls: list[_OutCall] | None = None
-    tool_call_id: str = ""
-    tool_name: str = ""
-    failed: bool = False
-    thinking: list[_OutThinking] | None = None
-    run_id: str = ""
-    conversation_id: str = ""
-    citations: list[_OutCitation] | None = None
-    server_tools: list[_OutServerTool] | None = None
-
-
-_DECODER = msgspec.json.Decoder(list[_InMessage] | None)
-_ENCODER = msgspec.json.Encoder()
-_RAW = msgspec.json.Decoder(msgspec.Raw)
-_STR = msgspec.json.Decoder(str)
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _depth(text: str) -> int:
-    deepest = depth = 0
-    for ch in _BRACKET.findall(_JSON_STRING.sub("", text)):
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
-
-
-def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
-    """`args` as the raw JSON value to embed verbatim, or None when they are not embedded.
-
-    Embedded: args that are one JSON value without whitespace around it, nested at most
-    `MAX_ARGS_DEPTH` deep, other than `null` and other than a JSON string — unless that
-    string's content is itself embeddable (what a Go json.RawMessage holding a string
-    literal looks like). Everything else (truncated streams, other strings, `null`) is
-    written as a JSON string holding the raw text; the loader applies this same test to
-    tell the two apart, so they can never be confused.
-
-    Two more values are embedded when they are the args themselves (`top`), never when
-    they are a string's content (`top=False`, the test the loader applies to every string,
-    so what earlier versions wrote as a string keeps loading as the same text; ADR 0047):
-    JSON whose strings hold escaped lone surrogates (`"\\ud800"`: JSON's grammar allows
-    them, Go's decoder accepts them and the Go golem writes such args verbatim), and the
-    empty string literal `""` (read as its empty content, it could not
-    be told from absent args, which are written as `null`).
-
-    Raises:
-        UnicodeEncodeError: the text holds a lone surrogate (it cannot be UTF-8).
-    """
-    if not args:
-        return None
-    last = args[-1]
-    if last == "}" or last == "]":  # an object or an array (the common case), or not JSON
-        if args[0] in _JSON_WS or (
-            len(args) > MAX_ARGS_DEPTH  # else it cannot nest deeper
-            and args.count("[") + args.count("{") > MAX_ARGS_DEPTH
-            and _depth(args) > MAX_ARGS_DEPTH
-        ):
-            return None
-        try:
-            return _RAW.decode(args)  # validates; the whole text: no whitespace around it
-        except msgspec.DecodeError:
-            return _with_lone_escapes(args) if top and "\\u" in args else None
-        except RecursionError:
-            return None
-    if args[0] in _JSON_WS or last in _JSON_WS or args == "null":
-        return None
-    data = args.encode()
-    if args[0] == '"':
-        if top and args == '""':
-            return msgspec.Raw(data)
-        try:
-            content = _STR.decode(data)
-        except msgspec.DecodeError:
-            return _with_lone_escapes(args) if top and "\\u" in args else None
-        return msgspec.Raw(data) if _embeddable(content, False) is not None else None
-    if (
-        len(data) > MAX_ARGS_DEPTH  # else it cannot nest deeper
-        and data.count(b"[") + data.count(b"{") > MAX_ARGS_DEPTH
-        and _depth(args) > MAX_ARGS_DEPTH
-    ):
-        return None
-    try:
-        return _RAW.decode(data)  # the whole text: there is no whitespace around it
-    except (msgspec.DecodeError, RecursionError):
-        return None
-
-
-_SURROGATE_ESCAPE = re.compile(
-    r"\\\\"  # an escaped backslash (what follows it is text, not an escape)
-    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a surrogate pair
-    r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate escape (group 1)
-)
-
-
-def _lone_escapes(text: str) -> set[str]:
-    """The distinct escaped lone surrogates (`\\ud800` spellings) in the JSON `text`."""
-    return {m[1] for m in _SURROGATE_ESCAPE.finditer(text) if m[1]}
-
-
-def _replace_lone(text: str, replacement: Mapping[str, str]) -> str:
-    """`text` with each escaped lone surrogate replaced by `replacement[its spelling]`."""
-    return _SURROGATE_ESCAPE.sub(lambda m: replacement[m[1]] if m[1] else m[0], text)
-
-
-def _with_lone_escapes(args: str) -> msgspec.Raw | None:
-    """`args` as a raw value when they are JSON but for escaped lone surrogates, else None."""
-    lone = _lone_escapes(args)
-    if not lone:
-        return None
-    try:
-        _RAW.decode(_replace_lone(args, dict.fromkeys(lone, "\\u0000")))
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    return msgspec.Raw(args.encode())
-
-
-def _wire(messages: Sequence[Message]) -> list[_OutMessage]:
-    """The wire structs `dumps_history` encodes (its hot loop)."""
-    out: list[_OutMessage] = []
-    append = out.append
-    for m in messages:
-        parts, calls, thinking = m.parts, m.tool_calls, m.thinking
-        append(
-            _OutMessage(
-                m.role,
-                m.content,
-                [
-                    _OutPart(
-                        p.kind,
-                        p.url or None,
-                        p.data or None,
-                        p.media_type or None,
-                        p.text,
-                        p.signature,
-                    )
-                    for p in parts
-                ]
-                if parts
-                else None,
-                [
-                    _OutCall(
-                        c.id, c.name, _embeddable(c.args) or c.args or None, c.signature, c.seal
-                    )
-                    for c in calls
-                ]
-                if calls
-                else None,
-                m.tool_call_id,
-                m.tool_name,
-                m.failed,
-                [_OutThinking(t.text, t.signature, t.redacted) for t in thinking]
-                if thinking
-                else None,
-                m.run_id,
-                m.conversation_id,
-                [_out_citation(c) for c in m.citations] if m.citations else None,
-                [_out_server_tool(b) for b in m.server_tools] if m.server_tools else None,
-            )
-        )
-    return out
-
-
-def _out_raw(raw: str) -> msgspec.Raw | str:
-    """A `raw` JSON text as written: embedded verbatim when it is one JSON value (as args are),
-    else as a JSON string of the text."""
-    return _embeddable(raw) or raw
-
-
-def _out_citation(c: Citation) -> _OutCitation:
-    return _OutCitation(c.start, c.end, c.url, c.title, c.cited_text, c.provider, _out_raw(c.raw))
-
-
-def _out_server_tool(b: ServerToolBlock) -> _OutServerTool:
-    return _OutServerTool(
-        b.provider, b.type, b.id, b.name, _out_raw(b.raw), b.at, b.thinking_before
-    )
-
-
-def dumps_history(messages: Sequence[Message]) -> str:
-    """Encode a history as Go-compatible JSON.
-
-    Empty fields are omitted. Tool-call args that are a JSON value are embedded byte for
-    byte (whitespace, number spelling, escapes and duplicate keys kept); other args (a
-    truncated stream, a JSON string, `null`) are embedded as a JSON string of the raw
-    text. `loads_history(dumps_history(h)) == h` for every history `h`, and
-    `dumps_history(loads_history(s)) == s` for any `s` this function produced.
-
-    Raises:
-        HistoryError: a text field holds a lone surrogate, which cannot be written as
-            UTF-8; the message names the 0-based message index (also a `ValueError`).
-    """
-    try:
-        return _ENCODER.encode(_wire(messages)).decode()
-    except UnicodeEncodeError:
-        for i, m in enumerate(messages):
-            try:
-                _ENCODER.encode(_wire([m]))
-            except UnicodeEncodeError as exc:
-                raise HistoryError(
-                    f"history message {i}: {_surrogate_field(m)} holds a lone surrogate "
-                    f"({exc.object[exc.start : exc.end]!a}), which is not valid Unicode text"
-                ) from None
-        raise  # pragma: no cover - the loop above finds it
-
-
-def _surrogate_field(m: Message) -> str:
-    """Name the first field of `m` that cannot be encoded as UTF-8."""
-
-    def bad(text: str | None) -> bool:
-        try:
-            (text or "").encode()
-        except UnicodeEncodeError:
-            return True
-        return False
-
-    for name in ("content", "tool_call_id", "tool_name", "run_id", "conversation_id"):
-        if bad(getattr(m, name)):
-            return f'"{name}"'
-    for j, p in enumerate(m.parts):
-        if bad(p.kind) or bad(p.url) or bad(p.media_type) or bad(p.text) or bad(p.signature):
-            return f"part {j}"
-    for j, c in enumerate(m.tool_calls):
-        for name in ("id", "name", "args", "signature", "seal"):
-            if bad(getattr(c, name)):
-                return f'tool call {j} "{name}"'
-    for j, t in enumerate(m.thinking):
-        if bad(t.text) or bad(t.signature) or bad(t.redacted):
-            return f"thinking block {j}"
-    for j, ci in enumerate(m.citations):
-        if any(
-            bad(getattr(ci, name)) for name in ("url", "title", "cited_text", "provider", "raw")
-        ):
-            return f"citation {j}"
-    for j, b in enumerate(m.server_tools):
-        if any(bad(getattr(b, name)) for name in ("provider", "type", "id", "name", "raw")):
-            return f"server tool block {j}"
-    return "a field"  # pragma: no cover
-
-
-# Loaded messages are not built through the frozen dataclasses' __init__: it sets each field
-# through object.__setattr__ and costs more than the JSON decode of the message. Each is built
-# as an instance of a mutable twin with the same slot layout (plain attribute stores), then
-# given its real class; the frozen class refuses any later assignment as usual. The run loop
-# builds its messages the same way (`new_message`, `stamped`).
-# tests/test_history_json_args.py pins the field lists the loader and these builders set.
-_MutableMessage: Any = type("_MutableMessage", (), {"__slots__": Message.__slots__})
-_MutableToolCall: Any = type("_MutableToolCall", (), {"__slots__": ToolCall.__slots__})
+def _message(*f: Any) -> Message:
+    """A `Message` of its twelve fields, in order."""
+    m = object.__new__(Message)
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11 = _SET
+    s0(m, f[0])
+    s1(m, f[1])
+    s2(m, f[2])
+    s3(m, f[3])
+    s4(m, f[4])
+    s5(m, f[5])
+    s6(m, f[6])
+    s7(m, f[7])
+    s8(m, f[8])
+    s9(m, f[9])
+    s10(m, f[10])
+    s11(m, f[11])
+    return m
 
 
 def new_message(
@@ -593,224 +228,298 @@ def new_message(
     run_id: str = "",
     conversation_id: str = "",
 ) -> Message:
-    """`Message(...)` for the run loop's hot paths: an equal message, built as the loader
-    builds them (a sixth of the frozen `__init__`'s cost); a list not given is a new empty
-    list, as the field's default."""
-    m = _MutableMessage()
-    m.role = role
-    m.content = content
-    m.parts = [] if parts is None else parts
-    m.tool_calls = [] if tool_calls is None else tool_calls
-    m.tool_call_id = tool_call_id
-    m.tool_name = tool_name
-    m.failed = failed
-    m.thinking = []
-    m.run_id = run_id
-    m.conversation_id = conversation_id
-    m.citations = []
-    m.server_tools = []
-    m.__class__ = Message
-    return m  # type: ignore[no-any-return]
+    """`Message(...)` with positional fields; a list not given is a new empty list."""
+    parts = [] if parts is None else parts
+    calls = [] if tool_calls is None else tool_calls
+    ids = (run_id, conversation_id)
+    return _message(role, content, parts, calls, tool_call_id, tool_name, failed, [], *ids, [], [])
 
 
 def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
-    """`dataclasses.replace(m, run_id=..., conversation_id=...)` (and `role`, when given)
-    for the run loop's hot paths: a copy sharing `m`'s lists, built as the loader builds
-    messages. A subclass of `Message` is copied by `replace` itself."""
-    if m.__class__ is not Message:
-        if role is not None:
-            return replace(m, role=role, run_id=run_id, conversation_id=conversation_id)
-        return replace(m, run_id=run_id, conversation_id=conversation_id)
-    c = _MutableMessage()
-    c.role = m.role if role is None else role
-    c.content = m.content
-    c.parts = m.parts
-    c.tool_calls = m.tool_calls
-    c.tool_call_id = m.tool_call_id
-    c.tool_name = m.tool_name
-    c.failed = m.failed
-    c.thinking = m.thinking
-    c.run_id = run_id
-    c.conversation_id = conversation_id
-    c.citations = m.citations
-    c.server_tools = m.server_tools
-    c.__class__ = Message
-    return c  # type: ignore[no-any-return]
+    """`m` with `run_id`, `conversation_id` (and `role`, when given); the lists are shared."""
+    if type(m) is not Message:  # a subclass: `replace` knows its fields
+        if role is None:
+            return replace(m, run_id=run_id, conversation_id=conversation_id)
+        return replace(m, role=role, run_id=run_id, conversation_id=conversation_id)
+    r = m.role if role is None else role
+    f = (m.content, m.parts, m.tool_calls, m.tool_call_id, m.tool_name, m.failed, m.thinking)
+    return _message(r, *f, run_id, conversation_id, m.citations, m.server_tools)
 
 
 def with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:
-    """`dataclasses.replace(m, tool_calls=tool_calls)` for the hot paths (a sealed pause):
-    a copy sharing `m`'s other lists, built as the loader builds messages. A subclass of
-    `Message` is copied by `replace` itself."""
-    if m.__class__ is not Message:
+    """`m` with `tool_calls` replaced; the other lists are shared."""
+    if type(m) is not Message:
         return replace(m, tool_calls=tool_calls)
-    c = stamped(m, m.run_id, m.conversation_id)
-    object.__setattr__(c, "tool_calls", tool_calls)
-    return c
+    tail = (m.tool_call_id, m.tool_name, m.failed, m.thinking, m.run_id, m.conversation_id)
+    return _message(m.role, m.content, m.parts, tool_calls, *tail, m.citations, m.server_tools)
 
 
-def _load_args(raw: msgspec.Raw) -> str:
-    """The raw text of an embedded value (tool-call args, provider blocks) as `dumps_history`
-    wrote it: a value verbatim, a string holding text that is not embeddable as its content."""
-    if not raw:
-        return ""
-    text = str(raw, "utf-8", _GO_REPLACE)  # Go keeps args' bytes; its tools read U+FFFD
-    if text[0] == '"' or text == "null":
-        return _load_string_args(text)
-    return text
+# --------------------------------------------------------------------------- the wire form
+# One private struct per concept gives msgspec the JSON keys and types, both ways. Fields
+# accept `null` (read as the default); `args` and `raw` are `msgspec.Raw`: the value's bytes.
+_EMPTY = msgspec.Raw()
 
 
-def _load_string_args(text: str) -> str:
-    """The args of a call whose `args` in the document are `null` or a JSON string."""
+class _Wire(msgspec.Struct, rename="camel", omit_defaults=True, gc=False): ...
+
+
+class _Part(_Wire):
+    kind: str | None = ""
+    url: str | None = None
+    data: bytes | None = None
+    media_type: str | None = None
+    text: str | None = ""
+    signature: str | None = ""
+
+
+class _Call(_Wire):
+    id: str | None = ""
+    name: str | None = ""
+    args: msgspec.Raw = _EMPTY
+    signature: str | None = ""
+    seal: str | None = ""
+
+
+class _Thinking(_Wire):
+    text: str | None = ""
+    signature: str | None = ""
+    redacted: str | None = ""
+
+
+class _Citation(_Wire):
+    start: int | None = 0
+    end: int | None = 0
+    url: str | None = ""
+    title: str | None = ""
+    cited_text: str | None = ""
+    provider: str | None = ""
+    raw: msgspec.Raw = _EMPTY
+
+
+class _ServerTool(_Wire):
+    provider: str | None = ""
+    type: str | None = ""
+    id: str | None = ""
+    name: str | None = ""
+    raw: msgspec.Raw = _EMPTY
+    at: int | None = 0
+    thinking_before: int | None = 0
+
+
+class _Message(_Wire):
+    role: str
+    content: str | None = ""
+    parts: Sequence[_Part] | None = ()
+    tool_calls: Sequence[_Call] | None = ()
+    tool_call_id: str | None = ""
+    tool_name: str | None = ""
+    failed: bool | None = False
+    thinking: Sequence[_Thinking] | None = ()
+    run_id: str | None = ""
+    conversation_id: str | None = ""
+    citations: Sequence[_Citation] | None = ()
+    server_tools: Sequence[_ServerTool] | None = ()
+
+
+_DECODER = msgspec.json.Decoder(list[_Message] | None)
+_ENCODER = msgspec.json.Encoder()
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+_STR = msgspec.json.Decoder(str)
+_NULL = msgspec.Raw(b"null")
+_MESSAGES = list[Message]
+
+
+# --------------------------------------------------------------------------- raw values
+
+
+def _depth(text: str) -> int:
+    """How deep the brackets of the JSON `text` nest (strings skipped)."""
+    deepest = depth = 0
+    for ch in re.findall(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
+    """`args` as the raw JSON value to embed verbatim, or None when written as a JSON string.
+
+    Embedded: one JSON value with no whitespace around it, nested at most `MAX_ARGS_DEPTH`,
+    not `null`, and not a JSON string unless its content passes this same test. As the args
+    themselves (`top`), never as a string's content: `""` and JSON whose strings hold escaped
+    lone surrogates (ADR 0047). The loader applies the same test to every string it reads.
+    """
+    if not args or args[0] in " \t\n\r" or args[-1] in " \t\n\r" or args == "null":
+        return None
+    if args[0] == '"' and top and args == '""':
+        return msgspec.Raw(args.encode())
+    if (
+        len(args) > MAX_ARGS_DEPTH  # else it cannot nest deeper
+        and args.count("[") + args.count("{") > MAX_ARGS_DEPTH
+        and _depth(args) > MAX_ARGS_DEPTH
+    ):
+        return None
+    try:
+        if args[0] != '"':
+            return _RAW.decode(args)  # validates: one value, RFC 8259
+        raw = msgspec.Raw(args.encode())
+        return raw if _embeddable(_STR.decode(raw), False) is not None else None
+    except msgspec.DecodeError:
+        return _with_lone_escapes(args) if top and "\\u" in args else None
+    except RecursionError:
+        return None
+
+
+_SURROGATE_ESCAPE = re.compile(
+    r"\\\\"  # an escaped backslash (what follows it is text, not an escape)
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a surrogate pair
+    r"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"  # a lone surrogate escape (group 1)
+)
+
+
+def _lone_escapes(text: str) -> set[str]:
+    """The distinct escaped lone surrogates (`\\ud800` spellings) in the JSON `text`."""
+    return {m[1] for m in _SURROGATE_ESCAPE.finditer(text) if m[1]} if "\\u" in text else set()
+
+
+def _replace_lone(text: str, replacement: Mapping[str, str]) -> str:
+    """`text` with each escaped lone surrogate replaced by `replacement[its spelling]`."""
+    return _SURROGATE_ESCAPE.sub(lambda m: replacement[m[1]] if m[1] else m[0], text)
+
+
+def _with_lone_escapes(args: str) -> msgspec.Raw | None:
+    """`args` as a raw value when they are JSON but for escaped lone surrogates, else None."""
+    lone = _lone_escapes(args)
+    ok = lone and _valid(_replace_lone(args, dict.fromkeys(lone, "\\u0000")))
+    return msgspec.Raw(args.encode()) if ok else None
+
+
+def _string(text: str, empty: msgspec.Raw = _NULL) -> msgspec.Raw:
+    """`text` as a JSON string (`empty` when there is none): what is not embedded."""
+    return msgspec.Raw(_ENCODER.encode(text)) if text else empty
+
+
+def _raw_in(raw: msgspec.Raw) -> str:
+    """The text of a raw value as `dumps_history` wrote it (invalid UTF-8 as Go reads it)."""
+    text = str(raw, "utf-8", _GO_REPLACE) if raw else "null"
     if text == "null":
         return ""
-    # golem writes a string for args it does not embed, and then the content is the raw
-    # text; a string that passes the embedding test was embedded verbatim (by golem, or by
-    # Go from a RawMessage holding a string literal) and is kept as it stands.
-    return text if _embeddable(text) is not None else _STR.decode(text)
+    return text if text[0] != '"' or _embeddable(text) is not None else _STR.decode(text)
 
 
-def _load_citation(w: _InCitation) -> Citation:
-    return Citation(
-        w.start or 0,
-        w.end or 0,
-        w.url or "",
-        w.title or "",
-        w.cited_text or "",
-        w.provider or "",
-        _load_args(w.raw),
-    )
+# --------------------------------------------------------------------------- dumps
 
 
-def _load_server_tool(w: _InServerTool) -> ServerToolBlock:
-    return ServerToolBlock(
-        w.provider or "",
-        w.type or "",
-        w.id or "",
-        w.name or "",
-        _load_args(w.raw),
-        w.at or 0,
-        w.thinking_before or 0,
-    )
-
-
-def _load_part(w: _InPart) -> Part:
-    return Part(
-        w.kind or "",
-        w.url or None,
-        w.data or None,
-        w.media_type or None,
-        w.text or "",
-        w.signature or "",
-    )
-
-
-class _Shape(ValueError):
-    pass
-
-
-def _load_messages(wire: list[_InMessage]) -> list[Message]:
-    """The public messages for the decoded wire structs (the hot loop of `loads_history`).
-
-    Consumes `wire`: each struct is released as soon as its message is built, so the memory
-    it held is reused for the next messages instead of fresh pages (for 10,000 messages:
-    about 60 page faults instead of 1,800, and 15-25% less time).
+def dumps_history(messages: Sequence[Message]) -> str:
+    """Encode a history as Go-compatible JSON: empty fields omitted, args that are one JSON
+    value embedded byte for byte, other args as a JSON string of their text. Then
+    `loads_history(dumps_history(h)) == h`, and `dumps_history(loads_history(s)) == s`.
 
     Raises:
-        ValueError: naming the 0-based index of the first message that cannot be built.
+        HistoryError: a field holds a lone surrogate; names the message index and the field.
     """
-    out: list[Message] = []
-    append = out.append
-    new_message, new_call, message_class, call_class = (
-        _MutableMessage,
-        _MutableToolCall,
-        Message,
-        ToolCall,
-    )
-    wire.reverse()
-    pop = wire.pop
-    go_replace = _GO_REPLACE  # Go keeps args' bytes; its tools read U+FFFD
     try:
-        while wire:
-            w = pop()
-            role = w.role
-            if role not in ROLES:
-                raise _Shape(f"role must be one of system, user, assistant, tool; got {role!r}")
-            m = new_message()
-            m.role = role
-            m.content = w.content or ""
-            m.parts = [_load_part(p) for p in w.parts] if w.parts else []
-            calls = []
-            if w.tool_calls:
-                for x in w.tool_calls:
-                    c = new_call()
-                    c.id = x.id or ""
-                    c.name = x.name or ""
-                    raw = x.args
-                    if raw:
-                        args = str(raw, "utf-8", go_replace)
-                        if args[0] == '"' or args == "null":
-                            args = _load_string_args(args)
-                    else:
-                        args = ""
-                    c.args = args
-                    c.signature = x.signature or ""
-                    c.seal = x.seal or ""
-                    c.__class__ = call_class
-                    calls.append(c)
-            m.tool_calls = calls
-            m.tool_call_id = w.tool_call_id or ""
-            m.tool_name = w.tool_name or ""
-            m.failed = w.failed or False
-            m.thinking = (
-                [
-                    ThinkingBlock(t.text or "", t.signature or "", t.redacted or "")
-                    for t in w.thinking
-                ]
-                if w.thinking
-                else []
+        return _ENCODER.encode(_wire(messages)).decode()
+    except UnicodeEncodeError:
+        for i, m in enumerate(messages):
+            for where, value in _strings(m):
+                try:
+                    value.encode()
+                except UnicodeEncodeError:
+                    raise HistoryError(
+                        f"history message {i}: {where} holds a lone surrogate "
+                        f"({value!a}), which is not valid Unicode text"
+                    ) from None
+        raise  # pragma: no cover - the loop above finds it
+
+
+def _wire(messages: Sequence[Message]) -> list[_Message]:
+    """The wire structs `dumps_history` encodes (its hot loop)."""
+    out: list[_Message] = []
+    for m in messages:
+        calls: Sequence[_Call] = ()
+        if m.tool_calls:
+            calls = [
+                _Call(c.id, c.name, _embeddable(c.args) or _string(c.args), c.signature, c.seal)
+                for c in m.tool_calls
+            ]
+        thinking: Sequence[_Thinking] = ()
+        if m.thinking:
+            thinking = [_Thinking(t.text, t.signature, t.redacted) for t in m.thinking]
+        out.append(
+            _Message(
+                m.role,
+                m.content,
+                [_part(p) for p in m.parts] if m.parts else (),
+                calls,
+                m.tool_call_id,
+                m.tool_name,
+                m.failed,
+                thinking,
+                m.run_id,
+                m.conversation_id,
+                [_citation(c) for c in m.citations] if m.citations else (),
+                [_server_tool(b) for b in m.server_tools] if m.server_tools else (),
             )
-            m.run_id = w.run_id or ""
-            m.conversation_id = w.conversation_id or ""
-            m.citations = [_load_citation(c) for c in w.citations] if w.citations else []
-            m.server_tools = (
-                [_load_server_tool(b) for b in w.server_tools] if w.server_tools else []
-            )
-            m.__class__ = message_class
-            append(m)
-    except _Shape as exc:
-        raise HistoryError(f"history message {len(out)}: {exc}") from None
-    except (UnicodeError, msgspec.DecodeError) as exc:
-        raise HistoryError(
-            f"history message {len(out)}: tool call args cannot be read: {exc}"
-        ) from None
+        )
     return out
+
+
+def _part(p: Part) -> _Part:
+    return _Part(p.kind, p.url or None, p.data or None, p.media_type or None, p.text, p.signature)
+
+
+def _citation(c: Citation) -> _Citation:
+    raw = _embeddable(c.raw) or _string(c.raw, _EMPTY)
+    return _Citation(c.start, c.end, c.url, c.title, c.cited_text, c.provider, raw)
+
+
+def _server_tool(b: ServerToolBlock) -> _ServerTool:
+    raw = _embeddable(b.raw) or _string(b.raw, _EMPTY)
+    return _ServerTool(b.provider, b.type, b.id, b.name, raw, b.at, b.thinking_before)
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """Every string field under a message (dataclass) or wire struct, with its path."""
+    names = (
+        [(f.name, f.name) for f in fields(value)]
+        if is_dataclass(value)
+        else [(f.name, f.encode_name) for f in msgspec.structs.fields(value)]
+    )
+    for attr, key in names:
+        v = getattr(value, attr)
+        if isinstance(v, str):
+            yield path + key, v
+        elif isinstance(v, list):
+            for j, item in enumerate(v):
+                yield from _strings(item, f"{path}{key}[{j}].")
+
+
+# --------------------------------------------------------------------------- loads
 
 
 def loads_history(text: str | bytes) -> list[Message]:
     """Decode a history from JSON written by `dumps_history` or by the Go golem.
 
-    Unknown keys are ignored, missing keys and `null` take their defaults. Each tool
-    call's `args` are the raw JSON text exactly as in the document (a string written
-    for args that are not embeddable JSON loads back as its content). Bytes that are not
-    UTF-8 read as U+FFFD, one per byte, as the Go golem reads them (ADR 0075).
+    Unknown keys are ignored, missing keys and `null` take their defaults; each call's `args`
+    are the raw JSON text as in the document (a string golem wrote for args it does not embed
+    loads as its content); bytes that are not UTF-8 read as U+FFFD, one per byte, as Go reads.
 
     Raises:
-        HistoryError: (also a `ValueError`) for any input that is not such a history — not JSON (including
-            `NaN`/`Infinity`, a lone surrogate, nesting too deep), not an
-            array, or a message of the wrong shape; the message names the 0-based message
-            index when there is one. Nothing is returned half-loaded.
-        TypeError: `text` is not JSON text at all (neither `str` nor bytes), such as None
-            or an already decoded list.
+        HistoryError: (a `ValueError`) not such a history: not JSON (`NaN`, a lone surrogate
+            in a text field, nesting deeper than `MAX_NESTING`), not an array, or a message
+            of the wrong shape; names the 0-based message index when there is one.
+        TypeError: `text` is neither `str` nor bytes.
     """
     if not isinstance(text, str | bytes | bytearray | memoryview):
         raise TypeError(
             "loads_history takes the JSON text of a history (str or bytes), got "
             f"{type(text).__name__}; a list of Message objects needs no loading"
         )
-    # Every object built here is acyclic and survives the call: collections triggered by the
-    # allocation count could free nothing and would walk the growing result again and again
-    # (about a third of a large load). Collection is paused while the history is built.
+    # what a load builds is acyclic and outlives the call: collecting would free nothing
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -819,28 +528,84 @@ def loads_history(text: str | bytes) -> list[Message]:
         except msgspec.ValidationError as exc:
             raise HistoryError(_shape_error(str(exc))) from None
         except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
-            if not isinstance(text, str) and not _utf8(text):
-                # as the Go golem reads it: each byte that is not UTF-8 is U+FFFD
-                return loads_history(bytes(text).decode("utf-8", _GO_REPLACE))
-            wire = _decode_deep(text) if isinstance(exc, RecursionError) else _UNFIT
-            if wire is _UNFIT:
-                wire = _decode_lone_escapes(text)
-            if wire is _TOO_DEEP:  # lone surrogate escapes and depth in one document
-                wire = _decode_deep(text)
-            if wire is _UNFIT or wire is _TOO_DEEP:
+            if not isinstance(text, str):
+                data = bytes(text)
+                if not _utf8(data):  # as the Go golem reads it: each bad byte is U+FFFD
+                    return loads_history(data.decode("utf-8", _GO_REPLACE))
+                text = data.decode()
+            elif not _utf8(text.encode("utf-8", "surrogatepass")):
                 raise HistoryError(_diagnose(text, exc)) from None
-        return [] if wire is None else _load_messages(wire)
+            wire = _decode_slow(text, exc)
+        return [] if wire is None else _messages(wire)
     finally:
         if collecting:
             gc.enable()
 
 
-def _utf8(data: bytes | bytearray | memoryview) -> bool:
+def _messages(wire: list[_Message]) -> list[Message]:
+    """The messages of the decoded wire structs, consumed in chunks so that their memory is
+    reused for the next messages instead of fresh pages (a large load: 15-30% faster)."""
+    if len(wire) <= 256:
+        return _convert(wire, 0)
+    out: list[Message] = []
+    wire.reverse()
+    while wire:
+        chunk = wire[-256:]
+        del wire[-256:]
+        chunk.reverse()
+        out += _convert(chunk, len(out))
+    return out
+
+
+def _convert(wire: list[_Message], offset: int) -> list[Message]:
+    for w in wire:
+        try:
+            if w.tool_calls:
+                for c in w.tool_calls:  # _raw_in, inlined for the common case
+                    args = str(c.args, "utf-8", _GO_REPLACE)
+                    c.args = _raw_in(c.args) if args[:1] == '"' or args == "null" else args  # type: ignore[assignment]
+            if w.parts:
+                for p in w.parts:
+                    p.url, p.data = p.url or None, p.data or None
+                    p.media_type = p.media_type or None
+            if w.citations:
+                for ci in w.citations:
+                    ci.raw = _raw_in(ci.raw)  # type: ignore[assignment]
+            if w.server_tools:
+                for b in w.server_tools:
+                    b.raw = _raw_in(b.raw)  # type: ignore[assignment]
+        except (UnicodeError, msgspec.DecodeError) as exc:
+            i = offset + wire.index(w)
+            raise HistoryError(
+                f"history message {i}: tool call args cannot be read: {exc}"
+            ) from None
     try:
-        bytes(data).decode()
-    except UnicodeDecodeError:
-        return False
-    return True
+        return msgspec.convert(wire, _MESSAGES, from_attributes=True)
+    except msgspec.ValidationError as exc:
+        bad_role = re.fullmatch(r"Invalid enum value .* - at `\$\[(\d+)\]\.role`", str(exc))
+        if bad_role:
+            i = int(bad_role[1])
+            raise HistoryError(
+                f"history message {offset + i}: role must be one of system, user, assistant, "
+                f"tool; got {wire[i].role!r}"
+            ) from None
+    for w in wire:  # `null` values take the defaults
+        _defaults_for_nulls(w)
+    return msgspec.convert(wire, _MESSAGES, from_attributes=True)
+
+
+def _defaults_for_nulls(struct: msgspec.Struct) -> None:
+    for f in msgspec.structs.fields(struct):
+        value = getattr(struct, f.name)
+        if value is None and f.default is not None:
+            setattr(struct, f.name, f.default if f.default_factory is msgspec.NODEFAULT else [])
+        elif isinstance(value, list):
+            for item in value:
+                _defaults_for_nulls(item)
+
+
+def _utf8(data: bytes) -> bool:
+    return data.decode("utf-8", "replace").encode() == data
 
 
 def _go_replace(exc: UnicodeError) -> tuple[str, int]:
@@ -853,200 +618,57 @@ def _go_replace(exc: UnicodeError) -> tuple[str, int]:
 _GO_REPLACE = "golem-go-replace"
 codecs.register_error(_GO_REPLACE, _go_replace)
 
-_UNFIT: list[_InMessage] = []  # a sentinel, compared by identity
-_TOO_DEEP: list[_InMessage] = []  # another: no lone escape left, but too deep to decode
-_PRIVATE_USE = range(0xE000, 0xF900)
-_PRIVATE_CHAR = re.compile("[\ue000-\uf8ff]")
-_PRIVATE_ESCAPE = re.compile(r"\\u[eEfF][0-9a-fA-F]{3}")
+_FLAT_DEPTH = 5  # golem's own structure: the array, a message, toolCalls, a call, its args
 
 
-def _decode_lone_escapes(text: str | bytes) -> list[_InMessage] | None:
-    """Decode a document msgspec refused because strings in it hold escaped lone surrogates
-    (slow path: only runs on failure). Tool-call args and provider blocks keep them verbatim
-    (they are raw bytes, as the Go golem keeps them); unknown keys are ignored, as any
-    unknown key is; a text field holding one is a `ValueError` naming message and field.
+def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
+    """Decode a document msgspec refused for what Go accepts: escaped lone surrogates and
+    values nested deeper than msgspec goes (ADR 0015, "Limits and the slow path"); a text
+    field holding a lone surrogate is a `HistoryError`, as is anything else not a history."""
+    lone = _lone_escapes(text)
+    used = {ord(c) for c in re.findall("[\ue000-\uf8ff]", text)}
+    used.update(int(m[2:], 16) for m in re.findall(r"\\u[eEfF][0-9a-fA-F]{3}", text))
+    free = (chr(cp) for cp in range(0xE000, 0xF900) if cp not in used)
+    spelling = dict(zip((f"\\u{ord(c):04x}" for c in free), sorted(lone), strict=False))
+    mark = next(free, None)
+    if len(spelling) < len(lone) or mark is None:  # pragma: no cover - thousands of spellings
+        raise HistoryError(_diagnose(text, exc))
 
-    Each distinct spelling (`\\ud800`) is replaced by the escape of a private-use character
-    the document does not contain, the document is decoded, and the raw spans get their
-    spellings back.
-
-    Returns:
-        The wire messages, or `_UNFIT` when the document has no escaped lone surrogate (or
-        more distinct spellings than placeholders): the caller diagnoses the original.
-
-    Raises:
-        ValueError: the document is not a history for another reason too, or a text field
-            holds a lone surrogate.
-    """
-    if not isinstance(text, str):
+    def decode(doc: str) -> list[_Message] | None:
         try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError:
-            return _UNFIT
-    lone = _lone_escapes(text) if "\\u" in text else set()
-    if not lone:
-        return _UNFIT
-    used = {ord(c) for c in _PRIVATE_CHAR.findall(text)}  # one pass each, whatever the count
-    used.update(int(m[2:], 16) for m in _PRIVATE_ESCAPE.findall(text))
-    free = (cp for cp in _PRIVATE_USE if cp not in used)
-    placeholder = dict(zip(sorted(lone), (f"\\u{cp:04x}" for cp in free), strict=False))
-    if len(placeholder) < len(lone):
-        return _UNFIT  # pragma: no cover - thousands of distinct spellings
-    replaced = _replace_lone(text, placeholder)
+            return _DECODER.decode(doc)
+        except msgspec.ValidationError as bad:
+            raise HistoryError(_shape_error(str(bad))) from None
+        except (msgspec.DecodeError, UnicodeError):
+            raise HistoryError(_diagnose(text, exc)) from None
+
+    flat = _replace_lone(text, {s: p for p, s in spelling.items()}) if lone else text
+    deep, spans = flat, []
     try:
-        wire = _DECODER.decode(replaced)
-    except msgspec.ValidationError as exc:
-        raise HistoryError(_shape_error(str(exc))) from None
-    except RecursionError:
-        return _TOO_DEEP
-    except (msgspec.DecodeError, UnicodeError) as exc:
-        raise HistoryError(_diagnose(replaced, exc)) from None
+        wire = decode(flat)
+    except RecursionError:  # a value nested deeper than msgspec goes: Go goes to MAX_NESTING
+        spans = deep_spans(flat) or []
+        if not spans:
+            raise HistoryError(_diagnose(text, RecursionError())) from None
+        wire = decode(_cut(flat, 0, len(flat), spans, f'"{mark}'))
     if wire is None:
-        return None  # pragma: no cover - `null` holds no string
-    marks = {chr(int(p[2:], 16)) for p in placeholder.values()}
-    spelling = {p: s for s, p in placeholder.items()}
-    restore = re.compile("|".join(re.escape(p) for p in spelling))
-
-    def back(raw: msgspec.Raw) -> msgspec.Raw:
-        span = bytes(raw).decode("utf-8", _GO_REPLACE)
-        fixed = restore.sub(lambda m: spelling[m[0]], span)
-        return raw if fixed == span else msgspec.Raw(fixed.encode())
-
+        return None
+    marks = {chr(int(p[2:], 16)) for p in spelling}
     for i, w in enumerate(wire):
-        for where, value in _text_fields(w):
-            if value and not marks.isdisjoint(value):
+        for where, value in _strings(w) if marks else ():
+            if not marks.isdisjoint(value):
                 raise HistoryError(
                     f"history message {i}: {where} holds a lone surrogate, "
                     "which is not valid Unicode text"
                 )
-        for c in w.tool_calls or ():
-            c.args = back(c.args)
-        for ci in w.citations or ():
-            ci.raw = back(ci.raw)
-        for b in w.server_tools or ():
-            b.raw = back(b.raw)
-    return wire
-
-
-_MAX_NESTING = 10_000
-"""The deepest nesting a history document may have: the Go golem's limit (`encoding/json`)."""
-_FLAT_DEPTH = 5
-"""golem's own structure ends at depth 5 (the array, a message, its toolCalls, a call, the
-call's args value): a value opening deeper is inside args, a provider block or unknown data."""
-_JSON_TOKEN = re.compile(
-    r"[ \t\n\r]*(?:(\")|([\[\]{}:,])|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
-    r"|(true|false|null))"
-)
-_JSON_STRING_AT = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
-
-
-def deep_spans(text: str) -> list[tuple[int, int]] | None:
-    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`, found
-    without recursion; None when `text` is not one JSON value (RFC 8259) or nests deeper than
-    `_MAX_NESTING`. (Slow path: only runs on a document too deep for the decoder.)"""
-    stack: list[str] = []
-    spans: list[tuple[int, int]] = []
-    opened = pos = 0
-    expect = "value"  # value, value_or_end, key, key_or_end, colon, comma_or_end
-    while True:
-        m = _JSON_TOKEN.match(text, pos)
-        if m is None:
-            done = expect == "comma_or_end" and not stack
-            return spans if done and not text[pos:].strip(" \t\n\r") else None
-        pos = m.end()
-        if m[1]:  # a string: a key or a value
-            string = _JSON_STRING_AT.match(text, pos - 1)
-            if string is None:
-                return None
-            pos = string.end()
-            if expect in ("key", "key_or_end"):
-                expect = "colon"
-                continue
-            if expect not in ("value", "value_or_end"):
-                return None
-            expect = "comma_or_end"
-        elif m[2] in ("[", "{"):
-            if expect not in ("value", "value_or_end"):
-                return None
-            stack.append(m[2])
-            if len(stack) > _MAX_NESTING:
-                return None
-            if len(stack) == _FLAT_DEPTH + 1:
-                opened = pos - 1
-            expect = "key_or_end" if m[2] == "{" else "value_or_end"
-        elif m[2] in ("]", "}"):
-            pair, may_end = ("[", "value_or_end") if m[2] == "]" else ("{", "key_or_end")
-            if not stack or stack[-1] != pair or expect not in ("comma_or_end", may_end):
-                return None
-            if len(stack) == _FLAT_DEPTH + 1:
-                spans.append((opened, pos))
-            stack.pop()
-            expect = "comma_or_end"
-        elif m[2] == ":":
-            if expect != "colon":
-                return None
-            expect = "value"
-        elif m[2] == ",":
-            if expect != "comma_or_end" or not stack:
-                return None
-            expect = "key" if stack[-1] == "{" else "value"
-        else:  # a number or a literal
-            if expect not in ("value", "value_or_end"):
-                return None
-            expect = "comma_or_end"
-        if not stack and expect == "comma_or_end" and pos < len(text):
-            if text[pos:].strip(" \t\n\r"):
-                return None  # more after the one value
-            return spans
-
-
-def _decode_deep(text: str | bytes) -> list[_InMessage] | None:
-    """Decode a valid document nested too deeply for msgspec (slow path: only on failure).
-
-    Tool-call args, provider blocks and unknown keys may nest as deep as the Go golem allows
-    (`_MAX_NESTING`); golem's own structure is shallow. Each value opening deeper than
-    `_FLAT_DEPTH` is replaced by a placeholder string, the shallow document is decoded, and the
-    raw spans get their text back, byte for byte.
-
-    Returns:
-        The wire messages, or `_UNFIT` when the document is not JSON, nests deeper than
-        `_MAX_NESTING`, or fails for another reason (the caller diagnoses the original).
-    """
-    if not isinstance(text, str):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError:
-            return _UNFIT
-    spans = deep_spans(text)
-    if not spans:
-        return _UNFIT
-    mark = next((chr(cp) for cp in _PRIVATE_USE if chr(cp) not in text), None)
-    if mark is None:
-        return _UNFIT  # pragma: no cover - a document holding every private-use character
-    pieces: list[str] = []
-    last = 0
-    for i, (start, end) in enumerate(spans):
-        pieces += (text[last:start], f'"{mark}{i}"')
-        last = end
-    pieces.append(text[last:])
-    flat = "".join(pieces)
-    try:
-        wire: list[_InMessage] | None = _DECODER.decode(flat)
-    except msgspec.ValidationError as exc:
-        raise HistoryError(_shape_error(str(exc))) from None
-    except (msgspec.DecodeError, UnicodeError, RecursionError):
-        wire = _decode_lone_escapes(flat)  # escaped lone surrogates beside the depth
-        if wire is _UNFIT:
-            return _UNFIT
-    if wire is None:
-        return None  # pragma: no cover - `null` has no depth
-    placeholder = re.compile(f'"{re.escape(mark)}([0-9]+)"')
+    deep_mark = re.compile(f'"{mark}([0-9]+)"')
+    lone_mark = re.compile("|".join(re.escape(p) for p in spelling) or "(?!)")
 
     def back(raw: msgspec.Raw) -> msgspec.Raw:
-        span = bytes(raw).decode("utf-8", _GO_REPLACE)
-        if mark not in span:
-            return raw
-        return msgspec.Raw(placeholder.sub(lambda m: text[slice(*spans[int(m[1])])], span).encode())
+        span = str(raw, "utf-8", _GO_REPLACE)
+        fixed = deep_mark.sub(lambda m: deep[slice(*spans[int(m[1])])], span) if spans else span
+        fixed = lone_mark.sub(lambda m: spelling[m[0]], fixed) if lone else fixed
+        return raw if fixed == span else msgspec.Raw(fixed.encode())
 
     for w in wire:
         for c in w.tool_calls or ():
@@ -1058,42 +680,62 @@ def _decode_deep(text: str | bytes) -> list[_InMessage] | None:
     return wire
 
 
-def _text_fields(w: _InMessage) -> list[tuple[str, str | None]]:
-    """The text fields of a decoded message with their paths (not args or provider blocks)."""
-    fields: list[tuple[str, str | None]] = [
-        ("role", w.role),
-        ("content", w.content),
-        ("toolCallId", w.tool_call_id),
-        ("toolName", w.tool_name),
-        ("runId", w.run_id),
-        ("conversationId", w.conversation_id),
-    ]
-    for j, p in enumerate(w.parts or ()):
-        fields += [
-            (f"parts[{j}].{k}", v)
-            for k, v in _items(p, "kind", "url", "mediaType", "text", "signature")
-        ]
-    for j, c in enumerate(w.tool_calls or ()):
-        fields += [
-            (f"toolCalls[{j}].{k}", v) for k, v in _items(c, "id", "name", "signature", "seal")
-        ]
-    for j, t in enumerate(w.thinking or ()):
-        fields += [(f"thinking[{j}].{k}", v) for k, v in _items(t, "text", "signature", "redacted")]
-    for j, ci in enumerate(w.citations or ()):
-        fields += [
-            (f"citations[{j}].{k}", v)
-            for k, v in _items(ci, "url", "title", "citedText", "provider")
-        ]
-    for j, b in enumerate(w.server_tools or ()):
-        fields += [
-            (f"serverTools[{j}].{k}", v) for k, v in _items(b, "provider", "type", "id", "name")
-        ]
-    return fields
+_SLICE = 64
+"""How deep each slice of a deep document is that msgspec checks at once."""
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
-def _items(struct: Any, *keys: str) -> list[tuple[str, str | None]]:
-    """`(key, value)` of a wire struct's fields, by their JSON keys (camelCase)."""
-    return [(k, getattr(struct, re.sub("([A-Z])", r"_\1", k).lower())) for k in keys]
+def deep_spans(text: str) -> list[tuple[int, int]] | None:
+    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`; None when
+    `text` is not one JSON value or nests deeper than `MAX_NESTING`.
+
+    Checked without deep recursion: the brackets (strings skipped) cut the text into slices at
+    most `_SLICE` deep, each nested slice replaced by `""`, and msgspec checks each slice.
+    """
+    top: list[tuple[int, int]] = []
+    open_cuts: list[tuple[int, list[tuple[int, int]]]] = []  # start, nested cuts
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        bracket = m[0]
+        if bracket in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return None
+            if depth > _FLAT_DEPTH and (depth - _FLAT_DEPTH - 1) % _SLICE == 0:
+                open_cuts.append((m.start(), []))
+        elif bracket in "]}":
+            if depth > _FLAT_DEPTH and (depth - _FLAT_DEPTH - 1) % _SLICE == 0:
+                start, nested = open_cuts.pop()
+                if not _valid(_cut(text, start, m.end(), nested)):
+                    return None
+                (open_cuts[-1][1] if open_cuts else top).append((start, m.end()))
+            depth -= 1
+            if depth < 0:
+                return None
+    if depth or not _valid(_cut(text, 0, len(text), top)):
+        return None
+    return top
+
+
+def _cut(text: str, start: int, end: int, nested: list[tuple[int, int]], mark: str = "") -> str:
+    """`text[start:end]` with each `nested` span replaced by the string `"<mark><n>"`."""
+    pieces: list[str] = []
+    last = start
+    for n, (a, b) in enumerate(nested):
+        pieces += (text[last:a], f'{mark}{n}"' if mark else '""')
+        last = b
+    return "".join([*pieces, text[last:end]])
+
+
+def _valid(piece: str) -> bool:
+    """`piece` is one JSON value (escaped lone surrogates allowed, as Go's decoder has them)."""
+    try:
+        _RAW.decode(piece)
+    except msgspec.DecodeError:
+        return _with_lone_escapes(piece) is not None
+    except RecursionError:
+        return False
+    return True
 
 
 _AT = re.compile(r"(?s)(.*) - at `\$(?:\[(\d+)\])?(.*)`")
@@ -1110,30 +752,21 @@ def _shape_error(detail: str) -> str:
 
 
 def _surrogate_at(value: Any, path: str) -> str | None:
-    """The path of the first string under `value` that holds a lone surrogate."""
+    """The path of the first string under a decoded JSON `value` holding a lone surrogate."""
     if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return path or "a string"
-        return None
-    if isinstance(value, list):
-        items: Any = ((f"{path}[{j}]", v) for j, v in enumerate(value))
-    elif isinstance(value, dict):
-        items = ((f"{path}.{k}" if path else k, v) for k, v in value.items())
-        for key in value:
-            if _surrogate_at(key, "") is not None:
-                return f"a key in {path or 'the message'}"
+        return None if _utf8(value.encode("utf-8", "surrogatepass")) else (path or "a string")
+    if isinstance(value, dict) and any(_surrogate_at(key, "x") for key in value):
+        return f"a key in {path or 'the message'}"
+    if isinstance(value, dict):
+        items = [(f"{path}.{k}" if path else k, v) for k, v in value.items()]
     else:
-        return None
-    for where, v in items:
-        found = _surrogate_at(v, where)
-        if found is not None:
-            return found
-    return None
+        items = [
+            (f"{path}[{j}]", v) for j, v in enumerate(value if isinstance(value, list) else [])
+        ]
+    return next((found for where, v in items if (found := _surrogate_at(v, where))), None)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> Any:  # `NaN`, `Infinity`: not JSON (RFC 8259)
     raise ValueError(f"{name} is not JSON")
 
 
