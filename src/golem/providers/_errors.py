@@ -205,19 +205,13 @@ async def read_error_body(response: httpx.Response) -> str:
 
 
 async def raise_for_status(
-    response: httpx.Response,
-    provider: str,
-    classify: Callable[[int, httpx.Headers, str], ProviderError] | None = None,
+    response: httpx.Response, classify: Callable[[int, httpx.Headers, str], ProviderError]
 ) -> None:
-    """Raise the classified error of an unsuccessful (not 2xx) streamed `response`, its body
-    read up to `MAX_ERROR_BODY` bytes; `classify(status, headers, body)` is the provider's
-    own (default `error_from_response`)."""
-    if response.is_success:
-        return
-    body = await read_error_body(response)
-    if classify is None:
-        raise error_from_response(provider, response.status_code, response.headers, body)
-    raise classify(response.status_code, response.headers, body)
+    """Raise `classify(status, headers, body)` for an unsuccessful streamed `response`, its
+    body read up to `MAX_ERROR_BODY` bytes."""
+    if not response.is_success:
+        body = await read_error_body(response)
+        raise classify(response.status_code, response.headers, body)
 
 
 def request_id_of(headers: httpx.Headers) -> str:

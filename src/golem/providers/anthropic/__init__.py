@@ -16,28 +16,18 @@ need no network; they are internal, not public API.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._answers import deltas_of
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    api_key_from_env,
-    is_json,
-    post_json,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env, encode_body
+from golem.providers._errors import RequestTag
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
@@ -94,6 +84,7 @@ class AnthropicModel(HTTPModel):
     """
 
     provider = "anthropic"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -175,15 +166,11 @@ class AnthropicModel(HTTPModel):
         """Send `request` and return the model's answer.
 
         Raises:
-            ProviderError: the subclass for the failure (`AuthenticationError`,
-                `RateLimited`, `Overloaded`, `BadRequest`, `ProviderTimeout`,
-                `ProviderConnectionError`, `ResponseFormatError`).
+            ProviderError: the classified failure (see `golem.errors`).
         """
-        content = _encode(self.request_body(request))
         tag = RequestTag()
-        body = await post_json(
-            self._clients, self.url, content, self._headers, self._timeout, PROVIDER, tag
-        )
+        content = encode_body(self.request_body(request))
+        body = await self._post(self.url, content, self._headers, tag)
         with tag:
             return parse_response(body, self._output_tool(request))
 
@@ -195,44 +182,23 @@ class AnthropicModel(HTTPModel):
                 a stream that ends before `message_stop` raises a retryable
                 `ProviderConnectionError`.
         """
-        content = _encode(self.request_body(request, stream=True))
-        client = await self._clients.get()
-        parser = StreamParser(self._output_tool(request))
-        with translate_transport_errors(PROVIDER):
-            async with client.stream(
-                "POST", self.url, content=content, headers=self._headers, timeout=self._timeout
-            ) as response:
-                await raise_for_status(response, PROVIDER)
-                tag = RequestTag(response.headers)
-                await refuse_html(response, PROVIDER)
-                # not a stream: an error object from a proxy, or a server that ignored
-                # `stream: true` and answered one message
-                whole = await read_body(response, PROVIDER) if is_json(response) else None
-                if whole is None:
-                    try:
-                        with tag:
-                            async for event, data in iter_sse(response, PROVIDER):
-                                delta = parser.feed(event, data)
-                                if delta is not None:
-                                    yield delta
-                                if parser.done:
-                                    break
-                    except WholeBody as body:
-                        whole = body.text
-        if whole is not None:
+        output_tool = self._output_tool(request)
+        parser = StreamParser(output_tool)
+        tag = RequestTag()
+        content = encode_body(self.request_body(request, stream=True))
+        async with aclosing(self._events(self.url, content, self._headers, tag)) as events:
             with tag:
-                final = parse_response(parse_json_body(PROVIDER, whole), self._output_tool(request))
-            for replayed in deltas_of(final):
-                yield replayed
-            yield final
-            return
-        with tag:
-            final = parser.response()
+                async for event, data in events:
+                    if event is None:  # one message: a server that ignored `stream: true`
+                        final = parse_response(parse_json_body(PROVIDER, data), output_tool)
+                        for replayed in deltas_of(final):
+                            yield replayed
+                        yield final
+                        return
+                    delta = parser.feed(event, data)
+                    if delta is not None:
+                        yield delta
+                    if parser.done:
+                        break
+                final = parser.response()
         yield final
-
-
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _encode(body: dict[str, Any]) -> bytes:
-    return _encoder.encode(body).encode()

@@ -16,24 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from golem.errors import ResponseFormatError
+from golem.errors import ProviderError, ResponseFormatError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    api_key_from_env,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
-from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
+from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env
+from golem.providers._errors import RequestTag
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
@@ -57,6 +49,8 @@ class GeminiModel(HTTPModel):
     """
 
     provider = "gcp.gemini"
+    _wire_name = PROVIDER
+    _json_type = "json"
 
     def __init__(
         self,
@@ -145,9 +139,14 @@ class GeminiModel(HTTPModel):
         return f"{self.base_url}/{path}:generateContent"
 
     def _headers(self) -> dict[str, str]:
-        headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
-        headers.update(self._extra_headers)
-        return headers
+        return {
+            "x-goog-api-key": self._api_key,
+            "content-type": "application/json",
+            **self._extra_headers,
+        }
+
+    def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
+        return error_from_http(status, headers, body)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` with one `generateContent` call.
@@ -155,24 +154,12 @@ class GeminiModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`).
         """
-        body = self.request_body(request)
-        client = await self._clients.get()
-        with translate_transport_errors(PROVIDER):
-            sent = client.build_request(
-                "POST",
-                self.url(),
-                content=_encode(body),
-                headers=self._headers(),
-                timeout=self._timeout,
-            )
-            response = await client.send(sent, stream=True)
-            try:
-                await raise_for_status(response, PROVIDER, error_from_http)
-                text = await read_body(response, PROVIDER)
-            finally:
-                await response.aclose()
-        with RequestTag(response.headers):
-            return parse_response(parse_json_body(PROVIDER, text))
+        tag = RequestTag()
+        body = await self._post(
+            self.url(), _encode(self.request_body(request)), self._headers(), tag
+        )
+        with tag:
+            return parse_response(body)
 
     async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
@@ -181,37 +168,18 @@ class GeminiModel(HTTPModel):
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        body = self.request_body(request)
         parser = StreamParser()
-        with translate_transport_errors(PROVIDER):
-            async with (await self._clients.get()).stream(
-                "POST",
-                self.url(stream=True),
-                content=_encode(body),
-                headers=self._headers(),
-                timeout=self._timeout,
-            ) as response:
-                await raise_for_status(response, PROVIDER, error_from_http)
-                tag = RequestTag(response.headers)
-                await refuse_html(response, PROVIDER)
-                # a JSON array of responses: a proxy that ignored alt=sse
-                ctype = response.headers.get("content-type", "").lower()
-                whole = await read_body(response, PROVIDER) if "json" in ctype else None
-                if whole is None:
-                    try:
-                        with tag:
-                            async for _event, data in iter_sse(response, PROVIDER):
-                                for delta in parser.feed(data):
-                                    yield delta
-                    except WholeBody as body:
-                        whole = body.text
-                if whole is not None:
-                    with tag:
-                        for data in _json_chunks(whole):
-                            for delta in parser.feed(data):
-                                yield delta
-        with tag:
-            final = parser.result()
+        tag = RequestTag()
+        content = _encode(self.request_body(request))
+        events = self._events(self.url(stream=True), content, self._headers(), tag)
+        async with aclosing(events):
+            with tag:
+                async for event, data in events:
+                    # a whole JSON body (an array of responses): a proxy that ignored alt=sse
+                    for chunk in _json_chunks(data) if event is None else (data,):
+                        for delta in parser.feed(chunk):
+                            yield delta
+                final = parser.result()
         yield final
 
 

@@ -14,30 +14,19 @@ The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_st
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import httpx
 
-from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    is_json,
-    post_json,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
+from golem.providers._errors import RequestTag
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
-from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
+from golem.providers.openai._stream import ChatStreamParser, deltas_of
 from golem.providers.openai._wire import (
     PROVIDER,
     RequestOptions,
@@ -89,6 +78,7 @@ class OpenAIChatModel(HTTPModel):
     """
 
     provider = "openai"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -156,21 +146,15 @@ class OpenAIChatModel(HTTPModel):
         """The JSON body this model sends for `request`."""
         return build_request_body(request, self._options, stream=stream)
 
-    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = self.request_body(request, stream=stream)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the model's answer.
 
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        content = self._encode(request, stream=False)
         tag = RequestTag()
-        body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
+        content = encode_body(self.request_body(request))
+        body = await self._post(self._url, content, self._headers, tag)
         with tag:
             return parse_response(body, reasoning_field=self._options.reasoning_field)
 
@@ -182,48 +166,25 @@ class OpenAIChatModel(HTTPModel):
                 that ends before the response completed raises a retryable
                 `ProviderConnectionError`.
         """
-        content = self._encode(request, stream=True)
-        client = await self._clients.get()
-        parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
-        with translate_transport_errors(PROVIDER):
-            async with client.stream(
-                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
-            ) as resp:
-                await raise_for_status(resp, PROVIDER)
-                tag = RequestTag(resp.headers)
-                await refuse_html(resp, PROVIDER)
-                # the server ignored `stream: true` and answered with one JSON body
-                whole = await read_body(resp, PROVIDER) if is_json(resp) else None
-                if whole is None:
-                    try:
-                        sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, PROVIDER))
-                        async with aclosing(sse) as events:
-                            with tag:
-                                async for event, data in events:
-                                    chunk_delta = parser.feed(data, event)
-                                    if chunk_delta is not None:
-                                        yield chunk_delta
-                                    if parser.done:
-                                        break
-                    except WholeBody as body:
-                        whole = body.text
-                    except httpx.TimeoutException:
-                        raise
-                    except httpx.TransportError as exc:
-                        raise ProviderConnectionError(
-                            f"openai {STREAM_ENDED_EARLY}: {exc!r}",
-                            provider=PROVIDER,
-                            retryable=True,
-                        ) from exc
-        if whole is not None:
+        field = self._options.reasoning_field
+        parser = ChatStreamParser(reasoning_field=field)
+        tag = RequestTag()
+        content = encode_body(self.request_body(request, stream=True))
+        async with aclosing(self._events(self._url, content, self._headers, tag)) as events:
             with tag:
-                final = parse_response(
-                    parse_json_body(PROVIDER, whole), reasoning_field=self._options.reasoning_field
-                )
-            for delta in deltas_of(final):
-                yield delta
-            yield final
-            return
-        with tag:
-            final = parser.finish()
+                async for event, data in events:
+                    if event is None:  # one JSON body: the server ignored `stream: true`
+                        final = parse_response(
+                            parse_json_body(PROVIDER, data), reasoning_field=field
+                        )
+                        for delta in deltas_of(final):
+                            yield delta
+                        yield final
+                        return
+                    chunk_delta = parser.feed(data, event)
+                    if chunk_delta is not None:
+                        yield chunk_delta
+                    if parser.done:
+                        break
+                final = parser.finish()
         yield final

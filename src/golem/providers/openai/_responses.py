@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -11,7 +10,7 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import HTTPModel, LoopBoundClient, post_json, post_sse
+from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
 from golem.providers._errors import RequestTag
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
@@ -26,7 +25,6 @@ __all__ = ["OpenAIResponsesModel"]
 
 _USER_AGENT = "golem-agents (httpx; openai-responses)"
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class OpenAIResponsesModel(HTTPModel):
@@ -67,6 +65,7 @@ class OpenAIResponsesModel(HTTPModel):
     """
 
     provider = "openai"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -138,11 +137,9 @@ class OpenAIResponsesModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        content = _encoder.encode(self.request_body(request)).encode()
         tag = RequestTag()
-        body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
+        content = encode_body(self.request_body(request))
+        body = await self._post(self._url, content, self._headers, tag)
         with tag:
             return parse_responses_response(body)
 
@@ -154,20 +151,16 @@ class OpenAIResponsesModel(HTTPModel):
                 response mid-stream; a stream that ends before its terminal event raises a
                 retryable `ProviderConnectionError`.
         """
-        content = _encoder.encode(self.request_body(request, stream=True)).encode()
         parser = ResponsesStreamParser()
         tag = RequestTag()
-        events = post_sse(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
-        async with aclosing(events):
+        content = encode_body(self.request_body(request, stream=True))
+        async with aclosing(self._events(self._url, content, self._headers, tag)) as events:
             with tag:
-                async for _event, data in events:
+                async for _event, data in events:  # a whole JSON body is one event too
                     delta = parser.feed(data)
                     if delta is not None:
                         yield delta
                     if parser.done:
                         break
-        with tag:
-            final = parser.response()
+                final = parser.response()
         yield final
