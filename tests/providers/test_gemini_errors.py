@@ -284,9 +284,9 @@ async def test_timeout(stream: bool) -> None:
 
 def test_stream_parser_reports_incomplete_stream_without_network() -> None:
     parser = StreamParser()
-    assert parser.feed(json.dumps(TEXT_CHUNK)) == [Delta(content="Hel")]
+    assert parser.feed("", json.dumps(TEXT_CHUNK)) == [Delta(content="Hel")]
     with pytest.raises(ProviderConnectionError):
-        parser.result()
+        parser.response()
 
 
 # --------------------------------------------------------------------------- configuration

@@ -154,7 +154,7 @@ def test_a_thinking_delta_still_reaches_its_thinking_block() -> None:
 
 @pytest.mark.parametrize("kind", [["response.completed"], {"a": 1}, 7, None])
 def test_a_responses_event_whose_type_is_not_a_string_is_ignored(kind: Any) -> None:
-    assert ResponsesStreamParser().feed(json.dumps({"type": kind, "delta": "x"})) is None
+    assert ResponsesStreamParser().feed("", json.dumps({"type": kind, "delta": "x"})) is None
 
 
 def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
@@ -173,4 +173,4 @@ def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
 
 def test_chat_stream_tool_calls_that_are_not_a_list_are_ignored() -> None:
     chunk = {"choices": [{"index": 0, "delta": {"content": "a", "tool_calls": 5}}]}
-    assert ChatStreamParser().feed(json.dumps(chunk)) == Delta(content="a")
+    assert ChatStreamParser().feed("", json.dumps(chunk)) == Delta(content="a")

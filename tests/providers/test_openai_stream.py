@@ -351,18 +351,20 @@ async def test_error_event_mid_stream_is_classified() -> None:
 def test_error_events_map_like_their_status(event: dict[str, Any], error: str) -> None:
     parser = ChatStreamParser()
     with pytest.raises(ProviderError) as info:
-        parser.feed(json.dumps(event))
+        parser.feed("", json.dumps(event))
     assert type(info.value).__name__ == error
 
 
 def test_a_null_error_field_is_not_an_error() -> None:
     parser = ChatStreamParser()
-    assert parser.feed(json.dumps({**chunk({"content": "x"}), "error": None})) == Delta(content="x")
+    assert parser.feed("", json.dumps({**chunk({"content": "x"}), "error": None})) == Delta(
+        content="x"
+    )
 
 
 def test_malformed_event_is_a_response_format_error() -> None:
     with pytest.raises(ResponseFormatError) as info:
-        ChatStreamParser().feed("{not json")
+        ChatStreamParser().feed("", "{not json")
     assert not info.value.retryable
 
 

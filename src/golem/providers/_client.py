@@ -7,10 +7,10 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, Protocol, Self, cast
 
 import httpx
 
@@ -21,6 +21,8 @@ from golem.errors import (
     ProviderTimeout,
     ResponseFormatError,
 )
+from golem.model import Delta, ModelResponse
+from golem.providers._answers import deltas_of
 from golem.providers._errors import (
     RequestTag,
     error_from_response,
@@ -31,6 +33,7 @@ from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import MAX_BODY, WholeBody, iter_sse
 
 __all__ = [
+    "EventParser",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
@@ -46,6 +49,20 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def encode_body(body: dict[str, Any]) -> bytes:
     """A request body as compact UTF-8 JSON."""
     return _ENCODER.encode(body).encode()
+
+
+class EventParser(Protocol):
+    """What turns the events of one streamed answer into deltas and a final response."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the answer is complete (the rest of the stream is not read)."""
+
+    def feed(self, event: str | None, data: str) -> Delta | list[Delta] | None:
+        """The deltas of one event (`event` None: the whole answer as one JSON document)."""
+
+    def response(self) -> ModelResponse:
+        """The final response, or the error of a stream that ended too early."""
 
 
 class HTTPModel:
@@ -74,14 +91,18 @@ class HTTPModel:
         return error_from_response(self._wire_name, status, headers, body)
 
     async def _post(
-        self, url: str, content: bytes, headers: dict[str, str], tag: RequestTag
-    ) -> dict[str, Any]:
-        """POST `content` and return the JSON object of the successful answer; `tag` is given
-        the response's headers (for errors the caller finds in the body).
+        self,
+        url: str,
+        content: bytes,
+        headers: dict[str, str],
+        parse: Callable[[dict[str, Any]], ModelResponse],
+    ) -> ModelResponse:
+        """POST `content` and return `parse` of the JSON object of the successful answer.
 
         Raises:
             ProviderError: the failure classified (HTTP status, transport, a body that is not
-                a JSON object: `ResponseFormatError`).
+                a JSON object: `ResponseFormatError`, or what `parse` raises), named by the
+                response's request ID.
         """
         provider = self._wire_name
         client = await self._clients.get()
@@ -95,9 +116,45 @@ class HTTPModel:
                 text = await read_body(resp, provider)
             finally:
                 await resp.aclose()
-        tag.headers = resp.headers
-        with tag:
-            return parse_json_body(provider, text)
+        with RequestTag(resp.headers):
+            return parse(parse_json_body(provider, text))
+
+    async def _stream(
+        self,
+        url: str,
+        content: bytes,
+        headers: dict[str, str],
+        parser: EventParser,
+        whole: Callable[[str], ModelResponse] | None = None,
+    ) -> AsyncIterator[Delta | ModelResponse]:
+        """POST `content` and yield the `Delta`s `parser` makes of each event (it may stop
+        the stream early, `parser.done`), then its final `ModelResponse`. An answer that is
+        one JSON document is `whole(text)`, replayed as deltas, when `whole` is given; else
+        it goes to `parser.feed(None, text)`.
+
+        Raises:
+            ProviderError: as `_events`, and what the parser raises, named by the request ID.
+        """
+        tag = RequestTag()
+        async with aclosing(self._events(url, content, headers, tag)) as events:
+            with tag:
+                async for event, data in events:
+                    if event is None and whole is not None:
+                        final = whole(data)
+                        for replayed in deltas_of(final):
+                            yield replayed
+                        yield final
+                        return
+                    delta = parser.feed(event, data)
+                    if isinstance(delta, list):
+                        for d in delta:
+                            yield d
+                    elif delta is not None:
+                        yield delta
+                    if parser.done:
+                        break
+                final = parser.response()
+        yield final
 
     async def _events(
         self, url: str, content: bytes, headers: dict[str, str], tag: RequestTag

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._answers import deltas_of
 from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env, encode_body
-from golem.providers._errors import RequestTag
 from golem.providers._jsonio import parse_json_body
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
@@ -168,13 +165,13 @@ class AnthropicModel(HTTPModel):
         Raises:
             ProviderError: the classified failure (see `golem.errors`).
         """
-        tag = RequestTag()
         content = encode_body(self.request_body(request))
-        body = await self._post(self.url, content, self._headers, tag)
-        with tag:
-            return parse_response(body, self._output_tool(request))
+        output_tool = self._output_tool(request)
+        return await self._post(
+            self.url, content, self._headers, lambda body: parse_response(body, output_tool)
+        )
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -182,23 +179,10 @@ class AnthropicModel(HTTPModel):
                 a stream that ends before `message_stop` raises a retryable
                 `ProviderConnectionError`.
         """
-        output_tool = self._output_tool(request)
-        parser = StreamParser(output_tool)
-        tag = RequestTag()
         content = encode_body(self.request_body(request, stream=True))
-        async with aclosing(self._events(self.url, content, self._headers, tag)) as events:
-            with tag:
-                async for event, data in events:
-                    if event is None:  # one message: a server that ignored `stream: true`
-                        final = parse_response(parse_json_body(PROVIDER, data), output_tool)
-                        for replayed in deltas_of(final):
-                            yield replayed
-                        yield final
-                        return
-                    delta = parser.feed(event, data)
-                    if delta is not None:
-                        yield delta
-                    if parser.done:
-                        break
-                final = parser.response()
-        yield final
+        output_tool = self._output_tool(request)
+
+        def whole(text: str) -> ModelResponse:
+            return parse_response(parse_json_body(PROVIDER, text), output_tool)
+
+        return self._stream(self.url, content, self._headers, StreamParser(output_tool), whole)

@@ -103,7 +103,7 @@ class StreamParser:
         """Whether `message_stop` has arrived."""
         return self._done
 
-    def feed(self, event: str, data: str) -> Delta | None:
+    def feed(self, event: str | None, data: str) -> Delta | None:
         """Process one server-sent event.
 
         Raises:

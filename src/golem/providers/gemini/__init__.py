@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from golem.errors import ProviderError, ResponseFormatError
+from golem.errors import ProviderError
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env
-from golem.providers._errors import RequestTag
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
@@ -154,33 +152,18 @@ class GeminiModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`).
         """
-        tag = RequestTag()
-        body = await self._post(
-            self.url(), _encode(self.request_body(request)), self._headers(), tag
-        )
-        with tag:
-            return parse_response(body)
+        content = _encode(self.request_body(request))
+        return await self._post(self.url(), content, self._headers(), parse_response)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        parser = StreamParser()
-        tag = RequestTag()
         content = _encode(self.request_body(request))
-        events = self._events(self.url(stream=True), content, self._headers(), tag)
-        async with aclosing(events):
-            with tag:
-                async for event, data in events:
-                    # a whole JSON body (an array of responses): a proxy that ignored alt=sse
-                    for chunk in _json_chunks(data) if event is None else (data,):
-                        for delta in parser.feed(chunk):
-                            yield delta
-                final = parser.result()
-        yield final
+        return self._stream(self.url(stream=True), content, self._headers(), StreamParser())
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -188,20 +171,3 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 def _encode(body: dict[str, Any]) -> bytes:
     return _ENCODER.encode(body).encode("utf-8")
-
-
-def _json_chunks(text: str) -> list[str]:
-    """The responses of a non-SSE streamed body (a JSON array, or a single object)."""
-    if not text.strip():  # nothing came: a transfer cut short, another may be whole
-        raise ResponseFormatError(
-            "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True
-        )
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ResponseFormatError(
-            f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
-            provider=PROVIDER,
-        ) from exc
-    items = data if isinstance(data, list) else [data]
-    return [json.dumps(item) for item in items]

@@ -9,6 +9,7 @@ prompt); anything that ends before that is a dropped connection. A `data: [DONE]
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
@@ -22,18 +23,24 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
-    """Turns the `data` of each server-sent event into deltas; `result()` gives the response."""
+    """Turns the `data` of each server-sent event into deltas; `response()` gives the response."""
+
+    done = False
+    """Never set: the stream is read to its end."""
 
     def __init__(self) -> None:
         self._builder = ResponseBuilder()
 
-    def feed(self, data: str) -> list[Delta]:
-        """Fold one event's data in and return its deltas in arrival order.
+    def feed(self, event: str | None, data: str) -> list[Delta]:
+        """Fold one event's data in (`event` None: a whole JSON body, an array of responses
+        or one) and return its deltas in arrival order.
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
             ProviderError: the event is an `{"error": ...}` object (classified by its code).
         """
+        if event is None:
+            return [d for chunk in json_chunks(data) for d in self.feed("", chunk)]
         if not data.strip():
             return []
         try:
@@ -48,7 +55,7 @@ class StreamParser:
             raise error
         return self._builder.add(chunk)
 
-    def result(self) -> ModelResponse:
+    def response(self) -> ModelResponse:
         """The final response.
 
         Raises:
@@ -67,6 +74,26 @@ def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelR
     """Parse a whole recorded stream: every delta in order, then the final response."""
     parser = StreamParser()
     deltas: list[Delta] = []
-    for _event, data in events:
-        deltas.extend(parser.feed(data))
-    return deltas, parser.result()
+    for event, data in events:
+        deltas.extend(parser.feed(event, data))
+    return deltas, parser.response()
+
+
+def json_chunks(text: str) -> list[str]:
+    """The responses of a streamed body that is no event stream (a JSON array, or one object).
+
+    Raises:
+        ResponseFormatError: the body is empty (retryable) or not JSON.
+    """
+    if not text.strip():  # nothing came: a transfer cut short, another may be whole
+        raise ResponseFormatError(
+            "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True
+        )
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ResponseFormatError(
+            f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
+            provider=PROVIDER,
+        ) from exc
+    return [json.dumps(item) for item in (data if isinstance(data, list) else [data])]

@@ -15,18 +15,16 @@ The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_st
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
-from golem.providers._errors import RequestTag
 from golem.providers._jsonio import parse_json_body
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
-from golem.providers.openai._stream import ChatStreamParser, deltas_of
+from golem.providers.openai._stream import ChatStreamParser
 from golem.providers.openai._wire import (
     PROVIDER,
     RequestOptions,
@@ -152,13 +150,10 @@ class OpenAIChatModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        tag = RequestTag()
         content = encode_body(self.request_body(request))
-        body = await self._post(self._url, content, self._headers, tag)
-        with tag:
-            return parse_response(body, reasoning_field=self._options.reasoning_field)
+        return await self._post(self._url, content, self._headers, self._parse)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -166,25 +161,12 @@ class OpenAIChatModel(HTTPModel):
                 that ends before the response completed raises a retryable
                 `ProviderConnectionError`.
         """
-        field = self._options.reasoning_field
-        parser = ChatStreamParser(reasoning_field=field)
-        tag = RequestTag()
         content = encode_body(self.request_body(request, stream=True))
-        async with aclosing(self._events(self._url, content, self._headers, tag)) as events:
-            with tag:
-                async for event, data in events:
-                    if event is None:  # one JSON body: the server ignored `stream: true`
-                        final = parse_response(
-                            parse_json_body(PROVIDER, data), reasoning_field=field
-                        )
-                        for delta in deltas_of(final):
-                            yield delta
-                        yield final
-                        return
-                    chunk_delta = parser.feed(data, event)
-                    if chunk_delta is not None:
-                        yield chunk_delta
-                    if parser.done:
-                        break
-                final = parser.finish()
-        yield final
+        parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
+        return self._stream(self._url, content, self._headers, parser, self._parse_text)
+
+    def _parse(self, body: dict[str, Any]) -> ModelResponse:
+        return parse_response(body, reasoning_field=self._options.reasoning_field)
+
+    def _parse_text(self, text: str) -> ModelResponse:
+        return self._parse(parse_json_body(PROVIDER, text))

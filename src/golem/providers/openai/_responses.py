@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
-from golem.providers._errors import RequestTag
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
@@ -137,13 +135,10 @@ class OpenAIResponsesModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        tag = RequestTag()
         content = encode_body(self.request_body(request))
-        body = await self._post(self._url, content, self._headers, tag)
-        with tag:
-            return parse_responses_response(body)
+        return await self._post(self._url, content, self._headers, parse_responses_response)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -151,16 +146,5 @@ class OpenAIResponsesModel(HTTPModel):
                 response mid-stream; a stream that ends before its terminal event raises a
                 retryable `ProviderConnectionError`.
         """
-        parser = ResponsesStreamParser()
-        tag = RequestTag()
         content = encode_body(self.request_body(request, stream=True))
-        async with aclosing(self._events(self._url, content, self._headers, tag)) as events:
-            with tag:
-                async for _event, data in events:  # a whole JSON body is one event too
-                    delta = parser.feed(data)
-                    if delta is not None:
-                        yield delta
-                    if parser.done:
-                        break
-                final = parser.response()
-        yield final
+        return self._stream(self._url, content, self._headers, ResponsesStreamParser())

@@ -94,7 +94,7 @@ class ResponsesStreamParser:
         """Whether the terminal event has arrived."""
         return self._final is not None
 
-    def feed(self, data: str) -> Delta | None:
+    def feed(self, name: str | None, data: str) -> Delta | None:
         """Process one event's `data`; return the `Delta` it produces, if any.
 
         Raises:
@@ -334,8 +334,8 @@ def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
     """
     parser = ResponsesStreamParser()
     out: list[Delta | ModelResponse] = []
-    for _event, data in sse_events(lines):
-        delta = parser.feed(data)
+    for event, data in sse_events(lines):
+        delta = parser.feed(event, data)
         if delta is not None:
             out.append(delta)
         if parser.done:

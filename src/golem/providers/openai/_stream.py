@@ -1,7 +1,7 @@
 """Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response.
 
 `ChatStreamParser` is pure: feed it the `data` of each server-sent event in arrival order and
-it returns the `Delta` of each chunk; `finish()` returns the `ModelResponse`, equal to what
+it returns the `Delta` of each chunk; `response()` returns the `ModelResponse`, equal to what
 `parse_response` gives for the same content. `parse_stream_text` does the SSE framing too.
 """
 
@@ -89,7 +89,7 @@ class ChatStreamParser:
         self.done = False
         """True once the `[DONE]` sentinel arrived."""
 
-    def feed(self, data: str, event: str = "") -> Delta | None:
+    def feed(self, event: str | None, data: str) -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content.
 
         `event` is the SSE event name, if any: an `error` event is a failure whatever its
@@ -252,7 +252,7 @@ class ChatStreamParser:
             error.usage = self._usage
         return error
 
-    def finish(self) -> ModelResponse:
+    def response(self) -> ModelResponse:
         """The final response.
 
         Raises:
@@ -338,8 +338,8 @@ def parse_stream_text(
     parser = ChatStreamParser(reasoning_field=reasoning_field)
     out: list[Delta | ModelResponse] = []
     for event, data in sse_events(text.splitlines()):
-        delta = parser.feed(data, event)
+        delta = parser.feed(event, data)
         if delta is not None:
             out.append(delta)
-    out.append(parser.finish())
+    out.append(parser.response())
     return out
