@@ -97,13 +97,7 @@ class HTTPModel:
         headers: dict[str, str],
         parse: Callable[[dict[str, Any]], ModelResponse],
     ) -> ModelResponse:
-        """POST `content` and return `parse` of the JSON object of the successful answer.
-
-        Raises:
-            ProviderError: the failure classified (HTTP status, transport, a body that is not
-                a JSON object: `ResponseFormatError`, or what `parse` raises), named by the
-                response's request ID.
-        """
+        """POST `content` and return `parse` of the JSON object of the successful answer."""
         provider = self._wire_name
         client = await self._clients.get()
         with translate_transport_errors(provider):
@@ -130,11 +124,7 @@ class HTTPModel:
         """POST `content` and yield the `Delta`s `parser` makes of each event (it may stop
         the stream early, `parser.done`), then its final `ModelResponse`. An answer that is
         one JSON document is `whole(text)`, replayed as deltas, when `whole` is given; else
-        it goes to `parser.feed(None, text)`.
-
-        Raises:
-            ProviderError: as `_events`, and what the parser raises, named by the request ID.
-        """
+        it goes to `parser.feed(None, text)`."""
         tag = RequestTag()
         async with aclosing(self._events(url, content, headers, tag)) as events:
             with tag:
@@ -160,16 +150,7 @@ class HTTPModel:
         self, url: str, content: bytes, headers: dict[str, str], tag: RequestTag
     ) -> AsyncGenerator[tuple[str | None, str], None]:
         """POST `content` and yield the `(event, data)` pairs of the streamed answer; `tag` is
-        given the response's headers. Close it (`aclosing`) to stop early.
-
-        An answer that is one JSON document (a proxy's error object, a server that ignored
-        `stream: true`) is yielded whole as `(None, text)`.
-
-        Raises:
-            ProviderError: as `_post`; an HTML page is a `ResponseFormatError`; a connection
-                lost mid-stream a retryable `ProviderConnectionError` ("stream ended before
-                the response completed").
-        """
+        given the response's headers. Close it (`aclosing`) to stop early."""
         provider = self._wire_name
         client = await self._clients.get()
         with translate_transport_errors(provider):

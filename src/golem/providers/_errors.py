@@ -36,13 +36,7 @@ def error_from_response(
     provider: str, status: int, headers: httpx.Headers, body: str
 ) -> ProviderError:
     """Classify a non-2xx HTTP response into the `ProviderError` tree, carrying the
-    provider's error type, code and request ID (`error_details`).
-
-    401/403 `AuthenticationError`; 429 `RateLimited`; 408 `ProviderTimeout`; 5xx (and
-    Anthropic's 529) `Overloaded`; any other status `BadRequest`, retryable for 409 (a
-    conflict, OpenAI's and Anthropic's lock timeouts). An `x-should-retry: true|false`
-    header (OpenAI, Anthropic) overrides whether the error is retryable.
-    """
+    provider's error type, code and request ID (`error_details`)."""
     body = body[:MAX_ERROR_BODY]
     details = error_details(body, headers)
     _, err = _error_object(body)

@@ -1,8 +1,5 @@
 """How long a provider asks to be left alone: `Retry-After` (seconds or an HTTP date),
-`retry-after-ms`, and the rate-limit reset headers (Go durations, RFC 3339 times).
-
-Adapters classify failures; they never retry. The run loop retries under
-`Agent(max_attempts=...)`, honouring the wait read here."""
+`retry-after-ms`, and the rate-limit reset headers (Go durations, RFC 3339 times)."""
 
 from __future__ import annotations
 
@@ -26,12 +23,7 @@ def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> flo
     """Seconds to wait as the response asks: `retry-after-ms`, else `Retry-After` (seconds,
     or an HTTP date in any of RFC 9110's three forms: IMF-fixdate, RFC 850, asctime; a date
     without a zone is GMT, as the RFC says), else, for a rate limit, the `x-ratelimit-reset-*`
-    headers (`rate_limit_reset`). `now` is the clock for dates (tests).
-
-    A value that is not a finite number (`inf`, `nan`, `1e400`) is no answer (None): a run
-    would sleep forever on it. A negative one, or a date past, is 0; a longer one than
-    `MAX_RETRY_AFTER` is that bound.
-    """
+    headers (`rate_limit_reset`). `now` is the clock for dates (tests)."""
     ms = headers.get("retry-after-ms")
     if ms:
         seconds = finite_seconds(ms, 1000.0)
@@ -80,15 +72,7 @@ def _http_date_wait(value: str, now: float) -> float | None:
 
 
 def rate_limit_reset(headers: httpx.Headers, now: float | None = None) -> float | None:
-    """Seconds until the exhausted rate limit resets; None when no header says.
-
-    Read from OpenAI's `x-ratelimit-reset-requests` / `-tokens` (durations: `1s`, `6m0s`,
-    `20ms`) and Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,
-    output-tokens}-reset` and `anthropic-priority-{input,output}-tokens-reset` (RFC 3339
-    times, against `now`): the latest reset among the limits whose `*-remaining` is 0, or
-    any limit's when no remaining count is given. Bounded like `retry_after_seconds`; a
-    time past is 0.
-    """
+    """Seconds until the exhausted rate limit resets; None when no header says."""
     waits = []
     for reset_name, remaining_name, absolute in _RESET_HEADERS:
         reset = headers.get(reset_name)

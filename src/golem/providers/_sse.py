@@ -32,11 +32,6 @@ async def iter_sse(
 ) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response.
 
-    Events are cut from the decoded text at blank lines, not line by line: one event costs
-    one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
-    A byte order mark at the start of the stream is skipped, as the SSE standard says; a
-    last event that the stream cut off in the middle of its JSON is dropped.
-
     Raises:
         ResponseFormatError: with a `provider` named, a stream that yielded no event and
             whose first line is no event-stream field (`data`, `event`, `id`, `retry`) or

@@ -1,18 +1,4 @@
-"""Anthropic Messages API adapter: `AnthropicModel`.
-
-```python
-from golem import Agent
-from golem.providers.anthropic import AnthropicModel
-
-agent = Agent(AnthropicModel("claude-sonnet-4-5"))  # key from ANTHROPIC_API_KEY
-```
-
-The adapter speaks the wire format over httpx (no SDK). It classifies failures into
-`golem.errors.ProviderError` subclasses and never retries; the agent loop retries
-under `Agent(max_attempts=...)`. The pure mapping functions (`_wire.build_request_body`,
-`_wire.parse_response`, `_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`)
-need no network; they are internal, not public API.
-"""
+"""Anthropic Messages API adapter: `AnthropicModel`."""
 
 from __future__ import annotations
 
@@ -48,8 +34,6 @@ _MIN_THINKING_BUDGET = 1024
 
 class AnthropicModel(HTTPModel):
     """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
-
-    Implements `golem.model.Model` and `golem.model.StreamingModel`.
 
     Args:
         model: Model name, for example "claude-sonnet-4-5".

@@ -1,10 +1,4 @@
-"""Anthropic failures mapped onto the `golem.errors.ProviderError` tree.
-
-HTTP statuses go through the shared `error_from_response` (401/403 authentication,
-429 rate limit with Retry-After, 5xx and 529 overloaded, other 4xx bad request). An
-`error` event inside a stream is classified like the HTTP status Anthropic documents
-for its `error.type` (`overloaded_error` → 529 → `Overloaded`, and so on).
-"""
+"""Anthropic failures mapped onto the `golem.errors.ProviderError` tree."""
 
 from __future__ import annotations
 

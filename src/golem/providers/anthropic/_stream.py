@@ -1,11 +1,4 @@
-"""Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`.
-
-Events: `message_start`, `content_block_start` / `content_block_delta` (`text_delta`,
-`thinking_delta`, `signature_delta`, `input_json_delta`, `citations_delta`,
-`compaction_delta`) / `content_block_stop`, `message_delta` (stop reason, usage),
-`message_stop`, `ping` and `error`. The final response is built by the same functions
-as a non-streamed one, so both paths agree for the same content.
-"""
+"""Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`."""
 
 from __future__ import annotations
 
@@ -34,18 +27,7 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
-    """Consumes the events of one streamed response, in order.
-
-    `feed` returns the `Delta` an event produces (or None); once `message_stop` has
-    arrived, `response()` returns the final `ModelResponse`. Tool-call arguments keep
-    the raw JSON text exactly as streamed. Blocks of server-side tools produce no delta;
-    they are assembled (input fragments, compaction content) into the final message's
-    `server_tools`, and citations into its `citations`. The input of an `output_tool` call ("tool" output
-    mode) streams as text.
-
-    Args:
-        output_tool: The name of the tool whose input is the answer, if any.
-    """
+    """Consumes the events of one streamed response, in order."""
 
     __slots__ = (
         "_blocks",

@@ -1,16 +1,4 @@
-"""Google Gemini API (`generateContent` / `streamGenerateContent`) spoken with httpx.
-
-```python
-from golem import Agent
-from golem.providers.gemini import GeminiModel
-
-agent = Agent(GeminiModel("gemini-2.5-flash"))  # key from GEMINI_API_KEY or GOOGLE_API_KEY
-```
-
-The pure functions behind the adapter (`_wire.build_request_body`, `_response.parse_response`,
-`_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`) need no network, so
-benchmarks and tests drive them with recorded bodies; they are internal, not public API.
-"""
+"""Google Gemini API (`generateContent` / `streamGenerateContent`) spoken with httpx."""
 
 from __future__ import annotations
 
@@ -40,11 +28,7 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 
 
 class GeminiModel(HTTPModel):
-    """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`.
-
-    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
-    tree with `retryable` set; the adapter itself never retries.
-    """
+    """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`."""
 
     provider = "gcp.gemini"
     _wire_name = PROVIDER

@@ -1,11 +1,4 @@
-"""Parsing of `streamGenerateContent?alt=sse`: server-sent events into deltas and a response.
-
-Every event carries a whole `GenerateContentResponse` holding the parts produced since
-the previous one (text fragments, thoughts, complete function calls) and the usage so
-far. The stream is complete once an event carries a `finishReason` (or a blocked
-prompt); anything that ends before that is a dropped connection. A `data: [DONE]` event
-(the end marker of OpenAI's streams, which proxies add) is ignored.
-"""
+"""Parsing of `streamGenerateContent?alt=sse`: server-sent events into deltas and a response."""
 
 from __future__ import annotations
 

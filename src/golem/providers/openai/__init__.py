@@ -1,16 +1,4 @@
-"""OpenAI Chat Completions (and every server that speaks it) and the Responses API, through httpx.
-
-```python
-from golem.providers.openai import OpenAIChatModel
-
-model = OpenAIChatModel("gpt-4.1")                                   # OPENAI_API_KEY
-local = OpenAIChatModel("llama3.2", base_url="http://localhost:11434/v1")  # Ollama, no key
-responses = OpenAIResponsesModel("gpt-5")                            # POST /v1/responses
-```
-
-The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_stream.py`
-(SSE chunks); both are pure and usable without a network.
-"""
+"""OpenAI Chat Completions (and every server that speaks it) and the Responses API, through httpx."""
 
 from __future__ import annotations
 
@@ -41,9 +29,6 @@ _USER_AGENT = "golem-agents (httpx; openai-chat)"
 
 class OpenAIChatModel(HTTPModel):
     """A model served by the OpenAI Chat Completions API or a compatible server.
-
-    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
-    tree with `retryable` set; the adapter never retries (the agent's `max_attempts` does).
 
     Args:
         model: Model name sent as `model` (e.g. "gpt-4.1", "llama3.2").

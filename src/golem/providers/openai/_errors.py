@@ -1,10 +1,4 @@
-"""Errors that Chat Completions servers report inside a 200 response.
-
-HTTP error statuses are classified by `golem.providers._errors.error_from_response`. Some
-failures arrive after the status line instead: an `error` object in the SSE stream (OpenAI,
-OpenRouter) or in a 200 body (some compatible servers), or vLLM's `{"object": "error",
-"code": 400, ...}`. They are classified like the equivalent HTTP status.
-"""
+"""Errors that Chat Completions servers report inside a 200 response."""
 
 from __future__ import annotations
 

@@ -28,35 +28,6 @@ _REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
 class OpenAIResponsesModel(HTTPModel):
     """A model served by the OpenAI Responses API (`POST /v1/responses`).
 
-    Implements `golem.model.StreamingModel`. Requests are stateless by default: golem sends
-    the whole conversation each turn (`store: false`) and keeps reasoning items in the
-    history as `ThinkingBlock`s (summary text, and a signature holding the item's ID and
-    encrypted content), so a reasoning model gets its reasoning back on the next turn, also
-    after a run was paused and resumed elsewhere. Failures raise the
-    `golem.errors.ProviderError` tree with `retryable` set; the adapter never retries.
-
-    Args:
-        model: Model name sent as `model` (e.g. "gpt-5", "gpt-4.1").
-        api_key: Key; defaults to `OPENAI_API_KEY`.
-        base_url: API root up to `/v1` (the adapter appends `/responses`); defaults to
-            `OPENAI_BASE_URL`, else https://api.openai.com/v1.
-        http_client: An `httpx.AsyncClient` to use (and not close); by default one is
-            created lazily per event loop.
-        timeout: Seconds per request (connect, each read, write).
-        max_tokens: Output token cap, sent as `max_output_tokens`.
-        temperature, top_p: Sampling settings, sent when given.
-        reasoning_effort: `reasoning.effort` for reasoning models.
-        reasoning_summary: `reasoning.summary` ("auto", "concise", "detailed"); summaries
-            become the thinking text.
-        encrypted_reasoning: Ask for encrypted reasoning so it can be replayed without
-            `store`; by default on for reasoning models (o-series, gpt-5, codex) and when
-            `reasoning_effort` is set (other models refuse the request).
-        store: Let OpenAI keep responses (`store: true`); golem never relies on it.
-        strict: Mark tool and output schemas `strict` when they already qualify.
-        extra_headers: Headers added to every request.
-        extra_body: Fields merged last into every body (e.g. `{"service_tier": "flex"}`).
-        api_key_header: "Authorization" (Bearer) or another header carrying the raw key.
-
     Raises:
         AuthenticationError: no key for the default OpenAI endpoint.
         ValueError: an invalid setting (empty model, non-positive timeout or max_tokens).

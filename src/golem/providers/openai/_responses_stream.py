@@ -1,15 +1,4 @@
-"""Streamed Responses API events to `Delta`s and a final `ModelResponse`.
-
-Deltas come from `response.output_item.added` (a function call's ID and name),
-`response.function_call_arguments.delta`, `response.output_text.delta`,
-`response.refusal.delta` and `response.reasoning_summary_text.delta` /
-`response.reasoning_text.delta`. The final response is parsed from the `response` object
-of the terminal event (`response.completed`, `response.incomplete`, `response.failed`) by
-the same function as a plain response, so both paths agree (a terminal event without its
-`output` list takes the items of the `response.output_item.done` events). A reasoning item's signature
-(its encrypted content) arrives only on the final response: the service encrypts it anew
-for the terminal event, so an earlier copy would not match.
-"""
+"""Streamed Responses API events to `Delta`s and a final `ModelResponse`."""
 
 from __future__ import annotations
 

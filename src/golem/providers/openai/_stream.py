@@ -1,9 +1,4 @@
-"""Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response.
-
-`ChatStreamParser` is pure: feed it the `data` of each server-sent event in arrival order and
-it returns the `Delta` of each chunk; `response()` returns the `ModelResponse`, equal to what
-`parse_response` gives for the same content. `parse_stream_text` does the SSE framing too.
-"""
+"""Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response."""
 
 from __future__ import annotations
 
@@ -60,11 +55,7 @@ _LEGACY = -1
 
 
 class ChatStreamParser:
-    """Accumulates one streamed response; see the module docstring.
-
-    Tool-call fragments are placed by their `index`; a fragment that reuses an index with a
-    different ID starts a new call (some compatible servers number every call 0).
-    """
+    """Accumulates one streamed response; see the module docstring."""
 
     def __init__(self, *, reasoning_field: str | None = None) -> None:
         self._reasoning_field = reasoning_field
@@ -91,9 +82,6 @@ class ChatStreamParser:
 
     def feed(self, event: str | None, data: str) -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content.
-
-        `event` is the SSE event name, if any: an `error` event is a failure whatever its
-        data holds (some servers send `{"message": ...}` or plain text there).
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
