@@ -89,14 +89,10 @@ def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
                 if isinstance(d, dict) and isinstance(d.get("reason"), str):
                     code = d["reason"][:200]
                     break
-    request_id = ""
-    for name in _REQUEST_ID_HEADERS:
-        request_id = headers.get(name, "")
-        if request_id:
-            break
+    request_id = request_id_of(headers)
     if not request_id and data is not None:
         request_id = _text(data.get("request_id"))
-    return {"error_type": kind, "error_code": code, "request_id": request_id[:200]}
+    return {"error_type": kind, "error_code": code, "request_id": request_id}
 
 
 def _error_object(body: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -108,35 +108,27 @@ _RESET_HEADERS = tuple(
 
 
 _RFC3339 = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:(?:[0-5][0-9]|(60))(?:\.[0-9]{1,9})?"
+    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
 )
+"""An RFC 3339 time (a leap second, 60, is read as the second before)."""
 
 
 def _rfc3339_wait(text: str, now: float) -> float | None:
-    """Seconds from `now` to the RFC 3339 time `text` (`2025-08-21T12:40:59Z`, a fraction and
-    an offset allowed; no offset is UTC), 0 for a time past, None when it is no such time."""
+    """Seconds from `now` to the RFC 3339 time `text` (no offset is UTC), 0 for a time past,
+    None when it is no such time."""
     match = _RFC3339.fullmatch(text)
     if match is None:
         return None
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    zone = match.group(8) or "Z"
-    offset = 0
-    if zone not in ("Z", "z"):
-        hours, minutes = int(zone[1:3]), int(zone[4:6])
-        if hours > 23 or minutes > 59:
-            return None
-        offset = (hours * 60 + minutes) * (-1 if zone[0] == "-" else 1)
-    if second > 60:  # 60: a leap second, read as the second before
-        return None
+    if match.group(1):
+        text = text[: match.start(1)] + "59" + text[match.end(1) :]
     try:
-        when = datetime.datetime(
-            year, month, day, hour, minute, min(second, 59), tzinfo=datetime.UTC
-        )
+        when = datetime.datetime.fromisoformat(text.upper())
     except ValueError:  # month 13, day 31 of April, hour 24, year 0
         return None
-    seconds = when.timestamp() - offset * 60 + float(match.group(7) or 0)
-    return max(0.0, seconds - now)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 _DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?)(h|ms|m|s))+?")
