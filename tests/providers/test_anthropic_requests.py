@@ -10,7 +10,7 @@ import pytest
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from tests.providers.anthropic_fixtures import (
+from tests.support.anthropic import (
     ADAPTER_KEYS,
     Inexpressible,
     golem_request,

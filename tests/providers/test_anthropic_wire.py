@@ -13,7 +13,7 @@ from golem.model import ModelRequest, ToolSpec
 from golem.providers.anthropic import build_request_body, parse_response
 from golem.providers.anthropic._response import finish_reason_from
 from golem.providers.anthropic._wire import args_object, strict_output_schema
-from tests.providers.anthropic_fixtures import model_on
+from tests.support.anthropic import model_on
 
 
 def _body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from golem.providers.gemini._response import finish_reason
 from golem.providers.gemini._stream import parse_stream
 from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
 from golem.usage import Usage
-from tests.providers.gemini_fixtures import model_with, sse_body
+from tests.support.gemini import model_with, sse_body
 
 WEATHER = ToolSpec(
     "get_weather",

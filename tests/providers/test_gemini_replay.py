@@ -22,7 +22,8 @@ from golem.providers.gemini import GeminiModel, build_request_body, parse_respon
 from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import DUMMY_SIGNATURE
 from golem.usage import Usage
-from tests.providers.gemini_fixtures import (
+from tests.support import recordings as _recordings
+from tests.support.gemini import (
     API,
     assert_subset,
     generate_interactions,
@@ -32,7 +33,6 @@ from tests.providers.gemini_fixtures import (
     recorded_generate,
     rename_tool_output_key,
 )
-from tests.support import recordings as _recordings
 from tests.support.recordings import Interaction, all_interactions, replay_transport
 
 pytestmark = _recordings.needs_recordings

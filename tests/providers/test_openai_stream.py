@@ -22,8 +22,7 @@ from golem.providers.openai._stream import ChatStreamParser, parse_stream_text
 from golem.providers.openai._wire import parse_response
 from golem.usage import Usage
 from tests.support.adapters import REQUEST
-
-from .openai_fixtures import chunk, fixture, sse
+from tests.support.openai_chat import chunk, fixture, sse
 
 
 class _Chunked(httpx.AsyncByteStream):

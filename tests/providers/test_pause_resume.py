@@ -16,12 +16,12 @@ from golem.errors import AuthenticationError
 from golem.model import Delta
 from golem.result import RunError
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.providers.anthropic_fixtures import sse as anthropic_sse
-from tests.providers.anthropic_fixtures import synthesize_stream
-from tests.providers.gemini_fixtures import sse_body
-from tests.providers.openai_fixtures import stream_from_body
 from tests.support.adapters import ADAPTERS, text_answer
+from tests.support.anthropic import sse as anthropic_sse
+from tests.support.anthropic import synthesize_stream
+from tests.support.gemini import sse_body
 from tests.support.local_server import Headers, local_server
+from tests.support.openai_chat import stream_from_body
 
 ARGS = {"path": "a.txt"}
 FINAL = "Deleted a.txt."

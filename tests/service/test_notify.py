@@ -25,9 +25,6 @@ from tests.support.notify import Receiver
 SECRET = b"webhook-secret"
 
 
-
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()
