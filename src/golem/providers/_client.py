@@ -24,6 +24,7 @@ from golem.errors import (
 from golem.model import Delta, ModelResponse
 from golem.providers._answers import deltas_of
 from golem.providers._errors import (
+    STREAM_ENDED,
     RequestTag,
     error_from_response,
     raise_for_status,
@@ -181,7 +182,7 @@ class HTTPModel:
                     raise
                 except httpx.TransportError as exc:
                     raise ProviderConnectionError(
-                        f"{provider} stream ended before the response completed: {exc!r}",
+                        f"{provider} {STREAM_ENDED}: {exc!r}",
                         provider=provider,
                         retryable=True,
                     ) from exc

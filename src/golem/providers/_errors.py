@@ -23,7 +23,9 @@ from golem.providers._retry import rate_limit_reset, retry_after_seconds
 
 __all__ = [
     "MAX_ERROR_BODY",
+    "STREAM_ENDED",
     "RequestTag",
+    "code_status",
     "error_details",
     "error_from_response",
     "raise_for_status",
@@ -240,3 +242,17 @@ class RequestTag:
             exc.request_id = request_id
             if len(exc.args) == 1 and isinstance(exc.args[0], str):
                 exc.args = (f"{exc.args[0]} (request {request_id})",)
+
+
+STREAM_ENDED = "stream ended before the response completed"
+"""What a retryable `ProviderConnectionError` says of a stream cut before its end."""
+
+
+def code_status(err: Any) -> int | None:
+    """The HTTP status (400-599) an error object's `code` names (a number, or digits)."""
+    code = err.get("code") if isinstance(err, dict) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return None

@@ -6,12 +6,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ProviderError
+from golem.errors import ProviderConnectionError, ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data
 from golem.providers._sse import sse_events
-from golem.providers.anthropic._errors import error_from_event, incomplete_stream
+from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._response import (
     RawArgs,
     fresh_call_id,
@@ -293,7 +294,9 @@ class StreamParser:
             ProviderConnectionError: `message_stop` never arrived (retryable).
         """
         if not self._done:
-            raise self._failed(incomplete_stream())
+            raise self._failed(
+                ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
+            )
         blocks: list[Mapping[str, Any]] = []
         for index in sorted(self._blocks):
             block = self._blocks[index]

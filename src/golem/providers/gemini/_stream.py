@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
@@ -55,9 +56,7 @@ class StreamParser:
             ProviderConnectionError: no event carried a finish reason (retryable).
         """
         if not self._builder.complete:
-            error = ProviderConnectionError(
-                "stream ended before the response completed", retryable=True, provider=PROVIDER
-            )
+            error = ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
             error.usage = self._builder.usage()
             raise error
         return self._builder.response()

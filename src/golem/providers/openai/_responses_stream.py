@@ -8,6 +8,7 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data
 from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
@@ -292,7 +293,7 @@ class ResponsesStreamParser:
         """
         if self._final is None:
             raise ProviderConnectionError(
-                "openai stream ended before the response completed",
+                f"openai {STREAM_ENDED}",
                 provider=PROVIDER,
                 retryable=True,
             )

@@ -10,6 +10,7 @@ from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data
 from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
@@ -28,14 +29,11 @@ from golem.providers.openai._wire import (
 from golem.usage import Usage
 
 __all__ = [
-    "STREAM_ENDED_EARLY",
     "ChatStreamParser",
     "deltas_of",
     "parse_stream_text",
     "sse_events",
 ]
-
-STREAM_ENDED_EARLY = "stream ended before the response completed"
 
 
 @dataclass(slots=True)
@@ -250,9 +248,7 @@ class ChatStreamParser:
         """
         if not self.complete:
             raise self._failed(
-                ProviderConnectionError(
-                    f"openai {STREAM_ENDED_EARLY}", provider=PROVIDER, retryable=True
-                )
+                ProviderConnectionError(f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True)
             )
         content = "".join(self._text)
         finish = self._finish
