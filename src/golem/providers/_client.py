@@ -117,17 +117,17 @@ class HTTPModel:
     async def _stream(
         self,
         url: str,
-        content: bytes,
+        content: Callable[[], bytes],
         headers: dict[str, str],
         parser: EventParser,
         whole: Callable[[str], ModelResponse] | None = None,
     ) -> AsyncIterator[Delta | ModelResponse]:
-        """POST `content` and yield the `Delta`s `parser` makes of each event (it may stop
+        """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes of each event (it may stop
         the stream early, `parser.done`), then its final `ModelResponse`. An answer that is
         one JSON document is `whole(text)`, replayed as deltas, when `whole` is given; else
         it goes to `parser.feed(None, text)`."""
         tag = RequestTag()
-        async with aclosing(self._events(url, content, headers, tag)) as events:
+        async with aclosing(self._events(url, content(), headers, tag)) as events:
             with tag:
                 async for event, data in events:
                     if event is None and whole is not None:

@@ -163,8 +163,10 @@ class AnthropicModel(HTTPModel):
                 a stream that ends before `message_stop` raises a retryable
                 `ProviderConnectionError`.
         """
-        content = encode_body(self.request_body(request, stream=True))
         output_tool = self._output_tool(request)
+
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
 
         def whole(text: str) -> ModelResponse:
             return parse_response(parse_json_body(PROVIDER, text), output_tool)

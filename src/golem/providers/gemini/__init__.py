@@ -146,7 +146,10 @@ class GeminiModel(HTTPModel):
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        content = _encode(self.request_body(request))
+
+        def content() -> bytes:
+            return _encode(self.request_body(request))
+
         return self._stream(self.url(stream=True), content, self._headers(), StreamParser())
 
 

@@ -146,8 +146,11 @@ class OpenAIChatModel(HTTPModel):
                 that ends before the response completed raises a retryable
                 `ProviderConnectionError`.
         """
-        content = encode_body(self.request_body(request, stream=True))
         parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
+
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
+
         return self._stream(self._url, content, self._headers, parser, self._parse_text)
 
     def _parse(self, body: dict[str, Any]) -> ModelResponse:

@@ -117,5 +117,8 @@ class OpenAIResponsesModel(HTTPModel):
                 response mid-stream; a stream that ends before its terminal event raises a
                 retryable `ProviderConnectionError`.
         """
-        content = encode_body(self.request_body(request, stream=True))
+
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
+
         return self._stream(self._url, content, self._headers, ResponsesStreamParser())
