@@ -772,6 +772,7 @@ async def test_a_chat_error_object_with_status_200_is_classified(
         ("openai-chat", b"[1, 2]"),
         ("openai-chat", b'{"choices": []}'),
         ("openai-chat", b'{"object": "x"}'),
+        ("openai-chat", b"<html>502 Bad Gateway</html>"),
         ("anthropic", b'{"content": ['),
         ("anthropic", b'{"type": "message", "content": "text"}'),
         ("gemini", b"{oops"),
@@ -784,6 +785,62 @@ async def test_an_unreadable_200_body_is_a_final_format_error(api: str, body: by
     )
     assert type(error) is ResponseFormatError
     assert not error.retryable
+
+
+FIRST_DELTA = {
+    "openai-chat": 'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n',
+    "openai-responses": "event: response.output_text.delta\ndata: "
+    + json.dumps({"type": "response.output_text.delta", "output_index": 0, "delta": "Hel"})
+    + "\n\n",
+    "anthropic": "".join(
+        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n"
+        for e in [
+            {"type": "message_start", "message": {"model": "m", "usage": {}}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"},
+            },
+        ]
+    ),
+    "gemini": "data: "
+    + json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]})
+    + "\n\n",
+}
+"""A stream's start that yields one delta, "Hel", in each API."""
+
+
+@pytest.mark.parametrize(
+    ("rest", "cls", "message"),
+    [
+        ("", ProviderConnectionError, "stream ended before the response completed"),
+        ("data: {not json\r\n\r\n", ResponseFormatError, "not JSON"),
+    ],
+    ids=["cut-short", "not-json"],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_stream_cut_short_or_unreadable_fails_after_the_deltas_before(
+    api: str, rest: str, cls: type[ProviderError], message: str
+) -> None:
+    seen: list[Any] = []
+    with pytest.raises(cls, match=message) as caught:
+        async for item in _streamed(api, (FIRST_DELTA[api] + rest).encode()):
+            seen.append(item)
+    assert seen == [Delta(content="Hel")]
+    assert caught.value.retryable is (cls is ProviderConnectionError)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_an_empty_stream_is_a_retryable_error(api: str) -> None:
+    with pytest.raises(ProviderError) as caught:
+        async for _ in _streamed(api, b""):
+            pass
+    assert caught.value.retryable
 
 
 STREAM_ERRORS = [
@@ -821,31 +878,7 @@ STREAM_ERRORS = [
 async def test_an_error_event_mid_stream_is_classified_after_the_deltas_before_it(
     api: str, event: str, cls: type[ProviderError], status: int | None, message: str
 ) -> None:
-    first = (
-        "event: message_start\ndata: "
-        + json.dumps({"type": "message_start", "message": {"model": "m", "usage": {}}})
-        + "\n\nevent: content_block_start\ndata: "
-        + json.dumps(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            }
-        )
-        + "\n\nevent: content_block_delta\ndata: "
-        + json.dumps(
-            {
-                "type": "content_block_delta",
-                "index": 0,
-                "delta": {"type": "text_delta", "text": "Hel"},
-            }
-        )
-        + "\n\n"
-        if api == "anthropic"
-        else "data: "
-        + json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]})
-        + "\n\n"
-    )
+    first = FIRST_DELTA[api]
     seen: list[Any] = []
     with pytest.raises(cls) as caught:
         async for item in _streamed(api, (first + event).encode()):
