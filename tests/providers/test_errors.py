@@ -844,6 +844,38 @@ async def test_an_empty_stream_is_a_retryable_error(api: str) -> None:
 
 
 STREAM_ERRORS = [
+    *[
+        ("openai-chat", f"data: {json.dumps(event)}\n\n", cls, None, text)
+        for event, cls, text in [
+            (
+                {"error": {"message": "slow down", "type": "rate_limit_exceeded"}},
+                RateLimited,
+                "slow down",
+            ),
+            (
+                {"object": "error", "message": "bad", "type": "BadRequestError", "code": 400},
+                BadRequest,
+                "bad",
+            ),
+            (
+                {
+                    "error": {
+                        "message": "no",
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                BadRequest,
+                "no",
+            ),
+            ({"error": {"message": "Overloaded", "code": 502}}, Overloaded, "Overloaded"),
+            (
+                {"error": {"message": "The server had an error", "type": "server_error"}},
+                Overloaded,
+                "The server had an error",
+            ),
+        ]
+    ],
     # (api, the event that fails the stream, class, status, message)
     *[
         (
