@@ -111,3 +111,5 @@ def test_no_module_imports_its_way_back_to_itself() -> None:
 def test_no_module_imports_another_modules_private_name() -> None:
     _, private = _imports()
     assert private == []
+
+

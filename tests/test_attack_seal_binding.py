@@ -191,10 +191,7 @@ async def test_a_sub_agent_record_from_another_conversation_fails_without_expect
     mine = nested_parent("a.log", log)
     paused = await mine.run("tidy", conversation_id="X")
     other = await nested_parent("etc/passwd", log).run("tidy", conversation_id="Y")
-    swapped = [
-        *paused.messages[:-1],
-        replace(paused.messages[-1], content=other.messages[-1].content),
-    ]
+    swapped = [*paused.messages[:-1], replace(paused.messages[-1], content=other.messages[-1].content)]
     approve = DeferredResults(approvals={"p1/s1": True})
     with pytest.raises(SubAgentConversationMismatch, match='"Y/p1", not "X/p1"') as info:
         await mine.run_with_deferred_results(swapped, approve, conversation_id="X")
@@ -231,10 +228,7 @@ async def test_expected_does_not_let_a_foreign_record_through_as_an_old_one() ->
     mine = nested_parent("a.log", log)
     paused = await mine.run("tidy", conversation_id="X")
     other = await nested_parent("a.log", log).run("tidy", conversation_id="Y")
-    swapped = [
-        *paused.messages[:-1],
-        replace(paused.messages[-1], content=other.messages[-1].content),
-    ]
+    swapped = [*paused.messages[:-1], replace(paused.messages[-1], content=other.messages[-1].content)]
     with pytest.raises(ResumeError, match=r'"p1/s1".*another seal'):
         await mine.run_with_deferred_results(
             swapped, DeferredResults(approvals={"p1/s1": True}), expected=paused.pending

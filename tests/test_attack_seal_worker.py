@@ -131,3 +131,4 @@ async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded
         assert done.status is RunStatus.FAILED
         assert 'sealed for conversation "old-sub-conv", not "C/p1"' in done.outcome.error
         assert log == []
+

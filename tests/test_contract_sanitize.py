@@ -140,7 +140,9 @@ def test_sanitize_is_idempotent_and_touches_only_what_its_rules_name(
     # out, less the repair's synthesized results, is a subsequence of the filtered input
     kept = [m for m in out if m.role != "tool" or m.tool_call_id not in report.repair.synthesized]
     originals = iter(
-        replace(m, parts=[p for p in m.parts if _kept(p)]) for m in history if m.role != "system"
+        replace(m, parts=[p for p in m.parts if _kept(p)])
+        for m in history
+        if m.role != "system"
     )
     assert all(any(m == o for o in originals) for m in kept)
     again, second = sanitize_history(out)

@@ -980,9 +980,7 @@ def _exception_trees(draw: st.DrawFn, depth: int = 0) -> BaseException:
         exc: BaseException = draw(leaf)()
     else:
         members = draw(st.lists(_exception_trees(depth + 1), min_size=1, max_size=3))
-        exc = ExceptionGroup(
-            "g", [m for m in members if isinstance(m, Exception)] or [ValueError()]
-        )
+        exc = ExceptionGroup("g", [m for m in members if isinstance(m, Exception)] or [ValueError()])
     link = draw(st.sampled_from(["none", "cause", "context", "suppressed"]))
     if link != "none" and depth < 3:
         other = draw(_exception_trees(depth + 1))

@@ -735,9 +735,7 @@ def test_resolutions_and_recorded_results_always_come_out_in_emission_order(
             assert m.content == DENIED
 
 
-async def test_only_the_paused_batch_is_pending_and_older_open_calls_are_closed_as_interrupted() -> (
-    None
-):
+async def test_only_the_paused_batch_is_pending_and_older_open_calls_are_closed_as_interrupted() -> None:
     # An older turn's unanswered call is not a pending call (it was never paused on): a
     # resolution for it is refused, and the resumed run closes it as any run repairs it.
     model = ScriptedModel("ok")

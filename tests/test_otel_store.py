@@ -171,10 +171,7 @@ def test_a_worker_in_another_process_links_to_the_paused_run(
     assert (tmp_path / "job-0").read_text().count("\n") == 1, "the approved call ran once"
     system = "sqlite" if kind == "sqlite" else "postgresql"
     assert spans["golem.durable.store.finish"]["attributes"]["db.system.name"] == system
-    assert (
-        spans["golem.durable.worker.resume"]["attributes"]["golem.durable.worker.id"]
-        == "other-process"
-    )
+    assert spans["golem.durable.worker.resume"]["attributes"]["golem.durable.worker.id"] == "other-process"
 
 
 # --------------------------------------------------------------------------- store and worker spans
@@ -259,9 +256,7 @@ def test_a_worker_resume_is_one_trace_with_the_run_and_the_finish_under_it(
     assert attrs(claim)["golem.run.attempt"] == 1
     resume = by["golem.durable.worker.resume"]
     assert resume.parent is None
-    assert attrs(resume) | {"golem.durable.worker.id": "w7", "golem.run.id": run_id} == attrs(
-        resume
-    )
+    assert attrs(resume) | {"golem.durable.worker.id": "w7", "golem.run.id": run_id} == attrs(resume)
     assert attrs(resume)["gen_ai.agent.name"] == "acts"
     run = next(s for s in spans if s.name.startswith("invoke_agent"))
     finish = by["golem.durable.worker.finish"]
@@ -316,7 +311,4 @@ def test_tracing_never_changes_what_a_store_call_raises(
     decide, save = spans_named(exporter, "golem.durable.store.")
     assert (decide.name, attrs(decide)["error.type"]) == ("golem.durable.store.decide", "TypeError")
     assert attrs(decide)["golem.run.id"] == "r1", "what binds is still recorded"
-    assert (save.name, attrs(save)["error.type"]) == (
-        "golem.durable.store.save_pending",
-        "ValueError",
-    )
+    assert (save.name, attrs(save)["error.type"]) == ("golem.durable.store.save_pending", "ValueError")

@@ -48,7 +48,8 @@ PUBLIC_ALL = {
         "normalize_history sanitize_history"
     ),
     "golem.integrations.mcp": (
-        "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints default_decision"
+        "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints "
+        "default_decision"
     ),
     "golem.messages": (
         "MAX_ARGS_DEPTH PART_KINDS ROLES Citation Message Part Role ServerToolBlock "
@@ -119,7 +120,9 @@ PUBLIC_ALL = {
         "StoreTimeout"
     ),
     "golem.durable.store.sqlite": "SQLiteStore",
-    "golem.testing": ("KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"),
+    "golem.testing": (
+        "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"
+    ),
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
         "ToolResult approved_call call_approved idempotency_key"
@@ -351,9 +354,7 @@ def test_store_reexports_every_record_name() -> None:
     missing = set(golem.durable.store.records.__all__) - set(golem.durable.store.__all__)
     assert not missing, f"golem.durable.store.__all__ lacks {sorted(missing)}"
     for name in golem.durable.store.records.__all__:
-        assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), (
-            name
-        )
+        assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), name
 
 
 def test_the_deferral_surface_is_importable_from_the_root() -> None:

@@ -153,9 +153,7 @@ async def test_a_fresh_agent_in_another_process_verifies_with_the_same_key() -> 
     _, _, _, history = await paused_run()
     agent, _, ledger = make_agent(answers=1)
     agent.model = ScriptedModel("done")
-    done = await agent.run_with_deferred_results(
-        dumps_history(history), RESOLVE, conversation_id=CONV
-    )
+    done = await agent.run_with_deferred_results(dumps_history(history), RESOLVE, conversation_id=CONV)
     assert done.output == "done"
     assert len(ledger.executions) == 1
 
@@ -440,9 +438,7 @@ async def test_sanitize_with_the_key_closes_forged_and_tampered_calls_and_lists_
     assert sorted(report.repair.synthesized) == ["c2", "f1"]
     assert "f1" in report.rejected[0].message
     # the genuine call still resumes; the closed ones need nothing
-    done = await agent.run_with_deferred_results(
-        clean, DeferredResults(approvals={"c1": True}), conversation_id=CONV
-    )
+    done = await agent.run_with_deferred_results(clean, DeferredResults(approvals={"c1": True}), conversation_id=CONV)
     assert done.output == "done"
     assert [e[:3] for e in ledger.executions] == [("transfer", "c1", True)]
 

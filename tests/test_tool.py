@@ -585,9 +585,7 @@ def test_tool_plain_registers_a_function_without_context() -> None:
 def test_tool_plain_refuses_a_function_taking_a_context() -> None:
     agent: Agent[Deps, str] = Agent(ScriptedModel("x"), deps_type=Deps)
 
-    with pytest.raises(
-        TypeError, match=r'"unit_of" takes a RunContext: register it with @agent\.tool'
-    ):
+    with pytest.raises(TypeError, match=r'"unit_of" takes a RunContext: register it with @agent\.tool'):
 
         @agent.tool_plain
         def unit_of(ctx: RunContext[Deps]) -> str:

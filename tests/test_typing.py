@@ -58,10 +58,7 @@ SNIPPETS: dict[str, tuple[str, list[tuple[int, str]]]] = {
         """,
         [
             (1, r'Argument "deps" to "run_sync" of "Agent" has incompatible type "str"'),
-            (
-                2,
-                r'No overload variant of "run_sync" of "Agent" matches argument types "str", "int"',
-            ),
+            (2, r'No overload variant of "run_sync" of "Agent" matches argument types "str", "int"'),
         ],
     ),
     "runs_that_type_check": (
@@ -195,6 +192,7 @@ def test_mypy_reports_exactly_the_expected_errors(
     for (line, pattern), (got_line, message) in zip(expected, sorted(got), strict=True):
         assert got_line == line, f"{name}: expected line {line}, mypy said {got}"
         assert re.search(pattern, message), f"{name}: {message!r} does not match {pattern!r}"
+
 
 
 def test_mypy_refuses_every_tool_with_the_wrong_context(

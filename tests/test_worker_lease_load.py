@@ -40,9 +40,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield b
 
 
-async def _approved(
-    store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any
-) -> str:
+async def _approved(store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any) -> str:
     return (await approved_run(store, reg, prefix, n, deps)).id
 
 

@@ -97,7 +97,6 @@ async def test_a_second_sigterm_leaves_the_run_to_the_sweep(tmp_path: Path, exec
             return (exec_dir / "term-0.started").exists() or proc.poll() is not None
 
         await eventually(started, 60, "the approved call to start")
-
         async def cancelled() -> bool:
             if "cancelled its in-flight runs" in log.read_text() or proc.poll() is not None:
                 return True

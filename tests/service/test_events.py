@@ -24,7 +24,6 @@ from tests.support.service import WAIT, open_stream
 
 pytestmark = pytest.mark.loop
 
-
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
     return read_position(app.state.golem.auth.secret, cursor, full_view=False)

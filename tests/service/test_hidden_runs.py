@@ -37,6 +37,9 @@ _RUN = "RUN"
 """Where a test URL names the run."""
 
 
+
+
+
 async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere(
     client: httpx.AsyncClient, start: StartRun, store: Store
 ) -> None:
@@ -119,7 +122,6 @@ async def test_a_run_an_approver_may_see_still_answers_403_for_a_tool_it_may_not
 
 # --------------------------------------------------------------------------- identities
 
-
 @pytest.mark.parametrize(
     ("one", "two"),
     [
@@ -146,7 +148,9 @@ def _api_decision(run_id: str, call_id: str) -> str:
     return "/api" + path("runs", run_id, "calls", call_id, "decision")
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     ids=st.lists(
         st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)), min_size=1, max_size=4, unique=True

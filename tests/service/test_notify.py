@@ -25,6 +25,9 @@ from tests.support.notify import Receiver
 SECRET = b"webhook-secret"
 
 
+
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()

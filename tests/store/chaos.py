@@ -295,7 +295,9 @@ def executions(exec_dir: Path) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------- producing
 
 
-async def until(condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0) -> None:
+async def until(
+    condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0
+) -> None:
     """`eventually` with the deadline these tests use: fail after `timeout` seconds."""
     await eventually(condition, timeout, what)
 
@@ -450,7 +452,9 @@ class Scene:
 
     async def __aenter__(self) -> Scene:
         for i in range(self.n_workers):
-            store = await PostgresStore.open(self.worker_dsn, schema=self.schema, connect_timeout=5)
+            store = await PostgresStore.open(
+                self.worker_dsn, schema=self.schema, connect_timeout=5
+            )
             worker = Worker(
                 store,
                 self.registry,
@@ -529,8 +533,9 @@ class Scene:
 
 
 def _where(busy: bool) -> str:
-    return "application_name = %s AND backend_type = 'client backend'" + (
-        " AND state <> 'idle'" if busy else ""
+    return (
+        "application_name = %s AND backend_type = 'client backend'"
+        + (" AND state <> 'idle'" if busy else "")
     )
 
 

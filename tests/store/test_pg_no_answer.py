@@ -200,10 +200,9 @@ async def test_a_claim_that_commits_after_it_timed_out_is_resumed(
     async with opened(pg, command_timeout=0.5) as store:
         run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="ann")
         await store.decide(run.id, "p-0", Decision.approve(), decided_by="ann")
-        with (
-            psycopg.connect(pg.dsn or "", autocommit=True) as admin,
-            psycopg.connect(pg.dsn or "", autocommit=True) as blocker,
-        ):
+        with psycopg.connect(pg.dsn or "", autocommit=True) as admin, psycopg.connect(
+            pg.dsn or "", autocommit=True
+        ) as blocker:
             # a claim's COMMIT waits (its row locks held) while the blocker holds lock 4242
             admin.execute(
                 f"""

@@ -254,7 +254,9 @@ async def test_exhausted_connection_slots_raise_store_busy_and_nothing_is_lost(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
             role,
         )
-        await until(lambda: _no_sessions(cluster.dsn, role), f"the sessions of {role} to end")
+        await until(
+            lambda: _no_sessions(cluster.dsn, role), f"the sessions of {role} to end"
+        )
         admin(cluster.dsn, f"DROP OWNED BY {role}")
         admin(cluster.dsn, f"DROP ROLE {role}")
     assert summary.statuses == {RunStatus.COMPLETED: 6}, summary
@@ -324,7 +326,7 @@ async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
 
 
 def _big_registry(exec_dir: Path, size: int) -> dict[str, AgentEntry]:
-    """ "acts" whose approved call returns `size` bytes: every finish writes a history that
+    """"acts" whose approved call returns `size` bytes: every finish writes a history that
     large, and the next claim of a run paused after it reads it back."""
 
     async def act(ctx: RunContext[dict[str, Any]], key: str) -> str:
@@ -358,6 +360,7 @@ async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
     async with Scene(
         dsn, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2, registry=registry
     ) as s:
+
         p = s.producer
         n = iter(range(1, 1000))
 
@@ -372,7 +375,9 @@ async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
 
         async def kill() -> None:
             busy = rng.random() < 0.8
-            kills["in flight" if busy else "any"] += await terminate_backends(dsn, app, busy=busy)
+            kills["in flight" if busy else "any"] += await terminate_backends(
+                dsn, app, busy=busy
+            )
 
         await disrupting(s.producer.many(16), kill, pause=lambda: rng.uniform(0, 0.15))
         summary = await s.settle()

@@ -33,7 +33,6 @@ from tests.store.runs import approval, external, make_run
 
 pytestmark = pytest.mark.postgres
 
-
 @contextlib.asynccontextmanager
 async def _database(**settings: str) -> AsyncIterator[str]:
     """A database of its own on the test cluster, with `ALTER DATABASE … SET` settings."""
@@ -77,7 +76,9 @@ async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_
             second = make_run(approval("c1"))
             await store.save_pending(second)
             await store.decide(second.id, "c1", Decision.approve(), decided_by="b")
-            assert [c.run.id for c in await store.claim_ready_many("w2", 1, limit=4)] == [second.id]
+            assert [c.run.id for c in await store.claim_ready_many("w2", 1, limit=4)] == [
+                second.id
+            ]
             soon = utc_now() + timedelta(hours=1)
             assert await store.sweep_interrupted(now=soon) == [second.id]
             await store.retry_interrupted(
@@ -247,9 +248,7 @@ async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path
 
             await until(in_tool, "the resume to be inside its tool")
             await asyncio.to_thread(
-                admin,
-                postgres_dsn(),
-                f'ALTER DATABASE "{name}" SET default_transaction_read_only = on',
+                admin, postgres_dsn(), f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
             )
             await terminate_backends(dsn, app)
             for _ in range(3):  # a pooled connection killed just now may fail first
@@ -266,9 +265,7 @@ async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path
             await asyncio.sleep(0.5)  # the outcome's save is refused meanwhile
             assert await s.status(held) is RunStatus.RUNNING
             await asyncio.to_thread(
-                admin,
-                postgres_dsn(),
-                f'ALTER DATABASE "{name}" RESET default_transaction_read_only',
+                admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET default_transaction_read_only'
             )
             await terminate_backends(dsn, app)
             await s.all_done([held])

@@ -322,9 +322,7 @@ async def test_the_last_of_two_concurrent_decisions_always_readies_the_run(
     stores = [await backend.open() for _ in range(2)]
     try:
         start = await stores[0].last_change_id()
-        runs = [
-            await stores[0].save_pending(make_run(approval("a"), approval("b"))) for _ in range(20)
-        ]
+        runs = [await stores[0].save_pending(make_run(approval("a"), approval("b"))) for _ in range(20)]
         for run in runs:
             await asyncio.gather(
                 stores[0].decide(run.id, "a", Decision.approve(), decided_by="ann"),

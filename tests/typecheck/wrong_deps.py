@@ -24,9 +24,7 @@ def shout(ctx: RunContext[str], times: int) -> str:
     return ctx.deps * times
 
 
-@agent.tool(
-    name="whisper", timeout=5
-)  # E: Argument 1 to "__call__" of "_ToolDecorator" has incompatible type "Callable\[\[RunContext\[str\]\], Coroutine\[Any, Any, str\]\]"; expected "Callable\[\[RunContext\[int\]\], Coroutine
+@agent.tool(name="whisper", timeout=5)  # E: Argument 1 to "__call__" of "_ToolDecorator" has incompatible type "Callable\[\[RunContext\[str\]\], Coroutine\[Any, Any, str\]\]"; expected "Callable\[\[RunContext\[int\]\], Coroutine
 async def whisper(ctx: RunContext[str]) -> str:
     return ctx.deps.lower()
 
@@ -43,7 +41,5 @@ def exec_str(ctx: RunContext[str], args: dict[str, Any]) -> str:
 raw: Agent[int, str] = Agent(
     ScriptedModel("x"),
     deps_type=int,
-    tools=[
-        Tool("raw", "", {"type": "object"}, exec_str)
-    ],  # E: Argument 4 to "Tool" has incompatible type
+    tools=[Tool("raw", "", {"type": "object"}, exec_str)],  # E: Argument 4 to "Tool" has incompatible type
 )
