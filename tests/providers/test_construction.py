@@ -368,3 +368,19 @@ async def test_an_injected_client_is_used_and_left_open(api: str) -> None:
     assert len(seen) == 1
     assert not client.is_closed
     await client.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("api", list(ADAPTERS))
+async def test_extra_headers_reach_every_request(api: str, stream: bool) -> None:
+    seen, client = _capture(api)
+    headers = {"x-goog-user-project": "p", "content-type": "application/json; charset=utf-8"}
+    model = ADAPTERS[api]("m", api_key="k", http_client=client, extra_headers=headers)
+    if stream:
+        async for _ in model.generate_stream(REQUEST):
+            pass
+    else:
+        await model.generate(REQUEST)
+    await client.aclose()
+    assert seen[0].headers["x-goog-user-project"] == "p"
+    assert seen[0].headers["content-type"] == "application/json; charset=utf-8"  # overrides
