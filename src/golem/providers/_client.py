@@ -7,7 +7,7 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self, cast
@@ -122,41 +122,21 @@ class HTTPModel:
         parser: EventParser,
         whole: Callable[[str], ModelResponse] | None = None,
     ) -> AsyncIterator[Delta | ModelResponse]:
-        """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes of each event (it may stop
-        the stream early, `parser.done`), then its final `ModelResponse`. An answer that is
-        one JSON document is `whole(text)`, replayed as deltas, when `whole` is given; else
-        it goes to `parser.feed(None, text)`."""
-        tag = RequestTag()
-        async with aclosing(self._events(url, content(), headers, tag)) as events:
-            with tag:
-                async for event, data in events:
-                    if event is None and whole is not None:
-                        final = whole(data)
-                        for replayed in deltas_of(final):
-                            yield replayed
-                        yield final
-                        return
-                    delta = parser.feed(event, data)
-                    if isinstance(delta, list):
-                        for d in delta:
-                            yield d
-                    elif delta is not None:
-                        yield delta
-                    if parser.done:
-                        break
-                final = parser.response()
-        yield final
+        """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes
+        of each event (it may stop the stream early: `parser.done`), then its final response.
 
-    async def _events(
-        self, url: str, content: bytes, headers: dict[str, str], tag: RequestTag
-    ) -> AsyncGenerator[tuple[str | None, str], None]:
-        """POST `content` and yield the `(event, data)` pairs of the streamed answer; `tag` is
-        given the response's headers. Close it (`aclosing`) to stop early."""
+        An answer that is one JSON document (a proxy's error, a server that ignored `stream:
+        true`) is `whole(text)` replayed as deltas when `whole` is given, else
+        `parser.feed(None, text)`. An HTML page is a `ResponseFormatError`; a connection lost
+        mid-stream a retryable `ProviderConnectionError`. Errors met once the answer began
+        name its request ID.
+        """
         provider = self._wire_name
+        tag = RequestTag()
         client = await self._clients.get()
-        with translate_transport_errors(provider):
+        with tag, translate_transport_errors(provider):
             async with client.stream(
-                "POST", url, content=content, headers=headers, timeout=self._timeout
+                "POST", url, content=content(), headers=headers, timeout=self._timeout
             ) as resp:
                 await raise_for_status(resp, self._classify)
                 tag.headers = resp.headers
@@ -168,24 +148,35 @@ class HTTPModel:
                         provider=provider,
                         body=page,
                     )
-                if self._json_type in ctype:
-                    yield None, await read_body(resp, provider)
+                text = await read_body(resp, provider) if self._json_type in ctype else None
+                if text is None:
+                    events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, provider))
+                    try:
+                        async with aclosing(events):
+                            async for event, data in events:
+                                for delta in _deltas(parser.feed(event, data)):
+                                    yield delta
+                                if parser.done:
+                                    break
+                    except WholeBody as body:
+                        text = body.text
+                    except httpx.TimeoutException:
+                        raise
+                    except httpx.TransportError as exc:
+                        raise ProviderConnectionError(
+                            f"{provider} {STREAM_ENDED}: {exc!r}", provider=provider, retryable=True
+                        ) from exc
+                if text is not None and whole is not None:
+                    final = whole(text)
+                    for replayed in deltas_of(final):
+                        yield replayed
+                    yield final
                     return
-                events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, provider))
-                try:
-                    async with aclosing(events):
-                        async for item in events:
-                            yield item
-                except WholeBody as whole:
-                    yield None, whole.text
-                except httpx.TimeoutException:
-                    raise
-                except httpx.TransportError as exc:
-                    raise ProviderConnectionError(
-                        f"{provider} {STREAM_ENDED}: {exc!r}",
-                        provider=provider,
-                        retryable=True,
-                    ) from exc
+                if text is not None:
+                    for delta in _deltas(parser.feed(None, text)):
+                        yield delta
+            final = parser.response()
+        yield final
 
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
@@ -201,6 +192,10 @@ class HTTPModel:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _deltas(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
+    return fed if isinstance(fed, list) else () if fed is None else (fed,)
 
 
 class LoopBoundClient:
