@@ -168,9 +168,7 @@ async def test_inline_image_request() -> None:
                 content="What is this vegetable?",
                 parts=[
                     Part(
-                        kind="image",
-                        data=base64.b64decode(source["data"]),
-                        media_type="image/jpeg",
+                        kind="image", data=base64.b64decode(source["data"]), media_type="image/jpeg"
                     )
                 ],
             )

@@ -387,10 +387,7 @@ def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
         tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
     )
     body = build_request_body(request, model="m", extra_body={"tools": [search]})
-    assert [t.get("type", "function") for t in body["tools"]] == [
-        "function",
-        "web_search_20250305",
-    ]
+    assert [t.get("type", "function") for t in body["tools"]] == ["function", "web_search_20250305"]
     assert body["tools"][1] == search
     alone = build_request_body(
         ModelRequest(messages=[Message(role="user", content="hi")]),

@@ -73,11 +73,7 @@ def test_system_messages_join_into_the_system_field() -> None:
 
 def test_empty_messages_are_skipped() -> None:
     body = _body(
-        [
-            Message(role="user", content="hi"),
-            Message(role="assistant"),
-            Message(role="user"),
-        ]
+        [Message(role="user", content="hi"), Message(role="assistant"), Message(role="user")]
     )
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 

@@ -38,9 +38,7 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _capture(
-    api: str,
-) -> tuple[list[httpx.Request], httpx.AsyncClient]:
+def _capture(api: str) -> tuple[list[httpx.Request], httpx.AsyncClient]:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:

@@ -60,12 +60,7 @@ async def test_an_empty_prompt_reaches_every_provider_as_a_user_turn() -> None:
 
 
 @pytest.mark.parametrize(
-    "messages",
-    [
-        [],
-        [Message(role="system", content="Be brief.")],
-        [Message(role="user")],
-    ],
+    "messages", [[], [Message(role="system", content="Be brief.")], [Message(role="user")]]
 )
 def test_no_conversation_body_is_empty(messages: list[Message]) -> None:
     request = ModelRequest(messages=messages)

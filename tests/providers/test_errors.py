@@ -306,13 +306,7 @@ async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: 
     request_id=st.sampled_from(["", "req_1"]),
 )
 def test_any_error_answer_is_a_named_provider_error(
-    api: str,
-    stream: bool,
-    status: int,
-    body: bytes,
-    ctype: str,
-    retry: str,
-    request_id: str,
+    api: str, stream: bool, status: int, body: bytes, ctype: str, retry: str, request_id: str
 ) -> None:
     import asyncio
 

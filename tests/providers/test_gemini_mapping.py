@@ -11,14 +11,7 @@ import pytest
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import (
-    Delta,
-    ModelRequest,
-    ModelResponse,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolSpec,
-)
+from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
 from golem.providers.gemini import build_request_body, parse_response
 from golem.providers.gemini._response import finish_reason
 from golem.providers.gemini._stream import parse_stream

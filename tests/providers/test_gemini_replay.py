@@ -10,14 +10,7 @@ import httpx
 import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import (
-    FINISH_REASONS,
-    Delta,
-    ModelRequest,
-    ModelResponse,
-    ThinkingDelta,
-    ToolSpec,
-)
+from golem.model import FINISH_REASONS, Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolSpec
 from golem.providers.gemini import GeminiModel, build_request_body, parse_response
 from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import DUMMY_SIGNATURE

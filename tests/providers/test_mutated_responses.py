@@ -99,8 +99,7 @@ async def _replay(api: str, it: Interaction, status: int, body: str) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 @settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
 async def test_a_damaged_recorded_answer_fails_only_with_golem_errors(

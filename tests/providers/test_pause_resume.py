@@ -244,8 +244,7 @@ async def test_a_run_paused_on_one_api_resumes_on_any_from_its_json_history(
     second = serve(resumed_on, [text_answer(resumed_on, FINAL)])
     resumer = agent_on(second.model(), executed)
     result = await resumer.run_with_deferred_results(
-        loads_history(stored),
-        DeferredResults(approvals={pending.call_id: Approval(True)}),
+        loads_history(stored), DeferredResults(approvals={pending.call_id: Approval(True)})
     )
     await resumer.model.aclose()  # type: ignore[attr-defined]
     assert (result.output, result.pending, result.finish_reason) == (FINAL, None, "stop")

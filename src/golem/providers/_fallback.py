@@ -47,10 +47,7 @@ class FallbackModel:
     """
 
     def __init__(
-        self,
-        primary: Model,
-        *others: Model,
-        fallback_on: Callable[[Exception], bool] = _retryable,
+        self, primary: Model, *others: Model, fallback_on: Callable[[Exception], bool] = _retryable
     ) -> None:
         models = (primary, *others)
         for i, m in enumerate(models):

@@ -11,12 +11,7 @@ import time
 
 import httpx
 
-__all__ = [
-    "MAX_RETRY_AFTER",
-    "finite_seconds",
-    "rate_limit_reset",
-    "retry_after_seconds",
-]
+__all__ = ["MAX_RETRY_AFTER", "finite_seconds", "rate_limit_reset", "retry_after_seconds"]
 
 
 def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> float | None:

@@ -13,13 +13,7 @@ from pydantic_core import from_json
 from golem.errors import ResponseFormatError
 from golem.providers._jsonio import lenient_json
 
-__all__ = [
-    "MAX_BODY",
-    "WholeBody",
-    "iter_sse",
-    "sse_block",
-    "sse_events",
-]
+__all__ = ["MAX_BODY", "WholeBody", "iter_sse", "sse_block", "sse_events"]
 
 
 MAX_BODY = 256 * 1024 * 1024

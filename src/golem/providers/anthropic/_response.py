@@ -13,12 +13,7 @@ from typing import Any
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
-from golem.providers._answers import (
-    RUN_SEPARATOR,
-    named_calls,
-    refuse_no_answer,
-    unique_call_id,
-)
+from golem.providers._answers import RUN_SEPARATOR, named_calls, refuse_no_answer, unique_call_id
 from golem.providers._jsonio import (
     MAX_TOKEN_COUNT,
     args_json,

@@ -16,14 +16,8 @@ from typing import Any, Literal
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from golem.providers._answers import (
-    ASSISTANT_MEDIA_TEXT,
-    RESPONSES_REASONING_PREFIX,
-    in_order,
-)
-from golem.providers._jsonio import (
-    json_object,
-)
+from golem.providers._answers import ASSISTANT_MEDIA_TEXT, RESPONSES_REASONING_PREFIX, in_order
+from golem.providers._jsonio import json_object
 
 __all__ = [
     "API_VERSION",

@@ -352,8 +352,7 @@ class ResponseBuilder:
             detail = f": {self._finish_message}" if self._finish_message else ""
             if self._finish in _REQUEST_FAILED:
                 raise BadRequest(
-                    f"gemini rejected the conversation ({self._finish}){detail}",
-                    provider=PROVIDER,
+                    f"gemini rejected the conversation ({self._finish}){detail}", provider=PROVIDER
                 )
             error = ResponseFormatError(
                 f"gemini could not produce a readable answer ({self._finish}){detail}",

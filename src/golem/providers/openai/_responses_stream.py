@@ -293,9 +293,7 @@ class ResponsesStreamParser:
         """
         if self._final is None:
             raise ProviderConnectionError(
-                f"openai {STREAM_ENDED}",
-                provider=PROVIDER,
-                retryable=True,
+                f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True
             )
         return self._final
 

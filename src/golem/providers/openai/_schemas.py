@@ -6,10 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = [
-    "schema_name",
-    "strict_compatible",
-]
+__all__ = ["schema_name", "strict_compatible"]
 
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")

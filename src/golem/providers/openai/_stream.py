@@ -28,12 +28,7 @@ from golem.providers.openai._wire import (
 )
 from golem.usage import Usage
 
-__all__ = [
-    "ChatStreamParser",
-    "deltas_of",
-    "parse_stream_text",
-    "sse_events",
-]
+__all__ = ["ChatStreamParser", "deltas_of", "parse_stream_text", "sse_events"]
 
 
 @dataclass(slots=True)
