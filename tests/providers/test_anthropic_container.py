@@ -21,8 +21,8 @@ from golem.messages import Message, ServerToolBlock
 from golem.model import ModelRequest
 from golem.providers.anthropic import build_request_body
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, container_of
-from tests.providers.anthropic_fixtures import model_on, scripted_transport, sse, synthesize_stream
 from tests.support.adapters import body_of
+from tests.support.anthropic import model_on, scripted_transport, sse, synthesize_stream
 
 FUTURE = "2999-04-24T11:14:17.825248Z"
 PAST = "2001-04-24T11:14:17Z"

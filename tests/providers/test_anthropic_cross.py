@@ -20,7 +20,7 @@ from golem.model import Model, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
-from tests.providers.anthropic_fixtures import interaction_id
+from tests.support.anthropic import interaction_id
 from tests.support.recordings import (
     Interaction,
     all_interactions,

@@ -23,11 +23,7 @@ from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers.anthropic import build_request_body
 from golem.result import RunError
 from golem.testing import ScriptedModel
-from tests.providers.anthropic_fixtures import (
-    SEARCH_RESULT,
-    model_on,
-    scripted_transport,
-)
+from tests.support.anthropic import SEARCH_RESULT, model_on, scripted_transport
 
 SEARCH_USE = {
     "type": "server_tool_use",

@@ -12,8 +12,8 @@ from golem.model import Delta, ModelResponse
 from golem.providers.anthropic import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.providers.anthropic_fixtures import interaction_id, message_interactions, model_on
 from tests.support.adapters import REQUEST
+from tests.support.anthropic import interaction_id, message_interactions, model_on
 from tests.support.recordings import (
     Interaction,
     all_interactions,

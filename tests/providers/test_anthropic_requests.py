@@ -10,7 +10,7 @@ import pytest
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from tests.providers.anthropic_fixtures import (
+from tests.support.anthropic import (
     ADAPTER_KEYS,
     Inexpressible,
     golem_request,
@@ -168,9 +168,7 @@ async def test_inline_image_request() -> None:
                 content="What is this vegetable?",
                 parts=[
                     Part(
-                        kind="image",
-                        data=base64.b64decode(source["data"]),
-                        media_type="image/jpeg",
+                        kind="image", data=base64.b64decode(source["data"]), media_type="image/jpeg"
                     )
                 ],
             )

@@ -16,8 +16,8 @@ from golem.model import ModelRequest, ModelResponse, ToolSpec
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.providers.anthropic._wire import build_request_body
-from tests.providers.anthropic_fixtures import SEARCH_RESULT, model_on, synthesize_stream
 from tests.support.adapters import body_of
+from tests.support.anthropic import SEARCH_RESULT, model_on, synthesize_stream
 from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
@@ -387,10 +387,7 @@ def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
         tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
     )
     body = build_request_body(request, model="m", extra_body={"tools": [search]})
-    assert [t.get("type", "function") for t in body["tools"]] == [
-        "function",
-        "web_search_20250305",
-    ]
+    assert [t.get("type", "function") for t in body["tools"]] == ["function", "web_search_20250305"]
     assert body["tools"][1] == search
     alone = build_request_body(
         ModelRequest(messages=[Message(role="user", content="hi")]),

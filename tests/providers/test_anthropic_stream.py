@@ -13,14 +13,14 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers.anthropic import StreamParser, parse_response
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.providers.anthropic_fixtures import (
+from tests.support.adapters import REQUEST
+from tests.support.anthropic import (
     interaction_id,
     message_interactions,
     model_on,
     sse,
     synthesize_stream,
 )
-from tests.support.adapters import REQUEST
 from tests.support.recordings import Interaction, available, needs_recordings
 
 PLAIN = (

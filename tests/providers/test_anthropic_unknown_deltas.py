@@ -22,12 +22,7 @@ from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import parse_stream
 from tests.support.recordings import all_interactions, available
 
-FUTURE_BLOCK = {
-    "type": "future_tool_result",
-    "tool_use_id": "srvtoolu_1",
-    "content": "",
-    "n": 1,
-}
+FUTURE_BLOCK = {"type": "future_tool_result", "tool_use_id": "srvtoolu_1", "content": "", "n": 1}
 
 
 def _events(*deltas: dict[str, Any]) -> list[tuple[str, str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -11,11 +10,10 @@ import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ToolSpec
-from golem.providers import infer_model
-from golem.providers.anthropic import AnthropicModel, build_request_body, parse_response
+from golem.providers.anthropic import build_request_body, parse_response
 from golem.providers.anthropic._response import finish_reason_from
 from golem.providers.anthropic._wire import args_object, strict_output_schema
-from tests.providers.anthropic_fixtures import model_on
+from tests.support.anthropic import model_on
 
 
 def _body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:
@@ -23,63 +21,6 @@ def _body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- configuration
-
-
-def test_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-env")
-    assert AnthropicModel("claude-x")._headers["x-api-key"] == "from-env"
-    assert AnthropicModel("claude-x", api_key="explicit")._headers["x-api-key"] == "explicit"
-
-
-def test_infer_model_builds_the_adapter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
-    model = infer_model("anthropic:claude-sonnet-4-5")
-    assert isinstance(model, AnthropicModel)
-    assert model.model == "claude-sonnet-4-5"
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        (
-            {"thinking_budget": 1000},
-            "thinking_budget must be at least 1024 and below max_tokens (4096), got 1000",
-        ),
-        (
-            {"thinking_budget": 4096},
-            "thinking_budget must be at least 1024 and below max_tokens (4096), got 4096",
-        ),
-        ({"max_tokens": 0}, "max_tokens must be at least 1, got 0"),
-        ({"timeout": 0}, "timeout must be positive, got 0"),
-        ({"output_mode": "json"}, "output_mode must be"),
-    ],
-)
-def test_invalid_configuration(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        AnthropicModel("claude-x", api_key="k", **kwargs)
-    with pytest.raises(ValueError, match="model name must not be empty"):
-        AnthropicModel("", api_key="k")
-
-
-@pytest.mark.parametrize(
-    ("base_url", "url"),
-    [
-        (None, "https://api.anthropic.com/v1/messages"),
-        ("http://127.0.0.1:8080", "http://127.0.0.1:8080/v1/messages"),
-        ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/v1/messages"),
-        ("https://proxy.example/anthropic/v1", "https://proxy.example/anthropic/v1/messages"),
-    ],
-)
-def test_base_url(base_url: str | None, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    assert AnthropicModel("claude-x", api_key="k", base_url=base_url).url == url
-
-
-def test_base_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/")
-    assert AnthropicModel("claude-x", api_key="k").url == "http://127.0.0.1:9/v1/messages"
-    explicit = AnthropicModel("claude-x", api_key="k", base_url="http://127.0.0.1:7")
-    assert explicit.url == "http://127.0.0.1:7/v1/messages"
 
 
 async def test_settings_headers_and_extra_body_reach_the_wire() -> None:
@@ -115,27 +56,6 @@ async def test_settings_headers_and_extra_body_reach_the_wire() -> None:
     assert seen[0].headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
 
 
-def test_own_client_lives_as_long_as_its_event_loop() -> None:
-    model = AnthropicModel("claude-x", api_key="k")
-
-    async def twice() -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
-        return await model._clients.get(), await model._clients.get()
-
-    a, b = asyncio.run(twice())
-    assert a is b
-    assert a.is_closed  # closed when asyncio.run shut its loop down
-    c, _ = asyncio.run(twice())
-    assert c is not a
-    assert c.is_closed
-
-
-async def test_aclose_closes_the_own_client() -> None:
-    async with AnthropicModel("claude-x", api_key="k") as model:
-        client = await model._clients.get()
-        assert not client.is_closed
-    assert client.is_closed
-
-
 # --------------------------------------------------------------------------- messages
 
 
@@ -153,11 +73,7 @@ def test_system_messages_join_into_the_system_field() -> None:
 
 def test_empty_messages_are_skipped() -> None:
     body = _body(
-        [
-            Message(role="user", content="hi"),
-            Message(role="assistant"),
-            Message(role="user"),
-        ]
+        [Message(role="user", content="hi"), Message(role="assistant"), Message(role="user")]
     )
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 

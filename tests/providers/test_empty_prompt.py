@@ -11,7 +11,6 @@ import pytest
 from golem import Agent
 from golem.messages import Message, Part
 from golem.model import ModelRequest
-from golem.providers import OLLAMA_BASE_URL, infer_model
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
@@ -61,12 +60,7 @@ async def test_an_empty_prompt_reaches_every_provider_as_a_user_turn() -> None:
 
 
 @pytest.mark.parametrize(
-    "messages",
-    [
-        [],
-        [Message(role="system", content="Be brief.")],
-        [Message(role="user")],
-    ],
+    "messages", [[], [Message(role="system", content="Be brief.")], [Message(role="user")]]
 )
 def test_no_conversation_body_is_empty(messages: list[Message]) -> None:
     request = ModelRequest(messages=messages)
@@ -99,47 +93,3 @@ def test_a_user_message_with_only_parts_sends_no_filler_text() -> None:
     assert [b["type"] for b in blocks] == ["image"]
     parts = body_of("gemini", request)["contents"][0]["parts"]
     assert list(parts[0]) == ["fileData"]
-
-
-def test_ollama_spec_builds_a_local_openai_compatible_model(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.delenv("OLLAMA_BASE_URL", raising=False)
-    monkeypatch.delenv("OLLAMA_API_KEY", raising=False)
-    model = infer_model("ollama:llama3")
-    assert isinstance(model, OpenAIChatModel)
-    assert model.model_name == "llama3"
-    assert model.base_url == OLLAMA_BASE_URL == "http://localhost:11434/v1"
-    # the OpenAI key is never sent to the local server
-    assert "sk-secret" not in repr(model._headers)
-    agent = Agent("ollama:llama3")
-    assert isinstance(agent.model, OpenAIChatModel)
-    monkeypatch.setenv("OLLAMA_BASE_URL", "http://gpu-box:11434/v1/")
-    remote = infer_model("ollama:qwen3:8b")
-    assert isinstance(remote, OpenAIChatModel)
-    assert (remote.model_name, remote.base_url) == ("qwen3:8b", "http://gpu-box:11434/v1")
-
-
-async def test_ollama_model_posts_to_the_local_chat_completions_endpoint(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("OLLAMA_BASE_URL", raising=False)
-    urls: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        urls.append(str(request.url))
-        return httpx.Response(200, json=OPENAI_ANSWER)
-
-    model = infer_model("ollama:llama3")
-    assert isinstance(model, OpenAIChatModel)
-    model._clients._injected = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    assert (await Agent(model).run("Hi")).output == "Hello!"
-    assert urls == ["http://localhost:11434/v1/chat/completions"]
-
-
-def test_unknown_provider_lists_ollama() -> None:
-    with pytest.raises(
-        ValueError, match="want openai, openai-responses, anthropic, gemini or ollama"
-    ):
-        infer_model("llama:llama3")

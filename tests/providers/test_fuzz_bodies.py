@@ -123,8 +123,7 @@ async def answer_or_named(api: str, body: bytes) -> ModelResponse | None:
 
 @pytest.mark.parametrize("api", APIS)
 @settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
 async def test_a_byte_damaged_answer_is_a_named_error_or_a_keepable_answer(

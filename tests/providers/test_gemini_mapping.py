@@ -11,20 +11,13 @@ import pytest
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import (
-    Delta,
-    ModelRequest,
-    ModelResponse,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolSpec,
-)
+from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
 from golem.providers.gemini import build_request_body, parse_response
 from golem.providers.gemini._response import finish_reason
 from golem.providers.gemini._stream import parse_stream
 from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
 from golem.usage import Usage
-from tests.providers.gemini_fixtures import model_with, sse_body
+from tests.support.gemini import model_with, sse_body
 
 WEATHER = ToolSpec(
     "get_weather",

@@ -114,8 +114,7 @@ async def test_an_image_only_answer_is_not_empty() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mime", "kind"),
-    [("application/pdf", "document"), ("text/csv", "document"), ("", "document")],
+    ("mime", "kind"), [("application/pdf", "document"), ("text/csv", "document"), ("", "document")]
 )
 async def test_the_kind_follows_the_mime_type(mime: str, kind: str) -> None:
     media: dict[str, Any] = {"data": "AAEC"}

@@ -10,19 +10,13 @@ import httpx
 import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import (
-    FINISH_REASONS,
-    Delta,
-    ModelRequest,
-    ModelResponse,
-    ThinkingDelta,
-    ToolSpec,
-)
+from golem.model import FINISH_REASONS, Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolSpec
 from golem.providers.gemini import GeminiModel, build_request_body, parse_response
 from golem.providers.gemini._stream import parse_stream, sse_events
 from golem.providers.gemini._wire import DUMMY_SIGNATURE
 from golem.usage import Usage
-from tests.providers.gemini_fixtures import (
+from tests.support import recordings as _recordings
+from tests.support.gemini import (
     API,
     assert_subset,
     generate_interactions,
@@ -32,7 +26,6 @@ from tests.providers.gemini_fixtures import (
     recorded_generate,
     rename_tool_output_key,
 )
-from tests.support import recordings as _recordings
 from tests.support.recordings import Interaction, all_interactions, replay_transport
 
 pytestmark = _recordings.needs_recordings

@@ -27,49 +27,44 @@ REQUEST = ModelRequest(messages=[INTERLEAVED])
 PNG64 = base64.b64encode(b"\x89PNG").decode()
 
 
-def test_openai_chat_keeps_the_order() -> None:
-    content = body_of("openai-chat", REQUEST, model="m")["messages"][0]["content"]
-    assert content == [
+IN_ORDER = {
+    "openai-chat": [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
         {"type": "text", "text": "or"},
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG64}"}},
         {"type": "text", "text": "? One word."},
-    ]
-
-
-def test_openai_responses_keeps_the_order() -> None:
-    content = body_of("openai-responses", REQUEST, model="m")["input"][0]["content"]
-    assert [c["type"] for c in content] == [
-        "input_text",
-        "input_image",
-        "input_text",
-        "input_image",
-        "input_text",
-    ]
-    assert [c.get("text") for c in content[::2]] == ["Which is cuter:", "or", "? One word."]
-
-
-def test_anthropic_keeps_the_order() -> None:
-    blocks = body_of("anthropic", REQUEST, model="m")["messages"][0]["content"]
-    assert blocks == [
+    ],
+    "openai-responses": [
+        {"type": "input_text", "text": "Which is cuter:"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "auto"},
+        {"type": "input_text", "text": "or"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG64}", "detail": "auto"},
+        {"type": "input_text", "text": "? One word."},
+    ],
+    "anthropic": [
         {"type": "text", "text": "Which is cuter:"},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
         {"type": "text", "text": "or"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG64}},
         {"type": "text", "text": "? One word."},
-    ]
-
-
-def test_gemini_keeps_the_order() -> None:
-    parts = body_of("gemini", REQUEST)["contents"][0]["parts"]
-    assert parts == [
+    ],
+    "gemini": [
         {"text": "Which is cuter:"},
         {"fileData": {"fileUri": "https://example.com/cat.png", "mimeType": "image/png"}},
         {"text": "or"},
         {"inlineData": {"mimeType": "image/png", "data": PNG64}},
         {"text": "? One word."},
-    ]
+    ],
+}
+"""A message of text and media interleaved, as each API is sent it: in the same order."""
+
+
+@pytest.mark.parametrize("api", list(IN_ORDER))
+def test_text_and_media_interleaved_keep_their_order(api: str) -> None:
+    body = body_of(api, REQUEST)
+    first = (body.get("messages") or body.get("input") or body.get("contents"))[0]
+    assert first.get("content", first.get("parts")) == IN_ORDER[api]
 
 
 def test_text_parts_survive_the_history_json() -> None:

@@ -99,8 +99,7 @@ async def _replay(api: str, it: Interaction, status: int, body: str) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 @settings(
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
 async def test_a_damaged_recorded_answer_fails_only_with_golem_errors(
@@ -154,7 +153,7 @@ def test_a_thinking_delta_still_reaches_its_thinking_block() -> None:
 
 @pytest.mark.parametrize("kind", [["response.completed"], {"a": 1}, 7, None])
 def test_a_responses_event_whose_type_is_not_a_string_is_ignored(kind: Any) -> None:
-    assert ResponsesStreamParser().feed(json.dumps({"type": kind, "delta": "x"})) is None
+    assert ResponsesStreamParser().feed("", json.dumps({"type": kind, "delta": "x"})) is None
 
 
 def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
@@ -173,4 +172,4 @@ def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
 
 def test_chat_stream_tool_calls_that_are_not_a_list_are_ignored() -> None:
     chunk = {"choices": [{"index": 0, "delta": {"content": "a", "tool_calls": 5}}]}
-    assert ChatStreamParser().feed(json.dumps(chunk)) == Delta(content="a")
+    assert ChatStreamParser().feed("", json.dumps(chunk)) == Delta(content="a")

@@ -22,6 +22,7 @@ from golem.providers.openai import OpenAIChatModel
 from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response
 from golem.usage import Usage
+from tests.support.openai_chat import stream_from_body
 from tests.support.recordings import (
     Interaction,
     all_interactions,
@@ -30,8 +31,6 @@ from tests.support.recordings import (
     needs_recordings,
     replay_transport,
 )
-
-from .openai_fixtures import stream_from_body
 
 pytestmark = needs_recordings
 

@@ -28,9 +28,7 @@ def _messages(*messages: Message, **opts: Any) -> list[dict[str, Any]]:
 
 def test_roles_and_plain_text() -> None:
     assert _messages(
-        Message("system", "Be brief."),
-        Message("user", "Hi"),
-        Message("assistant", "Hello"),
+        Message("system", "Be brief."), Message("user", "Hi"), Message("assistant", "Hello")
     ) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},

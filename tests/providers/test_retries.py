@@ -16,10 +16,7 @@ def _no_wait(attempt: int) -> float:
     return 0.0
 
 
-ANSWERS = {
-    429: (RateLimited, {"retry-after": "0"}),
-    503: (Overloaded, {}),
-}
+ANSWERS = {429: (RateLimited, {"retry-after": "0"}), 503: (Overloaded, {})}
 
 
 @pytest.mark.parametrize("status", sorted(ANSWERS))

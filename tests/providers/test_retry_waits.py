@@ -19,9 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.errors import (
-    RateLimited,
-)
+from golem.errors import RateLimited
 from golem.providers._retry import MAX_RETRY_AFTER, rate_limit_reset, retry_after_seconds
 from tests.support.adapters import MODELS
 from tests.support.errors import ERROR_BODIES, fail_with, http_date_forms
@@ -259,10 +257,7 @@ def test_a_date_without_a_zone_is_gmt_whatever_the_local_zone() -> None:
         ({"retry-after": "1_000"}, None),  # Python's float() reads it; no server writes it
         ({"retry-after": "0x10"}, None),
         ({"retry-after": "30, 40"}, 30.0),  # the header sent twice, joined
-        (
-            {"retry-after": "Thu, 04 Dec 2025 00:13:40 GMT, Thu, 04 Dec 2025 00:15:00 GMT"},
-            7220.0,
-        ),
+        ({"retry-after": "Thu, 04 Dec 2025 00:13:40 GMT, Thu, 04 Dec 2025 00:15:00 GMT"}, 7220.0),
         ({"retry-after": "Mon, 99 Foo 2025 99:99:99 GMT"}, None),
         ({"retry-after": "inf"}, None),
         ({"retry-after": ""}, None),

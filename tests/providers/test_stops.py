@@ -326,18 +326,14 @@ async def test_an_unreadable_function_call_is_a_retryable_format_error(
 
 async def test_a_call_that_came_through_is_kept_whatever_the_finish_reason() -> None:
     part = {"functionCall": {"name": "f", "args": {"n": 1}}}
-    body = {
-        "candidates": [{"content": {"parts": [part]}, "finishReason": "TOO_MANY_TOOL_CALLS"}],
-    }
+    body = {"candidates": [{"content": {"parts": [part]}, "finishReason": "TOO_MANY_TOOL_CALLS"}]}
     response = await gemini_answer(body)
     assert [c.name for c in response.message.tool_calls] == ["f"]
     assert response.finish_reason == "other"
 
 
 @pytest.mark.parametrize("reason", ["SAFETY", "RECITATION", "PROHIBITED_CONTENT", "SPII"])
-async def test_a_filtered_candidate_without_content_is_a_content_filter_answer(
-    reason: str,
-) -> None:
+async def test_a_filtered_candidate_without_content_is_a_content_filter_answer(reason: str) -> None:
     response = await gemini_answer(
         {"candidates": [{"finishReason": reason, "index": 0}]}, stream=True
     )

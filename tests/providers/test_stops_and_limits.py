@@ -516,12 +516,7 @@ _USAGE_KEYS = {
     ),
     "anthropic": (
         "usage",
-        [
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        ],
+        ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"],
         {"output_tokens_details": "thinking_tokens"},
     ),
     "gemini": (

@@ -16,10 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.errors import (
-    Overloaded,
-    ProviderError,
-)
+from golem.errors import Overloaded, ProviderError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import accumulated, assert_deltas_add_up, final, send
 from tests.support.events import (
@@ -231,8 +228,7 @@ def _anthropic_unknown_block(index: int) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(
-    "data",
-    ["model crashed", '{"message": "model crashed", "code": 500}', '"model crashed"'],
+    "data", ["model crashed", '{"message": "model crashed", "code": 500}', '"model crashed"']
 )
 async def test_a_chat_error_event_of_any_shape_fails_the_stream(data: str) -> None:
     head = ("", '{"choices":[{"index":0,"delta":{"content":"par"}}]}')

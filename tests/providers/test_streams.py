@@ -22,13 +22,7 @@ from hypothesis import strategies as st
 
 from golem.errors import ProviderError, RateLimited, ResponseFormatError
 from golem.model import Delta, ModelResponse
-from tests.support.adapters import (
-    MODELS,
-    assert_deltas_add_up,
-    cut,
-    final,
-    send,
-)
+from tests.support.adapters import MODELS, assert_deltas_add_up, cut, final, send
 from tests.support.recordings import available
 from tests.support.streams import (
     ARGS,

@@ -16,9 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.errors import (
-    ResponseFormatError,
-)
+from golem.errors import ResponseFormatError
 from golem.model import Delta, ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
 from tests.support.events import (

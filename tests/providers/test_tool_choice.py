@@ -247,7 +247,7 @@ def test_tool_output_mode_without_function_tools_forces_the_output_tool() -> Non
 def test_streamed_output_tool_input_arrives_as_text() -> None:
     from golem.providers.anthropic import parse_response
     from golem.providers.anthropic._stream import parse_stream, sse_events
-    from tests.providers.anthropic_fixtures import sse, synthesize_stream
+    from tests.support.anthropic import sse, synthesize_stream
 
     body = load("anthropic", "test_anthropic_tool_output.yaml")[1].json
     items = parse_stream(

@@ -1,9 +1,4 @@
-"""Model provider adapters and `infer_model`.
-
-`infer_model("openai:gpt-4.1")`, `"openai-responses:gpt-5"`, `"anthropic:claude-sonnet-4-5"`, `"gemini:gemini-2.5-flash"`,
-`"ollama:llama3"` build the matching adapter; keys come from the usual environment variables.
-`FallbackModel(primary, *others)` asks the next model when one fails with a retryable error.
-"""
+"""Model provider adapters and `infer_model`."""
 
 from __future__ import annotations
 
@@ -22,11 +17,6 @@ _PROVIDERS = "openai, openai-responses, anthropic, gemini or ollama"
 
 def infer_model(spec: str) -> Model:
     """Build a model from `"provider:model-name"`.
-
-    Providers: "openai" (`OpenAIChatModel`), "openai-responses" (`OpenAIResponsesModel`),
-    "anthropic" (`AnthropicModel`), "gemini"
-    (also "google", "google-gla"; `GeminiModel`), "ollama" (`OpenAIChatModel` at
-    `OLLAMA_BASE_URL`, default http://localhost:11434/v1; key from `OLLAMA_API_KEY` if set).
 
     Raises:
         ValueError: the spec has no known provider prefix.

@@ -70,12 +70,7 @@ def in_order(
     m: Message, blocks: Sequence[tuple[ServerToolBlock, dict[str, Any]]]
 ) -> Iterator[ThinkingBlock | slice | dict[str, Any]]:
     """The thinking blocks, text spans (`slice`s of `m.content`) and server-side `blocks`
-    of an assistant message in the order they arrived, for an adapter to send back.
-
-    Before each block: the thinking blocks that preceded it, then the text before it (past
-    the run separator golem added). Then the rest of the thinking and of the text. Empty
-    spans are skipped; tool calls are the caller's to add after.
-    """
+    of an assistant message in the order they arrived, for an adapter to send back."""
     thinking = pos = 0
     for b, block in blocks:
         yield from m.thinking[thinking : max(thinking, b.thinking_before)]
@@ -93,11 +88,7 @@ def in_order(
 
 def unique_call_id(call_id: str, seen: set[str]) -> str:
     """`call_id`, renamed `<id>_2`, `<id>_3`, ... when a call of the same response already
-    has it, and recorded in `seen`. An empty ID is returned as is (the adapters fill it).
-
-    Results are paired with calls by ID, and the APIs reject a conversation whose calls
-    share one, so a response that repeats an ID would break the next request.
-    """
+    has it, and recorded in `seen`. An empty ID is returned as is (the adapters fill it)."""
     if not call_id:
         return call_id
     unique, n = call_id, 1

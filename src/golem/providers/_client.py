@@ -1,47 +1,74 @@
-"""The HTTP side of the adapters: one client per event loop, POST of a JSON body or a
-stream, transport failures translated, keys from the environment."""
+"""The HTTP side of the adapters: one client per event loop, a POST answered with one JSON
+body or with an event stream, transport failures translated, keys from the environment."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import weakref
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, ClassVar, Protocol, Self, cast
 
 import httpx
 
 from golem.errors import (
     AuthenticationError,
     ProviderConnectionError,
+    ProviderError,
     ProviderTimeout,
     ResponseFormatError,
 )
-from golem.providers._errors import RequestTag, raise_for_status, read_error_body
+from golem.model import Delta, ModelResponse
+from golem.providers._answers import deltas_of
+from golem.providers._errors import (
+    STREAM_ENDED,
+    RequestTag,
+    error_from_response,
+    raise_for_status,
+    read_error_body,
+)
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import MAX_BODY, WholeBody, iter_sse
 
 __all__ = [
+    "EventParser",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
     "body_text",
-    "is_json",
-    "post_json",
-    "post_sse",
+    "encode_body",
     "read_body",
-    "refuse_html",
     "translate_transport_errors",
 ]
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def encode_body(body: dict[str, Any]) -> bytes:
+    """A request body as compact UTF-8 JSON."""
+    return _ENCODER.encode(body).encode()
+
+
+class EventParser(Protocol):
+    """What turns the events of one streamed answer into deltas and a final response."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the answer is complete (the rest of the stream is not read)."""
+
+    def feed(self, event: str | None, data: str) -> Delta | list[Delta] | None:
+        """The deltas of one event (`event` None: the whole answer as one JSON document)."""
+
+    def response(self) -> ModelResponse:
+        """The final response, or the error of a stream that ended too early."""
+
 
 class HTTPModel:
-    """Base of the adapters: owns their `LoopBoundClient` and closes it.
-
-    `await model.aclose()` or `async with model:` closes the client the model created
-    (an injected `http_client` is left open).
+    """Base of the adapters: owns their `LoopBoundClient` (`aclose()`, `async with model:`
+    close the client the model created; an injected `http_client` is left open) and POSTs.
     """
 
     model: str
@@ -49,11 +76,107 @@ class HTTPModel:
     provider: str
     """Who serves the model, as OpenTelemetry's `gen_ai.provider.name` spells it."""
     _clients: LoopBoundClient
+    _timeout: httpx.Timeout
+    _wire_name: ClassVar[str]
+    """The provider as error messages name it."""
+    _json_type: ClassVar[str] = "application/json"
+    """A content type holding this (any case) answers a stream with one JSON body."""
 
     @property
     def model_name(self) -> str:
         """`model`, under the name `FallbackModel` and `ModelResponse` use."""
         return self.model
+
+    def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
+        """The error an unsuccessful HTTP answer raises (`error_from_response`)."""
+        return error_from_response(self._wire_name, status, headers, body)
+
+    async def _post(
+        self,
+        url: str,
+        content: bytes,
+        headers: dict[str, str],
+        parse: Callable[[dict[str, Any]], ModelResponse],
+    ) -> ModelResponse:
+        """POST `content` and return `parse` of the JSON object of the successful answer."""
+        provider = self._wire_name
+        client = await self._clients.get()
+        with translate_transport_errors(provider):
+            request = client.build_request(
+                "POST", url, content=content, headers=headers, timeout=self._timeout
+            )
+            resp = await client.send(request, stream=True)
+            try:
+                await raise_for_status(resp, self._classify)
+                text = await read_body(resp, provider)
+            finally:
+                await resp.aclose()
+        with RequestTag(resp.headers):
+            return parse(parse_json_body(provider, text))
+
+    async def _stream(
+        self,
+        url: str,
+        content: Callable[[], bytes],
+        headers: dict[str, str],
+        parser: EventParser,
+        whole: Callable[[str], ModelResponse] | None = None,
+    ) -> AsyncIterator[Delta | ModelResponse]:
+        """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes
+        of each event (it may stop the stream early: `parser.done`), then its final response.
+
+        An answer that is one JSON document (a proxy's error, a server that ignored `stream:
+        true`) is `whole(text)` replayed as deltas when `whole` is given, else
+        `parser.feed(None, text)`. An HTML page is a `ResponseFormatError`; a connection lost
+        mid-stream a retryable `ProviderConnectionError`. Errors met once the answer began
+        name its request ID.
+        """
+        provider = self._wire_name
+        tag = RequestTag()
+        client = await self._clients.get()
+        with tag, translate_transport_errors(provider):
+            async with client.stream(
+                "POST", url, content=content(), headers=headers, timeout=self._timeout
+            ) as resp:
+                await raise_for_status(resp, self._classify)
+                tag.headers = resp.headers
+                ctype = resp.headers.get("content-type", "").lower()
+                if "text/html" in ctype:  # a proxy's page: it would pass for a dropped stream
+                    page = await read_error_body(resp)
+                    raise ResponseFormatError(
+                        f"{provider} answered a stream with an HTML page: {page[:200]!r}",
+                        provider=provider,
+                        body=page,
+                    )
+                text = await read_body(resp, provider) if self._json_type in ctype else None
+                if text is None:
+                    events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, provider))
+                    try:
+                        async with aclosing(events):
+                            async for event, data in events:
+                                for delta in _deltas(parser.feed(event, data)):
+                                    yield delta
+                                if parser.done:
+                                    break
+                    except WholeBody as body:
+                        text = body.text
+                    except httpx.TimeoutException:
+                        raise
+                    except httpx.TransportError as exc:
+                        raise ProviderConnectionError(
+                            f"{provider} {STREAM_ENDED}: {exc!r}", provider=provider, retryable=True
+                        ) from exc
+                if text is not None and whole is not None:
+                    final = whole(text)
+                    for replayed in deltas_of(final):
+                        yield replayed
+                    yield final
+                    return
+                if text is not None:
+                    for delta in _deltas(parser.feed(None, text)):
+                        yield delta
+            final = parser.response()
+        yield final
 
     async def aclose(self) -> None:
         """Close the HTTP client this model created (an injected client is left open)."""
@@ -71,14 +194,14 @@ class HTTPModel:
         await self.aclose()
 
 
-class LoopBoundClient:
-    """The `httpx.AsyncClient` an adapter sends with.
+def _deltas(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
+    return fed if isinstance(fed, list) else () if fed is None else (fed,)
 
-    An injected client is used as is and never closed. Otherwise the adapter owns one
-    client per event loop: pooled connections belong to the loop that opened them, so
-    a new loop (each `asyncio.run`, each `run_sync`) gets a new client, and a client is
-    closed when its loop shuts down its async generators, or by `aclose()`.
-    """
+
+class LoopBoundClient:
+    """The `httpx.AsyncClient` an adapter sends with: an injected one as is (never closed),
+    else one client per event loop (pooled connections belong to the loop that opened them),
+    closed when its loop shuts down its async generators, or by `aclose()`."""
 
     __slots__ = ("_closer", "_injected", "_loop", "_own", "_timeout")
 
@@ -106,17 +229,11 @@ class LoopBoundClient:
         """Close the client this adapter created on the running loop (never an injected one)."""
         own, self._own = self._own, None
         closer, self._closer = self._closer, None
-        if (
-            own is not None
-            and self._loop is not None
-            and self._loop() is asyncio.get_running_loop()
-        ):
+        if self._loop is None or self._loop() is not asyncio.get_running_loop():
+            return
+        if own is not None:
             await own.aclose()
-        if (
-            closer is not None
-            and self._loop is not None
-            and self._loop() is asyncio.get_running_loop()
-        ):
+        if closer is not None:
             await closer.aclose()
 
 
@@ -128,96 +245,8 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
         await client.aclose()
 
 
-async def post_json(
-    clients: LoopBoundClient,
-    url: str,
-    content: bytes,
-    headers: dict[str, str],
-    timeout: httpx.Timeout,
-    provider: str,
-    tag: RequestTag | None = None,
-) -> dict[str, Any]:
-    """POST `content` and return the JSON object of a successful response; `tag` is given
-    the response's request ID (for errors the caller finds in the body).
-
-    Raises:
-        ProviderError: the failure classified (`error_from_response`, transport errors,
-            `ResponseFormatError` for a body that is not a JSON object).
-    """
-    client = await clients.get()
-    with translate_transport_errors(provider):
-        request = client.build_request(
-            "POST", url, content=content, headers=headers, timeout=timeout
-        )
-        resp = await client.send(request, stream=True)
-        try:
-            if not resp.is_success:
-                await raise_for_status(resp, provider)
-            text = await read_body(resp, provider)
-        finally:
-            await resp.aclose()
-    if tag is None:
-        tag = RequestTag()
-    tag.headers = resp.headers
-    with tag:
-        return parse_json_body(provider, text)
-
-
-async def post_sse(
-    clients: LoopBoundClient,
-    url: str,
-    content: bytes,
-    headers: dict[str, str],
-    timeout: httpx.Timeout,
-    provider: str,
-    tag: RequestTag | None = None,
-) -> AsyncGenerator[tuple[str, str], None]:
-    """POST `content` and yield the `(event, data)` pairs of the streamed response; `tag`
-    is given the response's request ID (for errors the caller finds in the events).
-
-    Close it (`contextlib.aclosing`) to stop early: that closes the response.
-
-    A JSON answer (`application/json`: an error object from a proxy, or a server that
-    ignored `stream: true`) is yielded whole, as the data of one event.
-
-    Raises:
-        ProviderError: as `post_json`; a connection lost mid-stream is a retryable
-            `ProviderConnectionError` ("stream ended before the response completed").
-    """
-    client = await clients.get()
-    with translate_transport_errors(provider):
-        async with client.stream(
-            "POST", url, content=content, headers=headers, timeout=timeout
-        ) as resp:
-            await raise_for_status(resp, provider)
-            if tag is not None:
-                tag.headers = resp.headers
-            await refuse_html(resp, provider)
-            if is_json(resp):
-                # not a stream (a proxy's error, or a server that ignored `stream: true`):
-                # the whole body is one event for the adapter's parser
-                yield "", await read_body(resp, provider)
-                return
-            events = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, provider))
-            try:
-                async with aclosing(events):
-                    async for item in events:
-                        yield item
-            except WholeBody as whole:
-                yield "", whole.text
-            except httpx.TimeoutException:
-                raise
-            except httpx.TransportError as exc:
-                raise ProviderConnectionError(
-                    f"{provider} stream ended before the response completed: {exc!r}",
-                    provider=provider,
-                    retryable=True,
-                ) from exc
-
-
 async def read_body(response: httpx.Response, provider: str) -> str:
-    """The text of a successful streamed `response` (see `body_text`), read whole up to
-    `MAX_BODY` bytes.
+    """The text of a successful streamed `response` (see `body_text`), up to `MAX_BODY` bytes.
 
     Raises:
         ResponseFormatError: the body is longer than `MAX_BODY` (not read further).
@@ -235,55 +264,27 @@ async def read_body(response: httpx.Response, provider: str) -> str:
     return b"".join(chunks).decode("utf-8-sig", errors="replace")
 
 
-def is_json(response: httpx.Response) -> bool:
-    """Whether the content type says JSON (`application/json`, any case and parameters)."""
-    return "application/json" in response.headers.get("content-type", "").lower()
-
-
 def body_text(response: httpx.Response) -> str:
-    """The text of a read JSON body: UTF-8 whatever charset the header declares (JSON is
-    UTF-8, RFC 8259; a proxy's `charset=iso-8859-1` would garble every non-ASCII character),
+    """The text of a read JSON body: UTF-8 whatever charset the header declares (RFC 8259),
     a leading byte order mark skipped."""
     return response.content.decode("utf-8-sig", errors="replace")
 
 
-async def refuse_html(response: httpx.Response, provider: str) -> None:
-    """Refuse a successful answer to a streamed request that is an HTML page (a proxy's or a
-    captive portal's): read as an event stream it holds no event, and would pass for a
-    connection dropped before the answer.
-
-    Raises:
-        ResponseFormatError: the content type is `text/html`.
-    """
-    if "text/html" in response.headers.get("content-type", ""):
-        page = await read_error_body(response)
-        raise ResponseFormatError(
-            f"{provider} answered a stream with an HTML page: {page[:200]!r}",
-            provider=provider,
-            body=page,
-        )
-
-
 @contextmanager
 def translate_transport_errors(provider: str) -> Iterator[None]:
-    """Map httpx transport failures to `ProviderTimeout` / `ProviderConnectionError`."""
+    """Map httpx failures to `ProviderTimeout`, `ProviderConnectionError`, or (a body its
+    Content-Encoding does not decode) a retryable `ResponseFormatError`."""
     try:
         yield
     except httpx.TimeoutException as exc:
         raise ProviderTimeout(f"{provider} request timed out: {exc}", provider=provider) from exc
-    except httpx.TransportError as exc:
-        raise ProviderConnectionError(
-            f"{provider} could not be reached: {exc!r}", provider=provider
-        ) from exc
     except httpx.DecodingError as exc:
-        # a body its Content-Encoding does not decode (corrupt gzip, brotli, ...): the transfer
-        # was damaged, another attempt may get it whole
         raise ResponseFormatError(
             f"{provider} sent a body that could not be decoded: {exc}",
             provider=provider,
             retryable=True,
         ) from exc
-    except httpx.RequestError as exc:  # too many redirects, and whatever httpx adds
+    except httpx.RequestError as exc:  # transport errors, too many redirects, ...
         raise ProviderConnectionError(
             f"{provider} could not be reached: {exc!r}", provider=provider
         ) from exc
@@ -301,9 +302,8 @@ def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider:
         value = os.environ.get(name)
         if value:
             return value
-    names = " or ".join(env_names)
     raise AuthenticationError(
-        f"no {provider} API key: pass api_key=... or set {names}. "
+        f"no {provider} API key: pass api_key=... or set {' or '.join(env_names)}. "
         "To run offline, use golem.testing.ScriptedModel instead.",
         provider=provider,
     )

@@ -23,7 +23,9 @@ from golem.providers._retry import rate_limit_reset, retry_after_seconds
 
 __all__ = [
     "MAX_ERROR_BODY",
+    "STREAM_ENDED",
     "RequestTag",
+    "code_status",
     "error_details",
     "error_from_response",
     "raise_for_status",
@@ -36,13 +38,7 @@ def error_from_response(
     provider: str, status: int, headers: httpx.Headers, body: str
 ) -> ProviderError:
     """Classify a non-2xx HTTP response into the `ProviderError` tree, carrying the
-    provider's error type, code and request ID (`error_details`).
-
-    401/403 `AuthenticationError`; 429 `RateLimited`; 408 `ProviderTimeout`; 5xx (and
-    Anthropic's 529) `Overloaded`; any other status `BadRequest`, retryable for 409 (a
-    conflict, OpenAI's and Anthropic's lock timeouts). An `x-should-retry: true|false`
-    header (OpenAI, Anthropic) overrides whether the error is retryable.
-    """
+    provider's error type, code and request ID (`error_details`)."""
     body = body[:MAX_ERROR_BODY]
     details = error_details(body, headers)
     _, err = _error_object(body)
@@ -95,14 +91,10 @@ def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
                 if isinstance(d, dict) and isinstance(d.get("reason"), str):
                     code = d["reason"][:200]
                     break
-    request_id = ""
-    for name in _REQUEST_ID_HEADERS:
-        request_id = headers.get(name, "")
-        if request_id:
-            break
+    request_id = request_id_of(headers)
     if not request_id and data is not None:
         request_id = _text(data.get("request_id"))
-    return {"error_type": kind, "error_code": code, "request_id": request_id[:200]}
+    return {"error_type": kind, "error_code": code, "request_id": request_id}
 
 
 def _error_object(body: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -205,19 +197,13 @@ async def read_error_body(response: httpx.Response) -> str:
 
 
 async def raise_for_status(
-    response: httpx.Response,
-    provider: str,
-    classify: Callable[[int, httpx.Headers, str], ProviderError] | None = None,
+    response: httpx.Response, classify: Callable[[int, httpx.Headers, str], ProviderError]
 ) -> None:
-    """Raise the classified error of an unsuccessful (not 2xx) streamed `response`, its body
-    read up to `MAX_ERROR_BODY` bytes; `classify(status, headers, body)` is the provider's
-    own (default `error_from_response`)."""
-    if response.is_success:
-        return
-    body = await read_error_body(response)
-    if classify is None:
-        raise error_from_response(provider, response.status_code, response.headers, body)
-    raise classify(response.status_code, response.headers, body)
+    """Raise `classify(status, headers, body)` for an unsuccessful streamed `response`, its
+    body read up to `MAX_ERROR_BODY` bytes."""
+    if not response.is_success:
+        body = await read_error_body(response)
+        raise classify(response.status_code, response.headers, body)
 
 
 def request_id_of(headers: httpx.Headers) -> str:
@@ -256,3 +242,17 @@ class RequestTag:
             exc.request_id = request_id
             if len(exc.args) == 1 and isinstance(exc.args[0], str):
                 exc.args = (f"{exc.args[0]} (request {request_id})",)
+
+
+STREAM_ENDED = "stream ended before the response completed"
+"""What a retryable `ProviderConnectionError` says of a stream cut before its end."""
+
+
+def code_status(err: Any) -> int | None:
+    """The HTTP status (400-599) an error object's `code` names (a number, or digits)."""
+    code = err.get("code") if isinstance(err, dict) else None
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    return None

@@ -36,17 +36,6 @@ def _retryable(exc: Exception) -> bool:
 class FallbackModel:
     """Tries models in order: the next one answers when one fails with a retryable error.
 
-    A retryable `ProviderError` (rate limit, overload, timeout, lost connection) moves on to
-    the next model; any other failure (bad request, authentication, a bug) is raised at once.
-    When every model failed, the last error is raised with a note per earlier failure, and
-    keeps its `retryable` flag, so `Agent(max_attempts=...)` can retry the whole chain.
-
-    The response is the answering model's: its usage (failed calls report none) and its
-    `model_name`, filled in with that model's name when the provider reported none.
-    Streaming falls back only while the failing stream has yielded nothing; a stream that
-    fails midway raises, since its deltas already reached the caller. A model without
-    `generate_stream` streams its whole answer as one delta.
-
     Args:
         primary: The model asked first.
         *others: The models asked next, in order.
@@ -58,10 +47,7 @@ class FallbackModel:
     """
 
     def __init__(
-        self,
-        primary: Model,
-        *others: Model,
-        fallback_on: Callable[[Exception], bool] = _retryable,
+        self, primary: Model, *others: Model, fallback_on: Callable[[Exception], bool] = _retryable
     ) -> None:
         models = (primary, *others)
         for i, m in enumerate(models):

@@ -1,8 +1,5 @@
 """How long a provider asks to be left alone: `Retry-After` (seconds or an HTTP date),
-`retry-after-ms`, and the rate-limit reset headers (Go durations, RFC 3339 times).
-
-Adapters classify failures; they never retry. The run loop retries under
-`Agent(max_attempts=...)`, honouring the wait read here."""
+`retry-after-ms`, and the rate-limit reset headers (Go durations, RFC 3339 times)."""
 
 from __future__ import annotations
 
@@ -14,24 +11,14 @@ import time
 
 import httpx
 
-__all__ = [
-    "MAX_RETRY_AFTER",
-    "finite_seconds",
-    "rate_limit_reset",
-    "retry_after_seconds",
-]
+__all__ = ["MAX_RETRY_AFTER", "finite_seconds", "rate_limit_reset", "retry_after_seconds"]
 
 
 def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> float | None:
     """Seconds to wait as the response asks: `retry-after-ms`, else `Retry-After` (seconds,
     or an HTTP date in any of RFC 9110's three forms: IMF-fixdate, RFC 850, asctime; a date
     without a zone is GMT, as the RFC says), else, for a rate limit, the `x-ratelimit-reset-*`
-    headers (`rate_limit_reset`). `now` is the clock for dates (tests).
-
-    A value that is not a finite number (`inf`, `nan`, `1e400`) is no answer (None): a run
-    would sleep forever on it. A negative one, or a date past, is 0; a longer one than
-    `MAX_RETRY_AFTER` is that bound.
-    """
+    headers (`rate_limit_reset`). `now` is the clock for dates (tests)."""
     ms = headers.get("retry-after-ms")
     if ms:
         seconds = finite_seconds(ms, 1000.0)
@@ -80,15 +67,7 @@ def _http_date_wait(value: str, now: float) -> float | None:
 
 
 def rate_limit_reset(headers: httpx.Headers, now: float | None = None) -> float | None:
-    """Seconds until the exhausted rate limit resets; None when no header says.
-
-    Read from OpenAI's `x-ratelimit-reset-requests` / `-tokens` (durations: `1s`, `6m0s`,
-    `20ms`) and Anthropic's `anthropic-ratelimit-{requests,tokens,input-tokens,
-    output-tokens}-reset` and `anthropic-priority-{input,output}-tokens-reset` (RFC 3339
-    times, against `now`): the latest reset among the limits whose `*-remaining` is 0, or
-    any limit's when no remaining count is given. Bounded like `retry_after_seconds`; a
-    time past is 0.
-    """
+    """Seconds until the exhausted rate limit resets; None when no header says."""
     waits = []
     for reset_name, remaining_name, absolute in _RESET_HEADERS:
         reset = headers.get(reset_name)
@@ -124,35 +103,27 @@ _RESET_HEADERS = tuple(
 
 
 _RFC3339 = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:(?:[0-5][0-9]|(60))(?:\.[0-9]{1,9})?"
+    r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?"
 )
+"""An RFC 3339 time (a leap second, 60, is read as the second before)."""
 
 
 def _rfc3339_wait(text: str, now: float) -> float | None:
-    """Seconds from `now` to the RFC 3339 time `text` (`2025-08-21T12:40:59Z`, a fraction and
-    an offset allowed; no offset is UTC), 0 for a time past, None when it is no such time."""
+    """Seconds from `now` to the RFC 3339 time `text` (no offset is UTC), 0 for a time past,
+    None when it is no such time."""
     match = _RFC3339.fullmatch(text)
     if match is None:
         return None
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    zone = match.group(8) or "Z"
-    offset = 0
-    if zone not in ("Z", "z"):
-        hours, minutes = int(zone[1:3]), int(zone[4:6])
-        if hours > 23 or minutes > 59:
-            return None
-        offset = (hours * 60 + minutes) * (-1 if zone[0] == "-" else 1)
-    if second > 60:  # 60: a leap second, read as the second before
-        return None
+    if match.group(1):
+        text = text[: match.start(1)] + "59" + text[match.end(1) :]
     try:
-        when = datetime.datetime(
-            year, month, day, hour, minute, min(second, 59), tzinfo=datetime.UTC
-        )
+        when = datetime.datetime.fromisoformat(text.upper())
     except ValueError:  # month 13, day 31 of April, hour 24, year 0
         return None
-    seconds = when.timestamp() - offset * 60 + float(match.group(7) or 0)
-    return max(0.0, seconds - now)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
 
 
 _DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?)(h|ms|m|s))+?")

@@ -13,13 +13,7 @@ from pydantic_core import from_json
 from golem.errors import ResponseFormatError
 from golem.providers._jsonio import lenient_json
 
-__all__ = [
-    "MAX_BODY",
-    "WholeBody",
-    "iter_sse",
-    "sse_block",
-    "sse_events",
-]
+__all__ = ["MAX_BODY", "WholeBody", "iter_sse", "sse_block", "sse_events"]
 
 
 MAX_BODY = 256 * 1024 * 1024
@@ -31,11 +25,6 @@ async def iter_sse(
     response: httpx.Response, provider: str | None = None
 ) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response.
-
-    Events are cut from the decoded text at blank lines, not line by line: one event costs
-    one split, whatever its number of lines. Yields what `sse_events` yields for the lines.
-    A byte order mark at the start of the stream is skipped, as the SSE standard says; a
-    last event that the stream cut off in the middle of its JSON is dropped.
 
     Raises:
         ResponseFormatError: with a `provider` named, a stream that yielded no event and
@@ -170,46 +159,17 @@ def sse_block(block: str) -> tuple[str, str] | None:
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
-    """Split raw server-sent-event lines into `(event, data)` pairs (sync form of `iter_sse`)."""
-    decoder = _SSEDecoder()
-    first = True
-    for line in lines:
-        if first:
-            first = False
-            line = line.removeprefix("\ufeff")
-        item = decoder.feed(line)
-        if item is not None:
-            yield item
-    item = _whole(decoder.flush())
+    """Split raw server-sent-event lines into `(event, data)` pairs (the sync `iter_sse`)."""
+    block: list[str] = []
+    for n, line in enumerate(lines):
+        line = line.rstrip("\r\n").removeprefix("\ufeff" if n == 0 else "")
+        if line:
+            block.append(line)
+        elif block:
+            item = sse_block("\n".join(block))
+            block = []
+            if item is not None:
+                yield item
+    item = _whole(sse_block("\n".join(block))) if block else None
     if item is not None:
         yield item
-
-
-class _SSEDecoder:
-    """Incremental SSE decoding: one line in, at most one `(event, data)` out."""
-
-    __slots__ = ("data", "event")
-
-    def __init__(self) -> None:
-        self.event = ""
-        self.data: list[str] = []
-
-    def feed(self, line: str) -> tuple[str, str] | None:
-        line = line.rstrip("\r\n")
-        if not line:
-            return self.flush()
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            self.event = value
-        elif name == "data":
-            self.data.append(value)
-        return None
-
-    def flush(self) -> tuple[str, str] | None:
-        item = (self.event, "\n".join(self.data)) if self.data else None
-        self.event, self.data = "", []
-        return item

@@ -1,22 +1,7 @@
-"""Anthropic Messages API adapter: `AnthropicModel`.
-
-```python
-from golem import Agent
-from golem.providers.anthropic import AnthropicModel
-
-agent = Agent(AnthropicModel("claude-sonnet-4-5"))  # key from ANTHROPIC_API_KEY
-```
-
-The adapter speaks the wire format over httpx (no SDK). It classifies failures into
-`golem.errors.ProviderError` subclasses and never retries; the agent loop retries
-under `Agent(max_attempts=...)`. The pure mapping functions (`_wire.build_request_body`,
-`_wire.parse_response`, `_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`)
-need no network; they are internal, not public API.
-"""
+"""Anthropic Messages API adapter: `AnthropicModel`."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -24,20 +9,8 @@ from typing import Any
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._answers import deltas_of
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    api_key_from_env,
-    is_json,
-    post_json,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env, encode_body
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
@@ -61,8 +34,6 @@ _MIN_THINKING_BUDGET = 1024
 
 class AnthropicModel(HTTPModel):
     """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
-
-    Implements `golem.model.Model` and `golem.model.StreamingModel`.
 
     Args:
         model: Model name, for example "claude-sonnet-4-5".
@@ -94,6 +65,7 @@ class AnthropicModel(HTTPModel):
     """
 
     provider = "anthropic"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -175,19 +147,15 @@ class AnthropicModel(HTTPModel):
         """Send `request` and return the model's answer.
 
         Raises:
-            ProviderError: the subclass for the failure (`AuthenticationError`,
-                `RateLimited`, `Overloaded`, `BadRequest`, `ProviderTimeout`,
-                `ProviderConnectionError`, `ResponseFormatError`).
+            ProviderError: the classified failure (see `golem.errors`).
         """
-        content = _encode(self.request_body(request))
-        tag = RequestTag()
-        body = await post_json(
-            self._clients, self.url, content, self._headers, self._timeout, PROVIDER, tag
+        content = encode_body(self.request_body(request))
+        output_tool = self._output_tool(request)
+        return await self._post(
+            self.url, content, self._headers, lambda body: parse_response(body, output_tool)
         )
-        with tag:
-            return parse_response(body, self._output_tool(request))
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -195,44 +163,12 @@ class AnthropicModel(HTTPModel):
                 a stream that ends before `message_stop` raises a retryable
                 `ProviderConnectionError`.
         """
-        content = _encode(self.request_body(request, stream=True))
-        client = await self._clients.get()
-        parser = StreamParser(self._output_tool(request))
-        with translate_transport_errors(PROVIDER):
-            async with client.stream(
-                "POST", self.url, content=content, headers=self._headers, timeout=self._timeout
-            ) as response:
-                await raise_for_status(response, PROVIDER)
-                tag = RequestTag(response.headers)
-                await refuse_html(response, PROVIDER)
-                # not a stream: an error object from a proxy, or a server that ignored
-                # `stream: true` and answered one message
-                whole = await read_body(response, PROVIDER) if is_json(response) else None
-                if whole is None:
-                    try:
-                        with tag:
-                            async for event, data in iter_sse(response, PROVIDER):
-                                delta = parser.feed(event, data)
-                                if delta is not None:
-                                    yield delta
-                                if parser.done:
-                                    break
-                    except WholeBody as body:
-                        whole = body.text
-        if whole is not None:
-            with tag:
-                final = parse_response(parse_json_body(PROVIDER, whole), self._output_tool(request))
-            for replayed in deltas_of(final):
-                yield replayed
-            yield final
-            return
-        with tag:
-            final = parser.response()
-        yield final
+        output_tool = self._output_tool(request)
 
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+        def whole(text: str) -> ModelResponse:
+            return parse_response(parse_json_body(PROVIDER, text), output_tool)
 
-
-def _encode(body: dict[str, Any]) -> bytes:
-    return _encoder.encode(body).encode()
+        return self._stream(self.url, content, self._headers, StreamParser(output_tool), whole)

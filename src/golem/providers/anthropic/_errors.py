@@ -1,10 +1,4 @@
-"""Anthropic failures mapped onto the `golem.errors.ProviderError` tree.
-
-HTTP statuses go through the shared `error_from_response` (401/403 authentication,
-429 rate limit with Retry-After, 5xx and 529 overloaded, other 4xx bad request). An
-`error` event inside a stream is classified like the HTTP status Anthropic documents
-for its `error.type` (`overloaded_error` → 529 → `Overloaded`, and so on).
-"""
+"""Anthropic failures mapped onto the `golem.errors.ProviderError` tree."""
 
 from __future__ import annotations
 
@@ -14,10 +8,10 @@ from typing import Any
 
 import httpx
 
-from golem.errors import ProviderConnectionError, ProviderError
-from golem.providers._errors import error_from_response
+from golem.errors import ProviderError
+from golem.providers._errors import code_status, error_from_response
 
-__all__ = ["STATUS_BY_ERROR_TYPE", "error_from_event", "incomplete_stream"]
+__all__ = ["STATUS_BY_ERROR_TYPE", "error_from_event"]
 
 PROVIDER = "anthropic"
 
@@ -46,28 +40,10 @@ def error_from_event(data: str) -> ProviderError:
     err = payload.get("error") if isinstance(payload, Mapping) else None
     kind = err.get("type") if isinstance(err, Mapping) else None
     kind = kind if isinstance(kind, str) else "unknown_error"
-    status = STATUS_BY_ERROR_TYPE.get(kind) or _status_code(err)
+    status = STATUS_BY_ERROR_TYPE.get(kind) or code_status(err) or 500
     error = error_from_response(PROVIDER, status, httpx.Headers(), data)
     message = err.get("message") if isinstance(err, Mapping) else None
     detail = message if isinstance(message, str) else data.strip()[:500]
     # `status_code` is the status Anthropic documents for the type (the HTTP status was 200).
     error.args = (f"anthropic stream failed with {kind}: {detail}",)
     return error
-
-
-def _status_code(err: Any) -> int:
-    """The HTTP status an error object of another shape names in its `code` (a proxy's
-    OpenAI-style `{"error": {"code": 429, ...}}`), else 500."""
-    code = err.get("code") if isinstance(err, Mapping) else None
-    if isinstance(code, str) and code.isdigit():
-        code = int(code)
-    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return code
-    return 500
-
-
-def incomplete_stream() -> ProviderConnectionError:
-    """The error for a stream that ended before `message_stop`."""
-    return ProviderConnectionError(
-        "stream ended before the response completed", retryable=True, provider=PROVIDER
-    )

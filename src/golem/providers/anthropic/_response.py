@@ -13,12 +13,7 @@ from typing import Any
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
-from golem.providers._answers import (
-    RUN_SEPARATOR,
-    named_calls,
-    refuse_no_answer,
-    unique_call_id,
-)
+from golem.providers._answers import RUN_SEPARATOR, named_calls, refuse_no_answer, unique_call_id
 from golem.providers._jsonio import (
     MAX_TOKEN_COUNT,
     args_json,
@@ -104,19 +99,7 @@ class RawArgs:
 
 
 def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = "") -> Message:
-    """The assistant message of a list of content blocks.
-
-    Adjacent text blocks (a cited answer arrives as many) are concatenated; text blocks
-    that a server-side tool's blocks separate are joined by a blank line, so they do not
-    run together. A text block's `citations` become `Citation`s over its span of the text.
-    `thinking` / `redacted_thinking` become `ThinkingBlock`s; `tool_use`
-    becomes a `ToolCall` whose `args` is the raw JSON text (a streamed block carries it as
-    `"input": RawArgs(...)`, a plain block as an object, encoded like the API streams it).
-    A `tool_use` of `output_tool` ("tool" output mode) is the answer: its input becomes
-    the text (replacing any text beside it). Every other block (server-side tools: web
-    search and fetch, code execution, MCP, advisor, compaction, ...) ran on Anthropic's
-    side: it is not a call, and is kept as a `ServerToolBlock` where it sat.
-    """
+    """The assistant message of a list of content blocks."""
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
@@ -216,8 +199,6 @@ def _str(value: Any) -> str:
 
 def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelResponse:
     """Map a non-streamed `/v1/messages` response body to a `ModelResponse`.
-
-    `output_tool` names the tool whose input is the answer ("tool" output mode).
 
     Raises:
         ProviderError: the body is an error object (`{"type": "error", ...}`, or an

@@ -1,11 +1,4 @@
-"""Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`.
-
-Events: `message_start`, `content_block_start` / `content_block_delta` (`text_delta`,
-`thinking_delta`, `signature_delta`, `input_json_delta`, `citations_delta`,
-`compaction_delta`) / `content_block_stop`, `message_delta` (stop reason, usage),
-`message_stop`, `ping` and `error`. The final response is built by the same functions
-as a non-streamed one, so both paths agree for the same content.
-"""
+"""Streamed Messages API responses: server-sent events to `Delta`s and a final `ModelResponse`."""
 
 from __future__ import annotations
 
@@ -13,12 +6,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from golem.errors import ProviderError
+from golem.errors import ProviderConnectionError, ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data
 from golem.providers._sse import sse_events
-from golem.providers.anthropic._errors import error_from_event, incomplete_stream
+from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._response import (
     RawArgs,
     fresh_call_id,
@@ -34,18 +28,7 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
-    """Consumes the events of one streamed response, in order.
-
-    `feed` returns the `Delta` an event produces (or None); once `message_stop` has
-    arrived, `response()` returns the final `ModelResponse`. Tool-call arguments keep
-    the raw JSON text exactly as streamed. Blocks of server-side tools produce no delta;
-    they are assembled (input fragments, compaction content) into the final message's
-    `server_tools`, and citations into its `citations`. The input of an `output_tool` call ("tool" output
-    mode) streams as text.
-
-    Args:
-        output_tool: The name of the tool whose input is the answer, if any.
-    """
+    """Consumes the events of one streamed response, in order."""
 
     __slots__ = (
         "_blocks",
@@ -103,7 +86,7 @@ class StreamParser:
         """Whether `message_stop` has arrived."""
         return self._done
 
-    def feed(self, event: str, data: str) -> Delta | None:
+    def feed(self, event: str | None, data: str) -> Delta | None:
         """Process one server-sent event.
 
         Raises:
@@ -311,7 +294,9 @@ class StreamParser:
             ProviderConnectionError: `message_stop` never arrived (retryable).
         """
         if not self._done:
-            raise self._failed(incomplete_stream())
+            raise self._failed(
+                ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
+            )
         blocks: list[Mapping[str, Any]] = []
         for index in sorted(self._blocks):
             block = self._blocks[index]

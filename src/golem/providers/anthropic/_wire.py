@@ -1,10 +1,4 @@
-"""The Anthropic Messages API request format: golem requests to JSON bodies.
-
-Pure functions, no I/O: `build_request_body` maps a `ModelRequest` to the body of
-`POST /v1/messages`. Answers are read by `_response.py` (`parse_response`, and
-`message_from_blocks`, `usage_from`, `finish_reason_from`, which the streaming parser
-reuses so both paths build identical responses).
-"""
+"""The Anthropic Messages API request format: golem requests to JSON bodies."""
 
 from __future__ import annotations
 
@@ -22,14 +16,8 @@ from typing import Any, Literal
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from golem.providers._answers import (
-    ASSISTANT_MEDIA_TEXT,
-    RESPONSES_REASONING_PREFIX,
-    in_order,
-)
-from golem.providers._jsonio import (
-    json_object,
-)
+from golem.providers._answers import ASSISTANT_MEDIA_TEXT, RESPONSES_REASONING_PREFIX, in_order
+from golem.providers._jsonio import json_object
 
 __all__ = [
     "API_VERSION",
@@ -91,16 +79,7 @@ def build_request_body(
     stream: bool = False,
     extra_body: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the JSON body of `POST /v1/messages` for `request`.
-
-    System messages become the top-level `system` text (joined by a blank line, in
-    order); user and tool messages become user turns (consecutive ones merged, so the
-    results of one batch of tool calls form one user message of `tool_result` blocks);
-    assistant messages become assistant turns with their signed thinking blocks first,
-    then the text, then `tool_use` blocks. `extra_body` is merged last, one level
-    deep for objects (so `{"output_config": {"effort": "low"}}` keeps the output format); its
-    `tools` list is added after the agent's tools (server tools such as web search).
-    """
+    """Build the JSON body of `POST /v1/messages` for `request`."""
     system_parts = [m.content for m in request.messages if m.role == "system" and m.content]
     if request.output_schema is not None and output_mode == "prompted":
         schema_text = json.dumps(request.output_schema, ensure_ascii=False)
@@ -199,11 +178,6 @@ def tool_choice_of(
 ) -> dict[str, Any]:
     """The `tool_choice` object for a golem tool choice.
 
-    "auto" → `auto`, "required" → `any`, "none" → `none`, a name → `{"type": "tool"}`. With the
-    output tool of "tool" output mode on offer, "auto" becomes `any` (the answer is a tool
-    call), or `tool: final_result` when no function tool is offered. Extended thinking allows
-    only `auto` and `none`, so the output tool is then left to the model's choice.
-
     Raises:
         BadRequest: a forced choice ("required" or a tool name) with extended thinking, which
             the API refuses.
@@ -234,11 +208,7 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 
 
 def args_object(raw: str) -> dict[str, Any]:
-    """The `input` object sent for raw tool-call arguments.
-
-    Empty text is `{}`; text that is not a JSON object (for example truncated by the
-    length limit) is sent as `{"truncated_args": "<raw text>"}` so the turn stays valid.
-    """
+    """The `input` object sent for raw tool-call arguments."""
     if not raw.strip():
         return {}
     try:
@@ -256,13 +226,7 @@ _ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
 @dataclass
 class _CallIds:
-    """Maps golem tool-call IDs to IDs the API accepts (`^[a-zA-Z0-9_-]+$`), stably.
-
-    IDs from other providers with other characters are rewritten deterministically (a
-    hash suffix keeps distinct IDs distinct); empty IDs get a positional ID and a tool
-    message with an empty `tool_call_id` answers the oldest open empty-ID call of the
-    same tool.
-    """
+    """Maps golem tool-call IDs to IDs the API accepts (`^[a-zA-Z0-9_-]+$`), stably."""
 
     _open: list[tuple[str, str]] = field(default_factory=list)
     _count: int = 0
@@ -363,15 +327,7 @@ def _media_blocks(parts: list[Part]) -> list[dict[str, Any]]:
 
 
 def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
-    """The thinking blocks of `m` that Anthropic signed, as far as the message tells.
-
-    Unsigned reasoning (OpenAI-compatible servers) cannot be replayed. A message whose
-    tool calls carry signatures came from Gemini: its signatures would be rejected. A
-    signature-only block (no text) is kept only beside an Anthropic tool call
-    (`toolu_…`) or Anthropic server-tool blocks, where the API requires it; elsewhere it may be a Gemini signature, and
-    thinking from earlier turns is optional for the API. OpenAI Responses reasoning (its
-    signature prefix) is never sent.
-    """
+    """The thinking blocks of `m` that Anthropic signed, as far as the message tells."""
     if not m.thinking or any(c.signature for c in m.tool_calls):
         return []
     anthropic_calls = any(c.id.startswith("toolu_") for c in m.tool_calls) or any(
@@ -390,14 +346,7 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
 
 
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
-    """The content blocks of an assistant turn.
-
-    Without Anthropic server-tool blocks: replayable thinking, the text, the `tool_use`
-    blocks. With them, each goes back verbatim where it sat: the thinking blocks that came
-    before it, then the text before it, then the block itself; tool calls last. Text is split
-    at the spans of web-search citations, which go back on their text; text that is only
-    whitespace (which the API refuses) joins the block before or is left out.
-    """
+    """The content blocks of an assistant turn."""
     replayable = {id(t) for t in _replayable_thinking(m)}
     server = [
         (b, block)
@@ -439,10 +388,7 @@ documents of the request by index, which an edited or trimmed history may no lon
 
 
 def _text_blocks(m: Message, start: int, end: int) -> list[dict[str, Any]]:
-    """Text blocks for `m.content[start:end]`, cut at the spans of replayable citations.
-
-    Blocks that would hold only whitespace (which the API refuses) join the block before.
-    """
+    """Text blocks for `m.content[start:end]`, cut at the spans of replayable citations."""
     cited: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for c in m.citations:
         if c.provider != PROVIDER or not (start <= c.start < c.end <= end):
@@ -542,13 +488,7 @@ _SCHEMA_ONE = ("items", "not", "contains")
 
 
 def strict_output_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The schema sent as `output_config.format`: what Anthropic's structured outputs accept.
-
-    Objects get `additionalProperties: false`; constraints the API rejects (numeric and
-    length bounds, `pattern`, unknown string formats, `minItems` above 1, ...) move into
-    the `description` as `{key: value}` text. This only loosens what the API enforces:
-    golem still validates the answer against the original schema.
-    """
+    """The schema sent as `output_config.format`: what Anthropic's structured outputs accept."""
     out: dict[str, Any] = {}
     moved: list[str] = []
     for key, value in schema.items():

@@ -1,16 +1,4 @@
-"""Google Gemini API (`generateContent` / `streamGenerateContent`) spoken with httpx.
-
-```python
-from golem import Agent
-from golem.providers.gemini import GeminiModel
-
-agent = Agent(GeminiModel("gemini-2.5-flash"))  # key from GEMINI_API_KEY or GOOGLE_API_KEY
-```
-
-The pure functions behind the adapter (`_wire.build_request_body`, `_response.parse_response`,
-`_stream.StreamParser`, `_stream.parse_stream`, `_stream.sse_events`) need no network, so
-benchmarks and tests drive them with recorded bodies; they are internal, not public API.
-"""
+"""Google Gemini API (`generateContent` / `streamGenerateContent`) spoken with httpx."""
 
 from __future__ import annotations
 
@@ -21,19 +9,9 @@ from urllib.parse import quote
 
 import httpx
 
-from golem.errors import ResponseFormatError
+from golem.errors import ProviderError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    api_key_from_env,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
-from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
+from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
@@ -50,13 +28,11 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 
 
 class GeminiModel(HTTPModel):
-    """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`.
-
-    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
-    tree with `retryable` set; the adapter itself never retries.
-    """
+    """A Gemini model behind the Gemini API, usable wherever golem takes a `Model`."""
 
     provider = "gcp.gemini"
+    _wire_name = PROVIDER
+    _json_type = "json"
 
     def __init__(
         self,
@@ -145,9 +121,14 @@ class GeminiModel(HTTPModel):
         return f"{self.base_url}/{path}:generateContent"
 
     def _headers(self) -> dict[str, str]:
-        headers = {"x-goog-api-key": self._api_key, "content-type": "application/json"}
-        headers.update(self._extra_headers)
-        return headers
+        return {
+            "x-goog-api-key": self._api_key,
+            "content-type": "application/json",
+            **self._extra_headers,
+        }
+
+    def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
+        return error_from_http(status, headers, body)
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Answer `request` with one `generateContent` call.
@@ -155,64 +136,21 @@ class GeminiModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`).
         """
-        body = self.request_body(request)
-        client = await self._clients.get()
-        with translate_transport_errors(PROVIDER):
-            sent = client.build_request(
-                "POST",
-                self.url(),
-                content=_encode(body),
-                headers=self._headers(),
-                timeout=self._timeout,
-            )
-            response = await client.send(sent, stream=True)
-            try:
-                await raise_for_status(response, PROVIDER, error_from_http)
-                text = await read_body(response, PROVIDER)
-            finally:
-                await response.aclose()
-        with RequestTag(response.headers):
-            return parse_response(parse_json_body(PROVIDER, text))
+        content = _encode(self.request_body(request))
+        return await self._post(self.url(), content, self._headers(), parse_response)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
             ProviderError: classified failure; a stream that ends before a finish reason
                 raises a retryable `ProviderConnectionError`.
         """
-        body = self.request_body(request)
-        parser = StreamParser()
-        with translate_transport_errors(PROVIDER):
-            async with (await self._clients.get()).stream(
-                "POST",
-                self.url(stream=True),
-                content=_encode(body),
-                headers=self._headers(),
-                timeout=self._timeout,
-            ) as response:
-                await raise_for_status(response, PROVIDER, error_from_http)
-                tag = RequestTag(response.headers)
-                await refuse_html(response, PROVIDER)
-                # a JSON array of responses: a proxy that ignored alt=sse
-                ctype = response.headers.get("content-type", "").lower()
-                whole = await read_body(response, PROVIDER) if "json" in ctype else None
-                if whole is None:
-                    try:
-                        with tag:
-                            async for _event, data in iter_sse(response, PROVIDER):
-                                for delta in parser.feed(data):
-                                    yield delta
-                    except WholeBody as body:
-                        whole = body.text
-                if whole is not None:
-                    with tag:
-                        for data in _json_chunks(whole):
-                            for delta in parser.feed(data):
-                                yield delta
-        with tag:
-            final = parser.result()
-        yield final
+
+        def content() -> bytes:
+            return _encode(self.request_body(request))
+
+        return self._stream(self.url(stream=True), content, self._headers(), StreamParser())
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -220,20 +158,3 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 def _encode(body: dict[str, Any]) -> bytes:
     return _ENCODER.encode(body).encode("utf-8")
-
-
-def _json_chunks(text: str) -> list[str]:
-    """The responses of a non-SSE streamed body (a JSON array, or a single object)."""
-    if not text.strip():  # nothing came: a transfer cut short, another may be whole
-        raise ResponseFormatError(
-            "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True
-        )
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ResponseFormatError(
-            f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
-            provider=PROVIDER,
-        ) from exc
-    items = data if isinstance(data, list) else [data]
-    return [json.dumps(item) for item in items]

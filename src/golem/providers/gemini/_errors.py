@@ -1,10 +1,4 @@
-"""Gemini failures classified into golem's `ProviderError` tree.
-
-On top of the shared HTTP classification: Gemini answers a wrong API key with HTTP 400
-(`API_KEY_INVALID`), which is an `AuthenticationError` here; a 429 usually carries its
-wait in a `google.rpc.RetryInfo` detail (`"retryDelay": "37s"`) rather than in a
-`Retry-After` header; and an error inside a stream is a `{"error": {...}}` event.
-"""
+"""Gemini failures classified into golem's `ProviderError` tree."""
 
 from __future__ import annotations
 

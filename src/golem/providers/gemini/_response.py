@@ -1,26 +1,4 @@
-"""Responses: Gemini `GenerateContentResponse` objects as golem deltas and `ModelResponse`s.
-
-`ResponseBuilder` folds one response (a plain call) or every event of a stream into
-deltas and a final `ModelResponse`; `parse_response` is its one-shot form.
-
-Thought signatures: a `thoughtSignature` on a `functionCall` part becomes
-`ToolCall.signature`; one on a plain text part becomes a `ThinkingBlock` with empty text
-and that signature; thought text parts (`thought: true`) become `ThinkingBlock`s.
-Function calls without an ID get a stable synthesized one (`SYNTHETIC_ID_PREFIX`).
-
-Media the model produces (`inlineData`, `fileData`: an image model's pictures) become the
-message's `parts`, each with its part's thought signature; text they separate is joined by a
-blank line. Thought images (`thought: true`, interim drafts) are not kept. Streamed, media
-arrive on the final response only (a `Delta` carries text, thinking and calls).
-
-Server-side tool parts (`executableCode`, `codeExecutionResult`, Gemini 3's `toolCall` /
-`toolResponse`) become `ServerToolBlock`s holding the whole part (thought signature
-included), where they sat; text they separate is joined by a blank line. The candidate's
-`groundingMetadata` and `urlContextMetadata` are kept as blocks too (at the end), and the
-grounding supports become `Citation`s over the text (Gemini counts UTF-8 bytes; golem's
-offsets are `str` indexes). A part of a kind golem does not know is kept the same way (a
-`ServerToolBlock` typed by its key, where it sat) but never sent back.
-"""
+"""Responses: Gemini `GenerateContentResponse` objects as golem deltas and `ModelResponse`s."""
 
 from __future__ import annotations
 
@@ -115,11 +93,7 @@ def finish_reason(raw: str, has_tool_calls: bool) -> FinishReason:
 
 
 def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
-    """Token usage from a `usageMetadata` object.
-
-    Input is the prompt (cached tokens included) plus tool-use prompt tokens; output is
-    the candidates plus the thoughts, so input + output equals `totalTokenCount`.
-    """
+    """Token usage from a `usageMetadata` object."""
     thoughts = token_count(meta.get("thoughtsTokenCount"))
     return Usage(
         input_tokens=min(
@@ -150,15 +124,7 @@ class _Block:
 
 
 class ResponseBuilder:
-    """Folds `GenerateContentResponse` objects into deltas and one `ModelResponse`.
-
-    Feed a plain response once, or every event of a stream in order; parts are read
-    from the first candidate and appended in arrival order, usage and finish reason
-    are taken from the latest object that has them (streamed usage is cumulative).
-
-    Args:
-        deltas: build the `Delta`s `add` returns (a plain response needs none).
-    """
+    """Folds `GenerateContentResponse` objects into deltas and one `ModelResponse`."""
 
     def __init__(self, *, deltas: bool = True) -> None:
         self._deltas = deltas
@@ -386,8 +352,7 @@ class ResponseBuilder:
             detail = f": {self._finish_message}" if self._finish_message else ""
             if self._finish in _REQUEST_FAILED:
                 raise BadRequest(
-                    f"gemini rejected the conversation ({self._finish}){detail}",
-                    provider=PROVIDER,
+                    f"gemini rejected the conversation ({self._finish}){detail}", provider=PROVIDER
                 )
             error = ResponseFormatError(
                 f"gemini could not produce a readable answer ({self._finish}){detail}",
@@ -490,13 +455,7 @@ _OCTETS = "application/octet-stream"
 
 
 def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citation]:
-    """One `Citation` per grounding support and chunk it cites.
-
-    The segment's UTF-8 byte offsets become `str` indexes of `content`; a segment whose
-    offsets do not hold its text is found by its text instead. `cited_text` is the
-    retrieved passage when the chunk has one (file search); `raw` holds
-    `{"support": ..., "chunk": ...}`.
-    """
+    """One `Citation` per grounding support and chunk it cites."""
     chunks = metadata.get("groundingChunks")
     chunks = chunks if isinstance(chunks, list) else []
     supports = metadata.get("groundingSupports")

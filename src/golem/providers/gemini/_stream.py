@@ -1,18 +1,13 @@
-"""Parsing of `streamGenerateContent?alt=sse`: server-sent events into deltas and a response.
-
-Every event carries a whole `GenerateContentResponse` holding the parts produced since
-the previous one (text fragments, thoughts, complete function calls) and the usage so
-far. The stream is complete once an event carries a `finishReason` (or a blocked
-prompt); anything that ends before that is a dropped connection. A `data: [DONE]` event
-(the end marker of OpenAI's streams, which proxies add) is ignored.
-"""
+"""Parsing of `streamGenerateContent?alt=sse`: server-sent events into deltas and a response."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
@@ -22,18 +17,24 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
-    """Turns the `data` of each server-sent event into deltas; `result()` gives the response."""
+    """Turns the `data` of each server-sent event into deltas; `response()` gives the response."""
+
+    done = False
+    """Never set: the stream is read to its end."""
 
     def __init__(self) -> None:
         self._builder = ResponseBuilder()
 
-    def feed(self, data: str) -> list[Delta]:
-        """Fold one event's data in and return its deltas in arrival order.
+    def feed(self, event: str | None, data: str) -> list[Delta]:
+        """Fold one event's data in (`event` None: a whole JSON body, an array of responses
+        or one) and return its deltas in arrival order.
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
             ProviderError: the event is an `{"error": ...}` object (classified by its code).
         """
+        if event is None:
+            return [d for chunk in json_chunks(data) for d in self.feed("", chunk)]
         if not data.strip():
             return []
         try:
@@ -48,16 +49,14 @@ class StreamParser:
             raise error
         return self._builder.add(chunk)
 
-    def result(self) -> ModelResponse:
+    def response(self) -> ModelResponse:
         """The final response.
 
         Raises:
             ProviderConnectionError: no event carried a finish reason (retryable).
         """
         if not self._builder.complete:
-            error = ProviderConnectionError(
-                "stream ended before the response completed", retryable=True, provider=PROVIDER
-            )
+            error = ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
             error.usage = self._builder.usage()
             raise error
         return self._builder.response()
@@ -67,6 +66,26 @@ def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelR
     """Parse a whole recorded stream: every delta in order, then the final response."""
     parser = StreamParser()
     deltas: list[Delta] = []
-    for _event, data in events:
-        deltas.extend(parser.feed(data))
-    return deltas, parser.result()
+    for event, data in events:
+        deltas.extend(parser.feed(event, data))
+    return deltas, parser.response()
+
+
+def json_chunks(text: str) -> list[str]:
+    """The responses of a streamed body that is no event stream (a JSON array, or one object).
+
+    Raises:
+        ResponseFormatError: the body is empty (retryable) or not JSON.
+    """
+    if not text.strip():  # nothing came: a transfer cut short, another may be whole
+        raise ResponseFormatError(
+            "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True
+        )
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ResponseFormatError(
+            f"gemini returned a stream body that is neither SSE nor JSON: {text[:200]!r}",
+            provider=PROVIDER,
+        ) from exc
+    return [json.dumps(item) for item in (data if isinstance(data, list) else [data])]

@@ -1,10 +1,4 @@
-"""Requests: golem's `ModelRequest` as the JSON body of Gemini `generateContent`.
-
-`build_request_body` maps the conversation, tools, output schema and generation settings
-to the body of `models/{model}:generateContent` (and `:streamGenerateContent`). Thought
-signatures kept in history (`ToolCall.signature`, signature-only `ThinkingBlock`s) go back
-on the parts they came from; see `_response` for how they are read.
-"""
+"""Requests: golem's `ModelRequest` as the JSON body of Gemini `generateContent`."""
 
 from __future__ import annotations
 
@@ -34,17 +28,10 @@ __all__ = [
 ]
 
 SYNTHETIC_ID_PREFIX = "gemini_"
-"""Prefix of the call IDs this adapter makes up for function calls Gemini sent without one.
-
-Calls whose ID starts with it are sent back without an `id` (as Gemini produced them).
-"""
+"""Prefix of the call IDs this adapter makes up for function calls Gemini sent without one."""
 
 DUMMY_SIGNATURE = base64.b64encode(b"skip_thought_signature_validator").decode("ascii")
-"""The documented placeholder signature for a function call that has none of its own.
-
-Gemini 3 rejects a model turn whose first function call carries no thought signature;
-calls that came from another provider (or a scripted model) get this one instead.
-"""
+"""The documented placeholder signature for a function call that has none of its own."""
 
 EMPTY_PROMPT_TEXT = "."
 """The text of the user turn sent for an empty prompt: the API refuses empty `contents`
@@ -62,10 +49,7 @@ _GEMINI_VERSION = re.compile(r"gemini-(\d+)")
 
 
 def supports_json_output_with_tools(model: str) -> bool:
-    """Whether `model` accepts a JSON response schema together with function declarations.
-
-    Gemini 3 and later do; Gemini 2.x and earlier reject the combination with HTTP 400.
-    """
+    """Whether `model` accepts a JSON response schema together with function declarations."""
     match = _GEMINI_VERSION.search(model.rsplit("/", 1)[-1])
     return match is not None and int(match.group(1)) >= 3
 
@@ -83,21 +67,7 @@ def build_request_body(
     multimodal_results: bool = False,
     extra_body: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the JSON body of a `generateContent` request.
-
-    Args:
-        request: the conversation, tools and optional output schema.
-        max_tokens, temperature, top_p, stop: `generationConfig` settings (omitted when None).
-        thinking_budget, include_thoughts: `generationConfig.thinkingConfig`.
-        json_output_with_tools: send `output_schema` as a native JSON response schema even
-            when tools are declared (Gemini 3+). Otherwise, with tools present, the schema
-            goes into the system instruction instead (older models reject the combination).
-        multimodal_results: send the media of tool results inside `functionResponse.parts`
-            (Gemini 3+); otherwise they follow the results in a user content.
-        extra_body: merged last, recursively (nested objects merge, other values replace);
-            a `tools` list is added after the function declarations (built-in tools such as
-            `{"googleSearch": {}}` beside the agent's tools).
-    """
+    """Build the JSON body of a `generateContent` request."""
     system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
 
@@ -181,12 +151,7 @@ def _compact(value: Any) -> str:
 def _contents(
     messages: Sequence[Message], multimodal_results: bool = False
 ) -> tuple[list[str], list[dict[str, Any]]]:
-    """System texts and `contents` for a conversation.
-
-    Consecutive tool messages become one user content of `functionResponse` parts. The
-    images/documents those results carry go inside their `functionResponse` (`parts`) with
-    `multimodal_results` (Gemini 3+), else they follow in a second user content.
-    """
+    """System texts and `contents` for a conversation."""
     system: list[str] = []
     contents: list[dict[str, Any]] = []
     call_names: dict[str, str] = {}

@@ -1,43 +1,18 @@
-"""OpenAI Chat Completions (and every server that speaks it) and the Responses API, through httpx.
-
-```python
-from golem.providers.openai import OpenAIChatModel
-
-model = OpenAIChatModel("gpt-4.1")                                   # OPENAI_API_KEY
-local = OpenAIChatModel("llama3.2", base_url="http://localhost:11434/v1")  # Ollama, no key
-responses = OpenAIResponsesModel("gpt-5")                            # POST /v1/responses
-```
-
-The wire mapping lives in `_wire.py` (request bodies, response parsing) and `_stream.py`
-(SSE chunks); both are pure and usable without a network.
-"""
+"""OpenAI Chat Completions (and every server that speaks it) and the Responses API, through httpx."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
-from typing import Any, cast
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import httpx
 
-from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import (
-    HTTPModel,
-    LoopBoundClient,
-    is_json,
-    post_json,
-    read_body,
-    refuse_html,
-    translate_transport_errors,
-)
-from golem.providers._errors import RequestTag, raise_for_status
+from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import WholeBody, iter_sse
 from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
 from golem.providers.openai._responses import OpenAIResponsesModel
-from golem.providers.openai._stream import STREAM_ENDED_EARLY, ChatStreamParser, deltas_of
+from golem.providers.openai._stream import ChatStreamParser
 from golem.providers.openai._wire import (
     PROVIDER,
     RequestOptions,
@@ -54,9 +29,6 @@ _USER_AGENT = "golem-agents (httpx; openai-chat)"
 
 class OpenAIChatModel(HTTPModel):
     """A model served by the OpenAI Chat Completions API or a compatible server.
-
-    Implements `golem.model.StreamingModel`. Failures raise the `golem.errors.ProviderError`
-    tree with `retryable` set; the adapter never retries (the agent's `max_attempts` does).
 
     Args:
         model: Model name sent as `model` (e.g. "gpt-4.1", "llama3.2").
@@ -89,6 +61,7 @@ class OpenAIChatModel(HTTPModel):
     """
 
     provider = "openai"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -156,25 +129,16 @@ class OpenAIChatModel(HTTPModel):
         """The JSON body this model sends for `request`."""
         return build_request_body(request, self._options, stream=stream)
 
-    def _encode(self, request: ModelRequest, *, stream: bool) -> bytes:
-        body = self.request_body(request, stream=stream)
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Send `request` and return the model's answer.
 
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        content = self._encode(request, stream=False)
-        tag = RequestTag()
-        body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
-        with tag:
-            return parse_response(body, reasoning_field=self._options.reasoning_field)
+        content = encode_body(self.request_body(request))
+        return await self._post(self._url, content, self._headers, self._parse)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -182,48 +146,15 @@ class OpenAIChatModel(HTTPModel):
                 that ends before the response completed raises a retryable
                 `ProviderConnectionError`.
         """
-        content = self._encode(request, stream=True)
-        client = await self._clients.get()
         parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
-        with translate_transport_errors(PROVIDER):
-            async with client.stream(
-                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
-            ) as resp:
-                await raise_for_status(resp, PROVIDER)
-                tag = RequestTag(resp.headers)
-                await refuse_html(resp, PROVIDER)
-                # the server ignored `stream: true` and answered with one JSON body
-                whole = await read_body(resp, PROVIDER) if is_json(resp) else None
-                if whole is None:
-                    try:
-                        sse = cast(AsyncGenerator[tuple[str, str], None], iter_sse(resp, PROVIDER))
-                        async with aclosing(sse) as events:
-                            with tag:
-                                async for event, data in events:
-                                    chunk_delta = parser.feed(data, event)
-                                    if chunk_delta is not None:
-                                        yield chunk_delta
-                                    if parser.done:
-                                        break
-                    except WholeBody as body:
-                        whole = body.text
-                    except httpx.TimeoutException:
-                        raise
-                    except httpx.TransportError as exc:
-                        raise ProviderConnectionError(
-                            f"openai {STREAM_ENDED_EARLY}: {exc!r}",
-                            provider=PROVIDER,
-                            retryable=True,
-                        ) from exc
-        if whole is not None:
-            with tag:
-                final = parse_response(
-                    parse_json_body(PROVIDER, whole), reasoning_field=self._options.reasoning_field
-                )
-            for delta in deltas_of(final):
-                yield delta
-            yield final
-            return
-        with tag:
-            final = parser.finish()
-        yield final
+
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
+
+        return self._stream(self._url, content, self._headers, parser, self._parse_text)
+
+    def _parse(self, body: dict[str, Any]) -> ModelResponse:
+        return parse_response(body, reasoning_field=self._options.reasoning_field)
+
+    def _parse_text(self, text: str) -> ModelResponse:
+        return self._parse(parse_json_body(PROVIDER, text))

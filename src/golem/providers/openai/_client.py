@@ -22,10 +22,6 @@ def endpoint(
 ) -> tuple[str, dict[str, str]]:
     """The API root (no trailing slash) and the headers of every request.
 
-    The key is `api_key`, else `OPENAI_API_KEY` (with `api_key_header="api-key"`,
-    `AZURE_OPENAI_API_KEY` first). The default OpenAI endpoint requires one; with a custom
-    base URL (also from `OPENAI_BASE_URL`) and no key, no credentials are sent.
-
     Raises:
         AuthenticationError: no key for the default OpenAI endpoint.
     """

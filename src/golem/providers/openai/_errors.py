@@ -1,10 +1,4 @@
-"""Errors that Chat Completions servers report inside a 200 response.
-
-HTTP error statuses are classified by `golem.providers._errors.error_from_response`. Some
-failures arrive after the status line instead: an `error` object in the SSE stream (OpenAI,
-OpenRouter) or in a 200 body (some compatible servers), or vLLM's `{"object": "error",
-"code": 400, ...}`. They are classified like the equivalent HTTP status.
-"""
+"""Errors that Chat Completions servers report inside a 200 response."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ from typing import Any
 import httpx
 
 from golem.errors import ProviderError
-from golem.providers._errors import error_from_response
+from golem.providers._errors import code_status, error_from_response
 from golem.providers._jsonio import json_text
 
 __all__ = ["error_from_payload", "payload_status"]
@@ -53,11 +47,9 @@ _KIND_STATUS = (
 
 def payload_status(error: dict[str, Any]) -> int:
     """The HTTP status equivalent to an error object (500 when nothing says otherwise)."""
-    code = error.get("code")
-    if isinstance(code, str) and code.isdigit():
-        code = int(code)
-    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
-        return code
+    status = code_status(error)
+    if status is not None:
+        return status
     kind = " ".join(str(error.get(k) or "") for k in ("type", "code")).lower()
     for needle, status in _KIND_STATUS:
         if needle in kind:

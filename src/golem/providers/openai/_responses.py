@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from contextlib import aclosing
 from typing import Any
 
 import httpx
 
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import HTTPModel, LoopBoundClient, post_json, post_sse
-from golem.providers._errors import RequestTag
+from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
 from golem.providers.openai._client import check_settings, endpoint
 from golem.providers.openai._responses_stream import ResponsesStreamParser
 from golem.providers.openai._responses_wire import (
@@ -26,40 +23,10 @@ __all__ = ["OpenAIResponsesModel"]
 
 _USER_AGENT = "golem-agents (httpx; openai-responses)"
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class OpenAIResponsesModel(HTTPModel):
     """A model served by the OpenAI Responses API (`POST /v1/responses`).
-
-    Implements `golem.model.StreamingModel`. Requests are stateless by default: golem sends
-    the whole conversation each turn (`store: false`) and keeps reasoning items in the
-    history as `ThinkingBlock`s (summary text, and a signature holding the item's ID and
-    encrypted content), so a reasoning model gets its reasoning back on the next turn, also
-    after a run was paused and resumed elsewhere. Failures raise the
-    `golem.errors.ProviderError` tree with `retryable` set; the adapter never retries.
-
-    Args:
-        model: Model name sent as `model` (e.g. "gpt-5", "gpt-4.1").
-        api_key: Key; defaults to `OPENAI_API_KEY`.
-        base_url: API root up to `/v1` (the adapter appends `/responses`); defaults to
-            `OPENAI_BASE_URL`, else https://api.openai.com/v1.
-        http_client: An `httpx.AsyncClient` to use (and not close); by default one is
-            created lazily per event loop.
-        timeout: Seconds per request (connect, each read, write).
-        max_tokens: Output token cap, sent as `max_output_tokens`.
-        temperature, top_p: Sampling settings, sent when given.
-        reasoning_effort: `reasoning.effort` for reasoning models.
-        reasoning_summary: `reasoning.summary` ("auto", "concise", "detailed"); summaries
-            become the thinking text.
-        encrypted_reasoning: Ask for encrypted reasoning so it can be replayed without
-            `store`; by default on for reasoning models (o-series, gpt-5, codex) and when
-            `reasoning_effort` is set (other models refuse the request).
-        store: Let OpenAI keep responses (`store: true`); golem never relies on it.
-        strict: Mark tool and output schemas `strict` when they already qualify.
-        extra_headers: Headers added to every request.
-        extra_body: Fields merged last into every body (e.g. `{"service_tier": "flex"}`).
-        api_key_header: "Authorization" (Bearer) or another header carrying the raw key.
 
     Raises:
         AuthenticationError: no key for the default OpenAI endpoint.
@@ -67,6 +34,7 @@ class OpenAIResponsesModel(HTTPModel):
     """
 
     provider = "openai"
+    _wire_name = PROVIDER
 
     def __init__(
         self,
@@ -138,15 +106,10 @@ class OpenAIResponsesModel(HTTPModel):
         Raises:
             ProviderError: classified failure (see `golem.errors`); never retried here.
         """
-        content = _encoder.encode(self.request_body(request)).encode()
-        tag = RequestTag()
-        body = await post_json(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
-        with tag:
-            return parse_responses_response(body)
+        content = encode_body(self.request_body(request))
+        return await self._post(self._url, content, self._headers, parse_responses_response)
 
-    async def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
         """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
         Raises:
@@ -154,20 +117,8 @@ class OpenAIResponsesModel(HTTPModel):
                 response mid-stream; a stream that ends before its terminal event raises a
                 retryable `ProviderConnectionError`.
         """
-        content = _encoder.encode(self.request_body(request, stream=True)).encode()
-        parser = ResponsesStreamParser()
-        tag = RequestTag()
-        events = post_sse(
-            self._clients, self._url, content, self._headers, self._timeout, PROVIDER, tag
-        )
-        async with aclosing(events):
-            with tag:
-                async for _event, data in events:
-                    delta = parser.feed(data)
-                    if delta is not None:
-                        yield delta
-                    if parser.done:
-                        break
-        with tag:
-            final = parser.response()
-        yield final
+
+        def content() -> bytes:
+            return encode_body(self.request_body(request, stream=True))
+
+        return self._stream(self._url, content, self._headers, ResponsesStreamParser())

@@ -1,15 +1,4 @@
-"""Streamed Responses API events to `Delta`s and a final `ModelResponse`.
-
-Deltas come from `response.output_item.added` (a function call's ID and name),
-`response.function_call_arguments.delta`, `response.output_text.delta`,
-`response.refusal.delta` and `response.reasoning_summary_text.delta` /
-`response.reasoning_text.delta`. The final response is parsed from the `response` object
-of the terminal event (`response.completed`, `response.incomplete`, `response.failed`) by
-the same function as a plain response, so both paths agree (a terminal event without its
-`output` list takes the items of the `response.output_item.done` events). A reasoning item's signature
-(its encrypted content) arrives only on the final response: the service encrypts it anew
-for the terminal event, so an earlier copy would not match.
-"""
+"""Streamed Responses API events to `Delta`s and a final `ModelResponse`."""
 
 from __future__ import annotations
 
@@ -19,6 +8,7 @@ from typing import Any
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data
 from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
@@ -94,7 +84,7 @@ class ResponsesStreamParser:
         """Whether the terminal event has arrived."""
         return self._final is not None
 
-    def feed(self, data: str) -> Delta | None:
+    def feed(self, name: str | None, data: str) -> Delta | None:
         """Process one event's `data`; return the `Delta` it produces, if any.
 
         Raises:
@@ -303,9 +293,7 @@ class ResponsesStreamParser:
         """
         if self._final is None:
             raise ProviderConnectionError(
-                "openai stream ended before the response completed",
-                provider=PROVIDER,
-                retryable=True,
+                f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True
             )
         return self._final
 
@@ -334,8 +322,8 @@ def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
     """
     parser = ResponsesStreamParser()
     out: list[Delta | ModelResponse] = []
-    for _event, data in sse_events(lines):
-        delta = parser.feed(data)
+    for event, data in sse_events(lines):
+        delta = parser.feed(event, data)
         if delta is not None:
             out.append(delta)
         if parser.done:

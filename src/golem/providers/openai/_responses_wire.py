@@ -1,10 +1,4 @@
-"""The Responses API wire format (`POST /v1/responses`): request bodies and response parsing.
-
-Pure functions, no I/O. Requests are stateless (`store: false` unless configured): golem
-keeps the conversation, and reasoning items travel back as `ThinkingBlock`s whose
-`signature` holds the item's ID and encrypted content (`reasoning_signature`), so a
-reasoning model sees its own reasoning on the next turn, also after a pause and resume.
-"""
+"""The Responses API wire format (`POST /v1/responses`): request bodies and response parsing."""
 
 from __future__ import annotations
 
@@ -101,12 +95,7 @@ def parse_reasoning_signature(signature: str) -> tuple[str, str] | None:
 def build_responses_body(
     request: ModelRequest, options: ResponsesOptions, *, stream: bool = False
 ) -> dict[str, Any]:
-    """The JSON body of `POST /responses` for `request`.
-
-    System messages become `instructions` (joined by a blank line); the rest become input
-    items: user messages, assistant messages (their reasoning items first, then the text,
-    then `function_call` items) and `function_call_output` items for tool results.
-    """
+    """The JSON body of `POST /responses` for `request`."""
     body: dict[str, Any] = {
         "model": options.model,
         "input": input_items(request.messages, store=options.store),
@@ -173,11 +162,7 @@ def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
 
 
 def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dict[str, Any]]:
-    """The `input` items of a conversation (system messages excluded: they are `instructions`).
-
-    `store` says whether OpenAI keeps responses: only then are built-in tool items sent back
-    (see `_assistant_items`).
-    """
+    """The `input` items of a conversation (system messages excluded: they are `instructions`)."""
     items: list[dict[str, Any]] = []
     media: list[Part] = []
     for m in messages:
@@ -235,15 +220,7 @@ def _user_content(m: Message) -> str | list[dict[str, Any]]:
 
 
 def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> None:
-    """Items of an assistant message: reasoning, text, built-in tool items, function calls.
-
-    Built-in tool items of this API go back verbatim where they sat: the reasoning items
-    before each, then the text before it, then the item; function calls come last. Items
-    the service must look up by ID (web search, file search, code interpreter, MCP, image
-    generation calls) go back only with `store`: a stateless request naming them fails with
-    "Item with id ... not found". `compaction` items carry their content encrypted, like
-    reasoning, and always go back.
-    """
+    """Items of an assistant message: reasoning, text, built-in tool items, function calls."""
     server = [
         (b, item)
         for b in m.server_tools
@@ -387,16 +364,7 @@ def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> s
 
 
 def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[Message, bool]:
-    """The assistant message of a response's `output` items, and whether it was a refusal.
-
-    Text of adjacent `message` items is concatenated; text separated by other items (a
-    built-in tool's call) is joined by a blank line. Annotations on the text become
-    `Citation`s (their indexes moved to the message's text). Built-in tool items (web
-    search, file search, code interpreter, MCP, image generation, compaction, ...) ran on
-    OpenAI's side: not calls; each is kept as a `ServerToolBlock` where it sat (an image
-    generation's picture also as an image part), as is the `phase` of a message item (a
-    mark where its text starts, ADR 0081). Call IDs are made unique (`unique_call_id`).
-    """
+    """The assistant message of a response's `output` items, and whether it was a refusal."""
     seen: set[str] = set()
     text: list[str] = []
     thinking: list[ThinkingBlock] = []
@@ -536,11 +504,7 @@ def _with_moderation(message: Message, moderation: Any) -> Message:
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
-    """An annotation of a text part that starts at `offset` in the message's text.
-
-    `url_citation` and `container_file_citation` cover `start_index:end_index`;
-    `file_citation` and `file_path` point at one `index`.
-    """
+    """An annotation of a text part that starts at `offset` in the message's text."""
     start, end = a.get("start_index"), a.get("end_index")
     if not isinstance(start, int) or not isinstance(end, int):
         start = end = a.get("index")

@@ -6,10 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = [
-    "schema_name",
-    "strict_compatible",
-]
+__all__ = ["schema_name", "strict_compatible"]
 
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
@@ -66,12 +63,7 @@ _LOOKAROUND = ("(?=", "(?!", "(?<=", "(?<!")
 
 
 def strict_compatible(schema: dict[str, Any]) -> bool:
-    """Whether `schema` already satisfies OpenAI's strict-mode subset, unchanged.
-
-    The root must be an object; every object lists all its properties as required and sets
-    `additionalProperties: false`; no keyword strict mode rejects (`default`, `oneOf`,
-    `minLength`, ...) appears. golem never rewrites a schema to make it strict.
-    """
+    """Whether `schema` already satisfies OpenAI's strict-mode subset, unchanged."""
     return schema.get("type") == "object" and _strict_node(schema)
 
 

@@ -1,9 +1,4 @@
-"""Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response.
-
-`ChatStreamParser` is pure: feed it the `data` of each server-sent event in arrival order and
-it returns the `Delta` of each chunk; `finish()` returns the `ModelResponse`, equal to what
-`parse_response` gives for the same content. `parse_stream_text` does the SSE framing too.
-"""
+"""Streamed Chat Completions: `chat.completion.chunk` events to `Delta`s and a final response."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
+from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data
 from golem.providers._sse import sse_events
 from golem.providers.openai._errors import error_from_payload
@@ -32,15 +28,7 @@ from golem.providers.openai._wire import (
 )
 from golem.usage import Usage
 
-__all__ = [
-    "STREAM_ENDED_EARLY",
-    "ChatStreamParser",
-    "deltas_of",
-    "parse_stream_text",
-    "sse_events",
-]
-
-STREAM_ENDED_EARLY = "stream ended before the response completed"
+__all__ = ["ChatStreamParser", "deltas_of", "parse_stream_text", "sse_events"]
 
 
 @dataclass(slots=True)
@@ -60,11 +48,7 @@ _LEGACY = -1
 
 
 class ChatStreamParser:
-    """Accumulates one streamed response; see the module docstring.
-
-    Tool-call fragments are placed by their `index`; a fragment that reuses an index with a
-    different ID starts a new call (some compatible servers number every call 0).
-    """
+    """Accumulates one streamed response; see the module docstring."""
 
     def __init__(self, *, reasoning_field: str | None = None) -> None:
         self._reasoning_field = reasoning_field
@@ -89,11 +73,8 @@ class ChatStreamParser:
         self.done = False
         """True once the `[DONE]` sentinel arrived."""
 
-    def feed(self, data: str, event: str = "") -> Delta | None:
+    def feed(self, event: str | None, data: str) -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content.
-
-        `event` is the SSE event name, if any: an `error` event is a failure whatever its
-        data holds (some servers send `{"message": ...}` or plain text there).
 
         Raises:
             ResponseFormatError: the data is not a JSON object.
@@ -252,7 +233,7 @@ class ChatStreamParser:
             error.usage = self._usage
         return error
 
-    def finish(self) -> ModelResponse:
+    def response(self) -> ModelResponse:
         """The final response.
 
         Raises:
@@ -262,9 +243,7 @@ class ChatStreamParser:
         """
         if not self.complete:
             raise self._failed(
-                ProviderConnectionError(
-                    f"openai {STREAM_ENDED_EARLY}", provider=PROVIDER, retryable=True
-                )
+                ProviderConnectionError(f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True)
             )
         content = "".join(self._text)
         finish = self._finish
@@ -338,8 +317,8 @@ def parse_stream_text(
     parser = ChatStreamParser(reasoning_field=reasoning_field)
     out: list[Delta | ModelResponse] = []
     for event, data in sse_events(text.splitlines()):
-        delta = parser.feed(data, event)
+        delta = parser.feed(event, data)
         if delta is not None:
             out.append(delta)
-    out.append(parser.finish())
+    out.append(parser.response())
     return out

@@ -1,9 +1,4 @@
-"""The Chat Completions wire format: request bodies from golem requests, responses from bodies.
-
-Everything here is pure (no I/O), so the mapping can be tested and benchmarked on its own:
-`build_request_body(request, options)` builds the JSON body of `POST /chat/completions`,
-`parse_response(body)` turns a non-streamed response body into a `ModelResponse`.
-"""
+"""The Chat Completions wire format: request bodies from golem requests, responses from bodies."""
 
 from __future__ import annotations
 
@@ -99,10 +94,7 @@ class RequestOptions:
 def build_request_body(
     request: ModelRequest, options: RequestOptions, *, stream: bool = False
 ) -> dict[str, Any]:
-    """The JSON body of `POST /chat/completions` for `request`.
-
-    Streaming bodies ask for the usage chunk (`stream_options.include_usage`).
-    """
+    """The JSON body of `POST /chat/completions` for `request`."""
     body: dict[str, Any] = {
         "model": options.model,
         "messages": map_messages(request.messages, options),
@@ -157,14 +149,7 @@ def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
 
 
 def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[dict[str, Any]]:
-    """Map a golem conversation to Chat Completions messages.
-
-    Tool results that carry parts are followed (after the run of tool messages, which must
-    directly follow their assistant message) by one user message holding those parts, since
-    tool messages take text only. Media an assistant message carries (a Gemini image model's
-    pictures) follow it the same way, in a user message of their own that says what they
-    are. Call IDs the API would reject are replaced consistently.
-    """
+    """Map a golem conversation to Chat Completions messages."""
     out: list[dict[str, Any]] = []
     ids = _CallIds()
     attachments: list[tuple[str, Message]] = []
@@ -440,10 +425,7 @@ def _int(value: Any) -> int:
 
 
 def parse_usage(usage: Any) -> Usage:
-    """Map a `usage` object (prompt/completion tokens and their details) to `Usage`.
-
-    `input_tokens` is `prompt_tokens`, which already includes cached tokens.
-    """
+    """Map a `usage` object (prompt/completion tokens and their details) to `Usage`."""
     if not isinstance(usage, dict):
         return Usage()
     prompt = usage.get("prompt_tokens_details")
@@ -607,10 +589,7 @@ def text_content(content: Any) -> str:
 
 
 def citations_of(annotations: Any, content: str) -> list[Citation]:
-    """The `url_citation` annotations of a message (web search models) as `Citation`s.
-
-    Indexes are clamped to `content`; annotations of other types are skipped.
-    """
+    """The `url_citation` annotations of a message (web search models) as `Citation`s."""
     out: list[Citation] = []
     for a in annotations if isinstance(annotations, list) else ():
         cited = a.get("url_citation") if isinstance(a, dict) else None
@@ -681,8 +660,6 @@ def _signature(tc: dict[str, Any]) -> str:
 
 def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) -> ModelResponse:
     """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice).
-
-    A refusal without content becomes the text with finish reason "content_filter".
 
     Raises:
         ResponseFormatError: the body has no choices or the wrong shape; retryable: a

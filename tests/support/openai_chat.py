@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "providers" / "openai_fixtures"
 
 
 def fixture(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Unhappy answers through each adapter's HTTP path (the fifth traffic round, ADR 0074).
+"""Unhappy answers through each adapter's HTTP path (ADR 0074), and transport failures.
 
 Each provider's real error body shape, every status the APIs document, bodies that are not
 JSON (HTML and plain-text proxy pages), empty and huge bodies, `Retry-After` in all of RFC
@@ -44,7 +44,7 @@ from golem.model import Delta, ModelResponse
 from golem.providers import _client, _sse
 from golem.providers._errors import MAX_ERROR_BODY
 from golem.providers._retry import MAX_RETRY_AFTER
-from tests.support.adapters import DONE, MODELS, send
+from tests.support.adapters import DONE, MODELS, REQUEST, send
 from tests.support.errors import ERROR_BODIES, fail_with, http_date_forms
 from tests.support.events import as_terminal, gemini_answer, responses_answer, responses_status
 from tests.support.recordings import all_interactions, needs_recordings
@@ -88,6 +88,8 @@ async def test_each_status_is_a_named_error_with_type_code_and_request_id(
     assert (error.error_type, error.error_code, error.request_id) == (kind, code, "req_header")
     assert "req_header" in str(error)
     assert error.provider in ("openai", "anthropic", "gemini")
+    assert str(error).startswith(f"{error.provider} returned HTTP {status} ({kind}")
+    assert error.body == json.dumps(body)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -304,13 +306,7 @@ async def test_an_error_inside_a_200_answer_names_the_request(api: str, stream: 
     request_id=st.sampled_from(["", "req_1"]),
 )
 def test_any_error_answer_is_a_named_provider_error(
-    api: str,
-    stream: bool,
-    status: int,
-    body: bytes,
-    ctype: str,
-    retry: str,
-    request_id: str,
+    api: str, stream: bool, status: int, body: bytes, ctype: str, retry: str, request_id: str
 ) -> None:
     import asyncio
 
@@ -654,3 +650,327 @@ async def test_an_html_error_page_is_classified_by_its_status() -> None:
             await send_with_headers(
                 api, [page], {"content-type": "text/html"}, stream=False, status=502
             )
+
+
+# --------------------------------------------------------------------------- per API
+
+
+GEMINI_ERRORS = [
+    # (status, body, headers, class, retry_after)
+    (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "API key not valid. Please pass a valid API key.",
+                "status": "INVALID_ARGUMENT",
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "API_KEY_INVALID",
+                    }
+                ],
+            }
+        },
+        {},
+        AuthenticationError,
+        None,
+    ),
+    (
+        429,
+        {
+            "error": {
+                "code": 429,
+                "message": "You exceeded your current quota.",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"},
+                ],
+            }
+        },
+        {},
+        RateLimited,
+        37.0,
+    ),
+    (
+        429,
+        {"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}},
+        {},
+        RateLimited,
+        None,
+    ),
+    (
+        429,
+        {"error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED"}},
+        {"retry-after": "7"},
+        RateLimited,
+        7.0,
+    ),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("status", "body", "headers", "cls", "wait"), GEMINI_ERRORS)
+async def test_gemini_errors_are_classified_by_their_reason_and_retry_info(
+    status: int,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    cls: type[ProviderError],
+    wait: float | None,
+    stream: bool,
+) -> None:
+    error = await fail_with(
+        "gemini", status, json.dumps(body).encode(), stream=stream, headers=headers
+    )
+    assert type(error) is cls
+    assert body["error"]["message"] in str(error)
+    assert getattr(error, "retry_after", None) == wait
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "text"),
+    [
+        (
+            {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}},
+            RateLimited,
+            "quota",
+        ),
+        (
+            {
+                "object": "error",
+                "message": "max_tokens too large",
+                "type": "BadRequestError",
+                "code": 400,
+            },
+            BadRequest,
+            "max_tokens",
+        ),
+        (
+            {"error": {"message": "Provider returned error", "code": 502}},
+            Overloaded,
+            "Provider returned error",
+        ),
+    ],
+)
+async def test_a_chat_error_object_with_status_200_is_classified(
+    body: dict[str, object], error: type[ProviderError], text: str
+) -> None:
+    with pytest.raises(error, match=text):
+        await send("openai-chat", json.dumps(body), stream=False, ctype="application/json")
+
+
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        ("openai-chat", b"[1, 2]"),
+        ("openai-chat", b'{"choices": []}'),
+        ("openai-chat", b'{"object": "x"}'),
+        ("openai-chat", b"<html>502 Bad Gateway</html>"),
+        ("anthropic", b'{"content": ['),
+        ("anthropic", b'{"type": "message", "content": "text"}'),
+        ("gemini", b"{oops"),
+        ("gemini", b"[1, 2]"),
+    ],
+)
+async def test_an_unreadable_200_body_is_a_final_format_error(api: str, body: bytes) -> None:
+    error = await fail_with(
+        api, 200, body, stream=False, headers={"content-type": "application/json"}
+    )
+    assert type(error) is ResponseFormatError
+    assert not error.retryable
+
+
+FIRST_DELTA = {
+    "openai-chat": 'data: {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}\n\n',
+    "openai-responses": "event: response.output_text.delta\ndata: "
+    + json.dumps({"type": "response.output_text.delta", "output_index": 0, "delta": "Hel"})
+    + "\n\n",
+    "anthropic": "".join(
+        f"event: {e['type']}\ndata: {json.dumps(e)}\n\n"
+        for e in [
+            {"type": "message_start", "message": {"model": "m", "usage": {}}},
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Hel"},
+            },
+        ]
+    ),
+    "gemini": "data: "
+    + json.dumps({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]})
+    + "\n\n",
+}
+"""A stream's start that yields one delta, "Hel", in each API."""
+
+
+@pytest.mark.parametrize(
+    ("rest", "cls", "message"),
+    [
+        ("", ProviderConnectionError, "stream ended before the response completed"),
+        ("data: {not json\r\n\r\n", ResponseFormatError, "not JSON"),
+    ],
+    ids=["cut-short", "not-json"],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_stream_cut_short_or_unreadable_fails_after_the_deltas_before(
+    api: str, rest: str, cls: type[ProviderError], message: str
+) -> None:
+    seen: list[Any] = []
+    with pytest.raises(cls, match=message) as caught:
+        async for item in _streamed(api, (FIRST_DELTA[api] + rest).encode()):
+            seen.append(item)
+    assert seen == [Delta(content="Hel")]
+    assert caught.value.retryable is (cls is ProviderConnectionError)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_an_empty_stream_is_a_retryable_error(api: str) -> None:
+    with pytest.raises(ProviderError) as caught:
+        async for _ in _streamed(api, b""):
+            pass
+    assert caught.value.retryable
+
+
+STREAM_ERRORS = [
+    *[
+        ("openai-chat", f"data: {json.dumps(event)}\n\n", cls, None, text)
+        for event, cls, text in [
+            (
+                {"error": {"message": "slow down", "type": "rate_limit_exceeded"}},
+                RateLimited,
+                "slow down",
+            ),
+            (
+                {"object": "error", "message": "bad", "type": "BadRequestError", "code": 400},
+                BadRequest,
+                "bad",
+            ),
+            (
+                {
+                    "error": {
+                        "message": "no",
+                        "type": "invalid_request_error",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                BadRequest,
+                "no",
+            ),
+            ({"error": {"message": "Overloaded", "code": 502}}, Overloaded, "Overloaded"),
+            (
+                {"error": {"message": "The server had an error", "type": "server_error"}},
+                Overloaded,
+                "The server had an error",
+            ),
+        ]
+    ],
+    # (api, the event that fails the stream, class, status, message)
+    *[
+        (
+            "anthropic",
+            f'event: error\ndata: {{"type": "error", "error": {{"type": "{kind}", "message": "Overloaded"}}}}\n\n',
+            cls,
+            status,
+            f"anthropic stream failed with {kind}: Overloaded",
+        )
+        for kind, cls, status in [
+            ("overloaded_error", Overloaded, 529),
+            ("api_error", Overloaded, 500),
+            ("rate_limit_error", RateLimited, 429),
+            ("invalid_request_error", BadRequest, 400),
+            ("something_new", Overloaded, 500),
+        ]
+    ],
+    *[
+        ("gemini", f"data: {json.dumps({'error': error})}\n\n", cls, None, error["message"])
+        for error, cls in [
+            ({"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}, Overloaded),
+            ({"code": 500, "message": "internal", "status": "INTERNAL"}, Overloaded),
+            ({"message": "quota", "status": "RESOURCE_EXHAUSTED"}, RateLimited),
+            ({"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}, BadRequest),
+            ({"message": "no status at all"}, Overloaded),
+        ]
+    ],
+]
+
+
+@pytest.mark.parametrize(("api", "event", "cls", "status", "message"), STREAM_ERRORS)
+async def test_an_error_event_mid_stream_is_classified_after_the_deltas_before_it(
+    api: str, event: str, cls: type[ProviderError], status: int | None, message: str
+) -> None:
+    first = FIRST_DELTA[api]
+    seen: list[Any] = []
+    with pytest.raises(cls) as caught:
+        async for item in _streamed(api, (first + event).encode()):
+            seen.append(item)
+    assert seen == [Delta(content="Hel")]
+    assert type(caught.value) is cls
+    assert caught.value.retryable is cls.retryable
+    assert message in str(caught.value)
+    if status is not None:
+        assert caught.value.status_code == status
+        assert str(caught.value) == message
+
+
+async def _streamed(api: str, body: bytes | httpx.AsyncByteStream) -> AsyncIterator[Any]:
+    stream = body if isinstance(body, httpx.AsyncByteStream) else httpx.ByteStream(body)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        async for item in MODELS[api](client).generate_stream(REQUEST):
+            yield item
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("exc", "cls"),
+    [
+        (httpx.ConnectError("connection refused"), ProviderConnectionError),
+        (httpx.ReadError("connection reset"), ProviderConnectionError),
+        (httpx.ConnectTimeout("timed out"), ProviderTimeout),
+        (httpx.ReadTimeout("timed out"), ProviderTimeout),
+    ],
+)
+@pytest.mark.parametrize("api", APIS)
+async def test_a_transport_failure_is_a_retryable_named_error(
+    api: str, exc: Exception, cls: type[ProviderError], stream: bool
+) -> None:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fail)) as client:
+        model = MODELS[api](client)
+        with pytest.raises(cls) as caught:
+            if stream:
+                async for _ in model.generate_stream(REQUEST):
+                    pass
+            else:
+                await model.generate(REQUEST)
+    assert caught.value.retryable
+    assert caught.value.__cause__ is exc
+
+
+class _Dropping(httpx.AsyncByteStream):
+    """Sends a keep-alive comment, then the connection breaks."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b": keep-alive\n\n"
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message")
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_connection_dropped_mid_stream_is_a_retryable_connection_error(api: str) -> None:
+    with pytest.raises(
+        ProviderConnectionError, match="stream ended before the response completed"
+    ) as caught:
+        async for _ in _streamed(api, _Dropping()):
+            pass
+    assert caught.value.retryable
