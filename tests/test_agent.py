@@ -53,63 +53,34 @@ def resp(content: str = "", *, usage: Usage | None = None, finish: str = "stop")
 # --------------------------------------------------------------------------- configuration
 
 
-def test_defaults_construct() -> None:
-    Agent(ScriptedModel())
+def _duplicate_by_decorator() -> None:
+    agent = Agent(ScriptedModel(), tools=[echo_tool()])
+    agent.tool(lambda: "", name="echo")
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("make", "error", "match"),
     [
-        {"tool_retries": -1},
-        {"output_retries": -1},
-        {"max_iterations": 0},
-        {"max_iterations": -3},
-        {"max_attempts": 0},
-        {"tool_timeout": -1.0},
+        (lambda: Agent(ScriptedModel(), tool_retries=-1), ValueError, "tool_retries"),
+        (lambda: Agent(ScriptedModel(), output_retries=-1), ValueError, "output_retries"),
+        (lambda: Agent(ScriptedModel(), max_iterations=0), ValueError, "max_iterations.*0"),
+        (lambda: Agent(ScriptedModel(), max_iterations=-3), ValueError, "max_iterations"),
+        (lambda: Agent(ScriptedModel(), max_attempts=0), ValueError, "max_attempts"),
+        (lambda: Agent(ScriptedModel(), tool_timeout=-1.0), ValueError, "tool_timeout"),
+        (lambda: Agent(ScriptedModel(), tools=[echo_tool(), echo_tool()]), ValueError, "echo"),
+        (_duplicate_by_decorator, ValueError, "echo"),
+        (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(tool_calls=-1)), ValueError, ""),
+        (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(cost=1.0)), ValueError, "price"),
+        (lambda: Agent(ScriptedModel(), str), TypeError, ""),  # configuration is keyword-only
     ],
 )
-def test_invalid_configuration_is_a_value_error(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
-        Agent(ScriptedModel(), **kwargs)
-
-
-def test_max_iterations_error_names_value() -> None:
-    with pytest.raises(ValueError, match="max_iterations") as info:
-        Agent(ScriptedModel(), max_iterations=0)
-    assert "0" in str(info.value)
-
-
-def test_duplicate_tool_names_are_a_value_error() -> None:
-    with pytest.raises(ValueError, match="echo"):
-        Agent(ScriptedModel(), tools=[echo_tool(), echo_tool()])
-
-
-def test_duplicate_tool_name_via_decorator_is_a_value_error() -> None:
-    agent = Agent(ScriptedModel(), tools=[echo_tool()])
-    with pytest.raises(ValueError, match="echo"):
-
-        @agent.tool
-        def echo() -> str:
-            return ""
-
-
-def test_negative_usage_limit_is_a_value_error() -> None:
-    with pytest.raises(ValueError):
-        Agent(ScriptedModel(), usage_limits=UsageLimits(tool_calls=-1))
-
-
-def test_cost_limit_without_price_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="price"):
-        Agent(ScriptedModel(), usage_limits=UsageLimits(cost=1.0))
-
-
-def test_cost_limit_with_price_is_fine() -> None:
+def test_invalid_configuration_is_refused_at_construction(
+    make: Any, error: type[Exception], match: str
+) -> None:
+    Agent(ScriptedModel())  # the defaults construct
     Agent(ScriptedModel(), usage_limits=UsageLimits(cost=1.0), price=lambda u: 0.0)
-
-
-def test_keyword_only_configuration() -> None:
-    with pytest.raises(TypeError):
-        Agent(ScriptedModel(), str)  # type: ignore[misc]
+    with pytest.raises(error, match=match or None):
+        make()
 
 
 # --------------------------------------------------------------------------- instructions
@@ -375,51 +346,49 @@ async def test_supplied_history_is_not_mutated() -> None:
 # --------------------------------------------------------------------------- identity
 
 
-async def test_every_run_gets_a_fresh_run_id() -> None:
+STAMPED = [
+    Message(role="user", content="1", run_id="r1", conversation_id="old"),
+    Message(role="assistant", content="2", run_id="r1", conversation_id="old"),
+    Message(role="user", content="3", run_id="r2", conversation_id="newer"),
+    Message(role="assistant", content="4", run_id="r2", conversation_id="newer"),
+    Message(role="user", content="5"),  # unstamped, newest
+    Message(role="assistant", content="6"),
+]
+
+
+@pytest.mark.parametrize(
+    ("history", "given", "conversation"),
+    [
+        (None, {}, "minted"),
+        ([Message(role="user", content="1"), Message(role="assistant", content="2")], {}, "minted"),
+        (STAMPED, {}, "newer"),  # the newest stamped history message names it
+        (
+            [Message(role="user", content="1", conversation_id="hist")],
+            {"conversation_id": "mine"},
+            "mine",
+        ),
+        (None, {"run_id": "R", "conversation_id": "C"}, "C"),
+    ],
+    ids=["fresh", "unstamped-history", "stamped-history", "explicit-beats-history", "explicit"],
+)
+async def test_a_run_gets_a_fresh_run_id_and_its_conversation_from_the_caller_history_or_a_new_one(
+    history: list[Message] | None, given: dict[str, str], conversation: str
+) -> None:
     agent = Agent(ScriptedModel("a", "b"))
-    one, two = await agent.run("x"), await agent.run("y")
-    assert UUID7.match(one.run_id)
-    assert UUID7.match(two.run_id)
-    assert one.run_id != two.run_id
-    assert one.conversation_id != two.conversation_id
-
-
-async def test_run_id_is_never_inherited_from_history() -> None:
-    first = await Agent(ScriptedModel("a")).run("x")
-    second = await Agent(ScriptedModel("b")).run("y", history=first.messages)
-    assert second.run_id != first.run_id
-    assert second.conversation_id == first.conversation_id
-
-
-async def test_explicit_run_and_conversation_ids() -> None:
-    res = await Agent(ScriptedModel("a")).run("x", run_id="R", conversation_id="C")
-    assert (res.run_id, res.conversation_id) == ("R", "C")
-
-
-async def test_conversation_id_comes_from_the_newest_stamped_history_message() -> None:
-    history = [
-        Message(role="user", content="1", run_id="r1", conversation_id="old"),
-        Message(role="assistant", content="2", run_id="r1", conversation_id="old"),
-        Message(role="user", content="3", run_id="r2", conversation_id="newer"),
-        Message(role="assistant", content="4", run_id="r2", conversation_id="newer"),
-        Message(role="user", content="5"),  # unstamped, newest
-        Message(role="assistant", content="6"),
-    ]
-    res = await Agent(ScriptedModel("7")).run("8", history=history)
-    assert res.conversation_id == "newer"
-
-
-async def test_explicit_conversation_id_beats_history() -> None:
-    history = [Message(role="user", content="1", conversation_id="hist")]
-    res = await Agent(ScriptedModel("x")).run("y", history=history, conversation_id="mine")
-    assert res.conversation_id == "mine"
-    assert res.messages[-1].conversation_id == "mine"
-
-
-async def test_conversation_id_is_minted_when_history_has_none() -> None:
-    history = [Message(role="user", content="1"), Message(role="assistant", content="2")]
-    res = await Agent(ScriptedModel("x")).run("y", history=history)
-    assert UUID7.match(res.conversation_id)
+    one = await agent.run("x", history=history, **given)
+    two = await agent.run("y", history=history, **given)
+    if "run_id" in given:
+        assert one.run_id == "R"
+    else:
+        assert UUID7.match(one.run_id)
+        assert one.run_id != two.run_id
+        assert one.run_id not in {m.run_id for m in history or []}  # never inherited
+    if conversation == "minted":
+        assert UUID7.match(one.conversation_id)
+        assert one.conversation_id != two.conversation_id
+    else:
+        assert one.conversation_id == two.conversation_id == conversation
+    assert one.messages[-1].conversation_id == one.conversation_id
 
 
 async def test_added_messages_carry_the_run_identity_and_history_keeps_its_stamps() -> None:

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 from typing import Any
 
 import pytest
 
 from golem import Agent, Approval, DeferredResults, ToolCall
-from golem._cancel import EXACT_CANCELLING
 from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
+
+EXACT_CANCELLING = sys.version_info >= (3, 13)  # a swallowed cancellation is seen from 3.13 on
 
 pytestmark = pytest.mark.version
 

@@ -55,38 +55,35 @@ def trace(events: list[RunEvent]) -> list[tuple[str, str]]:
     return [(e.kind.value, e.call_id) for e in events]
 
 
-def test_event_kind_deferred_is_the_wire_string() -> None:
-    assert EventKind.DEFERRED == "deferred"
-    assert EventKind("deferred") is EventKind.DEFERRED
-
-
-async def test_sequential_order_deferred_replaces_tool_end() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
-    agent = Agent(model, tools=[gated("g"), plain("p")])
+@pytest.mark.parametrize(
+    ("batch", "how", "order"),
+    [
+        ("gp", "run", ["ts1", "d1", "ts2", "te2"]),
+        ("pg", "run", ["ts1", "te1", "ts2", "d2"]),
+        ("gp", "parallel", ["ts1", "ts2", "d1", "te2"]),
+        ("gp", "stream", ["ts1", "d1", "ts2", "te2"]),
+    ],
+    ids=["sequential", "sequential-deferral-last", "parallel", "streamed"],
+)
+async def test_deferred_replaces_tool_end_in_emission_order(
+    batch: str, how: str, order: list[str]
+) -> None:
+    assert EventKind("deferred") is EventKind.DEFERRED == "deferred"
+    model = ScriptedModel(tool_turn(*(ToolCall(f"c{i + 1}", t, "{}") for i, t in enumerate(batch))))
+    agent = Agent(model, tools=[gated("g"), plain("p")], parallel_tool_calls=how == "parallel")
     events: list[RunEvent] = []
-    result = await agent.run("go", on_event=events.append)
+    if how == "stream":
+        async with agent.run_stream("go", on_event=events.append) as stream:
+            streamed = [i for i in [item async for item in stream] if isinstance(i, RunEvent)]
+        assert trace(streamed) == trace(events)  # the stream carries what observers see
+        result = stream.result
+    else:
+        result = await agent.run("go", on_event=events.append)
     assert result.pending is not None
-    assert trace(events) == [
-        ("model_start", ""),
-        ("model_end", ""),
-        ("tool_start", "c1"),
-        ("deferred", "c1"),
-        ("tool_start", "c2"),
-        ("tool_end", "c2"),
-    ]
-
-
-async def test_sequential_order_with_the_deferral_last() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "p", "{}"), ToolCall("c2", "g", "{}")))
-    agent = Agent(model, tools=[gated("g"), plain("p")])
-    events: list[RunEvent] = []
-    await agent.run("go", on_event=events.append)
-    assert trace(events)[2:] == [
-        ("tool_start", "c1"),
-        ("tool_end", "c1"),
-        ("tool_start", "c2"),
-        ("deferred", "c2"),
-    ]
+    names = {"ts": "tool_start", "te": "tool_end", "d": "deferred"}
+    want = [(names[x[:-1]], f"c{x[-1]}") for x in order]
+    assert trace(events) == [("model_start", ""), ("model_end", ""), *want]
+    assert not any(e.approved for e in events)  # first passes are not flagged approved
 
 
 async def test_parallel_order_all_starts_first_then_ends_and_deferreds_in_emission_order() -> None:
@@ -138,58 +135,32 @@ async def test_parallel_order_all_starts_first_then_ends_and_deferreds_in_emissi
     ]
 
 
-async def test_parallel_pause_two_call_batch_matches_the_reference_order() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
-    agent = Agent(model, tools=[gated("g"), plain("p")], parallel_tool_calls=True)
-    events: list[RunEvent] = []
-    await agent.run("go", on_event=events.append)
-    assert trace(events) == [
-        ("model_start", ""),
-        ("model_end", ""),
-        ("tool_start", "c1"),
-        ("tool_start", "c2"),
-        ("deferred", "c1"),
-        ("tool_end", "c2"),
-    ]
-
-
-async def test_deferred_event_payload_carries_the_call_and_raw_args() -> None:
+async def test_a_deferred_event_carries_the_call_its_raw_args_reason_and_pausing_turn() -> None:
     args = '{ "path" : "a  b" }'
-    model = ScriptedModel(tool_turn(ToolCall("c9", "g", args)))
-    agent = Agent(model, tools=[gated("g", DeferKind.EXTERNAL)])
+    model = ScriptedModel(
+        tool_turn(ToolCall("c0", "p", "{}")),
+        tool_turn(ToolCall("c9", "e", args), ToolCall("c2", "g", "{}"), ToolCall("c3", "e", "{}")),
+    )
+    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL), plain("p")])
     events: list[RunEvent] = []
-    await agent.run("go", run_id="R", conversation_id="C", on_event=events.append)
+    paused = await agent.run("go", run_id="R", conversation_id="C", on_event=events.append)
+    assert paused.pending is not None
     deferred = [e for e in events if e.kind is EventKind.DEFERRED]
-    assert len(deferred) == 1
+    assert [e.call_id for e in deferred] == ["c9", "c2", "c3"]  # one per pending call
+    assert [e.call_id for e in events if e.kind is EventKind.TOOL_START] == ["c0", "c9", "c2", "c3"]
     ev = deferred[0]
-    assert (ev.turn, ev.call_id, ev.tool_name, ev.args) == (0, "c9", "g", args)
-    assert (ev.run_id, ev.conversation_id) == ("R", "C")
-    assert ev.result == ""
-    assert ev.error is None
-    assert ev.usage is None
-    assert not any(e.kind is EventKind.TOOL_END for e in events)
-
-
-async def test_deferred_event_turn_is_the_pausing_turn() -> None:
-    model = ScriptedModel(
-        tool_turn(ToolCall("c1", "p", "{}")), tool_turn(ToolCall("c2", "g", "{}"))
+    assert (ev.turn, ev.call_id, ev.tool_name, ev.args) == (1, "c9", "e", args)
+    assert (ev.run_id, ev.conversation_id, ev.result, ev.error, ev.usage) == (
+        "R",
+        "C",
+        "",
+        None,
+        None,
     )
-    agent = Agent(model, tools=[gated("g"), plain("p")])
-    events: list[RunEvent] = []
-    await agent.run("go", on_event=events.append)
-    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
-    assert [(e.turn, e.call_id) for e in deferred] == [(1, "c2")]
-
-
-async def test_one_deferred_event_per_pending_call() -> None:
-    model = ScriptedModel(
-        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "e", "{}"), ToolCall("c3", "g", "{}"))
-    )
-    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL)])
-    events: list[RunEvent] = []
-    await agent.run("go", on_event=events.append)
-    assert [e.call_id for e in events if e.kind is EventKind.DEFERRED] == ["c1", "c2", "c3"]
-    assert [e.call_id for e in events if e.kind is EventKind.TOOL_START] == ["c1", "c2", "c3"]
+    reasons = {p.call_id: p.reason for p in paused.pending.calls}
+    assert [e.reason for e in deferred] == [reasons[e.call_id] for e in deferred]
+    assert all(e.reason for e in deferred)
+    assert [e.call_id for e in events if e.kind is EventKind.TOOL_END] == ["c0"]
 
 
 async def test_deferred_events_reach_the_agent_observer_then_the_run_observer() -> None:
@@ -200,23 +171,6 @@ async def test_deferred_events_reach_the_agent_observer_then_the_run_observer() 
     )
     await agent.run("go", on_event=lambda e: seen.append(("run", e.kind.value)))
     assert seen[-2:] == [("agent", "deferred"), ("run", "deferred")]
-
-
-async def test_streaming_pause_delivers_the_deferred_event_in_the_stream() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
-    agent = Agent(model, tools=[gated("g"), plain("p")])
-    observed: list[RunEvent] = []
-    async with agent.run_stream("go", on_event=observed.append) as stream:
-        items = [item async for item in stream]
-    assert stream.result.pending is not None
-    streamed = [i for i in items if isinstance(i, RunEvent)]
-    assert trace(streamed)[-4:] == [
-        ("tool_start", "c1"),
-        ("deferred", "c1"),
-        ("tool_start", "c2"),
-        ("tool_end", "c2"),
-    ]
-    assert trace(observed) == trace(streamed)
 
 
 async def test_resume_reruns_emit_tool_events_flagged_approved() -> None:
@@ -248,25 +202,6 @@ async def test_resume_reruns_emit_tool_events_flagged_approved() -> None:
     assert events[0].args == "{}"
     assert all(e.run_id == resumed.run_id for e in events)
     assert events[2].turn == 0
-
-
-async def test_first_pass_tool_events_are_not_flagged_approved() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "p", "{}")))
-    agent = Agent(model, tools=[gated("g"), plain("p")])
-    events: list[RunEvent] = []
-    await agent.run("go", on_event=events.append)
-    assert not any(e.approved for e in events)
-
-
-async def test_deferred_event_carries_the_tools_reason() -> None:
-    model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}")))
-    agent = Agent(model, tools=[gated("g")])
-    events: list[RunEvent] = []
-    paused = await agent.run("go", on_event=events.append)
-    assert paused.pending is not None
-    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
-    assert [e.reason for e in deferred] == [paused.pending.approvals[0].reason]
-    assert deferred[0].reason
 
 
 async def test_a_failing_approved_rerun_emits_tool_end_with_the_error() -> None:

@@ -109,25 +109,6 @@ async def test_dynamic_instructions_of_a_nested_run_see_no_approval() -> None:
     assert seen == [False]
 
 
-async def test_the_marker_is_true_for_the_rerun_itself_and_false_for_first_passes() -> None:
-    passes: list[tuple[str, bool]] = []
-
-    def gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        passes.append((ctx.call_id, call_approved()))
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL)
-        return "ok"
-
-    agent = Agent(
-        ScriptedModel(turn(ToolCall("c1", "g", "{}")), turn(ToolCall("c2", "g", "{}"))),
-        tools=[Tool("g", "g", OBJ, gate)],
-    )
-    paused = await agent.run("go")
-    again = await agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
-    assert again.pending is not None
-    assert passes == [("c1", False), ("c1", True), ("c2", False)]
-
-
 # --------------------------------------------------------------------------- idempotency
 
 
@@ -167,26 +148,6 @@ def test_idempotency_keys_differ_by_conversation_and_are_length_prefixed() -> No
     assert idempotency_key("conv", "c1") == idempotency_key("conv", "c1")
     assert RunContext(None).idempotency_key == ""
     assert RunContext(None, "r", "conv", "c1").idempotency_key == idempotency_key("conv", "c1")
-
-
-async def test_the_run_id_given_to_a_resume_is_what_reruns_see() -> None:
-    run_ids: list[str] = []
-
-    def gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL)
-        run_ids.append(ctx.run_id)
-        return "ok"
-
-    agent = Agent(
-        ScriptedModel(turn(ToolCall("c1", "g", "{}")), "done"), tools=[Tool("g", "g", OBJ, gate)]
-    )
-    paused = await agent.run("go")
-    done = await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, run_id="stored-run-1"
-    )
-    assert run_ids == ["stored-run-1"]
-    assert done.run_id == "stored-run-1"
 
 
 def test_tools_declare_idempotency() -> None:
@@ -229,35 +190,27 @@ def two_gates() -> tuple[Agent[None, str], list[str]]:
     return Agent(model, tools=[Tool("g", "g", OBJ, gate)]), ran
 
 
-async def test_before_approved_is_awaited_right_before_each_rerun() -> None:
+async def test_before_approved_is_awaited_right_before_each_approved_rerun_only() -> None:
     agent, ran = two_gates()
+    agent.model = ScriptedModel(
+        turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", '{"n":2}')), "done", "done"
+    )
     paused = await agent.run("go")
     order: list[str] = []
 
     async def fence(call: ToolCall) -> None:
         order.append(f"fence {call.id} {call.args} ran={ran}")
 
-    done = await agent.run_with_deferred_results(
-        paused.messages,
-        {"approvals": {"c1": True, "c2": Approval(True, args={"n": 3})}},
-        before_approved=fence,
-    )
+    results = {"approvals": {"c1": True, "c2": Approval(True, args={"n": 3})}}
+    done = await agent.run_with_deferred_results(paused.messages, results, before_approved=fence)
     assert done.output == "done"
     assert order == ["fence c1 {} ran=[]", "fence c2 {\"n\":3} ran=['c1']"]
-
-
-async def test_before_approved_skipped_for_denials_and_external_results() -> None:
-    agent, _ = two_gates()
-    paused = await agent.run("go")
-    calls: list[str] = []
-
-    async def fence(call: ToolCall) -> None:
-        calls.append(call.id)
-
+    order.clear()
+    ran.clear()  # skipped for denials (and external results)
     await agent.run_with_deferred_results(
         paused.messages, {"approvals": {"c1": False, "c2": True}}, before_approved=fence
     )
-    assert calls == ["c2"]
+    assert (order, ran) == (['fence c2 {"n":2} ran=[]'], ["c2"])
 
 
 async def test_an_exception_from_before_approved_propagates_unchanged_and_stops_everything() -> (
@@ -289,23 +242,23 @@ async def test_an_exception_from_before_approved_propagates_unchanged_and_stops_
 # --------------------------------------------------------------------------- shorthands
 
 
-async def test_bare_booleans_stand_for_approvals() -> None:
-    results = DeferredResults(approvals={"c1": True, "c2": False})
-    assert results.approvals == {"c1": Approval(True), "c2": Approval(False)}
+@pytest.mark.parametrize(
+    "results",
+    [
+        DeferredResults(approvals={"c1": True, "c2": False}),
+        {"approvals": {"c1": True, "c2": Approval(False, "no")}},
+    ],
+    ids=["bare-booleans", "plain-dict"],
+)
+async def test_bare_booleans_and_a_plain_dict_stand_for_results(results: Any) -> None:
+    assert DeferredResults(approvals={"c1": True, "c2": False}).approvals == {
+        "c1": Approval(True),
+        "c2": Approval(False),
+    }
     agent, ran = two_gates()
     paused = await agent.run("go")
-    await agent.run_with_deferred_results(paused.messages, results)
-    assert ran == ["c1"]
-
-
-async def test_a_plain_dict_is_accepted_as_results() -> None:
-    agent, ran = two_gates()
-    paused = await agent.run("go")
-    done = await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True, "c2": Approval(False, "no")}}
-    )
-    assert done.output == "done"
-    assert ran == ["c1"]
+    done = await agent.run_with_deferred_results(paused.messages, results)
+    assert (done.output, ran) == ("done", ["c1"])
 
 
 @pytest.mark.parametrize(

@@ -64,67 +64,59 @@ def no_wait(attempt: int) -> float:
 # --------------------------------------------------------------------------- turn limit
 
 
-async def test_max_iterations_counts_model_turns() -> None:
-    model = ScriptedModel(calls(("c1", "t", "{}")), calls(("c2", "t", "{}")), "done")
-    res = await Agent(model, tools=[text_tool("t")], max_iterations=3).run("go")
-    assert res.output == "done"
-    assert res.requests == 3
+@pytest.mark.parametrize(("limit", "output"), [(3, "done"), (2, None), (1, "hi")])
+async def test_max_iterations_counts_model_turns(limit: int, output: str | None) -> None:
+    script = ["hi"] if limit == 1 else [calls(("c1", "t", "{}")), calls(("c2", "t", "{}")), "done"]
+    model = ScriptedModel(*script)
+    agent = Agent(model, tools=[text_tool("t")], max_iterations=limit)
+    if output is None:
+        with pytest.raises(RunError) as info:
+            await agent.run("go")
+        assert info.value.stage is Stage.LOOP
+        assert model.remaining == 1  # the third turn never happened
+        return
+    res = await agent.run("go")
+    assert (res.output, res.requests) == (output, len(script))
 
 
-async def test_max_iterations_exceeded_is_stage_loop() -> None:
-    model = ScriptedModel(calls(("c1", "t", "{}")), calls(("c2", "t", "{}")), "done")
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[text_tool("t")], max_iterations=2).run("go")
-    assert info.value.stage is Stage.LOOP
-    assert model.remaining == 1  # the third turn never happened
-
-
-async def test_max_iterations_one_allows_a_plain_answer() -> None:
-    res = await Agent(ScriptedModel("hi"), max_iterations=1).run("go")
-    assert res.output == "hi"
+async def test_turn_limit_applies_per_output_correction_round() -> None:
+    model = ScriptedModel("not an int", "5")
+    res = await Agent(model, output_type=int, output_retries=1, max_iterations=1).run("go")
+    assert res.output == 5
 
 
 # --------------------------------------------------------------------------- model-call retries
 
 
 @pytest.mark.parametrize(
-    "error",
+    ("error", "attempts", "retried"),
     [
-        RateLimited("429"),
-        Overloaded("529"),
-        ProviderTimeout("slow"),
-        ProviderConnectionError("reset"),
-        ProviderError("custom", retryable=True),
+        (RateLimited("429"), 2, True),
+        (Overloaded("529"), 2, True),
+        (ProviderTimeout("slow"), 2, True),
+        (ProviderConnectionError("reset"), 2, True),
+        (ProviderError("custom", retryable=True), 2, True),
+        (RateLimited("429"), 1, False),  # max_attempts=1 (the default): no retry
+        (BadRequest("400"), 5, False),
+        (ProviderError("plain"), 5, False),
+        (RuntimeError("bug"), 5, False),
+        (ValueError("bad"), 5, False),
     ],
 )
-async def test_retryable_provider_errors_are_retried(error: ProviderError) -> None:
+async def test_only_retryable_provider_errors_are_retried(
+    error: Exception, attempts: int, retried: bool
+) -> None:
     model = ScriptedModel(error, "ok")
-    res = await Agent(model, max_attempts=2, retry_backoff=no_wait).run("go")
-    assert res.output == "ok"
-    assert res.requests == 2
-    assert len(model.requests) == 2
-
-
-@pytest.mark.parametrize(
-    "error",
-    [BadRequest("400"), ProviderError("plain"), RuntimeError("bug"), ValueError("bad")],
-)
-async def test_non_retryable_errors_are_not_retried(error: Exception) -> None:
-    model = ScriptedModel(error, "never")
+    agent = Agent(model, max_attempts=attempts, retry_backoff=no_wait)
+    if retried:
+        res = await agent.run("go")
+        assert (res.output, res.requests, len(model.requests)) == ("ok", 2, 2)
+        return
     with pytest.raises(RunError) as info:
-        await Agent(model, max_attempts=5, retry_backoff=no_wait).run("go")
+        await agent.run("go")
     assert info.value.stage is Stage.MODEL
     assert info.value.__cause__ is error
     assert len(model.requests) == 1
-
-
-async def test_max_attempts_one_means_no_retry() -> None:
-    model = ScriptedModel(RateLimited("429"), "ok")
-    with pytest.raises(RunError) as info:
-        await Agent(model).run("go")
-    assert info.value.stage is Stage.MODEL
-    assert isinstance(info.value.__cause__, RateLimited)
-    assert model.remaining == 1
 
 
 async def test_exhausted_attempts_fail_at_stage_model_naming_the_attempts() -> None:
@@ -140,31 +132,25 @@ async def test_exhausted_attempts_fail_at_stage_model_naming_the_attempts() -> N
     assert model.remaining == 1
 
 
-async def test_retries_count_as_requests_and_emit_events_per_attempt() -> None:
+async def test_retries_count_as_requests_call_the_backoff_and_emit_events_per_attempt() -> None:
     events: list[RunEvent] = []
-    model = ScriptedModel(RateLimited("a"), RateLimited("b"), "ok")
-    res = await Agent(model, max_attempts=3, retry_backoff=no_wait).run(
-        "go", on_event=events.append
-    )
-    assert res.requests == 3
-    starts = [(e.turn, e.attempt) for e in events if e.kind is EventKind.MODEL_START]
-    ends = [(e.turn, e.attempt, e.error) for e in events if e.kind is EventKind.MODEL_END]
-    assert starts == [(0, 1), (0, 2), (0, 3)]
-    assert [(t, a) for t, a, _ in ends] == [(0, 1), (0, 2), (0, 3)]
-    assert isinstance(ends[0][2], RateLimited)
-    assert ends[2][2] is None
-
-
-async def test_backoff_is_called_with_the_failed_attempt_number() -> None:
     seen: list[int] = []
 
     def backoff(attempt: int) -> float:
         seen.append(attempt)
         return 0
 
-    model = ScriptedModel(Overloaded("1"), Overloaded("2"), "ok")
-    await Agent(model, max_attempts=3, retry_backoff=backoff).run("go")
-    assert seen == [1, 2]
+    model = ScriptedModel(RateLimited("a"), Overloaded("b"), "ok")
+    res = await Agent(model, max_attempts=3, retry_backoff=backoff).run(
+        "go", on_event=events.append
+    )
+    assert (res.requests, seen) == (3, [1, 2])
+    starts = [(e.turn, e.attempt) for e in events if e.kind is EventKind.MODEL_START]
+    ends = [(e.turn, e.attempt, e.error) for e in events if e.kind is EventKind.MODEL_END]
+    assert starts == [(0, 1), (0, 2), (0, 3)]
+    assert [(t, a) for t, a, _ in ends] == [(0, 1), (0, 2), (0, 3)]
+    assert isinstance(ends[0][2], RateLimited)
+    assert ends[2][2] is None
 
 
 @pytest.fixture
@@ -208,14 +194,10 @@ async def test_a_retry_after_beyond_max_retry_wait_fails_at_once_instead_of_park
 async def test_max_retry_wait_none_waits_as_long_as_asked(waits: list[float]) -> None:
     model = ScriptedModel(RateLimited("429", retry_after=3600.0), "ok")
     res = await Agent(model, max_attempts=2, max_retry_wait=None).run("go")
-    assert res.output == "ok"
-    assert waits == [3600.0]
-
-
-@pytest.mark.parametrize("bad", [-1.0, float("nan")])
-def test_max_retry_wait_must_be_seconds(bad: float) -> None:
-    with pytest.raises(ValueError, match="max_retry_wait"):
-        Agent(ScriptedModel("ok"), max_retry_wait=bad)
+    assert (res.output, waits) == ("ok", [3600.0])
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_retry_wait"):
+            Agent(ScriptedModel("ok"), max_retry_wait=bad)
 
 
 # --------------------------------------------------------------------------- tool self-correction
@@ -233,77 +215,56 @@ def picky(name: str = "picky") -> tuple[Tool, list[str]]:
     return Tool(name, name, OBJ, run), seen
 
 
-async def test_model_retry_feedback_within_tool_retries() -> None:
+def rejected(v: str) -> str:
+    return f"Your tool call was rejected: v must be good, not {v}. Correct the arguments and call the tool again."
+
+
+@pytest.mark.parametrize(
+    ("tries", "agent_retries", "tool_retries", "outcome"),
+    [
+        (["bad", "worse", "good"], 2, None, [rejected("bad"), rejected("worse"), "accepted"]),
+        (
+            ["bad", "bad", "good"],
+            1,
+            2,
+            [rejected("bad"), rejected("bad"), "accepted"],
+        ),  # the tool's own budget
+        (["bad", "bad"], 1, None, "c2"),  # beyond the budget
+        (["bad"], 0, None, "c1"),  # no budget: fails at once
+        (["bad"], 5, 0, "c1"),  # the tool's budget of 0 beats the agent's 5
+    ],
+    ids=[
+        "within-the-budget",
+        "tool-budget-above-the-agents",
+        "beyond",
+        "no-budget",
+        "tool-budget-below",
+    ],
+)
+async def test_model_retry_feedback_within_the_tools_retry_budget(
+    tries: list[str], agent_retries: int, tool_retries: int | None, outcome: Any
+) -> None:
     tool, seen = picky()
-    model = ScriptedModel(
-        calls(("c1", "picky", '{"v": "bad"}')),
-        calls(("c2", "picky", '{"v": "worse"}')),
-        calls(("c3", "picky", '{"v": "good"}')),
-        "done",
-    )
-    res = await Agent(model, tools=[tool], tool_retries=2).run("go")
-    assert seen == ["bad", "worse", "good"]
-    assert [m.content for m in tool_messages(res.messages)] == [
-        "Your tool call was rejected: v must be good, not bad. Correct the arguments and call the tool again.",
-        "Your tool call was rejected: v must be good, not worse. Correct the arguments and call the tool again.",
-        "accepted",
-    ]
-    assert res.tool_calls == 3
-
-
-async def test_model_retry_beyond_the_budget_fails_at_stage_tool() -> None:
-    tool, _ = picky()
-    model = ScriptedModel(
-        calls(("c1", "picky", '{"v": "bad"}')),
-        calls(("c2", "picky", '{"v": "bad"}')),
-        "never",
-    )
+    if tool_retries is not None:
+        tool = Tool("picky", "p", OBJ, tool.exec, max_retries=tool_retries)
+    script = [calls((f"c{i + 1}", "picky", f'{{"v": "{v}"}}')) for i, v in enumerate(tries)]
+    agent = Agent(ScriptedModel(*script, "done"), tools=[tool], tool_retries=agent_retries)
+    if isinstance(outcome, list):
+        res = await agent.run("go")
+        assert seen == tries
+        assert [m.content for m in tool_messages(res.messages)] == outcome
+        assert (res.output, res.tool_calls) == ("done", len(tries))
+        return
     with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool], tool_retries=1).run("go")
+        await agent.run("go")
     err = info.value
     assert err.stage is Stage.TOOL
     assert isinstance(err.__cause__, ToolError)
-    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("picky", "c2")
-    assert "after 2 attempts" in str(err.__cause__)
+    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("picky", outcome)
     assert "v must be good" in str(err.__cause__)
-
-
-async def test_model_retry_without_budget_fails_immediately() -> None:
-    tool, _ = picky()
-    model = ScriptedModel(calls(("c1", "picky", '{"v": "bad"}')), "never")
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool]).run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, ToolError)
-    assert "v must be good" in str(info.value.__cause__)
-
-
-async def test_per_tool_max_retries_overrides_the_agent_default() -> None:
-    seen: list[str] = []
-
-    def strict_run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        seen.append("strict")
-        raise ModelRetry("no")
-
-    strict = Tool("strict", "s", OBJ, strict_run, max_retries=0)
-    model = ScriptedModel(calls(("c1", "strict", "{}")), "never")
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[strict], tool_retries=5).run("go")
-    assert info.value.stage is Stage.TOOL
-    assert seen == ["strict"]
-
-
-async def test_per_tool_max_retries_can_exceed_the_agent_default() -> None:
-    tool, _ = picky()
-    generous = Tool("picky", "p", OBJ, tool.exec, max_retries=2)
-    model = ScriptedModel(
-        calls(("c1", "picky", '{"v": "bad"}')),
-        calls(("c2", "picky", '{"v": "bad"}')),
-        calls(("c3", "picky", '{"v": "good"}')),
-        "done",
-    )
-    res = await Agent(model, tools=[generous]).run("go")
-    assert res.output == "done"
+    assert seen == tries
+    if len(tries) > 1:
+        assert f"after {len(tries)} attempts" in str(err.__cause__)
 
 
 async def test_retry_budget_is_per_tool_name_and_per_run() -> None:
@@ -317,10 +278,9 @@ async def test_retry_budget_is_per_tool_name_and_per_run() -> None:
     ]
     agent = Agent(ScriptedModel(*script), tools=[a, b], tool_retries=1)
     assert (await agent.run("go")).output == "done"
-    # A fresh run starts with a fresh budget.
-    agent.model = ScriptedModel(*script)
+    agent.model = ScriptedModel(*script)  # a fresh run starts with a fresh budget
     assert (await agent.run("go")).output == "done"
-    # Within one run the budget spans turns: a second rejection of `a` exhausts it.
+    # within one run the budget spans turns: a second rejection of `a` exhausts it
     agent.model = ScriptedModel(
         calls(("c1", "a", '{"v": "x"}')), calls(("c2", "a", '{"v": "y"}')), "never"
     )
@@ -409,53 +369,59 @@ async def _sleepy(ctx: RunContext[Any], args: dict[str, Any]) -> str:
     return "woke"
 
 
-async def test_agent_tool_timeout_fails_at_stage_tool_with_a_timeout_error() -> None:
-    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 30}')), "never")
-    agent = Agent(model, tools=[Tool("sleepy", "s", OBJ, _sleepy)], tool_timeout=0.05)
+def _slow_sync(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+    time.sleep(0.2)
+    if args.get("fail"):
+        raise Failed("too late to matter")
+    return "late"
+
+
+@pytest.mark.parametrize(
+    ("tool", "options", "batch", "timed_out"),
+    [
+        (Tool("t", "s", OBJ, _sleepy), {"tool_timeout": 0.05}, ['{"s": 30}'], True),
+        (Tool("t", "s", OBJ, _sleepy, timeout=0.05), {"tool_timeout": 60}, ['{"s": 30}'], True),
+        (Tool("t", "s", OBJ, _sleepy, timeout=60), {"tool_timeout": 0.01}, ['{"s": 0.1}'], False),
+        (Tool("t", "s", OBJ, _slow_sync, timeout=0.02), {}, ["{}"], True),
+        (
+            Tool("t", "s", OBJ, _slow_sync, timeout=0.02),
+            {},
+            ['{"fail": true}'],
+            True,
+        ),  # a late signal
+        (Tool("t", "s", OBJ, _sleepy, timeout=5), {}, ['{"s": 0.05}', '{"s": 0.05}'], False),
+        (
+            Tool("t", "s", OBJ, _sleepy, timeout=0.05),
+            {"parallel_tool_calls": True},
+            ['{"s": 0}', '{"s": 30}'],
+            True,
+        ),
+    ],
+    ids=[
+        "agent-timeout",
+        "tool-timeout-shorter",
+        "tool-timeout-longer",
+        "sync-overrun",
+        "sync-late-signal",
+        "per-call-not-per-batch",
+        "parallel-overrun",
+    ],
+)
+async def test_a_tool_overrunning_its_timeout_fails_at_stage_tool(
+    tool: Tool, options: dict[str, Any], batch: list[str], timed_out: bool
+) -> None:
+    model = ScriptedModel(calls(*((f"c{i}", "t", a) for i, a in enumerate(batch))), "done")
+    agent = Agent(model, tools=[tool], **options)
+    if not timed_out:
+        res = await agent.run("go")
+        assert res.output == "done"
+        assert tool_messages(res.messages)[0].content == "woke"
+        return
     with pytest.raises(RunError) as info:
         await agent.run("go")
-    err = info.value
-    assert err.stage is Stage.TOOL
-    assert isinstance(err.__cause__, TimeoutError)
+    assert info.value.stage is Stage.TOOL
+    assert isinstance(info.value.__cause__, TimeoutError)
     assert model.remaining == 1
-
-
-async def test_per_tool_timeout_beats_the_agent_default_when_shorter() -> None:
-    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 30}')), "never")
-    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=0.05)
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool], tool_timeout=60).run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, TimeoutError)
-
-
-async def test_per_tool_timeout_beats_the_agent_default_when_longer() -> None:
-    model = ScriptedModel(calls(("c1", "sleepy", '{"s": 0.1}')), "done")
-    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=60)
-    res = await Agent(model, tools=[tool], tool_timeout=0.01).run("go")
-    assert tool_messages(res.messages)[0].content == "woke"
-
-
-async def test_sync_tool_overrunning_its_timeout_fails_at_stage_tool() -> None:
-    def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.2)
-        return "late"
-
-    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
-    agent = Agent(model, tools=[Tool("slow", "s", OBJ, slow, timeout=0.02)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, TimeoutError)
-
-
-async def test_timeout_is_per_call_not_per_batch() -> None:
-    model = ScriptedModel(
-        calls(("c1", "sleepy", '{"s": 0.05}'), ("c2", "sleepy", '{"s": 0.05}')), "done"
-    )
-    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=5)
-    res = await Agent(model, tools=[tool]).run("go")
-    assert res.output == "done"
 
 
 # --------------------------------------------------------------------------- parallel tool calls
@@ -708,9 +674,14 @@ async def test_failed_and_rejected_executions_count_as_tool_calls() -> None:
 # --------------------------------------------------------------------------- caller cancellation
 
 
-async def test_cancelling_the_run_while_a_tool_awaits_propagates_cancelled_error() -> None:
-    started = asyncio.Event()
+@pytest.mark.parametrize(
+    "where",
+    ["tool", "tool-with-timeout", "parallel-tools", "sync-tool", "model-call", "retry-backoff"],
+)
+async def test_cancelling_the_run_propagates_cancelled_error(where: str) -> None:
+    started, release = threading.Event(), threading.Event()
     cleaned_up: list[bool] = []
+    model_calls = 0
 
     async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         started.set()
@@ -720,115 +691,51 @@ async def test_cancelling_the_run_while_a_tool_awaits_propagates_cancelled_error
             cleaned_up.append(True)
         return "never"
 
-    model = ScriptedModel(calls(("c1", "hang", "{}")), "never")
-    agent = Agent(model, tools=[Tool("hang", "h", OBJ, hang)])
-    task = asyncio.create_task(agent.run("go"))
-    await asyncio.wait_for(started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert cleaned_up == [True]
-    assert model.remaining == 1
-
-
-async def test_cancellation_with_a_tool_timeout_configured_still_propagates() -> None:
-    started = asyncio.Event()
-
-    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    agent = Agent(
-        ScriptedModel(calls(("c1", "hang", "{}"))),
-        tools=[Tool("hang", "h", OBJ, hang)],
-        tool_timeout=60,
-    )
-    task = asyncio.create_task(agent.run("go"))
-    await asyncio.wait_for(started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def test_cancellation_in_parallel_mode_propagates() -> None:
-    started = asyncio.Event()
-
-    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        started.set()
-        await asyncio.Event().wait()
-        return "never"
-
-    agent = Agent(
-        ScriptedModel(calls(("c1", "hang", "{}"), ("c2", "hang", "{}"))),
-        tools=[Tool("hang", "h", OBJ, hang)],
-        parallel_tool_calls=True,
-    )
-    task = asyncio.create_task(agent.run("go"))
-    await asyncio.wait_for(started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def test_cancellation_while_a_sync_tool_runs_propagates() -> None:
-    started = threading.Event()
-    release = threading.Event()
-
     def block(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         started.set()
         release.wait(10)
         return "done"
 
+    async def model_fn(request: ModelRequest) -> ModelResponse:
+        nonlocal model_calls
+        model_calls += 1
+        if where == "model-call":
+            started.set()
+            await asyncio.Event().wait()
+        if where == "retry-backoff":
+            started.set()
+            raise Overloaded("busy")
+        batch = (
+            [("c1", "t", "{}"), ("c2", "t", "{}")]
+            if where == "parallel-tools"
+            else [("c1", "t", "{}")]
+        )
+        return ModelResponse(calls(*batch), finish_reason="tool_call")
+
+    tool = Tool("t", "t", OBJ, block if where == "sync-tool" else hang)
     agent = Agent(
-        ScriptedModel(calls(("c1", "block", "{}"))), tools=[Tool("block", "b", OBJ, block)]
+        FunctionModel(model_fn),
+        tools=[tool],
+        tool_timeout=60 if where == "tool-with-timeout" else None,
+        parallel_tool_calls=where == "parallel-tools",
+        max_attempts=5,
+        retry_backoff=lambda n: 60,
     )
     task = asyncio.create_task(agent.run("go"))
     try:
-        await asyncio.to_thread(started.wait, 10)
+        assert await asyncio.to_thread(started.wait, 10)
         task.cancel()
-        release.set()  # the run ends once the thread does (ADR 0067)
+        release.set()  # the run ends once a sync tool's thread does (ADR 0067)
         with pytest.raises(asyncio.CancelledError):
             await task
     finally:
         release.set()
+    assert model_calls == 1
+    if where == "tool":
+        assert cleaned_up == [True]
 
 
-async def test_cancelling_during_the_model_call_propagates() -> None:
-    started = asyncio.Event()
-
-    async def never_answers(request: ModelRequest) -> ModelResponse:
-        started.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-    task = asyncio.create_task(Agent(FunctionModel(never_answers)).run("go"))
-    await asyncio.wait_for(started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-
-
-async def test_cancelling_during_retry_backoff_propagates() -> None:
-    called = asyncio.Event()
-    calls_made = 0
-
-    def flaky(request: ModelRequest) -> ModelResponse:
-        nonlocal calls_made
-        calls_made += 1
-        called.set()
-        raise Overloaded("busy")
-
-    agent = Agent(FunctionModel(flaky), max_attempts=5, retry_backoff=lambda n: 60)
-    task = asyncio.create_task(agent.run("go"))
-    await asyncio.wait_for(called.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert calls_made == 1
-
-
-async def test_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
+async def test_a_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
     async def cancels(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         raise asyncio.CancelledError
 
@@ -892,36 +799,6 @@ async def test_an_earlier_terminal_error_wins_over_a_later_cancel() -> None:
     assert info.value.stage is Stage.TOOL
     assert isinstance(info.value.__cause__, ToolError)
     assert info.value.__cause__.call_id == "c1"
-
-
-async def test_a_late_signal_from_an_overrunning_sync_tool_is_a_timeout() -> None:
-    def slow_fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.2)
-        raise Failed("too late to matter")
-
-    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
-    agent = Agent(model, tools=[Tool("slow", "s", OBJ, slow_fail, timeout=0.02)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, TimeoutError)
-
-
-async def test_parallel_call_overrunning_its_timeout_fails_the_run() -> None:
-    model = ScriptedModel(
-        calls(("c1", "sleepy", '{"s": 0}'), ("c2", "sleepy", '{"s": 30}')), "never"
-    )
-    tool = Tool("sleepy", "s", OBJ, _sleepy, timeout=0.05)
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool], parallel_tool_calls=True).run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, TimeoutError)
-
-
-async def test_turn_limit_applies_per_output_correction_round() -> None:
-    model = ScriptedModel("not an int", "5")
-    res = await Agent(model, output_type=int, output_retries=1, max_iterations=1).run("go")
-    assert res.output == 5
 
 
 def test_a_zero_cost_limit_still_needs_a_price() -> None:

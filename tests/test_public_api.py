@@ -48,8 +48,7 @@ PUBLIC_ALL = {
         "normalize_history sanitize_history"
     ),
     "golem.integrations.mcp": (
-        "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints "
-        "default_decision"
+        "ApprovalPolicy MCPCall MCPServer MCPServerError ServerOptions ToolHints default_decision"
     ),
     "golem.messages": (
         "MAX_ARGS_DEPTH MAX_NESTING PART_KINDS ROLES Citation Message Part Role ServerToolBlock "
@@ -120,9 +119,7 @@ PUBLIC_ALL = {
         "StoreTimeout"
     ),
     "golem.durable.store.sqlite": "SQLiteStore",
-    "golem.testing": (
-        "KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"
-    ),
+    "golem.testing": ("KEEP_REQUESTS FunctionModel ScriptExhausted ScriptedModel replay_as_deltas"),
     "golem.tool": (
         "Canceled DeferKind Deferred Failed InvalidArguments ModelRetry RunContext Tool "
         "ToolResult approved_call call_approved idempotency_key"
@@ -161,16 +158,6 @@ UNEXPORTED: dict[str, str] = {
     # nor imported by another golem module, with the reason it keeps its name (none).
 }
 
-ISSUE_12_ROOT_NAMES = {
-    "Deferred",
-    "DeferKind",
-    "call_approved",
-    "approved_call",
-    "ModelRetry",
-    "Canceled",
-    "Failed",
-}
-
 
 def test_every_public_module_is_pinned() -> None:
     found = {"golem"} | {
@@ -181,17 +168,24 @@ def test_every_public_module_is_pinned() -> None:
     assert found == set(PUBLIC_ALL), "add new public modules to PUBLIC_ALL (or make them private)"
 
 
+def _isort_key(name: str) -> tuple[int, str]:
+    """ruff RUF022 order: SCREAMING_CASE constants, then CamelCase, then the rest."""
+    if name.isupper() and len(name) > 1:
+        return (0, name)
+    if name[:1].isupper():
+        return (1, name)
+    return (2, name)
+
+
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_all_is_pinned(module: str) -> None:
-    names = importlib.import_module(module).__all__
+def test_all_is_pinned_sorted_unique_and_importable(module: str) -> None:
+    mod = importlib.import_module(module)
+    names = list(mod.__all__)
     assert sorted(names) == sorted(PUBLIC_ALL[module].split())
-
-
-def test_the_signals_a_tool_raises_are_exported_from_the_root() -> None:
-    import golem.tool
-
-    for name in ISSUE_12_ROOT_NAMES:
-        assert getattr(golem, name) is getattr(golem.tool, name)
+    assert names in (sorted(names), sorted(names, key=_isort_key))  # plainly, or as RUF022 sorts
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert hasattr(mod, name), f"{module}.__all__ names {name!r}, which does not exist"
 
 
 def test_issue_import_lines_work() -> None:
@@ -228,30 +222,6 @@ def test_every_public_object_has_one_home() -> None:
             if module != home and not home.startswith(module + "."):
                 extra.add(f"{module}.{name}")
     assert extra == set(EXTRA_HOMES)
-
-
-def _isort_key(name: str) -> tuple[int, str]:
-    """ruff RUF022 order: SCREAMING_CASE constants, then CamelCase, then the rest."""
-    if name.isupper() and len(name) > 1:
-        return (0, name)
-    if name[:1].isupper():
-        return (1, name)
-    return (2, name)
-
-
-@pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_all_is_sorted_and_unique(module: str) -> None:
-    """Sorted plainly, or in the isort-style order ruff's RUF022 enforces."""
-    names = list(importlib.import_module(module).__all__)
-    assert names in (sorted(names), sorted(names, key=_isort_key))
-    assert len(set(names)) == len(names)
-
-
-@pytest.mark.parametrize("module", PUBLIC_MODULES)
-def test_every_name_in_all_is_importable(module: str) -> None:
-    mod = importlib.import_module(module)
-    for name in mod.__all__:
-        assert hasattr(mod, name), f"{module}.__all__ names {name!r}, which does not exist"
 
 
 def _imported_from_elsewhere() -> set[str]:
@@ -354,34 +324,9 @@ def test_store_reexports_every_record_name() -> None:
     missing = set(golem.durable.store.records.__all__) - set(golem.durable.store.__all__)
     assert not missing, f"golem.durable.store.__all__ lacks {sorted(missing)}"
     for name in golem.durable.store.records.__all__:
-        assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), name
-
-
-def test_the_deferral_surface_is_importable_from_the_root() -> None:
-    from golem import (
-        Canceled,
-        DeferKind,
-        Deferred,
-        Failed,
-        ModelRetry,
-        SealError,
-        SealKeys,
-        approved_call,
-        call_approved,
-        errors,
-        seal,
-        tool,
-    )
-
-    assert (Deferred, DeferKind, call_approved, approved_call) == (
-        tool.Deferred,
-        tool.DeferKind,
-        tool.call_approved,
-        tool.approved_call,
-    )
-    assert (ModelRetry, Canceled, Failed) == (tool.ModelRetry, tool.Canceled, tool.Failed)
-    assert SealError is errors.SealError
-    assert SealKeys is seal.SealKeys
+        assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), (
+            name
+        )
 
 
 def test_stage_values_are_the_wire_strings() -> None:

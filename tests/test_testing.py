@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -307,29 +306,3 @@ async def test_function_model_with_a_stream_function_streams() -> None:
     assert final.message.content == "ab"
     assert (await model.generate(request())).message.content == "ab"
 
-
-# --------------------------------------------------------------------------- the no-network guard
-
-
-def test_tests_cannot_reach_non_loopback_hosts() -> None:
-    with (
-        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s,
-        pytest.raises(RuntimeError, match="network"),
-    ):
-        s.connect(("192.0.2.1", 443))  # TEST-NET-1: never routable
-
-
-def test_loopback_connections_are_allowed() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
-            client.connect(server.getsockname())
-            conn, _ = server.accept()
-            conn.close()
-
-
-@pytest.mark.live
-def test_live_tests_are_exempt_from_the_network_guard() -> None:
-    # Deselected by default (addopts: -m 'not live'); run with `-m live` to check the exemption.
-    assert socket.socket.connect.__name__ != "_guarded_connect"

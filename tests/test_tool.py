@@ -37,13 +37,12 @@ class Deps:
 # --------------------------------------------------------------------------- schema from functions
 
 
-def _spec(agent: Agent[Any, Any], model: ScriptedModel, name: str) -> ToolSpec:
-    agent.run_sync("go")
-    specs = {s.name: s for s in model.requests[0].tools}
-    return specs[name]
+class Window(pydantic.BaseModel):
+    start: int
+    end: int
 
 
-def test_schema_comes_from_hints_and_docstring() -> None:
+def test_the_schema_comes_from_hints_and_the_docstring_without_ctx() -> None:
     model = ScriptedModel("done")
     agent = Agent(model)
 
@@ -53,87 +52,42 @@ def test_schema_comes_from_hints_and_docstring() -> None:
 
         Args:
             city: Name of the city, e.g. "Paris".
-            days: How many days ahead to forecast.
+            days: How many days ahead to forecast; the
+                count includes today.
         """
         return ""
-
-    spec = _spec(agent, model, "forecast")
-    assert spec.description == "Get the weather forecast for a city."
-    schema = spec.schema
-    assert schema["type"] == "object"
-    assert set(schema["properties"]) == {"city", "days"}
-    assert schema["properties"]["city"]["type"] == "string"
-    assert schema["properties"]["city"]["description"] == 'Name of the city, e.g. "Paris".'
-    assert schema["properties"]["days"]["type"] == "integer"
-    assert schema["properties"]["days"]["description"] == "How many days ahead to forecast."
-    assert schema["properties"]["days"]["default"] == 1
-    assert schema["required"] == ["city"]
-
-
-def test_ctx_parameter_is_not_part_of_the_schema() -> None:
-    model = ScriptedModel("done")
-    agent = Agent(model)
-
-    @agent.tool
-    def who(ctx: RunContext[None]) -> str:
-        """Say who."""
-        return ""
-
-    spec = _spec(agent, model, "who")
-    assert spec.schema.get("properties", {}) == {}
-    assert "ctx" not in str(spec.schema)
-
-
-def test_function_without_ctx_or_docstring() -> None:
-    model = ScriptedModel("done")
-    agent = Agent(model)
 
     @agent.tool
     def add(a: int, b: int) -> str:
         return str(a + b)
 
-    spec = _spec(agent, model, "add")
-    assert spec.name == "add"
-    assert spec.description == ""
-    assert set(spec.schema["properties"]) == {"a", "b"}
-    assert sorted(spec.schema["required"]) == ["a", "b"]
-
-
-def test_multiline_parameter_descriptions_are_joined() -> None:
-    model = ScriptedModel("done")
-    agent = Agent(model)
-
     @agent.tool
-    def search(query: str) -> str:
-        """Search the index.
-
-        Args:
-            query: What to look for; the words
-                are matched case-insensitively.
-        """
-        return ""
-
-    desc = _spec(agent, model, "search").schema["properties"]["query"]["description"]
-    assert desc == "What to look for; the words are matched case-insensitively."
-
-
-class Window(pydantic.BaseModel):
-    start: int
-    end: int
-
-
-def test_rich_types_become_json_schema() -> None:
-    model = ScriptedModel("done")
-    agent = Agent(model)
-
-    @agent.tool
-    def plan(tags: list[str], mode: Literal["fast", "slow"], window: Window) -> str:
+    def plan(
+        ctx: RunContext[Deps], tags: list[str], mode: Literal["fast", "slow"], window: Window
+    ) -> str:
         """Plan."""
         return ""
 
-    props = _spec(agent, model, "plan").schema["properties"]
-    assert props["tags"]["type"] == "array"
-    assert props["tags"]["items"] == {"type": "string"}
+    agent.run_sync("go")
+    specs = {s.name: s for s in model.requests[0].tools}
+    spec = specs["forecast"]
+    assert spec.description == "Get the weather forecast for a city."
+    assert spec.schema["type"] == "object"
+    assert "ctx" not in str(spec.schema)
+    props = spec.schema["properties"]
+    assert props["city"]["type"] == "string"
+    assert props["city"]["description"] == 'Name of the city, e.g. "Paris".'
+    assert props["days"]["type"] == "integer"
+    assert (
+        props["days"]["description"] == "How many days ahead to forecast; the count includes today."
+    )
+    assert props["days"]["default"] == 1
+    assert spec.schema["required"] == ["city"]
+    spec = specs["add"]
+    assert (spec.name, spec.description, set(spec.schema["properties"])) == ("add", "", {"a", "b"})
+    assert sorted(spec.schema["required"]) == ["a", "b"]
+    props = specs["plan"].schema["properties"]
+    assert (props["tags"]["type"], props["tags"]["items"]) == ("array", {"type": "string"})
     assert set(props["mode"]["enum"]) == {"fast", "slow"}
     assert "window" in props
 
@@ -160,44 +114,25 @@ async def test_function_tool_gets_ctx_with_deps_and_validated_args() -> None:
     assert res.output == "done"
 
 
-async def test_async_function_tool() -> None:
-    model = ScriptedModel(calls(("c1", "slow_add", '{"a": 2, "b": 3}')), "done")
-    agent = Agent(model)
-
-    @agent.tool
-    async def slow_add(a: int, b: int) -> str:
-        await asyncio.sleep(0)
-        return str(a + b)
-
-    res = await agent.run("add")
-    assert tool_messages(res.messages)[0].content == "5"
-
-
-async def test_default_argument_is_used_when_omitted() -> None:
-    got: list[int] = []
-    model = ScriptedModel(calls(("c1", "f", '{"x": 1}')), "done")
-    agent = Agent(model)
-
-    @agent.tool
-    def f(x: int, y: int = 42) -> str:
-        got.append(y)
-        return "ok"
-
-    await agent.run("go")
-    assert got == [42]
-
-
-async def test_pydantic_model_argument_is_validated_into_the_model() -> None:
+async def test_async_tools_defaults_and_pydantic_arguments() -> None:
     got: list[Any] = []
-    model = ScriptedModel(calls(("c1", "book", '{"window": {"start": 1, "end": 2}}')), "done")
-    agent = Agent(model)
+    batch = calls(
+        ("c1", "slow_add", '{"a": 2, "b": 3}'), ("c2", "book", '{"window": {"start": 1, "end": 2}}')
+    )
+    agent = Agent(ScriptedModel(batch, "done"))
+
+    @agent.tool
+    async def slow_add(a: int, b: int, c: int = 40) -> str:
+        await asyncio.sleep(0)
+        return str(a + b + c)
 
     @agent.tool
     def book(window: Window) -> str:
         got.append(window)
         return "booked"
 
-    await agent.run("go")
+    res = await agent.run("add")
+    assert [m.content for m in tool_messages(res.messages)] == ["45", "booked"]
     assert got == [Window(start=1, end=2)]
 
 
@@ -356,44 +291,28 @@ async def test_raw_tool_async_exec() -> None:
     assert tool_messages(res.messages)[0].content == "42"
 
 
-def test_raw_tool_keyword_form_and_defaults() -> None:
-    t = Tool(
-        name="x",
-        description="d",
-        schema={"type": "object"},
-        exec=lambda ctx, args: "",
-    )
+def test_raw_tool_options_defaults_and_invalid_configuration() -> None:
+    t = Tool(name="x", description="d", schema={"type": "object"}, exec=lambda ctx, args: "")
     assert (t.name, t.description, t.schema) == ("x", "d", {"type": "object"})
-    assert t.max_retries is None
-    assert t.timeout is None
-    assert t.sequential is False
-
-
-def test_raw_tool_options() -> None:
-    t = Tool("x", "d", {"type": "object"}, lambda c, a: "", max_retries=2, timeout=1.5)
-    assert t.max_retries == 2
-    assert t.timeout == 1.5
-    assert Tool("y", "d", {"type": "object"}, lambda c, a: "", sequential=True).sequential
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"name": ""},
-        {"schema": '{"type": "object"}'},
-        {"max_retries": -1},
-        {"timeout": -1.0},
-    ],
-)
-def test_raw_tool_rejects_invalid_configuration(kwargs: dict[str, Any]) -> None:
+    assert (t.max_retries, t.timeout, t.sequential) == (None, None, False)
+    t = Tool(
+        "x", "d", {"type": "object"}, lambda c, a: "", max_retries=2, timeout=1.5, sequential=True
+    )
+    assert (t.max_retries, t.timeout, t.sequential) == (2, 1.5, True)
     base: dict[str, Any] = {
         "name": "x",
         "description": "d",
         "schema": {"type": "object"},
         "exec": lambda c, a: "",
     }
-    with pytest.raises(ValueError):
-        Tool(**{**base, **kwargs})
+    for bad in (
+        {"name": ""},
+        {"schema": '{"type": "object"}'},
+        {"max_retries": -1},
+        {"timeout": -1.0},
+    ):
+        with pytest.raises(ValueError):
+            Tool(**{**base, **bad})
 
 
 # --------------------------------------------------------------------------- results
@@ -415,16 +334,16 @@ async def test_tool_result_with_parts_reaches_the_tool_message_and_next_request(
     assert list(model.requests[1].messages[-1].parts) == [image, data]
 
 
-def test_tool_result_parts_default_to_empty() -> None:
+async def test_a_tool_returning_an_invalid_part_fails_at_stage_tool() -> None:
     assert tuple(ToolResult("x").parts) == ()
 
-
-async def test_tool_returning_an_invalid_part_fails_at_stage_tool() -> None:
     def bad(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
         return ToolResult("x", parts=[Part("image")])  # neither url nor data
 
-    model = ScriptedModel(calls(("c1", "bad", "{}")), "never")
-    agent = Agent(model, tools=[Tool("bad", "Bad.", {"type": "object"}, bad)])
+    agent = Agent(
+        ScriptedModel(calls(("c1", "bad", "{}")), "never"),
+        tools=[Tool("bad", "Bad.", {"type": "object"}, bad)],
+    )
     with pytest.raises(RunError) as info:
         await agent.run("go")
     assert info.value.stage is Stage.TOOL
@@ -435,41 +354,28 @@ async def test_tool_returning_an_invalid_part_fails_at_stage_tool() -> None:
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 
 
-async def test_sync_tool_runs_in_a_worker_thread_and_sees_contextvars() -> None:
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_sync_tool_runs_in_a_worker_thread_an_async_one_on_the_loop_both_seeing_contextvars(
+    sync: bool,
+) -> None:
     seen: list[tuple[str, int]] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
-    agent = Agent(model)
 
-    @agent.tool
-    def probe() -> str:
+    def probe_sync() -> str:
         seen.append((request_id.get(), threading.get_ident()))
         return "ok"
 
+    async def probe_async() -> str:
+        return probe_sync()
+
+    agent = Agent(ScriptedModel(calls(("c1", "probe", "{}")), "done"))
+    agent.tool_plain(probe_sync if sync else probe_async, name="probe")
     token = request_id.set("req-42")
     try:
         await agent.run("go")
     finally:
         request_id.reset(token)
     assert seen[0][0] == "req-42"
-    assert seen[0][1] != threading.get_ident()
-
-
-async def test_async_tool_runs_on_the_event_loop_and_sees_contextvars() -> None:
-    seen: list[tuple[str, int]] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
-    agent = Agent(model)
-
-    @agent.tool
-    async def probe() -> str:
-        seen.append((request_id.get(), threading.get_ident()))
-        return "ok"
-
-    token = request_id.set("req-7")
-    try:
-        await agent.run("go")
-    finally:
-        request_id.reset(token)
-    assert seen == [("req-7", threading.get_ident())]
+    assert (seen[0][1] != threading.get_ident()) is sync
 
 
 # --------------------------------------------------------------------------- signals
@@ -585,7 +491,9 @@ def test_tool_plain_registers_a_function_without_context() -> None:
 def test_tool_plain_refuses_a_function_taking_a_context() -> None:
     agent: Agent[Deps, str] = Agent(ScriptedModel("x"), deps_type=Deps)
 
-    with pytest.raises(TypeError, match=r'"unit_of" takes a RunContext: register it with @agent\.tool'):
+    with pytest.raises(
+        TypeError, match=r'"unit_of" takes a RunContext: register it with @agent\.tool'
+    ):
 
         @agent.tool_plain
         def unit_of(ctx: RunContext[Deps]) -> str:
