@@ -1,18 +1,4 @@
-"""A worker on a machine whose clock is ten minutes off, on PostgreSQL (ADR 0056).
-
-Leases are measured by the database server's clock (`PostgresStore.clock`), never by the
-worker's own, so:
-
-- a worker whose clock runs **behind** does not hold a lease that a sweeper with a right
-  clock finds expired at once: the run is not marked `interrupted` while the worker runs
-  its approved calls (before, the worker went on executing approved calls after the
-  mark, since its fence trusts its local deadline);
-- a worker whose clock runs **ahead** and dies leaves a lease that runs out after its
-  length, not ten minutes later.
-
-The worker runs in a process of its own whose wall clock, as golem reads it, is skewed
-(`tests.support.durable.worker_app`, `skew_seconds`); the test process's clock is right.
-"""
+"""A worker on a machine whose clock is ten minutes off, on PostgreSQL (ADR 0056)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""A claimed run whose stored record cannot be read is set aside, not re-claimed (ADR 0072).
-
-Before, the claim left such a run out and logged it; the run stayed RUNNING under the
-claimer's lease until a sweep marked it interrupted as if its worker had died mid-resume
-("approved calls may have run"), and neither retry nor the outcome said why. Now the claim
-marks it INTERRUPTED at once, with the fault in its outcome error and audit entry: no claim
-takes it again however many leases run out, it is logged once, and the row is kept — the
-operator repairs it and retries (or cancels) it like any interrupted run. A fault of this
-reader only (a `RecursionError` from a deep stack) never sets a run aside, and a large run
-is claimed as usual.
-"""
+"""A claimed run whose stored record cannot be read is set aside, not re-claimed (ADR 0072)."""
 
 from __future__ import annotations
 

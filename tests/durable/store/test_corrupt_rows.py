@@ -1,12 +1,5 @@
-"""A stored row no golem wrote: reading that run is a `CorruptRecord` naming it, and every
-other run stays readable — listed, paged, claimed, swept and in the change feed (ADR 0070).
-
-Each case writes one value into one column of one run's rows behind the store's back (an
-unknown status or kind, a date or JSON that does not parse, text where a number belongs).
-Before, each of these raised a bare `ValueError`, `TypeError` or `JSONDecodeError` from
-`get_run`, and from `list_runs`, `claim_ready`, `changes_since` and `decide` too, so one bad
-row hid or stalled every run listed, claimed or fed with it.
-"""
+"""A stored row no golem wrote: reading that run is a `CorruptRecord` naming it, and every other
+run stays readable — listed, paged, claimed, swept and in the change feed (ADR 0070)."""
 
 from __future__ import annotations
 

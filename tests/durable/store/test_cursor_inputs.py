@@ -1,11 +1,5 @@
-"""Page cursors from outside (`?after=` of the service): any text is a page or an
-`InvalidCursor` (a `StoreError`, still a `ValueError`), never a bare error (ADR 0070).
-
-Before, a cursor that decoded to deeply nested JSON raised `RecursionError`, one whose position
-was past 64 bits `OverflowError`, and one with a date that does not parse, a lone surrogate or
-a naive date a bare `ValueError` with the parser's words (the service's `?after=` checks kept
-most of them from the store; a direct caller of the store got them all).
-"""
+"""Page cursors from outside (`?after=` of the service): any text is a page or an `InvalidCursor`
+(a `StoreError`, still a `ValueError`), never a bare error (ADR 0070)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""PostgreSQL's one-round-trip decision agrees with the full decision, whatever comes.
-
-`PostgresStore` first tries a decision without reading (the plain case: a pending run, an
-undecided call the decision fits, not overdue) and falls back to `decide`'s full transaction
-for everything else; SQLite always runs the full transaction. Hypothesis drives both stores
-through the same sequences of decisions — repeats, conflicts, unknown calls, the wrong kind,
-overdue calls, edited arguments, decisions after a claim — and every answer, the run's final
-state and its audit log must be the same on both.
-"""
+"""PostgreSQL's one-round-trip decision agrees with the full decision, whatever comes."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""Store errors are classified by the database's error code, never its message text, which
-follows the server's `lc_messages` (ADR 0072).
-
-`StoreReadOnly`, `StoreBusy` and plain `StoreError` come from the SQLSTATE psycopg reports
-(PostgreSQL) or the result code of `sqlite3` (SQLite). One failure carries no code: a
-connection PostgreSQL refuses during startup, whose code libpq keeps to itself; only there is
-the message matched, in every language PostgreSQL ships. Before, that match knew English
-only: a server answering in German refused a connection for want of a slot and golem raised
-a plain `StoreError` instead of `StoreBusy` (so a pool that held connections failed the call
-instead of waiting for one of them).
-"""
+"""Store errors are classified by the database's error code, never its message text, which follows
+the server's `lc_messages` (ADR 0072)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Store contract: a decision racing the expiry sweep through another connection.
-
-An approver decides a call at the moment a sweep (another process: another store on the same
-database) finds it overdue. Whoever commits first wins, and the loser learns it: every call
-ends with exactly one decision, the approver's answer says which (the record it returns is
-what is stored, or `CallExpired` carries the expiry), the audit log has one entry per decision
-and one READY per run, and nothing else is raised.
-"""
+"""Store contract: a decision racing the expiry sweep through another connection."""
 
 from __future__ import annotations
 

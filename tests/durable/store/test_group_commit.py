@@ -1,9 +1,5 @@
 """Group commit: the SQLite writer runs queued write jobs in one transaction (again with a
-savepoint each when one of them raises).
-
-Every test makes jobs queue up behind a job that blocks the writer thread (a
-`threading.Event`), so the batch they form is known; none measures time.
-"""
+savepoint each when one of them raises)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""IDs at the store's boundary: the same named error on every backend (issue 29).
-
-A run, call or worker ID that is not a `str` is a `TypeError` before any transaction (it
-was "operator does not exist: text = bigint" on PostgreSQL and `RunNotFound` on SQLite,
-whose text column also matched the integer 123 to the run "123"). A `str` no database can
-hold (a NUL, a lone surrogate) names no row: not found, not a `StoreError` about NUL on
-PostgreSQL or a `UnicodeEncodeError` on both.
-"""
+"""IDs at the store's boundary: the same named error on every backend (issue 29)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""A store call that commits but whose answer never arrives (the connection died after the
-COMMIT was sent): the worker must neither lose the run nor run its approved call twice.
-
-`LostAnswer` wraps a real store and, once, lets one call commit and then raises the plain
-`StoreError` a dead connection gives. `tests/store/test_pg_chaos.py` does the same on the
-wire with a proxy; this runs the worker's side on every backend.
-"""
+"""A store call that commits but whose answer never arrives (the connection died after the COMMIT
+was sent): the worker must neither lose the run nor run its approved call twice."""
 
 from __future__ import annotations
 

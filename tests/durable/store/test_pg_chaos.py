@@ -1,17 +1,5 @@
-"""Chaos on PostgreSQL: the server restarts, connections die mid-transaction (a COMMIT whose
-answer is lost among them), a table stays locked — and golem's durable path holds.
-
-A `Worker(concurrency=8).run_forever()` resumes runs whose approved tool records each
-execution in a file per call (`tests/store/chaos.py`), while a producer keeps starting and
-approving runs through another store. Afterwards (the worker stopped, a sweep run with an
-explicit `now`) `check_invariants` checks that every run is terminal, that no approved call
-ran twice and every completed run's call ran exactly once, and that the audit log is whole
-and in order. Nothing here waits for a duration: events, holds, and conditions polled
-under generous deadlines.
-
-Tests that restart the server use a cluster of their own (started once for this module);
-the others use the suite's cluster and kill only their own connections.
-"""
+"""Chaos on PostgreSQL: the server restarts, connections die mid-transaction (a COMMIT whose answer
+is lost among them), a table stays locked — and golem's durable path holds."""
 
 from __future__ import annotations
 
@@ -332,10 +320,9 @@ async def test_a_read_whose_connection_dies_after_its_commit_was_sent_is_retried
 async def test_connections_killed_at_random_mid_transaction_lose_and_repeat_nothing(
     exec_dir: Path, seed: int
 ) -> None:
-    """Every store connection (the worker's pool, its LISTEN connection, the producer's
-    pool) is killed with `pg_terminate_backend` again and again at random moments, most
-    of them while a transaction is in flight, as runs are started, approved, claimed and
-    finished. Once the killing stops, every run completes, each call run once."""
+    """Every store connection (the worker's pool, its LISTEN connection, the producer's pool) is
+    killed with `pg_terminate_backend` again and again at random moments, most of them while a
+    transaction is in flight, as runs are started, approved, claimed and finished."""
     dsn = postgres_dsn()
     app = f"golem-chaos-{uuid.uuid4().hex[:8]}"
     victim = make_conninfo(dsn, application_name=app)

@@ -1,14 +1,4 @@
-"""Worker processes on one PostgreSQL schema SIGKILLed at chosen and at random points.
-
-The PostgreSQL counterpart of `test_sqlite_crash.py` (same rounds, same ledger, same
-invariants): two worker processes (`tests.support.durable.crash_app` on a `PostgresStore`), each
-told to kill itself at a point picked by a seeded RNG — once a claim's, a renewal's, a
-finish's or a sweep's COMMIT is on its way to the server (so the server commits it
-without the process), right after a claim, before or after the tool's side effect,
-around `finish`, or at the n-th statement sent — and sometimes one killed from outside.
-A killed process's backend sees its socket close and rolls back whatever it had not
-committed; a clean worker replaces it and sweeps its runs once their lease ran out.
-"""
+"""Worker processes on one PostgreSQL schema SIGKILLed at chosen and at random points."""
 
 from __future__ import annotations
 

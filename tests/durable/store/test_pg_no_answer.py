@@ -1,14 +1,4 @@
-"""A PostgreSQL server that stops answering without closing the connection.
-
-A frozen server (a stopped VM, `SIGSTOP`, a stuck storage layer) or a network that drops
-packets keeps the TCP connection open: TCP itself never reports anything, and without a
-bound a store call would wait forever. `PostgresStore(command_timeout=...)` bounds every
-wait for the server: past it the connection is closed and the call raises `StoreTimeout`.
-
-The tests freeze the backend of the store's one pooled connection with `SIGSTOP`, which is
-exactly that: the kernel keeps acknowledging, the backend never answers. They need to be
-allowed to signal the server's processes (root, or the cluster's own user).
-"""
+"""A PostgreSQL server that stops answering without closing the connection."""
 
 from __future__ import annotations
 
@@ -190,10 +180,8 @@ async def test_a_worker_whose_finish_meets_a_frozen_server_saves_it_once(
 async def test_a_claim_that_commits_after_it_timed_out_is_resumed(
     pg: Backend, tmp_path: Path
 ) -> None:
-    """A COMMIT that stalls while holding its locks (a WAL disk that stopped, a synchronous
-    standby that fell behind) outlasts the timeout and commits later. The worker keeps
-    looking for that claim's runs until its lease runs out, so the run it took is resumed,
-    not left to be marked interrupted."""
+    """A COMMIT that stalls while holding its locks (a WAL disk that stopped, a synchronous standby
+    that fell behind) outlasts the timeout and commits later."""
     import psycopg
 
     registry = chaos_registry(tmp_path)
@@ -315,11 +303,9 @@ async def _listener(store: PostgresStore, other_than: int | None = None) -> int:
 async def test_a_frozen_listener_is_replaced_and_a_notify_still_wakes_the_worker(
     pg: Backend, tmp_path: Path, poll: float, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The backend of the change feed's `LISTEN` connection stops answering (its socket
-    stays open): after a silent `listen_check_interval` the listener asks it an empty
-    query, gets no answer within `command_timeout`, and replaces the connection. A worker
-    that polls once an hour is still woken by the next decision's `NOTIFY` while the old
-    backend is frozen."""
+    """The backend of the change feed's `LISTEN` connection stops answering (its socket stays
+    open): after a silent `listen_check_interval` the listener asks it an empty query, gets no
+    answer within `command_timeout`, and replaces the connection."""
     registry = chaos_registry(tmp_path)
     async with opened(pg, command_timeout=0.5) as store, opened(pg) as producer:
         store.listen_check_interval = 0.2
@@ -393,10 +379,7 @@ async def test_a_listener_frozen_for_less_than_the_timeout_is_kept_and_hears_wha
 async def test_on_a_loop_that_cannot_watch_sockets_a_full_default_executor_starves_nothing(
     pg: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Windows' Proactor loop: transactions and the listener's waits run on threads. Sync
-    tools may hold every thread of the loop's default executor; the store's calls, and a
-    `NOTIFY` waking a waiter, still get through on the store's own threads (a lease renewal
-    must not wait for a tool to finish)."""
+    """Windows' Proactor loop: transactions and the listener's waits run on threads."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,19 +1,5 @@
 """A second chaos round on PostgreSQL: what an operator's server does that the first round
-(`test_pg_chaos.py`, `test_pg_no_answer.py`) did not.
-
-- the server restarted with `-m immediate` while claims or finishes of several workers
-  wait inside their COMMIT, and at random moments while several workers run;
-- connection slots exhausted by other clients: store calls fail at once with `StoreBusy`,
-  and everything carries on once slots free;
-- `statement_timeout` and `idle_in_transaction_session_timeout` set on the database;
-- runs whose histories are megabytes, their connections killed at random mid-transaction;
-- a worker whose lease renewals keep failing: it runs no approved call once its lease is
-  gone.
-
-Every test ends with `check_invariants`: each run completed or was reported
-failed/interrupted, and every approved call ran at most once — counted in files outside
-the store (`chaos.executions`).
-"""
+(`test_pg_chaos.py`, `test_pg_no_answer.py`) did not."""
 
 from __future__ import annotations
 
@@ -111,10 +97,9 @@ def _stalled(dsn: str, schema: str, status: str) -> Iterator[psycopg.Connection[
 async def test_an_immediate_restart_while_several_workers_wait_in_their_commit(
     cluster: Cluster, tmp_path: Path, stage: str
 ) -> None:
-    """Several workers' claims (or finishes) wait inside their COMMIT when the server is
-    restarted with `-m immediate`: the server loses them (crash recovery), each worker is
-    left not knowing whether its COMMIT took. They look (a claim's runs) or retry (a
-    finish) and every run completes, each call run once."""
+    """Several workers' claims (or finishes) wait inside their COMMIT when the server is restarted
+    with `-m immediate`: the server loses them (crash recovery), each worker is left not knowing
+    whether its COMMIT took."""
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     async with Scene(cluster.dsn, exec_dir, workers=3, start=stage == "finish") as s:
@@ -299,10 +284,8 @@ async def _database(cluster: Cluster, **settings: str) -> AsyncIterator[str]:
 async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path, settings: dict[str, str]
 ) -> None:
-    """An operator sets a timeout on the database (`ALTER DATABASE … SET`): it applies to
-    every connection, migrations and the listener included. Runs are started, approved,
-    claimed and finished by two workers while connections are killed at random; every run
-    completes, each call run once."""
+    """An operator sets a timeout on the database (`ALTER DATABASE … SET`): it applies to every
+    connection, migrations and the listener included."""
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     rng = random.Random(7)
@@ -405,10 +388,8 @@ class _NoRenewals(PostgresStore):
 async def test_a_worker_whose_renewals_keep_failing_runs_no_approved_call_after_its_lease(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A run with two approved calls; the first waits in its tool while every renewal
-    fails, until the lease ran out and another worker's sweep marked the run interrupted.
-    Released, the first call returns, and the second never starts: the worker could not
-    prove its lease. The run stays interrupted; the ledger has the first call once."""
+    """A run with two approved calls; the first waits in its tool while every renewal fails, until
+    the lease ran out and another worker's sweep marked the run interrupted."""
     from tests.support.durable.backends import postgres_dsn
 
     dsn = postgres_dsn()
@@ -507,11 +488,9 @@ async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_ca
 async def test_workers_killed_again_and_again_inside_their_commit_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path, stage: str
 ) -> None:
-    """Three workers' claims (or finishes) wait inside their COMMIT and their backends are
-    killed (`pg_terminate_backend`), four times over: each time every waiting worker is
-    left not knowing whether its COMMIT took, looks or retries, and waits in its COMMIT
-    again. Once the stall ends every run completes, each call run once, and no run a
-    claim took was left unresumed."""
+    """Three workers' claims (or finishes) wait inside their COMMIT and their backends are killed
+    (`pg_terminate_backend`), four times over: each time every waiting worker is left not
+    knowing whether its COMMIT took, looks or retries, and waits in its COMMIT again."""
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     app = f"golem-commit-{uuid.uuid4().hex[:8]}"

@@ -1,11 +1,4 @@
-"""Server settings an operator may put on the database, a third chaos round (ADR 0068).
-
-- `idle_in_transaction_session_timeout` at 1 ms: every store operation, migrations
-  included, still succeeds, however long this process takes between a transaction's round
-  trips (`slow_round_trips` makes each such gap last 30 ms);
-- `idle_session_timeout` shorter than the listener's check interval: the `LISTEN`
-  connection is kept, with no warning and no reconnect.
-"""
+"""Server settings an operator may put on the database, a third chaos round (ADR 0068)."""
 
 from __future__ import annotations
 
@@ -49,10 +42,9 @@ async def _database(**settings: str) -> AsyncIterator[str]:
 
 @pytest.mark.usefixtures("slow_round_trips")
 async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_timeout() -> None:
-    """With `idle_in_transaction_session_timeout = 1ms` on the database, the server would
-    end any transaction idle for a millisecond between its round trips: the migration on
-    first connect, every read of more than one statement, every full decision. Each store
-    operation runs once, on connections opened under that setting, and succeeds."""
+    """With `idle_in_transaction_session_timeout = 1ms` on the database, the server would end any
+    transaction idle for a millisecond between its round trips: the migration on first connect,
+    every read of more than one statement, every full decision."""
     async with _database(idle_in_transaction_session_timeout="1ms") as dsn:
         store = PostgresStore(dsn, pool_size=2)
         try:
@@ -120,10 +112,9 @@ async def test_workers_under_a_millisecond_idle_in_transaction_timeout_lose_and_
 async def test_a_short_idle_session_timeout_does_not_make_the_listener_reconnect(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """`idle_session_timeout = 1s` on the database, the listener's check interval 10 s:
-    the server would close the silent `LISTEN` connection every second (a warning and a
-    reconnect each time). It is kept: after several seconds of silence it is the same
-    backend, nothing was logged, and a change still wakes the feed at once."""
+    """`idle_session_timeout = 1s` on the database, the listener's check interval 10 s: the server
+    would close the silent `LISTEN` connection every second (a warning and a reconnect each
+    time)."""
     caplog.set_level(logging.INFO, "golem")
     async with _database(idle_session_timeout="1s") as dsn:
         app = f"golem-listener-{uuid.uuid4().hex[:8]}"
@@ -157,11 +148,10 @@ async def test_a_short_idle_session_timeout_does_not_make_the_listener_reconnect
 async def test_a_write_that_waited_for_a_concurrent_commit_carries_on_whatever_the_default_isolation(
     isolation: str,
 ) -> None:
-    """`default_transaction_isolation` set on the database: every golem write updates the
-    audit sequence's one row, so under REPEATABLE READ or SERIALIZABLE any write that
-    waited for another's commit failed with a serialization error (and a worker's claims
-    and finishes failed under load). A decision waits behind a transaction holding that
-    row; once that commits, the decision is recorded."""
+    """`default_transaction_isolation` set on the database: every golem write updates the audit
+    sequence's one row, so under REPEATABLE READ or SERIALIZABLE any write that waited for
+    another's commit failed with a serialization error (and a worker's claims and finishes
+    failed under load)."""
     async with _database(default_transaction_isolation=isolation) as dsn:
         store = await PostgresStore.open(dsn)
         try:
@@ -190,11 +180,10 @@ async def test_a_write_that_waited_for_a_concurrent_commit_carries_on_whatever_t
 
 
 async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_read_only() -> None:
-    """`default_transaction_read_only = on` set on the database (an operator freezing it,
-    or a DSN that reached a hot standby): a store opened then still reads (opening it
-    wrote nothing and took no lock — before, its migration check wrote, so every call
-    failed), every write raises `StoreReadOnly` and changes nothing, and once the setting
-    is lifted the same calls succeed."""
+    """`default_transaction_read_only = on` set on the database (an operator freezing it, or a DSN
+    that reached a hot standby): a store opened then still reads (opening it wrote nothing and
+    took no lock — before, its migration check wrote, so every call failed), every write raises
+    `StoreReadOnly` and changes nothing, and once the setting is lifted the same calls succeed."""
     async with _database() as dsn:
         async with await PostgresStore.open(dsn) as writer:
             run = make_run(approval("c1"))
@@ -228,11 +217,10 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_r
 
 
 async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path: Path) -> None:
-    """The database turns read-only while two workers run and one approved call is inside
-    its tool (every connection is cut, so each reconnects read-only): starts fail with
-    `StoreReadOnly`, the workers keep polling without a crash or a hang, the held run's
-    outcome waits (its lease holds) and is saved once writes are back; every run
-    completes, each call ran once."""
+    """The database turns read-only while two workers run and one approved call is inside its tool
+    (every connection is cut, so each reconnects read-only): starts fail with `StoreReadOnly`,
+    the workers keep polling without a crash or a hang, the held run's outcome waits (its lease
+    holds) and is saved once writes are back; every run completes, each call ran once."""
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
     app = f"golem-ro-{uuid.uuid4().hex[:8]}"
@@ -308,13 +296,9 @@ async def test_millisecond_lock_and_statement_timeouts_set_mid_flight_lose_and_r
 async def test_a_millisecond_idle_session_timeout_fails_no_call(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """`idle_session_timeout = 1ms` on the database: the server closes a connection idle
-    for a millisecond — between connecting and its first query, between two statements of
-    the migration check, in the pool between two transactions. Opening failed before
-    (the first query was too late); now every connection raises it to 10 s (the first
-    ones in their first query, or, once the server closed one too soon, in their startup
-    packet): three workers, four producers and a listener run twenty cycles with no
-    failed call and nothing logged but progress."""
+    """`idle_session_timeout = 1ms` on the database: the server closes a connection idle for a
+    millisecond — between connecting and its first query, between two statements of the
+    migration check, in the pool between two transactions."""
     caplog.set_level(logging.INFO, "golem")
     exec_dir = tmp_path / "exec"
     exec_dir.mkdir()
@@ -340,10 +324,8 @@ async def test_a_millisecond_idle_session_timeout_fails_no_call(
 
 async def test_a_connection_limit_below_the_pool_size_makes_calls_wait_not_fail() -> None:
     """The application's role may open two connections (`CONNECTION LIMIT 2`, as a
-    `max_connections` mostly taken by other clients would allow) and the store's pool is
-    four: eight calls at once open two connections and share them. Before, the calls that
-    tried to open a third or fourth failed with `StoreBusy` although the pool's own two
-    would be free a moment later."""
+    `max_connections` mostly taken by other clients would allow) and the store's pool is four:
+    eight calls at once open two connections and share them."""
     dsn = postgres_dsn()
     role = f"limited_{uuid.uuid4().hex[:8]}"
     schema = f"limited_{uuid.uuid4().hex[:8]}"
@@ -368,12 +350,10 @@ async def test_a_connection_limit_below_the_pool_size_makes_calls_wait_not_fail(
 async def test_a_first_connection_lost_before_its_first_answer_is_opened_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Under a millisecond `idle_session_timeout` the server can close a new connection
-    before its first query arrives, and the reset that answers the query can take the
-    server's message with it: the store then sees a connection lost for no stated reason,
-    before any connection told it the server's settings. It connects once more, the idle
-    floor in the startup packet, instead of failing the call (the chaos run hit this when
-    opening a store). Simulated by cutting the socket under the first query."""
+    """Under a millisecond `idle_session_timeout` the server can close a new connection before its
+    first query arrives, and the reset that answers the query can take the server's message with
+    it: the store then sees a connection lost for no stated reason, before any connection told
+    it the server's settings."""
     real = PostgresStore._read_server_clock
     cut: list[int] = []
 

@@ -1,12 +1,4 @@
-"""PostgreSQL: a page of pending calls reads only the runs it shows, statistics or not.
-
-Right after a bulk load, or while autovacuum lags behind, the planner has no statistics for
-golem's tables. It then took 100,000 pending runs for a handful and planned a page of calls
-as a join of every pending call, sorted — 160 ms — and, filtered by agent, as a per-run scan
-of the open-deadline index: 85 s (ADR 0044). These tests load runs with autovacuum off,
-capture the exact statements a page runs, and count in `EXPLAIN ANALYZE` how many rows the
-page's plan read: never a duration.
-"""
+"""PostgreSQL: a page of pending calls reads only the runs it shows, statistics or not."""
 
 from __future__ import annotations
 

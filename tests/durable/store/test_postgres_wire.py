@@ -150,10 +150,9 @@ async def test_a_closed_store_refuses_new_work(pg_store: PostgresStore) -> None:
 async def test_a_plain_decision_and_the_cases_that_take_the_full_path_end_alike(
     pg_store: PostgresStore,
 ) -> None:
-    """Deciding an undecided call of a pending run takes the plain path (everything sent
-    with the commit; its round trips are printed by bench/store_statements.py); any other
-    case (a repeat, a conflict, an unknown call) falls back to reading first and ends
-    exactly as it would have."""
+    """Deciding an undecided call of a pending run takes the plain path (everything sent with the
+    commit; its round trips are printed by bench/store_statements.py); any other case (a repeat,
+    a conflict, an unknown call) falls back to reading first and ends exactly as it would have."""
     run = await pg_store.save_pending(make_run(approval("c1"), approval("c2")))
     first = await pg_store.decide(run.id, "c1", Decision.approve(), decided_by="ann")
     assert (await pg_store.get_run(run.id)).status is RunStatus.PENDING

@@ -1,23 +1,4 @@
-"""Worker processes on one SQLite database SIGKILLed at chosen and at random points.
-
-Each round starts two worker processes (`tests.support.durable.crash_app`, `concurrency=2`, 1 s
-leases), each told to kill itself at a point picked by a seeded RNG — inside the claim's
-transaction before its COMMIT, right after the claim, before or after the tool's side
-effect, before `finish`, inside its transaction, after it, inside a lease renewal or a
-sweep, or at the n-th SQL statement — and sometimes the test SIGKILLs one of them from
-outside after a random delay as well. Runs are started and approved meanwhile. A worker
-that died is replaced by a clean one, which sweeps the dead one's runs once their lease
-ran out. The side effect is an `fsync`ed line in a ledger file per call, outside the
-store, so it survives every kill.
-
-Once every run of every round is terminal (`tests.support.durable.chaos.check_invariants`):
-every approved call's side effect is in the ledger at most once, and exactly once, by its
-own run, for each completed run; nothing is left running, ready or pending; the audit log
-has no gap and each run has one claim and one end.
-
-The seeds are fixed. `GOLEM_CRASH_ROUNDS=N` runs N rounds per seed instead of 3, and
-`GOLEM_CRASH_SEEDS=1,2,…` other seeds (the deep mode: e.g. 40 rounds, several seeds).
-"""
+"""Worker processes on one SQLite database SIGKILLed at chosen and at random points."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Store contract: a run keeps the trace context of the span that paused it (issue 11).
-
-The W3C `traceparent` travels with the paused run through every read path (get, list,
-claim, page) and through a pause produced by a resume, so a worker in another process can
-link its resume span to the paused run's span.
-"""
+"""Store contract: a run keeps the trace context of the span that paused it (issue 11)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""SQLite: other processes' commits wake waiters through the write-ahead log, between polls.
-
-Every store here polls once an hour, so a waiter that wakes was woken by the watch (or, in
-the contrast tests, does not wake at all). No test asserts a duration.
-"""
+"""SQLite: other processes' commits wake waiters through the write-ahead log, between polls."""
 
 from __future__ import annotations
 

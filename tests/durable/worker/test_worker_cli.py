@@ -1,9 +1,4 @@
-"""`golem worker --concurrency N`: one worker process resumes N runs at once.
-
-The registry below (`tests.test_worker_cli:registry`) has one agent whose approved tool
-waits until `MEET` resumes have entered it, counted as files in `$GOLEM_TEST_MEET_DIR`: with
-fewer runs in flight at once the runs never complete and the test fails at its guard.
-"""
+"""`golem worker --concurrency N`: one worker process resumes N runs at once."""
 
 from __future__ import annotations
 

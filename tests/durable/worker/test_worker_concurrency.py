@@ -1,9 +1,4 @@
-"""Many concurrent deciders and several worker processes on one database.
-
-Every approved call executes exactly once, every run is resumed once, nothing is lost —
-counted through the files the tool writes (one line per execution, keyed by call ID), the
-runs' final states and the audit log. Runs on one SQLite file and on one PostgreSQL.
-"""
+"""Many concurrent deciders and several worker processes on one database."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""A worker claims a ready run whose stored history was damaged: the run fails with a named
-error in its outcome, nothing runs, and the next ready run is resumed as usual (ADR 0070).
-
-The damage is what `tests/test_fuzz_history.py` does to histories (bytes flipped, cut, spliced
-with hostile values, values swapped at random paths), applied to the stored history of a run
-whose call was approved.
-"""
+"""A worker claims a ready run whose stored history was damaged: the run fails with a named error
+in its outcome, nothing runs, and the next ready run is resumed as usual (ADR 0070)."""
 
 from __future__ import annotations
 

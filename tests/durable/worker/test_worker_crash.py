@@ -1,9 +1,4 @@
-"""A worker process killed mid-resume: the approved call never runs twice, the run is reported.
-
-The tool records its execution, then blocks; the test SIGKILLs the worker process there.
-Another worker then sweeps: once the dead worker's lease (1 s) has run out the run becomes
-`interrupted` — never claimed again — and the audit log says so.
-"""
+"""A worker process killed mid-resume: the approved call never runs twice, the run is reported."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Leases while tools hog threads or the event loop.
-
-- Sync tools (run in the loop's default executor) that block for several lease lengths,
-  as many as the executor has threads: the heartbeat still renews every lease — the store
-  never waits on that executor (PostgreSQL opens its connections on threads of its own) —
-  so a sweeper never interrupts the live runs, and each call runs once.
-- A sync tool run on the loop (`run_in_thread=False`) that blocks it past the lease: no
-  renewal can happen, the run is marked interrupted by a sweeper elsewhere, and once the
-  loop is free the worker runs no further approved call and saves nothing: the fence finds
-  the lease gone (the documented price of blocking the loop; ADR 0011).
-"""
+"""Leases while tools hog threads or the event loop."""
 
 from __future__ import annotations
 

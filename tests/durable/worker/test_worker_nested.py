@@ -1,12 +1,5 @@
-"""A sub-agent's pause through the store and a worker (issue 11: "in another process, through
-the store and the inbox like any other pending call").
-
-The parent's `Result.pending` names the sub-agent's calls `<parent call>/<sub call>`; the
-store saves them under those IDs and approvers decide them like any other call. The worker
-must then find each decided call in the stored history — inside the paused sub-agent's
-record, not among the parent's own tool calls — check it against what the approvers saw and
-resume the parent, which resumes the sub-agent.
-"""
+"""A sub-agent's pause through the store and a worker (issue 11: "in another process, through the
+store and the inbox like any other pending call")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""The worker finds a run's stored calls from the end of its history, without a full pass.
-
-`_latest_calls` (the calls the stored-call and seal checks compare) and `_emission_order` (the
-order of a pause's saved calls) stop as soon as every call they look for is found; they must
-give what a full pass over the history gives: the last call of each ID, in emission order.
-"""
+"""The worker finds a run's stored calls from the end of its history, without a full pass."""
 
 from __future__ import annotations
 

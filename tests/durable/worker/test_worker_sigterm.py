@@ -1,11 +1,4 @@
-"""`golem worker` told to stop mid-resume, as a process manager does (SIGTERM).
-
-- One SIGTERM: the worker claims nothing more and drains: the run in flight finishes and
-  its outcome is saved, then the process exits 0.
-- A second SIGTERM cancels the in-flight resume: the run is left `running` under the
-  worker's lease — not claimable by anyone — and once the lease has run out a sweep marks
-  it `interrupted`; its approved call ran once and never again.
-"""
+"""`golem worker` told to stop mid-resume, as a process manager does (SIGTERM)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""`Worker(concurrency=N)`: several resumes in flight in one worker, each on its own lease.
-
-Behaviour only (no wall-clock assertion): a tool that waits on an `asyncio.Barrier` of N
-proves N resumes are inside it at once; gates hold resumes in flight while the test looks
-at the store; a Hypothesis property drives random interleavings of decisions, tool yields,
-worker stops and cancellations, and checks that no approved call ever runs twice.
-"""
+"""`Worker(concurrency=N)`: several resumes in flight in one worker, each on its own lease."""
 
 from __future__ import annotations
 
@@ -41,11 +35,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 class Slots:
-    """An agent whose approved tool `act` records each execution, then waits on `hold`.
-
-    The prompt `go:<key>:<n>` asks for `n` calls of `act` (IDs `c0`…); once their results
-    are in, the model answers `done`. The key `boom` makes `act` raise instead.
-    """
+    """An agent whose approved tool `act` records each execution, then waits on `hold`."""
 
     def __init__(self) -> None:
         self.executed: Counter[tuple[str, str]] = Counter()
@@ -354,10 +344,8 @@ _schedules = st.builds(
 @settings(max_examples=20)
 @given(schedule=_schedules)
 def test_no_approved_call_runs_twice_under_any_interleaving(schedule: Schedule) -> None:
-    """Two concurrent workers (own store instances on one SQLite file) resume runs decided
-    in a random order with random yields; one of them may be stopped or cancelled midway.
-    Every approved call runs at most once, exactly once in a completed run; denied calls
-    never run; every run is claimed at most once."""
+    """Two concurrent workers (own store instances on one SQLite file) resume runs decided in a
+    random order with random yields; one of them may be stopped or cancelled midway."""
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(_interleaving(Path(tmp), schedule))
 

@@ -1,12 +1,4 @@
-"""Fencing: a worker stalled past its lease (SIGSTOP … SIGCONT) executes nothing more.
-
-The worker process runs two approved calls one after the other; the first blocks until the
-test releases it. The test freezes the process (SIGSTOP) until its 1 s lease has run out
-and the sweep marked the run `interrupted`, releases the first call and thaws the process
-(SIGCONT). Before the second approved call re-executes the worker must prove it still holds
-the lease (`run_with_deferred_results(before_approved=...)`): it does not, so the second
-call never runs and the worker reports the run abandoned.
-"""
+"""Fencing: a worker stalled past its lease (SIGSTOP … SIGCONT) executes nothing more."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Store backends for tests: SQLite always, PostgreSQL when `GOLEM_TEST_POSTGRES_DSN` is set.
-
-Every PostgreSQL backend lives in its own fresh schema (dropped afterwards), so tests and
-engineers sharing one cluster never collide. With `GOLEM_REQUIRE_POSTGRES=1` a missing or
-unreachable PostgreSQL fails the test instead of skipping it.
-"""
+"""Store backends for tests: SQLite always, PostgreSQL when `GOLEM_TEST_POSTGRES_DSN` is set."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""A process that runs store operations and cancels them at random points.
-
-    python -m tests.support.durable.cancel_app '{"spec": {...}, "prefix": "p1", "ops": 500, "seed": 1}'
-
-Each operation (save a run with two calls, or decide one of them) runs as a task that is
-cancelled after a random number of event-loop turns (0–8) or left to finish. Prints one JSON
-object: the runs and decisions whose call returned normally (they must be stored), and
-whether a final uncancelled write succeeded (no transaction was left open).
-"""
+"""A process that runs store operations and cancels them at random points."""
 
 from __future__ import annotations
 

@@ -1,20 +1,4 @@
-"""Helpers of the PostgreSQL chaos tests (`tests/durable/store/test_pg_chaos.py`).
-
-- `Cluster`: a throwaway PostgreSQL cluster of the test's own (`scripts/pg_test_cluster.sh`),
-  which a test may restart, stop and start again without disturbing the suite's cluster.
-- `FaultProxy`: a TCP proxy between a store and the server that can cut the connection of
-  the transaction carrying a marker right after its COMMIT — before the server gets it, or
-  after the server committed but before the answer reaches the client.
-- `chaos_registry`: an agent whose approved tool appends the run's ID to the file
-  `<exec_dir>/<call id>` each time it executes (so a test counts executions per call), and
-  optionally waits at a `Hold` until the test releases it.
-- `Producer`: starts and approves runs through a store, retrying what failed for want of
-  a database, and remembers what it could not know.
-- `Scene`: a worker and a producer on a schema of their own, each with its own store.
-- `disrupting`, `backends_of`, `terminate_backends`: the loop that freezes or kills a
-  store's backends at random moments while work goes on.
-- `check_invariants`: what must hold once the database is back and the dust settled.
-"""
+"""Helpers of the PostgreSQL chaos tests (`tests/durable/store/test_pg_chaos.py`)."""
 
 from __future__ import annotations
 
@@ -135,13 +119,7 @@ class _Cut:
 
 
 class FaultProxy:
-    """A TCP proxy to PostgreSQL on a thread of its own; `dsn` goes through it.
-
-    `cut(marker, lose)` arms a fault for the next transaction whose messages carry `marker`
-    (bytes of a parameter, say): once its COMMIT goes by, the connection is cut — before the
-    COMMIT reaches the server (`lose="commit"`: the server rolls back), or once the server
-    answered, without passing the answer on (`lose="answer"`: the client cannot know).
-    """
+    """A TCP proxy to PostgreSQL on a thread of its own; `dsn` goes through it."""
 
     def __init__(self, dsn: str) -> None:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -308,10 +286,7 @@ def _unavailable(exc: StoreError) -> bool:
 
 
 async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 60.0) -> Any:
-    """`op()` again after a plain `StoreError` (the database is away), for up to `timeout` s.
-
-    Other named store errors are not retried: the database answered them.
-    """
+    """`op()` again after a plain `StoreError` (the database is away), for up to `timeout` s."""
     try:
         async with asyncio.timeout(timeout):
             while True:
@@ -327,12 +302,7 @@ async def _retry(op: Callable[[], Awaitable[Any]], what: str, timeout: float = 6
 
 @dataclass
 class Producer:
-    """Starts runs of "acts" (one call each) and approves them, through `store`.
-
-    A start whose saving failed for want of a database is not retried (its outcome is
-    unknown: the run may have been saved); a decision is retried until it is recorded
-    (deciding again the same way is idempotent).
-    """
+    """Starts runs of "acts" (one call each) and approves them, through `store`."""
 
     store: Store
     registry: dict[str, AgentEntry]
@@ -418,11 +388,8 @@ def admin(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 class Scene:
-    """Workers and a producer on one schema, each with a store of its own (as separate
-    processes would have), and an event stream's change feed on the first worker's store.
-
-    `store` and `worker` are the first worker's; `workers` lists every (store, worker).
-    """
+    """Workers and a producer on one schema, each with a store of its own (as separate processes
+    would have), and an event stream's change feed on the first worker's store."""
 
     def __init__(
         self,
@@ -619,16 +586,13 @@ _ENDS = {
 
 
 async def check_invariants(store: Store, exec_dir: Path, approved: dict[str, str]) -> Summary:
-    """Check, once no worker runs any more and a sweep has run:
-
-    - every run is terminal (completed, failed or interrupted): none is left running,
-      ready, or pending with a decision missing, and every approved run is among them;
-    - every call executed at most once; a completed run's call exactly once, by that run;
-      a call executed only by a run that was claimed;
-    - the audit log's IDs are 1, 2, 3, … with no gap or repeat; each run's entries read
-      CREATED, DECIDED, READY, CLAIMED, then its end (COMPLETED / FAILED / INTERRUPTED)
-      matching its status — never an end without a claim, never two claims.
-    """
+    """Check, once no worker runs any more and a sweep has run: - every run is terminal (completed,
+    failed or interrupted): none is left running, ready, or pending with a decision missing, and
+    every approved run is among them; - every call executed at most once; a completed run's call
+    exactly once, by that run; a call executed only by a run that was claimed; - the audit log's
+    IDs are 1, 2, 3, … with no gap or repeat; each run's entries read CREATED, DECIDED, READY,
+    CLAIMED, then its end (COMPLETED / FAILED / INTERRUPTED) matching its status — never an end
+    without a claim, never two claims."""
     runs = {r.id: r for r in await _all_runs(store)}
     assert set(approved) <= set(runs), "an approved run is missing"
     stuck = {r.id: r.status for r in runs.values() if r.status not in _TERMINAL}

@@ -1,10 +1,4 @@
-"""A process that claims ready runs in batches until none is left (`test_claim_many`).
-
-Run with `python -m tests.support.durable.claim_app CONFIG_JSON`, where the JSON has the store `spec`
-(`tests.support.durable.backends.Backend.spec`), `worker_id`, `limit` and `go_file`. Once its store is
-open it touches `<worker_id>.ready` beside `go_file`, waits for `go_file`, then calls
-`claim_ready_many` until it returns nothing and prints the claimed run IDs as a JSON list.
-"""
+"""A process that claims ready runs in batches until none is left (`test_claim_many`)."""
 
 from __future__ import annotations
 

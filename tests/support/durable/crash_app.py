@@ -1,31 +1,4 @@
-"""A worker process that SIGKILLs itself at a chosen point (the SQLite crash test).
-
-`python -m tests.support.durable.crash_app CONFIG_JSON` runs a `Worker` (`run_forever`) on a SQLite
-store until `stop_file` exists, with the agent "acts" of `registry()`. Its approved tool
-appends the run's ID to the ledger `<exec_dir>/<call id>` — one `write` on a file opened
-with `O_APPEND`, then `fsync` — so what ran survives the process and the test counts
-executions per call, outside the store.
-
-The config's `kill` (or null) says where the process kills itself with SIGKILL, at the
-`nth` time it gets there:
-
-- `claim.commit`, `renew.commit`, `finish.commit`, `sweep.commit`: on the store's database
-  thread, right before SQLite executes the COMMIT of that kind of transaction (a
-  `sqlite3` trace callback): the transaction dies uncommitted, as in a crash mid-write.
-- `claim.returned`: right after a claim committed, before the worker sees its runs.
-- `tool.before`, `tool.after`: in the approved tool, before its ledger write, or after
-  the write is on disk.
-- `finish.called`: the tool has returned and the worker calls `finish` (nothing of it ran).
-- `finish.returned`: `finish` committed; the worker has not logged it yet.
-- `statement`: at the `nth` SQL statement the store executes, whatever it is.
-
-With `dsn` and `schema` in the config the worker runs on a `PostgresStore` (`CrashPgStore`,
-`tests/durable/store/test_pg_crash.py`): a `<kind>.commit` kill then happens once the COMMIT is on its
-way to the server, before its answer, and `statement` counts the statements sent.
-
-A run whose deps say `{"slow": s}` keeps its tool busy `s` seconds after the ledger
-write, so the heartbeat renews the lease meanwhile (`renew.commit` has something to hit).
-"""
+"""A worker process that SIGKILLs itself at a chosen point (the SQLite crash test)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""A service-like process that SIGKILLs itself at a chosen SQL statement (the SQLite crash
-test's third process).
-
-`python -m tests.support.durable.crash_service CONFIG_JSON` opens the store as the approvals service
-would (`tests.support.durable.crash_app.CrashStore`), follows the change log as an event stream does
-(`change_feed().wait_for_change`, then `changes_since`), and meanwhile starts `runs` runs
-of "acts" one after another, approving each as soon as it is saved. With `kill`
-(`{"point": "statement", "nth": n}`) it SIGKILLs itself right before its n-th SQL
-statement, wherever that falls: inside a start's, a decision's or a read's transaction.
-"""
+"""A service-like process that SIGKILLs itself at a chosen SQL statement (the SQLite crash test's
+third process)."""
 
 from __future__ import annotations
 

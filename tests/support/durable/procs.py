@@ -26,11 +26,8 @@ def spawn_worker(
     sweep_interval: float,
     skew_seconds: float = 0.0,
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m tests.support.durable.worker_app` on `backend`; it stops when `tmp_path/stop` exists.
-
-    Its stderr goes to `tmp_path/<worker_id>.log`. With `skew_seconds`, the process's
-    wall clock (golem's `utc_now`) runs that far ahead (negative: behind).
-    """
+    """Start `python -m tests.support.durable.worker_app` on `backend`; it stops when
+    `tmp_path/stop` exists."""
     config = {
         "spec": backend.spec(),
         "worker_id": worker_id,

@@ -1,20 +1,4 @@
-"""An agent registry for multi-process worker tests, and the worker process entry point.
-
-The agent runs on a `FunctionModel` that is stateless (safe for any number of concurrent
-runs in any process): a prompt `calls:<prefix>:<n>` asks for `n` calls of `act` with IDs
-`<prefix>-0 … <prefix>-(n-1)`; once the tool results are in, it answers `done`.
-
-`act` defers for approval; on the approved re-run it records the execution as one line in
-the file `<exec_dir>/<call id>` (so a test counts executions per call across processes)
-and, when the run's deps say `block`, touches `<exec_dir>/<call id>.started` and waits for
-a release file that never comes — the crash test kills the process there.
-
-Run a worker process with `python -m tests.support.durable.worker_app SPEC_JSON`, where the JSON has
-the store `spec` (see `tests.support.durable.backends.Backend.spec`), `worker_id`, `lease_seconds`,
-`sweep_interval`, `stop_file` and optionally `skew_seconds` (this process's wall clock runs
-that far off, as on a machine whose clock is wrong). Once its store is open the worker touches
-`<worker_id>.ready` beside the stop file; it exits once the stop file exists.
-"""
+"""An agent registry for multi-process worker tests, and the worker process entry point."""
 
 from __future__ import annotations
 
