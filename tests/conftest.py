@@ -193,8 +193,8 @@ HEAVY_FIRST = (
     "tests/test_docs.py",
     "tests/durable/store/test_sqlite_crash.py",
     "tests/service/browser/",
-    "tests/durable/store/test_pg_chaos.py",
-    "tests/durable/store/test_pg_operator_chaos.py",
+    "tests/durable/store/test_postgres_chaos.py",
+    "tests/durable/store/test_postgres_operator_chaos.py",
 )
 """The slowest files (subprocesses, servers, browsers), run first so that under xdist no worker
 is left alone with one of them at the end (`--dist loadscope` hands out files in this order)."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem._ids import new_id
+from golem import new_id
 from golem.durable.store import AuditAction, CallKind, Decision, NewCall, RunRecord, Store
 from tests.support.durable.backends import Backend, backend_for
 from tests.support.durable.runs import later, make_run

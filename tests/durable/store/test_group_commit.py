@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem._ids import new_id
+from golem import new_id
 from golem.durable.store._sql import Tx
 from golem.durable.store._threads import DatabaseThreads, Slot
 from golem.durable.store.sqlite import SQLiteStore

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from golem._ids import new_id
+from golem import new_id
 from golem.durable.store import AuditAction, Decision, RunStatus, Store, utc_now
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError

@@ -1,4 +1,4 @@
-"""Helpers of the PostgreSQL chaos tests (`tests/durable/store/test_pg_chaos.py`)."""
+"""Helpers of the PostgreSQL chaos tests (`tests/durable/store/test_postgres_chaos.py`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from golem._ids import new_id
+from golem import new_id
 from golem.durable.store import CallKind, NewCall, NewRun
 
 __all__ = ["T0", "approval", "external", "later", "make_run"]

@@ -75,7 +75,7 @@ def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path, 
     meet_dir = tmp_path / "meet"
     meet_dir.mkdir()
     ids = _seed(db, MEET)
-    args = ("worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--poll", "0.05")
+    args = ("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--poll", "0.05")
     env = {"GOLEM_TEST_MEET_DIR": str(meet_dir)}
     flags = ("--id", "wc", "--concurrency", str(MEET), "--loop", loop)
     with golem_process(*args, *flags, env=env) as running:
@@ -90,7 +90,7 @@ def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path, 
 
 def test_worker_loop_flag_rejects_unknown_loops(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = golem("worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--loop", "trio")
+    res = golem("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--loop", "trio")
     assert res.exit_code == 2
     assert "--loop" in res.output
     assert not (tmp_path / "cli.db").exists()
@@ -101,7 +101,7 @@ def test_worker_asked_for_a_missing_uvloop_says_how_to_install_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` fails
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    args = ("worker", "--app", "tests.test_worker_cli:registry", "--db", db)
+    args = ("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db)
     res = golem(*args, "--loop", "uvloop")
     assert res.exit_code == 2
     assert "golem-agents[uvloop]" in res.output
@@ -112,7 +112,7 @@ def test_worker_asked_for_a_missing_uvloop_says_how_to_install_it(
 def test_worker_concurrency_flag_rejects_bad_values(tmp_path: Path, bad: str) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     res = golem(
-        "worker", "--app", "tests.test_worker_cli:registry", "--db", db, "--concurrency", bad
+        "worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--concurrency", bad
     )
     assert res.exit_code == 2
     assert "--concurrency" in res.output
@@ -133,7 +133,7 @@ def test_worker_duration_flags_out_of_range_exit_2_before_anything(
     tmp_path: Path, flag: str, bad: str
 ) -> None:
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = golem("worker", "--app", "tests.test_worker_cli:registry", "--db", db, flag, bad)
+    res = golem("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, flag, bad)
     assert res.exit_code == 2, res.output
     assert f"{flag} must be a number of seconds above 0 and at most 316224000" in res.output
     assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"

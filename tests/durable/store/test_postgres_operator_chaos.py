@@ -1,5 +1,5 @@
 """A second chaos round on PostgreSQL: what an operator's server does that the first round
-(`test_pg_chaos.py`, `test_pg_no_answer.py`) did not."""
+(`test_postgres_chaos.py`, `test_postgres_no_answer.py`) did not."""
 
 from __future__ import annotations
 
@@ -132,6 +132,7 @@ async def test_an_immediate_restart_while_several_workers_wait_in_their_commit(
     assert summary.interrupted_unexecuted == []
 
 
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 async def test_immediate_restarts_at_random_with_several_workers_lose_and_repeat_nothing(
     cluster: Cluster, tmp_path: Path
@@ -324,6 +325,7 @@ def _big_registry(exec_dir: Path, size: int) -> dict[str, AgentEntry]:
     return {"acts": AgentEntry(agent, deps_factory=lambda ref: dict(ref or {}))}
 
 
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
     """Each run carries 1 MB of deps (saved, claimed and listed with it) and each finish

@@ -91,6 +91,7 @@ async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_
             await store.close()
 
 
+@pytest.mark.deep
 @pytest.mark.usefixtures("slow_round_trips")
 async def test_workers_under_a_millisecond_idle_in_transaction_timeout_lose_and_repeat_nothing(
     tmp_path: Path,
@@ -216,6 +217,7 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_r
             assert (await thawed.get_run(run.id)).status is RunStatus.READY
 
 
+@pytest.mark.deep
 async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path: Path) -> None:
     """The database turns read-only while two workers run and one approved call is inside its tool
     (every connection is cut, so each reconnects read-only): starts fail with `StoreReadOnly`,
@@ -262,6 +264,7 @@ async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path
     assert summary.statuses == {RunStatus.COMPLETED: 7}, summary
 
 
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
 async def test_millisecond_lock_and_statement_timeouts_set_mid_flight_lose_and_repeat_nothing(
