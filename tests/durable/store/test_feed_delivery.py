@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from golem.durable.store import CallKind, Decision, NewCall, NewRun
-from golem.durable.store import ChangeFeed
+from golem.durable.store import CallKind, ChangeFeed, Decision, NewCall, NewRun
 from golem.durable.store.sqlite import SQLiteStore
 from tests.support.durable.wakes import counting_wake_ups
 

@@ -160,11 +160,12 @@ async def _pages(store: Store, after: str) -> None:
         lambda: store.list_runs_page(after=after, newest_first=True),
         lambda: store.list_pending_calls(after=after),
     ):
+        refused: InvalidCursor | None = None
         try:
             await op()
         except InvalidCursor as exc:
-            assert isinstance(exc, ValueError)
-            assert len(str(exc)) < 200
+            refused = exc
+        assert refused is None or (isinstance(refused, ValueError) and len(str(refused)) < 200)
 
 
 @pytest.mark.parametrize("after", list(HOSTILE.values()), ids=list(HOSTILE))
