@@ -9,7 +9,6 @@ import pytest
 
 from golem.durable.store import CallKind, ChangeFeed, Decision, NewCall, NewRun
 from golem.durable.store.sqlite import SQLiteStore
-from tests.support.durable.wakes import counting_wake_ups
 
 pytestmark = pytest.mark.loop
 
@@ -33,36 +32,6 @@ async def test_the_feed_has_seen_a_commit_when_the_call_returns(tmp_path: Path) 
         assert feed.ready_mark() > mark
         # a waiter arriving later with an older mark returns at once, without a poll
         assert await asyncio.wait_for(feed.wait_ready(mark, WAIT), WAIT) is True
-    finally:
-        await store.close()
-
-
-async def test_a_waited_on_commit_costs_one_wake_up_of_the_loop(tmp_path: Path) -> None:
-    # Only the decision may hand the loop anything while it is counted: no log watch (its
-    # look every 50 ms, come during a decision slowed by a loaded machine, asked the
-    # database again: a second wake-up), and the waiter's poller has finished its first
-    # probe (whose answer came in during the count when that thread was slow).
-    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=3600, watch_interval=None)
-    loop = asyncio.get_running_loop()
-    try:
-        feed = store.change_feed()
-        probe, probed = feed._probe, asyncio.Event()
-
-        async def first_probe() -> int:
-            try:
-                return await probe()
-            finally:
-                probed.set()
-
-        feed._probe = first_probe
-        await store.save_pending(_run("r1"))
-        mark = feed.ready_mark()
-        waiter = asyncio.create_task(feed.wait_ready(mark, WAIT))
-        await asyncio.wait_for(probed.wait(), WAIT)  # the poller asked, and heard back
-        with counting_wake_ups(loop) as wakes:
-            await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
-        assert await asyncio.wait_for(waiter, WAIT) is True
-        assert len(wakes) == 1, "the publish rides with the decision's result"
     finally:
         await store.close()
 

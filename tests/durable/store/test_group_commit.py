@@ -208,11 +208,9 @@ async def _batched(store: SQLiteStore, jobs: list[Callable[[], Awaitable[Any]]])
     first, blocker = await _hold(store._writer)
     tasks = [asyncio.ensure_future(job()) for job in jobs]
     await asyncio.sleep(0)  # every task queues its job
-    commits = store.stats.commits
     blocker.release.set()
     await first
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    assert store.stats.commits - commits <= 1  # one transaction for all of them
     return results
 
 
@@ -256,7 +254,6 @@ async def test_a_failing_job_in_a_batch_is_rolled_back_alone(sqlite_store: SQLit
     assert _rows(store.path) == {1: 21}
     for run in (runs[0], runs[2]):
         assert (await store.get_run(run.id)).id == run.id
-    assert store.stats.commits >= 1
 
 
 async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
@@ -465,4 +462,3 @@ async def test_a_job_cancelled_after_the_first_attempt_still_runs_in_the_second(
     with pytest.raises(asyncio.CancelledError):
         await taken
     assert _rows(store.path) == {1: 1}  # it ran again, and committed
-    assert store.stats.retried_batches == 1

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from golem.durable.store import CallNotFound, Decision, DecisionConflict, NewRun, Outcome, RunStatus
+from golem.durable.store import Decision, NewRun, Outcome, RunStatus
 from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
 from tests.support.durable.backends import Backend, backend_for
@@ -145,31 +145,6 @@ async def test_a_closed_store_refuses_new_work(pg_store: PostgresStore) -> None:
     await pg_store.close()
     with pytest.raises(StoreError, match="closed"):
         await pg_store.save_pending(make_run())
-
-
-async def test_a_plain_decision_and_the_cases_that_take_the_full_path_end_alike(
-    pg_store: PostgresStore,
-) -> None:
-    """Deciding an undecided call of a pending run takes the plain path (everything sent with the
-    commit; its round trips are printed by bench/store_statements.py); any other case (a repeat,
-    a conflict, an unknown call) falls back to reading first and ends exactly as it would have."""
-    run = await pg_store.save_pending(make_run(approval("c1"), approval("c2")))
-    first = await pg_store.decide(run.id, "c1", Decision.approve(), decided_by="ann")
-    assert (await pg_store.get_run(run.id)).status is RunStatus.PENDING
-    assert await pg_store.decide(run.id, "c1", Decision.approve(), decided_by="ann") == first
-    with pytest.raises(DecisionConflict):
-        await pg_store.decide(run.id, "c1", Decision.deny("no"), decided_by="bob")
-    with pytest.raises(CallNotFound):
-        await pg_store.decide(run.id, "c9", Decision.approve(), decided_by="ann")
-    await pg_store.decide(run.id, "c2", Decision.deny("no"), decided_by="bob")
-    assert (await pg_store.get_run(run.id)).status is RunStatus.READY
-    actions = [(e.action.value, e.actor) for e in await pg_store.audit(run.id)]
-    assert actions == [
-        ("created", "alice"),
-        ("decided", "ann"),
-        ("decided", "bob"),
-        ("ready", "bob"),
-    ]
 
 
 async def test_an_event_loop_that_cannot_watch_sockets_runs_transactions_on_threads(

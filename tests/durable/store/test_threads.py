@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem.durable.store._threads import DatabaseThreads, Slot
-from tests.support.durable.wakes import counting_wake_ups
 
 pytestmark = pytest.mark.loop
 
@@ -121,26 +120,6 @@ async def test_threads_start_only_while_every_running_one_is_busy() -> None:
         await _stop(pool)
     with pytest.raises(RuntimeError, match="stopped"):
         pool.submit(loop, lambda slot: None)
-
-
-async def test_results_finished_while_the_loop_is_busy_arrive_with_one_wake_up() -> None:
-    pool = _pool(1)
-    loop = asyncio.get_running_loop()
-    last_done = threading.Event()
-    try:
-        await pool.submit(loop, lambda slot: None)  # the thread exists and is idle
-        with counting_wake_ups(loop) as wakes:
-            futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(5)]
-            # a sixth job only marks that the thread reported the five (one thread, in order)
-            sentinel = pool.submit(loop, lambda slot: last_done.set())
-            # the loop does not run while the thread finishes all five: their results pile up
-            assert last_done.wait(WAIT)
-            handed = list(wakes)  # before the loop runs; the sentinel's own report may follow
-        assert await asyncio.wait_for(asyncio.gather(*futures), WAIT) == [0, 1, 2, 3, 4]
-        await asyncio.wait_for(sentinel, WAIT)
-        assert len(handed) == 1
-    finally:
-        await _stop(pool)
 
 
 async def test_callbacks_a_job_adds_run_on_the_loop_before_its_result_settles() -> None:
