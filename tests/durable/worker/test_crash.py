@@ -5,22 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from golem.durable.store import AuditAction, Decision, RunStatus
 from golem.durable.worker import Worker, start_run
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.support.durable.worker_app import prompt_for, registry
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 def _lines(path: Path) -> list[str]:

@@ -6,7 +6,6 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,11 @@ from golem.durable.store import RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually
 from tests.support.durable.worker_app import _model, approved_run, registry
 
 pytestmark = pytest.mark.loop
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 async def _approved(store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from golem.durable.store import (
     Store,
 )
 from golem.durable.worker import start_run
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.support.durable.worker_app import prompt_for, registry
 
@@ -30,12 +29,6 @@ RUNS = 24
 CALLS_PER_RUN = 2
 WORKERS = 3
 DECIDERS = 6
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 def _wanted(run_index: int, call_index: int) -> Decision:

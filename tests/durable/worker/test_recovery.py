@@ -28,7 +28,7 @@ from golem.durable.worker import RETRY_REFUSAL, AgentEntry, Worker, start_run
 from golem.service.api import run_detail_json
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 
 
 class Bank:
@@ -60,12 +60,6 @@ class Bank:
         )
         self.agent: Agent[Any, str] = Agent(ScriptedModel(both, *script), tools=[pay, mail])
         self.registry = {"bank": AgentEntry(self.agent)}
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 @pytest.fixture

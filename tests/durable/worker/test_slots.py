@@ -6,7 +6,7 @@ import asyncio
 import json
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -23,15 +23,9 @@ from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 
 WAIT = 60.0  # a guard against a hang, never a duration the test asserts
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 class Slots:

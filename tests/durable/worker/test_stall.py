@@ -6,7 +6,6 @@ import inspect
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from golem import Agent
 from golem.durable.store import Decision, RunStatus
 from golem.durable.worker import start_run
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.support.durable.worker_app import prompt_for, registry
 
@@ -25,12 +24,6 @@ pytestmark = [
         reason="needs Agent.run_with_deferred_results(before_approved=...) (fencing hook)",
     ),
 ]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 async def test_a_stalled_worker_runs_no_approved_call_after_the_interrupted_mark(

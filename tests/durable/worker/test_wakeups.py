@@ -15,19 +15,13 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import Backend, backend_for
 from tests.support.durable.procs import eventually
 from tests.support.worker import bank_app
 
 pytestmark = pytest.mark.loop
 
 WAIT = 30.0  # a guard against a hang; the worker's own poll interval is an hour
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    with backend_for(request.param, tmp_path) as b:
-        yield b
 
 
 @pytest.fixture
