@@ -586,13 +586,9 @@ _ENDS = {
 
 
 async def check_invariants(store: Store, exec_dir: Path, approved: dict[str, str]) -> Summary:
-    """Check, once no worker runs any more and a sweep has run: - every run is terminal (completed,
-    failed or interrupted): none is left running, ready, or pending with a decision missing, and
-    every approved run is among them; - every call executed at most once; a completed run's call
-    exactly once, by that run; a call executed only by a run that was claimed; - the audit log's
-    IDs are 1, 2, 3, … with no gap or repeat; each run's entries read CREATED, DECIDED, READY,
-    CLAIMED, then its end (COMPLETED / FAILED / INTERRUPTED) matching its status — never an end
-    without a claim, never two claims."""
+    """Check, once no worker runs and a sweep has run: every run terminal; every call executed at
+    most once (a completed run's exactly once, by that run); audit IDs 1..n without gaps, each run's
+    entries CREATED, DECIDED, READY, CLAIMED, then the end matching its status."""
     runs = {r.id: r for r in await _all_runs(store)}
     assert set(approved) <= set(runs), "an approved run is missing"
     stuck = {r.id: r.status for r in runs.values() if r.status not in _TERMINAL}
