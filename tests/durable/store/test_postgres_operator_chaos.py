@@ -22,11 +22,10 @@ from golem.durable.store import Decision, RunRecord, RunStatus, StoreBusy
 from golem.durable.store.postgres import PostgresStore
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
-from golem.service import ServiceSettings, create_app
+from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.service.agents import build_registry
-from tests.service.conftest import make_auth
 from tests.support.durable.chaos import (
     Cluster,
     Hold,
@@ -42,6 +41,10 @@ from tests.support.durable.runs import approval, make_run
 from tests.support.durable.worker_app import _model, prompt_for
 
 pytestmark = pytest.mark.postgres
+
+_AUTH = AuthConfig(
+    tokens={"tok-alice": Approver("alice")}, secret=b"test-secret-that-is-32-bytes-long"
+)
 
 
 @pytest.fixture(scope="module")
@@ -240,9 +243,7 @@ async def test_exhausted_connection_slots_raise_store_busy_and_nothing_is_lost(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
             role,
         )
-        await until(
-            lambda: _no_sessions(cluster.dsn, role), f"the sessions of {role} to end"
-        )
+        await until(lambda: _no_sessions(cluster.dsn, role), f"the sessions of {role} to end")
         admin(cluster.dsn, f"DROP OWNED BY {role}")
         admin(cluster.dsn, f"DROP ROLE {role}")
     assert summary.statuses == {RunStatus.COMPLETED: 6}, summary
@@ -310,7 +311,7 @@ async def test_timeouts_set_on_the_database_lose_and_repeat_nothing(
 
 
 def _big_registry(exec_dir: Path, size: int) -> dict[str, AgentEntry]:
-    """"acts" whose approved call returns `size` bytes: every finish writes a history that
+    """ "acts" whose approved call returns `size` bytes: every finish writes a history that
     large, and the next claim of a run paused after it reads it back."""
 
     async def act(ctx: RunContext[dict[str, Any]], key: str) -> str:
@@ -345,7 +346,6 @@ async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
     async with Scene(
         dsn, exec_dir, worker_dsn=victim, producer_dsn=victim, workers=2, registry=registry
     ) as s:
-
         p = s.producer
         n = iter(range(1, 1000))
 
@@ -360,9 +360,7 @@ async def test_megabyte_histories_under_random_kills(tmp_path: Path) -> None:
 
         async def kill() -> None:
             busy = rng.random() < 0.8
-            kills["in flight" if busy else "any"] += await terminate_backends(
-                dsn, app, busy=busy
-            )
+            kills["in flight" if busy else "any"] += await terminate_backends(dsn, app, busy=busy)
 
         await disrupting(s.producer.many(16), kill, pause=lambda: rng.uniform(0, 0.15))
         summary = await s.settle()
@@ -600,9 +598,7 @@ async def test_a_server_restart_while_the_service_streams_events_loses_no_change
     every change — before, during and after the restart — once, in order."""
     schema = f"stream_{uuid.uuid4().hex[:8]}"
     store = await PostgresStore.open(cluster.dsn, schema=schema, connect_timeout=5)
-    app = create_app(
-        ServiceSettings(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
-    )
+    app = create_app(ServiceSettings(build_registry(), store, auth=_AUTH, stream_heartbeat=0.05))
     streams: list[_EventStream] = []
     try:
         run = make_run(approval("c1"), approval("c2"), agent="twin")
