@@ -246,10 +246,11 @@ async def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
         conn.close()
 
 
+@pytest.mark.parametrize("version", range(2, LATEST_VERSION))  # v2: histories in a table
 async def test_a_database_at_an_older_version_migrates_and_keeps_its_runs(
-    tmp_path: Path,
+    tmp_path: Path, version: int
 ) -> None:
-    """A v3 database (no call seals yet) gains v4 on open; its runs stay readable."""
+    """A database at any older version gains the rest on open; its runs stay readable."""
     import sqlite3
 
     from golem.durable.store import CallKind, NewCall
@@ -266,15 +267,33 @@ async def test_a_database_at_an_older_version_migrates_and_keeps_its_runs(
         def execute(self, sql: str, params: Any = ()) -> int:
             return raw.execute(sql, params).rowcount
 
+    ts = "2030-01-01T00:00:00.000000Z"
     raw.execute("BEGIN IMMEDIATE")
-    assert migrate(_Raw(), "sqlite", "2030-01-01T00:00:00.000000Z", MIGRATIONS[:3]) == 3
+    assert migrate(_Raw(), "sqlite", ts, MIGRATIONS[:version]) == version
+    raw.execute(
+        "INSERT INTO golem_runs (id, agent, conversation_id, status, deps_ref, started_by, "
+        "created_at, updated_at) VALUES ('old', 'ops', 'conv', 'pending', 'null', 'alice', ?, ?)",
+        (ts, ts),
+    )
+    raw.execute("INSERT INTO golem_histories (run_id, history) VALUES ('old', '[]')")
+    raw.execute(
+        "INSERT INTO golem_calls (run_id, call_id, position, kind, tool_name, args, reason) "
+        "VALUES ('old', 'c1', 0, 'approval', 'pay', '{}', '')"
+    )
     raw.execute("COMMIT")
     raw.close()
     store = await SQLiteStore.open(path)
     try:
         assert await store.schema_version() == LATEST_VERSION
+        old = await store.get_run("old")
+        assert (old.status, old.trace_context, [c.call_id for c in old.calls]) == (
+            RunStatus.PENDING, "", ["c1"]
+        )  # fmt: skip
         sealed = NewCall("c1", CallKind.APPROVAL, "pay", "{}", seal="v1.k.approval.x")
-        run = await store.save_pending(make_run(sealed))
-        assert (await store.get_run(run.id)).calls[0].seal == "v1.k.approval.x"
+        run = await store.save_pending(
+            make_run(sealed, trace_context="00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+        )
+        got = await store.get_run(run.id)
+        assert (got.calls[0].seal, got.trace_context) == ("v1.k.approval.x", run.trace_context)
     finally:
         await store.close()
