@@ -125,3 +125,58 @@ async def test_postgres_decides_exactly_as_the_full_transaction_does(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_two_deciders_held_at_the_run_row_still_ready_it(pg: Backend) -> None:
+    """Another session holds the run's row while two approvers decide its two calls: once it
+    lets go, the decisions take turns on the run and the second one readies it (each plain
+    decision locks the run first, so the second sees the first's call decided)."""
+    import asyncio
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from golem.durable.store import RunStatus
+    from golem.durable.store.postgres import PostgresStore
+
+    assert pg.dsn is not None
+    app = f"golem-deciders-{new_id()[-8:]}"
+    stores = [
+        await PostgresStore.open(make_conninfo(pg.dsn, application_name=app), schema=pg.schema)
+        for _ in range(2)
+    ]
+    try:
+        run = await stores[0].save_pending(make_run(*(_approval(c) for c in ("a", "b"))))
+        async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as admin:
+            await admin.execute("BEGIN")
+            await admin.execute(
+                f'SELECT 1 FROM "{pg.schema}".golem_runs WHERE id = %s FOR UPDATE', (run.id,)
+            )
+            deciding = [
+                asyncio.ensure_future(s.decide(run.id, c, Decision.approve(), decided_by=c))
+                for s, c in zip(stores, ("a", "b"), strict=True)
+            ]
+            async with asyncio.timeout(60):
+                while True:  # both wait on the run's row
+                    cur = await admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE application_name = %s AND wait_event_type = 'Lock'",
+                        (app,),
+                    )
+                    row = await cur.fetchone()
+                    if row is not None and row[0] == 2:
+                        break
+                    await asyncio.sleep(0.02)
+            await admin.execute("ROLLBACK")
+        await asyncio.wait_for(asyncio.gather(*deciding), 60)
+        got = await stores[1].get_run(run.id)
+        assert got.status is RunStatus.READY
+        actions = [e.action for e in await stores[0].audit(run.id)]
+        assert actions.count(AuditAction.READY) == 1
+    finally:
+        for s in stores:
+            await s.close()
+
+
+def _approval(call_id: str) -> NewCall:
+    return NewCall(call_id, CallKind.APPROVAL, "delete_file", '{"path": "/tmp/x"}')
