@@ -5,7 +5,7 @@
 #   scripts/pg_test_cluster.sh restart DIR [MODE]   pg_ctl restart (MODE: smart|fast|immediate)
 #   scripts/pg_test_cluster.sh down DIR [MODE]      stop the server, keep the cluster
 #   scripts/pg_test_cluster.sh up DIR               start it again (same port and options)
-# (the last three are for tests that take the server away: tests/store/test_pg_chaos.py)
+# (the last three are for tests that take the server away: tests/durable/store/test_postgres_chaos.py)
 # PostgreSQL refuses to run as root, so the cluster runs as the `postgres` user when we are root.
 set -euo pipefail
 cmd=${1:-start}

@@ -25,8 +25,8 @@ from golem.errors import Stage, ToolTimeout
 from golem.result import RunError
 from golem.testing import ScriptedModel
 from golem.tool import Tool
-from tests.store.backends import BACKENDS, Backend, backend_for
-from tests.store.procs import eventually
+from tests.support.durable.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.procs import eventually
 from tests.support.worker import bank_app
 
 pytestmark = pytest.mark.loop

@@ -43,7 +43,7 @@ from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import TOKENS, bearer, make_auth
-from tests.store.backends import backend_for
+from tests.support.durable.backends import backend_for
 
 EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
 """Examples per operation (CI's budget; raise it for a deep run)."""

@@ -32,7 +32,7 @@ from golem.durable.store import (
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.positions import _seal_entry, read_position
-from tests.store.backends import BACKENDS, backend_for
+from tests.support.durable.backends import BACKENDS, backend_for
 
 AGENTS = ("a1", "a2", "a3", "a4")
 ACTORS = ("alice", "Zoë", "ZOË-ops", "worker:w1", "bob")

@@ -18,7 +18,7 @@ from golem.durable.worker import AgentEntry
 from golem.service import ServiceSettings, create_app
 from tests.service.agents import build_registry
 from tests.service.conftest import bearer, make_auth
-from tests.store.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import BACKENDS, Backend, backend_for
 
 
 @pytest.fixture(params=BACKENDS)

@@ -15,7 +15,7 @@ from golem.durable.store import Decision, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
 from tests.service.conftest import bearer, make_auth
-from tests.store.backends import Backend, backend_for
+from tests.support.durable.backends import Backend, backend_for
 from tests.support.service import open_stream
 
 pytestmark = pytest.mark.postgres

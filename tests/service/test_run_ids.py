@@ -21,7 +21,7 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.service import ServiceSettings, create_app
 from golem.service.views import path
 from tests.service.conftest import bearer, make_auth
-from tests.store.backends import BACKENDS, Backend, backend_for
+from tests.support.durable.backends import BACKENDS, Backend, backend_for
 from tests.support.service import sign_in
 
 _CALLS = (

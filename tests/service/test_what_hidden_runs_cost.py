@@ -601,7 +601,7 @@ def test_two_service_processes_deciding_one_call_at_once_record_one_decision(
     # moment, each through its own service process on one database. Exactly one answer
     # is 200 and names its approver; the other is 409 decision_conflict naming the winner;
     # the run's audit log holds one decision of the call, the winner's.
-    from tests.store.backends import backend_for
+    from tests.support.durable.backends import backend_for
 
     with backend_for(kind, tmp_path) as backend:
         if kind == "sqlite":
@@ -856,7 +856,7 @@ async def test_on_postgresql_a_hidden_run_and_an_unknown_run_cost_the_same_state
     registry: Any, tmp_path: Path
 ) -> None:
     # The same on PostgreSQL, counted by the store's statement counter.
-    from tests.store.backends import backend_for
+    from tests.support.durable.backends import backend_for
 
     with backend_for("postgres", tmp_path) as backend:
         store = await backend.open()

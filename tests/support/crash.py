@@ -15,9 +15,9 @@ from typing import Any
 
 from golem.durable.store import Decision, RunStatus, Store
 from golem.durable.worker import start_run
-from tests.store.crash_app import KILL_POINTS, registry
-from tests.store.procs import ROOT, eventually, worker_logs
-from tests.store.worker_app import prompt_for
+from tests.support.durable.crash_app import KILL_POINTS, registry
+from tests.support.durable.procs import ROOT, eventually, worker_logs
+from tests.support.durable.worker_app import prompt_for
 
 SEEDS = [int(s) for s in os.environ.get("GOLEM_CRASH_SEEDS", "101,202").split(",")]
 ROUNDS = int(os.environ.get("GOLEM_CRASH_ROUNDS", "3"))
@@ -58,7 +58,7 @@ class Fleet:
         log = open(self.tmp_path / f"{worker_id}.log", "wb")  # noqa: SIM115 - the child's
         try:
             self.procs[worker_id] = subprocess.Popen(
-                [sys.executable, "-m", "tests.store.crash_app", json.dumps(config)],
+                [sys.executable, "-m", "tests.support.durable.crash_app", json.dumps(config)],
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

@@ -9,7 +9,7 @@ from typing import Any
 
 from golem.durable.store import Store
 from golem.errors import StoreError
-from tests.store.backends import Backend
+from tests.support.durable.backends import Backend
 
 
 def corrupt(backend: Backend, table: str, column: str, value: str, run_id: str) -> None:

@@ -1,0 +1,69 @@
+"""Store contract: a run keeps the trace context of the span that paused it (issue 11)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from golem.durable.store import Decision, NewRun, Outcome, RunStatus, Store
+from tests.support.durable.runs import T0, approval, make_run
+
+PAUSED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+AGAIN = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def test_the_trace_context_round_trips_on_every_read(store: Store) -> None:
+    saved = await store.save_pending(make_run(trace_context=PAUSED))
+    assert saved.trace_context == PAUSED
+    assert (await store.get_run(saved.id)).trace_context == PAUSED
+    assert [r.trace_context for r in await store.list_runs()] == [PAUSED]
+    page = await store.list_runs_page(status=RunStatus.PENDING)
+    assert [r.trace_context for r in page.items] == [PAUSED]
+    await store.decide(saved.id, "c1", Decision.approve(), decided_by="bob")
+    claimed = await store.claim_ready("w1", 30, now=T0)
+    assert claimed is not None
+    assert claimed.run.trace_context == PAUSED
+
+
+async def test_an_untraced_run_has_an_empty_trace_context(store: Store) -> None:
+    saved = await store.save_pending(make_run())
+    assert saved.trace_context == ""
+    assert (await store.get_run(saved.id)).trace_context == ""
+    finished = replace(make_run(trace_context=PAUSED), calls=())
+    done = await store.save_finished(finished, Outcome.completed("ok", "[]"))
+    assert (await store.get_run(done.id)).trace_context == PAUSED
+
+
+async def test_a_pause_saved_by_finish_keeps_its_own_trace_context(store: Store) -> None:
+    first = await store.save_pending(make_run(trace_context=PAUSED))
+    await store.decide(first.id, "c1", Decision.approve(), decided_by="bob")
+    claimed = await store.claim_ready("w1", 30)
+    assert claimed is not None
+    nxt: NewRun = make_run(approval("c2"), trace_context=AGAIN)
+    finished = await store.finish(first.id, "w1", Outcome.paused(nxt))
+    assert finished.trace_context == PAUSED
+    child = await store.get_run(nxt.id)
+    assert (child.parent_run_id, child.trace_context) == (first.id, AGAIN)
+
+
+async def test_store_spans_name_the_database_system(store: Store) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from tests.otel_support import instrumented
+
+    with instrumented() as exporter:
+        run = await store.save_pending(make_run())
+        await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+        claimed = await store.claim_ready("w1", 30)
+        assert claimed is not None
+        await store.finish(run.id, "w1", Outcome.completed("ok"))
+    system = "postgresql" if type(store).__name__ == "PostgresStore" else "sqlite"
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == [
+        "golem.durable.store.save_pending",
+        "golem.durable.store.decide",
+        "golem.durable.store.claim_ready",
+        "golem.durable.store.finish",
+    ]
+    assert {(s.attributes or {})["db.system.name"] for s in spans} == {system}
+    assert {(s.attributes or {})["golem.run.id"] for s in spans} == {run.id}
