@@ -12,8 +12,8 @@ from starlette.applications import Starlette
 from golem.durable.store import Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import EXECUTED
-from tests.service.conftest import StartRun, bearer, make_auth
+from tests.support.agents import EXECUTED
+from tests.support.service import StartRun, bearer, make_auth
 
 
 async def snapshot(store: Store, run_id: str) -> tuple[Any, ...]:

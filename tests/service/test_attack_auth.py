@@ -15,8 +15,7 @@ from starlette.applications import Starlette
 from golem.durable.store import Store
 from golem.service.auth import TokenFailures
 from golem.service.credentials import SESSION_COOKIE
-from tests.service.conftest import TOKENS, StartRun, bearer
-from tests.support.service import csrf_of, sign_in
+from tests.support.service import TOKENS, StartRun, bearer, csrf_of, sign_in
 
 
 def _client(app: Starlette, address: str) -> httpx.AsyncClient:

@@ -1,7 +1,7 @@
 """Attacks on decisions: races, decisions aimed at the wrong call or too late, forged and
 replayed seals, and edited arguments the tool does not take.
 
-The side-effect counter is `tests.service.agents.EXECUTED` (one entry per approved
+The side-effect counter is `tests.support.agents.EXECUTED` (one entry per approved
 `deploy` that ran): whatever is sent, an approved call runs at most once and a refused or
 tampered one never.
 """
@@ -24,10 +24,8 @@ from starlette.applications import Starlette
 from golem.durable.store import RunStatus, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
-from tests.service._server import serve
-from tests.service.agents import EXECUTED
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import sign_in
+from tests.support.agents import EXECUTED
+from tests.support.service import TOKENS, StartRun, bearer, make_auth, serve, sign_in
 
 pytestmark = pytest.mark.version
 

@@ -18,8 +18,7 @@ from starlette.applications import Starlette
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.service import ServiceSettings, create_app
 from golem.service.credentials import SESSION_COOKIE
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import open_stream, sign_in
+from tests.support.service import TOKENS, StartRun, bearer, make_auth, open_stream, sign_in
 
 WAIT = 10.0  # a guard against a hang, never a duration the test asserts
 
@@ -407,7 +406,7 @@ def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
     import socket
     import time
 
-    from tests.service._server import serve
+    from tests.support.service import serve
 
     app = create_app(
         ServiceSettings(

@@ -13,8 +13,7 @@ import pytest
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service.views import path
-from tests.service.conftest import StartRun, bearer
-from tests.support.service import csrf_of, inventory, sign_in
+from tests.support.service import StartRun, bearer, csrf_of, inventory, sign_in
 
 HOSTILE = [
     '"><script>alert(1)</script>',

@@ -16,9 +16,9 @@ import pytest
 from golem.durable.store import Store
 from golem.durable.worker import AgentEntry
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import build_registry
-from tests.service.conftest import bearer, make_auth
 from tests.store.backends import BACKENDS, Backend, backend_for
+from tests.support.agents import build_registry
+from tests.support.service import bearer, make_auth
 
 
 @pytest.fixture(params=BACKENDS)
@@ -206,8 +206,7 @@ async def test_a_call_id_with_a_slash_is_decidable(
 
 
 async def test_inbox_forms_refuse_nul_bytes_and_bad_deps(http: httpx.AsyncClient) -> None:
-    from tests.service.conftest import TOKENS
-    from tests.support.service import csrf_of
+    from tests.support.service import TOKENS, csrf_of
 
     await http.post("/login", data={"token": TOKENS["alice"], "next": "/"})
     csrf = csrf_of((await http.get("/")).text)

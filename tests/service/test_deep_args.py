@@ -8,8 +8,7 @@ import httpx
 
 from golem import Message, ToolCall, dumps_history
 from golem.durable.store import CallKind, NewCall, NewRun, Store
-from tests.service.conftest import bearer
-from tests.support.service import sign_in
+from tests.support.service import bearer, sign_in
 
 DEEP_ARGS = '{"target":' + "[" * 3000 + "]" * 3000 + "}"
 

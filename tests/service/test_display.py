@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from golem._display import reveal, reveal_parts
 from golem.durable.store import open_store
 from golem.durable.worker import start_run
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 from tests.support.cli import golem
 
 TRICK = "rm -rf /home/\u202egpj.exe \x1b[2J\x1b]0;pwned\x07 zero\u200bwidth"

@@ -18,9 +18,7 @@ from golem.durable.store import Decision, Store
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
 from golem.service.positions import read_position
-from tests.service._server import serve
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import WAIT, open_stream
+from tests.support.service import TOKENS, WAIT, StartRun, bearer, make_auth, open_stream, serve
 
 pytestmark = pytest.mark.loop
 

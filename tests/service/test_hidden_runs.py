@@ -28,8 +28,7 @@ from golem.service.bodies import _bad_text
 from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import csrf_of, same, sign_in
+from tests.support.service import TOKENS, StartRun, bearer, csrf_of, make_auth, same, sign_in
 
 # --------------------------------------------------------------------------- existence
 

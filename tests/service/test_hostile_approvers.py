@@ -21,8 +21,15 @@ from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.views import path
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import fail_every_call, open_stream, sign_in
+from tests.support.service import (
+    TOKENS,
+    StartRun,
+    bearer,
+    fail_every_call,
+    make_auth,
+    open_stream,
+    sign_in,
+)
 
 WAIT = 10.0  # a guard against a hang, not a duration the test asserts
 

@@ -15,8 +15,7 @@ import pytest
 
 from golem.durable.store import Store
 from golem.service.runs import _idempotent_run_id
-from tests.service.conftest import bearer
-from tests.support.service import sign_in
+from tests.support.service import bearer, sign_in
 
 
 async def runs_of(store: Store, who: str) -> list[str]:

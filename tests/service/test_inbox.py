@@ -9,8 +9,7 @@ import httpx
 import pytest
 
 from golem.durable.store import Store
-from tests.service.conftest import TOKENS, StartRun
-from tests.support.service import interrupt, inventory, sign_in
+from tests.support.service import TOKENS, StartRun, interrupt, inventory, sign_in
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
 

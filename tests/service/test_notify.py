@@ -17,10 +17,9 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
 from golem.service.notify import Notifier, Webhook, _slack_message, sign
-from tests.service._server import serve
-from tests.service.agents import build_registry
-from tests.service.conftest import bearer, make_auth
+from tests.support.agents import build_registry
 from tests.support.notify import Receiver
+from tests.support.service import bearer, make_auth, serve
 
 SECRET = b"webhook-secret"
 

@@ -20,9 +20,8 @@ from golem.durable.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, New
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import ServiceSettings, create_app
 from golem.service.views import path
-from tests.service.conftest import bearer, make_auth
 from tests.store.backends import BACKENDS, Backend, backend_for
-from tests.support.service import sign_in
+from tests.support.service import bearer, make_auth, sign_in
 
 _CALLS = (
     NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "staging"}'),
@@ -197,7 +196,7 @@ def test_a_real_server_routes_an_escaped_slash(registry: Any, tmp_path: Path) ->
     # uvicorn decodes %2F into `path`; the raw path still tells the ID's slash apart.
     import asyncio
 
-    from tests.service._server import serve
+    from tests.support.service import serve
 
     db = tmp_path / "real.db"
 

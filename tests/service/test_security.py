@@ -12,8 +12,7 @@ from starlette.applications import Starlette
 from golem.durable.store import Store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.credentials import SESSION_COOKIE
-from tests.service.conftest import TOKENS, bearer
-from tests.support.service import open_stream, sign_in
+from tests.support.service import TOKENS, bearer, open_stream, sign_in
 
 
 @pytest.mark.parametrize(

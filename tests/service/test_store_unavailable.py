@@ -24,9 +24,8 @@ from golem.durable.store import (
 from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import build_registry
-from tests.service.conftest import StartRun, bearer, make_auth
-from tests.support.service import fail_every_call, sign_in
+from tests.support.agents import build_registry
+from tests.support.service import StartRun, bearer, fail_every_call, make_auth, sign_in
 
 
 def assert_unavailable(res: httpx.Response) -> None:

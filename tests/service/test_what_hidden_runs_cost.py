@@ -32,8 +32,7 @@ from golem.service import ServiceSettings, create_app
 from golem.service import stream as stream_module
 from golem.service.api import audit_json
 from golem.service.positions import read_position
-from tests.service.conftest import bearer, make_auth
-from tests.support.service import WAIT, Event, parse, sign_in
+from tests.support.service import WAIT, Event, bearer, make_auth, parse, sign_in
 
 # ---------------------------------------------------------------- a raw stream client
 
@@ -544,7 +543,7 @@ def _services(url: str, n: int = 2) -> Iterator[list[str]]:
     """`n` service processes over one store; their base URLs."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.service.race_service", url],
+            [sys.executable, "-m", "tests.support.race_service", url],
             stdout=subprocess.PIPE,
             cwd=Path(__file__).resolve().parents[2],
         )

@@ -144,8 +144,8 @@ async def test_the_service_answers_a_hostile_cursor_with_422(tmp_path: Any) -> N
 
     from golem.durable.store.sqlite import SQLiteStore
     from golem.service import ServiceSettings, create_app
-    from tests.service.agents import build_registry
-    from tests.service.conftest import bearer, make_auth
+    from tests.support.agents import build_registry
+    from tests.support.service import bearer, make_auth
 
     store = await SQLiteStore.open(tmp_path / "golem.db")
     try:

@@ -39,8 +39,6 @@ from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.service.agents import build_registry
-from tests.service.conftest import make_auth
 from tests.store.chaos import (
     Cluster,
     Hold,
@@ -54,6 +52,8 @@ from tests.store.chaos import (
 )
 from tests.store.runs import approval, make_run
 from tests.store.worker_app import _model, prompt_for
+from tests.support.agents import build_registry
+from tests.support.service import make_auth
 
 pytestmark = pytest.mark.postgres
 

@@ -16,8 +16,8 @@ from playwright.sync_api import expect
 
 from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service._server import serve
 from tests.support.browser import WAIT_MS
+from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 
