@@ -326,7 +326,9 @@ async def test_show_run_errors(client: httpx.AsyncClient, start: StartRun) -> No
     run = await start("mixed")
     error_of(await client.get("/api/runs/nope", headers=bearer("alice")), 404, "run_not_found")
     # a run of an agent olga may not see is one she cannot tell from no run (ADR 0069)
-    error_of(await client.get(f"/api/runs/{run['id']}", headers=bearer("olga")), 404, "run_not_found")
+    error_of(
+        await client.get(f"/api/runs/{run['id']}", headers=bearer("olga")), 404, "run_not_found"
+    )
     error_of(await client.get(f"/api/runs/{run['id']}"), 401, "unauthenticated")
 
 

@@ -17,7 +17,6 @@ from starlette.applications import Starlette
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.service import ServiceSettings, create_app
-from golem.service.credentials import SESSION_COOKIE
 from tests.support.service import TOKENS, StartRun, bearer, make_auth, open_stream, sign_in
 
 WAIT = 10.0  # a guard against a hang, never a duration the test asserts
@@ -255,36 +254,6 @@ async def test_model_text_cannot_forge_a_line_of_the_stream(
 
 
 # --------------------------------------------------------------------------- cross-site JSON
-
-
-@pytest.mark.parametrize(
-    "ctype", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"]
-)
-async def test_a_cross_site_simple_request_to_the_json_api_changes_nothing(
-    client: httpx.AsyncClient, start: StartRun, store: Store, ctype: str
-) -> None:
-    # Held: a page on another site can POST JSON as text/plain with the victim's cookies
-    # and no preflight, but no /api route that changes anything accepts the session
-    # cookie: only a bearer token, which a cross-site form cannot send.
-    run = await start("twin")
-    await sign_in(client)
-    assert client.cookies.get(SESSION_COOKIE)
-    cross = {
-        "Content-Type": ctype,
-        "Origin": "https://evil.example",
-        "Sec-Fetch-Site": "cross-site",
-    }
-    posts = {
-        "/api/runs": '{"agent": "twin", "prompt": "x"}',
-        f"/api/runs/{run['id']}/calls/c1/decision": '{"decision": "approve"}',
-        "/api/stream-token": "",
-    }
-    for path, body in posts.items():
-        res = await client.post(path, content=body, headers=cross)
-        assert res.status_code == 401, (path, res.text)
-    runs = await store.list_runs()
-    assert len(runs) == 1
-    assert all(c.decision is None for c in runs[0].calls)
 
 
 # --------------------------------------------------------------------------- the document

@@ -234,9 +234,7 @@ async def _walk(
         await log.grow(later[(pages - 1) % len(later)] if later else [])
 
 
-@settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     first=_STEPS,
     later=st.lists(_STEPS, max_size=3),

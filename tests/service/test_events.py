@@ -22,6 +22,7 @@ from tests.support.service import TOKENS, WAIT, StartRun, bearer, make_auth, ope
 
 pytestmark = pytest.mark.loop
 
+
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
     return read_position(app.state.golem.auth.secret, cursor, full_view=False)

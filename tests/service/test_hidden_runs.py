@@ -6,7 +6,6 @@ Each test failed before its fix unless it says it held.
 from __future__ import annotations
 
 import html
-import json
 import re
 import unicodedata
 from pathlib import Path
@@ -25,18 +24,14 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.bodies import _bad_text
-from golem.service.credentials import SESSION_COOKIE
 from golem.service.notify import _slack_message
 from golem.service.views import WORD_CHUNK, path, reveal_html
-from tests.support.service import TOKENS, StartRun, bearer, csrf_of, make_auth, same, sign_in
+from tests.support.service import StartRun, bearer, make_auth, same, sign_in
 
 # --------------------------------------------------------------------------- existence
 
 _RUN = "RUN"
 """Where a test URL names the run."""
-
-
-
 
 
 async def test_a_run_the_caller_may_not_see_answers_as_an_unknown_run_everywhere(
@@ -121,6 +116,7 @@ async def test_a_run_an_approver_may_see_still_answers_403_for_a_tool_it_may_not
 
 # --------------------------------------------------------------------------- identities
 
+
 @pytest.mark.parametrize(
     ("one", "two"),
     [
@@ -147,9 +143,7 @@ def _api_decision(run_id: str, call_id: str) -> str:
     return "/api" + path("runs", run_id, "calls", call_id, "decision")
 
 
-@settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ids=st.lists(
         st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)), min_size=1, max_size=4, unique=True
@@ -242,23 +236,6 @@ async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
     assert res.status_code == 200, res.text
 
 
-async def test_a_form_whose_escapes_are_not_utf8_is_refused(
-    client: httpx.AsyncClient, start: StartRun, store: Store
-) -> None:
-    # Found: parse_qs decoded %FF in a form field to U+FFFD (a reason, a confirmed call
-    # ID): now 400 malformed_form, as for a body that is not UTF-8.
-    run = await start("twin")
-    csrf = await sign_in(client)
-    res = await client.post(
-        path("runs", run["id"], "calls", "c1", "decision"),
-        content=f"csrf={csrf}&decision=deny&reason=no%FF".encode(),
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
-    )
-    assert res.status_code == 400, res.text[:300]
-    assert "not UTF-8" in res.text
-    assert (await store.get_run(run["id"])).call("c1").decision is None
-
-
 # --------------------------------------------------------------------------- headers
 
 _SECURITY_HEADERS = {
@@ -328,171 +305,7 @@ async def test_every_answer_of_every_route_carries_the_security_headers(
         _check_headers(res, where)
 
 
-async def test_the_session_cookie_flags_and_secure_only_over_https(app: Starlette) -> None:
-    # held: HttpOnly and SameSite=Strict always; Secure over https (uvicorn sets the
-    # scheme from X-Forwarded-Proto for the proxies it trusts, forwarded_allow_ips)
-    transport = httpx.ASGITransport(app=app)
-    for base, secure in (("http://golem.test", False), ("https://golem.test", True)):
-        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
-            res = await c.post("/login", data={"token": TOKENS["alice"], "next": "/"})
-            cookie = res.headers["set-cookie"].lower()
-            assert "httponly" in cookie
-            assert "samesite=strict" in cookie
-            assert ("secure" in cookie.split("; ")) is secure, cookie
-
-
-async def test_a_session_planted_before_sign_in_is_replaced_and_sign_out_ends_it(
-    client: httpx.AsyncClient,
-) -> None:
-    # held: signing in issues a new session (its own ID), whatever cookie the browser
-    # brought; signing out revokes it, so a copy stops working on every route
-    await sign_in(client, "olga")
-    planted = client.cookies[SESSION_COOKIE]
-    res = await client.post("/login", data={"token": TOKENS["alice"], "next": "/"})
-    assert res.status_code == 303
-    fresh = client.cookies[SESSION_COOKIE]
-    assert fresh != planted
-    page = await client.get("/")
-    assert "alice" in page.text
-    res = await client.post("/logout", data={"csrf": csrf_of(page.text)})
-    assert res.status_code == 303
-    client.cookies.set(SESSION_COOKIE, fresh)  # a copy kept from before the sign-out
-    for url in ("/", "/runs", "/audit?format=csv"):
-        res = await client.get(url)
-        assert res.status_code == 303, url
-        assert res.headers["location"].startswith("/login?next=")
-    res = await client.get("/api/events")
-    assert res.status_code == 401
-
-
-_HOSTILE_NEXT = [
-    "//evil.example",
-    "/\\evil.example",
-    "\\\\evil.example",
-    "%2F%2Fevil.example",
-    "https://evil.example",
-    "javascript:alert(1)",
-    "data:text/html,x",
-    "/x\r\nSet-Cookie: a=b",
-    "/\t/evil.example",
-    "\t//evil.example",
-    " //evil.example",
-    "/\x7f/evil.example",
-    "\u3002/evil.example",
-    "",
-]
-
-
-def _local(location: str) -> bool:
-    """Whether a browser following `location` stays on this site."""
-    cleaned = location.replace("\t", "").replace("\n", "").replace("\r", "").strip()
-    return cleaned.startswith("/") and not cleaned.startswith(("//", "/\\"))
-
-
-async def test_no_next_leads_off_site(registry: Any, store: Store) -> None:
-    # held: sign-in (page and form), decisions and bulk decisions go back to a local path
-    # only; every hostile `next` falls back to the default page
-    app = create_app(
-        ServiceSettings(registry, store, auth=make_auth(), login_attempts_per_minute=100)
-    )
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as client:
-        await _check_next(client)
-
-
-async def _check_next(client: httpx.AsyncClient) -> None:
-    res = await client.post(
-        "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("alice")
-    )
-    run = res.json()["run"]
-    for nxt in _HOSTILE_NEXT:
-        res = await client.post("/login", data={"token": TOKENS["alice"], "next": nxt})
-        assert res.status_code == 303
-        assert _local(res.headers["location"]), (nxt, res.headers)
-        res = await client.get("/login", params={"next": nxt})
-        assert _local(res.headers["location"]), nxt
-    csrf = csrf_of((await client.get("/")).text)
-    for nxt in _HOSTILE_NEXT:
-        res = await client.post(
-            path("runs", run["id"], "calls", "c1", "decision"),
-            data={"csrf": csrf, "decision": "deny", "next": nxt},
-        )
-        assert res.status_code in (303, 409), res.text[:200]
-        assert _local(res.headers.get("location", "/")), (nxt, res.headers)
-
-
-async def test_download_names_are_fixed_whatever_the_filters(
-    client: httpx.AsyncClient, start: StartRun
-) -> None:
-    # held: the only downloads (audit CSV and JSON) name a constant file; no filter,
-    # run ID or identity reaches Content-Disposition
-    await start("twin", prompt='"; filename="evil.html')
-    await sign_in(client)
-    for fmt in ("csv", "json"):
-        res = await client.get(
-            "/audit",
-            params={"format": fmt, "actor": '"\r\nX: y', "run": 'a"; filename=evil.html'},
-        )
-        assert res.status_code == 200
-        assert res.headers["content-disposition"] == f'attachment; filename="golem-audit.{fmt}"'
-        assert "x" not in res.headers
-
-
 # --------------------------------------------------------------------------- bodies
-
-
-@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "latin-1"])
-async def test_a_json_body_that_is_not_utf8_is_refused(
-    client: httpx.AsyncClient, store: Store, encoding: str
-) -> None:
-    # Found: json.loads guesses UTF-16 and UTF-32 from a body's first bytes, so a start
-    # sent in UTF-16 (which a proxy, a WAF or a log reads as garbage) ran the agent.
-    body = json.dumps({"agent": "echo", "prompt": "caf\u00e9"}, ensure_ascii=False)
-    res = await client.post(
-        "/api/runs",
-        content=body.encode(encoding),
-        headers={**bearer("alice"), "Content-Type": "application/json"},
-    )
-    assert res.status_code == 400, res.text
-    assert res.json()["error"]["code"] == "malformed_json"
-    assert "UTF-8" in res.json()["error"]["message"]
-    assert await store.list_runs() == []
-
-
-async def test_a_utf8_body_with_a_byte_order_mark_is_read(client: httpx.AsyncClient) -> None:
-    body = json.dumps({"agent": "echo", "prompt": "p"}).encode()
-    res = await client.post("/api/runs", content=b"\xef\xbb\xbf" + body, headers=bearer("alice"))
-    assert res.status_code == 201, res.text
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        b"[" * 100_000,
-        b'{"agent": "echo", "prompt": "p", "deps_ref": ' + b"[" * 70 + b"]" * 70 + b"}",
-        b'{"agent": "echo", "agent": "twin", "prompt": "p"}',
-        b'{"agent": "echo", "prompt": "p", "expires_in": NaN}',
-        b'{"agent": "echo", "prompt": "p", "expires_in": -Infinity}',
-        b'{"agent": "echo", "prompt": "p", "expires_in": 1e999}',
-        b'{"agent": "echo", "prompt": "\\ud800"}',
-        b'{"agent": "echo", "prompt": "p"} trailing',
-        b"\xff\xfe",
-        b"",
-        b"null",
-        b'"a string"',
-    ],
-)
-async def test_hostile_json_bodies_are_a_named_4xx(
-    app: Starlette, store: Store, body: bytes
-) -> None:
-    # held (but the non-UTF-8 case above): deep nesting, duplicate keys, NaN and Infinity,
-    # overflowing numbers, lone surrogates, trailing data: 400/413/422 with a code
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
-        res = await c.post("/api/runs", content=body, headers=bearer("alice"))
-    assert res.status_code in (400, 413, 422), res.text[:200]
-    assert res.json()["error"]["code"]
-    assert await store.list_runs() == []
 
 
 # --------------------------------------------------------------------------- notifications
@@ -519,61 +332,6 @@ def test_slack_messages_show_hidden_characters() -> None:
 
 
 # --------------------------------------------------------------------------- hostile text
-
-
-def _shown_text(page: str) -> str:
-    """The text of a page a person reads: the title and element content, without tags,
-    attributes or the edit boxes' raw values."""
-    page = re.sub(r"(?s)<textarea[^>]*>.*?</textarea>", "", page)
-    page = re.sub(r"(?s)<script[^>]*>.*?</script>", "", page)
-    return html.unescape(re.sub(r"<[^>]*>", "", page))
-
-
-async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
-    client: httpx.AsyncClient, store: Store, app: Starlette
-) -> None:
-    # Found: run IDs (and conversation IDs, the notice after a decision, the toasts'
-    # labels) were printed raw, so a run ID holding U+202E reversed the rest of its line
-    # on the inbox, runs, run, audit and conflict pages: "started by eve · just now"
-    # read backwards, and a run ID could pass for another.
-    run_id = "run-\u202eabc\u2066"
-    calls = tuple(
-        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ("c\u202e1", "c2")
-    )
-    await store.save_pending(
-        NewRun(
-            id=run_id,
-            agent="twin",
-            conversation_id="conv\u200b",
-            history="[]",
-            calls=calls,
-            started_by="alice",
-        )
-    )
-    csrf = await sign_in(client)
-    decided = await client.post(
-        path("runs", run_id, "calls", "c\u202e1", "decision"),
-        data={"csrf": csrf, "decision": "deny", "next": "/runs"},
-    )
-    assert decided.status_code == 303
-    pages = {
-        "inbox": "/",
-        "runs": decided.headers["location"],  # with the notice naming the call
-        "run": path("runs", run_id),
-        "audit": "/audit",
-    }
-    for name, url in pages.items():
-        res = await client.get(url)
-        assert res.status_code == 200, (name, res.text[:200])
-        text = _shown_text(res.text)
-        assert not has_hidden(text.replace("\n", "").replace("\t", "")), (name, url)
-        assert "U+202E" in text, name
-    res = await client.post(  # the conflict page names the run too
-        path("runs", run_id, "calls", "c\u202e1", "decision"),
-        data={"csrf": csrf, "decision": "approve"},
-    )
-    assert res.status_code == 409
-    assert not has_hidden(_shown_text(res.text).replace("\n", "").replace("\t", ""))
 
 
 @settings(deadline=None)

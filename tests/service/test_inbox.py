@@ -47,14 +47,6 @@ async def test_login_with_a_wrong_token_is_401(client: httpx.AsyncClient) -> Non
     assert "set-cookie" not in res.headers
 
 
-@pytest.mark.parametrize(
-    "target", ["//evil.example/x", "https://evil.example/", "\\\\evil", "javascript:alert(1)"]
-)
-async def test_login_never_redirects_off_site(client: httpx.AsyncClient, target: str) -> None:
-    res = await client.post("/login", data={"token": TOKENS["alice"], "next": target})
-    assert res.headers["location"] == "/"
-
-
 async def test_login_form_must_be_urlencoded(client: httpx.AsyncClient) -> None:
     res = await client.post("/login", json={"token": TOKENS["alice"]})
     assert res.status_code == 415

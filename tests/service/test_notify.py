@@ -24,9 +24,6 @@ from tests.support.service import bearer, make_auth, serve
 SECRET = b"webhook-secret"
 
 
-
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver()

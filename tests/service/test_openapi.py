@@ -110,13 +110,35 @@ def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
     doc = document()
     decide = doc["paths"]["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]
     assert set(decide) == {
-        "200", "400", "401", "403", "404", "408", "409", "413", "422", "429", "503"
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "408",
+        "409",
+        "413",
+        "422",
+        "429",
+        "503",
     }
     for status in ("400", "401", "403", "404", "408", "409", "413", "422", "503"):
         schema = decide[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}
     start = doc["paths"]["/api/runs"]["post"]["responses"]
-    assert set(start) == {"200", "201", "400", "401", "403", "408", "409", "413", "422", "429", "503"}
+    assert set(start) == {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "408",
+        "409",
+        "413",
+        "422",
+        "429",
+        "503",
+    }
 
 
 def test_every_handler_has_an_operation() -> None:
@@ -154,9 +176,7 @@ def test_the_event_stream_describes_its_events_and_cursor_header() -> None:
     assert event["properties"]["event"]["enum"] == ["hello", "change", "end"]
     header = next(p for p in op["parameters"] if p["name"] == "Last-Event-ID")
     # an audit ID, the sealed cursor of an event (ADR 0073) or an entry reference (ADR 0077)
-    assert header["schema"]["pattern"] == (
-        "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$"
-    )
+    assert header["schema"]["pattern"] == ("^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$")
 
 
 def test_pages_that_redirect_to_sign_in_take_no_credential_too() -> None:

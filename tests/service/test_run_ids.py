@@ -241,14 +241,14 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield b
 
 
-async def test_hard_run_ids_are_reachable_on_every_backend(
-    backend: Backend, registry: Any
-) -> None:
+async def test_hard_run_ids_are_reachable_on_every_backend(backend: Backend, registry: Any) -> None:
     store = await backend.open()
     try:
-        app = create_app(ServiceSettings(
-            registry, store, auth=make_auth(), undo_seconds=0, login_attempts_per_minute=100
-        ))
+        app = create_app(
+            ServiceSettings(
+                registry, store, auth=make_auth(), undo_seconds=0, login_attempts_per_minute=100
+            )
+        )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             for run_id in _HARD_IDS:

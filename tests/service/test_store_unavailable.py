@@ -58,7 +58,9 @@ async def test_the_api_answers_503_while_the_store_is_away(
             json={"decision": "approve"},
             headers=bearer("alice"),
         ),
-        await client.post("/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")),
+        await client.post(
+            "/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")
+        ),
     ]:
         assert_unavailable(res)
         assert res.json()["error"]["code"] == "store_unavailable"
