@@ -182,6 +182,8 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     buffer: str = ""
+    text: str = ""
+    """Every byte of the body sent so far."""
 
     async def next(self, event: str | None = None) -> Event:
         """The next event (of the given type, skipping others)."""
@@ -189,6 +191,13 @@ class Stream:
             ev = await asyncio.wait_for(self.events.get(), WAIT)
             if event is None or ev.event == event:
                 return ev
+
+    def received(self) -> list[Event]:
+        """The events that arrived and were not read yet."""
+        out = []
+        while not self.events.empty():
+            out.append(self.events.get_nowait())
+        return out
 
 
 @asynccontextmanager
@@ -210,7 +219,9 @@ async def open_stream(
             stream.headers = {k.decode(): v.decode() for k, v in message["headers"]}
             started.set()
         elif message["type"] == "http.response.body":
-            stream.buffer += message.get("body", b"").decode()
+            chunk = message.get("body", b"").decode()
+            stream.text += chunk
+            stream.buffer += chunk
             while "\n\n" in stream.buffer:
                 block, stream.buffer = stream.buffer.split("\n\n", 1)
                 await stream.events.put(parse(block))
