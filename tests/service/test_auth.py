@@ -213,3 +213,42 @@ def test_a_revoked_session_is_refused_even_when_replayed() -> None:
     assert auth.expiry(one) is None
     assert auth.verify_session(two) == cred  # other sessions of the same token live on
     assert not auth.revoke_session("garbage")
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [
+        ("ivan", "\u0438\u0432\u0430\u043d"),
+        ("alice", "bob"),
+        ("\u7530\u4e2d", "tanaka"),
+        # operator configuration, not attacker input: look-alikes of other scripts are the
+        # operator's choice (ADR 0080)
+        ("alice", "\u0430lice"),
+    ],
+)
+def test_identities_that_are_distinct_names_are_kept(one: str, two: str) -> None:
+    config = AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    assert config.authenticate("t2") is not None
+
+
+@pytest.mark.parametrize(
+    "identity", ["ali\u202ece", "al\u200bice", "alice\x1b[2K", "alice\nbob", "\u2066alice"]
+)
+def test_an_identity_with_hidden_characters_is_refused(identity: str) -> None:
+    # Found: an identity is recorded as decided_by and shown in the audit log, its CSV and
+    # the webhooks; a bidi override or zero-width character let it read as another's.
+    with pytest.raises(ValueError, match="invisible"):
+        Approver(identity)
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [("alice", "Alice"), ("zo\u00eb", "zoe\u0308"), ("\uff41lice", "alice")],
+)
+def test_identities_that_differ_only_in_case_or_unicode_form_are_refused(
+    one: str, two: str
+) -> None:
+    with pytest.raises(ValueError, match="differ only"):
+        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    # one identity behind two tokens stays allowed
+    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(one)}, secret=b"s" * 32)

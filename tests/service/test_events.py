@@ -14,11 +14,19 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem.durable.store import Decision, Store
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, Store
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
 from golem.service.positions import read_position
-from tests.support.service import TOKENS, WAIT, StartRun, bearer, make_auth, open_stream, serve
+from tests.support.service import (
+    TOKENS,
+    WAIT,
+    StartRun,
+    bearer,
+    make_auth,
+    open_stream,
+    serve,
+)
 
 pytestmark = pytest.mark.loop
 
@@ -174,3 +182,39 @@ async def test_a_cursor_written_as_an_integral_decimal_is_read(
     async with open_stream(app, headers=bearer("alice"), query="cursor=1.0") as stream:
         assert stream.status == 200
         assert unseal(app, (await stream.next("hello")).json()["cursor"]) == 1
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "line\nevent: change\ndata: {}\n\n",
+        "cr\r\rid: 999\r\n",
+        "nel\x85event: end",
+        "ls\u2028event: end\u2029data: x",
+        "vt\x0bff\x0cfs\x1c",
+    ],
+)
+async def test_model_text_cannot_forge_a_line_of_the_stream(
+    app: Starlette, store: Store, hostile: str
+) -> None:
+    # Found (defence in depth): data was JSON with raw non-ASCII, so U+0085, U+2028 and
+    # U+2029 went out as they were; a client that splits lines like `str.splitlines`
+    # (several Python SSE clients do) read a forged `event:` line.
+    await store.save_pending(
+        NewRun(
+            id="run-" + hostile,
+            agent="twin",
+            conversation_id=hostile,
+            history="[]",
+            calls=(NewCall(hostile, CallKind.APPROVAL, hostile, json.dumps({hostile: hostile})),),
+            started_by=hostile,
+        )
+    )
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
+        change = await stream.next("change")
+        assert change.json()["run_id"] == "run-" + hostile  # the text arrives intact
+        assert change.json()["actor"] == hostile
+        # ASCII only, so no character of it ends a line for any client
+        assert change.data.isascii()
+        assert change.data.splitlines() == [change.data]
+        assert change.id == "1"

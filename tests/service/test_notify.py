@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from golem._display import has_hidden
 from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
@@ -226,3 +227,23 @@ async def test_a_run_that_cannot_be_read_does_not_stall_notifications(
     assert cursor == await store.last_change_id()
     await n.drain()
     await n.close()
+
+
+def test_slack_messages_show_hidden_characters() -> None:
+    # Found: the Slack text escaped <, > and & but passed bidi overrides and zero-width
+    # characters through: a prompt "deploy staging\u202enoitcudorp" read as another in
+    # the channel (the inbox marks them; the JSON payload keeps the text as it is).
+    body = {
+        "event": "run.paused",
+        "title": "deploy to staging\u202e\u200bnoitcudorp",
+        "agent": "ops\u2066",
+        "run_id": "r",
+        "status": "pending",
+        "url": "https://inbox.example/runs/r",
+        "calls": [{"tool_name": "dep\u200bloy"}],
+    }
+    msg = _slack_message(body)
+    text = msg["blocks"][0]["text"]["text"] + msg["text"]
+    assert not has_hidden(text)
+    for name in ("U+202E RLO", "U+200B ZWSP", "U+2066 LRI"):
+        assert name in text

@@ -1,8 +1,10 @@
-"""Run IDs with any character: every route reaches them, every link the service renders
-round-trips them, and the store refuses (by name) the few no URL can carry."""
+"""Run and call IDs with any character: every route reaches them, every link round-trips
+them, a decision decides exactly the call it names, and the store refuses (by name) the few
+IDs no URL can carry."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 from collections.abc import Iterator
@@ -12,13 +14,14 @@ from urllib.parse import unquote
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from golem import new_id
 from golem.durable.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import ServiceSettings, create_app
+from golem.service.bodies import _bad_text
 from golem.service.views import path
 from tests.store.backends import BACKENDS, Backend, backend_for
 from tests.support.service import bearer, make_auth, sign_in
@@ -194,7 +197,6 @@ async def test_the_delivery_log_links_a_run_whose_id_holds_a_slash(
 
 def test_a_real_server_routes_an_escaped_slash(registry: Any, tmp_path: Path) -> None:
     # uvicorn decodes %2F into `path`; the raw path still tells the ID's slash apart.
-    import asyncio
 
     from tests.support.service import serve
 
@@ -257,3 +259,188 @@ async def test_hard_run_ids_are_reachable_on_every_backend(backend: Backend, reg
                 c.cookies.clear()
     finally:
         await store.close()
+
+
+_CALL_TEXT = st.text(alphabet="/%?#. \\+&=é\u0301\ufffd\u212bÅ\u00c5a", min_size=1, max_size=6)
+"""Call IDs of escapes, separators and several Unicode forms of one letter."""
+
+
+def _api_decision(run_id: str, call_id: str) -> str:
+    return "/api" + path("runs", run_id, "calls", call_id, "decision")
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ids=st.lists(
+        st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)), min_size=1, max_size=4, unique=True
+    ),
+    probe=st.one_of(_CALL_TEXT, st.text(min_size=1, max_size=8)),
+)
+@example(ids=["caf\u00e9", "cafe\u0301"], probe="caf\u00e9")
+@example(ids=["\u00c5"], probe="\u212b")  # Angstrom sign, NFC is Å
+@example(ids=["x\ufffd"], probe="x\ufffd")
+@example(ids=["a/b", "a%2Fb"], probe="a")
+async def test_a_decision_names_exactly_one_pending_call(
+    tmp_path: Path, registry: Any, ids: list[str], probe: str
+) -> None:
+    # A decision decides the call whose ID it names, byte for byte, and no other; an ID
+    # no call has (another Unicode form of one included) is a named 404 and decides
+    # nothing.
+    ids = [i for i in ids if "\x00" not in i and i not in (".", "..")]
+    assume(ids and all(_bad_text(i) is None for i in ids) and _bad_text(probe) is None)
+    assume(probe not in (".", "..") and "\x00" not in probe)
+    store = await SQLiteStore.open(tmp_path / f"{new_id()}.db")
+    try:
+        calls = tuple(NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ids)
+        await store.save_pending(
+            NewRun(id="r", agent="twin", conversation_id="c", history="[]", calls=calls)
+        )
+        app = create_app(ServiceSettings(registry, store, auth=make_auth(), undo_seconds=0))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+            res = await c.post(
+                _api_decision("r", probe), json={"decision": "deny"}, headers=bearer("alice")
+            )
+            decided = {x.call_id for x in (await store.get_run("r")).calls if x.decision}
+            if probe in ids:
+                assert res.status_code == 200, res.text
+                assert decided == {probe}
+            else:
+                assert res.status_code == 404, res.text
+                assert res.json()["error"]["code"] == "call_not_found"
+                assert decided == set()
+            for i in ids:
+                if i in decided:
+                    continue
+                res = await c.post(
+                    _api_decision("r", i), json={"decision": "approve"}, headers=bearer("alice")
+                )
+                assert res.status_code == 200, (i, res.text)
+                assert res.json()["decision"]["decision"] == "approve"
+                decided.add(i)
+                now = {x.call_id for x in (await store.get_run("r")).calls if x.decision}
+                assert now == decided
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("escape", ["%FF", "%C0%80", "%ED%A0%80", "%EF%BF"])
+async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
+    client: httpx.AsyncClient, store: Store, escape: str
+) -> None:
+    # Found: servers decode a bad escape to U+FFFD, so /calls/x%FF decided the call
+    # "x\ufffd", which the URL did not name (and so did every other bad byte).
+    calls = (NewCall("x\ufffd", CallKind.APPROVAL, "deploy", '{"target": "x"}'),)
+    await store.save_pending(
+        NewRun(id="r\ufffd", agent="twin", conversation_id="c", history="[]", calls=calls)
+    )
+    for url in (
+        f"/api/runs/r%EF%BF%BD/calls/x{escape}/decision",
+        f"/api/runs/r{escape}/calls/x%EF%BF%BD/decision",
+    ):
+        res = await client.post(url, json={"decision": "approve"}, headers=bearer("alice"))
+        assert res.status_code == 400, res.text
+        assert res.json()["error"]["code"] == "invalid_url"
+    res = await client.get(f"/api/runs/r{escape}", headers=bearer("alice"))
+    assert res.status_code == 400
+    res = await client.get(f"/api/runs?agent=tw{escape}", headers=bearer("alice"))
+    assert res.json()["error"]["code"] == "invalid_url"
+    csrf = await sign_in(client)
+    page = await client.get(f"/runs/r{escape}")
+    assert page.status_code == 400
+    assert page.headers["content-type"].startswith("text/html")
+    res = await client.post(
+        f"/runs/r%EF%BF%BD/calls/x{escape}/decision", data={"csrf": csrf, "decision": "deny"}
+    )
+    assert res.status_code == 400
+    assert (await store.get_run("r\ufffd")).call("x\ufffd").decision is None
+    res = await client.post(  # the right escape decides it
+        "/api/runs/r%EF%BF%BD/calls/x%EF%BF%BD/decision",
+        json={"decision": "approve"},
+        headers=bearer("alice"),
+    )
+    assert res.status_code == 200, res.text
+
+
+async def _save_deploy(store: Store, run_id: str, call_id: str) -> None:
+    """Save a pending run whose one `deploy` call has the ID `call_id`."""
+    call = NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}')
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv",
+            history="[]",
+            calls=(call,),
+            started_by="alice",
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "call_id",
+    ["two\nlines", "cr\r\nlf", "tab\tbed", "a/b/../c", "%2e%2e", "<script>", "\u202eexe"],
+)
+async def test_a_call_id_with_any_character_is_decidable(
+    store: Store, client: httpx.AsyncClient, call_id: str
+) -> None:
+    # Found: the route's `path` convertor (`.*`) stops at a newline, so a call whose
+    # model-made ID held one answered 404 to every decision, in the API and the inbox.
+    for n, via in enumerate(("api", "inbox")):
+        run_id = f"run-{via}"
+        await _save_deploy(store, run_id, call_id)
+        from golem.service.views import path
+
+        if via == "api":
+            url = "/api" + path("runs", run_id, "calls", call_id, "decision")
+            res = await client.post(url, json={"decision": "deny"}, headers=bearer("alice"))
+            assert res.status_code == 200, res.text
+        else:
+            csrf = await sign_in(client) if n else ""
+            url = path("runs", run_id, "calls", call_id, "decision")
+            res = await client.post(url, data={"csrf": csrf, "decision": "deny"})
+            assert res.status_code == 303, res.text
+        run = await store.get_run(run_id)
+        assert run.calls[0].decision is not None, via
+
+
+@pytest.mark.parametrize("call_id", [".", ".."])
+async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
+    store: Store, client: httpx.AsyncClient, call_id: str
+) -> None:
+    # Every client normalizes `/calls/../decision` before sending it, so such a call has
+    # no URL of its own; the run-wide form decides it (the guide says so).
+    await _save_deploy(store, "run-dots", call_id)
+    csrf = await sign_in(client)
+    res = await client.post("/runs/run-dots/decisions", data={"csrf": csrf, "decision": "deny"})
+    assert res.status_code == 303, res.text[:300]
+    decision = (await store.get_run("run-dots")).calls[0].decision
+    assert decision is not None
+    assert decision.kind.value == "deny"
+
+
+async def test_call_ids_that_differ_only_in_unicode_form_are_decided_apart(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    # Nothing between the form and the store normalizes: each card decides its own call.
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    calls = tuple(
+        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in (composed, decomposed)
+    )
+    await store.save_pending(
+        NewRun(id="nfc", agent="twin", conversation_id="c", history="[]", calls=calls)
+    )
+    csrf = await sign_in(client)
+    page = await client.get(path("runs", "nfc"))
+    action = path("runs", "nfc", "calls", decomposed, "decision")
+    assert f'action="{action}"' in page.text
+    res = await client.post(action, data={"csrf": csrf, "decision": "deny"})
+    assert res.status_code == 303
+    run = await store.get_run("nfc")
+    assert run.call(decomposed).decision is not None
+    assert run.call(composed).decision is None
+    res = await client.post(
+        _api_decision("nfc", composed), json={"decision": "approve"}, headers=bearer("alice")
+    )
+    assert res.status_code == 200
+    assert (await store.get_run("nfc")).call(composed).decision.kind.value == "approve"  # type: ignore[union-attr]

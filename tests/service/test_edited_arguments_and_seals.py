@@ -9,6 +9,7 @@ tampered one never.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,25 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem.durable.store import RunStatus, Store
+from golem.durable.store import CallKind, NewCall, NewRun, RunStatus, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
+from golem.service.views import path
 from tests.support.agents import EXECUTED
-from tests.support.service import TOKENS, StartRun, bearer, make_auth, sign_in
+from tests.support.service import (
+    TOKENS,
+    StartRun,
+    bearer,
+    make_auth,
+    sign_in,
+)
 
 pytestmark = pytest.mark.version
 
+
 SEAL_KEY = b"k" * 32
+
+
 WAIT = 30.0  # a guard against a hang, never a duration the test asserts
 
 
@@ -36,15 +47,6 @@ def _fresh_counter() -> None:
 
 def _decision_url(run_id: str, call_id: str) -> str:
     return f"/api/runs/{run_id}/calls/{call_id}/decision"
-
-
-# --------------------------------------------------------------------------- races
-
-
-# --------------------------------------------------------------------------- wrong call, too late
-
-
-# --------------------------------------------------------------------------- seals
 
 
 def _tamper(
@@ -140,9 +142,6 @@ async def test_a_run_edited_in_the_database_after_approval_runs_nothing(
     assert EXECUTED == []  # neither the tampered call nor its untouched sibling ran
 
 
-# --------------------------------------------------------------------------- edited arguments
-
-
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
@@ -212,3 +211,55 @@ async def test_edited_arguments_under_a_seal_run_as_edited(
     assert EXECUTED == ["c1"]
     assert done.outcome is not None
     assert "deployed to canary" in str(done.outcome.output)
+
+
+async def _save_scale(store: Store, run_id: str, args: str) -> None:
+    """A pending run of twin with one call of a tool the agent does not define (no schema)."""
+    call = NewCall("s1", CallKind.APPROVAL, "scale", args)
+    await store.save_pending(
+        NewRun(
+            id=run_id,
+            agent="twin",
+            conversation_id="conv",
+            history="[]",
+            calls=(call,),
+            started_by="alice",
+        )
+    )
+
+
+async def test_an_edit_that_changes_only_a_json_type_is_kept(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    # Found: edited arguments were compared to the model's with Python's ==, for which
+    # true == 1, false == 0, 1.0 == 1 and -0.0 == 0: such an edit was recorded as a plain
+    # approval, and the tool ran with the model's arguments.
+    csrf = await sign_in(client)
+    cases = [
+        ('{"replicas": 1}', '{"replicas": true}'),
+        ('{"replicas": false}', '{"replicas": 0}'),
+        ('{"replicas": 1}', '{"replicas": 1.0}'),
+        ('{"replicas": 0}', '{"replicas": -0.0}'),
+    ]
+    for n, (original, edited) in enumerate(cases):
+        run_id = f"scale-{n}"
+        await _save_scale(store, run_id, original)
+        res = await client.post(
+            path("runs", run_id, "calls", "s1", "decision"),
+            data={"csrf": csrf, "decision": "approve", "args": edited},
+        )
+        assert res.status_code == 303, res.text
+        decision = (await store.get_run(run_id)).call("s1").decision
+        assert decision is not None
+        assert decision.args is not None, (original, edited)
+        assert json.dumps(json.loads(decision.args)) == json.dumps(json.loads(edited))
+    # unchanged (key order and spacing aside) is still a plain approval
+    await _save_scale(store, "scale-same", '{"a": 1, "b": [true]}')
+    res = await client.post(
+        path("runs", "scale-same", "calls", "s1", "decision"),
+        data={"csrf": csrf, "decision": "approve", "args": '{ "b": [true],"a":1 }'},
+    )
+    assert res.status_code == 303
+    decision = (await store.get_run("scale-same")).call("s1").decision
+    assert decision is not None
+    assert decision.args is None
