@@ -14,7 +14,6 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem._display import has_hidden
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service import ServiceSettings, create_app
@@ -330,6 +329,10 @@ async def test_hostile_text_is_inert_on_every_page_and_unchanged_in_json(
         assert run["started_by"] == text
 
 
+HIDDEN = set("\u202e\u2066\u200b")
+"""The hidden characters of the run below."""
+
+
 def _shown_text(page: str) -> str:
     """The text a person reads: no tags, attributes, scripts or edit boxes' raw values."""
     page = re.sub(r"(?s)<textarea[^>]*>.*?</textarea>", "", page)
@@ -356,11 +359,11 @@ async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
     for page in ("/", decided.headers["location"], path("runs", run_id), "/audit"):
         res = await client.get(page)  # the notice after the decision names the call
         assert res.status_code == 200, (page, res.text[:200])
-        assert not has_hidden(_shown_text(res.text)), page
+        assert not HIDDEN.intersection(_shown_text(res.text)), page
         assert "U+202E" in _shown_text(res.text), page
     conflict = await client.post(url, data={"csrf": csrf, "decision": "approve"})
     assert conflict.status_code == 409
-    assert not has_hidden(_shown_text(conflict.text))
+    assert not HIDDEN.intersection(_shown_text(conflict.text))
 
 
 async def _deploy(store: Store, run_id: str, target: str) -> None:
