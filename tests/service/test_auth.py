@@ -24,6 +24,10 @@ def test_approver_restrictions() -> None:
     assert not scoped.may_decide("ops", "delete")
     assert not scoped.may_decide("billing", "restart")
     assert not scoped.may_start("ops")
+    viewer = Approver("val", tools=frozenset())  # sees every run, decides no call
+    assert viewer.may_see("ops")
+    assert viewer.may_start("ops")
+    assert not viewer.may_decide("ops", "restart")
 
 
 def test_approver_needs_an_identity() -> None:
