@@ -199,7 +199,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                 "deterministic": SEED is None,
                 "database": "none",
                 # No string the service takes may hold NUL (no store can keep it): refused
-                # with 400 in a URL, 422 in a body; tests/service/test_bad_input.py pins it.
+                # with 400 in a URL, 422 in a body; tests/service/test_hostile_api.py pins it.
                 "allow-x00": False,
             },
         }

@@ -1,7 +1,7 @@
 """One approvals-service process for the cross-process race tests.
 
 `python -m tests.support.race_service STORE_URL` serves the test agents and approvers
-(`tests.service.conftest.make_auth`) over the store at `STORE_URL` with uvicorn on
+(`tests.support.service.make_auth`) over the store at `STORE_URL` with uvicorn on
 127.0.0.1, prints `port <n>` once it listens, and serves until killed.
 """
 
