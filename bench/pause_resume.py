@@ -1,32 +1,27 @@
-"""Overhead per full pause/resume cycle.
+"""Overhead per full pause/resume cycle, against the peers and a hand-written floor.
 
     python bench/pause_resume.py
 
 One cycle: a run whose model emits a mixed batch (one call defers for approval, one
-executes) pauses → `dumps_history` → `loads_history` → resume with an approval (the
-deferred call re-runs) → final answer. The model answers instantly, so the figure is
-the framework's own cost. The cycle runs twice: without a seal key, and with one
-(`Agent(seal_key=...)`: the pause seals the pending call, the resume verifies it); the
-sealing share of a cycle is printed. With the `[bench]` extra installed, the same cycle
-runs in Pydantic AI (`ApprovalRequired`, `DeferredToolResults`,
-`ModelMessagesTypeAdapter`) in the same process, measured the same way (best round, wall
-clock and CPU time), and both ratios are printed; on a shared machine the CPU figures are
-the ones to compare.
+executes) pauses → JSON → resume with an approval (the deferred call runs) → final answer.
+The model answers instantly, so the figure is the framework's own cost. golem runs it with
+and without a seal key; with the `[bench]` extra the same cycle runs in Pydantic AI, the
+OpenAI Agents SDK and LangGraph (bench/_peers.py), beside a loop of dicts and `json`. All jobs
+run in interleaved rounds with the garbage collector on; each ratio is taken round by round
+and printed as median (min–max). The table is printed for async tools, then for sync tools
+(also golem's `run_in_thread=False`: a sync tool that never blocks runs on the loop).
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import InstantModel, measure, report
+from _peers import ANSWER, PEERS_CYCLE, Job, delete_file, floor_cycle, stat_file
+from _timing import InstantModel, measure, ratio_table, report, rounds
 
 from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
 from golem.messages import Message, ToolCall
@@ -34,10 +29,7 @@ from golem.model import ModelRequest, ModelResponse
 from golem.seal import SealKeys, seal_call, verify_call
 from golem.tool import DeferKind, Deferred, call_approved
 
-try:  # the peer, from the [bench] extra; module level so its tool annotations resolve
-    from pydantic_ai import RunContext as PRunContext
-except ImportError:  # pragma: no cover
-    PRunContext = None  # type: ignore[assignment,misc]
+PEERS = PEERS_CYCLE
 
 BATCH = [  # compact argument JSON, as most providers send it
     ToolCall("call-1", "delete_file", '{"path":"build/old.log"}'),
@@ -45,12 +37,10 @@ BATCH = [  # compact argument JSON, as most providers send it
 ]
 
 
-def golem_cycle(seal_key: bytes | None = None) -> object:
+def golem_cycle(seal_key: bytes | None = None, sync: bool = False, thread: bool = True) -> Job:
     def respond(request: ModelRequest) -> ModelResponse:
         if request.messages[-1].role == "tool":
-            return ModelResponse(
-                Message(role="assistant", content="Deleted old.log."), finish_reason="stop"
-            )
+            return ModelResponse(Message(role="assistant", content=ANSWER), finish_reason="stop")
         return ModelResponse(
             Message(role="assistant", tool_calls=list(BATCH)), finish_reason="tool_call"
         )
@@ -59,25 +49,34 @@ def golem_cycle(seal_key: bytes | None = None) -> object:
         InstantModel(respond), instructions="You tidy the workspace.", seal_key=seal_key
     )
 
-    @agent.tool
-    async def delete_file(path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: File to delete.
-        """
+    def gated(path: str) -> str:
         if not call_approved():
             raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
-        return f"deleted {path}"
+        return delete_file(path)
 
-    @agent.tool
-    async def stat_file(path: str) -> str:
-        """Size of a file.
+    if sync:
+        agent.tool_plain(name="delete_file", run_in_thread=thread)(gated)
+        agent.tool_plain(run_in_thread=thread)(stat_file)
+    else:
 
-        Args:
-            path: File to inspect.
-        """
-        return "size=12"
+        async def delete_async(path: str) -> str:
+            """Delete a file.
+
+            Args:
+                path: File to delete.
+            """
+            return gated(path)
+
+        async def stat_async(path: str) -> str:
+            """Size of a file.
+
+            Args:
+                path: File to inspect.
+            """
+            return stat_file(path)
+
+        agent.tool_plain(name="delete_file")(delete_async)
+        agent.tool_plain(name="stat_file")(stat_async)
 
     approve = DeferredResults(approvals={"call-1": Approval(True)})
 
@@ -89,75 +88,7 @@ def golem_cycle(seal_key: bytes | None = None) -> object:
         resumed = await agent.run_with_deferred_results(
             loads_history(stored), approve, conversation_id=paused.conversation_id
         )
-        assert resumed.output == "Deleted old.log."
-        return resumed
-
-    return cycle
-
-
-def pydantic_ai_cycle() -> object | None:
-    try:
-        from pydantic_ai import Agent as PAgent
-        from pydantic_ai import ApprovalRequired, DeferredToolRequests, DeferredToolResults
-        from pydantic_ai.messages import (
-            ModelMessage,
-            ModelMessagesTypeAdapter,
-            TextPart,
-            ToolCallPart,
-            ToolReturnPart,
-        )
-        from pydantic_ai.messages import (
-            ModelResponse as PResponse,
-        )
-        from pydantic_ai.models.function import AgentInfo
-        from pydantic_ai.models.function import FunctionModel as PFunctionModel
-    except ImportError:
-        return None
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> PResponse:
-        if any(
-            isinstance(p, ToolReturnPart) and p.tool_name == "delete_file"
-            for p in messages[-1].parts
-        ):
-            return PResponse(parts=[TextPart("Deleted old.log.")])
-        return PResponse(parts=[ToolCallPart(c.name, c.args, tool_call_id=c.id) for c in BATCH])
-
-    agent = PAgent(
-        PFunctionModel(respond),
-        instructions="You tidy the workspace.",
-        output_type=[str, DeferredToolRequests],
-    )
-
-    @agent.tool
-    async def delete_file(ctx: PRunContext[None], path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: File to delete.
-        """
-        if not ctx.tool_call_approved:
-            raise ApprovalRequired()
-        return f"deleted {path}"
-
-    @agent.tool_plain
-    async def stat_file(path: str) -> str:
-        """Size of a file.
-
-        Args:
-            path: File to inspect.
-        """
-        return "size=12"
-
-    async def cycle() -> object:
-        paused = await agent.run("Clean up the workspace.")
-        assert isinstance(paused.output, DeferredToolRequests)
-        stored = ModelMessagesTypeAdapter.dump_json(paused.all_messages())
-        history = ModelMessagesTypeAdapter.validate_json(stored)
-        resumed = await agent.run(
-            message_history=history,
-            deferred_tool_results=DeferredToolResults(approvals={"call-1": True}),
-        )
-        assert resumed.output == "Deleted old.log.", resumed.output
+        assert resumed.output == ANSWER
         return resumed
 
     return cycle
@@ -175,62 +106,28 @@ def seal_and_verify() -> float:
     return measure(once, per_round=2000)
 
 
-def interleaved(
-    first: Callable[[], Awaitable[object]],
-    second: Callable[[], Awaitable[object]],
-    *,
-    rounds: int = 40,
-    per_round: int = 100,
-) -> tuple[float, float]:
-    """CPU µs per call of each (process time: other processes' load is not counted), best
-    of `rounds`, the two measured in alternating rounds so cache effects hit both alike."""
-
-    async def one(fn: Callable[[], Awaitable[object]], n: int) -> float:
-        start = time.process_time()
-        for _ in range(n):
-            await fn()
-        return (time.process_time() - start) / n * 1e6
-
-    async def main() -> tuple[float, float]:
-        await one(first, per_round // 4)
-        await one(second, per_round // 4)
-        a: list[float] = []
-        b: list[float] = []
-        gc.disable()
-        try:
-            for _ in range(rounds):
-                a.append(await one(first, per_round))
-                b.append(await one(second, per_round))
-        finally:
-            gc.enable()
-        return min(a), min(b)
-
-    return asyncio.run(main())
-
-
 def main() -> None:
-    cycle = golem_cycle()
-    ours = measure(cycle, per_round=300)  # type: ignore[arg-type]
-    report("golem: pause (mixed batch) → JSON → resume → answer", ours)
-    ours_cpu = measure(cycle, per_round=300, cpu=True)  # type: ignore[arg-type]
-    plain_cpu, sealed_cpu = interleaved(golem_cycle(), golem_cycle(seal_key=b"k" * 32))  # type: ignore[arg-type]
-    report("golem: the same cycle, CPU time", ours_cpu)
-    report("golem: the same cycle, CPU, interleaved with the next", plain_cpu)
-    report("golem: the same cycle with seal_key (seal + verify), CPU", sealed_cpu)
-    share = (sealed_cpu - plain_cpu) / sealed_cpu
-    print(f"{'sealing share of a sealed cycle (CPU difference)':<58} {share:>10.1%}")
     work = seal_and_verify()
     report("golem: seal_call + verify_call of the pending call alone", work)
-    peer = pydantic_ai_cycle()
-    if peer is None:
-        print("pydantic-ai: not installed (pip install 'golem-agents[bench]') - skipped")
-        return
-    theirs = measure(peer, per_round=60)  # type: ignore[arg-type]
-    report("pydantic-ai: same cycle", theirs)
-    theirs_cpu = measure(peer, per_round=60, cpu=True)  # type: ignore[arg-type]
-    report("pydantic-ai: same cycle, CPU time", theirs_cpu)
-    print(f"{'ratio (pydantic-ai / golem), wall clock':<58} {theirs / ours:>10.1f} x")
-    print(f"{'ratio (pydantic-ai / golem), CPU time':<58} {theirs_cpu / ours_cpu:>10.1f} x")
+    for sync in (False, True):
+        jobs: dict[str, Job] = {
+            "golem": golem_cycle(sync=sync),
+            "golem, seal_key (seal + verify)": golem_cycle(seal_key=b"k" * 32, sync=sync),
+            "hand-written floor (dicts + json)": floor_cycle(sync),
+        }
+        if sync:
+            jobs["golem, run_in_thread=False"] = golem_cycle(sync=True, thread=False)
+        per_round = {name: 200 for name in jobs}
+        for name, build in PEERS.items():
+            job = build(sync)
+            if job is None:
+                print(f"{name}: not installed (pip install 'golem-agents[bench]') - left out")
+                continue
+            jobs[name] = job
+            per_round[name] = 20
+        samples = rounds(jobs, per_round=per_round)
+        kind = "sync tools (run in a worker thread)" if sync else "async tools"
+        ratio_table(f"pause (mixed batch) → JSON → resume → answer, {kind}", samples, "golem")
 
 
 if __name__ == "__main__":

@@ -2,25 +2,21 @@
 
 ```text
 golem serve --app myapp.agents:registry --db sqlite:///golem.db   service + in-process worker
-             [--concurrency N]                                     (N runs resumed at once)
 golem worker --app myapp.agents:registry --db postgresql://...    an extra worker process
-             [--concurrency N]                                     (N runs resumed at once)
 golem pending                                                     pending calls, as a table
 golem approve RUN CALL [--as IDENTITY]                            approve one call
 golem deny RUN CALL --reason "..."                                deny one call
 golem answer RUN CALL TEXT                                        give an external result
 golem show RUN                                                    a run, its conversation, audit
+golem resolve RUN --retry|--cancel --note "..."                   an interrupted run
 golem demo [--once]                                               the whole cycle, in a browser
 golem --version                                                   prints `golem <version>`
 ```
 
-`--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`. `golem serve` and `golem worker`
-seal pending calls and verify them before a resume with `$GOLEM_SEAL_KEY` (at least 32
-characters; `$GOLEM_SEAL_KEY_ID` names it, `$GOLEM_SEAL_OLDER_KEYS` holds retired keys as a
-JSON object of key ID to key). The decision commands talk to
-the store directly (whoever can reach the database is trusted); they record `--as`
-(default `cli:<user name>`) as the deciding identity. Needs the `[server]` extra; without
-it `golem` prints the install command and exits with status 2.
+`--db` defaults to `$GOLEM_DB`, else `sqlite:///golem.db`; `$GOLEM_SEAL_KEY` (with
+`$GOLEM_SEAL_KEY_ID`, `$GOLEM_SEAL_OLDER_KEYS`) seals pending calls. The decision commands
+talk to the store directly and record `--as` (default `cli:<user name>`). Without the
+`[server]` extra, `golem` prints the install command and exits with status 2.
 """
 
 from __future__ import annotations
@@ -31,14 +27,10 @@ import enum
 import getpass
 import json
 import os
-import secrets
 import signal
-import socket
 import sys
-import tempfile
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 try:
@@ -49,6 +41,11 @@ try:
     from rich.table import Table
 
     _MISSING: str | None = None
+    Db = Annotated[str | None, typer.Option("--db", help="Store URL.")]
+    RunId = Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")]
+    CallId = Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")]
+    As = Annotated[str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")]
+    AppSpec = Annotated[str, typer.Option("--app", help="The registry: module:attribute.")]
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     _MISSING = _exc.name or "typer"
 
@@ -94,6 +91,9 @@ _LOOP_HELP = (
     "Event loop: auto (uvloop when installed, as uvicorn picks), asyncio, or uvloop "
     "(pip install 'golem-agents[uvloop]')."
 )
+
+
+_WAIT = " (raise it when resumes wait on a model)."
 
 
 def _loop_factory(choice: _EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -210,7 +210,7 @@ def _when(at: datetime | None) -> str:
 
 
 def _serve(
-    app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
+    app_spec: AppSpec,
     db: Annotated[
         str | None,
         typer.Option("--db", help="Store URL (default $GOLEM_DB or sqlite:///golem.db)."),
@@ -236,12 +236,7 @@ def _serve(
         typer.Option(help="The inbox's address as people reach it (webhook deep links)."),
     ] = None,
     concurrency: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Runs the in-process worker resumes at once (raise it when resumes wait on "
-            "a model).",
-        ),
+        int, typer.Option(min=1, help="Runs the in-process worker resumes at once" + _WAIT)
     ] = 1,
     loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
 ) -> None:
@@ -293,17 +288,13 @@ def _serve(
 
 
 def _worker(
-    app_spec: Annotated[str, typer.Option("--app", help="The registry: module:attribute.")],
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    app_spec: AppSpec,
+    db: Db = None,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
     lease: Annotated[float, typer.Option(help="Lease length in seconds.")] = 60.0,
     worker_id: Annotated[str | None, typer.Option("--id", help="This worker's identity.")] = None,
     concurrency: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Runs resumed at once by this process (raise it when resumes wait on a model).",
-        ),
+        int, typer.Option(min=1, help="Runs resumed at once by this process" + _WAIT)
     ] = 1,
     loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
 ) -> None:
@@ -366,7 +357,7 @@ def _worker(
 
 
 def _pending(
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    db: Db = None,
     agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
     tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
 ) -> None:
@@ -438,12 +429,10 @@ def _identity(value: str | None) -> str:
 
 
 def _approve(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
-    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
-    identity: Annotated[
-        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
-    ] = None,
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    run_id: RunId,
+    call_id: CallId,
+    identity: As = None,
+    db: Db = None,
     args: Annotated[
         str | None,
         typer.Option(
@@ -469,13 +458,11 @@ def _approve(
 
 
 def _deny(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
-    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
+    run_id: RunId,
+    call_id: CallId,
     reason: Annotated[str, typer.Option(help="Why; the model is told.")] = "",
-    identity: Annotated[
-        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
-    ] = None,
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    identity: As = None,
+    db: Db = None,
 ) -> None:
     """Deny a pending call: it does not run; the model is told why."""
     from golem.durable.store import Decision
@@ -484,13 +471,11 @@ def _deny(
 
 
 def _answer(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
-    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")],
+    run_id: RunId,
+    call_id: CallId,
     text: Annotated[str, typer.Argument(help="The tool result, verbatim.")],
-    identity: Annotated[
-        str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")
-    ] = None,
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    identity: As = None,
+    db: Db = None,
 ) -> None:
     """Give the result of a pending external call."""
     from golem.durable.store import Decision
@@ -499,13 +484,11 @@ def _answer(
 
 
 def _show(
-    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run ID.")],
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    run_id: RunId,
+    db: Db = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON form.")] = False,
 ) -> None:
     """Show a run: status, outcome, calls, conversation and audit trail."""
-    from golem.errors import HistoryError
-    from golem.messages import loads_history
     from golem.service.api import run_detail_json
 
     async def load(store: Any) -> tuple[Any, Any]:
@@ -517,6 +500,22 @@ def _show(
     if as_json:
         console.print_json(json.dumps(run_detail_json(run, audit)))
         return
+    _print_run(console, run)
+    unreadable = _print_conversation(console, run)
+    table = Table(title="Audit trail")
+    for col in ("When", "Who", "What", "Detail"):
+        table.add_column(col, overflow="fold")
+    for e in audit:
+        table.add_row(
+            _when(e.at), _safe(e.actor), e.action.value, _safe(_short(json.dumps(e.detail), 80))
+        )
+    console.print(table)
+    if unreadable:
+        raise _err(unreadable)
+
+
+def _print_run(console: Console, run: Any) -> None:
+    """A run's facts, outcome and calls."""
     facts = Table.grid(padding=(0, 2))
     for label, value in (
         ("Run", run.id),
@@ -532,12 +531,9 @@ def _show(
         facts.add_row(f"[bold]{label}[/]", _safe(value))
     console.print(facts)
     if run.outcome is not None:
-        body = (
-            run.outcome.error
-            if run.outcome.error
-            else run.outcome.output
-            if isinstance(run.outcome.output, str)
-            else json.dumps(run.outcome.output, indent=2)
+        output = run.outcome.output
+        body = run.outcome.error or (
+            output if isinstance(output, str) else json.dumps(output, indent=2)
         )
         console.print(
             Panel(reveal(body or "—"), title=run.status.value, expand=False),
@@ -551,56 +547,32 @@ def _show(
         for c in run.calls:
             d = c.decision
             decided = "—" if d is None else d.kind.value + (f": {d.reason}" if d.reason else "")
-            calls.add_row(
-                *(
-                    _safe(v)
-                    for v in (c.call_id, c.tool_name, c.kind.value, _short(c.args), decided)
-                ),
-                _safe(d.decided_by) if d else "",
-            )
+            shown = (c.call_id, c.tool_name, c.kind.value, _short(c.args), decided)
+            calls.add_row(*(_safe(v) for v in shown), _safe(d.decided_by) if d else "")
         console.print(calls)
+
+
+def _print_conversation(console: Console, run: Any) -> str:
+    """The run's conversation; the error text when the stored history cannot be read."""
+    from golem.errors import HistoryError
+    from golem.messages import loads_history
+
     console.rule("Conversation")
     try:
         messages = loads_history(run.conversation)
-        unreadable = ""
     except HistoryError as exc:  # a stored history golem did not write: show the rest
-        messages, unreadable = [], f"run {run.id}: the stored conversation cannot be read: {exc}"
         console.print("(unreadable: see the error below)")
+        return f"run {run.id}: the stored conversation cannot be read: {exc}"
     for m in messages:
         head = m.role if m.role != "tool" else f"tool {m.tool_name}"
         console.print(f"[bold]{_safe(head)}[/]", end=" ")
         console.print(reveal(m.content or ""), markup=False)
         for t in m.tool_calls:
             console.print(reveal(f"  → {t.name}({t.args}) [{t.id}]"), markup=False)
-    table = Table(title="Audit trail")
-    for col in ("When", "Who", "What", "Detail"):
-        table.add_column(col, overflow="fold")
-    for e in audit:
-        table.add_row(
-            _when(e.at), _safe(e.actor), e.action.value, _safe(_short(json.dumps(e.detail), 80))
-        )
-    console.print(table)
-    if unreadable:
-        raise _err(unreadable)
+    return ""
 
 
 # --------------------------------------------------------------------------- demo
-
-
-@contextlib.contextmanager
-def _demo_db(db: str | None) -> Iterator[str]:
-    if db:
-        yield db
-        return
-    with tempfile.TemporaryDirectory(prefix="golem-demo-") as tmp:
-        yield f"sqlite:///{Path(tmp) / 'demo.db'}"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _demo(
@@ -614,116 +586,19 @@ def _demo(
     ] = None,
 ) -> None:
     """Serve the demo agent (scripted model, SQLite store) and print a sign-in link."""
-    from golem.cli import demo as demo_module
-
-    with _demo_db(db) as url:
-        if once:
-            code = asyncio.run(_demo_once(url, _console()))
-            raise typer.Exit(code)
-        _demo_serve(url, host, port if port else _free_port(host), demo_module)
-
-
-def _demo_serve(url: str, host: str, port: int, demo_module: Any) -> None:
-    import uvicorn
-
+    from golem.cli import demo
     from golem.durable.worker import start_run
-    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 
-    token = secrets.token_urlsafe(18)
-    registry = demo_module.build_registry()
+    with demo.demo_db(db) as url:
+        if once:
+            raise typer.Exit(asyncio.run(demo.run_once(url, _console())))
+        registry = demo.build_registry()
 
-    async def first_run(store: Any) -> Any:
-        return await start_run(store, registry, "ops", demo_module.DEMO_PROMPT, started_by="demo")
+        async def first_run(store: Any) -> Any:
+            return await start_run(store, registry, "ops", demo.DEMO_PROMPT, started_by="demo")
 
-    run = _with_store(url, first_run, create=True)
-    app = create_app(
-        ServiceSettings(
-            registry,
-            url,
-            auth=AuthConfig(tokens={token: Approver("demo")}),
-            run_worker=True,
-            worker_poll_interval=0.2,
-            stream_poll_interval=0.3,
-        )
-    )
-    link = f"http://{host}:{port}/login#token={token}"
-    _console().print(
-        Panel(
-            f"Open [bold]{link}[/]\n\n"
-            f"Run {run.id} paused: the agent asks to restart a service.\n"
-            "Approve it in the inbox and watch the final answer arrive on the run's page.\n"
-            "Start more runs from the inbox (mention a ticket to see an external call).\n"
-            "The token works for this process only. Ctrl-C stops.",
-            title="golem demo",
-            expand=False,
-        ),
-        soft_wrap=False,
-    )
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
-
-
-async def _demo_once(url: str, console: Console) -> int:
-    """Start → pause → approve over HTTP → worker resumes → final answer; 0 when completed."""
-    import httpx
-
-    from golem.cli import demo as demo_module
-    from golem.durable.store import open_store
-    from golem.durable.worker import Worker
-    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-
-    registry = demo_module.build_registry()
-    token = secrets.token_urlsafe(18)
-    store = await open_store(url)
-    try:
-        app = create_app(
-            ServiceSettings(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
-        )
-        transport = httpx.ASGITransport(app=app)
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://golem.cli.demo", headers=headers
-        ) as http:
-            console.print(f"1. POST /api/runs  agent=ops  prompt={demo_module.DEMO_PROMPT!r}")
-            res = await http.post(
-                "/api/runs", json={"agent": "ops", "prompt": demo_module.DEMO_PROMPT}
-            )
-            run = res.json()["run"]
-            console.print(f"   {res.status_code}: run {run['id']} is {run['status']}")
-            res = await http.get("/api/calls")
-            calls = res.json()["calls"]
-            for c in calls:
-                console.print(
-                    f"2. GET /api/calls  → {c['tool_name']}({c['args']}) waits for "
-                    f"{c['kind']}: {c['reason']}",
-                    markup=False,
-                )
-            for c in calls:
-                path = f"/api/runs/{c['run_id']}/calls/{c['call_id']}/decision"
-                res = await http.post(path, json={"decision": "approve"})
-                body = res.json()
-                console.print(
-                    f"3. POST {path}  approve → {res.status_code}, decided by "
-                    f"{body['decision']['decided_by']}; run is {body['run']['status']}",
-                    markup=False,
-                )
-            resumed = await Worker(store, registry, worker_id="demo-worker").run_once()
-            console.print(f"4. worker demo-worker resumed the run: {resumed}")
-            res = await http.get(f"/api/runs/{run['id']}")
-            final = res.json()["run"]
-            console.print(f"5. GET /api/runs/{run['id']}  → {final['status']}")
-            if final["outcome"] and final["outcome"]["output"] is not None:
-                console.print(
-                    Panel(str(final["outcome"]["output"]), title="final answer"),
-                    markup=False,
-                    soft_wrap=False,
-                )
-            console.print(
-                "   audit: " + " → ".join(f"{a['action']} ({a['actor']})" for a in final["audit"]),
-                markup=False,
-            )
-            return 0 if final["status"] == "completed" else 1
-    finally:
-        await store.close()
+        run = _with_store(url, first_run, create=True)
+        demo.serve(url, host, port or demo.free_port(host), registry, run.id, _console())
 
 
 # --------------------------------------------------------------------------- entry point
@@ -748,7 +623,7 @@ def _resolve(
     identity: Annotated[
         str | None, typer.Option("--as", help="Operator identity (default cli:<user>).")
     ] = None,
-    db: Annotated[str | None, typer.Option("--db", help="Store URL.")] = None,
+    db: Db = None,
 ) -> None:
     """Resolve an interrupted run: retry it (idempotent or confirmed calls only) or cancel it."""
     if retry == cancel:

@@ -14,8 +14,15 @@ from golem.cli.demo import registry          # {"ops": AgentEntry(...)}
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import secrets
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 from golem._ids import new_id
 from golem.agent import Agent
@@ -139,3 +146,120 @@ def build_registry() -> AgentRegistry:
 
 registry: AgentRegistry = build_registry()
 """The demo registry, for `golem serve --app golem.cli.demo:registry`."""
+
+
+# --------------------------------------------------------------------------- golem demo
+
+
+@contextlib.contextmanager
+def demo_db(db: str | None) -> Iterator[str]:
+    """`db`, or a SQLite store in a temporary directory removed afterwards."""
+    if db:
+        yield db
+        return
+    with tempfile.TemporaryDirectory(prefix="golem-demo-") as tmp:
+        yield f"sqlite:///{Path(tmp) / 'demo.db'}"
+
+
+def free_port(host: str) -> int:
+    """A port on `host` that is free now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def serve(
+    url: str, host: str, port: int, registry: AgentRegistry, run_id: str, console: Any
+) -> None:
+    """Serve the demo on `url`'s store with a one-process token, printing its sign-in link."""
+    import uvicorn
+    from rich.panel import Panel
+
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+
+    token = secrets.token_urlsafe(18)
+    app = create_app(
+        ServiceSettings(
+            registry,
+            url,
+            auth=AuthConfig(tokens={token: Approver("demo")}),
+            run_worker=True,
+            worker_poll_interval=0.2,
+            stream_poll_interval=0.3,
+        )
+    )
+    link = f"http://{host}:{port}/login#token={token}"
+    console.print(
+        Panel(
+            f"Open [bold]{link}[/]\n\n"
+            f"Run {run_id} paused: the agent asks to restart a service.\n"
+            "Approve it in the inbox and watch the final answer arrive on the run's page.\n"
+            "Start more runs from the inbox (mention a ticket to see an external call).\n"
+            "The token works for this process only. Ctrl-C stops.",
+            title="golem demo",
+            expand=False,
+        ),
+        soft_wrap=False,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+async def run_once(url: str, console: Any) -> int:
+    """Start → pause → approve over HTTP → worker resumes → final answer; 0 when completed."""
+    import httpx
+    from rich.panel import Panel
+
+    from golem.durable.store import open_store
+    from golem.durable.worker import Worker
+    from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+
+    registry = build_registry()
+    token = secrets.token_urlsafe(18)
+    store = await open_store(url)
+    try:
+        app = create_app(
+            ServiceSettings(registry, store, auth=AuthConfig(tokens={token: Approver("demo")}))
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://golem.cli.demo",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as http:
+            console.print(f"1. POST /api/runs  agent=ops  prompt={DEMO_PROMPT!r}")
+            res = await http.post("/api/runs", json={"agent": "ops", "prompt": DEMO_PROMPT})
+            run = res.json()["run"]
+            console.print(f"   {res.status_code}: run {run['id']} is {run['status']}")
+            calls = (await http.get("/api/calls")).json()["calls"]
+            for c in calls:
+                console.print(
+                    f"2. GET /api/calls  → {c['tool_name']}({c['args']}) waits for "
+                    f"{c['kind']}: {c['reason']}",
+                    markup=False,
+                )
+            for c in calls:
+                path = f"/api/runs/{c['run_id']}/calls/{c['call_id']}/decision"
+                res = await http.post(path, json={"decision": "approve"})
+                body = res.json()
+                console.print(
+                    f"3. POST {path}  approve → {res.status_code}, decided by "
+                    f"{body['decision']['decided_by']}; run is {body['run']['status']}",
+                    markup=False,
+                )
+            resumed = await Worker(store, registry, worker_id="demo-worker").run_once()
+            console.print(f"4. worker demo-worker resumed the run: {resumed}")
+            final = (await http.get(f"/api/runs/{run['id']}")).json()["run"]
+            console.print(f"5. GET /api/runs/{run['id']}  → {final['status']}")
+            if final["outcome"] and final["outcome"]["output"] is not None:
+                console.print(
+                    Panel(str(final["outcome"]["output"]), title="final answer"),
+                    markup=False,
+                    soft_wrap=False,
+                )
+            console.print(
+                "   audit: " + " → ".join(f"{a['action']} ({a['actor']})" for a in final["audit"]),
+                markup=False,
+            )
+            return 0 if final["status"] == "completed" else 1
+    finally:
+        await store.close()

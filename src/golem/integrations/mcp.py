@@ -8,19 +8,10 @@ files = MCPServer.stdio("python", ["files_server.py"], prefix="files")
 agent = Agent("openai:gpt-4.1", toolsets=[files])
 ```
 
-An `MCPServer` is a `golem.toolset.Toolset`: the agent connects it for each run (or once,
-inside `async with server:`), lists its tools before every model turn (re-listed after the
-server says `tools/list_changed`), and calls them like its own tools — under the tool
-timeout, the correction budget, the run events. Each tool is named `<prefix>_<tool>`.
-
-A call the server answers with `isError` goes back to the model as a correctable rejection
-(`ModelRetry`, under `max_retries`); a protocol error about the arguments likewise; a
-server that cannot be reached or dies fails the run with a `ToolError` naming the server.
-
-Approval: `requires_approval` decides per call whether the call pauses the run for a
-human decision (`Deferred(DeferKind.APPROVAL)`), exactly like a Python tool gated by
-`call_approved()`. The default follows the tool's MCP annotations: a tool that is not
-hinted read-only (or is hinted destructive) needs approval. See docs/adr/0020.
+An `MCPServer` is a `Toolset`: its tools (`<prefix>_<tool>`) are listed before every model
+turn and called like the agent's own. `isError` answers and argument errors go back to the
+model (`ModelRetry`); an unreachable server fails the run (`ToolError`). A call pauses for
+approval per `requires_approval`, by default unless hinted read-only (docs/adr/0020).
 """
 
 from __future__ import annotations
@@ -85,11 +76,8 @@ _ARGUMENT_ERRORS = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND)
 
 
 class MCPServerError(GolemError):
-    """An MCP server could not be reached, or failed to list its tools or answer a call.
-
-    Raised by the toolset when the run starts (the run fails with stage `tool`), or as
-    the `__cause__` of the `ToolError` of a call the server could not answer.
-    """
+    """An MCP server could not be reached, list its tools or answer a call (raised when the
+    run starts, or the `__cause__` of a call's `ToolError`)."""
 
     def __init__(self, server: str, message: str) -> None:
         super().__init__(f"MCP server {server}: {message}")
@@ -113,17 +101,11 @@ class ToolHints:
 
 @dataclass(frozen=True, slots=True)
 class MCPCall:
-    """One call of an MCP tool, as an approval policy sees it.
-
-    Names follow golem's convention: `tool_name` is the name the model called, as in
-    `PendingToolCall.tool_name`, `RunContext.tool_name` and `ToolCall.name`; `mcp_name` is
-    the tool's own name on the server.
-    """
+    """One call of an MCP tool, as an approval policy sees it."""
 
     _: KW_ONLY
     tool_name: str
-    """The tool's name as the model calls it (`<prefix>_<mcp_name>`; `mcp_name` without a
-    prefix)."""
+    """The tool's name as the model calls it (`<prefix>_<mcp_name>`)."""
     mcp_name: str
     """The tool's name on the server (without the prefix)."""
     args: Mapping[str, Any]
@@ -141,24 +123,18 @@ ApprovalPolicy: TypeAlias = (
     | Callable[[MCPCall], ApprovalDecision | Awaitable[ApprovalDecision]]
     | None
 )
-"""`True`/`False` for every tool; a mapping from tool name (with or without the prefix) to
-`True`/`False`/a reason, tools not in it following the default (a name the server does not
-list is reported with a `UserWarning` when the tools are listed; a tool whose name matches an
-entry only once both are normalized — NFKC, case-folded, without whitespace or invisible
-characters — needs approval); a function of the `MCPCall` returning
-`True`/`False`/a reason (sync or async); or None, the default, which follows the tool's
-annotations (see `default_decision`)."""
+"""`True`/`False` for every tool; a mapping of tool name (with or without the prefix) to
+`True`/`False`/a reason (others follow the default; a look-alike of an entry needs
+approval); a sync or async function of the `MCPCall`; or None: `default_decision`."""
 
 
 def _is_plain_name(name: str) -> bool:
-    """Whether `name` is a tool name as the MCP specification recommends (SEP-986): 1 to 128
-    ASCII letters, digits, `_`, `-` and `.`."""
+    """Whether `name` is a plain MCP tool name (SEP-986)."""
     return _PLAIN_NAME.fullmatch(name) is not None
 
 
 def _normalized(name: str) -> str:
-    """`name` as approval policies compare it for look-alikes: NFKC-normalized, case-folded,
-    without whitespace, control or invisible (format) characters."""
+    """`name` NFKC-normalized, case-folded, without whitespace or invisible characters."""
     folded = unicodedata.normalize("NFKC", name).casefold()
     return "".join(c for c in folded if not c.isspace() and unicodedata.category(c)[0] not in "CZ")
 
@@ -189,19 +165,15 @@ class ServerOptions(TypedDict, total=False):
 
 
 class MCPServer:
-    """An MCP server whose tools an agent can call (a `golem.toolset.Toolset`).
-
-    Build one with `MCPServer.stdio(...)` or `MCPServer.http(...)`; pass it to
-    `Agent(..., toolsets=[server])` or `agent.add_toolset(server)`. The connection is
-    opened on entry (`async with server:`, or by the agent for each run) and closed by
-    the last exit; a connection that died is reopened by the next entry or call.
+    """An MCP server whose tools an agent can call (a `golem.toolset.Toolset`), built with
+    `MCPServer.stdio(...)` or `MCPServer.http(...)`; connected on entry, closed by the last
+    exit, reopened when it died.
 
     Args:
         connect: Opens the transport (the read and write streams); see `stdio` and `http`.
         label: How errors and reprs name the server ("stdio:python", a URL...).
-        prefix: Prepended to each tool name as `<prefix>_<tool>`; None uses the name the
-            server reports when it connects; "" adds no prefix. Keep it stable: the
-            names are stored in paused histories.
+        prefix: Tool names are `<prefix>_<tool>`; None: the server's name; "": none.
+            Keep it stable: paused histories hold the names.
         requires_approval: The approval policy (see `ApprovalPolicy`).
         timeout: Seconds a call may take; None uses the agent's `tool_timeout`.
         max_retries: Correction budget per tool per run for calls the server rejects.
@@ -261,17 +233,8 @@ class MCPServer:
         errlog: TextIO | None = None,
         **options: Unpack[ServerOptions],
     ) -> MCPServer:
-        """A server started as a subprocess (`command args...`), spoken to over stdio.
-
-        Args:
-            env: Variables added to the SDK's minimal default environment (PATH, HOME...);
-                the parent's environment is not inherited otherwise.
-            cwd: The working directory of the server process.
-            errlog: Where the server's stderr goes (default: this process's stderr).
-
-        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
-        max_retries, connect_timeout.
-        """
+        """A server started as a subprocess (`command args...`), over stdio; `env` is added
+        to the SDK's minimal environment, `errlog` takes its stderr; `options` as `MCPServer`."""
         params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
         )
@@ -291,14 +254,8 @@ class MCPServer:
         headers: Mapping[str, str] | None = None,
         **options: Unpack[ServerOptions],
     ) -> MCPServer:
-        """A server at `url`, spoken to over the streamable HTTP transport.
-
-        Args:
-            headers: Sent with every request (an `Authorization` header, say).
-
-        `options` are those of `MCPServer`: prefix, requires_approval, timeout,
-        max_retries, connect_timeout.
-        """
+        """A server at `url` over streamable HTTP, sent `headers` with every request;
+        `options` as `MCPServer`."""
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http:// or https:// URL, got {url!r}")
         fixed = dict(headers or {})
@@ -316,8 +273,6 @@ class MCPServer:
 
     def __repr__(self) -> str:
         return f"MCPServer({self.label!r}, prefix={self.prefix!r})"
-
-    # ----------------------------------------------------------------- connection
 
     async def __aenter__(self) -> Self:
         self._entered += 1
@@ -364,9 +319,7 @@ class MCPServer:
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         closing = asyncio.Event()
         self._closing = closing
-        # The connection lives in a task of its own: the SDK's transports hold task
-        # groups that must be left by the task that entered them, while golem enters and
-        # leaves toolsets from whichever run comes first and last. Awaited in _disconnect.
+        # a task of its own: the SDK's task groups must be left by the task that entered them
         self._holder = asyncio.create_task(self._hold(ready, closing), name=f"mcp {self.label}")
         try:
             async with asyncio.timeout(self.connect_timeout):
@@ -443,14 +396,9 @@ class MCPServer:
         except Exception:  # an older protocol, or the stream dropped: relist per entry only
             return
 
-    # ----------------------------------------------------------------- tools
-
     async def list_tools(self) -> Sequence[Tool]:
-        """The server's tools as golem `Tool`s, listed again after `tools/list_changed`.
-
-        Raises:
-            MCPServerError: the server cannot be reached or fails to list its tools.
-        """
+        """The server's tools as golem `Tool`s (listed again after `tools/list_changed`);
+        `MCPServerError` when it cannot be reached or fails to list them."""
         client = await self._ensure_connected()
         tools = self._tools
         if tools is not None and self._listed_for is client:
@@ -485,8 +433,7 @@ class MCPServer:
     def _warn_unknown_policy_names(
         self, listed: Sequence[mcp_types.Tool], tools: Sequence[Tool]
     ) -> None:
-        """Warn (once per name) when a `requires_approval` mapping names a tool the server
-        does not list: a misspelt name decides nothing, and its tool follows the default."""
+        """Warn once per `requires_approval` name the server does not list."""
         policy = self.requires_approval
         if not isinstance(policy, Mapping):
             return
@@ -580,11 +527,8 @@ class MCPServer:
 
 @contextmanager
 def _traced_only_under_a_span() -> Iterator[None]:
-    """The MCP SDK opens a span per request it sends (`MCP send tools/list`...): under the
-    current span (a run's, a tool call's), and none when no span is current — a connection
-    opened or listed before the run's span, or held outside any run, would otherwise leave
-    a root trace per request. "None" is an unsampled parent, which the default
-    (parent-based) samplers follow; its `traceparent` tells the server not to sample either."""
+    """The SDK's request spans under the current span, and none (an unsampled parent) when
+    no span is current, so a connection outside a run leaves no root trace per request."""
     if trace.get_current_span().get_span_context().is_valid or isinstance(
         trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
     ):
@@ -633,9 +577,7 @@ def _check_policy(policy: ApprovalPolicy) -> None:
 
 
 def _near_miss(policy: Mapping[str, bool | str], call: MCPCall) -> ApprovalDecision:
-    """The decision for a tool a mapping does not name exactly: approval when its name
-    matches an entry once normalized (`Delete`, `delete` + a zero-width space next to an
-    entry `delete`), else the default."""
+    """Approval for a tool whose normalized name matches a mapping entry, else the default."""
     names = {_normalized(call.mcp_name), _normalized(call.tool_name)}
     for key in policy:
         if _normalized(key) in names:

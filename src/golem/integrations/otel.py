@@ -6,25 +6,10 @@ from golem.integrations import otel
 otel.instrument()  # every agent's runs, on the global tracer provider
 ```
 
-Each run is an `invoke_agent` span; each model request attempt a `chat` span and each tool
-execution an `execute_tool` span under it, with the OpenTelemetry GenAI semantic
-conventions' `gen_ai.*` attributes (operation, provider, model, token usage, tool name and
-call ID). Message content (prompts, answers, tool arguments and results) is recorded only
-with `instrument(include_content=True)`.
-
-A run that pauses ends its span with `golem.run.status = "paused"` and the pending call IDs;
-`Result.trace_context` holds the span's W3C `traceparent`. Pass it to the resume
-(`run_with_deferred_results(..., trace_context=...)`) and the resumed run's span carries a
-span link to the paused one — in any process, days later (docs/adr/0021).
-
-`instrument()` also traces golem's durable side: each store operation is a
-`golem.durable.store.<operation>` client span (`db.system.name`, the run and call IDs, the decision
-and who decided it), each worker resume a `golem.durable.worker.resume` span (the resumed run's
-`invoke_agent` span under it) and each request to the approval service a server span with
-the authenticated operator as `enduser.id`.
-
-Only `opentelemetry-api` is needed at run time; without `instrument()` or an agent's
-`tracer_provider`, golem creates no span and calls nothing of OpenTelemetry.
+Runs are `invoke_agent` spans with `chat` and `execute_tool` spans under them (GenAI
+semantic conventions; content only with `include_content=True`); a paused run's
+`Result.trace_context` links its resume (docs/adr/0021). Store operations, worker resumes
+and service requests are traced too (ADR 0026). Needs only `opentelemetry-api` at run time.
 """
 
 from __future__ import annotations
@@ -77,19 +62,14 @@ def instrument(
     include_content: bool = False,
     server_spans: bool = True,
 ) -> None:
-    """Trace the runs of every agent (agents with their own `tracer_provider` included),
-    the store's operations, the workers' resumes and the approval service's requests.
+    """Trace every agent's runs, the store's operations, the workers' resumes and the
+    approval service's requests.
 
     Args:
-        tracer_provider: Where spans go; None uses OpenTelemetry's global provider at each
-            run (so `trace.set_tracer_provider` may come later).
-        include_content: Also record message content: the prompt and history sent to the
-            model (`gen_ai.input.messages`), its answers (`gen_ai.output.messages`), tool
-            arguments and results (`gen_ai.tool.call.arguments` / `.result`).
-        server_spans: Open a server span for each request to the approval service. Pass
-            False when the ASGI server is instrumented already (for example with
-            `opentelemetry-instrumentation-asgi`): golem then only adds the operator's
-            `enduser.id` to that server's span.
+        tracer_provider: Where spans go (None: the global provider at each run).
+        include_content: Also record prompts, answers, tool arguments and results.
+        server_spans: A server span per service request; False when the ASGI server is
+            instrumented already (golem then only adds `enduser.id` to its span).
     """
     global _global
     _global = (tracer_provider, include_content)
@@ -112,11 +92,7 @@ def is_instrumented() -> bool:
 def run_tracer(
     agent: Any, tracer_provider: trace.TracerProvider | None, trace_context: str = ""
 ) -> RunTracer | None:
-    """The tracer of one run of `agent`, or None when nothing asks for spans.
-
-    An agent's own `tracer_provider` wins over `instrument()`'s; content is recorded only
-    when `instrument(include_content=True)` is in effect.
-    """
+    """The tracer of one run of `agent` (its own `tracer_provider` first), or None."""
     settings = _global
     if tracer_provider is None:
         if settings is None:
@@ -131,8 +107,7 @@ _last_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
 
 
 def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
-    """golem's tracer of `provider`, kept for the last provider asked (the SDK's
-    `get_tracer` builds a new tracer each time, which costs more than a span)."""
+    """golem's tracer of `provider`, kept for the last provider asked (cheaper than a span)."""
     global _last_tracer
     last = _last_tracer
     if last is not None and last[0] is provider:
@@ -150,10 +125,8 @@ def _primary(model: Any) -> Any:
 
 
 def _provider_name(model: Any) -> str:
-    """`gen_ai.provider.name`: the model's `provider` attribute (golem's adapters set the
-    semantic conventions' well-known names; `ollama:` models say "ollama"), a
-    `FallbackModel` by its primary model, else its package under `golem.providers`, else
-    its class name."""
+    """`gen_ai.provider.name`: the (primary) model's `provider`, else its package under
+    `golem.providers`, else its class name."""
     model = _primary(model)
     provider = getattr(model, "provider", None)
     if isinstance(provider, str) and provider:
@@ -166,8 +139,7 @@ def _provider_name(model: Any) -> str:
 
 
 def _model_name(model: Any) -> str:
-    """`gen_ai.request.model`: the model's `model_name` (a `FallbackModel`: its primary's),
-    else its `model` attribute; "" when it has neither (a test model), never a class name."""
+    """`gen_ai.request.model`: the model's `model_name`, else its `model`, else ""."""
     for attr in ("model_name", "model"):
         name = getattr(model, attr, None)
         if isinstance(name, str) and name:
@@ -208,10 +180,7 @@ def format_traceparent(span_context: trace.SpanContext) -> str:
 
 
 class RunTracer:
-    """The spans of one run: started by the agent, fed by the run's events.
-
-    Not for direct use: the agent creates one per run when tracing is on.
-    """
+    """The spans of one run, started by the agent and fed by the run's events."""
 
     def __init__(
         self, tracer: trace.Tracer, agent: Any, *, include_content: bool, resumes: str = ""
@@ -229,11 +198,9 @@ class RunTracer:
         self._chat: Span | None = None
         self._tools: dict[str, Span] = {}
 
-    # ----------------------------------------------------------------- run
-
     def start(self, state: RunState, *, operation: str = "run") -> None:
-        """Open the run's `invoke_agent` span and make it current; `operation` ("run" or
-        "resume", the `golem.run.operation` attribute) says whether it continues a pause."""
+        """Open the run's `invoke_agent` span and make it current (`operation`: "run" or
+        "resume")."""
         self.open(state.run_id, state.conversation_id, operation=operation)
         self.bind(state)
 
@@ -243,8 +210,7 @@ class RunTracer:
         return self._run is not None
 
     def open(self, run_id: str, conversation_id: str, *, operation: str = "run") -> None:
-        """Open the run's span and make it current before the run has its state (a nested
-        resume: the sub-agents resume under it, then the parent's own run is `bind`-ed)."""
+        """Open the run's span and make it current before the run has its state (`bind`)."""
         name = getattr(self._agent, "name", "")
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -278,8 +244,7 @@ class RunTracer:
         self._state = state
 
     def finish(self, result: Result[Any]) -> str:
-        """Close the run span for a run that returned (answered or paused); returns the
-        span's W3C `traceparent` (for `Result.trace_context`)."""
+        """Close the span of a run that returned; its W3C `traceparent`."""
         span = self._run
         if span is None:
             return ""
@@ -338,11 +303,8 @@ class RunTracer:
         self._chat = None
         self._tools.clear()
 
-    # ----------------------------------------------------------------- tool context
-
     def enter_tool(self, call_id: str) -> object | None:
-        """Make the call's `execute_tool` span current (in the tool's own task); returns the
-        token `leave_tool` takes."""
+        """Make the call's `execute_tool` span current; the token `leave_tool` takes."""
         span = self._tools.get(call_id)
         if span is None:
             return None
@@ -358,11 +320,8 @@ class RunTracer:
         span = self._tools.get(call_id)
         return trace.set_span_in_context(span) if span is not None else None
 
-    # ----------------------------------------------------------------- events
-
     def on_event(self, event: RunEvent) -> None:
-        """Open and close the `chat` and `execute_tool` spans from the run's events (a
-        sub-agent's forwarded events are its own run's spans, not this one's)."""
+        """Open and close the `chat` and `execute_tool` spans (not a sub-agent's)."""
         if event.namespace:
             return
         kind = event.kind
@@ -450,9 +409,6 @@ class RunTracer:
         span.end()
 
 
-# --------------------------------------------------------------------------- operations
-
-
 @functools.cache
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
@@ -505,8 +461,7 @@ def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def _call_attributes(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
-    """`_operation_attributes` of one call; {} when its arguments do not bind or read as
-    expected (tracing never fails the operation: the call itself reports bad arguments)."""
+    """`_operation_attributes` of one call; {} when its arguments do not bind."""
     try:
         bound = _signature(fn).bind_partial(*args, **kwargs)
         return _operation_attributes(bound.arguments)
@@ -524,8 +479,7 @@ def _claimed_attributes(claimed: Any) -> dict[str, Any]:
 
 
 def _result_attributes(result: Any) -> dict[str, Any] | None:
-    """Attributes from a store operation's result; None when it did nothing worth a span
-    (an idle claim, a sweep that changed nothing)."""
+    """Attributes from a store operation's result; None for an idle claim."""
     if result is None:
         return None  # claim_ready found nothing ready (the only store method returning None)
     if isinstance(result, list):
@@ -549,8 +503,7 @@ def _result_attributes(result: Any) -> dict[str, Any] | None:
     return {}
 
 
-_SWEEPS = frozenset({"sweep_expired", "sweep_interrupted", "claim_ready_many"})
-"""Operations that leave no span when they changed nothing (an idle batch claim too)."""
+_SWEEPS = frozenset({"sweep_expired", "sweep_interrupted", "claim_ready_many"})  # no span if idle
 
 
 def _fail(span: Span, exc: BaseException) -> None:
@@ -598,12 +551,8 @@ class _Operations:
     async def store_op(
         self, op: str, fn: Callable[..., Coroutine[Any, Any, Any]], args: Any, kwargs: Any
     ) -> Any:
-        """Run the store method; record it as a client span once it is done.
-
-        The span is created when the operation ends, with its start time: an idle claim or
-        a sweep that changed nothing leaves no span (workers poll), and nothing runs under
-        a store span anyway (the SQL runs on the store's database thread).
-        """
+        """Run the store method, then record it as a client span from its start time
+        (none for an idle claim or sweep)."""
         start = time.time_ns()
         try:
             result = await fn(*args, **kwargs)

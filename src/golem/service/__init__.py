@@ -11,8 +11,7 @@ settings = ServiceSettings(
 app = create_app(settings)
 ```
 
-See `docs/guides/approvals-service.md` (deploying), `docs/guides/approval-inbox.md` (deciding)
-and `docs/guides/approvals-security.md` (the security model).
+Guides: `docs/guides/approvals-service.md`, `approval-inbox.md`, `approvals-security.md`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The JSON API under `/api`: runs, pending calls, decisions, agents, health.
 
-Every error answers `{"error": {"code": ..., "message": ...}}` (plus `details` for
-validation errors) and changes nothing. Checks run in a fixed order, so the first problem
-wins: 401 (no or unknown token) → 413 (body too large, see `app.py`) → 400/422 (malformed
-or invalid body) → 404 (unknown run, or one of an agent the caller may not see: the two
-are one answer) → 404 (unknown call) → 403 (tool not allowed) → 409/422 (the store
-refused the decision).
+Checks run in a fixed order, the first problem wins: 401 → 413 → 400/422 (body) → 404
+(unknown run, or one the caller may not see) → 404 (call) → 403 (tool) → 409/422 (store).
 """
 
 from __future__ import annotations
@@ -34,10 +30,6 @@ from golem.service.state import require_store, state_of
 __all__: list[str] = []
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat()
-
-
 def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
     """The response model of a decision."""
     return schemas.DecisionOut(
@@ -49,62 +41,31 @@ def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
     )
 
 
-def _decision_json(d: DecisionRecord | None) -> dict[str, Any] | None:
-    """The JSON form of a decision (None when undecided)."""
-    return None if d is None else _decision_model(d).model_dump(mode="json")
-
-
 def _call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
     """The response model of a pending call (with its run's agent and status)."""
+    fields = {n: getattr(c, n) for n in _CALL}
+    decision = None if c.decision is None else _decision_model(c.decision)
     return schemas.Call(
-        run_id=c.run_id,
-        call_id=c.call_id,
+        **fields,
         agent=run.agent,
         run_status=run.status,
-        position=c.position,
-        kind=c.kind,
-        tool_name=c.tool_name,
-        args=c.args,
-        reason=c.reason,
         created_at=run.created_at,
-        deadline=c.deadline,
-        decision=None if c.decision is None else _decision_model(c.decision),
+        decision=decision,
     )
 
 
-def _call_json(run: RunRecord, c: PendingCallRecord) -> dict[str, Any]:
-    """The JSON form of a pending call (with its run's agent and status)."""
-    return _call_model(run, c).model_dump(mode="json")
+_CALL = ("run_id", "call_id", "position", "kind", "tool_name", "args", "reason", "deadline")
 
 
 def _run_model(run: RunRecord) -> schemas.Run:
     """The response model of a run without its conversation and audit log."""
-    outcome = None
-    if run.outcome is not None:
-        outcome = schemas.Outcome(
-            status=run.outcome.status, output=run.outcome.output, error=run.outcome.error
-        )
-    return schemas.Run(
-        id=run.id,
-        agent=run.agent,
-        conversation_id=run.conversation_id,
-        status=run.status,
-        started_by=run.started_by,
-        created_at=run.created_at,
-        updated_at=run.updated_at,
-        expires_at=run.expires_at,
-        parent_run_id=run.parent_run_id,
-        child_run_id=run.child_run_id,
-        deps_ref=run.deps_ref,
-        lease_owner=run.lease_owner,
-        calls=[_call_model(run, c) for c in run.calls],
-        outcome=outcome,
-    )
+    fields = {n: getattr(run, n) for n in schemas.Run.model_fields if n not in _OWN}
+    done = run.outcome
+    outcome = None if done is None else schemas.Outcome.model_validate(done, from_attributes=True)
+    return schemas.Run(**fields, calls=[_call_model(run, c) for c in run.calls], outcome=outcome)
 
 
-def _run_json(run: RunRecord) -> dict[str, Any]:
-    """The JSON form of a run without its conversation and audit log."""
-    return _run_model(run).model_dump(mode="json")
+_OWN = ("calls", "outcome")  # the fields of `schemas.Run` built on their own
 
 
 def audit_model(e: AuditEntry, secret: bytes | None = None) -> schemas.AuditItem:
@@ -157,19 +118,16 @@ def _request_idempotency_key(request: Request) -> str | None:
 
 
 _AUTH = (401, 429)
-
-
 _BODY = (400, 401, 408, 413, 422, 429)
 
 
 @operation(
     op_id="health",
-    summary="Liveness and store reachability (no token needed).",
     responses={200: schemas.Health, 503: schemas.Health},
     security=(),
 )
 async def health(request: Request) -> Response:
-    """Liveness and store reachability; needs no token."""
+    """Liveness and store reachability (no token needed)."""
     state = state_of(request)
     if state.store is None:
         return respond(schemas.Health(status="starting"), 503, exclude_none=True)
@@ -183,14 +141,12 @@ async def health(request: Request) -> Response:
 
 @operation(
     op_id="whoami",
-    summary="The identity behind the bearer token and what it may do.",
     responses={200: schemas.WhoAmI},
     errors=_AUTH,
 )
 @with_bearer
 async def whoami(request: Request, cred: Credential) -> Response:
-    """The identity behind the bearer token and what it may do (the inbox shows it before a
-    link's token signs anyone in)."""
+    """The identity behind the bearer token and what it may do."""
     approver = cred.approver
     return respond(
         schemas.WhoAmI(
@@ -204,7 +160,6 @@ async def whoami(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="listAgents",
-    summary="The registered agents the caller may see.",
     responses={200: schemas.AgentList},
     errors=_AUTH,
 )
@@ -229,7 +184,6 @@ async def agents(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="startRun",
-    summary="Start a run of an agent; 201 with the run (pending, completed or failed).",
     body=schemas.StartRunBody,
     responses={201: schemas.RunEnvelope, 200: schemas.RunEnvelope},
     errors=(*_BODY, 403, 409),
@@ -250,7 +204,7 @@ async def agents(request: Request, cred: Credential) -> Response:
 )
 @with_bearer
 async def start(request: Request, cred: Credential) -> Response:
-    """Start a run; 201 with the run (pending, completed or failed)."""
+    """Start a run of an agent; 201 with the run (pending, completed or failed)."""
     key = _request_idempotency_key(request)
     body = await read_json(request, schemas.StartRunBody)
     run, replayed = await start_for(
@@ -266,7 +220,6 @@ async def start(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="listRuns",
-    summary="Runs the caller may see, filtered by status, agent and pending tool; newest first.",
     query=schemas.RunsQuery,
     responses={200: schemas.RunList},
     errors=(401, 422, 429),
@@ -275,21 +228,12 @@ async def start(request: Request, cred: Credential) -> Response:
 async def list_runs(request: Request, cred: Credential) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
     q = read_query(request, schemas.RunsQuery)
-    runs = await visible_runs(
-        state_of(request),
-        cred,
-        status=q.status,
-        agent=q.agent,
-        tool=q.tool,
-        limit=q.limit,
-        offset=q.offset,
-    )
+    runs = await visible_runs(state_of(request), cred, **dict(q))
     return respond(schemas.RunList(runs=[_run_model(r) for r in runs]))
 
 
 @operation(
     op_id="listCalls",
-    summary="Undecided calls the caller may decide, oldest run first, keyset-paged by run.",
     query=schemas.CallsQuery,
     responses={200: schemas.CallList},
     errors=(401, 422, 429),
@@ -306,17 +250,9 @@ async def list_runs(request: Request, cred: Credential) -> Response:
 )
 @with_bearer
 async def list_calls(request: Request, cred: Credential) -> Response:
-    """Undecided calls the caller may decide, filtered by agent, tool and kind."""
+    """Undecided calls the caller may decide, oldest run first, keyset-paged by run."""
     q = read_query(request, schemas.CallsQuery)
-    page = await pending_page(
-        state_of(request),
-        cred,
-        agent=q.agent,
-        tool=q.tool,
-        kind=q.kind,
-        limit=q.limit,
-        after=q.after,
-    )
+    page = await pending_page(state_of(request), cred, **dict(q))
     return respond(
         schemas.CallList(
             calls=[_call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
@@ -326,7 +262,6 @@ async def list_calls(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="showRun",
-    summary="One run with its calls, conversation and audit log.",
     responses={200: schemas.RunDetailEnvelope},
     errors=(401, 404, 429),
 )
@@ -342,7 +277,6 @@ async def show_run(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="decideCall",
-    summary="Decide one pending call as the caller's identity.",
     body=schemas.DecisionBody,
     responses={200: schemas.DecisionResult},
     errors=(*_BODY, 403, 404, 409),
@@ -365,13 +299,12 @@ async def decide(request: Request, cred: Credential) -> Response:
 
 @operation(
     op_id="issueStreamToken",
-    summary="A short-lived token for /api/events?stream_token=... (EventSource sends no headers).",
     responses={200: schemas.StreamToken},
     errors=_AUTH,
 )
 @with_bearer
 async def stream_token(request: Request, cred: Credential) -> Response:
-    """A short-lived token for `GET /api/events?stream_token=...` (EventSource sends no headers)."""
+    """A short-lived token for /api/events?stream_token=... (EventSource sends no headers)."""
     token, exp = state_of(request).auth.issue_stream_token(cred)
     return respond(
         schemas.StreamToken(stream_token=token, expires_at=datetime.fromtimestamp(exp, UTC))

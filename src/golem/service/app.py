@@ -1,15 +1,4 @@
-"""`create_app`: the approval service as one Starlette ASGI app, with its route table.
-
-```python
-from golem.service import AuthConfig, ServiceSettings, create_app
-
-settings = ServiceSettings(
-    registry, "sqlite:///golem.db", auth=AuthConfig.from_env(), run_worker=True
-)
-app = create_app(settings)
-# uvicorn module:app
-```
-"""
+"""`create_app(settings)`: the approval service as one Starlette ASGI app, and its routes."""
 
 from __future__ import annotations
 
@@ -33,14 +22,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import StoreBusy, StoreReadOnly, StoreTimeout, open_store
+from golem.durable.store import open_store
 from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.seal import as_seal_keys
 from golem.service import api, audit, inbox, stream
 from golem.service.auth import LoginLimiter, TokenFailures
 from golem.service.credentials import token_credential
-from golem.service.errors import ApiError, not_found
+from golem.service.errors import ApiError, not_found, unreachable
 from golem.service.limits import GuardedEvents
 from golem.service.middleware import HEADINGS, BodyLimit, RefuseBadUrl, Service
 from golem.service.notify import Notifier
@@ -57,15 +46,11 @@ log = logging.getLogger("golem.service")
 
 @operation(
     op_id="openapi",
-    summary="This document (with a bearer token, it names the agents the caller may see).",
     responses={200: OpenApiDocument},
     security=(),
 )
 async def _openapi(request: Request) -> Response:
-    """The OpenAPI 3.1 document; with a valid bearer token, the `agent` fields of the bodies
-    that start runs list the agents the caller may see. Without one it names no agent: the
-    registry's names are not a stranger's business, nor other teams' agents an approver's.
-    """
+    """This document (with a bearer token, it names the agents the caller may see)."""
     state: ServiceState = request.app.state.golem
     try:  # a wrong token counts as a failure: the document would be a token oracle
         cred = token_credential(request)
@@ -76,8 +61,7 @@ async def _openapi(request: Request) -> Response:
 
 
 class _AnyText(Convertor[str]):
-    """A path parameter of any characters, `/` and line breaks included (call IDs come from
-    the model)."""
+    """A path parameter of any characters, `/` and line breaks included."""
 
     regex = "(?s:.*)"
 
@@ -92,9 +76,8 @@ register_url_convertor("golem_any", _AnyText())
 
 
 def _segment_path(scope: Scope) -> str | None:
-    """The request's route path with `/` and `%` inside a segment kept escaped (`%2F`,
-    `%25`), every other escape decoded; None without a `raw_path` that agrees with `path`
-    (so `/runs/a%2Fb` names the run `a/b`, ADR 0061)."""
+    """The route path with `/` and `%` inside a segment kept escaped, others decoded; None
+    without a `raw_path` that agrees with `path` (ADR 0061)."""
     raw = scope.get("raw_path")
     path: str = scope["path"]
     root = scope.get("root_path", "")
@@ -105,9 +88,8 @@ def _segment_path(scope: Scope) -> str | None:
     segments = [
         unquote_to_bytes(s).decode("utf-8", "replace") for s in raw.split(b"?", 1)[0].split(b"/")
     ]
-    # the tail of segments that is the route path (past a root): "/" + "/".join(tail) is the
-    # suffix of `decoded` from the separator before it, so only lengths are compared until
-    # one matches (linear in the path, however many segments a client sends)
+    # the tail of segments that is the route path (past a root): compare lengths until one
+    # matches, so the work stays linear in the path
     decoded = "/".join(segments)
     at = -1  # the separator before segments[start]
     for start in range(1, len(segments)):
@@ -120,18 +102,12 @@ def _segment_path(scope: Scope) -> str | None:
     return None
 
 
-_ROUTED = "golem.route_path"
-"""Scope key of the request's `_segment_path`, worked out once for all the routes tried."""
+_ROUTED = "golem.route_path"  # the scope key of `_segment_path`, worked out once
 
 
 class _Route(Route):
-    """A route whose path parameters may hold any character, `/` and `%` included.
-
-    Matched against the request's segments (`_segment_path`): a parameter such as
-    `{run_id}` spans one segment, whatever its escapes decode to, so a run whose ID holds
-    `/` is reached as `/runs/a%2Fb`. A `golem_any` parameter may span several segments
-    (a call ID sent with its slashes unescaped still arrives whole).
-    """
+    """A route matched against the request's segments (`_segment_path`): `{run_id}` spans
+    one segment whatever it decodes to (`/runs/a%2Fb`); `golem_any` may span several."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] != "http":
@@ -163,7 +139,6 @@ EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
     errors=(401, 422, 429),
     security=("bearer", "streamToken", "session"),
 )
-"""`GET /api/events`: the change stream behind its cursor check, limits and re-checks."""
 
 ROUTES: list[BaseRoute] = [
     # JSON API (bearer tokens; /api/events also takes a stream token or the session)
@@ -197,19 +172,11 @@ ROUTES: list[BaseRoute] = [
     ),
     Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
 ]
-"""Every route of the service, in one list (the OpenAPI document describes each)."""
-
-
-# --------------------------------------------------------------------------- middleware
 
 
 class _TraceRequests:
-    """Handle each HTTP request under an OpenTelemetry server span while `golem.integrations.otel`
-    instruments golem (`otel.instrument()`); pass requests straight through otherwise.
-
-    The span is named `METHOD /route/{template}` and carries the HTTP semantic conventions'
-    attributes and, once the request is authenticated, the operator as `enduser.id`.
-    """
+    """Each HTTP request under an OpenTelemetry server span (`METHOD /route/{template}`)
+    while `otel.instrument()` is in effect."""
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
         self.app = app
@@ -234,11 +201,7 @@ class _TraceRequests:
         return ""
 
 
-_CONVERTER = re.compile(r"\{(\w+):\w+\}")
-"""A path parameter's converter (`{call_id:golem_any}`), left out of `http.route`."""
-
-
-# --------------------------------------------------------------------------- errors
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")  # `{call_id:golem_any}`: the converter is left out
 
 
 def _is_api(request: Request) -> bool:
@@ -249,12 +212,22 @@ def _is_api(request: Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
+def _answer(
+    request: Request, error: ApiError, heading: str = "", headers: bool = False
+) -> Response:
+    """`error` as JSON (`_is_api`) or as a page (with the error's `headers` if asked)."""
+    if _is_api(request):
+        return error.response()
+    heading = heading or HEADINGS.get(error.status, "Error")
+    page = render_error(request, error.status, heading, error.message)
+    page.headers.update(error.headers if headers else {})
+    return page
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
         raise exc
-    if _is_api(request):
-        return exc.response()
-    return render_error(request, exc.status, HEADINGS.get(exc.status, "Error"), exc.message)
+    return _answer(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -272,11 +245,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _allowed_methods(request: Request) -> str:
-    """The `Allow` header of a 405: every method some route serves at this path.
-
-    Starlette's own 405 names only the methods of the first route that matched the path,
-    and a path here may be served by two routes (`GET /runs` and `POST /runs`).
-    """
+    """The `Allow` header of a 405: every method some route serves at this path (not
+    only the first matching route's, as Starlette's)."""
     methods: set[str] = set()
     for route in request.app.router.routes:
         match, _ = route.matches(request.scope)
@@ -288,47 +258,35 @@ def _allowed_methods(request: Request) -> str:
 async def _server_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     error = ApiError(500, "internal_error", "the service failed; see its log")
-    if _is_api(request):
-        return error.response()
     try:
-        return render_error(request, 500, "Something went wrong", error.message)
+        return _answer(request, error, "Something went wrong")
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
 
 
 async def _store_error(request: Request, exc: Exception) -> Response:
-    """A store that cannot be reached (connection lost, database down, no answer in time,
-    locked past its timeout) answers 503 with `Retry-After`; any other store error that
-    reaches here escaped its handler's translation: a bug (500)."""
-    if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))):
+    """503 with `Retry-After` for a store that cannot be reached; any other store error
+    that reaches here is a bug (500)."""
+    if not unreachable(exc):
         return await _server_error(request, exc)
     log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    error = ApiError(
-        503,
-        "store_unavailable",
-        "the store cannot be reached just now; try again shortly",
-        headers={"Retry-After": _STORE_RETRY_AFTER},
-    )
-    if _is_api(request):
-        return error.response()
-    response = render_error(request, 503, "Try again shortly", error.message)
-    response.headers["Retry-After"] = _STORE_RETRY_AFTER
-    return response
-
-
-_STORE_RETRY_AFTER = "1"
-"""Seconds a client should wait before repeating a request the store could not serve."""
+    message = "the store cannot be reached just now; try again shortly"
+    error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
+    return _answer(request, error, "Try again shortly", headers=True)
 
 
 ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
-# --------------------------------------------------------------------------- factory
-
-
 def create_app(settings: ServiceSettings) -> Starlette:
     """Build the approval service from `settings`: JSON API under `/api`, web inbox at `/`."""
-    state = _initial_state(settings)
+    state = ServiceState(
+        settings=settings,
+        store=None if isinstance(settings.store, str) else settings.store,
+        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
+        login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
+        token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
+    )
     handlers: dict[Any, ExceptionHandler] = {
         ApiError: _api_error,
         HTTPException: _http_error,
@@ -347,17 +305,6 @@ def create_app(settings: ServiceSettings) -> Starlette:
     )
     app.state.golem = state
     return app
-
-
-def _initial_state(settings: ServiceSettings) -> ServiceState:
-    """What the routes share (`app.state.golem`), before the lifespan opens anything."""
-    return ServiceState(
-        settings=settings,
-        store=None if isinstance(settings.store, str) else settings.store,
-        seal_key=None if settings.seal_key is None else as_seal_keys(settings.seal_key),
-        login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
-        token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
-    )
 
 
 @asynccontextmanager

@@ -1,14 +1,6 @@
-"""The global audit view: every decision and state change across runs, filtered and exported.
-
-`GET /audit` (inbox page), `GET /audit?format=csv|json` (the same rows as a download) and
-`GET /api/audit` (bearer) list the newest audit entries of runs the caller may see that
-match the actor, action, agent and run filters, newest first, a page at a time. The store
-does the filtering (`Store.audit_page`), so every matching entry is reachable however much
-else the log holds. The next page's cursor is sealed (`seal_cursor`): `next_cursor` in the
-API, a `Link: <…>; rel="next"` header on the downloads and an "Older entries" link on the
-page. A caller who does not see every agent is shown entry references instead of audit IDs
-(ADR 0077).
-"""
+"""The audit view across runs (`/audit`, its CSV and JSON downloads, `GET /api/audit`) and
+the webhook delivery log: newest first, filtered by the store (`Store.audit_page`), paged
+by sealed cursors; entry references for callers who do not see every agent (ADR 0077)."""
 
 from __future__ import annotations
 
@@ -29,7 +21,7 @@ from golem.service.auth import Credential
 from golem.service.bodies import read_query, respond
 from golem.service.credentials import with_bearer
 from golem.service.errors import ApiError
-from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation
+from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation, page
 from golem.service.pages import SignedIn, render_error, signed_in
 from golem.service.positions import entry_id, read_position, seal_cursor, shown_to
 from golem.service.state import ServiceState, require_store
@@ -38,42 +30,24 @@ from golem.service.views import audit_view, path, short
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-_FALLBACK_BATCH = 1000
-"""Entries read per query from a store without `audit_page` (which is read whole)."""
-
-SCAN = 5000
-"""Entries a filtered page looks at beyond its own before it stops (with a next cursor)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _AuditRow:
-    """An audit entry with its run's agent."""
-
-    entry: AuditEntry
-    """The entry."""
-    agent: str
-    """The agent of the entry's run."""
+_FALLBACK_BATCH = 1000  # entries read per query from a store without `audit_page`
+SCAN = 5000  # entries a filtered page looks at beyond its own before it stops
 
 
 @dataclass(frozen=True, slots=True)
 class _AuditPage:
     """One page of the audit view."""
 
-    rows: list[_AuditRow]
-    """The entries, newest first."""
+    rows: list[AuditEntry]
+    """The entries (with their agent), newest first."""
     next_cursor: str | None
-    """The sealed cursor of the next (older) page; None on the last page."""
     secret: bytes | None
     """What the caller's entry IDs are sealed under (None: shown as audit IDs)."""
 
 
 def _before(state: ServiceState, cred: Credential, text: str | None) -> int | None:
-    """The audit ID a page starts below (None: the newest entry).
-
-    Raises:
-        ApiError: 400 `invalid_cursor` for text that is not a cursor or entry reference
-            this service sent (nor, for an approver who sees every agent, an audit ID).
-    """
+    """The audit ID a page starts below (None: the newest); 400 `invalid_cursor` for text
+    that is not a cursor or entry reference this service sent (or, in full view, an ID)."""
     if text is None:
         return None
     full_view = cred.approver.agents is None
@@ -107,7 +81,7 @@ async def _audit_page(state: ServiceState, cred: Credential, q: schemas.AuditQue
         page: AuditPage = await paged(**filters, scan=SCAN)
     else:
         page = await _scan(store, **filters)
-    rows = [_AuditRow(e, e.agent) for e in page.entries if e.agent is not None]
+    rows = [e for e in page.entries if e.agent is not None]
     nxt = None if page.next_before is None else seal_cursor(state.auth.secret, page.next_before)
     return _AuditPage(rows, nxt, shown_to(cred, state.auth.secret))
 
@@ -155,15 +129,14 @@ async def _scan(
     return AuditPage(found[:limit], found[limit - 1].id if more else None)
 
 
-def _item(row: _AuditRow, secret: bytes | None) -> dict[str, Any]:
-    out = audit_model(row.entry, secret).model_dump(mode="json")
+def _item(row: AuditEntry, secret: bytes | None) -> dict[str, Any]:
+    out = audit_model(row, secret).model_dump(mode="json")
     out["agent"] = row.agent
     return out
 
 
 @operation(
     op_id="listAudit",
-    summary="Audit entries across runs the caller may see, filtered; newest first, paged.",
     query=schemas.AuditQuery,
     responses={200: schemas.AuditList},
     errors=(401, 422, 429),
@@ -190,15 +163,13 @@ def _next_link(request: Request, cursor: str | None) -> str | None:
     return "/audit?" + urlencode([*kept, ("before", cursor)])
 
 
-@operation(
-    op_id="auditPage",
+@page(
+    "auditPage",
     summary="The audit view (HTML), or its rows as ?format=csv / ?format=json downloads; "
     'the next page is linked ("Older entries"; `Link: <…>; rel="next"` on downloads).',
     query=schemas.AuditPageQuery,
     responses={200: (HTML, CSV, ArrayOf(schemas.AuditListItem)), 303: REDIRECT},
     errors=(422,),
-    security=("session",),
-    tag="inbox",
     response_headers={
         "Link": 'On a download with more rows: `</audit?…&before=…>; rel="next"`, the next page.'
     },
@@ -214,48 +185,38 @@ async def audit_page(signed: SignedIn) -> Response:
         if exc.status != 400:
             raise
         return render_error(request, 400, "Not a page of this log", exc.message)
-    fmt = q.format
     nxt = _next_link(request, page.next_cursor)
-    headers = {} if nxt is None else {"Link": f'<{nxt}>; rel="next"'}
-    if fmt == "json":
-        body = json.dumps([_item(r, page.secret) for r in page.rows], ensure_ascii=False, indent=1)
-        return Response(
-            body,
-            media_type="application/json",
-            headers={
-                "Content-Disposition": 'attachment; filename="golem-audit.json"',
-                **headers,
-            },
-        )
-    if fmt == "csv":
+    if q.format is not None:  # a download of the same rows
+        headers = {"Content-Disposition": f'attachment; filename="golem-audit.{q.format}"'}
+        headers.update({} if nxt is None else {"Link": f'<{nxt}>; rel="next"'})
+        if q.format == "json":
+            body = json.dumps(
+                [_item(r, page.secret) for r in page.rows], ensure_ascii=False, indent=1
+            )
+            return Response(body, media_type="application/json", headers=headers)
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["id", "at", "run_id", "agent", "actor", "action", "detail"])
-        for r in page.rows:
-            e = r.entry
-            writer.writerow(
-                [
-                    entry_id(e, page.secret),
-                    e.at.isoformat(),
-                    _cell(e.run_id),
-                    _cell(r.agent),
-                    _cell(e.actor),
-                    e.action.value,
-                    _cell(json.dumps(e.detail, ensure_ascii=False)),
-                ]
-            )
-        return Response(
-            out.getvalue(),
-            media_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": 'attachment; filename="golem-audit.csv"', **headers},
+        writer.writerows(
+            [
+                entry_id(e, page.secret),
+                e.at.isoformat(),
+                _cell(e.run_id),
+                _cell(e.agent or ""),
+                _cell(e.actor),
+                e.action.value,
+                _cell(json.dumps(e.detail, ensure_ascii=False)),
+            ]
+            for e in page.rows
         )
+        return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)
     return await _render_audit(signed, q, page.rows, page.secret, nxt)
 
 
 async def _render_audit(
     signed: SignedIn,
     q: schemas.AuditPageQuery,
-    rows: list[_AuditRow],
+    rows: list[AuditEntry],
     secret: bytes | None,
     older: str | None,
 ) -> HTMLResponse:
@@ -271,10 +232,10 @@ async def _render_audit(
             "newest": ("/audit?" + newest if newest else "/audit") if q.before else "",
             "rows": [
                 {
-                    **audit_view(r.entry, secret),
+                    **audit_view(r, secret),
                     "agent": r.agent,
-                    "run_href": path("runs", r.entry.run_id),
-                    "run_short": short(r.entry.run_id),
+                    "run_href": path("runs", r.run_id),
+                    "run_short": short(r.run_id),
                 }
                 for r in rows
             ],
@@ -297,32 +258,19 @@ def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-ACTIONS = [a.value for a in AuditAction]
-"""Every audit action, for the filter."""
+ACTIONS = [a.value for a in AuditAction]  # for the filter
 
 
 def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryItem]:
     notifier = state.notifier
     if notifier is None:
         return []
-    return [
-        schemas.DeliveryItem(
-            id=d.id,
-            event=d.event,
-            run_id=d.run_id,
-            agent=d.agent,
-            url=d.url,
-            created_at=d.created_at,
-            state=d.state,
-            attempts=[schemas.DeliveryAttempt(**a) for a in d.attempts],
-        )
-        for d in notifier.visible(cred.approver.may_see)
-    ]
+    item = schemas.DeliveryItem.model_validate
+    return [item(d, from_attributes=True) for d in notifier.visible(cred.approver.may_see)]
 
 
 @operation(
     op_id="listNotifications",
-    summary="The webhook delivery log (runs the caller may see), newest first.",
     responses={200: schemas.DeliveryList},
     errors=(401, 429),
 )
@@ -332,16 +280,10 @@ async def api_deliveries(request: Request, cred: Credential) -> Response:
     return respond(schemas.DeliveryList(deliveries=_deliveries(request.app.state.golem, cred)))
 
 
-@operation(
-    op_id="notificationsPage",
-    summary="The webhook delivery log (HTML).",
-    responses={200: HTML, 303: REDIRECT},
-    security=("session",),
-    tag="inbox",
-)
+@page("notificationsPage")
 @signed_in(live=False)
 async def deliveries_page(signed: SignedIn) -> Response:
-    """The webhook delivery log: each notification, where it went and every attempt."""
+    """The webhook delivery log (HTML)."""
     state = signed.state
     return await signed.render(
         "notifications.html",

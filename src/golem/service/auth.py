@@ -1,34 +1,10 @@
 """Who may use the approval service: bearer tokens mapped to approver identities.
 
-Configuration is never hard-coded. `AuthConfig(tokens={token: Approver(...)})` in code,
-or `AuthConfig.from_env()`, which reads:
-
-- `GOLEM_APPROVERS`: a JSON object mapping each token to an approver, for example
-  `{"s3cr3t": {"identity": "alice", "agents": ["ops"], "tools": null, "can_start": true}}`;
-  a key may also be `"sha256:<hex digest of the token>"` so the file holds no usable secret;
-- `GOLEM_APPROVERS_FILE`: the path of a file with that JSON (used when `GOLEM_APPROVERS`
-  is unset);
-- `GOLEM_SESSION_SECRET`: the key that signs browser sessions and stream tokens, at least
-  32 bytes (shorter keys are refused). Set the same value on every replica behind one load
-  balancer; without it each process picks a random key and its sessions end when it restarts.
-
-Three ways to present a credential, each accepted only where it is needed:
-
-- `Authorization: Bearer <token>` on every `/api` route (the only way to change anything
-  through the JSON API);
-- the inbox session cookie, set by `POST /login` after the user typed a token: HttpOnly,
-  `SameSite=Strict`, signed, holding a keyed digest of the token (never the token, nor
-  its plain SHA-256, which would let a reader of the cookie test guesses offline) and an
-  expiry;
-  the inbox forms also carry a CSRF token derived from the session;
-- a stream token for `GET /api/events?stream_token=...`, because the browser's
-  `EventSource` cannot send headers: `POST /api/stream-token` (bearer) returns one that is
-  signed, names the approver, expires after a few minutes and is accepted by no other route.
-
-Tokens are compared by their SHA-256 digests; removing a token from the configuration
-revokes the sessions and stream tokens made from it. Signing out revokes that one session
-server-side (`revoke_session`), so a copied cookie stops working too. `repr()` of a config
-names the approvers, never the tokens or the secret.
+`AuthConfig(tokens={token: Approver(...)})`, or `AuthConfig.from_env()` from
+`GOLEM_APPROVERS` (JSON: token, or `sha256:<hex>`, → approver), `GOLEM_APPROVERS_FILE` and
+`GOLEM_SESSION_SECRET` (≥ 32 bytes; the same on every replica). A credential is a bearer
+token (`/api`), the signed inbox session cookie (with a CSRF token for forms) or a signed
+stream token (`/api/events`). See `docs/guides/approvals-security.md`.
 """
 
 from __future__ import annotations
@@ -86,13 +62,10 @@ class Approver:
         if not self.identity or not self.identity.strip():
             raise ValueError("an approver needs a non-empty identity")
         if has_hidden(self.identity) or "\n" in self.identity or "\t" in self.identity:
-            # recorded as decided_by / started_by: a bidi override or a zero-width character
-            # would make one approver's name read as another's in the audit log
             raise ValueError(
                 f"approver identity {self.identity!r} holds a control, format or invisible "
                 "character"
             )
-        # Accept any iterable of names (a list from JSON, a set in code) and freeze it.
         if self.agents is not None and not isinstance(self.agents, frozenset):
             object.__setattr__(self, "agents", frozenset(self.agents))
         if self.tools is not None and not isinstance(self.tools, frozenset):
@@ -160,12 +133,8 @@ def _approver_from_obj(key: str, obj: Any) -> Approver:
 
 
 def _refuse_duplicates(identities: Iterable[str]) -> None:
-    """`ValueError` when two different identities are one after NFKC and case folding
-    (`Alice` and `alice`): the audit log and the inbox would show two approvers as one.
-
-    Identities are the operator's configuration, not attacker input: look-alike letters
-    of other scripts are not checked (ADR 0080).
-    """
+    """`ValueError` when two identities are one after NFKC and case folding (`Alice`,
+    `alice`); look-alike letters of other scripts are not checked (ADR 0080)."""
     seen: dict[str, str] = {}
     for identity in identities:
         other = seen.setdefault(unicodedata.normalize("NFKC", identity).casefold(), identity)
@@ -178,19 +147,12 @@ def _refuse_duplicates(identities: Iterable[str]) -> None:
 
 @dataclass(frozen=True)
 class AuthConfig:
-    """Bearer tokens and the approvers they stand for.
-
-    Args:
-        tokens: token → approver. A key of the form `"sha256:<hex>"` is the digest of
-            the token instead of the token itself.
-        secret: key for signing sessions and stream tokens; random when omitted.
-        session_seconds: lifetime of an inbox session cookie.
-        stream_token_seconds: lifetime of a stream token (checked when a stream opens).
+    """Bearer tokens (or `"sha256:<hex>"` digests) and the approvers they stand for, with
+    the `secret` that signs sessions and stream tokens (random when omitted).
 
     Raises:
-        ValueError: no tokens, a malformed digest key, a secret shorter than 32 bytes, a
-            non-positive lifetime, or two identities that differ only in case or Unicode
-            form.
+        ValueError: no tokens, a malformed digest, a secret under 32 bytes, a non-positive
+            lifetime, or two identities that differ only in case or Unicode form.
     """
 
     tokens: Mapping[str, Approver] = field(repr=False)
@@ -236,15 +198,9 @@ class AuthConfig:
         object.__setattr__(self, "_revoked", {})
         object.__setattr__(self, "_lock", threading.Lock())
 
-    # ------------------------------------------------------------------ construction
-
     @classmethod
     def from_json(cls, text: str, *, secret: bytes | None = None) -> AuthConfig:
-        """Build a config from the `GOLEM_APPROVERS` JSON form (see the module docstring).
-
-        Raises:
-            ValueError: the text is not a JSON object of token → approver.
-        """
+        """A config from the `GOLEM_APPROVERS` JSON form; `ValueError` when malformed."""
         try:
             obj = json.loads(text)
         except ValueError as exc:  # not JSON, or a number past int's digit limit
@@ -260,11 +216,8 @@ class AuthConfig:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AuthConfig:
-        """Build a config from `GOLEM_APPROVERS`, `GOLEM_APPROVERS_FILE`, `GOLEM_SESSION_SECRET`.
-
-        Raises:
-            ValueError: neither variable is set, or its content is malformed.
-        """
+        """A config from `GOLEM_APPROVERS` (or `_FILE`) and `GOLEM_SESSION_SECRET`;
+        `ValueError` when neither is set or one is malformed."""
         env = os.environ if environ is None else environ
         secret_text = env.get("GOLEM_SESSION_SECRET", "")
         secret = secret_text.encode("utf-8") if secret_text else None
@@ -283,8 +236,6 @@ class AuthConfig:
             "no approvers configured: set GOLEM_APPROVERS to a JSON object "
             '(e.g. {"<token>": {"identity": "alice"}}) or GOLEM_APPROVERS_FILE to a file with it'
         )
-
-    # ------------------------------------------------------------------ lookups
 
     @property
     def approvers(self) -> Iterable[Approver]:
@@ -311,16 +262,9 @@ class AuthConfig:
             return None
         return self.authenticate(token.strip())
 
-    # ------------------------------------------------------------------ signed values
-
     def _subject(self, digest: str) -> str:
-        """The `sub` of signed values: a keyed digest of the token's SHA-256.
-
-        Session values are signed, not encrypted, so anyone who reads one (a log, a
-        screenshot of developer tools) reads its payload. The plain SHA-256 there would let
-        them test token guesses offline, at hash speed; a MAC under the secret gives them
-        nothing to test against.
-        """
+        """The `sub` of signed values: a MAC of the token's SHA-256 under the secret (a
+        reader of a session value gets nothing to test token guesses against)."""
         mac = hmac.new(self.secret, f"{_SUBJECT}.{digest}".encode(), hashlib.sha256)
         return _b64(mac.digest()[:18])
 
@@ -378,12 +322,8 @@ class AuthConfig:
         return self._verify(_SESSION, value, now)
 
     def revoke_session(self, value: str | None, *, now: float | None = None) -> bool:
-        """End a session server-side: its value is refused from now on, even if replayed.
-
-        Revocations are kept in this process until the session would have expired anyway
-        (run one service process per secret, or sign out on each; see the guide).
-        Returns whether `value` was a valid session.
-        """
+        """End a session server-side (in this process, until it would have expired);
+        whether `value` was a valid session."""
         payload = self._claims(_SESSION, value, now)
         if payload is None or not isinstance(payload.get("sid"), str):
             return False
@@ -429,12 +369,7 @@ class AuthConfig:
 
 @dataclass
 class LoginLimiter:
-    """Sliding-window limit of sign-in attempts per client address (in this process).
-
-    Args:
-        attempts: attempts allowed per address within `window` seconds.
-        window: the window's length in seconds.
-    """
+    """Sliding-window limit of `attempts` per client address per `window` seconds."""
 
     attempts: int = 10
     window: float = 60.0
@@ -478,17 +413,8 @@ class LoginLimiter:
 
 @dataclass
 class TokenFailures(LoginLimiter):
-    """Wrong bearer tokens per client address, and the addresses refused for a while.
-
-    After `attempts` wrong tokens within `window` seconds, an address is refused (429)
-    on every request that presents a token, the right one included, until its oldest
-    counted failure leaves the window: otherwise the JSON API would be an unlimited
-    oracle for the tokens that `POST /login` guards with its limit.
-
-    Args:
-        attempts: wrong tokens allowed per address within `window` seconds.
-        window: the window's length in seconds.
-    """
+    """Wrong bearer tokens per client address: past `attempts` within `window` seconds,
+    the address gets 429 on every request with a token until the oldest leaves the window."""
 
     attempts: int = 30
 

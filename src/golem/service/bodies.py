@@ -1,5 +1,4 @@
-"""Reading requests and writing JSON answers: strict JSON bodies, query parameters, text
-a store can keep; each refusal is a named `ApiError` (400 or 422)."""
+"""Reading requests (strict JSON, query parameters, storable text) and writing JSON."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from golem.service.errors import ApiError
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays and objects accepted in a request body."""
+MAX_JSON_DEPTH = 64  # deepest nesting accepted in a request body
 
 
 def _refuse_constant(name: str) -> Any:
@@ -36,8 +34,7 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_MAX_INT_DIGITS = 4300
-"""The longest integer Python converts by default (`sys.get_int_max_str_digits`)."""
+_MAX_INT_DIGITS = 4300  # `sys.get_int_max_str_digits` by default
 
 
 def _int(text: str) -> int:
@@ -61,11 +58,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(raw: bytes | str) -> Any:
-    """Parse a request body as strict JSON (RFC 8259); `ApiError(400)` for anything else:
-    `NaN` and `Infinity`, numbers that overflow, integers over 4300 digits, nesting that
-    exhausts the parser, a key named twice in one object, bytes that are not UTF-8
-    (why: ADR 0050, ADR 0069, ADR 0070).
-    """
+    """A request body as strict JSON (RFC 8259); `ApiError(400)` for anything else (NaN,
+    overflow, huge integers, deep nesting, repeated keys, not UTF-8; ADR 0070)."""
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8-sig")  # a leading BOM is ignored, as RFC 8259 allows
@@ -107,10 +101,7 @@ def check_text(value: str, where: str) -> None:
 
 
 def check_json_value(value: Any, where: str = "body") -> None:
-    """`ApiError(422)` for nesting deeper than `MAX_JSON_DEPTH` or unstorable strings.
-
-    Walks iteratively, so no input can exhaust the stack.
-    """
+    """`ApiError(422)` for nesting deeper than `MAX_JSON_DEPTH` or unstorable strings."""
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         node, path, depth = stack.pop()

@@ -18,9 +18,7 @@ from golem.service.state import state_of
 __all__: list[str] = []
 
 SESSION_COOKIE = "golem_session"
-"""The inbox session cookie's name."""
 SESSION_COOKIE_RE = re.compile(r"(?:^|;)\s*" + re.escape(SESSION_COOKIE) + r"\s*=")
-"""Where a `Cookie` header names the session cookie."""
 
 
 def session(request: Request) -> tuple[Credential, str] | None:
@@ -34,13 +32,8 @@ def session(request: Request) -> tuple[Credential, str] | None:
 
 
 def token_credential(request: Request) -> Credential | None:
-    """The credential of the request's `Authorization: Bearer` token (None without one,
-    with another scheme, or with a wrong token), counting wrong tokens per client address.
-
-    Raises:
-        ApiError: 429 (with `Retry-After`) when the address sent too many wrong tokens
-            lately (`TokenFailures`); the token is then not even looked at.
-    """
+    """The credential of the request's bearer token (None without a right one), counting
+    wrong ones per client address; 429 with `Retry-After` after too many (`TokenFailures`)."""
     header = request.headers.get("authorization") or ""
     scheme, _, token = header.partition(" ")
     token = token.strip()
@@ -63,24 +56,18 @@ def token_credential(request: Request) -> Credential | None:
     return cred
 
 
-def _bearer(request: Request) -> Credential:
-    """The credential of the request's bearer token; 401 when missing or unknown, 429
-    after too many wrong tokens from the address (`token_credential`)."""
-    cred = token_credential(request)
-    if cred is None:
-        raise ApiError(401, "unauthenticated", "send 'Authorization: Bearer <token>'")
-    return cred
-
-
 BearerHandler = Callable[[Request, Credential], Awaitable[Response]]
 
 
 def with_bearer(handler: BearerHandler) -> Callable[[Request], Awaitable[Response]]:
     """Make `handler(request, cred)` an API endpoint that first checks the bearer token
-    (`_bearer`: 401 without a known one, 429 after too many wrong ones)."""
+    (401 without a known one, 429 after too many wrong ones)."""
 
     @functools.wraps(handler)
     async def endpoint(request: Request) -> Response:
-        return await handler(request, _bearer(request))
+        cred = token_credential(request)
+        if cred is None:
+            raise ApiError(401, "unauthenticated", "send 'Authorization: Bearer <token>'")
+        return await handler(request, cred)
 
     return endpoint

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 from typing import Any
 
@@ -55,10 +54,7 @@ async def decide_call(
     except (RunNotFound, CallNotFound, DecisionConflict, RunNotPending, InvalidDecision) as exc:
         raise store_error(exc) from None
     if record.decided_by != identity:
-        # The store takes the same decision again from anyone as a no-op and returns the
-        # recorded one: another approver decided first (say, at the same moment). Only
-        # the approver who decided gets 200 for it, so a repeat is safe to send and no
-        # one is told they decided what someone else did.
+        # the store's no-op repeat of another approver's decision: only its maker gets 200
         raise ApiError(
             409,
             "decision_conflict",
@@ -87,11 +83,8 @@ async def _decidable(
 
 
 def _schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """What is wrong with `args` for a tool's JSON schema: required, unknown and mistyped fields.
-
-    A first check in the service, so the approver sees the problem on the form; the agent
-    validates edited arguments fully before the approved re-run.
-    """
+    """Required, unknown and mistyped fields of `args` for a tool's JSON schema (a first
+    check for the form; the agent validates fully before the re-run)."""
     props: dict[str, Any] = schema.get("properties", {}) or {}
     problems = [f"'{k}' is required" for k in schema.get("required", []) if k not in args]
     if schema.get("additionalProperties") is False:
@@ -123,12 +116,8 @@ def _schema_problems(args: dict[str, Any], schema: dict[str, Any]) -> list[str]:
 async def edited_approval(
     state: ServiceState, cred: Credential, run_id: str, call_id: str, text: str
 ) -> Decision:
-    """An approval with the arguments an approver edited (plain approval when unchanged).
-
-    Raises:
-        ApiError: 422 when the text is not a JSON object, does not fit the tool's schema,
-            or the store cannot record edited arguments; 404/403 as for any decision.
-    """
+    """An approval with the arguments an approver edited (plain when unchanged); 422 for
+    text that is not a JSON object or does not fit the tool's schema, 404/403 as usual."""
     run, call = await _decidable(state, cred, run_id, call_id)  # 403 before any 422
     try:
         value = parse_json(text)
@@ -153,24 +142,15 @@ async def edited_approval(
                 "invalid_args",
                 f"the edited arguments do not fit {call.tool_name}: " + "; ".join(problems),
             )
-    approve: Any = Decision.approve
-    if "args" not in inspect.signature(approve).parameters:
-        raise ApiError(
-            422, "unsupported", "this store cannot record edited arguments yet: approve as is"
-        )
     try:
-        decision: Decision = approve(args=value)
+        return Decision.approve(args=value)
     except InvalidDecision as exc:
         raise store_error(exc) from None
-    return decision
 
 
 def _same_json(a: Any, b: Any) -> bool:
-    """Whether two parsed JSON values are the same JSON, types included.
-
-    Python's `==` takes `true` for `1`, `false` for `0`, `1.0` for `1` and `-0.0` for `0`:
-    an approver who changed one into the other would see the edit dropped.
-    """
+    """Whether two parsed JSON values are the same JSON, types included (`==` takes `true`
+    for `1`, `1.0` for `1`)."""
     try:
         return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     except (TypeError, ValueError):

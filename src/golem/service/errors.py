@@ -1,8 +1,5 @@
-"""`ApiError`: a refused request as an HTTP status, a code and a message (JSON or a page).
-
-Every error answers `{"error": {"code": ..., "message": ...}}` (plus `details` for
-validation errors) and changes nothing; `app.py` renders it as JSON or as an HTML page.
-"""
+"""`ApiError`: a refused request as an HTTP status, a code and a message; it changes nothing
+and answers `{"error": {"code": ..., "message": ...}}` (or a page, `app.py`)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,11 @@ from golem.durable.store import (
     InvalidDecision,
     RunNotFound,
     RunNotPending,
+    StoreBusy,
+    StoreReadOnly,
+    StoreTimeout,
 )
+from golem.errors import StoreError
 from golem.service import schemas
 
 # Internals of `golem.service.create_app`; nothing here is public API.
@@ -82,6 +83,11 @@ def store_error(exc: Exception) -> ApiError:
     if isinstance(exc, InvalidDecision):
         return ApiError(422, "invalid_decision", str(exc))
     raise exc
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the store cannot be reached (down, busy, timed out, read-only)."""
+    return type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly))
 
 
 def not_found(request: Request, exc: HTTPException) -> ApiError:

@@ -19,9 +19,6 @@ from golem.durable.store import (
     CallKind,
     Decision,
     RunStatus,
-    StoreBusy,
-    StoreReadOnly,
-    StoreTimeout,
     utc_now,
 )
 from golem.errors import StoreError
@@ -30,8 +27,8 @@ from golem.service.auth import Credential
 from golem.service.bodies import check_json_value, parse_json
 from golem.service.credentials import SESSION_COOKIE, session
 from golem.service.decisions import decide_call, edited_approval
-from golem.service.errors import ApiError
-from golem.service.openapi import HTML, REDIRECT, operation
+from golem.service.errors import ApiError, unreachable
+from golem.service.openapi import form_action, page
 from golem.service.pages import (
     PAGE_RUNS,
     SignedIn,
@@ -70,36 +67,18 @@ from golem.service.views import (
 __all__: list[str] = []
 
 
-@operation(
-    op_id="loginPage",
-    summary="The sign-in form (a `#token=` link asks before signing in).",
-    responses={200: HTML, 303: REDIRECT},
-    security=(),
-    tag="inbox",
-)
+@page("loginPage", security=())
 async def login_page(request: Request) -> Response:
-    """The sign-in form (a token; `#token=...` in the URL is filled in by the script)."""
+    """The sign-in form (a `#token=` link asks before signing in)."""
     nxt = safe_next(request.query_params.get("next"))
     if session(request) is not None:
         return RedirectResponse(nxt, status_code=303)
     return render(request, "login.html", {"page": "login", "next": nxt})
 
 
-@operation(
-    op_id="login",
-    summary="Sign in with a token (same-site forms only; rate limited).",
-    form=schemas.LoginForm,
-    responses={303: REDIRECT},
-    errors=(401, 403, 408, 413, 415, 429),
-    security=(),
-    tag="inbox",
-)
+@form_action("login", schemas.LoginForm, 429, security=())
 async def login(request: Request) -> Response:
-    """Check the token, set the signed session cookie, go back to where the user was.
-
-    Refused (403) when the form was posted from another site (login CSRF), and limited
-    per client address (429 with `Retry-After`).
-    """
+    """Sign in with a token (same-site forms only; rate limited)."""
     if not same_origin(request):
         raise cross_site()
     state = state_of(request)
@@ -124,66 +103,44 @@ async def login(request: Request) -> Response:
             status=401,
         )
     response = RedirectResponse(nxt, status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        auth.issue_session(cred),
-        max_age=int(auth.session_seconds),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/",
-    )
+    value, seconds = auth.issue_session(cred), int(auth.session_seconds)
+    response.set_cookie(SESSION_COOKIE, value, max_age=seconds, **_cookie(request))
     return response
 
 
-@operation(
-    op_id="logout",
-    summary="Sign out: the session is revoked server-side.",
-    form=schemas.LogoutForm,
-    responses={303: REDIRECT},
-    errors=(401, 403, 408, 413, 415),
-    security=("session",),
-    tag="inbox",
-)
+def _cookie(request: Request) -> dict[str, Any]:
+    """The session cookie's attributes."""
+    secure = request.url.scheme == "https"
+    return {"httponly": True, "samesite": "strict", "secure": secure, "path": "/"}
+
+
+@form_action("logout", schemas.LogoutForm)
 async def logout(request: Request) -> Response:
-    """End the session server-side (CSRF-checked): the cookie's value stops working."""
+    """Sign out: the session is revoked server-side."""
     _, value, _ = await checked_form(request)
     state_of(request).auth.revoke_session(value)
     response = RedirectResponse("/login?notice=signed-out", status_code=303)
-    response.delete_cookie(
-        SESSION_COOKIE,
-        path="/",
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    response.delete_cookie(SESSION_COOKIE, **_cookie(request))
     return response
 
 
-@operation(
-    op_id="inboxPage",
-    summary="The inbox: pending calls the approver may decide, grouped by run.",
-    responses={200: HTML, 303: REDIRECT},
-    security=("session",),
-    tag="inbox",
-)
+@page("inboxPage")
 @signed_in()
 async def inbox_page(page: SignedIn) -> Response:
-    """Pending calls the approver may decide, oldest first, with decision forms."""
+    """The inbox: pending calls the approver may decide, grouped by run."""
     request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     kind_text = q.get("kind", "")
     kind = CallKind(kind_text) if kind_text in ("approval", "external") else None
     filters = {"agent": q.get("agent", ""), "tool": q.get("tool", ""), "kind": kind_text}
     after = q.get("after") or None
+    agent = filters["agent"] or None
     try:
         found_page = await pending_page(
-            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS, after=after
+            state, cred, agent=agent, kind=kind, limit=PAGE_RUNS, after=after
         )
     except ApiError:  # a stale or foreign cursor: start from the oldest again
-        found_page = await pending_page(
-            state, cred, agent=filters["agent"] or None, kind=kind, limit=PAGE_RUNS
-        )
+        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
         after = None
     found = found_page.calls
     everything = not any(filters.values()) and after is None
@@ -237,16 +194,10 @@ def _page_href(request: Request, after: str | None) -> str:
     return "/?" + urlencode(query) if query else "/"
 
 
-@operation(
-    op_id="runsPage",
-    summary="Recent runs, filtered by status and agent.",
-    responses={200: HTML, 303: REDIRECT},
-    security=("session",),
-    tag="inbox",
-)
+@page("runsPage")
 @signed_in()
 async def runs_page(page: SignedIn) -> Response:
-    """Recent runs the approver may see, filtered by status and agent."""
+    """Recent runs, filtered by status and agent."""
     request, cred, state = page.request, page.cred, page.state
     q = request.query_params
     status_text = q.get("status", "")
@@ -285,17 +236,10 @@ async def runs_page(page: SignedIn) -> Response:
     )
 
 
-@operation(
-    op_id="runPage",
-    summary="One run: its conversation, calls and audit trail.",
-    responses={200: HTML, 303: REDIRECT},
-    errors=(404,),
-    security=("session",),
-    tag="inbox",
-)
+@page("runPage", errors=(404,))
 @signed_in()
 async def run_page(page: SignedIn) -> Response:
-    """One run: status and outcome, its calls, the conversation and the audit trail."""
+    """One run: its conversation, calls and audit trail."""
     request, cred, state = page.request, page.cred, page.state
     try:
         run = await load_run(state, cred, request.path_params["run_id"])
@@ -313,9 +257,7 @@ async def run_page(page: SignedIn) -> Response:
             "run": run_view(run, now),
             "calls": cards,
             "resolve_action": path("runs", run.id, "resolve")
-            if run.status is RunStatus.INTERRUPTED
-            and hasattr(require_store(state), "retry_interrupted")
-            and cred.approver.may_start(run.agent)
+            if run.status is RunStatus.INTERRUPTED and cred.approver.may_start(run.agent)
             else "",
             "approved_calls": [  # re-running a call is deciding it again (issue 27)
                 c
@@ -331,17 +273,9 @@ async def run_page(page: SignedIn) -> Response:
     )
 
 
-@operation(
-    op_id="decideForm",
-    summary="Decide a call from the inbox, then go back.",
-    form=schemas.DecisionForm,
-    responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
-    security=("session",),
-    tag="inbox",
-)
+@form_action("decideForm", schemas.DecisionForm, 400, 404, 409, 422)
 async def decide_form(request: Request) -> Response:
-    """Record a decision from an inbox form, then go back (303) to the page it came from."""
+    """Decide a call from the inbox, then go back."""
     cred, _, form = await checked_form(request)
     run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
     kind = form.get("decision", "")
@@ -395,21 +329,9 @@ async def _conflict_page(
     )
 
 
-@operation(
-    op_id="decideRunForm",
-    summary="Approve all or deny all of a run's undecided calls (that the approver may decide).",
-    form=schemas.BulkDecisionForm,
-    responses={303: REDIRECT},
-    errors=(400, 401, 403, 404, 408, 409, 413, 415, 422),
-    security=("session",),
-    tag="inbox",
-)
+@form_action("decideRunForm", schemas.BulkDecisionForm, 400, 404, 409, 422)
 async def decide_run_form(request: Request) -> Response:
-    """Decide every undecided call of a run the same way, then go back (303).
-
-    Approve-all needs every undecided call to be an approval; each decision is recorded
-    (and audited) on its own, so a conflict on one call leaves the others decided.
-    """
+    """Approve all or deny all of a run's undecided calls (that the approver may decide)."""
     cred, _, form = await checked_form(request)
     state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
@@ -435,21 +357,9 @@ async def decide_run_form(request: Request) -> Response:
     return RedirectResponse(with_notice(request, nxt, f"{kind}-all"), status_code=303)
 
 
-@operation(
-    op_id="resolveForm",
-    summary="Retry or cancel an interrupted run, with a note (operator recovery).",
-    form=schemas.ResolveForm,
-    responses={303: REDIRECT},
-    errors=(401, 403, 404, 408, 409, 413, 415, 422),
-    security=("session",),
-    tag="inbox",
-)
+@form_action("resolveForm", schemas.ResolveForm, 404, 409, 422)
 async def resolve_form(request: Request) -> Response:
-    """Retry or cancel an INTERRUPTED run (needs a store with operator recovery).
-
-    Only approvers who may start runs of the agent may resolve its runs, and a retry may
-    confirm (re-run) only calls of tools the approver may decide.
-    """
+    """Retry or cancel an interrupted run, with a note (operator recovery)."""
     cred, _, form = await checked_form(request)
     state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
@@ -467,9 +377,7 @@ async def resolve_form(request: Request) -> Response:
     note = form.get("note", "").strip()
     if not note:
         raise ApiError(422, "invalid_request", "say what you checked: a note is required")
-    store: Any = require_store(state)
-    if not hasattr(store, "retry_interrupted"):
-        raise ApiError(422, "unsupported", "this store cannot resolve interrupted runs yet")
+    store = require_store(state)
     action = form.get("action", "")
     try:
         if action == "retry":
@@ -481,24 +389,16 @@ async def resolve_form(request: Request) -> Response:
         else:
             raise ApiError(422, "invalid_request", "action must be retry or cancel")
     except StoreError as exc:
-        if type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy, StoreReadOnly)):
+        if unreachable(exc):
             raise  # the store cannot be reached: 503 (app.py)
         status = 409 if type(exc).__name__ == "RunNotInterrupted" else 422
         raise ApiError(status, "cannot_resolve", str(exc)) from None
     return RedirectResponse(path("runs", run.id), status_code=303)
 
 
-@operation(
-    op_id="startForm",
-    summary="Start a run from the inbox, then show it.",
-    form=schemas.StartForm,
-    responses={303: REDIRECT},
-    errors=(401, 403, 408, 413, 415, 422),
-    security=("session",),
-    tag="inbox",
-)
+@form_action("startForm", schemas.StartForm, 422)
 async def start_form(request: Request) -> Response:
-    """Start a run from the inbox form, then show it (303 to its page)."""
+    """Start a run from the inbox, then show it."""
     cred, _, form = await checked_form(request)
     deps_text = form.get("deps_ref", "").strip()
     try:

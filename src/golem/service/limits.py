@@ -1,11 +1,5 @@
-"""`GuardedEvents`, the ASGI app behind `GET /api/events`: the stream
-(`golem.service.stream.events`) behind its limits.
-
-It refuses a cursor that is not a position of this service (`positions.start_cursor`:
-422), allows `ServiceSettings.max_streams_per_identity` open streams per identity (429
-beyond), and re-checks the credential while the stream is open: once the session or
-stream token ends, the stream sends `event: end` and closes. `HEAD` gets the headers only.
-"""
+"""`GuardedEvents`, the ASGI app behind `GET /api/events`: the stream behind its cursor
+check (422), `max_streams_per_identity` (429) and credential re-checks (`event: end`)."""
 
 from __future__ import annotations
 
@@ -31,24 +25,19 @@ __all__: list[str] = []
 _END = b'event: end\ndata: {"reason":"your session or stream token has ended: sign in again"}\n\n'
 
 
-Events = Callable[[Request], Awaitable[Response]]
+Events = Callable[[Request, Credential], Awaitable[Response]]
 
 
-_HEAD_HEADERS = {
+_HEAD_HEADERS = {  # HEAD answers the headers only: a streamed HEAD would hold a slot forever
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-store",
     "X-Accel-Buffering": "no",
 }
-"""The headers of the event stream, as `HEAD /api/events` answers them (no body follows:
-a HEAD served by the streaming handler would hold a stream, and its slot, forever)."""
 
 
 class GuardedEvents:
-    """`GET /api/events` with a cursor check, a per-identity limit and credential re-checks.
-
-    Args:
-        events: the stream's request handler (`golem.service.stream.events`).
-    """
+    """`GET /api/events` (`events`) with a cursor check, a per-identity limit and
+    credential re-checks."""
 
     def __init__(self, events: Events) -> None:
         self.events = events
@@ -83,10 +72,13 @@ class GuardedEvents:
     async def _open(self, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
         state: ServiceState = request.app.state.golem
         found = self._credential(request, state)
-        if found is None:  # stream.events answers the 401 with its own message
-            response = await self.events(request)
-            await response(scope, receive, send)
-            return
+        if found is None:
+            raise ApiError(
+                401,
+                "unauthenticated",
+                "send 'Authorization: Bearer <token>', a ?stream_token= from "
+                "POST /api/stream-token, or the inbox session cookie",
+            )
         # after the credential: a stranger gets 401 whatever the cursor
         start_cursor(request, full_view=found[0].approver.agents is None)
         if request.method == "HEAD":  # the stream's headers only: no stream is opened
@@ -103,7 +95,7 @@ class GuardedEvents:
             )
         counts[identity] = counts.get(identity, 0) + 1
         try:
-            await self._serve(request, scope, receive, send, valid, exp, state.stream_recheck)
+            await self._serve(cred, scope, receive, send, valid, exp, state.stream_recheck)
         finally:
             counts[identity] -= 1
             if counts[identity] <= 0:
@@ -111,7 +103,7 @@ class GuardedEvents:
 
     async def _serve(
         self,
-        request: Request,
+        cred: Credential,
         scope: Scope,
         receive: Receive,
         send: Send,
@@ -161,7 +153,7 @@ class GuardedEvents:
         watcher = asyncio.create_task(watch())
         inner = Request(scope, guarded_receive)
         try:
-            response = await self.events(inner)
+            response = await self.events(inner, cred)
             serving = asyncio.ensure_future(response(scope, guarded_receive, guarded_send))
             await asyncio.wait({serving, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not serving.done():  # the credential ended: say so, then stop the stream

@@ -30,14 +30,8 @@ def _too_large(limit: int) -> Response:
 
 
 class BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, and bodies that take longer than
-    `timeout` seconds to arrive with 408, before any handler runs.
-
-    The body is read here (up to the limit) and replayed to the app, so a handler never
-    sees a partial body and nothing changes when a limit is crossed. The deadline covers
-    the whole body, so a client trickling a byte at a time cannot hold a connection (and
-    its buffered body) open for longer.
-    """
+    """413 for a request body over `limit` bytes, 408 for one that takes longer than
+    `timeout` seconds in all; the body is read here and replayed to the app."""
 
     def __init__(self, app: ASGIApp, limit: int, timeout: float) -> None:
         self.app = app
@@ -93,10 +87,9 @@ class BodyLimit:
 
 
 class RefuseBadUrl:
-    """Answer 400 before any handler runs to a URL holding a NUL, an escape that is not
-    UTF-8 or a query parameter named twice (`invalid_url`), and to a single-valued header
-    or the session cookie sent twice (`conflicting_headers`). Why: ADR 0069, ADR 0073.
-    """
+    """400 for a URL with a NUL, a non-UTF-8 escape or a query parameter named twice
+    (`invalid_url`), or a single-valued header or the session cookie sent twice
+    (`conflicting_headers`); ADR 0069, ADR 0073."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -161,12 +154,11 @@ _ONCE = frozenset(
         b"idempotency-key",
     }
 )
-"""Request headers the service (or the server before it) reads as one value."""
+"""Request headers read as one value."""
 
 
 def _header_problem(scope: Scope) -> str | None:
-    """A header that may appear once that appears twice, or the session cookie sent twice
-    (None: neither)."""
+    """A single-valued header or the session cookie sent twice (None: neither)."""
     seen: set[bytes] = set()
     sessions = 0
     for name, value in scope.get("headers", ()):
@@ -185,9 +177,8 @@ def _header_problem(scope: Scope) -> str | None:
 
 
 class _SecurityHeaders:
-    """Add a strict Content-Security-Policy and friends to every response, `Cache-Control:
-    no-store` to every answer but a static file (unless its handler set one), and
-    `Strict-Transport-Security` over https (ADR 0050)."""
+    """A strict CSP and friends on every response, `Cache-Control: no-store` but on static
+    files (unless set), HSTS over https (ADR 0050)."""
 
     HEADERS: tuple[tuple[bytes, bytes], ...] = (
         (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
@@ -225,8 +216,7 @@ class _SecurityHeaders:
 
 
 class Service(Starlette):
-    """Starlette with `_SecurityHeaders` around everything, its own 500 answers included
-    (Starlette's error middleware sits outside the app's middleware list)."""
+    """Starlette with `_SecurityHeaders` around everything, its own 500 answers included."""
 
     def build_middleware_stack(self) -> ASGIApp:
         return _SecurityHeaders(super().build_middleware_stack())

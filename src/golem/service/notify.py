@@ -1,29 +1,10 @@
-"""Webhook notifications: a run paused, a call is about to expire, a run ended.
+"""Webhook notifications: a run paused (`run.paused`), a call is about to expire
+(`call.expiring`), a run ended (`run.ended`).
 
-```python
-from golem.service import create_app
-from golem.service.notify import Webhook
-
-app = create_app(
-    registry, "sqlite:///golem.db", auth=auth,
-    webhooks=[Webhook("https://hooks.example/golem", secret=b"...", agents={"ops"})],
-    public_url="https://inbox.example",
-)
-```
-
-The app follows the store's audit log (like the event stream) and checks pending calls'
-deadlines; each event is POSTed to every webhook whose agents include the run's agent:
-
-- `run.paused`: a run is pending with calls to decide (its calls, a deep link to the run);
-- `call.expiring`: a call's deadline is less than `expiring_within` seconds away (once);
-- `run.ended`: a run completed, failed or was interrupted.
-
-The body is JSON (`format="json"`, see `payload`) or a Slack incoming-webhook message
-(`format="slack"`). With a `secret`, `X-Golem-Signature: sha256=<hex>` is the HMAC-SHA256
-of `<X-Golem-Timestamp>.<body>`, so a receiver can check both origin and freshness. A
-delivery that fails (network error, or a status other than 2xx) is retried with
-exponential backoff (`retry_delays`); every attempt is kept in the delivery log that
-operators see at `/notifications` and `GET /api/notifications`.
+`ServiceSettings(webhooks=[Webhook(url, secret=..., agents={"ops"})])`. The notifier follows
+the audit log and the deadlines and POSTs JSON (`format="json"`) or a Slack message, signed
+with `X-Golem-Signature: sha256=<HMAC of "<X-Golem-Timestamp>.<body>">`, retrying failures;
+every attempt is kept in the delivery log (`/notifications`, `GET /api/notifications`).
 """
 
 from __future__ import annotations
@@ -56,7 +37,7 @@ from golem.durable.store import (
     Store,
     utc_now,
 )
-from golem.messages import loads_history
+from golem.service.views import context_of, first_line
 
 __all__ = ["Delivery", "Notifier", "Webhook", "sign"]
 
@@ -68,18 +49,9 @@ EVENTS: frozenset[str] = frozenset({"run.paused", "call.expiring", "run.ended"})
 
 @dataclass(frozen=True)
 class Webhook:
-    """Where to send notifications, for which agents and events, and how.
-
-    Args:
-        url: an http(s) URL to POST to.
-        secret: the HMAC key of `X-Golem-Signature` (None: unsigned).
-        agents: agents whose runs notify (None: all).
-        events: which of `run.paused`, `call.expiring`, `run.ended` to send.
-        format: `"json"` (golem's payload) or `"slack"` (an incoming-webhook message).
-
-    Raises:
-        ValueError: a URL that is not http(s), an unknown event or format.
-    """
+    """Where to POST notifications (`url`), signed with `secret` (None: unsigned), for runs
+    of `agents` (None: all), which `events`, as `"json"` or `"slack"`; `ValueError` for a
+    URL that is not http(s), an unknown event or format."""
 
     url: str
     _: KW_ONLY
@@ -108,10 +80,7 @@ class Webhook:
 
     @classmethod
     def parse(cls, spec: str, *, secret: bytes | None = None) -> Webhook:
-        """`URL` (every agent) or `AGENT=URL` (one agent), as `golem serve --notify` takes it.
-
-        A `slack+` prefix (`slack+https://hooks.slack.com/...`) selects the Slack format.
-        """
+        """`URL` or `AGENT=URL`, `slack+` before the URL for Slack (`golem serve --notify`)."""
         agents: frozenset[str] | None = None
         name, sep, rest = spec.partition("=")
         if sep and "://" not in name:
@@ -123,10 +92,7 @@ class Webhook:
 
     @property
     def shown_url(self) -> str:
-        """The URL without user info, query string or path past its first segment.
-
-        Slack's incoming-webhook URLs carry their secret in the path.
-        """
+        """The URL without user info, query or path past its first segment (secrets)."""
         parts = urlsplit(self.url)
         host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         first, _, rest = parts.path.lstrip("/").partition("/")
@@ -169,17 +135,9 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac
 
 
-def _title(run: RunRecord) -> str:
-    try:
-        messages = loads_history(run.conversation)
-    except ValueError:
-        return ""
-    prompt = next((m.content for m in messages if m.role == "user" and m.content), "")
-    line = prompt.strip().split("\n", 1)[0]
-    return line if len(line) <= 120 else line[:119] + "…"
-
-
-def _payload(event: str, run: RunRecord, link: str, *, call_id: str | None = None) -> dict[str, Any]:
+def _payload(
+    event: str, run: RunRecord, link: str, *, call_id: str | None = None
+) -> dict[str, Any]:
     """The JSON body of a notification (`format="json"`)."""
     calls = [
         {
@@ -196,28 +154,20 @@ def _payload(event: str, run: RunRecord, link: str, *, call_id: str | None = Non
         "run_id": run.id,
         "agent": run.agent,
         "status": run.status.value,
-        "title": _title(run),
+        "title": first_line(context_of(run.conversation)[0]),
         "started_by": run.started_by,
         "url": link,
         "calls": calls,
         "sent_at": utc_now().isoformat(),
     }
     if event == "run.ended":
-        out["outcome"] = (
-            None
-            if run.outcome is None
-            else {
-                "status": run.outcome.status.value,
-                "error": run.outcome.error,
-            }
-        )
+        outcome = run.outcome
+        out["outcome"] = outcome and {"status": outcome.status.value, "error": outcome.error}
     return out
 
 
 def _mrkdwn(text: str) -> str:
-    """`text` for Slack mrkdwn: `&<>` escaped, hidden characters (bidi overrides,
-    zero-width, controls) shown as markers as the inbox shows them, so a title or tool
-    name cannot read as another in the channel."""
+    """`text` for Slack mrkdwn: `&<>` escaped, hidden characters shown as markers."""
     return reveal(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -242,18 +192,8 @@ def _slack_message(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class Notifier:
-    """Follows the audit log and deadlines; delivers webhook notifications with retries.
-
-    Args:
-        store: the store to follow.
-        webhooks: where to send.
-        public_url: the inbox's base URL, for deep links (e.g. `https://inbox.example`).
-        expiring_within: seconds before a deadline at which `call.expiring` is sent.
-        retry_delays: seconds to wait before each retry of a failed delivery.
-        poll_interval: seconds between looks at the audit log and the deadlines.
-        timeout: seconds one delivery attempt may take.
-        log_size: deliveries kept in the delivery log.
-    """
+    """Follows the audit log and deadlines; delivers webhook notifications, retried after
+    each of `retry_delays` seconds; `public_url` is the inbox's base URL for deep links."""
 
     def __init__(
         self,
@@ -282,8 +222,6 @@ class Notifier:
     def link(self, run_id: str) -> str:
         """The deep link to a run's page in the inbox."""
         return f"{self.public_url}/runs/{quote(run_id, safe='')}"
-
-    # ------------------------------------------------------------------ following
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the store until `stop` is set, then wait for deliveries in flight."""
@@ -322,8 +260,7 @@ class Notifier:
         return cursor
 
     def _may_notify(self, event: Event, entry: AuditEntry) -> bool:
-        """False when the entry's run, as `changes_since` read it along, is sure not to be
-        notified: its status does not fit the event, or no webhook wants its agent."""
+        """False when the entry's run (as `changes_since` read it) surely is not notified."""
         if entry.run_status is not None and not _fits(event, entry.run_status):
             return False
         return entry.agent is None or any(w.wants(event, entry.agent) for w in self.webhooks)
@@ -348,8 +285,6 @@ class Notifier:
                     continue
                 self._warned.add(key)
                 self.notify("call.expiring", run, call_id=c.call_id)
-
-    # ------------------------------------------------------------------ delivering
 
     def notify(self, event: Event, run: RunRecord, *, call_id: str | None = None) -> list[Delivery]:
         """Queue `event` for `run` to every webhook that wants it; return the deliveries."""

@@ -1,12 +1,5 @@
-"""The OpenAPI 3.1 document, generated from the route table and the pydantic models.
-
-Each handler carries an `Operation` (attached with `@operation(...)`): its summary, the
-models of its body, query and responses (from `golem.service.schemas`) and the error
-statuses it answers. `openapi_document(routes, version)` walks the routes, takes path
-parameters from the paths and every schema from the models, so a field added to a model
-appears in the document with no second edit. `tests/service/test_openapi.py` validates
-the result with openapi-spec-validator.
-"""
+"""The OpenAPI 3.1 document, generated from the route table (each handler's `Operation`,
+attached with `@operation(...)`) and the pydantic models of `golem.service.schemas`."""
 
 from __future__ import annotations
 
@@ -21,17 +14,22 @@ from starlette.routing import BaseRoute, Route
 
 from golem.service.schemas import ErrorBody
 
-__all__ = ["CSV", "HTML", "REDIRECT", "SSE", "ArrayOf", "Operation", "openapi_document", "operation"]
+__all__ = [
+    "CSV",
+    "HTML",
+    "REDIRECT",
+    "SSE",
+    "ArrayOf",
+    "Operation",
+    "openapi_document",
+    "operation",
+]
 
+# response markers: an HTML page, 303 See Other, a server-sent event stream, a CSV download
 HTML = "text/html"
-"""A response marker: an HTML page."""
 REDIRECT = "redirect"
-"""A response marker: 303 See Other with `Location`."""
 SSE = "text/event-stream"
-"""A response marker: an endless server-sent event stream."""
 CSV = "text/csv"
-"""A response marker: a CSV download."""
-
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,6 @@ class ArrayOf:
     """A response spec: a JSON array of `model`."""
 
     model: type[BaseModel]
-    """The model of each item."""
 
 
 OneResponse = type[BaseModel] | ArrayOf | str
@@ -72,41 +69,50 @@ class Operation:
     """What the OpenAPI document says about one handler."""
 
     op_id: str
-    """The operationId."""
     summary: str
-    """One line saying what it does."""
     responses: Mapping[int, ResponseSpec]
     """Success status → model or marker."""
     errors: tuple[int, ...] = ()
-    """Error statuses it may answer (JSON `ErrorBody` on the API, HTML on inbox pages)."""
     body: type[BaseModel] | None = None
     """The JSON request body."""
     form: type[BaseModel] | None = None
     """The urlencoded form body (inbox actions)."""
     query: type[BaseModel] | None = None
-    """The query parameters."""
     security: tuple[str, ...] = ("bearer",)
     """Accepted security schemes (empty: public)."""
     tag: Literal["api", "inbox"] = "api"
-    """Which half of the service."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Request headers it reads: name → description."""
     links: Mapping[str, tuple[str, Mapping[str, str]]] = field(default_factory=dict)
-    """OpenAPI links of its success responses: name → (operationId, parameter →
-    runtime expression such as `$response.body#/run/id`)."""
+    """OpenAPI links of its success responses: name → (operationId, parameter → expression)."""
     response_headers: Mapping[str, str] = field(default_factory=dict)
     """Headers its 200 answer may carry: name → description."""
 
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
-    """Attach an `Operation(**kwargs)` to a handler (read by `openapi_document`)."""
-    spec = Operation(**kwargs)
+    """Attach an `Operation(**kwargs)` to a handler (read by `openapi_document`); the
+    summary is the handler's docstring unless given."""
 
     def attach(handler: F) -> F:
-        handler.__openapi__ = spec  # type: ignore[attr-defined]
+        summary = kwargs.pop("summary", None) or " ".join((handler.__doc__ or "").split())
+        handler.__openapi__ = Operation(summary=summary, **kwargs)  # type: ignore[attr-defined]
         return handler
 
     return attach
+
+
+def page(op_id: str, **kwargs: Any) -> Callable[[F], F]:
+    """`operation` of an inbox page: HTML, or 303 to sign in."""
+    defaults = {"responses": {200: HTML, 303: REDIRECT}, "security": ("session",), "tag": "inbox"}
+    return operation(op_id=op_id, **{**defaults, **kwargs})
+
+
+def form_action(op_id: str, form: type[BaseModel], *errors: int, **kwargs: Any) -> Callable[[F], F]:
+    """`operation` of an inbox form action: 303 when done; 401, 403, 408, 413, 415 and
+    `errors` when refused."""
+    defaults = {"responses": {303: REDIRECT}, "security": ("session",), "tag": "inbox"}
+    errors = (401, 403, 408, 413, 415, *errors)
+    return operation(op_id=op_id, form=form, errors=errors, **{**defaults, **kwargs})
 
 
 def _path_of(route: Route) -> tuple[str, list[str]]:
@@ -156,8 +162,7 @@ def _query_params(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[
     return out
 
 
-_EMPTY = {"type": "string", "maxLength": 0}
-"""An empty query value (`?status=`), which the service reads as the parameter's absence."""
+_EMPTY = {"type": "string", "maxLength": 0}  # `?status=`: read as absent
 
 _SSE_EVENT = {
     "type": "object",
@@ -173,7 +178,6 @@ _SSE_EVENT = {
         "retry": {"type": "integer"},
     },
 }
-"""What each event of the change stream holds (OpenAPI 3.1: `schema` describes one event)."""
 
 
 def _response(
@@ -192,7 +196,9 @@ def _response(
     if isinstance(spec, ArrayOf):
         return {
             "description": f"A JSON array of {spec.model.__name__}.",
-            "content": {"application/json": {"schema": {"type": "array", "items": ref(spec.model)}}},
+            "content": {
+                "application/json": {"schema": {"type": "array", "items": ref(spec.model)}}
+            },
         }
     if spec == REDIRECT:
         return {
@@ -218,16 +224,14 @@ _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
     # (ADR 0077); empty means none.
     "Last-Event-ID": {
         "type": "string",
-        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$",
+        "pattern": "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$",
     },
     "Idempotency-Key": {"type": "string", "minLength": 1, "maxLength": 200},
 }
-"""Request headers whose values are narrower than any string."""
 
 
 def _security(spec: Operation) -> list[dict[str, list[str]]]:
-    """The security requirements; a page (not a form) also takes no credential: signed out,
-    it answers 303 to `/login` rather than an error."""
+    """The security requirements; a page (not a form) also takes none (303 to `/login`)."""
     required: list[dict[str, list[str]]] = [{name: []} for name in spec.security]
     page = spec.tag == "inbox" and spec.form is None and REDIRECT in spec.responses.values()
     if required and page:
@@ -235,24 +239,15 @@ def _security(spec: Operation) -> list[dict[str, list[str]]]:
     return required
 
 
-_Ref = Callable[..., dict[str, str]]
-"""`ref(model, mode="serialization")`: the `$ref` of a model's schema in the document."""
-
-_Described = list[tuple[str, list[str], str, Operation]]
-"""(path, path parameter names, method, operation) of every described route."""
+_Ref = Callable[..., dict[str, str]]  # `ref(model, mode)`: the `$ref` of a model's schema
+_Described = list[tuple[str, list[str], str, Operation]]  # (path, parameters, method, op)
 
 
 def openapi_document(
     routes: Iterable[BaseRoute], version: str, *, agents: Sequence[str] | None = None
 ) -> dict[str, Any]:
-    """Return the OpenAPI 3.1 document of every `Route` in `routes` that has an `Operation`.
-
-    `agents` are the registered agents' names: the `agent` field of a body that starts a
-    run lists them (an unknown name is refused with 422, so the document says which exist).
-
-    Raises:
-        ValueError: a route's handler has no `Operation` (every route must be described).
-    """
+    """The OpenAPI 3.1 document of `routes`; the `agent` field of a start lists `agents`.
+    `ValueError` for a route without an `Operation`."""
     described = _described(routes)
     keys, top = models_json_schema(
         _models(op for *_, op in described), ref_template="#/components/schemas/{model}"

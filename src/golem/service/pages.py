@@ -1,9 +1,4 @@
-"""The inbox's page machinery: templates, notices, sign-in redirects and checked forms.
-
-Everything shown is escaped by the templates (Jinja2 autoescape): arguments, reasons and
-messages are model output and never trusted as markup. Every action is a form POST checked
-for origin, session and CSRF token (`checked_form`).
-"""
+"""The inbox's page machinery: templates, notices, sign-in redirects and checked forms."""
 
 from __future__ import annotations
 
@@ -35,16 +30,9 @@ from golem.service.views import path, reveal_html
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-PAGE_RUNS = 100
-"""Pending runs per inbox page (oldest first); the JSON API pages up to 500."""
-
-
+PAGE_RUNS = 100  # pending runs per inbox page
 _HERE = Path(__file__).parent
-
-
 STATIC_DIR = _HERE / "static"
-
-
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(_HERE / "templates"),
     autoescape=True,
@@ -61,18 +49,10 @@ def _static_version(name: str) -> str:
 _STATIC_VERSIONS = {
     name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
 }
-
-
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
-
-
-_env.filters["reveal"] = reveal_html
-
-
-_env.filters["reveal_text"] = reveal  # for <title>, which holds text, not markup
-
-
 _env.globals["run_path"] = lambda run_id: path("runs", run_id)
+_env.filters["reveal"] = reveal_html
+_env.filters["reveal_text"] = reveal  # for <title>, which holds text, not markup
 
 
 _NOTICES = {
@@ -119,11 +99,8 @@ def with_notice(
 
 
 def _notice(request: Request) -> str:
-    """The notice a redirect asked for; one naming a call only with the service's tag.
-
-    Without the tag, a link made elsewhere (`/?notice=approve&call=<any text>`) would show
-    its own words in the inbox's voice: "Approved <any text>. A worker resumes the run…".
-    """
+    """The notice a redirect asked for; one naming a call only with the service's tag (or
+    any link could put its words in the inbox's voice)."""
     q = request.query_params
     notice, call = q.get("notice", ""), q.get("call", "")
     template = _NOTICES.get(notice, "")
@@ -144,8 +121,7 @@ def _here(request: Request) -> str:
     return here + (f"?{request.url.query}" if request.url.query else "")
 
 
-_SUB_DELIMS = ":@!$&'()*+,;=~"
-"""Characters a path keeps unescaped (RFC 3986 `pchar`, beside the unreserved ones)."""
+_SUB_DELIMS = ":@!$&'()*+,;=~"  # kept unescaped in a path (RFC 3986 `pchar`)
 
 
 def _login_redirect(request: Request) -> Response:
@@ -188,25 +164,20 @@ class SignedIn:
 
     request: Request
     cred: Credential
-    """The signed-in approver."""
     session: str
     """The raw session value (the CSRF token derives from it)."""
     state: ServiceState
     cursor: int
-    """The audit log's newest change before the page read anything (its stream starts
-    there), or 0 for a page without live updates."""
+    """Where the page's live updates start (0: none)."""
 
     async def render(
         self, template: str, context: dict[str, Any], *, pending: str | None = None
     ) -> HTMLResponse:
-        """The page from `template` with `context`; the header counts the approver's pending
-        calls unless `pending` says."""
+        """The page; the header counts the approver's pending calls unless `pending` says."""
         if pending is None:
             pending = await _pending_count(self.request, self.cred)
         who = (self.cred, self.session)
-        return render(
-            self.request, template, context, who=who, pending=pending, cursor=self.cursor
-        )
+        return render(self.request, template, context, who=who, pending=pending, cursor=self.cursor)
 
 
 PageHandler = Callable[[SignedIn], Awaitable[Response]]
@@ -280,21 +251,14 @@ _SINGLE = frozenset(
     for name, info in model.model_fields.items()
     if info.annotation != list[str]
 )
-"""The form fields the inbox reads one value of (every one but the resolve form's list of
-confirmed calls); other fields a form carries are ignored, repeated or not."""
+"""The form fields the inbox reads one value of (400 when sent twice)."""
 
 
 def same_origin(request: Request) -> bool:
-    """Whether a browser POST came from this site (`Sec-Fetch-Site`, else `Origin`).
-
-    Every current browser sends `Sec-Fetch-Site`, which decides alone. Without it, an
-    `Origin` naming another host is refused; `Origin: null` (what a browser sends under the
-    inbox's `no-referrer` policy) and no header at all (curl) pass.
-    """
+    """Whether a browser POST came from this site: `Sec-Fetch-Site` decides alone; else an
+    `Origin` of another host is refused (`null`, sent under no-referrer, and none pass)."""
     site = request.headers.get("sec-fetch-site")
     if site is not None:
-        # Authoritative where present. Origin is not: under the pages' no-referrer policy
-        # Chromium sends `Origin: null` on same-origin form posts.
         return site in ("same-origin", "none")
     origin = request.headers.get("origin")
     if origin is None or origin == "null":
@@ -308,11 +272,8 @@ def cross_site() -> ApiError:
 
 
 async def checked_form(request: Request) -> tuple[Credential, str, dict[str, str]]:
-    """The signed-in approver, the session value and the form of a CSRF-checked action.
-
-    The origin and the session are checked before the body is read, so a stranger gets
-    403 or 401 whatever they send.
-    """
+    """The approver, session value and form of a CSRF-checked action (origin and session
+    checked before the body is read)."""
     if not same_origin(request):
         raise cross_site()
     who = session(request)

@@ -1,5 +1,4 @@
-"""Positions in the audit log as callers are shown them: sealed cursors, entry references
-and the cursors a stream or a page may start from."""
+"""Audit-log positions as callers see them: sealed cursors, entry references (ADR 0080)."""
 
 from __future__ import annotations
 
@@ -20,42 +19,26 @@ from golem.service.errors import ApiError
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-MAX_CURSOR = 2**63 - 1
-"""The largest audit cursor a store can hold (a signed 64-bit integer)."""
+MAX_CURSOR = 2**63 - 1  # a signed 64-bit integer
 
 
 def start_cursor(request: Request, *, full_view: bool = True) -> int | None:
-    """Where a stream starts: `Last-Event-ID`, else `?cursor=` (None: the newest change).
-
-    Both are checked, so a malformed `?cursor=` is refused even when the header wins. A
-    caller without `full_view` (one who does not see every agent) may pass an audit ID only
-    as 0, the start of the log: any other would let it locate entries in the whole log
-    (ADR 0077); it resumes from the sealed cursors and entry references it was sent.
-
-    Raises:
-        ApiError: 422 for either one that is neither an integer in 0 … 2**63-1 (only 0
-            without `full_view`), a sealed cursor nor an entry reference of this service.
-    """
+    """Where a stream starts: `Last-Event-ID`, else `?cursor=` (None: the newest change);
+    both checked (`_parse_cursor`). Without `full_view` an audit ID may only be 0 (ADR 0077)."""
     secret: bytes = request.app.state.golem.auth.secret
     header = _parse_cursor(request.headers.get("last-event-id"), secret, full_view)
     query = _parse_cursor(request.query_params.get("cursor"), secret, full_view)
     return header if header is not None else query
 
 
-_SEALED = "s"
-"""The first character of a sealed cursor (an integer cursor never starts with it)."""
-
-_ENTRY = "e"
-"""The first character of an entry reference."""
-
-_NONCE = 12
-"""Bytes of a sealed cursor's random AES-GCM nonce."""
+_SEALED = "s"  # a sealed cursor's first character
+_ENTRY = "e"  # an entry reference's first character
+_NONCE = 12  # bytes of a sealed cursor's AES-GCM nonce
 
 
 @functools.lru_cache(maxsize=8)
 def _ciphers(secret: bytes) -> tuple[AESGCM, AESSIV]:
-    """The AEADs of sealed cursors (AES-256-GCM) and entry references (AES-256-SIV), keyed
-    by HKDF-SHA-256 from the auth secret."""
+    """AES-256-GCM (cursors) and AES-256-SIV (entry references), keys by HKDF from `secret`."""
 
     def key(length: int, purpose: bytes) -> bytes:
         return HKDF(hashes.SHA256(), length, salt=None, info=purpose).derive(secret)
@@ -68,8 +51,7 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str, size: int) -> bytes | None:
-    """The `size` bytes `text` spells in base64url (None: another length, or not the one
-    spelling of its bytes: `+`, `/`, stray characters)."""
+    """The `size` bytes `text` spells in base64url (None: not exactly that one spelling)."""
     if len(text) != size * 4 // 3 or not text.isascii():
         return None
     try:
@@ -79,57 +61,41 @@ def _unb64(text: str, size: int) -> bytes | None:
     return raw if _b64(raw) == text else None
 
 
-def _position(plain: bytes) -> int | None:
-    value = int.from_bytes(plain, "big")
-    return value if value <= MAX_CURSOR else None
-
-
 def seal_cursor(secret: bytes, cursor: int) -> str:
-    """`cursor` as an opaque text only this service reads back (`start_cursor`): AES-GCM
-    under a fresh random nonce, so two sealings of one cursor differ (ADR 0080)."""
+    """`cursor` sealed with AES-GCM under a random nonce (two sealings differ)."""
     nonce = secrets.token_bytes(_NONCE)
     sealed = _ciphers(secret)[0].encrypt(nonce, cursor.to_bytes(8, "big"), _SEALED.encode())
     return _SEALED + _b64(nonce + sealed)
 
 
-def _unseal_cursor(secret: bytes, text: str) -> int | None:
-    """The cursor sealed in `text` (None: not a sealed cursor of this service)."""
-    raw = _unb64(text[len(_SEALED) :], _NONCE + 8 + 16)
-    if raw is None:
-        return None
-    try:
-        plain = _ciphers(secret)[0].decrypt(raw[:_NONCE], raw[_NONCE:], _SEALED.encode())
-    except InvalidTag:
-        return None
-    return _position(plain)
-
-
 def _seal_entry(secret: bytes, entry_id: int) -> str:
-    """An audit entry's reference for a caller who does not see every agent: AES-SIV, so
-    the same entry always gets the same reference, and references are unordered and count
-    nothing (ADR 0077, ADR 0080). Only this service reads one back (`read_position`)."""
+    """An entry's reference (AES-SIV: the same for the same entry, counting nothing)."""
     return _ENTRY + _b64(_ciphers(secret)[1].encrypt(entry_id.to_bytes(8, "big"), [b"entry"]))
 
 
-def _unseal_entry(secret: bytes, text: str) -> int | None:
-    """The audit ID behind an entry reference (None: not one of this service)."""
-    raw = _unb64(text[len(_ENTRY) :], 16 + 8)
+def _unseal(secret: bytes, text: str) -> int | None:
+    """The audit ID in a sealed cursor or an entry reference (None: not one of this service)."""
+    cursor = text.startswith(_SEALED)
+    raw = _unb64(text[1:], _NONCE + 8 + 16 if cursor else 16 + 8)
     if raw is None:
         return None
+    gcm, siv = _ciphers(secret)
     try:
-        plain = _ciphers(secret)[1].decrypt(raw, [b"entry"])
+        if cursor:
+            plain = gcm.decrypt(raw[:_NONCE], raw[_NONCE:], _SEALED.encode())
+        else:
+            plain = siv.decrypt(raw, [b"entry"])
     except InvalidTag:
         return None
-    return _position(plain)
+    value = int.from_bytes(plain, "big")
+    return value if value <= MAX_CURSOR else None
 
 
 def read_position(secret: bytes, text: str, *, full_view: bool) -> int | None:
     """The audit ID named by a sealed cursor or an entry reference of this service, or
     (only with `full_view`) by a decimal audit ID; None for anything else."""
-    if text.startswith(_SEALED):
-        return _unseal_cursor(secret, text)
-    if text.startswith(_ENTRY):
-        return _unseal_entry(secret, text)
+    if text.startswith((_SEALED, _ENTRY)):
+        return _unseal(secret, text)
     if full_view and 0 < len(text) <= 19 and text.isascii() and text.isdigit():
         value = int(text)
         return value if value <= MAX_CURSOR else None
@@ -137,12 +103,8 @@ def read_position(secret: bytes, text: str, *, full_view: bool) -> int | None:
 
 
 def _parse_cursor(text: str | None, secret: bytes, full_view: bool = True) -> int | None:
-    """The event stream's start cursor from `Last-Event-ID` or `?cursor=` (None: newest).
-
-    Raises:
-        ApiError: 422 for text that is neither a decimal integer in 0 … 2**63-1 (only 0
-            without `full_view`), a sealed cursor nor an entry reference of this service.
-    """
+    """A start cursor (None: newest); 422 unless an integer in 0 … 2**63-1 (only 0
+    without `full_view`), a sealed cursor or an entry reference of this service."""
     if text is None or text == "":
         return None
     if text.startswith((_SEALED, _ENTRY)):
@@ -152,8 +114,7 @@ def _parse_cursor(text: str | None, secret: bytes, full_view: bool = True) -> in
                 422, "invalid_request", "the cursor is not one this service sent (or it changed)"
             )
         return value
-    # an integer, possibly written `5.0` (JSON Schema's integers include it, and so do the
-    # service's other integer query parameters)
+    # an integer, possibly written `5.0` (JSON Schema's integers include it)
     digits = text.removesuffix(".0") if text.endswith(".0") else text
     if len(digits) > 20 or not digits.isascii() or not digits.lstrip("-").isdigit():
         raise ApiError(422, "invalid_request", "the cursor must be an integer")
@@ -171,8 +132,7 @@ def _parse_cursor(text: str | None, secret: bytes, full_view: bool = True) -> in
 
 
 def entry_id(e: AuditEntry, secret: bytes | None) -> int | str:
-    """The entry's ID as a caller is shown it: its audit ID (`secret` None: a caller who
-    sees every agent), else its reference sealed under `secret` (ADR 0077)."""
+    """The entry's audit ID (`secret` None), else its reference sealed under `secret`."""
     if secret is None:
         return e.id
     return _seal_entry(secret, e.id)

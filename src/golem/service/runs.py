@@ -1,5 +1,5 @@
-"""Runs as an approver may see and start them: one run, listings, the pending-call pages
-and idempotent starts. A run the approver may not see is answered as a missing one."""
+"""Runs as an approver may see and start them: one run, listings, pending-call pages and
+idempotent starts; a run the approver may not see is answered as a missing one."""
 
 from __future__ import annotations
 
@@ -30,13 +30,8 @@ __all__: list[str] = []
 
 
 async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRecord:
-    """The run `run_id` if it exists and the approver may see its agent; else 404.
-
-    A run the approver may not see is answered as one that does not exist, by the same
-    code: same status, code, message and headers, so no answer tells that a run with
-    that ID exists (ADR 0069); the store reads it with the same statements as a missing
-    one (ADR 0073).
-    """
+    """The run `run_id` if it exists and the approver may see its agent; else the same
+    404 as for a missing run (ADR 0069, ADR 0073)."""
     try:
         run = await require_store(state).get_run(run_id, agents=cred.approver.agents)
         if not cred.approver.may_see(run.agent):
@@ -44,8 +39,7 @@ async def load_run(state: ServiceState, cred: Credential, run_id: str) -> RunRec
     except RunNotFound:
         raise store_error(RunNotFound(run_id)) from None
     except CorruptRecord as exc:
-        # its agent cannot be read either: only an approver who sees every agent learns
-        # that it exists; to anyone else it is a run they may not see (ADR 0072)
+        # only an approver who sees every agent learns that it exists (ADR 0072)
         if cred.approver.agents is not None:
             raise store_error(RunNotFound(run_id)) from None
         raise ApiError(
@@ -79,8 +73,7 @@ async def visible_runs(
         return await store.list_runs(
             status=status, agent=names[0], tool_name=tool, limit=limit, offset=offset
         )
-    # Several agents: one keyset-paged listing of all of them, newest first, skipping
-    # `offset` runs a page at a time, so memory holds one page however deep the offset.
+    # several agents: one keyset-paged listing, skipping `offset` runs a page at a time
     skip, after = offset, None
     out: list[RunRecord] = []
     while len(out) < limit:
@@ -101,42 +94,7 @@ async def visible_runs(
     return out
 
 
-_SKIP_PAGE = 500
-"""Runs read per page while skipping to a deep offset (`visible_runs`)."""
-
-
-async def _count(store: Store, **filters: Any) -> int:
-    """How many runs match `filters`, found with about 2·log2(n) one-row lookups."""
-
-    async def at_least(n: int) -> bool:
-        return n == 0 or bool(await store.list_runs(limit=1, offset=n - 1, **filters))
-
-    high = 1
-    while await at_least(high):
-        high *= 2
-    low = high // 2  # at_least(low) holds, at_least(high) does not
-    while high - low > 1:
-        mid = (low + high) // 2
-        if await at_least(mid):
-            low = mid
-        else:
-            high = mid
-    return low
-
-
-async def _oldest_runs(store: Store, *, skip: int, limit: int, **filters: Any) -> list[RunRecord]:
-    """The matching runs from the `skip`-th oldest on, oldest first, at most `limit`.
-
-    `list_runs` pages newest first; counting first lets the oldest page be read directly,
-    loading only the runs on it.
-    """
-    count = await _count(store, **filters)
-    end = count - skip
-    if end <= 0:
-        return []
-    start = max(0, end - limit)
-    runs = await store.list_runs(limit=end - start, offset=start, **filters)
-    return list(reversed(runs))
+_SKIP_PAGE = 500  # runs read per page while skipping to a deep offset
 
 
 PendingCalls = list[tuple[RunRecord, PendingCallRecord]]
@@ -147,9 +105,7 @@ class PendingPage:
     """One page of pending calls, oldest run first, and the cursor of the next page."""
 
     calls: PendingCalls
-    """The undecided calls the approver may decide, in run-age order."""
     next_cursor: str | None
-    """Pass as `after` for the next page; None on the last page."""
 
 
 def _names(cred: Credential, agent: str | None) -> list[str | None]:
@@ -162,36 +118,15 @@ def _names(cred: Credential, agent: str | None) -> list[str | None]:
 async def _oldest_page(
     store: Store, names: list[str | None], tool: str | None, limit: int, after: str | None
 ) -> tuple[list[RunRecord], str | None]:
-    """Pending runs oldest first from `after`: keyset paging where the store has it."""
-    keyset = getattr(store, "list_runs_page", None)
-    if keyset is not None:  # Store.list_runs_page: reads only the page's runs
-        agents: Any = names[0] if len(names) == 1 else names
-        try:
-            page = await keyset(
-                status=RunStatus.PENDING, agent=agents, tool_name=tool, after=after, limit=limit
-            )
-        except ValueError as exc:
-            raise ApiError(422, "invalid_request", f"'after': {exc}") from None
-        return list(page.items), page.next_cursor
-    skip = 0
-    if after is not None:  # this fallback's cursor: "o<runs to skip>"
-        if not (after.startswith("o") and after[1:].isdigit() and len(after) < 12):
-            raise ApiError(422, "invalid_request", "'after' is not a cursor of this listing")
-        skip = int(after[1:])
-    runs: list[RunRecord] = []
-    for name in names:
-        runs += await _oldest_runs(
-            store,
-            skip=0 if len(names) > 1 else skip,
-            limit=limit + 1 + (skip if len(names) > 1 else 0),
-            status=RunStatus.PENDING,
-            agent=name,
-            tool_name=tool,
+    """Pending runs oldest first from `after` (keyset paging)."""
+    agents: Any = names[0] if len(names) == 1 else names
+    try:
+        page = await store.list_runs_page(
+            status=RunStatus.PENDING, agent=agents, tool_name=tool, after=after, limit=limit
         )
-    runs.sort(key=lambda r: (r.created_at, r.id))
-    runs = runs[skip : skip + limit + 1] if len(names) > 1 else runs
-    more = len(runs) > limit
-    return runs[:limit], f"o{skip + limit}" if more else None
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", f"'after': {exc}") from None
+    return list(page.items), page.next_cursor
 
 
 async def pending_page(
@@ -204,14 +139,8 @@ async def pending_page(
     limit: int = MAX_LIST_LIMIT,
     after: str | None = None,
 ) -> PendingPage:
-    """Undecided calls of pending runs that the approver may decide, oldest run first.
-
-    Pages by run: `limit` runs a page, from the cursor `after` (None: the oldest), so the
-    longest-waiting calls are on the first page however many runs are pending.
-
-    Raises:
-        ApiError: 422 for a cursor this listing did not return.
-    """
+    """Undecided calls the approver may decide, `limit` runs a page from the cursor `after`
+    (None: the oldest run); 422 for a cursor this listing did not return."""
     names = _names(cred, agent)
     if not names:
         return PendingPage([], None)
@@ -232,33 +161,22 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 IDEMPOTENCY_KEY_MAX = 200
-"""The longest `Idempotency-Key` a start accepts."""
-
-
-_IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")
-"""The UUIDv5 namespace of run IDs derived from an approver's idempotency key."""
+_IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")  # UUIDv5 namespace
 
 
 def _idempotent_run_id(identity: str, key: str) -> str:
-    """The run ID a start with `Idempotency-Key: key` by `identity` saves under: the same
-    for every repeat of that start, distinct across approvers (a key names one caller's
-    request, so another approver's equal key is another run)."""
+    """The run ID of `identity`'s start with `Idempotency-Key: key` (per approver)."""
     return str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
 
 
 class _Lookups:
-    """The store as `start_run` uses it, noting whether a lookup found the run `run_id`.
-
-    A keyed start's only read of its run is `start_run`'s own lookup: the run it returns
-    is an earlier start's (a replay) exactly when that lookup found it — before running
-    the agent, or after losing the race to save to a concurrent repeat.
-    """
+    """The store as `start_run` uses it, noting whether `get_run(run_id)` found the run
+    (then the start is a replay of an earlier one)."""
 
     def __init__(self, store: Store, run_id: str | None) -> None:
         self._store = store
         self._run_id = run_id
         self.found = False
-        """Whether `get_run(run_id)` returned a run."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

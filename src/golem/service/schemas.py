@@ -1,10 +1,5 @@
-"""The pydantic models of the JSON API: what requests may hold and what responses hold.
-
-The same models validate incoming bodies and query strings (`golem.service.bodies`), shape
-every JSON response, and are the schemas of the OpenAPI document (`golem.service.openapi`),
-so the document cannot drift from what the service does. Numbers that are not finite
-(a `NaN` saved by a Python caller in a `deps_ref` or an output) serialize as `null`.
-"""
+"""The pydantic models of the JSON API: they validate requests, shape responses (numbers
+that are not finite as `null`) and are the OpenAPI document's schemas."""
 
 from __future__ import annotations
 
@@ -82,6 +77,16 @@ class _Out(BaseModel):
     model_config = ConfigDict(ser_json_inf_nan="null")
 
 
+class _Query(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Form(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
+
+    csrf: str = Field(description="The session's CSRF token.")
+
+
 # --------------------------------------------------------------------------- requests
 
 
@@ -136,10 +141,8 @@ class DecisionBody(BaseModel):
     )
 
 
-class RunsQuery(BaseModel):
+class RunsQuery(_Query):
     """`GET /api/runs` query parameters."""
-
-    model_config = ConfigDict(extra="ignore")
 
     status: RunStatus | None = Field(default=None, description="Only runs in this status.")
     agent: str | None = Field(default=None, description="Only runs of this agent.")
@@ -150,10 +153,8 @@ class RunsQuery(BaseModel):
     offset: int = Field(default=0, ge=0, le=1_000_000, description="Skip this many.")
 
 
-class CallsQuery(BaseModel):
+class CallsQuery(_Query):
     """`GET /api/calls` query parameters."""
-
-    model_config = ConfigDict(extra="ignore")
 
     agent: str | None = Field(default=None, description="Only calls of runs of this agent.")
     tool: str | None = Field(default=None, description="Only calls of this tool.")
@@ -166,10 +167,8 @@ class CallsQuery(BaseModel):
     )
 
 
-class AuditQuery(BaseModel):
+class AuditQuery(_Query):
     """`GET /api/audit` and `GET /audit` query parameters."""
-
-    model_config = ConfigDict(extra="ignore")
 
     actor: str | None = Field(default=None, description="Actor contains this (any case).")
     action: AuditAction | None = Field(default=None, description="Only this action.")
@@ -192,15 +191,13 @@ class AuditPageQuery(AuditQuery):
     )
 
 
-_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{27})$")]
+_SealedCursor = Annotated[str, Field(pattern=r"^(s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$")]
 """The opaque start cursor a stream's `hello` event names (ADR 0073), or an entry reference
 (ADR 0077)."""
 
 
-class EventsQuery(BaseModel):
+class EventsQuery(_Query):
     """`GET /api/events` query parameters."""
-
-    model_config = ConfigDict(extra="ignore")
 
     cursor: Annotated[int, Field(ge=0, le=2**63 - 1)] | _SealedCursor | None = Field(
         default=None,
@@ -213,29 +210,20 @@ class EventsQuery(BaseModel):
     )
 
 
-class LoginForm(BaseModel):
+class LoginForm(_Query):
     """`POST /login` (urlencoded; same-site only)."""
-
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
     token: str = Field(description="An approver token.")
     next: str | None = Field(default=None, description="A local path to go to afterwards.")
 
 
-class LogoutForm(BaseModel):
+class LogoutForm(_Form):
     """`POST /logout` (urlencoded)."""
 
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
 
-    csrf: str = Field(description="The session's CSRF token.")
-
-
-class DecisionForm(BaseModel):
+class DecisionForm(_Form):
     """`POST /runs/{run_id}/calls/{call_id}/decision` (urlencoded)."""
 
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
-
-    csrf: str = Field(description="The session's CSRF token.")
     decision: Literal["approve", "deny", "external"]
     reason: str | None = Field(default=None, description="With deny: told to the model.")
     result: str | None = Field(default=None, description="With external: the tool's result.")
@@ -247,23 +235,17 @@ class DecisionForm(BaseModel):
     after: str | None = Field(default=None, description="The `call-…` anchor to go back to.")
 
 
-class BulkDecisionForm(BaseModel):
+class BulkDecisionForm(_Form):
     """`POST /runs/{run_id}/decisions` (urlencoded): approve all or deny all."""
 
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
-
-    csrf: str = Field(description="The session's CSRF token.")
     decision: Literal["approve", "deny"]
     reason: str | None = Field(default=None, description="With deny: told to the model.")
     next: str | None = Field(default=None, description="A local path to go back to.")
 
 
-class ResolveForm(BaseModel):
+class ResolveForm(_Form):
     """`POST /runs/{run_id}/resolve` (urlencoded): operator recovery of an interrupted run."""
 
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
-
-    csrf: str = Field(description="The session's CSRF token.")
     action: Literal["retry", "cancel"]
     note: str = Field(pattern=r"\S", description="What the operator checked (not blank; audited).")
     confirm: list[str] = Field(
@@ -271,12 +253,9 @@ class ResolveForm(BaseModel):
     )
 
 
-class StartForm(BaseModel):
+class StartForm(_Form):
     """`POST /runs` (urlencoded)."""
 
-    model_config = ConfigDict(extra="ignore")  # a form's other fields are ignored
-
-    csrf: str = Field(description="The session's CSRF token.")
     agent: str = Field(min_length=1, description="A registered agent's name.")
     prompt: str = Field(pattern=r"\S", description="The first message (not blank).")
     deps_ref: str | None = Field(default=None, description="Optional JSON.")
@@ -373,12 +352,10 @@ class Run(_Out):
 class AuditItem(_Out):
     """One audit-log entry."""
 
-    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = (
-        Field(
-            description="The entry's audit ID (its place in the whole log) for an approver who "
-            "sees every agent; for others an opaque reference, the same for the same entry "
-            "(ADR 0077)."
-        )
+    id: int | Annotated[str, Field(pattern=r"^e[A-Za-z0-9_-]{32}$")] = Field(
+        description="The entry's audit ID (its place in the whole log) for an approver who "
+        "sees every agent; for others an opaque reference, the same for the same entry "
+        "(ADR 0077)."
     )
     run_id: str
     at: Time | None
@@ -401,7 +378,6 @@ class AuditList(_Out):
         description="Pass as `before` for the next (older) page; null on the last page. "
         "Sealed: opaque, different on every answer."
     )
-
 
 
 class RunDetail(Run):

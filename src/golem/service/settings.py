@@ -1,13 +1,4 @@
-"""`ServiceSettings`: everything `create_app` is built from, in one checked object.
-
-```python
-from golem.service import AuthConfig, ServiceSettings, create_app
-
-app = create_app(ServiceSettings(registry, "sqlite:///golem.db", auth=AuthConfig.from_env()))
-```
-
-The defaults suit the embedded demo (`golem demo`) and a single-process `golem serve`.
-"""
+"""`ServiceSettings`: everything `create_app` is built from, in one checked object."""
 
 from __future__ import annotations
 
@@ -25,8 +16,7 @@ from golem.service.views import Presenter
 
 __all__ = ["ServiceSettings"]
 
-_SECONDS = ("worker_poll_interval", "lease_seconds", "stream_poll_interval")
-"""Durations the worker and the stream hand to the store: finite, above 0, bounded."""
+_SECONDS = ("worker_poll_interval", "lease_seconds", "stream_poll_interval")  # as the store checks
 
 _POSITIVE = (
     "worker_concurrency",
@@ -41,19 +31,14 @@ _POSITIVE = (
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    """The approval service's configuration; bad values raise `ValueError` on construction.
-
-    Raises:
-        ValueError: a non-positive interval, lease, limit or worker concurrency, an undo
-            window outside 0-60 s, a default expiry outside (0, `MAX_EXPIRES_IN`], or a
-            seal key shorter than 32 bytes.
-    """
+    """The approval service's configuration; `ValueError` for a non-positive duration or
+    limit, an undo window outside 0-60 s, a default expiry past `MAX_EXPIRES_IN` or a seal
+    key shorter than 32 bytes."""
 
     registry: AgentRegistry
     """Agent name → `AgentEntry`: the agents runs are started and resumed with."""
     store: Store | str
-    """An open `Store` (the caller closes it), or a store URL the app opens on startup and
-    closes on shutdown (on the server's event loop)."""
+    """An open `Store` (the caller closes it), or a URL the app opens and closes."""
     _: KW_ONLY
     auth: AuthConfig
     """The approvers and their tokens (`AuthConfig.from_env()`)."""
@@ -82,8 +67,7 @@ class ServiceSettings:
     login_attempts_per_minute: int = 10
     """`POST /login` attempts allowed per client address per minute (429 beyond)."""
     token_failures_per_minute: int = 30
-    """Wrong bearer tokens allowed per client address per minute; beyond, the address
-    gets 429 on every request with a token until the minute has passed."""
+    """Wrong bearer tokens allowed per client address per minute (then 429 for a while)."""
     undo_seconds: float = 5.0
     """How long the inbox holds a decision, with an Undo button (0: send at once)."""
     webhooks: Sequence[Webhook] = ()
@@ -95,8 +79,7 @@ class ServiceSettings:
     presenters: Mapping[str, Presenter] = field(default_factory=dict)
     """Tool name → `fn(args) -> Presentation`, shown on the tool's cards."""
     seal_key: SealKey | None = None
-    """The workers' seal key: runs started here are saved with every pending call sealed,
-    and the in-process worker resumes only calls whose seals verify (None: unsealed)."""
+    """The workers' seal key: pending calls are saved sealed and verified (None: unsealed)."""
 
     def __post_init__(self) -> None:
         for name in _SECONDS:

@@ -21,33 +21,27 @@ __all__: list[str] = []
 @dataclass
 class ServiceState:
     """What every route needs (`app.state.golem`): the settings and what the app keeps while
-    it runs (the store, the limiters, the open streams, the notifier)."""
+    it runs."""
 
     settings: ServiceSettings
-    """What the app was built from."""
     store: Store | None
-    """The store (None until the lifespan opened it when the app was given a URL)."""
+    """None until the lifespan opened it (when the app was given a URL)."""
     seal_key: SealKeys | None = None
-    """The workers' seal keys: runs started here are saved with every pending call sealed."""
     login_limiter: LoginLimiter = field(default_factory=LoginLimiter)
-    """Sign-in attempts allowed per client address."""
     token_failures: TokenFailures = field(default_factory=TokenFailures)
-    """Wrong bearer tokens allowed per client address (429 beyond, for a while)."""
     open_streams: dict[str, int] = field(default_factory=dict)
     """Identity → event streams open now."""
     stream_recheck: float = 5.0
-    """Seconds between re-checks of an open stream's session or stream token."""
+    """Seconds between re-checks of an open stream's credential."""
     notifier: Any = None
-    """The webhook `Notifier` while the app runs with webhooks (else None)."""
+    """The webhook `Notifier` while the app runs with webhooks."""
 
     @property
     def registry(self) -> AgentRegistry:
-        """Agent name → entry (`settings.registry`)."""
         return self.settings.registry
 
     @property
     def auth(self) -> AuthConfig:
-        """Tokens, approvers and signing key (`settings.auth`)."""
         return self.settings.auth
 
 

@@ -1,20 +1,8 @@
-"""The inbox change stream: `GET /api/events`, server-sent events of audit-log changes.
+"""`GET /api/events`: server-sent events of the audit-log changes the caller may see.
 
-Each change is sent as `event: change` with JSON data and `id:` = the audit cursor, so
-`Last-Event-ID` resumes after a reconnect; the stream opens with `retry:` and an
-`event: hello` naming the caller and, as its `id:` and `cursor`, a sealed cursor of where
-it starts (opaque, different each time), so a reconnect before any change still resumes
-there. The caller is a bearer token, a stream token (`?stream_token=` from
-`POST /api/stream-token`) or the inbox session cookie. Changes of runs the caller may not
-see are left out without a trace: no line, no cursor move, no change to the keep-alive
-comments, which are sent every `stream_heartbeat` seconds from the stream's start whatever
-happens in the log (ADR 0073).
-
-The stream is push-fed: between batches it sleeps on the store's `ChangeFeed` until the
-audit log grows past its cursor — woken by PostgreSQL `NOTIFY` or, on SQLite, by the one
-poller the process shares — so an idle stream runs no queries of its own (at most one per
-keep-alive) and holds only its cursor. A store without a change feed is polled every
-`stream_poll_interval` seconds (`ServiceSettings`).
+`event: hello` first (a sealed start cursor), then `event: change` per entry (`id:` resumes
+via `Last-Event-ID`); changes the caller may not see leave no trace, keep-alives follow a
+fixed schedule (ADR 0073). Between batches it sleeps on the store's `ChangeFeed`.
 """
 
 from __future__ import annotations
@@ -36,14 +24,11 @@ from golem.durable.store import (
     RunNotFound,
     RunStatus,
     Store,
-    StoreBusy,
-    StoreTimeout,
 )
 from golem.errors import StoreError
 from golem.service.api import audit_json
 from golem.service.auth import Credential
-from golem.service.credentials import session
-from golem.service.errors import ApiError
+from golem.service.errors import unreachable
 from golem.service.positions import seal_cursor, start_cursor
 from golem.service.state import ServiceState, require_store
 
@@ -52,40 +37,13 @@ __all__: list[str] = []
 
 log = logging.getLogger("golem.service")
 
-_BATCH = 200
-"""Audit entries read per query."""
-
-_now = time.monotonic
-"""The stream's clock (keep-alive schedule)."""
-
-
-def _stream_credential(request: Request, state: ServiceState) -> Credential:
-    """The caller: a bearer token, then a stream token, then the inbox session (else 401)."""
-    auth = state.auth
-    cred = auth.from_authorization(request.headers.get("authorization"))
-    if cred is None:
-        cred = auth.verify_stream_token(request.query_params.get("stream_token"))
-    if cred is None:
-        who = session(request)
-        cred = who[0] if who else None
-    if cred is None:
-        raise ApiError(
-            401,
-            "unauthenticated",
-            "send 'Authorization: Bearer <token>', a ?stream_token= from "
-            "POST /api/stream-token, or the inbox session cookie",
-        )
-    return cred
+_BATCH = 200  # audit entries read per query
+_now = time.monotonic  # the keep-alive clock
 
 
 def _sse(event: str | None, data: Any, event_id: int | str | None = None) -> str:
-    """One server-sent event: optional `id:` and `event:` lines, compact JSON `data:`.
-
-    The JSON is ASCII-only: model text in it keeps every character as a `\\uXXXX` escape,
-    so no character can end the `data:` line — not CR or LF (JSON escapes those anyway),
-    and not U+0085, U+2028 or U+2029, which clients that split lines the way Python's
-    `str.splitlines` does would take for line ends (and so for a forged event).
-    """
+    """One server-sent event; its JSON is ASCII-only, so no character (U+2028 …) can end
+    the `data:` line."""
     lines = []
     if event_id is not None:
         lines.append(f"id: {event_id}")
@@ -107,11 +65,8 @@ class _RunFacts:
 async def _run_facts(
     store: Store, entry: AuditEntry, seen: dict[str, _RunFacts | None]
 ) -> _RunFacts | None:
-    """The entry's run's agent, current status and parent (None: no such run).
-
-    `changes_since` reads them along with the entry; a store that does not is asked for
-    the run, once per run in `seen`.
-    """
+    """The entry's run's agent, status and parent (None: no such run), read along by
+    `changes_since` or asked for once per run in `seen`."""
     if entry.agent is not None and entry.run_status is not None:
         return _RunFacts(entry.agent, entry.run_status, entry.parent_run_id)
     if entry.run_id not in seen:
@@ -131,14 +86,13 @@ async def _changes(
     cursor: int,
     first: list[AuditEntry],
 ) -> AsyncIterator[str]:
-    """The stream's text after `cursor` (whose first batch is `first`), until the client
-    disconnects or the store cannot be reached (the stream then ends: the client reconnects
-    after the `retry:` delay, from its `Last-Event-ID`)."""
+    """The stream's text after `cursor` (first batch `first`) until the client leaves or
+    the store cannot be reached."""
     try:
         async for text in _follow(request, state, cred, cursor, first):
             yield text
     except StoreError as exc:
-        if not (type(exc) is StoreError or isinstance(exc, (StoreTimeout, StoreBusy))):
+        if not unreachable(exc):
             raise
         log.warning("event stream ended: the store cannot be reached: %s", exc)
 
@@ -191,17 +145,10 @@ async def _follow(
             await feed.wait_for_change(cursor, timeout=max(beat - _now(), 0.0))
 
 
-async def events(request: Request) -> Response:
-    """Server-sent events of audit-log changes the caller may see (see the module docstring).
-
-    The stream starts after `Last-Event-ID`, else `?cursor=`, else the newest change.
-
-    Raises:
-        ApiError: 401 without a valid credential; 422 for a cursor that is not an integer
-            or is negative.
-    """
+async def events(request: Request, cred: Credential) -> Response:
+    """`cred`'s change stream from `Last-Event-ID`, else `?cursor=`, else the newest change
+    (422 for a bad cursor)."""
     state: ServiceState = request.app.state.golem
-    cred = _stream_credential(request, state)
     store = require_store(state)
     start = start_cursor(request, full_view=cred.approver.agents is None)
     cursor = await store.last_change_id() if start is None else start

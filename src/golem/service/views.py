@@ -1,9 +1,5 @@
-"""What the inbox pages show: view dictionaries built from store records, and formatting.
-
-Everything here is data for the templates (`templates/`), which escape every string; the
-`reveal_html` filter also shows hidden characters (bidi controls, zero-width, escapes) as
-visible markers. Nothing here reads a request.
-"""
+"""What the inbox pages show: view dictionaries built from store records, and formatting
+(the templates escape every string; `reveal_html` also marks hidden characters)."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ __all__ = ["Presentation", "Presenter"]
 
 
 def reveal_html(value: object) -> Markup:
-    """Escaped text with hidden characters (bidi controls, zero-width, escapes) as markers,
-    and a line-break opportunity (`<wbr>`) every `WORD_CHUNK` characters of a long word."""
+    """Escaped text with hidden characters as markers, long words breakable (`_breakable`)."""
     text = "" if value is None else str(value)
     if not has_hidden(text):
         return _breakable(text)
@@ -45,25 +40,18 @@ def reveal_html(value: object) -> Markup:
 
 
 WORD_CHUNK = 48
-"""Characters of an unbroken word between the `<wbr>`s `reveal_html` puts in it."""
 
 _LONG_WORD = re.compile(rf"\S{{{WORD_CHUNK + 1},}}")
 
 
 def _joins(ch: str) -> bool:
-    """Whether `ch` belongs to the character before it (a combining mark, a joiner, a
-    variation selector): no break opportunity goes in front of it."""
+    """Whether `ch` joins the character before it (combining mark, joiner, selector)."""
     return unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch in "\u200d\ufe0e\ufe0f"
 
 
 def _breakable(text: str) -> Markup:
-    """`text` escaped, with `<wbr>` every `WORD_CHUNK` characters of a longer word.
-
-    Chromium lays out a 20,000-letter word in wrapping proportional text (a model's
-    answer, a reason) in seconds at phone width, per occurrence: a page with a few of
-    them took 20-30 s to show. With break opportunities it takes milliseconds; the text
-    (and what a copy of it pastes) is unchanged.
-    """
+    """`text` escaped, with `<wbr>` every `WORD_CHUNK` characters of a longer word (a
+    browser lays out a 20,000-letter word in seconds; with break points in milliseconds)."""
     if len(text) <= WORD_CHUNK or not _LONG_WORD.search(text):
         return escape(text)
     out: list[Markup] = []
@@ -84,18 +72,11 @@ def _breakable(text: str) -> Markup:
     return Markup("").join(out)
 
 
-LONG_LINES = 12
-"""Argument values longer than this many lines (or `LONG_CHARS`) start folded."""
+LONG_LINES = 12  # argument values longer than this many lines (or LONG_CHARS) start folded
 LONG_CHARS = 800
 PREVIEW_LINES = 6
-LIST_FIELD_CHARS = 16_384
-"""Argument values longer than this are shown in the inbox list by their preview only, with
-a link to the run's page for the whole text: a model's megabyte argument would otherwise
-travel three times per card in every inbox page and live refresh."""
-LIST_EDIT_CHARS = 65_536
-"""Calls whose arguments are longer than this are edited on the run's page, not in the list."""
-
-# --------------------------------------------------------------------------- formatting
+LIST_FIELD_CHARS = 16_384  # longer values: the inbox list shows their preview only
+LIST_EDIT_CHARS = 65_536  # longer arguments are edited on the run's page, not in the list
 
 
 def _span(seconds: float) -> str:
@@ -165,11 +146,8 @@ def _clipped(field: dict[str, Any]) -> dict[str, Any]:
 
 
 def _arg_fields(args: str) -> list[dict[str, Any]]:
-    """A call's arguments field by field: label, full text, and a preview when long.
-
-    Strings are shown as text (an e-mail body keeps its lines), other values as indented
-    JSON; arguments that are not a JSON object become one field.
-    """
+    """A call's arguments field by field (strings as text, other values as indented JSON);
+    arguments that are not a JSON object are one field."""
     try:
         value = json.loads(args)
     except (ValueError, TypeError, RecursionError):
@@ -192,15 +170,8 @@ def path(*segments: str) -> str:
     return "/" + "/".join(quote(s, safe="") for s in segments)
 
 
-# --------------------------------------------------------------------------- views
-
-
 def _editable_json(raw: str) -> str:
-    """Indented JSON for an edit box, hidden characters written as `\\uXXXX` escapes.
-
-    The value is the same JSON, but a bidi override cannot reorder what the approver sees
-    while editing (a textarea cannot show the inbox's markers).
-    """
+    """Indented JSON for an edit box, hidden characters as `\\uXXXX` escapes."""
     text = _pretty_json(raw)
     if not has_hidden(text):
         return text
@@ -220,11 +191,8 @@ def _editable_json(raw: str) -> str:
 
 @dataclass(frozen=True)
 class Presentation:
-    """How the inbox presents a call of one tool: a title, a summary line, a before/after diff.
-
-    Returned by a presenter (`ServiceSettings(presenters={"deploy": fn})`, `fn(args) ->
-    Presentation`); every string is shown escaped, with hidden characters revealed.
-    """
+    """How the inbox presents a call of one tool (`ServiceSettings(presenters={"deploy":
+    fn})`, `fn(args) -> Presentation`): a title, a summary line, a before/after diff."""
 
     _: KW_ONLY
     title: str = ""
@@ -269,10 +237,7 @@ def _line_diff(old: str, new: str) -> list[tuple[str, str]]:
 
 
 def _args_diff(before: str, after: str | None) -> list[tuple[str, str]]:
-    """Line diff of two argument JSON texts (pretty-printed): ("add"|"del"|"same", line).
-
-    Empty when `after` is None or means the same object.
-    """
+    """Line diff of two argument JSON texts (empty when `after` is None or the same)."""
     if after is None:
         return []
     old, new = _pretty_json(before), _pretty_json(after)
@@ -288,12 +253,7 @@ def call_view(
     *,
     listed: bool = False,
 ) -> dict[str, Any]:
-    """What a call card shows (every string escaped by the template).
-
-    `listed` cards (the inbox list) leave out the full text of huge argument values and the
-    edit box of huge arguments (`LIST_FIELD_CHARS`, `LIST_EDIT_CHARS`); the run's page
-    shows everything.
-    """
+    """What a call card shows; `listed` cards leave out huge values and edit boxes."""
     decision = None
     if c.decision is not None:
         d = c.decision
@@ -337,8 +297,7 @@ def call_view(
     }
 
 
-SOON_SECONDS = 3600.0
-"""Runs with a call expiring within this many seconds are listed under "Expiring soon"."""
+SOON_SECONDS = 3600.0  # runs with a call expiring sooner are listed under "Expiring soon"
 
 
 def context_of(history: str) -> tuple[str, str]:
@@ -358,12 +317,7 @@ def group_views(
     now: datetime,
     presenters: Mapping[str, Presenter] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Pending calls grouped by run: (expiring soon, the rest).
-
-    Expiring soon is sorted by the earliest deadline; the rest oldest run first. Each group
-    is titled by the run's prompt and carries the assistant's last message and the run's
-    calls already decided.
-    """
+    """Pending calls grouped by run: (expiring soon, by deadline; the rest, oldest first)."""
     runs: dict[str, tuple[RunRecord, list[PendingCallRecord]]] = {}
     for run, c in found:
         runs.setdefault(run.id, (run, []))[1].append(c)

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    held,
-    texts,
-)
-from golem.durable.store._rows import (
-    AUDIT_COLS,
-    AUDIT_COLS_A,
-    left_out,
-)
+from golem.durable.store._inputs import held, texts
+from golem.durable.store._rows import AUDIT_COLS, AUDIT_COLS_A, left_out
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     AuditAction,
@@ -27,17 +20,12 @@ from golem.durable.store.records import (
 
 __all__ = ["AuditOps"]
 
-_T = TypeVar("_T")
 
 _MAX_ID = 2**63 - 1
-"""The largest audit ID a store holds (a signed 64-bit integer)."""
 
 _AGENT_ARMS = 32
-"""Agents whose index walks one audit-page statement merges; more agents take one statement
-per group of this many, merged by the store."""
 
 _FILTER_BATCH = 500
-"""Entries read per query while a filtered audit page looks for matches."""
 
 
 class AuditOps(SQLBase):

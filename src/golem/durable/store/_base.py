@@ -1,8 +1,4 @@
-"""The base of the SQL stores: backend hooks, row mapping, shared reads and inserts.
-
-The operations themselves live in one module per concept (`_runs`, `_decisions`,
-`_leases`, `_recovery`, `_audit`), each a mixin of `SQLBase`; `_sql.SQLStore` joins them.
-"""
+"""The base of the SQL stores: backend hooks, row mapping, shared reads and inserts."""
 
 from __future__ import annotations
 
@@ -14,10 +10,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from golem.durable.store._feed import ChangeFeed
-from golem.durable.store._inputs import (
-    aware,
-    utc,
-)
+from golem.durable.store._inputs import aware, utc
 from golem.durable.store._rows import (
     C_CALL_COLS,
     CALL_COLS,
@@ -61,7 +54,6 @@ class NotHeld(Exception):
 
 
 HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
-"""The guard of an update that only the holder of an unexpired lease may make."""
 
 
 class SQLBase(abc.ABC):
@@ -69,16 +61,10 @@ class SQLBase(abc.ABC):
     and calls, and the insert of a new run."""
 
     _lock_clause: str = ""
-    """Appended to a SELECT that must lock the rows it reads until commit."""
     _skip_locked_clause: str = ""
-    """Appended to a SELECT that claims rows other transactions are not holding."""
     _runs_with_calls: str = RUNS_JOIN_CALLS
-    """The FROM of an unfiltered page of calls (`r`, `c`), walked in run order (ADR 0044)."""
     _contains: str = "instr"
-    """The SQL function `f(text, part)` that is > 0 when `text` contains `part`."""
     _page_plan: str = ""
-    """Run before a page of calls, in its transaction: settings that keep its plan a walk in
-    index order whatever the database's statistics say (ADR 0044)."""
 
     stats: Stats
     _feed: ChangeFeed
@@ -87,11 +73,7 @@ class SQLBase(abc.ABC):
 
     @abc.abstractmethod
     async def _submit(self, write: bool, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run `fn(tx, *args)` in one transaction, never blocking the loop; return its result.
-
-        The transaction commits (after `_flush_audit`) when `fn` returns and rolls back
-        when it raises; cancelling the caller never interrupts it.
-        """
+        """Run `fn(tx, *args)` in one transaction off the loop; cancelling never interrupts it."""
 
     @abc.abstractmethod
     def _flush_audit(self, tx: Tx) -> None:
@@ -121,20 +103,11 @@ class SQLBase(abc.ABC):
         await self.close()
 
     def clock(self) -> datetime:
-        """The store's current time (aware UTC): what leases, deadlines and audit entries
-        are measured by when a method is not given `now`.
-
-        SQLite: this host's clock, the one every process on the database shares.
-        PostgreSQL overrides it with the server's clock, so workers on machines whose
-        clocks disagree still agree on when a lease runs out (ADR 0056).
-        """
+        """The store's current time (PostgreSQL: the server's)."""
         return utc_now()
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
-        """The store's `ChangeFeed`: wait for changes and ready runs without polling.
-
-        `ready_only`: the caller only waits for ready runs (a worker); a store may then
-        skip listening for other changes (PostgreSQL does)."""
+        """The store's `ChangeFeed`."""
         return self._feed
 
     # ------------------------------------------------------------------ plumbing
@@ -166,29 +139,21 @@ class SQLBase(abc.ABC):
         seal = row[15]
         record = None
         if decision is not None:
+            d_kind = DECISION.get(decision) or DecisionKind(decision)
+            d_at = self._from_db(decided_at)
             record = DecisionRecord(
-                run_id=run_id,
-                call_id=call_id,
-                kind=DECISION.get(decision) or DecisionKind(decision),
-                reason=d_reason or "",
-                text=d_text or "",
-                decided_by=decided_by or "",
-                decided_at=self._from_db(decided_at),
-                args=d_args,
+                run_id,
+                call_id,
+                d_kind,
+                d_reason or "",
+                d_text or "",
+                decided_by or "",
+                d_at,
+                d_args,
             )
-        return PendingCallRecord(
-            run_id=run_id,
-            call_id=call_id,
-            position=int(position),
-            kind=KIND.get(kind) or CallKind(kind),
-            tool_name=tool_name,
-            args=args,
-            reason=reason,
-            deadline=self._dt(deadline),
-            decision=record,
-            rerun_confirmed_by=confirmed_by,
-            seal=seal,
-        )
+        call_kind, until = KIND.get(kind) or CallKind(kind), self._dt(deadline)
+        fields = (run_id, call_id, int(position), call_kind, tool_name, args, reason, until)
+        return PendingCallRecord(*fields, record, confirmed_by, seal)
 
     def _run_record(
         self,
@@ -220,26 +185,10 @@ class SQLBase(abc.ABC):
                 error=err or "",
                 history=out_history,
             )
-        return RunRecord(
-            id=rid,
-            agent=agent,
-            conversation_id=conv,
-            status=st,
-            history=history,
-            calls=tuple(calls),
-            deps_ref=from_json(deps_ref),
-            started_by=started_by,
-            created_at=self._from_db(created),
-            updated_at=self._from_db(updated),
-            expires_at=self._dt(expires),
-            parent_run_id=parent,
-            child_run_id=child,
-            lease_owner=owner,
-            lease_expires_at=self._dt(lease_exp),
-            outcome=outcome,
-            attempt=int(attempt),
-            trace_context=trace_ctx or "",
-        )
+        head = (rid, agent, conv, st, history, tuple(calls), from_json(deps_ref), started_by)
+        times = (self._from_db(created), self._from_db(updated), self._dt(expires))
+        rest = (parent, child, owner, self._dt(lease_exp), outcome, int(attempt), trace_ctx or "")
+        return RunRecord(*(*head, *times, *rest))
 
     def _calls_of(
         self, tx: Tx, ids: Sequence[str], corrupt: dict[str, CorruptRecord] | None = None
@@ -310,10 +259,7 @@ class SQLBase(abc.ABC):
     def _load_runs(
         self, tx: Tx, rows: list[tuple[Any, ...]], *, leave_out: bool = False
     ) -> list[RunRecord]:
-        """Records of `rows` (run columns + history + outcome history), with their calls.
-
-        A row that cannot be read is a `CorruptRecord`, or with `leave_out` is logged and
-        left out (a listing: the other runs stay readable)."""
+        """Records of `rows` with their calls; a corrupt row raises, or with `leave_out` is logged."""
         corrupt: dict[str, CorruptRecord] = {}
         calls = self._calls_of(tx, [r[0] for r in rows], corrupt)
         n = N_RUN_COLS
@@ -348,11 +294,7 @@ class SQLBase(abc.ABC):
         return self._load_runs(tx, rows)[0]
 
     def _lock_calls(self, tx: Tx, run_id: str) -> tuple[RunStatus, list[PendingCallRecord]]:
-        """Lock the run's row and its calls; return its status and calls (one statement).
-
-        Every row read is locked, so PostgreSQL re-reads all of them after waiting for a
-        concurrent decision (a join locking only the run would return stale calls).
-        """
+        """Lock the run's row and its calls; its status and calls."""
         sql = (
             f"SELECT r.status, {C_CALL_COLS} FROM golem_runs r "
             "JOIN golem_calls c ON c.run_id = r.id WHERE r.id = ? ORDER BY c.position"
@@ -408,24 +350,15 @@ class SQLBase(abc.ABC):
             err = outcome.error or None
             out_history = outcome.history
         ts = self._to_db(now)
+        row = (
+            *(run.id, run.agent, run.conversation_id, status.value, deps_ref, run.started_by),
+            *(ts, ts, self._ts(expires_at), run.parent_run_id, None, None, None),
+            *(out, err, 1, run.trace_context or None),
+        )
+        marks = ", ".join("?" * len(row))
         tx.run(
-            f"INSERT INTO golem_runs ({RUN_COLS}) VALUES "
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?, ?, 1, ?)",
-            (
-                run.id,
-                run.agent,
-                run.conversation_id,
-                status.value,
-                deps_ref,
-                run.started_by,
-                ts,
-                ts,
-                self._ts(expires_at),
-                run.parent_run_id,
-                out,
-                err,
-                run.trace_context or None,
-            ),
+            f"INSERT INTO golem_runs ({RUN_COLS}) VALUES ({marks})",
+            row,
             ValueError(f'a run with ID "{run.id}" already exists'),
         )
         tx.run(
@@ -433,42 +366,15 @@ class SQLBase(abc.ABC):
             (run.id, run.history, out_history),
         )
         calls = self._insert_calls(tx, run, expires_at)
-        tx.audit(
-            run.id,
-            now,
-            run.started_by or "unknown",
-            AuditAction.CREATED,
-            {
-                "agent": run.agent,
-                "conversation_id": run.conversation_id,
-                "status": status.value,
-                "calls": [c.call_id for c in run.calls],
-                **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
-            },
-        )
-        stored_outcome = None
-        if outcome is not None:  # as a read gives it back
-            output = None if out is None else json.loads(out)
-            stored_outcome = Outcome(outcome.status, output, err or "", out_history)
-        return RunRecord(
-            id=run.id,
-            agent=run.agent,
-            conversation_id=run.conversation_id,
-            status=status,
-            history=run.history,
-            calls=tuple(calls),
-            deps_ref=from_json(deps_ref),
-            started_by=run.started_by,
-            created_at=now,
-            updated_at=now,
-            expires_at=expires_at,
-            parent_run_id=run.parent_run_id,
-            child_run_id=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            outcome=stored_outcome,
-            trace_context=run.trace_context,
-        )
+        detail = {
+            "agent": run.agent,
+            "conversation_id": run.conversation_id,
+            "status": status.value,
+            "calls": [c.call_id for c in run.calls],
+            **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
+        }
+        tx.audit(run.id, now, run.started_by or "unknown", AuditAction.CREATED, detail)
+        return self._read_run(row, calls, run.history, out_history)  # as a read gives it back
 
     def _insert_calls(
         self, tx: Tx, run: NewRun, expires_at: datetime | None
@@ -477,32 +383,10 @@ class SQLBase(abc.ABC):
         calls: list[PendingCallRecord] = []
         params: list[Any] = []
         for pos, c in enumerate(run.calls):
-            deadline = expires_at if c.deadline is None else utc(c.deadline)
-            calls.append(
-                PendingCallRecord(
-                    run_id=run.id,
-                    call_id=c.call_id,
-                    position=pos,
-                    kind=CallKind(c.kind),
-                    tool_name=c.tool_name,
-                    args=c.args,
-                    reason=c.reason,
-                    deadline=deadline,
-                    decision=None,
-                    seal=c.seal,
-                )
-            )
-            params += (
-                run.id,
-                c.call_id,
-                pos,
-                CallKind(c.kind).value,
-                c.tool_name,
-                c.args,
-                c.reason,
-                self._ts(deadline),
-                c.seal,
-            )
+            deadline = self._ts(expires_at if c.deadline is None else utc(c.deadline))
+            row = (run.id, c.call_id, pos, CallKind(c.kind).value, c.tool_name, c.args, c.reason)
+            params += (*row, deadline, c.seal)
+            calls.append(self._read_call((*row, deadline, *(None,) * 7, c.seal)))  # as read back
         if calls:
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
             tx.run(
@@ -511,7 +395,6 @@ class SQLBase(abc.ABC):
                 params,
             )
         return calls
-
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
         try:
@@ -522,14 +405,6 @@ class SQLBase(abc.ABC):
     def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
         eid, run_id, at, actor, action, detail, *run = row
         agent, status, parent = (*run, None, None, None)[:3]
-        return AuditEntry(
-            id=int(eid),
-            run_id=run_id,
-            at=self._from_db(at),
-            actor=actor,
-            action=AuditAction(action),
-            detail=json.loads(detail),
-            agent=agent,
-            run_status=None if status is None else RunStatus(status),
-            parent_run_id=parent,
-        )
+        fields = (int(eid), run_id, self._from_db(at), actor, AuditAction(action))
+        run_status = None if status is None else RunStatus(status)
+        return AuditEntry(*fields, json.loads(detail), agent, run_status, parent)

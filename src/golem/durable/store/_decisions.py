@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-)
-from golem.durable.store._rows import (
-    SWEEP_BATCH,
-    left_out,
-)
+from golem.durable.store._inputs import aware, held
+from golem.durable.store._rows import SWEEP_BATCH, left_out
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
@@ -37,8 +31,6 @@ from golem.durable.store.records import (
 )
 
 __all__ = ["FITS", "DecisionOps", "decided_detail"]
-
-_T = TypeVar("_T")
 
 
 class DecisionOps(SQLBase):
@@ -72,16 +64,8 @@ class DecisionOps(SQLBase):
         )
 
         def decided_at(at: datetime) -> DecisionRecord:
-            return DecisionRecord(
-                run_id=run_id,
-                call_id=call_id,
-                kind=kind,
-                reason=decision.reason,
-                text=decision.text,
-                decided_by=decided_by,
-                decided_at=at,
-                args=decision.args,
-            )
+            d = decision
+            return DecisionRecord(run_id, call_id, kind, d.reason, d.text, decided_by, at, d.args)
 
         if decision.args is None:
             plain = await self._decide_plain(lambda: decided_at(at_given or self.clock()))
@@ -122,31 +106,16 @@ class DecisionOps(SQLBase):
         return record
 
     async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
-        """Record the decision `record()` builds without reading first, if it is the plain
-        case; None when it is not (nothing was written) or the backend has no such path.
-
-        The plain case: the run is pending, the call exists, is undecided, takes this kind
-        of decision (`FITS`), is not overdue, and the decision edits no arguments. The run
-        becomes READY when no call is left undecided, with the same audit entries as
-        `decide`'s full transaction. SQLite has no such path (its full transaction costs no
-        round trips); PostgreSQL saves one with it.
-        """
+        """Record a plain decision without reading first (PostgreSQL, ADR 0038); None when the
+        case is not plain or the backend has no such path."""
         return None
 
     def _record_decision(self, tx: Tx, d: DecisionRecord) -> None:
+        at = self._to_db(d.decided_at)
         tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
             "decided_by = ?, decided_at = ?, decision_args = ? WHERE run_id = ? AND call_id = ?",
-            (
-                d.kind.value,
-                d.reason,
-                d.text,
-                d.decided_by,
-                self._to_db(d.decided_at),
-                d.args,
-                d.run_id,
-                d.call_id,
-            ),
+            (d.kind.value, d.reason, d.text, d.decided_by, at, d.args, d.run_id, d.call_id),
         )
 
     def _after_decisions(
@@ -169,24 +138,12 @@ class DecisionOps(SQLBase):
         denials: dict[str, DecisionRecord] = {}
         for c in calls:
             if c.decision is None and c.deadline is not None and c.deadline <= at:
-                d = DecisionRecord(
-                    run_id=run_id,
-                    call_id=c.call_id,
-                    kind=DecisionKind.DENY,
-                    reason=EXPIRY_REASON,
-                    text="",
-                    decided_by=EXPIRY_ACTOR,
-                    decided_at=at,
-                )
+                deny = DecisionKind.DENY
+                d = DecisionRecord(run_id, c.call_id, deny, EXPIRY_REASON, "", EXPIRY_ACTOR, at)
                 self._record_decision(tx, d)
                 denials[c.call_id] = d
-                tx.audit(
-                    run_id,
-                    at,
-                    EXPIRY_ACTOR,
-                    AuditAction.EXPIRED,
-                    {"call_id": c.call_id, "deadline": c.deadline.isoformat()},
-                )
+                detail = {"call_id": c.call_id, "deadline": c.deadline.isoformat()}
+                tx.audit(run_id, at, EXPIRY_ACTOR, AuditAction.EXPIRED, detail)
         if denials:
             left = sum(c.decision is None for c in calls) - len(denials)
             self._after_decisions(tx, run_id, at, EXPIRY_ACTOR, left)
@@ -221,12 +178,12 @@ class DecisionOps(SQLBase):
 
         return await self._submit(True, tx_fn)
 
+
 FITS: dict[DecisionKind, tuple[str, ...]] = {
     DecisionKind.APPROVE: (CallKind.APPROVAL.value,),
     DecisionKind.DENY: (CallKind.APPROVAL.value, CallKind.EXTERNAL.value),
     DecisionKind.EXTERNAL: (CallKind.EXTERNAL.value,),
 }
-"""The call kinds each decision kind applies to (`_check_fits` says why not)."""
 
 
 def decided_detail(record: DecisionRecord, original_args: str | None) -> dict[str, Any]:
@@ -253,4 +210,3 @@ def _check_fits(run_id: str, call: PendingCallRecord, kind: DecisionKind) -> Non
             f'call "{call.call_id}" of run "{run_id}" waits for approval: approve or deny it, '
             "an external result does not apply"
         )
-

@@ -1,23 +1,7 @@
 """`ChangeFeed`: one per store, wakes workers and event streams when the store changes.
 
-A feed knows the newest audit-log ID it has seen (`last_id`) and counts "a run may have
-become ready" signals (`ready_mark`). It learns about changes three ways:
-
-- commits of its own store in this process (immediately: the store's database thread
-  schedules the publish with the transaction's result, one loop wake-up for both);
-- PostgreSQL `NOTIFY` (one `LISTEN` connection per store, fanned out to every waiter);
-- polling (SQLite, and PostgreSQL as a safety net): **one** poller task per feed, running
-  only while someone waits, however many workers and streams wait. A store may give the
-  feed a **hint**, a check far cheaper than a probe that tells whether the database may
-  have changed (SQLite: one `stat` of its write-ahead log); the poller then looks at the
-  hint every `hint_interval` seconds and probes when it says so, and still probes every
-  `poll_interval` whatever it says.
-
-Waiters never poll the database themselves: `wait_for_change(after, timeout)` and
-`wait_ready(mark, timeout)` sleep on an `asyncio.Event` that the feed replaces on every
-change. A waiter holds nothing but that event, so an idle open stream costs no queries and
-a few hundred bytes.
-"""
+It learns of changes from its own store's commits, PostgreSQL `NOTIFY`, and one poller
+(with a cheap hint, SQLite's WAL `stat`) while anyone waits (ADR 0017)."""
 
 from __future__ import annotations
 
@@ -33,22 +17,13 @@ __all__ = ["ChangeFeed"]
 log = logging.getLogger("golem.durable.store")
 
 Probe = Callable[[], Awaitable[int]]
-"""Returns the newest audit-log ID in the database (one cheap read)."""
 
 Hint = Callable[[], bool]
-"""True when the database may have changed since the last call (called on the event loop,
-so it must be cheap and never block; when it cannot tell, it says True, and one that raises
-counts as True)."""
 
 
 class ChangeFeed:
-    """Change notifications of one store, shared by every waiter in the process.
-
-    Get it from `store.change_feed()`. `wait_for_change` suits event streams (wake when the
-    audit log grows past a cursor); `ready_mark` + `wait_ready` suit workers (take a mark,
-    look for work, and if there is none wait for a signal newer than the mark — a signal
-    that arrives between the look and the wait is not lost).
-    """
+    """Change notifications of one store: `wait_for_change` for streams, `ready_mark` and
+    `wait_ready` for workers."""
 
     def __init__(
         self,
@@ -62,12 +37,10 @@ class ChangeFeed:
             raise ValueError("hint and hint_interval go together")
         self._probe = probe
         self.poll_interval = check_seconds("poll_interval", poll_interval)
-        """Seconds between probes of the shared poller (while anyone waits)."""
         self._hint = hint
         self.hint_interval = (
             None if hint_interval is None else check_seconds("hint_interval", hint_interval)
         )
-        """Seconds between looks at the hint (None: the feed has no hint)."""
         self._last_id = 0
         self._ready = 0
         self._event = asyncio.Event()

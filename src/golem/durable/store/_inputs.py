@@ -1,9 +1,4 @@
-"""Checks of the arguments a store method takes, before any transaction.
-
-IDs and text filters must be `str` (else `TypeError`); one no text column can hold (a NUL,
-a lone surrogate) names no row. Times must be timezone-aware; durations finite and bounded
-(`check_seconds`). Page cursors are opaque base64 JSON this store wrote.
-"""
+"""Checks of a store method's arguments, before any transaction."""
 
 from __future__ import annotations
 
@@ -83,12 +78,7 @@ def encode_cursor(*parts: Any) -> str:
 
 
 def decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
-    """The parts of a cursor `encode_cursor` wrote: the first an aware ISO date (returned
-    as a `datetime`), then text and non-negative 64-bit integers, as `shape` says.
-
-    Raises:
-        InvalidCursor: anything else (a cursor no store of this kind returned).
-    """
+    """The parts of a cursor `encode_cursor` wrote, as `shape` says (`InvalidCursor` else)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
@@ -111,4 +101,3 @@ def decode_cursor(cursor: str, shape: tuple[type, ...]) -> list[Any]:
     if created.tzinfo is None or not all(0 <= p < 2**63 for p in parts if isinstance(p, int)):
         raise InvalidCursor(cursor)
     return [created, *parts[1:]]
-

@@ -7,18 +7,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from golem._tracing import store_op
 from golem.durable.store._base import HELD, NotHeld, SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-    lease_delta,
-    storable,
-    text_arg,
-    texts,
-)
+from golem.durable.store._inputs import aware, held, lease_delta, storable, text_arg, texts
 from golem.durable.store._rows import (
     OUTCOME_ACTION,
     RUN_COLS,
@@ -44,7 +37,6 @@ from golem.errors import StoreError
 
 __all__ = ["LeaseOps"]
 
-_T = TypeVar("_T")
 log = logging.getLogger("golem.durable.store")
 
 
@@ -88,12 +80,7 @@ class LeaseOps(SQLBase):
         now: datetime | None,
         agents: Sequence[str] | None,
     ) -> list[ClaimedRun]:
-        """One transaction: mark up to `limit` ready runs RUNNING, audit each claim.
-
-        The runs are picked by a materialized subquery (`SKIP LOCKED` on PostgreSQL, so
-        concurrent claimers pass over each other's rows instead of waiting or sharing them)
-        and updated by one statement; their histories and calls come back with the commit.
-        """
+        """One transaction: mark up to `limit` ready runs RUNNING and audit each claim."""
         if not text_arg("worker_id", worker_id) or not storable(worker_id):
             raise ValueError(f"{op}: worker_id must be a non-empty text, got {worker_id!r:.80}")
         at_given = aware(now)
@@ -117,8 +104,7 @@ class LeaseOps(SQLBase):
             at = at_given or self.clock()
             lease_until = at + lease
             rows = tx.later(
-                sql,
-                (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at)),
+                sql, (*agent_params, limit, worker_id, self._to_db(lease_until), self._to_db(at))
             )
             detail = {"worker_id": worker_id, "lease_expires_at": lease_until.isoformat()}
             return rows, self._claimed(tx, rows, worker_id, at, detail), lease_until
@@ -154,11 +140,7 @@ class LeaseOps(SQLBase):
     async def _set_aside(
         self, worker_id: str, unreadable: list[CorruptRecord], at_given: datetime | None
     ) -> None:
-        """Mark runs this worker just claimed but cannot read INTERRUPTED, each with the
-        reason in its outcome error and audit entry, so no claim takes them again; the row
-        is kept for the operator to repair, then retry or cancel (ADR 0072). Only a run
-        still held under this worker's lease changes. A failure is logged: the run is then
-        left to its lease, as before."""
+        """Mark claimed runs that cannot be read INTERRUPTED (ADR 0072); failures are logged."""
 
         def tx_fn(tx: Tx) -> list[CorruptRecord]:
             at = at_given or self.clock()
@@ -176,13 +158,8 @@ class LeaseOps(SQLBase):
                     (self._to_db(at), error, exc.run_id, worker_id, self._to_db(at)),
                 )
                 if changed:
-                    tx.audit(
-                        exc.run_id,
-                        at,
-                        f"worker:{worker_id}",
-                        AuditAction.INTERRUPTED,
-                        {"worker_id": worker_id, "unreadable": problem},
-                    )
+                    detail = {"worker_id": worker_id, "unreadable": problem}
+                    tx.audit(exc.run_id, at, f"worker:{worker_id}", AuditAction.INTERRUPTED, detail)
                     done.append(exc)
             return done
 
@@ -221,8 +198,7 @@ class LeaseOps(SQLBase):
     def _lease_lost(self, tx: Tx, run_id: str, worker_id: str, at: datetime) -> LeaseLost:
         """Why `worker_id` does not hold the run's lease (after a guarded update changed 0 rows)."""
         rows = tx.fetch(
-            "SELECT status, lease_owner, lease_expires_at FROM golem_runs WHERE id = ?",
-            (run_id,),
+            "SELECT status, lease_owner, lease_expires_at FROM golem_runs WHERE id = ?", (run_id,)
         )
         if not rows:
             raise RunNotFound(run_id)
@@ -233,8 +209,6 @@ class LeaseOps(SQLBase):
             return LeaseLost(run_id, worker_id, f'it is held by "{owner}"')
         expired = self._dt(lease_exp)
         return LeaseLost(run_id, worker_id, f"the lease ran out at {expired} (now {at})")
-
-    _HELD = "WHERE id = ? AND status = 'running' AND lease_owner = ? AND lease_expires_at > ?"
 
     @store_op("renew_lease")
     async def renew_lease(
@@ -303,6 +277,7 @@ class LeaseOps(SQLBase):
                 raise ValueError(f'finish: the paused run "{nxt.id}" has no pending calls')
             checked = self._check_new(nxt)
         output = json.dumps(outcome.output) if outcome.status is RunStatus.COMPLETED else None
+        err = outcome.error or None
         refused = [
             (text_arg("refused call_id", c), text_arg("refused reason", r))
             for c, r in outcome.refused.items()
@@ -313,19 +288,11 @@ class LeaseOps(SQLBase):
         def tx_fn(tx: Tx) -> tuple[Later, Later]:
             at = at_given or self.clock()
             attempt_at.append(at)
+            when, child = self._to_db(at), None if nxt is None else nxt.id
             rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
                 f"outcome_output = ?, outcome_error = ? {HELD} RETURNING {RUN_COLS}",
-                (
-                    outcome.status.value,
-                    self._to_db(at),
-                    None if nxt is None else nxt.id,
-                    output,
-                    outcome.error or None,
-                    run_id,
-                    worker_id,
-                    self._to_db(at),
-                ),
+                (outcome.status.value, when, child, output, err, run_id, worker_id, when),
             )
             tx.require_run_changed(rows, run_id, NotHeld())  # before anything else counts
             if refused:
@@ -396,14 +363,8 @@ class LeaseOps(SQLBase):
                     "outcome_error = ? WHERE id = ? AND status = 'running'",
                     (self._to_db(at), error, run_id),
                 )
-                tx.audit(
-                    run_id,
-                    at,
-                    "system:sweep",
-                    AuditAction.INTERRUPTED,
-                    {"worker_id": owner, "lease_expires_at": expired_at.isoformat()},
-                )
+                detail = {"worker_id": owner, "lease_expires_at": expired_at.isoformat()}
+                tx.audit(run_id, at, "system:sweep", AuditAction.INTERRUPTED, detail)
             return [r[0] for r in rows]
 
         return await self._submit(True, tx_fn)
-

@@ -1,15 +1,5 @@
 """The server's refusals of a new connection for want of a slot, in every language
-PostgreSQL ships them in: what golem matches when no SQLSTATE is available.
-
-A connection the server refuses during startup (SQLSTATE 53300 `too_many_connections`:
-`max_connections`, a role's or a database's `CONNECTION LIMIT`, the slots reserved for
-superusers) reaches psycopg as a libpq error message only: libpq keeps the code to itself
-for a connection that failed, so neither `sqlstate` nor a result carries it. The message is
-in the server's `lc_messages`, so matching the English text alone misclassified a server
-configured in another language (ADR 0072). These are the English messages (PostgreSQL 13–17)
-and their translations from PostgreSQL's own message catalogs (`postgres-15.mo`: de, es, fr,
-it, ja, ka, ko, ru, sv, uk, zh_CN). Every other failure is classified by its SQLSTATE.
-"""
+PostgreSQL ships them in (libpq keeps no SQLSTATE for them; ADR 0072)."""
 
 from __future__ import annotations
 
@@ -26,47 +16,47 @@ _TEMPLATES = (
     # translations (whitespace collapsed)
     '"%s" 데이터베이스 최대 접속수를 초과했습니다',
     '"%s" 롤의 최대 동시 접속수를 초과했습니다',
-    'demasiadas conexiones para el rol «%s»',
-    'demasiadas conexiones para la base de datos «%s»',
-    'die verbleibenden Verbindungen sind für Superuser auf Nicht-Replikationsverbindungen reserviert',
-    'désolé, trop de clients sont déjà connectés',
+    "demasiadas conexiones para el rol «%s»",
+    "demasiadas conexiones para la base de datos «%s»",
+    "die verbleibenden Verbindungen sind für Superuser auf Nicht-Replikationsverbindungen reserviert",
+    "désolé, trop de clients sont déjà connectés",
     'för många uppkopplingar för roll "%s"',
     'för många uppkopplingar till databasen "%s"',
-    'i rimanenti slot di connessione sono riservati a connessioni di superutenti non di replica',
-    'las conexiones restantes están reservadas a superusuarios y no de replicación',
-    'ledsen, för många klienter',
-    'les emplacements de connexions restants sont réservés pour les connexions superutilisateur non relatif à la réplication',
-    'lo siento, ya tenemos demasiados clientes',
-    'resterande anslutningsslottar är reserverade för superuser-anslutningar utan replikering',
-    'spiacente, troppi client già connessi',
-    'trop de connexions pour la base de données « %s »',
-    'trop de connexions pour le rôle « %s »',
+    "i rimanenti slot di connessione sono riservati a connessioni di superutenti non di replica",
+    "las conexiones restantes están reservadas a superusuarios y no de replicación",
+    "ledsen, för många klienter",
+    "les emplacements de connexions restants sont réservés pour les connexions superutilisateur non relatif à la réplication",
+    "lo siento, ya tenemos demasiados clientes",
+    "resterande anslutningsslottar är reserverade för superuser-anslutningar utan replikering",
+    "spiacente, troppi client già connessi",
+    "trop de connexions pour la base de données « %s »",
+    "trop de connexions pour le rôle « %s »",
     'troppe connessioni al database "%s"',
     'troppe connessioni per il ruolo "%s"',
-    'tut mir leid, schon zu viele Verbindungen',
-    'zu viele Verbindungen für Datenbank »%s«',
-    'zu viele Verbindungen von Rolle »%s«',
-    'вибачте, вже забагато клієнтів',
+    "tut mir leid, schon zu viele Verbindungen",
+    "zu viele Verbindungen für Datenbank »%s«",
+    "zu viele Verbindungen von Rolle »%s«",
+    "вибачте, вже забагато клієнтів",
     'занадто багато підключень для ролі "%s"',
     'занадто багато підключень до бази даних "%s"',
-    'извините, уже слишком много клиентов',
-    'оставшиеся слоты подключений зарезервированы для подключений суперпользователя (не для репликации)',
+    "извините, уже слишком много клиентов",
+    "оставшиеся слоты подключений зарезервированы для подключений суперпользователя (не для репликации)",
     'слишком много подключений для роли "%s"',
     'слишком много подключений к БД "%s"',
-    'слоти підключень, які залишились, зарезервовані для підключень суперкористувача (не для реплікації)',
+    "слоти підключень, які залишились, зарезервовані для підключень суперкористувача (не для реплікації)",
     'მეტისმეტად ბევრი კავშირი როლისთვის "%s"',
-    'უკაცრავად, უკვე მეტისმეტად ბევრი კლიენტია',
+    "უკაცრავად, უკვე მეტისმეტად ბევრი კლიენტია",
     'ძალიან ბევრი კავშირი ბაზისთვის "%s"',
     'データベース"%s"への接続が多すぎます',
     'ロール"%s"からの接続が多すぎます',
     '到数据库 "%s"的连接太多了',
-    '对不起, 已经有太多的客户',
-    '已保留的连接位置为执行非复制请求的超级用户预留',
-    '残りの接続スロットはレプリケーションユーザーではないスーパーユーザー用に予約されています',
-    '現在クライアント数が多すぎます',
+    "对不起, 已经有太多的客户",
+    "已保留的连接位置为执行非复制请求的超级用户预留",
+    "残りの接続スロットはレプリケーションユーザーではないスーパーユーザー用に予約されています",
+    "現在クライアント数が多すぎます",
     '由角色"%s"发起的连接太多了',
-    '남은 연결 슬롯은 non-replication 슈퍼유저 연결용으로 남겨 놓았음',
-    '최대 동시 접속자 수를 초과했습니다.',
+    "남은 연결 슬롯은 non-replication 슈퍼유저 연결용으로 남겨 놓았음",
+    "최대 동시 접속자 수를 초과했습니다.",
 )
 
 

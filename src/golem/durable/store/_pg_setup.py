@@ -9,10 +9,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from golem.durable.store._pg_messages import no_slot_message
-from golem.durable.store.records import (
-    StoreBusy,
-    StoreReadOnly,
-)
+from golem.durable.store.records import StoreBusy, StoreReadOnly
 from golem.errors import StoreError
 
 try:
@@ -23,24 +20,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-"""A schema name the store takes: a plain lowercase identifier."""
 
 CONNECT_TIMEOUT = 10
-"""Seconds to connect when neither the store nor the DSN says."""
 
 IDLE_FLOOR = 10_000
-"""Milliseconds: the shortest `idle_in_transaction_session_timeout` and
-`idle_session_timeout` a store connection keeps. A store transaction is idle only while
-this process reads the rows of one round trip before sending the next, and a pooled
-connection the server closed is replaced before use, so shorter settings only kill healthy
-work; a process frozen mid-transaction still loses it (and its locks) this long after."""
 
 IDLE_SESSION_TIMEOUT = "57P05"
-"""SQLSTATE `idle_session_timeout`: the server closed a connection that idled too long."""
 
 LISTENER_IDLE = 3
-"""The listener's connection keeps an `idle_session_timeout` of at least this many
-`listen_check_interval`s: it sends an empty query every interval it hears nothing."""
 
 
 def _pin_timeout(name: str, floor_ms: int) -> str:
@@ -58,8 +45,6 @@ SESSION_SETUP_13 = (
     "SELECT extract(epoch FROM clock_timestamp())::text"
     + _pin_timeout("idle_in_transaction_session_timeout", IDLE_FLOOR)
 ).encode()
-"""A new connection's first query on PostgreSQL 13: the server's clock, and the pinned
-idle-in-transaction timeout."""
 
 
 def session_setup(idle_session_floor_ms: int) -> bytes:
@@ -78,10 +63,8 @@ def session_setup(idle_session_floor_ms: int) -> bytes:
 
 
 _TOO_MANY_CONNECTIONS = "53300"
-"""SQLSTATE `too_many_connections`: no free connection slot."""
 
 _READ_ONLY = "25006"
-"""SQLSTATE `read_only_sql_transaction`: a write in a read-only transaction."""
 
 
 def no_slot(exc: psycopg.Error) -> bool:
@@ -94,10 +77,7 @@ def no_slot(exc: psycopg.Error) -> bool:
 
 
 def store_error(exc: psycopg.Error) -> StoreError:
-    """The store's error for a failure the server reported, by its SQLSTATE (never its
-    message, which follows the server's `lc_messages`): `StoreReadOnly` for a write the
-    database refused as read-only, `StoreBusy` for no free connection slot, else a plain
-    `StoreError`."""
+    """The store's error for a server failure, by SQLSTATE."""
     state = exc.sqlstate
     if state == _READ_ONLY:
         return StoreReadOnly(f"postgresql: the database is read-only: {exc}")
@@ -107,20 +87,10 @@ def store_error(exc: psycopg.Error) -> StoreError:
 
 
 _URL_OPTIONS = ("pool_size", "command_timeout", "schema")
-"""Query parameters of a store URL that configure the store, not libpq."""
 
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
-    """The libpq URL and the `PostgresStore` keywords of a store URL.
-
-    `postgresql://…/db?pool_size=8&command_timeout=30&schema=golem&sslmode=require` gives
-    the URL without the first three (libpq would refuse them) and `{"pool_size": 8,
-    "command_timeout": 30.0, "schema": "golem"}`; `command_timeout=none` waits forever.
-
-    Raises:
-        ValueError: a value that is not a number where one is needed, or an option given
-            twice.
-    """
+    """The libpq URL and the store's own options (`pool_size`, `command_timeout`, `schema`)."""
     base, sep, query = url.partition("?")
     if not sep:
         return url, {}

@@ -1,7 +1,4 @@
-"""The statements PostgreSQL runs instead of the shared ones, for speed: row locks, the
-planner settings of a page walk (ADR 0044), audit entries numbered and notified in one
-statement, a claim audited without reading what it took and a plain decision recorded
-without reading first (ADR 0038)."""
+"""The statements PostgreSQL runs instead of the shared ones (ADR 0038, 0044)."""
 
 from __future__ import annotations
 
@@ -14,10 +11,7 @@ from golem.durable.store._pg_wire import NotPlain, PgConn
 from golem.durable.store._rows import C_CALL_COLS, to_json
 from golem.durable.store._sql import SQLStore
 from golem.durable.store._tx import Later, Tx
-from golem.durable.store.records import (
-    AuditAction,
-    DecisionRecord,
-)
+from golem.durable.store.records import AuditAction, DecisionRecord
 from golem.errors import StoreError
 
 
@@ -50,6 +44,7 @@ class PgStatements(SQLStore):
     def _flush_audit(self, tx: Tx) -> None:
         rows = self._audit_params(tx)
         n = len(rows)
+        notice = (self.ready_channel, " ready") if tx.ready else (self.channel, "")
         values = ", ".join(f"({i}, ?, ?::timestamptz, ?, ?, ?)" for i in range(1, n + 1))
         tx.run(
             "WITH s AS (UPDATE golem_audit_seq SET last_id = last_id + ? WHERE singleton = 1 "
@@ -59,12 +54,7 @@ class PgStatements(SQLStore):
             f"(SELECT r.agent FROM golem_runs r WHERE r.id = v.run_id) FROM s, (VALUES {values}) "
             "AS v(n, run_id, at, actor, action, detail)) "
             "SELECT pg_notify(?, s.last_id::text || ?) FROM s",
-            (
-                n,
-                *(v for row in rows for v in row),
-                self.ready_channel if tx.ready else self.channel,
-                " ready" if tx.ready else "",
-            ),
+            (n, *(v for row in rows for v in row), *notice),
         )
 
     def _claimed(
@@ -78,7 +68,7 @@ class PgStatements(SQLStore):
             "AND updated_at = ? "
             "AND lease_owner = ? AND xmin = pg_current_xact_id()::xid"
         )
-        when = self._to_db(at)
+        when, actor = self._to_db(at), f"worker:{worker_id}"
         tx.run(
             f"WITH c AS MATERIALIZED ({mine}), n AS (SELECT count(*) AS n FROM c), "
             "s AS (UPDATE golem_audit_seq SET last_id = last_id + n.n FROM n "
@@ -93,7 +83,7 @@ class PgStatements(SQLStore):
                 when,
                 worker_id,
                 when,
-                f"worker:{worker_id}",
+                actor,
                 AuditAction.CLAIMED.value,
                 to_json(detail),
                 self.channel,
@@ -106,9 +96,7 @@ class PgStatements(SQLStore):
             (when, worker_id),
         )
 
-    async def _decide_plain(
-        self, record: Callable[[], DecisionRecord]
-    ) -> DecisionRecord | None:
+    async def _decide_plain(self, record: Callable[[], DecisionRecord]) -> DecisionRecord | None:
         def plain(tx: Tx) -> DecisionRecord:
             d = record()
             self._record_if_plain(tx, d, FITS[d.kind], decided_detail(d, None))
@@ -128,28 +116,17 @@ class PgStatements(SQLStore):
         # two calls at once take turns, and the second one sees the run become ready.
         when = self._to_db(d.decided_at)
         tx.run(
-            "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE",
-            (d.run_id,),
+            "SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending' FOR UPDATE", (d.run_id,)
         )
         kinds = ", ".join("?" for _ in call_kinds)
+        decision = (d.kind.value, d.reason, d.text, d.decided_by, when, d.run_id, d.call_id)
         tx.run(
             "UPDATE golem_calls SET decision = ?, decision_reason = ?, decision_text = ?, "
             "decided_by = ?, decided_at = ?, decision_args = NULL "
             "WHERE run_id = ? AND call_id = ? AND decision IS NULL "
             f"AND kind IN ({kinds}) AND (deadline IS NULL OR deadline > ?) "
             "AND EXISTS (SELECT 1 FROM golem_runs WHERE id = ? AND status = 'pending')",
-            (
-                d.kind.value,
-                d.reason,
-                d.text,
-                d.decided_by,
-                when,
-                d.run_id,
-                d.call_id,
-                *call_kinds,
-                when,
-                d.run_id,
-            ),
+            (*decision, *call_kinds, when, d.run_id),
         )
         conn = tx.conn
         assert isinstance(conn, PgConn)
@@ -175,17 +152,9 @@ class PgStatements(SQLStore):
             "SELECT pg_notify(CASE WHEN s.ready THEN ? ELSE ? END, "
             "s.last_id::text || CASE WHEN s.ready THEN ' ready' ELSE '' END) FROM s",
             (
-                d.run_id,
-                when,
-                d.run_id,
-                d.run_id,
-                when,
-                d.decided_by,
-                AuditAction.DECIDED.value,
-                to_json(detail),
-                AuditAction.READY.value,
-                self.ready_channel,
-                self.channel,
+                *(d.run_id, when, d.run_id, d.run_id, when, d.decided_by),
+                *(AuditAction.DECIDED.value, to_json(detail), AuditAction.READY.value),
+                *(self.ready_channel, self.channel),
             ),
         )
 
@@ -199,4 +168,3 @@ class PgStatements(SQLStore):
         if not isinstance(value, datetime):
             raise StoreError(f"postgresql returned {value!r} where a timestamp was expected")
         return value.astimezone(UTC)
-

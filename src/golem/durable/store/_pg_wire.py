@@ -56,11 +56,7 @@ OID_TIMESTAMPTZ = 1184
 
 
 def _dump(params: Sequence[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
-    """Parameters in libpq's text format, with their type OIDs.
-
-    Strings and NULLs go as `unknown` (the server takes the type from the context, as
-    psycopg does), integers as `int8`, datetimes as `timestamptz`.
-    """
+    """Parameters in libpq's text format, with their type OIDs."""
     values: list[bytes | None] = []
     types: list[int] = []
     for v in params:
@@ -88,11 +84,10 @@ def _dump(params: Sequence[Any]) -> tuple[list[bytes | None], tuple[int, ...]]:
 
 
 MIN_SERVER_VERSION = 130000
-"""PostgreSQL 13: `pg_current_xact_id()`, which the guard statements compare `xmin` with."""
 
 _MAX_PREPARED = 256
-"""Prepared statements per connection; statements beyond are sent unnamed."""
 _statement_names = itertools.count(1)
+
 
 class _Guard:
     """A guard statement's result: its division by zero means `error`."""
@@ -104,24 +99,13 @@ class _Guard:
 
 
 _Then: TypeAlias = tuple[bytes, tuple[int, ...]] | Later | Exception | _Guard | None
-"""What to do with a message's result: confirm a prepare (its cache key), fill in rows, map a
-unique violation to an exception, map a guard's failure to its exception, or nothing."""
 
 _RUN_CHANGED = (
-    "SELECT 1 / (SELECT count(*) FROM golem_runs "
-    "WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
+    "SELECT 1 / (SELECT count(*) FROM golem_runs WHERE id = ? AND xmin = pg_current_xact_id()::xid)"
 )
-"""Divides by zero unless this transaction wrote the run's row (its current version's
-`xmin` is the transaction's ID; golem opens no subtransactions on PostgreSQL)."""
 
 BEGIN_WRITE = b"BEGIN ISOLATION LEVEL READ COMMITTED"
-"""Writes run at READ COMMITTED whatever the server's `default_transaction_isolation`:
-their locking takes a fresh snapshot per statement (a decision waits for the run's row
-lock, then sees what the transaction it waited for committed), and every write updates the
-audit sequence's one row, which REPEATABLE READ or SERIALIZABLE would refuse to do after a
-concurrent commit (ADR 0068)."""
 BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-"""Reads see a run and its calls as one snapshot."""
 
 IDLE = pq.TransactionStatus.IDLE
 FATAL = pq.ExecStatus.FATAL_ERROR
@@ -135,14 +119,8 @@ _BINARY = pq.Format.BINARY
 
 
 class PgConn:
-    """The `Conn` port over one connection, spoken at the libpq level in pipeline mode.
-
-    A transaction is `begin` → `fetch`/`run` … → `end`. `run` only queues its statement;
-    `fetch` sends what is queued plus itself and waits for the answers (one round trip);
-    `end` sends the rest with COMMIT. Statements are prepared on first use (named, per
-    connection) and results come back in binary, loaded by psycopg's own loaders: this
-    skips psycopg's cursor layer, which costs several times the client CPU per statement.
-    """
+    """The `Conn` port over one connection in libpq pipeline mode, statements prepared once,
+    binary rows (ADR 0023)."""
 
     __slots__ = (
         "_loader",
@@ -161,17 +139,14 @@ class PgConn:
         self.conn = conn
         self.pg = conn.pgconn
         self.timeout = timeout
-        """Seconds a socket wait may last (`PostgresStore.command_timeout`)."""
         self._stats = stats
         self._loader = Transformer(conn)
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
         self._sent: list[_Then] = []
-        """One entry per message awaiting its result."""
         self._poll = select.poll()
         self._poll.register(self.pg.socket, select.POLLIN)
         self.sent_commit = False
         self.handed_off = False
-        """A cancelled caller left its transaction to a task that will give this back."""
 
     # -------------------------------------------------------------- the Conn port
 
@@ -277,10 +252,7 @@ class PgConn:
         self._sent.append(then)
 
     def _sync(self) -> list[pq.abc.PGresult]:
-        """Send a sync point; return the results of every message sent since the last one.
-
-        Raises the first error among them (the server skipped the statements after it).
-        """
+        """Send a sync point; the results since the last one (raising the first error)."""
         pg = self.pg
         pg.pipeline_sync()
         self._flush()
@@ -339,13 +311,7 @@ class PgConn:
             pg.consume_input()  # the server may be waiting for us to read
 
     def _wait_socket(self, write: bool) -> None:
-        """Wait until the socket is readable (or, with `write`, readable or writable).
-
-        Inside a transaction's greenlet this hands the wait to the event loop (`_drive`),
-        which switches back once the socket is ready, or ends the transaction when the
-        server stays silent for `timeout`; anywhere else it blocks the calling thread, and
-        a silence that long closes the connection (`_submit` raises `StoreTimeout`).
-        """
+        """Wait for the socket: in a transaction's greenlet, on the loop; else blocking."""
         fd = self.pg.socket
         parent = greenlet.getcurrent().parent
         if parent is not None:
@@ -382,7 +348,6 @@ class PgSchemaConn:
 
 
 NO_READERS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-"""Event loops without `add_reader` (Windows' Proactor loop): transactions run on threads."""
 
 
 class NotPlain(Exception):
@@ -445,12 +410,7 @@ async def socket_ready(
     timeout: float | None,
     threads: Callable[[], DatabaseThreads[None]],
 ) -> None:
-    """Wait until the socket `request` names is readable (or, with its flag, writable);
-    raise `NoAnswer` after `timeout` seconds.
-
-    A loop that cannot watch sockets (Windows' Proactor) is remembered on its first try:
-    this wait and every later transaction of that loop go to the store's own `threads`.
-    """
+    """Wait until the socket is ready; `NoAnswer` after `timeout`."""
     fd, write = request
     if loop not in NO_READERS:
         ready = loop.create_future()
@@ -498,14 +458,8 @@ async def drive(
     orphans: set[asyncio.Future[Any]],
     checkin: Callable[[PgConn], None],
 ) -> _T:
-    """Run the transaction `attempt` on `c` in a greenlet, its socket waits awaited on the loop.
-
-    The transaction's code is synchronous (shared with SQLite); each time libpq would block,
-    the greenlet switches back here with the socket to wait for, and is switched into again
-    once the socket is ready: no thread hop, no blocked loop (ADR 0039). A caller cancelled
-    meanwhile is let go at once, and a task of its own (kept in `orphans`) finishes the
-    transaction, then gives `c` back with `checkin`, as a database thread would.
-    """
+    """Run the transaction in a greenlet whose socket waits are awaited on the loop (ADR 0039);
+    a cancelled caller is let go while a task in `orphans` finishes it."""
     loop = asyncio.get_running_loop()
     if loop in NO_READERS:
         return await _on_thread(loop, c, attempt, threads, orphans, checkin)
@@ -538,10 +492,8 @@ async def _on_thread(
     orphans: set[asyncio.Future[Any]],
     checkin: Callable[[PgConn], None],
 ) -> _T:
-    """The transaction on one of the store's own threads, for an event loop that cannot
-    watch sockets; never the loop's default executor, which blocking sync tools may all be
-    holding while a lease renewal waits (ADR 0062). A cancelled caller is let go and the
-    connection comes back once the thread is done."""
+    """The transaction on one of the store's own threads, for a loop that cannot watch
+    sockets (ADR 0062)."""
     done: asyncio.Future[_T] = threads().submit(loop, lambda _slot: attempt())
     try:
         return await asyncio.shield(done)

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    aware,
-    held,
-    text_arg,
-)
-from golem.durable.store._rows import (
-    ROW_FAULTS,
-    stored_status,
-)
+from golem.durable.store._inputs import aware, held, text_arg
+from golem.durable.store._rows import ROW_FAULTS, stored_status
 from golem.durable.store._tx import Tx
 from golem.durable.store.records import (
     AuditAction,
@@ -32,8 +24,6 @@ from golem.durable.store.records import (
 )
 
 __all__ = ["RecoveryOps"]
-
-_T = TypeVar("_T")
 
 
 class RecoveryOps(SQLBase):
@@ -94,12 +84,9 @@ class RecoveryOps(SQLBase):
                 "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
                 (attempt + 1, self._to_db(at), run_id),
             )
+            detail = {"resolution": "retry", "note": note, "attempt": attempt + 1}
             tx.audit(
-                run_id,
-                at,
-                resolved_by,
-                AuditAction.RESOLVED,
-                {"resolution": "retry", "note": note, "attempt": attempt + 1, "confirmed": confirm},
+                run_id, at, resolved_by, AuditAction.RESOLVED, {**detail, "confirmed": confirm}
             )
             tx.audit(run_id, at, resolved_by, AuditAction.READY)
             return self._load_run(tx, run_id)
@@ -128,13 +115,8 @@ class RecoveryOps(SQLBase):
                 "WHERE id = ?",
                 (self._to_db(at), error, run_id),
             )
-            tx.audit(
-                run_id,
-                at,
-                resolved_by,
-                AuditAction.RESOLVED,
-                {"resolution": "cancel", "note": note},
-            )
+            detail = {"resolution": "cancel", "note": note}
+            tx.audit(run_id, at, resolved_by, AuditAction.RESOLVED, detail)
             tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
             return self._load_run(tx, run_id)
 

@@ -34,8 +34,6 @@ ROW_FAULTS = (
     UnicodeError,
     RecursionError,
 )
-"""What building a record from a row no golem wrote raises (an unknown enum value, a date or
-JSON that does not parse): turned into `CorruptRecord` naming the run."""
 
 
 def left_out(exc: CorruptRecord) -> None:
@@ -43,12 +41,7 @@ def left_out(exc: CorruptRecord) -> None:
 
 
 def in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
-    """Whether a ready run's fault is its stored value's own, the same for every reader.
-
-    Not a `MemoryError`. A `RecursionError` comes from `deps_ref`, the one JSON a ready
-    run's record parses: it is the row's fault when that text is not JSON (or nests past
-    any reader's limit, 10,000), and this reader's when it is deep but valid JSON, which
-    only a reader whose stack is already deep fails to parse (checked without recursion)."""
+    """Whether a ready run's fault is its stored value's own (a deep but valid JSON is not)."""
     cause = exc.__cause__
     if isinstance(cause, MemoryError):
         return False
@@ -58,7 +51,6 @@ def in_the_row(exc: CorruptRecord, deps_ref: Any) -> bool:
 
 
 _CLIP = 500
-"""Characters of a row's fault kept in an outcome error or audit entry."""
 
 
 def clip(text: str) -> str:
@@ -66,7 +58,6 @@ def clip(text: str) -> str:
 
 
 SWEEP_BATCH = 500
-"""At most this many runs change per sweep transaction."""
 
 RUN_COLS = (
     "id, agent, conversation_id, status, deps_ref, started_by, created_at, "
@@ -118,7 +109,6 @@ def from_json(text: str) -> Any:
 
 
 RUNS_JOIN_CALLS = "golem_runs r JOIN golem_calls c ON c.run_id = r.id"
-"""Pending runs `r` with their calls `c`, as a plain join (the planner picks the order)."""
 
 
 OUTCOME_ACTION: dict[RunStatus, AuditAction] = {
@@ -134,4 +124,3 @@ def outcome_detail(outcome: Outcome) -> dict[str, Any]:
     if outcome.status is RunStatus.PAUSED and outcome.next_run is not None:
         return {"child_run_id": outcome.next_run.id}
     return {}
-

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self
 
 from golem._tracing import store_op
 from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import (
-    decode_cursor,
-    encode_cursor,
-    held,
-    texts,
-)
+from golem.durable.store._inputs import decode_cursor, encode_cursor, held, texts
 from golem.durable.store._rows import (
     C_CALL_COLS,
     OUTCOME_ACTION,
@@ -35,8 +30,6 @@ from golem.durable.store.records import (
 
 __all__ = ["RunOps"]
 
-_T = TypeVar("_T")
-
 
 class RunOps(SQLBase):
     """Saving runs and reading them: one transaction per save, get and listing."""
@@ -48,6 +41,15 @@ class RunOps(SQLBase):
             return int(tx.fetch("SELECT MAX(version) FROM golem_schema_version")[0][0] or 0)
 
         return await self._submit(False, tx_fn)
+
+    async def _open_now(self) -> Self:
+        """This store with its schema created or migrated now (closed again on failure)."""
+        try:
+            await self.schema_version()
+        except BaseException:
+            await self.close()
+            raise
+        return self
 
     @store_op("save_pending")
     async def save_pending(self, run: NewRun) -> RunRecord:
@@ -75,13 +77,8 @@ class RunOps(SQLBase):
         def tx_fn(tx: Tx) -> RunRecord:
             now = self.clock()
             record = self._insert_run(tx, run, outcome.status, now, outcome, checked)
-            tx.audit(
-                run.id,
-                now,
-                run.started_by or "unknown",
-                OUTCOME_ACTION[outcome.status],
-                outcome_detail(outcome),
-            )
+            actor, action = run.started_by or "unknown", OUTCOME_ACTION[outcome.status]
+            tx.audit(run.id, now, actor, action, outcome_detail(outcome))
             return record
 
         return await self._submit(True, tx_fn)
@@ -153,8 +150,7 @@ class RunOps(SQLBase):
             return []
         where, params = filters
         sql = self._select_runs(
-            " AND ".join(where) or "1 = 1",
-            "ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?",
+            " AND ".join(where) or "1 = 1", "ORDER BY r.created_at DESC, r.id DESC LIMIT ? OFFSET ?"
         )
 
         def tx_fn(tx: Tx) -> list[RunRecord]:
@@ -188,8 +184,7 @@ class RunOps(SQLBase):
             where.append(f"(r.created_at, r.id) {op} (?, ?)")
             params += (self._to_db(created), run_id)
         sql = self._select_runs(
-            " AND ".join(where) or "1 = 1",
-            f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?",
+            " AND ".join(where) or "1 = 1", f"ORDER BY r.created_at {order}, r.id {order} LIMIT ?"
         )
 
         def tx_fn(tx: Tx) -> tuple[list[RunRecord], Any, Any, int]:

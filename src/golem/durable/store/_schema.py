@@ -1,12 +1,4 @@
-"""Versioned schema migrations shared by the SQLite and PostgreSQL stores.
-
-Each `Migration` has a version (1, 2, …) and DDL written once with `{ts}` standing for the
-dialect's timestamp type. `migrate` runs inside one write transaction that the caller holds
-exclusively (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory lock), so several processes
-opening one database at once apply each migration exactly once. The applied versions are
-rows of `golem_schema_version`. Migrations run on the store's database thread, so `migrate`
-and `SchemaConn` are synchronous.
-"""
+"""Versioned schema migrations shared by the SQLite and PostgreSQL stores."""
 
 from __future__ import annotations
 
@@ -43,11 +35,8 @@ class Migration:
     """One schema version: what it adds and the statements that add it."""
 
     version: int
-    """The schema version after this migration."""
     description: str
-    """One line saying what changes."""
     statements: tuple[str, ...]
-    """DDL/DML with `{ts}` (timestamp type) and `{bigint}` placeholders."""
 
     def render(self, dialect: Dialect) -> list[str]:
         """Return the statements for `dialect`."""
@@ -144,9 +133,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
-        4,
-        "pending calls keep their seal",
-        ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",),
+        4, "pending calls keep their seal", ("ALTER TABLE golem_calls ADD COLUMN seal TEXT",)
     ),
     Migration(
         5,
@@ -164,10 +151,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
 )
-"""Every migration, in version order."""
 
 LATEST_VERSION = MIGRATIONS[-1].version
-"""The schema version this golem writes."""
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS golem_schema_version (
     version INTEGER PRIMARY KEY,
@@ -177,19 +162,10 @@ _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS golem_schema_version (
 
 
 def migrate(
-    conn: SchemaConn,
-    dialect: Dialect,
-    now: Any,
-    migrations: Sequence[Migration] = MIGRATIONS,
+    conn: SchemaConn, dialect: Dialect, now: Any, migrations: Sequence[Migration] = MIGRATIONS
 ) -> int:
-    """Apply the migrations the database lacks; return the resulting schema version.
-
-    `now` is the dialect's value for the current time (stored as `applied_at`). The caller
-    holds the transaction exclusively and commits it.
-
-    Raises:
-        StoreError: the database was written by a newer golem (its version is unknown here).
-    """
+    """Apply the migrations the database lacks in the caller's exclusive transaction; the
+    new version (`StoreError` for a newer database)."""
     conn.execute(_VERSION_TABLE.format(**_TYPES[dialect]))
     rows = conn.fetch("SELECT MAX(version) FROM golem_schema_version")
     current = int(rows[0][0] or 0)

@@ -1,10 +1,4 @@
-"""`SQLStore`: every `Store` method as one transaction, written once for SQLite and PostgreSQL.
-
-Each method hands a plain function to its backend (`_submit`), which runs it in one
-transaction to its end — commit, or rollback on any error — whoever still awaits it. The
-methods live in one module per concept (`_runs`, `_decisions`, `_leases`, `_recovery`,
-`_audit`) over the driver port of `_tx`; why it is built so: ADR 0079.
-"""
+"""`SQLStore`: every `Store` method as one transaction over the driver port (ADR 0079)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,5 @@
-"""`DatabaseThreads`: the threads a store runs its transactions on, fed through one queue.
-
-Lighter than a `ThreadPoolExecutor` plus `asyncio.wrap_future`: handing a job over is one
-queue put, and answers come back through the event loop's **inbox** — a deque the threads
-append to, and one `call_soon_threadsafe` (one self-pipe write, one loop wake-up) for
-everything that finishes while the loop has not drained the inbox yet. A job may add
-callbacks for the loop to the same delivery (`Slot.on_loop`: the change feed's publish rides
-with the transaction's result), so a commit costs one wake-up however much it reports.
-Each thread keeps its own state (its database connection) in a `Slot` for its whole life,
-so a connection is only ever used by the thread that opened it.
-
-A job whose caller was cancelled before a thread took it is skipped (it did not happen);
-a job a thread took runs to its end, whoever still waits for it.
-
-With a **batch hook**, a thread that takes a job while more are queued takes those too (up
-to `batch_max`) and hands the hook one step per job, to run in order inside whatever bracket
-the hook puts around them (the SQLite store: one transaction; if a job raises, again with a
-savepoint per job). Results
-are delivered only once the hook returned; if it raises, every job of the batch gets that
-error (a copy each) instead: the bracket did not hold, so none of them counts.
-"""
+"""`DatabaseThreads`: threads running a store's transactions from one queue, answering
+through one event-loop inbox; with a batch hook, queued jobs run in one bracket (ADR 0036)."""
 
 from __future__ import annotations
 
@@ -49,7 +30,6 @@ class _Inbox:
         self._items: collections.deque[_Item] = collections.deque()
         self._lock = threading.Lock()
         self._armed = False
-        """A drain is scheduled and has not started: later items ride with it."""
 
     def put(self, items: list[_Item]) -> None:
         """Queue `items` for the loop (any thread); wake it unless a drain is pending."""
@@ -99,21 +79,10 @@ class Slot(Generic[_S]):
 _Job = tuple[_Inbox, "asyncio.Future[Any]", Callable[[Slot[Any]], Any]]
 
 Batch = Callable[[Slot[_S], list[Callable[[], None]]], None]
-"""`hook(slot, steps)`: run every step, in order, inside one bracket (e.g. a transaction).
-
-Each step runs one job (or skips it, if its caller was cancelled before) and never raises: a
-job's own error is kept for its caller. The hook raises to fail the whole batch. A hook may
-undo its bracket and run the steps again: a step's last run is what its caller gets, and a
-job that ran once runs again even if its caller was cancelled since."""
 
 
 class DatabaseThreads(Generic[_S]):
-    """Up to `size` threads taking jobs `fn(slot)` from one queue, started when needed.
-
-    A thread starts only when a job is submitted while every running thread is busy, so a
-    store used by one task at a time keeps one thread (and one connection). `close(slot)`
-    runs on each thread as it ends, to release what its slot holds.
-    """
+    """Up to `size` threads taking jobs `fn(slot)` from one queue, started when all are busy."""
 
     def __init__(
         self,
@@ -133,7 +102,6 @@ class DatabaseThreads(Generic[_S]):
         self._batch_max = batch_max
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle = 0
-        """Threads waiting for a job that no submitted job has claimed yet."""
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stopped = False
@@ -252,7 +220,6 @@ class DatabaseThreads(Generic[_S]):
 
 
 _Outcome = tuple[Any, BaseException | None, list[_Item]]
-"""A job's result, its error, and the callbacks it left for its loop."""
 
 
 def _call(job: _Job, slot: Slot[Any], *, taken: bool = False) -> _Outcome | None:

@@ -1,11 +1,5 @@
-"""The one small interface between the store's transactions and a database driver.
-
-A transaction function gets a `Tx`: `fetch` (rows now), `execute` (a row count now), `run`
-(no result needed: a driver may defer it to the commit), `later` (rows needed only after the
-commit, as a `Later`) and `require_run_changed` (a lease guard a driver may check only at the
-commit). SQLite answers each at once; PostgreSQL queues what it may in its pipeline, so a
-transaction costs one round trip per `fetch` plus one for the commit (ADR 0038, 0039).
-"""
+"""The driver port: `Conn` (`fetch`, `execute`, `run`, `later`, `require_run_changed`)
+and `Tx`, the transaction function's view (ADR 0079)."""
 
 from __future__ import annotations
 
@@ -26,18 +20,12 @@ def utc_now() -> datetime:
 
 
 class Later:
-    """The rows of a statement sent without waiting: they may arrive with the commit.
-
-    Reading `rows` inside the transaction waits for them (one round trip on PostgreSQL);
-    after the transaction they are simply there.
-    """
+    """The rows of a statement sent without waiting; reading them inside the transaction waits."""
 
     __slots__ = ("_rows", "_wait")
 
     def __init__(
-        self,
-        rows: list[tuple[Any, ...]] | None = None,
-        wait: Callable[[], object] | None = None,
+        self, rows: list[tuple[Any, ...]] | None = None, wait: Callable[[], object] | None = None
     ) -> None:
         self._rows = rows
         self._wait = wait
@@ -88,9 +76,7 @@ class Tx:
         self.conn = conn
         self.entries: list[AuditRow] = []
         self.last_id = 0
-        """The ID of the last audit entry this transaction appended (0: none)."""
         self.ready = False
-        """Whether this transaction made a run ready (or may have)."""
 
     def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.conn.fetch(sql, params)
@@ -129,5 +115,3 @@ class Stats:
     statements: int = 0
     round_trips: int = 0
     retried_batches: int = 0
-    """SQLite: group commits run again with a savepoint per job after one of them raised."""
-

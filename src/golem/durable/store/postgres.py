@@ -1,10 +1,5 @@
-"""`PostgresStore`: the store for several machines (psycopg 3; extra `[postgres]`).
-
-Transactions run on the event loop in greenlets, on a pool of `pool_size` connections
-spoken to in libpq pipeline mode (`_pg_wire`); every writing transaction notifies, and a
-`LISTEN` connection wakes the store's `ChangeFeed`. Why it is built so: ADR 0079, which
-links the decisions it rests on.
-"""
+"""`PostgresStore`: the store for several machines (psycopg 3, extra `[postgres]`); the
+pool, the server's clock and the `LISTEN` feed (ADR 0079)."""
 
 from __future__ import annotations
 
@@ -25,10 +20,7 @@ from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import LATEST_VERSION, migrate
 from golem.durable.store._threads import DatabaseThreads
 from golem.durable.store._tx import Stats, Tx, utc_now
-from golem.durable.store.records import (
-    StoreBusy,
-    StoreTimeout,
-)
+from golem.durable.store.records import StoreBusy, StoreTimeout
 from golem.errors import StoreError
 
 try:
@@ -81,28 +73,10 @@ log = logging.getLogger("golem.durable.store")
 
 
 class PostgresStore(PgStatements):
-    """A `Store` in a PostgreSQL database, shared by any number of processes and machines.
+    """A `Store` in PostgreSQL, shared by any number of processes and machines.
 
-    `PostgresStore(dsn)` connects lazily on first use; `await PostgresStore.open(dsn)`
-    connects and creates or migrates the schema immediately.
-
-    Args:
-        dsn: a libpq connection string or `postgresql://` URL.
-        schema: keep golem's tables in this schema (created when missing; lowercase
-            letters, digits and `_`); None uses the connection's search_path.
-        pool_size: at most this many connections (and transactions) at once.
-        connect_timeout: seconds to wait for a connection to be established; None takes
-            the DSN's `connect_timeout` (or `PGCONNECT_TIMEOUT`), else 10.
-        command_timeout: seconds a store call waits for any answer from the server (a
-            lock held elsewhere, a frozen server, a network that drops packets without
-            closing the connection); past it the connection is closed, the server rolls
-            back what it had not committed, and the call raises `StoreTimeout`. None
-            waits as long as it takes.
-
-    Raises:
-        ValueError: `schema` is not a plain lowercase identifier, `pool_size` < 1, or
-            a timeout is not a positive number of seconds.
-    """
+    `schema`: keep the tables there; `pool_size`: connections at most; `connect_timeout` (None:
+    the DSN's or 10 s); `command_timeout`: past it a call raises `StoreTimeout` (None: wait)."""
 
     def __init__(
         self,
@@ -132,45 +106,25 @@ class PostgresStore(PgStatements):
         self.command_timeout = command_timeout
         self.stats = Stats()
         self.channel = f"golem_changes:{schema or ''}"
-        """The `NOTIFY` channel of this store's changes that make no run ready."""
         self.ready_channel = f"golem_ready:{schema or ''}"
-        """The `NOTIFY` channel of this store's changes that may make a run ready."""
         self._feed = ChangeFeed(self._probe, 3600.0)
         self._feed_started = False
         self._listen_all = False
-        """Whether the listener hears every change (an event stream waits in this process),
-        not only the ones that make runs ready (all a worker waits for)."""
         self._listener: asyncio.Task[None] | None = None
         self._idle: list[PgConn] = []
-        """Open connections no transaction uses now."""
         self._opened = 0
-        """Connections open or being opened (at most `pool_size`)."""
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
-        """Transactions waiting for a connection, first come first served."""
         self._pool_lock = threading.Lock()
         self._orphans: set[asyncio.Future[Any]] = set()
-        """Transactions finishing after their caller was cancelled."""
         self._thread_pool: DatabaseThreads[None] | None = None
-        """Threads for loops that cannot watch sockets (`_threads`)."""
         self._listening: PgConn | None = None
-        """The change feed's `LISTEN` connection, while it is open."""
         self.listen_check_interval: float | None = 10.0
-        """Seconds the change feed's `LISTEN` connection may stay silent before it is asked
-        an empty query, which must be answered within `command_timeout` (else it is
-        replaced); None never asks. Short enough to keep a middlebox's idle timeout from
-        closing the listener; a server's `idle_session_timeout` shorter than three
-        intervals is raised to that on the listener's own session (ADR 0068)."""
         self._connecting: set[asyncio.Future[PgConn]] = set()
-        """Connections being opened on threads (`close` waits for them)."""
         self._migrate_lock = threading.Lock()
         self._migrated = False
         self._closed = False
         self._short_idle_session = False
-        """The server closed a new connection for idling before its first query could
-        raise `idle_session_timeout`: new connections raise it in their startup packet."""
         self._server_clock: tuple[datetime, float] | None = None
-        """The server's time and this process's `elapsed()` when it was read (newest
-        connection): `clock()` counts on from there."""
 
     @classmethod
     async def open(
@@ -182,24 +136,14 @@ class PostgresStore(PgStatements):
         connect_timeout: float | None = None,
         command_timeout: float | None = 60.0,
     ) -> PostgresStore:
-        """Connect now and create or migrate the schema.
-
-        Raises:
-            StoreError: the database cannot be reached or its schema is newer than this golem.
-        """
-        store = cls(
+        """Connect now and create or migrate the schema."""
+        return await cls(
             dsn,
             schema=schema,
             pool_size=pool_size,
             connect_timeout=connect_timeout,
             command_timeout=command_timeout,
-        )
-        try:
-            await store.schema_version()
-        except BaseException:
-            await store.close()
-            raise
-        return store
+        )._open_now()
 
     def __repr__(self) -> str:
         where = f", schema={self.schema!r}" if self.schema else ""
@@ -273,16 +217,7 @@ class PostgresStore(PgStatements):
                 raise
 
     def clock(self) -> datetime:
-        """The database server's current time (aware UTC), as this process tells it.
-
-        The server's clock is read on every new connection (`clock_timestamp()`, the
-        middle of that round trip) and counted on with this machine's elapsed-time clock,
-        which no wall-clock step or skew touches; before the first connection it is this
-        machine's clock. Every lease, deadline and audit time is taken from it, so
-        workers on machines whose clocks disagree still agree on when a lease runs out:
-        a clock minutes off can neither interrupt a live run nor keep a dead one
-        (ADR 0056).
-        """
+        """The database server's time, counted on with this machine's elapsed clock (ADR 0056)."""
         anchor = self._server_clock
         if anchor is None:
             return utc_now()
@@ -290,22 +225,8 @@ class PostgresStore(PgStatements):
         return server + timedelta(seconds=elapsed() - at)
 
     def _read_server_clock(self, conn: Connection, listener: bool = False) -> None:
-        """Anchor `clock()` on the server's time, read on the new connection `conn` (on a
-        connector thread; bounded by `command_timeout` like every wait for the server).
-
-        The same query pins the session's idle timeouts (ADR 0068): an
-        `idle_in_transaction_session_timeout` or `idle_session_timeout` shorter than
-        `IDLE_FLOOR` is raised to it (a transaction is idle between its round trips only
-        while this process reads rows, and a pooled connection is checked before use, so
-        a shorter timeout only kills healthy work); on the listener's connection, an
-        `idle_session_timeout` that would expire before three of its checks is raised to
-        that. Both are pinned to the session, so a reload that lowers them later does not
-        reach connections already open.
-
-        Raises:
-            StoreError: the server did not answer in time.
-            psycopg.Error: the server refused the query or closed the connection.
-        """
+        """Anchor `clock()` on the server's time read on the new connection, and pin the session's
+        idle timeouts in the same query (ADR 0056, 0068)."""
         pg = conn.pgconn
         sent = elapsed()
         if conn.info.server_version >= 140000:  # PostgreSQL 13 has no idle_session_timeout
@@ -379,15 +300,8 @@ class PostgresStore(PgStatements):
         return bool(rows) and rows[0][0] == LATEST_VERSION
 
     async def _checkout(self) -> PgConn:
-        """An idle connection that still looks alive, or a new one once the pool has room.
-
-        When the server has no slot for a new connection (`StoreBusy`) the call waits for
-        one of the pool's own instead, if it holds any; only a pool with none raises it.
-
-        The pool may serve several event loops at once (an app run by a test client on a
-        thread of its own, say): its state changes under a lock, and a waiter of another
-        loop is woken through that loop.
-        """
+        """An idle live connection, or a new one once the pool has room (waited for, also on
+        `StoreBusy` while the pool holds any)."""
         while True:
             if self._closed:
                 raise StoreError(f"{self!r} is closed")
@@ -446,10 +360,7 @@ class PostgresStore(PgStatements):
                 raise
 
     def _open_connection(self) -> asyncio.Future[PgConn]:
-        """Open a connection (and migrate, the first time) on a short-lived thread of its
-        own, which blocks on the network; never the loop's default executor, which
-        blocking sync tools may all be holding while a lease renewal waits for a
-        connection (ADR 0057)."""
+        """Open (and first migrate) a connection on a short-lived thread of its own (ADR 0057)."""
 
         def unclaimed() -> None:  # its loop closed meanwhile: it never joins the pool
             with self._pool_lock:
@@ -569,17 +480,11 @@ class PostgresStore(PgStatements):
             self.stats.commits += 1
         return result
 
-
     # ------------------------------------------------------------------ notifications
 
     def change_feed(self, *, ready_only: bool = False) -> ChangeFeed:
-        """The store's `ChangeFeed`, fed by `LISTEN` (started on first use).
-
-        With `ready_only` (what a worker asks for) the process listens only on
-        `ready_channel`, so the commits that make no run ready — most of them — wake no
-        worker-only process; the first caller without it (an event stream) makes the
-        listener hear `channel` too, for the rest of the store's life.
-        """
+        """The `LISTEN`-fed feed; `ready_only` listens on `ready_channel` alone until a caller
+        asks for every change."""
         if self._closed:
             return self._feed
         if not ready_only and not self._listen_all:
@@ -599,14 +504,8 @@ class PostgresStore(PgStatements):
         return (self.ready_channel, self.channel) if self._listen_all else (self.ready_channel,)
 
     async def _listen(self) -> None:
-        """Fan `NOTIFY` out to the feed; reconnect (waking every waiter) after a failure.
-
-        After `listen_check_interval` seconds without a message the connection is asked an
-        empty query, which must be answered within `command_timeout`: a listener whose
-        server stopped answering (a frozen server, a network that drops packets, a
-        middlebox that forgot the idle connection) is closed and replaced. A wake-up is
-        then late by at most the two, never by a poll interval.
-        """
+        """Fan `NOTIFY` out to the feed, checking a silent listener every
+        `listen_check_interval`; reconnect after a failure, waking every waiter."""
         loop = asyncio.get_running_loop()
         delay = 0.1
         while not self._closed:
@@ -632,8 +531,7 @@ class PostgresStore(PgStatements):
                 if self._closed:
                     return
                 log.warning(
-                    "change feed: the listener connection did not answer within %gs; "
-                    "replacing it",
+                    "change feed: the listener connection did not answer within %gs; replacing it",
                     self.command_timeout,
                 )
             except (psycopg.Error, OSError, ValueError, StoreError) as exc:
@@ -654,9 +552,7 @@ class PostgresStore(PgStatements):
             connecting.add_done_callback(close_if_opened)
             raise
 
-    async def _hear(
-        self, loop: asyncio.AbstractEventLoop, c: PgConn, within: float | None
-    ) -> bool:
+    async def _hear(self, loop: asyncio.AbstractEventLoop, c: PgConn, within: float | None) -> bool:
         """Wait up to `within` seconds for the server to send something; publish the
         notifications it sent. False when it sent nothing."""
         try:
@@ -722,5 +618,3 @@ class PostgresStore(PgStatements):
             self._wake_next()
         if self._thread_pool is not None:
             self._thread_pool.stop()  # daemon threads: they end once their last wait does
-
-

@@ -1,27 +1,6 @@
 """The records, enums and errors of the durable store (all importable from `golem.durable.store`).
 
-Inputs a caller builds (`NewRun`, `NewCall`, `Decision`, `Outcome`), records the store returns
-(`RunRecord`, `PendingCallRecord`, `DecisionRecord`, `ClaimedRun`, `AuditEntry`), the enums
-whose values are the strings stored in the database (`RunStatus`, `CallKind`, `DecisionKind`,
-`AuditAction`) and the store's errors. The `Store` protocol and `open_store` are in
-`golem.durable.store`.
-
-Errors (all subclass `golem.errors.StoreError`):
-
-```text
-StoreError
-├── RunNotFound          no run with that ID
-├── CallNotFound         the run has no pending call with that ID
-├── RunNotPending        a decision on a run that is no longer pending (ready, running, …)
-├── DecisionConflict     a different decision on an already decided call
-│   └── CallExpired      a decision on a call whose deadline has passed
-├── InvalidDecision      the decision does not fit the call (approve on an external call, …)
-├── LeaseLost            finish/renew by a worker that no longer holds the run's lease
-├── RunNotInterrupted    retry/cancel of a run that is not interrupted
-├── StoreBusy            the database has no free connection slot for a new connection
-├── StoreReadOnly        the database refused a write: it is read-only just now
-└── StoreTimeout         the database did not answer within the store's command timeout
-```
+Every error subclasses `golem.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -73,35 +52,23 @@ __all__ = [
 ]
 
 EXPIRY_REASON = "expired"
-"""The denial reason `sweep_expired` records for a call past its deadline."""
 EXPIRY_ACTOR = "system:expiry"
-"""The `decided_by` identity of expiry denials."""
-
-
-# --------------------------------------------------------------------------- enums
 
 
 class RunStatus(StrEnum):
     """The state of a stored run (values are the strings stored in the database)."""
 
     PENDING = "pending"
-    """Waiting for decisions on its pending calls."""
     READY = "ready"
-    """Every pending call is decided; waiting for a worker."""
     RUNNING = "running"
-    """Claimed by a worker under a lease and being resumed."""
     COMPLETED = "completed"
-    """Finished with a final answer (`RunRecord.outcome.output`)."""
     PAUSED = "paused"
-    """The resume paused again; the new pause is a new pending run (`child_run_id`)."""
     FAILED = "failed"
-    """The run or its resume failed (`RunRecord.outcome.error`)."""
     INTERRUPTED = "interrupted"
-    """A worker's lease ran out while running; never resumed automatically again."""
 
     @property
     def terminal(self) -> bool:
-        """True for states no store operation leaves (completed, paused, failed, interrupted)."""
+        """True for states no store operation leaves."""
         return self in _TERMINAL
 
 
@@ -114,49 +81,30 @@ class CallKind(StrEnum):
     """How a pending call waits: for a human decision or for an external result."""
 
     APPROVAL = "approval"
-    """The call waits for approve / deny (the tool deferred with `DeferKind.APPROVAL`)."""
     EXTERNAL = "external"
-    """The call waits for a result text (the tool deferred with `DeferKind.EXTERNAL`)."""
 
 
 class DecisionKind(StrEnum):
     """What was decided on one pending call."""
 
     APPROVE = "approve"
-    """Re-execute the tool with `call_approved()` true (approval calls only)."""
     DENY = "deny"
-    """Do not execute; the model is told the call was denied (any call kind)."""
     EXTERNAL = "external"
-    """Use the supplied text as the tool result (external calls only)."""
 
 
 class AuditAction(StrEnum):
     """The kind of state change an `AuditEntry` records."""
 
     CREATED = "created"
-    """A run was saved (pending, or already finished by `save_finished`)."""
     DECIDED = "decided"
-    """A person (or service) decided a call; detail: call_id, decision, reason/text."""
     EXPIRED = "expired"
-    """A call passed its deadline and was denied by the expiry sweep; detail: call_id."""
     READY = "ready"
-    """Every pending call of the run is decided."""
     CLAIMED = "claimed"
-    """A worker claimed the run; detail: worker_id, lease_expires_at."""
     COMPLETED = "completed"
-    """The run finished with a final answer."""
     PAUSED = "paused"
-    """The resume paused again; detail: child_run_id."""
     FAILED = "failed"
-    """The run failed; detail: error."""
     INTERRUPTED = "interrupted"
-    """The lease ran out while running; detail: worker_id, lease_expires_at."""
     RESOLVED = "resolved"
-    """An operator resolved an interrupted run; detail: resolution ("retry" or "cancel"),
-    note, and for a retry the attempt and the calls confirmed for a re-run."""
-
-
-# --------------------------------------------------------------------------- errors
 
 
 class RunNotFound(StoreError, LookupError):
@@ -168,14 +116,8 @@ class RunNotFound(StoreError, LookupError):
 
 
 class CorruptRecord(StoreError):
-    """A stored row of run `run_id` cannot be read back (a value no golem wrote: an unknown
-    status or kind, a date or JSON that does not parse). Nothing was changed.
-
-    Reading that run (`get_run`, `decide`, `audit`) raises it; listings and the change feed
-    leave the row out (and log it), so every other run stays readable. A claim that takes such
-    a run marks it INTERRUPTED with the fault in its outcome error and audit entry, so no claim
-    takes it again; the row is kept for the operator to repair, then retry or cancel.
-    """
+    """A stored row of run `run_id` holds a value no golem wrote; listings leave it out and a
+    claim marks the run INTERRUPTED (ADR 0072)."""
 
     def __init__(self, run_id: str, problem: str) -> None:
         super().__init__(f'run "{run_id}": a stored record cannot be read: {problem}')
@@ -222,11 +164,7 @@ class DecisionConflict(StoreError):
 
 
 class CallExpired(DecisionConflict):
-    """The call's deadline has passed: it is (or will be, at the next sweep) denied "expired".
-
-    Raised by `Store.decide` for any decision other than the expiry denial itself; the store
-    records the expiry denial in the same transaction, so `existing` is that denial.
-    """
+    """The call's deadline has passed; `existing` is its expiry denial, recorded with the refusal."""
 
     def __init__(self, run_id: str, call_id: str, existing: DecisionRecord) -> None:
         super().__init__(
@@ -244,10 +182,7 @@ class InvalidDecision(StoreError, ValueError):
 
 
 class InvalidCursor(StoreError, ValueError):
-    """A page cursor (`after=`) that no store of this kind returned as `next_cursor`.
-
-    Also a `ValueError`, as it always was; nothing was read.
-    """
+    """A page cursor (`after=`) that no store of this kind returned as `next_cursor`."""
 
     def __init__(self, cursor: str) -> None:
         super().__init__(
@@ -257,12 +192,7 @@ class InvalidCursor(StoreError, ValueError):
 
 
 class InvalidRunId(StoreError, ValueError):
-    """A new run's ID cannot be kept or reached (`run_id`; `problem` says why).
-
-    A run ID must be 1 to `MAX_RUN_ID` characters of valid Unicode without NUL, and not
-    `.` or `..`: those two are path segments every URL client normalizes away, so no URL
-    could name the run.
-    """
+    """A new run's ID is not 1 to `MAX_RUN_ID` characters of Unicode without NUL, `.` or `..`."""
 
     def __init__(self, run_id: str, problem: str) -> None:
         super().__init__(f"run ID {run_id[:80]!r} {problem}")
@@ -271,22 +201,14 @@ class InvalidRunId(StoreError, ValueError):
 
 
 MAX_RUN_ID = 200
-"""The longest run ID a store saves (characters): an ID that fits in any URL, escaped."""
 
 
 MAX_SECONDS = 10 * 366 * 24 * 3600.0
-"""The longest duration, in seconds (about ten years), that a store, a worker or the command
-line takes for a lease, an interval or an expiry: a longer one is a typo, and past the year
-9999 no deadline can be written down."""
 
 
 def check_seconds(name: str, value: float, *, zero: bool = False) -> float:
-    """`value` as a float, when it is a finite number of seconds above 0 (or 0 itself, given
-    `zero`) and at most `MAX_SECONDS`.
-
-    Raises:
-        ValueError: anything else (named `name` in the message).
-    """
+    """`value` as float seconds, finite, above 0 (or 0, given `zero`), at most `MAX_SECONDS`;
+    else `ValueError`."""
     low = "0 or more" if zero else "above 0"
     problem = f"{name} must be a number of seconds {low} and at most {MAX_SECONDS:.0f}"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -298,11 +220,7 @@ def check_seconds(name: str, value: float, *, zero: bool = False) -> float:
 
 
 def check_run_id(run_id: str) -> None:
-    """Refuse a run ID no store can keep or no URL can name.
-
-    Raises:
-        InvalidRunId: empty, longer than `MAX_RUN_ID`, `.` or `..`, a NUL, a lone surrogate.
-    """
+    """Raise `InvalidRunId` for a run ID no store can keep or no URL can name."""
     if not isinstance(run_id, str) or not run_id:
         raise InvalidRunId(str(run_id), "is empty: a run needs a non-empty id")
     if len(run_id) > MAX_RUN_ID:
@@ -329,16 +247,9 @@ class LeaseLost(StoreError):
         self.worker_id = worker_id
 
 
-# --------------------------------------------------------------------------- inputs
-
-
 class StoreTimeout(StoreError, TimeoutError):
-    """The database did not answer a store call within the store's `command_timeout`.
-
-    The store closed the connection, so the server rolls back whatever it had not committed.
-    `commit_sent` says whether the COMMIT had been sent: then the transaction may have
-    committed, and the caller finds out by reading (as after a lost connection).
-    """
+    """No answer within `command_timeout`; the connection was closed (`commit_sent`: the
+    transaction may have committed)."""
 
     def __init__(self, timeout: float, *, commit_sent: bool) -> None:
         self.timeout = timeout
@@ -355,22 +266,11 @@ class StoreTimeout(StoreError, TimeoutError):
 
 
 class StoreBusy(StoreError):
-    """The database refused a new connection: it has no free connection slot
-    (`max_connections`, or a role's or database's connection limit, is reached).
-
-    Nothing was done; the same call succeeds once other clients free slots. Calls that find
-    an open connection in the store's pool are not affected.
-    """
+    """The database has no free connection slot for a new connection; nothing was done."""
 
 
 class StoreReadOnly(StoreError):
-    """The database refused a write because it accepts none just now: read-only by default
-    (`default_transaction_read_only`, set on the database, a role or the server), or a hot
-    standby the connection reached after a failover.
-
-    Nothing was written: the transaction was rolled back. Reads still work; the same call
-    succeeds once the database accepts writes again.
-    """
+    """The database refused a write (read-only just now, or a hot standby); nothing was written."""
 
 
 class RunNotInterrupted(StoreError):
@@ -386,65 +286,44 @@ class RunNotInterrupted(StoreError):
 
 @dataclass(frozen=True, slots=True)
 class NewCall:
-    """A pending call to save with a new run (one `PendingToolCall` of the paused result)."""
+    """A pending call to save with a new run: `args` byte-exact JSON text; `deadline` None
+    means the run's `expires_at`; `seal` when the agent seals its calls."""
 
     call_id: str
-    """The tool call's ID (unique within the run)."""
     kind: CallKind
-    """Whether it waits for approval or for an external result."""
     tool_name: str
-    """The name of the tool that deferred."""
     args: str = "{}"
-    """The call's arguments as raw JSON text, byte-exact as the model produced them."""
     reason: str = ""
-    """The reason the tool gave when it deferred."""
     deadline: datetime | None = None
-    """When an undecided call is denied "expired"; None means the run's `expires_at`."""
     seal: str | None = None
-    """The call's seal when the agent seals pending calls (`Agent(seal_key=...)`): kept so a
-    resume can check that the history still holds the very call that was decided."""
 
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
-    """A run to save: a paused result (`save_pending`) or a finished one (`save_finished`)."""
+    """A run to save (`save_pending` / `save_finished`): `history` is `dumps_history` text,
+    `calls` in emission order, `trace_context` the paused span's `traceparent` ("": none)."""
 
     id: str
-    """The run ID (the paused `Result.run_id`); must be new to the store."""
     agent: str
-    """The registry name of the agent that produced the run."""
     conversation_id: str
-    """The conversation the run belongs to."""
     history: str
-    """The history JSON (`golem.dumps_history(result.messages)`)."""
     calls: tuple[NewCall, ...] = ()
-    """The pending calls in the model's emission order (empty for a finished run)."""
     deps_ref: Any = None
-    """A JSON value from which the registry's deps factory rebuilds the run's deps."""
     started_by: str = ""
-    """The identity that started the run (or `worker:<id>` for a pause saved by a worker)."""
     expires_at: datetime | None = None
-    """Default deadline of the pending calls; None means they never expire."""
     parent_run_id: str | None = None
-    """The run whose resume produced this one (set by `finish` for a paused outcome)."""
     trace_context: str = ""
-    """The W3C `traceparent` of the paused run's span (`Result.trace_context`; "" when the
-    run was not traced): the resume's span links to it (`golem.integrations.otel`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A decision to record on one pending call; build it with the class methods."""
+    """A decision on one pending call (build it with the class methods); `args`: edited
+    arguments of an approval, as JSON object text."""
 
     kind: DecisionKind
-    """Approve, deny or external."""
     reason: str = ""
-    """For a denial: why (shown to the model)."""
     text: str = ""
-    """For an external result: the tool result text, verbatim (may be empty)."""
     args: str | None = None
-    """For an approval with edited arguments: the arguments to run with, as JSON object
-    text (None: run the call as the model asked)."""
 
     def __post_init__(self) -> None:
         if self.args is None:
@@ -455,14 +334,7 @@ class Decision:
 
     @classmethod
     def approve(cls, args: str | dict[str, Any] | None = None) -> Decision:
-        """Approve the call: the tool re-executes on resume.
-
-        `args` (a dict, or JSON object text) approves it with edited arguments: the re-run
-        uses them (after they pass the tool's schema) and the model is told they changed.
-
-        Raises:
-            InvalidDecision: `args` is not a JSON object.
-        """
+        """Approve the call, optionally with edited `args` (`InvalidDecision`: not a JSON object)."""
         return cls(DecisionKind.APPROVE, args=None if args is None else _json_object_text(args))
 
     @classmethod
@@ -486,8 +358,7 @@ class Decision:
 
 
 def _json_object_text(args: str | dict[str, Any]) -> str:
-    """Edited arguments as compact JSON object text (what the store keeps and shows): strict
-    JSON (no NaN or Infinity), UTF-8 text (no lone surrogate), a parser's nesting at most."""
+    """Edited arguments as strict, compact JSON object text (no NaN, no lone surrogate)."""
     if isinstance(args, dict):
         try:
             text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -525,30 +396,16 @@ def _not_json(name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """How a resumed run ended; passed to `Store.finish` (and `Store.save_finished`).
-
-    Build it with `Outcome.completed`, `Outcome.paused` or `Outcome.failed`.
-    """
+    """How a run ended (`Outcome.completed`, `.paused`, `.failed`): `next_run` the new pending
+    run of a pause (None when read back); `refused` the approved calls a retry did not run,
+    each with its reason, which `finish` records as denials."""
 
     status: RunStatus
-    """COMPLETED, PAUSED or FAILED."""
     output: Any = None
-    """For COMPLETED: the final output as a JSON value."""
     error: str = ""
-    """For FAILED: the error text (type and message)."""
     history: str | None = None
-    """The conversation after the run (history JSON), when there is one to show."""
     next_run: NewRun | None = None
-    """For PAUSED: the new pending run (its `parent_run_id` is set by the store).
-
-    None on outcomes read back from the store: see `RunRecord.child_run_id`.
-    """
     refused: Mapping[str, str] = field(default_factory=dict)
-    """For `Store.finish`: approved calls of the run this resume did not execute, each with
-    the reason (a retry of an interrupted run refuses a call that may already have run).
-    `finish` records each as a denial by the worker, audited `decided`, so an approved
-    call of a finished run reads as executed only when it was. Empty when read back.
-    """
 
     @classmethod
     def completed(cls, output: Any, history: str | None = None) -> Outcome:
@@ -569,60 +426,35 @@ class Outcome:
         return cls(RunStatus.FAILED, error=error, history=history)
 
 
-# --------------------------------------------------------------------------- records
-
-
 @dataclass(frozen=True, slots=True)
 class DecisionRecord:
     """A decision recorded on one pending call."""
 
     run_id: str
-    """The run the call belongs to."""
     call_id: str
-    """The decided call."""
     kind: DecisionKind
-    """Approve, deny or external."""
     reason: str
-    """For a denial: the reason ("expired" for expiry denials); "" otherwise."""
     text: str
-    """For an external result: the text; "" otherwise."""
     decided_by: str
-    """The identity that decided ("system:expiry" for expiry denials)."""
     decided_at: datetime
-    """When the decision was recorded (UTC)."""
     args: str | None = None
-    """For an approval with edited arguments: the JSON object text the call runs with (the
-    model's original arguments stay on the call, `PendingCallRecord.args`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PendingCallRecord:
-    """A saved pending call and its decision, if any."""
+    """A saved pending call (`position`: 0-based emission order) and its decision, if any."""
 
     run_id: str
-    """The run the call belongs to."""
     call_id: str
-    """The tool call's ID (a tool sees it as `ctx.call_id`; its idempotency key, unique across
-    conversations, is `ctx.idempotency_key`)."""
     position: int
-    """0-based index in the model's emission order among the run's pending calls."""
     kind: CallKind
-    """Approval or external."""
     tool_name: str
-    """The tool that deferred."""
     args: str
-    """The arguments as raw JSON text, byte-exact."""
     reason: str
-    """The reason the tool gave when it deferred."""
     deadline: datetime | None
-    """When an undecided call is denied "expired" (None: never)."""
     decision: DecisionRecord | None
-    """The decision, or None while undecided."""
     rerun_confirmed_by: str | None = None
-    """Who confirmed that this approved call may run again on a retry of an interrupted run
-    (`Store.retry_interrupted`); None when nobody did."""
     seal: str | None = None
-    """The seal the call carried when it was saved (None: unsealed)."""
 
     @property
     def decided(self) -> bool:
@@ -632,45 +464,26 @@ class PendingCallRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """A stored run with its pending calls and outcome."""
+    """A stored run with its pending calls and outcome (`attempt` grows with each retry)."""
 
     id: str
-    """The run ID."""
     agent: str
-    """The registry name of the agent."""
     conversation_id: str
-    """The conversation it belongs to."""
     status: RunStatus
-    """The current state."""
     history: str
-    """The history JSON saved with the run (the paused evidence, or the finished conversation)."""
     calls: tuple[PendingCallRecord, ...]
-    """Pending calls in emission order (empty for a run saved finished)."""
     deps_ref: Any
-    """The JSON deps reference given when the run was started."""
     started_by: str
-    """The identity that started the run."""
     created_at: datetime
-    """When the run was saved."""
     updated_at: datetime
-    """When the run's state last changed."""
     expires_at: datetime | None
-    """The run's default call deadline (None: never)."""
     parent_run_id: str | None
-    """The run whose resume produced this one."""
     child_run_id: str | None
-    """For a PAUSED run: the new pending run its resume produced."""
     lease_owner: str | None
-    """The worker that claimed the run (kept after it finishes, for the record)."""
     lease_expires_at: datetime | None
-    """When the current (or last) lease runs out."""
     outcome: Outcome | None
-    """How the run ended (None until it is completed, paused, failed or interrupted)."""
     attempt: int = 1
-    """1 for the first resume; each operator retry of an interrupted run adds one."""
     trace_context: str = ""
-    """The W3C `traceparent` of the span of the run that paused ("" when it was not traced);
-    a worker passes it to the resume so the resume's span links to it."""
 
     @property
     def conversation(self) -> str:
@@ -697,48 +510,32 @@ class ClaimedRun:
     """A run claimed by a worker: resume it, then `finish` before `lease_expires_at`."""
 
     run: RunRecord
-    """The run (status RUNNING), every call decided."""
     worker_id: str
-    """The worker holding the lease."""
     lease_expires_at: datetime
-    """When the lease runs out unless renewed (`Store.renew_lease`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One appended state change. IDs increase in commit order across processes."""
+    """One appended state change; IDs increase in commit order. `agent`, `run_status` and
+    `parent_run_id` are the run's when a listing reads them along."""
 
     id: int
-    """Position in the global log (use as the cursor of `changes_since`)."""
     run_id: str
-    """The run that changed."""
     at: datetime
-    """When (UTC)."""
     actor: str
-    """Who: a decider identity, `worker:<id>`, `system:expiry`, `system:sweep`, the starter."""
     action: AuditAction
-    """What happened."""
     detail: dict[str, Any] = field(default_factory=dict)
-    """Action-specific JSON object (call_id, decision, reason, worker_id, error, …)."""
     agent: str | None = field(default=None, compare=False)
-    """The run's agent, where the listing reads it along (`changes_since`); else None."""
     run_status: RunStatus | None = field(default=None, compare=False)
-    """The run's status when the listing was read (not when the entry was written), where
-    the listing reads it along (`changes_since`); else None."""
     parent_run_id: str | None = field(default=None, compare=False)
-    """The run's `parent_run_id`, where the listing reads it along (`changes_since`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class AuditPage:
-    """One page of the audit log, newest first (`Store.audit_page`)."""
+    """One page of the audit log, newest first; `next_before` None when nothing older is left."""
 
     entries: list[AuditEntry]
-    """The matching entries, newest first, each with its `agent`."""
     next_before: int | None
-    """Pass as `before=` for the next (older) page; None when the log has no older entry
-    to look at. A page may hold fewer entries than asked (even none) and still have a next
-    one: it stopped after looking at `scan` entries."""
 
 
 _T = TypeVar("_T")
@@ -746,15 +543,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[_T]):
-    """One page of a keyset-paged listing (`Store.list_pending_calls`, `Store.list_runs_page`).
-
-    Pass `next_cursor` as `after=` to get the following page; it is None on the last page
-    (a page shorter than the limit). Cursors are opaque strings, stable across processes
-    and store instances: a cursor names a position in the order, not an offset, so rows
-    inserted meanwhile before it do not shift the pages after it.
-    """
+    """One page of a keyset-paged listing; pass `next_cursor` as `after=` (None: the last)."""
 
     items: list[_T]
-    """The rows of this page, in the listing's order."""
     next_cursor: str | None
-    """The cursor of the next page, or None when this page is the last."""

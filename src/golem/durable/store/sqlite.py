@@ -1,10 +1,5 @@
-"""`SQLiteStore`: the embedded default store (stdlib `sqlite3`, one file, WAL).
-
-Several processes may share the file. A writer thread runs writing transactions one after
-another (`BEGIN IMMEDIATE`, queued ones grouped into one commit, ADR 0036 and 0043), a reader
-thread the reads; no statement runs on the event loop. Other processes' commits are noticed
-by watching the write-ahead log and polling (ADR 0042).
-"""
+"""`SQLiteStore`: the embedded default store (stdlib `sqlite3`, one WAL file), its
+transactions on a writer and a reader thread (ADR 0036, 0042, 0043)."""
 
 from __future__ import annotations
 
@@ -45,30 +40,32 @@ class _Conn:
         self._stats = stats
         self.trace = trace
         self.nested = False
-        """A batch's transaction is open: each job runs inside it."""
         self.bare = False
-        """The batch's first attempt: jobs run without savepoints (see `_group_commit`)."""
         self.spoiled = False
-        """A job of a bare attempt raised: the attempt must be rolled back and run again."""
         self.broken = False
-        """A job's savepoint could not be rolled back: the batch's transaction must not commit."""
 
-    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def count(self, sql: str, params: Sequence[Any]) -> None:
+        """Count a statement (and trace it, when tracing)."""
         self._stats.statements += 1
         if self.trace is not None:
             self.trace.append((sql, tuple(params)))
+
+    def mark(self, sql: str) -> None:
+        """Run a transaction-control statement (BEGIN, COMMIT, SAVEPOINT …), traced."""
+        self._conn.execute(sql)
+        if self.trace is not None:
+            self.trace.append((sql, ()))
+
+    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self.count(sql, params)
         return self._conn.execute(sql, params).fetchall()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._stats.statements += 1
-        if self.trace is not None:
-            self.trace.append((sql, tuple(params)))
+        self.count(sql, params)
         return self._conn.execute(sql, params).rowcount
 
     def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
-        self._stats.statements += 1
-        if self.trace is not None:
-            self.trace.append((sql, tuple(params)))
+        self.count(sql, params)
         try:
             self._conn.execute(sql, params)
         except sqlite3.IntegrityError as exc:
@@ -85,25 +82,18 @@ class _Conn:
 
 
 _CHECKPOINT_PAGES = 4000
-"""WAL pages after which a commit checkpoints (SQLite's default is 1000)."""
 
 _BATCH_MAX = 32
-"""Write jobs at most that one transaction commits together (group commit)."""
 
 _SAVEPOINT = "golem_job"
 
 _UNIQUE = frozenset({sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY, sqlite3.SQLITE_CONSTRAINT_UNIQUE})
 
 _GONE = frozenset({1032, 1544})
-"""SQLITE_READONLY_DBMOVED and SQLITE_READONLY_DIRECTORY: the file was moved or its
-directory cannot be written; no wait makes the database writable again."""
 
 
 def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
-    """The store's error for a failure SQLite reported, by its result code (never its
-    message): `StoreReadOnly` for a write refused because the database cannot be written
-    just now (a read-only file or mount, or a lock that cannot be taken: SQLITE_READONLY),
-    else a plain `StoreError`."""
+    """`StoreReadOnly` for a write SQLite refused as read-only, else `StoreError`."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF == sqlite3.SQLITE_READONLY and code not in _GONE:
         return StoreReadOnly(f"sqlite ({path}): the database is read-only: {exc}")
@@ -111,27 +101,11 @@ def _store_error(path: Path, exc: sqlite3.Error) -> StoreError:
 
 
 class SQLiteStore(SQLStore):
-    """A `Store` in one SQLite database file, safe for several processes.
+    """A `Store` in one SQLite file, safe for several processes (`:memory:` is refused).
 
-    `SQLiteStore(path)` opens lazily on first use; `await SQLiteStore.open(path)` opens
-    (and creates or migrates the schema) immediately, surfacing errors there.
-
-    Args:
-        path: the database file (created with its schema when missing; its directory must
-            exist). `:memory:` is rejected: no other process or connection could see it.
-        busy_timeout: seconds a writer waits for another process's write lock before the
-            operation fails with `StoreError`.
-        poll_interval: seconds between the change feed's queries for changes made by other
-            processes (only while a worker or event stream waits).
-        watch_interval: seconds between the change feed's looks at the write-ahead log for
-            commits of other processes (one `stat`; a change queries at once), so they
-            wake this process's workers and streams sooner than `poll_interval`. None: no
-            looks, queries every `poll_interval` only.
-
-    Raises:
-        ValueError: `path` is empty or `:memory:`, `busy_timeout` is negative, or
-            `poll_interval` or `watch_interval` is not positive.
-    """
+    `busy_timeout`: seconds a writer waits for another's lock; `poll_interval`: seconds between
+    the feed's queries for other processes' changes; `watch_interval`: seconds between looks at
+    the write-ahead log (None: none)."""
 
     def __init__(
         self,
@@ -151,8 +125,6 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self.stats = Stats()
         self.trace: list[tuple[str, tuple[Any, ...]]] | None = None
-        """When a list before first use: every statement the store runs, with its parameters
-        (benchmarks replay them with raw `sqlite3` to measure the floor)."""
         self._wal_watch = _WalWatch(Path(text + "-wal"))
         self._feed = ChangeFeed(
             self._probe,
@@ -177,23 +149,13 @@ class SQLiteStore(SQLStore):
         poll_interval: float = 0.25,
         watch_interval: float | None = 0.05,
     ) -> SQLiteStore:
-        """Open the database now, creating or migrating its schema.
-
-        Raises:
-            StoreError: the file cannot be opened or its schema is newer than this golem.
-        """
-        store = cls(
+        """Open the database now, creating or migrating its schema."""
+        return await cls(
             path,
             busy_timeout=busy_timeout,
             poll_interval=poll_interval,
             watch_interval=watch_interval,
-        )
-        try:
-            await store.schema_version()
-        except BaseException:
-            await store.close()
-            raise
-        return store
+        )._open_now()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -223,16 +185,11 @@ class SQLiteStore(SQLStore):
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
-            begin = "BEGIN IMMEDIATE" if write else "BEGIN"
-            raw.execute(begin)
+            conn.mark("BEGIN IMMEDIATE" if write else "BEGIN")
             self.stats.transactions += 1
-            if conn.trace is not None:
-                conn.trace.append((begin, ()))
             try:
                 result, tx = self._work(conn, fn, args)
-                raw.execute("COMMIT")
-                if conn.trace is not None:
-                    conn.trace.append(("COMMIT", ()))
+                conn.mark("COMMIT")
             except BaseException:
                 if raw.in_transaction:
                     raw.execute("ROLLBACK")
@@ -269,27 +226,18 @@ class SQLiteStore(SQLStore):
     def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
         """Run `fn` as one job of a group commit: in a savepoint of the batch's transaction,
         rolled back alone if it raises. Its publish waits for the batch's commit."""
-        raw = conn._conn
-        trace = conn.trace
-        raw.execute(f"SAVEPOINT {_SAVEPOINT}")
-        if trace is not None:
-            trace.append((f"SAVEPOINT {_SAVEPOINT}", ()))
+        conn.mark(f"SAVEPOINT {_SAVEPOINT}")
         try:
             result, tx = self._work(conn, fn, args)
-            raw.execute(f"RELEASE {_SAVEPOINT}")
-            if trace is not None:
-                trace.append((f"RELEASE {_SAVEPOINT}", ()))
+            conn.mark(f"RELEASE {_SAVEPOINT}")
         except BaseException:
-            if raw.in_transaction:  # else SQLite rolled the whole batch back: it fails too
+            if conn._conn.in_transaction:  # else SQLite rolled the whole batch back: it fails too
                 try:
-                    raw.execute(f"ROLLBACK TO {_SAVEPOINT}")
-                    raw.execute(f"RELEASE {_SAVEPOINT}")
+                    conn.mark(f"ROLLBACK TO {_SAVEPOINT}")
+                    conn.mark(f"RELEASE {_SAVEPOINT}")
                 except BaseException:
                     conn.broken = True
                     raise
-                if trace is not None:
-                    trace.append((f"ROLLBACK TO {_SAVEPOINT}", ()))
-                    trace.append((f"RELEASE {_SAVEPOINT}", ()))
             raise
         if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
             self._publish(slot, tx, committed=False)
@@ -308,17 +256,8 @@ class SQLiteStore(SQLStore):
             slot.on_loop(functools.partial(feed.publish_threadsafe, ready=tx.ready), tx.last_id)
 
     def _group_commit(self, slot: Slot[_Conn], steps: list[Callable[[], None]]) -> None:
-        """Run queued write jobs (`steps`) in one transaction: one `BEGIN IMMEDIATE … COMMIT`
-        for all. Raises `StoreError` (failing every job of the batch) when the transaction
-        cannot begin or commit, or SQLite rolled it back on its own.
-
-        Optimistic: the first attempt runs the jobs one after another without savepoints
-        (two statements fewer per job). If a job raises, nothing of the attempt has been
-        reported yet, so it is rolled back whole and the batch runs again with a savepoint
-        per job: the failing job is rolled back alone and the others commit. Jobs taken in
-        the first attempt run in the second too, even if their callers were cancelled
-        meanwhile (docs/adr/0043-optimistic-group-commit.md).
-        """
+        """Run queued write jobs in one transaction: first without savepoints, and when one
+        raises, again with a savepoint per job (ADR 0043)."""
         try:
             conn = slot.state or self._connect(slot)
             raw = conn._conn
@@ -329,9 +268,7 @@ class SQLiteStore(SQLStore):
                     self.stats.retried_batches += 1
                     self._attempt(conn, steps, bare=False)
                 conn.nested = False
-                raw.execute("COMMIT")
-                if conn.trace is not None:
-                    conn.trace.append(("COMMIT", ()))
+                conn.mark("COMMIT")
             except BaseException:
                 conn.nested = conn.bare = conn.spoiled = conn.broken = False
                 if raw.in_transaction:
@@ -345,19 +282,15 @@ class SQLiteStore(SQLStore):
         """Begin the batch's transaction and run `steps` in it; False when a job of a bare
         attempt raised (the attempt is rolled back: run it again with savepoints)."""
         raw = conn._conn
-        raw.execute("BEGIN IMMEDIATE")
+        conn.mark("BEGIN IMMEDIATE")
         self.stats.transactions += 1
-        if conn.trace is not None:
-            conn.trace.append(("BEGIN IMMEDIATE", ()))
         conn.nested, conn.bare = True, bare
         for step in steps:
             step()
             if conn.spoiled:
                 conn.spoiled = conn.bare = False
                 if raw.in_transaction:
-                    raw.execute("ROLLBACK")
-                    if conn.trace is not None:
-                        conn.trace.append(("ROLLBACK", ()))
+                    conn.mark("ROLLBACK")
                 return False
             if conn.broken or not raw.in_transaction:
                 raise StoreError(
@@ -415,9 +348,7 @@ class SQLiteStore(SQLStore):
         params = [v for row in rows for v in (*row, row[0])]
         conn = tx.conn
         assert isinstance(conn, _Conn)
-        conn._stats.statements += 1
-        if conn.trace is not None:
-            conn.trace.append((sql, tuple(params)))
+        conn.count(sql, params)
         # `id` is the rowid: a multi-row insert's last row has the highest
         tx.last_id = conn._conn.execute(sql, params).lastrowid or 0
 
@@ -455,33 +386,15 @@ class SQLiteStore(SQLStore):
 
 
 class _WalWatch:
-    """Tells whether any connection may have committed to the database since the last look,
-    from the metadata of its write-ahead log (`<db>-wal`).
-
-    Every commit, by any process, writes its pages to the log, which changes the file's
-    modification time (and its size, until the log starts over after a checkpoint). A look
-    is one `stat`: no statement, no lock, no thread hop, and no open file. Opening one of
-    SQLite's files would not do: closing a descriptor drops every POSIX lock the process
-    holds on that file, SQLite's own included, and another process could then reset the log
-    under one of this process's readers (docs/adr/0042-sqlite-wal-index-watch.md).
-
-    A change is reported at the look that sees it and once more at the next look: the pages
-    reach the log just before the commit becomes visible, so a query run right after the
-    first look may not see it yet. When the log cannot be looked at (not created yet, or
-    removed when the last connection closed), it says "maybe changed" once, then "unchanged"
-    until the file is back: the feed's regular queries cover that time, and two commits
-    within one tick of the file system's clock that leave the log's size unchanged.
-    """
+    """Whether any process may have committed since the last look: one `stat` of the
+    write-ahead log, a change reported twice (ADR 0042)."""
 
     __slots__ = ("_again", "_last", "path")
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._last: tuple[int, int, int] | None = (-1, -1, -1)
-        """The log's (modification time, size, inode) at the last look; None while it
-        cannot be looked at."""
         self._again = False
-        """The last look saw a change: report it once more."""
 
     def changed(self) -> bool:
         """True when the log changed since the last look, or at the look after (always True

@@ -8,13 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from golem.deferred import DeferredRequests, PendingToolCall
-from golem.durable.store import (
-    CallKind,
-    ClaimedRun,
-    DecisionKind,
-    RunRecord,
-)
+from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
+from golem.durable.store import CallKind, ClaimedRun, DecisionKind, RunRecord
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
@@ -24,14 +19,12 @@ from golem.tool import DeferKind
 
 if TYPE_CHECKING:
     from golem.agent import Agent
-    from golem.deferred import DeferredResults
 
 
 RETRY_REFUSAL = (
     "not run again after an interrupted attempt: it may already have run, its tool is not "
     "declared idempotent and no operator confirmed a re-run"
 )
-"""The denial reason of an approved call a retry does not re-execute."""
 
 
 def _idempotent(agent: Agent[Any, Any], tool_name: str) -> bool:
@@ -54,8 +47,7 @@ def refused_calls(run: RunRecord, agent: Agent[Any, Any]) -> dict[str, str]:
 
 
 def deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredResults:
-    from golem.deferred import Approval, DeferredResults
-
+    """The run's decisions as the resume's resolutions (a call a retry refuses is denied)."""
     approvals: dict[str, Approval] = {}
     external: dict[str, str] = {}
     refused = refused_calls(claimed.run, agent)
@@ -63,14 +55,10 @@ def deferred_results(claimed: ClaimedRun, agent: Agent[Any, Any]) -> DeferredRes
         d = call.decision
         if d is None:  # a claimed run has every call decided; keep the gate closed regardless
             approvals[call.call_id] = Approval(False, reason="undecided")
+        elif d.kind is DecisionKind.APPROVE and call.call_id in refused:
+            approvals[call.call_id] = Approval(False, reason=refused[call.call_id])
         elif d.kind is DecisionKind.APPROVE:
-            if call.call_id in refused:
-                approvals[call.call_id] = Approval(False, reason=refused[call.call_id])
-                continue
-            if d.args is not None:
-                approvals[call.call_id] = _edited_approval(Approval, call.call_id, d.args)
-                continue
-            approvals[call.call_id] = Approval(True)
+            approvals[call.call_id] = Approval(True, args=d.args)
         elif d.kind is DecisionKind.DENY:
             approvals[call.call_id] = Approval(False, reason=d.reason)
         else:
@@ -82,22 +70,9 @@ class StoredCallMismatch(Exception):
     """The run's history does not hold the pending calls its approvers decided on."""
 
 
-def _edited_approval(approval: type[Any], call_id: str, args: str) -> Any:
-    if "args" not in getattr(approval, "__dataclass_fields__", {}):
-        raise StoredCallMismatch(
-            f'call "{call_id}" was approved with edited arguments, but this golem cannot '
-            "re-run a call with edited arguments: not resuming with the original ones"
-        )
-    return approval(True, args=args)
-
-
 def _same_args(history_args: str, decided_args: str) -> bool:
-    """Whether the history's argument bytes are the ones the approvers saw.
-
-    Byte equality; the one exception is a history saved before argument bytes were kept
-    exact (golem < 0.2 compacted them on dump), whose args are exactly the compact
-    re-encoding of the decided ones.
-    """
+    """Whether the history's argument bytes are the decided ones (or their compact form,
+    which golem < 0.2 wrote)."""
     if history_args == decided_args:
         return True
     try:
@@ -108,11 +83,7 @@ def _same_args(history_args: str, decided_args: str) -> bool:
 
 
 def latest_calls(messages: Sequence[Message], ids: Collection[str]) -> dict[str, ToolCall]:
-    """The last tool call in the history for each of `ids` (the one a resume resolves).
-
-    Scans from the end and stops once every ID is found: the pending calls of a paused
-    history are in its last turns, so this does not grow with the history's length.
-    """
+    """The last tool call in the history for each of `ids`, scanning back from the end."""
     wanted = set(ids)
     found: dict[str, ToolCall] = {}
     for m in reversed(messages):
@@ -138,14 +109,8 @@ def nested_calls(
 def stored_calls(
     messages: Sequence[Message], ids: Collection[str], conversation_id: str = ""
 ) -> tuple[dict[str, ToolCall], dict[str, SubAgentCall]]:
-    """Each of `ids` as the history holds it, for the checks before a resume.
-
-    A parent's own call is its last tool call with that ID; a paused sub-agent's call
-    (namespaced `<parent call>/<sub call>`) is found in its record and stands in the first
-    map under its namespaced tool name, so name and arguments compare as decided; the
-    second map keeps it as sealed (own ID and name, the sub-run's conversation derived
-    from `conversation_id`, the run's).
-    """
+    """Each of `ids` as the history holds it: the last own call, or a paused sub-agent's call
+    under its namespaced tool name (the second map keeps those as sealed)."""
     latest = latest_calls(messages, ids)
     nested: dict[str, SubAgentCall] = {}
     if len(latest) < len(set(ids)):
@@ -155,13 +120,7 @@ def stored_calls(
 
 
 def check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
-    """Every decided call must be in the history as the approvers saw it (name, arguments).
-
-    `latest` maps each call ID to its last tool call in the history (`latest_calls`).
-
-    Raises:
-        StoredCallMismatch: a call is missing from the history or differs from its record.
-    """
+    """Raise `StoredCallMismatch` unless every decided call is in the history as decided."""
     for call in run.calls:
         tc = latest.get(call.call_id)
         if tc is None:
@@ -186,21 +145,8 @@ def check_seals(
     nested: Mapping[str, SubAgentCall],
     history: Sequence[Message] = (),
 ) -> None:
-    """Every stored pending call must carry a valid seal for its kind (a paused
-    sub-agent's call: as its record holds it, bound to the sub-run's conversation derived
-    from the run's, or — a record stored before ADR 0065 — to the one its record names
-    when the call's recorded seal binds it), and the run's own calls must be in the
-    history's paused batch (its last assistant message with tool calls): an answered
-    call keeps its seal, so one filed as pending from an older turn would run a second
-    time.
-
-    Raises:
-        SealError: a call is unsealed, sealed with an unknown key or tampered with
-            (`SubAgentConversationMismatch`: a sub-agent record sealed for another
-            conversation that no recorded seal binds).
-        StoredCallMismatch: a call was sealed as the other kind than the one it was decided
-            as, or is not in the paused batch.
-    """
+    """Every stored call must carry a valid seal of its kind and the run's own calls be in the
+    paused batch; a sub-agent's call is checked as its record holds it (ADR 0065)."""
     in_batch = paused_batch_ids(history) if history else None
     for call in run.calls:
         tc = latest.get(call.call_id)
@@ -262,16 +208,11 @@ def legacy_expected(
     external: list[PendingToolCall] = []
     for call in run.calls:
         tc = latest.get(call.call_id)
-        group = approvals if call.kind is CallKind.APPROVAL else external
-        group.append(
-            PendingToolCall(
-                call.call_id,
-                call.tool_name,
-                tc.args if tc is not None else call.args,
-                kind=DeferKind.APPROVAL if call.kind is CallKind.APPROVAL else DeferKind.EXTERNAL,
-                seal=call.seal or "",
-            )
+        args = tc.args if tc is not None else call.args
+        approval = call.kind is CallKind.APPROVAL
+        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
+        pending = PendingToolCall(
+            call.call_id, call.tool_name, args, kind=kind, seal=call.seal or ""
         )
+        (approvals if approval else external).append(pending)
     return DeferredRequests(approvals=approvals, external=external)
-
-

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -49,13 +46,11 @@ from golem.messages import dumps_history, loads_history
 from golem.seal import SealKey, SealKeys, as_seal_keys
 
 if TYPE_CHECKING:
-    from golem.agent import Agent
+    pass
 
 log = logging.getLogger("golem.durable.worker")
 
 _CONFIRM_READS = 4
-"""How many times a worker reads a run to learn whether a finish whose answer was lost
-committed (0.05 s, 0.1 s, 0.2 s apart) before it reports the outcome unknown."""
 
 
 class _FailureSpell:
@@ -111,39 +106,16 @@ class SweepReport:
     """What one sweep changed."""
 
     expired: list[str] = field(default_factory=list)
-    """Runs whose overdue calls were denied "expired"."""
     interrupted: list[str] = field(default_factory=list)
-    """Runs marked interrupted because their lease ran out."""
 
 
 class Worker:
-    """Claims ready runs from a store and resumes each one once.
+    """Claims ready runs of the registry's agents from a store and resumes each one once.
 
-    Args:
-        store: the store to claim from.
-        registry: the agents, by the names the runs were saved under. The worker claims
-            only runs of these agents: runs of an agent it does not know stay ready for
-            another worker (a rolling deploy where new agents reach some workers first).
-        worker_id: this worker's identity in leases and the audit log (default
-            `<hostname>:<pid>:<random>`).
-        lease_seconds: how long a claim is held without renewal; the worker renews it
-            every third of that while a resume runs, and before re-executing an approved
-            call proves it still holds the lease. A worker that dies leaves its run
-            `interrupted` once the lease has run out and a sweep has run.
-        sweep_interval: seconds between the expiry / interrupted sweeps that `run_once`
-            and `run_forever` run (0 sweeps on every call).
-        seal_key: the key (or keys) pending calls are sealed with: every stored pending
-            call must carry a valid seal before a resume, and pauses are saved sealed.
-        concurrency: how many runs `run_forever` resumes at once in this process. Each
-            in-flight run has its own lease, heartbeat and fencing; free slots are filled
-            with one batched claim (`Store.claim_ready_many`). Raise it when resumes
-            mostly wait (on a model, an HTTP API); see the approvals-service guide's
-            "Running at scale".
-
-    Raises:
-        ValueError: `lease_seconds` is not above 0, `sweep_interval` is negative, either is
-            not finite or over `MAX_SECONDS`, or `concurrency` is not an integer >= 1.
-    """
+    `lease_seconds`: a claim's lease, renewed every third of it and proved before an approved
+    call re-runs; `sweep_interval`: seconds between the expiry and interrupted sweeps (0: every
+    call); `seal_key`: pending calls must carry valid seals and pauses are saved sealed;
+    `concurrency`: runs `run_forever` resumes at once (ADR 0032). `ValueError` for a bad value."""
 
     def __init__(
         self,
@@ -168,18 +140,10 @@ class Worker:
         self.lease_seconds = float(lease_seconds)
         self.sweep_interval = float(sweep_interval)
         self.seal_keys: SealKeys | None = None if seal_key is None else as_seal_keys(seal_key)
-        """With a key: every stored pending call must carry a valid seal before a resume,
-        and the pauses this worker saves are sealed."""
         self.concurrency = concurrency
-        """How many runs `run_forever` resumes at once."""
         self._last_sweep: float | None = None
         self._clock = clock_of(store)
-        """The store's clock: the claim times and lease arithmetic of this worker."""
         self._unsure_claims: dict[datetime, set[str]] = {}
-        """The times of this worker's claims that raised `StoreError`, each with the runs
-        already taken back from it: a claim whose connection died after its COMMIT was
-        sent may have committed all the same, even later (a server that was frozen, not
-        gone, runs what it had received once it thaws)."""
 
     @property
     def actor(self) -> str:
@@ -200,14 +164,8 @@ class Worker:
             await self.sweep()
 
     async def run_once(self) -> bool:
-        """Sweep when due, then claim one ready run and resume it; False when none was ready.
-
-        The outcome (completed / paused again / failed) is saved with `Store.finish`. A run
-        whose lease is lost meanwhile is abandoned (the resume is cancelled, and no approved
-        call starts after the loss) and left to the interrupted sweep. Runs taken by an
-        earlier claim whose answer was lost (the database connection died after its
-        COMMIT) are resumed first, instead of a new claim.
-        """
+        """Sweep when due, claim one ready run (or one a lost claim took) and resume it; False
+        when none was ready."""
         await self._maybe_sweep()
         claimed = await self._recover_claims() or await self._claim(1)
         if not claimed:
@@ -220,29 +178,11 @@ class Worker:
     async def run_forever(
         self, poll_interval: float = 1.0, stop_event: asyncio.Event | None = None
     ) -> None:
-        """Resume ready runs, up to `concurrency` at once, until stopped.
+        """Resume ready runs, up to `concurrency` at once, until `stop_event` is set.
 
-        While slots are free and runs are ready it claims them (as many as there are free
-        slots, in one batched claim) and resumes each in its own task. When none is ready
-        it sleeps until the store's change feed signals that a run may have become ready
-        (PostgreSQL `NOTIFY` wakes it within milliseconds; SQLite's shared poller within
-        its poll interval), or at most `poll_interval` seconds; when every slot is busy,
-        until a resume finishes. Sweeps run when due. Store errors while sweeping or
-        claiming are logged and retried after `poll_interval`; a resume whose outcome
-        could not be saved is logged and does not affect the others.
-
-        Stopping: once `stop_event` is set no further run is claimed, and this returns
-        when every in-flight resume has finished and saved its outcome — the runs of a
-        claim whose answer was lost count as in flight (a graceful drain;
-        bound it with a timeout around this call if resumes may take long). Cancelling
-        the task instead cancels the in-flight resumes too and returns once they have
-        unwound: each cancelled run keeps its lease until it runs out and is then marked
-        interrupted by a sweep, never resumed again automatically, exactly as a worker
-        that died mid-resume.
-
-        Raises:
-            ValueError: `poll_interval` is not above 0, not finite or over `MAX_SECONDS`.
-        """
+        Waits on the store's change feed (at most `poll_interval` seconds) when nothing is ready;
+        store errors are logged and retried. Stopping drains the in-flight resumes; cancelling
+        cancels them, leaving their runs to the interrupted sweep (ADR 0011)."""
         check_seconds("poll_interval", poll_interval)
         stop = stop_event or asyncio.Event()
         feed = _feed_of(self.store)
@@ -326,11 +266,7 @@ class Worker:
             await asyncio.wait(abandoned)
 
     async def _claim(self, slots: int) -> list[ClaimedRun]:
-        """Claim up to `slots` ready runs of this worker's agents (one transaction).
-
-        The claim's time is chosen here: when the claim raises `StoreError` its outcome is
-        unknown, and that time is how `_recover_claims` finds the runs it may have taken.
-        """
+        """Claim up to `slots` ready runs at a time chosen here, remembered when the claim raises."""
         agents = list(self.registry)
         at = self._clock()
         try:
@@ -347,23 +283,8 @@ class Worker:
             raise
 
     async def _recover_claims(self) -> list[ClaimedRun]:
-        """The runs taken by claims of this worker that raised: resume each of them once.
-
-        A claim whose connection died after its COMMIT was sent may have committed with
-        its answer lost; its runs are then held by this worker, claimed at that claim's
-        time, and were never resumed (nothing of them ran). They are this worker's to
-        resume, as if the answer had come late; otherwise they would sit out their lease
-        and be marked interrupted although no approved call ran (ADR 0045). A server
-        that stopped answering without closing the connection (`StoreTimeout`) may
-        commit such a claim long after it raised, so each claim is looked for at every
-        call until its lease has run out (its runs are the sweep's then), and a run is
-        taken back once. The runs whose lease this worker holds are few (its own in
-        flight), so they are simply listed, histories read for those only. A store that
-        cannot list runs gives every claim up.
-
-        Raises:
-            StoreError: the store could not be read (tried again on the next claim).
-        """
+        """The runs taken by this worker's claims that raised (their answer may have been lost
+        after the COMMIT): each is resumed once, while its lease lasts (ADR 0045)."""
         if not self._unsure_claims:
             return []
         lease = timedelta(seconds=self.lease_seconds)
@@ -465,13 +386,8 @@ class Worker:
 
     @worker_op("finish")
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
-        """Save the outcome; retry transient store errors while the lease is still held.
-
-        An attempt that raised a plain `StoreError` may have committed with its answer lost;
-        a retry then finds the run finished (`LeaseLost`), and the run is read to tell "saved
-        by that attempt" from "lease lost" (ADR 0045). When that read fails too, the log
-        says the outcome is unknown, not that the lease was lost.
-        """
+        """Save the outcome, retrying store errors while the lease lasts; a retry that finds the
+        run finished reads it to tell "saved by a lost attempt" from "lease lost" (ADR 0045)."""
         run_id = lease.run_id
         delay = 0.05
         unsure = False  # an earlier attempt raised: it may have committed
@@ -542,28 +458,23 @@ class Worker:
             entry = registered(self.registry, run.agent)
             deps = await deps_of(entry, run.deps_ref)
             agent = entry.agent
-            extra: dict[str, Any] = {}
-            params = _resume_parameters(type(agent))
-            if "before_approved" in params:  # fencing: prove the lease before each re-run
-                extra["before_approved"] = lease.prove
-            if "run_id" in params:
-                extra["run_id"] = run.id
-            if run.trace_context and "trace_context" in params:  # the resume's span links to it
-                extra["trace_context"] = run.trace_context
             log.info("worker %s resuming run %s", self.worker_id, run.id)
-            if "conversation_id" in params:  # the run's record, not what its history says
-                extra["conversation_id"] = run.conversation_id
             history = loads_history(run.history)
-            ids = [c.call_id for c in run.calls]
-            latest, nested = stored_calls(history, ids, run.conversation_id)
+            latest, nested = stored_calls(
+                history, [c.call_id for c in run.calls], run.conversation_id
+            )
             check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
                 check_seals(run, latest, self.seal_keys, nested, history)
-            legacy = legacy_expected(run, latest, nested)
-            if legacy is not None and "expected" in params:
-                extra["expected"] = legacy
             result = await agent.run_with_deferred_results(
-                history, deferred_results(claimed, agent), deps=deps, **extra
+                history,
+                deferred_results(claimed, agent),
+                deps=deps,
+                run_id=run.id,
+                conversation_id=run.conversation_id,  # the run's record, not its history's
+                expected=legacy_expected(run, latest, nested),
+                before_approved=lease.prove,  # fencing: prove the lease before each re-run
+                trace_context=run.trace_context,  # the resume's span links to the paused one
             )
         except LeaseLost:
             raise
@@ -621,14 +532,8 @@ class _Lease:
         self.deadline = asked + self.worker.lease_seconds
 
     async def prove(self, call: Any = None) -> None:
-        """Before an approved call re-executes: raise `LeaseLost` unless the lease is held.
-
-        Renews first when less than half the lease is left (or it already ran out by the
-        local clock: then the store decides whether it was taken away meanwhile). A
-        renewal failing for want of a database is tried again while the local deadline
-        lasts, so a blip does not fail the run; past it, the `StoreError` is raised and
-        the call does not run.
-        """
+        """Before an approved call re-runs: raise `LeaseLost` unless the lease is held, renewing
+        when less than half is left (a `StoreError` is retried while the local deadline lasts)."""
         if self.lost is not None:
             raise self.lost
         if self.remaining() >= self.worker.lease_seconds / 2:
@@ -652,16 +557,6 @@ class _Lease:
                 delay = min(delay * 2, 1.0)
 
 
-def _resume_parameters(agent_class: type[Agent[Any, Any]]) -> frozenset[str]:
-    """The keyword parameters `run_with_deferred_results` of this agent class accepts."""
-    return _parameters(agent_class.run_with_deferred_results)
-
-
-@functools.cache
-def _parameters(fn: Callable[..., Any]) -> frozenset[str]:
-    return frozenset(inspect.signature(fn).parameters)
-
-
 def _feed_of(store: Store) -> ChangeFeed | None:
     """The store's change feed, or None for a store without one (then the worker polls)."""
     change_feed = getattr(store, "change_feed", None)
@@ -679,5 +574,3 @@ def _inherit_expiry(run: RunRecord, now: datetime) -> datetime | None:
     if run.expires_at is None:
         return None
     return now + (run.expires_at - run.created_at)
-
-

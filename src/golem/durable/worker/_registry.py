@@ -17,30 +17,15 @@ class AgentEntry:
     """One registered agent: the agent, how to rebuild its deps, and a human description."""
 
     agent: Agent[Any, Any]
-    """The agent that starts and resumes the runs saved under this entry's name."""
     deps_factory: Callable[[Any], Any] | None = None
-    """Turns a run's JSON `deps_ref` into the deps passed to the agent (may be async).
-
-    None passes `deps_ref` itself as the deps.
-    """
     description: str = ""
-    """Shown by the service and the CLI."""
 
 
 AgentRegistry = Mapping[str, AgentEntry]
-"""Agent name -> `AgentEntry`; a plain `dict` works."""
 
 
 def load_registry(spec: str) -> AgentRegistry:
-    """Import `module:attribute` and return the registry it names.
-
-    The attribute is a mapping of names to `AgentEntry`, or a zero-argument callable
-    returning one.
-
-    Raises:
-        ValueError: `spec` is not `module:attribute`, or the value is not such a mapping.
-        ImportError / AttributeError: the module or attribute does not exist.
-    """
+    """Import `module:attribute`: a mapping of names to `AgentEntry`, or a callable giving one."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr or module_name.startswith("."):
         raise ValueError(  # a relative module has no package to be relative to
@@ -76,5 +61,3 @@ async def deps_of(entry: AgentEntry, deps_ref: Any) -> Any:
     if inspect.isawaitable(deps):
         deps = await deps
     return deps
-
-

@@ -20,7 +20,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import latest_calls, nested_calls
-from golem.durable.worker._registry import AgentEntry, AgentRegistry, deps_of, registered
+from golem.durable.worker._registry import AgentRegistry, deps_of, registered
 from golem.messages import Message, dumps_history, loads_history
 from golem.records import seal_sub_agent_calls
 from golem.seal import SealKey, seal_pending
@@ -65,13 +65,8 @@ def new_run_from_result(
     parent_run_id: str | None = None,
     seal_key: SealKey | None = None,
 ) -> NewRun:
-    """Describe a `Result` as a `NewRun` to save (with its pending calls when it paused).
-
-    The run ID and conversation ID are the result's; the pending calls keep the model's
-    emission order across both kinds. With `seal_key`, every pending call the agent did
-    not seal itself is sealed (in the saved history and in the calls table). The result's
-    `trace_context` is kept, so the worker's resume span links to the paused run's span.
-    """
+    """Describe a `Result` as a `NewRun` (its pending calls in emission order, sealed with
+    `seal_key` when the agent did not seal them)."""
     calls: list[NewCall] = []
     pending = result.pending
     messages: Sequence[Message] = result.messages
@@ -86,21 +81,11 @@ def new_run_from_result(
                 latest.update((i, s.call) for i, s in nested_calls(messages, kinds).items())
             seals = {i: c.seal for i, c in latest.items() if c.seal}
     if pending is not None:
-        for kind, group in (
-            (CallKind.APPROVAL, pending.approvals),
-            (CallKind.EXTERNAL, pending.external),
-        ):
-            calls.extend(
-                NewCall(
-                    call_id=p.call_id,
-                    kind=kind,
-                    tool_name=p.tool_name,
-                    args=p.args,
-                    reason=p.reason,
-                    seal=seals.get(p.call_id) or p.seal or None,
-                )
-                for p in group
-            )
+        groups = ((CallKind.APPROVAL, pending.approvals), (CallKind.EXTERNAL, pending.external))
+        for kind, group in groups:
+            for p in group:
+                seal = seals.get(p.call_id) or p.seal or None
+                calls.append(NewCall(p.call_id, kind, p.tool_name, p.args, p.reason, seal=seal))
         if len(calls) > 1:
             order = _emission_order(result.messages, [c.call_id for c in calls])
             calls.sort(key=lambda c: order.get(c.call_id, 0))
@@ -119,21 +104,8 @@ def new_run_from_result(
 
 
 def _emission_order(messages: Sequence[Message], ids: Collection[str]) -> dict[str, int]:
-    """A sort key (negative, increasing in emission order) for the last call of each of `ids`.
-
-    Scans from the end and stops once every ID is found (pending calls are in the last turns).
-    """
-    wanted = set(ids)
-    order: dict[str, int] = {}
-    position = 0
-    for m in reversed(messages):
-        for c in reversed(m.tool_calls):
-            position -= 1
-            if c.id in wanted and c.id not in order:
-                order[c.id] = position
-        if len(order) == len(wanted):
-            break
-    return order
+    """A sort key (negative, in emission order) for the last call of each of `ids`."""
+    return {call_id: -i for i, call_id in enumerate(latest_calls(messages, ids), 1)}
 
 
 def _expires_at(expires_in: float | timedelta | None, now: datetime) -> datetime | None:
@@ -159,28 +131,12 @@ async def start_run(
     seal_key: SealKey | None = None,
     run_id: str | None = None,
 ) -> RunRecord:
-    """Run the agent once in-process and save the outcome; return the saved run.
+    """Run the agent once in-process and save the outcome (pending, completed or failed).
 
-    A pause is saved as a PENDING run whose calls expire `expires_in` (seconds or a
-    timedelta) from now (None: never); a final answer as a COMPLETED run; a run error as a
-    FAILED run with the partial conversation. The deps are `deps_factory(deps_ref)`.
-    With `seal_key` (the workers' key), the store seals every pending call it saves.
-
-    `run_id` makes starting idempotent: the caller picks the run's ID (a UUID, say) and
-    sends the same one again when a start failed with `StoreError` and it cannot know
-    whether the run was saved (the database went away after the commit). If a run with
-    that ID exists — same agent, same `started_by`, same prompt — it is returned as is,
-    and the agent does not run again; otherwise the agent runs and the run is saved under
-    that ID. Two starts with one ID at once save one run; both return it. Without
-    `run_id` every call starts a new run (ADR 0058).
-
-    Raises:
-        KeyError: `agent_name` is not in the registry.
-        ValueError: `expires_in` is not above 0, not finite or over `MAX_SECONDS`; `run_id`
-            is empty or longer than 200 characters; a run with `run_id` exists for another
-            agent, starter or prompt.
-        StoreError: the store could not save (or, with `run_id`, look up) the run.
-    """
+    Pending calls expire `expires_in` from now (None: never); with `seal_key` they are sealed.
+    A `run_id` makes the start idempotent: a run saved under it by the same agent, starter and
+    prompt is returned as is (ADR 0058). Raises `KeyError` (unknown agent), `ValueError`,
+    `StoreError`."""
     entry = registered(registry, agent_name)
     expires_at = _expires_at(expires_in, clock_of(store)())
     if run_id is not None:
@@ -190,87 +146,51 @@ async def start_run(
         if existing is not None:
             return existing
     deps = await deps_of(entry, deps_ref)
-    key = run_id
-
-    async def save(run: NewRun, outcome: Outcome | None = None) -> RunRecord:
-        try:
-            if outcome is None:
-                return await store.save_pending(run)
-            return await store.save_finished(run, outcome)
-        except ValueError:
-            if key is None:
-                raise
-            existing = await _started(store, key, agent_name, started_by, prompt)
-            if existing is None:  # not a run saved meanwhile under this ID: a real problem
-                raise
-            return existing  # another start with this ID saved it first
-
-    run_id = key or new_id()
-    run, outcome = await _run_once(
-        entry,
-        agent_name,
-        prompt,
-        deps,
-        run_id,
-        deps_ref=deps_ref,
-        started_by=started_by,
-        expires_at=expires_at,
-        seal_key=seal_key,
-    )
-    return await save(run, outcome)
-
-
-async def _run_once(
-    entry: AgentEntry,
-    agent_name: str,
-    prompt: str,
-    deps: Any,
-    run_id: str,
-    *,
-    deps_ref: Any,
-    started_by: str,
-    expires_at: datetime | None,
-    seal_key: SealKey | None,
-) -> tuple[NewRun, Outcome | None]:
-    """Run the agent once: the run to save and its outcome (None: a pause, saved pending)."""
+    outcome: Outcome | None = None  # None: a pause, saved pending
+    rid = run_id or new_id()
     try:
-        result = await entry.agent.run(prompt, deps=deps, run_id=run_id)
+        result = await entry.agent.run(prompt, deps=deps, run_id=rid)
     except Exception as exc:
         history = partial_history(exc) or "[]"
-        failed = NewRun(
-            id=run_id,
-            agent=agent_name,
-            conversation_id=_conversation_of(history) or new_id(),
-            history=history,
+        conversation = _conversation_of(history) or new_id()
+        run = NewRun(
+            rid, agent_name, conversation, history, deps_ref=deps_ref, started_by=started_by
+        )
+        outcome = Outcome.failed(error_text(exc), history)
+    else:
+        run = new_run_from_result(
+            result,
+            agent_name,
             deps_ref=deps_ref,
             started_by=started_by,
+            expires_at=expires_at,
+            seal_key=seal_key,
         )
-        return failed, Outcome.failed(error_text(exc), history)
-    new = new_run_from_result(
-        result,
-        agent_name,
-        deps_ref=deps_ref,
-        started_by=started_by,
-        expires_at=expires_at,
-        seal_key=seal_key,
-    )
-    if result.pending is not None:
-        problem = duplicate_calls(new)
-        if problem is not None:  # never resumable: save it failed, with its history, audited
-            return replace(new, calls=(), expires_at=None), Outcome.failed(problem, new.history)
-        return new, None
-    return new, Outcome.completed(jsonable(result.output), new.history)
+        problem = None if result.pending is None else duplicate_calls(run)
+        if result.pending is None:
+            outcome = Outcome.completed(jsonable(result.output), run.history)
+        elif problem is not None:  # never resumable: saved failed, with its history, audited
+            run, outcome = (
+                replace(run, calls=(), expires_at=None),
+                Outcome.failed(problem, run.history),
+            )
+    try:
+        if outcome is None:
+            return await store.save_pending(run)
+        return await store.save_finished(run, outcome)
+    except ValueError:
+        if run_id is None:
+            raise
+        existing = await _started(store, run_id, agent_name, started_by, prompt)
+        if existing is None:  # not a run saved meanwhile under this ID: a real problem
+            raise
+        return existing  # another start with this ID saved it first
 
 
 async def _started(
     store: Store, run_id: str, agent_name: str, started_by: str, prompt: str
 ) -> RunRecord | None:
-    """The run an earlier start with `run_id` saved, or None when there is none.
-
-    Raises:
-        ValueError: the run exists, started for another agent, by someone else or with
-            another prompt (the ID was reused for a different start).
-    """
+    """The run an earlier start with `run_id` saved, or None (`ValueError`: started differently)."""
     try:
         run = await store.get_run(run_id)
     except RunNotFound:
@@ -317,4 +237,3 @@ def clock_of(store: Store) -> Callable[[], datetime]:
     this machine's for a store without one."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else utc_now
-
