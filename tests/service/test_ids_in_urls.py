@@ -386,7 +386,16 @@ async def _save_deploy(store: Store, run_id: str, call_id: str) -> None:
 
 @pytest.mark.parametrize(
     "call_id",
-    ["two\nlines", "cr\r\nlf", "tab\tbed", "a/b/../c", "%2e%2e", "<script>", "\u202eexe"],
+    [
+        "two\nlines",
+        "cr\r\nlf",
+        "tab\tbed",
+        "a/b/../c",
+        "tools/deploy:1",
+        "%2e%2e",
+        "<script>",
+        "\u202eexe",
+    ],
 )
 async def test_a_call_id_with_any_character_is_decidable(
     store: Store, client: httpx.AsyncClient, call_id: str
