@@ -60,6 +60,7 @@ async def test_every_answer_of_every_route_carries_the_security_headers_and_no_s
     )
     answers["logout"] = await client.post("/logout", data={"csrf": csrf})
     assert answers["logout"].status_code == 303
+    assert "default-src 'none'" in answers["/api/health"].headers["content-security-policy"]
     for where, res in answers.items():
         _check_headers(res, where)
 
