@@ -83,6 +83,7 @@ bench: $(STAMP_DEV)
 	$(BIN)/python bench/history_scaling.py
 	$(BIN)/python bench/provider_overhead.py
 	$(BIN)/python bench/store_throughput.py
+	$(BIN)/python bench/hidden_run_statements.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -20,7 +20,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 
 from golem.durable.store import CallKind, NewCall, NewRun, RunStatus
 from golem.durable.store.sqlite import SQLiteStore

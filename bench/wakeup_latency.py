@@ -157,8 +157,7 @@ def bench(label: str, target: dict[str, Any], samples: int) -> None:
     p50 = statistics.median(lat) * 1e3
     p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))] * 1e3
     print(
-        f"  {label:<38} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms   max {lat[-1] * 1e3:7.1f} ms"
-        + idle
+        f"  {label:<38} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms   max {lat[-1] * 1e3:7.1f} ms" + idle
     )
 
 

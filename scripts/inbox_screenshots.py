@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from tests.service._server import serve  # noqa: E402
-from tests.service.agents import build_registry  # noqa: E402
-from tests.service.browser._queue import seed  # noqa: E402
+from tests.support.agents import build_registry  # noqa: E402
+from tests.support.inbox_queue import seed  # noqa: E402
+from tests.support.service import serve  # noqa: E402
 
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app  # noqa: E402
 

@@ -187,7 +187,7 @@ def _worker_database(config: pytest.Config, worker: str) -> None:
 
 
 HEAVY_FIRST = (
-    "tests/test_mcp.py",
+    "tests/integrations/test_mcp.py",
     "tests/service/test_api_fuzz.py",
     "tests/test_examples.py",
     "tests/test_docs.py",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,33 +12,9 @@ from starlette.applications import Starlette
 
 from golem.durable.store import Store
 from golem.durable.store.sqlite import SQLiteStore
-from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service.agents import build_registry
-
-TOKENS = {
-    "alice": "tok-alice",  # may do everything
-    "olga": "tok-olga",  # agents twin + echo only
-    "tess": "tok-tess",  # tool lookup only
-    "vic": "tok-vic",  # may not start runs
-}
-
-
-def make_auth() -> AuthConfig:
-    """The approvers every service test uses."""
-    return AuthConfig(
-        tokens={
-            TOKENS["alice"]: Approver("alice"),
-            TOKENS["olga"]: Approver("olga", agents=frozenset({"twin", "echo"})),
-            TOKENS["tess"]: Approver("tess", tools=frozenset({"lookup"})),
-            TOKENS["vic"]: Approver("vic", can_start=False),
-        },
-        secret=b"test-secret-that-is-32-bytes-long",
-    )
-
-
-def bearer(who: str) -> dict[str, str]:
-    """The Authorization header of a test approver."""
-    return {"Authorization": f"Bearer {TOKENS[who]}"}
+from golem.service import AuthConfig, ServiceSettings, create_app
+from tests.support.agents import build_registry
+from tests.support.service import StartRun, bearer, make_auth
 
 
 @pytest.fixture
@@ -77,9 +53,6 @@ async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         yield c
-
-
-StartRun = Callable[..., Awaitable[dict[str, Any]]]
 
 
 @pytest.fixture

@@ -41,9 +41,9 @@ from schemathesis.python import asgi as schemathesis_asgi
 from golem.durable.store import Store, open_store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import build_registry
-from tests.service.conftest import TOKENS, bearer, make_auth
 from tests.support.durable.backends import backend_for
+from tests.support.agents import build_registry
+from tests.support.service import TOKENS, bearer, make_auth
 
 EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))
 """Examples per operation (CI's budget; raise it for a deep run)."""
@@ -135,15 +135,17 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
     assert alice is not None
     stream_token, _ = auth.issue_stream_token(alice)
     session = auth.issue_session(alice)
-    app = create_app(ServiceSettings(
-        build_registry(),
-        url,
-        auth=auth,
-        undo_seconds=0,  # an inbox decision is recorded at once, as the API's is
-        stream_poll_interval=0.02,
-        stream_heartbeat=0.05,
-        token_failures_per_minute=10**9,  # the stranger pass sends wrong tokens by the hundred
-    ))
+    app = create_app(
+        ServiceSettings(
+            build_registry(),
+            url,
+            auth=auth,
+            undo_seconds=0,  # an inbox decision is recorded at once, as the API's is
+            stream_poll_interval=0.02,
+            stream_heartbeat=0.05,
+            token_failures_per_minute=10**9,  # the stranger pass sends wrong tokens by the hundred
+        )
+    )
     config = schemathesis.Config.from_dict(
         {
             **({} if SEED is None else {"seed": int(SEED)}),
@@ -168,9 +170,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                     {
                         "include-operation-id": op,
                         "checks": {
-                            "positive_data_acceptance": {
-                                "expected-statuses": [*POSITIVE_OK, "422"]
-                            }
+                            "positive_data_acceptance": {"expected-statuses": [*POSITIVE_OK, "422"]}
                         },
                     }
                     for op in (
@@ -187,9 +187,7 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                     {
                         "include-operation-id": op,
                         "checks": {
-                            "positive_data_acceptance": {
-                                "expected-statuses": [*POSITIVE_OK, "400"]
-                            }
+                            "positive_data_acceptance": {"expected-statuses": [*POSITIVE_OK, "400"]}
                         },
                     }
                     for op in ("listAudit", "auditPage")
@@ -201,12 +199,14 @@ def fuzz_schema(url: str, seeded: Seeded) -> Any:
                 "deterministic": SEED is None,
                 "database": "none",
                 # No string the service takes may hold NUL (no store can keep it): refused
-                # with 400 in a URL, 422 in a body; tests/service/test_bad_input.py pins it.
+                # with 400 in a URL, 422 in a body; tests/service/test_hostile_api.py pins it.
                 "allow-x00": False,
             },
         }
     )
-    schema = schemathesis.openapi.from_asgi("/api/openapi.json", app, config=config, headers=bearer("alice"))
+    schema = schemathesis.openapi.from_asgi(
+        "/api/openapi.json", app, config=config, headers=bearer("alice")
+    )
     FORM_CSRF[id(app)] = auth.csrf_token(session)
 
     real_runs = st.sampled_from(seeded.runs)
@@ -306,7 +306,9 @@ def test_no_operation_serves_a_stranger(case: Any) -> None:
         return  # Schemathesis' wrong-method probes: 405 before any credential is read
     sent = case.as_transport_kwargs()
     params = {k: v for k, v in (sent.get("params") or {}).items() if k != "stream_token"}
-    plain = {k: v for k, v in sent["headers"].items() if k.lower() not in ("authorization", "cookie")}
+    plain = {
+        k: v for k, v in sent["headers"].items() if k.lower() not in ("authorization", "cookie")
+    }
     sent.pop("cookies", None)
     with schemathesis_asgi.get_client(case.operation.schema.app) as client:
         for who, headers in STRANGERS.items():

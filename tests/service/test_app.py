@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from golem.durable.store import Store
 from golem.service import ServiceSettings, create_app
-from tests.service.conftest import bearer, make_auth
+from tests.support.service import bearer, make_auth
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_the_in_process_worker_resumes_approved_runs(registry: Any, tmp_path: Pa
 async def test_error_pages_are_html_for_browsers_and_json_for_the_api(
     registry: Any, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.service.conftest import TOKENS
+    from tests.support.service import TOKENS
 
     async def explode(**kw: Any) -> Any:
         raise RuntimeError("boom")

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from golem.service import Approver, AuthConfig
-from golem.service.auth import _token_digest
 
 
 def test_approver_restrictions() -> None:
@@ -25,6 +24,10 @@ def test_approver_restrictions() -> None:
     assert not scoped.may_decide("ops", "delete")
     assert not scoped.may_decide("billing", "restart")
     assert not scoped.may_start("ops")
+    viewer = Approver("val", tools=frozenset())  # sees every run, decides no call
+    assert viewer.may_see("ops")
+    assert viewer.may_start("ops")
+    assert not viewer.may_decide("ops", "restart")
 
 
 def test_approver_needs_an_identity() -> None:
@@ -42,7 +45,7 @@ def test_tokens_are_looked_up_by_digest() -> None:
     assert auth.authenticate("other") is None
     cred = auth.from_authorization("Bearer plain")
     assert cred is not None
-    assert cred.digest == _token_digest("plain")
+    assert cred.digest == hashlib.sha256(b"plain").hexdigest()
     assert auth.from_authorization("bearer   plain").approver.identity == "a"  # type: ignore[union-attr]
     assert auth.from_authorization("Basic plain") is None
     assert auth.from_authorization(None) is None
@@ -213,3 +216,42 @@ def test_a_revoked_session_is_refused_even_when_replayed() -> None:
     assert auth.expiry(one) is None
     assert auth.verify_session(two) == cred  # other sessions of the same token live on
     assert not auth.revoke_session("garbage")
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [
+        ("ivan", "\u0438\u0432\u0430\u043d"),
+        ("alice", "bob"),
+        ("\u7530\u4e2d", "tanaka"),
+        # operator configuration, not attacker input: look-alikes of other scripts are the
+        # operator's choice (ADR 0080)
+        ("alice", "\u0430lice"),
+    ],
+)
+def test_identities_that_are_distinct_names_are_kept(one: str, two: str) -> None:
+    config = AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    assert config.authenticate("t2") is not None
+
+
+@pytest.mark.parametrize(
+    "identity", ["ali\u202ece", "al\u200bice", "alice\x1b[2K", "alice\nbob", "\u2066alice"]
+)
+def test_an_identity_with_hidden_characters_is_refused(identity: str) -> None:
+    # Found: an identity is recorded as decided_by and shown in the audit log, its CSV and
+    # the webhooks; a bidi override or zero-width character let it read as another's.
+    with pytest.raises(ValueError, match="invisible"):
+        Approver(identity)
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [("alice", "Alice"), ("zo\u00eb", "zoe\u0308"), ("\uff41lice", "alice")],
+)
+def test_identities_that_differ_only_in_case_or_unicode_form_are_refused(
+    one: str, two: str
+) -> None:
+    with pytest.raises(ValueError, match="differ only"):
+        AuthConfig(tokens={"t1": Approver(one), "t2": Approver(two)}, secret=b"s" * 32)
+    # one identity behind two tokens stays allowed
+    AuthConfig(tokens={"t1": Approver(one), "t2": Approver(one)}, secret=b"s" * 32)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 import unicodedata
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem._display import reveal, reveal_parts
 from golem.durable.store import open_store
 from golem.durable.worker import start_run
-from tests.service.agents import build_registry
+from golem.service.views import WORD_CHUNK, reveal_html
+from tests.support.agents import build_registry
 from tests.support.cli import golem
 
 TRICK = "rm -rf /home/\u202egpj.exe \x1b[2J\x1b]0;pwned\x07 zero\u200bwidth"
@@ -58,3 +61,17 @@ def test_the_cli_never_prints_hidden_characters_or_escapes(tmp_path: Path) -> No
             assert hidden not in out, args
         assert "U+202E RLO" in out, args
         assert "U+001B ESC" in out, args
+
+
+@settings(deadline=None)
+@given(st.text(alphabet=st.sampled_from("aé\u0301 \n<&>\u202e\u200d-x"), max_size=400))
+def test_reveal_html_breaks_long_words_and_keeps_the_text(text: str) -> None:
+    # A 20,000-letter word in wrapping text took Chromium seconds per occurrence to lay
+    # out at phone width (a run page: 20-30 s, test_hostile_text_browser); reveal_html
+    # puts a <wbr> in every WORD_CHUNK letters. What it shows is the same text.
+    out = str(reveal_html(text))
+    assert html.unescape(re.sub(r"<[^>]*>", "", out)) == reveal(text)
+    for piece in re.split(r"<wbr>|<[^>]*>", out):
+        for word in html.unescape(piece).split():
+            letters = [c for c in word if unicodedata.category(c)[0] != "M" and c != "\u200d"]
+            assert len(letters) <= WORD_CHUNK, word

@@ -14,15 +14,21 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem.durable.store import Decision, Store
-from golem.durable.worker import start_run
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, Store
 from golem.service import ServiceSettings, create_app
 from golem.service.positions import read_position
-from tests.service._server import serve
-from tests.service.conftest import TOKENS, StartRun, bearer, make_auth
-from tests.support.service import WAIT, open_stream
+from tests.support.service import (
+    TOKENS,
+    WAIT,
+    StartRun,
+    bearer,
+    make_auth,
+    open_stream,
+    serve,
+)
 
 pytestmark = pytest.mark.loop
+
 
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
@@ -68,20 +74,6 @@ async def test_the_stream_resumes_after_a_cursor(
         assert (await s.next("change")).json()["run_id"] == second["id"]
 
 
-async def test_changes_the_caller_may_not_see_are_left_out(
-    app: Starlette, store: Store, registry: Any
-) -> None:
-    # A hidden change used to send a bare `id:` line moving Last-Event-ID past it, which
-    # told the caller that something it may not see happened (ADR 0073): now nothing is sent.
-    async with open_stream(app, headers=bearer("olga")) as stream:
-        await stream.next("hello")
-        await start_run(store, registry, "mixed", "m", started_by="alice")
-        visible = await start_run(store, registry, "twin", "t", started_by="alice")
-        change = await stream.next()
-        assert change.event == "change"
-        assert change.json()["run_id"] == visible.id
-
-
 async def test_the_stream_accepts_a_stream_token(
     app: Starlette, client: httpx.AsyncClient, start: StartRun
 ) -> None:
@@ -115,13 +107,6 @@ async def test_the_stream_refuses_missing_or_stale_credentials(
     session = auth.issue_session(cred)
     res = await client.get("/api/events", params={"stream_token": session})
     assert res.status_code == 401  # a session value is not a stream token
-
-
-@pytest.mark.parametrize("cursor", ["abc", "-1"])
-async def test_a_bad_cursor_is_422(client: httpx.AsyncClient, cursor: str) -> None:
-    res = await client.get("/api/events", params={"cursor": cursor}, headers=bearer("alice"))
-    assert res.status_code == 422
-    assert res.json()["error"]["code"] == "invalid_request"
 
 
 async def test_an_idle_stream_sends_keep_alive_comments(registry: Any, store: Store) -> None:
@@ -175,3 +160,39 @@ async def test_a_cursor_written_as_an_integral_decimal_is_read(
     async with open_stream(app, headers=bearer("alice"), query="cursor=1.0") as stream:
         assert stream.status == 200
         assert unseal(app, (await stream.next("hello")).json()["cursor"]) == 1
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "line\nevent: change\ndata: {}\n\n",
+        "cr\r\rid: 999\r\n",
+        "nel\x85event: end",
+        "ls\u2028event: end\u2029data: x",
+        "vt\x0bff\x0cfs\x1c",
+    ],
+)
+async def test_model_text_cannot_forge_a_line_of_the_stream(
+    app: Starlette, store: Store, hostile: str
+) -> None:
+    # Found (defence in depth): data was JSON with raw non-ASCII, so U+0085, U+2028 and
+    # U+2029 went out as they were; a client that splits lines like `str.splitlines`
+    # (several Python SSE clients do) read a forged `event:` line.
+    await store.save_pending(
+        NewRun(
+            id="run-" + hostile,
+            agent="twin",
+            conversation_id=hostile,
+            history="[]",
+            calls=(NewCall(hostile, CallKind.APPROVAL, hostile, json.dumps({hostile: hostile})),),
+            started_by=hostile,
+        )
+    )
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
+        change = await stream.next("change")
+        assert change.json()["run_id"] == "run-" + hostile  # the text arrives intact
+        assert change.json()["actor"] == hostile
+        # ASCII only, so no character of it ends a line for any client
+        assert change.data.isascii()
+        assert change.data.splitlines() == [change.data]
+        assert change.id == "1"

@@ -9,8 +9,7 @@ import httpx
 import pytest
 
 from golem.durable.store import Store
-from tests.service.conftest import TOKENS, StartRun
-from tests.support.service import interrupt, inventory, sign_in
+from tests.support.service import TOKENS, StartRun, interrupt, inventory, sign_in
 
 EVIL = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
 
@@ -46,14 +45,6 @@ async def test_login_with_a_wrong_token_is_401(client: httpx.AsyncClient) -> Non
     assert res.status_code == 401
     assert "not valid" in res.text
     assert "set-cookie" not in res.headers
-
-
-@pytest.mark.parametrize(
-    "target", ["//evil.example/x", "https://evil.example/", "\\\\evil", "javascript:alert(1)"]
-)
-async def test_login_never_redirects_off_site(client: httpx.AsyncClient, target: str) -> None:
-    res = await client.post("/login", data={"token": TOKENS["alice"], "next": target})
-    assert res.headers["location"] == "/"
 
 
 async def test_login_form_must_be_urlencoded(client: httpx.AsyncClient) -> None:

@@ -11,8 +11,7 @@ from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service.pages import PAGE_RUNS
 from golem.service.schemas import MAX_LIST_LIMIT
-from tests.service.conftest import bearer
-from tests.support.service import sign_in
+from tests.support.service import bearer, sign_in
 
 N = 10_000
 
@@ -41,7 +40,7 @@ async def test_the_first_page_of_10000_pending_runs_holds_the_oldest(
     tmp_path: Path, registry: object, monkeypatch: object
 ) -> None:
     from golem.service import ServiceSettings, create_app
-    from tests.service.conftest import make_auth
+    from tests.support.service import make_auth
 
     path = await _seed(tmp_path)
     store: Store = await SQLiteStore.open(path)

@@ -13,19 +13,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from golem import Message, dumps_history
 from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
-from golem.service.notify import Notifier, Webhook, _slack_message, sign
-from tests.service._server import serve
-from tests.service.agents import build_registry
-from tests.service.conftest import bearer, make_auth
+from golem.service.notify import Notifier, Webhook, sign
+from tests.support.agents import build_registry
 from tests.support.notify import Receiver
+from tests.support.service import bearer, make_auth, serve
 
 SECRET = b"webhook-secret"
-
-
-
 
 
 @pytest.fixture
@@ -138,22 +135,31 @@ async def test_ended_runs_expiring_calls_agents_and_events(
     await n.close()
 
 
-def test_slack_messages_escape_model_text() -> None:
-    body = {
-        "event": "run.paused",
-        "title": "<!channel> & <https://evil|click>",
-        "agent": "ops",
-        "run_id": "r",
-        "status": "pending",
-        "url": "https://inbox.example/runs/r",
-        "calls": [{"tool_name": "deploy<x>"}],
-    }
-    msg = _slack_message(body)
-    text = msg["blocks"][0]["text"]["text"]
+async def test_slack_messages_escape_model_text_and_show_hidden_characters(
+    store: Store, receiver: Receiver
+) -> None:
+    # a bidi override or zero-width character read as other words in the channel; the
+    # JSON payload keeps the text as it is
+    n = _notifier(store, Webhook.parse(f"slack+{receiver.url}/slack"))
+    cursor = await store.last_change_id()
+    title = "<!channel> & <https://evil|click> to staging\u202e\u200bnoitcudorp"
+    calls = (NewCall("c1", CallKind.APPROVAL, "deploy<x>", "{}"),)
+    history = dumps_history([Message("user", title)])
+    await store.save_pending(
+        NewRun(id="r", agent="ops\u2066", conversation_id="c", history=history, calls=calls)
+    )
+    await n.step(cursor)
+    (got,) = await receiver.wait_for(1)
+    msg = json.loads(got["body"])
+    text = msg["blocks"][0]["text"]["text"] + msg["text"]
     assert "<!channel>" not in text
     assert "&lt;!channel&gt; &amp; &lt;https://evil|click&gt;" in text
     assert "<https://inbox.example/runs/r|" in text
     assert "deploy&lt;x&gt;" in text
+    assert not any(ch in text for ch in "\u202e\u200b\u2066")
+    for name in ("U+202E RLO", "U+200B ZWSP", "U+2066 LRI"):
+        assert name in text
+    await n.close()
 
 
 def test_webhook_specs_and_validation() -> None:

@@ -110,13 +110,35 @@ def test_every_api_error_status_is_documented_with_the_error_schema() -> None:
     doc = document()
     decide = doc["paths"]["/api/runs/{run_id}/calls/{call_id}/decision"]["post"]["responses"]
     assert set(decide) == {
-        "200", "400", "401", "403", "404", "408", "409", "413", "422", "429", "503"
+        "200",
+        "400",
+        "401",
+        "403",
+        "404",
+        "408",
+        "409",
+        "413",
+        "422",
+        "429",
+        "503",
     }
     for status in ("400", "401", "403", "404", "408", "409", "413", "422", "503"):
         schema = decide[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/ErrorBody"}
     start = doc["paths"]["/api/runs"]["post"]["responses"]
-    assert set(start) == {"200", "201", "400", "401", "403", "408", "409", "413", "422", "429", "503"}
+    assert set(start) == {
+        "200",
+        "201",
+        "400",
+        "401",
+        "403",
+        "408",
+        "409",
+        "413",
+        "422",
+        "429",
+        "503",
+    }
 
 
 def test_every_handler_has_an_operation() -> None:

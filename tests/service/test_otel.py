@@ -21,7 +21,7 @@ from starlette.routing import Route
 from golem.integrations import otel
 from golem.service.app import ROUTES, _TraceRequests
 from tests.otel_support import memory_provider
-from tests.service.conftest import bearer
+from tests.support.service import bearer
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

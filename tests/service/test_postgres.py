@@ -14,9 +14,8 @@ from starlette.testclient import TestClient
 from golem.durable.store import Decision, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
-from tests.service.conftest import bearer, make_auth
 from tests.support.durable.backends import Backend, backend_for
-from tests.support.service import open_stream
+from tests.support.service import bearer, make_auth, open_stream
 
 pytestmark = pytest.mark.postgres
 

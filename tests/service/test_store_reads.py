@@ -15,8 +15,7 @@ from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
 from golem.service.notify import Notifier, Webhook
 from golem.service.positions import read_position
-from tests.service.conftest import bearer, make_auth
-from tests.support.service import open_stream, sign_in
+from tests.support.service import bearer, make_auth, open_stream, sign_in
 
 
 class Counting:

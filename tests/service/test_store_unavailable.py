@@ -8,10 +8,13 @@ still answers 500.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 
 from golem.durable.store import (
     RunNotInterrupted,
@@ -24,9 +27,17 @@ from golem.durable.store import (
 from golem.durable.store.postgres import PostgresStore
 from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import build_registry
-from tests.service.conftest import StartRun, bearer, make_auth
-from tests.support.service import fail_every_call, sign_in
+from tests.support.agents import build_registry
+from tests.support.service import (
+    TOKENS,
+    WAIT,
+    StartRun,
+    bearer,
+    fail_every_call,
+    make_auth,
+    open_stream,
+    sign_in,
+)
 
 
 def assert_unavailable(res: httpx.Response) -> None:
@@ -59,7 +70,9 @@ async def test_the_api_answers_503_while_the_store_is_away(
             json={"decision": "approve"},
             headers=bearer("alice"),
         ),
-        await client.post("/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")),
+        await client.post(
+            "/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")
+        ),
     ]:
         assert_unavailable(res)
         assert res.json()["error"]["code"] == "store_unavailable"
@@ -122,3 +135,69 @@ async def test_a_database_that_refuses_connections_is_a_503(
     res = await down_client.get("/api/calls", headers=bearer("alice"))
     assert_unavailable(res)
     assert res.json()["error"]["code"] == "store_unavailable"
+
+
+async def test_a_stream_from_a_cursor_while_the_store_is_away_is_a_503(
+    app: Starlette, store: Store, start: StartRun
+) -> None:
+    # Found: with ?cursor= (or Last-Event-ID, as every reconnect sends) the stream read
+    # nothing before its 200: the first read then failed inside the response, which
+    # Starlette can no longer answer ("response already started"): the connection dropped
+    # with a server error in the log.
+    await start("twin")
+    fail_every_call(store, StoreError("postgresql: the database system is starting up"))
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
+        assert stream.status == 503
+        assert stream.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StoreError("postgresql: server closed the connection"),
+        StoreBusy("cannot connect to PostgreSQL …: no free connection slot"),
+        StoreTimeout(60, commit_sent=False),
+    ],
+    ids=["lost", "busy", "timeout"],
+)
+async def test_a_stream_whose_store_goes_away_ends_cleanly(
+    registry: Any, store: Store, start: StartRun, error: StoreError
+) -> None:
+    # Before, a read that failed mid-stream raised out of the app after its 200 (an
+    # error in the server's log, the connection cut); now the stream ends, and the
+    # client reconnects after `retry:` from its Last-Event-ID.
+    app = create_app(ServiceSettings(registry, store, auth=make_auth(), stream_heartbeat=0.05))
+    await start("twin")
+    sent: list[bytes] = []
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message.get("body", b""))
+        if b"event: change" in message.get("body", b""):
+            fail_every_call(store, error)  # busy: found in the third chaos round (ADR 0068)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/api/events",
+        "raw_path": b"/api/events",
+        "root_path": "",
+        "query_string": b"cursor=0",
+        "headers": [(b"authorization", f"Bearer {TOKENS['alice']}".encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("golem.test", 80),
+        "state": {},
+    }
+    try:  # ends by itself, the client still connected, without raising
+        await asyncio.wait_for(app(scope, receive, send), WAIT)
+    finally:
+        gone.set()
+    assert any(b"event: change" in body for body in sent)
+    assert app.state.golem.open_streams == {}

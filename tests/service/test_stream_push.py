@@ -15,9 +15,8 @@ import pytest
 from golem.durable.store import Decision
 from golem.durable.worker import start_run
 from golem.service import ServiceSettings, create_app
-from tests.service.conftest import bearer, make_auth
 from tests.support.durable.backends import Backend, backend_for
-from tests.support.service import open_stream
+from tests.support.service import bearer, make_auth, open_stream
 
 pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 

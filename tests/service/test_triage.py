@@ -11,8 +11,7 @@ import httpx
 import pytest
 
 from golem.durable.store import CallKind, NewCall, NewRun, Store, utc_now
-from tests.service.conftest import StartRun
-from tests.support.service import interrupt, sign_in
+from tests.support.service import StartRun, interrupt, sign_in
 
 
 def _history(prompt: str, said: str) -> str:
@@ -154,7 +153,7 @@ async def test_the_audit_view_filters_and_exports(
 async def test_the_audit_api_hides_runs_the_caller_may_not_see(
     client: httpx.AsyncClient, start: StartRun
 ) -> None:
-    from tests.service.conftest import bearer
+    from tests.support.service import bearer
 
     await start("mixed")
     await start("twin")
@@ -242,7 +241,7 @@ async def test_a_presenter_gives_a_title_summary_and_diff(
 ) -> None:
     from golem.service import ServiceSettings, create_app
     from golem.service.views import Presentation
-    from tests.service.conftest import make_auth
+    from tests.support.service import make_auth
 
     def deploy(args: dict[str, object]) -> Presentation:
         return Presentation(
@@ -280,7 +279,7 @@ async def test_the_audit_view_reads_no_run(
 ) -> None:
     """The entries come with their run's agent: however many runs the newest entries touch,
     the view filters by agent without loading a single run (it took ~1.3 s at 3,000 runs)."""
-    from tests.service.conftest import bearer
+    from tests.support.service import bearer
 
     for _ in range(5):
         await start("mixed")

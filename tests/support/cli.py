@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from golem.cli.commands import build_app
 from golem.durable.store import Decision, RunRecord, open_store
 from golem.durable.worker import start_run
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT = 60.0  # a guard against a hung process, not a duration the test asserts

@@ -1,22 +1,85 @@
-"""Helpers the service tests share: signing in, reading pages, and the change stream."""
+"""Helpers the service tests share: the approvers, signing in, reading pages, the change
+stream, and a real server."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from html.parser import HTMLParser
 from typing import Any
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from golem.durable.store import Decision, Store, utc_now
-from tests.service.conftest import TOKENS
+from golem.service import Approver, AuthConfig
+
+TOKENS = {
+    "alice": "tok-alice",  # may do everything
+    "olga": "tok-olga",  # agents twin + echo only
+    "tess": "tok-tess",  # tool lookup only
+    "vic": "tok-vic",  # may not start runs
+}
+
+
+def make_auth() -> AuthConfig:
+    """The approvers every service test uses."""
+    return AuthConfig(
+        tokens={
+            TOKENS["alice"]: Approver("alice"),
+            TOKENS["olga"]: Approver("olga", agents=frozenset({"twin", "echo"})),
+            TOKENS["tess"]: Approver("tess", tools=frozenset({"lookup"})),
+            TOKENS["vic"]: Approver("vic", can_start=False),
+        },
+        secret=b"test-secret-that-is-32-bytes-long",
+    )
+
+
+def bearer(who: str) -> dict[str, str]:
+    """The Authorization header of a test approver."""
+    return {"Authorization": f"Bearer {TOKENS[who]}"}
+
+
+@contextmanager
+def serve(app: ASGIApp, *, startup_timeout: float = 20.0) -> Iterator[str]:
+    """Run `app` with uvicorn on 127.0.0.1 in a thread until the block ends; yield its URL."""
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        ws="none",
+        http="h11",
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+StartRun = Callable[..., Awaitable[dict[str, Any]]]
+"""The `start` fixture: start a run through the API and return its JSON."""
 
 WAIT = 10.0  # a guard against a hung stream, not a duration the test asserts
 
@@ -119,6 +182,8 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     buffer: str = ""
+    text: str = ""
+    """Every byte of the body sent so far."""
 
     async def next(self, event: str | None = None) -> Event:
         """The next event (of the given type, skipping others)."""
@@ -126,6 +191,13 @@ class Stream:
             ev = await asyncio.wait_for(self.events.get(), WAIT)
             if event is None or ev.event == event:
                 return ev
+
+    def received(self) -> list[Event]:
+        """The events that arrived and were not read yet."""
+        out = []
+        while not self.events.empty():
+            out.append(self.events.get_nowait())
+        return out
 
 
 @asynccontextmanager
@@ -147,7 +219,9 @@ async def open_stream(
             stream.headers = {k.decode(): v.decode() for k, v in message["headers"]}
             started.set()
         elif message["type"] == "http.response.body":
-            stream.buffer += message.get("body", b"").decode()
+            chunk = message.get("body", b"").decode()
+            stream.text += chunk
+            stream.buffer += chunk
             while "\n\n" in stream.buffer:
                 block, stream.buffer = stream.buffer.split("\n\n", 1)
                 await stream.events.put(parse(block))

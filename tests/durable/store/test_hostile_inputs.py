@@ -27,7 +27,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 from tests.support.durable.backends import backend_for
 from tests.support.durable.runs import approval, make_run
 

@@ -15,7 +15,7 @@ import pytest
 
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service._server import serve
+from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 

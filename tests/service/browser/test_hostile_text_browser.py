@@ -27,9 +27,9 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.messages import Message, ToolCall, dumps_history
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.notify import Webhook
-from tests.service._server import serve
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 from tests.support.browser import WAIT_MS
+from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 

@@ -16,8 +16,8 @@ from playwright.sync_api import expect
 
 from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service._server import serve
 from tests.support.browser import WAIT_MS
+from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 
@@ -33,15 +33,17 @@ TOAST_LOG = """() => {
 
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
-    app = create_app(ServiceSettings(
-        build_registry(),
-        f"sqlite:///{tmp_path / 'inbox.db'}",
-        auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
-        run_worker=True,
-        worker_poll_interval=0.05,
-        stream_poll_interval=0.05,
-        undo_seconds=1,
-    ))
+    app = create_app(
+        ServiceSettings(
+            build_registry(),
+            f"sqlite:///{tmp_path / 'inbox.db'}",
+            auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
+            run_worker=True,
+            worker_poll_interval=0.05,
+            stream_poll_interval=0.05,
+            undo_seconds=1,
+        )
+    )
     with serve(app) as url:
         yield url
 
@@ -155,22 +157,22 @@ def test_the_run_page_updates_live_on_a_phone(open_page: Any, base: str, tmp_pat
     assert page.problems == []
 
 
-def test_the_live_stream_comes_back_after_the_store_was_away(
-    browser: Any, tmp_path: Path
-) -> None:
+def test_the_live_stream_comes_back_after_the_store_was_away(browser: Any, tmp_path: Path) -> None:
     # Found (ADR 0061): a stream reconnecting while the store is away now gets 503, and
     # EventSource gives up for good after a non-200: the inbox retries it with backoff.
     from golem.durable.store import Store
     from golem.errors import StoreError
     from tests.support.service import fail_every_call
 
-    app = create_app(ServiceSettings(
-        build_registry(),
-        f"sqlite:///{tmp_path / 'away.db'}",
-        auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
-        stream_poll_interval=0.05,
-        stream_heartbeat=0.2,
-    ))
+    app = create_app(
+        ServiceSettings(
+            build_registry(),
+            f"sqlite:///{tmp_path / 'away.db'}",
+            auth=AuthConfig(tokens={TOKEN: Approver("alice@example.com")}),
+            stream_poll_interval=0.05,
+            stream_heartbeat=0.2,
+        )
+    )
     with serve(app) as base:
         context = browser.new_context()
         try:

@@ -23,9 +23,9 @@ from playwright.sync_api import expect
 
 from golem.durable.store import Decision, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.service._server import serve
-from tests.service.agents import build_registry
-from tests.service.browser._queue import QUEUE, seed
+from tests.support.agents import build_registry
+from tests.support.inbox_queue import QUEUE, seed
+from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 

@@ -29,7 +29,7 @@ from tests.support.cli import seed
 pytestmark = pytest.mark.version
 
 N = 100_000
-APP = "tests.service.agents:registry"
+APP = "tests.support.agents:registry"
 
 
 def golem(*args: str, env: dict[str, str] | None = None) -> Any:

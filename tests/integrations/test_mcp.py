@@ -36,8 +36,8 @@ from golem.tool import RunContext
 
 pytestmark = pytest.mark.loop
 
-SERVER = str(Path(__file__).parent / "fixtures" / "mcp_server.py")
-ROOT = Path(__file__).parent.parent
+SERVER = str(Path(__file__).parents[1] / "fixtures" / "mcp_server.py")
+ROOT = Path(__file__).parents[2]
 
 
 @dataclass(frozen=True)

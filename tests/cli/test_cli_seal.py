@@ -10,7 +10,7 @@ import pytest
 from golem.durable.store import Decision, RunRecord, RunStatus, open_store
 from golem.durable.worker import start_run
 from golem.seal import SealKeys
-from tests.service.agents import build_registry
+from tests.support.agents import build_registry
 from tests.support.cli import golem, golem_process, load, wait_for
 
 KEY = "a-seal-key-of-at-least-32-characters!"
@@ -56,7 +56,7 @@ def test_a_worker_with_the_key_resumes_sealed_runs_and_refuses_unsealed_ones(db:
         "GOLEM_SEAL_KEY_ID": "k2",
         "GOLEM_SEAL_OLDER_KEYS": f'{{"k0": "{OLD}"}}',
     }
-    args = ("worker", "--app", "tests.service.agents:registry", "--db", db, "--poll", "0.05")
+    args = ("worker", "--app", "tests.support.agents:registry", "--db", db, "--poll", "0.05")
     with golem_process(*args, env=env) as running:
         done = [wait_for(lambda r=r: ended(db, r.id), "the worker") for r in (older, current, unsealed)]
         out = running.stop()
@@ -79,6 +79,6 @@ def test_a_worker_with_the_key_resumes_sealed_runs_and_refuses_unsealed_ones(db:
 def test_a_bad_seal_key_stops_the_command_before_it_starts(
     db: str, env: dict[str, str], message: str, command: str
 ) -> None:
-    result = golem(command, "--app", "tests.service.agents:registry", "--db", db, env=env)
+    result = golem(command, "--app", "tests.support.agents:registry", "--db", db, env=env)
     assert result.exit_code == 2
     assert message in result.output

@@ -1,4 +1,4 @@
-"""The agent registry the service tests run against (also `--app tests.service.agents:registry`)."""
+"""The agent registry the service tests run against (also `--app tests.support.agents:registry`)."""
 
 from __future__ import annotations
 

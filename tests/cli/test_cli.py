@@ -147,17 +147,17 @@ def test_demo_once_runs_the_whole_cycle() -> None:
 
 def test_serve_needs_approvers_and_a_registry(db: str) -> None:
     env = {"GOLEM_APPROVERS": "", "GOLEM_APPROVERS_FILE": ""}
-    res = golem("serve", "--app", "tests.service.agents:registry", "--db", db, env=env)
+    res = golem("serve", "--app", "tests.support.agents:registry", "--db", db, env=env)
     assert res.exit_code == 2
     assert "no approvers configured" in res.output
     res = golem("serve", "--app", "tests.service.nothing:registry", "--db", db)
     assert res.exit_code == 2
     assert "No module named" in res.output
-    res = golem("worker", "--app", "tests.service.agents", "--db", db)
+    res = golem("worker", "--app", "tests.support.agents", "--db", db)
     assert res.exit_code == 2
     assert "module:attribute" in res.output
     env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
-    app = "tests.service.agents:registry"
+    app = "tests.support.agents:registry"
     res = golem("serve", "--app", app, "--db", db, "--notify", "ftp://nope", env=env)
     assert res.exit_code == 2
     assert "webhook URL must be http(s)" in res.output
@@ -168,7 +168,7 @@ def test_serve_asked_for_a_missing_uvloop_says_how_to_install_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` fails
     env = {"GOLEM_APPROVERS": '{"t": "alice"}'}
-    app = "tests.service.agents:registry"
+    app = "tests.support.agents:registry"
     res = golem("serve", "--app", app, "--db", db, "--loop", "uvloop", env=env)
     assert res.exit_code == 2
     assert "pip install 'golem-agents[uvloop]'" in res.output
@@ -208,7 +208,7 @@ def healthy(base: str) -> bool:
 
 def test_worker_resumes_ready_runs_until_interrupted(db: str) -> None:
     (run,) = seed(db, "mixed", decide=True)
-    args = ("worker", "--app", "tests.service.agents:registry", "--db", db, "--poll", "0.05")
+    args = ("worker", "--app", "tests.support.agents:registry", "--db", db, "--poll", "0.05")
     with golem_process(*args, "--id", "w1") as running:
         assert wait_for(lambda: load(db, run.id).status.value == "completed", "the worker")
         out = running.stop()
@@ -222,7 +222,7 @@ def test_serve_runs_the_service_and_a_worker(db: str) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     approvers = json.dumps({"tok-cli": {"identity": "carol"}})
-    args = ("serve", "--app", "tests.service.agents:registry", "--db", db, "--port", str(port))
+    args = ("serve", "--app", "tests.support.agents:registry", "--db", db, "--port", str(port))
     with golem_process(*args, env={"GOLEM_APPROVERS": approvers}) as running:
         wait_for(lambda: healthy(base) or running.proc.poll() is not None, "the server")
         assert running.proc.poll() is None, "golem serve exited"

@@ -32,7 +32,7 @@ from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.otel_support import memory_provider
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture

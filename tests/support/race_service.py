@@ -1,7 +1,7 @@
 """One approvals-service process for the cross-process race tests.
 
-`python -m tests.service.race_service STORE_URL` serves the test agents and approvers
-(`tests.service.conftest.make_auth`) over the store at `STORE_URL` with uvicorn on
+`python -m tests.support.race_service STORE_URL` serves the test agents and approvers
+(`tests.support.service.make_auth`) over the store at `STORE_URL` with uvicorn on
 127.0.0.1, prints `port <n>` once it listens, and serves until killed.
 """
 
@@ -13,8 +13,8 @@ import sys
 import uvicorn
 
 from golem.service import ServiceSettings, create_app
-from tests.service.agents import build_registry
-from tests.service.conftest import make_auth
+from tests.support.agents import build_registry
+from tests.support.service import make_auth
 
 
 async def _main(url: str) -> None:

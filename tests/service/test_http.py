@@ -1,0 +1,348 @@
+"""The HTTP layer: security and caching headers on every answer, no CORS, HEAD and OPTIONS
+on every route, bodies that trickle in, stream clients that never read, deep offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from golem.durable.store import Store
+from golem.service import ServiceSettings, create_app, views
+from tests.support.service import TOKENS, WAIT, StartRun, bearer, make_auth, open_stream, sign_in
+
+_SECURITY_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+def _check_headers(res: httpx.Response, where: str) -> None:
+    for name, value in _SECURITY_HEADERS.items():
+        assert res.headers.get(name) == value, (where, name, dict(res.headers))
+    csp = res.headers.get("content-security-policy", "")
+    assert "script-src 'self'" in csp, where
+    assert "unsafe-inline" not in csp, where
+    assert "frame-ancestors 'none'" in csp, where
+
+
+async def test_every_answer_of_every_route_carries_the_security_headers_and_no_store(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # JSON answers and the audit downloads had no Cache-Control: a shared cache or the
+    # browser's disk could keep runs, arguments and identities
+    run = await start("mixed")
+    api = ["/api/runs", f"/api/runs/{run['id']}", "/api/calls", "/api/whoami", "/api/agents"]
+    api += ["/api/audit", "/api/notifications", "/api/openapi.json", "/api/health", "/api/nothing"]
+    answers = {url: await client.get(url, headers=bearer("alice")) for url in api}
+    answers["stream token"] = await client.post("/api/stream-token", headers=bearer("alice"))
+    answers["api 401"] = await client.get("/api/runs")
+    answers["413"] = await client.post("/api/runs", content=b"x" * 5000, headers=bearer("alice"))
+    csrf = await sign_in(client)
+    pages = ["/", "/runs", views.path("runs", run["id"]), "/audit", "/audit?format=csv"]
+    pages += ["/audit?format=json", "/notifications", "/runs/nope", "/runs/%FF", "/nothing"]
+    pages += ["/login"]
+    answers |= {url: await client.get(url) for url in pages}
+    answers["405"] = await client.put("/runs")
+    answers["csrf"] = await client.post(
+        views.path("runs", run["id"], "decisions"), data={"csrf": "x"}
+    )
+    answers["decide"] = await client.post(
+        views.path("runs", run["id"], "calls", "a1", "decision"),
+        data={"csrf": csrf, "decision": "deny"},
+    )
+    answers["logout"] = await client.post("/logout", data={"csrf": csrf})
+    assert answers["logout"].status_code == 303
+    assert "default-src 'none'" in answers["/api/health"].headers["content-security-policy"]
+    for where, res in answers.items():
+        _check_headers(res, where)
+
+
+async def test_a_500_carries_every_security_header(app: Starlette, store: Store) -> None:
+    # Found: Starlette answers an unhandled exception from middleware outside the app's
+    # own, so a 500 (JSON or the error page naming the signed-in approver) had no CSP,
+    # no nosniff, no X-Frame-Options and no Cache-Control: no-store.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
+        await sign_in(c)
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        store.list_runs = broken  # type: ignore[method-assign]
+        for url, headers in (("/api/runs", bearer("alice")), ("/runs", {})):
+            res = await c.get(url, headers=headers)
+            assert res.status_code == 500, (url, res.text[:200])
+            _check_headers(res, url)
+
+
+async def test_static_files_stay_cacheable(client: httpx.AsyncClient) -> None:
+    res = await client.get("/static/inbox.css")
+    assert res.status_code == 200
+    assert "cache-control" not in res.headers
+    assert res.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_isolation_headers_on_every_answer_and_hsts_only_over_https(
+    app: Starlette,
+) -> None:
+    transport = httpx.ASGITransport(app=app)
+    for base, hsts in (("http://golem.test", False), ("https://golem.test", True)):
+        async with httpx.AsyncClient(transport=transport, base_url=base) as c:
+            for path in ("/login", "/api/health", "/static/inbox.js", "/api/runs"):
+                res = await c.get(path)
+                assert res.headers["cross-origin-opener-policy"] == "same-origin", path
+                assert res.headers["cross-origin-resource-policy"] == "same-origin", path
+                assert "camera=()" in res.headers["permissions-policy"], path
+                assert "frame-ancestors 'none'" in res.headers["content-security-policy"]
+                assert ("strict-transport-security" in res.headers) is hsts, (base, path)
+
+
+async def test_no_answer_opens_itself_to_other_origins(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    await start("twin")
+    evil = {"Origin": "https://evil.example"}
+    for method, path in (("GET", "/api/runs"), ("OPTIONS", "/api/runs"), ("GET", "/")):
+        res = await client.request(method, path, headers={**evil, **bearer("alice")})
+        assert not any(h.startswith("access-control-") for h in res.headers), (method, path)
+
+
+def _get_routes() -> list[str]:
+    from starlette.routing import Route
+
+    from golem.service.app import ROUTES
+
+    return [
+        r.path.replace("{run_id}", "r1")
+        for r in ROUTES
+        if isinstance(r, Route) and "GET" in (r.methods or ())
+    ]
+
+
+@pytest.mark.parametrize("path", _get_routes())
+async def test_head_and_options_tell_a_stranger_nothing(
+    client: httpx.AsyncClient, start: StartRun, path: str
+) -> None:
+    run = await start("twin")
+    url = path.replace("/r1", "/" + run["id"])
+    for method in ("HEAD", "OPTIONS"):
+        res = await asyncio.wait_for(client.request(method, url), WAIT)
+        public = url in ("/api/health", "/api/openapi.json", "/login")
+        if method == "OPTIONS":
+            assert res.status_code == 405, (method, url)
+        elif public:
+            assert res.status_code == 200, (method, url)
+        else:
+            assert res.status_code in (401, 303), (method, url)
+        assert not any(h.startswith("access-control-") for h in res.headers)
+        if method == "HEAD":
+            assert res.content == b""
+        assert run["id"] not in res.text
+
+
+def _route_urls(run_id: str) -> list[tuple[str, set[str]]]:
+    """Every route's URL (for `run_id`, call c1) and the methods it serves."""
+    from starlette.routing import Route
+
+    from golem.service.app import ROUTES
+
+    by_path: dict[str, set[str]] = {}
+    for r in ROUTES:
+        if isinstance(r, Route):
+            url = r.path.replace("{run_id}", quote(run_id, safe="")).replace(
+                "{call_id:golem_any}", "c1"
+            )
+            by_path.setdefault(url, set()).update(r.methods or ())
+    return sorted(by_path.items())
+
+
+async def test_head_and_options_on_every_route_signed_in(
+    client: httpx.AsyncClient, start: StartRun
+) -> None:
+    # held: with a bearer token and a session, HEAD answers as GET does without a body
+    # (405 naming the methods where there is no GET), OPTIONS is 405 with Allow, and
+    # nothing is a 500 or opens a stream
+    run = await start("twin")
+    await sign_in(client)
+    for url, methods in _route_urls(run["id"]):
+        if url == "/api/events":
+            continue  # HEAD on the stream: its own test below
+        for method in ("HEAD", "OPTIONS"):
+            res = await client.request(method, url, headers=bearer("alice"))
+            assert res.status_code < 500, (method, url)
+            if method == "HEAD":
+                assert res.content == b""
+            if method == "HEAD" and "GET" in methods:
+                get = await client.get(url, headers=bearer("alice"))
+                assert res.status_code == get.status_code, url
+            else:
+                assert res.status_code == 405, (method, url, res.status_code)
+                assert set(res.headers["allow"].split(", ")) >= methods - {"HEAD"}, url
+
+
+async def test_head_on_the_stream_answers_its_headers_and_holds_no_stream(
+    app: Starlette, client: httpx.AsyncClient
+) -> None:
+    # Found: HEAD /api/events with a credential ran the endless stream with no body to
+    # send, holding the connection and one of the identity's stream slots until it closed.
+    app.state.golem.max_streams_per_identity = 1
+    for _ in range(3):
+        res = await asyncio.wait_for(client.head("/api/events", headers=bearer("alice")), WAIT)
+        assert res.status_code == 200
+        assert res.headers["content-type"].startswith("text/event-stream")
+        assert res.content == b""
+    assert app.state.golem.open_streams == {}
+    async with open_stream(app, headers=bearer("alice")) as stream:
+        assert stream.status == 200  # the one slot is free
+    res = await client.head("/api/events")
+    assert res.status_code == 401
+    res = await client.head("/api/events?cursor=-1", headers=bearer("alice"))
+    assert res.status_code == 422
+
+
+async def _post_slowly(app: Starlette, body_timeout: float) -> tuple[int, dict[str, Any]]:
+    """POST /api/runs whose body never finishes arriving; the status and JSON answer."""
+    sent: list[dict[str, Any]] = []
+    first = True
+
+    async def receive() -> dict[str, Any]:
+        nonlocal first
+        if first:
+            first = False
+            return {"type": "http.request", "body": b'{"agent": ', "more_body": True}
+        await asyncio.sleep(3600)  # a client that stopped sending
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/runs",
+        "raw_path": b"/api/runs",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"authorization", f"Bearer {TOKENS['alice']}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"100"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("golem.test", 80),
+        "state": {},
+    }
+    await asyncio.wait_for(app(scope, receive, send), WAIT)
+    status = sent[0]["status"]
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    return status, json.loads(body)
+
+
+async def test_a_body_that_trickles_in_gets_408(registry: Any, store: Store) -> None:
+    # Found: a client that declared a body and stopped sending held its connection (and
+    # the buffered part of its body) for as long as it liked.
+    app = create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0.05))
+    status, body = await _post_slowly(app, 0.05)
+    assert status == 408
+    assert body["error"]["code"] == "request_timeout"
+    assert await store.list_runs() == []
+
+
+def test_the_body_timeout_must_be_positive(registry: Any, store: Store) -> None:
+    with pytest.raises(ValueError, match="body_timeout"):
+        create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0))
+
+
+def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
+    registry: Any, tmp_path: Any
+) -> None:
+    # A real server: one client opens the stream and never reads while changes pour in;
+    # the service keeps answering others, and the slot is freed once the client goes.
+    import socket
+    import time
+
+    from tests.support.service import serve
+
+    app = create_app(
+        ServiceSettings(
+            registry,
+            f"sqlite:///{tmp_path / 'slow.db'}",
+            auth=make_auth(),
+            stream_poll_interval=0.02,
+        )
+    )
+    with serve(app) as base:
+        port = int(base.rsplit(":", 1)[1])
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", port))
+        slow.sendall(
+            b"GET /api/events?cursor=0 HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {TOKENS['alice']}\r\n\r\n".encode()
+        )
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams.get("alice") != 1:
+            assert time.monotonic() < deadline, "the stream never opened"
+            time.sleep(0.02)
+        with httpx.Client(base_url=base, timeout=WAIT) as c:
+            for _ in range(40):  # each change is sent towards the client that does not read
+                res = c.post(
+                    "/api/runs", json={"agent": "twin", "prompt": "p"}, headers=bearer("olga")
+                )
+                assert res.status_code == 201
+            assert c.get("/api/runs?limit=1", headers=bearer("olga")).status_code == 200
+        slow.close()
+        deadline = time.monotonic() + WAIT
+        while app.state.golem.open_streams:
+            assert time.monotonic() < deadline, app.state.golem.open_streams
+            with httpx.Client(base_url=base, timeout=WAIT) as c:  # a change wakes the stream
+                c.post("/api/runs", json={"agent": "echo", "prompt": "p"}, headers=bearer("olga"))
+            time.sleep(0.05)
+
+
+async def test_a_deep_offset_loads_only_the_page(
+    client: httpx.AsyncClient, store: Store, start: StartRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found: GET /api/runs?offset=N loaded the N+limit newest runs (calls included) and
+    # sliced them in Python; offsets go up to a million.
+    for _ in range(6):
+        await start("echo")
+    loaded: list[int] = []
+    real = store.list_runs
+
+    async def spy(**kw: Any) -> Any:
+        runs = await real(**kw)
+        loaded.append(len(runs))
+        return runs
+
+    monkeypatch.setattr(store, "list_runs", spy)
+    res = await client.get("/api/runs?limit=2&offset=3", headers=bearer("alice"))
+    assert res.status_code == 200
+    assert len(res.json()["runs"]) == 2
+    assert loaded == [2]
+    every = await real(limit=10)
+    assert [r["id"] for r in res.json()["runs"]] == [r.id for r in every[3:5]]
+
+
+async def test_a_deep_offset_over_several_agents_reads_a_page_at_a_time(
+    client: httpx.AsyncClient, store: Store, start: StartRun
+) -> None:
+    # olga sees two agents: her listing merges them newest first, whatever the offset.
+    for agent in ("echo", "twin", "echo", "mixed", "twin", "echo", "twin"):
+        await start(agent)
+    every = [r.id for r in await store.list_runs(limit=50) if r.agent in ("echo", "twin")]
+    for offset, limit in ((0, 3), (2, 3), (4, 10), (6, 1), (9, 2)):
+        res = await client.get(f"/api/runs?limit={limit}&offset={offset}", headers=bearer("olga"))
+        assert res.status_code == 200
+        assert [r["id"] for r in res.json()["runs"]] == every[offset : offset + limit]
