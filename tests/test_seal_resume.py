@@ -35,10 +35,10 @@ from golem import (
     loads_history,
     sanitize_history,
 )
+from golem._checks import same_args
 from golem.agent_tool import sub_conversation
 from golem.errors import ConversationRequired, SubAgentConversationMismatch
 from golem.records import sub_agent_calls
-from golem.resume import same_args
 from golem.seal import seal_call, verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved

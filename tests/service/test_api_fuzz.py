@@ -41,8 +41,8 @@ from schemathesis.python import asgi as schemathesis_asgi
 from golem.durable.store import Store, open_store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
-from tests.support.durable.backends import backend_for
 from tests.support.agents import build_registry
+from tests.support.durable.backends import backend_for
 from tests.support.service import TOKENS, bearer, make_auth
 
 EXAMPLES = int(os.environ.get("GOLEM_FUZZ_EXAMPLES", "20"))

@@ -20,8 +20,8 @@ from golem import Message, ToolCall, dumps_history
 from golem.durable.store import CallKind, NewCall, NewRun, Store
 from golem.durable.worker import AgentEntry, start_run
 from golem.service import ServiceSettings, create_app
-from tests.support.durable.backends import BACKENDS, backend_for
 from tests.support.agents import build_registry
+from tests.support.durable.backends import BACKENDS, backend_for
 from tests.support.service import bearer, make_auth, sign_in
 
 

@@ -25,6 +25,7 @@ from golem.errors import StoreError
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.agents import build_registry
 from tests.support.durable.chaos import (
     Cluster,
     Hold,
@@ -38,8 +39,6 @@ from tests.support.durable.chaos import (
 )
 from tests.support.durable.runs import approval, make_run
 from tests.support.durable.worker_app import _model, prompt_for
-from tests.support.agents import build_registry
-from tests.support.service import make_auth
 
 pytestmark = pytest.mark.postgres
 
