@@ -478,3 +478,26 @@ PEERS_RUN: dict[str, Callable[[bool], Job | None]] = {
     "openai-agents": openai_agents_run,
     "langgraph": langgraph_run,
 }
+
+
+def compare(
+    title: str,
+    ours: dict[str, Job],
+    peers: dict[str, Callable[[bool], Job | None]],
+    sync: bool,
+    per_round: int,
+) -> None:
+    """Run `ours` and every installed peer in interleaved rounds and print the ratio table
+    (a peer's job costs far more: it runs a tenth as many times a round)."""
+    from _timing import ratio_table, rounds
+
+    jobs = dict(ours)
+    counts = {name: per_round for name in jobs}
+    for name, build in peers.items():
+        job = build(sync)
+        if job is None:
+            print(f"{name}: not installed (pip install 'golem-agents[bench]') - left out")
+            continue
+        jobs[name] = job
+        counts[name] = max(1, per_round // 10)
+    ratio_table(title, rounds(jobs, per_round=counts), next(iter(ours)))

@@ -20,16 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _peers import ANSWER, PEERS_CYCLE, Job, delete_file, floor_cycle, stat_file
-from _timing import InstantModel, measure, ratio_table, report, rounds
+from _peers import ANSWER, PEERS_CYCLE, Job, compare, delete_file, floor_cycle, stat_file
+from _timing import InstantModel, measure, report
 
 from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.seal import SealKeys, seal_call, verify_call
 from golem.tool import DeferKind, Deferred, call_approved
-
-PEERS = PEERS_CYCLE
 
 BATCH = [  # compact argument JSON, as most providers send it
     ToolCall("call-1", "delete_file", '{"path":"build/old.log"}'),
@@ -117,17 +115,9 @@ def main() -> None:
         }
         if sync:
             jobs["golem, run_in_thread=False"] = golem_cycle(sync=True, thread=False)
-        per_round = {name: 200 for name in jobs}
-        for name, build in PEERS.items():
-            job = build(sync)
-            if job is None:
-                print(f"{name}: not installed (pip install 'golem-agents[bench]') - left out")
-                continue
-            jobs[name] = job
-            per_round[name] = 20
-        samples = rounds(jobs, per_round=per_round)
         kind = "sync tools (run in a worker thread)" if sync else "async tools"
-        ratio_table(f"pause (mixed batch) → JSON → resume → answer, {kind}", samples, "golem")
+        title = f"pause (mixed batch) → JSON → resume → answer, {kind}"
+        compare(title, jobs, PEERS_CYCLE, sync, per_round=200)
 
 
 if __name__ == "__main__":

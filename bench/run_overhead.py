@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _peers import PEERS_RUN, WEATHER, Job, floor_run, get_weather
-from _timing import InstantModel, ratio_table, rounds
+from _peers import PEERS_RUN, WEATHER, Job, compare, floor_run, get_weather
+from _timing import InstantModel
 
 from golem import Agent
 from golem.messages import Message, ToolCall
@@ -60,17 +60,8 @@ def main() -> None:
         jobs: dict[str, Job] = {"golem": golem_run(sync), "hand-written floor": floor_run(sync)}
         if sync:
             jobs["golem, run_in_thread=False"] = golem_run(sync=True, thread=False)
-        per_round = {name: 400 for name in jobs}
-        for name, build in PEERS_RUN.items():
-            job = build(sync)
-            if job is None:
-                print(f"{name}: not installed (pip install 'golem-agents[bench]') - left out")
-                continue
-            jobs[name] = job
-            per_round[name] = 40
-        samples = rounds(jobs, per_round=per_round)
         kind = "a sync tool (run in a worker thread)" if sync else "an async tool"
-        ratio_table(f"2-turn run with one call of {kind}", samples, "golem")
+        compare(f"2-turn run with one call of {kind}", jobs, PEERS_RUN, sync, per_round=400)
 
 
 if __name__ == "__main__":
