@@ -47,12 +47,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
-from golem.agent_tool import PAUSED_MARKER
 from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.records import sub_agent_calls
 from golem.testing import replay_as_deltas
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, Tool, call_approved
+from tests.support.nested import pending_ids
 
 EXACT_CANCELLING = sys.version_info >= (3, 13)  # a swallowed cancellation is seen from 3.13 on
 
@@ -471,7 +470,7 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
         # a re-run failed (ADR 0071): the partial answers the ones that ran, which never run
         # again; the same resolutions resume the rest
         assert partial.pending is not None
-        assert [p.call_id for p in partial.pending.calls] == nested_pending(partial.messages)
+        assert [p.call_id for p in partial.pending.calls] == pending_ids(partial.messages)
         answered_ids = {m.tool_call_id for m in partial.messages if m.role == "tool"}
         ran = {c for c in executed_before if c in answered_ids}
         went_on, _ = await attempt(s, gates, resume_start(partial.messages), agent)
@@ -988,25 +987,6 @@ def nested_agent(
 SEAL_KEY = b"p" * 32
 
 
-def nested_pending(history: list[Message]) -> list[str]:
-    """The calls a paused history waits on, a paused sub-agent's namespaced where its record
-    stands (at any depth), in history order."""
-    done = {m.tool_call_id for m in history if m.role == "tool"}
-    records = {
-        m.tool_call_id: m
-        for m in history
-        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
-    }
-    out: list[str] = []
-    for m in history:
-        for c in m.tool_calls:
-            if c.id in records:
-                out.extend(sub_agent_calls([records[c.id]]))
-            elif c.id not in done:
-                out.append(c.id)
-    return out
-
-
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(
     n=nested_scenarios,
@@ -1116,7 +1096,7 @@ async def nested_exactly_once(
     for _ in range(len(stops) + len(failing) + pauses):
         where, how = stops.pop(0) if stops else (None, "cancel")
         progress = ResumeProgress()
-        timed = [c for c in nested_pending(history) if c in approved and c not in sync]
+        timed = [c for c in pending_ids(history) if c in approved and c not in sync]
         timeout_call = timed[0] if how == "timeout" and paused and timed else ""
         if how == "timeout" and not timeout_call:
             how = "cancel"
@@ -1174,8 +1154,8 @@ async def nested_exactly_once(
                 if paused:
                     assert partial.pending is not None
                     assert [p.call_id for p in partial.pending.calls] == [
-                        c for c in nested_pending(history) if c in results["approvals"]
-                    ] + [c for c in nested_pending(history) if c in results["external"]]
+                        c for c in pending_ids(history) if c in results["approvals"]
+                    ] + [c for c in pending_ids(history) if c in results["external"]]
         else:
             assert isinstance(got.error, asyncio.CancelledError), got.error
             if paused and progress.messages is not None:

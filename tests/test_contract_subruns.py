@@ -10,7 +10,6 @@ sub-agents added their usage to its `Result` after its own run, unchecked agains
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from typing import Any
 
@@ -22,37 +21,17 @@ from golem import (
     Agent,
     RunError,
     Stage,
-    ToolCall,
     ToolTimeout,
     Usage,
     UsageLimitExceeded,
     UsageLimits,
 )
-from golem.messages import Message
 from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
 from golem.tool import DeferKind, Deferred, RunContext, Tool, call_approved
+from tests.support.subagents import calls, text
 
 OBJ: dict[str, Any] = {"type": "object"}
-
-
-def calls(*items: tuple[str, str, dict[str, Any]], tokens: int = 0) -> ModelResponse:
-    return ModelResponse(
-        message=Message(
-            role="assistant",
-            tool_calls=[ToolCall(cid, name, json.dumps(args)) for cid, name, args in items],
-        ),
-        usage=Usage(input_tokens=tokens, output_tokens=tokens),
-        finish_reason="tool_call",
-    )
-
-
-def text(content: str, tokens: int = 0) -> ModelResponse:
-    return ModelResponse(
-        message=Message(role="assistant", content=content),
-        usage=Usage(input_tokens=tokens, output_tokens=tokens),
-        finish_reason="stop",
-    )
 
 
 def ask(call_id: str = "p1", tokens: int = 3) -> ModelResponse:
