@@ -1,14 +1,14 @@
 """MCP servers as toolsets (issue 11), against real servers the tests start.
 
-The server is tests/fixtures/mcp_server.py, written with the SDK's server API. Most tests
-share one server process, spoken to over streamable HTTP on 127.0.0.1 (each run opens its
-own session; issue 26: a process per test took minutes); the tests of what needs a process
-of its own (stdio, a server that dies, a tool list that changes) start one.
+The server is tests/fixtures/mcp_server.py. Most tests share one server process over
+streamable HTTP (issue 26: a process per test took minutes); what needs a process of its own
+(stdio, a server that dies, a tool list that changes) starts one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -26,7 +26,16 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, ToolError
+from golem import (
+    Agent,
+    Approval,
+    DeferredResults,
+    ResumeError,
+    RunError,
+    Stage,
+    ToolCall,
+    ToolError,
+)
 from golem.events import EventKind, RunEvent
 from golem.integrations.mcp import MCPCall, MCPServer, MCPServerError, ToolHints, default_decision
 from golem.messages import Message, dumps_history
@@ -106,12 +115,15 @@ def log(shared_server: tuple[str, Path]) -> Log:
     return Log(path, path.stat().st_size if path.exists() else 0)
 
 
+Shared = Callable[..., MCPServer]
+
+
 @pytest.fixture
-def shared(http_url: str) -> Callable[..., MCPServer]:
-    """`MCPServer`s on the shared server (`prefix="t"` unless given)."""
+def shared(http_url: str) -> Shared:
+    """`MCPServer`s on the shared server (`prefix="t"` unless given; a header it ignores)."""
 
     def make(**kw: Any) -> MCPServer:
-        return MCPServer.http(http_url, **{"prefix": "t", **kw})
+        return MCPServer.http(http_url, **{"prefix": "t", "headers": {"X-Test": "1"}, **kw})
 
     return make
 
@@ -142,39 +154,34 @@ def calls(*items: tuple[str, str, dict[str, Any]]) -> Message:
     )
 
 
-def side_effects(log: Log) -> list[str]:
-    return log.lines()
+def tool_results(messages: list[Message]) -> dict[str | None, str]:
+    return {m.tool_call_id: m.content for m in messages if m.role == "tool"}
+
+
+def approvals(result: Any) -> list[tuple[str, str]]:
+    return [(p.call_id, p.reason) for p in result.pending.approvals] if result.pending else []
 
 
 # --------------------------------------------------------------------------- listing
 
 
-async def test_lists_the_server_tools_prefixed_with_their_schema(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
+async def test_lists_the_server_tools_prefixed_with_their_schema(shared: Shared) -> None:
     async with shared() as server:
         tools = {t.name: t for t in await server.list_tools()}
+    async with shared(prefix=None) as server:  # the default prefix: the server's name
+        named = {t.name for t in await server.list_tools()}
+    async with shared(prefix="") as server:
+        bare = {t.name for t in await server.list_tools()}
     assert {"t_add", "t_fail", "t_delete_file", "t_write_note", "t_slow", "t_die"} <= set(tools)
     add = tools["t_add"]
     assert add.description == "Add two integers."
     assert add.schema["properties"]["a"]["type"] == "integer"
     assert add.schema["required"] == ["a", "b"]
-
-
-async def test_default_prefix_is_the_server_name_and_empty_prefix_adds_none(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    async with shared(prefix=None) as server:
-        named = {t.name for t in await server.list_tools()}
-    async with shared(prefix="") as server:
-        bare = {t.name for t in await server.list_tools()}
     assert "testsrv_add" in named
     assert "add" in bare
 
 
-def test_model_sees_mcp_tools_next_to_the_agents_own(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
+def test_model_sees_mcp_tools_next_to_the_agents_own(shared: Shared) -> None:
     seen: list[ModelRequest] = []
 
     def answer(request: ModelRequest) -> str:
@@ -194,11 +201,8 @@ def test_model_sees_mcp_tools_next_to_the_agents_own(
     assert "t_add" in names
 
 
-def test_a_name_clash_fails_the_run_before_the_model_is_called(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    model = ScriptedModel("never")
-    agent = Agent(model, toolsets=[shared(prefix="")])
+def test_a_name_clash_fails_the_run_before_the_model_is_called(shared: Shared) -> None:
+    agent = Agent(ScriptedModel("never"), toolsets=[shared(prefix="")])
 
     @agent.tool
     def add(a: int, b: int) -> int:
@@ -229,10 +233,16 @@ def test_tools_list_changed_is_honoured_on_the_next_turn(own_log: Log, errlog: A
     assert [m.content for m in result.messages if m.role == "tool"] == ["grown", "fresh!"]
 
 
+async def test_listing_outside_async_with_says_how_to_connect() -> None:
+    server = MCPServer.stdio(sys.executable, [SERVER], prefix="t")
+    with pytest.raises(RuntimeError, match="async with server"):
+        await server.list_tools()
+
+
 # --------------------------------------------------------------------------- calls
 
 
-def test_a_call_runs_on_the_server_with_events(log: Log, shared: Callable[..., MCPServer]) -> None:
+def test_a_call_runs_on_the_server_with_events(shared: Shared) -> None:
     events: list[RunEvent] = []
     model = ScriptedModel(calls(("c1", "t_add", {"a": 2, "b": 40})), "42")
     agent = Agent(model, toolsets=[shared()], event_handler=events.append)
@@ -243,50 +253,49 @@ def test_a_call_runs_on_the_server_with_events(log: Log, shared: Callable[..., M
     kinds = [(e.kind, e.tool_name) for e in events if e.tool_name]
     assert kinds == [(EventKind.TOOL_START, "t_add"), (EventKind.TOOL_END, "t_add")]
     assert events[-1].kind == EventKind.MODEL_END
-    end = next(e for e in events if e.kind == EventKind.TOOL_END)
-    assert end.result == "42"
+    assert next(e for e in events if e.kind == EventKind.TOOL_END).result == "42"
 
 
-def test_image_content_becomes_a_part(log: Log, shared: Callable[..., MCPServer]) -> None:
-    model = ScriptedModel(calls(("c1", "t_picture", {})), "seen")
-    agent = Agent(model, toolsets=[shared()])
-    result = agent.run_sync("look")
-    msg = next(m for m in result.messages if m.role == "tool")
+def test_image_content_becomes_a_part(shared: Shared) -> None:
+    agent = Agent(ScriptedModel(calls(("c1", "t_picture", {})), "seen"), toolsets=[shared()])
+    msg = next(m for m in agent.run_sync("look").messages if m.role == "tool")
     assert msg.content == "a red dot"
     assert [(p.kind, p.media_type) for p in msg.parts] == [("image", "image/png")]
     assert msg.parts[0].data is not None
     assert msg.parts[0].data.startswith(b"\x89PNG")
 
 
-def test_a_server_error_goes_back_to_the_model_to_correct(
-    log: Log, shared: Callable[..., MCPServer]
+@pytest.mark.parametrize(
+    ("first", "rejected"),
+    [
+        (
+            ("c1", "t_fail", {"message": "no such file: a.txt"}),
+            "Your tool call was rejected: Error executing tool fail: no such file: a.txt. "
+            "Correct the arguments and call the tool again.",
+        ),
+        (("c1", "t_add", {"a": "not a number", "b": 1}), "Your tool call was rejected: "),
+    ],
+    ids=["server-error", "invalid-arguments"],
+)
+def test_a_rejected_call_goes_back_to_the_model_to_correct(
+    shared: Shared, first: tuple[str, str, dict[str, Any]], rejected: str
 ) -> None:
-    model = ScriptedModel(
-        calls(("c1", "t_fail", {"message": "no such file: a.txt"})),
-        calls(("c2", "t_add", {"a": 1, "b": 1})),
-        "recovered",
-    )
-    agent = Agent(model, toolsets=[shared()])
-    result = agent.run_sync("go")
+    model = ScriptedModel(calls(first), calls(("c2", "t_add", {"a": 1, "b": 1})), "recovered")
+    result = Agent(model, toolsets=[shared(max_retries=1)]).run_sync("go")
     assert result.output == "recovered"
-    first = next(m for m in result.messages if m.tool_call_id == "c1")
-    assert first.content == (
-        "Your tool call was rejected: Error executing tool fail: no such file: a.txt. "
-        "Correct the arguments and call the tool again."
-    )
+    results = tool_results(result.messages)
+    assert results["c1"].startswith(rejected)
+    assert results["c2"] == "2"
 
 
-def test_server_errors_beyond_the_budget_fail_the_run(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
+def test_server_errors_beyond_the_budget_fail_the_run(shared: Shared) -> None:
     model = ScriptedModel(
         calls(("c1", "t_fail", {"message": "bad"})),
         calls(("c2", "t_fail", {"message": "worse"})),
         "never",
     )
-    agent = Agent(model, toolsets=[shared(max_retries=1)])
     with pytest.raises(RunError) as info:
-        agent.run_sync("go")
+        Agent(model, toolsets=[shared(max_retries=1)]).run_sync("go")
     assert info.value.stage == Stage.TOOL
     assert isinstance(info.value.__cause__, ToolError)
     assert "tool failed after 2 attempts: Error executing tool fail: worse" in str(
@@ -294,79 +303,68 @@ def test_server_errors_beyond_the_budget_fail_the_run(
     )
 
 
-def test_invalid_arguments_are_correctable(log: Log, shared: Callable[..., MCPServer]) -> None:
-    model = ScriptedModel(
-        calls(("c1", "t_add", {"a": "not a number", "b": 1})),
-        calls(("c2", "t_add", {"a": 1, "b": 1})),
-        "fixed",
-    )
-    agent = Agent(model, toolsets=[shared(max_retries=1)])
-    result = agent.run_sync("go")
-    assert result.output == "fixed"
-    rejected = next(m for m in result.messages if m.tool_call_id == "c1")
-    assert rejected.content.startswith("Your tool call was rejected: ")
-    assert next(m for m in result.messages if m.tool_call_id == "c2").content == "2"
-
-
-@pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_a_slow_call_times_out_with_the_servers_timeout(
-    own_log: Log, errlog: Any, transport: str, request: pytest.FixtureRequest
-) -> None:
-    if transport == "stdio":
-        server = stdio(own_log, errlog, prefix="t", timeout=0.5)
-    else:
-        server = MCPServer.http(request.getfixturevalue("http_url"), prefix="t", timeout=0.5)
+@pytest.mark.parametrize("where", ["stdio", "http", "agent"])
+def test_a_slow_call_times_out(own_log: Log, errlog: Any, shared: Shared, where: str) -> None:
+    """The server's own timeout (either transport), or the agent's `tool_timeout`."""
+    server = {
+        "stdio": lambda: stdio(own_log, errlog, prefix="t", timeout=0.5),
+        "http": lambda: shared(timeout=0.5),
+        "agent": shared,
+    }[where]()
     model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[server])
+    agent = Agent(model, toolsets=[server], tool_timeout=0.5 if where == "agent" else None)
     with pytest.raises(RunError) as info:
         agent.run_sync("wait")
     assert info.value.stage == Stage.TOOL
     assert isinstance(info.value.__cause__, TimeoutError)
-    assert "overran its 0.5s timeout" in str(info.value.__cause__)
+    if where != "agent":
+        assert "overran its 0.5s timeout" in str(info.value.__cause__)
 
 
-def test_the_agents_tool_timeout_applies_to_mcp_tools(
-    log: Log, shared: Callable[..., MCPServer]
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_server_that_dies_mid_call_fails_the_run_naming_it(
+    own_log: Log, errlog: Any, tmp_path: Path, transport: str
 ) -> None:
-    model = ScriptedModel(calls(("c1", "t_slow", {"seconds": 30})), "never")
-    agent = Agent(model, toolsets=[shared()], tool_timeout=0.5)
-    with pytest.raises(RunError) as info:
-        agent.run_sync("wait")
-    assert isinstance(info.value.__cause__, TimeoutError)
-
-
-async def test_a_server_that_dies_mid_call_fails_the_run_and_the_next_run_reconnects(
-    own_log: Log, errlog: Any
-) -> None:
-    server = stdio(own_log, errlog, prefix="t")
+    """Over stdio the next run starts the server again."""
     model = ScriptedModel(calls(("c1", "t_die", {})), calls(("c2", "t_add", {"a": 1, "b": 2})), "3")
-    agent = Agent(model, toolsets=[server])
-    with pytest.raises(RunError) as info:
-        await agent.run("die")
+    with contextlib.ExitStack() as stack:
+        if transport == "stdio":
+            server, named = stdio(own_log, errlog, prefix="t"), "Connection closed"
+        else:
+            named = stack.enter_context(http_server(own_log.path, tmp_path / "http_server.log"))
+            server = MCPServer.http(named, prefix="t")
+        agent = Agent(model, toolsets=[server])
+        with pytest.raises(RunError) as info:
+            await agent.run("die")
     assert info.value.stage == Stage.TOOL
     cause = info.value.__cause__
     assert isinstance(cause, ToolError)
     assert (cause.tool_name, cause.call_id) == ("t_die", "c1")
     assert isinstance(cause.__cause__, MCPServerError)
-    assert "Connection closed" in str(cause)
-    assert (await agent.run("again")).output == "3"
+    assert named in str(cause)
+    if transport == "stdio":
+        assert (await agent.run("again")).output == "3"
 
 
-def test_a_server_that_cannot_start_fails_the_run_naming_it(errlog: Any) -> None:
-    server = MCPServer.stdio(
-        sys.executable, ["-c", "import sys; sys.exit(2)"], errlog=errlog, connect_timeout=20
-    )
-    agent = Agent(ScriptedModel("never"), toolsets=[server])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_that_cannot_be_reached_fails_the_run_naming_it(
+    errlog: Any, transport: str
+) -> None:
+    if transport == "stdio":
+        args = ["-c", "import sys; sys.exit(2)"]
+        server = MCPServer.stdio(sys.executable, args, errlog=errlog, connect_timeout=20)
+        named = "stdio:python -c"
+    else:
+        named = f"http://127.0.0.1:{_free_port()}/mcp"
+        server = MCPServer.http(named, connect_timeout=20)
     with pytest.raises(RunError) as info:
-        agent.run_sync("hi")
+        Agent(ScriptedModel("never"), toolsets=[server]).run_sync("hi")
     assert info.value.stage == Stage.TOOL
     assert isinstance(info.value.__cause__, MCPServerError)
-    assert "stdio:python -c" in str(info.value.__cause__)
+    assert named in str(info.value.__cause__)
 
 
-async def test_one_connection_serves_several_runs_inside_async_with(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
+async def test_one_connection_serves_several_runs_inside_async_with(shared: Shared) -> None:
     server = shared()
     model = ScriptedModel(
         calls(("c1", "t_write_note", {"text": "a"})),
@@ -383,26 +381,54 @@ async def test_one_connection_serves_several_runs_inside_async_with(
     assert server._holder is None
 
 
+def test_streamed_runs_use_toolsets_too(shared: Shared) -> None:
+    agent = Agent(ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), "3"), toolsets=[shared()])
+
+    async def main() -> str:
+        async with agent.run_stream("go") as stream:
+            async for _ in stream:
+                pass
+        return str(stream.result.output)
+
+    assert asyncio.run(main()) == "3"
+
+
+def test_parallel_calls_share_the_connection_across_event_loops(shared: Shared) -> None:
+    server = shared()
+    for _ in range(2):  # run_sync: a fresh event loop each time
+        model = ScriptedModel(
+            calls(
+                ("c1", "t_slow", {"seconds": 0.2}),
+                ("c2", "t_add", {"a": 1, "b": 2}),
+                ("c3", "t_add", {"a": 3, "b": 4}),
+            ),
+            "done",
+        )
+        agent = Agent(model, toolsets=[server], parallel_tool_calls=True)
+        result = agent.run_sync("go")
+        assert [m.content for m in result.messages if m.role == "tool"] == ["done", "3", "7"]
+
+
 # --------------------------------------------------------------------------- approval
 
 
-def test_default_policy_follows_annotations(log: Log, shared: Callable[..., MCPServer]) -> None:
+def test_default_policy_follows_annotations(log: Log, shared: Shared) -> None:
     model = ScriptedModel(
         calls(
             ("c1", "t_add", {"a": 1, "b": 2}),
             ("c2", "t_delete_file", {"path": "a.log"}),
             ("c3", "t_write_note", {"text": "hi"}),
+            ("c4", "t_d\u0435lete", {"path": "a"}),  # a Cyrillic е: outside the spec's names
         )
     )
-    agent = Agent(model, toolsets=[shared()])
-    paused = agent.run_sync("go")
-    assert paused.pending is not None
-    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
+    paused = Agent(model, toolsets=[shared()]).run_sync("go")
+    assert approvals(paused) == [
         ("c2", 'MCP tool "delete_file" is marked destructive'),
         ("c3", 'MCP tool "write_note" is not marked read-only'),
+        ("c4", f"MCP tool 'd\u0435lete' {OUTSIDE}"),
     ]
-    assert next(m for m in paused.messages if m.tool_call_id == "c1").content == "3"
-    assert side_effects(log) == []
+    assert tool_results(paused.messages)["c1"] == "3"
+    assert log.lines() == []
 
 
 @pytest.mark.parametrize(
@@ -415,9 +441,7 @@ def test_default_policy_follows_annotations(log: Log, shared: Callable[..., MCPS
         (lambda call: call.args.get("path") == "secret", []),
     ],
 )
-def test_configured_policies(
-    log: Log, shared: Callable[..., MCPServer], policy: Any, expected: list[str]
-) -> None:
+def test_configured_policies(shared: Shared, policy: Any, expected: list[str]) -> None:
     model = ScriptedModel(
         calls(
             ("c1", "t_add", {"a": 1, "b": 2}),
@@ -426,14 +450,12 @@ def test_configured_policies(
         ),
         "done",
     )
-    agent = Agent(model, toolsets=[shared(requires_approval=policy)])
-    result = agent.run_sync("go")
-    pending = [p.call_id for p in result.pending.approvals] if result.pending else []
-    assert pending == expected
+    result = Agent(model, toolsets=[shared(requires_approval=policy)]).run_sync("go")
+    assert [call_id for call_id, _ in approvals(result)] == expected
 
 
 def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
-    log: Log, shared: Callable[..., MCPServer]
+    shared: Shared,
 ) -> None:
     """A misspelt name would silently leave its tool on the default policy (for a tool hinted
     read-only: no approval); listing the tools says so."""
@@ -449,8 +471,10 @@ def test_a_policy_naming_a_tool_the_server_does_not_list_is_warned_about_once(
 
 
 def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
-    log: Log, shared: Callable[..., MCPServer]
+    log: Log, shared: Shared
 ) -> None:
+    """`MCPCall.tool_name` is the name the model called (as `PendingToolCall.tool_name` and
+    `RunContext.tool_name`); the server's own name is `mcp_name`."""
     seen: list[MCPCall] = []
 
     async def policy(call: MCPCall) -> bool | str:
@@ -460,33 +484,17 @@ def test_a_policy_function_sees_the_call_and_its_reason_is_the_prompt(
     model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
     agent = Agent(model, toolsets=[shared(requires_approval=policy)])
     paused = agent.run_sync("go", deps="alice")
-    assert paused.pending is not None
-    assert paused.pending.approvals[0].reason == "delete_file on a.log for alice"
-    call = seen[0]
-    assert (call.tool_name, call.mcp_name) == ("t_delete_file", "delete_file")
+    assert approvals(paused) == [("c1", "delete_file on a.log for alice")]
+    assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]  # type: ignore[union-attr]
+    (call,) = seen
+    assert (call.tool_name, call.ctx.tool_name, call.mcp_name) == (
+        "t_delete_file",
+        "t_delete_file",
+        "delete_file",
+    )
     assert (call.ctx.call_id, call.hints.destructive) == ("c1", True)
-
-
-def test_a_policy_sees_the_names_golem_uses_everywhere(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    """`MCPCall.tool_name` is the name the model called, as `PendingToolCall.tool_name` and
-    `RunContext.tool_name`; the server's own name is `mcp_name`. A policy comparing the
-    called name pauses the call, and the server sees nothing."""
-    seen: list[tuple[str, str, str]] = []
-
-    def policy(call: MCPCall) -> bool:
-        seen.append((call.tool_name, call.ctx.tool_name, call.mcp_name))
-        return call.tool_name == "t_delete_file"
-
-    model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "refund-250"})))
-    agent = Agent(model, toolsets=[shared(requires_approval=policy)])
-    paused = agent.run_sync("go")
-    assert paused.pending is not None
-    assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
-    assert seen == [("t_delete_file", "t_delete_file", "delete_file")]
     assert not hasattr(MCPCall, "name")  # the old field, named the other way round, is gone
-    assert side_effects(log) == []
+    assert log.lines() == []
 
 
 LIKE = "is named like the requires_approval entry 'delete' but not exactly"
@@ -503,47 +511,46 @@ OUTSIDE = "has a name outside the MCP tool-name characters (A-Z, a-z, 0-9, _, -,
     ],
 )
 def test_a_look_alike_of_a_policy_entry_needs_approval(
-    log: Log, shared: Callable[..., MCPServer], spoof: str, why: str
+    log: Log, shared: Shared, spoof: str, why: str
 ) -> None:
     """A server listing look-alikes of `delete`, hinted read-only, next to a policy on
     `delete`: they do not fall to the default, which would trust the server's hint."""
     model = ScriptedModel(
         calls(("c1", "t_delete", {"path": "a"}), ("c2", f"t_{spoof}", {"path": "b"})), "done"
     )
-    agent = Agent(model, toolsets=[shared(requires_approval={"delete": True})])
-    paused = agent.run_sync("go")
-    assert paused.pending is not None
-    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
+    paused = Agent(model, toolsets=[shared(requires_approval={"delete": True})]).run_sync("go")
+    assert approvals(paused) == [
         ("c1", 'MCP tool "delete" needs approval'),
         ("c2", f"MCP tool {spoof!r} {why}"),
     ]
-    assert side_effects(log) == []
-
-
-def test_a_tool_name_outside_the_spec_earns_no_trust_by_default(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    model = ScriptedModel(
-        calls(("c1", "t_d\u0435lete", {"path": "a"}), ("c2", "t_add", {"a": 1, "b": 1}))
-    )
-    paused = Agent(model, toolsets=[shared()]).run_sync("go")
-    assert paused.pending is not None
-    assert [(p.call_id, p.reason) for p in paused.pending.approvals] == [
-        (
-            "c1",
-            "MCP tool 'd\u0435lete' has a name outside the MCP tool-name characters "
-            "(A-Z, a-z, 0-9, _, -, .)",
-        )
-    ]
-    assert side_effects(log) == []
+    assert log.lines() == []
 
 
 @pytest.mark.parametrize(
-    "bad", [{"delete ": True}, {"d\u0435lete": True}, {"delete": True, "Delete": False}]
-)
-def test_policy_keys_must_be_plain_and_distinct(bad: dict[str, bool]) -> None:
-    with pytest.raises(ValueError, match="requires_approval names"):
-        MCPServer.stdio("python", requires_approval=bad)
+    ("make", "error", "match"),
+    [
+        *(
+            (lambda bad=bad: MCPServer.stdio("python", requires_approval=bad), ValueError,
+             "requires_approval names")
+            for bad in ({"delete ": True}, {"d\u0435lete": True}, {"delete": True, "Delete": False})
+        ),
+        *(
+            (lambda bad=bad: MCPServer.stdio("python", requires_approval=bad), ValueError,
+             "requires_approval")
+            for bad in ({"add": 1}, {1: True}, 3, "yes")
+        ),
+        (lambda: MCPServer.stdio("python", prefix="a b"), ValueError, "prefix"),
+        (lambda: MCPServer.stdio("python", timeout=0), ValueError, "timeout"),
+        (lambda: MCPServer.stdio("python", max_retries=-1), ValueError, "max_retries"),
+        (lambda: MCPServer.http("ftp://x"), ValueError, "url"),
+        (lambda: Agent(ScriptedModel("x")).add_toolset(object()), TypeError, "toolset"),
+    ],
+)  # fmt: skip
+def test_bad_configuration_is_rejected_up_front(
+    make: Callable[[], Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        make()
 
 
 def test_default_decision_reads_the_hints() -> None:
@@ -559,47 +566,25 @@ def test_default_decision_reads_the_hints() -> None:
     assert decide(read_only=False, destructive=False) == 'MCP tool "x" is not marked read-only'
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [{"add": 1}, {1: True}, 3, "yes"],
-)
-def test_a_malformed_policy_is_rejected_up_front(bad: Any) -> None:
-    with pytest.raises(ValueError, match="requires_approval"):
-        MCPServer.stdio("python", requires_approval=bad)
-
-
-def test_bad_configuration_is_rejected() -> None:
-    with pytest.raises(ValueError, match="prefix"):
-        MCPServer.stdio("python", prefix="a b")
-    with pytest.raises(ValueError, match="timeout"):
-        MCPServer.stdio("python", timeout=0)
-    with pytest.raises(ValueError, match="max_retries"):
-        MCPServer.stdio("python", max_retries=-1)
-    with pytest.raises(ValueError, match="url"):
-        MCPServer.http("ftp://x")
-    with pytest.raises(TypeError, match="toolset"):
-        Agent(ScriptedModel("x")).add_toolset(object())  # type: ignore[arg-type]
-
-
-def test_approved_call_runs_once_on_the_server_denied_never(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
+def test_approved_call_runs_once_on_the_server_denied_never(log: Log, shared: Shared) -> None:
     model = ScriptedModel(
         calls(("c1", "t_delete_file", {"path": "a.log"}), ("c2", "t_delete_file", {"path": "b"})),
+        calls(("c3", "t_fail", {"message": "nope"})),
         "done",
     )
     agent = Agent(model, toolsets=[shared()])
     paused = agent.run_sync("go")
-    assert side_effects(log) == []
+    assert log.lines() == []
     done = agent.run_with_deferred_results_sync(
-        paused.messages,
+        dumps_history(paused.messages),  # a saved history resumes too
         DeferredResults(approvals={"c1": Approval(True), "c2": Approval(False, "keep b")}),
     )
     assert done.output == "done"
-    assert side_effects(log) == ["deleted a.log"]
-    results = {m.tool_call_id: m.content for m in done.messages if m.role == "tool"}
+    assert log.lines() == ["deleted a.log"]
+    results = tool_results(done.messages)
     assert results["c1"] == "deleted a.log"
     assert results["c2"].startswith("Your tool call was denied: keep b.")
+    assert results["c3"].startswith("Your tool call was rejected: Error executing tool fail: nope.")
 
 
 RESUME_SCRIPT = """
@@ -624,14 +609,28 @@ print([m.content for m in done.messages if m.role == "tool"])
 """
 
 
-def resume_in_another_process(paused: Any, tmp_path: Path, answer: str, *server: str) -> list[str]:
-    """Save `paused`'s history, approve its call c1 in a fresh interpreter whose agent has
-    the server `server` (transport, target, prefix, ...) and the scripted `answer`; return
-    what it printed (the output, then the tool results)."""
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_approval_pauses_and_resumes_in_another_process(
+    own_log: Log, log: Log, errlog: Any, tmp_path: Path, http_url: str, transport: str
+) -> None:
+    """The paused history is saved; a fresh interpreter with the same server approves it."""
+    if transport == "stdio":
+        server = stdio(own_log, errlog, prefix="t")
+        effects, argv = own_log, ["stdio", SERVER, "t", str(own_log.path), errlog.name]
+    else:
+        server, effects, argv = MCPServer.http(http_url, prefix="h"), log, ["http", http_url, "h"]
+    prefix = argv[2]
+    paused = Agent(
+        ScriptedModel(calls(("c1", f"{prefix}_delete_file", {"path": "x"}))), toolsets=[server]
+    ).run_sync("clean up")
+    assert [(p.call_id, p.tool_name) for p in paused.pending.approvals] == [  # type: ignore[union-attr]
+        ("c1", f"{prefix}_delete_file")
+    ]
+    assert effects.lines() == []
     history = tmp_path / "paused.json"
     history.write_text(dumps_history(paused.messages), encoding="utf-8")
     out = subprocess.run(
-        [sys.executable, "-c", RESUME_SCRIPT, str(history), answer, *server],
+        [sys.executable, "-c", RESUME_SCRIPT, str(history), "Deleted x.", *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -639,34 +638,12 @@ def resume_in_another_process(paused: Any, tmp_path: Path, answer: str, *server:
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()
+    assert out.stdout.splitlines() == ["Deleted x.", "['deleted x']"]
+    assert effects.lines() == ["deleted x"]
 
 
-def test_approval_pauses_and_resumes_in_another_process(
-    own_log: Log, errlog: Any, tmp_path: Path
-) -> None:
-    model = ScriptedModel(calls(("c1", "t_delete_file", {"path": "a.log"})))
-    agent = Agent(model, toolsets=[stdio(own_log, errlog, prefix="t")])
-    paused = agent.run_sync("clean up")
-    assert paused.pending is not None
-    assert [p.tool_name for p in paused.pending.approvals] == ["t_delete_file"]
-    assert side_effects(own_log) == []
-    printed = resume_in_another_process(
-        paused, tmp_path, "Deleted a.log.", "stdio", SERVER, "t", str(own_log.path), errlog.name
-    )
-    assert printed == ["Deleted a.log.", "['deleted a.log']"]
-    assert side_effects(own_log) == ["deleted a.log"]
-
-
-def test_resume_fails_before_running_when_the_server_lost_the_tool(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    from golem import ResumeError
-
-    paused_history = [
-        Message(role="user", content="go"),
-        calls(("c1", "t_gone", {})),
-    ]
+def test_resume_fails_before_running_when_the_server_lost_the_tool(shared: Shared) -> None:
+    paused_history = [Message(role="user", content="go"), calls(("c1", "t_gone", {}))]
     agent = Agent(ScriptedModel("never"), toolsets=[shared()])
     with pytest.raises(ResumeError, match='tool "t_gone" is not registered'):
         agent.run_with_deferred_results_sync(
@@ -674,113 +651,9 @@ def test_resume_fails_before_running_when_the_server_lost_the_tool(
         )
 
 
-# --------------------------------------------------------------------------- HTTP
-
-
-def test_http_server_list_call_error_and_approval(log: Log, http_url: str) -> None:
-    server = MCPServer.http(http_url, headers={"X-Test": "1"}, prefix="h")
-    model = ScriptedModel(
-        calls(("c1", "h_add", {"a": 20, "b": 22}), ("c2", "h_delete_file", {"path": "x"})),
-        calls(("c3", "h_fail", {"message": "nope"})),
-        "done",
-    )
-    agent = Agent(model, toolsets=[server])
-    paused = agent.run_sync("go")
-    assert paused.pending is not None
-    assert [p.call_id for p in paused.pending.approvals] == ["c2"]
-    assert next(m for m in paused.messages if m.tool_call_id == "c1").content == "42"
-    done = agent.run_with_deferred_results_sync(
-        dumps_history(paused.messages), DeferredResults(approvals={"c2": Approval(True)})
-    )
-    assert done.output == "done"
-    results = {m.tool_call_id: m.content for m in done.messages if m.role == "tool"}
-    assert results["c2"] == "deleted x"
-    assert results["c3"].startswith("Your tool call was rejected: Error executing tool fail: nope.")
-    assert side_effects(log) == ["deleted x"]
-
-
-def test_http_server_that_dies_mid_call_fails_the_run_naming_it(tmp_path: Path) -> None:
-    model = ScriptedModel(calls(("c1", "h_die", {})), "never")
-    with http_server(tmp_path / "side_effects.log", tmp_path / "http_server.log") as http_url:
-        agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
-        with pytest.raises(RunError) as info:
-            agent.run_sync("die")
-    assert info.value.stage == Stage.TOOL
-    cause = info.value.__cause__
-    assert isinstance(cause, ToolError)
-    assert (cause.tool_name, cause.call_id) == ("h_die", "c1")
-    assert isinstance(cause.__cause__, MCPServerError)
-    assert http_url in str(cause)
-
-
-def test_http_approval_pauses_and_resumes_in_another_process(
-    log: Log, http_url: str, tmp_path: Path
-) -> None:
-    model = ScriptedModel(calls(("c1", "h_delete_file", {"path": "x"})))
-    agent = Agent(model, toolsets=[MCPServer.http(http_url, prefix="h")])
-    paused = agent.run_sync("clean up")
-    assert paused.pending is not None
-    assert [p.call_id for p in paused.pending.approvals] == ["c1"]
-    assert side_effects(log) == []
-    printed = resume_in_another_process(paused, tmp_path, "Deleted x.", "http", http_url, "h")
-    assert printed == ["Deleted x.", "['deleted x']"]
-    assert side_effects(log) == ["deleted x"]
-
-
-def test_http_server_unreachable_fails_the_run() -> None:
-    server = MCPServer.http(f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout=20)
-    agent = Agent(ScriptedModel("never"), toolsets=[server])
-    with pytest.raises(RunError) as info:
-        agent.run_sync("hi")
-    assert isinstance(info.value.__cause__, MCPServerError)
-
-
-def test_streamed_runs_use_toolsets_too(log: Log, shared: Callable[..., MCPServer]) -> None:
-    model = ScriptedModel(calls(("c1", "t_add", {"a": 1, "b": 2})), "3")
-    agent = Agent(model, toolsets=[shared()])
-
-    async def main() -> str:
-        async with agent.run_stream("go") as stream:
-            async for _ in stream:
-                pass
-        return str(stream.result.output)
-
-    assert asyncio.run(main()) == "3"
-
-
-def test_parallel_calls_share_the_connection_across_event_loops(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    server = shared()
-    for _ in range(2):  # run_sync: a fresh event loop each time
-        model = ScriptedModel(
-            calls(
-                ("c1", "t_slow", {"seconds": 0.2}),
-                ("c2", "t_add", {"a": 1, "b": 2}),
-                ("c3", "t_add", {"a": 3, "b": 4}),
-            ),
-            "done",
-        )
-        agent = Agent(model, toolsets=[server], parallel_tool_calls=True)
-        result = agent.run_sync("go")
-        assert [m.content for m in result.messages if m.role == "tool"] == ["done", "3", "7"]
-
-
-async def test_listing_outside_async_with_says_how_to_connect() -> None:
-    server = MCPServer.stdio(sys.executable, [SERVER], prefix="t")
-    with pytest.raises(RuntimeError, match="async with server"):
-        await server.list_tools()
-
-
-def test_mcp_deferrals_are_sealed_and_verified_on_resume(
-    log: Log, shared: Callable[..., MCPServer]
-) -> None:
-    from golem import ResumeError
-
-    key = b"s" * 32
+def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Log, shared: Shared) -> None:
     turn = calls(("c1", "t_delete_file", {"path": "a.log"}))
-    model = ScriptedModel(turn, "done")
-    agent = Agent(model, toolsets=[shared()], seal_key=key)
+    agent = Agent(ScriptedModel(turn, "done"), toolsets=[shared()], seal_key=b"s" * 32)
     paused = agent.run_sync("go")
     assert paused.pending is not None
     assert paused.pending.approvals[0].seal
@@ -791,18 +664,15 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(
             tool_calls=[ToolCall("c1", "t_delete_file", '{"path": "/etc"}', seal="forged")],
         ),
     ]
+    approve = DeferredResults(approvals={"c1": Approval(True)})
     with pytest.raises(ResumeError):
-        agent.run_with_deferred_results_sync(
-            forged, DeferredResults(approvals={"c1": Approval(True)})
-        )
-    assert side_effects(log) == []
+        agent.run_with_deferred_results_sync(forged, approve)
+    assert log.lines() == []
     done = agent.run_with_deferred_results_sync(
-        paused.messages,
-        DeferredResults(approvals={"c1": Approval(True)}),
-        conversation_id=paused.conversation_id,
+        paused.messages, approve, conversation_id=paused.conversation_id
     )
     assert done.output == "done"
-    assert side_effects(log) == ["deleted a.log"]
+    assert log.lines() == ["deleted a.log"]
 
 
 TRACE_SCRIPT = """
@@ -867,4 +737,4 @@ def test_mcp_requests_are_traced_under_the_run_and_leave_no_stray_traces(
     (call,) = [s for s in spans if s["name"].startswith("MCP send tools/call")]
     # under the approved re-run's execute_tool span, current while the tool runs
     assert by_id[call["parent"]]["name"] == "execute_tool t_delete_file"
-    assert side_effects(log) == ["deleted x"]
+    assert log.lines() == ["deleted x"]
