@@ -60,6 +60,22 @@ async def test_a_change_made_through_the_store_is_streamed(
         assert data["id"] == (await store.audit(run["id"]))[-1].id
 
 
+async def test_a_replayed_change_names_its_runs_current_status_and_parent(
+    app: Starlette, store: Store, start: StartRun
+) -> None:
+    run = await start("twin")
+    for call in ("c1", "c2"):
+        await store.decide(run["id"], call, Decision.approve(), decided_by="zoe")
+    last = await store.last_change_id()
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
+        while True:
+            ev = await stream.next("change")
+            assert ev.json()["status"] == "ready"  # as the run is now
+            assert ev.json()["parent_run_id"] is None
+            if int(ev.id or 0) >= last:
+                break
+
+
 async def test_the_stream_resumes_after_a_cursor(
     app: Starlette, store: Store, start: StartRun
 ) -> None:

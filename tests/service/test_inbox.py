@@ -159,12 +159,6 @@ async def test_run_page_errors_are_html(client: httpx.AsyncClient, start: StartR
     assert "not found" in hidden.text
 
 
-async def test_unknown_pages_are_html_404(client: httpx.AsyncClient) -> None:
-    res = await client.get("/nowhere")
-    assert res.status_code == 404
-    assert "no such page" in res.text
-
-
 async def test_runs_page_lists_runs(client: httpx.AsyncClient, start: StartRun) -> None:
     pending = await start("twin")
     done = await start("echo", "hi")

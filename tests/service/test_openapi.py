@@ -176,9 +176,7 @@ def test_the_event_stream_describes_its_events_and_cursor_header() -> None:
     assert event["properties"]["event"]["enum"] == ["hello", "change", "end"]
     header = next(p for p in op["parameters"] if p["name"] == "Last-Event-ID")
     # an audit ID, the sealed cursor of an event (ADR 0073) or an entry reference (ADR 0077)
-    assert header["schema"]["pattern"] == (
-        "^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$"
-    )
+    assert header["schema"]["pattern"] == ("^([0-9]{0,18}|s[A-Za-z0-9_-]{48}|e[A-Za-z0-9_-]{32})$")
 
 
 def test_pages_that_redirect_to_sign_in_take_no_credential_too() -> None:
