@@ -4,7 +4,6 @@ sign-out, cookie flags, and the streams a credential holds open."""
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 from typing import Any
@@ -17,7 +16,7 @@ from golem.durable.store import Store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.auth import TokenFailures
 from golem.service.credentials import SESSION_COOKIE
-from tests.support.service import TOKENS, bearer, csrf_of, open_stream, sign_in
+from tests.support.service import TOKENS, bearer, csrf_of, make_auth, open_stream, sign_in
 
 
 def _client(app: Starlette, address: str) -> httpx.AsyncClient:
@@ -25,20 +24,11 @@ def _client(app: Starlette, address: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url="http://golem.test")
 
 
-async def test_whoami_names_the_identity_of_a_token(client: httpx.AsyncClient) -> None:
+async def test_each_credential_works_only_where_it_belongs(client: httpx.AsyncClient) -> None:
     res = await client.get("/api/whoami", headers=bearer("olga"))
-    assert res.json() == {
-        "identity": "olga",
-        "agents": ["echo", "twin"],
-        "tools": None,
-        "can_start": True,
-    }
+    assert res.json() == {"identity": "olga", "agents": ["echo", "twin"], "tools": None,
+                          "can_start": True}  # fmt: skip
     assert (await client.get("/api/whoami")).status_code == 401
-
-
-async def test_each_credential_works_only_where_it_belongs(
-    client: httpx.AsyncClient,
-) -> None:
     token = (await client.post("/api/stream-token", headers=bearer("alice"))).json()
     stream_token = token["stream_token"]
     await sign_in(client)
@@ -80,8 +70,7 @@ async def test_a_session_cookie_gives_its_reader_nothing_to_guess_against(
     assert (await client.get("/")).status_code == 200  # and the session still works
 
 
-async def test_a_session_signed_for_one_token_is_not_another_tokens(app: Starlette) -> None:
-    auth = app.state.golem.auth
+async def test_a_session_signed_for_one_token_is_not_another_tokens(auth: AuthConfig) -> None:
     alice, olga = auth.authenticate(TOKENS["alice"]), auth.authenticate(TOKENS["olga"])
     assert alice is not None
     assert olga is not None
@@ -99,11 +88,10 @@ async def test_a_session_signed_for_one_token_is_not_another_tokens(app: Starlet
 
 
 async def test_signing_in_always_issues_a_fresh_session(
-    app: Starlette, client: httpx.AsyncClient
+    auth: AuthConfig, client: httpx.AsyncClient
 ) -> None:
     # Session fixation: a session planted in the victim's browser beforehand (here a
     # valid one of olga's) is replaced by signing in, never adopted.
-    auth = app.state.golem.auth
     olga = auth.authenticate(TOKENS["olga"])
     assert olga is not None
     planted = auth.issue_session(olga)
@@ -166,26 +154,27 @@ async def test_the_fragment_link_no_longer_submits_by_itself(client: httpx.Async
     assert "/api/whoami" in fragment
 
 
+def _limited(registry: Any, store: Store, **limits: int) -> Starlette:
+    return create_app(ServiceSettings(registry, store, auth=make_auth(), **limits))
+
+
 async def test_login_is_rate_limited_per_address(app: Starlette) -> None:
-    transport = httpx.ASGITransport(app=app, client=("10.0.0.7", 1234))
-    async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
-        codes = [
-            (await c.post("/login", data={"token": f"guess-{i}"})).status_code for i in range(12)
-        ]
-        assert codes[:10] == [401] * 10
-        assert codes[10:] == [429, 429]
+    async with _client(app, "10.0.0.7") as c:
+        codes = [(await c.post("/login", data={"token": f"g{i}"})).status_code for i in range(12)]
+        assert codes == [401] * 10 + [429, 429]
         res = await c.post("/login", data={"token": TOKENS["alice"]})
         assert res.status_code == 429
         assert int(res.headers["retry-after"]) >= 1
-    other = httpx.ASGITransport(app=app, client=("10.0.0.8", 1234))
-    async with httpx.AsyncClient(transport=other, base_url="http://golem.test") as c:
+    async with _client(app, "10.0.0.8") as c:
         assert (await c.post("/login", data={"token": TOKENS["alice"]})).status_code == 303
 
 
-async def test_guessing_tokens_through_the_api_is_limited_per_address(app: Starlette) -> None:
+async def test_guessing_tokens_through_the_api_is_limited_per_address(
+    registry: Any, store: Store
+) -> None:
     # Found: POST /login allowed 10 attempts a minute, but every /api route checked any
     # number of bearer tokens as fast as they came: an unlimited oracle for the same tokens.
-    app.state.golem.token_failures = TokenFailures(5, 60.0)
+    app = _limited(registry, store, token_failures_per_minute=5)
     async with _client(app, "10.0.0.9") as c:
         for i in range(5):
             res = await c.get("/api/runs", headers={"Authorization": f"Bearer guess-{i}"})
@@ -195,8 +184,7 @@ async def test_guessing_tokens_through_the_api_is_limited_per_address(app: Starl
             assert res.status_code == 429, res.text  # the right token too: no oracle
             assert res.json()["error"]["code"] == "too_many_failures"
             assert int(res.headers["retry-after"]) >= 1
-        res = await c.get("/api/events", headers=bearer("alice"))
-        assert res.status_code == 429
+        assert (await c.get("/api/events", headers=bearer("alice"))).status_code == 429
         # the document would otherwise tell a right token from a wrong one
         doc = (await c.get("/api/openapi.json", headers=bearer("alice"))).json()
         assert "enum" not in doc["components"]["schemas"]["StartRunBody"]["properties"]["agent"]
@@ -205,43 +193,30 @@ async def test_guessing_tokens_through_the_api_is_limited_per_address(app: Starl
 
 
 @pytest.mark.parametrize(
-    "headers",
-    [{}, {"Authorization": "Bearer "}, {"Authorization": "Basic dG9rLWFsaWNl"}],
-)
-async def test_no_token_at_all_is_not_a_wrong_guess(
-    app: Starlette, headers: dict[str, str]
+    ("address", "sent", "codes"),
+    [
+        # no token at all is not a wrong guess
+        *(("10.0.0.11", [("/api/runs", h)] * 5, [401] * 5)
+          for h in ({}, {"Authorization": "Bearer "}, {"Authorization": "Basic dG9rLWFsaWNl"})),
+        # wrong tokens sent to the document and the stream count
+        ("10.0.0.12", [("/api/openapi.json", {"Authorization": "Bearer nope"}),
+                       ("/api/events", {"Authorization": "Bearer nope"})], [200, 401]),
+        # the limits key on the connection's address (uvicorn rewrites it from
+        # X-Forwarded-For only for a proxy it trusts), never on a header the client chose
+        ("10.0.0.20", [("/api/runs", {"Authorization": f"Bearer g{i}",
+                                      "X-Forwarded-For": f"1.2.3.{i}"}) for i in range(3)],
+         [401] * 3),
+    ],
+    ids=["none", "empty-bearer", "basic", "document-and-stream", "forwarded-for"],
+)  # fmt: skip
+async def test_what_counts_as_a_wrong_guess(
+    registry: Any, store: Store, address: str, sent: list[Any], codes: list[int]
 ) -> None:
-    app.state.golem.token_failures = TokenFailures(2, 60.0)
-    async with _client(app, "10.0.0.11") as c:
-        for _ in range(5):
-            assert (await c.get("/api/runs", headers=headers)).status_code == 401
-        assert (await c.get("/api/runs", headers=bearer("alice"))).status_code == 200
-
-
-async def test_wrong_tokens_sent_to_the_document_and_the_stream_count(app: Starlette) -> None:
-    app.state.golem.token_failures = TokenFailures(2, 60.0)
-    wrong = {"Authorization": "Bearer nope"}
-    async with _client(app, "10.0.0.12") as c:
-        assert (await c.get("/api/openapi.json", headers=wrong)).status_code == 200
-        assert (await c.get("/api/events", headers=wrong)).status_code == 401
-        assert (await c.get("/api/runs", headers=bearer("alice"))).status_code == 429
-
-
-async def test_a_forwarded_for_header_does_not_reset_the_guess_count(app: Starlette) -> None:
-    # The limits key on the connection's address (uvicorn rewrites it from
-    # X-Forwarded-For only for a proxy it trusts), never on a header the client chose.
-    app.state.golem.token_failures = TokenFailures(3, 60.0)
-    async with _client(app, "10.0.0.20") as c:
-        codes = [
-            (
-                await c.get(
-                    "/api/runs",
-                    headers={"Authorization": f"Bearer g{i}", "X-Forwarded-For": f"1.2.3.{i}"},
-                )
-            ).status_code
-            for i in range(5)
-        ]
-    assert codes == [401, 401, 401, 429, 429]
+    app = _limited(registry, store, token_failures_per_minute=len(codes))
+    async with _client(app, address) as c:
+        assert [(await c.get(url, headers=h)).status_code for url, h in sent] == codes
+        after = (await c.get("/api/runs", headers=bearer("alice"))).status_code
+    assert after == (200 if address == "10.0.0.11" else 429)
 
 
 def test_a_refused_address_is_let_back_in_when_its_failures_age_out() -> None:
@@ -256,9 +231,8 @@ def test_a_refused_address_is_let_back_in_when_its_failures_age_out() -> None:
         TokenFailures(0)
 
 
-async def test_open_streams_are_limited_per_identity(app: Starlette) -> None:
-    state = app.state.golem
-    state.settings = dataclasses.replace(state.settings, max_streams_per_identity=2)
+async def test_open_streams_are_limited_per_identity(registry: Any, store: Store) -> None:
+    app = _limited(registry, store, max_streams_per_identity=2)
     async with open_stream(app, headers=bearer("alice")) as one:
         async with open_stream(app, headers=bearer("alice")) as two:
             async with open_stream(app, headers=bearer("alice")) as three:
