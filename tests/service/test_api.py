@@ -393,7 +393,7 @@ async def test_deciding_a_ready_or_resumed_run_is_409(
 
 
 async def test_deciding_an_expired_call_is_409_before_and_after_the_sweep(
-    client: httpx.AsyncClient, store: Store, start: StartRun
+    client: httpx.AsyncClient, store: Store, start: StartRun, registry: Any
 ) -> None:
     run = await start("twin", expires_in=0.001)
     await asyncio.sleep(0.01)  # past the deadline; no sweep has run
@@ -403,7 +403,14 @@ async def test_deciding_an_expired_call_is_409_before_and_after_the_sweep(
     assert "expired" in message
     decision = (await store.get_run(run["id"])).call("c1").decision
     assert decision is not None
-    assert (decision.reason, decision.decided_by) == ("expired", "system:expiry")
+    assert (decision.kind.value, decision.reason, decision.decided_by) == (
+        "deny",
+        "expired",
+        "system:expiry",
+    )
+    executed = len(EXECUTED)
+    await Worker(store, registry).run_once()
+    assert len(EXECUTED) == executed  # nothing runs
     other = await start("twin", expires_in=0.001)
     await asyncio.sleep(0.01)
     assert await store.sweep_expired() == [other["id"]]
