@@ -9,8 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-import pytest
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from golem.durable.store import Store
 from golem.service import ServiceSettings, create_app, views
@@ -83,15 +83,8 @@ async def test_a_500_carries_every_security_header(app: Starlette, store: Store)
             _check_headers(res, url)
 
 
-async def test_static_files_stay_cacheable(client: httpx.AsyncClient) -> None:
-    res = await client.get("/static/inbox.css")
-    assert res.status_code == 200
-    assert "cache-control" not in res.headers
-    assert res.headers["x-content-type-options"] == "nosniff"
-
-
-async def test_isolation_headers_on_every_answer_and_hsts_only_over_https(
-    app: Starlette,
+async def test_isolation_headers_everywhere_hsts_over_https_no_cors_and_cacheable_static(
+    app: Starlette, start: StartRun
 ) -> None:
     transport = httpx.ASGITransport(app=app)
     for base, hsts in (("http://golem.test", False), ("https://golem.test", True)):
@@ -103,89 +96,54 @@ async def test_isolation_headers_on_every_answer_and_hsts_only_over_https(
                 assert "camera=()" in res.headers["permissions-policy"], path
                 assert "frame-ancestors 'none'" in res.headers["content-security-policy"]
                 assert ("strict-transport-security" in res.headers) is hsts, (base, path)
+            static = await c.get("/static/inbox.css")
+            assert static.status_code == 200
+            assert "cache-control" not in static.headers
+            assert static.headers["x-content-type-options"] == "nosniff"
+            await start("twin")
+            evil = {"Origin": "https://evil.example", **bearer("alice")}
+            for method, path in (("GET", "/api/runs"), ("OPTIONS", "/api/runs"), ("GET", "/")):
+                res = await c.request(method, path, headers=evil)
+                assert not any(h.startswith("access-control-") for h in res.headers), path
 
 
-async def test_no_answer_opens_itself_to_other_origins(
-    client: httpx.AsyncClient, start: StartRun
+async def test_head_and_options_on_every_route(
+    app: Starlette, client: httpx.AsyncClient, start: StartRun
 ) -> None:
-    await start("twin")
-    evil = {"Origin": "https://evil.example"}
-    for method, path in (("GET", "/api/runs"), ("OPTIONS", "/api/runs"), ("GET", "/")):
-        res = await client.request(method, path, headers={**evil, **bearer("alice")})
-        assert not any(h.startswith("access-control-") for h in res.headers), (method, path)
-
-
-def _get_routes() -> list[str]:
-    from starlette.routing import Route
-
-    from golem.service.app import ROUTES
-
-    return [
-        r.path.replace("{run_id}", "r1")
-        for r in ROUTES
-        if isinstance(r, Route) and "GET" in (r.methods or ())
-    ]
-
-
-@pytest.mark.parametrize("path", _get_routes())
-async def test_head_and_options_tell_a_stranger_nothing(
-    client: httpx.AsyncClient, start: StartRun, path: str
-) -> None:
+    """A stranger learns nothing (OPTIONS 405; HEAD 200 on public pages, else 401 or 303);
+    signed in, HEAD answers as GET does without a body (405 naming the methods where there
+    is no GET) and OPTIONS is 405 with Allow. Nothing is a 500 or opens a stream."""
     run = await start("twin")
-    url = path.replace("/r1", "/" + run["id"])
-    for method in ("HEAD", "OPTIONS"):
-        res = await asyncio.wait_for(client.request(method, url), WAIT)
-        public = url in ("/api/health", "/api/openapi.json", "/login")
-        if method == "OPTIONS":
-            assert res.status_code == 405, (method, url)
-        elif public:
-            assert res.status_code == 200, (method, url)
-        else:
-            assert res.status_code in (401, 303), (method, url)
-        assert not any(h.startswith("access-control-") for h in res.headers)
-        if method == "HEAD":
-            assert res.content == b""
-        assert run["id"] not in res.text
-
-
-def _route_urls(run_id: str) -> list[tuple[str, set[str]]]:
-    """Every route's URL (for `run_id`, call c1) and the methods it serves."""
-    from starlette.routing import Route
-
-    from golem.service.app import ROUTES
-
-    by_path: dict[str, set[str]] = {}
-    for r in ROUTES:
+    routes: dict[str, set[str]] = {}
+    for r in app.routes:
         if isinstance(r, Route):
-            url = r.path.replace("{run_id}", quote(run_id, safe="")).replace(
-                "{call_id:golem_any}", "c1"
+            url = r.path.replace("{run_id}", quote(run["id"], safe=""))
+            routes.setdefault(url.replace("{call_id:golem_any}", "c1"), set()).update(
+                r.methods or ()
             )
-            by_path.setdefault(url, set()).update(r.methods or ())
-    return sorted(by_path.items())
-
-
-async def test_head_and_options_on_every_route_signed_in(
-    client: httpx.AsyncClient, start: StartRun
-) -> None:
-    # held: with a bearer token and a session, HEAD answers as GET does without a body
-    # (405 naming the methods where there is no GET), OPTIONS is 405 with Allow, and
-    # nothing is a 500 or opens a stream
-    run = await start("twin")
-    await sign_in(client)
-    for url, methods in _route_urls(run["id"]):
-        if url == "/api/events":
-            continue  # HEAD on the stream: its own test below
-        for method in ("HEAD", "OPTIONS"):
-            res = await client.request(method, url, headers=bearer("alice"))
-            assert res.status_code < 500, (method, url)
-            if method == "HEAD":
-                assert res.content == b""
-            if method == "HEAD" and "GET" in methods:
-                get = await client.get(url, headers=bearer("alice"))
-                assert res.status_code == get.status_code, url
-            else:
-                assert res.status_code == 405, (method, url, res.status_code)
-                assert set(res.headers["allow"].split(", ")) >= methods - {"HEAD"}, url
+    for signed_in in (False, True):
+        headers = bearer("alice") if signed_in else {}
+        if signed_in:
+            await sign_in(client)
+        for url, methods in sorted(routes.items()):
+            if (signed_in and url == "/api/events") or (not signed_in and "GET" not in methods):
+                continue  # HEAD on the stream signed in: its own test below
+            for method in ("HEAD", "OPTIONS"):
+                res = await asyncio.wait_for(client.request(method, url, headers=headers), WAIT)
+                assert not any(h.startswith("access-control-") for h in res.headers)
+                if method == "HEAD":
+                    assert res.content == b""
+                if not signed_in:
+                    public = url in ("/api/health", "/api/openapi.json", "/login")
+                    want = {405} if method == "OPTIONS" else {200} if public else {401, 303}
+                    assert res.status_code in want, (method, url)
+                    assert run["id"] not in res.text
+                elif method == "HEAD" and "GET" in methods:
+                    get = await client.get(url, headers=headers)
+                    assert res.status_code == get.status_code, url
+                else:
+                    assert res.status_code == 405, (method, url, res.status_code)
+                    assert set(res.headers["allow"].split(", ")) >= methods - {"HEAD"}, url
 
 
 async def test_head_on_the_stream_answers_its_headers_and_holds_no_stream(
@@ -257,11 +215,6 @@ async def test_a_body_that_trickles_in_gets_408(registry: Any, store: Store) -> 
     assert status == 408
     assert body["error"]["code"] == "request_timeout"
     assert await store.list_runs() == []
-
-
-def test_the_body_timeout_must_be_positive(registry: Any, store: Store) -> None:
-    with pytest.raises(ValueError, match="body_timeout"):
-        create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0))
 
 
 def test_a_stream_client_that_never_reads_holds_only_its_own_slot(
