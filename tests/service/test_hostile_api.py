@@ -22,7 +22,7 @@ from golem.durable.worker import AgentEntry, start_run
 from golem.service import ServiceSettings, create_app
 from tests.support.agents import build_registry
 from tests.support.durable.backends import BACKENDS, backend_for
-from tests.support.service import bearer, make_auth, sign_in
+from tests.support.service import bearer, call_raw, make_auth, scope_of, sign_in
 
 
 @pytest.fixture(params=BACKENDS)
@@ -319,22 +319,7 @@ class _NoStore:
 async def _status_of(query: str) -> tuple[int, bytes]:
     """GET /api/health?<query> with the query's bytes as sent: the status and the body."""
     app = create_app(ServiceSettings(build_registry(), _NoStore(), auth=make_auth()))  # type: ignore[arg-type]
-    sent: list[dict[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": "/api/health", "raw_path": b"/api/health", "root_path": "",
-        "query_string": query.encode("latin-1"), "headers": [], "client": ("127.0.0.1", 1),
-        "server": ("golem.test", 80), "state": {},
-    }  # fmt: skip
-    await app(scope, receive, send)
-    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+    return await call_raw(app, scope_of("GET", "/api/health", query=query.encode("latin-1")))
 
 
 @settings(deadline=None)

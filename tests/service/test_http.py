@@ -14,7 +14,17 @@ from starlette.routing import Route
 
 from golem.durable.store import Store
 from golem.service import ServiceSettings, create_app, views
-from tests.support.service import TOKENS, WAIT, StartRun, bearer, make_auth, open_stream, sign_in
+from tests.support.service import (
+    TOKENS,
+    WAIT,
+    StartRun,
+    bearer,
+    call_raw,
+    make_auth,
+    open_stream,
+    scope_of,
+    sign_in,
+)
 
 _SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
@@ -166,54 +176,15 @@ async def test_head_on_the_stream_answers_its_headers_and_holds_no_stream(
     assert res.status_code == 422
 
 
-async def _post_slowly(app: Starlette, body_timeout: float) -> tuple[int, dict[str, Any]]:
-    """POST /api/runs whose body never finishes arriving; the status and JSON answer."""
-    sent: list[dict[str, Any]] = []
-    first = True
-
-    async def receive() -> dict[str, Any]:
-        nonlocal first
-        if first:
-            first = False
-            return {"type": "http.request", "body": b'{"agent": ', "more_body": True}
-        await asyncio.sleep(3600)  # a client that stopped sending
-        raise AssertionError("unreachable")
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/api/runs",
-        "raw_path": b"/api/runs",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"authorization", f"Bearer {TOKENS['alice']}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", b"100"),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("golem.test", 80),
-        "state": {},
-    }
-    await asyncio.wait_for(app(scope, receive, send), WAIT)
-    status = sent[0]["status"]
-    body = b"".join(m.get("body", b"") for m in sent[1:])
-    return status, json.loads(body)
-
-
 async def test_a_body_that_trickles_in_gets_408(registry: Any, store: Store) -> None:
     # Found: a client that declared a body and stopped sending held its connection (and
     # the buffered part of its body) for as long as it liked.
     app = create_app(ServiceSettings(registry, store, auth=make_auth(), body_timeout=0.05))
-    status, body = await _post_slowly(app, 0.05)
+    headers = {**bearer("alice"), "Content-Type": "application/json", "Content-Length": "100"}
+    scope = scope_of("POST", "/api/runs", headers=headers)
+    status, body = await call_raw(app, scope, [b'{"agent": '])
     assert status == 408
-    assert body["error"]["code"] == "request_timeout"
+    assert json.loads(body)["error"]["code"] == "request_timeout"
     assert await store.list_runs() == []
 
 

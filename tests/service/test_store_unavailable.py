@@ -29,7 +29,6 @@ from golem.errors import StoreError
 from golem.service import ServiceSettings, create_app
 from tests.support.agents import build_registry
 from tests.support.service import (
-    TOKENS,
     WAIT,
     StartRun,
     bearer,
@@ -56,20 +55,17 @@ def assert_unavailable(res: httpx.Response) -> None:
     ],
     ids=["lost", "timeout", "busy", "read_only"],
 )
-async def test_the_api_answers_503_while_the_store_is_away(
+async def test_the_api_and_the_inbox_answer_503_while_the_store_is_away(
     client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
 ) -> None:
     run = await start()
-    call_id = run["calls"][0]["call_id"]
+    decide = f"/api/runs/{run['id']}/calls/c1/decision"
+    csrf = await sign_in(client)
     fail_every_call(store, error)
     for res in [
         await client.get("/api/calls", headers=bearer("alice")),
         await client.get(f"/api/runs/{run['id']}", headers=bearer("alice")),
-        await client.post(
-            f"/api/runs/{run['id']}/calls/{call_id}/decision",
-            json={"decision": "approve"},
-            headers=bearer("alice"),
-        ),
+        await client.post(decide, json={"decision": "approve"}, headers=bearer("alice")),
         await client.post(
             "/api/runs", json={"agent": "twin", "prompt": "x"}, headers=bearer("alice")
         ),
@@ -79,23 +75,6 @@ async def test_the_api_answers_503_while_the_store_is_away(
     health = await client.get("/api/health")
     assert health.status_code == 503
     assert health.json()["status"] == "unavailable"
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        StoreError("postgresql: cannot connect"),
-        StoreBusy("no free connection slot"),
-        StoreReadOnly("postgresql: the database is read-only"),
-    ],
-    ids=["lost", "busy", "read_only"],
-)
-async def test_the_inbox_shows_a_try_again_page_while_the_store_is_away(
-    client: httpx.AsyncClient, store: Store, start: StartRun, error: Exception
-) -> None:
-    run = await start()
-    csrf = await sign_in(client)
-    fail_every_call(store, error)
     for res in [
         await client.get("/"),
         await client.get(f"/runs/{run['id']}"),
@@ -168,36 +147,9 @@ async def test_a_stream_whose_store_goes_away_ends_cleanly(
     # client reconnects after `retry:` from its Last-Event-ID.
     app = create_app(ServiceSettings(registry, store, auth=make_auth(), stream_heartbeat=0.05))
     await start("twin")
-    sent: list[bytes] = []
-    gone = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message.get("body", b""))
-        if b"event: change" in message.get("body", b""):
-            fail_every_call(store, error)  # busy: found in the third chaos round (ADR 0068)
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/events",
-        "raw_path": b"/api/events",
-        "root_path": "",
-        "query_string": b"cursor=0",
-        "headers": [(b"authorization", f"Bearer {TOKENS['alice']}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("golem.test", 80),
-        "state": {},
-    }
-    try:  # ends by itself, the client still connected, without raising
-        await asyncio.wait_for(app(scope, receive, send), WAIT)
-    finally:
-        gone.set()
-    assert any(b"event: change" in body for body in sent)
+    async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
+        await stream.next("change")
+        fail_every_call(store, error)  # busy: found in the third chaos round (ADR 0068)
+        # ends by itself, the client still connected, without raising
+        await asyncio.wait_for(stream.ended.wait(), WAIT)
     assert app.state.golem.open_streams == {}

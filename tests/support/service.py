@@ -184,6 +184,8 @@ class Stream:
     buffer: str = ""
     text: str = ""
     """Every byte of the body sent so far."""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the app's answer is over (the client may still be connected)."""
 
     async def next(self, event: str | None = None) -> Event:
         """The next event (of the given type, skipping others)."""
@@ -198,6 +200,50 @@ class Stream:
         while not self.events.empty():
             out.append(self.events.get_nowait())
         return out
+
+
+def scope_of(
+    method: str, path: str, *, query: bytes = b"", headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The ASGI scope of a request from 127.0.0.1 to golem.test, for driving an app directly."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("golem.test", 80),
+        "state": {},
+    }
+
+
+async def call_raw(
+    app: ASGIApp, scope: dict[str, Any], body: list[bytes] | None = None
+) -> tuple[int, bytes]:
+    """The status and body of the app's answer to `scope`: no body, or the chunks of
+    `body`, after which the client stops sending but stays connected."""
+    chunks = list(body or [b""])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if chunks:
+            chunk = chunks.pop(0)
+            more = body is not None
+            return {"type": "http.request", "body": chunk, "more_body": more}
+        await asyncio.sleep(3600)  # a client that stopped sending
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(app(scope, receive, send), WAIT)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
 @asynccontextmanager
@@ -226,22 +272,9 @@ async def open_stream(
                 block, stream.buffer = stream.buffer.split("\n\n", 1)
                 await stream.events.put(parse(block))
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/api/events",
-        "raw_path": b"/api/events",
-        "root_path": "",
-        "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("golem.test", 80),
-        "state": {},
-    }
+    scope = scope_of("GET", "/api/events", query=query.encode(), headers=headers)
     task = asyncio.create_task(app(scope, receive, send))
+    task.add_done_callback(lambda _: stream.ended.set())
     await asyncio.wait_for(started.wait(), WAIT)
     try:
         yield stream
