@@ -351,7 +351,7 @@ async def test_refused_forms_change_nothing(
     assert len(await store.audit(run["id"])) == 1
 
 
-async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
+async def test_edit_and_approve_records_a_diff(  # refused edits: test_edited_arguments_and_seals
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
     run = await start("twin")
@@ -362,11 +362,6 @@ async def test_edit_and_approve_checks_the_schema_and_records_a_diff(
         url = f"/runs/{run['id']}/calls/{call}/decision"
         return await client.post(url, data={"csrf": csrf, "decision": "approve", "args": args})
 
-    bad = await approve("c1", '{"target": 5}')
-    assert bad.status_code == 422
-    assert "must be string" in bad.text
-    assert "required" in (await approve("c1", "{}")).text
-    assert (await approve("c1", "[1]")).status_code == 422
     # unchanged arguments: a plain approval
     assert (await approve("c1", '{ "target" : "staging" }')).status_code == 303
     assert (await approve("c2", '{"target": "canary"}')).status_code == 303

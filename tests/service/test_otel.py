@@ -19,7 +19,6 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from golem.integrations import otel
-from golem.service.app import ROUTES, _TraceRequests
 from tests.otel_support import memory_provider
 from tests.support.service import bearer
 
@@ -135,17 +134,15 @@ async def test_a_server_error_marks_the_span(
     assert attrs(span)["http.response.status_code"] == 500
 
 
-@pytest.mark.parametrize(
-    "route", [r for r in ROUTES if isinstance(r, Route)], ids=lambda r: f"{r.path}"
-)
-def test_every_route_is_named_by_its_template(route: Route) -> None:
-    template = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
-    path = re.sub(r"\{\w+\}", "x", template)
-    method = sorted(route.methods or {"GET"})[0]
-    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
-    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == template
-
-
-def test_a_static_file_is_named_by_its_mount() -> None:
-    scope = {"type": "http", "method": "GET", "path": "/static/app.css", "root_path": ""}
-    assert _TraceRequests(lambda *_: None, ROUTES)._route(scope) == "/static/{path}"
+async def test_every_route_and_the_static_mount_are_named_by_their_template(
+    exporter: InMemorySpanExporter, app: Starlette, client: httpx.AsyncClient
+) -> None:
+    expected = []
+    for route in app.routes:
+        if isinstance(route, Route):
+            template = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+            method = sorted(route.methods or {"GET"})[0]
+            await client.request(method, re.sub(r"\{\w+\}", "x", template))
+            expected.append(f"{method} {template}")
+    await client.get("/static/app.css")
+    assert [s.name for s in server_spans(exporter)] == [*expected, "GET /static/{path}"]
