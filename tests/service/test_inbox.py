@@ -351,7 +351,7 @@ async def test_refused_forms_change_nothing(
     assert len(await store.audit(run["id"])) == 1
 
 
-async def test_edit_and_approve_records_a_diff(  # refused edits: test_edited_arguments_and_seals
+async def test_edit_and_approve_records_a_diff(
     client: httpx.AsyncClient, store: Store, start: StartRun
 ) -> None:
     run = await start("twin")
