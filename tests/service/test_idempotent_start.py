@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -16,35 +17,41 @@ import pytest
 from golem.durable.store import Store
 from tests.support.service import bearer, sign_in
 
+BODY = {"agent": "twin", "prompt": "ship it"}
+
 
 async def runs_of(store: Store, who: str) -> list[str]:
     return [r.id for r in await store.list_runs(limit=500) if r.started_by == who]
 
 
+async def post(client: httpx.AsyncClient, key: Any, who: str = "alice", **body: str) -> Any:
+    headers = {**bearer(who), "Idempotency-Key": key}
+    return await client.post("/api/runs", json={**BODY, **body}, headers=headers)
+
+
 async def test_a_repeated_start_with_the_same_key_starts_one_run(
     client: httpx.AsyncClient, store: Store
 ) -> None:
-    body = {"agent": "twin", "prompt": "ship it"}
-    key = {"Idempotency-Key": "order-7 ✓".encode()}  # any bytes a client sends
-    first = await client.post("/api/runs", json=body, headers={**bearer("alice"), **key})
+    key = "order-7 ✓".encode()  # any bytes a client sends
+    first = await post(client, key)
     assert first.status_code == 201, first.text
     assert "Idempotent-Replayed" not in first.headers
-    again = await client.post("/api/runs", json=body, headers={**bearer("alice"), **key})
+    again = await post(client, key)
     assert again.status_code == 200, again.text
     assert again.headers["Idempotent-Replayed"] == "true"
     assert again.json()["run"]["id"] == first.json()["run"]["id"]
     assert again.headers["Location"] == first.headers["Location"]
+    # a key is the caller's own
+    olga = await post(client, key, who="olga")
+    assert olga.status_code == 201
+    assert olga.json()["run"]["id"] != first.json()["run"]["id"]
     assert await runs_of(store, "alice") == [first.json()["run"]["id"]]
 
 
 async def test_concurrent_starts_with_one_key_save_one_run(
     client: httpx.AsyncClient, store: Store
 ) -> None:
-    body = {"agent": "twin", "prompt": "ship it"}
-    headers = {**bearer("alice"), "Idempotency-Key": "k-concurrent"}
-    answers = await asyncio.gather(
-        *(client.post("/api/runs", json=body, headers=headers) for _ in range(4))
-    )
+    answers = await asyncio.gather(*(post(client, "k-concurrent") for _ in range(4)))
     # one start saved the run (201); every other answered with it (200, replayed), the
     # ones that lost the race to save included
     assert sorted(a.status_code for a in answers) == [200, 200, 200, 201]
@@ -55,55 +62,36 @@ async def test_concurrent_starts_with_one_key_save_one_run(
     assert len(await runs_of(store, "alice")) == 1
 
 
-async def test_a_key_is_the_callers_own(client: httpx.AsyncClient, store: Store) -> None:
-    body = {"agent": "twin", "prompt": "ship it"}
-    a = await client.post(
-        "/api/runs", json=body, headers={**bearer("alice"), "Idempotency-Key": "same"}
-    )
-    o = await client.post(
-        "/api/runs", json=body, headers={**bearer("olga"), "Idempotency-Key": "same"}
-    )
-    assert (a.status_code, o.status_code) == (201, 201)
-    assert a.json()["run"]["id"] != o.json()["run"]["id"]
-
-
 @pytest.mark.parametrize(
-    "other", [{"agent": "echo", "prompt": "ship it"}, {"agent": "twin", "prompt": "another"}]
+    ("first", "key", "other", "code"),
+    [
+        (True, "k-reused", {"agent": "echo"}, 409),
+        (True, "k-reused", {"prompt": "another"}, 409),
+        (False, "", {}, 422),
+        (False, "x" * 201, {}, 422),
+    ],
+    ids=["other-agent", "other-prompt", "empty", "overlong"],
 )
-async def test_a_key_reused_for_another_start_is_refused(
-    client: httpx.AsyncClient, store: Store, other: dict[str, str]
+async def test_a_key_reused_for_another_start_or_malformed_is_refused(
+    client: httpx.AsyncClient, store: Store, first: bool, key: str, other: Any, code: int
 ) -> None:
-    headers = {**bearer("alice"), "Idempotency-Key": "k-reused"}
-    first = await client.post(
-        "/api/runs", json={"agent": "twin", "prompt": "ship it"}, headers=headers
-    )
-    assert first.status_code == 201
-    res = await client.post("/api/runs", json=other, headers=headers)
-    assert res.status_code == 409
-    assert res.json()["error"]["code"] == "idempotency_key_reused"
-    assert await runs_of(store, "alice") == [first.json()["run"]["id"]]
-
-
-@pytest.mark.parametrize("key", ["", "x" * 201])
-async def test_an_empty_or_overlong_key_is_refused(
-    client: httpx.AsyncClient, store: Store, key: str
-) -> None:
-    res = await client.post(
-        "/api/runs",
-        json={"agent": "twin", "prompt": "ship it"},
-        headers={**bearer("alice"), "Idempotency-Key": key},
-    )
-    assert res.status_code == 422
-    assert "Idempotency-Key" in res.json()["error"]["message"]
-    assert await runs_of(store, "alice") == []
+    before = [(await post(client, key)).json()["run"]["id"]] if first else []
+    res = await post(client, key, **other)
+    assert res.status_code == code
+    if code == 409:
+        assert res.json()["error"]["code"] == "idempotency_key_reused"
+    else:
+        assert "Idempotency-Key" in res.json()["error"]["message"]
+    assert await runs_of(store, "alice") == before
 
 
 async def test_the_inbox_start_form_sent_twice_starts_one_run(
     client: httpx.AsyncClient, store: Store
 ) -> None:
     csrf = await sign_in(client)
-    page = (await client.get("/")).text
-    match = re.search(r'name="idempotency_key" value="([0-9a-f]{32})"', page)
+    match = re.search(
+        r'name="idempotency_key" value="([0-9a-f]{32})"', (await client.get("/")).text
+    )
     assert match, "the start form carries no idempotency key"
     form = {"csrf": csrf, "agent": "twin", "prompt": "go", "idempotency_key": match.group(1)}
     first = await client.post("/runs", data=form)
@@ -116,5 +104,4 @@ async def test_the_inbox_start_form_sent_twice_starts_one_run(
     assert edited.status_code == 303
     assert edited.headers["location"] != first.headers["location"]
     assert len(await runs_of(store, "alice")) == 2
-    fresh = (await client.get("/")).text
-    assert match.group(1) not in fresh  # each page draws a new key
+    assert match.group(1) not in (await client.get("/")).text  # each page draws a new key
