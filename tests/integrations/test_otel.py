@@ -231,29 +231,18 @@ def test_streamed_runs_are_traced(exporter: InMemorySpanExporter) -> None:
                 pass
         return stream.result.trace_context
 
-    traceparent = asyncio.run(main())
-    spans = exporter.get_finished_spans()
-    assert [s.name for s in spans][-1] == "invoke_agent forecaster"
-    assert traceparent.startswith("00-")
+    assert asyncio.run(main()).startswith("00-")
+    assert [s.name for s in exporter.get_finished_spans()][-1] == "invoke_agent forecaster"
 
 
-def test_off_means_no_spans_and_no_trace_context() -> None:
-    _, exp = memory_provider()
+def test_off_means_no_spans_unless_the_agent_has_its_own_provider() -> None:
+    provider, exp = memory_provider()
     trace_before = trace.get_tracer_provider()
-    result = weather_agent(answer("hi")).run_sync("x")
-    assert result.trace_context == ""
+    assert weather_agent(answer("hi")).run_sync("x").trace_context == ""
     assert exp.get_finished_spans() == ()
     assert trace.get_tracer_provider() is trace_before
-
-
-def test_an_agents_own_provider_without_instrument() -> None:
-    provider, exp = memory_provider()
-    agent = weather_agent(answer("hi"), tracer_provider=provider)
-    assert agent.run_sync("x").trace_context
-    assert [s.name for s in exp.get_finished_spans()] == [
-        "chat",
-        "invoke_agent forecaster",
-    ]
+    assert weather_agent(answer("hi"), tracer_provider=provider).run_sync("x").trace_context
+    assert [s.name for s in exp.get_finished_spans()] == ["chat", "invoke_agent forecaster"]
 
 
 # --------------------------------------------------------------------------- pause and resume
@@ -272,34 +261,32 @@ def approval_agent(*outcomes: Any) -> Agent:
     return agent
 
 
-def test_a_pause_ends_the_run_span_as_paused(exporter: InMemorySpanExporter) -> None:
+def test_a_pause_ends_the_run_span_as_paused_and_the_resume_links_to_it(
+    exporter: InMemorySpanExporter,
+) -> None:
     agent = approval_agent(
         turn(
             ToolCall("c1", "delete_file", '{"path": "a"}'),
             ToolCall("c2", "delete_file", '{"path": "b"}'),
-        )
+        ),
+        answer("Done."),
     )
     paused = agent.run_sync("clean")
     assert paused.pending is not None
-    spans = by_name(exporter.get_finished_spans())
-    run = spans["invoke_agent janitor"]
+    spans = exporter.get_finished_spans()
+    run = by_name(spans)["invoke_agent janitor"]
     attrs = dict(run.attributes or {})
     assert attrs["golem.run.status"] == "paused"
     assert attrs["golem.run.pending_call_ids"] == ("c1", "c2")
     assert attrs["golem.run.operation"] == "run"
     assert run.status.status_code == StatusCode.UNSET
-    deferred = [s for s in exporter.get_finished_spans() if s.name == "execute_tool delete_file"]
+    deferred = [s for s in spans if s.name == "execute_tool delete_file"]
     assert [(s.attributes or {}).get("golem.tool.deferred") for s in deferred] == [True, True]
     assert paused.trace_context.split("-")[2] == f"{run.context.span_id:016x}"
-
-
-def test_the_resumed_run_links_to_the_paused_one(exporter: InMemorySpanExporter) -> None:
-    agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')), answer("Done."))
-    paused = agent.run_sync("clean")
     exporter.clear()
     done = agent.run_with_deferred_results_sync(
         paused.messages,
-        DeferredResults(approvals={"c1": Approval(True)}),
+        DeferredResults(approvals={"c1": Approval(True), "c2": Approval(False)}),
         trace_context=paused.trace_context,
     )
     assert done.output == "Done."
@@ -310,8 +297,7 @@ def test_the_resumed_run_links_to_the_paused_one(exporter: InMemorySpanExporter)
         "invoke_agent janitor",
     ]
     run = spans[-1]
-    assert len(run.links) == 1
-    link = run.links[0]
+    (link,) = run.links
     _, trace_id, span_id, _ = paused.trace_context.split("-")
     assert (f"{link.context.trace_id:032x}", f"{link.context.span_id:016x}") == (trace_id, span_id)
     assert (link.attributes or {})["golem.link"] == "resumes_paused_run"
