@@ -4,8 +4,6 @@ newest, light and dark, desktop and phone (ADR 0077). Screenshots go to
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +13,12 @@ import pytest
 
 from golem.durable.store import CallKind, Decision, NewCall, NewRun, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+from tests.support.browser import run_async, signed_in
 from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
 
 TOKEN = "audit-browser-token"
-WAIT_MS = 15_000
 SHOTS = os.environ.get("GOLEM_SCREENSHOTS", "")
 
 
@@ -51,8 +49,7 @@ async def _seed(url: str) -> None:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     url = f"sqlite:///{tmp_path / 'audit.db'}"
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright owns this loop
-        pool.submit(asyncio.run, _seed(url)).result()
+    run_async(_seed(url))
     auth = AuthConfig(tokens={TOKEN: Approver("bob@example.com", agents=frozenset({"billing"}))})
     app = create_app(ServiceSettings({}, url, auth=auth))
     with serve(app) as base:
@@ -64,14 +61,9 @@ def served(tmp_path: Path) -> Iterator[str]:
 def test_the_audit_view_pages_back_and_forward(
     browser: Any, served: str, scheme: str, width: int, height: int
 ) -> None:
-    context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=scheme)
+    viewport = {"width": width, "height": height}
+    page = signed_in(browser, served, TOKEN, viewport=viewport, color_scheme=scheme)
     try:
-        page = context.new_page()
-        page.set_default_timeout(WAIT_MS)
-        page.goto(served + "/login")
-        page.fill("#token", TOKEN)
-        page.click("#sign-in")
-        page.wait_for_url(served + "/")
         page.goto(served + "/audit?limit=5")
         rows = page.locator("#audit-rows tr")
         assert rows.count() == 5
@@ -97,4 +89,4 @@ def test_the_audit_view_pages_back_and_forward(
         page.wait_for_url(served + "/audit?limit=5")
         assert page.locator("#audit-rows tr").all_inner_texts() == first
     finally:
-        context.close()
+        page.context.close()

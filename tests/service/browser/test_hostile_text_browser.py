@@ -10,9 +10,7 @@ report (nothing injected even tried to run) and scroll sideways no wider than th
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +26,7 @@ from golem.messages import Message, ToolCall, dumps_history
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.notify import Webhook
 from tests.support.agents import build_registry
-from tests.support.browser import WAIT_MS
+from tests.support.browser import WAIT_MS, run_async, signed_in
 from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
@@ -101,10 +99,7 @@ async def _seed(db: Path) -> None:
 @pytest.fixture
 def base(tmp_path: Path) -> Iterator[str]:
     db = tmp_path / "hostile.db"
-    # on a thread of its own: Playwright's sync API runs an event loop on this one
-    seeding = threading.Thread(target=asyncio.run, args=(_seed(db),))
-    seeding.start()
-    seeding.join()
+    run_async(_seed(db))
     app = create_app(
         ServiceSettings(
             build_registry(),
@@ -178,20 +173,13 @@ def test_hostile_text_runs_no_script_and_breaks_no_layout(
     shots.mkdir()
     for scheme in ("light", "dark"):
         for screen, (width, height) in SCREENS.items():
-            context = browser.new_context(
-                viewport={"width": width, "height": height}, color_scheme=scheme
-            )
+            viewport = {"width": width, "height": height}
+            page = signed_in(browser, base, TOKEN, viewport=viewport, color_scheme=scheme)
             try:
-                page = context.new_page()
-                page.set_default_timeout(WAIT_MS)
                 problems: list[str] = []
                 page.on("pageerror", lambda exc, p=problems: p.append(f"error: {exc}"))
                 page.on("dialog", lambda d, p=problems: p.append(f"dialog: {d.message}"))
                 page.on("console", lambda m, p=problems: _console(m, p))
-                page.goto(f"{base}/login")
-                page.fill("#token", TOKEN)
-                page.click("#sign-in")
-                page.wait_for_url(f"{base}/")
                 for name, url in _pages(base).items():
                     page.goto(url)
                     assert page.evaluate("window.__xss") is None, (name, scheme, screen)
@@ -208,7 +196,7 @@ def test_hostile_text_runs_no_script_and_breaks_no_layout(
                         problems.append(f"{name}: {wide} px wide on a {width} px screen")
                 assert problems == [], (scheme, screen, problems)
             finally:
-                context.close()
+                page.context.close()
 
 
 def test_the_csp_blocks_script_injected_into_a_page(browser: Any, base: str) -> None:

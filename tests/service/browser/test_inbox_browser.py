@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from golem.cli.demo import build_registry
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
-from tests.support.browser import WAIT_MS
+from tests.support.browser import WAIT_MS, signed_in
 from tests.support.service import serve
 
 pytestmark = pytest.mark.browser
@@ -174,14 +174,8 @@ def test_the_live_stream_comes_back_after_the_store_was_away(browser: Any, tmp_p
         )
     )
     with serve(app) as base:
-        context = browser.new_context()
+        page = signed_in(browser, base, TOKEN)
         try:
-            page = context.new_page()
-            page.set_default_timeout(WAIT_MS)
-            page.goto(f"{base}/login")
-            page.fill("input[name=token]", TOKEN)
-            page.click("#sign-in")
-            page.wait_for_url(f"{base}/")
             page.wait_for_selector("#live-dot[data-state=open]")
             store = app.state.golem.store
             fail_every_call(store, StoreError("postgresql: the database system is starting up"))
@@ -190,4 +184,4 @@ def test_the_live_stream_comes_back_after_the_store_was_away(browser: Any, tmp_p
                 delattr(store, name)  # the class's methods again: the store is back
             page.wait_for_selector("#live-dot[data-state=open]")  # retried and back
         finally:
-            context.close()
+            page.context.close()

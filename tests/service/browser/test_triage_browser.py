@@ -7,8 +7,6 @@ axe-core comes from npm into a test-only folder: `npm install --prefix .axe axe-
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import os
 import re
@@ -24,6 +22,7 @@ from playwright.sync_api import expect
 from golem.durable.store import Decision, open_store
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from tests.support.agents import build_registry
+from tests.support.browser import WAIT_MS, run_async, signed_in
 from tests.support.inbox_queue import QUEUE, seed
 from tests.support.service import serve
 
@@ -31,7 +30,6 @@ pytestmark = pytest.mark.browser
 
 TOKEN = "triage-browser-token"
 OTHER = "triage-other-token"
-WAIT_MS = 15_000
 ROOT = Path(__file__).resolve().parents[3]
 AXE = Path(os.environ.get("GOLEM_AXE_JS", ROOT / ".axe/node_modules/axe-core/axe.min.js"))
 
@@ -39,7 +37,7 @@ AXE = Path(os.environ.get("GOLEM_AXE_JS", ROOT / ".axe/node_modules/axe-core/axe
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
     url = f"sqlite:///{tmp_path / 'triage.db'}"
-    _run(seed(url))
+    run_async(seed(url))
     auth = AuthConfig(
         tokens={TOKEN: Approver("alice@example.com"), OTHER: Approver("bob@example.com")}
     )
@@ -50,21 +48,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
         yield base, url
 
 
-def _run(coro: Any) -> Any:
-    """Run a coroutine to completion in its own thread (Playwright owns this thread's loop)."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-def _page(browser: Any, base: str, *, width: int = 1280, height: int = 900, **kw: Any) -> Any:
-    context = browser.new_context(viewport={"width": width, "height": height}, **kw)
-    page = context.new_page()
-    page.set_default_timeout(WAIT_MS)
-    page.goto(base + "/login")
-    page.fill("#token", TOKEN)
-    page.click("#sign-in")
-    page.wait_for_url(base + "/")
-    return page
+def _page(browser: Any, base: str, *, width: int = 1280, height: int = 900) -> Any:
+    return signed_in(browser, base, TOKEN, viewport={"width": width, "height": height})
 
 
 def _titles(page: Any) -> list[str]:
@@ -114,7 +99,7 @@ def test_approve_all_and_undo(browser: Any, served: tuple[str, str]) -> None:
         finally:
             await store.close()
 
-    assert _run(decided()) == ["approve", "approve"]
+    assert run_async(decided()) == ["approve", "approve"]
     page.context.close()
 
 
@@ -194,7 +179,7 @@ def test_a_conflict_page_links_the_run_and_names_who_decided(
         finally:
             await store.close()
 
-    _run(bob_denies())
+    run_async(bob_denies())
     page.locator("#pending [data-call]").nth(3).wait_for(state="detached")  # live update
     with page.expect_navigation():  # a stale tab's Approve, posted after bob decided
         page.evaluate(
@@ -313,7 +298,7 @@ def test_webhook_deliveries_are_visible_to_operators(browser: Any, tmp_path: Pat
         with serve(app) as base:
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as h:
                 h.post("/api/runs", json={"agent": "twin", "prompt": "notify me"})
-            _run(receiver.wait_for(2))  # the first attempt fails, the retry is delivered
+            run_async(receiver.wait_for(2))  # the first attempt fails, the retry is delivered
             page = _page(browser, base)
             page.goto(base + "/notifications")
             page.locator("td", has_text="delivered").wait_for()
