@@ -45,6 +45,7 @@ def test_pending_lists_undecided_calls(db: str) -> None:
     assert "1 pending call(s)" in only
     assert twin.id not in only
     assert "2 pending call(s)" in golem("pending", "--db", db, "--agent", "twin").output
+    assert "4 pending call(s)" in golem("pending", env={"GOLEM_DB": db}).output
 
 
 def test_commands_on_a_missing_database_say_so_and_create_nothing(tmp_path: Path) -> None:
@@ -55,11 +56,9 @@ def test_commands_on_a_missing_database_say_so_and_create_nothing(tmp_path: Path
             assert res.exit_code == 1, (args, res.output)
             assert "no golem database at" in res.output
     assert not missing.exists()
-
-
-def test_pending_reads_the_db_from_the_environment(db: str) -> None:
-    seed(db, "twin")
-    assert "2 pending call(s)" in golem("pending", env={"GOLEM_DB": db}).output
+    res = golem("pending", "--db", "mysql://nowhere/db")
+    assert res.exit_code == 2
+    assert "unsupported URL" in res.output
 
 
 def test_approve_deny_and_answer_record_the_identity(db: str) -> None:
@@ -97,26 +96,6 @@ def test_approve_with_edited_args_records_them_beside_the_models(db: str) -> Non
         assert load(db, twin.id).call("c2").decision is None, "a refused edit records nothing"
 
 
-def test_refused_decisions_exit_1_with_the_reason(db: str) -> None:
-    (twin,) = seed(db, "twin")
-    golem("approve", twin.id, "c1", "--db", db)
-    res = golem("deny", twin.id, "c1", "--db", db)
-    assert res.exit_code == 1
-    assert "already decided" in res.output
-    res = golem("approve", "no-such-run", "c1", "--db", db)
-    assert res.exit_code == 1
-    assert "not found" in res.output
-    res = golem("approve", twin.id, "nope", "--db", db)
-    assert res.exit_code == 1
-    assert load(db, twin.id).call("c1").decision.kind.value == "approve"  # type: ignore[union-attr]
-
-
-def test_a_bad_store_url_exits_2(tmp_path: Path) -> None:
-    res = golem("pending", "--db", "mysql://nowhere/db")
-    assert res.exit_code == 2
-    assert "unsupported URL" in res.output
-
-
 def test_show_prints_a_run(db: str) -> None:
     (mixed,) = seed(db, "mixed")
     out = golem("show", mixed.id, "--db", db).output
@@ -145,7 +124,10 @@ def test_demo_once_runs_the_whole_cycle() -> None:
     assert "created (demo) → decided (demo) → ready (demo) → claimed" in out
 
 
-def test_serve_needs_approvers_and_a_registry(db: str) -> None:
+def test_help_lists_every_command_and_serve_needs_approvers_and_a_registry(db: str) -> None:
+    out = golem("--help").output
+    for command in ("serve", "worker", "pending", "approve", "deny", "answer", "show", "demo"):
+        assert command in out
     env = {"GOLEM_APPROVERS": "", "GOLEM_APPROVERS_FILE": ""}
     res = golem("serve", "--app", "tests.support.agents:registry", "--db", db, env=env)
     assert res.exit_code == 2
@@ -181,12 +163,6 @@ def test_without_the_server_extra_golem_prints_the_install_line() -> None:
     )
     assert proc.returncode == 2
     assert "pip install 'golem-agents[server]'" in proc.stderr
-
-
-def test_help_lists_every_command() -> None:
-    out = golem("--help").output
-    for command in ("serve", "worker", "pending", "approve", "deny", "answer", "show", "demo"):
-        assert command in out
 
 
 # --------------------------------------------------------------------------- processes
@@ -272,8 +248,12 @@ def test_demo_serves_the_demo_agent_with_a_sign_in_link(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/login").status_code == 200
 
 
-def test_the_same_decision_by_another_identity_exits_1_as_http_answers_409(db: str) -> None:
+def test_refused_decisions_exit_1_with_the_reason_as_http_answers_409(db: str) -> None:
     (twin,) = seed(db, "twin")
+    for args, why in ((("no-such-run", "c1"), "not found"), ((twin.id, "nope"), "no pending call")):
+        res = golem("approve", *args, "--db", db)
+        assert res.exit_code == 1
+        assert why in res.output
     assert golem("approve", twin.id, "c1", "--as", "alice", "--db", db).exit_code == 0
     res = golem("approve", twin.id, "c1", "--as", "carol", "--db", db)
     assert res.exit_code == 1, res.output
@@ -283,6 +263,10 @@ def test_the_same_decision_by_another_identity_exits_1_as_http_answers_409(db: s
     assert again.exit_code == 0, again.output  # the approver's own repeat is safe to send
     assert "recorded (by alice)" in again.output
     assert load(db, twin.id).call("c1").decision.decided_by == "alice"  # type: ignore[union-attr]
+    res = golem("deny", twin.id, "c1", "--as", "alice", "--db", db)
+    assert res.exit_code == 1
+    assert "already decided" in res.output
+    assert load(db, twin.id).call("c1").decision.kind.value == "approve"  # type: ignore[union-attr]
     denied = golem("deny", twin.id, "c2", "--as", "alice", "--db", db)
     assert denied.exit_code == 0
     res = golem("deny", twin.id, "c2", "--as", "carol", "--db", db)

@@ -58,7 +58,9 @@ def test_a_worker_with_the_key_resumes_sealed_runs_and_refuses_unsealed_ones(db:
     }
     args = ("worker", "--app", "tests.support.agents:registry", "--db", db, "--poll", "0.05")
     with golem_process(*args, env=env) as running:
-        done = [wait_for(lambda r=r: ended(db, r.id), "the worker") for r in (older, current, unsealed)]
+        done = [
+            wait_for(lambda r=r: ended(db, r.id), "the worker") for r in (older, current, unsealed)
+        ]
         out = running.stop()
     assert "verifying seals" in out
     assert [r.status for r in done] == [RunStatus.COMPLETED, RunStatus.COMPLETED, RunStatus.FAILED]
