@@ -32,6 +32,7 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.service import Approver, AuthConfig, ServiceSettings, create_app
 from golem.service.positions import read_position
 from tests.support.durable.backends import BACKENDS, backend_for
+from tests.support.service import save_run
 
 AGENTS = ("a1", "a2", "a3", "a4")
 ACTORS = ("alice", "Zoë", "ZOË-ops", "worker:w1", "bob")
@@ -61,6 +62,9 @@ def _bearer(who: str) -> dict[str, str]:
 Step = tuple[int, int, bool]
 
 
+C1 = ("c1", "deploy", "{}")
+
+
 class Log:
     """Runs of several agents, started and decided by several actors."""
 
@@ -80,15 +84,9 @@ class Log:
                 continue
             self.runs += 1
             run_id = f"r{self.runs:03d}-{AGENTS[agent % len(AGENTS)]}"
-            await self.store.save_pending(
-                NewRun(
-                    id=run_id,
-                    agent=AGENTS[agent % len(AGENTS)],
-                    conversation_id="c-" + run_id,
-                    history="[]",
-                    calls=(NewCall("c1", CallKind.APPROVAL, "deploy", "{}"),),
-                    started_by=ACTORS[actor % len(ACTORS)],
-                )
+            who = ACTORS[actor % len(ACTORS)]
+            await save_run(
+                self.store, run_id, C1, agent=AGENTS[agent % len(AGENTS)], started_by=who
             )
             self.open.append(run_id)
 
@@ -453,19 +451,6 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
         assert res.status_code == 200  # an entry reference is a cursor too
 
 
-async def _save(store: Store, run_id: str, agent: str, who: str) -> None:
-    await store.save_pending(
-        NewRun(
-            id=run_id,
-            agent=agent,
-            conversation_id="c-" + run_id,
-            history="[]",
-            calls=(NewCall("c1", CallKind.APPROVAL, "deploy", "{}"),),
-            started_by=who,
-        )
-    )
-
-
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -498,7 +483,7 @@ async def test_an_approvers_pages_are_the_same_with_or_without_hidden_activity(
                 n = counts[visible]
                 agent = "a2" if visible else ("a1", "a3")[n % 2]
                 run_id = f"{'v' if visible else 'h'}{n:02d}-{agent}"
-                await _save(store, run_id, agent, ACTORS[actor])
+                await save_run(store, run_id, C1, agent=agent, started_by=ACTORS[actor])
                 if decide:
                     await store.decide(run_id, "c1", Decision.approve(), decided_by=ACTORS[actor])
             pages: list[Any] = []

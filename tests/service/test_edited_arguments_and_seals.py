@@ -18,7 +18,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem.durable.store import CallKind, NewCall, NewRun, RunStatus, Store
+from golem.durable.store import RunStatus, Store
 from golem.durable.worker import Worker
 from golem.service import ServiceSettings, create_app
 from golem.service.views import path
@@ -28,6 +28,7 @@ from tests.support.service import (
     StartRun,
     bearer,
     make_auth,
+    save_run,
     sign_in,
 )
 
@@ -215,17 +216,7 @@ async def test_edited_arguments_under_a_seal_run_as_edited(
 
 async def _save_scale(store: Store, run_id: str, args: str) -> None:
     """A pending run of twin with one call of a tool the agent does not define (no schema)."""
-    call = NewCall("s1", CallKind.APPROVAL, "scale", args)
-    await store.save_pending(
-        NewRun(
-            id=run_id,
-            agent="twin",
-            conversation_id="conv",
-            history="[]",
-            calls=(call,),
-            started_by="alice",
-        )
-    )
+    await save_run(store, run_id, ("s1", "scale", args))
 
 
 async def test_an_edit_that_changes_only_a_json_type_is_kept(

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from golem.durable.store import CallKind, Decision, NewCall, NewRun, Store
+from golem.durable.store import Decision, Store
 from golem.service import ServiceSettings, create_app
 from golem.service.positions import read_position
 from tests.support.service import (
@@ -24,6 +24,7 @@ from tests.support.service import (
     bearer,
     make_auth,
     open_stream,
+    save_run,
     serve,
 )
 
@@ -194,16 +195,8 @@ async def test_model_text_cannot_forge_a_line_of_the_stream(
     # Found (defence in depth): data was JSON with raw non-ASCII, so U+0085, U+2028 and
     # U+2029 went out as they were; a client that splits lines like `str.splitlines`
     # (several Python SSE clients do) read a forged `event:` line.
-    await store.save_pending(
-        NewRun(
-            id="run-" + hostile,
-            agent="twin",
-            conversation_id=hostile,
-            history="[]",
-            calls=(NewCall(hostile, CallKind.APPROVAL, hostile, json.dumps({hostile: hostile})),),
-            started_by=hostile,
-        )
-    )
+    call = (hostile, hostile, json.dumps({hostile: hostile}))
+    await save_run(store, "run-" + hostile, call, conversation_id=hostile, started_by=hostile)
     async with open_stream(app, headers=bearer("alice"), query="cursor=0") as stream:
         change = await stream.next("change")
         assert change.json()["run_id"] == "run-" + hostile  # the text arrives intact

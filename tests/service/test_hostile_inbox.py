@@ -19,7 +19,16 @@ from golem.messages import Message, ToolCall, dumps_history
 from golem.service import ServiceSettings, create_app
 from golem.service.credentials import SESSION_COOKIE
 from golem.service.views import path
-from tests.support.service import TOKENS, StartRun, bearer, csrf_of, inventory, make_auth, sign_in
+from tests.support.service import (
+    TOKENS,
+    StartRun,
+    bearer,
+    csrf_of,
+    inventory,
+    make_auth,
+    save_run,
+    sign_in,
+)
 
 
 def _client(app: Starlette, address: str = "127.0.0.1", base: str = "http://golem.test") -> Any:
@@ -345,13 +354,8 @@ async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
 ) -> None:
     # a run ID holding U+202E reversed the rest of its line on every page
     run_id = "run-\u202eabc\u2066"
-    calls = tuple(
-        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ("c\u202e1", "c2")
-    )
-    await store.save_pending(
-        NewRun(id=run_id, agent="twin", conversation_id="conv\u200b", history="[]", calls=calls,
-               started_by="alice")
-    )  # fmt: skip
+    calls = [(i, "deploy", '{"target": "x"}') for i in ("c\u202e1", "c2")]
+    await save_run(store, run_id, *calls, conversation_id="conv\u200b")
     csrf = await sign_in(client)
     url = path("runs", run_id, "calls", "c\u202e1", "decision")
     decided = await client.post(url, data={"csrf": csrf, "decision": "deny", "next": "/runs"})
@@ -367,11 +371,7 @@ async def test_a_bidi_override_in_a_run_id_is_shown_as_a_marker_everywhere(
 
 
 async def _deploy(store: Store, run_id: str, target: str) -> None:
-    call = NewCall("c1", CallKind.APPROVAL, "deploy", json.dumps({"target": target}))
-    await store.save_pending(
-        NewRun(id=run_id, agent="twin", conversation_id="c", history="[]", calls=(call,),
-               started_by="alice")
-    )  # fmt: skip
+    await save_run(store, run_id, ("c1", "deploy", json.dumps({"target": target})))
 
 
 @pytest.mark.parametrize("size", [100_000, 1_000_000])

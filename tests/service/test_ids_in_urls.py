@@ -18,28 +18,15 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from golem import new_id
-from golem.durable.store import MAX_RUN_ID, CallKind, InvalidRunId, NewCall, NewRun, Store
+from golem.durable.store import MAX_RUN_ID, InvalidRunId, Store
 from golem.durable.store.sqlite import SQLiteStore
 from golem.service import ServiceSettings, create_app
 from golem.service.views import path
 from tests.support.durable.backends import BACKENDS, Backend, backend_for
-from tests.support.service import bearer, make_auth, sign_in
+from tests.support.service import bearer, make_auth, save_run, sign_in
 
-_CALLS = (
-    NewCall("c1", CallKind.APPROVAL, "deploy", '{"target": "staging"}'),
-    NewCall("c2", CallKind.APPROVAL, "deploy", '{"target": "production"}'),
-)
-
-
-def _run(run_id: str) -> NewRun:
-    return NewRun(
-        id=run_id,
-        agent="twin",
-        conversation_id="conv",
-        history="[]",
-        calls=_CALLS,
-        started_by="alice",
-    )
+CALLS = (("c1", "deploy", '{"target": "staging"}'), ("c2", "deploy", '{"target": "production"}'))
+X = '{"target": "x"}'
 
 
 def _links(page: str) -> list[str]:
@@ -87,7 +74,7 @@ async def test_any_run_id_the_store_accepts_is_reachable_everywhere(
     store = await SQLiteStore.open(tmp_path / f"{new_id()}.db")
     try:
         try:
-            await store.save_pending(_run(run_id))
+            await save_run(store, run_id, *CALLS)
         except InvalidRunId:
             assert run_id in (".", "..") or "\x00" in run_id or len(run_id) > MAX_RUN_ID
             return
@@ -145,22 +132,16 @@ async def test_the_store_refuses_run_ids_no_url_can_name(
     # Found: "." and ".." were saved and then unreachable (every client removes dot
     # segments); a lone surrogate failed with a bare UnicodeEncodeError.
     with pytest.raises(InvalidRunId, match=problem) as caught:
-        await store.save_pending(_run(run_id))
+        await save_run(store, run_id, *CALLS)
     assert isinstance(caught.value, ValueError)
     assert (await store.list_runs()) == []
-
-
-async def test_the_longest_run_id_is_saved(store: Store) -> None:
-    run_id = "é" * MAX_RUN_ID
-    await store.save_pending(_run(run_id))
-    assert (await store.get_run(run_id)).id == run_id
 
 
 async def test_a_sign_in_comes_back_to_the_run_it_left(
     store: Store, client: httpx.AsyncClient
 ) -> None:
     # Found: the sign-in redirect's `next` was the decoded path, /runs/a/b, not the run.
-    await store.save_pending(_run("a/b c"))
+    await save_run(store, "a/b c", *CALLS)
     res = await client.get(path("runs", "a/b c"))
     assert res.status_code == 303
     nxt = httpx.URL(res.headers["location"]).params["next"]
@@ -178,7 +159,7 @@ async def test_the_delivery_log_links_a_run_whose_id_holds_a_slash(
     # the run "a/b" was linked as /runs/a/b.
     from golem.service.notify import Notifier, Webhook
 
-    run = await store.save_pending(_run("a/b"))
+    run = await save_run(store, "a/b", *CALLS)
     ok = httpx.MockTransport(lambda request: httpx.Response(200))
     notifier = Notifier(
         store, [Webhook("https://hooks.example/x")], public_url="http://golem.test", transport=ok
@@ -197,14 +178,14 @@ async def test_the_delivery_log_links_a_run_whose_id_holds_a_slash(
 def test_a_real_server_routes_an_escaped_slash(registry: Any, tmp_path: Path) -> None:
     # uvicorn decodes %2F into `path`; the raw path still tells the ID's slash apart.
 
-    from tests.support.service import serve
+    from tests.support.service import save_run, serve
 
     db = tmp_path / "real.db"
 
     async def save() -> None:
         s = await SQLiteStore.open(db)
         try:
-            await s.save_pending(_run("team/ops?#1"))
+            await save_run(s, "team/ops?#1", *CALLS)
         finally:
             await s.close()
 
@@ -231,6 +212,7 @@ _HARD_IDS = [
     "emoji \U0001f680",
     "\\",
     "x" * MAX_RUN_ID,
+    "é" * MAX_RUN_ID,
     "~.-_",
     "..a",
 ]
@@ -253,7 +235,7 @@ async def test_hard_run_ids_are_reachable_on_every_backend(backend: Backend, reg
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
             for run_id in _HARD_IDS:
-                await store.save_pending(_run(run_id))
+                await save_run(store, run_id, *CALLS)
                 await _check_reachable(c, store, run_id)
                 c.cookies.clear()
     finally:
@@ -298,10 +280,7 @@ async def test_a_decision_names_exactly_one_pending_call(
     assume(probe not in (".", "..") and "\x00" not in probe)
     store = await SQLiteStore.open(tmp_path / f"{new_id()}.db")
     try:
-        calls = tuple(NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in ids)
-        await store.save_pending(
-            NewRun(id="r", agent="twin", conversation_id="c", history="[]", calls=calls)
-        )
+        await save_run(store, "r", *((i, "deploy", X) for i in ids))
         app = create_app(ServiceSettings(registry, store, auth=make_auth(), undo_seconds=0))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
@@ -337,10 +316,7 @@ async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
 ) -> None:
     # Found: servers decode a bad escape to U+FFFD, so /calls/x%FF decided the call
     # "x\ufffd", which the URL did not name (and so did every other bad byte).
-    calls = (NewCall("x\ufffd", CallKind.APPROVAL, "deploy", '{"target": "x"}'),)
-    await store.save_pending(
-        NewRun(id="r\ufffd", agent="twin", conversation_id="c", history="[]", calls=calls)
-    )
+    await save_run(store, "r\ufffd", ("x\ufffd", "deploy", X))
     for url in (
         f"/api/runs/r%EF%BF%BD/calls/x{escape}/decision",
         f"/api/runs/r{escape}/calls/x%EF%BF%BD/decision",
@@ -369,21 +345,6 @@ async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
     assert res.status_code == 200, res.text
 
 
-async def _save_deploy(store: Store, run_id: str, call_id: str) -> None:
-    """Save a pending run whose one `deploy` call has the ID `call_id`."""
-    call = NewCall(call_id, CallKind.APPROVAL, "deploy", '{"target": "x"}')
-    await store.save_pending(
-        NewRun(
-            id=run_id,
-            agent="twin",
-            conversation_id="conv",
-            history="[]",
-            calls=(call,),
-            started_by="alice",
-        )
-    )
-
-
 @pytest.mark.parametrize(
     "call_id",
     [
@@ -404,7 +365,7 @@ async def test_a_call_id_with_any_character_is_decidable(
     # model-made ID held one answered 404 to every decision, in the API and the inbox.
     for n, via in enumerate(("api", "inbox")):
         run_id = f"run-{via}"
-        await _save_deploy(store, run_id, call_id)
+        await save_run(store, run_id, (call_id, "deploy", X))
         from golem.service.views import path
 
         if via == "api":
@@ -426,7 +387,7 @@ async def test_a_dot_segment_call_id_is_decided_through_the_run_wide_form(
 ) -> None:
     # Every client normalizes `/calls/../decision` before sending it, so such a call has
     # no URL of its own; the run-wide form decides it (the guide says so).
-    await _save_deploy(store, "run-dots", call_id)
+    await save_run(store, "run-dots", (call_id, "deploy", X))
     csrf = await sign_in(client)
     res = await client.post("/runs/run-dots/decisions", data={"csrf": csrf, "decision": "deny"})
     assert res.status_code == 303, res.text[:300]
@@ -440,12 +401,7 @@ async def test_call_ids_that_differ_only_in_unicode_form_are_decided_apart(
 ) -> None:
     # Nothing between the form and the store normalizes: each card decides its own call.
     composed, decomposed = "caf\u00e9", "cafe\u0301"
-    calls = tuple(
-        NewCall(i, CallKind.APPROVAL, "deploy", '{"target": "x"}') for i in (composed, decomposed)
-    )
-    await store.save_pending(
-        NewRun(id="nfc", agent="twin", conversation_id="c", history="[]", calls=calls)
-    )
+    await save_run(store, "nfc", *((i, "deploy", X) for i in (composed, decomposed)))
     csrf = await sign_in(client)
     page = await client.get(path("runs", "nfc"))
     action = path("runs", "nfc", "calls", decomposed, "decision")

@@ -20,7 +20,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
-from golem.durable.store import Decision, Store, utc_now
+from golem.durable.store import CallKind, Decision, NewCall, NewRun, RunRecord, Store, utc_now
 from golem.service import Approver, AuthConfig
 
 TOKENS = {
@@ -132,6 +132,25 @@ def inventory(html: str) -> Inventory:
     inv = Inventory()
     inv.feed(html)
     return inv
+
+
+async def save_run(
+    store: Store,
+    run_id: str,
+    *calls: NewCall | tuple[str, str, str],
+    agent: str = "twin",
+    history: str = "[]",
+    started_by: str = "alice",
+    **more: Any,
+) -> RunRecord:
+    """Save a pending run straight through the store, as a worker or script might; a call
+    given as (call ID, tool, args) is an approval."""
+    made = tuple(
+        c if isinstance(c, NewCall) else NewCall(c[0], CallKind.APPROVAL, c[1], c[2]) for c in calls
+    )
+    new = NewRun(id=run_id, agent=agent, conversation_id=more.pop("conversation_id", "c-" + run_id),
+                 history=history, calls=made, started_by=started_by, **more)  # fmt: skip
+    return await store.save_pending(new)
 
 
 async def interrupt(store: Store, run_id: str) -> None:
