@@ -1,4 +1,5 @@
-"""The service over PostgreSQL: the decision cycle, the event stream, a URL-opened store."""
+"""The service over PostgreSQL: the decision cycle, the event stream, a URL-opened store, and
+streams push-fed by `NOTIFY`: two service processes on one database see every change."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from golem.durable.store import Decision, Store
-from golem.durable.worker import Worker
+from golem.durable.worker import Worker, start_run
 from golem.service import ServiceSettings, create_app
 from tests.support.durable.backends import Backend, backend_for
 from tests.support.service import bearer, make_auth, open_stream
@@ -88,3 +89,37 @@ async def test_a_postgres_url_is_opened_by_the_app(registry: Any, pg: Backend) -
             assert res.json()["run"]["status"] == "completed"
 
     await asyncio.to_thread(use)
+
+
+@pytest.mark.loop
+async def test_two_service_processes_both_stream_every_change(registry: Any, pg: Backend) -> None:
+    """Each app has its own store (its own `LISTEN` connection), as two processes would; the
+    streams' own poll interval is an hour, so only `NOTIFY` can deliver."""
+    a, b, writer = await pg.open(), await pg.open(), await pg.open()
+    try:
+        apps = [
+            create_app(
+                ServiceSettings(
+                    registry, s, auth=make_auth(), stream_poll_interval=3600, stream_heartbeat=3600
+                )
+            )
+            for s in (a, b)
+        ]
+        async with (
+            open_stream(apps[0], headers=bearer("alice")) as first,
+            open_stream(apps[1], headers=bearer("alice")) as second,
+        ):
+            for stream in (first, second):
+                await stream.next("hello")
+            runs = [
+                await start_run(writer, registry, "twin", "go", started_by="w") for _ in range(3)
+            ]
+            for run in runs:
+                await writer.decide(run.id, "c1", Decision.approve(), decided_by="zoe")
+            expected = [e.id for r in runs for e in await writer.audit(r.id)]
+            for stream in (first, second):
+                got = [int((await stream.next("change")).id or 0) for _ in expected]
+                assert got == sorted(expected)
+    finally:
+        for s in (a, b, writer):
+            await s.close()
