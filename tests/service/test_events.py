@@ -33,7 +33,7 @@ pytestmark = pytest.mark.loop
 
 def unseal(app: Starlette, cursor: str) -> int | None:
     """The audit cursor a stream's sealed `hello` cursor stands for."""
-    return read_position(app.state.golem.auth.secret, cursor, full_view=False)
+    return read_position(make_auth().secret, cursor, full_view=False)
 
 
 async def test_a_change_made_through_the_store_is_streamed(
@@ -116,7 +116,7 @@ async def test_the_stream_refuses_missing_or_stale_credentials(
         res = await client.get("/api/events", params=params)
         assert res.status_code == 401
         assert res.json()["error"]["code"] == "unauthenticated"
-    auth = app.state.golem.auth
+    auth = make_auth()
     cred = auth.authenticate(TOKENS["alice"])
     stale, _ = auth.issue_stream_token(cred, now=0.0)
     res = await client.get("/api/events", params={"stream_token": stale})

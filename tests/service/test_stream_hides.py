@@ -89,7 +89,7 @@ async def test_hidden_changes_send_an_observer_not_one_byte(registry: Any, store
         visible = await start_run(store, registry, "twin", "t", started_by="alice")
         change = await s.next("change")
         entry = (await store.audit(visible.id))[-1]
-        secret = app.state.golem.auth.secret
+        secret = make_auth().secret
         data = audit_json(entry, secret)
         data |= {"agent": "twin", "status": "pending", "parent_run_id": None}
         # olga does not see every agent: the event's ID is a sealed cursor and the entry's
@@ -163,7 +163,7 @@ async def test_the_hello_cursor_is_sealed_fresh_each_time_and_resumes(
     # told how many changes, hidden ones included, happened in between. It is now sealed
     # with a fresh nonce: two hellos over an unchanged log differ, and either one resumes.
     app = _app(registry, store)
-    secret = app.state.golem.auth.secret
+    secret = make_auth().secret
     hellos = []
     for _ in range(2):
         async with open_stream(app, headers=bearer("olga")) as s:
@@ -276,7 +276,7 @@ async def test_a_page_links_its_stream_with_a_sealed_cursor(
     visible = await start_run(store, registry, "twin", "t", started_by="alice")
     await _hidden_activity(store, registry, runs=2)
     app = _app(registry, store)
-    secret = app.state.golem.auth.secret
+    secret = make_auth().secret
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://golem.test") as c:
         await sign_in(c, "olga")
