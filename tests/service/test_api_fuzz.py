@@ -1,24 +1,12 @@
-"""Attack the whole service from its own OpenAPI document (Schemathesis, on Hypothesis).
+"""Attack the whole service from its own OpenAPI document (Schemathesis; docs/adr/0046).
 
-The document is fetched from the app (`GET /api/openapi.json`, in-process: Schemathesis
-drives the ASGI app on an event loop of its own, and the app opens its store on it). Every
-operation is then called with generated data, valid and invalid, and every response must
-keep the document's word: no 5xx, only documented status codes and content types, bodies
-that match their schemas, invalid input refused with a 4xx, and no operation that works
-without its token. The store holds real content (runs paused on approvals and on external
-results, decided and undecided calls, completed and failed runs of several agents), and the
-path parameters are drawn half from real run and call IDs, so lookups hit real rows.
-
-A stateful pass follows the document's OpenAPI links (a started run to its first call's
-decision, the pending calls to a decision or the next page). A last pass calls every
-operation that needs a credential with none, a wrong token, a wrong scheme and a forged
-session: 401 and an error body, never data. The same fuzz runs on PostgreSQL when a test
-cluster is configured. What the document says and why: docs/adr/0046.
-
-The CI budget is `GOLEM_FUZZ_EXAMPLES` examples per operation (default below), derandomized:
-the same cases every run. A deep local run raises it and sets a seed (each seed draws other
-cases), e.g.
-`GOLEM_FUZZ_EXAMPLES=1000 GOLEM_FUZZ_SEED=7 pytest tests/service/test_api_fuzz.py -o timeout=3000`.
+Every operation is called with generated data, valid and invalid, over a store holding real
+runs (path parameters are half real IDs): no 5xx, only documented statuses, content types and
+bodies, invalid input refused with a 4xx. A stateful pass follows the document's links; a last
+pass calls every operation that needs a credential without a valid one: 401, never data.
+CI runs `GOLEM_FUZZ_EXAMPLES` examples per operation, derandomized; a deep run raises it and
+sets `GOLEM_FUZZ_SEED` (e.g. `GOLEM_FUZZ_EXAMPLES=1000 GOLEM_FUZZ_SEED=7 pytest ... -o
+timeout=3000`).
 """
 
 from __future__ import annotations

@@ -110,33 +110,19 @@ async def test_a_run_edited_in_the_database_after_approval_runs_nothing(
     run_id = await _approved_twin(sealed)
     db = tmp_path / "golem.db"
     seals = {c.call_id: c.seal for c in (await store.get_run(run_id)).calls}
-    if attack == "edited args":
-        _tamper(
-            db,
-            run_id,
-            "UPDATE golem_calls SET args = ? WHERE run_id = ? AND call_id = 'c1'",
-            ('{"target": "evil"}', run_id),
+    column, value, old, new = {
+        "edited args": (
+            "args",
+            '{"target": "evil"}',
             '{"target": "staging"}',
             '{"target": "evil"}',
-        )
-    elif attack == "replayed seal":  # c2's genuine seal moved onto c1
-        _tamper(
-            db,
-            run_id,
-            "UPDATE golem_calls SET seal = ? WHERE run_id = ? AND call_id = 'c1'",
-            (seals["c2"], run_id),
-            str(seals["c1"]),
-            str(seals["c2"]),
-        )
-    else:
-        _tamper(
-            db,
-            run_id,
-            "UPDATE golem_calls SET seal = NULL WHERE run_id = ? AND call_id = 'c1'",
-            (run_id,),
-            f'"seal":"{seals["c1"]}"',
-            '"seal":null',
-        )
+        ),
+        # c2's genuine seal moved onto c1
+        "replayed seal": ("seal", seals["c2"], str(seals["c1"]), str(seals["c2"])),
+        "stripped seal": ("seal", None, f'"seal":"{seals["c1"]}"', '"seal":null'),
+    }[attack]
+    sql = f"UPDATE golem_calls SET {column} = ? WHERE run_id = ? AND call_id = 'c1'"
+    _tamper(db, run_id, sql, (value, run_id), old, new)
     await Worker(store, registry, seal_key=SEAL_KEY).run_once()
     after = await store.get_run(run_id)
     assert after.status is RunStatus.FAILED, after.status

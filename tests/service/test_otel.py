@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from golem.integrations import otel
 from tests.otel_support import memory_provider
-from tests.support.service import bearer
+from tests.support.service import bearer, call_raw, scope_of
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -145,4 +145,8 @@ async def test_every_route_and_the_static_mount_are_named_by_their_template(
             await client.request(method, re.sub(r"\{\w+\}", "x", template))
             expected.append(f"{method} {template}")
     await client.get("/static/app.css")
-    assert [s.name for s in server_spans(exporter)] == [*expected, "GET /static/{path}"]
+    bare = scope_of("GET", "/api/runs/x")
+    del bare["raw_path"]  # a server that sends none: routed by its decoded path
+    assert (await call_raw(app, bare))[0] == 401
+    names = [*expected, "GET /static/{path}", "GET /api/runs/{run_id}"]
+    assert [s.name for s in server_spans(exporter)] == names
