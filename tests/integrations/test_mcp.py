@@ -242,27 +242,25 @@ async def test_listing_outside_async_with_says_how_to_connect() -> None:
 # --------------------------------------------------------------------------- calls
 
 
-def test_a_call_runs_on_the_server_with_events(shared: Shared) -> None:
+def test_a_call_runs_on_the_server_with_events_and_images_become_parts(shared: Shared) -> None:
     events: list[RunEvent] = []
-    model = ScriptedModel(calls(("c1", "t_add", {"a": 2, "b": 40})), "42")
+    model = ScriptedModel(
+        calls(("c1", "t_add", {"a": 2, "b": 40})), calls(("c2", "t_picture", {})), "42"
+    )
     agent = Agent(model, toolsets=[shared()], event_handler=events.append)
     result = agent.run_sync("add")
     assert result.output == "42"
-    tool_msgs = [m for m in result.messages if m.role == "tool"]
-    assert [(m.tool_call_id, m.tool_name, m.content) for m in tool_msgs] == [("c1", "t_add", "42")]
-    kinds = [(e.kind, e.tool_name) for e in events if e.tool_name]
+    add, picture = [m for m in result.messages if m.role == "tool"]
+    assert (add.tool_call_id, add.tool_name, add.content) == ("c1", "t_add", "42")
+    kinds = [(e.kind, e.tool_name) for e in events if e.tool_name == "t_add"]
     assert kinds == [(EventKind.TOOL_START, "t_add"), (EventKind.TOOL_END, "t_add")]
     assert events[-1].kind == EventKind.MODEL_END
     assert next(e for e in events if e.kind == EventKind.TOOL_END).result == "42"
-
-
-def test_image_content_becomes_a_part(shared: Shared) -> None:
-    agent = Agent(ScriptedModel(calls(("c1", "t_picture", {})), "seen"), toolsets=[shared()])
-    msg = next(m for m in agent.run_sync("look").messages if m.role == "tool")
-    assert msg.content == "a red dot"
-    assert [(p.kind, p.media_type) for p in msg.parts] == [("image", "image/png")]
-    assert msg.parts[0].data is not None
-    assert msg.parts[0].data.startswith(b"\x89PNG")
+    # image content becomes a part
+    assert picture.content == "a red dot"
+    assert [(p.kind, p.media_type) for p in picture.parts] == [("image", "image/png")]
+    assert picture.parts[0].data is not None
+    assert picture.parts[0].data.startswith(b"\x89PNG")
 
 
 @pytest.mark.parametrize(
