@@ -267,10 +267,8 @@ async def _flood(store: Store, entries: int) -> None:
 async def test_an_old_visible_entry_is_reached_past_thousands_of_newer_hidden_ones(
     kind: str, tmp_path: Path
 ) -> None:
-    # Found: the view read the newest 5,000 entries of the whole log and filtered them, so
-    # an approver who sees few agents got an empty page once 5,000 newer entries of other
-    # agents piled up, and nothing paged back. The store now walks the caller's agents'
-    # entries (an index on agent, id), whatever lies between them.
+    # Found: the view filtered the newest 5,000 entries of the whole log: past that many
+    # newer entries of other agents an approver's page was empty and nothing paged back.
     with backend_for(kind, tmp_path) as backend:
         store = await backend.open()
         try:
@@ -300,10 +298,8 @@ async def test_an_old_visible_entry_is_reached_past_thousands_of_newer_hidden_on
 async def test_ids_are_audit_ids_for_the_full_view_and_sealed_references_for_others(
     store: Store,
 ) -> None:
-    # Found (ADR 0073 left it): entry IDs number the whole log, so the gap between two
-    # entries an approver could see counted the changes of runs it could not. An approver
-    # who does not see every agent is now shown references: the same for the same entry
-    # on every view (API, downloads, run detail, page), but unordered and gap-free of meaning.
+    # Found: the gap between two visible entry IDs counted hidden changes. A partial view
+    # is shown references: one per entry on every view, and meaning nothing about gaps.
     log = Log(store)
     await log.grow([(1, 0, False), (0, 0, False), (0, 0, False), (1, 0, True)])
     visible = [e for e in await _whole_log(store) if e.agent == "a2"]
@@ -464,10 +460,8 @@ async def test_the_stream_takes_an_audit_id_cursor_only_from_the_full_view(
 async def test_an_approvers_pages_are_the_same_with_or_without_hidden_activity(
     tmp_path: Path, ops: list[tuple[bool, int, bool]], filters: dict[str, str], limit: int
 ) -> None:
-    # "one" sees a2. Two logs hold the same a2 activity; in one, runs of a1 and a3 are
-    # started and decided in between. One's pages — the entries (their time and reference
-    # aside), where each page ends, whether a next one exists — and the statements each
-    # page runs are the same in both.
+    # "one" sees a2; two logs hold the same a2 activity, one with a1 and a3 runs between.
+    # Her pages (entries less time and reference, page ends) and their statements are equal.
     seen: list[Any] = []
     for hidden in (False, True):
         store = SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db")

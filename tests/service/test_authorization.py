@@ -69,12 +69,9 @@ async def _stream_start(app: Starlette, c: httpx.AsyncClient, headers: dict[str,
 async def test_every_route_for_every_caller_and_run_is_a_named_answer_that_leaks_nothing(
     app: Starlette, registry: Any, store: Store
 ) -> None:
-    # Generated from the app's route table, so a new route is covered without editing this
-    # test: every method of every route, for every kind of caller (none, bearer tokens of
-    # four approvers, three inbox sessions), on a run the caller may see, one it may not and
-    # an ID no run has. No answer is a 5xx; for a caller limited to some agents a hidden
-    # run answers exactly as an unknown ID; and afterwards no decision, start or
-    # resolution in the store was taken by an approver not allowed to take it.
+    # Every method of every route in the app's table (a new route is covered unedited), for
+    # every kind of caller, on a visible, a hidden and an unknown run: no 5xx, hidden answers
+    # as unknown, and nothing in the store was done by someone not allowed to do it.
     auth = make_auth()
     approvers = {a.identity: a for a in auth.tokens.values()}
     routes = _route_table(app)

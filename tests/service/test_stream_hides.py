@@ -71,10 +71,8 @@ def _app(registry: Any, store: Any, heartbeat: float = 3600.0) -> Starlette:
 
 
 async def test_hidden_changes_send_an_observer_not_one_byte(registry: Any, store: Store) -> None:
-    # Found: each batch of changes the caller may not see ended with a bare `id: N` line,
-    # so an observer saw the cursor move whenever a run it may not see changed (and by
-    # how much). Now the stream is silent about them: the bytes olga receives while only
-    # hidden runs change are none, and the next visible change is exactly its own event.
+    # Found: hidden changes moved the stream's `id:` (and by how much). Now olga receives no
+    # byte while only hidden runs change, and the next visible change is exactly its event.
     watched = Watched(store)
     app = _app(registry, watched)
     async with open_stream(app, headers=bearer("olga")) as s:
@@ -132,10 +130,8 @@ async def test_an_observer_stream_is_the_same_with_or_without_hidden_runs(
 async def test_keep_alives_follow_a_fixed_schedule_whatever_hidden_runs_do(
     registry: Any, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Found: the keep-alive clock restarted on every batch read, hidden ones included, so
-    # a run the caller may not see changing put off its next keep-alive: their timing
-    # showed hidden activity. Now a keep-alive is due every `stream_heartbeat` seconds
-    # from the stream's start. The stream's clock is a fake one the test moves.
+    # Found: hidden changes put off the next keep-alive. Now one is due every
+    # `stream_heartbeat` seconds from the stream's start (on a fake clock the test moves).
     now = [0.0]
     monkeypatch.setattr("golem.service.stream._now", lambda: now[0])
     watched = Watched(store)
@@ -219,10 +215,8 @@ _OPS = st.lists(st.sampled_from(["visible", "hidden", "reconnect"]), max_size=12
 async def test_reconnecting_from_the_last_event_id_never_misses_or_repeats(
     registry: Any, tmp_path: Path, ops: list[str]
 ) -> None:
-    # A client that reconnects from the last `id:` it received (as EventSource does) gets
-    # every change it may see exactly once, in order, however hidden changes and
-    # reconnects interleave — though the stream no longer moves its cursor past hidden
-    # changes.
+    # Reconnecting from the last `id:` received (as EventSource does) gets every visible
+    # change once, in order, however hidden changes and reconnects interleave.
     store = await SQLiteStore.open(tmp_path / f"{new_id()}.db")
     try:
         app = _app(registry, store)
