@@ -107,12 +107,6 @@ async def test_a_paused_run_whose_pending_calls_were_changed_is_refused() -> Non
     assert ran == []
 
 
-async def test_arguments_passed_beside_the_paused_run_take_precedence() -> None:
-    run = await paused()
-    with pytest.raises(ResumeError):  # another conversation than the one sealed
-        await make_agent([]).run_with_deferred_results(run, RESOLVED, conversation_id="conv-1")
-
-
 async def test_a_streamed_resume_takes_the_paused_run_too() -> None:
     ran: list[str] = []
     run = await paused()

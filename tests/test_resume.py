@@ -28,6 +28,7 @@ from golem import (
     GolemError,
     Message,
     Part,
+    PausedRun,
     PendingToolCall,
     ResumeError,
     RunContext,
@@ -289,11 +290,9 @@ async def test_an_approved_rerun_gets_the_original_args_its_deps_and_identity_an
     agent = Agent(model, tools=[gate.tool()])
     paused = await agent.run("go", deps="pause-deps", conversation_id="conv")
     deps = object()
-    resumed = await agent.run_with_deferred_results(
-        paused.messages, APPROVE_C1, deps=deps, run_id="resume-1"
-    )
+    resumed = await agent.run_with_deferred_results(paused.messages, APPROVE_C1, deps=deps)
     assert (gate.approved_args, gate.deps) == ([{"path": "a b", "force": True}], [deps])
-    assert seen == [("resume-1", "conv", "c1", "delete_file")]
+    assert seen == [(resumed.run_id, "conv", "c1", "delete_file")]
     last = model.requests[-1].messages[-1]
     assert (last.tool_call_id, last.tool_name, last.content, list(last.parts)) == (
         "c1",
@@ -301,7 +300,8 @@ async def test_an_approved_rerun_gets_the_original_args_its_deps_and_identity_an
         "deleted a b",
         [part],
     )
-    assert (resumed.output, resumed.run_id) == ("ok", "resume-1")
+    assert resumed.output == "ok"
+    assert resumed.run_id not in ("", paused.run_id)
 
 
 def _raise(exc: BaseException) -> Callable[[RunContext[Any], dict[str, Any]], Any]:
@@ -719,12 +719,13 @@ async def test_a_resumed_run_keeps_its_conversation_gets_a_new_run_id_and_stamps
         ("assistant", "", result.run_id, "C1"),
     ]
     assert history == paused_history()  # the input was not mutated
+    pending = DeferredRequests([PendingToolCall("c1", "delete_file", '{"path":"a"}')])
     result = await agent.run_with_deferred_results(
-        paused_history(), DeferredResults(external={"c1": "x"}), run_id="R2", conversation_id="C9"
+        PausedRun(paused_history(), pending, "C9"), DeferredResults(approvals={"c1": False})
     )
-    assert (result.run_id, result.conversation_id) == ("R2", "C9")
+    assert result.conversation_id == "C9"  # the paused run's word over the history's
     resolution = model.requests[1].messages[2]
-    assert (resolution.run_id, resolution.conversation_id) == ("R2", "C9")
+    assert (resolution.run_id, resolution.conversation_id) == (result.run_id, "C9")
 
 
 async def test_the_sync_resume_resumes() -> None:
@@ -1018,19 +1019,16 @@ async def test_edits_on_a_denial_another_type_or_an_external_call_are_refused() 
     )
     paused = await agent.run("go")
     with pytest.raises(ResumeError, match="waits for an external result"):
-        await agent.run_with_deferred_results(
-            paused.messages, edit({}), conversation_id=paused.conversation_id
-        )
+        await agent.run_with_deferred_results(paused.paused_run, edit({}))
 
 
 async def test_an_edited_call_is_resealed_with_a_key_and_loses_its_stale_seal_without() -> None:
     bank = Bank()
     agent = bank.agent(seal_key=KEY)
     paused = await agent.run("pay", conversation_id="conv")
+    assert paused.paused_run is not None
     done = await agent.run_with_deferred_results(
-        loads_history(dumps_history(paused.messages)),
-        edit({"to": "bob", "amount": 5}),
-        conversation_id="conv",
+        PausedRun.loads(paused.paused_run.dumps()), edit({"to": "bob", "amount": 5})
     )
     (call,) = [c for m in loads_history(dumps_history(done.messages)) for c in m.tool_calls]
     assert call.args == '{"to":"bob","amount":5}'
