@@ -39,13 +39,13 @@ from golem import (
     loads_history,
 )
 from golem.agent_tool import PAUSED_MARKER
-from golem.errors import SubAgentConversationMismatch
 from golem.model import ModelRequest, ModelResponse
 from golem.seal import as_seal_keys, seal_call
 from golem.testing import FunctionModel
 from golem.tool import Canceled, DeferKind, Deferred, call_approved
 from tests.support import nested
 from tests.support.nested import EVERY, FINAL, RESULTS, act_tool, answering, janitor, parent_of
+from tests.support.seals import bound
 
 EXACT_CANCELLING = sys.version_info >= (3, 13)  # a swallowed cancellation is seen from 3.13 on
 
@@ -323,9 +323,7 @@ async def test_a_sealed_partial_resumes_and_cannot_get_a_call_run_that_nobody_ap
     )
     world.fail.add("a3")
     with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(
-            paused.messages, edited, conversation_id="conv", expected=paused.pending
-        )
+        await agent.run_with_deferred_results(bound(paused), edited)
     partial = info.value.partial
     assert partial is not None
     assert pending_ids(partial.messages) == ["d1", "x1", "a3"]
@@ -352,18 +350,16 @@ async def test_a_sealed_partial_resumes_and_cannot_get_a_call_run_that_nobody_ap
     moved = with_calls(
         [replace(c, args='{"n":99}', seal=other) if c.id == "a3" else c for c in batch.tool_calls]
     )
-    for history, results, kw, error in [
-        (injected, with_evil, {"conversation_id": "conv"}, SealError),
-        (moved, edited, {"conversation_id": "conv"}, SealError),
-        (injected, with_evil, {"expected": paused.pending}, ResumeError),
+    for history, results, conversation, error in [
+        (injected, with_evil, "conv", SealError),
+        (moved, edited, "conv", SealError),
+        (injected, with_evil, "", ResumeError),
     ]:
         with pytest.raises(error, match=r"has no seal|not one of the expected|does not match"):
-            await agent.run_with_deferred_results(history, results, **kw)
+            await agent.run_with_deferred_results(bound(paused, history, conversation), results)
     assert world.acted == acted
     stored = loads_history(dumps_history(partial.messages))
-    done = await agent.run_with_deferred_results(
-        stored, edited, conversation_id="conv", expected=paused.pending
-    )
+    done = await agent.run_with_deferred_results(bound(paused, stored), edited)
     assert (done.output, world.acted) == (FLAT_FINAL, ONCE)
 
 
@@ -515,7 +511,7 @@ async def test_an_interrupted_nested_resume_hands_back_the_parent_history(
         assert not any(m.content.startswith(PAUSED_MARKER) for m in progress.messages)
     world.fail.clear()
     history = loads_history(dumps_history(progress.messages))
-    done = await parent.run_with_deferred_results(history, RESULTS, expected=paused.pending)
+    done = await parent.run_with_deferred_results(bound(paused, history, ""), RESULTS)
     assert (done.output, world.acted) == (FINAL, EVERY)
 
 
@@ -582,10 +578,12 @@ async def test_at_any_depth_the_record_of_the_record_is_rewritten(expected: bool
     assert ids == ["p1/m1/s1", "p1/m1/s2", *(["p1/mc"] if expected else [])]
     assert {p.tool_name for p in paused.pending.calls[:2]} == {"manager/janitor/act"}
     results = {"approvals": dict.fromkeys(ids, True)}
-    kw: dict[str, Any] = {"expected": paused.pending, "conversation_id": "conv"} if expected else {}
+    def target(history: list[Message]) -> Any:
+        return bound(paused, history) if expected else history
+
     world.fail.add("manager:mc" if expected else "janitor:s2")
     with pytest.raises(RunError) as info:
-        await parent.run_with_deferred_results(paused.messages, results, **kw)
+        await parent.run_with_deferred_results(target(paused.messages), results)
     partial = info.value.partial
     assert partial is not None
     assert partial.pending is not None
@@ -595,7 +593,7 @@ async def test_at_any_depth_the_record_of_the_record_is_rewritten(expected: bool
         inner = record_history(record_history(partial.messages, "p1"), "m1")
         assert [m.tool_call_id for m in inner if m.role == "tool"] == ["s1"]
     world.fail.clear()
-    done = await parent.run_with_deferred_results(partial.messages, results, **kw)
+    done = await parent.run_with_deferred_results(target(partial.messages), results)
     if expected:
         assert done.output == "parent: manager: acted mc | janitor: acted s1 | acted s2"
         assert world.acted == {"janitor:s1": 1, "janitor:s2": 1, "manager:mc": 1}
@@ -706,9 +704,7 @@ async def sealed_partial(
     paused = await parent.run("go", conversation_id=conversation)
     world.fail.add("j2:s2")
     with pytest.raises(RunError) as info:
-        await parent.run_with_deferred_results(
-            paused.messages, RESULTS, conversation_id=conversation
-        )
+        await parent.run_with_deferred_results(bound(paused), RESULTS)
     world.fail.clear()
     assert info.value.partial is not None
     return parent, paused, info.value.partial
@@ -730,10 +726,10 @@ async def test_a_sealed_nested_partial_cannot_get_a_sub_call_run_that_nobody_app
     with_evil = DeferredResults(
         approvals={**RESULTS.approvals, "p2/s8": True}, external=RESULTS.external
     )
-    with pytest.raises(SealError):
-        await parent.run_with_deferred_results(injected, with_evil, conversation_id="conv")
+    with pytest.raises(SealError):  # a plain history: the sub-agent's seals refuse it
+        await parent.run_with_deferred_results(injected, with_evil)
     with pytest.raises(ResumeError, match="not one of the expected"):
-        await parent.run_with_deferred_results(injected, with_evil, expected=paused.pending)
+        await parent.run_with_deferred_results(bound(paused, injected, ""), with_evil)
     other = (await sealed_partial(nested.World(), "other-conv"))[2]
     (foreign,) = [
         c for m in record_history(other.messages, "p2") for c in m.tool_calls if c.id == "s2"
@@ -749,7 +745,9 @@ async def test_a_sealed_nested_partial_cannot_get_a_sub_call_run_that_nobody_app
             lambda calls, s=swapped: [s if c.id == "s2" else c for c in calls],
         )
         with pytest.raises(SealError):
-            await parent.run_with_deferred_results(moved, RESULTS, conversation_id="conv")
+            await parent.run_with_deferred_results(moved, RESULTS)
+        with pytest.raises(ResumeError, match="another seal|arguments differ"):
+            await parent.run_with_deferred_results(bound(paused, moved), RESULTS)
     (theirs,) = [m for m in other.messages if m.tool_call_id == "p2"]
     swapped_record = [
         replace(theirs, run_id=m.run_id, conversation_id=m.conversation_id)
@@ -757,16 +755,10 @@ async def test_a_sealed_nested_partial_cannot_get_a_sub_call_run_that_nobody_app
         else m
         for m in partial.messages
     ]
-    with pytest.raises(SubAgentConversationMismatch):
-        await parent.run_with_deferred_results(swapped_record, RESULTS, conversation_id="conv")
     with pytest.raises(ResumeError, match="another seal"):
-        await parent.run_with_deferred_results(
-            swapped_record, RESULTS, conversation_id="conv", expected=paused.pending
-        )
+        await parent.run_with_deferred_results(bound(paused, swapped_record), RESULTS)
     assert world.acted == acted
-    done = await parent.run_with_deferred_results(
-        partial.messages, RESULTS, conversation_id="conv", expected=paused.pending
-    )
+    done = await parent.run_with_deferred_results(bound(paused, partial.messages), RESULTS)
     assert (done.output, world.acted) == (FINAL, EVERY)
 
 
