@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from golem import Agent, Approval, DeferredResults, EventKind, RunEvent, dumps_history
 from golem.agent_tool import forwarder
 from golem.testing import ScriptedModel
+from tests.support.seals import bound
 from tests.support.subagents import ask, calls, janitor, text
 
 Row = tuple[str, str, str, str, str]
@@ -223,9 +224,7 @@ def test_a_nested_resume_links_the_sub_agents_span_too() -> None:
         paused = parent.run_sync("tidy")
         exporter.clear()
         parent.run_with_deferred_results_sync(
-            paused.messages,
-            DeferredResults(approvals={"p1/s1": Approval(True)}),
-            trace_context=paused.trace_context,
+            bound(paused), DeferredResults(approvals={"p1/s1": Approval(True)})
         )
     paused_span = paused.trace_context.split("-")[2]
     runs = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")}

@@ -28,6 +28,7 @@ from golem.agent_tool import PAUSED_MARKER, AgentTool
 from golem.messages import Message
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, RunContext, call_approved
+from tests.support.seals import bound
 from tests.support.subagents import ask, calls, janitor, text
 
 ROOT = Path(__file__).parent.parent
@@ -415,9 +416,7 @@ def test_sealed_sub_agent_calls_surface_with_their_seal() -> None:
         )
     assert log == []
     done = parent.run_with_deferred_results_sync(
-        paused.messages,
-        DeferredResults(approvals={"p1/s1": Approval(True)}),
-        conversation_id=paused.conversation_id,
+        bound(paused), DeferredResults(approvals={"p1/s1": Approval(True)})
     )
     assert (done.output, log) == ("ok", ["a.log"])
 

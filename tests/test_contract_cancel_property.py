@@ -46,7 +46,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem import Agent, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
+from golem import Agent, PausedRun, ResumeProgress, RunError, RunEvent, Stage, ToolCall, ToolTimeout
 from golem.messages import Message, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import replay_as_deltas
@@ -1017,7 +1017,7 @@ def test_going_on_from_a_nested_resumes_progress_runs_every_approved_call_exactl
     from the history handed back reaches the uninterrupted run's answer, every approved call
     — parent and sub, counted by namespaced call ID without keys — executed exactly once.
     `sealed`: every agent has a seal key, each handed-back history goes through JSON, and
-    every resume passes the conversation and `expected=` (the last pause's `pending`)."""
+    every resume passes a `PausedRun` (the conversation and the last pause's `pending`)."""
     asyncio.run(nested_exactly_once(n, parallel, stream, stops, sealed))
 
 
@@ -1089,9 +1089,7 @@ async def nested_exactly_once(
     history: list[Message] = first.value.messages
     paused = True
     results = resolving(pending_keys(first.value))
-    bound: dict[str, Any] = {"conversation_id": "conv"}
-    if sealed:
-        bound["expected"] = first.value.pending
+    pending = first.value.pending  # what a sealed resume vouches for, with the conversation
     stops = list(stops)
     for _ in range(len(stops) + len(failing) + pauses):
         where, how = stops.pop(0) if stops else (None, "cancel")
@@ -1104,26 +1102,27 @@ async def nested_exactly_once(
         if sealed:
             history = loads_history(dumps_history(history))
 
+        target: Any = PausedRun(history, pending, "conv") if sealed else history
+
         def start(
             a: Agent[None, str],
             h: list[Message] = history,
+            t: Any = target,
             p: bool = paused,
             g: ResumeProgress = progress,
             r: dict[str, Any] = results,
-            b: dict[str, Any] = bound,
         ) -> Any:
             if not p:
                 return a.run("", history=h)
-            return a.run_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
+            return a.run_with_deferred_results(t, r, before_approved=guard, progress=g)
 
         def streamed(
             a: Agent[None, str],
-            h: list[Message] = history,
+            t: Any = target,
             g: ResumeProgress = progress,
             r: dict[str, Any] = results,
-            b: dict[str, Any] = bound,
         ) -> Any:
-            return a.run_stream_with_deferred_results(h, r, before_approved=guard, progress=g, **b)
+            return a.run_stream_with_deferred_results(t, r, before_approved=guard, progress=g)
 
         got, _ = await attempt(
             s,
@@ -1139,8 +1138,7 @@ async def nested_exactly_once(
             # a sub-agent that went on paused again, as in the oracle: resolve its calls
             assert pending_keys(got.value) <= later
             history, paused, results = got.value.messages, True, resolving(pending_keys(got.value))
-            if sealed:
-                bound["expected"] = got.value.pending
+            pending = got.value.pending
             continue
         if got.error is None:
             assert got.value.output == oracle, (got.value.output, oracle)

@@ -39,6 +39,7 @@ from golem.messages import Message, loads_history
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import Canceled, DeferKind, Deferred, RunContext, call_approved
+from tests.support.seals import bound
 
 OBJ: dict[str, Any] = {"type": "object"}
 
@@ -362,15 +363,15 @@ async def test_expected_is_checked_against_a_nested_pause_too() -> None:
     tampered = _tampered(paused.messages)
     with pytest.raises(ResumeError, match="arguments differ"):
         await parent.run_with_deferred_results(
-            tampered, DeferredResults(approvals={"p1/s1": True}), expected=paused.pending
+            bound(paused, tampered), DeferredResults(approvals={"p1/s1": True})
         )
     with pytest.raises(ResumeError, match="waits for an approval"):
         await parent.run_with_deferred_results(
-            paused.messages, DeferredResults(external={"p1/s1": "x"}), expected=paused.pending
+            bound(paused), DeferredResults(external={"p1/s1": "x"})
         )
     assert log.effects == []
     done = await parent.run_with_deferred_results(
-        paused.messages, DeferredResults(approvals={"p1/s1": True}), expected=paused.pending
+        bound(paused), DeferredResults(approvals={"p1/s1": True})
     )
     assert done.output == "done"
     assert log.effects == [("janitor", "a")]

@@ -37,10 +37,11 @@ def bound(
     its history, conversation or pending calls replaced."""
     run = paused.paused_run
     assert run is not None
-    return PausedRun(
-        run.messages if history is None else history,
-        run.pending if pending is None else pending,
-        run.conversation_id if conversation is None else conversation,
+    return replace(
+        run,
+        messages=run.messages if history is None else history,
+        pending=run.pending if pending is None else pending,
+        conversation_id=run.conversation_id if conversation is None else conversation,
     )
 
 
