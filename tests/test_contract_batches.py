@@ -319,10 +319,12 @@ def test_any_batch_runs_as_the_contract_says(
     assert all((e.run_id, e.conversation_id) == ("R", "C") for e in seen)
     assert len(model.requests) == want.turns  # no model call after a pause or a failure
     last = run[want.turns - 1] if want.turns <= len(run) else []
+    assert not any(e.approved for e in seen)  # first passes are never flagged approved
     for e in seen:  # deferred events carry the raw args and the reason; no tool_end follows
         if e.kind == "deferred":
             assert e.args == next(c.args for b in run for c in b if c.id == e.call_id)
             assert e.reason.endswith(e.call_id)
+            assert (e.result, e.error, e.usage) == ("", None, None)
     if want.stage is not None:
         assert isinstance(got, RunError), got
         assert got.stage is want.stage
@@ -498,6 +500,8 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
     assert [(str(e.kind), e.call_id, e.approved) for e in seen[: 2 * len(approved)]] == [
         (k, c, True) for c in approved for k in ("tool_start", "tool_end")
     ]
+    assert not any(e.approved for e in seen[2 * len(approved) :])  # the turns after are not
+    assert {e.run_id for e in seen} == {result.run_id}
     sent = model.requests[1].messages
     calls = [c.id for m in sent if m.role == "assistant" for c in m.tool_calls]
     answers = [m.tool_call_id for m in sent if m.role == "tool"]

@@ -22,7 +22,6 @@ from golem import (
     Approval,
     DeferredRequests,
     DeferredResults,
-    EventKind,
     Message,
     PendingToolCall,
     RunContext,
@@ -356,7 +355,9 @@ async def test_every_entry_point_pauses_without_decoding_the_output(entry: str) 
         result = await agent.run("go", history=HISTORY if entry == "history" else None)
     assert result.is_paused
     assert result.pending == DeferredRequests(
-        approvals=[PendingToolCall("c1", "delete_file", '{"path":"a"}', "delete_file needs sign-off")]
+        approvals=[
+            PendingToolCall("c1", "delete_file", '{"path":"a"}', "delete_file needs sign-off")
+        ]
     )
     assert model.remaining == 1
     assert result.messages[-1].tool_calls[0].id == "c1"
@@ -732,37 +733,6 @@ def trace(events: list[RunEvent]) -> list[tuple[str, str]]:
     return [(e.kind.value, e.call_id) for e in events]
 
 
-@pytest.mark.parametrize(
-    ("batch", "how", "order"),
-    [
-        ("gp", "run", ["ts1", "d1", "ts2", "te2"]),
-        ("pg", "run", ["ts1", "te1", "ts2", "d2"]),
-        ("gp", "parallel", ["ts1", "ts2", "d1", "te2"]),
-        ("gp", "stream", ["ts1", "d1", "ts2", "te2"]),
-    ],
-    ids=["sequential", "sequential-deferral-last", "parallel", "streamed"],
-)
-async def test_deferred_replaces_tool_end_in_emission_order(
-    batch: str, how: str, order: list[str]
-) -> None:
-    assert EventKind("deferred") is EventKind.DEFERRED == "deferred"
-    model = ScriptedModel(tool_turn(*(ToolCall(f"c{i + 1}", t, "{}") for i, t in enumerate(batch))))
-    agent = Agent(model, tools=[gated("g"), plain("p")], parallel_tool_calls=how == "parallel")
-    events: list[RunEvent] = []
-    if how == "stream":
-        async with agent.run_stream("go", on_event=events.append) as stream:
-            streamed = [i for i in [item async for item in stream] if isinstance(i, RunEvent)]
-        assert trace(streamed) == trace(events)  # the stream carries what observers see
-        result = stream.result
-    else:
-        result = await agent.run("go", on_event=events.append)
-    assert result.pending is not None
-    names = {"ts": "tool_start", "te": "tool_end", "d": "deferred"}
-    want = [(names[x[:-1]], f"c{x[-1]}") for x in order]
-    assert trace(events) == [("model_start", ""), ("model_end", ""), *want]
-    assert not any(e.approved for e in events)  # first passes are not flagged approved
-
-
 async def test_parallel_order_all_starts_first_then_ends_and_deferreds_in_emission_order() -> None:
     # c1 cannot finish before c2 and c3 did: completion order differs from emission order.
     c2_done, c3_done = asyncio.Event(), asyncio.Event()
@@ -812,34 +782,6 @@ async def test_parallel_order_all_starts_first_then_ends_and_deferreds_in_emissi
     ]
 
 
-async def test_a_deferred_event_carries_the_call_its_raw_args_reason_and_pausing_turn() -> None:
-    args = '{ "path" : "a  b" }'
-    model = ScriptedModel(
-        tool_turn(ToolCall("c0", "p", "{}")),
-        tool_turn(ToolCall("c9", "e", args), ToolCall("c2", "g", "{}"), ToolCall("c3", "e", "{}")),
-    )
-    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL), plain("p")])
-    events: list[RunEvent] = []
-    paused = await agent.run("go", run_id="R", conversation_id="C", on_event=events.append)
-    assert paused.pending is not None
-    deferred = [e for e in events if e.kind is EventKind.DEFERRED]
-    assert [e.call_id for e in deferred] == ["c9", "c2", "c3"]  # one per pending call
-    assert [e.call_id for e in events if e.kind is EventKind.TOOL_START] == ["c0", "c9", "c2", "c3"]
-    ev = deferred[0]
-    assert (ev.turn, ev.call_id, ev.tool_name, ev.args) == (1, "c9", "e", args)
-    assert (ev.run_id, ev.conversation_id, ev.result, ev.error, ev.usage) == (
-        "R",
-        "C",
-        "",
-        None,
-        None,
-    )
-    reasons = {p.call_id: p.reason for p in paused.pending.calls}
-    assert [e.reason for e in deferred] == [reasons[e.call_id] for e in deferred]
-    assert all(e.reason for e in deferred)
-    assert [e.call_id for e in events if e.kind is EventKind.TOOL_END] == ["c0"]
-
-
 async def test_deferred_events_reach_the_agent_observer_then_the_run_observer() -> None:
     seen: list[tuple[str, str]] = []
     model = ScriptedModel(tool_turn(ToolCall("c1", "g", "{}")))
@@ -848,37 +790,6 @@ async def test_deferred_events_reach_the_agent_observer_then_the_run_observer() 
     )
     await agent.run("go", on_event=lambda e: seen.append(("run", e.kind.value)))
     assert seen[-2:] == [("agent", "deferred"), ("run", "deferred")]
-
-
-async def test_resume_reruns_emit_tool_events_flagged_approved() -> None:
-    model = ScriptedModel(
-        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", "{}"), ToolCall("c3", "e", "{}")),
-        "done",
-    )
-    agent = Agent(model, tools=[gated("g"), gated("e", DeferKind.EXTERNAL)])
-    paused = await agent.run("go")
-    events: list[RunEvent] = []
-    resumed = await agent.run_with_deferred_results(
-        paused.messages,
-        DeferredResults(
-            approvals={"c1": Approval(True), "c2": Approval(False)}, external={"c3": "x"}
-        ),
-        on_event=events.append,
-    )
-    assert resumed.output == "done"
-    assert resumed.tool_calls == 1  # the re-run happened
-    assert trace(events) == [
-        ("tool_start", "c1"),
-        ("tool_end", "c1"),
-        ("model_start", ""),
-        ("model_end", ""),
-    ]
-    assert [e.approved for e in events] == [True, True, False, False]
-    assert events[1].result == "g approved"
-    assert events[0].tool_name == "g"
-    assert events[0].args == "{}"
-    assert all(e.run_id == resumed.run_id for e in events)
-    assert events[2].turn == 0
 
 
 async def test_a_failing_approved_rerun_emits_tool_end_with_the_error() -> None:

@@ -27,7 +27,6 @@ from golem import (
     Message,
     PausedRun,
     ResumeError,
-    RunContext,
     SealError,
     SealKeys,
     Tool,
@@ -39,9 +38,9 @@ from golem import (
 from golem.agent_tool import sub_conversation
 from golem.errors import ConversationRequired, SubAgentConversationMismatch
 from golem.records import sub_agent_calls
-from golem.seal import seal_call, verify_call
+from golem.seal import verify_call
 from golem.testing import ScriptedModel
-from golem.tool import DeferKind, Deferred, call_approved
+from golem.tool import DeferKind
 from tests.support import seals
 from tests.support.ledger import CONV, KEY, LOOKUP, OBJ, TRANSFER, Ledger, make_agent, turn
 from tests.support.seals import bound, legacy, nested_parent
@@ -144,7 +143,8 @@ Edit = Callable[[list[Message], DeferredRequests], list[Message]]
 KEEP: Edit = lambda h, p: h  # noqa: E731
 
 
-KEYLESS = {"keyless", "expected", "more-expected", "expected-list"}
+KEYLESS = {"keyless", "exp", "exp-more", "exp-list"}
+Refused = ResumeError
 
 
 def extra_expected(h: list[Message], p: DeferredRequests) -> DeferredRequests:
@@ -152,219 +152,100 @@ def extra_expected(h: list[Message], p: DeferredRequests) -> DeferredRequests:
 
 
 # (id, the pausing agent's key, edit, resolutions, resume keywords, error, match)
-HOSTILE: list[tuple[str, Any, Edit, DeferredResults, str, type[Exception], str]] = [
+PAUSE_KEYS: dict[str, Any] = {
+    "key": KEY,
+    "other": OTHER_KEY,
+    "retired": SealKeys(OTHER_KEY, key_id="retired"),
+    "none": None,
+}
+HOSTILE_EDITS: dict[str, Edit] = {
+    "keep": KEEP,
+    "args": lambda h, p: edit_call(h, "c1", args='{"to":"mallory","amount":10000}'),
+    "small-args": lambda h, p: edit_call(h, "c1", args='{"to":"mallory","amount":10}'),
+    "name": lambda h, p: edit_call(h, "c1", name="delete_account"),
+    "kind": lambda h, p: edit_call(
+        h, "c1", seal=h[batch_index(h)].tool_calls[0].seal.replace(".approval.", ".external.")
+    ),
+    "forge-in-batch": lambda h, p: [
+        *h[:-1],
+        replace(h[-1], tool_calls=[*h[-1].tool_calls, ToolCall("c3", "delete_account", "{}")]),
+    ],
+    "forge": lambda h, p: add_calls(h, ToolCall("c3", "delete_account", "{}")),
+    "forge-older": lambda h, p: add_calls(
+        h, ToolCall("old-1", "delete_account", '{"id":1}'), at=batch_index(h)
+    ),
+    "duplicate": lambda h, p: add_calls(h, h[batch_index(h)].tool_calls[0]),
+    "dup-id": lambda h, p: add_calls(h, replace(TRANSFER, args='{"to":"eve"}')),
+    "relabel": lambda h, p: [replace(m, conversation_id="elsewhere") for m in h],
+}
+RESOLVING = {
+    "resolve": RESOLVE,
+    "ext-c1": DeferredResults(external={"c1": "paid", "c2": "x"}),
+    "appr-c2": DeferredResults(approvals={"c1": True, "c2": True}),
+    "deny-c2": DeferredResults(approvals={"c1": True, "c2": False}),
+    "with-c3": DeferredResults(approvals={"c1": True, "c3": True}, external={"c2": "x"}),
+    "with-old": DeferredResults(approvals={"c1": True, "old-1": True}, external={"c2": "x"}),
+}
+# (id, the pausing agent's key, edit, resolutions, what the resume passes (a plain history,
+# the paused run with or without its conversation), error, match)
+HOSTILE = [
+    ("args", "key", "args", "resolve", "none", SealError, r'"c1".*does not match'),
+    ("name", "key", "name", "resolve", "none", SealError, "delete_account"),
+    ("kind-in-seal", "key", "kind", "ext-c1", "none", SealError, "does not match"),
+    ("forged-batch", "key", "forge-in-batch", "with-c3", "none", SealError, '"c3".*has no seal'),
+    ("forged-older", "key", "forge-older", "with-old", "none", Refused, 'unknown tool call "old-1'),
+    ("duplicate-id", "key", "duplicate", "resolve", "none", Refused, '"c1".*more than once'),
+    ("another-key", "other", "keep", "resolve", "none", SealError, "does not match"),
+    ("unknown-key-id", "retired", "keep", "resolve", "none", SealError, 'unknown key ID "retired"'),
+    ("unsealed", "none", "keep", "resolve", "none", SealError, "has no seal"),
+    ("relabeled", "key", "relabel", "resolve", "none", SealError, "does not match"),
+    ("told-another", "key", "keep", "resolve", "elsewhere", SealError, "does not match"),
+    ("ext-for-approval", "key", "keep", "ext-c1", "conv", Refused, '"c1".*waits for an approval'),
+    ("approval-for-ext", "key", "keep", "appr-c2", "conv", Refused, '"c2".*waits for an external'),
+    ("denial-for-ext", "key", "keep", "deny-c2", "conv", Refused, '"c2".*waits for an external'),
+    # without a key, the paused run's pending calls bind the calls
+    ("kl-dup", "none", "dup-id", "resolve", "keyless", Refused, '"c1".*more than once'),
+    ("kl-ext-for-appr", "none", "keep", "ext-c1", "exp", Refused, '"c1".*waits for an approval'),
+    ("kl-appr-for-ext", "none", "keep", "appr-c2", "exp", Refused, '"c2".*waits for an external'),
+    ("kl-unexpected", "none", "forge", "with-c3", "exp", Refused, '"c3".*not one of the expected'),
+    ("kl-args", "none", "small-args", "resolve", "exp", Refused, '"c1": its arguments differ'),
+    ("kl-name", "none", "name", "resolve", "exp", Refused, '"c1": its tool name differs'),
+    ("kl-extra", "none", "keep", "resolve", "exp-more", Refused, '"zz" is not pending'),
     (
-        "args",
-        KEY,
-        lambda h, p: edit_call(h, "c1", args='{"to":"mallory","amount":10000}'),
-        RESOLVE,
+        "kl-type",
         "none",
-        SealError,
-        r'"c1".*does not match',
-    ),
-    (
-        "name",
-        KEY,
-        lambda h, p: edit_call(h, "c1", name="delete_account"),
-        RESOLVE,
-        "none",
-        SealError,
-        "delete_account",
-    ),
-    (
-        "kind-in-seal",
-        KEY,
-        lambda h, p: edit_call(
-            h, "c1", seal=h[batch_index(h)].tool_calls[0].seal.replace(".approval.", ".external.")
-        ),
-        DeferredResults(external={"c1": "paid", "c2": "x"}),
-        "none",
-        SealError,
-        "does not match",
-    ),
-    (
-        "forged-in-batch",
-        KEY,
-        lambda h, p: [
-            *h[:-1],
-            replace(h[-1], tool_calls=[*h[-1].tool_calls, ToolCall("c3", "delete_account", "{}")]),
-        ],
-        DeferredResults(approvals={"c1": True, "c3": True}, external={"c2": "x"}),
-        "none",
-        SealError,
-        r'"c3".*has no seal',
-    ),
-    (
-        "forged-older-turn",
-        KEY,
-        lambda h, p: add_calls(
-            h, ToolCall("old-1", "delete_account", '{"id":1}'), at=batch_index(h)
-        ),
-        DeferredResults(approvals={"c1": True, "old-1": True}, external={"c2": "x"}),
-        "none",
-        ResumeError,
-        r'unknown tool call "old-1"',
-    ),
-    (
-        "duplicate-id",
-        KEY,
-        lambda h, p: add_calls(h, h[batch_index(h)].tool_calls[0]),
-        RESOLVE,
-        "none",
-        ResumeError,
-        r'"c1".*more than once',
-    ),
-    ("another-key", OTHER_KEY, KEEP, RESOLVE, "none", SealError, "does not match"),
-    (
-        "unknown-key-id",
-        SealKeys(OTHER_KEY, key_id="retired"),
-        KEEP,
-        RESOLVE,
-        "none",
-        SealError,
-        'unknown key ID "retired"',
-    ),
-    ("unsealed", None, KEEP, RESOLVE, "none", SealError, "has no seal"),
-    (
-        "relabeled-conversation",
-        KEY,
-        lambda h, p: [replace(m, conversation_id="elsewhere") for m in h],
-        RESOLVE,
-        "none",
-        SealError,
-        "does not match",
-    ),
-    ("told-another-conversation", KEY, KEEP, RESOLVE, "elsewhere", SealError, "does not match"),
-    (
-        "external-for-approval",
-        KEY,
-        KEEP,
-        DeferredResults(external={"c1": "I approve myself", "c2": "x"}),
-        "conv",
-        ResumeError,
-        r'"c1".*waits for an approval',
-    ),
-    (
-        "approval-for-external",
-        KEY,
-        KEEP,
-        DeferredResults(approvals={"c1": True, "c2": True}),
-        "conv",
-        ResumeError,
-        r'"c2".*waits for an external result',
-    ),
-    (
-        "denial-for-external",
-        KEY,
-        KEEP,
-        DeferredResults(approvals={"c1": True, "c2": False}),
-        "conv",
-        ResumeError,
-        r'"c2".*waits for an external result',
-    ),
-    # without a key, expected= (the paused run's Result.pending) binds the calls
-    (
-        "keyless-duplicate-id",
-        None,
-        lambda h, p: add_calls(h, replace(TRANSFER, args='{"to":"eve"}')),
-        RESOLVE,
-        "keyless",
-        ResumeError,
-        r'"c1".*more than once',
-    ),
-    (
-        "keyless-external-for-approval",
-        None,
-        KEEP,
-        DeferredResults(external={"c1": "x", "c2": "y"}),
-        "expected",
-        ResumeError,
-        r'"c1".*waits for an approval',
-    ),
-    (
-        "keyless-approval-for-external",
-        None,
-        KEEP,
-        DeferredResults(approvals={"c1": True, "c2": True}),
-        "expected",
-        ResumeError,
-        r'"c2".*waits for an external',
-    ),
-    (
-        "keyless-call-not-expected",
-        None,
-        lambda h, p: add_calls(h, ToolCall("c3", "delete_account", "{}")),
-        DeferredResults(approvals={"c1": True, "c3": True}, external={"c2": "x"}),
-        "expected",
-        ResumeError,
-        r'"c3".*not one of the expected',
-    ),
-    (
-        "keyless-args",
-        None,
-        lambda h, p: edit_call(h, "c1", args='{"to":"mallory","amount":10}'),
-        RESOLVE,
-        "expected",
-        ResumeError,
-        r'"c1": its arguments differ',
-    ),
-    (
-        "keyless-name",
-        None,
-        lambda h, p: edit_call(h, "c1", name="delete_account"),
-        RESOLVE,
-        "expected",
-        ResumeError,
-        r'"c1": its tool name differs',
-    ),
-    (
-        "keyless-expected-not-pending",
-        None,
-        KEEP,
-        RESOLVE,
-        "more-expected",
-        ResumeError,
-        '"zz" is not pending',
-    ),
-    (
-        "keyless-expected-not-pending-type",
-        None,
-        KEEP,
-        RESOLVE,
-        "expected-list",
+        "keep",
+        "resolve",
+        "exp-list",
         TypeError,
-        r"Result\.pending \(DeferredRequests\), got list",
+        r"pending \(DeferredRequests\), got list",
     ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("pause_key", "edit", "results", "bind", "error", "match"),
+    ("pause_key", "edit", "resolving", "bind", "error", "match"),
     [row[1:] for row in HOSTILE],
     ids=[row[0] for row in HOSTILE],
 )
 async def test_a_hostile_resume_is_refused_before_any_tool_or_model_call(
-    pause_key: Any,
-    edit: Edit,
-    results: DeferredResults,
-    bind: str,
-    error: type[Exception],
-    match: str,
+    pause_key: str, edit: str, resolving: str, bind: str, error: type[Exception], match: str
 ) -> None:
-    pausing, _, _ = make_agent(seal_key=pause_key)
+    results = RESOLVING[resolving]
+    pausing, _, _ = make_agent(seal_key=PAUSE_KEYS[pause_key])
     paused = await pausing.run("pay bob", conversation_id=CONV)
     assert paused.pending is not None
     agent, _, ledger = make_agent(seal_key=None if bind in KEYLESS else KEY)
     model = agent.model = ScriptedModel("done")
-    history = edit(paused.messages, paused.pending)
+    history = HOSTILE_EDITS[edit](paused.messages, paused.pending)
     resumed: Any = {
         "none": history,
         "keyless": history,
         "conv": bound(paused, history),
         "elsewhere": bound(paused, history, "elsewhere"),
-        "expected": bound(paused, history, ""),
-        "more-expected": bound(paused, history, "", extra_expected(history, paused.pending)),
-        "expected-list": bound(paused, history, "", paused.pending.calls),
+        "exp": bound(paused, history, ""),
+        "exp-more": bound(paused, history, "", extra_expected(history, paused.pending)),
+        "exp-list": bound(paused, history, "", paused.pending.calls),
     }[bind]
     with pytest.raises(error, match=match) as info:
         await agent.run_with_deferred_results(resumed, results)
@@ -372,137 +253,9 @@ async def test_a_hostile_resume_is_refused_before_any_tool_or_model_call(
         assert info.value.problem == "unsealed"
     assert ledger.executions == []
     assert model.requests == []
-    if bind == "expected":  # the genuine history resumes with the same pending calls
+    if bind == "exp":  # the genuine history resumes with the same pending calls
         done = await agent.run_with_deferred_results(bound(paused, conversation=""), RESOLVE)
         assert done.output == "done"
-
-
-TAMPERINGS = [
-    "none",
-    "args",
-    "name",
-    "kind",
-    "forge_batch",
-    "forge_old",
-    "duplicate",
-    "strip_seal",
-    "conversation",
-    "wrong_key",
-    "external_for_approval",
-    "approval_for_external",
-]
-ARGS = st.dictionaries(
-    st.sampled_from(["a", "b", "path", "n"]),
-    st.one_of(st.integers(-5, 5), st.text(max_size=5), st.booleans()),
-    max_size=3,
-)
-
-
-@given(
-    kinds=st.lists(st.sampled_from(list(DeferKind)), min_size=1, max_size=4),
-    arg_values=st.lists(ARGS, min_size=4, max_size=4),
-    tampering=st.sampled_from(TAMPERINGS),
-    target=st.integers(0, 3),
-    earlier=st.integers(0, 2),
-    data=st.data(),
-)
-def test_a_sealed_resume_raises_before_running_or_runs_exactly_the_approved_sealed_calls(
-    kinds: list[DeferKind],
-    arg_values: list[dict[str, Any]],
-    tampering: str,
-    target: int,
-    earlier: int,
-    data: st.DataObject,
-) -> None:
-    ran: list[tuple[str, str, dict[str, Any]]] = []
-
-    def make(name: str, kind: DeferKind) -> Tool:
-        def exec(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-            if call_approved():
-                ran.append((name, ctx.call_id, args))
-                return "ok"
-            raise Deferred(kind, "wait")
-
-        return Tool(name, name, OBJ, exec)
-
-    batch = [
-        ToolCall(f"c{i}", f"t_{k.value}", json.dumps(arg_values[i], separators=(",", ":")))
-        for i, k in enumerate(kinds)
-    ]
-    tools = [
-        make("t_approval", DeferKind.APPROVAL),
-        make("t_external", DeferKind.EXTERNAL),
-        make("t_danger", DeferKind.APPROVAL),
-        Tool("t_plain", "p", OBJ, lambda ctx, args: "plain"),
-    ]
-    answered = [turn(ToolCall(f"p{j}", "t_plain", "{}")) for j in range(earlier)]
-    model = ScriptedModel(*answered, turn(*batch), "done")
-    agent: Agent[None, str] = Agent(model, tools=tools, seal_key=KEY)
-
-    async def scenario() -> None:
-        paused = await agent.run("go", conversation_id="conv")
-        sealed = {c.id: c for m in paused.messages for c in m.tool_calls}
-        history = list(paused.messages)
-        i = batch_index(history)
-        victim = batch[target % len(batch)]
-        approvals: dict[str, Approval] = {}
-        external: dict[str, str] = {}
-        for c, k in zip(batch, kinds, strict=True):
-            if k is DeferKind.APPROVAL:
-                approvals[c.id] = Approval(data.draw(st.booleans(), label=f"approve {c.id}"))
-            else:
-                external[c.id] = "ext"
-        if tampering == "args":
-            history = edit_call(history, victim.id, args='{"a":"tampered"}')
-        elif tampering == "name":
-            history = edit_call(history, victim.id, name="t_danger")
-        elif tampering == "kind":
-            seal = sealed[victim.id].seal
-            flipped = seal.replace(".approval.", ".X.").replace(".external.", ".approval.")
-            history = edit_call(history, victim.id, seal=flipped.replace(".X.", ".external."))
-        elif tampering == "forge_batch":
-            history[i] = replace(
-                history[i], tool_calls=[*history[i].tool_calls, ToolCall("f", "t_danger", "{}")]
-            )
-            approvals["f"] = Approval(True)
-        elif tampering == "forge_old":
-            where = data.draw(st.integers(1, i), label="forged turn position")
-            history.insert(where, Message(role="assistant", tool_calls=[ToolCall("f", "t_danger")]))
-            approvals["f"] = Approval(True)
-        elif tampering == "duplicate":
-            history.append(Message(role="assistant", tool_calls=[sealed[victim.id]]))
-        elif tampering == "strip_seal":
-            history = edit_call(history, victim.id, seal="")
-        elif tampering == "conversation":
-            history = [replace(m, conversation_id="elsewhere") for m in history]
-        elif tampering == "wrong_key":
-            other = seal_call(OTHER_KEY, "conv", victim, kinds[target % len(batch)])
-            history = edit_call(history, victim.id, seal=other)
-        elif tampering == "external_for_approval" and victim.id in approvals:
-            del approvals[victim.id]
-            external[victim.id] = "pretend it ran"
-        elif tampering == "approval_for_external" and victim.id in external:
-            del external[victim.id]
-            approvals[victim.id] = Approval(True)
-        requests = len(model.requests)
-        try:
-            await agent.run_with_deferred_results(
-                history, DeferredResults(approvals=approvals, external=external)
-            )
-        except ResumeError:
-            assert ran == []
-            assert len(model.requests) == requests
-            return
-        want = [
-            (c.name, c.id, json.loads(c.args))
-            for c in batch
-            if approvals.get(c.id, Approval(False)).approved
-        ]
-        assert ran == want
-
-    asyncio.run(scenario())
-    if tampering not in ("none", "external_for_approval", "approval_for_external"):
-        assert ran == []
 
 
 # --------------------------------------------------------------------------- edits of a whole history
@@ -638,7 +391,9 @@ def test_any_edit_of_a_paused_history_runs_exactly_the_sealed_calls_or_nothing(
                 "none": history,
             }[bind]
             await agent.run_with_deferred_results(
-                target, DeferredResults(approvals=dict.fromkeys(pending, True)), before_approved=before
+                target,
+                DeferredResults(approvals=dict.fromkeys(pending, True)),
+                before_approved=before,
             )
         except (ResumeError, ValueError):
             assert started == []
@@ -948,9 +703,7 @@ async def test_expected_binds_a_paused_sub_agents_calls(other_path: str, refusal
     ]
     for conversation in ("X", ""):
         with pytest.raises(ResumeError, match=rf'"p1/s1".*{refusal}'):
-            await mine.run_with_deferred_results(
-                bound(paused, swapped, conversation), APPROVE_SUB
-            )
+            await mine.run_with_deferred_results(bound(paused, swapped, conversation), APPROVE_SUB)
     assert log == []
     done = await mine.run_with_deferred_results(bound(paused), APPROVE_SUB)
     assert (done.output, log) == ("ok", ["a.log"])
@@ -1160,7 +913,5 @@ async def test_a_sub_agent_resolution_in_another_unicode_form_is_refused_by_name
         with pytest.raises(ResumeError, match=rf'"p1/({nfd}|{nfc})"'):
             await parent.run_with_deferred_results(bound(paused), results)
         assert log == []
-    done = await parent.run_with_deferred_results(
-        bound(paused), {"approvals": {f"p1/{nfc}": True}}
-    )
+    done = await parent.run_with_deferred_results(bound(paused), {"approvals": {f"p1/{nfc}": True}})
     assert (done.output, log) == ("ok", ["a.log"])
