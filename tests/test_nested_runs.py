@@ -178,60 +178,6 @@ def test_a_denial_reaches_the_sub_agent() -> None:
     assert next(m for m in done.messages if m.tool_call_id == "p1").content == "Kept a.log."
 
 
-def test_a_sub_agent_that_pauses_again_keeps_the_parent_paused() -> None:
-    log: list[str] = []
-    parent, paused = paused_parent(
-        log,
-        calls(("s3", "delete_file", {"path": "b.log"})),
-        text("Both gone.", 1),
-        parent_after=(text("Done.", 1),),
-    )
-    again = parent.run_with_deferred_results_sync(
-        paused.messages, DeferredResults(approvals={"p1/s1": Approval(True)})
-    )
-    assert again.pending is not None
-    assert [p.call_id for p in again.pending.approvals] == ["p1/s3"]
-    assert log == ["a.log"]
-    done = parent.run_with_deferred_results_sync(
-        again.messages, DeferredResults(approvals={"p1/s3": Approval(True)})
-    )
-    assert done.output == "Done."
-    assert log == ["a.log", "b.log"]
-
-
-def test_own_and_nested_pending_calls_resolve_together() -> None:
-    log: list[str] = []
-    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted.", 1), log=log)
-    parent = Agent(
-        ScriptedModel(
-            calls(("p1", "janitor", {"prompt": "clean"}), ("p2", "notify", {"who": "ops"})),
-            text("Cleaned and notified.", 1),
-        ),
-        tools=[sub.as_tool()],
-    )
-    notified: list[str] = []
-
-    @parent.tool
-    def notify(who: str) -> str:
-        """Notify someone."""
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "notify?")
-        notified.append(who)
-        return "sent"
-
-    paused = parent.run_sync("go")
-    assert paused.pending is not None
-    assert sorted(p.call_id for p in paused.pending.approvals) == ["p1/s1", "p2"]
-    done = parent.run_with_deferred_results_sync(
-        paused.messages,
-        DeferredResults(approvals={"p1/s1": Approval(True), "p2": Approval(True)}),
-    )
-    assert done.output == "Cleaned and notified."
-    assert (log, notified) == (["a.log"], ["ops"])
-    tool_ids = [m.tool_call_id for m in done.messages if m.role == "tool"]
-    assert tool_ids == ["p1", "p2"]
-
-
 @pytest.mark.parametrize(
     ("results", "message"),
     [
@@ -478,35 +424,6 @@ def test_a_resume_forwards_the_sub_agents_events_before_the_parents() -> None:
     assert [e.approved for e in seen[:2]] == [True, True]
     assert [row(e) for e in handler] == [row(e) for e in seen]
     assert log == ["a.log"]
-
-
-async def test_a_streamed_parent_yields_the_sub_agents_events_in_order() -> None:
-    parent, _ = looking_parent()
-    async with parent.run_stream("look") as stream:
-        items = [item async for item in stream]
-    events = [row(i) for i in items if isinstance(i, RunEvent)]
-    start = events.index(("tool_start", "", "", "p1", "janitor"))
-    end = events.index(("tool_end", "", "", "p1", "janitor"))
-    inside = events[start + 1 : end]
-    assert inside
-    assert all(r[1:3] == ("janitor", "p1") for r in inside)
-    assert ("tool_end", "janitor", "p1", "p1/s1", "janitor/list_files") in inside
-    assert stream.result.output == "Two logs."
-
-
-async def test_a_streamed_resume_yields_the_sub_agents_events_first() -> None:
-    sub = janitor(calls(("s1", "delete_file", {"path": "a.log"})), text("Deleted.", 1), log=[])
-    parent = Agent(ScriptedModel(ask("clean"), text("All clean.", 1)), tools=[sub.as_tool()])
-    paused = await parent.run("tidy")
-    async with parent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"p1/s1": True}}
-    ) as stream:
-        items = [item async for item in stream]
-    events = [i for i in items if isinstance(i, RunEvent)]
-    assert row(events[0]) == ("tool_start", "janitor", "p1", "p1/s1", "janitor/delete_file")
-    assert events[0].approved
-    assert [e.agent for e in events][-2:] == ["", ""], "then the parent's own model turn"
-    assert stream.result.output == "All clean."
 
 
 def test_two_levels_of_nesting_compose_the_marks() -> None:

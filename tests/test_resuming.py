@@ -258,7 +258,11 @@ def _wrapped(exc: BaseException) -> Callable[[RunContext[Any], dict[str, Any]], 
     ("effect", "stage", "text"),
     [
         (_raise(RuntimeError("disk on fire")), Stage.TOOL, "disk on fire"),
-        (_raise(Deferred(DeferKind.APPROVAL, "again")), Stage.TOOL, "deferred again"),
+        (
+            _raise(Deferred(DeferKind.APPROVAL, "again")),
+            Stage.TOOL,
+            r"deferred again.*call_approved\(\)",
+        ),
         (_raise(Deferred(DeferKind.EXTERNAL, "again")), Stage.TOOL, "deferred again"),
         (_raise(Failed("cannot delete")), Stage.TOOL, "cannot delete"),
         (_raise(ModelRetry("bad path")), Stage.TOOL, "bad path"),
@@ -645,65 +649,6 @@ async def test_approved_reruns_count_against_the_tool_calls_limit_not_the_pause(
     assert info.value.partial is not None
 
 
-async def test_pause_dump_load_and_resume_on_a_new_agent_instance() -> None:
-    deleted: list[str] = []
-
-    def make_agent(model: ScriptedModel) -> Agent[Any, str]:
-        def exec(
-            ctx: RunContext[Any], args: dict[str, Any]
-        ) -> str:  # a fresh tool: only the name matches
-            if not call_approved():
-                raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
-            deleted.append(args["path"])
-            return f"deleted {args['path']}"
-
-        tools = [
-            Tool("delete_file", "delete", OBJ, exec),
-            Tool("stat_file", "stat", OBJ, lambda ctx, args: "size=12"),
-        ]
-        return Agent(model, tools=tools)
-
-    calls = [
-        ToolCall("call-1", "delete_file", '{"path": "a"}'),
-        ToolCall("call-2", "stat_file", '{"path": "a"}'),
-        ToolCall("call-3", "delete_file", '{"path": "b"}'),
-    ]
-    paused = await make_agent(ScriptedModel(tool_turn(*calls))).run(
-        "clean up", conversation_id="conv-1"
-    )
-    stored = dumps_history(paused.messages)
-    assert deleted == []
-    second_model = ScriptedModel("cleaned a, kept b")
-    results = DeferredResults(
-        approvals={"call-1": True, "call-3": Approval(False, "b is precious")}
-    )
-    resumed = await make_agent(second_model).run_with_deferred_results(
-        loads_history(stored), results
-    )
-    assert (resumed.output, deleted, resumed.conversation_id) == (
-        "cleaned a, kept b",
-        ["a"],
-        "conv-1",
-    )
-    assert summary(second_model.requests[0].messages)[2:] == [
-        ("tool", "call-1", "deleted a"),
-        ("tool", "call-2", "size=12"),
-        (
-            "tool",
-            "call-3",
-            "Your tool call was denied: b is precious. Do not call it again; continue without its result.",
-        ),
-    ]
-    model_a, model_b = (
-        ScriptedModel("ok"),
-        ScriptedModel("ok"),
-    )  # JSON text resumes as the messages do
-    denied = DeferredResults(approvals={"c1": False})
-    await Agent(model_a).run_with_deferred_results(paused_history(), denied)
-    await Agent(model_b).run_with_deferred_results(dumps_history(paused_history()), denied)
-    assert summary(model_a.requests[0].messages) == summary(model_b.requests[0].messages)
-
-
 async def test_a_plain_run_on_a_paused_history_closes_pending_calls_as_interrupted() -> None:
     gate, model = Gate("delete_file"), ScriptedModel("I could not delete it")
     agent = Agent(model, tools=[gate.tool()])
@@ -951,21 +896,6 @@ async def test_a_message_appended_after_the_paused_batch_is_refused_not_dropped(
         )
 
 
-async def test_the_text_goes_to_the_model_as_the_resumes_prompt_instead() -> None:
-    gate = Recorder()
-    history = await paused(gate)
-    model = ScriptedModel("ok")
-    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
-    result = await agent.run_with_deferred_results(
-        history, DeferredResults(approvals={"c1": True}), "also, keep b.log"
-    )
-    assert result.output == "ok"
-    assert gate.effects == ["c1"]
-    sent = model.requests[0].messages
-    assert [m.role for m in sent] == ["user", "assistant", "tool", "tool", "user"]
-    assert sent[-1].content == "also, keep b.log"
-
-
 async def test_tool_results_after_the_batch_are_fine_in_any_number() -> None:
     # results the paused run recorded, a stray one, a duplicate: repair's business, not refused
     gate = Recorder()
@@ -984,30 +914,6 @@ async def test_tool_results_after_the_batch_are_fine_in_any_number() -> None:
         ("assistant", ""),
         ("tool", "c1"),
         ("tool", "c2"),
-    ]
-
-
-async def test_messages_between_older_turns_stay_where_they_are() -> None:
-    # only what follows the LAST batch is checked; an older turn's open call with the
-    # conversation going on after it is closed as interrupted where it stands
-    gate = Recorder()
-    history = [
-        Message(role="user", content="first"),
-        Message(role="assistant", tool_calls=[ToolCall("old", "gate", "{}")]),
-        Message(role="user", content="second"),
-        Message(role="assistant", tool_calls=[ToolCall("c1", "gate", "{}")]),
-    ]
-    model = ScriptedModel("ok")
-    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
-    result = await agent.run_with_deferred_results(history, DeferredResults(approvals={"c1": True}))
-    assert result.output == "ok"
-    assert [(m.role, m.tool_call_id) for m in model.requests[0].messages] == [
-        ("user", ""),
-        ("assistant", ""),
-        ("tool", "old"),
-        ("user", ""),
-        ("assistant", ""),
-        ("tool", "c1"),
     ]
 
 
@@ -1271,21 +1177,3 @@ async def test_wrong_results_are_a_type_error_saying_how(results: Any, match: st
     with pytest.raises(TypeError, match=match):
         await agent.run_with_deferred_results(paused.messages, results)
     assert ran == []
-
-
-async def test_a_tool_deferring_again_on_its_approved_rerun_is_told_about_the_gate() -> None:
-    def careless(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Deferred(DeferKind.APPROVAL, "always")
-
-    agent = Agent(
-        ScriptedModel(tool_turn(ToolCall("c1", "careless", "{}"))),
-        tools=[Tool("careless", "c", OBJ, careless)],
-    )
-    paused = await agent.run("go")
-    with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
-    assert info.value.stage is Stage.TOOL
-    cause = info.value.__cause__
-    assert isinstance(cause, ToolError)
-    assert "deferred again" in str(cause)
-    assert "call_approved()" in str(cause)
