@@ -6,7 +6,7 @@ rewritten as its own partial would be); a `ResumeProgress` holds the same when t
 cancelled or `before_approved` raises. Going on from it with the same resolutions,
 `expected=` and conversation runs nothing twice (counted by call, no idempotency keys), and
 seals still refuse a call nobody approved. The exactly-once property over random mixes is
-in test_contract_cancel_property.py.
+in test_cancelling.py.
 """
 
 from __future__ import annotations
