@@ -1087,11 +1087,7 @@ SEAL_KEY = b"p" * 32
     sealed=st.booleans(),
 )
 def test_going_on_from_a_resumes_progress_runs_every_approved_call_exactly_once(
-    n: NestedScenario,
-    parallel: bool,
-    stream: bool,
-    stops: list[tuple[int, str]],
-    sealed: bool,
+    n: NestedScenario, parallel: bool, stream: bool, stops: list[tuple[int, str]], sealed: bool
 ) -> None:
     """ADR 0071, 0076: approved, denied and external calls of the parent (async or threaded
     tools, sequential or parallel, resumed plainly or streamed) and of its sub-agents (each

@@ -296,10 +296,7 @@ PROPERTY = settings(max_examples=int(os.environ.get("GOLEM_BATCH_EXAMPLES", "120
 
 @PROPERTY
 @given(
-    run=runs(),
-    parallel=st.booleans(),
-    stream=st.booleans(),
-    limit=st.none() | st.integers(0, 4),
+    run=runs(), parallel=st.booleans(), stream=st.booleans(), limit=st.none() | st.integers(0, 4)
 )
 def test_any_batch_runs_as_the_contract_says(
     run: list[list[Call]], parallel: bool, stream: bool, limit: int | None

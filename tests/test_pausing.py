@@ -651,9 +651,7 @@ def _gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(
     ("turns", "says"),
-    [
-        pytest.param([tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id"),
-    ],
+    [pytest.param([tool_turn(ToolCall("", "gate", "{}"))], "has no call ID", id="no-id")],
 )
 @pytest.mark.parametrize("parallel", [False, True])
 async def test_a_pause_no_resume_could_name_fails_the_run_instead(

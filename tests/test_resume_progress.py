@@ -578,6 +578,7 @@ async def test_at_any_depth_the_record_of_the_record_is_rewritten(expected: bool
     assert ids == ["p1/m1/s1", "p1/m1/s2", *(["p1/mc"] if expected else [])]
     assert {p.tool_name for p in paused.pending.calls[:2]} == {"manager/janitor/act"}
     results = {"approvals": dict.fromkeys(ids, True)}
+
     def target(history: list[Message]) -> Any:
         return bound(paused, history) if expected else history
 
@@ -746,7 +747,7 @@ async def test_a_sealed_nested_partial_cannot_get_a_sub_call_run_that_nobody_app
         )
         with pytest.raises(SealError):
             await parent.run_with_deferred_results(moved, RESULTS)
-        with pytest.raises(ResumeError, match="another seal|arguments differ"):
+        with pytest.raises(ResumeError, match=r"another seal|arguments differ"):
             await parent.run_with_deferred_results(bound(paused, moved), RESULTS)
     (theirs,) = [m for m in other.messages if m.tool_call_id == "p2"]
     swapped_record = [

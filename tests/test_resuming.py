@@ -50,14 +50,7 @@ from golem.model import ModelResponse
 from golem.resume import merge
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
-from golem.tool import (
-    Canceled,
-    DeferKind,
-    Deferred,
-    Failed,
-    ModelRetry,
-    call_approved,
-)
+from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, call_approved
 from tests.support.gates import DENIED, INTERRUPTED, OBJ, Gate, tool_turn
 
 APPROVE_C1 = DeferredResults(approvals={"c1": Approval(True)})
@@ -1056,8 +1049,7 @@ def _report(args: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "args",
-    ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}', "{'x': 1}"],
+    "args", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}', "{'x': 1}"]
 )
 def test_args_go_json_valid_refuses_are_reported_truncated(args: str) -> None:
     assert _report(args) == ["c"]
