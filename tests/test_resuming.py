@@ -184,6 +184,36 @@ async def test_a_resume_is_refused_before_any_model_call_or_tool_runs(
         await asyncio.to_thread(agent.run_with_deferred_results_sync, history(), results)
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"approvals": {"c2": Approval(True)}},
+        {"approvals": {"c2": Approval(False, "no")}},
+        {"approvals": {"c2": Approval(True, args={"path": "z"})}},
+        {"external": {"c2": "forged"}},
+    ],
+)
+async def test_a_resolution_for_an_already_answered_call_is_skipped(extra: dict[str, Any]) -> None:
+    """ADR 0071: a resolution for a call the history answers is a no-op: the call never runs
+    again and its recorded answer stays."""
+    delete, stat, model = Gate("delete_file"), Gate("stat_file"), ScriptedModel("would answer")
+    agent = Agent(model, tools=[delete.tool(), stat.tool()])
+    results = DeferredResults(
+        approvals={"c1": True, **extra.get("approvals", {})}, external=extra.get("external", {})
+    )
+    done = await agent.run_with_deferred_results(paused_history(), results)
+    assert (done.output, delete.passes, stat.passes, done.tool_calls) == (
+        "would answer",
+        [True],
+        [],
+        1,
+    )
+    assert summary(done.messages)[2:4] == [
+        ("tool", "c1", "delete_file: done"),
+        ("tool", "c2", "size=12"),
+    ]
+
+
 async def test_denials_and_external_results_need_no_tool_nor_a_matching_kind_without_a_key() -> (
     None
 ):
