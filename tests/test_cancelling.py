@@ -235,8 +235,15 @@ async def test_a_tool_raising_cancelled_error_in_a_parallel_group_ends_its_sibli
     assert others() == before
 
 
-@pytest.mark.parametrize("where", ["run", "parallel", "re-run"])
-async def test_a_cancelled_run_ends_only_once_its_sync_tools_thread_has(where: str) -> None:
+@pytest.mark.parametrize(
+    ("where", "times"),
+    [("run", 1), ("parallel", 1), ("re-run", 1), ("run", 2), ("parallel", 2), ("stream", 2)],
+)
+async def test_a_cancelled_run_ends_only_once_its_sync_tools_thread_has(
+    where: str, times: int
+) -> None:
+    """Cancelled (`times`: again while the first is honoured) while a sync tool's thread
+    runs, the run ends only once the thread has, leaving no task behind."""
     started, release = threading.Event(), threading.Event()
     finished: list[str] = []
 
@@ -248,51 +255,19 @@ async def test_a_cancelled_run_ends_only_once_its_sync_tools_thread_has(where: s
         finished.append(ctx.call_id)
         return "done"
 
-    model = ScriptedModel(calls(("c1", "block"), ("c2", "fast")), "final")
-    agent = Agent(
-        model,
-        tools=[Tool("block", "b", OBJ, block), Tool("fast", "f", OBJ, lambda c, a: "ok")],
-        parallel_tool_calls=where == "parallel",
-    )
-    if where == "re-run":
-        paused = await agent.run("go")
-        run = agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
-    else:
-        run = agent.run("go")
-    task = asyncio.create_task(run)
-    try:
-        assert await asyncio.to_thread(started.wait, 30)
-        task.cancel()
-        for _ in range(50):  # every chance to end while the thread still runs
-            await asyncio.sleep(0)
-        assert not task.done()
-        release.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert finished == ["c1"]  # the thread ended before the caller saw the cancellation
-    finally:
-        release.set()
-
-
-@pytest.mark.parametrize("how", ["run", "parallel", "stream"])
-async def test_cancelling_twice_still_ends_only_once_the_thread_has(how: str) -> None:
-    started, release = threading.Event(), threading.Event()
-    finished: list[str] = []
-
-    def block(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        started.set()
-        release.wait(30)
-        finished.append(ctx.call_id)
-        return "done"
-
     async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
         await asyncio.Event().wait()
         return "never"
 
+    second = (
+        Tool("fast", "f", OBJ, lambda c, a: "ok")
+        if where == "re-run"
+        else Tool("hang", "h", OBJ, hang)
+    )
     agent = Agent(
-        ScriptedModel(calls(("c1", "block"), ("c2", "hang")), "final"),
-        tools=[Tool("block", "b", OBJ, block), Tool("hang", "h", OBJ, hang)],
-        parallel_tool_calls=how == "parallel",
+        ScriptedModel(calls(("c1", "block"), ("c2", second.name)), "final"),
+        tools=[Tool("block", "b", OBJ, block), second],
+        parallel_tool_calls=where == "parallel",
     )
 
     async def consume() -> None:
@@ -300,19 +275,24 @@ async def test_cancelling_twice_still_ends_only_once_the_thread_has(how: str) ->
             async for _ in stream:
                 pass
 
+    if where == "re-run":
+        paused = await agent.run("go")
+        run = agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
+    else:
+        run = consume() if where == "stream" else agent.run("go")
     before = others()
-    task = asyncio.create_task(consume() if how == "stream" else agent.run("go"))
+    task = asyncio.create_task(run)
     try:
         assert await asyncio.to_thread(started.wait, 30)
-        for _ in range(2):  # a second cancellation while the first is being honoured
+        for _ in range(times):
             task.cancel()
-            for _ in range(50):
+            for _ in range(50):  # every chance to end while the thread still runs
                 await asyncio.sleep(0)
             assert not task.done()
         release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert finished == ["c1"]
+        assert finished == ["c1"]  # the thread ended before the caller saw the cancellation
         assert others() == before
     finally:
         release.set()
