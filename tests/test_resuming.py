@@ -1037,33 +1037,23 @@ async def test_a_history_that_does_not_load_or_validate_is_a_resume_error(
     assert model.requests == []
 
 
-def _report(args: str) -> list[str]:
+GO_JSON_VALID = [  # Go reference §3.4 step 1: Go's json.Valid (RFC 8259), not Python's json
+    *[(a, False) for a in ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}']],
+    ("{'x': 1}", False),
+    *[(a, True) for a in ['{"x": "\\ud800"}', '  {"x": 1}  ', '{"x": 1, "x": 2}', '{"x": "NaN"}']],
+    ('{"x": 1e400, "y": -0.0, "z": 123456789012345678901234567890}', True),
+]
+
+
+@pytest.mark.parametrize(("args", "valid"), GO_JSON_VALID)
+def test_repair_reports_as_truncated_exactly_the_args_go_json_valid_refuses(
+    args: str, valid: bool
+) -> None:
     history = [
         Message(role="assistant", tool_calls=[ToolCall("c", "t", args)]),
         Message(role="tool", content="ok", tool_call_id="c", tool_name="t"),
     ]
-    return normalize_history(history)[1].truncated
-
-
-@pytest.mark.parametrize(
-    "args", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}', "{'x': 1}"]
-)
-def test_args_go_json_valid_refuses_are_reported_truncated(args: str) -> None:
-    assert _report(args) == ["c"]
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        '{"x": "\\ud800"}',
-        '{"x": 1e400, "y": -0.0, "z": 123456789012345678901234567890}',
-        '  {"x": 1}  ',
-        '{"x": 1, "x": 2}',
-        '{"x": "NaN"}',
-    ],
-)
-def test_args_go_json_valid_accepts_are_not_truncated(args: str) -> None:
-    assert _report(args) == []
+    assert normalize_history(history)[1].truncated == ([] if valid else ["c"])
 
 
 def two_gates() -> tuple[Agent[None, str], list[str]]:
