@@ -191,46 +191,27 @@ async def interrupt(
     return info.value
 
 
-FLAT_INTERRUPTS = [  # how, at, sync tool, streamed, answered, pending after
-    pytest.param("fail", "a2", False, False, ("a1",), ["d1", "a2", "x1", "a3"], id="rerun-fails"),
-    pytest.param(
-        "fail", "a3", False, True, ("a1", "a2"), ["d1", "x1", "a3"], id="streamed-rerun-fails"
-    ),
-    pytest.param(
-        "fail", "a1", False, False, (), ["a1", "d1", "a2", "x1", "a3"], id="first-rerun-fails"
-    ),
-    pytest.param(
-        "cancel",
-        "a3",
-        False,
-        False,
-        ("a1", "a2"),
-        ["d1", "x1", "a3"],
-        id="cancelled-before-a-rerun",
-    ),
-    pytest.param(
-        "raise", "a2", False, False, ("a1",), ["d1", "a2", "x1", "a3"], id="before-approved-raises"
-    ),
-    pytest.param(
-        "thread", "a2", True, False, ("a1", "a2"), ["d1", "x1", "a3"], id="sync-thread-finishes"
-    ),
-    pytest.param(
-        "swallow",
-        "a2",
-        False,
-        False,
-        ("a1", "a2"),
-        ["d1", "x1", "a3"],
-        id="swallowed",
-        marks=pytest.mark.skipif(not EXACT_CANCELLING, reason="seen from 3.13 on"),
-    ),
-]
+FLAT_INTERRUPTS = {  # how, at, sync tool, streamed, answered, pending after
+    "rerun-fails": ("fail", "a2", False, False, ("a1",), ["d1", "a2", "x1", "a3"]),
+    "streamed-rerun-fails": ("fail", "a3", False, True, ("a1", "a2"), ["d1", "x1", "a3"]),
+    "first-rerun-fails": ("fail", "a1", False, False, (), ["a1", "d1", "a2", "x1", "a3"]),
+    "cancelled-before-a-rerun": ("cancel", "a3", False, False, ("a1", "a2"), ["d1", "x1", "a3"]),
+    "before-approved-raises": ("raise", "a2", False, False, ("a1",), ["d1", "a2", "x1", "a3"]),
+    "sync-thread-finishes": ("thread", "a2", True, False, ("a1", "a2"), ["d1", "x1", "a3"]),
+    "swallowed": ("swallow", "a2", False, False, ("a1", "a2"), ["d1", "x1", "a3"]),
+}
 
 
-@pytest.mark.parametrize(("how", "at", "sync", "stream", "answered", "pending"), FLAT_INTERRUPTS)
+@pytest.mark.parametrize(
+    ("how", "at", "sync", "stream", "answered", "pending"),
+    list(FLAT_INTERRUPTS.values()),
+    ids=list(FLAT_INTERRUPTS),
+)
 async def test_an_interrupted_resume_hands_back_what_ran_and_going_on_runs_nothing_twice(
     how: str, at: str, sync: bool, stream: bool, answered: tuple[str, ...], pending: list[str]
 ) -> None:
+    if how == "swallow" and not EXACT_CANCELLING:
+        pytest.skip("a swallowed cancellation is seen from Python 3.13 on")
     world = World()
     agent = agent_for(world, sync=sync)
     paused = await agent.run("go")
@@ -469,20 +450,20 @@ def record_history(history: list[Message], call_id: str) -> list[Message]:
 
 
 SUB_RAN = ("p1/s1", "p1/s2", "p2/s1")
-NESTED_INTERRUPTS = [  # how, at, streamed, answered, pending after
-    pytest.param("fail", "j2:s2", False, SUB_RAN, ["a1", "p2/s2", "x1"], id="sub-rerun-fails"),
-    pytest.param("fail", "parent:a1", False, None, ["a1", "x1"], id="parent-rerun-fails"),
-    pytest.param("cancel", "p2/s2", False, SUB_RAN, ["a1", "p2/s2", "x1"], id="cancelled-in-a-sub"),
-    pytest.param(
-        "cancel", "p2/s2", True, SUB_RAN, ["a1", "p2/s2", "x1"], id="streamed-cancelled-in-a-sub"
-    ),
-    pytest.param(
-        "cancel", "a1", False, (*SUB_RAN, "p2/s2"), ["a1", "x1"], id="cancelled-in-the-parent"
-    ),
-]
+NESTED_INTERRUPTS = {  # how, at, streamed, answered, pending after
+    "sub-rerun-fails": ("fail", "j2:s2", False, SUB_RAN, ["a1", "p2/s2", "x1"]),
+    "parent-rerun-fails": ("fail", "parent:a1", False, None, ["a1", "x1"]),
+    "cancelled-in-a-sub": ("cancel", "p2/s2", False, SUB_RAN, ["a1", "p2/s2", "x1"]),
+    "streamed-cancelled-in-a-sub": ("cancel", "p2/s2", True, SUB_RAN, ["a1", "p2/s2", "x1"]),
+    "cancelled-in-the-parent": ("cancel", "a1", False, (*SUB_RAN, "p2/s2"), ["a1", "x1"]),
+}
 
 
-@pytest.mark.parametrize(("how", "at", "stream", "answered", "pending"), NESTED_INTERRUPTS)
+@pytest.mark.parametrize(
+    ("how", "at", "stream", "answered", "pending"),
+    list(NESTED_INTERRUPTS.values()),
+    ids=list(NESTED_INTERRUPTS),
+)
 async def test_an_interrupted_nested_resume_hands_back_the_parent_history(
     how: str, at: str, stream: bool, answered: tuple[str, ...] | None, pending: list[str]
 ) -> None:
