@@ -20,7 +20,7 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -521,6 +521,11 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
 # --------------------------------------------------------------------------- streamed == run
 
 
+def fresh(run_id: str) -> str:
+    """A resumed run's ID is fresh on every resume: compared as "fresh"."""
+    return run_id if run_id in ("", "R") else "fresh"
+
+
 def detail(e: RunEvent) -> tuple[Any, ...]:
     err = e.error
     return (
@@ -535,7 +540,7 @@ def detail(e: RunEvent) -> tuple[Any, ...]:
         e.usage,
         e.reason,
         e.approved,
-        e.run_id,
+        fresh(e.run_id),
         e.conversation_id,
         (type(err).__name__, str(err)) if err is not None else None,
     )
@@ -544,10 +549,17 @@ def detail(e: RunEvent) -> tuple[Any, ...]:
 def outcome(got: Any) -> tuple[Any, ...]:
     if isinstance(got, RunError):
         p = got.partial
+        if p is not None:  # a dataclass: every field, the run IDs as `fresh` says
+            p = replace(
+                p,
+                run_id=fresh(p.run_id),
+                messages=[replace(m, run_id=fresh(m.run_id)) for m in p.messages],
+            )
         return ("error", got.stage, str(got), p)
     return (
         "result",
-        got.messages,
+        fresh(got.run_id),
+        [replace(m, run_id=fresh(m.run_id)) for m in got.messages],
         got.pending,
         got.usage,
         got.requests,
@@ -580,10 +592,10 @@ def test_a_streamed_run_pauses_and_resumes_exactly_as_run(
         async def resume() -> Any:
             if not stream:
                 return await agent.run_with_deferred_results(
-                    got.messages, results, run_id="R2", on_event=later.append
+                    got.messages, results, on_event=later.append
                 )
             async with agent.run_stream_with_deferred_results(
-                got.messages, results, run_id="R2", on_event=later.append
+                got.messages, results, on_event=later.append
             ) as s:
                 async for _ in s:
                     pass

@@ -884,7 +884,7 @@ async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None
                     pass
             paused = s.result
             async with parent.run_stream_with_deferred_results(
-                paused.messages, results, on_event=later.append, run_id="R2"
+                paused.messages, results, on_event=later.append
             ) as s2:
                 async for _ in s2:
                     pass
@@ -892,7 +892,7 @@ async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None
         else:
             paused = await parent.run("go", on_event=events.append, run_id="R")
             done = await parent.run_with_deferred_results(
-                paused.messages, results, on_event=later.append, run_id="R2"
+                paused.messages, results, on_event=later.append
             )
         assert paused.pending is not None
         seen.append(
@@ -915,10 +915,7 @@ async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None
 
 
 @pytest.mark.parametrize("own", [False, True])
-@pytest.mark.parametrize("given_id", [False, True])
-async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(
-    own: bool, given_id: bool
-) -> None:
+async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(own: bool) -> None:
     # Go reference §2.9: the resumed run's RunID is fresh (or the run_id option). A parent
     # whose sub-agent paused again took the ID of its history's last message — the PAUSED
     # run's when the parent had no call of its own — so a store would file the new pause
@@ -942,13 +939,11 @@ async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(
     if own:
         approvals["p2"] = True
     again = await parent.run_with_deferred_results(
-        paused.messages, DeferredResults(approvals=approvals), run_id="R2" if given_id else None
+        paused.messages, DeferredResults(approvals=approvals)
     )
     assert again.pending is not None
     assert [p.call_id for p in again.pending.calls] == ["p1/s2"]
-    assert again.run_id != "R1"
-    if given_id:
-        assert again.run_id == "R2"
+    assert again.run_id not in ("", "R1")
     assert again.conversation_id == "C1"
     # what this resume wrote carries its identity: the new record, the parent's resolution
     written = [m for m in again.messages if m.role == "tool"]

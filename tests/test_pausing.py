@@ -930,9 +930,7 @@ async def test_the_idempotency_key_is_the_same_on_every_attempt_at_a_call() -> N
     paused = await agent.run("go", conversation_id="conv-7")
     # two resumes of the same paused history (a retry): the same key each time
     await agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
-    await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, run_id="another-run"
-    )
+    await agent.run_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
     c1 = {k for cid, _, k in keys if cid == "c1"}
     c2 = {k for cid, _, k in keys if cid == "c2"}
     assert c1 == {idempotency_key("conv-7", "c1")}
