@@ -244,55 +244,6 @@ async def test_an_interrupted_resume_hands_back_what_ran_and_going_on_runs_nothi
     assert world.acted == ONCE
 
 
-async def test_a_failing_rerun_raises_its_run_error_with_the_paused_history_as_partial() -> None:
-    world = World()
-    agent = agent_for(world)
-    paused = await agent.run("go")
-    world.fail.add("a2")
-    with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(paused.messages, FLAT)
-    err = info.value
-    assert err.stage is Stage.TOOL
-    assert isinstance(err.__cause__, ToolError)
-    assert err.__cause__.call_id == "a2"
-    partial = err.partial
-    assert partial is not None
-    assert partial.is_paused
-    assert partial.pending is not None
-    (a1,) = [m for m in partial.messages if m.role == "tool"]
-    assert (a1.tool_call_id, a1.content, a1.run_id) == ("a1", "acted a1", partial.run_id)
-    assert partial.tool_calls == 2  # a1 and the failing a2
-    assert [p.call_id for p in partial.pending.approvals] == ["d1", "a2", "a3"]
-    assert [(p.call_id, p.kind) for p in partial.pending.external] == [("x1", DeferKind.EXTERNAL)]
-    assert partial.messages[: len(paused.messages)] == paused.messages
-    world.fail.clear()
-    done = await agent.run_with_deferred_results(partial.messages, FLAT)
-    assert (done.output, world.acted, done.tool_calls) == (FLAT_FINAL, ONCE, 2)
-
-
-@pytest.mark.parametrize("how", ["canceled", "deferred"])
-async def test_every_rerun_failure_stage_hands_back_progress(how: str) -> None:
-    world = World()
-
-    async def odd(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        if not call_approved() or how == "deferred":
-            raise Deferred(DeferKind.APPROVAL, "again")
-        raise Canceled("stop")
-
-    batch = Message(role="assistant", tool_calls=[CALLS[0], ToolCall("o1", "odd", "{}")])
-    model = FunctionModel(lambda r: ModelResponse(batch, finish_reason="tool_call"))
-    agent: Agent[None, str] = Agent(model, tools=[*tools(world), Tool("odd", "O.", OBJ, odd)])
-    paused = await agent.run("go")
-    with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(
-            paused.messages, {"approvals": {"a1": True, "o1": True}}
-        )
-    assert info.value.stage is (Stage.CANCELED if how == "canceled" else Stage.TOOL)
-    assert info.value.partial is not None
-    assert pending_ids(info.value.partial.messages) == ["o1"]
-    assert world.acted == {"a1": 1}
-
-
 async def test_a_sealed_partial_resumes_and_cannot_get_a_call_run_that_nobody_approved() -> None:
     """An edited call that ran shows the arguments that ran, re-sealed; the pending calls keep
     their seals, so an injected call or one relabeled from another conversation is refused."""
