@@ -324,10 +324,7 @@ async def test_an_escape_that_is_not_utf8_names_no_call_and_no_run(
         res = await client.post(url, json={"decision": "approve"}, headers=bearer("alice"))
         assert res.status_code == 400, res.text
         assert res.json()["error"]["code"] == "invalid_url"
-    res = await client.get(f"/api/runs/r{escape}", headers=bearer("alice"))
-    assert res.status_code == 400
-    res = await client.get(f"/api/runs?agent=tw{escape}", headers=bearer("alice"))
-    assert res.json()["error"]["code"] == "invalid_url"
+    # (a run's URL and a filter with such an escape: test_hostile_api's URL table)
     csrf = await sign_in(client)
     page = await client.get(f"/runs/r{escape}")
     assert page.status_code == 400
