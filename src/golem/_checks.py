@@ -11,6 +11,7 @@ from typing import Any
 from golem._ids import new_id
 from golem._loop import Policy
 from golem._run import History, as_history, conversation_of
+from golem.agent_tool import PAUSED_MARKER, AgentTool
 from golem.deferred import (
     Approval,
     DeferredRequests,
@@ -21,11 +22,10 @@ from golem.deferred import (
 from golem.errors import ConversationRequired, ResumeError, SealError
 from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall
-from golem.records import drop_finished
 from golem.seal import SealKeys, replace_calls, verify_call
 from golem.tool import DeferKind, InvalidArguments, Tool
 
-__all__ = ["ResumePlan", "Step", "check", "load", "same_args"]
+__all__ = ["ResumePlan", "Step", "check", "drop_finished", "load", "same_args"]
 
 _SHOWN = 200
 
@@ -75,6 +75,51 @@ def check(
         conversation_bound=bool(conversation_id) if bound is None else bound,
         conversation_named=bool(named),
     )
+
+
+def drop_finished(
+    history: Sequence[Message],
+    results: DeferredResults,
+    expected: DeferredRequests | None,
+    tools: Mapping[str, Tool],
+) -> tuple[DeferredResults, DeferredRequests | None]:
+    """`results` and `expected` without the namespaced calls of sub-agents that answered:
+    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
+    (not a paused record) answers — left by a nested resume that failed or was cancelled
+    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
+    (ADR 0071), it is skipped; nothing of it runs."""
+    keys = [*results.approvals, *results.external]
+    if expected is not None:
+        keys.extend(p.call_id for p in expected.calls)
+    if not any("/" in k for k in keys):
+        return results, expected
+    names = {c.id: c.name for m in history for c in m.tool_calls}
+    finished = [
+        m.tool_call_id + "/"
+        for m in history
+        if m.role == "tool"
+        and m.tool_call_id
+        and not m.content.startswith(PAUSED_MARKER)
+        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
+    ]
+    if not finished:
+        return results, expected
+
+    def gone(key: str) -> bool:
+        return key not in names and any(key.startswith(f) for f in finished)
+
+    if not any(gone(k) for k in keys):
+        return results, expected
+    kept = DeferredResults(
+        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
+        external={k: v for k, v in results.external.items() if not gone(k)},
+    )
+    if expected is not None:
+        expected = DeferredRequests(
+            approvals=[p for p in expected.approvals if not gone(p.call_id)],
+            external=[p for p in expected.external if not gone(p.call_id)],
+        )
+    return kept, expected
 
 
 def _check_results(

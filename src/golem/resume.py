@@ -44,8 +44,15 @@ from golem.deferred import DeferredRequests, DeferredResults, PausedRun, Pending
 from golem.errors import Stage, ToolError, UsageLimitExceeded
 from golem.events import EventHandler
 from golem.messages import Message, ToolCall
-from golem.nested import NestedPlan, check_records, check_sub_agents
-from golem.records import Paused, paused_records, pending_of, progress_record
+from golem.records import (
+    NestedPlan,
+    Paused,
+    check_records,
+    check_sub_agents,
+    paused_records,
+    pending_of,
+    progress_record,
+)
 from golem.result import PartialResult, Result, RunError
 from golem.tool import Canceled, ClearedApproval, find_signal
 from golem.usage import Usage
