@@ -105,10 +105,8 @@ async def resolve(
     *,
     hand_back: bool = True,
 ) -> list[Message]:
-    """Re-run the plan's approved calls (events flagged `approved`), then merge every
-    resolution: edited calls show the arguments that ran (re-sealed with a seal key).
-    With `hand_back`, a failing re-run's `RunError` carries the answered history as its
-    partial; whatever `before_approved` raises propagates unchanged."""
+    """Re-run the plan's approved calls, then merge every resolution; with `hand_back`, a
+    failing re-run's `RunError` carries the answered history as its partial."""
     plan = work.plan
     for step in plan.steps:
         call, approval = step.call, step.approval

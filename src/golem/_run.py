@@ -1,9 +1,5 @@
-"""One run around the loop: its state, its opened history, and its span and sub-agent scope.
-
-`Agent.run` and a resume both start here: `new_state`, then `open_run` (instructions, the
-repaired history, the prompt), then `run_loop`, inside `run_traced` when the run is traced
-or has agent tools.
-"""
+"""One run around the loop: `new_state`, `open_run` (instructions, repaired history,
+prompt), then `run_loop`, inside `run_traced` when traced or with agent tools."""
 
 from __future__ import annotations
 

@@ -79,30 +79,17 @@ class GolemError(Exception):
 
 
 class HistoryError(GolemError, ValueError):
-    """`loads_history` was given text that is not a history, or `dumps_history` a history
-    that cannot be written (a lone surrogate in a text field).
-
-    Also a `ValueError`, as these errors always were. The message names the 0-based message
-    index and the field when there is one; nothing is returned half-loaded.
-    """
+    """Text that is not a history (`loads_history`), or a history that cannot be written
+    (`dumps_history`); also a `ValueError`, naming the message index and field."""
 
 
 class ResumeError(GolemError, ValueError):
-    """A resume was rejected before any model call or re-execution.
-
-    The message names the offending call (by ID, or by tool name when it has none).
-    """
+    """A resume was rejected before any model call or re-execution (naming the call)."""
 
 
 class SealError(ResumeError):
-    """A pending call's seal did not verify; the call was not executed.
-
-    `problem` says what failed: "unsealed" (no seal), "unknown_key" (sealed with a key
-    ID the agent does not hold), "tampered" (the tool name, arguments, kind, call ID or
-    conversation differ from what was sealed, or another key sealed it), "malformed"
-    (the seal text is not a golem seal), "conversation_required" (`ConversationRequired`)
-    or "sub_agent_conversation" (`SubAgentConversationMismatch`).
-    """
+    """A pending call's seal did not verify; `problem` is "unsealed", "unknown_key",
+    "tampered", "malformed", "conversation_required" or "sub_agent_conversation"."""
 
     def __init__(self, call_id: str, tool_name: str, problem: str, message: str) -> None:
         super().__init__(message)
@@ -124,10 +111,7 @@ class SubAgentConversationMismatch(SealError):
 
 
 class RunPaused(GolemError):
-    """`Result.output` was read on a run that paused: it has no output until resumed.
-
-    Check `result.is_paused` (or `result.pending`) first; the message names the pending calls.
-    """
+    """`Result.output` read on a paused run (check `result.is_paused` first)."""
 
 
 class ToolError(GolemError):
@@ -154,11 +138,8 @@ class UsageLimitExceeded(GolemError):
 
 
 class ProviderError(GolemError):
-    """A model provider call failed; `retryable` tells the run loop whether to try again.
-
-    `status_code`, `error_type`, `error_code`, `request_id` and `body` (first 64 KiB) are what
-    the provider said, "" when it said nothing; `usage` is what it reported for the failed
-    answer (the run counts it), or None."""
+    """A model provider call failed; `retryable` tells the loop whether to try again, the
+    other fields are what the provider said ("" when nothing), `usage` what it reported."""
 
     retryable: bool = False
     usage: Usage | None = None

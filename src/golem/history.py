@@ -123,13 +123,8 @@ def paused_batch_ids(history: Sequence[Message]) -> set[str]:
 def normalize_history(
     history: Sequence[Message], *, keep_open: Collection[str] = ()
 ) -> tuple[list[Message], HistoryRepair]:
-    """Pair every tool call with exactly one result.
-
-    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`) right
-    after its assistant message, unless its ID is in `keep_open`; orphan, early, duplicate
-    and ID-less results are dropped; calls whose args are not a JSON object are reported as
-    truncated (args stay verbatim). Deterministic, idempotent; the input is never mutated.
-    """
+    """Pair every tool call with exactly one result: a call without one (not in `keep_open`)
+    gets `INTERRUPTED_TEXT`, orphan/duplicate/ID-less results are dropped. Never mutates."""
     return _normalize(history, keep_open, scan_args=True)
 
 
@@ -193,12 +188,7 @@ def _normalize(
 
 
 def validate_history(history: Sequence[Message]) -> None:
-    """Check the structural rules a run relies on.
-
-    Raises:
-        HistoryError: parts on a system message, thinking outside an assistant message, or
-            an invalid part or thinking block; the message names the 0-based index.
-    """
+    """Check the structural rules a run relies on (`HistoryError` naming the index)."""
     for i, m in enumerate(history):
         if m.parts:
             if m.role == "system":
@@ -262,20 +252,9 @@ def sanitize_history(
     seal_key: SealKey | None = None,
     conversation_id: str | None = None,
 ) -> tuple[list[Message], SanitizeReport]:
-    """Make history you did not author safe to run on, and report every change.
-
-    In order: drop system messages, parts whose URL scheme is not http/https and text parts
-    without text, then user messages left empty; then `normalize_history` closes every
-    unanswered call. Nothing else is rewritten. Idempotent; the input is never mutated.
-    With `seal_key`, the pending calls of the paused batch whose seals verify stay open
-    (`report.kept_open`); every other pending call is closed (`report.rejected`).
-
-    Args:
-        history: The submitted history.
-        seal_key: The agent's seal key (bytes or `SealKeys`).
-        conversation_id: The conversation the seals must belong to (default: the history's
-            last conversation ID, which its editor wrote: pass your own record's; ADR 0065).
-    """
+    """Make history you did not author safe to run on and report every change: drop system
+    messages, non-http(s) parts and empty text, then normalize; with `seal_key`, the paused
+    batch's calls whose seals verify (in `conversation_id`) stay open."""
     systems = 0
     unsafe: list[UnsafePart] = []
     kept: list[Message] = []

@@ -1,9 +1,5 @@
-"""Seals on pending calls: an approval binds exactly the call the approver saw.
-
-A seal is `v1.<key ID>.<kind>.<HMAC-SHA256, base64url>` over the conversation ID, call ID,
-tool name, kind and exact argument bytes, carried on `ToolCall.seal` and
-`PendingToolCall.seal`; a keyed resume verifies every pending call before anything runs.
-See docs/guides/trust-and-integrity.md for what a seal does not prove."""
+"""Seals on pending calls: `v1.<key ID>.<kind>.<HMAC-SHA256>` over the conversation ID,
+call ID, tool name, kind and exact argument bytes (docs/guides/trust-and-integrity.md)."""
 
 from __future__ import annotations
 
@@ -31,13 +27,8 @@ _KINDS: dict[str, DeferKind] = {k.value: k for k in DeferKind}
 
 
 class SealKeys:
-    """The keys an agent seals and verifies pending calls with: `current` (at least 32
-    random bytes, written as `key_id`) seals; `older` keys by ID still verify (rotation).
-
-    Raises:
-        TypeError: a key is not `bytes`.
-        ValueError: a key under 32 bytes, a key ID empty or not `[A-Za-z0-9_-]`, or `older`
-            reusing the current key ID."""
+    """The keys an agent seals with (`current`, ≥ 32 bytes, as `key_id`) and still verifies
+    (`older`, by ID); `TypeError`/`ValueError` for bad keys or IDs."""
 
     __slots__ = ("_keys", "_pads", "current", "key_id", "older")
 
@@ -127,12 +118,7 @@ def _check_key(key_id: object, key: object) -> None:
 
 
 def as_seal_keys(key: SealKey) -> SealKeys:
-    """`key` as `SealKeys`: bytes become the current key under ID "k1".
-
-    Raises:
-        TypeError: `key` is neither bytes nor `SealKeys`.
-        ValueError: the key is shorter than 32 bytes.
-    """
+    """`key` as `SealKeys` (bytes: the current key, ID "k1"); `TypeError`/`ValueError`."""
     if isinstance(key, SealKeys):
         return key
     if isinstance(key, bytes | bytearray):
@@ -190,14 +176,8 @@ def _kind(kind: DeferKind | str) -> DeferKind:
 
 
 def seal_call(keys: SealKey, conversation_id: str, call: ToolCall, kind: DeferKind | str) -> str:
-    """The seal for `call`, paused with `kind` in conversation `conversation_id`.
-
-    Uses the current key. The seal covers the conversation ID, call ID, tool name,
-    kind and the exact bytes of `call.args` (never a re-encoding of them).
-
-    Raises:
-        ValueError: `kind` is not a deferral kind.
-    """
+    """The seal for `call` paused with `kind` in `conversation_id`, with the current key
+    (`ValueError` for another kind)."""
     k = as_seal_keys(keys)
     kind = _kind(kind)
     mac = _mac(k._pads[k.key_id], conversation_id, call, kind)
@@ -209,14 +189,8 @@ def _describe(call: ToolCall) -> str:
 
 
 def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKind:
-    """Check `call.seal` and return the kind the call was sealed with.
-
-    Raises:
-        SealError: the call has no seal ("unsealed"), a seal golem cannot read
-            ("malformed"), a key ID none of `keys` has ("unknown_key"), or a seal that
-            does not match the call as it is now ("tampered": its tool name, arguments,
-            kind, call ID or conversation changed, or another key made it).
-    """
+    """Check `call.seal` and return its kind; `SealError` ("unsealed", "malformed",
+    "unknown_key" or "tampered") otherwise."""
     k = as_seal_keys(keys)
     seal = call.seal
     if not seal:
@@ -278,14 +252,8 @@ def seal_pending(
     conversation_id: str,
     kinds: Mapping[str, DeferKind | str],
 ) -> list[Message]:
-    """A copy of `messages` whose tool calls named in `kinds` (call ID → kind) carry seals.
-
-    Assistant messages holding such calls are copied (`dataclasses.replace`); every
-    other message is shared. Nothing is mutated.
-
-    Raises:
-        ValueError: a kind is not a deferral kind.
-    """
+    """A copy of `messages` whose calls named in `kinds` (ID → kind) carry seals; nothing
+    is mutated (`ValueError` for another kind)."""
     k = as_seal_keys(keys)
     sealed: dict[str, ToolCall] = {}
     for m in messages:  # the last call with an ID wins, as in `replace_calls`
