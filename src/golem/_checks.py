@@ -83,11 +83,8 @@ def drop_finished(
     expected: DeferredRequests | None,
     tools: Mapping[str, Tool],
 ) -> tuple[DeferredResults, DeferredRequests | None]:
-    """`results` and `expected` without the namespaced calls of sub-agents that answered:
-    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
-    (not a paused record) answers — left by a nested resume that failed or was cancelled
-    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
-    (ADR 0071), it is skipped; nothing of it runs."""
+    """`results` and `expected` without the namespaced calls of sub-agents that already
+    answered (left by a failed or cancelled nested resume, ADR 0076): they are skipped."""
     keys = [*results.approvals, *results.external]
     if expected is not None:
         keys.extend(p.call_id for p in expected.calls)
@@ -187,11 +184,9 @@ def check_resume(
     conversation_bound: bool = True,
     conversation_named: bool = True,
 ) -> ResumePlan:
-    """Check, in order: pending calls (IDs, no duplicates), nothing after the paused batch,
-    seals (with `keys`) and the batch, `expected` calls, resolutions, kinds, edited
-    arguments. An unbound conversation needs `expected` with `keys`; an unnamed one
-    explains a seal that fails. Raises the first problem (`ResumeError`, `SealError`,
-    `ConversationRequired`), or `TypeError` for an `expected` of another type."""
+    """Check pending calls, the tail, seals and batch, `expected`, resolutions, kinds and
+    edited arguments, in that order; raise the first problem (`ResumeError`, `SealError`,
+    `ConversationRequired`; `TypeError` for `expected`)."""
     if expected is not None and not isinstance(expected, DeferredRequests):
         raise TypeError(
             f"expected is the paused run's Result.pending (DeferredRequests), "

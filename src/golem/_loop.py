@@ -1,8 +1,5 @@
-"""The run loop: model → tools → model, shared by every entry point (ADR 0004).
-
-`run_loop` calls the model, runs the tool calls of its answer, and repeats until the model
-answers without tool calls, a call defers (the run pauses) or something fails
-(`RunError`). What it follows arrives as one `Policy`; what it accumulates is a `RunState`."""
+"""The run loop: model → tools → model until an answer without calls, a pause or a
+`RunError`, shared by every entry point (ADR 0004); it follows a `Policy`, fills a `RunState`."""
 
 from __future__ import annotations
 
@@ -43,11 +40,8 @@ __all__ = ["Policy", "RunState", "run_loop"]
 
 @dataclass(slots=True)
 class Policy:
-    """What a run follows, fixed when it starts (an `Agent` builds one per run).
-
-    Read-only by convention: the loop never assigns to it (not `frozen`, whose
-    `__init__` costs several times more on this per-run path).
-    """
+    """What a run follows, fixed when it starts (read-only by convention; not `frozen`,
+    which costs on this per-run path)."""
 
     model: Model
     tools: Mapping[str, Tool]
@@ -333,10 +327,8 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
 
 
 def _unique_call_ids(state: RunState, message: Message) -> Message:
-    """`message` with each tool call whose ID the conversation already has given a new one
-    (`<id>_<n>`): some servers number calls from `call_0` in every response, and a call's ID
-    is its identity (resolutions, idempotency keys, seals). The renamed ID is what the
-    history keeps and what later requests send back."""
+    """`message` with each call whose ID the conversation already has renamed `<id>_<n>`
+    (some servers number calls from `call_0` in every response)."""
     seen = state.call_ids
     if seen is None:
         seen = state.call_ids = {
@@ -444,12 +436,8 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 
 def _classify(exc: Exception) -> _Outcome:
-    """The outcome a tool's exception stands for: a signal (directly or chained) or an error.
-
-    A signal is control flow and is kept without its traceback: the frames a traceback holds
-    keep their locals (and, from Python 3.13 on, their callers' frames), which reach this
-    outcome again, a cycle only the GC could free. A real error keeps its traceback.
-    """
+    """The outcome a tool's exception stands for: a signal (kept without its traceback, so
+    no frame cycle) or an error."""
     if exc.__class__ is Deferred:  # the common signal, raised as itself
         return _Outcome("deferred", None, exc.with_traceback(None))
     for kind, signal in _SIGNALS:
@@ -578,13 +566,8 @@ async def _tool_batch(
 
 
 async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:
-    """Run one parallel group's calls as tasks; their outcomes in emission order.
-
-    `_execute` turns every `Exception` into an outcome, so a task fails only with a
-    `BaseException` — a tool that raised `CancelledError` itself, say. Then the group's
-    other calls are cancelled and awaited before it propagates (`asyncio.gather` returns at
-    the first failure and leaves them running, a tool still acting after its run ended).
-    """
+    """Run one parallel group's calls as tasks; their outcomes in emission order. A task
+    failing with a `BaseException` cancels and awaits the others before it propagates."""
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         return await asyncio.gather(*tasks)

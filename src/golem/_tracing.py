@@ -1,9 +1,5 @@
-"""The switch between golem's store, worker and service operations and `golem.integrations.otel`.
-
-This module never imports OpenTelemetry. `golem.integrations.otel.instrument()` installs `hooks`; until
-then (and after `uninstrument()`) every decorated operation is called directly: the cost
-of tracing that is off is one global read per call, and no span object is created.
-"""
+"""The switch between golem's store, worker and service operations and
+`golem.integrations.otel`, which installs `hooks`; until then each operation runs directly."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Agents as tools: a parent agent calls a sub-agent, whose pauses surface in the parent.
-
-The sub-agent runs inside the parent's tool call; its usage counts in the parent's, its
-events reach the parent's observers marked with `agent` / `namespace` (ADR 0027). When it
-pauses, the parent pauses with its calls namespaced (`<parent call id>/<sub call id>`) and
-records its paused history in the call's result (`PAUSED_MARKER`); `golem.resume` resumes
-it (docs/guides/agents-as-tools.md, ADR 0021)."""
+"""Agents as tools: a sub-agent runs inside its parent's tool call (usage and events
+included, ADR 0027); its pause surfaces in the parent, namespaced and recorded after
+`PAUSED_MARKER` (docs/guides/agents-as-tools.md, ADR 0021)."""
 
 from __future__ import annotations
 
@@ -104,15 +100,8 @@ class SubAgent(Protocol):
 
 
 class AgentTool(Tool):
-    """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
-
-    Args:
-        agent: The sub-agent.
-        name: The tool name the parent's model calls.
-        description: What the sub-agent does, for the parent's model.
-        deps: Maps the parent's `deps` to the sub-agent's (default: passed unchanged).
-        timeout: Seconds the whole sub-run may take (None: the parent's `tool_timeout`).
-    """
+    """A `Tool` that runs another `Agent` (`Agent.as_tool`); `deps` maps the parent's deps to
+    the sub-agent's, `timeout` bounds the whole sub-run."""
 
     __slots__ = ("agent", "map_deps")
 
@@ -166,13 +155,8 @@ class AgentTool(Tool):
 
 
 def sub_conversation(conversation_id: str, call_id: str) -> str:
-    """The conversation of the sub-run under parent call `call_id` of `conversation_id`:
-    `<conversation>/<call id>` (ADR 0065), so the sub-agent's seals bind the parent's
-    conversation and call; empty when the parent's conversation is unknown.
-
-    `%` and `/` in the call ID are written `%25` and `%2F`: the call ID is then the part
-    after the last `/`, so no two (conversation, call) pairs share a sub-run conversation
-    (`a` + `b/p1` and `a/b` + `p1` would otherwise both be `a/b/p1`)."""
+    """The conversation of the sub-run under parent call `call_id`: `<conversation>/<call id>`
+    with `%` and `/` in the ID escaped (ADR 0065); empty when the parent's is unknown."""
     if not conversation_id:
         return ""
     return f"{conversation_id}/{call_id.replace('%', '%25').replace('/', '%2F')}"

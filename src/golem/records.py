@@ -265,10 +265,8 @@ def progress_record(
 
 
 def pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
-    """The calls a paused `history` waits on — its own pending calls and, where each
-    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
-    history order, grouped by the kind `results` gives them (reasons are empty: a history
-    keeps none)."""
+    """The calls a paused `history` waits on, its own and its paused sub-agents' (namespaced,
+    any depth), in history order, grouped by the kind `results` gives them."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     records = {m.tool_call_id: m for m in history if _is_record(m)}
     approvals: list[PendingToolCall] = []
@@ -370,10 +368,8 @@ def _check_share(call_id: str, rec: Paused) -> None:
 def check_sub_agents(
     plan: NestedPlan, *, conversation_id: str = "", conversation_bound: bool = True
 ) -> None:
-    """Check each sub-agent's share as it checks its own resume, at any depth, in
-    `sub_conversation(conversation_id, call ID)`; a keyed record naming another conversation
-    needs `expected` with its seals (`SubAgentConversationMismatch`), and an unbound keyed
-    resume needs `expected` (`ConversationRequired`)."""
+    """Check each sub-agent's share as it checks its own resume, at any depth, in its
+    sub-run's conversation (`SubAgentConversationMismatch`, `ConversationRequired`)."""
     for call_id, rec in plan.records.items():
         rec.conversation = sub_conversation(conversation_id, call_id)
         if rec.continues:  # no pending call to verify: its history is checked, then run
@@ -394,12 +390,8 @@ def check_sub_agents(
 
 
 def _check_continuing(call_id: str, rec: Paused) -> None:
-    """A record that waits on nothing is one a failed or cancelled resume wrote (ADR 0076):
-    a valid history ending with its last batch, every call of it answered.
-
-    Raises:
-        ResumeError: anything else (an empty or edited record), which no resume continues.
-    """
+    """A record waiting on nothing must be a valid history ending with its answered last
+    batch, as a failed or cancelled resume writes it (ADR 0076); `ResumeError` otherwise."""
     history = rec.history
     try:
         validate_history(history)

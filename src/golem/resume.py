@@ -1,11 +1,6 @@
-"""Resuming a paused run, top to bottom: check everything, re-run the approved calls, merge,
-then hand the history to the run loop (docs/guides/deferred-tools.md).
-
-A history with paused sub-agents (`Agent.as_tool`) is a tree of paused runs: every
-sub-agent's share is checked first, at any depth; each sub-agent then resumes by this same
-path (`resume_agent`), its answer or new record replaces its old record, and the parent's
-own calls resolve last (ADR 0076).
-"""
+"""Resuming a paused run, top to bottom: check, re-run the approved calls, merge, run on
+(docs/guides/deferred-tools.md). Paused sub-agents are a tree of paused runs: each share is
+checked first, each sub-agent resumes by this same path, the parent's calls last (ADR 0076)."""
 
 from __future__ import annotations
 
@@ -462,15 +457,9 @@ ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]
 
 
 class ResumeProgress:
-    """What a resume has done so far, readable after it failed or was cancelled.
-
-    Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
-    forms): after the caller's `CancelledError`, an exception from `before_approved` or a
-    `RunError`, `messages` is the history to go on from, so that no approved call that ran
-    runs again (ADR 0071; nested records rewritten, ADR 0076). Reused, it starts over.
-    `before_approved` is awaited right before each approved call re-runs, with that call (a
-    durable worker proves there that it still holds its lease); what it raises stops the resume.
-    """
+    """What a resume has done so far, readable after it failed or was cancelled: `messages`
+    is the history to go on from, so no approved call runs twice (ADR 0071, 0076).
+    `before_approved` is awaited before each approved re-run; what it raises stops the resume."""
 
     __slots__ = ("_source", "_work", "before_approved")
 
@@ -486,10 +475,8 @@ class ResumeProgress:
 
     @property
     def messages(self) -> list[Message] | None:
-        """The history to go on from, or None when the resume ran nothing (go on from the
-        history you passed). While `paused`, resume it with the same resolutions; else it is
-        the resolved history without the prompt: go on with `Agent.run(prompt, history=...)`.
-        """
+        """The history to go on from (None: nothing ran); while `paused`, resume it with the
+        same resolutions, else go on with `Agent.run(prompt, history=...)`."""
         if self._source is not None:
             return self._source()[0]
         work = self._work
