@@ -25,7 +25,7 @@ from golem.messages import Message, ToolCall
 from golem.seal import SealKeys, replace_calls, verify_call
 from golem.tool import DeferKind, InvalidArguments, Tool
 
-__all__ = ["ResumePlan", "Step", "check", "drop_finished", "load", "same_args"]
+__all__ = ["ResumePlan", "Step", "check", "compare_expected", "drop_finished", "load", "same_args"]
 
 _SHOWN = 200
 
@@ -187,11 +187,7 @@ def check_resume(
     """Check pending calls, the tail, seals and batch, `expected`, resolutions, kinds and
     edited arguments, in that order; raise the first problem (`ResumeError`, `SealError`,
     `ConversationRequired`; `TypeError` for `expected`)."""
-    if expected is not None and not isinstance(expected, DeferredRequests):
-        raise TypeError(
-            f"expected is the paused run's Result.pending (DeferredRequests), "
-            f"got {type(expected).__name__}"
-        )
+    expected_type(expected)
     pending = pending_calls(history)
     _check_tail(history)
     if expected is not None:
@@ -298,26 +294,9 @@ def _check_expected(
 ) -> None:
     """The pending calls are the expected ones (name, arguments, seal, kind); an expected
     call not pending is answered in the paused batch (ADR 0071). `ResumeError` otherwise."""
-    wanted = {p.call_id: p for p in expected.calls}
+    left = compare_expected({c.id: (c.name, c.args, c.seal) for c in pending}, expected)
     approval_ids = {p.call_id for p in expected.approvals}
     for c in pending:
-        p = wanted.pop(c.id, None)
-        if p is None:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not one of the expected '
-                "pending calls (added to the history after the pause?)"
-            )
-        if p.tool_name != c.name or not same_args(p.args, c.args):
-            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}": its {what} from the expected '
-                f"pending call ({p.tool_name} {brief(p.args)}, got {c.name} {brief(c.args)})"
-            )
-        if p.seal and c.seal != p.seal:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) carries another seal than the '
-                "expected pending call (a call sealed in another conversation?)"
-            )
         kind = DeferKind.APPROVAL if c.id in approval_ids else DeferKind.EXTERNAL
         sealed = kinds.setdefault(c.id, kind)
         if sealed is not kind:
@@ -325,13 +304,50 @@ def _check_expected(
                 f'golem: pending tool call "{c.id}" was sealed as {sealed.value} but expected '
                 f"as {kind.value}"
             )
-    if wanted:
-        done = answered_calls(history) & paused_batch_ids(history)
-        for call_id in wanted:
-            if call_id not in done:
-                raise ResumeError(
-                    f'golem: expected pending call "{call_id}" is not pending in the history'
-                )
+    done = answered_calls(history) & paused_batch_ids(history) if left else set()
+    for call_id in left:
+        if call_id not in done:
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
+
+
+def compare_expected(
+    waiting: Mapping[str, tuple[str, str, str]], expected: DeferredRequests
+) -> list[str]:
+    """Each waiting call (ID → name, args, seal) is an expected one with that name, the
+    same arguments and (when expected has one) seal; the expected IDs not waiting."""
+    expected_type(expected)
+    wanted = {p.call_id: p for p in expected.calls}
+    for call_id, (name, args, seal) in waiting.items():
+        p = wanted.pop(call_id, None)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != name or not same_args(p.args, args):
+            what = "tool name differs" if p.tool_name != name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {brief(p.args)}, got {name} {brief(args)})"
+            )
+        if p.seal and seal != p.seal:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) carries another seal than the '
+                "expected pending call (a call or sub-agent record sealed in another "
+                "conversation?)"
+            )
+    return list(wanted)
+
+
+def expected_type(expected: object) -> None:
+    """`TypeError` unless `expected` is a `DeferredRequests` (or None)."""
+    if expected is not None and not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
 
 
 def answered_calls(history: Sequence[Message]) -> set[str]:

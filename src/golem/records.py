@@ -11,11 +11,10 @@ from typing import Any, NamedTuple
 
 from golem._checks import (
     answered_calls,
-    brief,
     check,
+    compare_expected,
     conversation_required,
     drop_finished,
-    same_args,
     with_expected_args,
 )
 from golem._run import conversation_of
@@ -495,39 +494,12 @@ def _keyed_waiting(records: Mapping[str, Paused]) -> tuple[str, str] | None:
 def _check_expected(
     history: Sequence[Message], results: DeferredResults, expected: DeferredRequests
 ) -> None:
-    if not isinstance(expected, DeferredRequests):
-        raise TypeError(
-            f"expected is the paused run's Result.pending (DeferredRequests), "
-            f"got {type(expected).__name__}"
-        )
-    waiting: dict[str, tuple[str, str, str]] = {
-        c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)
-    }
+    waiting = {c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)}
     waiting.update(
         (k, (v.tool_name, v.call.args, v.call.seal)) for k, v in sub_agent_calls(history).items()
     )
-    wanted = {p.call_id: p for p in expected.calls}
-    for call_id, (name, args, seal) in waiting.items():
-        p = wanted.pop(call_id, None)
-        if p is None:
-            raise ResumeError(
-                f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
-                "pending calls (added to the history after the pause?)"
-            )
-        if p.tool_name != name or not same_args(p.args, args):
-            what = "tool name differs" if p.tool_name != name else "arguments differ"
-            raise ResumeError(
-                f'golem: pending tool call "{call_id}": its {what} from the expected '
-                f"pending call ({p.tool_name} {brief(p.args)}, got {name} "
-                f"{brief(args)})"
-            )
-        if p.seal and seal != p.seal:
-            raise ResumeError(
-                f'golem: pending tool call "{call_id}" ({name}) carries another seal than '
-                "the expected pending call (a call or sub-agent record sealed in another "
-                "conversation?)"
-            )
-    for call_id in wanted:  # answered by a resume that failed or was cancelled: progress
+    left = compare_expected(waiting, expected)
+    for call_id in left:  # answered by a resume that failed or was cancelled: progress
         if not _answered_nested(history, call_id):
             raise ResumeError(
                 f'golem: expected pending call "{call_id}" is not pending in the history'
