@@ -520,41 +520,25 @@ async def _tool_batch(
     # approval
     stop = state.finish_reason
     cut = len(calls) - 1 if stop in _CUT_OFF else -1
-    if not policy.parallel_tool_calls:  # one call at a time, in emission order
-        for i, call in enumerate(calls):
-            _start_event(state, turn, call)
-            out = await (_cut_off(stop) if i == cut else _execute(policy, state, tools[i], call))
+    # one call at a time, in emission order, unless parallel
+    groups = _groups(tools) if policy.parallel_tool_calls else [[i] for i in range(len(calls))]
+    for group in groups:
+        for i in group:
+            _start_event(state, turn, calls[i])
+        runs = [
+            _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
+            for i in group
+        ]
+        if len(runs) == 1:
+            outcomes = [await runs[0]]
             raise_if_swallowed(state.cancels)
-            _end_event(state, turn, call, out)
-            if out.kind != "deferred":
-                state.tool_calls += 1
+        else:
+            outcomes = await _together(runs)
+        for i, out in zip(group, outcomes, strict=True):
+            _end_event(state, turn, calls[i], out)
+        state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
+        for i, out in zip(group, outcomes, strict=True):
             _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
-    else:
-        for group in _groups(tools):
-            if len(group) == 1:
-                i = group[0]
-                _start_event(state, turn, calls[i])
-                outcomes = [
-                    await (
-                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
-                    )
-                ]
-                raise_if_swallowed(state.cancels)
-                _end_event(state, turn, calls[i], outcomes[0])
-            else:
-                for i in group:
-                    _start_event(state, turn, calls[i])
-                outcomes = await _together(
-                    [
-                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
-                        for i in group
-                    ]
-                )
-                for i, out in zip(group, outcomes, strict=True):
-                    _end_event(state, turn, calls[i], out)
-            state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
-            for i, out in zip(group, outcomes, strict=True):
-                _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
     if deferrals:
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
@@ -648,15 +632,12 @@ def _settle(
         assert isinstance(out.error, ModelRetry)
         budget = tool.max_retries if tool.max_retries is not None else policy.tool_retries
         used = state.feedback.get(call.name, 0)
-        if isinstance(out.error, InvalidArguments):
-            # arguments that fail validation never ran the tool: always correctable
-            # (bounded by max_iterations), without spending the tool's budget
-            recorded[i] = state.tool_message(
-                call,
-                f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
-            )
-        elif used < budget:
-            state.feedback[call.name] = used + 1
+        # arguments that fail validation never ran the tool: always correctable (bounded by
+        # max_iterations), without spending the tool's budget
+        invalid = isinstance(out.error, InvalidArguments)
+        if invalid or used < budget:
+            if not invalid:
+                state.feedback[call.name] = used + 1
             recorded[i] = state.tool_message(
                 call,
                 f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",

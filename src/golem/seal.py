@@ -184,64 +184,48 @@ def seal_call(keys: SealKey, conversation_id: str, call: ToolCall, kind: DeferKi
     return f"{_VERSION}.{k.key_id}.{kind.value}.{mac}"
 
 
-def _describe(call: ToolCall) -> str:
-    return f'pending tool call "{call.id}" ({call.name})'
-
-
 def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKind:
     """Check `call.seal` and return its kind; `SealError` ("unsealed", "malformed",
     "unknown_key" or "tampered") otherwise."""
     k = as_seal_keys(keys)
+
+    def fail(problem: str, text: str) -> SealError:
+        return SealError(
+            call.id, call.name, problem, f'golem: pending tool call "{call.id}" ({call.name}){text}'
+        )
+
     seal = call.seal
     if not seal:
-        raise SealError(
-            call.id,
-            call.name,
+        raise fail(
             "unsealed",
-            f"golem: {_describe(call)} has no seal; this agent only resumes calls it sealed "
-            "when it paused (a forged call, a history from an agent without seal_key, or one "
-            "the Go golem re-wrote: it drops seals, so resume it as a PausedRun)",
+            " has no seal; this agent only resumes calls it sealed when it paused (a forged "
+            "call, a history from an agent without seal_key, or one the Go golem re-wrote: it "
+            "drops seals, so resume it as a PausedRun)",
         )
     pieces = seal.split(".")
     if len(pieces) != 4 or pieces[0] != _VERSION:
         version = pieces[0] if len(pieces) == 4 else ""
         detail = f'unsupported seal version "{version}"' if version else "not a golem seal"
-        raise SealError(
-            call.id, call.name, "malformed", f"golem: {_describe(call)}: malformed seal ({detail})"
-        )
+        raise fail("malformed", f": malformed seal ({detail})")
     _, key_id, kind_text, mac = pieces
     kind = _KINDS.get(kind_text)
     if kind is None or len(mac) != _MAC_LEN or not mac.isascii():
-        raise SealError(
-            call.id,
-            call.name,
-            "malformed",
-            f"golem: {_describe(call)}: malformed seal (bad kind or MAC)",
-        )
+        raise fail("malformed", ": malformed seal (bad kind or MAC)")
     pads = k._pads.get(key_id)
     if pads is None:
-        raise SealError(
-            call.id,
-            call.name,
+        raise fail(
             "unknown_key",
-            f'golem: {_describe(call)}: sealed with unknown key ID "{key_id}" '
-            f"(this agent holds {sorted([k.key_id, *k.older])})",
+            f': sealed with unknown key ID "{key_id}" (this agent holds '
+            f"{sorted([k.key_id, *k.older])})",
         )
     if not hmac.compare_digest(mac, _mac(pads, conversation_id, call, kind)):
         if not _MAC_TEXT.fullmatch(mac):  # checked only on failure: verification is hot
-            raise SealError(
-                call.id,
-                call.name,
-                "malformed",
-                f"golem: {_describe(call)}: malformed seal (bad kind or MAC)",
-            )
-        raise SealError(
-            call.id,
-            call.name,
+            raise fail("malformed", ": malformed seal (bad kind or MAC)")
+        raise fail(
             "tampered",
-            f"golem: {_describe(call)}: the seal does not match the call — its tool name, "
-            f"arguments or kind ({kind.value}) changed since it paused, or it belongs to "
-            "another conversation; it was not executed",
+            f": the seal does not match the call — its tool name, arguments or kind "
+            f"({kind.value}) changed since it paused, or it belongs to another conversation; "
+            "it was not executed",
         )
     return kind
 
