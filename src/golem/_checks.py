@@ -129,20 +129,16 @@ def _check_results(
     for a call the history answers already (ADR 0071) is allowed and skipped."""
     ids = {c.id for c in pending}
     answered: set[str] | None = None
-    for call_id in results.approvals:
-        if call_id in results.external:
-            raise ResumeError(
-                f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
-            )
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: approval for unknown tool call "{call_id}"')
-    for call_id in results.external:
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: external result for unknown tool call "{call_id}"')
+    for what, given in (("approval", results.approvals), ("external result", results.external)):
+        for call_id in given:
+            if given is results.approvals and call_id in results.external:
+                raise ResumeError(
+                    f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
+                )
+            if call_id not in ids:
+                answered = answered_calls(history) if answered is None else answered
+                if call_id not in answered:
+                    raise ResumeError(f'golem: {what} for unknown tool call "{call_id}"')
     for c in pending:
         approval = results.approvals.get(c.id)
         if approval is None and c.id not in results.external:

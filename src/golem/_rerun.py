@@ -11,7 +11,7 @@ from typing import Any
 from golem._cancel import raise_if_swallowed
 from golem._checks import ResumePlan, Step, brief
 from golem._loop import Policy, RunState
-from golem.deferred import DeferredRequests, PendingToolCall
+from golem.deferred import PendingToolCall, grouped
 from golem.errors import Stage, ToolError, ToolTimeout
 from golem.events import EventKind
 from golem.messages import Message, ToolCall
@@ -147,14 +147,12 @@ async def resolve(
 def _handed_back(work: Resolving, policy: Policy, state: RunState) -> PartialResult:
     """The partial of a resume whose approved re-run failed."""
     done = set(work.ran)
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    pending = []
     for step in work.plan.steps:
         c = step.call
         if c.id not in done:
             kind = DeferKind.EXTERNAL if step.approval is None else DeferKind.APPROVAL
-            pending = PendingToolCall(c.id, c.name, c.args, "", kind, c.seal)
-            (external if step.approval is None else approvals).append(pending)
+            pending.append(PendingToolCall(c.id, c.name, c.args, "", kind, c.seal))
     return PartialResult(
         messages=work.answered(),
         usage=state.usage,
@@ -164,7 +162,7 @@ def _handed_back(work: Resolving, policy: Policy, state: RunState) -> PartialRes
         cost=policy.cost(state.usage),
         run_id=state.run_id,
         conversation_id=state.conversation_id,
-        pending=DeferredRequests(approvals=approvals, external=external),
+        pending=grouped(pending),
     )
 
 

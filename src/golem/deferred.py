@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,22 +146,28 @@ def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
     )
 
 
+def grouped(calls: Iterable[PendingToolCall], conversation_id: str = "") -> DeferredRequests:
+    """`calls` as `DeferredRequests`: grouped by kind, each group in the given order."""
+    calls = list(calls)
+    approvals = [p for p in calls if p.kind is DeferKind.APPROVAL]
+    return DeferredRequests(
+        approvals, [p for p in calls if p.kind is not DeferKind.APPROVAL], conversation_id
+    )
+
+
 def _requests_from(
     deferrals: Sequence[tuple[ToolCall, Deferred]],
     conversation_id: str,
     seals: Mapping[str, str] | None = None,
 ) -> DeferredRequests:
     """Group the calls that deferred in a batch (in emission order) by kind."""
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    pending = []
     for call, signal in deferrals:
         kind = signal.kind if signal.kind.__class__ is DeferKind else DeferKind(signal.kind)
         seal = seals.get(call.id, "") if seals else ""
-        pending = PendingToolCall(
-            call.id, call.name, call.args, getattr(signal, "reason", ""), kind, seal
-        )
-        (approvals if kind is DeferKind.APPROVAL else external).append(pending)
-    return DeferredRequests(approvals, external, conversation_id)
+        reason = getattr(signal, "reason", "")
+        pending.append(PendingToolCall(call.id, call.name, call.args, reason, kind, seal))
+    return grouped(pending, conversation_id)
 
 
 def pause(
@@ -330,8 +336,7 @@ class PausedRun:
                 f"golem: paused run version {wire.pausedRun} is not supported "
                 f"(this golem reads version {PAUSED_RUN_VERSION})"
             )
-        approvals: list[PendingToolCall] = []
-        external: list[PendingToolCall] = []
+        pending = []
         for i, c in enumerate(wire.pending):
             try:
                 kind = DeferKind(c.kind)
@@ -339,11 +344,10 @@ class PausedRun:
                 raise HistoryError(
                     f"golem: paused run pending call {i} has unknown kind {c.kind!r}"
                 ) from None
-            pending = PendingToolCall(c.id, c.name, c.args, c.reason, kind, c.seal)
-            (approvals if kind is DeferKind.APPROVAL else external).append(pending)
+            pending.append(PendingToolCall(c.id, c.name, c.args, c.reason, kind, c.seal))
         return cls(
             messages=loads_history(history),
-            pending=DeferredRequests(approvals, external, wire.conversationId),
+            pending=grouped(pending, wire.conversationId),
             conversation_id=wire.conversationId,
             run_id=wire.runId,
             trace_context=wire.traceContext,

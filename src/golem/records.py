@@ -19,7 +19,13 @@ from golem._checks import (
 )
 from golem._run import conversation_of
 from golem.agent_tool import PAUSED_MARKER, AgentTool, SubAgent, sub_conversation
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
+from golem.deferred import (
+    DeferredRequests,
+    DeferredResults,
+    PendingToolCall,
+    grouped,
+    pending_calls,
+)
 from golem.errors import HistoryError, ResumeError, SubAgentConversationMismatch
 from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
@@ -268,14 +274,11 @@ def pending_of(history: Sequence[Message], results: DeferredResults) -> Deferred
     any depth), in history order, grouped by the kind `results` gives them."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     records = {m.tool_call_id: m for m in history if _is_record(m)}
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    pending: list[PendingToolCall] = []
 
     def add(call_id: str, tool_name: str, call: ToolCall) -> None:
-        approval = call_id in results.approvals
-        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
-        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
-        (approvals if approval else external).append(pending)
+        kind = DeferKind.APPROVAL if call_id in results.approvals else DeferKind.EXTERNAL
+        pending.append(PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal))
 
     for m in history:
         if m.role != "assistant":
@@ -287,7 +290,7 @@ def pending_of(history: Sequence[Message], results: DeferredResults) -> Deferred
                     add(key, sub.tool_name, sub.call)
             elif c.id not in answered:
                 add(c.id, c.name, c)
-    return DeferredRequests(approvals=approvals, external=external)
+    return grouped(pending)
 
 
 @dataclass(slots=True)

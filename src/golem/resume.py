@@ -473,33 +473,32 @@ class ResumeProgress:
         state = f"answered={self.answered!r}" if started else "not started"
         return f"ResumeProgress({state}, paused={self.paused})"
 
+    def _read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
+        if self._source is not None:
+            return self._source()
+        work = self._work
+        if work is None:
+            return None, True, ()
+        if work.merged is not None:
+            return list(work.merged), False, tuple(work.ran)
+        messages = work.answered() if work.ran else None
+        return messages, len(work.ran) < len(work.plan.steps), tuple(work.ran)
+
     @property
     def messages(self) -> list[Message] | None:
         """The history to go on from (None: nothing ran); while `paused`, resume it with the
         same resolutions, else go on with `Agent.run(prompt, history=...)`."""
-        if self._source is not None:
-            return self._source()[0]
-        work = self._work
-        if work is None:
-            return None
-        if work.merged is not None:
-            return list(work.merged)
-        return work.answered() if work.ran else None
+        return self._read()[0]
 
     @property
     def answered(self) -> tuple[str, ...]:
         """The IDs of the approved calls that ran, in order (a sub-agent's namespaced)."""
-        if self._source is not None:
-            return self._source()[2]
-        return tuple(self._work.ran) if self._work is not None else ()
+        return self._read()[2]
 
     @property
     def paused(self) -> bool:
         """Whether `messages` still has pending calls (go on with a resume, not `run`)."""
-        if self._source is not None:
-            return self._source()[1]
-        work = self._work
-        return work is None or (work.merged is None and len(work.ran) < len(work.plan.steps))
+        return self._read()[1]
 
     def _reset(self) -> None:
         self._work, self._source = None, None
