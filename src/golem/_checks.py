@@ -120,7 +120,7 @@ def drop_finished(
 
 
 def _check_results(
-    history: Sequence[Message],
+    done: set[str],
     pending: Sequence[ToolCall],
     results: DeferredResults,
     tools: Mapping[str, Tool],
@@ -128,17 +128,14 @@ def _check_results(
     """Each pending call is resolved once, and approved ones have their tool; a resolution
     for a call the history answers already (ADR 0071) is allowed and skipped."""
     ids = {c.id for c in pending}
-    answered: set[str] | None = None
     for what, given in (("approval", results.approvals), ("external result", results.external)):
         for call_id in given:
             if given is results.approvals and call_id in results.external:
                 raise ResumeError(
                     f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
                 )
-            if call_id not in ids:
-                answered = answered_calls(history) if answered is None else answered
-                if call_id not in answered:
-                    raise ResumeError(f'golem: {what} for unknown tool call "{call_id}"')
+            if call_id not in ids and call_id not in done:
+                raise ResumeError(f'golem: {what} for unknown tool call "{call_id}"')
     for c in pending:
         approval = results.approvals.get(c.id)
         if approval is None and c.id not in results.external:
@@ -190,6 +187,7 @@ def check_resume(
         history = with_expected_args(history, expected)
         pending = pending_calls(history)
     kinds: dict[str, DeferKind] = {}
+    batch = paused_batch_ids(history)
     if keys is not None:
         for c in pending:
             try:
@@ -205,10 +203,17 @@ def check_resume(
                     "has no conversationId (the Go golem drops it when it re-writes a history) "
                     "and the resume was given a plain history, not a PausedRun",
                 ) from None
-        _check_batch(history, pending)
+        outside = next((c for c in pending if c.id not in batch), None)
+        if outside is not None:  # a sealed call of an older turn had its result removed
+            raise ResumeError(
+                f'golem: pending tool call "{outside.id}" ({outside.name}) is not in the paused '
+                "batch: its seal is genuine, so it was answered in an earlier turn and its "
+                "result removed; a sealed history resumes only the calls of its last pause"
+            )
+    done = answered_calls(history)
     if expected is not None:
-        _check_expected(history, pending, expected, kinds)
-    _check_results(history, pending, results, tools)
+        _check_expected(done & batch, pending, expected, kinds)
+    _check_results(done, pending, results, tools)
     steps = [_step(c, kinds.get(c.id), results, tools) for c in pending]
     if keys is not None and not conversation_bound and expected is None and pending:
         # last, so every other problem is reported as itself: this one is the caller's code
@@ -269,21 +274,8 @@ def _check_tail(history: Sequence[Message]) -> None:
         )
 
 
-def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
-    """With a seal key, every pending call is in the paused batch: a sealed call pending in
-    an older turn had its result removed to run it again (`ResumeError`)."""
-    batch = paused_batch_ids(history)
-    for c in pending:
-        if c.id not in batch:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
-                "its seal is genuine, so it was answered in an earlier turn and its result "
-                "removed; a sealed history resumes only the calls of its last pause"
-            )
-
-
 def _check_expected(
-    history: Sequence[Message],
+    done: set[str],
     pending: Sequence[ToolCall],
     expected: DeferredRequests,
     kinds: dict[str, DeferKind],
@@ -300,7 +292,6 @@ def _check_expected(
                 f'golem: pending tool call "{c.id}" was sealed as {sealed.value} but expected '
                 f"as {kind.value}"
             )
-    done = answered_calls(history) & paused_batch_ids(history) if left else set()
     for call_id in left:
         if call_id not in done:
             raise ResumeError(
