@@ -1,31 +1,5 @@
-"""Every exception golem raises to a caller.
-
-```text
-GolemError
-├── RunError(stage, partial)          a run failed (golem.result, beside the PartialResult it carries)
-├── HistoryError (also ValueError)    history JSON that does not load, or a history that cannot be written
-├── ResumeError (also ValueError)     a resume was rejected before any model call
-│   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
-│       ├── ConversationRequired      a keyed resume was not told its conversation
-│       └── SubAgentConversationMismatch  a sub-agent record sealed for another conversation
-├── RunPaused                         read Result.output of a paused run (check is_paused)
-├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
-│   └── ToolTimeout (also TimeoutError) the call overran its timeout
-├── UsageLimitExceeded(kind, limit, actual)
-├── ProviderError(retryable, status_code, error_type, error_code, request_id, body, usage)
-│   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
-│   ├── RateLimited(retry_after)      429: slow down (retryable)
-│   ├── Overloaded                    5xx / 529: the service is busy (retryable)
-│   ├── BadRequest                    any other 4xx: the request itself is wrong (409: retryable)
-│   ├── ProviderTimeout               the request timed out (retryable)
-│   ├── ProviderConnectionError       the service could not be reached (retryable)
-│   └── ResponseFormatError           the service answered something unreadable
-└── StoreError                        see golem.durable.store
-```
-
-The signals a tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in
-`golem.tool`; they are caught by the run loop and never reach a caller as raised.
-"""
+"""Every exception golem raises to a caller, drawn as a tree in docs/errors.md. The signals a
+tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in `golem.tool`."""
 
 from __future__ import annotations
 

@@ -154,11 +154,17 @@ def _owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str
     return None
 
 
-def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
-    """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
-    waiting = {c.id: c.name for c in _pending_or_none(history)}
-    waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
+def _waiting(history: Sequence[Message]) -> dict[str, tuple[str, str, str]]:
+    """Every call a paused history waits on, by ID (nested ones namespaced) → its tool name,
+    arguments and seal."""
+    waiting = {c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)}
+    for k, sub in sub_agent_calls(history).items():
+        waiting[k] = (sub.tool_name, sub.call.args, sub.call.seal)
     return waiting
+
+
+def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
+    return {k: v[0] for k, v in _waiting(history).items()}
 
 
 class SubAgentCall(NamedTuple):
@@ -497,11 +503,7 @@ def _keyed_waiting(records: Mapping[str, Paused]) -> tuple[str, str] | None:
 def _check_expected(
     history: Sequence[Message], results: DeferredResults, expected: DeferredRequests
 ) -> None:
-    waiting = {c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)}
-    waiting.update(
-        (k, (v.tool_name, v.call.args, v.call.seal)) for k, v in sub_agent_calls(history).items()
-    )
-    left = compare_expected(waiting, expected)
+    left = compare_expected(_waiting(history), expected)
     for call_id in left:  # answered by a resume that failed or was cancelled: progress
         if not _answered_nested(history, call_id):
             raise ResumeError(
