@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from golem._checks import ResumePlan, check, load
 from golem._ids import new_id
@@ -131,15 +131,14 @@ async def _resume_flat(
     req: ResumeRequest,
     progress: ResumeProgress | None,
     run_id: str | None = None,
-    spent: _Spent | None = None,
+    spent: Sequence[Result[Any]] = (),
     opened: RunTracer | None = None,
 ) -> Result[Any]:
     """Re-run and merge `plan`, then run the loop on the merged history and the prompt."""
     user = prompt_message(req.prompt)
     state = new_state(policy, req.deps, run_id or req.run_id, plan.conversation_id, req.on_event)
     state.sink = req.sink
-    if spent is not None:  # resumed sub-agents' spending counts in this run
-        spent.seed(state)
+    _seed(state, spent)  # resumed sub-agents' spending counts in this run
     work = Resolving(plan)
 
     async def before() -> None:
@@ -187,18 +186,19 @@ async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequ
             result = await _paused_again(plan, handing, policy, req, bound)
         else:
             merged = merge(handing.merged, {})
-            spent = _Spent.of(handing.spent)
             if plan.own_pending:
                 handing.own, handing.base = ResumeProgress(), merged
                 own = check(policy, merged, plan.own, conversation_id, None, bound)
-                result = await _resume_flat(policy, own, req, handing.own, run_id, spent, tracer)
+                result = await _resume_flat(
+                    policy, own, req, handing.own, run_id, handing.spent, tracer
+                )
             else:
                 handing.continued = merged
                 state = await prepare(
                     policy, req.prompt, req.deps, merged, run_id, conversation_id, req.on_event
                 )
                 state.sink = req.sink
-                spent.seed(state)
+                _seed(state, handing.spent)
                 result = await run_traced(
                     policy,
                     state,
@@ -320,27 +320,18 @@ def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
     return RunError(Stage.TOOL, err)
 
 
-class _Spent(NamedTuple):
-    """What resumed sub-agents spent: a resuming parent's run starts counting from it."""
+def _spent(results: Sequence[Result[Any]]) -> tuple[Usage, int, int]:
+    """What resumed sub-agents spent: usage, requests, tool calls."""
+    usage = sum((r.usage for r in results), Usage())
+    return usage, sum(r.requests for r in results), sum(r.tool_calls for r in results)
 
-    usage: Usage
-    requests: int
-    tool_calls: int
 
-    @classmethod
-    def of(cls, results: Sequence[Result[Any]]) -> _Spent:
-        usage, requests, tool_calls = Usage(), 0, 0
-        for r in results:
-            usage = usage + r.usage
-            requests += r.requests
-            tool_calls += r.tool_calls
-        return cls(usage, requests, tool_calls)
-
-    def seed(self, state: RunState) -> None:
-        """Start `state`'s counters from this (before the parent's re-runs and loop)."""
-        state.usage = state.usage + self.usage
-        state.requests += self.requests
-        state.tool_calls += self.tool_calls
+def _seed(state: RunState, results: Sequence[Result[Any]]) -> None:
+    """Start `state`'s counters from what `results` spent (before the parent's own work)."""
+    usage, requests, tool_calls = _spent(results)
+    state.usage = state.usage + usage
+    state.requests += requests
+    state.tool_calls += tool_calls
 
 
 @dataclass(slots=True)
@@ -382,13 +373,13 @@ class _Handing:
             approvals.extend(namespaced(call_id, tool.name, sub.pending.approvals))
             external.extend(namespaced(call_id, tool.name, sub.pending.external))
         conversation_id = self.conversation_id or last.conversation_id
-        spent = _Spent.of(self.spent)
+        usage, requests, spent_calls = _spent(self.spent)
         return Result(
             output=None,
             messages=messages,
-            usage=spent.usage,
-            requests=spent.requests,
-            tool_calls=tool_calls + spent.tool_calls,
+            usage=usage,
+            requests=requests,
+            tool_calls=tool_calls + spent_calls,
             run_id=self.run_id or last.run_id,
             conversation_id=conversation_id,
             pending=DeferredRequests(approvals, external, conversation_id),
@@ -434,8 +425,7 @@ class _Handing:
         messages = self.read()[0]
         if messages is None:
             messages = list(self.history)
-        spent = _Spent.of(self.spent)
-        usage, requests, tool_calls = spent
+        usage, requests, tool_calls = _spent(self.spent)
         if failed is not None:
             usage = usage + failed.usage
             requests += failed.requests
