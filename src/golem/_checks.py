@@ -12,13 +12,7 @@ from golem._ids import new_id
 from golem._loop import Policy
 from golem._run import History, as_history, conversation_of
 from golem.agent_tool import PAUSED_MARKER, AgentTool
-from golem.deferred import (
-    Approval,
-    DeferredRequests,
-    DeferredResults,
-    as_results,
-    pending_calls,
-)
+from golem.deferred import Approval, DeferredRequests, DeferredResults, as_results, pending_calls
 from golem.errors import ConversationRequired, ResumeError, SealError
 from golem.history import paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall
@@ -120,10 +114,7 @@ def drop_finished(
 
 
 def _check_results(
-    done: set[str],
-    pending: Sequence[ToolCall],
-    results: DeferredResults,
-    tools: Mapping[str, Tool],
+    done: set[str], pending: Sequence[ToolCall], results: DeferredResults, tools: Mapping[str, Tool]
 ) -> None:
     """Each pending call is resolved once, and approved ones have their tool; a resolution
     for a call the history answers already (ADR 0071) is allowed and skipped."""

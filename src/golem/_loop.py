@@ -652,11 +652,7 @@ def _settle(
     elif out.kind == "canceled":
         _close_canceled(state, calls, recorded)
         state.emit(
-            EventKind.CANCELED,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            error=out.error,
+            EventKind.CANCELED, turn=turn, call_id=call.id, tool_name=call.name, error=out.error
         )
         assert out.error is not None
         raise _Fail(Stage.CANCELED, out.error)
@@ -665,8 +661,7 @@ def _settle(
         if isinstance(out.error, ToolError):
             raise _Fail(Stage.TOOL, out.error)
         raise _Fail(
-            Stage.TOOL,
-            _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
+            Stage.TOOL, _tool_error(call, str(out.error) or type(out.error).__name__, out.error)
         )
 
 

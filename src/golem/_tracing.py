@@ -69,16 +69,12 @@ def _decorator(kind: str, op: str) -> Callable[[_F], _F]:
     return decorate
 
 
-def store_op(
-    op: str,
-) -> Callable[[_F], _F]:
+def store_op(op: str) -> Callable[[_F], _F]:
     """Trace an async store method as the span `golem.durable.store.<op>` when tracing is on."""
     return _decorator("store_op", op)
 
 
-def worker_op(
-    op: str,
-) -> Callable[[_F], _F]:
+def worker_op(op: str) -> Callable[[_F], _F]:
     """Trace an async worker method as the current span `golem.durable.worker.<op>` when on."""
     return _decorator("worker_op", op)
 

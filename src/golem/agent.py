@@ -489,13 +489,7 @@ class Agent(Generic[DepsT, OutputT]):
         pending call, then `prompt`, and go on (docs/guides/deferred-tools.md). Raises
         `ResumeError` before anything runs, `TypeError` for `results`, `RunError` after."""
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            on_event=on_event,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         return await resume_agent(self, request)
 
@@ -592,13 +586,7 @@ class Agent(Generic[DepsT, OutputT]):
         up front (`TypeError`, `ResumeError`), or at its start with toolsets or sub-agents."""
         self._check_streaming()
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            on_event=on_event,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         plan = precheck(self, request)
 

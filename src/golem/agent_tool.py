@@ -15,22 +15,12 @@ import pydantic_core
 
 from golem._loop import Policy, RunState
 from golem.deferred import DeferredRequests, PendingToolCall
-from golem.errors import (
-    Stage,
-    ToolError,
-)
+from golem.errors import Stage, ToolError
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history
 from golem.result import PartialResult, Result, RunError
 from golem.seal import SealKeys
-from golem.tool import (
-    DeferKind,
-    Deferred,
-    ModelRetry,
-    RunContext,
-    Tool,
-    ToolResult,
-)
+from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
 __all__ = [
     "PAUSED_MARKER",

@@ -97,11 +97,7 @@ class Result(Generic[OutputT]):
         if self.pending is None:
             return None
         return PausedRun(
-            list(self.messages),
-            self.pending,
-            self.conversation_id,
-            self.run_id,
-            self.trace_context,
+            list(self.messages), self.pending, self.conversation_id, self.run_id, self.trace_context
         )
 
     def __setattr__(self, name: str, value: object) -> NoReturn:

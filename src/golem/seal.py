@@ -39,11 +39,7 @@ class SealKeys:
     _pads: dict[str, _Pads]
 
     def __init__(
-        self,
-        current: bytes,
-        *,
-        key_id: str = "k1",
-        older: Mapping[str, bytes] | None = None,
+        self, current: bytes, *, key_id: str = "k1", older: Mapping[str, bytes] | None = None
     ) -> None:
         _check_key(key_id, current)
         retired = dict(older or {})

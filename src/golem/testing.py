@@ -11,13 +11,7 @@ from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.usage import Usage
 
-__all__ = [
-    "KEEP_REQUESTS",
-    "FunctionModel",
-    "ScriptExhausted",
-    "ScriptedModel",
-    "replay_as_deltas",
-]
+__all__ = ["KEEP_REQUESTS", "FunctionModel", "ScriptExhausted", "ScriptedModel", "replay_as_deltas"]
 
 Outcome = Union[ModelResponse, Message, str, BaseException]  # noqa: UP007 - runtime alias
 
