@@ -22,9 +22,8 @@ def cancel_requests() -> int:
 
 
 def raise_if_swallowed(baseline: int) -> None:
-    """Raise `CancelledError` when the current task has more cancellation requests than
-    `baseline` (its count when the run started): awaited code swallowed the caller's
-    cancellation, and the run stops as cancelled. A no-op before Python 3.13."""
+    """Raise `CancelledError` when the task has more cancellation requests than `baseline`
+    (awaited code swallowed the caller's cancellation); a no-op before Python 3.13."""
     if not EXACT_CANCELLING:
         return
     task = asyncio.current_task()

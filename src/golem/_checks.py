@@ -50,9 +50,8 @@ def check(
     expected: DeferredRequests | None,
     bound: bool | None = None,
 ) -> ResumePlan:
-    """Check a resume of a run under `policy`. `bound` says whether the caller vouched for
-    the conversation (default: whether `conversation_id` was passed); with a seal key, an
-    unbound one needs `expected` (`ConversationRequired`)."""
+    """Check a resume under `policy`; `bound` says whether the caller vouched for the
+    conversation (default: `conversation_id` given); unbound and keyed, it needs `expected`."""
     supplied = load(history)
     resolutions = as_results(results)
     if policy.nested:  # answered sub-agents' calls are no-ops (ADR 0076)
@@ -371,9 +370,8 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
 
 
 def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
-    """`history` with each unsealed pending call that its expected call names with
-    `same_args` holding the expected bytes and seal (the Go golem compacts args and drops
-    seals); a seal restored so is verified as any other."""
+    """`history` with each unsealed pending call that `same_args` as its expected call holding
+    the expected bytes and seal (the Go golem compacts args and drops seals)."""
     wanted = {p.call_id: p for p in expected.calls}
     restored: dict[str, ToolCall] = {}
     answered = {m.tool_call_id for m in history if m.role == "tool"}
@@ -393,9 +391,8 @@ def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -
 
 
 def same_args(a: str, b: str) -> bool:
-    """Whether two tool-call args are the same arguments: the same text, or the same JSON
-    token for token (whitespace and string escapes read; key order, duplicates and number
-    spelling kept), as the Go golem writes them again."""
+    """Whether two tool-call args are the same text, or the same JSON token for token (as the
+    Go golem rewrites them: whitespace and escapes read; key order and numbers kept)."""
     if a == b:
         return True
     ta = _tokens(a)

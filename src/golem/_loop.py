@@ -563,9 +563,8 @@ async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]
 
 
 async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait until every one of `tasks` has ended — through further cancellations of the
-    caller, which stay pending (`Task.cancelling()`) for the caller to raise — and
-    retrieve their outcomes, so none is reported as never retrieved."""
+    """Wait until every task has ended (through further cancellations of the caller, left
+    pending for it to raise) and retrieve their outcomes."""
     while not all(task.done() for task in tasks):
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait(tasks)
@@ -575,9 +574,8 @@ async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:
-    """A pause hands its pending calls out by ID, and a resume resolves them by ID: a
-    deferring call needs an ID no other tool call of the history has, else the run fails
-    here rather than return a pause that every resume would refuse."""
+    """A deferring call needs an ID no other call of the history has (a resume resolves by
+    ID): else the run fails here rather than pause on it."""
     counts = {call.id: 0 for call, _ in deferrals}
     for m in state.messages:
         if m.role == "assistant":

@@ -203,9 +203,8 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
 
 
 def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> list[Message]:
-    """Resolutions placed in the model's emission order: the paused batch's calls get their
-    resolution or recorded result, leftover results follow, then resolutions of older
-    turns by call ID; messages after the batch that are not tool results are dropped."""
+    """Resolutions in the model's emission order: the paused batch's calls, leftover results,
+    then older turns' resolutions by ID; non-tool messages after the batch are dropped."""
     last = -1
     for i in range(len(history) - 1, -1, -1):
         if history[i].role == "assistant" and history[i].tool_calls:

@@ -231,15 +231,13 @@ class Agent(Generic[DepsT, OutputT]):
         deps: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
     ) -> AgentTool:
-        """This agent as a tool of another agent, taking a `prompt` (`golem.agent_tool`):
-        when it pauses, the caller pauses with its calls namespaced `<call id>/<sub call id>`.
-        `ValueError` without a name (given or the agent's) or with "/" in it."""
+        """This agent as a tool of another (`golem.agent_tool`): its pauses surface namespaced
+        `<call id>/<sub call id>`; `ValueError` without a name or with "/" in it."""
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
-        """What one run follows: the agent's configuration now, with `tools` (its own, plus
-        its entered toolsets'). Without toolsets one `Policy` serves every run until the
-        configuration changes (`__setattr__`, `_register` drop it)."""
+        """What one run follows with `tools`; without toolsets one `Policy` serves every run
+        until the configuration changes (`__setattr__`, `_register` drop it)."""
         own = tools is self.tools and not self.toolsets
         cached = self._run_policy
         if own and cached is not None and self._policy_tools == len(tools):

@@ -176,10 +176,8 @@ def forwarder(
     call_id: str,
     tool_name: str,
 ) -> EventHandler | None:
-    """The `on_event` of a sub-run under the parent's call `call_id` of `tool_name`: each
-    event goes to the parent's observers (and stream) marked with `agent` and `namespace`,
-    its call ID and tool name namespaced like the parent's pending calls; None when the
-    parent has no observer."""
+    """The `on_event` of a sub-run under parent call `call_id`: events go to the parent's
+    observers marked with `agent` and `namespace`, IDs namespaced; None without observers."""
     if not observers and sink is None:
         return None
 
@@ -235,9 +233,8 @@ def run_scope(state: RunState) -> Iterator[_Scope]:
 
 
 def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
-    """A paused parent result with its paused sub-agents' calls surfaced (namespaced, in
-    emission order) and their paused histories recorded in its history; `RunError` (stage
-    `tool`) when a pending call ID occurs twice, which no resolution could tell apart."""
+    """The paused parent result with its paused sub-agents' calls surfaced (namespaced) and
+    their histories recorded; `RunError` (stage `tool`) when a pending call ID repeats."""
     pending = result.pending
     if pending is None or not scope.paused:
         return result

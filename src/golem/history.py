@@ -223,9 +223,8 @@ _PORT = re.compile(r"(?::[0-9]*)?")
 
 
 def _scheme(url: str) -> str:
-    """The lowercased scheme of `url`, or "" when it has none or Go's `net/url.Parse` (which
-    the Go golem's sanitizer uses) would refuse it: a control character, no scheme at the
-    start, a bad host character, a port that is not digits, a bad `%` escape."""
+    """The lowercased scheme of `url`, or "" when it has none or Go's `net/url.Parse` would
+    refuse it (control characters, bad host, port or `%` escape)."""
     if not url[:1].isascii() or not url[:1].isalpha() or _CONTROL.search(url):
         return ""
     try:

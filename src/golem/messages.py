@@ -596,9 +596,8 @@ _FLAT_DEPTH = 5  # golem's own structure: the array, a message, toolCalls, a cal
 
 
 def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
-    """Decode a document msgspec refused for what Go accepts: escaped lone surrogates and
-    values nested deeper than msgspec goes (ADR 0015, "Limits and the slow path"); a text
-    field holding a lone surrogate is a `HistoryError`, as is anything else not a history."""
+    """Decode what msgspec refused but Go accepts (escaped lone surrogates, deep nesting; ADR
+    0015); a lone surrogate in a text field, or anything else, is a `HistoryError`."""
     lone = _lone_escapes(text)
     used = {ord(c) for c in re.findall("[\ue000-\uf8ff]", text)}
     used.update(int(m[2:], 16) for m in re.findall(r"\\u[eEfF][0-9a-fA-F]{3}", text))

@@ -53,9 +53,8 @@ class Paused:
 
     @property
     def continues(self) -> bool:
-        """Whether the record waits on nothing: a resume that failed or was cancelled
-        after the sub-agent's calls were all answered left it (ADR 0076); the sub-agent
-        goes on with `Agent.run` on its history."""
+        """Whether the record waits on nothing (a failed or cancelled resume left it, ADR 0076):
+        the sub-agent goes on with `Agent.run`."""
         return not self.waiting and not paused_records(self.history)
 
 
@@ -78,9 +77,8 @@ _UNREADABLE = (IndexError, KeyError, TypeError, ValueError, RecursionError)
 
 
 def _record_text(history: list[Message]) -> str:
-    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
-    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
-    text that is not UTF-8, so that what ran is handed back rather than lost."""
+    """`history` as a record holds it: its JSON, a lone surrogate in a message's text
+    written as U+FFFD (as the codec reads non-UTF-8 text), so what ran is not lost."""
     try:
         return dumps_history(history)
     except HistoryError:
@@ -95,9 +93,8 @@ def _unpaired(text: str) -> str:
 
 
 def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
-    """Whether `key` names a call `history` answers, or one under an answered call of an
-    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
-    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
+    """Whether `key` names a call `history` answers, or one under an answered agent-tool call:
+    a resolution a failed or cancelled resume already used (ADR 0071, 0076)."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     return any(
         c.id in answered
@@ -188,9 +185,8 @@ class SubAgentCall(NamedTuple):
 def sub_agent_calls(
     history: Sequence[Message], conversation_id: str = ""
 ) -> dict[str, SubAgentCall]:
-    """The calls the paused sub-agents recorded in `history` wait on, by namespaced ID, in
-    history order, at any depth (unreadable records skipped). With the parent's
-    `conversation_id`, each call's `conversation_id` is its sub-run's derived one."""
+    """The calls the paused sub-agents recorded in `history` wait on, by namespaced ID, at
+    any depth; with the parent's `conversation_id`, each carries its sub-run's conversation."""
     found: dict[str, SubAgentCall] = {}
     for m in history:
         if not _is_record(m):
@@ -218,9 +214,8 @@ def seal_sub_agent_calls(
     kinds: Mapping[str, DeferKind | str],
     conversation_id: str = "",
 ) -> list[Message]:
-    """A copy of `history` whose paused sub-agents' calls named in `kinds` (namespaced ID
-    → kind) are sealed, each for its sub-run's conversation (derived from `conversation_id`
-    when given, else the record's), at any depth; nothing is mutated."""
+    """A copy of `history` whose paused sub-agents' calls named in `kinds` (namespaced ID →
+    kind) are sealed for their sub-runs' conversations, at any depth."""
     out = list(history)
     for i, m in enumerate(out):
         if not _is_record(m):
@@ -323,9 +318,8 @@ def check_records(
     tools: Mapping[str, Tool],
     expected: DeferredRequests | None = None,
 ) -> NestedPlan:
-    """Check a nested resume's records and split the resolutions between the parent and
-    each sub-agent; with `expected`, the waiting calls (the sub-agents' namespaced) must be
-    exactly the expected ones. Raises `ResumeError`, or `TypeError` for `expected`."""
+    """Check a nested resume's records and split the resolutions between the parent and each
+    sub-agent, against `expected` when given (`ResumeError`; `TypeError` for `expected`)."""
     if expected is not None:
         history = with_expected_args(history, expected)
     given, checked = results, history
@@ -424,9 +418,8 @@ def _check_continuing(call_id: str, rec: Paused) -> None:
 
 
 def _answered_nested(history: Sequence[Message], key: str) -> bool:
-    """Whether `key` names a call of the paused batch that `history` answers, or (namespaced)
-    one under such a call: a sub-agent that answered, or a call a paused sub-agent's record
-    answers, at any depth."""
+    """Whether `key` names an answered call of the paused batch, or one under such a call or
+    under a paused sub-agent's record, at any depth."""
     done = answered_calls(history) & paused_batch_ids(history)
     if key in done:
         return True

@@ -218,9 +218,8 @@ async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequ
 async def _resume_subs(
     plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest
 ) -> None:
-    """Resume each paused sub-agent of a checked plan by this same path (or `run` it, when
-    it has nothing left to resolve), writing its answer, or its new record when it paused
-    again, in place of its old record; a failure's partial is the parent's (ADR 0076)."""
+    """Resume (or `run`, when nothing is left to resolve) each paused sub-agent by this same
+    path; its answer or new record replaces its old one (ADR 0076)."""
     merged = handing.merged = list(plan.history)
     observers = observers_of(policy, req.on_event)
     for call_id, rec in plan.records.items():

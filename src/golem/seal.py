@@ -130,9 +130,8 @@ _HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 
 def _mac(pads: _Pads, conversation_id: str, call: ToolCall, kind: str) -> str:
-    """base64url (unpadded) HMAC-SHA256 over length-prefixed fields: the version label,
-    conversation ID, call ID, tool name, kind, and the argument bytes (inlined: it runs
-    on every pause and resume)."""
+    """base64url HMAC-SHA256 over the length-prefixed version label, conversation ID, call ID,
+    tool name, kind and argument bytes (inlined: it runs on every pause and resume)."""
     conv = conversation_id.encode("utf-8", "surrogatepass")
     cid = call.id.encode("utf-8", "surrogatepass")
     name = call.name.encode("utf-8", "surrogatepass")
@@ -246,9 +245,8 @@ def seal_pending(
 
 
 def replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
-    """Internal: a copy of `messages` in which each tool call whose ID is in `calls` is
-    replaced by `calls[id]` (its assistant message copied with `dataclasses.replace`).
-    Only the last call with an ID is replaced when the history repeats one."""
+    """A copy of `messages` with each call whose ID is in `calls` replaced (its message
+    copied); only the last call with a repeated ID."""
     out = list(messages)
     done: set[str] = set()
     for i in range(len(out) - 1, -1, -1):
