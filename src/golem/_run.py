@@ -21,7 +21,7 @@ from golem.events import EventHandler
 from golem.history import pair_results, validate_history
 from golem.messages import Message, Part, loads_history, new_message, stamped
 from golem.result import Result, RunError
-from golem.tool import ModelRetry, RunContext, Tool
+from golem.tool import ModelRetry, RunContext, Tool, describe_validation
 from golem.toolset import Toolset, enter_all, resolve_tools
 
 if TYPE_CHECKING:
@@ -261,14 +261,6 @@ def decode_output(adapter: pydantic.TypeAdapter[Any], text: str) -> Any:
     try:
         return adapter.validate_json(_unfence(text))
     except pydantic.ValidationError as exc:
-        retry = ModelRetry(_describe_output_error(exc))
+        retry = ModelRetry(describe_validation(exc, "output"))
         retry.__cause__ = exc
         raise retry from exc
-
-
-def _describe_output_error(exc: pydantic.ValidationError) -> str:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "output"
-        problems.append(f"{loc}: {err['msg']}")
-    return "invalid output: " + "; ".join(problems)

@@ -356,7 +356,7 @@ class Tool(Generic[ToolDepsT]):
             try:
                 obj = self._validator.model_validate_json(text)
             except pydantic.ValidationError as exc:
-                raise InvalidArguments(_describe_validation(exc)) from exc
+                raise InvalidArguments(describe_validation(exc)) from exc
             return dict(obj.__dict__)
         try:
             value = json.loads(text)
@@ -568,12 +568,13 @@ def _strip_titles(schema: Any) -> None:
             _strip_titles(item)
 
 
-def _describe_validation(exc: pydantic.ValidationError) -> str:
+def describe_validation(exc: pydantic.ValidationError, what: str = "arguments") -> str:
+    """`exc`'s problems as one line: "invalid <what>: <location>: <message>; ..."."""
     problems = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "arguments"
+        loc = ".".join(str(x) for x in err["loc"]) or what
         problems.append(f"{loc}: {err['msg']}")
-    return "invalid arguments: " + "; ".join(problems)
+    return f"invalid {what}: " + "; ".join(problems)
 
 
 _SECTION = re.compile(
