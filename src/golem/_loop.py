@@ -63,22 +63,17 @@ class Policy:
     parallel_tool_calls: bool = False
     usage_limits: UsageLimits | None = None
     seal_keys: SealKeys | None = None
-    """Seal pending calls when the run pauses (and verify them on resume)."""
     tool_choice: ToolChoice = "auto"
-    """Sent on every model request: "auto", "required", "none" or a tool name."""
     own_tools: Mapping[str, Tool] | None = None
     """The agent's own tools, when `toolsets` add more (None: `tools` are the agent's)."""
     toolsets: Sequence[Toolset] = ()
-    """Sources of more tools, listed again before every model turn."""
     instructions: Any = None
-    """The system instructions: text, or a function of the `RunContext` (sync or async)."""
     observers: tuple[Callable[[RunEvent], None], ...] = ()
     """The agent's own event handler, ahead of each run's."""
     nested: bool = False
     """Whether `tools` hold an agent tool (runs then collect sub-agent pauses)."""
     tracer_provider: Any = None
     agent: Any = None
-    """The agent the policy is of (named in spans)."""
 
 
 @dataclass(slots=True)
@@ -91,7 +86,6 @@ class RunState:
     conversation_id: str
     observers: Sequence[Callable[[RunEvent], None]] = ()
     sink: Callable[[Delta | RunEvent], None] | None = None
-    """Streaming runs: receives every delta and event in arrival order."""
     usage: Usage = field(default_factory=Usage)
     requests: int = 0
     tool_calls: int = 0
@@ -103,12 +97,10 @@ class RunState:
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
     tracer: ToolSpans | None = None
-    """The run's spans when tracing is on (`golem.integrations.otel`)."""
     call_ids: set[str] | None = None
     """The tool-call IDs of the conversation so far (built on the first turn with calls)."""
     cancels: int = 0
-    """The cancellation requests its task had when the run started (`Task.cancelling()`):
-    one more after a tool or model returns means it swallowed the caller's cancellation."""
+    """Its task's `Task.cancelling()` when the run started (`golem._cancel`)."""
 
     @property
     def listening(self) -> bool:

@@ -41,15 +41,11 @@ class Paused:
     message: Message
     tool: AgentTool
     history: list[Message]
-    waiting: dict[str, str]
-    """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
+    waiting: dict[str, str]  # the calls it waits on (nested ones namespaced) → tool name
     approvals: dict[str, Any] = field(default_factory=dict)
     external: dict[str, str] = field(default_factory=dict)
-    conversation: str = ""
-    """The sub-run's conversation its resume verifies seals for (`sub_conversation`)."""
-    expected: DeferredRequests | None = None
-    """The sub-agent's share of the parent's `expected` (only for a record sealed for
-    another conversation, which it alone binds)."""
+    conversation: str = ""  # the sub-run's conversation its seals are verified in
+    expected: DeferredRequests | None = None  # its share of `expected`, for a foreign record
 
     @property
     def continues(self) -> bool:
@@ -298,17 +294,12 @@ def pending_of(history: Sequence[Message], results: DeferredResults) -> Deferred
 class NestedPlan:
     """A nested resume checked so far: the records and who resolves what."""
 
-    history: list[Message]
-    """The paused history (with `expected`'s arguments), which the resume rewrites."""
-    results: DeferredResults
-    """Every resolution, as given."""
-    checked: list[Message]
-    """The history the parent's own resolutions are checked on."""
+    history: list[Message]  # the paused history (with `expected`'s arguments) to rewrite
+    results: DeferredResults  # every resolution, as given
+    checked: list[Message]  # the history the parent's own resolutions are checked on
     records: dict[str, Paused]
-    own: DeferredResults
-    """The parent's own resolutions."""
-    own_pending: bool
-    """Whether the parent has pending calls of its own."""
+    own: DeferredResults  # the parent's own resolutions
+    own_pending: bool  # whether the parent has pending calls of its own
     expected: DeferredRequests | None
 
 

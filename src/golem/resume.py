@@ -344,22 +344,14 @@ class _Handing:
     run_id: str
     conversation_id: str
     price: Callable[[Usage], float]
-    spent: list[Result[Any]] = field(default_factory=list)
-    """The results of the sub-agents that answered or paused again."""
-    answers: dict[str, Message] = field(default_factory=dict)
-    """The answer written in place of each record whose sub-agent answered."""
-    subs: dict[str, ResumeProgress] = field(default_factory=dict)
-    """Each resumed sub-agent's own progress."""
-    own: ResumeProgress | None = None
-    """The progress of the parent's own pending calls, once they resolve."""
-    base: list[Message] | None = None
-    """The history the parent's own resume started from (every sub-agent answered)."""
-    continued: list[Message] | None = None
-    """The resolved history the parent went on from (no call of its own was pending)."""
-    merged: list[Message] = field(default_factory=list)
-    """The history with each sub-agent's answer, or new record, in place of its old one."""
+    spent: list[Result[Any]] = field(default_factory=list)  # sub-agents answered/paused again
+    answers: dict[str, Message] = field(default_factory=dict)  # by record: its sub-agent's answer
+    subs: dict[str, ResumeProgress] = field(default_factory=dict)  # each sub-agent's progress
+    own: ResumeProgress | None = None  # the parent's own pending calls' progress
+    base: list[Message] | None = None  # where the parent's own resume started (all answered)
+    continued: list[Message] | None = None  # what the parent went on from (nothing of its own)
+    merged: list[Message] = field(default_factory=list)  # answers and new records in place
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
-    """The sub-agents that paused again, by parent call ID."""
 
     def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
         """The parent, still paused on the sub-agents that paused again (with the resuming
