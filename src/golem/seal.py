@@ -131,30 +131,14 @@ _HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 def _mac(pads: _Pads, conversation_id: str, call: ToolCall, kind: str) -> str:
     """base64url HMAC-SHA256 over the length-prefixed version label, conversation ID, call ID,
-    tool name, kind and argument bytes (inlined: it runs on every pause and resume)."""
+    tool name, kind and argument bytes."""
     conv = conversation_id.encode("utf-8", "surrogatepass")
     cid = call.id.encode("utf-8", "surrogatepass")
     name = call.name.encode("utf-8", "surrogatepass")
     kin = kind.encode()
     args = call.args.encode("utf-8", "surrogatepass")
     inner = pads[0].copy()
-    inner.update(
-        b"".join(
-            (
-                _HEAD,
-                len(conv).to_bytes(8, "big"),
-                conv,
-                len(cid).to_bytes(8, "big"),
-                cid,
-                len(name).to_bytes(8, "big"),
-                name,
-                len(kin).to_bytes(8, "big"),
-                kin,
-                len(args).to_bytes(8, "big"),
-                args,
-            )
-        )
-    )
+    inner.update(_HEAD + b"".join(map(_field, (conv, cid, name, kin, args))))
     outer = pads[1].copy()
     outer.update(inner.digest())
     return binascii.b2a_base64(outer.digest(), newline=False)[:-1].translate(_URLSAFE).decode()
