@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -132,7 +132,7 @@ class AgentTool(Tool):
             SUB_RUN.reset(token)
             if scope is not None:
                 for sub_state in spent:  # what the sub-run spent, whatever its outcome
-                    _absorb(scope.state, sub_state)
+                    absorb(scope.state, sub_state)
         if result.pending is not None:
             if scope is None:
                 raise RuntimeError(
@@ -140,7 +140,11 @@ class AgentTool(Tool):
                 )
             scope.paused[ctx.call_id] = (self, result)
             kind = DeferKind.APPROVAL if result.pending.approvals else DeferKind.EXTERNAL
-            raise SubAgentPaused(kind, _waiting(self.name, result.pending), result)
+            raise SubAgentPaused(
+                kind,
+                _waiting(self.name, [(p.call_id, p.tool_name) for p in result.pending.calls]),
+                result,
+            )
         return ToolResult(output_text(result.output))
 
 
@@ -196,7 +200,8 @@ def forwarder(
     return forward
 
 
-def _absorb(state: RunState, result: RunState | Result[Any] | Any) -> None:
+def absorb(state: RunState, result: RunState | Result[Any] | Any) -> None:
+    """Count what `result` (a sub-run's state or result) spent in `state`."""
     state.usage = state.usage + result.usage
     state.requests += result.requests
     state.tool_calls += result.tool_calls
@@ -208,9 +213,19 @@ def output_text(output: Any) -> str:
     return pydantic_core.to_json(output).decode()
 
 
-def _waiting(name: str, pending: DeferredRequests) -> str:
-    calls = ", ".join(f"{p.tool_name} ({p.call_id})" for p in pending.calls)
+def _waiting(name: str, waiting: Iterable[tuple[str, str]]) -> str:
+    calls = ", ".join(f"{tool} ({call_id})" for call_id, tool in waiting)
+    if not calls:
+        return f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
     return f'sub-agent "{name}" is paused, waiting for {calls}'
+
+
+def record_text(name: str, waiting: Iterable[tuple[str, str]], history: str) -> str:
+    """A paused sub-agent's record: the marker, the calls (ID, tool) it waits on, its history."""
+    state = json.dumps(
+        {"agent": name, "history": history}, ensure_ascii=False, separators=(",", ":")
+    )
+    return f"{PAUSED_MARKER} {_waiting(name, waiting)}\n{state}"
 
 
 # --------------------------------------------------------------------------- pausing
@@ -335,12 +350,8 @@ def paused_record(
     call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str
 ) -> Message:
     assert sub.pending is not None
-    state = json.dumps(
-        {"agent": tool_name, "history": dumps_history(sub.messages)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    text = f"{PAUSED_MARKER} {_waiting(tool_name, sub.pending)}\n{state}"
+    waiting = [(p.call_id, p.tool_name) for p in sub.pending.calls]
+    text = record_text(tool_name, waiting, dumps_history(sub.messages))
     return Message(
         role="tool",
         content=text,

@@ -18,7 +18,7 @@ from golem._checks import (
     with_expected_args,
 )
 from golem._run import conversation_of
-from golem.agent_tool import PAUSED_MARKER, AgentTool, SubAgent, sub_conversation
+from golem.agent_tool import PAUSED_MARKER, AgentTool, SubAgent, record_text, sub_conversation
 from golem.deferred import (
     DeferredRequests,
     DeferredResults,
@@ -246,21 +246,12 @@ def progress_record(
     rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
 ) -> Message:
     """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
-    name = rec.tool.name
-    waiting = _waiting_calls(sub_history)
-    if waiting:
-        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
-        line = f'sub-agent "{name}" is paused, waiting for {calls}'
-    else:
-        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
-    state = json.dumps(
-        {"agent": name, "history": _record_text(sub_history)},
-        ensure_ascii=False,
-        separators=(",", ":"),
+    text = record_text(
+        rec.tool.name, _waiting_calls(sub_history).items(), _record_text(sub_history)
     )
     return replace(
         rec.message,
-        content=f"{PAUSED_MARKER} {line}\n{state}",
+        content=text,
         run_id=run_id or rec.message.run_id,
         conversation_id=conversation_id or rec.message.conversation_id,
     )

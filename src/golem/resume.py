@@ -28,6 +28,7 @@ from golem._run import (
 from golem.agent_tool import (
     AgentTool,
     SubAgent,
+    absorb,
     copy_result,
     forwarder,
     namespaced,
@@ -83,12 +84,8 @@ class ResumeRequest:
     ) -> ResumeRequest:
         """The request for `paused`: a `PausedRun` supplies the conversation, the expected
         calls and the trace context; `progress` its `before_approved` hook."""
-        req = cls(
-            paused if not isinstance(paused, PausedRun) else paused.messages,
-            results,
-            prompt,
-            **options,
-        )
+        history = paused.messages if isinstance(paused, PausedRun) else paused
+        req = cls(history, results, prompt, **options)
         if isinstance(paused, PausedRun):
             req.conversation_id = paused.conversation_id or None
             req.expected = paused.pending
@@ -327,10 +324,8 @@ def _spent(results: Sequence[Result[Any]]) -> tuple[Usage, int, int]:
 
 def _seed(state: RunState, results: Sequence[Result[Any]]) -> None:
     """Start `state`'s counters from what `results` spent (before the parent's own work)."""
-    usage, requests, tool_calls = _spent(results)
-    state.usage = state.usage + usage
-    state.requests += requests
-    state.tool_calls += tool_calls
+    for r in results:
+        absorb(state, r)
 
 
 @dataclass(slots=True)
