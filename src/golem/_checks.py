@@ -29,8 +29,7 @@ def brief(text: str) -> str:
 
 
 def load(hist: History, *, validate: bool = True) -> list[Message]:
-    """The history a resume starts from; JSON that does not load, or (with `validate`)
-    messages that break the structural rules, are a `ResumeError` with the reason."""
+    """The history a resume starts from (`ResumeError` for JSON or structure that is wrong)."""
     try:
         supplied = as_history(hist)
         if validate:
@@ -76,8 +75,7 @@ def drop_finished(
     expected: DeferredRequests | None,
     tools: Mapping[str, Tool],
 ) -> tuple[DeferredResults, DeferredRequests | None]:
-    """`results` and `expected` without the namespaced calls of sub-agents that already
-    answered (left by a failed or cancelled nested resume, ADR 0076): they are skipped."""
+    """`results` and `expected` without the calls of sub-agents that already answered."""
     keys = [*results.approvals, *results.external]
     if expected is not None:
         keys.extend(p.call_id for p in expected.calls)
@@ -115,8 +113,7 @@ def drop_finished(
 def _check_results(
     done: set[str], pending: Sequence[ToolCall], results: DeferredResults, tools: Mapping[str, Tool]
 ) -> None:
-    """Each pending call is resolved once, and approved ones have their tool; a resolution
-    for a call the history answers already (ADR 0071) is allowed and skipped."""
+    """Each pending call resolved once, approved ones registered; answered ones skipped."""
     ids = {c.id for c in pending}
     for what, given in (("approval", results.approvals), ("external result", results.external)):
         for call_id in given:
@@ -214,8 +211,7 @@ def check_resume(
 def _step(
     c: ToolCall, kind: DeferKind | None, results: DeferredResults, tools: Mapping[str, Tool]
 ) -> Step:
-    """What the resume does for pending call `c`: its resolution, checked against the kind
-    it was sealed with (when sealed) and, for edited arguments, against its tool."""
+    """What the resume does for pending call `c`, checked against its sealed kind and tool."""
     approval = results.approvals.get(c.id)
     if approval is not None and kind is DeferKind.EXTERNAL:
         raise ResumeError(
@@ -249,8 +245,7 @@ def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
 
 
 def _check_tail(history: Sequence[Message]) -> None:
-    """Nothing but tool results follows the paused batch (`ResumeError` otherwise: new
-    text for the model is the resume's `prompt`, never an appended message)."""
+    """Nothing but tool results follows the paused batch (new text is the `prompt`)."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.role == "tool":
@@ -270,8 +265,7 @@ def _check_expected(
     expected: DeferredRequests,
     kinds: dict[str, DeferKind],
 ) -> None:
-    """The pending calls are the expected ones (name, arguments, seal, kind); an expected
-    call not pending is answered in the paused batch (ADR 0071). `ResumeError` otherwise."""
+    """The pending calls are the expected ones, kinds included (`ResumeError`)."""
     left = compare_expected({c.id: (c.name, c.args, c.seal) for c in pending}, expected)
     approval_ids = {p.call_id for p in expected.approvals}
     for c in pending:
@@ -400,8 +394,7 @@ def same_args(a: str, b: str) -> bool:
 
 
 def _tokens(text: str) -> Any:
-    """`text` as nested tuples that keep what JSON parsers may read differently, or None
-    when it is not JSON (NaN and Infinity are not)."""
+    """`text` as nested tuples keeping what JSON parsers may read differently, or None."""
     try:
         return json.loads(
             text,

@@ -53,8 +53,7 @@ def _edited_text(original: str, edited: str, result: str) -> str:
 
 @dataclass(slots=True)
 class Resolving:
-    """What carrying out `plan` has done so far: the resolutions written, the calls edited
-    and the approved calls that ran (in order), and the merged history once done."""
+    """What carrying out `plan` has done: resolutions, edited calls, the calls that ran."""
 
     plan: ResumePlan
     resolutions: dict[str, Message] = field(default_factory=dict)
@@ -73,8 +72,7 @@ class Resolving:
 async def _rerun_approved(
     tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None, cancels: int
 ) -> ToolResult:
-    """Execute an approved call once, with `call_approved()` true: a failure, timeout or
-    new deferral is a `RunError` (stage `tool`; `canceled` for `Canceled`)."""
+    """Execute an approved call once; a failure or new deferral is a `RunError`."""
     try:
         with ApprovedScope():
             return await tool.run(ctx, call.args, timeout)

@@ -49,8 +49,7 @@ class Paused:
 
     @property
     def continues(self) -> bool:
-        """Whether the record waits on nothing (a failed or cancelled resume left it, ADR 0076):
-        the sub-agent goes on with `Agent.run`."""
+        """Whether the record waits on nothing (left by a failed resume): it goes on with `run`."""
         return not self.waiting and not paused_records(self.history)
 
 
@@ -73,8 +72,7 @@ _UNREADABLE = (IndexError, KeyError, TypeError, ValueError, RecursionError)
 
 
 def _record_text(history: list[Message]) -> str:
-    """`history` as a record holds it: its JSON, a lone surrogate in a message's text
-    written as U+FFFD (as the codec reads non-UTF-8 text), so what ran is not lost."""
+    """`history` as a record's JSON, a lone surrogate in a text written as U+FFFD."""
     try:
         return dumps_history(history)
     except HistoryError:
@@ -89,8 +87,7 @@ def _unpaired(text: str) -> str:
 
 
 def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
-    """Whether `key` names a call `history` answers, or one under an answered agent-tool call:
-    a resolution a failed or cancelled resume already used (ADR 0071, 0076)."""
+    """Whether `key` names an answered call, or one under an answered agent-tool call."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     return any(
         c.id in answered
@@ -125,8 +122,7 @@ def _read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict
 
 
 def _owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str | None:
-    """The record whose sub-agent a resolution key names, or None for the parent's own
-    call; `ResumeError` when it names a waiting call of two of them."""
+    """The record a resolution key names (None: the parent's own); `ResumeError` if two."""
     owners = [
         call_id
         for call_id, rec in records.items()
@@ -148,8 +144,7 @@ def _owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str
 
 
 def _waiting(history: Sequence[Message]) -> dict[str, tuple[str, str, str]]:
-    """Every call a paused history waits on, by ID (nested ones namespaced) → its tool name,
-    arguments and seal."""
+    """Each call a paused history waits on (nested ones namespaced) → name, args, seal."""
     waiting = {c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)}
     for k, sub in sub_agent_calls(history).items():
         waiting[k] = (sub.tool_name, sub.call.args, sub.call.seal)
@@ -374,8 +369,7 @@ def check_sub_agents(
 
 
 def _check_continuing(call_id: str, rec: Paused) -> None:
-    """A record waiting on nothing must be a valid history ending with its answered last
-    batch, as a failed or cancelled resume writes it (ADR 0076); `ResumeError` otherwise."""
+    """A record waiting on nothing must end with its answered last batch (`ResumeError`)."""
     history = rec.history
     try:
         validate_history(history)
@@ -400,8 +394,7 @@ def _check_continuing(call_id: str, rec: Paused) -> None:
 
 
 def _answered_nested(history: Sequence[Message], key: str) -> bool:
-    """Whether `key` names an answered call of the paused batch, or one under such a call or
-    under a paused sub-agent's record, at any depth."""
+    """Whether `key` names an answered call of the paused batch, or one under it, at any depth."""
     done = answered_calls(history) & paused_batch_ids(history)
     if key in done:
         return True
@@ -424,8 +417,7 @@ def _answered_nested(history: Sequence[Message], key: str) -> bool:
 def _expected_share(
     expected: DeferredRequests | None, call_id: str, rec: Paused
 ) -> DeferredRequests | None:
-    """The sub-agent's share of `expected` (its own IDs and tool names), when it carries a
-    seal for every call the record waits on (`check` compared them); else None."""
+    """The sub-agent's share of `expected` when it seals every call it waits on, else None."""
     if expected is None:
         return None
     prefix, name_prefix = f"{call_id}/", f"{rec.tool.name}/"
@@ -522,8 +514,7 @@ def _check_sub(
     conversation_id: str,
     expected: DeferredRequests | None,
 ) -> None:
-    """Check `agent`'s resume as a sub-agent in conversation `conversation_id`, nested
-    sub-agents included; an agent with toolsets is checked when it resumes."""
+    """Check `agent`'s resume as a sub-agent in `conversation_id` (toolsets: when it resumes)."""
     if agent.toolsets:
         return
     policy = agent._policy(agent.tools)

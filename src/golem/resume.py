@@ -82,8 +82,7 @@ class ResumeRequest:
     def of(
         cls, paused: History | PausedRun, results: Resolutions, prompt: Prompt, **options: Any
     ) -> ResumeRequest:
-        """The request for `paused`: a `PausedRun` supplies the conversation, the expected
-        calls and the trace context; `progress` its `before_approved` hook."""
+        """The request for `paused` (a `PausedRun` supplies conversation, expected, trace)."""
         history = paused.messages if isinstance(paused, PausedRun) else paused
         req = cls(history, results, prompt, **options)
         if isinstance(paused, PausedRun):
@@ -96,8 +95,7 @@ class ResumeRequest:
 
 
 def precheck(agent: SubAgent, req: ResumeRequest) -> ResumePlan | None:
-    """A streamed resume's check, before its stream starts; None when it can only be checked
-    once started (toolsets' tools are known once entered; paused sub-agents)."""
+    """A streamed resume's check before it starts; None with toolsets or paused sub-agents."""
     policy = agent._policy(agent.tools)
     if policy.nested and paused_records(load(req.history, validate=False)):
         return None
@@ -158,8 +156,7 @@ async def _resume_flat(
 
 
 async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequest) -> Result[Any]:
-    """A resume whose history records paused sub-agents: check the whole tree, resume the
-    sub-agents, then this run's own calls, and run on (or stay paused)."""
+    """Check the whole tree, resume the sub-agents, then this run's calls, and run on."""
     run_id = req.run_id or new_id()  # one identity for every part of this resume
     bound = bool(req.conversation_id) or req.expected is not None
     conversation_id = req.conversation_id or conversation_of(history) or new_id()
@@ -267,8 +264,7 @@ async def _resume_subs(
 async def _paused_again(
     plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest, bound: bool
 ) -> Result[Any]:
-    """This run's own calls resolved (not run on) under a sub-agent that paused again, and
-    the still paused result, within this run's limits and priced."""
+    """Resolve this run's own calls under a sub-agent that paused again; the paused result."""
     merged, tool_calls = handing.merged, 0
     if plan.own_pending:
         handing.own = ResumeProgress()
@@ -306,8 +302,7 @@ def _namespaced_guard(
 
 
 def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
-    """The parent's failure when a sub-agent it resumes fails: stage `canceled` with the
-    sentinel when it was canceled, else stage `tool` naming the parent's call."""
+    """The parent's `RunError` when a sub-agent it resumes fails (`canceled` or `tool`)."""
     canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
     if canceled is not None:
         return RunError(Stage.CANCELED, canceled)
@@ -330,8 +325,7 @@ def _seed(state: RunState, results: Sequence[Result[Any]]) -> None:
 
 @dataclass(slots=True)
 class _Handing:
-    """What a nested resume has done so far, built into a history only when a failure or
-    a cancellation hands it back (ADR 0076)."""
+    """What a nested resume has done so far, built into a history when handed back."""
 
     history: list[Message]
     records: Mapping[str, Paused]
@@ -349,8 +343,7 @@ class _Handing:
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
 
     def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
-        """The parent, still paused on the sub-agents that paused again (with the resuming
-        run's identity), counting what the sub-agents spent."""
+        """The parent, still paused on the sub-agents that paused again."""
         last = messages[-1]
         approvals: list[PendingToolCall] = []
         external: list[PendingToolCall] = []
@@ -372,8 +365,7 @@ class _Handing:
         )
 
     def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
-        """(the history to go on from or None when nothing ran, whether it is still
-        paused, the namespaced IDs of the approved calls that ran)."""
+        """(the history to go on from or None, whether still paused, the answered IDs)."""
         answered = tuple(f"{cid}/{x}" for cid, p in self.subs.items() for x in p.answered)
         if self.own is not None:
             answered += self.own.answered
@@ -405,8 +397,7 @@ class _Handing:
         return (out if touched else None), True, answered
 
     def partial(self, failed: PartialResult | None) -> PartialResult:
-        """The partial of a nested resume that failed while a sub-agent resumed (its own
-        partial `failed`, for what it spent) or while the parent's own calls resolved."""
+        """The partial of a failed nested resume (`failed`: the failing sub-agent's)."""
 
         messages = self.read()[0]
         if messages is None:
