@@ -164,9 +164,8 @@ def check_resume(
     conversation_bound: bool = True,
     conversation_named: bool = True,
 ) -> ResumePlan:
-    """Check pending calls, the tail, seals and batch, `expected`, resolutions, kinds and
-    edited arguments, in that order; raise the first problem (`ResumeError`, `SealError`,
-    `ConversationRequired`; `TypeError` for `expected`)."""
+    """Check pending calls, tail, seals and batch, `expected`, resolutions, kinds and edited
+    args, in that order; raise the first problem (`ResumeError`, `SealError`, `TypeError`)."""
     expected_type(expected)
     pending = pending_calls(history)
     _check_tail(history)

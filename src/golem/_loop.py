@@ -319,8 +319,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
 
 
 def _unique_call_ids(state: RunState, message: Message) -> Message:
-    """`message` with each call whose ID the conversation already has renamed `<id>_<n>`
-    (some servers number calls from `call_0` in every response)."""
+    """`message` with each call whose ID the conversation has already renamed `<id>_<n>`."""
     seen = state.call_ids
     if seen is None:
         seen = state.call_ids = {
@@ -428,8 +427,7 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 
 def _classify(exc: Exception) -> _Outcome:
-    """The outcome a tool's exception stands for: a signal (kept without its traceback, so
-    no frame cycle) or an error."""
+    """The outcome a tool's exception stands for: a signal (without traceback) or an error."""
     if exc.__class__ is Deferred:  # the common signal, raised as itself
         return _Outcome("deferred", None, exc.with_traceback(None))
     for kind, signal in _SIGNALS:
@@ -555,8 +553,7 @@ async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]
 
 
 async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait until every task has ended (through further cancellations of the caller, left
-    pending for it to raise) and retrieve their outcomes."""
+    """Wait until every task has ended, through the caller's cancellations, and retrieve them."""
     while not all(task.done() for task in tasks):
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait(tasks)
@@ -566,8 +563,7 @@ async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:
-    """A deferring call needs an ID no other call of the history has (a resume resolves by
-    ID): else the run fails here rather than pause on it."""
+    """A deferring call needs an ID no other call of the history has (else `_Fail`)."""
     counts = {call.id: 0 for call, _ in deferrals}
     for m in state.messages:
         if m.role == "assistant":
@@ -662,8 +658,7 @@ _UNKINDED = (
 
 
 def _valid_kind(signal: Deferred) -> bool:
-    """Whether a signal whose `kind` is not a `DeferKind` names one as a string (a `kind`
-    reassigned after construction, or a subclass that skipped `Deferred.__init__`)."""
+    """Whether a signal whose `kind` is not a `DeferKind` names one as a string."""
     kind = getattr(signal, "kind", None)
     return isinstance(kind, str) and kind in _KINDS
 

@@ -363,8 +363,7 @@ def paused_record(
 
 
 def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
-    """A copy of `result` with `changes` (a paused result is copied without reading its
-    output, which a paused `Result` does not have)."""
+    """A copy of `result` with `changes` (a paused result's output is never read)."""
 
     fields: dict[str, Any] = {
         "output": None if result.pending is not None else result.output,

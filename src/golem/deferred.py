@@ -127,8 +127,7 @@ class DeferredResults:
 
 
 def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
-    """`results` as `DeferredResults` (or a dict with "approvals"/"external"); `TypeError`
-    for anything else."""
+    """`results` as `DeferredResults` (or a dict of approvals/external); else `TypeError`."""
     if isinstance(results, DeferredResults):
         return results
     if isinstance(results, Mapping):

@@ -91,8 +91,7 @@ _JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
 
 
 def _args_truncated(args: str) -> bool:
-    """Args are not a JSON object (as Go's `json.Valid` has it: lone surrogate escapes are
-    JSON, `NaN` is not)."""
+    """Args are not a JSON object (as Go's `json.Valid`: lone escapes yes, `NaN` no)."""
     text = args.strip()
     if not text.startswith("{"):
         return True
@@ -129,8 +128,7 @@ def normalize_history(
 
 
 def pair_results(history: Sequence[Message]) -> list[Message]:
-    """`normalize_history`'s messages alone, without the truncated-args scan (what a run
-    applies to the history it continues)."""
+    """`normalize_history`'s messages alone, without the truncated-args scan."""
     return _normalize(history, (), scan_args=False)[0]
 
 
@@ -251,9 +249,8 @@ def sanitize_history(
     seal_key: SealKey | None = None,
     conversation_id: str | None = None,
 ) -> tuple[list[Message], SanitizeReport]:
-    """Make history you did not author safe to run on and report every change: drop system
-    messages, non-http(s) parts and empty text, then normalize; with `seal_key`, the paused
-    batch's calls whose seals verify (in `conversation_id`) stay open."""
+    """Make history you did not author safe to run on: drop system messages, non-http(s) parts
+    and empty text, then normalize; with `seal_key`, genuinely sealed pending calls stay open."""
     systems = 0
     unsafe: list[UnsafePart] = []
     kept: list[Message] = []

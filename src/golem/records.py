@@ -1,6 +1,5 @@
 """A paused sub-agent's record in its parent's history (after `PAUSED_MARKER`): reading,
-writing and sealing it, the calls it waits on, and checking a nested resume's share of each
-sub-agent, at any depth, before anything runs (ADR 0076)."""
+writing and sealing it, and checking a nested resume's share of each, at any depth (ADR 0076)."""
 
 from __future__ import annotations
 
