@@ -44,11 +44,7 @@ __all__ = ["ROUTES", "create_app"]
 log = logging.getLogger("golem.service")
 
 
-@operation(
-    op_id="openapi",
-    responses={200: OpenApiDocument},
-    security=(),
-)
+@operation(op_id="openapi", responses={200: OpenApiDocument}, security=())
 async def _openapi(request: Request) -> Response:
     """This document (with a bearer token, it names the agents the caller may see)."""
     state: ServiceState = request.app.state.golem
@@ -136,7 +132,6 @@ EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
     query=EventsQuery,
     headers={"Last-Event-ID": "Set by EventSource on reconnect; wins over ?cursor="},
     responses={200: SSE},
-    errors=(401, 422, 429),
     security=("bearer", "streamToken", "session"),
 )
 
