@@ -79,7 +79,6 @@ PUBLIC_ALL = {
     "golem.service.decisions": "",
     "golem.service.errors": "",
     "golem.service.inbox": "",
-    "golem.service.limits": "",
     "golem.service.middleware": "",
     "golem.service.notify": "Delivery Notifier Webhook sign",
     "golem.service.openapi": "CSV HTML REDIRECT SSE ArrayOf Operation openapi_document operation",

@@ -25,7 +25,6 @@ MODULES = [
     "golem.service.decisions",
     "golem.service.errors",
     "golem.service.inbox",
-    "golem.service.limits",
     "golem.service.middleware",
     "golem.service.notify",
     "golem.service.openapi",

@@ -30,12 +30,11 @@ from golem.service import api, audit, inbox, stream
 from golem.service.auth import LoginLimiter, TokenFailures
 from golem.service.credentials import token_credential
 from golem.service.errors import ApiError, not_found, unreachable
-from golem.service.limits import GuardedEvents
 from golem.service.middleware import HEADINGS, BodyLimit, RefuseBadUrl, Service
 from golem.service.notify import Notifier
-from golem.service.openapi import SSE, Operation, openapi_document, operation
+from golem.service.openapi import openapi_document, operation
 from golem.service.pages import STATIC_DIR, render_error
-from golem.service.schemas import EventsQuery, OpenApiDocument
+from golem.service.schemas import OpenApiDocument
 from golem.service.settings import ServiceSettings
 from golem.service.state import ServiceState
 
@@ -125,16 +124,6 @@ class _Route(Route):
         return Match.FULL, child
 
 
-EVENTS = GuardedEvents(stream.events)
-EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
-    op_id="streamChanges",
-    summary="Server-sent events (`event: change`) for every audit entry the caller may see.",
-    query=EventsQuery,
-    headers={"Last-Event-ID": "Set by EventSource on reconnect; wins over ?cursor="},
-    responses={200: SSE},
-    security=("bearer", "streamToken", "session"),
-)
-
 ROUTES: list[BaseRoute] = [
     # JSON API (bearer tokens; /api/events also takes a stream token or the session)
     _Route("/api/health", api.health, methods=["GET"]),
@@ -148,7 +137,7 @@ ROUTES: list[BaseRoute] = [
     _Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
     _Route("/api/audit", audit.api_audit, methods=["GET"]),
     _Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
-    _Route("/api/events", EVENTS, methods=["GET"]),
+    _Route("/api/events", stream.GuardedEvents(), methods=["GET"]),
     _Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
     _Route("/", inbox.inbox_page, methods=["GET"]),
