@@ -76,7 +76,6 @@ PUBLIC_ALL = {
     "golem.service.auth": "Approver AuthConfig Credential",
     "golem.service.bodies": "",
     "golem.service.credentials": "",
-    "golem.service.decisions": "",
     "golem.service.errors": "",
     "golem.service.inbox": "",
     "golem.service.middleware": "",

@@ -22,7 +22,6 @@ MODULES = [
     "golem.service.auth",
     "golem.service.bodies",
     "golem.service.credentials",
-    "golem.service.decisions",
     "golem.service.errors",
     "golem.service.inbox",
     "golem.service.middleware",

@@ -19,11 +19,18 @@ from golem.service import schemas
 from golem.service.auth import Credential
 from golem.service.bodies import read_json, read_query, respond
 from golem.service.credentials import with_bearer
-from golem.service.decisions import decide_call, to_decision
 from golem.service.errors import ApiError
 from golem.service.openapi import operation
 from golem.service.positions import entry_id, shown_to
-from golem.service.runs import IDEMPOTENCY_KEY_MAX, load_run, pending_page, start_for, visible_runs
+from golem.service.runs import (
+    IDEMPOTENCY_KEY_MAX,
+    decide_call,
+    load_run,
+    pending_page,
+    start_for,
+    to_decision,
+    visible_runs,
+)
 from golem.service.state import require_store, state_of
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.

@@ -26,7 +26,6 @@ from golem.service import schemas
 from golem.service.auth import Credential
 from golem.service.bodies import check_json_value, parse_json
 from golem.service.credentials import SESSION_COOKIE, session
-from golem.service.decisions import decide_call, edited_approval
 from golem.service.errors import ApiError, unreachable
 from golem.service.openapi import form_action, page
 from golem.service.pages import (
@@ -44,7 +43,15 @@ from golem.service.pages import (
     with_notice,
 )
 from golem.service.positions import shown_to
-from golem.service.runs import IDEMPOTENCY_KEY_MAX, load_run, pending_page, start_for, visible_runs
+from golem.service.runs import (
+    IDEMPOTENCY_KEY_MAX,
+    decide_call,
+    edited_approval,
+    load_run,
+    pending_page,
+    start_for,
+    visible_runs,
+)
 from golem.service.state import require_store, state_of
 from golem.service.views import (
     ago,
