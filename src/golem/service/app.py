@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
@@ -208,58 +208,36 @@ def _answer(
     return page
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
-        raise exc
-    return _answer(request, exc)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
-        raise exc
-    if _is_api(request):
-        response: Response = not_found(request, exc).response()
-    else:
-        heading = HEADINGS.get(exc.status_code, "Error")
-        message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
-        response = render_error(request, exc.status_code, heading, message)
-    if exc.status_code == 405:
-        response.headers["Allow"] = _allowed_methods(request)
-    return response
-
-
-def _allowed_methods(request: Request) -> str:
-    """The `Allow` header of a 405: every method some route serves at this path (not
-    only the first matching route's, as Starlette's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE and isinstance(route, Route):
-            methods |= route.methods or set()
-    return ", ".join(sorted(methods))
-
-
-async def _server_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+async def _error(request: Request, exc: Exception) -> Response:
+    """The answer to a refusal (`ApiError`), an unknown route or method, a store that cannot
+    be reached (503 with `Retry-After`), or anything else (500, logged)."""
+    if isinstance(exc, ApiError):
+        return _answer(request, exc)
+    if isinstance(exc, HTTPException):
+        code = exc.status_code
+        if _is_api(request):
+            response: Response = not_found(request, exc).response()
+        else:
+            message = "There is no such page." if code == 404 else str(exc.detail)
+            response = render_error(request, code, HEADINGS.get(code, "Error"), message)
+        if code == 405:  # every method some route serves here (Starlette's: the first route's)
+            routes = request.app.router.routes
+            matched = [r for r in routes if r.matches(request.scope)[0] is not Match.NONE]
+            methods = {m for r in matched if isinstance(r, Route) for m in r.methods or ()}
+            response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
+    where = (request.method, request.url.path)
+    if isinstance(exc, StoreError) and unreachable(exc):
+        log.warning("store unavailable on %s %s: %s", *where, exc)
+        message = "the store cannot be reached just now; try again shortly"
+        error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
+        return _answer(request, error, "Try again shortly", headers=True)
+    log.exception("unhandled error on %s %s", *where, exc_info=exc)
     error = ApiError(500, "internal_error", "the service failed; see its log")
     try:
         return _answer(request, error, "Something went wrong")
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
-
-
-async def _store_error(request: Request, exc: Exception) -> Response:
-    """503 with `Retry-After` for a store that cannot be reached; any other store error
-    that reaches here is a bug (500)."""
-    if not unreachable(exc):
-        return await _server_error(request, exc)
-    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    message = "the store cannot be reached just now; try again shortly"
-    error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
-    return _answer(request, error, "Try again shortly", headers=True)
-
-
-ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 def create_app(settings: ServiceSettings) -> Starlette:
@@ -271,12 +249,6 @@ def create_app(settings: ServiceSettings) -> Starlette:
         login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
         token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
     )
-    handlers: dict[Any, ExceptionHandler] = {
-        ApiError: _api_error,
-        HTTPException: _http_error,
-        StoreError: _store_error,
-        Exception: _server_error,
-    }
     app = Service(
         routes=list(ROUTES),
         middleware=[
@@ -284,7 +256,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
             Middleware(BodyLimit, limit=settings.max_body_bytes, timeout=settings.body_timeout),
             Middleware(RefuseBadUrl),
         ],
-        exception_handlers=handlers,
+        exception_handlers=dict.fromkeys((ApiError, HTTPException, StoreError, Exception), _error),
         lifespan=functools.partial(_lifespan, settings=settings, state=state),
     )
     app.state.golem = state
