@@ -342,7 +342,7 @@ def _pending(
 
     async def load(store: Any) -> list[Any]:
         pending = RunStatus.PENDING
-        return await store.list_runs(status=pending, agent=agent, tool_name=tool, limit=1000)
+        return list(await store.list_runs(status=pending, agent=agent, tool_name=tool, limit=1000))
 
     runs = reversed(_with_store(_db(db), load))
     rows = [(r, c) for r in runs for c in r.undecided if tool is None or c.tool_name == tool]
