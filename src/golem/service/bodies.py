@@ -83,21 +83,15 @@ def parse_json(raw: bytes | str) -> Any:
         raise ApiError(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
 
 
-def _bad_text(text: str) -> str | None:
-    if "\x00" in text:
-        return "contains a NUL character"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate (not valid Unicode)"
-    return None
-
-
 def check_text(value: str, where: str) -> None:
     """`ApiError(422)` when `value` holds a NUL or a lone surrogate (no store can keep it)."""
-    problem = _bad_text(value)
-    if problem is not None:
-        raise ApiError(422, "invalid_request", f"{where} {problem}")
+    if "\x00" in value:
+        raise ApiError(422, "invalid_request", f"{where} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        problem = "contains a lone surrogate (not valid Unicode)"
+        raise ApiError(422, "invalid_request", f"{where} {problem}") from None
 
 
 def check_json_value(value: Any, where: str = "body") -> None:

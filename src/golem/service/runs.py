@@ -155,11 +155,6 @@ IDEMPOTENCY_KEY_MAX = 200
 _IDEMPOTENT_RUNS = uuid.UUID("5c0ae1a2-6d2e-4f59-9a53-0a7c1c1d6f11")  # UUIDv5 namespace
 
 
-def _idempotent_run_id(identity: str, key: str) -> str:
-    """The run ID of `identity`'s start with `Idempotency-Key: key` (per approver)."""
-    return str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
-
-
 class _Lookups:
     """The store as `start_run` uses it, noting whether `get_run(run_id)` found the run
     (then the start is a replay of an earlier one)."""
@@ -206,7 +201,9 @@ async def start_for(
     # A deadline counts whole microseconds: a positive `expires_in` shorter than one (5e-324)
     # is one, rather than a zero the store refuses.
     expiry = None if seconds is None else max(timedelta(seconds=seconds), _MICROSECOND)
-    run_id = None if key is None else _idempotent_run_id(cred.approver.identity, key)
+    # the run ID of the approver's start with this idempotency key
+    identity = cred.approver.identity
+    run_id = None if key is None else str(uuid.uuid5(_IDEMPOTENT_RUNS, f"{identity}\x00{key}"))
     store = _Lookups(require_store(state), run_id)
     try:
         run = await start_run(

@@ -44,11 +44,6 @@ WORD_CHUNK = 48
 _LONG_WORD = re.compile(rf"\S{{{WORD_CHUNK + 1},}}")
 
 
-def _joins(ch: str) -> bool:
-    """Whether `ch` joins the character before it (combining mark, joiner, selector)."""
-    return unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch in "\u200d\ufe0e\ufe0f"
-
-
 def _breakable(text: str) -> Markup:
     """`text` escaped, with `<wbr>` every `WORD_CHUNK` characters of a longer word (a
     browser lays out a 20,000-letter word in seconds; with break points in milliseconds)."""
@@ -62,7 +57,11 @@ def _breakable(text: str) -> Markup:
         chunks, start = [], 0
         while start < len(word):
             end = min(start + WORD_CHUNK, len(word))
-            while end < len(word) and _joins(word[end]):  # keep a mark with its letter
+            # a combining mark, joiner or selector stays with the letter before it
+            while end < len(word) and (
+                unicodedata.category(word[end]) in ("Mn", "Mc", "Me")
+                or word[end] in "\u200d\ufe0e\ufe0f"
+            ):
                 end += 1
             chunks.append(word[start:end])
             start = end
@@ -136,13 +135,6 @@ def _field(label: str, value: Any) -> dict[str, Any]:
         "preview": preview + "…" if long else text,
         "clipped": False,
     }
-
-
-def _clipped(field: dict[str, Any]) -> dict[str, Any]:
-    """A field for the inbox list: past `LIST_FIELD_CHARS`, its preview without the text."""
-    if field["chars"] <= LIST_FIELD_CHARS:
-        return field
-    return {**field, "text": "", "clipped": True}
 
 
 def _arg_fields(args: str) -> list[dict[str, Any]]:
@@ -283,7 +275,11 @@ def call_view(
         "reason": c.reason,
         "args_edit": "" if listed and len(c.args) > LIST_EDIT_CHARS else _editable_json(c.args),
         "shown": _presentation_view(presenters or {}, c.tool_name, c.args),
-        "fields": [_clipped(f) for f in _arg_fields(c.args)] if listed else _arg_fields(c.args),
+        # listed past LIST_FIELD_CHARS: a field's preview without its text
+        "fields": [
+            {**f, "text": "", "clipped": True} if listed and f["chars"] > LIST_FIELD_CHARS else f
+            for f in _arg_fields(c.args)
+        ],
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
         "deadline_iso": iso(deadline) if deadline else "",
