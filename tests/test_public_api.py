@@ -93,7 +93,6 @@ PUBLIC_ALL = {
         "StartRunBody StreamToken WhoAmI"
     ),
     "golem.service.settings": "ServiceSettings",
-    "golem.service.state": "",
     "golem.service.stream": "",
     "golem.service.views": "Presentation Presenter",
     "golem.durable.store": (

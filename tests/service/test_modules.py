@@ -32,7 +32,6 @@ MODULES = [
     "golem.service.runs",
     "golem.service.schemas",
     "golem.service.settings",
-    "golem.service.state",
     "golem.service.stream",
     "golem.service.views",
     "golem._display",

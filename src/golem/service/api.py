@@ -31,7 +31,7 @@ from golem.service.runs import (
     to_decision,
     visible_runs,
 )
-from golem.service.state import require_store, state_of
+from golem.service.settings import require_store, state_of
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

@@ -35,8 +35,7 @@ from golem.service.notify import Notifier
 from golem.service.openapi import openapi_document, operation
 from golem.service.pages import STATIC_DIR, render_error
 from golem.service.schemas import OpenApiDocument
-from golem.service.settings import ServiceSettings
-from golem.service.state import ServiceState
+from golem.service.settings import ServiceSettings, ServiceState
 
 __all__ = ["ROUTES", "create_app"]
 

@@ -24,7 +24,7 @@ from golem.service.errors import ApiError
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation, page
 from golem.service.pages import SignedIn, render_error, signed_in
 from golem.service.positions import entry_id, read_position, seal_cursor, shown_to
-from golem.service.state import ServiceState, require_store
+from golem.service.settings import ServiceState, require_store
 from golem.service.views import audit_view, path, short
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.

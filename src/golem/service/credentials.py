@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from golem.service.auth import Credential
 from golem.service.errors import ApiError
-from golem.service.state import state_of
+from golem.service.settings import state_of
 
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

@@ -68,20 +68,21 @@ class ApiError(Exception):
         )
 
 
+_STORE_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    RunNotFound: (404, "run_not_found"),
+    CallNotFound: (404, "call_not_found"),
+    CallExpired: (409, "call_expired"),
+    DecisionConflict: (409, "decision_conflict"),
+    RunNotPending: (409, "run_not_pending"),
+    InvalidDecision: (422, "invalid_decision"),
+}
+
+
 def store_error(exc: Exception) -> ApiError:
     """Translate a store error raised by a decision or lookup into an `ApiError`."""
-    if isinstance(exc, RunNotFound):
-        return ApiError(404, "run_not_found", str(exc))
-    if isinstance(exc, CallNotFound):
-        return ApiError(404, "call_not_found", str(exc))
-    if isinstance(exc, CallExpired):
-        return ApiError(409, "call_expired", str(exc))
-    if isinstance(exc, DecisionConflict):
-        return ApiError(409, "decision_conflict", str(exc))
-    if isinstance(exc, RunNotPending):
-        return ApiError(409, "run_not_pending", str(exc))
-    if isinstance(exc, InvalidDecision):
-        return ApiError(422, "invalid_decision", str(exc))
+    for kind, (status, code) in _STORE_ERRORS.items():
+        if isinstance(exc, kind):
+            return ApiError(status, code, str(exc))
     raise exc
 
 

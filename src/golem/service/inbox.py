@@ -52,7 +52,7 @@ from golem.service.runs import (
     start_for,
     visible_runs,
 )
-from golem.service.state import require_store, state_of
+from golem.service.settings import require_store, state_of
 from golem.service.views import (
     ago,
     audit_view,

@@ -24,7 +24,7 @@ from golem.service.credentials import session
 from golem.service.errors import ApiError
 from golem.service.positions import seal_cursor
 from golem.service.runs import PendingPage, pending_page
-from golem.service.state import ServiceState, require_store, state_of
+from golem.service.settings import ServiceState, require_store, state_of
 from golem.service.views import path, reveal_html
 
 # Internals of `golem.service.create_app`; nothing here is public API.

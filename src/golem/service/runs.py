@@ -32,7 +32,7 @@ from golem.service.auth import Credential
 from golem.service.bodies import check_json_value, parse_json
 from golem.service.errors import ApiError, store_error
 from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
-from golem.service.state import ServiceState, require_store
+from golem.service.settings import ServiceState, require_store
 
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []

@@ -31,7 +31,7 @@ from golem.service.errors import ApiError, unreachable
 from golem.service.openapi import SSE, Operation
 from golem.service.positions import seal_cursor, start_cursor
 from golem.service.schemas import EventsQuery
-from golem.service.state import ServiceState, require_store
+from golem.service.settings import ServiceState, require_store
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
