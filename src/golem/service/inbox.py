@@ -280,6 +280,17 @@ async def run_page(page: SignedIn) -> Response:
     )
 
 
+def _decision(form: dict[str, str], *kinds: str) -> Decision:
+    """The decision a form asks for, one of `kinds`; 422 for any other."""
+    kind = form.get("decision", "")
+    if kind not in kinds:
+        allowed = ", ".join(kinds[:-1]) + " or " + kinds[-1]
+        raise ApiError(422, "invalid_request", f"decision must be {allowed}")
+    if kind == "deny":
+        return Decision.deny(form.get("reason", "").strip())
+    return Decision.external(form.get("result", "")) if kind == "external" else Decision.approve()
+
+
 @form_action("decideForm", schemas.DecisionForm, 400, 404, 409, 422)
 async def decide_form(request: Request) -> Response:
     """Decide a call from the inbox, then go back."""
@@ -288,14 +299,8 @@ async def decide_form(request: Request) -> Response:
     kind = form.get("decision", "")
     if kind == "approve" and "args" in form:
         decision = await edited_approval(state_of(request), cred, run_id, call_id, form["args"])
-    elif kind == "approve":
-        decision = Decision.approve()
-    elif kind == "deny":
-        decision = Decision.deny(form.get("reason", "").strip())
-    elif kind == "external":
-        decision = Decision.external(form.get("result", ""))
     else:
-        raise ApiError(422, "invalid_request", "decision must be approve, deny or external")
+        decision = _decision(form, "approve", "deny", "external")
     try:
         _, run = await decide_call(state_of(request), cred, run_id, call_id, decision)
     except ApiError as exc:
@@ -352,12 +357,7 @@ async def decide_run_form(request: Request) -> Response:
         raise ApiError(409, "nothing_to_decide", "no call of this run waits for your decision")
     if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
         raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
-    if kind == "approve":
-        decision = Decision.approve()
-    elif kind == "deny":
-        decision = Decision.deny(form.get("reason", "").strip())
-    else:
-        raise ApiError(422, "invalid_request", "decision must be approve or deny")
+    decision = _decision(form, "approve", "deny")
     for c in calls:
         await decide_call(state, cred, run.id, c.call_id, decision)
     nxt = safe_next(form.get("next"), path("runs", run.id))
