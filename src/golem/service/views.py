@@ -163,22 +163,15 @@ def path(*segments: str) -> str:
 
 
 def _editable_json(raw: str) -> str:
-    """Indented JSON for an edit box, hidden characters as `\\uXXXX` escapes."""
+    """Indented JSON for an edit box, hidden characters as `\\uXXXX` escapes (astral ones
+    as surrogate pairs, as JSON spells them)."""
     text = _pretty_json(raw)
     if not has_hidden(text):
         return text
-    out = []
-    for part, is_marker in reveal_parts(text):
-        if not is_marker:
-            out.append(part)
-            continue
-        code = int(part[3:].split()[0].rstrip("⟩"), 16)
-        if code > 0xFFFF:
-            code -= 0x10000
-            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
-        else:
-            out.append(f"\\u{code:04x}")
-    return "".join(out)
+    return "".join(
+        (f"\\u{ord(ch):04x}" if ch in "\b\f\r" else json.dumps(ch)[1:-1]) if has_hidden(ch) else ch
+        for ch in text
+    )
 
 
 @dataclass(frozen=True)
