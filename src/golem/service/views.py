@@ -82,12 +82,9 @@ def _span(seconds: float) -> str:
     s = abs(seconds)
     if s < 45:
         return "a few seconds"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = round(s / 3600)
-    if hours < 24:
-        return f"{hours} h"
+    for unit, size, below in (("min", 60, 60), ("h", 3600, 24)):
+        if round(s / size) < below:
+            return f"{round(s / size)} {unit}"
     return f"{round(s / 86400)} d"
 
 
@@ -150,7 +147,7 @@ def _arg_fields(args: str) -> list[dict[str, Any]]:
 
 
 def short(run_id: str) -> str:
-    return run_id[-12:] if len(run_id) > 12 else run_id
+    return run_id[-12:]
 
 
 def digest(*parts: object) -> str:
