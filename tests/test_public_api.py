@@ -74,7 +74,6 @@ PUBLIC_ALL = {
     "golem.service.app": "ROUTES create_app",
     "golem.service.audit": "",
     "golem.service.auth": "Approver AuthConfig Credential",
-    "golem.service.bodies": "",
     "golem.service.credentials": "",
     "golem.service.errors": "",
     "golem.service.inbox": "",

@@ -20,7 +20,6 @@ MODULES = [
     "golem.service.app",
     "golem.service.audit",
     "golem.service.auth",
-    "golem.service.bodies",
     "golem.service.credentials",
     "golem.service.errors",
     "golem.service.inbox",

@@ -17,9 +17,8 @@ from starlette.responses import Response
 from golem.durable.store import AuditEntry, DecisionRecord, PendingCallRecord, RunRecord
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import read_json, read_query, respond
 from golem.service.credentials import with_bearer
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, read_json, read_query, respond
 from golem.service.openapi import operation
 from golem.service.positions import entry_id, shown_to
 from golem.service.runs import (

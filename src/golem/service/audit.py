@@ -18,9 +18,8 @@ from golem.durable.store import AuditAction, AuditEntry, AuditPage, RunNotFound,
 from golem.service import schemas
 from golem.service.api import audit_model
 from golem.service.auth import Credential
-from golem.service.bodies import read_query, respond
 from golem.service.credentials import with_bearer
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, read_query, respond
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation, page
 from golem.service.pages import SignedIn, render_error, signed_in
 from golem.service.positions import entry_id, read_position, seal_cursor, shown_to

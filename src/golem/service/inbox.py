@@ -24,9 +24,8 @@ from golem.durable.store import (
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import check_json_value, parse_json
 from golem.service.credentials import SESSION_COOKIE, session
-from golem.service.errors import ApiError, unreachable
+from golem.service.errors import ApiError, check_json_value, parse_json, unreachable
 from golem.service.openapi import form_action, page
 from golem.service.pages import (
     PAGE_RUNS,

@@ -19,9 +19,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from golem._display import reveal
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import check_text
 from golem.service.credentials import session
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, check_text
 from golem.service.positions import seal_cursor
 from golem.service.runs import PendingPage, pending_page
 from golem.service.settings import ServiceState, require_store, state_of

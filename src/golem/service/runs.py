@@ -29,8 +29,7 @@ from golem.durable.store import (
 from golem.durable.worker import start_run
 from golem.errors import StoreError
 from golem.service.auth import Credential
-from golem.service.bodies import check_json_value, parse_json
-from golem.service.errors import ApiError, store_error
+from golem.service.errors import ApiError, check_json_value, parse_json, store_error
 from golem.service.schemas import MAX_LIST_LIMIT, DecisionBody
 from golem.service.settings import ServiceState, require_store
 
