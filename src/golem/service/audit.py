@@ -206,7 +206,7 @@ async def _render_audit(
     older: str | None,
 ) -> HTMLResponse:
     """The audit page for `rows`, linking the `older` page."""
-    request, state, cred = signed.request, signed.state, signed.cred
+    request = signed.request
     query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
     newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
     return await signed.render(
@@ -231,7 +231,7 @@ async def _render_audit(
                 "run": q.run or "",
             },
             "actions": ACTIONS,
-            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "agent_names": signed.agent_names,
             "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
             "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
         },

@@ -146,8 +146,8 @@ async def inbox_page(page: SignedIn) -> Response:
             state, cred, agent=agent, kind=kind, limit=PAGE_RUNS, after=after
         )
     except ApiError:  # a stale or foreign cursor: start from the oldest again
-        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
         after = None
+        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
     found = found_page.calls
     everything = not any(filters.values()) and after is None
     needle = filters["tool"].strip().casefold()
@@ -155,10 +155,9 @@ async def inbox_page(page: SignedIn) -> Response:
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
     soon, rest = group_views(found, cred, now, state.settings.presenters)
-    visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
-        for n in visible
+        for n in page.agent_names
         if cred.approver.may_start(n)
     ]
     interrupted = await visible_runs(
@@ -174,7 +173,7 @@ async def inbox_page(page: SignedIn) -> Response:
             "count": len(found),
             "filtered": any(filters.values()),
             "filters": filters,
-            "agent_names": visible,
+            "agent_names": page.agent_names,
             "startable": startable,
             "open_start": not found,
             "interrupted": len(interrupted),
@@ -236,7 +235,7 @@ async def runs_page(page: SignedIn) -> Response:
             "page": "runs",
             "runs": rows,
             "statuses": [s.value for s in RunStatus],
-            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "agent_names": page.agent_names,
             "filters": {"status": status_text, "agent": agent},
         },
     )

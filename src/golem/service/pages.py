@@ -161,6 +161,11 @@ class SignedIn:
     cursor: int
     """Where the page's live updates start (0: none)."""
 
+    @property
+    def agent_names(self) -> list[str]:
+        """The registered agents the approver may see, sorted."""
+        return [n for n in sorted(self.state.registry) if self.cred.approver.may_see(n)]
+
     async def render(
         self, template: str, context: dict[str, Any], *, pending: str | None = None
     ) -> HTMLResponse:
