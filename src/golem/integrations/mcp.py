@@ -73,6 +73,7 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 """A tool name as the MCP specification recommends (SEP-986)."""
 _ARGUMENT_ERRORS = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND)
+_HINTS = ("read_only", "destructive", "idempotent", "open_world")
 
 
 class MCPServerError(GolemError):
@@ -442,16 +443,8 @@ class MCPServer:
     def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:
         server_name = spec.name
         name = f"{prefix}_{server_name}" if prefix else server_name
-        notes = spec.annotations
-        hints = (
-            ToolHints()
-            if notes is None
-            else ToolHints(
-                read_only=notes.read_only_hint,
-                destructive=notes.destructive_hint,
-                idempotent=notes.idempotent_hint,
-                open_world=notes.open_world_hint,
-            )
+        hints = ToolHints(  # `readOnlyHint`... of the server's annotations (None: not hinted)
+            **{k: getattr(spec.annotations, f"{k}_hint", None) for k in _HINTS}
         )
 
         async def call(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
