@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import open_store
+from golem.durable.store import Store, open_store
 from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.seal import as_seal_keys
@@ -268,25 +268,24 @@ async def _lifespan(
 ) -> AsyncIterator[None]:
     """Open the store (given a URL), run the notifier and the in-process worker, then stop
     them and close what was opened."""
-    url = settings.store if isinstance(settings.store, str) else None
-    opened = await open_store(url) if url is not None else None
-    if opened is not None:
-        state.store = opened
+    opened: Store | None = None  # the store this app opened, and must close
+    if isinstance(settings.store, str):
+        store = opened = state.store = await open_store(settings.store)
+    else:
+        store = settings.store
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     if settings.webhooks:
-        assert state.store is not None
         state.notifier = Notifier(
-            state.store,
+            store,
             settings.webhooks,
             public_url=settings.public_url,
             expiring_within=settings.expiring_within,
         )
         tasks.append(asyncio.create_task(state.notifier.run(stop)))
     if settings.run_worker:
-        assert state.store is not None
         worker = Worker(
-            state.store,
+            store,
             settings.registry,
             worker_id=settings.worker_id,
             lease_seconds=settings.lease_seconds,
