@@ -62,13 +62,6 @@ def test_go_reference_example_exactly() -> None:
     assert second == HistoryRepair(synthesized=[], dropped=[], truncated=["call-2"])
 
 
-def test_interrupted_text_is_exact() -> None:
-    repaired, _ = normalize_history([asst(ToolCall("c1", "t", "{}"))])
-    assert repaired[1] == Message(
-        role="tool", content=INTERRUPTED, tool_call_id="c1", tool_name="t", failed=False
-    )
-
-
 _A = asst(ToolCall("a1", "x", "{}"), ToolCall("a2", "y", "{}"), ToolCall("a3", "z", "{}"))
 _B = asst(ToolCall("b1", "x", "{}"))
 _C1 = asst(ToolCall("c1", "t", "{}"))
@@ -169,22 +162,13 @@ def test_truncated_calls_are_reported_in_history_order_across_messages() -> None
     assert normalize_history(history)[1].truncated == ["b", "a"]
 
 
-def test_normalize_returns_a_new_list_even_when_nothing_changes() -> None:
+def test_normalize_returns_a_new_list_of_any_sequence_deterministically() -> None:
     history = [user()]
     repaired, _ = normalize_history(history)
     assert repaired == history
     assert repaired is not history
-    repaired.append(user("x"))
-    assert len(history) == 1
-
-
-def test_normalize_accepts_any_sequence() -> None:
     repaired, report = normalize_history((asst(ToolCall("c1", "t", "{}")),))
-    assert report.synthesized == ["c1"]
-    assert len(repaired) == 2
-
-
-def test_repair_is_deterministic() -> None:
+    assert (report.synthesized, len(repaired)) == (["c1"], 2)
     history = [
         asst(ToolCall("c1", "t", "{"), ToolCall("c2", "t", "{}")),
         result("zz"),
@@ -222,29 +206,16 @@ histories = st.lists(history_messages, max_size=8)
 
 @PROPERTY
 @given(histories)
-def test_repair_is_idempotent(history: list[Message]) -> None:
-    once, first = normalize_history(history)
-    twice, second = normalize_history(once)
-    assert twice == once
-    assert second.synthesized == []
-    assert second.dropped == []
-    assert second.truncated == first.truncated
-
-
-@PROPERTY
-@given(histories)
-def test_repair_never_mutates_the_input(history: list[Message]) -> None:
-    snapshot = copy.deepcopy(history)
-    normalize_history(history)
-    assert history == snapshot
-
-
-@PROPERTY
-@given(histories)
-def test_repaired_history_pairs_every_identified_call_exactly_once(
+def test_repair_pairs_every_call_once_touching_nothing_else_and_is_idempotent(
     history: list[Message],
 ) -> None:
+    snapshot = copy.deepcopy(history)
     repaired, report = normalize_history(history)
+    assert history == snapshot  # the input is never mutated
+    assert pair_results(history) == repaired  # what a run applies (no truncation report)
+    again, second = normalize_history(repaired)
+    assert again == repaired
+    assert (second.synthesized, second.dropped, second.truncated) == ([], [], report.truncated)
     open_calls: set[str] = set()
     for m in repaired:
         if m.role == "assistant":
@@ -253,31 +224,14 @@ def test_repaired_history_pairs_every_identified_call_exactly_once(
             assert m.tool_call_id in open_calls, "a kept result answers a call made before it"
             open_calls.discard(m.tool_call_id)
     assert not open_calls
-    # Nothing but tool messages is ever added or removed, and no message is rewritten.
+    # only tool messages are added or removed, and none is rewritten
     assert [m for m in repaired if m.role != "tool"] == [m for m in history if m.role != "tool"]
-    originals = [m for m in history if m.role == "tool"]
-    for m in repaired:
-        if m.role == "tool" and m.tool_call_id not in report.synthesized:
-            assert m in originals
-    assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
-
-
-@PROPERTY
-@given(histories)
-def test_a_synthesized_result_names_the_last_call_with_its_id(history: list[Message]) -> None:
-    repaired, report = normalize_history(history)
     last_name = {c.id: c.name for m in history if m.role == "assistant" for c in m.tool_calls}
     for m in repaired:
-        if m.role == "tool" and m.tool_call_id in report.synthesized and m not in history:
-            assert m.content == INTERRUPTED_TEXT
-            assert m.tool_name == last_name[m.tool_call_id]
-
-
-@PROPERTY
-@given(histories)
-def test_what_a_run_applies_is_the_repaired_history(history: list[Message]) -> None:
-    """Runs pair the history they continue without the truncated-args report."""
-    assert pair_results(history) == normalize_history(history)[0]
+        if m.role == "tool" and m not in history:
+            assert m.tool_call_id in report.synthesized
+            assert (m.content, m.tool_name) == (INTERRUPTED_TEXT, last_name[m.tool_call_id])
+    assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
 
 
 # --------------------------------------------------------------------------- runs apply it
