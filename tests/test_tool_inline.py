@@ -87,101 +87,77 @@ def test_the_option_is_on_every_way_to_declare_a_tool() -> None:
     assert agent.tools["default"].run_in_thread is True
 
 
-async def test_a_sync_tool_runs_where_asked_and_sees_a_copy_of_the_callers_contextvars(
+async def test_a_tool_runs_where_asked_with_ctx_deps_and_a_copy_of_the_callers_contextvars(
     threaded: bool,
 ) -> None:
     ran_on: list[int] = []
-    seen: list[str] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}"), ("c2", "probe", "{}")), "done")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def probe() -> str:
-        ran_on.append(threading.get_ident())
-        seen.append(request_id.get())
-        request_id.set("set-by-the-tool")  # stays with this call
-        return "ok"
-
-    token = request_id.set("req-42")
-    try:
-        res = await agent.run("go")
-        assert request_id.get() == "req-42"
-    finally:
-        request_id.reset(token)
-    _where(threaded, ran_on)
-    assert seen == ["req-42", "req-42"]
-    assert tool_texts(res.messages) == [("ok", False), ("ok", False)]
-
-
-async def test_an_async_tool_runs_on_the_loop_whatever_the_option(threaded: bool) -> None:
-    ran_on: list[int] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    async def probe() -> str:
-        ran_on.append(threading.get_ident())
-        return "ok"
-
-    await agent.run("go")
-    assert ran_on == [threading.get_ident()]
-
-
-async def test_ctx_and_deps_reach_the_tool(threaded: bool) -> None:
     seen: list[tuple[Any, ...]] = []
-    model = ScriptedModel(calls(("c1", "who", '{"n": 2}')), "done")
+    model = ScriptedModel(calls(("c1", "who", '{"n": 2}'), ("c2", "on_loop", "{}")), "done")
     agent: Agent[str, str] = Agent(model, deps_type=str)
 
     @agent.tool(run_in_thread=threaded)
     def who(ctx: RunContext[str], n: int) -> str:
-        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, ctx.run_id, n))
+        ran_on.append(threading.get_ident())
+        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, ctx.run_id, n, request_id.get()))
+        request_id.set("set-by-the-tool")  # stays with this call
         return ctx.deps * n
 
-    res = await agent.run("go", deps="ab")
-    assert seen == [("ab", "c1", "who", res.run_id, 2)]
-    assert tool_texts(res.messages) == [("abab", False)]
+    @agent.tool_plain(run_in_thread=threaded)
+    async def on_loop() -> str:  # an async tool runs on the loop whatever the option
+        assert threading.get_ident() == loop_thread
+        return request_id.get()
+
+    loop_thread = threading.get_ident()
+    token = request_id.set("req-42")
+    try:
+        res = await agent.run("go", deps="ab")
+        assert request_id.get() == "req-42"
+    finally:
+        request_id.reset(token)
+    _where(threaded, ran_on)
+    assert seen == [("ab", "c1", "who", res.run_id, 2, "req-42")]
+    assert tool_texts(res.messages) == [("abab", False), ("req-42", False)]
 
 
 # --------------------------------------------------------------------------- signals, retries
 
 
-async def test_failed_canceled_and_errors_are_classified_alike(threaded: bool) -> None:
+def _chained_failed() -> str:
+    try:
+        raise Failed("permission denied")
+    except Failed as exc:
+        raise RuntimeError("wrapper") from exc  # a chained signal still counts
+
+
+def _canceled() -> str:
+    raise Canceled("user pressed stop")
+
+
+def _key_error() -> str:
+    raise KeyError("inside the tool")
+
+
+@pytest.mark.parametrize(
+    ("body", "stage"),
+    [(_chained_failed, None), (_canceled, Stage.CANCELED), (_key_error, Stage.TOOL)],
+    ids=["failed", "canceled", "error"],
+)
+async def test_failed_canceled_and_errors_are_classified_alike(
+    threaded: bool, body: Any, stage: Stage | None
+) -> None:
     model = ScriptedModel(calls(("c1", "rm", "{}")), "could not delete")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def rm() -> str:
-        try:
-            raise Failed("permission denied")
-        except Failed as exc:
-            raise RuntimeError("wrapper") from exc  # a chained signal still counts
-
-    res = await agent.run("delete")
-    assert tool_texts(res.messages) == [("permission denied", True)]
-
-    model = ScriptedModel(calls(("c1", "stop", "{}")), "never")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def stop() -> str:
-        raise Canceled("user pressed stop")
-
+    agent = Agent(
+        model, tools=[Tool.from_function(body, name="rm", description="rm", run_in_thread=threaded)]
+    )
+    if stage is None:
+        res = await agent.run("delete")
+        assert tool_texts(res.messages) == [("permission denied", True)]
+        return
     with pytest.raises(RunError) as info:
         await agent.run("go")
-    assert info.value.stage is Stage.CANCELED
-    assert model.remaining == 1
-
-    model = ScriptedModel(calls(("c1", "boom", "{}")), "never")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def boom() -> str:
-        raise KeyError("inside the tool")
-
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__.__cause__, KeyError)
+    assert (info.value.stage, model.remaining) == (stage, 1)
+    if stage is Stage.TOOL:
+        assert isinstance(info.value.__cause__.__cause__, KeyError)
 
 
 async def test_model_retry_and_invalid_arguments_use_the_correction_budget(
@@ -221,30 +197,29 @@ async def test_model_retry_and_invalid_arguments_use_the_correction_budget(
 # --------------------------------------------------------------------------- timeouts
 
 
+@pytest.mark.parametrize("timeout", [0.02, None])
 async def test_a_sync_tool_overrunning_its_timeout_runs_to_its_end_then_fails(
-    threaded: bool,
+    threaded: bool, timeout: float | None
 ) -> None:
     finished: list[bool] = []
 
     def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.1)  # past the timeout however slow the machine is
+        if timeout:
+            time.sleep(0.1)  # past the timeout however slow the machine is
         finished.append(True)
         return "late"
 
-    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
-    tool = Tool("slow", "s", OBJ, slow, timeout=0.02, run_in_thread=threaded)
+    model = ScriptedModel(calls(("c1", "slow", "{}")), "done")
+    tool = Tool("slow", "s", OBJ, slow, timeout=timeout, run_in_thread=threaded)
+    agent = Agent(model, tools=[tool], tool_timeout=60)
+    if timeout is None:  # within its timeout: it returns
+        assert tool_texts((await agent.run("go")).messages) == [("late", False)]
+        return
     with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool]).run("go")
+        await agent.run("go")
     assert info.value.stage is Stage.TOOL
     assert isinstance(info.value.__cause__, ToolTimeout)
     assert finished == [True]  # never abandoned
-
-
-async def test_a_sync_tool_within_its_timeout_returns(threaded: bool) -> None:
-    model = ScriptedModel(calls(("c1", "quick", "{}")), "done")
-    tool = Tool("quick", "q", OBJ, lambda ctx, args: "fast", run_in_thread=threaded)
-    res = await Agent(model, tools=[tool], tool_timeout=60).run("go")
-    assert tool_texts(res.messages) == [("fast", False)]
 
 
 # --------------------------------------------------------------------------- events
