@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from golem import Agent, EventKind, Result, RunError, RunEvent, Stage, Usage
-from golem.errors import BadRequest
+from golem.errors import BadRequest, Overloaded
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
@@ -69,48 +70,21 @@ def shape(items: list[Any]) -> list[str]:
     return out
 
 
-async def test_items_arrive_in_order_across_turns() -> None:
-    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
-    assert shape(items) == [
-        "model_start",
-        "text:Let me look.",
-        "call:c1:lookup",
-        "model_end",
-        "tool_start",
-        "tool_end",
-        "model_start",
-        "text:The answer.",
-        "model_end",
-    ]
-    assert result.output == "The answer."
-
-
-async def test_stream_result_equals_what_run_returns() -> None:
-    ids = {"run_id": "run-1", "conversation_id": "conv-1"}
-    _, streamed = await collect(agent_for(ScriptedModel(*script())), "q", **ids)
-    ran = await agent_for(ScriptedModel(*script())).run("q", **ids)
-    assert streamed == ran
-    assert streamed.usage == Usage(30, 6)
-    assert streamed.requests == 2
-    assert streamed.tool_calls == 1
-    assert streamed.finish_reason == "stop"
-
-
-async def test_stream_events_also_reach_the_observers_in_the_same_order() -> None:
+async def test_items_arrive_in_order_across_turns_and_the_result_is_what_run_returns() -> None:
     agent_seen: list[RunEvent] = []
     run_seen: list[RunEvent] = []
+    ids = {"run_id": "run-1", "conversation_id": "conv-1"}
     agent = agent_for(ScriptedModel(*script()), event_handler=agent_seen.append)
-    items, _ = await collect(agent, "q", on_event=run_seen.append)
-    streamed_events = [i for i in items if isinstance(i, RunEvent)]
-    assert streamed_events == agent_seen == run_seen
-
-
-async def test_streamed_events_carry_the_run_identity() -> None:
-    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
-    events = [i for i in items if isinstance(i, RunEvent)]
-    assert {(e.run_id, e.conversation_id) for e in events} == {
-        (result.run_id, result.conversation_id)
-    }
+    items, streamed = await collect(agent, "q", on_event=run_seen.append, **ids)
+    assert shape(items) == [
+        *("model_start", "text:Let me look.", "call:c1:lookup", "model_end"),
+        *("tool_start", "tool_end", "model_start", "text:The answer.", "model_end"),
+    ]
+    assert [i for i in items if isinstance(i, RunEvent)] == agent_seen == run_seen
+    assert {(e.run_id, e.conversation_id) for e in run_seen} == {("run-1", "conv-1")}
+    assert streamed == await agent_for(ScriptedModel(*script())).run("q", **ids)
+    assert (streamed.output, streamed.usage) == ("The answer.", Usage(30, 6))
+    assert (streamed.requests, streamed.tool_calls, streamed.finish_reason) == (2, 1, "stop")
 
 
 async def test_thinking_is_streamed_before_the_text() -> None:
@@ -155,14 +129,6 @@ async def test_non_streaming_model_fails_up_front() -> None:
     assert model.requests == []
 
 
-async def test_model_failure_while_streaming_is_a_run_error() -> None:
-    agent = Agent(ScriptedModel(BadRequest("bad request")))
-    with pytest.raises(RunError) as info:
-        await collect(agent, "q")
-    assert info.value.stage is Stage.MODEL
-    assert isinstance(info.value.__cause__, BadRequest)
-
-
 async def test_stream_that_breaks_mid_way_is_a_model_stage_error() -> None:
     async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
         yield "partial "
@@ -178,14 +144,13 @@ async def test_stream_that_breaks_mid_way_is_a_model_stage_error() -> None:
     assert "text:partial " in shape(seen)
 
 
-async def test_streamed_turns_are_single_attempt() -> None:
-    from golem.errors import Overloaded
-
+async def test_a_model_failure_is_a_run_error_and_streamed_turns_are_single_attempt() -> None:
     model = ScriptedModel(Overloaded("busy"), "ok")
     agent = Agent(model, max_attempts=3, retry_backoff=lambda n: 0)
     with pytest.raises(RunError) as info:
         await collect(agent, "q")
     assert info.value.stage is Stage.MODEL
+    assert isinstance(info.value.__cause__, Overloaded)
     assert len(model.requests) == 1
 
 
@@ -341,15 +306,23 @@ async def test_a_streamed_resume_returns_what_the_plain_resume_returns() -> None
     paused = await agent.run("clean", conversation_id="conv")
     agent.model = ScriptedModel("Deleted a.")
     async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
+        paused.messages, {"approvals": {"c1": True}}, "thanks"
     ) as stream:
         async for _ in stream:
             pass
     agent.model = ScriptedModel("Deleted a.")
     plain = await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
+        paused.messages, {"approvals": {"c1": True}}, "thanks"
     )
-    assert stream.result == plain
+    streamed = stream.result
+    assert plain.run_id != streamed.run_id  # each resume is a run of its own
+
+    def unstamped(r: Result[Any]) -> list[Message]:
+        return [replace(m, run_id="") if m.run_id == r.run_id else m for m in r.messages]
+
+    assert unstamped(streamed) == unstamped(plain)
+    fields = ("output", "usage", "finish_reason", "requests", "tool_calls", "conversation_id")
+    assert [getattr(streamed, f) for f in fields] == [getattr(plain, f) for f in fields]
 
 
 async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None:
@@ -483,7 +456,7 @@ async def test_a_streamed_resume_reruns_a_toolsets_tool_and_checks_inside_the_ru
                 pass
     assert toolset.ran == []
     async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, conversation_id=paused.conversation_id
+        paused.paused_run, {"approvals": {"c1": True}}
     ) as stream:
         items = [item async for item in stream]
     assert toolset.ran == ["c1"]
