@@ -71,6 +71,7 @@ def _duplicate_by_decorator() -> None:
         (_duplicate_by_decorator, ValueError, "echo"),
         (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(tool_calls=-1)), ValueError, ""),
         (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(cost=1.0)), ValueError, "price"),
+        (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(cost=0)), ValueError, "price"),
         (lambda: Agent(ScriptedModel(), str), TypeError, ""),  # configuration is keyword-only
     ],
 )
