@@ -290,11 +290,3 @@ def test_store_reexports_every_record_name() -> None:
         assert getattr(golem.durable.store, name) is getattr(golem.durable.store.records, name), (
             name
         )
-
-
-def test_stage_values_are_the_wire_strings() -> None:
-    from golem import Stage
-
-    assert {s.value for s in Stage} == {"model", "decode", "tool", "loop", "usage", "canceled"}
-    assert Stage.MODEL == "model"
-    assert Stage.CANCELED == "canceled"
