@@ -139,6 +139,13 @@ OLD = json.dumps  # before ADR 0047 golem wrote such args as a JSON string of th
 @pytest.mark.parametrize(
     ("in_file", "loaded", "written"),
     [
+        ('{"path":"a"}', '{"path":"a"}', None),
+        ('{ "path" : "a" }', '{ "path" : "a" }', None),  # Go keeps what it reads, whitespace too
+        ('{"html":"\\u003cb\\u003e"}', '{"html":"\\u003cb\\u003e"}', None),  # Go's escapes
+        ("1e400", "1e400", None),
+        ('"{\\"a\\":1}"', '"{\\"a\\":1}"', None),  # a RawMessage holding a literal of JSON
+        ('"[1,2]"', '"[1,2]"', None),
+        ('{"name":"Zoë","emoji":"😀"}', '{"name":"Zoë","emoji":"😀"}', None),
         ('{"a":"\\ud800"}', '{"a":"\\ud800"}', None),
         ('{"a":"x\\udfffy","b":["\\uDBFF"]}', '{"a":"x\\udfffy","b":["\\uDBFF"]}', None),
         ('["\\udc00\\ud800"]', '["\\udc00\\ud800"]', None),  # low then high: not a pair
@@ -157,6 +164,7 @@ def test_args_go_holds_load_byte_exact_and_are_written_embedded(
     in_file: str, loaded: str, written: str | None
 ) -> None:
     history = loads_history(doc(in_file))
+    assert loads_history(doc(in_file).encode()) == history
     assert history[0].tool_calls[0].args == loaded
     assert dumps_history(history) == doc(written or in_file)
     assert dumps_history([Message(role="assistant", tool_calls=[ToolCall("c", "n", loaded)])]) == (
