@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from golem import PartialResult, RunError, Stage, ToolError, UsageLimitExceeded
-from golem.errors import BadRequest, GolemError, Overloaded, ProviderError, RateLimited
+from golem.errors import (
+    BadRequest,
+    GolemError,
+    HistoryError,
+    Overloaded,
+    ProviderError,
+    RateLimited,
+)
 from golem.messages import Message
 
 
@@ -48,3 +55,5 @@ def test_provider_errors_classify_retryability() -> None:
     assert not BadRequest("nope").retryable
     assert ProviderError("x", retryable=True).retryable
     assert issubclass(ProviderError, GolemError)
+    assert issubclass(HistoryError, GolemError)
+    assert issubclass(HistoryError, ValueError)  # what loads/dumps raised before it had a name
