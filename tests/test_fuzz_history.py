@@ -328,6 +328,7 @@ _JSONISH = st.text(alphabet='[]{}:,"\\ -+.0123456789eEtrufalsn\t\n\x00\x1fx', ma
 @example("01")
 @example("[] []")
 @example(" [ ] ")
+@example("[]]")
 @given(
     _JSONISH
     | JSON_VALUES.map(lambda v: json.dumps(v, indent=None))

@@ -201,6 +201,7 @@ def _stored_args_are_sound(text: str) -> None:
 @example(DEEP_OBJECT_TEXT)
 @example('{"a":NaN}')  # was stored as is
 @example('{"a":"\ud800"}')  # a raw lone surrogate: was stored as is
+@example('{"a":"é"}')
 @given(ARG_DICTS | arg_texts | json_values)
 def test_a_decisions_edited_arguments_are_stored_sound_or_are_an_invalid_decision(
     args: Any,

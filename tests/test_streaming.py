@@ -349,16 +349,13 @@ async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None
     assert ran == []
     assert len(agent.model.requests) == requests
 
-
-async def test_a_streamed_resume_needs_a_streaming_model() -> None:
-    class Plain:
+    class Plain:  # no streaming
         async def generate(self, request: ModelRequest) -> ModelResponse:
             raise AssertionError("never called")
 
-    agent, _ = gated_agent(Plain())
-    history = [Message(role="user", content="x"), calls(("c1", "delete", "{}"))]
+    agent.model = Plain()  # type: ignore[assignment]
     with pytest.raises(TypeError, match="does not support streaming"):
-        agent.run_stream_with_deferred_results(history, {"approvals": {"c1": True}})
+        agent.run_stream_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
 
 
 async def test_a_streamed_resume_can_pause_again() -> None:
