@@ -1,5 +1,9 @@
 """The run loop's policy: turn limit, model-call retries, tool self-correction budgets,
-Canceled/Failed, timeouts, parallel execution, unknown tools, usage limits, cancellation."""
+timeouts, parallel execution, usage limits, caller cancellation, call identity.
+
+What any batch does — Failed, Canceled and the calls it closes, unknown tools, errors, bad
+arguments, sequential tools, parallel groups and their event order, what counts as a tool
+call — is `tests/test_contract_batches.py`'s oracle property."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from golem import (
     Usage,
     UsageLimitExceeded,
     UsageLimits,
-    normalize_history,
 )
 from golem.errors import (
     BadRequest,
@@ -34,7 +37,7 @@ from golem.errors import (
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
-from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, Tool, call_approved
+from golem.tool import DeferKind, Deferred, Failed, ModelRetry, Tool, call_approved
 
 pytestmark = pytest.mark.version
 
@@ -284,70 +287,6 @@ async def test_retry_budget_is_per_tool_name_and_per_run() -> None:
     assert info.value.stage is Stage.TOOL
 
 
-# --------------------------------------------------------------------------- Failed / Canceled
-
-
-async def test_failed_does_not_consume_the_retry_budget() -> None:
-    def flaky(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Failed("remote said no")
-
-    model = ScriptedModel(
-        calls(("c1", "flaky", "{}")),
-        calls(("c2", "flaky", "{}")),
-        calls(("c3", "flaky", "{}")),
-        "gave up",
-    )
-    res = await Agent(model, tools=[Tool("flaky", "f", OBJ, flaky)]).run("go")
-    assert res.output == "gave up"
-    msgs = tool_messages(res.messages)
-    assert [(m.content, m.failed) for m in msgs] == [("remote said no", True)] * 3
-
-
-@pytest.mark.parametrize("parallel", [False, True])
-async def test_canceled_closes_the_calls_it_and_later_ones_left_as_interrupted(
-    parallel: bool,
-) -> None:
-    executed: list[str] = []
-    events: list[RunEvent] = []
-
-    async def ok(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        executed.append(ctx.call_id)
-        return f"{ctx.call_id} ok"
-
-    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        executed.append(ctx.call_id)
-        raise Canceled("halt")
-
-    model = ScriptedModel(
-        calls(("c1", "ok", "{}"), ("c2", "stop", "{}"), ("c3", "ok", "{}")), "never"
-    )
-    tools = [Tool("ok", "o", OBJ, ok), Tool("stop", "s", OBJ, stop)]
-    agent = Agent(model, tools=tools, parallel_tool_calls=parallel)
-    with pytest.raises(RunError) as info:
-        await agent.run("go", on_event=events.append)
-    err = info.value
-    assert err.stage is Stage.CANCELED
-    # sequential: later calls never run; parallel: one group, every call ran
-    assert sorted(executed) == (["c1", "c2", "c3"] if parallel else ["c1", "c2"])
-    assert model.remaining == 1
-    partial = err.partial
-    assert partial is not None
-    closing = tool_messages(partial.messages)
-    assert [(m.tool_call_id, m.content) for m in closing] == [
-        ("c1", "c1 ok"),
-        ("c2", INTERRUPTED),
-        ("c3", INTERRUPTED),
-    ]
-    assert all(m.run_id == partial.run_id for m in closing)
-    _, report = normalize_history(partial.messages)  # already pairing-valid
-    assert (report.synthesized, report.dropped) == ([], [])
-    if not parallel:
-        assert partial.tool_calls == 2
-        assert [e.kind for e in events][-2:] == [EventKind.TOOL_END, EventKind.CANCELED]
-        assert (events[-1].call_id, events[-1].tool_name) == ("c2", "stop")
-        assert isinstance(events[-1].error, Canceled)
-
-
 # --------------------------------------------------------------------------- timeouts
 
 
@@ -456,104 +395,6 @@ async def test_parallel_calls_run_concurrently_and_keep_emission_order() -> None
     assert res.tool_calls == 2
 
 
-async def test_without_parallel_calls_tools_run_one_at_a_time() -> None:
-    running = 0
-    peak = 0
-
-    async def busy(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        for _ in range(3):
-            await asyncio.sleep(0)
-        running -= 1
-        return ctx.call_id
-
-    model = ScriptedModel(calls(*((f"c{i}", "busy", "{}") for i in range(4))), "done")
-    res = await Agent(model, tools=[Tool("busy", "b", OBJ, busy)]).run("go")
-    assert peak == 1
-    assert [m.content for m in tool_messages(res.messages)] == ["c0", "c1", "c2", "c3"]
-
-
-async def test_sequential_tool_is_a_barrier() -> None:
-    log: list[str] = []
-
-    def tracked(name: str, sequential: bool = False) -> Tool:
-        async def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-            log.append(f"{ctx.call_id} start")
-            for _ in range(3):
-                await asyncio.sleep(0)
-            log.append(f"{ctx.call_id} end")
-            return ctx.call_id
-
-        return Tool(name, name, OBJ, run, sequential=sequential)
-
-    model = ScriptedModel(
-        calls(
-            ("a1", "par", "{}"),
-            ("a2", "par", "{}"),
-            ("s1", "seq", "{}"),
-            ("b1", "par", "{}"),
-            ("b2", "par", "{}"),
-        ),
-        "done",
-    )
-    agent = Agent(model, tools=[tracked("par"), tracked("seq", True)], parallel_tool_calls=True)
-    res = await agent.run("go")
-    pos = {entry: i for i, entry in enumerate(log)}
-    # a1 and a2 overlap; the barrier starts after both ended and ends before b1/b2 start.
-    assert pos["a2 start"] < pos["a1 end"]
-    assert pos["s1 start"] > max(pos["a1 end"], pos["a2 end"])
-    assert pos["s1 end"] < min(pos["b1 start"], pos["b2 start"])
-    assert pos["b2 start"] < pos["b1 end"]
-    assert [m.content for m in tool_messages(res.messages)] == ["a1", "a2", "s1", "b1", "b2"]
-
-
-async def test_parallel_calls_with_failures_keep_emission_order() -> None:
-    gate = asyncio.Event()
-
-    async def slow_fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        await gate.wait()
-        raise Failed("slow failure")
-
-    async def fast(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        gate.set()
-        return "fast"
-
-    model = ScriptedModel(calls(("c1", "slow", "{}"), ("c2", "fast", "{}")), "done")
-    tools = [Tool("slow", "s", OBJ, slow_fail), Tool("fast", "f", OBJ, fast)]
-    res = await asyncio.wait_for(
-        Agent(model, tools=tools, parallel_tool_calls=True).run("go"), timeout=10
-    )
-    assert [(m.tool_call_id, m.content, m.failed) for m in tool_messages(res.messages)] == [
-        ("c1", "slow failure", True),
-        ("c2", "fast", False),
-    ]
-
-
-# --------------------------------------------------------------------------- unknown tools
-
-
-@pytest.mark.parametrize("parallel", [False, True])
-async def test_unknown_tool_fails_at_stage_tool_before_any_call_executes(parallel: bool) -> None:
-    events: list[RunEvent] = []
-    executed: list[str] = []
-    known = Tool("known", "k", OBJ, lambda ctx, args: executed.append(ctx.call_id) or "ok")
-    model = ScriptedModel(calls(("c1", "known", "{}"), ("c2", "mystery", "{}")), "never")
-    agent = Agent(model, tools=[known], parallel_tool_calls=parallel)
-    with pytest.raises(RunError) as info:
-        await agent.run("go", on_event=events.append)
-    err = info.value
-    assert err.stage is Stage.TOOL
-    assert executed == []
-    assert isinstance(err.__cause__, ToolError)
-    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("mystery", "c2")
-    assert not [e for e in events if e.kind in (EventKind.TOOL_START, EventKind.TOOL_END)]
-    assert err.partial is not None
-    assert err.partial.tool_calls == 0
-    assert model.remaining == 1
-
-
 # --------------------------------------------------------------------------- usage
 
 
@@ -624,19 +465,6 @@ async def test_each_usage_limit_dimension(
     assert (cause.kind, cause.limit) == (kind, limit)
     assert cause.actual == pytest.approx(actual)
     assert err.partial is not None
-
-
-async def test_failed_and_rejected_executions_count_as_tool_calls() -> None:
-    def fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Failed("no")
-
-    def retry(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise ModelRetry("again")
-
-    model = ScriptedModel(calls(("c1", "fail", "{}"), ("c2", "retry", "{}")), "done")
-    tools = [Tool("fail", "f", OBJ, fail), Tool("retry", "r", OBJ, retry)]
-    res = await Agent(model, tools=tools, tool_retries=1).run("go")
-    assert res.tool_calls == 2
 
 
 # --------------------------------------------------------------------------- caller cancellation
@@ -715,26 +543,6 @@ async def test_a_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
 
 
 # --------------------------------------------------------------------------- more edges
-
-
-async def test_an_earlier_terminal_error_wins_over_a_later_cancel() -> None:
-    async def boom(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise RuntimeError("boom")
-
-    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Canceled("halt")
-
-    model = ScriptedModel(calls(("c1", "boom", "{}"), ("c2", "stop", "{}")), "never")
-    agent = Agent(
-        model,
-        tools=[Tool("boom", "b", OBJ, boom), Tool("stop", "s", OBJ, stop)],
-        parallel_tool_calls=True,
-    )
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, ToolError)
-    assert info.value.__cause__.call_id == "c1"
 
 
 async def test_partial_result_reports_cost() -> None:

@@ -1,15 +1,17 @@
-"""run_stream: deltas and events in arrival order, the same Result as run, failures."""
+"""run_stream: deltas and events in arrival order, the same Result as run, failures.
+
+That a streamed run or resume pauses, resumes, fails and emits events exactly as the plain
+one (parallel or not) is `tests/test_contract_batches.py`'s property."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from golem import Agent, EventKind, Result, RunError, RunEvent, Stage, Usage
+from golem import Agent, Result, RunError, RunEvent, Stage, Usage
 from golem.errors import BadRequest, Overloaded
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
@@ -169,18 +171,6 @@ async def test_function_model_stream_drives_run_stream() -> None:
     assert result.usage == Usage(3, 1)
 
 
-async def test_stream_tool_events_in_parallel_mode() -> None:
-    model = ScriptedModel(calls(("c1", "lookup", "{}"), ("c2", "lookup", "{}")), "done")
-    items, _ = await collect(agent_for(model, parallel_tool_calls=True), "q")
-    kinds = [i.kind for i in items if isinstance(i, RunEvent) and i.call_id]
-    assert kinds == [
-        EventKind.TOOL_START,
-        EventKind.TOOL_START,
-        EventKind.TOOL_END,
-        EventKind.TOOL_END,
-    ]
-
-
 async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
     agent = Agent(ScriptedModel("hi"))
     async with agent.run_stream("q") as stream:
@@ -301,30 +291,6 @@ async def test_a_streamed_resume_yields_reruns_then_the_models_deltas_in_order()
     assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
 
 
-async def test_a_streamed_resume_returns_what_the_plain_resume_returns() -> None:
-    agent, _ = gated_agent(ScriptedModel(*resume_script()))
-    paused = await agent.run("clean", conversation_id="conv")
-    agent.model = ScriptedModel("Deleted a.")
-    async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks"
-    ) as stream:
-        async for _ in stream:
-            pass
-    agent.model = ScriptedModel("Deleted a.")
-    plain = await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks"
-    )
-    streamed = stream.result
-    assert plain.run_id != streamed.run_id  # each resume is a run of its own
-
-    def unstamped(r: Result[Any]) -> list[Message]:
-        return [replace(m, run_id="") if m.run_id == r.run_id else m for m in r.messages]
-
-    assert unstamped(streamed) == unstamped(plain)
-    fields = ("output", "usage", "finish_reason", "requests", "tool_calls", "conversation_id")
-    assert [getattr(streamed, f) for f in fields] == [getattr(plain, f) for f in fields]
-
-
 async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None:
     from golem import ResumeError, SealError
 
@@ -356,44 +322,6 @@ async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None
     agent.model = Plain()  # type: ignore[assignment]
     with pytest.raises(TypeError, match="does not support streaming"):
         agent.run_stream_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
-
-
-async def test_a_streamed_resume_can_pause_again() -> None:
-    model = ScriptedModel(
-        *resume_script()[:1],
-        ModelResponse(calls(("c2", "delete", "{}")), finish_reason="tool_call"),
-    )
-    agent, ran = gated_agent(model)
-    paused = await agent.run("clean")
-    async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}
-    ) as stream:
-        kinds = [i.kind.value for i in [x async for x in stream] if isinstance(i, RunEvent)]
-    assert kinds[-2:] == ["tool_start", "deferred"]
-    assert stream.result.pending is not None
-    assert stream.result.pending.approvals[0].call_id == "c2"
-    assert ran == ["c1"]
-
-
-async def test_a_failing_rerun_raises_from_the_streamed_iteration() -> None:
-    def broken(ctx: Any, args: dict[str, Any]) -> str:
-        from golem.tool import DeferKind, Deferred, call_approved
-
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL)
-        raise RuntimeError("disk full")
-
-    agent = Agent(ScriptedModel(*resume_script()), tools=[Tool("delete", "D.", OBJ, broken)])
-    paused = await agent.run("clean")
-    items: list[Any] = []
-    with pytest.raises(RunError) as info:
-        async with agent.run_stream_with_deferred_results(
-            paused.messages, {"approvals": {"c1": True}}
-        ) as stream:
-            async for item in stream:
-                items.append(item)
-    assert info.value.stage is Stage.TOOL
-    assert shape(items) == ["tool_start", "tool_end"]
 
 
 async def test_run_stream_with_a_paused_history_closes_the_pending_calls() -> None:

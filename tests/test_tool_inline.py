@@ -1,8 +1,10 @@
 """Sync tools on the event loop (`run_in_thread=False`) behave as in a worker thread.
 
 Every scenario runs in both modes (`threaded` fixture): where the call runs is the only
-difference; contextvars, `ctx`, signals, retries, timeouts, events, deferral and the
-approved re-run (`call_approved()`) must come out the same.
+difference; contextvars, `ctx`, a chained signal, timeouts, deferral, the approved re-run
+(`call_approved()`), spans and the durable cycle must come out the same. Signals, retries,
+bad arguments and events of sync tools in either mode are `tests/test_contract_batches.py`'s
+oracle property.
 """
 
 from __future__ import annotations
@@ -19,11 +21,9 @@ from golem.events import EventKind, RunEvent
 from golem.messages import Message, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import (
-    Canceled,
     DeferKind,
     Deferred,
     Failed,
-    ModelRetry,
     Tool,
     ToolTimeout,
     call_approved,
@@ -122,76 +122,17 @@ async def test_a_tool_runs_where_asked_with_ctx_deps_and_a_copy_of_the_callers_c
 # --------------------------------------------------------------------------- signals, retries
 
 
-def _chained_failed() -> str:
-    try:
-        raise Failed("permission denied")
-    except Failed as exc:
-        raise RuntimeError("wrapper") from exc  # a chained signal still counts
+async def test_a_signal_chained_as_the_cause_still_counts(threaded: bool) -> None:
+    def rm() -> str:
+        try:
+            raise Failed("permission denied")
+        except Failed as exc:
+            raise RuntimeError("wrapper") from exc
 
-
-def _canceled() -> str:
-    raise Canceled("user pressed stop")
-
-
-def _key_error() -> str:
-    raise KeyError("inside the tool")
-
-
-@pytest.mark.parametrize(
-    ("body", "stage"),
-    [(_chained_failed, None), (_canceled, Stage.CANCELED), (_key_error, Stage.TOOL)],
-    ids=["failed", "canceled", "error"],
-)
-async def test_failed_canceled_and_errors_are_classified_alike(
-    threaded: bool, body: Any, stage: Stage | None
-) -> None:
     model = ScriptedModel(calls(("c1", "rm", "{}")), "could not delete")
-    agent = Agent(
-        model, tools=[Tool.from_function(body, name="rm", description="rm", run_in_thread=threaded)]
-    )
-    if stage is None:
-        res = await agent.run("delete")
-        assert tool_texts(res.messages) == [("permission denied", True)]
-        return
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert (info.value.stage, model.remaining) == (stage, 1)
-    if stage is Stage.TOOL:
-        assert isinstance(info.value.__cause__.__cause__, KeyError)
-
-
-async def test_model_retry_and_invalid_arguments_use_the_correction_budget(
-    threaded: bool,
-) -> None:
-    model = ScriptedModel(
-        calls(("c1", "when", '{"date": "tomorrow"}')),
-        calls(("c2", "when", '{"date": 5}')),
-        calls(("c3", "when", '{"date": "2025-01-02"}')),
-        "ok",
-    )
-    agent = Agent(model, tool_retries=2)
-    ran: list[str] = []
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def when(date: str) -> str:
-        ran.append(date)
-        if not date[:1].isdigit():
-            raise ModelRetry("use an ISO date")
-        return "booked"
-
-    res = await agent.run("book")
-    texts = [t for t, _ in tool_texts(res.messages)]
-    assert texts[0].startswith("Your tool call was rejected: use an ISO date")
-    assert "date" in texts[1]  # the validation problem, before the function runs
-    assert texts[2] == "booked"
-    assert ran == ["tomorrow", "2025-01-02"]
-
-    model = ScriptedModel(calls(("c1", "when", '{"date": "x"}')), calls(("c2", "when", "{}")))
-    agent = Agent(model, tool_retries=0)
-    agent.tool_plain(run_in_thread=threaded)(when)
-    with pytest.raises(RunError) as info:
-        await agent.run("book")
-    assert info.value.stage is Stage.TOOL
+    tool = Tool.from_function(rm, description="rm", run_in_thread=threaded)
+    res = await Agent(model, tools=[tool]).run("delete")
+    assert tool_texts(res.messages) == [("permission denied", True)]
 
 
 # --------------------------------------------------------------------------- timeouts
@@ -223,48 +164,6 @@ async def test_a_sync_tool_overrunning_its_timeout_runs_to_its_end_then_fails(
 
 
 # --------------------------------------------------------------------------- events
-
-
-def _shape(events: list[RunEvent]) -> list[tuple[Any, ...]]:
-    return [
-        (e.kind, e.turn, e.call_id, e.tool_name, e.result, e.reason, e.approved, repr(e.error))
-        for e in events
-        if e.kind in (EventKind.TOOL_START, EventKind.TOOL_END, EventKind.DEFERRED)
-    ]
-
-
-async def _events_of_a_mixed_batch(threaded: bool) -> list[tuple[Any, ...]]:
-    model = ScriptedModel(
-        calls(("c1", "ok", "{}"), ("c2", "fails", "{}"), ("c3", "gated", "{}")), "never"
-    )
-    agent = Agent(model, parallel_tool_calls=True)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def ok() -> str:
-        return "fine"
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def fails() -> str:
-        raise Failed("nope")
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def gated() -> str:
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "needs sign-off")
-        return "done"
-
-    events: list[RunEvent] = []
-    res = await agent.run("go", on_event=events.append)
-    assert [p.call_id for p in res.pending.calls] == ["c3"]
-    return _shape(events)
-
-
-async def test_events_are_the_same_in_both_modes() -> None:
-    threaded = await _events_of_a_mixed_batch(True)
-    assert threaded == await _events_of_a_mixed_batch(False)
-    kinds = [e[0] for e in threaded]
-    assert kinds.count(EventKind.TOOL_START) == 3
-    assert EventKind.DEFERRED in kinds
 
 
 # --------------------------------------------------------------------------- deferral
