@@ -28,7 +28,7 @@ from golem.errors import BadRequest
 from golem.messages import Message, ToolCall
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
-from golem.tool import Canceled, Tool
+from golem.tool import Tool
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 OBJ = {"type": "object"}
@@ -377,12 +377,7 @@ async def test_stage_tool_wraps_a_tool_error_naming_tool_and_call() -> None:
     assert isinstance(cause, ToolError)
     assert (cause.tool_name, cause.call_id) == ("explode", "c2")
     assert "disk on fire" in str(cause)
-    chain: list[BaseException] = []
-    cur: BaseException | None = cause
-    while cur is not None:
-        chain.append(cur)
-        cur = cur.__cause__
-    assert boom in chain
+    assert boom in (cause.__cause__, getattr(cause.__cause__, "__cause__", None))
     assert err.partial is not None
     # A failing batch contributes none of its results: evidence ends at the assistant turn.
     assert err.partial.messages[-1].role == "assistant"
@@ -413,23 +408,6 @@ async def test_stage_usage_carries_usage_limit_exceeded() -> None:
     assert (err.__cause__.limit, err.__cause__.actual) == (40, 50)
     assert err.partial is not None
     assert err.partial.messages[-1].content == "long answer"  # keeps the crossing response
-
-
-async def test_stage_canceled_carries_the_signal_and_the_transcript() -> None:
-    def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Canceled("budget exhausted")
-
-    model = ScriptedModel(calls(("c1", "echo", "{}"), ("c2", "stop", "{}")), "never")
-    agent = Agent(model, tools=[echo_tool(), Tool("stop", "S.", OBJ, stop)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    err = info.value
-    assert err.stage is Stage.CANCELED
-    assert isinstance(err.__cause__, Canceled)
-    assert err.__cause__.reason == "budget exhausted"
-    assert err.partial is not None
-    assert err.partial.tool_calls == 2
-    assert [m.tool_call_id for m in err.partial.messages if m.role == "tool"] == ["c1", "c2"]
 
 
 @pytest.mark.parametrize("model", [None, 42, object(), {"model": "gpt"}])
