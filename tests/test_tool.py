@@ -93,31 +93,20 @@ def test_the_schema_comes_from_hints_and_the_docstring_without_ctx() -> None:
 # --------------------------------------------------------------------------- calling function tools
 
 
-async def test_function_tool_gets_ctx_with_deps_and_validated_args() -> None:
+async def test_function_tools_get_ctx_deps_defaults_and_validated_pydantic_arguments() -> None:
     seen: list[Any] = []
-    model = ScriptedModel(calls(("c1", "forecast", '{"city": "Oslo", "days": 3}')), "done")
-    agent: Agent[Deps, str] = Agent(model)
+    batch = calls(
+        ("c1", "forecast", '{"city": "Oslo", "days": 3}'),
+        ("c2", "slow_add", '{"a": 2, "b": 3}'),
+        ("c3", "book", '{"window": {"start": 1, "end": 2}}'),
+    )
+    agent: Agent[Deps, str] = Agent(ScriptedModel(batch, "done"))
 
     @agent.tool
     def forecast(ctx: RunContext[Deps], city: str, days: int = 1) -> str:
         """Forecast."""
         seen.append((ctx.deps, city, days))
         return f"{city}: 3 {ctx.deps.unit}"
-
-    deps = Deps(unit="°C")
-    res = await agent.run("weather?", deps=deps)
-    assert seen == [(deps, "Oslo", 3)]
-    assert seen[0][0] is deps
-    assert tool_messages(res.messages)[0].content == "Oslo: 3 °C"
-    assert res.output == "done"
-
-
-async def test_async_tools_defaults_and_pydantic_arguments() -> None:
-    got: list[Any] = []
-    batch = calls(
-        ("c1", "slow_add", '{"a": 2, "b": 3}'), ("c2", "book", '{"window": {"start": 1, "end": 2}}')
-    )
-    agent = Agent(ScriptedModel(batch, "done"))
 
     @agent.tool
     async def slow_add(a: int, b: int, c: int = 40) -> str:
@@ -126,12 +115,15 @@ async def test_async_tools_defaults_and_pydantic_arguments() -> None:
 
     @agent.tool
     def book(window: Window) -> str:
-        got.append(window)
+        seen.append(window)
         return "booked"
 
-    res = await agent.run("add")
-    assert [m.content for m in tool_messages(res.messages)] == ["45", "booked"]
-    assert got == [Window(start=1, end=2)]
+    deps = Deps(unit="°C")
+    res = await agent.run("weather?", deps=deps)
+    assert seen == [(deps, "Oslo", 3), Window(start=1, end=2)]
+    assert seen[0][0] is deps
+    assert [m.content for m in tool_messages(res.messages)] == ["Oslo: 3 °C", "45", "booked"]
+    assert res.output == "done"
 
 
 @pytest.mark.parametrize(
