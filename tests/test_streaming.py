@@ -1,11 +1,11 @@
 """run_stream: deltas and events in arrival order, the same Result as run, failures.
 
 That a streamed run or resume pauses, resumes, fails and emits events exactly as the plain
-one (parallel or not) is `tests/test_contract_batches.py`'s property."""
+one (parallel or not) is `tests/test_contract_batches.py`'s property; that a consumer cancelled
+or leaving early stops the run cleanly is `tests/test_contract_cancel_property.py`'s."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -179,46 +179,6 @@ async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
         async for _ in stream:
             pass
         assert stream.result.output == "hi"
-
-
-def hanging_model(started: asyncio.Event, closed: list[bool]) -> FunctionModel:
-    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
-        try:
-            yield "first"
-            started.set()
-            await asyncio.Event().wait()
-        finally:
-            closed.append(True)
-        yield "never"
-
-    return FunctionModel(lambda r: "unused", stream=stream_fn)
-
-
-async def test_cancelling_the_stream_consumer_propagates_and_stops_the_run() -> None:
-    started, closed = asyncio.Event(), []
-    agent = Agent(hanging_model(started, closed))
-
-    async def consume() -> None:
-        async with agent.run_stream("q") as stream:
-            async for _ in stream:
-                pass
-
-    task = asyncio.create_task(consume())
-    await asyncio.wait_for(started.wait(), timeout=10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert closed == [True]
-
-
-async def test_leaving_the_stream_early_stops_the_run() -> None:
-    started, closed = asyncio.Event(), []
-    agent = Agent(hanging_model(started, closed))
-    async with agent.run_stream("q") as stream:
-        async for item in stream:
-            if isinstance(item, Delta):
-                break
-    assert closed == [True]
 
 
 async def test_function_model_stream_of_tool_call_fragments_runs_the_tool() -> None:
