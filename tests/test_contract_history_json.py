@@ -218,24 +218,6 @@ def test_unknown_keys_at_every_level_are_ignored_as_go_ignores_them(
     assert loads_history(document) == expected
 
 
-@pytest.mark.parametrize(
-    ("document", "says"),
-    [
-        (
-            '[{"role":"assistant","toolCalls":[{"id":1,"name":"n","args":{"a":"\\ud800"}}]}]',
-            r"^history message 0: toolCalls\[0\]\.id",
-        ),
-        (
-            '[{"role":"assistant","toolCalls":[{"id":"c","args":{"a":"\\ud800"}}]},]',
-            "not valid JSON",
-        ),
-    ],
-)
-def test_other_faults_beside_a_lone_surrogate_are_still_named(document: str, says: str) -> None:
-    with pytest.raises(ValueError, match=says):
-        loads_history(document)
-
-
 # --------------------------------------------------------------------------- Go's paused histories
 
 GO_PAUSED = (

@@ -473,6 +473,9 @@ def test_shape_errors_name_the_message_and_the_field(bad: object, says: str) -> 
         ('[{"role":"user","x":{"v":NaN}}]', "not valid JSON"),
         (_go("[" * 200_000 + "]" * 200_000), "nested too deeply"),
         ('[{"role":"user","x":' + "[" * 200_000 + "]" * 200_000 + "}]", "nested too deeply"),
+        # other faults beside a lone surrogate are still named
+        (_go('{"a":"\\ud800"}').replace('"c"', "1"), r"^history message 0: toolCalls\[0\]\.id"),
+        (_go('{"a":"\\ud800"}')[:-1] + ",]", "not valid JSON"),
     ],
     ids=lambda v: v[:30] if isinstance(v, str) else None,
 )
