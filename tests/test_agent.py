@@ -384,19 +384,6 @@ async def test_stage_tool_wraps_a_tool_error_naming_tool_and_call() -> None:
     assert err.partial.tool_calls == 2
 
 
-async def test_stage_loop_when_max_iterations_is_exhausted() -> None:
-    model = ScriptedModel(*(calls((f"c{i}", "echo", "{}")) for i in range(5)))
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[echo_tool()], max_iterations=3).run("go")
-    err = info.value
-    assert err.stage is Stage.LOOP
-    assert "3" in str(err.__cause__)
-    assert len(model.requests) == 3
-    assert err.partial is not None
-    assert err.partial.requests == 3
-    assert err.partial.tool_calls == 3
-
-
 async def test_stage_usage_carries_usage_limit_exceeded() -> None:
     model = ScriptedModel(resp("long answer", usage=Usage(10, 50)))
     agent = Agent(model, usage_limits=UsageLimits(output_tokens=40))

@@ -75,8 +75,12 @@ async def test_max_iterations_counts_model_turns(limit: int, output: str | None)
     if output is None:
         with pytest.raises(RunError) as info:
             await agent.run("go")
-        assert info.value.stage is Stage.LOOP
+        err = info.value
+        assert err.stage is Stage.LOOP
+        assert "2" in str(err.__cause__)
         assert model.remaining == 1  # the third turn never happened
+        assert err.partial is not None
+        assert (err.partial.requests, err.partial.tool_calls) == (2, 2)
         return
     res = await agent.run("go")
     assert (res.output, res.requests) == (output, len(script))
