@@ -625,44 +625,37 @@ def test_any_pause_go_rewrote_resumes_from_its_paused_run_exactly_as_paused(
     asyncio.run(scenario())
 
 
-async def test_a_keyed_sub_agents_record_rewritten_by_go_still_resumes(go: Any) -> None:
-    """The record keeps its seals inside the tool message Go holds as text."""
+@pytest.mark.parametrize(
+    "own", [None, ToolCall("c1", "transfer", '{"amount": 10, "memo": "<rent> & co"}')]
+)
+async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes(
+    go: Any, own: ToolCall | None
+) -> None:
+    """The record keeps its seals inside the tool message Go holds as text, so what Go keeps
+    is enough for it; the parent's own sealed call loses its seal and bytes in Go, which the
+    `PausedRun` restores."""
     log: list[str] = []
-    parent = nested_parent("a<&>.log", log)
+    parent = nested_parent("a<&>.log", log, own=own)
     paused = await parent.run("tidy", conversation_id="X")
     assert paused.pending is not None
     rewritten = through_go(go, paused.messages)
     assert paused_records(rewritten)
-    resume = as_paused(paused, rewritten, sealed=False)  # what Go keeps is enough
-    done = await parent.run_with_deferred_results(
-        resume, DeferredResults(approvals={"p1/s1": Approval(True)})
-    )
-    assert (done.output, log) == ("ok", ["a<&>.log"])
-
-
-async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes_from_its_paused_run(
-    go: Any,
-) -> None:
-    """The parent's own sealed call loses its seal and bytes in Go, the record keeps both."""
-    log: list[str] = []
-    own = ToolCall("c1", "transfer", '{"amount": 10, "memo": "<rent> & co"}')
-    parent = nested_parent("a.log", log, own=own)
-    paused = await parent.run("tidy", conversation_id="X")
-    assert paused.pending is not None
-    rewritten = through_go(go, paused.messages)
-    approve = DeferredResults(approvals={"c1": True, "p1/s1": True})
-    with pytest.raises(SealError):
-        await parent.run_with_deferred_results(as_paused(paused, rewritten, sealed=False), approve)
-    assert log == []
+    approve = DeferredResults(approvals={"p1/s1": Approval(True), **({"c1": True} if own else {})})
     started: list[tuple[str, str]] = []
 
     async def before(call: ToolCall) -> None:
         started.append((call.id, call.args))
 
-    resume = as_paused(paused, rewritten)
+    if own is not None:
+        with pytest.raises(SealError):
+            await parent.run_with_deferred_results(
+                as_paused(paused, rewritten, sealed=False), approve
+            )
+        assert log == []
+    resume = as_paused(paused, rewritten, sealed=own is not None)
     done = await parent.run_with_deferred_results(resume, approve, before_approved=before)
-    assert (done.output, log) == ("ok", ["a.log"])
-    assert ("c1", own.args) in started
+    assert (done.output, log) == ("ok", ["a<&>.log"])
+    assert own is None or (own.id, own.args) in started
 
 
 async def test_a_failed_resumes_partial_is_a_paused_history_go_reads(go: Any) -> None:
