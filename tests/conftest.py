@@ -83,23 +83,16 @@ def _is_loopback(address: Any) -> bool:
         return False
 
 
-def _refuse(address: Any) -> None:
-    raise RuntimeError(
-        f"tests must not reach the network: connect to {address!r} refused "
-        "(use golem.testing.ScriptedModel, or httpx.MockTransport for provider tests)"
-    )
+def _guarded(real: Any) -> Any:
+    def connect(self: socket.socket, address: Any) -> Any:
+        if not _is_loopback(address):
+            raise RuntimeError(
+                f"tests must not reach the network: connect to {address!r} refused "
+                "(use golem.testing.ScriptedModel, or httpx.MockTransport for provider tests)"
+            )
+        return real(self, address)
 
-
-def _guarded_connect(self: socket.socket, address: Any) -> None:
-    if not _is_loopback(address):
-        _refuse(address)
-    _real_connect(self, address)
-
-
-def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
-    if not _is_loopback(address):
-        _refuse(address)
-    return _real_connect_ex(self, address)
+    return connect
 
 
 @pytest.fixture(autouse=True)
@@ -107,8 +100,8 @@ def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Refuse socket connections to anything but loopback (a `live` test is exempt)."""
     if request.node.get_closest_marker("live") is not None:
         return
-    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+    monkeypatch.setattr(socket.socket, "connect", _guarded(_real_connect))
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded(_real_connect_ex))
 
 
 def pytest_configure(config: pytest.Config) -> None:
