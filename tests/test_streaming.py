@@ -2,7 +2,7 @@
 
 That a streamed run or resume pauses, resumes, fails and emits events exactly as the plain
 one (parallel or not) is `tests/test_contract_batches.py`'s property; that a consumer cancelled
-or leaving early stops the run cleanly is `tests/test_contract_cancel_property.py`'s."""
+or leaving early stops the run cleanly is `tests/test_cancelling.py`'s."""
 
 from __future__ import annotations
 
