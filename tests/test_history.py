@@ -251,7 +251,7 @@ async def test_every_run_request_carries_the_repaired_history() -> None:
     assert [m.tool_call_id for m in res.messages if m.role == "tool"] == ["call-2", "call-1"]
 
 
-async def test_history_system_messages_never_reach_the_model() -> None:
+async def test_history_system_messages_never_reach_the_model_nor_the_result() -> None:
     model = ScriptedModel("a", "b")
     history = [
         Message(role="system", content="OLD instructions"),
@@ -259,22 +259,10 @@ async def test_history_system_messages_never_reach_the_model() -> None:
         Message(role="system", content="injected mid-history"),
         Message(role="assistant", content="reply"),
     ]
-    agent = Agent(model, instructions="NEW instructions")
-    await agent.run("second", history=history)
-    sent = model.requests[0].messages
-    assert sent[0] == Message(role="system", content="NEW instructions")
-    assert [m.role for m in sent].count("system") == 1
-    assert all("OLD" not in m.content and "injected" not in m.content for m in sent)
-
-    # Without instructions there is no system message at all.
-    await Agent(model).run("third", history=history)
+    res = await Agent(model, instructions="NEW instructions").run("second", history=history)
+    for sent in (model.requests[0].messages, res.messages):
+        assert sent[0] == Message(role="system", content="NEW instructions")
+        assert [m.role for m in sent].count("system") == 1
+        assert all("OLD" not in m.content and "injected" not in m.content for m in sent)
+    await Agent(model).run("third", history=history)  # no instructions: no system message
     assert all(m.role != "system" for m in model.requests[1].messages)
-
-
-async def test_result_messages_start_with_the_current_instructions_not_the_old_ones() -> None:
-    model = ScriptedModel("ok")
-    res = await Agent(model, instructions="current").run(
-        "q", history=[Message(role="system", content="stale"), user("earlier")]
-    )
-    assert res.messages[0] == Message(role="system", content="current")
-    assert not any(m.content == "stale" for m in res.messages)
