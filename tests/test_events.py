@@ -107,17 +107,6 @@ async def test_tool_end_carries_parts_and_the_error_of_failed_and_rejected_calls
     assert isinstance(ends[2].error, ModelRetry)
 
 
-async def test_a_failed_model_attempt_emits_model_end_with_its_error() -> None:
-    events: list[RunEvent] = []
-    agent = Agent(
-        ScriptedModel(Overloaded("busy"), "ok"), max_attempts=2, retry_backoff=lambda n: 0
-    )
-    await agent.run("q", on_event=events.append)
-    first_end = next(e for e in events if e.kind is EventKind.MODEL_END)
-    assert isinstance(first_end.error, Overloaded)
-    assert (first_end.usage in (None, Usage()), first_end.attempt) == (True, 1)
-
-
 async def test_turns_count_up_within_a_segment_and_restart_in_each_correction_round() -> None:
     events: list[RunEvent] = []
     tool = Tool("t", "t", OBJ, lambda ctx, args: "ok")

@@ -158,6 +158,8 @@ async def test_retries_count_as_requests_call_the_backoff_and_emit_events_per_at
     assert [(t, a) for t, a, _ in ends] == [(0, 1), (0, 2), (0, 3)]
     assert isinstance(ends[0][2], RateLimited)
     assert ends[2][2] is None
+    first_end = next(e for e in events if e.kind is EventKind.MODEL_END)
+    assert first_end.usage in (None, Usage())  # a failed attempt used nothing
 
 
 @pytest.fixture
