@@ -6,6 +6,7 @@ or leaving early stops the run cleanly is `tests/test_cancelling.py`'s."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -179,6 +180,38 @@ async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
         async for _ in stream:
             pass
         assert stream.result.output == "hi"
+
+
+def hanging_model(started: asyncio.Event, closed: list[bool]) -> FunctionModel:
+    async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
+        try:
+            yield "first"
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)
+        yield "never"
+
+    return FunctionModel(lambda r: "unused", stream=stream_fn)
+
+
+async def test_cancelling_the_stream_consumer_propagates_and_stops_the_run() -> None:
+    """A deterministic case of test_cancelling.py's property (the consumer cancelled while it
+    waits for the model's stream)."""
+    started, closed = asyncio.Event(), []
+    agent = Agent(hanging_model(started, closed))
+
+    async def consume() -> None:
+        async with agent.run_stream("q") as stream:
+            async for _ in stream:
+                pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(started.wait(), timeout=10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == [True]
 
 
 async def test_function_model_stream_of_tool_call_fragments_runs_the_tool() -> None:
