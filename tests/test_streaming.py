@@ -317,6 +317,27 @@ async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None
         agent.run_stream_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
 
 
+async def test_a_failing_rerun_raises_from_the_streamed_iteration() -> None:
+    def broken(ctx: Any, args: dict[str, Any]) -> str:
+        from golem.tool import DeferKind, Deferred, call_approved
+
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL)
+        raise RuntimeError("disk full")
+
+    agent = Agent(ScriptedModel(*resume_script()), tools=[Tool("delete", "D.", OBJ, broken)])
+    paused = await agent.run("clean")
+    items: list[Any] = []
+    with pytest.raises(RunError) as info:
+        async with agent.run_stream_with_deferred_results(
+            paused.messages, {"approvals": {"c1": True}}
+        ) as stream:
+            async for item in stream:
+                items.append(item)
+    assert info.value.stage is Stage.TOOL
+    assert shape(items) == ["tool_start", "tool_end"]
+
+
 async def test_run_stream_with_a_paused_history_closes_the_pending_calls() -> None:
     agent, ran = gated_agent(ScriptedModel(*resume_script()))
     paused = await agent.run("clean")
