@@ -30,6 +30,7 @@ from golem import (
     Message,
     PausedRun,
     Result,
+    ResumeProgress,
     RunError,
     SealError,
     Tool,
@@ -617,7 +618,9 @@ def test_any_pause_go_rewrote_resumes_from_its_paused_run_exactly_as_paused(
                 started.append((call.id, call.args, call.seal))
 
             resume = as_paused(paused, rewritten)
-            done = await agent.run_with_deferred_results(resume, approve, before_approved=before)
+            done = await agent.run_with_deferred_results(
+                resume, approve, progress=ResumeProgress(before_approved=before)
+            )
             assert done.output == "done"
             assert started == [(p.call_id, p.args, p.seal) for p in pending.calls]
             assert len(ledger.executions) == len(started)
@@ -653,7 +656,9 @@ async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes(
             )
         assert log == []
     resume = as_paused(paused, rewritten, sealed=own is not None)
-    done = await parent.run_with_deferred_results(resume, approve, before_approved=before)
+    done = await parent.run_with_deferred_results(
+        resume, approve, progress=ResumeProgress(before_approved=before)
+    )
     assert (done.output, log) == ("ok", ["a<&>.log"])
     assert own is None or (own.id, own.args) in started
 
