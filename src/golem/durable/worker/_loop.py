@@ -9,7 +9,7 @@ import socket
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
@@ -28,7 +28,6 @@ from golem.durable.worker._checks import (
     check_calls,
     check_seals,
     deferred_results,
-    legacy_expected,
     refused_calls,
     stored_calls,
 )
@@ -42,11 +41,8 @@ from golem.durable.worker._start import (
     partial_history,
 )
 from golem.errors import StoreError
-from golem.messages import dumps_history, loads_history
+from golem.messages import dumps_history
 from golem.seal import SealKey, SealKeys, as_seal_keys
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("golem.durable.worker")
 
@@ -459,22 +455,18 @@ class Worker:
             deps = await deps_of(entry, run.deps_ref)
             agent = entry.agent
             log.info("worker %s resuming run %s", self.worker_id, run.id)
-            history = loads_history(run.history)
-            latest, nested = stored_calls(
-                history, [c.call_id for c in run.calls], run.conversation_id
-            )
+            paused = run.paused_run()
+            ids = [c.call_id for c in run.calls]
+            latest, nested = stored_calls(paused.messages, ids, run.conversation_id)
             check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                check_seals(run, latest, self.seal_keys, nested, history)
+                check_seals(run, latest, self.seal_keys, nested, paused.messages)
             result = await agent.run_with_deferred_results(
-                history,
+                paused,  # sealed to its conversation, checked against its calls, trace-linked
                 deferred_results(claimed, agent),
                 deps=deps,
                 run_id=run.id,
-                conversation_id=run.conversation_id,  # the run's record, not its history's
-                expected=legacy_expected(run, latest, nested),
                 before_approved=lease.prove,  # fencing: prove the lease before each re-run
-                trace_context=run.trace_context,  # the resume's span links to the paused one
             )
         except LeaseLost:
             raise
