@@ -7,10 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from golem._tracing import store_op
-from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import aware, held
-from golem.durable.store._rows import SWEEP_BATCH, left_out
-from golem.durable.store._tx import Tx
+from golem.durable.store._base import SWEEP_BATCH, SQLBase, Tx, aware, held, left_out
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,

@@ -1,4 +1,4 @@
-"""Claims, leases, finishing a resume and the interrupted sweep."""
+"""Claims, leases, finishing a resume, the interrupted sweep and the recovery of interrupted runs."""
 
 from __future__ import annotations
 
@@ -10,26 +10,41 @@ from datetime import datetime
 from typing import Any
 
 from golem._tracing import store_op
-from golem.durable.store._base import HELD, NotHeld, SQLBase
-from golem.durable.store._inputs import aware, held, lease_delta, storable, text_arg, texts
-from golem.durable.store._rows import (
+from golem.durable.store._base import (
+    HELD,
     OUTCOME_ACTION,
+    ROW_FAULTS,
     RUN_COLS,
     SWEEP_BATCH,
+    Later,
+    NotHeld,
+    SQLBase,
+    Tx,
+    aware,
     clip,
+    held,
     in_the_row,
+    lease_delta,
     left_out,
     outcome_detail,
+    storable,
+    stored_status,
+    text_arg,
+    texts,
 )
-from golem.durable.store._tx import Later, Tx
 from golem.durable.store.records import (
     AuditAction,
+    CallNotFound,
     ClaimedRun,
     CorruptRecord,
+    DecisionKind,
+    InvalidDecision,
     LeaseLost,
     NewRun,
     Outcome,
+    PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunRecord,
     RunStatus,
 )
@@ -37,11 +52,12 @@ from golem.errors import StoreError
 
 __all__ = ["LeaseOps"]
 
+
 log = logging.getLogger("golem.durable.store")
 
 
 class LeaseOps(SQLBase):
-    """Claims, leases, finishing a resume and the interrupted sweep."""
+    """Claims, leases, finishing a resume, the interrupted sweep and an operator's retry or cancel."""
 
     @store_op("claim_ready")
     async def claim_ready(
@@ -366,5 +382,98 @@ class LeaseOps(SQLBase):
                 detail = {"worker_id": owner, "lease_expires_at": expired_at.isoformat()}
                 tx.audit(run_id, at, "system:sweep", AuditAction.INTERRUPTED, detail)
             return [r[0] for r in rows]
+
+        return await self._submit(True, tx_fn)
+
+    def _lock_interrupted(self, tx: Tx, run_id: str) -> tuple[list[PendingCallRecord], int]:
+        """Lock an INTERRUPTED run; return its calls and attempt number."""
+        rows = tx.fetch(
+            "SELECT status, attempt FROM golem_runs WHERE id = ?" + self._lock_clause, (run_id,)
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        if rows[0][0] != RunStatus.INTERRUPTED.value:
+            raise RunNotInterrupted(run_id, stored_status(rows[0][0], run_id))
+        try:
+            attempt = int(rows[0][1])
+        except ROW_FAULTS as exc:
+            raise CorruptRecord(run_id, repr(exc)) from exc
+        return self._calls_of(tx, [run_id])[run_id], attempt
+
+    @store_op("retry_interrupted")
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Make an interrupted run READY again (see `Store.retry_interrupted`)."""
+        if not held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not resolved_by:
+            raise ValueError("retry_interrupted: resolved_by must name the operator")
+        at_given = aware(now)
+        confirm = list(dict.fromkeys(text_arg("confirm_calls", c) for c in confirm_calls))
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or self.clock()
+            calls, attempt = self._lock_interrupted(tx, run_id)
+            by_id = {c.call_id: c for c in calls}
+            for call_id in confirm:
+                call = by_id.get(call_id)
+                if call is None:
+                    raise CallNotFound(run_id, call_id)
+                if call.decision is None or call.decision.kind is not DecisionKind.APPROVE:
+                    raise InvalidDecision(
+                        f'call "{call_id}" of run "{run_id}" was not approved: only an '
+                        "approved call runs again, so there is nothing to confirm"
+                    )
+                tx.run(
+                    "UPDATE golem_calls SET rerun_confirmed_by = ? WHERE run_id = ? AND call_id = ?",
+                    (resolved_by, run_id, call_id),
+                )
+            tx.run(
+                "UPDATE golem_runs SET status = 'ready', attempt = ?, updated_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
+                (attempt + 1, self._to_db(at), run_id),
+            )
+            detail = {"resolution": "retry", "note": note, "attempt": attempt + 1}
+            tx.audit(
+                run_id, at, resolved_by, AuditAction.RESOLVED, {**detail, "confirmed": confirm}
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.READY)
+            return self._load_run(tx, run_id)
+
+        return await self._submit(True, tx_fn)
+
+    @store_op("cancel_interrupted")
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Close an interrupted run as FAILED (see `Store.cancel_interrupted`)."""
+        if not held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not resolved_by:
+            raise ValueError("cancel_interrupted: resolved_by must name the operator")
+        at_given = aware(now)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or self.clock()
+            self._lock_interrupted(tx, run_id)
+            error = f"cancelled by {resolved_by} after an interrupted resume" + (
+                f": {note}" if note else ""
+            )
+            tx.run(
+                "UPDATE golem_runs SET status = 'failed', updated_at = ?, outcome_error = ? "
+                "WHERE id = ?",
+                (self._to_db(at), error, run_id),
+            )
+            detail = {"resolution": "cancel", "note": note}
+            tx.audit(run_id, at, resolved_by, AuditAction.RESOLVED, detail)
+            tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
+            return self._load_run(tx, run_id)
 
         return await self._submit(True, tx_fn)

@@ -6,11 +6,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from golem.durable.store._base import C_CALL_COLS, Later, Tx, to_json
 from golem.durable.store._decisions import FITS, decided_detail
 from golem.durable.store._pg_wire import NotPlain, PgConn
-from golem.durable.store._rows import C_CALL_COLS, to_json
 from golem.durable.store._sql import SQLStore
-from golem.durable.store._tx import Later, Tx
 from golem.durable.store.records import AuditAction, DecisionRecord
 from golem.errors import StoreError
 

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from golem.durable._clock import elapsed
+from golem.durable.store._base import Stats, Tx, utc_now
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import LATEST_VERSION, migrate
 from golem.durable.store._threads import DatabaseThreads
-from golem.durable.store._tx import Stats, Tx, utc_now
 from golem.durable.store.records import StoreBusy, StoreTimeout
 from golem.errors import StoreError
 

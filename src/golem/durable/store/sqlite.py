@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from golem.durable.store._base import Later, Stats, Tx
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import migrate
 from golem.durable.store._sql import SQLStore
 from golem.durable.store._threads import DatabaseThreads, Slot
-from golem.durable.store._tx import Later, Stats, Tx
 from golem.durable.store.records import StoreReadOnly, check_seconds
 from golem.errors import StoreError
 
