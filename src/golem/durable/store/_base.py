@@ -114,28 +114,26 @@ AuditRow = tuple[str, datetime, str, AuditAction, dict[str, Any]]
 class Tx:
     """A transaction plus the audit entries it appends just before commit."""
 
-    __slots__ = ("conn", "entries", "last_id", "ready")
+    __slots__ = (
+        "conn",
+        "entries",
+        "execute",
+        "fetch",
+        "last_id",
+        "later",
+        "ready",
+        "require_run_changed",
+        "run",
+    )
 
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
         self.entries: list[AuditRow] = []
         self.last_id = 0
         self.ready = False
-
-    def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.conn.fetch(sql, params)
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.execute(sql, params)
-
-    def run(self, sql: str, params: Sequence[Any] = (), conflict: Exception | None = None) -> None:
-        self.conn.run(sql, params, conflict)
-
-    def later(self, sql: str, params: Sequence[Any] = ()) -> Later:
-        return self.conn.later(sql, params)
-
-    def require_run_changed(self, rows: Later, run_id: str, error: Exception) -> None:
-        self.conn.require_run_changed(rows, run_id, error)
+        self.fetch, self.execute = conn.fetch, conn.execute
+        self.run, self.later = conn.run, conn.later
+        self.require_run_changed = conn.require_run_changed
 
     def audit(
         self,
@@ -429,66 +427,37 @@ class SQLBase(abc.ABC):
 
     def _call_record(self, row: Sequence[Any]) -> PendingCallRecord:
         try:
-            return self._read_call(row)
+            (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
+            (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
+            record = None
+            if decision is not None:
+                d_kind = DECISION.get(decision) or DecisionKind(decision)
+                d_texts = (d_reason or "", d_text or "", decided_by or "")
+                d_at = self._from_db(decided_at)
+                record = DecisionRecord(run_id, call_id, d_kind, *d_texts, d_at, d_args)
+            call_kind, until = KIND.get(kind) or CallKind(kind), self._dt(deadline)
+            fields = (run_id, call_id, int(position), call_kind, tool_name, args, reason, until)
+            return PendingCallRecord(*fields, record, confirmed_by, row[15])
         except ROW_FAULTS as exc:
             raise CorruptRecord(str(row[0]), f"call {row[1]!r}: {exc!r}") from exc
 
-    def _read_call(self, row: Sequence[Any]) -> PendingCallRecord:
-        (run_id, call_id, position, kind, tool_name, args, reason, deadline) = row[:8]
-        (decision, d_reason, d_text, decided_by, decided_at, confirmed_by, d_args) = row[8:15]
-        seal = row[15]
-        record = None
-        if decision is not None:
-            d_kind = DECISION.get(decision) or DecisionKind(decision)
-            d_at = self._from_db(decided_at)
-            record = DecisionRecord(
-                run_id,
-                call_id,
-                d_kind,
-                d_reason or "",
-                d_text or "",
-                decided_by or "",
-                d_at,
-                d_args,
-            )
-        call_kind, until = KIND.get(kind) or CallKind(kind), self._dt(deadline)
-        fields = (run_id, call_id, int(position), call_kind, tool_name, args, reason, until)
-        return PendingCallRecord(*fields, record, confirmed_by, seal)
-
     def _run_record(
-        self,
-        row: Sequence[Any],
-        calls: Sequence[PendingCallRecord],
-        history: str,
-        out_history: str | None,
+        self, row: Sequence[Any], calls: Sequence[PendingCallRecord], history: str, out: str | None
     ) -> RunRecord:
         try:
-            return self._read_run(row, calls, history, out_history)
+            (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
+            (expires, parent, child, owner, lease_exp, output, err, attempt, trace) = row[8:17]
+            st = run_status(status)
+            outcome: Outcome | None = None
+            if st.terminal:
+                value = None if output is None else json.loads(output)
+                outcome = Outcome(status=st, output=value, error=err or "", history=out)
+            head = (rid, agent, conv, st, history, tuple(calls), from_json(deps_ref), started_by)
+            times = (self._from_db(created), self._from_db(updated), self._dt(expires))
+            rest = (parent, child, owner, self._dt(lease_exp), outcome, int(attempt), trace or "")
+            return RunRecord(*(*head, *times, *rest))
         except ROW_FAULTS as exc:
             raise CorruptRecord(str(row[0]), repr(exc)) from exc
-
-    def _read_run(
-        self,
-        row: Sequence[Any],
-        calls: Sequence[PendingCallRecord],
-        history: str,
-        out_history: str | None,
-    ) -> RunRecord:
-        (rid, agent, conv, status, deps_ref, started_by, created, updated) = row[:8]
-        (expires, parent, child, owner, lease_exp, out, err, attempt, trace_ctx) = row[8:17]
-        st = run_status(status)
-        outcome: Outcome | None = None
-        if st.terminal:
-            outcome = Outcome(
-                status=st,
-                output=None if out is None else json.loads(out),
-                error=err or "",
-                history=out_history,
-            )
-        head = (rid, agent, conv, st, history, tuple(calls), from_json(deps_ref), started_by)
-        times = (self._from_db(created), self._from_db(updated), self._dt(expires))
-        rest = (parent, child, owner, self._dt(lease_exp), outcome, int(attempt), trace_ctx or "")
-        return RunRecord(*(*head, *times, *rest))
 
     def _calls_of(
         self, tx: Tx, ids: Sequence[str], corrupt: dict[str, CorruptRecord] | None = None
@@ -512,23 +481,8 @@ class SQLBase(abc.ABC):
                 corrupt[cr[0]] = exc
         return by_run
 
-    def _history_and_calls(self, tx: Tx, run_id: str) -> Later:
-        """One run's history and calls (one statement; `_split` reads its rows)."""
-        return tx.later(
-            f"SELECT h.history, {C_CALL_COLS} FROM golem_histories h "
-            "LEFT JOIN golem_calls c ON c.run_id = h.run_id WHERE h.run_id = ? "
-            "ORDER BY c.position",
-            (run_id,),
-        )
-
-    def _split(self, later: Later, run_id: str) -> tuple[str, list[PendingCallRecord]]:
-        rows = later.rows
-        if not rows:
-            raise RunNotFound(run_id)
-        return rows[0][0], [self._call_record(r[1:]) for r in rows if r[2] is not None]
-
     def _histories_and_calls(self, tx: Tx, ids: Sequence[str]) -> Later:
-        """Several runs' histories and calls (one statement; `_split_many` reads its rows)."""
+        """Runs' histories and calls (one statement; `_split_many` reads its rows)."""
         marks = ", ".join("?" for _ in ids)
         return tx.later(
             f"SELECT h.history, {C_CALL_COLS}, h.run_id FROM golem_histories h "
@@ -538,10 +492,10 @@ class SQLBase(abc.ABC):
         )
 
     def _split_many(
-        self, later: Later, corrupt: dict[str, CorruptRecord]
+        self, later: Later, corrupt: dict[str, CorruptRecord] | None = None
     ) -> dict[str, tuple[str, list[PendingCallRecord]]]:
         """Run ID -> (history, calls) from the rows of `_histories_and_calls`; a call row that
-        cannot be read is recorded in `corrupt` by run ID."""
+        cannot be read raises `CorruptRecord`, or is recorded in `corrupt` by run ID."""
         found: dict[str, tuple[str, list[PendingCallRecord]]] = {}
         n = len(CALL_COLS.split(",")) + 1
         for r in later.rows:
@@ -553,6 +507,8 @@ class SQLBase(abc.ABC):
                 try:
                     got[1].append(self._call_record(r[1:n]))
                 except CorruptRecord as exc:
+                    if corrupt is None:
+                        raise
                     corrupt[run_id] = exc
         return found
 
@@ -674,7 +630,7 @@ class SQLBase(abc.ABC):
             **({"parent_run_id": run.parent_run_id} if run.parent_run_id else {}),
         }
         tx.audit(run.id, now, run.started_by or "unknown", AuditAction.CREATED, detail)
-        return self._read_run(row, calls, run.history, out_history)  # as a read gives it back
+        return self._run_record(row, calls, run.history, out_history)  # as a read gives it back
 
     def _insert_calls(
         self, tx: Tx, run: NewRun, expires_at: datetime | None
@@ -686,7 +642,7 @@ class SQLBase(abc.ABC):
             deadline = self._ts(expires_at if c.deadline is None else utc(c.deadline))
             row = (run.id, c.call_id, pos, CallKind(c.kind).value, c.tool_name, c.args, c.reason)
             params += (*row, deadline, c.seal)
-            calls.append(self._read_call((*row, deadline, *(None,) * 7, c.seal)))  # as read back
+            calls.append(self._call_record((*row, deadline, *(None,) * 7, c.seal)))  # as read back
         if calls:
             values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(calls))
             tx.run(
@@ -698,13 +654,10 @@ class SQLBase(abc.ABC):
 
     def _audit_entry(self, row: tuple[Any, ...]) -> AuditEntry:
         try:
-            return self._read_audit(row)
+            eid, run_id, at, actor, action, detail, *run = row
+            agent, status, parent = (*run, None, None, None)[:3]
+            fields = (int(eid), run_id, self._from_db(at), actor, AuditAction(action))
+            run_status = None if status is None else RunStatus(status)
+            return AuditEntry(*fields, json.loads(detail), agent, run_status, parent)
         except ROW_FAULTS as exc:
             raise CorruptRecord(str(row[1]), f"audit entry {row[0]!r}: {exc!r}") from exc
-
-    def _read_audit(self, row: tuple[Any, ...]) -> AuditEntry:
-        eid, run_id, at, actor, action, detail, *run = row
-        agent, status, parent = (*run, None, None, None)[:3]
-        fields = (int(eid), run_id, self._from_db(at), actor, AuditAction(action))
-        run_status = None if status is None else RunStatus(status)
-        return AuditEntry(*fields, json.loads(detail), agent, run_status, parent)

@@ -320,7 +320,7 @@ class LeaseOps(SQLBase):
                 "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
                 (outcome.history, run_id),
             )
-            later = self._history_and_calls(tx, run_id)
+            later = self._histories_and_calls(tx, [run_id])
             tx.audit(run_id, at, actor, OUTCOME_ACTION[outcome.status], outcome_detail(outcome))
             return rows, later
 
@@ -328,7 +328,10 @@ class LeaseOps(SQLBase):
             rows, later = await self._submit(True, tx_fn)
         except NotHeld:
             raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
-        history, calls = self._split(later, run_id)  # arrived with the commit
+        found = self._split_many(later).get(run_id)  # arrived with the commit
+        if found is None:
+            raise RunNotFound(run_id)
+        history, calls = found
         return self._run_record(rows.rows[0], calls, history, outcome.history)
 
     def _record_refusals(

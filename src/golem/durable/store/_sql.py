@@ -60,14 +60,17 @@ class SQLStore(DecisionOps, LeaseOps):
 
         return await self._submit(False, tx_fn)
 
-    async def _open_now(self) -> Self:
-        """This store with its schema created or migrated now (closed again on failure)."""
+    @classmethod
+    async def open(cls, *args: Any, **options: Any) -> Self:
+        """The store made with `__init__`'s arguments, its schema created or migrated now
+        (closed again on failure)."""
+        store = cls(*args, **options)
         try:
-            await self.schema_version()
+            await store.schema_version()
         except BaseException:
-            await self.close()
+            await store.close()
             raise
-        return self
+        return store
 
     @store_op("save_pending")
     async def save_pending(self, run: NewRun) -> RunRecord:

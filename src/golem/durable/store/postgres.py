@@ -126,25 +126,6 @@ class PostgresStore(PgStatements):
         self._short_idle_session = False
         self._server_clock: tuple[datetime, float] | None = None
 
-    @classmethod
-    async def open(
-        cls,
-        dsn: str,
-        *,
-        schema: str | None = None,
-        pool_size: int = 4,
-        connect_timeout: float | None = None,
-        command_timeout: float | None = 60.0,
-    ) -> PostgresStore:
-        """Connect now and create or migrate the schema."""
-        return await cls(
-            dsn,
-            schema=schema,
-            pool_size=pool_size,
-            connect_timeout=connect_timeout,
-            command_timeout=command_timeout,
-        )._open_now()
-
     def __repr__(self) -> str:
         where = f", schema={self.schema!r}" if self.schema else ""
         return f"PostgresStore({redact(self.dsn)!r}{where})"

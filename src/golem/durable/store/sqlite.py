@@ -140,23 +140,6 @@ class SQLiteStore(SQLStore):
         self._closed = False
         self._last_ts: tuple[datetime | None, str] = (None, "")
 
-    @classmethod
-    async def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 30.0,
-        poll_interval: float = 0.25,
-        watch_interval: float | None = 0.05,
-    ) -> SQLiteStore:
-        """Open the database now, creating or migrating its schema."""
-        return await cls(
-            path,
-            busy_timeout=busy_timeout,
-            poll_interval=poll_interval,
-            watch_interval=watch_interval,
-        )._open_now()
-
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
