@@ -361,7 +361,6 @@ class SQLBase(abc.ABC):
     _lock_clause: str = ""
     _skip_locked_clause: str = ""
     _runs_with_calls: str = RUNS_JOIN_CALLS
-    _contains: str = "instr"
     _page_plan: str = ""
 
     stats: Stats
