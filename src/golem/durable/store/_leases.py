@@ -1,4 +1,4 @@
-"""Claims, leases, finishing a resume, the interrupted sweep and the recovery of interrupted runs."""
+"""Claims, leases, finishing a resume, the interrupted sweep and an operator's recovery."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ log = logging.getLogger("golem.durable.store")
 
 
 class LeaseOps(SQLBase):
-    """Claims, leases, finishing a resume, the interrupted sweep and an operator's retry or cancel."""
+    """Claims, leases, finishing a resume, the interrupted sweep, an operator's retry or cancel."""
 
     @store_op("claim_ready")
     async def claim_ready(
