@@ -77,12 +77,7 @@ class SQLStore(DecisionOps, LeaseOps):
         """Save a paused run as PENDING (see `Store.save_pending`)."""
         if not run.calls:
             raise ValueError(f'save_pending: run "{run.id}" has no pending calls')
-        checked = self._check_new(run)
-
-        def tx_fn(tx: Tx) -> RunRecord:
-            return self._insert_run(tx, run, RunStatus.PENDING, self.clock(), None, checked)
-
-        return await self._submit(True, tx_fn)
+        return await self._save(run, None)
 
     @store_op("save_finished")
     async def save_finished(self, run: NewRun, outcome: Outcome) -> RunRecord:
@@ -93,13 +88,19 @@ class SQLStore(DecisionOps, LeaseOps):
             )
         if run.calls:
             raise ValueError(f'save_finished: run "{run.id}" has pending calls; use save_pending')
+        return await self._save(run, outcome)
+
+    async def _save(self, run: NewRun, outcome: Outcome | None) -> RunRecord:
+        """One transaction: insert `run`, PENDING or as `outcome` ended it (then audited)."""
         checked = self._check_new(run)
 
         def tx_fn(tx: Tx) -> RunRecord:
             now = self.clock()
-            record = self._insert_run(tx, run, outcome.status, now, outcome, checked)
-            actor, action = run.started_by or "unknown", OUTCOME_ACTION[outcome.status]
-            tx.audit(run.id, now, actor, action, outcome_detail(outcome))
+            status = RunStatus.PENDING if outcome is None else outcome.status
+            record = self._insert_run(tx, run, status, now, outcome, checked)
+            if outcome is not None:
+                actor, action = run.started_by or "unknown", OUTCOME_ACTION[outcome.status]
+                tx.audit(run.id, now, actor, action, outcome_detail(outcome))
             return record
 
         return await self._submit(True, tx_fn)
