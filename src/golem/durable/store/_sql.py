@@ -400,6 +400,9 @@ class SQLStore(DecisionOps, LeaseOps):
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT last_id FROM golem_audit_seq WHERE singleton = 1")[0][0])
 
+    async def _probe(self) -> int:
+        return await self._submit(False, self._last_change_id)
+
     async def last_change_id(self) -> int:
         """Return the newest audit entry's ID, 0 when none (see `Store.last_change_id`)."""
         newest = await self._submit(False, self._last_change_id)

@@ -743,9 +743,6 @@ class PostgresStore(SQLStore):
             ),
         )
 
-    async def _probe(self) -> int:
-        return await self._submit(False, self._last_change_id)
-
     def _to_db(self, value: datetime) -> datetime:
         return value.astimezone(UTC)
 
