@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from golem._tracing import store_op
 from golem.durable.store._base import (
@@ -51,6 +51,8 @@ from golem.durable.store.records import (
 from golem.errors import StoreError
 
 __all__ = ["LeaseOps"]
+
+_T = TypeVar("_T")
 
 
 log = logging.getLogger("golem.durable.store")
@@ -235,11 +237,7 @@ class LeaseOps(SQLBase):
         lease = lease_delta(lease_seconds)
         await self._lease_ids(run_id, worker_id, at_given)
 
-        attempt_at: list[datetime] = []
-
-        def tx_fn(tx: Tx) -> datetime:
-            at = at_given or self.clock()
-            attempt_at.append(at)
+        def renew(tx: Tx, at: datetime) -> datetime:
             until = at + lease
             changed = tx.later(
                 f"UPDATE golem_runs SET lease_expires_at = ? {HELD} RETURNING id",
@@ -248,10 +246,23 @@ class LeaseOps(SQLBase):
             tx.require_run_changed(changed, run_id, NotHeld())
             return until
 
+        return await self._under_lease(run_id, worker_id, at_given, renew)
+
+    async def _under_lease(
+        self, run_id: str, worker_id: str, at: datetime | None, fn: Callable[[Tx, datetime], _T]
+    ) -> _T:
+        """One write transaction `fn(tx, at)` whose guarded update needs the lease held; when
+        it was not, the `LeaseLost` (or `RunNotFound`) saying why is raised."""
+        tried: list[datetime] = []
+
+        def tx_fn(tx: Tx) -> _T:
+            tried.append(at or self.clock())
+            return fn(tx, tried[-1])
+
         try:
             return await self._submit(True, tx_fn)
         except NotHeld:
-            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
+            raise await self._why_not_held(run_id, worker_id, tried[-1]) from None
 
     async def _lease_ids(self, run_id: str, worker_id: str, at_given: datetime | None) -> None:
         """Refuse IDs no row can hold: `RunNotFound`, or the `LeaseLost` of a worker ID no
@@ -299,11 +310,7 @@ class LeaseOps(SQLBase):
             for c, r in outcome.refused.items()
         ]
 
-        attempt_at: list[datetime] = []
-
-        def tx_fn(tx: Tx) -> tuple[Later, Later]:
-            at = at_given or self.clock()
-            attempt_at.append(at)
+        def save(tx: Tx, at: datetime) -> tuple[Later, Later]:
             when, child = self._to_db(at), None if nxt is None else nxt.id
             rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
@@ -324,10 +331,7 @@ class LeaseOps(SQLBase):
             tx.audit(run_id, at, actor, OUTCOME_ACTION[outcome.status], outcome_detail(outcome))
             return rows, later
 
-        try:
-            rows, later = await self._submit(True, tx_fn)
-        except NotHeld:
-            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
+        rows, later = await self._under_lease(run_id, worker_id, at_given, save)
         found = self._split_many(later).get(run_id)  # arrived with the commit
         if found is None:
             raise RunNotFound(run_id)
