@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from golem.deferred import Approval, DeferredResults
+from golem.deferred import Approval, DeferredResults, PausedRun, PendingToolCall
 from golem.durable.store import ClaimedRun, DecisionKind, RunRecord
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
@@ -116,6 +116,19 @@ def stored_calls(
         nested = nested_calls(messages, [i for i in ids if i not in latest], conversation_id)
         latest.update((i, replace(s.call, name=s.tool_name)) for i, s in nested.items())
     return latest, nested
+
+
+def as_held(paused: PausedRun, latest: Mapping[str, ToolCall]) -> PausedRun:
+    """`paused` expecting each call's arguments as the history holds them (compacted in a
+    history golem < 0.2 wrote, which `check_calls` accepts)."""
+
+    def held(p: PendingToolCall) -> PendingToolCall:
+        tc = latest.get(p.call_id)
+        return p if tc is None or tc.args == p.args else replace(p, args=tc.args)
+
+    was = paused.pending
+    approvals, external = [held(p) for p in was.approvals], [held(p) for p in was.external]
+    return replace(paused, pending=replace(was, approvals=approvals, external=external))
 
 
 def check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:

@@ -26,6 +26,7 @@ from golem.durable.store import (
 )
 from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import (
+    as_held,
     check_calls,
     check_seals,
     deferred_results,
@@ -428,7 +429,7 @@ class Worker:
             if self.seal_keys is not None:
                 check_seals(run, latest, self.seal_keys, nested, paused.messages)
             result = await agent.run_with_deferred_results(
-                paused,  # sealed to its conversation, checked against its calls, trace-linked
+                as_held(paused, latest),  # sealed to its conversation, checked, trace-linked
                 deferred_results(claimed, agent),
                 deps=deps,
                 run_id=run.id,
