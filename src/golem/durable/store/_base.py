@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, overload
+from typing import Any, Protocol, Self, TypeVar
 
 import msgspec
 
@@ -53,7 +53,6 @@ __all__ = [
     "storable",
     "text_arg",
     "texts",
-    "utc",
     "utc_now",
 ]
 
@@ -299,14 +298,6 @@ def aware(value: datetime | None, what: str = "now") -> datetime | None:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got naive {value!r}")
     return value.astimezone(UTC)
-
-
-@overload
-def utc(value: datetime) -> datetime: ...
-@overload
-def utc(value: None) -> None: ...
-def utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
 
 
 def lease_delta(seconds: float) -> timedelta:
@@ -638,7 +629,7 @@ class SQLBase(abc.ABC):
         calls: list[PendingCallRecord] = []
         params: list[Any] = []
         for pos, c in enumerate(run.calls):
-            deadline = self._ts(expires_at if c.deadline is None else utc(c.deadline))
+            deadline = self._ts(expires_at if c.deadline is None else c.deadline.astimezone(UTC))
             row = (run.id, c.call_id, pos, CallKind(c.kind).value, c.tool_name, c.args, c.reason)
             params += (*row, deadline, c.seal)
             calls.append(self._call_record((*row, deadline, *(None,) * 7, c.seal)))  # as read back
