@@ -44,6 +44,7 @@ from golem.durable.worker._start import (
 )
 from golem.errors import StoreError
 from golem.messages import dumps_history
+from golem.resume import ResumeProgress
 from golem.seal import SealKey, SealKeys, as_seal_keys
 
 log = logging.getLogger("golem.durable.worker")
@@ -433,7 +434,8 @@ class Worker:
                 deferred_results(claimed, agent),
                 deps=deps,
                 run_id=run.id,
-                before_approved=lease.prove,  # fencing: prove the lease before each re-run
+                # fencing: prove the lease before each re-run
+                progress=ResumeProgress(before_approved=lease.prove),
             )
         except LeaseLost:
             raise
