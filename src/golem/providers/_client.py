@@ -21,7 +21,7 @@ from golem.errors import (
     ProviderTimeout,
     ResponseFormatError,
 )
-from golem.model import Delta, ModelResponse
+from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._answers import deltas_of
 from golem.providers._errors import (
     STREAM_ENDED,
@@ -67,9 +67,9 @@ class EventParser(Protocol):
 
 
 class HTTPModel:
-    """Base of the adapters: owns their `LoopBoundClient` (`aclose()`, `async with model:`
-    close the client the model created; an injected `http_client` is left open) and POSTs.
-    """
+    """Base of the adapters: `generate` and `generate_stream` POST `request_body(request)`
+    to `_endpoint`; `aclose()` and `async with model:` close the client the model created
+    (an injected `http_client` is left open)."""
 
     model: str
     """The model name sent with each request."""
@@ -77,19 +77,80 @@ class HTTPModel:
     """Who serves the model, as OpenTelemetry's `gen_ai.provider.name` spells it."""
     _clients: LoopBoundClient
     _timeout: httpx.Timeout
+    _headers: dict[str, str]
     _wire_name: ClassVar[str]
     """The provider as error messages name it."""
     _json_type: ClassVar[str] = "application/json"
     """A content type holding this (any case) answers a stream with one JSON body."""
+    _encoder: ClassVar[json.JSONEncoder] = _ENCODER
+    _replay_whole: ClassVar[bool] = True
+    """A stream answered with one JSON body is `_parse`d and replayed as deltas (else the
+    stream parser is fed the body)."""
+
+    def _setup(self, model: str, http_client: httpx.AsyncClient | None, timeout: float) -> None:
+        self.model = model
+        self._timeout = httpx.Timeout(timeout)
+        self._clients = LoopBoundClient(http_client, timeout)
+
+    def __repr__(self) -> str:
+        label = "base_url" if hasattr(self, "base_url") else "url"
+        return f"{type(self).__name__}({self.model!r}, {label}={getattr(self, label)!r})"
 
     @property
     def model_name(self) -> str:
         """`model`, under the name `FallbackModel` and `ModelResponse` use."""
         return self.model
 
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        raise NotImplementedError
+
+    def _endpoint(self, stream: bool) -> str:
+        raise NotImplementedError
+
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+    def _parser(self, request: ModelRequest) -> EventParser:
+        raise NotImplementedError
+
     def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
         """The error an unsuccessful HTTP answer raises (`error_from_response`)."""
         return error_from_response(self._wire_name, status, headers, body)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the model's answer.
+
+        Raises:
+            ProviderError: the classified failure (see `golem.errors`); never retried here.
+        """
+        content = self._encoder.encode(self.request_body(request)).encode()
+        return await self._post(
+            self._endpoint(False), content, self._headers, lambda b: self._parse(b, request)
+        )
+
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: as `generate`, an error event included; a stream that ends before
+                the response completed raises a retryable `ProviderConnectionError`.
+        """
+
+        def content() -> bytes:
+            return self._encoder.encode(self.request_body(request, stream=True)).encode()
+
+        def whole(text: str) -> ModelResponse:
+            return self._parse(parse_json_body(self._wire_name, text), request)
+
+        parser = self._parser(request)
+        return self._stream(
+            self._endpoint(True),
+            content,
+            self._headers,
+            parser,
+            whole if self._replay_whole else None,
+        )
 
     async def _post(
         self,
