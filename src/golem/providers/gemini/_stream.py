@@ -10,8 +10,7 @@ from golem.model import Delta, ModelResponse
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import sse_events
-from golem.providers.gemini._errors import PROVIDER, error_from_payload
-from golem.providers.gemini._response import ResponseBuilder
+from golem.providers.gemini._response import PROVIDER, ResponseBuilder, error_from_payload
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
 

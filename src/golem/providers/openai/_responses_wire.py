@@ -23,9 +23,13 @@ from golem.providers._answers import (
     unique_call_id,
 )
 from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
-from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import schema_name, strict_compatible
-from golem.providers.openai._wire import ARGS_ENCODER, synthesize_call_id, wire_args
+from golem.providers.openai._wire import (
+    ARGS_ENCODER,
+    error_from_payload,
+    synthesize_call_id,
+    wire_args,
+)
 from golem.usage import Usage
 
 __all__ = [

@@ -13,12 +13,12 @@ from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, u
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data
 from golem.providers._sse import sse_events
-from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     PROVIDER,
     OutputMedia,
     citations_of,
+    error_from_payload,
     foreign_call,
     map_finish_reason,
     parse_usage,
