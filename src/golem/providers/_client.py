@@ -7,10 +7,10 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, Self, cast
+from typing import Any, ClassVar, Self, cast
 
 import httpx
 
@@ -31,10 +31,9 @@ from golem.providers._errors import (
     read_error_body,
 )
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import MAX_BODY, WholeBody, iter_sse
+from golem.providers._sse import MAX_BODY, EventParser, WholeBody, deltas_in, iter_sse
 
 __all__ = [
-    "EventParser",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
@@ -50,20 +49,6 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def encode_body(body: dict[str, Any]) -> bytes:
     """A request body as compact UTF-8 JSON."""
     return _ENCODER.encode(body).encode()
-
-
-class EventParser(Protocol):
-    """What turns the events of one streamed answer into deltas and a final response."""
-
-    @property
-    def done(self) -> bool:
-        """Whether the answer is complete (the rest of the stream is not read)."""
-
-    def feed(self, event: str | None, data: str) -> Delta | list[Delta] | None:
-        """The deltas of one event (`event` None: the whole answer as one JSON document)."""
-
-    def response(self) -> ModelResponse:
-        """The final response, or the error of a stream that ended too early."""
 
 
 class HTTPModel:
@@ -215,7 +200,7 @@ class HTTPModel:
                     try:
                         async with aclosing(events):
                             async for event, data in events:
-                                for delta in _deltas(parser.feed(event, data)):
+                                for delta in deltas_in(parser.feed(event, data)):
                                     yield delta
                                 if parser.done:
                                     break
@@ -234,7 +219,7 @@ class HTTPModel:
                     yield final
                     return
                 if text is not None:
-                    for delta in _deltas(parser.feed(None, text)):
+                    for delta in deltas_in(parser.feed(None, text)):
                         yield delta
             final = parser.response()
         yield final
@@ -253,10 +238,6 @@ class HTTPModel:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def _deltas(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
-    return fed if isinstance(fed, list) else () if fed is None else (fed,)
 
 
 class LoopBoundClient:

@@ -261,7 +261,6 @@ def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) ->
     return refuse_no_answer(PROVIDER, response, str(stop_reason)) if finish == "other" else response
 
 
-
 STATUS_BY_ERROR_TYPE: dict[str, int] = {
     "invalid_request_error": 400,
     "authentication_error": 401,

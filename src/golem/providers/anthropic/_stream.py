@@ -11,7 +11,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._sse import replay, sse_events
 from golem.providers.anthropic._response import (
     RawArgs,
     error_from_event,
@@ -352,18 +352,5 @@ def _json_or_text(text: str) -> Any:
 def parse_stream(
     events: Iterable[tuple[str, str]], output_tool: str = ""
 ) -> list[Delta | ModelResponse]:
-    """Parse a whole recorded stream: its deltas in order, then the final response.
-
-    Raises:
-        ProviderError: as `StreamParser.feed` and `StreamParser.response`.
-    """
-    parser = StreamParser(output_tool)
-    out: list[Delta | ModelResponse] = []
-    for event, data in events:
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-        if parser.done:
-            break
-    out.append(parser.response())
-    return out
+    """Parse a whole recorded stream: its deltas in order, then the final response."""
+    return replay(StreamParser(output_tool), events)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import cast
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import sse_events
+from golem.providers._sse import replay, sse_events
 from golem.providers.gemini._response import PROVIDER, ResponseBuilder, error_from_payload
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
@@ -63,11 +64,8 @@ class StreamParser:
 
 def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelResponse]:
     """Parse a whole recorded stream: every delta in order, then the final response."""
-    parser = StreamParser()
-    deltas: list[Delta] = []
-    for event, data in events:
-        deltas.extend(parser.feed(event, data))
-    return deltas, parser.response()
+    *deltas, response = replay(StreamParser(), events)
+    return cast(list[Delta], deltas), cast(ModelResponse, response)
 
 
 def json_chunks(text: str) -> list[str]:

@@ -10,7 +10,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._responses_wire import (
     PROVIDER,
     function_arguments,
@@ -315,21 +315,8 @@ def _index(event: Mapping[str, Any]) -> int:
 
 
 def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
-    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response.
-
-    Raises:
-        ProviderError: as `ResponsesStreamParser.feed` and `ResponsesStreamParser.response`.
-    """
-    parser = ResponsesStreamParser()
-    out: list[Delta | ModelResponse] = []
-    for event, data in sse_events(lines):
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-        if parser.done:
-            break
-    out.append(parser.response())
-    return out
+    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response."""
+    return replay(ResponsesStreamParser(), sse_events(lines))
 
 
 def _replayed(response: ModelResponse) -> Delta | None:

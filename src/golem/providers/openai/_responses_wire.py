@@ -12,9 +12,8 @@ from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
-from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._answers import (
-    ASSISTANT_MEDIA_TEXT,
     RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
@@ -23,11 +22,16 @@ from golem.providers._answers import (
     unique_call_id,
 )
 from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
-from golem.providers.openai._schemas import schema_name, strict_compatible
+from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
+    data_url,
     error_from_payload,
+    json_schema_format,
+    media_message,
     synthesize_call_id,
+    tool_choice_of,
+    user_content,
     wire_args,
 )
 from golem.usage import Usage
@@ -113,17 +117,10 @@ def build_responses_body(
         body["include"] = ["reasoning.encrypted_content"]
     if request.tools:
         body["tools"] = [_tool(t, options.strict) for t in request.tools]
-        body["tool_choice"] = responses_tool_choice(request.tool_choice)
+        body["tool_choice"] = tool_choice_of(request.tool_choice, nested=False)
     if request.output_schema is not None:
-        schema = request.output_schema
-        body["text"] = {
-            "format": {
-                "type": "json_schema",
-                "name": schema_name(schema),
-                "schema": schema,
-                "strict": options.strict and strict_compatible(schema),
-            }
-        }
+        fmt = json_schema_format(request.output_schema, options.strict)
+        body["text"] = {"format": {"type": "json_schema", **fmt}}
     reasoning: dict[str, Any] = {}
     if options.reasoning_effort is not None:
         reasoning["effort"] = options.reasoning_effort
@@ -131,12 +128,13 @@ def build_responses_body(
         reasoning["summary"] = options.reasoning_summary
     if reasoning:
         body["reasoning"] = reasoning
-    if options.max_tokens is not None:
-        body["max_output_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
+    for key, value in (
+        ("max_output_tokens", options.max_tokens),
+        ("temperature", options.temperature),
+        ("top_p", options.top_p),
+    ):
+        if value is not None:
+            body[key] = value
     if options.extra_body:
         extra = dict(options.extra_body)
         extra_tools = extra.get("tools")
@@ -145,13 +143,6 @@ def build_responses_body(
             extra["tools"] = [*body["tools"], *extra_tools]
         body.update(extra)
     return body
-
-
-def responses_tool_choice(choice: str) -> str | dict[str, Any]:
-    """The Responses `tool_choice`: "auto", "required", "none", or `{"type": "function", "name"}`."""
-    if choice in TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "name": choice}
 
 
 def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
@@ -171,24 +162,22 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
     media: list[Part] = []
     for m in messages:
         if media and m.role != "tool":
-            items.append(_media_item(media))
+            items.append(media_message(media, _part, "input_text"))
             media = []
         if m.role == "user":
-            items.append({"role": "user", "content": _user_content(m)})
+            items.append({"role": "user", "content": user_content(m, _part, "input_text")})
         elif m.role == "assistant":
             _assistant_items(m, items, store)
             # assistant output takes text only: the media follow it (but for the images of
             # image generation calls that went back themselves, with `store`)
             media = [p for p in m.parts if not (store and _sent_image(m, p))]
         elif m.role == "tool":
-            output: str | list[dict[str, Any]] = m.content
-            if m.parts:
-                output = _user_content(m)
+            output = user_content(m, _part, "input_text")
             items.append(
                 {"type": "function_call_output", "call_id": m.tool_call_id, "output": output}
             )
     if media:
-        items.append(_media_item(media))
+        items.append(media_message(media, _part, "input_text"))
     if not any(i.get("role") == "user" for i in items):
         items.insert(0, {"role": "user", "content": ""})
     return items
@@ -203,24 +192,6 @@ def _sent_image(m: Message, p: Part) -> bool:
         b.provider == BLOCKS and b.type == "image_generation_call" and b.id == call_id
         for b in m.server_tools
     )
-
-
-def _media_item(parts: list[Part]) -> dict[str, Any]:
-    """The user message carrying the media of an assistant message, after the outputs of
-    its calls (ADR 0060)."""
-    content = [{"type": "input_text", "text": ASSISTANT_MEDIA_TEXT}]
-    content.extend(_part(p) for p in parts)
-    return {"role": "user", "content": content}
-
-
-def _user_content(m: Message) -> str | list[dict[str, Any]]:
-    if not m.parts:
-        return m.content
-    content: list[dict[str, Any]] = []
-    if m.content:
-        content.append({"type": "input_text", "text": m.content})
-    content.extend(_part(p) for p in m.parts)
-    return content
 
 
 def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> None:
@@ -278,11 +249,6 @@ def _reasoning_item(t: ThinkingBlock) -> dict[str, Any] | None:
     return item
 
 
-def _data_url(p: Part) -> str:
-    assert p.data is not None
-    return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
-
-
 def _part(p: Part) -> dict[str, Any]:
     """An `input_image` / `input_file` item for a part; what the API cannot take becomes a note."""
     problem = p.problem()
@@ -291,7 +257,7 @@ def _part(p: Part) -> dict[str, Any]:
     if p.kind == "text":
         return {"type": "input_text", "text": p.text}
     if p.kind == "image":
-        return {"type": "input_image", "image_url": p.url or _data_url(p), "detail": "auto"}
+        return {"type": "input_image", "image_url": p.url or data_url(p), "detail": "auto"}
     if p.kind == "document":
         if p.url:
             return {"type": "input_file", "file_url": p.url}
@@ -299,7 +265,7 @@ def _part(p: Part) -> dict[str, Any]:
         ext = mimetypes.guess_extension(media_type) or ".bin"
         assert p.data is not None
         name = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:12]
-        return {"type": "input_file", "file_data": _data_url(p), "filename": f"{name}{ext}"}
+        return {"type": "input_file", "file_data": data_url(p), "filename": f"{name}{ext}"}
     ref = p.url or p.media_type or "content"
     return {
         "type": "input_text",

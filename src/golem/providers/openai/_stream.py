@@ -12,7 +12,7 @@ from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolC
 from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     PROVIDER,
@@ -314,11 +314,4 @@ def parse_stream_text(
     text: str, *, reasoning_field: str | None = None
 ) -> list[Delta | ModelResponse]:
     """Parse a whole SSE body: the deltas in order, then the final response."""
-    parser = ChatStreamParser(reasoning_field=reasoning_field)
-    out: list[Delta | ModelResponse] = []
-    for event, data in sse_events(text.splitlines()):
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-    out.append(parser.response())
-    return out
+    return replay(ChatStreamParser(reasoning_field=reasoning_field), sse_events(text.splitlines()))

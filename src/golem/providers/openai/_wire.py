@@ -10,7 +10,7 @@ import mimetypes
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,10 +40,13 @@ __all__ = [
     "audio_id_of",
     "build_request_body",
     "citations_of",
+    "data_url",
     "error_from_payload",
     "foreign_call",
+    "json_schema_format",
     "map_finish_reason",
     "map_messages",
+    "media_message",
     "parse_response",
     "parse_tool_call",
     "parse_usage",
@@ -51,6 +54,7 @@ __all__ = [
     "synthesize_call_id",
     "text_content",
     "tool_choice_of",
+    "user_content",
     "wire_args",
     "wire_call_id",
 ]
@@ -109,35 +113,40 @@ def build_request_body(
         body["tools"] = [_tool(t, options.strict) for t in request.tools]
         body["tool_choice"] = tool_choice_of(request.tool_choice)
     if request.output_schema is not None:
-        schema = request.output_schema
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name(schema),
-                "schema": schema,
-                "strict": options.strict and strict_compatible(schema),
-            },
-        }
-    if options.max_tokens is not None:
-        body["max_completion_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
-    if options.stop:
-        body["stop"] = list(options.stop)
-    if options.reasoning_effort is not None:
-        body["reasoning_effort"] = options.reasoning_effort
-    if options.extra_body:
-        body.update(options.extra_body)
+        fmt = json_schema_format(request.output_schema, options.strict)
+        body["response_format"] = {"type": "json_schema", "json_schema": fmt}
+    for key, value in (
+        ("max_completion_tokens", options.max_tokens),
+        ("temperature", options.temperature),
+        ("top_p", options.top_p),
+        ("stop", list(options.stop) if options.stop else None),
+        ("reasoning_effort", options.reasoning_effort),
+    ):
+        if value is not None:
+            body[key] = value
+    body.update(options.extra_body)
     return body
 
 
-def tool_choice_of(choice: str) -> str | dict[str, Any]:
-    """The Chat Completions `tool_choice`: "auto", "required", "none", or the named function."""
+def tool_choice_of(choice: str, *, nested: bool = True) -> str | dict[str, Any]:
+    """The `tool_choice`: "auto", "required", "none", or the named function (Chat nests
+    its name in `function`, Responses does not)."""
     if choice in TOOL_CHOICE_MODES:
         return choice
-    return {"type": "function", "function": {"name": choice}}
+    return (
+        {"type": "function", "function": {"name": choice}}
+        if nested
+        else {"type": "function", "name": choice}
+    )
+
+
+def json_schema_format(schema: dict[str, Any], strict: bool) -> dict[str, Any]:
+    """The `json_schema` output format of both APIs (Chat wraps it in `json_schema`)."""
+    return {
+        "name": schema_name(schema),
+        "schema": schema,
+        "strict": strict and strict_compatible(schema),
+    }
 
 
 def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
@@ -161,7 +170,7 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
     for i, m in enumerate(messages):
         if m.role != "tool":
             if media:
-                out.append(_media_message(media))
+                out.append(media_message(media, _part))
                 media = []
             if attachments:
                 out.append(_attachments_message(attachments))
@@ -169,7 +178,7 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
         if m.role == "system":
             out.append({"role": options.system_role, "content": m.content})
         elif m.role == "user":
-            out.append(_user_message(m))
+            out.append({"role": "user", "content": user_content(m, _part)})
         elif m.role == "assistant":
             msg = _assistant_message(m, i, ids, options, after_last_user=i > last_user)
             out.append(msg)
@@ -185,27 +194,30 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
             if m.parts:
                 attachments.append((call_id, m))
     if media:
-        out.append(_media_message(media))
+        out.append(media_message(media, _part))
     if attachments:
         out.append(_attachments_message(attachments))
     return out
 
 
-def _media_message(parts: list[Part]) -> dict[str, Any]:
+def media_message(
+    parts: list[Part], part: Callable[[Part], dict[str, Any]], text: str = "text"
+) -> dict[str, Any]:
     """The user message carrying the media of an assistant message (ADR 0060)."""
-    content = [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}]
-    content.extend(_part(p) for p in parts)
-    return {"role": "user", "content": content}
+    return {
+        "role": "user",
+        "content": [{"type": text, "text": ASSISTANT_MEDIA_TEXT}, *map(part, parts)],
+    }
 
 
-def _user_message(m: Message) -> dict[str, Any]:
+def user_content(
+    m: Message, part: Callable[[Part], dict[str, Any]], text: str = "text"
+) -> str | list[dict[str, Any]]:
+    """A user (or tool) message's content: its text, or text and parts as a list."""
     if not m.parts:
-        return {"role": "user", "content": m.content}
-    content: list[dict[str, Any]] = []
-    if m.content:
-        content.append({"type": "text", "text": m.content})
-    content.extend(_part(p) for p in m.parts)
-    return {"role": "user", "content": content}
+        return m.content
+    head = [{"type": text, "text": m.content}] if m.content else []
+    return [*head, *map(part, m.parts)]
 
 
 def _attachments_message(attachments: list[tuple[str, Message]]) -> dict[str, Any]:
@@ -352,7 +364,7 @@ def _is_text(media_type: str) -> bool:
     )
 
 
-def _data_url(p: Part) -> str:
+def data_url(p: Part) -> str:
     assert p.data is not None
     return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
 
@@ -365,7 +377,7 @@ def _part(p: Part) -> dict[str, Any]:
         return {"type": "text", "text": p.text}
     media_type = p.media_type or ""
     if p.kind == "image":
-        return {"type": "image_url", "image_url": {"url": p.url or _data_url(p)}}
+        return {"type": "image_url", "image_url": {"url": p.url or data_url(p)}}
     if p.kind == "document" and p.data is not None:
         if _is_text(media_type):
             ident = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:6]
@@ -377,7 +389,7 @@ def _part(p: Part) -> dict[str, Any]:
             )
             return {"type": "text", "text": framed}
         ext = mimetypes.guess_extension(media_type.split(";", 1)[0].strip()) or ".bin"
-        return {"type": "file", "file": {"file_data": _data_url(p), "filename": f"filename{ext}"}}
+        return {"type": "file", "file": {"file_data": data_url(p), "filename": f"filename{ext}"}}
     if p.kind == "audio" and p.data is not None:
         fmt = _AUDIO_FORMATS.get(media_type.split(";", 1)[0].strip().lower())
         if fmt:
