@@ -113,12 +113,7 @@ def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
 
 
 def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
-    """`calls`, when each has a name.
-
-    Raises:
-        ResponseFormatError: a call has no name (a damaged answer: no tool can run it, and
-            the API would refuse it sent back); retryable, as sampling again usually helps.
-    """
+    """`calls`, when each has a name."""
     for call in calls:
         if not call.name:
             raise ResponseFormatError(
@@ -133,12 +128,7 @@ def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
 def refuse_no_answer(provider: str, response: ModelResponse, reason: str) -> ModelResponse:
     """`response`, unless it stopped for a reason golem does not know (`finish_reason`
     "other": vLLM's `abort`, a router's `error`, a newer API's stop) and holds nothing: no
-    text, call, media or server-side block.
-
-    Raises:
-        ResponseFormatError: no answer came; retryable (sampling again usually answers),
-            carrying the answer's usage.
-    """
+    text, call, media or server-side block."""
     m = response.message
     if (
         response.finish_reason != "other"

@@ -169,14 +169,8 @@ class HTTPModel:
         whole: Callable[[str], ModelResponse] | None = None,
     ) -> AsyncIterator[Delta | ModelResponse]:
         """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes
-        of each event (it may stop the stream early: `parser.done`), then its final response.
-
-        An answer that is one JSON document (a proxy's error, a server that ignored `stream:
-        true`) is `whole(text)` replayed as deltas when `whole` is given, else
-        `parser.feed(None, text)`. An HTML page is a `ResponseFormatError`; a connection lost
-        mid-stream a retryable `ProviderConnectionError`. Errors met once the answer began
-        name its request ID.
-        """
+        of each event (`parser.done` stops early), then its final response; an answer that is
+        one JSON document is `whole(text)` replayed as deltas, else `parser.feed(None, text)`."""
         provider = self._wire_name
         tag = RequestTag()
         client = await self._clients.get()
@@ -288,11 +282,7 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
 
 
 async def read_body(response: httpx.Response, provider: str) -> str:
-    """The text of a successful streamed `response` (see `body_text`), up to `MAX_BODY` bytes.
-
-    Raises:
-        ResponseFormatError: the body is longer than `MAX_BODY` (not read further).
-    """
+    """The text of a successful streamed `response` (see `body_text`), up to `MAX_BODY` bytes."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():
@@ -333,11 +323,7 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:
-    """Return `explicit`, else the first set environment variable of `env_names`.
-
-    Raises:
-        AuthenticationError: no key was given or found; the message names the variables.
-    """
+    """Return `explicit`, else the first set environment variable of `env_names`."""
     if explicit:
         return explicit
     for name in env_names:

@@ -35,14 +35,7 @@ it the answer is refused rather than read into memory without end."""
 async def iter_sse(
     response: httpx.Response, provider: str | None = None
 ) -> AsyncIterator[tuple[str, str]]:
-    """Yield `(event, data)` for each server-sent event of a streaming response.
-
-    Raises:
-        ResponseFormatError: with a `provider` named, a stream that yielded no event and
-            whose first line is no event-stream field (`data`, `event`, `id`, `retry`) or
-            comment: a proxy's plain-text page, quoted, retryable. An event longer than
-            `MAX_BODY`.
-    """
+    """Yield `(event, data)` for each server-sent event of a streaming response."""
     head = ""  # the stream's first line, to quote when it holds no event
     heading = True
     yielded = False
@@ -206,11 +199,7 @@ def deltas_in(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
 
 
 def replay(parser: EventParser, events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:
-    """Feed a whole recorded stream to `parser`: its deltas in order, then the final response.
-
-    Raises:
-        ProviderError: as the parser's `feed` and `response`.
-    """
+    """Feed a whole recorded stream to `parser`: its deltas in order, then the final response."""
     out: list[Delta | ModelResponse] = []
     for event, data in events:
         out.extend(deltas_in(parser.feed(event, data)))

@@ -201,14 +201,7 @@ def _str(value: Any) -> str:
 
 
 def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelResponse:
-    """Map a non-streamed `/v1/messages` response body to a `ModelResponse`.
-
-    Raises:
-        ProviderError: the body is an error object (`{"type": "error", ...}`, or an
-            `{"error": ...}` without content), classified by its `error.type` like a
-            streamed `error` event.
-        ResponseFormatError: the body has no `content` list of blocks.
-    """
+    """Map a non-streamed `/v1/messages` response body to a `ModelResponse`."""
     if body.get("type") == "error" or (
         isinstance(body.get("error"), Mapping) and "content" not in body
     ):  # an error object (a proxy's may lack the "type": "error" Anthropic puts on it)
@@ -249,11 +242,7 @@ def with_container(message: Message, container: Any) -> Message:
 
 def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:
     """The `ModelResponse` of a parsed message; an answer given through the output tool
-    (a `tool_use` stop with no call left) finishes with "stop".
-
-    Raises:
-        ResponseFormatError: a stop reason golem does not know and nothing in the answer
-            (`refuse_no_answer`); retryable."""
+    (a `tool_use` stop with no call left) finishes with "stop"."""
     finish = finish_reason_from(stop_reason)
     if finish == "tool_call" and not message.tool_calls:
         finish = "stop"

@@ -87,12 +87,7 @@ class StreamParser:
         return self._done
 
     def feed(self, event: str | None, data: str) -> Delta | None:
-        """Process one server-sent event.
-
-        Raises:
-            ProviderError: the event is an `error` event (classified by its type).
-            ResponseFormatError: the event data is not a JSON object.
-        """
+        """Process one server-sent event."""
         if event == "error":
             raise self._failed(error_from_event(data))
         payload = parse_event_data(PROVIDER, data)
@@ -288,11 +283,7 @@ class StreamParser:
             pieces[key] = [piece]
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: `message_stop` never arrived (retryable).
-        """
+        """The final response."""
         if not self._done:
             raise self._failed(
                 ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)

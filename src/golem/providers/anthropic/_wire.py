@@ -176,12 +176,7 @@ def _expiry(container: Mapping[str, Any] | None) -> float | None:
 def tool_choice_of(
     choice: str, *, output_tool: bool = False, function_tools: int = 1, thinking: bool = False
 ) -> dict[str, Any]:
-    """The `tool_choice` object for a golem tool choice.
-
-    Raises:
-        BadRequest: a forced choice ("required" or a tool name) with extended thinking, which
-            the API refuses.
-    """
+    """The `tool_choice` object for a golem tool choice."""
     if choice == "none":
         return {"type": "none"}
     if thinking:

@@ -347,15 +347,7 @@ class ResponseBuilder:
         return usage_from_metadata(self._usage) if self._usage else None
 
     def response(self) -> ModelResponse:
-        """The response folded so far.
-
-        Raises:
-            ResponseFormatError: the model's function call could not be read
-                (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `TOO_MANY_TOOL_CALLS`)
-                and no call came through, or the answer holds nothing and its finish reason
-                gives no cause (`OTHER`, `NO_IMAGE`, ...); retryable, with the usage.
-            BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
-        """
+        """The response folded so far."""
         if not self._calls and (
             self._finish in _CALL_FAILED | _REQUEST_FAILED
             or (self._finish and self._finish not in _NOT_ANSWERS and self.empty)
@@ -427,11 +419,7 @@ def _first_candidate(candidates: list[Any]) -> dict[str, Any] | None:
 def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
     """The `Part` for an `inlineData` (base64 bytes) or `fileData` (a URI) object of an
     answer, or None when it holds nothing (empty data, no URI); its kind follows the MIME
-    type (image, audio, video, else document).
-
-    Raises:
-        ResponseFormatError: the data is not base64, or is not text at all.
-    """
+    type (image, audio, video, else document)."""
     mime = _str(media.get("mimeType"))
     top = mime.partition("/")[0].lower()
     kind = top if top in ("image", "audio", "video") else "document"
@@ -521,15 +509,7 @@ def _compact_args(args: Any) -> str:
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:
-    """Parse a `generateContent` response body into a `ModelResponse`.
-
-    Raises:
-        ProviderError: the body is an `{"error": ...}` object (classified by its code).
-        ResponseFormatError: the body has no candidate and no blocked prompt, its candidate
-            holds nothing and no finish reason (retryable), or the model's function call
-            could not be read (see `ResponseBuilder.response`).
-        BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
-    """
+    """Parse a `generateContent` response body into a `ModelResponse`."""
     if isinstance(body.get("error"), Mapping):
         raise error_from_payload(body)
     builder = ResponseBuilder(deltas=False)

@@ -27,12 +27,7 @@ class StreamParser:
 
     def feed(self, event: str | None, data: str) -> list[Delta]:
         """Fold one event's data in (`event` None: a whole JSON body, an array of responses
-        or one) and return its deltas in arrival order.
-
-        Raises:
-            ResponseFormatError: the data is not a JSON object.
-            ProviderError: the event is an `{"error": ...}` object (classified by its code).
-        """
+        or one) and return its deltas in arrival order."""
         if event is None:
             return [d for chunk in json_chunks(data) for d in self.feed("", chunk)]
         if not data.strip():
@@ -50,11 +45,7 @@ class StreamParser:
         return self._builder.add(chunk)
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: no event carried a finish reason (retryable).
-        """
+        """The final response."""
         if not self._builder.complete:
             error = ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
             error.usage = self._builder.usage()
@@ -69,11 +60,7 @@ def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelR
 
 
 def json_chunks(text: str) -> list[str]:
-    """The responses of a streamed body that is no event stream (a JSON array, or one object).
-
-    Raises:
-        ResponseFormatError: the body is empty (retryable) or not JSON.
-    """
+    """The responses of a streamed body that is no event stream (a JSON array, or one object)."""
     if not text.strip():  # nothing came: a transfer cut short, another may be whole
         raise ResponseFormatError(
             "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True

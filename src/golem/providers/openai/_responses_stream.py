@@ -85,12 +85,7 @@ class ResponsesStreamParser:
         return self._final is not None
 
     def feed(self, name: str | None, data: str) -> Delta | None:
-        """Process one event's `data`; return the `Delta` it produces, if any.
-
-        Raises:
-            ProviderError: an `error` event, or a failed response.
-            ResponseFormatError: the data is not a JSON object.
-        """
+        """Process one event's `data`; return the `Delta` it produces, if any."""
         event = parse_event_data(PROVIDER, data)
         if event is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
@@ -286,11 +281,7 @@ class ResponsesStreamParser:
         return Delta(tool_calls=[ToolCallDelta(n, args_fragment=text)])
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: the stream ended before its terminal event (retryable).
-        """
+        """The final response."""
         if self._final is None:
             raise ProviderConnectionError(
                 f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True

@@ -513,16 +513,7 @@ def finish_of(body: Mapping[str, Any], message: Message, refused: bool) -> Finis
 
 
 def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
-    """Map a `response` object (a body, or the one a stream's last event carries).
-
-    Raises:
-        ProviderError: the response failed (`status: failed`), classified like the
-            equivalent HTTP status (a server error when it carries no `error`), or was
-            cancelled (a plain `ProviderError`).
-        ResponseFormatError: the body has no `output` list, or is not finished (`queued`,
-            `in_progress`: a background response); retryable: it is incomplete for a
-            reason golem does not know and holds no answer.
-    """
+    """Map a `response` object (a body, or the one a stream's last event carries)."""
     error = body.get("error")
     status = body.get("status")
     failure: ProviderError | None = None

@@ -74,12 +74,7 @@ class ChatStreamParser:
         """True once the `[DONE]` sentinel arrived."""
 
     def feed(self, event: str | None, data: str) -> Delta | None:
-        """Consume one event's data; return its `Delta`, or None when it carries no content.
-
-        Raises:
-            ResponseFormatError: the data is not a JSON object.
-            ProviderError: the event is an error object (classified like its HTTP status).
-        """
+        """Consume one event's data; return its `Delta`, or None when it carries no content."""
         if data.strip() == "[DONE]":
             self.done = True
             return None
@@ -234,13 +229,7 @@ class ChatStreamParser:
         return error
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: the stream ended before the response completed (retryable).
-            ResponseFormatError: a finish reason golem does not know and nothing in the
-                answer (`refuse_no_answer`); retryable.
-        """
+        """The final response."""
         if not self.complete:
             raise self._failed(
                 ProviderConnectionError(f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True)

@@ -513,12 +513,7 @@ class OutputMedia:
         return added
 
     def parts(self) -> list[Part]:
-        """The media as `Part`s: the audio first, then the images in order.
-
-        Raises:
-            ResponseFormatError: audio or image data that is not base64, or an image without
-                a URL.
-        """
+        """The media as `Part`s: the audio first, then the images in order."""
         out: list[Part] = []
         if self.audio:
             data = _audio_data(self.audio)
@@ -674,14 +669,7 @@ def _signature(tc: dict[str, Any]) -> str:
 
 
 def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) -> ModelResponse:
-    """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice).
-
-    Raises:
-        ResponseFormatError: the body has no choices or the wrong shape; retryable: a
-            finish reason golem does not know and nothing in the answer (`refuse_no_answer`).
-        ProviderError: the body is an error object (some compatible servers answer errors
-            with status 200); classified like the equivalent HTTP status.
-    """
+    """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice)."""
     if (body.get("error") or body.get("object") == "error") and not body.get("choices"):
         raise error_from_payload(body)
     choices = body.get("choices")
