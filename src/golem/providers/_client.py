@@ -52,9 +52,16 @@ def encode_body(body: dict[str, Any]) -> bytes:
 
 
 class HTTPModel:
-    """Base of the adapters: `generate` and `generate_stream` POST `request_body(request)`
-    to `_endpoint`; `aclose()` and `async with model:` close the client the model created
-    (an injected `http_client` is left open)."""
+    """Base of the adapters: `generate` and `generate_stream` POST `request_body(request)`.
+
+    Every adapter takes `model`; `api_key` (else read from the environment at construction:
+    a missing one raises `AuthenticationError`); `base_url`; `http_client` (used, never
+    closed; by default one client per event loop, created lazily and closed by `aclose()`,
+    `async with model:` or the loop's shutdown); `timeout` (seconds per request: connect,
+    each read, write); `max_tokens`, `temperature`, `top_p`, `stop`; `extra_headers`
+    (override golem's) and `extra_body` (merged into every body). A value out of range
+    raises `ValueError`.
+    """
 
     model: str
     """The model name sent with each request."""

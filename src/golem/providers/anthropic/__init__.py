@@ -32,35 +32,16 @@ _MIN_THINKING_BUDGET = 1024
 
 
 class AnthropicModel(HTTPModel):
-    """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
+    """A Claude model behind the Anthropic Messages API (`POST /v1/messages`); arguments
+    as `HTTPModel`'s (`ANTHROPIC_API_KEY`; `base_url` defaults to `ANTHROPIC_BASE_URL`, else
+    "https://api.anthropic.com", `/v1/messages` appended; `max_tokens` default 4096), plus:
 
     Args:
-        model: Model name, for example "claude-sonnet-4-5".
-        api_key: API key; defaults to the `ANTHROPIC_API_KEY` environment variable.
-        base_url: Server root; defaults to `ANTHROPIC_BASE_URL`, else
-            "https://api.anthropic.com". `/v1/messages` is appended (a trailing `/v1`
-            is accepted too).
-        http_client: A client to use instead of the one the model creates lazily
-            (one per model and event loop, reused across requests, closed when the
-            loop shuts down). golem never closes an injected client.
-        timeout: Seconds allowed for each request (also with an injected client).
-        max_tokens: Output token cap, required by the API; default 4096.
-        temperature: Sampling temperature (the API rejects it together with thinking).
-        top_p: Nucleus sampling.
-        stop: Stop sequences (`stop_sequences`).
-        extra_headers: Headers added to every request (for example `anthropic-beta`).
-        extra_body: Fields merged into every request body, one level deep for objects.
-        thinking_budget: Enables extended thinking with this many tokens (at least
-            1024 and below `max_tokens`).
-        output_mode: How `ModelRequest.output_schema` is sent: "native" uses the
-            API's structured outputs (`output_config.format`, Claude 4.5 and later),
-            "prompted" puts the schema in the system prompt (any model), "tool" offers a
-            `final_result` tool with the schema and makes the model call it (any model
-            with tool use; not with `thinking_budget`, which allows no forced tool).
-
-    Raises:
-        AuthenticationError: no key was passed and `ANTHROPIC_API_KEY` is not set.
-        ValueError: an argument is out of range.
+        thinking_budget: Enables extended thinking with this many tokens (at least 1024 and
+            below `max_tokens`).
+        output_mode: How `ModelRequest.output_schema` is sent: "native" (`output_config.format`,
+            Claude 4.5 and later), "prompted" (in the system prompt), or "tool" (a forced
+            `final_result` tool; not with `thinking_budget`).
     """
 
     provider = "anthropic"

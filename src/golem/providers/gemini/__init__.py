@@ -52,29 +52,10 @@ class GeminiModel(HTTPModel):
         thinking_budget: int | None = None,
         include_thoughts: bool = False,
     ) -> None:
-        """Configure the model; the key is read here, never later.
-
-        Args:
-            model: model name, e.g. "gemini-2.5-flash" (a "models/..." or "tunedModels/..."
-                path is used as given).
-            api_key: the key; defaults to GEMINI_API_KEY, then GOOGLE_API_KEY.
-            base_url: API root, default `DEFAULT_BASE_URL` (point it at a proxy or test server).
-            http_client: client to send requests with (left open by `aclose`); by default
-                the model creates one per event loop, lazily, and reuses its connections.
-            timeout: seconds per request (connect, each read, write), also with an
-                injected client; in a stream it bounds the gap between two events.
-            max_tokens, temperature, top_p, stop: `generationConfig` settings.
-            extra_headers: sent with every request.
-            extra_body: merged recursively into every request body (e.g.
-                `{"generationConfig": {"thinkingConfig": {"thinkingLevel": "low"}}}`).
-            thinking_budget: `thinkingConfig.thinkingBudget` (0 disables thinking on models
-                that allow it, -1 lets the model decide).
-            include_thoughts: ask for thought summaries (kept as `ThinkingBlock`s).
-
-        Raises:
-            AuthenticationError: no key was passed or found in the environment.
-            ValueError: an argument is out of range.
-        """
+        """Arguments as `HTTPModel`'s (`GEMINI_API_KEY`, then `GOOGLE_API_KEY`; a "models/..."
+        or "tunedModels/..." `model` is used as given; `extra_body` merges recursively), plus
+        `thinking_budget` (`thinkingConfig.thinkingBudget`: 0 off, -1 the model decides) and
+        `include_thoughts` (thought summaries become `ThinkingBlock`s)."""
         if not model or not model.strip():
             raise ValueError("model must be a non-empty model name, e.g. 'gemini-2.5-flash'")
         if timeout <= 0:

@@ -101,36 +101,18 @@ class _OpenAIModel(HTTPModel):
 
 
 class OpenAIChatModel(_OpenAIModel):
-    """A model served by the OpenAI Chat Completions API or a compatible server.
+    """A model served by the OpenAI Chat Completions API or a compatible server; arguments
+    as `HTTPModel`'s (`OPENAI_API_KEY`, required only for the default `base_url`:
+    `OPENAI_BASE_URL`, else https://api.openai.com/v1), plus:
 
     Args:
-        model: Model name sent as `model` (e.g. "gpt-4.1", "llama3.2").
-        api_key: Key; defaults to `OPENAI_API_KEY` (with `api_key_header="api-key"`,
-            `AZURE_OPENAI_API_KEY` first). Required for the default base URL; with a custom
-            base URL and no key, no credentials are sent (Ollama, vLLM, llama.cpp).
-        base_url: API root up to `/v1` (the adapter appends `/chat/completions`); defaults
-            to `OPENAI_BASE_URL`, else https://api.openai.com/v1.
-        http_client: An `httpx.AsyncClient` to use (and not close); by default the model
-            lazily creates one per event loop and reuses its connections.
-        timeout: Seconds per request (connect, each read, write), also with an injected client.
-        max_tokens: Output token cap, sent as `max_completion_tokens`.
-        temperature, top_p, stop: Sampling settings, sent when given.
-        extra_headers: Headers added to every request (override golem's).
-        extra_body: Fields merged last into every body (e.g. `{"seed": 1}`, or
-            `{"max_tokens": 512}` for servers that predate `max_completion_tokens`).
         reasoning_effort: `reasoning_effort` for OpenAI reasoning models.
         system_role: Role for system messages: "system", "developer" or "user".
-        strict: Mark tool and output schemas `strict` when they already qualify; pass False
-            for servers that reject the field.
+        strict: Mark tool and output schemas `strict` when they already qualify.
         reasoning_field: Send thinking text back on assistant messages in this field (e.g.
-            "reasoning_content" for DeepSeek thinking mode with tools); by default thinking
-            blocks are not sent.
-        api_key_header: "Authorization" (Bearer) or another header that carries the raw key,
-            e.g. "api-key" for Azure OpenAI.
-
-    Raises:
-        AuthenticationError: no key for the default OpenAI endpoint.
-        ValueError: an invalid setting (empty model, non-positive timeout, unknown role).
+            "reasoning_content" for DeepSeek); by default thinking is not sent.
+        api_key_header: "Authorization" (Bearer) or a header carrying the raw key ("api-key"
+            for Azure OpenAI, whose `AZURE_OPENAI_API_KEY` is then read first).
     """
 
     def __init__(
