@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import from_json
 
 from golem.errors import ResponseFormatError
+from golem.usage import Usage
 
 __all__ = [
     "MAX_TOKEN_COUNT",
@@ -24,6 +26,7 @@ __all__ = [
     "parse_json_body",
     "raw_json",
     "token_count",
+    "usage_of",
 ]
 
 
@@ -201,3 +204,21 @@ def token_count(value: Any) -> int:
 
 MAX_TOKEN_COUNT = 2**53 - 1
 """The largest usage count an adapter reports (JSON's largest exact integer)."""
+
+
+def usage_of(raw: Any, fields: Mapping[str, tuple[str, ...]]) -> Usage:
+    """`Usage` from a provider's usage object: each field sums the counts at its paths ("a.b"
+    looks inside "a"; "x|y" reads y when x counts 0), at most `MAX_TOKEN_COUNT`."""
+    if not isinstance(raw, Mapping):
+        return Usage()
+
+    def count(path: str) -> int:
+        for alternative in path.split("|"):
+            value: Any = raw
+            for key in alternative.split("."):
+                value = value.get(key) if isinstance(value, Mapping) else None
+            if found := token_count(value):
+                return found
+        return 0
+
+    return Usage(**{f: min(sum(map(count, paths)), MAX_TOKEN_COUNT) for f, paths in fields.items()})

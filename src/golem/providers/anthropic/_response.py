@@ -18,12 +18,11 @@ from golem.model import FinishReason, ModelResponse
 from golem.providers._answers import RUN_SEPARATOR, named_calls, refuse_no_answer, unique_call_id
 from golem.providers._errors import code_status, error_from_response
 from golem.providers._jsonio import (
-    MAX_TOKEN_COUNT,
     args_json,
     json_text,
     object_text,
     raw_json,
-    token_count,
+    usage_of,
 )
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, PROVIDER
 from golem.usage import Usage
@@ -53,22 +52,18 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+_USAGE = {
+    "input_tokens": ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"),
+    "output_tokens": ("output_tokens",),
+    "cache_read_tokens": ("cache_read_input_tokens",),
+    "cache_write_tokens": ("cache_creation_input_tokens",),
+    "reasoning_tokens": ("output_tokens_details.thinking_tokens",),
+}
+
+
 def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     """Usage of a response: input counts cache reads and writes; reasoning when reported."""
-    if not raw:
-        return Usage()
-    fresh = token_count(raw.get("input_tokens"))
-    read = token_count(raw.get("cache_read_input_tokens"))
-    write = token_count(raw.get("cache_creation_input_tokens"))
-    details = raw.get("output_tokens_details")
-    reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
-    return Usage(
-        input_tokens=min(fresh + read + write, MAX_TOKEN_COUNT),
-        output_tokens=token_count(raw.get("output_tokens")),
-        cache_read_tokens=read,
-        cache_write_tokens=write,
-        reasoning_tokens=reasoning,
-    )
+    return usage_of(raw, _USAGE)
 
 
 def fresh_call_id() -> str:

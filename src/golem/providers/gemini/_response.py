@@ -25,12 +25,11 @@ from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id
 from golem.providers._errors import error_from_response
 from golem.providers._jsonio import (
-    MAX_TOKEN_COUNT,
     args_json,
     json_text,
     object_text,
     raw_json,
-    token_count,
+    usage_of,
 )
 from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
@@ -103,21 +102,17 @@ def finish_reason(raw: str, has_tool_calls: bool) -> FinishReason:
     return "other"
 
 
+_USAGE = {
+    "input_tokens": ("promptTokenCount", "toolUsePromptTokenCount"),
+    "output_tokens": ("candidatesTokenCount", "thoughtsTokenCount"),
+    "cache_read_tokens": ("cachedContentTokenCount",),
+    "reasoning_tokens": ("thoughtsTokenCount",),
+}
+
+
 def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     """Token usage from a `usageMetadata` object."""
-    thoughts = token_count(meta.get("thoughtsTokenCount"))
-    return Usage(
-        input_tokens=min(
-            token_count(meta.get("promptTokenCount"))
-            + token_count(meta.get("toolUsePromptTokenCount")),
-            MAX_TOKEN_COUNT,
-        ),
-        output_tokens=min(
-            token_count(meta.get("candidatesTokenCount")) + thoughts, MAX_TOKEN_COUNT
-        ),
-        cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
-        reasoning_tokens=thoughts,
-    )
+    return usage_of(meta, _USAGE)
 
 
 def _int(value: Any) -> int:

@@ -21,7 +21,7 @@ from golem.providers._answers import (
     named_calls,
     unique_call_id,
 )
-from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
+from golem.providers._jsonio import args_json, json_object, json_text, raw_json, usage_of
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
@@ -34,7 +34,6 @@ from golem.providers.openai._wire import (
     user_content,
     wire_args,
 )
-from golem.usage import Usage
 
 __all__ = [
     "BLOCKS",
@@ -46,7 +45,6 @@ __all__ = [
     "parse_reasoning_signature",
     "parse_responses_response",
     "reasoning_signature",
-    "responses_usage",
 ]
 
 PROVIDER = "openai"
@@ -276,20 +274,13 @@ def _part(p: Part) -> dict[str, Any]:
 # --------------------------------------------------------------------------- response
 
 
-def responses_usage(usage: Any) -> Usage:
-    """Map a Responses `usage` object; `input_tokens` already includes cached tokens."""
-    if not isinstance(usage, Mapping):
-        return Usage()
-    inp = usage.get("input_tokens_details")
-    out = usage.get("output_tokens_details")
-    return Usage(
-        input_tokens=token_count(usage.get("input_tokens")),
-        output_tokens=token_count(usage.get("output_tokens")),
-        cache_read_tokens=token_count(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
-        reasoning_tokens=token_count(out.get("reasoning_tokens"))
-        if isinstance(out, Mapping)
-        else 0,
-    )
+RESPONSES_USAGE = {
+    "input_tokens": ("input_tokens",),
+    "output_tokens": ("output_tokens",),
+    "cache_read_tokens": ("input_tokens_details.cached_tokens",),
+    "reasoning_tokens": ("output_tokens_details.reasoning_tokens",),
+}
+"""Where a Responses `usage` object keeps each count; `input_tokens` includes cached ones."""
 
 
 def _str(value: Any) -> str:
@@ -527,7 +518,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         )
     if failure is not None:
         if isinstance(body.get("usage"), Mapping):
-            failure.usage = responses_usage(body["usage"])
+            failure.usage = usage_of(body["usage"], RESPONSES_USAGE)
         raise failure
     if status in ("queued", "in_progress"):
         raise ResponseFormatError(
@@ -550,11 +541,11 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
             provider=PROVIDER,
             retryable=True,
         )
-        error.usage = responses_usage(body.get("usage"))
+        error.usage = usage_of(body.get("usage"), RESPONSES_USAGE)
         raise error
     return ModelResponse(
         message=_with_moderation(message, body.get("moderation")),
-        usage=responses_usage(body.get("usage")),
+        usage=usage_of(body.get("usage"), RESPONSES_USAGE),
         finish_reason=finish,
         model_name=_str(body.get("model")),
     )

@@ -11,17 +11,17 @@ from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import args_json, parse_event_data
+from golem.providers._jsonio import args_json, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
+    CHAT_USAGE,
     PROVIDER,
     OutputMedia,
     citations_of,
     error_from_payload,
     foreign_call,
     map_finish_reason,
-    parse_usage,
     reasoning_text,
     synthesize_call_id,
     text_content,
@@ -94,7 +94,7 @@ class ChatStreamParser:
             self._model = model
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self._usage = parse_usage(usage)
+            self._usage = usage_of(usage, CHAT_USAGE)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return None

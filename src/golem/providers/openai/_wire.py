@@ -27,12 +27,12 @@ from golem.providers._answers import (
     unique_calls,
 )
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import args_json, json_text, raw_json, token_count
+from golem.providers._jsonio import args_json, json_text, raw_json, usage_of
 from golem.providers.openai._schemas import schema_name, strict_compatible
-from golem.usage import Usage
 
 __all__ = [
     "ARGS_ENCODER",
+    "CHAT_USAGE",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
     "RequestOptions",
@@ -49,7 +49,6 @@ __all__ = [
     "media_message",
     "parse_response",
     "parse_tool_call",
-    "parse_usage",
     "reasoning_text",
     "synthesize_call_id",
     "text_content",
@@ -439,24 +438,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def parse_usage(usage: Any) -> Usage:
-    """Map a `usage` object (prompt/completion tokens and their details) to `Usage`."""
-    if not isinstance(usage, dict):
-        return Usage()
-    prompt = usage.get("prompt_tokens_details")
-    prompt = prompt if isinstance(prompt, dict) else {}
-    completion = usage.get("completion_tokens_details")
-    completion = completion if isinstance(completion, dict) else {}
-    cache_read = token_count(prompt.get("cached_tokens")) or token_count(
-        usage.get("prompt_cache_hit_tokens")
-    )
-    return Usage(
-        input_tokens=token_count(usage.get("prompt_tokens")),
-        output_tokens=token_count(usage.get("completion_tokens")),
-        cache_read_tokens=cache_read,
-        cache_write_tokens=token_count(prompt.get("cache_write_tokens")),
-        reasoning_tokens=token_count(completion.get("reasoning_tokens")),
-    )
+CHAT_USAGE = {
+    "input_tokens": ("prompt_tokens",),
+    "output_tokens": ("completion_tokens",),
+    "cache_read_tokens": ("prompt_tokens_details.cached_tokens|prompt_cache_hit_tokens",),
+    "cache_write_tokens": ("prompt_tokens_details.cache_write_tokens",),
+    "reasoning_tokens": ("completion_tokens_details.reasoning_tokens",),
+}
+"""Where a Chat Completions `usage` object keeps each count (`usage_of`)."""
 
 
 class OutputMedia:
@@ -714,7 +703,7 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
             citations=citations,
         ),
-        usage=parse_usage(body.get("usage")),
+        usage=usage_of(body.get("usage"), CHAT_USAGE),
         finish_reason=finish,
         model_name=model if isinstance(model, str) else "",
     )
