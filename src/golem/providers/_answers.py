@@ -11,6 +11,7 @@ from typing import Any
 from golem.errors import ResponseFormatError
 from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._jsonio import raw_json
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
@@ -26,6 +27,7 @@ __all__ = [
     "run_start",
     "unique_call_id",
     "unique_calls",
+    "with_block",
 ]
 
 
@@ -169,3 +171,16 @@ def deltas_of(response: ModelResponse) -> list[Delta]:
             )
         )
     return out
+
+
+def with_block(message: Message, provider: str, kind: str, raw: Any, **names: str) -> Message:
+    """`message` with a `ServerToolBlock` of `raw` kept at its end (`names`: `id`, `name`)."""
+    block = ServerToolBlock(
+        provider=provider,
+        type=kind,
+        raw=raw_json(raw),
+        at=len(message.content),
+        thinking_before=len(message.thinking),
+        **names,
+    )
+    return replace(message, server_tools=[*message.server_tools, block])

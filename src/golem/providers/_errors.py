@@ -140,7 +140,7 @@ def _error_text(body: str, err: dict[str, Any] | None) -> str:
         return str(data["error"])[:2000]
     text = body.strip()
     if text.startswith("<"):
-        text = " ".join(_TAGS.sub(" ", _without_code(text)).split())
+        text = " ".join(_TAGS.sub(" ", _CODE.sub(" ", text)).split())
     return text[:500].rstrip()
 
 
@@ -148,29 +148,8 @@ _TAGS = re.compile(r"<[^<>]*>")
 """A markup tag (no `<` inside: each character is looked at a bounded number of times)."""
 
 
-def _without_code(page: str) -> str:
-    """An HTML page without its `<script>` and `<style>` elements (an unclosed one runs to
-    the end), in one pass over the page."""
-    lower = page.lower()
-    out: list[str] = []
-    pos = 0
-    found = {"<script": lower.find("<script"), "<style": lower.find("<style")}
-    while True:
-        for opening, at in found.items():  # each searched again only once passed
-            if 0 <= at < pos:
-                found[opening] = lower.find(opening, pos)
-        starts = [i for i in found.values() if i >= 0]
-        if not starts:
-            out.append(page[pos:])
-            return " ".join(out)
-        start = min(starts)
-        out.append(page[pos:start])
-        closing = "</script" if lower.startswith("<script", start) else "</style"
-        end = lower.find(closing, start)
-        if end < 0:
-            return " ".join(out)
-        close = lower.find(">", end)
-        pos = len(page) if close < 0 else close + 1
+_CODE = re.compile(r"<(script|style).*?(?:</\1[^>]*(?:>|\Z)|\Z)", re.IGNORECASE | re.DOTALL)
+"""A `<script>` or `<style>` element (an unclosed one runs to the end), matched in linear time."""
 
 
 MAX_ERROR_BODY = 65536

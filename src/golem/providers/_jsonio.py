@@ -18,6 +18,7 @@ from golem.usage import Usage
 __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
+    "int_of",
     "json_object",
     "json_text",
     "lenient_json",
@@ -25,6 +26,7 @@ __all__ = [
     "parse_event_data",
     "parse_json_body",
     "raw_json",
+    "text_of",
     "token_count",
     "usage_of",
 ]
@@ -222,3 +224,13 @@ def usage_of(raw: Any, fields: Mapping[str, tuple[str, ...]]) -> Usage:
         return 0
 
     return Usage(**{f: min(sum(map(count, paths)), MAX_TOKEN_COUNT) for f, paths in fields.items()})
+
+
+def text_of(value: Any) -> str:
+    """`value` when it is text, else ""."""
+    return value if isinstance(value, str) else ""
+
+
+def int_of(value: Any) -> int:
+    """`value` when it is an integer (not a boolean), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

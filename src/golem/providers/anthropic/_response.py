@@ -15,13 +15,20 @@ import httpx
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
-from golem.providers._answers import RUN_SEPARATOR, named_calls, refuse_no_answer, unique_call_id
+from golem.providers._answers import (
+    RUN_SEPARATOR,
+    named_calls,
+    refuse_no_answer,
+    unique_call_id,
+    with_block,
+)
 from golem.providers._errors import code_status, error_from_response
 from golem.providers._jsonio import (
     args_json,
     json_text,
     object_text,
     raw_json,
+    text_of,
     usage_of,
 )
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, PROVIDER
@@ -115,7 +122,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
                 text.append(RUN_SEPARATOR)
                 pos += len(RUN_SEPARATOR)
             separated = False
-            piece = _str(b.get("text"))
+            piece = text_of(b.get("text"))
             texted = texted or bool(piece)
             text.append(piece)
             cited = b.get("citations")
@@ -126,18 +133,20 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             pos += len(piece)
         elif kind == "thinking":
             thinking.append(
-                ThinkingBlock(text=_str(b.get("thinking")), signature=_str(b.get("signature")))
+                ThinkingBlock(
+                    text=text_of(b.get("thinking")), signature=text_of(b.get("signature"))
+                )
             )
         elif kind == "redacted_thinking":
-            thinking.append(ThinkingBlock(redacted=_str(b.get("data"))))
+            thinking.append(ThinkingBlock(redacted=text_of(b.get("data"))))
         elif kind == "tool_use":
             raw = b.get("input")
             args = raw.text if isinstance(raw, RawArgs) else input_text(raw)
-            name = _str(b.get("name"))
+            name = text_of(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            call_id = unique_call_id(_str(b.get("id")) or fresh_call_id(), ids)
+            call_id = unique_call_id(text_of(b.get("id")) or fresh_call_id(), ids)
             calls.append(ToolCall(id=call_id, name=name, args=args))
         else:
             separated = True
@@ -160,9 +169,9 @@ def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
     return Citation(
         start=start,
         end=end,
-        url=_str(c.get("url")),
-        title=_str(c.get("title")) or _str(c.get("document_title")),
-        cited_text=_str(c.get("cited_text")),
+        url=text_of(c.get("url")),
+        title=text_of(c.get("title")) or text_of(c.get("document_title")),
+        cited_text=text_of(c.get("cited_text")),
         provider=PROVIDER,
         raw=raw_json(c),
     )
@@ -172,13 +181,13 @@ def _server_block(
     b: Mapping[str, Any], names: dict[str, str], at: int, thinking_before: int
 ) -> ServerToolBlock:
     """A server-side block; a result is named after the call it answers (same message)."""
-    kind = _str(b.get("type"))
-    block_id = _str(b.get("id"))
-    name = _str(b.get("name"))
+    kind = text_of(b.get("type"))
+    block_id = text_of(b.get("id"))
+    name = text_of(b.get("name"))
     if block_id and name:
         names[block_id] = name
     else:
-        block_id = block_id or _str(b.get("tool_use_id"))
+        block_id = block_id or text_of(b.get("tool_use_id"))
         name = name or names.get(block_id, "") or kind.removesuffix("_tool_result")
     return ServerToolBlock(
         provider=PROVIDER,
@@ -189,10 +198,6 @@ def _server_block(
         at=at,
         thinking_before=thinking_before,
     )
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelResponse:
@@ -212,7 +217,7 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
         with_container(message_from_blocks(content, output_tool), body.get("container")),
         usage_from(usage if isinstance(usage, Mapping) else None),
         body.get("stop_reason"),
-        _str(body.get("model")),
+        text_of(body.get("model")),
     )
 
 
@@ -224,15 +229,7 @@ def with_container(message: Message, container: Any) -> Message:
     container_id = container.get("id")
     if not isinstance(container_id, str) or not container_id:
         return message
-    block = ServerToolBlock(
-        provider=PROVIDER,
-        type=CONTAINER_BLOCK,
-        id=container_id,
-        raw=raw_json(dict(container)),
-        at=len(message.content),
-        thinking_before=len(message.thinking),
-    )
-    return replace(message, server_tools=[*message.server_tools, block])
+    return with_block(message, PROVIDER, CONTAINER_BLOCK, dict(container), id=container_id)
 
 
 def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:

@@ -30,27 +30,6 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 class StreamParser:
     """Consumes the events of one streamed response, in order."""
 
-    __slots__ = (
-        "_blocks",
-        "_calls",
-        "_cited",
-        "_container",
-        "_done",
-        "_fragments",
-        "_ids",
-        "_index",
-        "_model",
-        "_output",
-        "_output_tool",
-        "_pieces",
-        "_separated",
-        "_stop",
-        "_texted",
-        "_thoughts",
-        "_usage",
-        "_whole",
-    )
-
     def __init__(self, output_tool: str = "") -> None:
         self._output_tool = output_tool
         self._output: set[int] = set()
@@ -274,13 +253,7 @@ class StreamParser:
 
     def _append(self, index: int, key: str, piece: str) -> None:
         """Collect a text piece of a block (joined once at the end: no quadratic concatenation)."""
-        pieces = self._pieces.get(index)
-        if pieces is None:
-            self._pieces[index] = {key: [piece]}
-        elif key in pieces:
-            pieces[key].append(piece)
-        else:
-            pieces[key] = [piece]
+        self._pieces.setdefault(index, {}).setdefault(key, []).append(piece)
 
     def response(self) -> ModelResponse:
         """The final response."""

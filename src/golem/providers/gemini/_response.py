@@ -26,9 +26,11 @@ from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id
 from golem.providers._errors import error_from_response
 from golem.providers._jsonio import (
     args_json,
+    int_of,
     json_text,
     object_text,
     raw_json,
+    text_of,
     usage_of,
 )
 from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
@@ -113,10 +115,6 @@ _USAGE = {
 def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     """Token usage from a `usageMetadata` object."""
     return usage_of(meta, _USAGE)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class _Block:
@@ -239,7 +237,7 @@ class ResponseBuilder:
                     ServerToolBlock(
                         provider=PROVIDER,
                         type=key,
-                        id=_str(inner.get("id")),
+                        id=text_of(inner.get("id")),
                         name=name or (tool_type.lower() if isinstance(tool_type, str) else ""),
                         raw=raw_json(part),
                         at=self._length,
@@ -280,8 +278,8 @@ class ResponseBuilder:
                 provider=PROVIDER,
             )
         index = len(self._calls)
-        call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
-        name = _str(call.get("name"))
+        call_id = unique_call_id(text_of(call.get("id")) or self._synthetic_id(index), self._ids)
+        name = text_of(call.get("name"))
         args = call.get("args")
         args_text = "{}" if args is None or args == {} else _compact_args(args)
         self._calls.append(ToolCall(id=call_id, name=name, args=args_text, signature=signature))
@@ -415,7 +413,7 @@ def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
     """The `Part` for an `inlineData` (base64 bytes) or `fileData` (a URI) object of an
     answer, or None when it holds nothing (empty data, no URI); its kind follows the MIME
     type (image, audio, video, else document)."""
-    mime = _str(media.get("mimeType"))
+    mime = text_of(media.get("mimeType"))
     top = mime.partition("/")[0].lower()
     kind = top if top in ("image", "audio", "video") else "document"
     uri = media.get("fileUri")
@@ -460,9 +458,9 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
             continue
         segment = support.get("segment")
         segment = segment if isinstance(segment, dict) else {}
-        start = _char_index(encoded, _int(segment.get("startIndex")))
-        end = max(start, _char_index(encoded, _int(segment.get("endIndex"))))
-        text = _str(segment.get("text"))
+        start = _char_index(encoded, int_of(segment.get("startIndex")))
+        end = max(start, _char_index(encoded, int_of(segment.get("endIndex"))))
+        text = text_of(segment.get("text"))
         if text and content[start:end] != text and (found := content.find(text)) >= 0:
             start, end = found, found + len(text)
         indices = support.get("groundingChunkIndices")
@@ -476,9 +474,9 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
                 Citation(
                     start=start,
                     end=end,
-                    url=_str(source.get("uri")),
-                    title=_str(source.get("title")),
-                    cited_text=_str(source.get("text")),
+                    url=text_of(source.get("uri")),
+                    title=text_of(source.get("title")),
+                    cited_text=text_of(source.get("text")),
                     provider=PROVIDER,
                     raw=raw_json({"support": support, "chunk": chunk}),
                 )
@@ -489,10 +487,6 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
 def _char_index(encoded: bytes, offset: int) -> int:
     """The `str` index of a UTF-8 byte offset (clamped to the text)."""
     return len(encoded[: max(offset, 0)].decode("utf-8", errors="ignore"))
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -31,23 +31,6 @@ _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.fa
 class ResponsesStreamParser:
     """Consumes the events of one streamed response, in order (see the module docstring)."""
 
-    __slots__ = (
-        "_argued",
-        "_calls",
-        "_done",
-        "_final",
-        "_ids",
-        "_others",
-        "_parts",
-        "_reasoning",
-        "_response_id",
-        "_separated",
-        "_streamed",
-        "_texted",
-        "_thought",
-        "_told",
-    )
-
     def __init__(self) -> None:
         self._calls: dict[int | str, int] = {}
         """A function call's item (`_key`) → its index among the response's calls."""

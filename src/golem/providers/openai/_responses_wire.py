@@ -7,7 +7,7 @@ import binascii
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
@@ -20,8 +20,9 @@ from golem.providers._answers import (
     in_order,
     named_calls,
     unique_call_id,
+    with_block,
 )
-from golem.providers._jsonio import args_json, json_object, json_text, raw_json, usage_of
+from golem.providers._jsonio import args_json, json_object, json_text, raw_json, text_of, usage_of
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
@@ -214,7 +215,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
                 text["phase"] = phase
             items.append(text)
         elif part.get("type") == "message":  # a phase mark: the text after it has that phase
-            phase = _str(part.get("phase"))
+            phase = text_of(part.get("phase"))
         else:
             items.append(part)
     for c in m.tool_calls:
@@ -283,23 +284,21 @@ RESPONSES_USAGE = {
 """Where a Responses `usage` object keeps each count; `input_tokens` includes cached ones."""
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
 def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
     """The `ThinkingBlock` of a `reasoning` output item (summary text, or raw reasoning text)."""
-    texts = [_str(s.get("text")) for s in _list(item.get("summary")) if isinstance(s, Mapping)]
+    texts = [text_of(s.get("text")) for s in _list(item.get("summary")) if isinstance(s, Mapping)]
     if not any(texts):
-        texts = [_str(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)]
+        texts = [
+            text_of(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)
+        ]
     signature = ""
-    item_id = _str(item.get("id"))
+    item_id = text_of(item.get("id"))
     if item_id:
-        signature = reasoning_signature(item_id, _str(item.get("encrypted_content")))
+        signature = reasoning_signature(item_id, text_of(item.get("encrypted_content")))
     return ThinkingBlock(text="\n\n".join(t for t in texts if t), signature=signature)
 
 
@@ -315,7 +314,7 @@ def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> s
     """The call ID of a `function_call` item: its `call_id` (or item `id`); for an item
     with neither, one derived from the response ID and the item's `output_index`, so a
     stream's deltas and its final response agree on it."""
-    call_id = _str(item.get("call_id")) or _str(item.get("id"))
+    call_id = text_of(item.get("call_id")) or text_of(item.get("id"))
     if call_id:
         return call_id
     if not response_id:
@@ -347,7 +346,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             for part in _list(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
-                piece = _str(part.get("text")) or _str(part.get("refusal"))
+                piece = text_of(part.get("text")) or text_of(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
                 if separated and texted and piece:
                     text.append(RUN_SEPARATOR)
@@ -368,7 +367,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             calls.append(
                 ToolCall(
                     id=unique_call_id(function_call_id(item, response_id, index), seen),
-                    name=_str(item.get("name")),
+                    name=text_of(item.get("name")),
                     args=function_arguments(item.get("arguments")),
                 )
             )
@@ -401,16 +400,16 @@ MODERATION = "moderation"
 def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock | None:
     """The mark of a message item's `phase` (the item without its text, which is `content`);
     None when it has no phase or no text."""
-    phase = _str(item.get("phase"))
+    phase = text_of(item.get("phase"))
     content = [c for c in _list(item.get("content")) if isinstance(c, Mapping)]
-    if not phase or not any(_str(c.get("text")) for c in content):
+    if not phase or not any(text_of(c.get("text")) for c in content):
         return None
     return ServerToolBlock(
         provider=BLOCKS,
         type=PHASE,
-        id=_str(item.get("id")),
+        id=text_of(item.get("id")),
         name=phase,
-        raw=raw_json({"type": "message", "id": _str(item.get("id")), "phase": phase}),
+        raw=raw_json({"type": "message", "id": text_of(item.get("id")), "phase": phase}),
         at=at,
         thinking_before=thinking,
     )
@@ -418,12 +417,12 @@ def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBl
 
 def _builtin_block(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock:
     """A built-in tool's item (web search, code interpreter, ...), kept where it sat."""
-    kind = _str(item.get("type"))
+    kind = text_of(item.get("type"))
     return ServerToolBlock(
         provider=BLOCKS,
         type=kind,
-        id=_str(item.get("id")),
-        name=_str(item.get("name")) or kind.removesuffix("_call"),
+        id=text_of(item.get("id")),
+        name=text_of(item.get("name")) or kind.removesuffix("_call"),
         raw=raw_json(dict(item)),
         at=at,
         thinking_before=thinking,
@@ -439,12 +438,12 @@ def _generated_image(item: Mapping[str, Any]) -> Part | None:
         data = base64.b64decode(result, validate=True)
     except (binascii.Error, ValueError):
         return None
-    media = _str(item.get("output_format")).lower() or "png"
+    media = text_of(item.get("output_format")).lower() or "png"
     return Part(
         kind="image",
         data=data,
         media_type=f"image/{media}",
-        signature=RESPONSES_IMAGE_PREFIX + _str(item.get("id")),
+        signature=RESPONSES_IMAGE_PREFIX + text_of(item.get("id")),
     )
 
 
@@ -452,16 +451,8 @@ def _with_moderation(message: Message, moderation: Any) -> Message:
     """`message` with the response's `moderation` results kept as a block at its end."""
     if moderation is None or moderation == {}:
         return message
-    block = ServerToolBlock(
-        provider=BLOCKS,
-        type=MODERATION,
-        id=_str(moderation.get("id")) if isinstance(moderation, Mapping) else "",
-        name=MODERATION,
-        raw=raw_json(moderation),
-        at=len(message.content),
-        thinking_before=len(message.thinking),
-    )
-    return replace(message, server_tools=[*message.server_tools, block])
+    block_id = text_of(moderation.get("id")) if isinstance(moderation, Mapping) else ""
+    return with_block(message, BLOCKS, MODERATION, moderation, id=block_id, name=MODERATION)
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
@@ -474,8 +465,8 @@ def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
     return Citation(
         start=offset + start,
         end=offset + end,
-        url=_str(a.get("url")),
-        title=_str(a.get("title")) or _str(a.get("filename")),
+        url=text_of(a.get("url")),
+        title=text_of(a.get("title")) or text_of(a.get("filename")),
         provider=BLOCKS,
         raw=raw_json(dict(a)),
     )
@@ -495,7 +486,7 @@ def finish_of(body: Mapping[str, Any], message: Message, refused: bool) -> Finis
     if status == "incomplete":
         details = body.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, Mapping) else None
-        return _INCOMPLETE.get(_str(reason), "other")
+        return _INCOMPLETE.get(text_of(reason), "other")
     if status != "completed":
         return ""
     if refused:
@@ -531,7 +522,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         raise ResponseFormatError(
             f"openai response has no output list: {json_text(body)[:200]}", provider=PROVIDER
         )
-    message, refused = message_from_output(output, _str(body.get("id")))
+    message, refused = message_from_output(output, text_of(body.get("id")))
     finish = finish_of(body, message, refused)
     if finish == "other" and not (message.content or message.tool_calls or message.server_tools):
         details = body.get("incomplete_details")
@@ -547,5 +538,5 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         message=_with_moderation(message, body.get("moderation")),
         usage=usage_of(body.get("usage"), RESPONSES_USAGE),
         finish_reason=finish,
-        model_name=_str(body.get("model")),
+        model_name=text_of(body.get("model")),
     )

@@ -27,7 +27,7 @@ from golem.providers._answers import (
     unique_calls,
 )
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import args_json, json_text, raw_json, usage_of
+from golem.providers._jsonio import args_json, int_of, json_text, raw_json, usage_of
 from golem.providers.openai._schemas import schema_name, strict_compatible
 
 __all__ = [
@@ -434,10 +434,6 @@ def map_finish_reason(value: Any) -> FinishReason:
     return _FINISH.get(value, "other") if isinstance(value, str) else "other"
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 CHAT_USAGE = {
     "input_tokens": ("prompt_tokens",),
     "output_tokens": ("completion_tokens",),
@@ -594,7 +590,7 @@ def citations_of(annotations: Any, content: str) -> list[Citation]:
         cited = a.get("url_citation") if isinstance(a, dict) else None
         if not isinstance(cited, dict):
             continue
-        start, end = _int(cited.get("start_index")), _int(cited.get("end_index"))
+        start, end = int_of(cited.get("start_index")), int_of(cited.get("end_index"))
         start = min(max(start, 0), len(content))
         url, title = cited.get("url"), cited.get("title")
         out.append(
