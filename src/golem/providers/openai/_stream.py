@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ProviderConnectionError, ProviderError
-from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
+from golem.messages import ToolCall
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._answers import deltas_of, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
@@ -18,10 +18,9 @@ from golem.providers.openai._wire import (
     CHAT_USAGE,
     PROVIDER,
     OutputMedia,
-    citations_of,
+    answer,
     error_from_payload,
     foreign_call,
-    map_finish_reason,
     reasoning_text,
     synthesize_call_id,
     text_content,
@@ -64,7 +63,6 @@ class ChatStreamParser:
         self._foreign_indexes: set[int] = set()
         """Indexes of calls of a type golem does not know (skipped)."""
         self._ids: set[str] = set()
-        self._finish: FinishReason = ""
         self._saw_finish = False
         self._reason: Any = None
         """The finish reason as the server sent it."""
@@ -132,7 +130,6 @@ class ChatStreamParser:
                         calls.append(legacy)
             reason = choice.get("finish_reason")
             if reason:
-                self._finish = map_finish_reason(reason)
                 self._reason = reason
                 self._saw_finish = True
         if text:
@@ -234,39 +231,21 @@ class ChatStreamParser:
             raise self._failed(
                 ProviderConnectionError(f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True)
             )
-        content = "".join(self._text)
-        finish = self._finish
-        refusal = "".join(self._refusal)
-        if refusal and not content:
-            content, finish = refusal, "content_filter"
-        reasoning = "".join(self._reasoning)
-        response = ModelResponse(
-            message=Message(
-                role="assistant",
-                content=content,
-                parts=self._media.parts(),
-                tool_calls=named_calls(
-                    PROVIDER,
-                    [
-                        ToolCall(
-                            id=c.id or synthesize_call_id(),
-                            name=c.name,
-                            args="".join(c.args),
-                            signature=c.signature,
-                        )
-                        for c in self._calls
-                    ],
-                ),
-                thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
-                citations=citations_of(self._annotations, content),
-            ),
-            usage=self._usage,
-            finish_reason=finish,
-            model_name=self._model,
+        calls = [
+            ToolCall(c.id or synthesize_call_id(), c.name, "".join(c.args), signature=c.signature)
+            for c in self._calls
+        ]
+        return answer(
+            "".join(self._text),
+            "".join(self._refusal),
+            "".join(self._reasoning),
+            self._media,
+            calls,
+            self._annotations,
+            self._reason,
+            self._usage,
+            self._model,
         )
-        if finish == "other":
-            return refuse_no_answer(PROVIDER, response, str(self._reason))
-        return response
 
 
 def _next_call(call: _Call, fn: dict[str, Any]) -> bool:

@@ -27,8 +27,9 @@ from golem.providers._answers import (
     unique_calls,
 )
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import args_json, int_of, json_text, raw_json, usage_of
+from golem.providers._jsonio import args_json, int_of, json_text, raw_json, text_of, usage_of
 from golem.providers.openai._schemas import schema_name, strict_compatible
+from golem.usage import Usage
 
 __all__ = [
     "ARGS_ENCODER",
@@ -37,6 +38,7 @@ __all__ = [
     "TOOL_PARTS_PLACEHOLDER",
     "RequestOptions",
     "SystemRole",
+    "answer",
     "audio_id_of",
     "build_request_body",
     "citations_of",
@@ -679,33 +681,59 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         if isinstance(legacy, dict) and not calls:
             calls.append(parse_tool_call({"function": legacy}))
         reasoning = reasoning_text(msg, reasoning_field)
-        finish = map_finish_reason(choice.get("finish_reason"))
-        refusal = msg.get("refusal")
-        if isinstance(refusal, str) and refusal and not content:
-            content, finish = refusal, "content_filter"
-        citations = citations_of(msg.get("annotations"), content)
-        model = body.get("model")
+        annotations = msg.get("annotations")
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ResponseFormatError(
             f"openai response has an unexpected shape ({exc!r}): {json_text(body)[:200]}",
             provider=PROVIDER,
         ) from exc
+    return answer(
+        content,
+        text_of(msg.get("refusal")),
+        reasoning,
+        media,
+        unique_calls(calls),
+        annotations,
+        choice.get("finish_reason"),
+        usage_of(body.get("usage"), CHAT_USAGE),
+        text_of(body.get("model")),
+    )
+
+
+def answer(
+    content: str,
+    refusal: str,
+    reasoning: str,
+    media: OutputMedia,
+    calls: list[ToolCall],
+    annotations: Any,
+    reason: Any,
+    usage: Usage,
+    model: str,
+) -> ModelResponse:
+    """The response of an answer's pieces (a body's message, or what a stream gathered); a
+    refusal is the text of an answer that has none.
+
+    Raises:
+        ResponseFormatError: as `named_calls`, `OutputMedia.parts` and `refuse_no_answer`.
+    """
+    finish = map_finish_reason(reason)
+    if refusal and not content:
+        content, finish = refusal, "content_filter"
     response = ModelResponse(
         message=Message(
             role="assistant",
             content=content,
             parts=media.parts(),
-            tool_calls=named_calls(PROVIDER, unique_calls(calls)),
+            tool_calls=named_calls(PROVIDER, calls),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
-            citations=citations,
+            citations=citations_of(annotations, content),
         ),
-        usage=usage_of(body.get("usage"), CHAT_USAGE),
+        usage=usage,
         finish_reason=finish,
-        model_name=model if isinstance(model, str) else "",
+        model_name=model,
     )
-    if finish == "other":
-        return refuse_no_answer(PROVIDER, response, str(choice.get("finish_reason")))
-    return response
+    return refuse_no_answer(PROVIDER, response, str(reason)) if finish == "other" else response
 
 
 # --------------------------------------------------------------------------- errors
