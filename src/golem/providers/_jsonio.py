@@ -26,6 +26,7 @@ __all__ = [
     "parse_event_data",
     "parse_json_body",
     "raw_json",
+    "table",
     "text_of",
     "token_count",
     "usage_of",
@@ -234,3 +235,8 @@ def text_of(value: Any) -> str:
 def int_of(value: Any) -> int:
     """`value` when it is an integer (not a boolean), else 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def table(text: str) -> dict[str, str]:
+    """A table written as `"key=value key=value ..."`, in order."""
+    return dict(pair.split("=") for pair in text.split())

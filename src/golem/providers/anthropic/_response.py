@@ -8,7 +8,7 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -28,6 +28,7 @@ from golem.providers._jsonio import (
     json_text,
     object_text,
     raw_json,
+    table,
     text_of,
     usage_of,
 )
@@ -48,15 +49,13 @@ __all__ = [
 ]
 
 
-_FINISH: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_call",
-    "refusal": "content_filter",
-    "pause_turn": "pause_turn",
-}
+_FINISH = cast(
+    dict[str, FinishReason],
+    table(
+        "end_turn=stop stop_sequence=stop max_tokens=length model_context_window_exceeded=length "
+        "tool_use=tool_call refusal=content_filter pause_turn=pause_turn"
+    ),
+)
 
 
 _USAGE = {
@@ -242,17 +241,13 @@ def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) ->
     return refuse_no_answer(PROVIDER, response, str(stop_reason)) if finish == "other" else response
 
 
-STATUS_BY_ERROR_TYPE: dict[str, int] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
+STATUS_BY_ERROR_TYPE = {
+    kind: int(status)
+    for kind, status in table(
+        "invalid_request_error=400 authentication_error=401 billing_error=402 "
+        "permission_error=403 not_found_error=404 request_too_large=413 rate_limit_error=429 "
+        "api_error=500 timeout_error=504 overloaded_error=529"
+    ).items()
 }
 """HTTP status Anthropic documents for each `error.type`; an unknown type counts as the
 status its error object's `code` names, else 500."""

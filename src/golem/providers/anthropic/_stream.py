@@ -10,7 +10,7 @@ from golem.errors import ProviderConnectionError, ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import object_text, parse_event_data
+from golem.providers._jsonio import object_text, parse_event_data, text_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.anthropic._response import (
     RawArgs,
@@ -140,37 +140,23 @@ class StreamParser:
             if kind == "thinking" and (text or signature):
                 return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
             return None
-        if kind not in ("thinking", "redacted_thinking", "tool_use"):
+        if kind != "tool_use":
             self._separated = True
             self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
-        whole = _whole_input(block.get("input")) if kind == "tool_use" else ""
+        whole = _whole_input(block.get("input"))
         if whole:
             self._whole.add(index)
-        if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
+        self._fragments[index] = [whole] if whole else []
+        if self._output_tool and block.get("name") == self._output_tool:
             self._output.add(index)
-            self._fragments[index] = [whole] if whole else []
             return Delta(content=whole) if whole else None
-        if kind == "tool_use":
-            n = self._index[index] = self._calls
-            self._calls += 1
-            self._fragments[index] = [whole] if whole else []
-            call_id, name = block.get("id"), block.get("name")
-            call_id = unique_call_id(
-                call_id if isinstance(call_id, str) and call_id else fresh_call_id(), self._ids
-            )
-            block["id"] = call_id  # the final message names the call as the delta did
-            return Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        n,
-                        id=call_id,
-                        name=name if isinstance(name, str) else "",
-                        args_fragment=whole,
-                    )
-                ]
-            )
-        return None
+        n = self._index[index] = self._calls
+        self._calls += 1
+        call_id = unique_call_id(text_of(block.get("id")) or fresh_call_id(), self._ids)
+        block["id"] = call_id  # the final message names the call as the delta did
+        name = text_of(block.get("name"))
+        return Delta(tool_calls=[ToolCallDelta(n, id=call_id, name=name, args_fragment=whole)])
 
     def _delta(self, payload: Mapping[str, Any]) -> Delta | None:
         index = payload.get("index")

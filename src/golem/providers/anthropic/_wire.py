@@ -462,20 +462,22 @@ def _base64_source(data: bytes, media_type: str) -> dict[str, str]:
 _SUPPORTED_FORMATS = frozenset(
     ("date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid")
 )
-_UNSUPPORTED_KEYS = (
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "maxItems",
-    "uniqueItems",
-    "minProperties",
-    "maxProperties",
-    "patternProperties",
+_UNSUPPORTED_KEYS = frozenset(
+    [
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "patternProperties",
+    ]
 )
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")

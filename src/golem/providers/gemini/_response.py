@@ -30,6 +30,7 @@ from golem.providers._jsonio import (
     json_text,
     object_text,
     raw_json,
+    table,
     text_of,
     usage_of,
 )
@@ -65,7 +66,7 @@ _METADATA_KEYS = frozenset(
 
 
 _FILTERED = frozenset(
-    (
+    [
         "SAFETY",
         "RECITATION",
         "BLOCKLIST",
@@ -75,7 +76,7 @@ _FILTERED = frozenset(
         "IMAGE_PROHIBITED_CONTENT",
         "IMAGE_RECITATION",
         "LANGUAGE",
-    )
+    ]
 )
 
 _CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
@@ -520,22 +521,13 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
 
 
 _STATUS_CODES = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "OUT_OF_RANGE": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ABORTED": 409,
-    "ALREADY_EXISTS": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "CANCELLED": 499,
-    "UNKNOWN": 500,
-    "INTERNAL": 500,
-    "DATA_LOSS": 500,
-    "NOT_IMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
+    status: int(code)
+    for status, code in table(
+        "INVALID_ARGUMENT=400 FAILED_PRECONDITION=400 OUT_OF_RANGE=400 UNAUTHENTICATED=401 "
+        "PERMISSION_DENIED=403 NOT_FOUND=404 ABORTED=409 ALREADY_EXISTS=409 "
+        "RESOURCE_EXHAUSTED=429 CANCELLED=499 UNKNOWN=500 INTERNAL=500 DATA_LOSS=500 "
+        "NOT_IMPLEMENTED=501 UNAVAILABLE=503 DEADLINE_EXCEEDED=504"
+    ).items()
 }
 
 

@@ -142,14 +142,9 @@ class ResponsesStreamParser:
         if not isinstance(text, str) or not text:
             return None
         index = event.get("output_index")
-        if index is None:  # a server that names the item only by its ID
-            index = event.get("item_id")
-        if self._separated:  # text before a built-in tool's item: a blank line between
-            if self._texted is not _NOTHING or self._told:
-                text = "\n\n" + text
-            self._separated = False
-        self._texted = index
-        return Delta(content=text)
+        delta = self._text(text)
+        self._texted = event.get("item_id") if index is None else index  # by ID: no index
+        return delta
 
     def _added(self, event: Mapping[str, Any]) -> Delta | None:
         item = event.get("item")

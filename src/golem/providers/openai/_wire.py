@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 
@@ -27,7 +27,7 @@ from golem.providers._answers import (
     unique_calls,
 )
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import args_json, int_of, json_text, raw_json, text_of, usage_of
+from golem.providers._jsonio import args_json, int_of, json_text, raw_json, table, text_of, usage_of
 from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
@@ -346,13 +346,7 @@ class _CallIds:
 # --------------------------------------------------------------------------- parts
 
 _TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/yaml")
-_AUDIO_FORMATS = {
-    "audio/mpeg": "mp3",
-    "audio/mp3": "mp3",
-    "audio/wav": "wav",
-    "audio/x-wav": "wav",
-    "audio/wave": "wav",
-}
+_AUDIO_FORMATS = table("audio/mpeg=mp3 audio/mp3=mp3 audio/wav=wav audio/x-wav=wav audio/wave=wav")
 
 
 def _is_text(media_type: str) -> bool:
@@ -407,26 +401,18 @@ def _note(p: Part, why: str) -> dict[str, Any]:
     return {"type": "text", "text": f"[{p.kind} {ref} not attached: {why}]"}
 
 
-# --------------------------------------------------------------------------- strict schemas
-
-
 # --------------------------------------------------------------------------- response
 
-_FINISH: dict[str, FinishReason] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_call",
-    "function_call": "tool_call",
-    "content_filter": "content_filter",
-    # what compatible servers send for the same stops (TGI's `eos_token` / `stop_sequence`,
-    # proxies in front of Anthropic's API): known causes, not "other"
-    "eos_token": "stop",
-    "eos": "stop",
-    "stop_sequence": "stop",
-    "end_turn": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_call",
-}
+_FINISH = cast(
+    dict[str, FinishReason],
+    table(
+        "stop=stop length=length tool_calls=tool_call function_call=tool_call "
+        "content_filter=content_filter eos_token=stop eos=stop stop_sequence=stop end_turn=stop "
+        "max_tokens=length tool_use=tool_call"
+    ),
+)
+"""Chat Completions finish reasons, and what compatible servers (TGI, proxies in front of
+Anthropic's API) send for the same stops."""
 
 
 def map_finish_reason(value: Any) -> FinishReason:
@@ -738,37 +724,18 @@ def answer(
 
 # --------------------------------------------------------------------------- errors
 
-_KIND_STATUS = (
-    ("rate_limit", 429),
-    ("quota", 429),
-    ("auth", 401),
-    ("api_key", 401),
-    ("permission", 403),
-    ("timeout", 408),
-    ("overloaded", 503),
-    ("unavailable", 503),
-    ("server_error", 500),
-    ("internal", 500),
-    ("invalid_request", 400),
-    ("bad_request", 400),
-    ("badrequest", 400),
-    ("not_found", 404),
-    ("context_length", 400),
-    # the Responses API's `error.code`s (`invalid_prompt`, `invalid_image_url`,
-    # `image_too_large`, `unsupported_image_media_type`, ...) and OpenRouter's error types
-    ("invalid", 400),
-    ("image", 400),
-    ("unsupported", 400),
-    ("too_large", 413),
-    ("too_small", 400),
-    ("too_long", 400),
-    ("tokens_exceeded", 400),
-    ("limit_exceeded", 400),
-    ("content_policy", 400),
-    ("payment", 402),
-    ("precondition", 400),
-    ("unprocessable", 422),
-)
+_KIND_STATUS = {
+    needle: int(status)
+    for needle, status in table(
+        "rate_limit=429 quota=429 auth=401 api_key=401 permission=403 timeout=408 "
+        "overloaded=503 unavailable=503 server_error=500 internal=500 invalid_request=400 "
+        "bad_request=400 badrequest=400 not_found=404 context_length=400 invalid=400 image=400 "
+        "unsupported=400 too_large=413 too_small=400 too_long=400 tokens_exceeded=400 "
+        "limit_exceeded=400 content_policy=400 payment=402 precondition=400 unprocessable=422"
+    ).items()
+}
+"""The status of an error object whose `type` or `code` holds a needle, the first that
+matches (the Responses API's `error.code`s and OpenRouter's error types among them)."""
 
 
 def payload_status(error: dict[str, Any]) -> int:
@@ -777,7 +744,7 @@ def payload_status(error: dict[str, Any]) -> int:
     if status is not None:
         return status
     kind = " ".join(str(error.get(k) or "") for k in ("type", "code")).lower()
-    for needle, status in _KIND_STATUS:
+    for needle, status in _KIND_STATUS.items():
         if needle in kind:
             return status
     return 500
