@@ -22,7 +22,7 @@ from golem.errors import (
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id
+from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id, with_block
 from golem.providers._errors import error_from_response
 from golem.providers._jsonio import (
     args_json,
@@ -218,9 +218,7 @@ class ResponseBuilder:
         return deltas
 
     def _add_part(self, part: dict[str, Any]) -> Delta | None:
-        signature = part.get("thoughtSignature")
-        if not isinstance(signature, str):
-            signature = ""
+        signature = text_of(part.get("thoughtSignature"))
         text = part.get("text")
         if text is None and signature and part.keys() <= _METADATA_KEYS:
             text = ""  # a signature on an empty text part, its empty text left out (proto3 JSON)
@@ -232,19 +230,8 @@ class ResponseBuilder:
         for key, name in SERVER_PARTS.items():
             inner = part.get(key)
             if isinstance(inner, dict):
-                self._separated = True
-                tool_type = inner.get("toolType")
-                self._server.append(
-                    ServerToolBlock(
-                        provider=PROVIDER,
-                        type=key,
-                        id=text_of(inner.get("id")),
-                        name=name or (tool_type.lower() if isinstance(tool_type, str) else ""),
-                        raw=raw_json(part),
-                        at=self._length,
-                        thinking_before=len(self._blocks),
-                    )
-                )
+                name = name or text_of(inner.get("toolType")).lower()
+                self._keep(key, part, id=text_of(inner.get("id")), name=name)
                 return None
         call = part.get("functionCall")
         if not isinstance(call, dict):
@@ -260,16 +247,7 @@ class ResponseBuilder:
             if unknown is not None:
                 # a kind of part golem does not know (a newer API's, a functionResponse in an
                 # answer): kept where it sat, as the provider sent it; never sent back
-                self._separated = True
-                self._server.append(
-                    ServerToolBlock(
-                        provider=PROVIDER,
-                        type=unknown,
-                        raw=raw_json(part),
-                        at=self._length,
-                        thinking_before=len(self._blocks),
-                    )
-                )
+                self._keep(unknown, part)
             return None
         if "partialArgs" in call or call.get("willContinue") is True:
             raise ResponseFormatError(
@@ -286,12 +264,18 @@ class ResponseBuilder:
         self._calls.append(ToolCall(id=call_id, name=name, args=args_text, signature=signature))
         if not self._deltas:
             return None
-        return Delta(
-            tool_calls=[
-                _ToolCallDelta(
-                    index=index, id=call_id, name=name, args_fragment=args_text, signature=signature
-                )
-            ]
+        delta = _ToolCallDelta(
+            index, id=call_id, name=name, args_fragment=args_text, signature=signature
+        )
+        return Delta(tool_calls=[delta])
+
+    def _keep(self, kind: str, part: dict[str, Any], **names: str) -> None:
+        """Keep `part` as a server-side block where it sat (it separates text runs)."""
+        self._separated = True
+        at, thinking = self._length, len(self._blocks)
+        raw = raw_json(part)
+        self._server.append(
+            ServerToolBlock(PROVIDER, kind, raw=raw, at=at, thinking_before=thinking, **names)
         )
 
     def _add_text(self, text: str, signature: str) -> Delta | None:
@@ -359,23 +343,7 @@ class ResponseBuilder:
             error.usage = self.usage()
             raise error
         content = "".join(self._text)
-        server = list(self._server)
-        citations: list[Citation] = []
-        for key in _METADATA:
-            metadata = self._metadata.get(key)
-            if metadata is None:
-                continue
-            server.append(
-                ServerToolBlock(
-                    provider=PROVIDER,
-                    type=key,
-                    raw=raw_json(metadata),
-                    at=len(content),
-                    thinking_before=len(self._blocks),
-                )
-            )
-            if key == "groundingMetadata":
-                citations = grounding_citations(metadata, content)
+        grounding = self._metadata.get("groundingMetadata")
         message = Message(
             role="assistant",
             content=content,
@@ -384,9 +352,12 @@ class ResponseBuilder:
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
             ],
-            citations=citations,
-            server_tools=server,
+            citations=[] if grounding is None else grounding_citations(grounding, content),
+            server_tools=list(self._server),
         )
+        for key in _METADATA:
+            if key in self._metadata:
+                message = with_block(message, PROVIDER, key, self._metadata[key])
         return ModelResponse(
             message=message,
             usage=usage_from_metadata(self._usage),
