@@ -37,18 +37,11 @@ __all__ = [
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
-    "body_text",
-    "encode_body",
     "read_body",
     "translate_transport_errors",
 ]
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def encode_body(body: dict[str, Any]) -> bytes:
-    """A request body as compact UTF-8 JSON."""
-    return _ENCODER.encode(body).encode()
 
 
 class HTTPModel:
@@ -289,7 +282,7 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
 
 
 async def read_body(response: httpx.Response, provider: str) -> str:
-    """The text of a successful streamed `response` (see `body_text`), up to `MAX_BODY` bytes."""
+    """The text of a successful streamed `response` (UTF-8, a BOM skipped), up to `MAX_BODY` bytes."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():
@@ -301,12 +294,6 @@ async def read_body(response: httpx.Response, provider: str) -> str:
                 f"{provider} answered with a body longer than {MAX_BODY} bytes", provider=provider
             )
     return b"".join(chunks).decode("utf-8-sig", errors="replace")
-
-
-def body_text(response: httpx.Response) -> str:
-    """The text of a read JSON body: UTF-8 whatever charset the header declares (RFC 8259),
-    a leading byte order mark skipped."""
-    return response.content.decode("utf-8-sig", errors="replace")
 
 
 @contextmanager
