@@ -18,6 +18,7 @@ from golem.usage import Usage
 __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
+    "given",
     "int_of",
     "json_object",
     "json_text",
@@ -240,3 +241,8 @@ def int_of(value: Any) -> int:
 def table(text: str) -> dict[str, str]:
     """A table written as `"key=value key=value ..."`, in order."""
     return dict(pair.split("=") for pair in text.split())
+
+
+def given(**fields: Any) -> dict[str, Any]:
+    """The `fields` that are not None, in order (the optional settings of a request body)."""
+    return {key: value for key, value in fields.items() if value is not None}

@@ -17,7 +17,7 @@ from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
 from golem.providers._answers import ASSISTANT_MEDIA_TEXT, RESPONSES_REASONING_PREFIX, in_order
-from golem.providers._jsonio import json_object
+from golem.providers._jsonio import given, json_object
 
 __all__ = [
     "API_VERSION",
@@ -113,12 +113,7 @@ def build_request_body(
         }
     if thinking_budget is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-    if temperature is not None:
-        body["temperature"] = temperature
-    if top_p is not None:
-        body["top_p"] = top_p
-    if stop:
-        body["stop_sequences"] = list(stop)
+    body |= given(temperature=temperature, top_p=top_p, stop_sequences=list(stop) if stop else None)
     body["stream"] = stream
     container = container_of(request.messages)
     if container:

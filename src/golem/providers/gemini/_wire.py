@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
 from golem.providers._answers import FOREIGN_PART_PREFIXES, RESPONSES_REASONING_PREFIX, in_order
-from golem.providers._jsonio import json_object
+from golem.providers._jsonio import given, json_object
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -71,20 +71,15 @@ def build_request_body(
     system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
 
-    config: dict[str, Any] = {}
-    if max_tokens is not None:
-        config["maxOutputTokens"] = max_tokens
-    if temperature is not None:
-        config["temperature"] = temperature
-    if top_p is not None:
-        config["topP"] = top_p
-    if stop:
-        config["stopSequences"] = list(stop)
-    thinking: dict[str, Any] = {}
-    if thinking_budget is not None:
-        thinking["thinkingBudget"] = thinking_budget
-    if include_thoughts:
-        thinking["includeThoughts"] = True
+    config = given(
+        maxOutputTokens=max_tokens,
+        temperature=temperature,
+        topP=top_p,
+        stopSequences=list(stop) if stop else None,
+    )
+    thinking = given(
+        thinkingBudget=thinking_budget, includeThoughts=True if include_thoughts else None
+    )
     if thinking:
         config["thinkingConfig"] = thinking
     if request.output_schema is not None:

@@ -22,7 +22,15 @@ from golem.providers._answers import (
     unique_call_id,
     with_block,
 )
-from golem.providers._jsonio import args_json, json_object, json_text, raw_json, text_of, usage_of
+from golem.providers._jsonio import (
+    args_json,
+    given,
+    json_object,
+    json_text,
+    raw_json,
+    text_of,
+    usage_of,
+)
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
@@ -127,13 +135,9 @@ def build_responses_body(
         reasoning["summary"] = options.reasoning_summary
     if reasoning:
         body["reasoning"] = reasoning
-    for key, value in (
-        ("max_output_tokens", options.max_tokens),
-        ("temperature", options.temperature),
-        ("top_p", options.top_p),
-    ):
-        if value is not None:
-            body[key] = value
+    body |= given(
+        max_output_tokens=options.max_tokens, temperature=options.temperature, top_p=options.top_p
+    )
     if options.extra_body:
         extra = dict(options.extra_body)
         extra_tools = extra.get("tools")

@@ -27,7 +27,16 @@ from golem.providers._answers import (
     unique_calls,
 )
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import args_json, int_of, json_text, raw_json, table, text_of, usage_of
+from golem.providers._jsonio import (
+    args_json,
+    given,
+    int_of,
+    json_text,
+    raw_json,
+    table,
+    text_of,
+    usage_of,
+)
 from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
@@ -116,15 +125,13 @@ def build_request_body(
     if request.output_schema is not None:
         fmt = json_schema_format(request.output_schema, options.strict)
         body["response_format"] = {"type": "json_schema", "json_schema": fmt}
-    for key, value in (
-        ("max_completion_tokens", options.max_tokens),
-        ("temperature", options.temperature),
-        ("top_p", options.top_p),
-        ("stop", list(options.stop) if options.stop else None),
-        ("reasoning_effort", options.reasoning_effort),
-    ):
-        if value is not None:
-            body[key] = value
+    body |= given(
+        max_completion_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        stop=list(options.stop) if options.stop else None,
+        reasoning_effort=options.reasoning_effort,
+    )
     body.update(options.extra_body)
     return body
 
