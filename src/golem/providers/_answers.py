@@ -24,6 +24,7 @@ __all__ = [
     "in_order",
     "named_calls",
     "refuse_no_answer",
+    "replay_delta",
     "run_start",
     "unique_call_id",
     "unique_calls",
@@ -184,3 +185,22 @@ def with_block(message: Message, provider: str, kind: str, raw: Any, **names: st
         **names,
     )
     return replace(message, server_tools=[*message.server_tools, block])
+
+
+def replay_delta(response: ModelResponse, *, signatures: bool = True) -> Delta | None:
+    """One delta replaying a whole response (its thinking, with their signatures when
+    `signatures`, text and tool calls); None when it has none of them."""
+    m = response.message
+    if not (m.content or m.thinking or m.tool_calls):
+        return None
+    return Delta(
+        content=m.content,
+        thinking=[
+            ThinkingDelta(i, text=t.text, signature=t.signature if signatures else "")
+            for i, t in enumerate(m.thinking)
+        ],
+        tool_calls=[
+            ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
+            for i, c in enumerate(m.tool_calls)
+        ],
+    )

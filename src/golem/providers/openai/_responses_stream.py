@@ -7,7 +7,7 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._answers import replay_delta, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data
 from golem.providers._sse import replay, sse_events
@@ -76,7 +76,7 @@ class ResponsesStreamParser:
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all
                 self._final = parse_responses_response(event)
-                return _replayed(self._final)
+                return replay_delta(self._final, signatures=False)
             elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
                 raise error_from_payload(event)
             return None  # not an event this parser knows
@@ -286,16 +286,3 @@ def _index(event: Mapping[str, Any]) -> int:
 def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
     """Parse a whole recorded stream (its raw lines): the deltas in order, then the response."""
     return replay(ResponsesStreamParser(), sse_events(lines))
-
-
-def _replayed(response: ModelResponse) -> Delta | None:
-    """One delta replaying a whole response (a server that ignored `stream: true`), as the
-    other adapters replay one: its thinking, text and tool calls."""
-    deltas = deltas_of(response)
-    if not deltas:
-        return None
-    return Delta(
-        content="".join(d.content for d in deltas),
-        thinking=[t for d in deltas for t in d.thinking],
-        tool_calls=[c for d in deltas for c in d.tool_calls],
-    )
