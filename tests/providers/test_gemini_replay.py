@@ -87,7 +87,7 @@ def test_only_non_gemini_endpoints_are_left_out_of_the_replay_suite() -> None:
         ), it.uri
     # The Gemini recordings hold no error responses; the error fixtures live in
     # test_gemini_errors.py. Any non-200 recording added later must classify.
-    from golem.providers.gemini._response import error_from_http
+    from golem.providers.gemini._errors import error_from_http
 
     for it in GENERATE:
         if it.status != 200:

@@ -10,9 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-import httpx
-
-from golem.errors import ProviderError, ResponseFormatError
+from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
 from golem.providers._answers import (
@@ -22,7 +20,6 @@ from golem.providers._answers import (
     unique_call_id,
     with_block,
 )
-from golem.providers._errors import code_status, error_from_response
 from golem.providers._jsonio import (
     args_json,
     json_text,
@@ -32,12 +29,12 @@ from golem.providers._jsonio import (
     text_of,
     usage_of,
 )
+from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, PROVIDER
 from golem.usage import Usage
 
 __all__ = [
     "RawArgs",
-    "error_from_event",
     "finish_reason_from",
     "fresh_call_id",
     "input_text",
@@ -239,33 +236,3 @@ def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) ->
         finish = "stop"
     response = ModelResponse(message=message, usage=usage, finish_reason=finish, model_name=model)
     return refuse_no_answer(PROVIDER, response, str(stop_reason)) if finish == "other" else response
-
-
-STATUS_BY_ERROR_TYPE = {
-    kind: int(status)
-    for kind, status in table(
-        "invalid_request_error=400 authentication_error=401 billing_error=402 "
-        "permission_error=403 not_found_error=404 request_too_large=413 rate_limit_error=429 "
-        "api_error=500 timeout_error=504 overloaded_error=529"
-    ).items()
-}
-"""HTTP status Anthropic documents for each `error.type`; an unknown type counts as the
-status its error object's `code` names, else 500."""
-
-
-def error_from_event(data: str) -> ProviderError:
-    """Classify the payload of a streamed `error` event like the matching HTTP status."""
-    try:
-        payload: Any = json.loads(data)
-    except (ValueError, RecursionError):
-        payload = None
-    err = payload.get("error") if isinstance(payload, Mapping) else None
-    kind = err.get("type") if isinstance(err, Mapping) else None
-    kind = kind if isinstance(kind, str) else "unknown_error"
-    status = STATUS_BY_ERROR_TYPE.get(kind) or code_status(err) or 500
-    error = error_from_response(PROVIDER, status, httpx.Headers(), data)
-    message = err.get("message") if isinstance(err, Mapping) else None
-    detail = message if isinstance(message, str) else data.strip()[:500]
-    # `status_code` is the status Anthropic documents for the type (the HTTP status was 200).
-    error.args = (f"anthropic stream failed with {kind}: {detail}",)
-    return error

@@ -12,9 +12,9 @@ from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data, text_of
 from golem.providers._sse import replay, sse_events
+from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._response import (
     RawArgs,
-    error_from_event,
     fresh_call_id,
     input_text,
     message_from_blocks,

@@ -12,7 +12,8 @@ import httpx
 from golem.errors import ProviderError
 from golem.model import ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, api_key_from_env
-from golem.providers.gemini._response import PROVIDER, error_from_http, parse_response
+from golem.providers.gemini._errors import PROVIDER, error_from_http
+from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
     parse_stream,

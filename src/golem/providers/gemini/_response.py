@@ -10,31 +10,24 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from golem.errors import (
-    AuthenticationError,
     BadRequest,
-    ProviderError,
-    RateLimited,
     ResponseFormatError,
 )
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id, with_block
-from golem.providers._errors import error_from_response
 from golem.providers._jsonio import (
     args_json,
     int_of,
     json_text,
     object_text,
     raw_json,
-    table,
     text_of,
     usage_of,
 )
-from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
+from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
@@ -42,8 +35,6 @@ __all__ = [
     "PROVIDER",
     "SERVER_PARTS",
     "ResponseBuilder",
-    "error_from_http",
-    "error_from_payload",
     "finish_reason",
     "parse_response",
     "usage_from_metadata",
@@ -489,78 +480,3 @@ def parse_response(body: Mapping[str, Any]) -> ModelResponse:
         error.usage = builder.usage()
         raise error
     return builder.response()
-
-
-_STATUS_CODES = {
-    status: int(code)
-    for status, code in table(
-        "INVALID_ARGUMENT=400 FAILED_PRECONDITION=400 OUT_OF_RANGE=400 UNAUTHENTICATED=401 "
-        "PERMISSION_DENIED=403 NOT_FOUND=404 ABORTED=409 ALREADY_EXISTS=409 "
-        "RESOURCE_EXHAUSTED=429 CANCELLED=499 UNKNOWN=500 INTERNAL=500 DATA_LOSS=500 "
-        "NOT_IMPLEMENTED=501 UNAVAILABLE=503 DEADLINE_EXCEEDED=504"
-    ).items()
-}
-
-
-def error_from_http(status: int, headers: httpx.Headers, body: str) -> ProviderError:
-    """Classify a non-2xx Gemini HTTP response."""
-    error = error_from_response(PROVIDER, status, headers, body)
-    details = _error_object(body)
-    if status == 400 and _key_rejected(details):
-        return AuthenticationError(
-            str(error),
-            status_code=status,
-            body=error.body,
-            provider=PROVIDER,
-            error_type=error.error_type,
-            error_code=error.error_code,
-            request_id=error.request_id,
-        )
-    if isinstance(error, RateLimited) and error.retry_after is None:
-        error.retry_after = _retry_delay(details)
-    return error
-
-
-def error_from_payload(payload: Mapping[str, Any]) -> ProviderError:
-    """Classify an `{"error": {"code", "status", "message"}}` object received in a stream."""
-    err = payload.get("error")
-    obj: Mapping[str, Any] = err if isinstance(err, Mapping) else {}
-    code = obj.get("code")
-    if not isinstance(code, int) or isinstance(code, bool) or code < 400:
-        code = _STATUS_CODES.get(str(obj.get("status", "")), 500)
-    return error_from_http(code, httpx.Headers(), json_text(dict(payload)))
-
-
-def _error_object(body: str) -> Mapping[str, Any]:
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return {}
-    if isinstance(data, list) and data:
-        data = data[0]
-    err = data.get("error") if isinstance(data, dict) else None
-    return err if isinstance(err, dict) else {}
-
-
-def _details(err: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    details = err.get("details")
-    if not isinstance(details, list):
-        return []
-    return [d for d in details if isinstance(d, Mapping)]
-
-
-def _key_rejected(err: Mapping[str, Any]) -> bool:
-    if any(d.get("reason") == "API_KEY_INVALID" for d in _details(err)):
-        return True
-    message = err.get("message")
-    return isinstance(message, str) and "API key not valid" in message
-
-
-def _retry_delay(err: Mapping[str, Any]) -> float | None:
-    for d in _details(err):
-        if str(d.get("@type", "")).endswith("google.rpc.RetryInfo"):
-            delay = d.get("retryDelay")
-            if isinstance(delay, str) and delay.endswith("s"):
-                seconds = finite_seconds(delay[:-1])
-                return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
-    return None

@@ -11,7 +11,8 @@ from golem.model import Delta, ModelResponse
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
 from golem.providers._sse import replay, sse_events
-from golem.providers.gemini._response import PROVIDER, ResponseBuilder, error_from_payload
+from golem.providers.gemini._errors import PROVIDER, error_from_payload
+from golem.providers.gemini._response import ResponseBuilder
 
 __all__ = ["StreamParser", "parse_stream", "sse_events"]
 

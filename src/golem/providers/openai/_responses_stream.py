@@ -11,6 +11,7 @@ from golem.providers._answers import replay_delta, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data
 from golem.providers._sse import replay, sse_events
+from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
     function_arguments,
@@ -18,7 +19,6 @@ from golem.providers.openai._responses_wire import (
     parse_responses_response,
     reasoning_block,
 )
-from golem.providers.openai._wire import error_from_payload
 
 __all__ = ["ResponsesStreamParser", "parse_responses_stream"]
 

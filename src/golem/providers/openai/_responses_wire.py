@@ -31,11 +31,11 @@ from golem.providers._jsonio import (
     text_of,
     usage_of,
 )
+from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     data_url,
-    error_from_payload,
     json_schema_format,
     media_message,
     synthesize_call_id,

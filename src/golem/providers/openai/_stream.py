@@ -13,13 +13,13 @@ from golem.providers._answers import deltas_of, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
+from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
     CHAT_USAGE,
     PROVIDER,
     OutputMedia,
     answer,
-    error_from_payload,
     foreign_call,
     reasoning_text,
     synthesize_call_id,
