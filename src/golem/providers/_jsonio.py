@@ -18,6 +18,7 @@ from golem.usage import Usage
 __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
+    "dig",
     "given",
     "int_of",
     "json_object",
@@ -218,10 +219,7 @@ def usage_of(raw: Any, fields: Mapping[str, tuple[str, ...]]) -> Usage:
 
     def count(path: str) -> int:
         for alternative in path.split("|"):
-            value: Any = raw
-            for key in alternative.split("."):
-                value = value.get(key) if isinstance(value, Mapping) else None
-            if found := token_count(value):
+            if found := token_count(dig(raw, *alternative.split("."))):
                 return found
         return 0
 
@@ -246,3 +244,10 @@ def table(text: str) -> dict[str, str]:
 def given(**fields: Any) -> dict[str, Any]:
     """The `fields` that are not None, in order (the optional settings of a request body)."""
     return {key: value for key, value in fields.items() if value is not None}
+
+
+def dig(value: Any, *keys: str) -> Any:
+    """`value[k1][k2]...` through JSON objects, None where one is missing or no object."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value

@@ -11,7 +11,7 @@ from golem.messages import ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import deltas_of, unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import args_json, parse_event_data, usage_of
+from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
@@ -205,11 +205,9 @@ class ChatStreamParser:
             args = args_json(args, ARGS_ENCODER)
         if args:
             call.args.append(args)
-        extra = tc.get("extra_content")
-        if isinstance(extra, dict) and isinstance(extra.get("google"), dict):
-            sig = extra["google"].get("thought_signature")
-            if isinstance(sig, str) and sig and not call.signature:
-                call.signature = signature = sig
+        sig = dig(tc, "extra_content", "google", "thought_signature")
+        if isinstance(sig, str) and sig and not call.signature:
+            call.signature = signature = sig
         return ToolCallDelta(
             index=slot, id=new_id, name=new_name, args_fragment=args or "", signature=signature
         )

@@ -26,6 +26,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    dig,
     given,
     int_of,
     json_text,
@@ -630,19 +631,8 @@ def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
         id=str(tc.get("id") or "") or synthesize_call_id(),
         name=str(fn.get("name") or ""),
         args=args,
-        signature=_signature(tc),
+        signature=text_of(dig(tc, "extra_content", "google", "thought_signature")),
     )
-
-
-def _signature(tc: dict[str, Any]) -> str:
-    extra = tc.get("extra_content")
-    if isinstance(extra, dict):
-        google = extra.get("google")
-        if isinstance(google, dict):
-            sig = google.get("thought_signature")
-            if isinstance(sig, str):
-                return sig
-    return ""
 
 
 def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) -> ModelResponse:
