@@ -10,7 +10,7 @@ from typing import Any
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._jsonio import raw_json
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "deltas_of",
+    "finish_of",
     "in_order",
     "named_calls",
     "refuse_no_answer",
@@ -204,3 +205,10 @@ def replay_delta(response: ModelResponse, *, signatures: bool = True) -> Delta |
             for i, c in enumerate(m.tool_calls)
         ],
     )
+
+
+def finish_of(table: dict[str, FinishReason], value: Any) -> FinishReason:
+    """A provider's stop reason as golem's: "" for none, "other" for one `table` lacks."""
+    if not value:
+        return ""
+    return table.get(value, "other") if isinstance(value, str) else "other"

@@ -17,7 +17,13 @@ from golem.errors import (
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id, with_block
+from golem.providers._answers import (
+    RUN_SEPARATOR,
+    finish_of,
+    named_calls,
+    unique_call_id,
+    with_block,
+)
 from golem.providers._jsonio import (
     args_json,
     int_of,
@@ -83,17 +89,17 @@ _REQUEST_FAILED = frozenset(("MISSING_THOUGHT_SIGNATURE",))
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+_FINISH: dict[str, FinishReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    **dict.fromkeys(_FILTERED, "content_filter"),
+}
+
+
 def finish_reason(raw: str, has_tool_calls: bool) -> FinishReason:
     """Normalize a Gemini `finishReason` ("" when the response has none)."""
-    if not raw:
-        return ""
-    if raw == "STOP":
-        return "tool_call" if has_tool_calls else "stop"
-    if raw == "MAX_TOKENS":
-        return "length"
-    if raw in _FILTERED:
-        return "content_filter"
-    return "other"
+    finish = finish_of(_FINISH, raw)
+    return "tool_call" if finish == "stop" and has_tool_calls else finish
 
 
 _USAGE = {

@@ -20,6 +20,7 @@ from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResp
 from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
     CHAT_AUDIO_PREFIX,
+    finish_of,
     named_calls,
     refuse_no_answer,
     unique_calls,
@@ -53,7 +54,6 @@ __all__ = [
     "data_url",
     "foreign_call",
     "json_schema_format",
-    "map_finish_reason",
     "map_messages",
     "media_message",
     "parse_response",
@@ -420,13 +420,6 @@ _FINISH = cast(
 Anthropic's API) send for the same stops."""
 
 
-def map_finish_reason(value: Any) -> FinishReason:
-    """Normalize a Chat Completions `finish_reason`; unknown values are "other", none is ""."""
-    if not value:
-        return ""
-    return _FINISH.get(value, "other") if isinstance(value, str) else "other"
-
-
 CHAT_USAGE = {
     "input_tokens": ("prompt_tokens",),
     "output_tokens": ("completion_tokens",),
@@ -697,7 +690,7 @@ def answer(
     Raises:
         ResponseFormatError: as `named_calls`, `OutputMedia.parts` and `refuse_no_answer`.
     """
-    finish = map_finish_reason(reason)
+    finish = finish_of(_FINISH, reason)
     if refusal and not content:
         content, finish = refusal, "content_filter"
     response = ModelResponse(
