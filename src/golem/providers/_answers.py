@@ -4,14 +4,14 @@ tool-call IDs and names, and answers that hold nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._jsonio import raw_json
+from golem.providers._jsonio import json_object, raw_json
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
@@ -24,6 +24,7 @@ __all__ = [
     "finish_of",
     "in_order",
     "named_calls",
+    "own_blocks",
     "refuse_no_answer",
     "replay_delta",
     "run_start",
@@ -68,6 +69,18 @@ def run_start(content: str, pos: int) -> int:
     if pos > 0 and content.startswith(RUN_SEPARATOR, pos):
         return pos + len(RUN_SEPARATOR)
     return pos
+
+
+def own_blocks(
+    m: Message, provider: str, keep: Callable[[str], bool]
+) -> list[tuple[ServerToolBlock, dict[str, Any]]]:
+    """The server-side blocks of `m` that `provider` made and sends back (`keep` of their
+    type), each with the object it keeps (`raw`), for `in_order`."""
+    return [
+        (b, raw)
+        for b in m.server_tools
+        if b.provider == provider and keep(b.type) and (raw := json_object(b.raw)) is not None
+    ]
 
 
 def in_order(

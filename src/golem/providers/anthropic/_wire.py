@@ -16,7 +16,12 @@ from typing import Any, Literal
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from golem.providers._answers import ASSISTANT_MEDIA_TEXT, RESPONSES_REASONING_PREFIX, in_order
+from golem.providers._answers import (
+    ASSISTANT_MEDIA_TEXT,
+    RESPONSES_REASONING_PREFIX,
+    in_order,
+    own_blocks,
+)
 from golem.providers._jsonio import given, json_object
 
 __all__ = [
@@ -338,13 +343,7 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     """The content blocks of an assistant turn."""
     replayable = {id(t) for t in _replayable_thinking(m)}
-    server = [
-        (b, block)
-        for b in m.server_tools
-        if b.provider == PROVIDER
-        and b.type != CONTAINER_BLOCK
-        and (block := json_object(b.raw)) is not None
-    ]
+    server = own_blocks(m, PROVIDER, lambda kind: kind != CONTAINER_BLOCK)
     blocks: list[dict[str, Any]] = []
     for item in in_order(m, server):
         if isinstance(item, ThinkingBlock):

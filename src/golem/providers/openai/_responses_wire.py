@@ -19,13 +19,13 @@ from golem.providers._answers import (
     RUN_SEPARATOR,
     in_order,
     named_calls,
+    own_blocks,
     unique_call_id,
     with_block,
 )
 from golem.providers._jsonio import (
     args_json,
     given,
-    json_object,
     json_text,
     raw_json,
     text_of,
@@ -199,14 +199,11 @@ def _sent_image(m: Message, p: Part) -> bool:
 
 def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> None:
     """Items of an assistant message: reasoning, text, built-in tool items, function calls."""
-    server = [
-        (b, item)
-        for b in m.server_tools
-        if b.provider == BLOCKS
-        and (store or b.type in _SELF_CONTAINED or b.type == PHASE)
-        and b.type != MODERATION
-        and (item := json_object(b.raw)) is not None
-    ]
+    server = own_blocks(
+        m,
+        BLOCKS,
+        lambda kind: (store or kind in _SELF_CONTAINED or kind == PHASE) and kind != MODERATION,
+    )
     phase = ""
     for part in in_order(m, server):
         if isinstance(part, ThinkingBlock):
