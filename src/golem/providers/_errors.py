@@ -43,35 +43,26 @@ def error_from_response(
     details = error_details(body, headers)
     _, err = _error_object(body)
     detail = _error_text(body, err)
-    tags = ", ".join(v for v in (details["error_type"], details["error_code"]) if v)
-    if details["request_id"]:
-        tags = (
-            f"{tags}, request {details['request_id']}"
-            if tags
-            else f"request {details['request_id']}"
-        )
+    request = details["request_id"] and f"request {details['request_id']}"
+    tags = ", ".join(filter(None, (details["error_type"], details["error_code"], request)))
     message = f"{provider} returned HTTP {status}" + (f" ({tags})" if tags else "")
     message += f": {detail}" if detail else ": (no body)"
     kw: dict[str, Any] = {"status_code": status, "body": body, "provider": provider, **details}
     should = headers.get("x-should-retry", "").strip().lower()
     if should in ("true", "false"):
         kw["retryable"] = should == "true"
-    error: ProviderError
     if status in (401, 403):
-        error = AuthenticationError(message, **kw)
-    elif status == 429:
+        return AuthenticationError(message, **kw)
+    if status == 429:
         wait = retry_after_seconds(headers)
-        error = RateLimited(
-            message, retry_after=wait if wait is not None else rate_limit_reset(headers), **kw
-        )
-    elif status == 408:
-        error = ProviderTimeout(message, **kw)
-    elif status >= 500:  # includes Anthropic's 529 "overloaded"
-        error = Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
-    else:
-        kw.setdefault("retryable", status == 409)
-        error = BadRequest(message, **kw)
-    return error
+        wait = wait if wait is not None else rate_limit_reset(headers)
+        return RateLimited(message, retry_after=wait, **kw)
+    if status == 408:
+        return ProviderTimeout(message, **kw)
+    if status >= 500:  # includes Anthropic's 529 "overloaded"
+        return Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
+    kw.setdefault("retryable", status == 409)
+    return BadRequest(message, **kw)
 
 
 def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
