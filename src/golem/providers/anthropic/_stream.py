@@ -188,13 +188,15 @@ class StreamParser:
             if index in self._output:
                 return Delta(content=fragment)
             return Delta(tool_calls=[ToolCallDelta(self._index[index], args_fragment=fragment)])
-        if kind == "thinking_delta":
-            text = delta.get("thinking")
+        if kind in ("thinking_delta", "signature_delta"):
+            key = "thinking" if kind == "thinking_delta" else "signature"
+            piece = delta.get(key)
             n = self._thought_of(index, block)
-            if n is None or not isinstance(text, str) or not text:
+            if n is None or not isinstance(piece, str) or not piece:
                 return None
-            self._append(index, "thinking", text)
-            return Delta(thinking=[ThinkingDelta(n, text=text)])
+            self._append(index, key, piece)
+            text, signature = (piece, "") if key == "thinking" else ("", piece)
+            return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
         if kind == "citations_delta":
             citation = delta.get("citation")
             if isinstance(citation, Mapping):
@@ -205,13 +207,6 @@ class StreamParser:
             if isinstance(content, str) and content:
                 self._append(index, "content", content)
             return None
-        if kind == "signature_delta":
-            signature = delta.get("signature")
-            n = self._thought_of(index, block)
-            if n is None or not isinstance(signature, str) or not signature:
-                return None
-            self._append(index, "signature", signature)
-            return Delta(thinking=[ThinkingDelta(n, signature=signature)])
         if block.get("type") not in _OWN_BLOCKS:
             self._merge(index, block, delta)
         return None
@@ -231,11 +226,9 @@ class StreamParser:
                 block[key] = value
 
     def _thought_of(self, index: int, block: Mapping[str, Any]) -> int | None:
-        """The thinking block number of the block at `index`; None when that block is not a
-        thinking block (a thinking delta for a text or tool block is ignored)."""
-        if block.get("type") not in ("thinking", "redacted_thinking"):
-            return None
-        return self._index.get(index)
+        """The thinking block number of the block at `index` (None: no thinking block)."""
+        thinking = block.get("type") in ("thinking", "redacted_thinking")
+        return self._index.get(index) if thinking else None
 
     def _append(self, index: int, key: str, piece: str) -> None:
         """Collect a text piece of a block (joined once at the end: no quadratic concatenation)."""
