@@ -9,7 +9,7 @@ from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import replay_delta, unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import parse_event_data
+from golem.providers._jsonio import parse_event_data, text_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
@@ -156,23 +156,13 @@ class ResponsesStreamParser:
         kind = item.get("type")
         if kind == "function_call":
             n = self._calls[key] = len(self._calls)
-            call_id = unique_call_id(
-                function_call_id(item, self._response_id, _index(event)), self._ids
-            )
-            name = item.get("name")
+            call_id = function_call_id(item, self._response_id, _index(event))
+            call_id = unique_call_id(call_id, self._ids)
             whole = function_arguments(item.get("arguments"))
             if whole:
                 self._argued.add(n)  # a server that does not stream the arguments
-            return Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        n,
-                        id=call_id,
-                        name=name if isinstance(name, str) else "",
-                        args_fragment=whole,
-                    )
-                ]
-            )
+            name = text_of(item.get("name"))
+            return Delta(tool_calls=[ToolCallDelta(n, id=call_id, name=name, args_fragment=whole)])
         if kind == "reasoning":
             self._reasoning[key] = len(self._reasoning)
         elif kind != "message":
