@@ -32,11 +32,10 @@ class StreamParser:
 
     def __init__(self, output_tool: str = "") -> None:
         self._output_tool = output_tool
-        self._output: set[int] = set()
+        self._output: set[int] = set()  # wire indexes of `output_tool` blocks
         self._texted = False
         """Whether text has streamed; with `_separated`, the next text starts a new run."""
-        self._separated = False
-        """Wire indexes of `output_tool` blocks."""
+        self._separated = False  # a server-side block came since the last text
         self._blocks: dict[int, dict[str, Any]] = {}
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""

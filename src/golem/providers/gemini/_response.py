@@ -146,8 +146,7 @@ class ResponseBuilder:
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
-        self._length = 0
-        """Characters of text so far (where the next server part sits)."""
+        self._length = 0  # characters of text so far (where the next server part sits)
         self._separated = False
         self._server: list[ServerToolBlock] = []
         self._metadata: dict[str, Mapping[str, Any]] = {}

@@ -39,8 +39,7 @@ class ResponsesStreamParser:
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
-        self._streamed: set[int] = set()
-        """Calls whose arguments streamed in fragments."""
+        self._streamed: set[int] = set()  # calls whose arguments streamed in fragments
         self._argued: set[int] = set()
         """Calls whose arguments came whole (in the added item, or only when done)."""
         self._done: dict[int, Mapping[str, Any]] = {}
@@ -59,8 +58,7 @@ class ResponsesStreamParser:
         (a server that does not stream them), already yielded as one delta."""
         self._others: set[int | str] = set()
         """The built-in tools' items (`_key`; text around them is separated)."""
-        self._thought: set[int] = set()
-        """Thinking blocks whose text streamed in deltas."""
+        self._thought: set[int] = set()  # thinking blocks whose text streamed in deltas
 
     @property
     def done(self) -> bool:

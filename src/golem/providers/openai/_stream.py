@@ -64,12 +64,10 @@ class ChatStreamParser:
         """Indexes of calls of a type golem does not know (skipped)."""
         self._ids: set[str] = set()
         self._saw_finish = False
-        self._reason: Any = None
-        """The finish reason as the server sent it."""
+        self._reason: Any = None  # the finish reason as the server sent it
         self._usage = Usage()
         self._model = ""
-        self.done = False
-        """True once the `[DONE]` sentinel arrived."""
+        self.done = False  # True once the `[DONE]` sentinel arrived
 
     def feed(self, event: str | None, data: str) -> Delta | None:
         """Consume one event's data; return its `Delta`, or None when it carries no content."""

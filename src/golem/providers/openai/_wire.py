@@ -439,15 +439,12 @@ class OutputMedia:
     __slots__ = ("audio", "audio_expires", "audio_id", "images", "transcript")
 
     def __init__(self) -> None:
-        self.audio: list[str] = []
-        """The base64 text of the audio, in fragments."""
-        self.audio_id = ""
-        """The audio's ID, which the next request names to send the answer back."""
+        self.audio: list[str] = []  # the base64 text of the audio, in fragments
+        self.audio_id = ""  # the audio's ID, which the next request names to send the answer back
         self.audio_expires = ""
         """When the API stops keeping the audio (Unix seconds, as digits), "" unknown."""
         self.transcript: list[str] = []
-        self.images: list[Any] = []
-        """The `image_url` objects, as sent."""
+        self.images: list[Any] = []  # the `image_url` objects, as sent
 
     def add(self, obj: dict[str, Any]) -> str:
         """Gather the media of `obj` (a message, or a stream delta); return the transcript
