@@ -682,11 +682,7 @@ def answer(
     model: str,
 ) -> ModelResponse:
     """The response of an answer's pieces (a body's message, or what a stream gathered); a
-    refusal is the text of an answer that has none.
-
-    Raises:
-        ResponseFormatError: as `named_calls`, `OutputMedia.parts` and `refuse_no_answer`.
-    """
+    refusal is the text of an answer that has none."""
     finish = finish_of(_FINISH, reason)
     if refusal and not content:
         content, finish = refusal, "content_filter"
