@@ -24,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from golem import Message, ToolCall, dumps_history, loads_history
+from golem import Message, PausedRun, ToolCall, dumps_history, loads_history
 from golem.messages import Part
 from tests.support.go import Views, golem_view, without_args
 from tests.support.gojson import go_history, raw_args
@@ -236,7 +236,9 @@ def test_a_failed_resumes_partial_is_a_paused_history_go_reads(go: Any) -> None:
         keyed = agent(b"s" * 32, batch)
         paused = await keyed.run("go", conversation_id="conv")
         with pytest.raises(RunError) as info:
-            await keyed.run_with_deferred_results(paused.messages, results, conversation_id="conv")
+            await keyed.run_with_deferred_results(
+                PausedRun(paused.messages, paused.pending, "conv"), results
+            )
         partial = info.value.partial
         assert partial is not None
         assert partial.pending is not None

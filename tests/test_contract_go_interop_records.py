@@ -34,6 +34,8 @@ from golem import (
     DeferredResults,
     HistoryError,
     Message,
+    PausedRun,
+    ResumeProgress,
     SealError,
     ToolCall,
     dumps_history,
@@ -304,7 +306,7 @@ async def test_a_sealed_pause_rewritten_by_go_resumes_only_with_expected(
     assert all(not c.seal for m in rewritten for c in m.tool_calls)
     assert rewritten[1].tool_calls[0].args == go_compact(SPACED)
     with pytest.raises(SealError) as info:
-        await agent.run_with_deferred_results(rewritten, RESOLVE, conversation_id=CONV)
+        await agent.run_with_deferred_results(rewritten, RESOLVE)
     assert info.value.problem == "unsealed"
     assert ledger.executions == []
     assert len(model.requests) == requests
@@ -314,7 +316,9 @@ async def test_a_sealed_pause_rewritten_by_go_resumes_only_with_expected(
         started.append(call)
 
     done = await agent.run_with_deferred_results(
-        rewritten, RESOLVE, expected=paused.pending, before_approved=before
+        PausedRun(rewritten, paused.pending, paused.conversation_id),
+        RESOLVE,
+        progress=ResumeProgress(before_approved=before),
     )
     assert done.output == "done"
     (call,) = started
@@ -337,7 +341,7 @@ async def test_a_keyless_pause_rewritten_by_go_resumes_with_expected_running_the
         started.append(call.args)
 
     done = await agent.run_with_deferred_results(
-        rewritten, RESOLVE, expected=pending, before_approved=before
+        PausedRun(rewritten, pending, ""), RESOLVE, progress=ResumeProgress(before_approved=before)
     )
     assert done.output == "done"
     assert started == [SPACED]
@@ -354,7 +358,8 @@ async def test_a_keyed_sub_agents_record_rewritten_by_go_still_resumes(
     rewritten = through_go(go, paused.messages)
     assert paused_records(rewritten)
     done = await parent.run_with_deferred_results(
-        rewritten, DeferredResults(approvals={"p1/s1": Approval(True)}), conversation_id="X"
+        PausedRun(rewritten, paused.pending, "X"),
+        DeferredResults(approvals={"p1/s1": Approval(True)}),
     )
     assert (done.output, log) == ("ok", ["a<&>.log"])
 
@@ -568,7 +573,7 @@ def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
             approve = DeferredResults(approvals={p.call_id: True for p in paused.pending.calls})
             if keyed:
                 with pytest.raises(SealError):
-                    await agent.run_with_deferred_results(rewritten, approve, conversation_id=CONV)
+                    await agent.run_with_deferred_results(rewritten, approve)
                 assert ledger.executions == []
             started: list[tuple[str, str, str]] = []
 
@@ -576,7 +581,9 @@ def test_any_pause_go_rewrote_resumes_with_expected_exactly_as_paused(
                 started.append((call.id, call.args, call.seal))
 
             done = await agent.run_with_deferred_results(
-                rewritten, approve, expected=paused.pending, before_approved=before
+                PausedRun(rewritten, paused.pending, paused.conversation_id),
+                approve,
+                progress=ResumeProgress(before_approved=before),
             )
             assert done.output == "done"
             assert started == [(p.call_id, p.args, p.seal) for p in paused.pending.calls]
@@ -598,7 +605,7 @@ async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes_with_ex
     rewritten = through_go(go, paused.messages)
     approve = DeferredResults(approvals={"c1": True, "p1/s1": True})
     with pytest.raises(SealError):
-        await parent.run_with_deferred_results(rewritten, approve, conversation_id="X")
+        await parent.run_with_deferred_results(rewritten, approve)
     assert log == []
     started: list[tuple[str, str]] = []
 
@@ -606,7 +613,9 @@ async def test_a_keyed_parent_with_a_paused_sub_agent_go_rewrote_resumes_with_ex
         started.append((call.id, call.args))
 
     done = await parent.run_with_deferred_results(
-        rewritten, approve, expected=paused.pending, before_approved=before
+        PausedRun(rewritten, paused.pending, "X"),
+        approve,
+        progress=ResumeProgress(before_approved=before),
     )
     assert (done.output, log) == ("ok", ["a.log"])
     assert ("c1", own.args) in started

@@ -483,7 +483,7 @@ async def test_a_streamed_resume_reruns_a_toolsets_tool_and_checks_inside_the_ru
                 pass
     assert toolset.ran == []
     async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, conversation_id=paused.conversation_id
+        paused.paused_run, {"approvals": {"c1": True}}
     ) as stream:
         items = [item async for item in stream]
     assert toolset.ran == ["c1"]
