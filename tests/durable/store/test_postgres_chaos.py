@@ -32,7 +32,7 @@ from golem.durable.store import (
 from golem.durable.store.postgres import PostgresStore
 from golem.durable.worker import Worker, start_run
 from golem.errors import StoreError
-from golem.service import Approver, AuthConfig, ServiceSettings, create_app
+from golem.service import ServiceSettings, create_app
 from tests.support.agents import build_registry
 from tests.support.durable.backends import postgres_dsn
 from tests.support.durable.chaos import (
@@ -55,6 +55,7 @@ from tests.support.durable.chaos import (
 )
 from tests.support.durable.runs import approval, make_run
 from tests.support.durable.worker_app import prompt_for
+from tests.support.service import Stream, bearer, make_auth, open_stream
 
 pytestmark = pytest.mark.postgres
 COMPLETED, INTERRUPTED = RunStatus.COMPLETED, RunStatus.INTERRUPTED
@@ -776,45 +777,6 @@ async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_ca
         admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-class _EventStream:
-    """`GET /api/events?cursor=N` straight through the ASGI app: the change IDs it sends."""
-
-    def __init__(self, app: Any, cursor: int) -> None:
-        self.ids: list[int] = []
-        self.status = 0
-        self.arrived = asyncio.Event()
-        self._gone = asyncio.Event()
-        self._buffer = ""
-        scope = {
-            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1", "method": "GET", "scheme": "http", "path": "/api/events",
-            "raw_path": b"/api/events", "root_path": "", "query_string": f"cursor={cursor}".encode(),
-            "headers": [(b"authorization", b"Bearer tok-alice")], "client": ("127.0.0.1", 50000),
-            "server": ("golem.test", 80), "state": {},
-        }  # fmt: skip
-        self.task = asyncio.create_task(app(scope, self._receive, self._send))
-
-    async def _receive(self) -> dict[str, Any]:
-        await self._gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            return
-        self._buffer += message.get("body", b"").decode()
-        while "\n\n" in self._buffer:
-            block, self._buffer = self._buffer.split("\n\n", 1)
-            lines = dict(line.partition(": ")[::2] for line in block.split("\n"))
-            if lines.get("event") == "change":
-                self.ids.append(int(lines["id"]))
-                self.arrived.set()
-
-    async def close(self) -> None:
-        self._gone.set()
-        await asyncio.wait_for(self.task, 60)
-
-
 @pytest.mark.timeout(300)
 async def test_a_server_restart_while_the_service_streams_events_loses_no_change(
     cluster: Cluster,
@@ -824,42 +786,52 @@ async def test_a_server_restart_while_the_service_streams_events_loses_no_change
     from the last ID it got, receives every change once, in order."""
     schema = f"stream_{uuid.uuid4().hex[:8]}"
     store = await PostgresStore.open(cluster.dsn, schema=schema, connect_timeout=5)
-    auth = AuthConfig(tokens={"tok-alice": Approver("alice")}, secret=b"x" * 32)
-    app = create_app(ServiceSettings(build_registry(), store, auth=auth, stream_heartbeat=0.05))
-    streams: list[_EventStream] = []
-    try:
-        run = make_run(approval("c1"), approval("c2"), agent="twin")
-        await store.save_pending(run)
-        streams.append(_EventStream(app, 0))
-        await asyncio.wait_for(streams[0].arrived.wait(), 60)
-        assert streams[0].status == 200
-        await asyncio.to_thread(cluster.restart, "immediate")
-        for call in ("c1", "c2"):
+    app = create_app(
+        ServiceSettings(build_registry(), store, auth=make_auth(), stream_heartbeat=0.05)
+    )
+    streams: list[Stream] = []
+    got: list[int] = []
+    async with contextlib.AsyncExitStack() as opened:
 
-            async def recorded(call: str = call) -> bool:
-                with contextlib.suppress(StoreError):  # the server is still coming back
-                    await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+        async def reconnect() -> None:  # from the last ID the client got
+            query = f"cursor={got[-1] if got else 0}"
+            streams.append(
+                await opened.enter_async_context(
+                    open_stream(app, headers=bearer("alice"), query=query)
+                )
+            )
+
+        try:
+            run = make_run(approval("c1"), approval("c2"), agent="twin")
+            await store.save_pending(run)
+            await reconnect()
+            assert streams[0].status == 200
+            got.append(int((await streams[0].next("change")).id or 0))
+            await asyncio.to_thread(cluster.restart, "immediate")
+            for call in ("c1", "c2"):
+
+                async def recorded(call: str = call) -> bool:
+                    with contextlib.suppress(StoreError):  # the server is still coming back
+                        await store.decide(run.id, call, Decision.approve(), decided_by="bob")
+                        return True
+                    return False
+
+                await until(recorded, f"{call} to be decided")
+            last = await store.last_change_id()
+
+            async def all_heard() -> bool:
+                stream = streams[-1]
+                got.extend(int(e.id or 0) for e in stream.received() if e.event == "change")
+                if got[-1] >= last:
                     return True
+                if stream.task is not None and stream.task.done():  # ended cleanly
+                    assert stream.task.exception() is None
+                    await reconnect()
                 return False
 
-            await until(recorded, f"{call} to be decided")
-        last = await store.last_change_id()
-
-        def all_heard() -> bool:
-            stream = streams[-1]
-            if stream.ids and stream.ids[-1] >= last:
-                return True
-            if stream.task.done():  # ended cleanly: reconnect from the last ID it got
-                assert stream.task.exception() is None
-                got = [i for s in streams for i in s.ids]
-                streams.append(_EventStream(app, got[-1] if got else 0))
-            return False
-
-        await until(all_heard, "every change to reach the client")
-    finally:
-        for stream in streams:
-            await stream.close()
-        await store.close()
-        admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    got = [i for s in streams for i in s.ids]
-    assert got == list(range(1, last + 1)), (got, [s.ids for s in streams])
+            await until(all_heard, "every change to reach the client")
+        finally:
+            await opened.aclose()
+            await store.close()
+            admin(cluster.dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    assert got == list(range(1, last + 1)), got
