@@ -12,24 +12,14 @@ from typing import Any
 import pytest
 
 from golem import new_id
-from golem.durable.store import AuditAction, RunStatus, Store
+from golem.durable.store import AuditAction, RunStatus
 from golem.durable.store.sqlite import SQLiteStore
 from tests.support.durable.backends import Backend
+from tests.support.durable.chaos import all_runs
 from tests.support.durable.procs import ROOT, eventually
 from tests.support.durable.runs import approval, make_run
 
 pytestmark = pytest.mark.loop
-
-
-async def _all_runs(store: Store) -> list[Any]:
-    runs = []
-    after = None
-    while True:
-        page = await store.list_runs_page(after=after, limit=200)
-        runs += page.items
-        if page.next_cursor is None:
-            return runs
-        after = page.next_cursor
 
 
 async def test_cancelling_store_calls_at_random_points_from_two_processes(
@@ -65,7 +55,7 @@ async def test_cancelling_store_calls_at_random_points_from_two_processes(
         for report in reports:
             assert report["errors"] == []
             assert report["final_ok"]
-        runs = {r.id: r for r in await _all_runs(store)}
+        runs = {r.id: r for r in await all_runs(store)}
         for report in reports:  # every operation that returned is stored
             assert set(report["saved"]) <= set(runs)
             for run_id, call in report["decided"]:

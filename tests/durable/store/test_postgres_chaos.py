@@ -68,7 +68,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         yield c
     finally:
-        c.remove()
+        c.run("stop")
 
 
 def _app() -> str:
@@ -200,7 +200,7 @@ async def test_disrupted_at_random_runs_lose_and_repeat_nothing(
                         own, app, busy=busy
                     )
                 elif restarts is not None:
-                    await asyncio.to_thread(restarts.restart, "immediate")
+                    await asyncio.to_thread(restarts.run, "restart", "immediate")
                     hits["restart"] += 1
                 else:
                     mode = rng.choice(["all", "busy", "one"])
@@ -292,7 +292,7 @@ async def test_workers_waiting_inside_their_commit_lose_and_repeat_nothing(
                     f"{stage}s to wait in their COMMIT",
                 )
                 if disrupt == "restart":
-                    await asyncio.to_thread(cluster.restart, "immediate")
+                    await asyncio.to_thread(cluster.run, "restart", "immediate")
                 else:
                     sql = (
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -470,15 +470,15 @@ async def test_a_server_restart_mid_flight_loses_nothing_and_runs_nothing_twice(
         try:
             await until(lambda: len(s.producer.approved) >= 12 or busy.done(), "producing")
             if how == "down":
-                await asyncio.to_thread(cluster.down, "immediate")
+                await asyncio.to_thread(cluster.run, "down", "immediate")
                 try:
                     with pytest.raises(StoreError, match="cannot connect to PostgreSQL"):
                         await s.producer_store.get_run(held[0])
                     await until(lambda: "claiming failed" in _said(caplog), "the worker to notice")
                 finally:
-                    await asyncio.to_thread(cluster.up)
+                    await asyncio.to_thread(cluster.run, "up")
             else:
-                await asyncio.to_thread(cluster.restart, how)
+                await asyncio.to_thread(cluster.run, "restart", how)
         finally:
             await busy
         s.hold.release()
@@ -506,13 +506,13 @@ async def test_an_outage_longer_than_the_lease_ends_interrupted_with_the_call_ru
     async with Scene(cluster.dsn, exec_dir, lease_seconds=3) as s:
         (held,) = await s.producer.many(1, hold=True)
         await until(lambda: s.hold.entered == 1, "the resume to be inside its tool")
-        await asyncio.to_thread(cluster.down, "immediate")
+        await asyncio.to_thread(cluster.run, "down", "immediate")
         try:
             s.hold.release()  # (a heartbeat too late on a loaded machine: abandoned, same end)
             gave_up = ("until the lease ran out", "abandoned")
             await until(lambda: any(m in _said(caplog) for m in gave_up), "the worker to give up")
         finally:
-            await asyncio.to_thread(cluster.up)
+            await asyncio.to_thread(cluster.run, "up")
         summary = await s.settle()
         run = await s.store.get_run(held)
     assert summary == Summary(Counter({INTERRUPTED: 1}), [], summary.audit_entries)
@@ -807,7 +807,7 @@ async def test_a_server_restart_while_the_service_streams_events_loses_no_change
             await reconnect()
             assert streams[0].status == 200
             got.append(int((await streams[0].next("change")).id or 0))
-            await asyncio.to_thread(cluster.restart, "immediate")
+            await asyncio.to_thread(cluster.run, "restart", "immediate")
             for call in ("c1", "c2"):
 
                 async def recorded(call: str = call) -> bool:

@@ -51,6 +51,7 @@ __all__ = [
     "Scene",
     "Summary",
     "admin",
+    "all_runs",
     "backends_of",
     "chaos_registry",
     "check_invariants",
@@ -96,24 +97,14 @@ class Cluster:
             pytest.skip(problem)
         return cls(found["GOLEM_TEST_POSTGRES_DSN"], found["GOLEM_TEST_POSTGRES_DIR"])
 
-    def _script(self, *args: str) -> None:
-        subprocess.run(["bash", str(_SCRIPT), *args], check=True, capture_output=True, timeout=300)
-
-    def restart(self, mode: str) -> None:
-        """`pg_ctl restart -m MODE` (blocks until the server accepts connections again)."""
-        self._script("restart", self.dir, mode)
-
-    def down(self, mode: str = "immediate") -> None:
-        """Stop the server (connections are refused until `up`)."""
-        self._script("down", self.dir, mode)
-
-    def up(self) -> None:
-        """Start the stopped server again, on the same port."""
-        self._script("up", self.dir)
-
-    def remove(self) -> None:
-        """Stop the server and delete the cluster."""
-        self._script("stop", self.dir)
+    def run(self, command: str, *mode: str) -> None:
+        """`scripts/pg_test_cluster.sh COMMAND DIR [MODE]`: "restart" (`pg_ctl restart -m MODE`,
+        back once it accepts connections), "down" (refusing connections until "up", same port),
+        "up", or "stop" (and delete the cluster)."""
+        subprocess.run(
+            ["bash", str(_SCRIPT), command, self.dir, *mode],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -326,8 +317,6 @@ class Producer:
     """Run ID -> its call ID, for every run whose approval was recorded."""
     unknown_starts: int = 0
     """Starts whose save failed: the run may or may not exist."""
-    errors: Counter[str] = field(default_factory=Counter)
-    """Store error texts the producer saw (for reports)."""
     deps: dict[str, Any] = field(default_factory=dict)
     """More deps for every run (saved, claimed and listed with it)."""
     _n: int = 0
@@ -352,7 +341,6 @@ class Producer:
             if not _unavailable(exc):
                 raise
             self.unknown_starts += 1
-            self.errors[type(exc.__cause__).__name__] += 1
             return None
         assert run.status is RunStatus.PENDING, run
         call_id = run.calls[0].call_id
@@ -638,7 +626,8 @@ class Summary:
     audit_entries: int
 
 
-async def _all_runs(store: Store) -> list[RunRecord]:
+async def all_runs(store: Store) -> list[RunRecord]:
+    """Every run of the store, page by page."""
     runs: list[RunRecord] = []
     after = None
     while True:
@@ -662,7 +651,7 @@ async def check_invariants(store: Store, exec_dir: Path, approved: dict[str, str
     """Check, once no worker runs and a sweep has run: every run terminal; every call executed at
     most once (a completed run's exactly once, by that run); audit IDs 1..n without gaps, each run's
     entries CREATED, DECIDED, READY, CLAIMED, then the end matching its status."""
-    runs = {r.id: r for r in await _all_runs(store)}
+    runs = {r.id: r for r in await all_runs(store)}
     assert set(approved) <= set(runs), "an approved run is missing"
     stuck = {r.id: r.status for r in runs.values() if r.status not in _TERMINAL}
     assert not stuck, f"runs not terminal: {stuck}"
