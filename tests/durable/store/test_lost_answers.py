@@ -25,7 +25,6 @@ _FAULTY = ["claim_ready_many", "finish", "list_runs_page", "get_run", "sweep_int
 
 
 @settings(
-    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
