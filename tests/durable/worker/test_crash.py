@@ -4,7 +4,6 @@ call: that call ran once, the run's next approved call never runs, the run ends 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import signal
 import sys
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from golem import Agent
 from golem.durable.store import AuditAction, Decision, RunStatus
 from golem.durable.worker import Worker, start_run
 from tests.support.durable.backends import Backend
@@ -20,23 +18,13 @@ from tests.support.durable.procs import eventually, spawn_worker, stop_workers, 
 from tests.support.durable.worker_app import prompt_for, registry
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-FENCED = "before_approved" in inspect.signature(Agent.run_with_deferred_results).parameters
 
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.parametrize(
-    "how",
-    [
-        "kill",
-        pytest.param(
-            "stall",
-            marks=pytest.mark.skipif(not FENCED, reason="needs the before_approved fencing hook"),
-        ),
-    ],
-)
+@pytest.mark.parametrize("how", ["kill", "stall"])
 async def test_a_worker_killed_or_stalled_mid_call_leaves_the_run_interrupted_and_the_call_run_once(
     backend: Backend, tmp_path: Path, how: str
 ) -> None:
