@@ -6,27 +6,17 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers.anthropic import StreamParser, parse_response
+from golem.providers.anthropic import StreamParser
 from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
 from tests.support.adapters import REQUEST
 from tests.support.anthropic import (
-    interaction_id,
-    message_interactions,
     model_on,
     sse,
     synthesize_stream,
-)
-from tests.support.recordings import Interaction, available, needs_recordings
-
-PLAIN = (
-    [it for it in message_interactions() if it.status == 200 and not it.is_stream]
-    if available()
-    else []
 )
 
 
@@ -60,24 +50,6 @@ def _assemble(deltas: list[Delta]) -> Message:
             ToolCall(calls[i]["id"], calls[i]["name"], "".join(calls[i]["args"]) or "{}")
             for i in sorted(calls)
         ],
-    )
-
-
-@needs_recordings
-@pytest.mark.parametrize("it", PLAIN, ids=interaction_id)
-def test_streamed_form_of_every_recording_equals_the_plain_parse(it: Interaction) -> None:
-    body = it.json
-    items = parse_stream(_events(synthesize_stream(body)))
-    final = items[-1]
-    deltas = [d for d in items[:-1] if isinstance(d, Delta)]
-    assert len(deltas) == len(items) - 1
-    assert final == parse_response(body)
-    assert isinstance(final, ModelResponse)
-    assert _assemble(deltas) == Message(
-        role="assistant",
-        content=final.message.content,
-        thinking=[t for t in final.message.thinking if not t.redacted],
-        tool_calls=final.message.tool_calls,
     )
 
 

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
-import httpx
-import pytest
-
-from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import FINISH_REASONS, Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolSpec
-from golem.providers.gemini import GeminiModel, build_request_body, parse_response
-from golem.providers.gemini._stream import parse_stream, sse_events
+from golem.messages import Message, Part, ToolCall, dumps_history, loads_history
+from golem.model import ModelRequest, ToolSpec
+from golem.providers.gemini import build_request_body, parse_response
 from golem.providers.gemini._wire import DUMMY_SIGNATURE
-from golem.usage import Usage
 from tests.support import recordings as _recordings
 from tests.support.gemini import (
-    API,
     assert_subset,
     generate_interactions,
-    is_generate,
     normalize,
     recorded,
     recorded_generate,
     rename_tool_output_key,
 )
-from tests.support.recordings import Interaction, all_interactions, replay_transport
+from tests.support.recordings import Interaction
 
 pytestmark = _recordings.needs_recordings
 
@@ -36,214 +28,6 @@ OK = [it for it in GENERATE if it.status == 200]
 
 def _id(it: Interaction) -> str:
     return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
-
-
-def _parse(it: Interaction) -> ModelResponse:
-    if it.is_stream:
-        return parse_stream(sse_events(it.body.splitlines()))[1]
-    return parse_response(it.json)
-
-
-# --------------------------------------------------------------------------- replay: every response
-
-
-@pytest.mark.parametrize("it", OK, ids=_id)
-async def test_every_recorded_response_parses_through_the_http_path(it: Interaction) -> None:
-    seen: list[httpx.Request] = []
-    client = httpx.AsyncClient(transport=replay_transport([it], seen))
-    model = GeminiModel("gemini-2.5-flash", api_key="k", http_client=client)
-    request = ModelRequest(messages=[Message(role="user", content="hi")])
-    if it.is_stream:
-        items = [x async for x in model.generate_stream(request)]
-        final = items[-1]
-        assert all(isinstance(x, Delta) for x in items[:-1])
-        assert seen[0].url.path.endswith(":streamGenerateContent")
-        assert seen[0].url.params["alt"] == "sse"
-    else:
-        final = await model.generate(request)
-        assert seen[0].url.path.endswith(":generateContent")
-    await client.aclose()
-    assert isinstance(final, ModelResponse)
-    assert final == _parse(it)
-    assert final.finish_reason in FINISH_REASONS - {""}
-    assert final.message.role == "assistant"
-    assert final.message.content or final.message.tool_calls
-    assert final.usage.input_tokens > 0
-    assert final.model_name.startswith("gemini-")
-    for call in final.message.tool_calls:
-        assert call.id
-        assert call.name
-        assert isinstance(json.loads(call.args), dict)
-
-
-def test_only_non_gemini_endpoints_are_left_out_of_the_replay_suite() -> None:
-    others = [it for it in all_interactions(API) if not is_generate(it)]
-    for it in others:
-        path = it.uri.split("?", 1)[0]
-        assert (
-            path.endswith((":countTokens", "/openai/chat/completions"))
-            or "fileSearchStores" in path
-            or "generativelanguage.googleapis.com" not in path  # file downloads by the test suite
-        ), it.uri
-    # The Gemini recordings hold no error responses; the error fixtures live in
-    # test_gemini_errors.py. Any non-200 recording added later must classify.
-    from golem.providers.gemini._errors import error_from_http
-
-    for it in GENERATE:
-        if it.status != 200:
-            err = error_from_http(it.status, httpx.Headers(it.headers), it.body)
-            assert err.status_code == it.status
-
-
-# --------------------------------------------------------------------------- replay: exact values
-
-
-def test_plain_text_response() -> None:
-    r = _parse(recorded("test_google_model", 0))
-    assert r == ModelResponse(
-        message=Message(role="assistant", content="Hello! How can I help you today?"),
-        usage=Usage(input_tokens=9, output_tokens=43, reasoning_tokens=34),
-        finish_reason="stop",
-        model_name="gemini-2.5-flash",
-    )
-
-
-def test_function_call_with_thought_signature_and_no_id() -> None:
-    it = recorded("test_google_model_retry", 0)
-    sig = it.json["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
-    r = _parse(it)
-    assert r.message.tool_calls == [
-        ToolCall(
-            id="gemini_g5YoaezOBeyrqtsPwYqL2Q8_0",
-            name="get_capital",
-            args='{"country":"France"}',
-            signature=sig,
-        )
-    ]
-    assert r.message.content == ""
-    assert r.finish_reason == "tool_call"
-    assert r.usage == Usage(input_tokens=57, output_tokens=15 + 124, reasoning_tokens=124)
-
-
-def test_synthesized_call_ids_are_stable_and_unique_per_response() -> None:
-    first = _parse(recorded("test_google_model_retry", 0)).message.tool_calls[0].id
-    again = _parse(recorded("test_google_model_retry", 0)).message.tool_calls[0].id
-    second = _parse(recorded("test_google_model_retry", 1)).message.tool_calls[0].id
-    assert first == again
-    assert first != second
-
-
-def test_signature_on_a_text_part_is_kept_as_an_empty_thinking_block() -> None:
-    it = recorded("test_google_model_retry", 2)
-    sig = it.json["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
-    r = _parse(it)
-    assert r.message.content == "Paris"
-    assert r.message.thinking == [ThinkingBlock(text="", signature=sig)]
-    assert r.finish_reason == "stop"
-
-
-def test_thought_parts_become_thinking_blocks() -> None:
-    it = recorded("test_google_model_thinking_part", 0)
-    parts = it.json["candidates"][0]["content"]["parts"]
-    r = _parse(it)
-    assert r.message.thinking == [
-        ThinkingBlock(text=parts[0]["text"]),
-        ThinkingBlock(text="", signature=parts[1]["thoughtSignature"]),
-    ]
-    assert r.message.thinking[0].text.startswith("**A Safe Street-Crossing Guide")
-    assert r.message.content == parts[1]["text"]
-    assert r.usage.reasoning_tokens == it.json["usageMetadata"]["thoughtsTokenCount"]
-
-
-def test_max_tokens_maps_to_length() -> None:
-    r = _parse(recorded("test_google_model_max_tokens", 0))
-    assert r.message.content == "The capital of France is"
-    assert r.finish_reason == "length"
-    assert r.usage == Usage(input_tokens=15, output_tokens=5)
-
-
-def test_cached_tokens_are_part_of_the_input() -> None:
-    it = recorded_generate(
-        "test_multimodal_tool_return_matrix[tool_return_content-url-document-google_2_5]"
-    )[-1]
-    r = _parse(it)
-    assert r.usage == Usage(input_tokens=328, output_tokens=39, cache_read_tokens=220)
-
-
-def test_tool_use_prompt_tokens_count_as_input() -> None:
-    r = _parse(recorded("test_google_model_web_fetch_tool", 0))
-    assert r.usage == Usage(input_tokens=32 + 2395, output_tokens=41 + 47, reasoning_tokens=47)
-    assert r.message.content.startswith("Pydantic AI is a Python agent framework")
-
-
-def test_streamed_thinking_then_text() -> None:
-    it = recorded("test_google_model_thinking_part_iter", 0)
-    deltas, r = parse_stream(sse_events(it.body.splitlines()))
-    assert [bool(d.thinking and d.thinking[0].text) for d in deltas[:5]] == [
-        True,
-        True,
-        True,
-        True,
-        False,
-    ]
-    assert all(t.index == 0 for d in deltas[:4] for t in d.thinking)
-    assert deltas[4].content.startswith("This is a great question!")
-    assert deltas[4].thinking == [ThinkingDelta(index=1, signature=r.message.thinking[1].signature)]
-    assert "".join(d.content for d in deltas) == r.message.content
-    assert len(r.message.thinking) == 2
-    assert r.message.thinking[0].text.startswith("**Clarifying User Goals**")
-    assert r.message.thinking[0].text.count("**") == 8  # four thought chunks, one block
-    assert r.usage == Usage(input_tokens=34, output_tokens=469 + 787, reasoning_tokens=787)
-    assert r.finish_reason == "stop"
-
-
-def test_stream_with_server_side_tool_steps_keeps_text_and_trailing_signature() -> None:
-    it = recorded_generate("test_google_model_file_search_grounding_gemini_3[True]")[0]
-    assert it.is_stream
-    _deltas, r = parse_stream(sse_events(it.body.splitlines()))
-    assert r.message.content.startswith("The capital of France is **Paris**.")
-    assert r.message.tool_calls == []  # FILE_SEARCH toolCall/toolResponse parts are server-side
-    assert len(r.message.thinking) == 1
-    assert r.message.thinking[0].text == ""
-    assert r.message.thinking[0].signature.startswith("EsUBCsIBAQw51sdPkH+3cSEO15H8ynZHJdCu8bTu")
-    assert r.usage.input_tokens == 427 + 771
-
-
-def test_single_event_stream() -> None:
-    it = recorded("test_cancel_recorded_provider_stream[google]", 0)
-    deltas, r = parse_stream(sse_events(it.body.splitlines()))
-    assert deltas == [Delta(content="Paris")]
-    assert r.message.content == "Paris"
-    assert r.usage == Usage(input_tokens=6, output_tokens=36, reasoning_tokens=35)
-
-
-STREAMS = [it for it in OK if it.is_stream]
-
-
-@pytest.mark.parametrize("it", STREAMS, ids=_id)
-def test_streamed_final_equals_the_plain_parse_of_the_same_content(it: Interaction) -> None:
-    events = [json.loads(data) for _, data in sse_events(it.body.splitlines())]
-    merged: dict[str, Any] = {"candidates": [{"content": {"role": "model", "parts": []}}]}
-    for ev in events:
-        for k in ("modelVersion", "responseId", "usageMetadata"):
-            if k in ev:
-                merged[k] = ev[k]
-        cand = ev["candidates"][0]
-        merged["candidates"][0]["content"]["parts"] += cand.get("content", {}).get("parts", [])
-        for k in ("finishReason", "groundingMetadata", "urlContextMetadata"):
-            if k in cand:
-                merged["candidates"][0][k] = cand[k]
-    deltas, streamed = parse_stream(sse_events(it.body.splitlines()))
-    assert streamed == parse_response(merged)
-    # the deltas rebuild the same message
-    assert "".join(d.content for d in deltas) == streamed.message.content
-    texts: dict[int, str] = {}
-    sigs: dict[int, str] = {}
-    for d in deltas:
-        for t in d.thinking:
-            texts[t.index] = texts.get(t.index, "") + t.text
-            sigs[t.index] = sigs.get(t.index, "") + t.signature
-    assert [ThinkingBlock(texts[i], sigs[i]) for i in sorted(texts)] == streamed.message.thinking
 
 
 # --------------------------------------------------------------------------- request building

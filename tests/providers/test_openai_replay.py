@@ -17,12 +17,9 @@ import pytest
 
 from golem.errors import BadRequest
 from golem.messages import Message, Part
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ToolSpec
 from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._stream import parse_stream_text
 from golem.providers.openai._wire import parse_response
-from golem.usage import Usage
-from tests.support.openai_chat import stream_from_body
 from tests.support.recordings import (
     Interaction,
     all_interactions,
@@ -43,106 +40,6 @@ FAILED = [it for it in CHAT if it.status != 200]
 
 def _id(it: Interaction) -> str:
     return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
-
-
-def test_only_non_chat_interactions_are_left_out() -> None:
-    """Besides Chat Completions, the cassettes hold file downloads made by the recording test
-    suite and one Responses API call; nothing else is skipped."""
-    left_out = [it for it in ALL if it not in CHAT]
-    openai_calls = [(it.cassette, it.uri) for it in left_out if "api.openai.com" in it.uri]
-    assert openai_calls == [
-        ("test_openai_model_thinking_part.yaml", "https://api.openai.com/v1/responses")
-    ]
-    assert (len(OK), len(FAILED)) == (65, 6)
-
-
-# --------------------------------------------------------------------------- every response
-
-
-def _expected_from_recording(body: dict[str, Any]) -> tuple[str, list[tuple[str, str, str]], Usage]:
-    msg = body["choices"][0]["message"]
-    calls = [
-        (tc["id"], tc["function"]["name"], tc["function"]["arguments"])
-        for tc in msg.get("tool_calls") or []
-    ]
-    u = body["usage"]
-    usage = Usage(
-        input_tokens=u["prompt_tokens"],
-        output_tokens=u["completion_tokens"],
-        cache_read_tokens=u["prompt_tokens_details"]["cached_tokens"],
-        cache_write_tokens=u["prompt_tokens_details"].get("cache_write_tokens", 0),
-        reasoning_tokens=u["completion_tokens_details"]["reasoning_tokens"],
-    )
-    return msg.get("content") or "", calls, usage
-
-
-@pytest.mark.parametrize("it", OK, ids=_id)
-def test_every_recorded_response_parses(it: Interaction) -> None:
-    body = it.json
-    resp = parse_response(body)
-    content, calls, usage = _expected_from_recording(body)
-    assert resp.message.role == "assistant"
-    assert resp.message.content == content
-    assert [(c.id, c.name, c.args) for c in resp.message.tool_calls] == calls
-    assert resp.usage == usage
-    assert resp.model_name == body["model"]
-    recorded_finish = body["choices"][0]["finish_reason"]
-    assert resp.finish_reason == {"stop": "stop", "tool_calls": "tool_call"}[recorded_finish]
-
-
-@pytest.mark.parametrize("it", OK, ids=_id)
-def test_every_recorded_response_streams_to_the_same_response(it: Interaction) -> None:
-    items = parse_stream_text(stream_from_body(it.json))
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    assert final == parse_response(it.json)
-    text = "".join(d.content for d in items[:-1] if not isinstance(d, ModelResponse))
-    assert text == final.message.content
-
-
-@pytest.mark.parametrize("it", FAILED, ids=_id)
-async def test_every_recorded_failure_is_a_bad_request(it: Interaction) -> None:
-    model = OpenAIChatModel(
-        "gpt-4o", api_key="sk-test", http_client=httpx.AsyncClient(transport=replay_transport([it]))
-    )
-    with pytest.raises(BadRequest) as info:
-        await model.generate(ModelRequest([Message("user", "hi")]))
-    err = info.value
-    assert err.status_code == 400
-    assert not err.retryable
-    assert json.loads(err.body)["error"]["message"] in str(err)
-
-
-def test_representative_responses_exactly() -> None:
-    tool = parse_response(
-        load(API, "test_openai_instructions_with_tool_calls_keep_instructions.yaml")[0].json
-    )
-    assert tool.message.content == ""
-    assert [(c.id, c.name, c.args) for c in tool.message.tool_calls] == [
-        ("call_bhZkmIKKItNGJ41whHUHB7p9", "get_temperature", '{"city":"Tokyo"}')
-    ]
-    assert tool.finish_reason == "tool_call"
-    assert tool.usage == Usage(input_tokens=50, output_tokens=15)
-    assert tool.model_name == "gpt-4.1-mini-2025-04-14"
-
-    reasoning = parse_response(load(API, "test_openai_model_without_system_prompt.yaml")[0].json)
-    assert reasoning.usage == Usage(input_tokens=11, output_tokens=809, reasoning_tokens=768)
-    assert reasoning.message.content.startswith("That's right—I am a potato!")
-
-    cache = load(API, "test_openai_chat_prompt_cache_e2e.yaml")
-    assert parse_response(cache[0].json).usage == Usage(
-        input_tokens=4020, output_tokens=4, cache_write_tokens=4012
-    )
-    assert parse_response(cache[1].json).usage == Usage(
-        input_tokens=4020, output_tokens=4, cache_read_tokens=4012
-    )
-
-    native = parse_response(load(API, "test_openai_native_output.yaml")[1].json)
-    assert native.message.content == '{"city":"Mexico City","country":"Mexico"}'
-    assert native.finish_reason == "stop"
-
-    moderated = parse_response(load(API, "test_openai_moderation.yaml")[0].json)
-    assert moderated.message.content == "Paris."
 
 
 # --------------------------------------------------------------------------- request bodies
