@@ -17,9 +17,9 @@ import pytest
 
 from golem.messages import Message, dumps_history, loads_history
 from golem.model import Model, ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
+from tests.support.adapters import body_of
 from tests.support.anthropic import interaction_id
 from tests.support.recordings import (
     Interaction,
@@ -106,7 +106,7 @@ async def test_foreign_history_maps_to_a_valid_anthropic_request(api: str, it: I
         Message(role="user", content="thanks"),
     ]
     restored = loads_history(dumps_history(history))
-    body = build_request_body(ModelRequest(messages=restored), model="claude-x")
+    body = body_of("anthropic", ModelRequest(messages=restored), model="claude-x")
     _check(body, response.message)
 
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from golem.errors import BadRequest
-from golem.messages import Message, Part, ThinkingBlock, ToolCall
+from golem.messages import Message
 from golem.model import ModelRequest, ToolSpec
 from tests.support.anthropic import (
     ADAPTER_KEYS,
@@ -85,97 +85,6 @@ async def test_request_body_matches_recording(it: Interaction) -> None:
     assert sent.headers["x-api-key"] == "test-key"
     assert sent.headers["anthropic-version"] == "2023-06-01"
     assert sent.headers["content-type"] == "application/json"
-
-
-async def test_parallel_tool_results_form_one_user_message() -> None:
-    """Written out by hand: the second request of test_multiple_parallel_tool_calls."""
-    it = load("anthropic", "test_multiple_parallel_tool_calls.yaml")[1]
-    names = ["Alice", "Bob", "Charlie", "Daisy"]
-    ids = [
-        "toolu_0167cfEnoQaPviGdVXA95zcu",
-        "toolu_01EEe2V5HD1Ac4rKiUR4HD2T",
-        "toolu_01XFyAjstT3966qvRynZyVPo",
-        "toolu_013mnQZbgtK2oe3Mo3XKJsx3",
-    ]
-    results = [
-        "alice is bob's wife",
-        "bob is alice's husband",
-        "charlie is alice's son",
-        "daisy is bob's daughter and charlie's younger sister",
-    ]
-    recorded = it.request_body
-    request = ModelRequest(
-        messages=[
-            Message(role="system", content=recorded["system"]),
-            Message(role="user", content=recorded["messages"][0]["content"][0]["text"]),
-            Message(
-                role="assistant",
-                content=recorded["messages"][1]["content"][0]["text"],
-                tool_calls=[
-                    ToolCall(i, "retrieve_entity_info", f'{{"name": "{n}"}}')
-                    for i, n in zip(ids, names, strict=True)
-                ],
-            ),
-            *[
-                Message(role="tool", tool_call_id=i, tool_name="retrieve_entity_info", content=r)
-                for i, r in zip(ids, results, strict=True)
-            ],
-        ],
-        tools=[
-            ToolSpec(
-                "retrieve_entity_info",
-                "Get the knowledge about the given entity.",
-                recorded["tools"][0]["input_schema"],
-            )
-        ],
-    )
-    async with model_on(replay_transport([it]), model="claude-haiku-4-5") as model:
-        assert model.request_body(request) == recorded
-
-
-async def test_thinking_replayed_before_text() -> None:
-    it = load("anthropic", "test_anthropic_model_thinking_part.yaml")[1]
-    recorded = it.request_body
-    first, answer, follow_up = recorded["messages"]
-    thought = answer["content"][0]
-    request = ModelRequest(
-        messages=[
-            Message(role="user", content=first["content"][0]["text"]),
-            Message(
-                role="assistant",
-                content=answer["content"][1]["text"],
-                thinking=[ThinkingBlock(text=thought["thinking"], signature=thought["signature"])],
-            ),
-            Message(role="user", content=follow_up["content"][0]["text"]),
-        ]
-    )
-    async with model_on(
-        replay_transport([it]), model="claude-sonnet-4-5", thinking_budget=1024
-    ) as model:
-        assert model.request_body(request) == recorded
-
-
-async def test_inline_image_request() -> None:
-    it = load("anthropic", "test_image_url_input_force_download.yaml")[1]
-    recorded = it.request_body
-    source = recorded["messages"][0]["content"][1]["source"]
-    import base64
-
-    request = ModelRequest(
-        messages=[
-            Message(
-                role="user",
-                content="What is this vegetable?",
-                parts=[
-                    Part(
-                        kind="image", data=base64.b64decode(source["data"]), media_type="image/jpeg"
-                    )
-                ],
-            )
-        ]
-    )
-    async with model_on(replay_transport([it]), model="claude-haiku-4-5") as model:
-        assert model.request_body(request) == recorded
 
 
 async def test_prompted_output_puts_the_schema_in_the_system_prompt() -> None:

@@ -122,11 +122,13 @@ def _anthropic(body: dict[str, Any]) -> dict[str, Any]:
         "call_ids": uses,
         "content": _text_runs(body["content"]),
         "finish": "tool_call" if uses else "stop",
+        "model": body["model"],
     }
 
 
 EXPECTED = {"openai-chat": _chat, "openai-responses": _responses, "anthropic": _anthropic}
-"""Per API, what a recorded plain body says the response holds (Gemini: the table below)."""
+EXPECTED["gemini"] = lambda body: {"model": body["modelVersion"]}
+"""Per API, what a recorded plain body says the response holds (Gemini: see `EXACT`)."""
 
 PREFIX = {"openai-chat": "", "openai-responses": "", "anthropic": "claude-", "gemini": "gemini-"}
 
@@ -152,6 +154,7 @@ async def test_every_recorded_answer_parses_to_what_its_body_says(
     assert response.finish_reason in FINISH_REASONS - {""}
     assert response.usage.input_tokens > 0 or api == "openai-responses"
     assert response.model_name.startswith(PREFIX[api])
+    assert response.model_name  # the model that answered, as the answer names it
     for call in response.message.tool_calls:
         assert call.id
         assert call.name
