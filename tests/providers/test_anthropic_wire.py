@@ -9,15 +9,17 @@ import httpx
 import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import ModelRequest, ToolSpec
-from golem.providers.anthropic import build_request_body, parse_response
-from golem.providers.anthropic._response import finish_reason_from
-from golem.providers.anthropic._wire import args_object, strict_output_schema
+from golem.model import ModelRequest, ModelResponse, ToolSpec
+from tests.support.adapters import DONE, body_of, final, send
 from tests.support.anthropic import model_on
 
 
-def _body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:
-    return build_request_body(ModelRequest(messages=messages), model="m", **kwargs)
+def _body(messages: list[Message], **settings: Any) -> dict[str, Any]:
+    return body_of("anthropic", ModelRequest(messages=messages), **settings)
+
+
+async def parse_response(body: dict[str, Any]) -> ModelResponse:
+    return final(await send("anthropic", json.dumps({**DONE["anthropic"], **body}), stream=False))
 
 
 # --------------------------------------------------------------------------- configuration
@@ -143,7 +145,9 @@ def test_assistant_blocks_in_order_and_failed_results_flagged() -> None:
     ],
 )
 def test_tool_arguments_sent_as_an_object(raw: str, sent: dict[str, Any]) -> None:
-    assert args_object(raw) == sent
+    call = Message(role="assistant", tool_calls=[ToolCall("toolu_1", "f", raw)])
+    body = _body([Message(role="user", content="go"), call])
+    assert body["messages"][1]["content"][0]["input"] == sent
 
 
 def test_foreign_tool_call_ids_are_rewritten_consistently() -> None:
@@ -249,13 +253,13 @@ def test_tools_and_native_output() -> None:
         "properties": {"n": {"type": "integer", "minimum": 1}},
         "required": ["n"],
     }
-    body = build_request_body(
+    body = body_of(
+        "anthropic",
         ModelRequest(
             messages=[Message(role="user", content="count")],
             tools=[ToolSpec("count", "Count things.", {"type": "object", "properties": {}})],
             output_schema=schema,
         ),
-        model="m",
     )
     assert body["tools"] == [
         {
@@ -280,22 +284,19 @@ def test_tools_and_native_output() -> None:
 
 
 def test_prompted_output_appends_to_the_instructions() -> None:
-    body = build_request_body(
-        ModelRequest(
-            messages=[
-                Message(role="system", content="Be exact."),
-                Message(role="user", content="n?"),
-            ],
-            output_schema={"type": "object"},
-        ),
-        model="m",
-        output_mode="prompted",
-    )
+    messages = [Message(role="system", content="Be exact."), Message(role="user", content="n?")]
+    request = ModelRequest(messages=messages, output_schema={"type": "object"})
+    body = body_of("anthropic", request, output_mode="prompted")
     assert body["system"] == (
         "Be exact.\n\nAlways respond with a JSON object that's compatible with this schema:\n\n"
         '{"type": "object"}\n\nDon\'t include any text or Markdown fencing before or after.'
     )
     assert "output_config" not in body
+
+
+def strict_output_schema(schema: dict[str, Any]) -> Any:
+    request = ModelRequest([Message(role="user", content="n?")], output_schema=schema)
+    return body_of("anthropic", request)["output_config"]["format"]["schema"]
 
 
 def test_strict_output_schema() -> None:
@@ -386,12 +387,14 @@ def test_strict_output_schema() -> None:
         (None, ""),
     ],
 )
-def test_finish_reason(stop_reason: str | None, finish: str) -> None:
-    assert finish_reason_from(stop_reason) == finish
+async def test_finish_reason(stop_reason: str | None, finish: str) -> None:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    body = {"stop_reason": stop_reason, **({"content": [call]} if finish == "tool_call" else {})}
+    assert (await parse_response(body)).finish_reason == finish
 
 
-def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
-    response = parse_response(
+async def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
+    response = await parse_response(
         {
             "model": "claude-x",
             "content": [
@@ -411,8 +414,8 @@ def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
 # --------------------------------------------------------------------------- history
 
 
-def test_history_paused_on_anthropic_is_sendable_after_a_json_round_trip() -> None:
-    response = parse_response(
+async def test_history_paused_on_anthropic_is_sendable_after_a_json_round_trip() -> None:
+    response = await parse_response(
         {
             "model": "claude-x",
             "content": [

@@ -9,15 +9,15 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
-from golem.providers.gemini import build_request_body, parse_response
-from golem.providers.gemini._response import finish_reason
-from golem.providers.gemini._stream import parse_stream
-from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
+from golem.providers.gemini import GeminiModel
 from golem.usage import Usage
+from tests.support.adapters import send
+from tests.support.events import gemini_answer
 from tests.support.gemini import model_with, sse_body
+
+DUMMY_SIGNATURE = base64.b64encode(b"skip_thought_signature_validator").decode()
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -26,8 +26,20 @@ WEATHER = ToolSpec(
 )
 
 
+def build_request_body(request: ModelRequest, model: str = "m", **settings: Any) -> dict[str, Any]:
+    body: dict[str, Any] = GeminiModel(model, api_key="k", **settings).request_body(request)
+    return body
+
+
 def _body(messages: list[Message], **kw: Any) -> dict[str, Any]:
     return build_request_body(ModelRequest(messages=messages, **kw))
+
+
+async def parse_stream(chunks: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
+    items = await send("gemini", sse_body(chunks).decode(), stream=True)
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    return items[:-1], final
 
 
 # --------------------------------------------------------------------------- request mapping
@@ -254,31 +266,6 @@ def test_user_parts_inline_url_and_data_url() -> None:
     ]
 
 
-def test_structured_output_with_tools_depends_on_the_model() -> None:
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
-    req = ModelRequest(
-        messages=[Message(role="system", content="Count."), Message(role="user", content="3")],
-        tools=[WEATHER],
-        output_schema=schema,
-    )
-    older = build_request_body(req, json_output_with_tools=False)
-    assert "responseJsonSchema" not in older.get("generationConfig", {})
-    assert older["systemInstruction"]["parts"] == [
-        {"text": "Count."},
-        {
-            "text": "Answer with a single JSON value that matches the JSON schema below, "
-            "with no other text and no code fences.\nJSON schema: "
-            '{"properties":{"n":{"type":"integer"}},"type":"object"}'
-        },
-    ]
-    newer = build_request_body(req, json_output_with_tools=True)
-    assert newer["generationConfig"] == {
-        "responseMimeType": "application/json",
-        "responseJsonSchema": schema,
-    }
-    assert newer["systemInstruction"]["parts"] == [{"text": "Count."}]
-
-
 @pytest.mark.parametrize(
     ("model", "supported"),
     [
@@ -290,8 +277,30 @@ def test_structured_output_with_tools_depends_on_the_model() -> None:
         ("tunedModels/abc", False),
     ],
 )
-def test_json_output_with_tools_support(model: str, supported: bool) -> None:
-    assert supports_json_output_with_tools(model) is supported
+def test_structured_output_with_tools_depends_on_the_model(model: str, supported: bool) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    req = ModelRequest(
+        messages=[Message(role="system", content="Count."), Message(role="user", content="3")],
+        tools=[WEATHER],
+        output_schema=schema,
+    )
+    body = build_request_body(req, model)
+    if supported:
+        assert body["generationConfig"] == {
+            "responseMimeType": "application/json",
+            "responseJsonSchema": schema,
+        }
+        assert body["systemInstruction"]["parts"] == [{"text": "Count."}]
+    else:
+        assert "responseJsonSchema" not in body.get("generationConfig", {})
+        assert body["systemInstruction"]["parts"] == [
+            {"text": "Count."},
+            {
+                "text": "Answer with a single JSON value that matches the JSON schema below, "
+                "with no other text and no code fences.\nJSON schema: "
+                '{"properties":{"n":{"type":"integer"}},"type":"object"}'
+            },
+        ]
 
 
 def test_extra_body_merges_recursively() -> None:
@@ -335,34 +344,36 @@ def test_extra_body_merges_recursively() -> None:
         ("BLOCKLIST", False, "content_filter"),
         ("PROHIBITED_CONTENT", False, "content_filter"),
         ("SPII", False, "content_filter"),
-        ("MALFORMED_FUNCTION_CALL", False, "other"),
+        ("MALFORMED_FUNCTION_CALL", True, "other"),  # a call came through: kept
         ("OTHER", False, "other"),
         ("FINISH_REASON_UNSPECIFIED", False, "other"),
         ("", False, ""),
     ],
 )
-def test_finish_reasons(raw: str, calls: bool, expected: str) -> None:
-    assert finish_reason(raw, calls) == expected
+async def test_finish_reasons(raw: str, calls: bool, expected: str) -> None:
+    part = {"functionCall": {"name": "f", "args": {}}} if calls else {"text": "x"}
+    candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": raw}
+    assert (await gemini_answer({"candidates": [candidate]})).finish_reason == expected
 
 
-def test_blocked_prompt_is_a_content_filter_with_an_empty_message() -> None:
+async def test_blocked_prompt_is_a_content_filter_with_an_empty_message() -> None:
     body = {
         "promptFeedback": {"blockReason": "SAFETY", "safetyRatings": []},
         "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7},
         "modelVersion": "gemini-2.5-flash",
     }
-    assert parse_response(body) == ModelResponse(
+    assert await gemini_answer(body) == ModelResponse(
         message=Message(role="assistant"),
         usage=Usage(input_tokens=7),
         finish_reason="content_filter",
         model_name="gemini-2.5-flash",
     )
-    deltas, final = parse_stream([("", json.dumps(body))])
+    deltas, final = await parse_stream([body])
     assert deltas == []
-    assert final == parse_response(body)
+    assert final == await gemini_answer(body)
 
 
-def test_function_call_id_from_the_api_is_kept() -> None:
+async def test_function_call_id_from_the_api_is_kept() -> None:
     body = {
         "candidates": [
             {
@@ -374,13 +385,13 @@ def test_function_call_id_from_the_api_is_kept() -> None:
             }
         ]
     }
-    call = parse_response(body).message.tool_calls[0]
-    assert call == ToolCall(id="fc-7", name="f", args='{"x":1.5}')
-    sent = _body([parse_response(body).message])["contents"][0]["parts"][0]["functionCall"]
+    message = (await gemini_answer(body)).message
+    assert message.tool_calls[0] == ToolCall(id="fc-7", name="f", args='{"x":1.5}')
+    sent = _body([message])["contents"][0]["parts"][0]["functionCall"]
     assert sent == {"name": "f", "args": {"x": 1.5}, "id": "fc-7"}
 
 
-def test_parsing_tolerates_odd_shapes() -> None:
+async def test_parsing_tolerates_odd_shapes() -> None:
     body = {
         "candidates": [
             {
@@ -398,13 +409,11 @@ def test_parsing_tolerates_odd_shapes() -> None:
         ],
         "usageMetadata": {"promptTokenCount": "3", "candidatesTokenCount": True},
     }
-    r = parse_response(body)
+    r = await gemini_answer(body)
     assert r.message.tool_calls[0].args == "{}"
     assert r.usage == Usage(input_tokens=3)  # a count written as digits is read (ADR 0060)
     assert r.message.parts[0].data == b"\x00"  # media an answer carries are kept
     assert r.finish_reason == "tool_call"
-    with pytest.raises(ResponseFormatError, match="no candidate"):
-        parse_response({})  # an empty answer would pass for a real one (test_stops.py)
 
 
 # --------------------------------------------------------------------------- streaming
@@ -471,8 +480,8 @@ STREAM = [
 ]
 
 
-def test_stream_deltas_arrive_in_order() -> None:
-    deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
+async def test_stream_deltas_arrive_in_order() -> None:
+    deltas, final = await parse_stream(STREAM)
     assert deltas == [
         Delta(thinking=[ThinkingDelta(index=0, text="Plan: ")]),
         Delta(thinking=[ThinkingDelta(index=0, text="check weather.")]),
@@ -531,7 +540,7 @@ def test_stream_deltas_arrive_in_order() -> None:
         "modelVersion": "gemini-2.5-pro",
         "responseId": "resp-A",
     }
-    assert parse_response(merged) == final
+    assert await gemini_answer(merged) == final
 
 
 async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> None:
@@ -550,7 +559,7 @@ async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> 
     items = [x async for x in model.generate_stream(req)]
     await model.generate(req)
     await client.aclose()
-    deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
+    deltas, final = await parse_stream(STREAM)
     assert items == [*deltas, final]
     assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.request_body(req)
 
@@ -562,4 +571,4 @@ async def test_stream_answered_with_a_json_array() -> None:
     model, client = model_with(handler)
     items = [x async for x in model.generate_stream(ModelRequest(messages=[]))]
     await client.aclose()
-    assert items[-1] == parse_stream(("", json.dumps(c)) for c in STREAM)[1]
+    assert items[-1] == (await parse_stream(STREAM))[1]

@@ -11,19 +11,16 @@ import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ToolSpec
-from golem.providers.openai._schemas import strict_compatible
-from golem.providers.openai._wire import (
-    RequestOptions,
-    build_request_body,
-    map_messages,
-    wire_call_id,
-)
+from tests.support.adapters import body_of
 
-OPTS = RequestOptions(model="gpt-4.1")
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/openai"
 
 
-def _messages(*messages: Message, **opts: Any) -> list[dict[str, Any]]:
-    return map_messages(list(messages), RequestOptions(model="m", **opts))
+def _messages(*messages: Message, **settings: Any) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = body_of("openai-chat", ModelRequest(list(messages)), **settings)[
+        "messages"
+    ]
+    return sent
 
 
 def test_roles_and_plain_text() -> None:
@@ -99,7 +96,6 @@ def test_call_ids_the_api_would_reject_are_replaced_consistently() -> None:
     assert all(len(i) <= 40 for i in ids)
     assert ids[0] != ids[1]
     assert [m["tool_call_id"] for m in out[1:]] == ids
-    assert wire_call_id(odd_id) == ids[1]
 
 
 def test_calls_without_ids_pair_with_their_results_by_name_and_order() -> None:
@@ -160,7 +156,7 @@ def test_gemini_thought_signatures_are_sent_only_to_gemini() -> None:
     msg = Message("assistant", tool_calls=[ToolCall("c", "f", "{}", signature="c2ln")])
     (plain,) = _messages(msg)
     assert "extra_content" not in plain["tool_calls"][0]
-    (gemini,) = _messages(msg, tool_call_signatures=True)
+    (gemini,) = _messages(msg, base_url=GEMINI)
     assert gemini["tool_calls"][0]["extra_content"] == {"google": {"thought_signature": "c2ln"}}
 
 
@@ -315,8 +311,11 @@ def _variant(**changes: Any) -> dict[str, Any]:
         ({"type": "array", "items": {"type": "string"}}, False),
     ],
 )
-def test_strict_compatibility(schema: dict[str, Any], strict: bool) -> None:
-    assert strict_compatible(schema) is strict
+def test_a_tool_is_strict_when_its_schema_is_strict_compatible(
+    schema: dict[str, Any], strict: bool
+) -> None:
+    body = body_of("openai-chat", ModelRequest([], tools=[ToolSpec("f", "", schema)]))
+    assert body["tools"][0]["function"].get("strict", False) is strict
 
 
 def test_full_body_with_tools_output_schema_and_settings() -> None:
@@ -326,16 +325,9 @@ def test_full_body_with_tools_output_schema_and_settings() -> None:
         tools=[ToolSpec("strict_tool", "Strict.", STRICT), ToolSpec("loose_tool", "Loose.", loose)],
         output_schema={"title": "City Answer!", **STRICT},
     )
-    opts = RequestOptions(
-        model="gpt-4.1",
-        max_tokens=50,
-        temperature=0.2,
-        top_p=0.9,
-        stop=["END"],
-        reasoning_effort="low",
-        extra_body={"seed": 7, "tool_choice": "required"},
-    )
-    body = build_request_body(request, opts, stream=True)
+    settings: dict[str, Any] = {"max_tokens": 50, "temperature": 0.2, "top_p": 0.9, "stop": ["END"]}
+    settings |= {"reasoning_effort": "low", "extra_body": {"seed": 7, "tool_choice": "required"}}
+    body = body_of("openai-chat", request, "gpt-4.1", stream=True, **settings)
     assert body == {
         "model": "gpt-4.1",
         "messages": [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}],
@@ -372,7 +364,7 @@ def test_full_body_with_tools_output_schema_and_settings() -> None:
         "reasoning_effort": "low",
         "seed": 7,
     }
-    no_strict = build_request_body(request, RequestOptions(model="m", strict=False))
+    no_strict = body_of("openai-chat", request, strict=False)
     assert "strict" not in no_strict["tools"][0]["function"]
     assert no_strict["response_format"]["json_schema"]["strict"] is False
     assert "stream_options" not in no_strict
@@ -399,7 +391,7 @@ def test_history_paused_on_another_provider_is_sendable_after_json_round_trip() 
         ),
     ]
     restored = loads_history(dumps_history(history))
-    body = build_request_body(ModelRequest(restored), OPTS)
+    body = body_of("openai-chat", ModelRequest(restored), "gpt-4.1")
     text = json.dumps(body)
     assert "sig-anthropic" not in text
     assert "gemini-sig" not in text
