@@ -22,8 +22,7 @@ from golem import dumps_history, loads_history
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.gemini import build_request_body as gemini_body
-from tests.support.adapters import MODELS, final, send
+from tests.support.adapters import MODELS, body_of, final, send
 from tests.support.events import chat_body_of, chat_chunk, chat_chunk_event, gemini_body_of, sse
 from tests.support.recordings import all_interactions, needs_recordings
 from tests.support.streams import plain
@@ -166,7 +165,7 @@ async def test_a_gemini_part_of_an_unknown_kind_is_kept_where_it_sat() -> None:
     assert (block.provider, block.type, block.at) == ("gemini", "futurePart", len("before"))
     assert json.loads(block.raw) == future
     # kept, never sent back: the API would refuse what it does not know either
-    body = gemini_body(ModelRequest([Message("user", "q"), m, Message("user", "more")]))
+    body = body_of("gemini", ModelRequest([Message("user", "q"), m, Message("user", "more")]))
     assert "futurePart" not in json.dumps(body)
 
 

@@ -23,11 +23,8 @@ from golem.errors import ResponseFormatError
 from golem.history import validate_history
 from golem.messages import Message, Part, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini import build_request_body as gemini_body
-from golem.providers.gemini import parse_response
 from golem.testing import ScriptedModel
-from tests.support.adapters import body_of, final, send
+from tests.support.adapters import body_of, final, parsed, send
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR fake image bytes \xff\x00"
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "
@@ -188,7 +185,7 @@ async def test_generated_media_survive_the_history_json() -> None:
 async def test_generated_media_go_back_to_gemini_in_the_model_content() -> None:
     m = (await _answer(IMAGE_ANSWER, stream=False)).message
     history = [Message("user", "draw a cat"), *loads_history(dumps_history([m]))]
-    body = gemini_body(ModelRequest([*history, Message("user", "make it blue")]))
+    body = body_of("gemini", ModelRequest([*history, Message("user", "make it blue")]))
     model = body["contents"][1]
     assert model["role"] == "model"
     assert model["parts"] == [
@@ -266,7 +263,7 @@ def test_openai_responses_gets_the_media_after_the_call_outputs() -> None:
 
 
 def test_anthropic_gets_the_media_after_the_tool_results_in_the_same_user_turn() -> None:
-    body = anthropic_body(ModelRequest(_TURN), model="claude-x")
+    body = body_of("anthropic", ModelRequest(_TURN), "claude-x")
     turns = body["messages"]
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert all(b["type"] in ("text", "tool_use") for b in turns[1]["content"])
@@ -293,10 +290,10 @@ def test_any_generated_media_survive_the_answer_the_history_and_the_next_request
     if signature:
         part["thoughtSignature"] = signature
     body = {"candidates": [{"content": {"parts": [part]}, "finishReason": "STOP"}]}
-    m = parse_response(body).message
+    m = parsed("gemini", body).message
     (kept,) = m.parts
     assert (kept.data, kept.media_type, kept.signature) == (data, mime, signature)
     back = loads_history(dumps_history([m]))
     assert back == [m]
-    sent = gemini_body(ModelRequest([Message("user", "q"), *back, Message("user", "again")]))
+    sent = body_of("gemini", ModelRequest([Message("user", "q"), *back, Message("user", "again")]))
     assert sent["contents"][1]["parts"] == [part]
