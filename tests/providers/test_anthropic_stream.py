@@ -9,10 +9,8 @@ import httpx
 
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers.anthropic import StreamParser
-from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.support.adapters import REQUEST
+from tests.support.adapters import REQUEST, streamed
 from tests.support.anthropic import (
     model_on,
     sse,
@@ -20,8 +18,8 @@ from tests.support.anthropic import (
 )
 
 
-def _events(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return list(sse_events(sse(*events).splitlines()))
+def parse_stream(events: list[dict[str, Any]]) -> list[Delta | ModelResponse]:
+    return streamed("anthropic", sse(*events))
 
 
 def _assemble(deltas: list[Delta]) -> Message:
@@ -65,7 +63,7 @@ def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
         "stop_reason": "tool_use",
         "usage": {"input_tokens": 10, "output_tokens": 20},
     }
-    items = parse_stream(_events(synthesize_stream(body, size=4)))
+    items = parse_stream(synthesize_stream(body, size=4))
     assert items[:-1] == [
         Delta(thinking=[ThinkingDelta(0, text="Weig")]),
         Delta(thinking=[ThinkingDelta(0, text="h it")]),
@@ -120,7 +118,7 @@ def test_streamed_arguments_keep_the_raw_text_even_when_truncated() -> None:
         },
         {"type": "message_stop"},
     ]
-    final = parse_stream(_events(events))[-1]
+    final = parse_stream(events)[-1]
     assert isinstance(final, ModelResponse)
     assert final.message.tool_calls == [ToolCall("toolu_9", "write", '{"text":  "unfinis')]
     assert final.finish_reason == "length"
@@ -162,7 +160,7 @@ def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
         },
         {"type": "message_stop"},
     ]
-    items = parse_stream(_events(events))
+    items = parse_stream(events)
     assert items[:-1] == [
         Delta(thinking=[ThinkingDelta(1, text="hm")]),
         Delta(thinking=[ThinkingDelta(1, signature="s")]),
@@ -173,38 +171,24 @@ def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
 
 
 def test_unknown_events_and_delta_kinds_are_ignored() -> None:
-    parser = StreamParser()
-    assert (
-        parser.feed(
-            "message_start", json.dumps({"type": "message_start", "message": {"model": "m"}})
-        )
-        is None
+    text = {"type": "text", "text": ""}
+    items = parse_stream(
+        [
+            {"type": "message_start", "message": {"model": "m"}},
+            {"type": "ping"},
+            {"type": "future_event"},
+            {"type": "content_block_start", "index": 0, "content_block": text},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "citations_delta", "citation": {}}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": "ok"}},
+            {"type": "message_stop"},
+        ]
     )
-    assert parser.feed("ping", '{"type": "ping"}') is None
-    assert parser.feed("future_event", '{"type": "future_event"}') is None
-    start = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    assert parser.feed("content_block_start", json.dumps(start)) is None
-    citation = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "citations_delta", "citation": {}},
-    }
-    assert parser.feed("content_block_delta", json.dumps(citation)) is None
-    text = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": "ok"},
-    }
-    assert parser.feed("content_block_delta", json.dumps(text)) == Delta(content="ok")
-    assert not parser.done
-    parser.feed("message_stop", '{"type": "message_stop"}')
-    assert parser.done
-    assert parser.response().message.content == "ok"
-    assert parser.response().finish_reason == ""
+    assert items[:-1] == [Delta(content="ok")]
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert (final.message.content, final.finish_reason) == ("ok", "")
 
 
 async def test_generate_stream_over_http_equals_generate() -> None:
