@@ -88,7 +88,7 @@ async def test_a_stop_is_the_finish_reason_it_names(
         assert got.finish_reason == finish
         m = got.message
         assert m.content or m.tool_calls or m.parts or m.server_tools or finish != "other"
-        assert m.content == ("Partial" if "Partial" in json.dumps(body) else m.content)
+        assert m.content.startswith("Partial") or "Partial" not in json.dumps(body)
         assert m.content == "" or finish != "content_filter"
 
 
