@@ -167,8 +167,8 @@ def answer(
             content = [{"type": "output_text", "text": text, "annotations": []}]
             output.append({"type": "message", "id": "msg_1", "role": "assistant", "content": content})
         output += [
-            {"type": "function_call", "id": f"fc_{k}", "name": n, "arguments": a, **_id("call_id", i)}
-            for k, (i, n, a) in enumerate(calls)
+            {"type": "function_call", "name": n, "arguments": a, **_id("call_id", i)}
+            for i, n, a in calls
         ]
         body = {**RESPONSE, "model": "gpt-4o", "status": "completed", "output": output}
         if reason not in (None, "completed"):
@@ -238,7 +238,7 @@ def streamed_form(api: str, body: dict[str, Any]) -> str:
             kind, extra = "response.function_call_arguments.delta", {"delta": item["arguments"]}
         else:
             kind, extra = "response.output_text.delta", {"content_index": 0, "delta": item["content"][0]["text"]}
-        events.append({"type": kind, "output_index": k, "item_id": item["id"], **extra})
+        events.append({"type": kind, "output_index": k, **_id("item_id", item.get("id")), **extra})
     terminal = {"completed": "response.completed", "incomplete": "response.incomplete"}
     return sse([*events, {"type": terminal.get(body["status"], "response.failed"), "response": body}], named=True)
 
