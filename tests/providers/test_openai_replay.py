@@ -108,265 +108,79 @@ def _cases() -> list[Case]:
     matrix = "test_multimodal_tool_return_matrix[tool_return_content-{}-openai_chat].yaml"
     jpeg = _data(_tool_part_data(matrix.format("binary-image"), 1)["image_url"]["url"])
     matrix_pdf = _data(_tool_part_data(matrix.format("url-document"), 2)["file"]["file_data"])
-    yaml_text = b'version: "3"\nservices:\n  web:\n    image: nginx'
-    x_yaml_text = b"name: test\nversion: 1.0.0"
     get_file = ToolSpec("get_file", "", NO_ARGS)
+    upper = {"additionalProperties": False, "properties": {"text": {"type": "string"}},
+             "required": ["text"], "type": "object"}
+    helpful, france = Message("system", "You are a helpful assistant."), "What is the capital of France?"
 
-    def file_prompt(kind: str) -> Message:
-        return Message(
-            "user",
-            f"Use the get_file tool now to retrieve a {kind} file, then describe what you received.",
-        )
+    def tool(content: str, call_id: str, name: str, *parts: Part) -> list[Message]:
+        return [Message("tool", content, tool_call_id=call_id, tool_name=name, parts=list(parts))]
 
+    def file_turns(kind: str, call_id: str, part: Part) -> list[list[Message]]:
+        ask = f"Use the get_file tool now to retrieve a {kind} file, then describe what you received."
+        return [[Message("user", ask)], tool("", call_id, "get_file", part)]
+
+    def document(prompt: str, data: bytes, media_type: str) -> Message:
+        return Message("user", prompt, parts=[Part("document", data=data, media_type=media_type)])
+
+    pdf = "test_document_as_binary_content_input.yaml"
+    pdf_tool = "test_document_as_binary_content_input_with_tool.yaml"
+    location = {"approximate": {"city": "Utrecht", "country": "NL"}, "type": "approximate"}
     return [
-        Case(
-            "test_valid_response.yaml",
-            "gpt-4o",
-            [[Message("user", "What is the capital of France?")]],
-        ),
-        Case(
-            "test_openai_instructions.yaml",
-            "gpt-4o",
-            [
-                [
-                    Message("system", "You are a helpful assistant."),
-                    Message("user", "What is the capital of France?"),
-                ]
-            ],
-        ),
-        Case(
-            "test_openai_model_without_system_prompt.yaml",
-            "o3-mini",
-            [[Message("system", "You are a potato.")]],
-        ),
-        Case(
-            "test_system_prompt_role_o1_mini.yaml",
-            "o1-mini",
-            [
-                [
-                    Message("system", "You are a helpful assistant."),
-                    Message("user", "What's the capital of France?"),
-                ]
-            ],
-            settings={"system_role": "user"},
-        ),
-        Case(
-            "test_openai_o1_mini_system_role[developer].yaml",
-            "o1-mini",
-            [[Message("system", "You are a helpful assistant."), Message("user", "Hello")]],
-            settings={"system_role": "developer"},
-        ),
-        Case(
-            "test_max_completion_tokens[gpt-4.5-preview].yaml",
-            "gpt-4.5-preview",
-            [[Message("user", "hello")]],
-            settings={"max_tokens": 100},
-        ),
-        Case(
-            "test_user_id.yaml",
-            "gpt-4o",
-            [[Message("user", "hello")]],
-            settings={"extra_body": {"user": "user_id"}},
-        ),
-        Case(
-            "test_openai_moderation.yaml",
-            "gpt-5",
-            [[Message("user", "What is the capital of France?")]],
-            settings={"extra_body": {"moderation": {"model": "omni-moderation-latest"}}},
-        ),
-        Case(
-            "test_openai_web_search_tool_with_user_location.yaml",
-            "gpt-4o-search-preview",
-            [
-                [
-                    Message("system", "You are a helpful assistant."),
-                    Message("user", "What is the current temperature?"),
-                ]
-            ],
-            settings={
-                "extra_body": {
-                    "web_search_options": {
-                        "search_context_size": "medium",
-                        "user_location": {
-                            "approximate": {"city": "Utrecht", "country": "NL"},
-                            "type": "approximate",
-                        },
-                    }
-                }
-            },
-        ),
-        Case(
-            "test_openai_instructions_with_tool_calls_keep_instructions.yaml",
-            "gpt-4.1-mini",
-            [
-                [
-                    Message("system", "You are a helpful assistant."),
-                    Message("user", "What is the temperature in Tokyo?"),
-                ],
-                [
-                    Message(
-                        "tool",
-                        "20.0",
-                        tool_call_id="call_bhZkmIKKItNGJ41whHUHB7p9",
-                        tool_name="get_temperature",
-                    )
-                ],
-            ],
-            tools=[TEMPERATURE],
-        ),
-        Case(
-            "test_openai_native_output.yaml",
-            "gpt-4o",
-            [
-                [Message("user", "What is the largest city in the user country?")],
-                [
-                    Message(
-                        "tool",
-                        "Mexico",
-                        tool_call_id="call_PkRGedQNRFUzJp2R7dO7avWR",
-                        tool_name="get_user_country",
-                    )
-                ],
-            ],
-            tools=[ToolSpec("get_user_country", "", NO_ARGS)],
-            output_schema={
-                "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
-                "required": ["city", "country"],
-                "type": "object",
-            },
-        ),
-        Case(
-            "test_document_as_binary_content_input.yaml",
-            "gpt-4o",
-            [
-                [
-                    Message(
-                        "user",
-                        "What is the main content on this document?",
-                        parts=[
-                            Part(
-                                "document",
-                                data=_pdf("test_document_as_binary_content_input.yaml"),
-                                media_type="application/pdf",
-                            )
-                        ],
-                    )
-                ]
-            ],
-        ),
-        Case(
-            "test_document_as_binary_content_input_with_tool.yaml",
-            "gpt-4o",
-            [
-                [
-                    Message(
-                        "user",
-                        "What is the main content on this document? Use the get_upper_case tool to get the upper case of the text.",
-                        parts=[
-                            Part(
-                                "document",
-                                data=_pdf("test_document_as_binary_content_input_with_tool.yaml"),
-                                media_type="application/pdf",
-                            )
-                        ],
-                    )
-                ],
-                [
-                    Message(
-                        "tool",
-                        "DUMMY PDF FILE",
-                        tool_call_id="call_qkJ5pxpAXuEdMLTHIwrUk9Q4",
-                        tool_name="get_upper_case",
-                    )
-                ],
-            ],
-            tools=[
-                ToolSpec(
-                    "get_upper_case",
-                    "",
-                    {
-                        "additionalProperties": False,
-                        "properties": {"text": {"type": "string"}},
-                        "required": ["text"],
-                        "type": "object",
-                    },
-                )
-            ],
-        ),
-        Case(
-            "test_yaml_document_as_binary_content_input.yaml",
-            "gpt-4o",
-            [
-                [
-                    Message(
-                        "user",
-                        "What type of configuration is this?",
-                        parts=[Part("document", data=yaml_text, media_type="application/yaml")],
-                    )
-                ]
-            ],
-        ),
-        Case(
-            "test_x_yaml_document_as_binary_content_input.yaml",
-            "gpt-4o",
-            [
-                [
-                    Message(
-                        "user",
-                        "What does this YAML describe?",
-                        parts=[Part("document", data=x_yaml_text, media_type="application/x-yaml")],
-                    )
-                ]
-            ],
-        ),
-        Case(
-            matrix.format("url-image"),
-            "gpt-5-mini",
-            [
-                [file_prompt("image")],
-                [
-                    Message(
-                        "tool",
-                        tool_call_id="call_ME1KcrBbHGTnLG4bnoffOcxs",
-                        tool_name="get_file",
-                        parts=[Part("image", url="https://www.gstatic.com/webp/gallery3/1.png")],
-                    )
-                ],
-            ],
-            tools=[get_file],
-        ),
-        Case(
-            matrix.format("binary-image"),
-            "gpt-5-mini",
-            [
-                [file_prompt("image")],
-                [
-                    Message(
-                        "tool",
-                        tool_call_id="call_l5n1f5x4sjW0mEib40nLHFp2",
-                        tool_name="get_file",
-                        parts=[Part("image", data=jpeg, media_type="image/jpeg")],
-                    )
-                ],
-            ],
-            tools=[get_file],
-        ),
-        Case(
-            matrix.format("url-document"),
-            "gpt-5-mini",
-            [
-                [file_prompt("document")],
-                [
-                    Message(
-                        "tool",
-                        tool_call_id="call_gMOcigoRTfhEAl5QLsge1wiK",
-                        tool_name="get_file",
-                        parts=[Part("document", data=matrix_pdf, media_type="application/pdf")],
-                    )
-                ],
-            ],
-            tools=[get_file],
-        ),
+        Case("test_valid_response.yaml", "gpt-4o", [[Message("user", france)]]),
+        Case("test_openai_instructions.yaml", "gpt-4o", [[helpful, Message("user", france)]]),
+        Case("test_openai_model_without_system_prompt.yaml", "o3-mini",
+             [[Message("system", "You are a potato.")]]),
+        Case("test_system_prompt_role_o1_mini.yaml", "o1-mini",
+             [[helpful, Message("user", "What's the capital of France?")]],
+             settings={"system_role": "user"}),
+        Case("test_openai_o1_mini_system_role[developer].yaml", "o1-mini",
+             [[helpful, Message("user", "Hello")]], settings={"system_role": "developer"}),
+        Case("test_max_completion_tokens[gpt-4.5-preview].yaml", "gpt-4.5-preview",
+             [[Message("user", "hello")]], settings={"max_tokens": 100}),
+        Case("test_user_id.yaml", "gpt-4o", [[Message("user", "hello")]],
+             settings={"extra_body": {"user": "user_id"}}),
+        Case("test_openai_moderation.yaml", "gpt-5", [[Message("user", france)]],
+             settings={"extra_body": {"moderation": {"model": "omni-moderation-latest"}}}),
+        Case("test_openai_web_search_tool_with_user_location.yaml", "gpt-4o-search-preview",
+             [[helpful, Message("user", "What is the current temperature?")]],
+             settings={"extra_body": {"web_search_options": {
+                 "search_context_size": "medium", "user_location": location}}}),
+        Case("test_openai_instructions_with_tool_calls_keep_instructions.yaml", "gpt-4.1-mini",
+             [[helpful, Message("user", "What is the temperature in Tokyo?")],
+              tool("20.0", "call_bhZkmIKKItNGJ41whHUHB7p9", "get_temperature")],
+             tools=[TEMPERATURE]),
+        Case("test_openai_native_output.yaml", "gpt-4o",
+             [[Message("user", "What is the largest city in the user country?")],
+              tool("Mexico", "call_PkRGedQNRFUzJp2R7dO7avWR", "get_user_country")],
+             tools=[ToolSpec("get_user_country", "", NO_ARGS)],
+             output_schema={"properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+                            "required": ["city", "country"], "type": "object"}),
+        Case(pdf, "gpt-4o", [[document("What is the main content on this document?", _pdf(pdf),
+                                       "application/pdf")]]),
+        Case(pdf_tool, "gpt-4o",
+             [[document("What is the main content on this document? Use the get_upper_case tool "
+                        "to get the upper case of the text.", _pdf(pdf_tool), "application/pdf")],
+              tool("DUMMY PDF FILE", "call_qkJ5pxpAXuEdMLTHIwrUk9Q4", "get_upper_case")],
+             tools=[ToolSpec("get_upper_case", "", upper)]),
+        Case("test_yaml_document_as_binary_content_input.yaml", "gpt-4o",
+             [[document("What type of configuration is this?",
+                        b'version: "3"\nservices:\n  web:\n    image: nginx', "application/yaml")]]),
+        Case("test_x_yaml_document_as_binary_content_input.yaml", "gpt-4o",
+             [[document("What does this YAML describe?", b"name: test\nversion: 1.0.0",
+                        "application/x-yaml")]]),
+        Case(matrix.format("url-image"), "gpt-5-mini",
+             file_turns("image", "call_ME1KcrBbHGTnLG4bnoffOcxs",
+                        Part("image", url="https://www.gstatic.com/webp/gallery3/1.png")),
+             tools=[get_file]),
+        Case(matrix.format("binary-image"), "gpt-5-mini",
+             file_turns("image", "call_l5n1f5x4sjW0mEib40nLHFp2",
+                        Part("image", data=jpeg, media_type="image/jpeg")),
+             tools=[get_file]),
+        Case(matrix.format("url-document"), "gpt-5-mini",
+             file_turns("document", "call_gMOcigoRTfhEAl5QLsge1wiK",
+                        Part("document", data=matrix_pdf, media_type="application/pdf")),
+             tools=[get_file]),
     ]
 
 
