@@ -71,13 +71,6 @@ def test_tool_calls_and_results_keep_raw_arguments() -> None:
     ]
 
 
-@pytest.mark.parametrize("raw", ['{"city": "Par', "[1, 2]", "null", "not json"])
-def test_arguments_that_are_not_a_json_object_are_wrapped(raw: str) -> None:
-    out = _messages(Message("assistant", tool_calls=[ToolCall("c", "f", raw)]))
-    sent = out[0]["tool_calls"][0]["function"]["arguments"]
-    assert json.loads(sent) == {"truncated_args": raw}
-
-
 def test_call_ids_the_api_would_reject_are_replaced_consistently() -> None:
     long_id = "toolu_" + "x" * 60
     odd_id = "functions.get_weather:0"

@@ -1,4 +1,5 @@
-"""An empty prompt still sends a user turn, and `"ollama:..."` builds a local OpenAI-compatible model."""
+"""Request mapping rules every adapter shares, one table per rule with a row per API:
+tool arguments that are not a JSON object, empty messages, an empty prompt."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from golem import Agent
-from golem.messages import Message, Part
+from golem.messages import Message, Part, ToolCall
 from golem.model import ModelRequest
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
@@ -93,3 +94,46 @@ def test_a_user_message_with_only_parts_sends_no_filler_text() -> None:
     assert [b["type"] for b in blocks] == ["image"]
     parts = body_of("gemini", request)["contents"][0]["parts"]
     assert list(parts[0]) == ["fileData"]
+
+
+ARGS = [
+    # (api, the call's arguments as the model wrote them, what is sent)
+    *[("openai-chat", raw, {"truncated_args": raw}) for raw in ('{"city": "Par', "[1, 2]", "null", "not json")],
+    ("anthropic", '{"a": [1, 2]}', {"a": [1, 2]}),
+    ("anthropic", "", {}),
+    ("anthropic", "  ", {}),
+    *[("anthropic", raw, {"truncated_args": raw}) for raw in ('{"path": "/tm', "[1, 2]", "null")],
+    *[("gemini", raw, {"truncated_args": raw}) for raw in ('{"city": "Par', "[1, 2]", "", '{"x": NaN}')],
+    ("gemini", '{"a": [1, {"b": null}]}', {"a": [1, {"b": None}]}),
+]
+
+
+def _sent_args(api: str, body: dict[str, Any]) -> Any:
+    if api == "openai-chat":
+        return json.loads(body["messages"][1]["tool_calls"][0]["function"]["arguments"])
+    if api == "anthropic":
+        return body["messages"][1]["content"][0]["input"]
+    return body["contents"][1]["parts"][0]["functionCall"]["args"]
+
+
+@pytest.mark.parametrize(("api", "raw", "sent"), ARGS)
+def test_tool_arguments_are_sent_as_an_object_wrapping_any_that_is_not_one(
+    api: str, raw: str, sent: dict[str, Any]
+) -> None:
+    call = Message(role="assistant", tool_calls=[ToolCall("toolu_1", "f", raw)])
+    body = body_of(api, ModelRequest([Message(role="user", content="go"), call]))
+    assert _sent_args(api, body) == sent
+
+
+@pytest.mark.parametrize(
+    ("api", "sent"),
+    [
+        ("anthropic", {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+        ("gemini", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+    ],
+)
+def test_empty_messages_are_left_out(api: str, sent: dict[str, Any]) -> None:
+    empty = [Message(role="assistant"), Message(role="user"), Message(role="system")]
+    body = body_of(api, ModelRequest([Message(role="user", content="hi"), *empty]))
+    assert {k: body[k] for k in sent} == sent
+    assert api != "gemini" or body == sent
