@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ModelResponse
 from tests.support.adapters import body_of, parsed, streamed
 from tests.support.anthropic import SEARCH_RESULT, model_on, synthesize_stream
 from tests.support.recordings import available, load, replay_transport
@@ -194,18 +194,6 @@ def test_other_providers_never_receive_the_blocks() -> None:
         assert "In folklore, a golem is made of clay and comes alive." in text
 
 
-def test_blocks_from_other_providers_are_not_sent_to_anthropic() -> None:
-    foreign = ServerToolBlock(
-        provider="openai-responses",
-        type="web_search_call",
-        id="ws_1",
-        raw='{"type":"web_search_call","id":"ws_1"}',
-    )
-    message = Message(role="assistant", content="Sunny.", server_tools=[foreign])
-    content = _sent(message)
-    assert content == [{"type": "text", "text": "Sunny."}]
-
-
 def test_a_client_tool_call_after_server_blocks_comes_last() -> None:
     body = {
         **BODY,
@@ -375,23 +363,6 @@ async def test_an_agent_run_keeps_the_blocks_and_the_next_run_sends_them() -> No
         "text",
         "text",
     ]
-
-
-def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
-    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    body = body_of("anthropic", request, "m", extra_body={"tools": [search]})
-    assert [t.get("type", "function") for t in body["tools"]] == ["function", "web_search_20250305"]
-    assert body["tools"][1] == search
-    alone = body_of(
-        "anthropic",
-        ModelRequest(messages=[Message(role="user", content="hi")]),
-        extra_body={"tools": [search]},
-    )
-    assert alone["tools"] == [search]
 
 
 _words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")

@@ -11,7 +11,7 @@ import pytest
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ModelResponse
 from golem.providers.gemini import GeminiModel
 from tests.support import recordings as _recordings
 from tests.support.adapters import body_of, parsed, streamed
@@ -138,22 +138,6 @@ def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text()
         assert "Let me compute.\\n\\nIt is 4." in text
 
 
-def test_blocks_of_other_providers_are_not_sent() -> None:
-    foreign = ServerToolBlock(
-        provider="openai-responses", type="web_search_call", raw='{"type":"web_search_call"}'
-    )
-    request = ModelRequest(
-        messages=[
-            Message(role="user", content="q"),
-            Message(role="assistant", content="Sunny.", server_tools=[foreign]),
-        ]
-    )
-    assert body_of("gemini", request)["contents"][1] == {
-        "role": "model",
-        "parts": [{"text": "Sunny."}],
-    }
-
-
 @recorded
 def test_recorded_web_search_grounding_counts_bytes() -> None:
     it = load("gemini", "test_google_native_tool_only_web_search_completes.yaml")[0]
@@ -239,21 +223,6 @@ async def test_recorded_gemini_3_server_tool_parts_go_back_on_the_next_turn() ->
     assert model_parts[0]["toolCall"] == {"toolType": "FILE_SEARCH", "id": "tju3qkc9"}
     assert model_parts[1]["toolResponse"] == {"toolType": "FILE_SEARCH", "id": "tju3qkc9"}
     assert [sent[0], sent[2]] == [expected[0], expected[2]]
-
-
-def test_builtin_tools_in_extra_body_join_the_function_declarations() -> None:
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    body = body_of("gemini", request, extra_body={"tools": [{"googleSearch": {}}]})
-    assert [next(iter(t)) for t in body["tools"]] == ["functionDeclarations", "googleSearch"]
-    alone = body_of("gemini",
-        ModelRequest(messages=[Message(role="user", content="hi")]),
-        extra_body={"tools": [{"codeExecution": {}}], "generationConfig": {"seed": 7}},
-    )
-    assert alone["tools"] == [{"codeExecution": {}}]
-    assert alone["generationConfig"]["seed"] == 7
 
 
 def _split(items: list[Any]) -> tuple[list[Any], Any]:

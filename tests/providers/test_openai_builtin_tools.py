@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ModelResponse
 from golem.providers.openai import OpenAIResponsesModel
 from tests.support.adapters import body_of, parsed, streamed
 from tests.support.recordings import available, load, replay_transport
@@ -162,17 +162,6 @@ def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text()
         assert "A golem is ([example.com](x)) clay. More." in text
 
 
-def test_blocks_of_other_providers_are_not_sent() -> None:
-    foreign = ServerToolBlock(
-        provider="anthropic",
-        type="server_tool_use",
-        id="srvtoolu_1",
-        raw='{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}',
-    )
-    message = Message(role="assistant", content="Hi.", server_tools=[foreign])
-    assert _input(message, store=True) == [{"role": "assistant", "content": "Hi."}]
-
-
 def test_file_citations_point_at_an_index() -> None:
     annotation = {"type": "file_citation", "file_id": "file-1", "filename": "notes.txt", "index": 5}
     output = [
@@ -316,18 +305,6 @@ def test_chat_url_citations_are_kept_streamed_and_plain_alike() -> None:
 def test_reasoning_signature_helper_matches_the_items() -> None:
     message = parsed(API, BODY).message
     assert message.thinking[0] == ThinkingBlock(signature="openai-responses/rs_1/enc1")
-
-
-def test_builtin_tools_in_extra_body_join_the_function_tools() -> None:
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    extra = {"extra_body": {"tools": [{"type": "web_search"}]}}
-    body = body_of(API, request, "gpt-5", **extra)
-    assert [t["type"] for t in body["tools"]] == ["function", "web_search"]
-    alone = body_of(API, ModelRequest(messages=[Message(role="user", content="hi")]), **extra)
-    assert alone["tools"] == [{"type": "web_search"}]
 
 
 _words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")

@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from golem import Agent
+from golem import Agent, ServerToolBlock
 from golem.messages import Message, Part, ToolCall
-from golem.model import ModelRequest
+from golem.model import ModelRequest, ToolSpec
 from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
@@ -137,3 +137,56 @@ def test_empty_messages_are_left_out(api: str, sent: dict[str, Any]) -> None:
     body = body_of(api, ModelRequest([Message(role="user", content="hi"), *empty]))
     assert {k: body[k] for k in sent} == sent
     assert api != "gemini" or body == sent
+
+
+SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+SERVER_TOOLS = [
+    # (api, a server tool in extra_body, how a tool entry is named, then named alone)
+    ("anthropic", SEARCH, lambda t: t.get("type", "function"), [SEARCH]),
+    ("openai-responses", {"type": "web_search"}, lambda t: t["type"], [{"type": "web_search"}]),
+    ("gemini", {"googleSearch": {}}, lambda t: next(iter(t)), [{"googleSearch": {}}]),
+]
+
+
+@pytest.mark.parametrize(("api", "tool", "kind", "alone"), SERVER_TOOLS)
+def test_server_tools_in_extra_body_join_the_function_tools(
+    api: str, tool: dict[str, Any], kind: Any, alone: list[dict[str, Any]]
+) -> None:
+    save = ToolSpec("save", "Save.", {"type": "object", "properties": {}})
+    hi = [Message(role="user", content="hi")]
+    body = body_of(api, ModelRequest(hi, tools=[save]), extra_body={"tools": [tool]})
+    assert [kind(t) for t in body["tools"]][1:] == [kind(tool)]
+    assert body["tools"][1] == tool
+    assert kind(body["tools"][0]) in ("function", "functionDeclarations")
+    assert body_of(api, ModelRequest(hi), extra_body={"tools": [tool]})["tools"] == alone
+
+
+def test_extra_body_tools_leave_the_rest_of_extra_body_merged() -> None:
+    extra = {"tools": [{"codeExecution": {}}], "generationConfig": {"seed": 7}}
+    body = body_of("gemini", ModelRequest([Message(role="user", content="hi")]), extra_body=extra)
+    assert body["tools"] == [{"codeExecution": {}}]
+    assert body["generationConfig"]["seed"] == 7
+
+
+@pytest.mark.parametrize(
+    ("api", "owner", "settings", "sent"),
+    [
+        ("anthropic", "openai-responses", {}, ["messages", 1, "content"]),
+        ("openai-responses", "anthropic", {"store": True}, ["input", 1]),
+        ("gemini", "openai-responses", {}, ["contents", 1, "parts"]),
+    ],
+)
+def test_server_tool_blocks_of_another_provider_are_not_sent(
+    api: str, owner: str, settings: dict[str, Any], sent: list[Any]
+) -> None:
+    raw = '{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}'
+    foreign = ServerToolBlock(provider=owner, type="server_tool_use", id="srvtoolu_1", raw=raw)
+    answer = Message(role="assistant", content="Sunny.", server_tools=[foreign])
+    body: Any = body_of(api, ModelRequest([Message(role="user", content="q"), answer]), **settings)
+    assert "srvtoolu_1" not in json.dumps(body)
+    for key in sent:
+        body = body[key]
+    assert body in (
+        [{"type": "text", "text": "Sunny."}], [{"text": "Sunny."}],
+        {"role": "assistant", "content": "Sunny."},
+    )
