@@ -74,55 +74,30 @@ def test_system_messages_join_into_the_system_field() -> None:
 
 
 def test_assistant_blocks_in_order_and_failed_results_flagged() -> None:
-    body = _body(
-        [
-            Message(role="user", content="go"),
-            Message(
-                role="assistant",
-                content="Calling.",
-                thinking=[
-                    ThinkingBlock(text="plan", signature="sig"),
-                    ThinkingBlock(redacted="opaque"),
-                    ThinkingBlock(text="unsigned reasoning from another provider"),
-                ],
-                tool_calls=[ToolCall("toolu_a", "f", '{"x": 1}'), ToolCall("toolu_b", "g", "")],
-            ),
-            Message(
-                role="tool", tool_call_id="toolu_a", tool_name="f", content="boom", failed=True
-            ),
-            Message(role="tool", tool_call_id="toolu_b", tool_name="g", content="ok"),
-            Message(role="user", content="and now?"),
-        ]
-    )
+    thinking = [ThinkingBlock(text="plan", signature="sig"), ThinkingBlock(redacted="opaque"),
+                ThinkingBlock(text="unsigned reasoning from another provider")]
+    calls = [ToolCall("toolu_a", "f", '{"x": 1}'), ToolCall("toolu_b", "g", "")]
+    body = _body([
+        Message(role="user", content="go"),
+        Message(role="assistant", content="Calling.", thinking=thinking, tool_calls=calls),
+        Message(role="tool", tool_call_id="toolu_a", tool_name="f", content="boom", failed=True),
+        Message(role="tool", tool_call_id="toolu_b", tool_name="g", content="ok"),
+        Message(role="user", content="and now?"),
+    ])
+
+    def result(call_id: str, content: str, failed: bool) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": failed}
+
     assert body["messages"][1:] == [
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "thinking", "thinking": "plan", "signature": "sig"},
-                {"type": "redacted_thinking", "data": "opaque"},
-                {"type": "text", "text": "Calling."},
-                {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"x": 1}},
-                {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_a",
-                    "content": "boom",
-                    "is_error": True,
-                },
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_b",
-                    "content": "ok",
-                    "is_error": False,
-                },
-                {"type": "text", "text": "and now?"},
-            ],
-        },
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "plan", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "Calling."},
+            {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"x": 1}},
+            {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {}},
+        ]},
+        {"role": "user", "content": [result("toolu_a", "boom", True), result("toolu_b", "ok", False),
+                                     {"type": "text", "text": "and now?"}]},
     ]
 
 
@@ -155,72 +130,39 @@ def test_foreign_tool_call_ids_are_rewritten_consistently() -> None:
 
 
 def test_parts_in_user_and_tool_messages() -> None:
-    pdf, png = b"%PDF-1.4", b"\x89PNG"
-    body = _body(
-        [
-            Message(
-                role="user",
-                content="Look",
-                parts=[
-                    Part(kind="image", url="https://x.test/a.png"),
-                    Part(kind="image", data=png, media_type="image/png"),
-                    Part(kind="document", url="https://x.test/a.pdf"),
-                    Part(kind="document", data=pdf, media_type="application/pdf"),
-                    Part(kind="document", data="# Título".encode(), media_type="text/markdown"),
-                ],
-            ),
-            Message(role="assistant", tool_calls=[ToolCall("toolu_1", "fetch", "{}")]),
-            Message(
-                role="tool",
-                tool_call_id="toolu_1",
-                content="Attached.",
-                parts=[
-                    Part(kind="image", data=png, media_type="image/png"),
-                    Part(kind="audio", url="https://x.test/a.mp3"),
-                    Part(kind="video", data=b"...", media_type="video/mp4"),
-                    Part(kind="document", data=b"PK..", media_type="application/zip"),
-                ],
-            ),
-        ]
-    )
+    png = Part(kind="image", data=b"\x89PNG", media_type="image/png")
+    user = [Part(kind="image", url="https://x.test/a.png"), png,
+            Part(kind="document", url="https://x.test/a.pdf"),
+            Part(kind="document", data=b"%PDF-1.4", media_type="application/pdf"),
+            Part(kind="document", data="# Título".encode(), media_type="text/markdown")]
+    refused = [Part(kind="audio", url="https://x.test/a.mp3"),
+               Part(kind="video", data=b"...", media_type="video/mp4"),
+               Part(kind="document", data=b"PK..", media_type="application/zip")]
+    body = _body([
+        Message(role="user", content="Look", parts=user),
+        Message(role="assistant", tool_calls=[ToolCall("toolu_1", "fetch", "{}")]),
+        Message(role="tool", tool_call_id="toolu_1", content="Attached.", parts=[png, *refused]),
+    ])
     png_source = {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}
+    pdf_source = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="}
     assert body["messages"][0]["content"] == [
         {"type": "text", "text": "Look"},
         {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
         {"type": "image", "source": png_source},
         {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}},
-        {
-            "type": "document",
-            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="},
-        },
-        {
-            "type": "document",
-            "source": {"type": "text", "media_type": "text/plain", "data": "# Título"},
-        },
+        {"type": "document", "source": pdf_source},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "# Título"}},
     ]
-    assert body["messages"][2]["content"] == [
-        {
-            "type": "tool_result",
-            "tool_use_id": "toolu_1",
-            "is_error": False,
-            "content": [
-                {"type": "text", "text": "Attached."},
-                {"type": "image", "source": png_source},
-                {
-                    "type": "text",
-                    "text": "[audio at https://x.test/a.mp3 omitted: the Anthropic API does not accept it]",
-                },
-                {
-                    "type": "text",
-                    "text": "[video (video/mp4) omitted: the Anthropic API does not accept it]",
-                },
-                {
-                    "type": "text",
-                    "text": "[document (application/zip) omitted: the Anthropic API does not accept it]",
-                },
-            ],
-        }
-    ]
+    omitted = "omitted: the Anthropic API does not accept it]"
+    assert body["messages"][2]["content"] == [{
+        "type": "tool_result", "tool_use_id": "toolu_1", "is_error": False, "content": [
+            {"type": "text", "text": "Attached."},
+            {"type": "image", "source": png_source},
+            {"type": "text", "text": f"[audio at https://x.test/a.mp3 {omitted}"},
+            {"type": "text", "text": f"[video (video/mp4) {omitted}"},
+            {"type": "text", "text": f"[document (application/zip) {omitted}"},
+        ],
+    }]
 
 
 def test_tools_and_native_output() -> None:
@@ -276,77 +218,31 @@ def strict_output_schema(schema: dict[str, Any]) -> Any:
 
 
 def test_strict_output_schema() -> None:
-    schema = {
-        "$defs": {
-            "Item": {
-                "type": "object",
-                "description": "An item.",
-                "properties": {
-                    "minimum": {"type": "string", "maxLength": 5, "format": "email"},
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "maxItems": 3,
-                    },
-                    "code": {"type": "string", "format": "color"},
-                },
-            }
-        },
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "minItems": 2},
-            "extra": {"type": "object", "additionalProperties": {"type": "string"}},
-            "either": {"anyOf": [{"type": "object", "properties": {}}, {"type": "null"}]},
-        },
-    }
-    assert strict_output_schema(schema) == {
-        "$defs": {
-            "Item": {
-                "type": "object",
-                "description": "An item.",
-                "properties": {
-                    "minimum": {
-                        "type": "string",
-                        "format": "email",
-                        "description": "{maxLength: 5}",
-                    },
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "description": "{maxItems: 3}",
-                    },
-                    "code": {"type": "string", "description": "{format: color}"},
-                },
-                "additionalProperties": False,
-            }
-        },
-        "type": "object",
-        "properties": {
-            "items": {
-                "type": "array",
-                "items": {"$ref": "#/$defs/Item"},
-                "description": "{minItems: 2}",
-            },
-            "extra": {
-                "type": "object",
-                "additionalProperties": False,
-                "description": '{additionalProperties: {"type": "string"}}',
-            },
-            "either": {
-                "anyOf": [
-                    {"type": "object", "properties": {}, "additionalProperties": False},
-                    {"type": "null"},
-                ]
-            },
-        },
-        "additionalProperties": False,
-    }
+    """Constraints the API refuses move into the description; objects are closed."""
+    item = {"type": "object", "description": "An item.", "properties": {
+        "minimum": {"type": "string", "maxLength": 5, "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "code": {"type": "string", "format": "color"},
+    }}
+    schema = {"$defs": {"Item": item}, "type": "object", "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "minItems": 2},
+        "extra": {"type": "object", "additionalProperties": {"type": "string"}},
+        "either": {"anyOf": [{"type": "object", "properties": {}}, {"type": "null"}]},
+    }}
+    strict_item = {"type": "object", "description": "An item.", "properties": {
+        "minimum": {"type": "string", "format": "email", "description": "{maxLength: 5}"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                 "description": "{maxItems: 3}"},
+        "code": {"type": "string", "description": "{format: color}"},
+    }, "additionalProperties": False}
+    assert strict_output_schema(schema) == {"$defs": {"Item": strict_item}, "type": "object", "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "description": "{minItems: 2}"},
+        "extra": {"type": "object", "additionalProperties": False,
+                  "description": '{additionalProperties: {"type": "string"}}'},
+        "either": {"anyOf": [{"type": "object", "properties": {}, "additionalProperties": False},
+                             {"type": "null"}]},
+    }, "additionalProperties": False}
     assert strict_output_schema(strict_output_schema(schema)) == strict_output_schema(schema)
-
-
-# --------------------------------------------------------------------------- responses
 
 
 @pytest.mark.parametrize(

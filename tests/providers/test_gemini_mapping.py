@@ -46,66 +46,35 @@ async def parse_stream(chunks: list[dict[str, Any]]) -> tuple[list[Any], ModelRe
 
 
 def test_consecutive_tool_results_share_one_user_content() -> None:
+    calls = [ToolCall("gemini_r1_0", "get_weather", '{"city":"Paris"}', signature="c2ln"),
+             ToolCall("gemini_r1_1", "get_weather", '{"city":"Rome"}')]
     messages = [
         Message(role="user", content="weather in Paris and Rome?"),
-        Message(
-            role="assistant",
-            content="Checking both.",
-            tool_calls=[
-                ToolCall("gemini_r1_0", "get_weather", '{"city":"Paris"}', signature="c2ln"),
-                ToolCall("gemini_r1_1", "get_weather", '{"city":"Rome"}'),
-            ],
-        ),
+        Message(role="assistant", content="Checking both.", tool_calls=calls),
         Message(role="tool", content="sunny", tool_call_id="gemini_r1_0", tool_name="get_weather"),
-        Message(
-            role="tool",
-            content="city not found",
-            tool_call_id="gemini_r1_1",
-            tool_name="get_weather",
-            failed=True,
-        ),
+        Message(role="tool", content="city not found", tool_call_id="gemini_r1_1",
+                tool_name="get_weather", failed=True),
         Message(role="user", content="thanks"),
     ]
     body = _body(messages, tools=[WEATHER])
+
+    def response(key: str, value: str) -> dict[str, Any]:
+        return {"functionResponse": {"name": "get_weather", "response": {key: value}}}
+
     assert body["contents"] == [
         {"role": "user", "parts": [{"text": "weather in Paris and Rome?"}]},
-        {
-            "role": "model",
-            "parts": [
-                {"text": "Checking both."},
-                {
-                    "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
-                    "thoughtSignature": "c2ln",
-                },
-                # only the first call of a turn needs a signature
-                {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
-            ],
-        },
-        {
-            "role": "user",
-            "parts": [
-                {"functionResponse": {"name": "get_weather", "response": {"output": "sunny"}}},
-                {
-                    "functionResponse": {
-                        "name": "get_weather",
-                        "response": {"error": "city not found"},
-                    }
-                },
-            ],
-        },
+        {"role": "model", "parts": [
+            {"text": "Checking both."},
+            {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"},
+            # only the first call of a turn needs a signature
+            {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+        ]},
+        {"role": "user", "parts": [response("output", "sunny"), response("error", "city not found")]},
         {"role": "user", "parts": [{"text": "thanks"}]},
     ]
-    assert body["tools"] == [
-        {
-            "functionDeclarations": [
-                {
-                    "name": "get_weather",
-                    "description": "Weather for a city.",
-                    "parametersJsonSchema": WEATHER.schema,
-                }
-            ]
-        }
-    ]
+    declaration = {"name": "get_weather", "description": "Weather for a city.",
+                   "parametersJsonSchema": WEATHER.schema}
+    assert body["tools"] == [{"functionDeclarations": [declaration]}]
 
 
 def test_tool_result_parts_follow_the_responses_labelled_when_several() -> None:
@@ -391,65 +360,25 @@ async def test_parsing_tolerates_odd_shapes() -> None:
 
 # --------------------------------------------------------------------------- streaming
 
+def _chunk(*parts: dict[str, Any], usage: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}}
+    if extra.pop("stop", False):
+        candidate["finishReason"] = "STOP"
+    return {"candidates": [candidate], "usageMetadata": usage, "responseId": "resp-A", **extra}
+
+
 STREAM = [
-    {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": "Plan: ", "thought": True}]}}
-        ],
-        "usageMetadata": {"promptTokenCount": 10, "thoughtsTokenCount": 4},
-        "modelVersion": "gemini-2.5-pro",
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": "check weather.", "thought": True}]}}
-        ],
-        "usageMetadata": {"promptTokenCount": 10, "thoughtsTokenCount": 9},
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [
-                        {"text": "Let me ", "thoughtSignature": "dGV4dA=="},
-                        {"text": "check."},
-                    ],
-                }
-            }
-        ],
-        "usageMetadata": {
-            "promptTokenCount": 10,
-            "candidatesTokenCount": 3,
-            "thoughtsTokenCount": 9,
-        },
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [
-                        {
-                            "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
-                            "thoughtSignature": "Y2FsbA==",
-                        },
-                        {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
-                    ],
-                },
-                "finishReason": "STOP",
-            }
-        ],
-        "usageMetadata": {
-            "promptTokenCount": 10,
-            "candidatesTokenCount": 20,
-            "thoughtsTokenCount": 9,
-            "cachedContentTokenCount": 4,
-        },
-        "responseId": "resp-A",
-    },
+    _chunk({"text": "Plan: ", "thought": True}, usage={"promptTokenCount": 10, "thoughtsTokenCount": 4},
+           modelVersion="gemini-2.5-pro"),
+    _chunk({"text": "check weather.", "thought": True},
+           usage={"promptTokenCount": 10, "thoughtsTokenCount": 9}),
+    _chunk({"text": "Let me ", "thoughtSignature": "dGV4dA=="}, {"text": "check."},
+           usage={"promptTokenCount": 10, "candidatesTokenCount": 3, "thoughtsTokenCount": 9}),
+    _chunk({"functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+            "thoughtSignature": "Y2FsbA=="},
+           {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+           usage={"promptTokenCount": 10, "candidatesTokenCount": 20, "thoughtsTokenCount": 9,
+                  "cachedContentTokenCount": 4}, stop=True),
 ]
 
 
@@ -460,59 +389,23 @@ async def test_stream_deltas_arrive_in_order() -> None:
         Delta(thinking=[ThinkingDelta(index=0, text="check weather.")]),
         Delta(content="Let me ", thinking=[ThinkingDelta(index=1, signature="dGV4dA==")]),
         Delta(content="check."),
-        Delta(
-            tool_calls=[
-                ToolCallDelta(
-                    index=0,
-                    id="gemini_resp-A_0",
-                    name="get_weather",
-                    args_fragment='{"city":"Paris"}',
-                    signature="Y2FsbA==",
-                )
-            ]
-        ),
-        Delta(
-            tool_calls=[
-                ToolCallDelta(
-                    index=1,
-                    id="gemini_resp-A_1",
-                    name="get_weather",
-                    args_fragment='{"city":"Rome"}',
-                )
-            ]
-        ),
+        Delta(tool_calls=[ToolCallDelta(index=0, id="gemini_resp-A_0", name="get_weather",
+                                        args_fragment='{"city":"Paris"}', signature="Y2FsbA==")]),
+        Delta(tool_calls=[ToolCallDelta(index=1, id="gemini_resp-A_1", name="get_weather",
+                                        args_fragment='{"city":"Rome"}')]),
     ]
+    calls = [ToolCall("gemini_resp-A_0", "get_weather", '{"city":"Paris"}', "Y2FsbA=="),
+             ToolCall("gemini_resp-A_1", "get_weather", '{"city":"Rome"}')]
+    thinking = [ThinkingBlock(text="Plan: check weather."), ThinkingBlock(signature="dGV4dA==")]
     assert final == ModelResponse(
-        message=Message(
-            role="assistant",
-            content="Let me check.",
-            thinking=[
-                ThinkingBlock(text="Plan: check weather."),
-                ThinkingBlock(signature="dGV4dA=="),
-            ],
-            tool_calls=[
-                ToolCall("gemini_resp-A_0", "get_weather", '{"city":"Paris"}', "Y2FsbA=="),
-                ToolCall("gemini_resp-A_1", "get_weather", '{"city":"Rome"}'),
-            ],
-        ),
+        message=Message(role="assistant", content="Let me check.", thinking=thinking, tool_calls=calls),
         usage=Usage(input_tokens=10, output_tokens=29, cache_read_tokens=4, reasoning_tokens=9),
         finish_reason="tool_call",
         model_name="gemini-2.5-pro",
     )
-    merged = {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [p for c in STREAM for p in c["candidates"][0]["content"]["parts"]],
-                },
-                "finishReason": "STOP",
-            }
-        ],
-        "usageMetadata": STREAM[-1]["usageMetadata"],
-        "modelVersion": "gemini-2.5-pro",
-        "responseId": "resp-A",
-    }
+    parts = [p for c in STREAM for p in c["candidates"][0]["content"]["parts"]]
+    merged = {**_chunk(*parts, usage=STREAM[-1]["usageMetadata"], stop=True),
+              "modelVersion": "gemini-2.5-pro"}
     assert await gemini_answer(merged) == final
 
 

@@ -37,33 +37,17 @@ def test_roles_and_plain_text() -> None:
 
 
 def test_tool_calls_and_results_keep_raw_arguments() -> None:
+    calls = [ToolCall("call_1", "get_weather", '{"city":  "Paris" }'), ToolCall("call_2", "get_time", "")]
     out = _messages(
         Message("user", "weather?"),
-        Message(
-            "assistant",
-            tool_calls=[
-                ToolCall("call_1", "get_weather", '{"city":  "Paris" }'),
-                ToolCall("call_2", "get_time", ""),
-            ],
-        ),
+        Message("assistant", tool_calls=calls),
         Message("tool", "sunny", tool_call_id="call_1", tool_name="get_weather"),
         Message("tool", "boom", tool_call_id="call_2", tool_name="get_time", failed=True),
     )
-    assert out[1] == {
-        "role": "assistant",
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": '{"city":  "Paris" }'},
-            },
-            {
-                "id": "call_2",
-                "type": "function",
-                "function": {"name": "get_time", "arguments": "{}"},
-            },
-        ],
-    }
+    sent = [("call_1", "get_weather", '{"city":  "Paris" }'), ("call_2", "get_time", "{}")]
+    assert out[1] == {"role": "assistant", "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in sent
+    ]}
     # Chat Completions has no error flag: a failed result is sent as it is.
     assert out[2:] == [
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
@@ -158,89 +142,53 @@ PNG = b"\x89PNG\r\n\x1a\n-fake"
 
 def test_user_parts() -> None:
     csv = b"a,b\n1,2"
-    (out,) = _messages(
-        Message(
-            "user",
-            "Look:",
-            parts=[
-                Part("image", url="https://example.com/cat.png"),
-                Part("image", data=PNG, media_type="image/png"),
-                Part("document", data=b"%PDF-1.4", media_type="application/pdf"),
-                Part("document", data=csv, media_type="text/csv"),
-                Part("audio", data=b"ID3", media_type="audio/mpeg"),
-                Part("audio", data=b"OggS", media_type="audio/ogg"),
-                Part("audio", url="https://example.com/a.mp3"),
-                Part("document", url="https://example.com/a.pdf"),
-                Part("video", data=b"\x00", media_type="video/mp4"),
-            ],
-        )
-    )
+    parts = [
+        Part("image", url="https://example.com/cat.png"),
+        Part("image", data=PNG, media_type="image/png"),
+        Part("document", data=b"%PDF-1.4", media_type="application/pdf"),
+        Part("document", data=csv, media_type="text/csv"),
+        Part("audio", data=b"ID3", media_type="audio/mpeg"),
+        Part("audio", data=b"OggS", media_type="audio/ogg"),
+        Part("audio", url="https://example.com/a.mp3"),
+        Part("document", url="https://example.com/a.pdf"),
+        Part("video", data=b"\x00", media_type="video/mp4"),
+    ]
+    (out,) = _messages(Message("user", "Look:", parts=parts))
     ident = hashlib.sha1(csv).hexdigest()[:6]
+    png = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    pdf = {"file_data": "data:application/pdf;base64,JVBERi0xLjQ=", "filename": "filename.pdf"}
+    texts = [
+        f'-----BEGIN FILE id="{ident}" type="text/csv"-----\na,b\n1,2\n-----END FILE id="{ident}"-----',
+        "[audio audio/ogg not attached: only mp3 and wav audio can be sent]",
+        "[audio https://example.com/a.mp3 not attached: "
+        "the Chat Completions API cannot fetch a audio by URL]",
+        "[document https://example.com/a.pdf not attached: "
+        "the Chat Completions API cannot fetch a document by URL]",
+        "[video video/mp4 not attached: the Chat Completions API cannot take video input]",
+    ]
     assert out["content"] == [
         {"type": "text", "text": "Look:"},
         {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-        {
-            "type": "image_url",
-            "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()},
-        },
-        {
-            "type": "file",
-            "file": {
-                "file_data": "data:application/pdf;base64,JVBERi0xLjQ=",
-                "filename": "filename.pdf",
-            },
-        },
-        {
-            "type": "text",
-            "text": f'-----BEGIN FILE id="{ident}" type="text/csv"-----\na,b\n1,2\n-----END FILE id="{ident}"-----',
-        },
+        {"type": "image_url", "image_url": {"url": png}},
+        {"type": "file", "file": pdf},
+        {"type": "text", "text": texts[0]},
         {"type": "input_audio", "input_audio": {"data": "SUQz", "format": "mp3"}},
-        {
-            "type": "text",
-            "text": "[audio audio/ogg not attached: only mp3 and wav audio can be sent]",
-        },
-        {
-            "type": "text",
-            "text": "[audio https://example.com/a.mp3 not attached: "
-            "the Chat Completions API cannot fetch a audio by URL]",
-        },
-        {
-            "type": "text",
-            "text": "[document https://example.com/a.pdf not attached: "
-            "the Chat Completions API cannot fetch a document by URL]",
-        },
-        {
-            "type": "text",
-            "text": "[video video/mp4 not attached: the Chat Completions API cannot take video input]",
-        },
+        *[{"type": "text", "text": t} for t in texts[1:]],
     ]
 
 
 def test_tool_result_parts_follow_the_tool_messages_in_one_user_message() -> None:
+    calls = [ToolCall("c1", "shot"), ToolCall("c2", "shot"), ToolCall("c3", "n")]
     out = _messages(
-        Message(
-            "assistant",
-            tool_calls=[ToolCall("c1", "shot"), ToolCall("c2", "shot"), ToolCall("c3", "n")],
-        ),
-        Message(
-            "tool",
-            "first",
-            tool_call_id="c1",
-            tool_name="shot",
-            parts=[Part("image", url="https://x/1.png")],
-        ),
-        Message(
-            "tool",
-            tool_call_id="c2",
-            tool_name="shot",
-            parts=[Part("image", url="https://x/2.png")],
-        ),
+        Message("assistant", tool_calls=calls),
+        Message("tool", "first", tool_call_id="c1", tool_name="shot",
+                parts=[Part("image", url="https://x/1.png")]),
+        Message("tool", tool_call_id="c2", tool_name="shot", parts=[Part("image", url="https://x/2.png")]),
         Message("tool", "3", tool_call_id="c3", tool_name="n"),
         Message("user", "thanks"),
     )
     assert [m["role"] for m in out] == ["assistant", "tool", "tool", "tool", "user", "user"]
-    assert out[1]["content"] == "first"
-    assert out[2]["content"] == "File attached"
+    assert (out[1]["content"], out[2]["content"]) == ("first", "File attached")
     assert out[4]["content"] == [
         {"type": "text", "text": "Attachments of tool call c1 (shot):"},
         {"type": "image_url", "image_url": {"url": "https://x/1.png"}},

@@ -332,10 +332,12 @@ async def test_a_chat_stream_of_calls_however_sent_gives_them(
     assert response.finish_reason == "tool_call"
 
 
-async def test_a_chat_tool_call_of_an_unknown_type_or_a_legacy_function_call_is_read_whole() -> None:
-    (response,) = await send("openai-chat", _chat_calls_body([_FOREIGN, _CALL]), stream=False)
+async def test_unknown_custom_and_legacy_calls_of_a_plain_chat_answer() -> None:
+    custom = {"id": "call_9", "type": "custom", "custom": {"name": "sh", "input": "ls -l"}}
+    (response,) = await send("openai-chat", _chat_calls_body([_FOREIGN, _CALL, custom]), stream=False)
     assert isinstance(response, ModelResponse)
-    assert [(c.id, c.name) for c in response.message.tool_calls] == [("call_1", "look")]
+    calls = [(c.id, c.name, c.args) for c in response.message.tool_calls]
+    assert calls == [("call_1", "look", '{"at": "sky"}'), ("call_9", "sh", "ls -l")]
     legacy = {"role": "assistant", "content": None, "function_call": LEGACY | {"arguments": "{}"}}
     (response,) = await send("openai-chat", chat_body_of(legacy), stream=False)
     assert isinstance(response, ModelResponse)
