@@ -34,31 +34,19 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _candidate(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"candidates": [{"content": {"parts": list(parts)}, "finishReason": "STOP"}]}
+
+
+VIDEO = "https://generativelanguage.googleapis.com/v1beta/files/v1"
 IMAGE_ANSWER: dict[str, Any] = {
-    "candidates": [
-        {
-            "content": {
-                "role": "model",
-                "parts": [
-                    {"text": "Here is the cat:", "thoughtSignature": "sig-text"},
-                    {
-                        "inlineData": {"mimeType": "image/png", "data": _b64(PNG)},
-                        "thoughtSignature": "sig-image",
-                    },
-                    {"text": "And its purr."},
-                    {"inlineData": {"mimeType": "audio/wav", "data": _b64(WAV)}},
-                    {
-                        "fileData": {
-                            "mimeType": "video/mp4",
-                            "fileUri": "https://generativelanguage.googleapis.com/v1beta/files/v1",
-                        }
-                    },
-                ],
-            },
-            "finishReason": "STOP",
-            "index": 0,
-        }
-    ],
+    **_candidate(
+        {"text": "Here is the cat:", "thoughtSignature": "sig-text"},
+        {"inlineData": {"mimeType": "image/png", "data": _b64(PNG)}, "thoughtSignature": "sig-image"},
+        {"text": "And its purr."},
+        {"inlineData": {"mimeType": "audio/wav", "data": _b64(WAV)}},
+        {"fileData": {"mimeType": "video/mp4", "fileUri": VIDEO}},
+    ),
     "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1290},
     "modelVersion": "gemini-3-pro-image-preview",
 }
@@ -86,26 +74,14 @@ async def test_generated_media_are_kept_as_parts_of_the_answer(stream: bool) -> 
     assert m.parts == [
         Part("image", data=PNG, media_type="image/png", signature="sig-image"),
         Part("audio", data=WAV, media_type="audio/wav"),
-        Part(
-            "video",
-            url="https://generativelanguage.googleapis.com/v1beta/files/v1",
-            media_type="video/mp4",
-        ),
+        Part("video", url=VIDEO, media_type="video/mp4"),
     ]
     assert all(p.problem() is None for p in m.parts)
     assert response.finish_reason == "stop"
 
 
 async def test_an_image_only_answer_is_not_empty() -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/jpeg", "data": "AAEC"}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
-    m = (await _answer(body, stream=False)).message
+    m = (await _answer(_candidate({"inlineData": {"mimeType": "image/jpeg", "data": "AAEC"}}), stream=False)).message
     assert m.content == ""
     assert m.parts == [Part("image", data=b"\x00\x01\x02", media_type="image/jpeg")]
 
@@ -117,7 +93,7 @@ async def test_the_kind_follows_the_mime_type(mime: str, kind: str) -> None:
     media: dict[str, Any] = {"data": "AAEC"}
     if mime:
         media["mimeType"] = mime
-    body = {"candidates": [{"content": {"parts": [{"inlineData": media}]}, "finishReason": "STOP"}]}
+    body = _candidate({"inlineData": media})
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.kind == kind
     assert part.media_type == (mime or "application/octet-stream")
@@ -128,46 +104,23 @@ async def test_url_safe_and_wrapped_base64_is_read() -> None:
     data = bytes(range(256))
     text = base64.urlsafe_b64encode(data).decode().rstrip("=")
     wrapped = "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": wrapped}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate({"inlineData": {"mimeType": "image/png", "data": wrapped}})
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.data == data
 
 
 @pytest.mark.parametrize("data", ["not base64 at all!", 12345, {"x": 1}])
 async def test_media_data_that_is_not_base64_is_a_named_error(data: Any) -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": data}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate({"inlineData": {"mimeType": "image/png", "data": data}})
     with pytest.raises(ResponseFormatError, match=r"image data .* not base64"):
         await _answer(body, stream=False)
 
 
 async def test_thought_images_are_interim_drafts_and_not_kept() -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {
-                    "parts": [
-                        {"inlineData": {"mimeType": "image/png", "data": "AAAA"}, "thought": True},
-                        {"inlineData": {"mimeType": "image/png", "data": "AAEC"}},
-                    ]
-                },
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate(
+        {"inlineData": {"mimeType": "image/png", "data": "AAAA"}, "thought": True},
+        {"inlineData": {"mimeType": "image/png", "data": "AAEC"}},
+    )
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.data == b"\x00\x01\x02"
 
