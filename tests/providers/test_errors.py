@@ -389,15 +389,13 @@ IN_200: list[tuple[str, bool | None, str, type[ProviderError], str, bool | None]
 
 def _in_200_rows() -> list[Any]:
     rows = []
+    limited = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
     for api, streamed, body, cls, quoted, retryable in IN_200:
         for stream in (False, True) if streamed is None else (streamed,):
-            if body == "<failed without error>":
-                body = _failed(None, stream)
-            elif body.startswith("<failed rate"):
-                error = {"code": "rate_limit_exceeded", "message": "Rate limit reached"}
-                body = _failed(error, stream)
-            rows.append(pytest.param(api, stream, body, cls, quoted, retryable,
-                                     id=f"{api}-{quoted[:20]}-{stream}"))
+            sent = {"<failed without error>": lambda s: _failed(None, s),
+                    "<failed rate_limit_exceeded>": lambda s: _failed(limited, s)}.get(body)
+            rows.append(pytest.param(api, stream, sent(stream) if sent else body, cls, quoted,
+                                     retryable, id=f"{api}-{quoted[:20]}-{stream}"))
     return rows
 
 
