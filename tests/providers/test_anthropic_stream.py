@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import httpx
 
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.usage import Usage
-from tests.support.adapters import REQUEST, streamed
+from tests.support.adapters import streamed
 from tests.support.anthropic import (
-    model_on,
     sse,
     synthesize_stream,
 )
@@ -20,35 +16,6 @@ from tests.support.anthropic import (
 
 def parse_stream(events: list[dict[str, Any]]) -> list[Delta | ModelResponse]:
     return streamed("anthropic", sse(*events))
-
-
-def _assemble(deltas: list[Delta]) -> Message:
-    """Rebuild an assistant message from deltas the way a stream consumer would."""
-    content = "".join(d.content for d in deltas)
-    thinking: dict[int, list[str]] = {}
-    signatures: dict[int, list[str]] = {}
-    calls: dict[int, dict[str, Any]] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking.setdefault(t.index, []).append(t.text)
-            signatures.setdefault(t.index, []).append(t.signature)
-        for c in d.tool_calls:
-            call = calls.setdefault(c.index, {"id": "", "name": "", "args": []})
-            call["id"] = call["id"] or c.id
-            call["name"] = call["name"] or c.name
-            call["args"].append(c.args_fragment)
-    return Message(
-        role="assistant",
-        content=content,
-        thinking=[
-            ThinkingBlock(text="".join(thinking[i]), signature="".join(signatures[i]))
-            for i in sorted(thinking)
-        ],
-        tool_calls=[
-            ToolCall(calls[i]["id"], calls[i]["name"], "".join(calls[i]["args"]) or "{}")
-            for i in sorted(calls)
-        ],
-    )
 
 
 def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
@@ -189,36 +156,3 @@ def test_unknown_events_and_delta_kinds_are_ignored() -> None:
     final = items[-1]
     assert isinstance(final, ModelResponse)
     assert (final.message.content, final.finish_reason) == ("ok", "")
-
-
-async def test_generate_stream_over_http_equals_generate() -> None:
-    body = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-x",
-        "content": [
-            {"type": "text", "text": "Let me look that up."},
-            {
-                "type": "tool_use",
-                "id": "toolu_A",
-                "name": "search",
-                "input": {"query": "golem", "n": 3},
-            },
-        ],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 12, "cache_read_input_tokens": 100, "output_tokens": 30},
-    }
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if json.loads(request.content)["stream"]:
-            text = sse(*synthesize_stream(body, size=3))
-            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
-        return httpx.Response(200, json=body)
-
-    async with model_on(httpx.MockTransport(handler)) as model:
-        plain = await model.generate(REQUEST)
-        items = [item async for item in model.generate_stream(REQUEST)]
-    assert items[-1] == plain
-    assert plain.usage == Usage(input_tokens=112, output_tokens=30, cache_read_tokens=100)
-    assert _assemble([d for d in items[:-1] if isinstance(d, Delta)]) == plain.message

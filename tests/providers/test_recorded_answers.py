@@ -15,7 +15,7 @@ import pytest
 from golem.errors import BadRequest
 from golem.model import FINISH_REASONS, Delta, ModelResponse, ThinkingDelta
 from golem.usage import Usage
-from tests.support.adapters import assert_deltas_add_up, final, send
+from tests.support.adapters import accumulated, assert_deltas_add_up, final, send
 from tests.support.anthropic import sse, synthesize_stream
 from tests.support.openai_chat import stream_from_body
 from tests.support.recordings import (
@@ -210,13 +210,21 @@ async def test_an_answer_streamed_gives_the_response_of_the_answer_whole(
 ) -> None:
     plain, streamed = _pair(api, it)
     items = await send(api, streamed, stream=True)
-    assert final(items) == final(await send(api, plain, stream=False))
+    response = final(items)
+    assert response == final(await send(api, plain, stream=False))
+    assert "".join(d.content for d in items if isinstance(d, Delta)) == response.message.content
+    # a call with no arguments streams no fragment: "{}"
+    summed = [(c.id, c.name, c.args or "{}") for c in accumulated(items)]
+    assert summed == [(c.id, c.name, c.args) for c in response.message.tool_calls]
     deltas = [d for d in items if isinstance(d, Delta)]
     signatures: dict[int, str] = {}
+    texts: dict[int, str] = {}
     for d in deltas:
         for t in d.thinking:
             signatures[t.index] = signatures.get(t.index, "") + t.signature
+            texts[t.index] = texts.get(t.index, "") + t.text
     thinking = final(items).message.thinking
+    assert [texts.get(i, "") for i in range(len(thinking))] == [t.text for t in thinking]
     if api == "openai-responses":  # only the final answer carries a reasoning item's signature
         assert not any(signatures.values())
     else:

@@ -292,47 +292,23 @@ def test_request_system_and_user_text() -> None:
     _match(body, it)
 
 
+RETRY = 'The country is not supported. Use "La France" instead.\n\nFix the errors and try again.'
+FRANCE = [Message(role="system", content="You are a helpful chatbot."),
+          Message(role="user", content="What is the capital of France?")]
+
+
 def _retry_history() -> list[Message]:
     first, second = recorded_generate("test_google_model_retry")[:2]
-    return [
-        Message(role="system", content="You are a helpful chatbot."),
-        Message(role="user", content="What is the capital of France?"),
-        Message(
-            role="assistant",
-            tool_calls=[
-                ToolCall(
-                    "pyd_ai_1f2bdea4ea804905a3f05dfe5b96a7fb",
-                    "get_capital",
-                    '{"country": "France"}',
-                    signature=_sig(first),
-                )
-            ],
-        ),
-        Message(
-            role="tool",
-            content='The country is not supported. Use "La France" instead.\n\nFix the errors and try again.',
-            tool_call_id="pyd_ai_1f2bdea4ea804905a3f05dfe5b96a7fb",
-            tool_name="get_capital",
-            failed=True,
-        ),
-        Message(
-            role="assistant",
-            tool_calls=[
-                ToolCall(
-                    "pyd_ai_9f63eafb0eac47419f4f6c19975e924b",
-                    "get_capital",
-                    '{"country": "La France"}',
-                    signature=_sig(second),
-                )
-            ],
-        ),
-        Message(
-            role="tool",
-            content="Paris",
-            tool_call_id="pyd_ai_9f63eafb0eac47419f4f6c19975e924b",
-            tool_name="get_capital",
-        ),
-    ]
+    out = list(FRANCE)
+    for it, call_id, country, result in (
+        (first, "pyd_ai_1f2bdea4ea804905a3f05dfe5b96a7fb", "France", RETRY),
+        (second, "pyd_ai_9f63eafb0eac47419f4f6c19975e924b", "La France", "Paris"),
+    ):
+        call = ToolCall(call_id, "get_capital", f'{{"country": "{country}"}}', signature=_sig(it))
+        out += [Message(role="assistant", tool_calls=[call]),
+                Message(role="tool", content=result, tool_call_id=call_id, tool_name="get_capital",
+                        failed=result == RETRY)]
+    return out
 
 
 def test_request_tools_calls_signatures_and_results() -> None:
@@ -358,30 +334,12 @@ def test_request_tools_calls_signatures_and_results() -> None:
 
 async def test_request_built_from_our_own_parse_replays_signatures() -> None:
     first, second, third = recorded_generate("test_google_model_retry")
-    history = [
-        Message(role="system", content="You are a helpful chatbot."),
-        Message(role="user", content="What is the capital of France?"),
-    ]
-    for it, result, failed in (
-        (
-            first,
-            'The country is not supported. Use "La France" instead.\n\nFix the errors and try again.',
-            True,
-        ),
-        (second, "Paris", False),
-    ):
+    history = list(FRANCE)
+    for it, result in ((first, RETRY), (second, "Paris")):
         answer = await _parse(it)
         call = answer.tool_calls[0]
-        history += [
-            answer,
-            Message(
-                role="tool",
-                content=result,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                failed=failed,
-            ),
-        ]
+        history += [answer, Message(role="tool", content=result, tool_call_id=call.id,
+                                    tool_name=call.name, failed=result == RETRY)]
     history = loads_history(dumps_history(history))  # a paused history survives JSON
     body = _request_body(ModelRequest(messages=history, tools=[GET_CAPITAL]), temperature=0.0)
     _match(body, third)
@@ -414,10 +372,7 @@ async def test_request_replays_thoughts_and_text_signature() -> None:
 
 
 def test_request_generation_settings() -> None:
-    base = [
-        Message(role="system", content="You are a helpful chatbot."),
-        Message(role="user", content="What is the capital of France?"),
-    ]
+    base = FRANCE
     body = _request_body(ModelRequest(messages=base), max_tokens=5, thinking_budget=0)
     _match(body, recorded("test_google_model_max_tokens", 0))
     assert body["generationConfig"] == {
