@@ -1,5 +1,6 @@
-"""The OpenAI Responses adapter: recorded traffic replayed through httpx.MockTransport, request
-bodies compared with recorded ones, reasoning kept across turns (and across the history JSON)."""
+"""The OpenAI Responses adapter: recorded runs replayed through httpx.MockTransport, request
+bodies compared with recorded ones, reasoning kept across turns (and across the history JSON).
+Its errors: test_errors.py; its recorded answers: test_recorded_answers.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pydantic
 import pytest
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import BadRequest, ProviderConnectionError, RateLimited
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
 from golem.providers import infer_model
@@ -187,66 +187,6 @@ async def test_recorded_tool_choice_request() -> None:
     for key in ("tool_choice", "tools", "include", "input"):
         assert sent[key] == it.request_body[key], key
     assert [c.name for c in response.message.tool_calls] == ["get_weather"]
-
-
-async def test_http_errors_are_classified() -> None:
-    it = load(API, "test_openai_responses_model_http_error.yaml")[0]
-    async with httpx.AsyncClient(transport=replay_transport([it])) as client:
-        with pytest.raises(BadRequest, match="decimal below minimum value") as caught:
-            await _model(client, "gpt-4o").generate(
-                ModelRequest(messages=[Message(role="user", content="hi")])
-            )
-    assert caught.value.status_code == 400
-
-    def limited(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            429, headers={"retry-after": "2"}, json={"error": {"message": "slow"}}
-        )
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(limited)) as client:
-        with pytest.raises(RateLimited) as limit:
-            await _model(client).generate(
-                ModelRequest(messages=[Message(role="user", content="hi")])
-            )
-    assert limit.value.retry_after == 2.0
-    assert limit.value.retryable
-
-
-def _sse(*events: dict[str, Any]) -> bytes:
-    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
-
-
-async def test_stream_errors() -> None:
-    def cut(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200,
-            headers={"content-type": "text/event-stream"},
-            content=_sse({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"}),
-        )
-
-    def failed(request: httpx.Request) -> httpx.Response:
-        event = {
-            "type": "response.failed",
-            "response": {
-                "status": "failed",
-                "output": [],
-                "error": {"code": "rate_limit_exceeded", "message": "Too many tokens"},
-            },
-        }
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, content=_sse(event)
-        )
-
-    request = ModelRequest(messages=[Message(role="user", content="hi")])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(cut)) as client:
-        with pytest.raises(ProviderConnectionError) as ended:
-            async for _ in _model(client).generate_stream(request):
-                pass
-    assert ended.value.retryable
-    async with httpx.AsyncClient(transport=httpx.MockTransport(failed)) as client:
-        with pytest.raises(RateLimited, match="Too many tokens"):
-            async for _ in _model(client).generate_stream(request):
-                pass
 
 
 async def parse_responses_response(body: dict[str, Any]) -> ModelResponse:
