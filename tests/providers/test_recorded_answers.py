@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from golem.errors import BadRequest
-from golem.model import FINISH_REASONS, Delta, ModelResponse, ThinkingDelta
+from golem.messages import Message, dumps_history, loads_history
+from golem.model import FINISH_REASONS, Delta, ModelRequest, ModelResponse, ThinkingDelta
 from golem.usage import Usage
-from tests.support.adapters import accumulated, assert_deltas_add_up, final, send
+from tests.support.adapters import accumulated, assert_deltas_add_up, body_of, final, send
 from tests.support.anthropic import sse, synthesize_stream
 from tests.support.openai_chat import stream_from_body
 from tests.support.recordings import (
@@ -407,3 +408,15 @@ async def test_a_one_event_gemini_stream_is_one_delta() -> None:
     items = await replay("gemini", load("gemini", "test_cancel_recorded_provider_stream[google].yaml")[0])
     assert items[:-1] == [Delta(content="Paris")]
 
+
+
+@pytest.mark.parametrize(("api", "it"), OK, ids=_ids(OK))
+async def test_every_recorded_answer_goes_back_the_same_after_a_history_round_trip(
+    api: str, it: Interaction
+) -> None:
+    """Read into a history, written as JSON and read back, the answer makes the next request
+    what it made before: nothing a provider needs back is lost or respelled."""
+    answer = final(await replay(api, it)).message
+    history = [Message("user", "hi"), answer, Message("user", "go on")]
+    again = loads_history(dumps_history(history))
+    assert json.dumps(body_of(api, ModelRequest(again))) == json.dumps(body_of(api, ModelRequest(history)))
