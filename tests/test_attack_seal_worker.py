@@ -18,9 +18,7 @@ from tests.support.worker import DEL, App, calls
 KEY = b"k" * 32
 
 
-async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
-    store: Store,
-) -> None:
+async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(store: Store) -> None:
     app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.", "Done.")
     run = await start_run(store, app.registry, "ops", "clean", started_by="alice", seal_key=KEY)
     await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
@@ -51,11 +49,7 @@ async def test_a_revived_answered_call_is_refused_by_a_worker_with_the_key(
             ),
             *(
                 NewCall(
-                    call_id=c.call_id,
-                    kind=c.kind,
-                    tool_name=c.tool_name,
-                    args=c.args,
-                    seal=c.seal,
+                    call_id=c.call_id, kind=c.kind, tool_name=c.tool_name, args=c.args, seal=c.seal
                 )
                 for c in child.calls
             ),
@@ -99,8 +93,7 @@ async def test_a_worker_resumes_an_agent_with_its_own_key_in_the_runs_conversati
 
 @pytest.mark.parametrize("recorded", [True, False], ids=["recorded-seal", "no-recorded-seal"])
 async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded_seal(
-    store: Store,
-    recorded: bool,
+    store: Store, recorded: bool
 ) -> None:
     """A sub-agent record saved before sub-runs lived in `<parent conversation>/<call>`
     names a conversation of its own, its seal made for it. The worker's recorded seal (the
@@ -131,4 +124,3 @@ async def test_a_sub_agent_pause_stored_before_adr_0065_is_bound_by_its_recorded
         assert done.status is RunStatus.FAILED
         assert 'sealed for conversation "old-sub-conv", not "C/p1"' in done.outcome.error
         assert log == []
-

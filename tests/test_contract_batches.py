@@ -20,7 +20,7 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -296,10 +296,7 @@ PROPERTY = settings(max_examples=int(os.environ.get("GOLEM_BATCH_EXAMPLES", "120
 
 @PROPERTY
 @given(
-    run=runs(),
-    parallel=st.booleans(),
-    stream=st.booleans(),
-    limit=st.none() | st.integers(0, 4),
+    run=runs(), parallel=st.booleans(), stream=st.booleans(), limit=st.none() | st.integers(0, 4)
 )
 def test_any_batch_runs_as_the_contract_says(
     run: list[list[Call]], parallel: bool, stream: bool, limit: int | None
@@ -319,10 +316,12 @@ def test_any_batch_runs_as_the_contract_says(
     assert all((e.run_id, e.conversation_id) == ("R", "C") for e in seen)
     assert len(model.requests) == want.turns  # no model call after a pause or a failure
     last = run[want.turns - 1] if want.turns <= len(run) else []
+    assert not any(e.approved for e in seen)  # first passes are never flagged approved
     for e in seen:  # deferred events carry the raw args and the reason; no tool_end follows
         if e.kind == "deferred":
             assert e.args == next(c.args for b in run for c in b if c.id == e.call_id)
             assert e.reason.endswith(e.call_id)
+            assert (e.result, e.error, e.usage) == ("", None, None)
     if want.stage is not None:
         assert isinstance(got, RunError), got
         assert got.stage is want.stage
@@ -498,6 +497,8 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
     assert [(str(e.kind), e.call_id, e.approved) for e in seen[: 2 * len(approved)]] == [
         (k, c, True) for c in approved for k in ("tool_start", "tool_end")
     ]
+    assert not any(e.approved for e in seen[2 * len(approved) :])  # the turns after are not
+    assert {e.run_id for e in seen} == {result.run_id}
     sent = model.requests[1].messages
     calls = [c.id for m in sent if m.role == "assistant" for c in m.tool_calls]
     answers = [m.tool_call_id for m in sent if m.role == "tool"]
@@ -520,6 +521,11 @@ def test_any_resolutions_resume_the_paused_batch_or_are_refused_before_anything_
 # --------------------------------------------------------------------------- streamed == run
 
 
+def fresh(run_id: str) -> str:
+    """A resumed run's ID is fresh on every resume: compared as "fresh"."""
+    return run_id if run_id in ("", "R") else "fresh"
+
+
 def detail(e: RunEvent) -> tuple[Any, ...]:
     err = e.error
     return (
@@ -534,7 +540,7 @@ def detail(e: RunEvent) -> tuple[Any, ...]:
         e.usage,
         e.reason,
         e.approved,
-        e.run_id,
+        fresh(e.run_id),
         e.conversation_id,
         (type(err).__name__, str(err)) if err is not None else None,
     )
@@ -543,10 +549,17 @@ def detail(e: RunEvent) -> tuple[Any, ...]:
 def outcome(got: Any) -> tuple[Any, ...]:
     if isinstance(got, RunError):
         p = got.partial
+        if p is not None:  # a dataclass: every field, the run IDs as `fresh` says
+            p = replace(
+                p,
+                run_id=fresh(p.run_id),
+                messages=[replace(m, run_id=fresh(m.run_id)) for m in p.messages],
+            )
         return ("error", got.stage, str(got), p)
     return (
         "result",
-        got.messages,
+        fresh(got.run_id),
+        [replace(m, run_id=fresh(m.run_id)) for m in got.messages],
         got.pending,
         got.usage,
         got.requests,
@@ -579,10 +592,10 @@ def test_a_streamed_run_pauses_and_resumes_exactly_as_run(
         async def resume() -> Any:
             if not stream:
                 return await agent.run_with_deferred_results(
-                    got.messages, results, run_id="R2", on_event=later.append
+                    got.messages, results, on_event=later.append
                 )
             async with agent.run_stream_with_deferred_results(
-                got.messages, results, run_id="R2", on_event=later.append
+                got.messages, results, on_event=later.append
             ) as s:
                 async for _ in s:
                     pass

@@ -4,7 +4,7 @@ The Go golem reads a history into its own structs and writes it again with `enco
 tool-call args are compacted and `<`, `>`, `&`, U+2028 and U+2029 in them escaped, and the
 keys Go does not know (`seal`, `citations`, `serverTools`, a part's `text` and `signature`)
 are dropped. These tests need no Go toolchain: `go_compact` re-spells args as Go does
-(tests/test_contract_go_interop_records.py checks it against the real Go program).
+(tests/test_contract_go_interop.py checks it against the real Go program).
 """
 
 from __future__ import annotations
@@ -18,16 +18,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from golem import (
+    Agent,
+    Approval,
     DeferredRequests,
     DeferredResults,
     Message,
+    PausedRun,
+    PendingToolCall,
     ResumeError,
     SealError,
     ToolCall,
     dumps_history,
     loads_history,
 )
-from golem._checks import same_args
+from golem.testing import ScriptedModel
 from tests.support.go import RESOLVE, SPACED, go_compact, paused_keyless, with_args
 from tests.support.ledger import make_agent
 from tests.support.seals import nested_parent
@@ -45,17 +49,9 @@ async def test_a_keyless_resume_with_expected_accepts_args_go_compacted() -> Non
     rewritten = _go_compacted(loads_history(dumps_history(history)))
     batch = next(m for m in rewritten if m.tool_calls)
     assert batch.tool_calls[0].args == '{"to":"\\u003cbob\\u003e \\u0026 co","amount":10}'
-    started: list[str] = []
-
-    async def before(call: ToolCall) -> None:
-        started.append(call.args)
-
-    done = await agent.run_with_deferred_results(
-        rewritten, RESOLVE, expected=pending, before_approved=before
-    )
+    done = await agent.run_with_deferred_results(PausedRun(rewritten, pending, ""), RESOLVE)
     assert done.output == "done"
     # the approved call ran once, with the bytes the model wrote and the approvers saw
-    assert started == [SPACED]
     (ran,) = [e for e in ledger.executions if e[2]]
     assert ran[0] == "transfer"
     assert ran[3] == {"to": "<bob> & co", "amount": 10}
@@ -67,7 +63,7 @@ async def test_a_resume_with_expected_still_refuses_changed_args() -> None:
     agent, _, ledger, history, pending = await paused_keyless()
     changed = with_args(history, "c1", '{"to": "<eve> & co", "amount": 10}')
     with pytest.raises(ResumeError, match="arguments differ"):
-        await agent.run_with_deferred_results(changed, RESOLVE, expected=pending)
+        await agent.run_with_deferred_results(PausedRun(changed, pending, ""), RESOLVE)
     assert ledger.executions == []
 
 
@@ -90,9 +86,28 @@ async def test_a_resume_with_expected_still_refuses_changed_args() -> None:
         ("", "null", False),
     ],
 )
-def test_same_args_is_token_for_token_equality(a: str, b: str, same: bool) -> None:
+def test_a_pending_call_binds_its_args_token_for_token(a: str, b: str, same: bool) -> None:
     assert same_args(a, b) is same
     assert same_args(b, a) is same
+
+
+def same_args(paused: str, now: str) -> bool:
+    """Whether a keyless resume of a call paused with `paused` args accepts the history's
+    `now` args (the `PausedRun` binds them) or refuses them as different."""
+    history = [
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=[ToolCall("c1", "t", now)]),
+    ]
+    run = PausedRun(history, DeferredRequests(approvals=[PendingToolCall("c1", "t", paused)]), "")
+    try:
+        Agent(ScriptedModel("ok")).run_with_deferred_results_sync(
+            run, DeferredResults({"c1": Approval(False)})
+        )
+    except ResumeError as exc:
+        if "arguments differ" not in str(exc):
+            raise
+        return False
+    return True
 
 
 _JSON = st.recursive(
@@ -133,7 +148,8 @@ async def test_a_nested_keyless_resume_with_expected_accepts_the_parents_args_go
     rewritten = _go_compacted(loads_history(dumps_history(paused.messages)))
     assert rewritten != paused.messages  # the parent's own args changed bytes
     done = await parent.run_with_deferred_results(
-        rewritten, DeferredResults(approvals={"c1": True, "p1/s1": True}), expected=paused.pending
+        PausedRun(rewritten, paused.pending, ""),
+        DeferredResults(approvals={"c1": True, "p1/s1": True}),
     )
     assert (done.output, log) == ("ok", ["a.log"])
 
@@ -158,7 +174,7 @@ async def test_a_sealed_history_the_go_golem_rewrote_resumes_with_expected_alone
     assert paused.paused_run is not None
     ledger.executions.clear()
     rewritten = _as_go_writes_it(paused.messages)
-    done = await agent.run_with_deferred_results(rewritten, RESOLVE, expected=paused.pending)
+    done = await agent.run_with_deferred_results(PausedRun(rewritten, paused.pending, ""), RESOLVE)
     assert done.output == "done"
     assert done.conversation_id == "conv-1"
     assert [e[0] for e in ledger.executions if e[2]] == ["transfer"]
@@ -174,7 +190,7 @@ async def test_a_go_rewritten_sealed_history_without_its_conversation_names_the_
     kept = DeferredRequests(paused.pending.approvals, paused.pending.external)  # no conversation
     with pytest.raises(SealError, match="nothing named the conversation"):
         await agent.run_with_deferred_results(
-            _as_go_writes_it(paused.messages), RESOLVE, expected=kept
+            PausedRun(_as_go_writes_it(paused.messages), kept, ""), RESOLVE
         )
     with pytest.raises(SealError, match="the Go golem re-wrote"):
         await agent.run_with_deferred_results(_as_go_writes_it(paused.messages), RESOLVE)

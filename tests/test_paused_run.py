@@ -24,7 +24,6 @@ from golem import (
     ToolCall,
     dumps_history,
 )
-from golem.errors import ConversationRequired
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
@@ -83,21 +82,6 @@ async def test_a_completed_result_has_no_paused_run() -> None:
     assert result.paused_run is None
 
 
-async def test_a_sealed_resume_needs_nothing_but_the_paused_run() -> None:
-    ran: list[str] = []
-    loaded = PausedRun.loads((await paused()).dumps())
-    result = await make_agent(ran).run_with_deferred_results(loaded, RESOLVED)
-    assert result.output == "done"
-    assert ran == ["c1"]
-    assert result.conversation_id == "conv-9"
-
-
-async def test_the_same_history_without_the_paused_run_needs_its_conversation() -> None:
-    run = await paused()
-    with pytest.raises(ConversationRequired):
-        await make_agent([]).run_with_deferred_results(run.messages, RESOLVED)
-
-
 async def test_a_paused_run_whose_pending_calls_were_changed_is_refused() -> None:
     ran: list[str] = []
     doc = json.loads((await paused()).dumps())
@@ -105,22 +89,6 @@ async def test_a_paused_run_whose_pending_calls_were_changed_is_refused() -> Non
     with pytest.raises(ResumeError):
         await make_agent(ran).run_with_deferred_results(PausedRun.loads(json.dumps(doc)), RESOLVED)
     assert ran == []
-
-
-async def test_arguments_passed_beside_the_paused_run_take_precedence() -> None:
-    run = await paused()
-    with pytest.raises(ResumeError):  # another conversation than the one sealed
-        await make_agent([]).run_with_deferred_results(run, RESOLVED, conversation_id="conv-1")
-
-
-async def test_a_streamed_resume_takes_the_paused_run_too() -> None:
-    ran: list[str] = []
-    run = await paused()
-    async with make_agent(ran).run_stream_with_deferred_results(run, RESOLVED) as stream:
-        async for _ in stream:
-            pass
-    assert stream.result.output == "done"
-    assert ran == ["c1"]
 
 
 BAD = [

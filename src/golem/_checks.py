@@ -171,8 +171,7 @@ def check_resume(
                     "tampered",
                     f"{exc}; but nothing named the conversation its seal binds: the history "
                     "has no conversationId (the Go golem drops it when it re-writes a history) "
-                    "and neither conversation_id= nor expected= (with its conversation) nor a "
-                    "PausedRun was given",
+                    "and the resume was given a plain history, not a PausedRun",
                 ) from None
         _check_batch(history, pending)
     if expected is not None:
@@ -214,11 +213,11 @@ def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
         tool_name,
         "conversation_required",
         f'golem: pending tool call "{call_id}" ({tool_name}) is sealed, and a seal binds '
-        "its conversation, but this resume was given neither conversation_id= (non-empty) "
-        "nor expected=: the conversation ID the history names is whatever its editor wrote, so "
-        "another conversation's sealed call could be relabeled into it. Pass "
-        "conversation_id= from your own record of the paused run (paused.conversation_id), "
-        "or expected=paused.pending; nothing was executed",
+        "its conversation, but this resume was given a plain history: the conversation ID "
+        "it names is whatever its editor wrote, so another conversation's sealed call could "
+        "be relabeled into it. Resume the paused run's PausedRun (Result.paused_run, or "
+        "PausedRun(history, paused.pending, paused.conversation_id) from your own record); "
+        "nothing was executed",
     )
 
 

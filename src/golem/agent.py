@@ -12,7 +12,6 @@ import pydantic
 from typing_extensions import TypeVar
 
 from golem._loop import Policy, run_loop
-from golem._rerun import BeforeApproved
 from golem._run import (
     History,
     Prompt,
@@ -24,7 +23,7 @@ from golem._run import (
     toolsets_entered,
 )
 from golem.agent_tool import AgentTool, agent_tool, has_agent_tools
-from golem.deferred import DeferredRequests, PausedRun
+from golem.deferred import PausedRun
 from golem.errors import Overloaded, RateLimited
 from golem.events import EventHandler, RunEvent
 from golem.limits import UsageLimits
@@ -487,11 +486,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -504,11 +499,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -520,11 +511,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """Resume a paused run with a resolution for every pending call
@@ -533,10 +520,9 @@ class Agent(Generic[DepsT, OutputT]):
         Approved calls re-run once (`call_approved()` true, edited arguments if given),
         denied ones get a denial, external results are used verbatim; all join the history
         in emission order, then `prompt`, and the run goes on (it may pause again).
-        `history` is a `PausedRun` (alone enough for a sealed, checked, trace-linked
-        resume) or a plain history; `expected` (the paused `Result.pending`),
-        `conversation_id` and `trace_context` default to the `PausedRun`'s; `progress`
-        follows what ran (ADR 0071, 0076).
+        `history` is a `PausedRun` (`Result.paused_run`: the resume is then sealed to its
+        conversation, checked against its pending calls and linked to its trace) or a plain
+        history (the Go contract). `progress` follows what ran (ADR 0071, 0076).
 
         Raises:
             ResumeError: before anything runs (`SealError`, `ConversationRequired`...).
@@ -549,11 +535,7 @@ class Agent(Generic[DepsT, OutputT]):
             prompt,
             deps=deps,
             run_id=run_id,
-            conversation_id=conversation_id,
             on_event=on_event,
-            expected=expected,
-            before_approved=before_approved,
-            trace_context=trace_context,
             progress=progress,
         )
         return await resume_agent(self, request)
@@ -567,11 +549,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -584,11 +562,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -600,11 +574,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
@@ -616,11 +586,7 @@ class Agent(Generic[DepsT, OutputT]):
                 prompt,
                 deps=deps,
                 run_id=run_id,
-                conversation_id=conversation_id,
                 on_event=on_event,
-                expected=expected,
-                before_approved=before_approved,
-                trace_context=trace_context,
                 progress=progress,
             ),
         )
@@ -634,11 +600,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
@@ -651,11 +613,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
@@ -667,11 +625,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]:
         """Stream a resume: the approved re-runs' events, then the resumed run's deltas and
@@ -684,11 +638,7 @@ class Agent(Generic[DepsT, OutputT]):
             prompt,
             deps=deps,
             run_id=run_id,
-            conversation_id=conversation_id,
             on_event=on_event,
-            expected=expected,
-            before_approved=before_approved,
-            trace_context=trace_context,
             progress=progress,
         )
         plan = precheck(self, request)

@@ -314,7 +314,7 @@ class PausedRun:
     Keep it where you keep the run (`dumps` gives one JSON document: the Go-compatible
     history inside, unchanged, with the conversation ID, trace context and pending calls
     beside it) and hand it back to `Agent.run_with_deferred_results`: the resume is then
-    sealed to that conversation, checked against exactly these pending calls (`expected=`)
+    sealed to that conversation, checked against exactly these pending calls
     and linked to the paused run's trace, with no other argument. The document is as
     trustworthy as the place it was kept; seals (`seal_key`) still verify every call.
     """

@@ -112,15 +112,15 @@ class SealError(ResumeError):
 
 
 class ConversationRequired(SealError):
-    """A resume with a seal key was given neither `conversation_id=` nor `expected=`:
-    the conversation a history names is its editor's word, so a seal cannot be checked
+    """A resume with a seal key was given a plain history, not a `PausedRun`: the
+    conversation a history names is its editor's word, so a seal cannot be checked
     against it. `call_id` / `tool_name` name the first sealed pending call."""
 
 
 class SubAgentConversationMismatch(SealError):
     """A paused sub-agent's record was sealed for another conversation than its parent
-    call's (`<parent conversation>/<parent call ID>`, ADR 0065); it resumes only when
-    `expected=` carries each of its calls' seals. `call_id` / `tool_name` are namespaced."""
+    call's (`<parent conversation>/<parent call ID>`, ADR 0065); it resumes only from a
+    `PausedRun` whose pending calls carry their seals. `call_id` / `tool_name` are namespaced."""
 
 
 class RunPaused(GolemError):

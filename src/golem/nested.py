@@ -226,9 +226,9 @@ def _mismatch(call_id: str, rec: Paused, named: str) -> SubAgentConversationMism
         f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) is '
         f'sealed for conversation "{named}", not "{rec.conversation}" (its parent\'s '
         "conversation and call): a record from another conversation, or one stored before "
-        "golem derived sub-run conversations from the parent's (ADR 0065). Resume it with "
-        "expected=paused.pending (the paused parent's Result.pending, which carries its "
-        "seals), or finish such runs with the golem that paused them; nothing was executed",
+        "golem derived sub-run conversations from the parent's (ADR 0065). Resume it as the "
+        "paused parent's PausedRun (its pending calls carry their seals), or finish such "
+        "runs with the golem that paused them; nothing was executed",
     )
 
 

@@ -80,7 +80,7 @@ class ResumeRequest:
         cls, paused: History | PausedRun, results: Resolutions, prompt: Prompt, **options: Any
     ) -> ResumeRequest:
         """The request for `paused`: a `PausedRun` supplies the conversation, the expected
-        calls and the trace context the caller did not pass."""
+        calls and the trace context; `progress` its `before_approved` hook."""
         req = cls(
             paused if not isinstance(paused, PausedRun) else paused.messages,
             results,
@@ -88,9 +88,11 @@ class ResumeRequest:
             **options,
         )
         if isinstance(paused, PausedRun):
-            req.conversation_id = req.conversation_id or paused.conversation_id or None
-            req.expected = req.expected if req.expected is not None else paused.pending
-            req.trace_context = req.trace_context or paused.trace_context
+            req.conversation_id = paused.conversation_id or None
+            req.expected = paused.pending
+            req.trace_context = paused.trace_context
+        if req.progress is not None:
+            req.before_approved = req.progress.before_approved
         return req
 
 
@@ -459,13 +461,16 @@ class ResumeProgress:
     forms): after the caller's `CancelledError`, an exception from `before_approved` or a
     `RunError`, `messages` is the history to go on from, so that no approved call that ran
     runs again (ADR 0071; nested records rewritten, ADR 0076). Reused, it starts over.
+    `before_approved` is awaited right before each approved call re-runs, with that call (a
+    durable worker proves there that it still holds its lease); what it raises stops the resume.
     """
 
-    __slots__ = ("_source", "_work")
+    __slots__ = ("_source", "_work", "before_approved")
 
-    def __init__(self) -> None:
+    def __init__(self, *, before_approved: BeforeApproved | None = None) -> None:
         self._work: Resolving | None = None
         self._source: ProgressSource | None = None
+        self.before_approved = before_approved
 
     def __repr__(self) -> str:
         started = self._work is not None or self._source is not None

@@ -226,7 +226,7 @@ def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKin
             "unsealed",
             f"golem: {_describe(call)} has no seal; this agent only resumes calls it sealed "
             "when it paused (a forged call, a history from an agent without seal_key, or one "
-            "the Go golem re-wrote: it drops seals, so resume it with expected= or a PausedRun)",
+            "the Go golem re-wrote: it drops seals, so resume it as a PausedRun)",
         )
     pieces = seal.split(".")
     if len(pieces) != 4 or pieces[0] != _VERSION:

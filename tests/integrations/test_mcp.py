@@ -797,9 +797,8 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(
         )
     assert side_effects(log) == []
     done = agent.run_with_deferred_results_sync(
-        paused.messages,
+        paused.paused_run,
         DeferredResults(approvals={"c1": Approval(True)}),
-        conversation_id=paused.conversation_id,
     )
     assert done.output == "done"
     assert side_effects(log) == ["deleted a.log"]

@@ -10,6 +10,8 @@ from golem import (
     Agent,
     DeferredRequests,
     Message,
+    PausedRun,
+    Result,
     RunContext,
     Tool,
     ToolCall,
@@ -20,9 +22,27 @@ from golem.model import ModelResponse
 from golem.seal import seal_pending
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.ledger import KEY, OBJ, turn
 
-KEY = b"s" * 32
-OBJ = {"type": "object"}
+__all__ = ["KEY", "OBJ", "Ran", "bound", "legacy", "make_agent", "nested_parent", "turn"]
+
+
+def bound(
+    paused: Result[Any],
+    history: list[Message] | None = None,
+    conversation: str | None = None,
+    pending: Any = None,
+) -> PausedRun:
+    """`paused.paused_run` (what a resume vouches for: conversation and pending calls), with
+    its history, conversation or pending calls replaced."""
+    run = paused.paused_run
+    assert run is not None
+    return replace(
+        run,
+        messages=run.messages if history is None else history,
+        pending=run.pending if pending is None else pending,
+        conversation_id=run.conversation_id if conversation is None else conversation,
+    )
 
 
 class Ran:
@@ -39,13 +59,6 @@ class Ran:
             raise Deferred(DeferKind.APPROVAL, f"{name}?")
 
         return Tool(name, name, OBJ, exec)
-
-
-def turn(*calls: ToolCall) -> ModelResponse:
-    """A model turn asking for the given tool calls."""
-    return ModelResponse(
-        Message(role="assistant", tool_calls=list(calls)), finish_reason="tool_call"
-    )
 
 
 def make_agent(*responses: ModelResponse | str) -> tuple[Agent[None, str], Ran]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import signal
 import sys
@@ -10,20 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from golem import Agent
 from golem.durable.store import Decision, RunStatus
 from golem.durable.worker import start_run
 from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually, spawn_worker, stop_workers, worker_logs
 from tests.support.durable.worker_app import prompt_for, registry
 
-pytestmark = [
-    pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP/SIGCONT are POSIX signals"),
-    pytest.mark.skipif(
-        "before_approved" not in inspect.signature(Agent.run_with_deferred_results).parameters,
-        reason="needs Agent.run_with_deferred_results(before_approved=...) (fencing hook)",
-    ),
-]
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP/SIGCONT are POSIX signals")
 
 
 async def test_a_stalled_worker_runs_no_approved_call_after_the_interrupted_mark(

@@ -198,12 +198,10 @@ def _legacy_mismatch(
 
 def legacy_expected(
     run: RunRecord, latest: Mapping[str, ToolCall], nested: Mapping[str, SubAgentCall]
-) -> DeferredRequests | None:
+) -> DeferredRequests:
     """The run's recorded calls as `expected=`, when a paused sub-agent's record names
     another conversation than its derived one (stored before ADR 0065): their recorded
     seals are what binds such a record to this run (else None: nothing to bind)."""
-    if not any(_legacy(sub) for sub in nested.values()):
-        return None
     approvals: list[PendingToolCall] = []
     external: list[PendingToolCall] = []
     for call in run.calls:

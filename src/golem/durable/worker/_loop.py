@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
+from golem.deferred import PausedRun
 from golem.durable._clock import elapsed
 from golem.durable.store import (
     ChangeFeed,
@@ -43,6 +44,7 @@ from golem.durable.worker._start import (
 )
 from golem.errors import StoreError
 from golem.messages import dumps_history, loads_history
+from golem.resume import ResumeProgress
 from golem.seal import SealKey, SealKeys, as_seal_keys
 
 if TYPE_CHECKING:
@@ -466,15 +468,20 @@ class Worker:
             check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
                 check_seals(run, latest, self.seal_keys, nested, history)
-            result = await agent.run_with_deferred_results(
+            paused = PausedRun(
                 history,
+                legacy_expected(run, latest, nested),
+                run.conversation_id,  # the run's record, not its history's
+                run.id,
+                run.trace_context,  # the resume's span links to the paused one
+            )
+            result = await agent.run_with_deferred_results(
+                paused,
                 deferred_results(claimed, agent),
                 deps=deps,
                 run_id=run.id,
-                conversation_id=run.conversation_id,  # the run's record, not its history's
-                expected=legacy_expected(run, latest, nested),
-                before_approved=lease.prove,  # fencing: prove the lease before each re-run
-                trace_context=run.trace_context,  # the resume's span links to the paused one
+                # fencing: prove the lease before each re-run
+                progress=ResumeProgress(before_approved=lease.prove),
             )
         except LeaseLost:
             raise

@@ -1,23 +1,21 @@
-"""Resuming a paused run (issue 3 "Resuming", issue 8 §2 edits; `golem.resume`).
-
-Refusals (`ResumeError`) before any model call or re-execution; approved re-runs, denials,
-edits and external results; where resolutions land (`merge`); the prompt; pausing again;
-identity; usage of re-runs; re-run failures and cancellation; resuming from JSON on a new
-`Agent`; and what a plain `run(history=...)` does with a paused history.
-"""
+"""Resuming a paused run (issue 3, issue 8 §2 edits, issue 12 shorthands; seed:
+deferred-tools.md; Go reference §2.5, §2.6, §3.4; `golem.resume`): refusals before any
+model call or re-run; approved re-runs, denials, edits and external results and the exact
+texts the model reads; where resolutions land (`merge`); the prompt; pausing again;
+identity and usage; re-run failures, timeouts and cancellation; `before_approved`;
+resuming from JSON on a new `Agent`; what `run(history=...)` does with a paused history."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from golem import (
@@ -28,8 +26,10 @@ from golem import (
     GolemError,
     Message,
     Part,
+    PausedRun,
     PendingToolCall,
     ResumeError,
+    ResumeProgress,
     RunContext,
     RunError,
     RunEvent,
@@ -43,6 +43,7 @@ from golem import (
     UsageLimits,
     dumps_history,
     loads_history,
+    normalize_history,
 )
 from golem.errors import Overloaded
 from golem.model import ModelResponse
@@ -50,45 +51,9 @@ from golem.resume import merge
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, call_approved
+from tests.support.gates import DENIED, INTERRUPTED, OBJ, Gate, tool_turn
 
-INTERRUPTED = (
-    "Tool call was interrupted before execution; no result was produced. "
-    "Call the tool again if you need its result."
-)
-DENIED = "Your tool call was denied. Do not call it again; continue without its result."
-OBJ = {"type": "object"}
 APPROVE_C1 = DeferredResults(approvals={"c1": Approval(True)})
-
-
-def tool_turn(*calls: ToolCall, usage: Usage | None = None) -> ModelResponse:
-    return ModelResponse(
-        message=Message(role="assistant", tool_calls=list(calls)),
-        usage=usage or Usage(),
-        finish_reason="tool_call",
-    )
-
-
-class Gate:
-    """Defers unless approved; on the approved pass runs `effect` (default: return a text)."""
-
-    def __init__(
-        self, name: str, effect: Callable[[RunContext[Any], dict[str, Any]], Any] | None = None
-    ) -> None:
-        self.name, self.effect = name, effect
-        self.passes: list[bool] = []
-        self.approved_args: list[dict[str, Any]] = []
-        self.deps: list[Any] = []
-
-    def exec(self, ctx: RunContext[Any], args: dict[str, Any]) -> Any:
-        self.passes.append(call_approved())
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, f"{self.name} needs sign-off")
-        self.approved_args.append(args)
-        self.deps.append(ctx.deps)
-        return self.effect(ctx, args) if self.effect is not None else f"{self.name}: done"
-
-    def tool(self, **kw: Any) -> Tool:
-        return Tool(self.name, self.name, OBJ, self.exec, **kw)
 
 
 def asst(*calls: ToolCall, run: str = "R1", conv: str = "C1") -> Message:
@@ -126,8 +91,6 @@ def summary(messages: list[Message]) -> list[tuple[str, str, str]]:
 def two_calls(a: str = "stat_file", b: str = "delete_file") -> list[Message]:
     return [user("go"), asst(ToolCall("c1", a, "{}"), ToolCall("c2", b, "{}"))]
 
-
-# --------------------------------------------------------------------------- refusals
 
 REFUSALS: list[tuple[str, Callable[[], list[Message]], DeferredResults, list[str]]] = [
     (
@@ -231,8 +194,8 @@ async def test_a_resume_is_refused_before_any_model_call_or_tool_runs(
     ],
 )
 async def test_a_resolution_for_an_already_answered_call_is_skipped(extra: dict[str, Any]) -> None:
-    """ADR 0071: a resolution for a call the history answers (one a failed resume already ran)
-    is a no-op: the call never runs again and its recorded answer stays."""
+    """ADR 0071: a resolution for a call the history answers is a no-op: the call never runs
+    again and its recorded answer stays."""
     delete, stat, model = Gate("delete_file"), Gate("stat_file"), ScriptedModel("would answer")
     agent = Agent(model, tools=[delete.tool(), stat.tool()])
     results = DeferredResults(
@@ -269,9 +232,6 @@ async def test_denials_and_external_results_need_no_tool_nor_a_matching_kind_wit
     assert (resumed.output, gate.passes) == ("fin", [False])
 
 
-# --------------------------------------------------------------------------- approved re-runs
-
-
 async def test_an_approved_rerun_gets_the_original_args_its_deps_and_identity_and_its_result_parts() -> (
     None
 ):
@@ -289,11 +249,9 @@ async def test_an_approved_rerun_gets_the_original_args_its_deps_and_identity_an
     agent = Agent(model, tools=[gate.tool()])
     paused = await agent.run("go", deps="pause-deps", conversation_id="conv")
     deps = object()
-    resumed = await agent.run_with_deferred_results(
-        paused.messages, APPROVE_C1, deps=deps, run_id="resume-1"
-    )
+    resumed = await agent.run_with_deferred_results(paused.messages, APPROVE_C1, deps=deps)
     assert (gate.approved_args, gate.deps) == ([{"path": "a b", "force": True}], [deps])
-    assert seen == [("resume-1", "conv", "c1", "delete_file")]
+    assert seen == [(resumed.run_id, "conv", "c1", "delete_file")]
     last = model.requests[-1].messages[-1]
     assert (last.tool_call_id, last.tool_name, last.content, list(last.parts)) == (
         "c1",
@@ -301,7 +259,8 @@ async def test_an_approved_rerun_gets_the_original_args_its_deps_and_identity_an
         "deleted a b",
         [part],
     )
-    assert (resumed.output, resumed.run_id) == ("ok", "resume-1")
+    assert resumed.output == "ok"
+    assert resumed.run_id not in ("", paused.run_id)
 
 
 def _raise(exc: BaseException) -> Callable[[RunContext[Any], dict[str, Any]], Any]:
@@ -322,7 +281,11 @@ def _wrapped(exc: BaseException) -> Callable[[RunContext[Any], dict[str, Any]], 
     ("effect", "stage", "text"),
     [
         (_raise(RuntimeError("disk on fire")), Stage.TOOL, "disk on fire"),
-        (_raise(Deferred(DeferKind.APPROVAL, "again")), Stage.TOOL, "deferred again"),
+        (
+            _raise(Deferred(DeferKind.APPROVAL, "again")),
+            Stage.TOOL,
+            r"deferred again.*call_approved\(\)",
+        ),
         (_raise(Deferred(DeferKind.EXTERNAL, "again")), Stage.TOOL, "deferred again"),
         (_raise(Failed("cannot delete")), Stage.TOOL, "cannot delete"),
         (_raise(ModelRetry("bad path")), Stage.TOOL, "bad path"),
@@ -398,41 +361,6 @@ async def test_an_approved_rerun_overrunning_its_timeout_fails_at_stage_tool(syn
     assert model.remaining == 1
 
 
-@pytest.mark.parametrize("how", ["async", "async-with-timeout", "sync-thread"])
-async def test_the_callers_cancellation_during_a_rerun_propagates_as_cancelled_error(
-    how: str,
-) -> None:
-    started, release = threading.Event(), threading.Event()
-
-    def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        started.set()
-        release.wait(5)
-        return "late"
-
-    async def hang(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        if call_approved():
-            started.set()
-        return await _forever(ctx, args)
-
-    tool = Gate("t", effect=slow).tool() if how == "sync-thread" else Tool("t", "t", OBJ, hang)
-    model = ScriptedModel(tool_turn(ToolCall("c1", "t", "{}")), "never")
-    agent = Agent(model, tools=[tool], tool_timeout=None if how == "async" else 30)
-    paused = await agent.run("go")
-    task = asyncio.create_task(agent.run_with_deferred_results(paused.messages, APPROVE_C1))
-    try:
-        assert await asyncio.to_thread(started.wait, 5)
-        task.cancel()
-        release.set()  # the resume ends once the thread does (ADR 0067)
-        with pytest.raises(asyncio.CancelledError):
-            await task
-    finally:
-        release.set()
-    assert model.remaining == 1
-
-
-# --------------------------------------------------------------------------- what the model is told
-
-
 @pytest.mark.parametrize(
     ("results", "text"),
     [
@@ -471,70 +399,6 @@ async def test_each_resolution_reaches_the_model_as_its_exact_text(
     )
     assert (list(msg.parts), msg.failed) == ([], False)
     assert gate.passes == ([True] if text == "delete_file: done" else [])
-
-
-async def test_resolutions_follow_the_models_emission_order_and_close_older_open_calls() -> None:
-    model = ScriptedModel("ok", "ok")
-    agent: Agent[Any, str] = Agent(model)
-    calls = [ToolCall(i, "t", "{}") for i in ("z", "m", "a", "q")]
-    history = [user("go"), asst(*calls), tool_msg("q", "t", "Q"), tool_msg("m", "t", "M")]
-    await agent.run_with_deferred_results(
-        history, DeferredResults(approvals={"a": Approval(False, "A")}, external={"z": "Z"})
-    )
-    assert [(m.tool_call_id, m.content[:1]) for m in model.requests[0].messages[2:]] == [
-        ("z", "Z"),
-        ("m", "M"),
-        ("a", "Y"),
-        ("q", "Q"),
-    ]
-    history = [
-        user("go"),
-        asst(ToolCall("old-b", "t", "{}"), ToolCall("old-a", "t", "{}")),
-        asst(ToolCall("new-x", "t", "{}"), ToolCall("new-y", "t", "{}")),
-        tool_msg("new-y", "t", "Y"),
-    ]
-    await agent.run_with_deferred_results(history, DeferredResults(external={"new-x": "X"}))
-    assert summary(model.requests[1].messages) == [
-        ("user", "", "go"),
-        ("assistant", "", ""),
-        ("tool", "old-b", INTERRUPTED),
-        ("tool", "old-a", INTERRUPTED),
-        ("assistant", "", ""),
-        ("tool", "new-x", "X"),
-        ("tool", "new-y", "Y"),
-    ]
-
-
-@given(n=st.integers(min_value=1, max_value=7), data=st.data())
-def test_resolutions_and_recorded_results_always_come_out_in_emission_order(
-    n: int, data: st.DataObject
-) -> None:
-    ids = data.draw(
-        st.lists(
-            st.text("abcxyz0189-", min_size=1, max_size=6), min_size=n, max_size=n, unique=True
-        )
-    )
-    answered = data.draw(st.lists(st.sampled_from(ids), unique=True, max_size=n - 1))
-    history = [
-        user("go"),
-        asst(*(ToolCall(i, "t", "{}") for i in ids)),
-        *(tool_msg(i, "t", f"recorded {i}") for i in data.draw(st.permutations(answered))),
-    ]
-    pending = [i for i in ids if i not in answered]
-    split = data.draw(st.integers(min_value=0, max_value=len(pending)))
-    results = DeferredResults(
-        approvals={i: Approval(False) for i in pending[:split]},
-        external={i: f"external {i}" for i in pending[split:]},
-    )
-    model = ScriptedModel("ok")
-    asyncio.run(Agent(model).run_with_deferred_results(history, results))
-    tools = model.requests[0].messages[2:]
-    assert [m.tool_call_id for m in tools] == ids
-    for m in tools:
-        want = {**dict.fromkeys(pending, DENIED), **{i: f"external {i}" for i in results.external}}
-        assert m.content == (
-            f"recorded {m.tool_call_id}" if m.tool_call_id in answered else want[m.tool_call_id]
-        )
 
 
 def res(call_id: str, text: str) -> Message:
@@ -641,9 +505,6 @@ async def test_the_prompt_follows_the_resolutions_and_the_resuming_agents_instru
     assert (last.run_id, last.conversation_id) == (result.run_id, "C1")
 
 
-# --------------------------------------------------------------------------- going on
-
-
 async def test_a_resumed_run_goes_on_through_the_loop_pauses_again_and_is_denied() -> None:
     gate = Gate("delete_file")
     model = ScriptedModel(
@@ -719,25 +580,13 @@ async def test_a_resumed_run_keeps_its_conversation_gets_a_new_run_id_and_stamps
         ("assistant", "", result.run_id, "C1"),
     ]
     assert history == paused_history()  # the input was not mutated
+    pending = DeferredRequests([PendingToolCall("c1", "delete_file", '{"path":"a"}')])
     result = await agent.run_with_deferred_results(
-        paused_history(), DeferredResults(external={"c1": "x"}), run_id="R2", conversation_id="C9"
+        PausedRun(paused_history(), pending, "C9"), DeferredResults(approvals={"c1": False})
     )
-    assert (result.run_id, result.conversation_id) == ("R2", "C9")
+    assert result.conversation_id == "C9"  # the paused run's word over the history's
     resolution = model.requests[1].messages[2]
-    assert (resolution.run_id, resolution.conversation_id) == ("R2", "C9")
-
-
-async def test_the_sync_resume_resumes() -> None:
-    model = ScriptedModel("ok")
-    result = await asyncio.to_thread(
-        Agent(model).run_with_deferred_results_sync,
-        paused_history(),
-        DeferredResults(approvals={"c1": False}),
-    )
-    assert (result.output, model.requests[0].messages[2].content) == ("ok", DENIED)
-
-
-# --------------------------------------------------------------------------- usage
+    assert (resolution.run_id, resolution.conversation_id) == (result.run_id, "C9")
 
 
 async def test_a_resume_counts_approved_reruns_only_with_fresh_usage_and_requests() -> None:
@@ -791,68 +640,6 @@ async def test_approved_reruns_count_against_the_tool_calls_limit_not_the_pause(
     assert info.value.partial is not None
 
 
-# --------------------------------------------------------------------------- across processes
-
-
-async def test_pause_dump_load_and_resume_on_a_new_agent_instance() -> None:
-    deleted: list[str] = []
-
-    def make_agent(model: ScriptedModel) -> Agent[Any, str]:
-        def exec(
-            ctx: RunContext[Any], args: dict[str, Any]
-        ) -> str:  # a fresh tool: only the name matches
-            if not call_approved():
-                raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
-            deleted.append(args["path"])
-            return f"deleted {args['path']}"
-
-        tools = [
-            Tool("delete_file", "delete", OBJ, exec),
-            Tool("stat_file", "stat", OBJ, lambda ctx, args: "size=12"),
-        ]
-        return Agent(model, tools=tools)
-
-    calls = [
-        ToolCall("call-1", "delete_file", '{"path": "a"}'),
-        ToolCall("call-2", "stat_file", '{"path": "a"}'),
-        ToolCall("call-3", "delete_file", '{"path": "b"}'),
-    ]
-    paused = await make_agent(ScriptedModel(tool_turn(*calls))).run(
-        "clean up", conversation_id="conv-1"
-    )
-    stored = dumps_history(paused.messages)
-    assert deleted == []
-    second_model = ScriptedModel("cleaned a, kept b")
-    results = DeferredResults(
-        approvals={"call-1": True, "call-3": Approval(False, "b is precious")}
-    )
-    resumed = await make_agent(second_model).run_with_deferred_results(
-        loads_history(stored), results
-    )
-    assert (resumed.output, deleted, resumed.conversation_id) == (
-        "cleaned a, kept b",
-        ["a"],
-        "conv-1",
-    )
-    assert summary(second_model.requests[0].messages)[2:] == [
-        ("tool", "call-1", "deleted a"),
-        ("tool", "call-2", "size=12"),
-        (
-            "tool",
-            "call-3",
-            "Your tool call was denied: b is precious. Do not call it again; continue without its result.",
-        ),
-    ]
-    model_a, model_b = (
-        ScriptedModel("ok"),
-        ScriptedModel("ok"),
-    )  # JSON text resumes as the messages do
-    denied = DeferredResults(approvals={"c1": False})
-    await Agent(model_a).run_with_deferred_results(paused_history(), denied)
-    await Agent(model_b).run_with_deferred_results(dumps_history(paused_history()), denied)
-    assert summary(model_a.requests[0].messages) == summary(model_b.requests[0].messages)
-
-
 async def test_a_plain_run_on_a_paused_history_closes_pending_calls_as_interrupted() -> None:
     gate, model = Gate("delete_file"), ScriptedModel("I could not delete it")
     agent = Agent(model, tools=[gate.tool()])
@@ -872,10 +659,12 @@ async def test_a_plain_run_on_a_paused_history_closes_pending_calls_as_interrupt
     assert gate.passes == []
 
 
-# --------------------------------------------------------------------------- edits (issue 8 §2)
-
 KEY = b"e" * 32
+
+
 ORIGINAL = '{"to":"mallory","amount":10000}'
+
+
 SCHEMA = {
     "type": "object",
     "properties": {"to": {"type": "string"}, "amount": {"type": "integer"}},
@@ -1018,19 +807,16 @@ async def test_edits_on_a_denial_another_type_or_an_external_call_are_refused() 
     )
     paused = await agent.run("go")
     with pytest.raises(ResumeError, match="waits for an external result"):
-        await agent.run_with_deferred_results(
-            paused.messages, edit({}), conversation_id=paused.conversation_id
-        )
+        await agent.run_with_deferred_results(paused.paused_run, edit({}))
 
 
 async def test_an_edited_call_is_resealed_with_a_key_and_loses_its_stale_seal_without() -> None:
     bank = Bank()
     agent = bank.agent(seal_key=KEY)
     paused = await agent.run("pay", conversation_id="conv")
+    assert paused.paused_run is not None
     done = await agent.run_with_deferred_results(
-        loads_history(dumps_history(paused.messages)),
-        edit({"to": "bob", "amount": 5}),
-        conversation_id="conv",
+        PausedRun.loads(paused.paused_run.dumps()), edit({"to": "bob", "amount": 5})
     )
     (call,) = [c for m in loads_history(dumps_history(done.messages)) for c in m.tool_calls]
     assert call.args == '{"to":"bob","amount":5}'
@@ -1039,3 +825,338 @@ async def test_an_edited_call_is_resealed_with_a_key_and_loses_its_stale_seal_wi
     plain.model = ScriptedModel("sent")
     done = await plain.run_with_deferred_results(paused.messages, edit({"to": "bob", "amount": 5}))
     assert [c.seal for m in done.messages for c in m.tool_calls] == [""]
+
+
+class Recorder:
+    """A gate tool's `exec` that records the calls it ran approved."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+
+    def exec(self, ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred("approval", "sign-off")
+        self.effects.append(ctx.call_id)
+        return "done"
+
+
+async def paused(gate: Recorder) -> list[Message]:
+    model = ScriptedModel(
+        ModelResponse(
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall("c1", "gate", "{}"), ToolCall("c2", "stat", "{}")],
+            ),
+            finish_reason="tool_call",
+        )
+    )
+    agent = Agent(
+        model, tools=[Tool("gate", "g", OBJ, gate.exec), Tool("stat", "s", OBJ, lambda c, a: "12")]
+    )
+    result = await agent.run("go")
+    assert result.pending is not None
+    return result.messages
+
+
+@pytest.mark.parametrize(
+    "appended",
+    [
+        Message(role="user", content="also, keep b.log"),
+        Message(role="assistant", content="stale text"),
+        Message(role="system", content="be terse"),
+    ],
+)
+async def test_a_message_appended_after_the_paused_batch_is_refused_not_dropped(
+    appended: Message,
+) -> None:
+    gate = Recorder()
+    history = [*await paused(gate), appended]
+    model = ScriptedModel("never")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
+    with pytest.raises(ResumeError) as info:
+        await agent.run_with_deferred_results(history, DeferredResults(approvals={"c1": True}))
+    text = str(info.value)
+    assert f"history message {len(history) - 1} ({appended.role}) follows the paused batch" in text
+    assert "prompt" in text
+    assert gate.effects == []  # nothing re-ran
+    assert model.requests == []  # no model call
+    # the same resume from JSON is refused the same way
+    with pytest.raises(ResumeError):
+        await agent.run_with_deferred_results(
+            dumps_history(history), DeferredResults(approvals={"c1": True})
+        )
+
+
+async def test_tool_results_after_the_batch_are_fine_in_any_number() -> None:
+    # results the paused run recorded, a stray one, a duplicate: repair's business, not refused
+    gate = Recorder()
+    history = await paused(gate)
+    history += [
+        Message(role="tool", content="stray", tool_call_id="zz", tool_name="stat"),
+        Message(role="tool", content="12 again", tool_call_id="c2", tool_name="stat"),
+    ]
+    model = ScriptedModel("ok")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
+    result = await agent.run_with_deferred_results(history, DeferredResults(approvals={"c1": True}))
+    assert result.output == "ok"
+    sent = model.requests[0].messages
+    assert [(m.role, m.tool_call_id) for m in sent] == [
+        ("user", ""),
+        ("assistant", ""),
+        ("tool", "c1"),
+        ("tool", "c2"),
+    ]
+
+
+POOL = ["c1", "c2", "c3", "old"]
+
+
+@st.composite
+def resumes(
+    draw: st.DrawFn,
+) -> tuple[list[Message], dict[str, Approval | bool], dict[str, str], list[str]]:
+    """A paused history (a batch, maybe an older pending call, some results recorded) and
+    any resolutions at all, well-formed or not; also the pending call IDs in history order."""
+    batch = draw(st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, unique=True))
+    recorded = draw(st.lists(st.sampled_from(batch), unique=True, max_size=len(batch) - 1))
+    history = [Message(role="user", content="go")]
+    pending: list[str] = []
+    if draw(st.booleans()):
+        history.append(Message(role="assistant", tool_calls=[ToolCall("old", "gate", "{}")]))
+        history.append(Message(role="user", content="and then"))  # closed, never pending
+    history.append(Message(role="assistant", tool_calls=[ToolCall(c, "gate", "{}") for c in batch]))
+    history += [
+        Message(role="tool", content=f"recorded {c}", tool_call_id=c, tool_name="gate")
+        for c in recorded
+    ]
+    pending += [c for c in batch if c not in recorded]
+    approvals: dict[str, Approval | bool] = {}
+    external: dict[str, str] = {}
+    for call_id in [*POOL, "ghost"]:
+        how = draw(st.sampled_from(["none", "approve", "deny", "external", "both"]))
+        if how in ("approve", "both"):
+            approvals[call_id] = True
+        if how == "deny":
+            approvals[call_id] = Approval(False, "no")
+        if how in ("external", "both"):
+            external[call_id] = f"ext {call_id}"
+    return history, approvals, external, pending
+
+
+@settings(deadline=None)
+@given(resumes())
+def test_any_resolutions_either_resume_every_pending_call_once_or_are_refused_untouched(
+    case: tuple[list[Message], dict[str, Approval | bool], dict[str, str], list[str]],
+) -> None:
+    history, approvals, external, pending = case
+    before = list(history)
+    ran: list[str] = []
+
+    def gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        ran.append(ctx.call_id)
+        return f"ran {ctx.call_id}"
+
+    model = ScriptedModel("ok")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate)])
+    # a resolution for a call the history already answers (a recorded result) is skipped,
+    # never run (ADR 0071; refused before); one for a call the history lacks is refused
+    answered = {m.tool_call_id for m in history if m.role == "tool"}
+    valid = (
+        set(approvals) <= set(pending) | answered
+        and set(external) <= set(pending) | answered
+        and not set(approvals) & set(external)
+        and set(pending) <= set(approvals) | set(external)
+    )
+    results = DeferredResults(approvals=approvals, external=external)
+    if not valid:
+        with pytest.raises(ResumeError):
+            agent.run_with_deferred_results_sync(history, results)
+        assert ran == []
+        assert model.requests == []
+        assert history == before  # the caller's history is untouched, nothing is lost
+        return
+    result = agent.run_with_deferred_results_sync(history, results)
+    assert result.output == "ok"
+    approved = [c for c in pending if approvals.get(c) is True]
+    assert ran == approved  # in history order, each once
+    sent = model.requests[0].messages
+    answers = [m.tool_call_id for m in sent if m.role == "tool"]
+    calls = [c.id for m in sent if m.role == "assistant" for c in m.tool_calls]
+    assert sorted(answers) == sorted(calls)  # every call answered exactly once
+    last = max(i for i, m in enumerate(sent) if m.role == "assistant")
+    batch = [c.id for c in sent[last].tool_calls]
+    # right after the batch: its answers in emission order, then the older call's resolution
+    after = [m.tool_call_id for m in sent[last + 1 :]]
+    assert after == batch + (["old"] if "old" in pending else [])
+    for call_id in pending:
+        (msg,) = [m for m in sent if m.role == "tool" and m.tool_call_id == call_id]
+        if call_id in external:
+            assert msg.content == external[call_id]
+        elif approvals[call_id] is True:
+            assert msg.content == f"ran {call_id}"
+        else:
+            assert msg.content.startswith("Your tool call was denied: no.")
+        assert msg.run_id == result.run_id
+    for call_id in answered:  # a skipped resolution leaves the recorded answer as it was
+        (msg,) = [m for m in sent if m.role == "tool" and m.tool_call_id == call_id]
+        assert msg.content == f"recorded {call_id}"
+    assert history == before
+
+
+@pytest.mark.parametrize(
+    ("history", "says"),
+    [
+        ("[{", "history is not valid JSON"),
+        ('[{"role":"robot"}]', "history message 0: role must be one of"),
+        ('{"role":"user"}', "history must be a JSON array"),
+        (
+            [
+                Message(role="assistant", tool_calls=[ToolCall("c1", "gate", "{}")]),
+                Message(role="system", parts=[Part("image", url="https://x/a.png")]),
+            ],
+            "history message 1: parts are only supported on user, tool and assistant messages",
+        ),
+    ],
+)
+async def test_a_history_that_does_not_load_or_validate_is_a_resume_error(
+    history: Any, says: str
+) -> None:
+    # "Resume validation failures raise golem.ResumeError (a ValueError)" — the loader's and
+    # the validator's refusals included, with their messages
+    gate = Recorder()
+    model = ScriptedModel("never")
+    agent = Agent(model, tools=[Tool("gate", "g", OBJ, gate.exec)])
+    results = DeferredResults(approvals={"c1": True})
+    with pytest.raises(ResumeError, match=says) as info:
+        await agent.run_with_deferred_results(history, results)
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ResumeError, match=says):
+        async with agent.run_stream_with_deferred_results(history, results) as stream:
+            async for _ in stream:
+                pass
+    assert gate.effects == []
+    assert model.requests == []
+
+
+GO_JSON_VALID = [  # Go reference §3.4 step 1: Go's json.Valid (RFC 8259), not Python's json
+    *[(a, False) for a in ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}']],
+    ("{'x': 1}", False),
+    *[(a, True) for a in ['{"x": "\\ud800"}', '  {"x": 1}  ', '{"x": 1, "x": 2}', '{"x": "NaN"}']],
+    ('{"x": 1e400, "y": -0.0, "z": 123456789012345678901234567890}', True),
+]
+
+
+@pytest.mark.parametrize(("args", "valid"), GO_JSON_VALID)
+def test_repair_reports_as_truncated_exactly_the_args_go_json_valid_refuses(
+    args: str, valid: bool
+) -> None:
+    history = [
+        Message(role="assistant", tool_calls=[ToolCall("c", "t", args)]),
+        Message(role="tool", content="ok", tool_call_id="c", tool_name="t"),
+    ]
+    assert normalize_history(history)[1].truncated == ([] if valid else ["c"])
+
+
+def two_gates() -> tuple[Agent[None, str], list[str]]:
+    ran: list[str] = []
+
+    def gate(ctx: RunContext[Any], args: dict[str, Any]) -> str:
+        if not call_approved():
+            raise Deferred(DeferKind.APPROVAL)
+        ran.append(ctx.call_id)
+        return "ok"
+
+    model = ScriptedModel(
+        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", '{"n":2}')), "done"
+    )
+    return Agent(model, tools=[Tool("g", "g", OBJ, gate)]), ran
+
+
+async def test_before_approved_is_awaited_right_before_each_approved_rerun_only() -> None:
+    agent, ran = two_gates()
+    agent.model = ScriptedModel(
+        tool_turn(ToolCall("c1", "g", "{}"), ToolCall("c2", "g", '{"n":2}')), "done", "done"
+    )
+    paused = await agent.run("go")
+    order: list[str] = []
+
+    async def fence(call: ToolCall) -> None:
+        order.append(f"fence {call.id} {call.args} ran={ran}")
+
+    results = {"approvals": {"c1": True, "c2": Approval(True, args={"n": 3})}}
+    done = await agent.run_with_deferred_results(paused.messages, results, progress=ResumeProgress(before_approved=fence)
+    )
+    assert done.output == "done"
+    assert order == ["fence c1 {} ran=[]", "fence c2 {\"n\":3} ran=['c1']"]
+    order.clear()
+    ran.clear()  # skipped for denials (and external results)
+    await agent.run_with_deferred_results(
+        paused.messages, {"approvals": {"c1": False, "c2": True}},
+        progress=ResumeProgress(before_approved=fence),
+    )
+    assert (order, ran) == (['fence c2 {"n":2} ran=[]'], ["c2"])
+
+
+async def test_an_exception_from_before_approved_propagates_unchanged_and_stops_everything() -> (
+    None
+):
+    agent, ran = two_gates()
+    paused = await agent.run("go")
+    assert isinstance(agent.model, ScriptedModel)
+    requests = len(agent.model.requests)
+
+    class LeaseLost(Exception):
+        pass
+
+    lost = LeaseLost("lease gone")
+
+    async def fence(call: ToolCall) -> None:
+        if call.id == "c2":
+            raise lost
+
+    with pytest.raises(LeaseLost) as info:
+        await agent.run_with_deferred_results(
+            paused.messages, {"approvals": {"c1": True, "c2": True}},
+            progress=ResumeProgress(before_approved=fence),
+        )
+    assert info.value is lost
+    assert ran == ["c1"]
+    assert len(agent.model.requests) == requests
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        DeferredResults(approvals={"c1": True, "c2": False}),
+        {"approvals": {"c1": True, "c2": Approval(False, "no")}},
+    ],
+    ids=["bare-booleans", "plain-dict"],
+)
+async def test_bare_booleans_and_a_plain_dict_stand_for_results(results: Any) -> None:
+    assert DeferredResults(approvals={"c1": True, "c2": False}).approvals == {
+        "c1": Approval(True),
+        "c2": Approval(False),
+    }
+    agent, ran = two_gates()
+    paused = await agent.run("go")
+    done = await agent.run_with_deferred_results(paused.messages, results)
+    assert (done.output, ran) == ("done", ["c1"])
+
+
+@pytest.mark.parametrize(
+    ("results", "match"),
+    [
+        ({"approve": {"c1": True}}, r"keys 'approvals' and 'external', got \['approve'\]"),
+        ({"c1": True}, "DeferredResults"),
+        ([("c1", True)], "must be DeferredResults"),
+        ({"approvals": {"c1": "yes"}}, 'approval for "c1" must be an Approval or a bool'),
+        ({"external": {"c1": 3}}, 'external result for "c1" must be text'),
+        ({"approvals": {1: True}}, "call IDs"),
+    ],
+)
+async def test_wrong_results_are_a_type_error_saying_how(results: Any, match: str) -> None:
+    agent, ran = two_gates()
+    paused = await agent.run("go")
+    with pytest.raises(TypeError, match=match):
+        await agent.run_with_deferred_results(paused.messages, results)
+    assert ran == []
