@@ -76,43 +76,18 @@ def test_blocks_and_citations_are_typed_and_text_runs_stay_apart() -> None:
     cited = CONTENT.index("a golem")
     alive = CONTENT.index("comes alive")
     assert message.citations == [
-        Citation(
-            start=cited,
-            end=cited + len("a golem is made of clay"),
-            url="https://example.com/golem",
-            title="Golem",
-            cited_text="A golem is an animated being.",
-            provider="anthropic",
-            raw=_dump(CITATION),
-        ),
-        Citation(
-            start=alive,
-            end=alive + len("comes alive"),
-            title="Notes",
-            cited_text="clay",
-            provider="anthropic",
-            raw=_dump(DOCUMENT_CITATION),
-        ),
+        Citation(start=cited, end=cited + len("a golem is made of clay"),
+                 url="https://example.com/golem", title="Golem",
+                 cited_text="A golem is an animated being.", provider="anthropic",
+                 raw=_dump(CITATION)),
+        Citation(start=alive, end=alive + len("comes alive"), title="Notes", cited_text="clay",
+                 provider="anthropic", raw=_dump(DOCUMENT_CITATION)),
     ]
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="anthropic",
-            type="server_tool_use",
-            id="srvtoolu_1",
-            name="web_search",
-            raw=_dump(BODY["content"][2]),
-            at=len("Let me search."),
-            thinking_before=1,
-        ),
-        ServerToolBlock(
-            provider="anthropic",
-            type="web_search_tool_result",
-            id="srvtoolu_1",
-            name="web_search",
-            raw=_dump(SEARCH_RESULT),
-            at=len("Let me search."),
-            thinking_before=1,
-        ),
+        ServerToolBlock(provider="anthropic", type=block["type"], id="srvtoolu_1",
+                        name="web_search", raw=_dump(block), at=len("Let me search."),
+                        thinking_before=1)
+        for block in (BODY["content"][2], SEARCH_RESULT)
     ]
     assert message.server_tools[1].data()["content"][0]["encrypted_content"] == "EncA=="
     assert message.tool_calls == []

@@ -764,3 +764,13 @@ async def test_a_failure_after_retries_that_is_not_retryable_is_the_cause_as_rai
     assert isinstance(info.value.__cause__, ProviderError)
     assert info.value.__cause__.status_code == 401
     assert "after 2 attempts" in " ".join(info.value.__cause__.__notes__)
+
+
+@BOTH
+async def test_a_gemini_error_body_in_a_list_is_read(stream: bool) -> None:
+    # the API answers a streamGenerateContent without alt=sse with a list of objects
+    error = {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}
+    raised = await fail_with("gemini", 503, json.dumps([{"error": error}]).encode(), stream=stream)
+    assert type(raised) is Overloaded
+    assert raised.error_type == "UNAVAILABLE"
+    assert "The model is overloaded." in str(raised)

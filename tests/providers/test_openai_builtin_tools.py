@@ -62,40 +62,22 @@ def test_items_and_annotations_are_typed() -> None:
     message = parsed(API, BODY).message
     assert message.content == "A golem is ([example.com](x)) clay. More."
     assert message.citations == [
-        Citation(
-            start=13,
-            end=31,
-            url="https://example.com/golem",
-            title="Golem",
-            provider="openai-responses",
-            raw=_dump(URL_CITATION),
-        )
+        Citation(start=13, end=31, url="https://example.com/golem", title="Golem",
+                 provider="openai-responses", raw=_dump(URL_CITATION))
     ]
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="openai-responses",
-            type="web_search_call",
-            id="ws_1",
-            name="web_search",
-            raw=_dump(SEARCH),
-            at=0,
-            thinking_before=1,
-        )
+        ServerToolBlock(provider="openai-responses", type="web_search_call", id="ws_1",
+                        name="web_search", raw=_dump(SEARCH), at=0, thinking_before=1)
     ]
     assert message.server_tools[0].data()["action"]["query"] == "golem"
 
 
 def test_text_after_a_builtin_item_is_one_run_and_separated_from_the_text_before() -> None:
+    texts = [{"type": "output_text", "text": t} for t in ("First part,", " second part.")]
     output = [
         {"type": "message", "content": [{"type": "output_text", "text": "Searching."}]},
         SEARCH,
-        {
-            "type": "message",
-            "content": [
-                {"type": "output_text", "text": "First part,"},
-                {"type": "output_text", "text": " second part."},
-            ],
-        },
+        {"type": "message", "content": texts},
     ]
     message = parsed(API, {**BODY, "output": output}).message
     assert message.content == "Searching.\n\nFirst part, second part."
