@@ -61,37 +61,6 @@ def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
     )
 
 
-def test_streamed_arguments_keep_the_raw_text_even_when_truncated() -> None:
-    events = [
-        {
-            "type": "message_start",
-            "message": {"model": "m", "usage": {"input_tokens": 5, "output_tokens": 1}},
-        },
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_9", "name": "write", "input": {}},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": '{"text":  "unfinis'},
-        },
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "max_tokens"},
-            "usage": {"output_tokens": 8},
-        },
-        {"type": "message_stop"},
-    ]
-    final = parse_stream(events)[-1]
-    assert isinstance(final, ModelResponse)
-    assert final.message.tool_calls == [ToolCall("toolu_9", "write", '{"text":  "unfinis')]
-    assert final.finish_reason == "length"
-    assert final.usage == Usage(input_tokens=5, output_tokens=8)
-
-
 def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
     events = [
         {
