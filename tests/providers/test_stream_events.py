@@ -79,133 +79,50 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     kind = data.draw(st.sampled_from(["message", "reasoning", "function_call", "web_search"]))
     added = data.draw(st.booleans())
     events: list[dict[str, Any]] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append({"type": f"response.{kind}", "output_index": i, "item_id": item["id"], **fields})
+
     if kind == "message":
         texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
         item = {**_message(*texts), "id": f"msg_{i}"}
         mode = data.draw(st.sampled_from(["deltas", "text_done", "item_done", "both"]))
         if added:
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "content": []},
-                }
-            )
+            event("output_item.added", item={**item, "content": []})
         for j, t in enumerate(texts):
             if mode in ("deltas", "both"):
-                events += [
-                    {
-                        "type": "response.output_text.delta",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "content_index": j,
-                        "delta": p,
-                    }
-                    for p in drawn_pieces(data, t)
-                ]
+                for p in drawn_pieces(data, t):
+                    event("output_text.delta", content_index=j, delta=p)
             if mode in ("text_done", "both"):
-                events.append(
-                    {
-                        "type": "response.output_text.done",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "content_index": j,
-                        "text": t,
-                    }
-                )
+                event("output_text.done", content_index=j, text=t)
     elif kind == "reasoning":
         texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
-        item = {
-            "type": "reasoning",
-            "id": f"rs_{i}",
-            "encrypted_content": "E",
-            "summary": [{"type": "summary_text", "text": t} for t in texts],
-        }
+        summary = [{"type": "summary_text", "text": t} for t in texts]
+        item = {"type": "reasoning", "id": f"rs_{i}", "encrypted_content": "E", "summary": summary}
         if added or data.draw(st.booleans()):
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "summary": []},
-                }
-            )
+            event("output_item.added", item={**item, "summary": []})
             if data.draw(st.booleans()):
                 for j, t in enumerate(texts):
-                    events += [
-                        {
-                            "type": "response.reasoning_summary_text.delta",
-                            "output_index": i,
-                            "item_id": item["id"],
-                            "summary_index": j,
-                            "delta": p,
-                        }
-                        for p in drawn_pieces(data, t)
-                    ]
+                    for p in drawn_pieces(data, t):
+                        event("reasoning_summary_text.delta", summary_index=j, delta=p)
     elif kind == "function_call":
         args = json.dumps({"v": data.draw(_TEXT)})
-        item = {
-            "type": "function_call",
-            "id": f"fc_{i}",
-            "call_id": f"call_{i}",
-            "name": "f",
-            "arguments": args,
-            "status": "completed",
-        }
+        item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": "f",
+                "arguments": args, "status": "completed"}
         if added:
             whole = data.draw(st.booleans())
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "arguments": args if whole else ""},
-                }
-            )
+            event("output_item.added", item={**item, "arguments": args if whole else ""})
             if not whole:
-                events += [
-                    {
-                        "type": "response.function_call_arguments.delta",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "delta": p,
-                    }
-                    for p in drawn_pieces(data, args)
-                ]
+                for p in drawn_pieces(data, args):
+                    event("function_call_arguments.delta", delta=p)
                 if data.draw(st.booleans()):
-                    events.append(
-                        {
-                            "type": "response.function_call_arguments.done",
-                            "output_index": i,
-                            "item_id": item["id"],
-                            "arguments": args,
-                        }
-                    )
+                    event("function_call_arguments.done", arguments=args)
     else:
-        item = {
-            "type": "web_search_call",
-            "id": f"ws_{i}",
-            "status": "completed",
-            "action": {"type": "search", "query": "q"},
-        }
+        item = {"type": "web_search_call", "id": f"ws_{i}", "status": "completed",
+                "action": {"type": "search", "query": "q"}}
         if added:
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": item,
-                }
-            )
-    events.append(
-        {
-            "type": "response.output_item.done",
-            "output_index": i,
-            "item_id": item["id"],
-            "item": item,
-        }
-    )
+            event("output_item.added", item=item)
+    event("output_item.done", item=item)
     return item, events
 
 
