@@ -25,22 +25,14 @@ RESULT = {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "4\n"}}
 GROUNDING: dict[str, Any] = {
     "webSearchQueries": ["golem clay"],
     "groundingChunks": [{"web": {"uri": "https://example.com/g", "title": "Golem"}}],
-    "groundingSupports": [
-        {
-            "segment": {"startIndex": 9, "endIndex": 26, "text": "Ein Golem ist Ton"},
-            "groundingChunkIndices": [0],
-        }
-    ],
+    "groundingSupports": [{"segment": {"startIndex": 9, "endIndex": 26, "text": "Ein Golem ist Ton"},
+                           "groundingChunkIndices": [0]}],
 }
 
 
 def _body(parts: list[dict[str, Any]], **candidate: Any) -> dict[str, Any]:
-    return {
-        "candidates": [
-            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", **candidate}
-        ],
-        "modelVersion": "gemini-2.5-flash",
-    }
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", **candidate}
+    return {"candidates": [candidate], "modelVersion": "gemini-2.5-flash"}
 
 
 def test_code_execution_parts_are_blocks_and_text_runs_stay_apart() -> None:
@@ -48,20 +40,9 @@ def test_code_execution_parts_are_blocks_and_text_runs_stay_apart() -> None:
     message = parsed("gemini", body).message
     assert message.content == "Let me compute.\n\nIt is 4."
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="gemini",
-            type="executableCode",
-            name="code_execution",
-            raw=_dump(CODE),
-            at=len("Let me compute."),
-        ),
-        ServerToolBlock(
-            provider="gemini",
-            type="codeExecutionResult",
-            name="code_execution",
-            raw=_dump(RESULT),
-            at=len("Let me compute."),
-        ),
+        ServerToolBlock(provider="gemini", type=next(iter(part)), name="code_execution",
+                        raw=_dump(part), at=len("Let me compute."))
+        for part in (CODE, RESULT)
     ]
     assert message.server_tools[1].data()["codeExecutionResult"]["output"] == "4\n"
 
