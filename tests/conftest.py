@@ -44,7 +44,7 @@ KNOBS: dict[str, dict[str, str]] = {
         "GOLEM_GO_EXAMPLES": "25",
         "GOLEM_SUBRUN_EXAMPLES": "25",
         "GOLEM_BATCH_EXAMPLES": "25",
-        "GOLEM_CRASH_SEEDS": "101",  # SIGKILL rounds (tests/durable/store/test_sqlite_crash.py)
+        "GOLEM_CRASH_SEEDS": "101",  # SIGKILL rounds (tests/durable/store/test_workers_killed_anywhere.py)
         "GOLEM_CRASH_ROUNDS": "3",
     },
     "deep": {
@@ -162,10 +162,9 @@ HEAVY_FIRST = (
     "tests/service/test_api_fuzz.py",
     "tests/test_examples.py",
     "tests/test_docs.py",
-    "tests/durable/store/test_sqlite_crash.py",
+    "tests/durable/store/test_workers_killed_anywhere.py",
     "tests/service/browser/",
     "tests/durable/store/test_postgres_chaos.py",
-    "tests/durable/store/test_postgres_operator_chaos.py",
 )
 """The slowest files (subprocesses, servers, browsers), run first so that under xdist no worker
 is left alone with one of them at the end (`--dist loadscope` hands out files in this order)."""

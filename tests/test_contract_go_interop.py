@@ -38,16 +38,13 @@ from golem import (
     dumps_history,
     loads_history,
 )
-from golem._checks import same_args
 from golem.agent_tool import PAUSED_MARKER, sub_conversation
 from golem.messages import ROLES, Citation, Part, ServerToolBlock, ThinkingBlock
-from golem.providers.anthropic._wire import container_of
-from golem.providers.openai._wire import audio_id_of
 from golem.records import paused_records
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.go import SPACED, Views, go_compact, golem_view, without_args
-from tests.support.gojson import go_history, raw_args
+from tests.support.gojson import go_history, raw_args, same_tokens
 from tests.support.histories import damaged, histories
 from tests.support.ledger import CONV, KEY, Ledger, turn
 from tests.support.nested import EVERY, FINAL, RESULTS, World, janitor, parent_of, pending_ids
@@ -294,7 +291,7 @@ def test_go_keeps_golems_fields_drops_its_own_keys_and_its_writing_is_a_fixed_po
     go: Any, batch: list[list[Message]]
 ) -> None:
     """Seals, records, provider blocks, citations, media, deep args: Go loads every history;
-    what it writes back loads with Go's fields unchanged, args the same JSON (`same_args`),
+    what it writes back loads with Go's fields unchanged, args the same JSON (`same_tokens`),
     sub-agent records byte for byte; Go's text is a fixed point through golem's codec."""
     answers = go(*[dumps_history(h) for h in batch])
     for history, first in zip(batch, answers, strict=True):
@@ -306,7 +303,7 @@ def test_go_keeps_golems_fields_drops_its_own_keys_and_its_writing_is_a_fixed_po
             assert call_ids(theirs) == call_ids(mine)
             assert all(not c.seal for c in theirs.tool_calls)
             for tc, mc in zip(theirs.tool_calls, mine.tool_calls, strict=True):
-                assert same_args(tc.args, mc.args), (tc.args, mc.args)
+                assert same_tokens(tc.args, mc.args), (tc.args, mc.args)
         assert paused_records(back) == paused_records(history)
     outs = [a["out"] for a in answers]
     again = go(*[dumps_history(loads_history(o)) for o in outs])
@@ -372,9 +369,8 @@ def test_a_container_and_a_chat_audio_id_do_not_survive_go(go: Any) -> None:
         server_tools=[container("2099-01-01T00:00:00Z")],
     )
     history = [Message(role="user", content="run it"), reply]
-    assert (container_of(history), audio_id_of(reply)) == ("container_011", "audio_abc")
     back = through_go(go, history)
-    assert (container_of(back), audio_id_of(back[1])) == ("", "")
+    assert back[1].server_tools == []
     assert back[1].content == "the transcript"
     assert back[1].parts == [Part("audio", data=b"RIFF", media_type="audio/wav")]
 
@@ -451,10 +447,10 @@ def test_invalid_utf8_loads_as_the_go_golem_reads_it(
             viewed = [a for m in args_of(answer["view"]) for a in m]
             if text is document:
                 assert held == viewed
-            assert all(map(same_args, held, viewed)), (held, viewed)
+            assert all(map(same_tokens, held, viewed)), (held, viewed)
             (again,) = go(dumps_history(loaded))
             assert without_args(again["view"]) == without_args(answer["view"])
-            assert all(map(same_args, [a for m in args_of(again["view"]) for a in m], viewed))
+            assert all(map(same_tokens, [a for m in args_of(again["view"]) for a in m], viewed))
 
 
 # --------------------------------------------------------------------------- damaged documents
