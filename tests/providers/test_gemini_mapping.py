@@ -80,97 +80,53 @@ def test_consecutive_tool_results_share_one_user_content() -> None:
 def test_tool_result_parts_follow_the_responses_labelled_when_several() -> None:
     png = b"\x89PNG\r\n"
     messages = [
-        Message(
-            role="assistant",
-            tool_calls=[ToolCall("c1", "shot", "{}"), ToolCall("c2", "scan", "{}")],
-        ),
-        Message(
-            role="tool",
-            content="ok",
-            parts=[Part("image", data=png, media_type="image/png")],
-            tool_call_id="c1",
-            tool_name="shot",
-        ),
-        Message(
-            role="tool",
-            content="ok",
-            parts=[Part("document", url="https://example.com/a.pdf")],
-            tool_call_id="c2",
-        ),
+        Message(role="assistant", tool_calls=[ToolCall("c1", "shot", "{}"), ToolCall("c2", "scan", "{}")]),
+        Message(role="tool", content="ok", parts=[Part("image", data=png, media_type="image/png")],
+                tool_call_id="c1", tool_name="shot"),
+        Message(role="tool", content="ok", parts=[Part("document", url="https://example.com/a.pdf")],
+                tool_call_id="c2"),
     ]
     contents = _body(messages)["contents"]
-    assert contents[1] == {
-        "role": "user",
-        "parts": [
-            {"functionResponse": {"name": "shot", "id": "c1", "response": {"output": "ok"}}},
-            # the name comes from the call when the tool message lacks it
-            {"functionResponse": {"name": "scan", "id": "c2", "response": {"output": "ok"}}},
-        ],
-    }
-    assert contents[2] == {
-        "role": "user",
-        "parts": [
-            {"text": 'Attachments of the "shot" result:'},
-            {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}},
-            {"text": 'Attachments of the "scan" result:'},
-            {"fileData": {"fileUri": "https://example.com/a.pdf", "mimeType": "application/pdf"}},
-        ],
-    }
+    # the name comes from the call when the tool message lacks it
+    assert contents[1] == {"role": "user", "parts": [
+        {"functionResponse": {"name": n, "id": i, "response": {"output": "ok"}}}
+        for i, n in (("c1", "shot"), ("c2", "scan"))
+    ]}
+    assert contents[2] == {"role": "user", "parts": [
+        {"text": 'Attachments of the "shot" result:'},
+        {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}},
+        {"text": 'Attachments of the "scan" result:'},
+        {"fileData": {"fileUri": "https://example.com/a.pdf", "mimeType": "application/pdf"}},
+    ]}
 
 
 def test_history_from_other_providers_is_sendable() -> None:
     """IDs, thinking blocks and signatures from Anthropic/OpenAI never reach Gemini as-is."""
+    toolu, thought = "toolu_01A09q90qw90lq917835lq9", "The user wants a deletion."
+    thinking = [ThinkingBlock(text=thought, signature="EqQBCkYIBxgCKkB"),
+                ThinkingBlock(redacted="EmwKAhgBEgy3va3pzix")]
     messages = [
         Message(role="system", content="Be brief."),
         Message(role="user", content="Delete /tmp/a"),
-        Message(
-            role="assistant",
-            content="Deleting.",
-            thinking=[
-                ThinkingBlock(text="The user wants a deletion.", signature="EqQBCkYIBxgCKkB"),
-                ThinkingBlock(redacted="EmwKAhgBEgy3va3pzix"),
-            ],
-            tool_calls=[
-                ToolCall("toolu_01A09q90qw90lq917835lq9", "delete_file", '{"path":"/tmp/a"}')
-            ],
-        ),
-        Message(
-            role="tool",
-            content="deleted",
-            tool_call_id="toolu_01A09q90qw90lq917835lq9",
-            tool_name="delete_file",
-        ),
+        Message(role="assistant", content="Deleting.", thinking=thinking,
+                tool_calls=[ToolCall(toolu, "delete_file", '{"path":"/tmp/a"}')]),
+        Message(role="tool", content="deleted", tool_call_id=toolu, tool_name="delete_file"),
         Message(role="system", content="Answer in French."),
-        Message(
-            role="assistant",
-            content="Supprimé.",
-            tool_calls=[ToolCall("call_abc123", "delete_file", '{"path":"/tmp/b"}')],
-        ),
-        Message(
-            role="tool", content="deleted", tool_call_id="call_abc123", tool_name="delete_file"
-        ),
+        Message(role="assistant", content="Supprimé.",
+                tool_calls=[ToolCall("call_abc123", "delete_file", '{"path":"/tmp/b"}')]),
+        Message(role="tool", content="deleted", tool_call_id="call_abc123", tool_name="delete_file"),
     ]
     body = _body(loads_history(dumps_history(messages)))
     assert body["systemInstruction"] == {
-        "role": "user",
-        "parts": [{"text": "Be brief."}, {"text": "Answer in French."}],
+        "role": "user", "parts": [{"text": "Be brief."}, {"text": "Answer in French."}]
     }
-    first_turn = body["contents"][1]["parts"]
-    assert first_turn == [
-        {"text": "The user wants a deletion.", "thought": True},  # no foreign signature
+    call = {"name": "delete_file", "args": {"path": "/tmp/a"}, "id": toolu}
+    assert body["contents"][1]["parts"] == [
+        {"text": thought, "thought": True},  # no foreign signature
         {"text": "Deleting."},
-        {
-            "functionCall": {
-                "name": "delete_file",
-                "args": {"path": "/tmp/a"},
-                "id": "toolu_01A09q90qw90lq917835lq9",
-            },
-            "thoughtSignature": DUMMY_SIGNATURE,
-        },
+        {"functionCall": call, "thoughtSignature": DUMMY_SIGNATURE},
     ]
-    assert body["contents"][2]["parts"][0]["functionResponse"]["id"] == (
-        "toolu_01A09q90qw90lq917835lq9"
-    )
+    assert body["contents"][2]["parts"][0]["functionResponse"]["id"] == toolu
     assert body["contents"][4]["parts"][0]["functionResponse"]["id"] == "call_abc123"
     json.dumps(body)  # plain JSON all the way down
 
@@ -189,22 +145,16 @@ def test_signature_only_text_block_is_sent_as_gemini_sent_it() -> None:
 
 def test_user_parts_inline_url_and_data_url() -> None:
     b64 = base64.b64encode(b"abc").decode()
-    msg = Message(
-        role="user",
-        content="look",
-        parts=[
-            Part("image", url="https://example.com/cat.jpg"),
-            Part("image", url=f"data:image/png;base64,{b64}"),
-            Part("audio", data=b"abc", media_type="audio/wav"),
-            Part("video", url="https://www.youtube.com/watch?v=9hE5-98ZeCg"),
-        ],
-    )
-    assert _body([msg])["contents"][0]["parts"] == [
+    youtube = "https://www.youtube.com/watch?v=9hE5-98ZeCg"
+    parts = [Part("image", url="https://example.com/cat.jpg"),
+             Part("image", url=f"data:image/png;base64,{b64}"),
+             Part("audio", data=b"abc", media_type="audio/wav"), Part("video", url=youtube)]
+    assert _body([Message(role="user", content="look", parts=parts)])["contents"][0]["parts"] == [
         {"text": "look"},
         {"fileData": {"fileUri": "https://example.com/cat.jpg", "mimeType": "image/jpeg"}},
         {"inlineData": {"mimeType": "image/png", "data": b64}},
         {"inlineData": {"mimeType": "audio/wav", "data": b64}},
-        {"fileData": {"fileUri": "https://www.youtube.com/watch?v=9hE5-98ZeCg"}},
+        {"fileData": {"fileUri": youtube}},
     ]
 
 
