@@ -166,38 +166,17 @@ def test_parts_in_user_and_tool_messages() -> None:
 
 
 def test_tools_and_native_output() -> None:
-    schema = {
-        "type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 1}},
-        "required": ["n"],
-    }
-    body = body_of(
-        "anthropic",
-        ModelRequest(
-            messages=[Message(role="user", content="count")],
-            tools=[ToolSpec("count", "Count things.", {"type": "object", "properties": {}})],
-            output_schema=schema,
-        ),
-    )
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    count = ToolSpec("count", "Count things.", {"type": "object", "properties": {}})
+    request = ModelRequest([Message(role="user", content="count")], tools=[count], output_schema=schema)
+    body = body_of("anthropic", request)
     assert body["tools"] == [
-        {
-            "name": "count",
-            "description": "Count things.",
-            "input_schema": {"type": "object", "properties": {}},
-        }
+        {"name": "count", "description": "Count things.", "input_schema": {"type": "object", "properties": {}}}
     ]
     assert body["tool_choice"] == {"type": "auto"}
-    assert body["output_config"] == {
-        "format": {
-            "type": "json_schema",
-            "schema": {
-                "type": "object",
-                "properties": {"n": {"type": "integer", "description": "{minimum: 1}"}},
-                "required": ["n"],
-                "additionalProperties": False,
-            },
-        }
-    }
+    strict = {"type": "object", "properties": {"n": {"type": "integer", "description": "{minimum: 1}"}},
+              "required": ["n"], "additionalProperties": False}
+    assert body["output_config"] == {"format": {"type": "json_schema", "schema": strict}}
     assert "system" not in body
 
 
