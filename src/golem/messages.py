@@ -190,24 +190,38 @@ class Message:
 # The run loop builds a message per turn and per tool result: it sets the slots directly
 # (half the cost of the frozen dataclass's `__init__`), which builds an equal `Message`.
 _SET = tuple(getattr(Message, name).__set__ for name in Message.__slots__)
+(_ROLE, _CONTENT, _PARTS, _CALLS, _CALL_ID, _TOOL, _FAILED, _THINKING, _RUN, _CONV, _CITES,
+ _SERVER) = _SET
 
 
-def _message(*f: Any) -> Message:
+def _message(
+    role: Role,
+    content: str,
+    parts: list[Part],
+    tool_calls: list[ToolCall],
+    tool_call_id: str,
+    tool_name: str,
+    failed: bool,
+    thinking: list[ThinkingBlock],
+    run_id: str,
+    conversation_id: str,
+    citations: list[Citation],
+    server_tools: list[ServerToolBlock],
+) -> Message:
     """A `Message` of its twelve fields, in order."""
     m = object.__new__(Message)
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11 = _SET
-    s0(m, f[0])
-    s1(m, f[1])
-    s2(m, f[2])
-    s3(m, f[3])
-    s4(m, f[4])
-    s5(m, f[5])
-    s6(m, f[6])
-    s7(m, f[7])
-    s8(m, f[8])
-    s9(m, f[9])
-    s10(m, f[10])
-    s11(m, f[11])
+    _ROLE(m, role)
+    _CONTENT(m, content)
+    _PARTS(m, parts)
+    _CALLS(m, tool_calls)
+    _CALL_ID(m, tool_call_id)
+    _TOOL(m, tool_name)
+    _FAILED(m, failed)
+    _THINKING(m, thinking)
+    _RUN(m, run_id)
+    _CONV(m, conversation_id)
+    _CITES(m, citations)
+    _SERVER(m, server_tools)
     return m
 
 
@@ -223,10 +237,20 @@ def new_message(
     conversation_id: str = "",
 ) -> Message:
     """`Message(...)` with positional fields; a list not given is a new empty list."""
-    parts = [] if parts is None else parts
-    calls = [] if tool_calls is None else tool_calls
-    ids = (run_id, conversation_id)
-    return _message(role, content, parts, calls, tool_call_id, tool_name, failed, [], *ids, [], [])
+    return _message(
+        role,
+        content,
+        [] if parts is None else parts,
+        [] if tool_calls is None else tool_calls,
+        tool_call_id,
+        tool_name,
+        failed,
+        [],
+        run_id,
+        conversation_id,
+        [],
+        [],
+    )
 
 
 def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = None) -> Message:
@@ -235,9 +259,20 @@ def stamped(m: Message, run_id: str, conversation_id: str, role: Role | None = N
         if role is None:
             return replace(m, run_id=run_id, conversation_id=conversation_id)
         return replace(m, role=role, run_id=run_id, conversation_id=conversation_id)
-    r = m.role if role is None else role
-    f = (m.content, m.parts, m.tool_calls, m.tool_call_id, m.tool_name, m.failed, m.thinking)
-    return _message(r, *f, run_id, conversation_id, m.citations, m.server_tools)
+    return _message(
+        m.role if role is None else role,
+        m.content,
+        m.parts,
+        m.tool_calls,
+        m.tool_call_id,
+        m.tool_name,
+        m.failed,
+        m.thinking,
+        run_id,
+        conversation_id,
+        m.citations,
+        m.server_tools,
+    )
 
 
 def with_calls(m: Message, tool_calls: list[ToolCall]) -> Message:

@@ -247,11 +247,11 @@ async def test_a_forwarded_for_header_does_not_reset_the_guess_count(app: Starle
 def test_a_refused_address_is_let_back_in_when_its_failures_age_out() -> None:
     limit = TokenFailures(3, 60.0)
     for t in (0.0, 1.0, 2.0):
-        assert limit.blocked("a", now=t) == 0
-        limit.fail("a", now=t)
-    assert limit.blocked("a", now=30.0) == pytest.approx(30.0)
-    assert limit.blocked("b", now=30.0) == 0
-    assert limit.blocked("a", now=60.5) == 0  # the first failure left the window
+        assert limit.wait("a", now=t) == 0
+        limit.count("a", now=t)
+    assert limit.wait("a", now=30.0) == pytest.approx(30.0)
+    assert limit.wait("b", now=30.0) == 0
+    assert limit.wait("a", now=60.5) == 0  # the first failure left the window
     with pytest.raises(ValueError, match="at least 1"):
         TokenFailures(0)
 

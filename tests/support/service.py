@@ -184,6 +184,8 @@ class Stream:
     buffer: str = ""
     text: str = ""
     """Every byte of the body sent so far."""
+    task: asyncio.Task[None] | None = None
+    """The app serving it (done once the stream ended by itself)."""
 
     async def next(self, event: str | None = None) -> Event:
         """The next event (of the given type, skipping others)."""
@@ -241,7 +243,7 @@ async def open_stream(
         "server": ("golem.test", 80),
         "state": {},
     }
-    task = asyncio.create_task(app(scope, receive, send))
+    task = stream.task = asyncio.create_task(app(scope, receive, send))
     await asyncio.wait_for(started.wait(), WAIT)
     try:
         yield stream
