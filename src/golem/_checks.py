@@ -329,14 +329,12 @@ def answered_calls(history: Sequence[Message]) -> set[str]:
 
 
 def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
+    what = f'golem: edited arguments for tool call "{call.id}" ({call.name}) are'
     if isinstance(args, dict):
         try:
             text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise ResumeError(
-                f'golem: edited arguments for tool call "{call.id}" ({call.name}) are not '
-                f"JSON-serializable: {exc}"
-            ) from exc
+            raise ResumeError(f"{what} not JSON-serializable: {exc}") from exc
     else:
         text = args
     problem = ""
@@ -348,17 +346,11 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
         except UnicodeEncodeError:
             problem = "they hold a lone surrogate, which no JSON history can store"
     if problem:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{problem}"
-        )
+        raise ResumeError(f"{what} rejected: {problem}")
     try:
         tool.validate_args(text)
     except InvalidArguments as exc:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{exc.message}"
-        ) from exc
+        raise ResumeError(f"{what} rejected: {exc.message}") from exc
     return text
 
 

@@ -440,29 +440,14 @@ def _classify(exc: Exception) -> _Outcome:
 def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
     if not state.listening:
         return
+    detail: dict[str, Any]
+    kind, detail = EventKind.TOOL_END, {"error": out.error}
     if out.kind == "deferred":
-        assert isinstance(out.error, Deferred)
-        state.emit(
-            EventKind.DEFERRED,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            args=call.args,
-            reason=getattr(out.error, "reason", ""),
-        )
+        kind = EventKind.DEFERRED
+        detail = {"args": call.args, "reason": getattr(out.error, "reason", "")}
     elif out.result is not None:
-        state.emit(
-            EventKind.TOOL_END,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            result=out.result.text,
-            parts=tuple(out.result.parts),
-        )
-    else:
-        state.emit(
-            EventKind.TOOL_END, turn=turn, call_id=call.id, tool_name=call.name, error=out.error
-        )
+        detail = {"result": out.result.text, "parts": tuple(out.result.parts)}
+    state.emit(kind, turn=turn, call_id=call.id, tool_name=call.name, **detail)
 
 
 def _groups(tools: Sequence[Tool]) -> list[list[int]]:

@@ -18,7 +18,7 @@ from golem.deferred import DeferredRequests, PendingToolCall
 from golem.errors import Stage, ToolError
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history
-from golem.result import PartialResult, Result, RunError
+from golem.result import RESULT_FIELDS, PartialResult, Result, RunError
 from golem.seal import SealKeys
 from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
@@ -365,18 +365,7 @@ def paused_record(
 def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
     """A copy of `result` with `changes` (a paused result's output is never read)."""
 
-    fields: dict[str, Any] = {
-        "output": None if result.pending is not None else result.output,
-        "messages": result.messages,
-        "usage": result.usage,
-        "finish_reason": result.finish_reason,
-        "requests": result.requests,
-        "tool_calls": result.tool_calls,
-        "cost": result.cost,
-        "run_id": result.run_id,
-        "conversation_id": result.conversation_id,
-        "pending": result.pending,
-        "trace_context": result.trace_context,
-    }
+    fields: dict[str, Any] = {name: getattr(result, name) for name in RESULT_FIELDS}
+    fields["output"] = None if result.pending is not None else result.output
     fields.update(changes)
     return Result(**fields)

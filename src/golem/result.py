@@ -16,7 +16,7 @@ __all__ = ["PartialResult", "Result", "RunError"]
 OutputT = TypeVar("OutputT")
 _set = object.__setattr__
 
-_FIELDS = (
+RESULT_FIELDS = (
     "messages",
     "usage",
     "finish_reason",
@@ -35,7 +35,7 @@ class Result(Generic[OutputT]):
     `messages` to feed back as `history`, `usage`, counters, `cost`, identity and the
     `trace_context` (W3C traceparent) to link a resume."""
 
-    __slots__ = ("_output", *_FIELDS)
+    __slots__ = ("_output", *RESULT_FIELDS)
 
     _output: OutputT | None
     messages: list[Message]
@@ -107,7 +107,7 @@ class Result(Generic[OutputT]):
         raise AttributeError(f"Result is immutable: cannot delete {name!r}")
 
     def _values(self) -> tuple[Any, ...]:
-        return (self._output, *(getattr(self, name) for name in _FIELDS))
+        return (self._output, *(getattr(self, name) for name in RESULT_FIELDS))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -123,7 +123,9 @@ class Result(Generic[OutputT]):
     def __repr__(self) -> str:
         head = "pending" if self.pending is not None else "output"
         first = repr(self.pending if self.pending is not None else self._output)
-        rest = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS if name != "pending")
+        rest = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in RESULT_FIELDS if name != "pending"
+        )
         return f"Result({head}={first}, {rest})"
 
 
