@@ -40,8 +40,7 @@ __all__ = ["Policy", "RunState", "run_loop"]
 
 @dataclass(slots=True)
 class Policy:
-    """What a run follows, fixed when it starts (read-only by convention; not `frozen`,
-    which costs on this per-run path)."""
+    """What a run follows, fixed at its start (read-only by convention; `frozen` costs here)."""
 
     model: Model
     tools: Mapping[str, Tool]
@@ -427,7 +426,7 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 
 def _classify(exc: Exception) -> _Outcome:
-    """The outcome a tool's exception stands for: a signal (without traceback) or an error."""
+    """The outcome a tool's exception stands for: a signal (no traceback) or an error."""
     if exc.__class__ is Deferred:  # the common signal, raised as itself
         return _Outcome("deferred", None, exc.with_traceback(None))
     for kind, signal in _SIGNALS:

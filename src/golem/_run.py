@@ -256,8 +256,7 @@ def _unfence(text: str) -> str:
 
 
 def decode_output(adapter: pydantic.TypeAdapter[Any], text: str) -> Any:
-    """The output `adapter` validates from `text` (fenced JSON too); `ModelRetry` naming
-    each problem when it does not validate."""
+    """The output `adapter` validates from `text` (fenced JSON too), else `ModelRetry`."""
     try:
         return adapter.validate_json(_unfence(text))
     except pydantic.ValidationError as exc:

@@ -90,8 +90,7 @@ class SubAgent(Protocol):
 
 
 class AgentTool(Tool):
-    """A `Tool` that runs another `Agent` (`Agent.as_tool`); `deps` maps the parent's deps to
-    the sub-agent's, `timeout` bounds the whole sub-run."""
+    """A `Tool` that runs another `Agent` (`Agent.as_tool`), `deps` mapped, whole sub-run timed."""
 
     __slots__ = ("agent", "map_deps")
 

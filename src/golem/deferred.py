@@ -237,8 +237,7 @@ class _PausedHead(msgspec.Struct, forbid_unknown_fields=False):
 
 
 def _split_history(text: str) -> tuple[str, str]:
-    """`text`, a JSON object, as (the object without its top-level "history" member, that
-    member's value), scanned without recursion: the history nests as deep as Go writes it."""
+    """`text` (a JSON object) as (it without its top-level "history", that value), scanned flat."""
     s = text.strip()
     if not s.startswith("{"):
         raise HistoryError("golem: not a paused run: expected a JSON object")

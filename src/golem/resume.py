@@ -453,8 +453,7 @@ class ResumeProgress:
 
     @property
     def messages(self) -> list[Message] | None:
-        """The history to go on from (None: nothing ran); while `paused`, resume it with the
-        same resolutions, else go on with `Agent.run(prompt, history=...)`."""
+        """The history to go on from (None: nothing ran): resume it while `paused`, else `run`."""
         return self._read()[0]
 
     @property

@@ -130,8 +130,7 @@ _HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 
 def _mac(pads: _Pads, conversation_id: str, call: ToolCall, kind: str) -> str:
-    """base64url HMAC-SHA256 over the length-prefixed version label, conversation ID, call ID,
-    tool name, kind and argument bytes."""
+    """base64url HMAC-SHA256 over the length-prefixed label, conversation, ID, name, kind, args."""
     conv = conversation_id.encode("utf-8", "surrogatepass")
     cid = call.id.encode("utf-8", "surrogatepass")
     name = call.name.encode("utf-8", "surrogatepass")
@@ -155,8 +154,7 @@ def _kind(kind: DeferKind | str) -> DeferKind:
 
 
 def seal_call(keys: SealKey, conversation_id: str, call: ToolCall, kind: DeferKind | str) -> str:
-    """The seal for `call` paused with `kind` in `conversation_id`, with the current key
-    (`ValueError` for another kind)."""
+    """The seal for `call` paused with `kind` in `conversation_id` (the current key)."""
     k = as_seal_keys(keys)
     kind = _kind(kind)
     mac = _mac(k._pads[k.key_id], conversation_id, call, kind)
@@ -164,8 +162,7 @@ def seal_call(keys: SealKey, conversation_id: str, call: ToolCall, kind: DeferKi
 
 
 def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKind:
-    """Check `call.seal` and return its kind; `SealError` ("unsealed", "malformed",
-    "unknown_key" or "tampered") otherwise."""
+    """Check `call.seal` and return its kind; `SealError` naming the problem otherwise."""
     k = as_seal_keys(keys)
 
     def fail(problem: str, text: str) -> SealError:
@@ -229,8 +226,7 @@ def seal_pending(
 
 
 def replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
-    """A copy of `messages` with each call whose ID is in `calls` replaced (its message
-    copied); only the last call with a repeated ID."""
+    """A copy of `messages` with each call whose ID is in `calls` replaced (the last one)."""
     out = list(messages)
     done: set[str] = set()
     for i in range(len(out) - 1, -1, -1):

@@ -178,15 +178,13 @@ _APPROVED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def call_approved() -> bool:
-    """True only inside the approved re-run of a deferred call (a contextvar: seen by
-    threads and awaited code)."""
+    """True only inside the approved re-run of a deferred call (a contextvar)."""
     return _APPROVED.get()
 
 
 @contextmanager
 def approved_call() -> Iterator[None]:
-    """Mark the enclosed code as the approved re-run of a deferred call (a sub-agent run
-    started inside does not see the marker)."""
+    """Mark the enclosed code as the approved re-run of a deferred call."""
     token = _APPROVED.set(True)
     try:
         yield
@@ -195,8 +193,7 @@ def approved_call() -> Iterator[None]:
 
 
 class ApprovedScope:
-    """Internal: `approved_call()` as a class, for the approved re-runs of a resume
-    (a generator-based context manager costs several times more)."""
+    """`approved_call()` as a class (cheaper) for the approved re-runs of a resume."""
 
     __slots__ = ("_token",)
 
@@ -489,8 +486,7 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)` in a worker thread with the caller's contextvars; on cancellation the
-    `CancelledError` is raised only once the thread has ended."""
+    """`fn(*args)` in a worker thread (caller's contextvars); cancellation waits for it."""
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, fn, *args)
     future = loop.run_in_executor(None, call)
@@ -510,8 +506,7 @@ _FINISHED = "_golem_finished"
 
 
 def finished_result(cancelled: BaseException) -> ToolResult | None:
-    """The result of the sync tool whose thread returned while the caller's cancellation
-    was waiting for it (`cancelled` is that `CancelledError`), or None."""
+    """The result of the sync tool whose thread returned while cancellation waited."""
     if not hasattr(cancelled, _FINISHED):
         return None
     try:
