@@ -75,14 +75,8 @@ def _record_text(history: list[Message]) -> str:
     try:
         return dumps_history(history)
     except HistoryError:
-        return dumps_history(
-            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
-        )
-
-
-def _unpaired(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        fix = [(m, m.content.encode("utf-16", "surrogatepass")) for m in history]
+        return dumps_history([replace(m, content=b.decode("utf-16", "replace")) for m, b in fix])
 
 
 def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
