@@ -10,11 +10,10 @@ from typing import Any
 
 from golem._ids import new_id
 from golem._loop import Policy
-from golem._run import History, as_history, conversation_of
 from golem.agent_tool import PAUSED_MARKER, AgentTool
 from golem.deferred import Approval, DeferredRequests, DeferredResults, as_results, pending_calls
 from golem.errors import ConversationRequired, ResumeError, SealError
-from golem.history import paused_batch_ids, validate_history
+from golem.history import History, as_history, conversation_of, paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall
 from golem.seal import SealKeys, replace_calls, verify_call
 from golem.tool import DeferKind, InvalidArguments, Tool

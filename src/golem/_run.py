@@ -18,8 +18,8 @@ from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import SUB_RUN, copy_result, run_scope, surface
 from golem.errors import Stage
 from golem.events import EventHandler
-from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, loads_history, new_message, stamped
+from golem.history import History, as_history, conversation_of, pair_results, validate_history
+from golem.messages import Message, Part, new_message, stamped
 from golem.result import Result, RunError
 from golem.tool import ModelRetry, RunContext, Tool, describe_validation
 from golem.toolset import Toolset, enter_all, resolve_tools
@@ -42,24 +42,6 @@ __all__ = [
 
 T = TypeVar("T")
 Prompt = str | Sequence[str | Part]
-History = Sequence[Message] | str
-
-
-def as_history(hist: History | None) -> list[Message]:
-    """`hist` as messages (JSON text is loaded)."""
-    if hist is None:
-        return []
-    if isinstance(hist, str):
-        return loads_history(hist)
-    return list(hist)
-
-
-def conversation_of(messages: Sequence[Message]) -> str:
-    """The conversation the latest message that names one names, or ""."""
-    for m in reversed(messages):
-        if m.conversation_id:
-            return m.conversation_id
-    return ""
 
 
 def prompt_message(prompt: Prompt) -> Message | None:

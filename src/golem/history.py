@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from golem.errors import HistoryError, SealError
-from golem.messages import Message, new_message
+from golem.messages import Message, loads_history, new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
@@ -85,6 +85,27 @@ class SanitizeReport:
     unsealed or duplicated, in history order (each also in `repair.synthesized`)."""
     kept_open: list[str] = field(default_factory=list)
     """With a seal key: the genuine sealed pending calls left open (resumable), by call ID."""
+
+
+History = Sequence[Message] | str
+"""A history: messages, or their JSON (`dumps_history`)."""
+
+
+def as_history(hist: History | None) -> list[Message]:
+    """`hist` as messages (JSON text is loaded)."""
+    if hist is None:
+        return []
+    if isinstance(hist, str):
+        return loads_history(hist)
+    return list(hist)
+
+
+def conversation_of(messages: Sequence[Message]) -> str:
+    """The conversation the latest message that names one names, or ""."""
+    for m in reversed(messages):
+        if m.conversation_id:
+            return m.conversation_id
+    return ""
 
 
 _JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values

@@ -16,7 +16,6 @@ from golem._checks import (
     drop_finished,
     with_expected_args,
 )
-from golem._run import conversation_of
 from golem.agent_tool import PAUSED_MARKER, AgentTool, SubAgent, record_text, sub_conversation
 from golem.deferred import (
     DeferredRequests,
@@ -26,7 +25,7 @@ from golem.deferred import (
     pending_calls,
 )
 from golem.errors import HistoryError, ResumeError, SubAgentConversationMismatch
-from golem.history import paused_batch_ids, validate_history
+from golem.history import conversation_of, paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
 from golem.tool import DeferKind, Tool

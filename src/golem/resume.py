@@ -13,9 +13,7 @@ from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem._rerun import BeforeApproved, Resolving, merge, resolve
 from golem._run import (
-    History,
     Prompt,
-    conversation_of,
     new_state,
     new_tracer,
     observers_of,
@@ -39,6 +37,7 @@ from golem.agent_tool import (
 from golem.deferred import DeferredRequests, DeferredResults, PausedRun, PendingToolCall, as_results
 from golem.errors import Stage, ToolError, UsageLimitExceeded
 from golem.events import EventHandler
+from golem.history import History, conversation_of
 from golem.messages import Message, ToolCall
 from golem.records import (
     NestedPlan,
