@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _peers import ANSWER, PEERS_CYCLE, Job, compare, delete_file, floor_cycle, stat_file
 from _timing import InstantModel, measure, report
 
-from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
+from golem import Agent, Approval, DeferredResults, PausedRun, dumps_history, loads_history
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.seal import SealKeys, seal_call, verify_call
@@ -84,7 +84,7 @@ def golem_cycle(seal_key: bytes | None = None, sync: bool = False, thread: bool 
         assert bool(paused.pending.approvals[0].seal) is (seal_key is not None)
         stored = dumps_history(paused.messages)
         resumed = await agent.run_with_deferred_results(
-            loads_history(stored), approve, conversation_id=paused.conversation_id
+            PausedRun(loads_history(stored), paused.pending, paused.conversation_id), approve
         )
         assert resumed.output == ANSWER
         return resumed

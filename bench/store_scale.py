@@ -105,7 +105,7 @@ async def paging(store: SQLStore, label: str, runs: int) -> None:
 async def _audit_log(store: SQLStore, entries: int) -> None:
     """`entries` audit entries over 1,000 runs of ten agents, round robin."""
     from golem.durable.store import AuditAction, utc_now
-    from golem.durable.store._tx import Tx
+    from golem.durable.store._base import Tx
 
     runs = [f"audit-{i:04d}" for i in range(min(1000, max(entries // 5, 10)))]
     batch = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
-from golem import Agent, Approval, DeferredResults, dumps_history, loads_history
+from golem import Agent, Approval, DeferredResults, PausedRun
 from golem.integrations import otel
 from golem.messages import Message, ToolCall
 from golem.testing import ScriptedModel
@@ -59,14 +59,13 @@ paused = make_agent(
     ScriptedModel(Message("assistant", tool_calls=[ToolCall("call-1", "delete_file", '{"path": "a.log"}')]))
 ).run_sync("clean up")
 
-# keep both with the paused run: the history, and the span context to link to
-stored = {"history": dumps_history(paused.messages), "trace_context": paused.trace_context}
+# keep the paused run as one document: the history, and the span context to link to
+stored = paused.paused_run.dumps()
 
 print("\n== the resume (any process, any day): its span links to the paused run's span")
 done = make_agent(ScriptedModel("Deleted a.log.")).run_with_deferred_results_sync(
-    loads_history(stored["history"]),
+    PausedRun.loads(stored),
     DeferredResults(approvals={"call-1": Approval(True)}),
-    trace_context=stored["trace_context"],
 )
 print("\nanswer:", done.output)
-print("paused span:", stored["trace_context"].split("-")[2][:6])
+print("paused span:", paused.trace_context.split("-")[2][:6])

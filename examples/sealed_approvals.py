@@ -18,6 +18,7 @@ from golem import (
     Agent,
     Approval,
     DeferredResults,
+    PausedRun,
     SealError,
     dumps_history,
     loads_history,
@@ -67,7 +68,8 @@ async def main() -> None:
     print(f"seal      {pending.seal[:16]}…  (kind {pending.kind.value})")
 
     stored = dumps_history(paused.messages)  # what the client holds
-    conversation = paused.conversation_id  # what your server keeps: the client cannot change it
+    # what your server keeps, the client cannot change: the conversation and the pending calls
+    conversation, pending_calls = paused.conversation_id, paused.pending
 
     print("\n== a tampered copy comes back")
     tampered = json.loads(stored)
@@ -76,9 +78,8 @@ async def main() -> None:
             call["args"] = {"to": "mallory", "amount": 50000}
     try:
         await agent.run_with_deferred_results(
-            json.dumps(tampered),
+            PausedRun(loads_history(json.dumps(tampered)), pending_calls, conversation),
             DeferredResults(approvals={"call-1": True}),
-            conversation_id=conversation,
         )
     except SealError as err:
         print(f"rejected  {err.problem}: nothing ran (sent so far: {SENT})")
@@ -89,9 +90,8 @@ async def main() -> None:
 
     print("\n== approved with an edit: 200 instead of 500")
     done = await agent.run_with_deferred_results(
-        history,
+        PausedRun(history, pending_calls, conversation),  # with a seal key: required
         DeferredResults(approvals={"call-1": Approval(True, args={"to": "bob", "amount": 200})}),
-        conversation_id=conversation,  # with a seal key: required (or expected=paused.pending)
     )
     result = next(m for m in done.messages if m.role == "tool")
     print(f"sent      {SENT}")

@@ -1,25 +1,7 @@
-"""Shared test setup: no test may reach the network beyond loopback, and none may depend on
-how fast the machine is.
-
-Real model requests would need the internet and an API key; a socket `connect` to any
-non-loopback address fails the test instead. In-process transports
-(`httpx.MockTransport`, Starlette's `TestClient`) never open sockets and are unaffected;
-servers a test starts on 127.0.0.1 (or a Unix socket) stay reachable. Tests marked `live`
-(real provider calls, skipped unless an API key is set) are exempt.
-
-Speed: Hypothesis runs the `ci` profile (25 examples a property, no per-example deadline, which
-a loaded CI machine exceeds); `GOLEM_HYPOTHESIS_PROFILE=deep` (or `--hypothesis-profile=deep`)
-runs 400, and raises the example counts, seeds and rounds the slower suites read from their own
-variables (`KNOBS`; a variable already set wins). Every test has pytest-timeout's limit
-(`timeout` in pyproject.toml), so a hang fails one test instead of the whole run; browser tests
-get longer (Chromium starts slowly on a loaded machine).
-
-Parallel runs (pytest-xdist, `make test`): each worker gets a PostgreSQL database of its own in
-the test cluster (created here, dropped when the worker ends) so workers never share one.
-
-Event loop: with `GOLEM_TEST_LOOP=uvloop` every async test runs on uvloop instead of asyncio's
-own loop (`make test` runs the loop-sensitive tests both ways): `golem serve` picks uvloop
-whenever it is installed, so golem must behave the same on it.
+"""Shared test setup: no network beyond loopback (tests marked `live` excepted), Hypothesis
+profiles (`ci` by default, `deep` with `GOLEM_HYPOTHESIS_PROFILE=deep`, which also raises the
+budgets in `KNOBS`), a PostgreSQL database per xdist worker, the heaviest files first, uvloop
+with `GOLEM_TEST_LOOP=uvloop`, and the `exporter`, `store` and `go` fixtures.
 """
 
 from __future__ import annotations
@@ -62,7 +44,7 @@ KNOBS: dict[str, dict[str, str]] = {
         "GOLEM_GO_EXAMPLES": "25",
         "GOLEM_SUBRUN_EXAMPLES": "25",
         "GOLEM_BATCH_EXAMPLES": "25",
-        "GOLEM_CRASH_SEEDS": "101",  # SIGKILL rounds (tests/durable/store/test_sqlite_crash.py)
+        "GOLEM_CRASH_SEEDS": "101",  # SIGKILL rounds (tests/durable/store/test_workers_killed_anywhere.py)
         "GOLEM_CRASH_ROUNDS": "3",
     },
     "deep": {
@@ -101,35 +83,25 @@ def _is_loopback(address: Any) -> bool:
         return False
 
 
-def _refuse(address: Any) -> None:
-    raise RuntimeError(
-        f"tests must not reach the network: connect to {address!r} refused "
-        "(use golem.testing.ScriptedModel, or httpx.MockTransport for provider tests)"
-    )
+def _guarded(real: Any) -> Any:
+    def connect(self: socket.socket, address: Any) -> Any:
+        if not _is_loopback(address):
+            raise RuntimeError(
+                f"tests must not reach the network: connect to {address!r} refused "
+                "(use golem.testing.ScriptedModel, or httpx.MockTransport for provider tests)"
+            )
+        return real(self, address)
 
-
-def _guarded_connect(self: socket.socket, address: Any) -> None:
-    if not _is_loopback(address):
-        _refuse(address)
-    _real_connect(self, address)
-
-
-def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
-    if not _is_loopback(address):
-        _refuse(address)
-    return _real_connect_ex(self, address)
+    return connect
 
 
 @pytest.fixture(autouse=True)
 def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Refuse socket connections to anything but loopback for the duration of a test.
-
-    Tests marked `live` talk to real provider APIs (only when their key is set) and are exempt.
-    """
+    """Refuse socket connections to anything but loopback (a `live` test is exempt)."""
     if request.node.get_closest_marker("live") is not None:
         return
-    monkeypatch.setattr(socket.socket, "connect", _guarded_connect)
-    monkeypatch.setattr(socket.socket, "connect_ex", _guarded_connect_ex)
+    monkeypatch.setattr(socket.socket, "connect", _guarded(_real_connect))
+    monkeypatch.setattr(socket.socket, "connect_ex", _guarded(_real_connect_ex))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -155,9 +127,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _worker_database(config: pytest.Config, worker: str) -> None:
-    """Point `GOLEM_TEST_POSTGRES_DSN` (read by the tests and their subprocesses) at a new
-    database of this worker's in the same cluster, dropped when the worker ends. An unreachable
-    cluster is left as it is: the PostgreSQL tests skip or fail as they would serially."""
+    """Point `GOLEM_TEST_POSTGRES_DSN` at a database of this worker's in the same cluster,
+    dropped when the worker ends (an unreachable cluster is left as it is)."""
     import psycopg
     from psycopg.conninfo import make_conninfo
 
@@ -191,10 +162,9 @@ HEAVY_FIRST = (
     "tests/service/test_api_fuzz.py",
     "tests/test_examples.py",
     "tests/test_docs.py",
-    "tests/durable/store/test_sqlite_crash.py",
+    "tests/durable/store/test_workers_killed_anywhere.py",
     "tests/service/browser/",
     "tests/durable/store/test_postgres_chaos.py",
-    "tests/durable/store/test_postgres_operator_chaos.py",
 )
 """The slowest files (subprocesses, servers, browsers), run first so that under xdist no worker
 is left alone with one of them at the end (`--dist loadscope` hands out files in this order)."""
@@ -218,8 +188,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def exporter() -> Any:
-    """The spans of `golem.integrations.otel.instrument()` on an in-memory SDK provider for one test
-    (skips without opentelemetry-sdk; see `tests.otel_support`)."""
+    """The spans of `golem.integrations.otel.instrument()` for one test (needs opentelemetry-sdk)."""
     pytest.importorskip("opentelemetry.sdk")
     from tests.otel_support import instrumented
 

@@ -22,13 +22,13 @@ from golem import (
     Usage,
     UsageLimitExceeded,
     UsageLimits,
-    new_id,
+    dumps_history,
 )
 from golem.errors import BadRequest
 from golem.messages import Message, ToolCall
 from golem.model import ModelResponse
 from golem.testing import ScriptedModel
-from golem.tool import Canceled, Tool
+from golem.tool import Tool
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 OBJ = {"type": "object"}
@@ -71,6 +71,7 @@ def _duplicate_by_decorator() -> None:
         (_duplicate_by_decorator, ValueError, "echo"),
         (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(tool_calls=-1)), ValueError, ""),
         (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(cost=1.0)), ValueError, "price"),
+        (lambda: Agent(ScriptedModel(), usage_limits=UsageLimits(cost=0)), ValueError, "price"),
         (lambda: Agent(ScriptedModel(), str), TypeError, ""),  # configuration is keyword-only
     ],
 )
@@ -111,60 +112,35 @@ async def test_configuration_changed_between_runs_applies_to_the_next_run() -> N
     assert (await agent.run("c")).output == "two"
 
 
-async def test_string_instructions_open_every_request() -> None:
-    model = ScriptedModel(calls(("c1", "echo", "{}")), "done")
+async def test_string_instructions_open_every_request_and_none_means_no_system_message() -> None:
+    model = ScriptedModel(calls(("c1", "echo", "{}")), "done", "ok")
     await Agent(model, instructions="Be terse.", tools=[echo_tool()]).run("hi")
     for request in model.requests:
         assert request.messages[0] == Message(role="system", content="Be terse.")
     assert model.requests[0].messages[1].content == "hi"
+    res = await Agent(model).run("hi")
+    assert [m.role for m in model.requests[2].messages] == ["user"]
+    assert [m.role for m in res.messages] == ["user", "assistant"]
 
 
-async def test_callable_instructions_get_the_run_context() -> None:
+async def test_callable_instructions_get_the_run_context_once_per_run() -> None:
     seen: list[RunContext[Any]] = []
 
     def instructions(ctx: RunContext[dict[str, str]]) -> str:
         seen.append(ctx)
-        return f"The user is {ctx.deps['name']}."
+        return f"The user is {ctx.deps['name']} (run {len(seen)})."
 
-    model = ScriptedModel(calls(("c1", "echo", "{}")), "done")
+    model = ScriptedModel(calls(("c1", "echo", "{}")), "done", "again")
     agent = Agent(model, instructions=instructions, tools=[echo_tool()])
     res = await agent.run("hi", deps={"name": "Ada"})
-    assert model.requests[0].messages[0] == Message(role="system", content="The user is Ada.")
-    assert model.requests[1].messages[0].content == "The user is Ada."
-    assert len(seen) == 1  # resolved once per run
-    assert seen[0].deps == {"name": "Ada"}
-    assert res.messages[0].content == "The user is Ada."
-
-
-async def test_callable_instructions_are_resolved_per_run() -> None:
-    counter = iter(range(10))
-    model = ScriptedModel("a", "b")
-    agent = Agent(model, instructions=lambda ctx: f"run {next(counter)}")
-    await agent.run("x")
-    await agent.run("y")
-    assert model.requests[0].messages[0].content == "run 0"
-    assert model.requests[1].messages[0].content == "run 1"
-
-
-async def test_no_instructions_no_system_message() -> None:
-    model = ScriptedModel("ok")
-    res = await Agent(model).run("hi")
-    assert [m.role for m in model.requests[0].messages] == ["user"]
-    assert [m.role for m in res.messages] == ["user", "assistant"]
+    first = Message(role="system", content="The user is Ada (run 1).")
+    assert model.requests[0].messages[0] == model.requests[1].messages[0] == first
+    assert (len(seen), seen[0].deps, res.messages[0]) == (1, {"name": "Ada"}, first)
+    await agent.run("x", deps={"name": "Bo"})
+    assert model.requests[2].messages[0].content == "The user is Bo (run 2)."
 
 
 # --------------------------------------------------------------------------- output types
-
-
-async def test_str_output_is_the_final_text() -> None:
-    res = await Agent(ScriptedModel("Forty-two.")).run("?")
-    assert res.output == "Forty-two."
-
-
-async def test_str_output_sends_no_output_schema() -> None:
-    model = ScriptedModel("x")
-    await Agent(model).run("?")
-    assert model.requests[0].output_schema is None
 
 
 class City(pydantic.BaseModel):
@@ -172,21 +148,27 @@ class City(pydantic.BaseModel):
     population: int
 
 
+async def test_str_output_is_the_final_text_and_sends_no_output_schema() -> None:
+    model = ScriptedModel("Forty-two.")
+    assert (await Agent(model).run("?")).output == "Forty-two."
+    assert model.requests[0].output_schema is None
+
+
 async def test_pydantic_output_is_parsed_and_validated() -> None:
     model = ScriptedModel('{"name": "Oslo", "population": 700000}')
     res = await Agent(model, output_type=City).run("city?")
     assert res.output == City(name="Oslo", population=700000)
     assert model.requests[0].output_schema == City.model_json_schema()
-
-
-async def test_any_pydantic_type_works_as_output() -> None:
     res = await Agent(ScriptedModel("[1, 2, 3]"), output_type=list[int]).run("?")
     assert res.output == [1, 2, 3]
 
 
-async def test_output_validation_failure_is_corrected_under_output_retries() -> None:
+@pytest.mark.parametrize(
+    "first", ['{"name": "Oslo"}', "Oslo, about 700k"], ids=["invalid", "not-json"]
+)
+async def test_output_validation_failure_is_corrected_under_output_retries(first: str) -> None:
     events: list[RunEvent] = []
-    model = ScriptedModel('{"name": "Oslo"}', '{"name": "Oslo", "population": 7}')
+    model = ScriptedModel(first, '{"name": "Oslo", "population": 7}')
     agent = Agent(model, output_type=City, output_retries=1)
     res = await agent.run("city?", on_event=events.append)
     assert res.output == City(name="Oslo", population=7)
@@ -194,78 +176,37 @@ async def test_output_validation_failure_is_corrected_under_output_retries() -> 
     assert correction.role == "user"
     assert correction.content.startswith("Your previous response was rejected: ")
     assert correction.content.endswith(". Correct it and respond again.")
-    assert "population" in correction.content
-    assert correction.run_id == res.run_id
-    assert correction.conversation_id == res.conversation_id
+    assert "population" in correction.content or first.startswith("Oslo")
+    assert (correction.run_id, correction.conversation_id) == (res.run_id, res.conversation_id)
     rejected = [e for e in events if e.kind is EventKind.OUTPUT_REJECTED]
-    assert len(rejected) == 1
-    assert rejected[0].attempt == 1
-    assert rejected[0].error is not None
+    assert [(e.attempt, e.error is not None) for e in rejected] == [(1, True)]
     assert res.requests == 2
 
 
-async def test_output_not_json_is_corrected_too() -> None:
-    model = ScriptedModel("Oslo, about 700k", '{"name": "Oslo", "population": 7}')
-    res = await Agent(model, output_type=City, output_retries=1).run("city?")
-    assert res.output == City(name="Oslo", population=7)
-
-
-async def test_output_failure_after_retries_is_a_decode_error() -> None:
+@pytest.mark.parametrize("retries", [2, 0])
+async def test_output_failure_after_retries_is_a_decode_error_keeping_the_response(
+    retries: int,
+) -> None:
     events: list[RunEvent] = []
     model = ScriptedModel('{"name": 1}', '{"name": 2}', '{"name": 3}')
-    agent = Agent(model, output_type=City, output_retries=2)
+    agent = Agent(model, output_type=City, output_retries=retries)
     with pytest.raises(RunError) as info:
         await agent.run("city?", on_event=events.append)
     err = info.value
     assert err.stage is Stage.DECODE
-    assert err.__cause__ is not None
-    assert "after 3 attempts" in str(err.__cause__)
-    assert [e.attempt for e in events if e.kind is EventKind.OUTPUT_REJECTED] == [1, 2]
+    assert isinstance(err.__cause__, ValueError)
+    if retries:
+        assert "after 3 attempts" in str(err.__cause__)
+    assert [e.attempt for e in events if e.kind is EventKind.OUTPUT_REJECTED] == [1, 2][:retries]
     assert err.partial is not None
-    assert err.partial.requests == 3
-    assert err.partial.messages[-1].content == '{"name": 3}'  # the rejected response is evidence
-
-
-async def test_output_failure_without_retries_is_a_decode_error_with_the_validation_cause() -> None:
-    agent = Agent(ScriptedModel("nope"), output_type=City)
-    with pytest.raises(RunError) as info:
-        await agent.run("city?")
-    assert info.value.stage is Stage.DECODE
-    assert isinstance(info.value.__cause__, ValueError)
-    assert info.value.partial is not None
-    assert info.value.partial.messages[-1].content == "nope"
+    assert err.partial.requests == retries + 1
+    assert err.partial.messages[-1].content == f'{{"name": {retries + 1}}}'  # the evidence
 
 
 # --------------------------------------------------------------------------- run / run_sync / result
 
 
-async def test_result_fields() -> None:
-    model = ScriptedModel(
-        ModelResponse(
-            calls(("c1", "echo", '{"x": 1}')), usage=Usage(10, 2), finish_reason="tool_call"
-        ),
-        resp("done", usage=Usage(20, 3), finish="stop"),
-    )
-    res = await Agent(model, tools=[echo_tool()], price=lambda u: u.total_tokens / 100).run("go")
-    assert isinstance(res, Result)
-    assert res.output == "done"
-    assert res.usage == Usage(30, 5)
-    assert res.finish_reason == "stop"
-    assert res.requests == 2
-    assert res.tool_calls == 1
-    assert res.cost == pytest.approx(0.35)
-    assert UUID7.match(res.run_id)
-    assert UUID7.match(res.conversation_id)
-    assert [m.role for m in res.messages] == ["user", "assistant", "tool", "assistant"]
-    assert res.messages[-1].content == "done"
-
-
-async def test_cost_is_zero_without_a_price() -> None:
-    res = await Agent(ScriptedModel(resp("x", usage=Usage(100, 100)))).run("go")
-    assert res.cost == 0.0
-
-
-async def test_cost_uses_the_price_of_the_summed_usage() -> None:
+async def test_result_fields_and_cost_from_the_price_of_the_summed_usage() -> None:
     seen: list[Usage] = []
 
     def price(u: Usage) -> float:
@@ -273,24 +214,26 @@ async def test_cost_uses_the_price_of_the_summed_usage() -> None:
         return u.input_tokens * 0.001 + u.output_tokens * 0.002
 
     model = ScriptedModel(
-        ModelResponse(calls(("c1", "echo", "{}")), usage=Usage(100, 10)),
-        resp("x", usage=Usage(200, 20)),
+        ModelResponse(
+            calls(("c1", "echo", '{"x": 1}')), usage=Usage(100, 10), finish_reason="tool_call"
+        ),
+        resp("done", usage=Usage(200, 20), finish="stop"),
     )
     res = await Agent(model, tools=[echo_tool()], price=price).run("go")
+    assert isinstance(res, Result)
+    assert (res.output, res.usage, res.finish_reason) == ("done", Usage(300, 30), "stop")
+    assert (res.requests, res.tool_calls) == (2, 1)
     assert res.cost == pytest.approx(0.3 + 0.06)
     assert Usage(300, 30) in seen
+    assert UUID7.match(res.run_id)
+    assert UUID7.match(res.conversation_id)
+    assert [m.role for m in res.messages] == ["user", "assistant", "tool", "assistant"]
+    assert res.messages[-1].content == "done"
+    res = await Agent(ScriptedModel(resp("x", usage=Usage(100, 100)))).run("go")
+    assert res.cost == 0.0  # no price
 
 
-def test_run_sync_returns_the_same_result_shape() -> None:
-    model = ScriptedModel(calls(("c1", "echo", "{}")), "done")
-    res = Agent(model, tools=[echo_tool()]).run_sync("go", run_id="r", conversation_id="c")
-    assert res.output == "done"
-    assert res.run_id == "r"
-    assert res.conversation_id == "c"
-    assert res.tool_calls == 1
-
-
-def test_run_sync_accepts_every_run_argument() -> None:
+def test_run_sync_takes_every_run_argument_and_raises_run_error() -> None:
     events: list[RunEvent] = []
     model = ScriptedModel("second")
     history = [Message(role="user", content="first"), Message(role="assistant", content="a")]
@@ -302,45 +245,29 @@ def test_run_sync_accepts_every_run_argument() -> None:
         conversation_id="conv-x",
         on_event=events.append,
     )
-    assert res.output == "second"
+    assert (res.output, res.run_id, res.conversation_id) == ("second", "run-x", "conv-x")
     assert [m.content for m in model.requests[0].messages] == ["first", "a", "again"]
     assert events
     assert all(e.run_id == "run-x" for e in events)
-
-
-def test_run_sync_raises_run_error() -> None:
     with pytest.raises(RunError) as info:
         Agent(ScriptedModel(BadRequest("bad"))).run_sync("go")
     assert info.value.stage is Stage.MODEL
 
 
-async def test_history_continues_the_conversation() -> None:
-    first_model = ScriptedModel("Hello Ada.")
-    first = await Agent(first_model).run("I am Ada.")
+@pytest.mark.parametrize("as_json", [False, True])
+async def test_history_continues_the_conversation_unmutated(as_json: bool) -> None:
+    first = await Agent(ScriptedModel("Hello Ada.")).run("I am Ada.")
+    history = list(first.messages)
     model = ScriptedModel("You are Ada.")
-    second = await Agent(model).run("Who am I?", history=first.messages)
+    second = await Agent(model).run(
+        "Who am I?", history=dumps_history(history) if as_json else history
+    )
     assert [m.content for m in model.requests[0].messages] == [
         "I am Ada.",
         "Hello Ada.",
         "Who am I?",
     ]
-    assert second.messages[: len(first.messages)] == first.messages
-
-
-async def test_history_may_be_history_json() -> None:
-    from golem import dumps_history
-
-    first = await Agent(ScriptedModel("Hello.")).run("Hi.")
-    model = ScriptedModel("Again.")
-    await Agent(model).run("More.", history=dumps_history(first.messages))
-    assert [m.content for m in model.requests[0].messages] == ["Hi.", "Hello.", "More."]
-
-
-async def test_supplied_history_is_not_mutated() -> None:
-    history = [Message(role="user", content="a"), Message(role="assistant", content="b")]
-    before = list(history)
-    await Agent(ScriptedModel("c")).run("d", history=history)
-    assert history == before
+    assert second.messages[: len(first.messages)] == first.messages == history
 
 
 # --------------------------------------------------------------------------- identity
@@ -406,61 +333,32 @@ async def test_added_messages_carry_the_run_identity_and_history_keeps_its_stamp
     assert res.run_id != "r0"
 
 
-async def test_events_carry_the_run_identity() -> None:
-    events: list[RunEvent] = []
-    model = ScriptedModel(calls(("c1", "echo", "{}")), "done")
-    res = await Agent(model, tools=[echo_tool()]).run("q", on_event=events.append)
-    assert len(events) == 6
-    assert {(e.run_id, e.conversation_id) for e in events} == {(res.run_id, res.conversation_id)}
-
-
-async def test_deps_reach_tools_unchanged() -> None:
-    deps = object()
-    seen: list[object] = []
-    tool = Tool("t", "T.", OBJ, lambda ctx, args: seen.append(ctx.deps) or "ok")
-    model = ScriptedModel(calls(("c1", "t", "{}"), ("c2", "t", "{}")), "done")
-    await Agent(model, tools=[tool]).run("q", deps=deps)
-    assert seen == [deps, deps]
-
-
 # --------------------------------------------------------------------------- RunError per stage
 
 
-async def test_stage_model_without_evidence_has_no_partial() -> None:
+async def test_stage_model_keeps_the_evidence_there_is() -> None:
     cause = BadRequest("model does not exist")
-    with pytest.raises(RunError) as info:
+    with pytest.raises(RunError, match="model") as info:
         await Agent(ScriptedModel(cause)).run("go")
-    err = info.value
-    assert err.stage is Stage.MODEL
-    assert err.__cause__ is cause
-    assert err.partial is None
-
-
-async def test_stage_model_after_a_tool_turn_keeps_the_evidence() -> None:
-    cause = BadRequest("context too long")
-    model = ScriptedModel(
-        ModelResponse(calls(("c1", "echo", "{}")), usage=Usage(5, 1)),
+    assert (info.value.stage, info.value.__cause__, info.value.partial) == (
+        Stage.MODEL,
         cause,
+        None,
     )
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[echo_tool()]).run("go", run_id="R", conversation_id="C")
-    err = info.value
-    assert err.stage is Stage.MODEL
-    assert err.__cause__ is cause
-    partial = err.partial
-    assert isinstance(partial, PartialResult)
-    assert [m.role for m in partial.messages] == ["user", "assistant", "tool"]
-    assert partial.requests == 2
-    assert partial.tool_calls == 1
-    assert partial.usage == Usage(5, 1)
-    assert (partial.run_id, partial.conversation_id) == ("R", "C")
-
-
-async def test_stage_model_with_assistant_history_has_a_partial() -> None:
     history = [Message(role="user", content="a"), Message(role="assistant", content="b")]
     with pytest.raises(RunError) as info:
         await Agent(ScriptedModel(BadRequest("x"))).run("c", history=history)
-    assert info.value.partial is not None
+    assert info.value.partial is not None  # the assistant history is evidence
+    cause = BadRequest("context too long")
+    model = ScriptedModel(ModelResponse(calls(("c1", "echo", "{}")), usage=Usage(5, 1)), cause)
+    with pytest.raises(RunError) as info:
+        await Agent(model, tools=[echo_tool()]).run("go", run_id="R", conversation_id="C")
+    assert info.value.__cause__ is cause
+    partial = info.value.partial
+    assert isinstance(partial, PartialResult)
+    assert [m.role for m in partial.messages] == ["user", "assistant", "tool"]
+    assert (partial.requests, partial.tool_calls, partial.usage) == (2, 1, Usage(5, 1))
+    assert (partial.run_id, partial.conversation_id) == ("R", "C")
 
 
 async def test_stage_tool_wraps_a_tool_error_naming_tool_and_call() -> None:
@@ -479,29 +377,11 @@ async def test_stage_tool_wraps_a_tool_error_naming_tool_and_call() -> None:
     assert isinstance(cause, ToolError)
     assert (cause.tool_name, cause.call_id) == ("explode", "c2")
     assert "disk on fire" in str(cause)
-    chain: list[BaseException] = []
-    cur: BaseException | None = cause
-    while cur is not None:
-        chain.append(cur)
-        cur = cur.__cause__
-    assert boom in chain
+    assert boom in (cause.__cause__, getattr(cause.__cause__, "__cause__", None))
     assert err.partial is not None
     # A failing batch contributes none of its results: evidence ends at the assistant turn.
     assert err.partial.messages[-1].role == "assistant"
     assert err.partial.tool_calls == 2
-
-
-async def test_stage_loop_when_max_iterations_is_exhausted() -> None:
-    model = ScriptedModel(*(calls((f"c{i}", "echo", "{}")) for i in range(5)))
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[echo_tool()], max_iterations=3).run("go")
-    err = info.value
-    assert err.stage is Stage.LOOP
-    assert "3" in str(err.__cause__)
-    assert len(model.requests) == 3
-    assert err.partial is not None
-    assert err.partial.requests == 3
-    assert err.partial.tool_calls == 3
 
 
 async def test_stage_usage_carries_usage_limit_exceeded() -> None:
@@ -515,32 +395,6 @@ async def test_stage_usage_carries_usage_limit_exceeded() -> None:
     assert (err.__cause__.limit, err.__cause__.actual) == (40, 50)
     assert err.partial is not None
     assert err.partial.messages[-1].content == "long answer"  # keeps the crossing response
-
-
-async def test_stage_canceled_carries_the_signal_and_the_transcript() -> None:
-    def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Canceled("budget exhausted")
-
-    model = ScriptedModel(calls(("c1", "echo", "{}"), ("c2", "stop", "{}")), "never")
-    agent = Agent(model, tools=[echo_tool(), Tool("stop", "S.", OBJ, stop)])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    err = info.value
-    assert err.stage is Stage.CANCELED
-    assert isinstance(err.__cause__, Canceled)
-    assert err.__cause__.reason == "budget exhausted"
-    assert err.partial is not None
-    assert err.partial.tool_calls == 2
-    assert [m.tool_call_id for m in err.partial.messages if m.role == "tool"] == ["c1", "c2"]
-
-
-async def test_run_error_text_has_the_stage() -> None:
-    with pytest.raises(RunError, match="model"):
-        await Agent(ScriptedModel(BadRequest("nope"))).run("go")
-
-
-async def test_new_id_is_exported() -> None:
-    assert UUID7.match(new_id())
 
 
 @pytest.mark.parametrize("model", [None, 42, object(), {"model": "gpt"}])

@@ -198,7 +198,7 @@ async def test_a_before_approved_hook_swallowing_the_cancellation_runs_nothing()
         agent.run_with_deferred_results(
             paused.messages,
             DeferredResults(approvals={"a1": Approval(True), "a2": Approval(True)}),
-            before_approved=guard,
+            progress=ResumeProgress(before_approved=guard),
         )
     )
     await entered.wait()
@@ -659,12 +659,12 @@ async def check(s: Scenario, phase: str, where: int, how: str) -> None:
 
     def resume_start(history: list[Message]) -> Callable[[Agent[None, str]], Any]:
         return lambda agent: agent.run_with_deferred_results(
-            history, approvals(s), before_approved=guard
+            history, approvals(s), progress=ResumeProgress(before_approved=guard)
         )
 
     def resume_stream(history: list[Message]) -> Callable[[Agent[None, str]], Any]:
         return lambda agent: agent.run_stream_with_deferred_results(
-            history, approvals(s), before_approved=guard
+            history, approvals(s), progress=ResumeProgress(before_approved=guard)
         )
 
     # the oracle: every gate released
@@ -1173,7 +1173,8 @@ async def nested_exactly_once(
         ) -> Any:
             if not p:
                 return a.run("", history=h)
-            return a.run_with_deferred_results(t, r, before_approved=guard, progress=g)
+            g.before_approved = guard
+            return a.run_with_deferred_results(t, r, progress=g)
 
         def streamed(
             a: Agent[None, str],
@@ -1181,7 +1182,8 @@ async def nested_exactly_once(
             g: ResumeProgress = progress,
             r: dict[str, Any] = results,
         ) -> Any:
-            return a.run_stream_with_deferred_results(t, r, before_approved=guard, progress=g)
+            g.before_approved = guard
+            return a.run_stream_with_deferred_results(t, r, progress=g)
 
         got, _ = await attempt(
             s,

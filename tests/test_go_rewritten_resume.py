@@ -4,7 +4,7 @@ The Go golem reads a history into its own structs and writes it again with `enco
 tool-call args are compacted and `<`, `>`, `&`, U+2028 and U+2029 in them escaped, and the
 keys Go does not know (`seal`, `citations`, `serverTools`, a part's `text` and `signature`)
 are dropped. These tests need no Go toolchain: `go_compact` re-spells args as Go does
-(tests/test_contract_go_interop_records.py checks it against the real Go program).
+(tests/test_contract_go_interop.py checks it against the real Go program).
 """
 
 from __future__ import annotations

@@ -62,13 +62,6 @@ def test_go_reference_example_exactly() -> None:
     assert second == HistoryRepair(synthesized=[], dropped=[], truncated=["call-2"])
 
 
-def test_interrupted_text_is_exact() -> None:
-    repaired, _ = normalize_history([asst(ToolCall("c1", "t", "{}"))])
-    assert repaired[1] == Message(
-        role="tool", content=INTERRUPTED, tool_call_id="c1", tool_name="t", failed=False
-    )
-
-
 _A = asst(ToolCall("a1", "x", "{}"), ToolCall("a2", "y", "{}"), ToolCall("a3", "z", "{}"))
 _B = asst(ToolCall("b1", "x", "{}"))
 _C1 = asst(ToolCall("c1", "t", "{}"))
@@ -124,39 +117,31 @@ def test_repair_rules(history: list[Message], expected: list[Any], report: Histo
     assert got == report
 
 
-def test_truncated_args_are_reported_and_kept_verbatim() -> None:
-    calls = [
-        ToolCall("ok", "t", '  {"a": 1}  '),
-        ToolCall("cut", "t", '{"a": '),
-        ToolCall("arr", "t", "[1, 2]"),
-        ToolCall("str", "t", '"x"'),
-        ToolCall("empty", "t", ""),
-        ToolCall("blank", "t", "   "),
-        ToolCall("null", "t", "null"),
-    ]
-    history = [asst(*calls), *(result(c.id) for c in calls)]
+@pytest.mark.parametrize(
+    ("args", "truncated"),
+    [
+        ('  {"a": 1}  ', False),
+        ('{"a": ', True),
+        ("[1, 2]", True),  # not an object
+        ('"x"', True),
+        ("", True),
+        ("   ", True),
+        ("null", True),
+        # the check validates with msgspec first; it keeps its meaning on that fast path:
+        ('{"n": 1e400, "m": 123456789012345678901234567890, "z": -0.0}', False),
+        ('{"x": NaN}', True),  # not JSON (Go reference §3.4)
+        ('{"x": "\\ud800"}', False),  # lone surrogate escapes are JSON's grammar
+        ('{"a": 1, "a": 2}', False),
+        ("{" + '"a":[' * 100_000 + "1" + "]" * 100_000 + "}", True),  # no RecursionError
+        ('{"a": 1} x', True),
+    ],
+    ids=lambda v: v[:20] if isinstance(v, str) else None,
+)
+def test_truncated_args_are_reported_and_kept_verbatim(args: str, truncated: bool) -> None:
+    history = [asst(ToolCall("c", "t", args)), result("c")]
     repaired, report = normalize_history(history)
-    assert report.truncated == ["cut", "arr", "str", "empty", "blank", "null"]
+    assert report.truncated == (["c"] if truncated else [])
     assert repaired == history
-    assert [c.args for c in repaired[0].tool_calls] == [c.args for c in calls]
-
-
-def test_truncation_check_keeps_its_meaning_on_the_fast_path() -> None:
-    # The check validates with msgspec first; lone surrogate escapes (JSON's grammar, which
-    # only Python's json accepts) keep counting as JSON, NaN does not (Go reference §3.4: not
-    # valid JSON, so truncated), and nesting too deep for either is truncated instead of a
-    # RecursionError.
-    deep = "{" + '"a":[' * 100_000
-    calls = [
-        ToolCall("big", "t", '{"n": 1e400, "m": 123456789012345678901234567890, "z": -0.0}'),
-        ToolCall("nan", "t", '{"x": NaN}'),
-        ToolCall("surrogate", "t", '{"x": "\\ud800"}'),
-        ToolCall("dup", "t", '{"a": 1, "a": 2}'),
-        ToolCall("deep", "t", deep + "1" + "]" * 100_000 + "}"),
-        ToolCall("trailing", "t", '{"a": 1} x'),
-    ]
-    history = [asst(*calls), *(result(c.id) for c in calls)]
-    assert normalize_history(history)[1].truncated == ["nan", "deep", "trailing"]
 
 
 def test_truncated_calls_are_reported_in_history_order_across_messages() -> None:
@@ -169,22 +154,13 @@ def test_truncated_calls_are_reported_in_history_order_across_messages() -> None
     assert normalize_history(history)[1].truncated == ["b", "a"]
 
 
-def test_normalize_returns_a_new_list_even_when_nothing_changes() -> None:
+def test_normalize_returns_a_new_list_of_any_sequence_deterministically() -> None:
     history = [user()]
     repaired, _ = normalize_history(history)
     assert repaired == history
     assert repaired is not history
-    repaired.append(user("x"))
-    assert len(history) == 1
-
-
-def test_normalize_accepts_any_sequence() -> None:
     repaired, report = normalize_history((asst(ToolCall("c1", "t", "{}")),))
-    assert report.synthesized == ["c1"]
-    assert len(repaired) == 2
-
-
-def test_repair_is_deterministic() -> None:
+    assert (report.synthesized, len(repaired)) == (["c1"], 2)
     history = [
         asst(ToolCall("c1", "t", "{"), ToolCall("c2", "t", "{}")),
         result("zz"),
@@ -222,29 +198,16 @@ histories = st.lists(history_messages, max_size=8)
 
 @PROPERTY
 @given(histories)
-def test_repair_is_idempotent(history: list[Message]) -> None:
-    once, first = normalize_history(history)
-    twice, second = normalize_history(once)
-    assert twice == once
-    assert second.synthesized == []
-    assert second.dropped == []
-    assert second.truncated == first.truncated
-
-
-@PROPERTY
-@given(histories)
-def test_repair_never_mutates_the_input(history: list[Message]) -> None:
-    snapshot = copy.deepcopy(history)
-    normalize_history(history)
-    assert history == snapshot
-
-
-@PROPERTY
-@given(histories)
-def test_repaired_history_pairs_every_identified_call_exactly_once(
+def test_repair_pairs_every_call_once_touching_nothing_else_and_is_idempotent(
     history: list[Message],
 ) -> None:
+    snapshot = copy.deepcopy(history)
     repaired, report = normalize_history(history)
+    assert history == snapshot  # the input is never mutated
+    assert pair_results(history) == repaired  # what a run applies (no truncation report)
+    again, second = normalize_history(repaired)
+    assert again == repaired
+    assert (second.synthesized, second.dropped, second.truncated) == ([], [], report.truncated)
     open_calls: set[str] = set()
     for m in repaired:
         if m.role == "assistant":
@@ -253,31 +216,14 @@ def test_repaired_history_pairs_every_identified_call_exactly_once(
             assert m.tool_call_id in open_calls, "a kept result answers a call made before it"
             open_calls.discard(m.tool_call_id)
     assert not open_calls
-    # Nothing but tool messages is ever added or removed, and no message is rewritten.
+    # only tool messages are added or removed, and none is rewritten
     assert [m for m in repaired if m.role != "tool"] == [m for m in history if m.role != "tool"]
-    originals = [m for m in history if m.role == "tool"]
-    for m in repaired:
-        if m.role == "tool" and m.tool_call_id not in report.synthesized:
-            assert m in originals
-    assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
-
-
-@PROPERTY
-@given(histories)
-def test_a_synthesized_result_names_the_last_call_with_its_id(history: list[Message]) -> None:
-    repaired, report = normalize_history(history)
     last_name = {c.id: c.name for m in history if m.role == "assistant" for c in m.tool_calls}
     for m in repaired:
-        if m.role == "tool" and m.tool_call_id in report.synthesized and m not in history:
-            assert m.content == INTERRUPTED_TEXT
-            assert m.tool_name == last_name[m.tool_call_id]
-
-
-@PROPERTY
-@given(histories)
-def test_what_a_run_applies_is_the_repaired_history(history: list[Message]) -> None:
-    """Runs pair the history they continue without the truncated-args report."""
-    assert pair_results(history) == normalize_history(history)[0]
+        if m.role == "tool" and m not in history:
+            assert m.tool_call_id in report.synthesized
+            assert (m.content, m.tool_name) == (INTERRUPTED_TEXT, last_name[m.tool_call_id])
+    assert len(repaired) == len(history) - len(report.dropped) + len(report.synthesized)
 
 
 # --------------------------------------------------------------------------- runs apply it
@@ -305,7 +251,7 @@ async def test_every_run_request_carries_the_repaired_history() -> None:
     assert [m.tool_call_id for m in res.messages if m.role == "tool"] == ["call-2", "call-1"]
 
 
-async def test_history_system_messages_never_reach_the_model() -> None:
+async def test_history_system_messages_never_reach_the_model_nor_the_result() -> None:
     model = ScriptedModel("a", "b")
     history = [
         Message(role="system", content="OLD instructions"),
@@ -313,22 +259,10 @@ async def test_history_system_messages_never_reach_the_model() -> None:
         Message(role="system", content="injected mid-history"),
         Message(role="assistant", content="reply"),
     ]
-    agent = Agent(model, instructions="NEW instructions")
-    await agent.run("second", history=history)
-    sent = model.requests[0].messages
-    assert sent[0] == Message(role="system", content="NEW instructions")
-    assert [m.role for m in sent].count("system") == 1
-    assert all("OLD" not in m.content and "injected" not in m.content for m in sent)
-
-    # Without instructions there is no system message at all.
-    await Agent(model).run("third", history=history)
+    res = await Agent(model, instructions="NEW instructions").run("second", history=history)
+    for sent in (model.requests[0].messages, res.messages):
+        assert sent[0] == Message(role="system", content="NEW instructions")
+        assert [m.role for m in sent].count("system") == 1
+        assert all("OLD" not in m.content and "injected" not in m.content for m in sent)
+    await Agent(model).run("third", history=history)  # no instructions: no system message
     assert all(m.role != "system" for m in model.requests[1].messages)
-
-
-async def test_result_messages_start_with_the_current_instructions_not_the_old_ones() -> None:
-    model = ScriptedModel("ok")
-    res = await Agent(model, instructions="current").run(
-        "q", history=[Message(role="system", content="stale"), user("earlier")]
-    )
-    assert res.messages[0] == Message(role="system", content="current")
-    assert not any(m.content == "stale" for m in res.messages)

@@ -1,5 +1,9 @@
 """The run loop's policy: turn limit, model-call retries, tool self-correction budgets,
-Canceled/Failed, timeouts, parallel execution, unknown tools, usage limits, cancellation."""
+timeouts, parallel execution, usage limits, caller cancellation, call identity.
+
+What any batch does — Failed, Canceled and the calls it closes, unknown tools, errors, bad
+arguments, sequential tools, parallel groups and their event order, what counts as a tool
+call — is `tests/test_contract_batches.py`'s oracle property."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from golem import (
     Usage,
     UsageLimitExceeded,
     UsageLimits,
-    normalize_history,
 )
 from golem.errors import (
     BadRequest,
@@ -34,7 +37,7 @@ from golem.errors import (
 from golem.messages import Message, ToolCall
 from golem.model import ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
-from golem.tool import Canceled, DeferKind, Deferred, Failed, ModelRetry, Tool, call_approved
+from golem.tool import DeferKind, Deferred, Failed, ModelRetry, Tool, call_approved
 
 pytestmark = pytest.mark.version
 
@@ -72,8 +75,12 @@ async def test_max_iterations_counts_model_turns(limit: int, output: str | None)
     if output is None:
         with pytest.raises(RunError) as info:
             await agent.run("go")
-        assert info.value.stage is Stage.LOOP
+        err = info.value
+        assert err.stage is Stage.LOOP
+        assert "2" in str(err.__cause__)
         assert model.remaining == 1  # the third turn never happened
+        assert err.partial is not None
+        assert (err.partial.requests, err.partial.tool_calls) == (2, 2)
         return
     res = await agent.run("go")
     assert (res.output, res.requests) == (output, len(script))
@@ -151,6 +158,8 @@ async def test_retries_count_as_requests_call_the_backoff_and_emit_events_per_at
     assert [(t, a) for t, a, _ in ends] == [(0, 1), (0, 2), (0, 3)]
     assert isinstance(ends[0][2], RateLimited)
     assert ends[2][2] is None
+    first_end = next(e for e in events if e.kind is EventKind.MODEL_END)
+    assert first_end.usage in (None, Usage())  # a failed attempt used nothing
 
 
 @pytest.fixture
@@ -167,13 +176,18 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return seen
 
 
-async def test_retry_after_is_honoured_when_longer_than_the_backoff(waits: list[float]) -> None:
+async def test_retry_after_is_honoured_when_longer_than_the_backoff_up_to_max_retry_wait(
+    waits: list[float],
+) -> None:
     model = ScriptedModel(RateLimited("429", retry_after=7.5), Overloaded("529"), "ok")
     res = await Agent(model, max_attempts=3, retry_backoff=lambda n: 0.25).run("go")
-    assert res.output == "ok"
-    assert 7.5 in waits  # Retry-After beat the 0.25 s backoff
-    assert 0.25 in waits  # no Retry-After: the backoff applies
-    assert max(waits) == 7.5
+    assert (res.output, waits) == ("ok", [7.5, 0.25])  # Retry-After beat the backoff
+    model = ScriptedModel(RateLimited("429", retry_after=3600.0), "ok")
+    res = await Agent(model, max_attempts=2, max_retry_wait=None).run("go")
+    assert (res.output, waits[2:]) == ("ok", [3600.0])  # None: as long as asked
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_retry_wait"):
+            Agent(ScriptedModel("ok"), max_retry_wait=bad)
 
 
 @pytest.mark.parametrize("asked", [601.0, 1e11, 10.0**300])
@@ -187,17 +201,7 @@ async def test_a_retry_after_beyond_max_retry_wait_fails_at_once_instead_of_park
     cause = info.value.__cause__
     assert isinstance(cause, RateLimited)
     assert any("max_retry_wait" in note for note in cause.__notes__)
-    assert waits == []
-    assert len(model.requests) == 1
-
-
-async def test_max_retry_wait_none_waits_as_long_as_asked(waits: list[float]) -> None:
-    model = ScriptedModel(RateLimited("429", retry_after=3600.0), "ok")
-    res = await Agent(model, max_attempts=2, max_retry_wait=None).run("go")
-    assert (res.output, waits) == ("ok", [3600.0])
-    for bad in (-1.0, float("nan")):
-        with pytest.raises(ValueError, match="max_retry_wait"):
-            Agent(ScriptedModel("ok"), max_retry_wait=bad)
+    assert (waits, len(model.requests)) == ([], 1)
 
 
 # --------------------------------------------------------------------------- tool self-correction
@@ -287,78 +291,6 @@ async def test_retry_budget_is_per_tool_name_and_per_run() -> None:
     with pytest.raises(RunError) as info:
         await agent.run("go")
     assert info.value.stage is Stage.TOOL
-
-
-# --------------------------------------------------------------------------- Failed / Canceled
-
-
-async def test_failed_does_not_consume_the_retry_budget() -> None:
-    def flaky(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Failed("remote said no")
-
-    model = ScriptedModel(
-        calls(("c1", "flaky", "{}")),
-        calls(("c2", "flaky", "{}")),
-        calls(("c3", "flaky", "{}")),
-        "gave up",
-    )
-    res = await Agent(model, tools=[Tool("flaky", "f", OBJ, flaky)]).run("go")
-    assert res.output == "gave up"
-    msgs = tool_messages(res.messages)
-    assert [(m.content, m.failed) for m in msgs] == [("remote said no", True)] * 3
-
-
-async def test_canceled_skips_later_calls_and_closes_them_as_interrupted() -> None:
-    executed: list[str] = []
-
-    def make(name: str, raises: BaseException | None = None) -> Tool:
-        def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-            executed.append(ctx.call_id)
-            if raises is not None:
-                raise raises
-            return f"{name} done"
-
-        return Tool(name, name, OBJ, run)
-
-    model = ScriptedModel(
-        calls(("c1", "ok", "{}"), ("c2", "stop", "{}"), ("c3", "ok", "{}")), "never"
-    )
-    agent = Agent(model, tools=[make("ok"), make("stop", Canceled("halt"))])
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    err = info.value
-    assert err.stage is Stage.CANCELED
-    assert executed == ["c1", "c2"]
-    assert model.remaining == 1
-    partial = err.partial
-    assert partial is not None
-    closing = tool_messages(partial.messages)
-    assert [(m.tool_call_id, m.content) for m in closing] == [
-        ("c1", "ok done"),
-        ("c2", INTERRUPTED),
-        ("c3", INTERRUPTED),
-    ]
-    assert all(m.run_id == partial.run_id for m in closing)
-    assert partial.tool_calls == 2
-    # The transcript is already pairing-valid.
-    _, report = normalize_history(partial.messages)
-    assert (report.synthesized, report.dropped) == ([], [])
-
-
-async def test_canceled_event_follows_the_tool_end() -> None:
-    events: list[RunEvent] = []
-
-    def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Canceled("halt")
-
-    model = ScriptedModel(calls(("c1", "stop", "{}")))
-    with pytest.raises(RunError):
-        await Agent(model, tools=[Tool("stop", "s", OBJ, stop)]).run("go", on_event=events.append)
-    kinds = [e.kind for e in events]
-    assert kinds[-2:] == [EventKind.TOOL_END, EventKind.CANCELED]
-    assert events[-1].call_id == "c1"
-    assert events[-1].tool_name == "stop"
-    assert isinstance(events[-1].error, Canceled)
 
 
 # --------------------------------------------------------------------------- timeouts
@@ -469,116 +401,10 @@ async def test_parallel_calls_run_concurrently_and_keep_emission_order() -> None
     assert res.tool_calls == 2
 
 
-async def test_without_parallel_calls_tools_run_one_at_a_time() -> None:
-    running = 0
-    peak = 0
-
-    async def busy(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        for _ in range(3):
-            await asyncio.sleep(0)
-        running -= 1
-        return ctx.call_id
-
-    model = ScriptedModel(calls(*((f"c{i}", "busy", "{}") for i in range(4))), "done")
-    res = await Agent(model, tools=[Tool("busy", "b", OBJ, busy)]).run("go")
-    assert peak == 1
-    assert [m.content for m in tool_messages(res.messages)] == ["c0", "c1", "c2", "c3"]
-
-
-async def test_sequential_tool_is_a_barrier() -> None:
-    log: list[str] = []
-
-    def tracked(name: str, sequential: bool = False) -> Tool:
-        async def run(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-            log.append(f"{ctx.call_id} start")
-            for _ in range(3):
-                await asyncio.sleep(0)
-            log.append(f"{ctx.call_id} end")
-            return ctx.call_id
-
-        return Tool(name, name, OBJ, run, sequential=sequential)
-
-    model = ScriptedModel(
-        calls(
-            ("a1", "par", "{}"),
-            ("a2", "par", "{}"),
-            ("s1", "seq", "{}"),
-            ("b1", "par", "{}"),
-            ("b2", "par", "{}"),
-        ),
-        "done",
-    )
-    agent = Agent(model, tools=[tracked("par"), tracked("seq", True)], parallel_tool_calls=True)
-    res = await agent.run("go")
-    pos = {entry: i for i, entry in enumerate(log)}
-    # a1 and a2 overlap; the barrier starts after both ended and ends before b1/b2 start.
-    assert pos["a2 start"] < pos["a1 end"]
-    assert pos["s1 start"] > max(pos["a1 end"], pos["a2 end"])
-    assert pos["s1 end"] < min(pos["b1 start"], pos["b2 start"])
-    assert pos["b2 start"] < pos["b1 end"]
-    assert [m.content for m in tool_messages(res.messages)] == ["a1", "a2", "s1", "b1", "b2"]
-
-
-async def test_parallel_calls_with_failures_keep_emission_order() -> None:
-    gate = asyncio.Event()
-
-    async def slow_fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        await gate.wait()
-        raise Failed("slow failure")
-
-    async def fast(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        gate.set()
-        return "fast"
-
-    model = ScriptedModel(calls(("c1", "slow", "{}"), ("c2", "fast", "{}")), "done")
-    tools = [Tool("slow", "s", OBJ, slow_fail), Tool("fast", "f", OBJ, fast)]
-    res = await asyncio.wait_for(
-        Agent(model, tools=tools, parallel_tool_calls=True).run("go"), timeout=10
-    )
-    assert [(m.tool_call_id, m.content, m.failed) for m in tool_messages(res.messages)] == [
-        ("c1", "slow failure", True),
-        ("c2", "fast", False),
-    ]
-
-
-# --------------------------------------------------------------------------- unknown tools
-
-
-async def test_unknown_tool_fails_at_stage_tool_before_any_call_executes() -> None:
-    events: list[RunEvent] = []
-    executed: list[str] = []
-    known = Tool("known", "k", OBJ, lambda ctx, args: executed.append(ctx.call_id) or "ok")
-    model = ScriptedModel(calls(("c1", "known", "{}"), ("c2", "mystery", "{}")), "never")
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[known]).run("go", on_event=events.append)
-    err = info.value
-    assert err.stage is Stage.TOOL
-    assert executed == []
-    assert isinstance(err.__cause__, ToolError)
-    assert (err.__cause__.tool_name, err.__cause__.call_id) == ("mystery", "c2")
-    assert not [e for e in events if e.kind in (EventKind.TOOL_START, EventKind.TOOL_END)]
-    assert err.partial is not None
-    assert err.partial.tool_calls == 0
-    assert model.remaining == 1
-
-
-async def test_unknown_tool_in_parallel_mode_also_runs_nothing() -> None:
-    executed: list[str] = []
-    known = Tool("known", "k", OBJ, lambda ctx, args: executed.append(ctx.call_id) or "ok")
-    model = ScriptedModel(calls(("c1", "mystery", "{}"), ("c2", "known", "{}")))
-    with pytest.raises(RunError) as info:
-        await Agent(model, tools=[known], parallel_tool_calls=True).run("go")
-    assert info.value.stage is Stage.TOOL
-    assert executed == []
-
-
 # --------------------------------------------------------------------------- usage
 
 
-async def test_usage_is_summed_over_every_turn() -> None:
+async def test_usage_is_summed_over_every_turn_and_output_correction_round() -> None:
     model = ScriptedModel(
         ModelResponse(calls(("c1", "t", "{}")), usage=Usage(10, 1, 2, 3, 4)),
         ModelResponse(calls(("c2", "t", "{}")), usage=Usage(20, 2, 0, 0, 1)),
@@ -586,17 +412,12 @@ async def test_usage_is_summed_over_every_turn() -> None:
     )
     res = await Agent(model, tools=[text_tool("t")]).run("go")
     assert res.usage == Usage(60, 6, 7, 3, 5)
-
-
-async def test_usage_accumulates_across_output_correction_rounds() -> None:
     model = ScriptedModel(
         ModelResponse(Message(role="assistant", content="nope"), usage=Usage(5, 5)),
         ModelResponse(Message(role="assistant", content="3"), usage=Usage(7, 1)),
     )
     res = await Agent(model, output_type=int, output_retries=1).run("go")
-    assert res.output == 3
-    assert res.usage == Usage(12, 6)
-    assert res.requests == 2
+    assert (res.output, res.usage, res.requests) == (3, Usage(12, 6), 2)
 
 
 def _limited_run_script() -> list[Any]:
@@ -607,6 +428,7 @@ def _limited_run_script() -> list[Any]:
 
 
 # The full run uses: input 130, output 30, total 160, requests 2, tool calls 2, cost 1.6.
+# Reaching a limit exactly is not crossing it (kind None).
 @pytest.mark.parametrize(
     ("limits", "kind", "limit", "actual"),
     [
@@ -616,59 +438,39 @@ def _limited_run_script() -> list[Any]:
         (UsageLimits(requests=1), "request", 1, 2),
         (UsageLimits(tool_calls=1), "tool call", 1, 2),
         (UsageLimits(cost=1.5), "cost", 1.5, 1.6),
+        *(
+            (limits, None, 0, 0)
+            for limits in (
+                UsageLimits(input_tokens=130),
+                UsageLimits(output_tokens=30),
+                UsageLimits(total_tokens=160),
+                UsageLimits(requests=2),
+                UsageLimits(tool_calls=2),
+                UsageLimits(cost=1.6),
+                UsageLimits(),
+            )
+        ),
     ],
 )
 async def test_each_usage_limit_dimension(
-    limits: UsageLimits, kind: str, limit: float, actual: float
+    limits: UsageLimits, kind: str | None, limit: float, actual: float
 ) -> None:
     model = ScriptedModel(*_limited_run_script())
     agent = Agent(
         model, tools=[text_tool("t")], usage_limits=limits, price=lambda u: u.total_tokens / 100
     )
+    if kind is None:
+        assert (await agent.run("go")).output == "done"
+        return
     with pytest.raises(RunError) as info:
         await agent.run("go")
     err = info.value
     assert err.stage is Stage.USAGE
     cause = err.__cause__
     assert isinstance(cause, UsageLimitExceeded)
-    assert cause.kind == kind
-    assert cause.limit == limit
+    assert (cause.kind, cause.limit) == (kind, limit)
     assert cause.actual == pytest.approx(actual)
     assert err.partial is not None
-
-
-@pytest.mark.parametrize(
-    "limits",
-    [
-        UsageLimits(input_tokens=130),
-        UsageLimits(output_tokens=30),
-        UsageLimits(total_tokens=160),
-        UsageLimits(requests=2),
-        UsageLimits(tool_calls=2),
-        UsageLimits(cost=1.6),
-        UsageLimits(),
-    ],
-)
-async def test_reaching_a_limit_exactly_is_not_crossing_it(limits: UsageLimits) -> None:
-    model = ScriptedModel(*_limited_run_script())
-    agent = Agent(
-        model, tools=[text_tool("t")], usage_limits=limits, price=lambda u: u.total_tokens / 100
-    )
-    res = await agent.run("go")
-    assert res.output == "done"
-
-
-async def test_failed_and_rejected_executions_count_as_tool_calls() -> None:
-    def fail(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Failed("no")
-
-    def retry(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise ModelRetry("again")
-
-    model = ScriptedModel(calls(("c1", "fail", "{}"), ("c2", "retry", "{}")), "done")
-    tools = [Tool("fail", "f", OBJ, fail), Tool("retry", "r", OBJ, retry)]
-    res = await Agent(model, tools=tools, tool_retries=1).run("go")
-    assert res.tool_calls == 2
 
 
 # --------------------------------------------------------------------------- caller cancellation
@@ -747,63 +549,6 @@ async def test_a_tool_raising_cancelled_error_itself_is_not_swallowed() -> None:
 
 
 # --------------------------------------------------------------------------- more edges
-
-
-async def test_canceled_in_parallel_mode_discards_later_siblings() -> None:
-    executed: list[str] = []
-
-    async def ok(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        executed.append(ctx.call_id)
-        return f"{ctx.call_id} ok"
-
-    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        executed.append(ctx.call_id)
-        raise Canceled("halt")
-
-    model = ScriptedModel(
-        calls(("c1", "ok", "{}"), ("c2", "stop", "{}"), ("c3", "ok", "{}")), "never"
-    )
-    agent = Agent(
-        model,
-        tools=[Tool("ok", "o", OBJ, ok), Tool("stop", "s", OBJ, stop)],
-        parallel_tool_calls=True,
-    )
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.CANCELED
-    assert sorted(executed) == ["c1", "c2", "c3"]  # one group: every call ran
-    partial = info.value.partial
-    assert partial is not None
-    assert [(m.tool_call_id, m.content) for m in tool_messages(partial.messages)] == [
-        ("c1", "c1 ok"),
-        ("c2", INTERRUPTED),
-        ("c3", INTERRUPTED),
-    ]
-
-
-async def test_an_earlier_terminal_error_wins_over_a_later_cancel() -> None:
-    async def boom(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise RuntimeError("boom")
-
-    async def stop(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        raise Canceled("halt")
-
-    model = ScriptedModel(calls(("c1", "boom", "{}"), ("c2", "stop", "{}")), "never")
-    agent = Agent(
-        model,
-        tools=[Tool("boom", "b", OBJ, boom), Tool("stop", "s", OBJ, stop)],
-        parallel_tool_calls=True,
-    )
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__, ToolError)
-    assert info.value.__cause__.call_id == "c1"
-
-
-def test_a_zero_cost_limit_still_needs_a_price() -> None:
-    with pytest.raises(ValueError, match="price"):
-        Agent(ScriptedModel(), usage_limits=UsageLimits(cost=0))
 
 
 async def test_partial_result_reports_cost() -> None:

@@ -25,6 +25,7 @@ from golem import (
     DeferredResults,
     EventKind,
     ResumeError,
+    ResumeProgress,
     RunError,
     RunEvent,
     Stage,
@@ -915,7 +916,10 @@ async def test_a_streamed_nested_pause_and_resume_equal_the_plain_ones() -> None
 
 
 @pytest.mark.parametrize("own", [False, True])
-async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(own: bool) -> None:
+@pytest.mark.parametrize("given_id", [False, True])
+async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(
+    own: bool, given_id: bool
+) -> None:
     # Go reference §2.9: the resumed run's RunID is fresh (or the run_id option). A parent
     # whose sub-agent paused again took the ID of its history's last message — the PAUSED
     # run's when the parent had no call of its own — so a store would file the new pause
@@ -939,11 +943,12 @@ async def test_a_parent_still_paused_after_its_resume_has_the_resumes_identity(o
     if own:
         approvals["p2"] = True
     again = await parent.run_with_deferred_results(
-        paused.messages, DeferredResults(approvals=approvals)
+        paused.messages, DeferredResults(approvals=approvals), run_id="R2" if given_id else None
     )
     assert again.pending is not None
     assert [p.call_id for p in again.pending.calls] == ["p1/s2"]
     assert again.run_id not in ("", "R1")
+    assert (again.run_id == "R2") is given_id
     assert again.conversation_id == "C1"
     # what this resume wrote carries its identity: the new record, the parent's resolution
     written = [m for m in again.messages if m.role == "tool"]
@@ -968,7 +973,8 @@ async def test_before_approved_guards_a_sub_agents_approved_re_runs_too() -> Non
     async def record(call: ToolCall) -> None:
         seen.append((call.id, call.name, call.args))
 
-    done = await parent.run_with_deferred_results(paused.messages, results, before_approved=record)
+    done = await parent.run_with_deferred_results(paused.messages, results, progress=ResumeProgress(before_approved=record)
+    )
     assert done.output == "done"
     assert seen == [("p1/s1", "janitor/delete_file", '{"path": "a"}'), ("p2", "gate", "{}")]
 
@@ -986,7 +992,8 @@ async def test_before_approved_guards_a_sub_agents_approved_re_runs_too() -> Non
     paused2 = await parent2.run("go")
     with pytest.raises(LeaseLost):
         await parent2.run_with_deferred_results(
-            paused2.messages, DeferredResults(approvals={"p1/s1": True}), before_approved=lost
+            paused2.messages, DeferredResults(approvals={"p1/s1": True}),
+            progress=ResumeProgress(before_approved=lost),
         )
     assert log.effects == []  # the sub-agent's delete did not run
 

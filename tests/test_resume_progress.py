@@ -169,7 +169,8 @@ async def interrupt(
             raise Fenced
 
     async def resume() -> None:
-        kwargs = {"before_approved": guard, "progress": progress, **kw}
+        progress.before_approved = guard
+        kwargs = {"progress": progress, **kw}
         if not stream:
             await agent.run_with_deferred_results(history, results, **kwargs)
             return
@@ -378,16 +379,14 @@ async def test_a_run_error_raised_by_before_approved_propagates_unchanged() -> N
     agent = agent_for(world)
     paused = await agent.run("go")
     own = RunError(Stage.TOOL, RuntimeError("hook"))
-    progress = ResumeProgress()
 
     async def guard(call: ToolCall) -> None:
         if call.id == "a2":
             raise own
 
+    progress = ResumeProgress(before_approved=guard)
     with pytest.raises(RunError) as info:
-        await agent.run_with_deferred_results(
-            paused.messages, FLAT, before_approved=guard, progress=progress
-        )
+        await agent.run_with_deferred_results(paused.messages, FLAT, progress=progress)
     assert (info.value, own.partial, progress.answered) == (own, None, ("a1",))
 
 

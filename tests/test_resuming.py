@@ -29,6 +29,7 @@ from golem import (
     PausedRun,
     PendingToolCall,
     ResumeError,
+    ResumeProgress,
     RunContext,
     RunError,
     RunEvent,
@@ -1083,13 +1084,15 @@ async def test_before_approved_is_awaited_right_before_each_approved_rerun_only(
         order.append(f"fence {call.id} {call.args} ran={ran}")
 
     results = {"approvals": {"c1": True, "c2": Approval(True, args={"n": 3})}}
-    done = await agent.run_with_deferred_results(paused.messages, results, before_approved=fence)
+    done = await agent.run_with_deferred_results(paused.messages, results, progress=ResumeProgress(before_approved=fence)
+    )
     assert done.output == "done"
     assert order == ["fence c1 {} ran=[]", "fence c2 {\"n\":3} ran=['c1']"]
     order.clear()
     ran.clear()  # skipped for denials (and external results)
     await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": False, "c2": True}}, before_approved=fence
+        paused.messages, {"approvals": {"c1": False, "c2": True}},
+        progress=ResumeProgress(before_approved=fence),
     )
     assert (order, ran) == (['fence c2 {"n":2} ran=[]'], ["c2"])
 
@@ -1113,7 +1116,8 @@ async def test_an_exception_from_before_approved_propagates_unchanged_and_stops_
 
     with pytest.raises(LeaseLost) as info:
         await agent.run_with_deferred_results(
-            paused.messages, {"approvals": {"c1": True, "c2": True}}, before_approved=fence
+            paused.messages, {"approvals": {"c1": True, "c2": True}},
+            progress=ResumeProgress(before_approved=fence),
         )
     assert info.value is lost
     assert ran == ["c1"]

@@ -27,6 +27,7 @@ from golem import (
     Message,
     PausedRun,
     ResumeError,
+    ResumeProgress,
     SealError,
     SealKeys,
     Tool,
@@ -393,7 +394,7 @@ def test_any_edit_of_a_paused_history_runs_exactly_the_sealed_calls_or_nothing(
             await agent.run_with_deferred_results(
                 target,
                 DeferredResults(approvals=dict.fromkeys(pending, True)),
-                before_approved=before,
+                progress=ResumeProgress(before_approved=before),
             )
         except (ResumeError, ValueError):
             assert started == []
@@ -526,7 +527,7 @@ async def test_a_genuine_keyed_resume_is_told_its_conversation(entry: str) -> No
             return s.result
         return await agent.run_with_deferred_results(history, APPROVE_C1)
 
-    with pytest.raises(ConversationRequired, match=r"conversation_id=.*expected=paused\.pending"):
+    with pytest.raises(ConversationRequired, match=r"a plain history.*PausedRun"):
         await resume(stored)
     assert ran.calls == []
     done = await resume(bound(paused, loads_history(stored)))
@@ -770,7 +771,7 @@ async def test_a_record_stored_before_the_derivation_resumes_only_with_expected(
     log: list[str] = []
     parent = nested_parent("a.log", log)
     old_history, old_pending = legacy(await parent.run("tidy", conversation_id="X"))
-    with pytest.raises(SubAgentConversationMismatch, match=r"ADR 0065.*expected=paused\.pending"):
+    with pytest.raises(SubAgentConversationMismatch, match=r"ADR 0065.*PausedRun"):
         await parent.run_with_deferred_results(old_history, APPROVE_SUB)
     unsealed = DeferredRequests(approvals=[replace(p, seal="") for p in old_pending.approvals])
     with pytest.raises(SubAgentConversationMismatch):  # expected without its seals binds nothing

@@ -1,4 +1,8 @@
-"""run_stream: deltas and events in arrival order, the same Result as run, failures."""
+"""run_stream: deltas and events in arrival order, the same Result as run, failures.
+
+That a streamed run or resume pauses, resumes, fails and emits events exactly as the plain
+one (parallel or not) is `tests/test_contract_batches.py`'s property; that a consumer cancelled
+or leaving early stops the run cleanly is `tests/test_cancelling.py`'s."""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from golem import Agent, EventKind, Result, RunError, RunEvent, Stage, Usage
-from golem.errors import BadRequest
+from golem import Agent, Result, RunError, RunEvent, Stage, Usage
+from golem.errors import BadRequest, Overloaded
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse
 from golem.testing import FunctionModel, ScriptedModel
@@ -69,48 +73,21 @@ def shape(items: list[Any]) -> list[str]:
     return out
 
 
-async def test_items_arrive_in_order_across_turns() -> None:
-    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
-    assert shape(items) == [
-        "model_start",
-        "text:Let me look.",
-        "call:c1:lookup",
-        "model_end",
-        "tool_start",
-        "tool_end",
-        "model_start",
-        "text:The answer.",
-        "model_end",
-    ]
-    assert result.output == "The answer."
-
-
-async def test_stream_result_equals_what_run_returns() -> None:
-    ids = {"run_id": "run-1", "conversation_id": "conv-1"}
-    _, streamed = await collect(agent_for(ScriptedModel(*script())), "q", **ids)
-    ran = await agent_for(ScriptedModel(*script())).run("q", **ids)
-    assert streamed == ran
-    assert streamed.usage == Usage(30, 6)
-    assert streamed.requests == 2
-    assert streamed.tool_calls == 1
-    assert streamed.finish_reason == "stop"
-
-
-async def test_stream_events_also_reach_the_observers_in_the_same_order() -> None:
+async def test_items_arrive_in_order_across_turns_and_the_result_is_what_run_returns() -> None:
     agent_seen: list[RunEvent] = []
     run_seen: list[RunEvent] = []
+    ids = {"run_id": "run-1", "conversation_id": "conv-1"}
     agent = agent_for(ScriptedModel(*script()), event_handler=agent_seen.append)
-    items, _ = await collect(agent, "q", on_event=run_seen.append)
-    streamed_events = [i for i in items if isinstance(i, RunEvent)]
-    assert streamed_events == agent_seen == run_seen
-
-
-async def test_streamed_events_carry_the_run_identity() -> None:
-    items, result = await collect(agent_for(ScriptedModel(*script())), "q")
-    events = [i for i in items if isinstance(i, RunEvent)]
-    assert {(e.run_id, e.conversation_id) for e in events} == {
-        (result.run_id, result.conversation_id)
-    }
+    items, streamed = await collect(agent, "q", on_event=run_seen.append, **ids)
+    assert shape(items) == [
+        *("model_start", "text:Let me look.", "call:c1:lookup", "model_end"),
+        *("tool_start", "tool_end", "model_start", "text:The answer.", "model_end"),
+    ]
+    assert [i for i in items if isinstance(i, RunEvent)] == agent_seen == run_seen
+    assert {(e.run_id, e.conversation_id) for e in run_seen} == {("run-1", "conv-1")}
+    assert streamed == await agent_for(ScriptedModel(*script())).run("q", **ids)
+    assert (streamed.output, streamed.usage) == ("The answer.", Usage(30, 6))
+    assert (streamed.requests, streamed.tool_calls, streamed.finish_reason) == (2, 1, "stop")
 
 
 async def test_thinking_is_streamed_before_the_text() -> None:
@@ -155,14 +132,6 @@ async def test_non_streaming_model_fails_up_front() -> None:
     assert model.requests == []
 
 
-async def test_model_failure_while_streaming_is_a_run_error() -> None:
-    agent = Agent(ScriptedModel(BadRequest("bad request")))
-    with pytest.raises(RunError) as info:
-        await collect(agent, "q")
-    assert info.value.stage is Stage.MODEL
-    assert isinstance(info.value.__cause__, BadRequest)
-
-
 async def test_stream_that_breaks_mid_way_is_a_model_stage_error() -> None:
     async def stream_fn(request: ModelRequest) -> AsyncIterator[Any]:
         yield "partial "
@@ -178,14 +147,13 @@ async def test_stream_that_breaks_mid_way_is_a_model_stage_error() -> None:
     assert "text:partial " in shape(seen)
 
 
-async def test_streamed_turns_are_single_attempt() -> None:
-    from golem.errors import Overloaded
-
+async def test_a_model_failure_is_a_run_error_and_streamed_turns_are_single_attempt() -> None:
     model = ScriptedModel(Overloaded("busy"), "ok")
     agent = Agent(model, max_attempts=3, retry_backoff=lambda n: 0)
     with pytest.raises(RunError) as info:
         await collect(agent, "q")
     assert info.value.stage is Stage.MODEL
+    assert isinstance(info.value.__cause__, Overloaded)
     assert len(model.requests) == 1
 
 
@@ -202,18 +170,6 @@ async def test_function_model_stream_drives_run_stream() -> None:
     assert shape(items) == ["model_start", "text:Hel", "text:lo", "model_end"]
     assert result.output == "Hello"
     assert result.usage == Usage(3, 1)
-
-
-async def test_stream_tool_events_in_parallel_mode() -> None:
-    model = ScriptedModel(calls(("c1", "lookup", "{}"), ("c2", "lookup", "{}")), "done")
-    items, _ = await collect(agent_for(model, parallel_tool_calls=True), "q")
-    kinds = [i.kind for i in items if isinstance(i, RunEvent) and i.call_id]
-    assert kinds == [
-        EventKind.TOOL_START,
-        EventKind.TOOL_START,
-        EventKind.TOOL_END,
-        EventKind.TOOL_END,
-    ]
 
 
 async def test_result_is_not_available_before_the_stream_is_consumed() -> None:
@@ -240,6 +196,8 @@ def hanging_model(started: asyncio.Event, closed: list[bool]) -> FunctionModel:
 
 
 async def test_cancelling_the_stream_consumer_propagates_and_stops_the_run() -> None:
+    """A deterministic case of test_cancelling.py's property (the consumer cancelled while it
+    waits for the model's stream)."""
     started, closed = asyncio.Event(), []
     agent = Agent(hanging_model(started, closed))
 
@@ -253,16 +211,6 @@ async def test_cancelling_the_stream_consumer_propagates_and_stops_the_run() -> 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert closed == [True]
-
-
-async def test_leaving_the_stream_early_stops_the_run() -> None:
-    started, closed = asyncio.Event(), []
-    agent = Agent(hanging_model(started, closed))
-    async with agent.run_stream("q") as stream:
-        async for item in stream:
-            if isinstance(item, Delta):
-                break
     assert closed == [True]
 
 
@@ -336,22 +284,6 @@ async def test_a_streamed_resume_yields_reruns_then_the_models_deltas_in_order()
     assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
 
 
-async def test_a_streamed_resume_returns_what_the_plain_resume_returns() -> None:
-    agent, _ = gated_agent(ScriptedModel(*resume_script()))
-    paused = await agent.run("clean", conversation_id="conv")
-    agent.model = ScriptedModel("Deleted a.")
-    async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
-    ) as stream:
-        async for _ in stream:
-            pass
-    agent.model = ScriptedModel("Deleted a.")
-    plain = await agent.run_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, "thanks", run_id="r2"
-    )
-    assert stream.result == plain
-
-
 async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None:
     from golem import ResumeError, SealError
 
@@ -376,33 +308,13 @@ async def test_a_streamed_resume_is_validated_before_the_stream_starts() -> None
     assert ran == []
     assert len(agent.model.requests) == requests
 
-
-async def test_a_streamed_resume_needs_a_streaming_model() -> None:
-    class Plain:
+    class Plain:  # no streaming
         async def generate(self, request: ModelRequest) -> ModelResponse:
             raise AssertionError("never called")
 
-    agent, _ = gated_agent(Plain())
-    history = [Message(role="user", content="x"), calls(("c1", "delete", "{}"))]
+    agent.model = Plain()  # type: ignore[assignment]
     with pytest.raises(TypeError, match="does not support streaming"):
-        agent.run_stream_with_deferred_results(history, {"approvals": {"c1": True}})
-
-
-async def test_a_streamed_resume_can_pause_again() -> None:
-    model = ScriptedModel(
-        *resume_script()[:1],
-        ModelResponse(calls(("c2", "delete", "{}")), finish_reason="tool_call"),
-    )
-    agent, ran = gated_agent(model)
-    paused = await agent.run("clean")
-    async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}
-    ) as stream:
-        kinds = [i.kind.value for i in [x async for x in stream] if isinstance(i, RunEvent)]
-    assert kinds[-2:] == ["tool_start", "deferred"]
-    assert stream.result.pending is not None
-    assert stream.result.pending.approvals[0].call_id == "c2"
-    assert ran == ["c1"]
+        agent.run_stream_with_deferred_results(paused.messages, {"approvals": {"c1": True}})
 
 
 async def test_a_failing_rerun_raises_from_the_streamed_iteration() -> None:
@@ -483,7 +395,7 @@ async def test_a_streamed_resume_reruns_a_toolsets_tool_and_checks_inside_the_ru
                 pass
     assert toolset.ran == []
     async with agent.run_stream_with_deferred_results(
-        paused.messages, {"approvals": {"c1": True}}, conversation_id=paused.conversation_id
+        paused.paused_run, {"approvals": {"c1": True}}
     ) as stream:
         items = [item async for item in stream]
     assert toolset.ran == ["c1"]

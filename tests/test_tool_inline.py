@@ -1,8 +1,10 @@
 """Sync tools on the event loop (`run_in_thread=False`) behave as in a worker thread.
 
 Every scenario runs in both modes (`threaded` fixture): where the call runs is the only
-difference; contextvars, `ctx`, signals, retries, timeouts, events, deferral and the
-approved re-run (`call_approved()`) must come out the same.
+difference; contextvars, `ctx`, a chained signal, timeouts, deferral, the approved re-run
+(`call_approved()`), spans and the durable cycle must come out the same. Signals, retries,
+bad arguments and events of sync tools in either mode are `tests/test_contract_batches.py`'s
+oracle property.
 """
 
 from __future__ import annotations
@@ -19,11 +21,9 @@ from golem.events import EventKind, RunEvent
 from golem.messages import Message, ToolCall
 from golem.testing import ScriptedModel
 from golem.tool import (
-    Canceled,
     DeferKind,
     Deferred,
     Failed,
-    ModelRetry,
     Tool,
     ToolTimeout,
     call_approved,
@@ -87,209 +87,83 @@ def test_the_option_is_on_every_way_to_declare_a_tool() -> None:
     assert agent.tools["default"].run_in_thread is True
 
 
-async def test_a_sync_tool_runs_where_asked_and_sees_a_copy_of_the_callers_contextvars(
+async def test_a_tool_runs_where_asked_with_ctx_deps_and_a_copy_of_the_callers_contextvars(
     threaded: bool,
 ) -> None:
     ran_on: list[int] = []
-    seen: list[str] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}"), ("c2", "probe", "{}")), "done")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def probe() -> str:
-        ran_on.append(threading.get_ident())
-        seen.append(request_id.get())
-        request_id.set("set-by-the-tool")  # stays with this call
-        return "ok"
-
-    token = request_id.set("req-42")
-    try:
-        res = await agent.run("go")
-        assert request_id.get() == "req-42"
-    finally:
-        request_id.reset(token)
-    _where(threaded, ran_on)
-    assert seen == ["req-42", "req-42"]
-    assert tool_texts(res.messages) == [("ok", False), ("ok", False)]
-
-
-async def test_an_async_tool_runs_on_the_loop_whatever_the_option(threaded: bool) -> None:
-    ran_on: list[int] = []
-    model = ScriptedModel(calls(("c1", "probe", "{}")), "done")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    async def probe() -> str:
-        ran_on.append(threading.get_ident())
-        return "ok"
-
-    await agent.run("go")
-    assert ran_on == [threading.get_ident()]
-
-
-async def test_ctx_and_deps_reach_the_tool(threaded: bool) -> None:
     seen: list[tuple[Any, ...]] = []
-    model = ScriptedModel(calls(("c1", "who", '{"n": 2}')), "done")
+    model = ScriptedModel(calls(("c1", "who", '{"n": 2}'), ("c2", "on_loop", "{}")), "done")
     agent: Agent[str, str] = Agent(model, deps_type=str)
 
     @agent.tool(run_in_thread=threaded)
     def who(ctx: RunContext[str], n: int) -> str:
-        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, ctx.run_id, n))
+        ran_on.append(threading.get_ident())
+        seen.append((ctx.deps, ctx.call_id, ctx.tool_name, ctx.run_id, n, request_id.get()))
+        request_id.set("set-by-the-tool")  # stays with this call
         return ctx.deps * n
 
-    res = await agent.run("go", deps="ab")
-    assert seen == [("ab", "c1", "who", res.run_id, 2)]
-    assert tool_texts(res.messages) == [("abab", False)]
+    @agent.tool_plain(run_in_thread=threaded)
+    async def on_loop() -> str:  # an async tool runs on the loop whatever the option
+        assert threading.get_ident() == loop_thread
+        return request_id.get()
+
+    loop_thread = threading.get_ident()
+    token = request_id.set("req-42")
+    try:
+        res = await agent.run("go", deps="ab")
+        assert request_id.get() == "req-42"
+    finally:
+        request_id.reset(token)
+    _where(threaded, ran_on)
+    assert seen == [("ab", "c1", "who", res.run_id, 2, "req-42")]
+    assert tool_texts(res.messages) == [("abab", False), ("req-42", False)]
 
 
 # --------------------------------------------------------------------------- signals, retries
 
 
-async def test_failed_canceled_and_errors_are_classified_alike(threaded: bool) -> None:
-    model = ScriptedModel(calls(("c1", "rm", "{}")), "could not delete")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
+async def test_a_signal_chained_as_the_cause_still_counts(threaded: bool) -> None:
     def rm() -> str:
         try:
             raise Failed("permission denied")
         except Failed as exc:
-            raise RuntimeError("wrapper") from exc  # a chained signal still counts
+            raise RuntimeError("wrapper") from exc
 
-    res = await agent.run("delete")
+    model = ScriptedModel(calls(("c1", "rm", "{}")), "could not delete")
+    tool = Tool.from_function(rm, description="rm", run_in_thread=threaded)
+    res = await Agent(model, tools=[tool]).run("delete")
     assert tool_texts(res.messages) == [("permission denied", True)]
-
-    model = ScriptedModel(calls(("c1", "stop", "{}")), "never")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def stop() -> str:
-        raise Canceled("user pressed stop")
-
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.CANCELED
-    assert model.remaining == 1
-
-    model = ScriptedModel(calls(("c1", "boom", "{}")), "never")
-    agent = Agent(model)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def boom() -> str:
-        raise KeyError("inside the tool")
-
-    with pytest.raises(RunError) as info:
-        await agent.run("go")
-    assert info.value.stage is Stage.TOOL
-    assert isinstance(info.value.__cause__.__cause__, KeyError)
-
-
-async def test_model_retry_and_invalid_arguments_use_the_correction_budget(
-    threaded: bool,
-) -> None:
-    model = ScriptedModel(
-        calls(("c1", "when", '{"date": "tomorrow"}')),
-        calls(("c2", "when", '{"date": 5}')),
-        calls(("c3", "when", '{"date": "2025-01-02"}')),
-        "ok",
-    )
-    agent = Agent(model, tool_retries=2)
-    ran: list[str] = []
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def when(date: str) -> str:
-        ran.append(date)
-        if not date[:1].isdigit():
-            raise ModelRetry("use an ISO date")
-        return "booked"
-
-    res = await agent.run("book")
-    texts = [t for t, _ in tool_texts(res.messages)]
-    assert texts[0].startswith("Your tool call was rejected: use an ISO date")
-    assert "date" in texts[1]  # the validation problem, before the function runs
-    assert texts[2] == "booked"
-    assert ran == ["tomorrow", "2025-01-02"]
-
-    model = ScriptedModel(calls(("c1", "when", '{"date": "x"}')), calls(("c2", "when", "{}")))
-    agent = Agent(model, tool_retries=0)
-    agent.tool_plain(run_in_thread=threaded)(when)
-    with pytest.raises(RunError) as info:
-        await agent.run("book")
-    assert info.value.stage is Stage.TOOL
 
 
 # --------------------------------------------------------------------------- timeouts
 
 
+@pytest.mark.parametrize("timeout", [0.02, None])
 async def test_a_sync_tool_overrunning_its_timeout_runs_to_its_end_then_fails(
-    threaded: bool,
+    threaded: bool, timeout: float | None
 ) -> None:
     finished: list[bool] = []
 
     def slow(ctx: RunContext[Any], args: dict[str, Any]) -> str:
-        time.sleep(0.1)  # past the timeout however slow the machine is
+        if timeout:
+            time.sleep(0.1)  # past the timeout however slow the machine is
         finished.append(True)
         return "late"
 
-    model = ScriptedModel(calls(("c1", "slow", "{}")), "never")
-    tool = Tool("slow", "s", OBJ, slow, timeout=0.02, run_in_thread=threaded)
+    model = ScriptedModel(calls(("c1", "slow", "{}")), "done")
+    tool = Tool("slow", "s", OBJ, slow, timeout=timeout, run_in_thread=threaded)
+    agent = Agent(model, tools=[tool], tool_timeout=60)
+    if timeout is None:  # within its timeout: it returns
+        assert tool_texts((await agent.run("go")).messages) == [("late", False)]
+        return
     with pytest.raises(RunError) as info:
-        await Agent(model, tools=[tool]).run("go")
+        await agent.run("go")
     assert info.value.stage is Stage.TOOL
     assert isinstance(info.value.__cause__, ToolTimeout)
     assert finished == [True]  # never abandoned
 
 
-async def test_a_sync_tool_within_its_timeout_returns(threaded: bool) -> None:
-    model = ScriptedModel(calls(("c1", "quick", "{}")), "done")
-    tool = Tool("quick", "q", OBJ, lambda ctx, args: "fast", run_in_thread=threaded)
-    res = await Agent(model, tools=[tool], tool_timeout=60).run("go")
-    assert tool_texts(res.messages) == [("fast", False)]
-
-
 # --------------------------------------------------------------------------- events
-
-
-def _shape(events: list[RunEvent]) -> list[tuple[Any, ...]]:
-    return [
-        (e.kind, e.turn, e.call_id, e.tool_name, e.result, e.reason, e.approved, repr(e.error))
-        for e in events
-        if e.kind in (EventKind.TOOL_START, EventKind.TOOL_END, EventKind.DEFERRED)
-    ]
-
-
-async def _events_of_a_mixed_batch(threaded: bool) -> list[tuple[Any, ...]]:
-    model = ScriptedModel(
-        calls(("c1", "ok", "{}"), ("c2", "fails", "{}"), ("c3", "gated", "{}")), "never"
-    )
-    agent = Agent(model, parallel_tool_calls=True)
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def ok() -> str:
-        return "fine"
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def fails() -> str:
-        raise Failed("nope")
-
-    @agent.tool_plain(run_in_thread=threaded)
-    def gated() -> str:
-        if not call_approved():
-            raise Deferred(DeferKind.APPROVAL, "needs sign-off")
-        return "done"
-
-    events: list[RunEvent] = []
-    res = await agent.run("go", on_event=events.append)
-    assert [p.call_id for p in res.pending.calls] == ["c3"]
-    return _shape(events)
-
-
-async def test_events_are_the_same_in_both_modes() -> None:
-    threaded = await _events_of_a_mixed_batch(True)
-    assert threaded == await _events_of_a_mixed_batch(False)
-    kinds = [e[0] for e in threaded]
-    assert kinds.count(EventKind.TOOL_START) == 3
-    assert EventKind.DEFERRED in kinds
 
 
 # --------------------------------------------------------------------------- deferral

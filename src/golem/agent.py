@@ -12,7 +12,6 @@ import pydantic
 from typing_extensions import TypeVar
 
 from golem._loop import Policy, run_loop
-from golem._rerun import BeforeApproved
 from golem._run import (
     History,
     Prompt,
@@ -24,7 +23,7 @@ from golem._run import (
     toolsets_entered,
 )
 from golem.agent_tool import AgentTool, agent_tool, has_agent_tools
-from golem.deferred import DeferredRequests, PausedRun
+from golem.deferred import PausedRun
 from golem.errors import Overloaded, RateLimited
 from golem.events import EventHandler, RunEvent
 from golem.limits import UsageLimits
@@ -76,33 +75,9 @@ def default_backoff(attempt: int) -> float:
 class Agent(Generic[DepsT, OutputT]):
     """An LLM agent: a model, the tools it may call, and the policy of its runs.
 
-    Args:
-        model: A `golem.model.Model`, or a "provider:model" string (`infer_model`).
-        output_type: `str`, or a type pydantic validates from the final text's JSON.
-        deps_type: The type of `deps`, for type checkers only.
-        instructions: Text, or a function of the `RunContext` (sync or async), per run.
-        tools: `Tool`s or functions (typed by their signature; `@agent.tool` checks deps).
-        tool_timeout: Default seconds a tool call may take (`None`: unbounded).
-        tool_retries: Default `ModelRetry` correction budget per tool per run.
-        output_retries: Correction rounds for a rejected final output.
-        max_iterations: Model turns per loop segment (at least 1).
-        max_attempts: Attempts per model call; retryable provider errors back off.
-        parallel_tool_calls: Run the calls of one response concurrently.
-        usage_limits: Bounds on tokens, requests, tool calls and cost.
-        price: Turns `Usage` into money; required for a cost limit.
-        event_handler: Observer of every run's events (before the run's own).
-        retry_backoff: Seconds after failed attempt n (`default_backoff`; longer Retry-After wins).
-        max_retry_wait: The longest `Retry-After` waited for; longer fails at once.
-        name: A name for logs and the approval service.
-        tool_choice: "auto", "required", "none" or a tool name, on every request.
-        toolsets: Sources of more tools (`golem.toolset`), entered for each run.
-        seal_key: Seal pending calls on pause, verify them on resume (`golem.seal`).
-        tracer_provider: An OpenTelemetry `TracerProvider` (`golem.integrations.otel`).
-
-    Raises:
-        TypeError: `model` is neither a `Model` nor a "provider:model" string.
-        ValueError: duplicate tool names, out-of-range options, a cost limit without `price`.
-    """
+    `model` is a `Model` or a "provider:model" string; the options are listed in
+    docs/guides/getting-started.md. Raises `TypeError` for another model, `ValueError` for
+    duplicate tool names, out-of-range options or a cost limit without `price`."""
 
     def __init__(
         self,
@@ -256,15 +231,13 @@ class Agent(Generic[DepsT, OutputT]):
         deps: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
     ) -> AgentTool:
-        """This agent as a tool of another agent, taking a `prompt` (`golem.agent_tool`):
-        when it pauses, the caller pauses with its calls namespaced `<call id>/<sub call id>`.
-        `ValueError` without a name (given or the agent's) or with "/" in it."""
+        """This agent as a tool of another (`golem.agent_tool`): its pauses surface namespaced
+        `<call id>/<sub call id>`; `ValueError` without a name or with "/" in it."""
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
-        """What one run follows: the agent's configuration now, with `tools` (its own, plus
-        its entered toolsets'). Without toolsets one `Policy` serves every run until the
-        configuration changes (`__setattr__`, `_register` drop it)."""
+        """What one run follows with `tools`; without toolsets one `Policy` serves every run
+        until the configuration changes (`__setattr__`, `_register` drop it)."""
         own = tools is self.tools and not self.toolsets
         cached = self._run_policy
         if own and cached is not None and self._policy_tools == len(tools):
@@ -357,13 +330,8 @@ class Agent(Generic[DepsT, OutputT]):
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
     ) -> Result[OutputT]:
-        """Run the agent on `prompt`, optionally continuing `history`.
-
-        A deferred call pauses the run (`result.pending`; `result.output` raises `RunPaused`).
-        A paused history's pending calls close as interrupted: resume with
-        `run_with_deferred_results`. Raises `RunError` (`.stage`, `__cause__`), or
-        `ValueError` for a malformed history or prompt.
-        """
+        """Run the agent on `prompt`, optionally continuing `history`; a deferred call pauses
+        the run (`result.pending`). Raises `RunError`, or `ValueError` for a malformed history."""
         with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 policy = self._policy(tools)
@@ -487,11 +455,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -504,11 +468,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -520,41 +480,14 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """Resume a paused run with a resolution for every pending call
-        (docs/guides/deferred-tools.md).
-
-        Approved calls re-run once (`call_approved()` true, edited arguments if given),
-        denied ones get a denial, external results are used verbatim; all join the history
-        in emission order, then `prompt`, and the run goes on (it may pause again).
-        `history` is a `PausedRun` (alone enough for a sealed, checked, trace-linked
-        resume) or a plain history; `expected` (the paused `Result.pending`),
-        `conversation_id` and `trace_context` default to the `PausedRun`'s; `progress`
-        follows what ran (ADR 0071, 0076).
-
-        Raises:
-            ResumeError: before anything runs (`SealError`, `ConversationRequired`...).
-            TypeError: `results` is neither `DeferredResults` nor such a dict.
-            RunError: a re-run or the resumed run failed; its `partial` holds what ran.
-        """
+        """Resume a paused run (a `PausedRun` or a plain history) with a resolution for every
+        pending call, then `prompt`, and go on (docs/guides/deferred-tools.md). Raises
+        `ResumeError` before anything runs, `TypeError` for `results`, `RunError` after."""
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            on_event=on_event,
-            expected=expected,
-            before_approved=before_approved,
-            trace_context=trace_context,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         return await resume_agent(self, request)
 
@@ -567,11 +500,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -584,11 +513,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]: ...
 
@@ -600,11 +525,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
         """`run_with_deferred_results` for synchronous code."""
@@ -616,11 +537,7 @@ class Agent(Generic[DepsT, OutputT]):
                 prompt,
                 deps=deps,
                 run_id=run_id,
-                conversation_id=conversation_id,
                 on_event=on_event,
-                expected=expected,
-                before_approved=before_approved,
-                trace_context=trace_context,
                 progress=progress,
             ),
         )
@@ -634,11 +551,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: None = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
@@ -651,11 +564,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: DepsT,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]: ...
 
@@ -667,11 +576,7 @@ class Agent(Generic[DepsT, OutputT]):
         *,
         deps: Any = None,
         run_id: str | None = None,
-        conversation_id: str | None = None,
         on_event: EventHandler | None = None,
-        expected: DeferredRequests | None = None,
-        before_approved: BeforeApproved | None = None,
-        trace_context: str = "",
         progress: ResumeProgress | None = None,
     ) -> RunStream[OutputT]:
         """Stream a resume: the approved re-runs' events, then the resumed run's deltas and
@@ -679,17 +584,7 @@ class Agent(Generic[DepsT, OutputT]):
         up front (`TypeError`, `ResumeError`), or at its start with toolsets or sub-agents."""
         self._check_streaming()
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            conversation_id=conversation_id,
-            on_event=on_event,
-            expected=expected,
-            before_approved=before_approved,
-            trace_context=trace_context,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         plan = precheck(self, request)
 

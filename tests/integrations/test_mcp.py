@@ -666,9 +666,7 @@ def test_mcp_deferrals_are_sealed_and_verified_on_resume(log: Log, shared: Share
     with pytest.raises(ResumeError):
         agent.run_with_deferred_results_sync(forged, approve)
     assert log.lines() == []
-    done = agent.run_with_deferred_results_sync(
-        paused.messages, approve, conversation_id=paused.conversation_id
-    )
+    done = agent.run_with_deferred_results_sync(paused.paused_run, approve)
     assert done.output == "done"
     assert log.lines() == ["deleted a.log"]
 

@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from golem import Agent, Approval, DeferredResults, RunError, Stage, ToolCall, Usage
+from golem import Agent, Approval, DeferredResults, PausedRun, RunError, Stage, ToolCall, Usage
 from golem.errors import Overloaded
 from golem.integrations import otel
-from golem.messages import Message, dumps_history
+from golem.messages import Message
 from golem.model import ModelResponse
 from golem.providers import FallbackModel
 from golem.providers.openai import OpenAIChatModel
@@ -285,9 +285,8 @@ def test_a_pause_ends_the_run_span_as_paused_and_the_resume_links_to_it(
     assert paused.trace_context.split("-")[2] == f"{run.context.span_id:016x}"
     exporter.clear()
     done = agent.run_with_deferred_results_sync(
-        paused.messages,
+        paused.paused_run,
         DeferredResults(approvals={"c1": Approval(True), "c2": Approval(False)}),
-        trace_context=paused.trace_context,
     )
     assert done.output == "Done."
     spans = exporter.get_finished_spans()
@@ -312,7 +311,8 @@ def test_a_malformed_trace_context_is_ignored(exporter: InMemorySpanExporter) ->
     agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')), answer("Done."))
     paused = agent.run_sync("clean")
     done = agent.run_with_deferred_results_sync(
-        paused.messages, DeferredResults(approvals={"c1": Approval(False)}), trace_context="junk"
+        PausedRun(paused.messages, paused.pending, paused.conversation_id, "", "junk"),
+        DeferredResults(approvals={"c1": Approval(False)}),
     )
     assert done.output == "Done."
     assert exporter.get_finished_spans()[-1].links == ()
@@ -323,7 +323,7 @@ import json, sys
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from golem import Agent, Approval, DeferredResults, loads_history
+from golem import Agent, Approval, DeferredResults, PausedRun
 from golem.integrations import otel
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
@@ -341,10 +341,8 @@ def delete_file(path: str) -> str:
         raise Deferred(DeferKind.APPROVAL, "deletes need sign-off")
     return f"deleted {path}"
 
-saved = json.load(open(sys.argv[1]))
 done = agent.run_with_deferred_results_sync(
-    loads_history(saved["history"]), DeferredResults(approvals={"c1": Approval(True)}),
-    trace_context=saved["trace_context"])
+    PausedRun.loads(open(sys.argv[1]).read()), DeferredResults(approvals={"c1": Approval(True)}))
 run = exporter.get_finished_spans()[-1]
 print(json.dumps({"output": done.output, "name": run.name, "links": [
     [f"{l.context.trace_id:032x}", f"{l.context.span_id:016x}"] for l in run.links]}))
@@ -355,11 +353,8 @@ def test_the_link_crosses_processes(exporter: InMemorySpanExporter, tmp_path: Pa
     agent = approval_agent(turn(ToolCall("c1", "delete_file", '{"path": "a"}')))
     paused = agent.run_sync("clean")
     saved = tmp_path / "paused.json"
-    saved.write_text(
-        json.dumps(
-            {"history": dumps_history(paused.messages), "trace_context": paused.trace_context}
-        )
-    )
+    assert paused.paused_run is not None
+    saved.write_text(paused.paused_run.dumps())
     out = subprocess.run(
         [sys.executable, "-c", RESUME_SCRIPT, str(saved)],
         capture_output=True,
@@ -516,9 +511,8 @@ async def test_a_resumed_sub_agent_runs_under_the_parents_resume(
 
     # the sub-agent pauses again: the parent's resume span ends paused, the sub-agent's under it
     again = await parent.run_with_deferred_results(
-        paused.messages,
+        paused.paused_run,
         DeferredResults(approvals={"p1/s1": Approval(True)}),
-        trace_context=paused.trace_context,
     )
     assert again.pending is not None
     spans = exporter.get_finished_spans()
@@ -534,9 +528,8 @@ async def test_a_resumed_sub_agent_runs_under_the_parents_resume(
 
     # the sub-agent answers: the parent's own run continues under the same span
     done = await parent.run_with_deferred_results(
-        again.messages,
+        again.paused_run,
         DeferredResults(approvals={"p1/s2": Approval(True)}),
-        trace_context=again.trace_context,
     )
     assert done.output == "All done."
     spans = exporter.get_finished_spans()

@@ -220,11 +220,11 @@ async def test_what_counts_as_a_wrong_guess(
 def test_a_refused_address_is_let_back_in_when_its_failures_age_out() -> None:
     limit = TokenFailures(3, 60.0)
     for t in (0.0, 1.0, 2.0):
-        assert limit.blocked("a", now=t) == 0
-        limit.fail("a", now=t)
-    assert limit.blocked("a", now=30.0) == pytest.approx(30.0)
-    assert limit.blocked("b", now=30.0) == 0
-    assert limit.blocked("a", now=60.5) == 0  # the first failure left the window
+        assert limit.wait("a", now=t) == 0
+        limit.count("a", now=t)
+    assert limit.wait("a", now=30.0) == pytest.approx(30.0)
+    assert limit.wait("b", now=30.0) == 0
+    assert limit.wait("a", now=60.5) == 0  # the first failure left the window
     with pytest.raises(ValueError, match="at least 1"):
         TokenFailures(0)
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from golem import Approval, DeferredRequests, DeferredResults, Message
+from tests.support.gojson import go_compact as go_compact  # re-exported
 from tests.support.ledger import make_agent
 
 Views = list[dict[str, Any]]
@@ -59,30 +60,6 @@ def without_args(view: Views) -> Views:
         {**m, "toolCalls": [{k: v for k, v in c.items() if k != "args"} for c in m["toolCalls"]]}
         for m in view
     ]
-
-
-_HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def go_compact(raw: str) -> str:
-    """Go's `json.Compact` with HTML escaping, as `json.Marshal` applies it to a RawMessage."""
-    out: list[str] = []
-    in_string = escaped = False
-    for ch in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            out.append(_HTML.get(ch, ch))
-        elif ch in " \t\n\r":
-            continue
-        else:
-            in_string = ch == '"'
-            out.append(ch)
-    return "".join(out)
 
 
 def with_args(history: list[Message], call_id: str, args: str) -> list[Message]:

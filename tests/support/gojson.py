@@ -376,3 +376,19 @@ def go_history(draw: st.DrawFn) -> tuple[str, list[Message]]:
         docs.append(go_message(fields, unknown))
         messages.append(Message(**kwargs))
     return "[" + ",".join(docs) + "]", messages
+
+
+def same_tokens(a: str, b: str) -> bool:
+    """Whether two JSON texts are the same tokens: whitespace and string escapes aside, key
+    order, duplicate keys and number spellings counting (what a resume compares args by)."""
+
+    def tokens(text: str) -> Any:
+        return json.loads(
+            text, object_pairs_hook=list, parse_float=str, parse_int=str, parse_constant=str
+        )
+
+    try:
+        return bool(tokens(a) == tokens(b))
+    except ValueError:
+        return a == b
+

@@ -11,18 +11,9 @@ from golem import HistoryError, dumps_history
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from tests._json_paths import json_paths
 
-MESSAGE_KEYS = [
-    "role",
-    "content",
-    "parts",
-    "toolCalls",
-    "toolCallId",
-    "toolName",
-    "failed",
-    "thinking",
-    "runId",
-    "conversationId",
-]
+MESSAGE_KEYS = (  # Go's struct order  # noqa: SIM905
+    "role content parts toolCalls toolCallId toolName failed thinking runId conversationId"
+).split()
 CALL_KEYS = ["id", "name", "args", "signature"]
 PART_KEYS = ["kind", "url", "data", "mediaType"]
 THINKING_KEYS = ["text", "signature", "redacted"]
@@ -155,16 +146,11 @@ SPLICES = [
 ]
 
 
-def seed_documents() -> list[bytes]:
-    """The recorded documents damage starts from (besides drawn histories)."""
-    return [GO_FIXTURE.read_bytes()]
-
-
 @st.composite
 def damaged(draw: st.DrawFn) -> bytes:
     """A valid history document with one to three kinds of damage."""
     if draw(st.integers(0, 4)) == 0:
-        text = draw(st.sampled_from(seed_documents()))
+        text = GO_FIXTURE.read_bytes()  # the recorded document (besides drawn histories)
     else:
         try:
             text = dumps_history(draw(histories())).encode()

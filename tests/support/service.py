@@ -203,6 +203,8 @@ class Stream:
     buffer: str = ""
     text: str = ""
     """Every byte of the body sent so far."""
+    task: asyncio.Task[None] | None = None
+    """The app serving it (done once the stream ended by itself)."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the app's answer is over (the client may still be connected)."""
 
@@ -292,7 +294,7 @@ async def open_stream(
                 await stream.events.put(parse(block))
 
     scope = scope_of("GET", "/api/events", query=query.encode(), headers=headers)
-    task = asyncio.create_task(app(scope, receive, send))
+    task = stream.task = asyncio.create_task(app(scope, receive, send))
     task.add_done_callback(lambda _: stream.ended.set())
     await asyncio.wait_for(started.wait(), WAIT)
     try:

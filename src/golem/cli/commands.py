@@ -33,6 +33,18 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
+from golem._display import reveal
+from golem.errors import StoreError
+
+
+class _EventLoop(enum.StrEnum):
+    """Which event loop `golem serve` and `golem worker` run on."""
+
+    auto = "auto"
+    asyncio = "asyncio"
+    uvloop = "uvloop"
+
+
 try:
     import typer
     from rich.console import Console
@@ -46,17 +58,23 @@ try:
     CallId = Annotated[str, typer.Argument(metavar="CALL", help="The call ID.")]
     As = Annotated[str | None, typer.Option("--as", help="Deciding identity (default cli:<user>).")]
     AppSpec = Annotated[str, typer.Option("--app", help="The registry: module:attribute.")]
+    Host = Annotated[str, typer.Option(help="Interface to listen on.")]
+    Loop = Annotated[
+        _EventLoop,
+        typer.Option(
+            help="Event loop: auto (uvloop when installed, as uvicorn picks), asyncio, or uvloop "
+            "(pip install 'golem-agents[uvloop]')."
+        ),
+    ]
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     _MISSING = _exc.name or "typer"
-
-from golem._display import reveal
-from golem.errors import StoreError
 
 __all__ = ["build_app", "main"]
 
 INSTALL_HINT = "pip install 'golem-agents[server]'"
 DEFAULT_DB = "sqlite:///golem.db"
 T = TypeVar("T")
+_WAIT = " (raise it when resumes wait on a model)."
 
 
 def _safe(text: str) -> str:
@@ -64,36 +82,17 @@ def _safe(text: str) -> str:
     return escape(reveal(text))
 
 
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True, emoji=False)
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _err(message: str, code: int = 1) -> typer.Exit:
-    Console(stderr=True, highlight=False, emoji=False, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(message)}"
-    )
+    _console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
 def _db(value: str | None) -> str:
     return value or os.environ.get("GOLEM_DB") or DEFAULT_DB
-
-
-class _EventLoop(enum.StrEnum):
-    """Which event loop `golem serve` and `golem worker` run on."""
-
-    auto = "auto"
-    asyncio = "asyncio"
-    uvloop = "uvloop"
-
-
-_LOOP_HELP = (
-    "Event loop: auto (uvloop when installed, as uvicorn picks), asyncio, or uvloop "
-    "(pip install 'golem-agents[uvloop]')."
-)
-
-
-_WAIT = " (raise it when resumes wait on a model)."
 
 
 def _loop_factory(choice: _EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -116,13 +115,12 @@ def _seal_keys() -> Any:
     $GOLEM_SEAL_OLDER_KEYS), or None when it is not set; exits with status 2 on a bad key."""
     from golem.seal import SealKeys
 
-    text = os.environ.get("GOLEM_SEAL_KEY", "")
+    text, older_text = os.environ.get("GOLEM_SEAL_KEY", ""), os.environ.get("GOLEM_SEAL_OLDER_KEYS")
     if not text:
-        if os.environ.get("GOLEM_SEAL_OLDER_KEYS"):
+        if older_text:
             raise _err("GOLEM_SEAL_OLDER_KEYS is set but GOLEM_SEAL_KEY is not", 2)
         return None
     try:
-        older_text = os.environ.get("GOLEM_SEAL_OLDER_KEYS", "")
         older = json.loads(older_text) if older_text else {}
         if not isinstance(older, dict) or not all(isinstance(v, str) for v in older.values()):
             raise ValueError("GOLEM_SEAL_OLDER_KEYS must be a JSON object of key ID to key")
@@ -134,9 +132,8 @@ def _seal_keys() -> Any:
     except ValueError as exc:  # json.JSONDecodeError is one
         raise _err(f"the seal key: {exc}", 2) from None
     except RecursionError:
-        raise _err(
-            "the seal key: GOLEM_SEAL_OLDER_KEYS is not valid JSON: nested too deeply", 2
-        ) from None
+        message = "the seal key: GOLEM_SEAL_OLDER_KEYS is not valid JSON: nested too deeply"
+        raise _err(message, 2) from None
 
 
 def _registry(spec: str) -> Any:
@@ -150,16 +147,6 @@ def _registry(spec: str) -> Any:
         raise _err(f"--app {spec}: {exc}", 2) from None
 
 
-def _sqlite_path(db: str) -> str | None:
-    """The file a SQLite store URL names (as `open_store` reads it), or None for PostgreSQL."""
-    if db.startswith(("postgresql://", "postgres://")):
-        return None
-    if not db.startswith("sqlite://"):
-        return None if "://" in db else db
-    path = db.removeprefix("sqlite://")
-    return path[1:] if path.startswith("/") else path
-
-
 def _with_store(
     db: str,
     fn: Callable[[Any], Awaitable[T]],
@@ -167,14 +154,15 @@ def _with_store(
     create: bool = False,
     loop: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> T:
-    """Open the store, run `fn(store)`, close it; store errors exit with status 1.
-
-    Unless `create`, a SQLite file that does not exist is an error (exit 1), never an empty
-    new database: the commands that read or decide runs must not invent an empty store.
-    """
+    """Open the store, run `fn(store)`, close it; store errors exit 1. Unless `create`, a
+    SQLite file that does not exist exits 1: reading or deciding never invents a store."""
     from golem.durable.store import open_store
 
-    path = _sqlite_path(db)
+    # the file a SQLite URL names (as `open_store` reads it); None for PostgreSQL
+    path: str | None = None if "://" in db else db
+    if db.startswith("sqlite://"):
+        path = db.removeprefix("sqlite://")
+        path = path[1:] if path.startswith("/") else path
     if not create and path and not path.startswith(":") and not os.path.exists(path):
         raise _err(
             f"no golem database at {path}: start one with `golem serve` (or `golem demo`), "
@@ -206,16 +194,13 @@ def _when(at: datetime | None) -> str:
     return "—" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
 
 
-# --------------------------------------------------------------------------- serving
-
-
 def _serve(
     app_spec: AppSpec,
     db: Annotated[
         str | None,
         typer.Option("--db", help="Store URL (default $GOLEM_DB or sqlite:///golem.db)."),
     ] = None,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    host: Host = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     worker: Annotated[
         bool, typer.Option("--worker/--no-worker", help="Run a worker in this process.")
@@ -238,7 +223,7 @@ def _serve(
     concurrency: Annotated[
         int, typer.Option(min=1, help="Runs the in-process worker resumes at once" + _WAIT)
     ] = 1,
-    loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
+    loop: Loop = _EventLoop.auto,
 ) -> None:
     """Serve the approval service (JSON API, web inbox) with an in-process worker.
 
@@ -259,31 +244,25 @@ def _serve(
         hooks = [Webhook.parse(spec, secret=secret) for spec in notify or ()]
     except ValueError as exc:
         raise _err(str(exc), 2) from None
-    app = create_app(
-        ServiceSettings(
-            registry,
-            _db(db),
-            auth=auth,
-            run_worker=worker,
-            worker_concurrency=concurrency,
-            default_expires_in=expires_in,
-            webhooks=hooks,
-            public_url=public_url or f"http://{host}:{port}",
-            seal_key=seal_key,
-        )
+    settings = ServiceSettings(
+        registry,
+        _db(db),
+        auth=auth,
+        run_worker=worker,
+        worker_concurrency=concurrency,
+        default_expires_in=expires_in,
+        webhooks=hooks,
+        public_url=public_url or f"http://{host}:{port}",
+        seal_key=seal_key,
     )
     _console().print(
         f"golem: serving {len(registry)} agent(s) on http://{host}:{port} "
         f"(store {_db(db)}, in-process worker {'on' if worker else 'off'}, "
         f"{'sealed' if seal_key is not None else 'unsealed'} pending calls)"
     )
+    app = create_app(settings)
     uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        loop=loop.value,
-        log_level="info",
-        timeout_graceful_shutdown=3,
+        app, host=host, port=port, loop=loop.value, log_level="info", timeout_graceful_shutdown=3
     )
 
 
@@ -296,7 +275,7 @@ def _worker(
     concurrency: Annotated[
         int, typer.Option(min=1, help="Runs resumed at once by this process" + _WAIT)
     ] = 1,
-    loop: Annotated[_EventLoop, typer.Option(help=_LOOP_HELP)] = _EventLoop.auto,
+    loop: Loop = _EventLoop.auto,
 ) -> None:
     """Resume ready runs until interrupted (several may run against one PostgreSQL).
 
@@ -353,9 +332,6 @@ def _worker(
     _with_store(_db(db), work, create=True, loop=_loop_factory(loop))
 
 
-# --------------------------------------------------------------------------- deciding
-
-
 def _pending(
     db: Db = None,
     agent: Annotated[str | None, typer.Option(help="Only this agent.")] = None,
@@ -365,16 +341,13 @@ def _pending(
     from golem.durable.store import RunStatus
 
     async def load(store: Any) -> list[Any]:
-        runs = await store.list_runs(
-            status=RunStatus.PENDING, agent=agent, tool_name=tool, limit=1000
-        )
-        return list(reversed(runs))
+        pending = RunStatus.PENDING
+        return list(await store.list_runs(status=pending, agent=agent, tool_name=tool, limit=1000))
 
-    runs = _with_store(_db(db), load)
+    runs = reversed(_with_store(_db(db), load))
     rows = [(r, c) for r in runs for c in r.undecided if tool is None or c.tool_name == tool]
-    console = _console()
     if not rows:
-        console.print("Nothing is waiting for a decision.")
+        _console().print("Nothing is waiting for a decision.")
         return
     table = Table(title=f"{len(rows)} pending call(s)", show_lines=True)
     table.add_column("Run / call", no_wrap=True)
@@ -388,11 +361,14 @@ def _pending(
             f"{_safe(_short(c.args, 200))}\n[dim]{_safe(_short(c.reason, 200))}[/]",
             _when(c.deadline),
         )
-    console.print(table)
+    _console().print(table)
 
 
-def _decide(db: str | None, run_id: str, call_id: str, decision: Any, identity: str) -> None:
+def _decide(db: str | None, run_id: str, call_id: str, decision: Any, who: str | None) -> None:
+    """Record `decision` as `who` (default `cli:<user>`) and say what the run does next."""
     from golem.durable.store import RunStatus
+
+    identity = _identity(who)
 
     async def go(store: Any) -> tuple[Any, Any]:
         record = await store.decide(run_id, call_id, decision, decided_by=identity)
@@ -454,7 +430,7 @@ def _approve(
         decision = Decision.approve(args=args)
     except StoreError as exc:
         raise _err(str(exc), 2) from None
-    _decide(db, run_id, call_id, decision, _identity(identity))
+    _decide(db, run_id, call_id, decision, identity)
 
 
 def _deny(
@@ -467,7 +443,7 @@ def _deny(
     """Deny a pending call: it does not run; the model is told why."""
     from golem.durable.store import Decision
 
-    _decide(db, run_id, call_id, Decision.deny(reason), _identity(identity))
+    _decide(db, run_id, call_id, Decision.deny(reason), identity)
 
 
 def _answer(
@@ -480,7 +456,7 @@ def _answer(
     """Give the result of a pending external call."""
     from golem.durable.store import Decision
 
-    _decide(db, run_id, call_id, Decision.external(text), _identity(identity))
+    _decide(db, run_id, call_id, Decision.external(text), identity)
 
 
 def _show(
@@ -492,8 +468,7 @@ def _show(
     from golem.service.api import run_detail_json
 
     async def load(store: Any) -> tuple[Any, Any]:
-        run = await store.get_run(run_id)
-        return run, await store.audit(run_id)
+        return await store.get_run(run_id), await store.audit(run_id)
 
     run, audit = _with_store(_db(db), load)
     console = _console()
@@ -502,16 +477,20 @@ def _show(
         return
     _print_run(console, run)
     unreadable = _print_conversation(console, run)
-    table = Table(title="Audit trail")
-    for col in ("When", "Who", "What", "Detail"):
-        table.add_column(col, overflow="fold")
+    table = _table("Audit trail", "When", "Who", "What", "Detail")
     for e in audit:
-        table.add_row(
-            _when(e.at), _safe(e.actor), e.action.value, _safe(_short(json.dumps(e.detail), 80))
-        )
+        detail = _safe(_short(json.dumps(e.detail), 80))
+        table.add_row(_when(e.at), _safe(e.actor), e.action.value, detail)
     console.print(table)
     if unreadable:
         raise _err(unreadable)
+
+
+def _table(title: str, *columns: str) -> Table:
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
 
 
 def _print_run(console: Console, run: Any) -> None:
@@ -532,18 +511,13 @@ def _print_run(console: Console, run: Any) -> None:
     console.print(facts)
     if run.outcome is not None:
         output = run.outcome.output
-        body = run.outcome.error or (
-            output if isinstance(output, str) else json.dumps(output, indent=2)
+        text = output if isinstance(output, str) else json.dumps(output, indent=2)
+        panel = Panel(
+            reveal(run.outcome.error or text or "—"), title=run.status.value, expand=False
         )
-        console.print(
-            Panel(reveal(body or "—"), title=run.status.value, expand=False),
-            markup=False,
-            soft_wrap=False,
-        )
+        console.print(panel, markup=False, soft_wrap=False)
     if run.calls:
-        calls = Table(title="Calls")
-        for col in ("Call", "Tool", "Kind", "Arguments", "Decision", "By"):
-            calls.add_column(col, overflow="fold")
+        calls = _table("Calls", "Call", "Tool", "Kind", "Arguments", "Decision", "By")
         for c in run.calls:
             d = c.decision
             decided = "—" if d is None else d.kind.value + (f": {d.reason}" if d.reason else "")
@@ -572,14 +546,11 @@ def _print_conversation(console: Console, run: Any) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------- demo
-
-
 def _demo(
     once: Annotated[
         bool, typer.Option("--once", help="Run the whole cycle through the HTTP API and exit.")
     ] = False,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    host: Host = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8765,
     db: Annotated[
         str | None, typer.Option("--db", help="Keep the demo store here (default: a temp file).")
@@ -599,9 +570,6 @@ def _demo(
 
         run = _with_store(url, first_run, create=True)
         demo.serve(url, host, port or demo.free_port(host), registry, run.id, _console())
-
-
-# --------------------------------------------------------------------------- entry point
 
 
 def _resolve(
@@ -626,6 +594,8 @@ def _resolve(
     db: Db = None,
 ) -> None:
     """Resolve an interrupted run: retry it (idempotent or confirmed calls only) or cancel it."""
+    from golem.durable.store import DecisionKind
+
     if retry == cancel:
         raise _err("give exactly one of --retry or --cancel", 2)
     if not note.strip():
@@ -640,8 +610,6 @@ def _resolve(
         return await store.retry_interrupted(
             run_id, resolved_by=who, note=note, confirm_calls=confirm or ()
         )
-
-    from golem.durable.store import DecisionKind
 
     run = _with_store(_db(db), go)  # store errors (not interrupted, unknown call) exit 1
     out = _console()
@@ -660,21 +628,6 @@ def _resolve(
                 "idempotent; otherwise this attempt denies it (not confirmed: a call is "
                 f"confirmed only by the --retry itself, with --confirm {call.call_id})"
             )
-
-
-def build_app() -> typer.Typer:
-    """The Typer application with every command registered."""
-    app = typer.Typer(
-        name="golem",
-        help="Durable approvals for golem agents: serve the inbox, run workers, decide.",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-    )
-    app.callback()(_root)
-    for fn in (_serve, _worker, _pending, _approve, _deny, _answer, _show, _resolve, _demo):
-        app.command(fn.__name__.removeprefix("_"))(fn)
-    return app
 
 
 def _print_version(value: bool) -> None:
@@ -697,6 +650,21 @@ def _root(
     ] = False,
 ) -> None:
     """The options before any command (`golem --version`)."""
+
+
+def build_app() -> typer.Typer:
+    """The Typer application with every command registered."""
+    app = typer.Typer(
+        name="golem",
+        help="Durable approvals for golem agents: serve the inbox, run workers, decide.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)
+    for fn in (_serve, _worker, _pending, _approve, _deny, _answer, _show, _resolve, _demo):
+        app.command(fn.__name__.removeprefix("_"))(fn)
+    return app
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -73,6 +73,7 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 """A tool name as the MCP specification recommends (SEP-986)."""
 _ARGUMENT_ERRORS = (mcp_types.INVALID_PARAMS, mcp_types.METHOD_NOT_FOUND)
+_HINTS = ("read_only", "destructive", "idempotent", "open_world")
 
 
 class MCPServerError(GolemError):
@@ -86,34 +87,28 @@ class MCPServerError(GolemError):
 
 @dataclass(frozen=True, slots=True)
 class ToolHints:
-    """The behaviour hints an MCP server declares for a tool (None: not hinted)."""
+    """The behaviour hints an MCP server declares for a tool (None: not hinted):
+    `readOnlyHint`, `destructiveHint`, `idempotentHint` and `openWorldHint`."""
 
     _: KW_ONLY
     read_only: bool | None = None
-    """`readOnlyHint`: the tool does not modify its environment."""
     destructive: bool | None = None
-    """`destructiveHint`: the tool may perform destructive updates."""
     idempotent: bool | None = None
-    """`idempotentHint`: repeated calls with the same arguments have no extra effect."""
     open_world: bool | None = None
-    """`openWorldHint`: the tool interacts with an open world of external entities."""
 
 
 @dataclass(frozen=True, slots=True)
 class MCPCall:
-    """One call of an MCP tool, as an approval policy sees it."""
+    """One call of an MCP tool, as an approval policy sees it: its name as the model calls
+    it (`<prefix>_<mcp_name>`) and on the server, its decoded arguments, the server's hints
+    and the run's context."""
 
     _: KW_ONLY
     tool_name: str
-    """The tool's name as the model calls it (`<prefix>_<mcp_name>`)."""
     mcp_name: str
-    """The tool's name on the server (without the prefix)."""
     args: Mapping[str, Any]
-    """The decoded arguments."""
     hints: ToolHints
-    """What the server declares about the tool."""
     ctx: RunContext[Any]
-    """The run's context: `deps`, `run_id`, `call_id`..."""
 
 
 ApprovalDecision: TypeAlias = bool | str
@@ -128,11 +123,6 @@ ApprovalPolicy: TypeAlias = (
 approval); a sync or async function of the `MCPCall`; or None: `default_decision`."""
 
 
-def _is_plain_name(name: str) -> bool:
-    """Whether `name` is a plain MCP tool name (SEP-986)."""
-    return _PLAIN_NAME.fullmatch(name) is not None
-
-
 def _normalized(name: str) -> str:
     """`name` NFKC-normalized, case-folded, without whitespace or invisible characters."""
     folded = unicodedata.normalize("NFKC", name).casefold()
@@ -142,7 +132,7 @@ def _normalized(name: str) -> str:
 def default_decision(call: MCPCall) -> ApprovalDecision:
     """The default policy: approval unless the tool is hinted read-only and not destructive,
     and its server name is plain (SEP-986: a look-alike name earns no trust)."""
-    if not _is_plain_name(call.mcp_name):
+    if _PLAIN_NAME.fullmatch(call.mcp_name) is None:
         return (
             f"MCP tool {call.mcp_name!r} has a name outside the MCP tool-name characters "
             "(A-Z, a-z, 0-9, _, -, .)"
@@ -453,12 +443,8 @@ class MCPServer:
     def _tool(self, spec: mcp_types.Tool, prefix: str) -> Tool:
         server_name = spec.name
         name = f"{prefix}_{server_name}" if prefix else server_name
-        notes = spec.annotations
-        hints = ToolHints(
-            read_only=notes.read_only_hint if notes else None,
-            destructive=notes.destructive_hint if notes else None,
-            idempotent=notes.idempotent_hint if notes else None,
-            open_world=notes.open_world_hint if notes else None,
+        hints = ToolHints(  # `readOnlyHint`... of the server's annotations (None: not hinted)
+            **{k: getattr(spec.annotations, f"{k}_hint", None) for k in _HINTS}
         )
 
         async def call(ctx: RunContext[Any], args: dict[str, Any]) -> ToolResult:
@@ -558,7 +544,7 @@ def _check_policy(policy: ApprovalPolicy) -> None:
                     "requires_approval mapping must map tool names to True, False or a reason, "
                     f"got {key!r}: {value!r}"
                 )
-            if not _is_plain_name(key):
+            if _PLAIN_NAME.fullmatch(key) is None:
                 raise ValueError(
                     f"requires_approval names {key!r}, which is not a plain MCP tool name "
                     "(1 to 128 of A-Z, a-z, 0-9, _, -, .)"
@@ -611,7 +597,9 @@ def _convert(content: Sequence[Any]) -> tuple[str, list[Part]]:
                 if data is None or not res.mime_type:
                     texts.append(f"[resource {res.uri}]")
                 else:
-                    parts.append(Part(_kind_of(res.mime_type), data=data, media_type=res.mime_type))
+                    head, slash, _ = res.mime_type.partition("/")
+                    kind = head if slash and head in ("image", "audio", "video") else "document"
+                    parts.append(Part(kind, data=data, media_type=res.mime_type))
         elif isinstance(block, mcp_types.ResourceLink):
             texts.append(f"[resource {block.name}: {block.uri}]")
     return "\n".join(texts), parts
@@ -622,10 +610,3 @@ def _b64(data: str) -> bytes | None:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         return None
-
-
-def _kind_of(media_type: str) -> str:
-    for prefix, kind in (("image/", "image"), ("audio/", "audio"), ("video/", "video")):
-        if media_type.startswith(prefix):
-            return kind
-    return "document"

@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 try:
     from opentelemetry import context as otel_context
@@ -49,7 +49,6 @@ __all__ = [
     "uninstrument",
 ]
 
-_SCOPE = "golem"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 _global: tuple[trace.TracerProvider | None, bool] | None = None
@@ -112,22 +111,16 @@ def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
     last = _last_tracer
     if last is not None and last[0] is provider:
         return last[1]
-    tracer = provider.get_tracer(_SCOPE)
+    tracer = provider.get_tracer("golem")
     _last_tracer = (provider, tracer)
     return tracer
 
 
-def _primary(model: Any) -> Any:
-    """The model a `FallbackModel` asks first (nested ones too); any other model itself."""
+def _provider_name(model: Any) -> str:
+    """`gen_ai.provider.name`: the primary model's `provider` (the first of a
+    `FallbackModel`), else its package under `golem.providers`, else its class name."""
     while isinstance(model, FallbackModel):
         model = model.models[0]
-    return model
-
-
-def _provider_name(model: Any) -> str:
-    """`gen_ai.provider.name`: the (primary) model's `provider`, else its package under
-    `golem.providers`, else its class name."""
-    model = _primary(model)
     provider = getattr(model, "provider", None)
     if isinstance(provider, str) and provider:
         return provider
@@ -140,11 +133,8 @@ def _provider_name(model: Any) -> str:
 
 def _model_name(model: Any) -> str:
     """`gen_ai.request.model`: the model's `model_name`, else its `model`, else ""."""
-    for attr in ("model_name", "model"):
-        name = getattr(model, attr, None)
-        if isinstance(name, str) and name:
-            return name
-    return ""
+    names = (getattr(model, attr, None) for attr in ("model_name", "model"))
+    return next((n for n in names if isinstance(n, str) and n), "")
 
 
 def _messages_json(messages: Sequence[Message]) -> str:
@@ -179,6 +169,13 @@ def format_traceparent(span_context: trace.SpanContext) -> str:
     return carrier.get("traceparent", "")
 
 
+def _fail(span: Span, exc: BaseException, kind: str = "", message: str | None = None) -> None:
+    """Mark `span` failed by `exc` (`error.type`: `kind`, else its class name)."""
+    span.set_attribute("error.type", kind or type(exc).__name__)
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, str(exc) if message is None else message))
+
+
 class RunTracer:
     """The spans of one run, started by the agent and fed by the run's events."""
 
@@ -199,8 +196,7 @@ class RunTracer:
         self._tools: dict[str, Span] = {}
 
     def start(self, state: RunState, *, operation: str = "run") -> None:
-        """Open the run's `invoke_agent` span and make it current (`operation`: "run" or
-        "resume")."""
+        """Open the run's span (`operation`: "run" or "resume") and follow `state`."""
         self.open(state.run_id, state.conversation_id, operation=operation)
         self.bind(state)
 
@@ -209,19 +205,25 @@ class RunTracer:
         """Whether the run's span is open (started and not yet finished or failed)."""
         return self._run is not None
 
-    def open(self, run_id: str, conversation_id: str, *, operation: str = "run") -> None:
-        """Open the run's span and make it current before the run has its state (`bind`)."""
-        name = getattr(self._agent, "name", "")
+    def _gen_ai(self, operation: str) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.operation.name": operation,
             "gen_ai.provider.name": self._provider,
             "gen_ai.system": self._provider,
+        }
+        if self._model:
+            attributes["gen_ai.request.model"] = self._model
+        return attributes
+
+    def open(self, run_id: str, conversation_id: str, *, operation: str = "run") -> None:
+        """Open the run's `invoke_agent` span and make it current, before the run has its
+        state (`bind`)."""
+        name = getattr(self._agent, "name", "")
+        attributes = self._gen_ai("invoke_agent") | {
             "gen_ai.conversation.id": conversation_id,
             "golem.run.id": run_id,
             "golem.run.operation": operation,
         }
-        if self._model:
-            attributes["gen_ai.request.model"] = self._model
         if name:
             attributes["gen_ai.agent.name"] = name
         links = []
@@ -229,14 +231,13 @@ class RunTracer:
         if paused is not None:
             links.append(Link(paused, {"golem.link": "resumes_paused_run"}))
             attributes["golem.run.resumes"] = self._resumes
-        span = self._tracer.start_span(
+        self._run = self._tracer.start_span(
             f"invoke_agent {name}" if name else "invoke_agent",
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             links=links,
         )
-        self._run = span
-        self._run_ctx = trace.set_span_in_context(span)
+        self._run_ctx = trace.set_span_in_context(self._run)
         self._token = otel_context.attach(self._run_ctx)
 
     def bind(self, state: RunState) -> None:
@@ -255,17 +256,13 @@ class RunTracer:
             span.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
         if result.pending is not None:
             span.set_attribute("golem.run.status", "paused")
-            span.set_attribute(
-                "golem.run.pending_call_ids", [c.call_id for c in result.pending.calls]
-            )
+            pending = [c.call_id for c in result.pending.calls]
+            span.set_attribute("golem.run.pending_call_ids", pending)
         else:
             span.set_attribute("golem.run.status", "completed")
             if self._content and result.output is not None:
-                output = result.output
-                span.set_attribute(
-                    "gen_ai.output.messages",
-                    json.dumps([{"role": "assistant", "content": str(output)}], ensure_ascii=False),
-                )
+                output = [{"role": "assistant", "content": str(result.output)}]
+                span.set_attribute("gen_ai.output.messages", json.dumps(output, ensure_ascii=False))
         traceparent = format_traceparent(span.get_span_context())
         self._end(span)
         return traceparent
@@ -280,10 +277,7 @@ class RunTracer:
         stage = getattr(exc, "stage", None)
         if stage is not None:
             span.set_attribute("golem.run.stage", str(stage))
-        cause = exc.__cause__ or exc
-        span.set_attribute("error.type", type(cause).__name__)
-        span.record_exception(exc)
-        span.set_status(Status(StatusCode.ERROR, str(exc)))
+        _fail(span, exc, type(exc.__cause__ or exc).__name__)
         self._end(span)
 
     def _end(self, span: Span) -> None:
@@ -295,58 +289,37 @@ class RunTracer:
 
     def _close_open_spans(self, exc: BaseException | None = None) -> None:
         for span in [self._chat, *self._tools.values()]:
-            if span is None:
-                continue
-            if exc is not None:
-                span.set_status(Status(StatusCode.ERROR, "the run ended"))
-            span.end()
+            if span is not None:
+                if exc is not None:
+                    span.set_status(Status(StatusCode.ERROR, "the run ended"))
+                span.end()
         self._chat = None
         self._tools.clear()
 
     def enter_tool(self, call_id: str) -> object | None:
         """Make the call's `execute_tool` span current; the token `leave_tool` takes."""
         span = self._tools.get(call_id)
-        if span is None:
-            return None
-        return otel_context.attach(trace.set_span_in_context(span))
+        return None if span is None else otel_context.attach(trace.set_span_in_context(span))
 
     def leave_tool(self, token: object | None) -> None:
         """Undo `enter_tool`."""
         if token is not None:
             otel_context.detach(token)  # type: ignore[arg-type]
 
-    def tool_span_context(self, call_id: str) -> otel_context.Context | None:
-        """The context of a running call's span (for spans started inside the tool)."""
-        span = self._tools.get(call_id)
-        return trace.set_span_in_context(span) if span is not None else None
-
     def on_event(self, event: RunEvent) -> None:
         """Open and close the `chat` and `execute_tool` spans (not a sub-agent's)."""
-        if event.namespace:
-            return
-        kind = event.kind
-        if kind is EventKind.MODEL_START:
-            self._chat_start(event)
-        elif kind is EventKind.MODEL_END:
-            self._chat_end(event)
-        elif kind is EventKind.TOOL_START:
-            self._tool_start(event)
-        elif kind in (EventKind.TOOL_END, EventKind.DEFERRED):
-            self._tool_end(event)
+        if not event.namespace:
+            handler = self._HANDLERS.get(event.kind)
+            if handler is not None:
+                handler(self, event)
 
     def _chat_start(self, event: RunEvent) -> None:
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": self._provider,
-            "gen_ai.system": self._provider,
+        attributes = self._gen_ai("chat") | {
             "golem.turn": event.turn,
             "golem.attempt": event.attempt,
         }
-        if self._model:
-            attributes["gen_ai.request.model"] = self._model
-        state = self._state
-        if self._content and state is not None:
-            attributes["gen_ai.input.messages"] = _messages_json(state.messages)
+        if self._content and self._state is not None:
+            attributes["gen_ai.input.messages"] = _messages_json(self._state.messages)
         self._chat = self._tracer.start_span(
             f"chat {self._model}" if self._model else "chat",
             context=self._run_ctx,
@@ -363,17 +336,14 @@ class RunTracer:
             span.set_attribute("gen_ai.usage.output_tokens", event.usage.output_tokens)
         state = self._state
         if event.error is not None:
-            span.set_attribute("error.type", type(event.error).__name__)
-            span.record_exception(event.error)
-            span.set_status(Status(StatusCode.ERROR, str(event.error)))
+            _fail(span, event.error)
         elif state is not None and state.messages:
-            last = state.messages[-1]
             if state.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [state.finish_reason])
             if state.model_name:
                 span.set_attribute("gen_ai.response.model", state.model_name)
-            if self._content and last.role == "assistant":
-                span.set_attribute("gen_ai.output.messages", _messages_json([last]))
+            if self._content and state.messages[-1].role == "assistant":
+                span.set_attribute("gen_ai.output.messages", _messages_json(state.messages[-1:]))
         span.end()
 
     def _tool_start(self, event: RunEvent) -> None:
@@ -401,12 +371,18 @@ class RunTracer:
         if event.kind is EventKind.DEFERRED:
             span.set_attribute("golem.tool.deferred", True)
         elif event.error is not None:
-            span.set_attribute("error.type", type(event.error).__name__)
-            span.record_exception(event.error)
-            span.set_status(Status(StatusCode.ERROR, str(event.error)))
+            _fail(span, event.error)
         elif self._content:
             span.set_attribute("gen_ai.tool.call.result", event.result)
         span.end()
+
+    _HANDLERS: ClassVar[dict[EventKind, Callable[[RunTracer, RunEvent], None]]] = {
+        EventKind.MODEL_START: _chat_start,
+        EventKind.MODEL_END: _chat_end,
+        EventKind.TOOL_START: _tool_start,
+        EventKind.TOOL_END: _tool_end,
+        EventKind.DEFERRED: _tool_end,
+    }
 
 
 @functools.cache
@@ -414,20 +390,23 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
 
 
-def _db_system(store: Any) -> str:
-    module = type(store).__module__
-    if module.endswith(".postgres"):
-        return "postgresql"
-    if module.endswith(".sqlite"):
-        return "sqlite"
-    return "other_sql"
+_STRINGS = (  # a store or worker method's string argument → its span attribute
+    ("run_id", "golem.run.id"),
+    ("call_id", "gen_ai.tool.call.id"),
+    ("decided_by", "golem.decided_by"),
+    ("resolved_by", "golem.resolved_by"),
+)
 
 
-def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
-    """Span attributes from a store or worker method's arguments, by parameter name."""
+def _call_attributes(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
+    """Span attributes from a store or worker method's arguments, by parameter name; {}
+    when they do not bind."""
+    try:
+        arguments = _signature(fn).bind_partial(*args, **kwargs).arguments
+    except Exception:
+        return {}
     attrs: dict[str, Any] = {}
-    owner = arguments.get("self")
-    worker_id = arguments.get("worker_id", getattr(owner, "worker_id", None))
+    worker_id = arguments.get("worker_id", getattr(arguments.get("self"), "worker_id", None))
     if isinstance(worker_id, str):
         attrs["golem.durable.worker.id"] = worker_id
     run = arguments.get("run")  # a NewRun
@@ -436,37 +415,21 @@ def _operation_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
         attrs["gen_ai.agent.name"] = run.agent
         if run.started_by:
             attrs["golem.run.started_by"] = run.started_by
-    claimed = arguments.get("claimed")  # a ClaimedRun
-    if claimed is not None:
-        attrs.update(_claimed_attributes(claimed))
-    lease = arguments.get("lease")  # the worker's lease
-    if lease is not None:
-        attrs["golem.run.id"] = lease.run_id
-    if isinstance(arguments.get("run_id"), str):
-        attrs["golem.run.id"] = arguments["run_id"]
-    if isinstance(arguments.get("call_id"), str):
-        attrs["gen_ai.tool.call.id"] = arguments["call_id"]
-    decision = arguments.get("decision")
-    if decision is not None:
-        attrs["golem.decision"] = str(decision.kind.value)
-    for who in ("decided_by", "resolved_by"):
-        if isinstance(arguments.get(who), str):
-            attrs[f"golem.{who}"] = arguments[who]
+    if arguments.get("claimed") is not None:
+        attrs.update(_claimed_attributes(arguments["claimed"]))
+    if arguments.get("lease") is not None:  # the worker's lease
+        attrs["golem.run.id"] = arguments["lease"].run_id
+    for name, attr in _STRINGS:
+        if isinstance(arguments.get(name), str):
+            attrs[attr] = arguments[name]
+    if arguments.get("decision") is not None:
+        attrs["golem.decision"] = str(arguments["decision"].kind.value)
     outcome = arguments.get("outcome")
     if outcome is not None:
         attrs["golem.run.status"] = str(outcome.status.value)
         if outcome.next_run is not None:
             attrs["golem.run.child_id"] = outcome.next_run.id
     return attrs
-
-
-def _call_attributes(fn: Callable[..., Any], args: Any, kwargs: Any) -> dict[str, Any]:
-    """`_operation_attributes` of one call; {} when its arguments do not bind."""
-    try:
-        bound = _signature(fn).bind_partial(*args, **kwargs)
-        return _operation_attributes(bound.arguments)
-    except Exception:
-        return {}
 
 
 def _claimed_attributes(claimed: Any) -> dict[str, Any]:
@@ -506,19 +469,8 @@ def _result_attributes(result: Any) -> dict[str, Any] | None:
 _SWEEPS = frozenset({"sweep_expired", "sweep_interrupted", "claim_ready_many"})  # no span if idle
 
 
-def _fail(span: Span, exc: BaseException) -> None:
-    span.set_attribute("error.type", type(exc).__qualname__)
-    span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
-
-
-def _headers(scope: dict[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, value in scope.get("headers") or ():
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        out[key] = f"{out[key]},{text}" if key in out else text
-    return out
+def _op_fail(span: Span, exc: BaseException) -> None:
+    _fail(span, exc, type(exc).__qualname__, str(exc) or type(exc).__name__)
 
 
 class _Operations:
@@ -538,7 +490,7 @@ class _Operations:
         attributes: dict[str, Any],
         context: otel_context.Context | None = None,
     ) -> AbstractContextManager[Span]:
-        """A span made current for the block; the block records its own errors (`_fail`)."""
+        """A span made current for the block; the block records its own errors (`_op_fail`)."""
         return self._tracer().start_as_current_span(
             name,
             context=context,
@@ -558,7 +510,7 @@ class _Operations:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
             span = self._store_span(op, fn, args, kwargs, start)
-            _fail(span, exc)
+            _op_fail(span, exc)
             span.end()
             raise
         extra = _result_attributes(result)
@@ -572,8 +524,9 @@ class _Operations:
     def _store_span(
         self, op: str, fn: Callable[..., Any], args: Any, kwargs: Any, start: int
     ) -> Span:
-        store = args[0]
-        system = _db_system(store)
+        module = type(args[0]).__module__
+        postgres, sqlite = module.endswith(".postgres"), module.endswith(".sqlite")
+        system = "postgresql" if postgres else "sqlite" if sqlite else "other_sql"
         attributes = {
             "db.system.name": system,
             "db.system": system,
@@ -596,7 +549,7 @@ class _Operations:
             try:
                 return await fn(*args, **kwargs)
             except BaseException as exc:
-                _fail(span, exc)
+                _op_fail(span, exc)
                 raise
 
     def identify(self, identity: str) -> None:
@@ -610,7 +563,10 @@ class _Operations:
         if not self.server_spans:
             await app(scope, receive, send)
             return
-        headers = _headers(scope)
+        headers: dict[str, str] = {}
+        for key, value in scope.get("headers") or ():
+            name, text = key.decode("latin-1").lower(), value.decode("latin-1")
+            headers[name] = f"{headers[name]},{text}" if name in headers else text
         method = str(scope.get("method", "GET"))
         attributes: dict[str, Any] = {
             "http.request.method": method,
@@ -628,13 +584,10 @@ class _Operations:
                 attributes["server.port"] = int(port)
             else:
                 attributes["server.address"] = host
-        client = scope.get("client")
-        if client:
-            attributes["client.address"] = str(client[0])
-        agent = headers.get("user-agent")
-        if agent:
-            attributes["user_agent.original"] = agent
-        parent = propagate.extract(headers)
+        if scope.get("client"):
+            attributes["client.address"] = str(scope["client"][0])
+        if headers.get("user-agent"):
+            attributes["user_agent.original"] = headers["user-agent"]
         status: list[int] = []
 
         async def send_status(message: Any) -> None:
@@ -642,6 +595,7 @@ class _Operations:
                 status.append(int(message["status"]))
             await send(message)
 
+        parent = propagate.extract(headers)
         name = f"{method} {route}" if route else method
         with self._current(name, SpanKind.SERVER, attributes, parent) as span:
             try:
@@ -651,7 +605,7 @@ class _Operations:
                     span.set_attribute("http.response.status_code", status[0])
                 elif isinstance(exc, Exception):  # the server's error middleware answers 500
                     span.set_attribute("http.response.status_code", 500)
-                _fail(span, exc)
+                _op_fail(span, exc)
                 raise
             if status:
                 span.set_attribute("http.response.status_code", status[0])

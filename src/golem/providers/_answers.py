@@ -4,13 +4,14 @@ tool-call IDs and names, and answers that hold nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from golem.errors import ResponseFormatError
 from golem.messages import Message, ServerToolBlock, ThinkingBlock, ToolCall
-from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._jsonio import json_object, raw_json
 
 __all__ = [
     "ASSISTANT_MEDIA_TEXT",
@@ -20,12 +21,16 @@ __all__ = [
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
     "deltas_of",
+    "finish_of",
     "in_order",
     "named_calls",
+    "own_blocks",
     "refuse_no_answer",
+    "replay_delta",
     "run_start",
     "unique_call_id",
     "unique_calls",
+    "with_block",
 ]
 
 
@@ -64,6 +69,18 @@ def run_start(content: str, pos: int) -> int:
     if pos > 0 and content.startswith(RUN_SEPARATOR, pos):
         return pos + len(RUN_SEPARATOR)
     return pos
+
+
+def own_blocks(
+    m: Message, provider: str, keep: Callable[[str], bool]
+) -> list[tuple[ServerToolBlock, dict[str, Any]]]:
+    """The server-side blocks of `m` that `provider` made and sends back (`keep` of their
+    type), each with the object it keeps (`raw`), for `in_order`."""
+    return [
+        (b, raw)
+        for b in m.server_tools
+        if b.provider == provider and keep(b.type) and (raw := json_object(b.raw)) is not None
+    ]
 
 
 def in_order(
@@ -113,12 +130,7 @@ def unique_calls(calls: list[ToolCall]) -> list[ToolCall]:
 
 
 def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
-    """`calls`, when each has a name.
-
-    Raises:
-        ResponseFormatError: a call has no name (a damaged answer: no tool can run it, and
-            the API would refuse it sent back); retryable, as sampling again usually helps.
-    """
+    """`calls`, when each has a name."""
     for call in calls:
         if not call.name:
             raise ResponseFormatError(
@@ -133,12 +145,7 @@ def named_calls(provider: str, calls: list[ToolCall]) -> list[ToolCall]:
 def refuse_no_answer(provider: str, response: ModelResponse, reason: str) -> ModelResponse:
     """`response`, unless it stopped for a reason golem does not know (`finish_reason`
     "other": vLLM's `abort`, a router's `error`, a newer API's stop) and holds nothing: no
-    text, call, media or server-side block.
-
-    Raises:
-        ResponseFormatError: no answer came; retryable (sampling again usually answers),
-            carrying the answer's usage.
-    """
+    text, call, media or server-side block."""
     m = response.message
     if (
         response.finish_reason != "other"
@@ -179,3 +186,42 @@ def deltas_of(response: ModelResponse) -> list[Delta]:
             )
         )
     return out
+
+
+def with_block(message: Message, provider: str, kind: str, raw: Any, **names: str) -> Message:
+    """`message` with a `ServerToolBlock` of `raw` kept at its end (`names`: `id`, `name`)."""
+    block = ServerToolBlock(
+        provider=provider,
+        type=kind,
+        raw=raw_json(raw),
+        at=len(message.content),
+        thinking_before=len(message.thinking),
+        **names,
+    )
+    return replace(message, server_tools=[*message.server_tools, block])
+
+
+def replay_delta(response: ModelResponse, *, signatures: bool = True) -> Delta | None:
+    """One delta replaying a whole response (its thinking, with their signatures when
+    `signatures`, text and tool calls); None when it has none of them."""
+    m = response.message
+    if not (m.content or m.thinking or m.tool_calls):
+        return None
+    return Delta(
+        content=m.content,
+        thinking=[
+            ThinkingDelta(i, text=t.text, signature=t.signature if signatures else "")
+            for i, t in enumerate(m.thinking)
+        ],
+        tool_calls=[
+            ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
+            for i, c in enumerate(m.tool_calls)
+        ],
+    )
+
+
+def finish_of(table: dict[str, FinishReason], value: Any) -> FinishReason:
+    """A provider's stop reason as golem's: "" for none, "other" for one `table` lacks."""
+    if not value:
+        return ""
+    return table.get(value, "other") if isinstance(value, str) else "other"

@@ -7,10 +7,10 @@ import asyncio
 import json
 import os
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, contextmanager
 from types import TracebackType
-from typing import Any, ClassVar, Protocol, Self, cast
+from typing import Any, ClassVar, Self, cast
 
 import httpx
 
@@ -21,7 +21,7 @@ from golem.errors import (
     ProviderTimeout,
     ResponseFormatError,
 )
-from golem.model import Delta, ModelResponse
+from golem.model import Delta, ModelRequest, ModelResponse
 from golem.providers._answers import deltas_of
 from golem.providers._errors import (
     STREAM_ENDED,
@@ -31,15 +31,12 @@ from golem.providers._errors import (
     read_error_body,
 )
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import MAX_BODY, WholeBody, iter_sse
+from golem.providers._sse import MAX_BODY, EventParser, WholeBody, deltas_in, iter_sse
 
 __all__ = [
-    "EventParser",
     "HTTPModel",
     "LoopBoundClient",
     "api_key_from_env",
-    "body_text",
-    "encode_body",
     "read_body",
     "translate_transport_errors",
 ]
@@ -47,28 +44,16 @@ __all__ = [
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def encode_body(body: dict[str, Any]) -> bytes:
-    """A request body as compact UTF-8 JSON."""
-    return _ENCODER.encode(body).encode()
-
-
-class EventParser(Protocol):
-    """What turns the events of one streamed answer into deltas and a final response."""
-
-    @property
-    def done(self) -> bool:
-        """Whether the answer is complete (the rest of the stream is not read)."""
-
-    def feed(self, event: str | None, data: str) -> Delta | list[Delta] | None:
-        """The deltas of one event (`event` None: the whole answer as one JSON document)."""
-
-    def response(self) -> ModelResponse:
-        """The final response, or the error of a stream that ended too early."""
-
-
 class HTTPModel:
-    """Base of the adapters: owns their `LoopBoundClient` (`aclose()`, `async with model:`
-    close the client the model created; an injected `http_client` is left open) and POSTs.
+    """Base of the adapters: `generate` and `generate_stream` POST `request_body(request)`.
+
+    Every adapter takes `model`; `api_key` (else read from the environment at construction:
+    a missing one raises `AuthenticationError`); `base_url`; `http_client` (used, never
+    closed; by default one client per event loop, created lazily and closed by `aclose()`,
+    `async with model:` or the loop's shutdown); `timeout` (seconds per request: connect,
+    each read, write); `max_tokens`, `temperature`, `top_p`, `stop`; `extra_headers`
+    (override golem's) and `extra_body` (merged into every body). A value out of range
+    raises `ValueError`.
     """
 
     model: str
@@ -77,19 +62,80 @@ class HTTPModel:
     """Who serves the model, as OpenTelemetry's `gen_ai.provider.name` spells it."""
     _clients: LoopBoundClient
     _timeout: httpx.Timeout
+    _headers: dict[str, str]
     _wire_name: ClassVar[str]
     """The provider as error messages name it."""
     _json_type: ClassVar[str] = "application/json"
     """A content type holding this (any case) answers a stream with one JSON body."""
+    _encoder: ClassVar[json.JSONEncoder] = _ENCODER
+    _replay_whole: ClassVar[bool] = True
+    """A stream answered with one JSON body is `_parse`d and replayed as deltas (else the
+    stream parser is fed the body)."""
+
+    def _setup(self, model: str, http_client: httpx.AsyncClient | None, timeout: float) -> None:
+        self.model = model
+        self._timeout = httpx.Timeout(timeout)
+        self._clients = LoopBoundClient(http_client, timeout)
+
+    def __repr__(self) -> str:
+        label = "base_url" if hasattr(self, "base_url") else "url"
+        return f"{type(self).__name__}({self.model!r}, {label}={getattr(self, label)!r})"
 
     @property
     def model_name(self) -> str:
         """`model`, under the name `FallbackModel` and `ModelResponse` use."""
         return self.model
 
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        raise NotImplementedError
+
+    def _endpoint(self, stream: bool) -> str:
+        raise NotImplementedError
+
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+    def _parser(self, request: ModelRequest) -> EventParser:
+        raise NotImplementedError
+
     def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
         """The error an unsuccessful HTTP answer raises (`error_from_response`)."""
         return error_from_response(self._wire_name, status, headers, body)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the model's answer.
+
+        Raises:
+            ProviderError: the classified failure (see `golem.errors`); never retried here.
+        """
+        content = self._encoder.encode(self.request_body(request)).encode()
+        return await self._post(
+            self._endpoint(False), content, self._headers, lambda b: self._parse(b, request)
+        )
+
+    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
+        """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
+
+        Raises:
+            ProviderError: as `generate`, an error event included; a stream that ends before
+                the response completed raises a retryable `ProviderConnectionError`.
+        """
+
+        def content() -> bytes:
+            return self._encoder.encode(self.request_body(request, stream=True)).encode()
+
+        def whole(text: str) -> ModelResponse:
+            return self._parse(parse_json_body(self._wire_name, text), request)
+
+        parser = self._parser(request)
+        return self._stream(
+            self._endpoint(True),
+            content,
+            self._headers,
+            parser,
+            whole if self._replay_whole else None,
+        )
 
     async def _post(
         self,
@@ -123,14 +169,8 @@ class HTTPModel:
         whole: Callable[[str], ModelResponse] | None = None,
     ) -> AsyncIterator[Delta | ModelResponse]:
         """POST `content()` (built on first iteration) and yield the `Delta`s `parser` makes
-        of each event (it may stop the stream early: `parser.done`), then its final response.
-
-        An answer that is one JSON document (a proxy's error, a server that ignored `stream:
-        true`) is `whole(text)` replayed as deltas when `whole` is given, else
-        `parser.feed(None, text)`. An HTML page is a `ResponseFormatError`; a connection lost
-        mid-stream a retryable `ProviderConnectionError`. Errors met once the answer began
-        name its request ID.
-        """
+        of each event (`parser.done` stops early), then its final response; an answer that is
+        one JSON document is `whole(text)` replayed as deltas, else `parser.feed(None, text)`."""
         provider = self._wire_name
         tag = RequestTag()
         client = await self._clients.get()
@@ -154,7 +194,7 @@ class HTTPModel:
                     try:
                         async with aclosing(events):
                             async for event, data in events:
-                                for delta in _deltas(parser.feed(event, data)):
+                                for delta in deltas_in(parser.feed(event, data)):
                                     yield delta
                                 if parser.done:
                                     break
@@ -173,7 +213,7 @@ class HTTPModel:
                     yield final
                     return
                 if text is not None:
-                    for delta in _deltas(parser.feed(None, text)):
+                    for delta in deltas_in(parser.feed(None, text)):
                         yield delta
             final = parser.response()
         yield final
@@ -192,10 +232,6 @@ class HTTPModel:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def _deltas(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
-    return fed if isinstance(fed, list) else () if fed is None else (fed,)
 
 
 class LoopBoundClient:
@@ -246,11 +282,7 @@ async def _close_with_loop(client: httpx.AsyncClient) -> AsyncGenerator[None, No
 
 
 async def read_body(response: httpx.Response, provider: str) -> str:
-    """The text of a successful streamed `response` (see `body_text`), up to `MAX_BODY` bytes.
-
-    Raises:
-        ResponseFormatError: the body is longer than `MAX_BODY` (not read further).
-    """
+    """The text of a successful streamed `response` (UTF-8, a BOM skipped), up to `MAX_BODY` bytes."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.aiter_bytes():
@@ -262,12 +294,6 @@ async def read_body(response: httpx.Response, provider: str) -> str:
                 f"{provider} answered with a body longer than {MAX_BODY} bytes", provider=provider
             )
     return b"".join(chunks).decode("utf-8-sig", errors="replace")
-
-
-def body_text(response: httpx.Response) -> str:
-    """The text of a read JSON body: UTF-8 whatever charset the header declares (RFC 8259),
-    a leading byte order mark skipped."""
-    return response.content.decode("utf-8-sig", errors="replace")
 
 
 @contextmanager
@@ -291,11 +317,7 @@ def translate_transport_errors(provider: str) -> Iterator[None]:
 
 
 def api_key_from_env(explicit: str | None, env_names: tuple[str, ...], provider: str) -> str:
-    """Return `explicit`, else the first set environment variable of `env_names`.
-
-    Raises:
-        AuthenticationError: no key was given or found; the message names the variables.
-    """
+    """Return `explicit`, else the first set environment variable of `env_names`."""
     if explicit:
         return explicit
     for name in env_names:

@@ -43,35 +43,26 @@ def error_from_response(
     details = error_details(body, headers)
     _, err = _error_object(body)
     detail = _error_text(body, err)
-    tags = ", ".join(v for v in (details["error_type"], details["error_code"]) if v)
-    if details["request_id"]:
-        tags = (
-            f"{tags}, request {details['request_id']}"
-            if tags
-            else f"request {details['request_id']}"
-        )
+    request = details["request_id"] and f"request {details['request_id']}"
+    tags = ", ".join(filter(None, (details["error_type"], details["error_code"], request)))
     message = f"{provider} returned HTTP {status}" + (f" ({tags})" if tags else "")
     message += f": {detail}" if detail else ": (no body)"
     kw: dict[str, Any] = {"status_code": status, "body": body, "provider": provider, **details}
     should = headers.get("x-should-retry", "").strip().lower()
     if should in ("true", "false"):
         kw["retryable"] = should == "true"
-    error: ProviderError
     if status in (401, 403):
-        error = AuthenticationError(message, **kw)
-    elif status == 429:
+        return AuthenticationError(message, **kw)
+    if status == 429:
         wait = retry_after_seconds(headers)
-        error = RateLimited(
-            message, retry_after=wait if wait is not None else rate_limit_reset(headers), **kw
-        )
-    elif status == 408:
-        error = ProviderTimeout(message, **kw)
-    elif status >= 500:  # includes Anthropic's 529 "overloaded"
-        error = Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
-    else:
-        kw.setdefault("retryable", status == 409)
-        error = BadRequest(message, **kw)
-    return error
+        wait = wait if wait is not None else rate_limit_reset(headers)
+        return RateLimited(message, retry_after=wait, **kw)
+    if status == 408:
+        return ProviderTimeout(message, **kw)
+    if status >= 500:  # includes Anthropic's 529 "overloaded"
+        return Overloaded(message, retry_after=retry_after_seconds(headers), **kw)
+    kw.setdefault("retryable", status == 409)
+    return BadRequest(message, **kw)
 
 
 def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
@@ -140,7 +131,7 @@ def _error_text(body: str, err: dict[str, Any] | None) -> str:
         return str(data["error"])[:2000]
     text = body.strip()
     if text.startswith("<"):
-        text = " ".join(_TAGS.sub(" ", _without_code(text)).split())
+        text = " ".join(_TAGS.sub(" ", _CODE.sub(" ", text)).split())
     return text[:500].rstrip()
 
 
@@ -148,29 +139,8 @@ _TAGS = re.compile(r"<[^<>]*>")
 """A markup tag (no `<` inside: each character is looked at a bounded number of times)."""
 
 
-def _without_code(page: str) -> str:
-    """An HTML page without its `<script>` and `<style>` elements (an unclosed one runs to
-    the end), in one pass over the page."""
-    lower = page.lower()
-    out: list[str] = []
-    pos = 0
-    found = {"<script": lower.find("<script"), "<style": lower.find("<style")}
-    while True:
-        for opening, at in found.items():  # each searched again only once passed
-            if 0 <= at < pos:
-                found[opening] = lower.find(opening, pos)
-        starts = [i for i in found.values() if i >= 0]
-        if not starts:
-            out.append(page[pos:])
-            return " ".join(out)
-        start = min(starts)
-        out.append(page[pos:start])
-        closing = "</script" if lower.startswith("<script", start) else "</style"
-        end = lower.find(closing, start)
-        if end < 0:
-            return " ".join(out)
-        close = lower.find(">", end)
-        pos = len(page) if close < 0 else close + 1
+_CODE = re.compile(r"<(script|style).*?(?:</\1[^>]*(?:>|\Z)|\Z)", re.IGNORECASE | re.DOTALL)
+"""A `<script>` or `<style>` element (an unclosed one runs to the end), matched in linear time."""
 
 
 MAX_ERROR_BODY = 65536

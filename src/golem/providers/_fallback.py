@@ -12,9 +12,8 @@ from golem.model import (
     ModelRequest,
     ModelResponse,
     StreamingModel,
-    ThinkingDelta,
-    ToolCallDelta,
 )
+from golem.providers._answers import replay_delta
 from golem.usage import Usage
 
 __all__ = ["FallbackModel", "model_label"]
@@ -151,17 +150,7 @@ async def _stream_of(model: Model, request: ModelRequest) -> AsyncIterator[Delta
             yield item
         return
     response = await model.generate(request)
-    message = response.message
-    if message.content or message.thinking or message.tool_calls:
-        yield Delta(
-            content=message.content,
-            thinking=[
-                ThinkingDelta(i, text=t.text, signature=t.signature)
-                for i, t in enumerate(message.thinking)
-            ],
-            tool_calls=[
-                ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
-                for i, c in enumerate(message.tool_calls)
-            ],
-        )
+    delta = replay_delta(response)
+    if delta is not None:
+        yield delta
     yield response

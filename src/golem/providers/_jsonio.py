@@ -7,15 +7,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic_core import from_json
 
 from golem.errors import ResponseFormatError
+from golem.usage import Usage
 
 __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
+    "dig",
+    "given",
+    "int_of",
     "json_object",
     "json_text",
     "lenient_json",
@@ -23,7 +28,10 @@ __all__ = [
     "parse_event_data",
     "parse_json_body",
     "raw_json",
+    "table",
+    "text_of",
     "token_count",
+    "usage_of",
 ]
 
 
@@ -201,3 +209,45 @@ def token_count(value: Any) -> int:
 
 MAX_TOKEN_COUNT = 2**53 - 1
 """The largest usage count an adapter reports (JSON's largest exact integer)."""
+
+
+def usage_of(raw: Any, fields: Mapping[str, tuple[str, ...]]) -> Usage:
+    """`Usage` from a provider's usage object: each field sums the counts at its paths ("a.b"
+    looks inside "a"; "x|y" reads y when x counts 0), at most `MAX_TOKEN_COUNT`."""
+    if not isinstance(raw, Mapping):
+        return Usage()
+
+    def count(path: str) -> int:
+        for alternative in path.split("|"):
+            if found := token_count(dig(raw, *alternative.split("."))):
+                return found
+        return 0
+
+    return Usage(**{f: min(sum(map(count, paths)), MAX_TOKEN_COUNT) for f, paths in fields.items()})
+
+
+def text_of(value: Any) -> str:
+    """`value` when it is text, else ""."""
+    return value if isinstance(value, str) else ""
+
+
+def int_of(value: Any) -> int:
+    """`value` when it is an integer (not a boolean), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def table(text: str) -> dict[str, str]:
+    """A table written as `"key=value key=value ..."`, in order."""
+    return dict(pair.split("=") for pair in text.split())
+
+
+def given(**fields: Any) -> dict[str, Any]:
+    """The `fields` that are not None, in order (the optional settings of a request body)."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def dig(value: Any, *keys: str) -> Any:
+    """`value[k1][k2]...` through JSON objects, None where one is missing or no object."""
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Protocol
 
 import httpx
 from pydantic_core import from_json
 
 from golem.errors import ResponseFormatError
+from golem.model import Delta, ModelResponse
 from golem.providers._jsonio import lenient_json
 
-__all__ = ["MAX_BODY", "WholeBody", "iter_sse", "sse_block", "sse_events"]
+__all__ = [
+    "MAX_BODY",
+    "EventParser",
+    "WholeBody",
+    "deltas_in",
+    "iter_sse",
+    "replay",
+    "sse_block",
+    "sse_events",
+]
 
 
 MAX_BODY = 256 * 1024 * 1024
@@ -24,14 +35,7 @@ it the answer is refused rather than read into memory without end."""
 async def iter_sse(
     response: httpx.Response, provider: str | None = None
 ) -> AsyncIterator[tuple[str, str]]:
-    """Yield `(event, data)` for each server-sent event of a streaming response.
-
-    Raises:
-        ResponseFormatError: with a `provider` named, a stream that yielded no event and
-            whose first line is no event-stream field (`data`, `event`, `id`, `retry`) or
-            comment: a proxy's plain-text page, quoted, retryable. An event longer than
-            `MAX_BODY`.
-    """
+    """Yield `(event, data)` for each server-sent event of a streaming response."""
     head = ""  # the stream's first line, to quote when it holds no event
     heading = True
     yielded = False
@@ -173,3 +177,33 @@ def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     item = _whole(sse_block("\n".join(block))) if block else None
     if item is not None:
         yield item
+
+
+class EventParser(Protocol):
+    """What turns the events of one streamed answer into deltas and a final response."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the answer is complete (the rest of the stream is not read)."""
+
+    def feed(self, event: str | None, data: str) -> Delta | list[Delta] | None:
+        """The deltas of one event (`event` None: the whole answer as one JSON document)."""
+
+    def response(self) -> ModelResponse:
+        """The final response, or the error of a stream that ended too early."""
+
+
+def deltas_in(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
+    """What `EventParser.feed` returned, as a sequence of deltas."""
+    return fed if isinstance(fed, list) else () if fed is None else (fed,)
+
+
+def replay(parser: EventParser, events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """Feed a whole recorded stream to `parser`: its deltas in order, then the final response."""
+    out: list[Delta | ModelResponse] = []
+    for event, data in events:
+        out.extend(deltas_in(parser.feed(event, data)))
+        if parser.done:
+            break
+    out.append(parser.response())
+    return out

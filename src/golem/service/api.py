@@ -17,21 +17,26 @@ from starlette.responses import Response
 from golem.durable.store import AuditEntry, DecisionRecord, PendingCallRecord, RunRecord
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import read_json, read_query, respond
 from golem.service.credentials import with_bearer
-from golem.service.decisions import decide_call, to_decision
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, read_json, read_query, respond
 from golem.service.openapi import operation
 from golem.service.positions import entry_id, shown_to
-from golem.service.runs import IDEMPOTENCY_KEY_MAX, load_run, pending_page, start_for, visible_runs
-from golem.service.state import require_store, state_of
+from golem.service.runs import (
+    IDEMPOTENCY_KEY_MAX,
+    decide_call,
+    load_run,
+    pending_page,
+    start_for,
+    to_decision,
+    visible_runs,
+)
+from golem.service.settings import require_store, state_of
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
 
 def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
-    """The response model of a decision."""
     return schemas.DecisionOut(
         decision=d.kind.value,
         reason=d.reason,
@@ -42,15 +47,13 @@ def _decision_model(d: DecisionRecord) -> schemas.DecisionOut:
 
 
 def _call_model(run: RunRecord, c: PendingCallRecord) -> schemas.Call:
-    """The response model of a pending call (with its run's agent and status)."""
-    fields = {n: getattr(c, n) for n in _CALL}
-    decision = None if c.decision is None else _decision_model(c.decision)
+    """A pending call with its run's agent and status."""
     return schemas.Call(
-        **fields,
+        **{n: getattr(c, n) for n in _CALL},
         agent=run.agent,
         run_status=run.status,
         created_at=run.created_at,
-        decision=decision,
+        decision=None if c.decision is None else _decision_model(c.decision),
     )
 
 
@@ -58,18 +61,15 @@ _CALL = ("run_id", "call_id", "position", "kind", "tool_name", "args", "reason",
 
 
 def _run_model(run: RunRecord) -> schemas.Run:
-    """The response model of a run without its conversation and audit log."""
-    fields = {n: getattr(run, n) for n in schemas.Run.model_fields if n not in _OWN}
+    """A run without its conversation and audit log."""
+    fields = {n: getattr(run, n) for n in schemas.Run.model_fields if n not in ("calls", "outcome")}
     done = run.outcome
     outcome = None if done is None else schemas.Outcome.model_validate(done, from_attributes=True)
     return schemas.Run(**fields, calls=[_call_model(run, c) for c in run.calls], outcome=outcome)
 
 
-_OWN = ("calls", "outcome")  # the fields of `schemas.Run` built on their own
-
-
 def audit_model(e: AuditEntry, secret: bytes | None = None) -> schemas.AuditItem:
-    """The response model of an audit entry (`secret`: see `entry_id`)."""
+    """An audit entry (`secret`: see `entry_id`)."""
     return schemas.AuditItem(
         id=entry_id(e, secret),
         run_id=e.run_id,
@@ -88,7 +88,6 @@ def audit_json(e: AuditEntry, secret: bytes | None = None) -> dict[str, Any]:
 def _run_detail_model(
     run: RunRecord, audit: list[AuditEntry], secret: bytes | None = None
 ) -> schemas.RunDetail:
-    """The response model of a run with its conversation and audit log."""
     return schemas.RunDetail(
         **dict(_run_model(run)),
         messages=json.loads(run.conversation) if run.conversation else [],
@@ -101,31 +100,7 @@ def run_detail_json(run: RunRecord, audit: list[AuditEntry]) -> dict[str, Any]:
     return _run_detail_model(run, audit).model_dump(mode="json")
 
 
-def _request_idempotency_key(request: Request) -> str | None:
-    """The request's `Idempotency-Key` header (None without one).
-
-    Raises:
-        ApiError: 422 for an empty key or one longer than `IDEMPOTENCY_KEY_MAX`.
-    """
-    key = request.headers.get("idempotency-key")
-    if key is not None and not 0 < len(key) <= IDEMPOTENCY_KEY_MAX:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters, got {len(key)}",
-        )
-    return key
-
-
-_AUTH = (401, 429)
-_BODY = (400, 401, 408, 413, 422, 429)
-
-
-@operation(
-    op_id="health",
-    responses={200: schemas.Health, 503: schemas.Health},
-    security=(),
-)
+@operation(op_id="health", responses={200: schemas.Health, 503: schemas.Health}, security=())
 async def health(request: Request) -> Response:
     """Liveness and store reachability (no token needed)."""
     state = state_of(request)
@@ -139,54 +114,43 @@ async def health(request: Request) -> Response:
     return respond(schemas.Health(status="ok", schema_version=version), exclude_none=True)
 
 
-@operation(
-    op_id="whoami",
-    responses={200: schemas.WhoAmI},
-    errors=_AUTH,
-)
+@operation(op_id="whoami", responses={200: schemas.WhoAmI})
 @with_bearer
 async def whoami(request: Request, cred: Credential) -> Response:
     """The identity behind the bearer token and what it may do."""
-    approver = cred.approver
+    a = cred.approver
     return respond(
         schemas.WhoAmI(
-            identity=approver.identity,
-            agents=None if approver.agents is None else sorted(approver.agents),
-            tools=None if approver.tools is None else sorted(approver.tools),
-            can_start=approver.can_start,
+            identity=a.identity,
+            agents=None if a.agents is None else sorted(a.agents),
+            tools=None if a.tools is None else sorted(a.tools),
+            can_start=a.can_start,
         )
     )
 
 
-@operation(
-    op_id="listAgents",
-    responses={200: schemas.AgentList},
-    errors=_AUTH,
-)
+@operation(op_id="listAgents", responses={200: schemas.AgentList})
 @with_bearer
 async def agents(request: Request, cred: Credential) -> Response:
     """The registered agents the caller may see."""
     entries = state_of(request).registry
-    return respond(
-        schemas.AgentList(
-            agents=[
-                schemas.AgentInfo(
-                    name=name,
-                    description=entries[name].description,
-                    can_start=cred.approver.may_start(name),
-                )
-                for name in sorted(entries)
-                if cred.approver.may_see(name)
-            ]
+    listed = [
+        schemas.AgentInfo(
+            name=name,
+            description=entries[name].description,
+            can_start=cred.approver.may_start(name),
         )
-    )
+        for name in sorted(entries)
+        if cred.approver.may_see(name)
+    ]
+    return respond(schemas.AgentList(agents=listed))
 
 
 @operation(
     op_id="startRun",
     body=schemas.StartRunBody,
     responses={201: schemas.RunEnvelope, 200: schemas.RunEnvelope},
-    errors=(*_BODY, 403, 409),
+    errors=(403, 409),
     headers={
         "Idempotency-Key": "Makes the start safe to send again (after a timeout or a 503): "
         "every start with the same key from the same approver starts one run; a repeat "
@@ -205,7 +169,10 @@ async def agents(request: Request, cred: Credential) -> Response:
 @with_bearer
 async def start(request: Request, cred: Credential) -> Response:
     """Start a run of an agent; 201 with the run (pending, completed or failed)."""
-    key = _request_idempotency_key(request)
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 0 < len(key) <= IDEMPOTENCY_KEY_MAX:
+        message = f"Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} characters, got {len(key)}"
+        raise ApiError(422, "invalid_request", message)
     body = await read_json(request, schemas.StartRunBody)
     run, replayed = await start_for(
         state_of(request), cred, body.agent, body.prompt, body.deps_ref, body.expires_in, key
@@ -213,17 +180,11 @@ async def start(request: Request, cred: Credential) -> Response:
     headers = {"Location": "/api/runs/" + quote(run.id, safe="")}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
-    return respond(
-        schemas.RunEnvelope(run=_run_model(run)), 200 if replayed else 201, headers=headers
-    )
+    envelope = schemas.RunEnvelope(run=_run_model(run))
+    return respond(envelope, 200 if replayed else 201, headers=headers)
 
 
-@operation(
-    op_id="listRuns",
-    query=schemas.RunsQuery,
-    responses={200: schemas.RunList},
-    errors=(401, 422, 429),
-)
+@operation(op_id="listRuns", query=schemas.RunsQuery, responses={200: schemas.RunList})
 @with_bearer
 async def list_runs(request: Request, cred: Credential) -> Response:
     """Runs the caller may see, filtered by status, agent and pending tool; newest first."""
@@ -236,7 +197,6 @@ async def list_runs(request: Request, cred: Credential) -> Response:
     op_id="listCalls",
     query=schemas.CallsQuery,
     responses={200: schemas.CallList},
-    errors=(401, 422, 429),
     links={
         "decideFirstCall": (
             "decideCall",
@@ -253,59 +213,41 @@ async def list_calls(request: Request, cred: Credential) -> Response:
     """Undecided calls the caller may decide, oldest run first, keyset-paged by run."""
     q = read_query(request, schemas.CallsQuery)
     page = await pending_page(state_of(request), cred, **dict(q))
-    return respond(
-        schemas.CallList(
-            calls=[_call_model(r, c) for r, c in page.calls], next_cursor=page.next_cursor
-        )
-    )
+    calls = [_call_model(r, c) for r, c in page.calls]
+    return respond(schemas.CallList(calls=calls, next_cursor=page.next_cursor))
 
 
-@operation(
-    op_id="showRun",
-    responses={200: schemas.RunDetailEnvelope},
-    errors=(401, 404, 429),
-)
+@operation(op_id="showRun", responses={200: schemas.RunDetailEnvelope}, errors=(404,))
 @with_bearer
 async def show_run(request: Request, cred: Credential) -> Response:
     """One run with its calls, conversation and audit log."""
     state = state_of(request)
     run = await load_run(state, cred, request.path_params["run_id"])
     audit = await require_store(state).audit(run.id)
-    secret = shown_to(cred, state.auth.secret)
-    return respond(schemas.RunDetailEnvelope(run=_run_detail_model(run, audit, secret)))
+    detail = _run_detail_model(run, audit, shown_to(cred, state.auth.secret))
+    return respond(schemas.RunDetailEnvelope(run=detail))
 
 
 @operation(
     op_id="decideCall",
     body=schemas.DecisionBody,
     responses={200: schemas.DecisionResult},
-    errors=(*_BODY, 403, 404, 409),
+    errors=(403, 404, 409),
     links={"showRun": ("showRun", {"run_id": "$response.body#/run/id"})},
 )
 @with_bearer
 async def decide(request: Request, cred: Credential) -> Response:
     """Decide one pending call as the caller's identity."""
-    body = await read_json(request, schemas.DecisionBody)
-    decision = to_decision(body)
-    record, run = await decide_call(
-        state_of(request),
-        cred,
-        request.path_params["run_id"],
-        request.path_params["call_id"],
-        decision,
-    )
+    decision = to_decision(await read_json(request, schemas.DecisionBody))
+    run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
+    record, run = await decide_call(state_of(request), cred, run_id, call_id, decision)
     return respond(schemas.DecisionResult(decision=_decision_model(record), run=_run_model(run)))
 
 
-@operation(
-    op_id="issueStreamToken",
-    responses={200: schemas.StreamToken},
-    errors=_AUTH,
-)
+@operation(op_id="issueStreamToken", responses={200: schemas.StreamToken})
 @with_bearer
 async def stream_token(request: Request, cred: Credential) -> Response:
     """A short-lived token for /api/events?stream_token=... (EventSource sends no headers)."""
     token, exp = state_of(request).auth.issue_stream_token(cred)
-    return respond(
-        schemas.StreamToken(stream_token=token, expires_at=datetime.fromtimestamp(exp, UTC))
-    )
+    expires_at = datetime.fromtimestamp(exp, UTC)
+    return respond(schemas.StreamToken(stream_token=token, expires_at=expires_at))

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from golem import __version__, _tracing
-from golem.durable.store import open_store
+from golem.durable.store import Store, open_store
 from golem.durable.worker import Worker
 from golem.errors import StoreError
 from golem.seal import as_seal_keys
@@ -30,25 +30,19 @@ from golem.service import api, audit, inbox, stream
 from golem.service.auth import LoginLimiter, TokenFailures
 from golem.service.credentials import token_credential
 from golem.service.errors import ApiError, not_found, unreachable
-from golem.service.limits import GuardedEvents
 from golem.service.middleware import HEADINGS, BodyLimit, RefuseBadUrl, Service
 from golem.service.notify import Notifier
-from golem.service.openapi import SSE, Operation, openapi_document, operation
+from golem.service.openapi import openapi_document, operation
 from golem.service.pages import STATIC_DIR, render_error
-from golem.service.schemas import EventsQuery, OpenApiDocument
-from golem.service.settings import ServiceSettings
-from golem.service.state import ServiceState
+from golem.service.schemas import OpenApiDocument
+from golem.service.settings import ServiceSettings, ServiceState
 
 __all__ = ["ROUTES", "create_app"]
 
 log = logging.getLogger("golem.service")
 
 
-@operation(
-    op_id="openapi",
-    responses={200: OpenApiDocument},
-    security=(),
-)
+@operation(op_id="openapi", responses={200: OpenApiDocument}, security=())
 async def _openapi(request: Request) -> Response:
     """This document (with a bearer token, it names the agents the caller may see)."""
     state: ServiceState = request.app.state.golem
@@ -129,17 +123,6 @@ class _Route(Route):
         return Match.FULL, child
 
 
-EVENTS = GuardedEvents(stream.events)
-EVENTS.__openapi__ = Operation(  # type: ignore[attr-defined]
-    op_id="streamChanges",
-    summary="Server-sent events (`event: change`) for every audit entry the caller may see.",
-    query=EventsQuery,
-    headers={"Last-Event-ID": "Set by EventSource on reconnect; wins over ?cursor="},
-    responses={200: SSE},
-    errors=(401, 422, 429),
-    security=("bearer", "streamToken", "session"),
-)
-
 ROUTES: list[BaseRoute] = [
     # JSON API (bearer tokens; /api/events also takes a stream token or the session)
     _Route("/api/health", api.health, methods=["GET"]),
@@ -153,7 +136,7 @@ ROUTES: list[BaseRoute] = [
     _Route("/api/runs/{run_id}/calls/{call_id:golem_any}/decision", api.decide, methods=["POST"]),
     _Route("/api/audit", audit.api_audit, methods=["GET"]),
     _Route("/api/notifications", audit.api_deliveries, methods=["GET"]),
-    _Route("/api/events", EVENTS, methods=["GET"]),
+    _Route("/api/events", stream.GuardedEvents(), methods=["GET"]),
     _Route("/api/stream-token", api.stream_token, methods=["POST"]),
     # Web inbox (session cookie + CSRF token)
     _Route("/", inbox.inbox_page, methods=["GET"]),
@@ -224,58 +207,36 @@ def _answer(
     return page
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, ApiError):  # pragma: no cover - registered for ApiError
-        raise exc
-    return _answer(request, exc)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, HTTPException):  # pragma: no cover - registered for HTTPException
-        raise exc
-    if _is_api(request):
-        response: Response = not_found(request, exc).response()
-    else:
-        heading = HEADINGS.get(exc.status_code, "Error")
-        message = "There is no such page." if exc.status_code == 404 else str(exc.detail)
-        response = render_error(request, exc.status_code, heading, message)
-    if exc.status_code == 405:
-        response.headers["Allow"] = _allowed_methods(request)
-    return response
-
-
-def _allowed_methods(request: Request) -> str:
-    """The `Allow` header of a 405: every method some route serves at this path (not
-    only the first matching route's, as Starlette's)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE and isinstance(route, Route):
-            methods |= route.methods or set()
-    return ", ".join(sorted(methods))
-
-
-async def _server_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+async def _error(request: Request, exc: Exception) -> Response:
+    """The answer to a refusal (`ApiError`), an unknown route or method, a store that cannot
+    be reached (503 with `Retry-After`), or anything else (500, logged)."""
+    if isinstance(exc, ApiError):
+        return _answer(request, exc)
+    if isinstance(exc, HTTPException):
+        code = exc.status_code
+        if _is_api(request):
+            response: Response = not_found(request, exc).response()
+        else:
+            message = "There is no such page." if code == 404 else str(exc.detail)
+            response = render_error(request, code, HEADINGS.get(code, "Error"), message)
+        if code == 405:  # every method some route serves here (Starlette's: the first route's)
+            routes = request.app.router.routes
+            matched = [r for r in routes if r.matches(request.scope)[0] is not Match.NONE]
+            methods = {m for r in matched if isinstance(r, Route) for m in r.methods or ()}
+            response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
+    where = (request.method, request.url.path)
+    if isinstance(exc, StoreError) and unreachable(exc):
+        log.warning("store unavailable on %s %s: %s", *where, exc)
+        message = "the store cannot be reached just now; try again shortly"
+        error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
+        return _answer(request, error, "Try again shortly", headers=True)
+    log.exception("unhandled error on %s %s", *where, exc_info=exc)
     error = ApiError(500, "internal_error", "the service failed; see its log")
     try:
         return _answer(request, error, "Something went wrong")
     except Exception:  # the page itself cannot be drawn: fall back to JSON
         return error.response()
-
-
-async def _store_error(request: Request, exc: Exception) -> Response:
-    """503 with `Retry-After` for a store that cannot be reached; any other store error
-    that reaches here is a bug (500)."""
-    if not unreachable(exc):
-        return await _server_error(request, exc)
-    log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
-    message = "the store cannot be reached just now; try again shortly"
-    error = ApiError(503, "store_unavailable", message, headers={"Retry-After": "1"})
-    return _answer(request, error, "Try again shortly", headers=True)
-
-
-ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 def create_app(settings: ServiceSettings) -> Starlette:
@@ -287,12 +248,6 @@ def create_app(settings: ServiceSettings) -> Starlette:
         login_limiter=LoginLimiter(settings.login_attempts_per_minute, 60.0),
         token_failures=TokenFailures(settings.token_failures_per_minute, 60.0),
     )
-    handlers: dict[Any, ExceptionHandler] = {
-        ApiError: _api_error,
-        HTTPException: _http_error,
-        StoreError: _store_error,
-        Exception: _server_error,
-    }
     app = Service(
         routes=list(ROUTES),
         middleware=[
@@ -300,7 +255,7 @@ def create_app(settings: ServiceSettings) -> Starlette:
             Middleware(BodyLimit, limit=settings.max_body_bytes, timeout=settings.body_timeout),
             Middleware(RefuseBadUrl),
         ],
-        exception_handlers=handlers,
+        exception_handlers=dict.fromkeys((ApiError, HTTPException, StoreError, Exception), _error),
         lifespan=functools.partial(_lifespan, settings=settings, state=state),
     )
     app.state.golem = state
@@ -313,25 +268,24 @@ async def _lifespan(
 ) -> AsyncIterator[None]:
     """Open the store (given a URL), run the notifier and the in-process worker, then stop
     them and close what was opened."""
-    url = settings.store if isinstance(settings.store, str) else None
-    opened = await open_store(url) if url is not None else None
-    if opened is not None:
-        state.store = opened
+    opened: Store | None = None  # the store this app opened, and must close
+    if isinstance(settings.store, str):
+        store = opened = state.store = await open_store(settings.store)
+    else:
+        store = settings.store
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
     if settings.webhooks:
-        assert state.store is not None
         state.notifier = Notifier(
-            state.store,
+            store,
             settings.webhooks,
             public_url=settings.public_url,
             expiring_within=settings.expiring_within,
         )
         tasks.append(asyncio.create_task(state.notifier.run(stop)))
     if settings.run_worker:
-        assert state.store is not None
         worker = Worker(
-            state.store,
+            store,
             settings.registry,
             worker_id=settings.worker_id,
             lease_seconds=settings.lease_seconds,

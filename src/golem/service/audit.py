@@ -18,13 +18,12 @@ from golem.durable.store import AuditAction, AuditEntry, AuditPage, RunNotFound,
 from golem.service import schemas
 from golem.service.api import audit_model
 from golem.service.auth import Credential
-from golem.service.bodies import read_query, respond
 from golem.service.credentials import with_bearer
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, read_query, respond
 from golem.service.openapi import CSV, HTML, REDIRECT, ArrayOf, operation, page
 from golem.service.pages import SignedIn, render_error, signed_in
 from golem.service.positions import entry_id, read_position, seal_cursor, shown_to
-from golem.service.state import ServiceState, require_store
+from golem.service.settings import ServiceState, require_store
 from golem.service.views import audit_view, path, short
 
 # The handlers behind `golem.service.create_app`; nothing here is public API.
@@ -45,25 +44,19 @@ class _AuditPage:
     """What the caller's entry IDs are sealed under (None: shown as audit IDs)."""
 
 
-def _before(state: ServiceState, cred: Credential, text: str | None) -> int | None:
-    """The audit ID a page starts below (None: the newest); 400 `invalid_cursor` for text
-    that is not a cursor or entry reference this service sent (or, in full view, an ID)."""
-    if text is None:
-        return None
-    full_view = cred.approver.agents is None
-    value = read_position(state.auth.secret, text, full_view=full_view)
-    if value is None:
-        why = "is not a next_cursor or entry id this service sent (or it changed)"
-        if not full_view and text.isascii() and text.isdigit():
-            why = "is an audit ID, which only an approver who sees every agent may pass"
-        raise ApiError(400, "invalid_cursor", f"'before' {why}")
-    return value
-
-
 async def _audit_page(state: ServiceState, cred: Credential, q: schemas.AuditQuery) -> _AuditPage:
-    """The newest entries the caller may see that match `q`, below `q.before`."""
+    """The newest entries the caller may see that match `q`, below `q.before`: 400
+    `invalid_cursor` for one that is not a cursor or entry reference this service sent (or,
+    in full view, an audit ID)."""
     store = require_store(state)
-    before = _before(state, cred, q.before)
+    full_view, before = cred.approver.agents is None, None
+    if q.before is not None:
+        before = read_position(state.auth.secret, q.before, full_view=full_view)
+        if before is None:
+            why = "is not a next_cursor or entry id this service sent (or it changed)"
+            if not full_view and q.before.isascii() and q.before.isdigit():
+                why = "is an audit ID, which only an approver who sees every agent may pass"
+            raise ApiError(400, "invalid_cursor", f"'before' {why}")
     allowed = cred.approver.agents
     agents: frozenset[str] | None = allowed
     if q.agent:
@@ -130,16 +123,13 @@ async def _scan(
 
 
 def _item(row: AuditEntry, secret: bytes | None) -> dict[str, Any]:
-    out = audit_model(row, secret).model_dump(mode="json")
-    out["agent"] = row.agent
-    return out
+    return audit_model(row, secret).model_dump(mode="json") | {"agent": row.agent}
 
 
 @operation(
     op_id="listAudit",
     query=schemas.AuditQuery,
     responses={200: schemas.AuditList},
-    errors=(401, 422, 429),
     links={"nextPage": ("listAudit", {"before": "$response.body#/next_cursor"})},
 )
 @with_bearer
@@ -153,14 +143,6 @@ async def api_audit(request: Request, cred: Credential) -> Response:
             next_cursor=page.next_cursor,
         )
     )
-
-
-def _next_link(request: Request, cursor: str | None) -> str | None:
-    """The same view's URL (format kept) for the page after `cursor`."""
-    if cursor is None:
-        return None
-    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "before"]
-    return "/audit?" + urlencode([*kept, ("before", cursor)])
 
 
 @page(
@@ -185,7 +167,10 @@ async def audit_page(signed: SignedIn) -> Response:
         if exc.status != 400:
             raise
         return render_error(request, 400, "Not a page of this log", exc.message)
-    nxt = _next_link(request, page.next_cursor)
+    nxt = None  # the same view's URL (format kept) for the next page
+    if page.next_cursor is not None:
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k != "before"]
+        nxt = "/audit?" + urlencode([*kept, ("before", page.next_cursor)])
     if q.format is not None:  # a download of the same rows
         headers = {"Content-Disposition": f'attachment; filename="golem-audit.{q.format}"'}
         headers.update({} if nxt is None else {"Link": f'<{nxt}>; rel="next"'})
@@ -221,7 +206,7 @@ async def _render_audit(
     older: str | None,
 ) -> HTMLResponse:
     """The audit page for `rows`, linking the `older` page."""
-    request, state, cred = signed.request, signed.state, signed.cred
+    request = signed.request
     query = urlencode({k: v for k, v in request.query_params.items() if k != "format"})
     newest = urlencode({k: v for k, v in request.query_params.items() if k != "before"})
     return await signed.render(
@@ -246,7 +231,7 @@ async def _render_audit(
                 "run": q.run or "",
             },
             "actions": ACTIONS,
-            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "agent_names": signed.agent_names,
             "export_csv": "/audit?" + urlencode([*parse_qsl(query), ("format", "csv")]),
             "export_json": "/audit?" + urlencode([*parse_qsl(query), ("format", "json")]),
         },
@@ -269,11 +254,7 @@ def _deliveries(state: ServiceState, cred: Credential) -> list[schemas.DeliveryI
     return [item(d, from_attributes=True) for d in notifier.visible(cred.approver.may_see)]
 
 
-@operation(
-    op_id="listNotifications",
-    responses={200: schemas.DeliveryList},
-    errors=(401, 429),
-)
+@operation(op_id="listNotifications", responses={200: schemas.DeliveryList})
 @with_bearer
 async def api_deliveries(request: Request, cred: Credential) -> Response:
     """The webhook delivery log (runs the caller may see), newest first."""

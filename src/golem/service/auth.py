@@ -262,44 +262,38 @@ class AuthConfig:
             return None
         return self.authenticate(token.strip())
 
+    def _mac(self, purpose: str, text: str) -> bytes:
+        return hmac.new(self.secret, f"{purpose}.{text}".encode(), hashlib.sha256).digest()
+
     def _subject(self, digest: str) -> str:
         """The `sub` of signed values: a MAC of the token's SHA-256 under the secret (a
         reader of a session value gets nothing to test token guesses against)."""
-        mac = hmac.new(self.secret, f"{_SUBJECT}.{digest}".encode(), hashlib.sha256)
-        return _b64(mac.digest()[:18])
+        return _b64(self._mac(_SUBJECT, digest)[:18])
 
-    def _sign(self, purpose: str, payload: dict[str, Any]) -> str:
+    def _sign(self, purpose: str, credential: Credential, exp: float, **extra: str) -> str:
+        payload = {"sub": self._subject(credential.digest), "exp": exp, **extra}
         body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
-        mac = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
-        return f"{body}.{_b64(mac)}"
+        return f"{body}.{_b64(self._mac(purpose, body))}"
 
     def _claims(self, purpose: str, value: str | None, now: float | None) -> dict[str, Any] | None:
         """The payload of a valid, unexpired, unrevoked signed value of `purpose`, else None."""
-        if not value:
-            return None
-        body, _, mac = value.partition(".")
+        body, _, mac = (value or "").partition(".")
         if not body or not mac:
             return None
-        expected = hmac.new(self.secret, f"{purpose}.{body}".encode(), hashlib.sha256).digest()
         try:
-            if not hmac.compare_digest(_unb64(mac), expected):
+            if not hmac.compare_digest(_unb64(mac), self._mac(purpose, body)):
                 return None
             payload = json.loads(_unb64(body))
         except (ValueError, TypeError):
             return None
         if not isinstance(payload, dict):
             return None
-        exp, subject = payload.get("exp"), payload.get("sub")
+        exp, subject, sid = payload.get("exp"), payload.get("sub"), payload.get("sid")
         if not isinstance(exp, int | float) or not isinstance(subject, str):
             return None
-        at = time.time() if now is None else now
-        digest = self._by_subject.get(subject)
-        if at >= exp or digest is None:
+        if (time.time() if now is None else now) >= exp or subject not in self._by_subject:
             return None
-        sid = payload.get("sid")
-        if isinstance(sid, str) and sid in self._revoked:
-            return None
-        return payload
+        return None if isinstance(sid, str) and sid in self._revoked else payload
 
     def _verify(self, purpose: str, value: str | None, now: float | None) -> Credential | None:
         payload = self._claims(purpose, value, now)
@@ -313,9 +307,7 @@ class AuthConfig:
     def issue_session(self, credential: Credential, *, now: float | None = None) -> str:
         """Return a signed inbox session value for `credential` (with its own session ID)."""
         exp = (time.time() if now is None else now) + self.session_seconds
-        sid = _b64(secrets.token_bytes(12))
-        subject = self._subject(credential.digest)
-        return self._sign(_SESSION, {"sub": subject, "exp": exp, "sid": sid})
+        return self._sign(_SESSION, credential, exp, sid=_b64(secrets.token_bytes(12)))
 
     def verify_session(self, value: str | None, *, now: float | None = None) -> Credential | None:
         """Return the credential of a valid, unexpired, unrevoked session value, else `None`."""
@@ -347,7 +339,7 @@ class AuthConfig:
     ) -> tuple[str, float]:
         """Return a signed stream token for `credential` and its expiry (Unix seconds)."""
         exp = (time.time() if now is None else now) + self.stream_token_seconds
-        return self._sign(_STREAM, {"sub": self._subject(credential.digest), "exp": exp}), exp
+        return self._sign(_STREAM, credential, exp), exp
 
     def verify_stream_token(
         self, value: str | None, *, now: float | None = None
@@ -357,8 +349,7 @@ class AuthConfig:
 
     def csrf_token(self, session: str) -> str:
         """Return the CSRF token the inbox forms must carry for `session`."""
-        mac = hmac.new(self.secret, f"{_CSRF}.{session}".encode(), hashlib.sha256).digest()
-        return _b64(mac)
+        return _b64(self._mac(_CSRF, session))
 
     def check_csrf(self, session: str, token: str) -> bool:
         """Whether `token` is the CSRF token of `session`."""
@@ -413,15 +404,8 @@ class LoginLimiter:
 
 @dataclass
 class TokenFailures(LoginLimiter):
-    """Wrong bearer tokens per client address: past `attempts` within `window` seconds,
-    the address gets 429 on every request with a token until the oldest leaves the window."""
+    """Wrong bearer tokens per client address (`count`): past `attempts` within `window`
+    seconds, the address gets 429 on every request with a token (`wait`) until the oldest
+    leaves the window."""
 
     attempts: int = 30
-
-    def blocked(self, address: str, now: float | None = None) -> float:
-        """Seconds until `address` may present a token again (0: it may now)."""
-        return self.wait(address, now)
-
-    def fail(self, address: str, now: float | None = None) -> None:
-        """Count one wrong token from `address`."""
-        self.count(address, now)

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from golem.service.auth import Credential
 from golem.service.errors import ApiError
-from golem.service.state import state_of
+from golem.service.settings import state_of
 
 # Internals of `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
@@ -41,7 +41,7 @@ def token_credential(request: Request) -> Credential | None:
         return None
     state = state_of(request)
     address = request.client.host if request.client else "unknown"
-    wait = state.token_failures.blocked(address)
+    wait = state.token_failures.wait(address)
     if wait > 0:
         seconds = max(1, math.ceil(wait))
         raise ApiError(
@@ -52,7 +52,7 @@ def token_credential(request: Request) -> Credential | None:
         )
     cred = state.auth.authenticate(token)
     if cred is None:
-        state.token_failures.fail(address)
+        state.token_failures.count(address)
     return cred
 
 

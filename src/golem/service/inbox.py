@@ -24,10 +24,8 @@ from golem.durable.store import (
 from golem.errors import StoreError
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import check_json_value, parse_json
 from golem.service.credentials import SESSION_COOKIE, session
-from golem.service.decisions import decide_call, edited_approval
-from golem.service.errors import ApiError, unreachable
+from golem.service.errors import ApiError, check_json_value, parse_json, unreachable
 from golem.service.openapi import form_action, page
 from golem.service.pages import (
     PAGE_RUNS,
@@ -44,8 +42,16 @@ from golem.service.pages import (
     with_notice,
 )
 from golem.service.positions import shown_to
-from golem.service.runs import IDEMPOTENCY_KEY_MAX, load_run, pending_page, start_for, visible_runs
-from golem.service.state import require_store, state_of
+from golem.service.runs import (
+    IDEMPOTENCY_KEY_MAX,
+    decide_call,
+    edited_approval,
+    load_run,
+    pending_page,
+    start_for,
+    visible_runs,
+)
+from golem.service.settings import require_store, state_of
 from golem.service.views import (
     ago,
     audit_view,
@@ -140,8 +146,8 @@ async def inbox_page(page: SignedIn) -> Response:
             state, cred, agent=agent, kind=kind, limit=PAGE_RUNS, after=after
         )
     except ApiError:  # a stale or foreign cursor: start from the oldest again
-        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
         after = None
+        found_page = await pending_page(state, cred, agent=agent, kind=kind, limit=PAGE_RUNS)
     found = found_page.calls
     everything = not any(filters.values()) and after is None
     needle = filters["tool"].strip().casefold()
@@ -149,10 +155,9 @@ async def inbox_page(page: SignedIn) -> Response:
         found = [(r, c) for r, c in found if needle in c.tool_name.casefold()]
     now = utc_now()
     soon, rest = group_views(found, cred, now, state.settings.presenters)
-    visible = [n for n in sorted(state.registry) if cred.approver.may_see(n)]
     startable = [
         {"name": n, "description": state.registry[n].description}
-        for n in visible
+        for n in page.agent_names
         if cred.approver.may_start(n)
     ]
     interrupted = await visible_runs(
@@ -168,7 +173,7 @@ async def inbox_page(page: SignedIn) -> Response:
             "count": len(found),
             "filtered": any(filters.values()),
             "filters": filters,
-            "agent_names": visible,
+            "agent_names": page.agent_names,
             "startable": startable,
             "open_start": not found,
             "interrupted": len(interrupted),
@@ -230,7 +235,7 @@ async def runs_page(page: SignedIn) -> Response:
             "page": "runs",
             "runs": rows,
             "statuses": [s.value for s in RunStatus],
-            "agent_names": [n for n in sorted(state.registry) if cred.approver.may_see(n)],
+            "agent_names": page.agent_names,
             "filters": {"status": status_text, "agent": agent},
         },
     )
@@ -273,6 +278,17 @@ async def run_page(page: SignedIn) -> Response:
     )
 
 
+def _decision(form: dict[str, str], *kinds: str) -> Decision:
+    """The decision a form asks for, one of `kinds`; 422 for any other."""
+    kind = form.get("decision", "")
+    if kind not in kinds:
+        allowed = ", ".join(kinds[:-1]) + " or " + kinds[-1]
+        raise ApiError(422, "invalid_request", f"decision must be {allowed}")
+    if kind == "deny":
+        return Decision.deny(form.get("reason", "").strip())
+    return Decision.external(form.get("result", "")) if kind == "external" else Decision.approve()
+
+
 @form_action("decideForm", schemas.DecisionForm, 400, 404, 409, 422)
 async def decide_form(request: Request) -> Response:
     """Decide a call from the inbox, then go back."""
@@ -281,14 +297,8 @@ async def decide_form(request: Request) -> Response:
     kind = form.get("decision", "")
     if kind == "approve" and "args" in form:
         decision = await edited_approval(state_of(request), cred, run_id, call_id, form["args"])
-    elif kind == "approve":
-        decision = Decision.approve()
-    elif kind == "deny":
-        decision = Decision.deny(form.get("reason", "").strip())
-    elif kind == "external":
-        decision = Decision.external(form.get("result", ""))
     else:
-        raise ApiError(422, "invalid_request", "decision must be approve, deny or external")
+        decision = _decision(form, "approve", "deny", "external")
     try:
         _, run = await decide_call(state_of(request), cred, run_id, call_id, decision)
     except ApiError as exc:
@@ -345,12 +355,7 @@ async def decide_run_form(request: Request) -> Response:
         raise ApiError(409, "nothing_to_decide", "no call of this run waits for your decision")
     if kind == "approve" and any(c.kind is not CallKind.APPROVAL for c in calls):
         raise ApiError(422, "invalid_request", "approve all needs every call to be an approval")
-    if kind == "approve":
-        decision = Decision.approve()
-    elif kind == "deny":
-        decision = Decision.deny(form.get("reason", "").strip())
-    else:
-        raise ApiError(422, "invalid_request", "decision must be approve or deny")
+    decision = _decision(form, "approve", "deny")
     for c in calls:
         await decide_call(state, cred, run.id, c.call_id, decision)
     nxt = safe_next(form.get("next"), path("runs", run.id))

@@ -97,13 +97,9 @@ class RefuseBadUrl:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             problem = _url_problem(scope)
-            error: ApiError | None = None
-            if problem is not None:
-                error = ApiError(400, "invalid_url", problem)
-            else:
-                twice = _header_problem(scope)
-                if twice is not None:
-                    error = ApiError(400, "conflicting_headers", twice)
+            error = None if problem is None else ApiError(400, "invalid_url", problem)
+            twice = _header_problem(scope) if error is None else None
+            error = ApiError(400, "conflicting_headers", twice) if twice is not None else error
             if error is not None:
                 if scope["path"].startswith("/api/"):
                     response: Response = error.response()
@@ -140,21 +136,10 @@ def _url_problem(scope: Scope) -> str | None:
     return None
 
 
-_ONCE = frozenset(
-    {
-        b"authorization",
-        b"host",
-        b"origin",
-        b"referer",
-        b"sec-fetch-site",
-        b"content-type",
-        b"content-length",
-        b"transfer-encoding",
-        b"last-event-id",
-        b"idempotency-key",
-    }
+_ONCE = frozenset(  # request headers read as one value
+    b"authorization host origin referer sec-fetch-site content-type content-length "
+    b"transfer-encoding last-event-id idempotency-key".split()
 )
-"""Request headers read as one value."""
 
 
 def _header_problem(scope: Scope) -> str | None:

@@ -29,7 +29,6 @@ from golem._display import reveal
 from golem._ids import new_id
 from golem.durable.store import (
     AuditAction,
-    AuditEntry,
     CorruptRecord,
     RunNotFound,
     RunRecord,
@@ -120,13 +119,17 @@ class Delivery:
 
 
 _ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.INTERRUPTED})
+_EVENT_OF: dict[AuditAction, Event] = {
+    AuditAction.CREATED: "run.paused",
+    AuditAction.COMPLETED: "run.ended",
+    AuditAction.FAILED: "run.ended",
+    AuditAction.INTERRUPTED: "run.ended",
+}
 
 
 def _fits(event: Event, status: RunStatus) -> bool:
     """Whether a run now `status` is still worth `event` (a pause still pending, an end)."""
-    if event == "run.paused":
-        return status is RunStatus.PENDING
-    return status in _ENDED
+    return status is RunStatus.PENDING if event == "run.paused" else status in _ENDED
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:
@@ -174,15 +177,12 @@ def _mrkdwn(text: str) -> str:
 def _slack_message(body: dict[str, Any]) -> dict[str, Any]:
     """A Slack incoming-webhook message for a `payload` (text escaped for mrkdwn)."""
     title = _mrkdwn(body["title"] or body["run_id"])
-    agent = _mrkdwn(body["agent"])
-    if body["event"] == "run.paused":
-        head = f"{len(body['calls'])} call(s) wait for a decision"
-    elif body["event"] == "call.expiring":
-        head = "A call is about to expire"
-    else:
-        head = f"Run {body['status']}"
+    head = {
+        "run.paused": f"{len(body['calls'])} call(s) wait for a decision",
+        "call.expiring": "A call is about to expire",
+    }.get(body["event"], f"Run {body['status']}")
     tools = ", ".join(_mrkdwn(c["tool_name"]) for c in body["calls"])
-    lines = [f"*{head}* · {agent}", f"<{body['url']}|{title}>"]
+    lines = [f"*{head}* · {_mrkdwn(body['agent'])}", f"<{body['url']}|{title}>"]
     if tools:
         lines.append(f"Tools: {tools}")
     return {
@@ -241,8 +241,15 @@ class Notifier:
             batch = await self.store.changes_since(cursor, limit=200)
             for entry in batch:
                 cursor = entry.id
-                event = self._event_of(entry.action)
-                if event is None or not self._may_notify(event, entry):
+                event = _EVENT_OF.get(entry.action)
+                if event is None:
+                    continue
+                # as `changes_since` read the run: surely not notified?
+                if entry.run_status is not None and not _fits(event, entry.run_status):
+                    continue
+                if entry.agent is not None and not any(
+                    w.wants(event, entry.agent) for w in self.webhooks
+                ):
                     continue
                 try:  # the payload: the run with its calls (read only for a notification)
                     run = await self.store.get_run(entry.run_id)
@@ -258,20 +265,6 @@ class Notifier:
                 break
         await self._check_deadlines(now or utc_now())
         return cursor
-
-    def _may_notify(self, event: Event, entry: AuditEntry) -> bool:
-        """False when the entry's run (as `changes_since` read it) surely is not notified."""
-        if entry.run_status is not None and not _fits(event, entry.run_status):
-            return False
-        return entry.agent is None or any(w.wants(event, entry.agent) for w in self.webhooks)
-
-    @staticmethod
-    def _event_of(action: AuditAction) -> Event | None:
-        if action is AuditAction.CREATED:
-            return "run.paused"
-        if action in (AuditAction.COMPLETED, AuditAction.FAILED, AuditAction.INTERRUPTED):
-            return "run.ended"
-        return None
 
     async def _check_deadlines(self, now: datetime) -> None:
         if not any("call.expiring" in w.events for w in self.webhooks):

@@ -3,6 +3,7 @@ attached with `@operation(...)`) and the pydantic models of `golem.service.schem
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +67,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Operation:
-    """What the OpenAPI document says about one handler."""
+    """What the OpenAPI document says about one handler. Its errors are `errors` and what
+    its shape implies: 401 and 429 with a bearer token, 408, 413 and 422 with a JSON body,
+    422 with a query, 401, 403, 408, 413 and 415 with a form."""
 
     op_id: str
     summary: str
@@ -88,6 +91,19 @@ class Operation:
     response_headers: Mapping[str, str] = field(default_factory=dict)
     """Headers its 200 answer may carry: name → description."""
 
+    def statuses(self) -> set[int]:
+        """Every error status (any URL may hold a NUL: 400; a credential reads the store: 503)."""
+        implied = {400, *self.errors} | ({503} if self.security else set())
+        if "bearer" in self.security and self.tag == "api":
+            implied |= {401, 429}
+        if self.body is not None:
+            implied |= {408, 413, 422}
+        if self.query is not None:
+            implied.add(422)
+        if self.form is not None:
+            implied |= {401, 403, 408, 413, 415}
+        return implied - set(self.responses)
+
 
 def operation(**kwargs: Any) -> Callable[[F], F]:
     """Attach an `Operation(**kwargs)` to a handler (read by `openapi_document`); the
@@ -108,61 +124,18 @@ def page(op_id: str, **kwargs: Any) -> Callable[[F], F]:
 
 
 def form_action(op_id: str, form: type[BaseModel], *errors: int, **kwargs: Any) -> Callable[[F], F]:
-    """`operation` of an inbox form action: 303 when done; 401, 403, 408, 413, 415 and
-    `errors` when refused."""
+    """`operation` of an inbox form action: 303 when done."""
     defaults = {"responses": {303: REDIRECT}, "security": ("session",), "tag": "inbox"}
-    errors = (401, 403, 408, 413, 415, *errors)
     return operation(op_id=op_id, form=form, errors=errors, **{**defaults, **kwargs})
 
 
-def _path_of(route: Route) -> tuple[str, list[str]]:
-    names = re.findall(r"{(\w+)(?::\w+)?}", route.path)
-    return re.sub(r"{(\w+):\w+}", r"{\1}", route.path), names
-
-
 Mode = Literal["validation", "serialization"]
-
-
-def _models(ops: Iterable[Operation]) -> list[tuple[type[BaseModel], Mode]]:
-    seen: dict[tuple[type[BaseModel], Mode], None] = {(ErrorBody, "serialization"): None}
-    for op in ops:
-        for model in (op.body, op.form):
-            if model is not None:
-                seen[(model, "validation")] = None
-        for spec in op.responses.values():
-            for one in spec if isinstance(spec, tuple) else (spec,):
-                if isinstance(one, ArrayOf):
-                    seen[(one.model, "serialization")] = None
-                elif isinstance(one, type):
-                    seen[(one, "serialization")] = None
-    return list(seen)
-
-
-def _query_params(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[str, Any]]:
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    for name, sub in schema.pop("$defs", {}).items():
-        schemas.setdefault(name, sub)
-    required = set(schema.get("required", []))
-    out = []
-    for name, prop in schema["properties"].items():
-        description = prop.pop("description", "")
-        prop.pop("title", None)
-        if name not in required:  # `?status=` is no filter at all, as a form sends it
-            prop = {"anyOf": [prop, _EMPTY]}
-            description = f"{description} Empty counts as absent.".strip()
-        out.append(
-            {
-                "name": name,
-                "in": "query",
-                "required": name in required,
-                "description": description,
-                "schema": prop,
-            }
-        )
-    return out
-
-
+_Ref = Callable[..., dict[str, str]]  # `ref(model, mode)`: the `$ref` of a model's schema
+_Described = list[tuple[str, list[str], str, Operation]]  # (path, parameters, method, op)
+_REFS = "#/components/schemas/{model}"
+_STRING = {"schema": {"type": "string"}}
 _EMPTY = {"type": "string", "maxLength": 0}  # `?status=`: read as absent
+_FORM = "application/x-www-form-urlencoded"
 
 _SSE_EVENT = {
     "type": "object",
@@ -179,44 +152,19 @@ _SSE_EVENT = {
     },
 }
 
-
-def _response(
-    spec: ResponseSpec, ref: Callable[[type[BaseModel]], dict[str, str]]
-) -> dict[str, Any]:
-    if isinstance(spec, tuple):
-        parts = [_response(one, ref) for one in spec]
-        return {
-            "description": " Or: ".join(p["description"] for p in parts),
-            "content": {k: v for p in parts for k, v in p["content"].items()},
-        }
-    if spec == HTML:
-        return {"description": "An HTML page.", "content": {HTML: {"schema": {"type": "string"}}}}
-    if spec == CSV:
-        return {"description": "A CSV download.", "content": {CSV: {"schema": {"type": "string"}}}}
-    if isinstance(spec, ArrayOf):
-        return {
-            "description": f"A JSON array of {spec.model.__name__}.",
-            "content": {
-                "application/json": {"schema": {"type": "array", "items": ref(spec.model)}}
-            },
-        }
-    if spec == REDIRECT:
-        return {
-            "description": "See Other: go to `Location`.",
-            "headers": {"Location": {"schema": {"type": "string"}, "description": "Where to go."}},
-        }
-    if spec == SSE:
-        return {
-            "description": "An endless text/event-stream; each event's `id` is a cursor to "
-            "resume from.",
-            "content": {SSE: {"schema": _SSE_EVENT}},
-        }
-    assert isinstance(spec, type)
-    return {
-        "description": (spec.__doc__ or spec.__name__).strip().splitlines()[0],
-        "content": {"application/json": {"schema": ref(spec)}},
-    }
-
+_MARKERS: dict[str, dict[str, Any]] = {
+    HTML: {"description": "An HTML page.", "content": {HTML: _STRING}},
+    CSV: {"description": "A CSV download.", "content": {CSV: _STRING}},
+    REDIRECT: {
+        "description": "See Other: go to `Location`.",
+        "headers": {"Location": {**_STRING, "description": "Where to go."}},
+    },
+    SSE: {
+        "description": "An endless text/event-stream; each event's `id` is a cursor to "
+        "resume from.",
+        "content": {SSE: {"schema": _SSE_EVENT}},
+    },
+}
 
 _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
     # An audit cursor (0 … 2**63-1; up to 18 digits is always in range; only 0 for an
@@ -230,17 +178,56 @@ _HEADER_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def _security(spec: Operation) -> list[dict[str, list[str]]]:
-    """The security requirements; a page (not a form) also takes none (303 to `/login`)."""
-    required: list[dict[str, list[str]]] = [{name: []} for name in spec.security]
-    page = spec.tag == "inbox" and spec.form is None and REDIRECT in spec.responses.values()
-    if required and page:
-        required.append({})
-    return required
+def _models(ops: Iterable[Operation]) -> list[tuple[type[BaseModel], Mode]]:
+    seen: dict[tuple[type[BaseModel], Mode], None] = {(ErrorBody, "serialization"): None}
+    for op in ops:
+        seen.update({(m, "validation"): None for m in (op.body, op.form) if m is not None})
+        for spec in op.responses.values():
+            for one in spec if isinstance(spec, tuple) else (spec,):
+                model = one.model if isinstance(one, ArrayOf) else one
+                if isinstance(model, type):
+                    seen[(model, "serialization")] = None
+    return list(seen)
 
 
-_Ref = Callable[..., dict[str, str]]  # `ref(model, mode)`: the `$ref` of a model's schema
-_Described = list[tuple[str, list[str], str, Operation]]  # (path, parameters, method, op)
+def _query_params(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = model.model_json_schema(ref_template=_REFS)
+    for name, sub in schema.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema["properties"].items():
+        description = prop.pop("description", "")
+        prop.pop("title", None)
+        if name not in required:  # `?status=` is no filter at all, as a form sends it
+            prop = {"anyOf": [prop, _EMPTY]}
+            description = f"{description} Empty counts as absent.".strip()
+        out.append(
+            {"name": name, "in": "query", "required": name in required}
+            | {"description": description, "schema": prop}
+        )
+    return out
+
+
+def _response(spec: ResponseSpec, ref: _Ref) -> dict[str, Any]:
+    if isinstance(spec, tuple):
+        parts = [_response(one, ref) for one in spec]
+        return {
+            "description": " Or: ".join(p["description"] for p in parts),
+            "content": {k: v for p in parts for k, v in p["content"].items()},
+        }
+    if isinstance(spec, str):
+        return copy.deepcopy(_MARKERS[spec])
+    if isinstance(spec, ArrayOf):
+        schema = {"type": "array", "items": ref(spec.model)}
+        return {
+            "description": f"A JSON array of {spec.model.__name__}.",
+            "content": {"application/json": {"schema": schema}},
+        }
+    return {
+        "description": (spec.__doc__ or spec.__name__).strip().splitlines()[0],
+        "content": {"application/json": {"schema": ref(spec)}},
+    }
 
 
 def openapi_document(
@@ -249,20 +236,17 @@ def openapi_document(
     """The OpenAPI 3.1 document of `routes`; the `agent` field of a start lists `agents`.
     `ValueError` for a route without an `Operation`."""
     described = _described(routes)
-    keys, top = models_json_schema(
-        _models(op for *_, op in described), ref_template="#/components/schemas/{model}"
-    )
+    keys, top = models_json_schema(_models(op for *_, op in described), ref_template=_REFS)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
 
     def ref(model: type[BaseModel], mode: Mode = "serialization") -> dict[str, str]:
         return dict(keys[(model, mode)])
 
-    if agents is not None:
-        for *_, spec in described:
-            for model in (spec.body, spec.form):
-                if model is not None and "agent" in model.model_fields:
-                    name = ref(model, "validation")["$ref"].rsplit("/", 1)[1]
-                    schemas[name]["properties"]["agent"]["enum"] = sorted(agents)
+    for *_, spec in described if agents is not None else ():
+        for model in (spec.body, spec.form):
+            if model is not None and "agent" in model.model_fields:
+                name = ref(model, "validation")["$ref"].rsplit("/", 1)[1]
+                schemas[name]["properties"]["agent"]["enum"] = sorted(agents or ())
     paths: dict[str, dict[str, Any]] = {}
     for path, names, method, spec in described:
         paths.setdefault(path, {})[method] = _operation(spec, names, ref, schemas)
@@ -286,7 +270,7 @@ def _described(routes: Iterable[BaseRoute]) -> _Described:
         spec = getattr(route.endpoint, "__openapi__", None)
         if not isinstance(spec, Operation):
             raise ValueError(f"route {route.path} has no Operation: add @operation(...)")
-        path, names = _path_of(route)
+        path, names = re.sub(r"{(\w+):\w+}", r"{\1}", route.path), re.findall(r"{(\w+)", route.path)
         for method in sorted(route.methods or ()):
             if method != "HEAD":
                 described.append((path, names, method.lower(), spec))
@@ -297,76 +281,57 @@ def _operation(
     spec: Operation, names: list[str], ref: _Ref, schemas: dict[str, Any]
 ) -> dict[str, Any]:
     """The OpenAPI operation object of one route's method."""
+    # a page (not a form) also takes no credential: 303 to `/login`
+    security: list[dict[str, list[str]]] = [{name: []} for name in spec.security]
+    if security and spec.tag == "inbox" and spec.form is None:
+        security.append({})
     op: dict[str, Any] = {
         "operationId": spec.op_id,
         "summary": spec.summary,
         "tags": [spec.tag],
-        "security": _security(spec),
+        "security": security,
         "responses": _responses(spec, ref),
     }
-    params = _parameters(spec, names, schemas)
+    params: list[dict[str, Any]] = [
+        {"name": n, "in": "path", "required": True, "description": _SEGMENT, "schema": _ID}
+        for n in names
+    ]
+    params += _query_params(spec.query, schemas) if spec.query is not None else []
+    params += [
+        {"name": h, "in": "header", "description": d}
+        | {"schema": _HEADER_SCHEMAS.get(h, {"type": "string"})}
+        for h, d in spec.headers.items()
+    ]
     if params:
         op["parameters"] = params
     for model, media in ((spec.body, "application/json"), (spec.form, _FORM)):
         if model is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {media: {"schema": ref(model, "validation")}},
-            }
+            content = {media: {"schema": ref(model, "validation")}}
+            op["requestBody"] = {"required": True, "content": content}
     return op
 
 
-_FORM = "application/x-www-form-urlencoded"
-
-
-def _parameters(spec: Operation, names: list[str], schemas: dict[str, Any]) -> list[Any]:
-    """The path, query and header parameters of an operation."""
-    params: list[dict[str, Any]] = [
-        {
-            "name": n,
-            "in": "path",
-            "required": True,
-            "description": "Any text, percent-encoded as one path segment (`/` as `%2F`).",
-            "schema": {"type": "string", "minLength": 1},
-        }
-        for n in names
-    ]
-    if spec.query is not None:
-        params += _query_params(spec.query, schemas)
-    params += [
-        {
-            "name": h,
-            "in": "header",
-            "description": d,
-            "schema": _HEADER_SCHEMAS.get(h, {"type": "string"}),
-        }
-        for h, d in spec.headers.items()
-    ]
-    return params
+_SEGMENT = "Any text, percent-encoded as one path segment (`/` as `%2F`)."
+_ID = {"type": "string", "minLength": 1}
 
 
 def _responses(spec: Operation, ref: _Ref) -> dict[str, Any]:
     """An operation's answers: its own, their links and headers, then its errors."""
     responses: dict[str, Any] = {str(s): _response(r, ref) for s, r in spec.responses.items()}
-    if spec.links:  # every success answer carries them (a start's 201, its repeat's 200)
-        for status in spec.responses:
-            if 200 <= status < 300:
-                responses[str(status)]["links"] = {
-                    name: {"operationId": target, "parameters": dict(params)}
-                    for name, (target, params) in spec.links.items()
-                }
+    links = {
+        name: {"operationId": target, "parameters": dict(params)}
+        for name, (target, params) in spec.links.items()
+    }
+    for status in spec.responses if links else ():  # on every success (201, a repeat's 200)
+        if 200 <= status < 300:
+            responses[str(status)]["links"] = copy.deepcopy(links)
     if spec.response_headers:
         responses["200"]["headers"] = {
-            name: {"description": d, "schema": {"type": "string"}}
-            for name, d in spec.response_headers.items()
+            name: {"description": d, **_STRING} for name, d in spec.response_headers.items()
         }
-    # any URL may hold a NUL (400); whatever needs a credential reads the store (503)
-    statuses = {400, *spec.errors} | ({503} if spec.security else set())
-    for status in sorted(statuses - set(spec.responses)):
-        if spec.tag == "api" or status in (408, 413):
-            content: dict[str, Any] = {"application/json": {"schema": ref(ErrorBody)}}
-        else:
-            content = {HTML: {"schema": {"type": "string"}}}
+    for status in sorted(spec.statuses()):
+        json_body = spec.tag == "api" or status in (408, 413)
+        content = {"application/json": {"schema": ref(ErrorBody)}} if json_body else {HTML: _STRING}
         responses[str(status)] = {"description": _ERRORS[status], "content": content}
     return responses
 

@@ -19,12 +19,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from golem._display import reveal
 from golem.service import schemas
 from golem.service.auth import Credential
-from golem.service.bodies import check_text
 from golem.service.credentials import session
-from golem.service.errors import ApiError
+from golem.service.errors import ApiError, check_text
 from golem.service.positions import seal_cursor
 from golem.service.runs import PendingPage, pending_page
-from golem.service.state import ServiceState, require_store, state_of
+from golem.service.settings import ServiceState, require_store, state_of
 from golem.service.views import path, reveal_html
 
 # Internals of `golem.service.create_app`; nothing here is public API.
@@ -42,12 +41,9 @@ _env = jinja2.Environment(
 )
 
 
-def _static_version(name: str) -> str:
-    return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
-
-
 _STATIC_VERSIONS = {
-    name: _static_version(name) for name in ("inbox.css", "inbox.js", "favicon.svg")
+    name: hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:12]
+    for name in ("inbox.css", "inbox.js", "favicon.svg")
 }
 _env.globals["static_url"] = lambda name: f"/static/{name}?v={_STATIC_VERSIONS[name]}"
 _env.globals["run_path"] = lambda run_id: path("runs", run_id)
@@ -69,9 +65,7 @@ def safe_next(value: str | None, default: str = "/") -> str:
     """A local path to return to: an absolute path on this site, never another origin."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
         return default
-    if any(ord(ch) < 32 for ch in value):
-        return default
-    return value
+    return default if any(ord(ch) < 32 for ch in value) else value
 
 
 def _notice_tag(secret: bytes, notice: str, call: str) -> str:
@@ -111,22 +105,19 @@ def _notice(request: Request) -> str:
     return template.replace("{call}", call[:200] or "the call")
 
 
-def _here(request: Request) -> str:
-    """This request's path and query as sent, escapes kept (`/runs/a%2Fb`, not `/runs/a/b`)."""
+_SUB_DELIMS = ":@!$&'()*+,;=~"  # kept unescaped in a path (RFC 3986 `pchar`)
+
+
+def _login_redirect(request: Request) -> Response:
+    """303 to the sign-in page, coming back to this page afterwards: its path and query as
+    sent, escapes kept (`/runs/a%2Fb`, not `/runs/a/b`)."""
     raw = request.scope.get("raw_path")
     if raw:
         here = quote(raw.split(b"?", 1)[0].decode("utf-8", "replace"), safe="/%" + _SUB_DELIMS)
     else:  # no raw path: the decoded one, escaped again
         here = quote(request.url.path, safe="/" + _SUB_DELIMS)
-    return here + (f"?{request.url.query}" if request.url.query else "")
-
-
-_SUB_DELIMS = ":@!$&'()*+,;=~"  # kept unescaped in a path (RFC 3986 `pchar`)
-
-
-def _login_redirect(request: Request) -> Response:
-    """303 to the sign-in page, coming back to this page afterwards."""
-    return RedirectResponse("/login?" + urlencode({"next": _here(request)}), status_code=303)
+    here += f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
 
 
 def render(
@@ -170,12 +161,17 @@ class SignedIn:
     cursor: int
     """Where the page's live updates start (0: none)."""
 
+    @property
+    def agent_names(self) -> list[str]:
+        """The registered agents the approver may see, sorted."""
+        return [n for n in sorted(self.state.registry) if self.cred.approver.may_see(n)]
+
     async def render(
         self, template: str, context: dict[str, Any], *, pending: str | None = None
     ) -> HTMLResponse:
         """The page; the header counts the approver's pending calls unless `pending` says."""
         if pending is None:
-            pending = await _pending_count(self.request, self.cred)
+            pending = count_text(await pending_page(self.state, self.cred, limit=PAGE_RUNS))
         who = (self.cred, self.session)
         return render(self.request, template, context, who=who, pending=pending, cursor=self.cursor)
 
@@ -288,7 +284,3 @@ async def checked_form(request: Request) -> tuple[Credential, str, dict[str, str
 def count_text(page: PendingPage) -> str:
     """The header's count: the calls on the first page, "+" when more runs wait."""
     return f"{len(page.calls)}+" if page.next_cursor else str(len(page.calls))
-
-
-async def _pending_count(request: Request, cred: Credential) -> str:
-    return count_text(await pending_page(state_of(request), cred, limit=PAGE_RUNS))

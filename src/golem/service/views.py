@@ -44,11 +44,6 @@ WORD_CHUNK = 48
 _LONG_WORD = re.compile(rf"\S{{{WORD_CHUNK + 1},}}")
 
 
-def _joins(ch: str) -> bool:
-    """Whether `ch` joins the character before it (combining mark, joiner, selector)."""
-    return unicodedata.category(ch) in ("Mn", "Mc", "Me") or ch in "\u200d\ufe0e\ufe0f"
-
-
 def _breakable(text: str) -> Markup:
     """`text` escaped, with `<wbr>` every `WORD_CHUNK` characters of a longer word (a
     browser lays out a 20,000-letter word in seconds; with break points in milliseconds)."""
@@ -62,7 +57,11 @@ def _breakable(text: str) -> Markup:
         chunks, start = [], 0
         while start < len(word):
             end = min(start + WORD_CHUNK, len(word))
-            while end < len(word) and _joins(word[end]):  # keep a mark with its letter
+            # a combining mark, joiner or selector stays with the letter before it
+            while end < len(word) and (
+                unicodedata.category(word[end]) in ("Mn", "Mc", "Me")
+                or word[end] in "\u200d\ufe0e\ufe0f"
+            ):
                 end += 1
             chunks.append(word[start:end])
             start = end
@@ -83,12 +82,9 @@ def _span(seconds: float) -> str:
     s = abs(seconds)
     if s < 45:
         return "a few seconds"
-    minutes = round(s / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = round(s / 3600)
-    if hours < 24:
-        return f"{hours} h"
+    for unit, size, below in (("min", 60, 60), ("h", 3600, 24)):
+        if round(s / size) < below:
+            return f"{round(s / size)} {unit}"
     return f"{round(s / 86400)} d"
 
 
@@ -138,13 +134,6 @@ def _field(label: str, value: Any) -> dict[str, Any]:
     }
 
 
-def _clipped(field: dict[str, Any]) -> dict[str, Any]:
-    """A field for the inbox list: past `LIST_FIELD_CHARS`, its preview without the text."""
-    if field["chars"] <= LIST_FIELD_CHARS:
-        return field
-    return {**field, "text": "", "clipped": True}
-
-
 def _arg_fields(args: str) -> list[dict[str, Any]]:
     """A call's arguments field by field (strings as text, other values as indented JSON);
     arguments that are not a JSON object are one field."""
@@ -158,7 +147,7 @@ def _arg_fields(args: str) -> list[dict[str, Any]]:
 
 
 def short(run_id: str) -> str:
-    return run_id[-12:] if len(run_id) > 12 else run_id
+    return run_id[-12:]
 
 
 def digest(*parts: object) -> str:
@@ -171,22 +160,15 @@ def path(*segments: str) -> str:
 
 
 def _editable_json(raw: str) -> str:
-    """Indented JSON for an edit box, hidden characters as `\\uXXXX` escapes."""
+    """Indented JSON for an edit box, hidden characters as `\\uXXXX` escapes (astral ones
+    as surrogate pairs, as JSON spells them)."""
     text = _pretty_json(raw)
     if not has_hidden(text):
         return text
-    out = []
-    for part, is_marker in reveal_parts(text):
-        if not is_marker:
-            out.append(part)
-            continue
-        code = int(part[3:].split()[0].rstrip("⟩"), 16)
-        if code > 0xFFFF:
-            code -= 0x10000
-            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
-        else:
-            out.append(f"\\u{code:04x}")
-    return "".join(out)
+    return "".join(
+        (f"\\u{ord(ch):04x}" if ch in "\b\f\r" else json.dumps(ch)[1:-1]) if has_hidden(ch) else ch
+        for ch in text
+    )
 
 
 @dataclass(frozen=True)
@@ -283,7 +265,11 @@ def call_view(
         "reason": c.reason,
         "args_edit": "" if listed and len(c.args) > LIST_EDIT_CHARS else _editable_json(c.args),
         "shown": _presentation_view(presenters or {}, c.tool_name, c.args),
-        "fields": [_clipped(f) for f in _arg_fields(c.args)] if listed else _arg_fields(c.args),
+        # listed past LIST_FIELD_CHARS: a field's preview without its text
+        "fields": [
+            {**f, "text": "", "clipped": True} if listed and f["chars"] > LIST_FIELD_CHARS else f
+            for f in _arg_fields(c.args)
+        ],
         "created_iso": iso(run.created_at),
         "age": ago(run.created_at, now),
         "deadline_iso": iso(deadline) if deadline else "",

@@ -31,93 +31,60 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
         yield b
 
 
-async def test_the_server_clock_is_the_stores_clock(backend: Backend) -> None:
+@pytest.mark.parametrize("skew", [-SKEW, SKEW], ids=["behind", "ahead"])
+async def test_a_worker_off_by_ten_minutes_leases_on_the_servers_clock(
+    backend: Backend, tmp_path: Path, skew: float
+) -> None:
+    """Behind: its live lease stays live by the server's clock (a right clock's sweep leaves it)
+    and both calls complete. Ahead: killed, it leaves a lease of its own length, not ten
+    minutes more, which the sweep takes once it ran out."""
+    exec_dir = tmp_path / "exec"
+    exec_dir.mkdir()
     store = await backend.open()
     assert isinstance(store, PostgresStore)
+    procs = []
     try:
-        before = await store.claim_ready("w", 30)  # a transaction: the clock was read
-        assert before is None
-        anchor = store._server_clock
-        assert anchor is not None
-        # counted on from the server's reading: it moves forward with elapsed time
-        first = store.clock()
+        first = store.clock()  # counted on from the server's reading, in UTC
         assert store.clock() >= first
         assert first.utcoffset() == timedelta(0)
-    finally:
-        await store.close()
-
-
-async def test_a_worker_whose_clock_is_behind_keeps_a_live_lease_live(
-    backend: Backend, tmp_path: Path
-) -> None:
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    store = await backend.open()
-    procs = []
-    try:
         deps = {"exec_dir": str(exec_dir), "block": True}
-        run = await approved_run(store, registry(), "late", 2, deps)
-        late = spawn_worker(
-            backend, tmp_path, "late", lease_seconds=30, sweep_interval=3600, skew_seconds=-SKEW
+        run = await approved_run(store, registry(), "skew", 2, deps)
+        lease = 30 if skew < 0 else 1
+        worker = spawn_worker(
+            backend, tmp_path, "w", lease_seconds=lease, sweep_interval=3600, skew_seconds=skew
         )
-        procs.append(late)
-        for call in ("late-0", "late-1"):
+        procs.append(worker)
+        for call in ("skew-0", "skew-1") if skew < 0 else ("skew-0",):
 
             async def started(call: str = call) -> bool:
-                return (exec_dir / f"{call}.started").exists() or late.poll() is not None
+                return (exec_dir / f"{call}.started").exists() or worker.poll() is not None
 
             await eventually(started, 60, f"{call} to start")
-            assert late.poll() is None, worker_logs(tmp_path)
+            assert worker.poll() is None, worker_logs(tmp_path)
+            if skew > 0:
+                os.kill(worker.pid, signal.SIGKILL)
             held = await store.get_run(run.id)
             assert held.lease_expires_at is not None
-            assert held.lease_expires_at > store.clock(), "the lease is live by the server"
-            assert await store.sweep_interrupted() == [], "a right clock finds it live"
-            (exec_dir / f"{call}.release").touch()
+            if skew < 0:
+                assert held.lease_expires_at > store.clock(), "the lease is live by the server"
+                assert await store.sweep_interrupted() == [], "a right clock finds it live"
+                (exec_dir / f"{call}.release").touch()
+            else:
+                assert held.lease_expires_at < store.clock() + timedelta(seconds=SKEW / 2)
 
-        async def completed() -> bool:
+        async def ended() -> bool:
+            if skew > 0:
+                return run.id in await store.sweep_interrupted()
             return (await store.get_run(run.id)).status is RunStatus.COMPLETED
 
-        await eventually(completed, 60, "the run to complete")
-        for call in ("late-0", "late-1"):
-            assert len((exec_dir / call).read_text().splitlines()) == 1
+        await eventually(ended, 60, "the run to complete, or the dead worker's lease to run out")
+        status = RunStatus.COMPLETED if skew < 0 else RunStatus.INTERRUPTED
+        assert (await store.get_run(run.id)).status is status
+        if skew < 0:
+            for call in ("skew-0", "skew-1"):
+                assert len((exec_dir / call).read_text().splitlines()) == 1
     finally:
-        for call in ("late-0", "late-1"):
+        for call in ("skew-0", "skew-1"):
             (exec_dir / f"{call}.release").touch()
-        stop_workers(procs, tmp_path)
-        await store.close()
-
-
-async def test_a_dead_worker_whose_clock_is_ahead_leaves_a_lease_of_its_length(
-    backend: Backend, tmp_path: Path
-) -> None:
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    store = await backend.open()
-    procs = []
-    try:
-        deps = {"exec_dir": str(exec_dir), "block": True}
-        run = await approved_run(store, registry(), "early", 1, deps)
-        early = spawn_worker(
-            backend, tmp_path, "early", lease_seconds=1, sweep_interval=3600, skew_seconds=SKEW
-        )
-        procs.append(early)
-
-        async def started() -> bool:
-            return (exec_dir / "early-0.started").exists() or early.poll() is not None
-
-        await eventually(started, 60, "the approved call to start")
-        assert early.poll() is None, worker_logs(tmp_path)
-        os.kill(early.pid, signal.SIGKILL)
-        held = await store.get_run(run.id)
-        assert held.lease_expires_at is not None
-        assert held.lease_expires_at < store.clock() + timedelta(seconds=SKEW / 2)
-
-        async def swept() -> bool:
-            return run.id in await store.sweep_interrupted()
-
-        await eventually(swept, 60, "the dead worker's lease to run out")
-        assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
-    finally:
-        (exec_dir / "early-0.release").touch()
         stop_workers(procs, tmp_path)
         await store.close()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _base, _rows
+from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _base
 from tests.support.durable.backends import BACKENDS, Backend, backend_for
 from tests.support.durable.runs import approval, later, make_run
 from tests.support.store import corrupt
@@ -146,7 +146,7 @@ async def test_a_deps_ref_too_deep_to_parse_is_set_aside_only_when_it_is_not_jso
     is claimed where this Python reads it and left to its lease where it does not, never set
     aside; text that is not JSON, or nests past 10,000, no reader reads."""
     try:
-        _rows.from_json(deps_ref)
+        _base.from_json(deps_ref)
         readable = True
     except (RecursionError, ValueError):
         readable = False

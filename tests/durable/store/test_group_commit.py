@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from golem import new_id
 from golem.durable.store._sql import Tx
-from golem.durable.store._threads import DatabaseThreads, Slot
 from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
 from tests.support.durable.runs import make_run
@@ -32,9 +31,6 @@ class Boom(Exception):
     """A job's own error."""
 
 
-# ---------------------------------------------------------------------- DatabaseThreads
-
-
 class _Blocker:
     """A job that holds the thread until released, so later jobs queue up behind it."""
 
@@ -42,153 +38,18 @@ class _Blocker:
         self.started = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, slot: Slot[Any]) -> str:
+    def __call__(self, slot: Any) -> str:
         self.started.set()
         assert self.release.wait(WAIT)
         return "blocker"
 
-    async def wait_started(self) -> None:
-        assert await asyncio.to_thread(self.started.wait, WAIT)
 
-
-def _record(into: list[int], i: int, slot: Slot[Any]) -> int:
-    into.append(i)
-    return i
-
-
-class _Hook:
-    """A batch hook that runs every step (and records the batch sizes), then maybe fails."""
-
-    def __init__(self, fail: BaseException | None = None) -> None:
-        self.sizes: list[int] = []
-        self.fail = fail
-
-    def __call__(self, slot: Slot[Any], steps: list[Callable[[], None]]) -> None:
-        self.sizes.append(len(steps))
-        for step in steps:
-            step()
-        if self.fail is not None:
-            raise self.fail
-
-
-async def _hold(pool: DatabaseThreads[Any]) -> tuple[asyncio.Future[Any], _Blocker]:
-    """Occupy `pool`'s thread with a `_Blocker`; jobs submitted now queue up behind it."""
+async def _hold(pool: Any) -> tuple[asyncio.Future[Any], _Blocker]:
+    """Occupy the writer's thread with a `_Blocker`; jobs submitted now queue up behind it."""
     blocker = _Blocker()
     first = pool.submit(asyncio.get_running_loop(), blocker)
-    await blocker.wait_started()
+    assert await asyncio.to_thread(blocker.started.wait, WAIT)
     return first, blocker
-
-
-async def _stop(pool: DatabaseThreads[Any]) -> None:
-    pool.stop()
-    await asyncio.to_thread(pool.join)
-
-
-async def test_queued_jobs_run_in_order_inside_one_call_of_the_batch_hook() -> None:
-    calls: list[list[str]] = []
-    ran: list[str] = []
-
-    def hook(slot: Slot[str], steps: list[Callable[[], None]]) -> None:
-        calls.append([])
-        for step in steps:
-            step()
-            calls[-1].append(ran[-1] if ran else "")
-
-    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
-    loop = asyncio.get_running_loop()
-    try:
-        first, blocker = await _hold(pool)
-
-        def job(name: str) -> Callable[[Slot[str]], str]:
-            def fn(slot: Slot[str]) -> str:
-                assert slot.loop is loop
-                ran.append(name)
-                if name == "c":
-                    raise Boom(name)
-                return name.upper()
-
-            return fn
-
-        futures = [pool.submit(loop, job(name)) for name in "abcde"]
-        blocker.release.set()
-        assert await first == "blocker"
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        assert results[:2] == ["A", "B"]
-        assert results[3:] == ["D", "E"]
-        assert isinstance(results[2], Boom)  # a job's own error stays its own
-        assert ran == list("abcde")
-        assert calls == [list("abcde")]  # the blocker ran alone, the five queued ones together
-        # a lone job afterwards is not bracketed
-        assert await pool.submit(loop, job("f")) == "F"
-        assert len(calls) == 1
-    finally:
-        await _stop(pool)
-
-
-async def test_a_failing_hook_fails_every_job_of_the_batch_and_delivers_nothing_else() -> None:
-    published: list[str] = []
-    hook = _Hook(fail=Boom("the bracket did not hold"))
-    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
-    loop = asyncio.get_running_loop()
-    try:
-        first, blocker = await _hold(pool)
-
-        def job(slot: Slot[str]) -> str:
-            slot.on_loop(published.append, "callback")
-            return "ok"
-
-        futures = [pool.submit(loop, job) for _ in range(3)]
-        blocker.release.set()
-        await first
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        assert all(isinstance(r, Boom) for r in results)
-        assert published == []  # a failed batch's callbacks are dropped with its results
-    finally:
-        await _stop(pool)
-
-
-async def test_a_job_cancelled_before_its_turn_in_a_batch_never_runs() -> None:
-    ran: list[int] = []
-    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=_Hook())
-    loop = asyncio.get_running_loop()
-    try:
-        first, blocker = await _hold(pool)
-        futures = [pool.submit(loop, functools.partial(_record, ran, i)) for i in range(4)]
-        futures[1].cancel()
-        futures[3].cancel()
-        blocker.release.set()
-        await first
-        await futures[0]
-        await futures[2]
-        assert ran == [0, 2]
-    finally:
-        await _stop(pool)
-
-
-async def test_stop_while_jobs_are_queued_finishes_the_batch_then_ends() -> None:
-    closed: list[str] = []
-    hook = _Hook()
-    pool: DatabaseThreads[str] = DatabaseThreads(
-        "test-db", 1, lambda slot: closed.append("closed"), batch=hook, batch_max=2
-    )
-    loop = asyncio.get_running_loop()
-    first, blocker = await _hold(pool)
-    futures = [pool.submit(loop, functools.partial(_record, [], i)) for i in range(5)]
-    pool.stop()
-    blocker.release.set()
-    await asyncio.to_thread(pool.join)
-    assert await first == "blocker"
-    assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
-    assert hook.sizes == [2, 2]  # capped at batch_max; the last job ran alone
-    assert closed == ["closed"]
-
-
-def test_batch_max_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="batch_max"):
-        DatabaseThreads("test-db", 1, lambda slot: None, batch=lambda s, st: None, batch_max=0)
-
-
-# ---------------------------------------------------------------------- SQLiteStore
 
 
 @pytest.fixture

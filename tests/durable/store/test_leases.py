@@ -44,10 +44,6 @@ async def test_claim_takes_the_run_under_a_lease_with_its_decisions(store: Store
     assert await store.claim_ready("w1", 10) is None
     await store.save_pending(make_run())  # pending, not ready
     assert await store.claim_ready("w1", 10) is None
-    with pytest.raises(ValueError, match="lease_seconds"):
-        await store.claim_ready("w1", 0)
-    with pytest.raises(ValueError, match="worker_id"):
-        await store.claim_ready("", 10)
     run_id = await _ready(store)
     claimed = await store.claim_ready("w1", 30, now=T0)
     assert claimed is not None
@@ -72,16 +68,9 @@ async def test_claim_takes_the_run_under_a_lease_with_its_decisions(store: Store
         "worker:w1",
         "w1",
     )
-
-
-async def test_claims_take_the_longest_ready_run_first(store: Store) -> None:
-    first = await _ready(store)
-    second = await _ready(store)
-    a = await store.claim_ready("w", 10)
-    b = await store.claim_ready("w", 10)
-    assert a is not None
-    assert b is not None
-    assert [a.run.id, b.run.id] == [first, second]
+    first, second = await _ready(store), await _ready(store)
+    taken = [await store.claim_ready("w", 10) for _ in range(2)]
+    assert [c.run.id if c else None for c in taken] == [first, second], "longest ready first"
 
 
 async def test_renew_lease_extends_only_a_held_unexpired_lease(store: Store) -> None:
@@ -167,53 +156,36 @@ async def test_finish_paused_saves_a_new_pending_run_of_the_same_conversation(
     )
 
 
-async def test_a_failed_finish_changes_nothing(store: Store) -> None:
+async def test_a_refused_finish_writes_nothing_of_its_outcome(store: Store) -> None:
+    """The lease check fails the whole transaction: the paused outcome's next run, the outcome's
+    history and the audit entry queued after it are not written (PostgreSQL sends them in the
+    same pipeline as the check)."""
     existing = await store.save_pending(make_run())
-    run_id = await _ready(store)
-    await store.claim_ready("w1", 10)
-    with pytest.raises(ValueError, match="already exists"):
-        await store.finish(run_id, "w1", Outcome.paused(make_run(id=existing.id)))
-    assert (await store.get_run(run_id)).status is RunStatus.RUNNING
-    with pytest.raises(ValueError, match="completed, paused or failed"):
-        await store.finish(run_id, "w1", Outcome(RunStatus.INTERRUPTED))
-
-
-async def test_a_finish_without_the_lease_writes_nothing_of_its_outcome(store: Store) -> None:
-    """The lease check fails the whole transaction: the paused outcome's next run, the
-    outcome history and the audit entry queued after it are not written (PostgreSQL sends
-    them in the same pipeline as the check)."""
-    run_id = await _ready(store)
-    await store.claim_ready("w1", 10, now=T0)
-    before = await store.audit(run_id)
-    nxt = make_run()
-    with pytest.raises(LeaseLost, match='held by "w1"'):
-        await store.finish(run_id, "w2", Outcome.paused(nxt), now=later(1))
-    with pytest.raises(RunNotFound):
-        await store.get_run(nxt.id)
-    run = await store.get_run(run_id)
-    assert run.status is RunStatus.RUNNING
-    assert run.outcome is None
-    assert await store.audit(run_id) == before
-    with pytest.raises(LeaseLost, match='held by "w1"'):
-        await store.renew_lease(run_id, "w2", 10, now=later(1))
-    assert (await store.get_run(run_id)).lease_expires_at == run.lease_expires_at
-    done = await store.finish(run_id, "w1", Outcome.completed("x"), now=later(2))
-    assert done.status is RunStatus.COMPLETED
-
-
-async def test_finish_without_the_lease_raises_lease_lost(store: Store) -> None:
     run_id = await _ready(store)
     with pytest.raises(LeaseLost, match="is ready"):
         await store.finish(run_id, "w1", Outcome.completed("x"))
     await store.claim_ready("w1", 10, now=T0)
+    before, nxt = await store.audit(run_id), make_run()
     with pytest.raises(LeaseLost, match='held by "w1"') as info:
-        await store.finish(run_id, "w2", Outcome.completed("x"), now=later(1))
+        await store.finish(run_id, "w2", Outcome.paused(nxt), now=later(1))
     assert (info.value.run_id, info.value.worker_id) == (run_id, "w2")
     with pytest.raises(LeaseLost, match="ran out"):
         await store.finish(run_id, "w1", Outcome.completed("x"), now=later(10))
-    assert (await store.get_run(run_id)).status is RunStatus.RUNNING
+    with pytest.raises(ValueError, match="already exists"):
+        await store.finish(run_id, "w1", Outcome.paused(make_run(id=existing.id)), now=later(1))
+    with pytest.raises(ValueError, match="completed, paused or failed"):
+        await store.finish(run_id, "w1", Outcome(RunStatus.INTERRUPTED), now=later(1))
+    with pytest.raises(LeaseLost, match='held by "w1"'):
+        await store.renew_lease(run_id, "w2", 10, now=later(1))
     with pytest.raises(RunNotFound):
         await store.finish("nope", "w1", Outcome.completed("x"))
+    with pytest.raises(RunNotFound):
+        await store.get_run(nxt.id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.outcome, run.lease_expires_at) == (RunStatus.RUNNING, None, later(10))
+    assert await store.audit(run_id) == before
+    done = await store.finish(run_id, "w1", Outcome.completed("x"), now=later(2))
+    assert done.status is RunStatus.COMPLETED
 
 
 async def test_sweep_interrupted_marks_lapsed_leases_and_never_reclaims(store: Store) -> None:
@@ -269,25 +241,51 @@ async def test_connections_dropped_while_idle_are_replaced_before_use(tmp_path: 
             await store.close()
 
 
-@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e12, -5, 10**400])
-async def test_a_lease_out_of_range_is_a_value_error_and_changes_nothing(
-    store: Store, bad: float
+LEASE = "lease_seconds must be a number of seconds"
+BAD_CLAIMS = {
+    **{
+        f"{call}-{bad}": (call, {"lease_seconds": bad}, LEASE)
+        for call in ("claim", "claim_many", "renew")
+        for bad in (float("inf"), float("-inf"), float("nan"), 1e12, -5, 10**400, 0)
+    },
+    **{
+        f"limit-{bad!r}": ("claim_many", {"limit": bad}, "limit must be an integer >= 1")
+        for bad in (0, -1, 1.5, True, "2")
+    },
+    **{
+        f"{call}-worker": (call, {"worker_id": ""}, "worker_id") for call in ("claim", "claim_many")
+    },
+}
+
+
+@pytest.mark.parametrize(("call", "kw", "error"), list(BAD_CLAIMS.values()), ids=list(BAD_CLAIMS))
+async def test_a_claim_or_renewal_with_a_bad_argument_is_a_value_error_and_changes_nothing(
+    store: Store, call: str, kw: dict[str, Any], error: str
 ) -> None:
     run_id = await _ready(store)
-    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
-        await store.claim_ready("w1", bad)
-    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
-        await store.claim_ready_many("w1", bad, limit=2)
-    assert (await store.get_run(run_id)).status is RunStatus.READY
-    claimed = await store.claim_ready("w1", 30)
-    assert claimed is not None
-    with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
-        await store.renew_lease(run_id, "w1", bad)
-    assert (await store.get_run(run_id)).lease_expires_at == claimed.lease_expires_at
-    other = await _ready(store)
-    longest = await store.claim_ready("w1", MAX_SECONDS, now=T0)
-    assert longest is not None
-    assert (longest.run.id, longest.lease_expires_at) == (other, later(MAX_SECONDS))
+    held = await store.claim_ready("w1", 30) if call == "renew" else None
+    args: dict[str, Any] = {"worker_id": "w1", "lease_seconds": 30, **kw}
+    with pytest.raises(ValueError, match=error):
+        if call == "claim":
+            await store.claim_ready(args["worker_id"], args["lease_seconds"])
+        elif call == "claim_many":
+            await store.claim_ready_many(
+                args["worker_id"], args["lease_seconds"], limit=kw.get("limit", 2)
+            )
+        else:
+            await store.renew_lease(run_id, args["worker_id"], args["lease_seconds"])
+    run = await store.get_run(run_id)
+    assert run.status is (RunStatus.RUNNING if held else RunStatus.READY)
+    assert run.lease_expires_at == (held.lease_expires_at if held else None)
+
+
+async def test_a_claim_takes_the_longest_lease_and_only_the_agents_asked_for(store: Store) -> None:
+    ops = await _ready(store, agent="ops")
+    billing = await _ready(store, agent="billing")
+    assert await store.claim_ready_many("w", 30, limit=5, agents=[]) == []
+    got = await store.claim_ready_many("w", MAX_SECONDS, limit=5, agents=["billing"], now=T0)
+    assert [(c.run.id, c.lease_expires_at) for c in got] == [(billing, later(MAX_SECONDS))]
+    assert (await store.get_run(ops)).status is RunStatus.READY
 
 
 async def test_finish_records_the_approved_calls_the_resume_refused_as_denials(
@@ -391,53 +389,6 @@ async def test_a_batch_claims_audit_entries_follow_creation_order_without_gaps(
     assert await store.last_change_id() == newest, "an empty claim audits nothing"
 
 
-async def test_agents_filter_and_bad_arguments(store: Store) -> None:
-    ops = await _ready(store, agent="ops")
-    billing = await _ready(store, agent="billing")
-    assert await store.claim_ready_many("w", 30, limit=5, agents=[]) == []
-    got = await store.claim_ready_many("w", 30, limit=5, agents=["billing"])
-    assert [c.run.id for c in got] == [billing]
-    for bad in (0, -1, 1.5, True, "2"):
-        with pytest.raises(ValueError, match="limit must be an integer >= 1"):
-            await store.claim_ready_many("w", 30, limit=bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="worker_id"):
-        await store.claim_ready_many("", 30, limit=2)
-    with pytest.raises(ValueError, match="lease_seconds"):
-        await store.claim_ready_many("w", 0, limit=2)
-    assert (await store.get_run(ops)).status is RunStatus.READY, "a refused claim took nothing"
-
-
-async def test_concurrent_batch_claims_in_one_process_never_share_a_run(backend: Backend) -> None:
-    """Four store instances (each with its own database threads and connections) claim
-    batches at once from eight tasks, mixed with single claims."""
-    stores = [await backend.open() for _ in range(4)]
-    try:
-        runs = {await _ready(stores[0]) for _ in range(40)}
-
-        async def claimer(i: int) -> list[str]:
-            got: list[str] = []
-            store = stores[i % 4]
-            while True:
-                if i % 3 == 0:
-                    one = await store.claim_ready(f"w{i}", 30)
-                    batch = [] if one is None else [one]
-                else:
-                    batch = await store.claim_ready_many(f"w{i}", 30, limit=1 + i % 5)
-                if not batch:
-                    return got
-                got.extend(c.run.id for c in batch)
-
-        claimed = await asyncio.gather(*(claimer(i) for i in range(8)))
-        flat = [r for got in claimed for r in got]
-        assert sorted(flat) == sorted(runs), "every run claimed exactly once, none lost"
-        for run_id in runs:
-            audit = await stores[0].audit(run_id)
-            assert sum(e.action is AuditAction.CLAIMED for e in audit) == 1
-    finally:
-        for s in stores:
-            await s.close()
-
-
 def _spawn_claimer(
     backend: Backend, worker_id: str, limit: int, go: Path
 ) -> subprocess.Popen[bytes]:
@@ -451,7 +402,7 @@ def _spawn_claimer(
     )
 
 
-async def test_batch_claims_from_several_processes_never_share_a_run(
+async def test_claims_from_several_processes_never_share_a_run(
     backend: Backend, tmp_path: Path
 ) -> None:
     store = await backend.open()
@@ -459,7 +410,8 @@ async def test_batch_claims_from_several_processes_never_share_a_run(
     try:
         runs = {await _ready(store) for _ in range(45)}
         go = tmp_path / "go"
-        procs.extend(_spawn_claimer(backend, f"p{i}", 2 + 2 * i, go) for i in range(3))
+        # one claims a run at a time, the others in batches of 3 and 5
+        procs.extend(_spawn_claimer(backend, f"p{i}", 1 + 2 * i, go) for i in range(3))
 
         async def all_ready() -> bool:
             return all((tmp_path / f"p{i}.ready").exists() for i in range(3))

@@ -25,7 +25,6 @@ _FAULTY = ["claim_ready_many", "finish", "list_runs_page", "get_run", "sweep_int
 
 
 @settings(
-    max_examples=25,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -284,14 +283,14 @@ class Counting:
     def __init__(self, exec_dir: Path) -> None:
         from golem import Agent
         from golem.testing import FunctionModel
-        from tests.support.durable.worker_app import _model
+        from tests.support.durable.worker_app import model as scripted
 
         self.asked = 0
         base = chaos_registry(exec_dir)["acts"]
 
         def model(request: Any) -> Any:
             self.asked += 1
-            return _model(request)
+            return scripted(request)
 
         agent = Agent(FunctionModel(model), tools=list(base.agent.tools.values()))
         self.registry = {"acts": AgentEntry(agent, deps_factory=base.deps_factory)}

@@ -5,10 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
-import signal
-import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +17,10 @@ from golem.durable.worker import Worker, start_run
 from tests.support.durable.backends import Backend, backend_for
 from tests.support.durable.chaos import (
     Hold,
-    Scene,
-    backends_of,
     chaos_registry,
-    disrupting,
     executions,
+    frozen,
+    stalled_commits,
     until,
 )
 from tests.support.durable.worker_app import prompt_for
@@ -37,19 +32,6 @@ pytestmark = [pytest.mark.postgres, pytest.mark.loop]
 def pg(tmp_path: Path) -> Iterator[Backend]:
     with backend_for("postgres", tmp_path) as b:
         yield b
-
-
-@contextlib.contextmanager
-def frozen(pid: int) -> Iterator[None]:
-    """The backend `pid` stopped (its socket stays open and acknowledged) until the end."""
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except PermissionError:
-        pytest.skip("cannot signal the PostgreSQL server's processes from this user")
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 def backend_pid(store: PostgresStore) -> int:
@@ -182,29 +164,11 @@ async def test_a_claim_that_commits_after_it_timed_out_is_resumed(
 ) -> None:
     """A COMMIT that stalls while holding its locks (a WAL disk that stopped, a synchronous standby
     that fell behind) outlasts the timeout and commits later."""
-    import psycopg
-
     registry = chaos_registry(tmp_path)
     async with opened(pg, command_timeout=0.5) as store:
         run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="ann")
         await store.decide(run.id, "p-0", Decision.approve(), decided_by="ann")
-        with psycopg.connect(pg.dsn or "", autocommit=True) as admin, psycopg.connect(
-            pg.dsn or "", autocommit=True
-        ) as blocker:
-            # a claim's COMMIT waits (its row locks held) while the blocker holds lock 4242
-            admin.execute(
-                f"""
-                CREATE FUNCTION "{pg.schema}".stall_claims() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    IF NEW.status = 'running' THEN PERFORM pg_advisory_xact_lock_shared(4242); END IF;
-                    RETURN NULL;
-                END $$;
-                CREATE CONSTRAINT TRIGGER stall_claims AFTER UPDATE ON "{pg.schema}".golem_runs
-                    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-                    EXECUTE FUNCTION "{pg.schema}".stall_claims();
-                """
-            )
-            blocker.execute("SELECT pg_advisory_lock(4242)")
+        with stalled_commits(pg.dsn or "", pg.schema or "", "running") as blocker:
             worker = Worker(store, registry, worker_id="w1", lease_seconds=60, sweep_interval=3600)
             with pytest.raises(StoreTimeout):
                 await worker.run_once()  # the claim's COMMIT stalls
@@ -241,48 +205,6 @@ async def test_on_a_loop_that_cannot_watch_sockets_the_wait_is_bounded_too(
                 await store.list_runs()
             assert await store.list_runs() == []
         await gone(pid)
-
-
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", [7, pytest.param(77, marks=pytest.mark.deep)])
-async def test_backends_frozen_at_random_lose_and_repeat_nothing(exec_dir: Path, seed: int) -> None:
-    """The worker's backends (its pool and its LISTEN connection: one, one mid-transaction,
-    or all of them) are stopped for up to 0.8 s at random moments while runs are started,
-    approved, claimed and finished: calls time out, transactions the server had received commit when it thaws.
-    Once the freezing stops, every run completes and each call ran once."""
-    from psycopg.conninfo import make_conninfo
-
-    from tests.support.durable.backends import postgres_dsn
-
-    dsn = postgres_dsn()
-    app = f"golem-freeze-{uuid.uuid4().hex[:8]}"
-    victim = make_conninfo(dsn, application_name=app)
-    rng = random.Random(seed)
-    freezes = Counter[str]()
-    async with Scene(dsn, exec_dir, worker_dsn=victim) as s:
-        s.store.command_timeout = 0.3
-
-        async def freeze() -> None:
-            mode = rng.choice(["all", "busy", "one"])
-            pids = await backends_of(dsn, app, busy=mode == "busy")
-            if not pids:
-                return
-            with contextlib.ExitStack() as stack:
-                for pid in pids if mode == "all" else [rng.choice(pids)]:
-                    stack.enter_context(frozen(pid))
-                freezes[mode] += 1
-                # all at once: past the timeout, so the worker's next calls time out
-                low = 0.35 if mode == "all" else 0.05
-                await asyncio.sleep(rng.uniform(low, 0.8))
-
-        await disrupting(
-            s.producer.many(60),
-            freeze,
-            pause=lambda: rng.uniform(0, 0.05),
-            enough=lambda: freezes.total() >= 12,
-        )
-        summary = await s.settle()
-    assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
 
 
 async def _listener(store: PostgresStore, other_than: int | None = None) -> int:

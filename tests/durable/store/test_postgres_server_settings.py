@@ -1,4 +1,5 @@
-"""Server settings an operator may put on the database, a third chaos round (ADR 0068)."""
+"""Server settings an operator may put on the database or in the DSN, and a table another session
+holds locked: one store at a time (ADR 0068; `test_postgres_chaos.py` runs workers under them)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -17,27 +19,22 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from golem.durable.store import Decision, Outcome, RunStatus, StoreReadOnly, utc_now
+from golem.durable.store import AuditAction, Decision, Outcome, RunStatus, StoreReadOnly, utc_now
 from golem.durable.store.postgres import PostgresStore
+from golem.durable.worker import start_run
 from golem.errors import StoreError
 from tests.support.durable.backends import postgres_dsn
-from tests.support.durable.chaos import Scene, admin, backends_of, terminate_backends, until
+from tests.support.durable.chaos import (
+    admin,
+    backends_of,
+    chaos_registry,
+    database,
+    locks_waiting,
+    until,
+)
 from tests.support.durable.runs import approval, external, make_run
 
 pytestmark = pytest.mark.postgres
-
-@contextlib.asynccontextmanager
-async def _database(**settings: str) -> AsyncIterator[str]:
-    """A database of its own on the test cluster, with `ALTER DATABASE … SET` settings."""
-    dsn = postgres_dsn()
-    name = f"settings_{uuid.uuid4().hex[:8]}"
-    await asyncio.to_thread(admin, dsn, f'CREATE DATABASE "{name}"')
-    try:
-        for key, value in settings.items():
-            await asyncio.to_thread(admin, dsn, f"ALTER DATABASE \"{name}\" SET {key} = '{value}'")
-        yield make_conninfo(dsn, dbname=name)
-    finally:
-        await asyncio.to_thread(admin, dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.mark.usefixtures("slow_round_trips")
@@ -45,7 +42,7 @@ async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_
     """With `idle_in_transaction_session_timeout = 1ms` on the database, the server would end any
     transaction idle for a millisecond between its round trips: the migration on first connect,
     every read of more than one statement, every full decision."""
-    async with _database(idle_in_transaction_session_timeout="1ms") as dsn:
+    async with database(postgres_dsn(), idle_in_transaction_session_timeout="1ms") as dsn:
         store = PostgresStore(dsn, pool_size=2)
         try:
             assert await store.schema_version() > 0
@@ -68,9 +65,7 @@ async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_
             second = make_run(approval("c1"))
             await store.save_pending(second)
             await store.decide(second.id, "c1", Decision.approve(), decided_by="b")
-            assert [c.run.id for c in await store.claim_ready_many("w2", 1, limit=4)] == [
-                second.id
-            ]
+            assert [c.run.id for c in await store.claim_ready_many("w2", 1, limit=4)] == [second.id]
             soon = utc_now() + timedelta(hours=1)
             assert await store.sweep_interrupted(now=soon) == [second.id]
             await store.retry_interrupted(
@@ -91,25 +86,6 @@ async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_
             await store.close()
 
 
-@pytest.mark.deep
-@pytest.mark.usefixtures("slow_round_trips")
-async def test_workers_under_a_millisecond_idle_in_transaction_timeout_lose_and_repeat_nothing(
-    tmp_path: Path,
-) -> None:
-    """Two workers, a producer and an event stream's listener on a database with
-    `idle_in_transaction_session_timeout = 1ms`: every run completes, each approved call
-    ran once (the file ledger)."""
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    async with (
-        _database(idle_in_transaction_session_timeout="1ms") as dsn,
-        Scene(dsn, exec_dir, workers=2) as s,
-    ):
-        await s.all_done(await s.producer.many(12))
-        summary = await s.settle()
-    assert summary.statuses == {RunStatus.COMPLETED: 12}, summary
-
-
 async def test_a_short_idle_session_timeout_does_not_make_the_listener_reconnect(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -117,7 +93,7 @@ async def test_a_short_idle_session_timeout_does_not_make_the_listener_reconnect
     would close the silent `LISTEN` connection every second (a warning and a reconnect each
     time)."""
     caplog.set_level(logging.INFO, "golem")
-    async with _database(idle_session_timeout="1s") as dsn:
+    async with database(postgres_dsn(), idle_session_timeout="1s") as dsn:
         app = f"golem-listener-{uuid.uuid4().hex[:8]}"
         store = await PostgresStore.open(make_conninfo(dsn, application_name=app))
         try:
@@ -153,7 +129,7 @@ async def test_a_write_that_waited_for_a_concurrent_commit_carries_on_whatever_t
     sequence's one row, so under REPEATABLE READ or SERIALIZABLE any write that waited for
     another's commit failed with a serialization error (and a worker's claims and finishes
     failed under load)."""
-    async with _database(default_transaction_isolation=isolation) as dsn:
+    async with database(postgres_dsn(), default_transaction_isolation=isolation) as dsn:
         store = await PostgresStore.open(dsn)
         try:
             run = make_run(approval("c1"))
@@ -185,7 +161,7 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_r
     that reached a hot standby): a store opened then still reads (opening it wrote nothing and
     took no lock — before, its migration check wrote, so every call failed), every write raises
     `StoreReadOnly` and changes nothing, and once the setting is lifted the same calls succeed."""
-    async with _database() as dsn:
+    async with database(postgres_dsn()) as dsn:
         async with await PostgresStore.open(dsn) as writer:
             run = make_run(approval("c1"))
             await writer.save_pending(run)
@@ -215,114 +191,6 @@ async def test_a_read_only_database_serves_reads_and_refuses_writes_with_store_r
         async with await PostgresStore.open(dsn) as thawed:
             await thawed.decide(run.id, "c1", Decision.approve(), decided_by="bob")
             assert (await thawed.get_run(run.id)).status is RunStatus.READY
-
-
-@pytest.mark.deep
-async def test_workers_across_a_read_only_spell_lose_and_repeat_nothing(tmp_path: Path) -> None:
-    """The database turns read-only while two workers run and one approved call is inside its tool
-    (every connection is cut, so each reconnects read-only): starts fail with `StoreReadOnly`,
-    the workers keep polling without a crash or a hang, the held run's outcome waits (its lease
-    holds) and is saved once writes are back; every run completes, each call ran once."""
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    app = f"golem-ro-{uuid.uuid4().hex[:8]}"
-    async with _database() as dsn:
-        name = conninfo_to_dict(dsn)["dbname"]
-        mine = make_conninfo(dsn, application_name=app)
-        async with Scene(dsn, exec_dir, worker_dsn=mine, producer_dsn=mine, workers=2) as s:
-            await s.all_done(await s.producer.many(3))
-            (held,) = await s.producer.many(1, hold=True)
-
-            async def in_tool() -> bool:
-                return s.hold.entered == 1
-
-            await until(in_tool, "the resume to be inside its tool")
-            await asyncio.to_thread(
-                admin, postgres_dsn(), f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'
-            )
-            await terminate_backends(dsn, app)
-            for _ in range(3):  # a pooled connection killed just now may fail first
-                try:
-                    await s.producer.one_started()
-                except StoreReadOnly:
-                    break
-                except StoreError as exc:
-                    if type(exc) is not StoreError:  # only a connection cut just now
-                        raise
-            else:
-                raise AssertionError("a start succeeded on a read-only database")
-            s.hold.release()
-            await asyncio.sleep(0.5)  # the outcome's save is refused meanwhile
-            assert await s.status(held) is RunStatus.RUNNING
-            await asyncio.to_thread(
-                admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET default_transaction_read_only'
-            )
-            await terminate_backends(dsn, app)
-            await s.all_done([held])
-            await s.all_done(await s.producer.many(3))
-            summary = await s.settle()
-    assert summary.statuses == {RunStatus.COMPLETED: 7}, summary
-
-
-@pytest.mark.deep
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
-async def test_millisecond_lock_and_statement_timeouts_set_mid_flight_lose_and_repeat_nothing(
-    tmp_path: Path, setting: str
-) -> None:
-    """An operator sets `lock_timeout` or `statement_timeout` to 1 ms on the database
-    while three workers and four producers run, and every connection is cut so each
-    reconnects under it: calls the server cancels fail with a `StoreError` naming the
-    timeout (their transactions rolled back), nothing hangs; once the setting is lifted
-    every saved run completes, each approved call ran once (held: no change needed)."""
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    app = f"golem-ms-{uuid.uuid4().hex[:8]}"
-    cluster = postgres_dsn()
-    async with _database() as dsn:
-        name = conninfo_to_dict(dsn)["dbname"]
-        mine = make_conninfo(dsn, application_name=app)
-        async with Scene(dsn, exec_dir, worker_dsn=mine, producer_dsn=mine, workers=3) as s:
-            await asyncio.to_thread(
-                admin, cluster, f"ALTER DATABASE \"{name}\" SET {setting} = '1ms'"
-            )
-            await terminate_backends(cluster, app)
-            await asyncio.wait_for(asyncio.gather(*(s.producer.many(5) for _ in range(4))), 120)
-            await asyncio.to_thread(admin, cluster, f'ALTER DATABASE "{name}" RESET {setting}')
-            await terminate_backends(cluster, app)
-            summary = await s.settle()
-    assert set(summary.statuses) == {RunStatus.COMPLETED}, summary
-    assert sum(summary.statuses.values()) + s.producer.unknown_starts == 20
-
-
-@pytest.mark.timeout(300)
-async def test_a_millisecond_idle_session_timeout_fails_no_call(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """`idle_session_timeout = 1ms` on the database: the server closes a connection idle for a
-    millisecond — between connecting and its first query, between two statements of the
-    migration check, in the pool between two transactions."""
-    caplog.set_level(logging.INFO, "golem")
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    async with _database(idle_session_timeout="1ms") as dsn:
-        name = conninfo_to_dict(dsn)["dbname"]
-        async with Scene(dsn, exec_dir, workers=3) as s:
-            await asyncio.gather(*(s.producer.many(5) for _ in range(4)))
-            summary = await s.settle()
-            # the scene's own cleanup connects without golem's floor
-            await asyncio.to_thread(
-                admin, postgres_dsn(), f'ALTER DATABASE "{name}" RESET idle_session_timeout'
-            )
-    assert summary.statuses == {RunStatus.COMPLETED: 20}, summary
-    assert s.producer.unknown_starts == 0
-    progress = ("claimed run", "resuming run", "completed")
-    said = [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno >= logging.INFO and not any(p in r.getMessage() for p in progress)
-    ]
-    assert not [m for m in said if "stopping" not in m], said
 
 
 async def test_a_connection_limit_below_the_pool_size_makes_calls_wait_not_fail() -> None:
@@ -368,7 +236,7 @@ async def test_a_first_connection_lost_before_its_first_answer_is_opened_again(
         real(self, conn, listener)
 
     monkeypatch.setattr(PostgresStore, "_read_server_clock", cut_once)
-    async with _database(idle_session_timeout="1ms") as dsn:
+    async with database(postgres_dsn(), idle_session_timeout="1ms") as dsn:
         store = PostgresStore(dsn)
         try:
             assert await store.schema_version() > 0
@@ -376,3 +244,149 @@ async def test_a_first_connection_lost_before_its_first_answer_is_opened_again(
             assert store._short_idle_session
         finally:
             await store.close()
+
+
+# ---------------------------------------------------------------------- a locked table
+
+
+async def _backends(dsn: str, app: str) -> list[tuple[int, str]]:
+    """The pid and state of every connection named `app`."""
+    sql = (
+        "SELECT pid, state FROM pg_stat_activity "
+        "WHERE application_name = %s AND backend_type = 'client backend' ORDER BY pid"
+    )
+    return [(pid, state) for pid, state in await asyncio.to_thread(admin, dsn, sql, app)]
+
+
+@contextlib.asynccontextmanager
+async def _locked(dsn: str, schema: str) -> AsyncIterator[None]:
+    """Another session holds `LOCK TABLE golem_runs IN ACCESS EXCLUSIVE MODE` until the end."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as locker:
+        await locker.execute("BEGIN")
+        await locker.execute(f'LOCK TABLE "{schema}".golem_runs IN ACCESS EXCLUSIVE MODE')
+        try:
+            yield
+        finally:
+            await locker.execute("ROLLBACK")
+
+
+@contextlib.asynccontextmanager
+async def _stores(exec_dir: Path, **options: str) -> AsyncIterator[tuple[Any, ...]]:
+    """A store, a second one on the same schema whose connections are named (and carry DSN
+    `options`), the name, and a pending run of "acts"."""
+    dsn, app, schema = postgres_dsn(), f"golem-{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:8]}"
+    store = await PostgresStore.open(dsn, schema=schema)  # migrations run without the options
+    named = await PostgresStore.open(
+        make_conninfo(dsn, application_name=app, **options), schema=schema, pool_size=2
+    )
+    try:
+        run = await start_run(store, chaos_registry(exec_dir), "acts", "calls:p1:1", started_by="a")
+        yield store, named, app, run
+    finally:
+        await named.close()
+        await store.close()
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_calls_wait_on_a_locked_table_and_a_cancelled_wait_leaves_the_pool_clean(
+    exec_dir: Path,
+) -> None:
+    """While another session holds an exclusive lock on the runs table, store calls wait.
+    Cancelled callers are let go at once; their transactions finish once the lock is gone
+    (a cancelled decision is recorded, as documented), and the pool is left clean."""
+    dsn = postgres_dsn()
+    async with _stores(exec_dir) as (store, named, app, run):
+        async with _locked(dsn, named.schema):
+            read = asyncio.create_task(named.get_run(run.id))
+            decide = asyncio.create_task(
+                named.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+            )
+            await until(lambda: _two(locks_waiting(dsn, app)), "both calls to wait on the lock")
+            for t in (read, decide):
+                t.cancel()
+            done, _ = await asyncio.wait([read, decide], timeout=60)
+            assert {t.cancelled() for t in done} == {True}, "cancelled callers are let go"
+            late = asyncio.create_task(named.get_run(run.id))  # no free connection: waits
+        await asyncio.wait_for(late, 60)
+
+        async def decided() -> bool:
+            return (await store.get_run(run.id)).status is RunStatus.READY
+
+        await until(decided, "the cancelled caller's decision to be committed")
+        clean = lambda: _all_idle(_backends(dsn, app))  # noqa: E731
+        await until(clean, "the store's connections to be idle")
+        assert len(await _backends(dsn, app)) <= 2, "no more connections than the pool's size"
+        actions = [e.action for e in await store.audit(run.id)]
+        assert actions == [AuditAction.CREATED, AuditAction.DECIDED, AuditAction.READY]
+
+
+async def _two(count: Any) -> bool:
+    return bool(await count == 2)
+
+
+async def _all_idle(backends: Any) -> bool:
+    return all(state == "idle" for _, state in await backends)
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout", "lock_timeout"])
+async def test_a_timeout_in_the_dsn_fails_a_locked_call_and_keeps_its_connection(
+    exec_dir: Path, setting: str
+) -> None:
+    """`options=-c statement_timeout=…` (or `lock_timeout`) in the DSN holds with `schema=` too: a
+    call stuck behind a locked table fails with a `StoreError` naming the timeout and writes
+    nothing; the server refused one statement, so the same connection (same backend, idle)
+    serves the next call instead of a reconnect per timeout."""
+    dsn = postgres_dsn()
+    async with _stores(exec_dir, options=f"-c {setting}=300") as (store, named, app, run):
+        await named.get_run(run.id)
+        (before,) = await _backends(dsn, app)
+        async with _locked(dsn, named.schema):
+            with pytest.raises(StoreError, match="timeout") as info:
+                approve = named.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+                await asyncio.wait_for(approve, 60)
+            assert type(info.value) is StoreError
+            assert setting.replace("_", " ") in str(info.value)
+        assert await _backends(dsn, app) == [before], "kept, idle"
+        assert (await store.get_run(run.id)).status is RunStatus.PENDING, "nothing written"
+        assert [e.action for e in await store.audit(run.id)] == [AuditAction.CREATED]
+        await named.decide(run.id, "p1-0", Decision.approve(), decided_by="bob")
+        assert (await named.get_run(run.id)).status is RunStatus.READY
+        assert await _backends(dsn, app) == [before]
+
+
+async def test_closing_waits_for_a_connection_still_being_opened() -> None:
+    """A caller cancelled while its connection was being opened (the database slow to
+    accept, as after a restart), then the store closed: `close` returns only once that
+    connection is open and closed again — none is left to the garbage collector, which
+    would find it open after the event loop is gone."""
+    dsn = postgres_dsn()
+    schema = f"t_{uuid.uuid4().hex[:8]}"
+    store = PostgresStore(dsn, schema=schema)
+    entered, release = threading.Event(), threading.Event()
+    opened: list[Any] = []
+    real_connect = store._connect
+
+    def slow_connect() -> Any:
+        entered.set()
+        release.wait(60)
+        c = real_connect()
+        opened.append(c)
+        return c
+
+    store._connect = slow_connect  # type: ignore[method-assign]
+    try:
+        call = asyncio.create_task(store.get_run("nope"))
+        assert await asyncio.to_thread(entered.wait, 60)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(closing, 60)
+        assert [c.conn.closed for c in opened] == [True]
+        assert store._opened == 0
+    finally:
+        release.set()
+        await store.close()
+        await asyncio.to_thread(admin, dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -210,53 +211,44 @@ async def test_repeating_the_same_decision_is_an_idempotent_no_op(store: Store) 
     assert len(decided) == 2, "repeats append no audit entry"
 
 
-async def test_a_conflicting_decision_is_rejected_and_changes_nothing(store: Store) -> None:
-    run = await store.save_pending(make_run(approval("c1"), approval("c2")))
-    first = await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
-    before = await store.audit(run.id)
-    with pytest.raises(DecisionConflict, match=r'call "c1" .* already decided') as info:
-        await store.decide(run.id, "c1", Decision.deny("wait"), decided_by="carol")
-    assert info.value.existing == first
-    with pytest.raises(DecisionConflict):
-        await store.decide(run.id, "c1", Decision.deny(), decided_by="bob")
-    second = await store.decide(run.id, "c2", Decision.deny("a"), decided_by="bob")
-    assert second.reason == "a"
-    assert (await store.get_run(run.id)).call("c1").decision == first
-    assert len(await store.audit(run.id)) == len(before) + 2  # c2 decided + ready
+REFUSED = {  # run (else the one saved), call, decision, decided_by or now, error, its message
+    "unknown-run": ("missing", "a", Decision.approve(), {}, RunNotFound, 'run "missing" not found'),
+    "unknown-call": ("", "zz", Decision.approve(), {}, CallNotFound, 'has no pending call "zz"'),
+    "no-decider": ("", "a", Decision.approve(), {"decided_by": ""}, ValueError, "decided_by"),
+    "naive-time": ("", "a", Decision.approve(), {"now": datetime(2030, 1, 1)}, ValueError,
+                   "timezone-aware"),
+    "approve-external": ("", "e", Decision.approve(), {}, InvalidDecision,
+                         r'call "e" .* waits for an external result'),
+    "answer-approval": ("", "a", Decision.external("x"), {}, InvalidDecision,
+                        r'call "a" .* waits for approval'),
+    "conflict": ("", "d", Decision.deny("wait"), {}, DecisionConflict,
+                 r'call "d" .* already decided'),
+    "other-reason": ("", "n", Decision.deny("two"), {}, DecisionConflict, "already decided"),
+}  # fmt: skip
 
 
-async def test_a_different_denial_reason_conflicts(store: Store) -> None:
-    run = await store.save_pending(make_run(approval("c1"), approval("c2")))
-    await store.decide(run.id, "c1", Decision.deny("one"), decided_by="bob")
-    with pytest.raises(DecisionConflict):
-        await store.decide(run.id, "c1", Decision.deny("two"), decided_by="bob")
-
-
-async def test_decision_must_fit_the_call_kind(store: Store) -> None:
-    run = await store.save_pending(make_run(approval("a"), external("e")))
-    with pytest.raises(InvalidDecision, match=r'call "e" .* waits for an external result'):
-        await store.decide(run.id, "e", Decision.approve(), decided_by="bob")
-    with pytest.raises(InvalidDecision, match=r'call "a" .* waits for approval'):
-        await store.decide(run.id, "a", Decision.external("x"), decided_by="bob")
-    assert (await store.get_run(run.id)).undecided == run.calls
-    # a denial fits both kinds
+@pytest.mark.parametrize(
+    ("run_id", "call", "decision", "kw", "error", "match"), REFUSED.values(), ids=REFUSED
+)
+async def test_a_refused_decision_changes_nothing(
+    store: Store, run_id: str, call: str, decision: Decision, kw: dict[str, Any],
+    error: type[Exception], match: str,
+) -> None:  # fmt: skip
+    calls = (approval("a"), external("e"), approval("d"), approval("n"))
+    run = await store.save_pending(make_run(*calls))
+    first = await store.decide(run.id, "d", Decision.approve(), decided_by="bob")
+    await store.decide(run.id, "n", Decision.deny("one"), decided_by="bob")
+    before = (await store.get_run(run.id), await store.audit(run.id))
+    with pytest.raises(error, match=match) as info:
+        await store.decide(run_id or run.id, call, decision, **{"decided_by": "carol", **kw})
+    if isinstance(info.value, DecisionConflict) and call == "d":
+        assert info.value.existing == first
+    if isinstance(info.value, CallNotFound):
+        assert (info.value.run_id, info.value.call_id) == (run.id, call)
+    assert (await store.get_run(run.id), await store.audit(run.id)) == before
+    # a denial fits both kinds; repeating a decision is no conflict
     await store.decide(run.id, "e", Decision.deny("not needed"), decided_by="bob")
-
-
-async def test_decisions_on_unknown_runs_and_calls_raise(store: Store) -> None:
-    run = await store.save_pending(make_run())
-    with pytest.raises(RunNotFound):
-        await store.decide("missing", "c1", Decision.approve(), decided_by="bob")
-    with pytest.raises(CallNotFound, match=f'run "{run.id}" has no pending call "zz"') as info:
-        await store.decide(run.id, "zz", Decision.approve(), decided_by="bob")
-    assert (info.value.run_id, info.value.call_id) == (run.id, "zz")
-    with pytest.raises(ValueError, match="decided_by"):
-        await store.decide(run.id, "c1", Decision.approve(), decided_by="")
-    with pytest.raises(ValueError, match="timezone-aware"):
-        await store.decide(
-            run.id, "c1", Decision.approve(), decided_by="b", now=datetime(2030, 1, 1)
-        )
-    assert (await store.get_run(run.id)).status is RunStatus.PENDING
+    assert await store.decide(run.id, "d", Decision.approve(), decided_by="carol") == first
 
 
 async def test_decisions_on_a_run_that_is_no_longer_pending_raise_run_not_pending(

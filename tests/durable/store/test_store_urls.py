@@ -69,7 +69,10 @@ async def test_open_store_refuses_bad_store_options_before_connecting(
 def test_the_dsns_own_connect_timeout_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
     assert PostgresStore("postgresql://h/db")._connect_kwargs()["connect_timeout"] == 10
-    assert "connect_timeout" not in PostgresStore("postgresql://h/db?connect_timeout=3")._connect_kwargs()
+    assert (
+        "connect_timeout"
+        not in PostgresStore("postgresql://h/db?connect_timeout=3")._connect_kwargs()
+    )
     assert "connect_timeout" not in PostgresStore("host=h connect_timeout=3")._connect_kwargs()
     given = PostgresStore("postgresql://h/db?connect_timeout=3", connect_timeout=1.5)
     assert given._connect_kwargs()["connect_timeout"] == 1.5

@@ -1,4 +1,5 @@
-"""`DatabaseThreads`: the queue of jobs both stores run their transactions on."""
+"""`DatabaseThreads`: the queue of jobs both stores run their transactions on, and the batch hook
+SQLite's writer groups queued jobs with (`test_group_commit.py` has the store's side)."""
 
 from __future__ import annotations
 
@@ -31,24 +32,6 @@ async def _stop(pool: DatabaseThreads[Any]) -> None:
     await asyncio.to_thread(pool.join)
 
 
-async def test_jobs_run_on_a_thread_and_their_results_and_errors_come_back() -> None:
-    pool = _pool(1)
-    loop = asyncio.get_running_loop()
-    try:
-        main = threading.get_ident()
-        ident = await pool.submit(loop, lambda slot: threading.get_ident())
-        assert ident != main
-
-        def boom(slot: Slot[str]) -> None:
-            raise KeyError("inside the job")
-
-        with pytest.raises(KeyError, match="inside the job"):
-            await pool.submit(loop, boom)
-        assert await pool.submit(loop, lambda slot: "still serving") == "still serving"
-    finally:
-        await _stop(pool)
-
-
 async def test_a_slot_keeps_its_state_for_the_threads_life_and_is_closed_at_the_end() -> None:
     closed: list[Any] = []
     pool = _pool(1, closed)
@@ -63,23 +46,6 @@ async def test_a_slot_keeps_its_state_for_the_threads_life_and_is_closed_at_the_
     assert [await pool.submit(loop, open_once) for _ in range(5)] == [first] * 5
     await _stop(pool)
     assert closed == [first]
-
-
-async def test_a_job_cancelled_before_a_thread_took_it_never_runs() -> None:
-    pool = _pool(1)
-    loop = asyncio.get_running_loop()
-    gate = threading.Event()
-    ran: list[str] = []
-    try:
-        blocker = pool.submit(loop, lambda slot: gate.wait(WAIT))
-        queued = pool.submit(loop, lambda slot: ran.append("queued"))
-        queued.cancel()  # the only thread is busy: the job is still in the queue
-        gate.set()
-        assert await blocker is True
-        assert await pool.submit(loop, lambda slot: "after") == "after"
-        assert ran == []
-    finally:
-        await _stop(pool)
 
 
 async def test_a_job_a_thread_took_runs_to_its_end_whoever_waits() -> None:
@@ -198,24 +164,60 @@ async def test_a_job_of_a_closed_loop_finishes_and_the_thread_keeps_serving() ->
         await _stop(pool)
 
 
+class _Hook:
+    """A batch hook that runs every step (and records the batch sizes), then maybe fails."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.sizes: list[int] = []
+        self.fail = fail
+
+    def __call__(self, slot: Slot[Any], steps: list[Callable[[], None]]) -> None:
+        self.sizes.append(len(steps))
+        for step in steps:
+            step()
+        if self.fail is not None:
+            raise self.fail
+
+
+async def _held(pool: DatabaseThreads[Any], n: int = 1) -> tuple[list[Any], threading.Event]:
+    """Occupy `n` of `pool`'s threads until the returned event is set; jobs submitted meanwhile
+    queue up behind them."""
+    gate, started = threading.Event(), threading.Semaphore(0)
+
+    def block(slot: Slot[Any]) -> bool:
+        started.release()
+        return gate.wait(WAIT)
+
+    blockers = [pool.submit(asyncio.get_running_loop(), block) for _ in range(n)]
+    for _ in range(n):
+        assert await asyncio.to_thread(started.acquire, True, WAIT)
+    return blockers, gate
+
+
 _OPS = st.lists(st.sampled_from(["ok", "raise", "cancel", "on_loop"]), min_size=1, max_size=12)
 
 
 @settings(deadline=None)
-@given(size=st.integers(1, 3), ops=_OPS)
-def test_every_queued_job_is_settled_once_with_its_own_outcome(size: int, ops: list[str]) -> None:
-    """Jobs queued behind busy threads: a cancelled one never runs, every other one runs
-    once and its future gets its own result or error, after its loop callbacks."""
+@given(size=st.integers(1, 3), batch=st.booleans(), ops=_OPS)
+def test_every_queued_job_is_settled_once_with_its_own_outcome(
+    size: int, batch: bool, ops: list[str]
+) -> None:
+    """Jobs queued behind busy threads (or, with a batch hook, the one writer thread): a cancelled
+    one never runs, every other one runs once, in order on one thread, and its future gets its
+    own result or error, after its loop callbacks; a batch is one call of the hook."""
 
     async def scenario() -> None:
-        pool = _pool(size)
+        hook = _Hook()
+        pool: DatabaseThreads[str] = DatabaseThreads(
+            "test-db", 1 if batch else size, lambda slot: None, **({"batch": hook} if batch else {})
+        )
         loop = asyncio.get_running_loop()
-        gate = threading.Event()
         ran: list[int] = []
         on_loop: list[int] = []
 
         def job(i: int, op: str) -> Callable[[Slot[str]], int]:
             def fn(slot: Slot[str]) -> int:
+                assert slot.loop is loop
                 ran.append(i)
                 if op == "on_loop":  # noted only while the job's future is still pending
                     slot.on_loop(lambda: on_loop.append(i) if not futures[i].done() else None)
@@ -226,21 +228,24 @@ def test_every_queued_job_is_settled_once_with_its_own_outcome(size: int, ops: l
             return fn
 
         try:
-            blockers = [pool.submit(loop, lambda slot: gate.wait(WAIT)) for _ in range(size)]
+            blockers, gate = await _held(pool, 1 if batch else size)
             futures = [pool.submit(loop, job(i, op)) for i, op in enumerate(ops)]
             for i, op in enumerate(ops):
                 if op == "cancel":
                     futures[i].cancel()  # every thread is busy: still queued
             gate.set()
-            assert await asyncio.wait_for(asyncio.gather(*blockers), WAIT) == [True] * size
+            assert await asyncio.wait_for(asyncio.gather(*blockers), WAIT) == [True] * len(blockers)
             outcomes = await asyncio.wait_for(
                 asyncio.gather(*futures, return_exceptions=True), WAIT
             )
-            await pool.submit(loop, lambda slot: None)  # a fence: nothing left in flight
+            await pool.submit(loop, lambda slot: None)  # a fence, alone: no batch
         finally:
             await _stop(pool)
         expected_ran = [i for i, op in enumerate(ops) if op != "cancel"]
-        assert sorted(ran) == expected_ran  # once each, never a cancelled one
+        assert (ran if batch or size == 1 else sorted(ran)) == expected_ran
+        if batch and "cancel" not in ops:  # the queued jobs together, in one call of the hook
+            assert hook.sizes == ([len(ops)] if len(ops) > 1 else [])  # (a lone job: none)
+        assert len(hook.sizes) <= 1
         assert sorted(on_loop) == [i for i, op in enumerate(ops) if op == "on_loop"]
         for i, (op, got) in enumerate(zip(ops, outcomes, strict=True)):
             if op == "cancel":
@@ -252,3 +257,45 @@ def test_every_queued_job_is_settled_once_with_its_own_outcome(size: int, ops: l
                 assert got == i
 
     asyncio.run(scenario())
+
+
+async def test_a_failing_hook_fails_every_job_of_the_batch_and_delivers_nothing_else() -> None:
+    published: list[str] = []
+    hook = _Hook(fail=KeyError("the bracket did not hold"))
+    pool: DatabaseThreads[str] = DatabaseThreads("test-db", 1, lambda slot: None, batch=hook)
+    loop = asyncio.get_running_loop()
+    try:
+        (first,), gate = await _held(pool)
+
+        def job(slot: Slot[str]) -> str:
+            slot.on_loop(published.append, "callback")
+            return "ok"
+
+        futures = [pool.submit(loop, job) for _ in range(3)]
+        gate.set()
+        await first
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(r, KeyError) for r in results)
+        assert published == []  # a failed batch's callbacks are dropped with its results
+    finally:
+        await _stop(pool)
+
+
+async def test_stop_while_jobs_are_queued_finishes_the_batch_then_ends() -> None:
+    closed: list[str] = []
+    hook = _Hook()
+    pool: DatabaseThreads[str] = DatabaseThreads(
+        "test-db", 1, lambda slot: closed.append("closed"), batch=hook, batch_max=2
+    )
+    loop = asyncio.get_running_loop()
+    (first,), gate = await _held(pool)
+    futures = [pool.submit(loop, lambda slot, i=i: i) for i in range(5)]  # type: ignore[misc]
+    pool.stop()
+    gate.set()
+    await asyncio.to_thread(pool.join)
+    assert await first is True
+    assert await asyncio.gather(*futures) == [0, 1, 2, 3, 4]
+    assert hook.sizes == [2, 2]  # capped at batch_max; the last job ran alone
+    assert closed == ["closed"]
+    with pytest.raises(ValueError, match="batch_max"):
+        DatabaseThreads("test-db", 1, lambda slot: None, batch=hook, batch_max=0)

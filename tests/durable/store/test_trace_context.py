@@ -7,44 +7,32 @@ from dataclasses import replace
 import pytest
 
 from golem.durable.store import Decision, NewRun, Outcome, RunStatus, Store
-from tests.support.durable.runs import T0, approval, make_run
+from tests.support.durable.runs import approval, make_run
 
 PAUSED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 AGAIN = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-async def test_the_trace_context_round_trips_on_every_read(store: Store) -> None:
-    saved = await store.save_pending(make_run(trace_context=PAUSED))
-    assert saved.trace_context == PAUSED
-    assert (await store.get_run(saved.id)).trace_context == PAUSED
-    assert [r.trace_context for r in await store.list_runs()] == [PAUSED]
-    page = await store.list_runs_page(status=RunStatus.PENDING)
-    assert [r.trace_context for r in page.items] == [PAUSED]
-    await store.decide(saved.id, "c1", Decision.approve(), decided_by="bob")
-    claimed = await store.claim_ready("w1", 30, now=T0)
-    assert claimed is not None
-    assert claimed.run.trace_context == PAUSED
-
-
-async def test_an_untraced_run_has_an_empty_trace_context(store: Store) -> None:
-    saved = await store.save_pending(make_run())
-    assert saved.trace_context == ""
-    assert (await store.get_run(saved.id)).trace_context == ""
-    finished = replace(make_run(trace_context=PAUSED), calls=())
-    done = await store.save_finished(finished, Outcome.completed("ok", "[]"))
-    assert (await store.get_run(done.id)).trace_context == PAUSED
-
-
-async def test_a_pause_saved_by_finish_keeps_its_own_trace_context(store: Store) -> None:
+async def test_a_run_keeps_its_trace_context_on_every_read_and_a_pause_its_own(
+    store: Store,
+) -> None:
     first = await store.save_pending(make_run(trace_context=PAUSED))
+    assert (await store.save_pending(make_run())).trace_context == "", "untraced: empty"
+    assert [r.trace_context for r in await store.list_runs()] == ["", PAUSED]
+    page = await store.list_runs_page(status=RunStatus.PENDING, newest_first=False)
+    assert [r.trace_context for r in page.items] == [PAUSED, ""]
+    assert (await store.get_run(first.id)).trace_context == PAUSED
     await store.decide(first.id, "c1", Decision.approve(), decided_by="bob")
     claimed = await store.claim_ready("w1", 30)
     assert claimed is not None
+    assert claimed.run.trace_context == PAUSED
     nxt: NewRun = make_run(approval("c2"), trace_context=AGAIN)
-    finished = await store.finish(first.id, "w1", Outcome.paused(nxt))
-    assert finished.trace_context == PAUSED
+    assert (await store.finish(first.id, "w1", Outcome.paused(nxt))).trace_context == PAUSED
     child = await store.get_run(nxt.id)
     assert (child.parent_run_id, child.trace_context) == (first.id, AGAIN)
+    finished = replace(make_run(trace_context=PAUSED), calls=())
+    done = await store.save_finished(finished, Outcome.completed("ok", "[]"))
+    assert (await store.get_run(done.id)).trace_context == PAUSED
 
 
 async def test_store_spans_name_the_database_system(store: Store) -> None:

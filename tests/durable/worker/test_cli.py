@@ -75,7 +75,15 @@ def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path, 
     meet_dir = tmp_path / "meet"
     meet_dir.mkdir()
     ids = _seed(db, MEET)
-    args = ("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--poll", "0.05")
+    args = (
+        "worker",
+        "--app",
+        "tests.durable.worker.test_cli:registry",
+        "--db",
+        db,
+        "--poll",
+        "0.05",
+    )
     env = {"GOLEM_TEST_MEET_DIR": str(meet_dir)}
     flags = ("--id", "wc", "--concurrency", str(MEET), "--loop", loop)
     with golem_process(*args, *flags, env=env) as running:
@@ -88,52 +96,26 @@ def test_worker_concurrency_flag_resumes_that_many_runs_at_once(tmp_path: Path, 
     assert "golem: worker wc stopped" in out
 
 
-def test_worker_loop_flag_rejects_unknown_loops(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = golem("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--loop", "trio")
-    assert res.exit_code == 2
-    assert "--loop" in res.output
-    assert not (tmp_path / "cli.db").exists()
+SECONDS = "must be a number of seconds above 0 and at most 316224000"
+BAD_FLAGS = {  # the flags, and what the refusal says
+    "loop-trio": (("--loop", "trio"), "--loop"),
+    "no-uvloop": (("--loop", "uvloop"), "golem-agents[uvloop]"),  # `import uvloop` fails
+    **{f"concurrency-{bad}": (("--concurrency", bad), "--concurrency") for bad in ("0", "-1", "two")},
+    **{
+        f"{flag[2:]}-{bad}": ((flag, bad), f"{flag} {SECONDS}")
+        for flag, bad in [("--lease", "inf"), ("--lease", "1e12"), ("--lease", "nan"),
+                          ("--poll", "inf"), ("--poll", "0")]
+    },
+}  # fmt: skip
 
 
-def test_worker_asked_for_a_missing_uvloop_says_how_to_install_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("flags", "says"), BAD_FLAGS.values(), ids=BAD_FLAGS)
+def test_a_bad_worker_flag_exits_2_before_opening_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, str], says: str
 ) -> None:
-    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` fails
+    monkeypatch.setitem(sys.modules, "uvloop", None)
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    args = ("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db)
-    res = golem(*args, "--loop", "uvloop")
-    assert res.exit_code == 2
-    assert "golem-agents[uvloop]" in res.output
-    assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"
-
-
-@pytest.mark.parametrize("bad", ["0", "-1", "two"])
-def test_worker_concurrency_flag_rejects_bad_values(tmp_path: Path, bad: str) -> None:
-    db = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = golem(
-        "worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, "--concurrency", bad
-    )
-    assert res.exit_code == 2
-    assert "--concurrency" in res.output
-    assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"
-
-
-@pytest.mark.parametrize(
-    ("flag", "bad"),
-    [
-        ("--lease", "inf"),
-        ("--lease", "1e12"),
-        ("--lease", "nan"),
-        ("--poll", "inf"),
-        ("--poll", "0"),
-    ],
-)
-def test_worker_duration_flags_out_of_range_exit_2_before_anything(
-    tmp_path: Path, flag: str, bad: str
-) -> None:
-    db = f"sqlite:///{tmp_path / 'cli.db'}"
-    res = golem("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, flag, bad)
+    res = golem("worker", "--app", "tests.durable.worker.test_cli:registry", "--db", db, *flags)
     assert res.exit_code == 2, res.output
-    assert f"{flag} must be a number of seconds above 0 and at most 316224000" in res.output
+    assert says in res.output
     assert not (tmp_path / "cli.db").exists(), "nothing opened before the check"

@@ -18,7 +18,7 @@ from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually
-from tests.support.durable.worker_app import _model, approved_run, registry
+from tests.support.durable.worker_app import approved_run, model, registry
 
 pytestmark = pytest.mark.loop
 
@@ -94,7 +94,7 @@ async def test_a_tool_blocking_the_loop_past_its_lease_runs_no_further_approved_
         return f"acted on {key}"
 
     agent: Agent[Any, str] = Agent(
-        FunctionModel(_model), tools=[Tool.from_function(act, run_in_thread=False)]
+        FunctionModel(model), tools=[Tool.from_function(act, run_in_thread=False)]
     )
     reg = {"acts": AgentEntry(agent)}
     store = await backend.open()

@@ -50,23 +50,35 @@ DELEGATE = Message(
 DELETE = Message(role="assistant", tool_calls=[ToolCall("j1", "delete", '{"path": "a.log"}')])
 
 
+KEY = b"n" * 32
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsealed", "sealed"])
 async def test_a_sub_agent_pause_is_decided_in_the_store_and_resumed_by_a_worker(
-    store: Store,
+    store: Store, key: bytes | None
 ) -> None:
+    """With `start_run(seal_key=)` the sub-agent's call is sealed where it lives — in the
+    sub-agent's history inside the parent's record, bound to the sub-run's conversation — and a
+    worker with the key verifies that seal before resuming."""
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
-    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
-    assert run.status is RunStatus.PENDING
+    run = await start_run(
+        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=key
+    )
     assert [(c.call_id, c.kind, c.tool_name, c.args) for c in run.calls] == [
         ("call-1/j1", CallKind.APPROVAL, "janitor/delete", '{"path": "a.log"}')
     ]
     assert pausing.deleted == []
-
+    if key is not None:
+        (call,) = run.calls
+        sub = sub_agent_calls(loads_history(run.history))["call-1/j1"]
+        assert call.seal, "the calls table holds the seal"
+        assert sub.call.seal == call.seal, "and the record holds the same seal"
+        assert verify_call(key, sub.conversation_id, sub.call).value == "approval"
     await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
     # a worker in "another process": freshly built agents, only the store in common
     resuming = Nested(sub_script=("Deleted a.log.",), parent_script=("All tidy.",))
-    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30)
+    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=key)
     assert await worker.run_once() is True
-
     done = await store.get_run(run.id)
     assert done.outcome is not None, done
     assert (done.status, done.outcome.error) == (RunStatus.COMPLETED, "")
@@ -109,83 +121,35 @@ async def test_a_failed_nested_resume_records_which_sub_agent_calls_ran(
     assert resuming.deleted == ["a.log"]
 
 
-async def test_a_tampered_sub_agent_call_is_refused_by_the_worker(
-    store: Store,
-) -> None:
-    """The check the worker makes for a parent's own call holds for a sub-agent's: the
-    arguments in the stored history must be the ones the approvers saw."""
-    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
-    run = await start_run(store, pausing.registry, "boss", "tidy up", started_by="alice")
-    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
-    resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
-    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30)
-    # the approvers saw a.log; the history now says etc/passwd
-    tampered = run.history.replace("a.log", "etc/passwd")
-    assert tampered != run.history
-    await _replace_history(store, run.id, tampered)
-    assert await worker.run_once() is True
-    done = await store.get_run(run.id)
-    assert done.status is RunStatus.FAILED
-    assert done.outcome is not None
-    assert "other arguments in the history than the approvers saw" in done.outcome.error
-    assert resuming.deleted == []
-
-
-async def _replace_history(store: Store, run_id: str, history: str) -> None:
-    await store._submit(  # type: ignore[attr-defined]
-        True,
-        lambda tx: tx.run(
-            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (history, run_id)
-        ),
-    )
-
-
-KEY = b"n" * 32
-
-
-async def test_a_sealed_sub_agent_pause_is_sealed_in_its_record_and_resumed(
-    store: Store,
-) -> None:
-    """`start_run(seal_key=)` seals a sub-agent's call where it lives — in the sub-agent's
-    history inside the parent's record, bound to the sub-run's conversation — and a worker
-    with the key verifies that seal before resuming."""
-    pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
-    run = await start_run(
-        store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=KEY
-    )
-    (call,) = run.calls
-    assert call.call_id == "call-1/j1"
-    assert call.seal, "the calls table holds the seal"
-    sub = sub_agent_calls(loads_history(run.history))["call-1/j1"]
-    assert sub.call.seal == call.seal, "and the record holds the same seal"
-    assert verify_call(KEY, sub.conversation_id, sub.call).value == "approval"
-
-    await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
-    resuming = Nested(sub_script=("Deleted a.log.",), parent_script=("All tidy.",))
-    worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
-    assert await worker.run_once() is True
-    done = await store.get_run(run.id)
-    assert done.outcome is not None
-    assert (done.status, done.outcome.error) == (RunStatus.COMPLETED, "")
-    assert resuming.deleted == ["a.log"]
-
-
 @pytest.mark.parametrize(
-    ("paused_with", "refusal"),
-    [(None, "has no seal"), (b"x" * 32, "seal does not match")],
-    ids=["unsealed", "another-key"],
+    ("paused_with", "tamper", "refusal"),
+    [
+        (KEY, True, "other arguments in the history than the approvers saw"),
+        (None, False, "has no seal"),
+        (b"x" * 32, False, "seal does not match"),
+    ],
+    ids=["tampered", "unsealed", "another-key"],
 )
-async def test_a_sub_agent_call_without_a_valid_seal_is_refused_by_a_worker_with_a_key(
-    store: Store,
-    paused_with: bytes | None,
-    refusal: str,
+async def test_a_sub_agent_call_the_worker_cannot_trust_is_refused(
+    store: Store, paused_with: bytes | None, tamper: bool, refusal: str
 ) -> None:
+    """The checks the worker makes for a parent's own call hold for a sub-agent's: the arguments
+    in the stored history are the ones the approvers saw, and a worker with a key wants its seal."""
     pausing = Nested(sub_script=(DELETE,), parent_script=(DELEGATE,))
     run = await start_run(
         store, pausing.registry, "boss", "tidy up", started_by="alice", seal_key=paused_with
     )
     assert (run.calls[0].seal is None) is (paused_with is None)
     await store.decide(run.id, "call-1/j1", Decision.approve(), decided_by="bob")
+    if tamper:  # the approvers saw a.log; the history now says etc/passwd
+        tampered = run.history.replace("a.log", "etc/passwd")
+        assert tampered != run.history
+        await store._submit(  # type: ignore[attr-defined]
+            True,
+            lambda tx: tx.run(
+                "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
+            ),
+        )
     resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
     worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
     assert await worker.run_once() is True

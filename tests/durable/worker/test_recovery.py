@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -227,10 +226,6 @@ def test_golem_resolve_retries_or_cancels_from_the_terminal(tmp_path: Path) -> N
     assert "only an interrupted run can be retried or cancelled" in out.output
 
 
-_HAS_IDEMPOTENT = "idempotent" in inspect.signature(Agent.tool).parameters
-
-
-@pytest.mark.skipif(not _HAS_IDEMPOTENT, reason="needs @agent.tool(idempotent=True)")
 async def test_a_retry_reruns_an_idempotent_tool_without_confirmation(
     store: Store,
 ) -> None:

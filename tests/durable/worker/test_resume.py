@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sys
 import types
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,20 +30,17 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, SweepReport, Worker, load_registry, start_run
 from golem.errors import StoreError
 from golem.testing import ScriptedModel
+from tests.support.durable.procs import eventually
 from tests.support.worker import DEL, LOOK, App, calls
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
-    """Poll `condition` until it holds; fail after `timeout` seconds instead of hanging."""
-    async with asyncio.timeout(timeout):
-        while not await condition():  # noqa: ASYNC110 - the state lives in the database
-            await asyncio.sleep(0.02)
 
 
 async def test_pause_is_saved_then_approved_call_runs_once_and_run_completes(
     store: Store,
 ) -> None:
-    app = App(calls(DEL, LOOK), "All done.")
+    async def factory(ref: Any) -> dict[str, Any]:  # a deps factory may be async
+        return {"built_from": ref}
+
+    app = App(calls(DEL, LOOK), "All done.", deps_factory=factory)
     run = await start_run(
         store,
         app.registry,
@@ -75,7 +72,7 @@ async def test_pause_is_saved_then_approved_call_runs_once_and_run_completes(
     assert done.status is RunStatus.COMPLETED
     assert done.outcome is not None
     assert done.outcome.output == "All done."
-    assert app.executed == [("c1", "/tmp/a", {"tenant": "acme"})], "ctx.call_id is the call ID"
+    assert app.executed == [("c1", "/tmp/a", {"built_from": {"tenant": "acme"}})], "call ID, deps"
     tool_results = [
         (m.tool_call_id, m.content) for m in app.model.requests[-1].messages if m.role == "tool"
     ]
@@ -131,19 +128,6 @@ async def test_a_resume_that_pauses_again_saves_a_linked_pending_run(store: Stor
     assert [r.id for r in convo] == [child.id, first.id]
 
 
-async def test_a_failing_approved_rerun_fails_the_run_with_its_error(store: Store) -> None:
-    app = App(calls(("c1", "delete_file", '{"path": "/boom"}')))
-    run = await start_run(store, app.registry, "ops", "burn", started_by="alice")
-    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
-    assert await Worker(store, app.registry).run_once()
-    failed = await store.get_run(run.id)
-    assert failed.status is RunStatus.FAILED
-    assert failed.outcome is not None
-    assert "disk on fire" in failed.outcome.error
-    assert "RunError" in failed.outcome.error
-    assert len(app.executed) == 1
-
-
 async def test_a_failed_resume_records_which_approved_calls_ran(store: Store) -> None:
     """ADR 0071: the failed run's conversation is the resume's partial — the approved call
     that ran is answered, the failing one still pending — and nothing resumes it again."""
@@ -160,6 +144,9 @@ async def test_a_failed_resume_records_which_approved_calls_ran(store: Store) ->
     assert await worker.run_once() is False
     failed = await store.get_run(run.id)
     assert failed.status is RunStatus.FAILED
+    assert failed.outcome is not None
+    assert "RunError" in failed.outcome.error
+    assert "disk on fire" in failed.outcome.error
     history = loads_history(failed.conversation)
     assert [(m.tool_call_id, m.content) for m in history if m.role == "tool"] == [
         ("c1", "deleted /tmp/a")
@@ -180,19 +167,6 @@ async def test_start_run_saves_a_final_answer_or_an_error(store: Store) -> None:
     assert "model exploded" in failed.outcome.error
     with pytest.raises(KeyError, match='agent "nope" is not in the registry'):
         await start_run(store, app.registry, "nope", "hi", started_by="alice")
-    with pytest.raises(ValueError, match="expires_in"):
-        await start_run(store, app.registry, "ops", "hi", started_by="a", expires_in=0)
-
-
-async def test_deps_factory_rebuilds_deps_and_may_be_async(store: Store) -> None:
-    async def factory(ref: Any) -> dict[str, Any]:
-        return {"built_from": ref}
-
-    app = App(calls(DEL), "ok", deps_factory=factory)
-    run = await start_run(store, app.registry, "ops", "x", deps_ref=[1, 2], started_by="a")
-    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    assert await Worker(store, app.registry).run_once()
-    assert app.executed == [("c1", "/tmp/a", {"built_from": [1, 2]})]
 
 
 async def test_a_worker_leaves_runs_of_agents_it_does_not_know_for_other_workers(
@@ -288,7 +262,7 @@ async def test_a_long_resume_keeps_its_lease_alive(store: Store) -> None:
     async def renewed() -> bool:
         return (await store.get_run(run.id)).lease_expires_at != first
 
-    await eventually(renewed)
+    await eventually(renewed, 10, "the lease to be renewed")
     assert await store.sweep_interrupted() == [], "a renewed lease is not swept"
     app.gate.set()
     assert await asyncio.wait_for(task, 10) is True
@@ -311,7 +285,7 @@ async def test_run_forever_processes_ready_runs_until_stopped(store: Store) -> N
         async def all_done() -> bool:
             return [(await store.get_run(i)).status for i in ids] == [RunStatus.COMPLETED] * 2
 
-        await eventually(all_done)
+        await eventually(all_done, 10, "both runs to complete")
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
@@ -339,42 +313,29 @@ class _ClaimsFail:
             self.stop.set()
 
 
-@pytest.mark.parametrize("bad", [float("inf"), 1e12, 0, float("nan")])
-async def test_run_forever_refuses_a_poll_interval_out_of_range(store: Store, bad: float) -> None:
-    worker = Worker(store, {}, worker_id="w")
-    with pytest.raises(ValueError, match="poll_interval must be a number of seconds"):
-        await worker.run_forever(poll_interval=bad, stop_event=asyncio.Event())
+BAD = (float("inf"), float("nan"), 1e12, MAX_SECONDS * 2, -1, 0)
 
 
-@pytest.mark.parametrize("bad", [float("inf"), 1e12, timedelta(days=365 * 20), float("nan")])
-async def test_start_run_refuses_an_expiry_out_of_range_and_saves_nothing(
-    store: Store, bad: float | timedelta
+@pytest.mark.parametrize("bad", BAD)
+async def test_durations_out_of_range_are_value_errors_and_save_nothing(
+    store: Store, bad: float
 ) -> None:
-    app = App(calls(("c1", "delete_file", '{"path": "/a"}')))
-    with pytest.raises(ValueError, match="expires_in must be a number of seconds"):
-        await start_run(store, app.registry, "ops", "go", started_by="a", expires_in=bad)
+    for kw in ({"lease_seconds": bad}, {"sweep_interval": bad}):
+        if kw != {"sweep_interval": 0}:  # a sweep on every poll is allowed
+            with pytest.raises(ValueError, match=f"{next(iter(kw))} must be a number of seconds"):
+                Worker(store, {}, **kw)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="poll_interval must be a number of seconds"):
+        await Worker(store, {}).run_forever(poll_interval=bad, stop_event=asyncio.Event())
+    app = App(calls(DEL))
+    as_delta = [timedelta(seconds=bad)] if math.isfinite(bad) and bad < 1e11 else []
+    for expiry in [bad, *as_delta]:
+        with pytest.raises(ValueError, match="expires_in must be a number of seconds"):
+            await start_run(store, app.registry, "ops", "go", started_by="a", expires_in=expiry)
     assert await store.list_runs() == []
 
 
-async def test_run_forever_survives_store_errors(store: Store) -> None:
-    stop = asyncio.Event()
-    flaky = _ClaimsFail([StoreError("database is locked")], stop)
-    worker = Worker(flaky, {}, worker_id="w")  # type: ignore[arg-type]
-    await asyncio.wait_for(worker.run_forever(poll_interval=0.01, stop_event=stop), 10)
-    assert flaky.calls == 3
-
-
-def test_worker_rejects_bad_configuration(tmp_path: Path) -> None:
+def test_a_worker_takes_the_longest_lease_and_a_fresh_id(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "x.db")
-    with pytest.raises(ValueError, match="lease_seconds"):
-        Worker(store, {}, lease_seconds=0)
-    with pytest.raises(ValueError, match="sweep_interval"):
-        Worker(store, {}, sweep_interval=-1)
-    for bad in (float("inf"), float("nan"), 1e12, MAX_SECONDS * 2, -1):
-        with pytest.raises(ValueError, match="lease_seconds must be a number of seconds"):
-            Worker(store, {}, lease_seconds=bad)
-        with pytest.raises(ValueError, match="sweep_interval must be a number of seconds"):
-            Worker(store, {}, sweep_interval=bad)
     assert Worker(store, {}, lease_seconds=MAX_SECONDS).lease_seconds == MAX_SECONDS
     w = Worker(store, {})
     assert w.actor == f"worker:{w.worker_id}"
@@ -496,7 +457,8 @@ async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(
     traceback for the spell, one more when the failure changes, and one line when it ends."""
     failures: list[StoreError] = [StoreReadOnly("read-only")] * 5 + [StoreBusy("no slot")] * 3
     stop = asyncio.Event()
-    worker = Worker(_ClaimsFail(failures, stop), {}, worker_id="w")  # type: ignore[arg-type]
+    flaky = _ClaimsFail(failures, stop)
+    worker = Worker(flaky, {}, worker_id="w")  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="golem.durable.worker"):
         await asyncio.wait_for(worker.run_forever(poll_interval=0.001, stop_event=stop), 10)
     failed = [r for r in caplog.records if "failed" in r.getMessage()]
@@ -504,6 +466,7 @@ async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(
         StoreReadOnly,
         StoreBusy,
     ]
+    assert flaky.calls == 10, "it polled on through every failure"
     back = [r for r in caplog.records if "work again" in r.getMessage()]
     assert len(back) == 1
     assert "8 failure(s)" in back[0].getMessage()

@@ -19,10 +19,10 @@ async def _paused(store: Store, app: App) -> str:
     return run.id
 
 
-async def test_start_run_seals_every_pending_call_in_history_and_calls_table(
+async def test_sealed_pauses_are_resumed_by_a_worker_with_the_key_which_seals_the_next(
     store: Store,
 ) -> None:
-    app = App(calls(DEL, LOOK), "All done.")
+    app = App(calls(DEL, LOOK), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.")
     run = await store.get_run(await _paused(store, app))
     sealed = {c.id: c for m in loads_history(run.history) for c in m.tool_calls}
     for call in run.calls:
@@ -31,17 +31,11 @@ async def test_start_run_seals_every_pending_call_in_history_and_calls_table(
         kind = verify_call(KEY, run.conversation_id, sealed[call.call_id])
         assert kind.value == call.kind.value
     assert sealed["c1"].args == '{"path": "/tmp/a"}', "the argument bytes are kept"
-
-
-async def test_a_worker_with_the_key_resumes_sealed_runs_and_seals_the_next_pause(
-    store: Store,
-) -> None:
-    app = App(calls(DEL), calls(("c3", "delete_file", '{"path": "/tmp/b"}')), "Done.")
-    run_id = await _paused(store, app)
-    await store.decide(run_id, "c1", Decision.approve(), decided_by="bob")
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    await store.decide(run.id, "c2", Decision.external("sunny"), decided_by="svc")
     worker = Worker(store, app.registry, worker_id="w1", lease_seconds=5, seal_key=KEY)
     assert await worker.run_once() is True
-    parent = await store.get_run(run_id)
+    parent = await store.get_run(run.id)
     assert parent.child_run_id is not None
     child = await store.get_run(parent.child_run_id)
     assert child.status is RunStatus.PENDING

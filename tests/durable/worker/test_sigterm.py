@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from golem.durable.store import RunStatus, Store, open_store
+from golem.durable.store import RunStatus, open_store
 from tests.support.durable.procs import ROOT, eventually
 from tests.support.durable.worker_app import approved_run, registry
 
@@ -38,58 +38,22 @@ def _worker(db: str, log: Path) -> subprocess.Popen[bytes]:
         )  # fmt: skip
 
 
-async def _started_run(store: Store, exec_dir: Path) -> str:
-    deps = {"exec_dir": str(exec_dir), "block": True}
-    return (await approved_run(store, registry(), "term", 1, deps)).id
-
-
-async def _exited(proc: subprocess.Popen[bytes]) -> int:
-    async def gone() -> bool:
-        return proc.poll() is not None
-
-    await eventually(gone, 60, "the worker process to exit")
-    assert proc.returncode is not None
-    return proc.returncode
-
-
-async def test_one_sigterm_drains_the_run_in_flight(tmp_path: Path, exec_dir: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'term.db'}"
-    store = await open_store(db)
-    proc = None
-    try:
-        run_id = await _started_run(store, exec_dir)
-        proc = _worker(db, tmp_path / "worker.log")
-
-        async def started() -> bool:
-            return (exec_dir / "term-0.started").exists() or proc.poll() is not None
-
-        await eventually(started, 60, "the approved call to start")
-        proc.send_signal(signal.SIGTERM)
-        (exec_dir / "term-0.release").touch()
-        assert await _exited(proc) == 0, (tmp_path / "worker.log").read_text()
-        assert (await store.get_run(run_id)).status is RunStatus.COMPLETED
-        assert "golem: worker term stopped" in (tmp_path / "worker.log").read_text()
-        assert len((exec_dir / "term-0").read_text().splitlines()) == 1
-    finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        await store.close()
-
-
-async def test_a_second_sigterm_leaves_the_run_to_the_sweep(tmp_path: Path, exec_dir: Path) -> None:
+@pytest.mark.parametrize("signals", [1, 2], ids=["drains", "second-cancels"])
+async def test_sigterm_drains_the_run_in_flight_and_a_second_leaves_it_to_the_sweep(
+    tmp_path: Path, exec_dir: Path, signals: int
+) -> None:
     db = f"sqlite:///{tmp_path / 'term.db'}"
     store = await open_store(db)
     proc = None
     log = tmp_path / "worker.log"
     try:
-        run_id = await _started_run(store, exec_dir)
+        deps = {"exec_dir": str(exec_dir), "block": True}
+        run_id = (await approved_run(store, registry(), "term", 1, deps)).id
         proc = _worker(db, log)
 
         async def started() -> bool:
             return (exec_dir / "term-0.started").exists() or proc.poll() is not None
 
-        await eventually(started, 60, "the approved call to start")
         async def cancelled() -> bool:
             if "cancelled its in-flight runs" in log.read_text() or proc.poll() is not None:
                 return True
@@ -98,18 +62,28 @@ async def test_a_second_sigterm_leaves_the_run_to_the_sweep(tmp_path: Path, exec
             proc.send_signal(signal.SIGTERM)
             return False
 
-        await eventually(cancelled, 60, "the worker to cancel its in-flight resume")
-        run = await store.get_run(run_id)
-        assert run.status is RunStatus.RUNNING, "held until its lease runs out"
-        assert run.lease_owner == "term"
-        (exec_dir / "term-0.release").touch()  # the tool's thread cannot be cancelled
-        assert await _exited(proc) == 0, log.read_text()
+        async def exited() -> bool:
+            return proc.poll() is not None
 
         async def swept() -> bool:
             return run_id in await store.sweep_interrupted()
 
-        await eventually(swept, 60, "the lease to run out and the sweep to mark the run")
-        assert (await store.get_run(run_id)).status is RunStatus.INTERRUPTED
+        await eventually(started, 60, "the approved call to start")
+        if signals == 1:
+            proc.send_signal(signal.SIGTERM)
+        else:
+            await eventually(cancelled, 60, "the worker to cancel its in-flight resume")
+            run = await store.get_run(run_id)
+            assert (run.status, run.lease_owner) == (RunStatus.RUNNING, "term"), "leased still"
+        (exec_dir / "term-0.release").touch()  # the tool's thread cannot be cancelled
+        await eventually(exited, 60, "the worker process to exit")
+        assert proc.returncode == 0, log.read_text()
+        if signals == 1:
+            assert "golem: worker term stopped" in log.read_text()
+        else:
+            await eventually(swept, 60, "the lease to run out and the sweep to mark the run")
+        status = RunStatus.COMPLETED if signals == 1 else RunStatus.INTERRUPTED
+        assert (await store.get_run(run_id)).status is status
         assert len((exec_dir / "term-0").read_text().splitlines()) == 1
     finally:
         if proc is not None and proc.poll() is None:

@@ -1,15 +1,20 @@
-"""Helpers of the PostgreSQL chaos tests (`tests/durable/store/test_postgres_chaos.py`)."""
+"""Helpers of the PostgreSQL chaos tests: a cluster of a test's own, a proxy that cuts a COMMIT,
+an agent whose approved calls leave a ledger, workers and a producer on one schema (`Scene`),
+ways to take something away, and the invariants that must hold after."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import os
 import re
+import signal
 import subprocess
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +22,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from golem import Agent, RunContext
 from golem.durable.store import (
@@ -35,7 +41,7 @@ from golem.errors import StoreError
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.durable.procs import ROOT, eventually
-from tests.support.durable.worker_app import _model, prompt_for
+from tests.support.durable.worker_app import model, prompt_for
 
 __all__ = [
     "Cluster",
@@ -45,12 +51,17 @@ __all__ = [
     "Scene",
     "Summary",
     "admin",
+    "all_runs",
     "backends_of",
     "chaos_registry",
     "check_invariants",
+    "database",
     "disrupting",
     "executions",
+    "frozen",
+    "locks_waiting",
     "new_schema",
+    "stalled_commits",
     "terminate_backends",
     "until",
 ]
@@ -86,24 +97,14 @@ class Cluster:
             pytest.skip(problem)
         return cls(found["GOLEM_TEST_POSTGRES_DSN"], found["GOLEM_TEST_POSTGRES_DIR"])
 
-    def _script(self, *args: str) -> None:
-        subprocess.run(["bash", str(_SCRIPT), *args], check=True, capture_output=True, timeout=300)
-
-    def restart(self, mode: str) -> None:
-        """`pg_ctl restart -m MODE` (blocks until the server accepts connections again)."""
-        self._script("restart", self.dir, mode)
-
-    def down(self, mode: str = "immediate") -> None:
-        """Stop the server (connections are refused until `up`)."""
-        self._script("down", self.dir, mode)
-
-    def up(self) -> None:
-        """Start the stopped server again, on the same port."""
-        self._script("up", self.dir)
-
-    def remove(self) -> None:
-        """Stop the server and delete the cluster."""
-        self._script("stop", self.dir)
+    def run(self, command: str, *mode: str) -> None:
+        """`scripts/pg_test_cluster.sh COMMAND DIR [MODE]`: "restart" (`pg_ctl restart -m MODE`,
+        back once it accepts connections), "down" (refusing connections until "up", same port),
+        "up", or "stop" (and delete the cluster)."""
+        subprocess.run(
+            ["bash", str(_SCRIPT), command, self.dir, *mode],
+            check=True, capture_output=True, timeout=300,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -246,10 +247,12 @@ class Hold:
         self._released.set()
 
 
-def chaos_registry(exec_dir: Path, hold: Hold | None = None) -> dict[str, AgentEntry]:
-    """The agent "acts": a prompt from `prompt_for` asks for calls of `act`, each deferred for
-    approval; once approved, `act` appends the run's ID to `<exec_dir>/<call id>`, then
-    waits at `hold` when the run's deps say `{"hold": true}`."""
+def chaos_registry(
+    exec_dir: Path, hold: Hold | None = None, size: int = 0
+) -> dict[str, AgentEntry]:
+    """The agent "acts": a `prompt_for` prompt asks for calls of `act`, each deferred for approval;
+    once approved, `act` appends the run's ID to `<exec_dir>/<call id>`, waits at `hold` when the
+    run's deps say `{"hold": true}`, and returns `size` bytes more than its key."""
 
     async def act(ctx: RunContext[dict[str, Any]], key: str) -> str:
         """Do something irreversible (after approval)."""
@@ -259,9 +262,9 @@ def chaos_registry(exec_dir: Path, hold: Hold | None = None) -> dict[str, AgentE
             f.write(f"{ctx.run_id}\n")
         if hold is not None and ctx.deps.get("hold"):
             await hold.enter()
-        return f"acted on {key}"
+        return f"acted on {key}" + "x" * size
 
-    agent: Agent[Any, str] = Agent(FunctionModel(_model), tools=[act])
+    agent: Agent[Any, str] = Agent(FunctionModel(model), tools=[act])
     return {"acts": AgentEntry(agent, deps_factory=lambda ref: dict(ref or {}))}
 
 
@@ -273,11 +276,14 @@ def executions(exec_dir: Path) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------- producing
 
 
-async def until(
-    condition: Callable[[], Awaitable[bool]], what: str, timeout: float = 60.0
-) -> None:
-    """`eventually` with the deadline these tests use: fail after `timeout` seconds."""
-    await eventually(condition, timeout, what)
+async def until(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> None:
+    """Poll `condition` (a predicate, sync or async) until it holds; fail after `timeout` s."""
+
+    async def holds() -> bool:
+        got = condition()
+        return bool(await got if inspect.isawaitable(got) else got)
+
+    await eventually(holds, timeout, what)
 
 
 def _unavailable(exc: StoreError) -> bool:
@@ -311,8 +317,8 @@ class Producer:
     """Run ID -> its call ID, for every run whose approval was recorded."""
     unknown_starts: int = 0
     """Starts whose save failed: the run may or may not exist."""
-    errors: Counter[str] = field(default_factory=Counter)
-    """Store error texts the producer saw (for reports)."""
+    deps: dict[str, Any] = field(default_factory=dict)
+    """More deps for every run (saved, claimed and listed with it)."""
     _n: int = 0
 
     async def one_started(self, *, hold: bool = False) -> RunRecord:
@@ -323,7 +329,7 @@ class Producer:
             self.registry,
             "acts",
             prompt_for(f"p{self._n}", 1),
-            deps_ref={"hold": hold},
+            deps_ref={"hold": hold, **self.deps},
             started_by="producer",
         )
 
@@ -335,7 +341,6 @@ class Producer:
             if not _unavailable(exc):
                 raise
             self.unknown_starts += 1
-            self.errors[type(exc.__cause__).__name__] += 1
             return None
         assert run.status is RunStatus.PENDING, run
         call_id = run.calls[0].call_id
@@ -401,7 +406,7 @@ class Scene:
         start: bool = True,
         lease_seconds: float = 30,
         workers: int = 1,
-        registry: dict[str, AgentEntry] | None = None,
+        size: int = 0,
     ) -> None:
         self.dsn = dsn
         self.schema = new_schema()
@@ -411,7 +416,7 @@ class Scene:
         self.start_now = start
         self.lease_seconds = lease_seconds
         self.hold = Hold()
-        self.registry = registry or chaos_registry(exec_dir, self.hold)
+        self.registry = chaos_registry(exec_dir, self.hold, size)
         self.stop = asyncio.Event()
         self.n_workers = workers
         self.workers: list[tuple[PostgresStore, Worker]] = []
@@ -419,9 +424,7 @@ class Scene:
 
     async def __aenter__(self) -> Scene:
         for i in range(self.n_workers):
-            store = await PostgresStore.open(
-                self.worker_dsn, schema=self.schema, connect_timeout=5
-            )
+            store = await PostgresStore.open(self.worker_dsn, schema=self.schema, connect_timeout=5)
             worker = Worker(
                 store,
                 self.registry,
@@ -500,9 +503,8 @@ class Scene:
 
 
 def _where(busy: bool) -> str:
-    return (
-        "application_name = %s AND backend_type = 'client backend'"
-        + (" AND state <> 'idle'" if busy else "")
+    return "application_name = %s AND backend_type = 'client backend'" + (
+        " AND state <> 'idle'" if busy else ""
     )
 
 
@@ -525,6 +527,65 @@ async def terminate_backends(dsn: str, app: str, *, busy: bool = False) -> int:
         app,
     )
     return len(rows)
+
+
+async def locks_waiting(dsn: str, app: str | None = None) -> int:
+    """How many sessions (named `app`, if given) wait on a lock."""
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    rows = await asyncio.to_thread(
+        admin, dsn, sql + (" AND application_name = %s" if app else ""), *([app] if app else [])
+    )
+    return int(rows[0][0])
+
+
+@contextlib.asynccontextmanager
+async def database(dsn: str, **settings: str) -> AsyncIterator[str]:
+    """A database of its own next to `dsn`'s, with `ALTER DATABASE … SET` settings; its DSN."""
+    name = f"chaos_{uuid.uuid4().hex[:8]}"
+    await asyncio.to_thread(admin, dsn, f'CREATE DATABASE "{name}"')
+    try:
+        for key, value in settings.items():
+            await asyncio.to_thread(admin, dsn, f"ALTER DATABASE \"{name}\" SET {key} = '{value}'")
+        yield make_conninfo(dsn, dbname=name)
+    finally:
+        await asyncio.to_thread(admin, dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The backend `pid` stopped (`SIGSTOP`: its socket stays open and acknowledged) until the end."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except PermissionError:
+        pytest.skip("cannot signal the PostgreSQL server's processes from this user")
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def stalled_commits(dsn: str, schema: str, status: str) -> Iterator[psycopg.Connection[Any]]:
+    """Every transaction that sets a run's status to `status` waits at its COMMIT (its row locks
+    held, as behind a stalled WAL disk) while the returned session holds advisory lock 4242."""
+    admin(
+        dsn,
+        f"""
+        CREATE FUNCTION "{schema}".stall() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.status = '{status}' THEN PERFORM pg_advisory_xact_lock_shared(4242); END IF;
+            RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER stall AFTER UPDATE ON "{schema}".golem_runs
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".stall();
+        """,
+    )
+    blocker = psycopg.connect(dsn, autocommit=True)
+    try:
+        blocker.execute("SELECT pg_advisory_lock(4242)")
+        yield blocker
+    finally:
+        blocker.close()
 
 
 async def disrupting(
@@ -565,7 +626,8 @@ class Summary:
     audit_entries: int
 
 
-async def _all_runs(store: Store) -> list[RunRecord]:
+async def all_runs(store: Store) -> list[RunRecord]:
+    """Every run of the store, page by page."""
     runs: list[RunRecord] = []
     after = None
     while True:
@@ -589,7 +651,7 @@ async def check_invariants(store: Store, exec_dir: Path, approved: dict[str, str
     """Check, once no worker runs and a sweep has run: every run terminal; every call executed at
     most once (a completed run's exactly once, by that run); audit IDs 1..n without gaps, each run's
     entries CREATED, DECIDED, READY, CLAIMED, then the end matching its status."""
-    runs = {r.id: r for r in await _all_runs(store)}
+    runs = {r.id: r for r in await all_runs(store)}
     assert set(approved) <= set(runs), "an approved run is missing"
     stuck = {r.id: r.status for r in runs.values() if r.status not in _TERMINAL}
     assert not stuck, f"runs not terminal: {stuck}"

@@ -1,4 +1,5 @@
-"""A process that claims ready runs in batches until none is left (`test_claim_many`)."""
+"""A process that claims ready runs until none is left: in batches, or one at a time with limit 1
+(`tests/durable/store/test_leases.py`)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,16 @@ async def _main(config: dict[str, Any]) -> None:
         while not await asyncio.to_thread(go.exists):  # noqa: ASYNC110 - another process makes it
             await asyncio.sleep(0.01)
         got: list[str] = []
-        while batch := await store.claim_ready_many(config["worker_id"], 60, limit=config["limit"]):
-            assert len(batch) <= config["limit"], batch
+        worker, limit = config["worker_id"], config["limit"]
+        while True:
+            if limit == 1:
+                one = await store.claim_ready(worker, 60)
+                batch = [] if one is None else [one]
+            else:
+                batch = await store.claim_ready_many(worker, 60, limit=limit)
+            if not batch:
+                break
+            assert len(batch) <= limit, batch
             got.extend(c.run.id for c in batch)
         print(json.dumps(got))
     finally:

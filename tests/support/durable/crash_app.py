@@ -18,7 +18,7 @@ from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
-from tests.support.durable.worker_app import _model
+from tests.support.durable.worker_app import model
 
 __all__ = ["KILL_POINTS", "registry"]
 
@@ -179,7 +179,7 @@ def registry(exec_dir: Path) -> dict[str, AgentEntry]:
             await asyncio.sleep(float(slow))
         return f"acted on {key}"
 
-    agent: Agent[Any, str] = Agent(FunctionModel(_model), tools=[act])
+    agent: Agent[Any, str] = Agent(FunctionModel(model), tools=[act])
     return {"acts": AgentEntry(agent, deps_factory=lambda ref: dict(ref or {}))}
 
 

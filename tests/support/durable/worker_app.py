@@ -18,7 +18,7 @@ from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 
-__all__ = ["approved_run", "prompt_for", "registry"]
+__all__ = ["approved_run", "model", "prompt_for", "registry"]
 
 
 def prompt_for(prefix: str, n: int) -> str:
@@ -38,7 +38,8 @@ async def approved_run(
     return run
 
 
-def _model(request: ModelRequest) -> Message | str:
+def model(request: ModelRequest) -> Message | str:
+    """Asks for the calls a `prompt_for` prompt names, then answers "done"."""
     last = request.messages[-1]
     if last.role == "user" and last.content.startswith("calls:"):
         _, prefix, n = last.content.split(":")
@@ -69,7 +70,7 @@ def act(ctx: RunContext[dict[str, Any]], key: str) -> str:
 
 def registry() -> dict[str, AgentEntry]:
     """A fresh registry (a zero-argument callable, as `load_registry` accepts)."""
-    agent: Agent[Any, str] = Agent(FunctionModel(_model), tools=[act])
+    agent: Agent[Any, str] = Agent(FunctionModel(model), tools=[act])
     return {"acts": AgentEntry(agent, deps_factory=dict, description="acts after approval")}
 
 

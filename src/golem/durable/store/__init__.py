@@ -18,8 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
+from golem.durable.store._base import utc_now
 from golem.durable.store._feed import ChangeFeed
-from golem.durable.store._tx import utc_now
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,

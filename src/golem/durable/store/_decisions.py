@@ -7,10 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from golem._tracing import store_op
-from golem.durable.store._base import SQLBase
-from golem.durable.store._inputs import aware, held
-from golem.durable.store._rows import SWEEP_BATCH, left_out
-from golem.durable.store._tx import Tx
+from golem.durable.store._base import SWEEP_BATCH, SQLBase, Tx, aware, held, left_out
 from golem.durable.store.records import (
     EXPIRY_ACTOR,
     EXPIRY_REASON,
@@ -199,14 +196,14 @@ def decided_detail(record: DecisionRecord, original_args: str | None) -> dict[st
     return detail
 
 
+_MISFIT = {
+    DecisionKind.APPROVE: "waits for an external result: submit its result text or deny it, "
+    "approval does not apply",
+    DecisionKind.EXTERNAL: "waits for approval: approve or deny it, an external result does "
+    "not apply",
+}
+
+
 def _check_fits(run_id: str, call: PendingCallRecord, kind: DecisionKind) -> None:
-    if kind is DecisionKind.APPROVE and call.kind is not CallKind.APPROVAL:
-        raise InvalidDecision(
-            f'call "{call.call_id}" of run "{run_id}" waits for an external result: '
-            "submit its result text or deny it, approval does not apply"
-        )
-    if kind is DecisionKind.EXTERNAL and call.kind is not CallKind.EXTERNAL:
-        raise InvalidDecision(
-            f'call "{call.call_id}" of run "{run_id}" waits for approval: approve or deny it, '
-            "an external result does not apply"
-        )
+    if call.kind.value not in FITS[kind]:
+        raise InvalidDecision(f'call "{call.call_id}" of run "{run_id}" {_MISFIT[kind]}')

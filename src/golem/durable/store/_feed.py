@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from golem.durable.store.records import check_seconds
 
@@ -106,10 +106,7 @@ class ChangeFeed:
 
         Returns the newest ID known (which is `<= after` on a timeout).
         """
-        async with self._waiting(timeout) as deadline:
-            while self._last_id <= after:
-                if not await self._sleep(deadline):
-                    break
+        await self._wait(lambda: self._last_id > after, timeout)
         return self._last_id
 
     async def wait_ready(self, mark: int, timeout: float) -> bool:
@@ -117,36 +114,25 @@ class ChangeFeed:
 
         Returns True when signalled. Polling backends signal on any change of the log.
         """
-        async with self._waiting(timeout) as deadline:
-            while self._ready <= mark:
-                if not await self._sleep(deadline):
-                    break
+        await self._wait(lambda: self._ready > mark, timeout)
         return self._ready > mark
 
-    @contextlib.asynccontextmanager
-    async def _waiting(self, timeout: float) -> AsyncIterator[float]:
+    async def _wait(self, done: Callable[[], bool], timeout: float) -> None:
+        """Wait, as one more waiter (the poller runs while there are any), until `done()`
+        or `timeout` seconds."""
         loop = asyncio.get_running_loop()
         self.bind(loop)
         self._waiters += 1
         if self._poller is None or self._poller.done():
             self._poller = loop.create_task(self._poll(), name="golem-store-poller")
         try:
-            yield loop.time() + max(0.0, timeout)
+            async with asyncio.timeout(max(0.0, timeout)):
+                while not done():
+                    await self._event.wait()
+        except TimeoutError:
+            pass
         finally:
             self._waiters -= 1
-
-    async def _sleep(self, deadline: float) -> bool:
-        """Wait for the next change; False when `deadline` passed first."""
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            return False
-        event = self._event
-        try:
-            async with asyncio.timeout(left):
-                await event.wait()
-        except TimeoutError:
-            return False
-        return True
 
     async def _poll(self) -> None:
         """The shared poller: while anyone waits, probe every `poll_interval`, and sooner

@@ -1,35 +1,50 @@
-"""Claims, leases, finishing a resume and the interrupted sweep."""
+"""Claims, leases, finishing a resume, the interrupted sweep and an operator's recovery."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from golem._tracing import store_op
-from golem.durable.store._base import HELD, NotHeld, SQLBase
-from golem.durable.store._inputs import aware, held, lease_delta, storable, text_arg, texts
-from golem.durable.store._rows import (
+from golem.durable.store._base import (
+    HELD,
     OUTCOME_ACTION,
+    ROW_FAULTS,
     RUN_COLS,
     SWEEP_BATCH,
+    Later,
+    NotHeld,
+    SQLBase,
+    Tx,
+    aware,
     clip,
+    held,
     in_the_row,
+    lease_delta,
     left_out,
     outcome_detail,
+    storable,
+    stored_status,
+    text_arg,
+    texts,
 )
-from golem.durable.store._tx import Later, Tx
 from golem.durable.store.records import (
     AuditAction,
+    CallNotFound,
     ClaimedRun,
     CorruptRecord,
+    DecisionKind,
+    InvalidDecision,
     LeaseLost,
     NewRun,
     Outcome,
+    PendingCallRecord,
     RunNotFound,
+    RunNotInterrupted,
     RunRecord,
     RunStatus,
 )
@@ -37,11 +52,14 @@ from golem.errors import StoreError
 
 __all__ = ["LeaseOps"]
 
+_T = TypeVar("_T")
+
+
 log = logging.getLogger("golem.durable.store")
 
 
 class LeaseOps(SQLBase):
-    """Claims, leases, finishing a resume and the interrupted sweep."""
+    """Claims, leases, finishing a resume, the interrupted sweep, an operator's retry or cancel."""
 
     @store_op("claim_ready")
     async def claim_ready(
@@ -219,11 +237,7 @@ class LeaseOps(SQLBase):
         lease = lease_delta(lease_seconds)
         await self._lease_ids(run_id, worker_id, at_given)
 
-        attempt_at: list[datetime] = []
-
-        def tx_fn(tx: Tx) -> datetime:
-            at = at_given or self.clock()
-            attempt_at.append(at)
+        def renew(tx: Tx, at: datetime) -> datetime:
             until = at + lease
             changed = tx.later(
                 f"UPDATE golem_runs SET lease_expires_at = ? {HELD} RETURNING id",
@@ -232,10 +246,23 @@ class LeaseOps(SQLBase):
             tx.require_run_changed(changed, run_id, NotHeld())
             return until
 
+        return await self._under_lease(run_id, worker_id, at_given, renew)
+
+    async def _under_lease(
+        self, run_id: str, worker_id: str, at: datetime | None, fn: Callable[[Tx, datetime], _T]
+    ) -> _T:
+        """One write transaction `fn(tx, at)` whose guarded update needs the lease held; when
+        it was not, the `LeaseLost` (or `RunNotFound`) saying why is raised."""
+        tried: list[datetime] = []
+
+        def tx_fn(tx: Tx) -> _T:
+            tried.append(at or self.clock())
+            return fn(tx, tried[-1])
+
         try:
             return await self._submit(True, tx_fn)
         except NotHeld:
-            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
+            raise await self._why_not_held(run_id, worker_id, tried[-1]) from None
 
     async def _lease_ids(self, run_id: str, worker_id: str, at_given: datetime | None) -> None:
         """Refuse IDs no row can hold: `RunNotFound`, or the `LeaseLost` of a worker ID no
@@ -283,11 +310,7 @@ class LeaseOps(SQLBase):
             for c, r in outcome.refused.items()
         ]
 
-        attempt_at: list[datetime] = []
-
-        def tx_fn(tx: Tx) -> tuple[Later, Later]:
-            at = at_given or self.clock()
-            attempt_at.append(at)
+        def save(tx: Tx, at: datetime) -> tuple[Later, Later]:
             when, child = self._to_db(at), None if nxt is None else nxt.id
             rows = tx.later(
                 "UPDATE golem_runs SET status = ?, updated_at = ?, child_run_id = ?, "
@@ -304,15 +327,15 @@ class LeaseOps(SQLBase):
                 "UPDATE golem_histories SET outcome_history = ? WHERE run_id = ?",
                 (outcome.history, run_id),
             )
-            later = self._history_and_calls(tx, run_id)
+            later = self._histories_and_calls(tx, [run_id])
             tx.audit(run_id, at, actor, OUTCOME_ACTION[outcome.status], outcome_detail(outcome))
             return rows, later
 
-        try:
-            rows, later = await self._submit(True, tx_fn)
-        except NotHeld:
-            raise await self._why_not_held(run_id, worker_id, attempt_at[-1]) from None
-        history, calls = self._split(later, run_id)  # arrived with the commit
+        rows, later = await self._under_lease(run_id, worker_id, at_given, save)
+        found = self._split_many(later).get(run_id)  # arrived with the commit
+        if found is None:
+            raise RunNotFound(run_id)
+        history, calls = found
         return self._run_record(rows.rows[0], calls, history, outcome.history)
 
     def _record_refusals(
@@ -366,5 +389,98 @@ class LeaseOps(SQLBase):
                 detail = {"worker_id": owner, "lease_expires_at": expired_at.isoformat()}
                 tx.audit(run_id, at, "system:sweep", AuditAction.INTERRUPTED, detail)
             return [r[0] for r in rows]
+
+        return await self._submit(True, tx_fn)
+
+    def _lock_interrupted(self, tx: Tx, run_id: str) -> tuple[list[PendingCallRecord], int]:
+        """Lock an INTERRUPTED run; return its calls and attempt number."""
+        rows = tx.fetch(
+            "SELECT status, attempt FROM golem_runs WHERE id = ?" + self._lock_clause, (run_id,)
+        )
+        if not rows:
+            raise RunNotFound(run_id)
+        if rows[0][0] != RunStatus.INTERRUPTED.value:
+            raise RunNotInterrupted(run_id, stored_status(rows[0][0], run_id))
+        try:
+            attempt = int(rows[0][1])
+        except ROW_FAULTS as exc:
+            raise CorruptRecord(run_id, repr(exc)) from exc
+        return self._calls_of(tx, [run_id])[run_id], attempt
+
+    @store_op("retry_interrupted")
+    async def retry_interrupted(
+        self,
+        run_id: str,
+        *,
+        resolved_by: str,
+        note: str,
+        confirm_calls: Sequence[str] = (),
+        now: datetime | None = None,
+    ) -> RunRecord:
+        """Make an interrupted run READY again (see `Store.retry_interrupted`)."""
+        if not held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not resolved_by:
+            raise ValueError("retry_interrupted: resolved_by must name the operator")
+        at_given = aware(now)
+        confirm = list(dict.fromkeys(text_arg("confirm_calls", c) for c in confirm_calls))
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or self.clock()
+            calls, attempt = self._lock_interrupted(tx, run_id)
+            by_id = {c.call_id: c for c in calls}
+            for call_id in confirm:
+                call = by_id.get(call_id)
+                if call is None:
+                    raise CallNotFound(run_id, call_id)
+                if call.decision is None or call.decision.kind is not DecisionKind.APPROVE:
+                    raise InvalidDecision(
+                        f'call "{call_id}" of run "{run_id}" was not approved: only an '
+                        "approved call runs again, so there is nothing to confirm"
+                    )
+                tx.run(
+                    "UPDATE golem_calls SET rerun_confirmed_by = ? WHERE run_id = ? AND call_id = ?",
+                    (resolved_by, run_id, call_id),
+                )
+            tx.run(
+                "UPDATE golem_runs SET status = 'ready', attempt = ?, updated_at = ?, "
+                "lease_owner = NULL, lease_expires_at = NULL, outcome_error = NULL WHERE id = ?",
+                (attempt + 1, self._to_db(at), run_id),
+            )
+            detail = {"resolution": "retry", "note": note, "attempt": attempt + 1}
+            tx.audit(
+                run_id, at, resolved_by, AuditAction.RESOLVED, {**detail, "confirmed": confirm}
+            )
+            tx.audit(run_id, at, resolved_by, AuditAction.READY)
+            return self._load_run(tx, run_id)
+
+        return await self._submit(True, tx_fn)
+
+    @store_op("cancel_interrupted")
+    async def cancel_interrupted(
+        self, run_id: str, *, resolved_by: str, note: str, now: datetime | None = None
+    ) -> RunRecord:
+        """Close an interrupted run as FAILED (see `Store.cancel_interrupted`)."""
+        if not held("run_id", run_id):
+            raise RunNotFound(run_id)
+        if not resolved_by:
+            raise ValueError("cancel_interrupted: resolved_by must name the operator")
+        at_given = aware(now)
+
+        def tx_fn(tx: Tx) -> RunRecord:
+            at = at_given or self.clock()
+            self._lock_interrupted(tx, run_id)
+            error = f"cancelled by {resolved_by} after an interrupted resume" + (
+                f": {note}" if note else ""
+            )
+            tx.run(
+                "UPDATE golem_runs SET status = 'failed', updated_at = ?, outcome_error = ? "
+                "WHERE id = ?",
+                (self._to_db(at), error, run_id),
+            )
+            detail = {"resolution": "cancel", "note": note}
+            tx.audit(run_id, at, resolved_by, AuditAction.RESOLVED, detail)
+            tx.audit(run_id, at, resolved_by, AuditAction.FAILED, {"error": error})
+            return self._load_run(tx, run_id)
 
         return await self._submit(True, tx_fn)

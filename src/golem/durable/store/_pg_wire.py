@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
+from golem.durable.store._base import Later, Stats
 from golem.durable.store._threads import DatabaseThreads, Slot
-from golem.durable.store._tx import Later, Stats
 
 try:
     import greenlet

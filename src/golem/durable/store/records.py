@@ -13,7 +13,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from golem.deferred import DeferredRequests, PausedRun, PendingToolCall
 from golem.errors import StoreError
+from golem.messages import loads_history
+from golem.tool import DeferKind
 
 __all__ = [
     "EXPIRY_ACTOR",
@@ -503,6 +506,21 @@ class RunRecord:
             if c.call_id == call_id:
                 return c
         raise CallNotFound(self.id, call_id)
+
+    def paused_run(self) -> PausedRun:
+        """The run as the `PausedRun` a resume takes: its history, its calls as the pending
+        ones, its conversation, ID and trace context (`HistoryError`: the history does not load)."""
+        groups: dict[CallKind, list[PendingToolCall]] = {k: [] for k in CallKind}
+        for c in self.calls:
+            kind = DeferKind(c.kind.value)
+            groups[c.kind].append(
+                PendingToolCall(c.call_id, c.tool_name, c.args, c.reason, kind, c.seal or "")
+            )
+        pending = DeferredRequests(
+            groups[CallKind.APPROVAL], groups[CallKind.EXTERNAL], self.conversation_id
+        )
+        messages = loads_history(self.history)
+        return PausedRun(messages, pending, self.conversation_id, self.id, self.trace_context)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from golem.durable.store._base import Later, Stats, Tx
 from golem.durable.store._feed import ChangeFeed
 from golem.durable.store._schema import migrate
 from golem.durable.store._sql import SQLStore
 from golem.durable.store._threads import DatabaseThreads, Slot
-from golem.durable.store._tx import Later, Stats, Tx
 from golem.durable.store.records import StoreReadOnly, check_seconds
 from golem.errors import StoreError
 
@@ -140,23 +140,6 @@ class SQLiteStore(SQLStore):
         self._closed = False
         self._last_ts: tuple[datetime | None, str] = (None, "")
 
-    @classmethod
-    async def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 30.0,
-        poll_interval: float = 0.25,
-        watch_interval: float | None = 0.05,
-    ) -> SQLiteStore:
-        """Open the database now, creating or migrating its schema."""
-        return await cls(
-            path,
-            busy_timeout=busy_timeout,
-            poll_interval=poll_interval,
-            watch_interval=watch_interval,
-        )._open_now()
-
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
@@ -179,9 +162,7 @@ class SQLiteStore(SQLStore):
         try:
             conn = slot.state or self._connect(slot)
             if conn.nested:
-                if conn.bare:
-                    return self._in_batch(conn, fn, args, slot)
-                return self._in_savepoint(conn, fn, args, slot)
+                return self._in_group(conn, fn, args, slot)
             raw = conn._conn
             if raw.in_transaction:  # never expected: every path below ends the transaction
                 raw.execute("ROLLBACK")
@@ -210,28 +191,21 @@ class SQLiteStore(SQLStore):
             self._flush_audit(tx)
         return result, tx
 
-    def _in_batch(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
-        """Run `fn` as one job of a batch's first attempt, without a savepoint. If it raises,
-        what it wrote cannot be undone alone: the attempt is spoiled (`_group_commit` rolls
-        it back and runs the batch again, each job in a savepoint)."""
+    def _in_group(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
+        """Run `fn` as one job of a group commit: bare on the batch's first attempt (if it
+        raises, the attempt is spoiled: `_group_commit` runs the batch again), else in a
+        savepoint rolled back alone if it raises. Its publish waits for the batch's commit."""
+        bare = conn.bare
+        if not bare:
+            conn.mark(f"SAVEPOINT {_SAVEPOINT}")
         try:
             result, tx = self._work(conn, fn, args)
+            if not bare:
+                conn.mark(f"RELEASE {_SAVEPOINT}")
         except BaseException:
-            conn.spoiled = True
-            raise
-        if tx.last_id:  # delivered after the batch's COMMIT, with the job's result
-            self._publish(slot, tx, committed=False)
-        return result
-
-    def _in_savepoint(self, conn: _Conn, fn: Callable[..., _T], args: Any, slot: Slot[_Conn]) -> _T:
-        """Run `fn` as one job of a group commit: in a savepoint of the batch's transaction,
-        rolled back alone if it raises. Its publish waits for the batch's commit."""
-        conn.mark(f"SAVEPOINT {_SAVEPOINT}")
-        try:
-            result, tx = self._work(conn, fn, args)
-            conn.mark(f"RELEASE {_SAVEPOINT}")
-        except BaseException:
-            if conn._conn.in_transaction:  # else SQLite rolled the whole batch back: it fails too
+            if bare:
+                conn.spoiled = True
+            elif conn._conn.in_transaction:  # else SQLite rolled the whole batch back
                 try:
                     conn.mark(f"ROLLBACK TO {_SAVEPOINT}")
                     conn.mark(f"RELEASE {_SAVEPOINT}")
@@ -354,9 +328,6 @@ class SQLiteStore(SQLStore):
 
     def _last_change_id(self, tx: Tx) -> int:
         return int(tx.fetch("SELECT COALESCE(MAX(id), 0) FROM golem_audit")[0][0])
-
-    async def _probe(self) -> int:
-        return await self._submit(False, self._last_change_id)
 
     def _to_db(self, value: datetime) -> str:
         last = self._last_ts  # a transaction stores its "now" several times: format it once

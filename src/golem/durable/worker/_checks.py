@@ -8,14 +8,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from golem.deferred import Approval, DeferredRequests, DeferredResults, PendingToolCall
-from golem.durable.store import CallKind, ClaimedRun, DecisionKind, RunRecord
+from golem.deferred import Approval, DeferredResults, PausedRun, PendingToolCall
+from golem.durable.store import ClaimedRun, DecisionKind, RunRecord
 from golem.errors import SubAgentConversationMismatch
 from golem.history import paused_batch_ids
 from golem.messages import Message, ToolCall
 from golem.records import SubAgentCall, paused_records, sub_agent_calls
 from golem.seal import SealKeys, verify_call
-from golem.tool import DeferKind
 
 if TYPE_CHECKING:
     from golem.agent import Agent
@@ -119,6 +118,19 @@ def stored_calls(
     return latest, nested
 
 
+def as_held(paused: PausedRun, latest: Mapping[str, ToolCall]) -> PausedRun:
+    """`paused` expecting each call's arguments as the history holds them (compacted in a
+    history golem < 0.2 wrote, which `check_calls` accepts)."""
+
+    def held(p: PendingToolCall) -> PendingToolCall:
+        tc = latest.get(p.call_id)
+        return p if tc is None or tc.args == p.args else replace(p, args=tc.args)
+
+    was = paused.pending
+    approvals, external = [held(p) for p in was.approvals], [held(p) for p in was.external]
+    return replace(paused, pending=replace(was, approvals=approvals, external=external))
+
+
 def check_calls(run: RunRecord, latest: Mapping[str, ToolCall]) -> None:
     """Raise `StoredCallMismatch` unless every decided call is in the history as decided."""
     for call in run.calls:
@@ -194,25 +206,3 @@ def _legacy_mismatch(
         "from another conversation, or stored before ADR 0065 without a seal; refusing to "
         "resume it",
     )
-
-
-def legacy_expected(
-    run: RunRecord, latest: Mapping[str, ToolCall], nested: Mapping[str, SubAgentCall]
-) -> DeferredRequests | None:
-    """The run's recorded calls as `expected=`, when a paused sub-agent's record names
-    another conversation than its derived one (stored before ADR 0065): their recorded
-    seals are what binds such a record to this run (else None: nothing to bind)."""
-    if not any(_legacy(sub) for sub in nested.values()):
-        return None
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
-    for call in run.calls:
-        tc = latest.get(call.call_id)
-        args = tc.args if tc is not None else call.args
-        approval = call.kind is CallKind.APPROVAL
-        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
-        pending = PendingToolCall(
-            call.call_id, call.tool_name, args, kind=kind, seal=call.seal or ""
-        )
-        (approvals if approval else external).append(pending)
-    return DeferredRequests(approvals=approvals, external=external)

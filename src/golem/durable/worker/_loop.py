@@ -7,9 +7,10 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from golem._ids import new_id
 from golem._tracing import worker_op
@@ -25,10 +26,10 @@ from golem.durable.store import (
 )
 from golem.durable.store.records import check_seconds
 from golem.durable.worker._checks import (
+    as_held,
     check_calls,
     check_seals,
     deferred_results,
-    legacy_expected,
     refused_calls,
     stored_calls,
 )
@@ -42,11 +43,9 @@ from golem.durable.worker._start import (
     partial_history,
 )
 from golem.errors import StoreError
-from golem.messages import dumps_history, loads_history
+from golem.messages import dumps_history
+from golem.resume import ResumeProgress
 from golem.seal import SealKey, SealKeys, as_seal_keys
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("golem.durable.worker")
 
@@ -54,51 +53,32 @@ _CONFIRM_READS = 4
 
 
 class _FailureSpell:
-    """The worker's log of sweeps and claims that fail poll after poll: a spell of the same
-    failure (a read-only, busy or unreachable database) is logged once with its traceback,
-    then once a minute, and its end once — not a traceback every poll."""
-
-    _REPEAT_EVERY = 60.0
+    """Sweeps and claims failing poll after poll (a read-only, busy or unreachable database):
+    logged once with the traceback, then once a minute, and its end once."""
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self.since: float | None = None
-        self.last_logged = 0.0
-        self.last_problem = ""
-        self.count = 0
+        self.last_logged, self.last_problem, self.count = 0.0, "", 0
 
     def failed(self, exc: Exception) -> None:
-        now = time.monotonic()
-        problem = f"{type(exc).__name__}: {exc}"
+        now, problem = time.monotonic(), f"{type(exc).__name__}: {exc}"
         self.count += 1
         if self.since is None or problem != self.last_problem:
-            log.error(
-                "worker %s: sweeping or claiming failed; retrying every poll",
-                self.worker_id,
-                exc_info=exc,
-            )
+            what = "worker %s: sweeping or claiming failed; retrying every poll"
+            log.error(what, self.worker_id, exc_info=exc)
             self.since = self.since if self.since is not None else now
             self.last_logged, self.last_problem = now, problem
-        elif now - self.last_logged >= self._REPEAT_EVERY:
-            log.error(
-                "worker %s: sweeping or claiming still fails (%d times in %.0f s): %s",
-                self.worker_id,
-                self.count,
-                now - self.since,
-                problem,
-            )
+        elif now - self.last_logged >= 60.0:
+            what = "worker %s: sweeping or claiming still fails (%d times in %.0f s): %s"
+            log.error(what, self.worker_id, self.count, now - self.since, problem)
             self.last_logged = now
 
     def ended(self) -> None:
-        if self.since is None:
-            return
-        log.warning(
-            "worker %s: sweeping and claiming work again after %d failure(s) in %.1f s",
-            self.worker_id,
-            self.count,
-            time.monotonic() - self.since,
-        )
-        self.since, self.last_problem, self.count = None, "", 0
+        if self.since is not None:
+            what = "worker %s: sweeping and claiming work again after %d failure(s) in %.1f s"
+            log.warning(what, self.worker_id, self.count, time.monotonic() - self.since)
+            self.since, self.last_problem, self.count = None, "", 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +212,7 @@ class Worker:
     async def _drain(self, running: dict[asyncio.Task[None], str]) -> None:
         """Stopped: claim nothing more and let the in-flight resumes finish (the runs of
         a claim whose answer was lost included)."""
-        if self._unsure_claims:  # stopped: a lost claim answer's runs are in flight too
+        if self._unsure_claims:
             try:
                 for c in await self._recover_claims():
                     running[self._start(c, running)] = c.run.id
@@ -242,27 +222,23 @@ class Worker:
                     "not be looked up; they are marked interrupted once their lease runs out",
                     self.worker_id,
                 )
-        if running:  # stopped: claim nothing more, let the in-flight resumes finish
-            log.info(
-                "worker %s stopping: waiting for %d in-flight resume(s)",
-                self.worker_id,
-                len(running),
-            )
+        if running:
+            what = "worker %s stopping: waiting for %d in-flight resume(s)"
+            log.info(what, self.worker_id, len(running))
             await asyncio.wait(list(running))
 
     async def _abandon(self, running: dict[asyncio.Task[None], str]) -> None:
         """Cancelled (or failed): cancel the resumes still running; their runs are left
         to the interrupted sweep once their leases run out."""
         abandoned = [t for t in running if not t.done()]
+        for task in abandoned:
+            task.cancel()
+            what = (
+                "worker %s cancelled mid-resume: run %s stays running until its lease runs "
+                "out, then a sweep marks it interrupted"
+            )
+            log.warning(what, self.worker_id, running[task])
         if abandoned:
-            for task in abandoned:
-                task.cancel()
-                log.warning(
-                    "worker %s cancelled mid-resume: run %s stays running until its "
-                    "lease runs out, then a sweep marks it interrupted",
-                    self.worker_id,
-                    running[task],
-                )
             await asyncio.wait(abandoned)
 
     async def _claim(self, slots: int) -> list[ClaimedRun]:
@@ -319,11 +295,8 @@ class Worker:
                 break
             after = page.next_cursor
         for c in found:
-            log.warning(
-                "worker %s: run %s was claimed by a claim whose answer was lost; resuming it",
-                self.worker_id,
-                c.run.id,
-            )
+            what = "worker %s: run %s was claimed by a claim whose answer was lost; resuming it"
+            log.warning(what, self.worker_id, c.run.id)
         return found
 
     def _start(
@@ -338,12 +311,8 @@ class Worker:
         def done(t: asyncio.Task[None]) -> None:
             running.pop(t, None)
             if not t.cancelled() and (exc := t.exception()) is not None:
-                log.error(
-                    "worker %s: resuming run %s failed",
-                    self.worker_id,
-                    claimed.run.id,
-                    exc_info=exc,
-                )
+                what = "worker %s: resuming run %s failed"
+                log.error(what, self.worker_id, claimed.run.id, exc_info=exc)
 
         task.add_done_callback(done)
         return task
@@ -388,37 +357,32 @@ class Worker:
     async def _finish(self, lease: _Lease, outcome: Outcome) -> None:
         """Save the outcome, retrying store errors while the lease lasts; a retry that finds the
         run finished reads it to tell "saved by a lost attempt" from "lease lost" (ADR 0045)."""
-        run_id = lease.run_id
-        delay = 0.05
-        unsure = False  # an earlier attempt raised: it may have committed
-        while True:
-            try:
-                await self.store.finish(run_id, self.worker_id, outcome)
-            except LeaseLost as exc:
-                saved = await self._already_saved(run_id, outcome) if unsure else False
-                if saved is None:
-                    log.error(
-                        "run %s: its outcome (%s) may have been saved by an earlier attempt "
-                        "whose answer was lost; the run could not be read to confirm it, so "
-                        "look it up (if still running, the sweep marks it interrupted)",
-                        run_id,
-                        outcome.status.value,
-                    )
-                    return
-                if saved:
-                    break  # an earlier attempt committed but its answer was lost
+        run_id, attempts = lease.run_id, 0
+
+        async def save() -> None:
+            nonlocal attempts
+            attempts += 1
+            await self.store.finish(run_id, self.worker_id, outcome)
+
+        try:
+            await lease.retry("saving the outcome", save)
+        except LeaseLost as exc:
+            saved = await self._already_saved(run_id, outcome) if attempts > 1 else False
+            if saved is None:
+                log.error(
+                    "run %s: its outcome (%s) may have been saved by an earlier attempt "
+                    "whose answer was lost; the run could not be read to confirm it, so "
+                    "look it up (if still running, the sweep marks it interrupted)",
+                    run_id,
+                    outcome.status.value,
+                )
+                return
+            if not saved:  # else an earlier attempt committed but its answer was lost
                 log.error("run %s: lease lost before its outcome could be saved: %s", run_id, exc)
                 return
-            except StoreError as exc:
-                unsure = True
-                if lease.remaining() <= delay:
-                    log.error("run %s: saving the outcome failed until the lease ran out", run_id)
-                    raise
-                log.warning("run %s: saving the outcome failed (%s); retrying", run_id, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            break
+        except StoreError:
+            log.error("run %s: saving the outcome failed until the lease ran out", run_id)
+            raise
         if outcome.status is RunStatus.FAILED:
             log.warning("worker %s: run %s failed: %s", self.worker_id, run_id, outcome.error)
         else:
@@ -459,22 +423,19 @@ class Worker:
             deps = await deps_of(entry, run.deps_ref)
             agent = entry.agent
             log.info("worker %s resuming run %s", self.worker_id, run.id)
-            history = loads_history(run.history)
-            latest, nested = stored_calls(
-                history, [c.call_id for c in run.calls], run.conversation_id
-            )
+            paused = run.paused_run()
+            ids = [c.call_id for c in run.calls]
+            latest, nested = stored_calls(paused.messages, ids, run.conversation_id)
             check_calls(run, latest)  # what runs is what the approvers saw
             if self.seal_keys is not None:
-                check_seals(run, latest, self.seal_keys, nested, history)
+                check_seals(run, latest, self.seal_keys, nested, paused.messages)
             result = await agent.run_with_deferred_results(
-                history,
+                as_held(paused, latest),  # sealed to its conversation, checked, trace-linked
                 deferred_results(claimed, agent),
                 deps=deps,
                 run_id=run.id,
-                conversation_id=run.conversation_id,  # the run's record, not its history's
-                expected=legacy_expected(run, latest, nested),
-                before_approved=lease.prove,  # fencing: prove the lease before each re-run
-                trace_context=run.trace_context,  # the resume's span links to the paused one
+                # fencing: prove the lease before each re-run
+                progress=ResumeProgress(before_approved=lease.prove),
             )
         except LeaseLost:
             raise
@@ -536,23 +497,22 @@ class _Lease:
         when less than half is left (a `StoreError` is retried while the local deadline lasts)."""
         if self.lost is not None:
             raise self.lost
-        if self.remaining() >= self.worker.lease_seconds / 2:
-            return
+        if self.remaining() < self.worker.lease_seconds / 2:
+            await self.retry("renewing the lease before an approved call", self.renew)
+
+    async def retry(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """`step()`, retried with backoff on a `StoreError` (not `LeaseLost`) while the local
+        deadline lasts."""
         delay = 0.05
         while True:
             try:
-                await self.renew()
-                return
+                return await step()
             except LeaseLost:
                 raise
             except StoreError as exc:
                 if self.remaining() <= delay:
                     raise
-                log.warning(
-                    "run %s: renewing the lease before an approved call failed (%s); retrying",
-                    self.run_id,
-                    exc,
-                )
+                log.warning("run %s: %s failed (%s); retrying", self.run_id, what, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 

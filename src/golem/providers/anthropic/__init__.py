@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env, encode_body
-from golem.providers._jsonio import parse_json_body
+from golem.model import ModelRequest, ModelResponse
+from golem.providers._client import HTTPModel, api_key_from_env
 from golem.providers.anthropic._response import parse_response
 from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
     StreamParser,
@@ -33,35 +32,16 @@ _MIN_THINKING_BUDGET = 1024
 
 
 class AnthropicModel(HTTPModel):
-    """A Claude model behind the Anthropic Messages API (`POST /v1/messages`).
+    """A Claude model behind the Anthropic Messages API (`POST /v1/messages`); arguments
+    as `HTTPModel`'s (`ANTHROPIC_API_KEY`; `base_url` defaults to `ANTHROPIC_BASE_URL`, else
+    "https://api.anthropic.com", `/v1/messages` appended; `max_tokens` default 4096), plus:
 
     Args:
-        model: Model name, for example "claude-sonnet-4-5".
-        api_key: API key; defaults to the `ANTHROPIC_API_KEY` environment variable.
-        base_url: Server root; defaults to `ANTHROPIC_BASE_URL`, else
-            "https://api.anthropic.com". `/v1/messages` is appended (a trailing `/v1`
-            is accepted too).
-        http_client: A client to use instead of the one the model creates lazily
-            (one per model and event loop, reused across requests, closed when the
-            loop shuts down). golem never closes an injected client.
-        timeout: Seconds allowed for each request (also with an injected client).
-        max_tokens: Output token cap, required by the API; default 4096.
-        temperature: Sampling temperature (the API rejects it together with thinking).
-        top_p: Nucleus sampling.
-        stop: Stop sequences (`stop_sequences`).
-        extra_headers: Headers added to every request (for example `anthropic-beta`).
-        extra_body: Fields merged into every request body, one level deep for objects.
-        thinking_budget: Enables extended thinking with this many tokens (at least
-            1024 and below `max_tokens`).
-        output_mode: How `ModelRequest.output_schema` is sent: "native" uses the
-            API's structured outputs (`output_config.format`, Claude 4.5 and later),
-            "prompted" puts the schema in the system prompt (any model), "tool" offers a
-            `final_result` tool with the schema and makes the model call it (any model
-            with tool use; not with `thinking_budget`, which allows no forced tool).
-
-    Raises:
-        AuthenticationError: no key was passed and `ANTHROPIC_API_KEY` is not set.
-        ValueError: an argument is out of range.
+        thinking_budget: Enables extended thinking with this many tokens (at least 1024 and
+            below `max_tokens`).
+        output_mode: How `ModelRequest.output_schema` is sent: "native" (`output_config.format`,
+            Claude 4.5 and later), "prompted" (in the system prompt), or "tool" (a forced
+            `final_result` tool; not with `thinking_budget`).
     """
 
     provider = "anthropic"
@@ -100,7 +80,7 @@ class AnthropicModel(HTTPModel):
             raise ValueError(
                 f'output_mode must be "native", "prompted" or "tool", got {output_mode!r}'
             )
-        self.model = model
+        self._setup(model, http_client, timeout)
         self.max_tokens = tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -117,11 +97,6 @@ class AnthropicModel(HTTPModel):
             "content-type": "application/json",
             **(extra_headers or {}),
         }
-        self._timeout = httpx.Timeout(timeout)
-        self._clients = LoopBoundClient(http_client, timeout)
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, url={self.url!r})"
 
     def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body this model sends for `request`."""
@@ -138,37 +113,16 @@ class AnthropicModel(HTTPModel):
             extra_body=self.extra_body,
         )
 
+    def _endpoint(self, stream: bool) -> str:
+        return self.url
+
     def _output_tool(self, request: ModelRequest) -> str:
         if self.output_mode == "tool" and request.output_schema is not None:
             return OUTPUT_TOOL_NAME
         return ""
 
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """Send `request` and return the model's answer.
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_response(body, self._output_tool(request))
 
-        Raises:
-            ProviderError: the classified failure (see `golem.errors`).
-        """
-        content = encode_body(self.request_body(request))
-        output_tool = self._output_tool(request)
-        return await self._post(
-            self.url, content, self._headers, lambda body: parse_response(body, output_tool)
-        )
-
-    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
-        """Stream `request`: `Delta`s in arrival order, then the final `ModelResponse`.
-
-        Raises:
-            ProviderError: as `generate`; an `error` event is classified by its type, and
-                a stream that ends before `message_stop` raises a retryable
-                `ProviderConnectionError`.
-        """
-        output_tool = self._output_tool(request)
-
-        def content() -> bytes:
-            return encode_body(self.request_body(request, stream=True))
-
-        def whole(text: str) -> ModelResponse:
-            return parse_response(parse_json_body(PROVIDER, text), output_tool)
-
-        return self._stream(self.url, content, self._headers, StreamParser(output_tool), whole)
+    def _parser(self, request: ModelRequest) -> StreamParser:
+        return StreamParser(self._output_tool(request))

@@ -10,22 +10,19 @@ import httpx
 
 from golem.errors import ProviderError
 from golem.providers._errors import code_status, error_from_response
+from golem.providers._jsonio import table
 
 __all__ = ["STATUS_BY_ERROR_TYPE", "error_from_event"]
 
 PROVIDER = "anthropic"
 
-STATUS_BY_ERROR_TYPE: dict[str, int] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
+STATUS_BY_ERROR_TYPE = {
+    kind: int(status)
+    for kind, status in table(
+        "invalid_request_error=400 authentication_error=401 billing_error=402 "
+        "permission_error=403 not_found_error=404 request_too_large=413 rate_limit_error=429 "
+        "api_error=500 timeout_error=504 overloaded_error=529"
+    ).items()
 }
 """HTTP status Anthropic documents for each `error.type`; an unknown type counts as the
 status its error object's `code` names, else 500."""

@@ -8,19 +8,26 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
-from golem.providers._answers import RUN_SEPARATOR, named_calls, refuse_no_answer, unique_call_id
+from golem.providers._answers import (
+    RUN_SEPARATOR,
+    named_calls,
+    refuse_no_answer,
+    unique_call_id,
+    with_block,
+)
 from golem.providers._jsonio import (
-    MAX_TOKEN_COUNT,
     args_json,
     json_text,
     object_text,
     raw_json,
-    token_count,
+    table,
+    text_of,
+    usage_of,
 )
 from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._wire import CONTAINER_BLOCK, PROVIDER
@@ -39,33 +46,27 @@ __all__ = [
 ]
 
 
-_FINISH: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_call",
-    "refusal": "content_filter",
-    "pause_turn": "pause_turn",
+_FINISH = cast(
+    dict[str, FinishReason],
+    table(
+        "end_turn=stop stop_sequence=stop max_tokens=length model_context_window_exceeded=length "
+        "tool_use=tool_call refusal=content_filter pause_turn=pause_turn"
+    ),
+)
+
+
+_USAGE = {
+    "input_tokens": ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"),
+    "output_tokens": ("output_tokens",),
+    "cache_read_tokens": ("cache_read_input_tokens",),
+    "cache_write_tokens": ("cache_creation_input_tokens",),
+    "reasoning_tokens": ("output_tokens_details.thinking_tokens",),
 }
 
 
 def usage_from(raw: Mapping[str, Any] | None) -> Usage:
     """Usage of a response: input counts cache reads and writes; reasoning when reported."""
-    if not raw:
-        return Usage()
-    fresh = token_count(raw.get("input_tokens"))
-    read = token_count(raw.get("cache_read_input_tokens"))
-    write = token_count(raw.get("cache_creation_input_tokens"))
-    details = raw.get("output_tokens_details")
-    reasoning = token_count(details.get("thinking_tokens")) if isinstance(details, Mapping) else 0
-    return Usage(
-        input_tokens=min(fresh + read + write, MAX_TOKEN_COUNT),
-        output_tokens=token_count(raw.get("output_tokens")),
-        cache_read_tokens=read,
-        cache_write_tokens=write,
-        reasoning_tokens=reasoning,
-    )
+    return usage_of(raw, _USAGE)
 
 
 def fresh_call_id() -> str:
@@ -117,7 +118,7 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
                 text.append(RUN_SEPARATOR)
                 pos += len(RUN_SEPARATOR)
             separated = False
-            piece = _str(b.get("text"))
+            piece = text_of(b.get("text"))
             texted = texted or bool(piece)
             text.append(piece)
             cited = b.get("citations")
@@ -128,18 +129,20 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             pos += len(piece)
         elif kind == "thinking":
             thinking.append(
-                ThinkingBlock(text=_str(b.get("thinking")), signature=_str(b.get("signature")))
+                ThinkingBlock(
+                    text=text_of(b.get("thinking")), signature=text_of(b.get("signature"))
+                )
             )
         elif kind == "redacted_thinking":
-            thinking.append(ThinkingBlock(redacted=_str(b.get("data"))))
+            thinking.append(ThinkingBlock(redacted=text_of(b.get("data"))))
         elif kind == "tool_use":
             raw = b.get("input")
             args = raw.text if isinstance(raw, RawArgs) else input_text(raw)
-            name = _str(b.get("name"))
+            name = text_of(b.get("name"))
             if output_tool and name == output_tool:
                 answer = args
                 continue
-            call_id = unique_call_id(_str(b.get("id")) or fresh_call_id(), ids)
+            call_id = unique_call_id(text_of(b.get("id")) or fresh_call_id(), ids)
             calls.append(ToolCall(id=call_id, name=name, args=args))
         else:
             separated = True
@@ -162,9 +165,9 @@ def _citation(c: Mapping[str, Any], start: int, end: int) -> Citation:
     return Citation(
         start=start,
         end=end,
-        url=_str(c.get("url")),
-        title=_str(c.get("title")) or _str(c.get("document_title")),
-        cited_text=_str(c.get("cited_text")),
+        url=text_of(c.get("url")),
+        title=text_of(c.get("title")) or text_of(c.get("document_title")),
+        cited_text=text_of(c.get("cited_text")),
         provider=PROVIDER,
         raw=raw_json(c),
     )
@@ -174,13 +177,13 @@ def _server_block(
     b: Mapping[str, Any], names: dict[str, str], at: int, thinking_before: int
 ) -> ServerToolBlock:
     """A server-side block; a result is named after the call it answers (same message)."""
-    kind = _str(b.get("type"))
-    block_id = _str(b.get("id"))
-    name = _str(b.get("name"))
+    kind = text_of(b.get("type"))
+    block_id = text_of(b.get("id"))
+    name = text_of(b.get("name"))
     if block_id and name:
         names[block_id] = name
     else:
-        block_id = block_id or _str(b.get("tool_use_id"))
+        block_id = block_id or text_of(b.get("tool_use_id"))
         name = name or names.get(block_id, "") or kind.removesuffix("_tool_result")
     return ServerToolBlock(
         provider=PROVIDER,
@@ -193,19 +196,8 @@ def _server_block(
     )
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelResponse:
-    """Map a non-streamed `/v1/messages` response body to a `ModelResponse`.
-
-    Raises:
-        ProviderError: the body is an error object (`{"type": "error", ...}`, or an
-            `{"error": ...}` without content), classified by its `error.type` like a
-            streamed `error` event.
-        ResponseFormatError: the body has no `content` list of blocks.
-    """
+    """Map a non-streamed `/v1/messages` response body to a `ModelResponse`."""
     if body.get("type") == "error" or (
         isinstance(body.get("error"), Mapping) and "content" not in body
     ):  # an error object (a proxy's may lack the "type": "error" Anthropic puts on it)
@@ -221,7 +213,7 @@ def parse_response(body: Mapping[str, Any], output_tool: str = "") -> ModelRespo
         with_container(message_from_blocks(content, output_tool), body.get("container")),
         usage_from(usage if isinstance(usage, Mapping) else None),
         body.get("stop_reason"),
-        _str(body.get("model")),
+        text_of(body.get("model")),
     )
 
 
@@ -233,24 +225,12 @@ def with_container(message: Message, container: Any) -> Message:
     container_id = container.get("id")
     if not isinstance(container_id, str) or not container_id:
         return message
-    block = ServerToolBlock(
-        provider=PROVIDER,
-        type=CONTAINER_BLOCK,
-        id=container_id,
-        raw=raw_json(dict(container)),
-        at=len(message.content),
-        thinking_before=len(message.thinking),
-    )
-    return replace(message, server_tools=[*message.server_tools, block])
+    return with_block(message, PROVIDER, CONTAINER_BLOCK, dict(container), id=container_id)
 
 
 def response_of(message: Message, usage: Usage, stop_reason: Any, model: str) -> ModelResponse:
     """The `ModelResponse` of a parsed message; an answer given through the output tool
-    (a `tool_use` stop with no call left) finishes with "stop".
-
-    Raises:
-        ResponseFormatError: a stop reason golem does not know and nothing in the answer
-            (`refuse_no_answer`); retryable."""
+    (a `tool_use` stop with no call left) finishes with "stop"."""
     finish = finish_reason_from(stop_reason)
     if finish == "tool_call" and not message.tool_calls:
         finish = "stop"

@@ -10,8 +10,8 @@ from golem.errors import ProviderConnectionError, ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import object_text, parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._jsonio import object_text, parse_event_data, text_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._response import (
     RawArgs,
@@ -30,34 +30,12 @@ __all__ = ["StreamParser", "parse_stream", "sse_events"]
 class StreamParser:
     """Consumes the events of one streamed response, in order."""
 
-    __slots__ = (
-        "_blocks",
-        "_calls",
-        "_cited",
-        "_container",
-        "_done",
-        "_fragments",
-        "_ids",
-        "_index",
-        "_model",
-        "_output",
-        "_output_tool",
-        "_pieces",
-        "_separated",
-        "_stop",
-        "_texted",
-        "_thoughts",
-        "_usage",
-        "_whole",
-    )
-
     def __init__(self, output_tool: str = "") -> None:
         self._output_tool = output_tool
-        self._output: set[int] = set()
+        self._output: set[int] = set()  # wire indexes of `output_tool` blocks
         self._texted = False
         """Whether text has streamed; with `_separated`, the next text starts a new run."""
-        self._separated = False
-        """Wire indexes of `output_tool` blocks."""
+        self._separated = False  # a server-side block came since the last text
         self._blocks: dict[int, dict[str, Any]] = {}
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
@@ -87,12 +65,7 @@ class StreamParser:
         return self._done
 
     def feed(self, event: str | None, data: str) -> Delta | None:
-        """Process one server-sent event.
-
-        Raises:
-            ProviderError: the event is an `error` event (classified by its type).
-            ResponseFormatError: the event data is not a JSON object.
-        """
+        """Process one server-sent event."""
         if event == "error":
             raise self._failed(error_from_event(data))
         payload = parse_event_data(PROVIDER, data)
@@ -166,37 +139,23 @@ class StreamParser:
             if kind == "thinking" and (text or signature):
                 return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
             return None
-        if kind not in ("thinking", "redacted_thinking", "tool_use"):
+        if kind != "tool_use":
             self._separated = True
             self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
-        whole = _whole_input(block.get("input")) if kind == "tool_use" else ""
+        whole = _whole_input(block.get("input"))
         if whole:
             self._whole.add(index)
-        if kind == "tool_use" and self._output_tool and block.get("name") == self._output_tool:
+        self._fragments[index] = [whole] if whole else []
+        if self._output_tool and block.get("name") == self._output_tool:
             self._output.add(index)
-            self._fragments[index] = [whole] if whole else []
             return Delta(content=whole) if whole else None
-        if kind == "tool_use":
-            n = self._index[index] = self._calls
-            self._calls += 1
-            self._fragments[index] = [whole] if whole else []
-            call_id, name = block.get("id"), block.get("name")
-            call_id = unique_call_id(
-                call_id if isinstance(call_id, str) and call_id else fresh_call_id(), self._ids
-            )
-            block["id"] = call_id  # the final message names the call as the delta did
-            return Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        n,
-                        id=call_id,
-                        name=name if isinstance(name, str) else "",
-                        args_fragment=whole,
-                    )
-                ]
-            )
-        return None
+        n = self._index[index] = self._calls
+        self._calls += 1
+        call_id = unique_call_id(text_of(block.get("id")) or fresh_call_id(), self._ids)
+        block["id"] = call_id  # the final message names the call as the delta did
+        name = text_of(block.get("name"))
+        return Delta(tool_calls=[ToolCallDelta(n, id=call_id, name=name, args_fragment=whole)])
 
     def _delta(self, payload: Mapping[str, Any]) -> Delta | None:
         index = payload.get("index")
@@ -228,13 +187,15 @@ class StreamParser:
             if index in self._output:
                 return Delta(content=fragment)
             return Delta(tool_calls=[ToolCallDelta(self._index[index], args_fragment=fragment)])
-        if kind == "thinking_delta":
-            text = delta.get("thinking")
+        if kind in ("thinking_delta", "signature_delta"):
+            key = "thinking" if kind == "thinking_delta" else "signature"
+            piece = delta.get(key)
             n = self._thought_of(index, block)
-            if n is None or not isinstance(text, str) or not text:
+            if n is None or not isinstance(piece, str) or not piece:
                 return None
-            self._append(index, "thinking", text)
-            return Delta(thinking=[ThinkingDelta(n, text=text)])
+            self._append(index, key, piece)
+            text, signature = (piece, "") if key == "thinking" else ("", piece)
+            return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
         if kind == "citations_delta":
             citation = delta.get("citation")
             if isinstance(citation, Mapping):
@@ -245,13 +206,6 @@ class StreamParser:
             if isinstance(content, str) and content:
                 self._append(index, "content", content)
             return None
-        if kind == "signature_delta":
-            signature = delta.get("signature")
-            n = self._thought_of(index, block)
-            if n is None or not isinstance(signature, str) or not signature:
-                return None
-            self._append(index, "signature", signature)
-            return Delta(thinking=[ThinkingDelta(n, signature=signature)])
         if block.get("type") not in _OWN_BLOCKS:
             self._merge(index, block, delta)
         return None
@@ -271,28 +225,16 @@ class StreamParser:
                 block[key] = value
 
     def _thought_of(self, index: int, block: Mapping[str, Any]) -> int | None:
-        """The thinking block number of the block at `index`; None when that block is not a
-        thinking block (a thinking delta for a text or tool block is ignored)."""
-        if block.get("type") not in ("thinking", "redacted_thinking"):
-            return None
-        return self._index.get(index)
+        """The thinking block number of the block at `index` (None: no thinking block)."""
+        thinking = block.get("type") in ("thinking", "redacted_thinking")
+        return self._index.get(index) if thinking else None
 
     def _append(self, index: int, key: str, piece: str) -> None:
         """Collect a text piece of a block (joined once at the end: no quadratic concatenation)."""
-        pieces = self._pieces.get(index)
-        if pieces is None:
-            self._pieces[index] = {key: [piece]}
-        elif key in pieces:
-            pieces[key].append(piece)
-        else:
-            pieces[key] = [piece]
+        self._pieces.setdefault(index, {}).setdefault(key, []).append(piece)
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: `message_stop` never arrived (retryable).
-        """
+        """The final response."""
         if not self._done:
             raise self._failed(
                 ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
@@ -352,18 +294,5 @@ def _json_or_text(text: str) -> Any:
 def parse_stream(
     events: Iterable[tuple[str, str]], output_tool: str = ""
 ) -> list[Delta | ModelResponse]:
-    """Parse a whole recorded stream: its deltas in order, then the final response.
-
-    Raises:
-        ProviderError: as `StreamParser.feed` and `StreamParser.response`.
-    """
-    parser = StreamParser(output_tool)
-    out: list[Delta | ModelResponse] = []
-    for event, data in events:
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-        if parser.done:
-            break
-    out.append(parser.response())
-    return out
+    """Parse a whole recorded stream: its deltas in order, then the final response."""
+    return replay(StreamParser(output_tool), events)

@@ -16,8 +16,13 @@ from typing import Any, Literal
 from golem.errors import BadRequest
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import ModelRequest, ToolSpec
-from golem.providers._answers import ASSISTANT_MEDIA_TEXT, RESPONSES_REASONING_PREFIX, in_order
-from golem.providers._jsonio import json_object
+from golem.providers._answers import (
+    ASSISTANT_MEDIA_TEXT,
+    RESPONSES_REASONING_PREFIX,
+    in_order,
+    own_blocks,
+)
+from golem.providers._jsonio import given, json_object
 
 __all__ = [
     "API_VERSION",
@@ -113,12 +118,7 @@ def build_request_body(
         }
     if thinking_budget is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-    if temperature is not None:
-        body["temperature"] = temperature
-    if top_p is not None:
-        body["top_p"] = top_p
-    if stop:
-        body["stop_sequences"] = list(stop)
+    body |= given(temperature=temperature, top_p=top_p, stop_sequences=list(stop) if stop else None)
     body["stream"] = stream
     container = container_of(request.messages)
     if container:
@@ -176,12 +176,7 @@ def _expiry(container: Mapping[str, Any] | None) -> float | None:
 def tool_choice_of(
     choice: str, *, output_tool: bool = False, function_tools: int = 1, thinking: bool = False
 ) -> dict[str, Any]:
-    """The `tool_choice` object for a golem tool choice.
-
-    Raises:
-        BadRequest: a forced choice ("required" or a tool name) with extended thinking, which
-            the API refuses.
-    """
+    """The `tool_choice` object for a golem tool choice."""
     if choice == "none":
         return {"type": "none"}
     if thinking:
@@ -348,13 +343,7 @@ def _replayable_thinking(m: Message) -> list[ThinkingBlock]:
 def _assistant_blocks(m: Message, ids: _CallIds) -> list[dict[str, Any]]:
     """The content blocks of an assistant turn."""
     replayable = {id(t) for t in _replayable_thinking(m)}
-    server = [
-        (b, block)
-        for b in m.server_tools
-        if b.provider == PROVIDER
-        and b.type != CONTAINER_BLOCK
-        and (block := json_object(b.raw)) is not None
-    ]
+    server = own_blocks(m, PROVIDER, lambda kind: kind != CONTAINER_BLOCK)
     blocks: list[dict[str, Any]] = []
     for item in in_order(m, server):
         if isinstance(item, ThinkingBlock):
@@ -467,20 +456,22 @@ def _base64_source(data: bytes, media_type: str) -> dict[str, str]:
 _SUPPORTED_FORMATS = frozenset(
     ("date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid")
 )
-_UNSUPPORTED_KEYS = (
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "maxItems",
-    "uniqueItems",
-    "minProperties",
-    "maxProperties",
-    "patternProperties",
+_UNSUPPORTED_KEYS = frozenset(
+    [
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "patternProperties",
+    ]
 )
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from golem.errors import ProviderError
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import HTTPModel, LoopBoundClient, api_key_from_env
+from golem.model import ModelRequest, ModelResponse
+from golem.providers._client import HTTPModel, api_key_from_env
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
 from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
@@ -33,6 +33,8 @@ class GeminiModel(HTTPModel):
     provider = "gcp.gemini"
     _wire_name = PROVIDER
     _json_type = "json"
+    _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    _replay_whole = False
 
     def __init__(
         self,
@@ -51,29 +53,10 @@ class GeminiModel(HTTPModel):
         thinking_budget: int | None = None,
         include_thoughts: bool = False,
     ) -> None:
-        """Configure the model; the key is read here, never later.
-
-        Args:
-            model: model name, e.g. "gemini-2.5-flash" (a "models/..." or "tunedModels/..."
-                path is used as given).
-            api_key: the key; defaults to GEMINI_API_KEY, then GOOGLE_API_KEY.
-            base_url: API root, default `DEFAULT_BASE_URL` (point it at a proxy or test server).
-            http_client: client to send requests with (left open by `aclose`); by default
-                the model creates one per event loop, lazily, and reuses its connections.
-            timeout: seconds per request (connect, each read, write), also with an
-                injected client; in a stream it bounds the gap between two events.
-            max_tokens, temperature, top_p, stop: `generationConfig` settings.
-            extra_headers: sent with every request.
-            extra_body: merged recursively into every request body (e.g.
-                `{"generationConfig": {"thinkingConfig": {"thinkingLevel": "low"}}}`).
-            thinking_budget: `thinkingConfig.thinkingBudget` (0 disables thinking on models
-                that allow it, -1 lets the model decide).
-            include_thoughts: ask for thought summaries (kept as `ThinkingBlock`s).
-
-        Raises:
-            AuthenticationError: no key was passed or found in the environment.
-            ValueError: an argument is out of range.
-        """
+        """Arguments as `HTTPModel`'s (`GEMINI_API_KEY`, then `GOOGLE_API_KEY`; a "models/..."
+        or "tunedModels/..." `model` is used as given; `extra_body` merges recursively), plus
+        `thinking_budget` (`thinkingConfig.thinkingBudget`: 0 off, -1 the model decides) and
+        `include_thoughts` (thought summaries become `ThinkingBlock`s)."""
         if not model or not model.strip():
             raise ValueError("model must be a non-empty model name, e.g. 'gemini-2.5-flash'")
         if timeout <= 0:
@@ -82,12 +65,14 @@ class GeminiModel(HTTPModel):
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
         if thinking_budget is not None and thinking_budget < -1:
             raise ValueError(f"thinking_budget must be -1 or more, got {thinking_budget}")
-        self.model = model
+        self._setup(model, http_client, timeout)
         self._api_key = api_key_from_env(api_key, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), PROVIDER)
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._clients = LoopBoundClient(http_client, timeout)
-        self._timeout = httpx.Timeout(timeout)
-        self._extra_headers = dict(extra_headers or {})
+        self._headers = {
+            "x-goog-api-key": self._api_key,
+            "content-type": "application/json",
+            **dict(extra_headers or {}),
+        }
         self._settings: dict[str, Any] = {
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -99,9 +84,6 @@ class GeminiModel(HTTPModel):
             "multimodal_results": supports_json_output_with_tools(model),
             "extra_body": dict(extra_body) if extra_body else None,
         }
-
-    def __repr__(self) -> str:
-        return f"GeminiModel({self.model!r}, base_url={self.base_url!r})"
 
     def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body this model sends for `request` (the same streamed or not: Gemini
@@ -120,41 +102,14 @@ class GeminiModel(HTTPModel):
             return f"{self.base_url}/{path}:streamGenerateContent?alt=sse"
         return f"{self.base_url}/{path}:generateContent"
 
-    def _headers(self) -> dict[str, str]:
-        return {
-            "x-goog-api-key": self._api_key,
-            "content-type": "application/json",
-            **self._extra_headers,
-        }
+    def _endpoint(self, stream: bool) -> str:
+        return self.url(stream=stream)
 
     def _classify(self, status: int, headers: httpx.Headers, body: str) -> ProviderError:
         return error_from_http(status, headers, body)
 
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """Answer `request` with one `generateContent` call.
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_response(body)
 
-        Raises:
-            ProviderError: classified failure (see `golem.errors`).
-        """
-        content = _encode(self.request_body(request))
-        return await self._post(self.url(), content, self._headers(), parse_response)
-
-    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
-        """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
-
-        Raises:
-            ProviderError: classified failure; a stream that ends before a finish reason
-                raises a retryable `ProviderConnectionError`.
-        """
-
-        def content() -> bytes:
-            return _encode(self.request_body(request))
-
-        return self._stream(self.url(stream=True), content, self._headers(), StreamParser())
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _encode(body: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(body).encode("utf-8")
+    def _parser(self, request: ModelRequest) -> StreamParser:
+        return StreamParser()

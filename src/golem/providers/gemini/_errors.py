@@ -10,7 +10,7 @@ import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
 from golem.providers._errors import error_from_response
-from golem.providers._jsonio import json_text
+from golem.providers._jsonio import json_text, table
 from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
 
 __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
@@ -18,22 +18,13 @@ __all__ = ["PROVIDER", "error_from_http", "error_from_payload"]
 PROVIDER = "gemini"
 
 _STATUS_CODES = {
-    "INVALID_ARGUMENT": 400,
-    "FAILED_PRECONDITION": 400,
-    "OUT_OF_RANGE": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ABORTED": 409,
-    "ALREADY_EXISTS": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "CANCELLED": 499,
-    "UNKNOWN": 500,
-    "INTERNAL": 500,
-    "DATA_LOSS": 500,
-    "NOT_IMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
+    status: int(code)
+    for status, code in table(
+        "INVALID_ARGUMENT=400 FAILED_PRECONDITION=400 OUT_OF_RANGE=400 UNAUTHENTICATED=401 "
+        "PERMISSION_DENIED=403 NOT_FOUND=404 ABORTED=409 ALREADY_EXISTS=409 "
+        "RESOURCE_EXHAUSTED=429 CANCELLED=499 UNKNOWN=500 INTERNAL=500 DATA_LOSS=500 "
+        "NOT_IMPLEMENTED=501 UNAVAILABLE=503 DEADLINE_EXCEEDED=504"
+    ).items()
 }
 
 

@@ -10,18 +10,28 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from golem.errors import BadRequest, ResponseFormatError
+from golem.errors import (
+    BadRequest,
+    ResponseFormatError,
+)
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
-from golem.providers._answers import RUN_SEPARATOR, named_calls, unique_call_id
+from golem.providers._answers import (
+    RUN_SEPARATOR,
+    finish_of,
+    named_calls,
+    unique_call_id,
+    with_block,
+)
 from golem.providers._jsonio import (
-    MAX_TOKEN_COUNT,
     args_json,
+    int_of,
     json_text,
     object_text,
     raw_json,
-    token_count,
+    text_of,
+    usage_of,
 )
 from golem.providers.gemini._errors import error_from_payload
 from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
@@ -53,7 +63,7 @@ _METADATA_KEYS = frozenset(
 
 
 _FILTERED = frozenset(
-    (
+    [
         "SAFETY",
         "RECITATION",
         "BLOCKLIST",
@@ -63,7 +73,7 @@ _FILTERED = frozenset(
         "IMAGE_PROHIBITED_CONTENT",
         "IMAGE_RECITATION",
         "LANGUAGE",
-    )
+    ]
 )
 
 _CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
@@ -79,38 +89,30 @@ _REQUEST_FAILED = frozenset(("MISSING_THOUGHT_SIGNATURE",))
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
+_FINISH: dict[str, FinishReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    **dict.fromkeys(_FILTERED, "content_filter"),
+}
+
+
 def finish_reason(raw: str, has_tool_calls: bool) -> FinishReason:
     """Normalize a Gemini `finishReason` ("" when the response has none)."""
-    if not raw:
-        return ""
-    if raw == "STOP":
-        return "tool_call" if has_tool_calls else "stop"
-    if raw == "MAX_TOKENS":
-        return "length"
-    if raw in _FILTERED:
-        return "content_filter"
-    return "other"
+    finish = finish_of(_FINISH, raw)
+    return "tool_call" if finish == "stop" and has_tool_calls else finish
+
+
+_USAGE = {
+    "input_tokens": ("promptTokenCount", "toolUsePromptTokenCount"),
+    "output_tokens": ("candidatesTokenCount", "thoughtsTokenCount"),
+    "cache_read_tokens": ("cachedContentTokenCount",),
+    "reasoning_tokens": ("thoughtsTokenCount",),
+}
 
 
 def usage_from_metadata(meta: Mapping[str, Any]) -> Usage:
     """Token usage from a `usageMetadata` object."""
-    thoughts = token_count(meta.get("thoughtsTokenCount"))
-    return Usage(
-        input_tokens=min(
-            token_count(meta.get("promptTokenCount"))
-            + token_count(meta.get("toolUsePromptTokenCount")),
-            MAX_TOKEN_COUNT,
-        ),
-        output_tokens=min(
-            token_count(meta.get("candidatesTokenCount")) + thoughts, MAX_TOKEN_COUNT
-        ),
-        cache_read_tokens=token_count(meta.get("cachedContentTokenCount")),
-        reasoning_tokens=thoughts,
-    )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return usage_of(meta, _USAGE)
 
 
 class _Block:
@@ -144,8 +146,7 @@ class ResponseBuilder:
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
-        self._length = 0
-        """Characters of text so far (where the next server part sits)."""
+        self._length = 0  # characters of text so far (where the next server part sits)
         self._separated = False
         self._server: list[ServerToolBlock] = []
         self._metadata: dict[str, Mapping[str, Any]] = {}
@@ -213,9 +214,7 @@ class ResponseBuilder:
         return deltas
 
     def _add_part(self, part: dict[str, Any]) -> Delta | None:
-        signature = part.get("thoughtSignature")
-        if not isinstance(signature, str):
-            signature = ""
+        signature = text_of(part.get("thoughtSignature"))
         text = part.get("text")
         if text is None and signature and part.keys() <= _METADATA_KEYS:
             text = ""  # a signature on an empty text part, its empty text left out (proto3 JSON)
@@ -227,19 +226,8 @@ class ResponseBuilder:
         for key, name in SERVER_PARTS.items():
             inner = part.get(key)
             if isinstance(inner, dict):
-                self._separated = True
-                tool_type = inner.get("toolType")
-                self._server.append(
-                    ServerToolBlock(
-                        provider=PROVIDER,
-                        type=key,
-                        id=_str(inner.get("id")),
-                        name=name or (tool_type.lower() if isinstance(tool_type, str) else ""),
-                        raw=raw_json(part),
-                        at=self._length,
-                        thinking_before=len(self._blocks),
-                    )
-                )
+                name = name or text_of(inner.get("toolType")).lower()
+                self._keep(key, part, id=text_of(inner.get("id")), name=name)
                 return None
         call = part.get("functionCall")
         if not isinstance(call, dict):
@@ -255,16 +243,7 @@ class ResponseBuilder:
             if unknown is not None:
                 # a kind of part golem does not know (a newer API's, a functionResponse in an
                 # answer): kept where it sat, as the provider sent it; never sent back
-                self._separated = True
-                self._server.append(
-                    ServerToolBlock(
-                        provider=PROVIDER,
-                        type=unknown,
-                        raw=raw_json(part),
-                        at=self._length,
-                        thinking_before=len(self._blocks),
-                    )
-                )
+                self._keep(unknown, part)
             return None
         if "partialArgs" in call or call.get("willContinue") is True:
             raise ResponseFormatError(
@@ -274,19 +253,25 @@ class ResponseBuilder:
                 provider=PROVIDER,
             )
         index = len(self._calls)
-        call_id = unique_call_id(_str(call.get("id")) or self._synthetic_id(index), self._ids)
-        name = _str(call.get("name"))
+        call_id = unique_call_id(text_of(call.get("id")) or self._synthetic_id(index), self._ids)
+        name = text_of(call.get("name"))
         args = call.get("args")
         args_text = "{}" if args is None or args == {} else _compact_args(args)
         self._calls.append(ToolCall(id=call_id, name=name, args=args_text, signature=signature))
         if not self._deltas:
             return None
-        return Delta(
-            tool_calls=[
-                _ToolCallDelta(
-                    index=index, id=call_id, name=name, args_fragment=args_text, signature=signature
-                )
-            ]
+        delta = _ToolCallDelta(
+            index, id=call_id, name=name, args_fragment=args_text, signature=signature
+        )
+        return Delta(tool_calls=[delta])
+
+    def _keep(self, kind: str, part: dict[str, Any], **names: str) -> None:
+        """Keep `part` as a server-side block where it sat (it separates text runs)."""
+        self._separated = True
+        at, thinking = self._length, len(self._blocks)
+        raw = raw_json(part)
+        self._server.append(
+            ServerToolBlock(PROVIDER, kind, raw=raw, at=at, thinking_before=thinking, **names)
         )
 
     def _add_text(self, text: str, signature: str) -> Delta | None:
@@ -336,15 +321,7 @@ class ResponseBuilder:
         return usage_from_metadata(self._usage) if self._usage else None
 
     def response(self) -> ModelResponse:
-        """The response folded so far.
-
-        Raises:
-            ResponseFormatError: the model's function call could not be read
-                (`MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, `TOO_MANY_TOOL_CALLS`)
-                and no call came through, or the answer holds nothing and its finish reason
-                gives no cause (`OTHER`, `NO_IMAGE`, ...); retryable, with the usage.
-            BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
-        """
+        """The response folded so far."""
         if not self._calls and (
             self._finish in _CALL_FAILED | _REQUEST_FAILED
             or (self._finish and self._finish not in _NOT_ANSWERS and self.empty)
@@ -362,23 +339,7 @@ class ResponseBuilder:
             error.usage = self.usage()
             raise error
         content = "".join(self._text)
-        server = list(self._server)
-        citations: list[Citation] = []
-        for key in _METADATA:
-            metadata = self._metadata.get(key)
-            if metadata is None:
-                continue
-            server.append(
-                ServerToolBlock(
-                    provider=PROVIDER,
-                    type=key,
-                    raw=raw_json(metadata),
-                    at=len(content),
-                    thinking_before=len(self._blocks),
-                )
-            )
-            if key == "groundingMetadata":
-                citations = grounding_citations(metadata, content)
+        grounding = self._metadata.get("groundingMetadata")
         message = Message(
             role="assistant",
             content=content,
@@ -387,9 +348,12 @@ class ResponseBuilder:
             thinking=[
                 ThinkingBlock(text="".join(b.text), signature=b.signature) for b in self._blocks
             ],
-            citations=citations,
-            server_tools=server,
+            citations=[] if grounding is None else grounding_citations(grounding, content),
+            server_tools=list(self._server),
         )
+        for key in _METADATA:
+            if key in self._metadata:
+                message = with_block(message, PROVIDER, key, self._metadata[key])
         return ModelResponse(
             message=message,
             usage=usage_from_metadata(self._usage),
@@ -416,12 +380,8 @@ def _first_candidate(candidates: list[Any]) -> dict[str, Any] | None:
 def media_part(media: Mapping[str, Any], signature: str = "") -> Part | None:
     """The `Part` for an `inlineData` (base64 bytes) or `fileData` (a URI) object of an
     answer, or None when it holds nothing (empty data, no URI); its kind follows the MIME
-    type (image, audio, video, else document).
-
-    Raises:
-        ResponseFormatError: the data is not base64, or is not text at all.
-    """
-    mime = _str(media.get("mimeType"))
+    type (image, audio, video, else document)."""
+    mime = text_of(media.get("mimeType"))
     top = mime.partition("/")[0].lower()
     kind = top if top in ("image", "audio", "video") else "document"
     uri = media.get("fileUri")
@@ -466,9 +426,9 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
             continue
         segment = support.get("segment")
         segment = segment if isinstance(segment, dict) else {}
-        start = _char_index(encoded, _int(segment.get("startIndex")))
-        end = max(start, _char_index(encoded, _int(segment.get("endIndex"))))
-        text = _str(segment.get("text"))
+        start = _char_index(encoded, int_of(segment.get("startIndex")))
+        end = max(start, _char_index(encoded, int_of(segment.get("endIndex"))))
+        text = text_of(segment.get("text"))
         if text and content[start:end] != text and (found := content.find(text)) >= 0:
             start, end = found, found + len(text)
         indices = support.get("groundingChunkIndices")
@@ -482,9 +442,9 @@ def grounding_citations(metadata: Mapping[str, Any], content: str) -> list[Citat
                 Citation(
                     start=start,
                     end=end,
-                    url=_str(source.get("uri")),
-                    title=_str(source.get("title")),
-                    cited_text=_str(source.get("text")),
+                    url=text_of(source.get("uri")),
+                    title=text_of(source.get("title")),
+                    cited_text=text_of(source.get("text")),
                     provider=PROVIDER,
                     raw=raw_json({"support": support, "chunk": chunk}),
                 )
@@ -497,10 +457,6 @@ def _char_index(encoded: bytes, offset: int) -> int:
     return len(encoded[: max(offset, 0)].decode("utf-8", errors="ignore"))
 
 
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 _ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -510,15 +466,7 @@ def _compact_args(args: Any) -> str:
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:
-    """Parse a `generateContent` response body into a `ModelResponse`.
-
-    Raises:
-        ProviderError: the body is an `{"error": ...}` object (classified by its code).
-        ResponseFormatError: the body has no candidate and no blocked prompt, its candidate
-            holds nothing and no finish reason (retryable), or the model's function call
-            could not be read (see `ResponseBuilder.response`).
-        BadRequest: the finish reason blames the request (`MISSING_THOUGHT_SIGNATURE`).
-    """
+    """Parse a `generateContent` response body into a `ModelResponse`."""
     if isinstance(body.get("error"), Mapping):
         raise error_from_payload(body)
     builder = ResponseBuilder(deltas=False)

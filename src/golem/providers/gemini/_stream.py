@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import cast
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
-from golem.providers._sse import sse_events
+from golem.providers._sse import replay, sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
 from golem.providers.gemini._response import ResponseBuilder
 
@@ -27,12 +28,7 @@ class StreamParser:
 
     def feed(self, event: str | None, data: str) -> list[Delta]:
         """Fold one event's data in (`event` None: a whole JSON body, an array of responses
-        or one) and return its deltas in arrival order.
-
-        Raises:
-            ResponseFormatError: the data is not a JSON object.
-            ProviderError: the event is an `{"error": ...}` object (classified by its code).
-        """
+        or one) and return its deltas in arrival order."""
         if event is None:
             return [d for chunk in json_chunks(data) for d in self.feed("", chunk)]
         if not data.strip():
@@ -50,11 +46,7 @@ class StreamParser:
         return self._builder.add(chunk)
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: no event carried a finish reason (retryable).
-        """
+        """The final response."""
         if not self._builder.complete:
             error = ProviderConnectionError(STREAM_ENDED, retryable=True, provider=PROVIDER)
             error.usage = self._builder.usage()
@@ -64,19 +56,12 @@ class StreamParser:
 
 def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelResponse]:
     """Parse a whole recorded stream: every delta in order, then the final response."""
-    parser = StreamParser()
-    deltas: list[Delta] = []
-    for event, data in events:
-        deltas.extend(parser.feed(event, data))
-    return deltas, parser.response()
+    *deltas, response = replay(StreamParser(), events)
+    return cast(list[Delta], deltas), cast(ModelResponse, response)
 
 
 def json_chunks(text: str) -> list[str]:
-    """The responses of a streamed body that is no event stream (a JSON array, or one object).
-
-    Raises:
-        ResponseFormatError: the body is empty (retryable) or not JSON.
-    """
+    """The responses of a streamed body that is no event stream (a JSON array, or one object)."""
     if not text.strip():  # nothing came: a transfer cut short, another may be whole
         raise ResponseFormatError(
             "gemini returned a stream body that is empty", provider=PROVIDER, retryable=True

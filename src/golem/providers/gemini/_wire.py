@@ -14,8 +14,13 @@ from urllib.parse import urlsplit
 
 from golem.messages import Message, Part, ServerToolBlock, ThinkingBlock
 from golem.model import ModelRequest
-from golem.providers._answers import FOREIGN_PART_PREFIXES, RESPONSES_REASONING_PREFIX, in_order
-from golem.providers._jsonio import json_object
+from golem.providers._answers import (
+    FOREIGN_PART_PREFIXES,
+    RESPONSES_REASONING_PREFIX,
+    in_order,
+    own_blocks,
+)
+from golem.providers._jsonio import given
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -71,20 +76,15 @@ def build_request_body(
     system, contents = _contents(request.messages, multimodal_results)
     body: dict[str, Any] = {"contents": contents}
 
-    config: dict[str, Any] = {}
-    if max_tokens is not None:
-        config["maxOutputTokens"] = max_tokens
-    if temperature is not None:
-        config["temperature"] = temperature
-    if top_p is not None:
-        config["topP"] = top_p
-    if stop:
-        config["stopSequences"] = list(stop)
-    thinking: dict[str, Any] = {}
-    if thinking_budget is not None:
-        thinking["thinkingBudget"] = thinking_budget
-    if include_thoughts:
-        thinking["includeThoughts"] = True
+    config = given(
+        maxOutputTokens=max_tokens,
+        temperature=temperature,
+        topP=top_p,
+        stopSequences=list(stop) if stop else None,
+    )
+    thinking = given(
+        thinkingBudget=thinking_budget, includeThoughts=True if include_thoughts else None
+    )
     if thinking:
         config["thinkingConfig"] = thinking
     if request.output_schema is not None:
@@ -233,7 +233,9 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
         text_part = {"text": m.content}
         if text_signatures:
             text_part["thoughtSignature"] = text_signatures[0]
-    server = _server_parts(m)
+    # Gemini's own server-side tool parts (grounding and URL-context metadata are no parts:
+    # the API takes them in no request)
+    server = own_blocks(m, "gemini", _SERVER_PARTS.__contains__)
     if server and m.content:
         parts.extend(_interleaved(m, server, text_part))
     elif text_part is not None and m.content:
@@ -261,19 +263,6 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
 
 
 _SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
-
-
-def _server_parts(m: Message) -> list[tuple[ServerToolBlock, dict[str, Any]]]:
-    """Gemini's own server-side tool parts of `m` (the block, the part as received).
-    Grounding and URL-context metadata are not parts: the API takes them in no request."""
-    out: list[tuple[ServerToolBlock, dict[str, Any]]] = []
-    for b in m.server_tools:
-        if b.provider != "gemini" or b.type not in _SERVER_PARTS:
-            continue
-        part = json_object(b.raw)
-        if part is not None:
-            out.append((b, part))
-    return out
 
 
 def _interleaved(

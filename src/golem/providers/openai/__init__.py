@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import os
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
-from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._client import HTTPModel, LoopBoundClient, encode_body
-from golem.providers._jsonio import parse_json_body
-from golem.providers.openai._client import DEFAULT_BASE_URL, check_settings, endpoint
-from golem.providers.openai._responses import OpenAIResponsesModel
+from golem.model import ModelRequest, ModelResponse
+from golem.providers._client import HTTPModel, api_key_from_env
+from golem.providers.openai._responses_stream import ResponsesStreamParser
+from golem.providers.openai._responses_wire import (
+    ResponsesOptions,
+    build_responses_body,
+    parse_responses_response,
+)
 from golem.providers.openai._stream import ChatStreamParser
 from golem.providers.openai._wire import (
     PROVIDER,
@@ -23,45 +28,92 @@ from golem.providers.openai._wire import (
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChatModel", "OpenAIResponsesModel"]
 
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _SYSTEM_ROLES = ("system", "developer", "user")
-_USER_AGENT = "golem-agents (httpx; openai-chat)"
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
 
 
-class OpenAIChatModel(HTTPModel):
-    """A model served by the OpenAI Chat Completions API or a compatible server.
-
-    Args:
-        model: Model name sent as `model` (e.g. "gpt-4.1", "llama3.2").
-        api_key: Key; defaults to `OPENAI_API_KEY` (with `api_key_header="api-key"`,
-            `AZURE_OPENAI_API_KEY` first). Required for the default base URL; with a custom
-            base URL and no key, no credentials are sent (Ollama, vLLM, llama.cpp).
-        base_url: API root up to `/v1` (the adapter appends `/chat/completions`); defaults
-            to `OPENAI_BASE_URL`, else https://api.openai.com/v1.
-        http_client: An `httpx.AsyncClient` to use (and not close); by default the model
-            lazily creates one per event loop and reuses its connections.
-        timeout: Seconds per request (connect, each read, write), also with an injected client.
-        max_tokens: Output token cap, sent as `max_completion_tokens`.
-        temperature, top_p, stop: Sampling settings, sent when given.
-        extra_headers: Headers added to every request (override golem's).
-        extra_body: Fields merged last into every body (e.g. `{"seed": 1}`, or
-            `{"max_tokens": 512}` for servers that predate `max_completion_tokens`).
-        reasoning_effort: `reasoning_effort` for OpenAI reasoning models.
-        system_role: Role for system messages: "system", "developer" or "user".
-        strict: Mark tool and output schemas `strict` when they already qualify; pass False
-            for servers that reject the field.
-        reasoning_field: Send thinking text back on assistant messages in this field (e.g.
-            "reasoning_content" for DeepSeek thinking mode with tools); by default thinking
-            blocks are not sent.
-        api_key_header: "Authorization" (Bearer) or another header that carries the raw key,
-            e.g. "api-key" for Azure OpenAI.
-
-    Raises:
-        AuthenticationError: no key for the default OpenAI endpoint.
-        ValueError: an invalid setting (empty model, non-positive timeout, unknown role).
-    """
+class _OpenAIModel(HTTPModel):
+    """What both OpenAI APIs share: settings checked, the API root and the headers."""
 
     provider = "openai"
     _wire_name = PROVIDER
+
+    def _connect(
+        self,
+        model: str,
+        path: str,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        http_client: httpx.AsyncClient | None,
+        timeout: float,
+        max_tokens: int | None,
+        extra_headers: Mapping[str, str] | None,
+        api_key_header: str,
+        system_role: str = "system",
+    ) -> str:
+        """Check the settings, set the URL and headers; return the API root.
+
+        Raises:
+            ValueError: an empty model name, a non-positive timeout, `max_tokens` below 1,
+                an unknown system role.
+            AuthenticationError: no key for the default OpenAI endpoint.
+        """
+        if not model:
+            hint = " (for example 'gpt-5')" if path == "/responses" else ""
+            raise ValueError(f"model name must not be empty{hint}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if system_role not in _SYSTEM_ROLES:
+            raise ValueError(
+                f'system_role must be "system", "developer" or "user", got {system_role!r}'
+            )
+        azure = api_key_header.lower() == "api-key"
+        env_names = ("AZURE_OPENAI_API_KEY", "OPENAI_API_KEY") if azure else ("OPENAI_API_KEY",)
+        root = base_url or os.environ.get("OPENAI_BASE_URL") or ""
+        key: str | None
+        if root:
+            key = api_key or next((os.environ[n] for n in env_names if os.environ.get(n)), None)
+        else:
+            key = api_key_from_env(api_key, env_names, "openai")
+        self._headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "user-agent": f"golem-agents (httpx; openai-{path.split('/')[1]})",
+        }
+        if key:
+            if api_key_header.lower() == "authorization":
+                self._headers["authorization"] = f"Bearer {key}"
+            else:
+                self._headers[api_key_header] = key
+        self._headers.update(extra_headers or {})
+        self._setup(model, http_client, timeout)
+        self.base_url = (root or DEFAULT_BASE_URL).rstrip("/")
+        """The API root requests go to (`<base_url>/chat/completions`, `<base_url>/responses`)."""
+        self._url = self.base_url + path
+        return self.base_url
+
+    def _endpoint(self, stream: bool) -> str:
+        return self._url
+
+
+class OpenAIChatModel(_OpenAIModel):
+    """A model served by the OpenAI Chat Completions API or a compatible server; arguments
+    as `HTTPModel`'s (`OPENAI_API_KEY`, required only for the default `base_url`:
+    `OPENAI_BASE_URL`, else https://api.openai.com/v1), plus:
+
+    Args:
+        reasoning_effort: `reasoning_effort` for OpenAI reasoning models.
+        system_role: Role for system messages: "system", "developer" or "user".
+        strict: Mark tool and output schemas `strict` when they already qualify.
+        reasoning_field: Send thinking text back on assistant messages in this field (e.g.
+            "reasoning_content" for DeepSeek); by default thinking is not sent.
+        api_key_header: "Authorization" (Bearer) or a header carrying the raw key ("api-key"
+            for Azure OpenAI, whose `AZURE_OPENAI_API_KEY` is then read first).
+    """
 
     def __init__(
         self,
@@ -83,25 +135,19 @@ class OpenAIChatModel(HTTPModel):
         reasoning_field: str | None = None,
         api_key_header: str = "Authorization",
     ) -> None:
-        check_settings(model, timeout, max_tokens)
-        if system_role not in _SYSTEM_ROLES:
-            raise ValueError(
-                f'system_role must be "system", "developer" or "user", got {system_role!r}'
-            )
-        root, headers = endpoint(
+        root = self._connect(
+            model,
+            "/chat/completions",
             api_key=api_key,
             base_url=base_url,
-            api_key_header=api_key_header,
+            http_client=http_client,
+            timeout=timeout,
+            max_tokens=max_tokens,
             extra_headers=extra_headers,
-            user_agent=_USER_AGENT,
+            api_key_header=api_key_header,
+            system_role=system_role,
         )
-        self.model = model
-        """The model name sent with each request."""
-        self.base_url = root
-        """The API root requests go to (`<base_url>/chat/completions`)."""
-        self._url = root + "/chat/completions"
-        self._timeout = httpx.Timeout(timeout)
-        self._options = RequestOptions(
+        self.options = RequestOptions(
             model=model,
             max_tokens=max_tokens,
             temperature=temperature,
@@ -114,47 +160,86 @@ class OpenAIChatModel(HTTPModel):
             tool_call_signatures="generativelanguage.googleapis.com" in root,
             extra_body=dict(extra_body or {}),
         )
-        self._headers = headers
-        self._clients = LoopBoundClient(http_client, timeout)
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
-
-    @property
-    def options(self) -> RequestOptions:
         """What this model adds to every request body (for `build_request_body`)."""
-        return self._options
 
     def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body this model sends for `request`."""
-        return build_request_body(request, self._options, stream=stream)
+        return build_request_body(request, self.options, stream=stream)
 
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """Send `request` and return the model's answer.
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_response(body, reasoning_field=self.options.reasoning_field)
 
-        Raises:
-            ProviderError: classified failure (see `golem.errors`); never retried here.
-        """
-        content = encode_body(self.request_body(request))
-        return await self._post(self._url, content, self._headers, self._parse)
+    def _parser(self, request: ModelRequest) -> ChatStreamParser:
+        return ChatStreamParser(reasoning_field=self.options.reasoning_field)
 
-    def generate_stream(self, request: ModelRequest) -> AsyncIterator[Delta | ModelResponse]:
-        """Stream the answer: `Delta`s in arrival order, then the final `ModelResponse`.
 
-        Raises:
-            ProviderError: classified failure, including an error event mid-stream; a stream
-                that ends before the response completed raises a retryable
-                `ProviderConnectionError`.
-        """
-        parser = ChatStreamParser(reasoning_field=self._options.reasoning_field)
+class OpenAIResponsesModel(_OpenAIModel):
+    """A model served by the OpenAI Responses API (`POST /v1/responses`); arguments as
+    `OpenAIChatModel`'s, plus `reasoning_summary`, `encrypted_reasoning` (default: for a
+    reasoning model or effort) and `store` (see `ResponsesOptions`).
 
-        def content() -> bytes:
-            return encode_body(self.request_body(request, stream=True))
+    Raises:
+        AuthenticationError: no key for the default OpenAI endpoint.
+        ValueError: an invalid setting (empty model, non-positive timeout or max_tokens).
+    """
 
-        return self._stream(self._url, content, self._headers, parser, self._parse_text)
+    _replay_whole = False
 
-    def _parse(self, body: dict[str, Any]) -> ModelResponse:
-        return parse_response(body, reasoning_field=self._options.reasoning_field)
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        timeout: float = 120.0,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_summary: str | None = None,
+        encrypted_reasoning: bool | None = None,
+        store: bool = False,
+        strict: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        api_key_header: str = "Authorization",
+    ) -> None:
+        self._connect(
+            model,
+            "/responses",
+            api_key=api_key,
+            base_url=base_url,
+            http_client=http_client,
+            timeout=timeout,
+            max_tokens=max_tokens,
+            extra_headers=extra_headers,
+            api_key_header=api_key_header,
+        )
+        if encrypted_reasoning is None:
+            encrypted_reasoning = reasoning_effort is not None or bool(
+                _REASONING_MODEL.match(model)
+            )
+        self.options = ResponsesOptions(
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            reasoning_effort=reasoning_effort,
+            reasoning_summary=reasoning_summary,
+            encrypted_reasoning=encrypted_reasoning,
+            store=store,
+            strict=strict,
+            extra_body=dict(extra_body or {}),
+        )
+        """What this model adds to every request body (for `build_responses_body`)."""
 
-    def _parse_text(self, text: str) -> ModelResponse:
-        return self._parse(parse_json_body(PROVIDER, text))
+    def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
+        """The JSON body this model sends for `request`."""
+        return build_responses_body(request, self.options, stream=stream)
+
+    def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        return parse_responses_response(body)
+
+    def _parser(self, request: ModelRequest) -> ResponsesStreamParser:
+        return ResponsesStreamParser()

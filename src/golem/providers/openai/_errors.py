@@ -1,4 +1,4 @@
-"""Errors that Chat Completions servers report inside a 200 response."""
+"""Errors that Chat Completions and Responses servers report inside a 200 response."""
 
 from __future__ import annotations
 
@@ -8,41 +8,22 @@ import httpx
 
 from golem.errors import ProviderError
 from golem.providers._errors import code_status, error_from_response
-from golem.providers._jsonio import json_text
+from golem.providers._jsonio import json_text, table
 
 __all__ = ["error_from_payload", "payload_status"]
 
-_KIND_STATUS = (
-    ("rate_limit", 429),
-    ("quota", 429),
-    ("auth", 401),
-    ("api_key", 401),
-    ("permission", 403),
-    ("timeout", 408),
-    ("overloaded", 503),
-    ("unavailable", 503),
-    ("server_error", 500),
-    ("internal", 500),
-    ("invalid_request", 400),
-    ("bad_request", 400),
-    ("badrequest", 400),
-    ("not_found", 404),
-    ("context_length", 400),
-    # the Responses API's `error.code`s (`invalid_prompt`, `invalid_image_url`,
-    # `image_too_large`, `unsupported_image_media_type`, ...) and OpenRouter's error types
-    ("invalid", 400),
-    ("image", 400),
-    ("unsupported", 400),
-    ("too_large", 413),
-    ("too_small", 400),
-    ("too_long", 400),
-    ("tokens_exceeded", 400),
-    ("limit_exceeded", 400),
-    ("content_policy", 400),
-    ("payment", 402),
-    ("precondition", 400),
-    ("unprocessable", 422),
-)
+_KIND_STATUS = {
+    needle: int(status)
+    for needle, status in table(
+        "rate_limit=429 quota=429 auth=401 api_key=401 permission=403 timeout=408 "
+        "overloaded=503 unavailable=503 server_error=500 internal=500 invalid_request=400 "
+        "bad_request=400 badrequest=400 not_found=404 context_length=400 invalid=400 image=400 "
+        "unsupported=400 too_large=413 too_small=400 too_long=400 tokens_exceeded=400 "
+        "limit_exceeded=400 content_policy=400 payment=402 precondition=400 unprocessable=422"
+    ).items()
+}
+"""The status of an error object whose `type` or `code` holds a needle, the first that
+matches (the Responses API's `error.code`s and OpenRouter's error types among them)."""
 
 
 def payload_status(error: dict[str, Any]) -> int:
@@ -51,7 +32,7 @@ def payload_status(error: dict[str, Any]) -> int:
     if status is not None:
         return status
     kind = " ".join(str(error.get(k) or "") for k in ("type", "code")).lower()
-    for needle, status in _KIND_STATUS:
+    for needle, status in _KIND_STATUS.items():
         if needle in kind:
             return status
     return 500

@@ -7,10 +7,10 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._answers import replay_delta, unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._jsonio import parse_event_data, text_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -31,23 +31,6 @@ _TERMINAL = frozenset(("response.completed", "response.incomplete", "response.fa
 class ResponsesStreamParser:
     """Consumes the events of one streamed response, in order (see the module docstring)."""
 
-    __slots__ = (
-        "_argued",
-        "_calls",
-        "_done",
-        "_final",
-        "_ids",
-        "_others",
-        "_parts",
-        "_reasoning",
-        "_response_id",
-        "_separated",
-        "_streamed",
-        "_texted",
-        "_thought",
-        "_told",
-    )
-
     def __init__(self) -> None:
         self._calls: dict[int | str, int] = {}
         """A function call's item (`_key`) → its index among the response's calls."""
@@ -56,8 +39,7 @@ class ResponsesStreamParser:
         self._parts: dict[int, Any] = {}
         """Thinking block → the summary (or content) part its last text delta belonged to."""
         self._final: ModelResponse | None = None
-        self._streamed: set[int] = set()
-        """Calls whose arguments streamed in fragments."""
+        self._streamed: set[int] = set()  # calls whose arguments streamed in fragments
         self._argued: set[int] = set()
         """Calls whose arguments came whole (in the added item, or only when done)."""
         self._done: dict[int, Mapping[str, Any]] = {}
@@ -76,8 +58,7 @@ class ResponsesStreamParser:
         (a server that does not stream them), already yielded as one delta."""
         self._others: set[int | str] = set()
         """The built-in tools' items (`_key`; text around them is separated)."""
-        self._thought: set[int] = set()
-        """Thinking blocks whose text streamed in deltas."""
+        self._thought: set[int] = set()  # thinking blocks whose text streamed in deltas
 
     @property
     def done(self) -> bool:
@@ -85,12 +66,7 @@ class ResponsesStreamParser:
         return self._final is not None
 
     def feed(self, name: str | None, data: str) -> Delta | None:
-        """Process one event's `data`; return the `Delta` it produces, if any.
-
-        Raises:
-            ProviderError: an `error` event, or a failed response.
-            ResponseFormatError: the data is not a JSON object.
-        """
+        """Process one event's `data`; return the `Delta` it produces, if any."""
         event = parse_event_data(PROVIDER, data)
         if event is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
@@ -98,7 +74,7 @@ class ResponsesStreamParser:
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all
                 self._final = parse_responses_response(event)
-                return _replayed(self._final)
+                return replay_delta(self._final, signatures=False)
             elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
                 raise error_from_payload(event)
             return None  # not an event this parser knows
@@ -164,14 +140,9 @@ class ResponsesStreamParser:
         if not isinstance(text, str) or not text:
             return None
         index = event.get("output_index")
-        if index is None:  # a server that names the item only by its ID
-            index = event.get("item_id")
-        if self._separated:  # text before a built-in tool's item: a blank line between
-            if self._texted is not _NOTHING or self._told:
-                text = "\n\n" + text
-            self._separated = False
-        self._texted = index
-        return Delta(content=text)
+        delta = self._text(text)
+        self._texted = event.get("item_id") if index is None else index  # by ID: no index
+        return delta
 
     def _added(self, event: Mapping[str, Any]) -> Delta | None:
         item = event.get("item")
@@ -183,23 +154,13 @@ class ResponsesStreamParser:
         kind = item.get("type")
         if kind == "function_call":
             n = self._calls[key] = len(self._calls)
-            call_id = unique_call_id(
-                function_call_id(item, self._response_id, _index(event)), self._ids
-            )
-            name = item.get("name")
+            call_id = function_call_id(item, self._response_id, _index(event))
+            call_id = unique_call_id(call_id, self._ids)
             whole = function_arguments(item.get("arguments"))
             if whole:
                 self._argued.add(n)  # a server that does not stream the arguments
-            return Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        n,
-                        id=call_id,
-                        name=name if isinstance(name, str) else "",
-                        args_fragment=whole,
-                    )
-                ]
-            )
+            name = text_of(item.get("name"))
+            return Delta(tool_calls=[ToolCallDelta(n, id=call_id, name=name, args_fragment=whole)])
         if kind == "reasoning":
             self._reasoning[key] = len(self._reasoning)
         elif kind != "message":
@@ -286,11 +247,7 @@ class ResponsesStreamParser:
         return Delta(tool_calls=[ToolCallDelta(n, args_fragment=text)])
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: the stream ended before its terminal event (retryable).
-        """
+        """The final response."""
         if self._final is None:
             raise ProviderConnectionError(
                 f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True
@@ -315,31 +272,5 @@ def _index(event: Mapping[str, Any]) -> int:
 
 
 def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
-    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response.
-
-    Raises:
-        ProviderError: as `ResponsesStreamParser.feed` and `ResponsesStreamParser.response`.
-    """
-    parser = ResponsesStreamParser()
-    out: list[Delta | ModelResponse] = []
-    for event, data in sse_events(lines):
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-        if parser.done:
-            break
-    out.append(parser.response())
-    return out
-
-
-def _replayed(response: ModelResponse) -> Delta | None:
-    """One delta replaying a whole response (a server that ignored `stream: true`), as the
-    other adapters replay one: its thinking, text and tool calls."""
-    deltas = deltas_of(response)
-    if not deltas:
-        return None
-    return Delta(
-        content="".join(d.content for d in deltas),
-        thinking=[t for d in deltas for t in d.thinking],
-        tool_calls=[c for d in deltas for c in d.tool_calls],
-    )
+    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response."""
+    return replay(ResponsesStreamParser(), sse_events(lines))

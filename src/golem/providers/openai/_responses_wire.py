@@ -7,26 +7,42 @@ import binascii
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
 from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlock, ToolCall
-from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResponse, ToolSpec
+from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._answers import (
-    ASSISTANT_MEDIA_TEXT,
     RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
     RUN_SEPARATOR,
     in_order,
     named_calls,
+    own_blocks,
     unique_call_id,
+    with_block,
 )
-from golem.providers._jsonio import args_json, json_object, json_text, raw_json, token_count
+from golem.providers._jsonio import (
+    args_json,
+    given,
+    json_text,
+    raw_json,
+    text_of,
+    usage_of,
+)
 from golem.providers.openai._errors import error_from_payload
-from golem.providers.openai._schemas import schema_name, strict_compatible
-from golem.providers.openai._wire import ARGS_ENCODER, synthesize_call_id, wire_args
-from golem.usage import Usage
+from golem.providers.openai._schemas import strict_compatible
+from golem.providers.openai._wire import (
+    ARGS_ENCODER,
+    data_url,
+    json_schema_format,
+    media_message,
+    synthesize_call_id,
+    tool_choice_of,
+    user_content,
+    wire_args,
+)
 
 __all__ = [
     "BLOCKS",
@@ -38,7 +54,6 @@ __all__ = [
     "parse_reasoning_signature",
     "parse_responses_response",
     "reasoning_signature",
-    "responses_usage",
 ]
 
 PROVIDER = "openai"
@@ -109,17 +124,10 @@ def build_responses_body(
         body["include"] = ["reasoning.encrypted_content"]
     if request.tools:
         body["tools"] = [_tool(t, options.strict) for t in request.tools]
-        body["tool_choice"] = responses_tool_choice(request.tool_choice)
+        body["tool_choice"] = tool_choice_of(request.tool_choice, nested=False)
     if request.output_schema is not None:
-        schema = request.output_schema
-        body["text"] = {
-            "format": {
-                "type": "json_schema",
-                "name": schema_name(schema),
-                "schema": schema,
-                "strict": options.strict and strict_compatible(schema),
-            }
-        }
+        fmt = json_schema_format(request.output_schema, options.strict)
+        body["text"] = {"format": {"type": "json_schema", **fmt}}
     reasoning: dict[str, Any] = {}
     if options.reasoning_effort is not None:
         reasoning["effort"] = options.reasoning_effort
@@ -127,12 +135,9 @@ def build_responses_body(
         reasoning["summary"] = options.reasoning_summary
     if reasoning:
         body["reasoning"] = reasoning
-    if options.max_tokens is not None:
-        body["max_output_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
+    body |= given(
+        max_output_tokens=options.max_tokens, temperature=options.temperature, top_p=options.top_p
+    )
     if options.extra_body:
         extra = dict(options.extra_body)
         extra_tools = extra.get("tools")
@@ -141,13 +146,6 @@ def build_responses_body(
             extra["tools"] = [*body["tools"], *extra_tools]
         body.update(extra)
     return body
-
-
-def responses_tool_choice(choice: str) -> str | dict[str, Any]:
-    """The Responses `tool_choice`: "auto", "required", "none", or `{"type": "function", "name"}`."""
-    if choice in TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "name": choice}
 
 
 def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
@@ -167,24 +165,22 @@ def input_items(messages: Sequence[Message], *, store: bool = False) -> list[dic
     media: list[Part] = []
     for m in messages:
         if media and m.role != "tool":
-            items.append(_media_item(media))
+            items.append(media_message(media, _part, "input_text"))
             media = []
         if m.role == "user":
-            items.append({"role": "user", "content": _user_content(m)})
+            items.append({"role": "user", "content": user_content(m, _part, "input_text")})
         elif m.role == "assistant":
             _assistant_items(m, items, store)
             # assistant output takes text only: the media follow it (but for the images of
             # image generation calls that went back themselves, with `store`)
             media = [p for p in m.parts if not (store and _sent_image(m, p))]
         elif m.role == "tool":
-            output: str | list[dict[str, Any]] = m.content
-            if m.parts:
-                output = _user_content(m)
+            output = user_content(m, _part, "input_text")
             items.append(
                 {"type": "function_call_output", "call_id": m.tool_call_id, "output": output}
             )
     if media:
-        items.append(_media_item(media))
+        items.append(media_message(media, _part, "input_text"))
     if not any(i.get("role") == "user" for i in items):
         items.insert(0, {"role": "user", "content": ""})
     return items
@@ -201,34 +197,13 @@ def _sent_image(m: Message, p: Part) -> bool:
     )
 
 
-def _media_item(parts: list[Part]) -> dict[str, Any]:
-    """The user message carrying the media of an assistant message, after the outputs of
-    its calls (ADR 0060)."""
-    content = [{"type": "input_text", "text": ASSISTANT_MEDIA_TEXT}]
-    content.extend(_part(p) for p in parts)
-    return {"role": "user", "content": content}
-
-
-def _user_content(m: Message) -> str | list[dict[str, Any]]:
-    if not m.parts:
-        return m.content
-    content: list[dict[str, Any]] = []
-    if m.content:
-        content.append({"type": "input_text", "text": m.content})
-    content.extend(_part(p) for p in m.parts)
-    return content
-
-
 def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> None:
     """Items of an assistant message: reasoning, text, built-in tool items, function calls."""
-    server = [
-        (b, item)
-        for b in m.server_tools
-        if b.provider == BLOCKS
-        and (store or b.type in _SELF_CONTAINED or b.type == PHASE)
-        and b.type != MODERATION
-        and (item := json_object(b.raw)) is not None
-    ]
+    server = own_blocks(
+        m,
+        BLOCKS,
+        lambda kind: (store or kind in _SELF_CONTAINED or kind == PHASE) and kind != MODERATION,
+    )
     phase = ""
     for part in in_order(m, server):
         if isinstance(part, ThinkingBlock):
@@ -241,7 +216,7 @@ def _assistant_items(m: Message, items: list[dict[str, Any]], store: bool) -> No
                 text["phase"] = phase
             items.append(text)
         elif part.get("type") == "message":  # a phase mark: the text after it has that phase
-            phase = _str(part.get("phase"))
+            phase = text_of(part.get("phase"))
         else:
             items.append(part)
     for c in m.tool_calls:
@@ -274,11 +249,6 @@ def _reasoning_item(t: ThinkingBlock) -> dict[str, Any] | None:
     return item
 
 
-def _data_url(p: Part) -> str:
-    assert p.data is not None
-    return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
-
-
 def _part(p: Part) -> dict[str, Any]:
     """An `input_image` / `input_file` item for a part; what the API cannot take becomes a note."""
     problem = p.problem()
@@ -287,7 +257,7 @@ def _part(p: Part) -> dict[str, Any]:
     if p.kind == "text":
         return {"type": "input_text", "text": p.text}
     if p.kind == "image":
-        return {"type": "input_image", "image_url": p.url or _data_url(p), "detail": "auto"}
+        return {"type": "input_image", "image_url": p.url or data_url(p), "detail": "auto"}
     if p.kind == "document":
         if p.url:
             return {"type": "input_file", "file_url": p.url}
@@ -295,7 +265,7 @@ def _part(p: Part) -> dict[str, Any]:
         ext = mimetypes.guess_extension(media_type) or ".bin"
         assert p.data is not None
         name = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:12]
-        return {"type": "input_file", "file_data": _data_url(p), "filename": f"{name}{ext}"}
+        return {"type": "input_file", "file_data": data_url(p), "filename": f"{name}{ext}"}
     ref = p.url or p.media_type or "content"
     return {
         "type": "input_text",
@@ -306,24 +276,13 @@ def _part(p: Part) -> dict[str, Any]:
 # --------------------------------------------------------------------------- response
 
 
-def responses_usage(usage: Any) -> Usage:
-    """Map a Responses `usage` object; `input_tokens` already includes cached tokens."""
-    if not isinstance(usage, Mapping):
-        return Usage()
-    inp = usage.get("input_tokens_details")
-    out = usage.get("output_tokens_details")
-    return Usage(
-        input_tokens=token_count(usage.get("input_tokens")),
-        output_tokens=token_count(usage.get("output_tokens")),
-        cache_read_tokens=token_count(inp.get("cached_tokens")) if isinstance(inp, Mapping) else 0,
-        reasoning_tokens=token_count(out.get("reasoning_tokens"))
-        if isinstance(out, Mapping)
-        else 0,
-    )
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+RESPONSES_USAGE = {
+    "input_tokens": ("input_tokens",),
+    "output_tokens": ("output_tokens",),
+    "cache_read_tokens": ("input_tokens_details.cached_tokens",),
+    "reasoning_tokens": ("output_tokens_details.reasoning_tokens",),
+}
+"""Where a Responses `usage` object keeps each count; `input_tokens` includes cached ones."""
 
 
 def _list(value: Any) -> list[Any]:
@@ -332,13 +291,15 @@ def _list(value: Any) -> list[Any]:
 
 def reasoning_block(item: Mapping[str, Any]) -> ThinkingBlock:
     """The `ThinkingBlock` of a `reasoning` output item (summary text, or raw reasoning text)."""
-    texts = [_str(s.get("text")) for s in _list(item.get("summary")) if isinstance(s, Mapping)]
+    texts = [text_of(s.get("text")) for s in _list(item.get("summary")) if isinstance(s, Mapping)]
     if not any(texts):
-        texts = [_str(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)]
+        texts = [
+            text_of(c.get("text")) for c in _list(item.get("content")) if isinstance(c, Mapping)
+        ]
     signature = ""
-    item_id = _str(item.get("id"))
+    item_id = text_of(item.get("id"))
     if item_id:
-        signature = reasoning_signature(item_id, _str(item.get("encrypted_content")))
+        signature = reasoning_signature(item_id, text_of(item.get("encrypted_content")))
     return ThinkingBlock(text="\n\n".join(t for t in texts if t), signature=signature)
 
 
@@ -354,7 +315,7 @@ def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> s
     """The call ID of a `function_call` item: its `call_id` (or item `id`); for an item
     with neither, one derived from the response ID and the item's `output_index`, so a
     stream's deltas and its final response agree on it."""
-    call_id = _str(item.get("call_id")) or _str(item.get("id"))
+    call_id = text_of(item.get("call_id")) or text_of(item.get("id"))
     if call_id:
         return call_id
     if not response_id:
@@ -386,7 +347,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             for part in _list(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
-                piece = _str(part.get("text")) or _str(part.get("refusal"))
+                piece = text_of(part.get("text")) or text_of(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
                 if separated and texted and piece:
                     text.append(RUN_SEPARATOR)
@@ -407,7 +368,7 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
             calls.append(
                 ToolCall(
                     id=unique_call_id(function_call_id(item, response_id, index), seen),
-                    name=_str(item.get("name")),
+                    name=text_of(item.get("name")),
                     args=function_arguments(item.get("arguments")),
                 )
             )
@@ -440,16 +401,16 @@ MODERATION = "moderation"
 def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock | None:
     """The mark of a message item's `phase` (the item without its text, which is `content`);
     None when it has no phase or no text."""
-    phase = _str(item.get("phase"))
+    phase = text_of(item.get("phase"))
     content = [c for c in _list(item.get("content")) if isinstance(c, Mapping)]
-    if not phase or not any(_str(c.get("text")) for c in content):
+    if not phase or not any(text_of(c.get("text")) for c in content):
         return None
     return ServerToolBlock(
         provider=BLOCKS,
         type=PHASE,
-        id=_str(item.get("id")),
+        id=text_of(item.get("id")),
         name=phase,
-        raw=raw_json({"type": "message", "id": _str(item.get("id")), "phase": phase}),
+        raw=raw_json({"type": "message", "id": text_of(item.get("id")), "phase": phase}),
         at=at,
         thinking_before=thinking,
     )
@@ -457,12 +418,12 @@ def _phase_mark(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBl
 
 def _builtin_block(item: Mapping[str, Any], at: int, thinking: int) -> ServerToolBlock:
     """A built-in tool's item (web search, code interpreter, ...), kept where it sat."""
-    kind = _str(item.get("type"))
+    kind = text_of(item.get("type"))
     return ServerToolBlock(
         provider=BLOCKS,
         type=kind,
-        id=_str(item.get("id")),
-        name=_str(item.get("name")) or kind.removesuffix("_call"),
+        id=text_of(item.get("id")),
+        name=text_of(item.get("name")) or kind.removesuffix("_call"),
         raw=raw_json(dict(item)),
         at=at,
         thinking_before=thinking,
@@ -478,12 +439,12 @@ def _generated_image(item: Mapping[str, Any]) -> Part | None:
         data = base64.b64decode(result, validate=True)
     except (binascii.Error, ValueError):
         return None
-    media = _str(item.get("output_format")).lower() or "png"
+    media = text_of(item.get("output_format")).lower() or "png"
     return Part(
         kind="image",
         data=data,
         media_type=f"image/{media}",
-        signature=RESPONSES_IMAGE_PREFIX + _str(item.get("id")),
+        signature=RESPONSES_IMAGE_PREFIX + text_of(item.get("id")),
     )
 
 
@@ -491,16 +452,8 @@ def _with_moderation(message: Message, moderation: Any) -> Message:
     """`message` with the response's `moderation` results kept as a block at its end."""
     if moderation is None or moderation == {}:
         return message
-    block = ServerToolBlock(
-        provider=BLOCKS,
-        type=MODERATION,
-        id=_str(moderation.get("id")) if isinstance(moderation, Mapping) else "",
-        name=MODERATION,
-        raw=raw_json(moderation),
-        at=len(message.content),
-        thinking_before=len(message.thinking),
-    )
-    return replace(message, server_tools=[*message.server_tools, block])
+    block_id = text_of(moderation.get("id")) if isinstance(moderation, Mapping) else ""
+    return with_block(message, BLOCKS, MODERATION, moderation, id=block_id, name=MODERATION)
 
 
 def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
@@ -513,8 +466,8 @@ def _citation(a: Mapping[str, Any], offset: int, length: int) -> Citation:
     return Citation(
         start=offset + start,
         end=offset + end,
-        url=_str(a.get("url")),
-        title=_str(a.get("title")) or _str(a.get("filename")),
+        url=text_of(a.get("url")),
+        title=text_of(a.get("title")) or text_of(a.get("filename")),
         provider=BLOCKS,
         raw=raw_json(dict(a)),
     )
@@ -534,7 +487,7 @@ def finish_of(body: Mapping[str, Any], message: Message, refused: bool) -> Finis
     if status == "incomplete":
         details = body.get("incomplete_details")
         reason = details.get("reason") if isinstance(details, Mapping) else None
-        return _INCOMPLETE.get(_str(reason), "other")
+        return _INCOMPLETE.get(text_of(reason), "other")
     if status != "completed":
         return ""
     if refused:
@@ -543,16 +496,7 @@ def finish_of(body: Mapping[str, Any], message: Message, refused: bool) -> Finis
 
 
 def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
-    """Map a `response` object (a body, or the one a stream's last event carries).
-
-    Raises:
-        ProviderError: the response failed (`status: failed`), classified like the
-            equivalent HTTP status (a server error when it carries no `error`), or was
-            cancelled (a plain `ProviderError`).
-        ResponseFormatError: the body has no `output` list, or is not finished (`queued`,
-            `in_progress`: a background response); retryable: it is incomplete for a
-            reason golem does not know and holds no answer.
-    """
+    """Map a `response` object (a body, or the one a stream's last event carries)."""
     error = body.get("error")
     status = body.get("status")
     failure: ProviderError | None = None
@@ -566,7 +510,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         )
     if failure is not None:
         if isinstance(body.get("usage"), Mapping):
-            failure.usage = responses_usage(body["usage"])
+            failure.usage = usage_of(body["usage"], RESPONSES_USAGE)
         raise failure
     if status in ("queued", "in_progress"):
         raise ResponseFormatError(
@@ -579,7 +523,7 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
         raise ResponseFormatError(
             f"openai response has no output list: {json_text(body)[:200]}", provider=PROVIDER
         )
-    message, refused = message_from_output(output, _str(body.get("id")))
+    message, refused = message_from_output(output, text_of(body.get("id")))
     finish = finish_of(body, message, refused)
     if finish == "other" and not (message.content or message.tool_calls or message.server_tools):
         details = body.get("incomplete_details")
@@ -589,11 +533,11 @@ def parse_responses_response(body: Mapping[str, Any]) -> ModelResponse:
             provider=PROVIDER,
             retryable=True,
         )
-        error.usage = responses_usage(body.get("usage"))
+        error.usage = usage_of(body.get("usage"), RESPONSES_USAGE)
         raise error
     return ModelResponse(
         message=_with_moderation(message, body.get("moderation")),
-        usage=responses_usage(body.get("usage")),
+        usage=usage_of(body.get("usage"), RESPONSES_USAGE),
         finish_reason=finish,
-        model_name=_str(body.get("model")),
+        model_name=text_of(body.get("model")),
     )

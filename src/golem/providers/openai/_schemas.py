@@ -22,7 +22,7 @@ def schema_name(schema: dict[str, Any]) -> str:
 
 
 _STRICT_INCOMPATIBLE = frozenset(
-    (
+    [
         "minLength",
         "maxLength",
         "patternProperties",
@@ -44,7 +44,7 @@ _STRICT_INCOMPATIBLE = frozenset(
         "else",
         "dependentRequired",
         "dependentSchemas",
-    )
+    ]
 )
 
 

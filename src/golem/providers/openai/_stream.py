@@ -7,21 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from golem.errors import ProviderConnectionError, ProviderError
-from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, named_calls, refuse_no_answer, unique_call_id
+from golem.messages import ToolCall
+from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
+from golem.providers._answers import deltas_of, unique_call_id
 from golem.providers._errors import STREAM_ENDED
-from golem.providers._jsonio import args_json, parse_event_data
-from golem.providers._sse import sse_events
+from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     ARGS_ENCODER,
+    CHAT_USAGE,
     PROVIDER,
     OutputMedia,
-    citations_of,
+    answer,
     foreign_call,
-    map_finish_reason,
-    parse_usage,
     reasoning_text,
     synthesize_call_id,
     text_content,
@@ -64,22 +63,14 @@ class ChatStreamParser:
         self._foreign_indexes: set[int] = set()
         """Indexes of calls of a type golem does not know (skipped)."""
         self._ids: set[str] = set()
-        self._finish: FinishReason = ""
         self._saw_finish = False
-        self._reason: Any = None
-        """The finish reason as the server sent it."""
+        self._reason: Any = None  # the finish reason as the server sent it
         self._usage = Usage()
         self._model = ""
-        self.done = False
-        """True once the `[DONE]` sentinel arrived."""
+        self.done = False  # True once the `[DONE]` sentinel arrived
 
     def feed(self, event: str | None, data: str) -> Delta | None:
-        """Consume one event's data; return its `Delta`, or None when it carries no content.
-
-        Raises:
-            ResponseFormatError: the data is not a JSON object.
-            ProviderError: the event is an error object (classified like its HTTP status).
-        """
+        """Consume one event's data; return its `Delta`, or None when it carries no content."""
         if data.strip() == "[DONE]":
             self.done = True
             return None
@@ -99,7 +90,7 @@ class ChatStreamParser:
             self._model = model
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self._usage = parse_usage(usage)
+            self._usage = usage_of(usage, CHAT_USAGE)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             return None
@@ -137,7 +128,6 @@ class ChatStreamParser:
                         calls.append(legacy)
             reason = choice.get("finish_reason")
             if reason:
-                self._finish = map_finish_reason(reason)
                 self._reason = reason
                 self._saw_finish = True
         if text:
@@ -213,11 +203,9 @@ class ChatStreamParser:
             args = args_json(args, ARGS_ENCODER)
         if args:
             call.args.append(args)
-        extra = tc.get("extra_content")
-        if isinstance(extra, dict) and isinstance(extra.get("google"), dict):
-            sig = extra["google"].get("thought_signature")
-            if isinstance(sig, str) and sig and not call.signature:
-                call.signature = signature = sig
+        sig = dig(tc, "extra_content", "google", "thought_signature")
+        if isinstance(sig, str) and sig and not call.signature:
+            call.signature = signature = sig
         return ToolCallDelta(
             index=slot, id=new_id, name=new_name, args_fragment=args or "", signature=signature
         )
@@ -234,50 +222,26 @@ class ChatStreamParser:
         return error
 
     def response(self) -> ModelResponse:
-        """The final response.
-
-        Raises:
-            ProviderConnectionError: the stream ended before the response completed (retryable).
-            ResponseFormatError: a finish reason golem does not know and nothing in the
-                answer (`refuse_no_answer`); retryable.
-        """
+        """The final response."""
         if not self.complete:
             raise self._failed(
                 ProviderConnectionError(f"openai {STREAM_ENDED}", provider=PROVIDER, retryable=True)
             )
-        content = "".join(self._text)
-        finish = self._finish
-        refusal = "".join(self._refusal)
-        if refusal and not content:
-            content, finish = refusal, "content_filter"
-        reasoning = "".join(self._reasoning)
-        response = ModelResponse(
-            message=Message(
-                role="assistant",
-                content=content,
-                parts=self._media.parts(),
-                tool_calls=named_calls(
-                    PROVIDER,
-                    [
-                        ToolCall(
-                            id=c.id or synthesize_call_id(),
-                            name=c.name,
-                            args="".join(c.args),
-                            signature=c.signature,
-                        )
-                        for c in self._calls
-                    ],
-                ),
-                thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
-                citations=citations_of(self._annotations, content),
-            ),
-            usage=self._usage,
-            finish_reason=finish,
-            model_name=self._model,
+        calls = [
+            ToolCall(c.id or synthesize_call_id(), c.name, "".join(c.args), signature=c.signature)
+            for c in self._calls
+        ]
+        return answer(
+            "".join(self._text),
+            "".join(self._refusal),
+            "".join(self._reasoning),
+            self._media,
+            calls,
+            self._annotations,
+            self._reason,
+            self._usage,
+            self._model,
         )
-        if finish == "other":
-            return refuse_no_answer(PROVIDER, response, str(self._reason))
-        return response
 
 
 def _next_call(call: _Call, fn: dict[str, Any]) -> bool:
@@ -314,11 +278,4 @@ def parse_stream_text(
     text: str, *, reasoning_field: str | None = None
 ) -> list[Delta | ModelResponse]:
     """Parse a whole SSE body: the deltas in order, then the final response."""
-    parser = ChatStreamParser(reasoning_field=reasoning_field)
-    out: list[Delta | ModelResponse] = []
-    for event, data in sse_events(text.splitlines()):
-        delta = parser.feed(event, data)
-        if delta is not None:
-            out.append(delta)
-    out.append(parser.response())
-    return out
+    return replay(ChatStreamParser(reasoning_field=reasoning_field), sse_events(text.splitlines()))

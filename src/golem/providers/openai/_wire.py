@@ -10,9 +10,9 @@ import mimetypes
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, Part, ThinkingBlock, ToolCall
@@ -20,34 +20,49 @@ from golem.model import TOOL_CHOICE_MODES, FinishReason, ModelRequest, ModelResp
 from golem.providers._answers import (
     ASSISTANT_MEDIA_TEXT,
     CHAT_AUDIO_PREFIX,
+    finish_of,
     named_calls,
     refuse_no_answer,
     unique_calls,
 )
-from golem.providers._jsonio import args_json, json_text, raw_json, token_count
+from golem.providers._jsonio import (
+    args_json,
+    dig,
+    given,
+    int_of,
+    json_text,
+    raw_json,
+    table,
+    text_of,
+    usage_of,
+)
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
 __all__ = [
     "ARGS_ENCODER",
+    "CHAT_USAGE",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
     "RequestOptions",
     "SystemRole",
+    "answer",
     "audio_id_of",
     "build_request_body",
     "citations_of",
+    "data_url",
     "foreign_call",
-    "map_finish_reason",
+    "json_schema_format",
     "map_messages",
+    "media_message",
     "parse_response",
     "parse_tool_call",
-    "parse_usage",
     "reasoning_text",
     "synthesize_call_id",
     "text_content",
     "tool_choice_of",
+    "user_content",
     "wire_args",
     "wire_call_id",
 ]
@@ -106,35 +121,38 @@ def build_request_body(
         body["tools"] = [_tool(t, options.strict) for t in request.tools]
         body["tool_choice"] = tool_choice_of(request.tool_choice)
     if request.output_schema is not None:
-        schema = request.output_schema
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": schema_name(schema),
-                "schema": schema,
-                "strict": options.strict and strict_compatible(schema),
-            },
-        }
-    if options.max_tokens is not None:
-        body["max_completion_tokens"] = options.max_tokens
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.top_p is not None:
-        body["top_p"] = options.top_p
-    if options.stop:
-        body["stop"] = list(options.stop)
-    if options.reasoning_effort is not None:
-        body["reasoning_effort"] = options.reasoning_effort
-    if options.extra_body:
-        body.update(options.extra_body)
+        fmt = json_schema_format(request.output_schema, options.strict)
+        body["response_format"] = {"type": "json_schema", "json_schema": fmt}
+    body |= given(
+        max_completion_tokens=options.max_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        stop=list(options.stop) if options.stop else None,
+        reasoning_effort=options.reasoning_effort,
+    )
+    body.update(options.extra_body)
     return body
 
 
-def tool_choice_of(choice: str) -> str | dict[str, Any]:
-    """The Chat Completions `tool_choice`: "auto", "required", "none", or the named function."""
+def tool_choice_of(choice: str, *, nested: bool = True) -> str | dict[str, Any]:
+    """The `tool_choice`: "auto", "required", "none", or the named function (Chat nests
+    its name in `function`, Responses does not)."""
     if choice in TOOL_CHOICE_MODES:
         return choice
-    return {"type": "function", "function": {"name": choice}}
+    return (
+        {"type": "function", "function": {"name": choice}}
+        if nested
+        else {"type": "function", "name": choice}
+    )
+
+
+def json_schema_format(schema: dict[str, Any], strict: bool) -> dict[str, Any]:
+    """The `json_schema` output format of both APIs (Chat wraps it in `json_schema`)."""
+    return {
+        "name": schema_name(schema),
+        "schema": schema,
+        "strict": strict and strict_compatible(schema),
+    }
 
 
 def _tool(spec: ToolSpec, strict: bool) -> dict[str, Any]:
@@ -158,7 +176,7 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
     for i, m in enumerate(messages):
         if m.role != "tool":
             if media:
-                out.append(_media_message(media))
+                out.append(media_message(media, _part))
                 media = []
             if attachments:
                 out.append(_attachments_message(attachments))
@@ -166,7 +184,7 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
         if m.role == "system":
             out.append({"role": options.system_role, "content": m.content})
         elif m.role == "user":
-            out.append(_user_message(m))
+            out.append({"role": "user", "content": user_content(m, _part)})
         elif m.role == "assistant":
             msg = _assistant_message(m, i, ids, options, after_last_user=i > last_user)
             out.append(msg)
@@ -182,27 +200,30 @@ def map_messages(messages: Sequence[Message], options: RequestOptions) -> list[d
             if m.parts:
                 attachments.append((call_id, m))
     if media:
-        out.append(_media_message(media))
+        out.append(media_message(media, _part))
     if attachments:
         out.append(_attachments_message(attachments))
     return out
 
 
-def _media_message(parts: list[Part]) -> dict[str, Any]:
+def media_message(
+    parts: list[Part], part: Callable[[Part], dict[str, Any]], text: str = "text"
+) -> dict[str, Any]:
     """The user message carrying the media of an assistant message (ADR 0060)."""
-    content = [{"type": "text", "text": ASSISTANT_MEDIA_TEXT}]
-    content.extend(_part(p) for p in parts)
-    return {"role": "user", "content": content}
+    return {
+        "role": "user",
+        "content": [{"type": text, "text": ASSISTANT_MEDIA_TEXT}, *map(part, parts)],
+    }
 
 
-def _user_message(m: Message) -> dict[str, Any]:
+def user_content(
+    m: Message, part: Callable[[Part], dict[str, Any]], text: str = "text"
+) -> str | list[dict[str, Any]]:
+    """A user (or tool) message's content: its text, or text and parts as a list."""
     if not m.parts:
-        return {"role": "user", "content": m.content}
-    content: list[dict[str, Any]] = []
-    if m.content:
-        content.append({"type": "text", "text": m.content})
-    content.extend(_part(p) for p in m.parts)
-    return {"role": "user", "content": content}
+        return m.content
+    head = [{"type": text, "text": m.content}] if m.content else []
+    return [*head, *map(part, m.parts)]
 
 
 def _attachments_message(attachments: list[tuple[str, Message]]) -> dict[str, Any]:
@@ -330,13 +351,7 @@ class _CallIds:
 # --------------------------------------------------------------------------- parts
 
 _TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/yaml")
-_AUDIO_FORMATS = {
-    "audio/mpeg": "mp3",
-    "audio/mp3": "mp3",
-    "audio/wav": "wav",
-    "audio/x-wav": "wav",
-    "audio/wave": "wav",
-}
+_AUDIO_FORMATS = table("audio/mpeg=mp3 audio/mp3=mp3 audio/wav=wav audio/x-wav=wav audio/wave=wav")
 
 
 def _is_text(media_type: str) -> bool:
@@ -349,7 +364,7 @@ def _is_text(media_type: str) -> bool:
     )
 
 
-def _data_url(p: Part) -> str:
+def data_url(p: Part) -> str:
     assert p.data is not None
     return f"data:{p.media_type};base64,{base64.b64encode(p.data).decode('ascii')}"
 
@@ -362,7 +377,7 @@ def _part(p: Part) -> dict[str, Any]:
         return {"type": "text", "text": p.text}
     media_type = p.media_type or ""
     if p.kind == "image":
-        return {"type": "image_url", "image_url": {"url": p.url or _data_url(p)}}
+        return {"type": "image_url", "image_url": {"url": p.url or data_url(p)}}
     if p.kind == "document" and p.data is not None:
         if _is_text(media_type):
             ident = hashlib.sha1(p.data, usedforsecurity=False).hexdigest()[:6]
@@ -374,7 +389,7 @@ def _part(p: Part) -> dict[str, Any]:
             )
             return {"type": "text", "text": framed}
         ext = mimetypes.guess_extension(media_type.split(";", 1)[0].strip()) or ".bin"
-        return {"type": "file", "file": {"file_data": _data_url(p), "filename": f"filename{ext}"}}
+        return {"type": "file", "file": {"file_data": data_url(p), "filename": f"filename{ext}"}}
     if p.kind == "audio" and p.data is not None:
         fmt = _AUDIO_FORMATS.get(media_type.split(";", 1)[0].strip().lower())
         if fmt:
@@ -391,57 +406,28 @@ def _note(p: Part, why: str) -> dict[str, Any]:
     return {"type": "text", "text": f"[{p.kind} {ref} not attached: {why}]"}
 
 
-# --------------------------------------------------------------------------- strict schemas
-
-
 # --------------------------------------------------------------------------- response
 
-_FINISH: dict[str, FinishReason] = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_call",
-    "function_call": "tool_call",
-    "content_filter": "content_filter",
-    # what compatible servers send for the same stops (TGI's `eos_token` / `stop_sequence`,
-    # proxies in front of Anthropic's API): known causes, not "other"
-    "eos_token": "stop",
-    "eos": "stop",
-    "stop_sequence": "stop",
-    "end_turn": "stop",
-    "max_tokens": "length",
-    "tool_use": "tool_call",
+_FINISH = cast(
+    dict[str, FinishReason],
+    table(
+        "stop=stop length=length tool_calls=tool_call function_call=tool_call "
+        "content_filter=content_filter eos_token=stop eos=stop stop_sequence=stop end_turn=stop "
+        "max_tokens=length tool_use=tool_call"
+    ),
+)
+"""Chat Completions finish reasons, and what compatible servers (TGI, proxies in front of
+Anthropic's API) send for the same stops."""
+
+
+CHAT_USAGE = {
+    "input_tokens": ("prompt_tokens",),
+    "output_tokens": ("completion_tokens",),
+    "cache_read_tokens": ("prompt_tokens_details.cached_tokens|prompt_cache_hit_tokens",),
+    "cache_write_tokens": ("prompt_tokens_details.cache_write_tokens",),
+    "reasoning_tokens": ("completion_tokens_details.reasoning_tokens",),
 }
-
-
-def map_finish_reason(value: Any) -> FinishReason:
-    """Normalize a Chat Completions `finish_reason`; unknown values are "other", none is ""."""
-    if not value:
-        return ""
-    return _FINISH.get(value, "other") if isinstance(value, str) else "other"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def parse_usage(usage: Any) -> Usage:
-    """Map a `usage` object (prompt/completion tokens and their details) to `Usage`."""
-    if not isinstance(usage, dict):
-        return Usage()
-    prompt = usage.get("prompt_tokens_details")
-    prompt = prompt if isinstance(prompt, dict) else {}
-    completion = usage.get("completion_tokens_details")
-    completion = completion if isinstance(completion, dict) else {}
-    cache_read = token_count(prompt.get("cached_tokens")) or token_count(
-        usage.get("prompt_cache_hit_tokens")
-    )
-    return Usage(
-        input_tokens=token_count(usage.get("prompt_tokens")),
-        output_tokens=token_count(usage.get("completion_tokens")),
-        cache_read_tokens=cache_read,
-        cache_write_tokens=token_count(prompt.get("cache_write_tokens")),
-        reasoning_tokens=token_count(completion.get("reasoning_tokens")),
-    )
+"""Where a Chat Completions `usage` object keeps each count (`usage_of`)."""
 
 
 class OutputMedia:
@@ -453,15 +439,12 @@ class OutputMedia:
     __slots__ = ("audio", "audio_expires", "audio_id", "images", "transcript")
 
     def __init__(self) -> None:
-        self.audio: list[str] = []
-        """The base64 text of the audio, in fragments."""
-        self.audio_id = ""
-        """The audio's ID, which the next request names to send the answer back."""
+        self.audio: list[str] = []  # the base64 text of the audio, in fragments
+        self.audio_id = ""  # the audio's ID, which the next request names to send the answer back
         self.audio_expires = ""
         """When the API stops keeping the audio (Unix seconds, as digits), "" unknown."""
         self.transcript: list[str] = []
-        self.images: list[Any] = []
-        """The `image_url` objects, as sent."""
+        self.images: list[Any] = []  # the `image_url` objects, as sent
 
     def add(self, obj: dict[str, Any]) -> str:
         """Gather the media of `obj` (a message, or a stream delta); return the transcript
@@ -498,12 +481,7 @@ class OutputMedia:
         return added
 
     def parts(self) -> list[Part]:
-        """The media as `Part`s: the audio first, then the images in order.
-
-        Raises:
-            ResponseFormatError: audio or image data that is not base64, or an image without
-                a URL.
-        """
+        """The media as `Part`s: the audio first, then the images in order."""
         out: list[Part] = []
         if self.audio:
             data = _audio_data(self.audio)
@@ -595,7 +573,7 @@ def citations_of(annotations: Any, content: str) -> list[Citation]:
         cited = a.get("url_citation") if isinstance(a, dict) else None
         if not isinstance(cited, dict):
             continue
-        start, end = _int(cited.get("start_index")), _int(cited.get("end_index"))
+        start, end = int_of(cited.get("start_index")), int_of(cited.get("end_index"))
         start = min(max(start, 0), len(content))
         url, title = cited.get("url"), cited.get("title")
         out.append(
@@ -643,30 +621,12 @@ def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
         id=str(tc.get("id") or "") or synthesize_call_id(),
         name=str(fn.get("name") or ""),
         args=args,
-        signature=_signature(tc),
+        signature=text_of(dig(tc, "extra_content", "google", "thought_signature")),
     )
 
 
-def _signature(tc: dict[str, Any]) -> str:
-    extra = tc.get("extra_content")
-    if isinstance(extra, dict):
-        google = extra.get("google")
-        if isinstance(google, dict):
-            sig = google.get("thought_signature")
-            if isinstance(sig, str):
-                return sig
-    return ""
-
-
 def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) -> ModelResponse:
-    """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice).
-
-    Raises:
-        ResponseFormatError: the body has no choices or the wrong shape; retryable: a
-            finish reason golem does not know and nothing in the answer (`refuse_no_answer`).
-        ProviderError: the body is an error object (some compatible servers answer errors
-            with status 200); classified like the equivalent HTTP status.
-    """
+    """Map a non-streamed `chat.completion` body to a `ModelResponse` (first choice)."""
     if (body.get("error") or body.get("object") == "error") and not body.get("choices"):
         raise error_from_payload(body)
     choices = body.get("choices")
@@ -691,30 +651,52 @@ def parse_response(body: dict[str, Any], *, reasoning_field: str | None = None) 
         if isinstance(legacy, dict) and not calls:
             calls.append(parse_tool_call({"function": legacy}))
         reasoning = reasoning_text(msg, reasoning_field)
-        finish = map_finish_reason(choice.get("finish_reason"))
-        refusal = msg.get("refusal")
-        if isinstance(refusal, str) and refusal and not content:
-            content, finish = refusal, "content_filter"
-        citations = citations_of(msg.get("annotations"), content)
-        model = body.get("model")
+        annotations = msg.get("annotations")
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ResponseFormatError(
             f"openai response has an unexpected shape ({exc!r}): {json_text(body)[:200]}",
             provider=PROVIDER,
         ) from exc
+    return answer(
+        content,
+        text_of(msg.get("refusal")),
+        reasoning,
+        media,
+        unique_calls(calls),
+        annotations,
+        choice.get("finish_reason"),
+        usage_of(body.get("usage"), CHAT_USAGE),
+        text_of(body.get("model")),
+    )
+
+
+def answer(
+    content: str,
+    refusal: str,
+    reasoning: str,
+    media: OutputMedia,
+    calls: list[ToolCall],
+    annotations: Any,
+    reason: Any,
+    usage: Usage,
+    model: str,
+) -> ModelResponse:
+    """The response of an answer's pieces (a body's message, or what a stream gathered); a
+    refusal is the text of an answer that has none."""
+    finish = finish_of(_FINISH, reason)
+    if refusal and not content:
+        content, finish = refusal, "content_filter"
     response = ModelResponse(
         message=Message(
             role="assistant",
             content=content,
             parts=media.parts(),
-            tool_calls=named_calls(PROVIDER, unique_calls(calls)),
+            tool_calls=named_calls(PROVIDER, calls),
             thinking=[ThinkingBlock(text=reasoning)] if reasoning else [],
-            citations=citations,
+            citations=citations_of(annotations, content),
         ),
-        usage=parse_usage(body.get("usage")),
+        usage=usage,
         finish_reason=finish,
-        model_name=model if isinstance(model, str) else "",
+        model_name=model,
     )
-    if finish == "other":
-        return refuse_no_answer(PROVIDER, response, str(choice.get("finish_reason")))
-    return response
+    return refuse_no_answer(PROVIDER, response, str(reason)) if finish == "other" else response

@@ -1,4 +1,4 @@
-"""Worker processes on one SQLite database SIGKILLed at chosen and at random points."""
+"""Worker processes on one database SIGKILLed at chosen and at random points (PostgreSQL: deep)."""
 
 from __future__ import annotations
 
@@ -11,47 +11,68 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from golem.durable.store import Decision, RunStatus
-from golem.durable.store.sqlite import SQLiteStore
+from golem.durable.store import Decision, RunStatus, Store
 from tests.support.crash import ROUNDS, RUNS_PER_ROUND, SEEDS, Fleet, crash_round, kill_plan, settle
-from tests.support.durable.chaos import check_invariants
+from tests.support.durable.backends import backend_for
+from tests.support.durable.chaos import Summary, check_invariants
 from tests.support.durable.procs import ROOT, eventually, worker_logs
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is a POSIX signal")
 
 
-@pytest.mark.timeout(60 + 30 * ROUNDS)
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_workers_killed_anywhere_never_run_an_approved_call_twice(
-    tmp_path: Path, seed: int
-) -> None:
-    rng = random.Random(seed)
+@contextlib.asynccontextmanager
+async def _fleet(tmp_path: Path, kind: str) -> AsyncIterator[tuple[Store, Fleet]]:
+    """A store of `kind` and the fleet of killable worker processes on it; every process is
+    killed and reaped at the end."""
     exec_dir = tmp_path / "ledger"
     exec_dir.mkdir()
-    store = await SQLiteStore.open(tmp_path / "golem.db")
-    fleet = Fleet(tmp_path, tmp_path / "golem.db", exec_dir)
+    with backend_for(kind, tmp_path) as b:
+        store = await b.open()
+        pg = {"dsn": b.dsn, "schema": b.schema} if kind == "postgres" else None
+        fleet = Fleet(tmp_path, tmp_path / "golem.db", exec_dir, pg)  # type: ignore[arg-type]
+        try:
+            yield store, fleet
+        finally:
+            for w in list(fleet.procs):
+                fleet.kill(w)
+            for p in fleet.procs.values():
+                p.wait()
+            await store.close()
+
+
+async def _checked(store: Store, fleet: Fleet, approved: dict[str, str]) -> Summary:
+    for ledger in fleet.exec_dir.iterdir():  # killed between creating it and the write:
+        if ledger.stat().st_size == 0:  # the side effect did not happen
+            ledger.unlink()
+    summary = await check_invariants(store, fleet.exec_dir, approved)
+    assert summary.statuses[RunStatus.COMPLETED] > 0, summary
+    return summary
+
+
+@pytest.mark.timeout(60 + 30 * ROUNDS)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "kind", ["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.deep])]
+)
+async def test_workers_killed_anywhere_never_run_an_approved_call_twice(
+    tmp_path: Path, kind: str, seed: int
+) -> None:
+    """Worker processes SIGKILLed at a chosen point (claim, renewal, tool, finish, sweep, the n-th
+    statement, inside a COMMIT) or from outside, round after round, on SQLite or PostgreSQL."""
+    rng = random.Random(seed if kind == "sqlite" else seed * 13)
     approved: dict[str, str] = {}
     killed: Counter[str] = Counter()
-    try:
+    async with _fleet(tmp_path, kind) as (store, fleet):
         for r in range(ROUNDS):
-            await crash_round(store, fleet, rng, f"s{seed}r{r}", approved, killed)
-        for ledger in exec_dir.iterdir():  # killed between creating it and the write:
-            if ledger.stat().st_size == 0:  # the side effect did not happen
-                ledger.unlink()
-        summary = await check_invariants(store, exec_dir, approved)
-    finally:
-        for w in list(fleet.procs):
-            fleet.kill(w)
-        for p in fleet.procs.values():
-            p.wait()
-        await store.close()
+            await crash_round(store, fleet, rng, f"{kind[0]}{seed}r{r}", approved, killed)
+        summary = await _checked(store, fleet, approved)
     assert sum(killed.values()) > 0, "no worker was killed: the test proved nothing"
-    assert summary.statuses[RunStatus.COMPLETED] > 0, summary
     print(f"seed {seed}: kills {dict(killed)}; runs {dict(summary.statuses)}")
 
 
@@ -71,7 +92,7 @@ def _spawn_service(fleet: Fleet, name: str, config: dict[str, Any]) -> subproces
 
 
 async def _service_round(
-    store: SQLiteStore, fleet: Fleet, rng: random.Random, name: str, killed: Counter[str]
+    store: Store, fleet: Fleet, rng: random.Random, name: str, killed: Counter[str]
 ) -> None:
     """Two workers with kill plans and a service-like process that starts and approves
     runs while following the change log, killed at a random SQL statement or from
@@ -139,28 +160,13 @@ async def test_workers_and_a_service_killed_anywhere_leave_a_sound_database(
     once for a completed run), and once every process is gone the database passes
     `PRAGMA integrity_check` and no lock is left held."""
     rng = random.Random(seed * 7)
-    exec_dir = tmp_path / "ledger"
-    exec_dir.mkdir()
-    db = tmp_path / "golem.db"
-    store = await SQLiteStore.open(db)
-    fleet = Fleet(tmp_path, db, exec_dir)
     killed: Counter[str] = Counter()
-    try:
+    async with _fleet(tmp_path, "sqlite") as (store, fleet):
         for r in range(ROUNDS):
             await _service_round(store, fleet, rng, f"s{seed}v{r}", killed)
-        for ledger in exec_dir.iterdir():  # killed between creating it and the write
-            if ledger.stat().st_size == 0:
-                ledger.unlink()
         runs = await store.list_runs(limit=10_000)
-        approved = {run.id: run.calls[0].call_id for run in runs}
-        summary = await check_invariants(store, exec_dir, approved)
-    finally:
-        for w in list(fleet.procs):
-            fleet.kill(w)
-        for p in fleet.procs.values():
-            p.wait()
-        await store.close()
+        summary = await _checked(store, fleet, {run.id: run.calls[0].call_id for run in runs})
+    db = tmp_path / "golem.db"
     _no_lock_held(db)
     assert killed["service"] > 0, f"the service was never killed: {dict(killed)}"
-    assert summary.statuses[RunStatus.COMPLETED] > 0, summary
     print(f"seed {seed}: kills {dict(killed)}; runs {dict(summary.statuses)}")
