@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from golem import Agent, Message, ToolCall, loads_history
+from golem import Agent, Message, ToolCall, dumps_history, loads_history
 from golem.durable.store import (
     EXPIRY_ACTOR,
     MAX_SECONDS,
     AuditAction,
     CallKind,
     Decision,
+    NewCall,
+    NewRun,
     RunStatus,
     Store,
     StoreBusy,
@@ -374,26 +376,36 @@ async def test_a_pause_whose_calls_share_an_id_is_saved_with_an_id_for_each(stor
     assert app.executed == []
 
 
+@pytest.mark.parametrize(
+    ("held", "resumed"),
+    [
+        ('{"path": "/tmp/a"}', True),
+        ('{"path":"/tmp/a"}', True),  # compacted, as golem < 0.2 wrote histories
+        ('{"path":  "/tmp/a"}', False),  # the same value, other bytes
+        ('{"path": "/tmp/a", "path": "/tmp/a"}', False),  # a duplicate key
+        ('{"path": "/etc/passwd"}', False),  # rewritten behind the approvers' backs
+    ],
+    ids=["same", "compact", "other-bytes", "dup-key", "rewritten"],
+)
 async def test_a_history_whose_pending_call_differs_from_the_decided_one_is_not_resumed(
-    store: Store,
+    store: Store, held: str, resumed: bool
 ) -> None:
-    """The approvers saw /tmp/a; someone rewrote the stored history to /etc/passwd."""
-    app = App(calls(DEL), "done")
-    run = await start_run(store, app.registry, "ops", "x", started_by="a")
-    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    tampered = run.history.replace("/tmp/a", "/etc/passwd")
-    assert tampered != run.history
-    await store._submit(  # type: ignore[attr-defined]
-        True,
-        lambda tx: tx.run(
-            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
-        ),
+    """The approvers saw `DEL`'s argument bytes; the stored history holds `held`."""
+    app = App("done")
+    call = NewCall(call_id="c1", kind=CallKind.APPROVAL, tool_name="delete_file", args=DEL[2])
+    history = dumps_history([Message(role="user", content="x"), calls(("c1", DEL[1], held))])
+    await store.save_pending(
+        NewRun(id="r1", agent="ops", conversation_id="conv", history=history, calls=(call,))
     )
+    await store.decide("r1", "c1", Decision.approve(), decided_by="b")
     assert await Worker(store, app.registry).run_once()
-    failed = await store.get_run(run.id)
-    assert failed.status is RunStatus.FAILED
-    assert failed.outcome is not None
-    assert "other arguments in the history than the approvers saw" in failed.outcome.error
+    run = await store.get_run("r1")
+    if resumed:
+        assert run.status is RunStatus.COMPLETED
+        assert [path for _, path, _ in app.executed] == ["/tmp/a"]
+        return
+    assert run.status is RunStatus.FAILED
+    assert "other arguments in the history than the approvers saw" in run.outcome.error  # type: ignore[union-attr]
     assert app.executed == []
 
 
