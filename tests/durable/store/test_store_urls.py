@@ -8,46 +8,8 @@ from typing import Any
 import pytest
 
 from golem.durable.store import open_store
-from golem.durable.store._pg_setup import split_url
 from golem.durable.store.postgres import PostgresStore
 from tests.support.durable.backends import backend_for
-
-
-@pytest.mark.parametrize(
-    ("url", "dsn", "options"),
-    [
-        ("postgresql://u@h/db", "postgresql://u@h/db", {}),
-        ("postgresql://u@h/db?sslmode=require", "postgresql://u@h/db?sslmode=require", {}),
-        (
-            "postgresql://u@h/db?pool_size=8&sslmode=require&command_timeout=2.5&schema=golem",
-            "postgresql://u@h/db?sslmode=require",
-            {"pool_size": 8, "command_timeout": 2.5, "schema": "golem"},
-        ),
-        ("postgres://h/db?command_timeout=none", "postgres://h/db", {"command_timeout": None}),
-        ("postgres://h/db?command_timeout=OFF", "postgres://h/db", {"command_timeout": None}),
-        ("postgres://h/db?sche%6da=a_b", "postgres://h/db", {"schema": "a_b"}),
-        (
-            "postgresql://u:p%26w@h/db?application_name=a%3Db&pool_size=2",
-            "postgresql://u:p%26w@h/db?application_name=a%3Db",
-            {"pool_size": 2},
-        ),
-    ],
-)
-def test_split_url_takes_the_store_options_out(url: str, dsn: str, options: dict[str, Any]) -> None:
-    assert split_url(url) == (dsn, options)
-
-
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("postgresql://h/db?pool_size=many", "pool_size must be a number, got 'many'"),
-        ("postgresql://h/db?command_timeout=", "command_timeout must be a number"),
-        ("postgresql://h/db?pool_size=1&pool_size=2", "pool_size is given twice"),
-    ],
-)
-def test_split_url_refuses_bad_options(url: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        split_url(url)
 
 
 @pytest.mark.parametrize(
