@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from golem.durable.store import AuditAction, CallKind, Decision, NewCall, NewRun, Store
-from golem.durable.store._sql import SQLStore, Tx
 from tests.support.durable.backends import Backend
+from tests.support.store import behind_the_back
 
 
 async def _runs(store: Store, spec: list[tuple[str, str]]) -> list[str]:
@@ -112,16 +112,14 @@ async def test_a_version_5_database_gains_the_agent_column_filled_in(backend: Ba
     store = await backend.open()
     try:
         ids = await _runs(store, [("a", "x"), ("b", "x")])
-        assert isinstance(store, SQLStore)
-
-        def back_to_5(tx: Tx) -> None:
-            tx.execute("DROP INDEX golem_audit_agent")
-            tx.execute("ALTER TABLE golem_audit DROP COLUMN agent")
-            tx.execute("DELETE FROM golem_schema_version WHERE version = 6")
-
-        await store._submit(True, back_to_5)
     finally:
         await store.close()
+    for sql in (
+        "DROP INDEX golem_audit_agent",
+        "ALTER TABLE golem_audit DROP COLUMN agent",
+        "DELETE FROM golem_schema_version WHERE version = 6",
+    ):
+        behind_the_back(backend, sql)
     store = await backend.open()
     try:
         assert await store.schema_version() == 6
