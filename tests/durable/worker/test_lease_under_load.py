@@ -6,9 +6,9 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from pathlib import Path
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +26,9 @@ from tests.support.store import LostAnswers
 pytestmark = pytest.mark.loop
 
 
-async def _approved(store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any) -> str:
+async def _approved(
+    store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any
+) -> str:
     return (await approved_run(store, reg, prefix, n, deps)).id
 
 
