@@ -126,7 +126,11 @@ class _KillProxy:
     def _accept(self) -> None:
         while True:
             client, _ = self._listener.accept()
-            server = socket.create_connection(self._target)
+            try:
+                server = socket.create_connection(self._target)
+            except OSError:
+                client.close()
+                continue
             threading.Thread(target=_copy, args=(server, client), daemon=True).start()
             threading.Thread(target=self._up, args=(client, server), daemon=True).start()
 
