@@ -457,21 +457,10 @@ _SUPPORTED_FORMATS = frozenset(
     ("date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid")
 )
 _UNSUPPORTED_KEYS = frozenset(
-    [
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "multipleOf",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "maxItems",
-        "uniqueItems",
-        "minProperties",
-        "maxProperties",
-        "patternProperties",
-    ]
+    (
+        "minimum maximum exclusiveMinimum exclusiveMaximum multipleOf minLength maxLength pattern "
+        "maxItems uniqueItems minProperties maxProperties patternProperties"
+    ).split()
 )
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
