@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -63,10 +62,17 @@ _METADATA_KEYS = frozenset(
 
 
 _FILTERED = frozenset(
-    (
-        "SAFETY RECITATION BLOCKLIST PROHIBITED_CONTENT SPII IMAGE_SAFETY "
-        "IMAGE_PROHIBITED_CONTENT IMAGE_RECITATION LANGUAGE"
-    ).split()
+    [
+        "SAFETY",
+        "RECITATION",
+        "BLOCKLIST",
+        "PROHIBITED_CONTENT",
+        "SPII",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+        "LANGUAGE",
+    ]
 )
 
 _CALL_FAILED = frozenset(("MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"))
@@ -450,12 +456,9 @@ def _char_index(encoded: bytes, offset: int) -> int:
     return len(encoded[: max(offset, 0)].decode("utf-8", errors="ignore"))
 
 
-_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def _compact_args(args: Any) -> str:
     """The arguments as JSON text (text holding an object, a proxy's, is that text)."""
-    return object_text(args) or args_json(args, _ARGS_ENCODER)
+    return object_text(args) or args_json(args)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:

@@ -20,7 +20,7 @@ from golem.providers._answers import (
     in_order,
     own_blocks,
 )
-from golem.providers._jsonio import given
+from golem.providers._jsonio import args_object, given
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -248,7 +248,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             media["thoughtSignature"] = p.signature
         parts.append(media)
     for i, c in enumerate(m.tool_calls):
-        call: dict[str, Any] = {"name": c.name, "args": _args_object(c.args)}
+        call: dict[str, Any] = {"name": c.name, "args": args_object(c.args, strict=True)}
         if c.id and not c.id.startswith(SYNTHETIC_ID_PREFIX):
             call["id"] = c.id
         part: dict[str, Any] = {"functionCall": call}
@@ -283,21 +283,6 @@ def _interleaved(
         elif not isinstance(item, ThinkingBlock):
             parts.append(item)
     return parts
-
-
-def _args_object(args: str) -> dict[str, Any]:
-    """The `args` object for raw argument text; text that is not a JSON object is wrapped."""
-    try:
-        value = json.loads(args, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return {"truncated_args": args}
-    if isinstance(value, dict):
-        return value
-    return {"truncated_args": args}
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _part(p: Part) -> dict[str, Any]:

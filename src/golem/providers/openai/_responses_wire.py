@@ -34,7 +34,6 @@ from golem.providers._jsonio import (
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
-    ARGS_ENCODER,
     data_url,
     json_schema_format,
     media_message,
@@ -308,7 +307,7 @@ def function_arguments(value: Any) -> str:
     compatible server's) as JSON, null as ""."""
     if isinstance(value, str):
         return value
-    return "" if value is None else args_json(value, ARGS_ENCODER)
+    return "" if value is None else args_json(value)
 
 
 def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> str:

@@ -22,11 +22,29 @@ def schema_name(schema: dict[str, Any]) -> str:
 
 
 _STRICT_INCOMPATIBLE = frozenset(
-    (
-        "minLength maxLength patternProperties unevaluatedProperties propertyNames minProperties "
-        "maxProperties unevaluatedItems contains minContains maxContains uniqueItems default "
-        "oneOf allOf not if then else dependentRequired dependentSchemas"
-    ).split()
+    [
+        "minLength",
+        "maxLength",
+        "patternProperties",
+        "unevaluatedProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "uniqueItems",
+        "default",
+        "oneOf",
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+    ]
 )
 
 

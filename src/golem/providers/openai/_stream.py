@@ -15,7 +15,6 @@ from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
-    ARGS_ENCODER,
     CHAT_USAGE,
     PROVIDER,
     OutputMedia,
@@ -200,7 +199,7 @@ class ChatStreamParser:
             call.name = new_name = name
         args = fn.get("arguments", fn.get("input"))
         if args is not None and not isinstance(args, str):
-            args = args_json(args, ARGS_ENCODER)
+            args = args_json(args)
         if args:
             call.args.append(args)
         sig = dig(tc, "extra_content", "google", "thought_signature")

@@ -41,7 +41,6 @@ from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
 __all__ = [
-    "ARGS_ENCODER",
     "CHAT_USAGE",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
@@ -68,9 +67,6 @@ __all__ = [
 ]
 
 PROVIDER = "openai"
-
-ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-"""Tool-call arguments a compatible server sent as a JSON object, as text (`args_json`)."""
 
 SystemRole = Literal["system", "developer", "user"]
 
@@ -616,7 +612,7 @@ def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
     if args is None:
         args = ""
     elif not isinstance(args, str):  # a server that sends the arguments as an object
-        args = args_json(args, ARGS_ENCODER)
+        args = args_json(args)
     return ToolCall(
         id=str(tc.get("id") or "") or synthesize_call_id(),
         name=str(fn.get("name") or ""),
