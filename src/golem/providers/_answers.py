@@ -20,6 +20,7 @@ __all__ = [
     "RESPONSES_IMAGE_PREFIX",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
+    "TextRuns",
     "deltas_of",
     "finish_of",
     "in_order",
@@ -61,6 +62,30 @@ model's pictures) to an API that refuses media in assistant turns (ADR 0060)."""
 
 RUN_SEPARATOR = "\n\n"
 """Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
+
+
+class TextRuns:
+    """An answer's text as it arrives, in runs that server-side blocks split: `add` puts
+    `RUN_SEPARATOR` before a piece that follows a block (`separated`) after earlier text."""
+
+    __slots__ = ("length", "parts", "separated", "texted")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.separated = False  # a server-side block came since the last text
+        self.texted = False  # some text came
+
+    def add(self, piece: str, *, empty_joins: bool = False) -> str:
+        """Add `piece` (`empty_joins`: an empty one still ends the block's separation, and
+        gets the separator); return it as added."""
+        if self.separated and self.texted and (piece or empty_joins):
+            piece = RUN_SEPARATOR + piece
+        self.separated = self.separated and not (piece or empty_joins)
+        self.texted = self.texted or bool(piece)
+        self.parts.append(piece)
+        self.length += len(piece)
+        return piece
 
 
 def run_start(content: str, pos: int) -> int:

@@ -17,7 +17,7 @@ from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlo
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._answers import (
-    RUN_SEPARATOR,
+    TextRuns,
     finish_of,
     named_calls,
     unique_call_id,
@@ -129,7 +129,7 @@ class ResponseBuilder:
 
     def __init__(self, *, deltas: bool = True) -> None:
         self._deltas = deltas
-        self._text: list[str] = []
+        self._runs = TextRuns()
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
@@ -145,8 +145,6 @@ class ResponseBuilder:
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
-        self._length = 0  # characters of text so far (where the next server part sits)
-        self._separated = False
         self._server: list[ServerToolBlock] = []
         self._metadata: dict[str, Mapping[str, Any]] = {}
         """The latest `groundingMetadata` / `urlContextMetadata` of the candidate."""
@@ -159,7 +157,7 @@ class ResponseBuilder:
     @property
     def empty(self) -> bool:
         """Whether nothing of an answer came: no text, call, media or server-side part."""
-        return not (self._text or self._calls or self._parts or self._server)
+        return not (self._runs.parts or self._calls or self._parts or self._server)
 
     @property
     def complete(self) -> bool:
@@ -236,7 +234,7 @@ class ResponseBuilder:
                     found = media_part(media, signature)
                     if found is not None:
                         self._parts.append(found)
-                        self._separated = True
+                        self._runs.separated = True
                 return None
             unknown = next((k for k in part if k not in _METADATA_KEYS), None)
             if unknown is not None:
@@ -266,8 +264,8 @@ class ResponseBuilder:
 
     def _keep(self, kind: str, part: dict[str, Any], **names: str) -> None:
         """Keep `part` as a server-side block where it sat (it separates text runs)."""
-        self._separated = True
-        at, thinking = self._length, len(self._blocks)
+        self._runs.separated = True
+        at, thinking = self._runs.length, len(self._blocks)
         raw = raw_json(part)
         self._server.append(
             ServerToolBlock(PROVIDER, kind, raw=raw, at=at, thinking_before=thinking, **names)
@@ -278,12 +276,7 @@ class ResponseBuilder:
         self._open = None
         if not text and not signature:
             return None
-        if text and self._separated and self._length:
-            text = RUN_SEPARATOR + text
-        if text:
-            self._separated = False
-        self._length += len(text)
-        self._text.append(text)
+        text = self._runs.add(text)
         thinking: list[ThinkingDelta] = []
         if signature:
             block = _Block(len(self._blocks), "", signature)
@@ -337,7 +330,7 @@ class ResponseBuilder:
             )
             error.usage = self.usage()
             raise error
-        content = "".join(self._text)
+        content = "".join(self._runs.parts)
         grounding = self._metadata.get("groundingMetadata")
         message = Message(
             role="assistant",

@@ -16,7 +16,7 @@ from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._answers import (
     RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
-    RUN_SEPARATOR,
+    TextRuns,
     in_order,
     named_calls,
     own_blocks,
@@ -326,21 +326,19 @@ def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> s
 def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[Message, bool]:
     """The assistant message of a response's `output` items, and whether it was a refusal."""
     seen: set[str] = set()
-    text: list[str] = []
+    runs = TextRuns()
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
     citations: list[Citation] = []
     server: list[ServerToolBlock] = []
     parts: list[Part] = []
     refused = False
-    separated = texted = False
-    pos = 0
     for index, item in enumerate(output):
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
         if kind == "message":
-            mark = _phase_mark(item, pos, len(thinking))
+            mark = _phase_mark(item, runs.length, len(thinking))
             if mark is not None:
                 server.append(mark)
             for part in _list(item.get("content")):
@@ -348,19 +346,15 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
                     continue
                 piece = text_of(part.get("text")) or text_of(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
-                if separated and texted and piece:
-                    text.append(RUN_SEPARATOR)
-                    pos += len(RUN_SEPARATOR)
-                if piece:
-                    separated = False
-                texted = texted or bool(piece)
-                text.append(piece)
+                runs.add(piece)
                 annotations = part.get("annotations")
                 if isinstance(annotations, list):
+                    start = runs.length - len(piece)
                     citations.extend(
-                        _citation(a, pos, len(piece)) for a in annotations if isinstance(a, Mapping)
+                        _citation(a, start, len(piece))
+                        for a in annotations
+                        if isinstance(a, Mapping)
                     )
-                pos += len(piece)
         elif kind == "reasoning":
             thinking.append(reasoning_block(item))
         elif kind == "function_call":
@@ -372,14 +366,14 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
                 )
             )
         else:
-            separated = True
+            runs.separated = True
             image = _generated_image(item) if kind == "image_generation_call" else None
             if image is not None:
                 parts.append(image)
-            server.append(_builtin_block(item, pos, len(thinking)))
+            server.append(_builtin_block(item, runs.length, len(thinking)))
     message = Message(
         role="assistant",
-        content="".join(text),
+        content="".join(runs.parts),
         tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
