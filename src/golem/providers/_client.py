@@ -22,7 +22,7 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._answers import deltas_of
+from golem.providers._answers import replay_deltas
 from golem.providers._errors import (
     STREAM_ENDED,
     RequestTag,
@@ -208,7 +208,7 @@ class HTTPModel:
                         ) from exc
                 if text is not None and whole is not None:
                     final = whole(text)
-                    for replayed in deltas_of(final):
+                    for replayed in replay_deltas(final, signatures=False, apart=True):
                         yield replayed
                     yield final
                     return

@@ -9,7 +9,7 @@ from typing import Any
 from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
@@ -26,7 +26,7 @@ from golem.providers.openai._wire import (
 )
 from golem.usage import Usage
 
-__all__ = ["ChatStreamParser", "deltas_of", "parse_stream_text", "sse_events"]
+__all__ = ["ChatStreamParser", "parse_stream_text", "sse_events"]
 
 
 @dataclass(slots=True)
