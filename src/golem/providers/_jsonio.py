@@ -4,6 +4,8 @@ arguments, usage counts."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -19,6 +21,7 @@ __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
     "args_object",
+    "base64_bytes",
     "dig",
     "given",
     "int_of",
@@ -95,6 +98,14 @@ def args_object(raw: str, *, strict: bool = False) -> dict[str, Any]:
     except (ValueError, RecursionError):
         value = None
     return value if isinstance(value, dict) else {"truncated_args": raw}
+
+
+def base64_bytes(text: str, altchars: bytes | None = None) -> bytes | None:
+    """The bytes of strict base64 `text` (`altchars`: the two characters for `+/`), or None."""
+    try:
+        return base64.b64decode(text, altchars, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def json_object(raw: str) -> dict[str, Any] | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 import uuid
 from collections.abc import Mapping
@@ -25,6 +23,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     int_of,
     json_text,
     object_text,
@@ -395,12 +394,7 @@ def _base64(text: str) -> bytes | None:
     """Standard or URL-safe base64 (whitespace ignored, padding optional), or None."""
     text = "".join(text.split())
     text += "=" * (-len(text) % 4)
-    for altchars in (None, b"-_"):
-        try:
-            return base64.b64decode(text, altchars, validate=True)
-        except (binascii.Error, ValueError):
-            continue
-    return None
+    return base64_bytes(text) or base64_bytes(text, b"-_")
 
 
 _OCTETS = "application/octet-stream"

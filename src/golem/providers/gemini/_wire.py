@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import json
 import mimetypes
@@ -20,7 +19,7 @@ from golem.providers._answers import (
     in_order,
     own_blocks,
 )
-from golem.providers._jsonio import args_object, given
+from golem.providers._jsonio import args_object, base64_bytes, given
 
 __all__ = [
     "DUMMY_SIGNATURE",
@@ -313,9 +312,7 @@ def _data_url(url: str) -> dict[str, Any] | None:
     header, sep, payload = url[5:].partition(",")
     if not sep or not header.endswith(";base64"):
         return None
-    try:
-        base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
+    if base64_bytes(payload) is None:
         return None
     return {"mimeType": header[: -len(";base64")] or "application/octet-stream", "data": payload}
 

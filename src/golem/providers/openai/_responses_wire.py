@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
@@ -25,6 +23,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     given,
     json_text,
     raw_json,
@@ -428,9 +427,8 @@ def _generated_image(item: Mapping[str, Any]) -> Part | None:
     result = item.get("result")
     if not isinstance(result, str) or not result:
         return None
-    try:
-        data = base64.b64decode(result, validate=True)
-    except (binascii.Error, ValueError):
+    data = base64_bytes(result)
+    if data is None:
         return None
     media = text_of(item.get("output_format")).lower() or "png"
     return Part(

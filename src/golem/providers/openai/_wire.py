@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import mimetypes
@@ -27,6 +26,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     dig,
     given,
     int_of,
@@ -512,12 +512,12 @@ def _audio_data(fragments: list[str]) -> bytes:
 
 
 def _base64(provider: str, text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+    data = base64_bytes(text)
+    if data is None:
         raise ResponseFormatError(
             f"{provider} answered with {what} data that is not base64", provider=provider
-        ) from None
+        )
+    return data
 
 
 _AUDIO_MAGIC = (
