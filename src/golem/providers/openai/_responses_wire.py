@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
@@ -33,6 +33,7 @@ from golem.providers._jsonio import (
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
+    Options,
     data_url,
     json_schema_format,
     media_message,
@@ -60,28 +61,15 @@ BLOCKS = "openai-responses"
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsesOptions:
-    """What an `OpenAIResponsesModel` adds to every request body, besides the conversation."""
+class ResponsesOptions(Options):
+    """What an `OpenAIResponsesModel` adds to every request body (beside `Options`)."""
 
-    model: str
-    """Model name sent as `model`."""
-    max_tokens: int | None = None
-    """Sent as `max_output_tokens`."""
-    temperature: float | None = None
-    top_p: float | None = None
-    reasoning_effort: str | None = None
-    """Sent as `reasoning.effort` ("minimal", "low", "medium", "high", ...)."""
     reasoning_summary: str | None = None
     """Sent as `reasoning.summary` ("auto", "concise", "detailed"): summaries become thinking text."""
     encrypted_reasoning: bool = False
     """Ask for `reasoning.encrypted_content`, so reasoning can be replayed without `store`."""
     store: bool = False
     """Sent as `store`: whether OpenAI keeps the response (golem does not rely on it)."""
-    strict: bool = True
-    """Mark tool and output schemas `strict` when they already qualify (else `strict: false`)."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set; a `tools` list is
-    added after the function tools (built-in tools such as `{"type": "web_search"}`)."""
 
 
 # --------------------------------------------------------------------------- reasoning items

@@ -44,6 +44,7 @@ __all__ = [
     "CHAT_USAGE",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
+    "Options",
     "RequestOptions",
     "SystemRole",
     "answer",
@@ -75,28 +76,35 @@ TOOL_PARTS_PLACEHOLDER = "File attached"
 
 
 @dataclass(frozen=True, slots=True)
-class RequestOptions:
-    """What an `OpenAIChatModel` adds to every request body, besides the conversation."""
+class Options:
+    """What an OpenAI model (either API) adds to every request body, besides the conversation."""
 
     model: str
     """Model name sent as `model`."""
     max_tokens: int | None = None
-    """Sent as `max_completion_tokens`."""
+    """Sent as `max_completion_tokens` (Chat), `max_output_tokens` (Responses)."""
     temperature: float | None = None
     top_p: float | None = None
-    stop: list[str] | None = None
     reasoning_effort: str | None = None
-    """Sent as `reasoning_effort` (OpenAI reasoning models: "minimal", "low", "medium", "high")."""
-    system_role: SystemRole = "system"
-    """Role that system messages are sent with."""
+    """Sent as `reasoning_effort` (Chat), `reasoning.effort` (Responses): "low", "high", ..."""
     strict: bool = True
     """Mark tool and output schemas `strict` when they already satisfy OpenAI's strict subset."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Merged last into the body (shallow), overriding what golem set; for Responses, a
+    `tools` list is added after the function tools (`{"type": "web_search"}`, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions(Options):
+    """What an `OpenAIChatModel` adds to every request body (beside `Options`)."""
+
+    stop: list[str] | None = None
+    system_role: SystemRole = "system"
+    """Role that system messages are sent with."""
     reasoning_field: str | None = None
     """Send thinking text back in this assistant-message field (e.g. "reasoning_content")."""
     tool_call_signatures: bool = False
     """Send `ToolCall.signature` back as Gemini's `extra_content.google.thought_signature`."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set."""
 
 
 # --------------------------------------------------------------------------- request
