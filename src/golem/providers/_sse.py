@@ -138,11 +138,8 @@ _SSE_START = re.compile(r"(?:data|event|id|retry)(?::|\n|$)|:")
 
 
 def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
-    """The event the stream ended in, without the blank line that ends an event: kept when
-    its data is whole (JSON, or Chat Completions' `[DONE]`), dropped when it was cut off
-    (the SSE standard drops any such event; a lenient reader keeps a whole one). A cut event is a connection that closed
-    early, which the adapters report as a retryable "stream ended" error, not as an
-    unreadable event."""
+    """The event a stream ended in without its blank line: kept when its data is whole (JSON,
+    or `[DONE]`), else dropped (a cut connection: a "stream ended" error, not a bad event)."""
     if item is None or item[1].strip() == "[DONE]":
         return item
     try:

@@ -53,13 +53,8 @@ class _OpenAIModel(HTTPModel):
         api_key_header: str,
         system_role: str = "system",
     ) -> str:
-        """Check the settings, set the URL and headers; return the API root.
-
-        Raises:
-            ValueError: an empty model name, a non-positive timeout, `max_tokens` below 1,
-                an unknown system role.
-            AuthenticationError: no key for the default OpenAI endpoint.
-        """
+        """Check the settings (`ValueError`; `AuthenticationError`: no key for the default
+        endpoint), set the URL and headers; return the API root."""
         if not model:
             hint = " (for example 'gpt-5')" if path == "/responses" else ""
             raise ValueError(f"model name must not be empty{hint}")
